@@ -1,0 +1,30 @@
+"""pylog: an embeddable, log-structured messaging library with Kafka's storage semantics.
+
+    import pylog
+    with pylog.open("./pylog-data") as store:
+        store.create_topic("events", partitions=3)
+        p = store.topic("events").partition(0)
+        first = p.append_values([b"v1", b"v2"], keys=[b"a", b"b"])
+        for rec in p.read(first):
+            print(rec.offset, rec.key, rec.value)
+"""
+
+from __future__ import annotations
+
+from .config import TopicConfig
+from .errors import (CorruptRecordError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
+                     OffsetOutOfRangeError, PartitionLockedError, PylogError, RecordTooLargeError, StoreClosedError,
+                     TopicExistsError, UnknownTopicError)
+from .log import Store, open
+from .partition import Partition
+from .records import Record, RecordColumns
+from .topic import Topic
+
+__version__ = "0.1.0"
+
+__all__ = [
+    "open", "Store", "Topic", "Partition", "Record", "RecordColumns", "TopicConfig",
+    "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
+    "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
+    "StoreClosedError", "LogFailedError", "__version__",
+]

@@ -1,0 +1,235 @@
+"""Topic and store configuration with Kafka's names, meanings and (where they make sense in-process) defaults.
+
+Invariants:
+- Every setting is declared once, in :data:`SETTINGS`; nothing else in the package hard-codes a default.
+- A :class:`TopicConfig` only ever holds known names with validated, normalised values; unknown names and
+  bad values raise :class:`~pylog.errors.InvalidConfigError` naming the setting.
+- Values given as strings (from a CLI or a JSON file) are parsed with the same rules as typed values.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Iterator, Mapping
+
+from .errors import InvalidConfigError
+
+__all__ = ["Setting", "SETTINGS", "TopicConfig", "STORE_SETTINGS", "LONG_MAX"]
+
+LONG_MAX = (1 << 63) - 1
+INT_MAX = (1 << 31) - 1
+
+#: A segment's log file holds positions as unsigned 32-bit numbers in its offset index, and relative
+#: offsets likewise; Kafka caps segment.bytes at Int.MaxValue for the same reason.
+MAX_SEGMENT_BYTES = INT_MAX
+
+
+@dataclass(frozen=True)
+class Setting:
+    """One configuration entry: its type, default, allowed range and meaning."""
+
+    name: str
+    kind: str  # "int", "float", "str", "list"
+    default: Any
+    doc: str
+    minimum: float | None = None
+    maximum: float | None = None
+    choices: tuple[str, ...] | None = None
+
+
+def _s(name: str, kind: str, default: Any, doc: str, **kw: Any) -> Setting:
+    return Setting(name, kind, default, doc, **kw)
+
+
+_DAY_MS = 24 * 3600 * 1000
+
+#: Topic-level settings (store-wide defaults may be given to :func:`pylog.open`).
+SETTINGS: dict[str, Setting] = {s.name: s for s in [
+    _s("segment.bytes", "int", 1 << 30, "Roll to a new segment when the active one would exceed this many bytes.",
+       minimum=14, maximum=MAX_SEGMENT_BYTES),
+    _s("segment.ms", "int", 7 * _DAY_MS, "Roll when the active segment's first batch is older than this (ms).",
+       minimum=1),
+    _s("segment.index.bytes", "int", 10 * 1024 * 1024,
+       "Preallocated size of each offset index (bytes); a full index forces a roll.", minimum=4096,
+       maximum=INT_MAX),
+    _s("index.interval.bytes", "int", 4096, "Add an index entry every this many bytes of log data.", minimum=0,
+       maximum=INT_MAX),
+    _s("retention.ms", "int", 7 * _DAY_MS, "Delete segments whose newest record is older than this (ms); -1 keeps forever.",
+       minimum=-1),
+    _s("retention.bytes", "int", -1, "Delete oldest segments while the partition is larger than this; -1 is unlimited.",
+       minimum=-1),
+    _s("cleanup.policy", "list", ("delete",), "delete, compact, or both (comma separated).",
+       choices=("delete", "compact")),
+    _s("min.cleanable.dirty.ratio", "float", 0.5, "Compact only when dirty bytes / total bytes exceed this.",
+       minimum=0.0, maximum=1.0),
+    _s("delete.retention.ms", "int", _DAY_MS, "Keep tombstones this long after compaction first reaches them (ms).",
+       minimum=0),
+    _s("min.compaction.lag.ms", "int", 0, "A record stays uncompacted at least this long (ms).", minimum=0),
+    _s("max.compaction.lag.ms", "int", LONG_MAX, "A record becomes eligible for compaction at most this late (ms).",
+       minimum=1),
+    _s("max.message.bytes", "int", 1048588, "Largest record batch a partition accepts (bytes).", minimum=64,
+       maximum=INT_MAX),
+    _s("compression.type", "str", "producer",
+       "Codec for stored batches: none/uncompressed, lz4, or producer (keep what the writer chose).",
+       choices=("producer", "none", "uncompressed", "lz4")),
+    _s("flush.messages", "int", LONG_MAX, "fsync after this many records; 1 makes every append durable.", minimum=1),
+    _s("flush.ms", "int", LONG_MAX, "fsync when this long has passed since the last fsync (ms), checked on append.",
+       minimum=0),
+    _s("message.timestamp.type", "str", "CreateTime", "CreateTime keeps the writer's timestamps; LogAppendTime stamps "
+       "the append time.", choices=("CreateTime", "LogAppendTime")),
+]}
+
+#: Store-level settings that are not per topic.
+STORE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
+    _s("log.retention.check.interval.ms", "int", 300_000, "How often the background thread enforces retention (ms).",
+       minimum=1),
+    _s("lock.timeout.ms", "int", 0, "How long a writer waits for another writer's partition lock (ms); 0 fails at once.",
+       minimum=0),
+]}
+
+_UNSUPPORTED_CODECS = {"gzip", "snappy", "zstd"}
+
+
+def _parse(setting: Setting, value: Any) -> Any:
+    name = setting.name
+    try:
+        if setting.kind == "int":
+            if isinstance(value, bool):
+                raise TypeError
+            if isinstance(value, str):
+                value = int(value.strip())
+            elif isinstance(value, float):
+                if not value.is_integer():
+                    raise TypeError
+                value = int(value)
+            elif not isinstance(value, int):
+                raise TypeError
+        elif setting.kind == "float":
+            if isinstance(value, bool):
+                raise TypeError
+            value = float(value.strip()) if isinstance(value, str) else float(value)
+        elif setting.kind == "str":
+            if not isinstance(value, str):
+                raise TypeError
+            value = value.strip()
+        elif setting.kind == "list":
+            if isinstance(value, str):
+                value = tuple(v.strip() for v in value.split(",") if v.strip())
+            elif isinstance(value, (list, tuple)):
+                value = tuple(str(v).strip() for v in value)
+            else:
+                raise TypeError
+            if not value:
+                raise InvalidConfigError(f"{name}: must name at least one of {', '.join(setting.choices or ())}")
+            value = tuple(sorted(set(value)))
+    except (TypeError, ValueError):
+        raise InvalidConfigError(f"{name}: expected {setting.kind}, got {value!r}") from None
+    if setting.minimum is not None and value < setting.minimum:
+        raise InvalidConfigError(f"{name}: {value!r} is below the minimum {setting.minimum}")
+    if setting.maximum is not None and value > setting.maximum:
+        raise InvalidConfigError(f"{name}: {value!r} is above the maximum {setting.maximum}")
+    if setting.choices is not None:
+        items = value if isinstance(value, tuple) else (value,)
+        for item in items:
+            if item not in setting.choices:
+                extra = " (not supported by pylog)" if item in _UNSUPPORTED_CODECS else ""
+                raise InvalidConfigError(
+                    f"{name}: {item!r}{extra} is not one of {', '.join(setting.choices)}")
+    return value
+
+
+def validate(overrides: Mapping[str, Any] | None, table: Mapping[str, Setting] = SETTINGS) -> dict[str, Any]:
+    """Return ``overrides`` parsed and checked against ``table``.
+
+    :raises InvalidConfigError: on an unknown name or a bad value.
+    """
+    out: dict[str, Any] = {}
+    for key, value in (overrides or {}).items():
+        setting = table.get(key)
+        if setting is None:
+            raise InvalidConfigError(f"unknown configuration {key!r}")
+        out[key] = _parse(setting, value)
+    return out
+
+
+class TopicConfig(Mapping[str, Any]):
+    """An immutable view of a topic's effective configuration: overrides over store defaults over Kafka's.
+
+    Attribute-style access uses underscores: ``cfg.segment_bytes`` is ``cfg["segment.bytes"]``.
+    """
+
+    __slots__ = ("_overrides", "_defaults", "_values")
+
+    def __init__(self, overrides: Mapping[str, Any] | None = None,
+                 defaults: Mapping[str, Any] | None = None) -> None:
+        self._defaults = validate(defaults)
+        self._overrides = validate(overrides)
+        values = {k: s.default for k, s in SETTINGS.items()}
+        values.update(self._defaults)
+        values.update(self._overrides)
+        if values["max.compaction.lag.ms"] < values["min.compaction.lag.ms"]:
+            raise InvalidConfigError("max.compaction.lag.ms must be >= min.compaction.lag.ms")
+        self._values = values
+
+    def __getitem__(self, key: str) -> Any:
+        return self._values[key]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._values)
+
+    def __len__(self) -> int:
+        return len(self._values)
+
+    def __getattr__(self, name: str) -> Any:
+        try:
+            return self._values[name.replace("_", ".")]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    @property
+    def overrides(self) -> dict[str, Any]:
+        """The topic's own overrides (what ``topic.json`` stores)."""
+        return dict(self._overrides)
+
+    def is_override(self, key: str) -> bool:
+        """True when ``key`` is set on the topic itself rather than inherited."""
+        return key in self._overrides
+
+    def with_overrides(self, changes: Mapping[str, Any]) -> "TopicConfig":
+        """A new config with ``changes`` merged into the topic overrides."""
+        merged = dict(self._overrides)
+        merged.update(changes)
+        return TopicConfig(merged, self._defaults)
+
+    @property
+    def compact(self) -> bool:
+        return "compact" in self._values["cleanup.policy"]
+
+    @property
+    def log_append_time(self) -> bool:
+        return self._values["message.timestamp.type"] == "LogAppendTime"
+
+    def __repr__(self) -> str:
+        return f"TopicConfig({self._overrides!r})"
+
+
+def split_store_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dict[str, Any]]:
+    """Split :func:`pylog.open` keyword options into (topic defaults, store settings), validating both.
+
+    Keyword names may use underscores for dots (``segment_bytes=...``).
+    """
+    topic: dict[str, Any] = {}
+    store: dict[str, Any] = {}
+    for key, value in options.items():
+        name = key.replace("_", ".")
+        if name in SETTINGS:
+            topic[name] = value
+        elif name in STORE_SETTINGS:
+            store[name] = value
+        else:
+            raise InvalidConfigError(f"unknown configuration {key!r}")
+    validate(topic)
+    store_values = {k: s.default for k, s in STORE_SETTINGS.items()}
+    store_values.update(validate(store, STORE_SETTINGS))
+    return topic, store_values
+

@@ -1,0 +1,94 @@
+"""The closed set of errors pylog raises.
+
+Every error a caller can see derives from :class:`PylogError`, so ``except pylog.PylogError`` catches
+them all; programming errors (wrong argument types) stay ``TypeError``/``ValueError``. Errors about data
+on disk carry the file path and the byte position so a post-mortem can go straight to the bytes.
+"""
+
+from __future__ import annotations
+
+__all__ = [
+    "PylogError",
+    "CorruptRecordError",
+    "OffsetOutOfRangeError",
+    "RecordTooLargeError",
+    "TopicExistsError",
+    "UnknownTopicError",
+    "PartitionLockedError",
+    "InvalidConfigError",
+    "InvalidTopicError",
+    "InvalidRecordError",
+    "StoreClosedError",
+    "LogFailedError",
+]
+
+
+class PylogError(Exception):
+    """Base class of every error pylog raises on purpose."""
+
+
+class CorruptRecordError(PylogError):
+    """Bytes on disk (or handed to a decoder) are not a valid pylog structure.
+
+    Raised when a batch's length, magic, checksum or offsets do not check, or an index/checkpoint file
+    is damaged and cannot be rebuilt. ``path`` and ``position`` locate the bad bytes (``None`` when the
+    bytes did not come from a file).
+    """
+
+    def __init__(self, message: str, path: str | None = None, position: int | None = None) -> None:
+        self.path = path
+        self.position = position
+        where = ""
+        if path is not None:
+            where = f" [{path}" + (f" @ byte {position}" if position is not None else "") + "]"
+        elif position is not None:
+            where = f" [@ byte {position}]"
+        super().__init__(message + where)
+        self.reason = message
+
+
+class OffsetOutOfRangeError(PylogError):
+    """The requested offset is below the partition's log start or above its log end."""
+
+    def __init__(self, message: str, offset: int | None = None, log_start_offset: int | None = None,
+                 log_end_offset: int | None = None) -> None:
+        super().__init__(message)
+        self.offset = offset
+        self.log_start_offset = log_start_offset
+        self.log_end_offset = log_end_offset
+
+
+class RecordTooLargeError(PylogError):
+    """A single record (or batch) is larger than the topic's ``max.message.bytes``."""
+
+
+class TopicExistsError(PylogError):
+    """``create_topic`` was asked for a topic that already exists."""
+
+
+class UnknownTopicError(PylogError):
+    """The named topic (or partition) does not exist in the store."""
+
+
+class InvalidTopicError(PylogError):
+    """A topic name breaks Kafka's rule: ``[A-Za-z0-9._-]``, 1..249 characters, not ``.`` or ``..``."""
+
+
+class PartitionLockedError(PylogError):
+    """Another writer (thread, process or store handle) holds the partition's exclusive write lock."""
+
+
+class InvalidConfigError(PylogError):
+    """A configuration name is unknown or its value is out of range / of the wrong type."""
+
+
+class InvalidRecordError(PylogError):
+    """A record cannot be appended as given (e.g. wrong column lengths, a key-less record on a compacted topic)."""
+
+
+class StoreClosedError(PylogError):
+    """The store (or partition) was closed and cannot be used any more."""
+
+
+class LogFailedError(PylogError):
+    """A write failed half-way and could not be rolled back; the partition refuses work until reopened."""

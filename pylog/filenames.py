@@ -1,0 +1,65 @@
+"""Every file-name rule of a store, in one place.
+
+A segment is named by its base offset, zero-padded to 20 digits (Kafka's rule), so a directory listing
+sorts segments by offset. Suffixes mark a file's role and, for the compaction swap, its state.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+__all__ = [
+    "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "CLEANED_SUFFIX", "SWAP_SUFFIX", "DELETED_SUFFIX",
+    "TMP_SUFFIX", "LOCK_FILE", "CHECKPOINT_FILE", "TOPIC_FILE", "STORE_FILE",
+    "segment_stem", "segment_path", "parse_base_offset", "list_segment_bases", "valid_topic_name",
+]
+
+LOG_SUFFIX = ".log"
+INDEX_SUFFIX = ".index"
+TIMEINDEX_SUFFIX = ".timeindex"
+CLEANED_SUFFIX = ".cleaned"
+SWAP_SUFFIX = ".swap"
+DELETED_SUFFIX = ".deleted"
+TMP_SUFFIX = ".tmp"
+
+LOCK_FILE = ".lock"
+CHECKPOINT_FILE = "partition.checkpoint"
+TOPIC_FILE = "topic.json"
+STORE_FILE = "pylog.store"
+
+_SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
+_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+
+
+def segment_stem(base_offset: int) -> str:
+    """``00000000000000000042`` for base offset 42."""
+    return f"{base_offset:020d}"
+
+
+def segment_path(directory: str, base_offset: int, suffix: str) -> str:
+    """Path of the file with ``suffix`` for the segment at ``base_offset`` in ``directory``."""
+    return os.path.join(directory, segment_stem(base_offset) + suffix)
+
+
+def parse_base_offset(name: str) -> int | None:
+    """Base offset of a ``.log`` file name, or None for any other name."""
+    m = _SEGMENT_RE.match(name)
+    return int(m.group(1)) if m else None
+
+
+def list_segment_bases(directory: str) -> list[int]:
+    """Sorted base offsets of the ``.log`` files in ``directory``."""
+    bases = []
+    with os.scandir(directory) as it:
+        for entry in it:
+            base = parse_base_offset(entry.name)
+            if base is not None:
+                bases.append(base)
+    bases.sort()
+    return bases
+
+
+def valid_topic_name(name: str) -> bool:
+    """Kafka's rule: ``[A-Za-z0-9._-]``, 1..249 characters, not ``.`` or ``..``; so no name leaves the store."""
+    return isinstance(name, str) and bool(_TOPIC_RE.match(name)) and name not in (".", "..")

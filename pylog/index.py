@@ -1,0 +1,321 @@
+"""Sparse, mmap-backed indexes of one segment: :class:`OffsetIndex` and :class:`TimeIndex`.
+
+File layout (little-endian)::
+
+    off size field
+      0   4  magic         b"PLXO" (offset index) or b"PLXT" (time index)
+      4   2  version       1
+      6   2  flags         bit 0: sealed (count and entries_crc are valid)
+      8   8  base_offset   the segment's base offset
+     16   4  capacity      number of entry slots in the file
+     20   4  count         entries in use (sealed files only; live files derive it, see below)
+     24   4  entries_crc   CRC-32C of the used entries of column A then column B (sealed only)
+     28   8  max_timestamp the segment's largest timestamp (time index, sealed only)
+     36  24  reserved      zero
+     60   4  header_crc    CRC-32C of bytes [0, 60)
+     64      column A      capacity entries: OffsetIndex relative offset u32 / TimeIndex timestamp i64
+       ...   column B      capacity entries: OffsetIndex file position u32 / TimeIndex relative offset u32
+
+Each column is one contiguous numpy array over the mmap, so a lookup is one ``numpy.searchsorted``.
+
+Invariants:
+- Entries are strictly increasing in column A; an offset entry (rel, pos) means the batch whose base
+  offset is ``base + rel`` starts at byte ``pos``; a time entry (T, rel) means every record before the
+  batch at ``rel`` has a timestamp <= T. No entry is written for position 0 (the segment start needs
+  none), so column B is non-zero for every used slot and zero for every free one: a reader in another
+  process can count live entries without the writer's help.
+- A file is never shrunk or rewritten in place: trimming (sealing) and re-growing write a new file and
+  rename it over the old, so a reader's existing mmap stays valid (no SIGBUS) and sees the old inode.
+- Indexes are derived data: :class:`IndexError_` from a failed sanity check means "rebuild from the log";
+  the segment above does that.
+
+Indexes know nothing about records; they map numbers to numbers.
+"""
+
+from __future__ import annotations
+
+import mmap
+import os
+import struct
+
+import numpy as np
+
+from .errors import CorruptRecordError
+from .fileio import fsync_dir, write_all
+from .filenames import TMP_SUFFIX
+from .records import crc32c
+
+__all__ = ["OffsetIndex", "TimeIndex", "IndexError_"]
+
+_HEADER = struct.Struct("<4sHHqIIIq24x")
+_HEADER_SIZE = 64
+_CRC_AT = 60
+_VERSION = 1
+_SEALED = 1
+
+
+class IndexError_(CorruptRecordError):
+    """An index file failed its sanity check; callers rebuild it from the log."""
+
+
+class _Index:
+    """Shared machinery: mmap, header, append, search, seal. Subclasses set the column types."""
+
+    MAGIC = b""
+    A = np.dtype("<u4")
+    B = np.dtype("<u4")
+
+    def __init__(self, path: str, base_offset: int, mm: mmap.mmap | None, capacity: int, count: int,
+                 sealed: bool, max_timestamp: int, writable: bool) -> None:
+        self.path = path
+        self.base_offset = base_offset
+        self.capacity = capacity
+        self.sealed = sealed
+        self.max_timestamp = max_timestamp
+        self.writable = writable
+        self._mm = mm
+        if mm is not None:
+            self._a = np.frombuffer(mm, self.A, capacity, _HEADER_SIZE)
+            self._b = np.frombuffer(mm, self.B, capacity, _HEADER_SIZE + capacity * self.A.itemsize)
+        else:
+            self._a = np.empty(0, self.A)
+            self._b = np.empty(0, self.B)
+        self.count = count
+
+    # ------------------------------------------------------------------ sizes and files
+
+    @classmethod
+    def entry_size(cls) -> int:
+        return cls.A.itemsize + cls.B.itemsize
+
+    @classmethod
+    def capacity_for(cls, max_bytes: int) -> int:
+        return max(1, (max_bytes - _HEADER_SIZE) // cls.entry_size())
+
+    @classmethod
+    def _file_bytes(cls, capacity: int) -> int:
+        return _HEADER_SIZE + capacity * cls.entry_size()
+
+    @classmethod
+    def _header(cls, base_offset: int, capacity: int, count: int, sealed: bool, entries_crc: int,
+                max_timestamp: int) -> bytes:
+        raw = bytearray(_HEADER.pack(cls.MAGIC, _VERSION, _SEALED if sealed else 0, base_offset, capacity, count,
+                                     entries_crc, max_timestamp) + bytes(4))
+        struct.pack_into("<I", raw, _CRC_AT, crc32c(memoryview(raw)[:_CRC_AT]))
+        return bytes(raw)
+
+    @classmethod
+    def write_file(cls, path: str, base_offset: int, a: np.ndarray, b: np.ndarray, capacity: int,
+                   sealed: bool, max_timestamp: int = -1, durable: bool = False) -> None:
+        """Write an index file with entries ``a``/``b`` via a temp file and rename (never in place)."""
+        count = len(a)
+        capacity = max(capacity, count, 1)
+        a = np.ascontiguousarray(a, cls.A)
+        b = np.ascontiguousarray(b, cls.B)
+        crc = crc32c(b.tobytes(), crc32c(a.tobytes())) if sealed else 0
+        pad_a = (capacity - count) * cls.A.itemsize
+        tmp = path + TMP_SUFFIX
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, [cls._header(base_offset, capacity, count, sealed, crc, max_timestamp), a.tobytes()])
+            os.lseek(fd, pad_a, os.SEEK_CUR)
+            write_all(fd, [b.tobytes()])
+            os.ftruncate(fd, cls._file_bytes(capacity))
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+        if durable:
+            fsync_dir(os.path.dirname(path))
+
+    @classmethod
+    def create(cls, path: str, base_offset: int, max_bytes: int) -> "_Index":
+        """A new, empty, writable index preallocated to ``max_bytes``."""
+        cls.write_file(path, base_offset, np.empty(0, cls.A), np.empty(0, cls.B), cls.capacity_for(max_bytes),
+                       sealed=False)
+        return cls.open(path, base_offset, writable=True)
+
+    @classmethod
+    def open(cls, path: str, base_offset: int, writable: bool = False) -> "_Index":
+        """Open and sanity-check an index file.
+
+        A writable open of a sealed file first unseals it. :raises IndexError_: when the file is missing
+        or fails any check (the caller rebuilds it).
+        """
+        try:
+            fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
+        except FileNotFoundError:
+            raise IndexError_("index file missing", path) from None
+        try:
+            size = os.fstat(fd).st_size
+            head = os.pread(fd, _HEADER_SIZE, 0)
+            if len(head) < _HEADER_SIZE:
+                raise IndexError_("index header truncated", path, 0)
+            magic, version, flags, base, capacity, count, entries_crc, max_ts = _HEADER.unpack_from(head)
+            if magic != cls.MAGIC or version != _VERSION:
+                raise IndexError_(f"bad index magic/version {magic!r}/{version}", path, 0)
+            if struct.unpack_from("<I", head, _CRC_AT)[0] != crc32c(head[:_CRC_AT]):
+                raise IndexError_("index header checksum mismatch", path, 0)
+            if base != base_offset:
+                raise IndexError_(f"index base offset {base} != segment base {base_offset}", path, 8)
+            if capacity < 1 or size != cls._file_bytes(capacity) or count > capacity:
+                raise IndexError_(f"index size {size} does not match capacity {capacity}", path, 16)
+            mm = mmap.mmap(fd, size, access=mmap.ACCESS_WRITE if writable else mmap.ACCESS_READ)
+        finally:
+            os.close(fd)
+        sealed = bool(flags & _SEALED)
+        idx = cls(path, base_offset, mm, capacity, count, sealed, max_ts, writable=False)
+        if sealed:
+            if crc32c(idx._b[:count].tobytes(), crc32c(idx._a[:count].tobytes())) != entries_crc:
+                idx.close()
+                raise IndexError_("index entries checksum mismatch", path, _HEADER_SIZE)
+        else:
+            idx.count = idx._live_count()
+        idx._check_sorted()
+        if writable:
+            if sealed:
+                # Re-grow to full capacity by rewriting; readers keep their view of the sealed file.
+                a, b = idx._a[:idx.count].copy(), idx._b[:idx.count].copy()
+                idx.close()
+                raise _NeedsRegrow(a, b)
+            idx.writable = True
+        return idx
+
+    def _live_count(self) -> int:
+        """Entries in use in an unsealed file: column B is non-zero exactly for used slots."""
+        b = self._b
+        lo, hi = 0, self.capacity
+        while lo < hi:  # first zero in b (monotone: non-zero prefix then zeros)
+            mid = (lo + hi) // 2
+            if b[mid]:
+                lo = mid + 1
+            else:
+                hi = mid
+        return lo
+
+    def _check_sorted(self) -> None:
+        a = self._a[:self.count]
+        if self.count > 1 and not (a[1:] > a[:-1]).all():
+            self.close()
+            raise IndexError_("index entries are not strictly increasing", self.path, _HEADER_SIZE)
+
+    # ------------------------------------------------------------------ entries
+
+    @property
+    def is_full(self) -> bool:
+        return self.count >= self.capacity
+
+    def last_entry(self) -> tuple[int, int] | None:
+        if self.count == 0:
+            return None
+        return int(self._a[self.count - 1]), int(self._b[self.count - 1])
+
+    def entries(self) -> tuple[np.ndarray, np.ndarray]:
+        """Copies of the used entries (columns A and B)."""
+        return self._a[:self.count].copy(), self._b[:self.count].copy()
+
+    def _append(self, a: int, b: int) -> None:
+        if not self.writable:
+            raise ValueError("index opened read-only")
+        if self.count >= self.capacity:
+            raise ValueError("index is full")
+        if b <= 0:
+            raise ValueError("column B must be positive")
+        if self.count and a <= self._a[self.count - 1]:
+            raise ValueError(f"index entry {a} not above the last one {int(self._a[self.count - 1])}")
+        # B last: a concurrent reader counts the entry only once B is non-zero.
+        self._a[self.count] = a
+        self._b[self.count] = b
+        self.count += 1
+
+    def seal(self, max_timestamp: int = -1, durable: bool = True) -> "_Index":
+        """Write a trimmed, checksummed copy and return it opened read-only (this object is closed)."""
+        a, b = self.entries()
+        self.close()
+        self.write_file(self.path, self.base_offset, a, b, len(a), sealed=True, max_timestamp=max_timestamp,
+                        durable=durable)
+        return type(self).open(self.path, self.base_offset)
+
+    def flush(self) -> None:
+        if self._mm is not None and self.writable:
+            self._mm.flush()
+
+    def close(self) -> None:
+        mm, self._mm = self._mm, None
+        self._a = np.empty(0, self.A)
+        self._b = np.empty(0, self.B)
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a caller still holds a view; the mapping goes when that view does
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.path!r}, count={self.count}, capacity={self.capacity})"
+
+
+class _NeedsRegrow(Exception):
+    """Internal: a sealed index opened for writing must be rewritten at full capacity first."""
+
+    def __init__(self, a: np.ndarray, b: np.ndarray) -> None:
+        super().__init__()
+        self.a = a
+        self.b = b
+
+
+def open_writable(cls: type[_Index], path: str, base_offset: int, max_bytes: int) -> _Index:
+    """Open an index for appending, re-growing a sealed (trimmed) file to ``max_bytes`` first."""
+    try:
+        return cls.open(path, base_offset, writable=True)
+    except _NeedsRegrow as grow:
+        cls.write_file(path, base_offset, grow.a, grow.b, cls.capacity_for(max_bytes), sealed=False)
+        return cls.open(path, base_offset, writable=True)
+
+
+class OffsetIndex(_Index):
+    """Relative offset (u32) -> file position (u32) of a batch start."""
+
+    MAGIC = b"PLXO"
+    A = np.dtype("<u4")
+    B = np.dtype("<u4")
+
+    def append(self, relative_offset: int, position: int) -> None:
+        """Add an entry; offsets and positions must exceed the last entry's. Caller holds the writer lock."""
+        if self.count and position <= self._b[self.count - 1]:
+            raise ValueError("index positions must increase")
+        self._append(relative_offset, position)
+
+    def lookup(self, relative_offset: int) -> tuple[int, int]:
+        """The greatest entry with relative offset <= ``relative_offset`` as (rel, position); (0, 0) if none.
+
+        Lookup on an empty index returns (0, 0): scan from the segment start.
+        """
+        i = int(np.searchsorted(self._a[:self.count], relative_offset, side="right")) - 1
+        if i < 0:
+            return 0, 0
+        return int(self._a[i]), int(self._b[i])
+
+
+class TimeIndex(_Index):
+    """Max timestamp so far (i64) -> relative offset (u32) of the batch after which it holds."""
+
+    MAGIC = b"PLXT"
+    A = np.dtype("<i8")
+    B = np.dtype("<u4")
+
+    def append(self, timestamp: int, relative_offset: int) -> None:
+        """Add (T, rel) when T exceeds the last entry's timestamp; otherwise do nothing."""
+        if self.count and timestamp <= self._a[self.count - 1]:
+            return
+        if self.count and relative_offset <= self._b[self.count - 1]:
+            return
+        self._append(timestamp, relative_offset)
+
+    def lookup(self, timestamp: int) -> int:
+        """A relative offset from which a scan finds the first record with timestamp >= ``timestamp``.
+
+        That is the rel of the greatest entry with T < ``timestamp`` (every earlier record is older), or 0.
+        """
+        i = int(np.searchsorted(self._a[:self.count], timestamp, side="left")) - 1
+        return 0 if i < 0 else int(self._b[i])

@@ -1,0 +1,203 @@
+"""The store: one directory of topics. ``pylog.open(path)`` returns a :class:`Store`.
+
+Invariants:
+- A directory is a store when it holds ``pylog.store`` (format, version, CRC); opening creates it.
+- Topic names follow Kafka's rule, so a topic directory never escapes the store.
+- Any number of stores may be open on one directory, in one or many processes; each partition has one
+  writer at a time (the first handle to write takes its lock), readers need no lock.
+- Closing the store flushes and cleanly closes every partition it wrote to, so the next open need not
+  re-validate anything.
+"""
+
+from __future__ import annotations
+
+import builtins
+import json
+import os
+import shutil
+import threading
+import uuid
+from typing import Any, Mapping
+
+from .config import TopicConfig, split_store_options, validate
+from .errors import CorruptRecordError, InvalidTopicError, StoreClosedError, TopicExistsError
+from .fileio import atomic_write, fsync_dir
+from .filenames import STORE_FILE, TOPIC_FILE, valid_topic_name
+from .records import crc32c
+from .topic import Topic, read_topic_file, write_topic_file
+
+__all__ = ["Store", "open"]
+
+_FORMAT = "pylog-store"
+_VERSION = 1
+_DELETING = ".deleting-"
+
+
+class Store:
+    """A directory of topics. Use as a context manager, or call :meth:`close`. Thread-safe."""
+
+    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self._defaults, self._settings = split_store_options(options)
+        self._lock = threading.RLock()
+        self._topics: dict[str, Topic] = {}
+        self._closed = False
+        os.makedirs(self.path, exist_ok=True)
+        self._check_marker()
+        _remove_leftovers(self.path)
+
+    def _check_marker(self) -> None:
+        marker = os.path.join(self.path, STORE_FILE)
+        body = {"format": _FORMAT, "version": _VERSION}
+        try:
+            with builtins.open(marker, "rb") as f:
+                doc = json.loads(f.read(4096))
+        except FileNotFoundError:
+            doc = dict(body, crc32c=crc32c(json.dumps(body, sort_keys=True).encode()))
+            atomic_write(marker, (json.dumps(doc, sort_keys=True) + "\n").encode())
+            return
+        except ValueError:
+            raise CorruptRecordError("store marker is not JSON", marker) from None
+        if (not isinstance(doc, dict) or doc.get("format") != _FORMAT
+                or doc.get("crc32c") != crc32c(json.dumps({k: doc.get(k) for k in body}, sort_keys=True).encode())):
+            raise CorruptRecordError("not a pylog store marker (format or checksum)", marker)
+        if doc.get("version") != _VERSION:
+            raise CorruptRecordError(f"store format version {doc.get('version')} is not supported", marker)
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"store {self.path} is closed")
+
+    @property
+    def defaults(self) -> dict[str, Any]:
+        """Store-wide topic config defaults given to :func:`open`."""
+        return dict(self._defaults)
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Store-level settings (``lock.timeout.ms``, ``log.retention.check.interval.ms``)."""
+        return dict(self._settings)
+
+    def _topic_dir(self, name: str) -> str:
+        if not valid_topic_name(name):
+            raise InvalidTopicError(f"invalid topic name {name!r}: use 1-249 of [A-Za-z0-9._-], not '.' or '..'")
+        return os.path.join(self.path, name)
+
+    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> Topic:
+        """Create a topic. :raises TopicExistsError, InvalidTopicError, InvalidConfigError:"""
+        self._check_open()
+        directory = self._topic_dir(name)
+        if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
+            raise ValueError(f"partitions must be a positive int, got {partitions!r}")
+        cfg = TopicConfig(config, self._defaults)
+        with self._lock:
+            if os.path.exists(os.path.join(directory, TOPIC_FILE)):
+                raise TopicExistsError(f"topic {name!r} already exists")
+            for i in range(partitions):
+                os.makedirs(os.path.join(directory, str(i)), exist_ok=True)
+            write_topic_file(directory, name, partitions, cfg.overrides)
+            fsync_dir(self.path)
+            topic = Topic(name, directory, cfg, partitions, self._settings["lock.timeout.ms"])
+            self._topics[name] = topic
+            return topic
+
+    def topic(self, name: str) -> Topic:
+        """The named topic. :raises UnknownTopicError:"""
+        self._check_open()
+        t = self._topics.get(name)
+        if t is not None:
+            return t
+        directory = self._topic_dir(name)
+        with self._lock:
+            t = self._topics.get(name)
+            if t is None:
+                doc = read_topic_file(directory)
+                cfg = TopicConfig(validate(doc["config"]), self._defaults)
+                t = Topic(name, directory, cfg, doc["partitions"], self._settings["lock.timeout.ms"])
+                self._topics[name] = t
+            return t
+
+    def topics(self) -> list[str]:
+        """Names of the topics in the store (including those created by other processes), sorted."""
+        self._check_open()
+        names = []
+        with os.scandir(self.path) as it:
+            for entry in it:
+                if entry.is_dir() and valid_topic_name(entry.name) and not entry.name.startswith(_DELETING) \
+                        and os.path.exists(os.path.join(entry.path, TOPIC_FILE)):
+                    names.append(entry.name)
+        return sorted(names)
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and valid_topic_name(name) and \
+            os.path.exists(os.path.join(self.path, name, TOPIC_FILE))
+
+    def delete_topic(self, name: str) -> None:
+        """Delete a topic and all its data. Takes every partition's writer lock first, so a topic another
+        process is writing to is refused with :class:`~pylog.errors.PartitionLockedError`."""
+        self._check_open()
+        with self._lock:
+            topic = self.topic(name)
+            for p in topic.partitions:
+                p._ensure_writer()
+            doomed = os.path.join(self.path, f"{_DELETING}{name}-{uuid.uuid4().hex}")
+            os.rename(topic.directory, doomed)
+            fsync_dir(self.path)
+            topic.close()
+            self._topics.pop(name, None)
+            shutil.rmtree(doomed, ignore_errors=True)
+
+    def alter_topic_config(self, name: str, changes: Mapping[str, Any]) -> TopicConfig:
+        """Merge ``changes`` into a topic's overrides and persist them; returns the new effective config."""
+        with self._lock:
+            topic = self.topic(name)
+            new = topic.config.with_overrides(changes)
+            write_topic_file(topic.directory, name, topic.num_partitions, new.overrides)
+            topic.config = new
+            for p in topic._partitions:
+                if p is not None:
+                    p.config = new
+            return new
+
+    def flush(self) -> None:
+        """fsync every partition this store has written to."""
+        for t in list(self._topics.values()):
+            t.flush()
+
+    def close(self) -> None:
+        """Flush and cleanly close every partition; release writer locks. Idempotent."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            for t in self._topics.values():
+                t.close()
+            self._topics.clear()
+
+    def __enter__(self) -> "Store":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"Store({self.path!r})"
+
+
+def open(path: str | os.PathLike[str], **options: Any) -> Store:  # noqa: A001 - the library's entry point
+    """Open (creating if needed) the store at ``path``.
+
+    Keyword options are store-wide topic defaults (Kafka names with ``_`` for ``.``, e.g.
+    ``segment_bytes=1 << 20``) or store settings (``lock_timeout_ms``).
+    :raises InvalidConfigError: for unknown or bad options.
+    """
+    return Store(path, **options)
+
+
+def _remove_leftovers(path: str) -> None:
+    """Finish deletions a crash interrupted."""
+    with os.scandir(path) as it:
+        for entry in it:
+            if entry.name.startswith(_DELETING) and entry.is_dir():
+                shutil.rmtree(entry.path, ignore_errors=True)
+

@@ -1,0 +1,555 @@
+"""A partition: an ordered list of segments, one of them active, plus the writer lock and recovery.
+
+Invariants:
+1. Offsets are dense (as written), strictly increasing and never reused: the next offset only grows, and
+   a new segment starts at the offset after the last one written.
+2. A reader never sees part of a batch: readers in this process read up to sizes published after each
+   write completes; readers in other processes only count a batch once it is whole and its CRC checks.
+3. After a crash the writer re-validates the segments from the checkpointed recovery point on, truncates a
+   torn tail and rebuilds their indexes; whatever was flushed (fsync) is kept.
+4. Exactly one writer per partition across threads and processes: an ``flock`` on ``.lock`` taken on the
+   first write and held until :meth:`Partition.close`. Readers take no lock.
+5. The active (last) segment is never deleted; segments before the recovery point are sealed and fsynced.
+
+Thread-safety: every public method may be called from any thread. Appends serialise on a lock; reads
+take a snapshot of the segment list and sizes and run concurrently with appends.
+"""
+
+from __future__ import annotations
+
+import bisect
+import errno
+import fcntl
+import logging
+import os
+import threading
+import time
+from typing import Any, Iterable, Sequence
+
+import numpy as np
+
+from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from .config import TopicConfig
+from .errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
+                     PartitionLockedError, RecordTooLargeError, StoreClosedError)
+from .filenames import CHECKPOINT_FILE, LOCK_FILE, list_segment_bases
+from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns, _column, encode_parts, now_ms)
+from .segment import ReadSlice, Segment
+
+__all__ = ["Partition", "DEFAULT_MAX_BYTES"]
+
+log = logging.getLogger("pylog.partition")
+
+#: Default byte limit of one read (Kafka's fetch.max.bytes); a read returns at least one batch regardless.
+DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+#: Per-record bytes in a batch body besides key and value: value length, key length, timestamp delta.
+_RECORD_OVERHEAD = 16
+_MAX_RELATIVE = 0xFFFFFFFF
+
+
+class Partition:
+    """One partition of a topic, stored in ``directory``. Obtain it with ``store.topic(name).partition(i)``."""
+
+    def __init__(self, topic: str, number: int, directory: str, config: TopicConfig,
+                 lock_timeout_ms: int = 0) -> None:
+        self.topic = topic
+        self.number = number
+        self.directory = directory
+        self.config = config
+        self.lock_timeout_ms = lock_timeout_ms
+        self._lock = threading.RLock()
+        self._appended = threading.Condition(threading.Lock())
+        self._lock_fd: int | None = None
+        self._closed = False
+        self._failed: str | None = None
+        self._log_start = 0
+        self._recovery_point = 0
+        self._unflushed = 0
+        self._last_flush = time.monotonic()
+        os.makedirs(directory, exist_ok=True)
+        self._checkpoint_path = os.path.join(directory, CHECKPOINT_FILE)
+        self._segments: list[Segment] = []
+        self._bases: list[int] = []
+        self._load_readonly()
+
+    # ------------------------------------------------------------------ opening
+
+    def _new_segment_args(self) -> tuple[int, int]:
+        return self.config["segment.index.bytes"], self.config["index.interval.bytes"]
+
+    def _load_readonly(self) -> None:
+        """Open the segments as a reader: no lock, no recovery, tolerate a torn tail."""
+        cp = read_checkpoint(self._checkpoint_path)
+        bases = list_segment_bases(self.directory)
+        segs = [Segment.open(self.directory, b, *self._new_segment_args()) for b in bases]
+        if segs:
+            segs[-1].load(tolerate_tail=True)
+        self._set_segments(segs)
+        self._log_start = cp.log_start_offset if cp else (bases[0] if bases else 0)
+        if segs:
+            self._log_start = max(self._log_start, bases[0])
+
+    def _set_segments(self, segs: list[Segment]) -> None:
+        # New lists, never mutated in place: readers iterate over the snapshot they took.
+        self._segments = segs
+        self._bases = [s.base_offset for s in segs]
+
+    @property
+    def is_writer(self) -> bool:
+        """True once this handle holds the partition's exclusive writer lock."""
+        return self._lock_fd is not None
+
+    def _acquire_lock(self) -> int:
+        fd = os.open(os.path.join(self.directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.lock_timeout_ms / 1000
+        delay = 0.001
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return fd
+            except OSError as exc:
+                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+                    os.close(fd)
+                    raise
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise PartitionLockedError(
+                    f"partition {self.topic}-{self.number} is locked by another writer ({self.directory})")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
+
+    def _ensure_writer(self) -> None:
+        """Become the partition's writer: lock, recover if the last shutdown was not clean, open for append."""
+        if self._closed:
+            raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+        if self._failed is not None:
+            raise LogFailedError(f"partition {self.topic}-{self.number} failed earlier ({self._failed}); reopen the store")
+        if self._lock_fd is not None:
+            return
+        fd = self._acquire_lock()
+        try:
+            self._open_as_writer()
+        except BaseException:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            os.close(fd)
+            raise
+        self._lock_fd = fd
+
+    def _open_as_writer(self) -> None:
+        cp = read_checkpoint(self._checkpoint_path) or Checkpoint(0, self._log_start, clean=False)
+        for seg in self._segments:
+            seg.close()
+        bases = list_segment_bases(self.directory)
+        segs = [Segment.open(self.directory, b, *self._new_segment_args()) for b in bases]
+        if not segs:
+            start = max(cp.log_start_offset, cp.recovery_point)
+            segs = [Segment.create(self.directory, start, *self._new_segment_args())]
+            cp = Checkpoint(start, start, clean=False)
+        elif cp.clean:
+            segs[-1].open_for_append()
+        else:
+            segs = self._recover(segs, cp.recovery_point)
+        self._set_segments(segs)
+        self._log_start = max(cp.log_start_offset, segs[0].base_offset)
+        self._recovery_point = min(cp.recovery_point, segs[-1].base_offset) if not cp.clean else cp.recovery_point
+        write_checkpoint(self._checkpoint_path, Checkpoint(self._recovery_point, self._log_start, clean=False))
+
+    def _recover(self, segs: list[Segment], recovery_point: int) -> list[Segment]:
+        """Re-validate segments from the one holding ``recovery_point``; cut everything after a bad batch."""
+        i = max(0, bisect.bisect_right([s.base_offset for s in segs], recovery_point) - 1)
+        log.info("recovering %s from offset %d (%d segments)", self.directory, recovery_point, len(segs) - i)
+        prev_next = None
+        for j in range(i, len(segs)):
+            seg = segs[j]
+            dropped = seg.recover()
+            if prev_next is not None and seg.size and seg.base_offset < prev_next:
+                raise CorruptRecordError(f"segment base {seg.base_offset} overlaps the previous segment",
+                                         seg.log_path, 0)
+            prev_next = seg.next_offset
+            if j < len(segs) - 1:
+                if dropped or seg.size == 0:
+                    # Offsets must stay contiguous: whatever follows a damaged segment cannot be trusted.
+                    for later in segs[j + 1:]:
+                        log.warning("recovery: deleting %s after a truncated segment", later.log_path)
+                        later.delete()
+                    segs = segs[:j + 1]
+                    break
+                seg.seal()
+        return segs
+
+    # ------------------------------------------------------------------ offsets
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset a reader may read."""
+        return self._log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record will get (one past the last visible record)."""
+        self._refresh()
+        return self._segments[-1].next_offset if self._segments else self._log_start
+
+    @property
+    def segments(self) -> list[Segment]:
+        """A snapshot of the segment list, oldest first."""
+        return list(self._segments)
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._segments)
+
+    def _refresh(self) -> bool:
+        """As a reader of another process's writes, take in new batches and segments. True if anything grew."""
+        if self._lock_fd is not None or self._closed:
+            return False
+        segs = self._segments
+        grown = segs[-1].refresh() if segs else False
+        bases = list_segment_bases(self.directory)
+        known = self._bases
+        if bases != known:
+            by_base = {s.base_offset: s for s in segs}
+            new = []
+            for b in bases:
+                s = by_base.pop(b, None)
+                if s is None:
+                    s = Segment.open(self.directory, b, *self._new_segment_args())
+                    grown = True
+                new.append(s)
+            for s in by_base.values():
+                s.close()
+            for s in new[:-1]:
+                s.refresh()
+            if new:
+                new[-1].load(tolerate_tail=True)
+            self._set_segments(new)
+            cp = read_checkpoint(self._checkpoint_path)
+            if cp is not None:
+                self._log_start = max(cp.log_start_offset, bases[0] if bases else 0)
+        return grown
+
+    # ------------------------------------------------------------------ appending
+
+    def append(self, records: Iterable[Record]) -> int:
+        """Append records (``pylog.Record``); returns the offset of the first one.
+
+        Timestamps left as None get the append time.
+        :raises RecordTooLargeError, InvalidRecordError, PartitionLockedError:
+        """
+        recs = list(records)
+        if not recs:
+            raise InvalidRecordError("nothing to append")
+        for r in recs:
+            if not isinstance(r, Record):
+                raise TypeError(f"append takes pylog.Record objects, got {type(r).__name__}")
+        _, ts, keys, values, headers = list(zip(*recs))[:5]
+        timestamps = None if all(t is None for t in ts) else list(ts)
+        return self.append_values(list(values), keys=list(keys), timestamps=timestamps,
+                                  headers=headers if any(headers) else None)
+
+    def append_values(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
+                      timestamps: Sequence[int | None] | None = None,
+                      headers: Sequence[Any] | None = None) -> int:
+        """Fast path: append parallel lists of values (and keys, timestamps, headers); return the first offset.
+
+        Large lists are split into batches that fit ``max.message.bytes``.
+        :raises RecordTooLargeError: when one record alone exceeds ``max.message.bytes``.
+        """
+        n = len(values)
+        if n == 0:
+            raise InvalidRecordError("nothing to append")
+        vlens, vparts = _column(values, n, "values")
+        klens, kparts = _column(keys, n, "keys")
+        return self._append_columns(n, vlens, vparts, klens, kparts, timestamps, headers)
+
+    def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
+                       key_data: Any = None, timestamps: np.ndarray | None = None) -> int:
+        """Columnar fast path: int32 lengths (-1 for null) plus the concatenated non-null bytes.
+
+        From Arrow binary arrays: ``lengths = np.diff(offsets)`` with -1 where the validity bit is 0.
+        """
+        vlens = np.ascontiguousarray(value_lengths, dtype=np.int32)
+        n = len(vlens)
+        if n == 0:
+            raise InvalidRecordError("nothing to append")
+        klens = None if key_lengths is None else np.ascontiguousarray(key_lengths, dtype=np.int32)
+        if klens is not None and len(klens) != n:
+            raise InvalidRecordError(f"{len(klens)} key lengths for {n} values")
+        for name, lens, data in (("values", vlens, value_data), ("keys", klens, key_data)):
+            if lens is not None:
+                want = int(np.maximum(lens, 0).sum())
+                have = memoryview(data if data is not None else b"").nbytes
+                if have != want:
+                    raise InvalidRecordError(f"{name}: data has {have} bytes, lengths add up to {want}")
+        ts = None if timestamps is None else np.ascontiguousarray(timestamps, dtype=np.int64)
+        return self._append_columns(n, vlens, [value_data] if value_data is not None else [],
+                                    klens, [key_data] if key_data is not None else [], ts, None, contiguous=True)
+
+    def _codec(self) -> int:
+        return CODEC_LZ4 if self.config["compression.type"] == "lz4" else CODEC_NONE
+
+    def _batch_bounds(self, n: int, vlens: np.ndarray, klens: np.ndarray | None,
+                      headers: Sequence[Any] | None) -> list[tuple[int, int]]:
+        """Split records [0, n) into runs whose encoded size stays within max.message.bytes."""
+        limit = self.config["max.message.bytes"] - HEADER_SIZE
+        sizes = np.maximum(vlens, 0).astype(np.int64) + _RECORD_OVERHEAD
+        if klens is not None:
+            sizes += np.maximum(klens, 0)
+        if headers is not None:
+            sizes += np.fromiter((sum(len(k) + len(v or b"") + 8 for k, v in h) if h else 1 for h in headers),
+                                 np.int64, n)
+        total = int(sizes.sum())
+        if total <= limit:
+            return [(0, n)]
+        big = int(sizes.max())
+        if big > limit:
+            i = int(np.argmax(sizes))
+            raise RecordTooLargeError(f"record {i} needs {big + HEADER_SIZE} bytes, over max.message.bytes "
+                                      f"({self.config['max.message.bytes']}) of {self.topic}-{self.number}")
+        cum = np.cumsum(sizes)
+        bounds = []
+        start = 0
+        base = 0
+        while start < n:
+            stop = int(np.searchsorted(cum, base + limit, side="right"))
+            stop = max(stop, start + 1)
+            bounds.append((start, stop))
+            base = int(cum[stop - 1])
+            start = stop
+        return bounds
+
+    def _append_columns(self, n: int, vlens: np.ndarray, vparts: list, klens: np.ndarray | None, kparts: list,
+                        timestamps: Any, headers: Sequence[Any] | None, contiguous: bool = False) -> int:
+        if self.config.compact and (klens is None or int(klens.min()) < 0):
+            raise InvalidRecordError(f"{self.topic} is compacted: every record needs a key")
+        bounds = self._batch_bounds(n, vlens, klens, headers)
+        codec = self._codec()
+        log_append = self.config.log_append_time
+        max_bytes = self.config["max.message.bytes"]
+        with self._lock:
+            self._ensure_writer()
+            first = self._segments[-1].next_offset
+            for start, stop in bounds:
+                whole = start == 0 and stop == n
+                if whole:
+                    vl, vp, kl, kp = vlens, vparts, klens, kparts
+                else:
+                    vl, vp = _slice_parts(vlens, vparts, start, stop, contiguous)
+                    kl, kp = (None, []) if klens is None else _slice_parts(klens, kparts, start, stop, contiguous)
+                ts = None if timestamps is None else timestamps[start:stop]
+                now = now_ms()
+                hdr, body, h = encode_parts(
+                    value_lengths=vl, value_data=vp, key_lengths=kl, key_data=kp, timestamps=ts,
+                    headers=None if headers is None else headers[start:stop],
+                    base_offset=self._segments[-1].next_offset, default_timestamp=now, codec=codec,
+                    log_append_time=log_append)
+                if h.size > max_bytes:
+                    raise RecordTooLargeError(f"batch of {h.size} bytes exceeds max.message.bytes ({max_bytes})")
+                self._write_batch(hdr, body, h)
+            self._after_append(n)
+        return first
+
+    def _write_batch(self, hdr: bytes, body: Any, h: Any) -> None:
+        seg = self._segments[-1]
+        if seg.size and self._should_roll(seg, h):
+            seg = self._roll()  # starts at seg.next_offset, the base offset already in the header
+        try:
+            seg.append(h, [hdr, body], h.max_timestamp)
+        except OSError as exc:
+            if seg.size != os.stat(seg.log_path).st_size:
+                self._failed = f"write failed and could not be rolled back: {exc}"
+            raise
+
+    def _should_roll(self, seg: Segment, h: Any) -> bool:
+        cfg = self.config
+        if seg.size + h.size > cfg["segment.bytes"]:
+            return True
+        first = seg.first_timestamp
+        if first is not None and h.max_timestamp - first > cfg["segment.ms"]:
+            return True
+        if h.last_offset - seg.base_offset > _MAX_RELATIVE:
+            return True
+        return seg.index_full
+
+    def _roll(self) -> Segment:
+        """Seal the active segment (fsync, trimmed indexes) and start a new one at the next offset."""
+        old = self._segments[-1]
+        old.seal(durable=True)
+        new = Segment.create(self.directory, old.next_offset, *self._new_segment_args())
+        self._set_segments(self._segments + [new])
+        self._recovery_point = new.base_offset
+        write_checkpoint(self._checkpoint_path, Checkpoint(self._recovery_point, self._log_start, clean=False))
+        log.debug("rolled %s-%d at offset %d", self.topic, self.number, new.base_offset)
+        return new
+
+    def roll(self) -> None:
+        """Force a new active segment (no-op when the active one is empty)."""
+        with self._lock:
+            self._ensure_writer()
+            if self._segments[-1].size:
+                self._roll()
+
+    def _after_append(self, n: int) -> None:
+        self._unflushed += n
+        cfg = self.config
+        if self._unflushed >= cfg["flush.messages"] or (
+                cfg["flush.ms"] < (1 << 62) and (time.monotonic() - self._last_flush) * 1000 >= cfg["flush.ms"]):
+            self._flush_locked()
+        with self._appended:
+            self._appended.notify_all()
+
+    def flush(self) -> None:
+        """fsync everything appended so far: after this returns it survives a crash or power loss."""
+        with self._lock:
+            if self._lock_fd is not None:
+                self._flush_locked()
+
+    def _flush_locked(self) -> None:
+        self._segments[-1].flush()
+        self._unflushed = 0
+        self._last_flush = time.monotonic()
+
+    def wait_for_data(self, offset: int, timeout: float | None) -> bool:
+        """Block until ``log_end_offset > offset`` or ``timeout`` seconds pass; True when data is there.
+
+        Appends through this handle wake waiters at once; other processes' appends are noticed by polling.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.log_end_offset <= offset:
+            if self._closed:
+                return False
+            remaining = None if deadline is None else deadline - time.monotonic()
+            if remaining is not None and remaining <= 0:
+                return False
+            # Another process's appends do not notify us: poll every few ms while not the writer.
+            step = remaining if self._lock_fd is not None else min(0.005, remaining if remaining is not None else 0.005)
+            with self._appended:
+                if self._segments[-1].next_offset <= offset:
+                    self._appended.wait(step)
+        return True
+
+    # ------------------------------------------------------------------ reading
+
+    def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
+        if self._closed:
+            raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+        if max_records <= 0:
+            return []
+        segs = self._segments
+        end_offset = segs[-1].next_offset if segs else self._log_start
+        if offset >= end_offset and self._refresh():
+            segs = self._segments
+            end_offset = segs[-1].next_offset
+        if offset < self._log_start or offset > end_offset:
+            raise OffsetOutOfRangeError(
+                f"offset {offset} outside [{self._log_start}, {end_offset}] of {self.topic}-{self.number}",
+                offset, self._log_start, end_offset)
+        if offset == end_offset:
+            return []
+        bases = [s.base_offset for s in segs]
+        i = max(0, bisect.bisect_right(bases, offset) - 1)
+        out: list[ReadSlice] = []
+        got = 0
+        nbytes = 0
+        for seg in segs[i:]:
+            size = seg.size
+            if size == 0:
+                continue
+            part, b = seg.read(max(offset, seg.base_offset), max_records - got, max(max_bytes - nbytes, 1), size,
+                               verify)
+            out.extend(part)
+            got += sum(stop - start for _, start, stop in part)
+            nbytes += b
+            if got >= max_records or nbytes >= max_bytes:
+                break
+        return out
+
+    def read(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
+             verify: bool = True) -> list[Record]:
+        """Records with offsets >= ``offset``, at most ``max_records`` (and about ``max_bytes``).
+
+        Reading at :attr:`log_end_offset` returns ``[]``. With ``verify`` (default) every batch's CRC is checked.
+        :raises OffsetOutOfRangeError: below :attr:`log_start_offset` or above :attr:`log_end_offset`.
+        :raises CorruptRecordError: when a batch on disk does not check (names the file and position).
+        """
+        out: list[Record] = []
+        for view, a, b in self._slices(offset, max_records, max_bytes, verify):
+            out.extend(view.records(self.topic, self.number, a, b))
+        return out
+
+    def read_columns(self, offset: int, max_records: int = 100_000, max_bytes: int = DEFAULT_MAX_BYTES,
+                     verify: bool = True) -> RecordColumns:
+        """Like :meth:`read` but as :class:`~pylog.records.RecordColumns` (numpy arrays + byte buffers)."""
+        return RecordColumns.concat_views(self._slices(offset, max_records, max_bytes, verify), self.topic,
+                                          self.number)
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is >= ``timestamp``, or None if there is none."""
+        self._refresh()
+        for seg in self._segments:
+            if seg.size == 0 or seg.next_offset <= self._log_start:
+                continue
+            if seg.max_timestamp < timestamp:
+                continue
+            found = seg.offset_for_timestamp(timestamp, seg.size)
+            if found is not None:
+                return max(found, self._log_start)
+        return None
+
+    # ------------------------------------------------------------------ checks and lifecycle
+
+    def check(self) -> list[str]:
+        """Full consistency check of every segment and index; returns the problems found (empty if none)."""
+        problems: list[str] = []
+        prev_next = None
+        for seg in self._segments:
+            problems.extend(seg.check())
+            if prev_next is not None and seg.base_offset < prev_next:
+                problems.append(f"{seg.log_path}: base offset {seg.base_offset} below previous end {prev_next}")
+            if seg.size:
+                prev_next = seg.next_offset
+        if self._segments and self._segments[-1].base_offset > self.log_end_offset:
+            problems.append("active segment starts after the log end offset")
+        return problems
+
+    def close(self) -> None:
+        """Flush, seal the active segment's indexes, write a clean checkpoint and release the writer lock."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            segs = self._segments
+            if self._lock_fd is not None:
+                try:
+                    if self._failed is None and segs:
+                        active = segs[-1]
+                        active.seal(durable=True)
+                        write_checkpoint(self._checkpoint_path,
+                                         Checkpoint(active.next_offset, self._log_start, clean=True))
+                finally:
+                    for seg in segs:
+                        seg.close()
+                    fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                    os.close(self._lock_fd)
+                    self._lock_fd = None
+            else:
+                for seg in segs:
+                    seg.close()
+            with self._appended:
+                self._appended.notify_all()
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic!r}, {self.number}, segments={len(self._segments)})"
+
+
+def _slice_parts(lengths: np.ndarray, parts: list, start: int, stop: int, contiguous: bool) -> tuple[np.ndarray, list]:
+    """Lengths and data parts of records [start, stop) of a column whose null items have no part."""
+    lens = lengths[start:stop]
+    if contiguous:
+        clipped = np.maximum(lengths, 0)
+        lo = int(clipped[:start].sum())
+        hi = lo + int(clipped[start:stop].sum())
+        return lens, [memoryview(parts[0])[lo:hi]] if parts else []
+    present = lengths >= 0
+    lo = int(present[:start].sum())
+    hi = lo + int(present[start:stop].sum())
+    return lens, parts[lo:hi]

@@ -1,0 +1,739 @@
+"""The record batch format: encode, validate and decode batches, as whole columns.
+
+A batch is the unit of writing, checksumming, compression and indexing. Byte layout (little-endian; the
+full specification, with the body sections, is docs/FORMAT.md)::
+
+    off size field              notes
+      0   8  base_offset        int64; stamped at append, NOT covered by the CRC (like Kafka)
+      8   4  batch_length       uint32; bytes after this field (total size - 12)
+     12   1  magic              uint8; format version, currently 1
+     13   4  crc                uint32; CRC-32C (Castagnoli) of bytes [17, total size)
+     17   2  attributes         uint16; bits 0-2 codec, 3 LogAppendTime, 4 transactional, 5 control,
+                                6 keys, 7 timestamps, 8 headers, 9 offset deltas (column present flags)
+     19   4  last_offset_delta  int32; last offset - base offset
+     23   8  first_timestamp    int64 ms
+     31   8  max_timestamp      int64 ms
+     39   8  producer_id        int64 (-1: none)
+     47   2  producer_epoch     int16
+     49   4  base_sequence      int32
+     53   4  record_count       int32 (>= 1)
+     57   4  body_size          uint32; size of the body once decompressed
+     61   3  reserved           zero
+     64      body               columnar, lz4-block compressed when codec = 1
+
+Invariants this module keeps:
+- :func:`encode_batch` / :func:`encode_columns` only produce batches that :func:`check_header` and the
+  decoders accept, and decoding returns exactly what was encoded (keys, values, nulls, headers, timestamps).
+- No decoder trusts a length it has not bounded: every count and size is checked against the bytes
+  actually present before anything is allocated, so hostile input raises
+  :class:`~pylog.errors.CorruptRecordError` instead of hanging or allocating more than the input's size.
+- Work is per batch (numpy arrays over the body, bytes joins), never a Python object per record, except
+  in :meth:`BatchView.records`, whose job is to build those objects.
+
+This module knows nothing about files, offsets assignment or topics.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import time
+from operator import itemgetter
+from typing import Any, Iterable, NamedTuple, Sequence
+
+import crc32c as _crc32c
+import lz4.block as _lz4
+import msgpack
+import numpy as np
+
+from .errors import CorruptRecordError, InvalidRecordError
+
+__all__ = [
+    "Record", "RecordColumns", "BatchHeader", "BatchView",
+    "encode_batch", "encode_columns", "encode_parts", "check_header", "parse_header", "stamp_base_offset",
+    "crc32c", "now_ms",
+    "HEADER", "HEADER_SIZE", "LENGTH_PREFIX", "MAGIC", "CODEC_NONE", "CODEC_LZ4",
+    "CREATE_TIME", "LOG_APPEND_TIME", "MAX_BATCH_SIZE",
+]
+
+HEADER = struct.Struct("<qIBIHiqqqhiiI3x")
+HEADER_SIZE = HEADER.size  # 64
+LENGTH_PREFIX = 12  # base_offset + batch_length: what precedes the part batch_length counts
+CRC_START = 17
+MAGIC = 1
+MAX_BATCH_SIZE = (1 << 31) - 1
+
+CODEC_NONE = 0
+CODEC_LZ4 = 1
+_CODEC_MASK = 0x07
+_TS_LOG_APPEND = 0x08
+_TRANSACTIONAL = 0x10
+_CONTROL = 0x20
+_HAS_KEYS = 0x40
+_HAS_TIMESTAMPS = 0x80
+_HAS_HEADERS = 0x100
+_HAS_OFFSET_DELTAS = 0x200
+_KNOWN_ATTRS = 0x3FF
+
+CREATE_TIME = 0
+LOG_APPEND_TIME = 1
+
+#: lz4's best case is ~255:1; a body_size claiming more than this relative to the stored bytes is a lie.
+_LZ4_MAX_RATIO = 256
+
+_I32 = np.dtype("<i4")
+_I64 = np.dtype("<i8")
+_EMPTY_HEADERS: tuple = ()
+
+
+def crc32c(data: Any, value: int = 0) -> int:
+    """CRC-32C (Castagnoli) of ``data`` continuing from ``value``; hardware-accelerated where available."""
+    return _crc32c.crc32c(data, value)
+
+
+def now_ms() -> int:
+    """Wall-clock time in milliseconds since the epoch."""
+    return time.time_ns() // 1_000_000
+
+
+# --------------------------------------------------------------------------------------------- records
+
+_tuple_new = tuple.__new__
+
+
+class Record(tuple):
+    """One record: ``Record(value=b"v", key=b"k", headers=[("h", b"x")], timestamp=ms)``.
+
+    Records read back also carry ``offset``, ``topic``, ``partition`` and ``timestamp_type``
+    (0 CreateTime, 1 LogAppendTime). A ``value`` of ``None`` is a tombstone. ``headers`` is always a
+    tuple of ``(str, bytes | None)`` pairs. Records are immutable tuples, so reading builds them at C speed.
+    """
+
+    __slots__ = ()
+    _fields = ("offset", "timestamp", "key", "value", "headers", "topic", "partition", "timestamp_type")
+
+    def __new__(cls, value: bytes | None = None, key: bytes | None = None,
+                headers: Iterable[tuple[str, bytes | None]] | None = None, timestamp: int | None = None, *,
+                offset: int = -1, topic: str | None = None, partition: int = -1,
+                timestamp_type: int = CREATE_TIME) -> "Record":
+        hdrs = tuple((k, v) for k, v in headers) if headers else _EMPTY_HEADERS
+        return _tuple_new(cls, (offset, timestamp, key, value, hdrs, topic, partition, timestamp_type))
+
+    offset = property(itemgetter(0), doc="Offset in the partition (-1 before it is appended).")
+    timestamp = property(itemgetter(1), doc="Timestamp in ms since the epoch (None: the append time).")
+    key = property(itemgetter(2), doc="Key bytes or None.")
+    value = property(itemgetter(3), doc="Value bytes or None (a tombstone).")
+    headers = property(itemgetter(4), doc="Tuple of (str, bytes | None) pairs.")
+    topic = property(itemgetter(5), doc="Topic name (None before it is appended).")
+    partition = property(itemgetter(6), doc="Partition number (-1 before it is appended).")
+    timestamp_type = property(itemgetter(7), doc="0 CreateTime, 1 LogAppendTime.")
+
+    def _asdict(self) -> dict[str, Any]:
+        return dict(zip(self._fields, self))
+
+    def __repr__(self) -> str:
+        return "Record(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"
+
+    def __getnewargs__(self) -> tuple:  # pickling goes through __new__'s keywords
+        return (self.value, self.key, self.headers, self.timestamp)
+
+    def __reduce__(self) -> Any:
+        return (_rebuild_record, (tuple(self),))
+
+
+def _rebuild_record(fields: tuple) -> Record:
+    return _tuple_new(Record, fields)
+
+
+# ---------------------------------------------------------------------------------------------- header
+
+
+class BatchHeader(NamedTuple):
+    """The decoded fixed-size header of one batch (see the module docstring for the layout)."""
+
+    base_offset: int
+    batch_length: int
+    magic: int
+    crc: int
+    attributes: int
+    last_offset_delta: int
+    first_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    body_size: int
+
+    @property
+    def size(self) -> int:
+        """Total size of the batch in bytes, header included."""
+        return self.batch_length + LENGTH_PREFIX
+
+    @property
+    def last_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta
+
+    @property
+    def next_offset(self) -> int:
+        return self.base_offset + self.last_offset_delta + 1
+
+    @property
+    def codec(self) -> int:
+        return self.attributes & _CODEC_MASK
+
+    @property
+    def timestamp_type(self) -> int:
+        return LOG_APPEND_TIME if self.attributes & _TS_LOG_APPEND else CREATE_TIME
+
+    @property
+    def is_control(self) -> bool:
+        return bool(self.attributes & _CONTROL)
+
+    @property
+    def has_keys(self) -> bool:
+        return bool(self.attributes & _HAS_KEYS)
+
+
+def parse_header(buf: Any, pos: int = 0) -> BatchHeader:
+    """Unpack the header at ``buf[pos:]`` without checking it (see :func:`check_header`)."""
+    return BatchHeader._make(HEADER.unpack_from(buf, pos))
+
+
+def check_header(h: BatchHeader, path: str | None = None, position: int | None = None) -> None:
+    """Validate a header's self-consistency; the bounds here cap every later allocation.
+
+    :raises CorruptRecordError: naming ``path`` and ``position`` when a field is impossible.
+    """
+    def bad(msg: str) -> CorruptRecordError:
+        return CorruptRecordError(msg, path, position)
+
+    if h.magic != MAGIC:
+        raise bad(f"unknown batch magic {h.magic} (expected {MAGIC})")
+    if h.batch_length < HEADER_SIZE - LENGTH_PREFIX or h.batch_length > MAX_BATCH_SIZE - LENGTH_PREFIX:
+        raise bad(f"batch length {h.batch_length} out of range")
+    if h.attributes & ~_KNOWN_ATTRS:
+        raise bad(f"unknown attribute bits 0x{h.attributes:04x}")
+    codec = h.attributes & _CODEC_MASK
+    stored = h.size - HEADER_SIZE
+    if codec == CODEC_NONE:
+        if h.body_size != stored:
+            raise bad(f"body size {h.body_size} != stored size {stored} in an uncompressed batch")
+    elif codec == CODEC_LZ4:
+        if h.body_size > stored * _LZ4_MAX_RATIO + 64 or h.body_size > MAX_BATCH_SIZE:
+            raise bad(f"compressed body claims {h.body_size} bytes from {stored}")
+    else:
+        raise bad(f"unknown compression codec {codec}")
+    if h.record_count < 1 or h.record_count > h.body_size // 4:
+        raise bad(f"record count {h.record_count} impossible for a {h.body_size}-byte body")
+    if h.last_offset_delta < h.record_count - 1:
+        raise bad(f"last offset delta {h.last_offset_delta} < record count - 1")
+    if h.base_offset < 0:
+        raise bad(f"negative base offset {h.base_offset}")
+    if h.max_timestamp < h.first_timestamp:
+        raise bad("max timestamp below first timestamp")
+
+
+def stamp_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:
+    """Set the base offset of an encoded batch in place; the CRC does not cover it, so it stays valid."""
+    struct.pack_into("<q", batch, 0, base_offset)
+
+
+# -------------------------------------------------------------------------------------------- encoding
+
+
+def _column(items: Sequence[Any] | None, n: int, what: str) -> tuple[np.ndarray | None, list]:
+    """Lengths (int32, -1 for None) and the list of non-null parts of a key or value column."""
+    if items is None:
+        return None, []
+    if len(items) != n:
+        raise InvalidRecordError(f"{what}: {len(items)} items for {n} records")
+    try:
+        lengths = np.fromiter(map(len, items), _I32, n)
+        parts = items if isinstance(items, list) else list(items)
+    except TypeError:
+        lengths = np.fromiter((-1 if v is None else len(v) for v in items), _I32, n)
+        parts = [v for v in items if v is not None]
+    return lengths, parts
+
+
+def _headers_blob(headers: Sequence[Any] | None, n: int) -> bytes | None:
+    if headers is None:
+        return None
+    if len(headers) != n:
+        raise InvalidRecordError(f"headers: {len(headers)} items for {n} records")
+    if not any(headers):
+        return None
+    rows = []
+    for h in headers:
+        if not h:
+            rows.append(())
+            continue
+        row = []
+        for pair in h:
+            k, v = pair
+            if not isinstance(k, str) or not (v is None or isinstance(v, (bytes, bytearray, memoryview))):
+                raise InvalidRecordError(f"a header must be a (str, bytes | None) pair, got {pair!r}")
+            row.append((k, bytes(v) if isinstance(v, (bytearray, memoryview)) else v))
+        rows.append(row)
+    return msgpack.packb(rows, use_bin_type=True)
+
+
+def encode_parts(
+    values: Sequence[bytes | None] | None = None,
+    keys: Sequence[bytes | None] | None = None,
+    timestamps: Sequence[int] | np.ndarray | None = None,
+    headers: Sequence[Any] | None = None,
+    *,
+    value_lengths: np.ndarray | None = None,
+    value_data: Any = None,
+    key_lengths: np.ndarray | None = None,
+    key_data: Any = None,
+    offset_deltas: np.ndarray | None = None,
+    base_offset: int = 0,
+    default_timestamp: int | None = None,
+    codec: int = CODEC_NONE,
+    log_append_time: bool = False,
+    producer_id: int = -1,
+    producer_epoch: int = -1,
+    base_sequence: int = -1,
+    control: bool = False,
+) -> tuple[bytes, Any, BatchHeader]:
+    """Encode one batch as ``(header bytes, stored body, header)`` so a writer can ``writev`` it uncopied.
+
+    Give either Python lists (``values``/``keys``) or columns (``value_lengths`` + ``value_data``, and
+    likewise for keys): lengths are int32 with -1 for null, data is the concatenation of the non-null items
+    (one bytes-like object, or a list of them to be joined).
+    ``timestamps`` default to ``default_timestamp`` (now, when ``None``); with ``log_append_time`` they are
+    all replaced by ``default_timestamp``.
+
+    :raises InvalidRecordError: when columns disagree in length or hold non-bytes items.
+    """
+    body_parts: list[Any] = []
+    if value_lengths is not None:
+        vlens = np.ascontiguousarray(value_lengths, dtype=_I32)
+        n = len(vlens)
+        vparts = value_data if isinstance(value_data, list) else [value_data if value_data is not None else b""]
+    else:
+        if values is None:
+            raise InvalidRecordError("no values given")
+        n = len(values)
+        vlens, vparts = _column(values, n, "values")
+    if n == 0:
+        raise InvalidRecordError("a batch needs at least one record")
+    if key_lengths is not None:
+        klens = np.ascontiguousarray(key_lengths, dtype=_I32)
+        if len(klens) != n:
+            raise InvalidRecordError(f"keys: {len(klens)} lengths for {n} records")
+        kparts = key_data if isinstance(key_data, list) else [key_data if key_data is not None else b""]
+    else:
+        klens, kparts = _column(keys, n, "keys")
+    if klens is not None and not (klens >= 0).any():
+        klens, kparts = None, []  # all keys null: no column at all
+
+    attrs = codec & _CODEC_MASK
+    if default_timestamp is None:
+        default_timestamp = now_ms()
+    ts_arr = None
+    if log_append_time:
+        attrs |= _TS_LOG_APPEND
+        first_ts = max_ts = default_timestamp
+    elif timestamps is None:
+        first_ts = max_ts = default_timestamp
+    else:
+        if isinstance(timestamps, np.ndarray):
+            ts_arr = timestamps.astype(_I64, copy=False)
+        else:
+            try:
+                ts_arr = np.fromiter(timestamps, _I64, n)
+            except (TypeError, ValueError):
+                ts_arr = np.fromiter((default_timestamp if t is None else t for t in timestamps), _I64, n)
+        if len(ts_arr) != n:
+            raise InvalidRecordError(f"timestamps: {len(ts_arr)} items for {n} records")
+        first_ts = int(ts_arr[0])
+        max_ts = int(ts_arr.max())
+        if int(ts_arr.min()) == max_ts:
+            ts_arr = None
+        else:
+            ts_arr = ts_arr - first_ts
+
+    if offset_deltas is not None:
+        deltas = np.ascontiguousarray(offset_deltas, dtype=_I32)
+        if len(deltas) != n or deltas[0] != 0 or (n > 1 and not (np.diff(deltas) > 0).all()):
+            raise InvalidRecordError("offset deltas must start at 0 and strictly increase")
+        last_delta = int(deltas[-1])
+        if last_delta == n - 1:
+            deltas = None
+    else:
+        deltas = None
+        last_delta = n - 1
+
+    if deltas is not None:
+        attrs |= _HAS_OFFSET_DELTAS
+        body_parts.append(deltas.tobytes())
+    if ts_arr is not None:
+        attrs |= _HAS_TIMESTAMPS
+        body_parts.append(ts_arr.tobytes())
+    if klens is not None:
+        attrs |= _HAS_KEYS
+        body_parts.append(klens.tobytes())
+    body_parts.append(vlens.tobytes())
+    body_parts.extend(kparts)
+    body_parts.extend(vparts)
+    hblob = _headers_blob(headers, n)
+    if hblob is not None:
+        attrs |= _HAS_HEADERS
+        body_parts.append(hblob)
+    if control:
+        attrs |= _CONTROL
+    body = b"".join(body_parts)
+
+    # Catch non-byte items (str, wide memoryviews) whose len() is not their byte size.
+    fixed = 4 * n * (1 + (klens is not None) + (ts_arr is not None) * 2 + (deltas is not None))
+    expected = fixed + int(np.maximum(vlens, 0).sum()) + (int(np.maximum(klens, 0).sum()) if klens is not None else 0)
+    if len(body) - (len(hblob) if hblob is not None else 0) != expected:
+        raise InvalidRecordError("keys and values must be bytes-like objects of 1-byte items matching their lengths")
+    if (vlens < -1).any() or (klens is not None and (klens < -1).any()):
+        raise InvalidRecordError("lengths must be >= -1")
+
+    body_size = len(body)
+    stored: Any = body
+    if attrs & _CODEC_MASK == CODEC_LZ4:
+        compressed = _lz4.compress(body, store_size=False)
+        if len(compressed) < body_size:
+            stored = compressed
+        else:
+            attrs &= ~_CODEC_MASK  # incompressible: store plain rather than grow
+    elif attrs & _CODEC_MASK != CODEC_NONE:
+        raise InvalidRecordError(f"unknown codec {codec}")
+    total = HEADER_SIZE + len(stored)
+    if total > MAX_BATCH_SIZE:
+        raise InvalidRecordError(f"batch of {total} bytes exceeds the format's limit")
+    hdr = bytearray(HEADER.pack(base_offset, total - LENGTH_PREFIX, MAGIC, 0, attrs, last_delta, first_ts, max_ts,
+                                producer_id, producer_epoch, base_sequence, n, body_size))
+    crc = _crc32c.crc32c(stored, _crc32c.crc32c(memoryview(hdr)[CRC_START:]))
+    struct.pack_into("<I", hdr, 13, crc)
+    header = BatchHeader(base_offset, total - LENGTH_PREFIX, MAGIC, crc, attrs, last_delta, first_ts, max_ts,
+                         producer_id, producer_epoch, base_sequence, n, body_size)
+    return bytes(hdr), stored, header
+
+
+def encode_batch(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
+                 timestamps: Sequence[int] | None = None, headers: Sequence[Any] | None = None,
+                 **options: Any) -> bytes:
+    """Encode one batch from Python lists and return its bytes (see :func:`encode_parts` for options)."""
+    hdr, body, _ = encode_parts(values, keys, timestamps, headers, **options)
+    return hdr + body
+
+
+def encode_columns(value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
+                   key_data: Any = None, timestamps: np.ndarray | None = None, **options: Any) -> bytes:
+    """Encode one batch from columns (int32 lengths, -1 for null, plus concatenated bytes)."""
+    hdr, body, _ = encode_parts(value_lengths=value_lengths, value_data=value_data, key_lengths=key_lengths,
+                                key_data=key_data, timestamps=timestamps, **options)
+    return hdr + body
+
+
+# -------------------------------------------------------------------------------------------- decoding
+
+_UNIFORM_STRUCTS: dict[tuple[int, int], struct.Struct] = {}
+
+
+def _split(data: Any, lengths: np.ndarray) -> list:
+    """Split ``data`` into a list of bytes (None where the length is -1) with C-level loops."""
+    n = len(lengths)
+    if n == 0:
+        return []
+    lo = int(lengths.min())
+    hi = int(lengths.max())
+    if lo == hi and lo >= 0:
+        key = (lo, n)
+        st = _UNIFORM_STRUCTS.get(key)
+        if st is None:
+            if len(_UNIFORM_STRUCTS) > 256:
+                _UNIFORM_STRUCTS.clear()
+            st = _UNIFORM_STRUCTS[key] = struct.Struct(f"{lo}s" * n)
+        return list(st.unpack_from(data, 0))
+    clipped = np.maximum(lengths, 0)
+    ends = np.cumsum(clipped)
+    starts = (ends - clipped).tolist()
+    raw = bytes(data) if not isinstance(data, bytes) else data
+    out = list(map(raw.__getitem__, map(slice, starts, ends.tolist())))
+    if lo < 0:
+        for i in np.flatnonzero(lengths < 0).tolist():
+            out[i] = None
+    return out
+
+
+class BatchView:
+    """A validated batch: header plus decompressed body, with lazy zero-copy column views.
+
+    Construct with :meth:`from_buffer`, which checks the CRC and every section bound.
+    """
+
+    __slots__ = ("header", "body", "offset_deltas", "ts_deltas", "key_lengths", "value_lengths",
+                 "_key_data", "_value_data", "_headers_blob")
+
+    def __init__(self, header: BatchHeader, body: Any, path: str | None = None, position: int | None = None) -> None:
+        self.header = header
+        self.body = body
+        n = header.record_count
+        a = header.attributes
+        size = len(body)
+        pos = 0
+        need = 4 * n * (1 + bool(a & _HAS_KEYS) + 2 * bool(a & _HAS_TIMESTAMPS) + bool(a & _HAS_OFFSET_DELTAS))
+        if need > size:
+            raise CorruptRecordError(f"body of {size} bytes too small for {n} records", path, position)
+        self.offset_deltas = None
+        self.ts_deltas = None
+        self.key_lengths = None
+        if a & _HAS_OFFSET_DELTAS:
+            self.offset_deltas = np.frombuffer(body, _I32, n, pos)
+            pos += 4 * n
+            d = self.offset_deltas
+            if d[0] != 0 or d[-1] != header.last_offset_delta or (n > 1 and not (d[1:] > d[:-1]).all()):
+                raise CorruptRecordError("offset deltas not strictly increasing from 0", path, position)
+        elif header.last_offset_delta != n - 1:
+            raise CorruptRecordError("dense batch whose last offset delta is not count - 1", path, position)
+        if a & _HAS_TIMESTAMPS:
+            self.ts_deltas = np.frombuffer(body, _I64, n, pos)
+            pos += 8 * n
+        if a & _HAS_KEYS:
+            self.key_lengths = np.frombuffer(body, _I32, n, pos)
+            pos += 4 * n
+        self.value_lengths = np.frombuffer(body, _I32, n, pos)
+        pos += 4 * n
+        vlens = self.value_lengths
+        if int(vlens.min()) < -1:
+            raise CorruptRecordError("negative value length", path, position)
+        vbytes = int(vlens.sum()) + int((vlens < 0).sum())
+        kbytes = 0
+        if self.key_lengths is not None:
+            klens = self.key_lengths
+            if int(klens.min()) < -1:
+                raise CorruptRecordError("negative key length", path, position)
+            kbytes = int(klens.sum()) + int((klens < 0).sum())
+        rest = size - pos - kbytes - vbytes
+        if rest < 0 or (rest and not a & _HAS_HEADERS) or (not rest and a & _HAS_HEADERS):
+            raise CorruptRecordError("record lengths do not add up to the body size", path, position)
+        mv = memoryview(body)
+        self._key_data = mv[pos:pos + kbytes]
+        self._value_data = mv[pos + kbytes:pos + kbytes + vbytes]
+        self._headers_blob = mv[pos + kbytes + vbytes:] if rest else None
+
+    @classmethod
+    def from_buffer(cls, buf: Any, pos: int = 0, path: str | None = None, file_pos: int | None = None,
+                    header: BatchHeader | None = None, verify_crc: bool = True) -> "BatchView":
+        """Validate and view the batch starting at ``buf[pos:]`` (which must hold all of it).
+
+        :raises CorruptRecordError: on a bad header, checksum, compressed body or section bounds.
+        """
+        where = file_pos if file_pos is not None else pos
+        h = header if header is not None else parse_header(buf, pos)
+        if header is None:
+            check_header(h, path, where)
+        mv = memoryview(buf)[pos:pos + h.size]
+        if len(mv) != h.size:
+            raise CorruptRecordError(f"batch of {h.size} bytes truncated to {len(mv)}", path, where)
+        if verify_crc and _crc32c.crc32c(mv[CRC_START:]) != h.crc:
+            raise CorruptRecordError("batch checksum mismatch", path, where)
+        stored = mv[HEADER_SIZE:]
+        if h.codec == CODEC_LZ4:
+            try:
+                body: Any = _lz4.decompress(stored, uncompressed_size=h.body_size)
+            except Exception as exc:  # lz4 raises its own LZ4BlockError
+                raise CorruptRecordError(f"lz4 body does not decompress: {exc}", path, where) from None
+            if len(body) != h.body_size:
+                raise CorruptRecordError("decompressed body size mismatch", path, where)
+        else:
+            body = stored
+        return cls(h, body, path, where)
+
+    @property
+    def count(self) -> int:
+        return self.header.record_count
+
+    def offsets(self) -> np.ndarray:
+        """Absolute offsets of the records (int64)."""
+        h = self.header
+        if self.offset_deltas is None:
+            return np.arange(h.base_offset, h.base_offset + h.record_count, dtype=_I64)
+        return self.offset_deltas.astype(_I64) + h.base_offset
+
+    def timestamps(self) -> np.ndarray:
+        """Timestamps in ms (int64); LogAppendTime batches report the append time for every record."""
+        h = self.header
+        if h.attributes & _TS_LOG_APPEND:
+            return np.full(h.record_count, h.max_timestamp, _I64)
+        if self.ts_deltas is None:
+            return np.full(h.record_count, h.first_timestamp, _I64)
+        return self.ts_deltas + h.first_timestamp
+
+    def key_data(self) -> memoryview:
+        return self._key_data
+
+    def value_data(self) -> memoryview:
+        return self._value_data
+
+    def headers(self) -> list | None:
+        """Per-record header tuples, or None when the batch has no headers."""
+        if self._headers_blob is None:
+            return None
+        try:
+            rows = msgpack.unpackb(self._headers_blob, use_list=False, raw=False,
+                                   max_array_len=max(self.count, 16), max_bin_len=len(self._headers_blob),
+                                   max_str_len=len(self._headers_blob), max_map_len=0, max_ext_len=0)
+        except Exception as exc:
+            raise CorruptRecordError(f"headers section does not decode: {exc}") from None
+        if not isinstance(rows, tuple) or len(rows) != self.count:
+            raise CorruptRecordError("headers section has the wrong number of rows")
+        return list(rows)
+
+    def records(self, topic: str | None = None, partition: int = -1, start: int = 0,
+                stop: int | None = None) -> list[Record]:
+        """Records ``start:stop`` (indexes into the batch) as :class:`Record` objects."""
+        h = self.header
+        n = h.record_count
+        stop = n if stop is None else stop
+        if start >= stop:
+            return []
+        m = stop - start
+        if self.offset_deltas is None:
+            offs: Iterable[int] = range(h.base_offset + start, h.base_offset + stop)
+        else:
+            offs = (self.offset_deltas[start:stop].astype(_I64) + h.base_offset).tolist()
+        if h.attributes & _TS_LOG_APPEND:
+            ts: Iterable[int] = itertools.repeat(h.max_timestamp, m)
+        elif self.ts_deltas is None:
+            ts = itertools.repeat(h.first_timestamp, m)
+        else:
+            ts = (self.ts_deltas[start:stop] + h.first_timestamp).tolist()
+        values = _split(self._value_data, self.value_lengths)
+        keys: Iterable[Any] = (itertools.repeat(None, m) if self.key_lengths is None
+                               else _split(self._key_data, self.key_lengths)[start:stop])
+        hdrs = self.headers()
+        hs: Iterable[Any] = itertools.repeat(_EMPTY_HEADERS, m) if hdrs is None else hdrs[start:stop]
+        if start or stop != n:
+            values = values[start:stop]
+        return list(map(_tuple_new, itertools.repeat(Record), zip(
+            offs, ts, keys, values, hs, itertools.repeat(topic, m), itertools.repeat(partition, m),
+            itertools.repeat(h.timestamp_type, m))))
+
+
+# ------------------------------------------------------------------------------------------- columns
+
+
+class RecordColumns:
+    """Records as columns: numpy arrays and contiguous byte buffers, no Python object per record.
+
+    - ``offsets``, ``timestamps``: int64 arrays; ``timestamp_types``: int8 array (0 Create, 1 LogAppend)
+    - ``key_lengths``, ``value_lengths``: int32 arrays, -1 for null
+    - ``key_data``, ``value_data``: the non-null keys/values concatenated (``bytes``)
+    - ``headers``: a list of per-record header tuples, or None when no record has headers
+
+    ``value_offsets``/``key_offsets`` give int64 start positions (length n + 1) into the data buffers, the
+    shape Arrow's binary arrays want.
+    """
+
+    __slots__ = ("topic", "partition", "offsets", "timestamps", "timestamp_types", "key_lengths", "key_data",
+                 "value_lengths", "value_data", "headers")
+
+    def __init__(self, topic: str | None, partition: int, offsets: np.ndarray, timestamps: np.ndarray,
+                 timestamp_types: np.ndarray, key_lengths: np.ndarray, key_data: bytes,
+                 value_lengths: np.ndarray, value_data: bytes, headers: list | None) -> None:
+        self.topic = topic
+        self.partition = partition
+        self.offsets = offsets
+        self.timestamps = timestamps
+        self.timestamp_types = timestamp_types
+        self.key_lengths = key_lengths
+        self.key_data = key_data
+        self.value_lengths = value_lengths
+        self.value_data = value_data
+        self.headers = headers
+
+    def __len__(self) -> int:
+        return len(self.offsets)
+
+    @staticmethod
+    def _starts(lengths: np.ndarray) -> np.ndarray:
+        out = np.zeros(len(lengths) + 1, _I64)
+        np.cumsum(np.maximum(lengths, 0), out=out[1:])
+        return out
+
+    @property
+    def value_offsets(self) -> np.ndarray:
+        return self._starts(self.value_lengths)
+
+    @property
+    def key_offsets(self) -> np.ndarray:
+        return self._starts(self.key_lengths)
+
+    def values(self) -> list:
+        """The values as a list of bytes/None (builds Python objects: for convenience, not speed)."""
+        return _split(self.value_data, self.value_lengths)
+
+    def keys(self) -> list:
+        return _split(self.key_data, self.key_lengths)
+
+    def to_records(self) -> list[Record]:
+        n = len(self)
+        hs = self.headers if self.headers is not None else itertools.repeat(_EMPTY_HEADERS, n)
+        return list(map(_tuple_new, itertools.repeat(Record), zip(
+            self.offsets.tolist(), self.timestamps.tolist(), self.keys(), self.values(), hs,
+            itertools.repeat(self.topic, n), itertools.repeat(self.partition, n), self.timestamp_types.tolist())))
+
+    @classmethod
+    def empty(cls, topic: str | None = None, partition: int = -1) -> "RecordColumns":
+        e64 = np.empty(0, _I64)
+        e32 = np.empty(0, _I32)
+        return cls(topic, partition, e64, e64.copy(), np.empty(0, np.int8), e32, b"", e32.copy(), b"", None)
+
+    @classmethod
+    def concat_views(cls, views: list[tuple[BatchView, int, int]], topic: str | None,
+                     partition: int) -> "RecordColumns":
+        """Columns for ``(view, start, stop)`` slices of batches, copying each byte once."""
+        if not views:
+            return cls.empty(topic, partition)
+        offs, tss, tts, klens, vlens, kdata, vdata = [], [], [], [], [], [], []
+        any_headers = any(v._headers_blob is not None for v, _, _ in views)
+        headers: list | None = [] if any_headers else None
+        for v, a, b in views:
+            n = v.count
+            whole = a == 0 and b == n
+            m = b - a
+            offs.append(v.offsets()[a:b])
+            tss.append(v.timestamps()[a:b])
+            tts.append(np.full(m, v.header.timestamp_type, np.int8))
+            vl = v.value_lengths
+            vd = v._value_data
+            if not whole:
+                starts = cls._starts(vl)
+                vd = vd[int(starts[a]):int(starts[b])]
+                vl = vl[a:b]
+            vlens.append(vl)
+            vdata.append(vd)
+            if v.key_lengths is None:
+                klens.append(np.full(m, -1, _I32))
+            else:
+                kl = v.key_lengths
+                kd = v._key_data
+                if not whole:
+                    starts = cls._starts(kl)
+                    kd = kd[int(starts[a]):int(starts[b])]
+                    kl = kl[a:b]
+                klens.append(kl)
+                kdata.append(kd)
+            if headers is not None:
+                h = v.headers()
+                headers.extend(h[a:b] if h is not None else itertools.repeat(_EMPTY_HEADERS, m))
+        one = len(views) == 1
+        return cls(topic, partition,
+                   offs[0] if one else np.concatenate(offs),
+                   tss[0] if one else np.concatenate(tss),
+                   tts[0] if one else np.concatenate(tts),
+                   klens[0].copy() if one else np.concatenate(klens),
+                   b"".join(kdata),
+                   vlens[0].copy() if one else np.concatenate(vlens),
+                   b"".join(vdata),
+                   headers)

@@ -1,0 +1,599 @@
+"""One segment: a ``.log`` file of record batches with its sparse ``.index`` and ``.timeindex``.
+
+Invariants:
+- ``base_offset`` <= every offset in this segment; batch base offsets strictly increase along the file.
+- Bytes below ``size`` are whole batches; ``size`` only grows after a batch is wholly written (the writer)
+  or wholly read back and checksummed (a reader in another process), so no reader sees part of a batch.
+- Reads use ``pread``, never an mmap of the log, so a log truncated by crash recovery in another process
+  cannot raise SIGBUS here; indexes are mmapped, which is safe because index files are only ever
+  replaced by rename (see :mod:`pylog.index`).
+- Indexes are derived data: a missing or damaged index is rebuilt from the log (written back by the
+  writer, kept in memory by readers).
+- Only the holder of the partition's writer lock calls the mutating methods (:meth:`append`,
+  :meth:`recover`, :meth:`truncate_to`, :meth:`seal`, :meth:`delete`); those are not thread-safe on their
+  own. Read methods may run concurrently with the writer.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any, Iterator
+
+import numpy as np
+
+from .errors import CorruptRecordError
+from .fileio import write_all
+from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
+from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
+from .records import HEADER_SIZE, BatchHeader, BatchView, check_header, parse_header
+
+__all__ = ["Segment", "ReadSlice"]
+
+log = logging.getLogger("pylog.segment")
+
+#: (batch, first index in batch, stop index in batch)
+ReadSlice = tuple[BatchView, int, int]
+
+_MIN_CHUNK = 64 * 1024
+_MAX_CHUNK = 16 * 1024 * 1024
+
+
+class Segment:
+    """A segment of a partition; see the module docstring for what it guarantees."""
+
+    def __init__(self, directory: str, base_offset: int, index_max_bytes: int, index_interval_bytes: int) -> None:
+        self.directory = directory
+        self.base_offset = base_offset
+        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
+        self.index_path = segment_path(directory, base_offset, INDEX_SUFFIX)
+        self.timeindex_path = segment_path(directory, base_offset, TIMEINDEX_SUFFIX)
+        self.index_max_bytes = index_max_bytes
+        self.index_interval_bytes = index_interval_bytes
+        self.size = 0  # visible bytes
+        self.next_offset = base_offset  # one past the last offset seen (valid once loaded)
+        self._max_timestamp = -1
+        self._first_timestamp: int | None = None  # max timestamp of the first batch (for segment.ms)
+        self._bytes_since_index = 0
+        self._rfd: int | None = None
+        self._wfd: int | None = None
+        self._oindex: OffsetIndex | None = None
+        self._tindex: TimeIndex | None = None
+        self._loaded = False  # next_offset / max timestamp known
+
+    # ------------------------------------------------------------------ opening
+
+    @classmethod
+    def create(cls, directory: str, base_offset: int, index_max_bytes: int, index_interval_bytes: int) -> "Segment":
+        """A new empty, writable segment (fails if its log file exists)."""
+        seg = cls(directory, base_offset, index_max_bytes, index_interval_bytes)
+        fd = os.open(seg.log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        seg._wfd = fd
+        seg._oindex = OffsetIndex.create(seg.index_path, base_offset, index_max_bytes)
+        seg._tindex = TimeIndex.create(seg.timeindex_path, base_offset, index_max_bytes)
+        seg._loaded = True
+        return seg
+
+    @classmethod
+    def open(cls, directory: str, base_offset: int, index_max_bytes: int, index_interval_bytes: int) -> "Segment":
+        """An existing segment, read-only and lazily loaded; its visible size is the file size."""
+        seg = cls(directory, base_offset, index_max_bytes, index_interval_bytes)
+        seg.size = os.stat(seg.log_path).st_size
+        return seg
+
+    def _fd(self) -> int:
+        fd = self._rfd
+        if fd is None:
+            fd = self._rfd = os.open(self.log_path, os.O_RDONLY)
+        return fd
+
+    def file_size(self) -> int:
+        return os.fstat(self._fd()).st_size
+
+    @property
+    def writable(self) -> bool:
+        return self._wfd is not None
+
+    # ------------------------------------------------------------------ indexes
+
+    def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        oi, ti = self._oindex, self._tindex
+        if oi is None or ti is None:
+            try:
+                oi = OffsetIndex.open(self.index_path, self.base_offset)
+                ti = TimeIndex.open(self.timeindex_path, self.base_offset)
+                self._validate_indexes(oi, ti)
+            except IndexError_ as exc:
+                log.warning("rebuilding indexes of %s in memory: %s", self.log_path, exc)
+                oi, ti = self._build_indexes(self.size, verify=False)[:2]
+            self._oindex, self._tindex = oi, ti
+        return oi, ti
+
+    def _validate_indexes(self, oi: OffsetIndex, ti: TimeIndex) -> None:
+        """Cheap checks that the last entries point inside the visible log at a batch with that offset.
+
+        A live (unsealed) index of another process's writer may run ahead of what this reader has
+        checked; entries past the visible size are ignored rather than distrusted.
+        """
+        if not oi.sealed and not oi.writable:
+            oi.count = int(np.searchsorted(oi._b[:oi.count], max(self.size - HEADER_SIZE + 1, 0), "left"))
+        last = oi.last_entry()
+        if last is not None:
+            rel, pos = last
+            if pos + HEADER_SIZE > self.size:
+                raise IndexError_("offset index points past the end of the log", oi.path)
+            h = parse_header(os.pread(self._fd(), HEADER_SIZE, pos))
+            if h.base_offset != self.base_offset + rel:
+                raise IndexError_(f"offset index entry ({rel}, {pos}) does not point at its batch", oi.path)
+        tl = ti.last_entry()
+        if tl is not None and last is not None and tl[1] > last[0] + (1 << 31):
+            raise IndexError_("time index points past the offset index", ti.path)
+
+    def _build_indexes(self, end: int, verify: bool) -> tuple[OffsetIndex, TimeIndex, dict[str, Any]]:
+        """Scan the log up to ``end`` and build in-memory indexes; stops at the first bad batch if verifying."""
+        orel: list[int] = []
+        opos: list[int] = []
+        tts: list[int] = []
+        trel: list[int] = []
+        since = 0
+        max_ts = -1
+        next_offset = self.base_offset
+        valid_end = 0
+        first_ts = None
+        error: CorruptRecordError | None = None
+        try:
+            for pos, h, buf, p in self._scan(0, end, _MAX_CHUNK, tolerate_tail=False):
+                if verify:
+                    BatchView.from_buffer(buf, p, self.log_path, pos, header=h)
+                if h.base_offset < next_offset:
+                    raise CorruptRecordError(f"batch base offset {h.base_offset} not above {next_offset - 1}",
+                                             self.log_path, pos)
+                if h.last_offset - self.base_offset > 0xFFFFFFFF:
+                    raise CorruptRecordError("offset too far above the segment base", self.log_path, pos)
+                if pos > 0 and since >= self.index_interval_bytes:
+                    rel = h.base_offset - self.base_offset
+                    orel.append(rel)
+                    opos.append(pos)
+                    if max_ts > (tts[-1] if tts else -(1 << 63)):
+                        tts.append(max_ts)
+                        trel.append(rel)
+                    since = 0
+                since += h.size
+                if first_ts is None:
+                    first_ts = h.max_timestamp
+                max_ts = max(max_ts, h.max_timestamp)
+                next_offset = h.next_offset
+                valid_end = pos + h.size
+        except CorruptRecordError as exc:
+            if not verify:
+                raise
+            error = exc
+        oi = OffsetIndex(self.index_path, self.base_offset, None, 0, 0, True, -1, False)
+        oi._a = np.array(orel, OffsetIndex.A)
+        oi._b = np.array(opos, OffsetIndex.B)
+        oi.count = oi.capacity = len(orel)
+        ti = TimeIndex(self.timeindex_path, self.base_offset, None, 0, 0, True, max_ts, False)
+        ti._a = np.array(tts, TimeIndex.A)
+        ti._b = np.array(trel, TimeIndex.B)
+        ti.count = ti.capacity = len(tts)
+        state = {"since": since, "max_ts": max_ts, "next_offset": next_offset, "valid_end": valid_end,
+                 "first_ts": first_ts, "error": error}
+        return oi, ti, state
+
+    # ------------------------------------------------------------------ scanning
+
+    def _scan(self, pos: int, end: int, chunk: int | list[int], tolerate_tail: bool
+              ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+        """Yield ``(file position, header, buffer, position in buffer)`` for each whole batch in [pos, end).
+
+        Each yielded buffer holds the whole batch. ``chunk`` is the read size, or a one-item list the
+        consumer may update between batches to size the next read. With ``tolerate_tail`` a batch that runs past ``end``
+        or a partial header at the end stops the scan silently (a writer may still be writing it);
+        otherwise it raises :class:`CorruptRecordError` naming the file and position.
+        """
+        fd = self._fd()
+        hint = chunk if isinstance(chunk, list) else [chunk]
+        need = 0  # size of a batch that did not fit the last read
+        while pos < end:
+            want = min(max(_MIN_CHUNK, min(hint[0], _MAX_CHUNK), need), end - pos)
+            need = 0
+            buf = os.pread(fd, want, pos)
+            if len(buf) < want:
+                if tolerate_tail:
+                    end = pos + len(buf)
+                    if not buf:
+                        return
+                else:
+                    raise CorruptRecordError(f"log ends at {pos + len(buf)}, expected {end}", self.log_path,
+                                             pos + len(buf))
+            p = 0
+            n = len(buf)
+            while p < n:
+                if p + HEADER_SIZE > n:
+                    if pos + p + HEADER_SIZE > end:
+                        if tolerate_tail:
+                            return
+                        raise CorruptRecordError("partial batch header at end of log", self.log_path, pos + p)
+                    break  # header crosses the chunk: re-read from here
+                h = parse_header(buf, p)
+                try:
+                    check_header(h, self.log_path, pos + p)
+                except CorruptRecordError:
+                    if tolerate_tail:
+                        return
+                    raise
+                if pos + p + h.size > end:
+                    if tolerate_tail:
+                        return
+                    raise CorruptRecordError(f"batch of {h.size} bytes runs past the end of the log ({end})",
+                                             self.log_path, pos + p)
+                if p + h.size > n:
+                    need = h.size  # re-read from this batch, wholly
+                    break
+                yield pos + p, h, buf, p
+                p += h.size
+            pos += p
+
+    def _position_for(self, offset: int) -> int:
+        """File position of a batch at or before the one holding ``offset`` (index lookup)."""
+        if offset <= self.base_offset:
+            return 0
+        oi, _ = self._indexes()
+        rel = min(offset - self.base_offset, 0xFFFFFFFF)
+        return oi.lookup(rel)[1]
+
+    # ------------------------------------------------------------------ reading
+
+    def read(self, offset: int, max_records: int, max_bytes: int, end: int | None = None,
+             verify: bool = True) -> tuple[list[ReadSlice], int]:
+        """Batches holding records with offsets >= ``offset``, up to the limits.
+
+        Returns ``(slices, bytes)``. At least one batch is returned if any exists, even past ``max_bytes``.
+        ``end`` is the visible size to read up to (default: :attr:`size`).
+
+        :raises CorruptRecordError: when a batch in the visible range does not check.
+        """
+        end = self.size if end is None else end
+        pos = self._position_for(offset)
+        out: list[ReadSlice] = []
+        got = 0
+        nbytes = 0
+        hint = [_MIN_CHUNK]
+        for fpos, h, buf, p in self._scan(pos, end, hint, tolerate_tail=False):
+            if h.next_offset <= offset:
+                continue
+            view = BatchView.from_buffer(buf, p, self.log_path, fpos, header=h, verify_crc=verify)
+            a = 0
+            if offset > h.base_offset:
+                if view.offset_deltas is None:
+                    a = offset - h.base_offset
+                else:
+                    a = int(np.searchsorted(view.offset_deltas, offset - h.base_offset))
+            b = min(h.record_count, a + (max_records - got))
+            out.append((view, a, b))
+            got += b - a
+            nbytes += h.size
+            if got >= max_records or nbytes >= max_bytes:
+                break
+            # Size the next read for what is still wanted, judging by the bytes per record so far.
+            hint[0] = int(min(max_bytes - nbytes, nbytes / got * (max_records - got) * 1.05 + HEADER_SIZE))
+        return out, nbytes
+
+    def offset_for_timestamp(self, timestamp: int, end: int | None = None) -> int | None:
+        """First offset in this segment whose record timestamp is >= ``timestamp``, or None."""
+        end = self.size if end is None else end
+        oi, ti = self._indexes()
+        rel = ti.lookup(timestamp)
+        pos = oi.lookup(rel)[1]
+        start = self.base_offset + rel
+        for fpos, h, buf, p in self._scan(pos, end, _MIN_CHUNK, tolerate_tail=False):
+            if h.next_offset <= start or h.max_timestamp < timestamp:
+                continue
+            view = BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
+            offs = view.offsets()
+            hits = np.flatnonzero((view.timestamps() >= timestamp) & (offs >= start))
+            if len(hits):
+                return int(offs[hits[0]])
+        return None
+
+    def batch_headers(self, end: int | None = None, tolerate_tail: bool = False) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of every batch up to ``end`` (for tools and checks)."""
+        end = self.size if end is None else end
+        for fpos, h, _, _ in self._scan(0, end, _MAX_CHUNK, tolerate_tail):
+            yield fpos, h
+
+    # ------------------------------------------------------------------ state
+
+    def load(self, tolerate_tail: bool) -> None:
+        """Learn ``next_offset``, the max timestamp and the visible ``size`` from the log's tail.
+
+        Scans from the last index entry. With ``tolerate_tail`` (a reader) an incomplete or unchecked
+        last batch just ends the visible part; otherwise it raises :class:`CorruptRecordError`.
+        """
+        end = self.file_size()
+        last = None
+        try:
+            oi, ti = self._indexes()
+            last = oi.last_entry()
+            tl = ti.last_entry()
+            start_rel = tl[1] if tl is not None else 0
+            pos = min(oi.lookup(start_rel)[1], oi.last_entry()[1] if oi.count else 0)
+            max_ts = tl[0] if tl is not None else -1
+            if ti.sealed and ti.max_timestamp > max_ts:
+                max_ts = ti.max_timestamp
+        except CorruptRecordError:
+            pos, max_ts = 0, -1
+        next_offset = self.base_offset
+        valid_end = pos
+        since = 0
+        for fpos, h, buf, p in self._scan(pos, end, _MAX_CHUNK, tolerate_tail):
+            try:
+                BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
+            except CorruptRecordError:
+                if tolerate_tail:
+                    break
+                raise
+            next_offset = h.next_offset
+            max_ts = max(max_ts, h.max_timestamp)
+            valid_end = fpos + h.size
+            since = 0 if last is not None and fpos == last[1] else since
+            since += h.size
+        if pos == 0 and valid_end == 0:
+            next_offset = self.base_offset
+        self.size = valid_end
+        self.next_offset = max(next_offset, self.next_offset)
+        self._max_timestamp = max_ts
+        self._bytes_since_index = since
+        self._loaded = True
+
+    def refresh(self) -> bool:
+        """For readers in another process than the writer: take in batches appended since the last look.
+
+        Returns True when the visible size grew.
+        """
+        if self.writable:
+            return False
+        end = self.file_size()
+        if end <= self.size:
+            return False
+        grown = False
+        for fpos, h, buf, p in self._scan(self.size, end, _MAX_CHUNK, tolerate_tail=True):
+            try:
+                BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
+            except CorruptRecordError:
+                break
+            self.size = fpos + h.size
+            self.next_offset = h.next_offset
+            self._max_timestamp = max(self._max_timestamp, h.max_timestamp)
+            grown = True
+        if grown:
+            self._drop_live_indexes()
+        return grown
+
+    def _drop_live_indexes(self) -> None:
+        """Forget unsealed indexes so the next lookup re-counts the writer's live entries."""
+        if self._oindex is not None and not self._oindex.sealed:
+            self._oindex.close()
+            self._oindex = None
+        if self._tindex is not None and not self._tindex.sealed:
+            self._tindex.close()
+            self._tindex = None
+
+    @property
+    def max_timestamp(self) -> int:
+        """Largest record timestamp in the segment (-1 when empty)."""
+        if not self._loaded:
+            _, ti = self._indexes()
+            if ti.sealed and ti.max_timestamp >= 0:
+                return ti.max_timestamp
+            self.load(tolerate_tail=not self.writable)
+        return self._max_timestamp
+
+    @property
+    def first_timestamp(self) -> int | None:
+        """Max timestamp of the first batch (Kafka rolls segment.ms from it), None when empty."""
+        if self._first_timestamp is None and self.size >= HEADER_SIZE:
+            h = parse_header(os.pread(self._fd(), HEADER_SIZE, 0))
+            check_header(h, self.log_path, 0)
+            self._first_timestamp = h.max_timestamp
+        return self._first_timestamp
+
+    @property
+    def index_full(self) -> bool:
+        oi, ti = self._indexes()
+        return oi.is_full or ti.is_full
+
+    # ------------------------------------------------------------------ writing (writer lock held)
+
+    def open_for_append(self) -> None:
+        """Make a clean, loaded segment writable again (after reopening the store)."""
+        if self._wfd is not None:
+            return
+        if self._oindex is not None:
+            self._oindex.close()
+        if self._tindex is not None:
+            self._tindex.close()
+        try:
+            self._oindex = open_writable(OffsetIndex, self.index_path, self.base_offset, self.index_max_bytes)
+            self._tindex = open_writable(TimeIndex, self.timeindex_path, self.base_offset, self.index_max_bytes)
+            self._validate_indexes(self._oindex, self._tindex)
+        except IndexError_ as exc:
+            log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
+            self._write_rebuilt_indexes(self.size)
+        self.load(tolerate_tail=False)
+        self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+
+    def _write_rebuilt_indexes(self, end: int, verify: bool = False) -> dict[str, Any]:
+        for idx in (self._oindex, self._tindex):
+            if idx is not None:
+                idx.close()
+        oi, ti, state = self._build_indexes(end, verify)
+        OffsetIndex.write_file(self.index_path, self.base_offset, oi._a, oi._b,
+                               OffsetIndex.capacity_for(self.index_max_bytes), sealed=False)
+        TimeIndex.write_file(self.timeindex_path, self.base_offset, ti._a, ti._b,
+                             TimeIndex.capacity_for(self.index_max_bytes), sealed=False)
+        self._oindex = OffsetIndex.open(self.index_path, self.base_offset, writable=True)
+        self._tindex = TimeIndex.open(self.timeindex_path, self.base_offset, writable=True)
+        return state
+
+    def recover(self) -> int:
+        """Validate every batch (length, magic, CRC, sections, increasing offsets), truncate any torn or
+        corrupt tail, rebuild both indexes, and make the segment writable.
+
+        :return: the number of bytes dropped from the tail (0 for an intact segment).
+        """
+        self.close()
+        file_size = os.stat(self.log_path).st_size
+        self.size = file_size
+        state = self._write_rebuilt_indexes(file_size, verify=True)
+        valid_end = state["valid_end"]
+        dropped = file_size - valid_end
+        if dropped:
+            err = state["error"]
+            log.warning("recovery of %s: dropping %d bytes after byte %d (%s)", self.log_path, dropped, valid_end,
+                        err.reason if err is not None else "torn tail")
+            fd = os.open(self.log_path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, valid_end)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+        self.size = valid_end
+        self.next_offset = state["next_offset"]
+        self._max_timestamp = state["max_ts"]
+        self._bytes_since_index = state["since"]
+        self._first_timestamp = state["first_ts"]
+        self._loaded = True
+        self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        return dropped
+
+    def append(self, header: BatchHeader, parts: list, max_timestamp: int) -> int:
+        """Write one encoded batch at the end; index it; return its position.
+
+        On a failed write the file is cut back to its previous size and the error re-raised.
+        """
+        fd = self._wfd
+        if fd is None:
+            raise ValueError("segment is not open for appending")
+        pos = self.size
+        try:
+            write_all(fd, parts)
+        except BaseException:
+            os.ftruncate(fd, pos)
+            raise
+        if pos > 0 and self._bytes_since_index >= self.index_interval_bytes:
+            oi, ti = self._oindex, self._tindex
+            assert oi is not None and ti is not None
+            rel = header.base_offset - self.base_offset
+            oi.append(rel, pos)
+            ti.append(self._max_timestamp, rel)
+            self._bytes_since_index = 0
+        self._bytes_since_index += header.size
+        if self._first_timestamp is None:
+            self._first_timestamp = max_timestamp
+        if max_timestamp > self._max_timestamp:
+            self._max_timestamp = max_timestamp
+        self.next_offset = header.next_offset
+        self.size = pos + header.size
+        return pos
+
+    def flush(self) -> None:
+        """fsync the log (indexes are derived data and rebuilt after a crash)."""
+        if self._wfd is not None:
+            os.fdatasync(self._wfd)
+
+    def seal(self, durable: bool = True) -> None:
+        """Finish the segment: fsync the log, write trimmed checksummed indexes, close for writing."""
+        if self._wfd is None:
+            return
+        if durable:
+            os.fdatasync(self._wfd)
+        os.close(self._wfd)
+        self._wfd = None
+        oi, ti = self._oindex, self._tindex
+        assert oi is not None and ti is not None
+        self._oindex = oi.seal(durable=durable)
+        self._tindex = ti.seal(max_timestamp=self._max_timestamp, durable=durable)
+
+    def truncate_to(self, offset: int) -> int:
+        """Remove every batch whose last offset is >= ``offset`` (whole batches); return bytes removed."""
+        cut = self.size
+        for fpos, h in self.batch_headers():
+            if h.last_offset >= offset:
+                cut = fpos
+                break
+        removed = self.size - cut
+        if removed:
+            was_writable = self.writable
+            self.close()
+            fd = os.open(self.log_path, os.O_WRONLY)
+            try:
+                os.ftruncate(fd, cut)
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            self.size = cut
+            self.next_offset = self.base_offset
+            self._first_timestamp = None
+            if was_writable:
+                self.recover()
+            else:
+                self._loaded = False
+        return removed
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Release file descriptors and mappings (a writable segment is NOT sealed; see :meth:`seal`)."""
+        for attr in ("_wfd", "_rfd"):
+            fd = getattr(self, attr)
+            if fd is not None:
+                os.close(fd)
+                setattr(self, attr, None)
+        for attr in ("_oindex", "_tindex"):
+            idx = getattr(self, attr)
+            if idx is not None:
+                idx.close()
+                setattr(self, attr, None)
+
+    def delete(self) -> None:
+        """Close and remove the segment's files."""
+        self.close()
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+
+    def check(self) -> list[str]:
+        """Full consistency check: every batch validates, offsets increase, index entries point at
+        batches with their offsets. Returns a list of problems (empty when consistent)."""
+        problems: list[str] = []
+        starts: dict[int, int] = {}
+        prev = self.base_offset - 1
+        try:
+            for fpos, h, buf, p in self._scan(0, self.size, _MAX_CHUNK, tolerate_tail=False):
+                BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
+                if h.base_offset <= prev:
+                    problems.append(f"{self.log_path}@{fpos}: base offset {h.base_offset} not above {prev}")
+                prev = h.last_offset
+                starts[fpos] = h.base_offset
+        except CorruptRecordError as exc:
+            problems.append(str(exc))
+            return problems
+        try:
+            oi, ti = self._indexes()
+        except CorruptRecordError as exc:
+            problems.append(str(exc))
+            return problems
+        rels, poss = oi.entries()
+        for rel, pos in zip(rels.tolist(), poss.tolist()):
+            if starts.get(pos) != self.base_offset + rel:
+                problems.append(f"{oi.path}: entry ({rel}, {pos}) does not point at the batch at offset "
+                                f"{self.base_offset + rel}")
+        if self.writable and prev + 1 != self.next_offset and starts:
+            problems.append(f"{self.log_path}: next offset {self.next_offset} but last batch ends at {prev}")
+        return problems
+
+    def __repr__(self) -> str:
+        return f"Segment({self.log_path!r}, size={self.size})"

@@ -1,0 +1,141 @@
+"""A topic: a named set of partitions sharing one configuration, described by ``topic.json``.
+
+``topic.json`` (human-readable) holds ``format``, ``version``, ``name``, ``partitions``, the config
+overrides and ``crc32c``, the CRC-32C of the canonical JSON of the other fields; a damaged file raises
+:class:`~pylog.errors.CorruptRecordError` rather than being guessed at.
+
+Invariants: the partition count only grows; a partition's directory is ``<topic>/<number>``; the topic
+exists exactly when its ``topic.json`` does (it is written last on create, atomically).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import threading
+from typing import Any, Mapping
+
+from .config import TopicConfig
+from .errors import CorruptRecordError, InvalidConfigError, UnknownTopicError
+from .fileio import atomic_write
+from .filenames import TOPIC_FILE
+from .partition import Partition
+from .records import crc32c
+
+__all__ = ["Topic", "read_topic_file", "write_topic_file"]
+
+_FORMAT = "pylog-topic"
+_VERSION = 1
+
+
+def _canonical(doc: Mapping[str, Any]) -> bytes:
+    return json.dumps({k: v for k, v in doc.items() if k != "crc32c"}, sort_keys=True,
+                      separators=(",", ":")).encode()
+
+
+def write_topic_file(directory: str, name: str, partitions: int, overrides: Mapping[str, Any]) -> None:
+    cfg = {k: (",".join(v) if isinstance(v, tuple) else v) for k, v in overrides.items()}
+    doc: dict[str, Any] = {"format": _FORMAT, "version": _VERSION, "name": name, "partitions": partitions,
+                           "config": cfg}
+    doc["crc32c"] = crc32c(_canonical(doc))
+    atomic_write(os.path.join(directory, TOPIC_FILE), (json.dumps(doc, indent=2, sort_keys=True) + "\n").encode())
+
+
+def read_topic_file(directory: str) -> dict[str, Any]:
+    path = os.path.join(directory, TOPIC_FILE)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(1 << 20)
+    except FileNotFoundError:
+        raise UnknownTopicError(f"no topic at {directory}") from None
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise CorruptRecordError(f"topic file is not JSON: {exc}", path) from None
+    if not isinstance(doc, dict) or doc.get("format") != _FORMAT or doc.get("version") != _VERSION:
+        raise CorruptRecordError("not a pylog topic file (format/version)", path)
+    if doc.get("crc32c") != crc32c(_canonical(doc)):
+        raise CorruptRecordError("topic file checksum mismatch", path)
+    if not isinstance(doc.get("partitions"), int) or doc["partitions"] < 1 or not isinstance(doc.get("config"), dict):
+        raise CorruptRecordError("topic file has no valid partition count/config", path)
+    return doc
+
+
+class Topic:
+    """A topic of a store. Obtain it with ``store.topic(name)``; thread-safe."""
+
+    def __init__(self, name: str, directory: str, config: TopicConfig, num_partitions: int,
+                 lock_timeout_ms: int = 0) -> None:
+        self.name = name
+        self.directory = directory
+        self.config = config
+        self._lock_timeout_ms = lock_timeout_ms
+        self._lock = threading.Lock()
+        self._partitions: list[Partition | None] = [None] * num_partitions
+
+    @property
+    def num_partitions(self) -> int:
+        return len(self._partitions)
+
+    def partition(self, number: int) -> Partition:
+        """Partition ``number`` (opened on first use). :raises UnknownTopicError: when out of range."""
+        if not isinstance(number, int) or not 0 <= number < len(self._partitions):
+            self._reload_count()
+            if not isinstance(number, int) or not 0 <= number < len(self._partitions):
+                raise UnknownTopicError(f"topic {self.name!r} has no partition {number!r} "
+                                        f"(it has {len(self._partitions)})")
+        p = self._partitions[number]
+        if p is None:
+            with self._lock:
+                p = self._partitions[number]
+                if p is None:
+                    p = Partition(self.name, number, os.path.join(self.directory, str(number)), self.config,
+                                  self._lock_timeout_ms)
+                    self._partitions[number] = p
+        return p
+
+    @property
+    def partitions(self) -> list[Partition]:
+        return [self.partition(i) for i in range(self.num_partitions)]
+
+    def _reload_count(self) -> None:
+        """Pick up partitions added by another process."""
+        try:
+            doc = read_topic_file(self.directory)
+        except UnknownTopicError:
+            return
+        with self._lock:
+            extra = doc["partitions"] - len(self._partitions)
+            if extra > 0:
+                self._partitions.extend([None] * extra)
+
+    def add_partitions(self, total: int) -> None:
+        """Grow the topic to ``total`` partitions (Kafka's rule: the count never shrinks)."""
+        with self._lock:
+            current = len(self._partitions)
+            if total <= current:
+                raise InvalidConfigError(f"topic {self.name!r} has {current} partitions; {total} does not add any")
+            for i in range(current, total):
+                os.makedirs(os.path.join(self.directory, str(i)), exist_ok=True)
+            write_topic_file(self.directory, self.name, total, self.config.overrides)
+            self._partitions.extend([None] * (total - current))
+
+    def end_offsets(self) -> dict[int, int]:
+        return {p.number: p.log_end_offset for p in self.partitions}
+
+    def beginning_offsets(self) -> dict[int, int]:
+        return {p.number: p.log_start_offset for p in self.partitions}
+
+    def flush(self) -> None:
+        for p in self._partitions:
+            if p is not None:
+                p.flush()
+
+    def close(self) -> None:
+        with self._lock:
+            for p in self._partitions:
+                if p is not None:
+                    p.close()
+
+    def __repr__(self) -> str:
+        return f"Topic({self.name!r}, partitions={self.num_partitions})"
