@@ -228,7 +228,7 @@ def split_store_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dic
             store[name] = value
         else:
             raise InvalidConfigError(f"unknown configuration {key!r}")
-    validate(topic)
+    TopicConfig(None, topic)  # validates each value and the cross-setting rules (compaction lags)
     store_values = {k: s.default for k, s in STORE_SETTINGS.items()}
     store_values.update(validate(store, STORE_SETTINGS))
     return topic, store_values

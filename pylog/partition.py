@@ -91,6 +91,10 @@ class Partition:
 
     def _set_segments(self, segs: list[Segment]) -> None:
         # New lists, never mutated in place: readers iterate over the snapshot they took.
+        for seg in segs[:-1]:
+            seg.immutable = True
+        if segs:
+            segs[-1].immutable = False
         self._segments = segs
         self._bases = [s.base_offset for s in segs]
 
@@ -274,12 +278,6 @@ class Partition:
         klens = None if key_lengths is None else np.ascontiguousarray(key_lengths, dtype=np.int32)
         if klens is not None and len(klens) != n:
             raise InvalidRecordError(f"{len(klens)} key lengths for {n} values")
-        for name, lens, data in (("values", vlens, value_data), ("keys", klens, key_data)):
-            if lens is not None:
-                want = int(np.maximum(lens, 0).sum())
-                have = memoryview(data if data is not None else b"").nbytes
-                if have != want:
-                    raise InvalidRecordError(f"{name}: data has {have} bytes, lengths add up to {want}")
         ts = None if timestamps is None else np.ascontiguousarray(timestamps, dtype=np.int64)
         return self._append_columns(n, vlens, [value_data] if value_data is not None else [],
                                     klens, [key_data] if key_data is not None else [], ts, None, contiguous=True)
@@ -291,6 +289,10 @@ class Partition:
                       headers: Sequence[Any] | None) -> list[tuple[int, int]]:
         """Split records [0, n) into runs whose encoded size stays within max.message.bytes."""
         limit = self.config["max.message.bytes"] - HEADER_SIZE
+        if headers is None:  # cheap upper bound first: most appends fit in one batch
+            bound = int(vlens.sum()) + (int(klens.sum()) if klens is not None else 0) + (_RECORD_OVERHEAD + 2) * n
+            if bound <= limit:
+                return [(0, n)]
         sizes = np.maximum(vlens, 0).astype(np.int64) + _RECORD_OVERHEAD
         if klens is not None:
             sizes += np.maximum(klens, 0)
@@ -337,23 +339,23 @@ class Partition:
                     kl, kp = (None, []) if klens is None else _slice_parts(klens, kparts, start, stop, contiguous)
                 ts = None if timestamps is None else timestamps[start:stop]
                 now = now_ms()
-                hdr, body, h = encode_parts(
+                parts, h = encode_parts(
                     value_lengths=vl, value_data=vp, key_lengths=kl, key_data=kp, timestamps=ts,
                     headers=None if headers is None else headers[start:stop],
                     base_offset=self._segments[-1].next_offset, default_timestamp=now, codec=codec,
                     log_append_time=log_append)
                 if h.size > max_bytes:
                     raise RecordTooLargeError(f"batch of {h.size} bytes exceeds max.message.bytes ({max_bytes})")
-                self._write_batch(hdr, body, h)
+                self._write_batch(parts, h)
             self._after_append(n)
         return first
 
-    def _write_batch(self, hdr: bytes, body: Any, h: Any) -> None:
+    def _write_batch(self, parts: list, h: Any) -> None:
         seg = self._segments[-1]
         if seg.size and self._should_roll(seg, h):
             seg = self._roll()  # starts at seg.next_offset, the base offset already in the header
         try:
-            seg.append(h, [hdr, body], h.max_timestamp)
+            seg.append(h, parts, h.max_timestamp)
         except OSError as exc:
             if seg.size != os.stat(seg.log_path).st_size:
                 self._failed = f"write failed and could not be rolled back: {exc}"
@@ -423,7 +425,8 @@ class Partition:
             # Another process's appends do not notify us: poll every few ms while not the writer.
             step = remaining if self._lock_fd is not None else min(0.005, remaining if remaining is not None else 0.005)
             with self._appended:
-                if self._segments[-1].next_offset <= offset:
+                segs = self._segments  # empty for a reader opened before the writer created any segment
+                if not segs or segs[-1].next_offset <= offset:
                     self._appended.wait(step)
         return True
 
@@ -485,8 +488,12 @@ class Partition:
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None if there is none."""
         self._refresh()
-        for seg in self._segments:
-            if seg.size == 0 or seg.next_offset <= self._log_start:
+        segs = self._segments
+        for i, seg in enumerate(segs):
+            # A segment opened lazily (read-only, not loaded) has next_offset == base_offset until loaded,
+            # so bound it by the next segment's base instead.
+            end = segs[i + 1].base_offset if i + 1 < len(segs) else seg.next_offset
+            if seg.size == 0 or end <= self._log_start:
                 continue
             if seg.max_timestamp < timestamp:
                 continue

@@ -298,8 +298,8 @@ def encode_parts(
     producer_epoch: int = -1,
     base_sequence: int = -1,
     control: bool = False,
-) -> tuple[bytes, Any, BatchHeader]:
-    """Encode one batch as ``(header bytes, stored body, header)`` so a writer can ``writev`` it uncopied.
+) -> tuple[list, BatchHeader]:
+    """Encode one batch as ``([header bytes, *body parts], header)`` so a writer can ``writev`` it uncopied.
 
     Give either Python lists (``values``/``keys``) or columns (``value_lengths`` + ``value_data``, and
     likewise for keys): lengths are int32 with -1 for null, data is the concatenation of the non-null items
@@ -386,52 +386,64 @@ def encode_parts(
         body_parts.append(hblob)
     if control:
         attrs |= _CONTROL
-    body = b"".join(body_parts)
 
+    vmin = int(vlens.min())
+    kmin = int(klens.min()) if klens is not None else 0
+    if vmin < -1 or kmin < -1:
+        raise InvalidRecordError("lengths must be >= -1")
+    data_bytes = _data_size(vlens, vmin) + (_data_size(klens, kmin) if klens is not None else 0)
+    if len(body_parts) > 16:
+        body_parts = [b"".join(body_parts)]  # many small items: one copy now beats a long iovec
+    body_size = sum(memoryview(part).nbytes for part in body_parts)
     # Catch non-byte items (str, wide memoryviews) whose len() is not their byte size.
     fixed = 4 * n * (1 + (klens is not None) + (ts_arr is not None) * 2 + (deltas is not None))
-    expected = fixed + int(np.maximum(vlens, 0).sum()) + (int(np.maximum(klens, 0).sum()) if klens is not None else 0)
-    if len(body) - (len(hblob) if hblob is not None else 0) != expected:
+    if body_size - (len(hblob) if hblob is not None else 0) != fixed + data_bytes:
         raise InvalidRecordError("keys and values must be bytes-like objects of 1-byte items matching their lengths")
-    if (vlens < -1).any() or (klens is not None and (klens < -1).any()):
-        raise InvalidRecordError("lengths must be >= -1")
 
-    body_size = len(body)
-    stored: Any = body
     if attrs & _CODEC_MASK == CODEC_LZ4:
+        body = body_parts[0] if len(body_parts) == 1 else b"".join(body_parts)
         compressed = _lz4.compress(body, store_size=False)
         if len(compressed) < body_size:
-            stored = compressed
+            body_parts = [compressed]
         else:
             attrs &= ~_CODEC_MASK  # incompressible: store plain rather than grow
     elif attrs & _CODEC_MASK != CODEC_NONE:
         raise InvalidRecordError(f"unknown codec {codec}")
-    total = HEADER_SIZE + len(stored)
+    stored_size = sum(memoryview(part).nbytes for part in body_parts)
+    total = HEADER_SIZE + stored_size
     if total > MAX_BATCH_SIZE:
         raise InvalidRecordError(f"batch of {total} bytes exceeds the format's limit")
     hdr = bytearray(HEADER.pack(base_offset, total - LENGTH_PREFIX, MAGIC, 0, attrs, last_delta, first_ts, max_ts,
                                 producer_id, producer_epoch, base_sequence, n, body_size))
-    crc = _crc32c.crc32c(stored, _crc32c.crc32c(memoryview(hdr)[CRC_START:]))
+    crc = _crc32c.crc32c(memoryview(hdr)[CRC_START:])
+    for part in body_parts:
+        crc = _crc32c.crc32c(part, crc)
     struct.pack_into("<I", hdr, 13, crc)
     header = BatchHeader(base_offset, total - LENGTH_PREFIX, MAGIC, crc, attrs, last_delta, first_ts, max_ts,
                          producer_id, producer_epoch, base_sequence, n, body_size)
-    return bytes(hdr), stored, header
+    return [bytes(hdr), *body_parts], header
+
+
+def _data_size(lengths: np.ndarray, minimum: int) -> int:
+    """Bytes of data a length column describes (-1 entries are nulls with no data)."""
+    total = int(lengths.sum())
+    return total + int(np.count_nonzero(lengths < 0)) if minimum < 0 else total
 
 
 def encode_batch(values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
                  timestamps: Sequence[int] | None = None, headers: Sequence[Any] | None = None,
                  **options: Any) -> bytes:
     """Encode one batch from Python lists and return its bytes (see :func:`encode_parts` for options)."""
-    hdr, body, _ = encode_parts(values, keys, timestamps, headers, **options)
-    return hdr + body
+    parts, _ = encode_parts(values, keys, timestamps, headers, **options)
+    return b"".join(parts)
 
 
 def encode_columns(value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
                    key_data: Any = None, timestamps: np.ndarray | None = None, **options: Any) -> bytes:
     """Encode one batch from columns (int32 lengths, -1 for null, plus concatenated bytes)."""
-    hdr, body, _ = encode_parts(value_lengths=value_lengths, value_data=value_data, key_lengths=key_lengths,
-                                key_data=key_data, timestamps=timestamps, **options)
-    return hdr + body
+    parts, _ = encode_parts(value_lengths=value_lengths, value_data=value_data, key_lengths=key_lengths,
+                            key_data=key_data, timestamps=timestamps, **options)
+    return b"".join(parts)
 
 
 # -------------------------------------------------------------------------------------------- decoding
@@ -439,28 +451,45 @@ def encode_columns(value_lengths: np.ndarray, value_data: Any, key_lengths: np.n
 _UNIFORM_STRUCTS: dict[tuple[int, int], struct.Struct] = {}
 
 
-def _split(data: Any, lengths: np.ndarray) -> list:
-    """Split ``data`` into a list of bytes (None where the length is -1) with C-level loops."""
+def _split(data: Any, lengths: np.ndarray, start: int = 0, stop: int | None = None,
+           uniform: int | None = -1) -> list:
+    """Items ``start:stop`` of a column as a list of bytes (None where the length is -1), with C-level loops.
+
+    ``uniform`` is the common length when the caller knows all lengths are equal, None when it knows
+    they are not, -1 when unknown.
+    """
     n = len(lengths)
-    if n == 0:
+    stop = n if stop is None else stop
+    m = stop - start
+    if m <= 0:
         return []
-    lo = int(lengths.min())
-    hi = int(lengths.max())
-    if lo == hi and lo >= 0:
-        key = (lo, n)
+    if uniform == -1:
+        lo, hi = int(lengths.min()), int(lengths.max())
+        uniform = lo if lo == hi and lo >= 0 else None
+    if uniform is not None:
+        lo = uniform
+        # Uniform lengths (common): one cached struct unpacks the run without computing positions.
+        key = (lo, m)
         st = _UNIFORM_STRUCTS.get(key)
         if st is None:
             if len(_UNIFORM_STRUCTS) > 256:
                 _UNIFORM_STRUCTS.clear()
-            st = _UNIFORM_STRUCTS[key] = struct.Struct(f"{lo}s" * n)
-        return list(st.unpack_from(data, 0))
-    clipped = np.maximum(lengths, 0)
+            st = _UNIFORM_STRUCTS[key] = struct.Struct(f"{lo}s" * m)
+        return list(st.unpack_from(data, lo * start))
+    part = lengths[start:stop]
+    clipped = np.maximum(part, 0)
     ends = np.cumsum(clipped)
+    first = int(np.maximum(lengths[:start], 0).sum()) if start else 0
+    ends += first
     starts = (ends - clipped).tolist()
-    raw = bytes(data) if not isinstance(data, bytes) else data
+    raw = data if isinstance(data, bytes) else bytes(data[first:int(ends[-1])])
+    if raw is not data:
+        shift = first
+        starts = [x - shift for x in starts]
+        ends -= shift
     out = list(map(raw.__getitem__, map(slice, starts, ends.tolist())))
-    if lo < 0:
-        for i in np.flatnonzero(lengths < 0).tolist():
+    if int(part.min()) < 0:
+        for i in np.flatnonzero(part < 0).tolist():
             out[i] = None
     return out
 
@@ -472,7 +501,7 @@ class BatchView:
     """
 
     __slots__ = ("header", "body", "offset_deltas", "ts_deltas", "key_lengths", "value_lengths",
-                 "_key_data", "_value_data", "_headers_blob")
+                 "_key_data", "_value_data", "_headers_blob", "_vuniform", "_kuniform")
 
     def __init__(self, header: BatchHeader, body: Any, path: str | None = None, position: int | None = None) -> None:
         self.header = header
@@ -503,16 +532,20 @@ class BatchView:
             pos += 4 * n
         self.value_lengths = np.frombuffer(body, _I32, n, pos)
         pos += 4 * n
-        vlens = self.value_lengths
-        if int(vlens.min()) < -1:
+        vmin = int(self.value_lengths.min())
+        if vmin < -1:
             raise CorruptRecordError("negative value length", path, position)
-        vbytes = int(vlens.sum()) + int((vlens < 0).sum())
+        vbytes = _data_size(self.value_lengths, vmin)
+        # All lengths equal (sum == n * min) lets _split skip computing positions.
+        self._vuniform = vmin if vmin >= 0 and vbytes == vmin * n else None
         kbytes = 0
+        self._kuniform = None
         if self.key_lengths is not None:
-            klens = self.key_lengths
-            if int(klens.min()) < -1:
+            kmin = int(self.key_lengths.min())
+            if kmin < -1:
                 raise CorruptRecordError("negative key length", path, position)
-            kbytes = int(klens.sum()) + int((klens < 0).sum())
+            kbytes = _data_size(self.key_lengths, kmin)
+            self._kuniform = kmin if kmin >= 0 and kbytes == kmin * n else None
         rest = size - pos - kbytes - vbytes
         if rest < 0 or (rest and not a & _HAS_HEADERS) or (not rest and a & _HAS_HEADERS):
             raise CorruptRecordError("record lengths do not add up to the body size", path, position)
@@ -608,13 +641,11 @@ class BatchView:
             ts = itertools.repeat(h.first_timestamp, m)
         else:
             ts = (self.ts_deltas[start:stop] + h.first_timestamp).tolist()
-        values = _split(self._value_data, self.value_lengths)
+        values = _split(self._value_data, self.value_lengths, start, stop, self._vuniform)
         keys: Iterable[Any] = (itertools.repeat(None, m) if self.key_lengths is None
-                               else _split(self._key_data, self.key_lengths)[start:stop])
+                               else _split(self._key_data, self.key_lengths, start, stop, self._kuniform))
         hdrs = self.headers()
         hs: Iterable[Any] = itertools.repeat(_EMPTY_HEADERS, m) if hdrs is None else hdrs[start:stop]
-        if start or stop != n:
-            values = values[start:stop]
         return list(map(_tuple_new, itertools.repeat(Record), zip(
             offs, ts, keys, values, hs, itertools.repeat(topic, m), itertools.repeat(partition, m),
             itertools.repeat(h.timestamp_type, m))))
@@ -692,48 +723,76 @@ class RecordColumns:
     @classmethod
     def concat_views(cls, views: list[tuple[BatchView, int, int]], topic: str | None,
                      partition: int) -> "RecordColumns":
-        """Columns for ``(view, start, stop)`` slices of batches, copying each byte once."""
+        """Columns for ``(view, start, stop)`` slices of batches, copying each byte once.
+
+        Offsets, timestamps and timestamp types are built for all batches at once (numpy repeat/arange),
+        so the per-batch cost is a few slices, not a numpy call per column per batch.
+        """
         if not views:
             return cls.empty(topic, partition)
-        offs, tss, tts, klens, vlens, kdata, vdata = [], [], [], [], [], [], []
-        any_headers = any(v._headers_blob is not None for v, _, _ in views)
-        headers: list | None = [] if any_headers else None
+        nb = len(views)
+        counts = np.fromiter((b - a for _, a, b in views), _I64, nb)
+        total = int(counts.sum())
+        firsts = np.zeros(nb, _I64)
+        np.cumsum(counts[:-1], out=firsts[1:])
+        vlens, vdata, klens, kdata = [], [], [], []
+        dense = True
+        uniform_ts = True
+        has_keys = False
+        any_headers = False
         for v, a, b in views:
-            n = v.count
-            whole = a == 0 and b == n
-            m = b - a
-            offs.append(v.offsets()[a:b])
-            tss.append(v.timestamps()[a:b])
-            tts.append(np.full(m, v.header.timestamp_type, np.int8))
-            vl = v.value_lengths
-            vd = v._value_data
-            if not whole:
-                starts = cls._starts(vl)
-                vd = vd[int(starts[a]):int(starts[b])]
-                vl = vl[a:b]
+            if v.offset_deltas is not None:
+                dense = False
+            if v.ts_deltas is not None and not v.header.attributes & _TS_LOG_APPEND:
+                uniform_ts = False
+            if v.key_lengths is not None:
+                has_keys = True
+            if v._headers_blob is not None:
+                any_headers = True
+            vl, vd = v.value_lengths, v._value_data
+            if a or b != v.count:
+                lo, hi = cls._range(vl, a, b)
+                vl, vd = vl[a:b], vd[lo:hi]
             vlens.append(vl)
             vdata.append(vd)
-            if v.key_lengths is None:
-                klens.append(np.full(m, -1, _I32))
-            else:
-                kl = v.key_lengths
-                kd = v._key_data
-                if not whole:
-                    starts = cls._starts(kl)
-                    kd = kd[int(starts[a]):int(starts[b])]
-                    kl = kl[a:b]
+        if dense:
+            bases = np.fromiter((v.header.base_offset + a for v, a, _ in views), _I64, nb)
+            offsets = np.repeat(bases - firsts, counts) + np.arange(total, dtype=_I64)
+        else:
+            offsets = np.concatenate([v.offsets()[a:b] for v, a, b in views])
+        if uniform_ts:
+            per = np.fromiter((v.header.max_timestamp if v.header.attributes & _TS_LOG_APPEND or v.ts_deltas is not None
+                               else v.header.first_timestamp for v, _, _ in views), _I64, nb)
+            timestamps = np.repeat(per, counts)
+        else:
+            timestamps = np.concatenate([v.timestamps()[a:b] for v, a, b in views])
+        ttypes = np.repeat(np.fromiter((v.header.timestamp_type for v, _, _ in views), np.int8, nb), counts)
+        if has_keys:
+            for v, a, b in views:
+                if v.key_lengths is None:
+                    klens.append(np.full(b - a, -1, _I32))
+                    continue
+                kl, kd = v.key_lengths, v._key_data
+                if a or b != v.count:
+                    lo, hi = cls._range(kl, a, b)
+                    kl, kd = kl[a:b], kd[lo:hi]
                 klens.append(kl)
                 kdata.append(kd)
-            if headers is not None:
+            key_lengths = np.concatenate(klens)
+        else:
+            key_lengths = np.full(total, -1, _I32)
+        headers: list | None = None
+        if any_headers:
+            headers = []
+            for v, a, b in views:
                 h = v.headers()
-                headers.extend(h[a:b] if h is not None else itertools.repeat(_EMPTY_HEADERS, m))
-        one = len(views) == 1
-        return cls(topic, partition,
-                   offs[0] if one else np.concatenate(offs),
-                   tss[0] if one else np.concatenate(tss),
-                   tts[0] if one else np.concatenate(tts),
-                   klens[0].copy() if one else np.concatenate(klens),
-                   b"".join(kdata),
-                   vlens[0].copy() if one else np.concatenate(vlens),
-                   b"".join(vdata),
-                   headers)
+                headers.extend(h[a:b] if h is not None else itertools.repeat(_EMPTY_HEADERS, b - a))
+        return cls(topic, partition, offsets, timestamps, ttypes, key_lengths, b"".join(kdata),
+                   np.concatenate(vlens), b"".join(vdata), headers)
+
+    @staticmethod
+    def _range(lengths: np.ndarray, a: int, b: int) -> tuple[int, int]:
+        """Byte range in a data section of items ``a:b`` of a length column."""
+        clipped = np.maximum(lengths[:b], 0)
+        lo = int(clipped[:a].sum())
+        return lo, lo + int(clipped[a:].sum())

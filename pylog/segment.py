@@ -4,9 +4,11 @@ Invariants:
 - ``base_offset`` <= every offset in this segment; batch base offsets strictly increase along the file.
 - Bytes below ``size`` are whole batches; ``size`` only grows after a batch is wholly written (the writer)
   or wholly read back and checksummed (a reader in another process), so no reader sees part of a batch.
-- Reads use ``pread``, never an mmap of the log, so a log truncated by crash recovery in another process
-  cannot raise SIGBUS here; indexes are mmapped, which is safe because index files are only ever
-  replaced by rename (see :mod:`pylog.index`).
+- The active (last) segment is read with ``pread``, never an mmap, so a log truncated by crash recovery in
+  another process cannot raise SIGBUS here. Older segments are immutable (sealed and fsynced before the
+  recovery point moves past them, so recovery never cuts them) and are read through a read-only mmap
+  without copying. Indexes are mmapped, which is safe because index files are only ever replaced by
+  rename (see :mod:`pylog.index`).
 - Indexes are derived data: a missing or damaged index is rebuilt from the log (written back by the
   writer, kept in memory by readers).
 - Only the holder of the partition's writer lock calls the mutating methods (:meth:`append`,
@@ -17,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import mmap
 import os
 from typing import Any, Iterator
 
@@ -57,6 +60,10 @@ class Segment:
         self._bytes_since_index = 0
         self._rfd: int | None = None
         self._wfd: int | None = None
+        self._mm: mmap.mmap | None = None
+        #: Set by the partition for every segment but the last: no byte below ``size`` will change.
+        self.immutable = False
+        self._batch_hint = _MIN_CHUNK  # size of the last batch read: sizes the next first read
         self._oindex: OffsetIndex | None = None
         self._tindex: TimeIndex | None = None
         self._loaded = False  # next_offset / max timestamp known
@@ -191,6 +198,10 @@ class Segment:
         or a partial header at the end stops the scan silently (a writer may still be writing it);
         otherwise it raises :class:`CorruptRecordError` naming the file and position.
         """
+        mm = self._map() if self.immutable else None
+        if mm is not None and end <= len(mm):
+            yield from self._scan_mapped(mm, pos, end, tolerate_tail)
+            return
         fd = self._fd()
         hint = chunk if isinstance(chunk, list) else [chunk]
         need = 0  # size of a batch that did not fit the last read
@@ -234,6 +245,33 @@ class Segment:
                 p += h.size
             pos += p
 
+    def _map(self) -> mmap.mmap | None:
+        mm = self._mm
+        if mm is None and self.size:
+            mm = self._mm = mmap.mmap(self._fd(), self.size, access=mmap.ACCESS_READ)
+        return mm
+
+    def _scan_mapped(self, mm: mmap.mmap, pos: int, end: int, tolerate_tail: bool
+                     ) -> Iterator[tuple[int, BatchHeader, Any, int]]:
+        """:meth:`_scan` over an immutable segment's mapping: no reads, no copies."""
+        while pos < end:
+            if pos + HEADER_SIZE > end:
+                if tolerate_tail:
+                    return
+                raise CorruptRecordError("partial batch header at end of log", self.log_path, pos)
+            h = parse_header(mm, pos)
+            try:
+                check_header(h, self.log_path, pos)
+                if pos + h.size > end:
+                    raise CorruptRecordError(f"batch of {h.size} bytes runs past the end of the log ({end})",
+                                             self.log_path, pos)
+            except CorruptRecordError:
+                if tolerate_tail:
+                    return
+                raise
+            yield pos, h, mm, pos
+            pos += h.size
+
     def _position_for(self, offset: int) -> int:
         """File position of a batch at or before the one holding ``offset`` (index lookup)."""
         if offset <= self.base_offset:
@@ -258,8 +296,9 @@ class Segment:
         out: list[ReadSlice] = []
         got = 0
         nbytes = 0
-        hint = [_MIN_CHUNK]
+        hint = [min(self._batch_hint, max_bytes)]
         for fpos, h, buf, p in self._scan(pos, end, hint, tolerate_tail=False):
+            self._batch_hint = h.size
             if h.next_offset <= offset:
                 continue
             view = BatchView.from_buffer(buf, p, self.log_path, fpos, header=h, verify_crc=verify)
@@ -555,6 +594,12 @@ class Segment:
             if idx is not None:
                 idx.close()
                 setattr(self, attr, None)
+        mm, self._mm = self._mm, None
+        if mm is not None:
+            try:
+                mm.close()
+            except BufferError:
+                pass  # a reader still holds a view; the mapping goes with it
 
     def delete(self) -> None:
         """Close and remove the segment's files."""
