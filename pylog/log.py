@@ -141,9 +141,9 @@ class Store:
             for p in topic.partitions:
                 p._ensure_writer()
             doomed = os.path.join(self.path, f"{_DELETING}{name}-{uuid.uuid4().hex}")
-            os.rename(topic.directory, doomed)
+            os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
             fsync_dir(self.path)
-            topic.close()
+            topic.close(discard=True)
             self._topics.pop(name, None)
             shutil.rmtree(doomed, ignore_errors=True)
 

@@ -66,6 +66,8 @@ class Partition:
         self._recovery_point = 0
         self._unflushed = 0
         self._last_flush = time.monotonic()
+        #: What the last crash recovery did: segments re-validated, bytes dropped, seconds (None: none ran).
+        self.last_recovery: dict[str, Any] | None = None
         os.makedirs(directory, exist_ok=True)
         self._checkpoint_path = os.path.join(directory, CHECKPOINT_FILE)
         self._segments: list[Segment] = []
@@ -162,10 +164,15 @@ class Partition:
         """Re-validate segments from the one holding ``recovery_point``; cut everything after a bad batch."""
         i = max(0, bisect.bisect_right([s.base_offset for s in segs], recovery_point) - 1)
         log.info("recovering %s from offset %d (%d segments)", self.directory, recovery_point, len(segs) - i)
+        t0 = time.monotonic()
+        stats = {"segments_validated": 0, "bytes_dropped": 0, "segments_deleted": 0, "seconds": 0.0}
+        self.last_recovery = stats
         prev_next = None
         for j in range(i, len(segs)):
             seg = segs[j]
             dropped = seg.recover()
+            stats["segments_validated"] += 1
+            stats["bytes_dropped"] += dropped
             if prev_next is not None and seg.size and seg.base_offset < prev_next:
                 raise CorruptRecordError(f"segment base {seg.base_offset} overlaps the previous segment",
                                          seg.log_path, 0)
@@ -175,10 +182,13 @@ class Partition:
                     # Offsets must stay contiguous: whatever follows a damaged segment cannot be trusted.
                     for later in segs[j + 1:]:
                         log.warning("recovery: deleting %s after a truncated segment", later.log_path)
+                        stats["bytes_dropped"] += later.size
+                        stats["segments_deleted"] += 1
                         later.delete()
                     segs = segs[:j + 1]
                     break
                 seg.seal()
+        stats["seconds"] = time.monotonic() - t0
         return segs
 
     # ------------------------------------------------------------------ offsets
@@ -448,8 +458,9 @@ class Partition:
                 offset, self._log_start, end_offset)
         if offset == end_offset:
             return []
-        bases = [s.base_offset for s in segs]
-        i = max(0, bisect.bisect_right(bases, offset) - 1)
+        i = 0
+        if len(segs) > 1:
+            i = max(0, bisect.bisect_right([s.base_offset for s in segs], offset) - 1)
         out: list[ReadSlice] = []
         got = 0
         nbytes = 0
@@ -518,13 +529,18 @@ class Partition:
             problems.append("active segment starts after the log end offset")
         return problems
 
-    def close(self) -> None:
-        """Flush, seal the active segment's indexes, write a clean checkpoint and release the writer lock."""
+    def close(self, discard: bool = False) -> None:
+        """Flush, seal the active segment's indexes, write a clean checkpoint and release the writer lock.
+
+        With ``discard`` (the partition's files are being deleted) nothing is written, only released.
+        """
         with self._lock:
             if self._closed:
                 return
             self._closed = True
             segs = self._segments
+            if discard:
+                self._failed = "discarded"
             if self._lock_fd is not None:
                 try:
                     if self._failed is None and segs:

@@ -131,11 +131,12 @@ class Topic:
             if p is not None:
                 p.flush()
 
-    def close(self) -> None:
+    def close(self, discard: bool = False) -> None:
+        """Close every opened partition (``discard``: without writing anything, the files are going away)."""
         with self._lock:
             for p in self._partitions:
                 if p is not None:
-                    p.close()
+                    p.close(discard)
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, partitions={self.num_partitions})"

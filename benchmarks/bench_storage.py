@@ -1,0 +1,410 @@
+"""Storage-core benchmark: every figure the storage issue asks for, with baselines measured in the same run.
+
+Usage::
+
+    python benchmarks/bench_storage.py                     # full run: ~11 GB written under --dir, a few minutes
+    python benchmarks/bench_storage.py --quick             # small sizes, ~30 s (what the test suite runs)
+    python benchmarks/bench_storage.py --dir /mnt/fast --stored-gb 10 --json results.json
+
+Workload (the issue's): 100-byte values, 8-byte keys, batches of 1,000 records, no compression, page cache
+(no fsync) unless stated, one process. Each timed section runs ``--repeat`` times and keeps the best, and
+every ratio is against a baseline timed in the same process on the same files system:
+
+- ``plain f.write / record``: a buffered ``open(..., "wb")`` file, ``f.write(key); f.write(value)`` per record
+  (what a Python user writes instead of a log library).
+- ``plain f.write / batch``: one ``f.write(b"".join(keys + values))`` per batch (the physical ceiling).
+- reads compare with reading the same payload back from the plain file (per record slices / one ``read``).
+
+Targets are printed next to the figures; nothing here asserts (timed assertions do not belong in tests).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+import pylog
+
+ROWS: list[dict[str, Any]] = []
+
+
+def row(name: str, value: float, unit: str, target: str = "", baseline: str = "", ratio: float | None = None,
+        ok: bool | None = None) -> None:
+    ROWS.append({"name": name, "value": value, "unit": unit, "target": target, "baseline": baseline,
+                 "ratio": ratio, "ok": ok})
+    r = f"{ratio:6.2f}x" if ratio is not None else "       "
+    mark = {True: "PASS", False: "MISS", None: "    "}[ok]
+    print(f"{mark}  {name:<46} {value:>14,.2f} {unit:<10} {r}  {baseline:<28} {target}", flush=True)
+
+
+def best_of(repeat: int, fn: Callable[[], float]) -> float:
+    """Run ``fn`` (which returns seconds) ``repeat`` times; keep the fastest."""
+    return min(fn() for _ in range(repeat))
+
+
+def warm_memory(directory: str, gib: float) -> None:
+    """Touch page-cache memory once so the first timed writes do not pay the VM's first-touch cost."""
+    path = os.path.join(directory, "warm.bin")
+    block = os.urandom(1 << 20)
+    with open(path, "wb") as f:
+        for _ in range(int(gib * 1024)):
+            f.write(block)
+    os.unlink(path)
+
+
+def make_data(n: int, seed: int = 1) -> tuple[list[bytes], list[bytes]]:
+    rnd = random.Random(seed)
+    values = [rnd.randbytes(100) for _ in range(n)]
+    keys = [rnd.randbytes(8) for _ in range(n)]
+    return values, keys
+
+
+def text_values(n: int) -> list[bytes]:
+    rnd = random.Random(7)
+    users = ["alice", "bob", "carol", "dave", "erin"]
+    paths = ["/api/v1/items", "/api/v1/orders", "/login", "/static/app.js", "/health"]
+    out = []
+    for i in range(n):
+        line = (f'{{"ts":{1700000000000 + i},"user":"{rnd.choice(users)}","path":"{rnd.choice(paths)}",'
+                f'"status":{rnd.choice([200, 200, 200, 304, 404, 500])},"ms":{rnd.randint(1, 999)}}}')
+        out.append(line.encode()[:100].ljust(100, b" "))
+    return out
+
+
+class Bench:
+    def __init__(self, root: str, args: argparse.Namespace) -> None:
+        self.root = root
+        self.args = args
+        self.batches = args.batches
+        self.values, self.keys = make_data(1000)
+        self.vl = np.full(1000, 100, np.int32)
+        self.kl = np.full(1000, 8, np.int32)
+        self.vd = b"".join(self.values)
+        self.kd = b"".join(self.keys)
+        self.payload = self.batches * 1000 * 108
+
+    def fresh(self, name: str, **config: Any) -> tuple[pylog.Store, Any]:
+        path = os.path.join(self.root, name)
+        shutil.rmtree(path, ignore_errors=True)
+        store = pylog.open(path)
+        store.create_topic("t", config=config or None)
+        return store, store.topic("t").partition(0)
+
+    # -------------------------------------------------------------- writes
+
+    def plain_per_record(self) -> float:
+        path = os.path.join(self.root, "plain.bin")
+        keys, values = self.keys, self.values
+        t = time.perf_counter()
+        with open(path, "wb") as f:
+            w = f.write
+            for _ in range(self.batches):
+                for k, v in zip(keys, values):
+                    w(k)
+                    w(v)
+        dt = time.perf_counter() - t
+        os.unlink(path)
+        return dt
+
+    def plain_per_batch(self) -> float:
+        path = os.path.join(self.root, "plain.bin")
+        parts = [*self.keys, *self.values]
+        t = time.perf_counter()
+        with open(path, "wb") as f:
+            for _ in range(self.batches):
+                f.write(b"".join(parts))
+        dt = time.perf_counter() - t
+        os.unlink(path)
+        return dt
+
+    def append_values_run(self) -> float:
+        store, p = self.fresh("append_values")
+        values, keys = self.values, self.keys
+        t = time.perf_counter()
+        for _ in range(self.batches):
+            p.append_values(values, keys=keys)
+        dt = time.perf_counter() - t
+        store.close()
+        return dt
+
+    def append_columns_run(self, chunk: int = 1000) -> float:
+        store, p = self.fresh("append_columns")
+        reps = chunk // 1000
+        vl, kl = np.tile(self.vl, reps), np.tile(self.kl, reps)
+        vd, kd = self.vd * reps, self.kd * reps
+        t = time.perf_counter()
+        for _ in range(self.batches // reps):
+            p.append_columns(vl, vd, kl, kd)
+        dt = time.perf_counter() - t
+        store.close()
+        return dt
+
+    def writes(self) -> float:
+        n = self.batches * 1000
+        rep = self.args.repeat
+        per_record = n / best_of(rep, self.plain_per_record)
+        per_batch = n / best_of(rep, self.plain_per_batch)
+        av = n / best_of(rep, self.append_values_run)
+        ac = n / best_of(rep, self.append_columns_run)
+        ac10 = n / best_of(rep, lambda: self.append_columns_run(10_000))
+        row("baseline: plain f.write per record", per_record / 1e6, "M rec/s")
+        row("baseline: plain f.write per batch", per_batch / 1e6, "M rec/s")
+        row("append_values (batches of 1,000)", av / 1e6, "M rec/s", ">= 4 M/s", "vs f.write/record",
+            av / per_record, av >= 4e6)
+        row("append_values vs physical ceiling", av / 1e6, "M rec/s", ">= 0.5x", "vs f.write/batch",
+            av / per_batch, av / per_batch >= 0.5)
+        row("append_columns (1,000 per call)", ac / 1e6, "M rec/s", ">= 15 M/s", "vs f.write/batch",
+            ac / per_batch, ac >= 15e6)
+        row("append_columns (10,000 per call)", ac10 / 1e6, "M rec/s", ">= 15 M/s", "vs f.write/batch",
+            ac10 / per_batch, ac10 >= 15e6)
+        return av
+
+    # -------------------------------------------------------------- reads
+
+    def reads(self) -> None:
+        store, p = self.fresh("reads")
+        for _ in range(self.batches):
+            p.append_values(self.values, keys=self.keys)
+        p.roll()  # reads of closed segments and of the active one both happen below
+        for _ in range(self.batches // 10):
+            p.append_values(self.values, keys=self.keys)
+        end = p.log_end_offset
+        plain = os.path.join(self.root, "plain_read.bin")
+        with open(plain, "wb") as f:
+            for _ in range(end // 1000):
+                f.write(b"".join([*self.keys, *self.values]))
+
+        def plain_records() -> float:
+            t = time.perf_counter()
+            with open(plain, "rb") as f:
+                while True:
+                    buf = f.read(108 * 10_000)
+                    if not buf:
+                        break
+                    # the plain file has no framing: slice fixed-size keys and values as a user would
+                    mv = buf
+                    _ = [(mv[i:i + 8], mv[i + 8:i + 108]) for i in range(0, len(mv), 108)]
+            return time.perf_counter() - t
+
+        def plain_bulk() -> float:
+            t = time.perf_counter()
+            with open(plain, "rb") as f:
+                while f.read(1 << 24):
+                    pass
+            return time.perf_counter() - t
+
+        def read_records() -> float:
+            t = time.perf_counter()
+            off = 0
+            while off < end:
+                recs = p.read(off, max_records=10_000)
+                off = recs[-1].offset + 1
+            return time.perf_counter() - t
+
+        def read_columns() -> float:
+            t = time.perf_counter()
+            off = 0
+            while off < end:
+                cols = p.read_columns(off, max_records=100_000)
+                off = int(cols.offsets[-1]) + 1
+            return time.perf_counter() - t
+
+        rep = self.args.repeat
+        pr = end / best_of(rep, plain_records)
+        pb = end / best_of(rep, plain_bulk)
+        rr = end / best_of(rep, read_records)
+        rc = end / best_of(rep, read_columns)
+        row("baseline: plain file, slice per record", pr / 1e6, "M rec/s")
+        row("baseline: plain file, bulk read", pb / 1e6, "M rec/s")
+        row("read as records", rr / 1e6, "M rec/s", ">= 2.5 M/s", "vs plain slices", rr / pr, rr >= 2.5e6)
+        row("read_columns", rc / 1e6, "M rec/s", ">= 40 M/s", "vs plain bulk read", rc / pb, rc >= 40e6)
+        store.close()
+        os.unlink(plain)
+
+    # -------------------------------------------------------------- random reads and stored data
+
+    @staticmethod
+    def random_read_median(p: Any, samples: int) -> float:
+        end = p.log_end_offset
+        rnd = random.Random(3)
+        offsets = [rnd.randrange(end) for _ in range(samples)]
+        for o in offsets[:200]:
+            p.read(o, max_records=1)
+        lat = []
+        for o in offsets:
+            t = time.perf_counter()
+            recs = p.read(o, max_records=1)
+            lat.append(time.perf_counter() - t)
+            assert recs[0].offset == o
+        return statistics.median(lat) * 1e6
+
+    def stored(self, empty_rate: float) -> None:
+        args = self.args
+        store, small = self.fresh("small")
+        for _ in range(10):
+            small.append_values(self.values, keys=self.keys)
+        small_us = self.random_read_median(small, args.samples)
+        store.close()
+
+        target_bytes = int(args.stored_gb * (1 << 30))
+        store, big = self.fresh("big")
+        chunk = 9_000
+        vl, kl = np.tile(self.vl, 9), np.tile(self.kl, 9)
+        vd, kd = self.vd * 9, self.kd * 9
+        t = time.perf_counter()
+        stored = 0
+        while stored < target_bytes:
+            big.append_columns(vl, vd, kl, kd)
+            stored += chunk * 108
+        fill = time.perf_counter() - t
+        n_big = big.log_end_offset
+        row(f"filled partition: {n_big:,} records", stored / fill / 1e6, "MB/s")
+
+        def append_more() -> float:
+            t = time.perf_counter()
+            for _ in range(min(self.batches, 2000)):
+                big.append_values(self.values, keys=self.keys)
+            return time.perf_counter() - t
+
+        full_rate = min(self.batches, 2000) * 1000 / best_of(args.repeat, append_more)
+        row(f"append_values with {stored / (1 << 30):.1f} GiB stored", full_rate / 1e6, "M rec/s",
+            "within 20% of empty", "vs empty partition", full_rate / empty_rate, full_rate / empty_rate >= 0.8)
+        big_us = self.random_read_median(big, args.samples)
+        row("random read, 10^4 records (median)", small_us, "us", "<= 20 us", "", None, small_us <= 20)
+        row(f"random read, {n_big:.1e} records (median)", big_us, "us", "<= 20 us, <= 1.5x",
+            "vs 10^4 records", big_us / small_us, big_us <= 20 and big_us / small_us <= 1.5)
+        store.close()
+        shutil.rmtree(os.path.join(self.root, "big"), ignore_errors=True)
+
+    # -------------------------------------------------------------- durability
+
+    def durable(self) -> None:
+        store, p = self.fresh("durable", **{"flush.messages": 1000})
+        n = max(50, self.batches // 20)
+        t = time.perf_counter()
+        for _ in range(n):
+            p.append_values(self.values, keys=self.keys)  # flush.messages=1000: fsync after every batch
+        dt = time.perf_counter() - t
+        row("durable append (fsync per 1,000-record batch)", n * 1000 / dt / 1e6, "M rec/s", "report",
+            f"{dt / n * 1e3:.2f} ms per batch")
+        store.close()
+
+    def open_times(self) -> None:
+        path = os.path.join(self.root, "many")
+        shutil.rmtree(path, ignore_errors=True)
+        segments = self.args.segments
+        with pylog.open(path) as store:
+            store.create_topic("t", config={"segment.bytes": 200_000})
+            p = store.topic("t").partition(0)
+            while len(p.segments) < segments:
+                p.append_values(self.values, keys=self.keys)
+        t = time.perf_counter()
+        with pylog.open(path) as store:
+            p = store.topic("t").partition(0)
+            end = p.log_end_offset
+            p.read(end - 1)
+            opened = time.perf_counter() - t
+            nseg = len(p.segments)
+        row(f"open clean store, {nseg} segments", opened * 1e3, "ms", "< 1000 ms", "", None, opened < 1.0)
+
+        # A writer killed with SIGKILL: reopening re-validates only what follows the recovery point.
+        code = ("import pylog, os, signal, sys\n"
+                "s = pylog.open(sys.argv[1]); p = s.topic('t').partition(0)\n"
+                "v = [os.urandom(100) for _ in range(1000)]\n"
+                "for _ in range(3): p.append_values(v)\n"
+                "os.kill(os.getpid(), signal.SIGKILL)\n")
+        subprocess.run([sys.executable, "-c", code, path], check=False)
+        t = time.perf_counter()
+        with pylog.open(path) as store:
+            p = store.topic("t").partition(0)
+            p.append_values([b"after crash"])  # the first write takes the lock and recovers
+            took = time.perf_counter() - t
+            rec = p.last_recovery or {}
+            nseg = len(p.segments)
+        row(f"reopen after SIGKILL, {nseg} segments", took * 1e3, "ms", "only segments after recovery point",
+            f"{rec.get('segments_validated')} segment(s) re-validated", None, rec.get("segments_validated") == 1)
+        shutil.rmtree(path, ignore_errors=True)
+
+    # -------------------------------------------------------------- compression
+
+    def compression(self) -> None:
+        values = text_values(1000)
+        keys = self.keys
+        results = {}
+        for codec in ("none", "lz4"):
+            store, p = self.fresh(f"codec_{codec}", **{"compression.type": codec})
+            n = max(200, self.batches // 4)
+            t = time.perf_counter()
+            for _ in range(n):
+                p.append_values(values, keys=keys)
+            wt = time.perf_counter() - t
+            size = p.size_bytes()
+            end = p.log_end_offset
+            t = time.perf_counter()
+            off = 0
+            while off < end:
+                cols = p.read_columns(off, max_records=100_000)
+                off = int(cols.offsets[-1]) + 1
+            rt = time.perf_counter() - t
+            results[codec] = (n * 1000 / wt, end / rt, size)
+            store.close()
+        (wn, rn, sn), (wl, rl, sl) = results["none"], results["lz4"]
+        row("lz4 text-like values: stored size ratio", sn / sl, ":1", "report", "uncompressed / lz4 bytes")
+        row("lz4 append", wl / 1e6, "M rec/s", "report", "vs uncompressed append", wl / wn)
+        row("lz4 read_columns", rl / 1e6, "M rec/s", "report", "vs uncompressed read", rl / rn)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", help="where to write (default: a temporary directory, removed afterwards)")
+    ap.add_argument("--quick", action="store_true", help="small sizes: a smoke run in seconds")
+    ap.add_argument("--stored-gb", type=float, default=10.0, help="data stored before the 'with data' figures")
+    ap.add_argument("--batches", type=int, default=2000, help="batches of 1,000 records per write/read run")
+    ap.add_argument("--samples", type=int, default=20_000, help="random reads per latency figure")
+    ap.add_argument("--segments", type=int, default=1000, help="segments for the open-time figure")
+    ap.add_argument("--repeat", type=int, default=3, help="runs per timed section (best is kept)")
+    ap.add_argument("--warm-gb", type=float, default=2.0, help="page-cache memory to touch before timing")
+    ap.add_argument("--json", help="also write the rows as JSON to this file")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.stored_gb, args.batches, args.samples, args.segments, args.repeat, args.warm_gb = \
+            0.05, 100, 500, 50, 1, 0.0
+    root = args.dir or tempfile.mkdtemp(prefix="pylog-bench-")
+    os.makedirs(root, exist_ok=True)
+    print(f"pylog {pylog.__version__} storage benchmark in {root} (python {sys.version.split()[0]}, "
+          f"numpy {np.__version__}, {os.cpu_count()} cpus)")
+    print(f"{'':6}{'figure':<46} {'value':>14} {'unit':<10} {'ratio':>7}  {'baseline':<28} target")
+    try:
+        if args.warm_gb:
+            warm_memory(root, args.warm_gb)
+        b = Bench(root, args)
+        empty_rate = b.writes()
+        b.reads()
+        b.stored(empty_rate)
+        b.durable()
+        b.open_times()
+        b.compression()
+    finally:
+        if not args.dir:
+            shutil.rmtree(root, ignore_errors=True)
+    if args.json:
+        with open(args.json, "w") as f:
+            json.dump(ROWS, f, indent=2)
+    return 0
+
+
+if __name__ == "__main__":
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    sys.exit(main())
