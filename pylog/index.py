@@ -37,6 +37,7 @@ from __future__ import annotations
 import mmap
 import os
 import struct
+from typing import Any, Self, TypeVar
 
 import numpy as np
 
@@ -62,8 +63,8 @@ class _Index:
     """Shared machinery: mmap, header, append, search, seal. Subclasses set the column types."""
 
     MAGIC = b""
-    A = np.dtype("<u4")
-    B = np.dtype("<u4")
+    A: np.dtype[Any] = np.dtype("<u4")
+    B: np.dtype[Any] = np.dtype("<u4")
 
     def __init__(self, path: str, base_offset: int, mm: mmap.mmap | None, capacity: int, count: int,
                  sealed: bool, max_timestamp: int, writable: bool) -> None:
@@ -130,14 +131,14 @@ class _Index:
             fsync_dir(os.path.dirname(path))
 
     @classmethod
-    def create(cls, path: str, base_offset: int, max_bytes: int) -> "_Index":
+    def create(cls, path: str, base_offset: int, max_bytes: int) -> Self:
         """A new, empty, writable index preallocated to ``max_bytes``."""
         cls.write_file(path, base_offset, np.empty(0, cls.A), np.empty(0, cls.B), cls.capacity_for(max_bytes),
                        sealed=False)
         return cls.open(path, base_offset, writable=True)
 
     @classmethod
-    def open(cls, path: str, base_offset: int, writable: bool = False) -> "_Index":
+    def open(cls, path: str, base_offset: int, writable: bool = False) -> Self:
         """Open and sanity-check an index file.
 
         A writable open of a sealed file first unseals it. :raises IndexError_: when the file is missing
@@ -229,7 +230,7 @@ class _Index:
         self._b[self.count] = b
         self.count += 1
 
-    def seal(self, max_timestamp: int = -1, durable: bool = True) -> "_Index":
+    def seal(self, max_timestamp: int = -1, durable: bool = True) -> Self:
         """Write a trimmed, checksummed copy and return it opened read-only (this object is closed)."""
         a, b = self.entries()
         self.close()
@@ -264,7 +265,10 @@ class _NeedsRegrow(Exception):
         self.b = b
 
 
-def open_writable(cls: type[_Index], path: str, base_offset: int, max_bytes: int) -> _Index:
+_I = TypeVar("_I", bound=_Index)
+
+
+def open_writable(cls: type[_I], path: str, base_offset: int, max_bytes: int) -> _I:
     """Open an index for appending, re-growing a sealed (trimmed) file to ``max_bytes`` first."""
     try:
         return cls.open(path, base_offset, writable=True)
@@ -277,8 +281,8 @@ class OffsetIndex(_Index):
     """Relative offset (u32) -> file position (u32) of a batch start."""
 
     MAGIC = b"PLXO"
-    A = np.dtype("<u4")
-    B = np.dtype("<u4")
+    A: np.dtype[Any] = np.dtype("<u4")
+    B: np.dtype[Any] = np.dtype("<u4")
 
     def append(self, relative_offset: int, position: int) -> None:
         """Add an entry; offsets and positions must exceed the last entry's. Caller holds the writer lock."""
@@ -301,8 +305,8 @@ class TimeIndex(_Index):
     """Max timestamp so far (i64) -> relative offset (u32) of the batch after which it holds."""
 
     MAGIC = b"PLXT"
-    A = np.dtype("<i8")
-    B = np.dtype("<u4")
+    A: np.dtype[Any] = np.dtype("<i8")
+    B: np.dtype[Any] = np.dtype("<u4")
 
     def append(self, timestamp: int, relative_offset: int) -> None:
         """Add (T, rel) when T exceeds the last entry's timestamp; otherwise do nothing."""

@@ -273,6 +273,7 @@ class Partition:
             raise InvalidRecordError("nothing to append")
         vlens, vparts = _column(values, n, "values")
         klens, kparts = _column(keys, n, "keys")
+        assert vlens is not None
         return self._append_columns(n, vlens, vparts, klens, kparts, timestamps, headers)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,

@@ -242,7 +242,7 @@ def stamp_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:
 # -------------------------------------------------------------------------------------------- encoding
 
 
-def _column(items: Sequence[Any] | None, n: int, what: str) -> tuple[np.ndarray | None, list]:
+def _column(items: Sequence[Any] | None, n: int, what: str) -> tuple[Any, list]:
     """Lengths (int32, -1 for None) and the list of non-null parts of a key or value column."""
     if items is None:
         return None, []
@@ -264,7 +264,7 @@ def _headers_blob(headers: Sequence[Any] | None, n: int) -> bytes | None:
         raise InvalidRecordError(f"headers: {len(headers)} items for {n} records")
     if not any(headers):
         return None
-    rows = []
+    rows: list[Any] = []
     for h in headers:
         if not h:
             rows.append(())
@@ -310,6 +310,9 @@ def encode_parts(
     :raises InvalidRecordError: when columns disagree in length or hold non-bytes items.
     """
     body_parts: list[Any] = []
+    vlens: np.ndarray
+    klens: np.ndarray | None
+    deltas: np.ndarray | None
     if value_lengths is not None:
         vlens = np.ascontiguousarray(value_lengths, dtype=_I32)
         n = len(vlens)
@@ -487,7 +490,7 @@ def _split(data: Any, lengths: np.ndarray, start: int = 0, stop: int | None = No
         shift = first
         starts = [x - shift for x in starts]
         ends -= shift
-    out = list(map(raw.__getitem__, map(slice, starts, ends.tolist())))
+    out: list[bytes | None] = list(map(raw.__getitem__, map(slice, starts, ends.tolist())))
     if int(part.min()) < 0:
         for i in np.flatnonzero(part < 0).tolist():
             out[i] = None
@@ -562,9 +565,14 @@ class BatchView:
         :raises CorruptRecordError: on a bad header, checksum, compressed body or section bounds.
         """
         where = file_pos if file_pos is not None else pos
-        h = header if header is not None else parse_header(buf, pos)
         if header is None:
+            have = memoryview(buf).nbytes - pos
+            if have < HEADER_SIZE:  # struct.error otherwise: hostile input must raise CorruptRecordError
+                raise CorruptRecordError(f"batch header truncated to {max(have, 0)} bytes", path, where)
+            h = parse_header(buf, pos)
             check_header(h, path, where)
+        else:
+            h = header
         mv = memoryview(buf)[pos:pos + h.size]
         if len(mv) != h.size:
             raise CorruptRecordError(f"batch of {h.size} bytes truncated to {len(mv)}", path, where)

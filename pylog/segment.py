@@ -356,13 +356,15 @@ class Segment:
             last = oi.last_entry()
             tl = ti.last_entry()
             start_rel = tl[1] if tl is not None else 0
-            pos = min(oi.lookup(start_rel)[1], oi.last_entry()[1] if oi.count else 0)
+            rel, pos = oi.lookup(start_rel)
             max_ts = tl[0] if tl is not None else -1
             if ti.sealed and ti.max_timestamp > max_ts:
                 max_ts = ti.max_timestamp
         except CorruptRecordError:
-            pos, max_ts = 0, -1
-        next_offset = self.base_offset
+            rel, pos, max_ts = 0, 0, -1
+        # The batch at pos starts at base + rel: that is the next offset even when no whole batch follows
+        # it (a reader of a torn tail), not the segment's base offset.
+        next_offset = self.base_offset + rel
         valid_end = pos
         since = 0
         for fpos, h, buf, p in self._scan(pos, end, _MAX_CHUNK, tolerate_tail):
@@ -384,6 +386,13 @@ class Segment:
         self._max_timestamp = max_ts
         self._bytes_since_index = since
         self._loaded = True
+        if not self.writable:
+            # A reader validated a live index against the file size; entries past the whole batches (a
+            # torn tail after a power loss: the index page was written back, the log page was not) are
+            # not visible yet, and would make check() and lookups point past the visible log.
+            for idx, limit in ((self._oindex, valid_end), (self._tindex, self.next_offset - self.base_offset)):
+                if idx is not None and not idx.sealed and not idx.writable and idx.count:
+                    idx.count = int(np.searchsorted(idx._b[:idx.count], limit, "left"))
 
     def refresh(self) -> bool:
         """For readers in another process than the writer: take in batches appended since the last look.
