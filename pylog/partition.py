@@ -33,7 +33,8 @@ from .config import TopicConfig
 from .errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
                      PartitionLockedError, RecordTooLargeError, StoreClosedError)
 from .filenames import CHECKPOINT_FILE, LOCK_FILE, list_segment_bases
-from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns, _column, encode_parts, now_ms)
+from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns, _column, encode_parts, gc_paused,
+                      now_ms)
 from .segment import ReadSlice, Segment
 
 __all__ = ["Partition", "DEFAULT_MAX_BYTES"]
@@ -487,8 +488,10 @@ class Partition:
         :raises CorruptRecordError: when a batch on disk does not check (names the file and position).
         """
         out: list[Record] = []
-        for view, a, b in self._slices(offset, max_records, max_bytes, verify):
-            out.extend(view.records(self.topic, self.number, a, b))
+        slices = self._slices(offset, max_records, max_bytes, verify)
+        with gc_paused():
+            for view, a, b in slices:
+                out.extend(view.records(self.topic, self.number, a, b))
         return out
 
     def read_columns(self, offset: int, max_records: int = 100_000, max_bytes: int = DEFAULT_MAX_BYTES,

@@ -4,8 +4,9 @@ Invariants:
 - ``base_offset`` <= every offset in this segment; batch base offsets strictly increase along the file.
 - Bytes below ``size`` are whole batches; ``size`` only grows after a batch is wholly written (the writer)
   or wholly read back and checksummed (a reader in another process), so no reader sees part of a batch.
-- The active (last) segment is read with ``pread``, never an mmap, so a log truncated by crash recovery in
-  another process cannot raise SIGBUS here. Older segments are immutable (sealed and fsynced before the
+- Readers in other processes read the active (last) segment with ``pread``, never an mmap, so a log
+  truncated by crash recovery in another process cannot raise SIGBUS there; the writer, the only one who
+  ever truncates, maps its own active segment. Older segments are immutable (sealed and fsynced before the
   recovery point moves past them, so recovery never cuts them) and are read through a read-only mmap
   without copying. Indexes are mmapped, which is safe because index files are only ever replaced by
   rename (see :mod:`pylog.index`).
@@ -198,7 +199,7 @@ class Segment:
         or a partial header at the end stops the scan silently (a writer may still be writing it);
         otherwise it raises :class:`CorruptRecordError` naming the file and position.
         """
-        mm = self._map() if self.immutable else None
+        mm = self._map() if self.immutable or self._wfd is not None else None
         if mm is not None and end <= len(mm):
             yield from self._scan_mapped(mm, pos, end, tolerate_tail)
             return
@@ -246,9 +247,21 @@ class Segment:
             pos += p
 
     def _map(self) -> mmap.mmap | None:
+        """A read-only mapping of the log, for immutable segments and for the writer's own active segment.
+
+        Only the writer ever shortens a log (recovery, :meth:`truncate_to`), and it unmaps first, so a
+        mapping never outlives the bytes under it. The writer's active segment grows: it is remapped when
+        the mapping covers less than 3/4 of the visible size; reads past the mapping use ``pread``.
+        """
         mm = self._mm
-        if mm is None and self.size:
-            mm = self._mm = mmap.mmap(self._fd(), self.size, access=mmap.ACCESS_READ)
+        size = self.size
+        if size and (mm is None or (not self.immutable and len(mm) * 4 < size * 3)):
+            if mm is not None:
+                try:
+                    mm.close()
+                except BufferError:
+                    pass  # a reader still holds a view; the old mapping goes with it
+            mm = self._mm = mmap.mmap(self._fd(), size, access=mmap.ACCESS_READ)
         return mm
 
     def _scan_mapped(self, mm: mmap.mmap, pos: int, end: int, tolerate_tail: bool
