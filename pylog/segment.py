@@ -30,7 +30,7 @@ from .errors import CorruptRecordError
 from .fileio import write_all
 from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
-from .records import HEADER_SIZE, BatchHeader, BatchView, check_header, parse_header
+from .records import HEADER_SIZE, LENGTH_PREFIX, BatchHeader, BatchView, check_header, parse_header
 
 __all__ = ["Segment", "ReadSlice"]
 
@@ -310,25 +310,29 @@ class Segment:
         got = 0
         nbytes = 0
         hint = [min(self._batch_hint, max_bytes)]
+        path = self.log_path
+        size = HEADER_SIZE
         for fpos, h, buf, p in self._scan(pos, end, hint, tolerate_tail=False):
-            self._batch_hint = h.size
-            if h.next_offset <= offset:
+            # Header fields by index: this loop runs once per batch on the read hot path.
+            base, size, count = h[0], h[1] + LENGTH_PREFIX, h[11]
+            if base + h[5] < offset:  # last offset below the target
                 continue
-            view = BatchView.from_buffer(buf, p, self.log_path, fpos, header=h, verify_crc=verify)
+            view = BatchView.from_buffer(buf, p, path, fpos, h, verify)
             a = 0
-            if offset > h.base_offset:
+            if offset > base:
                 if view.offset_deltas is None:
-                    a = offset - h.base_offset
+                    a = offset - base
                 else:
-                    a = int(np.searchsorted(view.offset_deltas, offset - h.base_offset))
-            b = min(h.record_count, a + (max_records - got))
+                    a = int(np.searchsorted(view.offset_deltas, offset - base))
+            b = min(count, a + (max_records - got))
             out.append((view, a, b))
             got += b - a
-            nbytes += h.size
+            nbytes += size
             if got >= max_records or nbytes >= max_bytes:
                 break
             # Size the next read for what is still wanted, judging by the bytes per record so far.
             hint[0] = int(min(max_bytes - nbytes, nbytes / got * (max_records - got) * 1.05 + HEADER_SIZE))
+        self._batch_hint = size
         return out, nbytes
 
     def offset_for_timestamp(self, timestamp: int, end: int | None = None) -> int | None:

@@ -142,20 +142,20 @@ def test_flipped_body_byte_fails_the_crc():
 
 
 def test_lengths_that_do_not_add_up_are_caught_even_with_a_valid_crc():
-    from pylog.records import crc32c
+    from pylog.records import batch_crc
     raw = bytearray(encode_batch([b"abc", b"de"]))
     struct.pack_into("<i", raw, HEADER_SIZE, 4)  # first value length 3 -> 4
-    struct.pack_into("<I", raw, 13, crc32c(bytes(raw[17:])))
+    struct.pack_into("<I", raw, 13, batch_crc(raw))
     with pytest.raises(CorruptRecordError, match="add up"):
         BatchView.from_buffer(bytes(raw))
 
 
 def test_lz4_body_size_lie_is_caught():
-    from pylog.records import crc32c
+    from pylog.records import batch_crc
     raw = bytearray(encode_batch([b"a" * 1000] * 10, codec=CODEC_LZ4))
     assert parse_header(raw).codec == CODEC_LZ4
     struct.pack_into("<I", raw, 57, parse_header(raw).body_size + 1)
-    struct.pack_into("<I", raw, 13, crc32c(bytes(raw[17:])))
+    struct.pack_into("<I", raw, 13, batch_crc(raw))
     with pytest.raises(CorruptRecordError):
         BatchView.from_buffer(bytes(raw))
 
