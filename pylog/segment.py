@@ -30,7 +30,7 @@ from .errors import CorruptRecordError
 from .fileio import write_all
 from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
-from .records import HEADER_SIZE, LENGTH_PREFIX, BatchHeader, BatchView, check_header, parse_header
+from .records import HEADER_SIZE, LENGTH_PREFIX, BatchHeader, BatchView, batch_crc, check_header, parse_header
 
 __all__ = ["Segment", "ReadSlice"]
 
@@ -316,6 +316,11 @@ class Segment:
             # Header fields by index: this loop runs once per batch on the read hot path.
             base, size, count = h[0], h[1] + LENGTH_PREFIX, h[11]
             if base + h[5] < offset:  # last offset below the target
+                # Skipping on the word of an unchecked header would silently drop the records of a batch
+                # whose base offset was damaged downwards: check what is skipped too (at most about
+                # index.interval.bytes per read).
+                if verify and batch_crc(memoryview(buf)[p:p + size]) != h[3]:
+                    raise CorruptRecordError("batch checksum mismatch", path, fpos)
                 continue
             view = BatchView.from_buffer(buf, p, path, fpos, h, verify)
             a = 0
@@ -344,6 +349,9 @@ class Segment:
         start = self.base_offset + rel
         for fpos, h, buf, p in self._scan(pos, end, _MIN_CHUNK, tolerate_tail=False):
             if h.next_offset <= start or h.max_timestamp < timestamp:
+                # As in read(): never skip on the word of a damaged header.
+                if batch_crc(memoryview(buf)[p:p + h.size]) != h.crc:
+                    raise CorruptRecordError("batch checksum mismatch", self.log_path, fpos)
                 continue
             view = BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
             offs = view.offsets()

@@ -355,21 +355,49 @@ def test_flipped_byte_in_sealed_segment_raises_corrupt_record_error(tmp_path, na
         assert p.check() != []
 
 
-def test_flipped_base_offset_in_sealed_segment_is_not_returned_as_garbage(tmp_path):
+@pytest.mark.parametrize("direction", ["up", "down", "far_up", "negative", "previous_batch"])
+def test_damaged_base_offset_in_sealed_segment_raises(tmp_path, direction):
+    """The base offset is covered by the CRC: a damaged one is an error at the batch, never wrong offsets
+    and never silently skipped records (a reader must not trust it to skip the batch unchecked)."""
     path = tmp_path / "s"
-    count = _make_store(path)
+    _make_store(path)
     victim = _logs(_pdir(path))[1]
     batches = _batches(victim)
-    pos, h = batches[len(batches) // 2]
-    _flip(victim, pos + 1, 0x01)  # base offset + 256
+    i = len(batches) // 2
+    pos, h = batches[i]
+    base = h.base_offset
+    assert base & (base - 1) != base and base > 4
+    new = {"up": base + 256, "down": base & (base - 1), "far_up": base | (1 << 40), "negative": base - (1 << 63),
+           "previous_batch": batches[i - 1][1].base_offset}[direction]
+    _patch(victim, pos, struct.pack("<q", new))
     with pylog.open(str(path)) as store:
         p = store.topic(TOPIC).partition(0)
-        try:
-            recs = p.read(0, max_records=10 ** 6)
-        except pylog.CorruptRecordError as exc:
-            assert exc.path == victim
-        else:
-            assert [r.offset for r in recs] == list(range(count))
+        for start in (0, batches[0][1].base_offset, base - 1, base, base + 1, h.last_offset):
+            for read in (lambda: p.read(start, max_records=10 ** 6), lambda: p.read_columns(start)):
+                with pytest.raises(pylog.CorruptRecordError) as info:
+                    read()
+                assert (info.value.path, info.value.position) == (victim, pos), (start, str(info.value))
+        assert p.check() != []
+
+
+def test_damaged_max_timestamp_in_sealed_segment_is_not_skipped_silently(tmp_path):
+    """offset_for_timestamp must not skip a batch on the word of a damaged header (a wrong, later answer)."""
+    path = tmp_path / "s"
+    count = _make_store(path)
+    logs = _logs(_pdir(path))
+    # A batch in a sealed segment that holds the answer for its own max timestamp (a new running maximum).
+    victim, pos, h = next((log, pos, h) for log in logs[1:-1] for pos, h in _batches(log)
+                          if h.base_offset <= _brute_offset_for_timestamp(count, h.max_timestamp) < h.next_offset)
+    target = h.max_timestamp
+    _patch(victim, pos + 31, struct.pack("<q", h.first_timestamp))  # max timestamp lowered to the first one
+    assert h.first_timestamp < target
+    with pylog.open(str(path)) as store:
+        p = store.topic(TOPIC).partition(0)
+        with pytest.raises(pylog.CorruptRecordError) as info:
+            p.offset_for_timestamp(target)
+        assert (info.value.path, info.value.position) == (victim, pos)
+        for other in (T0 - 1, T0 + 1):  # answers before the damage are still found
+            assert p.offset_for_timestamp(other) == _brute_offset_for_timestamp(count, other)
 
 
 def test_damaged_sealed_segment_does_not_block_recovery_of_the_active_one(tmp_path):
