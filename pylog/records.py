@@ -365,12 +365,12 @@ def encode_parts(
     else:
         klens, kparts = _column(keys, n, "keys")
     vraw = vlens.tobytes()
-    vmin, vbytes, _ = _length_stats(vraw, vlens)
+    vmin, vbytes, _ = _length_stats(vraw, n)
     kraw = b""
     kmin = kbytes = 0
     if klens is not None:
         kraw = klens.tobytes()
-        kmin, kbytes, kuniform = _length_stats(kraw, klens)
+        kmin, kbytes, kuniform = _length_stats(kraw, n)
         if kuniform and kmin == -1:
             klens, kparts = None, []  # all keys null: no column at all
             kmin = 0
@@ -466,16 +466,18 @@ def encode_parts(
     return [bytes(hdr), *body_parts], header
 
 
-def _length_stats(raw: Any, lengths: np.ndarray) -> tuple[int, int, bool]:
-    """``(min, data bytes, uniform)`` of an int32 length column (-1 = null, no data); ``raw`` is its bytes.
+def _length_stats(raw: Any, n: int, buf: Any = None, offset: int = 0) -> tuple[int, int, bool]:
+    """``(min, data bytes, uniform)`` of an int32 length column (-1 = null, no data).
 
-    Fixed-size items are common (and every batch of them pays this), so a column that is one repeated
-    length is recognised by comparing its bytes with themselves shifted by one item (a memcmp), which
-    costs far less than numpy's min and sum over the column.
+    ``raw`` is the column's bytes (``buf[offset:offset + 4n]`` when ``buf`` is given). Fixed-size items are
+    common, and every batch of them pays this: a column that is one repeated length is recognised by
+    comparing its bytes with that length repeated (a memcmp), far cheaper than numpy's min and sum.
     """
-    if bytes(raw[4:]) == bytes(raw[:-4]):
-        first = int.from_bytes(raw[:4], "little", signed=True)
-        return first, max(first, 0) * len(lengths), True
+    head = bytes(raw[:4])
+    if head * n == (raw if isinstance(raw, bytes) else bytes(raw)):
+        first = int.from_bytes(head, "little", signed=True)
+        return first, max(first, 0) * n, True
+    lengths = np.frombuffer(raw if buf is None else buf, _I32, n, 0 if buf is None else offset)
     lo = int(lengths.min())
     total = int(lengths.sum())
     if lo < 0:
@@ -504,14 +506,20 @@ def encode_columns(value_lengths: np.ndarray, value_data: Any, key_lengths: np.n
 _UNIFORM_STRUCTS: dict[tuple[int, int], struct.Struct] = {}
 
 
-def _split(data: Any, lengths: np.ndarray, start: int = 0, stop: int | None = None,
+def _split(data: Any, lengths: Any, start: int = 0, stop: int | None = None,
            uniform: int | None = -1) -> list:
     """Items ``start:stop`` of a column as a list of bytes (None where the length is -1), with C-level loops.
 
     ``uniform`` is the common length when the caller knows all lengths are equal, None when it knows
-    they are not, -1 when unknown.
+    they are not, -1 when unknown. ``lengths`` may be a callable returning the lengths array, so the
+    uniform case never builds it.
     """
-    n = len(lengths)
+    if uniform is not None and uniform >= 0:
+        if stop is None:
+            raise ValueError("stop is required when the lengths are known to be uniform")
+    else:
+        lengths = lengths() if callable(lengths) else lengths
+    n = stop if stop is not None else len(lengths)
     stop = n if stop is None else stop
     m = stop - start
     if m <= 0:
@@ -553,60 +561,69 @@ class BatchView:
     Construct with :meth:`from_buffer`, which checks the CRC and every section bound.
     """
 
-    __slots__ = ("header", "body", "offset_deltas", "ts_deltas", "key_lengths", "value_lengths",
+    __slots__ = ("header", "body", "offset_deltas", "ts_deltas", "_kpos", "_vpos",
                  "_key_data", "_value_data", "_headers_blob", "_vuniform", "_kuniform")
 
     def __init__(self, header: BatchHeader, body: Any, path: str | None = None, position: int | None = None) -> None:
+        # Runs once per batch on every read path: plain arithmetic and byte comparisons, few numpy calls.
         self.header = header
         self.body = body
         n = header[11]  # record_count
         a = header[4]  # attributes
         size = len(body)
         pos = 0
-        has_keys = a & _HAS_KEYS
-        need = 4 * n * (1 + bool(has_keys) + 2 * bool(a & _HAS_TIMESTAMPS) + bool(a & _HAS_OFFSET_DELTAS))
+        width = 4 * n
+        need = width * (1 + (a & _HAS_KEYS != 0) + 2 * (a & _HAS_TIMESTAMPS != 0) + (a & _HAS_OFFSET_DELTAS != 0))
         if need > size:
             raise CorruptRecordError(f"body of {size} bytes too small for {n} records", path, position)
         self.offset_deltas = None
         self.ts_deltas = None
-        self.key_lengths = None
         if a & _HAS_OFFSET_DELTAS:
             self.offset_deltas = d = np.frombuffer(body, _I32, n, pos)
-            pos += 4 * n
-            if d[0] != 0 or d[-1] != header.last_offset_delta or (n > 1 and not (d[1:] > d[:-1]).all()):
+            pos += width
+            if d[0] != 0 or d[-1] != header[5] or (n > 1 and not (d[1:] > d[:-1]).all()):
                 raise CorruptRecordError("offset deltas not strictly increasing from 0", path, position)
         elif header[5] != n - 1:
             raise CorruptRecordError("dense batch whose last offset delta is not count - 1", path, position)
         if a & _HAS_TIMESTAMPS:
             self.ts_deltas = np.frombuffer(body, _I64, n, pos)
-            pos += 8 * n
-        cols = 2 if has_keys else 1
-        width = 4 * n
-        lens = np.frombuffer(body, _I32, cols * n, pos).reshape(cols, n)
-        raw = memoryview(body)[pos:pos + cols * width]
-        pos += cols * width
-        stats = [_length_stats(raw[c * width:(c + 1) * width], lens[c]) for c in range(cols)]
-        mins = [st[0] for st in stats]
-        sums = [st[1] for st in stats]
-        if min(mins) < -1:
-            raise CorruptRecordError("negative key or value length", path, position)
-        self.value_lengths = lens[-1]
-        vmin, vbytes = mins[-1], sums[-1]
-        # All lengths equal (sum == n * min) lets _split skip computing positions.
-        self._vuniform = vmin if vmin >= 0 and vbytes == vmin * n else None
+            pos += 2 * width
+        mv = memoryview(body)
         kbytes = 0
+        self._kpos = -1
         self._kuniform = None
-        if has_keys:
-            self.key_lengths = lens[0]
-            kmin, kbytes = mins[0], sums[0]
-            self._kuniform = kmin if kmin >= 0 and kbytes == kmin * n else None
+        if a & _HAS_KEYS:
+            self._kpos = pos
+            kmin, kbytes, uniform = _length_stats(mv[pos:pos + width], n, body, pos)
+            if kmin < -1:
+                raise CorruptRecordError("negative key length", path, position)
+            self._kuniform = kmin if uniform and kmin >= 0 else None
+            pos += width
+        self._vpos = pos
+        vmin, vbytes, uniform = _length_stats(mv[pos:pos + width], n, body, pos)
+        if vmin < -1:
+            raise CorruptRecordError("negative value length", path, position)
+        # All lengths equal lets _split skip computing positions.
+        self._vuniform = vmin if uniform and vmin >= 0 else None
+        pos += width
         rest = size - pos - kbytes - vbytes
         if rest < 0 or (rest and not a & _HAS_HEADERS) or (not rest and a & _HAS_HEADERS):
             raise CorruptRecordError("record lengths do not add up to the body size", path, position)
-        mv = memoryview(body)
         self._key_data = mv[pos:pos + kbytes]
         self._value_data = mv[pos + kbytes:pos + kbytes + vbytes]
         self._headers_blob = mv[pos + kbytes + vbytes:] if rest else None
+
+    @property
+    def value_lengths(self) -> np.ndarray:
+        """Value lengths (int32, -1 for null), a view over the batch."""
+        return np.frombuffer(self.body, _I32, self.header[11], self._vpos)
+
+    @property
+    def key_lengths(self) -> np.ndarray | None:
+        """Key lengths (int32, -1 for null), or None when the batch has no key column (all keys null)."""
+        if self._kpos < 0:
+            return None
+        return np.frombuffer(self.body, _I32, self.header[11], self._kpos)
 
     @classmethod
     def from_buffer(cls, buf: Any, pos: int = 0, path: str | None = None, file_pos: int | None = None,
@@ -711,14 +728,19 @@ class BatchView:
             ts = itertools.repeat(h.first_timestamp, m)
         else:
             ts = (self.ts_deltas[start:stop] + h.first_timestamp).tolist()
-        values = _split(self._value_data, self.value_lengths, start, stop, self._vuniform)
-        keys: Iterable[Any] = (itertools.repeat(None, m) if self.key_lengths is None
-                               else _split(self._key_data, self.key_lengths, start, stop, self._kuniform))
+        values = _split(self._value_data, _lengths_of(self, "value_lengths"), start, stop, self._vuniform)
+        keys: Iterable[Any] = (itertools.repeat(None, m) if self._kpos < 0
+                               else _split(self._key_data, _lengths_of(self, "key_lengths"), start, stop,
+                                           self._kuniform))
         hdrs = self.headers()
         hs: Iterable[Any] = itertools.repeat(_EMPTY_HEADERS, m) if hdrs is None else hdrs[start:stop]
         return list(map(_tuple_new, itertools.repeat(Record), zip(
             offs, ts, keys, values, hs, itertools.repeat(topic, m), itertools.repeat(partition, m),
             itertools.repeat(h.timestamp_type, m))))
+
+
+def _lengths_of(view: "BatchView", name: str) -> Any:
+    return lambda: getattr(view, name)
 
 
 # ------------------------------------------------------------------------------------------- columns

@@ -176,14 +176,10 @@ class Segment:
             if not verify:
                 raise
             error = exc
-        oi = OffsetIndex(self.index_path, self.base_offset, None, 0, 0, True, -1, False)
-        oi._a = np.array(orel, OffsetIndex.A)
-        oi._b = np.array(opos, OffsetIndex.B)
-        oi.count = oi.capacity = len(orel)
-        ti = TimeIndex(self.timeindex_path, self.base_offset, None, 0, 0, True, max_ts, False)
-        ti._a = np.array(tts, TimeIndex.A)
-        ti._b = np.array(trel, TimeIndex.B)
-        ti.count = ti.capacity = len(tts)
+        oi = OffsetIndex.in_memory(self.index_path, self.base_offset, np.array(orel, OffsetIndex.A),
+                                   np.array(opos, OffsetIndex.B))
+        ti = TimeIndex.in_memory(self.timeindex_path, self.base_offset, np.array(tts, TimeIndex.A),
+                                 np.array(trel, TimeIndex.B), max_ts)
         state = {"since": since, "max_ts": max_ts, "next_offset": next_offset, "valid_end": valid_end,
                  "first_ts": first_ts, "error": error}
         return oi, ti, state
