@@ -86,6 +86,7 @@ _LZ4_MAX_RATIO = 256
 _I32 = np.dtype("<i4")
 _I64 = np.dtype("<i8")
 _EMPTY_HEADERS: tuple = ()
+_NULL_LENGTH = (-1).to_bytes(4, "little", signed=True)
 
 
 def crc32c(data: Any, value: int = 0) -> int:
@@ -561,7 +562,7 @@ class BatchView:
     Construct with :meth:`from_buffer`, which checks the CRC and every section bound.
     """
 
-    __slots__ = ("header", "body", "offset_deltas", "ts_deltas", "_kpos", "_vpos",
+    __slots__ = ("header", "body", "offset_deltas", "ts_deltas", "_kpos", "_vpos", "_mv",
                  "_key_data", "_value_data", "_headers_blob", "_vuniform", "_kuniform")
 
     def __init__(self, header: BatchHeader, body: Any, path: str | None = None, position: int | None = None) -> None:
@@ -588,7 +589,7 @@ class BatchView:
         if a & _HAS_TIMESTAMPS:
             self.ts_deltas = np.frombuffer(body, _I64, n, pos)
             pos += 2 * width
-        mv = memoryview(body)
+        self._mv = mv = memoryview(body)
         kbytes = 0
         self._kpos = -1
         self._kuniform = None
@@ -612,6 +613,14 @@ class BatchView:
         self._key_data = mv[pos:pos + kbytes]
         self._value_data = mv[pos + kbytes:pos + kbytes + vbytes]
         self._headers_blob = mv[pos + kbytes + vbytes:] if rest else None
+
+    def _data_range(self, lengths_pos: int, uniform: int | None, a: int, b: int) -> tuple[int, int]:
+        """Byte range, within its data section, of items ``a:b`` of the length column at ``lengths_pos``."""
+        if uniform is not None:
+            return a * uniform, b * uniform
+        lens = np.maximum(np.frombuffer(self.body, _I32, b, lengths_pos), 0)
+        lo = int(lens[:a].sum())
+        return lo, lo + int(lens[a:].sum())
 
     @property
     def value_lengths(self) -> np.ndarray:
@@ -829,25 +838,30 @@ class RecordColumns:
         total = int(counts.sum())
         firsts = np.zeros(nb, _I64)
         np.cumsum(counts[:-1], out=firsts[1:])
-        vlens, vdata, klens, kdata = [], [], [], []
+        vlens: list[Any] = []
+        vdata: list[Any] = []
+        klens: list[Any] = []
+        kdata: list[Any] = []
         dense = True
         uniform_ts = True
         has_keys = False
         any_headers = False
+        # Per batch only slices are taken; lengths and data are each joined once at the end.
         for v, a, b in views:
+            attrs = v.header[4]
             if v.offset_deltas is not None:
                 dense = False
-            if v.ts_deltas is not None and not v.header.attributes & _TS_LOG_APPEND:
+            if v.ts_deltas is not None and not attrs & _TS_LOG_APPEND:
                 uniform_ts = False
-            if v.key_lengths is not None:
+            if v._kpos >= 0:
                 has_keys = True
             if v._headers_blob is not None:
                 any_headers = True
-            vl, vd = v.value_lengths, v._value_data
-            if a or b != v.count:
-                lo, hi = cls._range(vl, a, b)
-                vl, vd = vl[a:b], vd[lo:hi]
-            vlens.append(vl)
+            vd = v._value_data
+            if a or b != v.header[11]:
+                lo, hi = v._data_range(v._vpos, v._vuniform, a, b)
+                vd = vd[lo:hi]
+            vlens.append(v._mv[v._vpos + 4 * a:v._vpos + 4 * b])
             vdata.append(vd)
         if dense:
             bases = np.fromiter((v.header.base_offset + a for v, a, _ in views), _I64, nb)
@@ -863,16 +877,16 @@ class RecordColumns:
         ttypes = np.repeat(np.fromiter((v.header.timestamp_type for v, _, _ in views), np.int8, nb), counts)
         if has_keys:
             for v, a, b in views:
-                if v.key_lengths is None:
-                    klens.append(np.full(b - a, -1, _I32))
+                if v._kpos < 0:
+                    klens.append(_NULL_LENGTH * (b - a))
                     continue
-                kl, kd = v.key_lengths, v._key_data
-                if a or b != v.count:
-                    lo, hi = cls._range(kl, a, b)
-                    kl, kd = kl[a:b], kd[lo:hi]
-                klens.append(kl)
+                kd = v._key_data
+                if a or b != v.header[11]:
+                    lo, hi = v._data_range(v._kpos, v._kuniform, a, b)
+                    kd = kd[lo:hi]
+                klens.append(v._mv[v._kpos + 4 * a:v._kpos + 4 * b])
                 kdata.append(kd)
-            key_lengths = np.concatenate(klens)
+            key_lengths = np.frombuffer(b"".join(klens), _I32)
         else:
             key_lengths = np.full(total, -1, _I32)
         headers: list | None = None
@@ -882,11 +896,4 @@ class RecordColumns:
                 h = v.headers()
                 headers.extend(h[a:b] if h is not None else itertools.repeat(_EMPTY_HEADERS, b - a))
         return cls(topic, partition, offsets, timestamps, ttypes, key_lengths, b"".join(kdata),
-                   np.concatenate(vlens), b"".join(vdata), headers)
-
-    @staticmethod
-    def _range(lengths: np.ndarray, a: int, b: int) -> tuple[int, int]:
-        """Byte range in a data section of items ``a:b`` of a length column."""
-        clipped = np.maximum(lengths[:b], 0)
-        lo = int(clipped[:a].sum())
-        return lo, lo + int(clipped[a:].sum())
+                   np.frombuffer(b"".join(vlens), _I32), b"".join(vdata), headers)
