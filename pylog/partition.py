@@ -144,8 +144,9 @@ class Partition:
 
     def _open_as_writer(self) -> None:
         cp = read_checkpoint(self._checkpoint_path) or Checkpoint(0, self._log_start, clean=False)
-        for seg in self._segments:
-            seg.close()
+        # The reader-mode segments are not closed here: another thread may be reading through them right
+        # now, and closing a descriptor it is about to pread would let the number be reused for another
+        # file. They close themselves (Segment.__del__) when the last snapshot holding them goes.
         bases = list_segment_bases(self.directory)
         segs = [Segment.open(self.directory, b, *self._new_segment_args()) for b in bases]
         if not segs:
@@ -230,8 +231,8 @@ class Partition:
                     s = Segment.open(self.directory, b, *self._new_segment_args())
                     grown = True
                 new.append(s)
-            for s in by_base.values():
-                s.close()
+            # Segments gone from the directory (deleted by the writer) are dropped, not closed: see
+            # _open_as_writer on descriptors that another thread may still be using.
             for s in new[:-1]:
                 s.refresh()
             if new:
@@ -298,12 +299,16 @@ class Partition:
         return CODEC_LZ4 if self.config["compression.type"] == "lz4" else CODEC_NONE
 
     def _batch_bounds(self, n: int, vlens: np.ndarray, klens: np.ndarray | None,
-                      headers: Sequence[Any] | None) -> list[tuple[int, int]]:
-        """Split records [0, n) into runs whose encoded size stays within max.message.bytes."""
+                      headers: Sequence[Any] | None, data_bytes: int | None = None) -> list[tuple[int, int]]:
+        """Split records [0, n) into runs whose encoded size stays within max.message.bytes.
+
+        ``data_bytes``, when the caller knows it (columnar appends), is the key + value bytes.
+        """
         limit = self.config["max.message.bytes"] - HEADER_SIZE
         if headers is None:  # cheap upper bound first: most appends fit in one batch
-            bound = int(vlens.sum()) + (int(klens.sum()) if klens is not None else 0) + (_RECORD_OVERHEAD + 2) * n
-            if bound <= limit:
+            if data_bytes is None:
+                data_bytes = int(vlens.sum()) + (int(klens.sum()) if klens is not None else 0) + 2 * n
+            if data_bytes + _RECORD_OVERHEAD * n <= limit:
                 return [(0, n)]
         sizes = np.maximum(vlens, 0).astype(np.int64) + _RECORD_OVERHEAD
         if klens is not None:
@@ -335,7 +340,10 @@ class Partition:
                         timestamps: Any, headers: Sequence[Any] | None, contiguous: bool = False) -> int:
         if self.config.compact and (klens is None or int(klens.min()) < 0):
             raise InvalidRecordError(f"{self.topic} is compacted: every record needs a key")
-        bounds = self._batch_bounds(n, vlens, klens, headers)
+        data_bytes = None
+        if contiguous:
+            data_bytes = sum(memoryview(part).nbytes for part in vparts) + sum(memoryview(part).nbytes for part in kparts)
+        bounds = self._batch_bounds(n, vlens, klens, headers, data_bytes)
         codec = self._codec()
         log_append = self.config.log_append_time
         max_bytes = self.config["max.message.bytes"]

@@ -251,12 +251,9 @@ class Segment:
         """
         mm = self._mm
         size = self.size
-        if size and (mm is None or (not self.immutable and len(mm) * 4 < size * 3)):
-            if mm is not None:
-                try:
-                    mm.close()
-                except BufferError:
-                    pass  # a reader still holds a view; the old mapping goes with it
+        if size and (mm is None or len(mm) < size and (self.immutable or len(mm) * 4 < size * 3)):
+            # The old mapping is dropped, not closed: another thread may be scanning it right now; it is
+            # unmapped when the last reference goes.
             mm = self._mm = mmap.mmap(self._fd(), size, access=mmap.ACCESS_READ)
         return mm
 
@@ -630,6 +627,12 @@ class Segment:
                 mm.close()
             except BufferError:
                 pass  # a reader still holds a view; the mapping goes with it
+
+    def __del__(self) -> None:
+        try:
+            self.close()
+        except Exception:  # interpreter shutdown: nothing left to release properly
+            pass
 
     def delete(self) -> None:
         """Close and remove the segment's files."""
