@@ -86,6 +86,7 @@ _LZ4_MAX_RATIO = 256
 _I32 = np.dtype("<i4")
 _I64 = np.dtype("<i8")
 _EMPTY_HEADERS: tuple = ()
+_LENGTH_STRUCTS: dict[int, struct.Struct] = {}  # "<{n}i" packers for length columns, by n
 _NULL_LENGTH = (-1).to_bytes(4, "little", signed=True)
 
 
@@ -283,9 +284,15 @@ def _column(items: Sequence[Any] | None, n: int, what: str) -> tuple[Any, list]:
     if len(items) != n:
         raise InvalidRecordError(f"{what}: {len(items)} items for {n} records")
     try:
-        lengths = np.fromiter(map(len, items), _I32, n)
+        # struct packs the lengths from a C-level map in one call: faster than numpy.fromiter here.
+        st = _LENGTH_STRUCTS.get(n)
+        if st is None:
+            if len(_LENGTH_STRUCTS) > 64:
+                _LENGTH_STRUCTS.clear()
+            st = _LENGTH_STRUCTS[n] = struct.Struct(f"<{n}i")
+        lengths = np.frombuffer(st.pack(*map(len, items)), _I32)
         parts = items if isinstance(items, list) else list(items)
-    except TypeError:
+    except (TypeError, struct.error):
         lengths = np.fromiter((-1 if v is None else len(v) for v in items), _I32, n)
         parts = [v for v in items if v is not None]
     return lengths, parts
