@@ -100,7 +100,8 @@ class _Index:
     @classmethod
     def in_memory(cls, path: str, base_offset: int, a: np.ndarray, b: np.ndarray, max_timestamp: int = -1) -> Self:
         """An index held only in memory (a reader's rebuild of a damaged file); read-only."""
-        idx = cls(path, base_offset, None, 0, 0, True, max_timestamp, False)
+        # Not "sealed": a reader drops it like a live index when the segment grows, and looks again.
+        idx = cls(path, base_offset, None, 0, 0, False, max_timestamp, False)
         idx._set_columns(np.ascontiguousarray(a, cls.A), np.ascontiguousarray(b, cls.B))
         idx.count = idx.capacity = len(a)
         return idx
@@ -219,9 +220,10 @@ class _Index:
 
     def _check_sorted(self) -> None:
         a = self._a[:self.count]
-        if self.count > 1 and not (a[1:] > a[:-1]).all():
+        b = self._b[:self.count]
+        if self.count > 1 and not ((a[1:] > a[:-1]).all() and (b[1:] >= b[:-1]).all()):
             self.close()
-            raise IndexError_("index entries are not strictly increasing", self.path, _HEADER_SIZE)
+            raise IndexError_("index entries are not in order", self.path, _HEADER_SIZE)
 
     # ------------------------------------------------------------------ entries
 
@@ -253,9 +255,13 @@ class _Index:
         self.count += 1
 
     def seal(self, max_timestamp: int = -1, durable: bool = True) -> Self:
-        """Write a trimmed, checksummed copy and return it opened read-only (this object is closed)."""
+        """Write a trimmed, checksummed copy and return it opened read-only.
+
+        This object is left as it is, not closed: a reader thread may be searching it right now, and its
+        mapping of the replaced file stays valid until the last reference goes.
+        """
         a, b = self.entries()
-        self.close()
+        self.writable = False
         self.write_file(self.path, self.base_offset, a, b, len(a), sealed=True, max_timestamp=max_timestamp,
                         durable=durable)
         return type(self).open(self.path, self.base_offset)

@@ -56,7 +56,7 @@ class Store:
             doc = dict(body, crc32c=crc32c(json.dumps(body, sort_keys=True).encode()))
             atomic_write(marker, (json.dumps(doc, sort_keys=True) + "\n").encode())
             return
-        except ValueError:
+        except (ValueError, RecursionError):
             raise CorruptRecordError("store marker is not JSON", marker) from None
         if (not isinstance(doc, dict) or doc.get("format") != _FORMAT
                 or doc.get("crc32c") != crc32c(json.dumps({k: doc.get(k) for k in body}, sort_keys=True).encode())):

@@ -67,6 +67,7 @@ class Partition:
         self._recovery_point = 0
         self._unflushed = 0
         self._last_flush = time.monotonic()
+        self._final_end = 0  # log end offset at close
         #: What the last crash recovery did: segments re-validated, bytes dropped, seconds (None: none ran).
         self.last_recovery: dict[str, Any] | None = None
         os.makedirs(directory, exist_ok=True)
@@ -154,7 +155,15 @@ class Partition:
             segs = [Segment.create(self.directory, start, *self._new_segment_args())]
             cp = Checkpoint(start, start, clean=False)
         elif cp.clean:
-            segs[-1].open_for_append()
+            try:
+                segs[-1].open_for_append()
+            except CorruptRecordError as exc:
+                # Damage after a clean close (nothing of ours put it there): recover the active segment
+                # rather than refuse every write.
+                log.warning("%s: active segment fails its check after a clean close (%s); recovering",
+                            self.directory, exc)
+                segs[-1] = Segment.open(self.directory, segs[-1].base_offset, *self._new_segment_args())
+                segs = self._recover(segs, segs[-1].base_offset)
         else:
             segs = self._recover(segs, cp.recovery_point)
         self._set_segments(segs)
@@ -203,6 +212,8 @@ class Partition:
     @property
     def log_end_offset(self) -> int:
         """The offset the next appended record will get (one past the last visible record)."""
+        if self._closed:
+            return self._final_end
         self._refresh()
         return self._segments[-1].next_offset if self._segments else self._log_start
 
@@ -314,16 +325,12 @@ class Partition:
         if klens is not None:
             sizes += np.maximum(klens, 0)
         if headers is not None:
-            sizes += np.fromiter((sum(len(k) + len(v or b"") + 8 for k, v in h) if h else 1 for h in headers),
-                                 np.int64, n)
+            # An estimate (UTF-8 keys, msgpack's worst-case prefixes); encoded batches are checked exactly.
+            sizes += np.fromiter((sum(len(k.encode()) + len(v or b"") + 11 for k, v in h) + 5 if h else 1
+                                  for h in headers), np.int64, n)
         total = int(sizes.sum())
         if total <= limit:
             return [(0, n)]
-        big = int(sizes.max())
-        if big > limit:
-            i = int(np.argmax(sizes))
-            raise RecordTooLargeError(f"record {i} needs {big + HEADER_SIZE} bytes, over max.message.bytes "
-                                      f"({self.config['max.message.bytes']}) of {self.topic}-{self.number}")
         cum = np.cumsum(sizes)
         bounds = []
         start = 0
@@ -344,33 +351,57 @@ class Partition:
         if contiguous:
             data_bytes = sum(memoryview(part).nbytes for part in vparts) + sum(memoryview(part).nbytes for part in kparts)
         bounds = self._batch_bounds(n, vlens, klens, headers, data_bytes)
-        codec = self._codec()
-        log_append = self.config.log_append_time
-        max_bytes = self.config["max.message.bytes"]
         with self._lock:
             self._ensure_writer()
             first = self._segments[-1].next_offset
-            for start, stop in bounds:
-                whole = start == 0 and stop == n
-                if whole:
-                    vl, vp, kl, kp = vlens, vparts, klens, kparts
-                else:
-                    vl, vp = _slice_parts(vlens, vparts, start, stop, contiguous)
-                    kl, kp = (None, []) if klens is None else _slice_parts(klens, kparts, start, stop, contiguous)
-                ts = None if timestamps is None else timestamps[start:stop]
-                now = now_ms()
-                parts, h = encode_parts(
-                    value_lengths=vl, value_data=vp, key_lengths=kl, key_data=kp, timestamps=ts,
-                    headers=None if headers is None else headers[start:stop],
-                    base_offset=self._segments[-1].next_offset, default_timestamp=now, codec=codec,
-                    log_append_time=log_append)
-                if h.size > max_bytes:
-                    raise RecordTooLargeError(f"batch of {h.size} bytes exceeds max.message.bytes ({max_bytes})")
+            # Every batch is encoded and checked against max.message.bytes before any is written, so a
+            # call either appends all its records or none.
+            encoded = self._encode_runs(first, bounds, n, vlens, vparts, klens, kparts, timestamps, headers,
+                                        contiguous)
+            for parts, h in encoded:
                 self._write_batch(parts, h)
             self._after_append(n)
         return first
 
+    def _encode_runs(self, first: int, bounds: list[tuple[int, int]], n: int, vlens: np.ndarray, vparts: list,
+                     klens: np.ndarray | None, kparts: list, timestamps: Any, headers: Sequence[Any] | None,
+                     contiguous: bool) -> list[tuple[list, Any]]:
+        """Encode records [start, stop) of each bound as one batch, halving any batch that comes out over
+        max.message.bytes; a single record that does not fit raises RecordTooLargeError."""
+        codec = self._codec()
+        log_append = self.config.log_append_time
+        max_bytes = self.config["max.message.bytes"]
+        now = now_ms()
+        out: list[tuple[list, Any]] = []
+        todo = list(reversed(bounds))
+        base = first
+        while todo:
+            start, stop = todo.pop()
+            if start == 0 and stop == n:
+                vl, vp, kl, kp = vlens, vparts, klens, kparts
+            else:
+                vl, vp = _slice_parts(vlens, vparts, start, stop, contiguous)
+                kl, kp = (None, []) if klens is None else _slice_parts(klens, kparts, start, stop, contiguous)
+            parts, h = encode_parts(
+                value_lengths=vl, value_data=vp, key_lengths=kl, key_data=kp,
+                timestamps=None if timestamps is None else timestamps[start:stop],
+                headers=None if headers is None else headers[start:stop],
+                base_offset=base, default_timestamp=now, codec=codec, log_append_time=log_append)
+            if h.size > max_bytes:
+                if stop - start == 1:
+                    raise RecordTooLargeError(
+                        f"record {start} needs {h.size} bytes, over max.message.bytes ({max_bytes}) of "
+                        f"{self.topic}-{self.number}")
+                mid = (start + stop) // 2
+                todo.extend([(mid, stop), (start, mid)])
+                continue
+            out.append((parts, h))
+            base = h.next_offset
+        return out
+
     def _write_batch(self, parts: list, h: Any) -> None:
+        if self._failed is not None:
+            raise LogFailedError(f"{self.topic}-{self.number} failed earlier ({self._failed}); reopen the store")
         seg = self._segments[-1]
         if seg.size and self._should_roll(seg, h):
             seg = self._roll()  # starts at seg.next_offset, the base offset already in the header
@@ -395,8 +426,14 @@ class Partition:
     def _roll(self) -> Segment:
         """Seal the active segment (fsync, trimmed indexes) and start a new one at the next offset."""
         old = self._segments[-1]
-        old.seal(durable=True)
-        new = Segment.create(self.directory, old.next_offset, *self._new_segment_args())
+        try:
+            old.seal(durable=True)
+            new = Segment.create(self.directory, old.next_offset, *self._new_segment_args())
+        except OSError as exc:
+            # The old segment is no longer writable and no new one exists: refuse work until reopened
+            # (recovery then finishes the roll or rolls it back).
+            self._failed = f"roll at offset {old.next_offset} failed: {exc}"
+            raise LogFailedError(f"{self.topic}-{self.number}: {self._failed}") from exc
         self._set_segments(self._segments + [new])
         self._recovery_point = new.base_offset
         write_checkpoint(self._checkpoint_path, Checkpoint(self._recovery_point, self._log_start, clean=False))
@@ -549,6 +586,7 @@ class Partition:
         """Flush, seal the active segment's indexes, write a clean checkpoint and release the writer lock.
 
         With ``discard`` (the partition's files are being deleted) nothing is written, only released.
+        Not to be called while other threads are still reading this partition.
         """
         with self._lock:
             if self._closed:
@@ -565,14 +603,16 @@ class Partition:
                         write_checkpoint(self._checkpoint_path,
                                          Checkpoint(active.next_offset, self._log_start, clean=True))
                 finally:
-                    for seg in segs:
-                        seg.close()
                     fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
                     os.close(self._lock_fd)
                     self._lock_fd = None
-            else:
-                for seg in segs:
-                    seg.close()
+            # Closing releases descriptors and mappings now (a store opened and closed in a loop must not
+            # pile them up); calls made after close raise StoreClosedError, and close() must not race
+            # with reads still running in other threads, like closing a file under a reader.
+            self._final_end = segs[-1].next_offset if segs else self._log_start
+            self._set_segments([])
+            for seg in segs:
+                seg.close()
             with self._appended:
                 self._appended.notify_all()
 

@@ -541,9 +541,11 @@ def _split(data: Any, lengths: Any, start: int = 0, stop: int | None = None,
         key = (lo, m)
         st = _UNIFORM_STRUCTS.get(key)
         if st is None:
-            if len(_UNIFORM_STRUCTS) > 256:
-                _UNIFORM_STRUCTS.clear()
-            st = _UNIFORM_STRUCTS[key] = struct.Struct(f"{lo}s" * m)
+            st = struct.Struct(f"{lo}s" * m)
+            if m <= 4096:  # keep the cache small: a struct costs ~30 bytes per item
+                if len(_UNIFORM_STRUCTS) > 256:
+                    _UNIFORM_STRUCTS.clear()
+                _UNIFORM_STRUCTS[key] = st
         return list(st.unpack_from(data, lo * start))
     part = lengths[start:stop]
     clipped = np.maximum(part, 0)

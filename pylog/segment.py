@@ -75,10 +75,12 @@ class Segment:
     def create(cls, directory: str, base_offset: int, index_max_bytes: int, index_interval_bytes: int) -> "Segment":
         """A new empty, writable segment (fails if its log file exists)."""
         seg = cls(directory, base_offset, index_max_bytes, index_interval_bytes)
-        fd = os.open(seg.log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        seg._wfd = fd
+        if os.path.exists(seg.log_path):
+            raise FileExistsError(seg.log_path)
+        # Indexes first: readers discover segments by their .log, and must find the indexes there too.
         seg._oindex = OffsetIndex.create(seg.index_path, base_offset, index_max_bytes)
         seg._tindex = TimeIndex.create(seg.timeindex_path, base_offset, index_max_bytes)
+        seg._wfd = os.open(seg.log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         seg._loaded = True
         return seg
 
@@ -254,7 +256,10 @@ class Segment:
         if size and (mm is None or len(mm) < size and (self.immutable or len(mm) * 4 < size * 3)):
             # The old mapping is dropped, not closed: another thread may be scanning it right now; it is
             # unmapped when the last reference goes.
-            mm = self._mm = mmap.mmap(self._fd(), size, access=mmap.ACCESS_READ)
+            try:
+                mm = self._mm = mmap.mmap(self._fd(), size, access=mmap.ACCESS_READ)
+            except (ValueError, OSError):  # the file is shorter than we believed: read it with pread
+                return None
         return mm
 
     def _scan_mapped(self, mm: mmap.mmap, pos: int, end: int, tolerate_tail: bool
@@ -278,13 +283,20 @@ class Segment:
             yield pos, h, mm, pos
             pos += h.size
 
-    def _position_for(self, offset: int) -> int:
-        """File position of a batch at or before the one holding ``offset`` (index lookup)."""
+    def _position_for(self, offset: int) -> tuple[int, int]:
+        """``(position, base offset)`` of an indexed batch at or before the one holding ``offset``."""
         if offset <= self.base_offset:
-            return 0
+            return 0, self.base_offset
         oi, _ = self._indexes()
-        rel = min(offset - self.base_offset, 0xFFFFFFFF)
-        return oi.lookup(rel)[1]
+        rel, pos = oi.lookup(min(offset - self.base_offset, 0xFFFFFFFF))
+        return pos, self.base_offset + rel
+
+    def _head(self, pos: int) -> Any:
+        """The 64 header bytes at ``pos`` (from the mapping when there is one)."""
+        mm = self._mm
+        if mm is not None and pos + HEADER_SIZE <= len(mm):
+            return memoryview(mm)[pos:pos + HEADER_SIZE]
+        return os.pread(self._fd(), HEADER_SIZE, pos)
 
     # ------------------------------------------------------------------ reading
 
@@ -298,7 +310,21 @@ class Segment:
         :raises CorruptRecordError: when a batch in the visible range does not check.
         """
         end = self.size if end is None else end
-        pos = self._position_for(offset)
+        pos, expect = self._position_for(offset)
+        if pos and pos + HEADER_SIZE <= end and parse_header(self._head(pos))[0] != expect:
+            # The batch there does not carry the offset the index names. Either that batch is damaged (its
+            # checksum says so: raise at it) or the index is (derived data: rebuild it and scan from the
+            # segment start rather than skip records silently).
+            for fpos, h, buf, p in self._scan(pos, end, self._batch_hint, tolerate_tail=False):
+                BatchView.from_buffer(buf, p, self.log_path, fpos, h, True)
+                break
+            log.warning("%s: offset index entry for offset %d points at the wrong batch; scanning", self.log_path,
+                        expect)
+            if self.writable:
+                self._write_rebuilt_indexes(self.size)
+            else:
+                self._oindex, self._tindex = self._build_indexes(self.size, verify=False)[:2]
+            pos = 0
         out: list[ReadSlice] = []
         got = 0
         nbytes = 0
@@ -373,11 +399,14 @@ class Segment:
             oi, ti = self._indexes()
             last = oi.last_entry()
             tl = ti.last_entry()
-            start_rel = tl[1] if tl is not None else 0
-            rel, pos = oi.lookup(start_rel)
-            max_ts = tl[0] if tl is not None else -1
-            if ti.sealed and ti.max_timestamp > max_ts:
+            if ti.sealed and ti.max_timestamp >= 0:
+                # A sealed time index knows the segment's max timestamp: scan only past the last offset entry.
+                rel, pos = last if last is not None else (0, 0)
                 max_ts = ti.max_timestamp
+            else:
+                # Otherwise the max timestamp of the batches after the last time entry must be seen too.
+                rel, pos = oi.lookup(tl[1] if tl is not None else 0)
+                max_ts = tl[0] if tl is not None else -1
         except CorruptRecordError:
             rel, pos, max_ts = 0, 0, -1
         # The batch at pos starts at base + rel: that is the next offset even when no whole batch follows
@@ -420,7 +449,16 @@ class Segment:
         if self.writable:
             return False
         end = self.file_size()
-        if end <= self.size:
+        if end < self.size:
+            # The log got shorter under us (a new writer's recovery cut a tail this reader had not yet
+            # validated, e.g. after a power loss on a shared filesystem): start over from the indexes.
+            self._drop_live_indexes(force=True)
+            self._mm = None
+            self.size = end
+            self.next_offset = self.base_offset
+            self.load(tolerate_tail=True)
+            return False
+        if end == self.size:
             return False
         grown = False
         for fpos, h, buf, p in self._scan(self.size, end, _MAX_CHUNK, tolerate_tail=True):
@@ -433,16 +471,18 @@ class Segment:
             self._max_timestamp = max(self._max_timestamp, h.max_timestamp)
             grown = True
         if grown:
-            self._drop_live_indexes()
+            # The writer may have re-grown a sealed index (reopened after a clean close): look again.
+            self._drop_live_indexes(force=not self.immutable)
         return grown
 
-    def _drop_live_indexes(self) -> None:
-        """Forget unsealed indexes so the next lookup re-counts the writer's live entries."""
-        if self._oindex is not None and not self._oindex.sealed:
-            self._oindex.close()
+    def _drop_live_indexes(self, force: bool = False) -> None:
+        """Forget unsealed (or, with ``force``, all) indexes so the next lookup opens them afresh.
+
+        Dropped, not closed: another thread may be searching them; they unmap when the last reference goes.
+        """
+        if self._oindex is not None and (force or not self._oindex.sealed):
             self._oindex = None
-        if self._tindex is not None and not self._tindex.sealed:
-            self._tindex.close()
+        if self._tindex is not None and (force or not self._tindex.sealed):
             self._tindex = None
 
     @property

@@ -50,8 +50,8 @@ def read_topic_file(directory: str) -> dict[str, Any]:
         raise UnknownTopicError(f"no topic at {directory}") from None
     try:
         doc = json.loads(raw)
-    except ValueError as exc:
-        raise CorruptRecordError(f"topic file is not JSON: {exc}", path) from None
+    except (ValueError, RecursionError) as exc:
+        raise CorruptRecordError(f"topic file is not JSON: {exc!r}"[:200], path) from None
     if not isinstance(doc, dict) or doc.get("format") != _FORMAT or doc.get("version") != _VERSION:
         raise CorruptRecordError("not a pylog topic file (format/version)", path)
     if doc.get("crc32c") != crc32c(_canonical(doc)):

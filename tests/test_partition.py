@@ -724,3 +724,57 @@ def test_partition_state_machine(tmp_path):
         lambda: PartitionMachine(str(tmp_path)),
         settings=settings(max_examples=50, stateful_step_count=30, deadline=None, database=None,
                           suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large]))
+
+
+# ---------------------------------------------------------------- review findings (all-or-nothing appends etc.)
+
+def test_append_whose_headers_outgrow_the_estimate_is_split_not_half_written(tmp_path):
+    with pylog.open(tmp_path, max_message_bytes=4096) as store:
+        p = store.create_topic("t").partition(0)
+        headers = [()] * 70 + [[("ключ" * 10, b"v")]] * 40
+        first = p.append_values([b"x" * 40] * 110, headers=headers)
+        assert first == 0 and p.log_end_offset == 110
+        assert [r.headers for r in p.read(0, max_records=200)] == [()] * 70 + [(("ключ" * 10, b"v"),)] * 40
+        assert all(h.size <= 4096 for seg in p.segments for _, h in seg.batch_headers())
+
+
+def test_a_too_large_record_writes_nothing_of_its_call(tmp_path):
+    with pylog.open(tmp_path, max_message_bytes=4096) as store:
+        p = store.create_topic("t").partition(0)
+        p.append_values([b"a"])
+        with pytest.raises(pylog.RecordTooLargeError):
+            p.append_values([b"x" * 1000] * 20 + [b"y" * 5000])
+        assert p.log_end_offset == 1
+
+
+def test_a_failed_roll_makes_the_partition_refuse_work_until_reopened(tmp_path, monkeypatch):
+    from pylog import partition as partition_module
+    with pylog.open(tmp_path, segment_bytes=1024) as store:
+        p = store.create_topic("t").partition(0)
+        p.append_values([b"x" * 600])
+
+        def broken_create(*args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(partition_module.Segment, "create", broken_create)
+        with pytest.raises(pylog.LogFailedError):
+            p.append_values([b"y" * 600])
+        monkeypatch.undo()
+        with pytest.raises(pylog.LogFailedError):
+            p.append_values([b"z"])
+    with pylog.open(tmp_path) as store:
+        p = store.topic("t").partition(0)
+        assert p.append_values([b"after"]) == 1
+        assert [r.value for r in p.read(0)] == [b"x" * 600, b"after"]
+
+
+def test_an_index_looked_up_by_a_reader_thread_stays_usable_after_a_roll(tmp_path):
+    with pylog.open(tmp_path, index_interval_bytes=0) as store:
+        p = store.create_topic("t").partition(0)
+        for i in range(20):
+            p.append_values([b"v%d" % i])
+        seg = p.segments[-1]
+        oi, ti = seg._indexes()
+        p.roll()
+        assert oi.lookup(10) == (10, oi.lookup(10)[1]) and oi.lookup(10)[1] > 0
+        assert ti.lookup(0) == 0

@@ -851,3 +851,34 @@ def test_decode_mutated_uncompressed_body_sections(data):
         return
     _assert_well_formed(recs)
     assert sum(len(r.value) for r in recs if r.value) + sum(len(r.key) for r in recs if r.key) <= len(raw)
+
+
+def test_an_index_entry_naming_the_wrong_batch_is_not_trusted(tmp_path):
+    """A sealed index whose entries (with a correct checksum) point at a later batch: reads must still
+    start at the requested offset, not silently skip to where the index points."""
+    from pylog.index import OffsetIndex
+    path = tmp_path / "s"
+    with pylog.open(str(path), index_interval_bytes=0) as store:
+        p = store.create_topic("t").partition(0)
+        for i in range(30):
+            p.append_values([b"%d" % i])
+    pdir = path / "t" / "0"
+    log = sorted(pdir.glob("*.log"))[0]
+    index = str(log).replace(".log", ".index")
+    idx = OffsetIndex.open(index, 0)
+    a, b = idx.entries()
+    idx.close()
+    b[9] = b[10]  # the entry for offset 10 now points at the batch of offset 11 (still in order)
+    OffsetIndex.write_file(index, 0, a, b, len(a), sealed=True)
+    with pylog.open(str(path)) as store:
+        p = store.topic("t").partition(0)
+        assert [r.offset for r in p.read(10, max_records=3)] == [10, 11, 12]
+
+
+def test_deeply_nested_json_is_a_corrupt_record_error(tmp_path):
+    with pylog.open(tmp_path) as store:
+        store.create_topic("t")
+    (tmp_path / "t" / "topic.json").write_text("[" * 100_000)
+    with pylog.open(tmp_path) as store:
+        with pytest.raises(pylog.CorruptRecordError):
+            store.topic("t")
