@@ -91,8 +91,8 @@ class _Index:
         self._a = a
         self._b = b
         if _NATIVE_LITTLE:
-            self._av: Any = memoryview(a)
-            self._bv: Any = memoryview(b)
+            self._av: Any = a.data  # a memoryview of the array
+            self._bv: Any = b.data
         else:  # the file is little-endian: let numpy swap, at numpy's speed
             self._av = a
             self._bv = b
