@@ -514,39 +514,33 @@ def encode_columns(value_lengths: np.ndarray, value_data: Any, key_lengths: np.n
 _UNIFORM_STRUCTS: dict[tuple[int, int], struct.Struct] = {}
 
 
-def _split(data: Any, lengths: Any, start: int = 0, stop: int | None = None,
-           uniform: int | None = -1) -> list:
-    """Items ``start:stop`` of a column as a list of bytes (None where the length is -1), with C-level loops.
-
-    ``uniform`` is the common length when the caller knows all lengths are equal, None when it knows
-    they are not, -1 when unknown. ``lengths`` may be a callable returning the lengths array, so the
-    uniform case never builds it.
-    """
-    if uniform is not None and uniform >= 0:
-        if stop is None:
-            raise ValueError("stop is required when the lengths are known to be uniform")
-    else:
-        lengths = lengths() if callable(lengths) else lengths
-    n = stop if stop is not None else len(lengths)
-    stop = n if stop is None else stop
+def _split_uniform(data: Any, size: int, start: int, stop: int) -> list:
+    """Items ``start:stop`` of a column whose items are all ``size`` bytes, as a list of bytes."""
     m = stop - start
     if m <= 0:
         return []
-    if uniform == -1:
-        lo, hi = int(lengths.min()), int(lengths.max())
-        uniform = lo if lo == hi and lo >= 0 else None
-    if uniform is not None:
-        lo = uniform
-        # Uniform lengths (common): one cached struct unpacks the run without computing positions.
-        key = (lo, m)
-        st = _UNIFORM_STRUCTS.get(key)
-        if st is None:
-            st = struct.Struct(f"{lo}s" * m)
-            if m <= 4096:  # keep the cache small: a struct costs ~30 bytes per item
-                if len(_UNIFORM_STRUCTS) > 256:
-                    _UNIFORM_STRUCTS.clear()
-                _UNIFORM_STRUCTS[key] = st
-        return list(st.unpack_from(data, lo * start))
+    if m == 1:
+        return [bytes(data[start * size:(start + 1) * size])]
+    # One cached struct unpacks the run at C speed without computing positions.
+    key = (size, m)
+    st = _UNIFORM_STRUCTS.get(key)
+    if st is None:
+        st = struct.Struct(f"{size}s" * m)
+        if m <= 4096:  # keep the cache small: a struct costs ~30 bytes per item
+            if len(_UNIFORM_STRUCTS) > 256:
+                _UNIFORM_STRUCTS.clear()
+            _UNIFORM_STRUCTS[key] = st
+    return list(st.unpack_from(data, size * start))
+
+
+def _split(data: Any, lengths: np.ndarray, start: int = 0, stop: int | None = None) -> list:
+    """Items ``start:stop`` of a column as a list of bytes (None where the length is -1), with C-level loops."""
+    stop = len(lengths) if stop is None else stop
+    if stop <= start:
+        return []
+    lo, hi = int(lengths.min()), int(lengths.max())
+    if lo == hi and lo >= 0:
+        return _split_uniform(data, lo, start, stop)
     part = lengths[start:stop]
     clipped = np.maximum(part, 0)
     ends = np.cumsum(clipped)
@@ -622,6 +616,12 @@ class BatchView:
         self._key_data = mv[pos:pos + kbytes]
         self._value_data = mv[pos + kbytes:pos + kbytes + vbytes]
         self._headers_blob = mv[pos + kbytes + vbytes:] if rest else None
+
+    def _items(self, data: Any, lengths_pos: int, uniform: int | None, start: int, stop: int) -> list:
+        """Items ``start:stop`` of the key or value column whose lengths start at ``lengths_pos``."""
+        if uniform is not None:
+            return _split_uniform(data, uniform, start, stop)
+        return _split(data, np.frombuffer(self.body, _I32, self.header[11], lengths_pos), start, stop)
 
     def _data_range(self, lengths_pos: int, uniform: int | None, a: int, b: int) -> tuple[int, int]:
         """Byte range, within its data section, of items ``a:b`` of the length column at ``lengths_pos``."""
@@ -746,19 +746,14 @@ class BatchView:
             ts = itertools.repeat(h.first_timestamp, m)
         else:
             ts = (self.ts_deltas[start:stop] + h.first_timestamp).tolist()
-        values = _split(self._value_data, _lengths_of(self, "value_lengths"), start, stop, self._vuniform)
+        values = self._items(self._value_data, self._vpos, self._vuniform, start, stop)
         keys: Iterable[Any] = (itertools.repeat(None, m) if self._kpos < 0
-                               else _split(self._key_data, _lengths_of(self, "key_lengths"), start, stop,
-                                           self._kuniform))
+                               else self._items(self._key_data, self._kpos, self._kuniform, start, stop))
         hdrs = self.headers()
         hs: Iterable[Any] = itertools.repeat(_EMPTY_HEADERS, m) if hdrs is None else hdrs[start:stop]
         return list(map(_tuple_new, itertools.repeat(Record), zip(
             offs, ts, keys, values, hs, itertools.repeat(topic, m), itertools.repeat(partition, m),
             itertools.repeat(h.timestamp_type, m))))
-
-
-def _lengths_of(view: "BatchView", name: str) -> Any:
-    return lambda: getattr(view, name)
 
 
 # ------------------------------------------------------------------------------------------- columns

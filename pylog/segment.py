@@ -291,13 +291,6 @@ class Segment:
         rel, pos = oi.lookup(min(offset - self.base_offset, 0xFFFFFFFF))
         return pos, self.base_offset + rel
 
-    def _head(self, pos: int) -> Any:
-        """The 64 header bytes at ``pos`` (from the mapping when there is one)."""
-        mm = self._mm
-        if mm is not None and pos + HEADER_SIZE <= len(mm):
-            return memoryview(mm)[pos:pos + HEADER_SIZE]
-        return os.pread(self._fd(), HEADER_SIZE, pos)
-
     # ------------------------------------------------------------------ reading
 
     def read(self, offset: int, max_records: int, max_bytes: int, end: int | None = None,
@@ -311,29 +304,40 @@ class Segment:
         """
         end = self.size if end is None else end
         pos, expect = self._position_for(offset)
-        if pos and pos + HEADER_SIZE <= end and parse_header(self._head(pos))[0] != expect:
-            # The batch there does not carry the offset the index names. Either that batch is damaged (its
-            # checksum says so: raise at it) or the index is (derived data: rebuild it and scan from the
-            # segment start rather than skip records silently).
-            for fpos, h, buf, p in self._scan(pos, end, self._batch_hint, tolerate_tail=False):
-                BatchView.from_buffer(buf, p, self.log_path, fpos, h, True)
-                break
-            log.warning("%s: offset index entry for offset %d points at the wrong batch; scanning", self.log_path,
-                        expect)
+        result = self._read_from(pos, expect, offset, max_records, max_bytes, end, verify)
+        if result is None:
+            # The batch at the indexed position does not carry the offset the index names, and its
+            # checksum holds: the index is wrong (derived data): rebuild it and scan from the segment start
+            # rather than skip records silently.
+            log.warning("%s: offset index entry for offset %d points at the wrong batch; rebuilding",
+                        self.log_path, expect)
             if self.writable:
                 self._write_rebuilt_indexes(self.size)
             else:
                 self._oindex, self._tindex = self._build_indexes(self.size, verify=False)[:2]
-            pos = 0
+            result = self._read_from(0, self.base_offset, offset, max_records, max_bytes, end, verify)
+            assert result is not None
+        return result
+
+    def _read_from(self, pos: int, expect: int, offset: int, max_records: int, max_bytes: int, end: int,
+                   verify: bool) -> tuple[list[ReadSlice], int] | None:
+        """:meth:`read` from file position ``pos``, where the batch with base offset ``expect`` should
+        start; None when another batch is there (a damaged one raises :class:`CorruptRecordError`)."""
         out: list[ReadSlice] = []
         got = 0
         nbytes = 0
         hint = [min(self._batch_hint, max_bytes)]
         path = self.log_path
         size = HEADER_SIZE
+        check_first = pos > 0
         for fpos, h, buf, p in self._scan(pos, end, hint, tolerate_tail=False):
             # Header fields by index: this loop runs once per batch on the read hot path.
             base, size, count = h[0], h[1] + LENGTH_PREFIX, h[11]
+            if check_first:
+                check_first = False
+                if base != expect:
+                    BatchView.from_buffer(buf, p, path, fpos, h, True)  # raises if this batch is damaged
+                    return None
             if base + h[5] < offset:  # last offset below the target
                 # Skipping on the word of an unchecked header would silently drop the records of a batch
                 # whose base offset was damaged downwards: check what is skipped too (at most about
