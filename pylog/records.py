@@ -514,6 +514,16 @@ def encode_columns(value_lengths: np.ndarray, value_data: Any, key_lengths: np.n
 _UNIFORM_STRUCTS: dict[tuple[int, int], struct.Struct] = {}
 
 
+def _checked_lengths(mv: memoryview, pos: int, n: int, what: str, path: str | None,
+                     position: int | None) -> tuple[int, int | None]:
+    """``(data bytes, common length or None)`` of the length column at ``mv[pos:]``, or CorruptRecordError."""
+    low, data, uniform = _length_stats(mv[pos:pos + 4 * n], n, mv, pos)
+    if low < -1:
+        raise CorruptRecordError(f"negative {what} length", path, position)
+    # All lengths equal (and not null) lets _split_uniform skip computing positions.
+    return data, (low if uniform and low >= 0 else None)
+
+
 def _split_uniform(data: Any, size: int, start: int, stop: int) -> list:
     """Items ``start:stop`` of a column whose items are all ``size`` bytes, as a list of bytes."""
     m = stop - start
@@ -598,17 +608,10 @@ class BatchView:
         self._kuniform = None
         if a & _HAS_KEYS:
             self._kpos = pos
-            kmin, kbytes, uniform = _length_stats(mv[pos:pos + width], n, body, pos)
-            if kmin < -1:
-                raise CorruptRecordError("negative key length", path, position)
-            self._kuniform = kmin if uniform and kmin >= 0 else None
+            kbytes, self._kuniform = _checked_lengths(mv, pos, n, "key", path, position)
             pos += width
         self._vpos = pos
-        vmin, vbytes, uniform = _length_stats(mv[pos:pos + width], n, body, pos)
-        if vmin < -1:
-            raise CorruptRecordError("negative value length", path, position)
-        # All lengths equal lets _split skip computing positions.
-        self._vuniform = vmin if uniform and vmin >= 0 else None
+        vbytes, self._vuniform = _checked_lengths(mv, pos, n, "value", path, position)
         pos += width
         rest = size - pos - kbytes - vbytes
         if rest < 0 or (rest and not a & _HAS_HEADERS) or (not rest and a & _HAS_HEADERS):
