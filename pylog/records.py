@@ -157,10 +157,7 @@ class Record(tuple):
     def __repr__(self) -> str:
         return "Record(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"
 
-    def __getnewargs__(self) -> tuple:  # pickling goes through __new__'s keywords
-        return (self.value, self.key, self.headers, self.timestamp)
-
-    def __reduce__(self) -> Any:
+    def __reduce__(self) -> Any:  # pickle every field, not just what __new__'s keywords take
         return (_rebuild_record, (tuple(self),))
 
 
