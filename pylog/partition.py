@@ -128,6 +128,10 @@ class Partition:
 
     def _ensure_writer(self) -> None:
         """Become the partition's writer: lock, recover if the last shutdown was not clean, open for append."""
+        with self._lock:
+            self._ensure_writer_locked()
+
+    def _ensure_writer_locked(self) -> None:
         if self._closed:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
         if self._failed is not None:
@@ -226,9 +230,19 @@ class Partition:
         return sum(s.size for s in self._segments)
 
     def _refresh(self) -> bool:
-        """As a reader of another process's writes, take in new batches and segments. True if anything grew."""
+        """As a reader of another process's writes, take in new batches and segments. True if anything grew.
+
+        Runs under the partition lock, so reader threads do not race each other (sizes never move back)
+        nor a thread of this process that is becoming the writer (its segments are never replaced).
+        """
         if self._lock_fd is not None or self._closed:
             return False
+        with self._lock:
+            if self._lock_fd is not None or self._closed:
+                return False
+            return self._refresh_locked()
+
+    def _refresh_locked(self) -> bool:
         segs = self._segments
         grown = segs[-1].refresh() if segs else False
         bases = list_segment_bases(self.directory)

@@ -778,3 +778,55 @@ def test_an_index_looked_up_by_a_reader_thread_stays_usable_after_a_roll(tmp_pat
         p.roll()
         assert oi.lookup(10) == (10, oi.lookup(10)[1]) and oi.lookup(10)[1] > 0
         assert ti.lookup(0) == 0
+
+
+def test_threads_append_and_read_concurrently(tmp_path):
+    """Writer threads share one partition (appends serialise) while reader threads read everything
+    written so far, across rolls: dense offsets, whole batches, no errors."""
+    import threading
+
+    with pylog.open(tmp_path, segment_bytes=16 * 1024, index_interval_bytes=256) as store:
+        p = store.create_topic("t").partition(0)
+        errors: list[BaseException] = []
+        done = threading.Event()
+
+        def writer(tag: int) -> None:
+            try:
+                for i in range(150):
+                    p.append_values([b"%d-%d-%d" % (tag, i, j) for j in range(1 + (i % 7))])
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        def reader() -> None:
+            try:
+                while not done.is_set():
+                    end = p.log_end_offset
+                    off = 0
+                    while off < end:
+                        cols = p.read_columns(off, max_records=5000)
+                        assert cols.offsets.tolist() == list(range(off, off + len(cols)))
+                        off += len(cols)
+                    start = max(0, end - 50)
+                    recs = p.read(start, max_records=50)  # more may have arrived since end was read
+                    assert [r.offset for r in recs] == list(range(start, start + len(recs)))
+                    assert len(recs) >= end - start
+            except BaseException as exc:  # pragma: no cover - reported below
+                errors.append(exc)
+
+        readers = [threading.Thread(target=reader) for _ in range(2)]
+        writers = [threading.Thread(target=writer, args=(t,)) for t in range(4)]
+        for t in readers + writers:
+            t.start()
+        for t in writers:
+            t.join()
+        done.set()
+        for t in readers:
+            t.join()
+        assert not errors, errors
+        total = sum(1 + (i % 7) for i in range(150)) * 4
+        assert p.log_end_offset == total and len(p.segments) > 3
+        values = [r.value for r in p.read(0, max_records=total)]
+        for tag in range(4):  # each writer's records are in its own order
+            mine = [v for v in values if v.startswith(b"%d-" % tag)]
+            assert mine == [b"%d-%d-%d" % (tag, i, j) for i in range(150) for j in range(1 + (i % 7))]
+        assert p.check() == []
