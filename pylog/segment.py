@@ -603,8 +603,9 @@ class Segment:
             self._first_timestamp = max_timestamp
         if max_timestamp > self._max_timestamp:
             self._max_timestamp = max_timestamp
-        self.next_offset = header.next_offset
+        # Size before next offset: a reader that sees the new log end must also find its bytes visible.
         self.size = pos + header.size
+        self.next_offset = header.next_offset
         return pos
 
     def flush(self) -> None:
