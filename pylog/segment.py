@@ -519,10 +519,10 @@ class Segment:
         """Make a clean, loaded segment writable again (after reopening the store)."""
         if self._wfd is not None:
             return
-        if self._oindex is not None:
-            self._oindex.close()
-        if self._tindex is not None:
-            self._tindex.close()
+        # Load through the sealed indexes first: their header holds the max timestamp, so only the bytes
+        # after the last offset entry are scanned (a re-grown index no longer carries it).
+        self.load(tolerate_tail=False)
+        self._oindex = self._tindex = None
         try:
             self._oindex = open_writable(OffsetIndex, self.index_path, self.base_offset, self.index_max_bytes)
             self._tindex = open_writable(TimeIndex, self.timeindex_path, self.base_offset, self.index_max_bytes)
@@ -530,7 +530,6 @@ class Segment:
         except IndexError_ as exc:
             log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
             self._write_rebuilt_indexes(self.size)
-        self.load(tolerate_tail=False)
         self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
 
     def _write_rebuilt_indexes(self, end: int, verify: bool = False) -> dict[str, Any]:
