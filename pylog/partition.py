@@ -72,8 +72,9 @@ class Partition:
         self.last_recovery: dict[str, Any] | None = None
         os.makedirs(directory, exist_ok=True)
         self._checkpoint_path = os.path.join(directory, CHECKPOINT_FILE)
-        self._segments: list[Segment] = []
-        self._bases: list[int] = []
+        # (segments oldest first, their base offsets): one tuple, swapped whole, so a reader's snapshot
+        # of both always agrees.
+        self._view: tuple[list[Segment], list[int]] = ([], [])
         self._load_readonly()
 
     # ------------------------------------------------------------------ opening
@@ -99,8 +100,11 @@ class Partition:
             seg.immutable = True
         if segs:
             segs[-1].immutable = False
-        self._segments = segs
-        self._bases = [s.base_offset for s in segs]
+        self._view = (segs, [s.base_offset for s in segs])
+
+    @property
+    def _segments(self) -> list[Segment]:
+        return self._view[0]
 
     @property
     def is_writer(self) -> bool:
@@ -246,7 +250,7 @@ class Partition:
         segs = self._segments
         grown = segs[-1].refresh() if segs else False
         bases = list_segment_bases(self.directory)
-        known = self._bases
+        known = self._view[1]
         if bases != known:
             by_base = {s.base_offset: s for s in segs}
             new = []
@@ -508,10 +512,10 @@ class Partition:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
         if max_records <= 0:
             return []
-        segs = self._segments
+        segs, bases = self._view
         end_offset = segs[-1].next_offset if segs else self._log_start
         if offset >= end_offset and self._refresh():
-            segs = self._segments
+            segs, bases = self._view
             end_offset = segs[-1].next_offset
         if offset < self._log_start or offset > end_offset:
             raise OffsetOutOfRangeError(
@@ -519,9 +523,7 @@ class Partition:
                 offset, self._log_start, end_offset)
         if offset == end_offset:
             return []
-        i = 0
-        if len(segs) > 1:
-            i = max(0, bisect.bisect_right([s.base_offset for s in segs], offset) - 1)
+        i = max(0, bisect.bisect_right(bases, offset) - 1)
         out: list[ReadSlice] = []
         got = 0
         nbytes = 0

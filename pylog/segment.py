@@ -160,7 +160,7 @@ class Segment:
                                              self.log_path, pos)
                 if h.last_offset - self.base_offset > 0xFFFFFFFF:
                     raise CorruptRecordError("offset too far above the segment base", self.log_path, pos)
-                if pos > 0 and since >= self.index_interval_bytes:
+                if self._index_due(pos, since):
                     rel = h.base_offset - self.base_offset
                     orel.append(rel)
                     opos.append(pos)
@@ -185,6 +185,11 @@ class Segment:
         state = {"since": since, "max_ts": max_ts, "next_offset": next_offset, "valid_end": valid_end,
                  "first_ts": first_ts, "error": error}
         return oi, ti, state
+
+    def _index_due(self, pos: int, since: int) -> bool:
+        """The one indexing rule, for appends and rebuilds alike: the batch at ``pos`` gets index entries
+        when ``index.interval.bytes`` of log were written since the last entry (never the segment start)."""
+        return pos > 0 and since >= self.index_interval_bytes
 
     # ------------------------------------------------------------------ scanning
 
@@ -391,6 +396,18 @@ class Segment:
 
     # ------------------------------------------------------------------ state
 
+    def _valid_batches(self, pos: int, end: int, tolerate_tail: bool) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of each wholly checked batch (CRC, sections) from ``pos``; with
+        ``tolerate_tail`` the first bad or incomplete batch ends the walk instead of raising."""
+        for fpos, h, buf, p in self._scan(pos, end, _MAX_CHUNK, tolerate_tail):
+            try:
+                BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
+            except CorruptRecordError:
+                if tolerate_tail:
+                    return
+                raise
+            yield fpos, h
+
     def load(self, tolerate_tail: bool) -> None:
         """Learn ``next_offset``, the max timestamp and the visible ``size`` from the log's tail.
 
@@ -418,13 +435,7 @@ class Segment:
         next_offset = self.base_offset + rel
         valid_end = pos
         since = 0
-        for fpos, h, buf, p in self._scan(pos, end, _MAX_CHUNK, tolerate_tail):
-            try:
-                BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
-            except CorruptRecordError:
-                if tolerate_tail:
-                    break
-                raise
+        for fpos, h in self._valid_batches(pos, end, tolerate_tail):
             next_offset = h.next_offset
             max_ts = max(max_ts, h.max_timestamp)
             valid_end = fpos + h.size
@@ -465,11 +476,7 @@ class Segment:
         if end == self.size:
             return False
         grown = False
-        for fpos, h, buf, p in self._scan(self.size, end, _MAX_CHUNK, tolerate_tail=True):
-            try:
-                BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
-            except CorruptRecordError:
-                break
+        for fpos, h in self._valid_batches(self.size, end, tolerate_tail=True):
             self.size = fpos + h.size
             self.next_offset = h.next_offset
             self._max_timestamp = max(self._max_timestamp, h.max_timestamp)
@@ -590,7 +597,7 @@ class Segment:
         except BaseException:
             os.ftruncate(fd, pos)
             raise
-        if pos > 0 and self._bytes_since_index >= self.index_interval_bytes:
+        if self._index_due(pos, self._bytes_since_index):
             oi, ti = self._oindex, self._tindex
             assert oi is not None and ti is not None
             rel = header.base_offset - self.base_offset
