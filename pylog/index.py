@@ -164,8 +164,8 @@ class _Index:
     def open(cls, path: str, base_offset: int, writable: bool = False) -> Self:
         """Open and sanity-check an index file.
 
-        A writable open of a sealed file first unseals it. :raises IndexError_: when the file is missing
-        or fails any check (the caller rebuilds it).
+        Only an unsealed (live) file opens writable; :func:`open_writable` re-grows a sealed one.
+        :raises IndexError_: when the file is missing or fails any check (the caller rebuilds it).
         """
         try:
             fd = os.open(path, os.O_RDWR if writable else os.O_RDONLY)
@@ -199,10 +199,8 @@ class _Index:
         idx._check_sorted()
         if writable:
             if sealed:
-                # Re-grow to full capacity by rewriting; readers keep their view of the sealed file.
-                a, b = idx._a[:idx.count].copy(), idx._b[:idx.count].copy()
                 idx.close()
-                raise _NeedsRegrow(a, b)
+                raise ValueError(f"{path} is sealed: open it with open_writable")
             idx.writable = True
         return idx
 
@@ -287,25 +285,22 @@ class _Index:
         return f"{type(self).__name__}({self.path!r}, count={self.count}, capacity={self.capacity})"
 
 
-class _NeedsRegrow(Exception):
-    """Internal: a sealed index opened for writing must be rewritten at full capacity first."""
-
-    def __init__(self, a: np.ndarray, b: np.ndarray) -> None:
-        super().__init__()
-        self.a = a
-        self.b = b
-
-
 _I = TypeVar("_I", bound=_Index)
 
 
 def open_writable(cls: type[_I], path: str, base_offset: int, max_bytes: int) -> _I:
-    """Open an index for appending, re-growing a sealed (trimmed) file to ``max_bytes`` first."""
-    try:
-        return cls.open(path, base_offset, writable=True)
-    except _NeedsRegrow as grow:
-        cls.write_file(path, base_offset, grow.a, grow.b, cls.capacity_for(max_bytes), sealed=False)
-        return cls.open(path, base_offset, writable=True)
+    """Open an index for appending, re-growing a sealed (trimmed) file to ``max_bytes`` first.
+
+    The re-grown file is written anew and renamed over the sealed one, so readers keep their view of it.
+    """
+    current = cls.open(path, base_offset)
+    if current.sealed:
+        a, b = current.entries()
+        current.close()
+        cls.write_file(path, base_offset, a, b, cls.capacity_for(max_bytes), sealed=False)
+    else:
+        current.close()
+    return cls.open(path, base_offset, writable=True)
 
 
 class OffsetIndex(_Index):

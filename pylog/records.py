@@ -873,7 +873,8 @@ class RecordColumns:
         else:
             offsets = np.concatenate([v.offsets()[a:b] for v, a, b in views])
         if uniform_ts:
-            per = np.fromiter((v.header.max_timestamp if v.header.attributes & _TS_LOG_APPEND or v.ts_deltas is not None
+            # Here every batch has one timestamp for all its records: LogAppendTime's, or the first one.
+            per = np.fromiter((v.header.max_timestamp if v.header.attributes & _TS_LOG_APPEND
                                else v.header.first_timestamp for v, _, _ in views), _I64, nb)
             timestamps = np.repeat(per, counts)
         else:
