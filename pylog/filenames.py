@@ -11,7 +11,8 @@ import re
 
 __all__ = [
     "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "CLEANED_SUFFIX", "SWAP_SUFFIX", "DELETED_SUFFIX",
-    "TMP_SUFFIX", "LOCK_FILE", "CHECKPOINT_FILE", "TOPIC_FILE", "STORE_FILE",
+    "TMP_SUFFIX", "LOCK_FILE", "CHECKPOINT_FILE", "CLEANER_CHECKPOINT_FILE", "SWAP_MANIFEST_FILE", "TOPIC_FILE",
+    "STORE_FILE",
     "segment_stem", "segment_path", "parse_base_offset", "list_segment_bases", "valid_topic_name",
 ]
 
@@ -25,6 +26,10 @@ TMP_SUFFIX = ".tmp"
 
 LOCK_FILE = ".lock"
 CHECKPOINT_FILE = "partition.checkpoint"
+#: The log cleaner's per-partition state: first dirty offset, digest seed, tombstone horizons.
+CLEANER_CHECKPOINT_FILE = "cleaner.checkpoint"
+#: Present only while a compaction swap is committed but not finished: names the group being replaced.
+SWAP_MANIFEST_FILE = "cleaner.swap"
 TOPIC_FILE = "topic.json"
 STORE_FILE = "pylog.store"
 

@@ -9,10 +9,19 @@ Invariants:
    torn tail and rebuilds their indexes; whatever was flushed (fsync) is kept.
 4. Exactly one writer per partition across threads and processes: an ``flock`` on ``.lock`` taken on the
    first write and held until :meth:`Partition.close`. Readers take no lock.
-5. The active (last) segment is never deleted; segments before the recovery point are sealed and fsynced.
+5. Retention removes whole segments from the head only, after the checkpoint has recorded the new log
+   start offset (so a crash mid-way leaves only segments that the next open deletes); the active segment
+   goes only after a roll has put an empty one after it. Segments before the recovery point are sealed
+   and fsynced.
+6. Maintenance (retention, delete-records, compaction) runs one at a time per partition and only in the
+   writer. It never closes a segment another thread may be reading: removed segments are unlinked and
+   released when the last snapshot holding them goes; a reader whose segment vanished or was replaced
+   under it takes a new snapshot and retries, so it sees the records or ``OffsetOutOfRangeError``.
+7. Reads never go backwards: records come out in strictly increasing offset order even while another
+   process is half-way through swapping compacted segments in.
 
 Thread-safety: every public method may be called from any thread. Appends serialise on a lock; reads
-take a snapshot of the segment list and sizes and run concurrently with appends.
+take a snapshot of the segment list and sizes and run concurrently with appends and maintenance.
 """
 
 from __future__ import annotations
@@ -29,12 +38,15 @@ from typing import Any, Iterable, Sequence
 import numpy as np
 
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from .compaction import finish_interrupted_swap
 from .config import TopicConfig
 from .errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
                      PartitionLockedError, RecordTooLargeError, StoreClosedError)
-from .filenames import CHECKPOINT_FILE, LOCK_FILE, list_segment_bases
+from .fileio import fsync_dir
+from .filenames import CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, list_segment_bases
 from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns, _column, encode_parts, gc_paused,
                       now_ms)
+from .retention import RetentionResult, deletable_prefix
 from .segment import ReadSlice, Segment
 
 __all__ = ["Partition", "DEFAULT_MAX_BYTES"]
@@ -46,6 +58,8 @@ DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 #: Per-record bytes in a batch body besides key and value: value length, key length, timestamp delta.
 _RECORD_OVERHEAD = 16
 _MAX_RELATIVE = 0xFFFFFFFF
+#: How often a read retries after segments vanished under it before giving up.
+_READ_RETRIES = 8
 
 
 class Partition:
@@ -59,6 +73,9 @@ class Partition:
         self.config = config
         self.lock_timeout_ms = lock_timeout_ms
         self._lock = threading.RLock()
+        #: Serialises maintenance (retention, delete-records, compaction); taken before ``_lock``, never after.
+        self.maintenance_lock = threading.Lock()
+        self._meta: tuple = ()  # identity of the checkpoint files when a reader last looked
         self._appended = threading.Condition(threading.Lock())
         self._lock_fd: int | None = None
         self._closed = False
@@ -84,15 +101,41 @@ class Partition:
 
     def _load_readonly(self) -> None:
         """Open the segments as a reader: no lock, no recovery, tolerate a torn tail."""
+        self._meta = self._meta_stamp()
         cp = read_checkpoint(self._checkpoint_path)
         bases = list_segment_bases(self.directory)
-        segs = [Segment.open(self.directory, b, *self._new_segment_args()) for b in bases]
+        segs = []
+        for b in bases:
+            try:
+                segs.append(Segment.open(self.directory, b, *self._new_segment_args()))
+            except FileNotFoundError:  # deleted by the writer's retention since the listing
+                continue
         if segs:
             segs[-1].load(tolerate_tail=True)
         self._set_segments(segs)
-        self._log_start = cp.log_start_offset if cp else (bases[0] if bases else 0)
-        if segs:
-            self._log_start = max(self._log_start, bases[0])
+        self._log_start = self._start_from(cp, segs)
+
+    @staticmethod
+    def _start_from(cp: Checkpoint | None, segs: list[Segment]) -> int:
+        """The log start offset: the checkpoint's, or the first segment's base when there is none.
+
+        Not raised to the first segment's base: compaction may empty and drop the first segments, and the
+        offsets in between are still readable (as the next surviving record).
+        """
+        if cp is not None:
+            return cp.log_start_offset
+        return segs[0].base_offset if segs else 0
+
+    def _meta_stamp(self) -> tuple:
+        """Identity of the files a writer replaces when it deletes or swaps segments (checkpoints)."""
+        out = []
+        for name in (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE):
+            try:
+                st = os.stat(os.path.join(self.directory, name))
+                out.append((st.st_ino, st.st_mtime_ns))
+            except FileNotFoundError:
+                out.append(None)
+        return tuple(out)
 
     def _set_segments(self, segs: list[Segment]) -> None:
         # New lists, never mutated in place: readers iterate over the snapshot they took.
@@ -152,6 +195,7 @@ class Partition:
         self._lock_fd = fd
 
     def _open_as_writer(self) -> None:
+        finish_interrupted_swap(self.directory, *self._new_segment_args())
         cp = read_checkpoint(self._checkpoint_path) or Checkpoint(0, self._log_start, clean=False)
         # The reader-mode segments are not closed here: another thread may be reading through them right
         # now, and closing a descriptor it is about to pread would let the number be reused for another
@@ -174,10 +218,22 @@ class Partition:
                 segs = self._recover(segs, segs[-1].base_offset)
         else:
             segs = self._recover(segs, cp.recovery_point)
+        self._log_start = cp.log_start_offset
+        # Segments wholly below the log start: a retention pass or delete-records that crashed after
+        # recording the new log start and before unlinking them.
+        k = 0
+        while k < len(segs) - 1 and segs[k + 1].base_offset <= self._log_start:
+            k += 1
+        for seg in segs[:k]:
+            log.info("deleting %s: below the log start offset %d", seg.log_path, self._log_start)
+            seg.delete()
+        segs = segs[k:]
         self._set_segments(segs)
-        self._log_start = max(cp.log_start_offset, segs[0].base_offset)
         self._recovery_point = min(cp.recovery_point, segs[-1].base_offset) if not cp.clean else cp.recovery_point
-        write_checkpoint(self._checkpoint_path, Checkpoint(self._recovery_point, self._log_start, clean=False))
+        self._write_checkpoint()
+
+    def _write_checkpoint(self, clean: bool = False) -> None:
+        write_checkpoint(self._checkpoint_path, Checkpoint(self._recovery_point, self._log_start, clean=clean))
 
     def _recover(self, segs: list[Segment], recovery_point: int) -> list[Segment]:
         """Re-validate segments from the one holding ``recovery_point``; cut everything after a bad batch."""
@@ -233,43 +289,64 @@ class Partition:
     def size_bytes(self) -> int:
         return sum(s.size for s in self._segments)
 
-    def _refresh(self) -> bool:
+    def _refresh(self, force: bool = False) -> bool:
         """As a reader of another process's writes, take in new batches and segments. True if anything grew.
 
-        Runs under the partition lock, so reader threads do not race each other (sizes never move back)
-        nor a thread of this process that is becoming the writer (its segments are never replaced).
+        With ``force`` (a segment of the snapshot vanished or was replaced) every segment's file identity
+        is checked. Runs under the partition lock, so reader threads do not race each other (sizes never
+        move back) nor a thread of this process that is becoming the writer (its segments are never
+        replaced).
         """
         if self._lock_fd is not None or self._closed:
             return False
         with self._lock:
             if self._lock_fd is not None or self._closed:
                 return False
-            return self._refresh_locked()
+            return self._refresh_locked(force)
 
-    def _refresh_locked(self) -> bool:
+    def _refresh_locked(self, force: bool = False) -> bool:
         segs = self._segments
-        grown = segs[-1].refresh() if segs else False
+        try:
+            grown = segs[-1].refresh() if segs else False
+        except FileNotFoundError:  # the active segment was rolled and deleted by retention
+            grown, force = False, True
         bases = list_segment_bases(self.directory)
-        known = self._view[1]
-        if bases != known:
+        meta = self._meta_stamp()
+        # The writer rewrites a checkpoint whenever it deletes or swaps segments: only then can a segment
+        # that kept its name have been replaced, so only then are identities checked.
+        check_identity = force or meta != self._meta
+        if bases != self._view[1] or check_identity:
+            self._meta = meta
             by_base = {s.base_offset: s for s in segs}
+            old_last = segs[-1] if segs else None
             new = []
             for b in bases:
                 s = by_base.pop(b, None)
-                if s is None:
-                    s = Segment.open(self.directory, b, *self._new_segment_args())
+                if s is None or (check_identity and not s.same_file()):
+                    try:
+                        s = Segment.open(self.directory, b, *self._new_segment_args())
+                    except FileNotFoundError:
+                        continue
                     grown = True
                 new.append(s)
             # Segments gone from the directory (deleted by the writer) are dropped, not closed: see
             # _open_as_writer on descriptors that another thread may still be using.
-            for s in new[:-1]:
-                s.refresh()
+            if old_last is not None and old_last in new[:-1]:
+                try:
+                    old_last.refresh()  # its last batches, written before the roll
+                except FileNotFoundError:
+                    new.remove(old_last)
             if new:
                 new[-1].load(tolerate_tail=True)
             self._set_segments(new)
-            cp = read_checkpoint(self._checkpoint_path)
+            try:
+                cp = read_checkpoint(self._checkpoint_path)
+            except CorruptRecordError:
+                cp = None
             if cp is not None:
-                self._log_start = max(cp.log_start_offset, bases[0] if bases else 0)
+                self._log_start = cp.log_start_offset
+            elif new:
+                self._log_start = max(self._log_start, new[0].base_offset)
         return grown
 
     # ------------------------------------------------------------------ appending
@@ -435,7 +512,10 @@ class Partition:
         if seg.size + h.size > cfg["segment.bytes"]:
             return True
         first = seg.first_timestamp
-        if first is not None and h.max_timestamp - first > cfg["segment.ms"]:
+        # A compacted topic also rolls by max.compaction.lag.ms: the cleaner never touches the active
+        # segment, so a record could otherwise wait longer than promised (Kafka does the same).
+        limit = min(cfg["segment.ms"], cfg["max.compaction.lag.ms"]) if cfg.compact else cfg["segment.ms"]
+        if first is not None and h.max_timestamp - first > limit:
             return True
         if h.last_offset - seg.base_offset > _MAX_RELATIVE:
             return True
@@ -454,7 +534,7 @@ class Partition:
             raise LogFailedError(f"{self.topic}-{self.number}: {self._failed}") from exc
         self._set_segments(self._segments + [new])
         self._recovery_point = new.base_offset
-        write_checkpoint(self._checkpoint_path, Checkpoint(self._recovery_point, self._log_start, clean=False))
+        self._write_checkpoint()
         log.debug("rolled %s-%d at offset %d", self.topic, self.number, new.base_offset)
         return new
 
@@ -505,6 +585,93 @@ class Partition:
                     self._appended.wait(step)
         return True
 
+    # ------------------------------------------------------------------ maintenance (writer only)
+
+    def enforce_retention(self, now: int | None = None) -> RetentionResult:
+        """Delete the oldest segments that ``retention.ms`` / ``retention.bytes`` / the log start allow.
+
+        Makes this handle the partition's writer (like an append). Topics whose ``cleanup.policy`` lacks
+        ``delete`` only lose segments below the log start offset. ``now`` (ms) is for tests.
+        """
+        now = now_ms() if now is None else now
+        cfg = self.config
+        timed = "delete" in cfg["cleanup.policy"]
+        with self.maintenance_lock, self._lock:
+            self._ensure_writer_locked()
+            segs = self._segments
+            count, reasons = deletable_prefix(segs, self._log_start, now,
+                                              cfg["retention.ms"] if timed else -1,
+                                              cfg["retention.bytes"] if timed else -1)
+            result = RetentionResult(self.topic, self.number, reasons=reasons, log_start_offset=self._log_start)
+            if count == 0:
+                return result
+            if count == len(segs):
+                self._roll()  # every segment, the active one too: keep an empty one to append to
+                result.rolled = True
+            self._delete_head(count, result)
+            return result
+
+    def delete_records(self, before_offset: int) -> int:
+        """Kafka's DeleteRecords: make ``before_offset`` the log start offset; returns the new log start.
+
+        Reads below it raise :class:`OffsetOutOfRangeError` from then on (also after a restart); segments
+        wholly below it are deleted. An offset at or below the current log start changes nothing.
+        :raises OffsetOutOfRangeError: when ``before_offset`` is past the log end offset.
+        """
+        if not isinstance(before_offset, int) or isinstance(before_offset, bool):
+            raise TypeError(f"before_offset must be an int, got {type(before_offset).__name__}")
+        with self.maintenance_lock, self._lock:
+            self._ensure_writer_locked()
+            end = self._segments[-1].next_offset
+            if before_offset > end:
+                raise OffsetOutOfRangeError(
+                    f"cannot delete records before {before_offset}: the log of {self.topic}-{self.number} ends "
+                    f"at {end}", before_offset, self._log_start, end)
+            if before_offset <= self._log_start:
+                return self._log_start
+            self._log_start = before_offset
+            self._write_checkpoint()
+            segs = self._segments
+            k = 0
+            while k < len(segs) - 1 and segs[k + 1].base_offset <= before_offset:
+                k += 1
+            if k:
+                self._delete_head(k, RetentionResult(self.topic, self.number))
+            return self._log_start
+
+    def _delete_head(self, count: int, result: RetentionResult) -> None:
+        """Delete the ``count`` oldest segments (never all): record the new log start first, then unlink."""
+        segs = self._segments
+        assert 0 < count < len(segs)
+        doomed, kept = segs[:count], segs[count:]
+        self._log_start = max(self._log_start, kept[0].base_offset)
+        self._write_checkpoint()
+        self._set_segments(kept)
+        for seg in doomed:
+            result.deleted_segments.append(seg.base_offset)
+            result.bytes_deleted += seg.size
+            seg.unlink()  # not closed: readers holding a snapshot may be using it (invariant 6)
+        fsync_dir(self.directory)
+        result.log_start_offset = self._log_start
+        log.info("%s-%d: deleted %d segment(s) below offset %d (%s)", self.topic, self.number, count,
+                 self._log_start, ",".join(result.reasons) or "log_start")
+
+    def replace_segments(self, old: list[Segment], new: Segment | None) -> None:
+        """Swap the consecutive segments ``old`` for ``new`` (or nothing) in the view; for the compactor,
+        which holds :attr:`maintenance_lock` and has already renamed the files in place."""
+        with self._lock:
+            segs = self._segments
+            i = next((j for j, s in enumerate(segs) if s is old[0]), -1)
+            if i < 0 or any(a is not b for a, b in zip(segs[i:i + len(old)], old)) or i + len(old) >= len(segs):
+                raise AssertionError("compaction swap does not match the segment list")
+            self._set_segments(segs[:i] + ([new] if new is not None else []) + segs[i + len(old):])
+
+    def touch_checkpoint(self) -> None:
+        """Rewrite the checkpoint so that readers in other processes re-check their segments' identity."""
+        with self._lock:
+            if self._lock_fd is not None:
+                self._write_checkpoint()
+
     # ------------------------------------------------------------------ reading
 
     def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
@@ -512,6 +679,24 @@ class Partition:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
         if max_records <= 0:
             return []
+        for _ in range(_READ_RETRIES):
+            try:
+                return self._slices_once(offset, max_records, max_bytes, verify)
+            except FileNotFoundError as exc:
+                # Retention or compaction deleted or replaced a segment of our snapshot before we opened
+                # it: look again (a writer's view is already new; a reader re-lists the directory).
+                if self._closed:
+                    raise StoreClosedError(f"partition {self.topic}-{self.number} is closed") from None
+                last = exc
+                if self._lock_fd is not None:
+                    with self._lock:  # a writer's view changes under this lock: wait out a swap in progress
+                        pass
+                else:
+                    self._refresh(force=True)
+        raise LogFailedError(f"{self.topic}-{self.number}: segments kept changing under a read at offset "
+                             f"{offset} ({last})")
+
+    def _slices_once(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
         segs, bases = self._view
         end_offset = segs[-1].next_offset if segs else self._log_start
         if offset >= end_offset and self._refresh():
@@ -527,14 +712,19 @@ class Partition:
         out: list[ReadSlice] = []
         got = 0
         nbytes = 0
+        want = offset  # the next offset a record may have: never go back
         for seg in segs[i:]:
             size = seg.size
             if size == 0:
                 continue
-            part, b = seg.read(max(offset, seg.base_offset), max_records - got, max(max_bytes - nbytes, 1), size,
+            part, b = seg.read(max(want, seg.base_offset), max_records - got, max(max_bytes - nbytes, 1), size,
                                verify)
-            out.extend(part)
-            got += sum(stop - start for _, start, stop in part)
+            if part:
+                out.extend(part)
+                got += sum(stop - start for _, start, stop in part)
+                view, _, stop = part[-1]
+                h = view.header
+                want = h.base_offset + (stop - 1 if view.offset_deltas is None else int(view.offset_deltas[stop - 1])) + 1
             nbytes += b
             if got >= max_records or nbytes >= max_bytes:
                 break
@@ -616,8 +806,8 @@ class Partition:
                     if self._failed is None and segs:
                         active = segs[-1]
                         active.seal(durable=True)
-                        write_checkpoint(self._checkpoint_path,
-                                         Checkpoint(active.next_offset, self._log_start, clean=True))
+                        self._recovery_point = active.next_offset
+                        self._write_checkpoint(clean=True)
                 finally:
                     fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
                     os.close(self._lock_fd)

@@ -32,12 +32,19 @@ from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
 from .records import HEADER_SIZE, LENGTH_PREFIX, BatchHeader, BatchView, batch_crc, check_header, parse_header
 
-__all__ = ["Segment", "ReadSlice"]
+__all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
 
 log = logging.getLogger("pylog.segment")
 
 #: (batch, first index in batch, stop index in batch)
 ReadSlice = tuple[BatchView, int, int]
+
+class SegmentReplacedError(FileNotFoundError):
+    """The segment's file was deleted or replaced by retention or compaction after this object was made.
+
+    A FileNotFoundError, so callers treat "deleted" and "replaced" alike: take a new snapshot and retry.
+    """
+
 
 _MIN_CHUNK = 64 * 1024
 _MAX_CHUNK = 16 * 1024 * 1024
@@ -46,12 +53,16 @@ _MAX_CHUNK = 16 * 1024 * 1024
 class Segment:
     """A segment of a partition; see the module docstring for what it guarantees."""
 
-    def __init__(self, directory: str, base_offset: int, index_max_bytes: int, index_interval_bytes: int) -> None:
+    def __init__(self, directory: str, base_offset: int, index_max_bytes: int, index_interval_bytes: int,
+                 suffix: str = "") -> None:
         self.directory = directory
         self.base_offset = base_offset
-        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX)
-        self.index_path = segment_path(directory, base_offset, INDEX_SUFFIX)
-        self.timeindex_path = segment_path(directory, base_offset, TIMEINDEX_SUFFIX)
+        #: "" for a live segment; ".cleaned" / ".swap" for the compactor's files in flight.
+        self.suffix = suffix
+        self.log_path = segment_path(directory, base_offset, LOG_SUFFIX + suffix)
+        self.index_path = segment_path(directory, base_offset, INDEX_SUFFIX + suffix)
+        self.timeindex_path = segment_path(directory, base_offset, TIMEINDEX_SUFFIX + suffix)
+        self._ino: int | None = None  # the log file's inode when opened: compaction replaces files by name
         self.index_max_bytes = index_max_bytes
         self.index_interval_bytes = index_interval_bytes
         self.size = 0  # visible bytes
@@ -72,30 +83,50 @@ class Segment:
     # ------------------------------------------------------------------ opening
 
     @classmethod
-    def create(cls, directory: str, base_offset: int, index_max_bytes: int, index_interval_bytes: int) -> "Segment":
+    def create(cls, directory: str, base_offset: int, index_max_bytes: int, index_interval_bytes: int,
+               suffix: str = "") -> "Segment":
         """A new empty, writable segment (fails if its log file exists)."""
-        seg = cls(directory, base_offset, index_max_bytes, index_interval_bytes)
+        seg = cls(directory, base_offset, index_max_bytes, index_interval_bytes, suffix)
         if os.path.exists(seg.log_path):
             raise FileExistsError(seg.log_path)
         # Indexes first: readers discover segments by their .log, and must find the indexes there too.
         seg._oindex = OffsetIndex.create(seg.index_path, base_offset, index_max_bytes)
         seg._tindex = TimeIndex.create(seg.timeindex_path, base_offset, index_max_bytes)
         seg._wfd = os.open(seg.log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
+        seg._ino = os.fstat(seg._wfd).st_ino
         seg._loaded = True
         return seg
 
     @classmethod
-    def open(cls, directory: str, base_offset: int, index_max_bytes: int, index_interval_bytes: int) -> "Segment":
+    def open(cls, directory: str, base_offset: int, index_max_bytes: int, index_interval_bytes: int,
+             suffix: str = "") -> "Segment":
         """An existing segment, read-only and lazily loaded; its visible size is the file size."""
-        seg = cls(directory, base_offset, index_max_bytes, index_interval_bytes)
-        seg.size = os.stat(seg.log_path).st_size
+        seg = cls(directory, base_offset, index_max_bytes, index_interval_bytes, suffix)
+        st = os.stat(seg.log_path)
+        seg.size = st.st_size
+        seg._ino = st.st_ino
         return seg
 
     def _fd(self) -> int:
         fd = self._rfd
         if fd is None:
-            fd = self._rfd = os.open(self.log_path, os.O_RDONLY)
+            fd = os.open(self.log_path, os.O_RDONLY)
+            ino = os.fstat(fd).st_ino
+            if self._ino is not None and ino != self._ino:
+                # Compaction swapped a new file in under this name since this object was made: its size
+                # and indexes describe the old one. The partition takes a fresh look and retries.
+                os.close(fd)
+                raise SegmentReplacedError(self.log_path)
+            self._ino = ino
+            self._rfd = fd
         return fd
+
+    def same_file(self) -> bool:
+        """True while the path still names the file this object was opened on (False when gone or replaced)."""
+        try:
+            return os.stat(self.log_path).st_ino == self._ino
+        except FileNotFoundError:
+            return False
 
     def file_size(self) -> int:
         return os.fstat(self._fd()).st_size
@@ -309,7 +340,15 @@ class Segment:
         """
         end = self.size if end is None else end
         pos, expect = self._position_for(offset)
-        result = self._read_from(pos, expect, offset, max_records, max_bytes, end, verify)
+        try:
+            result = self._read_from(pos, expect, offset, max_records, max_bytes, end, verify)
+        except CorruptRecordError:
+            # An index entry may point into the middle of a batch (an index file that belongs to another
+            # version of this segment, swapped in by compaction). If every entry points at a batch start,
+            # the log itself is damaged there: report it; otherwise rebuild the index and read again.
+            if pos == 0 or self._index_matches_log():
+                raise
+            result = None
         if result is None:
             # The batch at the indexed position does not carry the offset the index names, and its
             # checksum holds: the index is wrong (derived data): rebuild it and scan from the segment start
@@ -367,6 +406,14 @@ class Segment:
             hint[0] = int(min(max_bytes - nbytes, nbytes / got * (max_records - got) * 1.05 + HEADER_SIZE))
         self._batch_hint = size
         return out, nbytes
+
+    def _index_matches_log(self) -> bool:
+        """True when every offset index entry points at a batch start (a header walk; a damaged header
+        raises). An entry at a batch start naming another offset is left to :meth:`_read_from`, which
+        tells a wrong index (the batch checks) from a damaged batch."""
+        oi, _ = self._indexes()
+        starts = {fpos for fpos, _ in self.batch_headers()}
+        return all(p in starts for p in oi.entries()[1].tolist())
 
     def offset_for_timestamp(self, timestamp: int, end: int | None = None) -> int | None:
         """First offset in this segment whose record timestamp is >= ``timestamp``, or None."""
@@ -688,6 +735,15 @@ class Segment:
     def delete(self) -> None:
         """Close and remove the segment's files."""
         self.close()
+        self.unlink()
+
+    def unlink(self) -> None:
+        """Remove the segment's files (log first: readers discover segments by it) without closing.
+
+        Retention and compaction use this while other threads may still be reading through this object:
+        its descriptors and mappings stay valid (POSIX keeps unlinked files readable) and are released
+        when the last snapshot holding it goes.
+        """
         for path in (self.log_path, self.index_path, self.timeindex_path):
             try:
                 os.unlink(path)

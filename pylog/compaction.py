@@ -1,0 +1,734 @@
+"""The log cleaner: Kafka's log compaction (latest record per key, tombstones), swapped in crash-safely.
+
+One cleaning of a partition (:func:`clean_partition`):
+
+1. **Range.** The *dirty* section starts at the cleaner checkpoint's first dirty offset and ends at the
+   first *uncleanable* offset: the active segment's base, or earlier, the base of the first segment with
+   a record younger than ``min.compaction.lag.ms``. It is cleanable when dirty bytes / (clean + dirty
+   bytes) > ``min.cleanable.dirty.ratio``, or when its oldest record is older than
+   ``max.compaction.lag.ms`` (or on demand).
+2. **Map.** Keys of the dirty section are hashed to 128-bit digests (two independent 64-bit lanes of a
+   multiply-xorshift mix, keyed by a random seed drawn per cleaning; keys over 64 bytes use keyed BLAKE2b)
+   and kept in an :class:`OffsetMap` of digest -> latest offset whose size is bounded by
+   ``log.cleaner.dedupe.buffer.size``. When the map is full the pass ends at a batch boundary and the
+   next pass goes on from there.
+3. **Rewrite.** Every segment from the log start up to the end of the mapped range (never the active one)
+   is rewritten in groups whose total size fits ``segment.bytes``: a record is dropped when the map holds
+   a later offset for its key, when it is a tombstone (null value) first reached by a cleaning more than
+   ``delete.retention.ms`` ago, or when it has no key. Kept records keep their offsets, order,
+   timestamps, headers and their batch's attributes and producer fields; a batch that loses nothing is
+   copied byte for byte.
+4. **Swap.** For each group: write ``<base>.log.cleaned`` (+ sealed indexes), fsync, rename the files to
+   ``.swap``, then commit by writing the swap manifest (``cleaner.swap``: the group's base and the old
+   segments it replaces); rename ``.swap`` over the live name, unlink the old segments, remove the
+   manifest. :func:`finish_interrupted_swap` runs when a writer opens the partition: with a manifest it
+   rolls the swap forward, without one it deletes ``.cleaned``/``.swap`` leftovers (rolls back). Either
+   way every offset is held exactly once.
+
+Invariants:
+- For every key, at least its latest record below the uncleanable offset survives; offsets are a
+  strictly increasing subset of the originals; the active segment is never touched.
+- A tombstone survives at least ``delete.retention.ms`` after the first cleaning that reached it (the
+  cleaner checkpoint records when each cleaned range was first reached).
+- The map never holds more than ``buffer // BYTES_PER_KEY`` keys, so the cleaner's per-key memory
+  (map plus merge workspace) stays within ``log.cleaner.dedupe.buffer.size``.
+- Readers keep reading: old segments are unlinked, never closed under a reader (see
+  :mod:`pylog.partition`), and a reader whose segment was replaced retries on the new one.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+import numpy as np
+
+from .errors import CorruptRecordError, PylogError
+from .fileio import atomic_write, fsync_dir
+from .filenames import (CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
+                        SWAP_MANIFEST_FILE, SWAP_SUFFIX, TIMEINDEX_SUFFIX, segment_path)
+from .records import BatchView, crc32c, encode_parts, now_ms
+from .segment import Segment
+
+if TYPE_CHECKING:
+    from .partition import Partition
+
+__all__ = ["CleanResult", "CleanerCheckpoint", "OffsetMap", "key_digests", "clean_partition", "cleanable_range",
+           "finish_interrupted_swap", "read_cleaner_checkpoint", "BYTES_PER_KEY", "CleanerStoppedError"]
+
+log = logging.getLogger("pylog.compaction")
+
+#: Bytes of dedupe buffer one distinct key costs: 24 in the map (two digest words + offset) plus the
+#: workspace of merging a chunk into it (a new copy of the arrays) and the chunk's own sort.
+BYTES_PER_KEY = 64
+#: Records hashed and merged into the map at a time (bounds the per-chunk workspace).
+CHUNK_RECORDS = 65536
+#: Keys up to this many bytes are hashed with numpy in bulk; longer ones one by one with BLAKE2b.
+_SHORT_KEY = 64
+#: Tombstone horizons kept in the cleaner checkpoint; older ones merge (keeping the later time).
+_MAX_HORIZONS = 64
+_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+_U64 = np.uint64
+_M1 = _U64(0xFF51AFD7ED558CCD)
+_M2 = _U64(0xC4CEB9FE1A85EC53)
+_GOLDEN = _U64(0x9E3779B97F4A7C15)
+
+
+class CleanerStoppedError(PylogError):
+    """A cleaning was interrupted because its store is closing; nothing was swapped in."""
+
+
+# ---------------------------------------------------------------------------------------------- digests
+
+def _fmix(h: np.ndarray) -> None:
+    """MurmurHash3's 64-bit finaliser, in place: a bijective avalanche mix."""
+    h ^= h >> _U64(33)
+    h *= _M1
+    h ^= h >> _U64(33)
+    h *= _M2
+    h ^= h >> _U64(33)
+
+
+def key_digests(lengths: np.ndarray, data: Any, seed: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """128-bit digests ``(hi, lo)`` (two uint64 arrays) of the keys given as int32 ``lengths`` (-1 = null)
+    and their concatenated bytes ``data``, keyed by ``seed``. Equal keys give equal digests; null and
+    empty keys differ."""
+    lengths = np.asarray(lengths, np.int32)
+    n = len(lengths)
+    hi = np.empty(n, _U64)
+    lo = np.empty(n, _U64)
+    buf = np.frombuffer(data, np.uint8) if memoryview(data).nbytes else np.empty(0, np.uint8)
+    lens = np.maximum(lengths, 0).astype(np.int64)
+    starts = np.zeros(n + 1, np.int64)
+    np.cumsum(lens, out=starts[1:])
+    long_keys = np.flatnonzero(lens > _SHORT_KEY)
+    s0 = _U64(seed[0])
+    s1 = _U64(seed[1])
+    for a in range(0, n, CHUNK_RECORDS):
+        b = min(n, a + CHUNK_RECORDS)
+        ln = np.minimum(lens[a:b], _SHORT_KEY)
+        width = int(ln.max()) if b > a else 0
+        words = max(1, (width + 7) // 8)
+        mat = np.zeros((b - a, words * 8), np.uint8)
+        if width:
+            st = starts[a:b]
+            if int(ln.min()) == width and int(st[-1] - st[0]) == width * (b - a - 1) and not len(long_keys):
+                mat[:, :width] = buf[st[0]:st[0] + width * (b - a)].reshape(b - a, width)
+            else:
+                rows = np.repeat(np.arange(b - a), ln)
+                cols = np.arange(len(rows)) - np.repeat(np.cumsum(ln) - ln, ln)
+                mat[rows, cols] = buf[np.repeat(st, ln) + cols]
+        w = mat.view("<u8")
+        # The length (+1, so null and empty differ) seeds both lanes, so keys that differ only in
+        # trailing zero bytes differ too.
+        mark = (lengths[a:b].astype(np.int64) + 1).astype(_U64) * _GOLDEN
+        h1 = mark ^ s0
+        h2 = mark ^ s1
+        _fmix(h1)
+        _fmix(h2)
+        for j in range(words):
+            col = w[:, j]
+            h1 ^= col
+            _fmix(h1)
+            h2 += col
+            h2 *= _M1
+            _fmix(h2)
+        hi[a:b] = h1
+        lo[a:b] = h2
+    if len(long_keys):
+        key = struct.pack("<QQ", seed[0], seed[1])
+        mv = memoryview(data)
+        for i in long_keys.tolist():
+            d = hashlib.blake2b(mv[starts[i]:starts[i + 1]], digest_size=16, key=key).digest()
+            hi[i], lo[i] = struct.unpack("<QQ", d)
+    return hi, lo
+
+
+class OffsetMap:
+    """Key digest -> latest offset, as three sorted numpy arrays, holding at most ``capacity`` keys.
+
+    Entries are sorted by the ``hi`` digest word (equal ``hi`` words sit together, in any ``lo`` order),
+    so a lookup is one ``searchsorted`` plus a check of ``lo``.
+    """
+
+    def __init__(self, buffer_bytes: int) -> None:
+        self.capacity = max(1, buffer_bytes // BYTES_PER_KEY)
+        self.hi = np.empty(0, _U64)
+        self.lo = np.empty(0, _U64)
+        self.off = np.empty(0, np.int64)
+
+    def __len__(self) -> int:
+        return len(self.hi)
+
+    def find(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """Index of each digest in the map, or -1."""
+        m = len(self.hi)
+        if m == 0:
+            return np.full(len(hi), -1, np.int64)
+        idx = np.searchsorted(self.hi, hi)
+        c = np.minimum(idx, m - 1)
+        same_hi = (self.hi[c] == hi) & (idx < m)
+        hit = same_hi & (self.lo[c] == lo)
+        res = np.where(hit, c, -1).astype(np.int64)
+        # Two keys sharing a 64-bit hi word (about one pair in 2**64): walk the run of equal hi words.
+        for k in np.flatnonzero(same_hi & ~hit).tolist():
+            j = int(idx[k]) + 1
+            while j < m and self.hi[j] == hi[k]:
+                if self.lo[j] == lo[k]:
+                    res[k] = j
+                    break
+                j += 1
+        return res
+
+    def latest(self, hi: np.ndarray, lo: np.ndarray) -> np.ndarray:
+        """The latest offset recorded for each digest, or -1 when the key is not in the map."""
+        f = self.find(hi, lo)
+        return np.where(f >= 0, self.off[np.maximum(f, 0)] if len(self.off) else -1, -1)
+
+    def add(self, hi: np.ndarray, lo: np.ndarray, off: np.ndarray) -> bool:
+        """Record a chunk of (digest, offset) given in increasing offset order, all above the offsets
+        already in the map. Returns False, changing nothing, when the new keys would not fit."""
+        if not len(hi):
+            return True
+        order = np.lexsort((off, lo, hi))
+        hi, lo, off = hi[order], lo[order], off[order]
+        last = np.ones(len(hi), bool)
+        last[:-1] = (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])
+        hi, lo, off = hi[last], lo[last], off[last]
+        found = self.find(hi, lo)
+        new = found < 0
+        n_new = int(new.sum())
+        if len(self.hi) + n_new > self.capacity:
+            return False
+        old = ~new
+        self.off[found[old]] = off[old]
+        if n_new:
+            pos = np.searchsorted(self.hi, hi[new])
+            self.hi = np.insert(self.hi, pos, hi[new])
+            self.lo = np.insert(self.lo, pos, lo[new])
+            self.off = np.insert(self.off, pos, off[new])
+        return True
+
+    @property
+    def nbytes(self) -> int:
+        return self.hi.nbytes + self.lo.nbytes + self.off.nbytes
+
+
+# ---------------------------------------------------------------------------------------------- checkpoint
+
+_CP_HEAD = struct.Struct("<4sHHq")  # magic, version, horizon count, reserved
+_CP_MAGIC = b"PLCC"
+_CP_VERSION = 1
+
+
+@dataclass
+class CleanerCheckpoint:
+    """Per-partition cleaner state: for each cleaning, the end of the range it covered and when.
+
+    ``horizons`` is a list of ``(end_offset, time_ms)`` with increasing end offsets: offsets below
+    ``end_offset`` (and at or above the previous entry's) were first reached by a cleaning at ``time_ms``.
+    The first dirty offset is the last entry's end.
+    """
+
+    horizons: list[tuple[int, int]] = field(default_factory=list)
+
+    @property
+    def first_dirty(self) -> int:
+        return self.horizons[-1][0] if self.horizons else 0
+
+    def first_reached(self, offsets: np.ndarray, now: int) -> np.ndarray:
+        """When the cleaning that first reached each offset ran (``now`` for offsets not reached yet)."""
+        if not self.horizons:
+            return np.full(len(offsets), now, np.int64)
+        ends = np.array([e for e, _ in self.horizons], np.int64)
+        times = np.array([t for _, t in self.horizons] + [now], np.int64)
+        return times[np.searchsorted(ends, offsets, side="right")]
+
+    def reached(self, end: int, when: int, log_start: int) -> None:
+        """Record a cleaning at ``when`` that covered everything below ``end``."""
+        hz = [(e, t) for e, t in self.horizons if e > log_start]
+        if not hz or end > hz[-1][0]:
+            hz.append((end, when))
+        while len(hz) > _MAX_HORIZONS:
+            # Merge the two oldest ranges under the later time: tombstones there live longer, never shorter.
+            hz[0:2] = [(hz[1][0], hz[1][1])]
+        self.horizons = hz
+
+    def encode(self) -> bytes:
+        raw = _CP_HEAD.pack(_CP_MAGIC, _CP_VERSION, len(self.horizons), 0) + b"".join(
+            struct.pack("<qq", e, t) for e, t in self.horizons)
+        return raw + struct.pack("<I", crc32c(raw))
+
+
+def read_cleaner_checkpoint(directory: str) -> CleanerCheckpoint:
+    """The partition's cleaner checkpoint; a missing or damaged one reads as empty (it only makes the
+    next cleaning start over and tombstones live longer, never lose data)."""
+    path = os.path.join(directory, CLEANER_CHECKPOINT_FILE)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_CP_HEAD.size + 16 * _MAX_HORIZONS + 4 + 1)
+    except FileNotFoundError:
+        return CleanerCheckpoint()
+    try:
+        if len(raw) < _CP_HEAD.size + 4:
+            raise ValueError("truncated")
+        magic, version, count, _ = _CP_HEAD.unpack_from(raw)
+        if magic != _CP_MAGIC or version != _CP_VERSION or count > _MAX_HORIZONS:
+            raise ValueError("bad magic/version/count")
+        if len(raw) != _CP_HEAD.size + 16 * count + 4:
+            raise ValueError("bad length")
+        if struct.unpack_from("<I", raw, len(raw) - 4)[0] != crc32c(raw[:-4]):
+            raise ValueError("checksum mismatch")
+        hz = [struct.unpack_from("<qq", raw, _CP_HEAD.size + 16 * i) for i in range(count)]
+        if any(hz[i][0] >= hz[i + 1][0] for i in range(len(hz) - 1)) or any(e < 0 for e, _ in hz):
+            raise ValueError("horizons out of order")
+    except (ValueError, struct.error) as exc:
+        log.warning("%s: ignoring damaged cleaner checkpoint (%s); the next cleaning starts over", path, exc)
+        return CleanerCheckpoint()
+    return CleanerCheckpoint([(int(e), int(t)) for e, t in hz])
+
+
+def _write_cleaner_checkpoint(directory: str, cp: CleanerCheckpoint) -> None:
+    atomic_write(os.path.join(directory, CLEANER_CHECKPOINT_FILE), cp.encode())
+
+
+# ---------------------------------------------------------------------------------------------- swap
+
+_MANIFEST = struct.Struct("<4sHHqI")  # magic, version, old count, new base (-1: none), reserved
+_MANIFEST_MAGIC = b"PLCS"
+
+
+def _write_manifest(directory: str, new_base: int, old_bases: list[int]) -> None:
+    raw = _MANIFEST.pack(_MANIFEST_MAGIC, 1, len(old_bases), new_base, 0) + struct.pack(
+        f"<{len(old_bases)}q", *old_bases)
+    atomic_write(os.path.join(directory, SWAP_MANIFEST_FILE), raw + struct.pack("<I", crc32c(raw)))
+
+
+def _read_manifest(directory: str) -> tuple[int, list[int]] | None:
+    path = os.path.join(directory, SWAP_MANIFEST_FILE)
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(1 << 24)
+    except FileNotFoundError:
+        return None
+    # atomic_write means a manifest is whole or absent; damage is not ours to guess around.
+    if len(raw) < _MANIFEST.size + 4 or struct.unpack_from("<I", raw, len(raw) - 4)[0] != crc32c(raw[:-4]):
+        raise CorruptRecordError("compaction swap manifest is damaged", path, 0)
+    magic, version, count, new_base, _ = _MANIFEST.unpack_from(raw)
+    if magic != _MANIFEST_MAGIC or version != 1 or len(raw) != _MANIFEST.size + 8 * count + 4:
+        raise CorruptRecordError("not a pylog compaction swap manifest", path, 0)
+    return new_base, list(struct.unpack_from(f"<{count}q", raw, _MANIFEST.size))
+
+
+def _remove_leftovers(directory: str) -> int:
+    """Delete unfinished cleaner output (``.cleaned``, ``.swap``) and ``.deleted`` files."""
+    n = 0
+    with os.scandir(directory) as it:
+        names = [e.name for e in it]
+    for name in names:
+        if CLEANED_SUFFIX in name or name.endswith(SWAP_SUFFIX) or SWAP_SUFFIX + "." in name \
+                or name.endswith(DELETED_SUFFIX):
+            try:
+                os.unlink(os.path.join(directory, name))
+                n += 1
+            except FileNotFoundError:
+                pass
+    return n
+
+
+def _roll_forward(directory: str, new_base: int, old_bases: list[int]) -> None:
+    """Finish a committed swap; idempotent, so a crash during it is finished by the next open."""
+    if new_base >= 0:
+        for suffix in _SUFFIXES:
+            src = segment_path(directory, new_base, suffix + SWAP_SUFFIX)
+            if os.path.exists(src):
+                os.replace(src, segment_path(directory, new_base, suffix))
+    for base in old_bases:
+        if base == new_base:
+            continue
+        for suffix in _SUFFIXES:
+            try:
+                os.unlink(segment_path(directory, base, suffix))
+            except FileNotFoundError:
+                pass
+    fsync_dir(directory)
+
+
+def finish_interrupted_swap(directory: str, index_max_bytes: int = 0, index_interval_bytes: int = 0) -> None:
+    """At writer open: roll a committed swap forward, and delete uncommitted cleaner output (roll back)."""
+    manifest = _read_manifest(directory)
+    if manifest is not None:
+        new_base, old_bases = manifest
+        log.warning("%s: finishing a compaction swap interrupted by a crash (segment %d replaces %d segment(s))",
+                    directory, new_base, len(old_bases))
+        _roll_forward(directory, new_base, old_bases)
+        os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
+    if _remove_leftovers(directory):
+        log.info("%s: removed unfinished compaction output", directory)
+    fsync_dir(directory)
+
+
+# ---------------------------------------------------------------------------------------------- cleaning
+
+@dataclass
+class CleanResult:
+    """What one cleaning of one partition did (all zero when it found nothing to do)."""
+
+    topic: str
+    partition: int
+    #: Why nothing was cleaned, or None when a cleaning ran.
+    skipped: str | None = None
+    passes: int = 0
+    first_dirty_offset: int = 0
+    #: End (exclusive) of the range the last pass's map covered: the next first dirty offset.
+    cleaned_up_to: int = 0
+    dirty_ratio: float = 0.0
+    records_read: int = 0
+    records_written: int = 0
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    keyless_removed: int = 0
+    segments_before: int = 0
+    segments_after: int = 0
+    map_keys: int = 0
+    map_bytes: int = 0
+    seconds: float = 0.0
+
+
+@dataclass
+class CleanableRange:
+    first_dirty: int
+    uncleanable: int  # first offset that may not be cleaned
+    clean_bytes: int
+    dirty_bytes: int
+    overdue: bool  # max.compaction.lag.ms exceeded
+
+    @property
+    def dirty_ratio(self) -> float:
+        total = self.clean_bytes + self.dirty_bytes
+        return self.dirty_bytes / total if total else 0.0
+
+
+def _position(seg: Segment, offset: int) -> int:
+    try:
+        return seg._position_for(offset)[0]
+    except (CorruptRecordError, OSError):
+        return 0
+
+
+def cleanable_range(partition: "Partition", now: int | None = None) -> CleanableRange:
+    """The partition's clean / dirty / uncleanable split, by Kafka's rules (see the module docstring)."""
+    now = now_ms() if now is None else now
+    cfg = partition.config
+    segs = partition.segments
+    log_start = partition.log_start_offset
+    cp = read_cleaner_checkpoint(partition.directory)
+    first_dirty = max(cp.first_dirty, log_start)
+    active = segs[-1]
+    uncleanable = active.base_offset
+    lag = cfg["min.compaction.lag.ms"]
+    if lag > 0:
+        # Kafka: the first dirty segment holding a record younger than min.compaction.lag.ms, and all after.
+        for i, seg in enumerate(segs[:-1]):
+            if segs[i + 1].base_offset > first_dirty and seg.size and seg.max_timestamp > now - lag:
+                uncleanable = seg.base_offset
+                break
+    first_dirty = min(first_dirty, uncleanable)
+    clean = dirty = 0
+    overdue = False
+    max_lag = cfg["max.compaction.lag.ms"]
+    for i, seg in enumerate(segs[:-1]):
+        end = segs[i + 1].base_offset
+        if end <= log_start or seg.base_offset >= uncleanable:
+            continue
+        if end <= first_dirty:
+            clean += seg.size
+        elif seg.base_offset >= first_dirty:
+            dirty += seg.size
+            if not overdue and seg.size and seg.first_timestamp is not None and now - seg.first_timestamp > max_lag:
+                overdue = True
+        else:
+            split = _position(seg, first_dirty)
+            clean += split
+            dirty += seg.size - split
+            if seg.size and seg.max_timestamp >= 0 and now - seg.max_timestamp > max_lag:
+                overdue = True
+    return CleanableRange(first_dirty, uncleanable, clean, dirty, overdue)
+
+
+#: (the batch's stored bytes, its checked view)
+_Batch = tuple[memoryview, BatchView]
+
+
+def _batches(seg: Segment, start: int = 0) -> Iterator[_Batch]:
+    """Every batch of a sealed segment whose last offset is >= ``start``, checked (CRC)."""
+    for fpos, h, buf, p in seg._scan(0, seg.size, 16 << 20, tolerate_tail=False):
+        if h.last_offset < start:
+            continue
+        yield memoryview(buf)[p:p + h.size], BatchView.from_buffer(buf, p, seg.log_path, fpos, header=h)
+
+
+def _blocks(segs: list[Segment], start: int, stop: int) -> Iterator[list[_Batch]]:
+    """Batches holding offsets in [start, stop), in runs of about CHUNK_RECORDS records."""
+    block: list[_Batch] = []
+    count = 0
+    for seg in segs:
+        for raw, view in _batches(seg, start):
+            if view.header.base_offset >= stop:
+                break
+            block.append((raw, view))
+            count += view.header.record_count
+            if count >= CHUNK_RECORDS:
+                yield block
+                block, count = [], 0
+    if block:
+        yield block
+
+
+@dataclass
+class _Columns:
+    offsets: np.ndarray
+    key_lengths: np.ndarray
+    value_lengths: np.ndarray
+    hi: np.ndarray
+    lo: np.ndarray
+    counts: np.ndarray  # records per batch of the block
+
+
+def _block_columns(block: list[_Batch], seed: tuple[int, int]) -> _Columns:
+    views = [v for _, v in block]
+    counts = np.fromiter((v.header.record_count for v in views), np.int64, len(views))
+    offsets = np.concatenate([v.offsets() for v in views])
+    klens = np.concatenate([v.key_lengths if v.key_lengths is not None
+                            else np.full(v.header.record_count, -1, np.int32) for v in views])
+    vlens = np.concatenate([v.value_lengths for v in views])
+    kdata = b"".join(v._key_data for v in views)
+    hi, lo = key_digests(klens, kdata, seed)
+    return _Columns(offsets, klens, vlens, hi, lo, counts)
+
+
+def _gather(data: memoryview, lengths: np.ndarray, keep: np.ndarray) -> list:
+    """The bytes of the kept items of a length column, as slices of ``data`` (one per run of kept items)."""
+    idx = np.flatnonzero(keep)
+    if not len(idx):
+        return []
+    starts = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(np.maximum(lengths, 0), out=starts[1:])
+    breaks = np.flatnonzero(np.diff(idx) != 1) + 1
+    first = idx[np.concatenate(([0], breaks))]
+    last = idx[np.concatenate((breaks - 1, [len(idx) - 1]))] + 1
+    return [data[a:b] for a, b in zip(starts[first].tolist(), starts[last].tolist()) if b > a]
+
+
+def _filtered_batch(view: BatchView, keep: np.ndarray) -> tuple[list, Any]:
+    """Encode the kept records of ``view`` as one batch with the same attributes and producer fields."""
+    h = view.header
+    offs = view.offsets()[keep]
+    klens = view.key_lengths
+    vlens = view.value_lengths
+    heads = view.headers()
+    log_append = h.timestamp_type == 1
+    return encode_parts(
+        value_lengths=vlens[keep], value_data=_gather(view._value_data, vlens, keep),
+        key_lengths=None if klens is None else klens[keep],
+        key_data=[] if klens is None else _gather(view._key_data, klens, keep),
+        timestamps=None if log_append else view.timestamps()[keep],
+        headers=None if heads is None else [x for x, k in zip(heads, keep.tolist()) if k],
+        offset_deltas=offs - offs[0], base_offset=int(offs[0]), default_timestamp=h.max_timestamp,
+        codec=h.codec, log_append_time=log_append, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
+        base_sequence=h.base_sequence, control=h.is_control)
+
+
+def _groups(segs: list[Segment], bounds: list[int], segment_bytes: int, index_capacity: int) -> list[list[int]]:
+    """Split segment indexes into consecutive groups whose output fits one segment and its indexes."""
+    groups: list[list[int]] = []
+    cur: list[int] = []
+    size = entries = 0
+    for i, seg in enumerate(segs):
+        n_entries = seg._indexes()[0].count + 1
+        if cur and (size + seg.size > segment_bytes or entries + n_entries > index_capacity
+                    or bounds[i] - segs[cur[0]].base_offset > 0xFFFFFFFF):
+            groups.append(cur)
+            cur, size, entries = [], 0, 0
+        cur.append(i)
+        size += seg.size
+        entries += n_entries
+    if cur:
+        groups.append(cur)
+    return groups
+
+
+def clean_partition(partition: "Partition", buffer_bytes: int, now: int | None = None, force: bool = False,
+                    should_stop: Callable[[], bool] | None = None) -> CleanResult:
+    """Compact one partition if its dirty ratio (or ``max.compaction.lag.ms``, or ``force``) calls for it.
+
+    Makes this handle the partition's writer. Holds the partition's maintenance lock throughout and its
+    append lock only while swapping files. ``now`` (ms) is injectable for tests.
+    :raises CleanerStoppedError: when ``should_stop`` turned true mid-way (nothing half-done is left).
+    """
+    t0 = time.monotonic()
+    now = now_ms() if now is None else now
+    result = CleanResult(partition.topic, partition.number)
+    if not partition.config.compact:
+        result.skipped = "cleanup.policy does not include compact"
+        return result
+    with partition.maintenance_lock:
+        partition._ensure_writer()
+        _remove_leftovers(partition.directory)
+        rng = cleanable_range(partition, now)
+        result.first_dirty_offset = rng.first_dirty
+        result.dirty_ratio = rng.dirty_ratio
+        result.segments_before = len(partition.segments)
+        if (rng.first_dirty >= rng.uncleanable or rng.dirty_bytes == 0) and not (force and rng.clean_bytes):
+            result.skipped = "nothing dirty below the uncleanable offset"
+        elif not force and not rng.overdue and rng.dirty_ratio <= partition.config["min.cleanable.dirty.ratio"]:
+            result.skipped = (f"dirty ratio {rng.dirty_ratio:.3f} <= min.cleanable.dirty.ratio "
+                              f"{partition.config['min.cleanable.dirty.ratio']}")
+        else:
+            # A forced cleaning with nothing dirty still rewrites the clean section once: it removes
+            # tombstones whose delete.retention.ms has passed.
+            first_dirty = rng.first_dirty
+            while True:
+                first_dirty = _clean_pass(partition, buffer_bytes, now, first_dirty, rng.uncleanable, result,
+                                          should_stop or (lambda: False))
+                result.passes += 1
+                if first_dirty >= rng.uncleanable:
+                    break
+        result.segments_after = len(partition.segments)
+    result.seconds = time.monotonic() - t0
+    return result
+
+
+def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty: int, uncleanable: int,
+                result: CleanResult, should_stop: Callable[[], bool]) -> int:
+    """One map-and-rewrite pass; returns the offset it cleaned up to (the next first dirty offset)."""
+    directory = partition.directory
+    cfg = partition.config
+    segs = partition.segments
+    candidates = [s for s in segs[:-1] if s.base_offset < uncleanable]
+    seed = tuple(int.from_bytes(os.urandom(8), "little") for _ in range(2))
+    omap = OffsetMap(buffer_bytes)
+    # --- map: digest -> latest offset over [first_dirty, uncleanable), as far as the map holds
+    end = uncleanable
+    full = False
+    dirty_segs = [s for i, s in enumerate(candidates) if segs[i + 1].base_offset > first_dirty]
+    for block in _blocks(dirty_segs, first_dirty, uncleanable):
+        if should_stop():
+            raise CleanerStoppedError("store closing")
+        cols = _block_columns(block, seed)
+        m = (cols.offsets >= first_dirty) & (cols.offsets < uncleanable)
+        if omap.add(cols.hi[m], cols.lo[m], cols.offsets[m]):
+            continue
+        # The block does not fit: add its batches one at a time; the pass ends before the first that
+        # does not fit, and records from there on are kept as they are (the next pass maps them).
+        starts = np.concatenate(([0], np.cumsum(cols.counts)))
+        for b in range(len(block)):
+            sl = slice(int(starts[b]), int(starts[b + 1]))
+            mb = m[sl]
+            if not omap.add(cols.hi[sl][mb], cols.lo[sl][mb], cols.offsets[sl][mb]):
+                end = max(block[b][1].header.base_offset, first_dirty)
+                full = True
+                break
+        break
+    if full and end <= first_dirty:
+        raise PylogError(f"{partition.topic}-{partition.number}: log.cleaner.dedupe.buffer.size "
+                         f"({buffer_bytes} bytes) cannot hold the keys of one batch at offset {first_dirty}")
+    result.map_keys = max(result.map_keys, len(omap))
+    result.map_bytes = max(result.map_bytes, omap.nbytes)
+
+    # --- rewrite every segment from the log start through the one holding end - 1
+    ccp = read_cleaner_checkpoint(directory)
+    ccp.reached(end, now, partition.log_start_offset)
+    to_clean = [s for s in candidates if s.base_offset < end]
+    bounds = [segs[i + 1].base_offset for i in range(len(to_clean))]
+    index_args = partition._new_segment_args()
+    from .index import OffsetIndex
+    capacity = OffsetIndex.capacity_for(index_args[0])
+    drms = cfg["delete.retention.ms"]
+    for group in _groups(to_clean, bounds, cfg["segment.bytes"], capacity):
+        if should_stop():
+            raise CleanerStoppedError("store closing")
+        old = [to_clean[i] for i in group]
+        _clean_group(partition, old, omap, seed, end, ccp, now, drms, index_args, result, should_stop)
+    _write_cleaner_checkpoint(directory, ccp)
+    result.cleaned_up_to = end
+    return end
+
+
+def _clean_group(partition: "Partition", old: list[Segment], omap: OffsetMap, seed: tuple[int, int], end: int,
+                 ccp: CleanerCheckpoint, now: int, drms: int, index_args: tuple[int, int], result: CleanResult,
+                 should_stop: Callable[[], bool]) -> None:
+    directory = partition.directory
+    base = old[0].base_offset
+    out = Segment.create(directory, base, *index_args, suffix=CLEANED_SUFFIX)
+    removed = 0
+    try:
+        for block in _blocks(old, 0, 1 << 62):
+            if should_stop():
+                raise CleanerStoppedError("store closing")
+            cols = _block_columns(block, seed)
+            offs = cols.offsets
+            mapped = offs < end
+            latest = omap.latest(cols.hi, cols.lo)
+            keep = ~(mapped & (latest > offs))
+            keyless = mapped & (cols.key_lengths < 0)
+            keep &= ~keyless
+            tomb = keep & mapped & (cols.value_lengths < 0)
+            if tomb.any():
+                expired = tomb & (now - ccp.first_reached(offs, now) > drms)
+                keep &= ~expired
+                result.tombstones_removed += int(expired.sum())
+            result.keyless_removed += int(keyless.sum())
+            pos = 0
+            for raw, view in block:
+                h = view.header
+                n = h.record_count
+                k = keep[pos:pos + n]
+                pos += n
+                result.records_read += n
+                result.bytes_read += h.size
+                kept = int(k.sum())
+                if kept == 0:
+                    removed += n
+                    continue
+                if kept == n or h.is_control:
+                    parts, hdr = [raw], h  # unchanged: copied byte for byte, CRC and all
+                else:
+                    parts, hdr = _filtered_batch(view, k)
+                    removed += n - kept
+                out.append(hdr, parts, hdr.max_timestamp)
+                result.records_written += kept
+                result.bytes_written += hdr.size
+        out.seal(durable=True)
+    except BaseException:
+        out.delete()
+        raise
+    result.records_removed += removed
+    if removed == 0:
+        out.delete()  # nothing to gain: keep the old segments
+        return
+    empty = out.size == 0
+    out.close()
+    for suffix in _SUFFIXES:
+        src = segment_path(directory, base, suffix + CLEANED_SUFFIX)
+        if empty:
+            os.unlink(src)
+        else:
+            os.replace(src, segment_path(directory, base, suffix + SWAP_SUFFIX))
+    fsync_dir(directory)
+    new_base = -1 if empty else base
+    old_bases = [s.base_offset for s in old]
+    _write_manifest(directory, new_base, old_bases)  # the commit point
+    with partition._lock:
+        _roll_forward(directory, new_base, old_bases)
+        new = None if empty else Segment.open(directory, base, *index_args)
+        partition.replace_segments(old, new)
+    os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
+    fsync_dir(directory)
