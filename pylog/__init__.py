@@ -11,13 +11,16 @@
 
 from __future__ import annotations
 
+from .cleaner import CleanerStatus
+from .compaction import CleanResult
 from .config import TopicConfig
-from .errors import (CorruptRecordError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
+from .errors import (CleanerError, CorruptRecordError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
                      OffsetOutOfRangeError, PartitionLockedError, PylogError, RecordTooLargeError, StoreClosedError,
                      TopicExistsError, UnknownTopicError)
 from .log import Store, open
 from .partition import Partition
 from .records import Record, RecordColumns
+from .retention import RetentionResult
 from .topic import Topic
 
 __version__ = "0.1.0"
@@ -26,5 +29,6 @@ __all__ = [
     "open", "Store", "Topic", "Partition", "Record", "RecordColumns", "TopicConfig",
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
-    "StoreClosedError", "LogFailedError", "__version__",
+    "StoreClosedError", "LogFailedError", "CleanerError", "CleanerStatus", "CleanResult", "RetentionResult",
+    "__version__",
 ]

@@ -613,7 +613,7 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     cfg = partition.config
     segs = partition.segments
     candidates = [s for s in segs[:-1] if s.base_offset < uncleanable]
-    seed = tuple(int.from_bytes(os.urandom(8), "little") for _ in range(2))
+    seed = (int.from_bytes(os.urandom(8), "little"), int.from_bytes(os.urandom(8), "little"))
     omap = OffsetMap(buffer_bytes)
     # --- map: digest -> latest offset over [first_dirty, uncleanable), as far as the map holds
     end = uncleanable

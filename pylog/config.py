@@ -29,7 +29,7 @@ class Setting:
     """One configuration entry: its type, default, allowed range and meaning."""
 
     name: str
-    kind: str  # "int", "float", "str", "list"
+    kind: str  # "int", "float", "str", "list", "bool"
     default: Any
     doc: str
     minimum: float | None = None
@@ -85,6 +85,12 @@ STORE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
        minimum=1),
     _s("lock.timeout.ms", "int", 0, "How long a writer waits for another writer's partition lock (ms); 0 fails at once.",
        minimum=0),
+    _s("log.cleaner.enable", "bool", True, "Run the background thread that enforces retention and compacts the "
+       "partitions this store writes."),
+    _s("log.cleaner.backoff.ms", "int", 15_000, "How often the background thread looks for partitions to compact (ms).",
+       minimum=1),
+    _s("log.cleaner.dedupe.buffer.size", "int", 128 * 1024 * 1024, "Memory for the cleaner's key -> offset map, "
+       "workspace included (bytes); a pass holds at most this / 64 distinct keys.", minimum=1024),
 ]}
 
 _UNSUPPORTED_CODECS = {"gzip", "snappy", "zstd"}
@@ -108,6 +114,11 @@ def _parse(setting: Setting, value: Any) -> Any:
             if isinstance(value, bool):
                 raise TypeError
             value = float(value.strip()) if isinstance(value, str) else float(value)
+        elif setting.kind == "bool":
+            if isinstance(value, str) and value.strip().lower() in ("true", "false"):
+                value = value.strip().lower() == "true"
+            elif not isinstance(value, bool):
+                raise TypeError
         elif setting.kind == "str":
             if not isinstance(value, str):
                 raise TypeError

@@ -20,6 +20,7 @@ __all__ = [
     "InvalidRecordError",
     "StoreClosedError",
     "LogFailedError",
+    "CleanerError",
 ]
 
 
@@ -92,3 +93,7 @@ class StoreClosedError(PylogError):
 
 class LogFailedError(PylogError):
     """A write failed half-way and could not be rolled back; the partition refuses work until reopened."""
+
+
+class CleanerError(PylogError):
+    """The background cleaner died or cannot clean some partitions; :meth:`Store.check_health` raises it."""

@@ -17,13 +17,17 @@ import os
 import shutil
 import threading
 import uuid
-from typing import Any, Mapping
+from typing import Any, Iterator, Mapping
 
 from .config import TopicConfig, split_store_options, validate
-from .errors import CorruptRecordError, InvalidTopicError, StoreClosedError, TopicExistsError
+from .errors import CorruptRecordError, InvalidTopicError, PartitionLockedError, StoreClosedError, TopicExistsError
 from .fileio import atomic_write, fsync_dir
 from .filenames import STORE_FILE, TOPIC_FILE, valid_topic_name
 from .records import crc32c
+from .cleaner import Cleaner, CleanerStatus
+from .compaction import CleanResult, clean_partition
+from .partition import Partition
+from .retention import RetentionResult
 from .topic import Topic, read_topic_file, write_topic_file
 
 __all__ = ["Store", "open"]
@@ -45,6 +49,15 @@ class Store:
         os.makedirs(self.path, exist_ok=True)
         self._check_marker()
         _remove_leftovers(self.path)
+        self._cleaner = Cleaner(self.path, self._open_partitions, self._settings)
+        self._cleaner.start()
+
+    def _open_partitions(self) -> Iterator[Partition]:
+        """The partitions opened through this store so far (a snapshot; for the background thread)."""
+        for t in list(self._topics.values()):
+            for p in list(t._partitions):
+                if p is not None:
+                    yield p
 
     def _check_marker(self) -> None:
         marker = os.path.join(self.path, STORE_FILE)
@@ -159,6 +172,68 @@ class Store:
                     p.config = new
             return new
 
+    # ------------------------------------------------------------------ maintenance
+
+    def _partitions_of(self, topic: str | None, partition: int | None = None) -> list[Partition]:
+        names = [topic] if topic is not None else self.topics()
+        out = []
+        for name in names:
+            t = self.topic(name)
+            out.extend([t.partition(partition)] if partition is not None else t.partitions)
+        return out
+
+    def enforce_retention(self, topic: str | None = None, now: int | None = None) -> list[RetentionResult]:
+        """Apply retention now to every partition (of ``topic``, or of every topic); returns what each
+        pass did. Makes this store the writer of those partitions; partitions another process writes are
+        left to it (their writer's background thread maintains them) and reported with ``reasons ==
+        ["locked"]``. ``now`` (ms) is for tests."""
+        self._check_open()
+        out = []
+        for p in self._partitions_of(topic):
+            try:
+                r = p.enforce_retention(now)
+            except PartitionLockedError:
+                r = RetentionResult(p.topic, p.number, reasons=["locked"], log_start_offset=p.log_start_offset)
+            self._cleaner.add_retention(r)
+            out.append(r)
+        return out
+
+    def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
+        """Kafka's DeleteRecords: raise the partition's log start offset to ``before_offset`` (records below
+        it become unreadable and whole segments below it are deleted). Returns the new log start offset.
+        :raises OffsetOutOfRangeError: past the log end offset. :raises PartitionLockedError:"""
+        self._check_open()
+        return self.topic(topic).partition(partition).delete_records(before_offset)
+
+    def compact(self, topic: str, partition: int | None = None, now: int | None = None) -> list[CleanResult]:
+        """Compact ``topic`` (one partition, or all) now, whatever its dirty ratio (``min.compaction.lag.ms``
+        still holds). Also removes tombstones past ``delete.retention.ms``. Makes this store the writer.
+        :raises PartitionLockedError: when another process writes the partition."""
+        self._check_open()
+        out = []
+        for p in self._partitions_of(topic, partition):
+            r = clean_partition(p, self._settings["log.cleaner.dedupe.buffer.size"], now=now, force=True)
+            self._cleaner.add_cleaning(r)
+            out.append(r)
+        return out
+
+    def cleaner_status(self) -> CleanerStatus:
+        """Health and totals of the background cleaner (see :class:`pylog.cleaner.CleanerStatus`)."""
+        st = self._cleaner.status()
+        for p in self._open_partitions():
+            if p.is_writer and p.config.compact:
+                try:
+                    st.dirty_ratios[f"{p.topic}-{p.number}"] = self._cleaner.dirty_ratio(p)
+                except Exception:  # a status call must not fail on one odd partition
+                    continue
+        return st
+
+    def check_health(self) -> None:
+        """Raise :class:`~pylog.errors.CleanerError` when the background cleaner died or gave up on a
+        partition (its status has the error and traceback); return quietly otherwise."""
+        self._check_open()
+        self._cleaner.check_health()
+
     def flush(self) -> None:
         """fsync every partition this store has written to."""
         for t in list(self._topics.values()):
@@ -170,6 +245,7 @@ class Store:
             if self._closed:
                 return
             self._closed = True
+            self._cleaner.stop()
             for t in self._topics.values():
                 t.close()
             self._topics.clear()

@@ -30,6 +30,7 @@ import bisect
 import errno
 import fcntl
 import logging
+import math
 import os
 import threading
 import time
@@ -128,7 +129,7 @@ class Partition:
 
     def _meta_stamp(self) -> tuple:
         """Identity of the files a writer replaces when it deletes or swaps segments (checkpoints)."""
-        out = []
+        out: list[Any] = []
         for name in (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE):
             try:
                 st = os.stat(os.path.join(self.directory, name))
@@ -559,6 +560,18 @@ class Partition:
         with self._lock:
             if self._lock_fd is not None:
                 self._flush_locked()
+
+    def flush_if_due(self) -> float:
+        """fsync when ``flush.ms`` has passed since the last fsync and records wait; for the store's
+        background thread. Returns the ``time.monotonic()`` at which to look again (inf: never)."""
+        ms = self.config["flush.ms"]
+        if ms >= (1 << 62) or self._lock_fd is None:
+            return math.inf
+        if self._unflushed and time.monotonic() - self._last_flush >= ms / 1000:
+            with self._lock:
+                if self._lock_fd is not None and not self._closed and self._failed is None and self._unflushed:
+                    self._flush_locked()
+        return self._last_flush + ms / 1000 if self._unflushed else time.monotonic() + ms / 1000
 
     def _flush_locked(self) -> None:
         self._segments[-1].flush()

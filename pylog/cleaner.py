@@ -1,0 +1,220 @@
+"""The store's background maintenance thread (retention, compaction, timed flushes) and its health.
+
+Seed 000 warns that a dead log-cleaner thread goes unnoticed until the disk fills. Here it cannot:
+
+- :class:`CleanerStatus` (``store.cleaner_status()``) reports whether the thread is alive, when it last
+  ran, the last error with its traceback, bytes and records read and written, records and tombstones
+  removed, segments and bytes deleted by retention, per-partition dirty ratios, and the partitions it
+  gave up on.
+- An error cleaning one partition is logged (``logging`` at ERROR, with the traceback), recorded, and that
+  partition is marked uncleanable (Kafka does the same) while the thread goes on with the others.
+- An error that escapes the loop kills the thread: it is logged and recorded, ``alive`` turns False, and
+  ``store.check_health()`` raises :class:`~pylog.errors.CleanerError` from then on.
+
+Invariants: the thread only maintains partitions this store already writes (it never takes a writer lock
+another process might want next); it holds no lock while sleeping; ``stop()`` interrupts a cleaning at
+the next batch block, leaving nothing half-swapped.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING, Any, Callable, Iterator
+
+from .compaction import CleanerStoppedError, CleanResult, clean_partition, cleanable_range
+from .errors import CleanerError, StoreClosedError
+from .retention import RetentionResult
+
+if TYPE_CHECKING:
+    from .partition import Partition
+
+__all__ = ["Cleaner", "CleanerStatus"]
+
+log = logging.getLogger("pylog.cleaner")
+
+
+@dataclass
+class CleanerStatus:
+    """A snapshot of the background cleaner's health and totals since the store opened."""
+
+    enabled: bool = True
+    alive: bool = False
+    started_at: float | None = None  # time.time()
+    last_run_start: float | None = None
+    last_run_end: float | None = None
+    runs: int = 0
+    last_error: str | None = None  # message and traceback
+    last_error_at: float | None = None
+    #: "topic-partition" -> the error that made the cleaner give up on it.
+    uncleanable: dict[str, str] = field(default_factory=dict)
+    bytes_read: int = 0
+    bytes_written: int = 0
+    records_read: int = 0
+    records_written: int = 0
+    records_removed: int = 0
+    tombstones_removed: int = 0
+    cleanings: int = 0
+    segments_deleted: int = 0
+    bytes_deleted: int = 0
+    #: "topic-partition" -> dirty ratio at the last look, for compacted partitions this store writes.
+    dirty_ratios: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def healthy(self) -> bool:
+        return (not self.enabled or self.alive) and not self.uncleanable
+
+
+class Cleaner:
+    """Runs retention every ``log.retention.check.interval.ms`` and compaction every ``log.cleaner.backoff.ms``
+    over ``partitions()`` (the partitions the store writes), in one daemon thread."""
+
+    def __init__(self, name: str, partitions: Callable[[], Iterator["Partition"]], settings: dict[str, Any]) -> None:
+        self._partitions = partitions
+        self.retention_interval = settings["log.retention.check.interval.ms"] / 1000
+        self.backoff = settings["log.cleaner.backoff.ms"] / 1000
+        self.buffer_bytes = settings["log.cleaner.dedupe.buffer.size"]
+        self._stop = threading.Event()
+        self._lock = threading.Lock()
+        self._status = CleanerStatus(enabled=bool(settings["log.cleaner.enable"]))
+        self._thread: threading.Thread | None = None
+        self._name = name
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if not self._status.enabled or self._thread is not None:
+            return
+        self._thread = threading.Thread(target=self._main, name=f"pylog-cleaner {self._name}", daemon=True)
+        self._status.started_at = time.time()
+        self._status.alive = True
+        self._thread.start()
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        self._stop.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
+
+    def stopping(self) -> bool:
+        return self._stop.is_set()
+
+    # ------------------------------------------------------------------ status
+
+    def status(self) -> CleanerStatus:
+        with self._lock:
+            st = replace(self._status, uncleanable=dict(self._status.uncleanable),
+                         dirty_ratios=dict(self._status.dirty_ratios))
+        t = self._thread
+        st.alive = t is not None and t.is_alive() and st.alive
+        return st
+
+    def check_health(self) -> None:
+        st = self.status()
+        if st.enabled and not st.alive and not self._stop.is_set():
+            raise CleanerError(f"the pylog cleaner thread of {self._name} is not running; last error: "
+                               f"{st.last_error or 'none recorded'}")
+        if st.uncleanable:
+            first = next(iter(st.uncleanable.items()))
+            raise CleanerError(f"the cleaner gave up on {len(st.uncleanable)} partition(s) of {self._name}, "
+                               f"e.g. {first[0]}: {first[1].splitlines()[0] if first[1] else ''}")
+
+    def _record_error(self, where: str, exc: BaseException, partition_key: str | None = None) -> None:
+        text = "".join(traceback.format_exception(exc))
+        with self._lock:
+            self._status.last_error = f"{where}: {text}"
+            self._status.last_error_at = time.time()
+            if partition_key is not None:
+                self._status.uncleanable[partition_key] = text
+
+    def add_retention(self, r: RetentionResult) -> None:
+        with self._lock:
+            self._status.segments_deleted += len(r.deleted_segments)
+            self._status.bytes_deleted += r.bytes_deleted
+
+    def add_cleaning(self, r: CleanResult) -> None:
+        with self._lock:
+            st = self._status
+            st.dirty_ratios[f"{r.topic}-{r.partition}"] = r.dirty_ratio
+            if r.skipped is not None:
+                return
+            st.cleanings += 1
+            st.bytes_read += r.bytes_read
+            st.bytes_written += r.bytes_written
+            st.records_read += r.records_read
+            st.records_written += r.records_written
+            st.records_removed += r.records_removed
+            st.tombstones_removed += r.tombstones_removed
+
+    # ------------------------------------------------------------------ the thread
+
+    def _main(self) -> None:
+        try:
+            next_retention = time.monotonic() + self.retention_interval
+            next_clean = time.monotonic() + self.backoff
+            while not self._stop.is_set():
+                now = time.monotonic()
+                wake = min(next_retention, next_clean)
+                for p in self._partitions():
+                    wake = min(wake, p.flush_if_due())
+                if now >= next_retention or now >= next_clean:
+                    with self._lock:
+                        self._status.last_run_start = time.time()
+                    if now >= next_retention:
+                        self.run_retention()
+                        next_retention = time.monotonic() + self.retention_interval
+                    if now >= next_clean:
+                        self.run_compaction()
+                        next_clean = time.monotonic() + self.backoff
+                    with self._lock:
+                        self._status.last_run_end = time.time()
+                        self._status.runs += 1
+                    wake = min(next_retention, next_clean)
+                self._stop.wait(max(0.0, wake - time.monotonic()))
+        except BaseException as exc:
+            self._record_error("cleaner thread died", exc)
+            log.error("pylog cleaner thread died; retention and compaction stopped", exc_info=exc)
+            raise
+        finally:
+            with self._lock:
+                self._status.alive = False
+
+    def _each(self, compacted: bool) -> Iterator["Partition"]:
+        with self._lock:
+            skip = set(self._status.uncleanable)
+        for p in self._partitions():
+            if self._stop.is_set():
+                return
+            if not p.is_writer or f"{p.topic}-{p.number}" in skip or (compacted and not p.config.compact):
+                continue
+            yield p
+
+    def run_retention(self) -> None:
+        for p in self._each(compacted=False):
+            try:
+                self.add_retention(p.enforce_retention())
+            except StoreClosedError:
+                continue
+            except Exception as exc:
+                key = f"{p.topic}-{p.number}"
+                self._record_error(f"retention of {key}", exc, key)
+                log.error("pylog cleaner: retention of %s failed; skipping the partition from now on", key,
+                          exc_info=exc)
+
+    def run_compaction(self) -> None:
+        for p in self._each(compacted=True):
+            try:
+                self.add_cleaning(clean_partition(p, self.buffer_bytes, should_stop=self.stopping))
+            except (StoreClosedError, CleanerStoppedError):
+                continue
+            except Exception as exc:
+                key = f"{p.topic}-{p.number}"
+                self._record_error(f"compaction of {key}", exc, key)
+                log.error("pylog cleaner: compaction of %s failed; skipping the partition from now on", key,
+                          exc_info=exc)
+
+    def dirty_ratio(self, p: "Partition") -> float:
+        return cleanable_range(p).dirty_ratio
