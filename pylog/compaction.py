@@ -131,13 +131,26 @@ def key_digests(lengths: np.ndarray, data: Any, seed: tuple[int, int]) -> tuple[
         h2 = mark ^ s1
         _fmix(h1)
         _fmix(h2)
+        # Each key mixes only its own words, so its digest does not depend on the longest key beside it.
+        nw = np.maximum((ln + 7) // 8, 1)
+        shortest = int(nw.min())
         for j in range(words):
-            col = w[:, j]
-            h1 ^= col
-            _fmix(h1)
-            h2 += col
-            h2 *= _M1
-            _fmix(h2)
+            if j < shortest:  # every key has this word
+                col = w[:, j]
+                h1 ^= col
+                _fmix(h1)
+                h2 += col
+                h2 *= _M1
+                _fmix(h2)
+            else:
+                rows = np.flatnonzero(nw > j)
+                col = w[rows, j]
+                x1 = h1[rows] ^ col
+                _fmix(x1)
+                h1[rows] = x1
+                x2 = (h2[rows] + col) * _M1
+                _fmix(x2)
+                h2[rows] = x2
         hi[a:b] = h1
         lo[a:b] = h2
     if len(long_keys):
