@@ -36,6 +36,9 @@ __all__ = ["Cleaner", "CleanerStatus"]
 
 log = logging.getLogger("pylog.cleaner")
 
+#: Longest sleep of the thread between looks at the partitions (seconds).
+_IDLE = 1.0
+
 
 @dataclass
 class CleanerStatus:
@@ -173,7 +176,8 @@ class Cleaner:
                         self._status.last_run_end = time.time()
                         self._status.runs += 1
                     wake = min(next_retention, next_clean)
-                self._stop.wait(max(0.0, wake - time.monotonic()))
+                # Partitions that start writing meanwhile are looked at within _IDLE seconds (flush.ms).
+                self._stop.wait(min(max(0.0, wake - time.monotonic()), _IDLE))
         except BaseException as exc:
             self._record_error("cleaner thread died", exc)
             log.error("pylog cleaner thread died; retention and compaction stopped", exc_info=exc)

@@ -1,0 +1,122 @@
+"""The background cleaner thread: it compacts and flushes on its own, and its death or failures are seen.
+
+Run: ``python -m pytest tests/test_cleaner.py -q``
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+
+import pytest
+
+import pylog
+
+TOPIC = "c"
+
+
+def _wait(cond, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.01)
+    return True
+
+
+def _compacted(store, name=TOPIC):
+    store.create_topic(name, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.1,
+                                     "segment.bytes": 2048})
+    p = store.topic(name).partition(0)
+    for i in range(400):
+        p.append_values([b"value-%d" % i], keys=[b"k%d" % (i % 5)])
+    p.roll()
+    return p
+
+
+def test_background_thread_compacts_and_reports_status(tmp_path):
+    with pylog.open(str(tmp_path), log_cleaner_backoff_ms=20) as store:
+        p = _compacted(store)
+        # The thread may clean while records are still being appended: wait for the final state.
+        assert _wait(lambda: len(p.read(0, max_records=1000)) == 5)
+        st = store.cleaner_status()
+        assert st.enabled and st.alive and st.healthy
+        assert st.cleanings >= 1 and st.records_removed >= 395 and st.bytes_written > 0
+        assert st.last_run_start is not None and st.last_run_end is not None and st.runs >= 1
+        assert st.dirty_ratios[f"{TOPIC}-0"] == 0.0
+        assert {r.key: r.value for r in p.read(0, max_records=1000)} == {
+            b"k%d" % k: b"value-%d" % (395 + k) for k in range(5)}
+        store.check_health()
+
+
+def test_a_dead_cleaner_thread_is_reported_and_check_health_raises(tmp_path, caplog):
+    store = pylog.open(str(tmp_path), log_cleaner_backoff_ms=20)
+    try:
+        def boom():
+            raise RuntimeError("simulated bug in the cleaner loop")
+
+        store._cleaner.run_compaction = boom  # an error outside the per-partition handlers kills the thread
+        with caplog.at_level(logging.ERROR, logger="pylog.cleaner"):
+            assert _wait(lambda: not store.cleaner_status().alive)
+        st = store.cleaner_status()
+        assert not st.alive and not st.healthy
+        assert "simulated bug in the cleaner loop" in st.last_error and "Traceback" in st.last_error
+        assert st.last_error_at is not None
+        assert any("cleaner thread died" in r.getMessage() for r in caplog.records)
+        with pytest.raises(pylog.CleanerError, match="not running"):
+            store.check_health()
+    finally:
+        store.close()
+
+
+def test_a_partition_that_fails_is_marked_uncleanable_and_others_go_on(tmp_path, caplog):
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as setup:
+        bad = _compacted(setup, "bad")
+        victim = bad.segments[0].log_path
+    with open(victim, "r+b") as f:  # damage a record body in a sealed segment
+        f.seek(100)
+        byte = f.read(1)
+        f.seek(100)
+        f.write(bytes([byte[0] ^ 0xFF]))
+    with caplog.at_level(logging.ERROR, logger="pylog.cleaner"):
+        with pylog.open(str(tmp_path), log_cleaner_backoff_ms=20) as store:
+            store.topic("bad").partition(0).append_values([b"x"], keys=[b"k"])  # become its writer
+            good = _compacted(store, "good")
+            assert _wait(lambda: "bad-0" in store.cleaner_status().uncleanable)
+            assert _wait(lambda: store.cleaner_status().dirty_ratios.get("good-0") == 0.0)
+            st = store.cleaner_status()
+            assert st.alive and not st.healthy
+            assert "CorruptRecordError" in st.uncleanable["bad-0"]
+            with pytest.raises(pylog.CleanerError, match="bad-0"):
+                store.check_health()
+            assert len(good.read(0, max_records=1000)) == 5
+    assert any("compaction of bad-0 failed" in r.getMessage() for r in caplog.records)
+
+
+def test_disabled_cleaner(tmp_path):
+    with pylog.open(str(tmp_path), log_cleaner_enable="false") as store:
+        st = store.cleaner_status()
+        assert not st.enabled and not st.alive and st.healthy
+        store.check_health()
+    with pytest.raises(pylog.InvalidConfigError):
+        pylog.open(str(tmp_path), log_cleaner_enable="maybe")
+
+
+def test_flush_ms_is_enforced_by_the_background_thread(tmp_path):
+    with pylog.open(str(tmp_path), flush_ms=30) as store:
+        store.create_topic("f")
+        p = store.topic("f").partition(0)
+        p._last_flush = time.monotonic()
+        p.append_values([b"a"])
+        assert p._unflushed == 1
+        assert _wait(lambda: p._unflushed == 0, timeout=5)
+
+
+def test_close_stops_the_thread(tmp_path):
+    store = pylog.open(str(tmp_path), log_cleaner_backoff_ms=20)
+    thread = store._cleaner._thread
+    assert thread.is_alive()
+    store.close()
+    assert not thread.is_alive()
+    with pytest.raises(pylog.StoreClosedError):
+        store.check_health()
