@@ -312,30 +312,45 @@ def _write_cleaner_checkpoint(directory: str, cp: CleanerCheckpoint) -> None:
 
 # ---------------------------------------------------------------------------------------------- swap
 
-_MANIFEST = struct.Struct("<4sHHqI")  # magic, version, old count, new base (-1: none), reserved
+_MANIFEST = struct.Struct("<4sHHI")  # magic, version, reserved, group count
+_GROUP = struct.Struct("<qI")  # new base (-1: the group compacted to nothing), replaced segment count
 _MANIFEST_MAGIC = b"PLCS"
+#: A swap: ``[(new base or -1, [replaced base offsets]), ...]``, one entry per group.
+Swap = list[tuple[int, list[int]]]
 
 
-def _write_manifest(directory: str, new_base: int, old_bases: list[int]) -> None:
-    raw = _MANIFEST.pack(_MANIFEST_MAGIC, 1, len(old_bases), new_base, 0) + struct.pack(
-        f"<{len(old_bases)}q", *old_bases)
+def _write_manifest(directory: str, groups: Swap) -> None:
+    raw = _MANIFEST.pack(_MANIFEST_MAGIC, 1, 0, len(groups)) + b"".join(
+        _GROUP.pack(new, len(old)) + struct.pack(f"<{len(old)}q", *old) for new, old in groups)
     atomic_write(os.path.join(directory, SWAP_MANIFEST_FILE), raw + struct.pack("<I", crc32c(raw)))
 
 
-def _read_manifest(directory: str) -> tuple[int, list[int]] | None:
+def _read_manifest(directory: str) -> Swap | None:
     path = os.path.join(directory, SWAP_MANIFEST_FILE)
     try:
         with open(path, "rb") as f:
-            raw = f.read(1 << 24)
+            raw = f.read(1 << 26)
     except FileNotFoundError:
         return None
     # atomic_write means a manifest is whole or absent; damage is not ours to guess around.
     if len(raw) < _MANIFEST.size + 4 or struct.unpack_from("<I", raw, len(raw) - 4)[0] != crc32c(raw[:-4]):
         raise CorruptRecordError("compaction swap manifest is damaged", path, 0)
-    magic, version, count, new_base, _ = _MANIFEST.unpack_from(raw)
-    if magic != _MANIFEST_MAGIC or version != 1 or len(raw) != _MANIFEST.size + 8 * count + 4:
+    magic, version, _, count = _MANIFEST.unpack_from(raw)
+    if magic != _MANIFEST_MAGIC or version != 1:
         raise CorruptRecordError("not a pylog compaction swap manifest", path, 0)
-    return new_base, list(struct.unpack_from(f"<{count}q", raw, _MANIFEST.size))
+    groups: Swap = []
+    pos = _MANIFEST.size
+    try:
+        for _ in range(count):
+            new, k = _GROUP.unpack_from(raw, pos)
+            pos += _GROUP.size
+            groups.append((new, list(struct.unpack_from(f"<{k}q", raw, pos))))
+            pos += 8 * k
+    except struct.error:
+        raise CorruptRecordError("compaction swap manifest is truncated", path, pos) from None
+    if pos != len(raw) - 4:
+        raise CorruptRecordError("compaction swap manifest has trailing bytes", path, pos)
+    return groups
 
 
 def _remove_leftovers(directory: str) -> int:
@@ -354,21 +369,26 @@ def _remove_leftovers(directory: str) -> int:
     return n
 
 
-def _roll_forward(directory: str, new_base: int, old_bases: list[int]) -> None:
-    """Finish a committed swap; idempotent, so a crash during it is finished by the next open."""
-    if new_base >= 0:
-        for suffix in _SUFFIXES:
-            src = segment_path(directory, new_base, suffix + SWAP_SUFFIX)
-            if os.path.exists(src):
-                os.replace(src, segment_path(directory, new_base, suffix))
-    for base in old_bases:
-        if base == new_base:
-            continue
-        for suffix in _SUFFIXES:
-            try:
-                os.unlink(segment_path(directory, base, suffix))
-            except FileNotFoundError:
-                pass
+def _roll_forward(directory: str, groups: Swap) -> None:
+    """Finish a committed swap; idempotent, so a crash during it is finished by the next open.
+
+    Each group's new log is renamed in before the segments it replaces are unlinked, so a reader listing
+    the directory meanwhile always finds every surviving offset in some segment.
+    """
+    for new_base, old_bases in groups:
+        if new_base >= 0:
+            for suffix in _SUFFIXES:
+                src = segment_path(directory, new_base, suffix + SWAP_SUFFIX)
+                if os.path.exists(src):
+                    os.replace(src, segment_path(directory, new_base, suffix))
+        for base in old_bases:
+            if base == new_base:
+                continue
+            for suffix in _SUFFIXES:
+                try:
+                    os.unlink(segment_path(directory, base, suffix))
+                except FileNotFoundError:
+                    pass
     fsync_dir(directory)
 
 
@@ -376,10 +396,9 @@ def finish_interrupted_swap(directory: str, index_max_bytes: int = 0, index_inte
     """At writer open: roll a committed swap forward, and delete uncommitted cleaner output (roll back)."""
     manifest = _read_manifest(directory)
     if manifest is not None:
-        new_base, old_bases = manifest
-        log.warning("%s: finishing a compaction swap interrupted by a crash (segment %d replaces %d segment(s))",
-                    directory, new_base, len(old_bases))
-        _roll_forward(directory, new_base, old_bases)
+        log.warning("%s: finishing a compaction swap interrupted by a crash (%d group(s))", directory,
+                    len(manifest))
+        _roll_forward(directory, manifest)
         os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
     if _remove_leftovers(directory):
         log.info("%s: removed unfinished compaction output", directory)
@@ -665,11 +684,20 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     from .index import OffsetIndex
     capacity = OffsetIndex.capacity_for(index_args[0])
     drms = cfg["delete.retention.ms"]
-    for group in _groups(to_clean, bounds, cfg["segment.bytes"], capacity):
-        if should_stop():
-            raise CleanerStoppedError("store closing")
-        old = [to_clean[i] for i in group]
-        _clean_group(partition, old, omap, seed, end, ccp, now, drms, index_args, result, should_stop)
+    done: list[tuple[list[Segment], bool]] = []  # (replaced segments, output empty) per cleaned group
+    try:
+        for group in _groups(to_clean, bounds, cfg["segment.bytes"], capacity):
+            if should_stop():
+                raise CleanerStoppedError("store closing")
+            old = [to_clean[i] for i in group]
+            empty = _clean_group(partition, old, omap, seed, end, ccp, now, drms, index_args, result, should_stop)
+            if empty is not None:
+                done.append((old, empty))
+    except BaseException:
+        _remove_leftovers(directory)
+        raise
+    if done:
+        _swap(partition, done, index_args)
     _write_cleaner_checkpoint(directory, ccp)
     result.cleaned_up_to = end
     return end
@@ -677,7 +705,9 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
 
 def _clean_group(partition: "Partition", old: list[Segment], omap: OffsetMap, seed: tuple[int, int], end: int,
                  ccp: CleanerCheckpoint, now: int, drms: int, index_args: tuple[int, int], result: CleanResult,
-                 should_stop: Callable[[], bool]) -> None:
+                 should_stop: Callable[[], bool]) -> bool | None:
+    """Write the group's cleaned segment as ``.cleaned`` files (log fsynced). Returns None when nothing
+    would be removed (no output kept), else whether the output is empty (no file kept)."""
     directory = partition.directory
     base = old[0].base_offset
     out = Segment.create(directory, base, *index_args, suffix=CLEANED_SUFFIX)
@@ -719,29 +749,36 @@ def _clean_group(partition: "Partition", old: list[Segment], omap: OffsetMap, se
                 out.append(hdr, parts, hdr.max_timestamp)
                 result.records_written += kept
                 result.bytes_written += hdr.size
-        out.seal(durable=True)
+        out.flush()  # the log must be durable before the commit; indexes are derived data
+        out.seal(durable=False)
     except BaseException:
         out.delete()
         raise
     result.records_removed += removed
-    if removed == 0:
-        out.delete()  # nothing to gain: keep the old segments
-        return
     empty = out.size == 0
+    if removed == 0 or empty:
+        out.delete()  # nothing to gain (keep the old segments), or nothing to keep
+        return None if removed == 0 else True
     out.close()
-    for suffix in _SUFFIXES:
-        src = segment_path(directory, base, suffix + CLEANED_SUFFIX)
-        if empty:
-            os.unlink(src)
-        else:
-            os.replace(src, segment_path(directory, base, suffix + SWAP_SUFFIX))
+    return False
+
+
+def _swap(partition: "Partition", done: list[tuple[list[Segment], bool]], index_args: tuple[int, int]) -> None:
+    """Swap every cleaned group of a pass in, with one commit (the manifest)."""
+    directory = partition.directory
+    groups: Swap = []
+    for old, empty in done:
+        base = old[0].base_offset
+        if not empty:
+            for suffix in _SUFFIXES:
+                os.replace(segment_path(directory, base, suffix + CLEANED_SUFFIX),
+                           segment_path(directory, base, suffix + SWAP_SUFFIX))
+        groups.append((-1 if empty else base, [s.base_offset for s in old]))
     fsync_dir(directory)
-    new_base = -1 if empty else base
-    old_bases = [s.base_offset for s in old]
-    _write_manifest(directory, new_base, old_bases)  # the commit point
+    _write_manifest(directory, groups)  # the commit point
     with partition._lock:
-        _roll_forward(directory, new_base, old_bases)
-        new = None if empty else Segment.open(directory, base, *index_args)
-        partition.replace_segments(old, new)
+        _roll_forward(directory, groups)
+        for (old, empty), (new_base, _) in zip(done, groups):
+            partition.replace_segments(old, None if empty else Segment.open(directory, new_base, *index_args))
     os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
     fsync_dir(directory)

@@ -732,3 +732,61 @@ def test_consumer_at_head_sees_every_record(tmp_path):
         assert wp.check() == []
         for name, (p, pos) in consumers.items():
             assert pos == nxt, name
+
+
+# ----------------------------------------------------------------------------- 5. a reader handle older than the files
+
+
+def test_reader_handle_opened_before_repeated_compactions(tmp_path):
+    """A reader handle opened (segments listed, nothing read yet), then compactions that replace segments
+    under their names, then one read of the whole log: it must succeed and include every record the writer
+    reads (it may also show superseded records of files it still holds, with their written values).
+
+    Compaction frees the inode of each file it replaces, and file systems hand freed inode numbers out
+    again at once (ext4 does), so a replaced segment's new file often has the inode number of the file the
+    handle listed a few compactions ago. Before every compaction, handles are opened that read after the
+    2nd, 3rd and 4th compaction from then."""
+    root = str(tmp_path / "store")
+    rng = random.Random(3)
+    exp = Expected()
+    with _open(root) as wstore:
+        wstore.create_topic(TOPIC, partitions=1, config=COMPACT_CONFIG)
+        wp = wstore.topic(TOPIC).partition(0)
+        nxt = 0
+        for _ in range(40):
+            nxt = append_expected(wp, nxt, 50)
+        wstore.compact(TOPIC)
+        handles: list = []  # (compaction count at which to read, store, partition, what it listed)
+        try:
+            for step in range(60):
+                for age in (2, 3, 4):
+                    rstore = _open(root)
+                    rp = rstore.topic(TOPIC).partition(0)
+                    listed = {s.base_offset: (s.size, os.stat(s.log_path).st_ino) for s in rp.segments}
+                    handles.append((step + age, rstore, rp, listed))
+                nxt = append_expected(wp, nxt, rng.randint(20, 200))
+                wstore.compact(TOPIC)
+                want = {r.offset for r in read_all(wp, 0)}
+                due = [h for h in handles if h[0] == step + 1]
+                handles = [h for h in handles if h[0] != step + 1]
+                for _, rstore, rp, listed in due:
+                    reused = [(s.base_offset, listed[s.base_offset][0], s.size) for s in wp.segments
+                              if s.base_offset in listed and s.size != listed[s.base_offset][0]
+                              and os.stat(s.log_path).st_ino == listed[s.base_offset][1]]
+                    try:
+                        got = read_all(rp, 0)
+                    except pylog.CorruptRecordError as exc:
+                        raise AssertionError(
+                            f"step {step}: a reader handle's read failed; segments now held by a file with the "
+                            f"inode number the handle listed (base, size listed, size now): {reused}") from exc
+                    finally:
+                        rstore.close()
+                    check_content(got, exp, nxt)
+                    missing = sorted(want - {r.offset for r in got})
+                    assert not missing, (
+                        f"step {step}: a reader handle missed {len(missing)} records of the log, e.g. {missing[:8]}; "
+                        f"segments now held by a file with the inode number the handle listed (base, size listed, "
+                        f"size now): {reused}")
+        finally:
+            for _, rstore, _, _ in handles:
+                rstore.close()

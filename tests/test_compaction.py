@@ -314,10 +314,11 @@ def test_an_interrupted_swap_is_rolled_back_or_forward(tmp_path, monkeypatch, ph
         if phase == "after_commit":
             raise Crash
 
-    def roll_forward(directory, new_base, old_bases):
-        if new_base < 0:  # a group compacted to nothing: no file to rename in
-            return real_roll(directory, new_base, old_bases)
-        # Rename the new log in, then "crash" before the old segments are unlinked.
+    def roll_forward(directory, groups):
+        # Finish the first group, rename the next group's new log in, then "crash" before the segments it
+        # replaces are unlinked.
+        real_roll(directory, groups[:1])
+        new_base = next(new for new, _ in groups[1:] if new >= 0)
         src = compaction.segment_path(directory, new_base, ".log.swap")
         os.replace(src, compaction.segment_path(directory, new_base, ".log"))
         raise Crash
@@ -417,3 +418,73 @@ def test_offset_map_keeps_the_latest_offset_and_respects_capacity():
     many = np.arange(100, 110, dtype=np.uint64)
     assert not m.add(many, many, np.arange(10, 20, dtype=np.int64))
     assert len(m) == 4
+
+
+# ------------------------------------------------------------------------------------ concurrent readers
+
+
+def test_reader_threads_during_compaction_and_retention_never_see_errors_duplicates_or_going_back(tmp_path):
+    """Readers in other threads of the writer's process, while it appends, compacts and deletes records."""
+    import threading
+
+    with _store(tmp_path, segment_bytes=2048) as store:
+        p = _compacted(store, **{"cleanup.policy": "compact,delete", "retention.bytes": 20_000})
+        written: dict[int, tuple[bytes, bytes]] = {}
+        stop = threading.Event()
+        problems: list[str] = []
+        seen_counts = []
+
+        def reader():
+            pos, seen = 0, 0
+            while not stop.is_set() or pos < p.log_end_offset:
+                try:
+                    recs = p.read(pos, max_records=200)
+                except pylog.OffsetOutOfRangeError:
+                    pos = max(pos, p.log_start_offset)
+                    continue
+                except Exception as exc:  # anything else is a bug
+                    problems.append(repr(exc))
+                    return
+                if not recs:
+                    p.wait_for_data(pos, 0.05)
+                for r in recs:
+                    if r.offset < pos:
+                        problems.append(f"offset went back: {r.offset} < {pos}")
+                        return
+                    if written.get(r.offset) != (r.key, r.value):
+                        problems.append(f"offset {r.offset}: {r.key!r}={r.value!r} was never written there")
+                        return
+                    pos = r.offset + 1
+                    seen += 1
+            seen_counts.append(seen)
+
+        def record(first, keys, values):
+            for i, (k, v) in enumerate(zip(keys, values)):
+                written[first + i] = (k, v)
+
+        keys0 = [b"k%d" % (i % 30) for i in range(30)]
+        values0 = [b"v%d" % i for i in range(30)]
+        record(p.append_values(values0, keys=keys0), keys0, values0)  # before the readers start
+        threads = [threading.Thread(target=reader) for _ in range(3)]
+        for t in threads:
+            t.start()
+        rnd = random.Random(3)
+        for round_ in range(40):
+            keys = [b"k%d" % rnd.randrange(30) for _ in range(20)]
+            values = [b"r%d-%d" % (round_, i) + b"x" * rnd.randrange(60) for i in range(20)]
+            # written[] is filled before readers can see the offsets: they become visible on append.
+            first = p.log_end_offset
+            record(first, keys, values)
+            assert p.append_values(values, keys=keys) == first
+            if round_ % 4 == 3:
+                store.compact(TOPIC)
+            if round_ % 7 == 6:
+                store.enforce_retention(TOPIC)
+            if round_ == 20:
+                store.delete_records(TOPIC, 0, p.log_start_offset + 5)
+        stop.set()
+        for t in threads:
+            t.join(30)
+        assert not problems, problems[:3]
+        assert len(seen_counts) == 3 and all(n > 0 for n in seen_counts)
+        assert p.check() == []
