@@ -151,13 +151,20 @@ class Store:
         self._check_open()
         with self._lock:
             topic = self.topic(name)
-            for p in topic.partitions:
-                p._ensure_writer()
-            doomed = os.path.join(self.path, f"{_DELETING}{name}-{uuid.uuid4().hex}")
-            os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
-            fsync_dir(self.path)
-            topic.close(discard=True)
-            self._topics.pop(name, None)
+            held = []
+            try:
+                for p in topic.partitions:
+                    p.maintenance_lock.acquire()  # waits for a cleaning or retention pass under way
+                    held.append(p)
+                    p._ensure_writer()
+                doomed = os.path.join(self.path, f"{_DELETING}{name}-{uuid.uuid4().hex}")
+                os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
+                fsync_dir(self.path)
+                topic.close(discard=True)
+                self._topics.pop(name, None)
+            finally:
+                for p in held:
+                    p.maintenance_lock.release()
             shutil.rmtree(doomed, ignore_errors=True)
 
     def alter_topic_config(self, name: str, changes: Mapping[str, Any]) -> TopicConfig:

@@ -678,6 +678,8 @@ def test_reader_process_during_compaction_and_deletion(tmp_path):
     with open(rres) as f:
         rstats = json.load(f)
     print(f"\nwriter: {wstats}\nreader: { {k: v for k, v in rstats.items() if k != 'errors'} }")
+    for err in rstats["errors"][:5]:
+        print(f"reader error: {err}")
     assert rstats["errors"] == [], "\n".join(rstats["errors"][:5])
     assert reader.exitcode == 0
     assert rstats["pos"] == wstats["end"]
@@ -758,7 +760,7 @@ def test_reader_handle_opened_before_repeated_compactions(tmp_path):
         wstore.compact(TOPIC)
         handles: list = []  # (compaction count at which to read, store, partition, what it listed)
         try:
-            for step in range(60):
+            for step in range(80):
                 for age in (2, 3, 4):
                     rstore = _open(root)
                     rp = rstore.topic(TOPIC).partition(0)
