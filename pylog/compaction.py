@@ -66,8 +66,15 @@ log = logging.getLogger("pylog.compaction")
 #: Bytes of dedupe buffer one distinct key costs: 24 in the map (two digest words + offset) plus the
 #: workspace of merging a chunk into it (a new copy of the arrays) and the chunk's own sort.
 BYTES_PER_KEY = 64
-#: Records hashed and merged into the map at a time (bounds the per-chunk workspace).
+#: Most records hashed and merged into the map at a time.
 CHUNK_RECORDS = 65536
+#: Workspace per record of a chunk (digests, offsets, lengths, sort orders, key bytes), from the buffer.
+_CHUNK_BYTES_PER_RECORD = 200
+
+
+def chunk_records(buffer_bytes: int) -> int:
+    """Records per chunk for a dedupe buffer: a quarter of the buffer is chunk workspace."""
+    return int(min(CHUNK_RECORDS, max(16, buffer_bytes // 4 // _CHUNK_BYTES_PER_RECORD)))
 #: Keys up to this many bytes are hashed with numpy in bulk; longer ones one by one with BLAKE2b.
 _SHORT_KEY = 64
 #: Tombstone horizons kept in the cleaner checkpoint; older ones merge (keeping the later time).
@@ -169,8 +176,9 @@ class OffsetMap:
     so a lookup is one ``searchsorted`` plus a check of ``lo``.
     """
 
-    def __init__(self, buffer_bytes: int) -> None:
-        self.capacity = max(1, buffer_bytes // BYTES_PER_KEY)
+    def __init__(self, buffer_bytes: int, reserved: int = 0) -> None:
+        # ``reserved`` bytes of the buffer are chunk workspace, not map.
+        self.capacity = max(1, (buffer_bytes - reserved) // BYTES_PER_KEY)
         self.hi = np.empty(0, _U64)
         self.lo = np.empty(0, _U64)
         self.off = np.empty(0, np.int64)
@@ -183,7 +191,10 @@ class OffsetMap:
         m = len(self.hi)
         if m == 0:
             return np.full(len(hi), -1, np.int64)
-        idx = np.searchsorted(self.hi, hi)
+        # Sorted queries search much faster (cache locality): sort, search, and put back in order.
+        order = np.argsort(hi)
+        idx = np.empty(len(hi), np.int64)
+        idx[order] = np.searchsorted(self.hi, hi[order])
         c = np.minimum(idx, m - 1)
         same_hi = (self.hi[c] == hi) & (idx < m)
         hit = same_hi & (self.lo[c] == lo)
@@ -208,10 +219,17 @@ class OffsetMap:
         already in the map. Returns False, changing nothing, when the new keys would not fit."""
         if not len(hi):
             return True
-        order = np.lexsort((off, lo, hi))
+        # A stable sort by the hi word keeps each key's records in offset order, so the last of a run of
+        # equal hi words is its latest; only when two keys share a hi word does lo join the sort key.
+        order = np.argsort(hi, kind="stable")
         hi, lo, off = hi[order], lo[order], off[order]
+        same = hi[1:] == hi[:-1]
+        if (same & (lo[1:] != lo[:-1])).any():
+            order = np.lexsort((off, lo, hi))
+            hi, lo, off = hi[order], lo[order], off[order]
+            same = (hi[1:] == hi[:-1]) & (lo[1:] == lo[:-1])
         last = np.ones(len(hi), bool)
-        last[:-1] = (hi[1:] != hi[:-1]) | (lo[1:] != lo[:-1])
+        last[:-1] = ~same
         hi, lo, off = hi[last], lo[last], off[last]
         found = self.find(hi, lo)
         new = found < 0
@@ -507,8 +525,8 @@ def _batches(seg: Segment, start: int = 0) -> Iterator[_Batch]:
         yield memoryview(buf)[p:p + h.size], BatchView.from_buffer(buf, p, seg.log_path, fpos, header=h)
 
 
-def _blocks(segs: list[Segment], start: int, stop: int) -> Iterator[list[_Batch]]:
-    """Batches holding offsets in [start, stop), in runs of about CHUNK_RECORDS records."""
+def _blocks(segs: list[Segment], start: int, stop: int, chunk: int) -> Iterator[list[_Batch]]:
+    """Batches holding offsets in [start, stop), in runs of about ``chunk`` records."""
     block: list[_Batch] = []
     count = 0
     for seg in segs:
@@ -517,7 +535,7 @@ def _blocks(segs: list[Segment], start: int, stop: int) -> Iterator[list[_Batch]
                 break
             block.append((raw, view))
             count += view.header.record_count
-            if count >= CHUNK_RECORDS:
+            if count >= chunk:
                 yield block
                 block, count = [], 0
     if block:
@@ -646,12 +664,13 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     segs = partition.segments
     candidates = [s for s in segs[:-1] if s.base_offset < uncleanable]
     seed = (int.from_bytes(os.urandom(8), "little"), int.from_bytes(os.urandom(8), "little"))
-    omap = OffsetMap(buffer_bytes)
+    chunk = chunk_records(buffer_bytes)
+    omap = OffsetMap(buffer_bytes, reserved=min(chunk * _CHUNK_BYTES_PER_RECORD, buffer_bytes // 4))
     # --- map: digest -> latest offset over [first_dirty, uncleanable), as far as the map holds
     end = uncleanable
     full = False
     dirty_segs = [s for i, s in enumerate(candidates) if segs[i + 1].base_offset > first_dirty]
-    for block in _blocks(dirty_segs, first_dirty, uncleanable):
+    for block in _blocks(dirty_segs, first_dirty, uncleanable, chunk):
         if should_stop():
             raise CleanerStoppedError("store closing")
         cols = _block_columns(block, seed)
@@ -684,13 +703,17 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     from .index import OffsetIndex
     capacity = OffsetIndex.capacity_for(index_args[0])
     drms = cfg["delete.retention.ms"]
+    # Every key of [first_dirty, end) is in the map, so a record there survives exactly when the map
+    # holds its own offset: decided from sorted offsets, without hashing its key again.
+    kept_offsets = np.sort(omap.off)
     done: list[tuple[list[Segment], bool]] = []  # (replaced segments, output empty) per cleaned group
     try:
         for group in _groups(to_clean, bounds, cfg["segment.bytes"], capacity):
             if should_stop():
                 raise CleanerStoppedError("store closing")
             old = [to_clean[i] for i in group]
-            empty = _clean_group(partition, old, omap, seed, end, ccp, now, drms, index_args, result, should_stop)
+            empty = _clean_group(partition, old, omap, kept_offsets, seed, first_dirty, end, chunk, ccp, now, drms,
+                                 index_args, result, should_stop)
             if empty is not None:
                 done.append((old, empty))
     except BaseException:
@@ -703,64 +726,103 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     return end
 
 
-def _clean_group(partition: "Partition", old: list[Segment], omap: OffsetMap, seed: tuple[int, int], end: int,
-                 ccp: CleanerCheckpoint, now: int, drms: int, index_args: tuple[int, int], result: CleanResult,
+def _clean_group(partition: "Partition", old: list[Segment], omap: OffsetMap, kept_offsets: np.ndarray,
+                 seed: tuple[int, int], first_dirty: int, end: int, chunk: int, ccp: CleanerCheckpoint, now: int,
+                 drms: int, index_args: tuple[int, int], result: CleanResult,
                  should_stop: Callable[[], bool]) -> bool | None:
     """Write the group's cleaned segment as ``.cleaned`` files (log fsynced). Returns None when nothing
     would be removed (no output kept), else whether the output is empty (no file kept)."""
     directory = partition.directory
-    base = old[0].base_offset
-    out = Segment.create(directory, base, *index_args, suffix=CLEANED_SUFFIX)
-    removed = 0
+    out = Segment.create(directory, old[0].base_offset, *index_args, suffix=CLEANED_SUFFIX)
+    removed = [0]
+    block: list[_Batch] = []
+    count = 0
     try:
-        for block in _blocks(old, 0, 1 << 62):
-            if should_stop():
-                raise CleanerStoppedError("store closing")
-            cols = _block_columns(block, seed)
-            offs = cols.offsets
-            mapped = offs < end
-            latest = omap.latest(cols.hi, cols.lo)
-            keep = ~(mapped & (latest > offs))
-            keyless = mapped & (cols.key_lengths < 0)
-            keep &= ~keyless
-            tomb = keep & mapped & (cols.value_lengths < 0)
-            if tomb.any():
-                expired = tomb & (now - ccp.first_reached(offs, now) > drms)
-                keep &= ~expired
-                result.tombstones_removed += int(expired.sum())
-            result.keyless_removed += int(keyless.sum())
-            pos = 0
-            for raw, view in block:
-                h = view.header
+        for seg in old:
+            for fpos, h, buf, p in seg._scan(0, seg.size, 16 << 20, tolerate_tail=False):
+                if should_stop():
+                    raise CleanerStoppedError("store closing")
                 n = h.record_count
-                k = keep[pos:pos + n]
-                pos += n
-                result.records_read += n
-                result.bytes_read += h.size
-                kept = int(k.sum())
-                if kept == 0:
-                    removed += n
-                    continue
-                if kept == n or h.is_control:
-                    parts, hdr = [raw], h  # unchanged: copied byte for byte, CRC and all
-                else:
-                    parts, hdr = _filtered_batch(view, k)
-                    removed += n - kept
-                out.append(hdr, parts, hdr.max_timestamp)
-                result.records_written += kept
-                result.bytes_written += hdr.size
+                base, last = h.base_offset, h.last_offset
+                if base >= first_dirty and last < end and not h.is_control:
+                    lo = int(np.searchsorted(kept_offsets, base))
+                    if lo == len(kept_offsets) or kept_offsets[lo] > last:
+                        # No record of this batch is the latest of its key: dropped on its header alone
+                        # (its checksum was checked when the map was built).
+                        result.records_read += n
+                        result.bytes_read += h.size
+                        removed[0] += n
+                        continue
+                block.append((memoryview(buf)[p:p + h.size], BatchView.from_buffer(buf, p, seg.log_path, fpos, h)))
+                count += n
+                if count >= chunk:
+                    _clean_block(block, out, omap, kept_offsets, seed, first_dirty, end, ccp, now, drms, result,
+                                 removed)
+                    block, count = [], 0
+        if block:
+            _clean_block(block, out, omap, kept_offsets, seed, first_dirty, end, ccp, now, drms, result, removed)
         out.flush()  # the log must be durable before the commit; indexes are derived data
         out.seal(durable=False)
     except BaseException:
         out.delete()
         raise
-    result.records_removed += removed
+    result.records_removed += removed[0]
     empty = out.size == 0
-    if removed == 0 or empty:
+    if removed[0] == 0 or empty:
         out.delete()  # nothing to gain (keep the old segments), or nothing to keep
-        return None if removed == 0 else True
+        return None if removed[0] == 0 else True
     out.close()
     return False
+
+
+def _clean_block(block: list[_Batch], out: Segment, omap: OffsetMap, kept_offsets: np.ndarray,
+                 seed: tuple[int, int], first_dirty: int, end: int, ccp: CleanerCheckpoint, now: int, drms: int,
+                 result: CleanResult, removed: list[int]) -> None:
+    """Decide record by record for a run of batches, and append what survives to ``out``."""
+    views = [v for _, v in block]
+    offs = np.concatenate([v.offsets() for v in views])
+    klens = np.concatenate([v.key_lengths if v.key_lengths is not None
+                            else np.full(v.header.record_count, -1, np.int32) for v in views])
+    vlens = np.concatenate([v.value_lengths for v in views])
+    cleaned = offs < end
+    keep = np.ones(len(offs), bool)
+    dirty = cleaned & (offs >= first_dirty)
+    if dirty.any():
+        at = np.minimum(np.searchsorted(kept_offsets, offs[dirty]), max(len(kept_offsets) - 1, 0))
+        keep[dirty] = kept_offsets[at] == offs[dirty] if len(kept_offsets) else False
+    clean = offs < first_dirty
+    if clean.any() and len(omap):
+        # The clean section: a record goes when the map holds a later offset for its key.
+        hi, lo = key_digests(klens, b"".join(v._key_data for v in views), seed)
+        keep &= ~(clean & (omap.latest(hi, lo) > offs))
+    keyless = cleaned & (klens < 0)
+    keep &= ~keyless
+    tomb = keep & cleaned & (vlens < 0)
+    if tomb.any():
+        expired = tomb & (now - ccp.first_reached(offs, now) > drms)
+        keep &= ~expired
+        result.tombstones_removed += int(expired.sum())
+    result.keyless_removed += int(keyless.sum())
+    pos = 0
+    for raw, view in block:
+        h = view.header
+        n = h.record_count
+        k = keep[pos:pos + n]
+        pos += n
+        result.records_read += n
+        result.bytes_read += h.size
+        kept = int(k.sum())
+        if kept == 0:
+            removed[0] += n
+            continue
+        if kept == n or h.is_control:
+            parts, hdr = [raw], h  # unchanged: copied byte for byte, CRC and all
+        else:
+            parts, hdr = _filtered_batch(view, k)
+            removed[0] += n - kept
+        out.append(hdr, parts, hdr.max_timestamp)
+        result.records_written += kept
+        result.bytes_written += hdr.size
 
 
 def _swap(partition: "Partition", done: list[tuple[list[Segment], bool]], index_args: tuple[int, int]) -> None:
