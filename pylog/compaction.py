@@ -30,8 +30,9 @@ Invariants:
   strictly increasing subset of the originals; the active segment is never touched.
 - A tombstone survives at least ``delete.retention.ms`` after the first cleaning that reached it (the
   cleaner checkpoint records when each cleaned range was first reached).
-- The map never holds more than ``buffer // BYTES_PER_KEY`` keys, so the cleaner's per-key memory
-  (map plus merge workspace) stays within ``log.cleaner.dedupe.buffer.size``.
+- The map never holds more than :func:`map_capacity` keys (about ``3/4 * buffer / 64``: a quarter of the
+  buffer is the workspace of the chunk being hashed), so the cleaner's memory for keys, map and merge
+  workspace included, stays within ``log.cleaner.dedupe.buffer.size``.
 - Readers keep reading: old segments are unlinked, never closed under a reader (see
   :mod:`pylog.partition`), and a reader whose segment was replaced retries on the new one.
 """
@@ -58,7 +59,7 @@ from .segment import Segment
 if TYPE_CHECKING:
     from .partition import Partition
 
-__all__ = ["CleanResult", "CleanerCheckpoint", "OffsetMap", "key_digests", "clean_partition", "cleanable_range",
+__all__ = ["CleanResult", "CleanerCheckpoint", "OffsetMap", "key_digests", "map_capacity", "clean_partition", "cleanable_range",
            "finish_interrupted_swap", "read_cleaner_checkpoint", "BYTES_PER_KEY", "CleanerStoppedError"]
 
 log = logging.getLogger("pylog.compaction")
@@ -70,6 +71,12 @@ BYTES_PER_KEY = 64
 CHUNK_RECORDS = 65536
 #: Workspace per record of a chunk (digests, offsets, lengths, sort orders, key bytes), from the buffer.
 _CHUNK_BYTES_PER_RECORD = 200
+
+
+def map_capacity(buffer_bytes: int) -> int:
+    """Distinct keys one cleaning pass can map with a dedupe buffer of ``buffer_bytes``."""
+    reserved = min(chunk_records(buffer_bytes) * _CHUNK_BYTES_PER_RECORD, buffer_bytes // 4)
+    return max(1, (buffer_bytes - reserved) // BYTES_PER_KEY)
 
 
 def chunk_records(buffer_bytes: int) -> int:
@@ -176,9 +183,8 @@ class OffsetMap:
     so a lookup is one ``searchsorted`` plus a check of ``lo``.
     """
 
-    def __init__(self, buffer_bytes: int, reserved: int = 0) -> None:
-        # ``reserved`` bytes of the buffer are chunk workspace, not map.
-        self.capacity = max(1, (buffer_bytes - reserved) // BYTES_PER_KEY)
+    def __init__(self, buffer_bytes: int) -> None:
+        self.capacity = map_capacity(buffer_bytes)
         self.hi = np.empty(0, _U64)
         self.lo = np.empty(0, _U64)
         self.off = np.empty(0, np.int64)
@@ -665,7 +671,7 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     candidates = [s for s in segs[:-1] if s.base_offset < uncleanable]
     seed = (int.from_bytes(os.urandom(8), "little"), int.from_bytes(os.urandom(8), "little"))
     chunk = chunk_records(buffer_bytes)
-    omap = OffsetMap(buffer_bytes, reserved=min(chunk * _CHUNK_BYTES_PER_RECORD, buffer_bytes // 4))
+    omap = OffsetMap(buffer_bytes)
     # --- map: digest -> latest offset over [first_dirty, uncleanable), as far as the map holds
     end = uncleanable
     full = False
