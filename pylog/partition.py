@@ -44,7 +44,7 @@ from .config import TopicConfig
 from .errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
                      PartitionLockedError, RecordTooLargeError, StoreClosedError)
 from .fileio import fsync_dir
-from .filenames import CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, list_segment_bases
+from .filenames import CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, SWAP_MANIFEST_FILE, list_segment_bases
 from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns, _column, encode_parts, gc_paused,
                       now_ms)
 from .retention import RetentionResult, deletable_prefix
@@ -83,6 +83,7 @@ class Partition:
         self._failed: str | None = None
         self._log_start = 0
         self._recovery_point = 0
+        self._swap_gen = 0  # see Checkpoint.swap_generation
         self._unflushed = 0
         self._last_flush = time.monotonic()
         self._final_end = 0  # log end offset at close
@@ -102,19 +103,33 @@ class Partition:
 
     def _load_readonly(self) -> None:
         """Open the segments as a reader: no lock, no recovery, tolerate a torn tail."""
+        for _ in range(_READ_RETRIES):
+            try:
+                return self._load_readonly_once()
+            except FileNotFoundError:  # a writer deleted or swapped a segment while we listed them
+                continue
+        raise LogFailedError(f"{self.topic}-{self.number}: segments kept changing while being listed")
+
+    def _load_readonly_once(self) -> None:
         self._meta = self._meta_stamp()
         cp = read_checkpoint(self._checkpoint_path)
+        self._swap_gen = cp.swap_generation if cp else 0
         bases = list_segment_bases(self.directory)
         segs = []
         for b in bases:
             try:
-                segs.append(Segment.open(self.directory, b, *self._new_segment_args()))
+                segs.append(self._open_segment(b))
             except FileNotFoundError:  # deleted by the writer's retention since the listing
                 continue
         if segs:
             segs[-1].load(tolerate_tail=True)
         self._set_segments(segs)
         self._log_start = self._start_from(cp, segs)
+
+    def _open_segment(self, base: int) -> Segment:
+        """An existing segment, sized under the current swap generation (see :meth:`Segment.open`)."""
+        return Segment.open(self.directory, base, *self._new_segment_args(),
+                            generation=(self._checkpoint_path, self._swap_gen))
 
     @staticmethod
     def _start_from(cp: Checkpoint | None, segs: list[Segment]) -> int:
@@ -196,17 +211,23 @@ class Partition:
         self._lock_fd = fd
 
     def _open_as_writer(self) -> None:
-        finish_interrupted_swap(self.directory, *self._new_segment_args())
         cp = read_checkpoint(self._checkpoint_path) or Checkpoint(0, self._log_start, clean=False)
+        self._swap_gen = cp.swap_generation
+        if os.path.exists(os.path.join(self.directory, SWAP_MANIFEST_FILE)):
+            # A crash interrupted a compaction swap: tell readers before files are renamed over names.
+            self._swap_gen += 1
+            cp = Checkpoint(cp.recovery_point, cp.log_start_offset, cp.clean, self._swap_gen)
+            write_checkpoint(self._checkpoint_path, cp)
+        finish_interrupted_swap(self.directory, *self._new_segment_args())
         # The reader-mode segments are not closed here: another thread may be reading through them right
         # now, and closing a descriptor it is about to pread would let the number be reused for another
         # file. They close themselves (Segment.__del__) when the last snapshot holding them goes.
         bases = list_segment_bases(self.directory)
-        segs = [Segment.open(self.directory, b, *self._new_segment_args()) for b in bases]
+        segs = [self._open_segment(b) for b in bases]
         if not segs:
             start = max(cp.log_start_offset, cp.recovery_point)
             segs = [Segment.create(self.directory, start, *self._new_segment_args())]
-            cp = Checkpoint(start, start, clean=False)
+            cp = Checkpoint(start, start, clean=False, swap_generation=self._swap_gen)
         elif cp.clean:
             try:
                 segs[-1].open_for_append()
@@ -215,7 +236,7 @@ class Partition:
                 # rather than refuse every write.
                 log.warning("%s: active segment fails its check after a clean close (%s); recovering",
                             self.directory, exc)
-                segs[-1] = Segment.open(self.directory, segs[-1].base_offset, *self._new_segment_args())
+                segs[-1] = self._open_segment(segs[-1].base_offset)
                 segs = self._recover(segs, segs[-1].base_offset)
         else:
             segs = self._recover(segs, cp.recovery_point)
@@ -234,7 +255,15 @@ class Partition:
         self._write_checkpoint()
 
     def _write_checkpoint(self, clean: bool = False) -> None:
-        write_checkpoint(self._checkpoint_path, Checkpoint(self._recovery_point, self._log_start, clean=clean))
+        write_checkpoint(self._checkpoint_path,
+                         Checkpoint(self._recovery_point, self._log_start, clean=clean, swap_generation=self._swap_gen))
+
+    def bump_swap_generation(self) -> tuple[str, int]:
+        """Before compaction renames files over segment names: record a new swap generation (durably).
+        Returns the generation new segment objects are made under. Writer only, under the append lock."""
+        self._swap_gen += 1
+        self._write_checkpoint()
+        return (self._checkpoint_path, self._swap_gen)
 
     def _recover(self, segs: list[Segment], recovery_point: int) -> list[Segment]:
         """Re-validate segments from the one holding ``recovery_point``; cut everything after a bad batch."""
@@ -301,9 +330,14 @@ class Partition:
         if self._lock_fd is not None or self._closed:
             return False
         with self._lock:
-            if self._lock_fd is not None or self._closed:
-                return False
-            return self._refresh_locked(force)
+            for _ in range(_READ_RETRIES):
+                if self._lock_fd is not None or self._closed:
+                    return False
+                try:
+                    return self._refresh_locked(force)
+                except FileNotFoundError:  # a segment went or was replaced while we looked: look again
+                    force = True
+            raise LogFailedError(f"{self.topic}-{self.number}: segments kept changing while being listed")
 
     def _refresh_locked(self, force: bool = False) -> bool:
         segs = self._segments
@@ -318,14 +352,23 @@ class Partition:
         check_identity = force or meta != self._meta
         if bases != self._view[1] or check_identity:
             self._meta = meta
+            try:
+                cp = read_checkpoint(self._checkpoint_path)
+            except CorruptRecordError:
+                cp = None
+            gen = cp.swap_generation if cp is not None else self._swap_gen
+            self._swap_gen = gen
             by_base = {s.base_offset: s for s in segs}
             old_last = segs[-1] if segs else None
             new = []
             for b in bases:
                 s = by_base.pop(b, None)
-                if s is None or (check_identity and not s.same_file()):
+                # An opened segment pins its inode, so comparing inodes is exact; one not opened yet is
+                # remade whenever files may have been swapped (its inode number may have been reused).
+                if s is None or (check_identity and not s.same_file()) or (
+                        s._rfd is None and s.generation is not None and s.generation[1] != gen):
                     try:
-                        s = Segment.open(self.directory, b, *self._new_segment_args())
+                        s = self._open_segment(b)
                     except FileNotFoundError:
                         continue
                     grown = True
@@ -340,10 +383,6 @@ class Partition:
             if new:
                 new[-1].load(tolerate_tail=True)
             self._set_segments(new)
-            try:
-                cp = read_checkpoint(self._checkpoint_path)
-            except CorruptRecordError:
-                cp = None
             if cp is not None:
                 self._log_start = cp.log_start_offset
             elif new:

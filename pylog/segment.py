@@ -26,6 +26,7 @@ from typing import Any, Iterator
 
 import numpy as np
 
+from .checkpoint import read_checkpoint
 from .errors import CorruptRecordError
 from .fileio import write_all
 from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
@@ -63,6 +64,8 @@ class Segment:
         self.index_path = segment_path(directory, base_offset, INDEX_SUFFIX + suffix)
         self.timeindex_path = segment_path(directory, base_offset, TIMEINDEX_SUFFIX + suffix)
         self._ino: int | None = None  # the log file's inode when opened: compaction replaces files by name
+        #: (checkpoint path, swap generation) under which this object was sized; None: no check needed.
+        self.generation: tuple[str, int] | None = None
         self.index_max_bytes = index_max_bytes
         self.index_interval_bytes = index_interval_bytes
         self.size = 0  # visible bytes
@@ -99,9 +102,16 @@ class Segment:
 
     @classmethod
     def open(cls, directory: str, base_offset: int, index_max_bytes: int, index_interval_bytes: int,
-             suffix: str = "") -> "Segment":
-        """An existing segment, read-only and lazily loaded; its visible size is the file size."""
+             suffix: str = "", generation: tuple[str, int] | None = None) -> "Segment":
+        """An existing segment, read-only and lazily loaded; its visible size is the file size.
+
+        ``generation``: the partition checkpoint and the swap generation read *before* this call; the file
+        is opened lazily, and if the generation has moved by then, compaction may have renamed another
+        file over this name (an inode number alone can be reused), so the open raises
+        :class:`SegmentReplacedError` instead of reading new bytes with old sizes.
+        """
         seg = cls(directory, base_offset, index_max_bytes, index_interval_bytes, suffix)
+        seg.generation = generation
         st = os.stat(seg.log_path)
         seg.size = st.st_size
         seg._ino = st.st_ino
@@ -112,7 +122,9 @@ class Segment:
         if fd is None:
             fd = os.open(self.log_path, os.O_RDONLY)
             ino = os.fstat(fd).st_ino
-            if self._ino is not None and ino != self._ino:
+            # Opened first, generation read second: compaction bumps the generation before it renames,
+            # so an unchanged generation now means the file just opened is the one this object sized.
+            if self._ino is not None and (ino != self._ino or not self._generation_holds()):
                 # Compaction swapped a new file in under this name since this object was made: its size
                 # and indexes describe the old one. The partition takes a fresh look and retries.
                 os.close(fd)
@@ -120,6 +132,15 @@ class Segment:
             self._ino = ino
             self._rfd = fd
         return fd
+
+    def _generation_holds(self) -> bool:
+        if self.generation is None:
+            return True
+        try:
+            cp = read_checkpoint(self.generation[0])
+        except CorruptRecordError:
+            return False
+        return (cp.swap_generation if cp is not None else 0) == self.generation[1]
 
     def same_file(self) -> bool:
         """True while the path still names the file this object was opened on (False when gone or replaced)."""
