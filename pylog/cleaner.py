@@ -198,27 +198,23 @@ class Cleaner:
 
     def run_retention(self) -> None:
         for p in self._each(compacted=False):
-            try:
-                self.add_retention(p.enforce_retention())
-            except StoreClosedError:
-                continue
-            except Exception as exc:
-                key = f"{p.topic}-{p.number}"
-                self._record_error(f"retention of {key}", exc, key)
-                log.error("pylog cleaner: retention of %s failed; skipping the partition from now on", key,
-                          exc_info=exc)
+            self._guarded(p, "retention", lambda p=p: self.add_retention(p.enforce_retention()))
 
     def run_compaction(self) -> None:
         for p in self._each(compacted=True):
-            try:
-                self.add_cleaning(clean_partition(p, self.buffer_bytes, should_stop=self.stopping))
-            except (StoreClosedError, CleanerStoppedError):
-                continue
-            except Exception as exc:
-                key = f"{p.topic}-{p.number}"
-                self._record_error(f"compaction of {key}", exc, key)
-                log.error("pylog cleaner: compaction of %s failed; skipping the partition from now on", key,
-                          exc_info=exc)
+            self._guarded(p, "compaction", lambda p=p: self.add_cleaning(
+                clean_partition(p, self.buffer_bytes, should_stop=self.stopping)))
+
+    def _guarded(self, p: "Partition", what: str, work: Callable[[], None]) -> None:
+        """Run one partition's maintenance; an error marks the partition uncleanable, the thread goes on."""
+        try:
+            work()
+        except (StoreClosedError, CleanerStoppedError):
+            return
+        except Exception as exc:
+            key = f"{p.topic}-{p.number}"
+            self._record_error(f"{what} of {key}", exc, key)
+            log.error("pylog cleaner: %s of %s failed; skipping the partition from now on", what, key, exc_info=exc)
 
     def dirty_ratio(self, p: "Partition") -> float:
         return cleanable_range(p).dirty_ratio
