@@ -198,17 +198,22 @@ class Cleaner:
 
     def run_retention(self) -> None:
         for p in self._each(compacted=False):
-            self._guarded(p, "retention", lambda p=p: self.add_retention(p.enforce_retention()))
+            self._guarded(p, "retention", self._retain)
 
     def run_compaction(self) -> None:
         for p in self._each(compacted=True):
-            self._guarded(p, "compaction", lambda p=p: self.add_cleaning(
-                clean_partition(p, self.buffer_bytes, should_stop=self.stopping)))
+            self._guarded(p, "compaction", self._compact)
 
-    def _guarded(self, p: "Partition", what: str, work: Callable[[], None]) -> None:
+    def _retain(self, p: "Partition") -> None:
+        self.add_retention(p.enforce_retention())
+
+    def _compact(self, p: "Partition") -> None:
+        self.add_cleaning(clean_partition(p, self.buffer_bytes, should_stop=self.stopping))
+
+    def _guarded(self, p: "Partition", what: str, work: Callable[["Partition"], None]) -> None:
         """Run one partition's maintenance; an error marks the partition uncleanable, the thread goes on."""
         try:
-            work()
+            work(p)
         except (StoreClosedError, CleanerStoppedError):
             return
         except Exception as exc:
