@@ -14,7 +14,7 @@ from __future__ import annotations
 from .cleaner import CleanerStatus
 from .compaction import CleanResult
 from .config import TopicConfig
-from .errors import (CleanerError, CorruptRecordError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
+from .errors import (CleanerError, CorruptRecordError, OutOfOrderSequenceError, ProducerFencedError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
                      OffsetOutOfRangeError, PartitionLockedError, PylogError, RecordTooLargeError, StoreClosedError,
                      TopicExistsError, UnknownTopicError)
 from .log import Store, open
@@ -29,6 +29,6 @@ __all__ = [
     "open", "Store", "Topic", "Partition", "Record", "RecordColumns", "TopicConfig",
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
-    "StoreClosedError", "LogFailedError", "CleanerError", "CleanerStatus", "CleanResult", "RetentionResult",
+    "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError", "OutOfOrderSequenceError", "CleanerStatus", "CleanResult", "RetentionResult",
     "__version__",
 ]

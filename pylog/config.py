@@ -75,6 +75,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     _s("flush.messages", "int", LONG_MAX, "fsync after this many records; 1 makes every append durable.", minimum=1),
     _s("flush.ms", "int", LONG_MAX, "fsync when this long has passed since the last fsync (ms), checked on append.",
        minimum=0),
+    _s("producer.id.expiration.ms", "int", _DAY_MS, "Forget an idempotent producer's sequence numbers after it "
+       "has not written for this long (ms).", minimum=1),
     _s("message.timestamp.type", "str", "CreateTime", "CreateTime keeps the writer's timestamps; LogAppendTime stamps "
        "the append time.", choices=("CreateTime", "LogAppendTime")),
 ]}

@@ -21,6 +21,8 @@ __all__ = [
     "StoreClosedError",
     "LogFailedError",
     "CleanerError",
+    "ProducerFencedError",
+    "OutOfOrderSequenceError",
 ]
 
 
@@ -97,3 +99,12 @@ class LogFailedError(PylogError):
 
 class CleanerError(PylogError):
     """The background cleaner died or cannot clean some partitions; :meth:`Store.check_health` raises it."""
+
+
+class ProducerFencedError(PylogError):
+    """An idempotent producer wrote with an epoch older than its current one (a newer instance took over)."""
+
+
+class OutOfOrderSequenceError(PylogError):
+    """An idempotent producer's batch does not follow its last appended sequence number (a record was lost
+    between producer and log, or the batch is not a retry of a recent one)."""

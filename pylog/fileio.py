@@ -7,6 +7,7 @@ old content or wholly the new one (write temp, fsync, rename, fsync the director
 from __future__ import annotations
 
 import os
+import threading
 
 from .filenames import TMP_SUFFIX
 
@@ -36,7 +37,8 @@ def write_all(fd: int, parts: list) -> int:
 
 def atomic_write(path: str, data: bytes, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically; with ``durable`` also survive power loss."""
-    tmp = path + TMP_SUFFIX
+    # A name of its own: two processes may replace the same file at once (e.g. creating one store).
+    tmp = f"{path}.{os.getpid()}-{threading.get_ident()}{TMP_SUFFIX}"
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
         write_all(fd, [data])

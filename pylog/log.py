@@ -12,9 +12,11 @@ Invariants:
 from __future__ import annotations
 
 import builtins
+import fcntl
 import json
 import os
 import shutil
+import struct
 import threading
 import uuid
 from typing import Any, Iterator, Mapping
@@ -35,6 +37,7 @@ __all__ = ["Store", "open"]
 _FORMAT = "pylog-store"
 _VERSION = 1
 _DELETING = ".deleting-"
+_PRODUCER_IDS = "producer.ids"
 
 
 class Store:
@@ -178,6 +181,30 @@ class Store:
                 if p is not None:
                     p.config = new
             return new
+
+    def new_producer_id(self) -> int:
+        """A producer id no other producer of this store has had, in any process (for idempotent appends).
+
+        Allocated from ``producer.ids`` (the next id, CRC-protected) under an exclusive ``flock``.
+        """
+        self._check_open()
+        path = os.path.join(self.path, _PRODUCER_IDS)
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            raw = os.pread(fd, 16, 0)
+            if not raw:
+                nxt = 0
+            elif len(raw) != 12 or struct.unpack_from("<I", raw, 8)[0] != crc32c(raw[:8]):
+                raise CorruptRecordError("producer id file is damaged", path, 0)
+            else:
+                nxt = struct.unpack_from("<q", raw)[0]
+            body = struct.pack("<q", nxt + 1)
+            os.pwrite(fd, body + struct.pack("<I", crc32c(body)), 0)
+            os.fsync(fd)
+            return nxt
+        finally:
+            os.close(fd)  # releases the flock
 
     # ------------------------------------------------------------------ maintenance
 

@@ -44,9 +44,11 @@ from .config import TopicConfig
 from .errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
                      PartitionLockedError, RecordTooLargeError, StoreClosedError)
 from .fileio import fsync_dir
-from .filenames import CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, SWAP_MANIFEST_FILE, list_segment_bases
+from .filenames import (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, SWAP_MANIFEST_FILE, TMP_SUFFIX,
+                        list_segment_bases)
 from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns, _column, encode_parts, gc_paused,
                       now_ms)
+from .producer_state import ProducerState
 from .retention import RetentionResult, deletable_prefix
 from .segment import ReadSlice, Segment
 
@@ -61,6 +63,7 @@ _RECORD_OVERHEAD = 16
 _MAX_RELATIVE = 0xFFFFFFFF
 #: How often a read retries after segments vanished under it before giving up.
 _READ_RETRIES = 8
+_SEQ_MOD = 1 << 31
 
 
 class Partition:
@@ -84,6 +87,7 @@ class Partition:
         self._log_start = 0
         self._recovery_point = 0
         self._swap_gen = 0  # see Checkpoint.swap_generation
+        self._producers: ProducerState | None = None  # loaded on the first idempotent append
         self._unflushed = 0
         self._last_flush = time.monotonic()
         self._final_end = 0  # log end offset at close
@@ -219,6 +223,10 @@ class Partition:
             cp = Checkpoint(cp.recovery_point, cp.log_start_offset, cp.clean, self._swap_gen)
             write_checkpoint(self._checkpoint_path, cp)
         finish_interrupted_swap(self.directory, *self._new_segment_args())
+        # Temporary files of atomic replacements a crash interrupted (no one else writes here: we hold the lock).
+        for name in os.listdir(self.directory):
+            if name.endswith(TMP_SUFFIX):
+                os.unlink(os.path.join(self.directory, name))
         # The reader-mode segments are not closed here: another thread may be reading through them right
         # now, and closing a descriptor it is about to pread would let the number be reused for another
         # file. They close themselves (Segment.__del__) when the last snapshot holding them goes.
@@ -410,11 +418,15 @@ class Partition:
 
     def append_values(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
                       timestamps: Sequence[int | None] | None = None,
-                      headers: Sequence[Any] | None = None) -> int:
+                      headers: Sequence[Any] | None = None, *, producer: tuple[int, int, int] | None = None) -> int:
         """Fast path: append parallel lists of values (and keys, timestamps, headers); return the first offset.
 
-        Large lists are split into batches that fit ``max.message.bytes``.
+        Large lists are split into batches that fit ``max.message.bytes``. ``producer`` is an idempotent
+        producer's ``(producer id, epoch, first sequence number)``: a call that repeats a recent one (a
+        retry) is not appended again, and the offset the first call got is returned (see
+        :mod:`pylog.producer_state`).
         :raises RecordTooLargeError: when one record alone exceeds ``max.message.bytes``.
+        :raises ProducerFencedError, OutOfOrderSequenceError: for a producer batch out of turn.
         """
         n = len(values)
         if n == 0:
@@ -422,13 +434,15 @@ class Partition:
         vlens, vparts = _column(values, n, "values")
         klens, kparts = _column(keys, n, "keys")
         assert vlens is not None
-        return self._append_columns(n, vlens, vparts, klens, kparts, timestamps, headers)
+        return self._append_columns(n, vlens, vparts, klens, kparts, timestamps, headers, producer=producer)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
-                       key_data: Any = None, timestamps: np.ndarray | None = None) -> int:
+                       key_data: Any = None, timestamps: np.ndarray | None = None, *,
+                       producer: tuple[int, int, int] | None = None) -> int:
         """Columnar fast path: int32 lengths (-1 for null) plus the concatenated non-null bytes.
 
         From Arrow binary arrays: ``lengths = np.diff(offsets)`` with -1 where the validity bit is 0.
+        ``producer`` as for :meth:`append_values`.
         """
         vlens = np.ascontiguousarray(value_lengths, dtype=np.int32)
         n = len(vlens)
@@ -439,7 +453,8 @@ class Partition:
             raise InvalidRecordError(f"{len(klens)} key lengths for {n} values")
         ts = None if timestamps is None else np.ascontiguousarray(timestamps, dtype=np.int64)
         return self._append_columns(n, vlens, [value_data] if value_data is not None else [],
-                                    klens, [key_data] if key_data is not None else [], ts, None, contiguous=True)
+                                    klens, [key_data] if key_data is not None else [], ts, None, contiguous=True,
+                                    producer=producer)
 
     def _codec(self) -> int:
         return CODEC_LZ4 if self.config["compression.type"] == "lz4" else CODEC_NONE
@@ -479,34 +494,67 @@ class Partition:
         return bounds
 
     def _append_columns(self, n: int, vlens: np.ndarray, vparts: list, klens: np.ndarray | None, kparts: list,
-                        timestamps: Any, headers: Sequence[Any] | None, contiguous: bool = False) -> int:
+                        timestamps: Any, headers: Sequence[Any] | None, contiguous: bool = False,
+                        producer: tuple[int, int, int] | None = None) -> int:
         if self.config.compact and (klens is None or int(klens.min()) < 0):
             raise InvalidRecordError(f"{self.topic} is compacted: every record needs a key")
         data_bytes = None
         if contiguous:
             data_bytes = sum(memoryview(part).nbytes for part in vparts) + sum(memoryview(part).nbytes for part in kparts)
         bounds = self._batch_bounds(n, vlens, klens, headers, data_bytes)
+        if producer is not None and (producer[0] < 0 or not 0 <= producer[2] < _SEQ_MOD):
+            raise ValueError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
         with self._lock:
             self._ensure_writer()
+            if producer is not None:
+                state = self._producer_state()
+                duplicate = state.check(producer[0], producer[1], producer[2], n)
+                if duplicate is not None:
+                    return duplicate
             first = self._segments[-1].next_offset
             # Every batch is encoded and checked against max.message.bytes before any is written, so a
             # call either appends all its records or none.
             encoded = self._encode_runs(first, bounds, n, vlens, vparts, klens, kparts, timestamps, headers,
-                                        contiguous)
+                                        contiguous, producer)
             for parts, h in encoded:
                 self._write_batch(parts, h)
+            if producer is not None:
+                state.rebuild(h for _, h in encoded)
             self._after_append(n)
         return first
 
+    def _producer_state(self) -> ProducerState:
+        """The idempotent-producer table, loaded on first use: the snapshot, then the batch headers after it."""
+        state = self._producers
+        if state is None:
+            try:
+                snap = ProducerState.read_snapshot(self.directory)
+            except CorruptRecordError as exc:
+                log.warning("%s: ignoring the producer snapshot (%s); rebuilding from the log", self.directory, exc)
+                snap = None
+            end = self._segments[-1].next_offset
+            state, start = snap if snap is not None and snap[1] <= end else (ProducerState(), 0)
+            segs, bases = self._view
+            for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
+                state.rebuild(h for _, h in seg.batch_headers() if h.last_offset >= start)
+            self._producers = state
+        return state
+
+    def _snapshot_producers(self) -> None:
+        if self._producers is not None:
+            self._producers.expire(now_ms(), self.config["producer.id.expiration.ms"])
+            self._producers.write_snapshot(self.directory, self._segments[-1].next_offset)
+
     def _encode_runs(self, first: int, bounds: list[tuple[int, int]], n: int, vlens: np.ndarray, vparts: list,
                      klens: np.ndarray | None, kparts: list, timestamps: Any, headers: Sequence[Any] | None,
-                     contiguous: bool) -> list[tuple[list, Any]]:
+                     contiguous: bool, producer: tuple[int, int, int] | None = None) -> list[tuple[list, Any]]:
         """Encode records [start, stop) of each bound as one batch, halving any batch that comes out over
         max.message.bytes; a single record that does not fit raises RecordTooLargeError."""
         codec = self._codec()
         log_append = self.config.log_append_time
         max_bytes = self.config["max.message.bytes"]
         now = now_ms()
+        pid, epoch, seq = producer if producer is not None else (-1, -1, -1)
         out: list[tuple[list, Any]] = []
         todo = list(reversed(bounds))
         base = first
@@ -521,7 +569,8 @@ class Partition:
                 value_lengths=vl, value_data=vp, key_lengths=kl, key_data=kp,
                 timestamps=None if timestamps is None else timestamps[start:stop],
                 headers=None if headers is None else headers[start:stop],
-                base_offset=base, default_timestamp=now, codec=codec, log_append_time=log_append)
+                base_offset=base, default_timestamp=now, codec=codec, log_append_time=log_append,
+                producer_id=pid, producer_epoch=epoch, base_sequence=-1 if pid < 0 else (seq + start) % _SEQ_MOD)
             if h.size > max_bytes:
                 if stop - start == 1:
                     raise RecordTooLargeError(
@@ -575,6 +624,7 @@ class Partition:
         self._set_segments(self._segments + [new])
         self._recovery_point = new.base_offset
         self._write_checkpoint()
+        self._snapshot_producers()
         log.debug("rolled %s-%d at offset %d", self.topic, self.number, new.base_offset)
         return new
 
@@ -857,6 +907,7 @@ class Partition:
                 try:
                     if self._failed is None and segs:
                         active = segs[-1]
+                        self._snapshot_producers()
                         active.seal(durable=True)
                         self._recovery_point = active.next_offset
                         self._write_checkpoint(clean=True)

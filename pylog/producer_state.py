@@ -1,0 +1,165 @@
+"""Idempotent-producer state of one partition: what makes a retried batch land once, across restarts.
+
+For every producer id the partition remembers its epoch and its last :data:`BATCHES_KEPT` appended
+ranges as ``(first sequence, last sequence, first offset, last offset)``; a range grows while appends
+continue both its sequences and its offsets, so one producer call split into several on-disk batches is
+one range, before and after a restart alike. Kafka's rules (``ProducerStateManager``) decide what a new
+batch from that producer is:
+
+- ``producer_id < 0``: not idempotent, always appended.
+- epoch below the producer's current one: :class:`~pylog.errors.ProducerFencedError`.
+- a new, higher epoch: the sequence must start again at 0.
+- the same epoch and sequences inside a remembered range: a **duplicate**; nothing is appended and the
+  offset its first record got the first time is returned.
+- the same epoch and first sequence = last appended sequence + 1 (wrapping at 2**31): appended.
+- anything else: :class:`~pylog.errors.OutOfOrderSequenceError`.
+- an unknown producer id (never seen, or expired): appended whatever its sequence (Kafka accepts it too
+  once the producer's state is gone).
+
+Invariants:
+- The state after a crash equals the state before it for every batch that survived the crash: the
+  snapshot (``producer.snapshot``: magic ``PLPS``, version, CRC-32C over a msgpack body) records the
+  state as of an offset, and the writer rebuilds the rest from the batch headers from that offset on
+  (the producer fields are in every batch header, so no record is decoded).
+- A snapshot is only ever replaced atomically; a damaged one is ignored (and the state rebuilt from an
+  earlier point, the log start), never trusted.
+- Producers idle longer than ``producer.id.expiration.ms`` are dropped when a snapshot is taken.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any, Iterable
+
+import msgpack
+
+from .errors import CorruptRecordError, OutOfOrderSequenceError, ProducerFencedError
+from .fileio import atomic_write
+from .records import crc32c
+
+__all__ = ["ProducerState", "ProducerEntry", "BATCHES_KEPT", "SNAPSHOT_FILE", "DUPLICATE"]
+
+#: Batches remembered per producer (Kafka's max.in.flight for idempotent producers).
+BATCHES_KEPT = 5
+SNAPSHOT_FILE = "producer.snapshot"
+_MAGIC = b"PLPS"
+_VERSION = 1
+_HEAD = struct.Struct("<4sHH")
+_SEQ_MOD = 1 << 31
+#: Returned by :meth:`ProducerState.check` for a duplicate batch, with the original first offset.
+DUPLICATE = "duplicate"
+
+
+@dataclass
+class ProducerEntry:
+    epoch: int
+    #: (first sequence, last sequence, first offset, last offset), oldest first.
+    batches: list[tuple[int, int, int, int]] = field(default_factory=list)
+    last_timestamp: int = -1
+
+
+class ProducerState:
+    """The producer table of one partition. Not thread-safe: the partition's append lock guards it."""
+
+    def __init__(self) -> None:
+        self.producers: dict[int, ProducerEntry] = {}
+
+    def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> int | None:
+        """Validate a batch before it is written. Returns None to append it, or the first offset of the
+        earlier append of the same batch (a duplicate: do not append).
+
+        :raises ProducerFencedError, OutOfOrderSequenceError:
+        """
+        if producer_id < 0:
+            return None
+        e = self.producers.get(producer_id)
+        if e is None:
+            return None
+        last_seq = (first_seq + count - 1) % _SEQ_MOD
+        if epoch < e.epoch:
+            raise ProducerFencedError(f"producer {producer_id} epoch {epoch} is older than its current epoch {e.epoch}")
+        if epoch > e.epoch:
+            if first_seq != 0:
+                raise OutOfOrderSequenceError(f"producer {producer_id}: new epoch {epoch} must start at sequence 0, "
+                                              f"got {first_seq}")
+            return None
+        for f, last, first_off, _ in e.batches:
+            if f <= first_seq and last_seq <= last and first_seq + count - 1 == last_seq:
+                return first_off + (first_seq - f)
+        expected = (e.batches[-1][1] + 1) % _SEQ_MOD if e.batches else first_seq
+        if first_seq != expected:
+            raise OutOfOrderSequenceError(f"producer {producer_id} epoch {epoch}: sequence {first_seq}, expected "
+                                          f"{expected}")
+        return None
+
+    def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
+               last_offset: int, timestamp: int) -> None:
+        """Record an appended (or, rebuilding, a found) batch."""
+        if producer_id < 0:
+            return
+        e = self.producers.get(producer_id)
+        if e is None or epoch > e.epoch:
+            e = self.producers[producer_id] = ProducerEntry(epoch)
+        elif epoch < e.epoch:
+            return  # a fenced producer's batch found while rebuilding: it was rejected then
+        if e.batches:
+            f, last, f_off, l_off = e.batches[-1]
+            if first_seq == last + 1 and first_offset == l_off + 1:
+                e.batches[-1] = (f, last_seq, f_off, last_offset)
+                e.last_timestamp = max(e.last_timestamp, timestamp)
+                return
+        e.batches.append((first_seq, last_seq, first_offset, last_offset))
+        if len(e.batches) > BATCHES_KEPT:
+            del e.batches[0]
+        e.last_timestamp = max(e.last_timestamp, timestamp)
+
+    def rebuild(self, headers: Iterable[Any]) -> None:
+        """Replay batch headers (``pylog.records.BatchHeader``) in offset order."""
+        for h in headers:
+            if h.producer_id >= 0:
+                self.update(h.producer_id, h.producer_epoch, h.base_sequence,
+                            (h.base_sequence + h.record_count - 1) % _SEQ_MOD, h.base_offset, h.last_offset,
+                            h.max_timestamp)
+
+    def expire(self, now_ms: int, expiration_ms: int) -> None:
+        for pid in [p for p, e in self.producers.items() if now_ms - e.last_timestamp > expiration_ms]:
+            del self.producers[pid]
+
+    # ------------------------------------------------------------------ snapshot
+
+    def write_snapshot(self, directory: str, offset: int) -> None:
+        """Persist the state as of ``offset`` (every batch below it is accounted for)."""
+        body = msgpack.packb({"offset": offset, "producers": [
+            [pid, e.epoch, e.last_timestamp, [list(b) for b in e.batches]] for pid, e in self.producers.items()]})
+        raw = _HEAD.pack(_MAGIC, _VERSION, 0) + body
+        atomic_write(os.path.join(directory, SNAPSHOT_FILE), raw + struct.pack("<I", crc32c(raw)))
+
+    @classmethod
+    def read_snapshot(cls, directory: str) -> tuple["ProducerState", int] | None:
+        """``(state, offset)`` from the snapshot, or None when there is none.
+
+        :raises CorruptRecordError: when it is damaged (the caller rebuilds from further back).
+        """
+        path = os.path.join(directory, SNAPSHOT_FILE)
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(64 << 20)
+        except FileNotFoundError:
+            return None
+        if len(raw) < _HEAD.size + 4 or struct.unpack_from("<I", raw, len(raw) - 4)[0] != crc32c(raw[:-4]):
+            raise CorruptRecordError("producer snapshot checksum mismatch", path, 0)
+        magic, version, _ = _HEAD.unpack_from(raw)
+        if magic != _MAGIC or version != _VERSION:
+            raise CorruptRecordError(f"bad producer snapshot magic/version {magic!r}/{version}", path, 0)
+        try:
+            doc = msgpack.unpackb(raw[_HEAD.size:-4], strict_map_key=False)
+            state = cls()
+            for pid, epoch, ts, batches in doc["producers"]:
+                state.producers[int(pid)] = ProducerEntry(
+                    int(epoch), [(int(b[0]), int(b[1]), int(b[2]), int(b[3])) for b in batches], int(ts))
+            offset = int(doc["offset"])
+        except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+            raise CorruptRecordError(f"producer snapshot does not decode: {exc!r}"[:200], path, _HEAD.size) from None
+        return state, offset

@@ -1,0 +1,144 @@
+"""Idempotent appends: a retried producer batch lands once, also after a clean restart, a crash, a damaged
+snapshot or a batch split to fit max.message.bytes.
+
+Run: ``python -m pytest tests/test_producer_state.py -q``
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import shutil
+
+import pytest
+
+import pylog
+from pylog.producer_state import SNAPSHOT_FILE, ProducerState
+
+TOPIC = "t"
+
+
+def _store(path, **cfg):
+    return pylog.open(str(path), log_cleaner_enable=False, **cfg)
+
+
+def _values(p):
+    return [(r.offset, r.value) for r in p.read(p.log_start_offset, max_records=10 ** 6)]
+
+
+def test_a_retried_call_is_not_appended_twice(tmp_path):
+    with _store(tmp_path) as store:
+        store.create_topic(TOPIC)
+        p = store.topic(TOPIC).partition(0)
+        pid = store.new_producer_id()
+        assert p.append_values([b"a", b"b"], producer=(pid, 0, 0)) == 0
+        assert p.append_values([b"a", b"b"], producer=(pid, 0, 0)) == 0  # the retry
+        assert p.append_values([b"c"], producer=(pid, 0, 2)) == 2
+        assert p.append_values([b"b"], producer=(pid, 0, 1)) == 1  # part of an earlier call, also a duplicate
+        assert p.append_values([b"x"]) == 3  # non-idempotent appends are untouched
+        assert p.append_values([b"c"], producer=(pid, 0, 2)) == 2
+        assert _values(p) == [(0, b"a"), (1, b"b"), (2, b"c"), (3, b"x")]
+        headers = [h for seg in p.segments for _, h in seg.batch_headers()]
+        assert [(h.producer_id, h.producer_epoch, h.base_sequence) for h in headers] == [
+            (pid, 0, 0), (pid, 0, 2), (-1, -1, -1)]
+
+
+def test_sequence_gaps_and_fenced_epochs_are_refused(tmp_path):
+    with _store(tmp_path) as store:
+        store.create_topic(TOPIC)
+        p = store.topic(TOPIC).partition(0)
+        pid = store.new_producer_id()
+        p.append_values([b"a"], producer=(pid, 0, 0))
+        with pytest.raises(pylog.OutOfOrderSequenceError):
+            p.append_values([b"b"], producer=(pid, 0, 5))
+        p.append_values([b"b"], producer=(pid, 1, 0))  # a new epoch starts again at 0
+        with pytest.raises(pylog.ProducerFencedError):
+            p.append_values([b"c"], producer=(pid, 0, 1))
+        with pytest.raises(pylog.OutOfOrderSequenceError):
+            p.append_values([b"c"], producer=(pid, 2, 3))
+        with pytest.raises(ValueError):
+            p.append_values([b"c"], producer=(pid, 0, -1))
+        assert _values(p) == [(0, b"a"), (1, b"b")]
+        # Another producer is independent.
+        other = store.new_producer_id()
+        assert other != pid
+        assert p.append_values([b"o"], producer=(other, 0, 7)) == 2  # unknown producer: any sequence
+
+
+def test_a_call_split_into_several_batches_is_still_recognised(tmp_path):
+    with _store(tmp_path, max_message_bytes=1000) as store:
+        store.create_topic(TOPIC)
+        p = store.topic(TOPIC).partition(0)
+        pid = store.new_producer_id()
+        values = [b"v%03d" % i + b"x" * 60 for i in range(100)]
+        assert p.append_values(values, producer=(pid, 0, 0)) == 0
+        assert len([1 for seg in p.segments for _ in seg.batch_headers()]) > 1
+        assert p.append_values(values, producer=(pid, 0, 0)) == 0
+        assert p.log_end_offset == 100
+    with _store(tmp_path, max_message_bytes=1000) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert p.append_values(values, producer=(pid, 0, 0)) == 0
+        assert p.append_values([b"next"], producer=(pid, 0, 100)) == 100
+
+
+@pytest.mark.parametrize("how", ["clean", "no_snapshot", "damaged_snapshot", "crash_copy"])
+def test_state_survives_restart(tmp_path, how):
+    src = tmp_path / "s"
+    with _store(src, segment_bytes=2048) as store:
+        store.create_topic(TOPIC)
+        p = store.topic(TOPIC).partition(0)
+        pid = store.new_producer_id()
+        seq = 0
+        for i in range(60):  # several rolls: snapshots on the way
+            p.append_values([b"r%d" % i + b"." * 40], producer=(pid, 0, seq))
+            seq += 1
+        if how == "crash_copy":
+            # What a crash leaves: the files as they are while the store is open (no snapshot at close).
+            shutil.copytree(src, tmp_path / "copy")
+    path = tmp_path / "copy" if how == "crash_copy" else src
+    snap = os.path.join(str(path), TOPIC, "0", SNAPSHOT_FILE)
+    if how == "no_snapshot":
+        os.unlink(snap)
+    elif how == "damaged_snapshot":
+        with open(snap, "r+b") as f:
+            f.seek(10)
+            f.write(b"\xff\xff")
+    with _store(path) as store:
+        p = store.topic(TOPIC).partition(0)
+        end = p.log_end_offset
+        assert end == 60
+        assert p.append_values([b"r59" + b"." * 40], producer=(pid, 0, 59)) == 59  # the last call, retried
+        with pytest.raises(pylog.OutOfOrderSequenceError):
+            p.append_values([b"gap"], producer=(pid, 0, 70))
+        assert p.append_values([b"new"], producer=(pid, 0, 60)) == 60
+        assert p.log_end_offset == 61
+
+
+def test_idle_producers_expire_from_the_snapshot(tmp_path):
+    with _store(tmp_path, producer_id_expiration_ms=1) as store:
+        store.create_topic(TOPIC)
+        p = store.topic(TOPIC).partition(0)
+        p.append_values([b"a"], producer=(7, 0, 0), timestamps=[1000])
+    state, offset = ProducerState.read_snapshot(os.path.join(str(tmp_path), TOPIC, "0"))
+    assert offset == 1 and state.producers == {}
+
+
+def _allocate(path, q):
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        q.put([store.new_producer_id() for _ in range(50)])
+
+
+def test_producer_ids_are_unique_across_processes(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    q = ctx.Queue()
+    procs = [ctx.Process(target=_allocate, args=(str(tmp_path), q)) for _ in range(3)]
+    for proc in procs:
+        proc.start()
+    ids = [i for _ in procs for i in q.get(timeout=30)]
+    for proc in procs:
+        proc.join(30)
+    assert len(ids) == len(set(ids)) == 150
+    with open(os.path.join(str(tmp_path), "producer.ids"), "r+b") as f:
+        f.write(b"\x00" * 3)
+    with _store(tmp_path) as store, pytest.raises(pylog.CorruptRecordError):
+        store.new_producer_id()
