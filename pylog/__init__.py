@@ -19,8 +19,10 @@ from .errors import (CleanerError, CorruptRecordError, OutOfOrderSequenceError, 
                      TopicExistsError, UnknownTopicError)
 from .log import Store, open
 from .partition import Partition
+from .producer import FutureRecordMetadata, Producer, ProducerTimeoutError
 from .records import Record, RecordColumns
 from .retention import RetentionResult
+from .structs import OffsetAndMetadata, RecordMetadata, TopicPartition
 from .topic import Topic
 
 __version__ = "0.1.0"
@@ -30,5 +32,6 @@ __all__ = [
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError", "OutOfOrderSequenceError", "CleanerStatus", "CleanResult", "RetentionResult",
-    "__version__",
+    "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
+    "RecordMetadata", "__version__",
 ]

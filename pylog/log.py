@@ -19,7 +19,7 @@ import shutil
 import struct
 import threading
 import uuid
-from typing import Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from .config import TopicConfig, split_store_options, validate
 from .errors import CorruptRecordError, InvalidTopicError, PartitionLockedError, StoreClosedError, TopicExistsError
@@ -31,6 +31,9 @@ from .compaction import CleanResult, clean_partition
 from .partition import Partition
 from .retention import RetentionResult
 from .topic import Topic, read_topic_file, write_topic_file
+
+if TYPE_CHECKING:
+    from .producer import Producer
 
 __all__ = ["Store", "open"]
 
@@ -181,6 +184,12 @@ class Store:
                 if p is not None:
                     p.config = new
             return new
+
+    def producer(self, **configs: Any) -> "Producer":
+        """A :class:`~pylog.producer.Producer` on this store (kafka-python's ``KafkaProducer`` options)."""
+        from .producer import Producer  # the clients sit above the store
+        self._check_open()
+        return Producer(self, **configs)
 
     def new_producer_id(self) -> int:
         """A producer id no other producer of this store has had, in any process (for idempotent appends).

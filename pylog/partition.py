@@ -418,13 +418,15 @@ class Partition:
 
     def append_values(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
                       timestamps: Sequence[int | None] | None = None,
-                      headers: Sequence[Any] | None = None, *, producer: tuple[int, int, int] | None = None) -> int:
+                      headers: Sequence[Any] | None = None, *, producer: tuple[int, int, int] | None = None,
+                      compression: str | None = None) -> int:
         """Fast path: append parallel lists of values (and keys, timestamps, headers); return the first offset.
 
         Large lists are split into batches that fit ``max.message.bytes``. ``producer`` is an idempotent
         producer's ``(producer id, epoch, first sequence number)``: a call that repeats a recent one (a
         retry) is not appended again, and the offset the first call got is returned (see
-        :mod:`pylog.producer_state`).
+        :mod:`pylog.producer_state`). ``compression`` ("lz4" or None) is the writer's choice, used when
+        the topic's ``compression.type`` is ``producer``.
         :raises RecordTooLargeError: when one record alone exceeds ``max.message.bytes``.
         :raises ProducerFencedError, OutOfOrderSequenceError: for a producer batch out of turn.
         """
@@ -434,7 +436,8 @@ class Partition:
         vlens, vparts = _column(values, n, "values")
         klens, kparts = _column(keys, n, "keys")
         assert vlens is not None
-        return self._append_columns(n, vlens, vparts, klens, kparts, timestamps, headers, producer=producer)
+        return self._append_columns(n, vlens, vparts, klens, kparts, timestamps, headers, producer=producer,
+                                    compression=compression)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
                        key_data: Any = None, timestamps: np.ndarray | None = None, *,
@@ -456,8 +459,13 @@ class Partition:
                                     klens, [key_data] if key_data is not None else [], ts, None, contiguous=True,
                                     producer=producer)
 
-    def _codec(self) -> int:
-        return CODEC_LZ4 if self.config["compression.type"] == "lz4" else CODEC_NONE
+    def _codec(self, requested: str | None = None) -> int:
+        setting = self.config["compression.type"]
+        if setting == "producer":
+            setting = requested or "none"
+        if setting not in ("lz4", "none", "uncompressed"):
+            raise InvalidRecordError(f"compression {setting!r} is not supported (lz4 or none)")
+        return CODEC_LZ4 if setting == "lz4" else CODEC_NONE
 
     def _batch_bounds(self, n: int, vlens: np.ndarray, klens: np.ndarray | None,
                       headers: Sequence[Any] | None, data_bytes: int | None = None) -> list[tuple[int, int]]:
@@ -495,7 +503,7 @@ class Partition:
 
     def _append_columns(self, n: int, vlens: np.ndarray, vparts: list, klens: np.ndarray | None, kparts: list,
                         timestamps: Any, headers: Sequence[Any] | None, contiguous: bool = False,
-                        producer: tuple[int, int, int] | None = None) -> int:
+                        producer: tuple[int, int, int] | None = None, compression: str | None = None) -> int:
         if self.config.compact and (klens is None or int(klens.min()) < 0):
             raise InvalidRecordError(f"{self.topic} is compacted: every record needs a key")
         data_bytes = None
@@ -515,7 +523,7 @@ class Partition:
             # Every batch is encoded and checked against max.message.bytes before any is written, so a
             # call either appends all its records or none.
             encoded = self._encode_runs(first, bounds, n, vlens, vparts, klens, kparts, timestamps, headers,
-                                        contiguous, producer)
+                                        contiguous, producer, compression)
             for parts, h in encoded:
                 self._write_batch(parts, h)
             if producer is not None:
@@ -547,10 +555,11 @@ class Partition:
 
     def _encode_runs(self, first: int, bounds: list[tuple[int, int]], n: int, vlens: np.ndarray, vparts: list,
                      klens: np.ndarray | None, kparts: list, timestamps: Any, headers: Sequence[Any] | None,
-                     contiguous: bool, producer: tuple[int, int, int] | None = None) -> list[tuple[list, Any]]:
+                     contiguous: bool, producer: tuple[int, int, int] | None = None,
+                     compression: str | None = None) -> list[tuple[list, Any]]:
         """Encode records [start, stop) of each bound as one batch, halving any batch that comes out over
         max.message.bytes; a single record that does not fit raises RecordTooLargeError."""
-        codec = self._codec()
+        codec = self._codec(compression)
         log_append = self.config.log_append_time
         max_bytes = self.config["max.message.bytes"]
         now = now_ms()

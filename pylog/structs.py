@@ -1,0 +1,42 @@
+"""The small value types the clients share, shaped like kafka-python's (``kafka.structs``).
+
+Invariant: plain named tuples (immutable, hashable, cheap); no behaviour.
+"""
+
+from __future__ import annotations
+
+from typing import NamedTuple
+
+__all__ = ["TopicPartition", "OffsetAndMetadata", "RecordMetadata"]
+
+
+class TopicPartition(NamedTuple):
+    """A partition of a topic."""
+
+    topic: str
+    partition: int
+
+
+class OffsetAndMetadata(NamedTuple):
+    """A committed offset (the next record to consume) with free-form metadata."""
+
+    offset: int
+    metadata: str = ""
+
+
+class RecordMetadata(NamedTuple):
+    """Where a produced record landed; what ``producer.send(...).get()`` returns.
+
+    ``offset`` is -1 for ``acks=0`` (the producer does not wait to learn it).
+    """
+
+    topic: str
+    partition: int
+    topic_partition: TopicPartition
+    offset: int
+    timestamp: int
+    log_start_offset: int
+    checksum: None
+    serialized_key_size: int
+    serialized_value_size: int
+    serialized_header_size: int

@@ -1,0 +1,184 @@
+"""The producer: kafka-python's KafkaProducer API over a store.
+
+Run: ``python -m pytest tests/test_producer.py -q``
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+
+import pytest
+
+import pylog
+from pylog.partition import Partition
+from pylog.partitioner import partition_for_key
+from pylog.producer import ProducerTimeoutError
+from pylog.structs import RecordMetadata, TopicPartition
+
+
+@pytest.fixture
+def store(tmp_path):
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as s:
+        yield s
+
+
+def _records(store, topic, partition=0):
+    p = store.topic(topic).partition(partition)
+    return p.read(p.log_start_offset, max_records=10 ** 6)
+
+
+def test_send_returns_metadata_and_records_land_in_order(store):
+    store.create_topic("t", partitions=1)
+    with store.producer() as producer:
+        futures = [producer.send("t", b"v%d" % i, key=b"k", headers=[("h", b"x")], timestamp_ms=1000 + i)
+                   for i in range(100)]
+        md = futures[7].get(timeout=10)
+    assert isinstance(md, RecordMetadata)
+    assert md == RecordMetadata("t", 0, TopicPartition("t", 0), 7, 1007, -1, None, 1, 2, 2)
+    assert [f.get().offset for f in futures] == list(range(100))
+    assert all(f.is_done and f.succeeded() and not f.failed() and f.exception is None for f in futures)
+    recs = _records(store, "t")
+    assert [(r.value, r.key, r.headers, r.timestamp) for r in recs] == [
+        (b"v%d" % i, b"k", (("h", b"x"),), 1000 + i) for i in range(100)]
+
+
+def test_keyed_records_follow_kafkas_partitioner_and_keyless_stick_per_batch(store):
+    store.create_topic("t", partitions=6)
+    with store.producer(linger_ms=60_000, batch_size=1 << 30) as producer:
+        keyed = {k: producer.send("t", b"v", key=k) for k in [b"a", b"b", b"user-42", b"", b"\x00" * 9]}
+        keyless = [producer.send("t", b"x") for _ in range(20)]
+        explicit = producer.send("t", b"e", key=b"a", partition=5)
+        producer.flush()
+    for k, f in keyed.items():
+        assert f.get().partition == partition_for_key(k, 6)
+    assert len({f.get().partition for f in keyless}) == 1  # one batch: one sticky partition
+    assert explicit.get().partition == 5
+    assert producer.partitions_for("t") == set(range(6))
+
+
+def test_serializers_compression_and_acks(store):
+    store.create_topic("t")
+    with store.producer(value_serializer=lambda v: json.dumps(v).encode(), key_serializer=str.encode,
+                        compression_type="lz4", acks="all") as producer:
+        md = producer.send("t", {"n": 1, "pad": "a" * 500}, key="k1").get(10)
+        assert md.serialized_key_size == 2 and md.offset == 0
+        p = store.topic("t").partition(0)
+        assert p._unflushed == 0  # acks="all": fsynced before the future completed
+    [rec] = _records(store, "t")
+    assert (rec.key, json.loads(rec.value)) == (b"k1", {"n": 1, "pad": "a" * 500})
+    [(_, h)] = list(store.topic("t").partition(0).segments[0].batch_headers())
+    assert h.codec == 1 and h.size < 300  # lz4, the producer's choice (compression.type=producer)
+    with store.producer(acks=0) as producer:
+        md = producer.send("t", b"fire-and-forget").get(10)
+        assert md.offset == -1 and md.partition == 0
+    assert _records(store, "t")[-1].value == b"fire-and-forget"
+
+
+def test_linger_waits_and_flush_sends(store):
+    store.create_topic("t")
+    producer = store.producer(linger_ms=60_000)
+    f = producer.send("t", b"later")
+    with pytest.raises(ProducerTimeoutError):
+        f.get(timeout=0.2)
+    assert store.topic("t").partition(0).log_end_offset == 0
+    producer.flush(timeout=10)
+    assert f.get(0).offset == 0
+    producer.close()
+    with pytest.raises(pylog.StoreClosedError):
+        producer.send("t", b"x")
+
+
+def test_linger_elapses_without_flush(store):
+    store.create_topic("t")
+    with store.producer(linger_ms=50) as producer:
+        assert producer.send("t", b"soon").get(timeout=10).offset == 0
+
+
+def test_callbacks(store):
+    store.create_topic("t")
+    got, errors = [], []
+    with store.producer(linger_ms=60_000) as producer:
+        f = producer.send("t", b"v")
+        f.add_callback(lambda md, tag: got.append((tag, md.offset)), "before")
+        producer.flush()
+        f.add_callback(lambda md: got.append(("after", md.offset)))
+        f.add_errback(errors.append)
+    assert got == [("before", 0), ("after", 0)] and errors == []
+
+
+def test_errors_at_send(store):
+    store.create_topic("t")
+    with pytest.raises(pylog.InvalidConfigError, match="broker"):
+        store.producer(bootstrap_servers="localhost:9092")
+    with pytest.raises(pylog.InvalidConfigError):
+        store.producer(no_such_option=1)
+    with pytest.raises(pylog.InvalidConfigError):
+        store.producer(acks=2)
+    with store.producer(max_request_size=1000) as producer:
+        with pytest.raises(pylog.RecordTooLargeError):
+            producer.send("t", b"x" * 2000)
+        with pytest.raises(pylog.UnknownTopicError):
+            producer.send("missing", b"x")
+        f = producer.send("t", b"x", partition=9)
+        with pytest.raises(ValueError):
+            f.get(10)
+        assert f.failed() and isinstance(f.exception, ValueError)
+
+
+def test_a_retried_append_after_a_lost_acknowledgement_is_not_duplicated(store, monkeypatch):
+    """The append lands, then an error hides it from the producer, which retries with the same sequence
+    numbers: the partition recognises the retry, and the records exist once."""
+    store.create_topic("t")
+    real = Partition.append_values
+    calls = []
+
+    def flaky(self, *args, **kwargs):
+        calls.append(kwargs.get("producer"))
+        first = real(self, *args, **kwargs)
+        if len(calls) == 1:
+            raise OSError("simulated: the write landed but its completion was lost")
+        return first
+
+    monkeypatch.setattr(Partition, "append_values", flaky)
+    with store.producer(retries=3, retry_backoff_ms=1, linger_ms=60_000) as producer:
+        futures = [producer.send("t", b"v%d" % i) for i in range(10)]
+        producer.flush()
+    assert len(calls) == 2 and calls[0] == calls[1]  # retried with the same producer id and sequence
+    assert [f.get().offset for f in futures] == list(range(10))
+    assert [r.value for r in _records(store, "t")] == [b"v%d" % i for i in range(10)]
+    # Without idempotence the same failure duplicates the records.
+    calls.clear()
+    with store.producer(retries=3, retry_backoff_ms=1, enable_idempotence=False, linger_ms=60_000) as producer:
+        producer.send("t", b"dup")
+    assert [r.value for r in _records(store, "t")].count(b"dup") == 2
+
+
+def test_concurrent_senders_with_acks_all_share_fsyncs(store, monkeypatch):
+    store.create_topic("t", partitions=2)
+    fsyncs = []
+    real = Partition.flush
+
+    def counting(self):
+        fsyncs.append(1)
+        return real(self)
+
+    monkeypatch.setattr(Partition, "flush", counting)
+    with store.producer(acks="all") as producer:
+        def work(t):
+            for i in range(50):
+                producer.send("t", b"%d-%d" % (t, i), key=b"%d" % t).get(10)
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(8)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    total = sum(len(_records(store, "t", p)) for p in range(2))
+    assert total == 400
+    assert len(fsyncs) < 400  # group commit: fewer fsyncs than records
+    for p in range(2):  # each thread's records in order
+        seen: dict[bytes, int] = {}
+        for r in _records(store, "t", p):
+            t, i = r.value.split(b"-")
+            assert int(i) > seen.get(t, -1)
+            seen[t] = int(i)
