@@ -347,10 +347,13 @@ class Producer:
                     self._drain(topic)
             except Exception:  # a drain completes its futures with its error; keep the thread alive
                 log.exception("pylog producer sender: drain failed")
-            # Records sent meanwhile: drain them as soon as they are due (at once with linger_ms=0).
+            # Idle first, then look: a send() after the look sees the flag and wakes us; one before it is
+            # pending and drained as soon as it is due (at once with linger_ms=0).
+            self._sender_idle = True
             pending = [a.first_at for a in list(self._accs.values()) if a.records]
             timeout = max(0.0, min(pending) + self._linger - time.monotonic()) if pending else None
-            self._sender_idle = timeout is None
+            if timeout is not None:
+                self._sender_idle = False
 
     def _drain_all(self) -> None:
         for topic in list(self._accs):

@@ -37,3 +37,10 @@ def test_examples_have_a_main_guard():
         assert "__main__" in path.read_text(), path
     assert os.path.exists(ROOT / "examples" / "quickstart.py")
     runpy  # keep the import: examples may be run in-process by later tests
+
+
+def test_producer_benchmark_quick_run(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_producer.py"), "--quick", "--dir",
+                          str(tmp_path)], capture_output=True, text=True, check=True, timeout=300).stdout
+    for figure in ("baseline: lock + list.append", "send() one at a time", "acks='all', 16 thread(s)"):
+        assert figure in out, figure
