@@ -201,7 +201,9 @@ class Producer:
     Options (kafka-python's names): ``client_id``, ``key_serializer``, ``value_serializer``, ``acks``
     (0, 1 or "all"), ``compression_type`` (None or "lz4"), ``batch_size``, ``linger_ms``,
     ``partitioner`` (``fn(key_bytes, all_partitions, available_partitions) -> int``; default: Kafka's),
-    ``buffer_memory``, ``max_block_ms``, ``max_request_size``, ``enable_idempotence`` (default True),
+    ``buffer_memory``, ``max_block_ms`` (accepted for kafka-python compatibility: send() never waits
+    for metadata, and when the buffer is full it drains in place instead of blocking),
+    ``max_request_size``, ``enable_idempotence`` (default True),
     ``retries`` / ``retry_backoff_ms`` (an append that failed with an OSError is retried with the same
     sequence numbers). Broker options (``bootstrap_servers``, ...) raise :class:`InvalidConfigError`.
     """
