@@ -180,8 +180,9 @@ class Cleaner:
                 self._stop.wait(min(max(0.0, wake - time.monotonic()), _IDLE))
         except BaseException as exc:
             self._record_error("cleaner thread died", exc)
+            # Logged and recorded (status, check_health) rather than re-raised: threading's hook would
+            # only print the same traceback again.
             log.error("pylog cleaner thread died; retention and compaction stopped", exc_info=exc)
-            raise
         finally:
             with self._lock:
                 self._status.alive = False
