@@ -845,7 +845,8 @@ def _swap(partition: "Partition", done: list[tuple[list[Segment], bool]], index_
     fsync_dir(directory)
     _write_manifest(directory, groups)  # the commit point
     with partition._lock:
-        generation = partition.bump_swap_generation()  # before any name points at a new file
+        # before any name points at a new file
+        generation = partition.bump_swap_generation([s for old, _ in done for s in old])
         _roll_forward(directory, groups)
         for (old, empty), (new_base, _) in zip(done, groups):
             partition.replace_segments(old, None if empty else Segment.open(directory, new_base, *index_args,

@@ -78,7 +78,7 @@ class Partition:
         self.lock_timeout_ms = lock_timeout_ms
         self._lock = threading.RLock()
         #: Serialises maintenance (retention, delete-records, compaction); taken before ``_lock``, never after.
-        self.maintenance_lock = threading.Lock()
+        self.maintenance_lock = threading.RLock()
         self._meta: tuple = ()  # identity of the checkpoint files when a reader last looked
         self._appended = threading.Condition(threading.Lock())
         self._lock_fd: int | None = None
@@ -266,12 +266,21 @@ class Partition:
         write_checkpoint(self._checkpoint_path,
                          Checkpoint(self._recovery_point, self._log_start, clean=clean, swap_generation=self._swap_gen))
 
-    def bump_swap_generation(self) -> tuple[str, int]:
+    def bump_swap_generation(self, replaced: Sequence[Segment]) -> tuple[str, int]:
         """Before compaction renames files over segment names: record a new swap generation (durably).
-        Returns the generation new segment objects are made under. Writer only, under the append lock."""
+
+        The segments of the view that are not ``replaced`` keep their files, so they move to the new
+        generation; only the replaced ones (still in readers' snapshots) keep the old one. Returns the
+        generation new segment objects are made under. Writer only, under the append lock.
+        """
         self._swap_gen += 1
         self._write_checkpoint()
-        return (self._checkpoint_path, self._swap_gen)
+        generation = (self._checkpoint_path, self._swap_gen)
+        gone = {id(s) for s in replaced}
+        for seg in self._segments:
+            if id(seg) not in gone and seg.generation is not None:
+                seg.generation = generation
+        return generation
 
     def _recover(self, segs: list[Segment], recovery_point: int) -> list[Segment]:
         """Re-validate segments from the one holding ``recovery_point``; cut everything after a bad batch."""
@@ -357,7 +366,9 @@ class Partition:
         meta = self._meta_stamp()
         # The writer rewrites a checkpoint whenever it deletes or swaps segments: only then can a segment
         # that kept its name have been replaced, so only then are identities checked.
-        check_identity = force or meta != self._meta
+        # A base gone from the listing may mean a swap whose checkpoint write this reader saw on an
+        # earlier look: the segments that stayed may have been replaced too.
+        check_identity = force or meta != self._meta or not set(self._view[1]) <= set(bases)
         if bases != self._view[1] or check_identity:
             self._meta = meta
             try:
@@ -514,22 +525,37 @@ class Partition:
             raise ValueError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
         with self._lock:
             self._ensure_writer()
+            skip, earlier = 0, None
             if producer is not None:
                 state = self._producer_state()
-                duplicate = state.check(producer[0], producer[1], producer[2], n)
-                if duplicate is not None:
-                    return duplicate
+                skip, earlier = state.check(producer[0], producer[1], producer[2], n)
+                if skip == n:
+                    assert earlier is not None
+                    return earlier  # a retry of a call that landed
+                if skip:
+                    # A retry of a call that failed part-way: its first batches landed; append the rest.
+                    vlens, vparts = _slice_parts(vlens, vparts, skip, n, contiguous)
+                    if klens is not None:
+                        klens, kparts = _slice_parts(klens, kparts, skip, n, contiguous)
+                    timestamps = None if timestamps is None else timestamps[skip:]
+                    headers = None if headers is None else headers[skip:]
+                    n -= skip
+                    producer = (producer[0], producer[1], (producer[2] + skip) % _SEQ_MOD)
+                    bounds = self._batch_bounds(n, vlens, klens, headers, None if not contiguous else (
+                        sum(memoryview(p).nbytes for p in vparts) + sum(memoryview(p).nbytes for p in kparts)))
             first = self._segments[-1].next_offset
             # Every batch is encoded and checked against max.message.bytes before any is written, so a
-            # call either appends all its records or none.
+            # call that fails validation appends nothing. An I/O error part-way leaves the batches written
+            # before it; for an idempotent producer they are recorded one by one, so its retry appends
+            # only the rest.
             encoded = self._encode_runs(first, bounds, n, vlens, vparts, klens, kparts, timestamps, headers,
                                         contiguous, producer, compression)
             for parts, h in encoded:
                 self._write_batch(parts, h)
-            if producer is not None:
-                state.rebuild(h for _, h in encoded)
+                if producer is not None:
+                    state.rebuild([h])
             self._after_append(n)
-        return first
+        return first if earlier is None else earlier
 
     def _producer_state(self) -> ProducerState:
         """The idempotent-producer table, loaded on first use: the snapshot, then the batch headers after it."""
@@ -796,14 +822,8 @@ class Partition:
             except FileNotFoundError as exc:
                 # Retention or compaction deleted or replaced a segment of our snapshot before we opened
                 # it: look again (a writer's view is already new; a reader re-lists the directory).
-                if self._closed:
-                    raise StoreClosedError(f"partition {self.topic}-{self.number} is closed") from None
                 last = exc
-                if self._lock_fd is not None:
-                    with self._lock:  # a writer's view changes under this lock: wait out a swap in progress
-                        pass
-                else:
-                    self._refresh(force=True)
+                self._retry_wait()
         raise LogFailedError(f"{self.topic}-{self.number}: segments kept changing under a read at offset "
                              f"{offset} ({last})")
 
@@ -868,6 +888,23 @@ class Partition:
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None if there is none."""
+        for _ in range(_READ_RETRIES):
+            try:
+                return self._offset_for_timestamp_once(timestamp)
+            except FileNotFoundError:  # a segment went or was replaced: look again, as reads do
+                self._retry_wait()
+        raise LogFailedError(f"{self.topic}-{self.number}: segments kept changing under a time lookup")
+
+    def _retry_wait(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+        if self._lock_fd is not None:
+            with self._lock:  # a writer's view changes under this lock: wait out a swap in progress
+                pass
+        else:
+            self._refresh(force=True)
+
+    def _offset_for_timestamp_once(self, timestamp: int) -> int | None:
         self._refresh()
         segs = self._segments
         for i, seg in enumerate(segs):
@@ -903,9 +940,10 @@ class Partition:
         """Flush, seal the active segment's indexes, write a clean checkpoint and release the writer lock.
 
         With ``discard`` (the partition's files are being deleted) nothing is written, only released.
-        Not to be called while other threads are still reading this partition.
+        Not to be called while other threads are still reading this partition. Waits for maintenance
+        under way (a compaction or retention pass) to finish.
         """
-        with self._lock:
+        with self.maintenance_lock, self._lock:
             if self._closed:
                 return
             self._closed = True

@@ -66,17 +66,20 @@ class ProducerState:
     def __init__(self) -> None:
         self.producers: dict[int, ProducerEntry] = {}
 
-    def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> int | None:
-        """Validate a batch before it is written. Returns None to append it, or the first offset of the
-        earlier append of the same batch (a duplicate: do not append).
+    def check(self, producer_id: int, epoch: int, first_seq: int, count: int) -> tuple[int, int | None]:
+        """Validate a call's records before they are written.
+
+        Returns ``(skip, first_offset)``: the leading ``skip`` records were appended before (all of them:
+        a duplicate; some: the rest of a call that failed part-way, to be appended now), and the offset
+        the first of them got; ``(0, None)`` to append everything.
 
         :raises ProducerFencedError, OutOfOrderSequenceError:
         """
         if producer_id < 0:
-            return None
+            return 0, None
         e = self.producers.get(producer_id)
         if e is None:
-            return None
+            return 0, None
         last_seq = (first_seq + count - 1) % _SEQ_MOD
         if epoch < e.epoch:
             raise ProducerFencedError(f"producer {producer_id} epoch {epoch} is older than its current epoch {e.epoch}")
@@ -84,15 +87,16 @@ class ProducerState:
             if first_seq != 0:
                 raise OutOfOrderSequenceError(f"producer {producer_id}: new epoch {epoch} must start at sequence 0, "
                                               f"got {first_seq}")
-            return None
+            return 0, None
+        wraps = first_seq + count - 1 != last_seq
         for f, last, first_off, _ in e.batches:
-            if f <= first_seq and last_seq <= last and first_seq + count - 1 == last_seq:
-                return first_off + (first_seq - f)
+            if not wraps and f <= first_seq <= last:
+                return min(last, last_seq) - first_seq + 1, first_off + (first_seq - f)
         expected = (e.batches[-1][1] + 1) % _SEQ_MOD if e.batches else first_seq
         if first_seq != expected:
             raise OutOfOrderSequenceError(f"producer {producer_id} epoch {epoch}: sequence {first_seq}, expected "
                                           f"{expected}")
-        return None
+        return 0, None
 
     def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
                last_offset: int, timestamp: int) -> None:
