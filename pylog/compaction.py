@@ -383,6 +383,8 @@ def _remove_leftovers(directory: str) -> int:
     with os.scandir(directory) as it:
         names = [e.name for e in it]
     for name in names:
+        if name == SWAP_MANIFEST_FILE:
+            continue  # a committed swap: rolled forward by finish_interrupted_swap, never deleted
         if CLEANED_SUFFIX in name or name.endswith(SWAP_SUFFIX) or SWAP_SUFFIX + "." in name \
                 or name.endswith(DELETED_SUFFIX):
             try:
@@ -608,7 +610,9 @@ def _groups(segs: list[Segment], bounds: list[int], segment_bytes: int, index_ca
     cur: list[int] = []
     size = entries = 0
     for i, seg in enumerate(segs):
-        n_entries = seg._indexes()[0].count + 1
+        # An index entry needs index.interval.bytes of log since the last one and a batch is >= 64 bytes,
+        # so this bounds the output's entries whatever interval the input was indexed with.
+        n_entries = seg.size // max(seg.index_interval_bytes, 64) + 1
         if cur and (size + seg.size > segment_bytes or entries + n_entries > index_capacity
                     or bounds[i] - segs[cur[0]].base_offset > 0xFFFFFFFF):
             groups.append(cur)
@@ -844,12 +848,18 @@ def _swap(partition: "Partition", done: list[tuple[list[Segment], bool]], index_
         groups.append((-1 if empty else base, [s.base_offset for s in old]))
     fsync_dir(directory)
     _write_manifest(directory, groups)  # the commit point
-    with partition._lock:
-        # before any name points at a new file
-        generation = partition.bump_swap_generation([s for old, _ in done for s in old])
-        _roll_forward(directory, groups)
-        for (old, empty), (new_base, _) in zip(done, groups):
-            partition.replace_segments(old, None if empty else Segment.open(directory, new_base, *index_args,
-                                                                            generation=generation))
-    os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
-    fsync_dir(directory)
+    try:
+        with partition._lock:
+            # before any name points at a new file
+            generation = partition.bump_swap_generation([s for old, _ in done for s in old])
+            _roll_forward(directory, groups)
+            for (old, empty), (new_base, _) in zip(done, groups):
+                partition.replace_segments(old, None if empty else Segment.open(directory, new_base, *index_args,
+                                                                                generation=generation))
+        os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
+        fsync_dir(directory)
+    except BaseException as exc:
+        # Past the commit point the files and the in-memory view may disagree: refuse work until the
+        # store is reopened, whose writer open rolls the swap forward from the manifest.
+        partition._failed = f"compaction swap failed after its commit point: {exc!r}"
+        raise

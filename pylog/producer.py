@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .errors import InvalidConfigError, PylogError, RecordTooLargeError, StoreClosedError
+from .errors import InvalidConfigError, InvalidRecordError, PylogError, RecordTooLargeError, StoreClosedError
 from .partitioner import DefaultPartitioner
 from .records import now_ms
 from .structs import RecordMetadata, TopicPartition
@@ -72,7 +72,7 @@ class _Accumulation:
     """The records sent to one topic since its last drain, and the completion state they share."""
 
     __slots__ = ("topic", "records", "values", "keys", "partitions", "timestamps", "headers", "nbytes", "first_at",
-                 "done", "error", "offsets", "placed", "stamps", "callbacks", "_event")
+                 "done", "error", "partition_errors", "offsets", "placed", "stamps", "callbacks", "_event")
 
     def __init__(self, topic: str) -> None:
         self.topic = topic
@@ -87,7 +87,9 @@ class _Accumulation:
         self.nbytes = 0
         self.first_at = 0.0
         self.done = False
-        self.error: BaseException | None = None
+        self.error: BaseException | None = None  # the whole accumulation failed
+        #: partition -> the error of its append: records placed elsewhere are unaffected
+        self.partition_errors: dict[int, BaseException] = {}
         self.offsets: np.ndarray | None = None
         self.placed: np.ndarray | None = None
         self.stamps: list[int] = []
@@ -114,12 +116,21 @@ class _Accumulation:
         return self.done or self._event.wait(timeout)
 
 
+def _error_of(acc: _Accumulation, i: int) -> BaseException | None:
+    if acc.error is not None:
+        return acc.error
+    if acc.partition_errors and acc.placed is not None:
+        return acc.partition_errors.get(int(acc.placed[i]))
+    return None
+
+
 def _run_callback(acc: _Accumulation, i: int, on_error: bool, fn: Callable[..., Any], args: tuple,
                   kwargs: dict) -> None:
     try:
-        if on_error and acc.error is not None:
-            fn(acc.error, *args, **kwargs)
-        elif not on_error and acc.error is None:
+        error = _error_of(acc, i)
+        if on_error and error is not None:
+            fn(error, *args, **kwargs)
+        elif not on_error and error is None:
             fn(FutureRecordMetadata(acc, i).get(0), *args, **kwargs)
     except Exception:  # a user's callback must not break the producer (kafka-python logs and goes on)
         log.exception("error in a producer callback")
@@ -140,14 +151,14 @@ class FutureRecordMetadata:
         return self._acc.done
 
     def succeeded(self) -> bool:
-        return self._acc.done and self._acc.error is None
+        return self._acc.done and _error_of(self._acc, self._i) is None
 
     def failed(self) -> bool:
-        return self._acc.done and self._acc.error is not None
+        return self._acc.done and _error_of(self._acc, self._i) is not None
 
     @property
     def exception(self) -> BaseException | None:
-        return self._acc.error
+        return _error_of(self._acc, self._i) if self._acc.done else None
 
     @property
     def value(self) -> RecordMetadata | None:
@@ -161,9 +172,10 @@ class FutureRecordMetadata:
         acc = self._acc
         if not acc.wait(timeout):
             raise ProducerTimeoutError(f"record not appended to {acc.topic} within {timeout} s")
-        if acc.error is not None:
-            raise acc.error
         i = self._i
+        error = _error_of(acc, i)
+        if error is not None:
+            raise error
         assert acc.offsets is not None and acc.placed is not None
         key, value, headers = acc.keys[i], acc.values[i], acc.headers[i]
         partition = int(acc.placed[i])
@@ -235,6 +247,7 @@ class Producer:
         self._idempotent = bool(cfg["enable_idempotence"])
         self._producer_id = store.new_producer_id() if self._idempotent else -1
         self._sequences: dict[tuple[str, int], int] = {}
+        self._epoch = 0
         self._lock = threading.Lock()
         self._drain_lock = threading.Lock()
         self._accs: dict[str, _Accumulation] = {}
@@ -273,7 +286,11 @@ class Producer:
             size += sum(len(k) + len(v) + 8 for k, v in headers)
         if size > self._max_request:
             raise RecordTooLargeError(f"record of about {size} bytes exceeds max_request_size ({self._max_request})")
+        if partition is not None or key is None:
+            self._check_placement(topic, partition, key)
         with self._lock:
+            if self._closed:
+                raise StoreClosedError("producer is closed")
             acc = self._accs.get(topic) or self._new_accumulation(topic)
             recs = acc.records
             i = len(recs)
@@ -288,6 +305,15 @@ class Producer:
         if self._buffered >= self._buffer_memory:
             self._drain_all()  # back-pressure: the caller drains when the buffer is full
         return FutureRecordMetadata(acc, i, self._acks0)
+
+    def _check_placement(self, topic: str, partition: int | None, key: Any) -> None:
+        """Errors a drain would meet for this record alone, raised at send() as kafka-python does."""
+        t = self._store.topic(topic)
+        if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)
+                                      or not 0 <= partition < t.num_partitions):
+            raise ValueError(f"partition {partition!r} is not one of {topic}'s {t.num_partitions}")
+        if key is None and t.config.compact:
+            raise InvalidRecordError(f"{topic} is compacted: every record needs a key")
 
     def _new_accumulation(self, topic: str) -> _Accumulation:
         self._store.topic(topic)  # raises UnknownTopicError now rather than in the drain
@@ -307,14 +333,20 @@ class Producer:
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop the sender thread. Idempotent."""
-        if self._closed:
-            return
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True  # from here send() refuses, so nothing lands after the last drain
         try:
             self.flush(timeout)
         finally:
-            self._closed = True
             self._wake.set()
             self._sender.join(timeout)
+            with self._lock:
+                left = [a for a in self._accs.values() if a.records]
+                self._accs.clear()
+            for acc in left:  # flush timed out: fail what was never appended rather than leave it hanging
+                acc.complete(StoreClosedError("producer closed before the record was appended"))
 
     def __enter__(self) -> "Producer":
         return self
@@ -362,6 +394,7 @@ class Producer:
             self._drain(topic)
 
     def _drain(self, topic: str) -> None:
+        error: BaseException | None = None
         with self._drain_lock:
             with self._lock:
                 acc = self._accs.get(topic)
@@ -373,11 +406,11 @@ class Producer:
                 acc.columns()
                 self._append(acc)
             except BaseException as exc:
-                acc.complete(exc)
-                if not isinstance(exc, Exception):
-                    raise
-            else:
-                acc.complete()
+                error = exc
+        # Completed outside the drain lock: a callback may send, flush or close.
+        acc.complete(error)
+        if error is not None and not isinstance(error, Exception):
+            raise error
 
     def _append(self, acc: _Accumulation) -> None:
         topic = self._store.topic(acc.topic)
@@ -409,9 +442,19 @@ class Producer:
             producer = None
             if self._idempotent:
                 seq = self._sequences.get((acc.topic, number), 0)
-                producer = (self._producer_id, 0, seq)
-            first = self._append_with_retries(part, vals, keys if any(k is not None for k in keys) else None, ts,
-                                              hs if any(hs) else None, producer, compression)
+                producer = (self._producer_id, self._epoch, seq)
+            try:
+                first = self._append_with_retries(part, vals, keys if any(k is not None for k in keys) else None,
+                                                  ts, hs if any(hs) else None, producer, compression)
+            except Exception as exc:
+                # Only this partition's records fail. Some of them may have landed, so their sequence
+                # numbers must not be reused for other records: start a new epoch, whose sequences start
+                # again at 0 on every partition (Kafka's producer bumps its epoch likewise, KIP-360).
+                acc.partition_errors[number] = exc
+                if producer is not None:
+                    self._epoch += 1
+                    self._sequences.clear()
+                continue
             if producer is not None:
                 self._sequences[(acc.topic, number)] = (producer[2] + len(vals)) % (1 << 31)
             if idx is None:
@@ -421,7 +464,10 @@ class Producer:
             touched.append(part)
         if self._acks == -1:
             for part in touched:
-                part.flush()  # one fsync for everything this drain appended: group commit
+                try:
+                    part.flush()  # one fsync for everything this drain appended: group commit
+                except Exception as exc:
+                    acc.partition_errors[part.number] = exc
         acc.offsets, acc.placed, acc.stamps = offsets, placed, stamps
         # Sticky partitioning: a completed batch moves key-less records on to another partition.
         for number in set(placed[[k is None and p is None for k, p in zip(acc.keys, acc.partitions)]].tolist()):

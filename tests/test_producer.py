@@ -120,10 +120,8 @@ def test_errors_at_send(store):
             producer.send("t", b"x" * 2000)
         with pytest.raises(pylog.UnknownTopicError):
             producer.send("missing", b"x")
-        f = producer.send("t", b"x", partition=9)
         with pytest.raises(ValueError):
-            f.get(10)
-        assert f.failed() and isinstance(f.exception, ValueError)
+            producer.send("t", b"x", partition=9)
 
 
 def test_a_retried_append_after_a_lost_acknowledgement_is_not_duplicated(store, monkeypatch):
@@ -182,3 +180,50 @@ def test_concurrent_senders_with_acks_all_share_fsyncs(store, monkeypatch):
             t, i = r.value.split(b"-")
             assert int(i) > seen.get(t, -1)
             seen[t] = int(i)
+
+
+def test_a_failing_partition_fails_only_its_records_and_starts_a_new_epoch(store, monkeypatch):
+    store.create_topic("t", partitions=2)
+    real = Partition.append_values
+
+    def broken_on_1(self, *args, **kwargs):
+        if self.number == 1 and not broken_on_1.healed:
+            raise OSError(28, "injected: no space left")
+        return real(self, *args, **kwargs)
+
+    broken_on_1.healed = False
+    monkeypatch.setattr(Partition, "append_values", broken_on_1)
+    with store.producer(linger_ms=60_000) as producer:
+        good = [producer.send("t", b"a%d" % i, partition=0) for i in range(3)]
+        bad = [producer.send("t", b"b%d" % i, partition=1) for i in range(3)]
+        producer.flush()
+        assert [f.get().offset for f in good] == [0, 1, 2]
+        assert all(f.failed() and isinstance(f.exception, OSError) for f in bad)
+        with pytest.raises(OSError):
+            bad[0].get()
+        broken_on_1.healed = True
+        f = producer.send("t", b"b-again", partition=1)
+        producer.flush()
+        again = f.get(10)
+        assert again.offset == 0
+    headers = [h for seg in store.topic("t").partition(1).segments for _, h in seg.batch_headers()]
+    assert [(h.producer_epoch, h.base_sequence) for h in headers] == [(1, 0)]
+    with store.producer() as producer:
+        with pytest.raises(ValueError):
+            producer.send("t", b"x", partition=2)
+
+
+def test_callbacks_may_send_and_flush(store):
+    store.create_topic("t")
+    with store.producer(buffer_memory=1000, linger_ms=60_000) as producer:
+        forwarded = []
+
+        def forward(md):
+            forwarded.append(producer.send("t", b"fwd-%d" % md.offset))
+            producer.flush()
+
+        for i in range(20):
+            producer.send("t", b"x" * 100).add_callback(forward)
+        producer.flush()
+    assert len(forwarded) == 20 and all(f.get(10).offset >= 0 for f in forwarded)
+    assert store.topic("t").partition(0).log_end_offset == 40
