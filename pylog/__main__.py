@@ -2,9 +2,14 @@
 
     pylog topics STORE            topics, partitions, segments, log start/end offsets, sizes
     pylog verify STORE [TOPIC]    full integrity check of every segment and index; exit 1 on any problem
+    pylog retention STORE [TOPIC]                   enforce retention now; print what was deleted
+    pylog compact STORE TOPIC [--partition N]       compact now (whatever the dirty ratio)
+    pylog delete-records STORE TOPIC PARTITION OFFSET   make OFFSET the partition's log start
 
 ``main(argv) -> int`` is the whole program (tested in-process); exit codes are :class:`ExitCode`.
 Verification opens partitions as a reader (no lock, nothing written), so it is safe on a live store.
+Maintenance commands become the partitions' writer for the moment they run: a partition another process
+writes is reported as locked (its writer's own background thread maintains it) and the exit code is 1.
 """
 
 from __future__ import annotations
@@ -60,6 +65,29 @@ def _verify(store: Store, topic_names: Sequence[str], out: TextIO) -> ExitCode:
     return ExitCode.OK if not problems else ExitCode.PROBLEMS
 
 
+def _retention(store: Store, topic: str | None, out: TextIO) -> ExitCode:
+    locked = 0
+    for r in store.enforce_retention(topic):
+        if r.reasons == ["locked"]:
+            locked += 1
+            print(f"{r.topic}-{r.partition}: locked by another writer, skipped", file=out)
+        else:
+            print(f"{r.topic}-{r.partition}: deleted {len(r.deleted_segments)} segment(s), {r.bytes_deleted} bytes"
+                  f" ({','.join(r.reasons) or 'nothing due'}); log start {r.log_start_offset}", file=out)
+    return ExitCode.OK if not locked else ExitCode.PROBLEMS
+
+
+def _compact(store: Store, topic: str, partition: int | None, out: TextIO) -> ExitCode:
+    for r in store.compact(topic, partition):
+        if r.skipped:
+            print(f"{r.topic}-{r.partition}: skipped: {r.skipped}", file=out)
+        else:
+            print(f"{r.topic}-{r.partition}: read {r.records_read} records, kept {r.records_written}, removed "
+                  f"{r.records_removed} ({r.tombstones_removed} tombstones); segments {r.segments_before} -> "
+                  f"{r.segments_after}; {r.seconds:.2f} s", file=out)
+    return ExitCode.OK
+
+
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``); returns the exit code."""
     out = out or sys.stdout
@@ -71,14 +99,34 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     v = sub.add_parser("verify", help="check every segment and index; exit 1 on any problem")
     v.add_argument("store")
     v.add_argument("topics", nargs="*", help="only these topics (default: all)")
+    r = sub.add_parser("retention", help="enforce retention now")
+    r.add_argument("store")
+    r.add_argument("topic", nargs="?", help="only this topic (default: all)")
+    c = sub.add_parser("compact", help="compact a topic now, whatever its dirty ratio")
+    c.add_argument("store")
+    c.add_argument("topic")
+    c.add_argument("--partition", type=int, help="only this partition")
+    d = sub.add_parser("delete-records", help="delete the records below OFFSET (Kafka's DeleteRecords)")
+    d.add_argument("store")
+    d.add_argument("topic")
+    d.add_argument("partition", type=int)
+    d.add_argument("offset", type=int)
     args = parser.parse_args(argv)
     if not os.path.isfile(os.path.join(args.store, STORE_FILE)):  # never create a store by looking at it
         print(f"pylog: {args.store} is not a pylog store (no {STORE_FILE})", file=sys.stderr)
         return ExitCode.ERROR
     try:
-        with Store(args.store) as store:
+        with Store(args.store, log_cleaner_enable=False) as store:
             if args.command == "topics":
                 return _topics(store, out)
+            if args.command == "retention":
+                return _retention(store, args.topic, out)
+            if args.command == "compact":
+                return _compact(store, args.topic, args.partition, out)
+            if args.command == "delete-records":
+                start = store.delete_records(args.topic, args.partition, args.offset)
+                print(f"{args.topic}-{args.partition}: log start offset {start}", file=out)
+                return ExitCode.OK
             return _verify(store, args.topics, out)
     except PylogError as exc:
         print(f"pylog: {exc}", file=sys.stderr)

@@ -42,3 +42,30 @@ def test_a_directory_that_is_not_a_store_is_refused_and_left_alone(tmp_path, cap
     assert main(["topics", str(tmp_path / "nothing")]) == ExitCode.ERROR
     assert not (tmp_path / "nothing").exists()
     assert "not a pylog store" in capsys.readouterr().err
+
+
+def test_maintenance_commands(tmp_path, capsys):
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        store.create_topic("c", config={"cleanup.policy": "compact", "segment.bytes": 2048})
+        p = store.topic("c").partition(0)
+        for i in range(200):
+            p.append_values([b"v%d" % i], keys=[b"k%d" % (i % 4)])
+        store.create_topic("d", config={"retention.bytes": 0, "segment.bytes": 2048})
+        store.topic("d").partition(0).append_values([b"x" * 100] * 50)
+    out = io.StringIO()
+    assert main(["compact", str(tmp_path), "c"], out) == ExitCode.OK
+    assert "c-0: read" in out.getvalue() and "removed" in out.getvalue()
+    out = io.StringIO()
+    assert main(["retention", str(tmp_path), "d"], out) == ExitCode.OK
+    assert "d-0: deleted" in out.getvalue()
+    out = io.StringIO()
+    assert main(["delete-records", str(tmp_path), "c", "0", "150"], out) == ExitCode.OK
+    assert "log start offset 150" in out.getvalue()
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        assert store.topic("c").partition(0).log_start_offset == 150
+        store.topic("d").partition(0).append_values([b"y"])  # this handle writes d now
+        out = io.StringIO()
+        assert main(["retention", str(tmp_path), "d"], out) == ExitCode.PROBLEMS
+        assert "locked by another writer" in out.getvalue()
+    assert main(["delete-records", str(tmp_path), "c", "0", "99999"]) == ExitCode.ERROR
+    assert "ends at 200" in capsys.readouterr().err
