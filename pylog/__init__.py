@@ -18,6 +18,7 @@ from .errors import (CleanerError, CorruptRecordError, OutOfOrderSequenceError, 
                      OffsetOutOfRangeError, PartitionLockedError, PylogError, RecordTooLargeError, StoreClosedError,
                      TopicExistsError, UnknownTopicError)
 from .log import Store, open
+from .consumer import Consumer, ConsumerRecord, NoOffsetForPartitionError, OffsetAndTimestamp
 from .partition import Partition
 from .producer import FutureRecordMetadata, Producer, ProducerTimeoutError
 from .records import Record, RecordColumns
@@ -33,5 +34,6 @@ __all__ = [
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError", "OutOfOrderSequenceError", "CleanerStatus", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
-    "RecordMetadata", "__version__",
+    "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",
+    "__version__",
 ]

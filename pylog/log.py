@@ -33,6 +33,7 @@ from .retention import RetentionResult
 from .topic import Topic, read_topic_file, write_topic_file
 
 if TYPE_CHECKING:
+    from .consumer import Consumer
     from .producer import Producer
 
 __all__ = ["Store", "open"]
@@ -190,6 +191,12 @@ class Store:
         from .producer import Producer  # the clients sit above the store
         self._check_open()
         return Producer(self, **configs)
+
+    def consumer(self, *topics: str, **configs: Any) -> "Consumer":
+        """A :class:`~pylog.consumer.Consumer` on this store (kafka-python's ``KafkaConsumer`` options)."""
+        from .consumer import Consumer  # the clients sit above the store
+        self._check_open()
+        return Consumer(self, *topics, **configs)
 
     def new_producer_id(self) -> int:
         """A producer id no other producer of this store has had, in any process (for idempotent appends).

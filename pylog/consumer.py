@@ -1,0 +1,363 @@
+"""The consumer: kafka-python's ``KafkaConsumer`` shape over an in-process store (without groups, so far).
+
+A consumer holds a *position* per assigned partition (the next offset to read) and reads from it with
+``poll()`` or by iterating. Partitions come from ``assign()`` or from ``subscribe()`` (topics or a regex
+pattern; a pattern picks up topics created later). A position not set yet is found with
+``auto_offset_reset`` ("earliest", "latest" or "none"), and so is a position that retention or
+delete-records has since made invalid.
+
+Invariants:
+- Positions only move forward by reading, or wherever ``seek*`` puts them; a poll returns, per
+  partition, records with strictly increasing offsets starting at the position.
+- A poll waiting for data wakes at once on an append in this process and within a few ms on another
+  process's append (the partition's condition variable, else a short poll of the log end), and never
+  spins.
+- Paused partitions are never read.
+
+Consumer groups (``group_id``: membership, committed offsets, rebalancing) are the next part of the
+clients issue; passing ``group_id`` raises :class:`~pylog.errors.InvalidConfigError` until then.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import time
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Pattern
+
+from .errors import InvalidConfigError, OffsetOutOfRangeError, PylogError, StoreClosedError
+from .structs import TopicPartition
+
+if TYPE_CHECKING:
+    from .log import Store
+    from .partition import Partition
+
+__all__ = ["Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError"]
+
+_DEFAULTS: dict[str, Any] = {
+    "group_id": None,
+    "client_id": None,
+    "key_deserializer": None,
+    "value_deserializer": None,
+    "auto_offset_reset": "latest",
+    "enable_auto_commit": True,
+    "auto_commit_interval_ms": 5000,
+    "max_poll_records": 500,
+    "fetch_max_bytes": 52_428_800,
+    "consumer_timeout_ms": float("inf"),
+    "metadata_max_age_ms": 300_000,
+}
+#: How long one wait on a partition lasts while several are watched (seconds).
+_WAIT_STEP = 0.005
+
+
+class NoOffsetForPartitionError(PylogError):
+    """A partition has no position and ``auto_offset_reset="none"`` forbids choosing one."""
+
+
+class ConsumerRecord(NamedTuple):
+    """One consumed record: kafka-python's ``ConsumerRecord`` fields."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    headers: list
+    checksum: None
+    serialized_key_size: int
+    serialized_value_size: int
+    serialized_header_size: int
+
+
+class OffsetAndTimestamp(NamedTuple):
+    offset: int
+    timestamp: int
+
+
+class Consumer:
+    """Reads records from a store's partitions; kafka-python's ``KafkaConsumer`` API. Not thread-safe
+    (like kafka-python's): use one consumer per thread."""
+
+    def __init__(self, store: "Store", *topics: str, **configs: Any) -> None:
+        unknown = set(configs) - set(_DEFAULTS)
+        if unknown:
+            raise InvalidConfigError(f"unknown consumer option(s) {sorted(unknown)}")
+        cfg = dict(_DEFAULTS, **configs)
+        if cfg["group_id"] is not None:
+            raise InvalidConfigError("consumer groups (group_id) are not available in this release yet; use "
+                                     "assign()/subscribe() with seek() and keep positions yourself")
+        if cfg["auto_offset_reset"] not in ("earliest", "latest", "none", "smallest", "largest"):
+            raise InvalidConfigError(f"auto_offset_reset must be earliest, latest or none, got "
+                                     f"{cfg['auto_offset_reset']!r}")
+        self.config = cfg
+        self._store = store
+        self._reset = {"smallest": "earliest", "largest": "latest"}.get(cfg["auto_offset_reset"],
+                                                                        cfg["auto_offset_reset"])
+        self._kdes: Callable[[bytes], Any] | None = cfg["key_deserializer"]
+        self._vdes: Callable[[bytes], Any] | None = cfg["value_deserializer"]
+        self._positions: dict[TopicPartition, int | None] = {}
+        self._paused: set[TopicPartition] = set()
+        self._topics: set[str] = set()
+        self._pattern: Pattern[str] | None = None
+        self._manual = False
+        self._last_scan = 0.0
+        self._next_rr = 0
+        self._buffer: list[ConsumerRecord] = []
+        self._closed = False
+        if topics:
+            self.subscribe(topics)
+
+    # ------------------------------------------------------------------ assignment
+
+    def subscribe(self, topics: Iterable[str] = (), pattern: str | None = None, listener: Any = None) -> None:
+        """Read every partition of ``topics``, or of every topic matching ``pattern`` (checked again every
+        ``metadata_max_age_ms`` for new topics). Replaces an earlier subscription."""
+        if self._manual:
+            raise InvalidConfigError("subscribe() after assign(): call unsubscribe() first")
+        topics = [topics] if isinstance(topics, str) else list(topics)
+        if bool(topics) == (pattern is not None):
+            raise ValueError("subscribe() needs topics or a pattern, not both")
+        self._topics = set(topics)
+        self._pattern = re.compile(pattern) if pattern is not None else None
+        self._rescan(force=True)
+
+    def assign(self, partitions: Iterable[TopicPartition]) -> None:
+        """Read exactly these partitions (no subscription)."""
+        if self._topics or self._pattern is not None:
+            raise InvalidConfigError("assign() after subscribe(): call unsubscribe() first")
+        parts = [TopicPartition(*tp) for tp in partitions]
+        for tp in parts:
+            self._partition(tp)  # raises for an unknown topic or partition
+        self._manual = True
+        self._positions = {tp: self._positions.get(tp) for tp in parts}
+        self._paused &= set(parts)
+
+    def unsubscribe(self) -> None:
+        self._topics, self._pattern, self._manual = set(), None, False
+        self._positions.clear()
+        self._paused.clear()
+        self._buffer.clear()
+
+    def assignment(self) -> set[TopicPartition]:
+        self._rescan()
+        return set(self._positions)
+
+    def subscription(self) -> set[str] | None:
+        if self._manual:
+            return None
+        return set(self._topics) if self._pattern is None else {t for t, _ in self._positions}
+
+    def _rescan(self, force: bool = False) -> None:
+        if self._manual:
+            return
+        now = time.monotonic()
+        if not force and now - self._last_scan < self.config["metadata_max_age_ms"] / 1000:
+            return
+        self._last_scan = now
+        names = [t for t in self._store.topics() if self._pattern.match(t)] if self._pattern is not None \
+            else sorted(t for t in self._topics if t in self._store)
+        wanted = [TopicPartition(t, i) for t in names for i in range(self._store.topic(t).num_partitions)]
+        self._positions = {tp: self._positions.get(tp) for tp in wanted}
+
+    def _partition(self, tp: TopicPartition) -> "Partition":
+        return self._store.topic(tp.topic).partition(tp.partition)
+
+    # ------------------------------------------------------------------ positions
+
+    def _resolve(self, tp: TopicPartition) -> int:
+        pos = self._positions.get(tp)
+        if pos is None:
+            p = self._partition(tp)
+            if self._reset == "none":
+                raise NoOffsetForPartitionError(f"{tp.topic}-{tp.partition} has no position and "
+                                                "auto_offset_reset is 'none'")
+            pos = p.log_start_offset if self._reset == "earliest" else p.log_end_offset
+            self._positions[tp] = pos
+        return pos
+
+    def position(self, tp: TopicPartition) -> int:
+        """The offset of the next record this consumer will read from ``tp``."""
+        self._check_assigned(tp)
+        return self._resolve(tp)
+
+    def seek(self, tp: TopicPartition, offset: int) -> None:
+        self._check_assigned(tp)
+        if not isinstance(offset, int) or offset < 0:
+            raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+        self._positions[tp] = offset
+        self._drop_buffered(tp)
+
+    def seek_to_beginning(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or list(self._positions):
+            self.seek(tp, self._partition(tp).log_start_offset)
+
+    def seek_to_end(self, *partitions: TopicPartition) -> None:
+        for tp in partitions or list(self._positions):
+            self.seek(tp, self._partition(tp).log_end_offset)
+
+    def _check_assigned(self, tp: TopicPartition) -> None:
+        self._rescan()
+        if tp not in self._positions:
+            raise InvalidConfigError(f"{tp} is not assigned to this consumer")
+
+    def _drop_buffered(self, tp: TopicPartition) -> None:
+        self._buffer = [r for r in self._buffer if (r.topic, r.partition) != tp]
+
+    def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self._partition(TopicPartition(*tp)).log_start_offset for tp in partitions}
+
+    def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
+        return {tp: self._partition(TopicPartition(*tp)).log_end_offset for tp in partitions}
+
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+        """For each partition, the first offset whose timestamp is >= the given one (None if none is)."""
+        out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
+        for tp, ts in timestamps.items():
+            p = self._partition(TopicPartition(*tp))
+            off = p.offset_for_timestamp(ts)
+            if off is None:
+                out[tp] = None
+            else:
+                rec = p.read(off, max_records=1)
+                out[tp] = OffsetAndTimestamp(off, rec[0].timestamp if rec else ts)
+        return out
+
+    def pause(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._check_assigned(tp)
+            self._paused.add(tp)
+            self._drop_buffered(tp)
+
+    def resume(self, *partitions: TopicPartition) -> None:
+        for tp in partitions:
+            self._paused.discard(tp)
+
+    def paused(self) -> set[TopicPartition]:
+        return set(self._paused)
+
+    # ------------------------------------------------------------------ reading
+
+    def poll(self, timeout_ms: float = 0, max_records: int | None = None,
+             update_offsets: bool = True) -> dict[TopicPartition, list[ConsumerRecord]]:
+        """Records from the assigned, unpaused partitions, at most ``max_records`` (``max_poll_records``);
+        waits up to ``timeout_ms`` for some to arrive. Advances the positions past what it returns."""
+        if self._closed:
+            raise StoreClosedError("consumer is closed")
+        limit = self.config["max_poll_records"] if max_records is None else max_records
+        deadline = time.monotonic() + timeout_ms / 1000
+        while True:
+            out = self._fetch(limit, update_offsets)
+            if out or time.monotonic() >= deadline:
+                return out
+            self._wait(deadline)
+
+    def _fetch(self, limit: int, update_offsets: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
+        self._rescan()
+        parts = [tp for tp in self._positions if tp not in self._paused]
+        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        if not parts:
+            return out
+        got = 0
+        start = self._next_rr % len(parts)
+        for tp in parts[start:] + parts[:start]:  # round robin: no partition starves the others
+            if got >= limit:
+                break
+            recs = self._read(tp, limit - got)
+            if recs:
+                out[tp] = recs
+                got += len(recs)
+                if update_offsets:
+                    self._positions[tp] = recs[-1].offset + 1
+        self._next_rr += 1
+        return out
+
+    def _read(self, tp: TopicPartition, limit: int) -> list[ConsumerRecord]:
+        p = self._partition(tp)
+        pos = self._resolve(tp)
+        try:
+            cols = p.read_columns(pos, max_records=limit, max_bytes=self.config["fetch_max_bytes"])
+        except OffsetOutOfRangeError:
+            if self._reset == "none":
+                raise
+            # Retention or delete-records removed the position (or it lies past the end): reset it.
+            self._positions[tp] = None
+            cols = p.read_columns(self._resolve(tp), max_records=limit, max_bytes=self.config["fetch_max_bytes"])
+        n = len(cols)
+        if not n:
+            return []
+        # Built column by column and zipped into tuples at C level: no Python expression per record
+        # unless a deserializer or headers ask for one.
+        keys, values = cols.keys(), cols.values()
+        kd, vd = self._kdes, self._vdes
+        if kd is not None:
+            keys = [None if k is None else kd(k) for k in keys]
+        if vd is not None:
+            values = [None if v is None else vd(v) for v in values]
+        if cols.headers is None:
+            headers: Iterable[Any] = (list() for _ in range(n))
+            header_sizes: Iterable[int] = itertools.repeat(0, n)
+        else:
+            headers = [list(h) for h in cols.headers]
+            header_sizes = [sum(len(k.encode()) + len(v) for k, v in h) for h in cols.headers]
+        return list(map(tuple.__new__, itertools.repeat(ConsumerRecord), zip(
+            itertools.repeat(tp.topic, n), itertools.repeat(tp.partition, n), cols.offsets.tolist(),
+            cols.timestamps.tolist(), cols.timestamp_types.tolist(), keys, values, headers,
+            itertools.repeat(None, n), cols.key_lengths.tolist(), cols.value_lengths.tolist(), header_sizes)))
+
+    def _wait(self, deadline: float) -> None:
+        """Sleep until data may be there: on one partition's condition, a few ms at a time when several
+        are watched (another process's appends are noticed by the partition's own short polls)."""
+        parts = [tp for tp in self._positions if tp not in self._paused]
+        remaining = deadline - time.monotonic()
+        if remaining <= 0:
+            return
+        if not parts:
+            time.sleep(min(remaining, 0.05))
+            return
+        tp = parts[self._next_rr % len(parts)]
+        step = remaining if len(parts) == 1 else min(remaining, _WAIT_STEP)
+        self._partition(tp).wait_for_data(self._resolve(tp), step)
+
+    def __iter__(self) -> Iterator[ConsumerRecord]:
+        return self
+
+    def __next__(self) -> ConsumerRecord:
+        """The next record, waiting for one; ``StopIteration`` after ``consumer_timeout_ms`` without any."""
+        if not self._buffer:
+            timeout = self.config["consumer_timeout_ms"]
+            deadline = None if timeout == float("inf") else time.monotonic() + timeout / 1000
+            while not self._buffer:
+                step = 1000.0 if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
+                batch = self.poll(timeout_ms=step)
+                for recs in batch.values():
+                    self._buffer.extend(recs)
+                if not self._buffer and deadline is not None and time.monotonic() >= deadline:
+                    raise StopIteration
+            self._buffer.reverse()  # pop from the end: O(1) per record
+        return self._buffer.pop()
+
+    # ------------------------------------------------------------------ the rest
+
+    def metrics(self) -> dict[str, Any]:
+        """Per assigned partition: position, log end offset and lag (end - position)."""
+        out = {}
+        for tp in self.assignment():
+            p = self._partition(tp)
+            pos = self._positions.get(tp)
+            end = p.log_end_offset
+            out[f"{tp.topic}-{tp.partition}"] = {"position": pos, "log_end_offset": end,
+                                                 "lag": None if pos is None else end - pos}
+        return out
+
+    def close(self, autocommit: bool = True) -> None:
+        self._closed = True
+        self._buffer.clear()
+
+    def __enter__(self) -> "Consumer":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()

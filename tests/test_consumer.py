@@ -1,0 +1,172 @@
+"""The consumer (without groups): kafka-python's KafkaConsumer API over a store.
+
+Run: ``python -m pytest tests/test_consumer.py -q``
+"""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import threading
+import time
+
+import pytest
+
+import pylog
+from pylog import TopicPartition
+
+
+@pytest.fixture
+def store(tmp_path):
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as s:
+        yield s
+
+
+def _fill(store, topic, partitions=1, n=10, ts0=1000):
+    store.create_topic(topic, partitions=partitions)
+    for p in range(partitions):
+        store.topic(topic).partition(p).append_values(
+            [b"%s-%d-%d" % (topic.encode(), p, i) for i in range(n)], keys=[b"k%d" % i for i in range(n)],
+            timestamps=[ts0 + i for i in range(n)])
+
+
+def test_poll_from_earliest_and_latest(store):
+    _fill(store, "t", partitions=2)
+    c = store.consumer("t", auto_offset_reset="earliest")
+    got = c.poll(timeout_ms=0, max_records=100)
+    assert set(got) == {TopicPartition("t", 0), TopicPartition("t", 1)}
+    rec = got[TopicPartition("t", 0)][3]
+    assert (rec.topic, rec.partition, rec.offset, rec.key, rec.value, rec.timestamp, rec.timestamp_type) == \
+        ("t", 0, 3, b"k3", b"t-0-3", 1003, 0)
+    assert rec.serialized_value_size == 5 and rec.headers == []
+    assert c.poll() == {}
+    assert c.position(TopicPartition("t", 0)) == 10
+    late = store.consumer("t")  # latest: only what comes after
+    assert late.poll() == {}
+    store.topic("t").partition(1).append_values([b"new"])
+    assert [r.value for r in late.poll()[TopicPartition("t", 1)]] == [b"new"]
+
+
+def test_max_poll_records_round_robin_and_iteration(store):
+    _fill(store, "t", partitions=3, n=20)
+    c = store.consumer("t", auto_offset_reset="earliest", max_poll_records=7, consumer_timeout_ms=100,
+                       value_deserializer=bytes.decode, key_deserializer=bytes.decode)
+    first = c.poll()
+    assert sum(len(v) for v in first.values()) == 7
+    rest = list(c)
+    values = [r.value for recs in first.values() for r in recs] + [r.value for r in rest]
+    assert sorted(values) == sorted(f"t-{p}-{i}" for p in range(3) for i in range(20))
+    for p in range(3):
+        offs = [r.offset for r in rest if r.partition == p]
+        assert offs == sorted(offs)
+    assert isinstance(rest[0].key, str)
+
+
+def test_assign_seek_pause_resume_and_offsets_for_times(store):
+    _fill(store, "t", partitions=2, n=10)
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    c = store.consumer(auto_offset_reset="earliest")
+    c.assign([tp0, tp1])
+    assert c.assignment() == {tp0, tp1} and c.subscription() is None
+    c.seek(tp0, 5)
+    c.pause(tp1)
+    got = c.poll(max_records=100)
+    assert list(got) == [tp0] and [r.offset for r in got[tp0]] == [5, 6, 7, 8, 9]
+    assert c.paused() == {tp1}
+    c.resume(tp1)
+    assert [r.offset for r in c.poll(max_records=100)[tp1]] == list(range(10))
+    c.seek_to_beginning(tp0)
+    assert c.position(tp0) == 0
+    c.seek_to_end()
+    assert c.position(tp1) == 10
+    assert c.beginning_offsets([tp0]) == {tp0: 0} and c.end_offsets([tp0, tp1]) == {tp0: 10, tp1: 10}
+    found = c.offsets_for_times({tp0: 1004, tp1: 99999})
+    assert found[tp0] == pylog.OffsetAndTimestamp(4, 1004) and found[tp1] is None
+    assert c.metrics()["t-0"] == {"position": 10, "log_end_offset": 10, "lag": 0}
+    with pytest.raises(pylog.InvalidConfigError):
+        c.subscribe(["t"])
+    with pytest.raises(pylog.UnknownTopicError):
+        c.assign([TopicPartition("nope", 0)])
+    with pytest.raises(pylog.InvalidConfigError):
+        c.seek(TopicPartition("t", 5), 0)
+
+
+def test_pattern_subscription_picks_up_topics_created_later(store):
+    _fill(store, "orders-eu")
+    c = store.consumer(auto_offset_reset="earliest", metadata_max_age_ms=0)
+    c.subscribe(pattern=r"orders-.*")
+    assert {tp.topic for tp in c.poll(max_records=100)} == {"orders-eu"}
+    _fill(store, "orders-us")
+    _fill(store, "other")
+    assert {tp.topic for tp in c.poll(max_records=100)} == {"orders-us"}
+    assert c.subscription() == {"orders-eu", "orders-us"}
+
+
+def test_offset_removed_by_retention_resets_or_raises(store):
+    _fill(store, "t", n=10)
+    tp = TopicPartition("t", 0)
+    c = store.consumer(auto_offset_reset="earliest")
+    c.assign([tp])
+    strict = store.consumer(auto_offset_reset="none")
+    strict.assign([tp])
+    with pytest.raises(pylog.NoOffsetForPartitionError):
+        strict.poll()
+    strict.seek(tp, 2)
+    store.delete_records("t", 0, 6)
+    assert [r.offset for r in c.poll(max_records=100)[tp]] == [6, 7, 8, 9]
+    with pytest.raises(pylog.OffsetOutOfRangeError):
+        strict.poll()
+
+
+def test_poll_wakes_promptly_on_an_append_in_this_process(store):
+    store.create_topic("t")
+    c = store.consumer("t")
+    c.poll()
+    p = store.topic("t").partition(0)
+    p.append_values([b"warm-up"])
+    c.poll()
+
+    def later():
+        time.sleep(0.05)
+        p.append_values([b"x"])
+
+    threading.Thread(target=later).start()
+    t0 = time.monotonic()
+    got = c.poll(timeout_ms=5000)
+    waited = time.monotonic() - t0
+    assert [r.value for recs in got.values() for r in recs] == [b"x"]
+    assert waited < 1.0  # woken by the append, not by the timeout
+
+
+def _produce_later(path):
+    time.sleep(0.2)
+    with pylog.open(path, log_cleaner_enable=False) as s:
+        s.topic("t").partition(0).append_values([b"from another process"])
+
+
+def test_poll_sees_another_process_append(tmp_path):
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        store.create_topic("t")
+        c = store.consumer("t", auto_offset_reset="earliest")
+        proc = multiprocessing.get_context("fork").Process(target=_produce_later, args=(str(tmp_path),))
+        proc.start()
+        got = c.poll(timeout_ms=10_000)
+        proc.join(10)
+        assert [r.value for recs in got.values() for r in recs] == [b"from another process"]
+
+
+def test_producer_to_consumer_round_trip_and_config_errors(store):
+    store.create_topic("t", partitions=3)
+    with store.producer(value_serializer=lambda v: json.dumps(v).encode()) as producer:
+        for i in range(30):
+            producer.send("t", {"i": i}, key=b"user-%d" % (i % 5))
+    with store.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=200,
+                        value_deserializer=json.loads) as c:
+        got = sorted(r.value["i"] for r in c)
+    assert got == list(range(30))
+    with pytest.raises(pylog.InvalidConfigError, match="group"):
+        store.consumer("t", group_id="g")
+    with pytest.raises(pylog.InvalidConfigError):
+        store.consumer("t", auto_offset_reset="sometimes")
+    with pytest.raises(pylog.InvalidConfigError):
+        store.consumer("t", bootstrap_servers="x")
