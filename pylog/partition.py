@@ -64,6 +64,8 @@ _MAX_RELATIVE = 0xFFFFFFFF
 #: How often a read retries after segments vanished under it before giving up.
 _READ_RETRIES = 8
 _SEQ_MOD = 1 << 31
+#: Polling interval bounds of a reader waiting for another process's appends (seconds).
+_POLL_MIN, _POLL_MAX = 0.0002, 0.005
 
 
 class Partition:
@@ -705,17 +707,21 @@ class Partition:
     def wait_for_data(self, offset: int, timeout: float | None) -> bool:
         """Block until ``log_end_offset > offset`` or ``timeout`` seconds pass; True when data is there.
 
-        Appends through this handle wake waiters at once; other processes' appends are noticed by polling.
+        Appends through this handle wake waiters at once; other processes' appends are noticed by polling
+        the log end, every 0.2 ms at first and backing off to every 5 ms while nothing comes (so a busy
+        stream is followed closely and an idle wait costs little).
         """
         deadline = None if timeout is None else time.monotonic() + timeout
+        poll = _POLL_MIN
         while self.log_end_offset <= offset:
             if self._closed:
                 return False
             remaining = None if deadline is None else deadline - time.monotonic()
             if remaining is not None and remaining <= 0:
                 return False
-            # Another process's appends do not notify us: poll every few ms while not the writer.
-            step = remaining if self._lock_fd is not None else min(0.005, remaining if remaining is not None else 0.005)
+            # Another process's appends do not notify us: poll while not the writer.
+            step = remaining if self._lock_fd is not None else min(poll, remaining if remaining is not None else poll)
+            poll = min(poll * 2, _POLL_MAX)
             with self._appended:
                 segs = self._segments  # empty for a reader opened before the writer created any segment
                 if not segs or segs[-1].next_offset <= offset:

@@ -39,8 +39,9 @@ def test_examples_have_a_main_guard():
     runpy  # keep the import: examples may be run in-process by later tests
 
 
-def test_producer_benchmark_quick_run(tmp_path):
-    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_producer.py"), "--quick", "--dir",
+def test_client_benchmark_quick_run(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_clients.py"), "--quick", "--dir",
                           str(tmp_path)], capture_output=True, text=True, check=True, timeout=300).stdout
-    for figure in ("baseline: lock + list.append", "send() one at a time", "acks='all', 16 thread(s)"):
+    for figure in ("baseline: lock + list.append", "send() one at a time", "acks='all', 16 thread(s)",
+                   "consumer iteration", "end-to-end latency p99.9"):
         assert figure in out, figure
