@@ -65,7 +65,8 @@ class ConsumerRecord(NamedTuple):
     timestamp_type: int
     key: Any
     value: Any
-    headers: list
+    #: ``(key, value)`` pairs, as a tuple (kafka-python gives a list)
+    headers: tuple
     checksum: None
     serialized_key_size: int
     serialized_value_size: int
@@ -297,10 +298,10 @@ class Consumer:
         if vd is not None:
             values = [None if v is None else vd(v) for v in values]
         if cols.headers is None:
-            headers: Iterable[Any] = (list() for _ in range(n))
+            headers: Iterable[Any] = itertools.repeat((), n)
             header_sizes: Iterable[int] = itertools.repeat(0, n)
         else:
-            headers = [list(h) for h in cols.headers]
+            headers = cols.headers
             header_sizes = [sum(len(k.encode()) + len(v) for k, v in h) for h in cols.headers]
         return list(map(tuple.__new__, itertools.repeat(ConsumerRecord), zip(
             itertools.repeat(tp.topic, n), itertools.repeat(tp.partition, n), cols.offsets.tolist(),
@@ -322,7 +323,32 @@ class Consumer:
         self._partition(tp).wait_for_data(self._resolve(tp), step)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
-        return self
+        """Records as they come, waiting for them; ends after ``consumer_timeout_ms`` without any.
+
+        A generator over whole polls (cheaper per record than ``next()``, which also works)."""
+        while self._buffer:
+            yield self._next_buffered()
+        timeout = self.config["consumer_timeout_ms"]
+        positions = self._positions
+        while True:
+            deadline = None if timeout == float("inf") else time.monotonic() + timeout / 1000
+            while True:
+                step = 1000.0 if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
+                # Positions move as records are handed out, so a loop left early loses nothing.
+                batch = self.poll(timeout_ms=step, update_offsets=False)
+                if batch:
+                    break
+                if deadline is not None and time.monotonic() >= deadline:
+                    return
+            for tp, recs in batch.items():
+                for rec in recs:
+                    positions[tp] = rec.offset + 1
+                    yield rec
+
+    def _next_buffered(self) -> ConsumerRecord:
+        rec = self._buffer.pop()
+        self._positions[TopicPartition(rec.topic, rec.partition)] = rec.offset + 1
+        return rec
 
     def __next__(self) -> ConsumerRecord:
         """The next record, waiting for one; ``StopIteration`` after ``consumer_timeout_ms`` without any."""
@@ -331,13 +357,13 @@ class Consumer:
             deadline = None if timeout == float("inf") else time.monotonic() + timeout / 1000
             while not self._buffer:
                 step = 1000.0 if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
-                batch = self.poll(timeout_ms=step)
+                batch = self.poll(timeout_ms=step, update_offsets=False)
                 for recs in batch.values():
                     self._buffer.extend(recs)
                 if not self._buffer and deadline is not None and time.monotonic() >= deadline:
                     raise StopIteration
             self._buffer.reverse()  # pop from the end: O(1) per record
-        return self._buffer.pop()
+        return self._next_buffered()
 
     # ------------------------------------------------------------------ the rest
 

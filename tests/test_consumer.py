@@ -38,7 +38,7 @@ def test_poll_from_earliest_and_latest(store):
     rec = got[TopicPartition("t", 0)][3]
     assert (rec.topic, rec.partition, rec.offset, rec.key, rec.value, rec.timestamp, rec.timestamp_type) == \
         ("t", 0, 3, b"k3", b"t-0-3", 1003, 0)
-    assert rec.serialized_value_size == 5 and rec.headers == []
+    assert rec.serialized_value_size == 5 and rec.headers == ()
     assert c.poll() == {}
     assert c.position(TopicPartition("t", 0)) == 10
     late = store.consumer("t")  # latest: only what comes after
@@ -170,3 +170,17 @@ def test_producer_to_consumer_round_trip_and_config_errors(store):
         store.consumer("t", auto_offset_reset="sometimes")
     with pytest.raises(pylog.InvalidConfigError):
         store.consumer("t", bootstrap_servers="x")
+
+
+def test_leaving_an_iteration_early_loses_nothing(store):
+    _fill(store, "t", n=50)
+    c = store.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=100)
+    taken = []
+    for rec in c:
+        taken.append(rec.offset)
+        if len(taken) == 7:
+            break
+    assert next(c).offset == 7
+    assert c.position(TopicPartition("t", 0)) == 8
+    rest = [r.offset for recs in c.poll(max_records=100).values() for r in recs]
+    assert rest == list(range(8, 50))
