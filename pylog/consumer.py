@@ -25,7 +25,7 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Pattern
 
-from .errors import InvalidConfigError, OffsetOutOfRangeError, PylogError, StoreClosedError
+from .errors import InvalidConfigError, OffsetOutOfRangeError, PylogError, StoreClosedError, UnknownTopicError
 from .structs import TopicPartition
 
 if TYPE_CHECKING:
@@ -106,7 +106,7 @@ class Consumer:
         self._manual = False
         self._last_scan = 0.0
         self._next_rr = 0
-        self._buffer: list[ConsumerRecord] = []
+        self._gen: Iterator[ConsumerRecord] | None = None  # what next() draws from
         self._closed = False
         if topics:
             self.subscribe(topics)
@@ -140,7 +140,6 @@ class Consumer:
         self._topics, self._pattern, self._manual = set(), None, False
         self._positions.clear()
         self._paused.clear()
-        self._buffer.clear()
 
     def assignment(self) -> set[TopicPartition]:
         self._rescan()
@@ -189,7 +188,6 @@ class Consumer:
         if not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be a non-negative int, got {offset!r}")
         self._positions[tp] = offset
-        self._drop_buffered(tp)
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
         for tp in partitions or list(self._positions):
@@ -203,9 +201,6 @@ class Consumer:
         self._rescan()
         if tp not in self._positions:
             raise InvalidConfigError(f"{tp} is not assigned to this consumer")
-
-    def _drop_buffered(self, tp: TopicPartition) -> None:
-        self._buffer = [r for r in self._buffer if (r.topic, r.partition) != tp]
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: self._partition(TopicPartition(*tp)).log_start_offset for tp in partitions}
@@ -230,7 +225,6 @@ class Consumer:
         for tp in partitions:
             self._check_assigned(tp)
             self._paused.add(tp)
-            self._drop_buffered(tp)
 
     def resume(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
@@ -263,16 +257,24 @@ class Consumer:
             return out
         got = 0
         start = self._next_rr % len(parts)
+        self._next_rr += 1
         for tp in parts[start:] + parts[:start]:  # round robin: no partition starves the others
             if got >= limit:
                 break
-            recs = self._read(tp, limit - got)
+            try:
+                recs = self._read(tp, limit - got)
+            except UnknownTopicError:
+                if self._manual:
+                    raise
+                self._rescan(force=True)  # a subscribed topic was deleted: forget it
+                continue
             if recs:
                 out[tp] = recs
                 got += len(recs)
-                if update_offsets:
-                    self._positions[tp] = recs[-1].offset + 1
-        self._next_rr += 1
+        # Positions move only once every read succeeded: a poll that raises returns and skips nothing.
+        if update_offsets:
+            for tp, recs in out.items():
+                self._positions[tp] = recs[-1].offset + 1
         return out
 
     def _read(self, tp: TopicPartition, limit: int) -> list[ConsumerRecord]:
@@ -302,7 +304,7 @@ class Consumer:
             header_sizes: Iterable[int] = itertools.repeat(0, n)
         else:
             headers = cols.headers
-            header_sizes = [sum(len(k.encode()) + len(v) for k, v in h) for h in cols.headers]
+            header_sizes = [sum(len(k.encode()) + (0 if v is None else len(v)) for k, v in h) for h in cols.headers]
         return list(map(tuple.__new__, itertools.repeat(ConsumerRecord), zip(
             itertools.repeat(tp.topic, n), itertools.repeat(tp.partition, n), cols.offsets.tolist(),
             cols.timestamps.tolist(), cols.timestamp_types.tolist(), keys, values, headers,
@@ -325,45 +327,38 @@ class Consumer:
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records as they come, waiting for them; ends after ``consumer_timeout_ms`` without any.
 
-        A generator over whole polls (cheaper per record than ``next()``, which also works)."""
-        while self._buffer:
-            yield self._next_buffered()
+        A generator over whole polls. Positions move as records are handed out, and before each record
+        the generator checks that its partition is still assigned, not paused and not moved by a seek,
+        so a loop left early, a seek, pause or reassignment mid-loop never loses or repeats a record.
+        """
         timeout = self.config["consumer_timeout_ms"]
-        positions = self._positions
         while True:
             deadline = None if timeout == float("inf") else time.monotonic() + timeout / 1000
             while True:
                 step = 1000.0 if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
-                # Positions move as records are handed out, so a loop left early loses nothing.
                 batch = self.poll(timeout_ms=step, update_offsets=False)
                 if batch:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     return
+            starts = {tp: self._positions.get(tp) for tp in batch}
             for tp, recs in batch.items():
+                expected = starts[tp]
                 for rec in recs:
-                    positions[tp] = rec.offset + 1
+                    if self._positions.get(tp, -1) != expected or tp in self._paused:
+                        break  # sought, paused or unassigned since the poll: drop the rest
+                    expected = self._positions[tp] = rec.offset + 1
                     yield rec
-
-    def _next_buffered(self) -> ConsumerRecord:
-        rec = self._buffer.pop()
-        self._positions[TopicPartition(rec.topic, rec.partition)] = rec.offset + 1
-        return rec
 
     def __next__(self) -> ConsumerRecord:
         """The next record, waiting for one; ``StopIteration`` after ``consumer_timeout_ms`` without any."""
-        if not self._buffer:
-            timeout = self.config["consumer_timeout_ms"]
-            deadline = None if timeout == float("inf") else time.monotonic() + timeout / 1000
-            while not self._buffer:
-                step = 1000.0 if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
-                batch = self.poll(timeout_ms=step, update_offsets=False)
-                for recs in batch.values():
-                    self._buffer.extend(recs)
-                if not self._buffer and deadline is not None and time.monotonic() >= deadline:
-                    raise StopIteration
-            self._buffer.reverse()  # pop from the end: O(1) per record
-        return self._next_buffered()
+        if self._gen is None:
+            self._gen = self.__iter__()
+        try:
+            return next(self._gen)
+        except StopIteration:
+            self._gen = None  # the next call waits again, as kafka-python's does
+            raise
 
     # ------------------------------------------------------------------ the rest
 
@@ -380,7 +375,7 @@ class Consumer:
 
     def close(self, autocommit: bool = True) -> None:
         self._closed = True
-        self._buffer.clear()
+        self._gen = None
 
     def __enter__(self) -> "Consumer":
         return self

@@ -184,3 +184,45 @@ def test_leaving_an_iteration_early_loses_nothing(store):
     assert c.position(TopicPartition("t", 0)) == 8
     rest = [r.offset for recs in c.poll(max_records=100).values() for r in recs]
     assert rest == list(range(8, 50))
+
+
+def test_seek_pause_and_rescans_during_iteration(store):
+    _fill(store, "t", n=10)
+    tp = TopicPartition("t", 0)
+    c = store.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=100, metadata_max_age_ms=0)
+    seen = []
+    for rec in c:  # metadata_max_age_ms=0: the subscription is rescanned on every poll
+        seen.append(rec.offset)
+        if rec.offset == 5 and seen.count(5) == 1:
+            c.seek(tp, 0)
+    assert seen == [0, 1, 2, 3, 4, 5] + list(range(10))
+    c.seek(tp, 0)
+    seen = []
+    for rec in c:
+        seen.append(rec.offset)
+        if rec.offset == 2:
+            c.pause(tp)
+    assert seen == [0, 1, 2] and c.position(tp) == 3
+
+
+def test_a_poll_that_fails_on_one_partition_moves_no_position(store):
+    _fill(store, "t", partitions=2, n=10)
+    tp0, tp1 = TopicPartition("t", 0), TopicPartition("t", 1)
+    c = store.consumer(auto_offset_reset="none")
+    c.assign([tp0, tp1])
+    c.seek(tp0, 0)
+    c.seek(tp1, 0)
+    store.delete_records("t", 1, 5)
+    with pytest.raises(pylog.OffsetOutOfRangeError):
+        c.poll(max_records=100)
+    assert c.position(tp0) == 0
+
+
+def test_a_deleted_topic_leaves_a_pattern_subscription(store):
+    _fill(store, "ev-a", n=2)
+    _fill(store, "ev-b", n=2)
+    c = store.consumer(auto_offset_reset="earliest")
+    c.subscribe(pattern="ev-.*")
+    store.delete_topic("ev-b")
+    assert {tp.topic for tp in c.poll(max_records=100)} == {"ev-a"}
+    assert c.assignment() == {TopicPartition("ev-a", 0)}
