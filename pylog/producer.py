@@ -28,7 +28,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .errors import InvalidConfigError, InvalidRecordError, PylogError, RecordTooLargeError, StoreClosedError
+from .errors import (InvalidConfigError, InvalidRecordError, LogFailedError, PylogError, RecordTooLargeError,
+                     StoreClosedError)
 from .partitioner import DefaultPartitioner
 from .records import now_ms
 from .structs import RecordMetadata, TopicPartition
@@ -68,10 +69,22 @@ class ProducerTimeoutError(PylogError, TimeoutError):
     """A future's ``get(timeout)`` or ``flush(timeout)`` ran out of time (kafka-python's KafkaTimeoutError)."""
 
 
+def _check_headers(headers: Any) -> int:
+    """Validate ``[(str, bytes | None), ...]`` headers; returns their size."""
+    size = 0
+    for item in headers:
+        if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[0], str) or not (
+                item[1] is None or isinstance(item[1], (bytes, bytearray, memoryview))):
+            raise InvalidRecordError(f"headers must be (str, bytes) pairs, got {item!r}"[:200])
+        size += len(item[0]) + (0 if item[1] is None else len(item[1])) + 8
+    return size
+
+
 class _Accumulation:
     """The records sent to one topic since its last drain, and the completion state they share."""
 
     __slots__ = ("topic", "records", "values", "keys", "partitions", "timestamps", "headers", "nbytes", "first_at",
+                 "max_bytes",
                  "done", "error", "partition_errors", "offsets", "placed", "stamps", "callbacks", "_event")
 
     def __init__(self, topic: str) -> None:
@@ -85,6 +98,7 @@ class _Accumulation:
         self.timestamps: list[int | None] = []
         self.headers: list[Any] = []
         self.nbytes = 0
+        self.max_bytes = 1 << 62
         self.first_at = 0.0
         self.done = False
         self.error: BaseException | None = None  # the whole accumulation failed
@@ -105,9 +119,16 @@ class _Accumulation:
             self.records = []
 
     def complete(self, error: BaseException | None = None) -> None:
+        self.finish(error)
+        self.run_callbacks()
+
+    def finish(self, error: BaseException | None = None) -> None:
+        """Mark done (every get() returns from here on); callbacks run separately, outside any lock."""
         self.error = error
         self.done = True
         self._event.set()
+
+    def run_callbacks(self) -> None:
         callbacks, self.callbacks = self.callbacks, []
         for i, on_error, fn, args, kwargs in callbacks:
             _run_callback(self, i, on_error, fn, args, kwargs)
@@ -182,7 +203,7 @@ class FutureRecordMetadata:
         return RecordMetadata(
             acc.topic, partition, TopicPartition(acc.topic, partition), -1 if self._acks0 else int(acc.offsets[i]),
             acc.stamps[i], -1, None, -1 if key is None else len(key), -1 if value is None else len(value),
-            sum(len(k.encode()) + len(v) for k, v in headers) if headers else 0)
+            sum(len(k.encode()) + (0 if v is None else len(v)) for k, v in headers) if headers else 0)
 
     def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "FutureRecordMetadata":
         """Call ``fn(record_metadata, *args, **kwargs)`` when the record is appended (at once if it is)."""
@@ -279,11 +300,18 @@ class Producer:
             key = self._key_ser(key)
         if value is not None and self._value_ser is not None:
             value = self._value_ser(value)
-        size = _RECORD_OVERHEAD if value is None else len(value) + _RECORD_OVERHEAD
+        if value is None:
+            size = _RECORD_OVERHEAD
+        elif type(value) is bytes or isinstance(value, (bytearray, memoryview)):
+            size = len(value) + _RECORD_OVERHEAD
+        else:
+            raise InvalidRecordError(f"value must be bytes (or use value_serializer), got {type(value).__name__}")
         if key is not None:
+            if not (type(key) is bytes or isinstance(key, (bytearray, memoryview))):
+                raise InvalidRecordError(f"key must be bytes (or use key_serializer), got {type(key).__name__}")
             size += len(key)
         if headers:
-            size += sum(len(k) + len(v) + 8 for k, v in headers)
+            size += _check_headers(headers)
         if size > self._max_request:
             raise RecordTooLargeError(f"record of about {size} bytes exceeds max_request_size ({self._max_request})")
         if partition is not None or key is None:
@@ -292,6 +320,9 @@ class Producer:
             if self._closed:
                 raise StoreClosedError("producer is closed")
             acc = self._accs.get(topic) or self._new_accumulation(topic)
+            if size + 64 > acc.max_bytes:  # one record alone must fit the topic's max.message.bytes
+                raise RecordTooLargeError(f"record of about {size} bytes does not fit max.message.bytes "
+                                          f"({acc.max_bytes}) of {topic}")
             recs = acc.records
             i = len(recs)
             if i == 0:
@@ -299,9 +330,10 @@ class Producer:
             recs.append((value, key, partition, timestamp_ms, headers))
             acc.nbytes += size
             self._buffered += size
-        if self._sender_idle and (self._linger == 0 or acc.nbytes >= self._batch_size):
+        if acc.nbytes >= self._batch_size or (self._sender_idle and self._linger == 0):
             self._sender_idle = False
-            self._wake.set()
+            if not self._wake.is_set():
+                self._wake.set()
         if self._buffered >= self._buffer_memory:
             self._drain_all()  # back-pressure: the caller drains when the buffer is full
         return FutureRecordMetadata(acc, i, self._acks0)
@@ -316,8 +348,9 @@ class Producer:
             raise InvalidRecordError(f"{topic} is compacted: every record needs a key")
 
     def _new_accumulation(self, topic: str) -> _Accumulation:
-        self._store.topic(topic)  # raises UnknownTopicError now rather than in the drain
+        t = self._store.topic(topic)  # raises UnknownTopicError now rather than in the drain
         acc = self._accs[topic] = _Accumulation(topic)
+        acc.max_bytes = t.config["max.message.bytes"]
         return acc
 
     def flush(self, timeout: float | None = None) -> None:
@@ -341,7 +374,8 @@ class Producer:
             self.flush(timeout)
         finally:
             self._wake.set()
-            self._sender.join(timeout)
+            if threading.current_thread() is not self._sender:  # close() from a callback: no self-join
+                self._sender.join(timeout)
             with self._lock:
                 left = [a for a in self._accs.values() if a.records]
                 self._accs.clear()
@@ -407,8 +441,9 @@ class Producer:
                 self._append(acc)
             except BaseException as exc:
                 error = exc
-        # Completed outside the drain lock: a callback may send, flush or close.
-        acc.complete(error)
+            acc.finish(error)  # done before the lock goes: flush() relies on it
+        # Callbacks outside the drain lock: a callback may send, flush or close.
+        acc.run_callbacks()
         if error is not None and not isinstance(error, Exception):
             raise error
 
@@ -430,7 +465,6 @@ class Producer:
             cuts = np.flatnonzero(np.diff(placed[order])) + 1
             groups = [(int(placed[idx[0]]), idx) for idx in np.split(order, cuts)]
         for number, idx in groups:
-            part = topic.partition(number)
             if idx is None:
                 vals, keys, ts, hs = acc.values, acc.keys, stamps, acc.headers
             else:
@@ -444,6 +478,7 @@ class Producer:
                 seq = self._sequences.get((acc.topic, number), 0)
                 producer = (self._producer_id, self._epoch, seq)
             try:
+                part = topic.partition(number)
                 first = self._append_with_retries(part, vals, keys if any(k is not None for k in keys) else None,
                                                   ts, hs if any(hs) else None, producer, compression)
             except Exception as exc:
@@ -451,9 +486,8 @@ class Producer:
                 # numbers must not be reused for other records: start a new epoch, whose sequences start
                 # again at 0 on every partition (Kafka's producer bumps its epoch likewise, KIP-360).
                 acc.partition_errors[number] = exc
-                if producer is not None:
-                    self._epoch += 1
-                    self._sequences.clear()
+                if producer is not None and isinstance(exc, (OSError, LogFailedError)):
+                    self._new_epoch()
                 continue
             if producer is not None:
                 self._sequences[(acc.topic, number)] = (producer[2] + len(vals)) % (1 << 31)
@@ -472,6 +506,14 @@ class Producer:
         # Sticky partitioning: a completed batch moves key-less records on to another partition.
         for number in set(placed[[k is None and p is None for k, p in zip(acc.keys, acc.partitions)]].tolist()):
             self._default_partitioner.on_new_batch(acc.topic, number, all_parts)
+
+    def _new_epoch(self) -> None:
+        """After a failure that may have written part of a call: never reuse its sequence numbers."""
+        self._sequences.clear()
+        self._epoch += 1
+        if self._epoch > 0x7FFF:  # the header's epoch is an int16: start over under a new producer id
+            self._producer_id = self._store.new_producer_id()
+            self._epoch = 0
 
     def _append_with_retries(self, part: Any, vals: list, keys: list | None, ts: list, hs: list | None,
                              producer: tuple[int, int, int] | None, compression: str | None) -> int:

@@ -227,3 +227,21 @@ def test_callbacks_may_send_and_flush(store):
         producer.flush()
     assert len(forwarded) == 20 and all(f.get(10).offset >= 0 for f in forwarded)
     assert store.topic("t").partition(0).log_end_offset == 40
+
+
+def test_bad_records_are_refused_at_send_and_spoil_nothing(tmp_path):
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        store.create_topic("t", config={"max.message.bytes": 1000})
+        with store.producer(linger_ms=60_000) as producer:
+            good = producer.send("t", b"ok", headers=[("h", None)])
+            with pytest.raises(pylog.InvalidRecordError):
+                producer.send("t", "not bytes")
+            with pytest.raises(pylog.InvalidRecordError):
+                producer.send("t", b"v", key="not bytes")
+            with pytest.raises(pylog.InvalidRecordError):
+                producer.send("t", b"v", headers=[("h", "not bytes")])
+            with pytest.raises(pylog.RecordTooLargeError):
+                producer.send("t", b"x" * 2000)  # under max_request_size, over the topic's limit
+            producer.flush()
+            assert good.get(0).offset == 0 and good.get(0).serialized_header_size == 1
+        assert [r.value for r in _records(store, "t")] == [b"ok"]
