@@ -21,7 +21,7 @@ from enum import IntEnum
 from typing import Sequence, TextIO
 
 from . import __version__
-from .errors import PylogError
+from .errors import PartitionLockedError, PylogError
 from .filenames import STORE_FILE
 from .log import Store
 
@@ -78,14 +78,29 @@ def _retention(store: Store, topic: str | None, out: TextIO) -> ExitCode:
 
 
 def _compact(store: Store, topic: str, partition: int | None, out: TextIO) -> ExitCode:
-    for r in store.compact(topic, partition):
+    numbers = [partition] if partition is not None else range(store.topic(topic).num_partitions)
+    locked = 0
+    for number in numbers:
+        try:
+            [r] = store.compact(topic, number)
+        except PartitionLockedError:
+            locked += 1
+            print(f"{topic}-{number}: locked by another writer, skipped", file=out)
+            continue
         if r.skipped:
             print(f"{r.topic}-{r.partition}: skipped: {r.skipped}", file=out)
         else:
             print(f"{r.topic}-{r.partition}: read {r.records_read} records, kept {r.records_written}, removed "
                   f"{r.records_removed} ({r.tombstones_removed} tombstones); segments {r.segments_before} -> "
                   f"{r.segments_after}; {r.seconds:.2f} s", file=out)
-    return ExitCode.OK
+    return ExitCode.OK if not locked else ExitCode.PROBLEMS
+
+
+def _non_negative(text: str) -> int:
+    value = int(text)
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text} is negative")
+    return value
 
 
 def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
@@ -109,8 +124,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     d = sub.add_parser("delete-records", help="delete the records below OFFSET (Kafka's DeleteRecords)")
     d.add_argument("store")
     d.add_argument("topic")
-    d.add_argument("partition", type=int)
-    d.add_argument("offset", type=int)
+    d.add_argument("partition", type=_non_negative)
+    d.add_argument("offset", type=_non_negative)
     args = parser.parse_args(argv)
     if not os.path.isfile(os.path.join(args.store, STORE_FILE)):  # never create a store by looking at it
         print(f"pylog: {args.store} is not a pylog store (no {STORE_FILE})", file=sys.stderr)

@@ -763,6 +763,8 @@ class Partition:
         """
         if not isinstance(before_offset, int) or isinstance(before_offset, bool):
             raise TypeError(f"before_offset must be an int, got {type(before_offset).__name__}")
+        if before_offset < 0:
+            raise ValueError(f"before_offset must be >= 0, got {before_offset}")
         with self.maintenance_lock, self._lock:
             self._ensure_writer_locked()
             end = self._segments[-1].next_offset

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 import pylog
 from pylog.__main__ import ExitCode, main
 from pylog.records import HEADER_SIZE
@@ -67,5 +69,11 @@ def test_maintenance_commands(tmp_path, capsys):
         out = io.StringIO()
         assert main(["retention", str(tmp_path), "d"], out) == ExitCode.PROBLEMS
         assert "locked by another writer" in out.getvalue()
+        store.topic("c").partition(0).append_values([b"z"], keys=[b"k"])
+        out = io.StringIO()
+        assert main(["compact", str(tmp_path), "c"], out) == ExitCode.PROBLEMS
+        assert "c-0: locked by another writer" in out.getvalue()
     assert main(["delete-records", str(tmp_path), "c", "0", "99999"]) == ExitCode.ERROR
-    assert "ends at 200" in capsys.readouterr().err
+    assert "ends at 201" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        main(["delete-records", str(tmp_path), "c", "0", "-3"])
