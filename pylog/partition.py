@@ -552,11 +552,16 @@ class Partition:
             # only the rest.
             encoded = self._encode_runs(first, bounds, n, vlens, vparts, klens, kparts, timestamps, headers,
                                         contiguous, producer, compression)
-            for parts, h in encoded:
-                self._write_batch(parts, h)
-                if producer is not None:
-                    state.rebuild([h])
-            self._after_append(n)
+            written = 0
+            try:
+                for parts, h in encoded:
+                    self._write_batch(parts, h)
+                    written += h.record_count
+                    if producer is not None:
+                        state.rebuild([h])
+            finally:
+                if written:  # batches that landed before an error still count and wake readers
+                    self._after_append(written)
         return first if earlier is None else earlier
 
     def _producer_state(self) -> ProducerState:
@@ -923,9 +928,10 @@ class Partition:
                 continue
             if seg.max_timestamp < timestamp:
                 continue
-            found = seg.offset_for_timestamp(timestamp, seg.size)
+            # Only offsets from the log start count: one below it may have the earliest matching timestamp.
+            found = seg.offset_for_timestamp(timestamp, seg.size, self._log_start)
             if found is not None:
-                return max(found, self._log_start)
+                return found
         return None
 
     # ------------------------------------------------------------------ checks and lifecycle

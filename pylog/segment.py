@@ -436,13 +436,13 @@ class Segment:
         starts = {fpos for fpos, _ in self.batch_headers()}
         return all(p in starts for p in oi.entries()[1].tolist())
 
-    def offset_for_timestamp(self, timestamp: int, end: int | None = None) -> int | None:
-        """First offset in this segment whose record timestamp is >= ``timestamp``, or None."""
+    def offset_for_timestamp(self, timestamp: int, end: int | None = None, min_offset: int = 0) -> int | None:
+        """First offset >= ``min_offset`` in this segment whose record timestamp is >= ``timestamp``, or None."""
         end = self.size if end is None else end
         oi, ti = self._indexes()
         rel = ti.lookup(timestamp)
         pos = oi.lookup(rel)[1]
-        start = self.base_offset + rel
+        start = max(self.base_offset + rel, min_offset)
         for fpos, h, buf, p in self._scan(pos, end, _MIN_CHUNK, tolerate_tail=False):
             if h.next_offset <= start or h.max_timestamp < timestamp:
                 # As in read(): never skip on the word of a damaged header.
