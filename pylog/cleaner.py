@@ -25,7 +25,7 @@ import traceback
 from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
-from .compaction import CleanerStoppedError, CleanResult, clean_partition, cleanable_range
+from .compaction import CleanerStoppedError, CleanResult, clean_partition
 from .errors import CleanerError, StoreClosedError
 from .retention import RetentionResult
 
@@ -221,6 +221,3 @@ class Cleaner:
             key = f"{p.topic}-{p.number}"
             self._record_error(f"{what} of {key}", exc, key)
             log.error("pylog cleaner: %s of %s failed; skipping the partition from now on", what, key, exc_info=exc)
-
-    def dirty_ratio(self, p: "Partition") -> float:
-        return cleanable_range(p).dirty_ratio

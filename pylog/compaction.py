@@ -53,6 +53,7 @@ from .errors import CorruptRecordError, PylogError
 from .fileio import atomic_write, fsync_dir
 from .filenames import (CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
                         SWAP_MANIFEST_FILE, SWAP_SUFFIX, TIMEINDEX_SUFFIX, segment_path)
+from .index import OffsetIndex
 from .records import BatchView, crc32c, encode_parts, now_ms
 from .segment import Segment
 
@@ -710,7 +711,6 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     to_clean = [s for s in candidates if s.base_offset < end]
     bounds = [segs[i + 1].base_offset for i in range(len(to_clean))]
     index_args = partition._new_segment_args()
-    from .index import OffsetIndex
     capacity = OffsetIndex.capacity_for(index_args[0])
     drms = cfg["delete.retention.ms"]
     # Every key of [first_dirty, end) is in the map, so a record there survives exactly when the map

@@ -27,7 +27,7 @@ from .fileio import atomic_write, fsync_dir
 from .filenames import STORE_FILE, TOPIC_FILE, valid_topic_name
 from .records import crc32c
 from .cleaner import Cleaner, CleanerStatus
-from .compaction import CleanResult, clean_partition
+from .compaction import CleanResult, clean_partition, cleanable_range
 from .partition import Partition
 from .retention import RetentionResult
 from .topic import Topic, read_topic_file, write_topic_file
@@ -273,7 +273,7 @@ class Store:
         for p in self._open_partitions():
             if p.is_writer and p.config.compact:
                 try:
-                    st.dirty_ratios[f"{p.topic}-{p.number}"] = self._cleaner.dirty_ratio(p)
+                    st.dirty_ratios[f"{p.topic}-{p.number}"] = cleanable_range(p).dirty_ratio
                 except Exception:  # a status call must not fail on one odd partition
                     continue
         return st

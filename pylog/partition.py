@@ -816,12 +816,6 @@ class Partition:
                 raise AssertionError("compaction swap does not match the segment list")
             self._set_segments(segs[:i] + ([new] if new is not None else []) + segs[i + len(old):])
 
-    def touch_checkpoint(self) -> None:
-        """Rewrite the checkpoint so that readers in other processes re-check their segments' identity."""
-        with self._lock:
-            if self._lock_fd is not None:
-                self._write_checkpoint()
-
     # ------------------------------------------------------------------ reading
 
     def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
