@@ -468,6 +468,7 @@ class CleanableRange:
     clean_bytes: int
     dirty_bytes: int
     overdue: bool  # max.compaction.lag.ms exceeded
+    checkpoint: CleanerCheckpoint  # as read for this range; the cleaning passes update it
 
     @property
     def dirty_ratio(self) -> float:
@@ -519,7 +520,7 @@ def cleanable_range(partition: "Partition", now: int | None = None) -> Cleanable
             dirty += seg.size - split
             if seg.size and seg.max_timestamp >= 0 and now - seg.max_timestamp > max_lag:
                 overdue = True
-    return CleanableRange(first_dirty, uncleanable, clean, dirty, overdue)
+    return CleanableRange(first_dirty, uncleanable, clean, dirty, overdue, cp)
 
 
 #: (the batch's stored bytes, its checked view)
@@ -551,26 +552,19 @@ def _blocks(segs: list[Segment], start: int, stop: int, chunk: int) -> Iterator[
         yield block
 
 
-@dataclass
 class _Columns:
-    offsets: np.ndarray
-    key_lengths: np.ndarray
-    value_lengths: np.ndarray
-    hi: np.ndarray
-    lo: np.ndarray
-    counts: np.ndarray  # records per batch of the block
+    """The offsets, key and value lengths of a block's records, concatenated once; digests on demand."""
 
+    def __init__(self, block: list[_Batch]) -> None:
+        self.views = views = [v for _, v in block]
+        self.counts = np.fromiter((v.header.record_count for v in views), np.int64, len(views))  # per batch
+        self.offsets = np.concatenate([v.offsets() for v in views])
+        self.key_lengths = np.concatenate([v.key_lengths if v.key_lengths is not None
+                                           else np.full(v.header.record_count, -1, np.int32) for v in views])
+        self.value_lengths = np.concatenate([v.value_lengths for v in views])
 
-def _block_columns(block: list[_Batch], seed: tuple[int, int]) -> _Columns:
-    views = [v for _, v in block]
-    counts = np.fromiter((v.header.record_count for v in views), np.int64, len(views))
-    offsets = np.concatenate([v.offsets() for v in views])
-    klens = np.concatenate([v.key_lengths if v.key_lengths is not None
-                            else np.full(v.header.record_count, -1, np.int32) for v in views])
-    vlens = np.concatenate([v.value_lengths for v in views])
-    kdata = b"".join(v._key_data for v in views)
-    hi, lo = key_digests(klens, kdata, seed)
-    return _Columns(offsets, klens, vlens, hi, lo, counts)
+    def digests(self, seed: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+        return key_digests(self.key_lengths, b"".join(v._key_data for v in self.views), seed)
 
 
 def _gather(data: memoryview, lengths: np.ndarray, keep: np.ndarray) -> list:
@@ -657,8 +651,8 @@ def clean_partition(partition: "Partition", buffer_bytes: int, now: int | None =
             # tombstones whose delete.retention.ms has passed.
             first_dirty = rng.first_dirty
             while True:
-                first_dirty = _clean_pass(partition, buffer_bytes, now, first_dirty, rng.uncleanable, result,
-                                          should_stop or (lambda: False))
+                first_dirty = _clean_pass(partition, buffer_bytes, now, first_dirty, rng.uncleanable, rng.checkpoint,
+                                          result, should_stop or (lambda: False))
                 result.passes += 1
                 if first_dirty >= rng.uncleanable:
                     break
@@ -668,8 +662,9 @@ def clean_partition(partition: "Partition", buffer_bytes: int, now: int | None =
 
 
 def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty: int, uncleanable: int,
-                result: CleanResult, should_stop: Callable[[], bool]) -> int:
-    """One map-and-rewrite pass; returns the offset it cleaned up to (the next first dirty offset)."""
+                ccp: CleanerCheckpoint, result: CleanResult, should_stop: Callable[[], bool]) -> int:
+    """One map-and-rewrite pass; returns the offset it cleaned up to (the next first dirty offset).
+    Records the pass in ``ccp`` and writes it."""
     directory = partition.directory
     cfg = partition.config
     segs = partition.segments
@@ -684,9 +679,10 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     for block in _blocks(dirty_segs, first_dirty, uncleanable, chunk):
         if should_stop():
             raise CleanerStoppedError("store closing")
-        cols = _block_columns(block, seed)
+        cols = _Columns(block)
+        hi, lo = cols.digests(seed)
         m = (cols.offsets >= first_dirty) & (cols.offsets < uncleanable)
-        if omap.add(cols.hi[m], cols.lo[m], cols.offsets[m]):
+        if omap.add(hi[m], lo[m], cols.offsets[m]):
             continue
         # The block does not fit: add its batches one at a time; the pass ends before the first that
         # does not fit, and records from there on are kept as they are (the next pass maps them).
@@ -694,7 +690,7 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
         for b in range(len(block)):
             sl = slice(int(starts[b]), int(starts[b + 1]))
             mb = m[sl]
-            if not omap.add(cols.hi[sl][mb], cols.lo[sl][mb], cols.offsets[sl][mb]):
+            if not omap.add(hi[sl][mb], lo[sl][mb], cols.offsets[sl][mb]):
                 end = max(block[b][1].header.base_offset, first_dirty)
                 full = True
                 break
@@ -706,7 +702,6 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     result.map_bytes = max(result.map_bytes, omap.nbytes)
 
     # --- rewrite every segment from the log start through the one holding end - 1
-    ccp = read_cleaner_checkpoint(directory)
     ccp.reached(end, now, partition.log_start_offset)
     to_clean = [s for s in candidates if s.base_offset < end]
     bounds = [segs[i + 1].base_offset for i in range(len(to_clean))]
@@ -789,11 +784,8 @@ def _clean_block(block: list[_Batch], out: Segment, omap: OffsetMap, kept_offset
                  seed: tuple[int, int], first_dirty: int, end: int, ccp: CleanerCheckpoint, now: int, drms: int,
                  result: CleanResult, removed: list[int]) -> None:
     """Decide record by record for a run of batches, and append what survives to ``out``."""
-    views = [v for _, v in block]
-    offs = np.concatenate([v.offsets() for v in views])
-    klens = np.concatenate([v.key_lengths if v.key_lengths is not None
-                            else np.full(v.header.record_count, -1, np.int32) for v in views])
-    vlens = np.concatenate([v.value_lengths for v in views])
+    cols = _Columns(block)
+    offs, klens, vlens = cols.offsets, cols.key_lengths, cols.value_lengths
     cleaned = offs < end
     keep = np.ones(len(offs), bool)
     dirty = cleaned & (offs >= first_dirty)
@@ -803,7 +795,7 @@ def _clean_block(block: list[_Batch], out: Segment, omap: OffsetMap, kept_offset
     clean = offs < first_dirty
     if clean.any() and len(omap):
         # The clean section: a record goes when the map holds a later offset for its key.
-        hi, lo = key_digests(klens, b"".join(v._key_data for v in views), seed)
+        hi, lo = cols.digests(seed)
         keep &= ~(clean & (omap.latest(hi, lo) > offs))
     keyless = cleaned & (klens < 0)
     keep &= ~keyless
