@@ -18,8 +18,7 @@ import struct
 from dataclasses import dataclass
 
 from .errors import CorruptRecordError
-from .fileio import atomic_write
-from .records import crc32c
+from .fileio import read_checked, write_checked
 
 __all__ = ["Checkpoint", "read_checkpoint", "write_checkpoint"]
 
@@ -41,15 +40,11 @@ class Checkpoint:
 
 def read_checkpoint(path: str) -> Checkpoint | None:
     """The checkpoint at ``path``, or None when there is none yet."""
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(64)
-    except FileNotFoundError:
+    raw = read_checked(path, 64, "checkpoint")
+    if raw is None:
         return None
-    if len(raw) != _LAYOUT.size + 4:
-        raise CorruptRecordError(f"checkpoint has {len(raw)} bytes", path, 0)
-    if struct.unpack_from("<I", raw, _LAYOUT.size)[0] != crc32c(raw[:_LAYOUT.size]):
-        raise CorruptRecordError("checkpoint checksum mismatch", path, 0)
+    if len(raw) != _LAYOUT.size:
+        raise CorruptRecordError(f"checkpoint has {len(raw) + 4} bytes", path, 0)
     magic, version, flags, recovery_point, log_start, generation = _LAYOUT.unpack_from(raw)
     if magic != _MAGIC or version != _VERSION:
         raise CorruptRecordError(f"bad checkpoint magic/version {magic!r}/{version}", path, 0)
@@ -61,6 +56,6 @@ def read_checkpoint(path: str) -> Checkpoint | None:
 def write_checkpoint(path: str, cp: Checkpoint, durable: bool = True) -> None:
     raw = _LAYOUT.pack(_MAGIC, _VERSION, _CLEAN if cp.clean else 0, cp.recovery_point, cp.log_start_offset,
                        cp.swap_generation)
-    atomic_write(path, raw + struct.pack("<I", crc32c(raw)), durable=durable)
+    write_checked(path, raw, durable=durable)
 
 

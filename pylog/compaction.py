@@ -50,11 +50,11 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 import numpy as np
 
 from .errors import CorruptRecordError, PylogError
-from .fileio import atomic_write, fsync_dir
+from .fileio import fsync_dir, read_checked, write_checked
 from .filenames import (CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
                         SWAP_MANIFEST_FILE, SWAP_SUFFIX, TIMEINDEX_SUFFIX, segment_path)
 from .index import OffsetIndex
-from .records import BatchView, crc32c, encode_parts, now_ms
+from .records import BatchView, encode_parts, now_ms
 from .segment import Segment
 
 if TYPE_CHECKING:
@@ -298,9 +298,9 @@ class CleanerCheckpoint:
         self.horizons = hz
 
     def encode(self) -> bytes:
-        raw = _CP_HEAD.pack(_CP_MAGIC, _CP_VERSION, len(self.horizons), 0) + b"".join(
+        """The file's body (:func:`~pylog.fileio.write_checked` adds the CRC)."""
+        return _CP_HEAD.pack(_CP_MAGIC, _CP_VERSION, len(self.horizons), 0) + b"".join(
             struct.pack("<qq", e, t) for e, t in self.horizons)
-        return raw + struct.pack("<I", crc32c(raw))
 
 
 def read_cleaner_checkpoint(directory: str) -> CleanerCheckpoint:
@@ -308,31 +308,27 @@ def read_cleaner_checkpoint(directory: str) -> CleanerCheckpoint:
     next cleaning start over and tombstones live longer, never lose data)."""
     path = os.path.join(directory, CLEANER_CHECKPOINT_FILE)
     try:
-        with open(path, "rb") as f:
-            raw = f.read(_CP_HEAD.size + 16 * _MAX_HORIZONS + 4 + 1)
-    except FileNotFoundError:
-        return CleanerCheckpoint()
-    try:
-        if len(raw) < _CP_HEAD.size + 4:
+        raw = read_checked(path, _CP_HEAD.size + 16 * _MAX_HORIZONS + 4 + 1, "cleaner checkpoint")
+        if raw is None:
+            return CleanerCheckpoint()
+        if len(raw) < _CP_HEAD.size:
             raise ValueError("truncated")
         magic, version, count, _ = _CP_HEAD.unpack_from(raw)
         if magic != _CP_MAGIC or version != _CP_VERSION or count > _MAX_HORIZONS:
             raise ValueError("bad magic/version/count")
-        if len(raw) != _CP_HEAD.size + 16 * count + 4:
+        if len(raw) != _CP_HEAD.size + 16 * count:
             raise ValueError("bad length")
-        if struct.unpack_from("<I", raw, len(raw) - 4)[0] != crc32c(raw[:-4]):
-            raise ValueError("checksum mismatch")
         hz = [struct.unpack_from("<qq", raw, _CP_HEAD.size + 16 * i) for i in range(count)]
         if any(hz[i][0] >= hz[i + 1][0] for i in range(len(hz) - 1)) or any(e < 0 for e, _ in hz):
             raise ValueError("horizons out of order")
-    except (ValueError, struct.error) as exc:
+    except (ValueError, struct.error, CorruptRecordError) as exc:
         log.warning("%s: ignoring damaged cleaner checkpoint (%s); the next cleaning starts over", path, exc)
         return CleanerCheckpoint()
     return CleanerCheckpoint([(int(e), int(t)) for e, t in hz])
 
 
 def _write_cleaner_checkpoint(directory: str, cp: CleanerCheckpoint) -> None:
-    atomic_write(os.path.join(directory, CLEANER_CHECKPOINT_FILE), cp.encode())
+    write_checked(os.path.join(directory, CLEANER_CHECKPOINT_FILE), cp.encode())
 
 
 # ---------------------------------------------------------------------------------------------- swap
@@ -347,19 +343,17 @@ Swap = list[tuple[int, list[int]]]
 def _write_manifest(directory: str, groups: Swap) -> None:
     raw = _MANIFEST.pack(_MANIFEST_MAGIC, 1, 0, len(groups)) + b"".join(
         _GROUP.pack(new, len(old)) + struct.pack(f"<{len(old)}q", *old) for new, old in groups)
-    atomic_write(os.path.join(directory, SWAP_MANIFEST_FILE), raw + struct.pack("<I", crc32c(raw)))
+    write_checked(os.path.join(directory, SWAP_MANIFEST_FILE), raw)
 
 
 def _read_manifest(directory: str) -> Swap | None:
     path = os.path.join(directory, SWAP_MANIFEST_FILE)
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(1 << 26)
-    except FileNotFoundError:
+    # Written atomically, so a manifest is whole or absent; damage is not ours to guess around.
+    raw = read_checked(path, 1 << 26, "compaction swap manifest")
+    if raw is None:
         return None
-    # atomic_write means a manifest is whole or absent; damage is not ours to guess around.
-    if len(raw) < _MANIFEST.size + 4 or struct.unpack_from("<I", raw, len(raw) - 4)[0] != crc32c(raw[:-4]):
-        raise CorruptRecordError("compaction swap manifest is damaged", path, 0)
+    if len(raw) < _MANIFEST.size:
+        raise CorruptRecordError("compaction swap manifest is truncated", path, 0)
     magic, version, _, count = _MANIFEST.unpack_from(raw)
     if magic != _MANIFEST_MAGIC or version != 1:
         raise CorruptRecordError("not a pylog compaction swap manifest", path, 0)
@@ -373,7 +367,7 @@ def _read_manifest(directory: str) -> Swap | None:
             pos += 8 * k
     except struct.error:
         raise CorruptRecordError("compaction swap manifest is truncated", path, pos) from None
-    if pos != len(raw) - 4:
+    if pos != len(raw):
         raise CorruptRecordError("compaction swap manifest has trailing bytes", path, pos)
     return groups
 

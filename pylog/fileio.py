@@ -7,11 +7,14 @@ old content or wholly the new one (write temp, fsync, rename, fsync the director
 from __future__ import annotations
 
 import os
+import struct
 import threading
 
+from .errors import CorruptRecordError
 from .filenames import TMP_SUFFIX
+from .records import crc32c
 
-__all__ = ["fsync_dir", "atomic_write", "write_all"]
+__all__ = ["fsync_dir", "atomic_write", "write_all", "write_checked", "read_checked"]
 
 
 def fsync_dir(directory: str) -> None:
@@ -49,3 +52,22 @@ def atomic_write(path: str, data: bytes, durable: bool = True) -> None:
     os.replace(tmp, path)
     if durable:
         fsync_dir(os.path.dirname(path) or ".")
+
+
+def write_checked(path: str, body: bytes, durable: bool = True) -> None:
+    """:func:`atomic_write` ``body`` followed by its CRC-32C (little-endian uint32): the framing of every
+    small metadata file (checkpoints, manifests, snapshots)."""
+    atomic_write(path, body + struct.pack("<I", crc32c(body)), durable=durable)
+
+
+def read_checked(path: str, limit: int, what: str) -> bytes | None:
+    """The body of a file written by :func:`write_checked` (at most ``limit`` bytes read), or None when
+    there is no file. :raises CorruptRecordError: when its checksum does not match."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(limit)
+    except FileNotFoundError:
+        return None
+    if len(raw) < 4 or struct.unpack_from("<I", raw, len(raw) - 4)[0] != crc32c(raw[:-4]):
+        raise CorruptRecordError(f"{what} checksum mismatch", path, 0)
+    return raw[:-4]

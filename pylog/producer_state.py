@@ -36,8 +36,7 @@ from typing import Any, Iterable
 import msgpack
 
 from .errors import CorruptRecordError, OutOfOrderSequenceError, ProducerFencedError
-from .fileio import atomic_write
-from .records import crc32c
+from .fileio import read_checked, write_checked
 
 __all__ = ["ProducerState", "ProducerEntry", "BATCHES_KEPT", "SNAPSHOT_FILE", "DUPLICATE"]
 
@@ -138,7 +137,7 @@ class ProducerState:
         body = msgpack.packb({"offset": offset, "producers": [
             [pid, e.epoch, e.last_timestamp, [list(b) for b in e.batches]] for pid, e in self.producers.items()]})
         raw = _HEAD.pack(_MAGIC, _VERSION, 0) + body
-        atomic_write(os.path.join(directory, SNAPSHOT_FILE), raw + struct.pack("<I", crc32c(raw)))
+        write_checked(os.path.join(directory, SNAPSHOT_FILE), raw)
 
     @classmethod
     def read_snapshot(cls, directory: str) -> tuple["ProducerState", int] | None:
@@ -147,18 +146,16 @@ class ProducerState:
         :raises CorruptRecordError: when it is damaged (the caller rebuilds from further back).
         """
         path = os.path.join(directory, SNAPSHOT_FILE)
-        try:
-            with open(path, "rb") as f:
-                raw = f.read(64 << 20)
-        except FileNotFoundError:
+        raw = read_checked(path, 64 << 20, "producer snapshot")
+        if raw is None:
             return None
-        if len(raw) < _HEAD.size + 4 or struct.unpack_from("<I", raw, len(raw) - 4)[0] != crc32c(raw[:-4]):
-            raise CorruptRecordError("producer snapshot checksum mismatch", path, 0)
+        if len(raw) < _HEAD.size:
+            raise CorruptRecordError("producer snapshot is truncated", path, 0)
         magic, version, _ = _HEAD.unpack_from(raw)
         if magic != _MAGIC or version != _VERSION:
             raise CorruptRecordError(f"bad producer snapshot magic/version {magic!r}/{version}", path, 0)
         try:
-            doc = msgpack.unpackb(raw[_HEAD.size:-4], strict_map_key=False)
+            doc = msgpack.unpackb(raw[_HEAD.size:], strict_map_key=False)
             state = cls()
             for pid, epoch, ts, batches in doc["producers"]:
                 state.producers[int(pid)] = ProducerEntry(
