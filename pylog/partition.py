@@ -34,7 +34,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence, TypeVar
 
 import numpy as np
 
@@ -63,6 +63,7 @@ _RECORD_OVERHEAD = 16
 _MAX_RELATIVE = 0xFFFFFFFF
 #: How often a read retries after segments vanished under it before giving up.
 _READ_RETRIES = 8
+_T = TypeVar("_T")
 _SEQ_MOD = 1 << 31
 #: Polling interval bounds of a reader waiting for another process's appends (seconds).
 _POLL_MIN, _POLL_MAX = 0.0002, 0.005
@@ -823,16 +824,19 @@ class Partition:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
         if max_records <= 0:
             return []
+        return self._on_current_view(f"a read at offset {offset}", self._slices_once, offset, max_records,
+                                     max_bytes, verify)
+
+    def _on_current_view(self, what: str, read: Callable[..., _T], *args: Any) -> _T:
+        """Run ``read`` over the current segment view; when retention or compaction deleted or replaced a
+        segment of it before it was opened, take a new view and run it again."""
         for _ in range(_READ_RETRIES):
             try:
-                return self._slices_once(offset, max_records, max_bytes, verify)
+                return read(*args)
             except FileNotFoundError as exc:
-                # Retention or compaction deleted or replaced a segment of our snapshot before we opened
-                # it: look again (a writer's view is already new; a reader re-lists the directory).
                 last = exc
                 self._retry_wait()
-        raise LogFailedError(f"{self.topic}-{self.number}: segments kept changing under a read at offset "
-                             f"{offset} ({last})")
+        raise LogFailedError(f"{self.topic}-{self.number}: segments kept changing under {what} ({last})")
 
     def _slices_once(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
         segs, bases = self._view
@@ -895,14 +899,10 @@ class Partition:
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None if there is none."""
-        for _ in range(_READ_RETRIES):
-            try:
-                return self._offset_for_timestamp_once(timestamp)
-            except FileNotFoundError:  # a segment went or was replaced: look again, as reads do
-                self._retry_wait()
-        raise LogFailedError(f"{self.topic}-{self.number}: segments kept changing under a time lookup")
+        return self._on_current_view("a time lookup", self._offset_for_timestamp_once, timestamp)
 
     def _retry_wait(self) -> None:
+        """A new view: a writer's is already swapped (wait out a swap in progress); a reader re-lists."""
         if self._closed:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
         if self._lock_fd is not None:
