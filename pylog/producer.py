@@ -31,7 +31,7 @@ import numpy as np
 from .errors import (InvalidConfigError, InvalidRecordError, LogFailedError, PylogError, RecordTooLargeError,
                      StoreClosedError)
 from .partitioner import DefaultPartitioner
-from .records import now_ms
+from .records import _column, now_ms
 from .structs import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
@@ -451,9 +451,10 @@ class Producer:
         topic = self._store.topic(acc.topic)
         n = len(acc.values)
         all_parts = list(range(topic.num_partitions))
-        placed = self._place(acc, all_parts)
+        placed, sticky = self._place(acc, all_parts)
         now = now_ms()
-        stamps = [now if t is None else t for t in acc.timestamps]
+        # list.count and list repetition run in C: no Python step per record in the common case.
+        stamps = [now] * n if acc.timestamps.count(None) == n else [now if t is None else t for t in acc.timestamps]
         offsets = np.empty(n, np.int64)
         compression = None if self.config["compression_type"] in (None, "none") else "lz4"
         touched = []
@@ -479,7 +480,7 @@ class Producer:
                 producer = (self._producer_id, self._epoch, seq)
             try:
                 part = topic.partition(number)
-                first = self._append_with_retries(part, vals, keys if any(k is not None for k in keys) else None,
+                first = self._append_with_retries(part, vals, keys if keys.count(None) != len(keys) else None,
                                                   ts, hs if any(hs) else None, producer, compression)
             except Exception as exc:
                 # Only this partition's records fail. Some of them may have landed, so their sequence
@@ -504,8 +505,9 @@ class Producer:
                     acc.partition_errors[part.number] = exc
         acc.offsets, acc.placed, acc.stamps = offsets, placed, stamps
         # Sticky partitioning: a completed batch moves key-less records on to another partition.
-        for number in set(placed[[k is None and p is None for k, p in zip(acc.keys, acc.partitions)]].tolist()):
-            self._default_partitioner.on_new_batch(acc.topic, number, all_parts)
+        if sticky is not None:
+            for number in set(placed[sticky].tolist()):
+                self._default_partitioner.on_new_batch(acc.topic, number, all_parts)
 
     def _new_epoch(self) -> None:
         """After a failure that may have written part of a call: never reuse its sequence numbers."""
@@ -532,12 +534,13 @@ class Producer:
                             attempt, self._retries, exc_info=True)
                 time.sleep(self._retry_backoff)
 
-    def _place(self, acc: _Accumulation, all_parts: list[int]) -> np.ndarray:
-        """The partition of every record of the accumulation."""
+    def _place(self, acc: _Accumulation, all_parts: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
+        """The partition of every record of the accumulation, and which of them went to the sticky
+        partition (None when a custom partitioner placed them)."""
         n = len(acc.values)
         explicit = acc.partitions
         placed = np.full(n, -1, np.int32)
-        if any(p is not None for p in explicit):
+        if explicit.count(None) != n:
             for i, p in enumerate(explicit):
                 if p is not None:
                     if not isinstance(p, int) or not 0 <= p < len(all_parts):
@@ -545,13 +548,18 @@ class Producer:
                     placed[i] = p
         todo = np.flatnonzero(placed < 0)
         if not len(todo):
-            return placed
+            return placed, None
         if self._partitioner is not None:
             for i in todo.tolist():
                 placed[i] = self._partitioner(acc.keys[i], all_parts, all_parts)
-            return placed
+            return placed, None
         keys = [acc.keys[i] for i in todo.tolist()] if len(todo) != n else acc.keys
-        lengths = np.fromiter((-1 if k is None else len(k) for k in keys), np.int32, len(keys))
-        data = b"".join(k for k in keys if k is not None)
+        if keys.count(None) == len(keys):  # no keys at all: all sticky, nothing to hash
+            lengths, data = np.full(len(keys), -1, np.int32), b""
+        else:
+            lengths, parts = _column(keys, len(keys), "keys")  # lengths from a C-level map when it can
+            data = b"".join(parts)
         placed[todo] = self._default_partitioner.partition_batch(lengths, data, all_parts, topic=acc.topic)
-        return placed
+        sticky = np.zeros(n, bool)
+        sticky[todo[lengths < 0]] = True
+        return placed, sticky
