@@ -14,11 +14,12 @@ from __future__ import annotations
 from .cleaner import CleanerStatus
 from .compaction import CleanResult
 from .config import TopicConfig
-from .errors import (CleanerError, CorruptRecordError, OutOfOrderSequenceError, ProducerFencedError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
-                     OffsetOutOfRangeError, PartitionLockedError, PylogError, RecordTooLargeError, StoreClosedError,
-                     TopicExistsError, UnknownTopicError)
-from .log import Store, open
 from .consumer import Consumer, ConsumerRecord, NoOffsetForPartitionError, OffsetAndTimestamp
+from .errors import (CleanerError, CorruptRecordError, InvalidConfigError, InvalidRecordError, InvalidTopicError,
+                     LogFailedError, OffsetOutOfRangeError, OutOfOrderSequenceError, PartitionLockedError,
+                     ProducerFencedError, PylogError, RecordTooLargeError, StoreClosedError, TopicExistsError,
+                     UnknownTopicError)
+from .log import Store, open
 from .partition import Partition
 from .producer import FutureRecordMetadata, Producer, ProducerTimeoutError
 from .records import Record, RecordColumns
@@ -32,7 +33,8 @@ __all__ = [
     "open", "Store", "Topic", "Partition", "Record", "RecordColumns", "TopicConfig",
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
-    "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError", "OutOfOrderSequenceError", "CleanerStatus", "CleanResult", "RetentionResult",
+    "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError", "OutOfOrderSequenceError",
+    "CleanerStatus", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",
     "__version__",

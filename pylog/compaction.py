@@ -52,7 +52,7 @@ import numpy as np
 from .errors import CorruptRecordError, PylogError
 from .fileio import fsync_dir, read_checked, write_checked
 from .filenames import (CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
-                        SWAP_MANIFEST_FILE, SWAP_SUFFIX, TIMEINDEX_SUFFIX, segment_path)
+                        SWAP_MANIFEST_FILE, SWAP_SUFFIX, TIMEINDEX_SUFFIX, TMP_SUFFIX, segment_path)
 from .index import OffsetIndex
 from .records import BatchView, encode_parts, now_ms
 from .segment import Segment
@@ -372,8 +372,10 @@ def _read_manifest(directory: str) -> Swap | None:
     return groups
 
 
-def _remove_leftovers(directory: str) -> int:
-    """Delete unfinished cleaner output (``.cleaned``, ``.swap``) and ``.deleted`` files."""
+def _remove_leftovers(directory: str, temporaries: bool = False) -> int:
+    """Delete unfinished cleaner output (``.cleaned``, ``.swap``) and ``.deleted`` files; with
+    ``temporaries`` also the temporary files of atomic replacements a crash interrupted (only safe when
+    nothing is being written: at the writer's open, under its lock)."""
     n = 0
     with os.scandir(directory) as it:
         names = [e.name for e in it]
@@ -381,7 +383,7 @@ def _remove_leftovers(directory: str) -> int:
         if name == SWAP_MANIFEST_FILE:
             continue  # a committed swap: rolled forward by finish_interrupted_swap, never deleted
         if CLEANED_SUFFIX in name or name.endswith(SWAP_SUFFIX) or SWAP_SUFFIX + "." in name \
-                or name.endswith(DELETED_SUFFIX):
+                or name.endswith(DELETED_SUFFIX) or (temporaries and name.endswith(TMP_SUFFIX)):
             try:
                 os.unlink(os.path.join(directory, name))
                 n += 1
@@ -413,15 +415,16 @@ def _roll_forward(directory: str, groups: Swap) -> None:
     fsync_dir(directory)
 
 
-def finish_interrupted_swap(directory: str, index_max_bytes: int = 0, index_interval_bytes: int = 0) -> None:
-    """At writer open: roll a committed swap forward, and delete uncommitted cleaner output (roll back)."""
+def finish_interrupted_swap(directory: str) -> None:
+    """At writer open (under the writer lock): roll a committed swap forward, and delete uncommitted
+    cleaner output (roll back) and interrupted temporary files."""
     manifest = _read_manifest(directory)
     if manifest is not None:
         log.warning("%s: finishing a compaction swap interrupted by a crash (%d group(s))", directory,
                     len(manifest))
         _roll_forward(directory, manifest)
         os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
-    if _remove_leftovers(directory):
+    if _remove_leftovers(directory, temporaries=True):
         log.info("%s: removed unfinished compaction output", directory)
     fsync_dir(directory)
 

@@ -44,8 +44,7 @@ from .config import TopicConfig
 from .errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
                      PartitionLockedError, RecordTooLargeError, StoreClosedError)
 from .fileio import fsync_dir
-from .filenames import (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, SWAP_MANIFEST_FILE, TMP_SUFFIX,
-                        list_segment_bases)
+from .filenames import CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, SWAP_MANIFEST_FILE, list_segment_bases
 from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns, _column, encode_parts, gc_paused,
                       now_ms)
 from .producer_state import ProducerState
@@ -225,11 +224,7 @@ class Partition:
             self._swap_gen += 1
             cp = Checkpoint(cp.recovery_point, cp.log_start_offset, cp.clean, self._swap_gen)
             write_checkpoint(self._checkpoint_path, cp)
-        finish_interrupted_swap(self.directory, *self._new_segment_args())
-        # Temporary files of atomic replacements a crash interrupted (no one else writes here: we hold the lock).
-        for name in os.listdir(self.directory):
-            if name.endswith(TMP_SUFFIX):
-                os.unlink(os.path.join(self.directory, name))
+        finish_interrupted_swap(self.directory)
         # The reader-mode segments are not closed here: another thread may be reading through them right
         # now, and closing a descriptor it is about to pread would let the number be reused for another
         # file. They close themselves (Segment.__del__) when the last snapshot holding them goes.
