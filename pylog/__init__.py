@@ -11,14 +11,17 @@
 
 from __future__ import annotations
 
+from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor
 from .cleaner import CleanerStatus
 from .compaction import CleanResult
 from .config import TopicConfig
-from .consumer import Consumer, ConsumerRecord, NoOffsetForPartitionError, OffsetAndTimestamp
-from .errors import (CleanerError, CorruptRecordError, InvalidConfigError, InvalidRecordError, InvalidTopicError,
-                     LogFailedError, OffsetOutOfRangeError, OutOfOrderSequenceError, PartitionLockedError,
-                     ProducerFencedError, PylogError, RecordTooLargeError, StoreClosedError, TopicExistsError,
-                     UnknownTopicError)
+from .consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
+                       OffsetAndTimestamp)
+from .errors import (CleanerError, CommitFailedError, CorruptRecordError, InvalidConfigError, InvalidRecordError,
+                     InvalidTopicError, LogFailedError, OffsetOutOfRangeError, OutOfOrderSequenceError,
+                     PartitionLockedError, ProducerFencedError, PylogError, RebalanceInProgressError,
+                     RecordTooLargeError, StoreClosedError, TopicExistsError, UnknownTopicError)
+from .groups import GroupDescription, MemberDescription, PartitionLag
 from .log import Store, open
 from .partition import Partition
 from .producer import FutureRecordMetadata, Producer, ProducerTimeoutError
@@ -37,5 +40,8 @@ __all__ = [
     "CleanerStatus", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",
+    "ConsumerRebalanceListener", "CommitFailedError", "RebalanceInProgressError", "RangePartitionAssignor",
+    "RoundRobinPartitionAssignor", "StickyPartitionAssignor", "GroupDescription", "MemberDescription",
+    "PartitionLag",
     "__version__",
 ]

@@ -193,7 +193,7 @@ class Cleaner:
         for p in self._partitions():
             if self._stop.is_set():
                 return
-            if not p.is_writer or f"{p.topic}-{p.number}" in skip or (compacted and not p.config.compact):
+            if not (p.is_writer or p.transient) or f"{p.topic}-{p.number}" in skip or (compacted and not p.config.compact):
                 continue
             yield p
 
@@ -214,7 +214,19 @@ class Cleaner:
     def _guarded(self, p: "Partition", what: str, work: Callable[["Partition"], None]) -> None:
         """Run one partition's maintenance; an error marks the partition uncleanable, the thread goes on."""
         try:
-            work(p)
+            if not p.transient:
+                work(p)
+                return
+            # Written in turn by many handles: maintain it only while nobody else writes, then let go.
+            with p.maintenance_lock:
+                held = p.is_writer
+                if not held and not p.try_become_writer():
+                    return
+                try:
+                    work(p)
+                finally:
+                    if not held:
+                        p.release_writer()
         except (StoreClosedError, CleanerStoppedError):
             return
         except Exception as exc:

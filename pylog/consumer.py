@@ -1,10 +1,12 @@
-"""The consumer: kafka-python's ``KafkaConsumer`` shape over an in-process store (without groups, so far).
+"""The consumer: kafka-python's ``KafkaConsumer`` shape over an in-process store.
 
 A consumer holds a *position* per assigned partition (the next offset to read) and reads from it with
 ``poll()`` or by iterating. Partitions come from ``assign()`` or from ``subscribe()`` (topics or a regex
-pattern; a pattern picks up topics created later). A position not set yet is found with
-``auto_offset_reset`` ("earliest", "latest" or "none"), and so is a position that retention or
-delete-records has since made invalid.
+pattern; a pattern picks up topics created later). With a ``group_id``, a subscribing consumer is a member
+of a consumer group (:mod:`pylog.groups`): the group splits the partitions between its members, and a
+position not set yet starts at the group's committed offset. Otherwise, or when nothing was committed, it
+is found with ``auto_offset_reset`` ("earliest", "latest" or "none"), and so is a position that retention
+or delete-records has since made invalid.
 
 Invariants:
 - Positions only move forward by reading, or wherever ``seek*`` puts them; a poll returns, per
@@ -12,10 +14,10 @@ Invariants:
 - A poll waiting for data wakes at once on an append in this process and within a few ms on another
   process's append (the partition's condition variable, else a short poll of the log end), and never
   spins.
-- Paused partitions are never read.
-
-Consumer groups (``group_id``: membership, committed offsets, rebalancing) are the next part of the
-clients issue; passing ``group_id`` raises :class:`~pylog.errors.InvalidConfigError` until then.
+- Paused partitions are never read; nor are a group member's partitions whose previous owner has not
+  let go yet (see :mod:`pylog.groups`: at most one member of a group reads a partition at any time).
+- With ``enable_auto_commit``, positions are committed every ``auto_commit_interval_ms`` (during polls),
+  before partitions are revoked in a rebalance, and on ``close()``.
 """
 
 from __future__ import annotations
@@ -25,14 +27,19 @@ import re
 import time
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Pattern
 
-from .errors import InvalidConfigError, OffsetOutOfRangeError, PylogError, StoreClosedError, UnknownTopicError
-from .structs import TopicPartition
+from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
+from .errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeError, PylogError, StoreClosedError,
+                     UnknownTopicError)
+from .filenames import OFFSETS_TOPIC
+from .groups import GroupMember
+from .structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from .log import Store
     from .partition import Partition
 
-__all__ = ["Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError"]
+__all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",
+           "NoOffsetForPartitionError"]
 
 _DEFAULTS: dict[str, Any] = {
     "group_id": None,
@@ -46,9 +53,32 @@ _DEFAULTS: dict[str, Any] = {
     "fetch_max_bytes": 52_428_800,
     "consumer_timeout_ms": float("inf"),
     "metadata_max_age_ms": 300_000,
+    "session_timeout_ms": 10_000,
+    "heartbeat_interval_ms": 3_000,
+    "partition_assignment_strategy": (RangePartitionAssignor, RoundRobinPartitionAssignor),
 }
 #: How long one wait on a partition lasts while several are watched (seconds).
 _WAIT_STEP = 0.005
+#: Longest wait between two looks at the group's state while a member waits for data (seconds): bounds
+#: how long a rebalance waits for this member to let go of a partition.
+_GROUP_STEP = 0.05
+
+
+class ConsumerRebalanceListener:
+    """Callbacks around a group rebalance (kafka-python's ``ConsumerRebalanceListener``); subclass it, or
+    pass any object with these two methods to ``subscribe(listener=...)``.
+
+    As in kafka-python, ``on_partitions_revoked`` gets every partition of the previous assignment and
+    ``on_partitions_assigned`` every partition of the new one (partitions that stay with this member
+    appear in both, and keep their positions). Revoked partitions are still owned during the revoke
+    callback, so committing offsets there works.
+    """
+
+    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
+        """Called before the partitions of the previous assignment are given up."""
+
+    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
+        """Called once the new assignment is known (before its partitions are read)."""
 
 
 class NoOffsetForPartitionError(PylogError):
@@ -87,9 +117,20 @@ class Consumer:
         if unknown:
             raise InvalidConfigError(f"unknown consumer option(s) {sorted(unknown)}")
         cfg = dict(_DEFAULTS, **configs)
-        if cfg["group_id"] is not None:
-            raise InvalidConfigError("consumer groups (group_id) are not available in this release yet; use "
-                                     "assign()/subscribe() with seek() and keep positions yourself")
+        strategies = cfg["partition_assignment_strategy"]
+        try:
+            strategies = [assignor_named(a) for a in ([strategies] if isinstance(strategies, str) else strategies)]
+        except (TypeError, ValueError) as exc:
+            raise InvalidConfigError(f"partition_assignment_strategy: {exc}") from None
+        if not strategies:
+            raise InvalidConfigError("partition_assignment_strategy needs at least one strategy")
+        for name in ("session_timeout_ms", "heartbeat_interval_ms", "auto_commit_interval_ms"):
+            if not isinstance(cfg[name], (int, float)) or isinstance(cfg[name], bool) or cfg[name] <= 0:
+                raise InvalidConfigError(f"{name} must be a positive number, got {cfg[name]!r}")
+        if cfg["heartbeat_interval_ms"] >= cfg["session_timeout_ms"]:
+            raise InvalidConfigError("heartbeat_interval_ms must be lower than session_timeout_ms")
+        if cfg["group_id"] is not None and (not isinstance(cfg["group_id"], str) or not cfg["group_id"]):
+            raise InvalidConfigError(f"group_id must be a non-empty str, got {cfg['group_id']!r}")
         if cfg["auto_offset_reset"] not in ("earliest", "latest", "none", "smallest", "largest"):
             raise InvalidConfigError(f"auto_offset_reset must be earliest, latest or none, got "
                                      f"{cfg['auto_offset_reset']!r}")
@@ -108,6 +149,16 @@ class Consumer:
         self._next_rr = 0
         self._gen: Iterator[ConsumerRecord] | None = None  # what next() draws from
         self._closed = False
+        self._group_id: str | None = cfg["group_id"]
+        self._offsets = store._group_offsets() if self._group_id is not None else None
+        self._strategies = strategies
+        self._member: GroupMember | None = None  # while subscribed with a group_id
+        self._group_topics: list[str] = []  # the subscribed topics that exist, as last told to the group
+        self._pending: set[TopicPartition] = set()  # assigned, but the previous owner still holds them
+        self._listener: Any = None
+        self._in_group_step = False
+        self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
+        self._committed_pos: dict[TopicPartition, int] = {}  # what this consumer last committed
         if topics:
             self.subscribe(topics)
 
@@ -121,8 +172,16 @@ class Consumer:
         topics = [topics] if isinstance(topics, str) else list(topics)
         if bool(topics) == (pattern is not None):
             raise ValueError("subscribe() needs topics or a pattern, not both")
+        if listener is not None and not (callable(getattr(listener, "on_partitions_revoked", None))
+                                         and callable(getattr(listener, "on_partitions_assigned", None))):
+            raise TypeError("listener needs on_partitions_revoked and on_partitions_assigned methods")
         self._topics = set(topics)
         self._pattern = re.compile(pattern) if pattern is not None else None
+        self._listener = listener
+        if self._group_id is not None and self._member is None:
+            cfg = self.config
+            self._member = GroupMember(self._store, self._group_id, cfg["client_id"] or "pylog", self._strategies,
+                                       cfg["session_timeout_ms"], cfg["heartbeat_interval_ms"])
         self._rescan(force=True)
 
     def assign(self, partitions: Iterable[TopicPartition]) -> None:
@@ -137,6 +196,8 @@ class Consumer:
         self._paused &= set(parts)
 
     def unsubscribe(self) -> None:
+        """Stop reading; a group member commits (with auto-commit) and leaves its group."""
+        self._leave_group(autocommit=self.config["enable_auto_commit"])
         self._topics, self._pattern, self._manual = set(), None, False
         self._positions.clear()
         self._paused.clear()
@@ -154,13 +215,160 @@ class Consumer:
         if self._manual:
             return
         now = time.monotonic()
-        if not force and now - self._last_scan < self.config["metadata_max_age_ms"] / 1000:
+        if force or now - self._last_scan >= self.config["metadata_max_age_ms"] / 1000:
+            self._last_scan = now
+            names = [t for t in self._store.topics() if self._pattern.match(t) and t != OFFSETS_TOPIC] \
+                if self._pattern is not None else sorted(t for t in self._topics if t in self._store)
+            if self._member is None:
+                wanted = [TopicPartition(t, i) for t in names for i in range(self._store.topic(t).num_partitions)]
+                self._positions = {tp: self._positions.get(tp) for tp in wanted}
+            else:
+                self._group_topics = names
+        if self._member is not None:
+            self._group_step()
+
+    # ------------------------------------------------------------------ groups
+
+    def _group_step(self) -> None:
+        """Join, follow the group's generations, take partitions as their previous owners let go, and
+        auto-commit when due. Re-entrant calls (from a rebalance listener) do nothing."""
+        member = self._member
+        if member is None or self._in_group_step or self._closed:
             return
-        self._last_scan = now
-        names = [t for t in self._store.topics() if self._pattern.match(t)] if self._pattern is not None \
-            else sorted(t for t in self._topics if t in self._store)
-        wanted = [TopicPartition(t, i) for t in names for i in range(self._store.topic(t).num_partitions)]
-        self._positions = {tp: self._positions.get(tp) for tp in wanted}
+        self._in_group_step = True
+        try:
+            if not member.joined:
+                member.join(self._group_topics)
+            else:
+                member.update_subscription(self._group_topics)
+            new = member.poll()
+            if new is not None:
+                self._reassign(new)
+            for tp in sorted(self._pending):
+                if member.acquire(tp):
+                    self._pending.discard(tp)
+                    self._positions[tp] = self._committed_position(tp)
+        finally:
+            self._in_group_step = False
+
+    def _reassign(self, new: list[TopicPartition]) -> None:
+        """A new generation: commit, tell the listener, give up what moved away, take what came."""
+        assert self._member is not None
+        old = set(self._positions)
+        if self.config["enable_auto_commit"]:
+            self._commit_owned()
+        if self._listener is not None:
+            self._listener.on_partitions_revoked(old)
+        keep = set(new)
+        for tp in old - keep:
+            self._member.release(tp)
+            self._paused.discard(tp)
+            self._committed_pos.pop(tp, None)
+        self._positions = {tp: self._positions.get(tp) if self._member.owns(tp) else None for tp in new}
+        self._pending = {tp for tp in new if not self._member.owns(tp)}
+        for tp in sorted(self._pending):
+            if self._member.acquire(tp):
+                self._pending.discard(tp)
+                self._positions[tp] = self._committed_position(tp)
+        if self._listener is not None:
+            self._listener.on_partitions_assigned(set(new))
+
+    def _committed_position(self, tp: TopicPartition) -> int | None:
+        assert self._offsets is not None and self._group_id is not None
+        om = self._offsets.committed(self._group_id, tp)
+        return None if om is None else om.offset
+
+    def _leave_group(self, autocommit: bool) -> None:
+        member = self._member
+        if member is None:
+            return
+        try:
+            if member.joined:
+                if autocommit:
+                    self._commit_owned()
+                if self._listener is not None:
+                    self._listener.on_partitions_revoked(set(self._positions))
+        finally:
+            member.leave()
+            self._member = None
+            self._pending.clear()
+
+    def _commit_owned(self) -> None:
+        """Commit the positions of the partitions this member owns that moved since its last commit."""
+        offsets = {tp: OffsetAndMetadata(pos, "") for tp, pos in self._positions.items()
+                   if pos is not None and tp not in self._pending and self._committed_pos.get(tp) != pos}
+        if offsets:
+            self.commit(offsets)
+
+    def _maybe_auto_commit(self) -> None:
+        if not self.config["enable_auto_commit"] or self._group_id is None or (
+                self._member is None and not self._manual):
+            return
+        now = time.monotonic()
+        if now >= self._next_auto_commit:
+            self._next_auto_commit = now + self.config["auto_commit_interval_ms"] / 1000
+            self._commit_owned()
+
+    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+        """Commit offsets (the next offset to consume per partition) for the group; by default every
+        assigned partition's current position. Synchronous: when it returns, another consumer of the
+        group sees the commit.
+
+        :raises CommitFailedError: for a partition this group member does not own (any more).
+        :raises InvalidConfigError: without a ``group_id``.
+        """
+        if self._group_id is None or self._offsets is None:
+            raise InvalidConfigError("commit() needs a consumer with a group_id")
+        if offsets is None:
+            self._rescan()
+            offsets = {tp: OffsetAndMetadata(pos, "") for tp, pos in self._positions.items()
+                       if pos is not None and tp not in self._pending}
+        norm: dict[TopicPartition, OffsetAndMetadata] = {}
+        for tp, om in offsets.items():
+            tp = TopicPartition(*tp)
+            om = om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om, "")
+            if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
+                raise ValueError(f"offset to commit must be a non-negative int, got {om.offset!r}")
+            if not isinstance(om.metadata, str):
+                raise TypeError(f"commit metadata must be a str, got {type(om.metadata).__name__}")
+            norm[tp] = om
+        member = self._member
+        if member is not None:
+            lost = sorted(tp for tp in norm if not member.owns(tp))
+            if lost:
+                raise CommitFailedError(f"group {self._group_id!r}: this member does not own {lost} (the group "
+                                        "rebalanced them to another member, or they were never assigned here)")
+        elif not self._manual:
+            raise CommitFailedError(f"group {self._group_id!r}: this consumer is not in the group (subscribe() "
+                                    "to join it, or assign() partitions to commit for them)")
+        self._offsets.commit(self._group_id, norm, member.generation if member else -1,
+                             member.member_id if member else "", timeout_ms=self.config["session_timeout_ms"])
+        for tp, om in norm.items():
+            self._committed_pos[tp] = om.offset
+
+    def commit_async(self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None,
+                     callback: Callable[[Any, Any], None] | None = None) -> None:
+        """:meth:`commit`, then ``callback(offsets, error_or_None)`` (a local commit takes well under a
+        millisecond, so it is done at once rather than in the background)."""
+        try:
+            self.commit(offsets)
+        except PylogError as exc:
+            if callback is None:
+                raise
+            callback(offsets, exc)
+        else:
+            if callback is not None:
+                callback(offsets, None)
+
+    def committed(self, tp: TopicPartition, metadata: bool = False) -> int | OffsetAndMetadata | None:
+        """The group's last committed offset for ``tp`` (with ``metadata``: the :class:`OffsetAndMetadata`),
+        None when nothing was committed. :raises InvalidConfigError: without a ``group_id``."""
+        if self._group_id is None or self._offsets is None:
+            raise InvalidConfigError("committed() needs a consumer with a group_id")
+        om = self._offsets.committed(self._group_id, TopicPartition(*tp))
+        if om is None:
+            return None
+        return om if metadata else om.offset
 
     def _partition(self, tp: TopicPartition) -> "Partition":
         return self._store.topic(tp.topic).partition(tp.partition)
@@ -169,6 +377,18 @@ class Consumer:
 
     def _resolve(self, tp: TopicPartition) -> int:
         pos = self._positions.get(tp)
+        if pos is None and self._offsets is not None and self._member is None:
+            pos = self._positions[tp] = self._committed_position(tp)  # assign() with a group_id
+        if pos is None and tp in self._pending:
+            # Not ours yet: where we would start, without fixing it (the previous owner may still commit).
+            committed = self._committed_position(tp)
+            if committed is not None:
+                return committed
+            p = self._partition(tp)
+            if self._reset == "none":
+                raise NoOffsetForPartitionError(f"{tp.topic}-{tp.partition} has no position and "
+                                                "auto_offset_reset is 'none'")
+            return p.log_start_offset if self._reset == "earliest" else p.log_end_offset
         if pos is None:
             p = self._partition(tp)
             if self._reset == "none":
@@ -243,6 +463,7 @@ class Consumer:
             raise StoreClosedError("consumer is closed")
         limit = self.config["max_poll_records"] if max_records is None else max_records
         deadline = time.monotonic() + timeout_ms / 1000
+        self._maybe_auto_commit()
         while True:
             out = self._fetch(limit, update_offsets)
             if out or time.monotonic() >= deadline:
@@ -251,7 +472,7 @@ class Consumer:
 
     def _fetch(self, limit: int, update_offsets: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
         self._rescan()
-        parts = [tp for tp in self._positions if tp not in self._paused]
+        parts = [tp for tp in self._positions if tp not in self._paused and tp not in self._pending]
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         if not parts:
             return out
@@ -313,8 +534,10 @@ class Consumer:
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: on one partition's condition, a few ms at a time when several
         are watched (another process's appends are noticed by the partition's own short polls)."""
-        parts = [tp for tp in self._positions if tp not in self._paused]
+        parts = [tp for tp in self._positions if tp not in self._paused and tp not in self._pending]
         remaining = deadline - time.monotonic()
+        if self._member is not None:
+            remaining = min(remaining, _GROUP_STEP)
         if remaining <= 0:
             return
         if not parts:
@@ -345,7 +568,7 @@ class Consumer:
             for tp, recs in batch.items():
                 expected = starts[tp]
                 for rec in recs:
-                    if self._positions.get(tp, -1) != expected or tp in self._paused:
+                    if self._positions.get(tp, -1) != expected or tp in self._paused or tp in self._pending:
                         break  # sought, paused or unassigned since the poll: drop the rest
                     expected = self._positions[tp] = rec.offset + 1
                     yield rec
@@ -363,19 +586,32 @@ class Consumer:
     # ------------------------------------------------------------------ the rest
 
     def metrics(self) -> dict[str, Any]:
-        """Per assigned partition: position, log end offset and lag (end - position)."""
+        """Per assigned partition: position, committed offset (with a group), log start and end offsets,
+        lag (end - position: records this consumer has still to read) and lead (position - start: records
+        retention may remove before this consumer falls behind the log start)."""
         out = {}
-        for tp in self.assignment():
+        for tp in sorted(self.assignment()):
             p = self._partition(tp)
             pos = self._positions.get(tp)
-            end = p.log_end_offset
-            out[f"{tp.topic}-{tp.partition}"] = {"position": pos, "log_end_offset": end,
-                                                 "lag": None if pos is None else end - pos}
+            start, end = p.log_start_offset, p.log_end_offset
+            out[f"{tp.topic}-{tp.partition}"] = {
+                "position": pos, "committed": self._committed_position(tp) if self._offsets is not None else None,
+                "log_start_offset": start, "log_end_offset": end,
+                "lag": None if pos is None else end - pos, "lead": None if pos is None else pos - start,
+                "owned": tp not in self._pending}
         return out
 
     def close(self, autocommit: bool = True) -> None:
-        self._closed = True
-        self._gen = None
+        """Stop the consumer. A group member commits its positions first (with ``autocommit`` and
+        ``enable_auto_commit``), calls the listener's revoke callback and leaves the group, so the others
+        rebalance at once."""
+        if self._closed:
+            return
+        try:
+            self._leave_group(autocommit=autocommit and self.config["enable_auto_commit"])
+        finally:
+            self._closed = True
+            self._gen = None
 
     def __enter__(self) -> "Consumer":
         return self

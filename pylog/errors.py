@@ -23,6 +23,8 @@ __all__ = [
     "CleanerError",
     "ProducerFencedError",
     "OutOfOrderSequenceError",
+    "CommitFailedError",
+    "RebalanceInProgressError",
 ]
 
 
@@ -108,3 +110,13 @@ class ProducerFencedError(PylogError):
 class OutOfOrderSequenceError(PylogError):
     """An idempotent producer's batch does not follow its last appended sequence number (a record was lost
     between producer and log, or the batch is not a retry of a recent one)."""
+
+
+class CommitFailedError(PylogError):
+    """An offset commit for a partition this group member does not own (any more): the group rebalanced
+    and the partition moved to another member, or the consumer left the group."""
+
+
+class RebalanceInProgressError(PylogError):
+    """A group operation could not complete because the group's membership kept changing (its lock
+    could not be taken within the consumer's ``session_timeout_ms``)."""

@@ -14,6 +14,7 @@ __all__ = [
     "TMP_SUFFIX", "LOCK_FILE", "CHECKPOINT_FILE", "CLEANER_CHECKPOINT_FILE", "SWAP_MANIFEST_FILE", "TOPIC_FILE",
     "STORE_FILE",
     "segment_stem", "segment_path", "parse_base_offset", "list_segment_bases", "valid_topic_name",
+    "OFFSETS_TOPIC", "GROUPS_DIR",
 ]
 
 LOG_SUFFIX = ".log"
@@ -32,6 +33,9 @@ CLEANER_CHECKPOINT_FILE = "cleaner.checkpoint"
 SWAP_MANIFEST_FILE = "cleaner.swap"
 TOPIC_FILE = "topic.json"
 STORE_FILE = "pylog.store"
+#: The consumer groups' committed offsets (a compacted topic) and their membership directories.
+OFFSETS_TOPIC = "__consumer_offsets"
+GROUPS_DIR = "__consumer_groups"
 
 _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")

@@ -22,18 +22,21 @@ import uuid
 from typing import TYPE_CHECKING, Any, Iterator, Mapping
 
 from .config import TopicConfig, split_store_options, validate
-from .errors import CorruptRecordError, InvalidTopicError, PartitionLockedError, StoreClosedError, TopicExistsError
+from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, StoreClosedError, TopicExistsError,
+                     UnknownTopicError)
 from .fileio import atomic_write, fsync_dir
-from .filenames import STORE_FILE, TOPIC_FILE, valid_topic_name
+from .filenames import GROUPS_DIR, OFFSETS_TOPIC, STORE_FILE, TOPIC_FILE, valid_topic_name
 from .records import crc32c
 from .cleaner import Cleaner, CleanerStatus
 from .compaction import CleanResult, clean_partition, cleanable_range
 from .partition import Partition
 from .retention import RetentionResult
+from .structs import OffsetAndMetadata, TopicPartition
 from .topic import Topic, read_topic_file, write_topic_file
 
 if TYPE_CHECKING:
     from .consumer import Consumer
+    from .groups import CommittedOffsets, GroupDescription, PartitionLag
     from .producer import Producer
 
 __all__ = ["Store", "open"]
@@ -42,6 +45,8 @@ _FORMAT = "pylog-store"
 _VERSION = 1
 _DELETING = ".deleting-"
 _PRODUCER_IDS = "producer.ids"
+#: Names the consumer groups use (see pylog.groups); not topics a user may create.
+_RESERVED = frozenset({OFFSETS_TOPIC, GROUPS_DIR})
 
 
 class Store:
@@ -53,6 +58,7 @@ class Store:
         self._lock = threading.RLock()
         self._topics: dict[str, Topic] = {}
         self._closed = False
+        self._offsets: CommittedOffsets | None = None
         os.makedirs(self.path, exist_ok=True)
         self._check_marker()
         _remove_leftovers(self.path)
@@ -103,10 +109,13 @@ class Store:
             raise InvalidTopicError(f"invalid topic name {name!r}: use 1-249 of [A-Za-z0-9._-], not '.' or '..'")
         return os.path.join(self.path, name)
 
-    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None) -> Topic:
+    def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
+                     *, _internal: bool = False) -> Topic:
         """Create a topic. :raises TopicExistsError, InvalidTopicError, InvalidConfigError:"""
         self._check_open()
         directory = self._topic_dir(name)
+        if name in _RESERVED and not _internal:
+            raise InvalidTopicError(f"{name!r} is reserved for pylog's consumer groups")
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
             raise ValueError(f"partitions must be a positive int, got {partitions!r}")
         cfg = TopicConfig(config, self._defaults)
@@ -221,6 +230,74 @@ class Store:
             return nxt
         finally:
             os.close(fd)  # releases the flock
+
+    # ------------------------------------------------------------------ consumer groups
+
+    def _group_offsets(self) -> "CommittedOffsets":
+        from .groups import CommittedOffsets  # groups sit above the store
+        self._check_open()
+        with self._lock:
+            if self._offsets is None:
+                self._offsets = CommittedOffsets(self)
+            return self._offsets
+
+    def _create_internal_topic(self, name: str, partitions: int, config: Mapping[str, Any]) -> Topic:
+        return self.create_topic(name, partitions, config, _internal=True)
+
+    def consumer_groups(self) -> list[str]:
+        """Ids of the groups that have members now or committed offsets, sorted."""
+        from .groups import list_group_dirs
+        return sorted(set(list_group_dirs(self.path)) | self._group_offsets().groups())
+
+    def describe_consumer_group(self, group_id: str) -> "GroupDescription":
+        """The group's generation, assignment strategy, live members and their partitions."""
+        from .groups import describe_group
+        self._check_open()
+        return describe_group(self.path, group_id)
+
+    def committed_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Every offset ``group_id`` has committed (the next offset to consume, per partition)."""
+        return self._group_offsets().fetch(group_id)
+
+    def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
+        """Commit offsets for a group from outside it (an operator resetting a group that has no live
+        members). Members' own commits go through ``consumer.commit()``, which checks ownership.
+
+        :raises RebalanceInProgressError: while the group has live members.
+        """
+        if self.describe_consumer_group(group_id).members:
+            from .errors import RebalanceInProgressError
+            raise RebalanceInProgressError(f"group {group_id!r} has live members; stop them before resetting "
+                                           "its offsets")
+        self._group_offsets().commit(group_id, {TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
+                                                else OffsetAndMetadata(int(om), "") for tp, om in offsets.items()})
+
+    def group_lag(self, group_id: str) -> dict[TopicPartition, "PartitionLag"]:
+        """Per partition the group has committed for: committed offset, log start and end offsets,
+        lag (end - committed: records still to consume) and lead (committed - start: records retention
+        may still remove before the group falls off the log). Partitions of deleted topics are left out."""
+        from .groups import PartitionLag
+        out = {}
+        for tp, om in sorted(self.committed_offsets(group_id).items()):
+            try:
+                p = self.topic(tp.topic).partition(tp.partition)
+            except (UnknownTopicError, IndexError, ValueError):
+                continue
+            start, end = p.log_start_offset, p.log_end_offset
+            out[tp] = PartitionLag(om.offset, start, end, max(0, end - om.offset), om.offset - start)
+        return out
+
+    def delete_consumer_group(self, group_id: str) -> int:
+        """Forget a group with no live members: tombstone its committed offsets and remove its directory.
+        Returns how many committed offsets it had. :raises RebalanceInProgressError: while it has members.
+        """
+        from .groups import _group_dirname
+        if self.describe_consumer_group(group_id).members:
+            from .errors import RebalanceInProgressError
+            raise RebalanceInProgressError(f"group {group_id!r} has live members")
+        n = self._group_offsets().delete(group_id) if OFFSETS_TOPIC in self else 0
+        shutil.rmtree(os.path.join(self.path, GROUPS_DIR, _group_dirname(group_id)), ignore_errors=True)
+        return n
 
     # ------------------------------------------------------------------ maintenance
 

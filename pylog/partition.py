@@ -78,6 +78,9 @@ class Partition:
         self.directory = directory
         self.config = config
         self.lock_timeout_ms = lock_timeout_ms
+        #: Written by many handles in turn (take the lock, append, :meth:`release_writer`): the background
+        #: cleaner maintains it whenever it can take the lock, not only while this handle writes.
+        self.transient = False
         self._lock = threading.RLock()
         #: Serialises maintenance (retention, delete-records, compaction); taken before ``_lock``, never after.
         self.maintenance_lock = threading.RLock()
@@ -938,6 +941,46 @@ class Partition:
         if self._segments and self._segments[-1].base_offset > self.log_end_offset:
             problems.append("active segment starts after the log end offset")
         return problems
+
+    def release_writer(self) -> None:
+        """Give up the writer lock and go back to reading, so that another handle may write next.
+
+        For partitions that many processes append to in turn (the committed offsets topic): seals the
+        active segment's indexes and writes a clean checkpoint, as :meth:`close` does, so the next writer
+        opens without re-validating anything. The log is not fsynced here; the topic's flush policy
+        decides that, as for any append. A no-op for a handle that is not the writer.
+        """
+        with self.maintenance_lock, self._lock:
+            if self._lock_fd is None or self._closed:
+                return
+            try:
+                segs = self._segments
+                if self._failed is None and segs:
+                    active = segs[-1]
+                    self._snapshot_producers()
+                    active.seal(durable=False)
+                    self._recovery_point = active.next_offset
+                    self._write_checkpoint(clean=True)
+            finally:
+                fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
+                os.close(self._lock_fd)
+                self._lock_fd = None
+            self._producers = None  # another writer may append idempotent batches before we write again
+            self._load_readonly()
+
+    def try_become_writer(self) -> bool:
+        """Take the writer lock if it is free right now (no waiting); True when this handle is the writer."""
+        with self._lock:
+            if self._lock_fd is not None:
+                return True
+            saved, self.lock_timeout_ms = self.lock_timeout_ms, 0
+            try:
+                self._ensure_writer_locked()
+            except PartitionLockedError:
+                return False
+            finally:
+                self.lock_timeout_ms = saved
+            return True
 
     def close(self, discard: bool = False) -> None:
         """Flush, seal the active segment's indexes, write a clean checkpoint and release the writer lock.

@@ -82,7 +82,8 @@ def test_assign_seek_pause_resume_and_offsets_for_times(store):
     assert c.beginning_offsets([tp0]) == {tp0: 0} and c.end_offsets([tp0, tp1]) == {tp0: 10, tp1: 10}
     found = c.offsets_for_times({tp0: 1004, tp1: 99999})
     assert found[tp0] == pylog.OffsetAndTimestamp(4, 1004) and found[tp1] is None
-    assert c.metrics()["t-0"] == {"position": 10, "log_end_offset": 10, "lag": 0}
+    assert c.metrics()["t-0"] == {"position": 10, "committed": None, "log_start_offset": 0, "log_end_offset": 10,
+                                  "lag": 0, "lead": 10, "owned": True}
     with pytest.raises(pylog.InvalidConfigError):
         c.subscribe(["t"])
     with pytest.raises(pylog.UnknownTopicError):
@@ -164,8 +165,12 @@ def test_producer_to_consumer_round_trip_and_config_errors(store):
                         value_deserializer=json.loads) as c:
         got = sorted(r.value["i"] for r in c)
     assert got == list(range(30))
-    with pytest.raises(pylog.InvalidConfigError, match="group"):
-        store.consumer("t", group_id="g")
+    with pytest.raises(pylog.InvalidConfigError, match="group_id"):
+        store.consumer("t", group_id="")
+    with pytest.raises(pylog.InvalidConfigError, match="heartbeat"):
+        store.consumer("t", group_id="g", session_timeout_ms=100, heartbeat_interval_ms=100)
+    with pytest.raises(pylog.InvalidConfigError, match="strategy"):
+        store.consumer("t", group_id="g", partition_assignment_strategy=["fastest"])
     with pytest.raises(pylog.InvalidConfigError):
         store.consumer("t", auto_offset_reset="sometimes")
     with pytest.raises(pylog.InvalidConfigError):

@@ -1,0 +1,649 @@
+"""Consumer groups without a server: membership, assignment, partition ownership and committed offsets.
+
+On disk, under the store::
+
+    __consumer_offsets/             committed offsets: a compacted topic, key (group, topic, partition)
+    __consumer_groups/<group>/      one directory per group
+        group.lock                  flock'd while a member changes the group (join, leave, rebalance)
+        state                       the current generation: members, subscriptions, assignment (CRC'd)
+        members/<member id>         one file per member, flock'd by that member for its whole life
+        owners/<topic>-<p>.lock     flock'd by the member consuming that partition
+
+Invariants:
+- A member is alive exactly while its member file is locked. The lock ends with the process (or the
+  consumer's close), so a member that crashed is noticed by the next member that looks (every
+  ``heartbeat_interval_ms``, which must be below ``session_timeout_ms``) and the group rebalances.
+- The state file changes only under ``group.lock``, every change increments the generation, and every
+  member computes its part of the assignment from that one file, so members never disagree for longer
+  than it takes them to read it.
+- A member reads a partition only while holding the partition's owner lock, and gives the lock up only
+  after committing (with auto-commit) and calling the rebalance listener. So at any time at most one
+  member of a group consumes a partition, and the next owner starts where the previous one's last
+  commit left off. A member that stops polling keeps its partitions until it polls, closes or dies;
+  nobody takes them from under it. Different groups share nothing but the offsets topic.
+- A group member's commit is accepted only for partitions whose owner lock it holds; otherwise
+  :class:`~pylog.errors.CommitFailedError`.
+- Committed offsets are ordinary records of ``__consumer_offsets``, appended by whichever process commits
+  (it holds the partition's writer lock for that append only) and read back by tailing the partition,
+  so they are as crash-safe as any log data and compaction keeps the topic short.
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import hashlib
+import logging
+import os
+import re
+import threading
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
+
+import msgpack
+
+from .assignors import AbstractPartitionAssignor, assignor_named
+from .errors import (CommitFailedError, CorruptRecordError, InvalidConfigError, PartitionLockedError,
+                     RebalanceInProgressError, TopicExistsError, UnknownTopicError)
+from .fileio import atomic_write
+from .filenames import GROUPS_DIR, OFFSETS_TOPIC, valid_topic_name
+from .records import crc32c
+from .structs import OffsetAndMetadata, TopicPartition
+
+if TYPE_CHECKING:
+    from .log import Store
+    from .partition import Partition
+    from .topic import Topic
+
+__all__ = ["OFFSETS_TOPIC", "GROUPS_DIR", "CommittedOffsets", "GroupMember", "GroupDescription",
+           "MemberDescription", "PartitionLag", "describe_group", "list_group_dirs"]
+
+log = logging.getLogger(__name__)
+
+_STATE_MAGIC = b"PLGS"
+_MEMBER_MAGIC = b"PLGM"
+_FORMAT_VERSION = 1
+#: Largest state or member file read (a corrupt length can never make us allocate more).
+_MAX_META_BYTES = 16 * 1024 * 1024
+_MEMBER_ID_BAD = re.compile(r"[^A-Za-z0-9._-]")
+
+
+def _group_dirname(group_id: str) -> str:
+    # Readable where the id is a safe file name; a digest otherwise ('%' cannot start a topic-like name,
+    # so the two kinds never collide). The id itself is kept in the state file.
+    if valid_topic_name(group_id) and len(group_id) <= 200:
+        return group_id
+    return "%" + hashlib.blake2b(group_id.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
+
+
+def _check_group_id(group_id: Any) -> str:
+    if not isinstance(group_id, str) or not group_id:
+        raise InvalidConfigError(f"group_id must be a non-empty str, got {group_id!r}")
+    return group_id
+
+
+def _frame(magic: bytes, doc: Any) -> bytes:
+    body = magic + bytes([_FORMAT_VERSION]) + msgpack.packb(doc, use_bin_type=True)
+    return body + crc32c(body).to_bytes(4, "little")
+
+
+def _unframe(magic: bytes, raw: bytes, path: str, what: str) -> Any:
+    if len(raw) < 9 or raw[:4] != magic:
+        raise CorruptRecordError(f"{what}: bad magic", path, 0)
+    if int.from_bytes(raw[-4:], "little") != crc32c(raw[:-4]):
+        raise CorruptRecordError(f"{what}: checksum mismatch", path, 0)
+    if raw[4] != _FORMAT_VERSION:
+        raise CorruptRecordError(f"{what}: format version {raw[4]} is not supported", path, 4)
+    try:
+        return msgpack.unpackb(raw[5:-4], raw=False, strict_map_key=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise CorruptRecordError(f"{what}: {exc}", path, 5) from None
+
+
+# ---------------------------------------------------------------------------------------- committed offsets
+
+def _offset_key(group: str, tp: TopicPartition) -> bytes:
+    return msgpack.packb([_FORMAT_VERSION, group, tp.topic, tp.partition], use_bin_type=True)
+
+
+def _offset_value(om: OffsetAndMetadata, generation: int, member_id: str) -> bytes:
+    return msgpack.packb([_FORMAT_VERSION, om.offset, om.metadata, int(time.time() * 1000), generation, member_id],
+                         use_bin_type=True)
+
+
+def _decode_commit(key: bytes | None, value: bytes | None) -> tuple[tuple[str, str, int], OffsetAndMetadata | None] | None:
+    """(group, topic, partition) and the commit (None: a tombstone), or None for a record that is not one."""
+    try:
+        k = msgpack.unpackb(key, raw=False) if key is not None else None
+        if not (isinstance(k, list) and len(k) == 4 and k[0] == _FORMAT_VERSION and isinstance(k[1], str)
+                and isinstance(k[2], str) and isinstance(k[3], int)):
+            return None
+        if value is None:
+            return (k[1], k[2], k[3]), None
+        v = msgpack.unpackb(value, raw=False)
+        if not (isinstance(v, list) and len(v) >= 3 and v[0] == _FORMAT_VERSION and isinstance(v[1], int)
+                and isinstance(v[2], str)):
+            return None
+        return (k[1], k[2], k[3]), OffsetAndMetadata(v[1], v[2])
+    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+        return None
+
+
+class CommittedOffsets:
+    """A store's access to ``__consumer_offsets``: append commits, look them up. Thread-safe.
+
+    Each partition of the topic is read incrementally: the records after the last one seen are folded into
+    an in-memory table (group, topic, partition) -> latest commit, so a lookup costs only the commits made
+    since the previous one.
+    """
+
+    def __init__(self, store: "Store") -> None:
+        self._store = store
+        self._lock = threading.Lock()
+        self._topic: Topic | None = None
+        #: offsets partition -> [next offset to read, {(group, topic, partition): commit}]
+        self._tables: dict[int, tuple[int, dict[tuple[str, str, int], OffsetAndMetadata]]] = {}
+        self._bad_records = 0
+
+    def topic(self) -> "Topic":
+        """The offsets topic, created (compacted, with the store's offsets settings) on first use."""
+        if self._topic is None:
+            store = self._store
+            try:
+                t = store.topic(OFFSETS_TOPIC)
+            except UnknownTopicError:
+                settings = store.settings
+                try:
+                    t = store._create_internal_topic(
+                        OFFSETS_TOPIC, settings["offsets.topic.num.partitions"],
+                        {"cleanup.policy": "compact", "segment.bytes": settings["offsets.topic.segment.bytes"]})
+                except TopicExistsError:  # another process created it first
+                    t = store.topic(OFFSETS_TOPIC)
+            self._topic = t
+        return self._topic
+
+    def partition_for(self, group_id: str) -> "Partition":
+        t = self.topic()
+        p = t.partition(crc32c(group_id.encode("utf-8", "surrogatepass")) % t.num_partitions)
+        p.transient = True
+        return p
+
+    def commit(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata], generation: int = -1,
+               member_id: str = "", timeout_ms: float = 30_000) -> None:
+        """Append ``offsets`` for ``group_id`` (one batch) and hand the partition's writer lock back.
+
+        :raises PartitionLockedError: when another writer held the partition for ``timeout_ms``.
+        """
+        if not offsets:
+            return
+        keys = [_offset_key(group_id, tp) for tp in offsets]
+        values = [_offset_value(om, generation, member_id) for om in offsets.values()]
+        p = self.partition_for(group_id)
+        deadline = time.monotonic() + timeout_ms / 1000
+        delay = 0.0005
+        with p.maintenance_lock:
+            while not p.try_become_writer():
+                if time.monotonic() >= deadline:
+                    raise PartitionLockedError(f"could not commit for group {group_id!r}: {p.topic}-{p.number} "
+                                               f"stayed locked by another writer for {timeout_ms} ms")
+                time.sleep(delay)
+                delay = min(delay * 2, 0.01)
+            try:
+                p.append_values(values, keys)
+            finally:
+                p.release_writer()
+
+    def delete(self, group_id: str) -> int:
+        """Tombstone every committed offset of ``group_id``; returns how many there were."""
+        committed = self.fetch(group_id)
+        if committed:
+            p = self.partition_for(group_id)
+            keys = [_offset_key(group_id, tp) for tp in committed]
+            with p.maintenance_lock:
+                if not p.try_become_writer():
+                    raise PartitionLockedError(f"{p.topic}-{p.number} is being written; try again")
+                try:
+                    p.append_values([None] * len(keys), keys)
+                finally:
+                    p.release_writer()
+        return len(committed)
+
+    def _table(self, number: int) -> dict[tuple[str, str, int], OffsetAndMetadata]:
+        p = self.topic().partition(number)
+        p.transient = True
+        with self._lock:
+            pos, table = self._tables.get(number, (0, {}))
+            pos = max(pos, p.log_start_offset)
+            while pos < p.log_end_offset:
+                cols = p.read_columns(pos, max_records=65_536)
+                if not len(cols):
+                    break
+                for key, value in zip(cols.keys(), cols.values()):
+                    got = _decode_commit(key, value)
+                    if got is None:
+                        self._bad_records += 1
+                        if self._bad_records == 1:
+                            log.warning("%s: skipping records that are not offset commits", p.directory)
+                    elif got[1] is None:
+                        table.pop(got[0], None)
+                    else:
+                        table[got[0]] = got[1]
+                pos = int(cols.offsets[-1]) + 1
+            self._tables[number] = (pos, table)
+            return table
+
+    def fetch(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Every committed offset of ``group_id``, as of now (including other processes' commits)."""
+        table = self._table(self.partition_for(group_id).number)
+        return {TopicPartition(t, p): om for (g, t, p), om in table.items() if g == group_id}
+
+    def committed(self, group_id: str, tp: TopicPartition) -> OffsetAndMetadata | None:
+        table = self._table(self.partition_for(group_id).number)
+        return table.get((group_id, tp.topic, tp.partition))
+
+    def groups(self) -> set[str]:
+        """Groups with at least one committed offset."""
+        if OFFSETS_TOPIC not in self._store:
+            return set()
+        out: set[str] = set()
+        for i in range(self.topic().num_partitions):
+            out.update(g for g, _, _ in self._table(i))
+        return out
+
+
+# ---------------------------------------------------------------------------------------------- membership
+
+class PartitionLag(NamedTuple):
+    """A group's progress on one partition (seed 000): lag = end - committed, lead = committed - start."""
+
+    committed: int
+    log_start_offset: int
+    log_end_offset: int
+    lag: int
+    lead: int
+
+
+@dataclass
+class MemberDescription:
+    member_id: str
+    client_id: str
+    pid: int
+    topics: list[str]
+    assignment: list[TopicPartition]
+
+
+@dataclass
+class GroupDescription:
+    """What ``store.describe_consumer_group`` returns: the group's current generation."""
+
+    group_id: str
+    generation: int
+    protocol: str
+    members: list[MemberDescription] = field(default_factory=list)
+
+
+def _lock_nb(fd: int) -> bool:
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+        raise
+
+
+def _read_state(path: str) -> dict[str, Any] | None:
+    raw = _read_raw(path)
+    if raw is None:
+        return None
+    doc = _unframe(_STATE_MAGIC, raw, path, "group state")
+    if not isinstance(doc, dict) or not isinstance(doc.get("generation"), int):
+        raise CorruptRecordError("group state: not a state document", path, 0)
+    return doc
+
+
+def _read_raw(path: str) -> bytes | None:
+    try:
+        with open(path, "rb") as f:
+            return f.read(_MAX_META_BYTES)
+    except FileNotFoundError:
+        return None
+
+
+class GroupMember:
+    """One consumer's membership in a group (used by :class:`~pylog.consumer.Consumer`; not thread-safe).
+
+    ``poll()`` is called on every consumer poll: it notices a new generation with one ``stat``, and every
+    ``heartbeat_interval_ms`` probes the other members' locks to notice the dead.
+    """
+
+    def __init__(self, store: "Store", group_id: str, client_id: str,
+                 strategies: Sequence[type[AbstractPartitionAssignor]], session_timeout_ms: int,
+                 heartbeat_interval_ms: int) -> None:
+        self.group_id = _check_group_id(group_id)
+        self._store = store
+        self.directory = os.path.join(store.path, GROUPS_DIR, _group_dirname(group_id))
+        self._members_dir = os.path.join(self.directory, "members")
+        self._owners_dir = os.path.join(self.directory, "owners")
+        self._state_path = os.path.join(self.directory, "state")
+        self.client_id = client_id
+        self.member_id = (_MEMBER_ID_BAD.sub("_", client_id)[:100] or "pylog") + "-" + uuid.uuid4().hex
+        self.strategies = [s.name for s in strategies]
+        self.session_timeout = session_timeout_ms / 1000
+        self.heartbeat_interval = heartbeat_interval_ms / 1000
+        self.generation = -1
+        self.protocol = ""
+        self.topics: list[str] = []
+        #: this member's partitions in the current generation (owned or not yet)
+        self.assignment: list[TopicPartition] = []
+        self._owned: dict[TopicPartition, int] = {}  # partition -> fd holding its owner lock
+        self._member_fd: int | None = None
+        self._stamp: tuple | None = None
+        self._next_heartbeat = 0.0
+
+    # -- locks
+
+    def _group_lock(self) -> int:
+        """Take ``group.lock``, waiting up to the session timeout. :raises RebalanceInProgressError:"""
+        fd = os.open(os.path.join(self.directory, "group.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        deadline = time.monotonic() + self.session_timeout
+        delay = 0.0005
+        while not _lock_nb(fd):
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise RebalanceInProgressError(f"group {self.group_id!r}: group.lock was held for longer than "
+                                               f"session_timeout_ms")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.02)
+        return fd
+
+    @staticmethod
+    def _unlock(fd: int) -> None:
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        os.close(fd)
+
+    @property
+    def joined(self) -> bool:
+        return self._member_fd is not None
+
+    def owns(self, tp: TopicPartition) -> bool:
+        """True while this member holds ``tp``'s owner lock (may read it and commit for it)."""
+        return tp in self._owned
+
+    def acquire(self, tp: TopicPartition) -> bool:
+        """Take ``tp``'s owner lock if its previous owner has let it go; True when this member owns it."""
+        if tp in self._owned:
+            return True
+        fd = os.open(os.path.join(self._owners_dir, f"{tp.topic}-{tp.partition}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        if _lock_nb(fd):
+            self._owned[tp] = fd
+            return True
+        os.close(fd)
+        return False
+
+    def release(self, tp: TopicPartition) -> None:
+        fd = self._owned.pop(tp, None)
+        if fd is not None:
+            self._unlock(fd)
+
+    # -- membership
+
+    def _member_doc(self) -> dict[str, Any]:
+        return {"client_id": self.client_id, "pid": os.getpid(), "topics": sorted(self.topics),
+                "strategies": self.strategies}
+
+    def _write_member_file(self) -> None:
+        assert self._member_fd is not None
+        data = _frame(_MEMBER_MAGIC, self._member_doc())
+        os.ftruncate(self._member_fd, 0)
+        os.pwrite(self._member_fd, data, 0)
+
+    def join(self, topics: Sequence[str]) -> None:
+        """Become a member subscribing to ``topics`` and rebalance the group.
+
+        :raises InvalidConfigError: when no assignment strategy is common to all members.
+        """
+        os.makedirs(self._members_dir, exist_ok=True)
+        os.makedirs(self._owners_dir, exist_ok=True)
+        self.topics = sorted(set(topics))
+        gfd = self._group_lock()
+        try:
+            path = os.path.join(self._members_dir, self.member_id)
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
+            if not _lock_nb(fd):  # nobody else knows the name yet
+                os.close(fd)
+                raise RebalanceInProgressError(f"could not lock the new member file {path}")
+            self._member_fd = fd
+            try:
+                self._write_member_file()
+                self._rebalance_locked()
+            except BaseException:
+                self._drop_member_file()
+                raise
+        finally:
+            self._unlock(gfd)
+
+    def _drop_member_file(self) -> None:
+        if self._member_fd is not None:
+            try:
+                os.unlink(os.path.join(self._members_dir, self.member_id))
+            except FileNotFoundError:
+                pass
+            self._unlock(self._member_fd)
+            self._member_fd = None
+
+    def update_subscription(self, topics: Sequence[str]) -> None:
+        """Change the topics this member subscribes to (and rebalance) when they differ."""
+        topics = sorted(set(topics))
+        if topics == self.topics:
+            return
+        self.topics = topics
+        gfd = self._group_lock()
+        try:
+            self._write_member_file()
+            self._rebalance_locked()
+        finally:
+            self._unlock(gfd)
+
+    def leave(self) -> None:
+        """Release every owner lock, leave the group and let the others rebalance without this member."""
+        for tp in list(self._owned):
+            self.release(tp)
+        if self._member_fd is None:
+            return
+        gfd = self._group_lock()
+        try:
+            self._drop_member_file()
+            self._rebalance_locked()
+        finally:
+            self._unlock(gfd)
+        self.assignment = []
+
+    def _live_members(self) -> dict[str, dict[str, Any]]:
+        """Members whose files are locked, read under the group lock; files of dead members are removed."""
+        out: dict[str, dict[str, Any]] = {}
+        for name in sorted(os.listdir(self._members_dir)):
+            if name == self.member_id:
+                if self._member_fd is not None:
+                    out[name] = self._member_doc()
+                continue
+            doc = self._probe(name, remove_dead=True)
+            if doc is not None:
+                out[name] = doc
+        return out
+
+    def _probe(self, name: str, remove_dead: bool) -> dict[str, Any] | None:
+        """The member's document if it is alive, else None (and its file removed, with ``remove_dead``)."""
+        path = os.path.join(self._members_dir, name)
+        try:
+            fd = os.open(path, os.O_RDWR)
+        except FileNotFoundError:
+            return None
+        try:
+            if _lock_nb(fd):
+                if remove_dead:
+                    log.info("group %r: member %s is gone", self.group_id, name)
+                    os.unlink(path)  # while locked: a live member never has its file removed
+                return None
+            if not remove_dead:
+                return {}
+            raw = os.pread(fd, _MAX_META_BYTES, 0)
+        finally:
+            os.close(fd)  # also releases our lock, if we took it
+        try:
+            doc = _unframe(_MEMBER_MAGIC, raw, path, "group member file")
+        except CorruptRecordError as exc:
+            log.warning("group %r: %s; treating the member as subscribing to nothing", self.group_id, exc)
+            return {"client_id": "", "pid": 0, "topics": [], "strategies": []}
+        return doc if isinstance(doc, dict) else {"client_id": "", "pid": 0, "topics": [], "strategies": []}
+
+    def _rebalance_locked(self) -> None:
+        """Compute and write the next generation (under ``group.lock``)."""
+        try:
+            state = _read_state(self._state_path) or {}
+        except CorruptRecordError as exc:
+            log.warning("group %r: %s; starting a new state", self.group_id, exc)
+            state = {}
+        members = self._live_members()
+        protocol = _common_protocol(members, self.strategies if self._member_fd is not None else None)
+        subs = {m: list(d.get("topics") or ()) for m, d in members.items()}
+        counts = {}
+        for t in sorted({t for ts in subs.values() for t in ts}):
+            try:
+                counts[t] = self._store.topic(t).num_partitions
+            except (UnknownTopicError, CorruptRecordError):
+                continue
+        previous = {m: [TopicPartition(*tp) for tp in tps] for m, tps in (state.get("assignment") or {}).items()}
+        assignment = assignor_named(protocol).assign(subs, counts, previous) if members else {}
+        doc = {"group_id": self.group_id, "generation": int(state.get("generation", 0)) + 1, "protocol": protocol,
+               "members": {m: {"client_id": d.get("client_id", ""), "pid": d.get("pid", 0), "topics": subs[m]}
+                           for m, d in members.items()},
+               "assignment": {m: [list(tp) for tp in tps] for m, tps in assignment.items()}}
+        # Not fsynced: after a power loss every member is gone and the next join starts a new generation.
+        atomic_write(self._state_path, _frame(_STATE_MAGIC, doc), durable=False)
+
+    def poll(self) -> list[TopicPartition] | None:
+        """Look for a new generation (and, when due, for dead members). Returns this member's new
+        assignment when the generation changed, else None."""
+        now = time.monotonic()
+        if now >= self._next_heartbeat:
+            self._next_heartbeat = now + self.heartbeat_interval
+            self._heartbeat()
+        for _ in range(2):
+            try:
+                st = os.stat(self._state_path)
+                stamp: tuple | None = (st.st_ino, st.st_mtime_ns, st.st_size)
+            except FileNotFoundError:
+                stamp = None
+            if stamp is not None and stamp == self._stamp:
+                return None
+            try:
+                state = _read_state(self._state_path)
+            except CorruptRecordError as exc:
+                log.warning("group %r: %s; rebalancing", self.group_id, exc)
+                state = None
+            if state is not None and self.member_id in (state.get("members") or {}):
+                break
+            # No state, or one without us (an operator removed our file or the state): join again.
+            self._rejoin()
+        else:
+            raise RebalanceInProgressError(f"group {self.group_id!r}: this member is missing from the state "
+                                           "it just wrote")
+        self._stamp = stamp
+        if state["generation"] == self.generation:
+            return None
+        self.generation = state["generation"]
+        self.protocol = state.get("protocol", "")
+        mine = (state.get("assignment") or {}).get(self.member_id) or []
+        self.assignment = [TopicPartition(t, p) for t, p in mine]
+        return list(self.assignment)
+
+    def _rejoin(self) -> None:
+        gfd = self._group_lock()
+        try:
+            path = os.path.join(self._members_dir, self.member_id)
+            if not os.path.exists(path):
+                if self._member_fd is not None:
+                    self._unlock(self._member_fd)
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+                _lock_nb(fd)
+                self._member_fd = fd
+                self._write_member_file()
+            self._rebalance_locked()
+        finally:
+            self._unlock(gfd)
+
+    def _heartbeat(self) -> None:
+        """Probe the other members of the current generation; rebalance when one of them died."""
+        try:
+            state = _read_state(self._state_path)
+        except CorruptRecordError:
+            return  # poll() deals with it
+        if state is None:
+            return
+        others = [m for m in (state.get("members") or {}) if m != self.member_id]
+        if all(self._probe(m, remove_dead=False) is not None for m in others):
+            return
+        gfd = self._group_lock()
+        try:
+            self._rebalance_locked()
+        finally:
+            self._unlock(gfd)
+
+
+def _common_protocol(members: Mapping[str, Mapping[str, Any]], mine: Sequence[str] | None) -> str:
+    """The first strategy of the first member (by id) that every member supports."""
+    lists = [list(d.get("strategies") or ()) for _, d in sorted(members.items())]
+    lists = [ls for ls in lists if ls]
+    if not lists:
+        return (mine or ["range"])[0]
+    common = set(lists[0]).intersection(*map(set, lists[1:]))
+    for s in lists[0]:
+        if s in common:
+            return s
+    raise InvalidConfigError(f"the group's members have no partition assignment strategy in common: {lists}")
+
+
+# ---------------------------------------------------------------------------------------------- inspection
+
+def list_group_dirs(store_path: str) -> list[str]:
+    """Group ids that have a membership directory (read from their state files)."""
+    root = os.path.join(store_path, GROUPS_DIR)
+    out = []
+    try:
+        names = sorted(os.listdir(root))
+    except FileNotFoundError:
+        return []
+    for name in names:
+        try:
+            state = _read_state(os.path.join(root, name, "state"))
+        except CorruptRecordError:
+            state = None
+        if state is not None and isinstance(state.get("group_id"), str):
+            out.append(state["group_id"])
+        elif not name.startswith("%"):
+            out.append(name)
+    return out
+
+
+def describe_group(store_path: str, group_id: str) -> GroupDescription:
+    """The group's current generation, members (only live ones) and assignment."""
+    directory = os.path.join(store_path, GROUPS_DIR, _group_dirname(_check_group_id(group_id)))
+    state = _read_state(os.path.join(directory, "state")) or {}
+    desc = GroupDescription(group_id, int(state.get("generation", 0)), str(state.get("protocol", "")))
+    assignment = state.get("assignment") or {}
+    for m, d in sorted((state.get("members") or {}).items()):
+        try:
+            fd = os.open(os.path.join(directory, "members", m), os.O_RDWR)
+        except FileNotFoundError:
+            continue
+        try:
+            if _lock_nb(fd):
+                continue  # dead; the next member to look will rebalance
+        finally:
+            os.close(fd)
+        desc.members.append(MemberDescription(m, d.get("client_id", ""), d.get("pid", 0), list(d.get("topics") or ()),
+                                              [TopicPartition(t, p) for t, p in assignment.get(m) or ()]))
+    return desc
