@@ -211,7 +211,9 @@ class Consumer:
             return None
         return set(self._topics) if self._pattern is None else {t for t, _ in self._positions}
 
-    def _rescan(self, force: bool = False) -> None:
+    def _rescan(self, force: bool = False, join: bool = False) -> None:
+        """Refresh the subscribed topics (every ``metadata_max_age_ms``) and follow the group; a member
+        joins its group on its first poll (``join``), as kafka-python's does."""
         if self._manual:
             return
         now = time.monotonic()
@@ -224,14 +226,14 @@ class Consumer:
                 self._positions = {tp: self._positions.get(tp) for tp in wanted}
             else:
                 self._group_topics = names
-        if self._member is not None:
+        if self._member is not None and (join or self._member.joined):
             self._group_step()
 
     # ------------------------------------------------------------------ groups
 
     def _group_step(self) -> None:
-        """Join, follow the group's generations, take partitions as their previous owners let go, and
-        auto-commit when due. Re-entrant calls (from a rebalance listener) do nothing."""
+        """Join, follow the group's generations and take partitions as their previous owners let go.
+        Re-entrant calls (from a rebalance listener) do nothing."""
         member = self._member
         if member is None or self._in_group_step or self._closed:
             return
@@ -471,7 +473,7 @@ class Consumer:
             self._wait(deadline)
 
     def _fetch(self, limit: int, update_offsets: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
-        self._rescan()
+        self._rescan(join=True)
         parts = [tp for tp in self._positions if tp not in self._paused and tp not in self._pending]
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         if not parts:

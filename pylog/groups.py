@@ -68,6 +68,10 @@ _FORMAT_VERSION = 1
 #: Largest state or member file read (a corrupt length can never make us allocate more).
 _MAX_META_BYTES = 16 * 1024 * 1024
 _MEMBER_ID_BAD = re.compile(r"[^A-Za-z0-9._-]")
+#: segment.index.bytes of the offsets topic: its segments are small (offsets.topic.segment.bytes), and a
+#: commit re-opens the active segment's indexes as a writer, which costs in proportion to their size;
+#: index entries are dense (every 512 bytes) so that re-opening scans few batches past the last one.
+_OFFSETS_INDEX_BYTES = 64 * 1024
 
 
 def _group_dirname(group_id: str) -> str:
@@ -158,7 +162,8 @@ class CommittedOffsets:
                 try:
                     t = store._create_internal_topic(
                         OFFSETS_TOPIC, settings["offsets.topic.num.partitions"],
-                        {"cleanup.policy": "compact", "segment.bytes": settings["offsets.topic.segment.bytes"]})
+                        {"cleanup.policy": "compact", "segment.bytes": settings["offsets.topic.segment.bytes"],
+                         "segment.index.bytes": _OFFSETS_INDEX_BYTES, "index.interval.bytes": 512})
                 except TopicExistsError:  # another process created it first
                     t = store.topic(OFFSETS_TOPIC)
             self._topic = t
@@ -166,9 +171,7 @@ class CommittedOffsets:
 
     def partition_for(self, group_id: str) -> "Partition":
         t = self.topic()
-        p = t.partition(crc32c(group_id.encode("utf-8", "surrogatepass")) % t.num_partitions)
-        p.transient = True
-        return p
+        return t.partition(crc32c(group_id.encode("utf-8", "surrogatepass")) % t.num_partitions)
 
     def commit(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata], generation: int = -1,
                member_id: str = "", timeout_ms: float = 30_000) -> None:
@@ -212,7 +215,6 @@ class CommittedOffsets:
 
     def _table(self, number: int) -> dict[tuple[str, str, int], OffsetAndMetadata]:
         p = self.topic().partition(number)
-        p.transient = True
         with self._lock:
             pos, table = self._tables.get(number, (0, {}))
             pos = max(pos, p.log_start_offset)

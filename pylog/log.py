@@ -19,7 +19,7 @@ import shutil
 import struct
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Iterator, Mapping
+from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 
 from .config import TopicConfig, split_store_options, validate
 from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, StoreClosedError, TopicExistsError,
@@ -44,6 +44,7 @@ __all__ = ["Store", "open"]
 _FORMAT = "pylog-store"
 _VERSION = 1
 _DELETING = ".deleting-"
+_T = TypeVar("_T")
 _PRODUCER_IDS = "producer.ids"
 #: Names the consumer groups use (see pylog.groups); not topics a user may create.
 _RESERVED = frozenset({OFFSETS_TOPIC, GROUPS_DIR})
@@ -318,7 +319,7 @@ class Store:
         out = []
         for p in self._partitions_of(topic):
             try:
-                r = p.enforce_retention(now)
+                r = _maintain(p, p.enforce_retention, now)
             except PartitionLockedError:
                 r = RetentionResult(p.topic, p.number, reasons=["locked"], log_start_offset=p.log_start_offset)
             self._cleaner.add_retention(r)
@@ -330,7 +331,8 @@ class Store:
         it become unreadable and whole segments below it are deleted). Returns the new log start offset.
         :raises OffsetOutOfRangeError: past the log end offset. :raises PartitionLockedError:"""
         self._check_open()
-        return self.topic(topic).partition(partition).delete_records(before_offset)
+        p = self.topic(topic).partition(partition)
+        return _maintain(p, p.delete_records, before_offset)
 
     def compact(self, topic: str, partition: int | None = None, now: int | None = None) -> list[CleanResult]:
         """Compact ``topic`` (one partition, or all) now, whatever its dirty ratio (``min.compaction.lag.ms``
@@ -339,7 +341,7 @@ class Store:
         self._check_open()
         out = []
         for p in self._partitions_of(topic, partition):
-            r = clean_partition(p, self._settings["log.cleaner.dedupe.buffer.size"], now=now, force=True)
+            r = _maintain(p, clean_partition, p, self._settings["log.cleaner.dedupe.buffer.size"], now=now, force=True)
             self._cleaner.add_cleaning(r)
             out.append(r)
         return out
@@ -395,6 +397,18 @@ def open(path: str | os.PathLike[str], **options: Any) -> Store:  # noqa: A001 -
     :raises InvalidConfigError: for unknown or bad options.
     """
     return Store(path, **options)
+
+
+def _maintain(p: Partition, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
+    """Run maintenance that makes this handle ``p``'s writer; a partition written in turn by many handles
+    (:attr:`Partition.transient`) is handed back afterwards."""
+    if not p.transient:
+        return work(*args, **kwargs)
+    with p.maintenance_lock:
+        try:
+            return work(*args, **kwargs)
+        finally:
+            p.release_writer()
 
 
 def _remove_leftovers(path: str) -> None:

@@ -261,11 +261,14 @@ class Partition:
         segs = segs[k:]
         self._set_segments(segs)
         self._recovery_point = min(cp.recovery_point, segs[-1].base_offset) if not cp.clean else cp.recovery_point
-        self._write_checkpoint()
+        # A transient writer (see release_writer) opens for every append: an fsync here would dominate it,
+        # and losing this write to a power cut only means the next opener recovers from an older point.
+        self._write_checkpoint(durable=not self.transient)
 
-    def _write_checkpoint(self, clean: bool = False) -> None:
+    def _write_checkpoint(self, clean: bool = False, durable: bool = True) -> None:
         write_checkpoint(self._checkpoint_path,
-                         Checkpoint(self._recovery_point, self._log_start, clean=clean, swap_generation=self._swap_gen))
+                         Checkpoint(self._recovery_point, self._log_start, clean=clean, swap_generation=self._swap_gen),
+                         durable=durable)
 
     def bump_swap_generation(self, replaced: Sequence[Segment]) -> tuple[str, int]:
         """Before compaction renames files over segment names: record a new swap generation (durably).
@@ -960,7 +963,9 @@ class Partition:
                     self._snapshot_producers()
                     active.seal(durable=False)
                     self._recovery_point = active.next_offset
-                    self._write_checkpoint(clean=True)
+                    # Not fsynced either: if a power cut loses the log's tail, the next writer's check of the
+                    # active segment finds it and recovers (as after any unclean stop).
+                    self._write_checkpoint(clean=True, durable=False)
             finally:
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
                 os.close(self._lock_fd)

@@ -18,7 +18,7 @@ from typing import Any, Mapping
 from .config import TopicConfig
 from .errors import CorruptRecordError, InvalidConfigError, UnknownTopicError
 from .fileio import atomic_write
-from .filenames import TOPIC_FILE
+from .filenames import OFFSETS_TOPIC, TOPIC_FILE
 from .partition import Partition
 from .records import crc32c
 
@@ -91,6 +91,8 @@ class Topic:
                 if p is None:
                     p = Partition(self.name, number, os.path.join(self.directory, str(number)), self.config,
                                   self._lock_timeout_ms)
+                    # Committed offsets are appended by every process of every group in turn.
+                    p.transient = self.name == OFFSETS_TOPIC
                     self._partitions[number] = p
         return p
 

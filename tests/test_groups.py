@@ -1,0 +1,323 @@
+"""Consumer groups in one process: membership, rebalancing, ownership, committed offsets, lag, admin calls.
+
+Several consumers of one group in one process are as separate as processes would be: each holds its own
+file locks. The cross-process behaviour (SIGKILL of a member) is in test_groups_process.py.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+
+import pytest
+
+import pylog
+from pylog import CommitFailedError, OffsetAndMetadata, TopicPartition
+from pylog.filenames import GROUPS_DIR, OFFSETS_TOPIC
+
+
+@pytest.fixture
+def store(tmp_path):
+    with pylog.open(tmp_path / "store", log_cleaner_enable=False) as s:
+        yield s
+
+
+def _fill(store, topic="t", partitions=4, n=400):
+    if topic not in store:
+        store.create_topic(topic, partitions=partitions)
+    with store.producer() as p:
+        for i in range(n):
+            p.send(topic, b"%d" % i, partition=i % partitions)
+
+
+def _member(store, topics=("t",), **kw):
+    kw.setdefault("group_id", "g")
+    kw.setdefault("auto_offset_reset", "earliest")
+    kw.setdefault("heartbeat_interval_ms", 100)
+    kw.setdefault("session_timeout_ms", 1000)
+    return store.consumer(*topics, **kw)
+
+
+def _owned(c):
+    return sorted(tp.partition for tp in c.assignment() if tp not in c._pending)
+
+
+def _drain(c, rounds=5):
+    out = []
+    for _ in range(rounds):
+        for recs in c.poll(timeout_ms=20, max_records=10_000).values():
+            out.extend((r.partition, r.offset) for r in recs)
+    return out
+
+
+class Recorder(pylog.ConsumerRebalanceListener):
+    def __init__(self, consumer_ref=None):
+        self.events: list[tuple[str, set]] = []
+        self.consumer = consumer_ref
+
+    def on_partitions_revoked(self, revoked):
+        self.events.append(("revoked", set(revoked)))
+        if self.consumer is not None and revoked:
+            # Revoked partitions are still owned here: committing them works.
+            self.consumer.commit({tp: OffsetAndMetadata(self.consumer.position(tp), "from listener")
+                                  for tp in revoked if self.consumer._member.owns(tp)})
+
+    def on_partitions_assigned(self, assigned):
+        self.events.append(("assigned", set(assigned)))
+
+
+def test_two_members_split_the_partitions_and_hand_them_over_without_loss(store):
+    _fill(store)
+    a = _member(store, client_id="a")
+    got = _drain(a)
+    assert _owned(a) == [0, 1, 2, 3] and len(got) == 400
+    _fill(store)  # 400 more that a has not read yet
+    b = _member(store, client_id="b")
+    b.poll(0)  # joins: a new generation; a still holds b's partitions until a polls
+    assert b.assignment() and _owned(b) == []
+    got += _drain(a)  # a notices, commits and lets go of what moved
+    got += _drain(b)
+    assert len(_owned(a)) == 2 and len(_owned(b)) == 2 and set(_owned(a)).isdisjoint(_owned(b))
+    got += _drain(a)
+    assert sorted(got) == sorted({(p, o) for p in range(4) for o in range(200)})  # each exactly once
+    desc = store.describe_consumer_group("g")
+    assert desc.generation == 2 and desc.protocol == "range" and len(desc.members) == 2
+    a.close()
+    _drain(b)
+    assert _owned(b) == [0, 1, 2, 3]
+    assert store.describe_consumer_group("g").generation == 3
+    b.close()
+    assert store.describe_consumer_group("g").members == []
+
+
+def test_commit_failed_for_partitions_not_owned_and_without_group(store):
+    _fill(store, partitions=2, n=10)
+    a = _member(store, enable_auto_commit=False)
+    a.poll(0)
+    b = _member(store, enable_auto_commit=False)
+    b.poll(0)
+    a.poll(0)  # gives b its partition
+    b.poll(0)
+    mine, theirs = (TopicPartition("t", p) for p in (_owned(a)[0], _owned(b)[0]))
+    a.commit({mine: 3})
+    assert a.committed(mine) == 3 and b.committed(mine) == 3
+    with pytest.raises(CommitFailedError):
+        a.commit({theirs: 1})
+    with pytest.raises(ValueError):
+        a.commit({mine: -1})
+    plain = store.consumer("t")
+    with pytest.raises(pylog.InvalidConfigError):
+        plain.commit()
+    with pytest.raises(pylog.InvalidConfigError):
+        plain.committed(mine)
+    a.close()
+    b.close()
+    with pytest.raises(CommitFailedError):  # a group consumer that never joined nor assigned
+        store.consumer(group_id="g").commit({mine: 1})
+
+
+def test_listener_sees_eager_revoke_and_assign_and_can_commit_in_revoke(store):
+    _fill(store, partitions=2, n=20)
+    a = _member(store, enable_auto_commit=False)
+    rec = Recorder(a)
+    a.subscribe(["t"], listener=rec)
+    _drain(a, 1)
+    assert rec.events == [("revoked", set()), ("assigned", {TopicPartition("t", 0), TopicPartition("t", 1)})]
+    b = _member(store, enable_auto_commit=False)
+    b.poll(0)
+    a.poll(0)
+    assert rec.events[2][0] == "revoked" and rec.events[2][1] == {TopicPartition("t", 0), TopicPartition("t", 1)}
+    assert rec.events[3][0] == "assigned" and len(rec.events[3][1]) == 1  # ids decide which one stays
+    (moved,) = {TopicPartition("t", 0), TopicPartition("t", 1)} - rec.events[3][1]
+    assert b.committed(moved, metadata=True) == OffsetAndMetadata(10, "from listener")
+    b.poll(0)
+    assert b.position(moved) == 10  # b starts where a's listener committed
+    with pytest.raises(TypeError):
+        a.subscribe(["t"], listener=object())
+    a.close()
+    b.close()
+
+
+def test_committed_offsets_survive_reopening_the_store(tmp_path):
+    path = tmp_path / "s"
+    with pylog.open(path) as s:
+        _fill(s, partitions=2, n=100)
+        c = _member(s)
+        assert len(_drain(c)) == 100
+        c.close()  # auto-commit on close
+    with pylog.open(path) as s:
+        assert s.committed_offsets("g") == {TopicPartition("t", 0): OffsetAndMetadata(50, ""),
+                                            TopicPartition("t", 1): OffsetAndMetadata(50, "")}
+        _fill(s, partitions=2, n=10)
+        c = _member(s)
+        got = _drain(c)
+        assert sorted(o for _, o in got) == [50] * 2 + [51] * 2 + [52] * 2 + [53] * 2 + [54] * 2
+        c.close()
+        lag = s.group_lag("g")
+        assert lag[TopicPartition("t", 0)] == pylog.PartitionLag(55, 0, 55, 0, 55)
+
+
+def test_auto_commit_interval_and_lag(store):
+    _fill(store, partitions=1, n=100)
+    c = _member(store, auto_commit_interval_ms=1, max_poll_records=30)
+    c.poll(0)
+    time.sleep(0.005)
+    c.poll(0)  # commits the first poll's position before reading more
+    assert store.group_lag("g")[TopicPartition("t", 0)].committed == 30
+    m = c.metrics()["t-0"]
+    assert m["position"] == 60 and m["committed"] == 30 and m["lag"] == 40 and m["lead"] == 60 and m["owned"]
+    c.close()
+    assert store.group_lag("g")[TopicPartition("t", 0)] == pylog.PartitionLag(60, 0, 100, 40, 60)
+
+
+def test_assign_with_group_id_commits_without_membership(store):
+    _fill(store, partitions=2, n=20)
+    tp = TopicPartition("t", 1)
+    c = store.consumer(group_id="solo", enable_auto_commit=False, auto_offset_reset="earliest")
+    c.assign([tp])
+    assert len(c.poll(0)[tp]) == 10
+    c.commit()
+    c.close()
+    c = store.consumer(group_id="solo", auto_offset_reset="earliest")
+    c.assign([tp])
+    assert c.position(tp) == 10
+    assert not os.path.exists(os.path.join(store.path, GROUPS_DIR, "solo"))
+    assert store.consumer_groups() == ["solo"]
+
+
+def test_two_groups_are_independent(store):
+    _fill(store, partitions=3, n=30)
+    a, b = _member(store, group_id="ga"), _member(store, group_id="gb")
+    assert len(_drain(a)) == 30 and len(_drain(b)) == 30
+    a.close()
+    b.close()
+    assert sorted(store.consumer_groups()) == ["ga", "gb"]
+
+
+def test_pattern_subscription_in_a_group_picks_up_new_topics(store):
+    _fill(store, "ev-1", partitions=1, n=5)
+    c = store.consumer(group_id="g", auto_offset_reset="earliest", metadata_max_age_ms=0)
+    c.subscribe(pattern=r"ev-.*")
+    assert len(_drain(c, 1)) == 5
+    gen = store.describe_consumer_group("g").generation
+    _fill(store, "ev-2", partitions=2, n=6)
+    assert len(_drain(c, 2)) == 6
+    assert {tp.topic for tp in c.assignment()} == {"ev-1", "ev-2"}
+    assert store.describe_consumer_group("g").generation > gen
+    assert OFFSETS_TOPIC not in {tp.topic for tp in c.assignment()}
+    c.close()
+
+
+def test_strategies_must_have_one_in_common(store):
+    _fill(store, partitions=4, n=4)
+    a = _member(store, partition_assignment_strategy=["sticky"])
+    a.poll(0)
+    with pytest.raises(pylog.InvalidConfigError, match="in common"):
+        _member(store, partition_assignment_strategy=["roundrobin"]).poll(0)
+    b = _member(store, partition_assignment_strategy=[pylog.RoundRobinPartitionAssignor, "sticky"])
+    b.poll(0)
+    assert store.describe_consumer_group("g").protocol == "sticky"
+    assert len(store.describe_consumer_group("g").members) == 2
+    a.close()
+    b.close()
+
+
+def test_a_member_waiting_in_poll_lets_go_for_a_joiner(store):
+    _fill(store, partitions=2, n=0)
+    a = _member(store)
+    a.poll(0)
+    done = threading.Event()
+
+    def wait_long():
+        a.poll(timeout_ms=3000)  # no data: waits, but looks at the group every few ms
+        done.set()
+
+    t = threading.Thread(target=wait_long)
+    t.start()
+    try:
+        b = _member(store)
+        deadline = time.monotonic() + 2.5
+        while not _owned(b) and time.monotonic() < deadline:
+            b.poll(timeout_ms=10)
+        assert len(_owned(b)) == 1 and not done.is_set()
+    finally:
+        t.join()
+    a.close()
+    b.close()
+
+
+def test_dead_member_is_found_by_its_released_lock(store):
+    _fill(store, partitions=2, n=10)
+    a, b = _member(store), _member(store)
+    a.poll(0), b.poll(0), a.poll(0), b.poll(0)
+    assert len(_owned(a)) == len(_owned(b)) == 1
+    # "Kill" b: its locks go (as the kernel drops a dead process's), without leave() or a commit.
+    member = b._member
+    for tp in list(member._owned):
+        os.close(member._owned.pop(tp))
+    os.close(member._member_fd)
+    member._member_fd = None
+    deadline = time.monotonic() + 2
+    while _owned(a) != [0, 1] and time.monotonic() < deadline:
+        a.poll(timeout_ms=20)
+    assert _owned(a) == [0, 1]
+    assert [m.member_id for m in store.describe_consumer_group("g").members] == [a._member.member_id]
+    a.close()
+
+
+def test_corrupt_group_state_is_rebuilt(store, caplog):
+    _fill(store, partitions=2, n=10)
+    a = _member(store)
+    a.poll(0)
+    state = os.path.join(a._member.directory, "state")
+    with open(state, "r+b") as f:
+        f.seek(8)
+        f.write(b"\xff\xff")
+    _drain(a)
+    assert _owned(a) == [0, 1]
+    assert store.describe_consumer_group("g").generation >= 1
+    a.close()
+
+
+def test_admin_reset_and_delete_group(store):
+    _fill(store, partitions=2, n=10)
+    c = _member(store)
+    _drain(c)
+    with pytest.raises(pylog.RebalanceInProgressError):
+        store.commit_offsets("g", {TopicPartition("t", 0): 0})
+    with pytest.raises(pylog.RebalanceInProgressError):
+        store.delete_consumer_group("g")
+    c.close()
+    store.commit_offsets("g", {TopicPartition("t", 0): 2})
+    assert store.committed_offsets("g")[TopicPartition("t", 0)].offset == 2
+    assert store.delete_consumer_group("g") == 2
+    assert store.committed_offsets("g") == {} and "g" not in store.consumer_groups()
+
+
+def test_reserved_names_and_offsets_topic_compaction(tmp_path):
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False, offsets_topic_segment_bytes=2048,
+                    offsets_topic_num_partitions=2) as store:
+        with pytest.raises(pylog.InvalidTopicError):
+            store.create_topic(OFFSETS_TOPIC)
+        with pytest.raises(pylog.InvalidTopicError):
+            store.create_topic(GROUPS_DIR)
+        _fill(store, partitions=1, n=1)
+        c = store.consumer(group_id="g", enable_auto_commit=False)
+        tp = TopicPartition("t", 0)
+        c.assign([tp])
+        for i in range(300):
+            c.commit({tp: i})
+        assert store.topic(OFFSETS_TOPIC).num_partitions == 2
+        p = store._group_offsets().partition_for("g")
+        assert p.log_end_offset == 300 and not p.is_writer and len(p.segments) > 5
+        store.compact(OFFSETS_TOPIC, p.number)
+        assert not p.is_writer  # handed back after maintenance too
+        left = len(p.read_columns(0, max_records=1000))
+        assert left < 50, left  # the superseded commits of the cleaned segments are gone
+        assert store.committed_offsets("g") == {tp: OffsetAndMetadata(299, "")}
+        with pylog.open(store.path) as other:  # a fresh reader folds the compacted log to the same answer
+            assert other.committed_offsets("g") == {tp: OffsetAndMetadata(299, "")}
+        c.commit({tp: 300})  # and commits go on after the swap
+        assert store.committed_offsets("g") == {tp: OffsetAndMetadata(300, "")}
+        c.close()

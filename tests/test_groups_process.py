@@ -1,0 +1,175 @@
+"""Consumer groups across real processes: three members split six partitions, one is SIGKILLed, its
+partitions move to the survivors, and with commit-after-process no record is lost.
+
+Members are separate interpreters (``subprocess``), so membership and ownership rest on nothing but the
+OS file locks in the store. Every wait has a deadline; every child is killed in a ``finally``.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import pylog
+
+TOPIC = "t"
+PARTITIONS = 6
+SESSION_MS = 2000
+HEARTBEAT_MS = 200
+MAX_POLL = 50
+
+# A member: consumes with commit-after-process. Each poll's records are written to its output file (one
+# write per poll) before the commit, so a kill between the two is what makes duplicates, never losses.
+# It reports its assignment on stdout whenever it changes.
+WORKER = textwrap.dedent("""
+    import json, os, sys
+    import pylog
+    path, out_path, name = sys.argv[1], sys.argv[2], sys.argv[3]
+    store = pylog.open(path, log_cleaner_enable=False)
+    c = store.consumer(TOPIC, group_id="g", client_id=name, auto_offset_reset="earliest",
+                       enable_auto_commit=False, session_timeout_ms=SESSION_MS,
+                       heartbeat_interval_ms=HEARTBEAT_MS, max_poll_records=MAX_POLL)
+    fd = os.open(out_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    last = None
+    while True:
+        got = c.poll(timeout_ms=50)
+        owned = sorted(tp.partition for tp in c.assignment() if tp not in c._pending)
+        if owned != last:
+            last = owned
+            print("owned", json.dumps(owned), flush=True)
+        if got:
+            lines = "".join(f"{r.partition} {r.offset} {r.value.decode()}\\n" for recs in got.values() for r in recs)
+            os.write(fd, lines.encode())
+            c.commit()
+""").replace("TOPIC", repr(TOPIC)).replace("SESSION_MS", str(SESSION_MS)).replace(
+    "HEARTBEAT_MS", str(HEARTBEAT_MS)).replace("MAX_POLL", str(MAX_POLL))
+
+
+class Member:
+    def __init__(self, store_dir: str, out: str, name: str) -> None:
+        self.out = out
+        self.proc = subprocess.Popen([sys.executable, "-c", WORKER, store_dir, out, name],
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        self.owned: list[int] = []
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            if line.startswith("owned "):
+                self.owned = json.loads(line[6:])
+
+    def update(self) -> None:
+        if self.proc.poll() is not None and self.proc.returncode != -9:
+            pytest.fail(f"member exited with {self.proc.returncode}: {self.proc.stderr.read()[-3000:]}")
+
+    def consumed(self) -> list[tuple[int, int]]:
+        try:
+            with open(self.out) as f:
+                return [(int(p), int(o)) for p, o, _ in (line.split() for line in f if line.endswith("\n"))]
+        except FileNotFoundError:
+            return []
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+def _wait_for(cond, timeout: float, what: str, members: list[Member]) -> float:
+    t0 = time.monotonic()
+    while time.monotonic() - t0 < timeout:
+        for m in members:
+            m.update()
+        if cond():
+            return time.monotonic() - t0
+        time.sleep(0.02)
+    pytest.fail(f"timed out after {timeout}s waiting for {what}; owned: {[m.owned for m in members]}")
+
+
+def _produce(store: pylog.Store, start: int, n: int, partitions: int = PARTITIONS) -> None:
+    with store.producer(linger_ms=0) as p:
+        for i in range(start, start + n):
+            p.send(TOPIC, b"%d" % i, partition=i % partitions)
+
+
+def test_three_processes_split_six_partitions_and_survive_a_sigkill(tmp_path):
+    store_dir = str(tmp_path / "store")
+    with pylog.open(store_dir, log_cleaner_enable=False) as store:
+        store.create_topic(TOPIC, partitions=PARTITIONS)
+        _produce(store, 0, 3000)
+        members = [Member(store_dir, str(tmp_path / f"out{i}"), f"m{i}") for i in range(3)]
+        try:
+            _wait_for(lambda: sorted(len(m.owned) for m in members) == [2, 2, 2], 60, "2 partitions each", members)
+            assert sorted(p for m in members for p in m.owned) == list(range(PARTITIONS))
+            desc = store.describe_consumer_group("g")
+            assert len(desc.members) == 3 and sorted(len(m.assignment) for m in desc.members) == [2, 2, 2]
+
+            # Let the victim consume something, then kill it mid-stream while more records arrive.
+            victim = members[0]
+            _wait_for(lambda: len(victim.consumed()) > 0, 60, "the victim to consume", members)
+            moved = set(victim.owned)
+            victim.kill()
+            t_kill = time.monotonic()
+            survivors = members[1:]
+            _produce(store, 3000, 3000)
+            elapsed = _wait_for(lambda: sorted(len(m.owned) for m in survivors) == [3, 3], 30,
+                                "the victim's partitions to move", survivors)
+            # Detection: a heartbeat (200 ms) notices the dead lock; well within the session timeout.
+            assert time.monotonic() - t_kill <= SESSION_MS / 1000 + 1.0, elapsed
+            assert set(survivors[0].owned) | set(survivors[1].owned) == set(range(PARTITIONS))
+            assert moved <= set(survivors[0].owned) | set(survivors[1].owned)
+
+            want = {(i % PARTITIONS, i // PARTITIONS) for i in range(6000)}
+            every = lambda: {po for m in members for po in m.consumed()}  # noqa: E731
+            _wait_for(lambda: want <= every(), 60, "every record to be consumed", survivors)
+            # The survivors commit after writing: every partition's commit reaches the log end.
+            _wait_for(lambda: all(v.lag == 0 for v in store.group_lag("g").values()), 30, "the last commits",
+                      survivors)
+            for m in survivors:
+                m.kill()
+            seen = collections.Counter(po for m in members for po in m.consumed())
+            assert set(seen) == want  # nothing lost, nothing invented
+            dups = {po: n for po, n in seen.items() if n > 1}
+            # Duplicates only from the killed member's uncommitted tail: its partitions, at most one poll.
+            assert all(p in moved for p, _ in dups), dups
+            assert sum(n - 1 for n in dups.values()) <= MAX_POLL, len(dups)
+            lag = store.group_lag("g")
+            assert sorted(tp.partition for tp in lag) == list(range(PARTITIONS))
+            assert all(v.committed == v.log_end_offset == 1000 and v.lead == 1000 for v in lag.values()), lag
+        finally:
+            for m in members:
+                m.kill()
+
+
+def test_two_groups_in_two_processes_each_see_every_record(tmp_path):
+    store_dir = str(tmp_path / "store")
+    code = textwrap.dedent("""
+        import sys, pylog
+        with pylog.open(sys.argv[1], log_cleaner_enable=False) as s:
+            c = s.consumer("t", group_id=sys.argv[2], auto_offset_reset="earliest", consumer_timeout_ms=1500)
+            n = sum(1 for _ in c)
+            c.close()
+            print(n)
+    """)
+    with pylog.open(store_dir, log_cleaner_enable=False) as store:
+        store.create_topic(TOPIC, partitions=3)
+        _produce(store, 0, 900, partitions=3)
+    procs = [subprocess.Popen([sys.executable, "-c", code, store_dir, g], stdout=subprocess.PIPE, text=True)
+             for g in ("a", "b")]
+    try:
+        outs = [p.communicate(timeout=60)[0].strip() for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert outs == ["900", "900"]
+    with pylog.open(store_dir, log_cleaner_enable=False) as store:
+        for g in ("a", "b"):
+            assert sum(om.offset for om in store.committed_offsets(g).values()) == 900
