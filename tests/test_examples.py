@@ -45,3 +45,12 @@ def test_client_benchmark_quick_run(tmp_path):
     for figure in ("baseline: lock + list.append", "send() one at a time", "acks='all', 16 thread(s)",
                    "consumer iteration", "end-to-end latency p99.9"):
         assert figure in out, figure
+
+
+def test_delivery_semantics_example(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "examples" / "delivery_semantics.py"), str(tmp_path / "d")],
+                         capture_output=True, text=True, check=True, timeout=300).stdout
+    lines = {line.split(":")[0].strip(): line for line in out.splitlines()}
+    assert re.search(r"1000 orders, \d+ invoices, [1-9]\d* lost, 0 billed twice", lines["at-most-once"])
+    assert re.search(r"1000 orders, \d+ invoices, 0 lost, [1-9]\d* billed twice", lines["at-least-once"])
+    assert "1000 orders, 1000 invoices, 0 lost, 0 billed twice" in lines["exactly-once"]
