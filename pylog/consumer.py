@@ -32,6 +32,7 @@ from .errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeErro
                      UnknownTopicError)
 from .filenames import OFFSETS_TOPIC
 from .groups import GroupMember
+from .records import gc_paused
 from .structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
@@ -148,6 +149,9 @@ class Consumer:
         self._last_scan = 0.0
         self._next_rr = 0
         self._gen: Iterator[ConsumerRecord] | None = None  # what next() draws from
+        #: The poll chunk an iterator is handing out: (partition, records, their list iterator). Its
+        #: partition's position is brought up to date lazily (see _settle).
+        self._cur: tuple[TopicPartition, list[ConsumerRecord], Iterator[ConsumerRecord]] | None = None
         self._closed = False
         self._group_id: str | None = cfg["group_id"]
         self._offsets = store._group_offsets() if self._group_id is not None else None
@@ -191,6 +195,7 @@ class Consumer:
         parts = [TopicPartition(*tp) for tp in partitions]
         for tp in parts:
             self._partition(tp)  # raises for an unknown topic or partition
+        self._settle(cut=True)
         self._manual = True
         self._positions = {tp: self._positions.get(tp) for tp in parts}
         self._paused &= set(parts)
@@ -198,6 +203,7 @@ class Consumer:
     def unsubscribe(self) -> None:
         """Stop reading; a group member commits (with auto-commit) and leaves its group."""
         self._leave_group(autocommit=self.config["enable_auto_commit"])
+        self._settle(cut=True)
         self._topics, self._pattern, self._manual = set(), None, False
         self._positions.clear()
         self._paused.clear()
@@ -214,6 +220,7 @@ class Consumer:
     def _rescan(self, force: bool = False, join: bool = False) -> None:
         """Refresh the subscribed topics (every ``metadata_max_age_ms``) and follow the group; a member
         joins its group on its first poll (``join``), as kafka-python's does."""
+        self._settle()
         if self._manual:
             return
         now = time.monotonic()
@@ -256,6 +263,7 @@ class Consumer:
     def _reassign(self, new: list[TopicPartition]) -> None:
         """A new generation: commit, tell the listener, give up what moved away, take what came."""
         assert self._member is not None
+        self._settle(cut=True)
         old = set(self._positions)
         if self.config["enable_auto_commit"]:
             self._commit_owned()
@@ -284,6 +292,7 @@ class Consumer:
         member = self._member
         if member is None:
             return
+        self._settle(cut=True)
         try:
             if member.joined:
                 if autocommit:
@@ -297,6 +306,7 @@ class Consumer:
 
     def _commit_owned(self) -> None:
         """Commit the positions of the partitions this member owns that moved since its last commit."""
+        self._settle()
         offsets = {tp: OffsetAndMetadata(pos, "") for tp, pos in self._positions.items()
                    if pos is not None and tp not in self._pending and self._committed_pos.get(tp) != pos}
         if offsets:
@@ -409,6 +419,7 @@ class Consumer:
         self._check_assigned(tp)
         if not isinstance(offset, int) or offset < 0:
             raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+        self._settle(cut=True)
         self._positions[tp] = offset
 
     def seek_to_beginning(self, *partitions: TopicPartition) -> None:
@@ -446,7 +457,8 @@ class Consumer:
     def pause(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
             self._check_assigned(tp)
-            self._paused.add(tp)
+        self._settle(cut=True)
+        self._paused.update(partitions)
 
     def resume(self, *partitions: TopicPartition) -> None:
         for tp in partitions:
@@ -465,6 +477,8 @@ class Consumer:
             raise StoreClosedError("consumer is closed")
         limit = self.config["max_poll_records"] if max_records is None else max_records
         deadline = time.monotonic() + timeout_ms / 1000
+        if update_offsets:
+            self._settle(cut=True)  # a poll takes over from an iteration in progress
         self._maybe_auto_commit()
         while True:
             out = self._fetch(limit, update_offsets)
@@ -528,10 +542,11 @@ class Consumer:
         else:
             headers = cols.headers
             header_sizes = [sum(len(k.encode()) + (0 if v is None else len(v)) for k, v in h) for h in cols.headers]
-        return list(map(tuple.__new__, itertools.repeat(ConsumerRecord), zip(
-            itertools.repeat(tp.topic, n), itertools.repeat(tp.partition, n), cols.offsets.tolist(),
-            cols.timestamps.tolist(), cols.timestamp_types.tolist(), keys, values, headers,
-            itertools.repeat(None, n), cols.key_lengths.tolist(), cols.value_lengths.tolist(), header_sizes)))
+        with gc_paused():  # hundreds of tuples without cycles: no collector passes while building them
+            return list(map(tuple.__new__, itertools.repeat(ConsumerRecord), zip(
+                itertools.repeat(tp.topic, n), itertools.repeat(tp.partition, n), cols.offsets.tolist(),
+                cols.timestamps.tolist(), cols.timestamp_types.tolist(), keys, values, headers,
+                itertools.repeat(None, n), cols.key_lengths.tolist(), cols.value_lengths.tolist(), header_sizes)))
 
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: on one partition's condition, a few ms at a time when several
@@ -552,10 +567,17 @@ class Consumer:
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records as they come, waiting for them; ends after ``consumer_timeout_ms`` without any.
 
-        A generator over whole polls. Positions move as records are handed out, and before each record
-        the generator checks that its partition is still assigned, not paused and not moved by a seek,
-        so a loop left early, a seek, pause or reassignment mid-loop never loses or repeats a record.
+        Hands out each poll's records partition by partition straight from the poll's lists (a C-level
+        chain of list iterators, no Python step per record). Positions move as records are handed out:
+        how far the current list's iterator has got says where its partition stands, and any call that
+        reads a position brings it up to date first. A seek, pause, poll, reassignment or close cuts the
+        current list short, so a loop left early, a seek, pause or rebalance mid-loop never loses or
+        repeats a record.
         """
+        self._settle(cut=True)
+        return itertools.chain.from_iterable(self._chunks())
+
+    def _chunks(self) -> Iterator[Iterator[ConsumerRecord]]:
         timeout = self.config["consumer_timeout_ms"]
         while True:
             deadline = None if timeout == float("inf") else time.monotonic() + timeout / 1000
@@ -568,12 +590,26 @@ class Consumer:
                     return
             starts = {tp: self._positions.get(tp) for tp in batch}
             for tp, recs in batch.items():
-                expected = starts[tp]
-                for rec in recs:
-                    if self._positions.get(tp, -1) != expected or tp in self._paused or tp in self._pending:
-                        break  # sought, paused or unassigned since the poll: drop the rest
-                    expected = self._positions[tp] = rec.offset + 1
-                    yield rec
+                self._settle()
+                if self._positions.get(tp, -1) != starts[tp] or tp in self._paused or tp in self._pending:
+                    continue  # sought, paused or unassigned since the poll: drop these
+                it = iter(recs)
+                self._cur = (tp, recs, it)
+                yield it
+            self._settle()
+
+    def _settle(self, cut: bool = False) -> None:
+        """Bring the position of the partition being iterated up to date; with ``cut``, end its list."""
+        cur = self._cur
+        if cur is None:
+            return
+        tp, recs, it = cur
+        taken = len(recs) - it.__length_hint__()
+        if taken and tp in self._positions:
+            self._positions[tp] = recs[taken - 1].offset + 1
+        if cut or taken == len(recs):
+            it.__setstate__(len(recs))  # exhausts it: the chain moves on to the next poll's lists
+            self._cur = None
 
     def __next__(self) -> ConsumerRecord:
         """The next record, waiting for one; ``StopIteration`` after ``consumer_timeout_ms`` without any."""
@@ -612,6 +648,7 @@ class Consumer:
         try:
             self._leave_group(autocommit=autocommit and self.config["enable_auto_commit"])
         finally:
+            self._settle(cut=True)
             self._closed = True
             self._gen = None
 

@@ -548,6 +548,8 @@ def _split(data: Any, lengths: np.ndarray, start: int = 0, stop: int | None = No
     lo, hi = int(lengths.min()), int(lengths.max())
     if lo == hi and lo >= 0:
         return _split_uniform(data, lo, start, stop)
+    if hi < 0:
+        return [None] * (stop - start)  # all null (records without keys, the common case)
     part = lengths[start:stop]
     clipped = np.maximum(part, 0)
     ends = np.cumsum(clipped)

@@ -231,3 +231,19 @@ def test_a_deleted_topic_leaves_a_pattern_subscription(store):
     store.delete_topic("ev-b")
     assert {tp.topic for tp in c.poll(max_records=100)} == {"ev-a"}
     assert c.assignment() == {TopicPartition("ev-a", 0)}
+
+
+def test_iteration_positions_commits_and_polls_mid_chunk(store):
+    _fill(store, "t", n=100)
+    tp = TopicPartition("t", 0)
+    c = store.consumer("t", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False,
+                       consumer_timeout_ms=100)
+    it = iter(c)
+    assert [next(it).offset for _ in range(10)] == list(range(10))
+    assert c.position(tp) == 10 and c.metrics()["t-0"]["position"] == 10
+    c.commit()  # the position handed out so far, not the end of the poll being iterated
+    assert c.committed(tp) == 10
+    assert [r.offset for r in c.poll(max_records=5)[tp]] == [10, 11, 12, 13, 14]  # takes over
+    assert next(it).offset == 15  # the old iterator goes on from there: nothing repeated or skipped
+    assert [r.offset for r in it] == list(range(16, 100))
+    c.close()
