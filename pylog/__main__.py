@@ -5,6 +5,8 @@
     pylog retention STORE [TOPIC]                   enforce retention now; print what was deleted
     pylog compact STORE TOPIC [--partition N]       compact now (whatever the dirty ratio)
     pylog delete-records STORE TOPIC PARTITION OFFSET   make OFFSET the partition's log start
+    pylog groups STORE [GROUP...] consumer groups: generation, live members and their partitions, and per
+                                  partition committed offset, log end, lag and lead
 
 ``main(argv) -> int`` is the whole program (tested in-process); exit codes are :class:`ExitCode`.
 Verification opens partitions as a reader (no lock, nothing written), so it is safe on a live store.
@@ -96,6 +98,26 @@ def _compact(store: Store, topic: str, partition: int | None, out: TextIO) -> Ex
     return ExitCode.OK if not locked else ExitCode.PROBLEMS
 
 
+def _groups(store: Store, groups: Sequence[str], out: TextIO) -> ExitCode:
+    names = list(groups) or store.consumer_groups()
+    if not names:
+        print(f"no consumer groups in {store.path}", file=out)
+    for group in names:
+        desc = store.describe_consumer_group(group)
+        print(f"{group}  generation={desc.generation}  strategy={desc.protocol or '-'}  members={len(desc.members)}",
+              file=out)
+        for m in desc.members:
+            parts = ",".join(f"{tp.topic}-{tp.partition}" for tp in m.assignment) or "-"
+            print(f"  member {m.member_id} (pid {m.pid}): {parts}", file=out)
+        total = 0
+        for tp, lag in store.group_lag(group).items():
+            total += lag.lag
+            print(f"  {tp.topic}-{tp.partition}: committed {lag.committed}  log end {lag.log_end_offset}  "
+                  f"lag {lag.lag}  lead {lag.lead}", file=out)
+        print(f"  total lag {total}", file=out)
+    return ExitCode.OK
+
+
 def _non_negative(text: str) -> int:
     value = int(text)
     if value < 0:
@@ -126,6 +148,9 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     d.add_argument("topic")
     d.add_argument("partition", type=_non_negative)
     d.add_argument("offset", type=_non_negative)
+    g = sub.add_parser("groups", help="consumer groups: members, assignment, committed offsets and lag")
+    g.add_argument("store")
+    g.add_argument("groups", nargs="*", help="only these groups (default: all)")
     args = parser.parse_args(argv)
     if not os.path.isfile(os.path.join(args.store, STORE_FILE)):  # never create a store by looking at it
         print(f"pylog: {args.store} is not a pylog store (no {STORE_FILE})", file=sys.stderr)
@@ -138,6 +163,8 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
                 return _retention(store, args.topic, out)
             if args.command == "compact":
                 return _compact(store, args.topic, args.partition, out)
+            if args.command == "groups":
+                return _groups(store, args.groups, out)
             if args.command == "delete-records":
                 start = store.delete_records(args.topic, args.partition, args.offset)
                 print(f"{args.topic}-{args.partition}: log start offset {start}", file=out)

@@ -77,3 +77,27 @@ def test_maintenance_commands(tmp_path, capsys):
     assert "ends at 201" in capsys.readouterr().err
     with pytest.raises(SystemExit):
         main(["delete-records", str(tmp_path), "c", "0", "-3"])
+
+
+def test_groups_shows_members_and_lag(tmp_path):
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        store.create_topic("t", partitions=2)
+        for p in range(2):
+            store.topic("t").partition(p).append_values([b"v"] * 10)
+        c = store.consumer("t", group_id="billing", auto_offset_reset="earliest", max_poll_records=3,
+                           client_id="worker")
+        c.poll(0)
+        c.commit()
+        out = io.StringIO()
+        assert main(["groups", str(tmp_path)], out) == ExitCode.OK
+        text = out.getvalue()
+        assert "billing  generation=1  strategy=range  members=1" in text
+        assert "member worker-" in text and "t-0,t-1" in text
+        assert "t-0: committed 3  log end 10  lag 7  lead 3" in text and "total lag 7" in text
+        c.close(autocommit=False)
+    out = io.StringIO()
+    assert main(["groups", str(tmp_path), "billing"], out) == ExitCode.OK
+    assert "members=0" in out.getvalue()
+    out = io.StringIO()
+    assert main(["groups", str(tmp_path), "nobody"], out) == ExitCode.OK
+    assert "total lag 0" in out.getvalue()

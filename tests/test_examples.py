@@ -54,3 +54,10 @@ def test_delivery_semantics_example(tmp_path):
     assert re.search(r"1000 orders, \d+ invoices, [1-9]\d* lost, 0 billed twice", lines["at-most-once"])
     assert re.search(r"1000 orders, \d+ invoices, 0 lost, [1-9]\d* billed twice", lines["at-least-once"])
     assert "1000 orders, 1000 invoices, 0 lost, 0 billed twice" in lines["exactly-once"]
+
+
+def test_process_benchmark_quick_run(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_processes.py"), "--quick", "--records",
+                          "5000", "--dir", str(tmp_path)], capture_output=True, text=True, check=True,
+                         timeout=300).stdout
+    assert "3 processes" in out and "ratio" in out
