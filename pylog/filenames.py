@@ -14,7 +14,7 @@ __all__ = [
     "TMP_SUFFIX", "LOCK_FILE", "CHECKPOINT_FILE", "CLEANER_CHECKPOINT_FILE", "SWAP_MANIFEST_FILE", "TOPIC_FILE",
     "STORE_FILE",
     "segment_stem", "segment_path", "parse_base_offset", "list_segment_bases", "valid_topic_name",
-    "OFFSETS_TOPIC", "GROUPS_DIR",
+    "OFFSETS_TOPIC", "GROUPS_DIR", "NOTIFY_FILE",
 ]
 
 LOG_SUFFIX = ".log"
@@ -33,6 +33,8 @@ CLEANER_CHECKPOINT_FILE = "cleaner.checkpoint"
 SWAP_MANIFEST_FILE = "cleaner.swap"
 TOPIC_FILE = "topic.json"
 STORE_FILE = "pylog.store"
+#: A partition's shared wake-up counter (pylog/notify.py).
+NOTIFY_FILE = "notify"
 #: The consumer groups' committed offsets (a compacted topic) and their membership directories.
 OFFSETS_TOPIC = "__consumer_offsets"
 GROUPS_DIR = "__consumer_groups"

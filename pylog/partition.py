@@ -45,6 +45,7 @@ from .errors import (CorruptRecordError, InvalidRecordError, LogFailedError, Off
                      PartitionLockedError, RecordTooLargeError, StoreClosedError)
 from .fileio import fsync_dir
 from .filenames import CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, SWAP_MANIFEST_FILE, list_segment_bases
+from .notify import Notifier
 from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns, _column, encode_parts, gc_paused,
                       now_ms)
 from .producer_state import ProducerState
@@ -64,7 +65,8 @@ _MAX_RELATIVE = 0xFFFFFFFF
 _READ_RETRIES = 8
 _T = TypeVar("_T")
 _SEQ_MOD = 1 << 31
-#: Polling interval bounds of a reader waiting for another process's appends (seconds).
+#: Polling interval bounds of a reader waiting for another process's appends when it gets no wake-ups from
+#: them (see pylog.notify), in seconds.
 _POLL_MIN, _POLL_MAX = 0.0002, 0.005
 
 
@@ -86,6 +88,8 @@ class Partition:
         self.maintenance_lock = threading.RLock()
         self._meta: tuple = ()  # identity of the checkpoint files when a reader last looked
         self._appended = threading.Condition(threading.Lock())
+        #: Wakes readers in other processes after appends (a shared counter + futex; see pylog.notify).
+        self._notify = Notifier(directory)
         self._lock_fd: int | None = None
         self._closed = False
         self._failed: str | None = None
@@ -680,6 +684,9 @@ class Partition:
                 self._roll()
 
     def _after_append(self, n: int) -> None:
+        # Readers in other processes: the batches are visible from here on (they read up to the file size),
+        # whether or not the flush below succeeds.
+        self._notify.publish()
         self._unflushed += n
         cfg = self.config
         if self._unflushed >= cfg["flush.messages"] or (
@@ -714,26 +721,44 @@ class Partition:
     def wait_for_data(self, offset: int, timeout: float | None) -> bool:
         """Block until ``log_end_offset > offset`` or ``timeout`` seconds pass; True when data is there.
 
-        Appends through this handle wake waiters at once; other processes' appends are noticed by polling
-        the log end, every 0.2 ms at first and backing off to every 5 ms while nothing comes (so a busy
-        stream is followed closely and an idle wait costs little).
+        Appends through this handle wake waiters at once (a condition variable). Appends by another process
+        (or another handle) wake them through the partition's ``notify`` file (:mod:`pylog.notify`): a futex
+        on a shared counter, so an idle wait costs no CPU; the log end is re-checked after each wake-up and
+        at least every :data:`pylog.notify.SLICE` seconds, so a lost wake-up or a dead writer costs a bounded
+        delay. Where that is unavailable the log end is polled, every 0.2 ms at first and backing off to
+        every 5 ms while nothing comes. Never blocks past ``timeout``; returns False at once after
+        :meth:`close`.
         """
         deadline = None if timeout is None else time.monotonic() + timeout
         poll = _POLL_MIN
-        while self.log_end_offset <= offset:
-            if self._closed:
-                return False
-            remaining = None if deadline is None else deadline - time.monotonic()
-            if remaining is not None and remaining <= 0:
-                return False
-            # Another process's appends do not notify us: poll while not the writer.
-            step = remaining if self._lock_fd is not None else min(poll, remaining if remaining is not None else poll)
-            poll = min(poll * 2, _POLL_MAX)
-            with self._appended:
-                segs = self._segments  # empty for a reader opened before the writer created any segment
-                if not segs or segs[-1].next_offset <= offset:
-                    self._appended.wait(step)
-        return True
+        watch = None if self._lock_fd is not None or self._closed else self._notify.watch()
+        try:
+            while True:
+                seq = watch.sequence() if watch is not None else 0  # before the log end: see pylog.notify
+                if self.log_end_offset > offset:
+                    if watch is not None:
+                        watch.found(seq)
+                    return True
+                if self._closed:
+                    return False
+                remaining = None if deadline is None else deadline - time.monotonic()
+                if remaining is not None and remaining <= 0:
+                    return False
+                if watch is not None and self._lock_fd is None and watch.sleep(seq, remaining):
+                    continue
+                # The writer's own appends notify the condition; without wake-ups from another process, poll.
+                if self._lock_fd is not None:
+                    step = remaining
+                else:
+                    step = poll if remaining is None else min(poll, remaining)
+                poll = min(poll * 2, _POLL_MAX)
+                with self._appended:
+                    segs = self._segments  # empty for a reader opened before the writer created any segment
+                    if not segs or segs[-1].next_offset <= offset:
+                        self._appended.wait(step)
+        finally:
+            if watch is not None:
+                watch.close()
 
     # ------------------------------------------------------------------ maintenance (writer only)
 
@@ -1020,6 +1045,7 @@ class Partition:
             self._set_segments([])
             for seg in segs:
                 seg.close()
+            self._notify.close()  # wakes this handle's waiters sleeping on the notify file
             with self._appended:
                 self._appended.notify_all()
 

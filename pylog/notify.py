@@ -1,0 +1,334 @@
+"""Cross-process wake-ups for readers waiting on a partition: a shared counter and a Linux futex.
+
+A reader in another process than the partition's writer learns of new batches by re-reading the log end.
+To wait for them without polling, each partition directory holds a small shared file, ``notify`` (layout in
+docs/FORMAT.md), that the writer and waiting readers map:
+
+- the writer, once an append is visible to readers, adds one to the *sequence* word, then reads the
+  *waiters* word and only when it is non-zero makes a ``FUTEX_WAKE`` system call: an append that nobody
+  waits for costs a store, a lock round trip and a load (about 1 µs), no system call;
+- a waiting reader adds one to *waiters* (atomically, in the kernel, with ``FUTEX_WAKE_OP``), reads the
+  sequence, checks the log end, and sleeps in ``FUTEX_WAIT`` while the sequence still holds the value it
+  read, at most :data:`SLICE` seconds at a time; it subtracts one from *waiters* when its wait ends.
+
+Why a wake-up is not lost: the reader's atomic add is a full barrier between its registration and its read
+of the sequence, and the writer puts a full barrier (a lock acquire: a locked instruction on x86-64) between
+its store of the sequence and its read of *waiters*. So either the writer sees the reader counted and wakes
+it (``FUTEX_WAIT`` returns at once when the sequence already moved: the kernel compares it under its own
+lock), or the reader reads the new sequence, and then its log-end check, made after, finds the data.
+
+Invariants:
+
+1. A wait never outlasts its caller's timeout, and never sleeps longer than :data:`SLICE` at a time; the
+   caller re-checks the log end after every sleep, so a lost wake-up, a dead writer or a replaced file
+   delays a reader by at most one slice.
+2. Only the partition's writer stores the sequence (one writer per partition, under its ``flock``), so its
+   plain read-modify-write is race-free; *waiters* only changes through atomic kernel operations.
+3. The file is derived, disposable data. A missing, short or damaged one is rewritten in place, under an
+   ``flock`` of the file itself, so every process keeps mapping the same inode, and the file never shrinks
+   to nothing under a mapping (which would raise SIGBUS). Its counters then restart from 0: a waiter
+   count that goes below zero, or that a killed reader left above it, only makes the writer wake needlessly
+   (one ``FUTEX_WAKE``, about 1 µs, per append). A file replaced or deleted by hand is noticed by its path
+   naming another inode: by the writer within :data:`_RECHECK` seconds of appending, by a reader after a
+   slice without wake-ups.
+4. Wake-ups only reach processes on the writer's kernel. A reader that finds new data after a full slice
+   with no wake-up while the sequence did not move (a writer on another host of a shared filesystem, or one
+   with notifications off) stops trusting the file and lets its caller poll, until it sees the sequence move.
+
+Not available (then :meth:`Notifier.watch` returns None and callers poll the log end): platforms other than
+Linux on x86-64, :data:`ENABLED` false (``PYLOG_NOTIFY=0`` in the environment), or a file that cannot be
+opened read-write (read-only store); after an open fails it is tried again :data:`_RETRY` seconds later.
+
+Thread-safety: :meth:`Notifier.publish` is called by the writer under the partition's append lock; the
+other methods from any thread.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import errno
+import fcntl
+import logging
+import mmap
+import os
+import platform
+import sys
+import threading
+import time
+from typing import Any
+
+from .filenames import NOTIFY_FILE
+
+__all__ = ["Notifier", "ENABLED", "SLICE"]
+
+log = logging.getLogger("pylog.notify")
+
+MAGIC = b"PLNF"
+VERSION = 1
+#: File size in bytes: magic (4), version (uint16), reserved (uint16, 0), sequence (uint32), waiters (uint32).
+SIZE = 16
+_HEADER = MAGIC + VERSION.to_bytes(2, "little") + bytes(2)
+_SEQ, _WAITERS = 2, 3  # indexes of the 32-bit words
+#: Longest sleep before a waiter looks at the log end again (seconds).
+SLICE = 0.05
+#: Seconds before opening the file again after an open failed.
+_RETRY = 5.0
+#: Seconds between checks that the path still names the mapped file.
+_RECHECK = 1.0
+#: Whether partitions use the file; read when a partition first needs it. False: readers poll the log end.
+ENABLED = os.environ.get("PYLOG_NOTIFY", "1").lower() not in ("0", "false", "no", "off")
+
+_SYS_FUTEX = 202  # x86-64
+_FUTEX_WAIT, _FUTEX_WAKE, _FUTEX_WAKE_OP = 0, 1, 5  # shared (not FUTEX_PRIVATE_FLAG): across processes
+_FUTEX_OP_ADD = 1
+_WAKE_ALL = 0x7FFFFFFF
+
+
+class _Timespec(ctypes.Structure):
+    _fields_ = [("tv_sec", ctypes.c_long), ("tv_nsec", ctypes.c_long)]
+
+
+def _load_syscall() -> Any:
+    """libc's ``syscall`` with futex's argument types, or None where this module does not apply.
+
+    x86-64 only: the writer's barrier (see the module doc) relies on a lock acquire being a full fence.
+    """
+    if not sys.platform.startswith("linux") or platform.machine() not in ("x86_64", "amd64"):
+        return None
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        # long syscall(SYS_futex, uint32_t *uaddr, int op, uint32_t val, timespec *timeout, uint32_t *uaddr2,
+        # uint32_t val3)
+        proto = ctypes.CFUNCTYPE(ctypes.c_long, ctypes.c_long, ctypes.c_void_p, ctypes.c_int, ctypes.c_uint,
+                                 ctypes.c_void_p, ctypes.c_void_p, ctypes.c_uint, use_errno=True)
+        return proto(("syscall", libc))
+    except (OSError, AttributeError):
+        return None
+
+
+_syscall = _load_syscall()
+
+
+def _futex(addr: int, op: int, val: int, timeout: Any = None, addr2: Any = None, val3: int = 0) -> int:
+    """One futex call: its result, or ``-errno``."""
+    r = _syscall(_SYS_FUTEX, addr, op, val, timeout, addr2, val3)
+    return -ctypes.get_errno() if r < 0 else r
+
+
+class _Mapping:
+    """The file mapped read-write. Dropping the last reference unmaps it (a thread still waiting on it
+    keeps it alive: the words array holds the mmap)."""
+
+    __slots__ = ("words", "seq_addr", "waiters_addr", "ident")
+
+    def __init__(self, mm: mmap.mmap, ident: tuple[int, int]) -> None:
+        self.words = (ctypes.c_uint32 * (SIZE // 4)).from_buffer(mm)
+        self.seq_addr = ctypes.addressof(self.words) + 4 * _SEQ
+        self.waiters_addr = ctypes.addressof(self.words) + 4 * _WAITERS
+        self.ident = ident  # (st_dev, st_ino)
+
+    @classmethod
+    def open(cls, path: str) -> "_Mapping":
+        """Open (creating or repairing) and map the file. :raises OSError: when it cannot be opened read-write."""
+        fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
+        try:
+            _flock_briefly(fd)
+            try:
+                raw = os.pread(fd, SIZE + 1, 0)
+                if len(raw) != SIZE or raw[:len(_HEADER)] != _HEADER:
+                    if raw:
+                        log.warning("%s: not a valid notify file (%d bytes); rewriting it", path, len(raw))
+                    os.ftruncate(fd, SIZE)  # grows or shrinks, never to nothing: mappings stay valid
+                    os.pwrite(fd, _HEADER + bytes(SIZE - len(_HEADER)), 0)
+                mm = mmap.mmap(fd, SIZE)  # MAP_SHARED, read-write
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+            st = os.fstat(fd)
+        finally:
+            os.close(fd)  # the mmap keeps its own descriptor
+        return cls(mm, (st.st_dev, st.st_ino))
+
+    def add_waiter(self, delta: int) -> int:
+        """Atomically add ``delta`` (-2048..2047) to *waiters* (a full barrier); 0 or ``-errno``."""
+        return _futex(self.seq_addr, _FUTEX_WAKE_OP, 0, None, self.waiters_addr,
+                      (_FUTEX_OP_ADD << 28) | ((delta & 0xFFF) << 12))
+
+    def wake(self) -> int:
+        return _futex(self.seq_addr, _FUTEX_WAKE, _WAKE_ALL)
+
+
+def _flock_briefly(fd: int) -> None:
+    """Exclusive flock, waiting at most ~20 ms (it is held for microseconds; a stopped holder must not stall
+    a reader). :raises BlockingIOError:"""
+    for _ in range(20):
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return
+        except BlockingIOError:
+            time.sleep(0.001)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+
+
+class Notifier:
+    """A partition's wake-up file, mapped on first use. ``directory`` is the partition's directory."""
+
+    def __init__(self, directory: str) -> None:
+        self.path = os.path.join(directory, NOTIFY_FILE)
+        self._open_lock = threading.Lock()
+        self._fence = threading.Lock()  # acquired as a memory barrier in publish()
+        self._map: _Mapping | None = None
+        self._closed = False
+        self._retry_at = 0.0  # monotonic time before which no open is tried (after a failure)
+        self._check_at = 0.0  # monotonic time of the next check that the path names the mapped file
+        self._trusted = True  # False while wake-ups are found not to reach this process (invariant 4)
+        self._seen = 0  # the sequence when they were found not to
+
+    def _mapping(self) -> _Mapping | None:
+        m = self._map
+        if m is not None or _syscall is None or not ENABLED or self._closed or time.monotonic() < self._retry_at:
+            return m
+        with self._open_lock:
+            if self._map is None and not self._closed:
+                try:
+                    self._map = _Mapping.open(self.path)
+                    self._check_at = time.monotonic() + _RECHECK
+                except OSError as exc:
+                    self._retry_at = time.monotonic() + _RETRY
+                    log.debug("%s: no cross-process wake-ups for now (%s); readers poll", self.path, exc)
+            return self._map
+
+    def _disable(self, what: str, err: int) -> None:
+        """A futex call failed unexpectedly (e.g. ENOSYS under a seccomp filter): stop using the file."""
+        log.warning("%s: %s failed (%s); readers of this partition poll from now on", self.path, what,
+                    errno.errorcode.get(err, err))
+        self._retry_at = float("inf")
+        self._map = None
+
+    def _recheck(self, m: _Mapping, now: float) -> None:
+        """Every _RECHECK seconds: drop the mapping when the path names another file (or none); the next
+        use maps the file there, creating it if need be."""
+        if now < self._check_at:
+            return
+        self._check_at = now + _RECHECK
+        try:
+            st = os.stat(self.path)
+            same = (st.st_dev, st.st_ino) == m.ident
+        except OSError:
+            same = False
+        if not same and self._map is m:
+            log.info("%s: replaced or removed; mapping it again", self.path)
+            self._map = None
+
+    def publish(self) -> None:
+        """The writer's appends are visible to readers: move the sequence and wake waiters, if any.
+
+        Called under the partition's append lock (one writer, so the increment needs no atomic operation).
+        Never raises for the notification's sake: appends must not fail because of it.
+        """
+        m = self._map or self._mapping()
+        if m is None:
+            return
+        w = m.words
+        w[_SEQ] = (w[_SEQ] + 1) & 0xFFFFFFFF
+        with self._fence:  # full barrier: the store above is visible before the load below (module doc)
+            pass
+        if w[_WAITERS]:
+            r = m.wake()
+            if r < 0:
+                self._disable("FUTEX_WAKE", -r)
+                return
+        self._recheck(m, time.monotonic())
+
+    def watch(self) -> "Watch | None":
+        """Register as a waiter for the duration of one wait (call :meth:`Watch.close` after), or None when
+        wake-ups are unavailable here: then the caller polls."""
+        m = self._mapping()
+        if m is None:
+            return None
+        r = m.add_waiter(1)
+        if r < 0:
+            self._disable("FUTEX_WAKE_OP", -r)
+            return None
+        return Watch(self, m)
+
+    def close(self) -> None:
+        """Stop using the file; wakes this process's waiters (and, needlessly, other processes' ones)."""
+        self._closed = True
+        m, self._map = self._map, None
+        if m is not None and m.words[_WAITERS]:
+            m.wake()
+
+
+class Watch:
+    """One waiter's registration (a count in *waiters*) for the length of one wait. Use::
+
+        watch = notifier.watch()
+        try:
+            while True:
+                seq = watch.sequence()       # first the sequence,
+                if <data is there>:           # then the log end
+                    watch.found(seq); return True
+                if <timed out>: return False
+                watch.sleep(seq, remaining)  # False: poll instead
+        finally:
+            watch.close()
+
+    Not shared between threads.
+    """
+
+    __slots__ = ("_notifier", "_m", "_timed_out")
+
+    def __init__(self, notifier: Notifier, m: _Mapping) -> None:
+        self._notifier = notifier
+        self._m: _Mapping | None = m
+        self._timed_out: int | None = None  # the sequence a full slice waited on in vain
+
+    def sequence(self) -> int:
+        """The current sequence; read it before checking the log end, and pass it to :meth:`sleep`."""
+        return self._m.words[_SEQ] if self._m is not None else 0
+
+    def sleep(self, seq: int, timeout: float | None) -> bool:
+        """Sleep until the sequence is no longer ``seq`` (an append, or a wake-up) or ``min(timeout, SLICE)``
+        seconds pass. Returns False at once when the caller should poll instead (wake-ups unavailable or
+        found not to reach this process); True after sleeping (the caller re-checks the log end)."""
+        n, m = self._notifier, self._m
+        if m is None:
+            return False
+        if not n._trusted:
+            if m.words[_SEQ] == n._seen:
+                return False
+            n._trusted = True  # the sequence moved: a writer on this host publishes again
+        step = SLICE if timeout is None else min(timeout, SLICE)
+        ts = _Timespec(int(step), int((step % 1) * 1e9))
+        r = _futex(m.seq_addr, _FUTEX_WAIT, seq, ctypes.addressof(ts))
+        self._timed_out = None
+        if r == -errno.ETIMEDOUT:
+            if step >= SLICE:
+                self._timed_out = seq
+            now = time.monotonic()
+            n._recheck(m, now)
+            if n._map is not m:  # the file was replaced: register on the new one
+                self.close()
+                new = n._mapping()
+                if new is not None and new.add_waiter(1) == 0:
+                    self._m = new
+        elif r < 0 and r not in (-errno.EAGAIN, -errno.EINTR):
+            n._disable("FUTEX_WAIT", -r)
+            self.close()
+        return True
+
+    def found(self, seq: int) -> None:
+        """The caller found data after reading ``seq``: if a full slice just passed without a wake-up and
+        the sequence never moved, the writer's wake-ups do not reach this process (invariant 4)."""
+        m = self._m
+        if self._timed_out is not None and self._timed_out == seq and m is not None and m.words[_SEQ] == seq:
+            n = self._notifier
+            if n._trusted:
+                log.info("%s: new data without a wake-up; polling until the sequence moves", n.path)
+            n._trusted, n._seen = False, seq
+
+    def close(self) -> None:
+        """End the registration (idempotent)."""
+        m, self._m = self._m, None
+        if m is not None:
+            m.add_waiter(-1)

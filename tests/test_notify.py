@@ -1,0 +1,366 @@
+"""pylog.notify: readers waiting on a partition wake on another process's (or handle's) appends through the
+partition's ``notify`` file, never wait past their timeout, and fall back to polling.
+
+Cross-process children are separate interpreters (``python -c``); every wait has a timeout and every child
+is killed in a ``finally``. Assertions are about results (the wait returned True, the data reads back, the
+futex wait was woken rather than timed out), never about how long something took: where a test must
+prove that a wake-up, not a periodic re-check, ended a wait, it makes the re-check interval
+(``notify.SLICE``) longer than the test's own timeouts.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import queue
+import signal
+import struct
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+
+import pytest
+
+import pylog
+from pylog import notify
+
+TOPIC = "t"
+needs_futex = pytest.mark.skipif(notify._syscall is None, reason="wake-ups need Linux on x86-64")
+
+
+class Child:
+    """A ``python -c`` child whose stdout lines arrive on a queue, so the parent waits with a timeout."""
+
+    def __init__(self, code: str, *args: str, cwd: str) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], cwd=cwd,
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                     text=True)
+        self.lines: queue.Queue[str | None] = queue.Queue()
+        threading.Thread(target=self._pump, daemon=True).start()
+
+    def _pump(self) -> None:
+        for line in self.proc.stdout:
+            self.lines.put(line.rstrip("\n"))
+        self.lines.put(None)
+
+    def expect(self, prefix: str, timeout: float = 60) -> str:
+        try:
+            line = self.lines.get(timeout=timeout)
+        except queue.Empty:
+            pytest.fail(f"child said nothing for {timeout}s (waiting for {prefix!r})")
+        if line is None:
+            self.proc.wait(5)
+            pytest.fail(f"child exited ({self.proc.returncode}) before {prefix!r}: {self.proc.stderr.read()[-3000:]}")
+        assert line.startswith(prefix), f"expected {prefix!r}, child said {line!r}"
+        return line[len(prefix):].strip()
+
+    def kill(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+        self.proc.wait(10)
+
+
+# A reader in another process: waits for data past the current end, says "sleeping" when it first enters
+# FUTEX_WAIT, and reports whether a futex wait was woken (returned 0 or EAGAIN) rather than timed out.
+# argv: root, SLICE, timeout.
+_READER = """
+import errno, json, sys
+import pylog
+from pylog import notify
+notify.SLICE = float(sys.argv[2])
+results = []
+real = notify._futex
+def futex(addr, op, *args):
+    if op == notify._FUTEX_WAIT and not results:
+        print("sleeping", flush=True)
+    r = real(addr, op, *args)
+    if op == notify._FUTEX_WAIT:
+        results.append(r)
+    return r
+notify._futex = futex
+with pylog.open(sys.argv[1], log_cleaner_enable=False) as store:
+    p = store.topic("t").partition(0)
+    start = p.log_end_offset
+    print("waiting", start, flush=True)
+    ok = p.wait_for_data(start, float(sys.argv[3]))
+    values = [r.value.decode() for r in p.read(start)] if ok else []
+    print("done", json.dumps({"ok": ok, "values": values, "waits": len(results),
+                              "woken": any(r in (0, -errno.EAGAIN) for r in results)}), flush=True)
+"""
+
+# A writer in another process: appends one record, says so, then waits to be killed.
+_WRITER = """
+import sys, time
+import pylog
+with pylog.open(sys.argv[1], log_cleaner_enable=False) as store:
+    p = store.topic("t").partition(0)
+    p.append_values([sys.argv[2].encode()])
+    print("appended", p.log_end_offset, flush=True)
+    time.sleep(600)
+"""
+
+
+def make_store(root: str) -> None:
+    with pylog.open(root, log_cleaner_enable=False) as store:
+        store.create_topic(TOPIC)
+
+
+def notify_path(root: str) -> str:
+    return os.path.join(root, TOPIC, "0", notify.NOTIFY_FILE)
+
+
+def waiters(root: str) -> int:
+    """The waiter count in the partition's notify file (0 while it does not exist)."""
+    try:
+        with open(notify_path(root), "rb") as f:
+            raw = f.read(notify.SIZE)
+    except FileNotFoundError:
+        return 0
+    return struct.unpack_from("<i", raw, 12)[0] if len(raw) == notify.SIZE else 0
+
+
+def until(cond, what: str, timeout: float = 60) -> None:
+    """Wait (polling) until ``cond()``; fail after ``timeout`` seconds."""
+    deadline = time.monotonic() + timeout
+    while not cond():
+        if time.monotonic() > deadline:
+            pytest.fail(f"gave up waiting for {what}")
+        time.sleep(0.002)
+
+
+class FutexSpy:
+    """Records this process's futex calls; ``sleeping`` is set when a FUTEX_WAIT is about to start."""
+
+    def __init__(self, monkeypatch) -> None:
+        self.calls: list[int] = []
+        self.sleeping = threading.Event()
+        real = notify._futex
+
+        def spy(addr, op, *args):
+            self.calls.append(op)
+            if op == notify._FUTEX_WAIT:
+                self.sleeping.set()
+            return real(addr, op, *args)
+        monkeypatch.setattr(notify, "_futex", spy)
+
+    def wait_sleeping(self) -> None:
+        assert self.sleeping.wait(60), "no FUTEX_WAIT started"
+        self.sleeping.clear()
+
+
+class Waiter(threading.Thread):
+    """``partition.wait_for_data(offset, timeout)`` in a thread; ``result`` once joined."""
+
+    def __init__(self, partition, offset: int, timeout: float | None) -> None:
+        super().__init__(daemon=True)
+        self.args_ = (partition, offset, timeout)
+        self.result: bool | None = None
+
+    def run(self) -> None:
+        p, offset, timeout = self.args_
+        self.result = p.wait_for_data(offset, timeout)
+
+    def outcome(self, timeout: float = 60) -> bool | None:
+        self.join(timeout)
+        assert not self.is_alive(), "wait_for_data did not return"
+        return self.result
+
+
+# ----------------------------------------------------------------------------- across processes
+
+
+@needs_futex
+def test_reader_process_wakes_on_append(tmp_path):
+    root = str(tmp_path / "s")
+    make_store(root)
+    # SLICE longer than the reader's timeout: only a wake-up can end its wait with data.
+    child = Child(_READER, root, "120", "60", cwd=str(tmp_path))
+    try:
+        assert child.expect("waiting") == "0"
+        child.expect("sleeping")
+        assert waiters(root) == 1
+        with pylog.open(root, log_cleaner_enable=False) as store:
+            store.topic(TOPIC).partition(0).append_values([b"hello"])
+            out = json.loads(child.expect("done"))
+        assert out == {"ok": True, "values": ["hello"], "waits": out["waits"], "woken": True}
+        assert child.proc.wait(30) == 0
+        assert waiters(root) == 0  # the reader unregistered
+    finally:
+        child.kill()
+
+
+@needs_futex
+def test_waiter_returns_at_its_timeout_when_the_writer_is_killed(tmp_path, monkeypatch):
+    root = str(tmp_path / "s")
+    make_store(root)
+    writer = Child(_WRITER, root, "first", cwd=str(tmp_path))
+    try:
+        assert writer.expect("appended") == "1"
+        with pylog.open(root, log_cleaner_enable=False) as store:
+            p = store.topic(TOPIC).partition(0)
+            assert p.log_end_offset == 1
+            w = Waiter(p, 1, 1.0)
+            w.start()
+            until(lambda: waiters(root) >= 1, "the reader to register")
+            writer.proc.send_signal(signal.SIGKILL)
+            writer.proc.wait(30)
+            assert w.outcome() is False
+            assert waiters(root) == 0
+
+            # The next writer (another process, after recovery) wakes the same reader handle.
+            monkeypatch.setattr(notify, "SLICE", 120.0)
+            w = Waiter(p, 1, 60)
+            w.start()
+            until(lambda: waiters(root) >= 1, "the reader to register again")
+            writer = Child(_WRITER, root, "second", cwd=str(tmp_path))
+            assert writer.expect("appended") == "2"
+            assert w.outcome() is True
+            assert [r.value for r in p.read(0)] == [b"first", b"second"]
+    finally:
+        writer.kill()
+
+
+# ----------------------------------------------------------------------------- two handles in one process
+
+
+@pytest.fixture
+def handles(tmp_path):
+    """(root, writer partition, reader partition): two stores on one directory, the first one writing."""
+    root = str(tmp_path / "s")
+    make_store(root)
+    ws = pylog.open(root, log_cleaner_enable=False)
+    rs = pylog.open(root, log_cleaner_enable=False)
+    try:
+        yield root, ws.topic(TOPIC).partition(0), rs.topic(TOPIC).partition(0)
+    finally:
+        rs.close()
+        ws.close()
+
+
+@pytest.mark.parametrize("damage", [b"", b"PLN", b"garbage!" * 5, notify.MAGIC + b"\x07\x00\x00\x00" + bytes(8)],
+                         ids=["empty", "truncated", "garbage", "future-version"])
+@needs_futex
+def test_damaged_notify_file_is_rewritten_and_waits_still_wake(tmp_path, monkeypatch, damage):
+    root = str(tmp_path / "s")
+    make_store(root)
+    with pylog.open(root, log_cleaner_enable=False) as store:
+        store.topic(TOPIC).partition(0).append_values([b"a"])  # creates the file
+    with open(notify_path(root), "rb") as f:
+        good = f.read()
+    assert good[:6] == notify.MAGIC + b"\x01\x00" and len(good) == notify.SIZE
+    with open(notify_path(root), "wb") as f:  # nothing maps the file now: the store is closed
+        f.write(damage)
+
+    monkeypatch.setattr(notify, "SLICE", 120.0)  # only a wake-up ends the wait below
+    with pylog.open(root, log_cleaner_enable=False) as rs, pylog.open(root, log_cleaner_enable=False) as ws:
+        rp, wp = rs.topic(TOPIC).partition(0), ws.topic(TOPIC).partition(0)
+        w = Waiter(rp, 1, 60)
+        w.start()
+        until(lambda: waiters(root) >= 1, "the reader to register")
+        wp.append_values([b"b"])
+        assert w.outcome() is True
+        assert [r.value for r in rp.read(0)] == [b"a", b"b"]
+    with open(notify_path(root), "rb") as f:
+        raw = f.read()
+    assert len(raw) == notify.SIZE and raw[:8] == notify.MAGIC + b"\x01\x00\x00\x00"
+
+
+@needs_futex
+def test_notify_file_deleted_while_in_use_is_mapped_again(handles, monkeypatch):
+    root, wp, rp = handles
+    wp.append_values([b"a"])
+    assert rp.wait_for_data(0, 1)
+    os.unlink(notify_path(root))
+    monkeypatch.setattr(notify, "_RECHECK", 0.0)  # the writer looks at the path on its next append
+    wp.append_values([b"b"])  # notices the file is gone: maps a new one on the next append
+    w = Waiter(rp, 2, 60)  # the reader's first slice may wait on the old file; then it re-registers
+    w.start()
+    until(lambda: waiters(root) >= 1, "the reader to register on the new file")
+    wp.append_values([b"c"])
+    assert w.outcome() is True
+    assert [r.value for r in rp.read(0)] == [b"a", b"b", b"c"]
+
+
+@needs_futex
+def test_append_without_waiters_makes_no_system_call(handles, monkeypatch):
+    root, wp, rp = handles
+    spy = FutexSpy(monkeypatch)
+    for i in range(20):
+        wp.append_values([b"%d" % i])
+    assert spy.calls == []
+    with open(notify_path(root), "rb") as f:
+        assert struct.unpack_from("<I", f.read(), 8)[0] == 20  # the sequence moved once per append
+
+    w = Waiter(rp, 20, 60)
+    w.start()
+    until(lambda: waiters(root) >= 1, "the reader to register")
+    wp.append_values([b"x"])
+    assert w.outcome() is True
+    assert notify._FUTEX_WAKE in spy.calls
+
+
+@needs_futex
+def test_reader_polls_when_wake_ups_do_not_reach_it(handles, monkeypatch):
+    """A writer that does not publish (another host, or notifications off): the reader still gets the
+    data, after at most a slice, then polls until it sees the sequence move again."""
+    root, wp, rp = handles
+    spy = FutexSpy(monkeypatch)
+    monkeypatch.setattr(wp._notify, "publish", lambda: None)
+    w = Waiter(rp, 0, 60)
+    w.start()
+    spy.wait_sleeping()
+    wp.append_values([b"a"])
+    assert w.outcome() is True
+    assert rp._notify._trusted is False
+
+    del wp._notify.publish  # publishes again
+    wp.append_values([b"b"])
+    assert rp.wait_for_data(1, 0.01) is True
+    assert rp.wait_for_data(2, 0.01) is False  # slept on the file again: the sequence moved
+    assert rp._notify._trusted is True
+
+
+@needs_futex
+def test_close_ends_a_wait_on_the_notify_file(handles):
+    root, wp, rp = handles
+    wp.append_values([b"a"])
+    w = Waiter(rp, 1, 60)
+    w.start()
+    until(lambda: waiters(root) >= 1, "the reader to register")
+    rp.close()
+    assert w.outcome() is False
+
+
+# ----------------------------------------------------------------------------- everywhere
+
+
+def test_wait_with_zero_timeout_returns_at_once(handles):
+    root, wp, rp = handles
+    assert rp.wait_for_data(0, 0) is False
+    assert wp.wait_for_data(0, 0) is False
+    wp.append_values([b"a"])
+    assert rp.wait_for_data(0, 0) is True
+    assert wp.wait_for_data(0, 0) is True
+    assert rp.wait_for_data(1, 0) is False
+    assert rp.wait_for_data(1, -1) is False
+    assert waiters(root) == 0
+
+
+def test_polling_fallback_when_disabled(handles, monkeypatch):
+    root, wp, rp = handles
+    monkeypatch.setattr(notify, "ENABLED", False)
+    assert rp._notify.watch() is None
+    w = Waiter(rp, 0, 60)
+    w.start()
+    wp.append_values([b"a"])
+    assert w.outcome() is True
+    assert not os.path.exists(notify_path(root))  # nobody created the file
+    assert [r.value for r in rp.read(0)] == [b"a"]
+
+
+def test_wait_on_a_closed_partition_returns_false(handles):
+    root, wp, rp = handles
+    rp.close()
+    assert rp.wait_for_data(0, 1) is False
