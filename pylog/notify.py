@@ -59,7 +59,7 @@ from typing import Any
 
 from .filenames import NOTIFY_FILE
 
-__all__ = ["Notifier", "ENABLED", "SLICE"]
+__all__ = ["Notifier", "Watch", "wait_any", "ENABLED", "SLICE"]
 
 log = logging.getLogger("pylog.notify")
 
@@ -79,6 +79,9 @@ _RECHECK = 1.0
 ENABLED = os.environ.get("PYLOG_NOTIFY", "1").lower() not in ("0", "false", "no", "off")
 
 _SYS_FUTEX = 202  # x86-64
+_SYS_FUTEX_WAITV = 449  # x86-64, Linux 5.16+
+_FUTEX2_SIZE_U32 = 0x02  # futex_waitv flags: 32-bit words, shared (no FUTEX2_PRIVATE)
+_CLOCK_MONOTONIC = 1
 _FUTEX_WAIT, _FUTEX_WAKE, _FUTEX_WAKE_OP = 0, 1, 5  # shared (not FUTEX_PRIVATE_FLAG): across processes
 _FUTEX_OP_ADD = 1
 _WAKE_ALL = 0x7FFFFFFF
@@ -107,6 +110,15 @@ def _load_syscall() -> Any:
 
 
 _syscall = _load_syscall()
+
+
+class _WaitV(ctypes.Structure):
+    _fields_ = [("val", ctypes.c_uint64), ("uaddr", ctypes.c_uint64), ("flags", ctypes.c_uint32),
+                ("reserved", ctypes.c_uint32)]
+
+
+#: None until the first multi-wait finds out whether the kernel has futex_waitv; then True or False.
+_waitv_works: bool | None = None
 
 
 def _futex(addr: int, op: int, val: int, timeout: Any = None, addr2: Any = None, val3: int = 0) -> int:
@@ -332,3 +344,36 @@ class Watch:
         m, self._m = self._m, None
         if m is not None:
             m.add_waiter(-1)
+
+
+def wait_any(watches: list["Watch"], seqs: list[int], timeout: float) -> bool:
+    """Sleep until one of the watched sequences is no longer its ``seqs`` entry, or ``min(timeout, SLICE)``
+    seconds pass (Linux's ``futex_waitv``: one sleep over several partitions). Returns False at once, for
+    the caller to fall back on other means, when that call is unavailable or a watch is unusable.
+    """
+    global _waitv_works
+    if _waitv_works is False or _syscall is None or not watches:
+        return False
+    ws = (_WaitV * len(watches))()
+    for w, seq, slot in zip(watches, seqs, ws):
+        m, n = w._m, w._notifier
+        if m is None or not n._trusted:
+            return False
+        slot.val, slot.uaddr, slot.flags = seq, m.seq_addr, _FUTEX2_SIZE_U32
+    step = min(timeout, SLICE)
+    deadline = time.clock_gettime(time.CLOCK_MONOTONIC) + max(step, 0.0)
+    ts = _Timespec(int(deadline), int((deadline % 1) * 1e9))
+    # long syscall(SYS_futex_waitv, struct futex_waitv *waiters, unsigned nr, unsigned flags,
+    # struct timespec *timeout (absolute), clockid_t clockid): the futex prototype's slots carry them.
+    r = _syscall(_SYS_FUTEX_WAITV, ctypes.addressof(ws), len(watches), 0, ctypes.addressof(ts), _CLOCK_MONOTONIC, 0)
+    if r >= 0:
+        _waitv_works = True
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EAGAIN, errno.ETIMEDOUT, errno.EINTR):
+        _waitv_works = True
+        return True
+    if _waitv_works is None:
+        log.info("futex_waitv unavailable (%s): multi-partition waits take turns", errno.errorcode.get(err, err))
+    _waitv_works = False
+    return False

@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import os
 import queue
+import re
 import signal
 import struct
 import subprocess
@@ -364,3 +365,30 @@ def test_wait_on_a_closed_partition_returns_false(handles):
     root, wp, rp = handles
     rp.close()
     assert rp.wait_for_data(0, 1) is False
+
+
+def test_one_sleep_over_several_partitions_wakes_on_any_of_them(tmp_path, monkeypatch):
+    """A consumer of four partitions waits on all four wake-up words at once (futex_waitv), and still
+    works, taking turns, where that call is unavailable."""
+    for waitv in (None, False):
+        monkeypatch.setattr(notify, "_waitv_works", waitv)
+        path = tmp_path / f"s{waitv}"
+        with pylog.open(path) as writer_store, pylog.open(path) as reader_store:
+            writer_store.create_topic("m", partitions=4)
+            parts = writer_store.topic("m").partitions
+            for p in parts:
+                p.append_values([b"first"])
+            c = reader_store.consumer("m", auto_offset_reset="latest")
+            assert c.poll(0) == {}
+            got: list = []
+            t = threading.Thread(target=lambda: got.append(c.poll(timeout_ms=10_000)))
+            t.start()
+            time.sleep(0.2)
+            parts[3].append_values([b"late"])
+            t.join(20)
+            assert not t.is_alive()
+            assert [r.value for recs in got[0].values() for r in recs] == [b"late"]
+            kernel = tuple(int(x) for x in re.findall(r"\d+", os.uname().release)[:2])
+            if waitv is None and notify._syscall is not None and kernel >= (5, 16):
+                assert notify._waitv_works is True  # the kernel has it and it was used
+            c.close()
