@@ -316,7 +316,7 @@ def test_reader_polls_when_wake_ups_do_not_reach_it(handles, monkeypatch):
     assert w.outcome() is True
     assert rp._notify._trusted is False
 
-    del wp._notify.publish  # publishes again
+    monkeypatch.delattr(wp._notify, "publish")  # publishes again
     wp.append_values([b"b"])
     assert rp.wait_for_data(1, 0.01) is True
     assert rp.wait_for_data(2, 0.01) is False  # slept on the file again: the sequence moved

@@ -1,0 +1,78 @@
+"""The ``pylog`` command line: look inside a store, move records in and out, check and maintain it.
+
+    pylog topics [list|create|delete|describe] STORE ...   topics, partitions, offsets, sizes, config
+    pylog produce STORE TOPIC                              records from stdin, one per line (text or JSON)
+    pylog consume STORE TOPIC                              print records; --group, --follow, --format json
+    pylog dump PATH.log...                                 batch by batch, checking each (kafka-dump-log)
+    pylog verify [STORE] [TOPIC...]                        full integrity check; exit 1 on any problem
+    pylog groups [list|describe|reset-offsets|delete] STORE ...   consumer groups, lag, lead, owners
+    pylog retention STORE [TOPIC] | compact STORE TOPIC | delete-records STORE TOPIC PARTITION OFFSET
+    pylog health STORE                                     maintenance and lag checks; exit 1 when unhealthy
+    pylog bench producer|consumer|latency STORE            Kafka's perf tests: records/s, MB/s, percentiles
+
+``main(argv, out) -> int`` is the whole program (tested in-process): records, tables and reports go to
+``out``; errors, counts and progress bars to stderr. Exit codes are :class:`ExitCode`. Each command lives
+in its own module (``register(subparsers)`` adds it; its parser's ``run(args, out)`` runs it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Sequence, TextIO
+
+from .. import __version__
+from ..errors import PylogError
+from . import bench, clients, dump, groups, health, maintenance, topics
+from .base import CommandError, ExitCode
+
+__all__ = ["main", "ExitCode", "build_parser"]
+
+#: The command modules, in the order ``pylog --help`` lists them.
+_COMMANDS = (topics, clients, dump, maintenance, groups, health, bench)
+#: Commands with actions, and the action a first argument that is not one stands for (the older forms
+#: ``pylog topics STORE`` and ``pylog groups STORE [GROUP...]``).
+_DEFAULT_ACTIONS = {"topics": (topics.ACTIONS, "list"), "groups": (groups.ACTIONS, "describe")}
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="pylog", description="Look inside a pylog store, move records in and "
+                                                               "out, check and maintain it.")
+    parser.add_argument("--version", action="version", version=f"pylog {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in _COMMANDS:
+        module.register(sub)
+    return parser
+
+
+def _with_default_action(argv: list[str]) -> list[str]:
+    for i, arg in enumerate(argv):
+        if arg.startswith("-"):
+            continue
+        if arg in _DEFAULT_ACTIONS and i + 1 < len(argv):
+            actions, default = _DEFAULT_ACTIONS[arg]
+            nxt = argv[i + 1]
+            if nxt not in actions and not nxt.startswith("-"):
+                return argv[:i + 1] + [default] + argv[i + 1:]
+        return argv
+    return argv
+
+
+def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``), printing to ``out`` (default stdout);
+    returns the exit code. Bad arguments raise ``SystemExit(2)`` (argparse's usage error)."""
+    out = out or sys.stdout
+    args = build_parser().parse_args(_with_default_action(list(sys.argv[1:] if argv is None else argv)))
+    try:
+        return args.run(args, out)
+    except CommandError as exc:
+        print(f"pylog: {exc}", file=sys.stderr)
+        return exc.code
+    except PylogError as exc:
+        print(f"pylog: {exc}", file=sys.stderr)
+        return ExitCode.ERROR
+    except BrokenPipeError:
+        raise  # the reader of our output went away: run() exits quietly
+    except OSError as exc:  # a missing file, a permission, a full disk
+        print(f"pylog: {exc}", file=sys.stderr)
+        return ExitCode.ERROR

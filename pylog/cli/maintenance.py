@@ -1,0 +1,117 @@
+"""``pylog verify``, ``pylog retention``, ``pylog compact`` and ``pylog delete-records``.
+
+Verification opens partitions as a reader (no lock, nothing written), so it is safe on a live store.
+Maintenance commands become the partitions' writer for the moment they run: a partition another process
+writes is reported as locked (its writer's own background thread maintains it) and the exit code is 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, Sequence, TextIO
+
+from ..errors import PartitionLockedError, PylogError
+from ..log import Store
+from .base import ExitCode, non_negative, open_store
+from .output import Progress
+
+__all__ = ["register", "verify"]
+
+
+def register(sub: Any) -> None:
+    v = sub.add_parser("verify", help="check every batch (CRC) and index of a store; exit 1 on any problem",
+                       description="Full integrity check of every segment and index, as a reader (safe on a live "
+                                   "store). Prints one line per partition and every problem with its file and "
+                                   "byte position; exit 1 on any problem. A progress bar shows on a terminal.")
+    v.add_argument("store", nargs="?", default=".", help="the store (default: the current directory)")
+    v.add_argument("topics", nargs="*", metavar="topic", help="only these topics (default: all)")
+    v.set_defaults(run=_verify)
+    r = sub.add_parser("retention", help="enforce retention now")
+    r.add_argument("store")
+    r.add_argument("topic", nargs="?", help="only this topic (default: all)")
+    r.set_defaults(run=_retention)
+    c = sub.add_parser("compact", help="compact a topic now, whatever its dirty ratio")
+    c.add_argument("store")
+    c.add_argument("topic")
+    c.add_argument("--partition", type=int, help="only this partition")
+    c.set_defaults(run=_compact)
+    d = sub.add_parser("delete-records", help="delete the records below OFFSET (Kafka's DeleteRecords)")
+    d.add_argument("store")
+    d.add_argument("topic")
+    d.add_argument("partition", type=non_negative)
+    d.add_argument("offset", type=non_negative)
+    d.set_defaults(run=_delete_records)
+
+
+def verify(store: Store, topic_names: Sequence[str], out: TextIO) -> int:
+    """Check every partition of ``topic_names`` (all when empty), printing a line per partition and each
+    problem; returns the number of problems. A partition that cannot even be opened counts as one."""
+    problems = 0
+    parts = []
+    for name in topic_names or store.topics():
+        try:
+            parts.extend(store.topic(name).partitions)
+        except PylogError as exc:  # e.g. a damaged topic.json
+            problems += 1
+            print(f"{name}: cannot be opened\n  {exc}", file=out)
+    with Progress("verify", sum(p.size_bytes() for p in parts), " bytes") as progress:
+        for p in parts:
+            try:
+                found = p.check()
+            except (PylogError, OSError) as exc:
+                found = [str(exc)]
+            problems += len(found)
+            status = "ok" if not found else f"{len(found)} problem(s)"
+            print(f"{p.topic}-{p.number}: {len(p.segments)} segments, offsets [{p.log_start_offset}, "
+                  f"{p.log_end_offset}): {status}", file=out)
+            for line in found:
+                print(f"  {line}", file=out)
+            progress.advance(p.size_bytes())
+    print("verify: " + ("no problems" if not problems else f"{problems} problem(s)"), file=out)
+    return problems
+
+
+def _verify(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    with open_store(args.store) as store:
+        return ExitCode.OK if not verify(store, args.topics, out) else ExitCode.PROBLEMS
+
+
+def _retention(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    locked = 0
+    with open_store(args.store) as store:
+        for r in store.enforce_retention(args.topic):
+            if r.reasons == ["locked"]:
+                locked += 1
+                print(f"{r.topic}-{r.partition}: locked by another writer, skipped", file=out)
+            else:
+                print(f"{r.topic}-{r.partition}: deleted {len(r.deleted_segments)} segment(s), {r.bytes_deleted} "
+                      f"bytes ({','.join(r.reasons) or 'nothing due'}); log start {r.log_start_offset}", file=out)
+    return ExitCode.OK if not locked else ExitCode.PROBLEMS
+
+
+def _compact(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    locked = 0
+    with open_store(args.store) as store:
+        topic = args.topic
+        numbers = [args.partition] if args.partition is not None else range(store.topic(topic).num_partitions)
+        for number in numbers:
+            try:
+                [r] = store.compact(topic, number)
+            except PartitionLockedError:
+                locked += 1
+                print(f"{topic}-{number}: locked by another writer, skipped", file=out)
+                continue
+            if r.skipped:
+                print(f"{r.topic}-{r.partition}: skipped: {r.skipped}", file=out)
+            else:
+                print(f"{r.topic}-{r.partition}: read {r.records_read} records, kept {r.records_written}, removed "
+                      f"{r.records_removed} ({r.tombstones_removed} tombstones); segments {r.segments_before} -> "
+                      f"{r.segments_after}; {r.seconds:.2f} s", file=out)
+    return ExitCode.OK if not locked else ExitCode.PROBLEMS
+
+
+def _delete_records(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    with open_store(args.store) as store:
+        start = store.delete_records(args.topic, args.partition, args.offset)
+        print(f"{args.topic}-{args.partition}: log start offset {start}", file=out)
+    return ExitCode.OK
