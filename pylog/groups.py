@@ -236,18 +236,26 @@ class CommittedOffsets:
             self._tables[number] = (pos, table)
             return table
 
+    def _exists(self) -> bool:
+        """Whether the offsets topic exists: looking up offsets never creates it (only a commit does)."""
+        return self._topic is not None or OFFSETS_TOPIC in self._store
+
     def fetch(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
         """Every committed offset of ``group_id``, as of now (including other processes' commits)."""
+        if not self._exists():
+            return {}
         table = self._table(self.partition_for(group_id).number)
         return {TopicPartition(t, p): om for (g, t, p), om in table.items() if g == group_id}
 
     def committed(self, group_id: str, tp: TopicPartition) -> OffsetAndMetadata | None:
+        if not self._exists():
+            return None
         table = self._table(self.partition_for(group_id).number)
         return table.get((group_id, tp.topic, tp.partition))
 
     def groups(self) -> set[str]:
         """Groups with at least one committed offset."""
-        if OFFSETS_TOPIC not in self._store:
+        if not self._exists():
             return set()
         out: set[str] = set()
         for i in range(self.topic().num_partitions):

@@ -321,3 +321,14 @@ def test_reserved_names_and_offsets_topic_compaction(tmp_path):
         c.commit({tp: 300})  # and commits go on after the swap
         assert store.committed_offsets("g") == {tp: OffsetAndMetadata(300, "")}
         c.close()
+
+
+def test_looking_up_offsets_never_creates_the_offsets_topic(store):
+    _fill(store, partitions=1, n=3)
+    c = _member(store, enable_auto_commit=False)
+    _drain(c, 1)
+    assert c.committed(TopicPartition("t", 0)) is None and store.committed_offsets("g") == {}
+    assert store.group_lag("g") == {} and OFFSETS_TOPIC not in store
+    c.commit()
+    assert OFFSETS_TOPIC in store and c.committed(TopicPartition("t", 0)) == 3
+    c.close()
