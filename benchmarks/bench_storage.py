@@ -405,6 +405,54 @@ class Bench:
         row("lz4 read_columns", rl / 1e6, "M rec/s", "report", "vs uncompressed read", rl / rn)
 
 
+def tail_reader(root: str, n: int, repeat: int) -> None:
+    """A reader at the log end of a partition that another handle writes (to the storage, a consumer in
+    another process): CPU time per record to take in one new record and read it, i.e. ``log_end_offset``
+    after a wake-up, ``read_columns`` of the record and the next poll's empty read; 100-byte values, one
+    per append. Baseline: the same reader made to work as readers did before their tail path was cut down
+    (directory listed on every look, the active segment's indexes reopened after it grew, reads started
+    at the last index entry), emulated by resetting the reader's private state before each call.
+    """
+    path = os.path.join(root, "tail")
+    shutil.rmtree(path, ignore_errors=True)
+    value = [b"x" * 100]
+
+    def run(previous: bool) -> float:
+        with pylog.open(path) as ws, pylog.open(path) as rs:
+            wp = ws.topic("t").partition(0)
+            wp.append_values(value * 1000)
+            rp = rs.topic("t").partition(0)
+            pos = rp.log_end_offset
+            spent = 0
+            for _ in range(n):
+                wp.append_values(value)
+                t0 = time.thread_time_ns()
+                if previous:
+                    rp._next_listing = 0.0
+                assert rp.log_end_offset == pos + 1
+                if previous:
+                    seg = rp._segments[-1]
+                    seg._oindex = seg._tindex = None
+                    seg._tail, seg._recent = ([], []), {}
+                assert len(rp.read_columns(pos)) == 1
+                pos += 1
+                if previous:
+                    rp._next_listing = 0.0
+                assert not len(rp.read_columns(pos))
+                spent += time.thread_time_ns() - t0
+            return spent / n / 1e3
+
+    with pylog.open(path) as store:
+        store.create_topic("t")
+    now = before = float("inf")
+    for _ in range(repeat):
+        before = min(before, run(previous=True))
+        now = min(now, run(previous=False))
+    row("baseline: tail read, previous reader path", before, "us/record", "", f"{n} records, best of {repeat}")
+    row("tail read: log end + read + empty read", now, "us/record", "report", "vs previous reader path",
+        before / now)
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", help="where to write (default: a temporary directory, removed afterwards)")
@@ -435,6 +483,7 @@ def main(argv: list[str] | None = None) -> int:
         b.durable()
         b.open_times()
         b.compression()
+        tail_reader(root, 300 if args.quick else 5000, max(args.repeat, 3))
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)

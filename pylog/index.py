@@ -77,6 +77,9 @@ class _Index:
         self.sealed = sealed
         self.max_timestamp = max_timestamp
         self.writable = writable
+        #: Inode of the file this object maps (None in memory): files are replaced by rename, never in
+        #: place, so a reader compares it with the name's inode to learn whether its mapping is current.
+        self.ino: int | None = None
         self._mm = mm
         if mm is not None:
             self._set_columns(np.frombuffer(mm, self.A, capacity, _HEADER_SIZE),
@@ -172,7 +175,8 @@ class _Index:
         except FileNotFoundError:
             raise IndexError_("index file missing", path) from None
         try:
-            size = os.fstat(fd).st_size
+            st = os.fstat(fd)
+            size, ino = st.st_size, st.st_ino
             head = os.pread(fd, _HEADER_SIZE, 0)
             if len(head) < _HEADER_SIZE:
                 raise IndexError_("index header truncated", path, 0)
@@ -190,6 +194,7 @@ class _Index:
             os.close(fd)
         sealed = bool(flags & _SEALED)
         idx = cls(path, base_offset, mm, capacity, count, sealed, max_ts, writable=False)
+        idx.ino = ino
         if sealed:
             if crc32c(idx._b[:count].tobytes(), crc32c(idx._a[:count].tobytes())) != entries_crc:
                 idx.close()
@@ -214,6 +219,37 @@ class _Index:
                 lo = mid + 1
             else:
                 hi = mid
+        return lo
+
+    def take_in_appended(self, limit: int) -> int:
+        """A reader's live (unsealed) mapping of another process's index: count the entries appended since
+        the last look whose column B is below ``limit`` (the reader's visible size for an offset index,
+        its next relative offset for a time index). Returns the new count.
+
+        Searches forward from the current count (gallop, then bisect), so only the pages at the end of the
+        used part are touched, not the whole preallocated file. The count never moves back here: entries
+        are never removed from a file in place (see the module docstring).
+        """
+        b = self._bv
+        cap = self.capacity
+        lo = self.count  # every slot below lo is used and below limit
+        if self.sealed or self.writable or lo >= cap or not b[lo] or b[lo] >= limit:
+            return lo
+        # Gallop: the used part ends (B zero) or the entries reach limit somewhere in (lo, hi].
+        step = 1
+        hi = lo + 1
+        while hi < cap and b[hi] and b[hi] < limit:
+            lo = hi
+            step *= 2
+            hi = min(lo + step, cap)
+        lo += 1
+        while lo < hi:  # first slot in [lo, hi) that is free or at/above limit
+            mid = (lo + hi) // 2
+            if b[mid] and b[mid] < limit:
+                lo = mid + 1
+            else:
+                hi = mid
+        self.count = lo
         return lo
 
     def _check_sorted(self) -> None:

@@ -68,6 +68,9 @@ _SEQ_MOD = 1 << 31
 #: Polling interval bounds of a reader waiting for another process's appends when it gets no wake-ups from
 #: them (see pylog.notify), in seconds.
 _POLL_MIN, _POLL_MAX = 0.0002, 0.005
+#: A reader at the log end looks at the checkpoints' stamp at most, and lists the partition's directory at
+#: least, this often (seconds); see Partition._refresh_locked.
+_STAMP_INTERVAL, _LIST_INTERVAL = 0.01, 1.0
 
 
 class Partition:
@@ -125,6 +128,8 @@ class Partition:
 
     def _load_readonly_once(self) -> None:
         self._meta = self._meta_stamp()
+        self._next_listing = time.monotonic() + _LIST_INTERVAL
+        self._next_stamp = 0.0
         cp = read_checkpoint(self._checkpoint_path)
         self._swap_gen = cp.swap_generation if cp else 0
         bases = list_segment_bases(self.directory)
@@ -365,13 +370,46 @@ class Partition:
             raise LogFailedError(f"{self.topic}-{self.number}: segments kept changing while being listed")
 
     def _refresh_locked(self, force: bool = False) -> bool:
+        """:meth:`_refresh` under the lock. Usually the active segment's growth only: the directory is
+        listed (and the segments' identities checked) when something else may have changed, that is when
+
+        - a file named for the active segment's next offset exists: the writer rolled (one ``stat``;
+          the only change a reader at the log end must see at once);
+        - the checkpoints' stamp moved (looked at when the active segment did not grow, at most every
+          :data:`_STAMP_INTERVAL`): the writer rewrites ``partition.checkpoint`` after creating the
+          segment of a roll, before retention or delete-records unlink segments (with the new log
+          start), before compaction renames files over segment names, and when it opens (after a
+          recovery that cut the active segment or deleted segments after it). None of these needs
+          noticing at once for correctness: a read that finds a segment gone or replaced raises
+          FileNotFoundError and comes back with ``force``;
+        - ``force``, no segment is known yet, or :data:`_LIST_INTERVAL` passed since the last listing
+          (which also lets go of deleted segments if a checkpoint stamp was ever missed: one rewritten
+          twice within a tick of the file system's clock may get its old inode number back).
+
+        The stamp is taken before the directory is listed, so a listing is never older than the stamp
+        recorded with it.
+        """
         segs = self._segments
-        try:
-            grown = segs[-1].refresh() if segs else False
-        except FileNotFoundError:  # the active segment was rolled and deleted by retention
-            grown, force = False, True
-        bases = list_segment_bases(self.directory)
+        now = time.monotonic()
+        look = force or not segs or now >= self._next_listing
+        grown = False
+        if segs:
+            active = segs[-1]
+            try:
+                grown = active.refresh()
+            except FileNotFoundError:  # the active segment was rolled and deleted by retention
+                look = force = True
+            if not look:
+                if active.successor_exists():
+                    look = True
+                elif grown or now < self._next_stamp:
+                    return grown
         meta = self._meta_stamp()
+        self._next_stamp = now + _STAMP_INTERVAL
+        if not look and meta == self._meta:
+            return grown
+        self._next_listing = now + _LIST_INTERVAL
+        bases = list_segment_bases(self.directory)
         # The writer rewrites a checkpoint whenever it deletes or swaps segments: only then can a segment
         # that kept its name have been replaced, so only then are identities checked.
         # A base gone from the listing may mean a swap whose checkpoint write this reader saw on an

@@ -11,7 +11,12 @@ Invariants:
   without copying. Indexes are mmapped, which is safe because index files are only ever replaced by
   rename (see :mod:`pylog.index`).
 - Indexes are derived data: a missing or damaged index is rebuilt from the log (written back by the
-  writer, kept in memory by readers).
+  writer, kept in memory by readers). A reader keeps its index mappings while the files keep their
+  inode (files are replaced by rename only) and counts the entries the writer appends in place.
+- A reader records where the batches it checked at its end start (offset -> position, up to the
+  visible size) and keeps the batches of its last refresh, so a read at the end starts at the batch it
+  wants without a second read or checksum; a recorded batch that is not where it was recorded (the file
+  was cut and rewritten under the reader) drops the record and the read goes through the index.
 - Only the holder of the partition's writer lock calls the mutating methods (:meth:`append`,
   :meth:`recover`, :meth:`truncate_to`, :meth:`seal`, :meth:`delete`); those are not thread-safe on their
   own. Read methods may run concurrently with the writer.
@@ -19,6 +24,7 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
 import logging
 import mmap
 import os
@@ -48,6 +54,11 @@ class SegmentReplacedError(FileNotFoundError):
 
 
 _MIN_CHUNK = 64 * 1024
+#: Batch starts a reader keeps of its latest validated batches (see ``Segment._tail``): enough for any
+#: consumer keeping up, whose reads start in the last few; older positions come from the index.
+_TAIL_KEEP = 256
+#: A reader keeps the batches one refresh checked (``Segment._recent``) when they were at most this many bytes.
+_RECENT_BYTES = 256 * 1024
 _MAX_CHUNK = 16 * 1024 * 1024
 
 
@@ -81,6 +92,18 @@ class Segment:
         self._batch_hint = _MIN_CHUNK  # size of the last batch read: sizes the next first read
         self._oindex: OffsetIndex | None = None
         self._tindex: TimeIndex | None = None
+        #: A reader's indexes may lag the writer's (set when the log grew): look at the files before use.
+        self._indexes_stale = False
+        #: A reader's record of the batches it validated last: (base offsets, file positions) of
+        #: consecutive batch starts ending at ``_tail_end``. Two lists swapped whole, appended to in order
+        #: positions first, so a thread reading them without the partition lock finds a position for every
+        #: offset it sees. See :meth:`_read_at_tail`.
+        self._tail: tuple[list[int], list[int]] = ([], [])
+        self._tail_end = -1
+        #: The batches a reader's last refresh read and checked, by file position (a small read's only):
+        #: a consumer keeping up reads exactly these next, with no second read nor checksum.
+        self._recent: dict[int, BatchView] = {}
+        self._successor: tuple[int, str] = (-1, "")  # (next offset, its segment's log path): see successor_exists
         self._loaded = False  # next_offset / max timestamp known
 
     # ------------------------------------------------------------------ opening
@@ -149,6 +172,17 @@ class Segment:
         except FileNotFoundError:
             return False
 
+    def successor_exists(self) -> bool:
+        """True when a segment file named for this one's next offset exists: the writer rolled (a roll
+        starts the new segment at the old one's next offset). False while this segment is empty."""
+        offset = self.next_offset
+        if offset == self.base_offset:
+            return False
+        known = self._successor
+        if known[0] != offset:
+            known = self._successor = (offset, segment_path(self.directory, offset, LOG_SUFFIX))
+        return os.path.exists(known[1])
+
     def file_size(self) -> int:
         return os.fstat(self._fd()).st_size
 
@@ -160,6 +194,8 @@ class Segment:
 
     def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         oi, ti = self._oindex, self._tindex
+        if self._indexes_stale and oi is not None and ti is not None:
+            oi, ti = self._catch_up_indexes(oi, ti)
         if oi is None or ti is None:
             try:
                 oi = OffsetIndex.open(self.index_path, self.base_offset)
@@ -169,6 +205,27 @@ class Segment:
                 log.warning("rebuilding indexes of %s in memory: %s", self.log_path, exc)
                 oi, ti = self._build_indexes(self.size, verify=False)[:2]
             self._oindex, self._tindex = oi, ti
+        return oi, ti
+
+    def _catch_up_indexes(self, oi: OffsetIndex, ti: TimeIndex) -> tuple[OffsetIndex | None, TimeIndex | None]:
+        """A reader whose log grew: keep its index mappings when the files are the ones mapped, taking in
+        the entries the writer appended since (up to the visible size); (None, None) when a file was
+        replaced (sealed at a roll, re-grown by a reopened writer, rebuilt by recovery): open them anew.
+
+        Index files are replaced only by rename (:mod:`pylog.index`), so an unchanged inode means the
+        mapping is current: two ``stat`` calls instead of two opens, mappings and sanity checks.
+        """
+        self._indexes_stale = False  # before looking: growth noticed meanwhile marks them again
+        for idx, path in ((oi, self.index_path), (ti, self.timeindex_path)):
+            try:
+                ino = os.stat(path).st_ino
+            except FileNotFoundError:
+                ino = None
+            if idx.ino is None or idx.ino != ino:
+                self._oindex = self._tindex = None  # dropped, not closed: another thread may be searching them
+                return None, None
+        oi.take_in_appended(self.size)
+        ti.take_in_appended(self.next_offset - self.base_offset)
         return oi, ti
 
     def _validate_indexes(self, oi: OffsetIndex, ti: TimeIndex) -> None:
@@ -355,11 +412,18 @@ class Segment:
         """Batches holding records with offsets >= ``offset``, up to the limits.
 
         Returns ``(slices, bytes)``. At least one batch is returned if any exists, even past ``max_bytes``.
-        ``end`` is the visible size to read up to (default: :attr:`size`).
+        ``end`` is the visible size to read up to (default: :attr:`size`). A reader (another process
+        than the writer) reads its latest batches through the record its refreshes keep, see
+        :meth:`_read_at_tail`; everyone else starts at the index entry at or before ``offset``.
 
         :raises CorruptRecordError: when a batch in the visible range does not check.
         """
         end = self.size if end is None else end
+        offs, poss = self._tail
+        if offs and offset >= offs[0] and self._tail_end >= end:
+            result = self._read_at_tail(offs, poss, offset, max_records, max_bytes, end, verify)
+            if result is not None:
+                return result
         pos, expect = self._position_for(offset)
         try:
             result = self._read_from(pos, expect, offset, max_records, max_bytes, end, verify)
@@ -383,6 +447,62 @@ class Segment:
             result = self._read_from(0, self.base_offset, offset, max_records, max_bytes, end, verify)
             assert result is not None
         return result
+
+    def _read_at_tail(self, offs: list[int], poss: list[int], offset: int, max_records: int, max_bytes: int,
+                      end: int, verify: bool) -> tuple[list[ReadSlice], int] | None:
+        """:meth:`read` for a reader from the batch start it recorded at or before ``offset`` (see
+        ``_tail``), instead of from the last index entry, whose distance would be read and checksummed
+        again on every read of a consumer keeping up. Batches the last refresh kept (``_recent``) are
+        handed out as they are: they were checked then, and bytes below the visible size never change.
+
+        The record covers every batch up to ``_tail_end`` (>= ``end``, checked by the caller), so the
+        scan from there stops at the batch holding ``offset``. None when the file does not have the
+        recorded batch at the recorded position any more (it changed under this reader, which only a
+        power loss or a foreign hand does): the record is dropped and the caller reads through the index.
+        """
+        i = bisect.bisect_right(offs, offset) - 1
+        n = len(offs)
+        recent = self._recent
+        out: list[ReadSlice] = []
+        got = 0
+        nbytes = 0
+        # First the batches the last refresh kept (checked then, and unchanged since: bytes below the
+        # visible size never change), then from the file for whatever is left.
+        while i < n:
+            pos = poss[i]
+            view = recent.get(pos)
+            if view is None or pos >= end:
+                break
+            i += 1
+            h = view.header
+            base, count = h[0], h[11]
+            if base + h[5] < offset:
+                continue
+            a = 0
+            if offset > base:
+                deltas = view.offset_deltas
+                a = offset - base if deltas is None else int(np.searchsorted(deltas, offset - base))
+            b = min(count, a + (max_records - got))
+            out.append((view, a, b))
+            got += b - a
+            nbytes += h[1] + LENGTH_PREFIX
+            if got >= max_records or nbytes >= max_bytes:
+                return out, nbytes
+        if i >= n or poss[i] >= end:
+            return out, nbytes  # the record runs up to _tail_end, at or past end: nothing more is visible
+        pos, expect = poss[i], offs[i]
+        try:
+            result = self._read_from(pos, expect, offset, max_records - got, max(max_bytes - nbytes, 1), end, verify)
+        except CorruptRecordError:
+            result = None
+        if result is None:
+            log.warning("%s: the batch recorded at byte %d for offset %d is not there any more; reading "
+                        "through the index", self.log_path, pos, expect)
+            self._tail = ([], [])
+            self._tail_end = -1
+            self._recent = {}
+            return None if not out else (out, nbytes)
+        return out + result[0], nbytes + result[1]
 
     def _read_from(self, pos: int, expect: int, offset: int, max_records: int, max_bytes: int, end: int,
                    verify: bool) -> tuple[list[ReadSlice], int] | None:
@@ -484,6 +604,10 @@ class Segment:
         """
         end = self.file_size()
         last = None
+        if not self.writable:
+            # Whatever this reader mapped before may describe a log that recovery has cut and rewritten
+            # since (recovery rewrites the indexes, so their inodes tell).
+            self._indexes_stale = True
         try:
             oi, ti = self._indexes()
             last = oi.last_entry()
@@ -503,12 +627,22 @@ class Segment:
         next_offset = self.base_offset + rel
         valid_end = pos
         since = 0
+        offs: list[int] = []
+        poss: list[int] = []
         for fpos, h in self._valid_batches(pos, end, tolerate_tail):
+            if poss and h.base_offset < next_offset:
+                # Not the continuation of the batches before it (recovery cuts the log here too).
+                if tolerate_tail:
+                    break
+                raise CorruptRecordError(f"batch base offset {h.base_offset} not above {next_offset - 1}",
+                                         self.log_path, fpos)
             next_offset = h.next_offset
             max_ts = max(max_ts, h.max_timestamp)
             valid_end = fpos + h.size
             since = 0 if last is not None and fpos == last[1] else since
             since += h.size
+            poss.append(fpos)
+            offs.append(h.base_offset)
         if pos == 0 and valid_end == 0:
             next_offset = self.base_offset
         self.size = valid_end
@@ -516,6 +650,10 @@ class Segment:
         self._max_timestamp = max_ts
         self._bytes_since_index = since
         self._loaded = True
+        if tolerate_tail:  # a reader: it refreshes the record as the log grows (the writer does not)
+            self._tail = (offs[-_TAIL_KEEP:], poss[-_TAIL_KEEP:])
+            self._tail_end = valid_end
+            self._recent = {}
         if not self.writable:
             # A reader validated a live index against the file size; entries past the whole batches (a
             # torn tail after a power loss: the index page was written back, the log page was not) are
@@ -527,7 +665,10 @@ class Segment:
     def refresh(self) -> bool:
         """For readers in another process than the writer: take in batches appended since the last look.
 
-        Returns True when the visible size grew.
+        Each new batch is read once and checked whole (CRC, sections) before it counts; it is recorded
+        for reads at the log end (see :meth:`_read_at_tail`). A log that got shorter, or whose next batch
+        does not continue at this reader's next offset, was cut (and maybe rewritten) under the reader:
+        it starts over from the indexes. Returns True when the visible size grew.
         """
         if self.writable:
             return False
@@ -535,24 +676,56 @@ class Segment:
         if end < self.size:
             # The log got shorter under us (a new writer's recovery cut a tail this reader had not yet
             # validated, e.g. after a power loss on a shared filesystem): start over from the indexes.
-            self._drop_live_indexes(force=True)
-            self._mm = None
-            self.size = end
-            self.next_offset = self.base_offset
-            self.load(tolerate_tail=True)
+            self._start_over(end)
             return False
         if end == self.size:
             return False
+        offs, poss = self._tail
+        if self._tail_end != self.size:  # reset after a mismatch: start the record afresh from here
+            offs, poss = self._tail = ([], [])
+        elif len(offs) >= 2 * _TAIL_KEEP:
+            # Trimmed into new lists: a thread reading the old ones keeps a pair that covers its read.
+            offs, poss = self._tail = (offs[-_TAIL_KEEP:], poss[-_TAIL_KEEP:])
         grown = False
-        for fpos, h in self._valid_batches(self.size, end, tolerate_tail=True):
-            self.size = fpos + h.size
+        recent: dict[int, BatchView] | None = {} if end - self.size <= _RECENT_BYTES else None
+        for fpos, h, buf, p in self._scan(self.size, end, _MAX_CHUNK, tolerate_tail=True):
+            try:
+                view = BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
+            except CorruptRecordError:
+                break  # not whole yet, or a torn tail: not visible
+            if h.base_offset != self.next_offset:
+                # The active segment's batches follow each other without gaps (compaction never
+                # rewrites it): this one does not continue what this reader has seen, so the file was
+                # cut and written again under it (as in the branch above, but regrown past the old size
+                # before this look). Start over rather than skip offsets or go back.
+                self._start_over(end)
+                return False
+            if recent is not None:
+                recent[fpos] = view
+            poss.append(fpos)
+            offs.append(h.base_offset)
+            self.size = self._tail_end = fpos + h.size
             self.next_offset = h.next_offset
             self._max_timestamp = max(self._max_timestamp, h.max_timestamp)
             grown = True
         if grown:
-            # The writer may have re-grown a sealed index (reopened after a clean close): look again.
-            self._drop_live_indexes(force=not self.immutable)
+            self._recent = recent if recent is not None else {}
+            # The writer appended index entries, or replaced the files (sealed them at a roll, re-grew
+            # them after reopening): the next lookup looks (see _catch_up_indexes).
+            self._indexes_stale = True
         return grown
+
+    def _start_over(self, end: int) -> None:
+        """A reader whose log is no longer what it checked: forget the record of its end and its
+        indexes, and load again from the indexes up to ``end``."""
+        self._drop_live_indexes(force=True)
+        self._mm = None
+        self._tail = ([], [])
+        self._tail_end = -1
+        self._recent = {}
+        self.size = end
+        self.next_offset = self.base_offset
+        self.load(tolerate_tail=True)
 
     def _drop_live_indexes(self, force: bool = False) -> None:
         """Forget unsealed (or, with ``force``, all) indexes so the next lookup opens them afresh.
@@ -730,6 +903,7 @@ class Segment:
 
     def close(self) -> None:
         """Release file descriptors and mappings (a writable segment is NOT sealed; see :meth:`seal`)."""
+        self._recent = {}
         for attr in ("_wfd", "_rfd"):
             fd = getattr(self, attr)
             if fd is not None:
