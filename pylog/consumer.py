@@ -25,6 +25,8 @@ from __future__ import annotations
 import itertools
 import re
 import time
+
+import numpy as np
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Pattern
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
@@ -32,6 +34,8 @@ from .errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeErro
                      UnknownTopicError)
 from .filenames import OFFSETS_TOPIC
 from .groups import GroupMember
+from .notify import Watch, wait_any
+from .quotas import CONSUME
 from .records import gc_paused
 from .structs import OffsetAndMetadata, TopicPartition
 
@@ -163,6 +167,10 @@ class Consumer:
         self._in_group_step = False
         self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
         self._committed_pos: dict[TopicPartition, int] = {}  # what this consumer last committed
+        self._quotas = store._quotas
+        self._fetched_bytes = 0  # by the current fetch, counted only while this client has a quota
+        self._throttle_total = self._throttle_max = 0.0
+        self._throttled_fetches = 0
         if topics:
             self.subscribe(topics)
 
@@ -217,9 +225,11 @@ class Consumer:
             return None
         return set(self._topics) if self._pattern is None else {t for t, _ in self._positions}
 
-    def _rescan(self, force: bool = False, join: bool = False) -> None:
-        """Refresh the subscribed topics (every ``metadata_max_age_ms``) and follow the group; a member
-        joins its group on its first poll (``join``), as kafka-python's does."""
+    def _rescan(self, force: bool = False, group: bool = False) -> None:
+        """Refresh the subscribed topics (every ``metadata_max_age_ms``); with ``group`` (from ``poll()``
+        only), also join the group or follow its generations. As in kafka-python, a rebalance is only ever
+        processed inside ``poll()``: between a poll and the commit after it, the assignment cannot change
+        under the caller."""
         self._settle()
         if self._manual:
             return
@@ -233,7 +243,7 @@ class Consumer:
                 self._positions = {tp: self._positions.get(tp) for tp in wanted}
             else:
                 self._group_topics = names
-        if self._member is not None and (join or self._member.joined):
+        if group and self._member is not None:
             self._group_step()
 
     # ------------------------------------------------------------------ groups
@@ -332,7 +342,7 @@ class Consumer:
         if self._group_id is None or self._offsets is None:
             raise InvalidConfigError("commit() needs a consumer with a group_id")
         if offsets is None:
-            self._rescan()
+            self._settle()
             offsets = {tp: OffsetAndMetadata(pos, "") for tp, pos in self._positions.items()
                        if pos is not None and tp not in self._pending}
         norm: dict[TopicPartition, OffsetAndMetadata] = {}
@@ -487,7 +497,7 @@ class Consumer:
             self._wait(deadline)
 
     def _fetch(self, limit: int, update_offsets: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
-        self._rescan(join=True)
+        self._rescan(group=True)
         parts = [tp for tp in self._positions if tp not in self._paused and tp not in self._pending]
         out: dict[TopicPartition, list[ConsumerRecord]] = {}
         if not parts:
@@ -512,6 +522,13 @@ class Consumer:
         if update_offsets:
             for tp, recs in out.items():
                 self._positions[tp] = recs[-1].offset + 1
+        if self._fetched_bytes:
+            # Over a consumer_byte_rate quota: the records wait, as a broker holds back a fetch response.
+            delay = self._quotas.throttle(self.config["client_id"], CONSUME, self._fetched_bytes)
+            self._fetched_bytes = 0
+            self._throttle_total += delay
+            self._throttle_max = max(self._throttle_max, delay)
+            self._throttled_fetches += 1
         return out
 
     def _read(self, tp: TopicPartition, limit: int) -> list[ConsumerRecord]:
@@ -528,6 +545,8 @@ class Consumer:
         n = len(cols)
         if not n:
             return []
+        if self._quotas.active(self.config["client_id"], CONSUME):
+            self._fetched_bytes += int(np.maximum(cols.key_lengths, 0).sum() + np.maximum(cols.value_lengths, 0).sum())
         # Built column by column and zipped into tuples at C level: no Python expression per record
         # unless a deserializer or headers ask for one.
         keys, values = cols.keys(), cols.values()
@@ -549,8 +568,8 @@ class Consumer:
                 itertools.repeat(None, n), cols.key_lengths.tolist(), cols.value_lengths.tolist(), header_sizes)))
 
     def _wait(self, deadline: float) -> None:
-        """Sleep until data may be there: on one partition's condition, a few ms at a time when several
-        are watched (another process's appends are noticed by the partition's own short polls)."""
+        """Sleep until data may be there: one sleep over every partition's wake-up word where the kernel
+        allows it (see :func:`pylog.notify.wait_any`), else on one partition at a time, a few ms each."""
         parts = [tp for tp in self._positions if tp not in self._paused and tp not in self._pending]
         remaining = deadline - time.monotonic()
         if self._member is not None:
@@ -560,9 +579,36 @@ class Consumer:
         if not parts:
             time.sleep(min(remaining, 0.05))
             return
+        if len(parts) > 1 and self._wait_many(parts, remaining):
+            return
         tp = parts[self._next_rr % len(parts)]
         step = remaining if len(parts) == 1 else min(remaining, _WAIT_STEP)
         self._partition(tp).wait_for_data(self._resolve(tp), step)
+
+    def _wait_many(self, parts: list[TopicPartition], remaining: float) -> bool:
+        """One sleep until an append to any of ``parts`` (or a slice passes); False when unavailable."""
+        entries = []
+        for tp in parts:
+            p = self._partition(tp)
+            if p.is_writer:  # this handle's own appends signal its condition variable, not the futex
+                return False
+            entries.append((p, self._resolve(tp)))
+        watches: list[Watch] = []
+        try:
+            for p, _ in entries:
+                w = p._notify.watch()
+                if w is None:
+                    return False
+                watches.append(w)
+            seqs = [w.sequence() for w in watches]  # before the log ends: see pylog.notify
+            for (p, offset), w, seq in zip(entries, watches, seqs):
+                if p.log_end_offset > offset:
+                    w.found(seq)
+                    return True
+            return wait_any(watches, seqs, remaining)
+        finally:
+            for w in watches:
+                w.close()
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records as they come, waiting for them; ends after ``consumer_timeout_ms`` without any.
@@ -624,10 +670,14 @@ class Consumer:
     # ------------------------------------------------------------------ the rest
 
     def metrics(self) -> dict[str, Any]:
-        """Per assigned partition: position, committed offset (with a group), log start and end offsets,
-        lag (end - position: records this consumer has still to read) and lead (position - start: records
-        retention may remove before this consumer falls behind the log start)."""
-        out = {}
+        """Per assigned partition (key ``"<topic>-<partition>"``): position, committed offset (with a group),
+        log start and end offsets, lag (end - position: records this consumer has still to read) and lead
+        (position - start: records retention may remove before this consumer falls behind the log start).
+        Under ``"consumer-fetch-manager-metrics"``: the time fetches were held back by a
+        ``consumer_byte_rate`` quota (``fetch-throttle-time-avg`` / ``-max``, ms)."""
+        out: dict[str, Any] = {"consumer-fetch-manager-metrics": {
+            "fetch-throttle-time-avg": 1000 * self._throttle_total / max(1, self._throttled_fetches),
+            "fetch-throttle-time-max": 1000 * self._throttle_max}}
         for tp in sorted(self.assignment()):
             p = self._partition(tp)
             pos = self._positions.get(tp)

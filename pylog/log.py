@@ -37,6 +37,7 @@ from .topic import Topic, read_topic_file, write_topic_file
 if TYPE_CHECKING:
     from .consumer import Consumer
     from .groups import CommittedOffsets, GroupDescription, PartitionLag
+    from .quotas import QuotaManager
     from .producer import Producer
 
 __all__ = ["Store", "open"]
@@ -387,6 +388,47 @@ class Store:
 
     def __repr__(self) -> str:
         return f"Store({self.path!r})"
+
+    # ------------------------------------------------------------------ quotas
+
+    @property
+    def _quotas(self) -> "QuotaManager":
+        """This store's :class:`~pylog.quotas.QuotaManager`, made on first use: one budget per client id and
+        kind, shared by every producer and consumer of this store object. For the clients' own use, e.g.
+        ``store._quotas.throttle(client_id, "consume", nbytes)`` in a consumer's fetch path."""
+        manager = self.__dict__.get("_quota_manager")
+        if manager is None:
+            from .quotas import QuotaManager  # imported on first use
+            with self._lock:
+                manager = self.__dict__.get("_quota_manager")
+                if manager is None:
+                    manager = self._quota_manager = QuotaManager()
+        return manager
+
+    def set_quota(self, client_id: str, producer_byte_rate: float | None = None,
+                  consumer_byte_rate: float | None = None) -> None:
+        """Set ``client_id``'s byte-rate quotas (bytes/s), replacing both: a rate left as None removes that
+        quota. Clients over their quota are delayed, not refused (see :mod:`pylog.quotas`); the quotas live
+        in this store object only (not persisted, not seen by other processes).
+
+        :raises TypeError: for a client id that is not a str.
+        :raises InvalidConfigError: for a rate that is not a positive number.
+        """
+        self._check_open()
+        from .quotas import CONSUME, PRODUCE
+        manager = self._quotas
+        for kind, rate in ((PRODUCE, producer_byte_rate), (CONSUME, consumer_byte_rate)):
+            if rate is not None:
+                manager.set_quota(client_id, kind, rate)  # validates before anything changes
+        for kind, rate in ((PRODUCE, producer_byte_rate), (CONSUME, consumer_byte_rate)):
+            if rate is None:
+                manager.set_quota(client_id, kind, None)
+
+    def quotas(self) -> dict[str, dict[str, float]]:
+        """Every quota set on this store: ``{client_id: {"producer_byte_rate": ..., "consumer_byte_rate":
+        ...}}``, each client with the quotas it has."""
+        self._check_open()
+        return self._quotas.quotas()
 
 
 def open(path: str | os.PathLike[str], **options: Any) -> Store:  # noqa: A001 - the library's entry point

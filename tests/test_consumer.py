@@ -82,6 +82,8 @@ def test_assign_seek_pause_resume_and_offsets_for_times(store):
     assert c.beginning_offsets([tp0]) == {tp0: 0} and c.end_offsets([tp0, tp1]) == {tp0: 10, tp1: 10}
     found = c.offsets_for_times({tp0: 1004, tp1: 99999})
     assert found[tp0] == pylog.OffsetAndTimestamp(4, 1004) and found[tp1] is None
+    assert c.metrics()["consumer-fetch-manager-metrics"] == {"fetch-throttle-time-avg": 0.0,
+                                                             "fetch-throttle-time-max": 0.0}
     assert c.metrics()["t-0"] == {"position": 10, "committed": None, "log_start_offset": 0, "log_end_offset": 10,
                                   "lag": 0, "lead": 10, "owned": True}
     with pytest.raises(pylog.InvalidConfigError):
@@ -247,3 +249,33 @@ def test_iteration_positions_commits_and_polls_mid_chunk(store):
     assert next(it).offset == 15  # the old iterator goes on from there: nothing repeated or skipped
     assert [r.offset for r in it] == list(range(16, 100))
     c.close()
+
+
+def test_consumer_byte_rate_quota_delays_fetches(store):
+    _fill(store, "t", n=1000)
+    sizes = sum(len(b"t-0-%d" % i) + len(b"k%d" % i) for i in range(1000))
+    now = [0.0]
+    slept: list[float] = []
+
+    def sleep(d):
+        slept.append(d)
+        now[0] += d
+
+    quotas = store._quotas
+    quotas.clock, quotas.sleep = (lambda: now[0]), sleep
+    store.set_quota("slow", consumer_byte_rate=100)
+    free = store.consumer("t", client_id="free", auto_offset_reset="earliest")
+    assert sum(len(v) for v in free.poll(0, max_records=5000).values()) == 1000 and not slept
+    c = store.consumer("t", client_id="slow", auto_offset_reset="earliest", max_poll_records=5)
+    got = 0
+    while True:
+        batch = c.poll(0)
+        if not batch:
+            break
+        got += sum(len(v) for v in batch.values())
+    assert got == 1000
+    # Held back until the byte rate over the window is the limit: ~sizes / 100 seconds of (fake) time in
+    # all, less the window's head start.
+    assert sizes / 100 - 12 <= now[0] <= sizes / 100 + 1, (now[0], sizes)
+    m = c.metrics()["consumer-fetch-manager-metrics"]
+    assert m["fetch-throttle-time-max"] > 0 and m["fetch-throttle-time-avg"] > 0
