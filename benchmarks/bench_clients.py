@@ -8,15 +8,30 @@ Figures, each with a baseline measured in the same run:
 - ``send()`` of 100-byte values one at a time, ``acks=1``, then ``flush()``: records/s. Baselines: the
   Python floor of any thread-safe one-call-per-record API here (a function that appends a tuple to a list
   under a lock), and ``append_values`` of the same records in 10,000-record lists (what the drains do).
+  Also ``send()`` with a key to a 4-partition topic (each drain hashes the keys and splits by partition).
 - ``acks="all"`` with 1, 4 and 16 threads each calling ``send(...).get()``: records/s and fsyncs per
   record (group commit shares one fsync among the records drained together). Baseline: one thread
   appending one record at a time with an fsync each (``flush.messages=1``).
+- Producer quota: a producer with ``producer_byte_rate`` (5 MB/s) sends 1,000-byte values as fast as it
+  can for 6 s; the byte rate its records reach the log at, against the limit (ratio), and the same less
+  the window's worth a quota lets through at once (as Kafka's does). The store's quota window is 11
+  samples of 50 ms here (Kafka's default is 11 of 1 s) so a short run spans many windows. Target: within
+  10% of the limit.
 
 - Consumer iteration over 100-byte records: records/s. Baseline: ``Partition.read()`` of the same
   records as ``pylog.Record`` tuples.
 - End-to-end latency: ``send()`` (acks=1) in this process, one record every 0.5 ms, to the record
   arriving in a consumer iterating in another process; percentiles (CLOCK_MONOTONIC is shared by
-  processes on Linux).
+  processes on Linux). The consumer wakes through the partition's notify file (``pylog/notify.py``: a
+  futex on a shared counter). Baseline: the same run with ``pylog.notify.ENABLED = False`` in both
+  processes, i.e. the polling fallback (every 0.2 ms backing off to 5 ms; ``PYLOG_NOTIFY=0`` does the
+  same for a whole program).
+- Wake-up latency: ``Partition.append_values`` of one record every 0.5 ms in this process to
+  ``Partition.wait_for_data`` returning in another process (the wait alone: no consumer, no producer
+  thread, no read), and the same with one record every 20 ms (a waiter that was idle: polling has backed
+  off by then); same baseline.
+- CPU of an idle consumer in another process waiting on 1 and on 4 partitions (``poll()`` with a
+  timeout, nothing arriving), as a share of one core; same baseline.
 
 Targets (issue 4): send() >= 1,000,000 records/s; consumer >= 2,000,000 records/s; end-to-end p50 <= 0.5
 ms, p99 <= 2 ms, p99.9 <= 5 ms; acks="all" reported.
@@ -27,6 +42,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import sys
 import tempfile
@@ -35,6 +51,7 @@ import time
 from typing import Any
 
 import pylog
+import pylog.notify
 from pylog.partition import Partition
 
 ROWS: list[dict[str, Any]] = []
@@ -84,6 +101,47 @@ def bench_send(root: str, n: int) -> None:
         assert store.topic("u").partition(0).log_end_offset == n
         row("send() one at a time, acks=1, then flush()", rate / 1e6, "M rec/s", rate / floor_rate,
             "vs lock + list.append floor", ">= 1 M rec/s " + ("PASS" if rate >= 1e6 else "MISS"))
+        store.create_topic("k", partitions=4)
+        keys = [b"key-%d" % i for i in range(1000)]
+        m = n // 4
+        with store.producer(acks=1) as producer:
+            send = producer.send
+            t0 = time.perf_counter()
+            for i in range(m):
+                send("k", value, key=keys[i % 1000])
+            producer.flush()
+            keyed = m / (time.perf_counter() - t0)
+        row("send() with a key, 4 partitions", keyed / 1e6, "M rec/s", keyed / floor_rate,
+            "vs lock + list.append floor", "report")
+
+
+def bench_quota(root: str, seconds: float, limit: float = 5e6) -> None:
+    """A producer over its quota for ``seconds``: the rate its payload reaches the log at vs ``limit``."""
+    value = b"q" * 1000
+    num, size = 11, 0.05  # the quota window: 11 samples of 50 ms (Kafka's default: 11 of 1 s)
+    with pylog.open(os.path.join(root, "quota"), log_cleaner_enable=False) as store:
+        store.create_topic("q")
+        store._quotas.configure_window(num, size)
+        store.set_quota("bench-quota", producer_byte_rate=limit)
+        # A small buffer: what waits in it (sent, not appended yet) is small next to what was appended.
+        with store.producer(client_id="bench-quota", buffer_memory=64 * 1024) as producer:
+            send = producer.send
+            t0 = time.perf_counter()
+            while time.perf_counter() - t0 < seconds:
+                for _ in range(100):
+                    send("q", value)
+            producer.flush()
+            elapsed = time.perf_counter() - t0
+            throttle = producer.metrics()["produce-throttle-time-max"]
+        total = store.topic("q").partition(0).log_end_offset * len(value)
+    rate = total / elapsed
+    # Kafka's window counts as (num - 1) samples long from the start: that much passes without delay.
+    allowance = (num - 1) * size * limit
+    row("quota: producer rate, whole run", rate / 1e6, "MB/s", rate / limit, f"vs limit {limit / 1e6:g} MB/s",
+        "0.9-1.1x " + ("PASS" if 0.9 <= rate / limit <= 1.1 else "MISS"))
+    row("  less the first window's allowance", (total - allowance) / elapsed / 1e6, "MB/s",
+        (total - allowance) / elapsed / limit, f"{allowance / 1e6:g} MB pass at once", "report")
+    row("  longest quota delay of a drain", throttle, "ms")
 
 
 def bench_acks_all(root: str, per_thread: int) -> None:
@@ -155,7 +213,8 @@ def bench_consumer(root: str, n: int) -> None:
             ">= 2 M rec/s " + ("PASS" if rate >= 2e6 else "MISS"))
 
 
-def _latency_consumer(path: str, n: int, ready: Any, out: Any) -> None:
+def _latency_consumer(path: str, n: int, use_notify: bool, ready: Any, out: Any) -> None:
+    pylog.notify.ENABLED = use_notify
     with pylog.open(path, log_cleaner_enable=False) as store:
         c = store.consumer("lat", consumer_timeout_ms=20_000)
         c.poll()
@@ -168,14 +227,75 @@ def _latency_consumer(path: str, n: int, ready: Any, out: Any) -> None:
         out.put(lat)
 
 
-def bench_latency(root: str, n: int) -> None:
+def _wake_waiter(path: str, n: int, use_notify: bool, stamps: Any, ready: Any, out: Any) -> None:
+    pylog.notify.ENABLED = use_notify
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        p = store.topic("wake").partition(0)
+        ready.set()
+        lat: list[int] = []
+        pos = 0
+        while pos < n and p.wait_for_data(pos, 20):
+            now = time.monotonic_ns()
+            end = p.log_end_offset
+            lat.extend(now - stamps[i] for i in range(pos, end))
+            pos = end
+        out.put(lat)
+
+
+def _wake_once(root: str, n: int, use_notify: bool, interval: float) -> list[int]:
     import multiprocessing
-    path = os.path.join(root, "latency")
+    path = os.path.join(root, f"wake-{interval}-" + ("notify" if use_notify else "poll"))
+    ctx = multiprocessing.get_context("fork")
+    stamps = ctx.Array("q", n, lock=False)  # append times by offset, shared with the child
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("wake")
+        p = store.topic("wake").partition(0)
+        ready, out = ctx.Event(), ctx.Queue()
+        proc = ctx.Process(target=_wake_waiter, args=(path, n, use_notify, stamps, ready, out))
+        proc.start()
+        ready.wait(30)
+        for i in range(n):
+            stamps[i] = time.monotonic_ns()
+            p.append_values([b"x"])
+            time.sleep(interval)
+        lat = sorted(out.get(timeout=60))
+        proc.join(30)
+    return lat
+
+
+def _idle_consumer(path: str, topic: str, seconds: float, use_notify: bool, out: Any) -> None:
+    pylog.notify.ENABLED = use_notify
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        c = store.consumer(topic)
+        c.poll()  # positions at the end: nothing arrives from here on
+        r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+        got = c.poll(timeout_ms=seconds * 1000)
+        r1, dt = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - t0
+        assert not got
+        out.put((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) / dt)
+
+
+def _child(target: Any, *args: Any) -> Any:
+    """Run ``target(*args, queue)`` in a forked process; its one result."""
+    import multiprocessing
+    ctx = multiprocessing.get_context("fork")
+    out = ctx.Queue()
+    proc = ctx.Process(target=target, args=(*args, out))
+    proc.start()
+    try:
+        return out.get(timeout=120)
+    finally:
+        proc.join(30)
+
+
+def _latency_once(root: str, n: int, use_notify: bool) -> list[int]:
+    import multiprocessing
+    path = os.path.join(root, "latency-notify" if use_notify else "latency-poll")
     with pylog.open(path, log_cleaner_enable=False) as store:
         store.create_topic("lat")
         ctx = multiprocessing.get_context("fork")
         ready, out = ctx.Event(), ctx.Queue()
-        proc = ctx.Process(target=_latency_consumer, args=(path, n, ready, out))
+        proc = ctx.Process(target=_latency_consumer, args=(path, n, use_notify, ready, out))
         proc.start()
         ready.wait(30)
         with store.producer(acks=1) as producer:
@@ -184,12 +304,53 @@ def bench_latency(root: str, n: int) -> None:
                 time.sleep(0.0005)
         lat = sorted(out.get(timeout=60))
         proc.join(30)
-    def pct(q: float) -> float:
+    return lat
+
+
+def bench_latency(root: str, n: int, idle_seconds: float = 3.0) -> None:
+    saved = pylog.notify.ENABLED
+    try:
+        runs, wakes, sparse = {}, {}, {}
+        for use_notify in (False, True):  # the writer (this process) publishes only with notifications on
+            pylog.notify.ENABLED = use_notify
+            runs[use_notify] = _latency_once(root, n, use_notify)
+            wakes[use_notify] = _wake_once(root, n, use_notify, 0.0005)
+            sparse[use_notify] = _wake_once(root, max(20, n // 25), use_notify, 0.02)
+        idle = {}
+        path = os.path.join(root, "idle")
+        with pylog.open(path, log_cleaner_enable=False) as store:
+            for parts in (1, 4):
+                store.create_topic(f"idle{parts}", partitions=parts)
+                for i in range(parts):
+                    store.topic(f"idle{parts}").partition(i).append_values([b"x"])  # this process writes
+                for use_notify in (False, True):
+                    pylog.notify.ENABLED = use_notify
+                    idle[parts, use_notify] = _child(_idle_consumer, path, f"idle{parts}", idle_seconds, use_notify)
+    finally:
+        pylog.notify.ENABLED = saved
+
+    def pct(lat: list[int], q: float) -> float:
         return lat[min(len(lat) - 1, int(q * len(lat)))] / 1e6
     for name, q, target in (("p50", 0.5, 0.5), ("p99", 0.99, 2.0), ("p99.9", 0.999, 5.0)):
-        v = pct(q)
-        row(f"end-to-end latency {name}, another process", v, "ms", None, f"{len(lat)} records",
+        base = pct(runs[False], q)
+        v = pct(runs[True], q)
+        row(f"baseline: end-to-end {name}, polling fallback", base, "ms", None, f"{len(runs[False])} records")
+        row(f"end-to-end latency {name}, another process", v, "ms", v / base, "vs polling fallback",
             f"<= {target} ms " + ("PASS" if v <= target else "MISS"))
+    for label, lats, qs in (("every 0.5 ms", wakes, (0.5, 0.99, 0.999)), ("every 20 ms", sparse, (0.5, 0.99))):
+        for q in qs:
+            name = f"p{q * 100:g}"
+            base = pct(lats[False], q)
+            v = pct(lats[True], q)
+            row(f"baseline: wake-up {name}, {label}, polling", base, "ms", None, f"{len(lats[False])} records")
+            row(f"wake-up latency {name}, {label}, another process", v, "ms", v / base, "vs polling fallback",
+                "report")
+    for parts in (1, 4):
+        base, v = idle[parts, False] * 100, idle[parts, True] * 100
+        row(f"baseline: idle consumer CPU, {parts} partition(s), polling", base, "% of core", None,
+            f"{idle_seconds:g} s poll()")
+        row(f"idle consumer CPU, {parts} partition(s)", v, "% of core", v / base if base else None,
+            "vs polling fallback", "report")
 
 
 def main() -> int:
@@ -203,9 +364,10 @@ def main() -> int:
     print(f"pylog {pylog.__version__} client benchmark in {root} (python {sys.version.split()[0]})")
     try:
         bench_send(root, 20_000 if a.quick else 1_000_000)
+        bench_quota(root, 2.0 if a.quick else 6.0)
         bench_acks_all(root, 50 if a.quick else 500)
         bench_consumer(root, 20_000 if a.quick else 1_000_000)
-        bench_latency(root, 200 if a.quick else 5_000)
+        bench_latency(root, 200 if a.quick else 5_000, 1.0 if a.quick else 3.0)
     finally:
         if not a.dir:
             shutil.rmtree(root, ignore_errors=True)

@@ -1,7 +1,7 @@
 """The producer: kafka-python's ``KafkaProducer`` shape over an in-process store.
 
-``send()`` only appends the record to its topic's accumulator (a few list appends under a lock) and returns
-a :class:`FutureRecordMetadata`; the records are *drained* in bulk — by a sender thread as soon as it is
+``send()`` only appends the record to its topic's accumulation under a lock and returns a
+:class:`FutureRecordMetadata`; the records are *drained* in bulk — by a sender thread as soon as it is
 free (``linger_ms=0``) or ``linger_ms`` after the first record, by the caller when ``buffer_memory`` is
 full, and by :meth:`Producer.flush` — so one ``append_values`` call per partition carries many records.
 A drain assigns partitions for the whole accumulation at once (explicit partition, else Kafka's murmur2 of
@@ -9,14 +9,34 @@ the key, vectorised, else the topic's sticky partition), appends each partition'
 idempotent call, fsyncs when ``acks="all"`` (one fsync for everything drained together: group commit),
 and completes every future of the accumulation.
 
+The common record — a ``bytes`` value of at most 16 KiB and nothing else, no serializer — takes a fast
+path: ``send()`` appends the value itself (no tuple) and compares the record's index with a precomputed
+one; the future is a two-slot object. A drain of only such records hands the list to the partition as its
+value column without a Python step per record. A record with a ``bytes`` key as well takes a twin path
+that appends a tuple; any other record goes through every check in ``_send``. Everything that depends on
+byte counts (waking the sender at ``batch_size``, draining at ``buffer_memory``, stamping the first
+record for ``linger_ms``) happens in :meth:`Producer._settle`, which ``send()`` calls only once its
+record's index reaches ``check_at`` (see :class:`_Accumulation`): bytes are summed there, in C, for all
+the records since the last look.
+
+With a quota for the producer's ``client_id`` (:mod:`pylog.quotas`), each drain records the bytes it
+appended (values, keys and headers) and, when the client is over its byte rate, waits the quota's delay
+before completing the drain's futures and before the next drain may start: as a Kafka broker delays its
+produce response. Meanwhile ``send()`` keeps filling the buffer and blocks once ``buffer_memory`` is full.
+
 Invariants:
 - Records of one producer reach each partition in the order they were sent: drains run one at a time
-  (a drain lock taken before the accumulator is swapped out) and keep send order within a partition.
+  (a drain lock taken before the accumulation is swapped out) and keep send order within a partition.
 - With ``enable_idempotence`` (default) every append carries this producer's id, epoch and per-partition
   sequence number, so a drain retried after an error is not appended twice, even across a store restart
   (see :mod:`pylog.producer_state`).
 - A future completes exactly once: with its record's metadata once the append (``acks=1``) or the fsync
   (``acks="all"``) is done, or with the error that stopped its drain.
+- ``buffer_memory`` is never exceeded unnoticed: ``check_at`` is set so that records of at most ``bound``
+  bytes each (every record since the last look is) cannot fill the buffer before the ``send()`` that
+  reaches ``check_at`` looks; the one that fills it drains. ``batch_size`` is noticed at the record that
+  reaches it when record sizes are steady (``check_at`` assumes the accumulation's average size for it),
+  a few records later otherwise: it only wakes the sender early.
 """
 
 from __future__ import annotations
@@ -24,6 +44,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from operator import itemgetter
 from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
@@ -31,6 +52,7 @@ import numpy as np
 from .errors import (InvalidConfigError, InvalidRecordError, LogFailedError, PylogError, RecordTooLargeError,
                      StoreClosedError)
 from .partitioner import DefaultPartitioner
+from .quotas import PRODUCE
 from .records import _column, now_ms
 from .structs import RecordMetadata, TopicPartition
 
@@ -63,6 +85,13 @@ _NETWORK_OPTIONS = {"bootstrap_servers", "security_protocol", "sasl_mechanism", 
                     "max_in_flight_requests_per_connection", "reconnect_backoff_ms"}
 #: Per-record overhead in a batch body beyond key and value, for the size checks.
 _RECORD_OVERHEAD = 16
+#: Room a batch header needs beside one record within the topic's max.message.bytes (send-time check).
+_BATCH_OVERHEAD = 64
+#: Longest value send()'s fast path takes (bytes); longer ones are checked one by one. It bounds how many
+#: fast records fit in what is left of buffer_memory, so it sets how often send() must look.
+_FAST_MAX = 16 * 1024
+_ITEM_LEN = 5  # len() of a (value, key, partition, timestamp_ms, headers) record tuple
+_COLUMNS = tuple(itemgetter(i) for i in range(5))  # value, key, partition, timestamp_ms, headers of a tuple
 
 
 class ProducerTimeoutError(PylogError, TimeoutError):
@@ -81,42 +110,100 @@ def _check_headers(headers: Any) -> int:
 
 
 class _Accumulation:
-    """The records sent to one topic since its last drain, and the completion state they share."""
+    """The records sent to one topic since its last drain, and the completion state they share.
 
-    __slots__ = ("topic", "records", "values", "keys", "partitions", "timestamps", "headers", "nbytes", "first_at",
-                 "max_bytes",
+    ``records`` holds, in send order, the value itself (a ``bytes``) for a record with nothing else — no
+    key, headers, explicit partition or timestamp — and a ``(value, key, partition, timestamp_ms,
+    headers)`` tuple for any other (``slow`` counts those). :meth:`columns` turns them into columns at
+    drain time; the key, partition, timestamp and header columns stay ``None`` when no record has one.
+
+    Byte accounting: a record's size is its value, key and headers plus 16. :meth:`size` sums
+    ``len(item) + 16`` over the records appended since it last looked (``counted`` of them are summed in
+    ``summed``); ``adjust`` adds what a tuple's ``len()`` (5) misses. ``send()`` calls the producer's
+    ``_settle`` when the index of the record it appended reaches ``check_at``, or when a record is
+    larger than ``bound``; an empty accumulation has ``check_at`` 0, so its first record always settles
+    (which stamps ``first_at``).
+    """
+
+    __slots__ = ("topic", "records", "slow", "extra", "counted", "summed", "adjust", "check_at", "bound", "limit",
+                 "klimit", "max_bytes", "first_at", "due", "acks0",
+                 "values", "keys", "partitions", "timestamps", "headers",
                  "done", "error", "partition_errors", "offsets", "placed", "stamps", "callbacks", "_event")
 
-    def __init__(self, topic: str) -> None:
+    def __init__(self, topic: str, limit: int, klimit: int, max_bytes: int, acks0: bool) -> None:
         self.topic = topic
-        #: (value, key, partition, timestamp_ms, headers) per record, as sent; the columns below are
-        #: filled from it when the accumulation is drained (one append per send keeps send() cheap).
-        self.records: list[tuple] = []
+        self.records: list[Any] = []
+        self.slow = 0
+        self.extra = False  # a record has a partition, timestamp or headers: all five columns are needed
+        self.counted = 0
+        self.summed = 0
+        self.adjust = 0
+        self.check_at = 0
+        #: The longest value send()'s fast path takes for this topic; -1 turns the fast path off (closed
+        #: producer, value serializer, compacted topic), sending every record through the checks.
+        self.limit = limit
+        self.klimit = klimit  # the same for the value and key together of a keyed record
+        #: No record appended since the last _settle is larger (bytes): fast ones are at most
+        #: max(limit, klimit) + 16, a larger checked one settles and raises it.
+        self.bound = max(limit, klimit, 0) + _RECORD_OVERHEAD
+        self.max_bytes = max_bytes  # the topic's max.message.bytes when the accumulation started
+        self.first_at = 0.0  # time.monotonic() of the first record (set by _settle)
+        self.due = False  # reached batch_size: the sender was woken for it
+        self.acks0 = acks0
         self.values: list[Any] = []
-        self.keys: list[Any] = []
-        self.partitions: list[int | None] = []
-        self.timestamps: list[int | None] = []
-        self.headers: list[Any] = []
-        self.nbytes = 0
-        self.max_bytes = 1 << 62
-        self.first_at = 0.0
+        self.keys: list[Any] | None = None
+        self.partitions: list[int | None] | None = None
+        self.timestamps: list[int | None] | None = None
+        self.headers: list[Any] | None = None
         self.done = False
         self.error: BaseException | None = None  # the whole accumulation failed
         #: partition -> the error of its append: records placed elsewhere are unaffected
         self.partition_errors: dict[int, BaseException] = {}
-        self.offsets: np.ndarray | None = None
-        self.placed: np.ndarray | None = None
-        self.stamps: list[int] = []
+        self.offsets: int | np.ndarray = 0  # the first offset when every record went to one partition
+        self.placed: int | np.ndarray = 0  # the one partition, or each record's
+        self.stamps: int | list[int] = 0  # the one timestamp, or each record's
         self.callbacks: list[tuple[int, bool, Callable[..., Any], tuple, dict]] = []
         self._event = threading.Event()
 
+    def size(self) -> int:
+        """The bytes sent into the accumulation (call under the producer's lock); O(records since the last
+        call), in C."""
+        recs = self.records
+        n = len(recs)
+        counted = self.counted
+        if n > counted:
+            self.summed += sum(map(len, recs[counted:] if counted else recs)) + _RECORD_OVERHEAD * (n - counted)
+            self.counted = n
+        return self.summed + self.adjust
+
     def columns(self) -> None:
         """Turn the sent records into columns (at drain time, outside the producer's lock)."""
-        if self.records:
-            values, keys, partitions, timestamps, headers = map(list, zip(*self.records))
-            self.values, self.keys, self.partitions, self.timestamps, self.headers = (
-                values, keys, partitions, timestamps, headers)
-            self.records = []
+        recs = self.records
+        if not self.slow:
+            self.values = recs  # every record is a bare value: the list is the value column
+            return
+        n = len(recs)
+        rows = recs if self.slow == n else [r if type(r) is tuple else (r, None, None, None, None) for r in recs]
+        if not self.extra:  # values and keys only
+            self.values = list(map(_COLUMNS[0], rows))
+            keys = list(map(_COLUMNS[1], rows))
+            self.keys = keys if keys.count(None) != n else None
+            return
+        values, keys, partitions, timestamps, headers = (list(map(get, rows)) for get in _COLUMNS)
+        self.values = values
+        self.keys = keys if keys.count(None) != n else None
+        self.partitions = partitions if partitions.count(None) != n else None
+        self.timestamps = timestamps if timestamps.count(None) != n else None
+        self.headers = headers if headers.count(None) != n else None
+
+    def payload_bytes(self) -> int:
+        """Bytes of values, keys and headers (what a quota counts), after :meth:`columns`."""
+        total = sum(map(len, filter(None, self.values)))
+        if self.keys is not None:
+            total += sum(map(len, filter(None, self.keys)))
+        if self.headers is not None:
+            total += sum(len(k.encode()) + (0 if v is None else len(v)) for h in self.headers if h for k, v in h)
+        return total
 
     def complete(self, error: BaseException | None = None) -> None:
         self.finish(error)
@@ -137,11 +224,16 @@ class _Accumulation:
         return self.done or self._event.wait(timeout)
 
 
+def _partition_of(acc: _Accumulation, i: int) -> int:
+    placed = acc.placed
+    return placed if isinstance(placed, int) else int(placed[i])
+
+
 def _error_of(acc: _Accumulation, i: int) -> BaseException | None:
     if acc.error is not None:
         return acc.error
-    if acc.partition_errors and acc.placed is not None:
-        return acc.partition_errors.get(int(acc.placed[i]))
+    if acc.partition_errors:
+        return acc.partition_errors.get(_partition_of(acc, i))
     return None
 
 
@@ -152,20 +244,21 @@ def _run_callback(acc: _Accumulation, i: int, on_error: bool, fn: Callable[..., 
         if on_error and error is not None:
             fn(error, *args, **kwargs)
         elif not on_error and error is None:
-            fn(FutureRecordMetadata(acc, i).get(0), *args, **kwargs)
+            fn(_future(acc, i).get(0), *args, **kwargs)
     except Exception:  # a user's callback must not break the producer (kafka-python logs and goes on)
         log.exception("error in a producer callback")
 
 
 class FutureRecordMetadata:
-    """The eventual :class:`~pylog.structs.RecordMetadata` of one sent record (kafka-python's future)."""
+    """The eventual :class:`~pylog.structs.RecordMetadata` of one sent record (kafka-python's future).
 
-    __slots__ = ("_acc", "_i", "_acks0")
+    Made by :meth:`Producer.send` only: two slots (the record's accumulation and its index in it) and no
+    ``__init__``, because one is made per record on the hot path.
+    """
 
-    def __init__(self, acc: _Accumulation, i: int, acks0: bool = False) -> None:
-        self._acc = acc
-        self._i = i
-        self._acks0 = acks0
+    __slots__ = ("_acc", "_i")
+    _acc: _Accumulation
+    _i: int
 
     @property
     def is_done(self) -> bool:
@@ -197,12 +290,16 @@ class FutureRecordMetadata:
         error = _error_of(acc, i)
         if error is not None:
             raise error
-        assert acc.offsets is not None and acc.placed is not None
-        key, value, headers = acc.keys[i], acc.values[i], acc.headers[i]
-        partition = int(acc.placed[i])
+        key = None if acc.keys is None else acc.keys[i]
+        value = acc.values[i]
+        headers = None if acc.headers is None else acc.headers[i]
+        partition = _partition_of(acc, i)
+        offsets, stamps = acc.offsets, acc.stamps
+        offset = -1 if acc.acks0 else offsets + i if isinstance(offsets, int) else int(offsets[i])
         return RecordMetadata(
-            acc.topic, partition, TopicPartition(acc.topic, partition), -1 if self._acks0 else int(acc.offsets[i]),
-            acc.stamps[i], -1, None, -1 if key is None else len(key), -1 if value is None else len(value),
+            acc.topic, partition, TopicPartition(acc.topic, partition), offset,
+            stamps if isinstance(stamps, int) else stamps[i], -1, None, -1 if key is None else len(key),
+            -1 if value is None else len(value),
             sum(len(k.encode()) + (0 if v is None else len(v)) for k, v in headers) if headers else 0)
 
     def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "FutureRecordMetadata":
@@ -228,10 +325,23 @@ class FutureRecordMetadata:
         return self
 
 
+def _future(acc: _Accumulation, i: int) -> FutureRecordMetadata:
+    f = FutureRecordMetadata()
+    f._acc = acc
+    f._i = i
+    return f
+
+
+def _take(items: list, index: list[int]) -> list:
+    """``[items[i] for i in index]`` with the loop in C."""
+    return list(map(items.__getitem__, index))
+
+
 class Producer:
     """Publishes records to a store's topics; kafka-python's ``KafkaProducer`` API. Thread-safe.
 
-    Options (kafka-python's names): ``client_id``, ``key_serializer``, ``value_serializer``, ``acks``
+    Options (kafka-python's names): ``client_id`` (also the key of the producer's quota, see
+    :meth:`pylog.log.Store.set_quota`), ``key_serializer``, ``value_serializer``, ``acks``
     (0, 1 or "all"), ``compression_type`` (None or "lz4"), ``batch_size``, ``linger_ms``,
     ``partitioner`` (``fn(key_bytes, all_partitions, available_partitions) -> int``; default: Kafka's),
     ``buffer_memory``, ``max_block_ms`` (accepted for kafka-python compatibility: send() never waits
@@ -259,6 +369,8 @@ class Producer:
                 raise InvalidConfigError(f"{name} must be a positive int, got {cfg[name]!r}")
         self.config = cfg
         self._store = store
+        self._client_id = cfg["client_id"]
+        self._quotas = store._quotas
         self._key_ser = cfg["key_serializer"]
         self._value_ser = cfg["value_serializer"]
         self._batch_size = cfg["batch_size"]
@@ -269,16 +381,20 @@ class Producer:
         self._producer_id = store.new_producer_id() if self._idempotent else -1
         self._sequences: dict[tuple[str, int], int] = {}
         self._epoch = 0
+        #: Guards _accs, every accumulation's records and byte counters, _closed and _sender_idle.
         self._lock = threading.Lock()
         self._drain_lock = threading.Lock()
         self._accs: dict[str, _Accumulation] = {}
-        self._buffered = 0
         self._closed = False
         self._acks0 = self._acks == 0
         self._max_request = cfg["max_request_size"]
         self._buffer_memory = cfg["buffer_memory"]
         self._retries = int(cfg["retries"])
         self._retry_backoff = cfg["retry_backoff_ms"] / 1000
+        # Throttle time per drain (Kafka's produce-throttle-time metrics); updated under the drain lock.
+        self._drains = 0
+        self._throttle_total = 0.0
+        self._throttle_max = 0.0
         self._sender_idle = True
         self._wake = threading.Event()
         self._sender = threading.Thread(target=self._run_sender, name="pylog-producer-sender", daemon=True)
@@ -290,10 +406,73 @@ class Producer:
              partition: int | None = None, timestamp_ms: int | None = None) -> FutureRecordMetadata:
         """Queue one record; returns a future whose ``get()`` gives its :class:`RecordMetadata`.
 
-        :raises RecordTooLargeError: when the record alone exceeds ``max_request_size``.
+        :raises InvalidRecordError: for a value, key, headers or timestamp of the wrong type, or a key-less
+            record for a compacted topic.
+        :raises RecordTooLargeError: when the record alone exceeds ``max_request_size`` or does not fit the
+            topic's ``max.message.bytes``.
         :raises UnknownTopicError: for a topic the store does not have.
+        :raises ValueError: for a partition the topic does not have.
+        :raises StoreClosedError: after :meth:`close`.
         """
-        # The hot path of one-record-at-a-time producing: a few checks and one list append under the lock.
+        # The hot path: a bytes value and nothing else, for a topic already seen. Every check it needs
+        # is folded into `len(value) <= acc.limit` (see _limits_of), all byte counting into
+        # `i < acc.check_at` (see _settle); anything else goes to _send. Written for CPython's
+        # specialising interpreter: `lock.acquire()` on a local (not a bound method kept on self), a dict
+        # subscript rather than .get(), no int arithmetic, the future made under the lock so the common
+        # case returns from inside the try.
+        if type(value) is bytes and headers is None and partition is None and timestamp_ms is None:
+            if key is None:
+                lock = self._lock
+                lock.acquire()
+                try:
+                    acc = self._accs[topic]
+                    if len(value) <= acc.limit:
+                        recs = acc.records
+                        f = FutureRecordMetadata()
+                        f._acc = acc
+                        f._i = i = len(recs)
+                        recs.append(value)
+                        if i < acc.check_at or not self._settle():
+                            return f
+                    else:
+                        f = None
+                except KeyError:  # the topic's first record: _send looks the topic up
+                    f = None
+                finally:
+                    lock.release()
+                if f is not None:  # _settle found buffer_memory full: back-pressure, the caller drains
+                    self._drain_all()
+                    return f
+            elif type(key) is bytes:  # the same for a keyed record (a tuple, as _send makes)
+                lock = self._lock
+                lock.acquire()
+                try:
+                    acc = self._accs[topic]
+                    size = len(value) + len(key)
+                    if size <= acc.klimit:
+                        recs = acc.records
+                        f = FutureRecordMetadata()
+                        f._acc = acc
+                        f._i = i = len(recs)
+                        recs.append((value, key, None, None, None))
+                        acc.slow += 1
+                        acc.adjust += size - _ITEM_LEN
+                        if i < acc.check_at or not self._settle():
+                            return f
+                    else:
+                        f = None
+                except KeyError:
+                    f = None
+                finally:
+                    lock.release()
+                if f is not None:
+                    self._drain_all()
+                    return f
+        return self._send(topic, value, key, headers, partition, timestamp_ms)
+
+    def _send(self, topic: str, value: Any, key: Any, headers: Any, partition: int | None,
+              timestamp_ms: int | None) -> FutureRecordMetadata:
+        """send() for every record the fast path does not take: serializers, checks, then the append."""
         if self._closed:
             raise StoreClosedError("producer is closed")
         if key is not None and self._key_ser is not None:
@@ -312,31 +491,83 @@ class Producer:
             size += len(key)
         if headers:
             size += _check_headers(headers)
+        else:
+            headers = None
+        if timestamp_ms is not None and (type(timestamp_ms) is not int or not -(1 << 63) <= timestamp_ms < 1 << 63):
+            raise InvalidRecordError(f"timestamp_ms must be an int (ms since the epoch), got {timestamp_ms!r}")
         if size > self._max_request:
             raise RecordTooLargeError(f"record of about {size} bytes exceeds max_request_size ({self._max_request})")
         if partition is not None or key is None:
             self._check_placement(topic, partition, key)
+        plain = type(value) is bytes and key is None and headers is None and partition is None and timestamp_ms is None
         with self._lock:
             if self._closed:
                 raise StoreClosedError("producer is closed")
             acc = self._accs.get(topic) or self._new_accumulation(topic)
-            if size + 64 > acc.max_bytes:  # one record alone must fit the topic's max.message.bytes
+            if size + _BATCH_OVERHEAD > acc.max_bytes:  # one record alone must fit the topic's max.message.bytes
                 raise RecordTooLargeError(f"record of about {size} bytes does not fit max.message.bytes "
                                           f"({acc.max_bytes}) of {topic}")
             recs = acc.records
             i = len(recs)
-            if i == 0:
-                acc.first_at = time.monotonic()
-            recs.append((value, key, partition, timestamp_ms, headers))
-            acc.nbytes += size
-            self._buffered += size
-        if acc.nbytes >= self._batch_size or (self._sender_idle and self._linger == 0):
+            if plain:
+                recs.append(value)
+            else:
+                recs.append((value, key, partition, timestamp_ms, headers))
+                acc.slow += 1
+                acc.adjust += size - _RECORD_OVERHEAD - _ITEM_LEN
+                if partition is not None or timestamp_ms is not None or headers is not None:
+                    acc.extra = True
+            if size > acc.bound:
+                acc.bound = size
+                full = self._settle()
+            else:
+                full = i >= acc.check_at and self._settle()
+        if full:
+            self._drain_all()
+        return _future(acc, i)
+
+    def _settle(self) -> bool:
+        """Look at the byte counts; called under the lock by a send() whose record reached ``check_at``.
+
+        Stamps accumulations' first records (for ``linger_ms``), wakes the sender for accumulations that
+        reached ``batch_size`` (and, with ``linger_ms=0`` or a first record to time, when it is idle), then
+        sets each accumulation's ``check_at``: the records that surely fit in its share of what is left of
+        ``buffer_memory`` (at ``bound`` bytes each) and, until it is due, in what is left of its
+        ``batch_size`` (at its average record size). Empty accumulations get 0, so their first record
+        comes here. Returns True when ``buffer_memory`` is full: the caller drains.
+        """
+        batch = self._batch_size
+        sizes = [(acc, acc.size()) for acc in self._accs.values()]
+        buffered = active = 0
+        wake = first = False
+        now = 0.0
+        for acc, size in sizes:
+            if size:
+                active += 1
+                buffered += size
+                if not acc.first_at:
+                    acc.first_at = now = now or time.monotonic()
+                    first = True
+                if size >= batch and not acc.due:
+                    acc.due = wake = True
+        if buffered and self._sender_idle and (first or self._linger == 0):
+            wake = True
+        if wake:
             self._sender_idle = False
-            if not self._wake.is_set():
-                self._wake.set()
-        if self._buffered >= self._buffer_memory:
-            self._drain_all()  # back-pressure: the caller drains when the buffer is full
-        return FutureRecordMetadata(acc, i, self._acks0)
+            self._wake.set()
+        free = self._buffer_memory - buffered
+        share = free // active if active and free > 0 else 0
+        for acc, size in sizes:
+            n = len(acc.records)
+            if not n:
+                acc.check_at = 0
+                continue
+            fit = (share - 1) // acc.bound if share > 0 else 0  # records that cannot fill the share
+            if not acc.due:
+                average = size // n
+                fit = min(fit, (batch - size - 1) // average)  # records before the one that reaches batch
+            acc.check_at = n + fit
+        return free <= 0
 
     def _check_placement(self, topic: str, partition: int | None, key: Any) -> None:
         """Errors a drain would meet for this record alone, raised at send() as kafka-python does."""
@@ -347,17 +578,33 @@ class Producer:
         if key is None and t.config.compact:
             raise InvalidRecordError(f"{topic} is compacted: every record needs a key")
 
+    def _limits_of(self, t: Any) -> tuple[int, int, int]:
+        """(fast-path value limit, keyed fast-path value + key limit, max.message.bytes) for topic ``t``:
+        a plain record whose value is at most the first (a keyed one whose value and key are at most the
+        second) needs none of send()'s checks; -1 when every such record must be checked (see
+        _Accumulation.limit). Call under the lock (it reads _closed)."""
+        max_bytes = t.config["max.message.bytes"]
+        if self._closed or self._value_ser is not None:
+            return -1, -1, max_bytes
+        limit = min(self._max_request - _RECORD_OVERHEAD, max_bytes - _BATCH_OVERHEAD - _RECORD_OVERHEAD, _FAST_MAX)
+        return (-1 if t.config.compact else limit), (-1 if self._key_ser is not None else limit), max_bytes
+
     def _new_accumulation(self, topic: str) -> _Accumulation:
+        """Under the lock: the first accumulation of ``topic``."""
         t = self._store.topic(topic)  # raises UnknownTopicError now rather than in the drain
-        acc = self._accs[topic] = _Accumulation(topic)
-        acc.max_bytes = t.config["max.message.bytes"]
+        acc = self._accs[topic] = _Accumulation(topic, *self._limits_of(t), self._acks0)
         return acc
 
     def flush(self, timeout: float | None = None) -> None:
-        """Append everything sent so far (and fsync with ``acks="all"``) before returning."""
+        """Append everything sent so far (and fsync with ``acks="all"``) before returning.
+
+        A producer over its quota waits its throttle delays here too (the wait for the drain lock is not
+        bounded by ``timeout``).
+        """
         deadline = None if timeout is None else time.monotonic() + timeout
         # Drains run one at a time, so once _drain_all has had its turn every earlier drain is over too.
-        pending = [a for a in list(self._accs.values()) if a.records]
+        with self._lock:
+            pending = [a for a in self._accs.values() if a.records]
         self._drain_all()
         for acc in pending:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
@@ -370,6 +617,8 @@ class Producer:
             if self._closed:
                 return
             self._closed = True  # from here send() refuses, so nothing lands after the last drain
+            for acc in self._accs.values():
+                acc.limit = acc.klimit = -1  # the fast paths too
         try:
             self.flush(timeout)
         finally:
@@ -393,35 +642,47 @@ class Producer:
         return set(range(self._store.topic(topic).num_partitions))
 
     def metrics(self) -> dict[str, Any]:
-        return {"producer_id": self._producer_id, "buffered_bytes": self._buffered,
-                "pending_topics": sum(1 for a in self._accs.values() if a.records)}
+        """``producer_id``; ``buffered_bytes`` and ``pending_topics`` (sent, not yet drained);
+        ``produce-throttle-time-avg`` / ``-max``: quota delays per drain in ms, since the producer started
+        (Kafka's names; 0 without a quota)."""
+        with self._lock:
+            buffered = sum(a.size() for a in self._accs.values())
+            pending = sum(1 for a in self._accs.values() if a.records)
+        drains = self._drains
+        return {"producer_id": self._producer_id, "buffered_bytes": buffered, "pending_topics": pending,
+                "produce-throttle-time-avg": self._throttle_total / drains * 1000 if drains else 0.0,
+                "produce-throttle-time-max": self._throttle_max * 1000}
 
     # ------------------------------------------------------------------ draining
 
     def _run_sender(self) -> None:
         timeout: float | None = None
         while not self._closed:
-            # Idle, it still looks every 50 ms: send() wakes it without a lock, so a wake-up can be missed.
+            # Wake-ups are never missed (send() and this loop look at _sender_idle under the lock); the
+            # 50 ms poll when idle is only a safety net.
             self._wake.wait(0.05 if timeout is None else timeout)
             self._wake.clear()
-            self._sender_idle = False
             if self._closed:
                 return
             try:
                 now = time.monotonic()
-                due = [t for t, a in list(self._accs.items()) if a.records and (
-                    a.nbytes >= self._batch_size or now - a.first_at >= self._linger)]
+                with self._lock:
+                    self._sender_idle = False
+                    due = [t for t, a in self._accs.items() if a.records and (
+                        a.due or a.size() >= self._batch_size or now - a.first_at >= self._linger)]
                 for topic in due:
                     self._drain(topic)
             except Exception:  # a drain completes its futures with its error; keep the thread alive
                 log.exception("pylog producer sender: drain failed")
-            # Idle first, then look: a send() after the look sees the flag and wakes us; one before it is
-            # pending and drained as soon as it is due (at once with linger_ms=0).
-            self._sender_idle = True
-            pending = [a.first_at for a in list(self._accs.values()) if a.records]
-            timeout = max(0.0, min(pending) + self._linger - time.monotonic()) if pending else None
-            if timeout is not None:
-                self._sender_idle = False
+            with self._lock:
+                pending = [a.first_at for a in self._accs.values() if a.records]
+                if pending:  # due now (linger_ms=0) or when the oldest has lingered long enough
+                    timeout = max(0.0, min(pending) + self._linger - time.monotonic())
+                else:
+                    timeout = None
+                    self._sender_idle = True
+                    for acc in self._accs.values():  # the next record settles, and _settle wakes us
+                        acc.check_at = 0
 
     def _drain_all(self) -> None:
         for topic in list(self._accs):
@@ -434,54 +695,92 @@ class Producer:
                 acc = self._accs.get(topic)
                 if acc is None or not acc.records:
                     return
-                self._accs[topic] = _Accumulation(topic)
-                self._buffered -= acc.nbytes
+                self._accs[topic] = _Accumulation(topic, acc.limit, acc.klimit, acc.max_bytes, self._acks0)
+            interrupted: BaseException | None = None
             try:
                 acc.columns()
                 self._append(acc)
             except BaseException as exc:
                 error = exc
+            if error is None:
+                try:
+                    self._throttle(acc)
+                except BaseException as exc:  # the records are appended all the same
+                    interrupted = exc
             acc.finish(error)  # done before the lock goes: flush() relies on it
         # Callbacks outside the drain lock: a callback may send, flush or close.
         acc.run_callbacks()
+        if interrupted is not None:
+            raise interrupted
         if error is not None and not isinstance(error, Exception):
             raise error
 
+    def _throttle(self, acc: _Accumulation) -> None:
+        """Under the drain lock, after an append: record its bytes against the client's produce quota and
+        wait the quota's delay (before the futures complete and the next drain starts)."""
+        delay = 0.0
+        quotas, client = self._quotas, self._client_id
+        if client is not None and quotas.active(client, PRODUCE):
+            delay = quotas.record(client, PRODUCE, acc.payload_bytes())
+            if delay > 0:
+                quotas.sleep(delay)
+        self._drains += 1
+        self._throttle_total += delay
+        if delay > self._throttle_max:
+            self._throttle_max = delay
+
     def _append(self, acc: _Accumulation) -> None:
         topic = self._store.topic(acc.topic)
+        with self._lock:  # the topic's config may have changed: the next records see it (not after close)
+            current = self._accs.get(acc.topic)
+            if current is not None:
+                current.limit, current.klimit, current.max_bytes = self._limits_of(topic)
+                current.bound = max(current.bound, current.limit + _RECORD_OVERHEAD,
+                                    current.klimit + _RECORD_OVERHEAD)
         n = len(acc.values)
         all_parts = list(range(topic.num_partitions))
         placed, sticky = self._place(acc, all_parts)
+        if not isinstance(placed, int) and (placed == placed[0]).all():
+            placed = int(placed[0])
+        acc.placed = placed
         now = now_ms()
-        # list.count and list repetition run in C: no Python step per record in the common case.
-        stamps = [now] * n if acc.timestamps.count(None) == n else [now if t is None else t for t in acc.timestamps]
-        offsets = np.empty(n, np.int64)
+        if acc.timestamps is None:
+            stamps: int | list[int] = now
+            column = np.full(n, now, np.int64)
+        else:
+            stamps = [now if t is None else t for t in acc.timestamps]
+            column = np.array(stamps, np.int64)
+        acc.stamps = stamps
         compression = None if self.config["compression_type"] in (None, "none") else "lz4"
         touched = []
         groups: list[tuple[int, np.ndarray | None]]
-        if len(all_parts) == 1 or (placed == placed[0]).all():
-            groups = [(int(placed[0]), None)]
+        if isinstance(placed, int):
+            groups = [(placed, None)]
+            offsets: int | np.ndarray = 0
         else:
             order = np.argsort(placed, kind="stable")
             cuts = np.flatnonzero(np.diff(placed[order])) + 1
             groups = [(int(placed[idx[0]]), idx) for idx in np.split(order, cuts)]
+            offsets = np.full(n, -1, np.int64)
         for number, idx in groups:
-            if idx is None:
-                vals, keys, ts, hs = acc.values, acc.keys, stamps, acc.headers
-            else:
+            vals, keys, ts, hs = acc.values, acc.keys, column, acc.headers
+            if idx is not None:
                 il = idx.tolist()
-                vals = [acc.values[i] for i in il]
-                keys = [acc.keys[i] for i in il]
-                ts = [stamps[i] for i in il]
-                hs = [acc.headers[i] for i in il]
+                vals = _take(vals, il)
+                keys = None if keys is None else _take(keys, il)
+                ts = column[idx]
+                hs = None if hs is None else _take(hs, il)
+            if keys is not None and keys.count(None) == len(keys):
+                keys = None
+            if hs is not None and not any(hs):
+                hs = None
             producer = None
             if self._idempotent:
                 seq = self._sequences.get((acc.topic, number), 0)
                 producer = (self._producer_id, self._epoch, seq)
             try:
                 part = topic.partition(number)
-                first = self._append_with_retries(part, vals, keys if keys.count(None) != len(keys) else None,
-                                                  ts, hs if any(hs) else None, producer, compression)
+                first = self._append_with_retries(part, vals, keys, ts, hs, producer, compression)
             except Exception as exc:
                 # Only this partition's records fail. Some of them may have landed, so their sequence
                 # numbers must not be reused for other records: start a new epoch, whose sequences start
@@ -493,8 +792,9 @@ class Producer:
             if producer is not None:
                 self._sequences[(acc.topic, number)] = (producer[2] + len(vals)) % (1 << 31)
             if idx is None:
-                offsets[:] = np.arange(first, first + n)
+                offsets = first
             else:
+                assert isinstance(offsets, np.ndarray)
                 offsets[idx] = np.arange(first, first + len(idx))
             touched.append(part)
         if self._acks == -1:
@@ -503,11 +803,10 @@ class Producer:
                     part.flush()  # one fsync for everything this drain appended: group commit
                 except Exception as exc:
                     acc.partition_errors[part.number] = exc
-        acc.offsets, acc.placed, acc.stamps = offsets, placed, stamps
+        acc.offsets = offsets
         # Sticky partitioning: a completed batch moves key-less records on to another partition.
-        if sticky is not None:
-            for number in set(placed[sticky].tolist()):
-                self._default_partitioner.on_new_batch(acc.topic, number, all_parts)
+        for number in sticky:
+            self._default_partitioner.on_new_batch(acc.topic, number, all_parts)
 
     def _new_epoch(self) -> None:
         """After a failure that may have written part of a call: never reuse its sequence numbers."""
@@ -517,7 +816,7 @@ class Producer:
             self._producer_id = self._store.new_producer_id()
             self._epoch = 0
 
-    def _append_with_retries(self, part: Any, vals: list, keys: list | None, ts: list, hs: list | None,
+    def _append_with_retries(self, part: Any, vals: list, keys: list | None, ts: np.ndarray, hs: list | None,
                              producer: tuple[int, int, int] | None, compression: str | None) -> int:
         """One partition's append; an OSError (a full disk, say) is retried ``retries`` times with the
         same sequence numbers, so an append that did land before the error is not written twice."""
@@ -534,13 +833,18 @@ class Producer:
                             attempt, self._retries, exc_info=True)
                 time.sleep(self._retry_backoff)
 
-    def _place(self, acc: _Accumulation, all_parts: list[int]) -> tuple[np.ndarray, np.ndarray | None]:
-        """The partition of every record of the accumulation, and which of them went to the sticky
-        partition (None when a custom partitioner placed them)."""
+    def _place(self, acc: _Accumulation, all_parts: list[int]) -> tuple[int | np.ndarray, list[int]]:
+        """The partition of every record of the accumulation (one int when they all go to one), and the
+        partitions that received key-less records by the sticky rule."""
         n = len(acc.values)
-        explicit = acc.partitions
+        explicit, keys = acc.partitions, acc.keys
+        if explicit is None and self._partitioner is None and keys is None:  # all key-less: all sticky
+            if len(all_parts) == 1:
+                return all_parts[0], []
+            sticky = self._default_partitioner(None, all_parts, all_parts, topic=acc.topic)
+            return sticky, [sticky]
         placed = np.full(n, -1, np.int32)
-        if explicit.count(None) != n:
+        if explicit is not None:
             for i, p in enumerate(explicit):
                 if p is not None:
                     if not isinstance(p, int) or not 0 <= p < len(all_parts):
@@ -548,18 +852,17 @@ class Producer:
                     placed[i] = p
         todo = np.flatnonzero(placed < 0)
         if not len(todo):
-            return placed, None
+            return placed, []
         if self._partitioner is not None:
             for i in todo.tolist():
-                placed[i] = self._partitioner(acc.keys[i], all_parts, all_parts)
-            return placed, None
-        keys = [acc.keys[i] for i in todo.tolist()] if len(todo) != n else acc.keys
-        if keys.count(None) == len(keys):  # no keys at all: all sticky, nothing to hash
-            lengths, data = np.full(len(keys), -1, np.int32), b""
+                placed[i] = self._partitioner(None if keys is None else keys[i], all_parts, all_parts)
+            return placed, []
+        if keys is not None and len(todo) != n:
+            keys = _take(keys, todo.tolist())
+        if keys is None or keys.count(None) == len(keys):  # no keys at all: all sticky, nothing to hash
+            lengths, data = np.full(len(todo), -1, np.int32), b""
         else:
             lengths, parts = _column(keys, len(keys), "keys")  # lengths from a C-level map when it can
             data = b"".join(parts)
         placed[todo] = self._default_partitioner.partition_batch(lengths, data, all_parts, topic=acc.topic)
-        sticky = np.zeros(n, bool)
-        sticky[todo[lengths < 0]] = True
-        return placed, sticky
+        return placed, sorted(set(placed[todo[lengths < 0]].tolist()))

@@ -245,3 +245,173 @@ def test_bad_records_are_refused_at_send_and_spoil_nothing(tmp_path):
             producer.flush()
             assert good.get(0).offset == 0 and good.get(0).serialized_header_size == 1
         assert [r.value for r in _records(store, "t")] == [b"ok"]
+
+
+def test_plain_and_checked_records_keep_send_order(store):
+    """Records taking send()'s fast path (bytes value, nothing else) and the checked path interleave in
+    one accumulation; a partition gets them in send order, each with its own metadata."""
+    store.create_topic("t")
+    with store.producer(linger_ms=60_000, batch_size=1 << 30) as producer:
+        sent = [
+            (b"plain-0", {}),
+            (b"keyed", {"key": b"k"}),
+            (bytearray(b"mutable"), {}),
+            (None, {"key": b"tombstone"}),
+            (b"plain-1", {}),
+            (b"stamped", {"timestamp_ms": 1234}),
+            (b"with-headers", {"headers": [("h", b"x")]}),
+            (b"plain-2", {"partition": 0}),
+            (b"plain-3", {}),
+        ]
+        futures = [producer.send("t", value, **kw) for value, kw in sent]
+        assert producer.metrics()["buffered_bytes"] == sum(
+            16 + (0 if v is None else len(v)) + len(kw.get("key", b"")) + (10 if "headers" in kw else 0)
+            for v, kw in sent)
+        producer.flush()
+    recs = _records(store, "t")
+    assert [r.value for r in recs] == [None if v is None else bytes(v) for v, _ in sent]
+    assert [r.key for r in recs] == [kw.get("key") for _, kw in sent]
+    assert recs[5].timestamp == 1234 and futures[5].get().timestamp == 1234
+    assert [f.get().offset for f in futures] == list(range(len(sent)))
+    assert futures[1].get().serialized_key_size == 1 and futures[0].get().serialized_key_size == -1
+    assert futures[3].get().serialized_value_size == -1 and futures[6].get().serialized_header_size == 2
+
+
+def test_buffer_memory_full_drains_in_the_sending_thread(store):
+    store.create_topic("t")
+    with store.producer(linger_ms=600_000, batch_size=1 << 30, buffer_memory=1000) as producer:
+        futures = [producer.send("t", b"x" * 100) for _ in range(9)]  # 9 x 116 bytes: over 1000
+        assert all(f.is_done for f in futures)  # drained in place by the send that filled the buffer
+        assert producer.metrics()["buffered_bytes"] == 0
+        later = producer.send("t", b"y")
+        assert not later.is_done and producer.metrics()["buffered_bytes"] == 17
+    assert store.topic("t").partition(0).log_end_offset == 10
+
+
+def test_topic_limits_hold_after_drains_and_config_changes(store):
+    store.create_topic("t", config={"max.message.bytes": 1000})
+    with store.producer(linger_ms=60_000) as producer:
+        producer.send("t", b"x" * 100)
+        producer.flush()
+        with pytest.raises(pylog.RecordTooLargeError):  # still refused after the first drain
+            producer.send("t", b"x" * 2000)
+        store.alter_topic_config("t", {"max.message.bytes": 200})
+        stale = producer.send("t", b"x" * 150)  # checked against the limit its accumulation started with
+        producer.flush()  # the partition refuses it; the drain picks up the new limit for what follows
+        with pytest.raises(pylog.RecordTooLargeError):
+            stale.get(10)
+        with pytest.raises(pylog.RecordTooLargeError):
+            producer.send("t", b"x" * 150)  # refused at send now
+        small = producer.send("t", b"x" * 50)
+        producer.flush()
+        assert small.get(0).offset == 1
+    assert [len(r.value) for r in _records(store, "t")] == [100, 50]
+
+
+def test_a_closed_producer_refuses_every_record(store):
+    store.create_topic("t")
+    producer = store.producer()
+    producer.send("t", b"warm").get(10)  # the topic is known: the next plain send takes the fast path
+    producer.close()
+    for kwargs in ({}, {"key": b"k"}):
+        with pytest.raises(pylog.StoreClosedError):
+            producer.send("t", b"late", **kwargs)
+    assert store.topic("t").partition(0).log_end_offset == 1
+
+
+def test_bad_timestamps_and_compacted_topics_are_refused_at_send(store):
+    store.create_topic("t")
+    store.create_topic("c", config={"cleanup.policy": "compact"})
+    with store.producer() as producer:
+        producer.send("c", b"v", key=b"k").get(10)
+        with pytest.raises(pylog.InvalidRecordError):
+            producer.send("c", b"no key")  # the plain record's fast path must not skip this check
+        for bad in ("123", 1.5, 1 << 64):
+            with pytest.raises(pylog.InvalidRecordError):
+                producer.send("t", b"v", timestamp_ms=bad)
+        assert producer.send("t", b"v", timestamp_ms=5).get(10).timestamp == 5
+
+
+def test_value_serializer_applies_to_bytes_values_too(store):
+    store.create_topic("t")
+    with store.producer(value_serializer=lambda v: b"<" + bytes(v) + b">") as producer:
+        producer.send("t", b"a").get(10)
+        producer.send("t", b"b").get(10)
+    assert [r.value for r in _records(store, "t")] == [b"<a>", b"<b>"]
+
+
+def test_keyless_records_on_many_partitions_share_one_sticky_partition_per_drain(store):
+    store.create_topic("t", partitions=4)
+    with store.producer(linger_ms=60_000, batch_size=1 << 30) as producer:
+        first = [producer.send("t", b"a%d" % i) for i in range(50)]
+        producer.flush()
+        second = [producer.send("t", b"b%d" % i) for i in range(50)]
+        producer.flush()
+    assert len({f.get().partition for f in first}) == 1 and len({f.get().partition for f in second}) == 1
+    assert first[0].get().partition != second[0].get().partition  # a completed batch moves them on
+    assert [f.get().offset for f in first] == list(range(50))
+
+
+def test_buffer_memory_holds_for_records_of_any_size(store):
+    """The fast paths count bytes only when a record's index reaches a precomputed one: with values of
+    random sizes, keyed or not, the buffer still never holds buffer_memory once send() returns."""
+    import random
+
+    rng = random.Random(7)
+    store.create_topic("t", partitions=3)
+    sizes = [rng.choice([0, 1, 10, 100, 1000, 5000, 16 * 1024, 20_000]) for _ in range(600)]
+    with store.producer(linger_ms=600_000, batch_size=1 << 30, buffer_memory=64 * 1024) as producer:
+        futures = []
+        for i, n in enumerate(sizes):
+            key = None if i % 3 else b"k%d" % (i % 5)
+            futures.append(producer.send("t", bytes([i % 251]) * n, key=key))
+            buffered = producer.metrics()["buffered_bytes"]
+            assert buffered < 64 * 1024
+            assert buffered == sum(sizes[j] + 16 + (0 if j % 3 else len(b"k%d" % (j % 5)))
+                                   for j, f in enumerate(futures) if not f.is_done)  # exact, not estimated
+        producer.flush()
+        assert producer.metrics()["buffered_bytes"] == 0
+    got = {(f.get().partition, f.get().offset): i for i, f in enumerate(futures)}
+    for p in range(3):
+        for r in _records(store, "t", p):
+            i = got[(p, r.offset)]
+            assert r.value == bytes([i % 251]) * sizes[i] and r.key == (None if i % 3 else b"k%d" % (i % 5))
+    assert len(got) == len(sizes)
+
+
+def test_threads_sending_through_every_path_lose_and_duplicate_nothing(store):
+    store.create_topic("t", partitions=2)
+    with store.producer(batch_size=4096, buffer_memory=32 * 1024) as producer:  # drains all the time
+        futures: dict[bytes, object] = {}
+
+        def work(t):
+            for i in range(1500):
+                value = b"%d-%d" % (t, i)
+                if i % 4 == 0:
+                    f = producer.send("t", value)  # plain: fast path
+                elif i % 4 == 1:
+                    f = producer.send("t", value, key=b"%d" % t)  # keyed: fast path
+                elif i % 4 == 2:
+                    f = producer.send("t", value, headers=[("i", b"%d" % i)])  # checked
+                else:
+                    f = producer.send("t", value, partition=t % 2)  # checked
+                futures[value] = f
+                if i % 500 == 499:
+                    producer.flush()
+
+        threads = [threading.Thread(target=work, args=(t,)) for t in range(6)]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join()
+    seen = {}
+    for p in range(2):
+        last: dict[bytes, int] = {}
+        for r in _records(store, "t", p):
+            assert r.value not in seen
+            seen[r.value] = (p, r.offset)
+            t, i = r.value.split(b"-")
+            assert int(i) > last.get(t, -1)  # each thread's records in send order within a partition
+            last[t] = int(i)
+    assert len(seen) == 6 * 1500
+    assert all((f.get(0).partition, f.get(0).offset) == seen[v] for v, f in futures.items())
