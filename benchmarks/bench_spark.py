@@ -1,0 +1,263 @@
+"""Spark benchmark: the pylog source and sink against Parquet and a tuple-yielding reader, in one session.
+
+Usage::
+
+    python benchmarks/bench_spark.py                     # full run: 10M rows (~1.3 GB pylog + parquet under
+                                                         # --dir); a few minutes on 2 cores
+    python benchmarks/bench_spark.py --quick             # 40,000 rows, same code paths (the test suite)
+    python benchmarks/bench_spark.py --dir /work/bench --rows 10000000 --reps 3
+
+Workload (issue 5): ``--rows`` records with 100-byte values and 8-byte keys in a topic of 4 partitions,
+written straight through ``Partition.append_columns`` (100,000 per call). The same rows (all seven
+columns of the Kafka schema) are written once to Parquet by Spark, from the pylog source.
+
+Timed in one ``local[*]`` session (UI off), best of ``--reps`` runs each, rows/s:
+
+- read: ``spark.read.format("pylog")...selectExpr("sum(length(value))")``; the same over
+  ``spark.read.parquet`` (which reads only the ``value`` column: column pruning, which Python data sources
+  do not have); the same over ``pylog_tuples``, a minimal Python data source in this file that reads the
+  same store with ``Partition.read`` and yields one tuple per row (what a source without Arrow does); and
+  the same over ``pylog_ceiling``, a Python data source that yields one prebuilt Arrow batch of the same
+  schema again and again: the cost of Spark's Python data source path itself (the JVM turning the Arrow
+  stream into rows), which bounds any Python source with these eight columns.
+- write: ``df.write.format("pylog").mode("append")`` of the rows' ``key`` and ``value`` into a fresh
+  4-partition topic, against ``df.write.parquet`` of the same two columns; ``df`` reads the Parquet
+  copy, in both.
+
+Targets (issue 5): pylog read >= 0.5x Parquet's rows/s and >= 5x the tuple reader's. Nothing asserts
+here except that every query counts every row.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as dt
+import os
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any, Callable
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+import pylog  # noqa: E402
+
+VALUE_BYTES = 100
+KEY_BYTES = 8
+PARTITIONS = 4
+PER_CALL = 100_000
+
+
+def make_store(path: str, rows: int) -> None:
+    """``rows`` records (100-byte values, 8-byte keys) spread evenly over the 4 partitions of ``bench``."""
+    rng = np.random.default_rng(5)
+    value_block = rng.integers(0, 256, VALUE_BYTES * PER_CALL, dtype=np.uint8).tobytes()
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        topic = store.create_topic("bench", partitions=PARTITIONS)
+        store.create_topic("sink", partitions=PARTITIONS)
+        store.create_topic("warm", partitions=PARTITIONS)
+        per = rows // PARTITIONS
+        for p in range(PARTITIONS):
+            part = topic.partition(p)
+            done = 0
+            while done < per:
+                n = min(PER_CALL, per - done)
+                keys = np.arange(done, done + n, dtype=np.int64).tobytes()
+                part.append_columns(np.full(n, VALUE_BYTES, np.int32), value_block[:n * VALUE_BYTES],
+                                    np.full(n, KEY_BYTES, np.int32), keys)
+                done += n
+            part.flush()
+
+
+def tuple_source() -> Any:
+    """A minimal Python data source (``pylog_tuples``) that yields one tuple per record: the baseline."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from pylog.spark.source import kafka_schema
+
+    class TupleReader(DataSourceReader):
+        def __init__(self, path: str) -> None:
+            self.path = path
+
+        def partitions(self) -> list:
+            with pylog.open(self.path, log_cleaner_enable=False) as store:
+                return [InputPartition((p, store.topic("bench").partition(p).log_end_offset))
+                        for p in range(PARTITIONS)]
+
+        def read(self, partition: InputPartition) -> Any:
+            number, end = partition.value
+            utc = dt.timezone.utc
+            with pylog.open(self.path, log_cleaner_enable=False) as store:
+                part = store.topic("bench").partition(number)
+                pos = 0
+                while pos < end:
+                    recs = part.read(pos, max_records=10_000)
+                    for r in recs:
+                        yield (r.key, r.value, "bench", number, r.offset,
+                               dt.datetime.fromtimestamp(r.timestamp / 1000, utc), r.timestamp_type)
+                    pos = recs[-1].offset + 1
+
+    class TupleSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "pylog_tuples"
+
+        def schema(self) -> Any:
+            return kafka_schema(False)
+
+        def reader(self, schema: Any) -> TupleReader:
+            return TupleReader(self.options["path"])
+
+    return TupleSource
+
+
+def arrow_ceiling_source() -> Any:
+    """A Python data source (``pylog_ceiling``) that yields one Arrow batch of the Kafka schema, built once in
+    memory, over and over: what Spark's Python data source path costs with no reading at all."""
+    from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
+
+    from pylog.spark.source import kafka_schema
+
+    class CeilingReader(DataSourceReader):
+        def __init__(self, rows: int) -> None:
+            self.rows = rows
+
+        def partitions(self) -> list:
+            return [InputPartition(self.rows // PARTITIONS) for _ in range(PARTITIONS)]
+
+        def read(self, partition: InputPartition) -> Any:
+            import pyarrow as pa
+
+            from pylog.spark.reader import ARROW_SCHEMA, binary_array
+
+            n = min(PER_CALL, partition.value)
+            batch = pa.RecordBatch.from_arrays([
+                binary_array(np.full(n, KEY_BYTES, np.int32), bytes(KEY_BYTES * n)),
+                binary_array(np.full(n, VALUE_BYTES, np.int32), bytes(VALUE_BYTES * n)),
+                pa.repeat(pa.scalar("bench"), n), pa.array(np.zeros(n, np.int32)), pa.array(np.arange(n)),
+                pa.array(np.zeros(n, np.int64)).cast(pa.timestamp("us", tz="UTC")), pa.array(np.zeros(n, np.int32)),
+            ], schema=ARROW_SCHEMA)
+            left = partition.value
+            while left > 0:
+                yield batch if left >= n else batch.slice(0, left)
+                left -= n
+
+    class CeilingSource(DataSource):
+        @classmethod
+        def name(cls) -> str:
+            return "pylog_ceiling"
+
+        def schema(self) -> Any:
+            return kafka_schema(False)
+
+        def reader(self, schema: Any) -> CeilingReader:
+            return CeilingReader(int(self.options["rows"]))
+
+    return CeilingSource
+
+
+def best(reps: int, fn: Callable[[], Any]) -> tuple[float, Any]:
+    times, out = [], None
+    for _ in range(reps):
+        t0 = time.perf_counter()
+        out = fn()
+        times.append(time.perf_counter() - t0)
+    return min(times), out
+
+
+def run(spark: Any, root: str, rows: int, reps: int) -> dict[str, float]:
+    store_path = os.path.join(root, "store")
+    parquet = os.path.join(root, "parquet")
+    t0 = time.perf_counter()
+    make_store(store_path, rows)
+    print(f"store: {rows:,} rows in {PARTITIONS} partitions written in {time.perf_counter() - t0:.1f} s")
+    spark.dataSource.register(tuple_source())
+    spark.dataSource.register(arrow_ceiling_source())
+    pylog_df = spark.read.format("pylog").option("subscribe", "bench").load(store_path)
+    pylog_df.write.mode("overwrite").parquet(parquet)
+    total_bytes = rows * VALUE_BYTES
+
+    def sum_len(df: Any) -> Callable[[], int]:
+        return lambda: df.selectExpr("sum(length(value)) as n").collect()[0].n
+
+    results: dict[str, float] = {}
+    for name, df, r in [
+        ("pylog", pylog_df, reps),
+        ("parquet", spark.read.parquet(parquet), reps),
+        ("ceiling", spark.read.format("pylog_ceiling").option("rows", str(rows)).load(), reps),
+        ("tuples", spark.read.format("pylog_tuples").load(store_path), 1),
+    ]:
+        sum_len(df)()  # warm-up: plans, workers, JIT
+        secs, n = best(r, sum_len(df))
+        assert n == total_bytes, (name, n, total_bytes)  # every row counted
+        results[f"read_{name}"] = rows / secs
+        print(f"read  {name:8s} {secs:7.2f} s  {rows / secs / 1e6:6.2f} M rows/s")
+
+    source = spark.read.parquet(parquet).select("key", "value")
+    source.write.format("noop").mode("overwrite").save()  # warm-up: parquet read path and the sink's workers
+    source.limit(1000).write.format("pylog").option("topic", "warm").mode("append").save(store_path)
+
+    def write_pylog() -> None:
+        source.write.format("pylog").option("topic", "sink").mode("append").save(store_path)
+
+    def write_parquet() -> None:
+        source.write.mode("overwrite").parquet(os.path.join(root, "parquet-out"))
+
+    for name, fn in [("pylog", write_pylog), ("parquet", write_parquet)]:
+        secs, _ = best(reps, fn)
+        results[f"write_{name}"] = rows / secs
+        print(f"write {name:8s} {secs:7.2f} s  {rows / secs / 1e6:6.2f} M rows/s")
+    with pylog.open(store_path) as store:
+        assert sum(store.topic("sink").end_offsets().values()) == rows * reps
+
+    rp, rq, rt, rc = (results["read_pylog"], results["read_parquet"], results["read_tuples"],
+                      results["read_ceiling"])
+    print()
+    print("| figure | pylog | baseline (same session) | ratio | target |")
+    print("|---|---:|---|---:|---|")
+    print(f"| `spark.read.format(\"pylog\")`, sum(length(value)) | {rp / 1e6:.2f} M rows/s | "
+          f"`spark.read.parquet`: {rq / 1e6:.2f} M/s | {rp / rq:.2f}x | >= 0.5x {'✔' if rp >= 0.5 * rq else '✘'} |")
+    print(f"| same | {rp / 1e6:.2f} M rows/s | tuple-yielding reader: {rt / 1e6:.2f} M/s | {rp / rt:.1f}x | "
+          f">= 5x {'✔' if rp >= 5 * rt else '✘'} |")
+    print(f"| same | {rp / 1e6:.2f} M rows/s | in-memory Arrow batches, no reading (the API's ceiling): "
+          f"{rc / 1e6:.2f} M/s | {rp / rc:.2f}x | report |")
+    wp, wq = results["write_pylog"], results["write_parquet"]
+    print(f"| `df.write.format(\"pylog\")` (key, value) | {wp / 1e6:.2f} M rows/s | `df.write.parquet`: "
+          f"{wq / 1e6:.2f} M/s | {wp / wq:.2f}x | report |")
+    return results
+
+
+def main(argv: list[str] | None = None, spark: Any = None) -> int:
+    """Run the benchmark; ``spark`` reuses a session (the tests' fixture) instead of starting one."""
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--dir", help="where to write (default: a temporary directory, removed afterwards)")
+    ap.add_argument("--quick", action="store_true", help="40,000 rows, one rep: a smoke run (figures meaningless)")
+    ap.add_argument("--rows", type=int, default=10_000_000)
+    ap.add_argument("--reps", type=int, default=3)
+    ap.add_argument("--master", default="local[*]")
+    args = ap.parse_args(argv)
+    rows, reps = (40_000, 1) if args.quick else (args.rows, args.reps)
+    root = tempfile.mkdtemp(prefix="pylog-bench-spark-", dir=args.dir)
+    own = spark is None
+    try:
+        if own:
+            from pylog.spark import session
+
+            spark = session(args.master, "pylog-bench", conf={"spark.local.dir": root,
+                                                              "spark.driver.memory": "4g"})
+            spark.sparkContext.setLogLevel("ERROR")
+        print(f"pylog Spark benchmark: {rows:,} rows, {VALUE_BYTES}-byte values, {PARTITIONS} partitions, "
+              f"master {spark.sparkContext.master}, Python {sys.version.split()[0]}")
+        run(spark, root, rows, reps)
+    finally:
+        if own and spark is not None:
+            spark.stop()
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,376 @@
+"""Options of the ``pylog`` Spark source and sink: parsed and checked once, by name, as Spark's Kafka source does.
+
+Spark hands a data source its options as a case-insensitive ``str -> str`` mapping. This module turns
+them into frozen, picklable dataclasses (:class:`ReadOptions`, :class:`WriteOptions`) and resolves the
+offset specifications against a store (:func:`resolve_offset`). Nothing here imports PySpark, so the
+parsing is testable without a JVM.
+
+Invariants:
+- Every option is checked where it is parsed: an unknown name, a value of the wrong form, a missing
+  required option or two options that exclude each other raise :class:`InvalidOptionError` naming the
+  option (Spark shows the message to the user unchanged, inside its own error).
+- Offsets follow the Kafka source's conventions: in per-partition JSON ``-2`` means earliest and ``-1``
+  latest; timestamps are milliseconds since the epoch; a timestamp resolves to the first offset whose
+  record timestamp is >= it (the time index's answer), and an ending timestamp with no such record to
+  the log end.
+- Resolving never reads records: it looks at log start/end offsets and the time index only.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping
+
+from ..errors import InvalidConfigError, OffsetOutOfRangeError
+from ..filenames import OFFSETS_TOPIC, STORE_FILE
+
+__all__ = [
+    "InvalidOptionError", "DataLossError", "OffsetSpec", "Subscription", "ReadOptions", "WriteOptions",
+    "parse_read_options", "parse_write_options", "resolve_offset", "store_path",
+    "EARLIEST", "LATEST",
+]
+
+#: Per-partition JSON offsets: the Kafka source's markers for "the log start" and "the log end".
+EARLIEST = -2
+LATEST = -1
+
+#: Default wait for a partition's writer lock held by another task or application (ms).
+DEFAULT_LOCK_TIMEOUT_MS = 60_000
+
+
+class InvalidOptionError(InvalidConfigError):
+    """A Spark option of the ``pylog`` source or sink is unknown, malformed, missing or conflicting.
+
+    ``option`` is the option's canonical name (as documented, e.g. ``startingOffsets``).
+    """
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"option {option!r}: {message}")
+        self.option = option
+
+
+class DataLossError(OffsetOutOfRangeError):
+    """Offsets a query should read are gone (retention, delete-records) or the log is shorter than expected.
+
+    Raised when ``failOnDataLoss`` is true (the default); with ``failOnDataLoss=false`` the range is
+    skipped with a warning instead.
+    """
+
+
+# The option names each mode accepts, canonical spelling; Spark lower-cases nothing, but option lookups
+# are case-insensitive, so names are matched lower-cased.
+_SUBSCRIBE = ("subscribe", "subscribePattern", "assign")
+_BATCH_READ = _SUBSCRIBE + (
+    "path", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
+    "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy",
+    "minPartitions", "maxRecordsPerPartition", "failOnDataLoss", "includeHeaders", "filterPushdown",
+)
+_STREAM_ONLY = ("maxOffsetsPerTrigger",)
+_BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "filterPushdown")
+_WRITE = ("path", "topic", "lockTimeoutMs", "checkpointLocation")
+_CANONICAL = {n.lower(): n for n in _BATCH_READ + _STREAM_ONLY + _WRITE}
+
+
+@dataclass(frozen=True)
+class OffsetSpec:
+    """Where reading starts or ends in each partition.
+
+    ``kind`` is one of ``earliest``, ``latest``, ``offsets`` (``per_partition`` maps ``(topic, partition)``
+    to an offset, -2 or -1), ``timestamp`` (``timestamp`` applies to every partition) or ``timestamps``
+    (``per_partition`` maps to a timestamp). ``option`` names the option it came from, for errors.
+    """
+
+    kind: str
+    option: str
+    timestamp: int | None = None
+    per_partition: Mapping[tuple[str, int], int] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Subscription:
+    """Which partitions a query reads: ``subscribe`` (topics), ``subscribePattern`` (a regex matching whole
+    topic names) or ``assign`` (explicit topic partitions)."""
+
+    kind: str
+    topics: tuple[str, ...] = ()
+    pattern: str | None = None
+    assigned: tuple[tuple[str, int], ...] = ()
+
+    def matches(self, topic: str) -> bool:
+        """True if ``topic`` belongs to the subscription (assign: one of its partitions' topics)."""
+        if self.kind == "subscribe":
+            return topic in self.topics
+        if self.kind == "subscribePattern":
+            assert self.pattern is not None
+            return not is_internal(topic) and re.fullmatch(self.pattern, topic) is not None
+        return any(t == topic for t, _ in self.assigned)
+
+
+@dataclass(frozen=True)
+class ReadOptions:
+    """Parsed options of a batch or streaming read (see the README's Spark section for each one)."""
+
+    path: str
+    subscription: Subscription
+    starting: OffsetSpec
+    ending: OffsetSpec
+    starting_by_timestamp_strategy: str = "error"
+    min_partitions: int | None = None
+    max_records_per_partition: int | None = None
+    fail_on_data_loss: bool = True
+    include_headers: bool = False
+    filter_pushdown: bool = False
+    max_offsets_per_trigger: int | None = None
+
+
+@dataclass(frozen=True)
+class WriteOptions:
+    """Parsed options of a write: the store, the default topic and how long to wait for a partition lock."""
+
+    path: str
+    topic: str | None
+    lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+
+
+# ------------------------------------------------------------------------------------------------ parsing
+
+
+def _normalise(options: Mapping[str, str], allowed: tuple[str, ...], mode: str) -> dict[str, str]:
+    """Options keyed by canonical name; unknown or misplaced names raise InvalidOptionError."""
+    allowed_lower = {a.lower() for a in allowed}
+    out: dict[str, str] = {}
+    for key, value in options.items():
+        low = key.lower()
+        name = _CANONICAL.get(low)
+        if name is None:
+            raise InvalidOptionError(key, f"unknown option for {mode} (known: {', '.join(sorted(allowed))})")
+        if low not in allowed_lower:
+            where = ("streaming reads" if name in _STREAM_ONLY else "batch reads" if name in _BATCH_ONLY
+                     else "writes" if name in _WRITE else "reads")
+            raise InvalidOptionError(name, f"applies to {where} only, not to {mode}")
+        if value is None:
+            continue
+        out[name] = str(value)
+    return out
+
+
+def store_path(options: Mapping[str, str]) -> str:
+    """The store directory from the ``path`` option (``load(path)`` / ``save(path)``), absolute.
+
+    :raises InvalidOptionError: when no path is given or it is not a pylog store (a read or write never
+        creates a store).
+    """
+    raw = options.get("path")
+    if not raw:
+        raise InvalidOptionError("path", "give the store directory: .load(path) / .save(path)")
+    path = raw[len("file://"):] if raw.startswith("file://") else raw[len("file:"):] if raw.startswith("file:") else raw
+    path = os.path.abspath(path)
+    if not os.path.isfile(os.path.join(path, STORE_FILE)):
+        raise InvalidOptionError("path", f"{path} is not a pylog store (no {STORE_FILE}; is it visible here?)")
+    return path
+
+
+def _bool(opts: Mapping[str, str], name: str, default: bool) -> bool:
+    raw = opts.get(name)
+    if raw is None:
+        return default
+    low = raw.strip().lower()
+    if low in ("true", "false"):
+        return low == "true"
+    raise InvalidOptionError(name, f"expected true or false, got {raw!r}")
+
+
+def _int(opts: Mapping[str, str], name: str, minimum: int) -> int | None:
+    raw = opts.get(name)
+    if raw is None:
+        return None
+    try:
+        value = int(raw.strip())
+    except ValueError:
+        raise InvalidOptionError(name, f"expected an integer, got {raw!r}") from None
+    if value < minimum:
+        raise InvalidOptionError(name, f"must be >= {minimum}, got {value}")
+    return value
+
+
+def _json_object(opts: Mapping[str, str], name: str) -> dict[str, Any]:
+    raw = opts[name]
+    try:
+        doc = json.loads(raw)
+    except ValueError as exc:
+        raise InvalidOptionError(name, f"not valid JSON ({exc}): {raw!r}") from None
+    if not isinstance(doc, dict):
+        raise InvalidOptionError(name, f"expected a JSON object, got {raw!r}")
+    return doc
+
+
+def _per_partition(opts: Mapping[str, str], name: str, *, allow_markers: tuple[int, ...] | None) -> dict[tuple[str, int], int]:
+    """``{"topic": {"0": n, ...}, ...}`` as ``{(topic, 0): n}``; markers (-2/-1) allowed as listed."""
+    out: dict[tuple[str, int], int] = {}
+    for topic, parts in _json_object(opts, name).items():
+        if not isinstance(parts, dict):
+            raise InvalidOptionError(name, f"topic {topic!r}: expected an object of partition -> value")
+        for p, v in parts.items():
+            try:
+                number = int(p)
+            except (TypeError, ValueError):
+                raise InvalidOptionError(name, f"topic {topic!r}: partition {p!r} is not an integer") from None
+            if not isinstance(v, int) or isinstance(v, bool):
+                raise InvalidOptionError(name, f"{topic}-{number}: expected an integer, got {v!r}")
+            if v < 0 and (allow_markers is None or v not in allow_markers):
+                allowed = "" if not allow_markers else " (or " + ", ".join(map(str, allow_markers)) + ")"
+                raise InvalidOptionError(name, f"{topic}-{number}: {v} is not a valid value; use >= 0{allowed}")
+            out[(topic, number)] = v
+    return out
+
+
+def _subscription(opts: Mapping[str, str]) -> Subscription:
+    given = [n for n in _SUBSCRIBE if n in opts]
+    if len(given) != 1:
+        what = "none was given" if not given else "got " + ", ".join(given)
+        raise InvalidOptionError("subscribe", f"give exactly one of subscribe, subscribePattern, assign; {what}")
+    kind = given[0]
+    raw = opts[kind]
+    if kind == "subscribe":
+        topics = tuple(t.strip() for t in raw.split(",") if t.strip())
+        if not topics:
+            raise InvalidOptionError(kind, "no topic given")
+        return Subscription(kind, topics=topics)
+    if kind == "subscribePattern":
+        try:
+            re.compile(raw)
+        except re.error as exc:
+            raise InvalidOptionError(kind, f"not a valid regular expression ({exc}): {raw!r}") from None
+        return Subscription(kind, pattern=raw)
+    doc = _json_object(opts, kind)
+    assigned = []
+    for topic, parts in doc.items():
+        if not isinstance(parts, list) or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0
+                                                  for p in parts):
+            raise InvalidOptionError(kind, f"topic {topic!r}: expected a list of partition numbers, got {parts!r}")
+        assigned.extend((topic, p) for p in parts)
+    if not assigned:
+        raise InvalidOptionError(kind, "no partition given")
+    return Subscription(kind, assigned=tuple(sorted(set(assigned))))
+
+
+def _offset_spec(opts: Mapping[str, str], side: str, default: str, streaming: bool) -> OffsetSpec:
+    """The starting or ending spec: ``{side}Timestamp`` beats ``{side}OffsetsByTimestamp`` beats
+    ``{side}Offsets`` (the Kafka source's precedence)."""
+    ts_name, by_ts_name, off_name = f"{side}Timestamp", f"{side}OffsetsByTimestamp", f"{side}Offsets"
+    if ts_name in opts:
+        ts = _int(opts, ts_name, 0)
+        return OffsetSpec("timestamp", ts_name, timestamp=ts)
+    if by_ts_name in opts:
+        return OffsetSpec("timestamps", by_ts_name, per_partition=_per_partition(opts, by_ts_name, allow_markers=None))
+    raw = opts.get(off_name, default).strip()
+    low = raw.lower()
+    if low in ("earliest", "latest"):
+        if not streaming and side == "starting" and low == "latest":
+            raise InvalidOptionError(off_name, "'latest' is not allowed for batch queries (nothing would be read)")
+        if side == "ending" and low == "earliest":
+            raise InvalidOptionError(off_name, "'earliest' is not allowed as the end of a query")
+        return OffsetSpec(low, off_name)
+    if not raw.startswith("{"):
+        raise InvalidOptionError(off_name, f"expected earliest, latest or per-partition JSON, got {raw!r}")
+    markers = (EARLIEST, LATEST) if side == "starting" else (LATEST,)
+    per = _per_partition(opts, off_name, allow_markers=markers)
+    if not streaming and side == "starting" and any(v == LATEST for v in per.values()):
+        raise InvalidOptionError(off_name, "-1 (latest) is not allowed as a batch query's start")
+    return OffsetSpec("offsets", off_name, per_partition=per)
+
+
+def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = False) -> ReadOptions:
+    """Parse and check the options of ``spark.read`` (``streaming=False``) or ``spark.readStream`` (True).
+
+    ``streaming=None`` is for when the kind of read is not known yet (``DataSource.schema()``): options of
+    either kind are accepted, and the reader checks again once it is known.
+
+    :raises InvalidOptionError: naming the first bad option.
+    """
+    if streaming is None:
+        mode, allowed = "reads", _BATCH_READ + _STREAM_ONLY
+    elif streaming:
+        mode, allowed = "streaming reads", tuple(n for n in _BATCH_READ if n not in _BATCH_ONLY) + _STREAM_ONLY
+    else:
+        mode, allowed = "batch reads", _BATCH_READ
+    opts = _normalise(options, allowed, mode)
+    path = store_path(opts)
+    strategy = opts.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
+    if strategy not in ("error", "latest"):
+        raise InvalidOptionError("startingOffsetsByTimestampStrategy", f"expected error or latest, got {strategy!r}")
+    lenient = streaming is None or streaming
+    return ReadOptions(
+        path=path,
+        subscription=_subscription(opts),
+        starting=_offset_spec(opts, "starting", "latest" if streaming else "earliest", lenient),
+        ending=OffsetSpec("latest", "endingOffsets") if streaming else _offset_spec(opts, "ending", "latest", False),
+        starting_by_timestamp_strategy=strategy,
+        min_partitions=_int(opts, "minPartitions", 1),
+        max_records_per_partition=_int(opts, "maxRecordsPerPartition", 1),
+        fail_on_data_loss=_bool(opts, "failOnDataLoss", True),
+        include_headers=_bool(opts, "includeHeaders", False),
+        filter_pushdown=_bool(opts, "filterPushdown", False),
+        max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", 1),
+    )
+
+
+def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
+    """Parse and check the options of ``df.write`` / ``df.writeStream``.
+
+    :raises InvalidOptionError: naming the first bad option.
+    """
+    opts = _normalise(options, _WRITE, "writes")
+    topic = opts.get("topic")
+    if topic is not None and not topic.strip():
+        raise InvalidOptionError("topic", "empty topic name")
+    timeout = _int(opts, "lockTimeoutMs", 0)
+    return WriteOptions(path=store_path(opts), topic=topic.strip() if topic else None,
+                        lock_timeout_ms=DEFAULT_LOCK_TIMEOUT_MS if timeout is None else timeout)
+
+
+# --------------------------------------------------------------------------------------------- resolving
+
+
+def resolve_offset(spec: OffsetSpec, topic: str, partition: int, log_start: int, log_end: int,
+                   offset_for_timestamp: Any, *, strategy: str = "error") -> int:
+    """The offset ``spec`` names for ``topic``-``partition`` whose log spans ``[log_start, log_end)``.
+
+    ``offset_for_timestamp(ms)`` is the partition's time-index lookup (first offset with timestamp >= ms,
+    or None). Partitions a per-partition spec does not name get the spec's side default: earliest for a
+    start (an ``offsets`` spec) or the log end for an end. An ``offsets`` value is returned as given, so the
+    caller can tell data loss (below the log start) from a bad request (beyond the log end).
+
+    :raises InvalidOptionError: a starting timestamp with no record at or after it and strategy ``error``.
+    """
+    starting = spec.option.startswith("starting")
+    kind = spec.kind
+    if kind == "earliest":
+        return log_start
+    if kind == "latest":
+        return log_end
+    if kind == "offsets":
+        value = spec.per_partition.get((topic, partition), EARLIEST if starting else LATEST)
+        return log_start if value == EARLIEST else log_end if value == LATEST else value
+    if kind == "timestamp":
+        ts = spec.timestamp
+    else:
+        ts = spec.per_partition.get((topic, partition))
+        if ts is None:
+            return log_start if starting else log_end
+    assert ts is not None
+    found = offset_for_timestamp(ts)
+    if found is not None:
+        return max(found, log_start)
+    if starting and strategy == "error":
+        raise InvalidOptionError(spec.option, f"{topic}-{partition} has no record with a timestamp >= {ts}; "
+                                 "use startingOffsetsByTimestampStrategy=latest to start at the log end")
+    return log_end
+
+
+def is_internal(topic: str) -> bool:
+    """Topics pylog itself keeps (consumer groups' offsets): never matched by a pattern."""
+    return topic == OFFSETS_TOPIC or topic.startswith("__")

@@ -1,0 +1,369 @@
+"""Writing for the Spark sink: ``df.write.format("pylog")`` and ``df.writeStream.format("pylog")``.
+
+Columns, as Spark's Kafka sink: ``value`` (binary or string, required), ``key`` (binary or string),
+``topic`` (string; a non-null value overrides the ``topic`` option), ``partition`` (int), ``headers``
+(``array<struct<key:string,value:binary>>``) and ``timestamp`` (timestamp, or long milliseconds; null or
+absent means the append time). Other columns are ignored, so a DataFrame read from pylog can be written
+back as it is.
+
+Invariants:
+- A row goes to its ``partition`` when given; otherwise a keyed row goes where pylog's producer (and
+  Kafka's Java client) would put it, ``murmur2(key) % partitions`` (:func:`pylog.partitioner.partitions_for_keys`);
+  otherwise all key-less rows of one Arrow batch go to one partition, rotating from batch to batch.
+- Rows of one task keep their input order within each partition.
+- Each task buffers Arrow slices per partition and appends them in whole batches while holding the
+  partition's writer lock (taken by the first append, waiting up to ``lockTimeoutMs`` for another task or
+  application to let go), then hands the lock back at once (:meth:`pylog.Partition.release_writer`), so
+  concurrent tasks and a concurrent application writer take turns and never interleave inside a batch.
+- Keys and values go to :meth:`pylog.Partition.append_columns` as the Arrow buffers themselves (lengths
+  from the offsets with numpy); only rows with headers go through per-record Python objects.
+- Delivery is at-least-once, like the Kafka sink: a failed and retried task appends its rows again, and
+  an aborted job leaves what its tasks appended.
+"""
+
+from __future__ import annotations
+
+import logging
+import random
+from dataclasses import dataclass, field
+from typing import Any, Iterator, List, Optional
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowWriter, WriterCommitMessage
+from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructType,
+                               TimestampType)
+
+from ..errors import InvalidRecordError, PartitionLockedError, UnknownTopicError
+from ..log import Store
+from ..log import open as open_pylog
+from ..partition import Partition
+from ..partitioner import partitions_for_keys
+from ..records import now_ms
+from .options import InvalidOptionError, WriteOptions
+
+__all__ = ["PylogWriter", "PylogStreamWriter", "PylogCommitMessage", "write_batches", "check_write_schema",
+           "FLUSH_BYTES", "BUFFER_BYTES"]
+
+log = logging.getLogger("pylog.spark")
+
+#: A partition's buffered bytes that trigger an append (one lock turn), and the cap on a task's buffers.
+FLUSH_BYTES = 16 * 1024 * 1024
+BUFFER_BYTES = 64 * 1024 * 1024
+
+_BYTES_TYPES = (BinaryType, StringType)
+
+
+@dataclass
+class PylogCommitMessage(WriterCommitMessage):
+    """What one task appended: ``{(topic, partition): [rows, first offset, last append's first offset]}``."""
+
+    appended: dict = field(default_factory=dict)
+
+    @property
+    def rows(self) -> int:
+        return sum(v[0] for v in self.appended.values())
+
+
+def check_write_schema(schema: StructType, opts: WriteOptions) -> None:
+    """Check the DataFrame's columns against the Kafka sink's (see the module docstring).
+
+    :raises InvalidRecordError: naming the column, for a missing ``value`` or a column of the wrong type.
+    :raises InvalidOptionError: when there is neither a ``topic`` option nor a ``topic`` column.
+    """
+    types = {f.name: f.dataType for f in schema.fields}
+    if "value" not in types:
+        raise InvalidRecordError("a pylog write needs a 'value' column (binary or string)")
+    expected = {
+        "value": (_BYTES_TYPES, "binary or string"), "key": (_BYTES_TYPES, "binary or string"),
+        "topic": ((StringType,), "string"), "partition": ((IntegerType,), "int"),
+        "timestamp": ((TimestampType, LongType), "timestamp or long (ms)"), "headers": ((ArrayType,), _HEADERS_DDL),
+    }
+    for name, (allowed, text) in expected.items():
+        if name in types and not isinstance(types[name], allowed):
+            raise InvalidRecordError(f"column {name!r} must be {text}, got {types[name].simpleString()}")
+    if "headers" in types:
+        elem = types["headers"].elementType  # type: ignore[attr-defined]
+        if not (isinstance(elem, StructType) and [f.name for f in elem.fields] == ["key", "value"]
+                and isinstance(elem.fields[0].dataType, StringType)
+                and isinstance(elem.fields[1].dataType, BinaryType)):
+            raise InvalidRecordError(f"column 'headers' must be {_HEADERS_DDL}, got {types['headers'].simpleString()}")
+    if opts.topic is None and "topic" not in types:
+        raise InvalidOptionError("topic", "give the topic option or a 'topic' column")
+
+
+_HEADERS_DDL = "array<struct<key:string,value:binary>>"
+
+
+# ------------------------------------------------------------------------------------------------ columns
+
+
+def _bytes_column(arr: pa.Array) -> tuple[np.ndarray, Any]:
+    """(int32 lengths with -1 for null, the non-null items' bytes) of a binary/string array, uncopied
+    unless null slots hold bytes (then the non-null items are gathered first)."""
+    if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
+        otype = np.int64
+    else:
+        otype = np.int32
+    if arr.null_count and arr.null_count != len(arr):
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    else:
+        valid = None
+    bufs = arr.buffers()
+    n = len(arr)
+    if arr.null_count == n:
+        return np.full(n, -1, np.int32), b""
+    offsets = np.frombuffer(bufs[1], otype, n + 1, arr.offset * np.dtype(otype).itemsize)
+    lengths = np.diff(offsets).astype(np.int32)
+    lo, hi = int(offsets[0]), int(offsets[-1])
+    data: Any = memoryview(bufs[2])[lo:hi] if bufs[2] is not None else b""
+    if valid is not None:
+        if lengths[~valid].any():  # null slots with bytes: keep only the non-null items' bytes
+            data = _bytes_column(arr.filter(pa.array(valid)))[1]
+        lengths[~valid] = -1
+    return lengths, data
+
+
+def _timestamps_ms(arr: pa.Array) -> np.ndarray:
+    """Milliseconds since the epoch; nulls become the append time (now)."""
+    if pa.types.is_timestamp(arr.type):
+        unit = {"s": 1, "ms": 1_000, "us": 1_000_000, "ns": 1_000_000_000}[arr.type.unit]
+        ints = arr.cast(pa.int64())
+        ms_per = 1000 / unit
+    else:
+        ints, ms_per = arr.cast(pa.int64()), 1.0
+    if ints.null_count:
+        ints = ints.fill_null(0)
+        valid = arr.is_valid().to_numpy(zero_copy_only=False)
+    else:
+        valid = None
+    raw = ints.to_numpy()
+    ms = raw if ms_per == 1.0 else (raw * int(ms_per) if ms_per > 1 else raw // int(1 / ms_per))
+    if valid is not None:
+        ms = np.where(valid, ms, now_ms())
+    return ms.astype(np.int64, copy=False)
+
+
+def _headers_rows(arr: pa.Array) -> list:
+    """Per-row header tuples ``((key, value), ...)`` (empty for null) from the ``headers`` column.
+
+    The header keys and values are listed once for the whole column and each row takes a slice of the
+    pairs (C-level ``map``), instead of Arrow building a dict per header.
+    """
+    offs = arr.offsets.to_numpy()
+    base, top = int(offs[0]), int(offs[-1])
+    items = arr.values.slice(base, top - base)
+    keys = items.field("key")
+    if items.null_count or keys.null_count:
+        raise InvalidRecordError("a header needs a non-null key")
+    pairs = list(zip(keys.to_pylist(), items.field("value").to_pylist()))
+    bounds = (offs - base).tolist()
+    rows = list(map(tuple, map(pairs.__getitem__, map(slice, bounds[:-1], bounds[1:]))))
+    if arr.null_count:
+        for i in np.flatnonzero(~arr.is_valid().to_numpy(zero_copy_only=False)).tolist():
+            rows[i] = ()
+    return rows
+
+
+# ------------------------------------------------------------------------------------------------ writing
+
+
+class _TaskWriter:
+    """One task's appends: placement, per-partition buffers and lock turns (see the module docstring)."""
+
+    def __init__(self, store: Store, opts: WriteOptions) -> None:
+        self.store = store
+        self.opts = opts
+        self.buffers: dict[tuple[str, int], list[pa.RecordBatch]] = {}
+        self.sizes: dict[tuple[str, int], int] = {}
+        self.total = 0
+        self.appended: dict[tuple[str, int], list[int]] = {}
+        self.rng = random.Random()
+        self.batch_no = self.rng.randrange(1 << 30)
+
+    def _partition_count(self, topic: str) -> int:
+        try:
+            return self.store.topic(topic).num_partitions
+        except UnknownTopicError:
+            raise UnknownTopicError(f"topic {topic!r} does not exist in {self.store.path}: create it first "
+                                    "(store.create_topic); the pylog sink does not create topics") from None
+
+    def add(self, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        if n == 0:
+            return
+        self.batch_no += 1
+        names = batch.schema.names
+        if "topic" in names and batch.column("topic").null_count < n:
+            col = batch.column("topic")
+            if col.null_count and self.opts.topic is None:
+                raise InvalidOptionError("topic", "rows with a null 'topic' and no topic option")
+            topics = col.fill_null(self.opts.topic) if col.null_count else col
+            uniq = pc.unique(topics).to_pylist()
+            if len(uniq) == 1:
+                self._add_topic(uniq[0], batch)
+            else:
+                for t in uniq:
+                    self._add_topic(t, batch.filter(pc.equal(topics, t)))
+        else:
+            if self.opts.topic is None:
+                raise InvalidOptionError("topic", "rows with a null 'topic' and no topic option")
+            self._add_topic(self.opts.topic, batch)
+
+    def _add_topic(self, topic: str, batch: pa.RecordBatch) -> None:
+        n = batch.num_rows
+        count = self._partition_count(topic)
+        names = batch.schema.names
+        parts = np.full(n, -1, np.int32)
+        if "partition" in names:
+            col = batch.column("partition")
+            if col.null_count < n:
+                given = col.fill_null(-1).to_numpy().astype(np.int32)
+                bad = (given >= count) | (given < -1)
+                if bad.any():
+                    raise InvalidRecordError(f"partition {int(given[bad][0])} does not exist in topic {topic!r} "
+                                             f"(it has {count})")
+                parts = given
+        todo = parts < 0
+        if todo.any() and "key" in names:
+            kcol = batch.column("key")
+            if kcol.null_count < n:
+                if not todo.all():
+                    kcol = kcol.filter(pa.array(todo))
+                lengths, data = _bytes_column(kcol)
+                keyed = partitions_for_keys(lengths, data, count)
+                if todo.all():
+                    parts = keyed
+                else:
+                    parts[todo] = keyed
+                todo = parts < 0
+        if todo.any():  # key-less rows: one partition per batch, rotating
+            parts[todo] = self.batch_no % count
+        first = int(parts[0])
+        if (parts == first).all():
+            self._buffer(topic, first, batch)
+            return
+        order = np.argsort(parts, kind="stable")
+        sorted_parts = parts[order]
+        cut = np.flatnonzero(np.diff(sorted_parts)) + 1
+        taken = batch.take(pa.array(order))
+        for a, b in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [n])).tolist()):
+            self._buffer(topic, int(sorted_parts[a]), taken.slice(a, b - a))
+
+    def _buffer(self, topic: str, number: int, batch: pa.RecordBatch) -> None:
+        tp = (topic, number)
+        size = batch.nbytes
+        self.buffers.setdefault(tp, []).append(batch)
+        self.sizes[tp] = self.sizes.get(tp, 0) + size
+        self.total += size
+        if self.sizes[tp] >= FLUSH_BYTES:
+            self.flush(tp)
+        elif self.total >= BUFFER_BYTES:
+            self.flush_all()
+
+    def flush_all(self) -> None:
+        for tp in list(self.buffers):
+            self.flush(tp)
+
+    def flush(self, tp: tuple[str, int]) -> None:
+        """Append a partition's buffered rows during one turn of its writer lock."""
+        batches = self.buffers.pop(tp, [])
+        self.total -= self.sizes.pop(tp, 0)
+        if not batches:
+            return
+        p = self.store.topic(tp[0]).partition(tp[1])
+        # Appends from Spark tasks take the lock for one turn, as consumer-group commits do: the checkpoint
+        # written on taking it need not be fsynced (a power cut means the next writer recovers from an older
+        # point), which is what `transient` tells the partition.
+        p.transient = True
+        try:
+            for batch in batches:
+                first = self._append(p, batch)
+                stats = self.appended.setdefault(tp, [0, first, first])
+                stats[0] += batch.num_rows
+                stats[2] = first
+        except PartitionLockedError as exc:
+            raise PartitionLockedError(f"{exc}; waited lockTimeoutMs={self.opts.lock_timeout_ms} for it "
+                                       "(another task or application is writing this partition)") from None
+        finally:
+            p.release_writer()
+
+    def _append(self, p: Partition, batch: pa.RecordBatch) -> int:
+        names = batch.schema.names
+        value = batch.column("value")
+        key = batch.column("key") if "key" in names else None
+        ts = _timestamps_ms(batch.column("timestamp")) if "timestamp" in names else None
+        headers = None
+        if "headers" in names:
+            hcol = batch.column("headers")
+            if hcol.null_count < len(hcol):
+                headers = _headers_rows(hcol)
+        if headers is not None:
+            values = value.cast(pa.binary()).to_pylist()
+            keys = key.cast(pa.binary()).to_pylist() if key is not None else None
+            return p.append_values(values, keys=keys, timestamps=ts, headers=headers)
+        vlens, vdata = _bytes_column(value)
+        klens, kdata = _bytes_column(key) if key is not None and key.null_count < len(key) else (None, None)
+        return p.append_columns(vlens, vdata, klens, kdata, ts)
+
+
+def write_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
+    """Append Arrow batches with the Kafka sink's columns to the store (one Spark task's work)."""
+    from .reader import open_store
+
+    open_store(opts.path).close()  # checks the path is a store here, without creating one
+    store = open_pylog(opts.path, log_cleaner_enable=False, lock_timeout_ms=opts.lock_timeout_ms)
+    try:
+        w = _TaskWriter(store, opts)
+        for batch in batches:
+            w.add(batch)
+        w.flush_all()
+        return PylogCommitMessage({tp: tuple(v) for tp, v in w.appended.items()})
+    finally:
+        store.close()
+
+
+def _summarise(messages: List[Optional[WriterCommitMessage]]) -> tuple[int, int]:
+    rows = sum(m.rows for m in messages if isinstance(m, PylogCommitMessage))
+    return rows, sum(1 for m in messages if m is None)
+
+
+class PylogWriter(DataSourceArrowWriter):
+    """Batch writer: each task appends its rows (see the module docstring); the job commits nothing more."""
+
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        check_write_schema(schema, opts)
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:  # type: ignore[override]
+        return write_batches(self.opts, iterator)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        rows, _ = _summarise(messages)
+        log.info("pylog: appended %d rows to %s", rows, self.opts.path)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]]) -> None:
+        rows, failed = _summarise(messages)
+        log.warning("pylog: write to %s aborted (%d tasks failed); %d rows appended by the tasks that succeeded "
+                    "stay in the log (the sink is at-least-once)", self.opts.path, failed, rows)
+
+
+class PylogStreamWriter(DataSourceStreamArrowWriter):
+    """Streaming writer (``writeStream.format("pylog")``): each micro-batch's tasks append as in batch."""
+
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        check_write_schema(schema, opts)
+        self.opts = opts
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:  # type: ignore[override]
+        return write_batches(self.opts, iterator)
+
+    def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        rows, _ = _summarise(messages)
+        log.info("pylog: micro-batch %d appended %d rows to %s", batchId, rows, self.opts.path)
+
+    def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
+        rows, failed = _summarise(messages)
+        log.warning("pylog: micro-batch %d aborted (%d tasks failed); %d rows appended stay in the log",
+                    batchId, failed, rows)

@@ -1,0 +1,23 @@
+"""benchmarks/bench_spark.py --quick runs (in the tests' Spark session) and prints every figure."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("pyspark")
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def test_spark_benchmark_quick_run(spark, tmp_path, capsys):
+    spec = importlib.util.spec_from_file_location("bench_spark", ROOT / "benchmarks" / "bench_spark.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--quick", "--dir", str(tmp_path)], spark=spark) == 0
+    out = capsys.readouterr().out
+    for figure in ("read  pylog", "read  parquet", "read  tuples", "write pylog", "write parquet", "| ratio |"):
+        assert figure in out
+    assert not list(tmp_path.iterdir())  # the run's directory is removed
