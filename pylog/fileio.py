@@ -54,10 +54,22 @@ def atomic_write(path: str, data: bytes, durable: bool = True) -> None:
         fsync_dir(os.path.dirname(path) or ".")
 
 
+def checked(body: bytes) -> bytes:
+    """``body`` followed by its CRC-32C (little-endian uint32): the framing of every small metadata file
+    (checkpoints, manifests, snapshots, group state)."""
+    return body + struct.pack("<I", crc32c(body))
+
+
+def unchecked(raw: bytes, path: str, what: str) -> bytes:
+    """The body of ``raw`` framed by :func:`checked`. :raises CorruptRecordError: on a checksum mismatch."""
+    if len(raw) < 4 or struct.unpack_from("<I", raw, len(raw) - 4)[0] != crc32c(raw[:-4]):
+        raise CorruptRecordError(f"{what} checksum mismatch", path, 0)
+    return raw[:-4]
+
+
 def write_checked(path: str, body: bytes, durable: bool = True) -> None:
-    """:func:`atomic_write` ``body`` followed by its CRC-32C (little-endian uint32): the framing of every
-    small metadata file (checkpoints, manifests, snapshots)."""
-    atomic_write(path, body + struct.pack("<I", crc32c(body)), durable=durable)
+    """:func:`atomic_write` ``body`` framed by :func:`checked`."""
+    atomic_write(path, checked(body), durable=durable)
 
 
 def read_checked(path: str, limit: int, what: str) -> bytes | None:
@@ -68,6 +80,4 @@ def read_checked(path: str, limit: int, what: str) -> bytes | None:
             raw = f.read(limit)
     except FileNotFoundError:
         return None
-    if len(raw) < 4 or struct.unpack_from("<I", raw, len(raw) - 4)[0] != crc32c(raw[:-4]):
-        raise CorruptRecordError(f"{what} checksum mismatch", path, 0)
-    return raw[:-4]
+    return unchecked(raw, path, what)

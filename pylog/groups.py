@@ -45,9 +45,9 @@ from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
 import msgpack
 
 from .assignors import AbstractPartitionAssignor, assignor_named
-from .errors import (CommitFailedError, CorruptRecordError, InvalidConfigError, PartitionLockedError,
+from .errors import (CorruptRecordError, InvalidConfigError, PartitionLockedError,
                      RebalanceInProgressError, TopicExistsError, UnknownTopicError)
-from .fileio import atomic_write
+from .fileio import checked, read_checked, unchecked, write_checked
 from .filenames import GROUPS_DIR, OFFSETS_TOPIC, valid_topic_name
 from .records import crc32c
 from .structs import OffsetAndMetadata, TopicPartition
@@ -88,20 +88,18 @@ def _check_group_id(group_id: Any) -> str:
     return group_id
 
 
-def _frame(magic: bytes, doc: Any) -> bytes:
-    body = magic + bytes([_FORMAT_VERSION]) + msgpack.packb(doc, use_bin_type=True)
-    return body + crc32c(body).to_bytes(4, "little")
+def _encode(magic: bytes, doc: Any) -> bytes:
+    """A state or member document: magic, version, msgpack (framed by :func:`fileio.checked` on disk)."""
+    return magic + bytes([_FORMAT_VERSION]) + msgpack.packb(doc, use_bin_type=True)
 
 
-def _unframe(magic: bytes, raw: bytes, path: str, what: str) -> Any:
-    if len(raw) < 9 or raw[:4] != magic:
+def _decode(magic: bytes, body: bytes, path: str, what: str) -> Any:
+    if len(body) < 5 or body[:4] != magic:
         raise CorruptRecordError(f"{what}: bad magic", path, 0)
-    if int.from_bytes(raw[-4:], "little") != crc32c(raw[:-4]):
-        raise CorruptRecordError(f"{what}: checksum mismatch", path, 0)
-    if raw[4] != _FORMAT_VERSION:
-        raise CorruptRecordError(f"{what}: format version {raw[4]} is not supported", path, 4)
+    if body[4] != _FORMAT_VERSION:
+        raise CorruptRecordError(f"{what}: format version {body[4]} is not supported", path, 4)
     try:
-        return msgpack.unpackb(raw[5:-4], raw=False, strict_map_key=False)
+        return msgpack.unpackb(body[5:], raw=False, strict_map_key=False)
     except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
         raise CorruptRecordError(f"{what}: {exc}", path, 5) from None
 
@@ -305,21 +303,13 @@ def _lock_nb(fd: int) -> bool:
 
 
 def _read_state(path: str) -> dict[str, Any] | None:
-    raw = _read_raw(path)
-    if raw is None:
+    body = read_checked(path, _MAX_META_BYTES, "group state")
+    if body is None:
         return None
-    doc = _unframe(_STATE_MAGIC, raw, path, "group state")
+    doc = _decode(_STATE_MAGIC, body, path, "group state")
     if not isinstance(doc, dict) or not isinstance(doc.get("generation"), int):
         raise CorruptRecordError("group state: not a state document", path, 0)
     return doc
-
-
-def _read_raw(path: str) -> bytes | None:
-    try:
-        with open(path, "rb") as f:
-            return f.read(_MAX_META_BYTES)
-    except FileNotFoundError:
-        return None
 
 
 class GroupMember:
@@ -406,7 +396,7 @@ class GroupMember:
 
     def _write_member_file(self) -> None:
         assert self._member_fd is not None
-        data = _frame(_MEMBER_MAGIC, self._member_doc())
+        data = checked(_encode(_MEMBER_MAGIC, self._member_doc()))
         os.ftruncate(self._member_fd, 0)
         os.pwrite(self._member_fd, data, 0)
 
@@ -503,7 +493,7 @@ class GroupMember:
         finally:
             os.close(fd)  # also releases our lock, if we took it
         try:
-            doc = _unframe(_MEMBER_MAGIC, raw, path, "group member file")
+            doc = _decode(_MEMBER_MAGIC, unchecked(raw, path, "group member file"), path, "group member file")
         except CorruptRecordError as exc:
             log.warning("group %r: %s; treating the member as subscribing to nothing", self.group_id, exc)
             return {"client_id": "", "pid": 0, "topics": [], "strategies": []}
@@ -532,7 +522,7 @@ class GroupMember:
                            for m, d in members.items()},
                "assignment": {m: [list(tp) for tp in tps] for m, tps in assignment.items()}}
         # Not fsynced: after a power loss every member is gone and the next join starts a new generation.
-        atomic_write(self._state_path, _frame(_STATE_MAGIC, doc), durable=False)
+        write_checked(self._state_path, _encode(_STATE_MAGIC, doc), durable=False)
 
     def poll(self) -> list[TopicPartition] | None:
         """Look for a new generation (and, when due, for dead members). Returns this member's new
