@@ -12,13 +12,9 @@ from __future__ import annotations
 
 import json
 import os
-import queue
 import re
 import signal
 import struct
-import subprocess
-import sys
-import textwrap
 import threading
 import time
 
@@ -27,40 +23,10 @@ import pytest
 import pylog
 from pylog import notify
 
+from childproc import Child
+
 TOPIC = "t"
 needs_futex = pytest.mark.skipif(notify._syscall is None, reason="wake-ups need Linux on x86-64")
-
-
-class Child:
-    """A ``python -c`` child whose stdout lines arrive on a queue, so the parent waits with a timeout."""
-
-    def __init__(self, code: str, *args: str, cwd: str) -> None:
-        self.proc = subprocess.Popen([sys.executable, "-c", textwrap.dedent(code), *args], cwd=cwd,
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     text=True)
-        self.lines: queue.Queue[str | None] = queue.Queue()
-        threading.Thread(target=self._pump, daemon=True).start()
-
-    def _pump(self) -> None:
-        for line in self.proc.stdout:
-            self.lines.put(line.rstrip("\n"))
-        self.lines.put(None)
-
-    def expect(self, prefix: str, timeout: float = 60) -> str:
-        try:
-            line = self.lines.get(timeout=timeout)
-        except queue.Empty:
-            pytest.fail(f"child said nothing for {timeout}s (waiting for {prefix!r})")
-        if line is None:
-            self.proc.wait(5)
-            pytest.fail(f"child exited ({self.proc.returncode}) before {prefix!r}: {self.proc.stderr.read()[-3000:]}")
-        assert line.startswith(prefix), f"expected {prefix!r}, child said {line!r}"
-        return line[len(prefix):].strip()
-
-    def kill(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.kill()
-        self.proc.wait(10)
 
 
 # A reader in another process: waits for data past the current end, says "sleeping" when it first enters
