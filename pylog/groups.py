@@ -30,6 +30,7 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import fcntl
 import hashlib
@@ -40,7 +41,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Mapping, NamedTuple, Sequence
+from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple, Sequence
 
 import msgpack
 
@@ -359,6 +360,15 @@ class GroupMember:
             delay = min(delay * 2, 0.02)
         return fd
 
+    @contextlib.contextmanager
+    def _group_locked(self) -> Iterator[None]:
+        """Hold ``group.lock`` for a block (see :meth:`_group_lock`)."""
+        fd = self._group_lock()
+        try:
+            yield
+        finally:
+            self._unlock(fd)
+
     @staticmethod
     def _unlock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
@@ -408,8 +418,7 @@ class GroupMember:
         os.makedirs(self._members_dir, exist_ok=True)
         os.makedirs(self._owners_dir, exist_ok=True)
         self.topics = sorted(set(topics))
-        gfd = self._group_lock()
-        try:
+        with self._group_locked():
             path = os.path.join(self._members_dir, self.member_id)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             if not _lock_nb(fd):  # nobody else knows the name yet
@@ -422,8 +431,6 @@ class GroupMember:
             except BaseException:
                 self._drop_member_file()
                 raise
-        finally:
-            self._unlock(gfd)
 
     def _drop_member_file(self) -> None:
         if self._member_fd is not None:
@@ -440,12 +447,9 @@ class GroupMember:
         if topics == self.topics:
             return
         self.topics = topics
-        gfd = self._group_lock()
-        try:
+        with self._group_locked():
             self._write_member_file()
             self._rebalance_locked()
-        finally:
-            self._unlock(gfd)
 
     def leave(self) -> None:
         """Release every owner lock, leave the group and let the others rebalance without this member."""
@@ -453,12 +457,9 @@ class GroupMember:
             self.release(tp)
         if self._member_fd is None:
             return
-        gfd = self._group_lock()
-        try:
+        with self._group_locked():
             self._drop_member_file()
             self._rebalance_locked()
-        finally:
-            self._unlock(gfd)
         self.assignment = []
 
     def _live_members(self) -> dict[str, dict[str, Any]]:
@@ -561,8 +562,7 @@ class GroupMember:
         return list(self.assignment)
 
     def _rejoin(self) -> None:
-        gfd = self._group_lock()
-        try:
+        with self._group_locked():
             path = os.path.join(self._members_dir, self.member_id)
             if not os.path.exists(path):
                 if self._member_fd is not None:
@@ -572,8 +572,6 @@ class GroupMember:
                 self._member_fd = fd
                 self._write_member_file()
             self._rebalance_locked()
-        finally:
-            self._unlock(gfd)
 
     def _heartbeat(self) -> None:
         """Probe the other members of the current generation; rebalance when one of them died."""
@@ -586,11 +584,8 @@ class GroupMember:
         others = [m for m in (state.get("members") or {}) if m != self.member_id]
         if all(self._probe(m, remove_dead=False) is not None for m in others):
             return
-        gfd = self._group_lock()
-        try:
+        with self._group_locked():
             self._rebalance_locked()
-        finally:
-            self._unlock(gfd)
 
 
 def _common_protocol(members: Mapping[str, Mapping[str, Any]], mine: Sequence[str] | None) -> str:
