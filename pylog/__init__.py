@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor
 from .cleaner import CleanerStatus
+from .cleaner_registry import PublishedCleaner
 from .compaction import CleanResult
 from .config import TopicConfig
 from .consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
@@ -37,7 +38,7 @@ __all__ = [
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError", "OutOfOrderSequenceError",
-    "CleanerStatus", "CleanResult", "RetentionResult",
+    "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",
     "ConsumerRebalanceListener", "CommitFailedError", "RebalanceInProgressError", "RangePartitionAssignor",

@@ -10,6 +10,8 @@ Seed 000 warns that a dead log-cleaner thread goes unnoticed until the disk fill
   partition is marked uncleanable (Kafka does the same) while the thread goes on with the others.
 - An error that escapes the loop kills the thread: it is logged and recorded, ``alive`` turns False, and
   ``store.check_health()`` raises :class:`~pylog.errors.CleanerError` from then on.
+- Other processes see the same status, with a heartbeat, through the store's cleaner status file
+  (:mod:`pylog.cleaner_registry`, ``store.cleaners()``, ``pylog health``).
 
 Invariants: the thread only maintains partitions this store already writes (it never takes a writer lock
 another process might want next); it holds no lock while sleeping; ``stop()`` interrupts a cleaning at
@@ -30,6 +32,7 @@ from .errors import CleanerError, StoreClosedError
 from .retention import RetentionResult
 
 if TYPE_CHECKING:
+    from .cleaner_registry import CleanerPublisher
     from .partition import Partition
 
 __all__ = ["Cleaner", "CleanerStatus"]
@@ -75,8 +78,11 @@ class Cleaner:
     """Runs retention every ``log.retention.check.interval.ms`` and compaction every ``log.cleaner.backoff.ms``
     over ``partitions()`` (the partitions the store writes), in one daemon thread."""
 
-    def __init__(self, name: str, partitions: Callable[[], Iterator["Partition"]], settings: dict[str, Any]) -> None:
+    def __init__(self, name: str, partitions: Callable[[], Iterator["Partition"]], settings: dict[str, Any],
+                 publisher: "CleanerPublisher | None" = None) -> None:
         self._partitions = partitions
+        #: Writes the status where other processes see it (pylog/cleaner_registry.py); None: nowhere.
+        self._publisher = publisher
         self.retention_interval = settings["log.retention.check.interval.ms"] / 1000
         self.backoff = settings["log.cleaner.backoff.ms"] / 1000
         self.buffer_bytes = settings["log.cleaner.dedupe.buffer.size"]
@@ -104,6 +110,20 @@ class Cleaner:
 
     def stopping(self) -> bool:
         return self._stop.is_set()
+
+    def _stopping_or_heartbeat(self) -> bool:
+        """:meth:`stopping`, for a long cleaning to call between blocks; also keeps the heartbeat going."""
+        self._heartbeat()
+        return self._stop.is_set()
+
+    def _heartbeat(self, force: bool = False, within: float | None = None) -> None:
+        """Publish the status when the heartbeat is due, when ``within`` seconds passed since the last
+        write, or now with ``force``. Cleaner thread only."""
+        pub = self._publisher
+        if pub is None or not (force or pub.due(within)):
+            return
+        parts = [f"{p.topic}-{p.number}" for p in self._partitions() if p.is_writer]
+        pub.publish(self.status(), parts)
 
     # ------------------------------------------------------------------ status
 
@@ -158,7 +178,9 @@ class Cleaner:
         try:
             next_retention = time.monotonic() + self.retention_interval
             next_clean = time.monotonic() + self.backoff
+            self._heartbeat(force=True)
             while not self._stop.is_set():
+                self._heartbeat()
                 now = time.monotonic()
                 wake = min(next_retention, next_clean)
                 for p in self._partitions():
@@ -175,6 +197,7 @@ class Cleaner:
                     with self._lock:
                         self._status.last_run_end = time.time()
                         self._status.runs += 1
+                    self._heartbeat(within=1.0)  # news, but at most once a second however short the intervals
                     wake = min(next_retention, next_clean)
                 # Partitions that start writing meanwhile are looked at within _IDLE seconds (flush.ms).
                 self._stop.wait(min(max(0.0, wake - time.monotonic()), _IDLE))
@@ -186,6 +209,10 @@ class Cleaner:
         finally:
             with self._lock:
                 self._status.alive = False
+            try:
+                self._heartbeat(force=True)  # the last word: dead, and why
+            except Exception:  # noqa: BLE001 - a dying thread must not fail while reporting
+                log.exception("pylog cleaner: cannot publish its final status")
 
     def _each(self, compacted: bool) -> Iterator["Partition"]:
         with self._lock:
@@ -209,7 +236,7 @@ class Cleaner:
         self.add_retention(p.enforce_retention())
 
     def _compact(self, p: "Partition") -> None:
-        self.add_cleaning(clean_partition(p, self.buffer_bytes, should_stop=self.stopping))
+        self.add_cleaning(clean_partition(p, self.buffer_bytes, should_stop=self._stopping_or_heartbeat))
 
     def _guarded(self, p: "Partition", what: str, work: Callable[["Partition"], None]) -> None:
         """Run one partition's maintenance; an error marks the partition uncleanable, the thread goes on."""
@@ -233,3 +260,4 @@ class Cleaner:
             key = f"{p.topic}-{p.number}"
             self._record_error(f"{what} of {key}", exc, key)
             log.error("pylog cleaner: %s of %s failed; skipping the partition from now on", what, key, exc_info=exc)
+            self._heartbeat(force=True)

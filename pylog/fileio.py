@@ -6,15 +6,21 @@ old content or wholly the new one (write temp, fsync, rename, fsync the director
 
 from __future__ import annotations
 
+import errno
+import fcntl
 import os
 import struct
 import threading
+from typing import Any
+
+import msgpack
 
 from .errors import CorruptRecordError
 from .filenames import TMP_SUFFIX
 from .records import crc32c
 
-__all__ = ["fsync_dir", "atomic_write", "write_all", "write_checked", "read_checked"]
+__all__ = ["fsync_dir", "atomic_write", "write_all", "checked", "unchecked", "write_checked", "read_checked",
+           "encode_doc", "decode_doc", "try_flock"]
 
 
 def fsync_dir(directory: str) -> None:
@@ -81,3 +87,32 @@ def read_checked(path: str, limit: int, what: str) -> bytes | None:
     except FileNotFoundError:
         return None
     return unchecked(raw, path, what)
+
+
+def encode_doc(magic: bytes, version: int, doc: Any) -> bytes:
+    """A small metadata document (group state, member and cleaner status files): 4-byte ``magic``, one
+    version byte, msgpack. Framed by :func:`checked` on disk."""
+    return magic + bytes([version]) + msgpack.packb(doc, use_bin_type=True)
+
+
+def decode_doc(magic: bytes, version: int, body: bytes, path: str, what: str) -> Any:
+    """The document of :func:`encode_doc`. :raises CorruptRecordError: on a bad magic, version or msgpack."""
+    if len(body) < 5 or body[:4] != magic:
+        raise CorruptRecordError(f"{what}: bad magic", path, 0)
+    if body[4] != version:
+        raise CorruptRecordError(f"{what}: format version {body[4]} is not supported", path, 4)
+    try:
+        return msgpack.unpackb(body[5:], raw=False, strict_map_key=False)
+    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
+        raise CorruptRecordError(f"{what}: {exc}", path, 5) from None
+
+
+def try_flock(fd: int) -> bool:
+    """Take an exclusive ``flock`` on ``fd`` without waiting; False when another open file holds it."""
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return True
+    except OSError as exc:
+        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
+            return False
+        raise

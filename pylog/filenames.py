@@ -14,7 +14,7 @@ __all__ = [
     "TMP_SUFFIX", "LOCK_FILE", "CHECKPOINT_FILE", "CLEANER_CHECKPOINT_FILE", "SWAP_MANIFEST_FILE", "TOPIC_FILE",
     "STORE_FILE",
     "segment_stem", "segment_path", "parse_base_offset", "list_segment_bases", "valid_topic_name",
-    "OFFSETS_TOPIC", "GROUPS_DIR", "NOTIFY_FILE",
+    "OFFSETS_TOPIC", "GROUPS_DIR", "NOTIFY_FILE", "CLEANERS_DIR",
 ]
 
 LOG_SUFFIX = ".log"
@@ -38,6 +38,8 @@ NOTIFY_FILE = "notify"
 #: The consumer groups' committed offsets (a compacted topic) and their membership directories.
 OFFSETS_TOPIC = "__consumer_offsets"
 GROUPS_DIR = "__consumer_groups"
+#: Each process's cleaner status and liveness lock (pylog/cleaner_registry.py).
+CLEANERS_DIR = "__cleaners"
 
 _SEGMENT_RE = re.compile(r"^(\d{20})\.log$")
 _TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")

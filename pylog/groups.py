@@ -31,7 +31,6 @@ Invariants:
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import logging
@@ -48,7 +47,7 @@ import msgpack
 from .assignors import AbstractPartitionAssignor, assignor_named
 from .errors import (CorruptRecordError, InvalidConfigError, PartitionLockedError,
                      RebalanceInProgressError, TopicExistsError, UnknownTopicError)
-from .fileio import checked, read_checked, unchecked, write_checked
+from .fileio import checked, decode_doc, encode_doc, read_checked, try_flock, unchecked, write_checked
 from .filenames import GROUPS_DIR, OFFSETS_TOPIC, valid_topic_name
 from .records import crc32c
 from .structs import OffsetAndMetadata, TopicPartition
@@ -90,19 +89,11 @@ def _check_group_id(group_id: Any) -> str:
 
 
 def _encode(magic: bytes, doc: Any) -> bytes:
-    """A state or member document: magic, version, msgpack (framed by :func:`fileio.checked` on disk)."""
-    return magic + bytes([_FORMAT_VERSION]) + msgpack.packb(doc, use_bin_type=True)
+    return encode_doc(magic, _FORMAT_VERSION, doc)
 
 
 def _decode(magic: bytes, body: bytes, path: str, what: str) -> Any:
-    if len(body) < 5 or body[:4] != magic:
-        raise CorruptRecordError(f"{what}: bad magic", path, 0)
-    if body[4] != _FORMAT_VERSION:
-        raise CorruptRecordError(f"{what}: format version {body[4]} is not supported", path, 4)
-    try:
-        return msgpack.unpackb(body[5:], raw=False, strict_map_key=False)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-        raise CorruptRecordError(f"{what}: {exc}", path, 5) from None
+    return decode_doc(magic, _FORMAT_VERSION, body, path, what)
 
 
 # ---------------------------------------------------------------------------------------- committed offsets
@@ -293,16 +284,6 @@ class GroupDescription:
     members: list[MemberDescription] = field(default_factory=list)
 
 
-def _lock_nb(fd: int) -> bool:
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        return True
-    except OSError as exc:
-        if exc.errno in (errno.EWOULDBLOCK, errno.EAGAIN):
-            return False
-        raise
-
-
 def _read_state(path: str) -> dict[str, Any] | None:
     body = read_checked(path, _MAX_META_BYTES, "group state")
     if body is None:
@@ -351,7 +332,7 @@ class GroupMember:
         fd = os.open(os.path.join(self.directory, "group.lock"), os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self.session_timeout
         delay = 0.0005
-        while not _lock_nb(fd):
+        while not try_flock(fd):
             if time.monotonic() >= deadline:
                 os.close(fd)
                 raise RebalanceInProgressError(f"group {self.group_id!r}: group.lock was held for longer than "
@@ -387,7 +368,7 @@ class GroupMember:
         if tp in self._owned:
             return True
         fd = os.open(os.path.join(self._owners_dir, f"{tp.topic}-{tp.partition}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
-        if _lock_nb(fd):
+        if try_flock(fd):
             self._owned[tp] = fd
             return True
         os.close(fd)
@@ -421,7 +402,7 @@ class GroupMember:
         with self._group_locked():
             path = os.path.join(self._members_dir, self.member_id)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
-            if not _lock_nb(fd):  # nobody else knows the name yet
+            if not try_flock(fd):  # nobody else knows the name yet
                 os.close(fd)
                 raise RebalanceInProgressError(f"could not lock the new member file {path}")
             self._member_fd = fd
@@ -483,7 +464,7 @@ class GroupMember:
         except FileNotFoundError:
             return None
         try:
-            if _lock_nb(fd):
+            if try_flock(fd):
                 if remove_dead:
                     log.info("group %r: member %s is gone", self.group_id, name)
                     os.unlink(path)  # while locked: a live member never has its file removed
@@ -568,7 +549,7 @@ class GroupMember:
                 if self._member_fd is not None:
                     self._unlock(self._member_fd)
                 fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-                _lock_nb(fd)
+                try_flock(fd)
                 self._member_fd = fd
                 self._write_member_file()
             self._rebalance_locked()
@@ -635,7 +616,7 @@ def describe_group(store_path: str, group_id: str) -> GroupDescription:
         except FileNotFoundError:
             continue
         try:
-            if _lock_nb(fd):
+            if try_flock(fd):
                 continue  # dead; the next member to look will rebalance
         finally:
             os.close(fd)

@@ -14,6 +14,7 @@ from __future__ import annotations
 import builtins
 import fcntl
 import json
+import logging
 import os
 import shutil
 import struct
@@ -25,9 +26,10 @@ from .config import TopicConfig, split_store_options, validate
 from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, StoreClosedError, TopicExistsError,
                      UnknownTopicError)
 from .fileio import atomic_write, fsync_dir
-from .filenames import GROUPS_DIR, OFFSETS_TOPIC, STORE_FILE, TOPIC_FILE, valid_topic_name
+from .filenames import CLEANERS_DIR, GROUPS_DIR, OFFSETS_TOPIC, STORE_FILE, TOPIC_FILE, valid_topic_name
 from .records import crc32c
 from .cleaner import Cleaner, CleanerStatus
+from .cleaner_registry import CleanerPublisher, PublishedCleaner, published_cleaners
 from .compaction import CleanResult, clean_partition, cleanable_range
 from .partition import Partition
 from .retention import RetentionResult
@@ -47,8 +49,8 @@ _VERSION = 1
 _DELETING = ".deleting-"
 _T = TypeVar("_T")
 _PRODUCER_IDS = "producer.ids"
-#: Names the consumer groups use (see pylog.groups); not topics a user may create.
-_RESERVED = frozenset({OFFSETS_TOPIC, GROUPS_DIR})
+#: Names pylog uses itself (consumer groups, cleaner status); not topics a user may create.
+_RESERVED = frozenset({OFFSETS_TOPIC, GROUPS_DIR, CLEANERS_DIR})
 
 
 class Store:
@@ -64,8 +66,17 @@ class Store:
         os.makedirs(self.path, exist_ok=True)
         self._check_marker()
         _remove_leftovers(self.path)
-        self._cleaner = Cleaner(self.path, self._open_partitions, self._settings)
+        self._publisher = self._new_publisher() if self._settings["log.cleaner.enable"] else None
+        self._cleaner = Cleaner(self.path, self._open_partitions, self._settings, self._publisher)
         self._cleaner.start()
+
+    def _new_publisher(self) -> CleanerPublisher | None:
+        try:
+            return CleanerPublisher(self.path)
+        except OSError as exc:  # e.g. a read-only store: it works, only its cleaner is invisible from outside
+            logging.getLogger("pylog.cleaner").warning("pylog: cannot publish the cleaner status of %s: %s",
+                                                       self.path, exc)
+            return None
 
     def _open_partitions(self) -> Iterator[Partition]:
         """The partitions opened through this store so far (a snapshot; for the background thread)."""
@@ -117,7 +128,7 @@ class Store:
         self._check_open()
         directory = self._topic_dir(name)
         if name in _RESERVED and not _internal:
-            raise InvalidTopicError(f"{name!r} is reserved for pylog's consumer groups")
+            raise InvalidTopicError(f"{name!r} is reserved for pylog's own use")
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
             raise ValueError(f"partitions must be a positive int, got {partitions!r}")
         cfg = TopicConfig(config, self._defaults)
@@ -358,6 +369,14 @@ class Store:
                     continue
         return st
 
+    def cleaners(self) -> list[PublishedCleaner]:
+        """The cleaner of every process that has this store open with its cleaner enabled (this one too),
+        as their status files show them: process and thread alive, heartbeat, last run, errors, the
+        partitions each maintains; also processes that died without closing the store. For monitoring from
+        another process (``pylog health``); see :mod:`pylog.cleaner_registry`."""
+        self._check_open()
+        return published_cleaners(self.path)
+
     def check_health(self) -> None:
         """Raise :class:`~pylog.errors.CleanerError` when the background cleaner died or gave up on a
         partition (its status has the error and traceback); return quietly otherwise."""
@@ -376,6 +395,8 @@ class Store:
                 return
             self._closed = True
             self._cleaner.stop()
+            if self._publisher is not None:
+                self._publisher.close()
             for t in self._topics.values():
                 t.close()
             self._topics.clear()

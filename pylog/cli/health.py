@@ -1,15 +1,18 @@
 """``pylog health STORE``: is the store being maintained, and are its consumer groups keeping up?
 
 There is no broker whose cleaner thread one could ask about. Retention and compaction run in a background
-thread of each process that writes a partition, and that thread's status (alive, last run, last error and
-the partitions it gave up on) lives in that process: ``store.cleaner_status()`` and
-``store.check_health()`` there, which is what an application should export as metrics. A separate process
-such as this command can only see what a stopped or failing cleaner leaves behind on disk, and that is
-what it checks:
+thread of each process that has the store open (``store.cleaner_status()`` and ``store.check_health()``
+in that process). Each such thread also publishes its status under ``<store>/__cleaners/``
+(:mod:`pylog.cleaner_registry`), and this command checks:
 
+- **cleaners**: one row per process with its cleaner enabled. Unhealthy when a live process's cleaner
+  thread died (the row shows its last error), has not written its heartbeat for longer than
+  ``--cleaner-stale-ms`` (hung), or gave up on a partition. A process that died without closing the store
+  is only a warning.
 - **who maintains each partition**: the process holding its writer lock (from ``/proc/locks``). A
   partition nobody writes is maintained by nobody; that is by design (``pylog retention`` / ``compact``
-  do it on demand) and only a warning.
+  do it on demand) and only a warning. A partition written by a process that publishes no cleaner (its
+  cleaner is disabled) is named as such.
 - **retention overdue**: segments past ``retention.ms`` for longer than ``--grace-ms`` (default: the
   store's default retention check interval) in a partition a live process writes. Its cleaner should
   have deleted them: the disk is filling. Unhealthy.
@@ -28,6 +31,7 @@ import argparse
 import os
 from typing import Any, TextIO
 
+from ..cleaner_registry import HEARTBEAT_S, PublishedCleaner
 from ..compaction import cleanable_range
 from ..config import STORE_SETTINGS
 from ..filenames import OFFSETS_TOPIC, SWAP_MANIFEST_FILE
@@ -40,6 +44,8 @@ from .output import Table, format_bytes, format_ms
 __all__ = ["register"]
 
 _DEFAULT_GRACE_MS = STORE_SETTINGS["log.retention.check.interval.ms"].default
+#: Six missed heartbeats: long enough for a busy process, short enough to page someone.
+_DEFAULT_STALE_MS = int(6 * HEARTBEAT_S * 1000)
 
 
 def register(sub: Any) -> None:
@@ -56,6 +62,9 @@ def register(sub: Any) -> None:
                    help="how long past its deadline maintenance may be before it counts as overdue (default "
                         f"{_DEFAULT_GRACE_MS}, the default log.retention.check.interval.ms; use the interval "
                         "your writers are configured with)")
+    h.add_argument("--cleaner-stale-ms", type=non_negative, default=_DEFAULT_STALE_MS, metavar="MS",
+                   help="unhealthy when a live process's cleaner has not written its status for MS "
+                        f"(default {_DEFAULT_STALE_MS}; cleaners write every {HEARTBEAT_S:g} s)")
     h.set_defaults(run=_health)
 
 
@@ -66,18 +75,24 @@ class _Findings:
 
 
 def _check_partition(p: Partition, writers: dict[str, int | None] | None, now: int, grace: int,
-                     max_dirty: float | None, found: _Findings, table: Table, store_path: str) -> None:
+                     max_dirty: float | None, found: _Findings, table: Table, store_path: str,
+                     cleaner_pids: set[int]) -> None:
     cfg = p.config
     name = f"{p.topic}-{p.number}"
     pid = None if writers is None else writers.get(p.directory)
+    ask = ": is its cleaner running?"
     if p.transient:
         writer, maintained, who = "shared", True, "every store with a cleaner maintains it in turn"
     elif writers is None:
         writer, maintained, who = "?", True, "its writer is unknown (no /proc/locks)"
     elif pid is None:
         writer, maintained, who = "-", False, "no process writes it"
+    elif pid in cleaner_pids:
+        writer, maintained, who = f"pid {pid}", True, f"pid {pid} writes it"
+        ask = ": its cleaner is alive; is it stuck (see the cleaners above)?"
     else:
         writer, maintained, who = f"pid {pid}", True, f"pid {pid} writes it"
+        ask = " and runs no live cleaner (log_cleaner_enable=False, or its thread died)"
     retention = dirty = last_cleaned = None
     if "delete" in cfg["cleanup.policy"]:
         segs = p.segments
@@ -88,8 +103,7 @@ def _check_partition(p: Partition, writers: dict[str, int | None] | None, now: i
             retention = f"{n} overdue"
             msg = f"{name}: {n} segment(s) ({format_bytes(size)}) past retention.ms for more than {grace} ms"
             if maintained:
-                found.problems.append(f"{msg}; {who}: is its cleaner running (log_cleaner_enable, "
-                                      "store.check_health())?")
+                found.problems.append(f"{msg}; {who}{ask}")
             else:
                 found.warnings.append(f"{msg}; {who}, so no cleaner maintains it: `pylog retention {store_path} "
                                       f"{p.topic}` deletes them")
@@ -100,7 +114,7 @@ def _check_partition(p: Partition, writers: dict[str, int | None] | None, now: i
         last_cleaned = format_ms(horizons[-1][1]) if horizons else "never"
         if maintained and cleanable_range(p, now=now - grace).overdue:
             found.problems.append(f"{name}: records older than max.compaction.lag.ms ({cfg['max.compaction.lag.ms']} "
-                                  f"ms) + {grace} ms are not compacted; {who}: is its cleaner running?")
+                                  f"ms) + {grace} ms are not compacted; {who}{ask}")
         if max_dirty is not None and rng.dirty_ratio > max_dirty:
             found.problems.append(f"{name}: dirty ratio {rng.dirty_ratio:.2f} > {max_dirty}")
         if os.path.exists(os.path.join(p.directory, SWAP_MANIFEST_FILE)) and not maintained:
@@ -109,19 +123,55 @@ def _check_partition(p: Partition, writers: dict[str, int | None] | None, now: i
     table.add_row(name, ",".join(cfg["cleanup.policy"]), writer, retention, dirty, last_cleaned)
 
 
+def _check_cleaners(cleaners: list[PublishedCleaner], stale_ms: int, found: _Findings, out: TextIO) -> None:
+    if not cleaners:
+        print("cleaners: none published (no process has the store open with its cleaner enabled)", file=out)
+        return
+    table = Table("CLEANER", "PROCESS", "THREAD", "HEARTBEAT", "LAST-RUN", "RUNS", "PARTITIONS", "UNCLEANABLE")
+    for c in cleaners:
+        st = c.status
+        age = c.heartbeat_age()
+        who = f"pid {c.pid} ({c.name})"
+        thread = "?" if st is None else ("alive" if st.alive else ("disabled" if not st.enabled else "dead"))
+        last = None if st is None or st.last_run_end is None else format_ms(int(st.last_run_end * 1000))
+        table.add_row(c.pid, "alive" if c.process_alive else "dead", thread,
+                      None if age is None else f"{age:.1f}s ago", last, None if st is None else st.runs,
+                      len(c.partitions), None if st is None else len(st.uncleanable))
+        if not c.process_alive:
+            found.warnings.append(f"cleaner of {who}: the process died without closing the store (the entry "
+                                  "goes when a store next opens with its cleaner)")
+            continue
+        if st is None:
+            found.warnings.append(f"cleaner of {who}: status unreadable: {c.error}")
+            continue
+        if st.enabled and not st.alive:
+            error = (st.last_error or "no error recorded").strip().splitlines()
+            found.problems.append(f"cleaner of {who}: the thread is dead; retention and compaction stopped in "
+                                  f"that process. Last error: {error[0]}{' ... ' + error[-1] if len(error) > 1 else ''}")
+        elif age is not None and age * 1000 > stale_ms:
+            found.problems.append(f"cleaner of {who}: no heartbeat for {age:.1f} s (> {stale_ms} ms): the thread "
+                                  "is stuck, or the process is stopped")
+        for key, text in sorted(st.uncleanable.items()):
+            first = (text or "").strip().splitlines()
+            found.problems.append(f"cleaner of {who} gave up on {key}: {first[-1] if first else 'unknown error'}")
+    table.print(out)
+
+
 def _health(args: argparse.Namespace, out: TextIO) -> ExitCode:
     found = _Findings()
     now = now_ms()
     with open_store(args.store) as store:
         parts = [p for name in store.topics() for p in store.topic(name).partitions]
         writers = partition_writers(p.directory for p in parts)
-        print("cleaner: runs inside each process that writes a partition; its thread's status (alive, last run, "
-              "last error) is in that process (store.cleaner_status()). From disk:", file=out)
+        cleaners = store.cleaners()
+        _check_cleaners(cleaners, args.cleaner_stale_ms, found, out)
+        cleaner_pids = {c.pid for c in cleaners if c.process_alive and c.status is not None and c.status.alive}
         table = Table("PARTITION", "POLICY", "WRITER", "RETENTION", "DIRTY", "LAST-CLEANED")
         for p in parts:
             if not p.segments:
                 continue  # never written: nothing to maintain
-            _check_partition(p, writers, now, args.grace_ms, args.max_dirty_ratio, found, table, args.store)
+            _check_partition(p, writers, now, args.grace_ms, args.max_dirty_ratio, found, table, args.store,
+                             cleaner_pids)
         if parts:
             table.print(out)
         else:

@@ -1,0 +1,227 @@
+"""Cleaner status files: each process's background cleaner publishes its health in the store directory, so
+that another process (``pylog health``, a monitoring agent) can tell whether the cleaner of every process
+using the store is alive, when it last ran and what it gave up on.
+
+Seed 000's advice is to watch whether Kafka's log-cleaner thread is alive. pylog has no broker to ask: the
+cleaner is a thread inside each application process. Its in-process status (``store.cleaner_status()``)
+cannot be read from outside, so every store whose cleaner is enabled also keeps, under
+``<store>/__cleaners/``:
+
+- ``<pid>-<token>.lock``: an empty file on which the store holds an exclusive ``flock`` for as long as it is
+  open. The kernel drops the lock when the process dies, however it dies, so a lock that can be taken
+  means a dead process.
+- ``<pid>-<token>.status``: the status document (magic ``PLCS``, version 1, msgpack, CRC-32C; see
+  docs/FORMAT.md), replaced atomically (write a temporary file, rename) so a reader never sees half of it.
+
+Invariants:
+
+- A status file is rewritten at least every :data:`HEARTBEAT_S` seconds while its cleaner thread lives,
+  including in the middle of a long cleaning; after a maintenance run (at most once a second); after
+  every error; and once more when the thread dies (``alive: false`` with the error). Its ``heartbeat`` field is the time of that write,
+  so a thread that hangs shows as a heartbeat growing old.
+- The lock file is locked before it gets its final name, so no reader can take a live store's lock in the
+  moment between creating the file and locking it.
+- Publishing never raises into the cleaner thread: a full disk or a removed directory is logged once per
+  failure streak, and the cleaner goes on.
+- Reading never raises for one bad entry: an unreadable or corrupt status is reported in its entry.
+  Entries of dead processes are removed only by a store that publishes (when it opens), never by readers
+  such as ``pylog health``, which only report them.
+- Status files are not durable (no fsync): they describe processes, which a power loss ends anyway.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import secrets
+import time
+from dataclasses import dataclass, fields
+
+from .cleaner import CleanerStatus
+from .errors import CorruptRecordError
+from .fileio import decode_doc, encode_doc, try_flock, unchecked, write_checked
+from .filenames import CLEANERS_DIR
+
+__all__ = ["CleanerPublisher", "PublishedCleaner", "published_cleaners", "HEARTBEAT_S"]
+
+log = logging.getLogger("pylog.cleaner")
+
+#: Longest time between two writes of a live cleaner's status file (seconds).
+HEARTBEAT_S = 5.0
+
+_MAGIC = b"PLCS"
+_VERSION = 1
+_LOCK = ".lock"
+_STATUS = ".status"
+#: A status file is a few KB; anything bigger is not one of ours (and is not read whole).
+_MAX_BYTES = 1 << 20
+#: Tracebacks and per-partition errors are cut to this many characters in the file.
+_MAX_TEXT = 4000
+_STATUS_FIELDS = tuple(f.name for f in fields(CleanerStatus))
+
+
+@dataclass
+class PublishedCleaner:
+    """One process's cleaner, as its status file and lock show it to any other process.
+
+    ``process_alive`` is False when the process died without closing its store: then ``status`` is the
+    last thing it wrote. ``status`` is None and ``error`` says why when the file could not be read.
+    """
+
+    name: str
+    pid: int
+    process_alive: bool
+    heartbeat: float | None = None  # time.time() of the last write
+    status: CleanerStatus | None = None
+    #: "topic-partition" of the partitions that process writes (and so maintains), at the last write.
+    partitions: tuple[str, ...] = ()
+    error: str | None = None
+
+    def heartbeat_age(self, now: float | None = None) -> float | None:
+        """Seconds since the last write, or None when unknown."""
+        if self.heartbeat is None:
+            return None
+        return max(0.0, (time.time() if now is None else now) - self.heartbeat)
+
+
+class CleanerPublisher:
+    """Publishes one store's cleaner status under ``<store>/__cleaners/`` (see the module docstring).
+
+    Made by the store when its cleaner is enabled; :meth:`publish` is called by the cleaner thread,
+    :meth:`close` when the store closes.
+    """
+
+    def __init__(self, store_path: str) -> None:
+        self.directory = os.path.join(store_path, CLEANERS_DIR)
+        os.makedirs(self.directory, exist_ok=True)
+        _remove_dead(self.directory)
+        self.name = f"{os.getpid()}-{secrets.token_hex(4)}"
+        self._status_path = os.path.join(self.directory, self.name + _STATUS)
+        lock_path = os.path.join(self.directory, self.name + _LOCK)
+        tmp = lock_path + ".new"
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            if not try_flock(fd):  # a fresh file of our own name: nobody else can hold it
+                raise OSError(f"cannot lock {tmp}")
+            os.rename(tmp, lock_path)  # flock follows the inode through the rename
+        except BaseException:
+            os.close(fd)
+            raise
+        self._fd: int | None = fd
+        self._lock_path = lock_path
+        self._failing = False
+        self.last_write = 0.0
+
+    def due(self, within: float | None = None) -> bool:
+        """True when ``within`` seconds (default: the heartbeat interval) have passed since the last write."""
+        return time.time() - self.last_write >= (HEARTBEAT_S if within is None else within)
+
+    def publish(self, status: CleanerStatus, partitions: list[str]) -> None:
+        """Replace the status file with ``status``. Never raises (see the module docstring)."""
+        if self._fd is None:
+            return
+        now = time.time()
+        doc = {name: getattr(status, name) for name in _STATUS_FIELDS}
+        doc["last_error"] = _cut(doc["last_error"])
+        doc["uncleanable"] = {k: _cut(v) for k, v in list(doc["uncleanable"].items())[:100]}
+        body = {"pid": os.getpid(), "heartbeat": now, "partitions": sorted(partitions)[:10_000], "status": doc}
+        try:
+            write_checked(self._status_path, encode_doc(_MAGIC, _VERSION, body), durable=False)
+        except OSError as exc:
+            if not self._failing:
+                log.warning("pylog cleaner: cannot write its status file %s: %s", self._status_path, exc)
+            self._failing = True
+            return
+        self._failing = False
+        self.last_write = now
+
+    def close(self) -> None:
+        """Remove this store's entry (the status first: an entry without a lock file is never read)."""
+        fd, self._fd = self._fd, None
+        if fd is None:
+            return
+        for path in (self._status_path, self._lock_path):
+            try:
+                os.unlink(path)
+            except FileNotFoundError:
+                pass
+        os.close(fd)
+
+
+def _cut(text: str | None) -> str | None:
+    if text is None or len(text) <= _MAX_TEXT:
+        return text
+    return text[:_MAX_TEXT // 2] + "\n[...]\n" + text[-_MAX_TEXT // 2:]
+
+
+def _names(directory: str) -> list[str]:
+    try:
+        entries = os.listdir(directory)
+    except FileNotFoundError:
+        return []
+    return sorted(e[:-len(_LOCK)] for e in entries if e.endswith(_LOCK))
+
+
+def _probe(directory: str, name: str) -> int | None:
+    """An open fd holding ``name``'s lock when its process is dead; None while it lives (or is gone)."""
+    try:
+        fd = os.open(os.path.join(directory, name + _LOCK), os.O_RDWR)
+    except FileNotFoundError:
+        return None
+    if try_flock(fd):
+        return fd
+    os.close(fd)
+    return None
+
+
+def _remove_dead(directory: str) -> None:
+    """Remove the entries of processes that died without closing their store."""
+    for name in _names(directory):
+        fd = _probe(directory, name)
+        if fd is None:
+            continue
+        try:  # while we hold its lock: a live store never has its files removed
+            for suffix in (_STATUS, _LOCK):
+                try:
+                    os.unlink(os.path.join(directory, name + suffix))
+                except FileNotFoundError:
+                    pass
+        finally:
+            os.close(fd)
+
+
+def _read_status(path: str, entry: PublishedCleaner) -> None:
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(_MAX_BYTES + 1)
+    except FileNotFoundError:
+        entry.error = "no status written yet"
+        return
+    try:
+        if len(raw) > _MAX_BYTES:
+            raise CorruptRecordError(f"cleaner status file larger than {_MAX_BYTES} bytes", path, 0)
+        doc = decode_doc(_MAGIC, _VERSION, unchecked(raw, path, "cleaner status"), path, "cleaner status")
+        st = doc["status"]
+        entry.status = CleanerStatus(**{k: st[k] for k in _STATUS_FIELDS if k in st})
+        entry.heartbeat = float(doc["heartbeat"])
+        entry.partitions = tuple(str(p) for p in doc.get("partitions", ()))
+    except CorruptRecordError as exc:
+        entry.error = str(exc)
+    except (KeyError, TypeError, ValueError, AttributeError) as exc:
+        entry.error = f"cleaner status {path}: unexpected content ({exc!r})"
+
+
+def published_cleaners(store_path: str) -> list[PublishedCleaner]:
+    """The cleaner entries under ``store_path``, live processes and dead ones, without changing any."""
+    directory = os.path.join(store_path, CLEANERS_DIR)
+    out = []
+    for name in _names(directory):
+        fd = _probe(directory, name)
+        alive = fd is None
+        if fd is not None:
+            os.close(fd)
+        pid_text = name.split("-", 1)[0]
+        entry = PublishedCleaner(name=name, pid=int(pid_text) if pid_text.isdigit() else -1, process_alive=alive)
+        _read_status(os.path.join(directory, name + _STATUS), entry)
+        out.append(entry)
+    return out
