@@ -419,6 +419,7 @@ def finish_interrupted_swap(directory: str) -> None:
     """At writer open (under the writer lock): roll a committed swap forward, and delete uncommitted
     cleaner output (roll back) and interrupted temporary files."""
     manifest = _read_manifest(directory)
+    changed = manifest is not None
     if manifest is not None:
         log.warning("%s: finishing a compaction swap interrupted by a crash (%d group(s))", directory,
                     len(manifest))
@@ -426,7 +427,9 @@ def finish_interrupted_swap(directory: str) -> None:
         os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
     if _remove_leftovers(directory, temporaries=True):
         log.info("%s: removed unfinished compaction output", directory)
-    fsync_dir(directory)
+        changed = True
+    if changed:  # every writer open passes here: with nothing done there is nothing to make durable
+        fsync_dir(directory)
 
 
 # ---------------------------------------------------------------------------------------------- cleaning

@@ -174,15 +174,12 @@ class CommittedOffsets:
         keys = [_offset_key(group_id, tp) for tp in offsets]
         values = [_offset_value(om, generation, member_id) for om in offsets.values()]
         p = self.partition_for(group_id)
-        deadline = time.monotonic() + timeout_ms / 1000
-        delay = 0.0005
         with p.maintenance_lock:
-            while not p.try_become_writer():
-                if time.monotonic() >= deadline:
-                    raise PartitionLockedError(f"could not commit for group {group_id!r}: {p.topic}-{p.number} "
-                                               f"stayed locked by another writer for {timeout_ms} ms")
-                time.sleep(delay)
-                delay = min(delay * 2, 0.01)
+            try:
+                p.wait_to_write(timeout_ms)
+            except PartitionLockedError:
+                raise PartitionLockedError(f"could not commit for group {group_id!r}: {p.topic}-{p.number} "
+                                           f"stayed locked by another writer for {timeout_ms} ms") from None
             try:
                 p.append_values(values, keys)
             finally:

@@ -200,7 +200,7 @@ class _Index:
                 idx.close()
                 raise IndexError_("index entries checksum mismatch", path, _HEADER_SIZE)
         else:
-            idx.count = idx._live_count()
+            idx.count = idx._live_count(count)
         idx._check_sorted()
         if writable:
             if sealed:
@@ -209,11 +209,31 @@ class _Index:
             idx.writable = True
         return idx
 
-    def _live_count(self) -> int:
-        """Entries in use in an unsealed file: column B is non-zero exactly for used slots."""
+    def _live_count(self, known: int = 0) -> int:
+        """Entries in use in an unsealed file: column B is non-zero exactly for used slots.
+
+        ``known`` slots are known to be used (the header's count, written with the file: entries are never
+        removed in place). The search gallops forward from there, so it touches the pages at the end of
+        the used part, not a bisection's worth spread over the whole preallocated (mostly unwritten) file.
+        """
         b = self._bv
-        lo, hi = 0, self.capacity
-        while lo < hi:  # first zero in b (monotone: non-zero prefix then zeros)
+        cap = self.capacity
+        lo = min(max(known, 0), cap)
+        if lo >= cap or not b[lo]:
+            return lo if lo == 0 or b[lo - 1] else self._bisect_live(0, lo)
+        step = 1
+        hi = lo + 1
+        while hi < cap and b[hi]:
+            lo = hi
+            step *= 2
+            hi = min(lo + step, cap)
+        return self._bisect_live(lo + 1, hi)
+
+    def _bisect_live(self, lo: int, hi: int) -> int:
+        """The first free slot in ``[lo, hi]``, knowing slot ``lo - 1`` is used (or ``lo`` is 0) and the
+        used slots are a prefix."""
+        b = self._bv
+        while lo < hi:
             mid = (lo + hi) // 2
             if b[mid]:
                 lo = mid + 1

@@ -7,8 +7,11 @@ Invariants:
    write completes; readers in other processes only count a batch once it is whole and its CRC checks.
 3. After a crash the writer re-validates the segments from the checkpointed recovery point on, truncates a
    torn tail and rebuilds their indexes; whatever was flushed (fsync) is kept.
-4. Exactly one writer per partition across threads and processes: an ``flock`` on ``.lock`` taken on the
-   first write and held until :meth:`Partition.close`. Readers take no lock.
+4. Exactly one writer per partition across threads and processes at any moment: an ``flock`` on ``.lock``
+   taken on the first write and held until :meth:`Partition.close` or :meth:`Partition.release_writer`.
+   Writers that take turns (producers of several processes sharing a partition) ask the holder for it
+   through a shared ``flock`` on ``.want`` while they wait; the holder looks with
+   :meth:`Partition.handover_wanted` and hands over by releasing. Readers take no lock.
 5. Retention removes whole segments from the head only, after the checkpoint has recorded the new log
    start offset (so a crash mid-way leaves only segments that the next open deletes); the active segment
    goes only after a roll has put an empty one after it. Segments before the recovery point are sealed
@@ -27,7 +30,6 @@ take a snapshot of the segment list and sizes and run concurrently with appends 
 from __future__ import annotations
 
 import bisect
-import errno
 import fcntl
 import logging
 import math
@@ -43,8 +45,9 @@ from .compaction import finish_interrupted_swap
 from .config import TopicConfig
 from .errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
                      PartitionLockedError, RecordTooLargeError, StoreClosedError)
-from .fileio import fsync_dir
-from .filenames import CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, SWAP_MANIFEST_FILE, list_segment_bases
+from .fileio import fsync_dir, try_flock
+from .filenames import (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, SWAP_MANIFEST_FILE, WANT_FILE,
+                        list_segment_bases)
 from .notify import Notifier
 from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns, _column, encode_parts, gc_paused,
                       now_ms)
@@ -86,6 +89,9 @@ class Partition:
         #: Written by many handles in turn (take the lock, append, :meth:`release_writer`): the background
         #: cleaner maintains it whenever it can take the lock, not only while this handle writes.
         self.transient = False
+        #: This handle has handed the lock over (release_writer) before: it takes turns with other writers,
+        #: so its opens as writer do not fsync the checkpoint either (see _open_as_writer).
+        self._takes_turns = False
         self._lock = threading.RLock()
         #: Serialises maintenance (retention, delete-records, compaction); taken before ``_lock``, never after.
         self.maintenance_lock = threading.RLock()
@@ -94,6 +100,7 @@ class Partition:
         #: Wakes readers in other processes after appends (a shared counter + futex; see pylog.notify).
         self._notify = Notifier(directory)
         self._lock_fd: int | None = None
+        self._want_fd: int | None = None  # for handover_wanted's probe, opened on first use
         self._closed = False
         self._failed: str | None = None
         self._log_start = 0
@@ -133,16 +140,30 @@ class Partition:
         cp = read_checkpoint(self._checkpoint_path)
         self._swap_gen = cp.swap_generation if cp else 0
         bases = list_segment_bases(self.directory)
+        reuse = self._sealed_segments()
         segs = []
         for b in bases:
             try:
-                segs.append(self._open_segment(b))
+                segs.append((reuse.get(b) if b != bases[-1] else None) or self._open_segment(b))
             except FileNotFoundError:  # deleted by the writer's retention since the listing
                 continue
         if segs:
             segs[-1].load(tolerate_tail=True)
         self._set_segments(segs)
         self._log_start = self._start_from(cp, segs)
+
+    def _sealed_segments(self) -> dict[int, Segment]:
+        """Sealed segments of the current view that a new view may keep, by base offset: a handle that
+        switches between reading and writing (taking turns) then does not reopen every segment.
+
+        Only those made under the swap generation just read (``self._swap_gen``): a sealed segment's file
+        never changes, except when compaction renames another over its name, which bumps the generation
+        first; retention only deletes, and the new listing drops those.
+        """
+        generation = (self._checkpoint_path, self._swap_gen)
+        view = getattr(self, "_view", None)  # None while the handle is first being opened
+        segs = view[0] if view else []
+        return {seg.base_offset: seg for seg in segs[:-1] if seg.immutable and seg.generation == generation}
 
     def _open_segment(self, base: int) -> Segment:
         """An existing segment, sized under the current swap generation (see :meth:`Segment.open`)."""
@@ -192,20 +213,71 @@ class Partition:
         fd = os.open(os.path.join(self.directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
         deadline = time.monotonic() + self.lock_timeout_ms / 1000
         delay = 0.001
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return fd
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN):
+        want = None
+        try:
+            while True:
+                try:
+                    if try_flock(fd):
+                        return fd
+                except OSError:
                     os.close(fd)
                     raise
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                raise PartitionLockedError(
-                    f"partition {self.topic}-{self.number} is locked by another writer ({self.directory})")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+                if time.monotonic() >= deadline:
+                    os.close(fd)
+                    raise PartitionLockedError(
+                        f"partition {self.topic}-{self.number} is locked by another writer ({self.directory})")
+                if want is None:
+                    want = self._ask_for_handover()
+                time.sleep(delay)
+                delay = min(delay * 2, 0.05)
+        finally:
+            if want is not None:
+                os.close(want)
+
+    def _ask_for_handover(self) -> int:
+        """Hold a shared ``flock`` on ``.want`` (until the returned descriptor is closed): tells the writer,
+        if it takes turns, that another handle waits for the partition."""
+        fd = os.open(os.path.join(self.directory, WANT_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a holder's probe has it (microseconds)
+        except BaseException:
+            os.close(fd)
+            raise
+        return fd
+
+    def handover_wanted(self) -> bool:
+        """True while another handle, in any process, waits for this partition's writer lock
+        (:meth:`wait_to_write`, or an append with ``lock.timeout.ms`` > 0). A writer that takes turns
+        calls this after its appends and :meth:`release_writer` when it is True. Two system calls."""
+        fd = self._want_fd
+        if fd is None:
+            fd = self._want_fd = os.open(os.path.join(self.directory, WANT_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        if try_flock(fd):  # nobody holds it shared
+            fcntl.flock(fd, fcntl.LOCK_UN)
+            return False
+        return True
+
+    def wait_to_write(self, timeout_ms: float) -> None:
+        """Become the partition's writer, waiting up to ``timeout_ms`` for a writer that takes turns (a
+        producer of another process) to hand it over. Unlike an append with ``lock.timeout.ms``, this
+        does not hold the partition's append lock while it waits, so this handle's readers go on.
+
+        :raises PartitionLockedError: when the lock did not come within ``timeout_ms``.
+        """
+        if self.try_become_writer():
+            return
+        deadline = time.monotonic() + timeout_ms / 1000
+        want = self._ask_for_handover()
+        try:
+            delay = 0.0002
+            while not self.try_become_writer():
+                if time.monotonic() >= deadline:
+                    raise PartitionLockedError(f"partition {self.topic}-{self.number} is locked by another writer "
+                                               f"({self.directory}), which did not hand it over within {timeout_ms} ms")
+                time.sleep(delay)
+                delay = min(delay * 2, 0.005)
+        finally:
+            os.close(want)
 
     def _ensure_writer(self) -> None:
         """Become the partition's writer: lock, recover if the last shutdown was not clean, open for append."""
@@ -231,17 +303,22 @@ class Partition:
     def _open_as_writer(self) -> None:
         cp = read_checkpoint(self._checkpoint_path) or Checkpoint(0, self._log_start, clean=False)
         self._swap_gen = cp.swap_generation
-        if os.path.exists(os.path.join(self.directory, SWAP_MANIFEST_FILE)):
+        interrupted = os.path.exists(os.path.join(self.directory, SWAP_MANIFEST_FILE))
+        if interrupted:
             # A crash interrupted a compaction swap: tell readers before files are renamed over names.
             self._swap_gen += 1
             cp = Checkpoint(cp.recovery_point, cp.log_start_offset, cp.clean, self._swap_gen)
             write_checkpoint(self._checkpoint_path, cp)
-        finish_interrupted_swap(self.directory)
+        if interrupted or not (self._takes_turns and cp.clean):
+            # After a clean handover nothing was left half-done (release_writer waits for maintenance):
+            # a writer taking its turn skips this look at every file of the directory.
+            finish_interrupted_swap(self.directory)
         # The reader-mode segments are not closed here: another thread may be reading through them right
         # now, and closing a descriptor it is about to pread would let the number be reused for another
         # file. They close themselves (Segment.__del__) when the last snapshot holding them goes.
         bases = list_segment_bases(self.directory)
-        segs = [self._open_segment(b) for b in bases]
+        reuse = self._sealed_segments()
+        segs = [(reuse.get(b) if b != bases[-1] else None) or self._open_segment(b) for b in bases]
         if not segs:
             start = max(cp.log_start_offset, cp.recovery_point)
             segs = [Segment.create(self.directory, start, *self._new_segment_args())]
@@ -270,9 +347,15 @@ class Partition:
         segs = segs[k:]
         self._set_segments(segs)
         self._recovery_point = min(cp.recovery_point, segs[-1].base_offset) if not cp.clean else cp.recovery_point
-        # A transient writer (see release_writer) opens for every append: an fsync here would dominate it,
-        # and losing this write to a power cut only means the next opener recovers from an older point.
-        self._write_checkpoint(durable=not self.transient)
+        if self._takes_turns and cp.clean:
+            # A writer taking turns (see release_writer) opens for every turn, after a holder that left
+            # the checkpoint clean. It leaves it so rather than mark it dirty, a file replaced per turn:
+            # if this process dies, the next opener's check of the active segment's tail
+            # (open_for_append) finds what it left half-written, and a roll writes a dirty checkpoint.
+            return
+        # Not fsynced for a writer taking turns: losing this write to a power cut only means the next
+        # opener recovers from an older point (the active segment is checked on every open anyway).
+        self._write_checkpoint(durable=not (self.transient or self._takes_turns))
 
     def _write_checkpoint(self, clean: bool = False, durable: bool = True) -> None:
         write_checkpoint(self._checkpoint_path,
@@ -625,10 +708,10 @@ class Partition:
             self._producers = state
         return state
 
-    def _snapshot_producers(self) -> None:
+    def _snapshot_producers(self, durable: bool = True) -> None:
         if self._producers is not None:
             self._producers.expire(now_ms(), self.config["producer.id.expiration.ms"])
-            self._producers.write_snapshot(self.directory, self._segments[-1].next_offset)
+            self._producers.write_snapshot(self.directory, self._segments[-1].next_offset, durable=durable)
 
     def _encode_runs(self, first: int, bounds: list[tuple[int, int]], n: int, vlens: np.ndarray, vparts: list,
                      klens: np.ndarray | None, kparts: list, timestamps: Any, headers: Sequence[Any] | None,
@@ -1011,10 +1094,12 @@ class Partition:
     def release_writer(self) -> None:
         """Give up the writer lock and go back to reading, so that another handle may write next.
 
-        For partitions that many processes append to in turn (the committed offsets topic): seals the
-        active segment's indexes and writes a clean checkpoint, as :meth:`close` does, so the next writer
-        opens without re-validating anything. The log is not fsynced here; the topic's flush policy
-        decides that, as for any append. A no-op for a handle that is not the writer.
+        For partitions that many handles append to in turn (the committed offsets topic, producers of
+        several processes sharing a partition): writes a clean checkpoint, so the next writer opens
+        without re-validating anything but the active segment's tail. Unlike :meth:`close` it leaves the
+        active segment's indexes live (unsealed), as a running writer does, so handing over rewrites no
+        index file. The log is not fsynced here; the topic's flush policy decides that, as for any
+        append. A no-op for a handle that is not the writer.
         """
         with self.maintenance_lock, self._lock:
             if self._lock_fd is None or self._closed:
@@ -1023,8 +1108,11 @@ class Partition:
                 segs = self._segments
                 if self._failed is None and segs:
                     active = segs[-1]
-                    self._snapshot_producers()
-                    active.seal(durable=False)
+                    # Not fsynced: a snapshot lost to a power cut, or naming an offset past the log's
+                    # end after one, is rebuilt from the batch headers (see _producer_state).
+                    self._snapshot_producers(durable=False)
+                    # The indexes stay live: the next writer continues them without rewriting them.
+                    active.stop_appending()
                     self._recovery_point = active.next_offset
                     # Not fsynced either: if a power cut loses the log's tail, the next writer's check of the
                     # active segment finds it and recovers (as after any unclean stop).
@@ -1034,7 +1122,28 @@ class Partition:
                 os.close(self._lock_fd)
                 self._lock_fd = None
             self._producers = None  # another writer may append idempotent batches before we write again
+            self._takes_turns = True
+            self._reader_view_of_own()
+
+    def _reader_view_of_own(self) -> None:
+        """After :meth:`release_writer`: go on reading through the segment list this handle just wrote,
+        exact at the moment it let go, instead of listing the directory; only the active segment is
+        reopened, as a reader's."""
+        segs = list(self._segments)
+        if not segs:
             self._load_readonly()
+            return
+        self._meta = self._meta_stamp()
+        self._next_listing = time.monotonic() + _LIST_INTERVAL
+        self._next_stamp = 0.0
+        try:
+            active = self._open_segment(segs[-1].base_offset)
+        except FileNotFoundError:  # not for want of our own files, but never fail a release over it
+            self._load_readonly()
+            return
+        active.load(tolerate_tail=True)
+        segs[-1] = active
+        self._set_segments(segs)
 
     def try_become_writer(self) -> bool:
         """Take the writer lock if it is free right now (no waiting); True when this handle is the writer."""
@@ -1083,6 +1192,9 @@ class Partition:
             self._set_segments([])
             for seg in segs:
                 seg.close()
+            if self._want_fd is not None:
+                os.close(self._want_fd)
+                self._want_fd = None
             self._notify.close()  # wakes this handle's waiters sleeping on the notify file
             with self._appended:
                 self._appended.notify_all()

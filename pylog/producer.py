@@ -58,6 +58,7 @@ from .structs import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
     from .log import Store
+    from .partition import Partition
 
 __all__ = ["Producer", "FutureRecordMetadata", "ProducerTimeoutError"]
 
@@ -83,6 +84,8 @@ _DEFAULTS: dict[str, Any] = {
 _NETWORK_OPTIONS = {"bootstrap_servers", "security_protocol", "sasl_mechanism", "ssl_context", "api_version",
                     "request_timeout_ms", "metadata_max_age_ms", "connections_max_idle_ms",
                     "max_in_flight_requests_per_connection", "reconnect_backoff_ms"}
+#: How often (seconds) an idle sender thread looks whether another process waits for a partition it holds.
+_HANDOVER_POLL = 0.01
 #: Per-record overhead in a batch body beyond key and value, for the size checks.
 _RECORD_OVERHEAD = 16
 #: Room a batch header needs beside one record within the topic's max.message.bytes (send-time check).
@@ -344,8 +347,9 @@ class Producer:
     :meth:`pylog.log.Store.set_quota`), ``key_serializer``, ``value_serializer``, ``acks``
     (0, 1 or "all"), ``compression_type`` (None or "lz4"), ``batch_size``, ``linger_ms``,
     ``partitioner`` (``fn(key_bytes, all_partitions, available_partitions) -> int``; default: Kafka's),
-    ``buffer_memory``, ``max_block_ms`` (accepted for kafka-python compatibility: send() never waits
-    for metadata, and when the buffer is full it drains in place instead of blocking),
+    ``buffer_memory``, ``max_block_ms`` (how long an append waits for a partition that a producer of
+    another process is writing; send() itself never waits for metadata, and when the buffer is full it
+    drains in place instead of blocking),
     ``max_request_size``, ``enable_idempotence`` (default True),
     ``retries`` / ``retry_backoff_ms`` (an append that failed with an OSError is retried with the same
     sequence numbers). Broker options (``bootstrap_servers``, ...) raise :class:`InvalidConfigError`.
@@ -396,6 +400,10 @@ class Producer:
         self._throttle_total = 0.0
         self._throttle_max = 0.0
         self._sender_idle = True
+        #: Partitions this producer appended to: it hands them over when another process's producer waits
+        #: for one (see _hand_over). Only under the drain lock.
+        self._held: dict[int, "Partition"] = {}
+        self._max_block_ms = cfg["max_block_ms"]
         self._wake = threading.Event()
         self._sender = threading.Thread(target=self._run_sender, name="pylog-producer-sender", daemon=True)
         self._sender.start()
@@ -660,10 +668,12 @@ class Producer:
         while not self._closed:
             # Wake-ups are never missed (send() and this loop look at _sender_idle under the lock); the
             # 50 ms poll when idle is only a safety net.
-            self._wake.wait(0.05 if timeout is None else timeout)
+            self._wake.wait((_HANDOVER_POLL if self._held else 0.05) if timeout is None else timeout)
             self._wake.clear()
             if self._closed:
                 return
+            if self._held:
+                self._hand_over()
             try:
                 now = time.monotonic()
                 with self._lock:
@@ -683,6 +693,20 @@ class Producer:
                     self._sender_idle = True
                     for acc in self._accs.values():  # the next record settles, and _settle wakes us
                         acc.check_at = 0
+
+    def _hand_over(self) -> None:
+        """Release the partitions another process's producer waits for (Partition.handover_wanted); forget
+        those this store no longer writes. Between drains only: a drain appends to a partition whole."""
+        with self._drain_lock:
+            for key, part in list(self._held.items()):
+                try:
+                    if part.is_writer and part.handover_wanted():
+                        part.release_writer()
+                except Exception:  # a closed store, a removed directory: nothing left to hand over
+                    log.debug("pylog producer: handing over %s-%d failed", part.topic, part.number, exc_info=True)
+                    part = None
+                if part is None or not part.is_writer:
+                    del self._held[key]
 
     def _drain_all(self) -> None:
         for topic in list(self._accs):
@@ -803,6 +827,10 @@ class Producer:
                     part.flush()  # one fsync for everything this drain appended: group commit
                 except Exception as exc:
                     acc.partition_errors[part.number] = exc
+        for part in touched:  # after the fsync: a handover does not fsync
+            self._held[id(part)] = part
+            if part.handover_wanted():
+                part.release_writer()
         acc.offsets = offsets
         # Sticky partitioning: a completed batch moves key-less records on to another partition.
         for number in sticky:
@@ -823,6 +851,8 @@ class Producer:
         attempt = 0
         while True:
             try:
+                if not part.is_writer:  # another process's producer may write it: wait for our turn
+                    part.wait_to_write(self._max_block_ms)
                 return part.append_values(vals, keys=keys, timestamps=ts, headers=hs, producer=producer,
                                           compression=compression)
             except OSError:

@@ -132,12 +132,12 @@ class ProducerState:
 
     # ------------------------------------------------------------------ snapshot
 
-    def write_snapshot(self, directory: str, offset: int) -> None:
-        """Persist the state as of ``offset`` (every batch below it is accounted for)."""
+    def write_snapshot(self, directory: str, offset: int, durable: bool = True) -> None:
+        """Persist the state as of ``offset`` (every batch below it is accounted for); ``durable``: fsync."""
         body = msgpack.packb({"offset": offset, "producers": [
             [pid, e.epoch, e.last_timestamp, [list(b) for b in e.batches]] for pid, e in self.producers.items()]})
         raw = _HEAD.pack(_MAGIC, _VERSION, 0) + body
-        write_checked(os.path.join(directory, SNAPSHOT_FILE), raw)
+        write_checked(os.path.join(directory, SNAPSHOT_FILE), raw, durable=durable)
 
     @classmethod
     def read_snapshot(cls, directory: str) -> tuple["ProducerState", int] | None:

@@ -873,6 +873,22 @@ class Segment:
         self._oindex = oi.seal(durable=durable)
         self._tindex = ti.seal(max_timestamp=self._max_timestamp, durable=durable)
 
+    def stop_appending(self) -> None:
+        """Close the log for writing but leave the indexes live (unsealed, preallocated), as a writer leaves
+        them while it runs: for a partition handed to another writer, which continues them as they are.
+
+        Sealing instead would rewrite both index files (and the next writer would re-grow them), renames
+        that make the filesystem start writing the new files back, so the first touch of their mappings
+        waits for the disk. Nothing is fsynced here.
+        """
+        if self._wfd is None:
+            return
+        os.close(self._wfd)
+        self._wfd = None
+        for idx in (self._oindex, self._tindex):
+            if idx is not None:
+                idx.writable = False  # this object's readers may keep using the mapping; nobody appends
+
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= ``offset`` (whole batches); return bytes removed."""
         cut = self.size
