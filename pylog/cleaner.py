@@ -35,12 +35,18 @@ if TYPE_CHECKING:
     from .cleaner_registry import CleanerPublisher
     from .partition import Partition
 
-__all__ = ["Cleaner", "CleanerStatus"]
+__all__ = ["Cleaner", "CleanerStatus", "error_summary"]
 
 log = logging.getLogger("pylog.cleaner")
 
 #: Longest sleep of the thread between looks at the partitions (seconds).
 _IDLE = 1.0
+
+
+def error_summary(text: str | None) -> str:
+    """The exception line of a recorded traceback (its last line), e.g. ``OSError: [Errno 28] ...``."""
+    lines = (text or "").strip().splitlines()
+    return lines[-1].strip() if lines else "no error recorded"
 
 
 @dataclass
@@ -143,7 +149,7 @@ class Cleaner:
         if st.uncleanable:
             first = next(iter(st.uncleanable.items()))
             raise CleanerError(f"the cleaner gave up on {len(st.uncleanable)} partition(s) of {self._name}, "
-                               f"e.g. {first[0]}: {first[1].splitlines()[0] if first[1] else ''}")
+                               f"e.g. {first[0]}: {error_summary(first[1])}")
 
     def _record_error(self, where: str, exc: BaseException, partition_key: str | None = None) -> None:
         text = "".join(traceback.format_exception(exc))

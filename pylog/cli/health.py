@@ -31,6 +31,7 @@ import argparse
 import os
 from typing import Any, TextIO
 
+from ..cleaner import error_summary
 from ..cleaner_registry import HEARTBEAT_S, PublishedCleaner
 from ..compaction import cleanable_range
 from ..config import STORE_SETTINGS
@@ -145,15 +146,13 @@ def _check_cleaners(cleaners: list[PublishedCleaner], stale_ms: int, found: _Fin
             found.warnings.append(f"cleaner of {who}: status unreadable: {c.error}")
             continue
         if st.enabled and not st.alive:
-            error = (st.last_error or "no error recorded").strip().splitlines()
             found.problems.append(f"cleaner of {who}: the thread is dead; retention and compaction stopped in "
-                                  f"that process. Last error: {error[0]}{' ... ' + error[-1] if len(error) > 1 else ''}")
+                                  f"that process. Last error: {error_summary(st.last_error)}")
         elif age is not None and age * 1000 > stale_ms:
             found.problems.append(f"cleaner of {who}: no heartbeat for {age:.1f} s (> {stale_ms} ms): the thread "
                                   "is stuck, or the process is stopped")
         for key, text in sorted(st.uncleanable.items()):
-            first = (text or "").strip().splitlines()
-            found.problems.append(f"cleaner of {who} gave up on {key}: {first[-1] if first else 'unknown error'}")
+            found.problems.append(f"cleaner of {who} gave up on {key}: {error_summary(text)}")
     table.print(out)
 
 
