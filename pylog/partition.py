@@ -92,6 +92,7 @@ class Partition:
         #: This handle has handed the lock over (release_writer) before: it takes turns with other writers,
         #: so its opens as writer do not fsync the checkpoint either (see _open_as_writer).
         self._takes_turns = False
+        self._repairing = False  # see repair()
         self._lock = threading.RLock()
         #: Serialises maintenance (retention, delete-records, compaction); taken before ``_lock``, never after.
         self.maintenance_lock = threading.RLock()
@@ -323,16 +324,27 @@ class Partition:
             start = max(cp.log_start_offset, cp.recovery_point)
             segs = [Segment.create(self.directory, start, *self._new_segment_args())]
             cp = Checkpoint(start, start, clean=False, swap_generation=self._swap_gen)
-        elif cp.clean:
+        elif cp.clean and not self._repairing:
             try:
                 segs[-1].open_for_append()
             except CorruptRecordError as exc:
-                # Damage after a clean close (nothing of ours put it there): recover the active segment
-                # rather than refuse every write.
-                log.warning("%s: active segment fails its check after a clean close (%s); recovering",
-                            self.directory, exc)
                 segs[-1] = self._open_segment(segs[-1].base_offset)
+                if not segs[-1].damage_is_at_tail():
+                    # Not a torn write: whole batches follow the damage, and readers may have read them and
+                    # their offsets. Cutting them would lose records silently and hand their offsets out
+                    # again: refuse to write until someone decides (repair()).
+                    raise CorruptRecordError(
+                        f"{self.topic}-{self.number}: the active segment is damaged in the middle after a clean "
+                        f"close ({exc.reason}); appends are refused so that the whole batches after the damage "
+                        f"are not cut. `pylog verify` shows the damage; `pylog repair STORE {self.topic} "
+                        f"{self.number}` (Partition.repair()) cuts the log there", exc.path, exc.position) from None
+                # The last batch is cut short or bad with nothing after it: what a writer that died during
+                # an append leaves (a writer taking turns leaves the checkpoint clean): recover it.
+                log.warning("%s: active segment's last batch fails its check after a clean close (%s); "
+                            "recovering", self.directory, exc)
                 segs = self._recover(segs, segs[-1].base_offset)
+        elif cp.clean:  # repair(): re-validate the active segment and cut it at its first damage
+            segs = self._recover(segs, segs[-1].base_offset)
         else:
             segs = self._recover(segs, cp.recovery_point)
         self._log_start = cp.log_start_offset
@@ -1077,12 +1089,22 @@ class Partition:
 
     # ------------------------------------------------------------------ checks and lifecycle
 
-    def check(self) -> list[str]:
-        """Full consistency check of every segment and index; returns the problems found (empty if none)."""
+    def check(self, writer_active: bool | None = None) -> list[str]:
+        """Full consistency check of every segment and index, up to the end of every file (not only what
+        a reader counts as visible: a reader stops at the first damaged batch of the active segment, as
+        if it were still being written); returns the problems found (empty if none).
+
+        ``writer_active``: whether another process may be appending right now (None: unknown, assume so);
+        then a batch the active file does not wholly hold yet is not reported.
+        """
         problems: list[str] = []
         prev_next = None
-        for seg in self._segments:
-            problems.extend(seg.check())
+        segs = self._segments
+        for seg in segs:
+            if seg is segs[-1] and not self.is_writer:
+                problems.extend(seg.check(seg.file_size(), partial_tail_ok=writer_active is not False))
+            else:
+                problems.extend(seg.check())
             if prev_next is not None and seg.base_offset < prev_next:
                 problems.append(f"{seg.log_path}: base offset {seg.base_offset} below previous end {prev_next}")
             if seg.size:
@@ -1090,6 +1112,30 @@ class Partition:
         if self._segments and self._segments[-1].base_offset > self.log_end_offset:
             problems.append("active segment starts after the log end offset")
         return problems
+
+    def repair(self) -> dict[str, Any]:
+        """Become the writer and cut the log at its first damaged batch: the active segment (or, after an
+        unclean stop, every segment from the recovery point) is re-validated batch by batch, and
+        everything from the first batch that fails its checks on is dropped; the offsets of dropped
+        records are given to the next appends.
+
+        For a partition whose writer open is refused because its active segment is damaged in the middle
+        after a clean close (:class:`CorruptRecordError`); check with ``pylog verify`` first, and copy
+        the partition directory if the records after the damage matter. Returns :attr:`last_recovery`
+        (bytes dropped, segments validated and deleted); a handle that already writes the partition
+        repairs nothing and returns ``{}``.
+
+        :raises PartitionLockedError: when another handle writes the partition.
+        """
+        with self._lock:
+            if self._lock_fd is not None:
+                return {}
+            self._repairing = True
+            try:
+                self._ensure_writer_locked()
+            finally:
+                self._repairing = False
+            return dict(self.last_recovery or {})
 
     def release_writer(self) -> None:
         """Give up the writer lock and go back to reading, so that another handle may write next.

@@ -873,6 +873,23 @@ class Segment:
         self._oindex = oi.seal(durable=durable)
         self._tindex = ti.seal(max_timestamp=self._max_timestamp, durable=durable)
 
+    def damage_is_at_tail(self) -> bool:
+        """True when the file's only trouble is its last batch: cut short, or failing its checks with
+        nothing after it (what a write interrupted by a crash leaves); False when whole, valid-looking
+        data follows the first batch that fails (damage in the middle: recovery would drop good batches)."""
+        end = self.file_size()
+        valid_end = 0
+        for fpos, h in self._valid_batches(0, end, tolerate_tail=True):
+            valid_end = fpos + h.size
+        if end - valid_end < HEADER_SIZE:
+            return True
+        h = parse_header(os.pread(self._fd(), HEADER_SIZE, valid_end))
+        try:
+            check_header(h, self.log_path, valid_end)
+        except CorruptRecordError:
+            return False  # a damaged header with more bytes after it: cannot tell where the next batch starts
+        return valid_end + h.size >= end
+
     def stop_appending(self) -> None:
         """Close the log for writing but leave the indexes live (unsealed, preallocated), as a writer leaves
         them while it runs: for a partition handed to another writer, which continues them as they are.
@@ -961,14 +978,37 @@ class Segment:
             except FileNotFoundError:
                 pass
 
-    def check(self) -> list[str]:
-        """Full consistency check: every batch validates, offsets increase, index entries point at
-        batches with their offsets. Returns a list of problems (empty when consistent)."""
+    def check(self, end: int | None = None, partial_tail_ok: bool = False) -> list[str]:
+        """Full consistency check of the bytes up to ``end`` (default: the visible size): every batch
+        validates, offsets increase, index entries point at batches with their offsets. Returns a list of
+        problems (empty when consistent).
+
+        Bytes after the last whole batch are a problem, except, with ``partial_tail_ok`` (a writer may be
+        writing it right now), the start of one batch that the file does not hold all of yet.
+        """
+        end = self.size if end is None else end
         problems: list[str] = []
+        complete = 0
+        for fpos, h in self.batch_headers(end, tolerate_tail=True):
+            complete = fpos + h.size
+        if complete < end:
+            head = os.pread(self._fd(), HEADER_SIZE, complete)
+            partial = len(head) < HEADER_SIZE
+            if not partial:
+                h = parse_header(head)
+                try:
+                    check_header(h, self.log_path, complete)
+                    partial = complete + h.size > end
+                except CorruptRecordError:
+                    partial = False
+            if not (partial and partial_tail_ok):
+                what = "a batch cut short (a torn write)" if partial else "not a valid batch header"
+                problems.append(f"{self.log_path}@{complete}: the {end - complete} byte(s) after the last whole "
+                                f"batch are {what}")
         starts: dict[int, int] = {}
         prev = self.base_offset - 1
         try:
-            for fpos, h, buf, p in self._scan(0, self.size, _MAX_CHUNK, tolerate_tail=False):
+            for fpos, h, buf, p in self._scan(0, complete, _MAX_CHUNK, tolerate_tail=False):
                 BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
                 if h.base_offset <= prev:
                     problems.append(f"{self.log_path}@{fpos}: base offset {h.base_offset} not above {prev}")

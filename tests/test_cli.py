@@ -107,7 +107,7 @@ def test_the_readme_names_only_real_commands(capsys):
     section = text[text.index("## Command line"):text.index("\n## ", text.index("## Command line") + 3)]
     named = set(re.findall(r"pylog ([a-z-]+)(?: ([a-z-]+))?", section))
     assert {c for c, _ in named} >= {"topics", "produce", "consume", "dump", "verify", "groups", "retention", "compact",
-                                     "delete-records", "health", "bench"}
+                                     "delete-records", "repair", "health", "bench"}
     for command, action in named:
         with pytest.raises(SystemExit) as exc:
             main([command] + ([action] if action else []) + ["--help"])
@@ -134,6 +134,76 @@ def test_verify_passes_a_sound_store_and_fails_a_damaged_one(tmp_path):
     code, text = _run("verify", tmp_path, "events")
     assert code == ExitCode.PROBLEMS
     assert "checksum" in text and f"[{log} @ byte 0]" in text and "verify: 1 problem(s)" in text
+
+
+def _damaged_active_segment(tmp_path, batches=5, flip=64 + 3):
+    """A 1-partition topic ``t`` of ``batches`` batches of 10 records, all in the active segment, cleanly
+    closed; then one byte of the first batch's body flipped (by hand, as bit rot would)."""
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        p = store.create_topic("t").partition(0)
+        for i in range(batches):
+            p.append_values([b"x%d" % i] * 10)
+    log = tmp_path / "t" / "0" / "00000000000000000000.log"
+    raw = bytearray(log.read_bytes())
+    raw[flip] ^= 0xFF
+    log.write_bytes(bytes(raw))
+    return log
+
+
+def test_verify_finds_damage_in_the_active_segment_of_a_partition_nobody_writes(tmp_path):
+    log = _damaged_active_segment(tmp_path)
+    code, text = _run("verify", tmp_path)
+    # a reader stops at the bad batch as if it were still being written; verify reads to the file's end
+    assert code == ExitCode.PROBLEMS and f"checksum mismatch [{log} @ byte 0]" in text
+
+
+def test_verify_reports_a_torn_last_batch_unless_a_writer_may_be_writing_it(tmp_path):
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        p = store.create_topic("t").partition(0)
+        p.append_values([b"a" * 100] * 10)
+        p.append_values([b"b" * 100] * 10)
+    log = tmp_path / "t" / "0" / "00000000000000000000.log"
+    size = log.stat().st_size
+    with open(log, "r+b") as f:
+        f.truncate(size - 50)  # the second batch cut short, as a crash mid-write leaves it
+    code, text = _run("verify", tmp_path)
+    assert code == ExitCode.PROBLEMS and "after the last whole batch are a batch cut short" in text
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        p = store.topic("t").partition(0)
+        assert p.check(writer_active=True) == []  # a live writer may be writing it right now
+        assert len(p.check(writer_active=False)) == 1
+
+
+def test_a_clean_store_damaged_in_the_middle_refuses_appends_until_repaired(tmp_path):
+    _damaged_active_segment(tmp_path)
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        p = store.topic("t").partition(0)
+        with pytest.raises(pylog.CorruptRecordError, match="damaged in the middle after a clean close"):
+            p.append_values([b"new"])
+        assert not p.is_writer
+    # nothing was cut: the whole batches after the damage are still on disk
+    assert (tmp_path / "t" / "0" / "00000000000000000000.log").stat().st_size > 600
+    code, text = _run("repair", tmp_path, "t", "0")
+    assert code == ExitCode.OK and "1 segment(s) validated" in text and "log end offset 0" in text
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        assert store.topic("t").partition(0).append_values([b"new"]) == 0
+    assert _run("verify", tmp_path)[0] == ExitCode.OK
+
+
+def test_a_clean_store_whose_last_batch_is_bad_recovers_on_its_own(tmp_path):
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        p = store.create_topic("t").partition(0)
+        p.append_values([b"a"] * 10)
+        p.append_values([b"b"] * 10)
+    log = tmp_path / "t" / "0" / "00000000000000000000.log"
+    raw = bytearray(log.read_bytes())
+    raw[-5] ^= 0xFF  # the last batch's body: what a writer that died mid-append (taking turns) leaves
+    log.write_bytes(bytes(raw))
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        p = store.topic("t").partition(0)
+        assert p.append_values([b"c"]) == 10
+        assert p.last_recovery["bytes_dropped"] > 0
+        assert [r.value for r in p.read(0, max_records=100)] == [b"a"] * 10 + [b"c"]
 
 
 def test_verify_defaults_to_the_current_directory(tmp_path, monkeypatch):

@@ -12,7 +12,7 @@ from typing import Any, Sequence, TextIO
 
 from ..errors import PartitionLockedError, PylogError
 from ..log import Store
-from .base import ExitCode, non_negative, open_store
+from .base import ExitCode, non_negative, open_store, partition_writers
 from .output import Progress
 
 __all__ = ["register", "verify"]
@@ -41,6 +41,18 @@ def register(sub: Any) -> None:
     d.add_argument("partition", type=non_negative)
     d.add_argument("offset", type=non_negative)
     d.set_defaults(run=_delete_records)
+    rp = sub.add_parser("repair", help="cut a damaged partition's log at its first bad batch (drops what follows)",
+                        description="Become the partition's writer and re-validate its active segment (or, after "
+                                    "a crash, every segment from the recovery point), cutting the log at the first "
+                                    "batch that fails its checks; the records from there on are dropped and their "
+                                    "offsets given to the next appends. For a partition whose appends are refused "
+                                    "because its active segment is damaged in the middle after a clean close. Run "
+                                    "`pylog verify` first, and copy the partition directory if what follows the "
+                                    "damage matters.")
+    rp.add_argument("store")
+    rp.add_argument("topic")
+    rp.add_argument("partition", type=non_negative)
+    rp.set_defaults(run=_repair)
 
 
 def verify(store: Store, topic_names: Sequence[str], out: TextIO) -> int:
@@ -54,10 +66,11 @@ def verify(store: Store, topic_names: Sequence[str], out: TextIO) -> int:
         except PylogError as exc:  # e.g. a damaged topic.json
             problems += 1
             print(f"{name}: cannot be opened\n  {exc}", file=out)
+    writers = partition_writers(p.directory for p in parts)
     with Progress("verify", sum(p.size_bytes() for p in parts), " bytes") as progress:
         for p in parts:
             try:
-                found = p.check()
+                found = p.check(writer_active=None if writers is None else writers.get(p.directory) is not None)
             except (PylogError, OSError) as exc:
                 found = [str(exc)]
             problems += len(found)
@@ -114,4 +127,21 @@ def _delete_records(args: argparse.Namespace, out: TextIO) -> ExitCode:
     with open_store(args.store) as store:
         start = store.delete_records(args.topic, args.partition, args.offset)
         print(f"{args.topic}-{args.partition}: log start offset {start}", file=out)
+    return ExitCode.OK
+
+
+def _repair(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    with open_store(args.store) as store:
+        p = store.topic(args.topic).partition(args.partition)
+        try:
+            stats = p.repair()
+        except PartitionLockedError:
+            print(f"{args.topic}-{args.partition}: locked by another writer; stop it first", file=out)
+            return ExitCode.PROBLEMS
+        if not stats:
+            print(f"{args.topic}-{args.partition}: nothing to repair", file=out)
+        else:
+            print(f"{args.topic}-{args.partition}: {stats['segments_validated']} segment(s) validated, "
+                  f"{stats['bytes_dropped']} byte(s) dropped, {stats['segments_deleted']} segment(s) deleted; "
+                  f"log end offset {p.log_end_offset}", file=out)
     return ExitCode.OK
