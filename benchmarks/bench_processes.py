@@ -1,4 +1,4 @@
-"""Producers and consumers in separate processes, each on its own partition (issue 4).
+"""Producers and consumers in separate processes, on their own partitions or sharing one (issue 4).
 
     python benchmarks/bench_processes.py [--quick] [--dir DIR] [--records N]
 
@@ -6,7 +6,9 @@ Runs two configurations on a 3-partition topic of 100-byte values, in the same r
 
 - baseline: one producer process (``send()`` one record at a time, acks=1) and one consumer process
   (iterating an ``assign()``ed partition) on partition 0, running at the same time;
-- three producer processes and three consumer processes, producer *i* and consumer *i* on partition *i*.
+- three producer processes and three consumer processes, producer *i* and consumer *i* on partition *i*;
+- three producer processes sharing partition 0 (they take turns: each hands the partition's writer lock
+  over when another waits for it) and one consumer process reading all their records from it.
 
 Each process waits on a shared start event, then times itself (CLOCK_MONOTONIC, shared by processes on
 Linux). Aggregate throughput = all records / (last end - first start), for producers and for consumers;
@@ -61,15 +63,23 @@ def _consume(path: str, partition: int, n: int, start: Any, out: Any) -> None:
     out.put(("consume", partition, t0, t1, got))
 
 
-def run(root: str, pairs: int, n: int) -> dict[str, float]:
-    """Run ``pairs`` producer/consumer process pairs of ``n`` records each; aggregate records/s per role."""
-    path = os.path.join(root, f"pairs-{pairs}")
+def run(root: str, pairs: int, n: int, shared: bool = False) -> dict[str, float]:
+    """Run ``pairs`` producer/consumer process pairs of ``n`` records each; aggregate records/s per role.
+
+    ``shared``: the producers all write partition 0, and one consumer reads their ``pairs * n`` records.
+    """
+    path = os.path.join(root, f"pairs-{pairs}{'-shared' if shared else ''}")
     shutil.rmtree(path, ignore_errors=True)
     with pylog.open(path, log_cleaner_enable=False) as store:
         store.create_topic(TOPIC, partitions=3)
     ctx = mp.get_context("spawn")
     start, out = ctx.Event(), ctx.Queue()
-    procs = [ctx.Process(target=fn, args=(path, i, n, start, out)) for i in range(pairs) for fn in (_produce, _consume)]
+    if shared:
+        procs = [ctx.Process(target=_produce, args=(path, 0, n, start, out)) for _ in range(pairs)]
+        procs.append(ctx.Process(target=_consume, args=(path, 0, pairs * n, start, out)))
+    else:
+        procs = [ctx.Process(target=fn, args=(path, i, n, start, out)) for i in range(pairs)
+                 for fn in (_produce, _consume)]
     for p in procs:
         p.start()
     time.sleep(1.0 + 0.3 * len(procs))  # let every process import and open the store
@@ -100,9 +110,13 @@ def main(argv: list[str] | None = None) -> None:
         print(f"{n:,} records of {len(VALUE)} bytes per producer; {os.cpu_count()} CPUs")
         one = run(root, 1, n)
         three = run(root, 3, n)
+        shared = run(root, 3, n, shared=True)
         for role, label in (("produce", "producers (send(), acks=1)"), ("consume", "consumers (iteration)")):
             print(f"{label:<28} 1 process: {one[role] / 1e6:6.3f} M rec/s   3 processes: "
                   f"{three[role] / 1e6:6.3f} M rec/s   ratio {three[role] / one[role]:.2f}x")
+        print(f"{'3 producers, 1 shared part.':<28} {shared['produce'] / 1e6:6.3f} M rec/s (1 consumer: "
+              f"{shared['consume'] / 1e6:6.3f} M rec/s)   vs own partitions {shared['produce'] / three['produce']:.2f}x"
+              f"   vs 1 process {shared['produce'] / one['produce']:.2f}x")
     finally:
         if args.dir is None:
             shutil.rmtree(root, ignore_errors=True)
