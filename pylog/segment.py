@@ -873,22 +873,45 @@ class Segment:
         self._oindex = oi.seal(durable=durable)
         self._tindex = ti.seal(max_timestamp=self._max_timestamp, durable=durable)
 
-    def damage_is_at_tail(self) -> bool:
-        """True when the file's only trouble is its last batch: cut short, or failing its checks with
-        nothing after it (what a write interrupted by a crash leaves); False when whole, valid-looking
-        data follows the first batch that fails (damage in the middle: recovery would drop good batches)."""
-        end = self.file_size()
+    def _valid_end(self, end: int) -> int:
+        """End of the prefix of wholly valid batches (length, header, CRC, sections) in ``[0, end)``."""
         valid_end = 0
         for fpos, h in self._valid_batches(0, end, tolerate_tail=True):
             valid_end = fpos + h.size
-        if end - valid_end < HEADER_SIZE:
-            return True
-        h = parse_header(os.pread(self._fd(), HEADER_SIZE, valid_end))
-        try:
-            check_header(h, self.log_path, valid_end)
-        except CorruptRecordError:
-            return False  # a damaged header with more bytes after it: cannot tell where the next batch starts
-        return valid_end + h.size >= end
+        return valid_end
+
+    def _valid_batch_after(self, pos: int, end: int) -> bool:
+        """True when a wholly valid batch follows the bad one at ``pos``, reachable through the lengths in
+        the headers from there: damage in the middle, not a torn tail. A header that fails its checks
+        ends the walk (nothing after it can be located), as does the end of the file."""
+        fd = self._fd()
+        first = pos
+        while pos + HEADER_SIZE <= end:
+            h = parse_header(os.pread(fd, HEADER_SIZE, pos))
+            try:
+                check_header(h, self.log_path, pos)
+            except CorruptRecordError:
+                return False
+            nxt = pos + h.size
+            if nxt > end:
+                return False
+            if pos != first:  # the bad batch itself says nothing about what follows it
+                try:
+                    BatchView.from_buffer(os.pread(fd, h.size, pos), 0, self.log_path, pos, h)
+                    return True
+                except CorruptRecordError:
+                    pass
+            pos = nxt
+        return False
+
+    def damage_is_at_tail(self) -> bool:
+        """True when the file's only trouble is at its end: a batch cut short, failing its checks or
+        unlocatable garbage, with no valid batch reachable after it (what a write interrupted by a
+        crash or a power loss leaves); False when a whole valid batch follows the first bad one
+        (damage in the middle: recovery would drop good batches)."""
+        end = self.file_size()
+        valid_end = self._valid_end(end)
+        return valid_end >= end or not self._valid_batch_after(valid_end, end)
 
     def stop_appending(self) -> None:
         """Close the log for writing but leave the indexes live (unsealed, preallocated), as a writer leaves
@@ -983,28 +1006,20 @@ class Segment:
         validates, offsets increase, index entries point at batches with their offsets. Returns a list of
         problems (empty when consistent).
 
-        Bytes after the last whole batch are a problem, except, with ``partial_tail_ok`` (a writer may be
-        writing it right now), the start of one batch that the file does not hold all of yet.
+        A bad batch with a valid one after it is always a problem (damage in the middle). Bad bytes with
+        no valid batch after them (a torn tail: a write in progress, or what a crash left for the next
+        writer to cut) are one too, unless ``partial_tail_ok``.
         """
         end = self.size if end is None else end
         problems: list[str] = []
-        complete = 0
-        for fpos, h in self.batch_headers(end, tolerate_tail=True):
-            complete = fpos + h.size
+        complete = self._valid_end(end)
         if complete < end:
-            head = os.pread(self._fd(), HEADER_SIZE, complete)
-            partial = len(head) < HEADER_SIZE
-            if not partial:
-                h = parse_header(head)
-                try:
-                    check_header(h, self.log_path, complete)
-                    partial = complete + h.size > end
-                except CorruptRecordError:
-                    partial = False
-            if not (partial and partial_tail_ok):
-                what = "a batch cut short (a torn write)" if partial else "not a valid batch header"
-                problems.append(f"{self.log_path}@{complete}: the {end - complete} byte(s) after the last whole "
-                                f"batch are {what}")
+            if self._valid_batch_after(complete, end):
+                complete = end  # the scan below names the first bad batch
+            elif not partial_tail_ok:
+                problems.append(f"{self.log_path}@{complete}: the {end - complete} byte(s) after the last valid "
+                                "batch are a torn tail (a write in progress, or what a crash left: the next "
+                                "writer cuts it)")
         starts: dict[int, int] = {}
         prev = self.base_offset - 1
         try:

@@ -167,7 +167,7 @@ def test_verify_reports_a_torn_last_batch_unless_a_writer_may_be_writing_it(tmp_
     with open(log, "r+b") as f:
         f.truncate(size - 50)  # the second batch cut short, as a crash mid-write leaves it
     code, text = _run("verify", tmp_path)
-    assert code == ExitCode.PROBLEMS and "after the last whole batch are a batch cut short" in text
+    assert code == ExitCode.PROBLEMS and "after the last valid batch are a torn tail" in text
     with pylog.open(tmp_path, log_cleaner_enable=False) as store:
         p = store.topic("t").partition(0)
         assert p.check(writer_active=True) == []  # a live writer may be writing it right now
