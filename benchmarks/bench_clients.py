@@ -213,6 +213,46 @@ def bench_consumer(root: str, n: int) -> None:
             ">= 2 M rec/s " + ("PASS" if rate >= 2e6 else "MISS"))
 
 
+def bench_handover(root: str, reps: int, segment_counts: tuple[int, ...] = (3, 100, 1000)) -> None:
+    """Writers taking turns: the cost of handing a partition's writer lock over (release + take back), and
+    of a consumer group commit, which takes the committed-offsets partition's lock for each commit."""
+    for nseg in segment_counts:
+        path = os.path.join(root, f"handover-{nseg}")
+        shutil.rmtree(path, ignore_errors=True)
+        with pylog.open(path, log_cleaner_enable=False) as store:
+            p = store.create_topic("t", config={"segment.bytes": 2000}).partition(0)
+            while len(p.segments) < nseg:
+                p.append_values([b"x" * 1500])
+            t0 = time.perf_counter()
+            for _ in range(reps):
+                p.release_writer()
+                p.try_become_writer()
+            per = (time.perf_counter() - t0) / reps
+            base = _timed_append(p, reps)
+        row(f"writer handover, {nseg} segments", per * 1e3, "ms", per / base, "vs one 1-record append")
+    path = os.path.join(root, "commit")
+    shutil.rmtree(path, ignore_errors=True)
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("t")
+        consumer = store.consumer(group_id="g", enable_auto_commit=False)
+        tp = pylog.TopicPartition("t", 0)
+        consumer.assign([tp])
+        consumer.commit({tp: pylog.OffsetAndMetadata(0, "")})
+        t0 = time.perf_counter()
+        for i in range(reps):
+            consumer.commit({tp: pylog.OffsetAndMetadata(i, "")})
+        per = (time.perf_counter() - t0) / reps
+        consumer.close()
+    row("consumer.commit(), one partition", per * 1e3, "ms")
+
+
+def _timed_append(p: Any, reps: int) -> float:
+    t0 = time.perf_counter()
+    for _ in range(reps):
+        p.append_values([b"y"])
+    return (time.perf_counter() - t0) / reps
+
+
 def _latency_consumer(path: str, n: int, use_notify: bool, ready: Any, out: Any) -> None:
     pylog.notify.ENABLED = use_notify
     with pylog.open(path, log_cleaner_enable=False) as store:
@@ -367,6 +407,7 @@ def main() -> int:
         bench_quota(root, 2.0 if a.quick else 6.0)
         bench_acks_all(root, 50 if a.quick else 500)
         bench_consumer(root, 20_000 if a.quick else 1_000_000)
+        bench_handover(root, 20 if a.quick else 300, (3, 30) if a.quick else (3, 100, 1000))
         bench_latency(root, 200 if a.quick else 5_000, 1.0 if a.quick else 3.0)
     finally:
         if not a.dir:
