@@ -115,6 +115,7 @@ class Partition:
         self.last_recovery: dict[str, Any] | None = None
         os.makedirs(directory, exist_ok=True)
         self._checkpoint_path = os.path.join(directory, CHECKPOINT_FILE)
+        self._dir_ino = os.stat(directory).st_ino  # see _sealed_segments
         # (segments oldest first, their base offsets): one tuple, swapped whole, so a reader's snapshot
         # of both always agrees.
         self._view: tuple[list[Segment], list[int]] = ([], [])
@@ -157,14 +158,25 @@ class Partition:
         """Sealed segments of the current view that a new view may keep, by base offset: a handle that
         switches between reading and writing (taking turns) then does not reopen every segment.
 
-        Only those made under the swap generation just read (``self._swap_gen``): a sealed segment's file
-        never changes, except when compaction renames another over its name, which bumps the generation
-        first; retention only deletes, and the new listing drops those.
+        Only segments this handle sealed or opened *as the writer* (``trusted``, under the lock, so no
+        swap was half-way), made under the swap generation just read (``self._swap_gen``), and only while
+        the partition directory is the one this handle opened (a deleted and re-created topic starts
+        again at generation 0). A sealed segment's file never changes otherwise: compaction renames
+        another over its name only after bumping the generation; retention only deletes, and the new
+        listing drops those.
         """
-        generation = (self._checkpoint_path, self._swap_gen)
         view = getattr(self, "_view", None)  # None while the handle is first being opened
         segs = view[0] if view else []
-        return {seg.base_offset: seg for seg in segs[:-1] if seg.immutable and seg.generation == generation}
+        if not segs:
+            return {}
+        try:
+            if os.stat(self.directory).st_ino != self._dir_ino:
+                return {}
+        except FileNotFoundError:
+            return {}
+        generation = (self._checkpoint_path, self._swap_gen)
+        return {seg.base_offset: seg for seg in segs[:-1]
+                if seg.immutable and seg.trusted and seg.generation == generation}
 
     def _open_segment(self, base: int) -> Segment:
         """An existing segment, sized under the current swap generation (see :meth:`Segment.open`)."""
@@ -318,8 +330,12 @@ class Partition:
         # now, and closing a descriptor it is about to pread would let the number be reused for another
         # file. They close themselves (Segment.__del__) when the last snapshot holding them goes.
         bases = list_segment_bases(self.directory)
-        reuse = self._sealed_segments()
+        # Only on a clean checkpoint: recovery closes and cuts the segments it validates, and objects of
+        # the reader view may be in use by other threads' reads right now.
+        reuse = self._sealed_segments() if cp.clean and not self._repairing else {}
         segs = [(reuse.get(b) if b != bases[-1] else None) or self._open_segment(b) for b in bases]
+        for seg in segs:
+            seg.trusted = True  # opened under the lock
         if not segs:
             start = max(cp.log_start_offset, cp.recovery_point)
             segs = [Segment.create(self.directory, start, *self._new_segment_args())]
@@ -355,7 +371,8 @@ class Partition:
             k += 1
         for seg in segs[:k]:
             log.info("deleting %s: below the log start offset %d", seg.log_path, self._log_start)
-            seg.delete()
+            # A fresh object: the one in the list may be shared with reads under way (see above).
+            self._open_segment(seg.base_offset).delete()
         segs = segs[k:]
         self._set_segments(segs)
         self._recovery_point = min(cp.recovery_point, segs[-1].base_offset) if not cp.clean else cp.recovery_point
@@ -797,6 +814,7 @@ class Partition:
         try:
             old.seal(durable=True)
             new = Segment.create(self.directory, old.next_offset, *self._new_segment_args())
+            new.generation = (self._checkpoint_path, self._swap_gen)  # moved on by bump_swap_generation
         except OSError as exc:
             # The old segment is no longer writable and no new one exists: refuse work until reopened
             # (recovery then finishes the roll or rolls it back).

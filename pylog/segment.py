@@ -75,6 +75,8 @@ class Segment:
         self.index_path = segment_path(directory, base_offset, INDEX_SUFFIX + suffix)
         self.timeindex_path = segment_path(directory, base_offset, TIMEINDEX_SUFFIX + suffix)
         self._ino: int | None = None  # the log file's inode when opened: compaction replaces files by name
+        #: Made or opened by the partition's writer, under its lock (a partition may reuse it across views).
+        self.trusted = False
         #: (checkpoint path, swap generation) under which this object was sized; None: no check needed.
         self.generation: tuple[str, int] | None = None
         self.index_max_bytes = index_max_bytes
@@ -121,6 +123,7 @@ class Segment:
         seg._wfd = os.open(seg.log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         seg._ino = os.fstat(seg._wfd).st_ino
         seg._loaded = True
+        seg.trusted = True  # only a writer creates segments
         return seg
 
     @classmethod
@@ -905,13 +908,33 @@ class Segment:
         return False
 
     def damage_is_at_tail(self) -> bool:
-        """True when the file's only trouble is at its end: a batch cut short, failing its checks or
-        unlocatable garbage, with no valid batch reachable after it (what a write interrupted by a
-        crash or a power loss leaves); False when a whole valid batch follows the first bad one
-        (damage in the middle: recovery would drop good batches)."""
+        """True when what follows the file's valid batches looks like an interrupted write, and nothing
+        else: fewer bytes than a header; a header that checks, whose batch runs to or past the end of the
+        file (cut short, or the last batch and bad); or only zero bytes (blocks a power loss left
+        unwritten). False for anything else (a damaged header, a bad batch with bytes after it): bit rot
+        or a foreign hand, which recovery must not cut on its own, since whole batches may follow."""
         end = self.file_size()
-        valid_end = self._valid_end(end)
-        return valid_end >= end or not self._valid_batch_after(valid_end, end)
+        return self._torn_tail(self._valid_end(end), end)
+
+    def _torn_tail(self, valid_end: int, end: int) -> bool:
+        """:meth:`damage_is_at_tail` for the bytes ``[valid_end, end)``."""
+        if end - valid_end < HEADER_SIZE:
+            return True
+        fd = self._fd()
+        h = parse_header(os.pread(fd, HEADER_SIZE, valid_end))
+        try:
+            check_header(h, self.log_path, valid_end)
+            if valid_end + h.size >= end:
+                return True
+        except CorruptRecordError:
+            pass
+        pos = valid_end
+        while pos < end:
+            chunk = os.pread(fd, min(_MAX_CHUNK, end - pos), pos)
+            if not chunk or chunk.count(0) != len(chunk):
+                return False
+            pos += len(chunk)
+        return True
 
     def stop_appending(self) -> None:
         """Close the log for writing but leave the indexes live (unsealed, preallocated), as a writer leaves
@@ -1006,20 +1029,31 @@ class Segment:
         validates, offsets increase, index entries point at batches with their offsets. Returns a list of
         problems (empty when consistent).
 
-        A bad batch with a valid one after it is always a problem (damage in the middle). Bad bytes with
-        no valid batch after them (a torn tail: a write in progress, or what a crash left for the next
-        writer to cut) are one too, unless ``partial_tail_ok``.
+        Whatever follows the valid batches is a problem, except, with ``partial_tail_ok`` (a writer may be
+        writing right now), the start of one batch the file does not wholly hold yet: a live writer never
+        leaves anything else there. A bad batch with a valid one after it is reported as the bad batch.
         """
         end = self.size if end is None else end
         problems: list[str] = []
         complete = self._valid_end(end)
         if complete < end:
+            partial = end - complete < HEADER_SIZE
+            if not partial:
+                h = parse_header(os.pread(self._fd(), HEADER_SIZE, complete))
+                try:
+                    check_header(h, self.log_path, complete)
+                    partial = complete + h.size > end
+                except CorruptRecordError:
+                    pass
             if self._valid_batch_after(complete, end):
-                complete = end  # the scan below names the first bad batch
-            elif not partial_tail_ok:
+                complete = end  # damage in the middle: the scan below names the first bad batch
+            elif not (partial and partial_tail_ok):
+                what = ("a torn tail (an interrupted write: the next writer cuts it)"
+                        if self._torn_tail(complete, end) else
+                        "damaged, not an interrupted write (after a clean close appends are refused until "
+                        "`pylog repair`; after a crash recovery cuts it)")
                 problems.append(f"{self.log_path}@{complete}: the {end - complete} byte(s) after the last valid "
-                                "batch are a torn tail (a write in progress, or what a crash left: the next "
-                                "writer cuts it)")
+                                f"batch are {what}")
         starts: dict[int, int] = {}
         prev = self.base_offset - 1
         try:

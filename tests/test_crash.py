@@ -170,14 +170,21 @@ def _read_report(report: str) -> int:
 # ----------------------------------------------------------------------------- verification
 
 
-def verify(p: pylog.Partition, exp: Expected, flushed: int, reread_from: int) -> int:
-    """Check the whole partition against the generator; returns its log end offset."""
+def verify(p: pylog.Partition, exp: Expected, flushed: int, reread_from: int, power_loss: bool = False) -> int:
+    """Check the whole partition against the generator; returns its log end offset.
+
+    ``power_loss``: the active segment's tail was cut and maybe followed by zeros or garbage (see
+    _tear_tail) and no writer has recovered it yet: check() reports that tail, and nothing else.
+    """
     leo = p.log_end_offset
     assert p.log_start_offset == 0
     assert leo >= flushed, f"flushed records lost: log end {leo} < flushed {flushed}"
     exp.extend_to(leo)
     assert leo in exp.start_set, f"log end {leo} is not a batch boundary of the generator"
     problems = p.check()
+    if power_loss:
+        active = p.segments[-1].log_path if p.segments else None
+        problems = [m for m in problems if not (m.startswith(f"{active}@") and "after the last valid batch" in m)]
     assert problems == [], problems
 
     # Batch structure: exactly the generator's batches, dense from 0, segments contiguous.
@@ -356,7 +363,7 @@ def test_sigkill_writer_repeatedly(tmp_path):
                 leo = torn_end
                 simulated += 1
                 with pylog.open(root) as store:
-                    assert verify(store.topic(TOPIC).partition(0), exp, flushed, 0) == leo
+                    assert verify(store.topic(TOPIC).partition(0), exp, flushed, 0, power_loss=True) == leo
                 verified_to = leo
                 long_reader.close()
                 long_reader = pylog.open(root)

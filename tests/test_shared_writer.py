@@ -193,3 +193,42 @@ def test_a_producer_killed_while_taking_turns_does_not_stop_the_others(tmp_path)
         assert b == list(range(5000))
         assert k == list(range(len(k))) and len(k) > 1000  # the killed one's records: a prefix, in order
     assert main(["verify", str(tmp_path)]) == ExitCode.OK
+
+
+def test_a_handle_taking_turns_never_reuses_segments_of_a_deleted_and_recreated_topic(tmp_path):
+    """Sealed segment objects are kept across turns (no reopening); never those of files replaced since."""
+    cfg = {"segment.bytes": 300}
+    with pylog.open(tmp_path, log_cleaner_enable=False) as a, pylog.open(tmp_path, log_cleaner_enable=False) as b:
+        a.create_topic("ev", config=cfg)
+        pb = b.topic("ev").partition(0)
+        for i in range(12):
+            pb.append_values([b"old-%02d" % i])  # b writes: its sealed segments are trusted
+        pb.release_writer()
+        assert len(pb.segments) == 3  # two sealed, one active
+        a.delete_topic("ev")
+        pa = a.create_topic("ev", config=cfg).partition(0)
+        for i in range(12):
+            pa.append_values([b"NEW-%02d" % i])
+        pa.release_writer()
+        pb.append_values([b"from-b"])  # b's turn again, in the re-created partition
+        assert [r.value for r in _all(pb)][:3] == [b"NEW-00", b"NEW-01", b"NEW-02"]
+        assert _all(pb)[-1].value == b"from-b" and _all(pb)[-1].offset == 12
+
+
+def test_whole_batches_after_a_damaged_header_are_not_cut_after_a_clean_close(tmp_path):
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        p = store.create_topic("ev").partition(0)
+        for i in range(20):
+            p.append_values([b"value-%02d" % i])
+        pos = [fpos for fpos, _ in p.segments[-1].batch_headers()][10]
+    log = tmp_path / "ev" / "0" / "00000000000000000000.log"
+    raw = bytearray(log.read_bytes())
+    raw[pos + 12] ^= 0x02  # a bit of the 11th batch's header (the magic byte): bit rot, not a torn write
+    log.write_bytes(bytes(raw))
+    size = len(raw)
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        p = store.topic("ev").partition(0)
+        assert any("not an interrupted write" in m for m in p.check())
+        with pytest.raises(pylog.CorruptRecordError, match="damaged in the middle after a clean close"):
+            p.append_values([b"new"])
+    assert log.stat().st_size == size  # nothing cut
