@@ -215,10 +215,11 @@ class Cleaner:
         finally:
             with self._lock:
                 self._status.alive = False
-            try:
-                self._heartbeat(force=True)  # the last word: dead, and why
-            except Exception:  # noqa: BLE001 - a dying thread must not fail while reporting
-                log.exception("pylog cleaner: cannot publish its final status")
+            if not self._stop.is_set():  # died, not stopped: the store removes its entry when it closes
+                try:
+                    self._heartbeat(force=True)  # the last word: dead, and why
+                except Exception:  # noqa: BLE001 - a dying thread must not fail while reporting
+                    log.exception("pylog cleaner: cannot publish its final status")
 
     def _each(self, compacted: bool) -> Iterator["Partition"]:
         with self._lock:

@@ -162,30 +162,61 @@ def _names(directory: str) -> list[str]:
     return sorted(e[:-len(_LOCK)] for e in entries if e.endswith(_LOCK))
 
 
-def _probe(directory: str, name: str) -> int | None:
-    """An open fd holding ``name``'s lock when its process is dead; None while it lives (or is gone)."""
+def _probe(directory: str, name: str, suffix: str = _LOCK) -> int | None:
+    """An open fd holding ``name``'s lock when its process is dead; None while it lives (or is gone).
+
+    :raises OSError: when the lock file cannot be opened or locked (not ours, not a file).
+    """
     try:
-        fd = os.open(os.path.join(directory, name + _LOCK), os.O_RDWR)
+        fd = os.open(os.path.join(directory, name + suffix), os.O_RDONLY)  # flock needs no write access
     except FileNotFoundError:
         return None
-    if try_flock(fd):
-        return fd
+    try:
+        if try_flock(fd):
+            return fd
+    except BaseException:
+        os.close(fd)
+        raise
     os.close(fd)
     return None
 
 
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except FileNotFoundError:
+        pass
+    except OSError as exc:  # not a file of ours (a directory, another user's): leave it
+        log.debug("pylog cleaner registry: leaving %s alone: %s", path, exc)
+
+
 def _remove_dead(directory: str) -> None:
-    """Remove the entries of processes that died without closing their store."""
-    for name in _names(directory):
-        fd = _probe(directory, name)
+    """Remove the entries of processes that died without closing their store, lock files of stores that
+    died while creating theirs, and status files without a lock file (a store writes its lock first)."""
+    try:
+        entries = set(os.listdir(directory))
+    except FileNotFoundError:
+        return
+    for entry in sorted(entries):
+        if entry.endswith(_LOCK):
+            name, suffix = entry[:-len(_LOCK)], _LOCK
+        elif entry.endswith(_LOCK + ".new"):
+            name, suffix = entry[:-len(_LOCK + ".new")], _LOCK + ".new"
+        elif entry.endswith(_STATUS) and entry[:-len(_STATUS)] + _LOCK not in entries:
+            _unlink(os.path.join(directory, entry))
+            continue
+        else:
+            continue
+        try:
+            fd = _probe(directory, name, suffix)
+        except OSError:  # someone else's file: leave it
+            continue
         if fd is None:
             continue
         try:  # while we hold its lock: a live store never has its files removed
-            for suffix in (_STATUS, _LOCK):
-                try:
-                    os.unlink(os.path.join(directory, name + suffix))
-                except FileNotFoundError:
-                    pass
+            if suffix == _LOCK:
+                _unlink(os.path.join(directory, name + _STATUS))
+            _unlink(os.path.join(directory, name + suffix))
         finally:
             os.close(fd)
 
@@ -196,6 +227,9 @@ def _read_status(path: str, entry: PublishedCleaner) -> None:
             raw = f.read(_MAX_BYTES + 1)
     except FileNotFoundError:
         entry.error = "no status written yet"
+        return
+    except OSError as exc:
+        entry.error = f"cannot read {path}: {exc}"
         return
     try:
         if len(raw) > _MAX_BYTES:
@@ -216,12 +250,17 @@ def published_cleaners(store_path: str) -> list[PublishedCleaner]:
     directory = os.path.join(store_path, CLEANERS_DIR)
     out = []
     for name in _names(directory):
-        fd = _probe(directory, name)
-        alive = fd is None
-        if fd is not None:
-            os.close(fd)
         pid_text = name.split("-", 1)[0]
-        entry = PublishedCleaner(name=name, pid=int(pid_text) if pid_text.isdigit() else -1, process_alive=alive)
+        entry = PublishedCleaner(name=name, pid=int(pid_text) if pid_text.isdigit() else -1, process_alive=True)
+        try:
+            fd = _probe(directory, name)
+        except OSError as exc:
+            entry.error = f"cannot check {name + _LOCK}: {exc}"
+            out.append(entry)
+            continue
+        if fd is not None:
+            entry.process_alive = False
+            os.close(fd)
         _read_status(os.path.join(directory, name + _STATUS), entry)
         out.append(entry)
     return out

@@ -44,7 +44,7 @@ from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .compaction import finish_interrupted_swap
 from .config import TopicConfig
 from .errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
-                     PartitionLockedError, RecordTooLargeError, StoreClosedError)
+                     PartitionLockedError, RecordTooLargeError, StoreClosedError, UnknownTopicError)
 from .fileio import fsync_dir, try_flock
 from .filenames import (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, SWAP_MANIFEST_FILE, WANT_FILE,
                         list_segment_bases)
@@ -92,6 +92,9 @@ class Partition:
         #: This handle has handed the lock over (release_writer) before: it takes turns with other writers,
         #: so its opens as writer do not fsync the checkpoint either (see _open_as_writer).
         self._takes_turns = False
+        #: The lock is held for a turn (taken by wait_to_write, used only by producers' appends since): it
+        #: may be handed over (hand_over). A direct append pins it: cleared until the lock is let go.
+        self._in_turns = False
         self._repairing = False  # see repair()
         self._lock = threading.RLock()
         #: Serialises maintenance (retention, delete-records, compaction); taken before ``_lock``, never after.
@@ -222,35 +225,34 @@ class Partition:
         """True once this handle holds the partition's exclusive writer lock."""
         return self._lock_fd is not None
 
+    def _open_in_partition(self, name: str) -> int:
+        try:
+            return os.open(os.path.join(self.directory, name), os.O_RDWR | os.O_CREAT, 0o644)
+        except FileNotFoundError:
+            raise UnknownTopicError(f"partition {self.topic}-{self.number} was deleted ({self.directory})") from None
+
     def _acquire_lock(self) -> int:
-        fd = os.open(os.path.join(self.directory, LOCK_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open_in_partition(LOCK_FILE)
         deadline = time.monotonic() + self.lock_timeout_ms / 1000
         delay = 0.001
-        want = None
-        try:
-            while True:
-                try:
-                    if try_flock(fd):
-                        return fd
-                except OSError:
-                    os.close(fd)
-                    raise
-                if time.monotonic() >= deadline:
-                    os.close(fd)
-                    raise PartitionLockedError(
-                        f"partition {self.topic}-{self.number} is locked by another writer ({self.directory})")
-                if want is None:
-                    want = self._ask_for_handover()
-                time.sleep(delay)
-                delay = min(delay * 2, 0.05)
-        finally:
-            if want is not None:
-                os.close(want)
+        while True:
+            try:
+                if try_flock(fd):
+                    return fd
+            except OSError:
+                os.close(fd)
+                raise
+            if time.monotonic() >= deadline:
+                os.close(fd)
+                raise PartitionLockedError(
+                    f"partition {self.topic}-{self.number} is locked by another writer ({self.directory})")
+            time.sleep(delay)
+            delay = min(delay * 2, 0.05)
 
     def _ask_for_handover(self) -> int:
         """Hold a shared ``flock`` on ``.want`` (until the returned descriptor is closed): tells the writer,
         if it takes turns, that another handle waits for the partition."""
-        fd = os.open(os.path.join(self.directory, WANT_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = self._open_in_partition(WANT_FILE)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH)  # waits only while a holder's probe has it (microseconds)
         except BaseException:
@@ -259,31 +261,41 @@ class Partition:
         return fd
 
     def handover_wanted(self) -> bool:
-        """True while another handle, in any process, waits for this partition's writer lock
-        (:meth:`wait_to_write`, or an append with ``lock.timeout.ms`` > 0). A writer that takes turns
-        calls this after its appends and :meth:`release_writer` when it is True. Two system calls."""
+        """True while another handle, in any process, waits for this partition's writer lock in
+        :meth:`wait_to_write`. Two system calls."""
         fd = self._want_fd
         if fd is None:
-            fd = self._want_fd = os.open(os.path.join(self.directory, WANT_FILE), os.O_RDWR | os.O_CREAT, 0o644)
+            with self._lock:
+                if self._closed:
+                    raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+                fd = self._want_fd
+                if fd is None:
+                    fd = self._want_fd = self._open_in_partition(WANT_FILE)
         if try_flock(fd):  # nobody holds it shared
             fcntl.flock(fd, fcntl.LOCK_UN)
             return False
         return True
 
     def wait_to_write(self, timeout_ms: float) -> None:
-        """Become the partition's writer, waiting up to ``timeout_ms`` for a writer that takes turns (a
-        producer of another process) to hand it over. Unlike an append with ``lock.timeout.ms``, this
-        does not hold the partition's append lock while it waits, so this handle's readers go on.
+        """Become the partition's writer for a turn, waiting up to ``timeout_ms`` for a writer that takes
+        turns (a producer, here or in another process) to hand it over, and asking it to (``.want``). The
+        lock then stays free to be handed over in turn (:meth:`hand_over`) until a direct append pins
+        it. Unlike an append with ``lock.timeout.ms``, this does not hold the partition's append lock
+        while it waits, so this handle's readers go on. A no-op for the writer.
 
-        :raises PartitionLockedError: when the lock did not come within ``timeout_ms``.
+        :raises PartitionLockedError: when the lock did not come within ``timeout_ms`` (a writer that
+            does not take turns, such as a store appending directly, keeps it until it closes).
+        :raises UnknownTopicError: when the partition was deleted.
         """
-        if self.try_become_writer():
+        if self.is_writer:
+            return
+        if self._take_turn():
             return
         deadline = time.monotonic() + timeout_ms / 1000
         want = self._ask_for_handover()
         try:
             delay = 0.0002
-            while not self.try_become_writer():
+            while not self._take_turn():
                 if time.monotonic() >= deadline:
                     raise PartitionLockedError(f"partition {self.topic}-{self.number} is locked by another writer "
                                                f"({self.directory}), which did not hand it over within {timeout_ms} ms")
@@ -291,6 +303,33 @@ class Partition:
                 delay = min(delay * 2, 0.005)
         finally:
             os.close(want)
+
+    def _take_turn(self) -> bool:
+        with self._lock:
+            if self._lock_fd is not None:
+                return True
+            if not self.try_become_writer():
+                return False
+            self._in_turns = True
+            return True
+
+    def hand_over(self) -> bool:
+        """For a writer taking turns, between its appends: release the lock when another handle waits for
+        it in :meth:`wait_to_write`; True when released. Never a lock a direct append pinned, nor while
+        retention or compaction of the partition is under way in this handle (it is tried again on the
+        writer's next append or idle look, instead of blocking behind a long pass)."""
+        if not self._in_turns or self._lock_fd is None or not self.handover_wanted():
+            return False
+        if not self.maintenance_lock.acquire(blocking=False):
+            return False
+        try:
+            with self._lock:
+                if not self._in_turns or self._lock_fd is None:
+                    return False
+                self.release_writer()
+                return True
+        finally:
+            self.maintenance_lock.release()
 
     def _ensure_writer(self) -> None:
         """Become the partition's writer: lock, recover if the last shutdown was not clean, open for append."""
@@ -608,6 +647,20 @@ class Partition:
         return self._append_columns(n, vlens, vparts, klens, kparts, timestamps, headers, producer=producer,
                                     compression=compression)
 
+    def _append_values_in_turn(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                               timestamps: Any, headers: Sequence[Any] | None,
+                               producer: tuple[int, int, int] | None, compression: str | None) -> int:
+        """:meth:`append_values` for a writer taking turns (the producer): unlike a direct append it leaves
+        the lock free to be handed over (:meth:`hand_over`)."""
+        n = len(values)
+        if n == 0:
+            raise InvalidRecordError("nothing to append")
+        vlens, vparts = _column(values, n, "values")
+        klens, kparts = _column(keys, n, "keys")
+        assert vlens is not None
+        return self._append_columns(n, vlens, vparts, klens, kparts, timestamps, headers, producer=producer,
+                                    compression=compression, in_turn=True)
+
     def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
                        key_data: Any = None, timestamps: np.ndarray | None = None, *,
                        producer: tuple[int, int, int] | None = None) -> int:
@@ -672,7 +725,8 @@ class Partition:
 
     def _append_columns(self, n: int, vlens: np.ndarray, vparts: list, klens: np.ndarray | None, kparts: list,
                         timestamps: Any, headers: Sequence[Any] | None, contiguous: bool = False,
-                        producer: tuple[int, int, int] | None = None, compression: str | None = None) -> int:
+                        producer: tuple[int, int, int] | None = None, compression: str | None = None,
+                        in_turn: bool = False) -> int:
         if self.config.compact and (klens is None or int(klens.min()) < 0):
             raise InvalidRecordError(f"{self.topic} is compacted: every record needs a key")
         data_bytes = None
@@ -682,7 +736,11 @@ class Partition:
         if producer is not None and (producer[0] < 0 or not 0 <= producer[2] < _SEQ_MOD):
             raise ValueError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
         with self._lock:
-            self._ensure_writer()
+            if self._lock_fd is None:
+                self._ensure_writer()
+                self._in_turns = in_turn
+            elif not in_turn:
+                self._in_turns = False  # a direct append: this handle keeps the lock (see hand_over)
             skip, earlier = 0, None
             if producer is not None:
                 state = self._producer_state()
@@ -1172,22 +1230,27 @@ class Partition:
                 segs = self._segments
                 if self._failed is None and segs:
                     active = segs[-1]
-                    # Not fsynced: a snapshot lost to a power cut, or naming an offset past the log's
-                    # end after one, is rebuilt from the batch headers (see _producer_state).
-                    self._snapshot_producers(durable=False)
-                    # The indexes stay live: the next writer continues them without rewriting them.
-                    active.stop_appending()
+                    try:
+                        # Not fsynced: a snapshot lost to a power cut, or naming an offset past the log's
+                        # end after one, is rebuilt from the batch headers (see _producer_state).
+                        self._snapshot_producers(durable=False)
+                    finally:
+                        # The indexes stay live: the next writer continues them without rewriting them.
+                        active.stop_appending()
                     self._recovery_point = active.next_offset
                     # Not fsynced either: if a power cut loses the log's tail, the next writer's check of the
                     # active segment finds it and recovers (as after any unclean stop).
                     self._write_checkpoint(clean=True, durable=False)
             finally:
+                # Whatever failed above (a full disk), the lock goes and this handle reads on: the next
+                # writer recovers from the checkpoint as it is.
                 fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
                 os.close(self._lock_fd)
                 self._lock_fd = None
-            self._producers = None  # another writer may append idempotent batches before we write again
-            self._takes_turns = True
-            self._reader_view_of_own()
+                self._in_turns = False
+                self._producers = None  # another writer may append idempotent batches before we write again
+                self._takes_turns = True
+                self._reader_view_of_own()
 
     def _reader_view_of_own(self) -> None:
         """After :meth:`release_writer`: go on reading through the segment list this handle just wrote,

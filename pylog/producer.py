@@ -49,8 +49,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .errors import (InvalidConfigError, InvalidRecordError, LogFailedError, PylogError, RecordTooLargeError,
-                     StoreClosedError)
+from .errors import (InvalidConfigError, InvalidRecordError, LogFailedError, PartitionLockedError, PylogError,
+                     RecordTooLargeError, StoreClosedError)
 from .partitioner import DefaultPartitioner
 from .quotas import PRODUCE
 from .records import _column, now_ms
@@ -633,6 +633,12 @@ class Producer:
             self._wake.set()
             if threading.current_thread() is not self._sender:  # close() from a callback: no self-join
                 self._sender.join(timeout)
+            # Nobody will hand these over once the sender is gone: let them go now (a lock a direct
+            # append pinned stays with the store).
+            with self._drain_lock:
+                for part in self._held.values():
+                    self._hand_over_one(part, wanted_only=False)
+                self._held.clear()
             with self._lock:
                 left = [a for a in self._accs.values() if a.records]
                 self._accs.clear()
@@ -699,14 +705,22 @@ class Producer:
         those this store no longer writes. Between drains only: a drain appends to a partition whole."""
         with self._drain_lock:
             for key, part in list(self._held.items()):
-                try:
-                    if part.is_writer and part.handover_wanted():
-                        part.release_writer()
-                except Exception:  # a closed store, a removed directory: nothing left to hand over
-                    log.debug("pylog producer: handing over %s-%d failed", part.topic, part.number, exc_info=True)
-                    part = None
-                if part is None or not part.is_writer:
+                if not self._hand_over_one(part) or not part.is_writer:
                     del self._held[key]
+
+    @staticmethod
+    def _hand_over_one(part: "Partition", wanted_only: bool = True) -> bool:
+        """Hand ``part`` over if another handle waits for it (or, with ``wanted_only`` False, whether or
+        not); False when the partition is gone. Never raises: the records are appended already."""
+        try:
+            if wanted_only:
+                part.hand_over()
+            elif part._in_turns:
+                part.release_writer()
+            return True
+        except Exception:  # a closed store, a deleted topic, a full disk: nothing more to hand over
+            log.debug("pylog producer: handing over %s-%d failed", part.topic, part.number, exc_info=True)
+            return False
 
     def _drain_all(self) -> None:
         for topic in list(self._accs):
@@ -829,8 +843,7 @@ class Producer:
                     acc.partition_errors[part.number] = exc
         for part in touched:  # after the fsync: a handover does not fsync
             self._held[id(part)] = part
-            if part.handover_wanted():
-                part.release_writer()
+            self._hand_over_one(part)
         acc.offsets = offsets
         # Sticky partitioning: a completed batch moves key-less records on to another partition.
         for number in sticky:
@@ -849,12 +862,16 @@ class Producer:
         """One partition's append; an OSError (a full disk, say) is retried ``retries`` times with the
         same sequence numbers, so an append that did land before the error is not written twice."""
         attempt = 0
+        deadline = time.monotonic() + self._max_block_ms / 1000
         while True:
             try:
-                if not part.is_writer:  # another process's producer may write it: wait for our turn
-                    part.wait_to_write(self._max_block_ms)
-                return part.append_values(vals, keys=keys, timestamps=ts, headers=hs, producer=producer,
-                                          compression=compression)
+                # Another producer (here or in another process) may write it: wait for our turn.
+                part.wait_to_write(max(0.0, deadline - time.monotonic()) * 1000)
+                return part._append_values_in_turn(vals, keys, ts, hs, producer, compression)
+            except PartitionLockedError:
+                # Handed on between our turn and the append (another producer of this process): wait again.
+                if time.monotonic() >= deadline:
+                    raise
             except OSError:
                 if attempt >= self._retries:
                     raise

@@ -1054,29 +1054,33 @@ class Segment:
                         "`pylog repair`; after a crash recovery cuts it)")
                 problems.append(f"{self.log_path}@{complete}: the {end - complete} byte(s) after the last valid "
                                 f"batch are {what}")
-        starts: dict[int, int] = {}
-        prev = self.base_offset - 1
-        try:
-            for fpos, h, buf, p in self._scan(0, complete, _MAX_CHUNK, tolerate_tail=False):
-                BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
-                if h.base_offset <= prev:
-                    problems.append(f"{self.log_path}@{fpos}: base offset {h.base_offset} not above {prev}")
-                prev = h.last_offset
-                starts[fpos] = h.base_offset
-        except CorruptRecordError as exc:
-            problems.append(str(exc))
-            return problems
         try:
             oi, ti = self._indexes()
         except CorruptRecordError as exc:
             problems.append(str(exc))
             return problems
         rels, poss = oi.entries()
+        # Batch starts are kept only where the index points (memory bounded by the index, not the log).
+        starts: dict[int, int] = dict.fromkeys(poss.tolist(), -1)
+        prev = self.base_offset - 1
+        seen = 0
+        try:
+            for fpos, h, buf, p in self._scan(0, complete, _MAX_CHUNK, tolerate_tail=False):
+                BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
+                if h.base_offset <= prev:
+                    problems.append(f"{self.log_path}@{fpos}: base offset {h.base_offset} not above {prev}")
+                prev = h.last_offset
+                seen += 1
+                if fpos in starts:
+                    starts[fpos] = h.base_offset
+        except CorruptRecordError as exc:
+            problems.append(str(exc))
+            return problems
         for rel, pos in zip(rels.tolist(), poss.tolist()):
             if starts.get(pos) != self.base_offset + rel:
                 problems.append(f"{oi.path}: entry ({rel}, {pos}) does not point at the batch at offset "
                                 f"{self.base_offset + rel}")
-        if self.writable and prev + 1 != self.next_offset and starts:
+        if self.writable and prev + 1 != self.next_offset and seen:
             problems.append(f"{self.log_path}: next offset {self.next_offset} but last batch ends at {prev}")
         return problems
 

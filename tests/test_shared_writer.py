@@ -81,22 +81,97 @@ def test_waiting_for_a_writer_that_never_hands_over_times_out(tmp_path):
         assert [r.value for r in _values(s)] == [b"x"]
 
 
-def test_an_idle_producer_hands_over_to_a_direct_writer_that_waits(tmp_path):
+def test_an_idle_producer_hands_over_to_a_handle_that_waits_for_its_turn(tmp_path):
     with pylog.open(tmp_path, log_cleaner_enable=False) as a:
         a.create_topic("ev")
         with a.producer() as prod:
             prod.send("ev", b"from-producer").get(10)
             assert a.topic("ev").partition(0).is_writer
-            with pylog.open(tmp_path, log_cleaner_enable=False, lock_timeout_ms=10_000) as b:
-                # lock.timeout.ms > 0 asks the holder for the partition; the idle producer gives it up
-                assert b.topic("ev").partition(0).append_values([b"direct"]) == 1
+            with pylog.open(tmp_path, log_cleaner_enable=False) as b:
+                pb = b.topic("ev").partition(0)
+                pb.wait_to_write(10_000)  # the idle producer's sender thread gives it up
                 assert not a.topic("ev").partition(0).is_writer
-                late = prod.send("ev", b"again")  # waits its turn: b keeps the lock until it closes
+                assert pb.append_values([b"direct"]) == 1  # a direct append pins the lock to b
+                late = prod.send("ev", b"again")  # so this waits its turn until b closes
                 time.sleep(0.1)
-                assert not late.is_done
+                assert not late.is_done and not pb.hand_over()
             assert late.get(10).offset == 2
     with pylog.open(tmp_path, log_cleaner_enable=False) as s:
         assert [r.value for r in _values(s)] == [b"from-producer", b"direct", b"again"]
+
+
+def test_a_producer_never_hands_over_a_lock_a_direct_append_of_its_store_pinned(tmp_path):
+    with pylog.open(tmp_path, log_cleaner_enable=False) as a, pylog.open(tmp_path, log_cleaner_enable=False) as b:
+        pa = a.create_topic("ev").partition(0)
+        with a.producer() as prod:
+            prod.send("ev", b"p").get(10)
+            pa.append_values([b"direct"])  # the same store appends directly too: pinned
+            with pytest.raises(pylog.PartitionLockedError):
+                b.topic("ev").partition(0).wait_to_write(300)
+            assert pa.is_writer
+            pa.append_values([b"still mine"])
+            assert prod.send("ev", b"p2").get(10).offset == 3
+        assert pa.is_writer  # closing the producer leaves a pinned lock with the store
+
+
+def test_a_closed_producer_hands_its_partitions_over(tmp_path):
+    with pylog.open(tmp_path, log_cleaner_enable=False) as a, pylog.open(tmp_path, log_cleaner_enable=False) as b:
+        a.create_topic("ev")
+        with a.producer() as prod:
+            prod.send("ev", b"x").get(10)
+        assert not a.topic("ev").partition(0).is_writer  # no sender thread is left to hand it over later
+        with b.producer(max_block_ms=5000) as other:
+            assert other.send("ev", b"y").get(10).offset == 1
+
+
+def test_a_handover_does_not_wait_for_maintenance_under_way(tmp_path):
+    with pylog.open(tmp_path, log_cleaner_enable=False) as a, pylog.open(tmp_path, log_cleaner_enable=False) as b:
+        a.create_topic("ev")
+        pa = a.topic("ev").partition(0)
+        pa.wait_to_write(1000)
+        pa._append_values_in_turn([b"x"], None, None, None, None, None)
+        waiter = threading.Thread(target=lambda: b.topic("ev").partition(0).wait_to_write(10_000))
+        waiter.start()
+        assert _wait_for(pa.handover_wanted)
+        with pa.maintenance_lock:  # a retention or compaction pass of this handle
+            done: list = []
+            t = threading.Thread(target=lambda: done.append(pa.hand_over()))
+            t.start()
+            t.join(5)
+            assert done == [False]  # did not block behind the pass
+        assert pa.hand_over()
+        waiter.join(10)
+        assert b.topic("ev").partition(0).is_writer
+
+
+def test_a_failed_release_still_lets_go_and_reads_on(tmp_path, monkeypatch):
+    from pylog.producer_state import ProducerState
+    with pylog.open(tmp_path, log_cleaner_enable=False) as a, pylog.open(tmp_path, log_cleaner_enable=False) as b:
+        pa = a.create_topic("ev").partition(0)
+        pa.append_values([b"a0"], producer=(5, 0, 0))
+
+        def full(*args, **kwargs):
+            raise OSError(28, "No space left on device")
+
+        monkeypatch.setattr(ProducerState, "write_snapshot", full)
+        with pytest.raises(OSError):
+            pa.release_writer()
+        monkeypatch.undo()
+        assert not pa.is_writer
+        pb = b.topic("ev").partition(0)
+        pb.append_values([b"b0", b"b1"])  # the next writer gets the lock
+        assert [r.value for r in _all(pa)] == [b"a0", b"b0", b"b1"]  # and the failed one reads on
+
+
+def test_waiting_for_a_deleted_partition_names_it(tmp_path):
+    with pylog.open(tmp_path, log_cleaner_enable=False) as a:
+        p = a.create_topic("ev").partition(0)
+        p.append_values([b"x"])
+        p.release_writer()
+        with pylog.open(tmp_path, log_cleaner_enable=False) as b:
+            b.delete_topic("ev")
+        with pytest.raises(pylog.UnknownTopicError, match="was deleted"):
+            p.wait_to_write(100)
 
 
 def test_idempotent_sequences_hold_across_handovers(tmp_path):

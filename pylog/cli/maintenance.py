@@ -66,9 +66,10 @@ def verify(store: Store, topic_names: Sequence[str], out: TextIO) -> int:
         except PylogError as exc:  # e.g. a damaged topic.json
             problems += 1
             print(f"{name}: cannot be opened\n  {exc}", file=out)
-    writers = partition_writers(p.directory for p in parts)
     with Progress("verify", sum(p.size_bytes() for p in parts), " bytes") as progress:
         for p in parts:
+            # Looked up just before each check: writers taking turns hold the lock only now and then.
+            writers = partition_writers([p.directory])
             try:
                 found = p.check(writer_active=None if writers is None else writers.get(p.directory) is not None)
             except (PylogError, OSError) as exc:
