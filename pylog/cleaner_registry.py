@@ -11,7 +11,9 @@ cannot be read from outside, so every store whose cleaner is enabled also keeps,
   open. The kernel drops the lock when the process dies, however it dies, so a lock that can be taken
   means a dead process.
 - ``<pid>-<token>.status``: the status document (magic ``PLCS``, version 1, msgpack, CRC-32C; see
-  docs/FORMAT.md), replaced atomically (write a temporary file, rename) so a reader never sees half of it.
+  docs/FORMAT.md), rewritten in place, so that the directory's files only change when a store opens or
+  closes (a copy of a live store does not race temporary files). A reader that meets a write half-way
+  sees a bad checksum and reads again.
 
 Invariants:
 
@@ -39,7 +41,7 @@ from dataclasses import dataclass, fields
 
 from .cleaner import CleanerStatus
 from .errors import CorruptRecordError
-from .fileio import decode_doc, encode_doc, try_flock, unchecked, write_checked
+from .fileio import checked, decode_doc, encode_doc, try_flock, unchecked
 from .filenames import CLEANERS_DIR
 
 __all__ = ["CleanerPublisher", "PublishedCleaner", "published_cleaners", "HEARTBEAT_S"]
@@ -55,6 +57,8 @@ _LOCK = ".lock"
 _STATUS = ".status"
 #: A status file is a few KB; anything bigger is not one of ours (and is not read whole).
 _MAX_BYTES = 1 << 20
+#: Reads of a status file that fails its checksum before it counts as damaged (it is rewritten in place).
+_READ_ATTEMPTS = 3
 #: Tracebacks and per-partition errors are cut to this many characters in the file.
 _MAX_TEXT = 4000
 _STATUS_FIELDS = tuple(f.name for f in fields(CleanerStatus))
@@ -109,6 +113,11 @@ class CleanerPublisher:
             raise
         self._fd: int | None = fd
         self._lock_path = lock_path
+        try:
+            self._status_fd: int | None = os.open(self._status_path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
+        except BaseException:
+            self.close()
+            raise
         self._failing = False
         self.last_write = 0.0
 
@@ -117,16 +126,19 @@ class CleanerPublisher:
         return time.time() - self.last_write >= (HEARTBEAT_S if within is None else within)
 
     def publish(self, status: CleanerStatus, partitions: list[str]) -> None:
-        """Replace the status file with ``status``. Never raises (see the module docstring)."""
-        if self._fd is None:
+        """Rewrite the status file with ``status``, in place. Never raises (see the module docstring)."""
+        fd = self._status_fd
+        if fd is None:
             return
         now = time.time()
         doc = {name: getattr(status, name) for name in _STATUS_FIELDS}
         doc["last_error"] = _cut(doc["last_error"])
         doc["uncleanable"] = {k: _cut(v) for k, v in list(doc["uncleanable"].items())[:100]}
         body = {"pid": os.getpid(), "heartbeat": now, "partitions": sorted(partitions)[:10_000], "status": doc}
+        data = checked(encode_doc(_MAGIC, _VERSION, body))
         try:
-            write_checked(self._status_path, encode_doc(_MAGIC, _VERSION, body), durable=False)
+            os.pwrite(fd, data, 0)
+            os.ftruncate(fd, len(data))  # after the write: the file is never empty in between
         except OSError as exc:
             if not self._failing:
                 log.warning("pylog cleaner: cannot write its status file %s: %s", self._status_path, exc)
@@ -137,6 +149,7 @@ class CleanerPublisher:
 
     def close(self) -> None:
         """Remove this store's entry (the status first: an entry without a lock file is never read)."""
+        status_fd, self._status_fd = getattr(self, "_status_fd", None), None
         fd, self._fd = self._fd, None
         if fd is None:
             return
@@ -145,6 +158,8 @@ class CleanerPublisher:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+        if status_fd is not None:
+            os.close(status_fd)
         os.close(fd)
 
 
@@ -222,19 +237,29 @@ def _remove_dead(directory: str) -> None:
 
 
 def _read_status(path: str, entry: PublishedCleaner) -> None:
-    try:
-        with open(path, "rb") as f:
-            raw = f.read(_MAX_BYTES + 1)
-    except FileNotFoundError:
-        entry.error = "no status written yet"
-        return
-    except OSError as exc:
-        entry.error = f"cannot read {path}: {exc}"
-        return
+    for attempt in range(_READ_ATTEMPTS):
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(_MAX_BYTES + 1)
+        except FileNotFoundError:
+            entry.error = "no status written yet"
+            return
+        except OSError as exc:
+            entry.error = f"cannot read {path}: {exc}"
+            return
+        try:
+            body = unchecked(raw, path, "cleaner status")
+            break
+        except CorruptRecordError as exc:
+            # Rewritten in place: this read may have met a write half-way; a second look settles it.
+            if attempt + 1 == _READ_ATTEMPTS:
+                entry.error = str(exc)
+                return
+            time.sleep(0.002)
     try:
         if len(raw) > _MAX_BYTES:
             raise CorruptRecordError(f"cleaner status file larger than {_MAX_BYTES} bytes", path, 0)
-        doc = decode_doc(_MAGIC, _VERSION, unchecked(raw, path, "cleaner status"), path, "cleaner status")
+        doc = decode_doc(_MAGIC, _VERSION, body, path, "cleaner status")
         st = doc["status"]
         entry.status = CleanerStatus(**{k: st[k] for k in _STATUS_FIELDS if k in st})
         entry.heartbeat = float(doc["heartbeat"])
