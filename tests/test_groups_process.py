@@ -111,14 +111,17 @@ def test_three_processes_split_six_partitions_and_survive_a_sigkill(tmp_path):
             desc = store.describe_consumer_group("g")
             assert len(desc.members) == 3 and sorted(len(m.assignment) for m in desc.members) == [2, 2, 2]
 
-            # Let the victim consume something, then kill it mid-stream while more records arrive.
+            # Let the victim consume something, then kill it mid-stream while more records arrive. Records
+            # sent now reach every member: the first to join may have consumed (and committed) the first
+            # 3,000 all by itself before the others came.
             victim = members[0]
+            _produce(store, 3000, 600)
             _wait_for(lambda: len(victim.consumed()) > 0, 60, "the victim to consume", members)
             moved = set(victim.owned)
             victim.kill()
             t_kill = time.monotonic()
             survivors = members[1:]
-            _produce(store, 3000, 3000)
+            _produce(store, 3600, 2400)
             elapsed = _wait_for(lambda: sorted(len(m.owned) for m in survivors) == [3, 3], 30,
                                 "the victim's partitions to move", survivors)
             # Detection: a heartbeat (200 ms) notices the dead lock; well within the session timeout.
