@@ -128,8 +128,8 @@ class _Accumulation:
     (which stamps ``first_at``).
     """
 
-    __slots__ = ("topic", "records", "slow", "extra", "counted", "summed", "adjust", "check_at", "bound", "limit",
-                 "klimit", "max_bytes", "first_at", "due", "acks0",
+    __slots__ = ("topic", "records", "slow", "extra", "nparts", "counted", "summed", "adjust", "check_at", "bound",
+                 "limit", "klimit", "max_bytes", "first_at", "due", "acks0",
                  "values", "keys", "partitions", "timestamps", "headers",
                  "done", "error", "partition_errors", "offsets", "placed", "stamps", "callbacks", "_event")
 
@@ -150,6 +150,9 @@ class _Accumulation:
         #: max(limit, klimit) + 16, a larger checked one settles and raises it.
         self.bound = max(limit, klimit, 0) + _RECORD_OVERHEAD
         self.max_bytes = max_bytes  # the topic's max.message.bytes when the accumulation started
+        #: Partitions the topic had when the producer first saw it (a topic only grows): send()'s fast path
+        #: takes an explicit partition below this without looking the topic up.
+        self.nparts = 0
         self.first_at = 0.0  # time.monotonic() of the first record (set by _settle)
         self.due = False  # reached batch_size: the sender was woken for it
         self.acks0 = acks0
@@ -476,6 +479,33 @@ class Producer:
                 if f is not None:
                     self._drain_all()
                     return f
+        elif (type(value) is bytes and key is None and headers is None and timestamp_ms is None
+              and type(partition) is int):
+            # The same for a key-less record sent to a given partition (a tuple, as _send makes).
+            lock = self._lock
+            lock.acquire()
+            try:
+                acc = self._accs[topic]
+                if len(value) <= acc.limit and 0 <= partition < acc.nparts:
+                    recs = acc.records
+                    f = FutureRecordMetadata()
+                    f._acc = acc
+                    f._i = i = len(recs)
+                    recs.append((value, None, partition, None, None))
+                    acc.slow += 1
+                    acc.extra = True
+                    acc.adjust += len(value) - _ITEM_LEN
+                    if i < acc.check_at or not self._settle():
+                        return f
+                else:
+                    f = None
+            except KeyError:
+                f = None
+            finally:
+                lock.release()
+            if f is not None:
+                self._drain_all()
+                return f
         return self._send(topic, value, key, headers, partition, timestamp_ms)
 
     def _send(self, topic: str, value: Any, key: Any, headers: Any, partition: int | None,
@@ -601,6 +631,7 @@ class Producer:
         """Under the lock: the first accumulation of ``topic``."""
         t = self._store.topic(topic)  # raises UnknownTopicError now rather than in the drain
         acc = self._accs[topic] = _Accumulation(topic, *self._limits_of(t), self._acks0)
+        acc.nparts = t.num_partitions
         return acc
 
     def flush(self, timeout: float | None = None) -> None:
@@ -733,7 +764,8 @@ class Producer:
                 acc = self._accs.get(topic)
                 if acc is None or not acc.records:
                     return
-                self._accs[topic] = _Accumulation(topic, acc.limit, acc.klimit, acc.max_bytes, self._acks0)
+                fresh = self._accs[topic] = _Accumulation(topic, acc.limit, acc.klimit, acc.max_bytes, self._acks0)
+                fresh.nparts = acc.nparts
             interrupted: BaseException | None = None
             try:
                 acc.columns()
@@ -890,13 +922,14 @@ class Producer:
                 return all_parts[0], []
             sticky = self._default_partitioner(None, all_parts, all_parts, topic=acc.topic)
             return sticky, [sticky]
-        placed = np.full(n, -1, np.int32)
         if explicit is not None:
-            for i, p in enumerate(explicit):
-                if p is not None:
-                    if not isinstance(p, int) or not 0 <= p < len(all_parts):
-                        raise ValueError(f"partition {p!r} is not one of {acc.topic}'s {len(all_parts)}")
-                    placed[i] = p
+            # Checked at send() (type and range): only the records without one need filling in.
+            if explicit.count(None) == 0:
+                placed = np.array(explicit, np.int32)
+            else:
+                placed = np.array([-1 if p is None else p for p in explicit], np.int32)
+        else:
+            placed = np.full(n, -1, np.int32)
         todo = np.flatnonzero(placed < 0)
         if not len(todo):
             return placed, []
