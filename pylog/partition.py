@@ -139,9 +139,7 @@ class Partition:
         raise LogFailedError(f"{self.topic}-{self.number}: segments kept changing while being listed")
 
     def _load_readonly_once(self) -> None:
-        self._meta = self._meta_stamp()
-        self._next_listing = time.monotonic() + _LIST_INTERVAL
-        self._next_stamp = 0.0
+        self._start_reader_clock()
         cp = read_checkpoint(self._checkpoint_path)
         self._swap_gen = cp.swap_generation if cp else 0
         bases = list_segment_bases(self.directory)
@@ -180,6 +178,12 @@ class Partition:
         generation = (self._checkpoint_path, self._swap_gen)
         return {seg.base_offset: seg for seg in segs[:-1]
                 if seg.immutable and seg.trusted and seg.generation == generation}
+
+    def _start_reader_clock(self) -> None:
+        """A reader's view was just taken: note the checkpoints' identity and when to look again."""
+        self._meta = self._meta_stamp()
+        self._next_listing = time.monotonic() + _LIST_INTERVAL
+        self._next_stamp = 0.0
 
     def _open_segment(self, base: int) -> Segment:
         """An existing segment, sized under the current swap generation (see :meth:`Segment.open`)."""
@@ -638,20 +642,18 @@ class Partition:
         :raises RecordTooLargeError: when one record alone exceeds ``max.message.bytes``.
         :raises ProducerFencedError, OutOfOrderSequenceError: for a producer batch out of turn.
         """
-        n = len(values)
-        if n == 0:
-            raise InvalidRecordError("nothing to append")
-        vlens, vparts = _column(values, n, "values")
-        klens, kparts = _column(keys, n, "keys")
-        assert vlens is not None
-        return self._append_columns(n, vlens, vparts, klens, kparts, timestamps, headers, producer=producer,
-                                    compression=compression)
+        return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=False)
 
     def _append_values_in_turn(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                                timestamps: Any, headers: Sequence[Any] | None,
                                producer: tuple[int, int, int] | None, compression: str | None) -> int:
         """:meth:`append_values` for a writer taking turns (the producer): unlike a direct append it leaves
         the lock free to be handed over (:meth:`hand_over`)."""
+        return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=True)
+
+    def _append_lists(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None, timestamps: Any,
+                      headers: Sequence[Any] | None, producer: tuple[int, int, int] | None, compression: str | None,
+                      in_turn: bool) -> int:
         n = len(values)
         if n == 0:
             raise InvalidRecordError("nothing to append")
@@ -659,7 +661,7 @@ class Partition:
         klens, kparts = _column(keys, n, "keys")
         assert vlens is not None
         return self._append_columns(n, vlens, vparts, klens, kparts, timestamps, headers, producer=producer,
-                                    compression=compression, in_turn=True)
+                                    compression=compression, in_turn=in_turn)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
                        key_data: Any = None, timestamps: np.ndarray | None = None, *,
@@ -1260,9 +1262,7 @@ class Partition:
         if not segs:
             self._load_readonly()
             return
-        self._meta = self._meta_stamp()
-        self._next_listing = time.monotonic() + _LIST_INTERVAL
-        self._next_stamp = 0.0
+        self._start_reader_clock()
         try:
             active = self._open_segment(segs[-1].base_offset)
         except FileNotFoundError:  # not for want of our own files, but never fail a release over it

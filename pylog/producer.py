@@ -431,8 +431,8 @@ class Producer:
         # specialising interpreter: `lock.acquire()` on a local (not a bound method kept on self), a dict
         # subscript rather than .get(), no int arithmetic, the future made under the lock so the common
         # case returns from inside the try.
-        if type(value) is bytes and headers is None and partition is None and timestamp_ms is None:
-            if key is None:
+        if type(value) is bytes and headers is None and timestamp_ms is None:
+            if key is None and partition is None:
                 lock = self._lock
                 lock.acquire()
                 try:
@@ -454,19 +454,28 @@ class Producer:
                 if f is not None:  # _settle found buffer_memory full: back-pressure, the caller drains
                     self._drain_all()
                     return f
-            elif type(key) is bytes:  # the same for a keyed record (a tuple, as _send makes)
+            elif (key is None or type(key) is bytes) and (partition is None or type(partition) is int):
+                # The same for a keyed record, or one sent to a given partition (a tuple, as _send makes);
+                # a partition is checked against the count the producer saw (a topic only grows).
                 lock = self._lock
                 lock.acquire()
                 try:
                     acc = self._accs[topic]
-                    size = len(value) + len(key)
-                    if size <= acc.klimit:
+                    if key is None:
+                        size = len(value)
+                        fits = size <= acc.limit
+                    else:
+                        size = len(value) + len(key)
+                        fits = size <= acc.klimit
+                    if fits and (partition is None or 0 <= partition < acc.nparts):
                         recs = acc.records
                         f = FutureRecordMetadata()
                         f._acc = acc
                         f._i = i = len(recs)
-                        recs.append((value, key, None, None, None))
+                        recs.append((value, key, partition, None, None))
                         acc.slow += 1
+                        if partition is not None:
+                            acc.extra = True
                         acc.adjust += size - _ITEM_LEN
                         if i < acc.check_at or not self._settle():
                             return f
@@ -479,33 +488,6 @@ class Producer:
                 if f is not None:
                     self._drain_all()
                     return f
-        elif (type(value) is bytes and key is None and headers is None and timestamp_ms is None
-              and type(partition) is int):
-            # The same for a key-less record sent to a given partition (a tuple, as _send makes).
-            lock = self._lock
-            lock.acquire()
-            try:
-                acc = self._accs[topic]
-                if len(value) <= acc.limit and 0 <= partition < acc.nparts:
-                    recs = acc.records
-                    f = FutureRecordMetadata()
-                    f._acc = acc
-                    f._i = i = len(recs)
-                    recs.append((value, None, partition, None, None))
-                    acc.slow += 1
-                    acc.extra = True
-                    acc.adjust += len(value) - _ITEM_LEN
-                    if i < acc.check_at or not self._settle():
-                        return f
-                else:
-                    f = None
-            except KeyError:
-                f = None
-            finally:
-                lock.release()
-            if f is not None:
-                self._drain_all()
-                return f
         return self._send(topic, value, key, headers, partition, timestamp_ms)
 
     def _send(self, topic: str, value: Any, key: Any, headers: Any, partition: int | None,

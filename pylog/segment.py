@@ -914,27 +914,33 @@ class Segment:
         unwritten). False for anything else (a damaged header, a bad batch with bytes after it): bit rot
         or a foreign hand, which recovery must not cut on its own, since whole batches may follow."""
         end = self.file_size()
-        return self._torn_tail(self._valid_end(end), end)
+        return self._tail_kind(self._valid_end(end), end) != "damage"
 
-    def _torn_tail(self, valid_end: int, end: int) -> bool:
-        """:meth:`damage_is_at_tail` for the bytes ``[valid_end, end)``."""
+    def _tail_kind(self, valid_end: int, end: int) -> str:
+        """What the bytes ``[valid_end, end)`` after the valid batches are: ``"none"``; ``"partial"``, the
+        start of a batch the file does not wholly hold yet (all a live writer ever leaves there);
+        ``"torn"``, otherwise an interrupted write (see :meth:`damage_is_at_tail`); or ``"damage"``."""
+        if valid_end >= end:
+            return "none"
         if end - valid_end < HEADER_SIZE:
-            return True
+            return "partial"
         fd = self._fd()
         h = parse_header(os.pread(fd, HEADER_SIZE, valid_end))
         try:
             check_header(h, self.log_path, valid_end)
-            if valid_end + h.size >= end:
-                return True
+            if valid_end + h.size > end:
+                return "partial"
+            if valid_end + h.size == end:
+                return "torn"
         except CorruptRecordError:
             pass
         pos = valid_end
         while pos < end:
             chunk = os.pread(fd, min(_MAX_CHUNK, end - pos), pos)
             if not chunk or chunk.count(0) != len(chunk):
-                return False
+                return "damage"
             pos += len(chunk)
-        return True
+        return "torn"
 
     def stop_appending(self) -> None:
         """Close the log for writing but leave the indexes live (unsealed, preallocated), as a writer leaves
@@ -1036,22 +1042,14 @@ class Segment:
         end = self.size if end is None else end
         problems: list[str] = []
         complete = self._valid_end(end)
-        if complete < end:
-            partial = end - complete < HEADER_SIZE
-            if not partial:
-                h = parse_header(os.pread(self._fd(), HEADER_SIZE, complete))
-                try:
-                    check_header(h, self.log_path, complete)
-                    partial = complete + h.size > end
-                except CorruptRecordError:
-                    pass
+        kind = self._tail_kind(complete, end)
+        if kind != "none":
             if self._valid_batch_after(complete, end):
                 complete = end  # damage in the middle: the scan below names the first bad batch
-            elif not (partial and partial_tail_ok):
-                what = ("a torn tail (an interrupted write: the next writer cuts it)"
-                        if self._torn_tail(complete, end) else
-                        "damaged, not an interrupted write (after a clean close appends are refused until "
-                        "`pylog repair`; after a crash recovery cuts it)")
+            elif not (kind == "partial" and partial_tail_ok):
+                what = ("damaged, not an interrupted write (after a clean close appends are refused until "
+                        "`pylog repair`; after a crash recovery cuts it)" if kind == "damage" else
+                        "a torn tail (an interrupted write: the next writer cuts it)")
                 problems.append(f"{self.log_path}@{complete}: the {end - complete} byte(s) after the last valid "
                                 f"batch are {what}")
         try:
