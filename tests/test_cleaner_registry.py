@@ -133,7 +133,8 @@ def test_a_corrupt_status_file_is_reported_not_raised(tmp_path):
     with pylog.open(tmp_path) as store:
         name = store._publisher.name
         status = tmp_path / CLEANERS_DIR / f"{name}.status"
-        _wait_for(status.exists)
+        # the thread's first write (the file exists, empty, from the store's open); the next is 5 s away
+        _wait_for(lambda: any(c.status is not None for c in store.cleaners()))
         status.write_bytes(b"PLCS\x01garbage")
         (entry,) = store.cleaners()
         assert entry.status is None and "checksum mismatch" in entry.error and entry.process_alive
