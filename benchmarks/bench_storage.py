@@ -340,6 +340,48 @@ class Bench:
             f"{dt / n * 1e3:.2f} ms per batch")
         store.close()
 
+    def rolls(self) -> None:
+        """The appends that roll a segment, against what a roll waited for when it fsynced the sealed
+        segment in the appending thread: one ``fdatasync`` of a file just written with as many bytes,
+        timed in the same run. Both start from a synced page cache; nothing else is fsynced."""
+        seg_bytes = (4 if self.args.quick else 128) << 20
+        rolls = 3 if self.args.quick else 6
+
+        def plain_sync() -> float:
+            path = os.path.join(self.root, "roll-plain")
+            data = b"".join(self.keys + self.values)
+            with open(path, "wb") as f:
+                for _ in range(seg_bytes // len(data)):
+                    f.write(data)
+                f.flush()
+                t = time.perf_counter()
+                os.fdatasync(f.fileno())
+                dt = time.perf_counter() - t
+            os.unlink(path)
+            return dt
+
+        baseline = float(np.median([plain_sync() for _ in range(3)]))
+        store, p = self.fresh("rolls", **{"segment.bytes": seg_bytes})
+        os.sync()
+        lat: list[float] = []
+        rolled: list[float] = []
+        while len(rolled) < rolls:
+            before = len(p._view[0])
+            t = time.perf_counter()
+            p.append_values(self.values, keys=self.keys)
+            dt = time.perf_counter() - t
+            lat.append(dt)
+            if len(p._view[0]) != before:
+                rolled.append(dt)
+        store.close()
+        worst = max(rolled)
+        row(f"append that rolls a {seg_bytes >> 20} MiB segment (worst of {rolls})", worst * 1e3, "ms",
+            "report", "fdatasync of as many bytes", worst / baseline)
+        row("  fdatasync of a just-written file (median of 3)", baseline * 1e3, "ms", "report",
+            "what each roll waited for")
+        row("  any append in that run: p99.9 / max", float(np.percentile(lat, 99.9)) * 1e3, "ms", "report",
+            f"max {max(lat) * 1e3:.1f} ms")
+
     def open_times(self) -> None:
         path = os.path.join(self.root, "many")
         shutil.rmtree(path, ignore_errors=True)
@@ -481,6 +523,7 @@ def main(argv: list[str] | None = None) -> int:
         b.reads()
         b.stored(empty_rate, empty_plain)
         b.durable()
+        b.rolls()
         b.open_times()
         b.compression()
         tail_reader(root, 300 if args.quick else 5000, max(args.repeat, 3))

@@ -15,7 +15,9 @@ Invariants:
 5. Retention removes whole segments from the head only, after the checkpoint has recorded the new log
    start offset (so a crash mid-way leaves only segments that the next open deletes); the active segment
    goes only after a roll has put an empty one after it. Segments before the recovery point are sealed
-   and fsynced.
+   and fsynced. A roll leaves the fsync of the segment it sealed to the background sync thread
+   (:mod:`pylog.syncer`), which moves the recovery point past it once done; ``flush``, ``close`` and
+   handing the writer lock over sync whatever is still pending first.
 6. Maintenance (retention, delete-records, compaction) runs one at a time per partition and only in the
    writer. It never closes a segment another thread may be reading: removed segments are unlinked and
    released when the last snapshot holding them goes; a reader whose segment vanished or was replaced
@@ -54,6 +56,7 @@ from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns,
 from .producer_state import ProducerState
 from .retention import RetentionResult, deletable_prefix
 from .segment import ReadSlice, Segment
+from . import syncer
 
 __all__ = ["Partition", "DEFAULT_MAX_BYTES"]
 
@@ -109,6 +112,8 @@ class Partition:
         self._failed: str | None = None
         self._log_start = 0
         self._recovery_point = 0
+        #: Segments rolled (sealed) but not yet fsynced, oldest first: the background sync's work list.
+        self._unsynced: list[Segment] = []
         self._swap_gen = 0  # see Checkpoint.swap_generation
         self._producers: ProducerState | None = None  # loaded on the first idempotent append
         self._unflushed = 0
@@ -869,10 +874,12 @@ class Partition:
         return seg.index_full
 
     def _roll(self) -> Segment:
-        """Seal the active segment (fsync, trimmed indexes) and start a new one at the next offset."""
+        """Seal the active segment (trimmed indexes) and start a new one at the next offset. The sealed
+        segment is fsynced in the background (see :meth:`_sync_rolled`): the recovery point stays before
+        it until then."""
         old = self._segments[-1]
         try:
-            old.seal(durable=True)
+            old.seal(durable=False)
             new = Segment.create(self.directory, old.next_offset, *self._new_segment_args())
             new.generation = (self._checkpoint_path, self._swap_gen)  # moved on by bump_swap_generation
         except OSError as exc:
@@ -881,11 +888,63 @@ class Partition:
             self._failed = f"roll at offset {old.next_offset} failed: {exc}"
             raise LogFailedError(f"{self.topic}-{self.number}: {self._failed}") from exc
         self._set_segments(self._segments + [new])
-        self._recovery_point = new.base_offset
+        self._unsynced.append(old)
+        # Dirty and durable, with the recovery point where it was: a writer taking turns relies on a roll
+        # leaving the checkpoint dirty (see _open_as_writer).
         self._write_checkpoint()
         self._snapshot_producers()
+        syncer.submit(self._sync_rolled)
         log.debug("rolled %s-%d at offset %d", self.topic, self.number, new.base_offset)
         return new
+
+    def _sync_rolled(self) -> None:
+        """(The background sync thread.) fsync the segments rolled since the last sync, without the
+        partition lock, so appends go on meanwhile; then move the recovery point past them."""
+        with self._lock:
+            pending = list(self._unsynced)
+        if not pending:
+            return
+        try:
+            for seg in pending:
+                seg.sync_files()
+            fsync_dir(self.directory)
+        except FileNotFoundError:
+            pass  # the partition was deleted under the job: nothing is left to make durable
+        except OSError as exc:
+            # The kernel may have dropped the pages it failed to write: appending on would build on a log
+            # with a hole after the next crash. Refuse work until reopened (recovery re-validates).
+            with self._lock:
+                if self._failed is None:
+                    self._failed = f"fsync of a rolled segment failed: {exc}"
+            log.error("%s-%d: fsync of a rolled segment failed: %s", self.topic, self.number, exc)
+            return
+        with self._lock:
+            done = 0
+            while done < len(self._unsynced) and done < len(pending) and self._unsynced[done] is pending[done]:
+                done += 1
+            if not done:
+                return  # a flush, close or handover synced them first
+            del self._unsynced[:done]
+            if self._lock_fd is None or self._closed or self._failed is not None:
+                return
+            self._advance_recovery_point()
+
+    def _sync_rolled_now(self) -> None:
+        """Under the lock: fsync what the background sync has not done yet (cheap if it has)."""
+        if not self._unsynced:
+            return
+        for seg in self._unsynced:
+            seg.sync_files()
+        fsync_dir(self.directory)
+        self._unsynced.clear()
+
+    def _advance_recovery_point(self) -> None:
+        """Under the lock: move the recovery point to the oldest segment still unsynced, or else to the
+        active one, and record it in the checkpoint."""
+        target = self._unsynced[0].base_offset if self._unsynced else self._segments[-1].base_offset
+        if target > self._recovery_point:
+            self._recovery_point = target
+            self._write_checkpoint()
 
     def roll(self) -> None:
         """Force a new active segment (no-op when the active one is empty)."""
@@ -925,6 +984,9 @@ class Partition:
         return self._last_flush + ms / 1000 if self._unflushed else time.monotonic() + ms / 1000
 
     def _flush_locked(self) -> None:
+        if self._unsynced:
+            self._sync_rolled_now()
+            self._advance_recovery_point()
         self._segments[-1].flush()
         self._unflushed = 0
         self._last_flush = time.monotonic()
@@ -1232,6 +1294,9 @@ class Partition:
                 segs = self._segments
                 if self._failed is None and segs:
                     active = segs[-1]
+                    # A rolled segment is not checked by the next writer (only the active one is): it must
+                    # be durable before a clean checkpoint names offsets past it.
+                    self._sync_rolled_now()
                     try:
                         # Not fsynced: a snapshot lost to a power cut, or naming an offset past the log's
                         # end after one, is rebuilt from the batch headers (see _producer_state).
@@ -1305,6 +1370,7 @@ class Partition:
                     if self._failed is None and segs:
                         active = segs[-1]
                         self._snapshot_producers()
+                        self._sync_rolled_now()
                         active.seal(durable=True)
                         self._recovery_point = active.next_offset
                         self._write_checkpoint(clean=True)

@@ -876,6 +876,21 @@ class Segment:
         self._oindex = oi.seal(durable=durable)
         self._tindex = ti.seal(max_timestamp=self._max_timestamp, durable=durable)
 
+    def sync_files(self) -> bool:
+        """fsync the log and index files by name (for a segment sealed without ``durable``), from any
+        thread; the caller fsyncs the directory. False when the segment's files are gone (deleted by
+        retention, or the partition with them): nothing is left to make durable."""
+        for path in (self.log_path, self.index_path, self.timeindex_path):
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except FileNotFoundError:
+                return False
+            try:
+                os.fsync(fd)  # Linux syncs the file's dirty pages through any descriptor, read-only too
+            finally:
+                os.close(fd)
+        return True
+
     def _valid_end(self, end: int) -> int:
         """End of the prefix of wholly valid batches (length, header, CRC, sections) in ``[0, end)``."""
         valid_end = 0

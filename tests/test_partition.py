@@ -25,6 +25,8 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 
 import pylog
 from pylog.checkpoint import read_checkpoint
+
+from crashcopy import crash_copy
 from pylog.records import CODEC_LZ4, HEADER_SIZE, parse_header
 
 T0 = 1_700_000_000_000
@@ -666,7 +668,7 @@ class PartitionMachine(RuleBasedStateMachine):
         snap = os.path.join(self.workdir, f"store{self.generation}")
         segs = self.p.segments
         # What a crash leaves: the files as they are now (everything written is in the page cache).
-        shutil.copytree(self.path, snap)
+        crash_copy(self.path, snap)
         self.store.close()
         shutil.rmtree(self.path)
         pdir = _partition_dir(snap, TOPIC)

@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import multiprocessing
 import os
-import shutil
 
 import pytest
 
 import pylog
 from pylog.producer_state import SNAPSHOT_FILE, ProducerState
+
+from crashcopy import crash_copy
 
 TOPIC = "t"
 
@@ -94,7 +95,7 @@ def test_state_survives_restart(tmp_path, how):
             seq += 1
         if how == "crash_copy":
             # What a crash leaves: the files as they are while the store is open (no snapshot at close).
-            shutil.copytree(src, tmp_path / "copy")
+            crash_copy(src, tmp_path / "copy")
     path = tmp_path / "copy" if how == "crash_copy" else src
     snap = os.path.join(str(path), TOPIC, "0", SNAPSHOT_FILE)
     if how == "no_snapshot":

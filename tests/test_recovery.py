@@ -31,6 +31,8 @@ from pylog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from pylog.records import (CODEC_LZ4, HEADER_SIZE, BatchView, RecordColumns, batch_crc, crc32c,
                            encode_batch, parse_header)
 
+from crashcopy import crash_copy
+
 T0 = 1_700_000_000_000
 TOPIC = "t"
 MiB = 1 << 20
@@ -128,7 +130,7 @@ def _make_store(path, count=300, **options):
 
 def _crash_copy(store, src, dst):
     """Copy the store directory while ``store`` is open (a crash image), then close the original."""
-    shutil.copytree(str(src), str(dst))
+    crash_copy(src, dst)
     store.close()
     cp = read_checkpoint(os.path.join(_pdir(dst), "partition.checkpoint"))
     assert cp is not None and not cp.clean

@@ -1,0 +1,222 @@
+"""A roll leaves the fsync of the sealed segment to the background sync thread (pylog.syncer): the appending
+thread does not wait for the disk, the recovery point moves once the sync is done, and whoever needs the
+data durable at once (flush, close, handing the writer lock over) syncs what is still pending itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+
+import pytest
+
+import pylog
+from pylog import syncer
+from pylog.checkpoint import read_checkpoint
+from pylog.errors import LogFailedError
+from pylog.filenames import CHECKPOINT_FILE
+from pylog.segment import Segment
+
+VALUES = [b"v" * 100] * 100
+SMALL = {"segment.bytes": 32 * 1024}  # a roll every ~3 appends of VALUES
+
+
+@pytest.fixture
+def fsyncs(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, str]]:
+    """Every fsync/fdatasync as (thread name, path of the file or directory)."""
+    seen: list[tuple[str, str]] = []
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    def record(real):  # noqa: ANN001, ANN202
+        def call(fd: int) -> None:
+            try:
+                path = os.readlink(f"/proc/self/fd/{fd}")
+            except OSError:
+                path = "?"
+            seen.append((threading.current_thread().name, path))
+            real(fd)
+        return call
+
+    monkeypatch.setattr(os, "fsync", record(real_fsync))
+    monkeypatch.setattr(os, "fdatasync", record(real_fdatasync))
+    return seen
+
+
+class _Held:
+    """Holds the sync thread on a job of its own, so the jobs of the rolls queue up behind it."""
+
+    def __enter__(self) -> "_Held":
+        self.started = threading.Event()
+        self.go = threading.Event()
+
+        def hold() -> None:
+            self.started.set()
+            self.go.wait(30)
+
+        syncer.submit(hold)
+        assert self.started.wait(10)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.go.set()
+        assert syncer.wait_idle(30)
+
+
+def _logs(seen: list[tuple[str, str]], thread: str) -> set[str]:
+    return {os.path.basename(p) for t, p in seen if t == thread and p.endswith(".log")}
+
+
+def _sealed_logs(p: pylog.Partition) -> set[str]:
+    return {os.path.basename(s.log_path) for s in p._view[0][:-1]}
+
+
+def test_roll_syncs_in_background_and_moves_recovery_point(tmp_path, fsyncs) -> None:
+    with pylog.open(tmp_path / "s") as store:
+        p = store.create_topic("t", 1, config=SMALL).partition(0)
+        for _ in range(10):
+            p.append_values(VALUES)
+        assert syncer.wait_idle(30)
+        sealed = _sealed_logs(p)
+        assert len(sealed) >= 3
+        assert not _logs(fsyncs, threading.current_thread().name)  # the appending thread never waited
+        assert _logs(fsyncs, "pylog-syncer") == sealed
+        cp = read_checkpoint(os.path.join(p.directory, CHECKPOINT_FILE))
+        assert cp is not None and not cp.clean
+        assert cp.recovery_point == p._view[0][-1].base_offset
+
+
+def test_recovery_point_waits_for_the_sync(tmp_path) -> None:
+    with pylog.open(tmp_path / "s") as store:
+        p = store.create_topic("t", 1, config=SMALL).partition(0)
+        p.append_values(VALUES)
+        with _Held():
+            for _ in range(10):
+                p.append_values(VALUES)
+            cp = read_checkpoint(os.path.join(p.directory, CHECKPOINT_FILE))
+            assert cp is not None and cp.recovery_point == 0  # nothing rolled is durable yet
+        cp = read_checkpoint(os.path.join(p.directory, CHECKPOINT_FILE))
+        assert cp is not None and cp.recovery_point == p._view[0][-1].base_offset
+
+
+def test_flush_syncs_pending_rolls_itself(tmp_path, fsyncs) -> None:
+    with pylog.open(tmp_path / "s") as store:
+        p = store.create_topic("t", 1, config=SMALL).partition(0)
+        with _Held():
+            for _ in range(10):
+                p.append_values(VALUES)
+            p.flush()
+            me = threading.current_thread().name
+            assert _logs(fsyncs, me) == _sealed_logs(p) | {os.path.basename(p._view[0][-1].log_path)}
+            cp = read_checkpoint(os.path.join(p.directory, CHECKPOINT_FILE))
+            assert cp is not None and cp.recovery_point == p._view[0][-1].base_offset
+            done = len(fsyncs)
+        # The queued jobs find nothing left: no second round of fsyncs of the sealed logs.
+        assert not _logs(fsyncs[done:], "pylog-syncer")
+
+
+def test_close_syncs_pending_rolls_and_marks_clean(tmp_path, fsyncs) -> None:
+    store = pylog.open(tmp_path / "s")
+    p = store.create_topic("t", 1, config=SMALL).partition(0)
+    with _Held():
+        for _ in range(10):
+            p.append_values(VALUES)
+        sealed = _sealed_logs(p)
+        end = p.log_end_offset
+        store.close()
+        assert sealed <= _logs(fsyncs, threading.current_thread().name)
+        cp = read_checkpoint(os.path.join(str(tmp_path / "s"), "t", "0", CHECKPOINT_FILE))
+        assert cp is not None and cp.clean and cp.recovery_point == end
+
+
+def test_handover_syncs_pending_rolls(tmp_path, fsyncs) -> None:
+    with pylog.open(tmp_path / "s") as store:
+        p = store.create_topic("t", 1, config=SMALL).partition(0)
+        with _Held():
+            for _ in range(10):
+                p.append_values(VALUES)
+            sealed = _sealed_logs(p)
+            p.release_writer()  # a clean checkpoint names offsets past the rolled segments: they must be durable
+            assert sealed <= _logs(fsyncs, threading.current_thread().name)
+
+
+def test_failed_background_fsync_fails_the_partition(tmp_path, monkeypatch) -> None:
+    def broken(self: Segment) -> bool:
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(Segment, "sync_files", broken)
+    with pylog.open(tmp_path / "s") as store:
+        p = store.create_topic("t", 1, config=SMALL).partition(0)
+        for _ in range(4):
+            p.append_values(VALUES)
+        assert syncer.wait_idle(30)
+        with pytest.raises(LogFailedError, match="fsync of a rolled segment failed"):
+            p.append_values(VALUES)
+    monkeypatch.undo()
+    with pylog.open(tmp_path / "s") as store:  # reopening recovers from the old recovery point
+        p = store.topic("t").partition(0)
+        assert p.log_end_offset == 4 * len(VALUES)
+        p.append_values(VALUES)  # the first write opens as writer, which recovers
+        assert p.last_recovery is not None and p.last_recovery["segments_validated"] >= 2
+
+
+def test_deleted_partition_under_a_pending_sync(tmp_path) -> None:
+    with pylog.open(tmp_path / "s") as store:
+        p = store.create_topic("t", 1, config=SMALL).partition(0)
+        with _Held():
+            for _ in range(10):
+                p.append_values(VALUES)
+            store.delete_topic("t")
+        store.create_topic("t", 1).partition(0).append_values(VALUES)
+
+
+def test_fork_child_gets_a_sync_thread_of_its_own(tmp_path) -> None:
+    with _Held():  # the parent's thread is busy (and its lock may be held) at the fork
+        pid = os.fork()
+        if pid == 0:  # the child: exits without running the parent's atexit or pytest
+            ok = False
+            try:
+                ran = threading.Event()
+                syncer.submit(ran.set)
+                ok = syncer.wait_idle(10) and ran.is_set()
+            finally:
+                os._exit(0 if ok else 1)
+        _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+_KILLED_WRITER = """
+import sys, threading, pylog
+from pylog import syncer
+hold = threading.Event()
+syncer.submit(lambda: hold.wait())  # the rolls' syncs never run: the process is killed first
+store = pylog.open(sys.argv[1])
+p = store.create_topic("t", 1, config={"segment.bytes": 32 * 1024}).partition(0)
+for _ in range(10):
+    p.append_values([b"v" * 100] * 100)
+print(p.log_end_offset, flush=True)
+sys.stdin.read()
+"""
+
+
+def test_killed_before_the_background_sync(tmp_path) -> None:
+    path = str(tmp_path / "s")
+    proc = subprocess.Popen([sys.executable, "-c", _KILLED_WRITER, path], stdin=subprocess.PIPE,
+                            stdout=subprocess.PIPE, text=True)
+    try:
+        end = int(proc.stdout.readline())
+    finally:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+    t0 = time.monotonic()
+    with pylog.open(path) as store:
+        p = store.topic("t").partition(0)
+        assert p.log_end_offset == end  # the page cache kept everything
+        segments = len(p._view[0])
+        p.append_values([b"after"])  # the first write opens as writer, which recovers
+        # The recovery point never moved: every segment was re-validated.
+        assert p.last_recovery is not None and p.last_recovery["segments_validated"] == segments
+        assert [r.offset for r in p.read(0, max_records=end + 1)] == list(range(end + 1))
+    assert time.monotonic() - t0 < 30
