@@ -193,6 +193,11 @@ class _Index:
         finally:
             os.close(fd)
         sealed = bool(flags & _SEALED)
+        if not sealed:
+            # A live file is mostly a preallocated hole. By default the first fault in it reads around
+            # (zero-fills) a whole readahead window: ~3 ms per new index, on every roll. Lookups and
+            # appends touch single pages anyway.
+            mm.madvise(mmap.MADV_RANDOM)
         idx = cls(path, base_offset, mm, capacity, count, sealed, max_ts, writable=False)
         idx.ino = ino
         if sealed:

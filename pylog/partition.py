@@ -114,6 +114,8 @@ class Partition:
         self._recovery_point = 0
         #: Segments rolled (sealed) but not yet fsynced, oldest first: the background sync's work list.
         self._unsynced: list[Segment] = []
+        #: The checkpoint on disk is dirty, durably: a power cut cannot bring back a clean one (see _roll).
+        self._cp_durably_dirty = False
         self._swap_gen = 0  # see Checkpoint.swap_generation
         self._producers: ProducerState | None = None  # loaded on the first idempotent append
         self._unflushed = 0
@@ -370,6 +372,7 @@ class Partition:
             self._swap_gen += 1
             cp = Checkpoint(cp.recovery_point, cp.log_start_offset, cp.clean, self._swap_gen)
             write_checkpoint(self._checkpoint_path, cp)
+            self._cp_durably_dirty = not cp.clean
         if interrupted or not (self._takes_turns and cp.clean):
             # After a clean handover nothing was left half-done (release_writer waits for maintenance):
             # a writer taking its turn skips this look at every file of the directory.
@@ -438,6 +441,11 @@ class Partition:
         write_checkpoint(self._checkpoint_path,
                          Checkpoint(self._recovery_point, self._log_start, clean=clean, swap_generation=self._swap_gen),
                          durable=durable)
+        # A power cut leaves the last durable version or a later one: all dirty once a dirty one was durable.
+        if clean:
+            self._cp_durably_dirty = False
+        elif durable:
+            self._cp_durably_dirty = True
 
     def bump_swap_generation(self, replaced: Sequence[Segment]) -> tuple[str, int]:
         """Before compaction renames files over segment names: record a new swap generation (durably).
@@ -889,9 +897,11 @@ class Partition:
             raise LogFailedError(f"{self.topic}-{self.number}: {self._failed}") from exc
         self._set_segments(self._segments + [new])
         self._unsynced.append(old)
-        # Dirty and durable, with the recovery point where it was: a writer taking turns relies on a roll
-        # leaving the checkpoint dirty (see _open_as_writer).
-        self._write_checkpoint()
+        # Until the background sync is done, a power cut may damage the sealed segment, and only a dirty
+        # checkpoint makes the next writer re-validate it: a writer taking turns may have left a clean one,
+        # or a dirty one not fsynced (see _open_as_writer). The recovery point stays where it was.
+        if not self._cp_durably_dirty:
+            self._write_checkpoint()
         self._snapshot_producers()
         syncer.submit(self._sync_rolled)
         log.debug("rolled %s-%d at offset %d", self.topic, self.number, new.base_offset)
@@ -944,7 +954,9 @@ class Partition:
         target = self._unsynced[0].base_offset if self._unsynced else self._segments[-1].base_offset
         if target > self._recovery_point:
             self._recovery_point = target
-            self._write_checkpoint()
+            # Not fsynced: a power cut that loses this write leaves the older, also dirty, checkpoint, and
+            # the next writer re-validates a little more.
+            self._write_checkpoint(durable=False)
 
     def roll(self) -> None:
         """Force a new active segment (no-op when the active one is empty)."""

@@ -220,3 +220,22 @@ def test_killed_before_the_background_sync(tmp_path) -> None:
         assert p.last_recovery is not None and p.last_recovery["segments_validated"] == segments
         assert [r.offset for r in p.read(0, max_records=end + 1)] == list(range(end + 1))
     assert time.monotonic() - t0 < 30
+
+
+def test_roll_after_a_clean_handover_marks_the_checkpoint_dirty_at_once(tmp_path) -> None:
+    with pylog.open(tmp_path / "s") as store:
+        p = store.create_topic("t", 1, config=SMALL).partition(0)
+        p.append_values(VALUES)
+        p.release_writer()  # a clean checkpoint, which the next turn leaves as it is
+        path = os.path.join(p.directory, CHECKPOINT_FILE)
+        with _Held():
+            p.append_values(VALUES)
+            cp = read_checkpoint(path)
+            assert cp is not None and cp.clean
+            before = len(p._view[0])
+            while len(p._view[0]) == before:
+                p.append_values(VALUES)
+            # The rolled segment is not durable yet: a power cut now must leave a checkpoint that makes the
+            # next writer re-validate it, so the roll itself wrote a dirty one.
+            cp = read_checkpoint(path)
+            assert cp is not None and not cp.clean and cp.recovery_point < p._view[0][-1].base_offset
