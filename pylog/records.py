@@ -545,6 +545,9 @@ def _split(data: Any, lengths: np.ndarray, start: int = 0, stop: int | None = No
     stop = len(lengths) if stop is None else stop
     if stop <= start:
         return []
+    if stop - start == 1 and start == 0:  # one record: a consumer keeping up, read by read
+        size = int(lengths[0])
+        return [None] if size < 0 else [bytes(data[:size])]
     lo, hi = int(lengths.min()), int(lengths.max())
     if lo == hi and lo >= 0:
         return _split_uniform(data, lo, start, stop)
@@ -830,6 +833,41 @@ class RecordColumns:
         return cls(topic, partition, e64, e64.copy(), np.empty(0, np.int8), e32, b"", e32.copy(), b"", None)
 
     @classmethod
+    def _of_view(cls, v: BatchView, a: int, b: int, topic: str | None, partition: int) -> "RecordColumns":
+        """:meth:`concat_views` of one slice, the common case of a consumer keeping up with a few records
+        per read: a handful of numpy calls, not the dozens the general path's batch-wise steps cost."""
+        h = v.header
+        n = b - a
+        whole = a == 0 and b == h[11]
+        offsets = (np.arange(h[0] + a, h[0] + b, dtype=_I64) if v.offset_deltas is None
+                   else v.offset_deltas[a:b].astype(_I64) + h[0])
+        if h[4] & _TS_LOG_APPEND:
+            timestamps = np.full(n, h.max_timestamp, _I64)
+        elif v.ts_deltas is None:
+            timestamps = np.full(n, h.first_timestamp, _I64)
+        else:
+            timestamps = v.ts_deltas[a:b] + h.first_timestamp
+        mv = v._mv
+        # Copies, not views: the batch may lie in a segment's mapping, which must stay closable.
+        vlens = np.frombuffer(mv[v._vpos + 4 * a:v._vpos + 4 * b].tobytes(), _I32)
+        vd = v._value_data
+        if not whole:
+            lo, hi = v._data_range(v._vpos, v._vuniform, a, b)
+            vd = vd[lo:hi]
+        if v._kpos < 0:
+            klens = np.full(n, -1, _I32)
+            kd: Any = b""
+        else:
+            klens = np.frombuffer(mv[v._kpos + 4 * a:v._kpos + 4 * b].tobytes(), _I32)
+            kd = v._key_data
+            if not whole:
+                lo, hi = v._data_range(v._kpos, v._kuniform, a, b)
+                kd = kd[lo:hi]
+        hs = v.headers()
+        return cls(topic, partition, offsets, timestamps, np.full(n, h.timestamp_type, np.int8), klens, bytes(kd),
+                   vlens, bytes(vd), None if hs is None else hs[a:b])
+
+    @classmethod
     def concat_views(cls, views: list[tuple[BatchView, int, int]], topic: str | None,
                      partition: int) -> "RecordColumns":
         """Columns for ``(view, start, stop)`` slices of batches, copying each byte once.
@@ -839,6 +877,8 @@ class RecordColumns:
         """
         if not views:
             return cls.empty(topic, partition)
+        if len(views) == 1:
+            return cls._of_view(*views[0], topic, partition)
         nb = len(views)
         counts = np.fromiter((b - a for _, a, b in views), _I64, nb)
         total = int(counts.sum())

@@ -61,6 +61,30 @@ def test_slices_of_a_batch_match_the_whole(batch, data):
     assert RecordColumns.concat_views([(view, a, b)], None, -1).to_records() == whole[a:b]
 
 
+@settings(max_examples=100, deadline=None)
+@given(batches(), st.data())
+def test_one_slice_and_the_general_path_agree(batch, data):
+    """concat_views of one slice takes its own path: it must agree with records() and with the general
+    path (the same records as two slices), for compacted batches (offset gaps) and LogAppendTime too."""
+    values, keys, ts, headers, codec = batch
+    n = len(values)
+    gaps = data.draw(st.lists(st.integers(1, 5), min_size=n - 1, max_size=n - 1))
+    deltas = np.cumsum([0] + gaps).astype(np.int32) if data.draw(st.booleans()) else None
+    log_append = data.draw(st.booleans())
+    view = BatchView.from_buffer(encode_batch(values, keys, ts, headers, codec=codec, offset_deltas=deltas,
+                                              log_append_time=log_append, default_timestamp=77, base_offset=9))
+    a = data.draw(st.integers(0, n))
+    b = data.draw(st.integers(a, n))
+    m = data.draw(st.integers(a, b))
+    one = RecordColumns.concat_views([(view, a, b)], "t", 1)
+    two = RecordColumns.concat_views([(view, a, m), (view, m, b)], "t", 1)
+    assert one.to_records() == two.to_records() == view.records("t", 1, a, b)
+    for name in ("offsets", "timestamps", "timestamp_types", "key_lengths", "value_lengths"):
+        assert getattr(one, name).tolist() == getattr(two, name).tolist(), name
+        assert getattr(one, name).dtype == getattr(two, name).dtype, name
+    assert (one.key_data, one.value_data, one.headers) == (two.key_data, two.value_data, two.headers)
+
+
 def test_columns_of_several_batches_concatenate():
     one = BatchView.from_buffer(encode_batch([b"a", b"bb"], keys=[b"k", None], base_offset=10, default_timestamp=5))
     two = BatchView.from_buffer(encode_batch([None, b"ccc"], timestamps=[7, 9], base_offset=12))
