@@ -636,6 +636,9 @@ def clean_partition(partition: "Partition", buffer_bytes: int, now: int | None =
         return result
     with partition.maintenance_lock:
         partition._ensure_writer()
+        # The cleaner checkpoint's first-dirty offset must never run ahead of durable data: a power cut that
+        # took an unsynced segment would let new records reuse offsets the checkpoint calls clean.
+        partition.sync_rolled()
         _remove_leftovers(partition.directory)
         rng = cleanable_range(partition, now)
         result.first_dirty_offset = rng.first_dirty

@@ -384,9 +384,16 @@ class Store:
         self._cleaner.check_health()
 
     def flush(self) -> None:
-        """fsync every partition this store has written to."""
+        """fsync every partition this store has written to. A partition that fails does not keep the
+        others from being flushed; the first error is raised at the end."""
+        error: Exception | None = None
         for t in list(self._topics.values()):
-            t.flush()
+            try:
+                t.flush()
+            except Exception as exc:  # noqa: BLE001 - flush the rest, then report
+                error = error or exc
+        if error is not None:
+            raise error
 
     def close(self) -> None:
         """Flush and cleanly close every partition; release writer locks. Idempotent."""

@@ -902,8 +902,13 @@ class Partition:
         # or a dirty one not fsynced (see _open_as_writer). The recovery point stays where it was.
         if not self._cp_durably_dirty:
             self._write_checkpoint()
-        self._snapshot_producers()
-        syncer.submit(self._sync_rolled)
+        # Not fsynced: the data it describes is not durable yet either. A snapshot that outlives the data
+        # names an offset past the log's end after a power cut, and is then rebuilt from batch headers.
+        self._snapshot_producers(durable=False)
+        try:
+            syncer.submit(self._sync_rolled)
+        except RuntimeError as exc:  # no new thread at interpreter shutdown: flush and close sync it instead
+            log.warning("%s-%d: no background sync of the rolled segment (%s)", self.topic, self.number, exc)
         log.debug("rolled %s-%d at offset %d", self.topic, self.number, new.base_offset)
         return new
 
@@ -919,14 +924,10 @@ class Partition:
                 seg.sync_files()
             fsync_dir(self.directory)
         except FileNotFoundError:
-            pass  # the partition was deleted under the job: nothing is left to make durable
+            return  # the partition was deleted (or is being deleted) under the job: nothing is left to sync
         except OSError as exc:
-            # The kernel may have dropped the pages it failed to write: appending on would build on a log
-            # with a hole after the next crash. Refuse work until reopened (recovery re-validates).
             with self._lock:
-                if self._failed is None:
-                    self._failed = f"fsync of a rolled segment failed: {exc}"
-            log.error("%s-%d: fsync of a rolled segment failed: %s", self.topic, self.number, exc)
+                self._sync_failed(exc)
             return
         with self._lock:
             done = 0
@@ -943,14 +944,47 @@ class Partition:
         """Under the lock: fsync what the background sync has not done yet (cheap if it has)."""
         if not self._unsynced:
             return
-        for seg in self._unsynced:
-            seg.sync_files()
-        fsync_dir(self.directory)
+        if self._failed is not None:
+            # Linux reports a failed writeback once, to one fsync: a later fsync through a new descriptor
+            # succeeds although the pages may be gone. Never call such a segment durable.
+            raise LogFailedError(f"{self.topic}-{self.number} failed earlier ({self._failed}); reopen the store")
+        try:
+            for seg in self._unsynced:
+                seg.sync_files()
+            fsync_dir(self.directory)
+        except OSError as exc:
+            self._sync_failed(exc)
+            raise
         self._unsynced.clear()
+
+    def _sync_failed(self, exc: OSError) -> None:
+        """Under the lock: an fsync of rolled segments failed. The kernel may have dropped the pages it
+        could not write, so appending on would build on a log with a hole after the next crash: refuse
+        work until reopened (recovery then re-validates from the recovery point, which never moved past
+        them)."""
+        if self._failed is None:
+            self._failed = f"fsync of a rolled segment failed: {exc}"
+        log.error("%s-%d: fsync of a rolled segment failed: %s", self.topic, self.number, exc)
+
+    def sync_rolled(self) -> None:
+        """fsync the segments rolls sealed that the background sync thread has not got to yet, and move
+        the recovery point past them: for maintenance that must not run ahead of durable data (the
+        compactor's first-dirty offset). A no-op for a handle that is not the writer.
+
+        :raises LogFailedError: when an fsync of rolled segments failed, now or before.
+        """
+        with self._lock:
+            if self._lock_fd is None or self._closed:
+                return
+            if self._unsynced:
+                self._sync_rolled_now()
+                self._advance_recovery_point()
 
     def _advance_recovery_point(self) -> None:
         """Under the lock: move the recovery point to the oldest segment still unsynced, or else to the
-        active one, and record it in the checkpoint."""
+        active one, and record it in the checkpoint. Not on a failed partition: what it wrote is suspect."""
+        if self._failed is not None:
+            return
         target = self._unsynced[0].base_offset if self._unsynced else self._segments[-1].base_offset
         if target > self._recovery_point:
             self._recovery_point = target
@@ -996,6 +1030,8 @@ class Partition:
         return self._last_flush + ms / 1000 if self._unflushed else time.monotonic() + ms / 1000
 
     def _flush_locked(self) -> None:
+        if self._failed is not None:
+            raise LogFailedError(f"{self.topic}-{self.number} failed earlier ({self._failed}); reopen the store")
         if self._unsynced:
             self._sync_rolled_now()
             self._advance_recovery_point()

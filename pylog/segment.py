@@ -6,9 +6,10 @@ Invariants:
   or wholly read back and checksummed (a reader in another process), so no reader sees part of a batch.
 - Readers in other processes read the active (last) segment with ``pread``, never an mmap, so a log
   truncated by crash recovery in another process cannot raise SIGBUS there; the writer, the only one who
-  ever truncates, maps its own active segment. Older segments are immutable (sealed and fsynced before the
-  recovery point moves past them, so recovery never cuts them) and are read through a read-only mmap
-  without copying. Indexes are mmapped, which is safe because index files are only ever replaced by
+  ever truncates, maps its own active segment. Older segments are immutable (sealed, then fsynced before
+  the recovery point moves past them; only after a power cut that took a sealed segment's unsynced pages
+  does recovery cut one, and that runs in the writer before any reader of the new process maps it) and are
+  read through a read-only mmap without copying. Indexes are mmapped, which is safe because index files are only ever replaced by
   rename (see :mod:`pylog.index`).
 - Indexes are derived data: a missing or damaged index is rebuilt from the log (written back by the
   writer, kept in memory by readers). A reader keeps its index mappings while the files keep their

@@ -10,8 +10,8 @@ Invariants:
    runs once. A job that raises is logged and does not stop the thread (jobs record their own failures:
    a partition marks itself failed).
 2. Nothing depends on a job having run: whoever needs the data durable now (``flush()``, ``close()``,
-   handing the writer lock over) syncs what is still pending itself, and a job that finds nothing
-   left to do does nothing. A process that exits with jobs queued loses only what the kernel has not yet
+   handing the writer lock over, compaction before it decides what is clean) syncs what is still
+   pending itself, and a job that finds nothing left to do does nothing. A process that exits with jobs queued loses only what the kernel has not yet
    written back, exactly as without a job; the recovery point still names the older segment, so the next
    open re-validates it.
 3. After ``fork`` the child starts with an empty queue and, on its first submit, a thread of its own.
@@ -41,8 +41,13 @@ class _Syncer:
         with self._cond:
             self._jobs.append(job)
             if self._thread is None:
-                self._thread = threading.Thread(target=self._run, name="pylog-syncer", daemon=True)
-                self._thread.start()
+                thread = threading.Thread(target=self._run, name="pylog-syncer", daemon=True)
+                try:
+                    thread.start()  # RuntimeError at interpreter shutdown: the next submit tries again
+                except BaseException:
+                    self._jobs.pop()
+                    raise
+                self._thread = thread
             self._cond.notify_all()
 
     def _run(self) -> None:

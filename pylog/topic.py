@@ -129,9 +129,17 @@ class Topic:
         return {p.number: p.log_start_offset for p in self.partitions}
 
     def flush(self) -> None:
+        """fsync every opened partition; one that fails (a failed partition raises LogFailedError) does not
+        keep the others from being flushed. The first error is raised at the end."""
+        error: Exception | None = None
         for p in self._partitions:
             if p is not None:
-                p.flush()
+                try:
+                    p.flush()
+                except Exception as exc:  # noqa: BLE001 - flush the rest, then report
+                    error = error or exc
+        if error is not None:
+            raise error
 
     def close(self, discard: bool = False) -> None:
         """Close every opened partition (``discard``: without writing anything, the files are going away)."""
