@@ -20,6 +20,8 @@ Figures, each with a baseline measured in the same run:
 
 - Consumer iteration over 100-byte records: records/s. Baseline: ``Partition.read()`` of the same
   records as ``pylog.Record`` tuples.
+- A consumer keeping up, one new record per ``poll()``, with the writer on another store handle: median
+  µs per poll. Baseline: ``Partition.read()`` of one new record on the same reader handle, interleaved.
 - End-to-end latency: ``send()`` (acks=1) in this process, one record every 0.5 ms, to the record
   arriving in a consumer iterating in another process; percentiles (CLOCK_MONOTONIC is shared by
   processes on Linux). The consumer wakes through the partition's notify file (``pylog/notify.py``: a
@@ -49,6 +51,8 @@ import tempfile
 import threading
 import time
 from typing import Any
+
+import numpy as np
 
 import pylog
 import pylog.notify
@@ -220,6 +224,40 @@ def bench_consumer(root: str, n: int) -> None:
         assert m == got
         row("consumer iteration", rate / 1e6, "M rec/s", rate / base, "vs Partition.read()",
             ">= 2 M rec/s " + ("PASS" if rate >= 2e6 else "MISS"))
+
+
+def bench_small_poll(root: str, n: int) -> None:
+    """A consumer keeping up, one record per poll: what each poll costs beyond the read it wraps. The
+    writer is another store handle (as another process would be), so the consumer's handle reads as a
+    reader does: a refresh, then the new batch."""
+    path = os.path.join(root, "small-poll")
+    with pylog.open(path, log_cleaner_enable=False) as writer, pylog.open(path, log_cleaner_enable=False) as reader:
+        writer.create_topic("t")
+        wp = writer.topic("t").partition(0)
+        wp.append_values([b"x" * 100])
+        rp = reader.topic("t").partition(0)
+        c = reader.consumer("t", auto_offset_reset="earliest")
+        c.poll()
+        polls, reads = [], []
+        pos = wp.log_end_offset
+        for i in range(n):
+            wp.append_values([b"x" * 100])
+            if i % 2:
+                t0 = time.perf_counter()
+                got = c.poll()
+                polls.append(time.perf_counter() - t0)
+                assert sum(map(len, got.values())) == 1
+            else:
+                t0 = time.perf_counter()
+                recs = rp.read(pos, max_records=1)
+                reads.append(time.perf_counter() - t0)
+                assert len(recs) == 1
+                c.seek(pylog.TopicPartition("t", 0), pos + 1)
+            pos += 1
+        base = float(np.median(reads)) * 1e6
+        v = float(np.median(polls)) * 1e6
+        row("baseline: Partition.read() of 1 new record, median", base, "us", None, f"{len(reads)} reads")
+        row("consumer.poll() of 1 new record, median", v, "us", v / base, "vs Partition.read()", "report")
 
 
 def bench_handover(root: str, reps: int, segment_counts: tuple[int, ...] = (3, 100, 1000)) -> None:
@@ -416,6 +454,7 @@ def main() -> int:
         bench_quota(root, 2.0 if a.quick else 6.0)
         bench_acks_all(root, 50 if a.quick else 500)
         bench_consumer(root, 20_000 if a.quick else 1_000_000)
+        bench_small_poll(root, 200 if a.quick else 6_000)
         bench_handover(root, 20 if a.quick else 300, (3, 30) if a.quick else (3, 100, 1000))
         bench_latency(root, 200 if a.quick else 5_000, 1.0 if a.quick else 3.0)
     finally:

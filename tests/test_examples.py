@@ -29,7 +29,7 @@ def test_quickstart_example(tmp_path):
 def test_storage_benchmark_quick_run(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_storage.py"), "--quick", "--dir",
                           str(tmp_path)], capture_output=True, text=True, check=True, timeout=300).stdout
-    assert "read_columns" in out and "reopen after SIGKILL" in out
+    assert "read_columns" in out and "reopen after SIGKILL" in out and "append that rolls" in out
 
 
 def test_examples_have_a_main_guard():
@@ -43,7 +43,7 @@ def test_client_benchmark_quick_run(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_clients.py"), "--quick", "--dir",
                           str(tmp_path)], capture_output=True, text=True, check=True, timeout=300).stdout
     for figure in ("baseline: lock + list.append", "send() one at a time", "acks='all', 16 thread(s)",
-                   "consumer iteration", "end-to-end latency p99.9"):
+                   "consumer iteration", "consumer.poll() of 1 new record", "end-to-end latency p99.9"):
         assert figure in out, figure
 
 
