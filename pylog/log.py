@@ -34,7 +34,7 @@ from .compaction import CleanResult, clean_partition, cleanable_range
 from .partition import Partition
 from .retention import RetentionResult
 from .structs import OffsetAndMetadata, TopicPartition
-from .topic import Topic, read_topic_file, write_topic_file
+from .topic import Topic, flush_each, read_topic_file, write_topic_file
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -386,14 +386,7 @@ class Store:
     def flush(self) -> None:
         """fsync every partition this store has written to. A partition that fails does not keep the
         others from being flushed; the first error is raised at the end."""
-        error: Exception | None = None
-        for t in list(self._topics.values()):
-            try:
-                t.flush()
-            except Exception as exc:  # noqa: BLE001 - flush the rest, then report
-                error = error or exc
-        if error is not None:
-            raise error
+        flush_each(list(self._topics.values()))
 
     def close(self) -> None:
         """Flush and cleanly close every partition; release writer locks. Idempotent."""

@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from .config import TopicConfig
 from .errors import CorruptRecordError, InvalidConfigError, UnknownTopicError
@@ -22,7 +22,7 @@ from .filenames import OFFSETS_TOPIC, TOPIC_FILE
 from .partition import Partition
 from .records import crc32c
 
-__all__ = ["Topic", "read_topic_file", "write_topic_file"]
+__all__ = ["Topic", "read_topic_file", "write_topic_file", "flush_each"]
 
 _FORMAT = "pylog-topic"
 _VERSION = 1
@@ -59,6 +59,19 @@ def read_topic_file(directory: str) -> dict[str, Any]:
     if not isinstance(doc.get("partitions"), int) or doc["partitions"] < 1 or not isinstance(doc.get("config"), dict):
         raise CorruptRecordError("topic file has no valid partition count/config", path)
     return doc
+
+
+def flush_each(items: Iterable[Any]) -> None:
+    """``flush()`` each item; one that fails (a failed partition raises LogFailedError) does not keep the
+    others from being flushed. The first error is raised at the end."""
+    error: Exception | None = None
+    for item in items:
+        try:
+            item.flush()
+        except Exception as exc:  # noqa: BLE001 - flush the rest, then report
+            error = error or exc
+    if error is not None:
+        raise error
 
 
 class Topic:
@@ -129,17 +142,8 @@ class Topic:
         return {p.number: p.log_start_offset for p in self.partitions}
 
     def flush(self) -> None:
-        """fsync every opened partition; one that fails (a failed partition raises LogFailedError) does not
-        keep the others from being flushed. The first error is raised at the end."""
-        error: Exception | None = None
-        for p in self._partitions:
-            if p is not None:
-                try:
-                    p.flush()
-                except Exception as exc:  # noqa: BLE001 - flush the rest, then report
-                    error = error or exc
-        if error is not None:
-            raise error
+        """fsync every opened partition (see :func:`flush_each`)."""
+        flush_each(p for p in self._partitions if p is not None)
 
     def close(self, discard: bool = False) -> None:
         """Close every opened partition (``discard``: without writing anything, the files are going away)."""

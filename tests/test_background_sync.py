@@ -66,6 +66,11 @@ class _Held:
         assert syncer.wait_idle(30)
 
 
+def _roll_a_few(p: pylog.Partition) -> None:
+    for _ in range(10):  # three rolls or so at SMALL's segment size
+        p.append_values(VALUES)
+
+
 def _logs(seen: list[tuple[str, str]], thread: str) -> set[str]:
     return {os.path.basename(p) for t, p in seen if t == thread and p.endswith(".log")}
 
@@ -77,8 +82,7 @@ def _sealed_logs(p: pylog.Partition) -> set[str]:
 def test_roll_syncs_in_background_and_moves_recovery_point(tmp_path, fsyncs) -> None:
     with pylog.open(tmp_path / "s") as store:
         p = store.create_topic("t", 1, config=SMALL).partition(0)
-        for _ in range(10):
-            p.append_values(VALUES)
+        _roll_a_few(p)
         assert syncer.wait_idle(30)
         sealed = _sealed_logs(p)
         assert len(sealed) >= 3
@@ -99,8 +103,7 @@ def test_recovery_point_waits_for_the_sync(tmp_path) -> None:
         p = store.create_topic("t", 1, config=SMALL).partition(0)
         p.append_values(VALUES)
         with _Held():
-            for _ in range(10):
-                p.append_values(VALUES)
+            _roll_a_few(p)
             cp = read_checkpoint(os.path.join(p.directory, CHECKPOINT_FILE))
             assert cp is not None and cp.recovery_point == 0  # nothing rolled is durable yet
         cp = read_checkpoint(os.path.join(p.directory, CHECKPOINT_FILE))
@@ -111,8 +114,7 @@ def test_flush_syncs_pending_rolls_itself(tmp_path, fsyncs) -> None:
     with pylog.open(tmp_path / "s") as store:
         p = store.create_topic("t", 1, config=SMALL).partition(0)
         with _Held():
-            for _ in range(10):
-                p.append_values(VALUES)
+            _roll_a_few(p)
             p.flush()
             me = threading.current_thread().name
             assert _logs(fsyncs, me) == _sealed_logs(p) | {os.path.basename(p._view[0][-1].log_path)}
@@ -127,8 +129,7 @@ def test_close_syncs_pending_rolls_and_marks_clean(tmp_path, fsyncs) -> None:
     store = pylog.open(tmp_path / "s")
     p = store.create_topic("t", 1, config=SMALL).partition(0)
     with _Held():
-        for _ in range(10):
-            p.append_values(VALUES)
+        _roll_a_few(p)
         sealed = _sealed_logs(p)
         end = p.log_end_offset
         store.close()
@@ -141,8 +142,7 @@ def test_handover_syncs_pending_rolls(tmp_path, fsyncs) -> None:
     with pylog.open(tmp_path / "s") as store:
         p = store.create_topic("t", 1, config=SMALL).partition(0)
         with _Held():
-            for _ in range(10):
-                p.append_values(VALUES)
+            _roll_a_few(p)
             sealed = _sealed_logs(p)
             p.release_writer()  # a clean checkpoint names offsets past the rolled segments: they must be durable
             assert sealed <= _logs(fsyncs, threading.current_thread().name)
@@ -172,8 +172,7 @@ def test_deleted_partition_under_a_pending_sync(tmp_path, caplog) -> None:
     with pylog.open(tmp_path / "s") as store:
         p = store.create_topic("t", 1, config=SMALL).partition(0)
         with _Held():
-            for _ in range(10):
-                p.append_values(VALUES)
+            _roll_a_few(p)
             store.delete_topic("t")
         store.create_topic("t", 1).partition(0).append_values(VALUES)
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
@@ -208,8 +207,7 @@ def test_failed_inline_sync_fails_the_partition(tmp_path, monkeypatch) -> None:
     with pylog.open(tmp_path / "s") as store:
         p = store.create_topic("t", 1, config=SMALL).partition(0)
         with _Held():
-            for _ in range(10):
-                p.append_values(VALUES)
+            _roll_a_few(p)
 
             def broken(self: Segment) -> bool:
                 raise OSError(5, "Input/output error")
