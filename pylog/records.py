@@ -400,10 +400,14 @@ def encode_parts(
         if len(ts_arr) != n:
             raise InvalidRecordError(f"timestamps: {len(ts_arr)} items for {n} records")
         first_ts = int(ts_arr[0])
-        max_ts = int(ts_arr.max())
-        if int(ts_arr.min()) == max_ts:
+        raw_ts = ts_arr.tobytes()
+        if raw_ts[:8] * n == raw_ts:
+            # One timestamp for every record (a producer's drain stamps its batch once): no column. A
+            # memcmp finds it faster than numpy's min and max, which cost ~12 us for a one-record batch.
+            max_ts = first_ts
             ts_arr = None
         else:
+            max_ts = int(ts_arr.max())
             ts_arr = ts_arr - first_ts
 
     if offset_deltas is not None:
