@@ -21,6 +21,8 @@ from pylog.errors import LogFailedError
 from pylog.filenames import CHECKPOINT_FILE
 from pylog.segment import Segment
 
+from crashcopy import crash_copy
+
 VALUES = [b"v" * 100] * 100
 SMALL = {"segment.bytes": 32 * 1024}  # a roll every ~3 appends of VALUES
 
@@ -322,3 +324,43 @@ def test_roll_after_a_clean_handover_marks_the_checkpoint_dirty_at_once(tmp_path
             # next writer re-validate it, so the roll itself wrote a dirty one.
             cp = read_checkpoint(path)
             assert cp is not None and not cp.clean and cp.recovery_point < p._view[0][-1].base_offset
+
+
+def test_power_cut_before_the_background_sync(tmp_path) -> None:
+    """A power cut may take the tail of a segment whose sync had not finished, while the segment after it
+    survives. Recovery re-validates from the recovery point (before that segment), cuts it at the damage
+    and drops what follows: nothing flushed is there (a flush syncs the rolled segments first), and the
+    lost offsets go to the next appends."""
+    src = tmp_path / "s"
+    with pylog.open(src) as store:
+        p = store.create_topic("t", 1, config=SMALL).partition(0)
+        p.append_values(VALUES)
+        p.flush()
+        flushed = p.log_end_offset
+        with _Held():
+            while len(p._view[0]) < 3:
+                p.append_values(VALUES)
+            p.append_values(VALUES)
+            crashed = tmp_path / "crashed"
+            crash_copy(src, crashed)  # what the disk holds if the power goes now, before the tail is cut
+    pdir = os.path.join(crashed, "t", "0")
+    cp = read_checkpoint(os.path.join(pdir, CHECKPOINT_FILE))
+    logs = sorted(f for f in os.listdir(pdir) if f.endswith(".log"))
+    first_rolled = os.path.join(pdir, logs[0])
+    assert cp is not None and not cp.clean and cp.recovery_point < int(logs[1][:-4])
+    # The first rolled segment loses its last batch's tail, and garbage follows; the later ones survive.
+    size = os.path.getsize(first_rolled)
+    with open(first_rolled, "r+b") as f:
+        f.truncate(size - 500)
+        f.seek(0, os.SEEK_END)
+        f.write(b"\x5a" * 300)
+    with pylog.open(crashed) as store:
+        p = store.topic("t").partition(0)
+        p.append_values([b"after"])  # the writer recovers first
+        assert p.last_recovery is not None and p.last_recovery["bytes_dropped"] > 0
+        end = p.log_end_offset
+        records = p.read(0, max_records=end)
+        assert [r.offset for r in records] == list(range(end))  # dense, the lost offsets given again
+        assert records[-1].value == b"after"
+        assert flushed <= end - 1 < len(VALUES) * 3
+        assert p.check() == []
