@@ -240,8 +240,10 @@ def _tear_tail(root: str, flushed: int, rng: random.Random) -> int | None:
     """Cut the active segment's log at a random byte past the flushed data, maybe add zeros or garbage.
 
     Returns the log end offset a reader must then see: the start of the first batch that was cut; None
-    (and nothing done) when the active segment holds no unflushed bytes (sealed segments were fsynced,
-    and so was a segment whose offset index is already sealed: the kill came in the middle of a roll).
+    (and nothing done) when the active segment holds no unflushed bytes, or when its offset index is
+    already sealed (the kill came in the middle of a roll). Only the active segment is torn here: a roll's
+    background fsync may not have finished either, and a power cut taking that segment's tail is tested in
+    tests/test_background_sync.py.
     """
     with pylog.open(root) as store:
         seg = store.topic(TOPIC).partition(0).segments[-1]
