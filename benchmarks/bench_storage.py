@@ -426,9 +426,11 @@ class Bench:
             took = time.perf_counter() - t
             rec = p.last_recovery or {}
             nseg = len(p.segments)
+        # The killed writer appended 3 batches of ~110 KB into 200 KB segments: at most 2 rolls, so at most
+        # 4 segments (from the one before those rolls) may follow a recovery point that moves as it should.
         row(f"reopen after SIGKILL, {nseg} segments", took * 1e3, "ms", "only segments after recovery point",
             f"{rec.get('segments_validated')} of {expected} after it re-validated", None,
-            rec.get("segments_validated") == expected)
+            rec.get("segments_validated") == expected <= 4)
         shutil.rmtree(path, ignore_errors=True)
 
     # -------------------------------------------------------------- compression

@@ -3,9 +3,10 @@
 One cleaning of a partition (:func:`clean_partition`):
 
 1. **Range.** The *dirty* section starts at the cleaner checkpoint's first dirty offset and ends at the
-   first *uncleanable* offset: the active segment's base, or earlier, the base of the first segment with
-   a record younger than ``min.compaction.lag.ms``. It is cleanable when dirty bytes / (clean + dirty
-   bytes) > ``min.cleanable.dirty.ratio``, or when its oldest record is older than
+   first *uncleanable* offset: the active segment's base (or the first rolled segment whose background
+   fsync is still pending: nothing not yet durable is ever called clean), or earlier, the base of the
+   first segment with a record younger than ``min.compaction.lag.ms``. It is cleanable when dirty bytes /
+   (clean + dirty bytes) > ``min.cleanable.dirty.ratio``, or when its oldest record is older than
    ``max.compaction.lag.ms`` (or on demand).
 2. **Map.** Keys of the dirty section are hashed to 128-bit digests (two independent 64-bit lanes of a
    multiply-xorshift mix, keyed by a random seed drawn per cleaning; keys over 64 bytes use keyed BLAKE2b)
@@ -492,7 +493,9 @@ def cleanable_range(partition: "Partition", now: int | None = None) -> Cleanable
     cp = read_cleaner_checkpoint(partition.directory)
     first_dirty = max(cp.first_dirty, log_start)
     active = segs[-1]
-    uncleanable = active.base_offset
+    # Not past a rolled segment whose background fsync is pending (an append in another thread may have
+    # rolled since clean_partition synced them): the cleaner checkpoint must not run ahead of durable data.
+    uncleanable = min(active.base_offset, partition.synced_through)
     lag = cfg["min.compaction.lag.ms"]
     if lag > 0:
         # Kafka: the first dirty segment holding a record younger than min.compaction.lag.ms, and all after.

@@ -788,9 +788,13 @@ class Partition:
                     written += h.record_count
                     if producer is not None:
                         state.rebuild([h])
-            finally:
-                if written:  # batches that landed before an error still count and wake readers
-                    self._after_append(written)
+            except BaseException:
+                # Batches that landed before the error still count and wake readers; no flush now, whose
+                # own error would replace the one that stopped the call.
+                if written:
+                    self._after_append(written, flush=False)
+                raise
+            self._after_append(written)
         return first if earlier is None else earlier
 
     def _producer_state(self) -> ProducerState:
@@ -980,6 +984,16 @@ class Partition:
                 self._sync_rolled_now()
                 self._advance_recovery_point()
 
+    @property
+    def synced_through(self) -> int:
+        """Offsets below this lie in segments that are sealed and fsynced (the active segment's base when
+        no roll waits for its background sync): what maintenance may treat as settled for good."""
+        with self._lock:
+            if self._unsynced:
+                return self._unsynced[0].base_offset
+            segs = self._segments
+            return segs[-1].base_offset if segs else self._log_start
+
     def _advance_recovery_point(self) -> None:
         """Under the lock: move the recovery point to the oldest segment still unsynced, or else to the
         active one, and record it in the checkpoint. Not on a failed partition: what it wrote is suspect."""
@@ -999,17 +1013,20 @@ class Partition:
             if self._segments[-1].size:
                 self._roll()
 
-    def _after_append(self, n: int) -> None:
+    def _after_append(self, n: int, flush: bool = True) -> None:
         # Readers in other processes: the batches are visible from here on (they read up to the file size),
         # whether or not the flush below succeeds.
         self._notify.publish()
         self._unflushed += n
         cfg = self.config
-        if self._unflushed >= cfg["flush.messages"] or (
-                cfg["flush.ms"] < (1 << 62) and (time.monotonic() - self._last_flush) * 1000 >= cfg["flush.ms"]):
-            self._flush_locked()
-        with self._appended:
-            self._appended.notify_all()
+        try:
+            if flush and self._failed is None and (self._unflushed >= cfg["flush.messages"] or (
+                    cfg["flush.ms"] < (1 << 62) and (time.monotonic() - self._last_flush) * 1000 >= cfg["flush.ms"])):
+                self._flush_locked()
+        finally:
+            # Waiters in this process, whatever the flush did: the records are there to read.
+            with self._appended:
+                self._appended.notify_all()
 
     def flush(self) -> None:
         """fsync everything appended so far: after this returns it survives a crash or power loss."""

@@ -45,7 +45,10 @@ class _Syncer:
                 try:
                     thread.start()  # RuntimeError at interpreter shutdown: the next submit tries again
                 except BaseException:
-                    self._jobs.pop()
+                    if thread.ident is None:  # never started: nobody will run the job
+                        self._jobs.pop()
+                        raise
+                    self._thread = thread  # started, then interrupted (KeyboardInterrupt): it runs the job
                     raise
                 self._thread = thread
             self._cond.notify_all()

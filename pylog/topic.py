@@ -11,6 +11,7 @@ exists exactly when its ``topic.json`` does (it is written last on create, atomi
 from __future__ import annotations
 
 import json
+import logging
 import os
 import threading
 from typing import Any, Iterable, Mapping
@@ -23,6 +24,8 @@ from .partition import Partition
 from .records import crc32c
 
 __all__ = ["Topic", "read_topic_file", "write_topic_file", "flush_each"]
+
+log = logging.getLogger("pylog.topic")
 
 _FORMAT = "pylog-topic"
 _VERSION = 1
@@ -69,7 +72,10 @@ def flush_each(items: Iterable[Any]) -> None:
         try:
             item.flush()
         except Exception as exc:  # noqa: BLE001 - flush the rest, then report
-            error = error or exc
+            if error is None:
+                error = exc
+            else:
+                log.error("flush of %r failed too: %s", item, exc)
     if error is not None:
         raise error
 

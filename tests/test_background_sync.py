@@ -16,9 +16,10 @@ import pytest
 import pylog
 from pylog import syncer
 from pylog.checkpoint import read_checkpoint
-from pylog.compaction import read_cleaner_checkpoint
+from pylog.compaction import cleanable_range, read_cleaner_checkpoint
 from pylog.errors import LogFailedError
 from pylog.filenames import CHECKPOINT_FILE
+from pylog.partition import Partition
 from pylog.segment import Segment
 
 from crashcopy import crash_copy
@@ -364,3 +365,76 @@ def test_power_cut_before_the_background_sync(tmp_path) -> None:
         assert records[-1].value == b"after"
         assert flushed <= end - 1 < len(VALUES) * 3
         assert p.check() == []
+
+
+def test_cleanable_range_stops_at_a_pending_sync(tmp_path) -> None:
+    """An append in another thread may roll between compaction's sync and its choice of range: the range
+    still ends before the first rolled segment whose fsync is pending."""
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
+        p = store.create_topic("c", 1, config={**SMALL, "cleanup.policy": "compact"}).partition(0)
+        with _Held():
+            for i in range(12):
+                p.append_values(VALUES, keys=[b"k%d" % (j % 7) for j in range(len(VALUES))])
+            assert len(p._unsynced) >= 2
+            rng = cleanable_range(p)
+            assert rng.uncleanable == p.synced_through == p._unsynced[0].base_offset
+            assert rng.uncleanable < p._view[0][-1].base_offset
+
+
+def test_a_write_failure_part_way_reports_itself_and_wakes_waiters(tmp_path, monkeypatch) -> None:
+    """With flush.messages=1 the batches that landed before the failure are not flushed on the way out: the
+    flush's error (LogFailedError, the partition having failed) would replace the one that stopped the
+    call, and the waiters of this handle would not be woken."""
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
+        p = store.create_topic("t", 1, config={"flush.messages": 1, "max.message.bytes": 4096}).partition(0)
+        p.append_values([b"first"])
+        real = Partition._write_batch
+        calls = []
+
+        def fails_second(self: Partition, parts: list, h: object) -> None:
+            calls.append(1)
+            if len(calls) == 2:
+                self._failed = "simulated: the write could not be rolled back"
+                raise OSError(28, "No space left on device")
+            real(self, parts, h)
+
+        monkeypatch.setattr(Partition, "_write_batch", fails_second)
+        woken = []
+        waiter = threading.Thread(target=lambda: woken.append(p.wait_for_data(p.log_end_offset, 60)))
+        waiter.start()
+        with pytest.raises(OSError) as info:
+            p.append_values([b"v" * 1000] * 10)  # several batches of max.message.bytes
+        assert info.value.errno == 28
+        waiter.join(30)
+        assert woken == [True]
+        with pytest.raises(LogFailedError):
+            p.flush()  # nothing pending to sync: the failed partition refuses all the same
+
+
+def test_a_failed_partition_syncs_nothing_more(tmp_path, fsyncs) -> None:
+    with pylog.open(tmp_path / "s") as store:
+        p = store.create_topic("t", 1, config=SMALL).partition(0)
+        with _Held():
+            _roll_a_few(p)
+            p._failed = "simulated: an earlier fsync failed"
+            done = len(fsyncs)
+            with pytest.raises(LogFailedError):
+                p.sync_rolled()
+            assert not _logs(fsyncs[done:], threading.current_thread().name)
+            p._failed = None  # let the store close
+
+
+def test_columns_keep_no_view_of_a_segment_mapping(tmp_path) -> None:
+    """Columns are copies: a sealed segment's mapping closes with the store although they live on."""
+    with pylog.open(tmp_path / "s") as store:
+        p = store.create_topic("t", 1, config=SMALL).partition(0)
+        for i in range(10):
+            p.append_values([b"v%d" % i] * 100, keys=[b"k"] * 100, headers=[[("h", b"x")]] * 100)
+        sealed = list(p._view[0][:-1])
+        kept = [p.read_columns(5, max_records=3), p.read_columns(0, max_records=1000), p.read_columns(150, 1)]
+        assert all(s._mm is not None for s in sealed)  # read through their mappings
+        mappings = [s._mm for s in sealed]
+    assert all(mm.closed for mm in mappings)
+    for cols in kept:
+        assert type(cols.value_data) is bytes and type(cols.key_data) is bytes
+    assert kept[0].values() == [b"v0"] * 3 and kept[2].keys() == [b"k"]
