@@ -34,7 +34,7 @@ from .compaction import CleanResult, clean_partition, cleanable_range
 from .partition import Partition
 from .retention import RetentionResult
 from .structs import OffsetAndMetadata, TopicPartition
-from .topic import Topic, flush_each, read_topic_file, write_topic_file
+from .topic import Topic, call_each, read_topic_file, write_topic_file
 
 if TYPE_CHECKING:
     from .consumer import Consumer
@@ -386,7 +386,7 @@ class Store:
     def flush(self) -> None:
         """fsync every partition this store has written to. A partition that fails does not keep the
         others from being flushed; the first error is raised at the end."""
-        flush_each(list(self._topics.values()))
+        call_each(list(self._topics.values()), "flush")
 
     def close(self) -> None:
         """Flush and cleanly close every partition; release writer locks. Idempotent."""
@@ -397,9 +397,10 @@ class Store:
             self._cleaner.stop()
             if self._publisher is not None:
                 self._publisher.close()
-            for t in self._topics.values():
-                t.close()
-            self._topics.clear()
+            try:
+                call_each(list(self._topics.values()), "close")  # one failure does not keep the others open
+            finally:
+                self._topics.clear()
 
     def __enter__(self) -> "Store":
         return self

@@ -23,7 +23,7 @@ from .filenames import OFFSETS_TOPIC, TOPIC_FILE
 from .partition import Partition
 from .records import crc32c
 
-__all__ = ["Topic", "read_topic_file", "write_topic_file", "flush_each"]
+__all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each"]
 
 log = logging.getLogger("pylog.topic")
 
@@ -64,18 +64,19 @@ def read_topic_file(directory: str) -> dict[str, Any]:
     return doc
 
 
-def flush_each(items: Iterable[Any]) -> None:
-    """``flush()`` each item; one that fails (a failed partition raises LogFailedError) does not keep the
-    others from being flushed. The first error is raised at the end."""
+def call_each(items: Iterable[Any], what: str, *args: Any) -> None:
+    """Call method ``what`` of each item; one that fails (a failed partition's flush raises LogFailedError,
+    a close may meet a full disk) does not keep the others from being flushed or closed, and from letting
+    their writer locks go. The first error is raised at the end; the others are logged."""
     error: Exception | None = None
     for item in items:
         try:
-            item.flush()
-        except Exception as exc:  # noqa: BLE001 - flush the rest, then report
+            getattr(item, what)(*args)
+        except Exception as exc:  # noqa: BLE001 - do the rest, then report
             if error is None:
                 error = exc
             else:
-                log.error("flush of %r failed too: %s", item, exc)
+                log.error("%s of %r failed too: %s", what, item, exc)
     if error is not None:
         raise error
 
@@ -148,15 +149,14 @@ class Topic:
         return {p.number: p.log_start_offset for p in self.partitions}
 
     def flush(self) -> None:
-        """fsync every opened partition (see :func:`flush_each`)."""
-        flush_each(p for p in self._partitions if p is not None)
+        """fsync every opened partition (see :func:`call_each`)."""
+        call_each([p for p in self._partitions if p is not None], "flush")
 
     def close(self, discard: bool = False) -> None:
-        """Close every opened partition (``discard``: without writing anything, the files are going away)."""
+        """Close every opened partition (``discard``: without writing anything, the files are going away).
+        One that fails does not keep the others open (see :func:`call_each`)."""
         with self._lock:
-            for p in self._partitions:
-                if p is not None:
-                    p.close(discard)
+            call_each([p for p in self._partitions if p is not None], "close", discard)
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, partitions={self.num_partitions})"

@@ -94,3 +94,30 @@ def test_interrupted_topic_deletion_is_finished_on_open(tmp_path):
     with pylog.open(tmp_path) as store:
         assert store.topics() == []
     assert not (tmp_path / ".deleting-t-123").exists()
+
+
+def test_close_goes_on_past_a_partition_that_fails(tmp_path, monkeypatch):
+    """One partition whose close fails (a full disk) must not keep the others' writer locks held."""
+    from pylog.partition import Partition
+
+    path = tmp_path / "s"
+    store = pylog.open(path)
+    for name in ("a", "b", "c"):
+        store.create_topic(name).partition(0).append_values([b"x"])
+    real = Partition.close
+
+    def close(self, discard=False):
+        if self.topic == "a":
+            real(self, discard)
+            raise OSError(28, "No space left on device")
+        real(self, discard)
+
+    monkeypatch.setattr(Partition, "close", close)
+    with pytest.raises(OSError):
+        store.close()
+    monkeypatch.undo()
+    with pylog.open(path) as other:
+        for name in ("b", "c"):
+            p = other.topic(name).partition(0)
+            p.append_values([b"y"])  # the lock was let go
+            assert p.log_end_offset == 2
