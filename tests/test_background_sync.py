@@ -22,7 +22,7 @@ from pylog.filenames import CHECKPOINT_FILE
 from pylog.partition import Partition
 from pylog.segment import Segment
 
-from crashcopy import crash_copy
+from storetools import crash_copy
 
 VALUES = [b"v" * 100] * 100
 SMALL = {"segment.bytes": 32 * 1024}  # a roll every ~3 appends of VALUES

@@ -12,16 +12,13 @@ import pytest
 
 import pylog
 
+from storetools import wait_for
+
 TOPIC = "c"
 
 
 def _wait(cond, timeout=10.0):
-    deadline = time.monotonic() + timeout
-    while not cond():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.01)
-    return True
+    return bool(wait_for(cond, timeout))
 
 
 def _compacted(store, name=TOPIC):

@@ -41,6 +41,8 @@ import pytest
 
 import pylog
 
+from storetools import read_all
+
 TOPIC = "t"
 NKEYS = 97
 SEGMENT_BYTES = 4096
@@ -105,17 +107,6 @@ def append_expected(p: pylog.Partition, first: int, n: int) -> int:
     got = p.append_values([v for _, v in recs], keys=[k for k, _ in recs])
     assert got == first, f"append at {first} landed at {got}"
     return first + n
-
-
-def read_all(p: pylog.Partition, start: int, chunk: int = 1000) -> list:
-    out = []
-    pos = start
-    while True:
-        recs = p.read(pos, max_records=chunk)
-        if not recs:
-            return out
-        out.extend(recs)
-        pos = recs[-1].offset + 1
 
 
 def check_content(recs: list, exp: Expected, leo: int) -> None:

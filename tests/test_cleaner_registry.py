@@ -16,6 +16,7 @@ from pylog.cleaner_registry import published_cleaners
 from pylog.filenames import CLEANERS_DIR
 
 from childproc import Child
+from storetools import wait_for
 
 
 def _health(path, *args: str) -> tuple[int, str]:
@@ -25,12 +26,7 @@ def _health(path, *args: str) -> tuple[int, str]:
 
 
 def _wait_for(predicate, timeout: float = 30.0):
-    deadline = time.monotonic() + timeout
-    while True:
-        value = predicate()
-        if value or time.monotonic() > deadline:
-            return value
-        time.sleep(0.02)
+    return wait_for(predicate, timeout, step=0.02)
 
 
 def test_a_store_publishes_its_cleaner_and_removes_it_on_close(tmp_path):

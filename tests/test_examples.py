@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from storetools import read_all
+
 ROOT = Path(__file__).resolve().parent.parent
 
 
@@ -72,13 +74,7 @@ def _example(name: str) -> dict:
 
 
 def _read_all(store, topic: str) -> list:
-    out = []
-    for p in store.topic(topic).partitions:
-        offset = p.log_start_offset
-        while recs := p.read(offset, max_records=5000):
-            out += recs
-            offset = recs[-1].offset + 1
-    return out
+    return [r for p in store.topic(topic).partitions for r in read_all(p, chunk=5000)]
 
 
 def test_event_sourced_table_example(tmp_path):

@@ -26,7 +26,7 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 import pylog
 from pylog.checkpoint import read_checkpoint
 
-from crashcopy import crash_copy
+from storetools import crash_copy
 from pylog.records import CODEC_LZ4, HEADER_SIZE, parse_header
 
 T0 = 1_700_000_000_000

@@ -14,7 +14,7 @@ import pytest
 import pylog
 from pylog.producer_state import SNAPSHOT_FILE, ProducerState
 
-from crashcopy import crash_copy
+from storetools import crash_copy
 
 TOPIC = "t"
 

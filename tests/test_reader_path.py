@@ -21,6 +21,8 @@ from pylog.filenames import list_segment_bases
 from pylog.records import encode_batch
 from pylog.segment import Segment
 
+from storetools import read_all
+
 TOPIC = "t"
 _FORK = multiprocessing.get_context("fork")
 
@@ -126,17 +128,6 @@ def _tear(p: pylog.Partition, mode: str, rng: random.Random) -> int:
 def make_topic(root: str, **config) -> None:
     with pylog.open(root) as store:
         store.create_topic(TOPIC, partitions=1, config=config)
-
-
-def read_all(p: pylog.Partition, start: int) -> list[pylog.Record]:
-    out: list[pylog.Record] = []
-    pos = start
-    while True:
-        recs = p.read(pos, max_records=1000)
-        if not recs:
-            return out
-        out.extend(recs)
-        pos = recs[-1].offset + 1
 
 
 class Tail:

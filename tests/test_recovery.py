@@ -31,7 +31,7 @@ from pylog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from pylog.records import (CODEC_LZ4, HEADER_SIZE, BatchView, RecordColumns, batch_crc, crc32c,
                            encode_batch, parse_header)
 
-from crashcopy import crash_copy
+from storetools import crash_copy
 
 T0 = 1_700_000_000_000
 TOPIC = "t"

@@ -15,26 +15,15 @@ import pylog
 from pylog.__main__ import ExitCode, main
 
 from childproc import Child
+from storetools import read_all, wait_for
 
 
 def _wait_for(predicate, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            return False
-        time.sleep(0.005)
-    return True
+    return bool(wait_for(predicate, timeout, step=0.005))
 
 
 def _all(p):
-    """Every record of partition ``p`` (a reader sees another handle's appends once it reads at its end)."""
-    out, o = [], p.log_start_offset
-    while True:
-        recs = p.read(o, max_records=10_000)
-        if not recs:
-            return out
-        out.extend(recs)
-        o = recs[-1].offset + 1
+    return read_all(p, chunk=10_000)
 
 
 def _values(store, topic="ev"):

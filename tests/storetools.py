@@ -1,0 +1,48 @@
+"""Helpers the tests share: reading a partition to its end, waiting for a condition, crash images.
+
+``crash_copy`` copies a store directory while it is open: the files a crash at this moment would leave. The
+store's background sync thread may replace a checkpoint during the copy: either version is what a crash at
+that moment leaves, and a temp file that vanishes mid-copy is one the crash did not leave.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import time
+from typing import Any, Callable
+
+import pylog
+
+
+def _copy_if_there(src: str, dst: str) -> None:
+    try:
+        shutil.copy2(src, dst)
+    except FileNotFoundError:
+        pass
+
+
+def crash_copy(src: str | os.PathLike[str], dst: str | os.PathLike[str]) -> None:
+    shutil.copytree(src, dst, copy_function=_copy_if_there)
+
+
+def read_all(p: pylog.Partition, start: int | None = None, chunk: int = 1000) -> list[pylog.Record]:
+    """Every record of ``p`` from ``start`` (default: its log start) to its end, ``chunk`` per read (a
+    reader sees another handle's appends once it reads at its end)."""
+    out: list[pylog.Record] = []
+    pos = p.log_start_offset if start is None else start
+    while recs := p.read(pos, max_records=chunk):
+        out.extend(recs)
+        pos = recs[-1].offset + 1
+    return out
+
+
+def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, step: float = 0.01) -> Any:
+    """Poll ``predicate`` every ``step`` seconds until it returns something true or ``timeout`` passes;
+    returns its last value (a hang guard for tests, not a timed assertion)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value or time.monotonic() > deadline:
+            return value
+        time.sleep(step)
