@@ -38,7 +38,7 @@ import subprocess
 import tempfile
 import time
 from importlib import metadata
-from typing import Any, ClassVar, Sequence
+from typing import Any, Callable, ClassVar, Sequence
 
 import numpy as np
 
@@ -159,6 +159,33 @@ class Peer(abc.ABC):
     @abc.abstractmethod
     def reader(self, stream: int) -> Reader:
         """Open a reader on ``stream`` at its first record, in the calling process."""
+
+
+class _PathPeer(Peer):
+    """A peer whose stream ``s`` is one path under its root, made empty by :meth:`_make_empty` and opened by
+    ``_writer_cls`` / ``_reader_cls``."""
+
+    _writer_cls: ClassVar[Callable[[str], Writer]]
+    _reader_cls: ClassVar[Callable[[str], Reader]]
+    _suffix: ClassVar[str] = ""
+
+    def create(self, streams: int) -> None:
+        super().create(streams)
+        for s in range(streams):
+            self._make_empty(self._path(s))
+
+    @abc.abstractmethod
+    def _make_empty(self, path: str) -> None:
+        """Create stream ``path``, empty."""
+
+    def _path(self, stream: int) -> str:
+        return os.path.join(self.root, f"{stream}{self._suffix}")
+
+    def writer(self, stream: int) -> Writer:
+        return self._writer_cls(self._path(stream))
+
+    def reader(self, stream: int) -> Reader:
+        return self._reader_cls(self._path(stream))
 
 
 # ---------------------------------------------------------------------------------------------- pylog
@@ -362,7 +389,7 @@ class _FileReader(Reader):
         os.close(self._fd)
 
 
-class FilePeer(Peer):
+class FilePeer(_PathPeer):
     """The physical baseline: length-prefixed records appended to a plain file, one write per batch."""
 
     name = "file"
@@ -371,22 +398,15 @@ class FilePeer(Peer):
            "and one slice per record; tailing polls every 0.2 ms. No checksums, no index, no offsets. Page "
            "cache, no fsync.")
 
+    _writer_cls = _FileWriter
+    _reader_cls = _FileReader
+    _suffix = ".log"
+
     def versions(self) -> dict[str, str]:
         return {}  # Python's own file I/O: the report gives the Python version
 
-    def create(self, streams: int) -> None:
-        super().create(streams)
-        for s in range(streams):
-            open(self._path(s), "wb").close()
-
-    def _path(self, stream: int) -> str:
-        return os.path.join(self.root, f"{stream}.log")
-
-    def writer(self, stream: int) -> Writer:
-        return _FileWriter(self._path(stream))
-
-    def reader(self, stream: int) -> Reader:
-        return _FileReader(self._path(stream))
+    def _make_empty(self, path: str) -> None:
+        open(path, "wb").close()
 
 
 # ----------------------------------------------------------------------------------------------- LMDB
@@ -439,7 +459,7 @@ class _LmdbReader(_PollingReader):
         self._env.close()
 
 
-class LmdbPeer(Peer):
+class LmdbPeer(_PathPeer):
     """LMDB: one environment per stream, 8-byte big-endian sequence keys."""
 
     name = "lmdb"
@@ -457,19 +477,11 @@ class LmdbPeer(Peer):
         import lmdb
         return {"lmdb (py-lmdb)": lmdb.__version__, "LMDB": ".".join(map(str, lmdb.version()))}
 
-    def create(self, streams: int) -> None:
-        super().create(streams)
-        for s in range(streams):
-            _lmdb_open(self._path(s)).close()
+    _writer_cls = _LmdbWriter
+    _reader_cls = _LmdbReader
 
-    def _path(self, stream: int) -> str:
-        return os.path.join(self.root, str(stream))
-
-    def writer(self, stream: int) -> Writer:
-        return _LmdbWriter(self._path(stream))
-
-    def reader(self, stream: int) -> Reader:
-        return _LmdbReader(self._path(stream))
+    def _make_empty(self, path: str) -> None:
+        _lmdb_open(path).close()
 
 
 # -------------------------------------------------------------------------------------- persist-queue
@@ -535,7 +547,7 @@ class _SqliteReader(_PollingReader):
         self._q.close()
 
 
-class SqliteQueuePeer(Peer):
+class SqliteQueuePeer(_PathPeer):
     """persist-queue's ``SQLiteQueue``: a SQLite table in WAL mode used as a FIFO queue."""
 
     name = "sqlite"
@@ -554,19 +566,11 @@ class SqliteQueuePeer(Peer):
     def versions(self) -> dict[str, str]:
         return {"persist-queue": _version("persist-queue"), "SQLite": sqlite3.sqlite_version}
 
-    def create(self, streams: int) -> None:
-        super().create(streams)
-        for s in range(streams):
-            _sqlite_queue(self._path(s)).close()
+    _writer_cls = _SqliteWriter
+    _reader_cls = _SqliteReader
 
-    def _path(self, stream: int) -> str:
-        return os.path.join(self.root, str(stream))
-
-    def writer(self, stream: int) -> Writer:
-        return _SqliteWriter(self._path(stream))
-
-    def reader(self, stream: int) -> Reader:
-        return _SqliteReader(self._path(stream))
+    def _make_empty(self, path: str) -> None:
+        _sqlite_queue(path).close()
 
 
 # ---------------------------------------------------------------------------------------------- Redis
