@@ -244,21 +244,16 @@ class Partition:
 
     def _acquire_lock(self) -> int:
         fd = self._open_in_partition(LOCK_FILE)
-        deadline = time.monotonic() + self.lock_timeout_ms / 1000
-        delay = 0.001
-        while True:
-            try:
-                if try_flock(fd):
-                    return fd
-            except OSError:
-                os.close(fd)
-                raise
-            if time.monotonic() >= deadline:
-                os.close(fd)
-                raise PartitionLockedError(
-                    f"partition {self.topic}-{self.number} is locked by another writer ({self.directory})")
-            time.sleep(delay)
-            delay = min(delay * 2, 0.05)
+        try:
+            got = _retry(lambda: try_flock(fd), time.monotonic() + self.lock_timeout_ms / 1000, 0.001, 0.05)
+        except OSError:
+            os.close(fd)
+            raise
+        if not got:
+            os.close(fd)
+            raise PartitionLockedError(
+                f"partition {self.topic}-{self.number} is locked by another writer ({self.directory})")
+        return fd
 
     def _ask_for_handover(self) -> int:
         """Hold a shared ``flock`` on ``.want`` (until the returned descriptor is closed): tells the writer,
@@ -305,13 +300,9 @@ class Partition:
         deadline = time.monotonic() + timeout_ms / 1000
         want = self._ask_for_handover()
         try:
-            delay = 0.0002
-            while not self._take_turn():
-                if time.monotonic() >= deadline:
-                    raise PartitionLockedError(f"partition {self.topic}-{self.number} is locked by another writer "
-                                               f"({self.directory}), which did not hand it over within {timeout_ms} ms")
-                time.sleep(delay)
-                delay = min(delay * 2, 0.005)
+            if not _retry(self._take_turn, deadline, 0.0002, 0.005):
+                raise PartitionLockedError(f"partition {self.topic}-{self.number} is locked by another writer "
+                                           f"({self.directory}), which did not hand it over within {timeout_ms} ms")
         finally:
             os.close(want)
 
@@ -1459,6 +1450,17 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition({self.topic!r}, {self.number}, segments={len(self._segments)})"
+
+
+def _retry(attempt: Callable[[], bool], deadline: float, delay: float, cap: float) -> bool:
+    """Call ``attempt`` until it returns True (True) or ``time.monotonic()`` passes ``deadline`` after a
+    failed attempt (False), sleeping ``delay`` seconds between attempts, doubled each time up to ``cap``."""
+    while not attempt():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(delay)
+        delay = min(delay * 2, cap)
+    return True
 
 
 def _slice_parts(lengths: np.ndarray, parts: list, start: int, stop: int, contiguous: bool) -> tuple[np.ndarray, list]:
