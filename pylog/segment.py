@@ -1057,38 +1057,48 @@ class Segment:
         """
         end = self.size if end is None else end
         problems: list[str] = []
-        complete = self._valid_end(end)
+        try:
+            oi, ti = self._indexes()
+        except CorruptRecordError as exc:
+            oi, index_error = None, str(exc)
+        # One pass over the valid prefix (each batch read and checksummed once): offsets, and the batch
+        # starts the index points at (kept only there: memory bounded by the index, not the log).
+        rels, poss = oi.entries() if oi is not None else (np.empty(0, np.int64), np.empty(0, np.int64))
+        starts: dict[int, int] = dict.fromkeys(poss.tolist(), -1)
+        order: list[str] = []
+        prev = self.base_offset - 1
+        seen = 0
+        complete = 0
+        for fpos, h in self._valid_batches(0, end, tolerate_tail=True):
+            if h.base_offset <= prev:
+                order.append(f"{self.log_path}@{fpos}: base offset {h.base_offset} not above {prev}")
+            prev = h.last_offset
+            seen += 1
+            if fpos in starts:
+                starts[fpos] = h.base_offset
+            complete = fpos + h.size
+        damage: str | None = None
         kind = self._tail_kind(complete, end)
         if kind != "none":
             if self._valid_batch_after(complete, end):
-                complete = end  # damage in the middle: the scan below names the first bad batch
+                # Damage in the middle: name the first bad batch, as a scan to the end reports it.
+                try:
+                    for fpos, h, buf, p in self._scan(complete, end, _MAX_CHUNK, tolerate_tail=False):
+                        BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
+                except CorruptRecordError as exc:
+                    damage = str(exc)
             elif not (kind == "partial" and partial_tail_ok):
                 what = ("damaged, not an interrupted write (after a clean close appends are refused until "
                         "`pylog repair`; after a crash recovery cuts it)" if kind == "damage" else
                         "a torn tail (an interrupted write: the next writer cuts it)")
                 problems.append(f"{self.log_path}@{complete}: the {end - complete} byte(s) after the last valid "
                                 f"batch are {what}")
-        try:
-            oi, ti = self._indexes()
-        except CorruptRecordError as exc:
-            problems.append(str(exc))
+        if oi is None:
+            problems.append(index_error)
             return problems
-        rels, poss = oi.entries()
-        # Batch starts are kept only where the index points (memory bounded by the index, not the log).
-        starts: dict[int, int] = dict.fromkeys(poss.tolist(), -1)
-        prev = self.base_offset - 1
-        seen = 0
-        try:
-            for fpos, h, buf, p in self._scan(0, complete, _MAX_CHUNK, tolerate_tail=False):
-                BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
-                if h.base_offset <= prev:
-                    problems.append(f"{self.log_path}@{fpos}: base offset {h.base_offset} not above {prev}")
-                prev = h.last_offset
-                seen += 1
-                if fpos in starts:
-                    starts[fpos] = h.base_offset
-        except CorruptRecordError as exc:
-            problems.append(str(exc))
+        problems.extend(order)
+        if damage is not None:
+            problems.append(damage)
             return problems
         for rel, pos in zip(rels.tolist(), poss.tolist()):
             if starts.get(pos) != self.base_offset + rel:
