@@ -333,6 +333,16 @@ class Partition:
         finally:
             self.maintenance_lock.release()
 
+    def release_turn(self) -> bool:
+        """Let go of a writer lock held for a turn (:meth:`wait_to_write`), whether or not anyone waits for
+        it; a lock a direct append pinned stays. True when released. For a writer taking turns that stops
+        writing (a producer closing)."""
+        with self.maintenance_lock, self._lock:
+            if not self._in_turns or self._lock_fd is None:
+                return False
+            self.release_writer()
+            return True
+
     def _ensure_writer(self) -> None:
         """Become the partition's writer: lock, recover if the last shutdown was not clean, open for append."""
         with self._lock:

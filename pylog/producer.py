@@ -728,8 +728,8 @@ class Producer:
         try:
             if wanted_only:
                 part.hand_over()
-            elif part._in_turns:
-                part.release_writer()
+            else:
+                part.release_turn()
             return True
         except Exception:  # a closed store, a deleted topic, a full disk: nothing more to hand over
             log.debug("pylog producer: handing over %s-%d failed", part.topic, part.number, exc_info=True)
