@@ -56,6 +56,8 @@ _HEADER_SIZE = 64
 _CRC_AT = 60
 _VERSION = 1
 _SEALED = 1
+#: Above any column B value (file positions, relative offsets): _prefix_end with no limit.
+_NO_LIMIT = 1 << 32  # column B is uint32
 
 
 class IndexError_(CorruptRecordError):
@@ -221,26 +223,32 @@ class _Index:
         removed in place). The search gallops forward from there, so it touches the pages at the end of
         the used part, not a bisection's worth spread over the whole preallocated (mostly unwritten) file.
         """
+        lo = min(max(known, 0), self.capacity)
+        if lo and not self._bv[lo - 1]:
+            lo = 0  # a count the slots do not bear out: search the whole prefix
+        return self._prefix_end(lo, _NO_LIMIT)
+
+    def _prefix_end(self, lo: int, limit: int) -> int:
+        """The first slot at or after ``lo`` that is free (column B zero) or whose column B is at or above
+        ``limit``, knowing every slot below ``lo`` is neither (used slots are a prefix, B never decreases).
+
+        Gallops forward from ``lo``, then bisects, so only the pages at the end of the used part are
+        touched, not a bisection's worth spread over the whole preallocated (mostly unwritten) file.
+        """
         b = self._bv
         cap = self.capacity
-        lo = min(max(known, 0), cap)
-        if lo >= cap or not b[lo]:
-            return lo if lo == 0 or b[lo - 1] else self._bisect_live(0, lo)
+        if lo >= cap or not b[lo] or b[lo] >= limit:
+            return lo
         step = 1
         hi = lo + 1
-        while hi < cap and b[hi]:
+        while hi < cap and b[hi] and b[hi] < limit:
             lo = hi
             step *= 2
             hi = min(lo + step, cap)
-        return self._bisect_live(lo + 1, hi)
-
-    def _bisect_live(self, lo: int, hi: int) -> int:
-        """The first free slot in ``[lo, hi]``, knowing slot ``lo - 1`` is used (or ``lo`` is 0) and the
-        used slots are a prefix."""
-        b = self._bv
+        lo += 1
         while lo < hi:
             mid = (lo + hi) // 2
-            if b[mid]:
+            if b[mid] and b[mid] < limit:
                 lo = mid + 1
             else:
                 hi = mid
@@ -251,31 +259,13 @@ class _Index:
         the last look whose column B is below ``limit`` (the reader's visible size for an offset index,
         its next relative offset for a time index). Returns the new count.
 
-        Searches forward from the current count (gallop, then bisect), so only the pages at the end of the
-        used part are touched, not the whole preallocated file. The count never moves back here: entries
-        are never removed from a file in place (see the module docstring).
+        Searches forward from the current count (see :meth:`_prefix_end`). The count never moves back here:
+        entries are never removed from a file in place (see the module docstring).
         """
-        b = self._bv
-        cap = self.capacity
-        lo = self.count  # every slot below lo is used and below limit
-        if self.sealed or self.writable or lo >= cap or not b[lo] or b[lo] >= limit:
-            return lo
-        # Gallop: the used part ends (B zero) or the entries reach limit somewhere in (lo, hi].
-        step = 1
-        hi = lo + 1
-        while hi < cap and b[hi] and b[hi] < limit:
-            lo = hi
-            step *= 2
-            hi = min(lo + step, cap)
-        lo += 1
-        while lo < hi:  # first slot in [lo, hi) that is free or at/above limit
-            mid = (lo + hi) // 2
-            if b[mid] and b[mid] < limit:
-                lo = mid + 1
-            else:
-                hi = mid
-        self.count = lo
-        return lo
+        if self.sealed or self.writable:
+            return self.count
+        self.count = self._prefix_end(self.count, limit)  # every slot below the count is used and below limit
+        return self.count
 
     def _check_sorted(self) -> None:
         a = self._a[:self.count]
