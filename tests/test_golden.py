@@ -220,21 +220,48 @@ def test_a_writer_continues_the_golden_store_from_its_checkpoint_and_producer_sn
     assert log[:len(golden_log)] == golden_log and len(log) > len(golden_log)
 
 
+def _append_manifest_calls(p: pylog.Partition) -> None:
+    offset = 0
+    for call in STORE["appends"]:
+        assert p.append_values(
+            [_b(v) for v in call["values"]], keys=None if "keys" not in call else [_b(k) for k in call["keys"]],
+            timestamps=call["timestamps"],
+            headers=None if "headers" not in call else [[(k, _b(v)) for k, v in row] for row in call["headers"]],
+            producer=None if "producer" not in call else tuple(call["producer"]),
+            compression=call.get("compression")) == offset
+        offset += len(call["values"])
+
+
 def test_a_store_appending_the_manifest_calls_writes_the_golden_files_byte_for_byte(tmp_path):
     root = tmp_path / "store"
     with pylog.open(root) as store:
-        p = store.create_topic(STORE["topic"], config=STORE["config"]).partition(0)
-        offset = 0
-        for call in STORE["appends"]:
-            assert p.append_values(
-                [_b(v) for v in call["values"]], keys=None if "keys" not in call else [_b(k) for k in call["keys"]],
-                timestamps=call["timestamps"],
-                headers=None if "headers" not in call else [[(k, _b(v)) for k, v in row] for row in call["headers"]],
-                producer=None if "producer" not in call else tuple(call["producer"]),
-                compression=call.get("compression")) == offset
-            offset += len(call["values"])
+        _append_manifest_calls(store.create_topic(STORE["topic"], config=STORE["config"]).partition(0))
     for rel in _store_files():
         assert (root / rel).read_bytes() == (GOLDEN / STORE["path"] / rel).read_bytes(), rel
+
+
+def test_a_writer_handing_over_leaves_the_golden_live_indexes(tmp_path):
+    want_o, want_t = MANIFEST["files"]["live.index"], MANIFEST["files"]["live.timeindex"]
+    root = tmp_path / "store"
+    with pylog.open(root) as store:
+        p = store.create_topic(STORE["topic"], config={**STORE["config"], **want_o["config"]}).partition(0)
+        _append_manifest_calls(p)
+        p.release_writer()
+        part = root / STORE["topic"] / "0"
+        assert (part / f"{SEGMENT}.index").read_bytes() == _raw(want_o["file"])
+        assert (part / f"{SEGMENT}.timeindex").read_bytes() == _raw(want_t["file"])
+        assert (part / f"{SEGMENT}.log").read_bytes() == _raw(f"{STORE['path']}/{STORE['topic']}/0/{SEGMENT}.log")
+        for name in ("partition.checkpoint", "producer.snapshot"):  # a clean checkpoint, as close leaves it
+            assert (part / name).read_bytes() == _raw(f"{STORE['path']}/{STORE['topic']}/0/{name}"), name
+    # And a reader counts the live entries by column B (the header's count is 0).
+    for cls, want in ((OffsetIndex, want_o), (TimeIndex, want_t)):
+        idx = cls.open(str(GOLDEN / want["file"]), 0)
+        try:
+            assert not idx.sealed
+            a, b = idx.entries()
+            assert [[int(x), int(y)] for x, y in zip(a, b)] == want["entries"]
+        finally:
+            idx.close()
 
 
 def test_indexes_rebuilt_from_the_golden_log_are_the_golden_indexes(tmp_path):

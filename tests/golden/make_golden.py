@@ -33,6 +33,8 @@ TOPIC = "events"
 #: index entries; producers never expire, so the snapshot keeps them whatever the date the test runs.
 TOPIC_CONFIG = {"index.interval.bytes": 100, "producer.id.expiration.ms": 1 << 62}
 INDEX_INTERVAL = TOPIC_CONFIG["index.interval.bytes"]
+#: segment.index.bytes of the live indexes (files/live.*): what a writer that hands over leaves.
+LIVE_INDEX_BYTES = 4096  # the smallest the config allows
 
 
 def crc32c(data: bytes, value: int = 0) -> int:
@@ -173,6 +175,18 @@ def index_file(magic: bytes, base_offset: int, a: list, b: list, a_fmt: str, max
     col_b = struct.pack(f"<{count}I", *b) + bytes(4 * (capacity - count))
     entries_crc = crc32c(struct.pack(f"<{count}I", *b), crc32c(struct.pack(f"<{count}{a_fmt}", *a)))
     head = struct.pack("<4sHHqIIIq24x", magic, 1, 1, base_offset, capacity, count, entries_crc, max_timestamp)
+    head += struct.pack("<I", crc32c(head))
+    return head + col_a + col_b
+
+
+def live_index_file(magic: bytes, base_offset: int, a: list, b: list, a_fmt: str, max_bytes: int) -> bytes:
+    """A live (unsealed) index as a writer leaves it: preallocated to ``max_bytes``, header count 0 (the
+    entries were appended in place after the file was created), no entries CRC, max timestamp -1."""
+    capacity = max(1, (max_bytes - 64) // (struct.calcsize(a_fmt) + 4))
+    count = len(a)
+    col_a = struct.pack(f"<{count}{a_fmt}", *a) + bytes(struct.calcsize(a_fmt) * (capacity - count))
+    col_b = struct.pack(f"<{count}I", *b) + bytes(4 * (capacity - count))
+    head = struct.pack("<4sHHqIIIq24x", magic, 1, 0, base_offset, capacity, 0, 0, -1)
     head += struct.pack("<I", crc32c(head))
     return head + col_a + col_b
 
@@ -346,6 +360,17 @@ def build() -> dict[str, bytes]:
         {"group": "billing", "topic": TOPIC, "partition": 0, "offset": 15, "metadata": "checkpoint after batch 6",
          "commit_time_ms": T0 + 90, "generation": 3, "member_id": "billing-member-1"},
         {"group": "billing", "topic": TOPIC, "partition": 1, "offset": None}]
+
+    # -- the same segment's indexes as a writer that hands over (release_writer) leaves them: live
+    live = {"segment.index.bytes": LIVE_INDEX_BYTES}
+    files["files/live.index"] = live_index_file(b"PLXO", 0, [r for r, _ in oentries], [p for _, p in oentries],
+                                                "I", LIVE_INDEX_BYTES)
+    files["files/live.timeindex"] = live_index_file(b"PLXT", 0, [t for t, _ in tentries],
+                                                    [r for _, r in tentries], "q", LIVE_INDEX_BYTES)
+    manifest["files"]["live.index"] = {"file": "files/live.index", "config": live, "entries": oentries,
+                                       "of": "store"}
+    manifest["files"]["live.timeindex"] = {"file": "files/live.timeindex", "config": live, "entries": tentries,
+                                           "of": "store"}
 
     # -- small metadata files
     dirty = {"recovery_point": 12, "log_start_offset": 4, "clean": False, "swap_generation": 3}
