@@ -23,6 +23,8 @@ import pytest
 
 import pylog
 from pylog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from pylog.cleaner import CleanerStatus
+from pylog.cleaner_registry import PublishedCleaner, _read_status
 from pylog.compaction import CleanerCheckpoint, _read_manifest, _write_manifest, read_cleaner_checkpoint
 from pylog.fileio import checked, decode_doc, encode_doc, unchecked
 from pylog.groups import _decode_commit, _offset_key, _read_state
@@ -361,12 +363,19 @@ def test_pylog_takes_the_next_producer_id_from_the_golden_file(tmp_path):
     assert (root / "producer.ids").read_bytes() == checked(body)
 
 
-@pytest.mark.parametrize("name", ["group.state", "group.member"])
-def test_pylog_reads_and_writes_the_golden_group_files(name):
+@pytest.mark.parametrize("name", ["group.state", "group.member", "cleaner.status"])
+def test_pylog_reads_and_writes_the_golden_group_and_cleaner_status_files(name):
     want = MANIFEST["files"][name]
     raw = _raw(want["file"])
     magic = want["magic"].encode()
     assert decode_doc(magic, 1, unchecked(raw, want["file"], name), want["file"], name) == want["document"]
     if name == "group.state":
         assert _read_state(str(GOLDEN / want["file"])) == want["document"]
+    if name == "cleaner.status":
+        entry = PublishedCleaner("4242-golden", 4242, False)
+        _read_status(str(GOLDEN / want["file"]), entry)
+        assert entry.error is None
+        assert (entry.heartbeat, list(entry.partitions)) == (want["document"]["heartbeat"],
+                                                             want["document"]["partitions"])
+        assert entry.status == CleanerStatus(**want["document"]["status"])
     assert checked(encode_doc(magic, 1, want["document"])) == raw

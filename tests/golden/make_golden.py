@@ -70,6 +70,8 @@ def mp(obj: object) -> bytes:
             if obj >= limit:
                 return bytes([code]) + struct.pack(fmt, obj)
         return b"\xd3" + struct.pack(">q", obj)
+    if isinstance(obj, float):
+        return b"\xcb" + struct.pack(">d", obj)  # always float64
     if isinstance(obj, str):
         raw = obj.encode("utf-8")
         n = len(raw)
@@ -403,6 +405,16 @@ def build() -> dict[str, bytes]:
     manifest["files"]["group.member"] = {"file": "files/group.member", "magic": "PLGM", "document": member}
 
     # Not sort_keys: the order of a msgpack document's keys is part of its bytes (FORMAT.md).
+    status = {"pid": 4242, "heartbeat": 1_700_000_100.5, "partitions": [f"{TOPIC}-0", f"{TOPIC}-1"], "status": {
+        "enabled": True, "alive": True, "started_at": 1_700_000_000.25, "last_run_start": 1_700_000_090.0,
+        "last_run_end": 1_700_000_090.75, "runs": 12, "last_error": "CorruptRecordError: batch checksum mismatch",
+        "last_error_at": 1_700_000_050.5, "uncleanable": {f"{TOPIC}-1": "CorruptRecordError: batch checksum mismatch"},
+        "bytes_read": 123456, "bytes_written": 65432, "records_read": 5000, "records_written": 2500,
+        "records_removed": 2500, "tombstones_removed": 40, "cleanings": 11, "segments_deleted": 3,
+        "bytes_deleted": 4_294_967_296, "dirty_ratios": {f"{TOPIC}-0": 0.375}}}
+    files["files/cleaner.status"] = checked(b"PLCS" + bytes([1]) + mp(status))
+    manifest["files"]["cleaner.status"] = {"file": "files/cleaner.status", "magic": "PLCS", "document": status}
+
     files["manifest.json"] = (json.dumps(manifest, indent=1) + "\n").encode()
     return files
 
