@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import ast
 import json
-import os
 import shutil
 import struct
 import subprocess
@@ -30,7 +29,7 @@ from pylog.fileio import checked, decode_doc, encode_doc, unchecked
 from pylog.groups import _decode_commit, _offset_key, _read_state
 from pylog.index import OffsetIndex, TimeIndex
 from pylog.producer_state import ProducerEntry, ProducerState
-from pylog.records import CODEC_LZ4, CODEC_NONE, BatchView, RecordColumns, encode_batch, parse_header
+from pylog.records import CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header
 from pylog.structs import TopicPartition
 from pylog.topic import read_topic_file, write_topic_file
 
