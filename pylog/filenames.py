@@ -29,7 +29,7 @@ LOCK_FILE = ".lock"
 #: Writers waiting for a partition hold a shared flock on it: the holder hands over (Partition.handover_wanted).
 WANT_FILE = ".want"
 CHECKPOINT_FILE = "partition.checkpoint"
-#: The log cleaner's per-partition state: first dirty offset, digest seed, tombstone horizons.
+#: The log cleaner's per-partition state: the horizons of its cleanings (the last one is the first dirty offset).
 CLEANER_CHECKPOINT_FILE = "cleaner.checkpoint"
 #: Present only while a compaction swap is committed but not finished: names the group being replaced.
 SWAP_MANIFEST_FILE = "cleaner.swap"

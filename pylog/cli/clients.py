@@ -114,7 +114,7 @@ class _Outgoing(NamedTuple):
 
 
 class _BadLine(Exception):
-    pass
+    """An input line the CLI producer cannot parse: reported with its line number, and producing stops there."""
 
 
 def _stdin_lines() -> Iterator[bytes]:
