@@ -21,8 +21,8 @@ from .consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOf
 from .errors import (CleanerError, CommitFailedError, CorruptRecordError, DiskFullError, InvalidConfigError,
                      InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
                      OutOfOrderSequenceError, PartitionLockedError, ProducerFencedError, PylogError,
-                     ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StoreClosedError,
-                     StorePermissionError, TopicExistsError, UnknownStoreError, UnknownTopicError)
+                     ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StorageError,
+                     StoreClosedError, StorePermissionError, TopicExistsError, UnknownStoreError, UnknownTopicError)
 from .groups import GroupDescription, MemberDescription, PartitionLag
 from .log import Store, open
 from .partition import Partition
@@ -39,7 +39,7 @@ __all__ = [
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError", "OutOfOrderSequenceError",
-    "DiskFullError", "ReadOnlyStoreError", "StorePermissionError", "UnknownStoreError",
+    "StorageError", "DiskFullError", "ReadOnlyStoreError", "StorePermissionError", "UnknownStoreError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",

@@ -5,9 +5,10 @@ them all; programming errors (wrong argument types) stay ``TypeError``/``ValueEr
 on disk carry the file path and the byte position so a post-mortem can go straight to the bytes.
 
 The file system's refusals of a write (a full disk, a read-only mount, missing permissions) are raised
-as :class:`DiskFullError`, :class:`ReadOnlyStoreError` and :class:`StorePermissionError`: PylogErrors that
-are also :class:`OSError` (with the refusal's ``errno``, ``strerror`` and ``filename``, and the original
-error as ``__cause__``), so code that caught ``OSError`` before keeps working.
+as :class:`DiskFullError`, :class:`ReadOnlyStoreError` and :class:`StorePermissionError` (each a
+:class:`StorageError`): PylogErrors that are also :class:`OSError` (with the refusal's ``errno``,
+``strerror`` and ``filename``, and the original error as ``__cause__``), so code that caught ``OSError``
+before keeps working.
 """
 
 from __future__ import annotations
@@ -30,6 +31,7 @@ __all__ = [
     "OutOfOrderSequenceError",
     "CommitFailedError",
     "RebalanceInProgressError",
+    "StorageError",
     "DiskFullError",
     "ReadOnlyStoreError",
     "StorePermissionError",
@@ -131,10 +133,11 @@ class RebalanceInProgressError(PylogError):
     could not be taken within the consumer's ``session_timeout_ms``)."""
 
 
-class _FileSystemError(PylogError, OSError):
-    """A write the file system refused. Also an :class:`OSError`: ``errno``, ``strerror`` and ``filename``
-    are the refusal's (None when pylog itself refused, e.g. a read-only handle), and ``str()`` is the
-    message, which says what state the operation left and what to do."""
+class StorageError(PylogError, OSError):
+    """A write the file system refused (the base of :class:`DiskFullError` and :class:`ReadOnlyStoreError`).
+    Also an :class:`OSError`: ``errno``, ``strerror`` and ``filename`` are the refusal's (None when pylog
+    itself refused, e.g. a read-only handle), and ``str()`` is the message, which says what state the
+    operation left and what to do."""
 
     def __str__(self) -> str:
         return str(self.args[0]) if self.args else ""
@@ -150,7 +153,7 @@ def _rebuild(cls: type, message: str, errno: int | None, strerror: str | None, f
     return err
 
 
-class DiskFullError(_FileSystemError):
+class DiskFullError(StorageError):
     """The file system holding the store is full (``ENOSPC``) or the user's quota is used up (``EDQUOT``).
 
     What was being written did not take effect unless the message says otherwise (an append names the
@@ -159,7 +162,7 @@ class DiskFullError(_FileSystemError):
     retry."""
 
 
-class ReadOnlyStoreError(_FileSystemError):
+class ReadOnlyStoreError(StorageError):
     """A write to a store that cannot be written: the file system is mounted read-only (``EROFS``), or
     the store was opened with ``pylog.open(path, read_only=True)`` (then ``errno`` is None and nothing
     was attempted). Read it through a read-only handle; to write, remount the file system read-write

@@ -25,7 +25,7 @@ from typing import Any, Iterator
 import msgpack
 
 from .errors import (CorruptRecordError, DiskFullError, PylogError, ReadOnlyStoreError, StorePermissionError,
-                     _FileSystemError)
+                     StorageError)
 from .filenames import TMP_SUFFIX
 from .records import crc32c
 
@@ -59,7 +59,7 @@ def fault(exc: BaseException, doing: str, state: str, then: str = "retry") -> Ba
     ``doing`` says what was being done ("appending to t-0"), ``state`` what that left ("nothing was
     appended"), ``then`` what to do once the cause is fixed ("retry", "reopen the store").
     """
-    if isinstance(exc, _FileSystemError) and isinstance(exc.__cause__, OSError) \
+    if isinstance(exc, StorageError) and isinstance(exc.__cause__, OSError) \
             and not isinstance(exc.__cause__, PylogError):
         exc = exc.__cause__
     if isinstance(exc, PylogError) or not isinstance(exc, OSError) or exc.errno not in _FAULTS:

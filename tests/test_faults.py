@@ -397,7 +397,7 @@ def test_a_read_only_reader_sees_a_live_writers_appends(tmp_path):
 def test_each_write_refusal_maps_to_its_error_and_keeps_errno_cause_and_pickles(code, cls):
     exc = OSError(code, os.strerror(code), "/store/t/0/x.log")
     err = fault(exc, "appending to t-0", "nothing was appended")
-    assert type(err) is cls and isinstance(err, pylog.PylogError) and isinstance(err, OSError)
+    assert type(err) is cls and isinstance(err, pylog.StorageError) and isinstance(err, OSError)
     assert (err.errno, err.strerror, err.filename, err.__cause__) == (code, os.strerror(code), exc.filename, exc)
     assert str(err).startswith("appending to t-0: ") and "nothing was appended" in str(err)
     back = pickle.loads(pickle.dumps(err))
