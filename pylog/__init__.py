@@ -18,10 +18,11 @@ from .compaction import CleanResult
 from .config import TopicConfig
 from .consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
-from .errors import (CleanerError, CommitFailedError, CorruptRecordError, InvalidConfigError, InvalidRecordError,
-                     InvalidTopicError, LogFailedError, OffsetOutOfRangeError, OutOfOrderSequenceError,
-                     PartitionLockedError, ProducerFencedError, PylogError, RebalanceInProgressError,
-                     RecordTooLargeError, StoreClosedError, TopicExistsError, UnknownTopicError)
+from .errors import (CleanerError, CommitFailedError, CorruptRecordError, DiskFullError, InvalidConfigError,
+                     InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
+                     OutOfOrderSequenceError, PartitionLockedError, ProducerFencedError, PylogError,
+                     ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StorageError,
+                     StoreClosedError, StorePermissionError, TopicExistsError, UnknownStoreError, UnknownTopicError)
 from .groups import GroupDescription, MemberDescription, PartitionLag
 from .log import Store, open
 from .partition import Partition
@@ -38,6 +39,7 @@ __all__ = [
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError", "OutOfOrderSequenceError",
+    "StorageError", "DiskFullError", "ReadOnlyStoreError", "StorePermissionError", "UnknownStoreError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",

@@ -30,8 +30,8 @@ import numpy as np
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Pattern
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
-from .errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeError, PylogError, StoreClosedError,
-                     UnknownTopicError)
+from .errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeError, PylogError, ReadOnlyStoreError,
+                     StoreClosedError, UnknownTopicError)
 from .filenames import OFFSETS_TOPIC
 from .groups import GroupMember
 from .notify import Watch, wait_any
@@ -139,6 +139,11 @@ class Consumer:
         if cfg["auto_offset_reset"] not in ("earliest", "latest", "none", "smallest", "largest"):
             raise InvalidConfigError(f"auto_offset_reset must be earliest, latest or none, got "
                                      f"{cfg['auto_offset_reset']!r}")
+        if cfg["group_id"] is not None and store.read_only and cfg["enable_auto_commit"]:
+            raise ReadOnlyStoreError(
+                f"group {cfg['group_id']!r}: the store {store.path} was opened with read_only=True and cannot take "
+                "commits; pass enable_auto_commit=False and assign() partitions (they start from the group's "
+                "committed offsets), or leave out group_id")
         self.config = cfg
         self._store = store
         self._reset = {"smallest": "earliest", "largest": "latest"}.get(cfg["auto_offset_reset"],
@@ -191,6 +196,11 @@ class Consumer:
         self._pattern = re.compile(pattern) if pattern is not None else None
         self._listener = listener
         if self._group_id is not None and self._member is None:
+            if self._store.read_only:
+                raise ReadOnlyStoreError(
+                    f"group {self._group_id!r}: joining a group writes to the store, and {self._store.path} was "
+                    "opened with read_only=True; assign() partitions instead (they start from the group's "
+                    "committed offsets), or subscribe without a group_id")
             cfg = self.config
             self._member = GroupMember(self._store, self._group_id, cfg["client_id"] or "pylog", self._strategies,
                                        cfg["session_timeout_ms"], cfg["heartbeat_interval_ms"])
@@ -341,6 +351,9 @@ class Consumer:
         """
         if self._group_id is None or self._offsets is None:
             raise InvalidConfigError("commit() needs a consumer with a group_id")
+        if self._store.read_only:
+            raise ReadOnlyStoreError(f"group {self._group_id!r}: cannot commit, the store {self._store.path} was "
+                                     "opened with read_only=True")
         if offsets is None:
             self._settle()
             offsets = {tp: OffsetAndMetadata(pos, "") for tp, pos in self._positions.items()

@@ -3,6 +3,12 @@
 Every error a caller can see derives from :class:`PylogError`, so ``except pylog.PylogError`` catches
 them all; programming errors (wrong argument types) stay ``TypeError``/``ValueError``. Errors about data
 on disk carry the file path and the byte position so a post-mortem can go straight to the bytes.
+
+The file system's refusals of a write (a full disk, a read-only mount, missing permissions) are raised
+as :class:`DiskFullError`, :class:`ReadOnlyStoreError` and :class:`StorePermissionError` (each a
+:class:`StorageError`): PylogErrors that are also :class:`OSError` (with the refusal's ``errno``,
+``strerror`` and ``filename``, and the original error as ``__cause__``), so code that caught ``OSError``
+before keeps working.
 """
 
 from __future__ import annotations
@@ -25,6 +31,11 @@ __all__ = [
     "OutOfOrderSequenceError",
     "CommitFailedError",
     "RebalanceInProgressError",
+    "StorageError",
+    "DiskFullError",
+    "ReadOnlyStoreError",
+    "StorePermissionError",
+    "UnknownStoreError",
 ]
 
 
@@ -120,3 +131,49 @@ class CommitFailedError(PylogError):
 class RebalanceInProgressError(PylogError):
     """A group operation could not complete because the group's membership kept changing (its lock
     could not be taken within the consumer's ``session_timeout_ms``)."""
+
+
+class StorageError(PylogError, OSError):
+    """A write the file system refused (the base of :class:`DiskFullError` and :class:`ReadOnlyStoreError`).
+    Also an :class:`OSError`: ``errno``, ``strerror`` and ``filename`` are the refusal's (None when pylog
+    itself refused, e.g. a read-only handle), and ``str()`` is the message, which says what state the
+    operation left and what to do."""
+
+    def __str__(self) -> str:
+        return str(self.args[0]) if self.args else ""
+
+    def __reduce__(self) -> tuple:
+        # OSError pickles its args only; errno and friends must survive a trip to another process too.
+        return (_rebuild, (type(self), str(self), self.errno, self.strerror, self.filename))
+
+
+def _rebuild(cls: type, message: str, errno: int | None, strerror: str | None, filename: str | None) -> OSError:
+    err = cls(message)
+    err.errno, err.strerror, err.filename = errno, strerror, filename
+    return err
+
+
+class DiskFullError(StorageError):
+    """The file system holding the store is full (``ENOSPC``) or the user's quota is used up (``EDQUOT``).
+
+    What was being written did not take effect unless the message says otherwise (an append names the
+    offsets that did land; a partition whose write could not be undone refuses work until reopened, as
+    :class:`LogFailedError` says). Free space, e.g. ``pylog retention`` / ``pylog delete-records``, then
+    retry."""
+
+
+class ReadOnlyStoreError(StorageError):
+    """A write to a store that cannot be written: the file system is mounted read-only (``EROFS``), or
+    the store was opened with ``pylog.open(path, read_only=True)`` (then ``errno`` is None and nothing
+    was attempted). Read it through a read-only handle; to write, remount the file system read-write
+    (or open the store without ``read_only``)."""
+
+
+class StorePermissionError(ReadOnlyStoreError):
+    """The store's files or directories may not be written by this user (``EACCES``, ``EPERM``). Open it
+    with ``read_only=True`` to read it, or give this user write access to the whole store directory."""
+
+
+class UnknownStoreError(PylogError):
+    """``pylog.open(path, read_only=True)`` found no pylog store at ``path`` (a read-only open never
+    creates one): check the path."""

@@ -2,6 +2,14 @@
 
 Invariant: a file replaced with :func:`atomic_write` is, after a crash at any moment, either wholly the
 old content or wholly the new one (write temp, fsync, rename, fsync the directory).
+
+File-system refusals of a write become PylogErrors in one way everywhere: :func:`fault` maps ``ENOSPC`` /
+``EDQUOT`` to :class:`~pylog.errors.DiskFullError`, ``EROFS`` to :class:`~pylog.errors.ReadOnlyStoreError`
+and ``EACCES`` / ``EPERM`` to :class:`~pylog.errors.StorePermissionError`, with a message that says what
+was being done, what state that left and what to do. Each kind of write converts once, where that state is
+known: :func:`atomic_write` for every small file it replaces, the partition for appends, rolls, flushes
+and becoming the writer, the store for creating and deleting topics (through :func:`write_faults`). Any
+other ``OSError`` (``EIO``, ``ENOENT``) is left as it is.
 """
 
 from __future__ import annotations
@@ -11,16 +19,66 @@ import fcntl
 import os
 import struct
 import threading
-from typing import Any
+from contextlib import contextmanager
+from typing import Any, Iterator
 
 import msgpack
 
-from .errors import CorruptRecordError
+from .errors import (CorruptRecordError, DiskFullError, PylogError, ReadOnlyStoreError, StorePermissionError,
+                     StorageError)
 from .filenames import TMP_SUFFIX
 from .records import crc32c
 
 __all__ = ["fsync_dir", "atomic_write", "write_all", "checked", "unchecked", "write_checked", "read_checked",
-           "encode_doc", "decode_doc", "try_flock"]
+           "encode_doc", "decode_doc", "try_flock", "fault", "write_faults"]
+
+#: errno -> (error class, what happened, what to do before trying again).
+_FAULTS: dict[int, tuple[type[OSError], str, str]] = {
+    errno.ENOSPC: (DiskFullError, "the file system is full",
+                   "free space on that file system (`pylog retention`, `pylog delete-records`, or other files)"),
+    errno.EDQUOT: (DiskFullError, "the disk quota is used up",
+                   "free space within the quota or raise it"),
+    errno.EROFS: (ReadOnlyStoreError, "the file system is mounted read-only",
+                  "to read the store open it with pylog.open(path, read_only=True); to write, remount it read-write"),
+    errno.EACCES: (StorePermissionError, "permission denied",
+                   "to read the store open it with pylog.open(path, read_only=True); to write, give this user "
+                   "write access to the store directory and everything in it"),
+    errno.EPERM: (StorePermissionError, "operation not permitted",
+                  "to read the store open it with pylog.open(path, read_only=True); to write, give this user "
+                  "write access to the store directory and everything in it (and no immutable flags)"),
+}
+
+
+def fault(exc: BaseException, doing: str, state: str, then: str = "retry") -> BaseException:
+    """The PylogError that ``exc`` means when it is a file system's refusal of a write (see the module
+    docstring), with ``exc`` as its ``__cause__``; else ``exc`` itself (also any other PylogError). Made
+    to be raised: ``except OSError as exc: raise fault(exc, ...)``. One converted by an inner write
+    (:func:`atomic_write` of a file the caller creates) is converted again from its cause: the outer
+    caller knows better what the failure left.
+
+    ``doing`` says what was being done ("appending to t-0"), ``state`` what that left ("nothing was
+    appended"), ``then`` what to do once the cause is fixed ("retry", "reopen the store").
+    """
+    if isinstance(exc, StorageError) and isinstance(exc.__cause__, OSError) \
+            and not isinstance(exc.__cause__, PylogError):
+        exc = exc.__cause__
+    if isinstance(exc, PylogError) or not isinstance(exc, OSError) or exc.errno not in _FAULTS:
+        return exc
+    cls, what, todo = _FAULTS[exc.errno]
+    where = f" ({exc.filename})" if exc.filename else ""
+    err = cls(f"{doing}: {what} [Errno {exc.errno}]{where}; {state}. To go on: {todo}, then {then}.")
+    err.errno, err.strerror, err.filename = exc.errno, exc.strerror, exc.filename
+    err.__cause__ = exc  # kept by a plain ``raise err``
+    return err
+
+
+@contextmanager
+def write_faults(doing: str, state: str, then: str = "retry") -> Iterator[None]:
+    """Raise a file system's refusal of a write inside the block as its PylogError (see :func:`fault`)."""
+    try:
+        yield
+    except OSError as exc:
+        raise fault(exc, doing, state, then)
 
 
 def fsync_dir(directory: str) -> None:
@@ -45,17 +103,27 @@ def write_all(fd: int, parts: list) -> int:
 
 
 def atomic_write(path: str, data: bytes, durable: bool = True) -> None:
-    """Replace ``path`` with ``data`` atomically; with ``durable`` also survive power loss."""
+    """Replace ``path`` with ``data`` atomically; with ``durable`` also survive power loss.
+
+    :raises DiskFullError, ReadOnlyStoreError: when the file system refuses (``path`` is then unchanged).
+    """
     # A name of its own: two processes may replace the same file at once (e.g. creating one store).
     tmp = f"{path}.{os.getpid()}-{threading.get_ident()}{TMP_SUFFIX}"
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
     try:
-        write_all(fd, [data])
-        if durable:
-            os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o644)
+        try:
+            write_all(fd, [data])
+            if durable:
+                os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, path)
+    except OSError as exc:
+        try:
+            os.unlink(tmp)  # on a full disk, the space it took is what the retry needs
+        except OSError:
+            pass
+        raise fault(exc, f"replacing {path}", "it keeps its previous content")
     if durable:
         fsync_dir(os.path.dirname(path) or ".")
 

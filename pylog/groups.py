@@ -609,7 +609,8 @@ def describe_group(store_path: str, group_id: str) -> GroupDescription:
     assignment = state.get("assignment") or {}
     for m, d in sorted((state.get("members") or {}).items()):
         try:
-            fd = os.open(os.path.join(directory, "members", m), os.O_RDWR)
+            # Read-only: flock needs no write access, and a store on read-only media must be describable.
+            fd = os.open(os.path.join(directory, "members", m), os.O_RDONLY)
         except FileNotFoundError:
             continue
         try:

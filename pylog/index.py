@@ -303,6 +303,30 @@ class _Index:
         self._b[self.count] = b
         self.count += 1
 
+    def reserve_next(self) -> None:
+        """Give the file blocks for the next entry now when it is the first of its column or of a page.
+
+        A live file is mostly a preallocated hole, and storing into a mapped page that has no blocks on a
+        full file system kills the process with SIGBUS; ``posix_fallocate`` of that page raises OSError
+        (``ENOSPC``) instead, which the writer calls before it writes the batch, so a full disk fails the
+        append cleanly. A system call per page of entries (1024 of them at most), none otherwise.
+        """
+        mm, n = self._mm, self.count
+        if mm is None or not self.writable or n >= self.capacity:
+            return
+        a, b = self.A.itemsize, self.B.itemsize
+        pages = [off - off % mmap.PAGESIZE for off, size in ((_HEADER_SIZE + n * a, a),
+                                                             (_HEADER_SIZE + self.capacity * a + n * b, b))
+                 if n == 0 or off % mmap.PAGESIZE < size]
+        if not pages:
+            return
+        fd = os.open(self.path, os.O_RDWR)
+        try:
+            for start in pages:
+                os.posix_fallocate(fd, start, min(mmap.PAGESIZE, len(mm) - start))  # never past the end
+        finally:
+            os.close(fd)
+
     def seal(self, max_timestamp: int = -1, durable: bool = True) -> Self:
         """Write a trimmed, checksummed copy and return it opened read-only.
 

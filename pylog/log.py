@@ -2,6 +2,8 @@
 
 Invariants:
 - A directory is a store when it holds ``pylog.store`` (format, version, CRC); opening creates it.
+- A store opened with ``read_only=True`` creates, locks, maps for writing and changes nothing under its
+  directory, and runs no thread: it only reads (any writing call raises ReadOnlyStoreError at once).
 - Topic names follow Kafka's rule, so a topic directory never escapes the store.
 - Any number of stores may be open on one directory, in one or many processes; each partition has one
   writer at a time (the first handle to write takes its lock), readers need no lock.
@@ -23,9 +25,9 @@ import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 
 from .config import TopicConfig, split_store_options, validate
-from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, StoreClosedError, TopicExistsError,
-                     UnknownTopicError)
-from .fileio import atomic_write, fsync_dir
+from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, ReadOnlyStoreError, StoreClosedError,
+                     TopicExistsError, UnknownStoreError, UnknownTopicError)
+from .fileio import atomic_write, fsync_dir, write_faults
 from .filenames import CLEANERS_DIR, GROUPS_DIR, OFFSETS_TOPIC, STORE_FILE, TOPIC_FILE, valid_topic_name
 from .records import crc32c
 from .cleaner import Cleaner, CleanerStatus
@@ -54,18 +56,27 @@ _RESERVED = frozenset({OFFSETS_TOPIC, GROUPS_DIR, CLEANERS_DIR})
 
 
 class Store:
-    """A directory of topics. Use as a context manager, or call :meth:`close`. Thread-safe."""
+    """A directory of topics. Use as a context manager, or call :meth:`close`. Thread-safe.
 
-    def __init__(self, path: str | os.PathLike[str], **options: Any) -> None:
+    ``read_only``: see :func:`open`."""
+
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False, **options: Any) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self._defaults, self._settings = split_store_options(options)
+        #: Opened with ``read_only=True``: reads only; every writing call raises ReadOnlyStoreError.
+        self.read_only = bool(read_only)
         self._lock = threading.RLock()
         self._topics: dict[str, Topic] = {}
         self._closed = False
         self._offsets: CommittedOffsets | None = None
-        os.makedirs(self.path, exist_ok=True)
-        self._check_marker()
-        _remove_leftovers(self.path)
+        if self.read_only:
+            self._settings["log.cleaner.enable"] = False  # no thread, no status files
+            self._check_marker()
+        else:
+            with write_faults(f"opening the store {self.path}", "it was not opened (nor created, if it was new)"):
+                os.makedirs(self.path, exist_ok=True)
+                self._check_marker()
+            _remove_leftovers(self.path)
         self._publisher = self._new_publisher() if self._settings["log.cleaner.enable"] else None
         self._cleaner = Cleaner(self.path, self._open_partitions, self._settings, self._publisher)
         self._cleaner.start()
@@ -91,7 +102,10 @@ class Store:
         try:
             with builtins.open(marker, "rb") as f:
                 doc = json.loads(f.read(4096))
-        except FileNotFoundError:
+        except (FileNotFoundError, NotADirectoryError):
+            if self.read_only:
+                raise UnknownStoreError(f"no pylog store at {self.path} (no {STORE_FILE}); a read-only open "
+                                        "creates nothing: check the path") from None
             doc = dict(body, crc32c=crc32c(json.dumps(body, sort_keys=True).encode()))
             atomic_write(marker, (json.dumps(doc, sort_keys=True) + "\n").encode())
             return
@@ -106,6 +120,13 @@ class Store:
     def _check_open(self) -> None:
         if self._closed:
             raise StoreClosedError(f"store {self.path} is closed")
+
+    def _check_writable(self, doing: str) -> None:
+        """Refuse a writing call at once, before it touches anything, on a read-only handle."""
+        self._check_open()
+        if self.read_only:
+            raise ReadOnlyStoreError(f"cannot {doing}: the store {self.path} was opened with read_only=True, which "
+                                     "never writes; open it without read_only (on writable storage) to do that")
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -124,8 +145,9 @@ class Store:
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
                      *, _internal: bool = False) -> Topic:
-        """Create a topic. :raises TopicExistsError, InvalidTopicError, InvalidConfigError:"""
-        self._check_open()
+        """Create a topic. :raises TopicExistsError, InvalidTopicError, InvalidConfigError:
+        :raises ReadOnlyStoreError, DiskFullError: when the store cannot be written (no topic was created)."""
+        self._check_writable(f"create topic {name!r}")
         directory = self._topic_dir(name)
         if name in _RESERVED and not _internal:
             raise InvalidTopicError(f"{name!r} is reserved for pylog's own use")
@@ -135,10 +157,12 @@ class Store:
         with self._lock:
             if os.path.exists(os.path.join(directory, TOPIC_FILE)):
                 raise TopicExistsError(f"topic {name!r} already exists")
-            for i in range(partitions):
-                os.makedirs(os.path.join(directory, str(i)), exist_ok=True)
-            write_topic_file(directory, name, partitions, cfg.overrides)
-            fsync_dir(self.path)
+            # The topic exists once topic.json does (written last): a failure before leaves none.
+            with write_faults(f"creating topic {name!r}", "the topic was not created"):
+                for i in range(partitions):
+                    os.makedirs(os.path.join(directory, str(i)), exist_ok=True)
+                write_topic_file(directory, name, partitions, cfg.overrides)
+                fsync_dir(self.path)
             topic = Topic(name, directory, cfg, partitions, self._settings["lock.timeout.ms"])
             self._topics[name] = topic
             return topic
@@ -155,7 +179,8 @@ class Store:
             if t is None:
                 doc = read_topic_file(directory)
                 cfg = TopicConfig(validate(doc["config"]), self._defaults)
-                t = Topic(name, directory, cfg, doc["partitions"], self._settings["lock.timeout.ms"])
+                t = Topic(name, directory, cfg, doc["partitions"], self._settings["lock.timeout.ms"],
+                          read_only=self.read_only)
                 self._topics[name] = t
             return t
 
@@ -177,7 +202,7 @@ class Store:
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data. Takes every partition's writer lock first, so a topic another
         process is writing to is refused with :class:`~pylog.errors.PartitionLockedError`."""
-        self._check_open()
+        self._check_writable(f"delete topic {name!r}")
         with self._lock:
             topic = self.topic(name)
             held = []
@@ -187,7 +212,8 @@ class Store:
                     held.append(p)
                     p._ensure_writer()
                 doomed = os.path.join(self.path, f"{_DELETING}{name}-{uuid.uuid4().hex}")
-                os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
+                with write_faults(f"deleting topic {name!r}", "the topic was not deleted"):
+                    os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
                 fsync_dir(self.path)
                 topic.close(discard=True)
                 self._topics.pop(name, None)
@@ -198,6 +224,7 @@ class Store:
 
     def alter_topic_config(self, name: str, changes: Mapping[str, Any]) -> TopicConfig:
         """Merge ``changes`` into a topic's overrides and persist them; returns the new effective config."""
+        self._check_writable(f"alter the config of topic {name!r}")
         with self._lock:
             topic = self.topic(name)
             new = topic.config.with_overrides(changes)
@@ -211,7 +238,7 @@ class Store:
     def producer(self, **configs: Any) -> "Producer":
         """A :class:`~pylog.producer.Producer` on this store (kafka-python's ``KafkaProducer`` options)."""
         from .producer import Producer  # the clients sit above the store
-        self._check_open()
+        self._check_writable("make a producer")
         return Producer(self, **configs)
 
     def consumer(self, *topics: str, **configs: Any) -> "Consumer":
@@ -225,8 +252,13 @@ class Store:
 
         Allocated from ``producer.ids`` (the next id, CRC-protected) under an exclusive ``flock``.
         """
-        self._check_open()
+        self._check_writable("allocate a producer id")
         path = os.path.join(self.path, _PRODUCER_IDS)
+        with write_faults("allocating a producer id", "none was allocated"):
+            return self._next_producer_id(path)
+
+    @staticmethod
+    def _next_producer_id(path: str) -> int:
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX)
@@ -278,6 +310,7 @@ class Store:
 
         :raises RebalanceInProgressError: while the group has live members.
         """
+        self._check_writable(f"commit offsets for group {group_id!r}")
         if self.describe_consumer_group(group_id).members:
             from .errors import RebalanceInProgressError
             raise RebalanceInProgressError(f"group {group_id!r} has live members; stop them before resetting "
@@ -305,6 +338,7 @@ class Store:
         Returns how many committed offsets it had. :raises RebalanceInProgressError: while it has members.
         """
         from .groups import _group_dirname
+        self._check_writable(f"delete group {group_id!r}")
         if self.describe_consumer_group(group_id).members:
             from .errors import RebalanceInProgressError
             raise RebalanceInProgressError(f"group {group_id!r} has live members")
@@ -327,7 +361,7 @@ class Store:
         pass did. Makes this store the writer of those partitions; partitions another process writes are
         left to it (their writer's background thread maintains them) and reported with ``reasons ==
         ["locked"]``. ``now`` (ms) is for tests."""
-        self._check_open()
+        self._check_writable("enforce retention")
         out = []
         for p in self._partitions_of(topic):
             try:
@@ -342,7 +376,7 @@ class Store:
         """Kafka's DeleteRecords: raise the partition's log start offset to ``before_offset`` (records below
         it become unreadable and whole segments below it are deleted). Returns the new log start offset.
         :raises OffsetOutOfRangeError: past the log end offset. :raises PartitionLockedError:"""
-        self._check_open()
+        self._check_writable(f"delete records of {topic!r}")
         p = self.topic(topic).partition(partition)
         return _maintain(p, p.delete_records, before_offset)
 
@@ -350,10 +384,14 @@ class Store:
         """Compact ``topic`` (one partition, or all) now, whatever its dirty ratio (``min.compaction.lag.ms``
         still holds). Also removes tombstones past ``delete.retention.ms``. Makes this store the writer.
         :raises PartitionLockedError: when another process writes the partition."""
-        self._check_open()
+        self._check_writable(f"compact {topic!r}")
         out = []
         for p in self._partitions_of(topic, partition):
-            r = _maintain(p, clean_partition, p, self._settings["log.cleaner.dedupe.buffer.size"], now=now, force=True)
+            with write_faults(f"compacting {p.topic}-{p.number}", "its segments are as they were (or, if the swap had "
+                              "passed its commit point, the partition refuses work until the store is reopened, "
+                              "which finishes the swap)"):
+                r = _maintain(p, clean_partition, p, self._settings["log.cleaner.dedupe.buffer.size"], now=now,
+                              force=True)
             self._cleaner.add_cleaning(r)
             out.append(r)
         return out
@@ -453,14 +491,27 @@ class Store:
         return self._quotas.quotas()
 
 
-def open(path: str | os.PathLike[str], **options: Any) -> Store:  # noqa: A001 - the library's entry point
+def open(path: str | os.PathLike[str], *, read_only: bool = False,  # noqa: A001 - the library's entry point
+         **options: Any) -> Store:
     """Open (creating if needed) the store at ``path``.
 
     Keyword options are store-wide topic defaults (Kafka names with ``_`` for ``.``, e.g.
     ``segment_bytes=1 << 20``) or store settings (``lock_timeout_ms``).
+
+    ``read_only=True`` opens an existing store for reading only, e.g. on read-only media, a snapshot or a
+    directory this user may not write: it takes no lock, starts no thread and creates, changes or maps for
+    writing no file (readers of other processes' writes then poll instead of being woken). Topics,
+    partitions, reads, consumers without a ``group_id`` (or with one and ``assign()``, starting from the
+    group's committed offsets, with ``enable_auto_commit=False``), committed offsets, group descriptions
+    and lag all work; every writing call (creating or deleting topics, appends, producers, commits,
+    retention, compaction) raises :class:`~pylog.errors.ReadOnlyStoreError` at once.
+
     :raises InvalidConfigError: for unknown or bad options.
+    :raises UnknownStoreError: with ``read_only``, when ``path`` holds no store.
+    :raises ReadOnlyStoreError, StorePermissionError, DiskFullError: without ``read_only``, when a new
+        store cannot be created there.
     """
-    return Store(path, **options)
+    return Store(path, read_only=read_only, **options)
 
 
 def _maintain(p: Partition, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:

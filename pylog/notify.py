@@ -36,8 +36,9 @@ Invariants:
    with notifications off) stops trusting the file and lets its caller poll, until it sees the sequence move.
 
 Not available (then :meth:`Notifier.watch` returns None and callers poll the log end): platforms other than
-Linux on x86-64, :data:`ENABLED` false (``PYLOG_NOTIFY=0`` in the environment), or a file that cannot be
-opened read-write (read-only store); after an open fails it is tried again :data:`_RETRY` seconds later.
+Linux on x86-64, :data:`ENABLED` false (``PYLOG_NOTIFY=0`` in the environment), a store opened with
+``read_only=True``, or a file that cannot be opened read-write (a read-only file system); after an open
+fails it is tried again :data:`_RETRY` seconds later.
 
 Thread-safety: :meth:`Notifier.publish` is called by the writer under the partition's append lock; the
 other methods from any thread.
@@ -49,6 +50,7 @@ import ctypes
 import errno
 import fcntl
 import logging
+import math
 import mmap
 import os
 import platform
@@ -182,15 +184,18 @@ def _flock_briefly(fd: int) -> None:
 
 
 class Notifier:
-    """A partition's wake-up file, mapped on first use. ``directory`` is the partition's directory."""
+    """A partition's wake-up file, mapped on first use. ``directory`` is the partition's directory.
+    ``read_only`` (a store opened read-only): never open, create or map the file; waiters poll."""
 
-    def __init__(self, directory: str) -> None:
+    def __init__(self, directory: str, read_only: bool = False) -> None:
         self.path = os.path.join(directory, NOTIFY_FILE)
         self._open_lock = threading.Lock()
         self._fence = threading.Lock()  # acquired as a memory barrier in publish()
         self._map: _Mapping | None = None
         self._closed = False
-        self._retry_at = 0.0  # monotonic time before which no open is tried (after a failure)
+        # Monotonic time before which no open is tried (after a failure; never for a read-only store, whose
+        # waiters would otherwise write their count into the file).
+        self._retry_at = math.inf if read_only else 0.0
         self._check_at = 0.0  # monotonic time of the next check that the path names the mapped file
         self._trusted = True  # False while wake-ups are found not to reach this process (invariant 4)
         self._seen = 0  # the sequence when they were found not to

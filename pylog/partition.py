@@ -46,8 +46,9 @@ from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from .compaction import finish_interrupted_swap
 from .config import TopicConfig
 from .errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
-                     PartitionLockedError, RecordTooLargeError, StoreClosedError, UnknownTopicError)
-from .fileio import fsync_dir, try_flock
+                     PartitionLockedError, ReadOnlyStoreError, RecordTooLargeError, StoreClosedError,
+                     UnknownTopicError)
+from .fileio import fault, fsync_dir, try_flock
 from .filenames import (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, SWAP_MANIFEST_FILE, WANT_FILE,
                         list_segment_bases)
 from .notify import Notifier
@@ -83,7 +84,7 @@ class Partition:
     """One partition of a topic, stored in ``directory``. Obtain it with ``store.topic(name).partition(i)``."""
 
     def __init__(self, topic: str, number: int, directory: str, config: TopicConfig,
-                 lock_timeout_ms: int = 0) -> None:
+                 lock_timeout_ms: int = 0, read_only: bool = False) -> None:
         self.topic = topic
         self.number = number
         self.directory = directory
@@ -92,6 +93,8 @@ class Partition:
         #: Written by many handles in turn (take the lock, append, :meth:`release_writer`): the background
         #: cleaner maintains it whenever it can take the lock, not only while this handle writes.
         self.transient = False
+        #: Opened through a read-only store: never becomes the writer, creates and maps no file.
+        self.read_only = read_only
         #: This handle has handed the lock over (release_writer) before: it takes turns with other writers,
         #: so its opens as writer do not fsync the checkpoint either (see _open_as_writer).
         self._takes_turns = False
@@ -105,7 +108,7 @@ class Partition:
         self._meta: tuple = ()  # identity of the checkpoint files when a reader last looked
         self._appended = threading.Condition(threading.Lock())
         #: Wakes readers in other processes after appends (a shared counter + futex; see pylog.notify).
-        self._notify = Notifier(directory)
+        self._notify = Notifier(directory, read_only=read_only)
         self._lock_fd: int | None = None
         self._want_fd: int | None = None  # for handover_wanted's probe, opened on first use
         self._closed = False
@@ -123,9 +126,13 @@ class Partition:
         self._final_end = 0  # log end offset at close
         #: What the last crash recovery did: segments re-validated, bytes dropped, seconds (None: none ran).
         self.last_recovery: dict[str, Any] | None = None
-        os.makedirs(directory, exist_ok=True)
+        if not read_only:
+            os.makedirs(directory, exist_ok=True)
         self._checkpoint_path = os.path.join(directory, CHECKPOINT_FILE)
-        self._dir_ino = os.stat(directory).st_ino  # see _sealed_segments
+        try:
+            self._dir_ino = os.stat(directory).st_ino  # see _sealed_segments
+        except FileNotFoundError:
+            raise UnknownTopicError(f"partition {topic}-{number} was deleted ({directory})") from None
         # (segments oldest first, their base offsets): one tuple, swapped whole, so a reader's snapshot
         # of both always agrees.
         self._view: tuple[list[Segment], list[int]] = ([], [])
@@ -237,6 +244,9 @@ class Partition:
         return self._lock_fd is not None
 
     def _open_in_partition(self, name: str) -> int:
+        if self.read_only:
+            raise ReadOnlyStoreError(f"partition {self.topic}-{self.number} belongs to a store opened with "
+                                     "read_only=True, which takes no locks")
         try:
             return os.open(os.path.join(self.directory, name), os.O_RDWR | os.O_CREAT, 0o644)
         except FileNotFoundError:
@@ -355,13 +365,20 @@ class Partition:
             raise LogFailedError(f"partition {self.topic}-{self.number} failed earlier ({self._failed}); reopen the store")
         if self._lock_fd is not None:
             return
-        fd = self._acquire_lock()
+        if self.read_only:
+            raise ReadOnlyStoreError(f"partition {self.topic}-{self.number} belongs to a store opened with "
+                                     "read_only=True, which never writes; open the store without read_only to write")
         try:
-            self._open_as_writer()
-        except BaseException:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            os.close(fd)
-            raise
+            fd = self._acquire_lock()
+            try:
+                self._open_as_writer()
+            except BaseException:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+                raise
+        except OSError as exc:
+            raise fault(exc, f"opening {self.topic}-{self.number} for writing",
+                        "nothing was written through this handle (the next writer recovers whatever the open left)")
         self._lock_fd = fd
 
     def _open_as_writer(self) -> None:
@@ -870,7 +887,12 @@ class Partition:
         except OSError as exc:
             if seg.size != os.stat(seg.log_path).st_size:
                 self._failed = f"write failed and could not be rolled back: {exc}"
-            raise
+                state, then = "the partition refuses work until the store is reopened", "reopen the store"
+            else:
+                state, then = "the partition is unchanged and takes appends again", "retry"
+            raise fault(exc, f"appending to {self.topic}-{self.number}",
+                        f"nothing from offset {h.base_offset} on was appended (earlier batches of the same call "
+                        f"were); {state}", then)
 
     def _should_roll(self, seg: Segment, h: Any) -> bool:
         cfg = self.config
@@ -899,7 +921,10 @@ class Partition:
             # The old segment is no longer writable and no new one exists: refuse work until reopened
             # (recovery then finishes the roll or rolls it back).
             self._failed = f"roll at offset {old.next_offset} failed: {exc}"
-            raise LogFailedError(f"{self.topic}-{self.number}: {self._failed}") from exc
+            cause = fault(exc, f"rolling {self.topic}-{self.number} at offset {old.next_offset}",
+                          "nothing was appended from there on; the partition refuses work until the store is "
+                          "reopened (its next writer finishes or undoes the roll)", "reopen the store")
+            raise LogFailedError(f"{self.topic}-{self.number}: {self._failed if cause is exc else cause}") from cause
         self._set_segments(self._segments + [new])
         self._unsynced.append(old)
         # Until the background sync is done, a power cut may damage the sealed segment, and only a dirty
@@ -959,7 +984,8 @@ class Partition:
             fsync_dir(self.directory)
         except OSError as exc:
             self._sync_failed(exc)
-            raise
+            raise fault(exc, f"syncing {self.topic}-{self.number}", "the segments rolled since the last sync may "
+                        "not be durable; the partition refuses work until the store is reopened", "reopen the store")
         self._unsynced.clear()
 
     def _sync_failed(self, exc: OSError) -> None:
@@ -1053,7 +1079,15 @@ class Partition:
         if self._unsynced:
             self._sync_rolled_now()
             self._advance_recovery_point()
-        self._segments[-1].flush()
+        try:
+            self._segments[-1].flush()
+        except OSError as exc:
+            # As for a rolled segment (_sync_failed): the kernel may have dropped the pages it could not
+            # write, and a later fsync would succeed without them. Never call this log durable again.
+            self._failed = f"fsync of the active segment failed: {exc}"
+            raise fault(exc, f"flushing {self.topic}-{self.number}",
+                        "what was appended since the last flush may not be durable; the partition refuses work "
+                        "until the store is reopened", "reopen the store")
         self._unflushed = 0
         self._last_flush = time.monotonic()
 
@@ -1374,6 +1408,9 @@ class Partition:
                     # Not fsynced either: if a power cut loses the log's tail, the next writer's check of the
                     # active segment finds it and recovers (as after any unclean stop).
                     self._write_checkpoint(clean=True, durable=False)
+            except OSError as exc:
+                raise fault(exc, f"handing over {self.topic}-{self.number}", "the writer lock was released all the "
+                            "same; the next writer recovers the partition from its last checkpoint", "go on")
             finally:
                 # Whatever failed above (a full disk), the lock goes and this handle reads on: the next
                 # writer recovers from the checkpoint as it is.
@@ -1440,6 +1477,9 @@ class Partition:
                         active.seal(durable=True)
                         self._recovery_point = active.next_offset
                         self._write_checkpoint(clean=True)
+                except OSError as exc:
+                    raise fault(exc, f"closing {self.topic}-{self.number}", "it was closed and its writer lock "
+                                "released, but not cleanly: its next writer re-validates it", "open it again")
                 finally:
                     fcntl.flock(self._lock_fd, fcntl.LOCK_UN)
                     os.close(self._lock_fd)

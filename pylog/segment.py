@@ -837,13 +837,20 @@ class Segment:
         if fd is None:
             raise ValueError("segment is not open for appending")
         pos = self.size
+        due = self._index_due(pos, self._bytes_since_index)
+        oi, ti = self._oindex, self._tindex
+        if due:
+            assert oi is not None and ti is not None
+            # Before the log: on a full disk this fails with ENOSPC and nothing is written, where a store
+            # into an index page without blocks would raise SIGBUS (see _Index.reserve_next).
+            oi.reserve_next()
+            ti.reserve_next()
         try:
             write_all(fd, parts)
         except BaseException:
             os.ftruncate(fd, pos)
             raise
-        if self._index_due(pos, self._bytes_since_index):
-            oi, ti = self._oindex, self._tindex
+        if due:
             assert oi is not None and ti is not None
             rel = header.base_offset - self.base_offset
             oi.append(rel, pos)

@@ -17,8 +17,8 @@ import threading
 from typing import Any, Iterable, Mapping
 
 from .config import TopicConfig
-from .errors import CorruptRecordError, InvalidConfigError, UnknownTopicError
-from .fileio import atomic_write
+from .errors import CorruptRecordError, InvalidConfigError, ReadOnlyStoreError, UnknownTopicError
+from .fileio import atomic_write, write_faults
 from .filenames import OFFSETS_TOPIC, TOPIC_FILE
 from .partition import Partition
 from .records import crc32c
@@ -85,8 +85,10 @@ class Topic:
     """A topic of a store. Obtain it with ``store.topic(name)``; thread-safe."""
 
     def __init__(self, name: str, directory: str, config: TopicConfig, num_partitions: int,
-                 lock_timeout_ms: int = 0) -> None:
+                 lock_timeout_ms: int = 0, read_only: bool = False) -> None:
         self.name = name
+        #: Of a store opened with ``read_only=True``: its partitions never write, it never grows.
+        self.read_only = read_only
         self.directory = directory
         self.config = config
         self._lock_timeout_ms = lock_timeout_ms
@@ -110,7 +112,7 @@ class Topic:
                 p = self._partitions[number]
                 if p is None:
                     p = Partition(self.name, number, os.path.join(self.directory, str(number)), self.config,
-                                  self._lock_timeout_ms)
+                                  self._lock_timeout_ms, read_only=self.read_only)
                     # Committed offsets are appended by every process of every group in turn.
                     p.transient = self.name == OFFSETS_TOPIC
                     self._partitions[number] = p
@@ -132,14 +134,20 @@ class Topic:
                 self._partitions.extend([None] * extra)
 
     def add_partitions(self, total: int) -> None:
-        """Grow the topic to ``total`` partitions (Kafka's rule: the count never shrinks)."""
+        """Grow the topic to ``total`` partitions (Kafka's rule: the count never shrinks).
+
+        :raises ReadOnlyStoreError, DiskFullError: when the store cannot be written (nothing changed)."""
+        if self.read_only:
+            raise ReadOnlyStoreError(f"topic {self.name!r} belongs to a store opened with read_only=True; "
+                                     "open the store without read_only to add partitions")
         with self._lock:
             current = len(self._partitions)
             if total <= current:
                 raise InvalidConfigError(f"topic {self.name!r} has {current} partitions; {total} does not add any")
-            for i in range(current, total):
-                os.makedirs(os.path.join(self.directory, str(i)), exist_ok=True)
-            write_topic_file(self.directory, self.name, total, self.config.overrides)
+            with write_faults(f"adding partitions to {self.name!r}", f"it still has {current}"):
+                for i in range(current, total):
+                    os.makedirs(os.path.join(self.directory, str(i)), exist_ok=True)
+                write_topic_file(self.directory, self.name, total, self.config.overrides)
             self._partitions.extend([None] * (total - current))
 
     def end_offsets(self) -> dict[int, int]:
