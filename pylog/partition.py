@@ -1248,8 +1248,17 @@ class Partition:
             size = seg.size
             if size == 0:
                 continue
-            part, b = seg.read(max(want, seg.base_offset), max_records - got, max(max_bytes - nbytes, 1), size,
-                               verify)
+            first = max(want, seg.base_offset)
+            try:
+                part, b = seg.read(first, max_records - got, max(max_bytes - nbytes, 1), size, verify)
+            except CorruptRecordError as exc:
+                # Hand out the records before the bad batch, as a read that ends at a torn tail does; the
+                # next read starts at the bad batch and raises. Nothing after it: no offset is skipped.
+                part = self._before_damage(seg, exc, first, max_records - got, max(max_bytes - nbytes, 1),
+                                           verify)
+                if not out and not part:
+                    raise
+                return out + part
             if part:
                 out.extend(part)
                 got += sum(stop - start for _, start, stop in part)
@@ -1261,13 +1270,27 @@ class Partition:
                 break
         return out
 
+    @staticmethod
+    def _before_damage(seg: Segment, exc: CorruptRecordError, offset: int, max_records: int, max_bytes: int,
+                       verify: bool) -> list[ReadSlice]:
+        """The batches of ``seg`` from ``offset`` up to the bad batch a read of it raised ``exc`` at (every
+        position a scan reports is a batch start); [] when none, or when ``exc`` is not at one."""
+        if exc.path != seg.log_path or not exc.position:
+            return []
+        try:
+            return seg.read(offset, max_records, max_bytes, exc.position, verify)[0]
+        except CorruptRecordError:
+            return []
+
     def read(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
              verify: bool = True) -> list[Record]:
         """Records with offsets >= ``offset``, at most ``max_records`` (and about ``max_bytes``).
 
         Reading at :attr:`log_end_offset` returns ``[]``. With ``verify`` (default) every batch's CRC is checked.
         :raises OffsetOutOfRangeError: below :attr:`log_start_offset` or above :attr:`log_end_offset`.
-        :raises CorruptRecordError: when a batch on disk does not check (names the file and position).
+        :raises CorruptRecordError: when the batch at ``offset`` does not check (names the file and position);
+            a read that runs into a bad batch further on returns the records before it, and the next read,
+            which starts at it, raises.
         """
         slices = self._slices(offset, max_records, max_bytes, verify)
         if len(slices) == 1:  # a small read: not worth pausing the collector

@@ -24,6 +24,7 @@ import pytest
 import pylog
 from pylog.records import HEADER_SIZE, parse_header
 
+from childproc import Child
 from storetools import crash_copy
 
 TOPIC = "t"
@@ -198,3 +199,117 @@ def test_a_handle_taking_turns_checks_what_others_appended_since_its_last_turn(t
         _flip(log, pos + _FLIPS["body"])
         with pytest.raises(pylog.CorruptRecordError, match="damaged in the middle after a clean close"):
             pa.append_values([b"a1"])
+
+
+# --------------------------------------------------------------------- reads that run into damage
+
+
+# (read, damage): without verify a body's checksum is not looked at, so only header damage is seen there.
+_READS = [(how, where) for how in ("read", "read_columns", "read_unverified")
+          for where in ("body", "magic", "batch_length") if (how, where) != ("read_unverified", "body")]
+
+
+@pytest.mark.parametrize("how,where", _READS, ids=["-".join(r) for r in _READS])
+def test_a_large_read_into_damage_returns_the_records_before_it_then_raises(tmp_path, how, where):
+    log, pos, base = _clean_store_damaged_in_the_middle(tmp_path, where)
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        p = store.topic(TOPIC).partition(0)
+
+        def read(offset):
+            if how == "read_columns":
+                return p.read_columns(offset, max_records=10 ** 6).offsets.tolist()
+            return _offsets(p.read(offset, max_records=10 ** 6, verify=how == "read"))
+
+        for start in (0, 3, base - PER_BATCH, base - 1):
+            assert read(start) == list(range(start, base))
+        for start in (base, base + 1):
+            with pytest.raises(pylog.CorruptRecordError) as info:
+                read(start)
+            assert (info.value.path, info.value.position) == (log, pos)
+
+
+def test_a_read_spanning_a_damaged_sealed_segment_start_returns_the_earlier_segments(tmp_path):
+    with pylog.open(str(tmp_path), log_cleaner_enable=False, segment_bytes=64 * 1024) as store:
+        p = store.create_topic(TOPIC).partition(0)
+        _fill(p, 0)
+        second = p.segments[1].base_offset
+        assert len(p.segments) >= 3
+    log = _log(tmp_path, second)
+    _flip(log, _FLIPS["body"])  # the first batch of the second segment
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert _offsets(p.read(0, max_records=10 ** 6)) == list(range(second))
+        assert p.read_columns(5, max_records=10 ** 6).offsets.tolist() == list(range(5, second))
+        with pytest.raises(pylog.CorruptRecordError) as info:
+            p.read(second, max_records=10 ** 6)
+        assert (info.value.path, info.value.position) == (log, 0)
+
+
+def test_a_read_spanning_damage_in_a_not_yet_recovered_crash_image(tmp_path):
+    """A crash image read before any writer recovers it: its active segment's indexes point past a batch
+    that does not check, so the reader's view spans it."""
+    live = tmp_path / "live"
+    store = pylog.open(str(live), log_cleaner_enable=False)
+    p = store.create_topic(TOPIC).partition(0)
+    _fill(p, 0)
+    crashed = tmp_path / "crashed"
+    crash_copy(live, crashed)
+    store.close()
+    log = _log(crashed)
+    pos, base = _batch_starts(log)[VICTIM]
+    _flip(log, pos + _FLIPS["body"])
+    with pylog.open(str(crashed), log_cleaner_enable=False) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert _offsets(p.read(0, max_records=10 ** 6)) == list(range(base))
+        with pytest.raises(pylog.CorruptRecordError):
+            p.read(base)
+
+
+def test_a_consumer_poll_into_damage_gets_the_records_before_it_then_raises(tmp_path):
+    log, pos, base = _clean_store_damaged_in_the_middle(tmp_path)
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        consumer = store.consumer(TOPIC, auto_offset_reset="earliest", max_poll_records=10 ** 6)
+        got = [r.offset for recs in consumer.poll().values() for r in recs]
+        assert got == list(range(base))
+        with pytest.raises(pylog.CorruptRecordError) as info:
+            consumer.poll()
+        assert (info.value.path, info.value.position) == (log, pos)
+        consumer.close()
+
+
+_READER = """
+import sys, pylog
+store = pylog.open(sys.argv[1], log_cleaner_enable=False)
+p = store.topic("t").partition(0)
+print("read", " ".join(str(r.offset) for r in p.read(0, max_records=10 ** 6)[-1:]), flush=True)
+cols = p.read_columns(0, max_records=10 ** 6)
+print("columns", len(cols), flush=True)
+try:
+    p.read(len(cols), max_records=10 ** 6)
+    print("next ok", flush=True)
+except pylog.CorruptRecordError as exc:
+    print("next raised", exc.position, flush=True)
+sys.stdin.readline()
+store.close()
+"""
+
+
+def test_a_reader_in_another_process_gets_the_records_before_damage_while_a_writer_holds_the_lock(tmp_path):
+    """A writer in this process holds the partition; damage falls behind its index (bit rot under a
+    running writer); a reader process's large read returns the records before it, then raises."""
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        p = store.create_topic(TOPIC).partition(0)
+        _fill(p, 0)
+        p.flush()
+        log = _log(tmp_path)
+        pos, base = _batch_starts(log)[VICTIM]
+        _flip(log, pos + _FLIPS["body"])
+        child = Child(_READER, str(tmp_path), cwd=str(tmp_path))
+        try:
+            assert child.expect("read", 60) == str(base - 1)
+            assert child.expect("columns", 60) == str(base)
+            assert child.expect("next", 60) == f"raised {pos}"
+            child.send("done")
+            assert child.wait(60) == 0
+        finally:
+            child.kill()
