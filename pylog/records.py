@@ -52,7 +52,8 @@ from .errors import CorruptRecordError, InvalidRecordError
 
 __all__ = [
     "Record", "RecordColumns", "BatchHeader", "BatchView",
-    "encode_batch", "encode_columns", "encode_parts", "check_header", "parse_header", "stamp_base_offset", "batch_crc", "checked_prefix",
+    "encode_batch", "encode_columns", "encode_parts", "check_header", "parse_header", "stamp_base_offset", "batch_crc",
+    "checked_prefix",
     "crc32c", "now_ms",
     "HEADER", "HEADER_SIZE", "LENGTH_PREFIX", "MAGIC", "CODEC_NONE", "CODEC_LZ4",
     "CREATE_TIME", "LOG_APPEND_TIME", "MAX_BATCH_SIZE",
