@@ -102,6 +102,10 @@ class Partition:
         #: may be handed over (hand_over). A direct append pins it: cleared until the lock is let go.
         self._in_turns = False
         self._repairing = False  # see repair()
+        #: (base offset, inode, byte position, offset there) of the active segment as this handle last
+        #: wrote it: the bytes before the position were checked or written by this handle as the writer,
+        #: so its next open after a clean checkpoint (its next turn) checks only those after them.
+        self._active_checked: tuple[int, int | None, int, int] | None = None
         self._lock = threading.RLock()
         #: Serialises maintenance (retention, delete-records, compaction); taken before ``_lock``, never after.
         self.maintenance_lock = threading.RLock()
@@ -410,24 +414,30 @@ class Partition:
             segs = [Segment.create(self.directory, start, *self._new_segment_args())]
             cp = Checkpoint(start, start, clean=False, swap_generation=self._swap_gen)
         elif cp.clean and not self._repairing:
+            active = segs[-1]
             try:
-                segs[-1].open_for_append()
+                active.open_for_append()
             except CorruptRecordError as exc:
                 segs[-1] = self._open_segment(segs[-1].base_offset)
                 if not segs[-1].damage_is_at_tail():
                     # Not a torn write: whole batches follow the damage, and readers may have read them and
                     # their offsets. Cutting them would lose records silently and hand their offsets out
                     # again: refuse to write until someone decides (repair()).
-                    raise CorruptRecordError(
-                        f"{self.topic}-{self.number}: the active segment is damaged in the middle after a clean "
-                        f"close ({exc.reason}); appends are refused so that the whole batches after the damage "
-                        f"are not cut. `pylog verify` shows the damage; `pylog repair STORE {self.topic} "
-                        f"{self.number}` (Partition.repair()) cuts the log there", exc.path, exc.position) from None
+                    raise self._damaged_in_the_middle(exc) from None
                 # The last batch is cut short or bad with nothing after it: what a writer that died during
                 # an append leaves (a writer taking turns leaves the checkpoint clean): recover it.
                 log.warning("%s: active segment's last batch fails its check after a clean close (%s); "
                             "recovering", self.directory, exc)
                 segs = self._recover(segs, segs[-1].base_offset)
+            else:
+                # open_for_append checked the batches after the last index entry only. Bit rot before it
+                # is damage in the middle too (whole batches follow): check those bytes, once per handle.
+                memo = self._active_checked
+                fresh = memo is None or memo[:2] != (active.base_offset, active.inode)
+                damage = active.first_damage(*((0, None) if fresh else memo[2:]))
+                if damage is not None:
+                    active.close()
+                    raise self._damaged_in_the_middle(damage)
         elif cp.clean:  # repair(): re-validate the active segment and cut it at its first damage
             segs = self._recover(segs, segs[-1].base_offset)
         else:
@@ -444,6 +454,7 @@ class Partition:
             self._open_segment(seg.base_offset).delete()
         segs = segs[k:]
         self._set_segments(segs)
+        self._note_active_checked()
         self._recovery_point = min(cp.recovery_point, segs[-1].base_offset) if not cp.clean else cp.recovery_point
         if self._takes_turns and cp.clean:
             # A writer taking turns (see release_writer) opens for every turn, after a holder that left
@@ -454,6 +465,19 @@ class Partition:
         # Not fsynced for a writer taking turns: losing this write to a power cut only means the next
         # opener recovers from an older point (the active segment is checked on every open anyway).
         self._write_checkpoint(durable=not (self.transient or self._takes_turns))
+
+    def _damaged_in_the_middle(self, exc: CorruptRecordError) -> CorruptRecordError:
+        """The error that refuses a writer open after a clean close over damage with whole batches after it."""
+        return CorruptRecordError(
+            f"{self.topic}-{self.number}: the active segment is damaged in the middle after a clean "
+            f"close ({exc.reason}); appends are refused so that the whole batches after the damage "
+            f"are not cut. `pylog verify` shows the damage; `pylog repair STORE {self.topic} "
+            f"{self.number}` (Partition.repair()) cuts the log there", exc.path, exc.position)
+
+    def _note_active_checked(self) -> None:
+        """Record that this handle, as the writer, has checked or written the active segment to its end."""
+        active = self._segments[-1]
+        self._active_checked = (active.base_offset, active.inode, active.size, active.next_offset)
 
     def _write_checkpoint(self, clean: bool = False, durable: bool = True) -> None:
         write_checkpoint(self._checkpoint_path,
@@ -1258,8 +1282,17 @@ class Partition:
             size = seg.size
             if size == 0:
                 continue
-            part, b = seg.read(max(want, seg.base_offset), max_records - got, max(max_bytes - nbytes, 1), size,
-                               verify)
+            first = max(want, seg.base_offset)
+            try:
+                part, b = seg.read(first, max_records - got, max(max_bytes - nbytes, 1), size, verify)
+            except CorruptRecordError as exc:
+                # Hand out the records before the bad batch, as a read that ends at a torn tail does; the
+                # next read starts at the bad batch and raises. Nothing after it: no offset is skipped.
+                part = self._before_damage(seg, exc, first, max_records - got, max(max_bytes - nbytes, 1),
+                                           verify)
+                if not out and not part:
+                    raise
+                return out + part
             if part:
                 out.extend(part)
                 got += sum(stop - start for _, start, stop in part)
@@ -1271,13 +1304,27 @@ class Partition:
                 break
         return out
 
+    @staticmethod
+    def _before_damage(seg: Segment, exc: CorruptRecordError, offset: int, max_records: int, max_bytes: int,
+                       verify: bool) -> list[ReadSlice]:
+        """The batches of ``seg`` from ``offset`` up to the bad batch a read of it raised ``exc`` at (every
+        position a scan reports is a batch start); [] when none, or when ``exc`` is not at one."""
+        if exc.path != seg.log_path or not exc.position:
+            return []
+        try:
+            return seg.read(offset, max_records, max_bytes, exc.position, verify)[0]
+        except CorruptRecordError:
+            return []
+
     def read(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
              verify: bool = True) -> list[Record]:
         """Records with offsets >= ``offset``, at most ``max_records`` (and about ``max_bytes``).
 
         Reading at :attr:`log_end_offset` returns ``[]``. With ``verify`` (default) every batch's CRC is checked.
         :raises OffsetOutOfRangeError: below :attr:`log_start_offset` or above :attr:`log_end_offset`.
-        :raises CorruptRecordError: when a batch on disk does not check (names the file and position).
+        :raises CorruptRecordError: when the batch at ``offset`` does not check (names the file and position);
+            a read that runs into a bad batch further on returns the records before it, and the next read,
+            which starts at it, raises.
         """
         slices = self._slices(offset, max_records, max_bytes, verify)
         if len(slices) == 1:  # a small read: not worth pausing the collector
@@ -1404,6 +1451,7 @@ class Partition:
                     finally:
                         # The indexes stay live: the next writer continues them without rewriting them.
                         active.stop_appending()
+                    self._note_active_checked()
                     self._recovery_point = active.next_offset
                     # Not fsynced either: if a power cut loses the log's tail, the next writer's check of the
                     # active segment finds it and recovers (as after any unclean stop).

@@ -53,6 +53,7 @@ from .errors import CorruptRecordError, InvalidRecordError
 __all__ = [
     "Record", "RecordColumns", "BatchHeader", "BatchView",
     "encode_batch", "encode_columns", "encode_parts", "check_header", "parse_header", "stamp_base_offset", "batch_crc",
+    "checked_prefix",
     "crc32c", "now_ms",
     "HEADER", "HEADER_SIZE", "LENGTH_PREFIX", "MAGIC", "CODEC_NONE", "CODEC_LZ4",
     "CREATE_TIME", "LOG_APPEND_TIME", "MAX_BATCH_SIZE",
@@ -263,6 +264,33 @@ def batch_crc(batch: Any) -> int:
     """The CRC a whole encoded batch should carry: bytes [0, 8) (base offset) then [17, end)."""
     mv = memoryview(batch)
     return _crc32c.crc32c(mv[CRC_START:], _crc32c.crc32c(mv[:8]))
+
+
+#: base_offset, batch_length, magic, crc, last_offset_delta (attributes skipped): what checked_prefix reads.
+_WALK = struct.Struct("<qIBI2xi")
+
+
+def checked_prefix(buf: Any, pos: int, end: int, prev_offset: int) -> tuple[int, int]:
+    """Walk the batches of ``buf[pos:end]`` through their length fields, checking what bit rot changes:
+    the magic, a length that fits, the CRC-32C, and base offsets above ``prev_offset`` and above the
+    last offset of the batch before. Returns ``(position of the first batch that does not check, or
+    end; the last offset before it)``.
+
+    The fast path of a writer's check of a whole segment (a few hundred ns per batch): no header is
+    decoded and no body section checked, since a batch whose checksum holds was written so.
+    :func:`check_header` and :meth:`BatchView.from_buffer` say what is wrong with the batch it stops at.
+    """
+    mv = memoryview(buf)
+    unpack, crc = _WALK.unpack_from, _crc32c.crc32c
+    while pos + HEADER_SIZE <= end:
+        base, length, magic, stored, last_delta = unpack(buf, pos)
+        size = length + LENGTH_PREFIX
+        if (magic != MAGIC or size < HEADER_SIZE or pos + size > end or base <= prev_offset
+                or crc(mv[pos + CRC_START:pos + size], crc(mv[pos:pos + 8])) != stored):
+            break
+        prev_offset = base + last_delta
+        pos += size
+    return pos, prev_offset
 
 
 def stamp_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:

@@ -38,7 +38,8 @@ from .errors import CorruptRecordError
 from .fileio import write_all
 from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
-from .records import HEADER_SIZE, LENGTH_PREFIX, BatchHeader, BatchView, batch_crc, check_header, parse_header
+from .records import (HEADER_SIZE, LENGTH_PREFIX, BatchHeader, BatchView, batch_crc, check_header, checked_prefix,
+                      parse_header)
 
 __all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
 
@@ -189,6 +190,11 @@ class Segment:
 
     def file_size(self) -> int:
         return os.fstat(self._fd()).st_size
+
+    @property
+    def inode(self) -> int | None:
+        """The log file's inode when this object opened or created it (None before it did)."""
+        return self._ino
 
     @property
     def writable(self) -> bool:
@@ -929,6 +935,49 @@ class Segment:
                     pass
             pos = nxt
         return False
+
+    def first_damage(self, start: int = 0, start_offset: int | None = None) -> CorruptRecordError | None:
+        """The first batch in ``[start, size)`` whose header, checksum or offset order does not check, as
+        the error a read of it raises; None when every batch there checks.
+
+        A writer's check, after a clean close, of the active segment below where :meth:`load` looked:
+        bit rot there is damage in the middle (the batches ``load`` checked follow it). ``start`` is where
+        the caller checked up to before, the start of the batch with base offset ``start_offset``; when
+        no such batch is there (the file was cut, and maybe written again, since), the walk starts from 0.
+        Reads and checksums each batch once (:func:`~pylog.records.checked_prefix` over the writer's
+        mapping); sections are not decoded: a batch whose checksum holds was written so.
+        """
+        end = self.size
+        prev = self.base_offset - 1
+        if start > end:  # the file is shorter than when the caller looked: cut (and maybe regrown) since
+            start = 0
+        if start == end:
+            return None
+        if start:
+            h = parse_header(os.pread(self._fd(), HEADER_SIZE, start))
+            try:
+                check_header(h, self.log_path, start)
+                ok = h.base_offset == start_offset
+            except CorruptRecordError:
+                ok = False
+            prev, start = (h.base_offset - 1, start) if ok else (prev, 0)
+        mm = self._map()
+        if mm is not None and len(mm) >= end:
+            start, prev = checked_prefix(mm, start, end, prev)  # the fast walk, to the first batch that fails
+            if start == end:
+                return None
+        # From there (or from the start without a mapping): the walk reads use, for their error.
+        try:
+            for fpos, h, buf, p in self._scan(start, end, _MAX_CHUNK, tolerate_tail=False):
+                if batch_crc(memoryview(buf)[p:p + h.size]) != h.crc:
+                    raise CorruptRecordError("batch checksum mismatch", self.log_path, fpos)
+                if h.base_offset <= prev:
+                    raise CorruptRecordError(f"batch base offset {h.base_offset} not above {prev}",
+                                             self.log_path, fpos)
+                prev = h.last_offset
+        except CorruptRecordError as exc:
+            return exc
+        return None
 
     def damage_is_at_tail(self) -> bool:
         """True when what follows the file's valid batches looks like an interrupted write, and nothing

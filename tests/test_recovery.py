@@ -112,6 +112,23 @@ def _assert_prefix(p, end):
         assert r.headers == ((("o", b"%d" % r.offset),) if r.offset % 5 == 0 else ())
 
 
+def _assert_read_stops_at(read, start, bad_offset, path, pos):
+    """``read(offset)`` (a list of offsets) from ``start`` hands out the records before the bad batch at
+    ``bad_offset`` (as a read that ends at a torn tail does), and the next read, from there, raises at it."""
+    if start < bad_offset:
+        assert read(start) == list(range(start, bad_offset))
+        start = bad_offset
+    with pytest.raises(pylog.CorruptRecordError) as info:
+        read(start)
+    assert (info.value.path, info.value.position) == (path, pos), (start, str(info.value))
+
+
+def _reads(p):
+    """p.read and p.read_columns as functions of the start offset giving the offsets they return."""
+    return (lambda s: [r.offset for r in p.read(s, max_records=10 ** 6)],
+            lambda s: p.read_columns(s).offsets.tolist())
+
+
 def _brute_offset_for_timestamp(end, target):
     return next((o for o in range(end) if _ts(o) >= target), None)
 
@@ -344,13 +361,11 @@ def test_flipped_byte_in_sealed_segment_raises_corrupt_record_error(tmp_path, na
         # Records before the damaged batch still read fine ...
         before = p.read(0, max_records=h.base_offset)
         assert [r.offset for r in before] == list(range(h.base_offset))
-        # ... a read that needs it raises, naming the file and the batch's position, never garbage.
+        # ... a read that needs it stops before it, and the next raises, naming the file and the batch's
+        # position, never garbage.
         for start in (0, h.base_offset, h.base_offset + 1, batches[0][1].base_offset):
-            for read in (lambda: p.read(start, max_records=10 ** 6), lambda: p.read_columns(start)):
-                with pytest.raises(pylog.CorruptRecordError) as info:
-                    read()
-                assert info.value.path == victim, str(info.value)
-                assert info.value.position == pos, str(info.value)
+            for read in _reads(p):
+                _assert_read_stops_at(read, start, h.base_offset, victim, pos)
         # The next batch and the segments after are unaffected.
         nxt = batches[len(batches) // 2 + 1][1].base_offset
         assert [r.offset for r in p.read(nxt, max_records=5)] == list(range(nxt, nxt + 5))
@@ -375,10 +390,8 @@ def test_damaged_base_offset_in_sealed_segment_raises(tmp_path, direction):
     with pylog.open(str(path)) as store:
         p = store.topic(TOPIC).partition(0)
         for start in (0, batches[0][1].base_offset, base - 1, base, base + 1, h.last_offset):
-            for read in (lambda: p.read(start, max_records=10 ** 6), lambda: p.read_columns(start)):
-                with pytest.raises(pylog.CorruptRecordError) as info:
-                    read()
-                assert (info.value.path, info.value.position) == (victim, pos), (start, str(info.value))
+            for read in _reads(p):
+                _assert_read_stops_at(read, start, base, victim, pos)
         assert p.check() != []
 
 
@@ -412,9 +425,7 @@ def test_damaged_sealed_segment_does_not_block_recovery_of_the_active_one(tmp_pa
         p = store.topic(TOPIC).partition(0)
         last = _batches(logs[-1])[-1][1].next_offset
         assert p.append_values([b"after"]) == last
-        with pytest.raises(pylog.CorruptRecordError) as info:
-            p.read(0, max_records=10 ** 6)
-        assert (info.value.path, info.value.position) == (logs[0], pos)
+        _assert_read_stops_at(_reads(p)[0], 0, h.base_offset, logs[0], pos)
         assert [r.offset for r in p.read(last - 2)] == [last - 2, last - 1, last]
 
 
@@ -432,9 +443,7 @@ def test_huge_or_tiny_batch_length_in_sealed_segment(tmp_path, length):
         p = store.topic(TOPIC).partition(0)
         with _Bounded():
             for start in (0, h.base_offset):
-                with pytest.raises(pylog.CorruptRecordError) as info:
-                    p.read(start, max_records=10 ** 6)
-                assert (info.value.path, info.value.position) == (victim, pos)
+                _assert_read_stops_at(_reads(p)[0], start, h.base_offset, victim, pos)
             assert any(victim in problem for problem in p.check())
 
 
@@ -470,10 +479,9 @@ def test_hostile_batch_length_in_active_segment_is_cut_by_recovery(tmp_path, len
                 assert p.log_end_offset == h.base_offset  # a lock-free reader stops before a bad tail
             else:
                 # A reader only scans the tail of the active segment (from its last index entry), so it
-                # meets damage further back when it reads there: an error at the spot, never garbage.
-                with pytest.raises(pylog.CorruptRecordError) as info:
-                    p.read(0, max_records=10 ** 6)
-                assert (info.value.path, info.value.position) == (active, pos)
+                # meets damage further back when it reads there: the records before it, then an error at
+                # the spot, never garbage.
+                _assert_read_stops_at(_reads(p)[0], 0, h.base_offset, active, pos)
             assert _append_one(p, h.base_offset) == h.base_offset  # the writer's recovery cuts it off
             _assert_prefix(p, h.base_offset + 1)
             assert p.check() == []
