@@ -18,10 +18,11 @@ from .compaction import CleanResult
 from .config import TopicConfig
 from .consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
-from .errors import (CleanerError, CommitFailedError, CorruptRecordError, InvalidConfigError, InvalidRecordError,
-                     InvalidTopicError, LogFailedError, OffsetOutOfRangeError, OutOfOrderSequenceError,
-                     PartitionLockedError, ProducerFencedError, PylogError, RebalanceInProgressError,
-                     RecordTooLargeError, StoreClosedError, TopicExistsError, UnknownTopicError)
+from .errors import (CleanerError, CommitFailedError, CorruptRecordError, InvalidConfigError, InvalidGroupError,
+                     InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
+                     OutOfOrderSequenceError, PartitionLockedError, ProducerFencedError, PylogError,
+                     RebalanceInProgressError, RecordTooLargeError, StoreClosedError, TopicExistsError,
+                     UnknownTopicError)
 from .groups import GroupDescription, MemberDescription, PartitionLag
 from .log import Store, open
 from .partition import Partition
@@ -37,7 +38,8 @@ __all__ = [
     "open", "Store", "Topic", "Partition", "Record", "RecordColumns", "TopicConfig",
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
-    "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError", "OutOfOrderSequenceError",
+    "InvalidGroupError", "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError",
+    "OutOfOrderSequenceError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",

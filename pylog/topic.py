@@ -17,9 +17,9 @@ import threading
 from typing import Any, Iterable, Mapping
 
 from .config import TopicConfig
-from .errors import CorruptRecordError, InvalidConfigError, UnknownTopicError
+from .errors import CorruptRecordError, InvalidConfigError, InvalidTopicError, UnknownTopicError
 from .fileio import atomic_write
-from .filenames import OFFSETS_TOPIC, TOPIC_FILE
+from .filenames import OFFSETS_TOPIC, TOPIC_FILE, is_internal_topic
 from .partition import Partition
 from .records import crc32c
 
@@ -132,7 +132,13 @@ class Topic:
                 self._partitions.extend([None] * extra)
 
     def add_partitions(self, total: int) -> None:
-        """Grow the topic to ``total`` partitions (Kafka's rule: the count never shrinks)."""
+        """Grow the topic to ``total`` partitions (Kafka's rule: the count never shrinks).
+
+        :raises InvalidTopicError: for an internal topic (a group's committed offsets are found by the
+            offsets topic's partition count: growing it would lose them).
+        """
+        if is_internal_topic(self.name):
+            raise InvalidTopicError(f"{self.name!r} is an internal topic of pylog: its partitions cannot be added to")
         with self._lock:
             current = len(self._partitions)
             if total <= current:
