@@ -235,6 +235,7 @@ def _internal_store(path):
         store.delete_topic("gone")  # a .deleting- rename, removed again
     names = set(os.listdir(path)) - {"base"}
     assert names == {*ROOT_FILES, OFFSETS_TOPIC, GROUPS_DIR, CLEANERS_DIR}, names
+    assert not any(valid_topic_name(n) for n in names)  # a new root entry must be kept from users too
     return names
 
 
@@ -339,3 +340,18 @@ def test_any_group_id_is_refused_or_commits_and_lists_without_touching_anything_
         assert store.delete_consumer_group(group) == 1
         assert group not in store.consumer_groups() and store.committed_offsets(group) == {}
         assert store.consumer_groups() == ["other"]
+
+
+def test_spark_sink_cannot_write_an_internal_topic(tmp_path):
+    pa = pytest.importorskip("pyarrow")
+    pytest.importorskip("pyspark")
+    from pylog.spark.options import parse_write_options
+    from pylog.spark.writer import _TaskWriter
+
+    with _open(tmp_path / "s") as store:
+        store.commit_offsets("g", {TopicPartition("t", 0): 1})
+        batch = pa.RecordBatch.from_pydict({"key": [b"k"], "value": [b"v"]})
+        writer = _TaskWriter(store, parse_write_options({"path": str(tmp_path / "s"), "topic": OFFSETS_TOPIC}))
+        with pytest.raises(InvalidTopicError, match="internal"):
+            writer.add(batch)
+        assert store.committed_offsets("g") == {TopicPartition("t", 0): OffsetAndMetadata(1, "")}
