@@ -110,7 +110,6 @@ def check_group_id(group_id: Any) -> str:
     return group_id
 
 
-
 def _encode(magic: bytes, doc: Any) -> bytes:
     return encode_doc(magic, _FORMAT_VERSION, doc)
 
