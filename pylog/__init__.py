@@ -19,7 +19,7 @@ from .config import TopicConfig
 from .consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
 from .errors import (CleanerError, CommitFailedError, CorruptRecordError, DiskFullError, InvalidConfigError,
-                     InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
+                     InvalidGroupError, InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
                      OutOfOrderSequenceError, PartitionLockedError, ProducerFencedError, PylogError,
                      ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StorageError,
                      StoreClosedError, StorePermissionError, TopicExistsError, UnknownStoreError, UnknownTopicError)
@@ -38,8 +38,9 @@ __all__ = [
     "open", "Store", "Topic", "Partition", "Record", "RecordColumns", "TopicConfig",
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
-    "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError", "OutOfOrderSequenceError",
-    "StorageError", "DiskFullError", "ReadOnlyStoreError", "StorePermissionError", "UnknownStoreError",
+    "InvalidGroupError", "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError",
+    "OutOfOrderSequenceError", "StorageError", "DiskFullError", "ReadOnlyStoreError", "StorePermissionError",
+    "UnknownStoreError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",

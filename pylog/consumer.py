@@ -33,7 +33,7 @@ from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assi
 from .errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeError, PylogError, ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
 from .filenames import OFFSETS_TOPIC
-from .groups import GroupMember
+from .groups import GroupMember, check_group_id
 from .notify import Watch, wait_any
 from .quotas import CONSUME
 from .records import gc_paused
@@ -134,8 +134,8 @@ class Consumer:
                 raise InvalidConfigError(f"{name} must be a positive number, got {cfg[name]!r}")
         if cfg["heartbeat_interval_ms"] >= cfg["session_timeout_ms"]:
             raise InvalidConfigError("heartbeat_interval_ms must be lower than session_timeout_ms")
-        if cfg["group_id"] is not None and (not isinstance(cfg["group_id"], str) or not cfg["group_id"]):
-            raise InvalidConfigError(f"group_id must be a non-empty str, got {cfg['group_id']!r}")
+        if cfg["group_id"] is not None:
+            check_group_id(cfg["group_id"])  # InvalidGroupError (an InvalidConfigError too)
         if cfg["auto_offset_reset"] not in ("earliest", "latest", "none", "smallest", "largest"):
             raise InvalidConfigError(f"auto_offset_reset must be earliest, latest or none, got "
                                      f"{cfg['auto_offset_reset']!r}")

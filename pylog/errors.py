@@ -23,6 +23,7 @@ __all__ = [
     "PartitionLockedError",
     "InvalidConfigError",
     "InvalidTopicError",
+    "InvalidGroupError",
     "InvalidRecordError",
     "StoreClosedError",
     "LogFailedError",
@@ -87,7 +88,13 @@ class UnknownTopicError(PylogError):
 
 
 class InvalidTopicError(PylogError):
-    """A topic name breaks Kafka's rule: ``[A-Za-z0-9._-]``, 1..249 characters, not ``.`` or ``..``."""
+    """A topic name is not allowed, or the topic is pylog's own and cannot be changed this way.
+
+    Names are Kafka's (1..249 of ``[A-Za-z0-9._-]``, not ``.`` or ``..``) except those pylog keeps for its
+    own entries in the store directory: names starting with ``.`` or ``__``, and ``pylog.store`` and
+    ``producer.ids`` (alone or followed by ``.``). Internal topics (``__consumer_offsets``) can be read but
+    not created, deleted, altered or written to by a producer.
+    """
 
 
 class PartitionLockedError(PylogError):
@@ -96,6 +103,12 @@ class PartitionLockedError(PylogError):
 
 class InvalidConfigError(PylogError):
     """A configuration name is unknown or its value is out of range / of the wrong type."""
+
+
+class InvalidGroupError(InvalidConfigError):
+    """A consumer group id is not usable: it must be a non-empty ``str`` that can be encoded as UTF-8 (no
+    lone surrogates). Any other text is allowed, as in Kafka. An :class:`InvalidConfigError` too, since a
+    bad ``group_id`` was one before this class existed."""
 
 
 class InvalidRecordError(PylogError):

@@ -2,6 +2,18 @@
 
 A segment is named by its base offset, zero-padded to 20 digits (Kafka's rule), so a directory listing
 sorts segments by offset. Suffixes mark a file's role and, for the compaction swap, its state.
+
+Topic names and the store root. A topic is the directory ``<store>/<name>``, next to pylog's own entries
+in the root. Invariants:
+
+- Every entry pylog itself keeps in the store root is one of :data:`ROOT_FILES`, a temporary file of one
+  of them (``<file>.<pid>-<thread>.tmp``, see :func:`pylog.fileio.atomic_write`), a name starting with
+  :data:`INTERNAL_PREFIX` (``__consumer_offsets``, ``__consumer_groups``, ``__cleaners``), or a name
+  starting with ``.`` (``.deleting-*``, a topic being deleted). A new root entry must fit one of these.
+- A user topic name is Kafka's (1..249 of ``[A-Za-z0-9._-]``, not ``.`` or ``..``) minus those four
+  kinds, so it can never be taken for, or overwrite, any of pylog's entries, and never leaves the root.
+- Every name pylog derives from a topic name (the ``.deleting-`` rename target, a group's partition
+  owner lock file) fits :data:`NAME_MAX`.
 """
 
 from __future__ import annotations
@@ -12,8 +24,10 @@ import re
 __all__ = [
     "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "CLEANED_SUFFIX", "SWAP_SUFFIX", "DELETED_SUFFIX",
     "TMP_SUFFIX", "LOCK_FILE", "WANT_FILE", "CHECKPOINT_FILE", "CLEANER_CHECKPOINT_FILE", "SWAP_MANIFEST_FILE", "TOPIC_FILE",
-    "STORE_FILE",
+    "STORE_FILE", "PRODUCER_IDS_FILE", "ROOT_FILES", "DELETING_PREFIX", "INTERNAL_PREFIX", "NAME_MAX",
+    "MAX_TOPIC_LENGTH", "TOPIC_NAME_RULE",
     "segment_stem", "segment_path", "parse_base_offset", "list_segment_bases", "valid_topic_name",
+    "legal_name", "topic_name_problem", "is_internal_topic", "deleting_name",
     "OFFSETS_TOPIC", "GROUPS_DIR", "NOTIFY_FILE", "CLEANERS_DIR",
 ]
 
@@ -42,8 +56,24 @@ OFFSETS_TOPIC = "__consumer_offsets"
 GROUPS_DIR = "__consumer_groups"
 #: Each process's cleaner status and liveness lock (pylog/cleaner_registry.py).
 CLEANERS_DIR = "__cleaners"
+#: The store-wide producer id counter (Store.new_producer_id).
+PRODUCER_IDS_FILE = "producer.ids"
+#: The files pylog keeps in the store root (see the invariants above).
+ROOT_FILES = (STORE_FILE, PRODUCER_IDS_FILE)
+#: A topic being deleted is renamed to ``.deleting-...`` first; opening a store removes such leftovers.
+DELETING_PREFIX = ".deleting-"
+#: Topics and directories pylog keeps for itself; users can neither create nor write topics named so.
+INTERNAL_PREFIX = "__"
+#: Longest file name (bytes) of Linux file systems (ext4, xfs, btrfs, tmpfs).
+NAME_MAX = 255
+#: Kafka's longest topic name.
+MAX_TOPIC_LENGTH = 249
+#: The rule, as error messages and the docs state it.
+TOPIC_NAME_RULE = (f"1-{MAX_TOPIC_LENGTH} of [A-Za-z0-9._-], not starting with '.' or '{INTERNAL_PREFIX}', "
+                   f"and not {' or '.join(ROOT_FILES)} (nor one of those followed by '.')")
 
-_TOPIC_RE = re.compile(r"^[A-Za-z0-9._-]{1,249}$")
+# fullmatch: '$' would also match before a trailing newline.
+_LEGAL_RE = re.compile(r"[A-Za-z0-9._-]{1,%d}" % MAX_TOPIC_LENGTH)
 
 
 def segment_stem(base_offset: int) -> str:
@@ -74,6 +104,41 @@ def list_segment_bases(directory: str) -> list[int]:
     return bases
 
 
-def valid_topic_name(name: str) -> bool:
-    """Kafka's rule: ``[A-Za-z0-9._-]``, 1..249 characters, not ``.`` or ``..``; so no name leaves the store."""
-    return isinstance(name, str) and bool(_TOPIC_RE.match(name)) and name not in (".", "..")
+def legal_name(name: object) -> bool:
+    """Kafka's topic rule: ``[A-Za-z0-9._-]``, 1..249 characters, not ``.`` or ``..``. Such a name is one
+    safe path component (it never leaves its directory); it may still be one of pylog's root entries."""
+    return isinstance(name, str) and _LEGAL_RE.fullmatch(name) is not None and name not in (".", "..")
+
+
+def is_internal_topic(name: object) -> bool:
+    """Whether ``name`` is in pylog's own namespace (``__consumer_offsets`` and any ``__``-name)."""
+    return isinstance(name, str) and name.startswith(INTERNAL_PREFIX)
+
+
+def topic_name_problem(name: object, internal_ok: bool = False) -> str | None:
+    """What is wrong with ``name`` as a topic name, or None when it is fine. ``internal_ok`` lets
+    ``__``-names through (pylog's own topics, which may be opened and read but not made by users)."""
+    if not legal_name(name):
+        return f"invalid topic name {name!r}: use {TOPIC_NAME_RULE}"
+    assert isinstance(name, str)
+    if name.startswith("."):
+        return f"invalid topic name {name!r}: names starting with '.' are pylog's (e.g. topics being deleted); " \
+               f"use {TOPIC_NAME_RULE}"
+    if not internal_ok and is_internal_topic(name):
+        return f"{name!r} is reserved for pylog's own use (the {INTERNAL_PREFIX!r} prefix); use {TOPIC_NAME_RULE}"
+    for f in ROOT_FILES:
+        if name == f or name.startswith(f + "."):
+            return f"invalid topic name {name!r}: {f} is a file of the store itself; use {TOPIC_NAME_RULE}"
+    return None
+
+
+def valid_topic_name(name: object) -> bool:
+    """Whether a user may create a topic ``name`` (see :func:`topic_name_problem` and :data:`TOPIC_NAME_RULE`)."""
+    return topic_name_problem(name) is None
+
+
+def deleting_name(topic: str, token: str) -> str:
+    """The name a topic's directory is renamed to while it is deleted: ``.deleting-<topic>-<token>``, the
+    topic part shortened so that the whole fits :data:`NAME_MAX` (a 249-character topic must be deletable)."""
+    room = NAME_MAX - len(DELETING_PREFIX) - 1 - len(token)
+    return f"{DELETING_PREFIX}{topic[:room]}-{token}"

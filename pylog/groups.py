@@ -9,6 +9,10 @@ On disk, under the store::
         members/<member id>         one file per member, flock'd by that member for its whole life
         owners/<topic>-<p>.lock     flock'd by the member consuming that partition
 
+Group ids are any non-empty text that UTF-8 can encode (no lone surrogates), as in Kafka: an id reaches
+the disk only as a msgpack string (in commit keys and the state file) and, when it is not a safe file
+name, as a digest (see :func:`_group_dirname`), so no id can name a path outside its group's directory.
+
 Invariants:
 - A member is alive exactly while its member file is locked. The lock ends with the process (or the
   consumer's close), so a member that crashed is noticed by the next member that looks (every
@@ -45,10 +49,10 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple, Sequence
 import msgpack
 
 from .assignors import AbstractPartitionAssignor, assignor_named
-from .errors import (CorruptRecordError, InvalidConfigError, PartitionLockedError,
+from .errors import (CorruptRecordError, InvalidConfigError, InvalidGroupError, PartitionLockedError,
                      RebalanceInProgressError, TopicExistsError, UnknownTopicError)
 from .fileio import checked, decode_doc, encode_doc, read_checked, try_flock, unchecked, write_checked
-from .filenames import GROUPS_DIR, OFFSETS_TOPIC, valid_topic_name
+from .filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legal_name
 from .records import crc32c
 from .structs import OffsetAndMetadata, TopicPartition
 
@@ -58,7 +62,7 @@ if TYPE_CHECKING:
     from .topic import Topic
 
 __all__ = ["OFFSETS_TOPIC", "GROUPS_DIR", "CommittedOffsets", "GroupMember", "GroupDescription",
-           "MemberDescription", "PartitionLag", "describe_group", "list_group_dirs"]
+           "MemberDescription", "PartitionLag", "describe_group", "list_group_dirs", "check_group_id"]
 
 log = logging.getLogger(__name__)
 
@@ -75,16 +79,34 @@ _OFFSETS_INDEX_BYTES = 64 * 1024
 
 
 def _group_dirname(group_id: str) -> str:
-    # Readable where the id is a safe file name; a digest otherwise ('%' cannot start a topic-like name,
-    # so the two kinds never collide). The id itself is kept in the state file.
-    if valid_topic_name(group_id) and len(group_id) <= 200:
+    # Readable where the id is a safe file name (Kafka's topic characters, not '.' or '..'); a digest
+    # otherwise ('%' is not one of those characters, so the two kinds never collide). The id itself is
+    # kept in the state file. Groups have a directory of their own, so no store-root name matters here.
+    if legal_name(group_id) and len(group_id) <= 200:
         return group_id
     return "%" + hashlib.blake2b(group_id.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
 
-def _check_group_id(group_id: Any) -> str:
+def _owner_lock_name(tp: TopicPartition) -> str:
+    """``<topic>-<partition>.lock``, or for a topic name too long for that (up to 249 characters are
+    allowed) ``%<digest of the topic>-<partition>.lock``: a name within NAME_MAX either way."""
+    name = f"{tp.topic}-{tp.partition}.lock"
+    if len(name) <= NAME_MAX:
+        return name
+    return f"%{hashlib.blake2b(tp.topic.encode(), digest_size=16).hexdigest()}-{tp.partition}.lock"
+
+
+def check_group_id(group_id: Any) -> str:
+    """``group_id`` when it is usable, else :class:`~pylog.errors.InvalidGroupError`: a non-empty str that
+    UTF-8 can encode (commit keys and the group's state file store it as UTF-8)."""
     if not isinstance(group_id, str) or not group_id:
-        raise InvalidConfigError(f"group_id must be a non-empty str, got {group_id!r}")
+        raise InvalidGroupError(f"group_id must be a non-empty str, got {group_id!r}")
+    try:
+        group_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidGroupError(f"group_id must be a non-empty str that UTF-8 can encode, got {group_id!r} "
+                                "(it has a lone surrogate, e.g. from a file name decoded with surrogateescape)") \
+            from None
     return group_id
 
 
@@ -301,7 +323,7 @@ class GroupMember:
     def __init__(self, store: "Store", group_id: str, client_id: str,
                  strategies: Sequence[type[AbstractPartitionAssignor]], session_timeout_ms: int,
                  heartbeat_interval_ms: int) -> None:
-        self.group_id = _check_group_id(group_id)
+        self.group_id = check_group_id(group_id)
         self._store = store
         self.directory = os.path.join(store.path, GROUPS_DIR, _group_dirname(group_id))
         self._members_dir = os.path.join(self.directory, "members")
@@ -364,7 +386,7 @@ class GroupMember:
         """Take ``tp``'s owner lock if its previous owner has let it go; True when this member owns it."""
         if tp in self._owned:
             return True
-        fd = os.open(os.path.join(self._owners_dir, f"{tp.topic}-{tp.partition}.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+        fd = os.open(os.path.join(self._owners_dir, _owner_lock_name(tp)), os.O_RDWR | os.O_CREAT, 0o644)
         if try_flock(fd):
             self._owned[tp] = fd
             return True
@@ -603,7 +625,7 @@ def list_group_dirs(store_path: str) -> list[str]:
 
 def describe_group(store_path: str, group_id: str) -> GroupDescription:
     """The group's current generation, members (only live ones) and assignment."""
-    directory = os.path.join(store_path, GROUPS_DIR, _group_dirname(_check_group_id(group_id)))
+    directory = os.path.join(store_path, GROUPS_DIR, _group_dirname(check_group_id(group_id)))
     state = _read_state(os.path.join(directory, "state")) or {}
     desc = GroupDescription(group_id, int(state.get("generation", 0)), str(state.get("protocol", "")))
     assignment = state.get("assignment") or {}

@@ -4,7 +4,10 @@ Invariants:
 - A directory is a store when it holds ``pylog.store`` (format, version, CRC); opening creates it.
 - A store opened with ``read_only=True`` creates, locks, maps for writing and changes nothing under its
   directory, and runs no thread: it only reads (any writing call raises ReadOnlyStoreError at once).
-- Topic names follow Kafka's rule, so a topic directory never escapes the store.
+- Topic names follow Kafka's rule minus pylog's own root entries (pylog/filenames.py), so a topic
+  directory never escapes the store nor takes the place of the marker, the producer id file, a deletion
+  leftover or an internal directory. Internal (``__``) topics can be read but not created, deleted or
+  altered through this API.
 - Any number of stores may be open on one directory, in one or many processes; each partition has one
   writer at a time (the first handle to write takes its lock), readers need no lock.
 - Closing the store flushes and cleanly closes every partition it wrote to, so the next open need not
@@ -28,7 +31,8 @@ from .config import TopicConfig, split_store_options, validate
 from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, ReadOnlyStoreError, StoreClosedError,
                      TopicExistsError, UnknownStoreError, UnknownTopicError)
 from .fileio import atomic_write, fsync_dir, write_faults
-from .filenames import CLEANERS_DIR, GROUPS_DIR, OFFSETS_TOPIC, STORE_FILE, TOPIC_FILE, valid_topic_name
+from .filenames import (DELETING_PREFIX, GROUPS_DIR, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE,
+                        TOPIC_FILE, deleting_name, is_internal_topic, topic_name_problem)
 from .records import crc32c
 from .cleaner import Cleaner, CleanerStatus
 from .cleaner_registry import CleanerPublisher, PublishedCleaner, published_cleaners
@@ -48,11 +52,9 @@ __all__ = ["Store", "open"]
 
 _FORMAT = "pylog-store"
 _VERSION = 1
-_DELETING = ".deleting-"
+_DELETING = DELETING_PREFIX
 _T = TypeVar("_T")
-_PRODUCER_IDS = "producer.ids"
-#: Names pylog uses itself (consumer groups, cleaner status); not topics a user may create.
-_RESERVED = frozenset({OFFSETS_TOPIC, GROUPS_DIR, CLEANERS_DIR})
+_PRODUCER_IDS = PRODUCER_IDS_FILE
 
 
 class Store:
@@ -138,19 +140,24 @@ class Store:
         """Store-level settings (``lock.timeout.ms``, ``log.retention.check.interval.ms``)."""
         return dict(self._settings)
 
-    def _topic_dir(self, name: str) -> str:
-        if not valid_topic_name(name):
-            raise InvalidTopicError(f"invalid topic name {name!r}: use 1-249 of [A-Za-z0-9._-], not '.' or '..'")
+    def _topic_dir(self, name: str, internal_ok: bool = True) -> str:
+        problem = topic_name_problem(name, internal_ok)
+        if problem is not None:
+            raise InvalidTopicError(problem)
         return os.path.join(self.path, name)
+
+    @staticmethod
+    def _check_not_internal(name: str, what: str) -> None:
+        if is_internal_topic(name):
+            hint = "; delete a group's offsets with delete_consumer_group" if name == OFFSETS_TOPIC else ""
+            raise InvalidTopicError(f"{name!r} is an internal topic of pylog: it cannot be {what}{hint}")
 
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
                      *, _internal: bool = False) -> Topic:
         """Create a topic. :raises TopicExistsError, InvalidTopicError, InvalidConfigError:
         :raises ReadOnlyStoreError, DiskFullError: when the store cannot be written (no topic was created)."""
         self._check_writable(f"create topic {name!r}")
-        directory = self._topic_dir(name)
-        if name in _RESERVED and not _internal:
-            raise InvalidTopicError(f"{name!r} is reserved for pylog's own use")
+        directory = self._topic_dir(name, internal_ok=_internal)
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
             raise ValueError(f"partitions must be a positive int, got {partitions!r}")
         cfg = TopicConfig(config, self._defaults)
@@ -190,19 +197,20 @@ class Store:
         names = []
         with os.scandir(self.path) as it:
             for entry in it:
-                if entry.is_dir() and valid_topic_name(entry.name) and not entry.name.startswith(_DELETING) \
+                if entry.is_dir() and topic_name_problem(entry.name, internal_ok=True) is None \
                         and os.path.exists(os.path.join(entry.path, TOPIC_FILE)):
                     names.append(entry.name)
         return sorted(names)
 
     def __contains__(self, name: object) -> bool:
-        return isinstance(name, str) and valid_topic_name(name) and \
+        return topic_name_problem(name, internal_ok=True) is None and \
             os.path.exists(os.path.join(self.path, name, TOPIC_FILE))
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data. Takes every partition's writer lock first, so a topic another
         process is writing to is refused with :class:`~pylog.errors.PartitionLockedError`."""
         self._check_writable(f"delete topic {name!r}")
+        self._check_not_internal(name, "deleted")
         with self._lock:
             topic = self.topic(name)
             held = []
@@ -211,7 +219,7 @@ class Store:
                     p.maintenance_lock.acquire()  # waits for a cleaning or retention pass under way
                     held.append(p)
                     p._ensure_writer()
-                doomed = os.path.join(self.path, f"{_DELETING}{name}-{uuid.uuid4().hex}")
+                doomed = os.path.join(self.path, deleting_name(name, uuid.uuid4().hex))
                 with write_faults(f"deleting topic {name!r}", "the topic was not deleted"):
                     os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
                 fsync_dir(self.path)
@@ -225,6 +233,7 @@ class Store:
     def alter_topic_config(self, name: str, changes: Mapping[str, Any]) -> TopicConfig:
         """Merge ``changes`` into a topic's overrides and persist them; returns the new effective config."""
         self._check_writable(f"alter the config of topic {name!r}")
+        self._check_not_internal(name, "altered")
         with self._lock:
             topic = self.topic(name)
             new = topic.config.with_overrides(changes)
@@ -301,8 +310,10 @@ class Store:
         return describe_group(self.path, group_id)
 
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Every offset ``group_id`` has committed (the next offset to consume, per partition)."""
-        return self._group_offsets().fetch(group_id)
+        """Every offset ``group_id`` has committed (the next offset to consume, per partition).
+        :raises InvalidGroupError: for an empty or non-str id, or one that is not valid UTF-8."""
+        from .groups import check_group_id
+        return self._group_offsets().fetch(check_group_id(group_id))
 
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
         """Commit offsets for a group from outside it (an operator resetting a group that has no live
@@ -375,8 +386,10 @@ class Store:
     def delete_records(self, topic: str, partition: int, before_offset: int) -> int:
         """Kafka's DeleteRecords: raise the partition's log start offset to ``before_offset`` (records below
         it become unreadable and whole segments below it are deleted). Returns the new log start offset.
-        :raises OffsetOutOfRangeError: past the log end offset. :raises PartitionLockedError:"""
+        :raises OffsetOutOfRangeError: past the log end offset. :raises PartitionLockedError:
+        :raises InvalidTopicError: for an internal topic."""
         self._check_writable(f"delete records of {topic!r}")
+        self._check_not_internal(topic, "trimmed with delete_records")
         p = self.topic(topic).partition(partition)
         return _maintain(p, p.delete_records, before_offset)
 

@@ -49,8 +49,9 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import numpy as np
 
-from .errors import (InvalidConfigError, InvalidRecordError, LogFailedError, PartitionLockedError, PylogError,
-                     RecordTooLargeError, StoreClosedError)
+from .errors import (InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError, PartitionLockedError,
+                     PylogError, RecordTooLargeError, StoreClosedError)
+from .filenames import is_internal_topic
 from .partitioner import DefaultPartitioner
 from .quotas import PRODUCE
 from .records import _column, now_ms
@@ -110,6 +111,12 @@ def _check_headers(headers: Any) -> int:
             raise InvalidRecordError(f"headers must be (str, bytes) pairs, got {item!r}"[:200])
         size += len(item[0]) + (0 if item[1] is None else len(item[1])) + 8
     return size
+
+
+def _check_writable(topic: str) -> None:
+    """Internal topics (``__consumer_offsets``) are written by pylog only. :raises InvalidTopicError:"""
+    if is_internal_topic(topic):
+        raise InvalidTopicError(f"{topic!r} is an internal topic of pylog: producers cannot write to it")
 
 
 class _Accumulation:
@@ -591,6 +598,7 @@ class Producer:
 
     def _check_placement(self, topic: str, partition: int | None, key: Any) -> None:
         """Errors a drain would meet for this record alone, raised at send() as kafka-python does."""
+        _check_writable(topic)
         t = self._store.topic(topic)
         if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)
                                       or not 0 <= partition < t.num_partitions):
@@ -611,6 +619,7 @@ class Producer:
 
     def _new_accumulation(self, topic: str) -> _Accumulation:
         """Under the lock: the first accumulation of ``topic``."""
+        _check_writable(topic)  # every send to a topic not seen yet comes here (the fast path needs an acc)
         t = self._store.topic(topic)  # raises UnknownTopicError now rather than in the drain
         acc = self._accs[topic] = _Accumulation(topic, *self._limits_of(t), self._acks0)
         acc.nparts = t.num_partitions

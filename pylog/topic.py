@@ -17,9 +17,9 @@ import threading
 from typing import Any, Iterable, Mapping
 
 from .config import TopicConfig
-from .errors import CorruptRecordError, InvalidConfigError, ReadOnlyStoreError, UnknownTopicError
+from .errors import CorruptRecordError, InvalidConfigError, InvalidTopicError, ReadOnlyStoreError, UnknownTopicError
 from .fileio import atomic_write, write_faults
-from .filenames import OFFSETS_TOPIC, TOPIC_FILE
+from .filenames import OFFSETS_TOPIC, TOPIC_FILE, is_internal_topic
 from .partition import Partition
 from .records import crc32c
 
@@ -136,7 +136,12 @@ class Topic:
     def add_partitions(self, total: int) -> None:
         """Grow the topic to ``total`` partitions (Kafka's rule: the count never shrinks).
 
-        :raises ReadOnlyStoreError, DiskFullError: when the store cannot be written (nothing changed)."""
+        :raises InvalidTopicError: for an internal topic (a group's committed offsets are found by the
+            offsets topic's partition count: growing it would lose them).
+        :raises ReadOnlyStoreError, DiskFullError: when the store cannot be written (nothing changed).
+        """
+        if is_internal_topic(self.name):
+            raise InvalidTopicError(f"{self.name!r} is an internal topic of pylog: its partitions cannot be added to")
         if self.read_only:
             raise ReadOnlyStoreError(f"topic {self.name!r} belongs to a store opened with read_only=True; "
                                      "open the store without read_only to add partitions")

@@ -35,7 +35,8 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructType,
                                TimestampType)
 
-from ..errors import InvalidRecordError, PartitionLockedError, UnknownTopicError
+from ..errors import InvalidRecordError, InvalidTopicError, PartitionLockedError, UnknownTopicError
+from ..filenames import is_internal_topic
 from ..log import Store
 from ..log import open as open_pylog
 from ..partition import Partition
@@ -183,6 +184,8 @@ class _TaskWriter:
         self.batch_no = self.rng.randrange(1 << 30)
 
     def _partition_count(self, topic: str) -> int:
+        if is_internal_topic(topic):  # every row's topic is looked up here first
+            raise InvalidTopicError(f"{topic!r} is an internal topic of pylog: the sink cannot write to it")
         try:
             return self.store.topic(topic).num_partitions
         except UnknownTopicError:
