@@ -775,6 +775,9 @@ class Producer:
         if client is not None and quotas.active(client, PRODUCE):
             delay = quotas.record(client, PRODUCE, acc.payload_bytes())
             if delay > 0:
+                # Nobody should wait out this producer's quota delay for a partition it holds.
+                for part in self._held.values():
+                    self._hand_over_one(part, wanted_only=False)
                 quotas.sleep(delay)
         self._drains += 1
         self._throttle_total += delay

@@ -76,3 +76,34 @@ def test_two_producer_processes_sending_keyed_records_to_shared_partitions_never
 
 def test_three_producer_processes_with_acks_all_sharing_partitions_store_every_record_once(tmp_path):
     _run_keyed_producers(tmp_path, "ABC", 10_000, acks="all")
+
+
+_THROTTLED_PRODUCER = """
+    import sys, time, pylog
+    store = pylog.open(sys.argv[1])
+    store.set_quota("slow", producer_byte_rate=10)  # 10,000 bytes: a delay of about 1,000 s
+
+    def sleep(delay):  # the quota's sleep (QuotaManager.sleep may be replaced in tests): say when it starts
+        print("throttled", round(delay), flush=True)
+        time.sleep(delay)
+
+    store._quotas.sleep = sleep
+    producer = store.producer(client_id="slow")
+    producer.send("t", b"x" * 10_000, partition=0)
+    sys.stdin.readline()  # killed before this returns
+"""
+
+
+def test_a_producer_waiting_out_its_quota_delay_hands_its_partitions_over(tmp_path):
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        store.create_topic("t", partitions=1)
+    slow = Child(_THROTTLED_PRODUCER, str(tmp_path), cwd=str(tmp_path))
+    try:
+        assert int(slow.expect("throttled")) > 600  # appended, and now waiting out its delay
+        with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+            part = store.topic("t").partition(0)
+            # The delay is far longer than this wait: only a handover before it lets this one in.
+            part.wait_to_write(60_000)
+            assert part.append_values([b"other"]) == 1
+    finally:
+        slow.kill()
