@@ -217,12 +217,15 @@ def _check_committed(store: pylog.Store, processed: _Processed, where: str, fail
                  "processed")
 
 
-def run(mode: str, workdir: str, seed: int | None = None) -> dict:
+def run(mode: str, workdir: str, seed: int | None = None, **overrides: Any) -> dict:
     """Run the harness in ``mode`` ("short" or "full") under ``workdir``; returns the counts.
+    ``overrides`` replace the mode's settings (``producers``, ``consumers``, ``seconds``, ...).
 
     :raises AssertionError: on any violation (the message names the seed).
     """
-    cfg = MODES[mode]
+    cfg = dict(MODES[mode], **overrides)
+    if not 2 <= cfg["producers"] <= 4 or cfg["consumers"] < 1:
+        raise ValueError(f"2..4 producers and at least one consumer, got {cfg}")
     seed = random.randrange(1 << 31) if seed is None else seed
     rng = random.Random(seed)
 
@@ -359,16 +362,19 @@ def main(argv: list[str] | None = None) -> int:
     group = ap.add_mutually_exclusive_group()
     group.add_argument("--full", action="store_const", const="full", dest="mode")
     group.add_argument("--short", action="store_const", const="short", dest="mode")
-    ap.add_argument("--role")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--workdir", help="default: a new temporary directory, removed afterwards")
-    args, rest = ap.parse_known_args(argv)
+    ap.add_argument("--producers", type=int, help="producer processes (2..4; default: short 3, full 4)")
+    ap.add_argument("--consumers", type=int, help="consumer processes (default: short 2, full 3)")
+    ap.add_argument("--seconds", type=float, help="how long the producers send (default: short 8, full 240)")
+    args = ap.parse_args(argv)
     mode = args.mode or "short"
+    overrides = {k: v for k in ("producers", "consumers", "seconds") if (v := getattr(args, k)) is not None}
     if args.workdir:
-        counts = run(mode, args.workdir, args.seed)
+        counts = run(mode, args.workdir, args.seed, **overrides)
     else:
         with tempfile.TemporaryDirectory(prefix="pylog-stress-") as d:
-            counts = run(mode, d, args.seed)
+            counts = run(mode, d, args.seed, **overrides)
     for k, v in counts.items():
         print(f"  {k}: {v}")
     print("stress " + " ".join(f"{k}={counts[k]}" for k in (
