@@ -30,6 +30,10 @@ Invariants:
 - With ``enable_idempotence`` (default) every append carries this producer's id, epoch and per-partition
   sequence number, so a drain retried after an error is not appended twice, even across a store restart
   (see :mod:`pylog.producer_state`).
+- A producer never holds a partition's writer lock while it waits for another partition or out a quota
+  delay: it first lets go of every partition it holds for a turn (fsynced first with ``acks="all"``), so
+  producers of several processes sharing partitions never wait for each other. It hands a partition
+  another handle waits for over after its append to it, and within 10 ms when idle.
 - A future completes exactly once: with its record's metadata once the append (``acks=1``) or the fsync
   (``acks="all"``) is done, or with the error that stopped its drain.
 - ``buffer_memory`` is never exceeded unnoticed: ``check_at`` is set so that records of at most ``bound``
@@ -784,6 +788,9 @@ class Producer:
         if client is not None and quotas.active(client, PRODUCE):
             delay = quotas.record(client, PRODUCE, acc.payload_bytes())
             if delay > 0:
+                # Nobody should wait out this producer's quota delay for a partition it holds.
+                for part in self._held.values():
+                    self._hand_over_one(part, wanted_only=False)
                 quotas.sleep(delay)
         self._drains += 1
         self._throttle_total += delay
@@ -813,7 +820,8 @@ class Producer:
             column = np.array(stamps, np.int64)
         acc.stamps = stamps
         compression = None if self.config["compression_type"] in (None, "none") else "lz4"
-        touched = []
+        touched: list[Partition] = []  # appended to by this drain, in order
+        flushed: set[Partition] = set()  # of those, fsynced already (acks="all") before a handover
         groups: list[tuple[int, np.ndarray | None]]
         if isinstance(placed, int):
             groups = [(placed, None)]
@@ -841,7 +849,8 @@ class Producer:
                 producer = (self._producer_id, self._epoch, seq)
             try:
                 part = topic.partition(number)
-                first = self._append_with_retries(part, vals, keys, ts, hs, producer, compression)
+                first = self._append_with_retries(part, vals, keys, ts, hs, producer, compression,
+                                                  lambda p=part: self._let_go(p, touched, flushed, acc))
             except Exception as exc:
                 # Only this partition's records fail. Some of them may have landed, so their sequence
                 # numbers must not be reused for other records: start a new epoch, whose sequences start
@@ -858,8 +867,14 @@ class Producer:
                 assert isinstance(offsets, np.ndarray)
                 offsets[idx] = np.arange(first, first + len(idx))
             touched.append(part)
+            # Hand over after each append, not after the whole drain: another process's producer may be
+            # waiting for this partition while this drain goes on to the next.
+            if self._wanted(part):
+                self._let_go_one(part, touched, flushed, acc, wanted_only=True)
         if self._acks == -1:
             for part in touched:
+                if part in flushed:
+                    continue
                 try:
                     part.flush()  # one fsync for everything this drain appended: group commit
                 except Exception as exc:
@@ -872,6 +887,36 @@ class Producer:
         for number in sticky:
             self._default_partitioner.on_new_batch(acc.topic, number, all_parts)
 
+    @staticmethod
+    def _wanted(part: "Partition") -> bool:
+        """Whether another handle waits for ``part`` (False when that cannot be told: nothing to do)."""
+        try:
+            return part.is_writer and part.handover_wanted()
+        except Exception:  # a closed store, a deleted topic: the hand-over step says so, or nobody cares
+            return False
+
+    def _let_go_one(self, part: "Partition", touched: list["Partition"], flushed: set["Partition"],
+                    acc: _Accumulation, wanted_only: bool) -> None:
+        """Mid-drain: fsync ``part`` first if this drain appended to it and ``acks="all"`` (a handover
+        does not fsync, and once handed over this handle's flush no longer reaches it), then hand it over
+        (or, with ``wanted_only`` False, let go of it whether or not anyone waits)."""
+        if self._acks == -1 and part in touched and part not in flushed:
+            flushed.add(part)
+            try:
+                part.flush()
+            except Exception as exc:
+                acc.partition_errors[part.number] = exc
+        self._hand_over_one(part, wanted_only=wanted_only)
+
+    def _let_go(self, waiting_for: "Partition", touched: list["Partition"], flushed: set["Partition"],
+                acc: _Accumulation) -> None:
+        """Before a drain waits for ``waiting_for``: let go of every other partition this producer holds
+        for a turn (from earlier drains and from this one), so that no producer ever holds a writer lock
+        while it waits for another. A lock a direct append pinned stays (release_turn leaves it)."""
+        for part in [*self._held.values(), *touched]:
+            if part is not waiting_for and part.is_writer:
+                self._let_go_one(part, touched, flushed, acc, wanted_only=False)
+
     def _new_epoch(self) -> None:
         """After a failure that may have written part of a call: never reuse its sequence numbers."""
         self._sequences.clear()
@@ -881,15 +926,23 @@ class Producer:
             self._epoch = 0
 
     def _append_with_retries(self, part: Any, vals: list, keys: list | None, ts: np.ndarray, hs: list | None,
-                             producer: tuple[int, int, int] | None, compression: str | None) -> int:
+                             producer: tuple[int, int, int] | None, compression: str | None,
+                             before_waiting: Callable[[], None]) -> int:
         """One partition's append; an OSError (a full disk, say) is retried ``retries`` times with the
-        same sequence numbers, so an append that did land before the error is not written twice."""
+        same sequence numbers, so an append that did land before the error is not written twice.
+        ``before_waiting`` runs when the partition is not free at once, before waiting for it."""
         attempt = 0
         deadline = time.monotonic() + self._max_block_ms / 1000
         while True:
             try:
-                # Another producer (here or in another process) may write it: wait for our turn.
-                part.wait_to_write(max(0.0, deadline - time.monotonic()) * 1000)
+                # Another producer (here or in another process) may write it: wait for our turn, holding
+                # no other partition meanwhile (two producers each holding the partition the other waits
+                # for would wait until max_block_ms ran out).
+                try:
+                    part.wait_to_write(0)
+                except PartitionLockedError:
+                    before_waiting()
+                    part.wait_to_write(max(0.0, deadline - time.monotonic()) * 1000)
                 return part._append_values_in_turn(vals, keys, ts, hs, producer, compression)
             except PartitionLockedError:
                 # Handed on between our turn and the append (another producer of this process): wait again.
