@@ -23,7 +23,9 @@ from storetools import wait_for
 
 TOPIC = "t"
 PARTITIONS = 6
-SESSION_MS = 2000
+# Longer than any wait below: a member that dies is found by its released lock (every heartbeat), never by
+# a session running out, and a member slowed down by a loaded machine is never taken for dead.
+SESSION_MS = 600_000
 HEARTBEAT_MS = 200
 MAX_POLL = 50
 
@@ -121,13 +123,12 @@ def test_three_processes_split_six_partitions_and_survive_a_sigkill(tmp_path):
             _wait_for(lambda: len(victim.consumed()) > 0, 60, "the victim to consume", members)
             moved = set(victim.owned)
             victim.kill()
-            t_kill = time.monotonic()
             survivors = members[1:]
             _produce(store, 3600, 2400)
-            elapsed = _wait_for(lambda: sorted(len(m.owned) for m in survivors) == [3, 3], 30,
-                                "the victim's partitions to move", survivors)
-            # Detection: a heartbeat (200 ms) notices the dead lock; well within the session timeout.
-            assert time.monotonic() - t_kill <= SESSION_MS / 1000 + 1.0, elapsed
+            # Detection by the dead member's released lock (a heartbeat probes it): the session timeout is
+            # far longer than this wait, so partitions moving at all proves it.
+            _wait_for(lambda: sorted(len(m.owned) for m in survivors) == [3, 3], 120,
+                      "the victim's partitions to move", survivors)
             assert set(survivors[0].owned) | set(survivors[1].owned) == set(range(PARTITIONS))
             assert moved <= set(survivors[0].owned) | set(survivors[1].owned)
 
@@ -158,8 +159,14 @@ def test_two_groups_in_two_processes_each_see_every_record(tmp_path):
     code = textwrap.dedent("""
         import sys, pylog
         with pylog.open(sys.argv[1], log_cleaner_enable=False) as s:
-            c = s.consumer("t", group_id=sys.argv[2], auto_offset_reset="earliest", consumer_timeout_ms=1500)
-            n = sum(1 for _ in c)
+            # Until all 900 are in (the timeout only guards against a hang), then nothing more may come.
+            c = s.consumer("t", group_id=sys.argv[2], auto_offset_reset="earliest", consumer_timeout_ms=60_000)
+            n = 0
+            for _ in c:
+                n += 1
+                if n == 900:
+                    break
+            n += sum(len(recs) for recs in c.poll(timeout_ms=0).values())
             c.close()
             print(n)
     """)
@@ -169,7 +176,7 @@ def test_two_groups_in_two_processes_each_see_every_record(tmp_path):
     procs = [subprocess.Popen([sys.executable, "-c", code, store_dir, g], stdout=subprocess.PIPE, text=True)
              for g in ("a", "b")]
     try:
-        outs = [p.communicate(timeout=60)[0].strip() for p in procs]
+        outs = [p.communicate(timeout=120)[0].strip() for p in procs]
     finally:
         for p in procs:
             p.kill()
