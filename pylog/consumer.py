@@ -17,7 +17,9 @@ Invariants:
 - Paused partitions are never read; nor are a group member's partitions whose previous owner has not
   let go yet (see :mod:`pylog.groups`: at most one member of a group reads a partition at any time).
 - With ``enable_auto_commit``, positions are committed every ``auto_commit_interval_ms`` (during polls),
-  before partitions are revoked in a rebalance, and on ``close()``.
+  before partitions are revoked in a rebalance, and on ``close()``. A member that dies leaves exactly the
+  records its polls returned since its last completed commit uncommitted: those, and only those, are
+  delivered again to the partitions' next owners.
 """
 
 from __future__ import annotations

@@ -3,6 +3,10 @@
 Hypothesis keeps caches in ./.hypothesis and pytest-benchmark creates ./.benchmarks at start-up; both are
 pointed at a temporary directory that is removed when the run ends, and Hypothesis's example database is
 off.
+
+Under CI (the ``CI`` environment variable set, as ``.ci/run`` does), a skipped test fails instead: a test
+that CI never runs (a missing optional dependency, a platform check) must not pass unnoticed. The header
+names the pylog package under test, so a run against the checkout cannot pass for one of the installed copy.
 """
 
 from __future__ import annotations
@@ -20,6 +24,59 @@ settings.load_profile("pylog")
 
 _STATE_DIR = tempfile.mkdtemp(prefix="pylog-test-state-")
 configuration.set_hypothesis_home_dir(_STATE_DIR + "/hypothesis")
+
+
+def _in_ci() -> bool:
+    return os.environ.get("CI", "").strip().lower() not in ("", "0", "false", "no")
+
+
+def pytest_report_header(config: pytest.Config) -> list[str]:
+    import pylog
+    lines = [f"pylog {pylog.__version__} from {os.path.dirname(pylog.__file__)}"]
+    if _in_ci():
+        lines.append("CI is set: a skipped test counts as a failure")
+    return lines
+
+
+def _fail_skip_in_ci(report: pytest.TestReport | pytest.CollectReport) -> None:
+    """Turn a skip into a failure under CI, saying why it was skipped (xfail stays what it is)."""
+    if not (report.skipped and _in_ci()) or hasattr(report, "wasxfail"):
+        return
+    reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+    report.outcome = "failed"
+    report.longrepr = f"skipped, which CI does not allow (CI={os.environ['CI']!r}): {reason}"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo):
+    outcome = yield
+    _fail_skip_in_ci(outcome.get_result())
+
+
+_skipped_modules: list[str] = []
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_make_collect_report(collector: pytest.Collector):
+    """A whole module skipped at collection (``pytest.importorskip``): noted here, failed at the end (a
+    collection error would stop the run before the other tests)."""
+    outcome = yield
+    report = outcome.get_result()
+    if report.skipped and _in_ci():
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        _skipped_modules.append(f"{report.nodeid}: {reason}")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus: int, config: pytest.Config) -> None:
+    if _skipped_modules:
+        terminalreporter.section("skipped modules, which CI does not allow", red=True)
+        for line in _skipped_modules:
+            terminalreporter.line(line)
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    if _skipped_modules and session.exitstatus == 0:
+        session.exitstatus = 1
 
 
 @pytest.hookimpl(tryfirst=True)

@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import os
 import shutil
+import sys
+import threading
 import time
 from typing import Any, Callable
 
@@ -46,3 +48,11 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, step: float = 
         if value or time.monotonic() > deadline:
             return value
         time.sleep(step)
+
+
+def blocked_in(thread: threading.Thread, *functions: str) -> bool:
+    """True while ``thread``'s innermost Python frame is one of ``functions`` (by name): the thread sits in
+    that call, e.g. ``wait`` (a condition variable), ``_futex`` or ``wait_any`` (pylog.notify's sleeps). A
+    hand-shake for tests that must act only once another thread is waiting."""
+    frame = sys._current_frames().get(thread.ident)
+    return frame is not None and frame.f_code.co_name in functions

@@ -7,13 +7,15 @@ from __future__ import annotations
 
 import json
 import multiprocessing
+import os
 import threading
-import time
 
 import pytest
 
 import pylog
 from pylog import TopicPartition
+
+from storetools import blocked_in, wait_for
 
 
 @pytest.fixture
@@ -129,20 +131,20 @@ def test_poll_wakes_promptly_on_an_append_in_this_process(store):
     p.append_values([b"warm-up"])
     c.poll()
 
-    def later():
-        time.sleep(0.05)
-        p.append_values([b"x"])
+    # The poll may wait an hour; it must return as soon as the append comes, which is made only once the
+    # poll sits in its wait (so it is the wake-up that ends it; the 60 s below only guard against a hang).
+    got: list = []
+    poller = threading.Thread(target=lambda: got.append(c.poll(timeout_ms=3_600_000)), daemon=True)
+    poller.start()
+    assert wait_for(lambda: blocked_in(poller, "wait"), 60), "the poll never waited"
+    p.append_values([b"x"])
+    poller.join(60)
+    assert not poller.is_alive(), "the append did not wake the poll"
+    assert [r.value for recs in got[0].values() for r in recs] == [b"x"]
 
-    threading.Thread(target=later).start()
-    t0 = time.monotonic()
-    got = c.poll(timeout_ms=5000)
-    waited = time.monotonic() - t0
-    assert [r.value for recs in got.values() for r in recs] == [b"x"]
-    assert waited < 1.0  # woken by the append, not by the timeout
 
-
-def _produce_later(path):
-    time.sleep(0.2)
+def _produce_when_told(path, go):
+    os.read(go, 1)
     with pylog.open(path, log_cleaner_enable=False) as s:
         s.topic("t").partition(0).append_values([b"from another process"])
 
@@ -151,11 +153,23 @@ def test_poll_sees_another_process_append(tmp_path):
     with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
         store.create_topic("t")
         c = store.consumer("t", auto_offset_reset="earliest")
-        proc = multiprocessing.get_context("fork").Process(target=_produce_later, args=(str(tmp_path),))
+        go_r, go_w = os.pipe()
+        proc = multiprocessing.get_context("fork").Process(target=_produce_when_told, args=(str(tmp_path), go_r))
         proc.start()
-        got = c.poll(timeout_ms=10_000)
-        proc.join(10)
-        assert [r.value for recs in got.values() for r in recs] == [b"from another process"]
+        got: list = []
+        poller = threading.Thread(target=lambda: got.append(c.poll(timeout_ms=3_600_000)), daemon=True)
+        poller.start()
+        try:
+            # The other process appends once the poll sleeps (on the futex, or polling the log end).
+            assert wait_for(lambda: blocked_in(poller, "_futex", "wait", "sleep"), 60), "the poll never waited"
+            os.write(go_w, b"g")
+            poller.join(60)
+            assert not poller.is_alive(), "another process's append did not wake the poll"
+        finally:
+            os.close(go_r)
+            os.close(go_w)
+            proc.join(30)
+        assert [r.value for recs in got[0].values() for r in recs] == [b"from another process"]
 
 
 def test_producer_to_consumer_round_trip_and_config_errors(store):

@@ -2,8 +2,13 @@
 
 Every child opens the same store, continues appending where the log ends (recovering it first when the
 previous child died), and after each ``flush()`` reports the flushed log end offset through a small file
-replaced atomically. The parent kills it 0-50 ms after it says it is ready, then reopens the store and
-checks that
+replaced atomically. Most children run freely and the parent kills one 0-50 ms after it says it is ready
+(the random moment is the point: the kill lands anywhere among appends, flushes, rolls and recovery).
+Every fifth child is scripted instead, so that each branch below runs a known number of times whatever
+the machine's speed: it appends past a roll and a flush, then a few batches more without flushing, says
+so and waits to be killed (a power loss then tears those batches); the child after it is killed before
+its first append (which would recover the torn tail), so a reader meets the torn tail. The parent then
+reopens the store and checks that
 
 * every record below the last reported flushed offset is there, byte-identical to the generator's,
 * offsets are dense from 0 and batches are exactly the generator's batches (no partial batch),
@@ -42,8 +47,8 @@ from pylog.index import IndexError_, OffsetIndex
 TOPIC = "events"
 SEGMENT_BYTES = 64 * 1024
 KILLS = 60
-TIME_BUDGET = 50.0  # seconds for the kill loop (stops early, but never below MIN_KILLS)
-MIN_KILLS = 50
+SCRIPT_EVERY = 5  # kill i with i % SCRIPT_EVERY == HOLD_AT: "hold" child, then a "stop" child
+HOLD_AT = 2
 
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
@@ -129,25 +134,43 @@ class Expected:
 # ----------------------------------------------------------------------------- the child
 
 
-def _crash_child(root: str, report: str, ready_fd: int, seed: int) -> None:
-    """Append the generator's batches forever, flushing now and then and reporting each flushed end."""
+def _crash_child(root: str, report: str, ready_fd: int, cmd_fd: int, seed: int) -> None:
+    """Say "R", read the parent's command, then: ``g`` append the generator's batches forever, flushing now
+    and then and reporting each flushed end; ``h`` append past a roll, flush and report, append 1-3 batches
+    more without flushing, say "H" and wait to be killed; ``s`` wait to be killed before any append."""
     code = 0
     try:
         rng = random.Random(seed)
         store = pylog.open(root)
         p = store.topic(TOPIC).partition(0)
         nxt = p.log_end_offset  # as a reader; the first append recovers as the writer and must agree
+        tmp = report + ".tmp"
+
+        def flush_and_report() -> None:
+            p.flush()
+            with open(tmp, "wb") as f:
+                f.write(struct.pack("<Q", nxt))
+            os.replace(tmp, report)
+
         os.write(ready_fd, b"R")
+        cmd = os.read(cmd_fd, 1)
+        if cmd == b"s":
+            os.read(cmd_fd, 1)  # never comes: the parent kills us here
         nxt = append_expected(p, nxt)  # took the writer lock and recovered
         os.write(ready_fd, b"A")
+        if cmd == b"h":
+            segments = len(p.segments)
+            while len(p.segments) == segments:
+                nxt = append_expected(p, nxt)
+            flush_and_report()
+            for _ in range(rng.randint(1, 3)):
+                nxt = append_expected(p, nxt)
+            os.write(ready_fd, b"H")
+            os.read(cmd_fd, 1)  # never comes: the parent kills us here
         os.close(ready_fd)
-        tmp = report + ".tmp"
         while True:
             if rng.random() < 0.4:
-                p.flush()
-                with open(tmp, "wb") as f:
-                    f.write(struct.pack("<Q", nxt))
-                os.replace(tmp, report)
+                flush_and_report()
             nxt = append_expected(p, nxt)
     except BaseException:
         import traceback
@@ -236,8 +259,10 @@ def verify(p: pylog.Partition, exp: Expected, flushed: int, reread_from: int, po
     return leo
 
 
-def _tear_tail(root: str, flushed: int, rng: random.Random) -> int | None:
+def _tear_tail(root: str, flushed: int, rng: random.Random, mid_batch: bool = False) -> int | None:
     """Cut the active segment's log at a random byte past the flushed data, maybe add zeros or garbage.
+
+    ``mid_batch``: cut strictly inside the last batch, so that part of a batch is left on disk.
 
     Returns the log end offset a reader must then see: the start of the first batch that was cut; None
     (and nothing done) when the active segment holds no unflushed bytes, or when its offset index is
@@ -262,7 +287,12 @@ def _tear_tail(root: str, flushed: int, rng: random.Random) -> int | None:
     keep = max([end for end, first, _ in batches if first < flushed], default=0)  # the flushed bytes
     if keep >= size:
         return None
-    cut = rng.randrange(keep, size)
+    if mid_batch:
+        last_start = max([end for end, _, _ in batches[:-1]], default=0)
+        assert batches and batches[-1][0] == size and last_start >= keep, "the last batch is not unflushed"
+        cut = rng.randrange(last_start + 1, size)
+    else:
+        cut = rng.randrange(keep, size)
     os.truncate(path, cut)
     junk = rng.choice((0, 0, 1, 2))
     if junk:
@@ -294,6 +324,7 @@ def test_sigkill_writer_repeatedly(tmp_path):
     verified_to = 0
     kills = 0
     advanced = 0
+    appended = 0  # kills after the child said it had appended: each must have advanced the log
     writer_recoveries = 0
     torn_or_unflushed = 0
     torn = 0
@@ -307,26 +338,49 @@ def test_sigkill_writer_repeatedly(tmp_path):
     unrecovered_tail = False
     t0 = time.monotonic()
     try:
-        while kills < KILLS and (kills < MIN_KILLS or time.monotonic() - t0 < TIME_BUDGET):
+        while kills < KILLS:
+            # Every random choice of this round is drawn here, whatever happens below: the sequence of
+            # choices (and so the number of scripted kills, waits for the first append, parent recoveries)
+            # does not depend on timing.
+            mode = {HOLD_AT: b"h", HOLD_AT + 1: b"s"}.get(kills % SCRIPT_EVERY, b"g")
+            child_seed = rng.randrange(1 << 30)
+            wait_first_append = rng.random() < 0.7
+            delay = rng.uniform(0, 0.05)
+            tear_roll = rng.random()
+            tear_rng = random.Random(rng.randrange(1 << 30))
+            recover_roll = rng.random()
+
             r_fd, w_fd = os.pipe()
-            child = ctx.Process(target=_crash_child, args=(root, report, w_fd, rng.randrange(1 << 30)), daemon=True)
+            cmd_r, cmd_w = os.pipe()
+            child = ctx.Process(target=_crash_child, args=(root, report, w_fd, cmd_r, child_seed), daemon=True)
             try:
                 child.start()
                 os.close(w_fd)
-                w_fd = -1
-                ready, _, _ = select.select([r_fd], [], [], 30)
-                assert ready, "child did not get ready within 30 s"
+                os.close(cmd_r)
+                w_fd = cmd_r = -1
+                ready, _, _ = select.select([r_fd], [], [], 60)
+                assert ready, "child did not get ready within 60 s"
                 assert os.read(r_fd, 1) == b"R", f"child failed before getting ready (exit code {child.exitcode})"
-                if rng.random() < 0.7:
-                    # Mostly count from the first append, which recovers the log and can take tens of ms:
-                    # then the kill lands among appends, flushes and rolls. Otherwise it may hit recovery.
-                    ready, _, _ = select.select([r_fd], [], [], 30)
-                    assert ready and os.read(r_fd, 1) == b"A", f"child failed in its first append ({child.exitcode})"
+                os.write(cmd_w, mode)
+                if mode == b"h":
+                    for want in (b"A", b"H"):
+                        ready, _, _ = select.select([r_fd], [], [], 60)
+                        assert ready and os.read(r_fd, 1) == want, f"scripted child failed ({child.exitcode})"
                     unrecovered_tail = False
-                time.sleep(rng.uniform(0, 0.05))
+                    appended += 1
+                elif mode == b"g":
+                    if wait_first_append:
+                        # Mostly count from the first append, which recovers the log and can take tens of ms:
+                        # then the kill lands among appends, flushes and rolls. Otherwise it may hit recovery.
+                        ready, _, _ = select.select([r_fd], [], [], 60)
+                        assert ready and os.read(r_fd, 1) == b"A", f"child failed in its first append ({child.exitcode})"
+                        unrecovered_tail = False
+                        appended += 1
+                    # Not synchronisation: a random moment to kill at is what this test is about.
+                    time.sleep(delay)
                 assert child.is_alive(), f"child died by itself (exit code {child.exitcode})"
                 os.kill(child.pid, signal.SIGKILL)
-                child.join(10)
+                child.join(30)
                 assert child.exitcode == -signal.SIGKILL, f"child exit code {child.exitcode}"
                 if unrecovered_tail and select.select([r_fd], [], [], 0)[0] and os.read(r_fd, 1) == b"A":
                     unrecovered_tail = False  # it got through its first append, which recovered the tail
@@ -334,9 +388,9 @@ def test_sigkill_writer_repeatedly(tmp_path):
                 if child.is_alive():
                     child.kill()
                     child.join(10)
-                os.close(r_fd)
-                if w_fd >= 0:
-                    os.close(w_fd)
+                for fd in (r_fd, w_fd, cmd_r, cmd_w):
+                    if fd >= 0:
+                        os.close(fd)
             kills += 1
 
             reported = _read_report(report)
@@ -351,21 +405,29 @@ def test_sigkill_writer_repeatedly(tmp_path):
                 last = p.segments[-1] if p.segments else None
                 if last is not None and os.path.getsize(last.log_path) > last.size:
                     torn += 1  # a partly written batch at the end, which the reader rightly ignored
+                elif mode == b"s":
+                    pytest.fail("the torn tail of the previous (simulated) power loss is gone before recovery")
             if leo > verified_to:
                 advanced += 1
             if leo > flushed:
                 torn_or_unflushed += 1
+            elif mode == b"h":
+                pytest.fail(f"a child killed with unflushed batches left none: log end {leo}, flushed {flushed}")
             verified_to = leo
             # The same, through the reader opened before everything (it saw the previous log, mid-write).
             assert verify(lr, exp, flushed, lr_verified, power_loss=unrecovered_tail) == leo, \
                 "the long-lived reader disagrees on the log end"
             lr_verified = leo
 
-            # 1b. Sometimes make it a power loss instead: unflushed bytes at the end of the active segment
-            #     are partly lost (cut at a random byte) and maybe followed by zeros or garbage. Nothing
-            #     flushed is touched. No process survives a power loss, so the long-lived reader restarts.
-            if leo > flushed and rng.random() < 0.3:
-                torn_end = _tear_tail(root, flushed, rng)
+            # 1b. Sometimes make it a power loss instead (always after a "hold" child): unflushed bytes at the
+            #     end of the active segment are partly lost (cut at a random byte) and maybe followed by
+            #     zeros or garbage. Nothing flushed is touched. No process survives a power loss, so the
+            #     long-lived reader restarts.
+            if mode == b"h":
+                torn_end = _tear_tail(root, flushed, tear_rng, mid_batch=True)
+                assert torn_end is not None, "the scripted power loss found nothing to tear"
+            elif leo > flushed and tear_roll < 0.3:
+                torn_end = _tear_tail(root, flushed, tear_rng)
             else:
                 torn_end = None
             if torn_end is not None:
@@ -382,7 +444,8 @@ def test_sigkill_writer_repeatedly(tmp_path):
 
             # 2. Sometimes recover as the writer here (the next child then opens a clean log), otherwise the
             #    next child recovers the unclean log itself, and what it recovered is checked after its death.
-            if rng.random() < 0.3:
+            #    Never after a "hold" child: the "stop" child after it must meet its torn tail.
+            if mode != b"h" and recover_roll < 0.3:
                 with pylog.open(root) as store:
                     p = store.topic(TOPIC).partition(0)
                     end = append_expected(p, leo)  # takes the lock, recovers, must continue exactly at leo
@@ -407,8 +470,17 @@ def test_sigkill_writer_repeatedly(tmp_path):
         nsegs = len(p.segments)
         final = verify(p, exp, flushed, 0)
     print(f"\ncrash test: {kills} kills in {elapsed:.1f}s, {final} records, {nsegs} segments, "
-          f"{advanced} kills after progress, {torn_or_unflushed} with unflushed records present, {torn} torn tails, {simulated} simulated power losses, "
+          f"{advanced} kills after progress ({appended} after a reported append), {torn_or_unflushed} with "
+          f"unflushed records present, {torn} torn tails, {simulated} simulated power losses, "
           f"{writer_recoveries} recoveries by the parent")
-    assert kills >= MIN_KILLS
-    assert advanced >= kills // 2, "most children were killed before writing anything"
-    assert nsegs >= 10, "too few segment rolls to exercise kills around rolls"
+    # Every branch ran: the scripted kills guarantee these whatever the timing (the seeded choices fix how
+    # many scripted kills, waits for the first append and parent recoveries there are).
+    scripted = sum(1 for i in range(KILLS) if i % SCRIPT_EVERY == HOLD_AT)
+    assert kills == KILLS
+    assert appended >= KILLS // 2, "most children were killed before writing anything"
+    assert advanced >= appended, "a child that appended was killed without advancing the log"
+    assert torn_or_unflushed >= scripted, "kills with unflushed records present"
+    assert simulated >= scripted, "simulated power losses"
+    assert torn >= scripted, "torn tails met by a reader before recovery"
+    assert writer_recoveries > 0, "recoveries by the parent"
+    assert nsegs >= scripted, "too few segment rolls to exercise kills around rolls"

@@ -16,6 +16,8 @@ import pylog
 from pylog import CommitFailedError, OffsetAndMetadata, TopicPartition
 from pylog.filenames import GROUPS_DIR, OFFSETS_TOPIC
 
+from storetools import wait_for
+
 
 @pytest.fixture
 def store(tmp_path):
@@ -162,7 +164,7 @@ def test_auto_commit_interval_and_lag(store):
     _fill(store, partitions=1, n=100)
     c = _member(store, auto_commit_interval_ms=1, max_poll_records=30)
     c.poll(0)
-    time.sleep(0.005)
+    time.sleep(0.005)  # not synchronisation: lets the 1 ms interval pass, which is what is tested
     c.poll(0)  # commits the first poll's position before reading more
     assert store.group_lag("g")[TopicPartition("t", 0)].committed == 30
     m = c.metrics()["t-0"]
@@ -230,19 +232,26 @@ def test_a_member_waiting_in_poll_lets_go_for_a_joiner(store):
     done = threading.Event()
 
     def wait_long():
-        a.poll(timeout_ms=3000)  # no data: waits, but looks at the group every few ms
+        a.poll(timeout_ms=3_600_000)  # no data: waits (an hour at most), but looks at the group every few ms
         done.set()
 
-    t = threading.Thread(target=wait_long)
+    t = threading.Thread(target=wait_long, daemon=True)
     t.start()
     try:
         b = _member(store)
-        deadline = time.monotonic() + 2.5
-        while not _owned(b) and time.monotonic() < deadline:
+
+        def joined() -> bool:
             b.poll(timeout_ms=10)
+            return bool(_owned(b))
+        assert wait_for(joined, 60), "the joiner never got a partition"
+        # a let go of a partition while still in its (hour-long) poll, not by returning from it
         assert len(_owned(b)) == 1 and not done.is_set()
     finally:
-        t.join()
+        # Wake a's poll with a record on each partition (whichever it owns now).
+        for p in store.topic("t").partitions:
+            p.append_values([b"wake"])
+        t.join(60)
+    assert done.is_set(), "a's poll did not return after records came"
     a.close()
     b.close()
 
@@ -258,9 +267,10 @@ def test_dead_member_is_found_by_its_released_lock(store):
         os.close(member._owned.pop(tp))
     os.close(member._member_fd)
     member._member_fd = None
-    deadline = time.monotonic() + 2
-    while _owned(a) != [0, 1] and time.monotonic() < deadline:
+    def took_over() -> bool:
         a.poll(timeout_ms=20)
+        return _owned(a) == [0, 1]
+    assert wait_for(took_over, 60), f"the survivor owns {_owned(a)}"
     assert _owned(a) == [0, 1]
     assert [m.member_id for m in store.describe_consumer_group("g").members] == [a._member.member_id]
     a.close()

@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 
 import pylog
+import pylog.partition
 
 from childproc import Child
 
@@ -32,10 +33,24 @@ def make_topic(root: str, **config) -> None:
 
 # ----------------------------------------------------------------------------- (a) the writer lock
 
-# argv: root, lock_timeout_ms. Tries to append one record; prints the outcome and timing.
+# argv: root, lock_timeout_ms. Tries to append one record; prints the outcome, the time it took and how
+# many times it tried the lock (pylog.partition's try_flock, counted; the real one does the work). The
+# first refused try prints "refused": from then on the child waits for the lock.
 _TRY_WRITE = """
-    import sys, time, pylog
+    import sys, time, pylog, pylog.partition
     root, timeout_ms = sys.argv[1], int(sys.argv[2])
+    tries = 0
+    real_try_flock = pylog.partition.try_flock
+
+    def counted(fd):
+        global tries
+        tries += 1
+        got = real_try_flock(fd)
+        if not got and tries == 1:
+            print("refused", flush=True)
+        return got
+
+    pylog.partition.try_flock = counted
     with pylog.open(root, lock_timeout_ms=timeout_ms) as store:
         p = store.topic("t").partition(0)
         print("seen", p.log_end_offset, len(p.read(0)), flush=True)   # reading needs no lock
@@ -43,10 +58,10 @@ _TRY_WRITE = """
         try:
             first = p.append_values([b"from-child"])
         except pylog.PartitionLockedError:
-            print("locked", time.monotonic() - t0, flush=True)
+            print("locked", time.monotonic() - t0, tries, flush=True)
         else:
             p.flush()
-            print("wrote", first, time.monotonic() - t0, flush=True)
+            print("wrote", first, time.monotonic() - t0, tries, flush=True)
 """
 
 # argv: root. Appends, says so, then holds the lock until killed or told to close.
@@ -63,6 +78,21 @@ _HOLD_LOCK = """
 """
 
 
+def _watch_lock_refusals(monkeypatch) -> threading.Event:
+    """An event set when this process's next writer-lock try (pylog.partition's try_flock, the real one
+    doing the work) finds the lock taken: from then on that append waits for the lock."""
+    refused = threading.Event()
+    real = pylog.partition.try_flock
+
+    def watched(fd):
+        got = real(fd)
+        if not got:
+            refused.set()
+        return got
+    monkeypatch.setattr(pylog.partition, "try_flock", watched)
+    return refused
+
+
 def test_second_writer_in_another_process_is_refused(tmp_path):
     root = str(tmp_path / "s")
     make_topic(root)
@@ -74,8 +104,9 @@ def test_second_writer_in_another_process_is_refused(tmp_path):
         child = Child(_TRY_WRITE, root, "0", cwd=str(tmp_path))
         try:
             assert child.expect("seen", 30).split() == ["2", "2"]
-            waited = float(child.expect("locked", 30))
-            assert waited < 1.0, f"lock_timeout_ms=0 should fail at once, took {waited:.3f}s"
+            child.expect("refused", 60)
+            tries = int(child.expect("locked", 60).split()[1])
+            assert tries == 1, f"lock_timeout_ms=0 should fail at once, it tried {tries} times"
             assert child.wait(30) == 0
         finally:
             child.kill()
@@ -94,15 +125,13 @@ def test_second_writer_waits_for_lock_then_succeeds(tmp_path):
         child = Child(_TRY_WRITE, root, "20000", cwd=str(tmp_path))
         try:
             child.expect("seen", 30)
-            time.sleep(0.6)  # the child is now waiting on the lock
+            child.expect("refused", 60)  # the child is now waiting on the lock
             assert child.proc.poll() is None
             assert child.lines.empty(), "the child got past the lock while it was held"
-            t_close = time.monotonic()
             store.close()  # flushes and releases the lock
-            out = child.expect("wrote", 30).split()
-            assert time.monotonic() - t_close < 10
+            out = child.expect("wrote", 60).split()
             assert int(out[0]) == 3, "the waiting writer must continue after the first writer's records"
-            assert float(out[1]) >= 0.4, f"child claims it waited only {out[1]}s"
+            assert int(out[2]) >= 2, f"the child took the lock at its first try ({out[2]}): it never waited"
             assert child.wait(30) == 0
         finally:
             child.kill()
@@ -123,8 +152,11 @@ def test_second_writer_times_out(tmp_path):
         child = Child(_TRY_WRITE, root, "400", cwd=str(tmp_path))
         try:
             child.expect("seen", 30)
-            waited = float(child.expect("locked", 30))
-            assert 0.39 <= waited < 5.0, f"waited {waited:.3f}s for lock_timeout_ms=400"
+            child.expect("refused", 60)
+            waited, tries = child.expect("locked", 60).split()
+            # The timeout itself is what is tested: at least 400 ms of trying (no upper bound: a loaded
+            # machine may add any delay; that it gave up at all is the proof it did not wait forever).
+            assert float(waited) >= 0.39 and int(tries) >= 2, f"waited {waited}s, {tries} tries, for 400 ms"
             assert child.wait(30) == 0
         finally:
             child.kill()
@@ -159,25 +191,26 @@ def test_writer_in_child_blocks_parent_until_killed(tmp_path):
         assert p.check() == []
 
 
-def test_child_writer_released_on_clean_close(tmp_path):
+def test_child_writer_released_on_clean_close(tmp_path, monkeypatch):
     root = str(tmp_path / "s")
     make_topic(root)
     child = Child(_HOLD_LOCK, root, cwd=str(tmp_path))
     try:
         child.expect("holding", 30)
-        with pylog.open(root, lock_timeout_ms=20000) as store:
+        with pylog.open(root, lock_timeout_ms=600_000) as store:
             p = store.topic(TOPIC).partition(0)
-            threading.Timer(0.3, child.send, args=("close",)).start()
-            t0 = time.monotonic()
+            refused = _watch_lock_refusals(monkeypatch)
+            # The child is told to close once this process's append has found the lock taken.
+            threading.Thread(target=lambda: refused.wait(60) and child.send("close"), daemon=True).start()
             assert p.append_values([b"parent"]) == 10  # waits for the child to close
-            assert time.monotonic() - t0 >= 0.25
+            assert refused.is_set(), "the append never found the lock taken: it did not wait"
             child.expect("closed", 30)
             assert child.wait(30) == 0
     finally:
         child.kill()
 
 
-def test_second_store_handle_in_same_process_is_refused(tmp_path):
+def test_second_store_handle_in_same_process_is_refused(tmp_path, monkeypatch):
     root = str(tmp_path / "s")
     make_topic(root)
     s1 = pylog.open(root)
@@ -192,15 +225,16 @@ def test_second_store_handle_in_same_process_is_refused(tmp_path):
             p2.append_values([b"two"])
         assert not p2.is_writer
         assert p2.read(0)[0].value == b"one"  # but it reads
-        # With a timeout, the third handle waits until the first one closes (from another thread).
-        closer = threading.Timer(0.3, s1.close)
+        # With a timeout, the third handle waits until the first one closes (from another thread, once the
+        # third handle has found the lock taken).
+        refused = _watch_lock_refusals(monkeypatch)
+        closer = threading.Thread(target=lambda: refused.wait(60) and s1.close(), daemon=True)
         closer.start()
-        t0 = time.monotonic()
         try:
             assert p3.append_values([b"three"]) == 1
         finally:
-            closer.join(10)
-        assert time.monotonic() - t0 >= 0.25
+            closer.join(60)
+        assert refused.is_set(), "the third handle never found the lock taken: it did not wait"
         with pytest.raises(pylog.PartitionLockedError):
             p2.append_values([b"two"])  # now the third handle holds it
         s3.close()

@@ -24,6 +24,7 @@ import pylog
 from pylog import notify
 
 from childproc import Child
+from storetools import blocked_in
 
 TOPIC = "t"
 needs_futex = pytest.mark.skipif(notify._syscall is None, reason="wake-ups need Linux on x86-64")
@@ -57,15 +58,16 @@ with pylog.open(sys.argv[1], log_cleaner_enable=False) as store:
                               "woken": any(r in (0, -errno.EAGAIN) for r in results)}), flush=True)
 """
 
-# A writer in another process: appends one record, says so, then waits to be killed.
+# A writer in another process: appends one record, says so, then waits to be killed (its stdin never
+# gets a line).
 _WRITER = """
-import sys, time
+import sys
 import pylog
 with pylog.open(sys.argv[1], log_cleaner_enable=False) as store:
     p = store.topic("t").partition(0)
     p.append_values([sys.argv[2].encode()])
     print("appended", p.log_end_offset, flush=True)
-    time.sleep(600)
+    sys.stdin.readline()
 """
 
 
@@ -347,12 +349,14 @@ def test_one_sleep_over_several_partitions_wakes_on_any_of_them(tmp_path, monkey
             c = reader_store.consumer("m", auto_offset_reset="latest")
             assert c.poll(0) == {}
             got: list = []
-            t = threading.Thread(target=lambda: got.append(c.poll(timeout_ms=10_000)))
+            # An hour-long poll, woken by an append made once it sleeps (futex_waitv, or one partition's
+            # futex at a time): returning at all within the 60 s hang guard is the wake-up.
+            t = threading.Thread(target=lambda: got.append(c.poll(timeout_ms=3_600_000)), daemon=True)
             t.start()
-            time.sleep(0.2)
+            until(lambda: blocked_in(t, "wait_any", "_futex"), "the consumer to sleep")
             parts[3].append_values([b"late"])
-            t.join(20)
-            assert not t.is_alive()
+            t.join(60)
+            assert not t.is_alive(), "the append did not wake the poll"
             assert [r.value for recs in got[0].values() for r in recs] == [b"late"]
             kernel = tuple(int(x) for x in re.findall(r"\d+", os.uname().release)[:2])
             if waitv is None and notify._syscall is not None and kernel >= (5, 16):

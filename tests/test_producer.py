@@ -6,6 +6,7 @@ Run: ``python -m pytest tests/test_producer.py -q``
 from __future__ import annotations
 
 import json
+import os
 import threading
 
 import pytest
@@ -15,6 +16,8 @@ from pylog.partition import Partition
 from pylog.partitioner import partition_for_key
 from pylog.producer import ProducerTimeoutError
 from pylog.structs import RecordMetadata, TopicPartition
+
+from childproc import Child
 
 
 @pytest.fixture
@@ -63,8 +66,6 @@ def test_serializers_compression_and_acks(store):
                         compression_type="lz4", acks="all") as producer:
         md = producer.send("t", {"n": 1, "pad": "a" * 500}, key="k1").get(10)
         assert md.serialized_key_size == 2 and md.offset == 0
-        p = store.topic("t").partition(0)
-        assert p._unflushed == 0  # acks="all": fsynced before the future completed
     [rec] = _records(store, "t")
     assert (rec.key, json.loads(rec.value)) == (b"k1", {"n": 1, "pad": "a" * 500})
     [(_, h)] = list(store.topic("t").partition(0).segments[0].batch_headers())
@@ -73,6 +74,106 @@ def test_serializers_compression_and_acks(store):
         md = producer.send("t", b"fire-and-forget").get(10)
         assert md.offset == -1 and md.partition == 0
     assert _records(store, "t")[-1].value == b"fire-and-forget"
+
+
+# A producer with acks="all" in a child process whose os.fsync and os.fdatasync are wrapped (the real call
+# still does the work): each sync appends "sync <size> <path>" to the event file after it returns (size:
+# the file's size when it began, so at least that much is on disk), and each completed future appends
+# "ack <offset> <value>" after get() returns. It produces until killed. Event lines are plain writes,
+# which outlive a SIGKILL; the simulated power cut below then keeps of each file what its syncs covered.
+_SYNC_SPY_PRODUCER = """
+    import os, sys, threading, pylog
+    root, events = sys.argv[1], sys.argv[2]
+    ev = os.open(events, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+    lock = threading.Lock()
+
+    def note(line):
+        with lock:
+            os.write(ev, (line + "\\n").encode())
+
+    def spy(real):
+        def synced(fd):
+            path = os.path.realpath(os.readlink(f"/proc/self/fd/{fd}"))
+            size = os.fstat(fd).st_size
+            real(fd)
+            note(f"sync {size} {path}")
+        return synced
+
+    os.fsync, os.fdatasync = spy(os.fsync), spy(os.fdatasync)
+    store = pylog.open(root, log_cleaner_enable=False)
+    producer = store.producer(acks="all")
+    i = 0
+    while True:
+        futures = [(producer.send("t", b"v%d" % (i + j)), i + j) for j in range(1 + i % 37)]
+        for f, n in futures:
+            note(f"ack {f.get(60).offset} v{n}")
+        i += len(futures)
+        if i >= 3000 and i - len(futures) < 3000:
+            print("acked", i, flush=True)
+"""
+
+
+def test_acks_all_completes_a_future_only_after_its_record_is_fsynced_and_it_survives_a_power_cut(tmp_path):
+    root = tmp_path / "store"
+    events = tmp_path / "events"
+    with pylog.open(str(root), log_cleaner_enable=False) as s:
+        s.create_topic("t", config={"segment.bytes": 4096})
+    child = Child(_SYNC_SPY_PRODUCER, str(root), str(events), cwd=str(tmp_path))
+    try:
+        child.expect("acked", 120)  # then killed while it goes on producing
+        os.kill(child.proc.pid, 9)
+        assert child.wait(30) == -9
+    finally:
+        child.kill()
+
+    # Where each record lies: (log file, end of its batch), from the files the kill left.
+    where: dict[int, tuple[str, int]] = {}
+    with pylog.open(str(root), log_cleaner_enable=False) as s:
+        p = s.topic("t").partition(0)
+        assert len(p.segments) >= 5, "too few rolls: the rolled segments' syncs are part of the test"
+        for seg in p.segments:
+            path = os.path.realpath(seg.log_path)
+            for pos, h in seg.batch_headers():
+                for o in range(h.base_offset, h.last_offset + 1):
+                    where[o] = (path, pos + h.size)
+
+    # 1. Every future completed after an fsync covering its record's batch (the sync event comes first).
+    synced: dict[str, int] = {}
+    acked: dict[int, bytes] = {}
+    for line in events.read_text().splitlines():
+        kind, a, b = line.split(" ", 2)
+        if kind == "sync":
+            synced[b] = max(synced.get(b, 0), int(a))
+        else:
+            offset = int(a)
+            path, end = where[offset]
+            assert synced.get(path, 0) >= end, \
+                f"offset {offset} acked before an fsync of {path} reached {end} (synced: {synced.get(path, 0)})"
+            acked[offset] = b.encode()
+    assert len(acked) >= 3000 and sorted(acked) == list(range(len(acked)))
+
+    # 2. A power cut now: each log file keeps what its last sync covered (none: nothing); the rest is lost,
+    #    and the active segment's lost tail reads back as zeros. Indexes and checkpoints stay as they are
+    #    (derived data: recovery must not trust them past the log).
+    logs = sorted(root.glob("t/0/*.log"))
+    for log in logs:
+        keep = synced.get(os.path.realpath(log), 0)
+        lost = log.stat().st_size - keep
+        os.truncate(log, keep)
+        if log == logs[-1] and lost > 0:
+            with open(log, "ab") as f:
+                f.write(bytes(min(lost, 4096)))
+
+    # Every acked record is there: for a reader before recovery, and after a writer recovered.
+    with pylog.open(str(root), log_cleaner_enable=False) as s:
+        p = s.topic("t").partition(0)
+        got = {r.offset: r.value for r in p.read(0, max_records=10 ** 6)}
+        assert all(got.get(o) == v for o, v in acked.items()), "acked records lost by the power cut"
+        end = p.append_values([b"after"])  # recovers the log as the writer
+        assert end >= len(acked)
+        assert p.check() == []
+        got = {r.offset: r.value for r in p.read(0, max_records=10 ** 6)}
+        assert all(got.get(o) == v for o, v in acked.items()), "acked records lost by recovery"
 
 
 def test_linger_waits_and_flush_sends(store):

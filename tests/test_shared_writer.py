@@ -82,7 +82,7 @@ def test_an_idle_producer_hands_over_to_a_handle_that_waits_for_its_turn(tmp_pat
                 assert not a.topic("ev").partition(0).is_writer
                 assert pb.append_values([b"direct"]) == 1  # a direct append pins the lock to b
                 late = prod.send("ev", b"again")  # so this waits its turn until b closes
-                time.sleep(0.1)
+                assert _wait_for(pb.handover_wanted), "the producer never asked for its turn"
                 assert not late.is_done and not pb.hand_over()
             assert late.get(10).offset == 2
     with pylog.open(tmp_path, log_cleaner_enable=False) as s:
@@ -240,7 +240,20 @@ def test_a_producer_killed_while_taking_turns_does_not_stop_the_others(tmp_path)
         killed.expect("writing")
         other.expect("ready")
         other.send("go")
-        time.sleep(0.2)  # both appending, handing the partition back and forth
+        # Killed once both append, handing the partition back and forth: a K record after B's first.
+        with pylog.open(tmp_path, log_cleaner_enable=False) as watcher:
+            wp = watcher.topic("ev").partition(0)
+            seen = {"pos": 0, "b_from": None}
+
+            def both_appending() -> bool:
+                for r in wp.read(seen["pos"], max_records=10_000):
+                    seen["pos"] = r.offset + 1
+                    if seen["b_from"] is None and r.value.startswith(b"B-"):
+                        seen["b_from"] = r.offset
+                    elif seen["b_from"] is not None and r.value.startswith(b"K-"):
+                        return True
+                return False
+            assert wait_for(both_appending, 120), "the two producers never took turns"
         os.kill(killed.proc.pid, signal.SIGKILL)
         killed.wait(30)
         other.expect("done", timeout=120)
