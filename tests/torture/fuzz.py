@@ -76,6 +76,8 @@ TIME_LIMIT_S = 20
 #: Address space a worker may grow by beyond its size at start.
 MEMORY_HEADROOM = 768 << 20
 WORKERS = 2
+#: Disk a worker's scratch directory may use (checked every 200 inputs): the templates are a few KB.
+DISK_LIMIT = 256 << 20
 
 #: Inputs per decoder: full mode (>= 1,000,000 in total); short mode runs 1/SHORT_DIVISOR of each.
 FULL_COUNTS = {
@@ -879,6 +881,15 @@ def run_one(dec: Decoder, seed: int, index: int) -> tuple[str, str | None]:
         signal.setitimer(signal.ITIMER_REAL, 0)
 
 
+def _disk_used(directory: str) -> int:
+    total = 0
+    for root, _, files in os.walk(directory):
+        for f in files:
+            with contextlib.suppress(OSError):
+                total += os.lstat(os.path.join(root, f)).st_blocks * 512
+    return total
+
+
 def _worker(args: tuple[str, str, int, int, int]) -> tuple[str, Counter, list]:
     name, workdir, seed, start, stop = args
     with contextlib.suppress(OSError):
@@ -892,6 +903,13 @@ def _worker(args: tuple[str, str, int, int, int]) -> tuple[str, Counter, list]:
     bad: list = []
     for i in range(start, stop):
         outcome, detail = run_one(dec, seed, i)
+        if i % 200 == 0 and outcome not in ("hang", "memory", "foreign"):
+            used = _disk_used(work)
+            if used > DISK_LIMIT:  # a decoder that creates files in proportion to a count it read
+                outcome, detail = "disk", f"scratch directory holds {used >> 20} MiB after this input"
+                counts[outcome] += 1
+                bad.append((name, seed, i, outcome, detail))
+                break
         counts[outcome] += 1
         if detail is not None and len(bad) < 5:
             bad.append((name, seed, i, outcome, detail))
@@ -946,7 +964,7 @@ def run(mode: str, workdir: str, seed: int | None = None, only: list[str] | None
     out["_seed"] = seed
     out["_seconds"] = round(time.monotonic() - t0, 1)
     if violations:
-        per = {n: {k: c[k] for k in ("foreign", "hang", "memory") if c[k]} for n, c in result.items()}
+        per = {n: {k: c[k] for k in ("foreign", "hang", "memory", "disk") if c[k]} for n, c in result.items()}
         lines = [f"violations (seed {seed}) per decoder: { {n: v for n, v in per.items() if v} }; "
                  "reproduce one with --repro DECODER:SEED:INDEX"]
         shown: set = set()
@@ -965,10 +983,10 @@ def summary(result: dict) -> str:
             continue
         c = result[name]
         total = sum(c.values())
-        bad = sum(c.get(k, 0) for k in ("foreign", "hang", "memory"))
+        bad = sum(c.get(k, 0) for k in ("foreign", "hang", "memory", "disk"))
         parts = ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
         lines.append(f"{name:20s} {total:9d} inputs, {bad} violations  ({parts})")
-    viol = sum(result[n].get(k, 0) for n in FULL_COUNTS if n in result for k in ("foreign", "hang", "memory"))
+    viol = sum(result[n].get(k, 0) for n in FULL_COUNTS if n in result for k in ("foreign", "hang", "memory", "disk"))
     lines.append(f"TOTAL {result['_total']} inputs, {viol} foreign exceptions/hangs/memory blow-ups, seed "
                  f"{result['_seed']}, {result['_seconds']} s")
     return "\n".join(lines)
