@@ -693,7 +693,9 @@ class _StoreDecoder(Decoder):
     def read_everything(store: pylog.Store) -> None:
         for name in store.topics():
             t = store.topic(name)
-            for p in t.partitions:
+            # Not every partition topic.json claims: opening a partition creates its directory and files,
+            # so a count of 65,535 (CRC-valid) costs minutes and disk (reported, not fixed here).
+            for p in [t.partition(i) for i in range(min(t.num_partitions, 4))]:
                 pos = p.log_start_offset
                 for _ in range(1000):
                     recs = p.read(pos, max_records=7)
