@@ -34,10 +34,12 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import math
 import os
 import secrets
 import time
 from dataclasses import dataclass, fields
+from typing import Callable
 
 from .cleaner import CleanerStatus
 from .errors import CorruptRecordError
@@ -62,6 +64,25 @@ _READ_ATTEMPTS = 3
 #: Tracebacks and per-partition errors are cut to this many characters in the file.
 _MAX_TEXT = 4000
 _STATUS_FIELDS = tuple(f.name for f in fields(CleanerStatus))
+_INT64 = 1 << 63
+
+
+def _number(v: object) -> bool:
+    """A finite int or float (msgpack gives back whatever was written: NaN, inf, a bool, a str)."""
+    return (type(v) is float and math.isfinite(v)) or (type(v) is int and -_INT64 <= v < _INT64)
+
+
+#: A check per CleanerStatus field type (the annotations are strings here): a status file is data from
+#: disk, read by other processes' ``pylog health``, so its content is checked before it is shown.
+_TYPE_CHECKS: dict[str, Callable[[object], bool]] = {
+    "bool": lambda v: type(v) is bool,
+    "int": lambda v: type(v) is int and -_INT64 <= v < _INT64,
+    "float | None": lambda v: v is None or _number(v),
+    "str | None": lambda v: v is None or type(v) is str,
+    "dict[str, str]": lambda v: type(v) is dict and all(type(k) is str and type(x) is str for k, x in v.items()),
+    "dict[str, float]": lambda v: type(v) is dict and all(type(k) is str and _number(x) for k, x in v.items()),
+}
+_FIELD_CHECKS = {f.name: _TYPE_CHECKS[str(f.type)] for f in fields(CleanerStatus)}
 
 
 @dataclass
@@ -260,14 +281,17 @@ def _read_status(path: str, entry: PublishedCleaner) -> None:
         if len(raw) > _MAX_BYTES:
             raise CorruptRecordError(f"cleaner status file larger than {_MAX_BYTES} bytes", path, 0)
         doc = decode_doc(_MAGIC, _VERSION, body, path, "cleaner status")
-        st = doc["status"]
+        st = doc.get("status") if type(doc) is dict else None
+        partitions = doc.get("partitions", []) if type(doc) is dict else None
+        bad = [k for k in _STATUS_FIELDS if type(st) is dict and k in st and not _FIELD_CHECKS[k](st[k])]
+        if (type(st) is not dict or bad or not _number(doc.get("heartbeat")) or type(partitions) is not list
+                or not all(type(p) is str for p in partitions)):
+            raise CorruptRecordError("cleaner status: unexpected content" + (f" in {bad}" if bad else ""), path, 0)
         entry.status = CleanerStatus(**{k: st[k] for k in _STATUS_FIELDS if k in st})
         entry.heartbeat = float(doc["heartbeat"])
-        entry.partitions = tuple(str(p) for p in doc.get("partitions", ()))
+        entry.partitions = tuple(partitions)
     except CorruptRecordError as exc:
         entry.error = str(exc)
-    except (KeyError, TypeError, ValueError, AttributeError) as exc:
-        entry.error = f"cleaner status {path}: unexpected content ({exc!r})"
 
 
 def published_cleaners(store_path: str) -> list[PublishedCleaner]:

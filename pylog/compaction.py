@@ -370,6 +370,9 @@ def _read_manifest(directory: str) -> Swap | None:
         raise CorruptRecordError("compaction swap manifest is truncated", path, pos) from None
     if pos != len(raw):
         raise CorruptRecordError("compaction swap manifest has trailing bytes", path, pos)
+    if any(new < -1 or any(b < 0 for b in old) for new, old in groups):
+        # Base offsets name files: a negative one would name none of ours.
+        raise CorruptRecordError("compaction swap manifest names a negative base offset", path, _MANIFEST.size)
     return groups
 
 

@@ -9,6 +9,7 @@ Invariants:
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
@@ -116,10 +117,14 @@ def _parse(setting: Setting, value: Any) -> Any:
                 value = int(value)
             elif not isinstance(value, int):
                 raise TypeError
+            if not -LONG_MAX - 1 <= value <= LONG_MAX:  # Kafka's int settings are Java longs at most
+                raise ValueError
         elif setting.kind == "float":
             if isinstance(value, bool):
                 raise TypeError
             value = float(value.strip()) if isinstance(value, str) else float(value)
+            if not math.isfinite(value):  # NaN passes every minimum/maximum comparison
+                raise ValueError
         elif setting.kind == "bool":
             if isinstance(value, str) and value.strip().lower() in ("true", "false"):
                 value = value.strip().lower() == "true"

@@ -164,15 +164,18 @@ def encode_doc(magic: bytes, version: int, doc: Any) -> bytes:
 
 
 def decode_doc(magic: bytes, version: int, body: bytes, path: str, what: str) -> Any:
-    """The document of :func:`encode_doc`. :raises CorruptRecordError: on a bad magic, version or msgpack."""
+    """The document of :func:`encode_doc`. :raises CorruptRecordError: on a bad magic, version or msgpack,
+    or a map key that is not a str/bytes. The caller checks the document's shape (types, ranges)."""
     if len(body) < 5 or body[:4] != magic:
         raise CorruptRecordError(f"{what}: bad magic", path, 0)
     if body[4] != version:
         raise CorruptRecordError(f"{what}: format version {body[4]} is not supported", path, 4)
     try:
-        return msgpack.unpackb(body[5:], raw=False, strict_map_key=False)
-    except (ValueError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError) as exc:
-        raise CorruptRecordError(f"{what}: {exc}", path, 5) from None
+        # strict_map_key: every document's map keys are strings; a key that is itself a map or an array
+        # would otherwise raise TypeError (unhashable) out of here.
+        return msgpack.unpackb(body[5:], raw=False, strict_map_key=True)
+    except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException) as exc:
+        raise CorruptRecordError(f"{what}: {exc}"[:300], path, 5) from None
 
 
 def try_flock(fd: int) -> bool:

@@ -76,6 +76,8 @@ _MEMBER_ID_BAD = re.compile(r"[^A-Za-z0-9._-]")
 #: commit re-opens the active segment's indexes as a writer, which costs in proportion to their size;
 #: index entries are dense (every 512 bytes) so that re-opening scans few batches past the last one.
 _OFFSETS_INDEX_BYTES = 64 * 1024
+_OFFSET_MAX = (1 << 63) - 1
+_PARTITION_MAX = (1 << 31) - 1
 
 
 def _group_dirname(group_id: str) -> str:
@@ -130,21 +132,30 @@ def _offset_value(om: OffsetAndMetadata, generation: int, member_id: str) -> byt
 
 
 def _decode_commit(key: bytes | None, value: bytes | None) -> tuple[tuple[str, str, int], OffsetAndMetadata | None] | None:
-    """(group, topic, partition) and the commit (None: a tombstone), or None for a record that is not one."""
+    """(group, topic, partition) and the commit (None: a tombstone), or None for a record that is not one.
+
+    Types are checked exactly (msgpack decodes ``true`` as a bool, which ``isinstance(.., int)`` accepts) and
+    offsets and partitions must be in range: a record of the offsets topic is data from disk like any other.
+    """
     try:
         k = msgpack.unpackb(key, raw=False) if key is not None else None
-        if not (isinstance(k, list) and len(k) == 4 and k[0] == _FORMAT_VERSION and isinstance(k[1], str)
-                and isinstance(k[2], str) and isinstance(k[3], int)):
+        if not (type(k) is list and len(k) == 4 and k[0] == _FORMAT_VERSION and type(k[1]) is str
+                and type(k[2]) is str and _in_range(k[3], _PARTITION_MAX)):
             return None
         if value is None:
             return (k[1], k[2], k[3]), None
         v = msgpack.unpackb(value, raw=False)
-        if not (isinstance(v, list) and len(v) >= 3 and v[0] == _FORMAT_VERSION and isinstance(v[1], int)
-                and isinstance(v[2], str)):
+        if not (type(v) is list and len(v) >= 3 and v[0] == _FORMAT_VERSION and _in_range(v[1], _OFFSET_MAX)
+                and type(v[2]) is str):
             return None
         return (k[1], k[2], k[3]), OffsetAndMetadata(v[1], v[2])
-    except (ValueError, TypeError, msgpack.ExtraData, msgpack.FormatError, msgpack.StackError):
+    except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException):
         return None
+
+
+def _in_range(value: Any, hi: int, lo: int = 0) -> bool:
+    """``value`` is an int (not a bool) in ``[lo, hi]``."""
+    return type(value) is int and lo <= value <= hi
 
 
 class CommittedOffsets:
@@ -308,9 +319,53 @@ def _read_state(path: str) -> dict[str, Any] | None:
     if body is None:
         return None
     doc = _decode(_STATE_MAGIC, body, path, "group state")
-    if not isinstance(doc, dict) or not isinstance(doc.get("generation"), int):
+    if not _valid_state(doc):
         raise CorruptRecordError("group state: not a state document", path, 0)
     return doc
+
+
+def _valid_member_id(m: Any) -> bool:
+    """A member id as :class:`GroupMember` makes them: also a safe file name under ``members/``."""
+    return type(m) is str and 0 < len(m) <= 255 and not _MEMBER_ID_BAD.search(m) and m not in (".", "..")
+
+
+def _str_list(value: Any) -> bool:
+    return type(value) is list and all(type(x) is str for x in value)
+
+
+def _topic_list(value: Any) -> bool:
+    return type(value) is list and all(type(x) is str and valid_topic_name(x) for x in value)
+
+
+def _valid_state(doc: Any) -> bool:
+    """The shape :meth:`GroupMember._rebalance_locked` writes, with every type and range checked, so the
+    readers below can index it without meeting a foreign exception (a state file is data from disk)."""
+    if type(doc) is not dict or not _in_range(doc.get("generation"), _OFFSET_MAX - 1):
+        return False
+    if type(doc.get("group_id", "")) is not str or type(doc.get("protocol", "")) is not str:
+        return False
+    members = doc.get("members", {})
+    assignment = doc.get("assignment", {})
+    if type(members) is not dict or type(assignment) is not dict:
+        return False
+    for m, d in members.items():
+        if not (_valid_member_id(m) and type(d) is dict and type(d.get("client_id", "")) is str
+                and _in_range(d.get("pid", 0), _OFFSET_MAX, -_OFFSET_MAX - 1) and _topic_list(d.get("topics", []))):
+            return False
+    for m, tps in assignment.items():
+        if not (_valid_member_id(m) and type(tps) is list):
+            return False
+        for tp in tps:
+            if not (type(tp) is list and len(tp) == 2 and type(tp[0]) is str and _in_range(tp[1], _PARTITION_MAX)):
+                return False
+    return True
+
+
+def _valid_member_doc(doc: Any) -> bool:
+    """A member file's document as :meth:`GroupMember._member_doc` writes it."""
+    return (type(doc) is dict and type(doc.get("client_id", "")) is str
+            and _in_range(doc.get("pid", 0), _OFFSET_MAX, -_OFFSET_MAX - 1) and _topic_list(doc.get("topics", []))
+            and _str_list(doc.get("strategies", [])))
 
 
 class GroupMember:
@@ -495,10 +550,12 @@ class GroupMember:
             os.close(fd)  # also releases our lock, if we took it
         try:
             doc = _decode(_MEMBER_MAGIC, unchecked(raw, path, "group member file"), path, "group member file")
+            if not _valid_member_doc(doc):
+                raise CorruptRecordError("group member file: not a member document", path, 0)
         except CorruptRecordError as exc:
             log.warning("group %r: %s; treating the member as subscribing to nothing", self.group_id, exc)
             return {"client_id": "", "pid": 0, "topics": [], "strategies": []}
-        return doc if isinstance(doc, dict) else {"client_id": "", "pid": 0, "topics": [], "strategies": []}
+        return doc
 
     def _rebalance_locked(self) -> None:
         """Compute and write the next generation (under ``group.lock``)."""

@@ -278,6 +278,8 @@ class Store:
                 raise CorruptRecordError("producer id file is damaged", path, 0)
             else:
                 nxt = struct.unpack_from("<q", raw)[0]
+                if not 0 <= nxt < (1 << 63) - 1:  # nxt + 1 must pack as an int64 below
+                    raise CorruptRecordError(f"producer id file holds {nxt}", path, 0)
             body = struct.pack("<q", nxt + 1)
             os.pwrite(fd, body + struct.pack("<I", crc32c(body)), 0)
             os.fsync(fd)

@@ -47,6 +47,8 @@ _MAGIC = b"PLPS"
 _VERSION = 1
 _HEAD = struct.Struct("<4sHH")
 _SEQ_MOD = 1 << 31
+_OFFSET_MAX = (1 << 63) - 1
+_I64_MIN = -(1 << 63)
 #: Returned by :meth:`ProducerState.check` for a duplicate batch, with the original first offset.
 DUPLICATE = "duplicate"
 
@@ -155,12 +157,34 @@ class ProducerState:
         if magic != _MAGIC or version != _VERSION:
             raise CorruptRecordError(f"bad producer snapshot magic/version {magic!r}/{version}", path, 0)
         try:
-            doc = msgpack.unpackb(raw[_HEAD.size:], strict_map_key=False)
+            doc = msgpack.unpackb(raw[_HEAD.size:], strict_map_key=True)
             state = cls()
-            for pid, epoch, ts, batches in doc["producers"]:
-                state.producers[int(pid)] = ProducerEntry(
-                    int(epoch), [(int(b[0]), int(b[1]), int(b[2]), int(b[3])) for b in batches], int(ts))
-            offset = int(doc["offset"])
-        except (ValueError, TypeError, KeyError, msgpack.UnpackException) as exc:
+            if not isinstance(doc, dict) or not isinstance(doc.get("producers"), list):
+                raise ValueError("not a snapshot document")
+            offset = _field(doc.get("offset"), 0, _OFFSET_MAX)
+            for item in doc["producers"]:
+                if not isinstance(item, list) or len(item) != 4 or not isinstance(item[3], list) \
+                        or len(item[3]) > BATCHES_KEPT:
+                    raise ValueError("not a producer entry")
+                pid, epoch, ts, batches = item
+                entry = ProducerEntry(_field(epoch, -(1 << 15), (1 << 15) - 1), [], _field(ts, _I64_MIN, _OFFSET_MAX))
+                for b in batches:
+                    if not isinstance(b, list) or len(b) != 4:
+                        raise ValueError("not a batch range")
+                    first_seq, last_seq = _field(b[0], 0, _SEQ_MOD - 1), _field(b[1], 0, _SEQ_MOD - 1)
+                    first_off, last_off = _field(b[2], 0, _OFFSET_MAX), _field(b[3], 0, _OFFSET_MAX)
+                    if first_off > last_off:
+                        raise ValueError("batch range ends before it starts")
+                    entry.batches.append((first_seq, last_seq, first_off, last_off))
+                state.producers[_field(pid, 0, _OFFSET_MAX)] = entry
+        except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException) as exc:
             raise CorruptRecordError(f"producer snapshot does not decode: {exc!r}"[:200], path, _HEAD.size) from None
         return state, offset
+
+
+def _field(value: Any, lo: int, hi: int) -> int:
+    """``value`` when it is an int (not a bool, float or str: msgpack decodes whatever the bytes say) in
+    ``[lo, hi]``. :raises ValueError: otherwise."""
+    if type(value) is not int or not lo <= value <= hi:
+        raise ValueError(f"{value!r} is not an int in [{lo}, {hi}]"[:120])
+    return value

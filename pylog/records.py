@@ -56,7 +56,7 @@ __all__ = [
     "checked_prefix",
     "crc32c", "now_ms",
     "HEADER", "HEADER_SIZE", "LENGTH_PREFIX", "MAGIC", "CODEC_NONE", "CODEC_LZ4",
-    "CREATE_TIME", "LOG_APPEND_TIME", "MAX_BATCH_SIZE",
+    "CREATE_TIME", "LOG_APPEND_TIME", "MAX_BATCH_SIZE", "MAX_OFFSET",
 ]
 
 HEADER = struct.Struct("<qIBIHiqqqhiiI3x")
@@ -65,6 +65,8 @@ LENGTH_PREFIX = 12  # base_offset + batch_length: what precedes the part batch_l
 CRC_START = 17
 MAGIC = 1
 MAX_BATCH_SIZE = (1 << 31) - 1
+#: Largest offset a record can have (Kafka's offsets are int64 too): base offset + last offset delta.
+MAX_OFFSET = (1 << 63) - 1
 
 CODEC_NONE = 0
 CODEC_LZ4 = 1
@@ -235,7 +237,8 @@ def check_header(h: BatchHeader, path: str | None = None, position: int | None =
             and not attrs & ~_KNOWN_ATTRS
             and (body_size == stored if codec == CODEC_NONE else
                  codec == CODEC_LZ4 and body_size <= min(stored * _LZ4_MAX_RATIO + 64, MAX_BATCH_SIZE))
-            and 1 <= count <= body_size // 4 and last_delta >= count - 1 and base >= 0 and max_ts >= first_ts):
+            and 1 <= count <= body_size // 4 and last_delta >= count - 1 and 0 <= base <= MAX_OFFSET - last_delta
+            and max_ts >= first_ts):
         return
     if magic != MAGIC:
         msg = f"unknown batch magic {magic} (expected {MAGIC})"
@@ -255,6 +258,9 @@ def check_header(h: BatchHeader, path: str | None = None, position: int | None =
         msg = f"last offset delta {last_delta} < record count - 1"
     elif base < 0:
         msg = f"negative base offset {base}"
+    elif base > MAX_OFFSET - last_delta:
+        # Offsets are int64 everywhere (numpy columns, the index, Kafka): the last one must fit.
+        msg = f"base offset {base} + last offset delta {last_delta} exceeds {MAX_OFFSET}"
     else:
         msg = "max timestamp below first timestamp"
     raise CorruptRecordError(msg, path, position)

@@ -27,6 +27,8 @@ __all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each"]
 
 log = logging.getLogger("pylog.topic")
 
+#: Most partitions a topic file may name (far above any real topic: each partition is a directory).
+MAX_PARTITIONS = 1 << 20
 _FORMAT = "pylog-topic"
 _VERSION = 1
 
@@ -59,7 +61,9 @@ def read_topic_file(directory: str) -> dict[str, Any]:
         raise CorruptRecordError("not a pylog topic file (format/version)", path)
     if doc.get("crc32c") != crc32c(_canonical(doc)):
         raise CorruptRecordError("topic file checksum mismatch", path)
-    if not isinstance(doc.get("partitions"), int) or doc["partitions"] < 1 or not isinstance(doc.get("config"), dict):
+    if (type(doc.get("partitions")) is not int or not 1 <= doc["partitions"] <= MAX_PARTITIONS
+            or not isinstance(doc.get("config"), dict)):
+        # The count sizes a list when the topic opens: a huge one must not allocate (or overflow) there.
         raise CorruptRecordError("topic file has no valid partition count/config", path)
     return doc
 

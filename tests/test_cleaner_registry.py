@@ -143,3 +143,27 @@ def test_the_cleaners_directory_is_not_a_topic_name(tmp_path):
         with pytest.raises(pylog.InvalidTopicError, match="reserved"):
             store.create_topic(CLEANERS_DIR)
         assert CLEANERS_DIR not in store.topics()
+
+
+@pytest.mark.parametrize("doc", [
+    pytest.param({"pid": 1, "heartbeat": float("nan"), "partitions": [], "status": {}}, id="nan_heartbeat"),
+    pytest.param({"pid": 1, "heartbeat": 1.0, "partitions": [], "status": {"uncleanable": ["t-0"]}},
+                 id="uncleanable_not_a_map"),
+    pytest.param({"pid": 1, "heartbeat": 1.0, "partitions": [{"a": 1}], "status": {}}, id="partition_not_a_str"),
+])
+def test_status_file_with_hostile_content_and_valid_crc_is_reported_not_trusted(tmp_path, doc):
+    """A status file whose CRC checks but whose fields have the wrong types or non-finite numbers used to
+    be taken as it was (a NaN heartbeat, a list where health expects a map)."""
+    from pylog.cleaner_registry import _MAGIC, _VERSION
+    from pylog.fileio import checked, encode_doc
+    with pylog.open(tmp_path) as store:
+        directory = os.path.join(store.path, CLEANERS_DIR)
+        (name,) = [e[:-len(".status")] for e in os.listdir(directory) if e.endswith(".status")]
+        store._publisher.close()  # stop publishing: the hostile file must stay as written
+        store._publisher = None
+        with open(os.path.join(directory, name + ".lock"), "wb"):
+            pass
+        with open(os.path.join(directory, name + ".status"), "wb") as f:
+            f.write(checked(encode_doc(_MAGIC, _VERSION, doc)))
+        (entry,) = published_cleaners(store.path)
+        assert entry.status is None and entry.error is not None and "unexpected content" in entry.error

@@ -51,3 +51,14 @@ def test_store_options_split_topic_defaults_from_store_settings():
 
 def test_every_setting_is_documented():
     assert all(s.doc for s in SETTINGS.values())
+
+
+@pytest.mark.parametrize("name, value", [
+    ("min.cleanable.dirty.ratio", float("nan")),  # NaN is neither below the minimum nor above the maximum
+    ("min.cleanable.dirty.ratio", "nan"),
+    ("retention.ms", 1 << 70),  # no maximum of its own, but settings are Java longs
+    ("segment.ms", 1e300),
+])
+def test_non_finite_and_beyond_long_values_are_rejected(name, value):
+    with pytest.raises(InvalidConfigError):
+        TopicConfig({name: value})

@@ -6,6 +6,7 @@ file locks. The cross-process behaviour (SIGKILL of a member) is in test_groups_
 
 from __future__ import annotations
 
+import fcntl
 import os
 import threading
 import time
@@ -288,6 +289,75 @@ def test_corrupt_group_state_is_rebuilt(store, caplog):
     assert _owned(a) == [0, 1]
     assert store.describe_consumer_group("g").generation >= 1
     a.close()
+
+
+def _msgpack_map_keyed_by_a_map(**fields):
+    """msgpack bytes of a map holding ``fields`` plus one entry whose key is itself a map (``{"a": 1}``):
+    valid msgpack that Python cannot build as a dict (the key is unhashable)."""
+    import msgpack
+    body = b"".join(msgpack.packb(k) + msgpack.packb(v) for k, v in fields.items())
+    return bytes([0x80 | (len(fields) + 1)]) + body + b"\x81\xa1a\x01" + msgpack.packb(1)
+
+
+@pytest.mark.parametrize("content", ["map_key_is_a_map", "wrong_types"])
+def test_group_state_with_hostile_content_and_valid_crc_is_rebuilt(store, content):
+    """A state file whose CRC checks but whose msgpack map has a map as a key used to raise
+    ``TypeError: unhashable type`` out of describe_consumer_group, consumer_groups and a member's poll;
+    one with fields of the wrong types (a str generation, a member that is not a map) raised
+    AttributeError/TypeError further on."""
+    from pylog.fileio import checked, write_checked
+    from pylog.groups import _MEMBER_MAGIC, _STATE_MAGIC
+    _fill(store, partitions=2, n=10)
+    a = _member(store)
+    a.poll(0)
+    directory = a._member.directory
+    if content == "map_key_is_a_map":
+        doc = _msgpack_map_keyed_by_a_map(generation=5, group_id="g")
+    else:
+        import msgpack
+        doc = msgpack.packb({"generation": 5, "group_id": "g", "members": {"x": 3}, "assignment": [1]})
+    write_checked(os.path.join(directory, "state"), _STATE_MAGIC + b"\x01" + doc, durable=False)
+    with pytest.raises(pylog.CorruptRecordError):
+        store.describe_consumer_group("g")
+    assert "g" in store.consumer_groups()
+    _drain(a)  # the member notices the bad state, rebuilds it and keeps its partitions
+    assert _owned(a) == [0, 1]
+    assert store.describe_consumer_group("g").generation >= 1
+    # A live member (its file locked) whose file has the same content: read at the next rebalance, and
+    # treated as subscribing to nothing.
+    ghost = os.open(os.path.join(directory, "members", "ghost-1"), os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(ghost, fcntl.LOCK_EX)
+        os.write(ghost, checked(_MEMBER_MAGIC + b"\x01" + doc))
+        b = _member(store)  # the joiner's rebalance reads every live member's file
+        for _ in range(100):  # hand-over takes a few polls of each member
+            _drain(b, 1)
+            _drain(a, 1)
+            if sorted(_owned(a) + _owned(b)) == [0, 1]:
+                break
+        assert sorted(_owned(a) + _owned(b)) == [0, 1]
+        assert "ghost-1" in [m.member_id for m in store.describe_consumer_group("g").members]
+        a.close()
+        b.close()
+    finally:
+        os.close(ghost)
+
+
+def test_offset_commits_with_wrong_types_are_skipped_not_trusted(store):
+    """Records of __consumer_offsets whose key/value decode to the wrong types (a bool partition, a
+    negative offset, a map keyed by a map) are skipped like any record that is not a commit."""
+    import msgpack
+    from pylog.groups import _decode_commit
+    good_key = msgpack.packb([1, "g", "t", 0])
+    assert _decode_commit(good_key, msgpack.packb([1, 5, "", 0, -1, ""])) == (("g", "t", 0), OffsetAndMetadata(5, ""))
+    assert _decode_commit(msgpack.packb([1, "g", "t", True]), msgpack.packb([1, 5, ""])) is None
+    assert _decode_commit(good_key, msgpack.packb([1, -5, ""])) is None
+    assert _decode_commit(good_key, msgpack.packb([1, 1 << 63, ""])) is None
+    assert _decode_commit(_msgpack_map_keyed_by_a_map(), None) is None
+    store.commit_offsets("g", {TopicPartition("t", 0): 3})
+    p = store._group_offsets().partition_for("g")
+    p.append_values([msgpack.packb([1, -7, ""])], [good_key])
+    assert store.committed_offsets("g")[TopicPartition("t", 0)].offset == 3
 
 
 def test_admin_reset_and_delete_group(store):

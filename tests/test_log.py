@@ -121,3 +121,29 @@ def test_close_goes_on_past_a_partition_that_fails(tmp_path, monkeypatch):
             p = other.topic(name).partition(0)
             p.append_values([b"y"])  # the lock was let go
             assert p.log_end_offset == 2
+
+
+def test_topic_file_with_a_huge_partition_count_and_valid_crc_is_corrupt_not_a_memory_error(tmp_path):
+    """topic.json is checksummed, but a count of 10**12 with a matching CRC used to size a list of 10**12
+    slots when the topic opened (MemoryError; OverflowError for a longer number)."""
+    from pylog.topic import write_topic_file
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
+        store.create_topic("t")
+        directory = store.topic("t").directory
+    for count in (10 ** 12, 10 ** 40):
+        write_topic_file(directory, "t", count, {})
+        with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
+            with pytest.raises(pylog.CorruptRecordError):
+                store.topic("t")
+
+
+def test_producer_id_file_at_the_int64_limit_is_corrupt_not_a_struct_error(tmp_path):
+    import struct
+    from pylog.records import crc32c
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
+        assert store.new_producer_id() == 0
+        body = struct.pack("<q", (1 << 63) - 1)
+        with open(os.path.join(store.path, "producer.ids"), "wb") as f:
+            f.write(body + struct.pack("<I", crc32c(body)))
+        with pytest.raises(pylog.CorruptRecordError):
+            store.new_producer_id()

@@ -115,6 +115,41 @@ def test_state_survives_restart(tmp_path, how):
         assert p.log_end_offset == 61
 
 
+def _rewrite_snapshot(directory, doc):
+    """Replace the snapshot with ``doc``, framed as pylog frames it (magic, version, CRC): only its content lies."""
+    import msgpack
+    from pylog.fileio import write_checked
+    from pylog.producer_state import _HEAD, _MAGIC, _VERSION
+    write_checked(os.path.join(directory, SNAPSHOT_FILE), _HEAD.pack(_MAGIC, _VERSION, 0) + msgpack.packb(doc),
+                  durable=False)
+
+
+@pytest.mark.parametrize("bad", [
+    pytest.param({"offset": 1, "producers": [[7, 0, float("inf"), [[0, 0, 0, 0]]]]}, id="infinite_timestamp"),
+    pytest.param({"offset": 1, "producers": [[7, 0, 5, [[0, 0, float("nan"), 0]]]]}, id="nan_offset"),
+    pytest.param({"offset": 1, "producers": [["7", True, 5, [[0, 0, 0, 0]]]]}, id="str_and_bool_fields"),
+    pytest.param({"offset": 1, "producers": [[7, 0, 5, [[0, 0, 0, 1 << 63]]]]}, id="offset_beyond_int64"),
+    pytest.param({"offset": 1, "producers": [[7, 1 << 40, 5, []]]}, id="epoch_beyond_int16"),
+    pytest.param({"offset": 1, "producers": {"7": 1}}, id="producers_not_a_list"),
+    pytest.param([1, 2], id="not_a_map"),
+])
+def test_snapshot_with_hostile_content_and_valid_crc_is_rebuilt_from_the_log(tmp_path, bad):
+    """A snapshot whose CRC checks but whose msgpack holds an infinite float (or a str, a bool, an int out
+    of range) used to raise OverflowError/TypeError out of opening the partition, or be trusted."""
+    with _store(tmp_path) as store:
+        store.create_topic(TOPIC)
+        store.topic(TOPIC).partition(0).append_values([b"a"], producer=(7, 0, 0))
+    directory = os.path.join(str(tmp_path), TOPIC, "0")
+    _rewrite_snapshot(directory, bad)
+    with pytest.raises(pylog.CorruptRecordError):
+        ProducerState.read_snapshot(directory)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        # Rebuilt from the batch headers: the retry is recognised, the next sequence appends.
+        assert p.append_values([b"a"], producer=(7, 0, 0)) == 0
+        assert p.append_values([b"b"], producer=(7, 0, 1)) == 1
+
+
 def test_idle_producers_expire_from_the_snapshot(tmp_path):
     with _store(tmp_path, producer_id_expiration_ms=1) as store:
         store.create_topic(TOPIC)
