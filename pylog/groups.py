@@ -334,7 +334,7 @@ def _str_list(value: Any) -> bool:
 
 
 def _topic_list(value: Any) -> bool:
-    return type(value) is list and all(type(x) is str and valid_topic_name(x) for x in value)
+    return type(value) is list and all(type(x) is str and legal_name(x) for x in value)
 
 
 def _valid_state(doc: Any) -> bool:
