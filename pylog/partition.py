@@ -17,7 +17,9 @@ Invariants:
    goes only after a roll has put an empty one after it. Segments before the recovery point are sealed
    and fsynced. A roll leaves the fsync of the segment it sealed to the background sync thread
    (:mod:`pylog.syncer`), which moves the recovery point past it once done; ``flush``, ``close`` and
-   handing the writer lock over sync whatever is still pending first.
+   handing the writer lock over sync whatever is still pending first. Handing over does not fsync the
+   active segment: a handle's ``flush`` and ``close`` fsync every file it appended to and has not
+   fsynced, whether or not it is still the writer.
 6. Maintenance (retention, delete-records, compaction) runs one at a time per partition and only in the
    writer. It never closes a segment another thread may be reading: removed segments are unlinked and
    released when the last snapshot holding them goes; a reader whose segment vanished or was replaced
