@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -510,3 +511,22 @@ def test_a_failed_fsync_after_a_handover_fails_the_partition(tmp_path, monkeypat
             p.flush()  # a second fsync through a new descriptor would "succeed": it must not be asked
         with pytest.raises(LogFailedError):
             p.append_values(VALUES)
+
+
+def test_flush_ms_reaches_what_this_handle_appended_before_a_handover(tmp_path, fsyncs) -> None:
+    """The store's background thread enforces ``flush.ms`` through flush_if_due, also on a handle that
+    handed the partition over with appends not fsynced yet."""
+    me = threading.current_thread().name
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
+        p = store.create_topic("t", 1).partition(0)
+        p.append_values(VALUES)
+        appended = os.path.basename(p._view[0][-1].log_path)
+        p.release_writer()
+        store.alter_topic_config("t", {"flush.ms": 1})
+        started = time.monotonic()
+        while time.monotonic() - started < 0.002:  # flush.ms has passed since the append
+            pass
+        done = len(fsyncs)
+        p.flush_if_due()
+        assert appended in _logs(fsyncs[done:], me)
+        assert p._unflushed == 0
