@@ -17,7 +17,9 @@ Invariants:
    goes only after a roll has put an empty one after it. Segments before the recovery point are sealed
    and fsynced. A roll leaves the fsync of the segment it sealed to the background sync thread
    (:mod:`pylog.syncer`), which moves the recovery point past it once done; ``flush``, ``close`` and
-   handing the writer lock over sync whatever is still pending first.
+   handing the writer lock over sync whatever is still pending first. Handing over does not fsync the
+   active segment: a handle's ``flush`` and ``close`` fsync every file it appended to and has not
+   fsynced, whether or not it is still the writer.
 6. Maintenance (retention, delete-records, compaction) runs one at a time per partition and only in the
    writer. It never closes a segment another thread may be reading: removed segments are unlinked and
    released when the last snapshot holding them goes; a reader whose segment vanished or was replaced
@@ -125,7 +127,11 @@ class Partition:
         self._cp_durably_dirty = False
         self._swap_gen = 0  # see Checkpoint.swap_generation
         self._producers: ProducerState | None = None  # loaded on the first idempotent append
-        self._unflushed = 0
+        self._unflushed = 0  # records appended through this handle and not fsynced yet, writer or not
+        #: Log files of segments holding appends through this handle that were not fsynced when it let the
+        #: writer lock go (release_writer does not fsync the active segment): flush and close fsync them by
+        #: name, so that what this handle appended becomes durable whoever writes the partition by then.
+        self._handed_over: list[str] = []
         self._last_flush = time.monotonic()
         self._final_end = 0  # log end offset at close
         #: What the last crash recovery did: segments re-validated, bytes dropped, seconds (None: none ran).
@@ -1080,26 +1086,39 @@ class Partition:
                 self._appended.notify_all()
 
     def flush(self) -> None:
-        """fsync everything appended so far: after this returns it survives a crash or power loss."""
+        """fsync everything appended through this handle so far: after this returns it survives a crash or
+        power loss. Also after this handle let the writer lock go (a producer of this process may have
+        handed the partition over between another's append and its flush): then it fsyncs the segment
+        files that hold its appends not yet fsynced (see :meth:`release_writer`).
+
+        :raises LogFailedError: when an fsync failed, now or before (reopen the store).
+        """
         with self._lock:
             if self._lock_fd is not None:
                 self._flush_locked()
+            elif self._handed_over:
+                self._sync_handed_over()
 
     def flush_if_due(self) -> float:
         """fsync when ``flush.ms`` has passed since the last fsync and records wait; for the store's
         background thread. Returns the ``time.monotonic()`` at which to look again (inf: never)."""
         ms = self.config["flush.ms"]
-        if ms >= (1 << 62) or self._lock_fd is None:
+        if ms >= (1 << 62) or (self._lock_fd is None and not self._handed_over):
             return math.inf
         if self._unflushed and time.monotonic() - self._last_flush >= ms / 1000:
             with self._lock:
-                if self._lock_fd is not None and not self._closed and self._failed is None and self._unflushed:
-                    self._flush_locked()
+                if not self._closed and self._failed is None and self._unflushed:
+                    if self._lock_fd is not None:
+                        self._flush_locked()
+                    elif self._handed_over:
+                        self._sync_handed_over()
         return self._last_flush + ms / 1000 if self._unflushed else time.monotonic() + ms / 1000
 
     def _flush_locked(self) -> None:
         if self._failed is not None:
             raise LogFailedError(f"{self.topic}-{self.number} failed earlier ({self._failed}); reopen the store")
+        if self._handed_over:
+            self._sync_handed_over()
         if self._unsynced:
             self._sync_rolled_now()
             self._advance_recovery_point()
@@ -1114,6 +1133,40 @@ class Partition:
                         "until the store is reopened", "reopen the store")
         self._unflushed = 0
         self._last_flush = time.monotonic()
+
+    def _sync_handed_over(self) -> None:
+        """Under the lock: fsync the segment files that hold appends through this handle not fsynced when
+        it let the writer lock go (see :meth:`release_writer`), writer again or not. A file retention or
+        compaction removed needs nothing: retention dropped its records, and a compaction swap fsyncs the
+        files it puts in place (nor does it touch a segment before its roller synced it). As a reader the
+        handle's appends are then all durable."""
+        if self._failed is not None:
+            raise LogFailedError(f"{self.topic}-{self.number} failed earlier ({self._failed}); reopen the store")
+        while self._handed_over:
+            path = self._handed_over[0]
+            try:
+                fd = os.open(path, os.O_RDONLY)  # Linux syncs a file's dirty pages through any descriptor
+            except FileNotFoundError:
+                fd = None
+            except OSError as exc:  # nothing was fsynced: a later flush may try again
+                raise fault(exc, f"flushing {self.topic}-{self.number}", "what this handle appended before it "
+                            "handed the partition over may not be durable yet")
+            if fd is not None:
+                try:
+                    os.fdatasync(fd)
+                except OSError as exc:
+                    # As for the active segment (_flush_locked): the pages may be gone and a later fsync
+                    # would succeed without them. Never call this log durable again.
+                    self._failed = f"fsync of a segment appended to before a handover failed: {exc}"
+                    raise fault(exc, f"flushing {self.topic}-{self.number}",
+                                "what this handle appended before it handed the partition over may not be durable; "
+                                "the partition refuses work until the store is reopened", "reopen the store")
+                finally:
+                    os.close(fd)
+            del self._handed_over[0]
+        if self._lock_fd is None:
+            self._unflushed = 0
+            self._last_flush = time.monotonic()
 
     def wait_for_data(self, offset: int, timeout: float | None) -> bool:
         """Block until ``log_end_offset > offset`` or ``timeout`` seconds pass; True when data is there.
@@ -1432,13 +1485,19 @@ class Partition:
         without re-validating anything but the active segment's tail. Unlike :meth:`close` it leaves the
         active segment's indexes live (unsealed), as a running writer does, so handing over rewrites no
         index file. The log is not fsynced here; the topic's flush policy decides that, as for any
-        append. A no-op for a handle that is not the writer.
+        append: the active segment's file is remembered when it holds appends not fsynced yet, and this
+        handle's next :meth:`flush` (or :meth:`close`) fsyncs it, writer again or not. A no-op for a handle
+        that is not the writer.
         """
         with self.maintenance_lock, self._lock:
             if self._lock_fd is None or self._closed:
                 return
+            segs = self._segments
+            # Rolled segments are synced below (_sync_rolled_now); a failure there fails the partition, and
+            # this handle's next flush then raises.
+            if self._unflushed and segs and segs[-1].log_path not in self._handed_over:
+                self._handed_over.append(segs[-1].log_path)
             try:
-                segs = self._segments
                 if self._failed is None and segs:
                     active = segs[-1]
                     # A rolled segment is not checked by the next writer (only the active one is): it must
@@ -1516,11 +1575,18 @@ class Partition:
             segs = self._segments
             if discard:
                 self._failed = "discarded"
+            error: Exception | None = None
+            if self._lock_fd is None and self._handed_over and self._failed is None:
+                try:
+                    self._sync_handed_over()  # what it appended before it let the writer lock go
+                except Exception as exc:  # closed all the same; raised once closed
+                    error = exc
             if self._lock_fd is not None:
                 try:
                     if self._failed is None and segs:
                         active = segs[-1]
                         self._snapshot_producers()
+                        self._sync_handed_over()
                         self._sync_rolled_now()
                         active.seal(durable=True)
                         self._recovery_point = active.next_offset
@@ -1545,6 +1611,8 @@ class Partition:
             self._notify.close()  # wakes this handle's waiters sleeping on the notify file
             with self._appended:
                 self._appended.notify_all()
+            if error is not None:
+                raise error
 
     def __repr__(self) -> str:
         return f"Partition({self.topic!r}, {self.number}, segments={len(self._segments)})"

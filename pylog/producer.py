@@ -898,7 +898,8 @@ class Producer:
     def _let_go_one(self, part: "Partition", touched: list["Partition"], flushed: set["Partition"],
                     acc: _Accumulation, wanted_only: bool) -> None:
         """Mid-drain: fsync ``part`` first if this drain appended to it and ``acks="all"`` (a handover
-        does not fsync, and once handed over this handle's flush no longer reaches it), then hand it over
+        does not fsync; a flush after it still reaches this drain's appends, by file name, but would
+        also wait for the next writer's), then hand it over
         (or, with ``wanted_only`` False, let go of it whether or not anyone waits)."""
         if self._acks == -1 and part in touched and part not in flushed:
             flushed.add(part)

@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 
 import pytest
 
@@ -438,3 +439,94 @@ def test_columns_keep_no_view_of_a_segment_mapping(tmp_path) -> None:
     for cols in kept:
         assert type(cols.value_data) is bytes and type(cols.key_data) is bytes
     assert kept[0].values() == [b"v0"] * 3 and kept[2].keys() == [b"k"]
+
+
+def test_flush_after_a_handover_fsyncs_what_this_handle_appended(tmp_path, fsyncs) -> None:
+    """A producer of this process may hand the partition over between another producer's append and its
+    flush (they share the handle): the flush must still make that append durable."""
+    me = threading.current_thread().name
+    with pylog.open(tmp_path / "s") as store:
+        p = store.create_topic("t", 1).partition(0)
+        p.wait_to_write(1000)
+        p._append_values_in_turn(VALUES, None, None, None, None, None)  # as a producer appends
+        appended = os.path.basename(p._view[0][-1].log_path)
+        assert p.release_turn()
+        done = len(fsyncs)
+        p.flush()
+        assert appended in _logs(fsyncs[done:], me)
+        done = len(fsyncs)
+        p.flush()  # durable now: nothing is left to fsync
+        assert not _logs(fsyncs[done:], me)
+
+
+def test_flush_fsyncs_a_segment_the_next_writer_rolled_before_its_sync(tmp_path, fsyncs) -> None:
+    """The file this handle appended to is sealed by another writer, whose background sync has not run:
+    this handle's flush fsyncs it by name."""
+    me = threading.current_thread().name
+    with pylog.open(tmp_path / "s") as store, pylog.open(tmp_path / "s") as other:
+        p = store.create_topic("t", 1, config=SMALL).partition(0)
+        p.append_values(VALUES)
+        appended = os.path.basename(p._view[0][-1].log_path)
+        p.release_writer()
+        q = other.topic("t").partition(0)
+        with _Held():
+            q.append_values(VALUES)
+            q.roll()  # seals the file p appended to; its fsync waits for the held sync thread
+            done = len(fsyncs)
+            p.flush()
+            assert appended in _logs(fsyncs[done:], me)
+
+
+def test_close_after_a_handover_fsyncs_what_this_handle_appended(tmp_path, fsyncs) -> None:
+    me = threading.current_thread().name
+    store = pylog.open(tmp_path / "s")
+    try:
+        p = store.create_topic("t", 1).partition(0)
+        p.append_values(VALUES)
+        appended = os.path.basename(p._view[0][-1].log_path)
+        p.release_writer()
+        done = len(fsyncs)
+    finally:
+        store.close()
+    assert appended in _logs(fsyncs[done:], me)
+
+
+def test_a_failed_fsync_after_a_handover_fails_the_partition(tmp_path, monkeypatch) -> None:
+    with pylog.open(tmp_path / "s") as store:
+        p = store.create_topic("t", 1).partition(0)
+        p.append_values(VALUES)
+        p.release_writer()
+        real = os.fdatasync
+
+        def broken(fd: int) -> None:
+            if os.readlink(f"/proc/self/fd/{fd}").endswith(".log"):
+                raise OSError(5, "Input/output error")
+            real(fd)
+
+        monkeypatch.setattr(os, "fdatasync", broken)
+        with pytest.raises(OSError):
+            p.flush()
+        monkeypatch.undo()
+        with pytest.raises(LogFailedError, match="before a handover failed"):
+            p.flush()  # a second fsync through a new descriptor would "succeed": it must not be asked
+        with pytest.raises(LogFailedError):
+            p.append_values(VALUES)
+
+
+def test_flush_ms_reaches_what_this_handle_appended_before_a_handover(tmp_path, fsyncs) -> None:
+    """The store's background thread enforces ``flush.ms`` through flush_if_due, also on a handle that
+    handed the partition over with appends not fsynced yet."""
+    me = threading.current_thread().name
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
+        p = store.create_topic("t", 1).partition(0)
+        p.append_values(VALUES)
+        appended = os.path.basename(p._view[0][-1].log_path)
+        p.release_writer()
+        store.alter_topic_config("t", {"flush.ms": 1})
+        started = time.monotonic()
+        while time.monotonic() - started < 0.002:  # flush.ms has passed since the append
+            pass
+        done = len(fsyncs)
+        p.flush_if_due()
+        assert appended in _logs(fsyncs[done:], me)
+        assert p._unflushed == 0

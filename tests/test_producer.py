@@ -516,3 +516,48 @@ def test_threads_sending_through_every_path_lose_and_duplicate_nothing(store):
             last[t] = int(i)
     assert len(seen) == 6 * 1500
     assert all((f.get(0).partition, f.get(0).offset) == seen[v] for v, f in futures.items())
+
+
+def test_acks_all_future_succeeds_only_once_fsynced_though_another_producer_handed_over(store, monkeypatch):
+    """Two producers of one process share the partition's handle. Producer B lets go of the partitions it
+    holds (here: it closes) between producer A's append and A's fsync: A's future must still succeed only
+    once A's record is fsynced (a handover does not fsync, and the handle is no longer the writer)."""
+    store.create_topic("t", partitions=1)
+    part = store.topic("t").partition(0)
+    fsynced: list[tuple[str, int]] = []  # (file, its size when fsynced)
+    real_fsync, real_fdatasync = os.fsync, os.fdatasync
+
+    def recording(real):
+        def call(fd):
+            fsynced.append((os.readlink(f"/proc/self/fd/{fd}"), os.fstat(fd).st_size))
+            real(fd)
+        return call
+
+    monkeypatch.setattr(os, "fsync", recording(real_fsync))
+    monkeypatch.setattr(os, "fdatasync", recording(real_fdatasync))
+    a = store.producer(acks="all", linger_ms=60_000)  # drained by flush() in this thread only
+    b = store.producer(acks="all", linger_ms=60_000)
+    b.send("t", b"from b", partition=0)
+    b.flush()  # b holds the partition for a turn now
+    assert part.is_writer
+    ends: list[tuple[str, int]] = []
+    real_wanted = part.handover_wanted
+    me = threading.current_thread()
+
+    def b_lets_go_after_a_appended():  # a's drain asks this right after its append, before its fsync
+        if me is threading.current_thread() and not ends:
+            log_path = os.path.realpath(part.segments[-1].log_path)
+            ends.append((log_path, os.path.getsize(log_path)))  # a's record ends here
+            b.close()  # lets go of the partitions it holds: release_turn, which does not fsync
+            assert not part.is_writer
+        return real_wanted()
+
+    monkeypatch.setattr(part, "handover_wanted", b_lets_go_after_a_appended)
+    future = a.send("t", b"from a" * 100, partition=0)
+    a.flush()
+    assert future.get(10).offset == 1
+    seen = list(fsynced)
+    assert ends, "b did not let go between a's append and a's fsync"
+    (log_path, end), = ends
+    assert any(path == log_path and size >= end for path, size in seen), (log_path, end, seen)
+    a.close()
