@@ -5,11 +5,14 @@ old content or wholly the new one (write temp, fsync, rename, fsync the director
 
 File-system refusals of a write become PylogErrors in one way everywhere: :func:`fault` maps ``ENOSPC`` /
 ``EDQUOT`` to :class:`~pylog.errors.DiskFullError`, ``EROFS`` to :class:`~pylog.errors.ReadOnlyStoreError`
-and ``EACCES`` / ``EPERM`` to :class:`~pylog.errors.StorePermissionError`, with a message that says what
+and ``EACCES`` / ``EPERM`` to :class:`~pylog.errors.StorePermissionError`, and a device's I/O error
+(``EIO``), a file over the file system's or the process's size limit (``EFBIG``) and running out of file
+descriptors (``EMFILE`` / ``ENFILE``) to :class:`~pylog.errors.StorageError`, with a message that says what
 was being done, what state that left and what to do. Each kind of write converts once, where that state is
 known: :func:`atomic_write` for every small file it replaces, the partition for appends, rolls, flushes
-and becoming the writer, the store for creating and deleting topics (through :func:`write_faults`). Any
-other ``OSError`` (``EIO``, ``ENOENT``) is left as it is.
+and becoming the writer, the store for creating and deleting topics (through :func:`write_faults`).
+``ENOENT`` and other ``OSError`` s are left as they are: callers tell a file that vanished (a segment
+deleted by retention, a topic deleted by another process) by its type.
 """
 
 from __future__ import annotations
@@ -46,6 +49,15 @@ _FAULTS: dict[int, tuple[type[OSError], str, str]] = {
     errno.EPERM: (StorePermissionError, "operation not permitted",
                   "to read the store open it with pylog.open(path, read_only=True); to write, give this user "
                   "write access to the store directory and everything in it (and no immutable flags)"),
+    errno.EIO: (StorageError, "the device reported an I/O error",
+                "check the device and the file system (the kernel log, `dmesg`, says more); data written since "
+                "the last successful flush may be lost: reopen the store, which re-validates it,"),
+    errno.EFBIG: (StorageError, "the file is larger than the file system or the process (ulimit -f) allows",
+                  "lower the topic's segment.bytes or raise the limit"),
+    errno.EMFILE: (StorageError, "this process has too many open files",
+                   "raise the limit (ulimit -n) or close stores and consumers this process no longer needs"),
+    errno.ENFILE: (StorageError, "the system has too many open files",
+                   "raise the system's limit (fs.file-max) or close files elsewhere"),
 }
 
 

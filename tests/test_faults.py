@@ -405,5 +405,13 @@ def test_each_write_refusal_maps_to_its_error_and_keeps_errno_cause_and_pickles(
 
 
 def test_other_os_errors_are_left_as_they_are():
-    for exc in (OSError(errno.EIO, "Input/output error"), FileNotFoundError(errno.ENOENT, "gone")):
+    for exc in (FileNotFoundError(errno.ENOENT, "gone"), OSError(errno.EINTR, "Interrupted")):
         assert fault(exc, "x", "y") is exc
+
+
+@pytest.mark.parametrize("code", [errno.EIO, errno.EFBIG, errno.EMFILE, errno.ENFILE])
+def test_device_errors_and_exhausted_limits_become_storage_errors_that_say_what_to_do(code):
+    cause = OSError(code, os.strerror(code), "/s/t/0/00000000000000000000.log")
+    err = fault(cause, "appending to t-0", "nothing was appended")
+    assert type(err) is pylog.StorageError and err.errno == code and err.__cause__ is cause
+    assert "appending to t-0" in str(err) and "To go on:" in str(err) and err.filename == cause.filename
