@@ -2,7 +2,8 @@
 
 Run: ``python -m pytest tests/test_damage.py -q -p no:cacheprovider``
 
-Two promises are held here (README "Crash recovery", docs/OPERATIONS.md "A corrupt segment"):
+Two promises are held here (docs/GUARANTEES.md "Damage in a cleanly closed store", docs/OPERATIONS.md
+"A corrupt segment"):
 
 - After a clean close, whole batches that follow damage in the active segment are never cut on the
   writer's own judgement: appends to the partition raise :class:`pylog.CorruptRecordError` ("damaged in

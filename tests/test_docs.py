@@ -1,6 +1,8 @@
-"""The docs stay in step with the code: the README's configuration table against the settings the code
+"""The docs stay in step with the code: docs/CONFIGURATION.md's tables against the settings the code
 accepts, every ``pylog ...`` command line in docs/OPERATIONS.md against the real CLI parser, every API name
-docs/OPERATIONS.md cites against real objects, and every relative link (and anchor) in README.md and docs/.
+docs/OPERATIONS.md cites against real objects, every test docs/GUARANTEES.md cites against the test files,
+and every relative link (and anchor) in README.md, CHANGELOG.md and docs/: it must resolve to a file inside
+the repository.
 """
 
 from __future__ import annotations
@@ -22,19 +24,14 @@ from pylog.producer import _DEFAULTS as PRODUCER_DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"
+CONFIGURATION = ROOT / "docs" / "CONFIGURATION.md"
+GUARANTEES = ROOT / "docs" / "GUARANTEES.md"
 OPERATIONS = ROOT / "docs" / "OPERATIONS.md"
 #: Written by the benchmark suite, possibly after these docs: a link to it is checked only once it exists.
 MAY_NOT_EXIST_YET = {ROOT / "benchmarks" / "results" / "REPORT.md"}
 
 _FENCE = re.compile(r"^[ \t]*(```+|~~~+)[ \t]*([\w+-]*)[^\n]*\n(.*?)^[ \t]*\1[ \t]*$", re.S | re.M)
 _INLINE_CODE = re.compile(r"(`+)(.+?)\1", re.S)
-
-
-def _section(text: str, heading: str) -> str:
-    """The body of the ``## heading`` section of ``text`` (up to the next ``## ``)."""
-    m = re.search(rf"^## {re.escape(heading)}\n(.*?)(?=^## |\Z)", text, re.S | re.M)
-    assert m, f"no '## {heading}' section"
-    return m.group(1)
 
 
 def _cells(row: str) -> list[str]:
@@ -70,17 +67,16 @@ def _doc_value(cell: str):
                ast.Pow, ast.LShift, ast.List, ast.Tuple, ast.Load)
     if not all(isinstance(node, allowed) for node in ast.walk(tree)):
         return text
-    return eval(compile(tree, "README.md", "eval"), {"__builtins__": {}})  # only literals and arithmetic
+    return eval(compile(tree, "CONFIGURATION.md", "eval"), {"__builtins__": {}})  # only literals and arithmetic
 
 
 def _config_tables() -> dict[str, dict[str, str]]:
-    """``{"Topic settings": {name: default cell}, ...}`` from the README's Configuration section."""
-    body = _section(README.read_text(), "Configuration")
+    """``{"Topic settings": {name: default cell}, ...}`` from the ``## ...`` sections of docs/CONFIGURATION.md."""
     tables: dict[str, dict[str, str]] = {}
     current = None
-    for line in body.splitlines():
-        if line.startswith("### "):
-            current = tables.setdefault(line[4:].strip(), {})
+    for line in CONFIGURATION.read_text().splitlines():
+        if line.startswith("## "):
+            current = tables.setdefault(line[3:].strip(), {})
         elif line.startswith("| `") and current is not None:
             cells = _cells(line)
             name = cells[0].strip("`")
@@ -97,33 +93,33 @@ def _strategy_names(value) -> list[str]:
     ("Topic settings", config.SETTINGS),
     ("Store settings", config.STORE_SETTINGS),
 ])
-def test_readme_configuration_table_lists_every_topic_and_store_setting_with_its_default(table, code):
+def test_configuration_doc_lists_every_topic_and_store_setting_with_its_default(table, code):
     rows = _config_tables()[table]
-    assert set(rows) == set(code), (f"README '{table}' differs from the code: missing "
+    assert set(rows) == set(code), (f"docs/CONFIGURATION.md '{table}' differs from the code: missing "
                                     f"{sorted(set(code) - set(rows))}, unknown {sorted(set(rows) - set(code))}")
     for name, cell in rows.items():
         setting = code[name]
         stated = config._parse(setting, _doc_value(cell))  # the library's own rules, as for any user value
-        assert stated == config._parse(setting, setting.default), f"{name}: README says {cell!r}, code {setting.default!r}"
+        assert stated == config._parse(setting, setting.default), f"{name}: the doc says {cell!r}, code {setting.default!r}"
 
 
 @pytest.mark.parametrize("table, code", [
     ("Producer settings", PRODUCER_DEFAULTS),
     ("Consumer settings", CONSUMER_DEFAULTS),
 ])
-def test_readme_configuration_table_lists_every_client_setting_with_its_default(table, code):
+def test_configuration_doc_lists_every_client_setting_with_its_default(table, code):
     rows = _config_tables()[table]
-    assert set(rows) == set(code), (f"README '{table}' differs from the code: missing "
+    assert set(rows) == set(code), (f"docs/CONFIGURATION.md '{table}' differs from the code: missing "
                                     f"{sorted(set(code) - set(rows))}, unknown {sorted(set(rows) - set(code))}")
     for name, cell in rows.items():
         stated, default = _doc_value(cell), code[name]
         if name == "partition_assignment_strategy":
             stated, default = _strategy_names(stated), _strategy_names(default)
         assert stated == default and type(stated) is type(default), \
-            f"{name}: README says {cell!r}, code {default!r}"
+            f"{name}: the doc says {cell!r}, code {default!r}"
 
 
-def test_readme_value_reader_is_strict():
+def test_configuration_value_reader_is_strict():
     """The comparison above can fail: a wrong default or a missing setting is noticed."""
     assert _doc_value("`1073741824` (1 GiB)") == 1 << 30 and _doc_value("`delete`") == "delete"
     assert _doc_value("`None`") is None and _doc_value('`["range", "roundrobin"]`') == ["range", "roundrobin"]
@@ -259,24 +255,63 @@ def _links(path: Path) -> list[str]:
     return re.findall(r"\]\(([^)\s]+)(?:\s+\"[^\"]*\")?\)", text)
 
 
-_DOCS = [README, *sorted((ROOT / "docs").glob("*.md"))]
+_DOCS = [README, ROOT / "CHANGELOG.md", *sorted((ROOT / "docs").glob("*.md"))]
 
 
-@pytest.mark.parametrize("doc", _DOCS, ids=lambda p: str(p.relative_to(ROOT)))
-def test_relative_links_point_at_files_and_headings_that_exist(doc):
+def _link_problems(doc: Path, root: Path = ROOT) -> list[str]:
+    """What is wrong with the relative links of ``doc``: a target outside ``root`` (the repository, which
+    is all a reader of a copy has), a missing file, or a missing heading anchor in a Markdown file. A path
+    quoted in a code span that climbs up a directory (``../shared/DESIGN.md``) counts as a link: it must
+    name a file of the repository."""
     problems = []
+    for m in _INLINE_CODE.finditer(_FENCE.sub("", doc.read_text())):
+        quoted = m.group(2).strip()
+        if re.fullmatch(r"(\.\./)+[\w./-]+", quoted):
+            dest = (doc.parent / quoted).resolve()
+            if not dest.is_relative_to(root.resolve()):
+                problems.append(f"`{quoted}`: a path outside the repository")
+            elif not dest.exists():
+                problems.append(f"`{quoted}`: no such file in the repository")
     for target in _links(doc):
         if re.match(r"[a-z][a-z0-9+.-]*:", target):  # http:, https:, mailto:
             continue
         file_part, _, anchor = target.partition("#")
+        if file_part.startswith("/"):
+            problems.append(f"{target}: an absolute path, not a link inside the repository")
+            continue
         dest = (doc.parent / file_part).resolve() if file_part else doc
+        if not dest.is_relative_to(root.resolve()):
+            problems.append(f"{target}: outside the repository")
+            continue
         if not dest.exists():
             if dest not in MAY_NOT_EXIST_YET:
                 problems.append(f"{target}: no such file")
             continue
         if anchor and dest.suffix == ".md" and anchor not in _anchors(dest):
             problems.append(f"{target}: no heading with that anchor in {dest.name}")
+    return problems
+
+
+@pytest.mark.parametrize("doc", _DOCS, ids=lambda p: str(p.relative_to(ROOT)))
+def test_relative_links_point_at_files_and_headings_inside_the_repository(doc):
+    problems = _link_problems(doc)
     assert not problems, f"{doc.relative_to(ROOT)}: " + "; ".join(problems)
+
+
+def test_links_outside_the_repository_are_refused(tmp_path):
+    """The link check can fail: a link that leaves the repository is caught even when its file exists."""
+    repo = tmp_path / "repo"
+    (repo / "docs").mkdir(parents=True)
+    (tmp_path / "shared").mkdir()
+    (tmp_path / "shared" / "DESIGN.md").write_text("# Design\n")
+    doc = repo / "docs" / "A.md"
+    doc.write_text("# A\n[in](A.md#a) [up](../../shared/DESIGN.md) [abs](/etc/hostname) [gone](B.md)\n"
+                   "The shape is `../../shared/DESIGN.md` or `../shared/DESIGN.md`; `../docs/A.md` is here.\n")
+    problems = _link_problems(doc, root=repo)
+    assert len(problems) == 5, problems
+    assert "path outside the repository" in problems[0] and "no such file in the repository" in problems[1]
+    assert "outside the repository" in problems[2] and "absolute path" in problems[3]
+    assert "no such file" in problems[4]
 
 
 def test_link_checker_sees_links_and_anchors(tmp_path):
@@ -285,3 +320,61 @@ def test_link_checker_sees_links_and_anchors(tmp_path):
                    "`[not](a-link.md)`\n```\n[nor](this.md)\n```\n")
     assert _links(doc) == ["#record-batch-log-files", "y.md#z"]
     assert _anchors(doc) == {"top", "record-batch-log-files"}
+
+
+# ------------------------------------------------------------------------------- GUARANTEES.md test names
+
+_CITED_TEST = re.compile(r"`(tests/[\w/]+\.py)::([\w:]+)`")
+
+
+def _test_names(path: Path) -> set[str]:
+    """The tests pytest can collect from ``path`` by name: module-level ``test_*`` functions as ``name``,
+    methods of ``Test*`` classes as ``Class::name`` and as plain ``name``."""
+    tree = ast.parse(path.read_text(), str(path))
+    names = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name.startswith("test"):
+            names.add(node.name)
+        elif isinstance(node, ast.ClassDef) and node.name.startswith("Test"):
+            for item in node.body:
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and item.name.startswith("test"):
+                    names |= {item.name, f"{node.name}::{item.name}"}
+    return names
+
+
+def _missing_citations(text: str, root: Path = ROOT) -> list[str]:
+    missing = []
+    for file, name in _CITED_TEST.findall(text):
+        path = root / file
+        if not path.is_file():
+            missing.append(f"{file}::{name}: no such file")
+        elif name not in _test_names(path):
+            missing.append(f"{file}::{name}: no such test in {file}")
+    return missing
+
+
+def test_every_test_cited_in_guarantees_exists():
+    text = GUARANTEES.read_text()
+    cited = _CITED_TEST.findall(text)
+    assert len(cited) >= 40, f"expected each guarantee to cite its tests, found {len(cited)}"
+    missing = _missing_citations(text)
+    assert not missing, "docs/GUARANTEES.md cites tests that do not exist: " + "; ".join(missing)
+
+
+def test_every_guarantee_section_cites_a_test():
+    sections = re.split(r"^## ", _FENCE.sub("", GUARANTEES.read_text()), flags=re.M)[1:]
+    assert len(sections) >= 14
+    uncited = [s.splitlines()[0] for s in sections if not _CITED_TEST.search(s)]
+    assert not uncited, f"docs/GUARANTEES.md sections without a test: {uncited}"
+
+
+def test_citation_check_finds_functions_and_methods_and_rejects_the_rest(tmp_path):
+    """The citation check above can fail: a renamed test, a helper or a missing file is caught."""
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_x.py").write_text(
+        "def test_a():\n    pass\n\ndef helper():\n    pass\n\n"
+        "class TestB:\n    def test_c(self):\n        pass\n")
+    good = "`tests/test_x.py::test_a` `tests/test_x.py::TestB::test_c` `tests/test_x.py::test_c`"
+    assert _missing_citations(good, tmp_path) == []
+    bad = "`tests/test_x.py::test_gone` `tests/test_x.py::helper` `tests/test_y.py::test_a`"
+    assert len(_missing_citations(bad, tmp_path)) == 3

@@ -146,14 +146,14 @@ def test_filter_pushdown_is_opt_in_and_prunes(spark, store_path):
         spark.conf.unset("spark.sql.python.filterPushdown.enabled")
 
 
-def test_readme_spark_example_runs(spark, tmp_path, monkeypatch):
-    text = (ROOT / "README.md").read_text()
-    code = re.search(r"## Spark\s.*?```python\n(.*?)```", text, re.S).group(1)
+def test_spark_doc_example_runs(spark, tmp_path, monkeypatch):
+    text = (ROOT / "docs" / "SPARK.md").read_text()
+    code = re.search(r"^# Spark\s.*?```python\n(.*?)```", text, re.S | re.M).group(1)
     monkeypatch.chdir(tmp_path)
     saved = {k: spark.conf.get(k, None) for k in ("spark.sql.shuffle.partitions",
                                                    "spark.sql.python.filterPushdown.enabled")}
     try:
-        exec(compile(code, "README.md", "exec"), {})  # session() returns the running session
+        exec(compile(code, "docs/SPARK.md", "exec"), {})  # session() returns the running session
     finally:
         for k, v in saved.items():
             spark.conf.unset(k) if v is None else spark.conf.set(k, v)

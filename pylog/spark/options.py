@@ -111,7 +111,7 @@ class Subscription:
 
 @dataclass(frozen=True)
 class ReadOptions:
-    """Parsed options of a batch or streaming read (see the README's Spark section for each one)."""
+    """Parsed options of a batch or streaming read (docs/SPARK.md describes each one)."""
 
     path: str
     subscription: Subscription

@@ -128,7 +128,7 @@ class PylogFilteringBatchReader(PylogBatchReader):
 
 
 class PylogDataSource(DataSource):
-    """``format("pylog")``: the store directory is the path; options as Spark's Kafka source (README, Spark)."""
+    """``format("pylog")``: the store directory is the path; options as Spark's Kafka source (docs/SPARK.md)."""
 
     @classmethod
     def name(cls) -> str:
