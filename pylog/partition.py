@@ -302,12 +302,14 @@ class Partition:
             return False
         return True
 
-    def wait_to_write(self, timeout_ms: float) -> None:
+    def wait_to_write(self, timeout_ms: float, between: Callable[[], object] | None = None) -> None:
         """Become the partition's writer for a turn, waiting up to ``timeout_ms`` for a writer that takes
         turns (a producer, here or in another process) to hand it over, and asking it to (``.want``). The
         lock then stays free to be handed over in turn (:meth:`hand_over`) until a direct append pins
         it. Unlike an append with ``lock.timeout.ms``, this does not hold the partition's append lock
-        while it waits, so this handle's readers go on. A no-op for the writer.
+        while it waits, so this handle's readers go on. A no-op for the writer. ``between``, when given,
+        is called after each attempt that failed while waiting (a producer lets go there of the
+        partitions it could not let go of before: see :meth:`release_turn`); it must not block.
 
         :raises PartitionLockedError: when the lock did not come within ``timeout_ms`` (a writer that
             does not take turns, such as a store appending directly, keeps it until it closes).
@@ -319,8 +321,16 @@ class Partition:
             return
         deadline = time.monotonic() + timeout_ms / 1000
         want = self._ask_for_handover()
+
+        def attempt() -> bool:
+            if self._take_turn():
+                return True
+            if between is not None:
+                between()
+            return False
+
         try:
-            if not _retry(self._take_turn, deadline, 0.0002, 0.005):
+            if not _retry(attempt, deadline, 0.0002, 0.005):
                 raise PartitionLockedError(f"partition {self.topic}-{self.number} is locked by another writer "
                                            f"({self.directory}), which did not hand it over within {timeout_ms} ms")
         finally:
@@ -353,15 +363,22 @@ class Partition:
         finally:
             self.maintenance_lock.release()
 
-    def release_turn(self) -> bool:
+    def release_turn(self, blocking: bool = True) -> bool:
         """Let go of a writer lock held for a turn (:meth:`wait_to_write`), whether or not anyone waits for
         it; a lock a direct append pinned stays. True when released. For a writer taking turns that stops
-        writing (a producer closing)."""
-        with self.maintenance_lock, self._lock:
-            if not self._in_turns or self._lock_fd is None:
-                return False
-            self.release_writer()
-            return True
+        writing (a producer closing), or that is about to wait for another partition. Waits for retention
+        or compaction of the partition under way in this handle to finish; with ``blocking`` False it
+        leaves the lock held instead (False: the caller tries again later, as :meth:`hand_over` does)."""
+        if not self.maintenance_lock.acquire(blocking=blocking):
+            return False
+        try:
+            with self._lock:
+                if not self._in_turns or self._lock_fd is None:
+                    return False
+                self.release_writer()
+                return True
+        finally:
+            self.maintenance_lock.release()
 
     def _ensure_writer(self) -> None:
         """Become the partition's writer: lock, recover if the last shutdown was not clean, open for append."""
