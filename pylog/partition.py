@@ -74,6 +74,9 @@ _MAX_RELATIVE = 0xFFFFFFFF
 _READ_RETRIES = 8
 _T = TypeVar("_T")
 _SEQ_MOD = 1 << 31
+#: How many segment files holding appends not fsynced before a handover a handle remembers (see
+#: release_writer) before it fsyncs them.
+_HANDED_OVER_MAX = 16
 #: Polling interval bounds of a reader waiting for another process's appends when it gets no wake-ups from
 #: them (see pylog.notify), in seconds.
 _POLL_MIN, _POLL_MAX = 0.0002, 0.005
@@ -131,7 +134,8 @@ class Partition:
         #: Log files of segments holding appends through this handle that were not fsynced when it let the
         #: writer lock go (release_writer does not fsync the active segment): flush and close fsync them by
         #: name, so that what this handle appended becomes durable whoever writes the partition by then.
-        self._handed_over: list[str] = []
+        #: At most _HANDED_OVER_MAX (release_writer fsyncs them when there are more).
+        self._handed_over: set[str] = set()
         self._last_flush = time.monotonic()
         self._final_end = 0  # log end offset at close
         #: What the last crash recovery did: segments re-validated, bytes dropped, seconds (None: none ran).
@@ -1159,8 +1163,7 @@ class Partition:
         handle's appends are then all durable."""
         if self._failed is not None:
             raise LogFailedError(f"{self.topic}-{self.number} failed earlier ({self._failed}); reopen the store")
-        while self._handed_over:
-            path = self._handed_over[0]
+        for path in sorted(self._handed_over):
             try:
                 fd = os.open(path, os.O_RDONLY)  # Linux syncs a file's dirty pages through any descriptor
             except FileNotFoundError:
@@ -1180,7 +1183,7 @@ class Partition:
                                 "the partition refuses work until the store is reopened", "reopen the store")
                 finally:
                     os.close(fd)
-            del self._handed_over[0]
+            self._handed_over.discard(path)
         if self._lock_fd is None:
             self._unflushed = 0
             self._last_flush = time.monotonic()
@@ -1513,7 +1516,17 @@ class Partition:
             # Rolled segments are synced below (_sync_rolled_now); a failure there fails the partition, and
             # this handle's next flush then raises.
             if self._unflushed and segs and segs[-1].log_path not in self._handed_over:
-                self._handed_over.append(segs[-1].log_path)
+                if len(self._handed_over) >= _HANDED_OVER_MAX and self._failed is None:
+                    # A writer taking turns with acks=1 and no flush policy would remember one file per
+                    # segment for its life: fsync them now. Mostly rolled segments that their roller's
+                    # sync has made clean already: cheap. A failure leaves them (and, for an fsync, fails
+                    # the partition): the next flush raises.
+                    try:
+                        self._sync_handed_over()
+                    except Exception:
+                        log.debug("pylog: fsync of %s-%d's handed-over segments failed", self.topic, self.number,
+                                  exc_info=True)
+                self._handed_over.add(segs[-1].log_path)
             try:
                 if self._failed is None and segs:
                     active = segs[-1]
