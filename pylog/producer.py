@@ -30,10 +30,13 @@ Invariants:
 - With ``enable_idempotence`` (default) every append carries this producer's id, epoch and per-partition
   sequence number, so a drain retried after an error is not appended twice, even across a store restart
   (see :mod:`pylog.producer_state`).
-- A producer never holds a partition's writer lock while it waits for another partition or out a quota
-  delay: it first lets go of every partition it holds for a turn (fsynced first with ``acks="all"``), so
-  producers of several processes sharing partitions never wait for each other. It hands a partition
-  another handle waits for over after its append to it, and within 10 ms when idle.
+- A producer never holds a partition's writer lock it could let go of while it waits for another partition
+  or out a quota delay: it first lets go of every partition it holds for a turn (fsynced first with
+  ``acks="all"``), so two producers never wait for the partition the other holds. One whose retention or
+  compaction pass is under way in this store stays held until the pass ends (tried again while it waits,
+  so it goes then), and only the wait for the partition itself counts against ``max_block_ms``. A producer
+  still waits while the partition it needs is another's turn: until that producer hands it over after its
+  append (or within 10 ms when idle), which a pass under way there also puts off.
 - A future completes exactly once: with its record's metadata once the append (``acks=1``) or the fsync
   (``acks="all"``) is done, or with the error that stopped its drain.
 - ``buffer_memory`` is never exceeded unnoticed: ``check_at`` is set so that records of at most ``bound``
