@@ -201,6 +201,35 @@ def test_a_handle_taking_turns_checks_what_others_appended_since_its_last_turn(t
             pa.append_values([b"a1"])
 
 
+@pytest.mark.parametrize("past", [10, HEADER_SIZE - 1, HEADER_SIZE + 5])
+def test_a_handle_whose_checked_end_was_repaired_away_and_regrown_just_past_it_appends(tmp_path, past):
+    """Handle A remembers checking its active segment up to byte P. Handle B repairs the segment below P
+    and appends one batch that ends ``past`` bytes after P: what is at P is not A's next batch (a short
+    header, or the middle of B's batch). A must walk the segment again from byte 0 and append, not fail
+    with a foreign error (a short header read raised struct.error) on this and every later append."""
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as a, \
+            pylog.open(str(tmp_path), log_cleaner_enable=False) as b:
+        pa = a.create_topic(TOPIC).partition(0)
+        for o in range(4):
+            assert pa.append_values([b"x" * 100]) == o
+        pa.release_writer()
+        log = _log(tmp_path)
+        starts = _batch_starts(log)
+        checked_end = os.path.getsize(log)
+        _flip(log, starts[1][0] + _FLIPS["body"] - 40)  # a value byte of batch 1
+        pb = b.topic(TOPIC).partition(0)
+        pb.repair()
+        cut = os.path.getsize(log)
+        assert cut == starts[1][0]
+        overhead = starts[1][0] - 100  # one batch of one 100-byte value
+        assert pb.append_values([b"y" * (checked_end + past - cut - overhead)]) == 1
+        pb.release_writer()
+        assert os.path.getsize(log) == checked_end + past
+        assert pa.append_values([b"z"]) == 2
+        assert pa.append_values([b"z2"]) == 3
+        assert [r.value for r in pa.read(0, 10)][1:] == [b"y" * (checked_end + past - cut - overhead), b"z", b"z2"]
+
+
 # --------------------------------------------------------------------- reads that run into damage
 
 
