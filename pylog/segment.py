@@ -848,7 +848,8 @@ class Segment:
         if due:
             assert oi is not None and ti is not None
             # Before the log: on a full disk this fails with ENOSPC and nothing is written, where a store
-            # into an index page without blocks would raise SIGBUS (see _Index.reserve_next).
+            # into an index page without blocks would raise SIGBUS (see _Index.reserve_next; not a
+            # guarantee on copy-on-write file systems, btrfs or ZFS, where rewriting a block allocates).
             oi.reserve_next()
             ti.reserve_next()
         try:
