@@ -681,7 +681,13 @@ def list_group_dirs(store_path: str) -> list[str]:
 
 
 def describe_group(store_path: str, group_id: str) -> GroupDescription:
-    """The group's current generation, members (only live ones) and assignment."""
+    """The group's current generation, members (only live ones) and assignment.
+
+    A member is live while its process holds the exclusive ``flock`` on its member file. ``flock`` has no
+    test operation (``fcntl``'s F_GETLK sees POSIX locks, not these; ``/proc/locks`` hides other PID
+    namespaces'), so each member is probed with a momentary non-blocking *shared* lock, also on a
+    read-only store: it fails against a live member, and concurrent describers (shared with shared) do
+    not take each other's probes for a live member."""
     directory = os.path.join(store_path, GROUPS_DIR, _group_dirname(check_group_id(group_id)))
     state = _read_state(os.path.join(directory, "state")) or {}
     desc = GroupDescription(group_id, int(state.get("generation", 0)), str(state.get("protocol", "")))
@@ -693,8 +699,11 @@ def describe_group(store_path: str, group_id: str) -> GroupDescription:
         except FileNotFoundError:
             continue
         try:
-            if try_flock(fd):
-                continue  # dead; the next member to look will rebalance
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # live: its member holds the exclusive lock
+        else:
+            continue  # dead; the next member to look will rebalance
         finally:
             os.close(fd)
         desc.members.append(MemberDescription(m, d.get("client_id", ""), d.get("pid", 0), list(d.get("topics") or ()),

@@ -54,6 +54,7 @@ _FORMAT = "pylog-store"
 _VERSION = 1
 _DELETING = DELETING_PREFIX
 _T = TypeVar("_T")
+log = logging.getLogger("pylog.store")
 _PRODUCER_IDS = PRODUCER_IDS_FILE
 
 
@@ -208,20 +209,27 @@ class Store:
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data. Takes every partition's writer lock first, so a topic another
-        process is writing to is refused with :class:`~pylog.errors.PartitionLockedError`."""
+        process is writing to is refused with :class:`~pylog.errors.PartitionLockedError`. The lock only:
+        a partition is not recovered or checked first, so a damaged one is deleted too."""
         self._check_writable(f"delete topic {name!r}")
         self._check_not_internal(name, "deleted")
         with self._lock:
             topic = self.topic(name)
-            held = []
+            held, locked_here = [], []
             try:
                 for p in topic.partitions:
                     p.maintenance_lock.acquire()  # waits for a cleaning or retention pass under way
                     held.append(p)
-                    p._ensure_writer()
+                    if p._lock_for_discard():
+                        locked_here.append(p)
                 doomed = os.path.join(self.path, deleting_name(name, uuid.uuid4().hex))
                 with write_faults(f"deleting topic {name!r}", "the topic was not deleted"):
                     os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
+            except BaseException:
+                for p in locked_here:
+                    p._unlock_discard()
+                raise
+            else:
                 fsync_dir(self.path)
                 topic.close(discard=True)
                 self._topics.pop(name, None)
@@ -373,7 +381,10 @@ class Store:
         """Apply retention now to every partition (of ``topic``, or of every topic); returns what each
         pass did. Makes this store the writer of those partitions; partitions another process writes are
         left to it (their writer's background thread maintains them) and reported with ``reasons ==
-        ["locked"]``. ``now`` (ms) is for tests."""
+        ["locked"]``. A partition this store cannot become the writer of because it is damaged (its active
+        segment damaged in the middle after a clean close: :class:`~pylog.errors.CorruptRecordError`) is
+        logged as a warning, reported with ``reasons == ["damaged"]`` and left as it is, whole segments and
+        all, until ``pylog repair``; the other partitions are maintained. ``now`` (ms) is for tests."""
         self._check_writable("enforce retention")
         out = []
         for p in self._partitions_of(topic):
@@ -381,6 +392,10 @@ class Store:
                 r = _maintain(p, p.enforce_retention, now)
             except PartitionLockedError:
                 r = RetentionResult(p.topic, p.number, reasons=["locked"], log_start_offset=p.log_start_offset)
+            except CorruptRecordError as exc:
+                log.warning("retention of %s-%d skipped until `pylog repair STORE %s %d` (see `pylog verify`): %s",
+                            p.topic, p.number, p.topic, p.number, exc)
+                r = RetentionResult(p.topic, p.number, reasons=["damaged"], log_start_offset=p.log_start_offset)
             self._cleaner.add_retention(r)
             out.append(r)
         return out

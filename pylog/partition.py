@@ -1591,6 +1591,33 @@ class Partition:
                 self.lock_timeout_ms = saved
             return True
 
+    def _lock_for_discard(self) -> bool:
+        """Take the writer lock of a partition whose files are about to be deleted (a topic deletion),
+        without opening it for writing: no recovery and no check of the active segment, which a partition
+        damaged in the middle would fail (the data goes away anyway). Appends through this handle are
+        refused from then on. False when this handle is the writer already; True when the lock was taken
+        here, to be let go by :meth:`_unlock_discard` if the deletion fails."""
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+            if self._lock_fd is not None:
+                return False
+            try:
+                fd = self._acquire_lock()
+            except OSError as exc:
+                raise fault(exc, f"locking {self.topic}-{self.number} to delete it", "nothing was deleted")
+            self._lock_fd = fd
+            self._failed = "its topic is being deleted"  # the segments are not open for appending
+            return True
+
+    def _unlock_discard(self) -> None:
+        """Undo :meth:`_lock_for_discard` after a deletion that failed: the partition is as it was."""
+        with self._lock:
+            fd, self._lock_fd, self._failed = self._lock_fd, None, None
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
+
     def close(self, discard: bool = False) -> None:
         """Flush, seal the active segment's indexes, write a clean checkpoint and release the writer lock.
 
