@@ -422,7 +422,7 @@ def test_pylog_retention_skips_a_damaged_partition_with_the_repair_command_and_e
     out = io.StringIO()
     assert main(["retention", str(tmp_path)], out) == ExitCode.PROBLEMS
     lines = out.getvalue().splitlines()
-    assert f"a-0: damaged, skipped (`pylog verify` shows the damage, `pylog repair STORE a 0` cuts the log there)" \
+    assert "a-0: damaged, skipped (`pylog verify` shows the damage, `pylog repair STORE a 0` cuts the log there)" \
         in lines
     assert any(line.startswith("b-0: deleted 1 segment(s)") for line in lines)
 
