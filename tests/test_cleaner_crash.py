@@ -52,6 +52,11 @@ FAR_FUTURE = 10 * DAY_MS  # added to the wall clock: every tombstone is past del
 #: file operation (rename or unlink) of the maintenance it is doing (see KillSwitch).
 COMPACT_KILLS = 60
 RETENTION_KILLS = 60
+#: Kill i with i % SCRIPT_EVERY == SCRIPT_AT is scripted instead: the child appends past a few rolls (so it
+#: has something to clean or delete), then kills itself at a chosen file operation of its maintenance, so
+#: that each state a crash can leave is met a known number of times whatever the machine's speed.
+SCRIPT_EVERY = 4
+SCRIPT_AT = 3
 
 COMPACT_CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01, "delete.retention.ms": DAY_MS,
                   "segment.bytes": SEGMENT_BYTES}
@@ -151,7 +156,8 @@ def _wait_byte(fd: int, want: bytes, child: multiprocessing.Process) -> None:
 def run_and_kill(ctx, target, args: tuple, rng: random.Random, max_delay: float, self_kill: bool = False) -> None:
     """Fork ``target(*args, ready_fd, seed)``, wait until it has opened the store ("R") and mostly until it
     became the writer ("A", after its recovery), let it run 0..``max_delay`` s and SIGKILL it. With
-    ``self_kill`` the child SIGKILLs itself (see :class:`KillSwitch`): just wait for that."""
+    ``self_kill`` the child SIGKILLs itself (see :class:`KillSwitch`): just wait for that. ``rng`` is the
+    round's own generator, so that what it draws does not shift the draws of later rounds."""
     r_fd, w_fd = os.pipe()
     child = ctx.Process(target=target, args=(*args, w_fd, rng.randrange(1 << 30)), daemon=True)
     try:
@@ -159,7 +165,7 @@ def run_and_kill(ctx, target, args: tuple, rng: random.Random, max_delay: float,
         os.close(w_fd)
         w_fd = -1
         if self_kill:
-            child.join(30)
+            child.join(60)  # a hang guard: the child kills itself at a file operation it is bound to reach
             assert child.exitcode == -signal.SIGKILL, f"child exit code {child.exitcode} (expected to kill itself)"
             return
         _wait_byte(r_fd, b"R", child)
@@ -167,7 +173,7 @@ def run_and_kill(ctx, target, args: tuple, rng: random.Random, max_delay: float,
             _wait_byte(r_fd, b"A", child)
         else:
             max_delay = 0.02  # land in (or close to) the recovery of the previous crash
-        time.sleep(rng.uniform(0, max_delay))
+        time.sleep(rng.uniform(0, max_delay))  # not synchronisation: a random moment to kill at is the point
         assert child.is_alive(), f"child died by itself (exit code {child.exitcode})"
         os.kill(child.pid, signal.SIGKILL)
         child.join(10)
@@ -185,15 +191,16 @@ class KillSwitch:
     """In a child: SIGKILL this very process just before (or just after) the ``countdown``-th counted
     ``os.replace`` or ``os.unlink`` made while armed, so that kills land exactly between the file operations
     of a compaction swap, a retention deletion or their recovery. ``countdown`` 0: never. Every unlink
-    counts; a rename counts when ``renames(source, destination)`` says so (default: every one)."""
+    counts unless ``unlinks`` is false; a rename counts when ``renames(source, destination)`` says so
+    (default: every one)."""
 
-    def __init__(self, countdown: int, after: bool, renames=None) -> None:
+    def __init__(self, countdown: int, after: bool, renames=None, unlinks: bool = True) -> None:
         self.left = countdown
         self.after = after
         self.armed = False
         if countdown:
             os.replace = self._wrap(os.replace, renames)
-            os.unlink = self._wrap(os.unlink, None)
+            os.unlink = self._wrap(os.unlink, None if unlinks else (lambda *_: False))
 
     def _wrap(self, real, counts):
         def call(*args, **kwargs):
@@ -224,9 +231,36 @@ def _swap_rename(src: str, dst: str) -> bool:
     return not src.endswith(".tmp") and (".cleaned" in src or ".swap" in src) or dst.endswith("cleaner.swap")
 
 
-def _compact_child(root: str, report: str, countdown: int, after: bool, ready_fd: int, seed: int) -> None:
+def _cleaned_to_swap(src: str, dst: str) -> bool:
+    """A compaction swap's rename of a cleaned file to ``.swap`` (the first one ends "writing .cleaned")."""
+    return ".cleaned" in src and not src.endswith(".tmp") and dst.endswith(".swap")
+
+
+def _manifest_rename(src: str, dst: str) -> bool:
+    """The commit of a compaction swap: its manifest put in place."""
+    return os.path.basename(dst) == "cleaner.swap"
+
+
+#: Scripted kills of a compacting child: the state its directory is then in (see _swap_state), and the
+#: rename to kill at (before or after it).
+COMPACT_SCRIPTS = {"writing .cleaned": (_cleaned_to_swap, False), "renamed to .swap": (_cleaned_to_swap, True),
+                   "committed swap": (_manifest_rename, True)}
+
+
+def _append_past_rolls(p: pylog.Partition, nxt: int, rolls: int) -> int:
+    """Append the generator's records in small batches until the log has rolled ``rolls`` times more."""
+    want = len(p.segments) + rolls
+    while len(p.segments) < want:
+        nxt = append_expected(p, nxt, 5)
+    return nxt
+
+
+def _compact_child(root: str, report: str, countdown: int, after: bool, script: str | None, ready_fd: int,
+                   seed: int) -> None:
     """Append, flush, report, compact: forever. Report = (flushed end, expiry mark): the expiry mark is the
-    log end before the latest compaction with a far-future ``now`` began (tombstones below it may go)."""
+    log end before the latest compaction with a far-future ``now`` began (tombstones below it may go).
+    ``script`` (a key of COMPACT_SCRIPTS): first append past three rolls (something to clean), then kill
+    this process at the first compaction swap's rename that leaves the directory in that state."""
     code = 0
     try:
         rng = random.Random(seed)
@@ -240,6 +274,10 @@ def _compact_child(root: str, report: str, countdown: int, after: bool, ready_fd
         nxt = p.log_end_offset
         os.write(ready_fd, b"A")
         os.close(ready_fd)
+        if script is not None:
+            nxt = _append_past_rolls(p, nxt, 3)
+            renames, kill_after = COMPACT_SCRIPTS[script]
+            switch = KillSwitch(1, kill_after, renames=renames, unlinks=False)
         while True:
             nxt = append_expected(p, nxt, rng.randint(1, 60))
             p.flush()
@@ -319,24 +357,37 @@ def test_sigkill_during_compaction(tmp_path):
     flushed = expiry = 0
     kills = 0
     states: dict[str, int] = {}
+    scripted: dict[str, int] = {}
     on_copy = 0
     removed_by_parent = 0
     t0 = time.monotonic()
     while kills < COMPACT_KILLS:
-        if kills % 2:
+        # Every choice of the round is drawn here, whatever happens below: the kinds of kills, their
+        # countdowns and the recoveries on a copy follow from the seed alone, not from timing.
+        script = None
+        if kills % SCRIPT_EVERY == SCRIPT_AT:
+            script = list(COMPACT_SCRIPTS)[kills // SCRIPT_EVERY % len(COMPACT_SCRIPTS)]
+        countdown, after = rng.randint(1, 30), rng.random() < 0.5
+        max_delay = rng.choice((0.03, 0.08, 0.15))
+        on_copy_roll = rng.random()
+        round_rng = random.Random(rng.randrange(1 << 30))
+        if script is not None:
+            run_and_kill(ctx, _compact_child, (root, report, 0, False, script), round_rng, 0, self_kill=True)
+        elif kills % 2:
             # Killed at the n-th swap rename/unlink of its compactions (or of its recovery of the last crash).
-            args = (root, report, rng.randint(1, 30), rng.random() < 0.5)
-            run_and_kill(ctx, _compact_child, args, rng, 0, self_kill=True)
+            run_and_kill(ctx, _compact_child, (root, report, countdown, after, None), round_rng, 0, self_kill=True)
         else:
             # Staggered delays: most land in the map / rewrite phases, some in the swap.
-            run_and_kill(ctx, _compact_child, (root, report, 0, False), rng,
-                         max_delay=rng.choice((0.03, 0.08, 0.15)))
+            run_and_kill(ctx, _compact_child, (root, report, 0, False, None), round_rng, max_delay=max_delay)
         kills += 1
         rep_flushed, rep_expiry = _read_report(report, 2)
         assert rep_flushed >= flushed, f"reported flushed offset went back: {rep_flushed} < {flushed}"
         flushed, expiry = rep_flushed, max(expiry, rep_expiry)
         state = _swap_state(pdir)
         states[state] = states.get(state, 0) + 1
+        if script is not None:
+            assert state == script, f"a child scripted to die in state '{script}' left '{state}'"
+            scripted[state] = scripted.get(state, 0) + 1
 
         # 1. A lock-free reader of the crashed state, before anyone recovers it.
         with _open(root) as store:
@@ -345,7 +396,7 @@ def test_sigkill_during_compaction(tmp_path):
             assert not p.is_writer
 
         # 2. A writer recovers it: on the store itself, or on a copy (the next child then recovers the crash).
-        if rng.random() < 0.3:
+        if on_copy_roll < 0.3:
             target = str(tmp_path / f"copy{kills}")
             shutil.copytree(root, target)
             on_copy += 1
@@ -381,13 +432,16 @@ def test_sigkill_during_compaction(tmp_path):
         p = store.topic(TOPIC).partition(0)
         nsegs = len(p.segments)
         final = p.log_end_offset
-    print(f"\ncompaction crash test: {kills} kills in {elapsed:.1f}s, states at kill {states}, {on_copy} recovered "
-          f"on a copy, log end {final}, {nsegs} segments, {removed_by_parent} records removed by the parent")
-    assert kills >= COMPACT_KILLS
+    print(f"\ncompaction crash test: {kills} kills in {elapsed:.1f}s, states at kill {states} ({scripted} "
+          f"scripted), {on_copy} recovered on a copy, log end {final}, {nsegs} segments, {removed_by_parent} "
+          f"records removed by the parent")
+    assert kills == COMPACT_KILLS
+    # Each scripted child appended past three rolls of small batches (over two segments of records).
     assert final > 1000, "children wrote too little"
-    assert (states.get("committed swap", 0) >= 6 and states.get("renamed to .swap", 0) >= 2
-            and states.get("writing .cleaned", 0) >= 5), \
-        f"too few kills landed in the middle of a swap: {states}"
+    # Every state a crash mid-swap can leave was met (and recovered from) a known number of times.
+    n_scripted = len(range(SCRIPT_AT, COMPACT_KILLS, SCRIPT_EVERY))
+    assert sum(scripted.values()) == n_scripted and set(scripted) == set(COMPACT_SCRIPTS), scripted
+    assert min(scripted.values()) >= n_scripted // len(COMPACT_SCRIPTS), scripted
 
 
 # ----------------------------------------------------------------------------- 2. SIGKILL during retention
@@ -397,9 +451,13 @@ def _checkpoint_rename(src: str, dst: str) -> bool:
     return os.path.basename(dst) == "partition.checkpoint"
 
 
-def _retention_child(root: str, report: str, countdown: int, after: bool, ready_fd: int, seed: int) -> None:
+def _retention_child(root: str, report: str, countdown: int, after: bool, script: str | None, ready_fd: int,
+                     seed: int) -> None:
     """Append, flush, report; enforce retention or delete records; report: forever.
-    Report = (flushed end, log start offset after the last completed maintenance call)."""
+    Report = (flushed end, log start offset after the last completed maintenance call).
+    ``script`` ("retention" or "delete_records"): first append past six rolls, flush and report, then do
+    that, which deletes segments, and kill this process just after it recorded the new log start (the
+    checkpoint's rename), before it unlinked any segment."""
     code = 0
     try:
         rng = random.Random(seed)
@@ -413,6 +471,16 @@ def _retention_child(root: str, report: str, countdown: int, after: bool, ready_
             nxt = append_expected(p, nxt, 1)  # becomes the writer: recovery, deletes segments below log start
         os.write(ready_fd, b"A")
         os.close(ready_fd)
+        if script is not None:
+            nxt = _append_past_rolls(p, nxt, 6)
+            p.flush()
+            _write_report(report, nxt, start)
+            with KillSwitch(1, True, renames=_checkpoint_rename, unlinks=False):
+                if script == "retention":
+                    store.enforce_retention(TOPIC)
+                else:
+                    store.delete_records(TOPIC, 0, nxt)
+            raise AssertionError(f"scripted {script} recorded no new log start")
         while True:
             nxt = append_expected(p, nxt, rng.randint(1, 40))
             p.flush()
@@ -470,15 +538,24 @@ def test_sigkill_during_retention(tmp_path):
     flushed = min_start = 0
     kills = 0
     mid_delete = 0
+    scripted: dict[str, int] = {}
     on_copy = 0
     t0 = time.monotonic()
     while kills < RETENTION_KILLS:
-        if kills % 2:
-            args = (root, report, rng.randint(1, 8), rng.random() < 0.5)
-            run_and_kill(ctx, _retention_child, args, rng, 0, self_kill=True)
+        # Every choice of the round is drawn here (see test_sigkill_during_compaction).
+        script = None
+        if kills % SCRIPT_EVERY == SCRIPT_AT:
+            script = ("retention", "delete_records")[kills // SCRIPT_EVERY % 2]
+        countdown, after = rng.randint(1, 8), rng.random() < 0.5
+        max_delay = rng.choice((0.02, 0.05, 0.1))
+        on_copy_roll = rng.random()
+        round_rng = random.Random(rng.randrange(1 << 30))
+        if script is not None:
+            run_and_kill(ctx, _retention_child, (root, report, 0, False, script), round_rng, 0, self_kill=True)
+        elif kills % 2:
+            run_and_kill(ctx, _retention_child, (root, report, countdown, after, None), round_rng, 0, self_kill=True)
         else:
-            run_and_kill(ctx, _retention_child, (root, report, 0, False), rng,
-                         max_delay=rng.choice((0.02, 0.05, 0.1)))
+            run_and_kill(ctx, _retention_child, (root, report, 0, False, None), round_rng, max_delay=max_delay)
         kills += 1
         rep_flushed, rep_start = _read_report(report, 2)
         assert rep_flushed >= flushed, f"reported flushed offset went back: {rep_flushed} < {flushed}"
@@ -490,9 +567,13 @@ def test_sigkill_during_retention(tmp_path):
             start, _ = verify_retained(p, exp, flushed, min_start)
             if wholly_below(pdir, start):
                 mid_delete += 1  # killed after recording the new log start, before unlinking everything
+            if script is not None:
+                assert start > 0 and wholly_below(pdir, start), \
+                    f"a child scripted to die mid-{script} left log start {start} and no segment below it"
+                scripted[script] = scripted.get(script, 0) + 1
 
         # 2. A writer recovers it (sometimes on a copy: then the next child recovers the crash itself).
-        if rng.random() < 0.3:
+        if on_copy_roll < 0.3:
             target = str(tmp_path / f"copy{kills}")
             shutil.copytree(root, target)
             on_copy += 1
@@ -525,11 +606,15 @@ def test_sigkill_during_retention(tmp_path):
         final = p.log_end_offset
         start = p.log_start_offset
     print(f"\nretention crash test: {kills} kills in {elapsed:.1f}s, {mid_delete} between recording the log start "
-          f"and unlinking, {on_copy} recovered on a copy, log [{start}, {final})")
-    assert kills >= RETENTION_KILLS
-    assert final > 1000, "children wrote too little"
+          f"and unlinking ({scripted} scripted), {on_copy} recovered on a copy, log [{start}, {final})")
+    assert kills == RETENTION_KILLS
+    assert final > 1000, "children wrote too little"  # each scripted child appended past six rolls
     assert start > 0
-    assert mid_delete >= 3, "too few kills landed between recording the log start and unlinking the segments"
+    # Kills between recording the log start and unlinking the segments below it, by both ways of raising
+    # it, a known number of times (and each recovered from, checked above).
+    n_scripted = len(range(SCRIPT_AT, RETENTION_KILLS, SCRIPT_EVERY))
+    assert sum(scripted.values()) == n_scripted and set(scripted) == {"retention", "delete_records"}, scripted
+    assert mid_delete >= n_scripted
 
 
 # ----------------------------------------------------------------------------- 3. a reader process vs maintenance
