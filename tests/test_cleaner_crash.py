@@ -1,7 +1,9 @@
 """Crash and concurrency tests of compaction and retention with real processes.
 
 Like ``test_crash.py``: children are forked, report their progress through small files replaced
-atomically, and are SIGKILLed at staggered moments; the parent then reopens the store and checks it.
+atomically, and are SIGKILLed at staggered moments or kill themselves at a drawn file operation; every
+fourth kill is scripted to leave a chosen state, so that each state is met a known number of times
+whatever the machine's speed. The parent then reopens the store and checks it.
 
 Content is a pure function of the offset (:func:`content`): the record at offset ``o`` has a key drawn
 from ``NKEYS`` keys, a value of ``f"{o}:"`` plus bytes hashed from ``o``, and one record in eight is a
@@ -15,7 +17,8 @@ boundaries do not matter, and "nothing that was not written appears" is a per-re
   again and checked against the full compaction contract.
 * :func:`test_sigkill_during_retention`: the same with size/time retention and delete-records.
 * :func:`test_reader_process_during_compaction_and_deletion`: a reader process follows the log while
-  a writer process appends, compacts, enforces retention and deletes records.
+  a writer process appends, compacts, enforces retention and deletes records for a fixed number of
+  steps, now and then stopping the reader and raising the log start past it.
 * :func:`test_consumer_at_head_sees_every_record`: a consumer that reads to the head before each
   cleaning sees every record ever written.
 * :func:`test_reader_handle_opened_before_repeated_compactions`: a reader handle that listed the segments
@@ -623,19 +626,39 @@ def test_sigkill_during_retention(tmp_path):
 CONCURRENT_CONFIG = {"cleanup.policy": "compact,delete", "min.cleanable.dirty.ratio": 0.01,
                      "delete.retention.ms": DAY_MS, "segment.bytes": SEGMENT_BYTES,
                      "retention.bytes": SEGMENT_BYTES, "retention.ms": 7 * DAY_MS}
-WRITER_SECONDS = 4.0
+WRITER_STEPS = 1200
+#: Steps at which the writer stops the reader, raises the log start past the reader's position and lets
+#: it go on: the reader then must get OffsetOutOfRangeError and jump to the log start.
+STOP_READER_AT = (200, 500, 800, 1100)
 
 
-def _writer_proc(root: str, result: str, seed: int) -> None:
+def _handshake(fd_out: int, fd_in: int, send: bytes, n: int) -> bytes:
+    os.write(fd_out, send)
+    ready, _, _ = select.select([fd_in], [], [], 60)
+    assert ready, f"no answer within 60 s to {send!r}"
+    got = os.read(fd_in, n)
+    assert len(got) == n, f"short answer {got!r} to {send!r}"
+    return got
+
+
+def _writer_proc(root: str, result: str, seed: int, to_reader: int, from_reader: int) -> None:
+    """Append and maintain for WRITER_STEPS steps; at STOP_READER_AT, stop the reader ("P": it answers its
+    position), append and delete records past that position, and let it go on ("G", it answers "K")."""
     code = 0
     try:
         rng = random.Random(seed)
-        stats = {"compactions": 0, "removed": 0, "retention_deleted": 0, "delete_records": 0}
+        stats = {"compactions": 0, "removed": 0, "retention_deleted": 0, "delete_records": 0, "stopped": 0}
         with _open(root) as store:
             p = store.topic(TOPIC).partition(0)
             nxt = p.log_end_offset
-            deadline = time.monotonic() + WRITER_SECONDS
-            while time.monotonic() < deadline:
+            for step in range(WRITER_STEPS):
+                if step in STOP_READER_AT:
+                    pos = struct.unpack("<q", _handshake(to_reader, from_reader, b"P", 8))[0]
+                    nxt = append_expected(p, nxt, 20)
+                    p.delete_records(rng.randint(max(pos + 1, p.log_start_offset), nxt))
+                    assert p.log_start_offset > pos
+                    stats["stopped"] += 1
+                    assert _handshake(to_reader, from_reader, b"G", 1) == b"K"
                 nxt = append_expected(p, nxt, rng.randint(1, 50))
                 x = rng.random()
                 if x < 0.3:
@@ -661,11 +684,15 @@ def _writer_proc(root: str, result: str, seed: int) -> None:
         os._exit(code)
 
 
-def _reader_proc(root: str, result: str, stop: str, seed: int) -> None:
+def _reader_proc(root: str, result: str, stop: str, seed: int, from_writer: int, to_writer: int) -> None:
     """Follow the log from offset 0 (pausing now and then to fall behind); on OffsetOutOfRangeError jump to
-    the log start. Stops at the log end the parent names in ``stop`` once the writer has finished."""
+    the log start. Stops at the log end the parent names in ``stop`` once the writer has finished.
+
+    When the writer says "P", answer the position and wait for "G": the log start is then past it. Every
+    other time go on with a new handle (a consumer process restarting from its committed offset), else with
+    the same one, once it sees the new log start (asking for it, as a consumer resetting to earliest does)."""
     code = 0
-    out = {"seen": 0, "resets": 0, "reads": 0, "errors": [], "pos": 0}
+    out = {"seen": 0, "resets": 0, "reads": 0, "errors": [], "pos": 0, "stopped": 0}
     try:
         rng = random.Random(seed)
         exp = Expected()
@@ -689,6 +716,25 @@ def _reader_proc(root: str, result: str, stop: str, seed: int) -> None:
                         store = _open(root)
                         p = store.topic(TOPIC).partition(0)
                     next_pause = time.monotonic() + 0.5
+                if select.select([from_writer], [], [], 0)[0]:
+                    assert os.read(from_writer, 1) == b"P"
+                    assert _handshake(to_writer, from_writer, struct.pack("<q", pos), 1) == b"G"
+                    out["stopped"] += 1
+                    if out["stopped"] % 2:
+                        store.close()
+                        store = _open(root)
+                        p = store.topic(TOPIC).partition(0)
+                    else:
+                        deadline = time.monotonic() + 60  # a hang guard
+                        while p.log_start_offset <= pos:
+                            assert time.monotonic() < deadline, "the reader never saw the raised log start"
+                            time.sleep(0.001)
+                    os.write(to_writer, b"K")
+                    try:
+                        p.read(pos)
+                        out["errors"].append(f"read at {pos}, below the log start {p.log_start_offset}, succeeded")
+                    except pylog.OffsetOutOfRangeError:
+                        pass
                 try:
                     recs = p.read(pos, max_records=rng.choice((1, 7, 50, 500)))
                 except pylog.OffsetOutOfRangeError as exc:
@@ -746,12 +792,16 @@ def test_reader_process_during_compaction_and_deletion(tmp_path):
         store.create_topic(TOPIC, partitions=1, config=CONCURRENT_CONFIG)
     ctx = multiprocessing.get_context("fork")
     wres, rres, stop = (str(tmp_path / n) for n in ("writer.json", "reader.json", "stop"))
-    reader = ctx.Process(target=_reader_proc, args=(root, rres, stop, 7), daemon=True)
-    writer = ctx.Process(target=_writer_proc, args=(root, wres, 11), daemon=True)
+    w2r_r, w2r_w = os.pipe()
+    r2w_r, r2w_w = os.pipe()
+    reader = ctx.Process(target=_reader_proc, args=(root, rres, stop, 7, w2r_r, r2w_w), daemon=True)
+    writer = ctx.Process(target=_writer_proc, args=(root, wres, 11, w2r_w, r2w_r), daemon=True)
     try:
         reader.start()
         writer.start()
-        writer.join(WRITER_SECONDS + 30)
+        for fd in (w2r_r, w2r_w, r2w_r, r2w_w):
+            os.close(fd)
+        writer.join(300)  # a hang guard
         assert writer.exitcode == 0, f"writer exit code {writer.exitcode}"
         with open(wres) as f:
             wstats = json.load(f)
@@ -774,7 +824,10 @@ def test_reader_process_during_compaction_and_deletion(tmp_path):
     assert reader.exitcode == 0
     assert rstats["pos"] == wstats["end"]
     assert rstats["seen"] > 1000
-    assert rstats["resets"] > 0, "the reader never fell behind the log start"
+    # Each stop raised the log start past the reader, whose next read then reset it (more resets come from
+    # its own pauses, as timing has it).
+    assert wstats["stopped"] == rstats["stopped"] == len(STOP_READER_AT)
+    assert rstats["resets"] >= len(STOP_READER_AT), "the reader did not reset after falling behind the log start"
     assert wstats["compactions"] > 10 and wstats["removed"] > 0, wstats
     assert wstats["retention_deleted"] > 0 and wstats["delete_records"] > 0, wstats
     with _open(root) as store:
