@@ -655,7 +655,8 @@ def _writer_proc(root: str, result: str, seed: int, to_reader: int, from_reader:
                 if step in STOP_READER_AT:
                     pos = struct.unpack("<q", _handshake(to_reader, from_reader, b"P", 8))[0]
                     nxt = append_expected(p, nxt, 20)
-                    p.delete_records(rng.randint(max(pos + 1, p.log_start_offset), nxt))
+                    low = max(pos + 1, p.log_start_offset)  # (where the reader is is up to timing)
+                    p.delete_records(low + int(rng.random() * (nxt - low + 1)))
                     assert p.log_start_offset > pos
                     stats["stopped"] += 1
                     assert _handshake(to_reader, from_reader, b"G", 1) == b"K"
@@ -668,7 +669,9 @@ def _writer_proc(root: str, result: str, seed: int, to_reader: int, from_reader:
                 elif x < 0.4:
                     stats["retention_deleted"] += len(store.enforce_retention(TOPIC)[0].deleted_segments)
                 elif x < 0.45:
-                    p.delete_records(rng.randint(p.log_start_offset, min(nxt, p.log_start_offset + 1000)))
+                    # One draw whatever the range, so that the writer's choices follow from the seed alone.
+                    start = p.log_start_offset
+                    p.delete_records(start + int(rng.random() * (min(nxt, start + 1000) - start + 1)))
                     stats["delete_records"] += 1
                 if rng.random() < 0.3:
                     p.flush()
