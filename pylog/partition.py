@@ -567,7 +567,10 @@ class Partition:
 
     @property
     def log_start_offset(self) -> int:
-        """The first offset a reader may read."""
+        """The first offset a reader may read. A reader in another process than the writer looks for it as
+        :attr:`log_end_offset` does (see :meth:`_refresh_locked`): a start that the writer's retention or
+        ``delete_records`` raised is seen by a reader that only asks for the start, not only by one that reads."""
+        self._refresh()
         return self._log_start
 
     @property
