@@ -7,7 +7,8 @@ Invariants:
 - Topic names follow Kafka's rule minus pylog's own root entries (pylog/filenames.py), so a topic
   directory never escapes the store nor takes the place of the marker, the producer id file, a deletion
   leftover or an internal directory. Internal (``__``) topics can be read but not created, deleted or
-  altered through this API.
+  altered through this API. A legacy topic (a name earlier versions allowed, see
+  :func:`pylog.filenames.legacy_topic_name`) that exists is used like any other; none is created.
 - Any number of stores may be open on one directory, in one or many processes; each partition has one
   writer at a time (the first handle to write takes its lock), readers need no lock.
 - Closing the store flushes and cleanly closes every partition it wrote to, so the next open need not
@@ -27,12 +28,13 @@ import threading
 import uuid
 from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
 
-from .config import TopicConfig, split_store_options, validate
+from .config import TopicConfig, split_store_options, stored_config
 from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, ReadOnlyStoreError, StoreClosedError,
                      TopicExistsError, UnknownStoreError, UnknownTopicError)
 from .fileio import atomic_write, fsync_dir, write_faults
 from .filenames import (DELETING_PREFIX, GROUPS_DIR, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE,
-                        TOPIC_FILE, deleting_name, is_internal_topic, topic_name_problem)
+                        TOPIC_FILE, deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
+                        topic_name_problem)
 from .records import crc32c
 from .cleaner import Cleaner, CleanerStatus
 from .cleaner_registry import CleanerPublisher, PublishedCleaner, published_cleaners
@@ -143,9 +145,13 @@ class Store:
 
     def _topic_dir(self, name: str, internal_ok: bool = True) -> str:
         problem = topic_name_problem(name, internal_ok)
-        if problem is not None:
+        if problem is not None and not (internal_ok and self._is_legacy(name)):
             raise InvalidTopicError(problem)
         return os.path.join(self.path, name)
+
+    def _is_legacy(self, name: object) -> bool:
+        """An existing topic whose name an earlier version allowed and the current rule refuses."""
+        return legacy_topic_name(name) and os.path.isfile(os.path.join(self.path, name, TOPIC_FILE))  # type: ignore[arg-type]
 
     @staticmethod
     def _check_not_internal(name: str, what: str) -> None:
@@ -186,7 +192,8 @@ class Store:
             t = self._topics.get(name)
             if t is None:
                 doc = read_topic_file(directory)
-                cfg = TopicConfig(validate(doc["config"]), self._defaults)
+                cfg = TopicConfig(stored_config(doc["config"], os.path.join(directory, TOPIC_FILE)),
+                                  self._defaults)
                 t = Topic(name, directory, cfg, doc["partitions"], self._settings["lock.timeout.ms"],
                           read_only=self.read_only)
                 self._topics[name] = t
@@ -198,14 +205,15 @@ class Store:
         names = []
         with os.scandir(self.path) as it:
             for entry in it:
-                if entry.is_dir() and topic_name_problem(entry.name, internal_ok=True) is None \
+                if entry.is_dir() and (topic_name_problem(entry.name, internal_ok=True) is None
+                                       or legacy_topic_name(entry.name)) \
                         and os.path.exists(os.path.join(entry.path, TOPIC_FILE)):
                     names.append(entry.name)
         return sorted(names)
 
     def __contains__(self, name: object) -> bool:
-        return topic_name_problem(name, internal_ok=True) is None and \
-            os.path.exists(os.path.join(self.path, name, TOPIC_FILE))
+        return (topic_name_problem(name, internal_ok=True) is None or legacy_topic_name(name)) and \
+            os.path.exists(os.path.join(self.path, name, TOPIC_FILE))  # type: ignore[arg-type]
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data. Takes every partition's writer lock first, so a topic another
@@ -364,7 +372,7 @@ class Store:
             from .errors import RebalanceInProgressError
             raise RebalanceInProgressError(f"group {group_id!r} has live members")
         n = self._group_offsets().delete(group_id) if OFFSETS_TOPIC in self else 0
-        shutil.rmtree(os.path.join(self.path, GROUPS_DIR, _group_dirname(group_id)), ignore_errors=True)
+        shutil.rmtree(os.path.join(self.path, GROUPS_DIR, _group_dirname(group_id, self.path)), ignore_errors=True)
         return n
 
     # ------------------------------------------------------------------ maintenance
@@ -557,9 +565,10 @@ def _maintain(p: Partition, work: Callable[..., _T], *args: Any, **kwargs: Any) 
 
 
 def _remove_leftovers(path: str) -> None:
-    """Finish deletions a crash interrupted."""
+    """Finish deletions a crash interrupted: only names exactly as :func:`deleting_name` makes them (a
+    legacy topic may be named ``.deleting-orders``)."""
     with os.scandir(path) as it:
         for entry in it:
-            if entry.name.startswith(_DELETING) and entry.is_dir():
+            if is_deletion_leftover(entry.name) and entry.is_dir():
                 shutil.rmtree(entry.path, ignore_errors=True)
 

@@ -29,7 +29,7 @@ import pytest
 import pylog
 from pylog import DiskFullError, ReadOnlyStoreError, StorePermissionError, TopicPartition, UnknownStoreError
 from pylog.fileio import fault
-from pylog.filenames import TMP_SUFFIX
+from pylog.filenames import TMP_SUFFIX, deleting_name
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -120,8 +120,9 @@ def _make_store(path: Path) -> None:
                 got += sum(len(v) for v in c.poll(timeout_ms=1000, max_records=100 - got).values())
             c.commit()
         store.commit_offsets("audit", {TopicPartition("events", 0): 7})
-    (path / ".deleting-old-0123").mkdir()
-    (path / ".deleting-old-0123" / "junk").write_bytes(b"x")
+    leftover = path / deleting_name("old", "0123" * 8)  # named as delete_topic names it (a uuid4 hex token)
+    leftover.mkdir()
+    (leftover / "junk").write_bytes(b"x")
 
 
 # ---------------------------------------------------------------------------------------------- a full disk
