@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pylog
-from pylog import compaction
-from pylog.compaction import OffsetMap, clean_partition, key_digests, read_cleaner_checkpoint
+from pylog.maintenance import compaction
+from pylog.maintenance.compaction import OffsetMap, clean_partition, key_digests, read_cleaner_checkpoint
 
 DAY = 86_400_000
 T0 = 1_800_000_000_000

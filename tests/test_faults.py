@@ -28,8 +28,8 @@ import pytest
 
 import pylog
 from pylog import DiskFullError, ReadOnlyStoreError, StorePermissionError, TopicPartition, UnknownStoreError
-from pylog.fileio import fault
-from pylog.filenames import TMP_SUFFIX
+from pylog.storage.fileio import fault
+from pylog.storage.filenames import TMP_SUFFIX
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -21,17 +21,17 @@ import numpy as np
 import pytest
 
 import pylog
-from pylog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from pylog.cleaner import CleanerStatus
-from pylog.cleaner_registry import PublishedCleaner, _read_status
-from pylog.compaction import CleanerCheckpoint, _read_manifest, _write_manifest, read_cleaner_checkpoint
-from pylog.fileio import checked, decode_doc, encode_doc, unchecked
-from pylog.groups import _decode_commit, _offset_key, _read_state
-from pylog.index import OffsetIndex, TimeIndex
-from pylog.producer_state import ProducerEntry, ProducerState
-from pylog.records import CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header
+from pylog.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from pylog.maintenance.cleaner import CleanerStatus
+from pylog.maintenance.cleaner_registry import PublishedCleaner, _read_status
+from pylog.maintenance.compaction import CleanerCheckpoint, _read_manifest, _write_manifest, read_cleaner_checkpoint
+from pylog.storage.fileio import checked, decode_doc, encode_doc, unchecked
+from pylog.clients.groups import _decode_commit, _offset_key, _read_state
+from pylog.storage.index import OffsetIndex, TimeIndex
+from pylog.storage.producer_state import ProducerEntry, ProducerState
+from pylog.storage.records import CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header
 from pylog.structs import TopicPartition
-from pylog.topic import read_topic_file, write_topic_file
+from pylog.storage.topic import read_topic_file, write_topic_file
 
 GOLDEN = Path(__file__).parent / "golden"
 SCRIPT = GOLDEN / "make_golden.py"

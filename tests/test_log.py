@@ -1,4 +1,4 @@
-"""pylog.log / pylog.topic: the store, topics, and the public API contract."""
+"""pylog.store / pylog.storage.topic: the store, topics, and the public API contract."""
 
 from __future__ import annotations
 
@@ -98,7 +98,7 @@ def test_interrupted_topic_deletion_is_finished_on_open(tmp_path):
 
 def test_close_goes_on_past_a_partition_that_fails(tmp_path, monkeypatch):
     """One partition whose close fails (a full disk) must not keep the others' writer locks held."""
-    from pylog.partition import Partition
+    from pylog.storage.partition import Partition
 
     path = tmp_path / "s"
     store = pylog.open(path)
@@ -126,7 +126,7 @@ def test_close_goes_on_past_a_partition_that_fails(tmp_path, monkeypatch):
 def test_topic_file_with_a_huge_partition_count_and_valid_crc_is_corrupt_not_a_memory_error(tmp_path):
     """topic.json is checksummed, but a count of 10**12 with a matching CRC used to size a list of 10**12
     slots when the topic opened (MemoryError; OverflowError for a longer number)."""
-    from pylog.topic import write_topic_file
+    from pylog.storage.topic import write_topic_file
     with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
         store.create_topic("t")
         directory = store.topic("t").directory
@@ -139,7 +139,7 @@ def test_topic_file_with_a_huge_partition_count_and_valid_crc_is_corrupt_not_a_m
 
 def test_producer_id_file_at_the_int64_limit_is_corrupt_not_a_struct_error(tmp_path):
     import struct
-    from pylog.records import crc32c
+    from pylog.storage.records import crc32c
     with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
         assert store.new_producer_id() == 0
         body = struct.pack("<q", (1 << 63) - 1)

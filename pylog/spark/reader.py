@@ -32,8 +32,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
-from ..log import Store
-from ..records import RecordColumns
+from ..store import Store
+from ..storage.records import RecordColumns
 from .options import DataLossError, InvalidOptionError, ReadOptions, Subscription, resolve_offset
 
 __all__ = [
@@ -107,8 +107,8 @@ def open_store(path: str) -> Store:
 
     :raises UnknownTopicError: when ``path`` holds no store on this machine.
     """
-    from ..filenames import STORE_FILE
-    from ..log import open as open_pylog
+    from ..storage.filenames import STORE_FILE
+    from ..store import open as open_pylog
 
     if not os.path.isfile(os.path.join(path, STORE_FILE)):
         raise UnknownTopicError(f"no pylog store at {path} on host {os.uname().nodename} "

@@ -8,7 +8,7 @@ back as it is.
 
 Invariants:
 - A row goes to its ``partition`` when given; otherwise a keyed row goes where pylog's producer (and
-  Kafka's Java client) would put it, ``murmur2(key) % partitions`` (:func:`pylog.partitioner.partitions_for_keys`);
+  Kafka's Java client) would put it, ``murmur2(key) % partitions`` (:func:`pylog.clients.partitioner.partitions_for_keys`);
   otherwise all key-less rows of one Arrow batch go to one partition, rotating from batch to batch.
 - Rows of one task keep their input order within each partition.
 - Each task buffers Arrow slices per partition and appends them in whole batches while holding the
@@ -36,12 +36,12 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                TimestampType)
 
 from ..errors import InvalidRecordError, InvalidTopicError, PartitionLockedError, UnknownTopicError
-from ..filenames import is_internal_topic
-from ..log import Store
-from ..log import open as open_pylog
-from ..partition import Partition
-from ..partitioner import partitions_for_keys
-from ..records import now_ms
+from ..storage.filenames import is_internal_topic
+from ..store import Store
+from ..store import open as open_pylog
+from ..storage.partition import Partition
+from ..clients.partitioner import partitions_for_keys
+from ..storage.records import now_ms
 from .options import InvalidOptionError, WriteOptions
 
 __all__ = ["PylogWriter", "PylogStreamWriter", "PylogCommitMessage", "write_batches", "check_write_schema",

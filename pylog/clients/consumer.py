@@ -3,7 +3,7 @@
 A consumer holds a *position* per assigned partition (the next offset to read) and reads from it with
 ``poll()`` or by iterating. Partitions come from ``assign()`` or from ``subscribe()`` (topics or a regex
 pattern; a pattern picks up topics created later). With a ``group_id``, a subscribing consumer is a member
-of a consumer group (:mod:`pylog.groups`): the group splits the partitions between its members, and a
+of a consumer group (:mod:`pylog.clients.groups`): the group splits the partitions between its members, and a
 position not set yet starts at the group's committed offset. Otherwise, or when nothing was committed, it
 is found with ``auto_offset_reset`` ("earliest", "latest" or "none"), and so is a position that retention
 or delete-records has since made invalid.
@@ -15,7 +15,7 @@ Invariants:
   process's append (the partition's condition variable, else a short poll of the log end), and never
   spins.
 - Paused partitions are never read; nor are a group member's partitions whose previous owner has not
-  let go yet (see :mod:`pylog.groups`: at most one member of a group reads a partition at any time).
+  let go yet (see :mod:`pylog.clients.groups`: at most one member of a group reads a partition at any time).
 - With ``enable_auto_commit``, positions are committed every ``auto_commit_interval_ms`` (during polls),
   before partitions are revoked in a rebalance, and on ``close()``. A member that dies leaves exactly the
   records its polls returned since its last completed commit uncommitted: those, and only those, are
@@ -32,18 +32,18 @@ import numpy as np
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Pattern
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
-from .errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeError, PylogError, ReadOnlyStoreError,
+from ..errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeError, PylogError, ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
-from .filenames import OFFSETS_TOPIC
+from ..storage.filenames import OFFSETS_TOPIC
 from .groups import GroupMember, check_group_id
-from .notify import Watch, wait_any
+from ..storage.notify import Watch, wait_any
 from .quotas import CONSUME
-from .records import gc_paused
-from .structs import OffsetAndMetadata, TopicPartition
+from ..storage.records import gc_paused
+from ..structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from .log import Store
-    from .partition import Partition
+    from ..store import Store
+    from ..storage.partition import Partition
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",
            "NoOffsetForPartitionError"]
@@ -584,7 +584,7 @@ class Consumer:
 
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: one sleep over every partition's wake-up word where the kernel
-        allows it (see :func:`pylog.notify.wait_any`), else on one partition at a time, a few ms each."""
+        allows it (see :func:`pylog.storage.notify.wait_any`), else on one partition at a time, a few ms each."""
         parts = [tp for tp in self._positions if tp not in self._paused and tp not in self._pending]
         remaining = deadline - time.monotonic()
         if self._member is not None:
@@ -615,7 +615,7 @@ class Consumer:
                 if w is None:
                     return False
                 watches.append(w)
-            seqs = [w.sequence() for w in watches]  # before the log ends: see pylog.notify
+            seqs = [w.sequence() for w in watches]  # before the log ends: see pylog.storage.notify
             for (p, offset), w, seq in zip(entries, watches, seqs):
                 if p.log_end_offset > offset:
                     w.found(seq)

@@ -49,22 +49,22 @@ from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple, Sequence
 import msgpack
 
 from .assignors import AbstractPartitionAssignor, assignor_named
-from .errors import (CorruptRecordError, InvalidConfigError, InvalidGroupError, PartitionLockedError,
+from ..errors import (CorruptRecordError, InvalidConfigError, InvalidGroupError, PartitionLockedError,
                      RebalanceInProgressError, TopicExistsError, UnknownTopicError)
-from .fileio import checked, decode_doc, encode_doc, read_checked, try_flock, unchecked, write_checked
-from .filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legal_name
-from .records import crc32c
-from .structs import OffsetAndMetadata, TopicPartition
+from ..storage.fileio import checked, decode_doc, encode_doc, read_checked, try_flock, unchecked, write_checked
+from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legal_name
+from ..storage.records import crc32c
+from ..structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from .log import Store
-    from .partition import Partition
-    from .topic import Topic
+    from ..store import Store
+    from ..storage.partition import Partition
+    from ..storage.topic import Topic
 
 __all__ = ["OFFSETS_TOPIC", "GROUPS_DIR", "CommittedOffsets", "GroupMember", "GroupDescription",
            "MemberDescription", "PartitionLag", "describe_group", "list_group_dirs", "check_group_id"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("pylog.groups")  # logger names are what operators filter on: unchanged by the move
 
 _STATE_MAGIC = b"PLGS"
 _MEMBER_MAGIC = b"PLGM"
@@ -369,7 +369,7 @@ def _valid_member_doc(doc: Any) -> bool:
 
 
 class GroupMember:
-    """One consumer's membership in a group (used by :class:`~pylog.consumer.Consumer`; not thread-safe).
+    """One consumer's membership in a group (used by :class:`~pylog.clients.consumer.Consumer`; not thread-safe).
 
     ``poll()`` is called on every consumer poll: it notices a new generation with one ``stat``, and every
     ``heartbeat_interval_ms`` probes the other members' locks to notice the dead.

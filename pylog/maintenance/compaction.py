@@ -35,7 +35,7 @@ Invariants:
   buffer is the workspace of the chunk being hashed), so the cleaner's memory for keys, map and merge
   workspace included, stays within ``log.cleaner.dedupe.buffer.size``.
 - Readers keep reading: old segments are unlinked, never closed under a reader (see
-  :mod:`pylog.partition`), and a reader whose segment was replaced retries on the new one.
+  :mod:`pylog.storage.partition`), and a reader whose segment was replaced retries on the new one.
 """
 
 from __future__ import annotations
@@ -50,16 +50,16 @@ from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import numpy as np
 
-from .errors import CorruptRecordError, PylogError
-from .fileio import fsync_dir, read_checked, write_checked
-from .filenames import (CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
+from ..errors import CorruptRecordError, PylogError
+from ..storage.fileio import fsync_dir, read_checked, write_checked
+from ..storage.filenames import (CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
                         SWAP_MANIFEST_FILE, SWAP_SUFFIX, TIMEINDEX_SUFFIX, TMP_SUFFIX, segment_path)
-from .index import OffsetIndex
-from .records import BatchView, encode_parts, now_ms
-from .segment import Segment
+from ..storage.index import OffsetIndex
+from ..storage.records import BatchView, encode_parts, now_ms
+from ..storage.segment import Segment
 
 if TYPE_CHECKING:
-    from .partition import Partition
+    from ..storage.partition import Partition
 
 __all__ = ["CleanResult", "CleanerCheckpoint", "OffsetMap", "key_digests", "map_capacity", "clean_partition", "cleanable_range",
            "finish_interrupted_swap", "read_cleaner_checkpoint", "BYTES_PER_KEY", "CleanerStoppedError"]
@@ -299,7 +299,7 @@ class CleanerCheckpoint:
         self.horizons = hz
 
     def encode(self) -> bytes:
-        """The file's body (:func:`~pylog.fileio.write_checked` adds the CRC)."""
+        """The file's body (:func:`~pylog.storage.fileio.write_checked` adds the CRC)."""
         return _CP_HEAD.pack(_CP_MAGIC, _CP_VERSION, len(self.horizons), 0) + b"".join(
             struct.pack("<qq", e, t) for e, t in self.horizons)
 

@@ -11,7 +11,7 @@ Seed 000 warns that a dead log-cleaner thread goes unnoticed until the disk fill
 - An error that escapes the loop kills the thread: it is logged and recorded, ``alive`` turns False, and
   ``store.check_health()`` raises :class:`~pylog.errors.CleanerError` from then on.
 - Other processes see the same status, with a heartbeat, through the store's cleaner status file
-  (:mod:`pylog.cleaner_registry`, ``store.cleaners()``, ``pylog health``).
+  (:mod:`pylog.maintenance.cleaner_registry`, ``store.cleaners()``, ``pylog health``).
 
 Invariants: the thread only maintains partitions this store already writes (it never takes a writer lock
 another process might want next); it holds no lock while sleeping; ``stop()`` interrupts a cleaning at
@@ -28,12 +28,12 @@ from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .compaction import CleanerStoppedError, CleanResult, clean_partition
-from .errors import CleanerError, StoreClosedError
-from .retention import RetentionResult
+from ..errors import CleanerError, StoreClosedError
+from ..storage.retention import RetentionResult
 
 if TYPE_CHECKING:
     from .cleaner_registry import CleanerPublisher
-    from .partition import Partition
+    from ..storage.partition import Partition
 
 __all__ = ["Cleaner", "CleanerStatus", "error_summary"]
 
@@ -87,7 +87,7 @@ class Cleaner:
     def __init__(self, name: str, partitions: Callable[[], Iterator["Partition"]], settings: dict[str, Any],
                  publisher: "CleanerPublisher | None" = None) -> None:
         self._partitions = partitions
-        #: Writes the status where other processes see it (pylog/cleaner_registry.py); None: nowhere.
+        #: Writes the status where other processes see it (pylog/maintenance/cleaner_registry.py); None: nowhere.
         self._publisher = publisher
         self.retention_interval = settings["log.retention.check.interval.ms"] / 1000
         self.backoff = settings["log.cleaner.backoff.ms"] / 1000
