@@ -24,7 +24,8 @@ import pylog
 from pylog.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from pylog.maintenance.cleaner import CleanerStatus
 from pylog.maintenance.cleaner_registry import PublishedCleaner, _read_status
-from pylog.maintenance.compaction import CleanerCheckpoint, _read_manifest, _write_manifest, read_cleaner_checkpoint
+from pylog.maintenance.compaction import CleanerCheckpoint, read_cleaner_checkpoint
+from pylog.storage.swap import read_manifest, write_manifest
 from pylog.storage.fileio import checked, decode_doc, encode_doc, unchecked
 from pylog.clients.groups import _decode_commit, _offset_key, _read_state
 from pylog.storage.index import OffsetIndex, TimeIndex
@@ -344,10 +345,10 @@ def test_pylog_reads_and_writes_the_golden_cleaner_checkpoint(tmp_path):
 def test_pylog_reads_and_writes_the_golden_swap_manifest(tmp_path):
     want = MANIFEST["files"]["cleaner.swap"]
     shutil.copy(GOLDEN / want["file"], tmp_path / "cleaner.swap")
-    assert [[new, old] for new, old in _read_manifest(str(tmp_path))] == want["groups"]
+    assert [[new, old] for new, old in read_manifest(str(tmp_path))] == want["groups"]
     out = tmp_path / "out"
     out.mkdir()
-    _write_manifest(str(out), [(new, old) for new, old in want["groups"]])
+    write_manifest(str(out), [(new, old) for new, old in want["groups"]])
     assert (out / "cleaner.swap").read_bytes() == _raw(want["file"])
 
 

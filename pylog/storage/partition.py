@@ -45,7 +45,6 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 import numpy as np
 
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from ..maintenance.compaction import finish_interrupted_swap
 from ..config import TopicConfig
 from ..errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
                      PartitionLockedError, ReadOnlyStoreError, RecordTooLargeError, StoreClosedError,
@@ -59,6 +58,7 @@ from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns,
 from .producer_state import ProducerState
 from .retention import RetentionResult, deletable_prefix
 from .segment import ReadSlice, Segment
+from .swap import finish_interrupted_swap
 from . import syncer
 
 __all__ = ["Partition", "DEFAULT_MAX_BYTES"]

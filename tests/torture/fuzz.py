@@ -61,6 +61,7 @@ import pylog  # noqa: E402
 from pylog import PylogError  # noqa: E402
 from pylog.storage import checkpoint as _checkpoint  # noqa: E402
 from pylog.maintenance import compaction as _compaction  # noqa: E402
+from pylog.storage import swap as _swap  # noqa: E402
 from pylog.clients import groups as _groups  # noqa: E402
 from pylog.maintenance.cleaner_registry import _MAGIC as _STATUS_MAGIC, published_cleaners  # noqa: E402
 from pylog.storage.fileio import checked, encode_doc  # noqa: E402
@@ -485,14 +486,14 @@ class SwapManifestDecoder(_CheckedFileDecoder):
     def make_seeds(self) -> list[Any]:
         out = []
         for groups in ([], [(0, [0, 10, 20])], [(-1, [5]), (30, [30, 40])]):
-            _compaction._write_manifest(self.work, groups)
+            _swap.write_manifest(self.work, groups)
             with open(os.path.join(self.work, self.filename), "rb") as f:
                 out.append(f.read())
         return out
 
     def feed(self, data: Any) -> None:
         self.write(data)
-        _compaction._read_manifest(self.work)
+        _swap.read_manifest(self.work)
 
 
 class _DocDecoder(_CheckedFileDecoder):
