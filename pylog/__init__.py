@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 from .clients.assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor
-from .maintenance.cleaner import CleanerStatus
+from .maintenance.cleaner_status import CleanerStatus
 from .maintenance.cleaner_registry import PublishedCleaner
 from .maintenance.compaction import CleanResult
 from .config import TopicConfig

@@ -34,7 +34,8 @@ from .storage.fileio import atomic_write, fsync_dir, write_faults
 from .storage.filenames import (DELETING_PREFIX, GROUPS_DIR, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE,
                         TOPIC_FILE, deleting_name, is_internal_topic, topic_name_problem)
 from .storage.records import crc32c
-from .maintenance.cleaner import Cleaner, CleanerStatus
+from .maintenance.cleaner import Cleaner
+from .maintenance.cleaner_status import CleanerStatus
 from .maintenance.cleaner_registry import CleanerPublisher, PublishedCleaner, published_cleaners
 from .maintenance.compaction import CleanResult, clean_partition, cleanable_range
 from .storage.partition import Partition
@@ -412,7 +413,7 @@ class Store:
         return out
 
     def cleaner_status(self) -> CleanerStatus:
-        """Health and totals of the background cleaner (see :class:`pylog.maintenance.cleaner.CleanerStatus`)."""
+        """Health and totals of the background cleaner (see :class:`pylog.maintenance.cleaner_status.CleanerStatus`)."""
         st = self._cleaner.status()
         for p in self._open_partitions():
             if p.is_writer and p.config.compact:

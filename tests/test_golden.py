@@ -22,7 +22,7 @@ import pytest
 
 import pylog
 from pylog.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from pylog.maintenance.cleaner import CleanerStatus
+from pylog.maintenance.cleaner_status import CleanerStatus
 from pylog.maintenance.cleaner_registry import PublishedCleaner, _read_status
 from pylog.maintenance.compaction import CleanerCheckpoint, read_cleaner_checkpoint
 from pylog.storage.swap import read_manifest, write_manifest

@@ -31,7 +31,7 @@ import argparse
 import os
 from typing import Any, TextIO
 
-from ..maintenance.cleaner import error_summary
+from ..maintenance.cleaner_status import error_summary
 from ..maintenance.cleaner_registry import HEARTBEAT_S, PublishedCleaner
 from ..maintenance.compaction import cleanable_range
 from ..config import STORE_SETTINGS

@@ -2,7 +2,7 @@
 
 Seed 000 warns that a dead log-cleaner thread goes unnoticed until the disk fills. Here it cannot:
 
-- :class:`CleanerStatus` (``store.cleaner_status()``) reports whether the thread is alive, when it last
+- :class:`~pylog.maintenance.cleaner_status.CleanerStatus` (``store.cleaner_status()``) reports whether the thread is alive, when it last
   ran, the last error with its traceback, bytes and records read and written, records and tombstones
   removed, segments and bytes deleted by retention, per-partition dirty ratios, and the partitions it
   gave up on.
@@ -24,60 +24,24 @@ import logging
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 from .compaction import CleanerStoppedError, CleanResult, clean_partition
 from ..errors import CleanerError, StoreClosedError
 from ..storage.retention import RetentionResult
+from .cleaner_registry import CleanerPublisher
+from .cleaner_status import CleanerStatus, error_summary
 
 if TYPE_CHECKING:
-    from .cleaner_registry import CleanerPublisher
     from ..storage.partition import Partition
 
-__all__ = ["Cleaner", "CleanerStatus", "error_summary"]
+__all__ = ["Cleaner"]
 
 log = logging.getLogger("pylog.cleaner")
 
 #: Longest sleep of the thread between looks at the partitions (seconds).
 _IDLE = 1.0
-
-
-def error_summary(text: str | None) -> str:
-    """The exception line of a recorded traceback (its last line), e.g. ``OSError: [Errno 28] ...``."""
-    lines = (text or "").strip().splitlines()
-    return lines[-1].strip() if lines else "no error recorded"
-
-
-@dataclass
-class CleanerStatus:
-    """A snapshot of the background cleaner's health and totals since the store opened."""
-
-    enabled: bool = True
-    alive: bool = False
-    started_at: float | None = None  # time.time()
-    last_run_start: float | None = None
-    last_run_end: float | None = None
-    runs: int = 0
-    last_error: str | None = None  # message and traceback
-    last_error_at: float | None = None
-    #: "topic-partition" -> the error that made the cleaner give up on it.
-    uncleanable: dict[str, str] = field(default_factory=dict)
-    bytes_read: int = 0
-    bytes_written: int = 0
-    records_read: int = 0
-    records_written: int = 0
-    records_removed: int = 0
-    tombstones_removed: int = 0
-    cleanings: int = 0
-    segments_deleted: int = 0
-    bytes_deleted: int = 0
-    #: "topic-partition" -> dirty ratio at the last look, for compacted partitions this store writes.
-    dirty_ratios: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def healthy(self) -> bool:
-        return (not self.enabled or self.alive) and not self.uncleanable
 
 
 class Cleaner:

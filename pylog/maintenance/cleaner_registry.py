@@ -41,7 +41,7 @@ import time
 from dataclasses import dataclass, fields
 from typing import Callable
 
-from .cleaner import CleanerStatus
+from .cleaner_status import CleanerStatus
 from ..errors import CorruptRecordError
 from ..storage.fileio import checked, decode_doc, encode_doc, try_flock, unchecked
 from ..storage.filenames import CLEANERS_DIR

@@ -617,7 +617,7 @@ class CleanerStatusDecoder(_DocDecoder):
         return super().make_seeds()
 
     def bodies(self) -> list[bytes]:
-        from pylog.maintenance.cleaner import CleanerStatus
+        from pylog.maintenance.cleaner_status import CleanerStatus
         from dataclasses import asdict
         st = asdict(CleanerStatus(alive=True, started_at=1.5, runs=3, last_error="boom", uncleanable={"t-0": "x"},
                                   dirty_ratios={"t-1": 0.25}))
