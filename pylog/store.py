@@ -25,13 +25,19 @@ import shutil
 import struct
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
+from .clients.consumer import Consumer
+from .clients.groups import (CommittedOffsets, GroupDescription, PartitionLag, check_group_id, describe_group,
+                             list_group_dirs, remove_group_dir)
+from .clients.producer import Producer
+from .clients.quotas import CONSUME, PRODUCE, QuotaManager
 from .config import TopicConfig, split_store_options, validate
-from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, ReadOnlyStoreError, StoreClosedError,
+from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, ReadOnlyStoreError,
+                     RebalanceInProgressError, StoreClosedError,
                      TopicExistsError, UnknownStoreError, UnknownTopicError)
 from .storage.fileio import atomic_write, fsync_dir, write_faults
-from .storage.filenames import (DELETING_PREFIX, GROUPS_DIR, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE,
+from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE,
                         TOPIC_FILE, deleting_name, is_internal_topic, topic_name_problem)
 from .storage.records import crc32c
 from .maintenance.cleaner import Cleaner
@@ -43,11 +49,6 @@ from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, TopicPartition
 from .storage.topic import Topic, call_each, read_topic_file, write_topic_file
 
-if TYPE_CHECKING:
-    from .clients.consumer import Consumer
-    from .clients.groups import CommittedOffsets, GroupDescription, PartitionLag
-    from .clients.quotas import QuotaManager
-    from .clients.producer import Producer
 
 __all__ = ["Store", "open"]
 
@@ -245,17 +246,18 @@ class Store:
                     p.config = new
             return new
 
-    def producer(self, **configs: Any) -> "Producer":
-        """A :class:`~pylog.clients.producer.Producer` on this store (kafka-python's ``KafkaProducer`` options)."""
-        from .clients.producer import Producer  # the clients sit above the store
+    def producer(self, **configs: Any) -> Producer:
+        """A :class:`~pylog.clients.producer.Producer` on this store (kafka-python's ``KafkaProducer`` options),
+        throttled by this store's quotas (:meth:`set_quota`)."""
         self._check_writable("make a producer")
-        return Producer(self, **configs)
+        return Producer(self, quotas=self._quotas, **configs)
 
-    def consumer(self, *topics: str, **configs: Any) -> "Consumer":
-        """A :class:`~pylog.clients.consumer.Consumer` on this store (kafka-python's ``KafkaConsumer`` options)."""
-        from .clients.consumer import Consumer  # the clients sit above the store
+    def consumer(self, *topics: str, **configs: Any) -> Consumer:
+        """A :class:`~pylog.clients.consumer.Consumer` on this store (kafka-python's ``KafkaConsumer`` options),
+        committing to this store's ``__consumer_offsets`` and throttled by its quotas (:meth:`set_quota`)."""
         self._check_open()
-        return Consumer(self, *topics, **configs)
+        offsets = self._group_offsets() if configs.get("group_id") is not None else None
+        return Consumer(self, *topics, quotas=self._quotas, offsets=offsets, **configs)
 
     def new_producer_id(self) -> int:
         """A producer id no other producer of this store has had, in any process (for idempotent appends).
@@ -290,12 +292,12 @@ class Store:
 
     # ------------------------------------------------------------------ consumer groups
 
-    def _group_offsets(self) -> "CommittedOffsets":
-        from .clients.groups import CommittedOffsets  # groups sit above the store
+    def _group_offsets(self) -> CommittedOffsets:
+        """This store's committed offsets (``__consumer_offsets``), made on first use; shared by its consumers."""
         self._check_open()
         with self._lock:
             if self._offsets is None:
-                self._offsets = CommittedOffsets(self)
+                self._offsets = CommittedOffsets(self, self._create_internal_topic)
             return self._offsets
 
     def _create_internal_topic(self, name: str, partitions: int, config: Mapping[str, Any]) -> Topic:
@@ -303,19 +305,16 @@ class Store:
 
     def consumer_groups(self) -> list[str]:
         """Ids of the groups that have members now or committed offsets, sorted."""
-        from .clients.groups import list_group_dirs
         return sorted(set(list_group_dirs(self.path)) | self._group_offsets().groups())
 
-    def describe_consumer_group(self, group_id: str) -> "GroupDescription":
+    def describe_consumer_group(self, group_id: str) -> GroupDescription:
         """The group's generation, assignment strategy, live members and their partitions."""
-        from .clients.groups import describe_group
         self._check_open()
         return describe_group(self.path, group_id)
 
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
         """Every offset ``group_id`` has committed (the next offset to consume, per partition).
         :raises InvalidGroupError: for an empty or non-str id, or one that is not valid UTF-8."""
-        from .clients.groups import check_group_id
         return self._group_offsets().fetch(check_group_id(group_id))
 
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
@@ -326,17 +325,15 @@ class Store:
         """
         self._check_writable(f"commit offsets for group {group_id!r}")
         if self.describe_consumer_group(group_id).members:
-            from .errors import RebalanceInProgressError
             raise RebalanceInProgressError(f"group {group_id!r} has live members; stop them before resetting "
                                            "its offsets")
         self._group_offsets().commit(group_id, {TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
                                                 else OffsetAndMetadata(int(om), "") for tp, om in offsets.items()})
 
-    def group_lag(self, group_id: str) -> dict[TopicPartition, "PartitionLag"]:
+    def group_lag(self, group_id: str) -> dict[TopicPartition, PartitionLag]:
         """Per partition the group has committed for: committed offset, log start and end offsets,
         lag (end - committed: records still to consume) and lead (committed - start: records retention
         may still remove before the group falls off the log). Partitions of deleted topics are left out."""
-        from .clients.groups import PartitionLag
         out = {}
         for tp, om in sorted(self.committed_offsets(group_id).items()):
             try:
@@ -351,13 +348,11 @@ class Store:
         """Forget a group with no live members: tombstone its committed offsets and remove its directory.
         Returns how many committed offsets it had. :raises RebalanceInProgressError: while it has members.
         """
-        from .clients.groups import _group_dirname
         self._check_writable(f"delete group {group_id!r}")
         if self.describe_consumer_group(group_id).members:
-            from .errors import RebalanceInProgressError
             raise RebalanceInProgressError(f"group {group_id!r} has live members")
         n = self._group_offsets().delete(group_id) if OFFSETS_TOPIC in self else 0
-        shutil.rmtree(os.path.join(self.path, GROUPS_DIR, _group_dirname(group_id)), ignore_errors=True)
+        remove_group_dir(self.path, group_id)
         return n
 
     # ------------------------------------------------------------------ maintenance
@@ -468,13 +463,11 @@ class Store:
     # ------------------------------------------------------------------ quotas
 
     @property
-    def _quotas(self) -> "QuotaManager":
-        """This store's :class:`~pylog.clients.quotas.QuotaManager`, made on first use: one budget per client id and
-        kind, shared by every producer and consumer of this store object. For the clients' own use, e.g.
-        ``store._quotas.throttle(client_id, "consume", nbytes)`` in a consumer's fetch path."""
+    def _quotas(self) -> QuotaManager:
+        """This store's :class:`~pylog.clients.quotas.QuotaManager`, made on first use: one budget per client id
+        and kind, shared by every producer and consumer of this store object (handed to each when made)."""
         manager = self.__dict__.get("_quota_manager")
         if manager is None:
-            from .clients.quotas import QuotaManager  # imported on first use
             with self._lock:
                 manager = self.__dict__.get("_quota_manager")
                 if manager is None:
@@ -491,7 +484,6 @@ class Store:
         :raises InvalidConfigError: for a rate that is not a positive number.
         """
         self._check_open()
-        from .clients.quotas import CONSUME, PRODUCE
         manager = self._quotas
         for kind, rate in ((PRODUCE, producer_byte_rate), (CONSUME, consumer_byte_rate)):
             if rate is not None:

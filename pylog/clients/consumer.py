@@ -35,14 +35,14 @@ from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assi
 from ..errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeError, PylogError, ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC
-from .groups import GroupMember, check_group_id
+from .groups import CommittedOffsets, GroupMember, check_group_id
 from ..storage.notify import Watch, wait_any
-from .quotas import CONSUME
+from .quotas import CONSUME, QuotaManager
+from .storeview import StoreView
 from ..storage.records import gc_paused
 from ..structs import OffsetAndMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from ..store import Store
     from ..storage.partition import Partition
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",
@@ -119,7 +119,8 @@ class Consumer:
     """Reads records from a store's partitions; kafka-python's ``KafkaConsumer`` API. Not thread-safe
     (like kafka-python's): use one consumer per thread."""
 
-    def __init__(self, store: "Store", *topics: str, **configs: Any) -> None:
+    def __init__(self, store: StoreView, *topics: str, quotas: QuotaManager, offsets: CommittedOffsets | None,
+                 **configs: Any) -> None:
         unknown = set(configs) - set(_DEFAULTS)
         if unknown:
             raise InvalidConfigError(f"unknown consumer option(s) {sorted(unknown)}")
@@ -165,7 +166,7 @@ class Consumer:
         self._cur: tuple[TopicPartition, list[ConsumerRecord], Iterator[ConsumerRecord]] | None = None
         self._closed = False
         self._group_id: str | None = cfg["group_id"]
-        self._offsets = store._group_offsets() if self._group_id is not None else None
+        self._offsets = offsets if self._group_id is not None else None
         self._strategies = strategies
         self._member: GroupMember | None = None  # while subscribed with a group_id
         self._group_topics: list[str] = []  # the subscribed topics that exist, as last told to the group
@@ -174,7 +175,7 @@ class Consumer:
         self._in_group_step = False
         self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
         self._committed_pos: dict[TopicPartition, int] = {}  # what this consumer last committed
-        self._quotas = store._quotas
+        self._quotas = quotas
         self._fetched_bytes = 0  # by the current fetch, counted only while this client has a quota
         self._throttle_total = self._throttle_max = 0.0
         self._throttled_fetches = 0

@@ -57,12 +57,12 @@ from ..errors import (InvalidConfigError, InvalidRecordError, InvalidTopicError,
                      PylogError, RecordTooLargeError, StoreClosedError)
 from ..storage.filenames import is_internal_topic
 from .partitioner import DefaultPartitioner
-from .quotas import PRODUCE
+from .quotas import PRODUCE, QuotaManager
+from .storeview import StoreView
 from ..storage.records import _column, now_ms
 from ..structs import RecordMetadata, TopicPartition
 
 if TYPE_CHECKING:
-    from ..store import Store
     from ..storage.partition import Partition
 
 __all__ = ["Producer", "FutureRecordMetadata", "ProducerTimeoutError"]
@@ -369,7 +369,7 @@ class Producer:
     sequence numbers). Broker options (``bootstrap_servers``, ...) raise :class:`InvalidConfigError`.
     """
 
-    def __init__(self, store: "Store", **configs: Any) -> None:
+    def __init__(self, store: StoreView, *, quotas: QuotaManager, **configs: Any) -> None:
         unknown = set(configs) - set(_DEFAULTS)
         if unknown & _NETWORK_OPTIONS:
             raise InvalidConfigError(f"pylog runs in-process, without a broker: {sorted(unknown & _NETWORK_OPTIONS)} "
@@ -388,7 +388,7 @@ class Producer:
         self.config = cfg
         self._store = store
         self._client_id = cfg["client_id"]
-        self._quotas = store._quotas
+        self._quotas = quotas
         self._key_ser = cfg["key_serializer"]
         self._value_ser = cfg["value_serializer"]
         self._batch_size = cfg["batch_size"]

@@ -23,8 +23,8 @@ delay is the ``X`` that solves ``observed * window / (window + X) == limit``. Th
 Where it is enforced: a producer records each drain's payload (values, keys, headers) and waits the delay
 before completing the drain's futures and starting the next (a Kafka broker delays its produce response
 the same way), see :mod:`pylog.clients.producer`; a consumer's fetch path calls
-``store._quotas.throttle(client_id, CONSUME, nbytes)`` (or :meth:`QuotaManager.record` to wait on its own
-terms).
+``quotas.throttle(client_id, CONSUME, nbytes)`` (or :meth:`QuotaManager.record` to wait on its own terms)
+on the manager its store handed it when it was made (``store.producer()``, ``store.consumer()``).
 
 Invariants:
 
@@ -216,7 +216,7 @@ class QuotaManager:
     def throttle(self, client_id: str | None, kind: str, nbytes: float) -> float:
         """:meth:`record`, then sleep the delay (with :attr:`sleep`); returns the delay slept, in seconds.
 
-        For a client's fetch or produce path: ``store._quotas.throttle(client_id, "consume", nbytes)``.
+        For a client's fetch or produce path: ``quotas.throttle(client_id, "consume", nbytes)``.
         """
         delay = self.record(client_id, kind, nbytes)
         if delay > 0:
