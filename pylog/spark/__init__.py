@@ -22,7 +22,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .options import DataLossError, InvalidOptionError
-from .source import NAME, PylogDataSource, kafka_schema
+from .batch import NAME, PylogDataSource, kafka_schema
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
