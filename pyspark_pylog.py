@@ -6,6 +6,6 @@ worker (``PYSPARK_PYTHON``), so this module must be importable there: a normal i
 one that puts the project directory on ``sys.path`` (see ``package_dir`` in setup.cfg).
 """
 
-from pylog.spark.batch import PylogDataSource as DefaultSource
+from pylog.spark.source import PylogDataSource as DefaultSource
 
 __all__ = ["DefaultSource"]

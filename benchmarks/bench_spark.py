@@ -76,7 +76,7 @@ def tuple_source() -> Any:
     """A minimal Python data source (``pylog_tuples``) that yields one tuple per record: the baseline."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from pylog.spark.batch import kafka_schema
+    from pylog.spark.source import kafka_schema
 
     class TupleReader(DataSourceReader):
         def __init__(self, path: str) -> None:
@@ -119,7 +119,7 @@ def arrow_ceiling_source() -> Any:
     memory, over and over: what Spark's Python data source path costs with no reading at all."""
     from pyspark.sql.datasource import DataSource, DataSourceReader, InputPartition
 
-    from pylog.spark.batch import kafka_schema
+    from pylog.spark.source import kafka_schema
 
     class CeilingReader(DataSourceReader):
         def __init__(self, rows: int) -> None:

@@ -220,7 +220,7 @@ def test_prorate_respects_the_limit():
 def test_arrow_schema_is_sparks():
     from pyspark.sql.pandas.types import to_arrow_schema
 
-    from pylog.spark.batch import kafka_schema
+    from pylog.spark.source import kafka_schema
 
     assert to_arrow_schema(kafka_schema(False), timezone="UTC").equals(ARROW_SCHEMA)
     assert to_arrow_schema(kafka_schema(True), timezone="UTC").equals(ARROW_SCHEMA_WITH_HEADERS)

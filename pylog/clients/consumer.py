@@ -29,7 +29,7 @@ import re
 import time
 
 import numpy as np
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Pattern
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Pattern
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
 from ..errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeError, PylogError, ReadOnlyStoreError,
@@ -41,9 +41,8 @@ from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from ..storage.records import gc_paused
 from ..structs import OffsetAndMetadata, TopicPartition
+from ..storage.partition import Partition
 
-if TYPE_CHECKING:
-    from ..storage.partition import Partition
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",
            "NoOffsetForPartitionError"]

@@ -45,7 +45,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 import msgpack
 
@@ -57,10 +57,9 @@ from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legal_name
 from ..storage.records import crc32c
 from ..structs import OffsetAndMetadata, TopicPartition
 from .storeview import StoreView
+from ..storage.partition import Partition
+from ..storage.topic import Topic
 
-if TYPE_CHECKING:
-    from ..storage.partition import Partition
-    from ..storage.topic import Topic
 
 __all__ = ["OFFSETS_TOPIC", "GROUPS_DIR", "CommittedOffsets", "GroupMember", "GroupDescription",
            "MemberDescription", "PartitionLag", "describe_group", "list_group_dirs", "remove_group_dir", "check_group_id"]

@@ -49,7 +49,7 @@ import logging
 import threading
 import time
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -61,9 +61,8 @@ from .quotas import PRODUCE, QuotaManager
 from .storeview import StoreView
 from ..storage.records import _column, now_ms
 from ..structs import RecordMetadata, TopicPartition
+from ..storage.partition import Partition
 
-if TYPE_CHECKING:
-    from ..storage.partition import Partition
 
 __all__ = ["Producer", "FutureRecordMetadata", "ProducerTimeoutError"]
 

@@ -25,16 +25,15 @@ import threading
 import time
 import traceback
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 from .compaction import CleanerStoppedError, CleanResult, clean_partition
 from ..errors import CleanerError, StoreClosedError
 from ..storage.retention import RetentionResult
 from .cleaner_registry import CleanerPublisher
 from .cleaner_status import CleanerStatus, error_summary
+from ..storage.partition import Partition
 
-if TYPE_CHECKING:
-    from ..storage.partition import Partition
 
 __all__ = ["Cleaner"]
 

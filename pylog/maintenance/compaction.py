@@ -47,7 +47,7 @@ import os
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
@@ -58,9 +58,8 @@ from ..storage.filenames import CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, SWAP_MA
 from ..storage.index import OffsetIndex
 from ..storage.records import BatchView, encode_parts, now_ms
 from ..storage.segment import Segment
+from ..storage.partition import Partition
 
-if TYPE_CHECKING:
-    from ..storage.partition import Partition
 
 __all__ = ["CleanResult", "CleanerCheckpoint", "OffsetMap", "key_digests", "map_capacity", "clean_partition", "cleanable_range",
            "read_cleaner_checkpoint", "BYTES_PER_KEY", "CleanerStoppedError"]

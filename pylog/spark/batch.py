@@ -1,14 +1,10 @@
-"""The ``pylog`` Spark data source: ``spark.read`` / ``readStream`` / ``write`` / ``writeStream`` ``.format("pylog")``.
+"""The batch read side of the ``pylog`` Spark data source: input partitions and the batch readers.
 
-:class:`PylogDataSource` is what ``pyspark_pylog.DefaultSource`` exports for discovery and what
-:func:`pylog.spark.register` registers. It parses options (:mod:`pylog.spark.options`) and hands out
-readers and writers; all work happens in :mod:`pylog.spark.reader`, :mod:`~pylog.spark.stream` and
-:mod:`~pylog.spark.writer`.
+:class:`~pylog.spark.source.PylogDataSource` hands out these readers; the streaming reader
+(:mod:`pylog.spark.stream`) reads its micro-batches through :class:`PylogInputPartition` and
+:func:`read_partition` too. The work itself (planning, Arrow conversion) is in :mod:`pylog.spark.reader`.
 
 Invariants:
-- The schema is the Kafka source's: ``key binary, value binary, topic string, partition int, offset long,
-  timestamp timestamp, timestampType int`` plus ``headers array<struct<key:string,value:binary>>`` with
-  ``includeHeaders=true``; a user-given schema must equal it.
 - Planning (``partitions()``) runs in a Python process on the driver and resolves every offset there; a
   task's :class:`PylogInputPartition` carries everything ``read()`` needs, because ``read()`` runs on an
   executor with a copy of the reader pickled before planning.
@@ -22,32 +18,12 @@ import datetime as _dt
 from typing import Any, Iterable, Iterator, List, Sequence
 
 import pyarrow as pa
-from pyspark.sql.datasource import DataSource, DataSourceReader, Filter, InputPartition
-from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
-                               TimestampType)
+from pyspark.sql.datasource import DataSourceReader, Filter, InputPartition
 
-from .options import InvalidOptionError, ReadOptions, parse_read_options, parse_write_options
+from .options import ReadOptions
 from .reader import OffsetRange, RangeFilter, filter_from_pushed, open_store, plan_ranges, read_range, split_ranges
 
-__all__ = ["PylogDataSource", "PylogBatchReader", "PylogFilteringBatchReader", "PylogInputPartition",
-           "kafka_schema", "NAME"]
-
-#: The format name: ``spark.read.format("pylog")``.
-NAME = "pylog"
-
-_HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
-
-
-def kafka_schema(include_headers: bool = False) -> StructType:
-    """The Kafka source's schema (with the ``headers`` column when ``include_headers``)."""
-    fields = [
-        StructField("key", BinaryType()), StructField("value", BinaryType()), StructField("topic", StringType()),
-        StructField("partition", IntegerType()), StructField("offset", LongType()),
-        StructField("timestamp", TimestampType()), StructField("timestampType", IntegerType()),
-    ]
-    if include_headers:
-        fields.append(StructField("headers", _HEADERS))
-    return StructType(fields)
+__all__ = ["PylogBatchReader", "PylogFilteringBatchReader", "PylogInputPartition", "read_partition"]
 
 
 class PylogInputPartition(InputPartition):
@@ -78,13 +54,6 @@ def _read(partition: PylogInputPartition) -> Iterator[pa.RecordBatch]:
         yield from read_range(store, partition.range, partition.include_headers, partition.fail_on_data_loss)
     finally:
         store.close()
-
-
-def _check_schema(schema: StructType | None, opts: ReadOptions) -> None:
-    expected = kafka_schema(opts.include_headers)
-    if schema is not None and schema != expected:
-        raise InvalidOptionError("schema", f"the pylog source's schema is fixed ({expected.simpleString()}); "
-                                 f"got {schema.simpleString()}")
 
 
 class PylogBatchReader(DataSourceReader):
@@ -125,42 +94,3 @@ class PylogFilteringBatchReader(PylogBatchReader):
     def pushFilters(self, filters: List[Filter]) -> Iterable[Filter]:
         self.pushed, remaining = filter_from_pushed(filters, _timestamp_ms)
         return remaining
-
-
-class PylogDataSource(DataSource):
-    """``format("pylog")``: the store directory is the path; options as Spark's Kafka source (docs/SPARK.md)."""
-
-    @classmethod
-    def name(cls) -> str:
-        return NAME
-
-    def schema(self) -> StructType:
-        # Parsed here too so that bad options fail at load(), not at the first action; whether the read is
-        # batch or streaming is not known yet, so the reader checks the options again.
-        return kafka_schema(parse_read_options(self.options, streaming=None).include_headers)
-
-    def reader(self, schema: StructType) -> DataSourceReader:
-        opts = parse_read_options(self.options)
-        _check_schema(schema, opts)
-        return PylogFilteringBatchReader(opts) if opts.filter_pushdown else PylogBatchReader(opts)
-
-    def streamReader(self, schema: StructType) -> Any:
-        from .stream import PylogStreamReader
-
-        opts = parse_read_options(self.options, streaming=True)
-        _check_schema(schema, opts)
-        return PylogStreamReader(opts)
-
-    def writer(self, schema: StructType, overwrite: bool) -> Any:
-        from .writer import PylogWriter
-
-        if overwrite:
-            raise InvalidOptionError("mode", "a pylog topic is append-only: use mode('append')")
-        return PylogWriter(parse_write_options(self.options), schema)
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
-        from .writer import PylogStreamWriter
-
-        if overwrite:
-            raise InvalidOptionError("outputMode", "a pylog topic is append-only: use outputMode('append')")
-        return PylogStreamWriter(parse_write_options(self.options), schema)
