@@ -5,17 +5,23 @@ Invariants:
 - A :class:`TopicConfig` only ever holds known names with validated, normalised values; unknown names and
   bad values raise :class:`~pylog.errors.InvalidConfigError` naming the setting.
 - Values given as strings (from a CLI or a JSON file) are parsed with the same rules as typed values.
+- Values read back from a topic's ``topic.json`` (:func:`stored_config`) that earlier versions accepted but
+  the current ranges do not (an int beyond a Java long, a NaN ratio) are clamped into range with a logged
+  warning rather than making the topic unopenable; values set through the API are checked strictly.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 from dataclasses import dataclass
 from typing import Any, Iterator, Mapping
 
 from .errors import InvalidConfigError
 
-__all__ = ["Setting", "SETTINGS", "TopicConfig", "STORE_SETTINGS", "LONG_MAX"]
+__all__ = ["Setting", "SETTINGS", "TopicConfig", "STORE_SETTINGS", "LONG_MAX", "stored_config"]
+
+log = logging.getLogger("pylog.config")
 
 LONG_MAX = (1 << 63) - 1
 INT_MAX = (1 << 31) - 1
@@ -118,7 +124,8 @@ def _parse(setting: Setting, value: Any) -> Any:
             elif not isinstance(value, int):
                 raise TypeError
             if not -LONG_MAX - 1 <= value <= LONG_MAX:  # Kafka's int settings are Java longs at most
-                raise ValueError
+                raise InvalidConfigError(f"{name}: {value!r} does not fit a Java long (at most {LONG_MAX}, "
+                                         "which already means 'forever' for a time in ms)")
         elif setting.kind == "float":
             if isinstance(value, bool):
                 raise TypeError
@@ -158,6 +165,44 @@ def _parse(setting: Setting, value: Any) -> Any:
                 raise InvalidConfigError(
                     f"{name}: {item!r}{extra} is not one of {', '.join(setting.choices)}")
     return value
+
+
+def _clamped(setting: Setting, value: Any) -> Any:
+    """``value`` moved into what :func:`_parse` accepts, when earlier versions accepted it but this one does
+    not: an int beyond a Java long (or the setting's range), a non-finite float (NaN compared false with
+    every bound; in ``min.cleanable.dirty.ratio`` it made every dirty partition compactable, as 0.0 does).
+    Any other value is returned as it is (and judged by :func:`_parse`)."""
+    lo = setting.minimum
+    hi = setting.maximum
+    if setting.kind == "int" and type(value) is int:
+        lo = -LONG_MAX - 1 if lo is None else max(int(lo), -LONG_MAX - 1)
+        hi = LONG_MAX if hi is None else min(int(hi), LONG_MAX)
+        return lo if value < lo else hi if value > hi else value
+    if setting.kind == "float" and type(value) is float and not math.isfinite(value):
+        if math.isnan(value):
+            return lo if lo is not None else 0.0
+        return (hi if hi is not None else 1.7976931348623157e308) if value > 0 else \
+            (lo if lo is not None else -1.7976931348623157e308)
+    return value
+
+
+def stored_config(overrides: Mapping[str, Any], source: str) -> dict[str, Any]:
+    """``overrides`` as read from ``source`` (a topic's ``topic.json``), parsed like :func:`validate` but
+    with numbers that earlier versions stored and the current ranges refuse clamped into range (see
+    :func:`_clamped`), each with a warning that names the file, the setting and how to set it for good.
+
+    :raises InvalidConfigError: for anything else wrong (an unknown name, a value of the wrong kind).
+    """
+    fixed: dict[str, Any] = {}
+    for key, value in overrides.items():
+        setting = SETTINGS.get(key)
+        new = _clamped(setting, value) if setting is not None else value
+        if new is not value:
+            log.warning("pylog: %s: %s = %r is out of range (an earlier version stored it); using %r. To keep a "
+                        "value of your choice, set it with store.alter_topic_config(topic, {%r: ...})",
+                        source, key, value, new, key)
+        fixed[key] = new
+    return validate(fixed)
 
 
 def validate(overrides: Mapping[str, Any] | None, table: Mapping[str, Setting] = SETTINGS) -> dict[str, Any]:

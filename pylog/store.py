@@ -7,7 +7,8 @@ Invariants:
 - Topic names follow Kafka's rule minus pylog's own root entries (pylog/storage/filenames.py), so a topic
   directory never escapes the store nor takes the place of the marker, the producer id file, a deletion
   leftover or an internal directory. Internal (``__``) topics can be read but not created, deleted or
-  altered through this API.
+  altered through this API. A legacy topic (a name earlier versions allowed, see
+  :func:`pylog.storage.filenames.legacy_topic_name`) that exists is used like any other; none is created.
 - Any number of stores may be open on one directory, in one or many processes; each partition has one
   writer at a time (the first handle to write takes its lock), readers need no lock.
 - Closing the store flushes and cleanly closes every partition it wrote to, so the next open need not
@@ -32,13 +33,14 @@ from .clients.groups import (CommittedOffsets, GroupDescription, PartitionLag, c
                              list_group_dirs, remove_group_dir)
 from .clients.producer import Producer
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
-from .config import TopicConfig, split_store_options, validate
+from .config import TopicConfig, split_store_options, stored_config
 from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, ReadOnlyStoreError,
                      RebalanceInProgressError, StoreClosedError,
                      TopicExistsError, UnknownStoreError, UnknownTopicError)
 from .storage.fileio import atomic_write, fsync_dir, write_faults
-from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE,
-                        TOPIC_FILE, deleting_name, is_internal_topic, topic_name_problem)
+from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
+                                deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
+                                topic_name_problem)
 from .storage.records import crc32c
 from .maintenance.cleaner import Cleaner
 from .maintenance.cleaner_status import CleanerStatus
@@ -56,6 +58,7 @@ _FORMAT = "pylog-store"
 _VERSION = 1
 _DELETING = DELETING_PREFIX
 _T = TypeVar("_T")
+log = logging.getLogger("pylog.store")
 _PRODUCER_IDS = PRODUCER_IDS_FILE
 
 
@@ -144,9 +147,13 @@ class Store:
 
     def _topic_dir(self, name: str, internal_ok: bool = True) -> str:
         problem = topic_name_problem(name, internal_ok)
-        if problem is not None:
+        if problem is not None and not (internal_ok and self._is_legacy(name)):
             raise InvalidTopicError(problem)
         return os.path.join(self.path, name)
+
+    def _is_legacy(self, name: object) -> bool:
+        """An existing topic whose name an earlier version allowed and the current rule refuses."""
+        return legacy_topic_name(name) and os.path.isfile(os.path.join(self.path, name, TOPIC_FILE))  # type: ignore[arg-type]
 
     @staticmethod
     def _check_not_internal(name: str, what: str) -> None:
@@ -187,7 +194,8 @@ class Store:
             t = self._topics.get(name)
             if t is None:
                 doc = read_topic_file(directory)
-                cfg = TopicConfig(validate(doc["config"]), self._defaults)
+                cfg = TopicConfig(stored_config(doc["config"], os.path.join(directory, TOPIC_FILE)),
+                                  self._defaults)
                 t = Topic(name, directory, cfg, doc["partitions"], self._settings["lock.timeout.ms"],
                           read_only=self.read_only)
                 self._topics[name] = t
@@ -199,31 +207,39 @@ class Store:
         names = []
         with os.scandir(self.path) as it:
             for entry in it:
-                if entry.is_dir() and topic_name_problem(entry.name, internal_ok=True) is None \
+                if entry.is_dir() and (topic_name_problem(entry.name, internal_ok=True) is None
+                                       or legacy_topic_name(entry.name)) \
                         and os.path.exists(os.path.join(entry.path, TOPIC_FILE)):
                     names.append(entry.name)
         return sorted(names)
 
     def __contains__(self, name: object) -> bool:
-        return topic_name_problem(name, internal_ok=True) is None and \
-            os.path.exists(os.path.join(self.path, name, TOPIC_FILE))
+        return (topic_name_problem(name, internal_ok=True) is None or legacy_topic_name(name)) and \
+            os.path.exists(os.path.join(self.path, name, TOPIC_FILE))  # type: ignore[arg-type]
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data. Takes every partition's writer lock first, so a topic another
-        process is writing to is refused with :class:`~pylog.errors.PartitionLockedError`."""
+        process is writing to is refused with :class:`~pylog.errors.PartitionLockedError`. The lock only:
+        a partition is not recovered or checked first, so a damaged one is deleted too."""
         self._check_writable(f"delete topic {name!r}")
         self._check_not_internal(name, "deleted")
         with self._lock:
             topic = self.topic(name)
-            held = []
+            held, locked_here = [], []
             try:
                 for p in topic.partitions:
                     p.maintenance_lock.acquire()  # waits for a cleaning or retention pass under way
                     held.append(p)
-                    p._ensure_writer()
+                    if p._lock_for_discard():
+                        locked_here.append(p)
                 doomed = os.path.join(self.path, deleting_name(name, uuid.uuid4().hex))
                 with write_faults(f"deleting topic {name!r}", "the topic was not deleted"):
                     os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
+            except BaseException:
+                for p in locked_here:
+                    p._unlock_discard()
+                raise
+            else:
                 fsync_dir(self.path)
                 topic.close(discard=True)
                 self._topics.pop(name, None)
@@ -369,7 +385,10 @@ class Store:
         """Apply retention now to every partition (of ``topic``, or of every topic); returns what each
         pass did. Makes this store the writer of those partitions; partitions another process writes are
         left to it (their writer's background thread maintains them) and reported with ``reasons ==
-        ["locked"]``. ``now`` (ms) is for tests."""
+        ["locked"]``. A partition this store cannot become the writer of because it is damaged (its active
+        segment damaged in the middle after a clean close: :class:`~pylog.errors.CorruptRecordError`) is
+        logged as a warning, reported with ``reasons == ["damaged"]`` and left as it is, whole segments and
+        all, until ``pylog repair``; the other partitions are maintained. ``now`` (ms) is for tests."""
         self._check_writable("enforce retention")
         out = []
         for p in self._partitions_of(topic):
@@ -377,6 +396,10 @@ class Store:
                 r = _maintain(p, p.enforce_retention, now)
             except PartitionLockedError:
                 r = RetentionResult(p.topic, p.number, reasons=["locked"], log_start_offset=p.log_start_offset)
+            except CorruptRecordError as exc:
+                log.warning("retention of %s-%d skipped until `pylog repair STORE %s %d` (see `pylog verify`): %s",
+                            p.topic, p.number, p.topic, p.number, exc)
+                r = RetentionResult(p.topic, p.number, reasons=["damaged"], log_start_offset=p.log_start_offset)
             self._cleaner.add_retention(r)
             out.append(r)
         return out
@@ -535,9 +558,10 @@ def _maintain(p: Partition, work: Callable[..., _T], *args: Any, **kwargs: Any) 
 
 
 def _remove_leftovers(path: str) -> None:
-    """Finish deletions a crash interrupted."""
+    """Finish deletions a crash interrupted: only names exactly as :func:`deleting_name` makes them (a
+    legacy topic may be named ``.deleting-orders``)."""
     with os.scandir(path) as it:
         for entry in it:
-            if entry.name.startswith(_DELETING) and entry.is_dir():
+            if is_deletion_leftover(entry.name) and entry.is_dir():
                 shutil.rmtree(entry.path, ignore_errors=True)
 

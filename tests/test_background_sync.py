@@ -459,6 +459,39 @@ def test_flush_after_a_handover_fsyncs_what_this_handle_appended(tmp_path, fsync
         assert not _logs(fsyncs[done:], me)
 
 
+def test_a_handle_taking_turns_for_long_remembers_few_segments_and_its_flush_still_fsyncs_what_it_owes(
+        tmp_path, fsyncs) -> None:
+    """Two handles take turns with acks=1 and no flush policy, over many rolls and retention passes: each
+    handover remembers the segment file it appended to (release_writer does not fsync it); the handle
+    must not remember one per segment for its life, and what it appended must still be durable after its
+    flush (fsynced after its last append to the file, by anyone), or gone to retention."""
+    config = {"segment.bytes": 4096, "retention.bytes": 16384}
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False) as a, \
+            pylog.open(tmp_path / "s", log_cleaner_enable=False) as b:
+        pa = a.create_topic("t", 1, config=config).partition(0)
+        pb = b.topic("t").partition(0)
+        owed: dict[str, int] = {}  # file pa appended to -> len(fsyncs) after its last append there
+        most = 0
+        for turn in range(300):
+            for store, p in ((a, pa), (b, pb)):
+                p.wait_to_write(10_000)
+                p._append_values_in_turn([b"x" * 200] * 4, None, None, None, None, None)  # as a producer does
+                if p is pa:
+                    owed[os.path.realpath(p._view[0][-1].log_path)] = len(fsyncs)
+                if turn % 20 == 0:
+                    store.enforce_retention("t")
+                p.release_writer()
+            most = max(most, len(pa._handed_over))
+        assert len(owed) > 3 * 16  # many more segments than the handle may remember
+        assert most <= 16
+        pa.flush()
+        for path, after in owed.items():
+            assert not os.path.exists(path) or path in {f for _, f in fsyncs[after:]}, path
+        done = len(fsyncs)
+        pa.flush()  # all durable: nothing left to fsync
+        assert not _logs(fsyncs[done:], threading.current_thread().name)
+
+
 def test_flush_fsyncs_a_segment_the_next_writer_rolled_before_its_sync(tmp_path, fsyncs) -> None:
     """The file this handle appended to is sealed by another writer, whose background sync has not run:
     this handle's flush fsyncs it by name."""

@@ -1,7 +1,9 @@
 """Crash and concurrency tests of compaction and retention with real processes.
 
 Like ``test_crash.py``: children are forked, report their progress through small files replaced
-atomically, and are SIGKILLed at staggered moments; the parent then reopens the store and checks it.
+atomically, and are SIGKILLed at staggered moments or kill themselves at a drawn file operation; every
+fourth kill is scripted to leave a chosen state, so that each state is met a known number of times
+whatever the machine's speed. The parent then reopens the store and checks it.
 
 Content is a pure function of the offset (:func:`content`): the record at offset ``o`` has a key drawn
 from ``NKEYS`` keys, a value of ``f"{o}:"`` plus bytes hashed from ``o``, and one record in eight is a
@@ -15,7 +17,8 @@ boundaries do not matter, and "nothing that was not written appears" is a per-re
   again and checked against the full compaction contract.
 * :func:`test_sigkill_during_retention`: the same with size/time retention and delete-records.
 * :func:`test_reader_process_during_compaction_and_deletion`: a reader process follows the log while
-  a writer process appends, compacts, enforces retention and deletes records.
+  a writer process appends, compacts, enforces retention and deletes records for a fixed number of
+  steps, now and then stopping the reader and raising the log start past it.
 * :func:`test_consumer_at_head_sees_every_record`: a consumer that reads to the head before each
   cleaning sees every record ever written.
 * :func:`test_reader_handle_opened_before_repeated_compactions`: a reader handle that listed the segments
@@ -52,6 +55,11 @@ FAR_FUTURE = 10 * DAY_MS  # added to the wall clock: every tombstone is past del
 #: file operation (rename or unlink) of the maintenance it is doing (see KillSwitch).
 COMPACT_KILLS = 60
 RETENTION_KILLS = 60
+#: Kill i with i % SCRIPT_EVERY == SCRIPT_AT is scripted instead: the child appends past a few rolls (so it
+#: has something to clean or delete), then kills itself at a chosen file operation of its maintenance, so
+#: that each state a crash can leave is met a known number of times whatever the machine's speed.
+SCRIPT_EVERY = 4
+SCRIPT_AT = 3
 
 COMPACT_CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01, "delete.retention.ms": DAY_MS,
                   "segment.bytes": SEGMENT_BYTES}
@@ -151,7 +159,8 @@ def _wait_byte(fd: int, want: bytes, child: multiprocessing.Process) -> None:
 def run_and_kill(ctx, target, args: tuple, rng: random.Random, max_delay: float, self_kill: bool = False) -> None:
     """Fork ``target(*args, ready_fd, seed)``, wait until it has opened the store ("R") and mostly until it
     became the writer ("A", after its recovery), let it run 0..``max_delay`` s and SIGKILL it. With
-    ``self_kill`` the child SIGKILLs itself (see :class:`KillSwitch`): just wait for that."""
+    ``self_kill`` the child SIGKILLs itself (see :class:`KillSwitch`): just wait for that. ``rng`` is the
+    round's own generator, so that what it draws does not shift the draws of later rounds."""
     r_fd, w_fd = os.pipe()
     child = ctx.Process(target=target, args=(*args, w_fd, rng.randrange(1 << 30)), daemon=True)
     try:
@@ -159,7 +168,7 @@ def run_and_kill(ctx, target, args: tuple, rng: random.Random, max_delay: float,
         os.close(w_fd)
         w_fd = -1
         if self_kill:
-            child.join(30)
+            child.join(60)  # a hang guard: the child kills itself at a file operation it is bound to reach
             assert child.exitcode == -signal.SIGKILL, f"child exit code {child.exitcode} (expected to kill itself)"
             return
         _wait_byte(r_fd, b"R", child)
@@ -167,7 +176,7 @@ def run_and_kill(ctx, target, args: tuple, rng: random.Random, max_delay: float,
             _wait_byte(r_fd, b"A", child)
         else:
             max_delay = 0.02  # land in (or close to) the recovery of the previous crash
-        time.sleep(rng.uniform(0, max_delay))
+        time.sleep(rng.uniform(0, max_delay))  # not synchronisation: a random moment to kill at is the point
         assert child.is_alive(), f"child died by itself (exit code {child.exitcode})"
         os.kill(child.pid, signal.SIGKILL)
         child.join(10)
@@ -185,15 +194,16 @@ class KillSwitch:
     """In a child: SIGKILL this very process just before (or just after) the ``countdown``-th counted
     ``os.replace`` or ``os.unlink`` made while armed, so that kills land exactly between the file operations
     of a compaction swap, a retention deletion or their recovery. ``countdown`` 0: never. Every unlink
-    counts; a rename counts when ``renames(source, destination)`` says so (default: every one)."""
+    counts unless ``unlinks`` is false; a rename counts when ``renames(source, destination)`` says so
+    (default: every one)."""
 
-    def __init__(self, countdown: int, after: bool, renames=None) -> None:
+    def __init__(self, countdown: int, after: bool, renames=None, unlinks: bool = True) -> None:
         self.left = countdown
         self.after = after
         self.armed = False
         if countdown:
             os.replace = self._wrap(os.replace, renames)
-            os.unlink = self._wrap(os.unlink, None)
+            os.unlink = self._wrap(os.unlink, None if unlinks else (lambda *_: False))
 
     def _wrap(self, real, counts):
         def call(*args, **kwargs):
@@ -224,9 +234,36 @@ def _swap_rename(src: str, dst: str) -> bool:
     return not src.endswith(".tmp") and (".cleaned" in src or ".swap" in src) or dst.endswith("cleaner.swap")
 
 
-def _compact_child(root: str, report: str, countdown: int, after: bool, ready_fd: int, seed: int) -> None:
+def _cleaned_to_swap(src: str, dst: str) -> bool:
+    """A compaction swap's rename of a cleaned file to ``.swap`` (the first one ends "writing .cleaned")."""
+    return ".cleaned" in src and not src.endswith(".tmp") and dst.endswith(".swap")
+
+
+def _manifest_rename(src: str, dst: str) -> bool:
+    """The commit of a compaction swap: its manifest put in place."""
+    return os.path.basename(dst) == "cleaner.swap"
+
+
+#: Scripted kills of a compacting child: the state its directory is then in (see _swap_state), and the
+#: rename to kill at (before or after it).
+COMPACT_SCRIPTS = {"writing .cleaned": (_cleaned_to_swap, False), "renamed to .swap": (_cleaned_to_swap, True),
+                   "committed swap": (_manifest_rename, True)}
+
+
+def _append_past_rolls(p: pylog.Partition, nxt: int, rolls: int) -> int:
+    """Append the generator's records in small batches until the log has rolled ``rolls`` times more."""
+    want = len(p.segments) + rolls
+    while len(p.segments) < want:
+        nxt = append_expected(p, nxt, 5)
+    return nxt
+
+
+def _compact_child(root: str, report: str, countdown: int, after: bool, script: str | None, ready_fd: int,
+                   seed: int) -> None:
     """Append, flush, report, compact: forever. Report = (flushed end, expiry mark): the expiry mark is the
-    log end before the latest compaction with a far-future ``now`` began (tombstones below it may go)."""
+    log end before the latest compaction with a far-future ``now`` began (tombstones below it may go).
+    ``script`` (a key of COMPACT_SCRIPTS): first append past three rolls (something to clean), then kill
+    this process at the first compaction swap's rename that leaves the directory in that state."""
     code = 0
     try:
         rng = random.Random(seed)
@@ -240,6 +277,10 @@ def _compact_child(root: str, report: str, countdown: int, after: bool, ready_fd
         nxt = p.log_end_offset
         os.write(ready_fd, b"A")
         os.close(ready_fd)
+        if script is not None:
+            nxt = _append_past_rolls(p, nxt, 3)
+            renames, kill_after = COMPACT_SCRIPTS[script]
+            switch = KillSwitch(1, kill_after, renames=renames, unlinks=False)
         while True:
             nxt = append_expected(p, nxt, rng.randint(1, 60))
             p.flush()
@@ -319,24 +360,37 @@ def test_sigkill_during_compaction(tmp_path):
     flushed = expiry = 0
     kills = 0
     states: dict[str, int] = {}
+    scripted: dict[str, int] = {}
     on_copy = 0
     removed_by_parent = 0
     t0 = time.monotonic()
     while kills < COMPACT_KILLS:
-        if kills % 2:
+        # Every choice of the round is drawn here, whatever happens below: the kinds of kills, their
+        # countdowns and the recoveries on a copy follow from the seed alone, not from timing.
+        script = None
+        if kills % SCRIPT_EVERY == SCRIPT_AT:
+            script = list(COMPACT_SCRIPTS)[kills // SCRIPT_EVERY % len(COMPACT_SCRIPTS)]
+        countdown, after = rng.randint(1, 30), rng.random() < 0.5
+        max_delay = rng.choice((0.03, 0.08, 0.15))
+        on_copy_roll = rng.random()
+        round_rng = random.Random(rng.randrange(1 << 30))
+        if script is not None:
+            run_and_kill(ctx, _compact_child, (root, report, 0, False, script), round_rng, 0, self_kill=True)
+        elif kills % 2:
             # Killed at the n-th swap rename/unlink of its compactions (or of its recovery of the last crash).
-            args = (root, report, rng.randint(1, 30), rng.random() < 0.5)
-            run_and_kill(ctx, _compact_child, args, rng, 0, self_kill=True)
+            run_and_kill(ctx, _compact_child, (root, report, countdown, after, None), round_rng, 0, self_kill=True)
         else:
             # Staggered delays: most land in the map / rewrite phases, some in the swap.
-            run_and_kill(ctx, _compact_child, (root, report, 0, False), rng,
-                         max_delay=rng.choice((0.03, 0.08, 0.15)))
+            run_and_kill(ctx, _compact_child, (root, report, 0, False, None), round_rng, max_delay=max_delay)
         kills += 1
         rep_flushed, rep_expiry = _read_report(report, 2)
         assert rep_flushed >= flushed, f"reported flushed offset went back: {rep_flushed} < {flushed}"
         flushed, expiry = rep_flushed, max(expiry, rep_expiry)
         state = _swap_state(pdir)
         states[state] = states.get(state, 0) + 1
+        if script is not None:
+            assert state == script, f"a child scripted to die in state '{script}' left '{state}'"
+            scripted[state] = scripted.get(state, 0) + 1
 
         # 1. A lock-free reader of the crashed state, before anyone recovers it.
         with _open(root) as store:
@@ -345,7 +399,7 @@ def test_sigkill_during_compaction(tmp_path):
             assert not p.is_writer
 
         # 2. A writer recovers it: on the store itself, or on a copy (the next child then recovers the crash).
-        if rng.random() < 0.3:
+        if on_copy_roll < 0.3:
             target = str(tmp_path / f"copy{kills}")
             shutil.copytree(root, target)
             on_copy += 1
@@ -381,13 +435,16 @@ def test_sigkill_during_compaction(tmp_path):
         p = store.topic(TOPIC).partition(0)
         nsegs = len(p.segments)
         final = p.log_end_offset
-    print(f"\ncompaction crash test: {kills} kills in {elapsed:.1f}s, states at kill {states}, {on_copy} recovered "
-          f"on a copy, log end {final}, {nsegs} segments, {removed_by_parent} records removed by the parent")
-    assert kills >= COMPACT_KILLS
+    print(f"\ncompaction crash test: {kills} kills in {elapsed:.1f}s, states at kill {states} ({scripted} "
+          f"scripted), {on_copy} recovered on a copy, log end {final}, {nsegs} segments, {removed_by_parent} "
+          f"records removed by the parent")
+    assert kills == COMPACT_KILLS
+    # Each scripted child appended past three rolls of small batches (over two segments of records).
     assert final > 1000, "children wrote too little"
-    assert (states.get("committed swap", 0) >= 6 and states.get("renamed to .swap", 0) >= 2
-            and states.get("writing .cleaned", 0) >= 5), \
-        f"too few kills landed in the middle of a swap: {states}"
+    # Every state a crash mid-swap can leave was met (and recovered from) a known number of times.
+    n_scripted = len(range(SCRIPT_AT, COMPACT_KILLS, SCRIPT_EVERY))
+    assert sum(scripted.values()) == n_scripted and set(scripted) == set(COMPACT_SCRIPTS), scripted
+    assert min(scripted.values()) >= n_scripted // len(COMPACT_SCRIPTS), scripted
 
 
 # ----------------------------------------------------------------------------- 2. SIGKILL during retention
@@ -397,9 +454,13 @@ def _checkpoint_rename(src: str, dst: str) -> bool:
     return os.path.basename(dst) == "partition.checkpoint"
 
 
-def _retention_child(root: str, report: str, countdown: int, after: bool, ready_fd: int, seed: int) -> None:
+def _retention_child(root: str, report: str, countdown: int, after: bool, script: str | None, ready_fd: int,
+                     seed: int) -> None:
     """Append, flush, report; enforce retention or delete records; report: forever.
-    Report = (flushed end, log start offset after the last completed maintenance call)."""
+    Report = (flushed end, log start offset after the last completed maintenance call).
+    ``script`` ("retention" or "delete_records"): first append past six rolls, flush and report, then do
+    that, which deletes segments, and kill this process just after it recorded the new log start (the
+    checkpoint's rename), before it unlinked any segment."""
     code = 0
     try:
         rng = random.Random(seed)
@@ -413,6 +474,16 @@ def _retention_child(root: str, report: str, countdown: int, after: bool, ready_
             nxt = append_expected(p, nxt, 1)  # becomes the writer: recovery, deletes segments below log start
         os.write(ready_fd, b"A")
         os.close(ready_fd)
+        if script is not None:
+            nxt = _append_past_rolls(p, nxt, 6)
+            p.flush()
+            _write_report(report, nxt, start)
+            with KillSwitch(1, True, renames=_checkpoint_rename, unlinks=False):
+                if script == "retention":
+                    store.enforce_retention(TOPIC)
+                else:
+                    store.delete_records(TOPIC, 0, nxt)
+            raise AssertionError(f"scripted {script} recorded no new log start")
         while True:
             nxt = append_expected(p, nxt, rng.randint(1, 40))
             p.flush()
@@ -470,15 +541,24 @@ def test_sigkill_during_retention(tmp_path):
     flushed = min_start = 0
     kills = 0
     mid_delete = 0
+    scripted: dict[str, int] = {}
     on_copy = 0
     t0 = time.monotonic()
     while kills < RETENTION_KILLS:
-        if kills % 2:
-            args = (root, report, rng.randint(1, 8), rng.random() < 0.5)
-            run_and_kill(ctx, _retention_child, args, rng, 0, self_kill=True)
+        # Every choice of the round is drawn here (see test_sigkill_during_compaction).
+        script = None
+        if kills % SCRIPT_EVERY == SCRIPT_AT:
+            script = ("retention", "delete_records")[kills // SCRIPT_EVERY % 2]
+        countdown, after = rng.randint(1, 8), rng.random() < 0.5
+        max_delay = rng.choice((0.02, 0.05, 0.1))
+        on_copy_roll = rng.random()
+        round_rng = random.Random(rng.randrange(1 << 30))
+        if script is not None:
+            run_and_kill(ctx, _retention_child, (root, report, 0, False, script), round_rng, 0, self_kill=True)
+        elif kills % 2:
+            run_and_kill(ctx, _retention_child, (root, report, countdown, after, None), round_rng, 0, self_kill=True)
         else:
-            run_and_kill(ctx, _retention_child, (root, report, 0, False), rng,
-                         max_delay=rng.choice((0.02, 0.05, 0.1)))
+            run_and_kill(ctx, _retention_child, (root, report, 0, False, None), round_rng, max_delay=max_delay)
         kills += 1
         rep_flushed, rep_start = _read_report(report, 2)
         assert rep_flushed >= flushed, f"reported flushed offset went back: {rep_flushed} < {flushed}"
@@ -490,9 +570,13 @@ def test_sigkill_during_retention(tmp_path):
             start, _ = verify_retained(p, exp, flushed, min_start)
             if wholly_below(pdir, start):
                 mid_delete += 1  # killed after recording the new log start, before unlinking everything
+            if script is not None:
+                assert start > 0 and wholly_below(pdir, start), \
+                    f"a child scripted to die mid-{script} left log start {start} and no segment below it"
+                scripted[script] = scripted.get(script, 0) + 1
 
         # 2. A writer recovers it (sometimes on a copy: then the next child recovers the crash itself).
-        if rng.random() < 0.3:
+        if on_copy_roll < 0.3:
             target = str(tmp_path / f"copy{kills}")
             shutil.copytree(root, target)
             on_copy += 1
@@ -525,11 +609,15 @@ def test_sigkill_during_retention(tmp_path):
         final = p.log_end_offset
         start = p.log_start_offset
     print(f"\nretention crash test: {kills} kills in {elapsed:.1f}s, {mid_delete} between recording the log start "
-          f"and unlinking, {on_copy} recovered on a copy, log [{start}, {final})")
-    assert kills >= RETENTION_KILLS
-    assert final > 1000, "children wrote too little"
+          f"and unlinking ({scripted} scripted), {on_copy} recovered on a copy, log [{start}, {final})")
+    assert kills == RETENTION_KILLS
+    assert final > 1000, "children wrote too little"  # each scripted child appended past six rolls
     assert start > 0
-    assert mid_delete >= 3, "too few kills landed between recording the log start and unlinking the segments"
+    # Kills between recording the log start and unlinking the segments below it, by both ways of raising
+    # it, a known number of times (and each recovered from, checked above).
+    n_scripted = len(range(SCRIPT_AT, RETENTION_KILLS, SCRIPT_EVERY))
+    assert sum(scripted.values()) == n_scripted and set(scripted) == {"retention", "delete_records"}, scripted
+    assert mid_delete >= n_scripted
 
 
 # ----------------------------------------------------------------------------- 3. a reader process vs maintenance
@@ -538,19 +626,40 @@ def test_sigkill_during_retention(tmp_path):
 CONCURRENT_CONFIG = {"cleanup.policy": "compact,delete", "min.cleanable.dirty.ratio": 0.01,
                      "delete.retention.ms": DAY_MS, "segment.bytes": SEGMENT_BYTES,
                      "retention.bytes": SEGMENT_BYTES, "retention.ms": 7 * DAY_MS}
-WRITER_SECONDS = 4.0
+WRITER_STEPS = 1200
+#: Steps at which the writer stops the reader, raises the log start past the reader's position and lets
+#: it go on: the reader then must get OffsetOutOfRangeError and jump to the log start.
+STOP_READER_AT = (200, 500, 800, 1100)
 
 
-def _writer_proc(root: str, result: str, seed: int) -> None:
+def _handshake(fd_out: int, fd_in: int, send: bytes, n: int) -> bytes:
+    os.write(fd_out, send)
+    ready, _, _ = select.select([fd_in], [], [], 60)
+    assert ready, f"no answer within 60 s to {send!r}"
+    got = os.read(fd_in, n)
+    assert len(got) == n, f"short answer {got!r} to {send!r}"
+    return got
+
+
+def _writer_proc(root: str, result: str, seed: int, to_reader: int, from_reader: int) -> None:
+    """Append and maintain for WRITER_STEPS steps; at STOP_READER_AT, stop the reader ("P": it answers its
+    position), append and delete records past that position, and let it go on ("G", it answers "K")."""
     code = 0
     try:
         rng = random.Random(seed)
-        stats = {"compactions": 0, "removed": 0, "retention_deleted": 0, "delete_records": 0}
+        stats = {"compactions": 0, "removed": 0, "retention_deleted": 0, "delete_records": 0, "stopped": 0}
         with _open(root) as store:
             p = store.topic(TOPIC).partition(0)
             nxt = p.log_end_offset
-            deadline = time.monotonic() + WRITER_SECONDS
-            while time.monotonic() < deadline:
+            for step in range(WRITER_STEPS):
+                if step in STOP_READER_AT:
+                    pos = struct.unpack("<q", _handshake(to_reader, from_reader, b"P", 8))[0]
+                    nxt = append_expected(p, nxt, 20)
+                    low = max(pos + 1, p.log_start_offset)  # (where the reader is is up to timing)
+                    p.delete_records(low + int(rng.random() * (nxt - low + 1)))
+                    assert p.log_start_offset > pos
+                    stats["stopped"] += 1
+                    assert _handshake(to_reader, from_reader, b"G", 1) == b"K"
                 nxt = append_expected(p, nxt, rng.randint(1, 50))
                 x = rng.random()
                 if x < 0.3:
@@ -560,7 +669,9 @@ def _writer_proc(root: str, result: str, seed: int) -> None:
                 elif x < 0.4:
                     stats["retention_deleted"] += len(store.enforce_retention(TOPIC)[0].deleted_segments)
                 elif x < 0.45:
-                    p.delete_records(rng.randint(p.log_start_offset, min(nxt, p.log_start_offset + 1000)))
+                    # One draw whatever the range, so that the writer's choices follow from the seed alone.
+                    start = p.log_start_offset
+                    p.delete_records(start + int(rng.random() * (min(nxt, start + 1000) - start + 1)))
                     stats["delete_records"] += 1
                 if rng.random() < 0.3:
                     p.flush()
@@ -576,11 +687,15 @@ def _writer_proc(root: str, result: str, seed: int) -> None:
         os._exit(code)
 
 
-def _reader_proc(root: str, result: str, stop: str, seed: int) -> None:
+def _reader_proc(root: str, result: str, stop: str, seed: int, from_writer: int, to_writer: int) -> None:
     """Follow the log from offset 0 (pausing now and then to fall behind); on OffsetOutOfRangeError jump to
-    the log start. Stops at the log end the parent names in ``stop`` once the writer has finished."""
+    the log start. Stops at the log end the parent names in ``stop`` once the writer has finished.
+
+    When the writer says "P", answer the position and wait for "G": the log start is then past it. Every
+    other time go on with a new handle (a consumer process restarting from its committed offset), else with
+    the same one, once it sees the new log start (asking for it, as a consumer resetting to earliest does)."""
     code = 0
-    out = {"seen": 0, "resets": 0, "reads": 0, "errors": [], "pos": 0}
+    out = {"seen": 0, "resets": 0, "reads": 0, "errors": [], "pos": 0, "stopped": 0}
     try:
         rng = random.Random(seed)
         exp = Expected()
@@ -604,6 +719,25 @@ def _reader_proc(root: str, result: str, stop: str, seed: int) -> None:
                         store = _open(root)
                         p = store.topic(TOPIC).partition(0)
                     next_pause = time.monotonic() + 0.5
+                if select.select([from_writer], [], [], 0)[0]:
+                    assert os.read(from_writer, 1) == b"P"
+                    assert _handshake(to_writer, from_writer, struct.pack("<q", pos), 1) == b"G"
+                    out["stopped"] += 1
+                    if out["stopped"] % 2:
+                        store.close()
+                        store = _open(root)
+                        p = store.topic(TOPIC).partition(0)
+                    else:
+                        deadline = time.monotonic() + 60  # a hang guard
+                        while p.log_start_offset <= pos:
+                            assert time.monotonic() < deadline, "the reader never saw the raised log start"
+                            time.sleep(0.001)
+                    os.write(to_writer, b"K")
+                    try:
+                        p.read(pos)
+                        out["errors"].append(f"read at {pos}, below the log start {p.log_start_offset}, succeeded")
+                    except pylog.OffsetOutOfRangeError:
+                        pass
                 try:
                     recs = p.read(pos, max_records=rng.choice((1, 7, 50, 500)))
                 except pylog.OffsetOutOfRangeError as exc:
@@ -661,12 +795,16 @@ def test_reader_process_during_compaction_and_deletion(tmp_path):
         store.create_topic(TOPIC, partitions=1, config=CONCURRENT_CONFIG)
     ctx = multiprocessing.get_context("fork")
     wres, rres, stop = (str(tmp_path / n) for n in ("writer.json", "reader.json", "stop"))
-    reader = ctx.Process(target=_reader_proc, args=(root, rres, stop, 7), daemon=True)
-    writer = ctx.Process(target=_writer_proc, args=(root, wres, 11), daemon=True)
+    w2r_r, w2r_w = os.pipe()
+    r2w_r, r2w_w = os.pipe()
+    reader = ctx.Process(target=_reader_proc, args=(root, rres, stop, 7, w2r_r, r2w_w), daemon=True)
+    writer = ctx.Process(target=_writer_proc, args=(root, wres, 11, w2r_w, r2w_r), daemon=True)
     try:
         reader.start()
         writer.start()
-        writer.join(WRITER_SECONDS + 30)
+        for fd in (w2r_r, w2r_w, r2w_r, r2w_w):
+            os.close(fd)
+        writer.join(300)  # a hang guard
         assert writer.exitcode == 0, f"writer exit code {writer.exitcode}"
         with open(wres) as f:
             wstats = json.load(f)
@@ -689,7 +827,10 @@ def test_reader_process_during_compaction_and_deletion(tmp_path):
     assert reader.exitcode == 0
     assert rstats["pos"] == wstats["end"]
     assert rstats["seen"] > 1000
-    assert rstats["resets"] > 0, "the reader never fell behind the log start"
+    # Each stop raised the log start past the reader, whose next read then reset it (more resets come from
+    # its own pauses, as timing has it).
+    assert wstats["stopped"] == rstats["stopped"] == len(STOP_READER_AT)
+    assert rstats["resets"] >= len(STOP_READER_AT), "the reader did not reset after falling behind the log start"
     assert wstats["compactions"] > 10 and wstats["removed"] > 0, wstats
     assert wstats["retention_deleted"] > 0 and wstats["delete_records"] > 0, wstats
     with _open(root) as store:

@@ -202,6 +202,35 @@ def test_a_handle_taking_turns_checks_what_others_appended_since_its_last_turn(t
             pa.append_values([b"a1"])
 
 
+@pytest.mark.parametrize("past", [10, HEADER_SIZE - 1, HEADER_SIZE + 5])
+def test_a_handle_whose_checked_end_was_repaired_away_and_regrown_just_past_it_appends(tmp_path, past):
+    """Handle A remembers checking its active segment up to byte P. Handle B repairs the segment below P
+    and appends one batch that ends ``past`` bytes after P: what is at P is not A's next batch (a short
+    header, or the middle of B's batch). A must walk the segment again from byte 0 and append, not fail
+    with a foreign error (a short header read raised struct.error) on this and every later append."""
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as a, \
+            pylog.open(str(tmp_path), log_cleaner_enable=False) as b:
+        pa = a.create_topic(TOPIC).partition(0)
+        for o in range(4):
+            assert pa.append_values([b"x" * 100]) == o
+        pa.release_writer()
+        log = _log(tmp_path)
+        starts = _batch_starts(log)
+        checked_end = os.path.getsize(log)
+        _flip(log, starts[1][0] + _FLIPS["body"] - 40)  # a value byte of batch 1
+        pb = b.topic(TOPIC).partition(0)
+        pb.repair()
+        cut = os.path.getsize(log)
+        assert cut == starts[1][0]
+        overhead = starts[1][0] - 100  # one batch of one 100-byte value
+        assert pb.append_values([b"y" * (checked_end + past - cut - overhead)]) == 1
+        pb.release_writer()
+        assert os.path.getsize(log) == checked_end + past
+        assert pa.append_values([b"z"]) == 2
+        assert pa.append_values([b"z2"]) == 3
+        assert [r.value for r in pa.read(0, 10)][1:] == [b"y" * (checked_end + past - cut - overhead), b"z", b"z2"]
+
+
 # --------------------------------------------------------------------- reads that run into damage
 
 
@@ -314,3 +343,107 @@ def test_a_reader_in_another_process_gets_the_records_before_damage_while_a_writ
             assert child.wait(60) == 0
         finally:
             child.kill()
+
+
+# ------------------------------------------------- maintenance and deletion of a damaged partition
+
+
+def _two_topics_one_damaged(path) -> None:
+    """Topics ``a`` and ``b``, three segments each, retention.bytes keeping about one; cleanly closed, and
+    then ``a``'s active segment damaged in the middle (whole batches follow the bad one)."""
+    cfg = {"segment.bytes": 60000, "retention.bytes": 60000}
+    with pylog.open(str(path), log_cleaner_enable=False) as store:
+        for name in ("a", "b"):
+            p = store.create_topic(name, 1, config=cfg).partition(0)
+            for _ in range(1000):
+                p.append_values([b"x" * 100])
+            assert len(p.segments) == 3
+    adir = os.path.join(str(path), "a", "0")
+    active = os.path.join(adir, sorted(f for f in os.listdir(adir) if f.endswith(".log"))[-1])
+    _flip(active, _batch_starts(active)[5][0] + _FLIPS["body"])
+
+
+def _segment_count(path, topic: str) -> int:
+    return len([f for f in os.listdir(os.path.join(str(path), topic, "0")) if f.endswith(".log")])
+
+
+def test_deleting_a_topic_damaged_in_the_middle_after_a_clean_close_needs_no_repair(tmp_path):
+    """delete_topic takes the writer lock only: it does not open the partition for appending, whose check
+    of a damaged active segment refuses (and used to refuse the deletion too, until a repair)."""
+    _clean_store_damaged_in_the_middle(tmp_path)
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        with pytest.raises(pylog.CorruptRecordError, match="damaged in the middle"):
+            store.topic(TOPIC).partition(0).append_values([b"x"])
+        store.delete_topic(TOPIC)
+        assert TOPIC not in store.topics()
+        assert not os.path.exists(os.path.join(str(tmp_path), TOPIC))
+        store.create_topic(TOPIC).partition(0).append_values([b"fresh"])  # and the name is free again
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        assert [r.value for r in store.topic(TOPIC).partition(0).read(0, 10)] == [b"fresh"]
+
+
+def test_a_topic_deletion_that_fails_leaves_a_damaged_partition_locked_by_nobody(tmp_path, monkeypatch):
+    _clean_store_damaged_in_the_middle(tmp_path)
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        p = store.topic(TOPIC).partition(0)
+        real = os.rename
+
+        def refuse(src, dst, *a, **kw):
+            raise PermissionError(13, "Permission denied", src)
+        monkeypatch.setattr(os, "rename", refuse)
+        with pytest.raises(pylog.PylogError):
+            store.delete_topic(TOPIC)
+        monkeypatch.setattr(os, "rename", real)
+        assert not p.is_writer
+        with pytest.raises(pylog.CorruptRecordError, match="damaged in the middle"):
+            p.append_values([b"x"])  # the check is back, not an append into a half-opened partition
+        with pylog.open(str(tmp_path), log_cleaner_enable=False) as other:
+            other.topic(TOPIC).partition(0).repair()  # the lock is free
+
+
+def test_store_wide_retention_reports_a_damaged_partition_and_maintains_the_others(tmp_path, caplog):
+    _two_topics_one_damaged(tmp_path)
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        with caplog.at_level("WARNING"):
+            results = {r.topic: r for r in store.enforce_retention()}
+        assert results["a"].reasons == ["damaged"] and not results["a"].deleted_segments
+        assert results["b"].reasons == ["size"] and results["b"].deleted_segments
+        assert any("a-0" in m and "pylog repair" in m for m in caplog.messages)
+        assert _segment_count(tmp_path, "a") == 3 and _segment_count(tmp_path, "b") == 2
+        store.topic("a").partition(0).repair()
+        [r] = store.enforce_retention("a")
+        assert r.reasons == ["size"] and r.deleted_segments
+
+
+def test_pylog_retention_skips_a_damaged_partition_with_the_repair_command_and_exits_1(tmp_path):
+    import io
+    from pylog.__main__ import ExitCode, main
+    _two_topics_one_damaged(tmp_path)
+    out = io.StringIO()
+    assert main(["retention", str(tmp_path)], out) == ExitCode.PROBLEMS
+    lines = out.getvalue().splitlines()
+    assert "a-0: damaged, skipped (`pylog verify` shows the damage, `pylog repair STORE a 0` cuts the log there)" \
+        in lines
+    assert any(line.startswith("b-0: deleted 1 segment(s)") for line in lines)
+
+
+def test_the_cleaner_skips_a_damaged_partition_written_in_turns_until_it_is_repaired(tmp_path, caplog):
+    """A partition written in turns (Spark's writer) is maintained by whichever handle can take the lock.
+    Damaged, it refuses that: the cleaner warns, maintains the others, and takes it up again once it is
+    repaired, rather than marking it uncleanable (a cleaner error) for the rest of the process."""
+    _two_topics_one_damaged(tmp_path)
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        parts = [store.topic(n).partition(0) for n in ("a", "b")]
+        for p in parts:
+            p.transient = True
+        with caplog.at_level("WARNING"):
+            store._cleaner.run_retention()
+            store._cleaner.run_retention()
+        assert store._cleaner.status().uncleanable == {}
+        assert len([m for m in caplog.messages if "a-0" in m and "pylog repair" in m]) == 1
+        assert _segment_count(tmp_path, "a") == 3 and _segment_count(tmp_path, "b") == 2
+        parts[0].repair()
+        parts[0].release_writer()
+        store._cleaner.run_retention()
+        assert _segment_count(tmp_path, "a") == 2
+        assert store._cleaner.status().uncleanable == {}

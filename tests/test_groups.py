@@ -277,6 +277,31 @@ def test_dead_member_is_found_by_its_released_lock(store):
     a.close()
 
 
+def test_a_concurrent_describers_probe_does_not_make_a_dead_member_look_alive(store):
+    """describe_group probes each member's lock. Two describers at once (monitoring, `pylog groups
+    describe`) must not take each other's momentary probe for a live member: the probe is a shared lock."""
+    import fcntl
+    _fill(store, partitions=2, n=10)
+    a, b = _member(store, heartbeat_interval_ms=600_000, session_timeout_ms=1_200_000), \
+        _member(store, heartbeat_interval_ms=600_000, session_timeout_ms=1_200_000)
+    a.poll(0), b.poll(0), a.poll(0), b.poll(0)
+    member = b._member
+    path = os.path.join(member.directory, "members", member.member_id)
+    for tp in list(member._owned):  # "kill" b, as in the test above; nobody has noticed yet
+        os.close(member._owned.pop(tp))
+    os.close(member._member_fd)
+    member._member_fd = None
+    with pylog.open(store.path, read_only=True) as reader:
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # another describer's probe, held right now
+            for s in (store, reader):
+                assert [m.member_id for m in s.describe_consumer_group("g").members] == [a._member.member_id]
+        finally:
+            os.close(fd)
+    a.close()
+
+
 def test_corrupt_group_state_is_rebuilt(store, caplog):
     _fill(store, partitions=2, n=10)
     a = _member(store)

@@ -90,10 +90,12 @@ def test_closed_store_refuses_work(tmp_path):
 
 
 def test_interrupted_topic_deletion_is_finished_on_open(tmp_path):
-    os.makedirs(tmp_path / ".deleting-t-123" / "0")
+    from pylog.storage.filenames import deleting_name
+    leftover = deleting_name("t", "0123456789abcdef" * 2)  # as delete_topic names it (a uuid4 hex token)
+    os.makedirs(tmp_path / leftover / "0")
     with pylog.open(tmp_path) as store:
         assert store.topics() == []
-    assert not (tmp_path / ".deleting-t-123").exists()
+    assert not (tmp_path / leftover).exists()
 
 
 def test_close_goes_on_past_a_partition_that_fails(tmp_path, monkeypatch):

@@ -107,3 +107,52 @@ def test_a_producer_waiting_out_its_quota_delay_hands_its_partitions_over(tmp_pa
             assert part.append_values([b"other"]) == 1
     finally:
         slow.kill()
+
+
+_CROSSING_PRODUCER = """
+    import sys, pylog
+    path, mine, theirs, pass_under_way = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "pass"
+    store = pylog.open(path, log_cleaner_enable=False)
+    producer = store.producer(linger_ms=0)
+    producer.send("t", b"first", partition=mine).get(60)  # holds its own partition for a turn
+    print("holding", flush=True)
+    sys.stdin.readline()
+    part = store.topic("t").partition(mine)
+    if pass_under_way:  # a retention or compaction pass of the partition it holds, until told
+        part.maintenance_lock.acquire()
+    meta = producer.send("t", b"second", partition=theirs).get(60)  # a hang guard only
+    print("sent", meta.partition, meta.offset, part.is_writer, flush=True)
+    sys.stdin.readline()
+    if pass_under_way:
+        part.maintenance_lock.release()
+    producer.close()
+    store.close()
+    print("done", flush=True)
+"""
+
+
+def test_two_producer_processes_crossing_partitions_never_stall_while_a_pass_holds_one_of_them(tmp_path):
+    """Producer A holds partition 0, on which a pass is under way in its process, and sends to partition 1;
+    producer B holds partition 1 and sends to partition 0. B lets go of partition 1 before it waits, so A's
+    send completes while its pass still runs (before A lets go of anything); B's then completes once the
+    pass is over."""
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        store.create_topic("t", partitions=2)
+    a = Child(_CROSSING_PRODUCER, str(tmp_path), "0", "1", "pass", cwd=str(tmp_path))
+    b = Child(_CROSSING_PRODUCER, str(tmp_path), "1", "0", "-", cwd=str(tmp_path))
+    try:
+        a.expect("holding")
+        b.expect("holding")
+        a.send("go")
+        b.send("go")
+        assert a.expect("sent", timeout=120) == "1 1 True"  # partition 1, offset 1; partition 0 still held
+        a.send("end the pass")
+        assert b.expect("sent", timeout=120) == "0 1 False"  # it let go of partition 1 (to A)
+        b.send("close")
+        a.expect("done", timeout=120)
+        b.expect("done", timeout=120)
+        assert a.wait(60) == 0, a.err()
+        assert b.wait(60) == 0, b.err()
+    finally:
+        a.kill()
+        b.kill()

@@ -21,7 +21,7 @@ from pylog.storage.filenames import list_segment_bases
 from pylog.storage.records import encode_batch
 from pylog.storage.segment import Segment
 
-from storetools import read_all
+from storetools import read_all, wait_for
 
 TOPIC = "t"
 _FORK = multiprocessing.get_context("fork")
@@ -183,15 +183,20 @@ def test_reader_process_tails_writer_through_rolls_retention_and_compaction(tmp_
     make_topic(root, **{"segment.bytes": 4096, "index.interval.bytes": 256, "cleanup.policy": "compact,delete",
                         "retention.bytes": 12_000, "min.cleanable.dirty.ratio": 0.01,
                         "min.compaction.lag.ms": 0})
-    rng = random.Random(7)
+    # How much each round appends is drawn up front, not from the tail's generator (whose draws depend on
+    # how many reads fit in an append): which retention passes delete segments is then fixed by the seed.
+    # Seed 7: passes before the last one delete, so the view checks below cover a raised log start.
+    sizes_rng = random.Random(7)
+    sizes = [sizes_rng.randint(150, 400) for _ in range(12)]
     writer = Writer(root, seed=8)
     try:
         with pylog.open(root, log_cleaner_enable=False) as store:
             p = store.topic(TOPIC).partition(0)  # opened before anything was written
-            tail = Tail(p, rng)
+            tail = Tail(p, random.Random(9))
             removed = deleted = 0
+            starts = []
             for round_ in range(12):
-                writer.conn.send(("append", rng.randint(150, 400)))
+                writer.conn.send(("append", sizes[round_]))
                 while not writer.conn.poll():  # read while the writer appends and rolls
                     tail.step()
                 _, end, bases = writer.reply()
@@ -205,6 +210,7 @@ def test_reader_process_tails_writer_through_rolls_retention_and_compaction(tmp_
                     with pylog.open(root, log_cleaner_enable=False) as fresh:
                         fp = fresh.topic(TOPIC).partition(0)
                         assert p.log_start_offset == fp.log_start_offset
+                        starts.append(fp.log_start_offset)
                         expected = read_all(fp, fp.log_start_offset)
                     assert read_all(p, p.log_start_offset) == expected
                     assert p.check() == []
@@ -214,7 +220,37 @@ def test_reader_process_tails_writer_through_rolls_retention_and_compaction(tmp_
                     deleted += writer.call("retention")[1]
             assert tail.seen == end  # every record exactly once (Tail checks order and content)
             assert removed > 0 and deleted > 0, (removed, deleted)
-            assert p.log_start_offset > 0
+            assert starts[-1] > 0  # the reader followed a raised log start within the loop
+            # The last retention pass came after the reader's last look: it learns of it by asking.
+            with pylog.open(root, log_cleaner_enable=False) as fresh:
+                want = fresh.topic(TOPIC).partition(0).log_start_offset
+            assert want > starts[-1]  # (seed 7: the last pass deletes segments too)
+            assert wait_for(lambda: p.log_start_offset == want), (p.log_start_offset, want)
+            with pytest.raises(pylog.OffsetOutOfRangeError):
+                p.read(want - 1)
+        writer.call("quit")
+    finally:
+        writer.kill()
+
+
+def test_reader_asking_only_for_the_log_start_learns_of_retention_in_another_process(tmp_path):
+    """``beginning_offsets`` and a consumer's reset to earliest ask a partition for its log start and
+    nothing else: a reader handle must see a start the writer process raised, not the one it first saw."""
+    root = str(tmp_path / "s")
+    make_topic(root, **{"segment.bytes": 4096, "index.interval.bytes": 256, "retention.bytes": 8192})
+    writer = Writer(root, seed=3)
+    try:
+        with pylog.open(root, log_cleaner_enable=False) as store:
+            p = store.topic(TOPIC).partition(0)
+            assert p.log_start_offset == 0
+            bases = writer.call("append", 600)[2]
+            assert len(bases) > 3
+            assert writer.call("retention")[1] > 0
+            with pylog.open(root, log_cleaner_enable=False) as fresh:
+                want = fresh.topic(TOPIC).partition(0).log_start_offset
+            assert want > 0
+            assert wait_for(lambda: p.log_start_offset == want), (p.log_start_offset, want)
+            assert store.topic(TOPIC).beginning_offsets() == {0: want}
         writer.call("quit")
     finally:
         writer.kill()

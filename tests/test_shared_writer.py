@@ -133,6 +133,49 @@ def test_a_handover_does_not_wait_for_maintenance_under_way(tmp_path):
         assert b.topic("ev").partition(0).is_writer
 
 
+def test_a_send_does_not_wait_for_a_maintenance_pass_on_another_partition_its_producer_holds(tmp_path):
+    """Before waiting for partition 1 a producer lets go of partition 0, which it holds for a turn; a
+    retention or compaction pass of partition 0 under way must not hold the send up (nor count against
+    its max_block_ms): partition 0 stays held until the pass ends. No timed assertion: the send completes
+    while this thread still holds partition 0's maintenance lock (the 30 s is a hang guard)."""
+    with pylog.open(tmp_path, log_cleaner_enable=False) as a, pylog.open(tmp_path, log_cleaner_enable=False) as b:
+        a.create_topic("ev", partitions=2)
+        with a.producer(linger_ms=0) as pa, b.producer(linger_ms=0) as pb:
+            pa.send("ev", b"a0", partition=0).get(30)
+            pb.send("ev", b"b0", partition=1).get(30)  # pb hands partition 1 over when asked
+            p0 = a.topic("ev").partition(0)
+            assert p0.is_writer and b.topic("ev").partition(1).is_writer
+            with p0.maintenance_lock:  # a pass of partition 0 in store a
+                meta = pa.send("ev", b"a1", partition=1).get(30)
+                assert p0.is_writer  # not let go of while its pass is under way
+            assert (meta.partition, meta.offset) == (1, 1)
+            # The pass over, partition 0 goes to the next producer that waits for it.
+            assert pb.send("ev", b"b1", partition=0).get(30).offset == 1
+
+
+def test_a_producer_waiting_for_a_partition_lets_go_of_another_as_soon_as_its_pass_ends(tmp_path):
+    """A producer waiting for partition 1 could not let go of partition 0 (a pass was under way): its wait
+    must let go of it once the pass ends, not hold it until partition 1 comes (the handle holding
+    partition 1 here waits for partition 0 before it lets go of partition 1). Its sender thread is busy
+    in that wait: only the wait itself can let go."""
+    with pylog.open(tmp_path, log_cleaner_enable=False) as a, pylog.open(tmp_path, log_cleaner_enable=False) as b:
+        a.create_topic("ev", partitions=2)
+        with a.producer(linger_ms=0) as pa:
+            pa.send("ev", b"a0", partition=0).get(30)
+            p0 = a.topic("ev").partition(0)
+            q0, q1 = b.topic("ev").partition(0), b.topic("ev").partition(1)
+            q1.wait_to_write(10_000)  # held by b, which does not hand over on its own
+            with p0.maintenance_lock:  # a pass of partition 0 in store a
+                future = pa.send("ev", b"a1", partition=1)
+                assert _wait_for(q1.handover_wanted)  # pa waits for partition 1...
+                assert p0.is_writer  # ...still holding partition 0, whose pass is under way
+            q0.wait_to_write(30_000)  # the pass over: pa's wait lets go of partition 0
+            assert q0.append_values([b"b0"]) == 1
+            q1.release_writer()
+            assert future.get(30).offset == 0
+            q0.release_writer()
+
+
 def test_a_failed_release_still_lets_go_and_reads_on(tmp_path, monkeypatch):
     from pylog.storage.producer_state import ProducerState
     with pylog.open(tmp_path, log_cleaner_enable=False) as a, pylog.open(tmp_path, log_cleaner_enable=False) as b:

@@ -97,6 +97,10 @@ def _retention(args: argparse.Namespace, out: TextIO) -> ExitCode:
             if r.reasons == ["locked"]:
                 locked += 1
                 print(f"{r.topic}-{r.partition}: locked by another writer, skipped", file=out)
+            elif r.reasons == ["damaged"]:
+                locked += 1
+                print(f"{r.topic}-{r.partition}: damaged, skipped (`pylog verify` shows the damage, "
+                      f"`pylog repair STORE {r.topic} {r.partition}` cuts the log there)", file=out)
             else:
                 print(f"{r.topic}-{r.partition}: deleted {len(r.deleted_segments)} segment(s), {r.bytes_deleted} "
                       f"bytes ({','.join(r.reasons) or 'nothing due'}); log start {r.log_start_offset}", file=out)

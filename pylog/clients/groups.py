@@ -53,7 +53,7 @@ from .assignors import AbstractPartitionAssignor, assignor_named
 from ..errors import (CorruptRecordError, InvalidConfigError, InvalidGroupError, PartitionLockedError,
                      RebalanceInProgressError, TopicExistsError, UnknownTopicError)
 from ..storage.fileio import checked, decode_doc, encode_doc, read_checked, try_flock, unchecked, write_checked
-from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legal_name
+from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legacy_topic_name, legal_name
 from ..storage.records import crc32c
 from ..structs import OffsetAndMetadata, TopicPartition
 from .storeview import StoreView
@@ -80,11 +80,16 @@ _OFFSET_MAX = (1 << 63) - 1
 _PARTITION_MAX = (1 << 31) - 1
 
 
-def _group_dirname(group_id: str) -> str:
+def _group_dirname(group_id: str, store_path: str) -> str:
     # Readable where the id is a safe file name (Kafka's topic characters, not '.' or '..'); a digest
     # otherwise ('%' is not one of those characters, so the two kinds never collide). The id itself is
     # kept in the state file. Groups have a directory of their own, so no store-root name matters here.
     if legal_name(group_id) and len(group_id) <= 200:
+        return group_id
+    # Earlier versions' rule ('$' matched before a trailing newline) named such a group's directory by the
+    # id itself: an existing one keeps its state (generation, members) there; new ones get the digest.
+    if group_id.endswith("\n") and legal_name(group_id[:-1]) and len(group_id) <= 200 \
+            and os.path.isdir(os.path.join(store_path, GROUPS_DIR, group_id)):
         return group_id
     return "%" + hashlib.blake2b(group_id.encode("utf-8", "surrogatepass"), digest_size=16).hexdigest()
 
@@ -337,7 +342,7 @@ def _str_list(value: Any) -> bool:
 
 
 def _topic_list(value: Any) -> bool:
-    return type(value) is list and all(type(x) is str and legal_name(x) for x in value)
+    return type(value) is list and all(type(x) is str and (legal_name(x) or legacy_topic_name(x)) for x in value)
 
 
 def _valid_state(doc: Any) -> bool:
@@ -383,7 +388,7 @@ class GroupMember:
                  heartbeat_interval_ms: int) -> None:
         self.group_id = check_group_id(group_id)
         self._store = store
-        self.directory = os.path.join(store.path, GROUPS_DIR, _group_dirname(group_id))
+        self.directory = os.path.join(store.path, GROUPS_DIR, _group_dirname(group_id, store.path))
         self._members_dir = os.path.join(self.directory, "members")
         self._owners_dir = os.path.join(self.directory, "owners")
         self._state_path = os.path.join(self.directory, "state")
@@ -685,12 +690,19 @@ def list_group_dirs(store_path: str) -> list[str]:
 
 def remove_group_dir(store_path: str, group_id: str) -> None:
     """Remove ``group_id``'s membership directory (for deleting a group that has no live members)."""
-    shutil.rmtree(os.path.join(store_path, GROUPS_DIR, _group_dirname(check_group_id(group_id))), ignore_errors=True)
+    directory = os.path.join(store_path, GROUPS_DIR, _group_dirname(check_group_id(group_id), store_path))
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def describe_group(store_path: str, group_id: str) -> GroupDescription:
-    """The group's current generation, members (only live ones) and assignment."""
-    directory = os.path.join(store_path, GROUPS_DIR, _group_dirname(check_group_id(group_id)))
+    """The group's current generation, members (only live ones) and assignment.
+
+    A member is live while its process holds the exclusive ``flock`` on its member file. ``flock`` has no
+    test operation (``fcntl``'s F_GETLK sees POSIX locks, not these; ``/proc/locks`` hides other PID
+    namespaces'), so each member is probed with a momentary non-blocking *shared* lock, also on a
+    read-only store: it fails against a live member, and concurrent describers (shared with shared) do
+    not take each other's probes for a live member."""
+    directory = os.path.join(store_path, GROUPS_DIR, _group_dirname(check_group_id(group_id), store_path))
     state = _read_state(os.path.join(directory, "state")) or {}
     desc = GroupDescription(group_id, int(state.get("generation", 0)), str(state.get("protocol", "")))
     assignment = state.get("assignment") or {}
@@ -701,8 +713,11 @@ def describe_group(store_path: str, group_id: str) -> GroupDescription:
         except FileNotFoundError:
             continue
         try:
-            if try_flock(fd):
-                continue  # dead; the next member to look will rebalance
+            fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)
+        except BlockingIOError:
+            pass  # live: its member holds the exclusive lock
+        else:
+            continue  # dead; the next member to look will rebalance
         finally:
             os.close(fd)
         desc.members.append(MemberDescription(m, d.get("client_id", ""), d.get("pid", 0), list(d.get("topics") or ()),

@@ -30,10 +30,13 @@ Invariants:
 - With ``enable_idempotence`` (default) every append carries this producer's id, epoch and per-partition
   sequence number, so a drain retried after an error is not appended twice, even across a store restart
   (see :mod:`pylog.storage.producer_state`).
-- A producer never holds a partition's writer lock while it waits for another partition or out a quota
-  delay: it first lets go of every partition it holds for a turn (fsynced first with ``acks="all"``), so
-  producers of several processes sharing partitions never wait for each other. It hands a partition
-  another handle waits for over after its append to it, and within 10 ms when idle.
+- A producer never holds a partition's writer lock it could let go of while it waits for another partition
+  or out a quota delay: it first lets go of every partition it holds for a turn (fsynced first with
+  ``acks="all"``), so two producers never wait for the partition the other holds. One whose retention or
+  compaction pass is under way in this store stays held until the pass ends (tried again while it waits,
+  so it goes then), and only the wait for the partition itself counts against ``max_block_ms``. A producer
+  still waits while the partition it needs is another's turn: until that producer hands it over after its
+  append (or within 10 ms when idle), which a pass under way there also puts off.
 - A future completes exactly once: with its record's metadata once the append (``acks=1``) or the fsync
   (``acks="all"``) is done, or with the error that stopped its drain.
 - ``buffer_memory`` is never exceeded unnoticed: ``check_at`` is set so that records of at most ``bound``
@@ -734,14 +737,15 @@ class Producer:
                     del self._held[key]
 
     @staticmethod
-    def _hand_over_one(part: "Partition", wanted_only: bool = True) -> bool:
+    def _hand_over_one(part: "Partition", wanted_only: bool = True, blocking: bool = True) -> bool:
         """Hand ``part`` over if another handle waits for it (or, with ``wanted_only`` False, whether or
-        not); False when the partition is gone. Never raises: the records are appended already."""
+        not: with ``blocking`` False not if its maintenance is under way, see Partition.release_turn);
+        False when the partition is gone. Never raises: the records are appended already."""
         try:
             if wanted_only:
                 part.hand_over()
             else:
-                part.release_turn()
+                part.release_turn(blocking)
             return True
         except Exception:  # a closed store, a deleted topic, a full disk: nothing more to hand over
             log.debug("pylog producer: handing over %s-%d failed", part.topic, part.number, exc_info=True)
@@ -787,10 +791,19 @@ class Producer:
         if client is not None and quotas.active(client, PRODUCE):
             delay = quotas.record(client, PRODUCE, acc.payload_bytes())
             if delay > 0:
-                # Nobody should wait out this producer's quota delay for a partition it holds.
-                for part in self._held.values():
-                    self._hand_over_one(part, wanted_only=False)
-                quotas.sleep(delay)
+                # Nobody should wait out this producer's quota delay for a partition it holds. Nor should
+                # the delay wait for a retention or compaction pass: a partition whose pass is under way
+                # is let go of as soon as the pass ends, tried again every poll while the delay runs.
+                kept = list(self._held.values())
+                left = delay
+                while True:
+                    kept = [p for p in kept if self._hand_over_one(p, wanted_only=False, blocking=False)
+                            and p.is_writer]
+                    if not kept or left <= _HANDOVER_POLL:
+                        break
+                    quotas.sleep(_HANDOVER_POLL)
+                    left -= _HANDOVER_POLL
+                quotas.sleep(left)
         self._drains += 1
         self._throttle_total += delay
         if delay > self._throttle_max:
@@ -895,7 +908,7 @@ class Producer:
             return False
 
     def _let_go_one(self, part: "Partition", touched: list["Partition"], flushed: set["Partition"],
-                    acc: _Accumulation, wanted_only: bool) -> None:
+                    acc: _Accumulation, wanted_only: bool, blocking: bool = True) -> None:
         """Mid-drain: fsync ``part`` first if this drain appended to it and ``acks="all"`` (a handover
         does not fsync; a flush after it still reaches this drain's appends, by file name, but would
         also wait for the next writer's), then hand it over
@@ -906,16 +919,30 @@ class Producer:
                 part.flush()
             except Exception as exc:
                 acc.partition_errors[part.number] = exc
-        self._hand_over_one(part, wanted_only=wanted_only)
+        self._hand_over_one(part, wanted_only=wanted_only, blocking=blocking)
 
     def _let_go(self, waiting_for: "Partition", touched: list["Partition"], flushed: set["Partition"],
-                acc: _Accumulation) -> None:
+                acc: _Accumulation) -> Callable[[], None]:
         """Before a drain waits for ``waiting_for``: let go of every other partition this producer holds
-        for a turn (from earlier drains and from this one), so that no producer ever holds a writer lock
-        while it waits for another. A lock a direct append pinned stays (release_turn leaves it)."""
+        for a turn (from earlier drains and from this one), so that no producer holds a writer lock it
+        could let go of while it waits for another (two producers each holding the partition the other
+        waits for would wait until ``max_block_ms`` ran out). A lock a direct append pinned stays
+        (release_turn leaves it). Never waits for a partition's retention or compaction pass (seconds,
+        maybe): a partition whose pass is under way stays held for now, and the function returned, which
+        the wait for ``waiting_for`` calls between its attempts, tries again, so that it goes as soon as
+        the pass ends."""
+        kept: dict[int, Partition] = {}
         for part in [*self._held.values(), *touched]:
-            if part is not waiting_for and part.is_writer:
-                self._let_go_one(part, touched, flushed, acc, wanted_only=False)
+            if part is not waiting_for and part.is_writer and id(part) not in kept:
+                self._let_go_one(part, touched, flushed, acc, wanted_only=False, blocking=False)
+                if part.is_writer:
+                    kept[id(part)] = part
+
+        def again() -> None:
+            for key, part in list(kept.items()):
+                if not self._hand_over_one(part, wanted_only=False, blocking=False) or not part.is_writer:
+                    del kept[key]
+        return again
 
     def _new_epoch(self) -> None:
         """After a failure that may have written part of a call: never reuse its sequence numbers."""
@@ -927,10 +954,11 @@ class Producer:
 
     def _append_with_retries(self, part: Any, vals: list, keys: list | None, ts: np.ndarray, hs: list | None,
                              producer: tuple[int, int, int] | None, compression: str | None,
-                             before_waiting: Callable[[], None]) -> int:
+                             before_waiting: Callable[[], Callable[[], None]]) -> int:
         """One partition's append; an OSError (a full disk, say) is retried ``retries`` times with the
         same sequence numbers, so an append that did land before the error is not written twice.
-        ``before_waiting`` runs when the partition is not free at once, before waiting for it."""
+        ``before_waiting`` runs when the partition is not free at once, before waiting for it; the
+        function it returns runs between the attempts of that wait."""
         attempt = 0
         deadline = time.monotonic() + self._max_block_ms / 1000
         while True:
@@ -941,8 +969,11 @@ class Producer:
                 try:
                     part.wait_to_write(0)
                 except PartitionLockedError:
-                    before_waiting()
-                    part.wait_to_write(max(0.0, deadline - time.monotonic()) * 1000)
+                    started = time.monotonic()
+                    again = before_waiting()
+                    # Only the wait for this partition counts against max_block_ms, not letting go of others.
+                    deadline += time.monotonic() - started
+                    part.wait_to_write(max(0.0, deadline - time.monotonic()) * 1000, again)
                 return part._append_values_in_turn(vals, keys, ts, hs, producer, compression)
             except PartitionLockedError:
                 # Handed on between our turn and the append (another producer of this process): wait again.

@@ -28,7 +28,7 @@ from dataclasses import replace
 from typing import Any, Callable, Iterator
 
 from .compaction import CleanerStoppedError, CleanResult, clean_partition
-from ..errors import CleanerError, StoreClosedError
+from ..errors import CleanerError, CorruptRecordError, StoreClosedError
 from ..storage.retention import RetentionResult
 from .cleaner_registry import CleanerPublisher
 from .cleaner_status import CleanerStatus, error_summary
@@ -58,6 +58,8 @@ class Cleaner:
         self._stop = threading.Event()
         self._lock = threading.Lock()
         self._status = CleanerStatus(enabled=bool(settings["log.cleaner.enable"]))
+        #: Partitions found damaged (they refuse a writer) and warned about; see _skip_damaged.
+        self._damaged: set[str] = set()
         self._thread: threading.Thread | None = None
         self._name = name
 
@@ -208,6 +210,13 @@ class Cleaner:
     def _compact(self, p: "Partition") -> None:
         self.add_cleaning(clean_partition(p, self.buffer_bytes, should_stop=self._stopping_or_heartbeat))
 
+    def _skip_damaged(self, p: "Partition", what: str, exc: CorruptRecordError) -> None:
+        key = f"{p.topic}-{p.number}"
+        if key not in self._damaged:
+            self._damaged.add(key)
+            log.warning("pylog cleaner: %s of %s skipped until `pylog repair STORE %s %d`: %s", what, key,
+                        p.topic, p.number, exc)
+
     def _guarded(self, p: "Partition", what: str, work: Callable[["Partition"], None]) -> None:
         """Run one partition's maintenance; an error marks the partition uncleanable, the thread goes on."""
         try:
@@ -217,8 +226,17 @@ class Cleaner:
             # Written in turn by many handles: maintain it only while nobody else writes, then let go.
             with p.maintenance_lock:
                 held = p.is_writer
-                if not held and not p.try_become_writer():
-                    return
+                if not held:
+                    try:
+                        if not p.try_become_writer():
+                            return
+                    except CorruptRecordError as exc:
+                        # Damaged in the middle of its active segment: no handle may write it until a
+                        # repair. Not the cleaner's failure: skip it this pass, try again the next (after a
+                        # repair it works), warn once, and go on with the other partitions.
+                        self._skip_damaged(p, what, exc)
+                        return
+                    self._damaged.discard(f"{p.topic}-{p.number}")
                 try:
                     work(p)
                 finally:

@@ -14,6 +14,14 @@ in the root. Invariants:
   kinds, so it can never be taken for, or overwrite, any of pylog's entries, and never leaves the root.
 - Every name pylog derives from a topic name (the ``.deleting-`` rename target, a group's partition
   owner lock file) fits :data:`NAME_MAX`.
+- Legacy topics: stores written by versions before this rule let users create any name matching
+  ``^[A-Za-z0-9._-]{1,249}$`` (which, through ``$``, also allowed one trailing newline) other than ``.``,
+  ``..`` and the three internal names, e.g. ``.hidden``, ``__metrics`` or ``producer.ids.bak``. Such a
+  topic that already exists (its ``topic.json`` is there) stays usable -- listed, opened, read, written,
+  deleted (:func:`legacy_topic_name`) -- but no new topic is created under such a name. Excepted: pylog's
+  own entries (:data:`ROOT_FILES`, :data:`INTERNAL_NAMES`) and deletion leftovers (:func:`is_deletion_leftover`);
+  a legacy topic whose name happens to be exactly ``.deleting-<anything>-<32 hex digits>`` is taken for a
+  leftover and removed when the store is opened (not supported).
 """
 
 from __future__ import annotations
@@ -27,7 +35,8 @@ __all__ = [
     "STORE_FILE", "PRODUCER_IDS_FILE", "ROOT_FILES", "DELETING_PREFIX", "INTERNAL_PREFIX", "NAME_MAX",
     "MAX_TOPIC_LENGTH", "TOPIC_NAME_RULE",
     "segment_stem", "segment_path", "parse_base_offset", "list_segment_bases", "valid_topic_name",
-    "legal_name", "topic_name_problem", "is_internal_topic", "deleting_name",
+    "legal_name", "topic_name_problem", "is_internal_topic", "deleting_name", "INTERNAL_NAMES",
+    "legacy_topic_name", "is_deletion_leftover",
     "OFFSETS_TOPIC", "GROUPS_DIR", "NOTIFY_FILE", "CLEANERS_DIR",
 ]
 
@@ -62,8 +71,10 @@ PRODUCER_IDS_FILE = "producer.ids"
 ROOT_FILES = (STORE_FILE, PRODUCER_IDS_FILE)
 #: A topic being deleted is renamed to ``.deleting-...`` first; opening a store removes such leftovers.
 DELETING_PREFIX = ".deleting-"
-#: Topics and directories pylog keeps for itself; users can neither create nor write topics named so.
+#: Prefix of the names pylog keeps for its own topics and directories; users cannot create topics named so.
 INTERNAL_PREFIX = "__"
+#: pylog's own entries with that prefix; no user (nor legacy) topic can be written, altered or deleted so.
+INTERNAL_NAMES = (OFFSETS_TOPIC, GROUPS_DIR, CLEANERS_DIR)
 #: Longest file name (bytes) of Linux file systems (ext4, xfs, btrfs, tmpfs).
 NAME_MAX = 255
 #: Kafka's longest topic name.
@@ -74,6 +85,10 @@ TOPIC_NAME_RULE = (f"1-{MAX_TOPIC_LENGTH} of [A-Za-z0-9._-], not starting with '
 
 # fullmatch: '$' would also match before a trailing newline.
 _LEGAL_RE = re.compile(r"[A-Za-z0-9._-]{1,%d}" % MAX_TOPIC_LENGTH)
+# The rule of earlier versions: re.match(r"^[A-Za-z0-9._-]{1,249}$"), whose '$' let one trailing newline in.
+_OLD_LEGAL_RE = re.compile(r"[A-Za-z0-9._-]{1,%d}\n?" % MAX_TOPIC_LENGTH)
+# What deleting_name makes (a uuid4().hex token), and what earlier versions made (the same, untruncated).
+_LEFTOVER_RE = re.compile(re.escape(DELETING_PREFIX) + r".+-[0-9a-f]{32}", re.DOTALL)
 
 
 def segment_stem(base_offset: int) -> str:
@@ -111,20 +126,37 @@ def legal_name(name: object) -> bool:
 
 
 def is_internal_topic(name: object) -> bool:
-    """Whether ``name`` is in pylog's own namespace (``__consumer_offsets`` and any ``__``-name)."""
-    return isinstance(name, str) and name.startswith(INTERNAL_PREFIX)
+    """Whether ``name`` is one of pylog's own entries (:data:`INTERNAL_NAMES`: ``__consumer_offsets`` and
+    the directories next to it). Other ``__``-names cannot be created (:func:`topic_name_problem`); one
+    that exists is a legacy user topic (:func:`legacy_topic_name`)."""
+    return isinstance(name, str) and name in INTERNAL_NAMES
+
+
+def is_deletion_leftover(name: object) -> bool:
+    """Whether ``name`` is what :func:`deleting_name` makes (``.deleting-<topic>-<32 hex digits>``): a
+    topic directory whose deletion was interrupted, removed when the store is opened."""
+    return isinstance(name, str) and _LEFTOVER_RE.fullmatch(name) is not None
+
+
+def legacy_topic_name(name: object) -> bool:
+    """Whether ``name`` is refused for new topics but was a legal topic name in earlier versions, so that
+    stores they wrote may hold such a topic (see the module docstring): the store opens, reads, writes and
+    deletes an existing one. False for names that are fine today."""
+    return (isinstance(name, str) and _OLD_LEGAL_RE.fullmatch(name) is not None and name not in (".", "..")
+            and topic_name_problem(name) is not None and name not in INTERNAL_NAMES and name not in ROOT_FILES
+            and not is_deletion_leftover(name))
 
 
 def topic_name_problem(name: object, internal_ok: bool = False) -> str | None:
     """What is wrong with ``name`` as a topic name, or None when it is fine. ``internal_ok`` lets
-    ``__``-names through (pylog's own topics, which may be opened and read but not made by users)."""
+    :data:`INTERNAL_NAMES` through (pylog's own topics, which may be opened and read but not made by users)."""
     if not legal_name(name):
         return f"invalid topic name {name!r}: use {TOPIC_NAME_RULE}"
     assert isinstance(name, str)
     if name.startswith("."):
         return f"invalid topic name {name!r}: names starting with '.' are pylog's (e.g. topics being deleted); " \
                f"use {TOPIC_NAME_RULE}"
-    if not internal_ok and is_internal_topic(name):
+    if name.startswith(INTERNAL_PREFIX) and not (internal_ok and is_internal_topic(name)):
         return f"{name!r} is reserved for pylog's own use (the {INTERNAL_PREFIX!r} prefix); use {TOPIC_NAME_RULE}"
     for f in ROOT_FILES:
         if name == f or name.startswith(f + "."):

@@ -83,6 +83,10 @@ class _Index:
         #: place, so a reader compares it with the name's inode to learn whether its mapping is current.
         self.ino: int | None = None
         self._mm = mm
+        #: Start of the page of column A and of column B that reserve_next last gave blocks to in this
+        #: mapping: when the count stops growing (a time index whose timestamps stop increasing), the
+        #: next entry's page is reserved once, not on every append that finds an entry due.
+        self._reserved = [-1, -1]
         if mm is not None:
             self._set_columns(np.frombuffer(mm, self.A, capacity, _HEADER_SIZE),
                               np.frombuffer(mm, self.B, capacity, _HEADER_SIZE + capacity * self.A.itemsize))
@@ -309,21 +313,29 @@ class _Index:
         A live file is mostly a preallocated hole, and storing into a mapped page that has no blocks on a
         full file system kills the process with SIGBUS; ``posix_fallocate`` of that page raises OSError
         (``ENOSPC``) instead, which the writer calls before it writes the batch, so a full disk fails the
-        append cleanly. A system call per page of entries (1024 of them at most), none otherwise.
+        append cleanly. A system call per page of entries (1024 of them at most), none otherwise: a page
+        once reserved is not reserved again through this mapping, however often its first entry is due
+        without being written (a time index skips timestamps that do not increase).
+
+        This holds where a page that has blocks can be written without allocating more (ext4, XFS, tmpfs):
+        on a copy-on-write file system (btrfs, ZFS) rewriting an allocated page may need new space, and a
+        full disk can still fault a store into the mapping there.
         """
         mm, n = self._mm, self.count
         if mm is None or not self.writable or n >= self.capacity:
             return
         a, b = self.A.itemsize, self.B.itemsize
-        pages = [off - off % mmap.PAGESIZE for off, size in ((_HEADER_SIZE + n * a, a),
-                                                             (_HEADER_SIZE + self.capacity * a + n * b, b))
+        pages = [(col, off - off % mmap.PAGESIZE)
+                 for col, off, size in ((0, _HEADER_SIZE + n * a, a), (1, _HEADER_SIZE + self.capacity * a + n * b, b))
                  if n == 0 or off % mmap.PAGESIZE < size]
+        pages = [(col, start) for col, start in pages if self._reserved[col] != start]
         if not pages:
             return
         fd = os.open(self.path, os.O_RDWR)
         try:
-            for start in pages:
+            for col, start in pages:
                 os.posix_fallocate(fd, start, min(mmap.PAGESIZE, len(mm) - start))  # never past the end
+                self._reserved[col] = start  # only once it has its blocks: a failure is tried again
         finally:
             os.close(fd)
 

@@ -74,6 +74,9 @@ _MAX_RELATIVE = 0xFFFFFFFF
 _READ_RETRIES = 8
 _T = TypeVar("_T")
 _SEQ_MOD = 1 << 31
+#: How many segment files holding appends not fsynced before a handover a handle remembers (see
+#: release_writer) before it fsyncs them.
+_HANDED_OVER_MAX = 16
 #: Polling interval bounds of a reader waiting for another process's appends when it gets no wake-ups from
 #: them (see pylog.storage.notify), in seconds.
 _POLL_MIN, _POLL_MAX = 0.0002, 0.005
@@ -131,7 +134,8 @@ class Partition:
         #: Log files of segments holding appends through this handle that were not fsynced when it let the
         #: writer lock go (release_writer does not fsync the active segment): flush and close fsync them by
         #: name, so that what this handle appended becomes durable whoever writes the partition by then.
-        self._handed_over: list[str] = []
+        #: At most _HANDED_OVER_MAX (release_writer fsyncs them when there are more).
+        self._handed_over: set[str] = set()
         self._last_flush = time.monotonic()
         self._final_end = 0  # log end offset at close
         #: What the last crash recovery did: segments re-validated, bytes dropped, seconds (None: none ran).
@@ -302,12 +306,14 @@ class Partition:
             return False
         return True
 
-    def wait_to_write(self, timeout_ms: float) -> None:
+    def wait_to_write(self, timeout_ms: float, between: Callable[[], object] | None = None) -> None:
         """Become the partition's writer for a turn, waiting up to ``timeout_ms`` for a writer that takes
         turns (a producer, here or in another process) to hand it over, and asking it to (``.want``). The
         lock then stays free to be handed over in turn (:meth:`hand_over`) until a direct append pins
         it. Unlike an append with ``lock.timeout.ms``, this does not hold the partition's append lock
-        while it waits, so this handle's readers go on. A no-op for the writer.
+        while it waits, so this handle's readers go on. A no-op for the writer. ``between``, when given,
+        is called after each attempt that failed while waiting (a producer lets go there of the
+        partitions it could not let go of before: see :meth:`release_turn`); it must not block.
 
         :raises PartitionLockedError: when the lock did not come within ``timeout_ms`` (a writer that
             does not take turns, such as a store appending directly, keeps it until it closes).
@@ -319,8 +325,16 @@ class Partition:
             return
         deadline = time.monotonic() + timeout_ms / 1000
         want = self._ask_for_handover()
+
+        def attempt() -> bool:
+            if self._take_turn():
+                return True
+            if between is not None:
+                between()
+            return False
+
         try:
-            if not _retry(self._take_turn, deadline, 0.0002, 0.005):
+            if not _retry(attempt, deadline, 0.0002, 0.005):
                 raise PartitionLockedError(f"partition {self.topic}-{self.number} is locked by another writer "
                                            f"({self.directory}), which did not hand it over within {timeout_ms} ms")
         finally:
@@ -353,15 +367,22 @@ class Partition:
         finally:
             self.maintenance_lock.release()
 
-    def release_turn(self) -> bool:
+    def release_turn(self, blocking: bool = True) -> bool:
         """Let go of a writer lock held for a turn (:meth:`wait_to_write`), whether or not anyone waits for
         it; a lock a direct append pinned stays. True when released. For a writer taking turns that stops
-        writing (a producer closing)."""
-        with self.maintenance_lock, self._lock:
-            if not self._in_turns or self._lock_fd is None:
-                return False
-            self.release_writer()
-            return True
+        writing (a producer closing), or that is about to wait for another partition. Waits for retention
+        or compaction of the partition under way in this handle to finish; with ``blocking`` False it
+        leaves the lock held instead (False: the caller tries again later, as :meth:`hand_over` does)."""
+        if not self.maintenance_lock.acquire(blocking=blocking):
+            return False
+        try:
+            with self._lock:
+                if not self._in_turns or self._lock_fd is None:
+                    return False
+                self.release_writer()
+                return True
+        finally:
+            self.maintenance_lock.release()
 
     def _ensure_writer(self) -> None:
         """Become the partition's writer: lock, recover if the last shutdown was not clean, open for append."""
@@ -546,7 +567,10 @@ class Partition:
 
     @property
     def log_start_offset(self) -> int:
-        """The first offset a reader may read."""
+        """The first offset a reader may read. A reader in another process than the writer looks for it as
+        :attr:`log_end_offset` does (see :meth:`_refresh_locked`): a start that the writer's retention or
+        ``delete_records`` raised is seen by a reader that only asks for the start, not only by one that reads."""
+        self._refresh()
         return self._log_start
 
     @property
@@ -1142,8 +1166,7 @@ class Partition:
         handle's appends are then all durable."""
         if self._failed is not None:
             raise LogFailedError(f"{self.topic}-{self.number} failed earlier ({self._failed}); reopen the store")
-        while self._handed_over:
-            path = self._handed_over[0]
+        for path in sorted(self._handed_over):
             try:
                 fd = os.open(path, os.O_RDONLY)  # Linux syncs a file's dirty pages through any descriptor
             except FileNotFoundError:
@@ -1163,7 +1186,7 @@ class Partition:
                                 "the partition refuses work until the store is reopened", "reopen the store")
                 finally:
                     os.close(fd)
-            del self._handed_over[0]
+            self._handed_over.discard(path)
         if self._lock_fd is None:
             self._unflushed = 0
             self._last_flush = time.monotonic()
@@ -1496,7 +1519,17 @@ class Partition:
             # Rolled segments are synced below (_sync_rolled_now); a failure there fails the partition, and
             # this handle's next flush then raises.
             if self._unflushed and segs and segs[-1].log_path not in self._handed_over:
-                self._handed_over.append(segs[-1].log_path)
+                if len(self._handed_over) >= _HANDED_OVER_MAX and self._failed is None:
+                    # A writer taking turns with acks=1 and no flush policy would remember one file per
+                    # segment for its life: fsync them now. Mostly rolled segments that their roller's
+                    # sync has made clean already: cheap. A failure leaves them (and, for an fsync, fails
+                    # the partition): the next flush raises.
+                    try:
+                        self._sync_handed_over()
+                    except Exception:
+                        log.debug("pylog: fsync of %s-%d's handed-over segments failed", self.topic, self.number,
+                                  exc_info=True)
+                self._handed_over.add(segs[-1].log_path)
             try:
                 if self._failed is None and segs:
                     active = segs[-1]
@@ -1560,6 +1593,33 @@ class Partition:
             finally:
                 self.lock_timeout_ms = saved
             return True
+
+    def _lock_for_discard(self) -> bool:
+        """Take the writer lock of a partition whose files are about to be deleted (a topic deletion),
+        without opening it for writing: no recovery and no check of the active segment, which a partition
+        damaged in the middle would fail (the data goes away anyway). Appends through this handle are
+        refused from then on. False when this handle is the writer already; True when the lock was taken
+        here, to be let go by :meth:`_unlock_discard` if the deletion fails."""
+        with self._lock:
+            if self._closed:
+                raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+            if self._lock_fd is not None:
+                return False
+            try:
+                fd = self._acquire_lock()
+            except OSError as exc:
+                raise fault(exc, f"locking {self.topic}-{self.number} to delete it", "nothing was deleted")
+            self._lock_fd = fd
+            self._failed = "its topic is being deleted"  # the segments are not open for appending
+            return True
+
+    def _unlock_discard(self) -> None:
+        """Undo :meth:`_lock_for_discard` after a deletion that failed: the partition is as it was."""
+        with self._lock:
+            fd, self._lock_fd, self._failed = self._lock_fd, None, None
+            if fd is not None:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                os.close(fd)
 
     def close(self, discard: bool = False) -> None:
         """Flush, seal the active segment's indexes, write a clean checkpoint and release the writer lock.

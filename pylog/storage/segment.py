@@ -848,7 +848,8 @@ class Segment:
         if due:
             assert oi is not None and ti is not None
             # Before the log: on a full disk this fails with ENOSPC and nothing is written, where a store
-            # into an index page without blocks would raise SIGBUS (see _Index.reserve_next).
+            # into an index page without blocks would raise SIGBUS (see _Index.reserve_next; not a
+            # guarantee on copy-on-write file systems, btrfs or ZFS, where rewriting a block allocates).
             oi.reserve_next()
             ti.reserve_next()
         try:
@@ -954,12 +955,18 @@ class Segment:
         if start == end:
             return None
         if start:
-            h = parse_header(os.pread(self._fd(), HEADER_SIZE, start))
-            try:
-                check_header(h, self.log_path, start)
-                ok = h.base_offset == start_offset
-            except CorruptRecordError:
-                ok = False
+            # The memo is trusted only if a batch with the remembered base offset starts there. Anything
+            # else (fewer bytes than a header: the file was cut below ``start`` and regrown to just past
+            # it; a header that fails its checks; another base offset) means the memo is stale.
+            raw = os.pread(self._fd(), HEADER_SIZE, start)
+            ok = False
+            if len(raw) == HEADER_SIZE:
+                h = parse_header(raw)
+                try:
+                    check_header(h, self.log_path, start)
+                    ok = h.base_offset == start_offset
+                except CorruptRecordError:
+                    pass
             prev, start = (h.base_offset - 1, start) if ok else (prev, 0)
         mm = self._map()
         if mm is not None and len(mm) >= end:

@@ -34,9 +34,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import io
 import json
-import math
 import multiprocessing
 import os
 import random
@@ -49,7 +47,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from typing import Any, Callable
+from typing import Any
 
 import msgpack
 import numpy as np
