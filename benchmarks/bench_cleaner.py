@@ -37,7 +37,7 @@ Memory, from the child (a clean process, so nothing left over from writing the d
   separate, untimed cleaning of another copy (tracemalloc slows allocation down).
 
 Both are compared with ``log.cleaner.dedupe.buffer.size``: ``--buffer-mb`` (128 MiB, the default) and a
-tight one, the smallest whole MiB that still holds every key in one pass (``pylog.compaction.map_capacity``:
+tight one, the smallest whole MiB that still holds every key in one pass (``pylog.maintenance.compaction.map_capacity``:
 64 bytes per key in three quarters of the buffer, the last quarter being chunk workspace).
 
 Baselines (same data, same run): scanning every record with ``read_columns(offset, max_records=100_000)``,
@@ -73,7 +73,7 @@ from typing import Any
 import numpy as np
 
 import pylog
-from pylog.compaction import map_capacity
+from pylog.maintenance.compaction import map_capacity
 
 ROWS: list[dict[str, Any]] = []
 MiB = 1 << 20

@@ -24,8 +24,8 @@ Figures, each with a baseline measured in the same run:
   µs per poll. Baseline: ``Partition.read()`` of one new record on the same reader handle, interleaved.
 - End-to-end latency: ``send()`` (acks=1) in this process, one record every 0.5 ms, to the record
   arriving in a consumer iterating in another process; percentiles (CLOCK_MONOTONIC is shared by
-  processes on Linux). The consumer wakes through the partition's notify file (``pylog/notify.py``: a
-  futex on a shared counter). Baseline: the same run with ``pylog.notify.ENABLED = False`` in both
+  processes on Linux). The consumer wakes through the partition's notify file (``pylog/storage/notify.py``: a
+  futex on a shared counter). Baseline: the same run with ``pylog.storage.notify.ENABLED = False`` in both
   processes, i.e. the polling fallback (every 0.2 ms backing off to 5 ms; ``PYLOG_NOTIFY=0`` does the
   same for a whole program).
 - Wake-up latency: ``Partition.append_values`` of one record every 0.5 ms in this process to
@@ -55,8 +55,8 @@ from typing import Any
 import numpy as np
 
 import pylog
-import pylog.notify
-from pylog.partition import Partition
+import pylog.storage.notify
+from pylog.storage.partition import Partition
 
 ROWS: list[dict[str, Any]] = []
 
@@ -301,7 +301,7 @@ def _timed_append(p: Any, reps: int) -> float:
 
 
 def _latency_consumer(path: str, n: int, use_notify: bool, ready: Any, out: Any) -> None:
-    pylog.notify.ENABLED = use_notify
+    pylog.storage.notify.ENABLED = use_notify
     with pylog.open(path, log_cleaner_enable=False) as store:
         c = store.consumer("lat", consumer_timeout_ms=20_000)
         c.poll()
@@ -315,7 +315,7 @@ def _latency_consumer(path: str, n: int, use_notify: bool, ready: Any, out: Any)
 
 
 def _wake_waiter(path: str, n: int, use_notify: bool, stamps: Any, ready: Any, out: Any) -> None:
-    pylog.notify.ENABLED = use_notify
+    pylog.storage.notify.ENABLED = use_notify
     with pylog.open(path, log_cleaner_enable=False) as store:
         p = store.topic("wake").partition(0)
         ready.set()
@@ -351,7 +351,7 @@ def _wake_once(root: str, n: int, use_notify: bool, interval: float) -> list[int
 
 
 def _idle_consumer(path: str, topic: str, seconds: float, use_notify: bool, out: Any) -> None:
-    pylog.notify.ENABLED = use_notify
+    pylog.storage.notify.ENABLED = use_notify
     with pylog.open(path, log_cleaner_enable=False) as store:
         c = store.consumer(topic)
         c.poll()  # positions at the end: nothing arrives from here on
@@ -395,11 +395,11 @@ def _latency_once(root: str, n: int, use_notify: bool) -> list[int]:
 
 
 def bench_latency(root: str, n: int, idle_seconds: float = 3.0) -> None:
-    saved = pylog.notify.ENABLED
+    saved = pylog.storage.notify.ENABLED
     try:
         runs, wakes, sparse = {}, {}, {}
         for use_notify in (False, True):  # the writer (this process) publishes only with notifications on
-            pylog.notify.ENABLED = use_notify
+            pylog.storage.notify.ENABLED = use_notify
             runs[use_notify] = _latency_once(root, n, use_notify)
             wakes[use_notify] = _wake_once(root, n, use_notify, 0.0005)
             sparse[use_notify] = _wake_once(root, max(20, n // 25), use_notify, 0.02)
@@ -411,10 +411,10 @@ def bench_latency(root: str, n: int, idle_seconds: float = 3.0) -> None:
                 for i in range(parts):
                     store.topic(f"idle{parts}").partition(i).append_values([b"x"])  # this process writes
                 for use_notify in (False, True):
-                    pylog.notify.ENABLED = use_notify
+                    pylog.storage.notify.ENABLED = use_notify
                     idle[parts, use_notify] = _child(_idle_consumer, path, f"idle{parts}", idle_seconds, use_notify)
     finally:
-        pylog.notify.ENABLED = saved
+        pylog.storage.notify.ENABLED = saved
 
     def pct(lat: list[int], q: float) -> float:
         return lat[min(len(lat) - 1, int(q * len(lat)))] / 1e6

@@ -37,8 +37,8 @@ from typing import Any, Callable
 import numpy as np
 
 import pylog
-from pylog.checkpoint import read_checkpoint
-from pylog.filenames import CHECKPOINT_FILE, list_segment_bases
+from pylog.storage.checkpoint import read_checkpoint
+from pylog.storage.filenames import CHECKPOINT_FILE, list_segment_bases
 
 ROWS: list[dict[str, Any]] = []
 

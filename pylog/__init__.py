@@ -11,26 +11,26 @@
 
 from __future__ import annotations
 
-from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor
-from .cleaner import CleanerStatus
-from .cleaner_registry import PublishedCleaner
-from .compaction import CleanResult
+from .clients.assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor
+from .maintenance.cleaner_status import CleanerStatus
+from .maintenance.cleaner_registry import PublishedCleaner
+from .maintenance.compaction import CleanResult
 from .config import TopicConfig
-from .consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
+from .clients.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
 from .errors import (CleanerError, CommitFailedError, CorruptRecordError, DiskFullError, InvalidConfigError,
                      InvalidGroupError, InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
                      OutOfOrderSequenceError, PartitionLockedError, ProducerFencedError, PylogError,
                      ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StorageError,
                      StoreClosedError, StorePermissionError, TopicExistsError, UnknownStoreError, UnknownTopicError)
-from .groups import GroupDescription, MemberDescription, PartitionLag
-from .log import Store, open
-from .partition import Partition
-from .producer import FutureRecordMetadata, Producer, ProducerTimeoutError
-from .records import Record, RecordColumns
-from .retention import RetentionResult
+from .clients.groups import GroupDescription, MemberDescription, PartitionLag
+from .store import Store, open
+from .storage.partition import Partition
+from .clients.producer import FutureRecordMetadata, Producer, ProducerTimeoutError
+from .storage.records import Record, RecordColumns
+from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, RecordMetadata, TopicPartition
-from .topic import Topic
+from .storage.topic import Topic
 
 __version__ = "0.1.0"
 

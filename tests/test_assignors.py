@@ -7,7 +7,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pylog import RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor, TopicPartition
-from pylog.assignors import ASSIGNORS, assignor_named
+from pylog.clients.assignors import ASSIGNORS, assignor_named
 
 ALL = [RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor]
 

@@ -1,4 +1,4 @@
-"""A roll leaves the fsync of the sealed segment to the background sync thread (pylog.syncer): the appending
+"""A roll leaves the fsync of the sealed segment to the background sync thread (pylog.storage.syncer): the appending
 thread does not wait for the disk, the recovery point moves once the sync is done, and whoever needs the
 data durable at once (flush, close, handing the writer lock over) syncs what is still pending itself."""
 
@@ -15,13 +15,13 @@ import time
 import pytest
 
 import pylog
-from pylog import syncer
-from pylog.checkpoint import read_checkpoint
-from pylog.compaction import cleanable_range, read_cleaner_checkpoint
+from pylog.storage import syncer
+from pylog.storage.checkpoint import read_checkpoint
+from pylog.maintenance.compaction import cleanable_range, read_cleaner_checkpoint
 from pylog.errors import LogFailedError
-from pylog.filenames import CHECKPOINT_FILE
-from pylog.partition import Partition
-from pylog.segment import Segment
+from pylog.storage.filenames import CHECKPOINT_FILE
+from pylog.storage.partition import Partition
+from pylog.storage.segment import Segment
 
 from storetools import crash_copy
 
@@ -278,7 +278,7 @@ def test_fork_child_gets_a_sync_thread_of_its_own(tmp_path) -> None:
 
 _KILLED_WRITER = """
 import sys, threading, pylog
-from pylog import syncer
+from pylog.storage import syncer
 hold = threading.Event()
 syncer.submit(lambda: hold.wait())  # the rolls' syncs never run: the process is killed first
 store = pylog.open(sys.argv[1])

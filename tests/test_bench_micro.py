@@ -12,8 +12,8 @@ import numpy as np
 import pytest
 
 import pylog
-from pylog.index import OffsetIndex
-from pylog.records import BatchView, RecordColumns, encode_batch, encode_columns
+from pylog.storage.index import OffsetIndex
+from pylog.storage.records import BatchView, RecordColumns, encode_batch, encode_columns
 
 VALUES = [os.urandom(100) for _ in range(1000)]
 KEYS = [os.urandom(8) for _ in range(1000)]

@@ -1,4 +1,4 @@
-"""Cleaner status files (pylog/cleaner_registry.py): another process sees each cleaner's health, and
+"""Cleaner status files (pylog/maintenance/cleaner_registry.py): another process sees each cleaner's health, and
 ``pylog health`` fails on a dead, hung or failing cleaner."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 
 import pylog
 from pylog.__main__ import ExitCode, main
-from pylog.cleaner_registry import published_cleaners
-from pylog.filenames import CLEANERS_DIR
+from pylog.maintenance.cleaner_registry import published_cleaners
+from pylog.storage.filenames import CLEANERS_DIR
 
 from childproc import Child
 from storetools import wait_for
@@ -154,8 +154,8 @@ def test_the_cleaners_directory_is_not_a_topic_name(tmp_path):
 def test_status_file_with_hostile_content_and_valid_crc_is_reported_not_trusted(tmp_path, doc):
     """A status file whose CRC checks but whose fields have the wrong types or non-finite numbers used to
     be taken as it was (a NaN heartbeat, a list where health expects a map)."""
-    from pylog.cleaner_registry import _MAGIC, _VERSION
-    from pylog.fileio import checked, encode_doc
+    from pylog.maintenance.cleaner_registry import _MAGIC, _VERSION
+    from pylog.storage.fileio import checked, encode_doc
     with pylog.open(tmp_path) as store:
         directory = os.path.join(store.path, CLEANERS_DIR)
         (name,) = [e[:-len(".status")] for e in os.listdir(directory) if e.endswith(".status")]

@@ -14,8 +14,8 @@ import pytest
 import pylog
 from pylog.__main__ import ExitCode, main
 from pylog.cli import output
-from pylog.consumer import Consumer
-from pylog.records import HEADER_SIZE
+from pylog.clients.consumer import Consumer
+from pylog.storage.records import HEADER_SIZE
 from pylog.structs import TopicPartition
 
 

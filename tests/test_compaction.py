@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pylog
-from pylog import compaction
-from pylog.compaction import OffsetMap, clean_partition, key_digests, read_cleaner_checkpoint
+from pylog.maintenance import compaction
+from pylog.storage import swap
+from pylog.maintenance.compaction import OffsetMap, clean_partition, key_digests, read_cleaner_checkpoint
 
 DAY = 86_400_000
 T0 = 1_800_000_000_000
@@ -302,7 +303,7 @@ def _prepare(tmp_path):
 def test_an_interrupted_swap_is_rolled_back_or_forward(tmp_path, monkeypatch, phase):
     store, p, latest = _prepare(tmp_path)
     all_before = [(x.offset, x.key, x.value) for x in _all(p)]
-    real_write, real_roll = compaction._write_manifest, compaction._roll_forward
+    real_write, real_roll = swap.write_manifest, swap.roll_forward
 
     class Crash(Exception):
         pass
@@ -323,13 +324,13 @@ def test_an_interrupted_swap_is_rolled_back_or_forward(tmp_path, monkeypatch, ph
         os.replace(src, compaction.segment_path(directory, new_base, ".log"))
         raise Crash
 
-    monkeypatch.setattr(compaction, "_write_manifest", write_manifest)
+    monkeypatch.setattr(swap, "write_manifest", write_manifest)
     if phase == "mid_roll_forward":
-        monkeypatch.setattr(compaction, "_roll_forward", roll_forward)
+        monkeypatch.setattr(swap, "roll_forward", roll_forward)
     with pytest.raises(Crash):
         store.compact(TOPIC)
-    monkeypatch.setattr(compaction, "_write_manifest", real_write)
-    monkeypatch.setattr(compaction, "_roll_forward", real_roll)
+    monkeypatch.setattr(swap, "write_manifest", real_write)
+    monkeypatch.setattr(swap, "roll_forward", real_roll)
     directory = p.directory
     # Simulate the crash: drop the store without a clean close of the partition.
     p._closed = True

@@ -17,10 +17,10 @@ import pytest
 
 import pylog
 from pylog import config
-from pylog.assignors import assignor_named
+from pylog.clients.assignors import assignor_named
 from pylog.cli import _with_default_action, build_parser
-from pylog.consumer import _DEFAULTS as CONSUMER_DEFAULTS
-from pylog.producer import _DEFAULTS as PRODUCER_DEFAULTS
+from pylog.clients.consumer import _DEFAULTS as CONSUMER_DEFAULTS
+from pylog.clients.producer import _DEFAULTS as PRODUCER_DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent
 README = ROOT / "README.md"

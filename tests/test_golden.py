@@ -21,17 +21,18 @@ import numpy as np
 import pytest
 
 import pylog
-from pylog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from pylog.cleaner import CleanerStatus
-from pylog.cleaner_registry import PublishedCleaner, _read_status
-from pylog.compaction import CleanerCheckpoint, _read_manifest, _write_manifest, read_cleaner_checkpoint
-from pylog.fileio import checked, decode_doc, encode_doc, unchecked
-from pylog.groups import _decode_commit, _offset_key, _read_state
-from pylog.index import OffsetIndex, TimeIndex
-from pylog.producer_state import ProducerEntry, ProducerState
-from pylog.records import CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header
+from pylog.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from pylog.maintenance.cleaner_status import CleanerStatus
+from pylog.maintenance.cleaner_registry import PublishedCleaner, _read_status
+from pylog.maintenance.compaction import CleanerCheckpoint, read_cleaner_checkpoint
+from pylog.storage.swap import read_manifest, write_manifest
+from pylog.storage.fileio import checked, decode_doc, encode_doc, unchecked
+from pylog.clients.groups import _decode_commit, _offset_key, _read_state
+from pylog.storage.index import OffsetIndex, TimeIndex
+from pylog.storage.producer_state import ProducerEntry, ProducerState
+from pylog.storage.records import CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header
 from pylog.structs import TopicPartition
-from pylog.topic import read_topic_file, write_topic_file
+from pylog.storage.topic import read_topic_file, write_topic_file
 
 GOLDEN = Path(__file__).parent / "golden"
 SCRIPT = GOLDEN / "make_golden.py"
@@ -344,10 +345,10 @@ def test_pylog_reads_and_writes_the_golden_cleaner_checkpoint(tmp_path):
 def test_pylog_reads_and_writes_the_golden_swap_manifest(tmp_path):
     want = MANIFEST["files"]["cleaner.swap"]
     shutil.copy(GOLDEN / want["file"], tmp_path / "cleaner.swap")
-    assert [[new, old] for new, old in _read_manifest(str(tmp_path))] == want["groups"]
+    assert [[new, old] for new, old in read_manifest(str(tmp_path))] == want["groups"]
     out = tmp_path / "out"
     out.mkdir()
-    _write_manifest(str(out), [(new, old) for new, old in want["groups"]])
+    write_manifest(str(out), [(new, old) for new, old in want["groups"]])
     assert (out / "cleaner.swap").read_bytes() == _raw(want["file"])
 
 

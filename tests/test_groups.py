@@ -15,7 +15,7 @@ import pytest
 
 import pylog
 from pylog import CommitFailedError, OffsetAndMetadata, TopicPartition
-from pylog.filenames import GROUPS_DIR, OFFSETS_TOPIC
+from pylog.storage.filenames import GROUPS_DIR, OFFSETS_TOPIC
 
 from storetools import wait_for
 
@@ -330,8 +330,8 @@ def test_group_state_with_hostile_content_and_valid_crc_is_rebuilt(store, conten
     ``TypeError: unhashable type`` out of describe_consumer_group, consumer_groups and a member's poll;
     one with fields of the wrong types (a str generation, a member that is not a map) raised
     AttributeError/TypeError further on."""
-    from pylog.fileio import checked, write_checked
-    from pylog.groups import _MEMBER_MAGIC, _STATE_MAGIC
+    from pylog.storage.fileio import checked, write_checked
+    from pylog.clients.groups import _MEMBER_MAGIC, _STATE_MAGIC
     _fill(store, partitions=2, n=10)
     a = _member(store)
     a.poll(0)
@@ -372,7 +372,7 @@ def test_offset_commits_with_wrong_types_are_skipped_not_trusted(store):
     """Records of __consumer_offsets whose key/value decode to the wrong types (a bool partition, a
     negative offset, a map keyed by a map) are skipped like any record that is not a commit."""
     import msgpack
-    from pylog.groups import _decode_commit
+    from pylog.clients.groups import _decode_commit
     good_key = msgpack.packb([1, "g", "t", 0])
     assert _decode_commit(good_key, msgpack.packb([1, 5, "", 0, -1, ""])) == (("g", "t", 0), OffsetAndMetadata(5, ""))
     assert _decode_commit(msgpack.packb([1, "g", "t", True]), msgpack.packb([1, 5, ""])) is None

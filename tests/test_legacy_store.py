@@ -21,10 +21,10 @@ from hypothesis import strategies as st
 
 import pylog
 from pylog import InvalidConfigError, InvalidTopicError, OffsetAndMetadata, TopicExistsError, TopicPartition
-from pylog.filenames import (GROUPS_DIR, INTERNAL_NAMES, ROOT_FILES, deleting_name, is_deletion_leftover,
+from pylog.storage.filenames import (GROUPS_DIR, INTERNAL_NAMES, ROOT_FILES, deleting_name, is_deletion_leftover,
                              legacy_topic_name, valid_topic_name)
-from pylog.groups import _group_dirname
-from pylog.topic import write_topic_file
+from pylog.clients.groups import _group_dirname
+from pylog.storage.topic import write_topic_file
 
 #: Names earlier versions let users create and the current rule refuses.
 LEGACY = [".hidden", "__metrics", "producer.ids.bak", "pylog.store.v2", "abc\n", ".deleting-orders", "x" * 248 + "\n"]

@@ -1,4 +1,4 @@
-"""pylog.log / pylog.topic: the store, topics, and the public API contract."""
+"""pylog.store / pylog.storage.topic: the store, topics, and the public API contract."""
 
 from __future__ import annotations
 
@@ -90,7 +90,7 @@ def test_closed_store_refuses_work(tmp_path):
 
 
 def test_interrupted_topic_deletion_is_finished_on_open(tmp_path):
-    from pylog.filenames import deleting_name
+    from pylog.storage.filenames import deleting_name
     leftover = deleting_name("t", "0123456789abcdef" * 2)  # as delete_topic names it (a uuid4 hex token)
     os.makedirs(tmp_path / leftover / "0")
     with pylog.open(tmp_path) as store:
@@ -100,7 +100,7 @@ def test_interrupted_topic_deletion_is_finished_on_open(tmp_path):
 
 def test_close_goes_on_past_a_partition_that_fails(tmp_path, monkeypatch):
     """One partition whose close fails (a full disk) must not keep the others' writer locks held."""
-    from pylog.partition import Partition
+    from pylog.storage.partition import Partition
 
     path = tmp_path / "s"
     store = pylog.open(path)
@@ -128,7 +128,7 @@ def test_close_goes_on_past_a_partition_that_fails(tmp_path, monkeypatch):
 def test_topic_file_with_a_huge_partition_count_and_valid_crc_is_corrupt_not_a_memory_error(tmp_path):
     """topic.json is checksummed, but a count of 10**12 with a matching CRC used to size a list of 10**12
     slots when the topic opened (MemoryError; OverflowError for a longer number)."""
-    from pylog.topic import write_topic_file
+    from pylog.storage.topic import write_topic_file
     with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
         store.create_topic("t")
         directory = store.topic("t").directory
@@ -141,7 +141,7 @@ def test_topic_file_with_a_huge_partition_count_and_valid_crc_is_corrupt_not_a_m
 
 def test_producer_id_file_at_the_int64_limit_is_corrupt_not_a_struct_error(tmp_path):
     import struct
-    from pylog.records import crc32c
+    from pylog.storage.records import crc32c
     with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
         assert store.new_producer_id() == 0
         body = struct.pack("<q", (1 << 63) - 1)

@@ -1,6 +1,6 @@
 """Topic names and group ids: what is accepted, and that an accepted name is safe.
 
-A topic is a directory next to pylog's own entries in the store root (pylog/filenames.py lists them), and
+A topic is a directory next to pylog's own entries in the store root (pylog/storage/filenames.py lists them), and
 a group has a directory under ``__consumer_groups`` and keys in ``__consumer_offsets``. The regression
 tests below are the cases a torture run found; the two properties check any text at all: a name is either
 refused with InvalidTopicError / InvalidGroupError, or it works end to end and touches nothing but its own
@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 
 import pylog
 from pylog import InvalidGroupError, InvalidTopicError, OffsetAndMetadata, TopicPartition
-from pylog.filenames import (CLEANERS_DIR, DELETING_PREFIX, GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, ROOT_FILES,
+from pylog.storage.filenames import (CLEANERS_DIR, DELETING_PREFIX, GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, ROOT_FILES,
                              deleting_name, valid_topic_name)
 
 LONGEST = "t" * 249

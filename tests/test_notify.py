@@ -1,4 +1,4 @@
-"""pylog.notify: readers waiting on a partition wake on another process's (or handle's) appends through the
+"""pylog.storage.notify: readers waiting on a partition wake on another process's (or handle's) appends through the
 partition's ``notify`` file, never wait past their timeout, and fall back to polling.
 
 Cross-process children are separate interpreters (``python -c``); every wait has a timeout and every child
@@ -21,7 +21,7 @@ import time
 import pytest
 
 import pylog
-from pylog import notify
+from pylog.storage import notify
 
 from childproc import Child
 from storetools import blocked_in
@@ -36,7 +36,7 @@ needs_futex = pytest.mark.skipif(notify._syscall is None, reason="wake-ups need 
 _READER = """
 import errno, json, sys
 import pylog
-from pylog import notify
+from pylog.storage import notify
 notify.SLICE = float(sys.argv[2])
 results = []
 real = notify._futex

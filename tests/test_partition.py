@@ -1,4 +1,4 @@
-"""Tests of pylog.partition through the public API: scenarios, then a stateful model test.
+"""Tests of pylog.storage.partition through the public API: scenarios, then a stateful model test.
 
 Run: ``python -m pytest tests/test_partition.py -q -p no:cacheprovider``
 
@@ -24,10 +24,10 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
                                  run_state_machine_as_test)
 
 import pylog
-from pylog.checkpoint import read_checkpoint
+from pylog.storage.checkpoint import read_checkpoint
 
 from storetools import crash_copy
-from pylog.records import CODEC_LZ4, HEADER_SIZE, parse_header
+from pylog.storage.records import CODEC_LZ4, HEADER_SIZE, parse_header
 
 T0 = 1_700_000_000_000
 
@@ -135,10 +135,10 @@ def test_records_carry_offset_topic_partition_and_headers(store):
 
 def test_timestamps_default_to_append_time(store):
     p = store.create_topic("t").partition(0)
-    before = pylog.records.now_ms()
+    before = pylog.storage.records.now_ms()
     p.append_values([b"a", b"b"])
     p.append([pylog.Record(value=b"c"), pylog.Record(value=b"d", timestamp=T0)])
-    after = pylog.records.now_ms()
+    after = pylog.storage.records.now_ms()
     ts = [r.timestamp for r in p.read(0)]
     assert all(before <= t <= after for t in ts[:3]), ts
     assert ts[3] == T0
@@ -282,10 +282,10 @@ def test_one_huge_record_raises_record_too_large(store):
 
 def test_log_append_time_topic(store):
     p = store.create_topic("t", config={"message.timestamp.type": "LogAppendTime"}).partition(0)
-    before = pylog.records.now_ms()
+    before = pylog.storage.records.now_ms()
     p.append_values([b"a", b"b"], timestamps=[1, 2])
     p.append([pylog.Record(value=b"c", timestamp=5)])
-    after = pylog.records.now_ms()
+    after = pylog.storage.records.now_ms()
     recs = p.read(0)
     assert len(recs) == 3
     for r in recs:
@@ -458,16 +458,16 @@ def test_valid_config_strings_are_parsed(store):
 _INTERNAL_EXCEPTIONS = {
     "pylog.cli.base.CommandError",          # ends a CLI command: printed, and its code is the exit status
     "pylog.cli.clients._BadLine",           # a bad input line of the CLI producer, reported per line
-    "pylog.compaction.CleanerStoppedError",  # a cleaning cut short by closing; the cleaner thread catches it
-    "pylog.index.IndexError_",              # a failed index check; the segment rebuilds the index
-    "pylog.segment.SegmentReplacedError",   # a FileNotFoundError: the partition's readers retry on it
+    "pylog.maintenance.compaction.CleanerStoppedError",  # a cleaning cut short by closing; the cleaner thread catches it
+    "pylog.storage.index.IndexError_",              # a failed index check; the segment rebuilds the index
+    "pylog.storage.segment.SegmentReplacedError",   # a FileNotFoundError: the partition's readers retry on it
 }
 #: Public errors exported from the ``pylog.spark`` subpackage rather than from ``pylog``.
 _SPARK_EXCEPTIONS = {"pylog.spark.options.InvalidOptionError", "pylog.spark.options.DataLossError"}
 #: Public errors still defined outside pylog/errors.py (moving them there is a later layout change).
 _PUBLIC_OUTSIDE_ERRORS_PY = {
-    "pylog.consumer.NoOffsetForPartitionError",
-    "pylog.producer.ProducerTimeoutError",
+    "pylog.clients.consumer.NoOffsetForPartitionError",
+    "pylog.clients.producer.ProducerTimeoutError",
 } | _SPARK_EXCEPTIONS
 
 
@@ -643,9 +643,9 @@ class PartitionMachine(RuleBasedStateMachine):
     @rule(recs=st.lists(st.tuples(_keys, _values, _headers, _timestamps), min_size=1, max_size=8))
     def append_records(self, recs):
         records = [pylog.Record(value=v, key=k, headers=h, timestamp=ts) for k, v, h, ts in recs]
-        t0 = pylog.records.now_ms()
+        t0 = pylog.storage.records.now_ms()
         first = self.p.append(records)
-        t1 = pylog.records.now_ms()
+        t1 = pylog.storage.records.now_ms()
         self._record_appended(first, [r[0] for r in recs], [r[1] for r in recs], [r[2] for r in recs],
                               [r[3] for r in recs], t0, t1)
 
@@ -656,9 +656,9 @@ class PartitionMachine(RuleBasedStateMachine):
         keys = data.draw(st.lists(_keys, min_size=n, max_size=n)) if with_keys else None
         stamps = data.draw(st.lists(st.integers(0, 10 ** 13), min_size=n, max_size=n)) if with_ts else None
         headers = data.draw(st.lists(_headers, min_size=n, max_size=n)) if with_headers else None
-        t0 = pylog.records.now_ms()
+        t0 = pylog.storage.records.now_ms()
         first = self.p.append_values(values, keys=keys, timestamps=stamps, headers=headers)
-        t1 = pylog.records.now_ms()
+        t1 = pylog.storage.records.now_ms()
         self._record_appended(first, keys, values, headers, stamps, t0, t1)
 
     @rule(data=st.data(), n=st.integers(1, 200), with_keys=st.booleans(), with_ts=st.booleans())
@@ -676,9 +676,9 @@ class PartitionMachine(RuleBasedStateMachine):
             starts = pylog.RecordColumns._starts(kl)
             keys = [None if kl[i] < 0 else kd[starts[i]:starts[i + 1]] for i in range(n)]
         stamps = rng.integers(T0 - 1000, T0 + 1000, n).astype(np.int64) if with_ts else None
-        t0 = pylog.records.now_ms()
+        t0 = pylog.storage.records.now_ms()
         first = self.p.append_columns(vl, vd, kl, kd, stamps)
-        t1 = pylog.records.now_ms()
+        t1 = pylog.storage.records.now_ms()
         self._record_appended(first, keys, values, None, None if stamps is None else stamps.tolist(), t0, t1)
 
     # ------------------------------------------------------------ rules: reads
@@ -828,7 +828,7 @@ def test_a_too_large_record_writes_nothing_of_its_call(tmp_path):
 
 
 def test_a_failed_roll_makes_the_partition_refuse_work_until_reopened(tmp_path, monkeypatch):
-    from pylog import partition as partition_module
+    from pylog.storage import partition as partition_module
     with pylog.open(tmp_path, segment_bytes=1024) as store:
         p = store.create_topic("t").partition(0)
         p.append_values([b"x" * 600])

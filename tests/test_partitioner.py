@@ -17,8 +17,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from pylog import partitioner
-from pylog.partitioner import (SCALAR_CUTOFF, DefaultPartitioner, StickyPartitioner, murmur2, murmur2_many,
+from pylog.clients import partitioner
+from pylog.clients.partitioner import (SCALAR_CUTOFF, DefaultPartitioner, StickyPartitioner, murmur2, murmur2_many,
                                partition_for_key, partitions_for_keys)
 
 # From Kafka's clients/src/test/java/org/apache/kafka/common/utils/UtilsTest.java (testMurmur2).

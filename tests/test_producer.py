@@ -12,9 +12,9 @@ import threading
 import pytest
 
 import pylog
-from pylog.partition import Partition
-from pylog.partitioner import partition_for_key
-from pylog.producer import ProducerTimeoutError
+from pylog.storage.partition import Partition
+from pylog.clients.partitioner import partition_for_key
+from pylog.clients.producer import ProducerTimeoutError
 from pylog.structs import RecordMetadata, TopicPartition
 
 from childproc import Child

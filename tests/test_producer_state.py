@@ -12,7 +12,7 @@ import os
 import pytest
 
 import pylog
-from pylog.producer_state import SNAPSHOT_FILE, ProducerState
+from pylog.storage.producer_state import SNAPSHOT_FILE, ProducerState
 
 from storetools import crash_copy
 
@@ -118,8 +118,8 @@ def test_state_survives_restart(tmp_path, how):
 def _rewrite_snapshot(directory, doc):
     """Replace the snapshot with ``doc``, framed as pylog frames it (magic, version, CRC): only its content lies."""
     import msgpack
-    from pylog.fileio import write_checked
-    from pylog.producer_state import _HEAD, _MAGIC, _VERSION
+    from pylog.storage.fileio import write_checked
+    from pylog.storage.producer_state import _HEAD, _MAGIC, _VERSION
     write_checked(os.path.join(directory, SNAPSHOT_FILE), _HEAD.pack(_MAGIC, _VERSION, 0) + msgpack.packb(doc),
                   durable=False)
 
@@ -182,7 +182,7 @@ def test_producer_ids_are_unique_across_processes(tmp_path):
 
 def test_a_call_that_failed_part_way_is_completed_by_its_retry(tmp_path, monkeypatch):
     """An I/O error after the first batches of a call were written: the retry appends only the rest."""
-    from pylog.segment import Segment
+    from pylog.storage.segment import Segment
 
     with _store(tmp_path, max_message_bytes=1000) as store:
         store.create_topic(TOPIC)

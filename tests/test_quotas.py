@@ -1,4 +1,4 @@
-"""Client quotas (pylog.quotas): Kafka's windowed byte-rate throttling, on synthetic clocks.
+"""Client quotas (pylog.clients.quotas): Kafka's windowed byte-rate throttling, on synthetic clocks.
 
 Run: ``python -m pytest tests/test_quotas.py -q``
 
@@ -12,7 +12,7 @@ import math
 import pytest
 
 import pylog
-from pylog.quotas import CONSUME, PRODUCE, QuotaManager, throttle_delay
+from pylog.clients.quotas import CONSUME, PRODUCE, QuotaManager, throttle_delay
 
 
 class FakeClock:

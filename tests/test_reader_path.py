@@ -17,9 +17,9 @@ import traceback
 import pytest
 
 import pylog
-from pylog.filenames import list_segment_bases
-from pylog.records import encode_batch
-from pylog.segment import Segment
+from pylog.storage.filenames import list_segment_bases
+from pylog.storage.records import encode_batch
+from pylog.storage.segment import Segment
 
 from storetools import read_all, wait_for
 

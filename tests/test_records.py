@@ -1,4 +1,4 @@
-"""pylog.records: batch encoding round trips, columns, and validation of hostile bytes."""
+"""pylog.storage.records: batch encoding round trips, columns, and validation of hostile bytes."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from pylog import CorruptRecordError, InvalidRecordError, Record
-from pylog.records import (CODEC_LZ4, HEADER_SIZE, BatchView, RecordColumns, check_header, encode_batch,
+from pylog.storage.records import (CODEC_LZ4, HEADER_SIZE, BatchView, RecordColumns, check_header, encode_batch,
                            encode_columns, parse_header, stamp_base_offset)
 
 blobs = st.one_of(st.none(), st.binary(max_size=64))
@@ -166,7 +166,7 @@ def test_flipped_body_byte_fails_the_crc():
 
 
 def test_lengths_that_do_not_add_up_are_caught_even_with_a_valid_crc():
-    from pylog.records import batch_crc
+    from pylog.storage.records import batch_crc
     raw = bytearray(encode_batch([b"abc", b"de"]))
     struct.pack_into("<i", raw, HEADER_SIZE, 4)  # first value length 3 -> 4
     struct.pack_into("<I", raw, 13, batch_crc(raw))
@@ -175,7 +175,7 @@ def test_lengths_that_do_not_add_up_are_caught_even_with_a_valid_crc():
 
 
 def test_lz4_body_size_lie_is_caught():
-    from pylog.records import batch_crc
+    from pylog.storage.records import batch_crc
     raw = bytearray(encode_batch([b"a" * 1000] * 10, codec=CODEC_LZ4))
     assert parse_header(raw).codec == CODEC_LZ4
     struct.pack_into("<I", raw, 57, parse_header(raw).body_size + 1)
@@ -200,7 +200,7 @@ def test_random_bytes_never_decode_silently(junk):
 def test_batch_whose_last_offset_passes_int64_is_corrupt_not_overflow():
     """A batch with a valid CRC whose base offset is 2^63-1 (so its records' offsets do not fit int64)
     used to pass the header check and raise OverflowError from BatchView.offsets()."""
-    from pylog.records import batch_crc
+    from pylog.storage.records import batch_crc
     for values, deltas in (([b"a", b"b"], None), ([b"a", b"b"], [0, 5])):
         raw = bytearray(encode_batch(values, offset_deltas=deltas))
         struct.pack_into("<q", raw, 0, (1 << 63) - 1)

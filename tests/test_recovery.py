@@ -27,8 +27,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pylog
-from pylog.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from pylog.records import (CODEC_LZ4, HEADER_SIZE, BatchView, RecordColumns, batch_crc, crc32c,
+from pylog.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
+from pylog.storage.records import (CODEC_LZ4, HEADER_SIZE, BatchView, RecordColumns, batch_crc, crc32c,
                            encode_batch, parse_header)
 
 from storetools import crash_copy
@@ -37,7 +37,7 @@ T0 = 1_700_000_000_000
 TOPIC = "t"
 MiB = 1 << 20
 
-# Header field positions (see the table in pylog/records.py).
+# Header field positions (see the table in pylog/storage/records.py).
 BATCH_LENGTH_AT = 8
 MAGIC_AT = 12
 CRC_AT = 13
@@ -868,7 +868,7 @@ def test_decode_mutated_uncompressed_body_sections(data):
 def test_an_index_entry_naming_the_wrong_batch_is_not_trusted(tmp_path):
     """A sealed index whose entries (with a correct checksum) point at a later batch: reads must still
     start at the requested offset, not silently skip to where the index points."""
-    from pylog.index import OffsetIndex
+    from pylog.storage.index import OffsetIndex
     path = tmp_path / "s"
     with pylog.open(str(path), index_interval_bytes=0) as store:
         p = store.create_topic("t").partition(0)

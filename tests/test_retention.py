@@ -13,7 +13,7 @@ import time
 import pytest
 
 import pylog
-from pylog.retention import deletable_prefix
+from pylog.storage.retention import deletable_prefix
 
 from storetools import wait_for
 

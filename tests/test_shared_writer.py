@@ -177,7 +177,7 @@ def test_a_producer_waiting_for_a_partition_lets_go_of_another_as_soon_as_its_pa
 
 
 def test_a_failed_release_still_lets_go_and_reads_on(tmp_path, monkeypatch):
-    from pylog.producer_state import ProducerState
+    from pylog.storage.producer_state import ProducerState
     with pylog.open(tmp_path, log_cleaner_enable=False) as a, pylog.open(tmp_path, log_cleaner_enable=False) as b:
         pa = a.create_topic("ev").partition(0)
         pa.append_values([b"a0"], producer=(5, 0, 0))

@@ -20,7 +20,7 @@ pa = pytest.importorskip("pyarrow")
 pytest.importorskip("pyspark")
 
 import pylog  # noqa: E402
-from pylog.partitioner import partitions_for_keys  # noqa: E402
+from pylog.clients.partitioner import partitions_for_keys  # noqa: E402
 from pylog.spark.options import (DataLossError, InvalidOptionError, WriteOptions, parse_read_options,  # noqa: E402
                                  parse_write_options)
 from pylog.spark.reader import (ARROW_SCHEMA, ARROW_SCHEMA_WITH_HEADERS, OffsetRange, binary_array,  # noqa: E402

@@ -17,7 +17,7 @@ pytest.importorskip("pyspark")
 import pyarrow as pa  # noqa: E402
 
 import pylog  # noqa: E402
-from pylog.partitioner import partitions_for_keys  # noqa: E402
+from pylog.clients.partitioner import partitions_for_keys  # noqa: E402
 from pylog.spark.reader import HEADERS_TYPE, binary_array, headers_array  # noqa: E402
 
 N = 1_000_000

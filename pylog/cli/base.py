@@ -4,7 +4,7 @@ and what can be learnt about a store from outside the processes that use it.
 Invariants:
 - A command never creates a store by looking at one: only ``topics create`` and ``bench`` (whose job is
   writing) may create the directory; every other command refuses a path without ``pylog.store``.
-- The CLI's own :class:`~pylog.log.Store` runs no cleaner thread: a command does its work and exits, and
+- The CLI's own :class:`~pylog.store.Store` runs no cleaner thread: a command does its work and exits, and
   maintenance stays the business of the processes that write the partitions.
 """
 
@@ -17,8 +17,8 @@ import os
 from enum import IntEnum
 from typing import Iterable, Iterator
 
-from ..filenames import LOCK_FILE, STORE_FILE
-from ..log import Store
+from ..storage.filenames import LOCK_FILE, STORE_FILE
+from ..store import Store
 
 __all__ = ["ExitCode", "CommandError", "open_store", "non_negative", "positive", "timestamp_ms", "key_value",
            "partition_writers"]

@@ -1,11 +1,11 @@
 """``pylog bench producer|consumer|latency STORE``: Kafka's perf-test scripts against a store.
 
 - ``producer`` (kafka-producer-perf-test): ``--records`` records of ``--record-size`` bytes (a random
-  A-Z payload, as Kafka's) sent through :class:`~pylog.producer.Producer`, optionally capped at
+  A-Z payload, as Kafka's) sent through :class:`~pylog.clients.producer.Producer`, optionally capped at
   ``--throughput`` records/s; records/s, MB/s and send-to-acknowledgement latency percentiles (measured
   on a sample of up to :data:`_LATENCY_SAMPLES` records).
 - ``consumer`` (kafka-consumer-perf-test): reads ``--records`` records from the start of the topic
-  through :class:`~pylog.consumer.Consumer`; records/s, MB/s and poll latency percentiles. A topic that
+  through :class:`~pylog.clients.consumer.Consumer`; records/s, MB/s and poll latency percentiles. A topic that
   does not exist yet is created and filled first (not timed).
 - ``latency`` (kafka's EndToEndLatency): one record at a time, from ``send()`` until a consumer in the
   same process has polled it; percentiles of that round trip.

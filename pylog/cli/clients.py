@@ -28,7 +28,7 @@ import threading
 import time
 from typing import Any, Callable, Iterator, NamedTuple, TextIO
 
-from ..consumer import ConsumerRecord
+from ..clients.consumer import ConsumerRecord
 from ..errors import PylogError
 from ..structs import TopicPartition
 from .base import CommandError, ExitCode, key_value, non_negative, open_store, positive, timestamp_ms

@@ -20,9 +20,9 @@ import os
 from typing import Any, TextIO
 
 from ..errors import CorruptRecordError
-from ..filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
-from ..index import OffsetIndex, TimeIndex
-from ..records import (CODEC_LZ4, HEADER_SIZE, BatchHeader, BatchView, batch_crc, check_header, parse_header)
+from ..storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
+from ..storage.index import OffsetIndex, TimeIndex
+from ..storage.records import (CODEC_LZ4, HEADER_SIZE, BatchHeader, BatchView, batch_crc, check_header, parse_header)
 from .base import ExitCode
 from .output import text_of
 

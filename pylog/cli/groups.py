@@ -11,8 +11,8 @@ import argparse
 from typing import Any, TextIO
 
 from ..errors import RebalanceInProgressError, UnknownTopicError
-from ..filenames import OFFSETS_TOPIC
-from ..log import Store
+from ..storage.filenames import OFFSETS_TOPIC
+from ..store import Store
 from ..structs import TopicPartition
 from .base import CommandError, ExitCode, non_negative, open_store, timestamp_ms
 from .output import Table

@@ -3,7 +3,7 @@
 There is no broker whose cleaner thread one could ask about. Retention and compaction run in a background
 thread of each process that has the store open (``store.cleaner_status()`` and ``store.check_health()``
 in that process). Each such thread also publishes its status under ``<store>/__cleaners/``
-(:mod:`pylog.cleaner_registry`), and this command checks:
+(:mod:`pylog.maintenance.cleaner_registry`), and this command checks:
 
 - **cleaners**: one row per process with its cleaner enabled. Unhealthy when a live process's cleaner
   thread died (the row shows its last error), has not written its heartbeat for longer than
@@ -31,14 +31,14 @@ import argparse
 import os
 from typing import Any, TextIO
 
-from ..cleaner import error_summary
-from ..cleaner_registry import HEARTBEAT_S, PublishedCleaner
-from ..compaction import cleanable_range
+from ..maintenance.cleaner_status import error_summary
+from ..maintenance.cleaner_registry import HEARTBEAT_S, PublishedCleaner
+from ..maintenance.compaction import cleanable_range
 from ..config import STORE_SETTINGS
-from ..filenames import OFFSETS_TOPIC, SWAP_MANIFEST_FILE
-from ..partition import Partition
-from ..records import now_ms
-from ..retention import deletable_prefix
+from ..storage.filenames import OFFSETS_TOPIC, SWAP_MANIFEST_FILE
+from ..storage.partition import Partition
+from ..storage.records import now_ms
+from ..storage.retention import deletable_prefix
 from .base import ExitCode, non_negative, open_store, partition_writers
 from .output import Table, format_bytes, format_ms
 

@@ -11,7 +11,7 @@ import argparse
 from typing import Any, Sequence, TextIO
 
 from ..errors import PartitionLockedError, PylogError
-from ..log import Store
+from ..store import Store
 from .base import ExitCode, non_negative, open_store, partition_writers
 from .output import Progress
 

@@ -10,8 +10,8 @@ from typing import Any, TextIO
 
 from ..config import SETTINGS
 from ..errors import PartitionLockedError, TopicExistsError
-from ..filenames import OFFSETS_TOPIC
-from ..log import Store
+from ..storage.filenames import OFFSETS_TOPIC
+from ..store import Store
 from .base import CommandError, ExitCode, key_value, open_store, partition_writers, positive
 from .output import Table
 

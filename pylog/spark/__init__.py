@@ -11,8 +11,9 @@ module it finds and registers its ``DefaultSource``, so ``format("pylog")`` need
 
 This package imports PySpark and pyarrow (``pip install "pylog[spark]"``); ``import pylog`` never loads it.
 Modules: :mod:`~pylog.spark.options` (parsing), :mod:`~pylog.spark.reader` (planning, Arrow conversion),
-:mod:`~pylog.spark.source` (the DataSource and batch reader), :mod:`~pylog.spark.stream` (streaming
-reader), :mod:`~pylog.spark.writer` (Arrow writers).
+:mod:`~pylog.spark.source` (the DataSource: schema, reader and writer factories), :mod:`~pylog.spark.batch`
+(batch reader, input partitions), :mod:`~pylog.spark.stream` (streaming reader), :mod:`~pylog.spark.writer`
+(Arrow writers). ``source`` imports the others; none of them imports it.
 """
 
 from __future__ import annotations

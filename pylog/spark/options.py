@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping
 
 from ..errors import InvalidConfigError, OffsetOutOfRangeError
-from ..filenames import OFFSETS_TOPIC, STORE_FILE
+from ..storage.filenames import OFFSETS_TOPIC, STORE_FILE
 
 __all__ = [
     "InvalidOptionError", "DataLossError", "OffsetSpec", "Subscription", "ReadOptions", "WriteOptions",

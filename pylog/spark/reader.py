@@ -1,7 +1,7 @@
 """Reading for the Spark source: plan offset ranges on the driver, turn them into Arrow batches on executors.
 
 No PySpark import here (only pyarrow and pylog), so planning and conversion are testable without a JVM;
-:mod:`pylog.spark.source` and :mod:`pylog.spark.stream` wrap them in Spark's reader classes.
+:mod:`pylog.spark.batch` and :mod:`pylog.spark.stream` wrap them in Spark's reader classes.
 
 Invariants:
 - A record is converted without a Python object of its own: keys and values become Arrow ``binary``
@@ -32,8 +32,10 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
-from ..log import Store
-from ..records import RecordColumns
+from ..storage.filenames import STORE_FILE
+from ..storage.records import RecordColumns
+from ..store import Store
+from ..store import open as open_pylog
 from .options import DataLossError, InvalidOptionError, ReadOptions, Subscription, resolve_offset
 
 __all__ = [
@@ -107,9 +109,6 @@ def open_store(path: str) -> Store:
 
     :raises UnknownTopicError: when ``path`` holds no store on this machine.
     """
-    from ..filenames import STORE_FILE
-    from ..log import open as open_pylog
-
     if not os.path.isfile(os.path.join(path, STORE_FILE)):
         raise UnknownTopicError(f"no pylog store at {path} on host {os.uname().nodename} "
                                 "(executors must see the store's path: local disk or a shared filesystem)")

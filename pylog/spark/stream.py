@@ -29,7 +29,7 @@ from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMa
 
 from .options import DataLossError, ReadOptions, resolve_offset
 from .reader import OffsetRange, list_partitions, open_store, split_ranges
-from .source import PylogInputPartition, read_partition
+from .batch import PylogInputPartition, read_partition
 
 __all__ = ["PylogStreamReader", "to_json", "from_json", "prorate"]
 

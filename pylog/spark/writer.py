@@ -8,7 +8,7 @@ back as it is.
 
 Invariants:
 - A row goes to its ``partition`` when given; otherwise a keyed row goes where pylog's producer (and
-  Kafka's Java client) would put it, ``murmur2(key) % partitions`` (:func:`pylog.partitioner.partitions_for_keys`);
+  Kafka's Java client) would put it, ``murmur2(key) % partitions`` (:func:`pylog.clients.partitioner.partitions_for_keys`);
   otherwise all key-less rows of one Arrow batch go to one partition, rotating from batch to batch.
 - Rows of one task keep their input order within each partition.
 - Each task buffers Arrow slices per partition and appends them in whole batches while holding the
@@ -35,14 +35,15 @@ from pyspark.sql.datasource import DataSourceArrowWriter, DataSourceStreamArrowW
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructType,
                                TimestampType)
 
+from ..clients.partitioner import partitions_for_keys
 from ..errors import InvalidRecordError, InvalidTopicError, PartitionLockedError, UnknownTopicError
-from ..filenames import is_internal_topic
-from ..log import Store
-from ..log import open as open_pylog
-from ..partition import Partition
-from ..partitioner import partitions_for_keys
-from ..records import now_ms
+from ..storage.filenames import is_internal_topic
+from ..storage.partition import Partition
+from ..storage.records import now_ms
+from ..store import Store
+from ..store import open as open_pylog
 from .options import InvalidOptionError, WriteOptions
+from .reader import open_store
 
 __all__ = ["PylogWriter", "PylogStreamWriter", "PylogCommitMessage", "write_batches", "check_write_schema",
            "FLUSH_BYTES", "BUFFER_BYTES"]
@@ -313,8 +314,6 @@ class _TaskWriter:
 
 def write_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
     """Append Arrow batches with the Kafka sink's columns to the store (one Spark task's work)."""
-    from .reader import open_store
-
     open_store(opts.path).close()  # checks the path is a store here, without creating one
     store = open_pylog(opts.path, log_cleaner_enable=False, lock_timeout_ms=opts.lock_timeout_ms)
     try:

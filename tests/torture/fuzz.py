@@ -57,16 +57,17 @@ sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository, wh
 
 import pylog  # noqa: E402
 from pylog import PylogError  # noqa: E402
-from pylog import checkpoint as _checkpoint  # noqa: E402
-from pylog import compaction as _compaction  # noqa: E402
-from pylog import groups as _groups  # noqa: E402
-from pylog.cleaner_registry import _MAGIC as _STATUS_MAGIC, published_cleaners  # noqa: E402
-from pylog.fileio import checked, encode_doc  # noqa: E402
-from pylog.filenames import (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, CLEANERS_DIR, GROUPS_DIR,  # noqa: E402
+from pylog.storage import checkpoint as _checkpoint  # noqa: E402
+from pylog.maintenance import compaction as _compaction  # noqa: E402
+from pylog.storage import swap as _swap  # noqa: E402
+from pylog.clients import groups as _groups  # noqa: E402
+from pylog.maintenance.cleaner_registry import _MAGIC as _STATUS_MAGIC, published_cleaners  # noqa: E402
+from pylog.storage.fileio import checked, encode_doc  # noqa: E402
+from pylog.storage.filenames import (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, CLEANERS_DIR, GROUPS_DIR,  # noqa: E402
                              STORE_FILE, SWAP_MANIFEST_FILE, TOPIC_FILE)
-from pylog.index import OffsetIndex, TimeIndex  # noqa: E402
-from pylog.producer_state import SNAPSHOT_FILE, ProducerState  # noqa: E402
-from pylog.records import (CODEC_LZ4, BatchView, RecordColumns, batch_crc, crc32c,  # noqa: E402
+from pylog.storage.index import OffsetIndex, TimeIndex  # noqa: E402
+from pylog.storage.producer_state import SNAPSHOT_FILE, ProducerState  # noqa: E402
+from pylog.storage.records import (CODEC_LZ4, BatchView, RecordColumns, batch_crc, crc32c,  # noqa: E402
                            encode_batch)
 
 #: Seconds one input may take before it counts as a hang (generous: the machine is shared and loaded).
@@ -137,7 +138,7 @@ def mutate_bytes(rng: random.Random, data: bytes, fields: list[tuple[int, int]] 
 
 
 def fix_checked(body_with_crc: bytes) -> bytes:
-    """Re-frame a :func:`pylog.fileio.checked` file so its trailing CRC matches whatever precedes it."""
+    """Re-frame a :func:`pylog.storage.fileio.checked` file so its trailing CRC matches whatever precedes it."""
     return checked(body_with_crc[:-4]) if len(body_with_crc) >= 4 else body_with_crc
 
 
@@ -421,7 +422,7 @@ class IndexDecoder(Decoder):
 
 
 class _CheckedFileDecoder(Decoder):
-    """A file framed by :func:`pylog.fileio.checked` whose body is a fixed binary layout."""
+    """A file framed by :func:`pylog.storage.fileio.checked` whose body is a fixed binary layout."""
 
     filename = ""
     fields: list[tuple[int, int]] = []
@@ -483,14 +484,14 @@ class SwapManifestDecoder(_CheckedFileDecoder):
     def make_seeds(self) -> list[Any]:
         out = []
         for groups in ([], [(0, [0, 10, 20])], [(-1, [5]), (30, [30, 40])]):
-            _compaction._write_manifest(self.work, groups)
+            _swap.write_manifest(self.work, groups)
             with open(os.path.join(self.work, self.filename), "rb") as f:
                 out.append(f.read())
         return out
 
     def feed(self, data: Any) -> None:
         self.write(data)
-        _compaction._read_manifest(self.work)
+        _swap.read_manifest(self.work)
 
 
 class _DocDecoder(_CheckedFileDecoder):
@@ -614,7 +615,7 @@ class CleanerStatusDecoder(_DocDecoder):
         return super().make_seeds()
 
     def bodies(self) -> list[bytes]:
-        from pylog.cleaner import CleanerStatus
+        from pylog.maintenance.cleaner_status import CleanerStatus
         from dataclasses import asdict
         st = asdict(CleanerStatus(alive=True, started_at=1.5, runs=3, last_error="boom", uncleanable={"t-0": "x"},
                                   dirty_ratios={"t-1": 0.25}))
@@ -715,7 +716,7 @@ class TopicFileDecoder(_StoreDecoder):
     def make(self, rng: random.Random) -> Any:
         seed = rng.choice(self.seeds)
         if rng.random() < 0.6:
-            from pylog.topic import _canonical
+            from pylog.storage.topic import _canonical
             doc = to_jsonable(mutate_doc(rng, json.loads(seed)))
             if isinstance(doc, dict):
                 with contextlib.suppress(Exception):

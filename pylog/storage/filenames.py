@@ -7,7 +7,7 @@ Topic names and the store root. A topic is the directory ``<store>/<name>``, nex
 in the root. Invariants:
 
 - Every entry pylog itself keeps in the store root is one of :data:`ROOT_FILES`, a temporary file of one
-  of them (``<file>.<pid>-<thread>.tmp``, see :func:`pylog.fileio.atomic_write`), a name starting with
+  of them (``<file>.<pid>-<thread>.tmp``, see :func:`pylog.storage.fileio.atomic_write`), a name starting with
   :data:`INTERNAL_PREFIX` (``__consumer_offsets``, ``__consumer_groups``, ``__cleaners``), or a name
   starting with ``.`` (``.deleting-*``, a topic being deleted). A new root entry must fit one of these.
 - A user topic name is Kafka's (1..249 of ``[A-Za-z0-9._-]``, not ``.`` or ``..``) minus those four
@@ -58,12 +58,12 @@ CLEANER_CHECKPOINT_FILE = "cleaner.checkpoint"
 SWAP_MANIFEST_FILE = "cleaner.swap"
 TOPIC_FILE = "topic.json"
 STORE_FILE = "pylog.store"
-#: A partition's shared wake-up counter (pylog/notify.py).
+#: A partition's shared wake-up counter (pylog/storage/notify.py).
 NOTIFY_FILE = "notify"
 #: The consumer groups' committed offsets (a compacted topic) and their membership directories.
 OFFSETS_TOPIC = "__consumer_offsets"
 GROUPS_DIR = "__consumer_groups"
-#: Each process's cleaner status and liveness lock (pylog/cleaner_registry.py).
+#: Each process's cleaner status and liveness lock (pylog/maintenance/cleaner_registry.py).
 CLEANERS_DIR = "__cleaners"
 #: The store-wide producer id counter (Store.new_producer_id).
 PRODUCER_IDS_FILE = "producer.ids"

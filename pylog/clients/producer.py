@@ -19,7 +19,7 @@ record for ``linger_ms``) happens in :meth:`Producer._settle`, which ``send()`` 
 record's index reaches ``check_at`` (see :class:`_Accumulation`): bytes are summed there, in C, for all
 the records since the last look.
 
-With a quota for the producer's ``client_id`` (:mod:`pylog.quotas`), each drain records the bytes it
+With a quota for the producer's ``client_id`` (:mod:`pylog.clients.quotas`), each drain records the bytes it
 appended (values, keys and headers) and, when the client is over its byte rate, waits the quota's delay
 before completing the drain's futures and before the next drain may start: as a Kafka broker delays its
 produce response. Meanwhile ``send()`` keeps filling the buffer and blocks once ``buffer_memory`` is full.
@@ -29,7 +29,7 @@ Invariants:
   (a drain lock taken before the accumulation is swapped out) and keep send order within a partition.
 - With ``enable_idempotence`` (default) every append carries this producer's id, epoch and per-partition
   sequence number, so a drain retried after an error is not appended twice, even across a store restart
-  (see :mod:`pylog.producer_state`).
+  (see :mod:`pylog.storage.producer_state`).
 - A producer never holds a partition's writer lock it could let go of while it waits for another partition
   or out a quota delay: it first lets go of every partition it holds for a turn (fsynced first with
   ``acks="all"``), so two producers never wait for the partition the other holds. One whose retention or
@@ -52,21 +52,20 @@ import logging
 import threading
 import time
 from operator import itemgetter
-from typing import TYPE_CHECKING, Any, Callable
+from typing import Any, Callable
 
 import numpy as np
 
-from .errors import (InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError, PartitionLockedError,
+from ..errors import (InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError, PartitionLockedError,
                      PylogError, RecordTooLargeError, StoreClosedError)
-from .filenames import is_internal_topic
+from ..storage.filenames import is_internal_topic
 from .partitioner import DefaultPartitioner
-from .quotas import PRODUCE
-from .records import _column, now_ms
-from .structs import RecordMetadata, TopicPartition
+from .quotas import PRODUCE, QuotaManager
+from .storeview import StoreView
+from ..storage.records import _column, now_ms
+from ..structs import RecordMetadata, TopicPartition
+from ..storage.partition import Partition
 
-if TYPE_CHECKING:
-    from .log import Store
-    from .partition import Partition
 
 __all__ = ["Producer", "FutureRecordMetadata", "ProducerTimeoutError"]
 
@@ -361,7 +360,7 @@ class Producer:
     """Publishes records to a store's topics; kafka-python's ``KafkaProducer`` API. Thread-safe.
 
     Options (kafka-python's names): ``client_id`` (also the key of the producer's quota, see
-    :meth:`pylog.log.Store.set_quota`), ``key_serializer``, ``value_serializer``, ``acks``
+    :meth:`pylog.store.Store.set_quota`), ``key_serializer``, ``value_serializer``, ``acks``
     (0, 1 or "all"), ``compression_type`` (None or "lz4"), ``batch_size``, ``linger_ms``,
     ``partitioner`` (``fn(key_bytes, all_partitions, available_partitions) -> int``; default: Kafka's),
     ``buffer_memory``, ``max_block_ms`` (how long an append waits for a partition that a producer of
@@ -372,7 +371,7 @@ class Producer:
     sequence numbers). Broker options (``bootstrap_servers``, ...) raise :class:`InvalidConfigError`.
     """
 
-    def __init__(self, store: "Store", **configs: Any) -> None:
+    def __init__(self, store: StoreView, *, quotas: QuotaManager, **configs: Any) -> None:
         unknown = set(configs) - set(_DEFAULTS)
         if unknown & _NETWORK_OPTIONS:
             raise InvalidConfigError(f"pylog runs in-process, without a broker: {sorted(unknown & _NETWORK_OPTIONS)} "
@@ -391,7 +390,7 @@ class Producer:
         self.config = cfg
         self._store = store
         self._client_id = cfg["client_id"]
-        self._quotas = store._quotas
+        self._quotas = quotas
         self._key_ser = cfg["key_serializer"]
         self._value_ser = cfg["value_serializer"]
         self._batch_size = cfg["batch_size"]

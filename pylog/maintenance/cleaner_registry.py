@@ -41,10 +41,10 @@ import time
 from dataclasses import dataclass, fields
 from typing import Callable
 
-from .cleaner import CleanerStatus
-from .errors import CorruptRecordError
-from .fileio import checked, decode_doc, encode_doc, try_flock, unchecked
-from .filenames import CLEANERS_DIR
+from .cleaner_status import CleanerStatus
+from ..errors import CorruptRecordError
+from ..storage.fileio import checked, decode_doc, encode_doc, try_flock, unchecked
+from ..storage.filenames import CLEANERS_DIR
 
 __all__ = ["CleanerPublisher", "PublishedCleaner", "published_cleaners", "HEARTBEAT_S"]
 

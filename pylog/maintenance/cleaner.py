@@ -2,7 +2,7 @@
 
 Seed 000 warns that a dead log-cleaner thread goes unnoticed until the disk fills. Here it cannot:
 
-- :class:`CleanerStatus` (``store.cleaner_status()``) reports whether the thread is alive, when it last
+- :class:`~pylog.maintenance.cleaner_status.CleanerStatus` (``store.cleaner_status()``) reports whether the thread is alive, when it last
   ran, the last error with its traceback, bytes and records read and written, records and tombstones
   removed, segments and bytes deleted by retention, per-partition dirty ratios, and the partitions it
   gave up on.
@@ -11,7 +11,7 @@ Seed 000 warns that a dead log-cleaner thread goes unnoticed until the disk fill
 - An error that escapes the loop kills the thread: it is logged and recorded, ``alive`` turns False, and
   ``store.check_health()`` raises :class:`~pylog.errors.CleanerError` from then on.
 - Other processes see the same status, with a heartbeat, through the store's cleaner status file
-  (:mod:`pylog.cleaner_registry`, ``store.cleaners()``, ``pylog health``).
+  (:mod:`pylog.maintenance.cleaner_registry`, ``store.cleaners()``, ``pylog health``).
 
 Invariants: the thread only maintains partitions this store already writes (it never takes a writer lock
 another process might want next); it holds no lock while sleeping; ``stop()`` interrupts a cleaning at
@@ -24,60 +24,23 @@ import logging
 import threading
 import time
 import traceback
-from dataclasses import dataclass, field, replace
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from dataclasses import replace
+from typing import Any, Callable, Iterator
 
 from .compaction import CleanerStoppedError, CleanResult, clean_partition
-from .errors import CleanerError, CorruptRecordError, StoreClosedError
-from .retention import RetentionResult
+from ..errors import CleanerError, CorruptRecordError, StoreClosedError
+from ..storage.retention import RetentionResult
+from .cleaner_registry import CleanerPublisher
+from .cleaner_status import CleanerStatus, error_summary
+from ..storage.partition import Partition
 
-if TYPE_CHECKING:
-    from .cleaner_registry import CleanerPublisher
-    from .partition import Partition
 
-__all__ = ["Cleaner", "CleanerStatus", "error_summary"]
+__all__ = ["Cleaner"]
 
 log = logging.getLogger("pylog.cleaner")
 
 #: Longest sleep of the thread between looks at the partitions (seconds).
 _IDLE = 1.0
-
-
-def error_summary(text: str | None) -> str:
-    """The exception line of a recorded traceback (its last line), e.g. ``OSError: [Errno 28] ...``."""
-    lines = (text or "").strip().splitlines()
-    return lines[-1].strip() if lines else "no error recorded"
-
-
-@dataclass
-class CleanerStatus:
-    """A snapshot of the background cleaner's health and totals since the store opened."""
-
-    enabled: bool = True
-    alive: bool = False
-    started_at: float | None = None  # time.time()
-    last_run_start: float | None = None
-    last_run_end: float | None = None
-    runs: int = 0
-    last_error: str | None = None  # message and traceback
-    last_error_at: float | None = None
-    #: "topic-partition" -> the error that made the cleaner give up on it.
-    uncleanable: dict[str, str] = field(default_factory=dict)
-    bytes_read: int = 0
-    bytes_written: int = 0
-    records_read: int = 0
-    records_written: int = 0
-    records_removed: int = 0
-    tombstones_removed: int = 0
-    cleanings: int = 0
-    segments_deleted: int = 0
-    bytes_deleted: int = 0
-    #: "topic-partition" -> dirty ratio at the last look, for compacted partitions this store writes.
-    dirty_ratios: dict[str, float] = field(default_factory=dict)
-
-    @property
-    def healthy(self) -> bool:
-        return (not self.enabled or self.alive) and not self.uncleanable
 
 
 class Cleaner:
@@ -87,7 +50,7 @@ class Cleaner:
     def __init__(self, name: str, partitions: Callable[[], Iterator["Partition"]], settings: dict[str, Any],
                  publisher: "CleanerPublisher | None" = None) -> None:
         self._partitions = partitions
-        #: Writes the status where other processes see it (pylog/cleaner_registry.py); None: nowhere.
+        #: Writes the status where other processes see it (pylog/maintenance/cleaner_registry.py); None: nowhere.
         self._publisher = publisher
         self.retention_interval = settings["log.retention.check.interval.ms"] / 1000
         self.backoff = settings["log.cleaner.backoff.ms"] / 1000

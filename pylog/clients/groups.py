@@ -40,31 +40,31 @@ import hashlib
 import logging
 import os
 import re
+import shutil
 import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
 
 import msgpack
 
 from .assignors import AbstractPartitionAssignor, assignor_named
-from .errors import (CorruptRecordError, InvalidConfigError, InvalidGroupError, PartitionLockedError,
+from ..errors import (CorruptRecordError, InvalidConfigError, InvalidGroupError, PartitionLockedError,
                      RebalanceInProgressError, TopicExistsError, UnknownTopicError)
-from .fileio import checked, decode_doc, encode_doc, read_checked, try_flock, unchecked, write_checked
-from .filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legacy_topic_name, legal_name
-from .records import crc32c
-from .structs import OffsetAndMetadata, TopicPartition
+from ..storage.fileio import checked, decode_doc, encode_doc, read_checked, try_flock, unchecked, write_checked
+from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legacy_topic_name, legal_name
+from ..storage.records import crc32c
+from ..structs import OffsetAndMetadata, TopicPartition
+from .storeview import StoreView
+from ..storage.partition import Partition
+from ..storage.topic import Topic
 
-if TYPE_CHECKING:
-    from .log import Store
-    from .partition import Partition
-    from .topic import Topic
 
 __all__ = ["OFFSETS_TOPIC", "GROUPS_DIR", "CommittedOffsets", "GroupMember", "GroupDescription",
-           "MemberDescription", "PartitionLag", "describe_group", "list_group_dirs", "check_group_id"]
+           "MemberDescription", "PartitionLag", "describe_group", "list_group_dirs", "remove_group_dir", "check_group_id"]
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("pylog.groups")  # logger names are what operators filter on: unchanged by the move
 
 _STATE_MAGIC = b"PLGS"
 _MEMBER_MAGIC = b"PLGM"
@@ -171,8 +171,11 @@ class CommittedOffsets:
     since the previous one.
     """
 
-    def __init__(self, store: "Store") -> None:
+    def __init__(self, store: StoreView, create_internal_topic: Callable[[str, int, Mapping[str, Any]], Topic]) -> None:
+        """``create_internal_topic(name, partitions, config)``: the store's way of creating ``__consumer_offsets``
+        (an internal topic, which its public ``create_topic`` refuses)."""
         self._store = store
+        self._create_internal_topic = create_internal_topic
         self._lock = threading.Lock()
         self._topic: Topic | None = None
         #: offsets partition -> [next offset to read, {(group, topic, partition): commit}]
@@ -188,7 +191,7 @@ class CommittedOffsets:
             except UnknownTopicError:
                 settings = store.settings
                 try:
-                    t = store._create_internal_topic(
+                    t = self._create_internal_topic(
                         OFFSETS_TOPIC, settings["offsets.topic.num.partitions"],
                         {"cleanup.policy": "compact", "segment.bytes": settings["offsets.topic.segment.bytes"],
                          "segment.index.bytes": _OFFSETS_INDEX_BYTES, "index.interval.bytes": 512})
@@ -374,13 +377,13 @@ def _valid_member_doc(doc: Any) -> bool:
 
 
 class GroupMember:
-    """One consumer's membership in a group (used by :class:`~pylog.consumer.Consumer`; not thread-safe).
+    """One consumer's membership in a group (used by :class:`~pylog.clients.consumer.Consumer`; not thread-safe).
 
     ``poll()`` is called on every consumer poll: it notices a new generation with one ``stat``, and every
     ``heartbeat_interval_ms`` probes the other members' locks to notice the dead.
     """
 
-    def __init__(self, store: "Store", group_id: str, client_id: str,
+    def __init__(self, store: StoreView, group_id: str, client_id: str,
                  strategies: Sequence[type[AbstractPartitionAssignor]], session_timeout_ms: int,
                  heartbeat_interval_ms: int) -> None:
         self.group_id = check_group_id(group_id)
@@ -683,6 +686,12 @@ def list_group_dirs(store_path: str) -> list[str]:
         elif not name.startswith("%"):
             out.append(name)
     return out
+
+
+def remove_group_dir(store_path: str, group_id: str) -> None:
+    """Remove ``group_id``'s membership directory (for deleting a group that has no live members)."""
+    directory = os.path.join(store_path, GROUPS_DIR, _group_dirname(check_group_id(group_id), store_path))
+    shutil.rmtree(directory, ignore_errors=True)
 
 
 def describe_group(store_path: str, group_id: str) -> GroupDescription:

@@ -16,7 +16,7 @@ Invariants:
    start offset (so a crash mid-way leaves only segments that the next open deletes); the active segment
    goes only after a roll has put an empty one after it. Segments before the recovery point are sealed
    and fsynced. A roll leaves the fsync of the segment it sealed to the background sync thread
-   (:mod:`pylog.syncer`), which moves the recovery point past it once done; ``flush``, ``close`` and
+   (:mod:`pylog.storage.syncer`), which moves the recovery point past it once done; ``flush``, ``close`` and
    handing the writer lock over sync whatever is still pending first. Handing over does not fsync the
    active segment: a handle's ``flush`` and ``close`` fsync every file it appended to and has not
    fsynced, whether or not it is still the writer.
@@ -45,9 +45,8 @@ from typing import Any, Callable, Iterable, Sequence, TypeVar
 import numpy as np
 
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
-from .compaction import finish_interrupted_swap
-from .config import TopicConfig
-from .errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
+from ..config import TopicConfig
+from ..errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
                      PartitionLockedError, ReadOnlyStoreError, RecordTooLargeError, StoreClosedError,
                      UnknownTopicError)
 from .fileio import fault, fsync_dir, try_flock
@@ -59,6 +58,7 @@ from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns,
 from .producer_state import ProducerState
 from .retention import RetentionResult, deletable_prefix
 from .segment import ReadSlice, Segment
+from .swap import finish_interrupted_swap
 from . import syncer
 
 __all__ = ["Partition", "DEFAULT_MAX_BYTES"]
@@ -78,7 +78,7 @@ _SEQ_MOD = 1 << 31
 #: release_writer) before it fsyncs them.
 _HANDED_OVER_MAX = 16
 #: Polling interval bounds of a reader waiting for another process's appends when it gets no wake-ups from
-#: them (see pylog.notify), in seconds.
+#: them (see pylog.storage.notify), in seconds.
 _POLL_MIN, _POLL_MAX = 0.0002, 0.005
 #: A reader at the log end looks at the checkpoints' stamp at most, and lists the partition's directory at
 #: least, this often (seconds); see Partition._refresh_locked.
@@ -116,7 +116,7 @@ class Partition:
         self.maintenance_lock = threading.RLock()
         self._meta: tuple = ()  # identity of the checkpoint files when a reader last looked
         self._appended = threading.Condition(threading.Lock())
-        #: Wakes readers in other processes after appends (a shared counter + futex; see pylog.notify).
+        #: Wakes readers in other processes after appends (a shared counter + futex; see pylog.storage.notify).
         self._notify = Notifier(directory, read_only=read_only)
         self._lock_fd: int | None = None
         self._want_fd: int | None = None  # for handover_wanted's probe, opened on first use
@@ -722,7 +722,7 @@ class Partition:
         Large lists are split into batches that fit ``max.message.bytes``. ``producer`` is an idempotent
         producer's ``(producer id, epoch, first sequence number)``: a call that repeats a recent one (a
         retry) is not appended again, and the offset the first call got is returned (see
-        :mod:`pylog.producer_state`). ``compression`` ("lz4" or None) is the writer's choice, used when
+        :mod:`pylog.storage.producer_state`). ``compression`` ("lz4" or None) is the writer's choice, used when
         the topic's ``compression.type`` is ``producer``.
         :raises RecordTooLargeError: when one record alone exceeds ``max.message.bytes``.
         :raises ProducerFencedError, OutOfOrderSequenceError: for a producer batch out of turn.
@@ -1195,9 +1195,9 @@ class Partition:
         """Block until ``log_end_offset > offset`` or ``timeout`` seconds pass; True when data is there.
 
         Appends through this handle wake waiters at once (a condition variable). Appends by another process
-        (or another handle) wake them through the partition's ``notify`` file (:mod:`pylog.notify`): a futex
+        (or another handle) wake them through the partition's ``notify`` file (:mod:`pylog.storage.notify`): a futex
         on a shared counter, so an idle wait costs no CPU; the log end is re-checked after each wake-up and
-        at least every :data:`pylog.notify.SLICE` seconds, so a lost wake-up or a dead writer costs a bounded
+        at least every :data:`pylog.storage.notify.SLICE` seconds, so a lost wake-up or a dead writer costs a bounded
         delay. Where that is unavailable the log end is polled, every 0.2 ms at first and backing off to
         every 5 ms while nothing comes. Never blocks past ``timeout``; returns False at once after
         :meth:`close`.
@@ -1207,7 +1207,7 @@ class Partition:
         watch = None if self._lock_fd is not None or self._closed else self._notify.watch()
         try:
             while True:
-                seq = watch.sequence() if watch is not None else 0  # before the log end: see pylog.notify
+                seq = watch.sequence() if watch is not None else 0  # before the log end: see pylog.storage.notify
                 if self.log_end_offset > offset:
                     if watch is not None:
                         watch.found(seq)
@@ -1415,7 +1415,7 @@ class Partition:
 
     def read_columns(self, offset: int, max_records: int = 100_000, max_bytes: int = DEFAULT_MAX_BYTES,
                      verify: bool = True) -> RecordColumns:
-        """Like :meth:`read` but as :class:`~pylog.records.RecordColumns` (numpy arrays + byte buffers)."""
+        """Like :meth:`read` but as :class:`~pylog.storage.records.RecordColumns` (numpy arrays + byte buffers)."""
         return RecordColumns.concat_views(self._slices(offset, max_records, max_bytes, verify), self.topic,
                                           self.number)
 

@@ -48,7 +48,7 @@ import lz4.block as _lz4
 import msgpack
 import numpy as np
 
-from .errors import CorruptRecordError, InvalidRecordError
+from ..errors import CorruptRecordError, InvalidRecordError
 
 __all__ = [
     "Record", "RecordColumns", "BatchHeader", "BatchView",

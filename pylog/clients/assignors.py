@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import ClassVar, Mapping, Sequence
 
-from .structs import TopicPartition
+from ..structs import TopicPartition
 
 __all__ = ["AbstractPartitionAssignor", "RangePartitionAssignor", "RoundRobinPartitionAssignor",
            "StickyPartitionAssignor", "ASSIGNORS", "assignor_named"]

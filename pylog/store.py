@@ -4,11 +4,11 @@ Invariants:
 - A directory is a store when it holds ``pylog.store`` (format, version, CRC); opening creates it.
 - A store opened with ``read_only=True`` creates, locks, maps for writing and changes nothing under its
   directory, and runs no thread: it only reads (any writing call raises ReadOnlyStoreError at once).
-- Topic names follow Kafka's rule minus pylog's own root entries (pylog/filenames.py), so a topic
+- Topic names follow Kafka's rule minus pylog's own root entries (pylog/storage/filenames.py), so a topic
   directory never escapes the store nor takes the place of the marker, the producer id file, a deletion
   leftover or an internal directory. Internal (``__``) topics can be read but not created, deleted or
   altered through this API. A legacy topic (a name earlier versions allowed, see
-  :func:`pylog.filenames.legacy_topic_name`) that exists is used like any other; none is created.
+  :func:`pylog.storage.filenames.legacy_topic_name`) that exists is used like any other; none is created.
 - Any number of stores may be open on one directory, in one or many processes; each partition has one
   writer at a time (the first handle to write takes its lock), readers need no lock.
 - Closing the store flushes and cleanly closes every partition it wrote to, so the next open need not
@@ -26,29 +26,31 @@ import shutil
 import struct
 import threading
 import uuid
-from typing import TYPE_CHECKING, Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterator, Mapping, TypeVar
 
+from .clients.consumer import Consumer
+from .clients.groups import (CommittedOffsets, GroupDescription, PartitionLag, check_group_id, describe_group,
+                             list_group_dirs, remove_group_dir)
+from .clients.producer import Producer
+from .clients.quotas import CONSUME, PRODUCE, QuotaManager
 from .config import TopicConfig, split_store_options, stored_config
-from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, ReadOnlyStoreError, StoreClosedError,
+from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, ReadOnlyStoreError,
+                     RebalanceInProgressError, StoreClosedError,
                      TopicExistsError, UnknownStoreError, UnknownTopicError)
-from .fileio import atomic_write, fsync_dir, write_faults
-from .filenames import (DELETING_PREFIX, GROUPS_DIR, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE,
-                        TOPIC_FILE, deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
-                        topic_name_problem)
-from .records import crc32c
-from .cleaner import Cleaner, CleanerStatus
-from .cleaner_registry import CleanerPublisher, PublishedCleaner, published_cleaners
-from .compaction import CleanResult, clean_partition, cleanable_range
-from .partition import Partition
-from .retention import RetentionResult
+from .storage.fileio import atomic_write, fsync_dir, write_faults
+from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
+                                deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
+                                topic_name_problem)
+from .storage.records import crc32c
+from .maintenance.cleaner import Cleaner
+from .maintenance.cleaner_status import CleanerStatus
+from .maintenance.cleaner_registry import CleanerPublisher, PublishedCleaner, published_cleaners
+from .maintenance.compaction import CleanResult, clean_partition, cleanable_range
+from .storage.partition import Partition
+from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, TopicPartition
-from .topic import Topic, call_each, read_topic_file, write_topic_file
+from .storage.topic import Topic, call_each, read_topic_file, write_topic_file
 
-if TYPE_CHECKING:
-    from .consumer import Consumer
-    from .groups import CommittedOffsets, GroupDescription, PartitionLag
-    from .quotas import QuotaManager
-    from .producer import Producer
 
 __all__ = ["Store", "open"]
 
@@ -260,17 +262,18 @@ class Store:
                     p.config = new
             return new
 
-    def producer(self, **configs: Any) -> "Producer":
-        """A :class:`~pylog.producer.Producer` on this store (kafka-python's ``KafkaProducer`` options)."""
-        from .producer import Producer  # the clients sit above the store
+    def producer(self, **configs: Any) -> Producer:
+        """A :class:`~pylog.clients.producer.Producer` on this store (kafka-python's ``KafkaProducer`` options),
+        throttled by this store's quotas (:meth:`set_quota`)."""
         self._check_writable("make a producer")
-        return Producer(self, **configs)
+        return Producer(self, quotas=self._quotas, **configs)
 
-    def consumer(self, *topics: str, **configs: Any) -> "Consumer":
-        """A :class:`~pylog.consumer.Consumer` on this store (kafka-python's ``KafkaConsumer`` options)."""
-        from .consumer import Consumer  # the clients sit above the store
+    def consumer(self, *topics: str, **configs: Any) -> Consumer:
+        """A :class:`~pylog.clients.consumer.Consumer` on this store (kafka-python's ``KafkaConsumer`` options),
+        committing to this store's ``__consumer_offsets`` and throttled by its quotas (:meth:`set_quota`)."""
         self._check_open()
-        return Consumer(self, *topics, **configs)
+        offsets = self._group_offsets() if configs.get("group_id") is not None else None
+        return Consumer(self, *topics, quotas=self._quotas, offsets=offsets, **configs)
 
     def new_producer_id(self) -> int:
         """A producer id no other producer of this store has had, in any process (for idempotent appends).
@@ -305,12 +308,12 @@ class Store:
 
     # ------------------------------------------------------------------ consumer groups
 
-    def _group_offsets(self) -> "CommittedOffsets":
-        from .groups import CommittedOffsets  # groups sit above the store
+    def _group_offsets(self) -> CommittedOffsets:
+        """This store's committed offsets (``__consumer_offsets``), made on first use; shared by its consumers."""
         self._check_open()
         with self._lock:
             if self._offsets is None:
-                self._offsets = CommittedOffsets(self)
+                self._offsets = CommittedOffsets(self, self._create_internal_topic)
             return self._offsets
 
     def _create_internal_topic(self, name: str, partitions: int, config: Mapping[str, Any]) -> Topic:
@@ -318,19 +321,16 @@ class Store:
 
     def consumer_groups(self) -> list[str]:
         """Ids of the groups that have members now or committed offsets, sorted."""
-        from .groups import list_group_dirs
         return sorted(set(list_group_dirs(self.path)) | self._group_offsets().groups())
 
-    def describe_consumer_group(self, group_id: str) -> "GroupDescription":
+    def describe_consumer_group(self, group_id: str) -> GroupDescription:
         """The group's generation, assignment strategy, live members and their partitions."""
-        from .groups import describe_group
         self._check_open()
         return describe_group(self.path, group_id)
 
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
         """Every offset ``group_id`` has committed (the next offset to consume, per partition).
         :raises InvalidGroupError: for an empty or non-str id, or one that is not valid UTF-8."""
-        from .groups import check_group_id
         return self._group_offsets().fetch(check_group_id(group_id))
 
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
@@ -341,17 +341,15 @@ class Store:
         """
         self._check_writable(f"commit offsets for group {group_id!r}")
         if self.describe_consumer_group(group_id).members:
-            from .errors import RebalanceInProgressError
             raise RebalanceInProgressError(f"group {group_id!r} has live members; stop them before resetting "
                                            "its offsets")
         self._group_offsets().commit(group_id, {TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
                                                 else OffsetAndMetadata(int(om), "") for tp, om in offsets.items()})
 
-    def group_lag(self, group_id: str) -> dict[TopicPartition, "PartitionLag"]:
+    def group_lag(self, group_id: str) -> dict[TopicPartition, PartitionLag]:
         """Per partition the group has committed for: committed offset, log start and end offsets,
         lag (end - committed: records still to consume) and lead (committed - start: records retention
         may still remove before the group falls off the log). Partitions of deleted topics are left out."""
-        from .groups import PartitionLag
         out = {}
         for tp, om in sorted(self.committed_offsets(group_id).items()):
             try:
@@ -366,13 +364,11 @@ class Store:
         """Forget a group with no live members: tombstone its committed offsets and remove its directory.
         Returns how many committed offsets it had. :raises RebalanceInProgressError: while it has members.
         """
-        from .groups import _group_dirname
         self._check_writable(f"delete group {group_id!r}")
         if self.describe_consumer_group(group_id).members:
-            from .errors import RebalanceInProgressError
             raise RebalanceInProgressError(f"group {group_id!r} has live members")
         n = self._group_offsets().delete(group_id) if OFFSETS_TOPIC in self else 0
-        shutil.rmtree(os.path.join(self.path, GROUPS_DIR, _group_dirname(group_id, self.path)), ignore_errors=True)
+        remove_group_dir(self.path, group_id)
         return n
 
     # ------------------------------------------------------------------ maintenance
@@ -435,7 +431,7 @@ class Store:
         return out
 
     def cleaner_status(self) -> CleanerStatus:
-        """Health and totals of the background cleaner (see :class:`pylog.cleaner.CleanerStatus`)."""
+        """Health and totals of the background cleaner (see :class:`pylog.maintenance.cleaner_status.CleanerStatus`)."""
         st = self._cleaner.status()
         for p in self._open_partitions():
             if p.is_writer and p.config.compact:
@@ -449,7 +445,7 @@ class Store:
         """The cleaner of every process that has this store open with its cleaner enabled (this one too),
         as their status files show them: process and thread alive, heartbeat, last run, errors, the
         partitions each maintains; also processes that died without closing the store. For monitoring from
-        another process (``pylog health``); see :mod:`pylog.cleaner_registry`."""
+        another process (``pylog health``); see :mod:`pylog.maintenance.cleaner_registry`."""
         self._check_open()
         return published_cleaners(self.path)
 
@@ -490,13 +486,11 @@ class Store:
     # ------------------------------------------------------------------ quotas
 
     @property
-    def _quotas(self) -> "QuotaManager":
-        """This store's :class:`~pylog.quotas.QuotaManager`, made on first use: one budget per client id and
-        kind, shared by every producer and consumer of this store object. For the clients' own use, e.g.
-        ``store._quotas.throttle(client_id, "consume", nbytes)`` in a consumer's fetch path."""
+    def _quotas(self) -> QuotaManager:
+        """This store's :class:`~pylog.clients.quotas.QuotaManager`, made on first use: one budget per client id
+        and kind, shared by every producer and consumer of this store object (handed to each when made)."""
         manager = self.__dict__.get("_quota_manager")
         if manager is None:
-            from .quotas import QuotaManager  # imported on first use
             with self._lock:
                 manager = self.__dict__.get("_quota_manager")
                 if manager is None:
@@ -506,14 +500,13 @@ class Store:
     def set_quota(self, client_id: str, producer_byte_rate: float | None = None,
                   consumer_byte_rate: float | None = None) -> None:
         """Set ``client_id``'s byte-rate quotas (bytes/s), replacing both: a rate left as None removes that
-        quota. Clients over their quota are delayed, not refused (see :mod:`pylog.quotas`); the quotas live
+        quota. Clients over their quota are delayed, not refused (see :mod:`pylog.clients.quotas`); the quotas live
         in this store object only (not persisted, not seen by other processes).
 
         :raises TypeError: for a client id that is not a str.
         :raises InvalidConfigError: for a rate that is not a positive number.
         """
         self._check_open()
-        from .quotas import CONSUME, PRODUCE
         manager = self._quotas
         for kind, rate in ((PRODUCE, producer_byte_rate), (CONSUME, consumer_byte_rate)):
             if rate is not None:

@@ -10,7 +10,7 @@ Invariants:
   the recovery point moves past them; only after a power cut that took a sealed segment's unsynced pages
   does recovery cut one, and that runs in the writer before any reader of the new process maps it) and are
   read through a read-only mmap without copying. Indexes are mmapped, which is safe because index files are only ever replaced by
-  rename (see :mod:`pylog.index`).
+  rename (see :mod:`pylog.storage.index`).
 - Indexes are derived data: a missing or damaged index is rebuilt from the log (written back by the
   writer, kept in memory by readers). A reader keeps its index mappings while the files keep their
   inode (files are replaced by rename only) and counts the entries the writer appends in place.
@@ -34,7 +34,7 @@ from typing import Any, Iterator
 import numpy as np
 
 from .checkpoint import read_checkpoint
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 from .fileio import write_all
 from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
@@ -222,7 +222,7 @@ class Segment:
         the entries the writer appended since (up to the visible size); (None, None) when a file was
         replaced (sealed at a roll, re-grown by a reopened writer, rebuilt by recovery): open them anew.
 
-        Index files are replaced only by rename (:mod:`pylog.index`), so an unchanged inode means the
+        Index files are replaced only by rename (:mod:`pylog.storage.index`), so an unchanged inode means the
         mapping is current: two ``stat`` calls instead of two opens, mappings and sanity checks.
         """
         self._indexes_stale = False  # before looking: growth noticed meanwhile marks them again
@@ -945,7 +945,7 @@ class Segment:
         bit rot there is damage in the middle (the batches ``load`` checked follow it). ``start`` is where
         the caller checked up to before, the start of the batch with base offset ``start_offset``; when
         no such batch is there (the file was cut, and maybe written again, since), the walk starts from 0.
-        Reads and checksums each batch once (:func:`~pylog.records.checked_prefix` over the writer's
+        Reads and checksums each batch once (:func:`~pylog.storage.records.checked_prefix` over the writer's
         mapping); sections are not decoded: a batch whose checksum holds was written so.
         """
         end = self.size

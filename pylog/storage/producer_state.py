@@ -35,7 +35,7 @@ from typing import Any, Iterable
 
 import msgpack
 
-from .errors import CorruptRecordError, OutOfOrderSequenceError, ProducerFencedError
+from ..errors import CorruptRecordError, OutOfOrderSequenceError, ProducerFencedError
 from .fileio import read_checked, write_checked
 
 __all__ = ["ProducerState", "ProducerEntry", "BATCHES_KEPT", "SNAPSHOT_FILE", "DUPLICATE"]
@@ -121,7 +121,7 @@ class ProducerState:
         e.last_timestamp = max(e.last_timestamp, timestamp)
 
     def rebuild(self, headers: Iterable[Any]) -> None:
-        """Replay batch headers (``pylog.records.BatchHeader``) in offset order."""
+        """Replay batch headers (``pylog.storage.records.BatchHeader``) in offset order."""
         for h in headers:
             if h.producer_id >= 0:
                 self.update(h.producer_id, h.producer_epoch, h.base_sequence,

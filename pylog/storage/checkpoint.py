@@ -8,7 +8,7 @@ Layout (little-endian, 40 bytes)::
    24  8  swap_generation  incremented before compaction renames a new file over a segment's name
    32  4  reserved         36 4 CRC-32C of bytes [0, 36)
 
-Invariant: the file is only ever replaced with :func:`pylog.fileio.atomic_write`, so it is always either
+Invariant: the file is only ever replaced with :func:`pylog.storage.fileio.atomic_write`, so it is always either
 the old or the new checkpoint; a damaged one raises :class:`~pylog.errors.CorruptRecordError`.
 """
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import struct
 from dataclasses import dataclass
 
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 from .fileio import read_checked, write_checked
 
 __all__ = ["Checkpoint", "read_checkpoint", "write_checkpoint"]

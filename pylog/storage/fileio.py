@@ -27,7 +27,7 @@ from typing import Any, Iterator
 
 import msgpack
 
-from .errors import (CorruptRecordError, DiskFullError, PylogError, ReadOnlyStoreError, StorePermissionError,
+from ..errors import (CorruptRecordError, DiskFullError, PylogError, ReadOnlyStoreError, StorePermissionError,
                      StorageError)
 from .filenames import TMP_SUFFIX
 from .records import crc32c

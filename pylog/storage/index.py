@@ -43,7 +43,7 @@ from typing import Any, Self, TypeVar
 
 import numpy as np
 
-from .errors import CorruptRecordError
+from ..errors import CorruptRecordError
 from .fileio import fsync_dir, write_all
 from .filenames import TMP_SUFFIX
 from .records import crc32c

@@ -1,7 +1,7 @@
 """Client quotas: byte-rate limits per client id, enforced by delaying the client (Kafka's quotas).
 
 A quota caps the bytes per second that the clients sharing one ``client_id`` produce (kind ``"produce"``)
-or consume (kind ``"consume"``) through one :class:`~pylog.log.Store`. As on a Kafka broker, work over the
+or consume (kind ``"consume"``) through one :class:`~pylog.store.Store`. As on a Kafka broker, work over the
 limit is not refused: the client's bytes are recorded, its rate is measured over a sliding window, and
 when that rate is over the limit the client is delayed just long enough to bring it back::
 
@@ -22,9 +22,9 @@ delay is the ``X`` that solves ``observed * window / (window + X) == limit``. Th
 
 Where it is enforced: a producer records each drain's payload (values, keys, headers) and waits the delay
 before completing the drain's futures and starting the next (a Kafka broker delays its produce response
-the same way), see :mod:`pylog.producer`; a consumer's fetch path calls
-``store._quotas.throttle(client_id, CONSUME, nbytes)`` (or :meth:`QuotaManager.record` to wait on its own
-terms).
+the same way), see :mod:`pylog.clients.producer`; a consumer's fetch path calls
+``quotas.throttle(client_id, CONSUME, nbytes)`` (or :meth:`QuotaManager.record` to wait on its own terms)
+on the manager its store handed it when it was made (``store.producer()``, ``store.consumer()``).
 
 Invariants:
 
@@ -36,7 +36,7 @@ Invariants:
   in steady state a throttled client's long-run rate converges to the limit. Delays are not capped
   (Kafka's byte-rate quotas are not either), and a single request larger than ``limit * window`` is
   forgotten before it is fully paid for (use a window that holds the largest request).
-- Quotas live in memory in their :class:`QuotaManager` (one per :class:`~pylog.log.Store` object): they
+- Quotas live in memory in their :class:`QuotaManager` (one per :class:`~pylog.store.Store` object): they
   are not persisted and not shared with other processes or other store handles.
 
 Thread-safe: one lock per manager, taken only for clients that have a quota.
@@ -49,7 +49,7 @@ import threading
 import time
 from typing import Callable
 
-from .errors import InvalidConfigError
+from ..errors import InvalidConfigError
 
 __all__ = ["QuotaManager", "throttle_delay", "PRODUCE", "CONSUME", "QUOTA_WINDOW_NUM", "QUOTA_WINDOW_SIZE_S"]
 
@@ -216,7 +216,7 @@ class QuotaManager:
     def throttle(self, client_id: str | None, kind: str, nbytes: float) -> float:
         """:meth:`record`, then sleep the delay (with :attr:`sleep`); returns the delay slept, in seconds.
 
-        For a client's fetch or produce path: ``store._quotas.throttle(client_id, "consume", nbytes)``.
+        For a client's fetch or produce path: ``quotas.throttle(client_id, "consume", nbytes)``.
         """
         delay = self.record(client_id, kind, nbytes)
         if delay > 0:

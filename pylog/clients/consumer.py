@@ -3,7 +3,7 @@
 A consumer holds a *position* per assigned partition (the next offset to read) and reads from it with
 ``poll()`` or by iterating. Partitions come from ``assign()`` or from ``subscribe()`` (topics or a regex
 pattern; a pattern picks up topics created later). With a ``group_id``, a subscribing consumer is a member
-of a consumer group (:mod:`pylog.groups`): the group splits the partitions between its members, and a
+of a consumer group (:mod:`pylog.clients.groups`): the group splits the partitions between its members, and a
 position not set yet starts at the group's committed offset. Otherwise, or when nothing was committed, it
 is found with ``auto_offset_reset`` ("earliest", "latest" or "none"), and so is a position that retention
 or delete-records has since made invalid.
@@ -15,7 +15,7 @@ Invariants:
   process's append (the partition's condition variable, else a short poll of the log end), and never
   spins.
 - Paused partitions are never read; nor are a group member's partitions whose previous owner has not
-  let go yet (see :mod:`pylog.groups`: at most one member of a group reads a partition at any time).
+  let go yet (see :mod:`pylog.clients.groups`: at most one member of a group reads a partition at any time).
 - With ``enable_auto_commit``, positions are committed every ``auto_commit_interval_ms`` (during polls),
   before partitions are revoked in a rebalance, and on ``close()``. A member that dies leaves exactly the
   records its polls returned since its last completed commit uncommitted: those, and only those, are
@@ -29,21 +29,20 @@ import re
 import time
 
 import numpy as np
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, NamedTuple, Pattern
+from typing import Any, Callable, Iterable, Iterator, NamedTuple, Pattern
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
-from .errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeError, PylogError, ReadOnlyStoreError,
+from ..errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeError, PylogError, ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
-from .filenames import OFFSETS_TOPIC
-from .groups import GroupMember, check_group_id
-from .notify import Watch, wait_any
-from .quotas import CONSUME
-from .records import gc_paused
-from .structs import OffsetAndMetadata, TopicPartition
+from ..storage.filenames import OFFSETS_TOPIC
+from .groups import CommittedOffsets, GroupMember, check_group_id
+from ..storage.notify import Watch, wait_any
+from .quotas import CONSUME, QuotaManager
+from .storeview import StoreView
+from ..storage.records import gc_paused
+from ..structs import OffsetAndMetadata, TopicPartition
+from ..storage.partition import Partition
 
-if TYPE_CHECKING:
-    from .log import Store
-    from .partition import Partition
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",
            "NoOffsetForPartitionError"]
@@ -119,7 +118,8 @@ class Consumer:
     """Reads records from a store's partitions; kafka-python's ``KafkaConsumer`` API. Not thread-safe
     (like kafka-python's): use one consumer per thread."""
 
-    def __init__(self, store: "Store", *topics: str, **configs: Any) -> None:
+    def __init__(self, store: StoreView, *topics: str, quotas: QuotaManager, offsets: CommittedOffsets | None,
+                 **configs: Any) -> None:
         unknown = set(configs) - set(_DEFAULTS)
         if unknown:
             raise InvalidConfigError(f"unknown consumer option(s) {sorted(unknown)}")
@@ -165,7 +165,7 @@ class Consumer:
         self._cur: tuple[TopicPartition, list[ConsumerRecord], Iterator[ConsumerRecord]] | None = None
         self._closed = False
         self._group_id: str | None = cfg["group_id"]
-        self._offsets = store._group_offsets() if self._group_id is not None else None
+        self._offsets = offsets if self._group_id is not None else None
         self._strategies = strategies
         self._member: GroupMember | None = None  # while subscribed with a group_id
         self._group_topics: list[str] = []  # the subscribed topics that exist, as last told to the group
@@ -174,7 +174,7 @@ class Consumer:
         self._in_group_step = False
         self._next_auto_commit = time.monotonic() + cfg["auto_commit_interval_ms"] / 1000
         self._committed_pos: dict[TopicPartition, int] = {}  # what this consumer last committed
-        self._quotas = store._quotas
+        self._quotas = quotas
         self._fetched_bytes = 0  # by the current fetch, counted only while this client has a quota
         self._throttle_total = self._throttle_max = 0.0
         self._throttled_fetches = 0
@@ -584,7 +584,7 @@ class Consumer:
 
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: one sleep over every partition's wake-up word where the kernel
-        allows it (see :func:`pylog.notify.wait_any`), else on one partition at a time, a few ms each."""
+        allows it (see :func:`pylog.storage.notify.wait_any`), else on one partition at a time, a few ms each."""
         parts = [tp for tp in self._positions if tp not in self._paused and tp not in self._pending]
         remaining = deadline - time.monotonic()
         if self._member is not None:
@@ -615,7 +615,7 @@ class Consumer:
                 if w is None:
                     return False
                 watches.append(w)
-            seqs = [w.sequence() for w in watches]  # before the log ends: see pylog.notify
+            seqs = [w.sequence() for w in watches]  # before the log ends: see pylog.storage.notify
             for (p, offset), w, seq in zip(entries, watches, seqs):
                 if p.log_end_offset > offset:
                     w.found(seq)

@@ -22,9 +22,10 @@ One cleaning of a partition (:func:`clean_partition`):
 4. **Swap.** For each group: write ``<base>.log.cleaned`` (+ sealed indexes), fsync, rename the files to
    ``.swap``, then commit by writing the swap manifest (``cleaner.swap``: the group's base and the old
    segments it replaces); rename ``.swap`` over the live name, unlink the old segments, remove the
-   manifest. :func:`finish_interrupted_swap` runs when a writer opens the partition: with a manifest it
-   rolls the swap forward, without one it deletes ``.cleaned``/``.swap`` leftovers (rolls back). Either
-   way every offset is held exactly once.
+   manifest. :func:`pylog.storage.swap.finish_interrupted_swap` runs when a writer opens the partition:
+   with a manifest it rolls the swap forward, without one it deletes ``.cleaned``/``.swap`` leftovers
+   (rolls back). Either way every offset is held exactly once. The manifest and that recovery live in
+   the storage layer (:mod:`pylog.storage.swap`), which the partition uses without importing this module.
 
 Invariants:
 - For every key, at least its latest record below the uncleanable offset survives; offsets are a
@@ -35,7 +36,7 @@ Invariants:
   buffer is the workspace of the chunk being hashed), so the cleaner's memory for keys, map and merge
   workspace included, stays within ``log.cleaner.dedupe.buffer.size``.
 - Readers keep reading: old segments are unlinked, never closed under a reader (see
-  :mod:`pylog.partition`), and a reader whose segment was replaced retries on the new one.
+  :mod:`pylog.storage.partition`), and a reader whose segment was replaced retries on the new one.
 """
 
 from __future__ import annotations
@@ -46,23 +47,22 @@ import os
 import struct
 import time
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Callable, Iterator
+from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from .errors import CorruptRecordError, PylogError
-from .fileio import fsync_dir, read_checked, write_checked
-from .filenames import (CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX,
-                        SWAP_MANIFEST_FILE, SWAP_SUFFIX, TIMEINDEX_SUFFIX, TMP_SUFFIX, segment_path)
-from .index import OffsetIndex
-from .records import BatchView, encode_parts, now_ms
-from .segment import Segment
+from ..errors import CorruptRecordError, PylogError
+from ..storage import swap
+from ..storage.fileio import fsync_dir, read_checked, write_checked
+from ..storage.filenames import CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, SWAP_MANIFEST_FILE, SWAP_SUFFIX, segment_path
+from ..storage.index import OffsetIndex
+from ..storage.records import BatchView, encode_parts, now_ms
+from ..storage.segment import Segment
+from ..storage.partition import Partition
 
-if TYPE_CHECKING:
-    from .partition import Partition
 
 __all__ = ["CleanResult", "CleanerCheckpoint", "OffsetMap", "key_digests", "map_capacity", "clean_partition", "cleanable_range",
-           "finish_interrupted_swap", "read_cleaner_checkpoint", "BYTES_PER_KEY", "CleanerStoppedError"]
+           "read_cleaner_checkpoint", "BYTES_PER_KEY", "CleanerStoppedError"]
 
 log = logging.getLogger("pylog.compaction")
 
@@ -88,7 +88,6 @@ def chunk_records(buffer_bytes: int) -> int:
 _SHORT_KEY = 64
 #: Tombstone horizons kept in the cleaner checkpoint; older ones merge (keeping the later time).
 _MAX_HORIZONS = 64
-_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
 _U64 = np.uint64
 _M1 = _U64(0xFF51AFD7ED558CCD)
 _M2 = _U64(0xC4CEB9FE1A85EC53)
@@ -299,7 +298,7 @@ class CleanerCheckpoint:
         self.horizons = hz
 
     def encode(self) -> bytes:
-        """The file's body (:func:`~pylog.fileio.write_checked` adds the CRC)."""
+        """The file's body (:func:`~pylog.storage.fileio.write_checked` adds the CRC)."""
         return _CP_HEAD.pack(_CP_MAGIC, _CP_VERSION, len(self.horizons), 0) + b"".join(
             struct.pack("<qq", e, t) for e, t in self.horizons)
 
@@ -330,110 +329,6 @@ def read_cleaner_checkpoint(directory: str) -> CleanerCheckpoint:
 
 def _write_cleaner_checkpoint(directory: str, cp: CleanerCheckpoint) -> None:
     write_checked(os.path.join(directory, CLEANER_CHECKPOINT_FILE), cp.encode())
-
-
-# ---------------------------------------------------------------------------------------------- swap
-
-_MANIFEST = struct.Struct("<4sHHI")  # magic, version, reserved, group count
-_GROUP = struct.Struct("<qI")  # new base (-1: the group compacted to nothing), replaced segment count
-_MANIFEST_MAGIC = b"PLCS"
-#: A swap: ``[(new base or -1, [replaced base offsets]), ...]``, one entry per group.
-Swap = list[tuple[int, list[int]]]
-
-
-def _write_manifest(directory: str, groups: Swap) -> None:
-    raw = _MANIFEST.pack(_MANIFEST_MAGIC, 1, 0, len(groups)) + b"".join(
-        _GROUP.pack(new, len(old)) + struct.pack(f"<{len(old)}q", *old) for new, old in groups)
-    write_checked(os.path.join(directory, SWAP_MANIFEST_FILE), raw)
-
-
-def _read_manifest(directory: str) -> Swap | None:
-    path = os.path.join(directory, SWAP_MANIFEST_FILE)
-    # Written atomically, so a manifest is whole or absent; damage is not ours to guess around.
-    raw = read_checked(path, 1 << 26, "compaction swap manifest")
-    if raw is None:
-        return None
-    if len(raw) < _MANIFEST.size:
-        raise CorruptRecordError("compaction swap manifest is truncated", path, 0)
-    magic, version, _, count = _MANIFEST.unpack_from(raw)
-    if magic != _MANIFEST_MAGIC or version != 1:
-        raise CorruptRecordError("not a pylog compaction swap manifest", path, 0)
-    groups: Swap = []
-    pos = _MANIFEST.size
-    try:
-        for _ in range(count):
-            new, k = _GROUP.unpack_from(raw, pos)
-            pos += _GROUP.size
-            groups.append((new, list(struct.unpack_from(f"<{k}q", raw, pos))))
-            pos += 8 * k
-    except struct.error:
-        raise CorruptRecordError("compaction swap manifest is truncated", path, pos) from None
-    if pos != len(raw):
-        raise CorruptRecordError("compaction swap manifest has trailing bytes", path, pos)
-    if any(new < -1 or any(b < 0 for b in old) for new, old in groups):
-        # Base offsets name files: a negative one would name none of ours.
-        raise CorruptRecordError("compaction swap manifest names a negative base offset", path, _MANIFEST.size)
-    return groups
-
-
-def _remove_leftovers(directory: str, temporaries: bool = False) -> int:
-    """Delete unfinished cleaner output (``.cleaned``, ``.swap``) and ``.deleted`` files; with
-    ``temporaries`` also the temporary files of atomic replacements a crash interrupted (only safe when
-    nothing is being written: at the writer's open, under its lock)."""
-    n = 0
-    with os.scandir(directory) as it:
-        names = [e.name for e in it]
-    for name in names:
-        if name == SWAP_MANIFEST_FILE:
-            continue  # a committed swap: rolled forward by finish_interrupted_swap, never deleted
-        if CLEANED_SUFFIX in name or name.endswith(SWAP_SUFFIX) or SWAP_SUFFIX + "." in name \
-                or name.endswith(DELETED_SUFFIX) or (temporaries and name.endswith(TMP_SUFFIX)):
-            try:
-                os.unlink(os.path.join(directory, name))
-                n += 1
-            except FileNotFoundError:
-                pass
-    return n
-
-
-def _roll_forward(directory: str, groups: Swap) -> None:
-    """Finish a committed swap; idempotent, so a crash during it is finished by the next open.
-
-    Each group's new log is renamed in before the segments it replaces are unlinked, so a reader listing
-    the directory meanwhile always finds every surviving offset in some segment.
-    """
-    for new_base, old_bases in groups:
-        if new_base >= 0:
-            for suffix in _SUFFIXES:
-                src = segment_path(directory, new_base, suffix + SWAP_SUFFIX)
-                if os.path.exists(src):
-                    os.replace(src, segment_path(directory, new_base, suffix))
-        for base in old_bases:
-            if base == new_base:
-                continue
-            for suffix in _SUFFIXES:
-                try:
-                    os.unlink(segment_path(directory, base, suffix))
-                except FileNotFoundError:
-                    pass
-    fsync_dir(directory)
-
-
-def finish_interrupted_swap(directory: str) -> None:
-    """At writer open (under the writer lock): roll a committed swap forward, and delete uncommitted
-    cleaner output (roll back) and interrupted temporary files."""
-    manifest = _read_manifest(directory)
-    changed = manifest is not None
-    if manifest is not None:
-        log.warning("%s: finishing a compaction swap interrupted by a crash (%d group(s))", directory,
-                    len(manifest))
-        _roll_forward(directory, manifest)
-        os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
-    if _remove_leftovers(directory, temporaries=True):
-        log.info("%s: removed unfinished compaction output", directory)
-        changed = True
-    if changed:  # every writer open passes here: with nothing done there is nothing to make durable
-        fsync_dir(directory)
 
 
 # ---------------------------------------------------------------------------------------------- cleaning
@@ -645,7 +540,7 @@ def clean_partition(partition: "Partition", buffer_bytes: int, now: int | None =
         # The cleaner checkpoint's first-dirty offset must never run ahead of durable data: a power cut that
         # took an unsynced segment would let new records reuse offsets the checkpoint calls clean.
         partition.sync_rolled()
-        _remove_leftovers(partition.directory)
+        swap.remove_leftovers(partition.directory)
         rng = cleanable_range(partition, now)
         result.first_dirty_offset = rng.first_dirty
         result.dirty_ratio = rng.dirty_ratio
@@ -731,7 +626,7 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
             if empty is not None:
                 done.append((old, empty))
     except BaseException:
-        _remove_leftovers(directory)
+        swap.remove_leftovers(directory)
         raise
     if done:
         _swap(partition, done, index_args)
@@ -839,21 +734,21 @@ def _clean_block(block: list[_Batch], out: Segment, omap: OffsetMap, kept_offset
 def _swap(partition: "Partition", done: list[tuple[list[Segment], bool]], index_args: tuple[int, int]) -> None:
     """Swap every cleaned group of a pass in, with one commit (the manifest)."""
     directory = partition.directory
-    groups: Swap = []
+    groups: swap.Swap = []
     for old, empty in done:
         base = old[0].base_offset
         if not empty:
-            for suffix in _SUFFIXES:
+            for suffix in swap.SEGMENT_SUFFIXES:
                 os.replace(segment_path(directory, base, suffix + CLEANED_SUFFIX),
                            segment_path(directory, base, suffix + SWAP_SUFFIX))
         groups.append((-1 if empty else base, [s.base_offset for s in old]))
     fsync_dir(directory)
-    _write_manifest(directory, groups)  # the commit point
+    swap.write_manifest(directory, groups)  # the commit point
     try:
         with partition._lock:
             # before any name points at a new file
             generation = partition.bump_swap_generation([s for old, _ in done for s in old])
-            _roll_forward(directory, groups)
+            swap.roll_forward(directory, groups)
             for (old, empty), (new_base, _) in zip(done, groups):
                 partition.replace_segments(old, None if empty else Segment.open(directory, new_base, *index_args,
                                                                                 generation=generation))

@@ -16,8 +16,8 @@ import os
 import threading
 from typing import Any, Iterable, Mapping
 
-from .config import TopicConfig
-from .errors import CorruptRecordError, InvalidConfigError, InvalidTopicError, ReadOnlyStoreError, UnknownTopicError
+from ..config import TopicConfig
+from ..errors import CorruptRecordError, InvalidConfigError, InvalidTopicError, ReadOnlyStoreError, UnknownTopicError
 from .fileio import atomic_write, write_faults
 from .filenames import OFFSETS_TOPIC, TOPIC_FILE, is_internal_topic
 from .partition import Partition

@@ -1,0 +1,44 @@
+"""What a client may use of the store it is handed: :class:`StoreView`.
+
+The store (:class:`pylog.store.Store`) sits above the clients: it makes producers, consumers and the
+committed-offsets table and hands each the store object and what else it needs (its quota manager, its
+committed offsets, a way to create the internal offsets topic). A client never imports :mod:`pylog.store`;
+it types its store as this protocol, which names the store's public members the clients call, so the
+import graph stays layered (``lint-imports``) and a client cannot reach into the store's internals.
+
+Invariants: every member listed here is public API of :class:`pylog.store.Store`, documented there.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from ..storage.topic import Topic
+
+__all__ = ["StoreView"]
+
+
+class StoreView(Protocol):
+    """The public part of :class:`pylog.store.Store` the clients use."""
+
+    #: The store's directory (absolute).
+    path: str
+    #: Opened with ``read_only=True``: every writing call raises ReadOnlyStoreError.
+    read_only: bool
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        """Store-level settings (e.g. ``offsets.topic.num.partitions``)."""
+        ...
+
+    def topic(self, name: str) -> Topic:
+        """The named topic. :raises UnknownTopicError:"""
+        ...
+
+    def topics(self) -> list[str]:
+        """Names of the topics in the store, sorted."""
+        ...
+
+    def new_producer_id(self) -> int:
+        """A producer id no other producer of this store has had, in any process."""
+        ...

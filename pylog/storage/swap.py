@@ -1,0 +1,141 @@
+"""Recovery of a compaction swap: the swap manifest, and rolling an interrupted swap forward or back.
+
+The log cleaner (:mod:`pylog.maintenance.compaction`) swaps cleaned segments in crash-safely: it writes
+``<base>.log.cleaned`` (+ indexes), renames them to ``.swap``, then commits by writing the swap manifest
+(``cleaner.swap``: each group's new base and the old segments it replaces), renames ``.swap`` over the live
+names, unlinks the old segments and removes the manifest. A crash can stop it anywhere, so the partition's
+writer open (:mod:`pylog.storage.partition`) calls :func:`finish_interrupted_swap` under its writer lock:
+with a manifest it rolls the swap forward, without one it deletes ``.cleaned``/``.swap`` leftovers.
+
+This module is the part of that protocol both sides need; it lives in the storage layer so that the
+partition recovers its own directory without importing the maintenance layer above it.
+
+Invariants:
+- A manifest is written atomically (whole or absent, CRC-checked); a damaged one is a CorruptRecordError,
+  never guessed around.
+- Rolling forward is idempotent and renames each group's new log in before unlinking what it replaces, so
+  a reader listing the directory meanwhile finds every surviving offset in some segment, and a crash
+  during it is finished by the next writer open.
+- Either way every offset is held exactly once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import struct
+
+from ..errors import CorruptRecordError
+from .fileio import fsync_dir, read_checked, write_checked
+from .filenames import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_MANIFEST_FILE, SWAP_SUFFIX,
+                        TIMEINDEX_SUFFIX, TMP_SUFFIX, segment_path)
+
+__all__ = ["Swap", "SEGMENT_SUFFIXES", "write_manifest", "read_manifest", "remove_leftovers", "roll_forward",
+           "finish_interrupted_swap"]
+
+#: The cleaner's logger: what recovery reports is the cleaner's work being finished.
+log = logging.getLogger("pylog.compaction")
+
+#: The files of one segment, each swapped in as a unit.
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+
+_MANIFEST = struct.Struct("<4sHHI")  # magic, version, reserved, group count
+_GROUP = struct.Struct("<qI")  # new base (-1: the group compacted to nothing), replaced segment count
+_MANIFEST_MAGIC = b"PLCS"
+#: A swap: ``[(new base or -1, [replaced base offsets]), ...]``, one entry per group.
+Swap = list[tuple[int, list[int]]]
+
+
+def write_manifest(directory: str, groups: Swap) -> None:
+    raw = _MANIFEST.pack(_MANIFEST_MAGIC, 1, 0, len(groups)) + b"".join(
+        _GROUP.pack(new, len(old)) + struct.pack(f"<{len(old)}q", *old) for new, old in groups)
+    write_checked(os.path.join(directory, SWAP_MANIFEST_FILE), raw)
+
+
+def read_manifest(directory: str) -> Swap | None:
+    path = os.path.join(directory, SWAP_MANIFEST_FILE)
+    # Written atomically, so a manifest is whole or absent; damage is not ours to guess around.
+    raw = read_checked(path, 1 << 26, "compaction swap manifest")
+    if raw is None:
+        return None
+    if len(raw) < _MANIFEST.size:
+        raise CorruptRecordError("compaction swap manifest is truncated", path, 0)
+    magic, version, _, count = _MANIFEST.unpack_from(raw)
+    if magic != _MANIFEST_MAGIC or version != 1:
+        raise CorruptRecordError("not a pylog compaction swap manifest", path, 0)
+    groups: Swap = []
+    pos = _MANIFEST.size
+    try:
+        for _ in range(count):
+            new, k = _GROUP.unpack_from(raw, pos)
+            pos += _GROUP.size
+            groups.append((new, list(struct.unpack_from(f"<{k}q", raw, pos))))
+            pos += 8 * k
+    except struct.error:
+        raise CorruptRecordError("compaction swap manifest is truncated", path, pos) from None
+    if pos != len(raw):
+        raise CorruptRecordError("compaction swap manifest has trailing bytes", path, pos)
+    if any(new < -1 or any(b < 0 for b in old) for new, old in groups):
+        # Base offsets name files: a negative one would name none of ours.
+        raise CorruptRecordError("compaction swap manifest names a negative base offset", path, _MANIFEST.size)
+    return groups
+
+
+def remove_leftovers(directory: str, temporaries: bool = False) -> int:
+    """Delete unfinished cleaner output (``.cleaned``, ``.swap``) and ``.deleted`` files; with
+    ``temporaries`` also the temporary files of atomic replacements a crash interrupted (only safe when
+    nothing is being written: at the writer's open, under its lock)."""
+    n = 0
+    with os.scandir(directory) as it:
+        names = [e.name for e in it]
+    for name in names:
+        if name == SWAP_MANIFEST_FILE:
+            continue  # a committed swap: rolled forward by finish_interrupted_swap, never deleted
+        if CLEANED_SUFFIX in name or name.endswith(SWAP_SUFFIX) or SWAP_SUFFIX + "." in name \
+                or name.endswith(DELETED_SUFFIX) or (temporaries and name.endswith(TMP_SUFFIX)):
+            try:
+                os.unlink(os.path.join(directory, name))
+                n += 1
+            except FileNotFoundError:
+                pass
+    return n
+
+
+def roll_forward(directory: str, groups: Swap) -> None:
+    """Finish a committed swap; idempotent, so a crash during it is finished by the next open.
+
+    Each group's new log is renamed in before the segments it replaces are unlinked, so a reader listing
+    the directory meanwhile always finds every surviving offset in some segment.
+    """
+    for new_base, old_bases in groups:
+        if new_base >= 0:
+            for suffix in SEGMENT_SUFFIXES:
+                src = segment_path(directory, new_base, suffix + SWAP_SUFFIX)
+                if os.path.exists(src):
+                    os.replace(src, segment_path(directory, new_base, suffix))
+        for base in old_bases:
+            if base == new_base:
+                continue
+            for suffix in SEGMENT_SUFFIXES:
+                try:
+                    os.unlink(segment_path(directory, base, suffix))
+                except FileNotFoundError:
+                    pass
+    fsync_dir(directory)
+
+
+def finish_interrupted_swap(directory: str) -> None:
+    """At writer open (under the writer lock): roll a committed swap forward, and delete uncommitted
+    cleaner output (roll back) and interrupted temporary files."""
+    manifest = read_manifest(directory)
+    changed = manifest is not None
+    if manifest is not None:
+        log.warning("%s: finishing a compaction swap interrupted by a crash (%d group(s))", directory,
+                    len(manifest))
+        roll_forward(directory, manifest)
+        os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
+    if remove_leftovers(directory, temporaries=True):
+        log.info("%s: removed unfinished compaction output", directory)
+        changed = True
+    if changed:  # every writer open passes here: with nothing done there is nothing to make durable
+        fsync_dir(directory)
