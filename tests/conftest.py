@@ -79,6 +79,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
         session.exitstatus = 1
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Mark ``spark`` every test of a ``test_spark_*`` file and every test using the ``spark`` fixture, so
+    ``-m "not spark"`` leaves out all that starts a JVM (the ``slow`` marks are set in the files)."""
+    for item in items:
+        if item.path.name.startswith("test_spark_") or "spark" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.spark)
+
+
 @pytest.hookimpl(tryfirst=True)
 def pytest_configure(config: pytest.Config) -> None:
     if hasattr(config.option, "benchmark_storage"):

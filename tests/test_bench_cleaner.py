@@ -6,7 +6,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow  # see docs/TESTING.md: the quick subset leaves it out
 
 
 def test_cleaner_benchmark_quick_run(tmp_path):

@@ -53,6 +53,7 @@ def _tables(report: str) -> dict[str, list[list[str]]]:
     return out
 
 
+@pytest.mark.slow
 def test_quick_run_reports_every_workload_and_peer(tmp_path):
     scratch, out = tmp_path / "scratch", tmp_path / "out"
     scratch.mkdir()

@@ -66,7 +66,7 @@ COMPACT_CONFIG = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01
 RETENTION_CONFIG = {"cleanup.policy": "delete", "retention.bytes": 3 * SEGMENT_BYTES,
                     "retention.ms": 7 * DAY_MS, "segment.bytes": SEGMENT_BYTES}
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")]
 
 
 def _open(root: str) -> pylog.Store:

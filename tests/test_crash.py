@@ -57,7 +57,7 @@ SCRIPT_EVERY = 5  # kill i with i % SCRIPT_EVERY == HOLD_AT: "hold" child, then 
 HOLD_AT = 2
 SEED = int(os.environ.get("PYLOG_CRASH_SEED", "20240601"))
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")]
 
 
 # ----------------------------------------------------------------------------- deterministic content

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from storetools import read_all
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -28,6 +30,7 @@ def test_quickstart_example(tmp_path):
     assert "partition 0 holds offsets [0, 1001)" in out
 
 
+@pytest.mark.slow
 def test_storage_benchmark_quick_run(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_storage.py"), "--quick", "--dir",
                           str(tmp_path)], capture_output=True, text=True, check=True, timeout=300).stdout
@@ -41,6 +44,7 @@ def test_examples_have_a_main_guard():
     runpy  # keep the import: examples may be run in-process by later tests
 
 
+@pytest.mark.slow
 def test_client_benchmark_quick_run(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_clients.py"), "--quick", "--dir",
                           str(tmp_path)], capture_output=True, text=True, check=True, timeout=300).stdout
@@ -49,6 +53,7 @@ def test_client_benchmark_quick_run(tmp_path):
         assert figure in out, figure
 
 
+@pytest.mark.slow
 def test_delivery_semantics_example(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "examples" / "delivery_semantics.py"), str(tmp_path / "d")],
                          capture_output=True, text=True, check=True, timeout=300).stdout
@@ -58,6 +63,7 @@ def test_delivery_semantics_example(tmp_path):
     assert "1000 orders, 1000 invoices, 0 lost, 0 billed twice" in lines["exactly-once"]
 
 
+@pytest.mark.slow
 def test_process_benchmark_quick_run(tmp_path):
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_processes.py"), "--quick", "--records",
                           "5000", "--dir", str(tmp_path)], capture_output=True, text=True, check=True,
@@ -126,6 +132,7 @@ def _is_split_of(owners: dict[str, list[int]], partitions: int) -> bool:
     return sorted(p for ps in owners.values() for p in ps) == list(range(partitions))
 
 
+@pytest.mark.slow
 def test_consumer_group_processes_example(tmp_path):
     import collections
 

@@ -239,6 +239,7 @@ def _internal_store(path):
     return names
 
 
+@pytest.mark.slow
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(name=_NAMES)
 def test_any_topic_name_is_refused_or_works_end_to_end_without_touching_anything_else(tmp_path, name):
@@ -311,6 +312,7 @@ def _check_group_round_trip(root, store, group):
     assert set(os.listdir(os.path.dirname(root))) == outside
 
 
+@pytest.mark.slow
 @settings(max_examples=200, suppress_health_check=[HealthCheck.function_scoped_fixture, HealthCheck.too_slow])
 @given(group=st.one_of(_NAMES, st.text(st.characters(codec=None), min_size=1, max_size=3000)))
 def test_any_group_id_is_refused_or_commits_and_lists_without_touching_anything_else(tmp_path, group):

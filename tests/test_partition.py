@@ -799,6 +799,7 @@ class PartitionMachine(RuleBasedStateMachine):
         assert p.log_start_offset == 0
 
 
+@pytest.mark.slow
 def test_partition_state_machine(tmp_path):
     run_state_machine_as_test(
         lambda: PartitionMachine(str(tmp_path)),

@@ -6,9 +6,13 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
 
 import fuzz  # noqa: E402
+
+pytestmark = pytest.mark.slow  # see docs/TESTING.md: the quick subset leaves it out
 
 
 def test_every_decoder_lets_only_pylog_errors_out_of_mutated_input(tmp_path):

@@ -6,9 +6,13 @@ from __future__ import annotations
 import os
 import sys
 
+import pytest
+
 sys.path.insert(0, os.path.dirname(__file__))
 
 import stress  # noqa: E402
+
+pytestmark = pytest.mark.slow  # see docs/TESTING.md: the quick subset leaves it out
 
 
 def test_stress_short(tmp_path):

@@ -14,8 +14,8 @@ sys.path.insert(0, os.path.dirname(__file__))
 
 import torture  # noqa: E402
 
-pytestmark = pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(os, "pidfd_open"),
-                                reason="needs fork and pidfd_open (Linux)")
+pytestmark = [pytest.mark.slow, pytest.mark.skipif(not hasattr(os, "fork") or not hasattr(os, "pidfd_open"),
+                                reason="needs fork and pidfd_open (Linux)")]
 
 
 def test_kills_inside_every_crash_path_lose_nothing_and_add_nothing(tmp_path):
