@@ -118,6 +118,8 @@ def atomic_write(path: str, data: bytes, durable: bool = True) -> None:
     """Replace ``path`` with ``data`` atomically; with ``durable`` also survive power loss.
 
     :raises DiskFullError, ReadOnlyStoreError: when the file system refuses (``path`` is then unchanged).
+    :raises StorageError: when the directory's fsync fails after the rename (``path`` then has the new
+        content, which a power loss may still undo).
     """
     # A name of its own: two processes may replace the same file at once (e.g. creating one store).
     tmp = f"{path}.{os.getpid()}-{threading.get_ident()}{TMP_SUFFIX}"
@@ -137,7 +139,10 @@ def atomic_write(path: str, data: bytes, durable: bool = True) -> None:
             pass
         raise fault(exc, f"replacing {path}", "it keeps its previous content")
     if durable:
-        fsync_dir(os.path.dirname(path) or ".")
+        try:
+            fsync_dir(os.path.dirname(path) or ".")
+        except OSError as exc:
+            raise fault(exc, f"replacing {path}", "it has its new content, which may not survive a power loss")
 
 
 def checked(body: bytes) -> bytes:
