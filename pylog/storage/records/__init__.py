@@ -19,7 +19,8 @@ from .encode import EncodeOptions, column_parts, encode_batch, encode_columns, e
 from .format import (CODEC_LZ4, CODEC_NONE, CREATE_TIME, CRC_START, HEADER, HEADER_SIZE, LENGTH_PREFIX,
                      LOG_APPEND_TIME, MAGIC, MAX_BATCH_SIZE, MAX_OFFSET, RECORD_OVERHEAD, BatchHeader, batch_crc,
                      check_header, crc32c, parse_header, stamp_base_offset)
-from .record import Record, _rebuild_record, gc_paused, now_ms
+from .record import Record, gc_paused, now_ms
+from .record import _rebuild_record as _rebuild_record  # what pickles of records name (see .record)
 from .views import BatchView, RecordColumns, checked_prefix
 
 __all__ = [

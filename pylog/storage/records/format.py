@@ -212,15 +212,19 @@ def stamp_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:
 
 
 
-def pack_header(header: BatchHeader, body_parts: list) -> tuple[bytes, BatchHeader]:
-    """The bytes of ``header`` (whose ``crc`` is ignored) for a batch whose stored body is ``body_parts``,
-    with the batch's CRC filled in, and the header with that CRC."""
-    hdr = bytearray(HEADER.pack(*header))
+_new_header = tuple.__new__
+
+
+def pack_header(fields: tuple, body_parts: list) -> tuple[bytes, BatchHeader]:
+    """The header bytes of a batch whose stored body is ``body_parts``, with the batch's CRC filled in, and
+    the :class:`BatchHeader` with that CRC. ``fields`` are the header's fields in :class:`BatchHeader`'s
+    order (a plain tuple: this runs for every batch written); its ``crc`` is ignored."""
+    hdr = bytearray(HEADER.pack(*fields))
     crc = _crc32c.crc32c(memoryview(hdr)[CRC_START:], _crc32c.crc32c(memoryview(hdr)[:8]))
     for part in body_parts:
         crc = _crc32c.crc32c(part, crc)
     struct.pack_into("<I", hdr, CRC_POS, crc)
-    return bytes(hdr), BatchHeader(header[0], header[1], header[2], crc, *header[4:])
+    return bytes(hdr), _new_header(BatchHeader, (*fields[:3], crc, *fields[4:]))
 
 
 # ------------------------------------------------------------------------------------------ columns
