@@ -192,6 +192,30 @@ def _offset_column(offset_deltas: np.ndarray, n: int) -> tuple[np.ndarray | None
     return (None if last_delta == n - 1 else deltas), last_delta
 
 
+def _sections(deltas: np.ndarray | None, ts_deltas: np.ndarray | None, kraw: bytes | None, vraw: bytes,
+              kparts: list, vparts: list, hblob: bytes | None) -> tuple[list, int]:
+    """The body's sections in the format's order (see :mod:`.format`), and the attribute bits that say
+    which optional columns are present."""
+    attrs = 0
+    body_parts: list[Any] = []
+    if deltas is not None:
+        attrs |= ATTR_OFFSET_DELTAS
+        body_parts.append(deltas.tobytes())
+    if ts_deltas is not None:
+        attrs |= ATTR_TIMESTAMPS
+        body_parts.append(ts_deltas.tobytes())
+    if kraw is not None:
+        attrs |= ATTR_KEYS
+        body_parts.append(kraw)
+    body_parts.append(vraw)
+    body_parts.extend(kparts)
+    body_parts.extend(vparts)
+    if hblob is not None:
+        attrs |= ATTR_HEADERS
+        body_parts.append(hblob)
+    return body_parts, attrs
+
+
 def _compressed(body_parts: list, body_size: int, attrs: int, codec: int) -> tuple[list, int]:
     """``(stored body parts, attributes)``: lz4-compressed when asked for and smaller, else as given."""
     if attrs & CODEC_MASK == CODEC_LZ4:
@@ -257,29 +281,13 @@ def encode_parts(
         first_ts, max_ts, ts_deltas = _timestamp_column(timestamps, n, default_ts)
     deltas, last_delta = (None, n - 1) if offset_deltas is None else _offset_column(offset_deltas, n)
 
-    attrs = codec & CODEC_MASK
-    body_parts: list[Any] = []
+    hblob = _headers_blob(headers, n)
+    body_parts, attrs = _sections(deltas, ts_deltas, kraw, vraw, kparts, vparts, hblob)
+    attrs |= codec & CODEC_MASK
     if log_append_time:
         attrs |= ATTR_LOG_APPEND_TIME
-    if deltas is not None:
-        attrs |= ATTR_OFFSET_DELTAS
-        body_parts.append(deltas.tobytes())
-    if ts_deltas is not None:
-        attrs |= ATTR_TIMESTAMPS
-        body_parts.append(ts_deltas.tobytes())
-    if kraw is not None:
-        attrs |= ATTR_KEYS
-        body_parts.append(kraw)
-    body_parts.append(vraw)
-    body_parts.extend(kparts)
-    body_parts.extend(vparts)
-    hblob = _headers_blob(headers, n)
-    if hblob is not None:
-        attrs |= ATTR_HEADERS
-        body_parts.append(hblob)
     if control:
         attrs |= ATTR_CONTROL
-
     if vmin < -1 or kmin < -1:
         raise InvalidRecordError("lengths must be >= -1")
     if len(body_parts) > 16:

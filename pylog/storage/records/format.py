@@ -200,7 +200,6 @@ def batch_crc(batch: Any) -> int:
     return _crc32c.crc32c(mv[CRC_START:], _crc32c.crc32c(mv[:8]))
 
 
-
 #: base_offset, batch_length, magic, crc, last_offset_delta (attributes skipped): what checked_prefix reads.
 WALK = struct.Struct("<qIBI2xi")
 
@@ -209,7 +208,6 @@ def stamp_base_offset(batch: bytearray | memoryview, base_offset: int) -> None:
     """Set the base offset of an encoded batch in place and recompute its CRC (which covers the offset)."""
     struct.pack_into("<q", batch, 0, base_offset)
     struct.pack_into("<I", batch, CRC_POS, batch_crc(batch))
-
 
 
 _new_header = tuple.__new__
