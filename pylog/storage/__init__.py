@@ -2,7 +2,8 @@
 
 Modules: :mod:`~pylog.storage.records` (the batch format), :mod:`~pylog.storage.index`,
 :mod:`~pylog.storage.segment` (its checks in :mod:`~pylog.storage.segment_check`),
-:mod:`~pylog.storage.partition`, :mod:`~pylog.storage.topic`, and their helpers (checkpoint, producer_state, syncer, notify, fileio, filenames, retention's rule, swap recovery).
+:mod:`~pylog.storage.partition`, :mod:`~pylog.storage.topic`, and their helpers (checkpoint, producer_state,
+syncer, notify, fileio, filenames, retention's rule, swap recovery).
 
 May import: itself and the shared modules (:mod:`pylog.config`, :mod:`pylog.errors`, :mod:`pylog.structs`).
 Never the maintenance layer, the clients, the store or the applications (checked by ``lint-imports``).
