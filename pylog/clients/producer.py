@@ -62,7 +62,7 @@ from ..storage.filenames import is_internal_topic
 from .partitioner import DefaultPartitioner
 from .quotas import PRODUCE, QuotaManager
 from .storeview import StoreView
-from ..storage.records import _column, now_ms
+from ..storage.records import column_parts as _column, now_ms
 from ..structs import RecordMetadata, TopicPartition
 from ..storage.partition import Partition
 

@@ -293,6 +293,19 @@ class _Index:
         """Copies of the used entries (columns A and B)."""
         return self._a[:self.count].copy(), self._b[:self.count].copy()
 
+    def columns(self) -> tuple[np.ndarray, np.ndarray]:
+        """The used entries (columns A and B) as views, not copies: valid while the index is open (for
+        writing them to a file, e.g. with :meth:`write_file`; :meth:`entries` gives copies to keep)."""
+        return self._a[:self.count], self._b[:self.count]
+
+    def limit_to(self, limit: int) -> int:
+        """Forget, in this object only, the used entries whose column B is at or above ``limit`` (column B
+        never decreases): a reader's live mapping of another process's index may run ahead of the log the
+        reader has checked (offset index: B is a position; time index: a relative offset). The file is
+        not touched. Returns the new count."""
+        self.count = int(np.searchsorted(self._b[:self.count], limit, "left"))
+        return self.count
+
     def _append(self, a: int, b: int) -> None:
         if not self.writable:
             raise ValueError("index opened read-only")

@@ -53,8 +53,8 @@ from .fileio import fault, fsync_dir, try_flock
 from .filenames import (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, LOCK_FILE, SWAP_MANIFEST_FILE, WANT_FILE,
                         list_segment_bases)
 from .notify import Notifier
-from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns, _column, encode_parts, gc_paused,
-                      now_ms)
+from .records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, Record, RecordColumns, column_parts as _column, encode_parts,
+                      gc_paused, now_ms)
 from .producer_state import ProducerState
 from .retention import RetentionResult, deletable_prefix
 from .segment import ReadSlice, Segment

@@ -21,6 +21,8 @@ Invariants:
 - Only the holder of the partition's writer lock calls the mutating methods (:meth:`append`,
   :meth:`recover`, :meth:`truncate_to`, :meth:`seal`, :meth:`delete`); those are not thread-safe on their
   own. Read methods may run concurrently with the writer.
+
+Checks, damage classification and index rebuilds are in :mod:`pylog.storage.segment_check`.
 """
 
 from __future__ import annotations
@@ -38,8 +40,8 @@ from ..errors import CorruptRecordError
 from .fileio import write_all
 from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
-from .records import (HEADER_SIZE, LENGTH_PREFIX, BatchHeader, BatchView, batch_crc, check_header, checked_prefix,
-                      parse_header)
+from .records import HEADER_SIZE, LENGTH_PREFIX, BatchHeader, BatchView, batch_crc, check_header, parse_header
+from . import segment_check
 
 __all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
 
@@ -245,7 +247,7 @@ class Segment:
         checked; entries past the visible size are ignored rather than distrusted.
         """
         if not oi.sealed and not oi.writable:
-            oi.count = int(np.searchsorted(oi._b[:oi.count], max(self.size - HEADER_SIZE + 1, 0), "left"))
+            oi.limit_to(max(self.size - HEADER_SIZE + 1, 0))
         last = oi.last_entry()
         if last is not None:
             rel, pos = last
@@ -260,50 +262,7 @@ class Segment:
 
     def _build_indexes(self, end: int, verify: bool) -> tuple[OffsetIndex, TimeIndex, dict[str, Any]]:
         """Scan the log up to ``end`` and build in-memory indexes; stops at the first bad batch if verifying."""
-        orel: list[int] = []
-        opos: list[int] = []
-        tts: list[int] = []
-        trel: list[int] = []
-        since = 0
-        max_ts = -1
-        next_offset = self.base_offset
-        valid_end = 0
-        first_ts = None
-        error: CorruptRecordError | None = None
-        try:
-            for pos, h, buf, p in self._scan(0, end, _MAX_CHUNK, tolerate_tail=False):
-                if verify:
-                    BatchView.from_buffer(buf, p, self.log_path, pos, header=h)
-                if h.base_offset < next_offset:
-                    raise CorruptRecordError(f"batch base offset {h.base_offset} not above {next_offset - 1}",
-                                             self.log_path, pos)
-                if h.last_offset - self.base_offset > 0xFFFFFFFF:
-                    raise CorruptRecordError("offset too far above the segment base", self.log_path, pos)
-                if self._index_due(pos, since):
-                    rel = h.base_offset - self.base_offset
-                    orel.append(rel)
-                    opos.append(pos)
-                    if max_ts > (tts[-1] if tts else -(1 << 63)):
-                        tts.append(max_ts)
-                        trel.append(rel)
-                    since = 0
-                since += h.size
-                if first_ts is None:
-                    first_ts = h.max_timestamp
-                max_ts = max(max_ts, h.max_timestamp)
-                next_offset = h.next_offset
-                valid_end = pos + h.size
-        except CorruptRecordError as exc:
-            if not verify:
-                raise
-            error = exc
-        oi = OffsetIndex.in_memory(self.index_path, self.base_offset, np.array(orel, OffsetIndex.A),
-                                   np.array(opos, OffsetIndex.B))
-        ti = TimeIndex.in_memory(self.timeindex_path, self.base_offset, np.array(tts, TimeIndex.A),
-                                 np.array(trel, TimeIndex.B), max_ts)
-        state = {"since": since, "max_ts": max_ts, "next_offset": next_offset, "valid_end": valid_end,
-                 "first_ts": first_ts, "error": error}
-        return oi, ti, state
+        return segment_check.build_indexes(self, end, verify)
 
     def _index_due(self, pos: int, since: int) -> bool:
         """The one indexing rule, for appends and rebuilds alike: the batch at ``pos`` gets index entries
@@ -670,7 +629,7 @@ class Segment:
             # not visible yet, and would make check() and lookups point past the visible log.
             for idx, limit in ((self._oindex, valid_end), (self._tindex, self.next_offset - self.base_offset)):
                 if idx is not None and not idx.sealed and not idx.writable and idx.count:
-                    idx.count = int(np.searchsorted(idx._b[:idx.count], limit, "left"))
+                    idx.limit_to(limit)
 
     def refresh(self) -> bool:
         """For readers in another process than the writer: take in batches appended since the last look.
@@ -795,9 +754,9 @@ class Segment:
             if idx is not None:
                 idx.close()
         oi, ti, state = self._build_indexes(end, verify)
-        OffsetIndex.write_file(self.index_path, self.base_offset, oi._a, oi._b,
+        OffsetIndex.write_file(self.index_path, self.base_offset, *oi.columns(),
                                OffsetIndex.capacity_for(self.index_max_bytes), sealed=False)
-        TimeIndex.write_file(self.timeindex_path, self.base_offset, ti._a, ti._b,
+        TimeIndex.write_file(self.timeindex_path, self.base_offset, *ti.columns(),
                              TimeIndex.capacity_for(self.index_max_bytes), sealed=False)
         self._oindex = OffsetIndex.open(self.index_path, self.base_offset, writable=True)
         self._tindex = TimeIndex.open(self.timeindex_path, self.base_offset, writable=True)
@@ -906,120 +865,16 @@ class Segment:
                 os.close(fd)
         return True
 
-    def _valid_end(self, end: int) -> int:
-        """End of the prefix of wholly valid batches (length, header, CRC, sections) in ``[0, end)``."""
-        valid_end = 0
-        for fpos, h in self._valid_batches(0, end, tolerate_tail=True):
-            valid_end = fpos + h.size
-        return valid_end
-
-    def _valid_batch_after(self, pos: int, end: int) -> bool:
-        """True when a wholly valid batch follows the bad one at ``pos``, reachable through the lengths in
-        the headers from there: damage in the middle, not a torn tail. A header that fails its checks
-        ends the walk (nothing after it can be located), as does the end of the file."""
-        fd = self._fd()
-        first = pos
-        while pos + HEADER_SIZE <= end:
-            h = parse_header(os.pread(fd, HEADER_SIZE, pos))
-            try:
-                check_header(h, self.log_path, pos)
-            except CorruptRecordError:
-                return False
-            nxt = pos + h.size
-            if nxt > end:
-                return False
-            if pos != first:  # the bad batch itself says nothing about what follows it
-                try:
-                    BatchView.from_buffer(os.pread(fd, h.size, pos), 0, self.log_path, pos, h)
-                    return True
-                except CorruptRecordError:
-                    pass
-            pos = nxt
-        return False
-
     def first_damage(self, start: int = 0, start_offset: int | None = None) -> CorruptRecordError | None:
         """The first batch in ``[start, size)`` whose header, checksum or offset order does not check, as
-        the error a read of it raises; None when every batch there checks.
-
-        A writer's check, after a clean close, of the active segment below where :meth:`load` looked:
-        bit rot there is damage in the middle (the batches ``load`` checked follow it). ``start`` is where
-        the caller checked up to before, the start of the batch with base offset ``start_offset``; when
-        no such batch is there (the file was cut, and maybe written again, since), the walk starts from 0.
-        Reads and checksums each batch once (:func:`~pylog.storage.records.checked_prefix` over the writer's
-        mapping); sections are not decoded: a batch whose checksum holds was written so.
-        """
-        end = self.size
-        prev = self.base_offset - 1
-        if start > end:  # the file is shorter than when the caller looked: cut (and maybe regrown) since
-            start = 0
-        if start == end:
-            return None
-        if start:
-            # The memo is trusted only if a batch with the remembered base offset starts there. Anything
-            # else (fewer bytes than a header: the file was cut below ``start`` and regrown to just past
-            # it; a header that fails its checks; another base offset) means the memo is stale.
-            raw = os.pread(self._fd(), HEADER_SIZE, start)
-            ok = False
-            if len(raw) == HEADER_SIZE:
-                h = parse_header(raw)
-                try:
-                    check_header(h, self.log_path, start)
-                    ok = h.base_offset == start_offset
-                except CorruptRecordError:
-                    pass
-            prev, start = (h.base_offset - 1, start) if ok else (prev, 0)
-        mm = self._map()
-        if mm is not None and len(mm) >= end:
-            start, prev = checked_prefix(mm, start, end, prev)  # the fast walk, to the first batch that fails
-            if start == end:
-                return None
-        # From there (or from the start without a mapping): the walk reads use, for their error.
-        try:
-            for fpos, h, buf, p in self._scan(start, end, _MAX_CHUNK, tolerate_tail=False):
-                if batch_crc(memoryview(buf)[p:p + h.size]) != h.crc:
-                    raise CorruptRecordError("batch checksum mismatch", self.log_path, fpos)
-                if h.base_offset <= prev:
-                    raise CorruptRecordError(f"batch base offset {h.base_offset} not above {prev}",
-                                             self.log_path, fpos)
-                prev = h.last_offset
-        except CorruptRecordError as exc:
-            return exc
-        return None
+        the error a read of it raises; None when every batch there checks (a writer's check of the active
+        segment after a clean close; see :func:`~pylog.storage.segment_check.first_damage`)."""
+        return segment_check.first_damage(self, start, start_offset)
 
     def damage_is_at_tail(self) -> bool:
         """True when what follows the file's valid batches looks like an interrupted write, and nothing
-        else: fewer bytes than a header; a header that checks, whose batch runs to or past the end of the
-        file (cut short, or the last batch and bad); or only zero bytes (blocks a power loss left
-        unwritten). False for anything else (a damaged header, a bad batch with bytes after it): bit rot
-        or a foreign hand, which recovery must not cut on its own, since whole batches may follow."""
-        end = self.file_size()
-        return self._tail_kind(self._valid_end(end), end) != "damage"
-
-    def _tail_kind(self, valid_end: int, end: int) -> str:
-        """What the bytes ``[valid_end, end)`` after the valid batches are: ``"none"``; ``"partial"``, the
-        start of a batch the file does not wholly hold yet (all a live writer ever leaves there);
-        ``"torn"``, otherwise an interrupted write (see :meth:`damage_is_at_tail`); or ``"damage"``."""
-        if valid_end >= end:
-            return "none"
-        if end - valid_end < HEADER_SIZE:
-            return "partial"
-        fd = self._fd()
-        h = parse_header(os.pread(fd, HEADER_SIZE, valid_end))
-        try:
-            check_header(h, self.log_path, valid_end)
-            if valid_end + h.size > end:
-                return "partial"
-            if valid_end + h.size == end:
-                return "torn"
-        except CorruptRecordError:
-            pass
-        pos = valid_end
-        while pos < end:
-            chunk = os.pread(fd, min(_MAX_CHUNK, end - pos), pos)
-            if not chunk or chunk.count(0) != len(chunk):
-                return "damage"
-            pos += len(chunk)
-        return "torn"
+        else (see :func:`~pylog.storage.segment_check.damage_is_at_tail`): recovery may cut it."""
+        return segment_check.damage_is_at_tail(self)
 
     def stop_appending(self) -> None:
         """Close the log for writing but leave the indexes live (unsealed, preallocated), as a writer leaves
@@ -1112,64 +967,8 @@ class Segment:
     def check(self, end: int | None = None, partial_tail_ok: bool = False) -> list[str]:
         """Full consistency check of the bytes up to ``end`` (default: the visible size): every batch
         validates, offsets increase, index entries point at batches with their offsets. Returns a list of
-        problems (empty when consistent).
-
-        Whatever follows the valid batches is a problem, except, with ``partial_tail_ok`` (a writer may be
-        writing right now), the start of one batch the file does not wholly hold yet: a live writer never
-        leaves anything else there. A bad batch with a valid one after it is reported as the bad batch.
-        """
-        end = self.size if end is None else end
-        problems: list[str] = []
-        try:
-            oi, ti = self._indexes()
-        except CorruptRecordError as exc:
-            oi, index_error = None, str(exc)
-        # One pass over the valid prefix (each batch read and checksummed once): offsets, and the batch
-        # starts the index points at (kept only there: memory bounded by the index, not the log).
-        rels, poss = oi.entries() if oi is not None else (np.empty(0, np.int64), np.empty(0, np.int64))
-        starts: dict[int, int] = dict.fromkeys(poss.tolist(), -1)
-        order: list[str] = []
-        prev = self.base_offset - 1
-        seen = 0
-        complete = 0
-        for fpos, h in self._valid_batches(0, end, tolerate_tail=True):
-            if h.base_offset <= prev:
-                order.append(f"{self.log_path}@{fpos}: base offset {h.base_offset} not above {prev}")
-            prev = h.last_offset
-            seen += 1
-            if fpos in starts:
-                starts[fpos] = h.base_offset
-            complete = fpos + h.size
-        damage: str | None = None
-        kind = self._tail_kind(complete, end)
-        if kind != "none":
-            if self._valid_batch_after(complete, end):
-                # Damage in the middle: name the first bad batch, as a scan to the end reports it.
-                try:
-                    for fpos, h, buf, p in self._scan(complete, end, _MAX_CHUNK, tolerate_tail=False):
-                        BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
-                except CorruptRecordError as exc:
-                    damage = str(exc)
-            elif not (kind == "partial" and partial_tail_ok):
-                what = ("damaged, not an interrupted write (after a clean close appends are refused until "
-                        "`pylog repair`; after a crash recovery cuts it)" if kind == "damage" else
-                        "a torn tail (an interrupted write: the next writer cuts it)")
-                problems.append(f"{self.log_path}@{complete}: the {end - complete} byte(s) after the last valid "
-                                f"batch are {what}")
-        if oi is None:
-            problems.append(index_error)
-            return problems
-        problems.extend(order)
-        if damage is not None:
-            problems.append(damage)
-            return problems
-        for rel, pos in zip(rels.tolist(), poss.tolist()):
-            if starts.get(pos) != self.base_offset + rel:
-                problems.append(f"{oi.path}: entry ({rel}, {pos}) does not point at the batch at offset "
-                                f"{self.base_offset + rel}")
-        if self.writable and prev + 1 != self.next_offset and seen:
-            problems.append(f"{self.log_path}: next offset {self.next_offset} but last batch ends at {prev}")
-        return problems
+        problems (empty when consistent); see :func:`~pylog.storage.segment_check.check`."""
+        return segment_check.check(self, end, partial_tail_ok)
 
     def __repr__(self) -> str:
         return f"Segment({self.log_path!r}, size={self.size})"

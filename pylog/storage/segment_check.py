@@ -1,0 +1,268 @@
+"""Checking a segment's log: validation walks, damage classification, index rebuilds.
+
+The second half of :class:`~pylog.storage.segment.Segment`, kept in its own file: the functions here take a
+segment and use its reading helpers (``_scan``, ``_valid_batches``, ``_fd``, ``_map``, ``_indexes``,
+``_index_due``); :class:`Segment` delegates its public :meth:`~Segment.check`,
+:meth:`~Segment.first_damage` and :meth:`~Segment.damage_is_at_tail` (and its index rebuild) to them, so
+callers use the segment's methods. Nothing here writes: recovery (``Segment.recover``) cuts what
+:func:`build_indexes` finds.
+
+Invariants:
+- Damage is classified, never guessed: what follows the valid batches is ``"none"``, ``"partial"`` (the
+  start of a batch a live writer is writing), ``"torn"`` (an interrupted write: fewer bytes than a header,
+  a last batch that runs to or past the end, or only zero bytes) or ``"damage"`` (anything else: bit rot
+  or a foreign hand, which recovery must not cut on its own, since whole batches may follow).
+- Every walk reads each batch once and bounds it by the file's size: hostile bytes give a
+  :class:`~pylog.errors.CorruptRecordError` or a problem string, never a hang or a huge allocation.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import TYPE_CHECKING, Any
+
+import numpy as np
+
+from ..errors import CorruptRecordError
+from .index import OffsetIndex, TimeIndex
+from .records import HEADER_SIZE, BatchView, batch_crc, check_header, checked_prefix, parse_header
+
+if TYPE_CHECKING:
+    from .segment import Segment
+
+__all__ = ["check", "first_damage", "damage_is_at_tail", "tail_kind", "valid_end", "valid_batch_after",
+           "build_indexes"]
+
+#: Read size of the walks here (as segment.py's own walks).
+_MAX_CHUNK = 16 * 1024 * 1024
+
+
+def build_indexes(seg: Segment, end: int, verify: bool) -> tuple[OffsetIndex, TimeIndex, dict[str, Any]]:
+    """Scan the log up to ``end`` and build in-memory indexes; stops at the first bad batch if verifying."""
+    orel: list[int] = []
+    opos: list[int] = []
+    tts: list[int] = []
+    trel: list[int] = []
+    since = 0
+    max_ts = -1
+    next_offset = seg.base_offset
+    valid_end = 0
+    first_ts = None
+    error: CorruptRecordError | None = None
+    try:
+        for pos, h, buf, p in seg._scan(0, end, _MAX_CHUNK, tolerate_tail=False):
+            if verify:
+                BatchView.from_buffer(buf, p, seg.log_path, pos, header=h)
+            if h.base_offset < next_offset:
+                raise CorruptRecordError(f"batch base offset {h.base_offset} not above {next_offset - 1}",
+                                         seg.log_path, pos)
+            if h.last_offset - seg.base_offset > 0xFFFFFFFF:
+                raise CorruptRecordError("offset too far above the segment base", seg.log_path, pos)
+            if seg._index_due(pos, since):
+                rel = h.base_offset - seg.base_offset
+                orel.append(rel)
+                opos.append(pos)
+                if max_ts > (tts[-1] if tts else -(1 << 63)):
+                    tts.append(max_ts)
+                    trel.append(rel)
+                since = 0
+            since += h.size
+            if first_ts is None:
+                first_ts = h.max_timestamp
+            max_ts = max(max_ts, h.max_timestamp)
+            next_offset = h.next_offset
+            valid_end = pos + h.size
+    except CorruptRecordError as exc:
+        if not verify:
+            raise
+        error = exc
+    oi = OffsetIndex.in_memory(seg.index_path, seg.base_offset, np.array(orel, OffsetIndex.A),
+                               np.array(opos, OffsetIndex.B))
+    ti = TimeIndex.in_memory(seg.timeindex_path, seg.base_offset, np.array(tts, TimeIndex.A),
+                             np.array(trel, TimeIndex.B), max_ts)
+    state = {"since": since, "max_ts": max_ts, "next_offset": next_offset, "valid_end": valid_end,
+             "first_ts": first_ts, "error": error}
+    return oi, ti, state
+
+
+def valid_end(seg: Segment, end: int) -> int:
+    """End of the prefix of wholly valid batches (length, header, CRC, sections) in ``[0, end)``."""
+    valid_end = 0
+    for fpos, h in seg._valid_batches(0, end, tolerate_tail=True):
+        valid_end = fpos + h.size
+    return valid_end
+
+
+def valid_batch_after(seg: Segment, pos: int, end: int) -> bool:
+    """True when a wholly valid batch follows the bad one at ``pos``, reachable through the lengths in
+    the headers from there: damage in the middle, not a torn tail. A header that fails its checks
+    ends the walk (nothing after it can be located), as does the end of the file."""
+    fd = seg._fd()
+    first = pos
+    while pos + HEADER_SIZE <= end:
+        h = parse_header(os.pread(fd, HEADER_SIZE, pos))
+        try:
+            check_header(h, seg.log_path, pos)
+        except CorruptRecordError:
+            return False
+        nxt = pos + h.size
+        if nxt > end:
+            return False
+        if pos != first:  # the bad batch itself says nothing about what follows it
+            try:
+                BatchView.from_buffer(os.pread(fd, h.size, pos), 0, seg.log_path, pos, h)
+                return True
+            except CorruptRecordError:
+                pass
+        pos = nxt
+    return False
+
+
+def first_damage(seg: Segment, start: int = 0, start_offset: int | None = None) -> CorruptRecordError | None:
+    """The first batch in ``[start, size)`` whose header, checksum or offset order does not check, as
+    the error a read of it raises; None when every batch there checks.
+
+    A writer's check, after a clean close, of the active segment below where :meth:`Segment.load` looked:
+    bit rot there is damage in the middle (the batches ``load`` checked follow it). ``start`` is where
+    the caller checked up to before, the start of the batch with base offset ``start_offset``; when
+    no such batch is there (the file was cut, and maybe written again, since), the walk starts from 0.
+    Reads and checksums each batch once (:func:`~pylog.storage.records.checked_prefix` over the writer's
+    mapping); sections are not decoded: a batch whose checksum holds was written so.
+    """
+    end = seg.size
+    prev = seg.base_offset - 1
+    if start > end:  # the file is shorter than when the caller looked: cut (and maybe regrown) since
+        start = 0
+    if start == end:
+        return None
+    if start:
+        # The memo is trusted only if a batch with the remembered base offset starts there. Anything
+        # else (fewer bytes than a header: the file was cut below ``start`` and regrown to just past
+        # it; a header that fails its checks; another base offset) means the memo is stale.
+        raw = os.pread(seg._fd(), HEADER_SIZE, start)
+        ok = False
+        if len(raw) == HEADER_SIZE:
+            h = parse_header(raw)
+            try:
+                check_header(h, seg.log_path, start)
+                ok = h.base_offset == start_offset
+            except CorruptRecordError:
+                pass
+        prev, start = (h.base_offset - 1, start) if ok else (prev, 0)
+    mm = seg._map()
+    if mm is not None and len(mm) >= end:
+        start, prev = checked_prefix(mm, start, end, prev)  # the fast walk, to the first batch that fails
+        if start == end:
+            return None
+    # From there (or from the start without a mapping): the walk reads use, for their error.
+    try:
+        for fpos, h, buf, p in seg._scan(start, end, _MAX_CHUNK, tolerate_tail=False):
+            if batch_crc(memoryview(buf)[p:p + h.size]) != h.crc:
+                raise CorruptRecordError("batch checksum mismatch", seg.log_path, fpos)
+            if h.base_offset <= prev:
+                raise CorruptRecordError(f"batch base offset {h.base_offset} not above {prev}",
+                                         seg.log_path, fpos)
+            prev = h.last_offset
+    except CorruptRecordError as exc:
+        return exc
+    return None
+
+
+def damage_is_at_tail(seg: Segment) -> bool:
+    """True when what follows the file's valid batches looks like an interrupted write, and nothing
+    else: fewer bytes than a header; a header that checks, whose batch runs to or past the end of the
+    file (cut short, or the last batch and bad); or only zero bytes (blocks a power loss left
+    unwritten). False for anything else (a damaged header, a bad batch with bytes after it): bit rot
+    or a foreign hand, which recovery must not cut on its own, since whole batches may follow."""
+    end = seg.file_size()
+    return tail_kind(seg, valid_end(seg, end), end) != "damage"
+
+
+def tail_kind(seg: Segment, valid_end: int, end: int) -> str:
+    """What the bytes ``[valid_end, end)`` after the valid batches are: ``"none"``; ``"partial"``, the
+    start of a batch the file does not wholly hold yet (all a live writer ever leaves there);
+    ``"torn"``, otherwise an interrupted write (see :func:`damage_is_at_tail`); or ``"damage"``."""
+    if valid_end >= end:
+        return "none"
+    if end - valid_end < HEADER_SIZE:
+        return "partial"
+    fd = seg._fd()
+    h = parse_header(os.pread(fd, HEADER_SIZE, valid_end))
+    try:
+        check_header(h, seg.log_path, valid_end)
+        if valid_end + h.size > end:
+            return "partial"
+        if valid_end + h.size == end:
+            return "torn"
+    except CorruptRecordError:
+        pass
+    pos = valid_end
+    while pos < end:
+        chunk = os.pread(fd, min(_MAX_CHUNK, end - pos), pos)
+        if not chunk or chunk.count(0) != len(chunk):
+            return "damage"
+        pos += len(chunk)
+    return "torn"
+
+
+def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -> list[str]:
+    """Full consistency check of the bytes up to ``end`` (default: the visible size): every batch
+    validates, offsets increase, index entries point at batches with their offsets. Returns a list of
+    problems (empty when consistent).
+
+    Whatever follows the valid batches is a problem, except, with ``partial_tail_ok`` (a writer may be
+    writing right now), the start of one batch the file does not wholly hold yet: a live writer never
+    leaves anything else there. A bad batch with a valid one after it is reported as the bad batch.
+    """
+    end = seg.size if end is None else end
+    problems: list[str] = []
+    try:
+        oi, ti = seg._indexes()
+    except CorruptRecordError as exc:
+        oi, index_error = None, str(exc)
+    # One pass over the valid prefix (each batch read and checksummed once): offsets, and the batch
+    # starts the index points at (kept only there: memory bounded by the index, not the log).
+    rels, poss = oi.entries() if oi is not None else (np.empty(0, np.int64), np.empty(0, np.int64))
+    starts: dict[int, int] = dict.fromkeys(poss.tolist(), -1)
+    order: list[str] = []
+    prev = seg.base_offset - 1
+    seen = 0
+    complete = 0
+    for fpos, h in seg._valid_batches(0, end, tolerate_tail=True):
+        if h.base_offset <= prev:
+            order.append(f"{seg.log_path}@{fpos}: base offset {h.base_offset} not above {prev}")
+        prev = h.last_offset
+        seen += 1
+        if fpos in starts:
+            starts[fpos] = h.base_offset
+        complete = fpos + h.size
+    damage: str | None = None
+    kind = tail_kind(seg, complete, end)
+    if kind != "none":
+        if valid_batch_after(seg, complete, end):
+            # Damage in the middle: name the first bad batch, as a scan to the end reports it.
+            try:
+                for fpos, h, buf, p in seg._scan(complete, end, _MAX_CHUNK, tolerate_tail=False):
+                    BatchView.from_buffer(buf, p, seg.log_path, fpos, header=h)
+            except CorruptRecordError as exc:
+                damage = str(exc)
+        elif not (kind == "partial" and partial_tail_ok):
+            what = ("damaged, not an interrupted write (after a clean close appends are refused until "
+                    "`pylog repair`; after a crash recovery cuts it)" if kind == "damage" else
+                    "a torn tail (an interrupted write: the next writer cuts it)")
+            problems.append(f"{seg.log_path}@{complete}: the {end - complete} byte(s) after the last valid "
+                            f"batch are {what}")
+    if oi is None:
+        problems.append(index_error)
+        return problems
+    problems.extend(order)
+    if damage is not None:
+        problems.append(damage)
+        return problems
+    for rel, pos in zip(rels.tolist(), poss.tolist()):
+        if starts.get(pos) != seg.base_offset + rel:
+            problems.append(f"{oi.path}: entry ({rel}, {pos}) does not point at the batch at offset "
+                            f"{seg.base_offset + rel}")
+    if seg.writable and prev + 1 != seg.next_offset and seen:
+        problems.append(f"{seg.log_path}: next offset {seg.next_offset} but last batch ends at {prev}")
+    return problems
