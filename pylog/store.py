@@ -34,7 +34,7 @@ from .clients.groups import (CommittedOffsets, GroupDescription, PartitionLag, c
 from .clients.producer import Producer
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
 from .config import TopicConfig, split_store_options, stored_config
-from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, ReadOnlyStoreError,
+from .errors import (CorruptRecordError, InvalidArgumentError, InvalidTopicError, StorePathError, PartitionLockedError, ReadOnlyStoreError,
                      RebalanceInProgressError, StoreClosedError,
                      TopicExistsError, UnknownStoreError, UnknownTopicError)
 from .storage.fileio import atomic_write, fsync_dir, write_faults
@@ -80,6 +80,9 @@ class Store:
             self._settings["log.cleaner.enable"] = False  # no thread, no status files
             self._check_marker()
         else:
+            if os.path.exists(self.path) and not os.path.isdir(self.path):
+                raise StorePathError(f"{self.path} is not a directory (a store is one): pass the store's directory, "
+                                     "or a path that does not exist yet to create one")
             with write_faults(f"opening the store {self.path}", "it was not opened (nor created, if it was new)"):
                 os.makedirs(self.path, exist_ok=True)
                 self._check_marker()
@@ -168,7 +171,7 @@ class Store:
         self._check_writable(f"create topic {name!r}")
         directory = self._topic_dir(name, internal_ok=_internal)
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-            raise ValueError(f"partitions must be a positive int, got {partitions!r}")
+            raise InvalidArgumentError(f"partitions must be a positive int, got {partitions!r}")
         cfg = TopicConfig(config, self._defaults)
         with self._lock:
             if os.path.exists(os.path.join(directory, TOPIC_FILE)):
@@ -503,7 +506,7 @@ class Store:
         quota. Clients over their quota are delayed, not refused (see :mod:`pylog.clients.quotas`); the quotas live
         in this store object only (not persisted, not seen by other processes).
 
-        :raises TypeError: for a client id that is not a str.
+        :raises InvalidArgumentError: for a client id that is not a str (also a TypeError).
         :raises InvalidConfigError: for a rate that is not a positive number.
         """
         self._check_open()

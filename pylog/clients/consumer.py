@@ -32,7 +32,8 @@ import numpy as np
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Pattern
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
-from ..errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeError, PylogError, ReadOnlyStoreError,
+from ..errors import NoOffsetForPartitionError  # defined here before pylog.errors: still importable from here
+from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, PylogError, ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC
 from .groups import CommittedOffsets, GroupMember, check_group_id
@@ -87,10 +88,6 @@ class ConsumerRebalanceListener:
         """Called once the new assignment is known (before its partitions are read)."""
 
 
-class NoOffsetForPartitionError(PylogError):
-    """A partition has no position and ``auto_offset_reset="none"`` forbids choosing one."""
-
-
 class ConsumerRecord(NamedTuple):
     """One consumed record: kafka-python's ``ConsumerRecord`` fields."""
 
@@ -118,8 +115,11 @@ class Consumer:
     """Reads records from a store's partitions; kafka-python's ``KafkaConsumer`` API. Not thread-safe
     (like kafka-python's): use one consumer per thread."""
 
-    def __init__(self, store: StoreView, *topics: str, quotas: QuotaManager, offsets: CommittedOffsets | None,
-                 **configs: Any) -> None:
+    def __init__(self, store: StoreView, *topics: str, quotas: QuotaManager | None = None,
+                 offsets: CommittedOffsets | None = None, **configs: Any) -> None:
+        if quotas is None:  # made by hand, not by Store.consumer(): most likely Consumer("topic", group_id=...)
+            raise InvalidArgumentError(f"a Consumer is made by its store, not from {type(store).__name__} {store!r}"[:200]
+                                       + ": use pylog.open(path).consumer(*topics, ...)")
         unknown = set(configs) - set(_DEFAULTS)
         if unknown:
             raise InvalidConfigError(f"unknown consumer option(s) {sorted(unknown)}")
@@ -190,10 +190,11 @@ class Consumer:
             raise InvalidConfigError("subscribe() after assign(): call unsubscribe() first")
         topics = [topics] if isinstance(topics, str) else list(topics)
         if bool(topics) == (pattern is not None):
-            raise ValueError("subscribe() needs topics or a pattern, not both")
+            raise InvalidArgumentError("subscribe() needs topics or a pattern, not both (and not neither)")
         if listener is not None and not (callable(getattr(listener, "on_partitions_revoked", None))
                                          and callable(getattr(listener, "on_partitions_assigned", None))):
-            raise TypeError("listener needs on_partitions_revoked and on_partitions_assigned methods")
+            raise InvalidArgumentError("listener needs on_partitions_revoked and on_partitions_assigned methods: "
+                                       "subclass pylog.ConsumerRebalanceListener")
         self._topics = set(topics)
         self._pattern = re.compile(pattern) if pattern is not None else None
         self._listener = listener
@@ -365,9 +366,9 @@ class Consumer:
             tp = TopicPartition(*tp)
             om = om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om, "")
             if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
-                raise ValueError(f"offset to commit must be a non-negative int, got {om.offset!r}")
+                raise InvalidArgumentError(f"offset to commit must be a non-negative int, got {om.offset!r}")
             if not isinstance(om.metadata, str):
-                raise TypeError(f"commit metadata must be a str, got {type(om.metadata).__name__}")
+                raise InvalidArgumentError(f"commit metadata must be a str, got {type(om.metadata).__name__}")
             norm[tp] = om
         member = self._member
         if member is not None:
@@ -443,7 +444,8 @@ class Consumer:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self._check_assigned(tp)
         if not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+            raise InvalidArgumentError(f"offset must be a non-negative int, got {offset!r}: to start from the log's "
+                                       "beginning or end use seek_to_beginning()/seek_to_end()")
         self._settle(cut=True)
         self._positions[tp] = offset
 

@@ -56,7 +56,8 @@ from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import (InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError, PartitionLockedError,
+from ..errors import ProducerTimeoutError  # defined here before pylog.errors: still importable from here
+from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError, PartitionLockedError,
                      PylogError, RecordTooLargeError, StoreClosedError)
 from ..storage.filenames import is_internal_topic
 from .partitioner import DefaultPartitioner
@@ -102,10 +103,6 @@ _BATCH_OVERHEAD = 64
 _FAST_MAX = 16 * 1024
 _ITEM_LEN = 5  # len() of a (value, key, partition, timestamp_ms, headers) record tuple
 _COLUMNS = tuple(itemgetter(i) for i in range(5))  # value, key, partition, timestamp_ms, headers of a tuple
-
-
-class ProducerTimeoutError(PylogError, TimeoutError):
-    """A future's ``get(timeout)`` or ``flush(timeout)`` ran out of time (kafka-python's KafkaTimeoutError)."""
 
 
 def _check_headers(headers: Any) -> int:
@@ -371,7 +368,10 @@ class Producer:
     sequence numbers). Broker options (``bootstrap_servers``, ...) raise :class:`InvalidConfigError`.
     """
 
-    def __init__(self, store: StoreView, *, quotas: QuotaManager, **configs: Any) -> None:
+    def __init__(self, store: StoreView, *, quotas: QuotaManager | None = None, **configs: Any) -> None:
+        if quotas is None:  # made by hand, not by Store.producer(): most likely Producer("path")
+            raise InvalidArgumentError(f"a Producer is made by its store, not from {type(store).__name__} {store!r}"[:200]
+                                       + ": use pylog.open(path).producer(...)")
         unknown = set(configs) - set(_DEFAULTS)
         if unknown & _NETWORK_OPTIONS:
             raise InvalidConfigError(f"pylog runs in-process, without a broker: {sorted(unknown & _NETWORK_OPTIONS)} "
@@ -435,7 +435,7 @@ class Producer:
         :raises RecordTooLargeError: when the record alone exceeds ``max_request_size`` or does not fit the
             topic's ``max.message.bytes``.
         :raises UnknownTopicError: for a topic the store does not have.
-        :raises ValueError: for a partition the topic does not have.
+        :raises InvalidArgumentError: for a partition the topic does not have (also a ValueError).
         :raises StoreClosedError: after :meth:`close`.
         """
         # The hot path: a bytes value and nothing else, for a topic already seen. Every check it needs
@@ -608,7 +608,8 @@ class Producer:
         t = self._store.topic(topic)
         if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)
                                       or not 0 <= partition < t.num_partitions):
-            raise ValueError(f"partition {partition!r} is not one of {topic}'s {t.num_partitions}")
+            raise InvalidArgumentError(f"partition {partition!r} is not one of {topic}'s {t.num_partitions} partitions: "
+                                       f"pass partition=None (the partitioner chooses) or one in [0, {t.num_partitions})")
         if key is None and t.config.compact:
             raise InvalidRecordError(f"{topic} is compacted: every record needs a key")
 

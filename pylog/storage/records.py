@@ -142,6 +142,7 @@ class Record(tuple):
                 headers: Iterable[tuple[str, bytes | None]] | None = None, timestamp: int | None = None, *,
                 offset: int = -1, topic: str | None = None, partition: int = -1,
                 timestamp_type: int = CREATE_TIME) -> "Record":
+        if not all(isinstance(x, (bytes, bytearray, memoryview, type(None))) for x in (value, key)): raise InvalidRecordError(f"Record value and key must be bytes or None, got {type(value).__name__} and {type(key).__name__}: encode them first (e.g. str.encode())")  # noqa: E501,E701 (one line: records.py is being split)
         hdrs = tuple((k, v) for k, v in headers) if headers else _EMPTY_HEADERS
         return _tuple_new(cls, (offset, timestamp, key, value, hdrs, topic, partition, timestamp_type))
 
@@ -324,6 +325,7 @@ def _column(items: Sequence[Any] | None, n: int, what: str) -> tuple[Any, list]:
         lengths = np.frombuffer(st.pack(*map(len, items)), _I32)
         parts = items if isinstance(items, list) else list(items)
     except (TypeError, struct.error):
+        if not all(isinstance(v, (bytes, bytearray, memoryview, type(None))) for v in items): raise InvalidRecordError(f"{what} must be bytes or None, got {next(type(v).__name__ for v in items if not isinstance(v, (bytes, bytearray, memoryview, type(None))))}: serialize them first (e.g. str.encode())")  # noqa: E501,E701
         lengths = np.fromiter((-1 if v is None else len(v) for v in items), _I32, n)
         parts = [v for v in items if v is not None]
     return lengths, parts
