@@ -102,9 +102,7 @@ class Store:
     def _open_partitions(self) -> Iterator[Partition]:
         """The partitions opened through this store so far (a snapshot; for the background thread)."""
         for t in list(self._topics.values()):
-            for p in list(t._partitions):
-                if p is not None:
-                    yield p
+            yield from t.opened_partitions()
 
     def _check_marker(self) -> None:
         marker = os.path.join(self.path, STORE_FILE)
@@ -260,9 +258,8 @@ class Store:
             new = topic.config.with_overrides(changes)
             write_topic_file(topic.directory, name, topic.num_partitions, new.overrides)
             topic.config = new
-            for p in topic._partitions:
-                if p is not None:
-                    p.config = new
+            for p in topic.opened_partitions():
+                p.config = new
             return new
 
     def producer(self, **configs: Any) -> Producer:
