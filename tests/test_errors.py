@@ -98,3 +98,32 @@ def test_moved_errors_keep_their_old_import_paths():
     assert CleanerStoppedError is errors.CleanerStoppedError
     assert CommandError is errors.CommandError
     assert issubclass(CommandError, pylog.PylogError)
+
+
+def test_delete_records_before_a_negative_offset_raises_invalid_argument(store):
+    p = store.create_topic("t").partition(0)
+    p.append_values([b"a", b"b"])
+    with pytest.raises(InvalidArgumentError, match="before_offset"):
+        store.delete_records("t", 0, -1)
+    with pytest.raises(InvalidArgumentError, match="before_offset"):
+        p.delete_records("1")
+    assert p.log_start_offset == 0
+
+
+def test_set_quota_for_a_non_str_client_id_raises_invalid_argument(store):
+    with pytest.raises(InvalidArgumentError, match="client_id") as info:
+        store.set_quota(42, producer_byte_rate=1000)
+    assert isinstance(info.value, TypeError)  # what it raised before
+
+
+def test_append_of_something_that_is_not_a_record_raises_invalid_record(store):
+    p = store.create_topic("t").partition(0)
+    with pytest.raises(pylog.InvalidRecordError, match="pylog.Record"):
+        p.append([b"a bare value"])
+    assert p.log_end_offset == 0
+
+
+def test_partition_for_key_with_no_partitions_raises_invalid_argument():
+    from pylog.clients.partitioner import partition_for_key
+    with pytest.raises(InvalidArgumentError, match="num_partitions"):
+        partition_for_key(b"k", 0)

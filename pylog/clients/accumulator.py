@@ -215,7 +215,8 @@ class Accumulation:
         cuts = np.flatnonzero(np.diff(placed[order])) + 1
         return [(int(placed[idx[0]]), idx) for idx in np.split(order, cuts)], np.full(len(self.values), -1, np.int64)
 
-    def columns_of(self, idx: np.ndarray | None, stamps: np.ndarray) -> tuple[list, list | None, np.ndarray, list | None]:
+    def columns_of(self, idx: np.ndarray | None,
+                   stamps: np.ndarray) -> tuple[list, list | None, np.ndarray, list | None]:
         """Values, keys, timestamps and headers of the records at ``idx`` (None: all), ready to append:
         keys and headers None when none of those records has one."""
         vals, keys, ts, hs = self.values, self.keys, stamps, self.headers

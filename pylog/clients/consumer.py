@@ -33,7 +33,8 @@ from typing import Any, Callable, Iterable, Iterator, NamedTuple, Pattern
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
 from ..errors import NoOffsetForPartitionError  # defined here before pylog.errors: still importable from here
-from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, PylogError, ReadOnlyStoreError,
+from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, PylogError,
+                     ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC
 from .groups import CommittedOffsets, GroupMember, check_group_id
@@ -118,8 +119,9 @@ class Consumer:
     def __init__(self, store: StoreView, *topics: str, quotas: QuotaManager | None = None,
                  offsets: CommittedOffsets | None = None, **configs: Any) -> None:
         if quotas is None:  # made by hand, not by Store.consumer(): most likely Consumer("topic", group_id=...)
-            raise InvalidArgumentError(f"a Consumer is made by its store, not from {type(store).__name__} {store!r}"[:200]
-                                       + ": use pylog.open(path).consumer(*topics, ...)")
+            made_from = f"{type(store).__name__} {store!r}"[:160]
+            raise InvalidArgumentError(f"a Consumer is made by its store, not from {made_from}: "
+                                       "use pylog.open(path).consumer(*topics, ...)")
         unknown = set(configs) - set(_DEFAULTS)
         if unknown:
             raise InvalidConfigError(f"unknown consumer option(s) {sorted(unknown)}")

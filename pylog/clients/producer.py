@@ -56,7 +56,8 @@ from typing import Any, Callable
 import numpy as np
 
 from ..errors import ProducerTimeoutError  # defined here before pylog.errors: still importable from here
-from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError, PartitionLockedError,
+from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
+                     PartitionLockedError,
                      RecordTooLargeError, StoreClosedError)
 from ..storage.filenames import is_internal_topic
 from .partitioner import DefaultPartitioner
@@ -197,8 +198,9 @@ class Producer:
 
     def __init__(self, store: StoreView, *, quotas: QuotaManager | None = None, **configs: Any) -> None:
         if quotas is None:  # made by hand, not by Store.producer(): most likely Producer("path")
-            raise InvalidArgumentError(f"a Producer is made by its store, not from {type(store).__name__} {store!r}"[:200]
-                                       + ": use pylog.open(path).producer(...)")
+            made_from = f"{type(store).__name__} {store!r}"[:160]
+            raise InvalidArgumentError(f"a Producer is made by its store, not from {made_from}: "
+                                       "use pylog.open(path).producer(...)")
         unknown = set(configs) - set(_DEFAULTS)
         if unknown & _NETWORK_OPTIONS:
             raise InvalidConfigError(f"pylog runs in-process, without a broker: {sorted(unknown & _NETWORK_OPTIONS)} "
@@ -438,8 +440,9 @@ class Producer:
         t = self._store.topic(topic)
         if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)
                                       or not 0 <= partition < t.num_partitions):
-            raise InvalidArgumentError(f"partition {partition!r} is not one of {topic}'s {t.num_partitions} partitions: "
-                                       f"pass partition=None (the partitioner chooses) or one in [0, {t.num_partitions})")
+            raise InvalidArgumentError(f"partition {partition!r} is not one of {topic}'s {t.num_partitions} "
+                                       "partitions: pass partition=None (the partitioner chooses) or one in "
+                                       f"[0, {t.num_partitions})")
         if key is None and t.config.compact:
             raise InvalidRecordError(f"{topic} is compacted: every record needs a key")
 
