@@ -212,9 +212,9 @@ class UnknownStoreError(PylogError):
     creates one): check the path."""
 
 
-class StorePathError(UnknownStoreError, FileExistsError):
-    """``pylog.open(path)`` was given a path that exists but is not a directory (e.g. a file): pass the
-    store's directory. Also a :class:`FileExistsError`, what such a path raised before."""
+class StorePathError(UnknownStoreError, FileExistsError, NotADirectoryError):
+    """``pylog.open(path)`` was given a path that is a file, or under one: pass the store's directory.
+    Also a :class:`FileExistsError` and a :class:`NotADirectoryError`, what such paths raised before."""
 
 
 class ProducerTimeoutError(PylogError, TimeoutError):

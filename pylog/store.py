@@ -61,6 +61,20 @@ log = logging.getLogger("pylog.store")
 _PRODUCER_IDS = PRODUCER_IDS_FILE
 
 
+
+def _check_store_path(path: str) -> None:
+    """A store's path must be a directory or not exist yet, under directories. :raises StorePathError:"""
+    probe = path
+    while probe and not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return
+        probe = parent
+    if probe and not os.path.isdir(probe):
+        where = "" if probe == path else f" ({probe} is a file)"
+        raise StorePathError(f"{path} is not a directory{where}, and a store is one: pass the store's directory, "
+                             "or a path that does not exist yet to create one")
+
 class Store:
     """A directory of topics. Use as a context manager, or call :meth:`close`. Thread-safe.
 
@@ -79,9 +93,7 @@ class Store:
             self._settings["log.cleaner.enable"] = False  # no thread, no status files
             self._check_marker()
         else:
-            if os.path.exists(self.path) and not os.path.isdir(self.path):
-                raise StorePathError(f"{self.path} is not a directory (a store is one): pass the store's directory, "
-                                     "or a path that does not exist yet to create one")
+            _check_store_path(self.path)
             with write_faults(f"opening the store {self.path}", "it was not opened (nor created, if it was new)"):
                 os.makedirs(self.path, exist_ok=True)
                 self._check_marker()

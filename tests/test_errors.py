@@ -127,3 +127,19 @@ def test_partition_for_key_with_no_partitions_raises_invalid_argument():
     from pylog.clients.partitioner import partition_for_key
     with pytest.raises(InvalidArgumentError, match="num_partitions"):
         partition_for_key(b"k", 0)
+
+
+def test_open_a_path_under_a_file_raises_a_pylog_error(tmp_path):
+    (tmp_path / "file").write_bytes(b"x")
+    with pytest.raises(pylog.PylogError, match="is a file") as info:
+        pylog.open(str(tmp_path / "file" / "store"))
+    assert isinstance(info.value, NotADirectoryError)  # what it raised before
+
+
+def test_assign_a_topic_name_instead_of_partitions_raises_invalid_argument(store):
+    store.create_topic("t")
+    with store.consumer() as consumer:
+        with pytest.raises(InvalidArgumentError, match="TopicPartition"):
+            consumer.assign("t")
+        consumer.assign([("t", 0)])  # a plain pair still works
+        assert consumer.assignment() == {pylog.TopicPartition("t", 0)}

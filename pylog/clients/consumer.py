@@ -89,6 +89,16 @@ class ConsumerRebalanceListener:
         """Called once the new assignment is known (before its partitions are read)."""
 
 
+def _topic_partition(tp: Any) -> TopicPartition:
+    """``tp`` as a TopicPartition (any ``(topic, partition)`` pair is one). :raises InvalidArgumentError:"""
+    if isinstance(tp, TopicPartition):
+        return tp
+    if isinstance(tp, (tuple, list)) and len(tp) == 2 and isinstance(tp[0], str) and hasattr(tp[1], "__index__"):
+        return TopicPartition(*tp)
+    raise InvalidArgumentError(f"expected a TopicPartition(topic, partition), got {tp!r}"[:200]
+                               + ": pass e.g. [pylog.TopicPartition('orders', 0)]")
+
+
 class ConsumerRecord(NamedTuple):
     """One consumed record: kafka-python's ``ConsumerRecord`` fields."""
 
@@ -215,7 +225,7 @@ class Consumer:
         """Read exactly these partitions (no subscription)."""
         if self._topics or self._pattern is not None:
             raise InvalidConfigError("assign() after subscribe(): call unsubscribe() first")
-        parts = [TopicPartition(*tp) for tp in partitions]
+        parts = [_topic_partition(tp) for tp in partitions]
         for tp in parts:
             self._partition(tp)  # raises for an unknown topic or partition
         self._settle(cut=True)
@@ -365,7 +375,7 @@ class Consumer:
                        if pos is not None and tp not in self._pending}
         norm: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, om in offsets.items():
-            tp = TopicPartition(*tp)
+            tp = _topic_partition(tp)
             om = om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om, "")
             if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
                 raise InvalidArgumentError(f"offset to commit must be a non-negative int, got {om.offset!r}")
@@ -405,7 +415,7 @@ class Consumer:
         None when nothing was committed. :raises InvalidConfigError: without a ``group_id``."""
         if self._group_id is None or self._offsets is None:
             raise InvalidConfigError("committed() needs a consumer with a group_id")
-        om = self._offsets.committed(self._group_id, TopicPartition(*tp))
+        om = self._offsets.committed(self._group_id, _topic_partition(tp))
         if om is None:
             return None
         return om if metadata else om.offset
@@ -465,16 +475,16 @@ class Consumer:
             raise InvalidConfigError(f"{tp} is not assigned to this consumer")
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self._partition(TopicPartition(*tp)).log_start_offset for tp in partitions}
+        return {tp: self._partition(_topic_partition(tp)).log_start_offset for tp in partitions}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self._partition(TopicPartition(*tp)).log_end_offset for tp in partitions}
+        return {tp: self._partition(_topic_partition(tp)).log_end_offset for tp in partitions}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition, the first offset whose timestamp is >= the given one (None if none is)."""
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp, ts in timestamps.items():
-            p = self._partition(TopicPartition(*tp))
+            p = self._partition(_topic_partition(tp))
             off = p.offset_for_timestamp(ts)
             if off is None:
                 out[tp] = None
