@@ -18,7 +18,8 @@ from .maintenance.compaction import CleanResult
 from .config import TopicConfig
 from .clients.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
-from .errors import (CleanerError, CommitFailedError, CorruptRecordError, DiskFullError, InvalidConfigError,
+from .errors import (CleanerError, CommitFailedError, CorruptRecordError, DiskFullError, InvalidArgumentError,
+                     InvalidConfigError, StorePathError,
                      InvalidGroupError, InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
                      OutOfOrderSequenceError, PartitionLockedError, ProducerFencedError, PylogError,
                      ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StorageError,
@@ -40,7 +41,7 @@ __all__ = [
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "InvalidGroupError", "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError",
     "OutOfOrderSequenceError", "StorageError", "DiskFullError", "ReadOnlyStoreError", "StorePermissionError",
-    "UnknownStoreError",
+    "UnknownStoreError", "InvalidArgumentError", "StorePathError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",

@@ -1,7 +1,8 @@
 """The closed set of errors pylog raises.
 
 Every error a caller can see derives from :class:`PylogError`, so ``except pylog.PylogError`` catches
-them all; programming errors (wrong argument types) stay ``TypeError``/``ValueError``. Errors about data
+them all, bad arguments too (:class:`InvalidArgumentError`, :class:`InvalidRecordError`: also the builtin
+``ValueError``/``TypeError`` they replaced, so older ``except`` clauses still match). Errors about data
 on disk carry the file path and the byte position so a post-mortem can go straight to the bytes.
 
 The file system's refusals of a write (a full disk, a read-only mount, missing permissions) are raised
@@ -37,6 +38,12 @@ __all__ = [
     "ReadOnlyStoreError",
     "StorePermissionError",
     "UnknownStoreError",
+    "InvalidArgumentError",
+    "StorePathError",
+    "ProducerTimeoutError",
+    "NoOffsetForPartitionError",
+    "InvalidOptionError",
+    "DataLossError",
 ]
 
 
@@ -105,14 +112,27 @@ class InvalidConfigError(PylogError):
     """A configuration name is unknown or its value is out of range / of the wrong type."""
 
 
+class InvalidArgumentError(PylogError, ValueError, TypeError):
+    """An argument of a call is out of range or of the wrong kind (a negative partition count, a partition
+    number the topic does not have, a negative offset, a string where a store belongs); the message names
+    the argument and what to pass.
+
+    Also a :class:`ValueError` and a :class:`TypeError`: these calls raised one of the two before, so code
+    that caught either keeps working."""
+
+
 class InvalidGroupError(InvalidConfigError):
     """A consumer group id is not usable: it must be a non-empty ``str`` that can be encoded as UTF-8 (no
     lone surrogates). Any other text is allowed, as in Kafka. An :class:`InvalidConfigError` too, since a
     bad ``group_id`` was one before this class existed."""
 
 
-class InvalidRecordError(PylogError):
-    """A record cannot be appended as given (e.g. wrong column lengths, a key-less record on a compacted topic)."""
+class InvalidRecordError(PylogError, TypeError):
+    """A record cannot be appended as given (e.g. a value that is not bytes, wrong column lengths, a
+    key-less record on a compacted topic).
+
+    Also a :class:`TypeError`, so code that caught the ``TypeError`` a non-bytes value raised before
+    keeps working."""
 
 
 class StoreClosedError(PylogError):
@@ -190,3 +210,59 @@ class StorePermissionError(ReadOnlyStoreError):
 class UnknownStoreError(PylogError):
     """``pylog.open(path, read_only=True)`` found no pylog store at ``path`` (a read-only open never
     creates one): check the path."""
+
+
+class StorePathError(UnknownStoreError, FileExistsError, NotADirectoryError):
+    """``pylog.open(path)`` was given a path that is a file, or under one: pass the store's directory.
+    Also a :class:`FileExistsError` and a :class:`NotADirectoryError`, what such paths raised before."""
+
+
+class ProducerTimeoutError(PylogError, TimeoutError):
+    """A future's ``get(timeout)`` or ``flush(timeout)`` ran out of time (kafka-python's KafkaTimeoutError).
+    Wait longer, or look why the partition's writer is slow (another process holding its lock, a slow disk)."""
+
+
+class NoOffsetForPartitionError(PylogError):
+    """A partition has no position and ``auto_offset_reset="none"`` forbids choosing one: ``seek()`` the
+    partition, commit an offset for the group, or use ``auto_offset_reset="earliest"``/``"latest"``."""
+
+
+# ------------------------------------------------------------------------------------ the Spark source's
+
+class InvalidOptionError(InvalidConfigError):
+    """A Spark option of the ``pylog`` source or sink is unknown, malformed, missing or conflicting.
+
+    ``option`` is the option's canonical name (as documented, e.g. ``startingOffsets``). Exported from
+    :mod:`pylog.spark`.
+    """
+
+    def __init__(self, option: str, message: str) -> None:
+        super().__init__(f"option {option!r}: {message}")
+        self.option = option
+
+
+class DataLossError(OffsetOutOfRangeError):
+    """Offsets a query should read are gone (retention, delete-records) or the log is shorter than expected.
+
+    Raised when ``failOnDataLoss`` is true (the default); with ``failOnDataLoss=false`` the range is
+    skipped with a warning instead. Exported from :mod:`pylog.spark`.
+    """
+
+
+# -------------------------------------------------------------------------- internal: never seen by callers
+
+class CommandError(PylogError):
+    """Ends a CLI command: ``pylog: <message>`` goes to stderr and ``code`` becomes the exit code
+    (:class:`pylog.cli.base.ExitCode`; 3, "could not run", unless given)."""
+
+    def __init__(self, message: str, code: int = 3) -> None:
+        super().__init__(message)
+        self.code = code
+
+
+class BadInputLineError(PylogError):
+    """An input line the CLI producer cannot parse: reported with its line number, and producing stops there."""
+
+
+class CleanerStoppedError(PylogError):
+    """A cleaning was interrupted because its store is closing; nothing was swapped in."""

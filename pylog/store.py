@@ -34,9 +34,8 @@ from .clients.groups import (CommittedOffsets, GroupDescription, PartitionLag, c
 from .clients.producer import Producer
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
 from .config import TopicConfig, split_store_options, stored_config
-from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError, ReadOnlyStoreError,
-                     RebalanceInProgressError, StoreClosedError,
-                     TopicExistsError, UnknownStoreError, UnknownTopicError)
+from .errors import (CorruptRecordError, InvalidArgumentError, InvalidTopicError, PartitionLockedError,
+                     ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, StorePathError, TopicExistsError, UnknownStoreError, UnknownTopicError)
 from .storage.fileio import atomic_write, fsync_dir, write_faults
 from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
                                 deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
@@ -62,6 +61,20 @@ log = logging.getLogger("pylog.store")
 _PRODUCER_IDS = PRODUCER_IDS_FILE
 
 
+
+def _check_store_path(path: str) -> None:
+    """A store's path must be a directory or not exist yet, under directories. :raises StorePathError:"""
+    probe = path
+    while probe and not os.path.exists(probe):
+        parent = os.path.dirname(probe)
+        if parent == probe:
+            return
+        probe = parent
+    if probe and not os.path.isdir(probe):
+        where = "" if probe == path else f" ({probe} is a file)"
+        raise StorePathError(f"{path} is not a directory{where}, and a store is one: pass the store's directory, "
+                             "or a path that does not exist yet to create one")
+
 class Store:
     """A directory of topics. Use as a context manager, or call :meth:`close`. Thread-safe.
 
@@ -80,6 +93,7 @@ class Store:
             self._settings["log.cleaner.enable"] = False  # no thread, no status files
             self._check_marker()
         else:
+            _check_store_path(self.path)
             with write_faults(f"opening the store {self.path}", "it was not opened (nor created, if it was new)"):
                 os.makedirs(self.path, exist_ok=True)
                 self._check_marker()
@@ -99,9 +113,7 @@ class Store:
     def _open_partitions(self) -> Iterator[Partition]:
         """The partitions opened through this store so far (a snapshot; for the background thread)."""
         for t in list(self._topics.values()):
-            for p in list(t._partitions):
-                if p is not None:
-                    yield p
+            yield from t.opened_partitions()
 
     def _check_marker(self) -> None:
         marker = os.path.join(self.path, STORE_FILE)
@@ -168,7 +180,7 @@ class Store:
         self._check_writable(f"create topic {name!r}")
         directory = self._topic_dir(name, internal_ok=_internal)
         if not isinstance(partitions, int) or isinstance(partitions, bool) or partitions < 1:
-            raise ValueError(f"partitions must be a positive int, got {partitions!r}")
+            raise InvalidArgumentError(f"partitions must be a positive int, got {partitions!r}")
         cfg = TopicConfig(config, self._defaults)
         with self._lock:
             if os.path.exists(os.path.join(directory, TOPIC_FILE)):
@@ -257,9 +269,8 @@ class Store:
             new = topic.config.with_overrides(changes)
             write_topic_file(topic.directory, name, topic.num_partitions, new.overrides)
             topic.config = new
-            for p in topic._partitions:
-                if p is not None:
-                    p.config = new
+            for p in topic.opened_partitions():
+                p.config = new
             return new
 
     def producer(self, **configs: Any) -> Producer:
@@ -503,7 +514,7 @@ class Store:
         quota. Clients over their quota are delayed, not refused (see :mod:`pylog.clients.quotas`); the quotas live
         in this store object only (not persisted, not seen by other processes).
 
-        :raises TypeError: for a client id that is not a str.
+        :raises InvalidArgumentError: for a client id that is not a str (also a TypeError).
         :raises InvalidConfigError: for a rate that is not a positive number.
         """
         self._check_open()

@@ -17,6 +17,7 @@ import os
 from enum import IntEnum
 from typing import Iterable, Iterator
 
+from ..errors import CommandError  # defined here before pylog.errors: importable from here too
 from ..storage.filenames import LOCK_FILE, STORE_FILE
 from ..store import Store
 
@@ -37,14 +38,6 @@ class ExitCode(IntEnum):
     ERROR = 3
     #: Interrupted (Ctrl-C) outside ``consume --follow``, whose normal end that is.
     INTERRUPTED = 130
-
-
-class CommandError(Exception):
-    """Ends a command: ``pylog: <message>`` goes to stderr and ``code`` becomes the exit code."""
-
-    def __init__(self, message: str, code: ExitCode = ExitCode.ERROR) -> None:
-        super().__init__(message)
-        self.code = code
 
 
 @contextlib.contextmanager

@@ -29,7 +29,7 @@ import time
 from typing import Any, Callable, Iterator, NamedTuple, TextIO
 
 from ..clients.consumer import ConsumerRecord
-from ..errors import PylogError
+from ..errors import BadInputLineError, PylogError
 from ..structs import TopicPartition
 from .base import CommandError, ExitCode, key_value, non_negative, open_store, positive, timestamp_ms
 from .output import bytes_from_json, json_bytes, text_of
@@ -113,10 +113,6 @@ class _Outgoing(NamedTuple):
     timestamp: int | None
 
 
-class _BadLine(Exception):
-    """An input line the CLI producer cannot parse: reported with its line number, and producing stops there."""
-
-
 def _stdin_lines() -> Iterator[bytes]:
     """Lines of stdin as bytes, without their line end (``\\n`` or ``\\r\\n``)."""
     stream = getattr(sys.stdin, "buffer", None)
@@ -140,7 +136,7 @@ def _text_parser(args: argparse.Namespace) -> Callable[[bytes], _Outgoing]:
         if sep is not None:
             key, found, line = line.partition(sep)
             if not found:
-                raise _BadLine(f"no key separator {args.key_separator!r}")
+                raise BadInputLineError(f"no key separator {args.key_separator!r}")
         value = None if null is not None and line == null else line
         return _Outgoing(value, key, headers, args.partition, None)
 
@@ -170,7 +166,7 @@ def _json_parser(args: argparse.Namespace) -> Callable[[bytes], _Outgoing]:
             return _Outgoing(bytes_from_json(doc.get("value"), "value"), bytes_from_json(doc.get("key"), "key"),
                              headers + extra, partition, timestamp)
         except ValueError as exc:  # json.JSONDecodeError is one
-            raise _BadLine(str(exc)) from None
+            raise BadInputLineError(str(exc)) from None
 
     return parse
 
@@ -228,7 +224,7 @@ def _produce(args: argparse.Namespace, out: TextIO) -> ExitCode:
                                                  partition=rec.partition, timestamp_ms=rec.timestamp))
                     if len(pending) >= _PRODUCE_CHUNK:
                         sent.collect(pending)
-            except (_BadLine, PylogError, ValueError) as exc:  # a bad line, or a record the producer refuses
+            except (BadInputLineError, PylogError, ValueError) as exc:  # a bad line, or a record the producer refuses
                 bad = f"stdin line {lineno}: {exc}; stopped there"
             except KeyboardInterrupt:
                 interrupted = True

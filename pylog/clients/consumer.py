@@ -32,7 +32,9 @@ import numpy as np
 from typing import Any, Callable, Iterable, Iterator, NamedTuple, Pattern
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
-from ..errors import (CommitFailedError, InvalidConfigError, OffsetOutOfRangeError, PylogError, ReadOnlyStoreError,
+from ..errors import NoOffsetForPartitionError  # defined here before pylog.errors: still importable from here
+from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, PylogError,
+                     ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC
 from .groups import CommittedOffsets, GroupMember, check_group_id
@@ -87,8 +89,14 @@ class ConsumerRebalanceListener:
         """Called once the new assignment is known (before its partitions are read)."""
 
 
-class NoOffsetForPartitionError(PylogError):
-    """A partition has no position and ``auto_offset_reset="none"`` forbids choosing one."""
+def _topic_partition(tp: Any) -> TopicPartition:
+    """``tp`` as a TopicPartition (any ``(topic, partition)`` pair is one). :raises InvalidArgumentError:"""
+    if isinstance(tp, TopicPartition):
+        return tp
+    if isinstance(tp, (tuple, list)) and len(tp) == 2 and isinstance(tp[0], str) and hasattr(tp[1], "__index__"):
+        return TopicPartition(*tp)
+    raise InvalidArgumentError(f"expected a TopicPartition(topic, partition), got {tp!r}"[:200]
+                               + ": pass e.g. [pylog.TopicPartition('orders', 0)]")
 
 
 class ConsumerRecord(NamedTuple):
@@ -118,8 +126,12 @@ class Consumer:
     """Reads records from a store's partitions; kafka-python's ``KafkaConsumer`` API. Not thread-safe
     (like kafka-python's): use one consumer per thread."""
 
-    def __init__(self, store: StoreView, *topics: str, quotas: QuotaManager, offsets: CommittedOffsets | None,
-                 **configs: Any) -> None:
+    def __init__(self, store: StoreView, *topics: str, quotas: QuotaManager | None = None,
+                 offsets: CommittedOffsets | None = None, **configs: Any) -> None:
+        if quotas is None:  # made by hand, not by Store.consumer(): most likely Consumer("topic", group_id=...)
+            made_from = f"{type(store).__name__} {store!r}"[:160]
+            raise InvalidArgumentError(f"a Consumer is made by its store, not from {made_from}: "
+                                       "use pylog.open(path).consumer(*topics, ...)")
         unknown = set(configs) - set(_DEFAULTS)
         if unknown:
             raise InvalidConfigError(f"unknown consumer option(s) {sorted(unknown)}")
@@ -190,10 +202,11 @@ class Consumer:
             raise InvalidConfigError("subscribe() after assign(): call unsubscribe() first")
         topics = [topics] if isinstance(topics, str) else list(topics)
         if bool(topics) == (pattern is not None):
-            raise ValueError("subscribe() needs topics or a pattern, not both")
+            raise InvalidArgumentError("subscribe() needs topics or a pattern, not both (and not neither)")
         if listener is not None and not (callable(getattr(listener, "on_partitions_revoked", None))
                                          and callable(getattr(listener, "on_partitions_assigned", None))):
-            raise TypeError("listener needs on_partitions_revoked and on_partitions_assigned methods")
+            raise InvalidArgumentError("listener needs on_partitions_revoked and on_partitions_assigned methods: "
+                                       "subclass pylog.ConsumerRebalanceListener")
         self._topics = set(topics)
         self._pattern = re.compile(pattern) if pattern is not None else None
         self._listener = listener
@@ -212,7 +225,7 @@ class Consumer:
         """Read exactly these partitions (no subscription)."""
         if self._topics or self._pattern is not None:
             raise InvalidConfigError("assign() after subscribe(): call unsubscribe() first")
-        parts = [TopicPartition(*tp) for tp in partitions]
+        parts = [_topic_partition(tp) for tp in partitions]
         for tp in parts:
             self._partition(tp)  # raises for an unknown topic or partition
         self._settle(cut=True)
@@ -362,12 +375,12 @@ class Consumer:
                        if pos is not None and tp not in self._pending}
         norm: dict[TopicPartition, OffsetAndMetadata] = {}
         for tp, om in offsets.items():
-            tp = TopicPartition(*tp)
+            tp = _topic_partition(tp)
             om = om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om, "")
             if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
-                raise ValueError(f"offset to commit must be a non-negative int, got {om.offset!r}")
+                raise InvalidArgumentError(f"offset to commit must be a non-negative int, got {om.offset!r}")
             if not isinstance(om.metadata, str):
-                raise TypeError(f"commit metadata must be a str, got {type(om.metadata).__name__}")
+                raise InvalidArgumentError(f"commit metadata must be a str, got {type(om.metadata).__name__}")
             norm[tp] = om
         member = self._member
         if member is not None:
@@ -402,7 +415,7 @@ class Consumer:
         None when nothing was committed. :raises InvalidConfigError: without a ``group_id``."""
         if self._group_id is None or self._offsets is None:
             raise InvalidConfigError("committed() needs a consumer with a group_id")
-        om = self._offsets.committed(self._group_id, TopicPartition(*tp))
+        om = self._offsets.committed(self._group_id, _topic_partition(tp))
         if om is None:
             return None
         return om if metadata else om.offset
@@ -443,7 +456,8 @@ class Consumer:
     def seek(self, tp: TopicPartition, offset: int) -> None:
         self._check_assigned(tp)
         if not isinstance(offset, int) or offset < 0:
-            raise ValueError(f"offset must be a non-negative int, got {offset!r}")
+            raise InvalidArgumentError(f"offset must be a non-negative int, got {offset!r}: to start from the log's "
+                                       "beginning or end use seek_to_beginning()/seek_to_end()")
         self._settle(cut=True)
         self._positions[tp] = offset
 
@@ -461,16 +475,16 @@ class Consumer:
             raise InvalidConfigError(f"{tp} is not assigned to this consumer")
 
     def beginning_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self._partition(TopicPartition(*tp)).log_start_offset for tp in partitions}
+        return {tp: self._partition(_topic_partition(tp)).log_start_offset for tp in partitions}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self._partition(TopicPartition(*tp)).log_end_offset for tp in partitions}
+        return {tp: self._partition(_topic_partition(tp)).log_end_offset for tp in partitions}
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition, the first offset whose timestamp is >= the given one (None if none is)."""
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp, ts in timestamps.items():
-            p = self._partition(TopicPartition(*tp))
+            p = self._partition(_topic_partition(tp))
             off = p.offset_for_timestamp(ts)
             if off is None:
                 out[tp] = None

@@ -34,6 +34,8 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..errors import InvalidArgumentError
+
 __all__ = [
     "murmur2",
     "murmur2_many",
@@ -119,7 +121,7 @@ def murmur2(data: _Bytes) -> int:
 def _check_num_partitions(num_partitions: int) -> None:
     # Kafka counts partitions in a Java int.
     if not 1 <= num_partitions <= 0x7FFFFFFF:
-        raise ValueError(f"num_partitions must be in [1, 2**31 - 1], got {num_partitions}")
+        raise InvalidArgumentError(f"num_partitions must be in [1, 2**31 - 1], got {num_partitions}")
 
 
 def partition_for_key(key: _Bytes, num_partitions: int) -> int:
@@ -204,7 +206,7 @@ def _murmur2_u32(lengths: Any, data: _BulkBytes) -> tuple[np.ndarray, bool]:
     """(unsigned murmur2 per key, 0 for null keys; whether there are null keys) of a bulk key column."""
     lens = np.asarray(lengths)
     if lens.ndim != 1 or (lens.size and lens.dtype.kind not in "iu"):
-        raise TypeError("lengths must be a 1-D integer array")
+        raise InvalidArgumentError("lengths must be a 1-D integer array")
     n = len(lens)
     mv = (data.data if isinstance(data, np.ndarray) else memoryview(data)).cast("B")
     size = mv.nbytes
@@ -212,14 +214,14 @@ def _murmur2_u32(lengths: Any, data: _BulkBytes) -> tuple[np.ndarray, bool]:
     lo = int(lens.min()) if n else 0
     hi = int(lens.max()) if n else 0
     if lo < -1:
-        raise ValueError("key lengths must be >= -1 (-1 = null key)")
+        raise InvalidArgumentError("key lengths must be >= -1 (-1 = null key)")
     if 0 <= hi <= SCALAR_CUTOFF and (lo == hi or (lo == -1 and not ((lens != hi) & (lens != -1)).any())):
         # One length (and maybe nulls, which take no bytes): the keys are back to back in the data, so
         # there are no offsets to compute and no keys to select.
         keyed = np.flatnonzero(lens >= 0) if lo < 0 else None
         m = n if keyed is None else len(keyed)
         if m * hi != size:
-            raise ValueError(f"key lengths add up to {m * hi} bytes but data holds {size}")
+            raise InvalidArgumentError(f"key lengths add up to {m * hi} bytes but data holds {size}")
         hashes = np.empty(m, _U32)
         # The last keys' partial words would be read past the end of the data (the last 3 keys for
         # 1-byte keys, the last one for other lengths that are not a multiple of 4): the scalar function
@@ -240,7 +242,7 @@ def _murmur2_u32(lengths: Any, data: _BulkBytes) -> tuple[np.ndarray, bool]:
     ends = np.cumsum(nonneg)
     total = int(ends[-1]) if n else 0
     if total != size:
-        raise ValueError(f"key lengths add up to {total} bytes but data holds {size}")
+        raise InvalidArgumentError(f"key lengths add up to {total} bytes but data holds {size}")
     out = np.zeros(n, _U32)
     starts = ends - nonneg
     # Keys hashed in numpy: non-null, short, and whose partial last word, read whole, stays inside the
@@ -340,7 +342,7 @@ class StickyPartitioner:
         """Draw and store a new sticky partition for ``topic``; the caller holds the lock."""
         pool = available_partitions or all_partitions
         if not len(pool):
-            raise ValueError(f"topic {topic!r} has no partitions to choose from")
+            raise InvalidArgumentError(f"topic {topic!r} has no partitions to choose from")
         if len(pool) > 1 and avoid is not None and avoid in pool:
             # Uniform over the others: the same distribution as Kafka's redraw-until-different loop.
             i = self._rng.randrange(len(pool) - 1)
@@ -374,7 +376,7 @@ class DefaultPartitioner:
                  available_partitions: Sequence[int] | None = None, *, topic: str = "") -> int:
         """The partition of one record with serialized key ``key`` (``None``: no key) of ``topic``."""
         if not len(all_partitions):
-            raise ValueError(f"topic {topic!r} has no partitions to choose from")
+            raise InvalidArgumentError(f"topic {topic!r} has no partitions to choose from")
         if key is None:
             return self.sticky.partition(topic, all_partitions, available_partitions)
         return all_partitions[partition_for_key(key, len(all_partitions))]
@@ -387,7 +389,7 @@ class DefaultPartitioner:
         :meth:`on_new_batch` in between (or use :func:`partitions_for_keys` and place them itself)."""
         n = len(all_partitions)
         if not n:
-            raise ValueError(f"topic {topic!r} has no partitions to choose from")
+            raise InvalidArgumentError(f"topic {topic!r} has no partitions to choose from")
         parts = partitions_for_keys(lengths, data, n)
         nulls = parts < 0
         if not (isinstance(all_partitions, range) and all_partitions.start == 0 and all_partitions.step == 1):

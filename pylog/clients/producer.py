@@ -16,7 +16,7 @@ value column without a Python step per record. A record with a ``bytes`` key as 
 that appends a tuple; any other record goes through every check in ``_send``. Everything that depends on
 byte counts (waking the sender at ``batch_size``, draining at ``buffer_memory``, stamping the first
 record for ``linger_ms``) happens in :meth:`Producer._settle`, which ``send()`` calls only once its
-record's index reaches ``check_at`` (see :class:`_Accumulation`): bytes are summed there, in C, for all
+record's index reaches ``check_at`` (see :class:`Accumulation`): bytes are summed there, in C, for all
 the records since the last look.
 
 With a quota for the producer's ``client_id`` (:mod:`pylog.clients.quotas`), each drain records the bytes it
@@ -51,19 +51,21 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from operator import itemgetter
 from typing import Any, Callable
 
 import numpy as np
 
-from ..errors import (InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError, PartitionLockedError,
-                     PylogError, RecordTooLargeError, StoreClosedError)
+from ..errors import ProducerTimeoutError  # defined here before pylog.errors: still importable from here
+from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
+                     PartitionLockedError,
+                     RecordTooLargeError, StoreClosedError)
 from ..storage.filenames import is_internal_topic
 from .partitioner import DefaultPartitioner
 from .quotas import PRODUCE, QuotaManager
 from .storeview import StoreView
-from ..storage.records import column_parts as _column, now_ms
-from ..structs import RecordMetadata, TopicPartition
+from ..storage.records import now_ms
+from .accumulator import ITEM_LEN, RECORD_OVERHEAD, Accumulation
+from ..structs import RecordMetadata
 from ..storage.partition import Partition
 
 
@@ -93,19 +95,11 @@ _NETWORK_OPTIONS = {"bootstrap_servers", "security_protocol", "sasl_mechanism", 
                     "max_in_flight_requests_per_connection", "reconnect_backoff_ms"}
 #: How often (seconds) an idle sender thread looks whether another process waits for a partition it holds.
 _HANDOVER_POLL = 0.01
-#: Per-record overhead in a batch body beyond key and value, for the size checks.
-_RECORD_OVERHEAD = 16
 #: Room a batch header needs beside one record within the topic's max.message.bytes (send-time check).
 _BATCH_OVERHEAD = 64
 #: Longest value send()'s fast path takes (bytes); longer ones are checked one by one. It bounds how many
 #: fast records fit in what is left of buffer_memory, so it sets how often send() must look.
 _FAST_MAX = 16 * 1024
-_ITEM_LEN = 5  # len() of a (value, key, partition, timestamp_ms, headers) record tuple
-_COLUMNS = tuple(itemgetter(i) for i in range(5))  # value, key, partition, timestamp_ms, headers of a tuple
-
-
-class ProducerTimeoutError(PylogError, TimeoutError):
-    """A future's ``get(timeout)`` or ``flush(timeout)`` ran out of time (kafka-python's KafkaTimeoutError)."""
 
 
 def _check_headers(headers: Any) -> int:
@@ -125,149 +119,6 @@ def _check_writable(topic: str) -> None:
         raise InvalidTopicError(f"{topic!r} is an internal topic of pylog: producers cannot write to it")
 
 
-class _Accumulation:
-    """The records sent to one topic since its last drain, and the completion state they share.
-
-    ``records`` holds, in send order, the value itself (a ``bytes``) for a record with nothing else — no
-    key, headers, explicit partition or timestamp — and a ``(value, key, partition, timestamp_ms,
-    headers)`` tuple for any other (``slow`` counts those). :meth:`columns` turns them into columns at
-    drain time; the key, partition, timestamp and header columns stay ``None`` when no record has one.
-
-    Byte accounting: a record's size is its value, key and headers plus 16. :meth:`size` sums
-    ``len(item) + 16`` over the records appended since it last looked (``counted`` of them are summed in
-    ``summed``); ``adjust`` adds what a tuple's ``len()`` (5) misses. ``send()`` calls the producer's
-    ``_settle`` when the index of the record it appended reaches ``check_at``, or when a record is
-    larger than ``bound``; an empty accumulation has ``check_at`` 0, so its first record always settles
-    (which stamps ``first_at``).
-    """
-
-    __slots__ = ("topic", "records", "slow", "extra", "nparts", "counted", "summed", "adjust", "check_at", "bound",
-                 "limit", "klimit", "max_bytes", "first_at", "due", "acks0",
-                 "values", "keys", "partitions", "timestamps", "headers",
-                 "done", "error", "partition_errors", "offsets", "placed", "stamps", "callbacks", "_event")
-
-    def __init__(self, topic: str, limit: int, klimit: int, max_bytes: int, acks0: bool) -> None:
-        self.topic = topic
-        self.records: list[Any] = []
-        self.slow = 0
-        self.extra = False  # a record has a partition, timestamp or headers: all five columns are needed
-        self.counted = 0
-        self.summed = 0
-        self.adjust = 0
-        self.check_at = 0
-        #: The longest value send()'s fast path takes for this topic; -1 turns the fast path off (closed
-        #: producer, value serializer, compacted topic), sending every record through the checks.
-        self.limit = limit
-        self.klimit = klimit  # the same for the value and key together of a keyed record
-        #: No record appended since the last _settle is larger (bytes): fast ones are at most
-        #: max(limit, klimit) + 16, a larger checked one settles and raises it.
-        self.bound = max(limit, klimit, 0) + _RECORD_OVERHEAD
-        self.max_bytes = max_bytes  # the topic's max.message.bytes when the accumulation started
-        #: Partitions the topic had when the producer first saw it (a topic only grows): send()'s fast path
-        #: takes an explicit partition below this without looking the topic up.
-        self.nparts = 0
-        self.first_at = 0.0  # time.monotonic() of the first record (set by _settle)
-        self.due = False  # reached batch_size: the sender was woken for it
-        self.acks0 = acks0
-        self.values: list[Any] = []
-        self.keys: list[Any] | None = None
-        self.partitions: list[int | None] | None = None
-        self.timestamps: list[int | None] | None = None
-        self.headers: list[Any] | None = None
-        self.done = False
-        self.error: BaseException | None = None  # the whole accumulation failed
-        #: partition -> the error of its append: records placed elsewhere are unaffected
-        self.partition_errors: dict[int, BaseException] = {}
-        self.offsets: int | np.ndarray = 0  # the first offset when every record went to one partition
-        self.placed: int | np.ndarray = 0  # the one partition, or each record's
-        self.stamps: int | list[int] = 0  # the one timestamp, or each record's
-        self.callbacks: list[tuple[int, bool, Callable[..., Any], tuple, dict]] = []
-        self._event = threading.Event()
-
-    def size(self) -> int:
-        """The bytes sent into the accumulation (call under the producer's lock); O(records since the last
-        call), in C."""
-        recs = self.records
-        n = len(recs)
-        counted = self.counted
-        if n > counted:
-            self.summed += sum(map(len, recs[counted:] if counted else recs)) + _RECORD_OVERHEAD * (n - counted)
-            self.counted = n
-        return self.summed + self.adjust
-
-    def columns(self) -> None:
-        """Turn the sent records into columns (at drain time, outside the producer's lock)."""
-        recs = self.records
-        if not self.slow:
-            self.values = recs  # every record is a bare value: the list is the value column
-            return
-        n = len(recs)
-        rows = recs if self.slow == n else [r if type(r) is tuple else (r, None, None, None, None) for r in recs]
-        if not self.extra:  # values and keys only
-            self.values = list(map(_COLUMNS[0], rows))
-            keys = list(map(_COLUMNS[1], rows))
-            self.keys = keys if keys.count(None) != n else None
-            return
-        values, keys, partitions, timestamps, headers = (list(map(get, rows)) for get in _COLUMNS)
-        self.values = values
-        self.keys = keys if keys.count(None) != n else None
-        self.partitions = partitions if partitions.count(None) != n else None
-        self.timestamps = timestamps if timestamps.count(None) != n else None
-        self.headers = headers if headers.count(None) != n else None
-
-    def payload_bytes(self) -> int:
-        """Bytes of values, keys and headers (what a quota counts), after :meth:`columns`."""
-        total = sum(map(len, filter(None, self.values)))
-        if self.keys is not None:
-            total += sum(map(len, filter(None, self.keys)))
-        if self.headers is not None:
-            total += sum(len(k.encode()) + (0 if v is None else len(v)) for h in self.headers if h for k, v in h)
-        return total
-
-    def complete(self, error: BaseException | None = None) -> None:
-        self.finish(error)
-        self.run_callbacks()
-
-    def finish(self, error: BaseException | None = None) -> None:
-        """Mark done (every get() returns from here on); callbacks run separately, outside any lock."""
-        self.error = error
-        self.done = True
-        self._event.set()
-
-    def run_callbacks(self) -> None:
-        callbacks, self.callbacks = self.callbacks, []
-        for i, on_error, fn, args, kwargs in callbacks:
-            _run_callback(self, i, on_error, fn, args, kwargs)
-
-    def wait(self, timeout: float | None) -> bool:
-        return self.done or self._event.wait(timeout)
-
-
-def _partition_of(acc: _Accumulation, i: int) -> int:
-    placed = acc.placed
-    return placed if isinstance(placed, int) else int(placed[i])
-
-
-def _error_of(acc: _Accumulation, i: int) -> BaseException | None:
-    if acc.error is not None:
-        return acc.error
-    if acc.partition_errors:
-        return acc.partition_errors.get(_partition_of(acc, i))
-    return None
-
-
-def _run_callback(acc: _Accumulation, i: int, on_error: bool, fn: Callable[..., Any], args: tuple,
-                  kwargs: dict) -> None:
-    try:
-        error = _error_of(acc, i)
-        if on_error and error is not None:
-            fn(error, *args, **kwargs)
-        elif not on_error and error is None:
-            fn(_future(acc, i).get(0), *args, **kwargs)
-    except Exception:  # a user's callback must not break the producer (kafka-python logs and goes on)
-        log.exception("error in a producer callback")
-
-
 class FutureRecordMetadata:
     """The eventual :class:`~pylog.structs.RecordMetadata` of one sent record (kafka-python's future).
 
@@ -276,7 +127,7 @@ class FutureRecordMetadata:
     """
 
     __slots__ = ("_acc", "_i")
-    _acc: _Accumulation
+    _acc: Accumulation
     _i: int
 
     @property
@@ -284,14 +135,14 @@ class FutureRecordMetadata:
         return self._acc.done
 
     def succeeded(self) -> bool:
-        return self._acc.done and _error_of(self._acc, self._i) is None
+        return self._acc.done and self._acc.error_of(self._i) is None
 
     def failed(self) -> bool:
-        return self._acc.done and _error_of(self._acc, self._i) is not None
+        return self._acc.done and self._acc.error_of(self._i) is not None
 
     @property
     def exception(self) -> BaseException | None:
-        return _error_of(self._acc, self._i) if self._acc.done else None
+        return self._acc.error_of(self._i) if self._acc.done else None
 
     @property
     def value(self) -> RecordMetadata | None:
@@ -305,21 +156,7 @@ class FutureRecordMetadata:
         acc = self._acc
         if not acc.wait(timeout):
             raise ProducerTimeoutError(f"record not appended to {acc.topic} within {timeout} s")
-        i = self._i
-        error = _error_of(acc, i)
-        if error is not None:
-            raise error
-        key = None if acc.keys is None else acc.keys[i]
-        value = acc.values[i]
-        headers = None if acc.headers is None else acc.headers[i]
-        partition = _partition_of(acc, i)
-        offsets, stamps = acc.offsets, acc.stamps
-        offset = -1 if acc.acks0 else offsets + i if isinstance(offsets, int) else int(offsets[i])
-        return RecordMetadata(
-            acc.topic, partition, TopicPartition(acc.topic, partition), offset,
-            stamps if isinstance(stamps, int) else stamps[i], -1, None, -1 if key is None else len(key),
-            -1 if value is None else len(value),
-            sum(len(k.encode()) + (0 if v is None else len(v)) for k, v in headers) if headers else 0)
+        return acc.metadata(self._i)
 
     def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "FutureRecordMetadata":
         """Call ``fn(record_metadata, *args, **kwargs)`` when the record is appended (at once if it is)."""
@@ -340,20 +177,8 @@ class FutureRecordMetadata:
                 acc.callbacks.remove(entry)
             except ValueError:
                 return self  # complete() took it and ran it
-        _run_callback(acc, *entry)
+        acc.run_callback(*entry)
         return self
-
-
-def _future(acc: _Accumulation, i: int) -> FutureRecordMetadata:
-    f = FutureRecordMetadata()
-    f._acc = acc
-    f._i = i
-    return f
-
-
-def _take(items: list, index: list[int]) -> list:
-    """``[items[i] for i in index]`` with the loop in C."""
-    return list(map(items.__getitem__, index))
 
 
 class Producer:
@@ -371,7 +196,11 @@ class Producer:
     sequence numbers). Broker options (``bootstrap_servers``, ...) raise :class:`InvalidConfigError`.
     """
 
-    def __init__(self, store: StoreView, *, quotas: QuotaManager, **configs: Any) -> None:
+    def __init__(self, store: StoreView, *, quotas: QuotaManager | None = None, **configs: Any) -> None:
+        if quotas is None:  # made by hand, not by Store.producer(): most likely Producer("path")
+            made_from = f"{type(store).__name__} {store!r}"[:160]
+            raise InvalidArgumentError(f"a Producer is made by its store, not from {made_from}: "
+                                       "use pylog.open(path).producer(...)")
         unknown = set(configs) - set(_DEFAULTS)
         if unknown & _NETWORK_OPTIONS:
             raise InvalidConfigError(f"pylog runs in-process, without a broker: {sorted(unknown & _NETWORK_OPTIONS)} "
@@ -404,7 +233,7 @@ class Producer:
         #: Guards _accs, every accumulation's records and byte counters, _closed and _sender_idle.
         self._lock = threading.Lock()
         self._drain_lock = threading.Lock()
-        self._accs: dict[str, _Accumulation] = {}
+        self._accs: dict[str, Accumulation] = {}
         self._closed = False
         self._acks0 = self._acks == 0
         self._max_request = cfg["max_request_size"]
@@ -435,7 +264,7 @@ class Producer:
         :raises RecordTooLargeError: when the record alone exceeds ``max_request_size`` or does not fit the
             topic's ``max.message.bytes``.
         :raises UnknownTopicError: for a topic the store does not have.
-        :raises ValueError: for a partition the topic does not have.
+        :raises InvalidArgumentError: for a partition the topic does not have (also a ValueError).
         :raises StoreClosedError: after :meth:`close`.
         """
         # The hot path: a bytes value and nothing else, for a topic already seen. Every check it needs
@@ -489,7 +318,7 @@ class Producer:
                         acc.slow += 1
                         if partition is not None:
                             acc.extra = True
-                        acc.adjust += size - _ITEM_LEN
+                        acc.adjust += size - ITEM_LEN
                         if i < acc.check_at or not self._settle():
                             return f
                     else:
@@ -513,9 +342,9 @@ class Producer:
         if value is not None and self._value_ser is not None:
             value = self._value_ser(value)
         if value is None:
-            size = _RECORD_OVERHEAD
+            size = RECORD_OVERHEAD
         elif type(value) is bytes or isinstance(value, (bytearray, memoryview)):
-            size = len(value) + _RECORD_OVERHEAD
+            size = len(value) + RECORD_OVERHEAD
         else:
             raise InvalidRecordError(f"value must be bytes (or use value_serializer), got {type(value).__name__}")
         if key is not None:
@@ -547,7 +376,7 @@ class Producer:
             else:
                 recs.append((value, key, partition, timestamp_ms, headers))
                 acc.slow += 1
-                acc.adjust += size - _RECORD_OVERHEAD - _ITEM_LEN
+                acc.adjust += size - RECORD_OVERHEAD - ITEM_LEN
                 if partition is not None or timestamp_ms is not None or headers is not None:
                     acc.extra = True
             if size > acc.bound:
@@ -557,7 +386,10 @@ class Producer:
                 full = i >= acc.check_at and self._settle()
         if full:
             self._drain_all()
-        return _future(acc, i)
+        f = FutureRecordMetadata()
+        f._acc = acc
+        f._i = i
+        return f
 
     def _settle(self) -> bool:
         """Look at the byte counts; called under the lock by a send() whose record reached ``check_at``.
@@ -608,7 +440,9 @@ class Producer:
         t = self._store.topic(topic)
         if partition is not None and (not isinstance(partition, int) or isinstance(partition, bool)
                                       or not 0 <= partition < t.num_partitions):
-            raise ValueError(f"partition {partition!r} is not one of {topic}'s {t.num_partitions}")
+            raise InvalidArgumentError(f"partition {partition!r} is not one of {topic}'s {t.num_partitions} "
+                                       "partitions: pass partition=None (the partitioner chooses) or one in "
+                                       f"[0, {t.num_partitions})")
         if key is None and t.config.compact:
             raise InvalidRecordError(f"{topic} is compacted: every record needs a key")
 
@@ -616,18 +450,18 @@ class Producer:
         """(fast-path value limit, keyed fast-path value + key limit, max.message.bytes) for topic ``t``:
         a plain record whose value is at most the first (a keyed one whose value and key are at most the
         second) needs none of send()'s checks; -1 when every such record must be checked (see
-        _Accumulation.limit). Call under the lock (it reads _closed)."""
+        Accumulation.limit). Call under the lock (it reads _closed)."""
         max_bytes = t.config["max.message.bytes"]
         if self._closed or self._value_ser is not None:
             return -1, -1, max_bytes
-        limit = min(self._max_request - _RECORD_OVERHEAD, max_bytes - _BATCH_OVERHEAD - _RECORD_OVERHEAD, _FAST_MAX)
+        limit = min(self._max_request - RECORD_OVERHEAD, max_bytes - _BATCH_OVERHEAD - RECORD_OVERHEAD, _FAST_MAX)
         return (-1 if t.config.compact else limit), (-1 if self._key_ser is not None else limit), max_bytes
 
-    def _new_accumulation(self, topic: str) -> _Accumulation:
+    def _new_accumulation(self, topic: str) -> Accumulation:
         """Under the lock: the first accumulation of ``topic``."""
         _check_writable(topic)  # every send to a topic not seen yet comes here (the fast path needs an acc)
         t = self._store.topic(topic)  # raises UnknownTopicError now rather than in the drain
-        acc = self._accs[topic] = _Accumulation(topic, *self._limits_of(t), self._acks0)
+        acc = self._accs[topic] = Accumulation(topic, *self._limits_of(t), self._acks0)
         acc.nparts = t.num_partitions
         return acc
 
@@ -762,7 +596,7 @@ class Producer:
                 acc = self._accs.get(topic)
                 if acc is None or not acc.records:
                     return
-                fresh = self._accs[topic] = _Accumulation(topic, acc.limit, acc.klimit, acc.max_bytes, self._acks0)
+                fresh = self._accs[topic] = Accumulation(topic, acc.limit, acc.klimit, acc.max_bytes, self._acks0)
                 fresh.nparts = acc.nparts
             interrupted: BaseException | None = None
             try:
@@ -783,7 +617,7 @@ class Producer:
         if error is not None and not isinstance(error, Exception):
             raise error
 
-    def _throttle(self, acc: _Accumulation) -> None:
+    def _throttle(self, acc: Accumulation) -> None:
         """Under the drain lock, after an append: record its bytes against the client's produce quota and
         wait the quota's delay (before the futures complete and the next drain starts)."""
         delay = 0.0
@@ -809,52 +643,26 @@ class Producer:
         if delay > self._throttle_max:
             self._throttle_max = delay
 
-    def _append(self, acc: _Accumulation) -> None:
+    def _append(self, acc: Accumulation) -> None:
         topic = self._store.topic(acc.topic)
         with self._lock:  # the topic's config may have changed: the next records see it (not after close)
             current = self._accs.get(acc.topic)
             if current is not None:
                 current.limit, current.klimit, current.max_bytes = self._limits_of(topic)
-                current.bound = max(current.bound, current.limit + _RECORD_OVERHEAD,
-                                    current.klimit + _RECORD_OVERHEAD)
-        n = len(acc.values)
+                current.bound = max(current.bound, current.limit + RECORD_OVERHEAD,
+                                    current.klimit + RECORD_OVERHEAD)
         all_parts = list(range(topic.num_partitions))
-        placed, sticky = self._place(acc, all_parts)
+        placed, sticky = acc.place(self._partitioner, self._default_partitioner, all_parts)
         if not isinstance(placed, int) and (placed == placed[0]).all():
             placed = int(placed[0])
         acc.placed = placed
-        now = now_ms()
-        if acc.timestamps is None:
-            stamps: int | list[int] = now
-            column = np.full(n, now, np.int64)
-        else:
-            stamps = [now if t is None else t for t in acc.timestamps]
-            column = np.array(stamps, np.int64)
-        acc.stamps = stamps
+        column = acc.stamp(now_ms())
         compression = None if self.config["compression_type"] in (None, "none") else "lz4"
         touched: list[Partition] = []  # appended to by this drain, in order
         flushed: set[Partition] = set()  # of those, fsynced already (acks="all") before a handover
-        groups: list[tuple[int, np.ndarray | None]]
-        if isinstance(placed, int):
-            groups = [(placed, None)]
-            offsets: int | np.ndarray = 0
-        else:
-            order = np.argsort(placed, kind="stable")
-            cuts = np.flatnonzero(np.diff(placed[order])) + 1
-            groups = [(int(placed[idx[0]]), idx) for idx in np.split(order, cuts)]
-            offsets = np.full(n, -1, np.int64)
+        groups, offsets = acc.groups()
         for number, idx in groups:
-            vals, keys, ts, hs = acc.values, acc.keys, column, acc.headers
-            if idx is not None:
-                il = idx.tolist()
-                vals = _take(vals, il)
-                keys = None if keys is None else _take(keys, il)
-                ts = column[idx]
-                hs = None if hs is None else _take(hs, il)
-            if keys is not None and keys.count(None) == len(keys):
-                keys = None
-            if hs is not None and not any(hs):
-                hs = None
+            vals, keys, ts, hs = acc.columns_of(idx, column)
             producer = None
             if self._idempotent:
                 seq = self._sequences.get((acc.topic, number), 0)
@@ -883,21 +691,26 @@ class Producer:
             # waiting for this partition while this drain goes on to the next.
             if self._wanted(part):
                 self._let_go_one(part, touched, flushed, acc, wanted_only=True)
+        self._end_drain(acc, touched, flushed)
+        acc.offsets = offsets
+        # Sticky partitioning: a completed batch moves key-less records on to another partition.
+        for number in sticky:
+            self._default_partitioner.on_new_batch(acc.topic, number, all_parts)
+
+    def _end_drain(self, acc: Accumulation, touched: list["Partition"], flushed: set["Partition"]) -> None:
+        """After a drain's appends: one fsync per partition not fsynced yet (``acks="all"``: group commit),
+        then hand each over (a handover does not fsync, so the fsync comes first)."""
         if self._acks == -1:
             for part in touched:
                 if part in flushed:
                     continue
                 try:
-                    part.flush()  # one fsync for everything this drain appended: group commit
+                    part.flush()
                 except Exception as exc:
                     acc.partition_errors[part.number] = exc
-        for part in touched:  # after the fsync: a handover does not fsync
+        for part in touched:
             self._held[id(part)] = part
             self._hand_over_one(part)
-        acc.offsets = offsets
-        # Sticky partitioning: a completed batch moves key-less records on to another partition.
-        for number in sticky:
-            self._default_partitioner.on_new_batch(acc.topic, number, all_parts)
 
     @staticmethod
     def _wanted(part: "Partition") -> bool:
@@ -908,7 +721,7 @@ class Producer:
             return False
 
     def _let_go_one(self, part: "Partition", touched: list["Partition"], flushed: set["Partition"],
-                    acc: _Accumulation, wanted_only: bool, blocking: bool = True) -> None:
+                    acc: Accumulation, wanted_only: bool, blocking: bool = True) -> None:
         """Mid-drain: fsync ``part`` first if this drain appended to it and ``acks="all"`` (a handover
         does not fsync; a flush after it still reaches this drain's appends, by file name, but would
         also wait for the next writer's), then hand it over
@@ -922,7 +735,7 @@ class Producer:
         self._hand_over_one(part, wanted_only=wanted_only, blocking=blocking)
 
     def _let_go(self, waiting_for: "Partition", touched: list["Partition"], flushed: set["Partition"],
-                acc: _Accumulation) -> Callable[[], None]:
+                acc: Accumulation) -> Callable[[], None]:
         """Before a drain waits for ``waiting_for``: let go of every other partition this producer holds
         for a turn (from earlier drains and from this one), so that no producer holds a writer lock it
         could let go of while it waits for another (two producers each holding the partition the other
@@ -986,38 +799,3 @@ class Producer:
                 log.warning("pylog producer: append to %s-%d failed; retry %d of %d", part.topic, part.number,
                             attempt, self._retries, exc_info=True)
                 time.sleep(self._retry_backoff)
-
-    def _place(self, acc: _Accumulation, all_parts: list[int]) -> tuple[int | np.ndarray, list[int]]:
-        """The partition of every record of the accumulation (one int when they all go to one), and the
-        partitions that received key-less records by the sticky rule."""
-        n = len(acc.values)
-        explicit, keys = acc.partitions, acc.keys
-        if explicit is None and self._partitioner is None and keys is None:  # all key-less: all sticky
-            if len(all_parts) == 1:
-                return all_parts[0], []
-            sticky = self._default_partitioner(None, all_parts, all_parts, topic=acc.topic)
-            return sticky, [sticky]
-        if explicit is not None:
-            # Checked at send() (type and range): only the records without one need filling in.
-            if explicit.count(None) == 0:
-                placed = np.array(explicit, np.int32)
-            else:
-                placed = np.array([-1 if p is None else p for p in explicit], np.int32)
-        else:
-            placed = np.full(n, -1, np.int32)
-        todo = np.flatnonzero(placed < 0)
-        if not len(todo):
-            return placed, []
-        if self._partitioner is not None:
-            for i in todo.tolist():
-                placed[i] = self._partitioner(None if keys is None else keys[i], all_parts, all_parts)
-            return placed, []
-        if keys is not None and len(todo) != n:
-            keys = _take(keys, todo.tolist())
-        if keys is None or keys.count(None) == len(keys):  # no keys at all: all sticky, nothing to hash
-            lengths, data = np.full(len(todo), -1, np.int32), b""
-        else:
-            lengths, parts = _column(keys, len(keys), "keys")  # lengths from a C-level map when it can
-            data = b"".join(parts)
-        placed[todo] = self._default_partitioner.partition_batch(lengths, data, all_parts, topic=acc.topic)
-        return placed, sorted(set(placed[todo[lengths < 0]].tolist()))

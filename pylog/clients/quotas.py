@@ -49,7 +49,7 @@ import threading
 import time
 from typing import Callable
 
-from ..errors import InvalidConfigError
+from ..errors import InvalidArgumentError, InvalidConfigError
 
 __all__ = ["QuotaManager", "throttle_delay", "PRODUCE", "CONSUME", "QUOTA_WINDOW_NUM", "QUOTA_WINDOW_SIZE_S"]
 
@@ -147,11 +147,12 @@ class QuotaManager:
 
         Changing a limit keeps what was recorded (the new limit applies to the same window); removing it
         forgets the window.
-        :raises TypeError: for a client id that is not a str. :raises ValueError: for an unknown kind.
+        :raises InvalidArgumentError: for a client id that is not a str or an unknown kind (also a
+            TypeError / ValueError, what they raised before).
         :raises InvalidConfigError: for a rate that is not a positive finite number.
         """
         if not isinstance(client_id, str):
-            raise TypeError(f"client_id must be a str, got {type(client_id).__name__}")
+            raise InvalidArgumentError(f"client_id must be a str, got {type(client_id).__name__}")
         _check_kind(kind)
         key = (client_id, kind)
         if byte_rate is None:
@@ -245,7 +246,7 @@ def throttle_delay(observed: float, limit: float, window: float) -> float:
 
 def _check_kind(kind: str) -> None:
     if kind not in _KINDS:
-        raise ValueError(f"quota kind must be {PRODUCE!r} or {CONSUME!r}, got {kind!r}")
+        raise InvalidArgumentError(f"quota kind must be {PRODUCE!r} or {CONSUME!r}, got {kind!r}")
 
 
 def _positive(x: object) -> bool:

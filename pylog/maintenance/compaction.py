@@ -51,7 +51,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ..errors import CorruptRecordError, PylogError
+from ..errors import CleanerStoppedError, CorruptRecordError, PylogError
 from ..storage import swap
 from ..storage.fileio import fsync_dir, read_checked, write_checked
 from ..storage.filenames import CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, SWAP_MANIFEST_FILE, SWAP_SUFFIX, segment_path
@@ -92,10 +92,6 @@ _U64 = np.uint64
 _M1 = _U64(0xFF51AFD7ED558CCD)
 _M2 = _U64(0xC4CEB9FE1A85EC53)
 _GOLDEN = _U64(0x9E3779B97F4A7C15)
-
-
-class CleanerStoppedError(PylogError):
-    """A cleaning was interrupted because its store is closing; nothing was swapped in."""
 
 
 # ---------------------------------------------------------------------------------------------- digests

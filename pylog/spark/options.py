@@ -24,7 +24,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Mapping
 
-from ..errors import InvalidConfigError, OffsetOutOfRangeError
+from ..errors import DataLossError, InvalidOptionError  # defined here before pylog.errors: importable from here too
 from ..storage.filenames import OFFSETS_TOPIC, STORE_FILE
 
 __all__ = [
@@ -39,25 +39,6 @@ LATEST = -1
 
 #: Default wait for a partition's writer lock held by another task or application (ms).
 DEFAULT_LOCK_TIMEOUT_MS = 60_000
-
-
-class InvalidOptionError(InvalidConfigError):
-    """A Spark option of the ``pylog`` source or sink is unknown, malformed, missing or conflicting.
-
-    ``option`` is the option's canonical name (as documented, e.g. ``startingOffsets``).
-    """
-
-    def __init__(self, option: str, message: str) -> None:
-        super().__init__(f"option {option!r}: {message}")
-        self.option = option
-
-
-class DataLossError(OffsetOutOfRangeError):
-    """Offsets a query should read are gone (retention, delete-records) or the log is shorter than expected.
-
-    Raised when ``failOnDataLoss`` is true (the default); with ``failOnDataLoss=false`` the range is
-    skipped with a warning instead.
-    """
 
 
 # The option names each mode accepts, canonical spelling; Spark lower-cases nothing, but option lookups

@@ -46,7 +46,7 @@ import numpy as np
 
 from .checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from ..config import TopicConfig
-from ..errors import (CorruptRecordError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
+from ..errors import (CorruptRecordError, InvalidArgumentError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
                      PartitionLockedError, ReadOnlyStoreError, RecordTooLargeError, StoreClosedError,
                      UnknownTopicError)
 from .fileio import fault, fsync_dir, try_flock
@@ -707,7 +707,7 @@ class Partition:
             raise InvalidRecordError("nothing to append")
         for r in recs:
             if not isinstance(r, Record):
-                raise TypeError(f"append takes pylog.Record objects, got {type(r).__name__}")
+                raise InvalidRecordError(f"append takes pylog.Record objects, got {type(r).__name__}")
         _, ts, keys, values, headers = list(zip(*recs))[:5]
         timestamps = None if all(t is None for t in ts) else list(ts)
         return self.append_values(list(values), keys=list(keys), timestamps=timestamps,
@@ -821,7 +821,7 @@ class Partition:
             data_bytes = sum(memoryview(part).nbytes for part in vparts) + sum(memoryview(part).nbytes for part in kparts)
         bounds = self._batch_bounds(n, vlens, klens, headers, data_bytes)
         if producer is not None and (producer[0] < 0 or not 0 <= producer[2] < _SEQ_MOD):
-            raise ValueError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
+            raise InvalidArgumentError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
         with self._lock:
             if self._lock_fd is None:
                 self._ensure_writer()
@@ -1267,9 +1267,9 @@ class Partition:
         :raises OffsetOutOfRangeError: when ``before_offset`` is past the log end offset.
         """
         if not isinstance(before_offset, int) or isinstance(before_offset, bool):
-            raise TypeError(f"before_offset must be an int, got {type(before_offset).__name__}")
+            raise InvalidArgumentError(f"before_offset must be an int, got {type(before_offset).__name__}")
         if before_offset < 0:
-            raise ValueError(f"before_offset must be >= 0, got {before_offset}")
+            raise InvalidArgumentError(f"before_offset must be >= 0, got {before_offset}")
         with self.maintenance_lock, self._lock:
             self._ensure_writer_locked()
             end = self._segments[-1].next_offset

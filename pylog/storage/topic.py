@@ -126,6 +126,10 @@ class Topic:
     def partitions(self) -> list[Partition]:
         return [self.partition(i) for i in range(self.num_partitions)]
 
+    def opened_partitions(self) -> list[Partition]:
+        """The partitions opened so far (a snapshot; opening none): for work over what is in use only."""
+        return [p for p in list(self._partitions) if p is not None]
+
     def _reload_count(self) -> None:
         """Pick up partitions added by another process."""
         try:

@@ -60,6 +60,10 @@ _DEFAULT_OPTIONS = EncodeOptions()
 # -------------------------------------------------------------------------------------------- columns
 
 
+_BYTES_OR_NONE = (bytes, bytearray, memoryview, type(None))
+_NOTHING = object()
+
+
 def column_parts(items: Sequence[Any] | None, n: int, what: str) -> tuple[Any, list]:
     """``(lengths, parts)`` of a key or value column given as ``n`` items (bytes-like or None).
 
@@ -83,6 +87,10 @@ def column_parts(items: Sequence[Any] | None, n: int, what: str) -> tuple[Any, l
         lengths = np.frombuffer(st.pack(*map(len, items)), I32)
         parts = items if isinstance(items, list) else list(items)
     except (TypeError, struct.error):
+        bad = next((v for v in items if not isinstance(v, _BYTES_OR_NONE)), _NOTHING)
+        if bad is not _NOTHING:
+            raise InvalidRecordError(f"{what} must be bytes or None, got {type(bad).__name__}: serialize them "
+                                     "first (e.g. str.encode())")
         lengths = np.fromiter((-1 if v is None else len(v) for v in items), I32, n)
         parts = [v for v in items if v is not None]
     return lengths, parts

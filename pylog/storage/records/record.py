@@ -13,7 +13,10 @@ import time
 from operator import itemgetter
 from typing import Any, Iterable, Iterator
 
+from ...errors import InvalidRecordError
 from .format import CREATE_TIME
+
+_BYTES_OR_NONE = (bytes, bytearray, memoryview, type(None))
 
 __all__ = ["Record", "EMPTY_HEADERS", "gc_paused", "now_ms"]
 
@@ -63,6 +66,9 @@ class Record(tuple):
                 headers: Iterable[tuple[str, bytes | None]] | None = None, timestamp: int | None = None, *,
                 offset: int = -1, topic: str | None = None, partition: int = -1,
                 timestamp_type: int = CREATE_TIME) -> "Record":
+        if not (isinstance(value, _BYTES_OR_NONE) and isinstance(key, _BYTES_OR_NONE)):
+            raise InvalidRecordError(f"Record value and key must be bytes or None, got {type(value).__name__} and "
+                                     f"{type(key).__name__}: encode them first (e.g. str.encode())")
         hdrs = tuple((k, v) for k, v in headers) if headers else EMPTY_HEADERS
         return _tuple_new(cls, (offset, timestamp, key, value, hdrs, topic, partition, timestamp_type))
 
