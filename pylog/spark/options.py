@@ -188,7 +188,8 @@ def _json_object(opts: Mapping[str, str], name: str) -> dict[str, Any]:
     return doc
 
 
-def _per_partition(opts: Mapping[str, str], name: str, *, allow_markers: tuple[int, ...] | None) -> dict[tuple[str, int], int]:
+def _per_partition(opts: Mapping[str, str], name: str, *,
+                   allow_markers: tuple[int, ...] | None) -> dict[tuple[str, int], int]:
     """``{"topic": {"0": n, ...}, ...}`` as ``{(topic, 0): n}``; markers (-2/-1) allowed as listed."""
     out: dict[tuple[str, int], int] = {}
     for topic, parts in _json_object(opts, name).items():

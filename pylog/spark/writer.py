@@ -7,9 +7,10 @@ absent means the append time). Other columns are ignored, so a DataFrame read fr
 back as it is.
 
 Invariants:
-- A row goes to its ``partition`` when given; otherwise a keyed row goes where pylog's producer (and
-  Kafka's Java client) would put it, ``murmur2(key) % partitions`` (:func:`pylog.clients.partitioner.partitions_for_keys`);
-  otherwise all key-less rows of one Arrow batch go to one partition, rotating from batch to batch.
+- A row goes to its ``partition`` when given; otherwise a keyed row goes where pylog's producer (and Kafka's
+  Java client) would put it, ``murmur2(key) % partitions``
+  (:func:`pylog.clients.partitioner.partitions_for_keys`); otherwise all key-less rows of one Arrow batch go
+  to one partition, rotating from batch to batch.
 - Rows of one task keep their input order within each partition.
 - Each task buffers Arrow slices per partition and appends them in whole batches while holding the
   partition's writer lock (taken by the first append, waiting up to ``lockTimeoutMs`` for another task or
@@ -159,7 +160,7 @@ def _headers_rows(arr: pa.Array) -> list:
     keys = items.field("key")
     if items.null_count or keys.null_count:
         raise InvalidRecordError("a header needs a non-null key")
-    pairs = list(zip(keys.to_pylist(), items.field("value").to_pylist()))
+    pairs = list(zip(keys.to_pylist(), items.field("value").to_pylist(), strict=True))
     bounds = (offs - base).tolist()
     rows = list(map(tuple, map(pairs.__getitem__, map(slice, bounds[:-1], bounds[1:]))))
     if arr.null_count:
@@ -252,7 +253,7 @@ class _TaskWriter:
         sorted_parts = parts[order]
         cut = np.flatnonzero(np.diff(sorted_parts)) + 1
         taken = batch.take(pa.array(order))
-        for a, b in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [n])).tolist()):
+        for a, b in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [n])).tolist(), strict=True):
             self._buffer(topic, int(sorted_parts[a]), taken.slice(a, b - a))
 
     def _buffer(self, topic: str, number: int, batch: pa.RecordBatch) -> None:
