@@ -228,7 +228,7 @@ def _subscription(opts: Mapping[str, str]) -> Subscription:
             raise InvalidOptionError(kind, f"not a valid regular expression ({exc}): {raw!r}") from None
         return Subscription(kind, pattern=raw)
     doc = _json_object(opts, kind)
-    assigned = []
+    assigned: list[tuple[str, int]] = []
     for topic, parts in doc.items():
         if not isinstance(parts, list) or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0
                                                   for p in parts):
@@ -273,6 +273,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = F
 
     :raises InvalidOptionError: naming the first bad option.
     """
+    allowed: tuple[str, ...]
     if streaming is None:
         mode, allowed = "reads", _BATCH_READ + _STREAM_ONLY
     elif streaming:

@@ -318,8 +318,8 @@ def filter_from_pushed(filters: Sequence[Any], to_ms: Callable[[Any], int | None
     remaining = []
     for f in filters:
         kind = type(f).__name__
-        attr = getattr(f, "attribute", ())
-        value = getattr(f, "value", None)
+        attr: tuple[str, ...] = getattr(f, "attribute", ())
+        value: Any = getattr(f, "value", None)
         column = attr[0] if len(attr) == 1 else None
         if column in bounds and kind in _INT_BOUNDS or (column in bounds and kind == "In"):
             values = tuple(value) if kind == "In" else (value,)

@@ -106,7 +106,7 @@ def _bytes_column(arr: pa.Array) -> tuple[np.ndarray, Any]:
     """(int32 lengths with -1 for null, the non-null items' bytes) of a binary/string array, uncopied
     unless null slots hold bytes (then the non-null items are gathered first)."""
     if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
-        otype = np.int64
+        otype: type[np.signedinteger] = np.int64
     else:
         otype = np.int32
     if arr.null_count and arr.null_count != len(arr):
@@ -339,7 +339,7 @@ class PylogWriter(DataSourceArrowWriter):
         check_write_schema(schema, opts)
         self.opts = opts
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
         return write_batches(self.opts, iterator)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
@@ -359,7 +359,7 @@ class PylogStreamWriter(DataSourceStreamArrowWriter):
         check_write_schema(schema, opts)
         self.opts = opts
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
         return write_batches(self.opts, iterator)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:

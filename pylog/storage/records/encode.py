@@ -274,6 +274,7 @@ def encode_parts(
     vlens, vparts = _value_column(values, value_lengths, value_data)
     n = len(vlens)
     # The common cases (no keys, one timestamp, dense offsets) skip the column helpers' calls.
+    kparts: list
     if keys is None and key_lengths is None:
         kraw, kparts, kmin, kbytes = None, [], 0, 0
     else:
