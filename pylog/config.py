@@ -61,8 +61,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
        maximum=INT_MAX),
     _s("index.interval.bytes", "int", 4096, "Add an index entry every this many bytes of log data.", minimum=0,
        maximum=INT_MAX),
-    _s("retention.ms", "int", 7 * _DAY_MS, "Delete segments whose newest record is older than this (ms); -1 keeps forever.",
-       minimum=-1),
+    _s("retention.ms", "int", 7 * _DAY_MS,
+       "Delete segments whose newest record is older than this (ms); -1 keeps forever.", minimum=-1),
     _s("retention.bytes", "int", -1, "Delete oldest segments while the partition is larger than this; -1 is unlimited.",
        minimum=-1),
     _s("cleanup.policy", "list", ("delete",), "delete, compact, or both (comma separated).",
@@ -92,8 +92,8 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
 STORE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
     _s("log.retention.check.interval.ms", "int", 300_000, "How often the background thread enforces retention (ms).",
        minimum=1),
-    _s("lock.timeout.ms", "int", 0, "How long a writer waits for another writer's partition lock (ms); 0 fails at once.",
-       minimum=0),
+    _s("lock.timeout.ms", "int", 0,
+       "How long a writer waits for another writer's partition lock (ms); 0 fails at once.", minimum=0),
     _s("log.cleaner.enable", "bool", True, "Run the background thread that enforces retention and compacts the "
        "partitions this store writes."),
     _s("log.cleaner.backoff.ms", "int", 15_000, "How often the background thread looks for partitions to compact (ms).",

@@ -218,7 +218,8 @@ def _produce(args: argparse.Namespace, out: TextIO) -> ExitCode:
             pending: list[Any] = []
             lineno = 0
             try:
-                for lineno, line in enumerate(_stdin_lines(), 1):
+                for line in _stdin_lines():
+                    lineno += 1  # counted here, not by enumerate: the except clauses below report it
                     rec = parse(line)
                     pending.append(producer.send(args.topic, rec.value, key=rec.key, headers=rec.headers or None,
                                                  partition=rec.partition, timestamp_ms=rec.timestamp))

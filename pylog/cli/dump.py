@@ -161,7 +161,7 @@ def _dump_index(path: str, out: TextIO) -> list[str]:
         if log_path is not None and os.path.exists(log_path):
             fd = os.open(log_path, os.O_RDONLY)
         try:
-            for x, y in zip(a.tolist(), b.tolist()):
+            for x, y in zip(a.tolist(), b.tolist(), strict=True):
                 if cls is OffsetIndex:
                     print(f"offset: {base + x} position: {y}", file=out)
                     if fd is not None:

@@ -69,7 +69,7 @@ class Table:
             from rich.table import Table as RichTable
             from rich.text import Text  # plain text: a '[' in a cell is not rich markup
             t = RichTable(title=Text(self.title) if self.title else None, title_justify="left")
-            for name, numeric in zip(self.columns, self._numeric):
+            for name, numeric in zip(self.columns, self._numeric, strict=True):
                 t.add_column(Text(name), justify="right" if numeric and self.rows else "left")
             for row in self.rows:
                 t.add_row(*map(Text, row))
@@ -79,7 +79,7 @@ class Table:
             print(self.title, file=out)
         widths = [max([len(c)] + [len(r[i]) for r in self.rows]) for i, c in enumerate(self.columns)]
         for row in (self.columns, *self.rows):
-            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip(), file=out)
+            print("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip(), file=out)
 
 
 class Progress:

@@ -116,15 +116,16 @@ class StickyPartitionAssignor(AbstractPartitionAssignor):
         # Target: the count each member would get from an even deal over its eligible partitions.
         target = {m: len(ps) for m, ps in RoundRobinPartitionAssignor.assign(subscriptions, partitions).items()}
         owner: dict[TopicPartition, str] = {}
-        for m in sorted(previous or {}):
+        prev = previous or {}
+        for m in sorted(prev):
             if m in out:
-                for tp in previous[m]:  # type: ignore[index]
+                for tp in prev[m]:
                     owner.setdefault(TopicPartition(*tp), m)
         free = []
         for tp in wanted:
-            m = owner.get(tp)
-            if m is not None and tp.topic in subs[m] and len(out[m]) < target[m]:
-                out[m].append(tp)
+            held_by = owner.get(tp)
+            if held_by is not None and tp.topic in subs[held_by] and len(out[held_by]) < target[held_by]:
+                out[held_by].append(tp)
             else:
                 free.append(tp)
         for tp in free:

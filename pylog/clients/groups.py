@@ -62,7 +62,8 @@ from ..storage.topic import Topic
 
 
 __all__ = ["OFFSETS_TOPIC", "GROUPS_DIR", "CommittedOffsets", "GroupMember", "GroupDescription",
-           "MemberDescription", "PartitionLag", "describe_group", "list_group_dirs", "remove_group_dir", "check_group_id"]
+           "MemberDescription", "PartitionLag", "describe_group", "list_group_dirs", "remove_group_dir",
+           "check_group_id"]
 
 log = logging.getLogger("pylog.groups")  # logger names are what operators filter on: unchanged by the move
 
@@ -136,7 +137,8 @@ def _offset_value(om: OffsetAndMetadata, generation: int, member_id: str) -> byt
                          use_bin_type=True)
 
 
-def _decode_commit(key: bytes | None, value: bytes | None) -> tuple[tuple[str, str, int], OffsetAndMetadata | None] | None:
+def _decode_commit(key: bytes | None,
+                   value: bytes | None) -> tuple[tuple[str, str, int], OffsetAndMetadata | None] | None:
     """(group, topic, partition) and the commit (None: a tombstone), or None for a record that is not one.
 
     Types are checked exactly (msgpack decodes ``true`` as a bool, which ``isinstance(.., int)`` accepts) and
@@ -250,7 +252,7 @@ class CommittedOffsets:
                 cols = p.read_columns(pos, max_records=65_536)
                 if not len(cols):
                     break
-                for key, value in zip(cols.keys(), cols.values()):
+                for key, value in zip(cols.keys(), cols.values(), strict=True):
                     got = _decode_commit(key, value)
                     if got is None:
                         self._bad_records += 1

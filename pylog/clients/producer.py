@@ -48,6 +48,7 @@ Invariants:
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -670,7 +671,7 @@ class Producer:
             try:
                 part = topic.partition(number)
                 first = self._append_with_retries(part, vals, keys, ts, hs, producer, compression,
-                                                  lambda p=part: self._let_go(p, touched, flushed, acc))
+                                                  functools.partial(self._let_go, part, touched, flushed, acc))
             except Exception as exc:
                 # Only this partition's records fail. Some of them may have landed, so their sequence
                 # numbers must not be reused for other records: start a new epoch, whose sequences start

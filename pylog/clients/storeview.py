@@ -31,6 +31,10 @@ class StoreView(Protocol):
         """Store-level settings (e.g. ``offsets.topic.num.partitions``)."""
         ...
 
+    def __contains__(self, name: object) -> bool:
+        """Whether the store has a topic of that name."""
+        ...
+
     def topic(self, name: str) -> Topic:
         """The named topic. :raises UnknownTopicError:"""
         ...

@@ -2,10 +2,10 @@
 
 Seed 000 warns that a dead log-cleaner thread goes unnoticed until the disk fills. Here it cannot:
 
-- :class:`~pylog.maintenance.cleaner_status.CleanerStatus` (``store.cleaner_status()``) reports whether the thread is alive, when it last
-  ran, the last error with its traceback, bytes and records read and written, records and tombstones
-  removed, segments and bytes deleted by retention, per-partition dirty ratios, and the partitions it
-  gave up on.
+- :class:`~pylog.maintenance.cleaner_status.CleanerStatus` (``store.cleaner_status()``) reports whether the
+  thread is alive, when it last ran, the last error with its traceback, bytes and records read and written,
+  records and tombstones removed, segments and bytes deleted by retention, per-partition dirty ratios, and the
+  partitions it gave up on.
 - An error cleaning one partition is logged (``logging`` at ERROR, with the traceback), recorded, and that
   partition is marked uncleanable (Kafka does the same) while the thread goes on with the others.
 - An error that escapes the loop kills the thread: it is logged and recorded, ``alive`` turns False, and
@@ -192,7 +192,8 @@ class Cleaner:
         for p in self._partitions():
             if self._stop.is_set():
                 return
-            if not (p.is_writer or p.transient) or f"{p.topic}-{p.number}" in skip or (compacted and not p.config.compact):
+            if (not (p.is_writer or p.transient) or f"{p.topic}-{p.number}" in skip
+                    or (compacted and not p.config.compact)):
                 continue
             yield p
 

@@ -19,8 +19,8 @@ Invariants:
 
 - A status file is rewritten at least every :data:`HEARTBEAT_S` seconds while its cleaner thread lives,
   including in the middle of a long cleaning; after a maintenance run (at most once a second); after
-  every error; and once more when the thread dies (``alive: false`` with the error). Its ``heartbeat`` field is the time of that write,
-  so a thread that hangs shows as a heartbeat growing old.
+  every error; and once more when the thread dies (``alive: false`` with the error). Its ``heartbeat`` field
+  is the time of that write, so a thread that hangs shows as a heartbeat growing old.
 - The lock file is locked before it gets its final name, so no reader can take a live store's lock in the
   moment between creating the file and locking it.
 - Publishing never raises into the cleaner thread: a full disk or a removed directory is logged once per

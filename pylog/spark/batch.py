@@ -73,7 +73,7 @@ class PylogBatchReader(DataSourceReader):
         return [PylogInputPartition(self.opts.path, r, self.opts.include_headers, self.opts.fail_on_data_loss)
                 for r in ranges]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
 
 

@@ -188,7 +188,8 @@ def _json_object(opts: Mapping[str, str], name: str) -> dict[str, Any]:
     return doc
 
 
-def _per_partition(opts: Mapping[str, str], name: str, *, allow_markers: tuple[int, ...] | None) -> dict[tuple[str, int], int]:
+def _per_partition(opts: Mapping[str, str], name: str, *,
+                   allow_markers: tuple[int, ...] | None) -> dict[tuple[str, int], int]:
     """``{"topic": {"0": n, ...}, ...}`` as ``{(topic, 0): n}``; markers (-2/-1) allowed as listed."""
     out: dict[tuple[str, int], int] = {}
     for topic, parts in _json_object(opts, name).items():
@@ -227,7 +228,7 @@ def _subscription(opts: Mapping[str, str]) -> Subscription:
             raise InvalidOptionError(kind, f"not a valid regular expression ({exc}): {raw!r}") from None
         return Subscription(kind, pattern=raw)
     doc = _json_object(opts, kind)
-    assigned = []
+    assigned: list[tuple[str, int]] = []
     for topic, parts in doc.items():
         if not isinstance(parts, list) or not all(isinstance(p, int) and not isinstance(p, bool) and p >= 0
                                                   for p in parts):
@@ -272,6 +273,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = F
 
     :raises InvalidOptionError: naming the first bad option.
     """
+    allowed: tuple[str, ...]
     if streaming is None:
         mode, allowed = "reads", _BATCH_READ + _STREAM_ONLY
     elif streaming:

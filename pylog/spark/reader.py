@@ -95,7 +95,8 @@ class RangeFilter:
     timestamp_min_ms: int | None = None
 
     def allows_partition(self, number: int) -> bool:
-        return self.partition_min <= number < self.partition_max and (self.partitions is None or number in self.partitions)
+        return (self.partition_min <= number < self.partition_max
+                and (self.partitions is None or number in self.partitions))
 
 
 # --------------------------------------------------------------------------------------------- the store
@@ -167,9 +168,11 @@ def plan_ranges(store: Store, opts: ReadOptions, pushed: RangeFilter | None = No
                                strategy=opts.starting_by_timestamp_strategy)
         end = resolve_offset(opts.ending, topic, number, start_now, end_now, p.offset_for_timestamp)
         if end > end_now:
-            raise InvalidOptionError(opts.ending.option, f"{topic}-{number}: end offset {end} is beyond the log end {end_now}")
+            raise InvalidOptionError(opts.ending.option,
+                                     f"{topic}-{number}: end offset {end} is beyond the log end {end_now}")
         if start > end_now:
-            raise InvalidOptionError(opts.starting.option, f"{topic}-{number}: start offset {start} is beyond the log end {end_now}")
+            raise InvalidOptionError(opts.starting.option,
+                                     f"{topic}-{number}: start offset {start} is beyond the log end {end_now}")
         if start > end:
             raise InvalidOptionError(opts.starting.option,
                                      f"{topic}-{number}: start offset {start} is after the end offset {end} "
@@ -207,14 +210,17 @@ def split_ranges(ranges: Sequence[OffsetRange], min_partitions: int | None,
             parts = max(parts, math.ceil(r.size / max_records))
         parts = max(1, min(parts, r.size))
         bounds = [r.start + (r.size * i) // parts for i in range(parts + 1)]
-        out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in zip(bounds, bounds[1:]) if b > a)
+        out.extend(OffsetRange(r.topic, r.partition, a, b) for a, b in itertools.pairwise(bounds) if b > a)
     return out
 
 
 # ---------------------------------------------------------------------------------------------- arrow
 
 
-def binary_array(lengths: np.ndarray, data: Any, typ: pa.DataType = pa.binary()) -> pa.Array:
+_BINARY = pa.binary()  # binary_array's default type
+
+
+def binary_array(lengths: np.ndarray, data: Any, typ: pa.DataType = _BINARY) -> pa.Array:
     """An Arrow ``binary`` (or ``string``) array over ``data`` without copying it.
 
     ``lengths`` is an int32 column with -1 for null, ``data`` the non-null items concatenated (bytes-like,
@@ -239,7 +245,7 @@ def headers_array(headers: list | None, n: int) -> pa.Array:
     offsets = np.zeros(n + 1, np.int32)
     np.cumsum(counts, out=offsets[1:])
     flat = list(itertools.chain.from_iterable(headers))
-    keys, values = (zip(*flat) if flat else ((), ()))
+    keys, values = (zip(*flat, strict=True) if flat else ((), ()))
     items = pa.StructArray.from_arrays([pa.array(keys, pa.string()), pa.array(values, pa.binary())],
                                        fields=list(HEADER_STRUCT))
     mask = pa.array(counts == 0) if not counts.all() else None
@@ -312,8 +318,8 @@ def filter_from_pushed(filters: Sequence[Any], to_ms: Callable[[Any], int | None
     remaining = []
     for f in filters:
         kind = type(f).__name__
-        attr = getattr(f, "attribute", ())
-        value = getattr(f, "value", None)
+        attr: tuple[str, ...] = getattr(f, "attribute", ())
+        value: Any = getattr(f, "value", None)
         column = attr[0] if len(attr) == 1 else None
         if column in bounds and kind in _INT_BOUNDS or (column in bounds and kind == "In"):
             values = tuple(value) if kind == "In" else (value,)

@@ -125,7 +125,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def reportLatestOffset(self) -> dict | None:
         return to_json({tp: end for tp, (_, end) in self._snapshot().items()})
 
-    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:  # type: ignore[override]
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = from_json(start)
         snap = self._snapshot()
         end: dict[TP, int] = {}
@@ -171,7 +171,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return [PylogInputPartition(self.opts.path, r, self.opts.include_headers, self.opts.fail_on_data_loss)
                 for r in ranges]
 
-    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:  # type: ignore[override]
+    def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
 
     def commit(self, end: dict) -> None:

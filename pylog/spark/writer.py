@@ -7,9 +7,10 @@ absent means the append time). Other columns are ignored, so a DataFrame read fr
 back as it is.
 
 Invariants:
-- A row goes to its ``partition`` when given; otherwise a keyed row goes where pylog's producer (and
-  Kafka's Java client) would put it, ``murmur2(key) % partitions`` (:func:`pylog.clients.partitioner.partitions_for_keys`);
-  otherwise all key-less rows of one Arrow batch go to one partition, rotating from batch to batch.
+- A row goes to its ``partition`` when given; otherwise a keyed row goes where pylog's producer (and Kafka's
+  Java client) would put it, ``murmur2(key) % partitions``
+  (:func:`pylog.clients.partitioner.partitions_for_keys`); otherwise all key-less rows of one Arrow batch go
+  to one partition, rotating from batch to batch.
 - Rows of one task keep their input order within each partition.
 - Each task buffers Arrow slices per partition and appends them in whole batches while holding the
   partition's writer lock (taken by the first append, waiting up to ``lockTimeoutMs`` for another task or
@@ -105,7 +106,7 @@ def _bytes_column(arr: pa.Array) -> tuple[np.ndarray, Any]:
     """(int32 lengths with -1 for null, the non-null items' bytes) of a binary/string array, uncopied
     unless null slots hold bytes (then the non-null items are gathered first)."""
     if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
-        otype = np.int64
+        otype: type[np.signedinteger] = np.int64
     else:
         otype = np.int32
     if arr.null_count and arr.null_count != len(arr):
@@ -159,7 +160,7 @@ def _headers_rows(arr: pa.Array) -> list:
     keys = items.field("key")
     if items.null_count or keys.null_count:
         raise InvalidRecordError("a header needs a non-null key")
-    pairs = list(zip(keys.to_pylist(), items.field("value").to_pylist()))
+    pairs = list(zip(keys.to_pylist(), items.field("value").to_pylist(), strict=True))
     bounds = (offs - base).tolist()
     rows = list(map(tuple, map(pairs.__getitem__, map(slice, bounds[:-1], bounds[1:]))))
     if arr.null_count:
@@ -252,7 +253,7 @@ class _TaskWriter:
         sorted_parts = parts[order]
         cut = np.flatnonzero(np.diff(sorted_parts)) + 1
         taken = batch.take(pa.array(order))
-        for a, b in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [n])).tolist()):
+        for a, b in zip(np.concatenate(([0], cut)).tolist(), np.concatenate((cut, [n])).tolist(), strict=True):
             self._buffer(topic, int(sorted_parts[a]), taken.slice(a, b - a))
 
     def _buffer(self, topic: str, number: int, batch: pa.RecordBatch) -> None:
@@ -338,7 +339,7 @@ class PylogWriter(DataSourceArrowWriter):
         check_write_schema(schema, opts)
         self.opts = opts
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
         return write_batches(self.opts, iterator)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
@@ -358,7 +359,7 @@ class PylogStreamWriter(DataSourceStreamArrowWriter):
         check_write_schema(schema, opts)
         self.opts = opts
 
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:  # type: ignore[override]
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
         return write_batches(self.opts, iterator)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:

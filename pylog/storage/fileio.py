@@ -90,7 +90,7 @@ def write_faults(doing: str, state: str, then: str = "retry") -> Iterator[None]:
     try:
         yield
     except OSError as exc:
-        raise fault(exc, doing, state, then)
+        raise fault(exc, doing, state, then) from exc
 
 
 def fsync_dir(directory: str) -> None:
@@ -137,12 +137,13 @@ def atomic_write(path: str, data: bytes, durable: bool = True) -> None:
             os.unlink(tmp)  # on a full disk, the space it took is what the retry needs
         except OSError:
             pass
-        raise fault(exc, f"replacing {path}", "it keeps its previous content")
+        raise fault(exc, f"replacing {path}", "it keeps its previous content") from exc
     if durable:
         try:
             fsync_dir(os.path.dirname(path) or ".")
         except OSError as exc:
-            raise fault(exc, f"replacing {path}", "it has its new content, which may not survive a power loss")
+            raise fault(exc, f"replacing {path}",
+                        "it has its new content, which may not survive a power loss") from exc
 
 
 def checked(body: bytes) -> bytes:

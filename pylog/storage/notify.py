@@ -360,7 +360,7 @@ def wait_any(watches: list["Watch"], seqs: list[int], timeout: float) -> bool:
     if _waitv_works is False or _syscall is None or not watches:
         return False
     ws = (_WaitV * len(watches))()
-    for w, seq, slot in zip(watches, seqs, ws):
+    for w, seq, slot in zip(watches, seqs, ws, strict=True):
         m, n = w._m, w._notifier
         if m is None or not n._trusted:
             return False

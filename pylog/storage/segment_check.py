@@ -259,7 +259,7 @@ def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -
     if damage is not None:
         problems.append(damage)
         return problems
-    for rel, pos in zip(rels.tolist(), poss.tolist()):
+    for rel, pos in zip(rels.tolist(), poss.tolist(), strict=True):
         if starts.get(pos) != seg.base_offset + rel:
             problems.append(f"{oi.path}: entry ({rel}, {pos}) does not point at the batch at offset "
                             f"{seg.base_offset + rel}")

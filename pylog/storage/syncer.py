@@ -9,11 +9,11 @@ Invariants:
 1. One daemon thread per process runs the jobs one at a time, in the order they were submitted; each job
    runs once. A job that raises is logged and does not stop the thread (jobs record their own failures:
    a partition marks itself failed).
-2. Nothing depends on a job having run: whoever needs the data durable now (``flush()``, ``close()``,
-   handing the writer lock over, compaction before it decides what is clean) syncs what is still
-   pending itself, and a job that finds nothing left to do does nothing. A process that exits with jobs queued loses only what the kernel has not yet
-   written back, exactly as without a job; the recovery point still names the older segment, so the next
-   open re-validates it.
+2. Nothing depends on a job having run: whoever needs the data durable now (``flush()``, ``close()``, handing
+   the writer lock over, compaction before it decides what is clean) syncs what is still pending itself, and a
+   job that finds nothing left to do does nothing. A process that exits with jobs queued loses only what the
+   kernel has not yet written back, exactly as without a job; the recovery point still names the older
+   segment, so the next open re-validates it.
 3. After ``fork`` the child starts with an empty queue and, on its first submit, a thread of its own.
 """
 

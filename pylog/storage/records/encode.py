@@ -86,11 +86,11 @@ def column_parts(items: Sequence[Any] | None, n: int, what: str) -> tuple[Any, l
             st = _LENGTH_STRUCTS[n] = struct.Struct(f"<{n}i")
         lengths = np.frombuffer(st.pack(*map(len, items)), I32)
         parts = items if isinstance(items, list) else list(items)
-    except (TypeError, struct.error):
+    except (TypeError, struct.error) as exc:
         bad = next((v for v in items if not isinstance(v, _BYTES_OR_NONE)), _NOTHING)
         if bad is not _NOTHING:
             raise InvalidRecordError(f"{what} must be bytes or None, got {type(bad).__name__}: serialize them "
-                                     "first (e.g. str.encode())")
+                                     "first (e.g. str.encode())") from exc
         lengths = np.fromiter((-1 if v is None else len(v) for v in items), I32, n)
         parts = [v for v in items if v is not None]
     return lengths, parts
@@ -274,6 +274,7 @@ def encode_parts(
     vlens, vparts = _value_column(values, value_lengths, value_data)
     n = len(vlens)
     # The common cases (no keys, one timestamp, dense offsets) skip the column helpers' calls.
+    kparts: list
     if keys is None and key_lengths is None:
         kraw, kparts, kmin, kbytes = None, [], 0, 0
     else:

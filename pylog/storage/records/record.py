@@ -82,10 +82,10 @@ class Record(tuple):
     timestamp_type = property(itemgetter(7), doc="0 CreateTime, 1 LogAppendTime.")
 
     def _asdict(self) -> dict[str, Any]:
-        return dict(zip(self._fields, self))
+        return dict(zip(self._fields, self, strict=True))
 
     def __repr__(self) -> str:
-        return "Record(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self)) + ")"
+        return "Record(" + ", ".join(f"{k}={v!r}" for k, v in zip(self._fields, self, strict=True)) + ")"
 
     def __reduce__(self) -> Any:  # pickle every field, not just what __new__'s keywords take
         return (_rebuild_record, (tuple(self),))

@@ -309,7 +309,7 @@ class BatchView:
         hs: Iterable[Any] = itertools.repeat(EMPTY_HEADERS, m) if hdrs is None else hdrs[start:stop]
         return list(map(_tuple_new, itertools.repeat(Record), zip(
             offs, ts, keys, values, hs, itertools.repeat(topic, m), itertools.repeat(partition, m),
-            itertools.repeat(h.timestamp_type, m))))
+            itertools.repeat(h.timestamp_type, m), strict=True)))
 
 
 # ------------------------------------------------------------------------------------------- columns
@@ -375,7 +375,7 @@ class RecordColumns:
             return list(map(_tuple_new, itertools.repeat(Record), zip(
                 self.offsets.tolist(), self.timestamps.tolist(), self.keys(), self.values(), hs,
                 itertools.repeat(self.topic, n), itertools.repeat(self.partition, n),
-                self.timestamp_types.tolist())))
+                self.timestamp_types.tolist(), strict=True)))
 
     @classmethod
     def empty(cls, topic: str | None = None, partition: int = -1) -> "RecordColumns":
