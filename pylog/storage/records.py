@@ -56,7 +56,7 @@ __all__ = [
     "checked_prefix",
     "crc32c", "now_ms",
     "HEADER", "HEADER_SIZE", "LENGTH_PREFIX", "MAGIC", "CODEC_NONE", "CODEC_LZ4",
-    "CREATE_TIME", "LOG_APPEND_TIME", "MAX_BATCH_SIZE", "MAX_OFFSET",
+    "CREATE_TIME", "LOG_APPEND_TIME", "MAX_BATCH_SIZE", "MAX_OFFSET", "RECORD_OVERHEAD", "slice_parts",
 ]
 
 HEADER = struct.Struct("<qIBIHiqqqhiiI3x")
@@ -982,3 +982,21 @@ class RecordColumns:
                 headers.extend(h[a:b] if h is not None else itertools.repeat(_EMPTY_HEADERS, b - a))
         return cls(topic, partition, offsets, timestamps, ttypes, key_lengths, b"".join(kdata),
                    np.frombuffer(b"".join(vlens), _I32), b"".join(vdata), headers)
+
+
+#: Per-record bytes in a batch body besides key and value: value length, key length, timestamp delta.
+RECORD_OVERHEAD = 16
+
+
+def slice_parts(lengths: np.ndarray, parts: list, start: int, stop: int, contiguous: bool) -> tuple[np.ndarray, list]:
+    """Lengths and data parts of records [start, stop) of a column whose null items have no part."""
+    lens = lengths[start:stop]
+    if contiguous:
+        clipped = np.maximum(lengths, 0)
+        lo = int(clipped[:start].sum())
+        hi = lo + int(clipped[start:stop].sum())
+        return lens, [memoryview(parts[0])[lo:hi]] if parts else []
+    present = lengths >= 0
+    lo = int(present[:start].sum())
+    hi = lo + int(present[start:stop].sum())
+    return lens, parts[lo:hi]
