@@ -7,7 +7,8 @@
 - :mod:`.durability` (:class:`Durability`): checkpoint, recovery point, rolls and their background fsync,
   flushes, the failed state (invariants 3, 5, 8);
 - :mod:`.append` (:class:`Appender`): batch bounds, encoding, idempotent producers (invariants 1, 9);
-- :mod:`.maintenance`: retention, delete-records, the view side of compaction swaps (invariants 5, 6).
+- :mod:`.maintenance`: retention, delete-records, the view side of compaction swaps (invariants 5, 6);
+- :mod:`.waiting` (:class:`Waiters`): waking readers that wait for appends, here and in other processes.
 
 Invariants kept here: the facade holds ONE append lock (:attr:`Partition.append_lock`, an ``RLock``) that
 every part's writer-side state changes under, and :attr:`Partition.maintenance_lock`, always taken before
@@ -24,7 +25,7 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Sequence, TypeVar
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
@@ -39,7 +40,8 @@ from ..segment import ReadSlice, Segment
 from . import loader, maintenance
 from .append import SEQ_MOD, Appender, Columns, should_roll
 from .durability import Durability
-from .local_log import READ_RETRIES, LocalLog
+from .local_log import LocalLog
+from .waiting import Waiters
 from .writer_lock import WriterLock
 
 __all__ = ["Partition", "DEFAULT_MAX_BYTES"]
@@ -48,10 +50,6 @@ log = logging.getLogger("pylog.partition")
 
 #: Default byte limit of one read (Kafka's fetch.max.bytes); a read returns at least one batch regardless.
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
-_T = TypeVar("_T")
-#: Polling interval bounds of a reader waiting for another process's appends when it gets no wake-ups from
-#: them (see pylog.storage.notify), in seconds.
-_POLL_MIN, _POLL_MAX = 0.0002, 0.005
 
 
 class Partition:
@@ -80,9 +78,7 @@ class Partition:
         #: Serialises maintenance (retention, delete-records, compaction); taken before ``append_lock``,
         #: never after.
         self.maintenance_lock = threading.RLock()
-        self._appended = threading.Condition(threading.Lock())
-        #: Wakes readers in other processes after appends (a shared counter + futex; see pylog.storage.notify).
-        self._notify = Notifier(directory, read_only=read_only)
+        self._waiters = Waiters(directory, read_only)
         self._closed = False
         self._final_end = 0  # log end offset at close
         #: What the last crash recovery did: segments re-validated, bytes dropped, seconds (None: none ran).
@@ -91,7 +87,8 @@ class Partition:
             os.makedirs(directory, exist_ok=True)
         name = f"{topic}-{number}"
         self._writer = WriterLock(directory, name, read_only)
-        self._local = LocalLog(directory, topic, number, config)
+        self._local = LocalLog(directory, topic, number, config, self.append_lock, lambda: self._writer.held,
+                               lambda: self._closed)
         #: Internal API (the partition's modules and tests): recovery point, unsynced rolls, pending
         #: flushes and the failed state; see :class:`~pylog.storage.partition.durability.Durability`.
         self.durability = Durability(self._local, self.append_lock, self._writer, lambda: self._closed)
@@ -132,7 +129,7 @@ class Partition:
     def notifier(self) -> Notifier:
         """Internal API: the partition's cross-process wake-up (:mod:`pylog.storage.notify`), which the
         consumer watches across several partitions at once."""
-        return self._notify
+        return self._waiters.notifier
 
     def abandon(self) -> None:
         """Test hook: drop this handle as a crashed process would, writing nothing and closing the writer
@@ -278,9 +275,9 @@ class Partition:
     @property
     def log_start_offset(self) -> int:
         """The first offset a reader may read. A reader in another process than the writer looks for it as
-        :attr:`log_end_offset` does (see :meth:`LocalLog.refresh_locked`): a start that the writer's retention
+        :attr:`log_end_offset` does (see :meth:`LocalLog.refresh`): a start that the writer's retention
         or ``delete_records`` raised is seen by a reader that only asks for the start, not only by one that reads."""
-        self._refresh()
+        self._local.refresh()
         return self._local.log_start
 
     @property
@@ -288,7 +285,7 @@ class Partition:
         """The offset the next appended record will get (one past the last visible record)."""
         if self._closed:
             return self._final_end
-        self._refresh()
+        self._local.refresh()
         return self._local.end_offset
 
     @property
@@ -298,26 +295,6 @@ class Partition:
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self._local.segments)
-
-    def _refresh(self, force: bool = False) -> bool:
-        """As a reader of another process's writes, take in new batches and segments. True if anything grew.
-
-        With ``force`` (a segment of the snapshot vanished or was replaced) every segment's file identity
-        is checked. Runs under the partition lock, so reader threads do not race each other (sizes never
-        move back) nor a thread of this process that is becoming the writer (its segments are never
-        replaced).
-        """
-        if self._writer.held or self._closed:
-            return False
-        with self.append_lock:
-            for _ in range(READ_RETRIES):
-                if self._writer.held or self._closed:
-                    return False
-                try:
-                    return self._local.refresh_locked(force)
-                except FileNotFoundError:  # a segment went or was replaced while we looked: look again
-                    force = True
-            raise LogFailedError(f"{self.topic}-{self.number}: segments kept changing while being listed")
 
     # ------------------------------------------------------------------ appending
 
@@ -467,7 +444,7 @@ class Partition:
     def _after_append(self, n: int, flush: bool = True) -> None:
         # Readers in other processes: the batches are visible from here on (they read up to the file size),
         # whether or not the flush below succeeds.
-        self._notify.publish()
+        self._waiters.publish()
         dur = self.durability
         dur.unflushed += n
         try:
@@ -475,8 +452,7 @@ class Partition:
                 dur.flush_writer()
         finally:
             # Waiters in this process, whatever the flush did: the records are there to read.
-            with self._appended:
-                self._appended.notify_all()
+            self._waiters.wake_local()
 
     # ------------------------------------------------------------------ rolls and flushes
 
@@ -549,36 +525,8 @@ class Partition:
         every 5 ms while nothing comes. Never blocks past ``timeout``; returns False at once after
         :meth:`close`.
         """
-        deadline = None if timeout is None else time.monotonic() + timeout
-        poll = _POLL_MIN
-        watch = None if self._writer.held or self._closed else self._notify.watch()
-        try:
-            while True:
-                seq = watch.sequence() if watch is not None else 0  # before the log end: see pylog.storage.notify
-                if self.log_end_offset > offset:
-                    if watch is not None:
-                        watch.found(seq)
-                    return True
-                if self._closed:
-                    return False
-                remaining = None if deadline is None else deadline - time.monotonic()
-                if remaining is not None and remaining <= 0:
-                    return False
-                if watch is not None and not self._writer.held and watch.sleep(seq, remaining):
-                    continue
-                # The writer's own appends notify the condition; without wake-ups from another process, poll.
-                if self._writer.held:
-                    step = remaining
-                else:
-                    step = poll if remaining is None else min(poll, remaining)
-                poll = min(poll * 2, _POLL_MAX)
-                with self._appended:
-                    segs = self._local.segments  # empty for a reader opened before the writer created any segment
-                    if not segs or segs[-1].next_offset <= offset:
-                        self._appended.wait(step)
-        finally:
-            if watch is not None:
-                watch.close()
+        return self._waiters.wait_for_data(offset, timeout, self._local, lambda: self.log_end_offset,
+                                           lambda: self._writer.held, lambda: self._closed)
 
     # ------------------------------------------------------------------ maintenance (writer only)
 
@@ -621,19 +569,9 @@ class Partition:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
         if max_records <= 0:
             return []
-        return self._on_current_view(f"a read at offset {offset}", self._local.slices, offset, max_records,
-                                     max_bytes, verify, self._refresh)
-
-    def _on_current_view(self, what: str, read: Callable[..., _T], *args: Any) -> _T:
-        """Run ``read`` over the current segment view; when retention or compaction deleted or replaced a
-        segment of it before it was opened, take a new view and run it again."""
-        for _ in range(READ_RETRIES):
-            try:
-                return read(*args)
-            except FileNotFoundError as exc:
-                last = exc
-                self._retry_wait()
-        raise LogFailedError(f"{self.topic}-{self.number}: segments kept changing under {what} ({last})")
+        local = self._local
+        return local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
+                                     verify)
 
     def read(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
              verify: bool = True) -> list[Record]:
@@ -664,21 +602,7 @@ class Partition:
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None if there is none."""
-        return self._on_current_view("a time lookup", self._offset_for_timestamp_once, timestamp)
-
-    def _offset_for_timestamp_once(self, timestamp: int) -> int | None:
-        self._refresh()
-        return self._local.offset_for_timestamp(timestamp)
-
-    def _retry_wait(self) -> None:
-        """A new view: a writer's is already swapped (wait out a swap in progress); a reader re-lists."""
-        if self._closed:
-            raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
-        if self._writer.held:
-            with self.append_lock:  # a writer's view changes under this lock: wait out a swap in progress
-                pass
-        else:
-            self._refresh(force=True)
+        return self._local.on_current_view("a time lookup", self._local.offset_for_timestamp, timestamp)
 
     # ------------------------------------------------------------------ checks and lifecycle
 
@@ -851,9 +775,7 @@ class Partition:
             for seg in segs:
                 seg.close()
             self._writer.close()
-            self._notify.close()  # wakes this handle's waiters sleeping on the notify file
-            with self._appended:
-                self._appended.notify_all()
+            self._waiters.close()  # wakes this handle's waiters, here and on the notify file
             if error is not None:
                 raise error
 

@@ -125,7 +125,7 @@ def _open_active(local: LocalLog, segs: list[Segment], active_checked: tuple[int
     # is damage in the middle too (whole batches follow): check those bytes, once per handle.
     memo = active_checked
     fresh = memo is None or memo[:2] != (active.base_offset, active.inode)
-    damage = active.first_damage(*((0, None) if fresh else memo[2:]))
+    damage = active.first_damage(*((0, None) if memo is None or fresh else memo[2:]))
     if damage is not None:
         active.close()
         raise damaged_in_the_middle(local.topic, local.number, damage)

@@ -11,7 +11,7 @@ Invariants (numbered as in :mod:`pylog.storage.partition`):
 The view is one tuple ``(segments oldest first, their base offsets)``, swapped whole and never mutated in
 place, so a reader's snapshot of both always agrees and reads run without a lock. Every change of the view
 (:meth:`LocalLog.set_segments`, :meth:`LocalLog.refresh_locked`) happens under the partition's append lock,
-taken by the caller. Segments dropped from the view are never closed here: another thread may be reading
+taken by the caller or, for a reader's refresh, by :meth:`LocalLog.refresh`. Segments dropped from the view are never closed here: another thread may be reading
 through them (they close themselves when the last snapshot holding them goes).
 """
 
@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import bisect
 import os
+import threading
 import time
-from typing import Any, Callable
+from typing import Any, Callable, TypeVar
 
 from ...config import TopicConfig
-from ...errors import CorruptRecordError, LogFailedError, OffsetOutOfRangeError, UnknownTopicError
+from ...errors import CorruptRecordError, LogFailedError, OffsetOutOfRangeError, StoreClosedError, UnknownTopicError
 from ..checkpoint import Checkpoint, read_checkpoint
 from ..filenames import CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, list_segment_bases
 from ..segment import ReadSlice, Segment
@@ -35,13 +36,18 @@ READ_RETRIES = 8
 #: A reader at the log end looks at the checkpoints' stamp at most, and lists the partition's directory at
 #: least, this often (seconds); see LocalLog.refresh_locked.
 _STAMP_INTERVAL, _LIST_INTERVAL = 0.01, 1.0
+_T = TypeVar("_T")
 
 
 class LocalLog:
     """The segments of one partition directory as this handle sees them, and the log start offset."""
 
-    def __init__(self, directory: str, topic: str, number: int, config: TopicConfig) -> None:
+    def __init__(self, directory: str, topic: str, number: int, config: TopicConfig, lock: threading.RLock,
+                 is_writer: Callable[[], bool], is_closed: Callable[[], bool]) -> None:
         self.directory = directory
+        self._lock = lock  # the partition's append lock, shared: the view changes under it
+        self._is_writer = is_writer  # this handle holds the writer lock: its view is exact, never refreshed
+        self._is_closed = is_closed
         self.topic = topic
         self.number = number
         self.name = name = f"{topic}-{number}"  # for messages
@@ -185,9 +191,29 @@ class LocalLog:
                 out.append(None)
         return tuple(out)
 
+    def refresh(self, force: bool = False) -> bool:
+        """As a reader of another process's writes, take in new batches and segments. True if anything grew.
+
+        With ``force`` (a segment of the snapshot vanished or was replaced) every segment's file identity
+        is checked. Runs under the partition lock, so reader threads do not race each other (sizes never
+        move back) nor a thread of this process that is becoming the writer (its segments are never
+        replaced). A no-op for the writer and once closed.
+        """
+        if self._is_writer() or self._is_closed():
+            return False
+        with self._lock:
+            for _ in range(READ_RETRIES):
+                if self._is_writer() or self._is_closed():
+                    return False
+                try:
+                    return self.refresh_locked(force)
+                except FileNotFoundError:  # a segment went or was replaced while we looked: look again
+                    force = True
+            raise LogFailedError(f"{self.name}: segments kept changing while being listed")
+
     def refresh_locked(self, force: bool = False) -> bool:
-        """As a reader of another process's writes, under the append lock: take in new batches and
-        segments; True if anything grew. Usually the active segment's growth only: the directory is
+        """:meth:`refresh` under the append lock: take in new batches and segments; True if anything
+        grew. Usually the active segment's growth only: the directory is
         listed (and the segments' identities checked) when something else may have changed, that is when
 
         - a file named for the active segment's next offset exists: the writer rolled (one ``stat``;
@@ -281,14 +307,34 @@ class LocalLog:
 
     # ------------------------------------------------------------------ reading a snapshot
 
-    def slices(self, offset: int, max_records: int, max_bytes: int, verify: bool,
-               refresh: Callable[[], bool]) -> list[ReadSlice]:
+    def on_current_view(self, what: str, read: Callable[..., _T], *args: Any) -> _T:
+        """Run ``read`` over the current segment view; when retention or compaction deleted or replaced a
+        segment of it before it was opened, take a new view and run it again."""
+        for _ in range(READ_RETRIES):
+            try:
+                return read(*args)
+            except FileNotFoundError as exc:
+                last = exc
+                self._retry_wait()
+        raise LogFailedError(f"{self.name}: segments kept changing under {what} ({last})")
+
+    def _retry_wait(self) -> None:
+        """A new view: a writer's is already swapped (wait out a swap in progress); a reader re-lists."""
+        if self._is_closed():
+            raise StoreClosedError(f"partition {self.name} is closed")
+        if self._is_writer():
+            with self._lock:  # a writer's view changes under this lock: wait out a swap in progress
+                pass
+        else:
+            self.refresh(force=True)
+
+    def slices(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
         """The batches holding records from ``offset`` on, at most ``max_records`` (about ``max_bytes``),
-        from a snapshot of the view; ``refresh`` takes in another process's appends when the read is at
-        the end. Raises FileNotFoundError when a segment vanished under the read (the caller retries)."""
+        from a snapshot of the view, taking in another process's appends when the read is at the end.
+        Raises FileNotFoundError when a segment vanished under the read (see :meth:`on_current_view`)."""
         segs, bases = self.view
         end_offset = segs[-1].next_offset if segs else self.log_start
-        if offset >= end_offset and refresh():
+        if offset >= end_offset and self.refresh():
             segs, bases = self.view
             end_offset = segs[-1].next_offset
         if offset < self.log_start or offset > end_offset:
@@ -327,7 +373,9 @@ class LocalLog:
         return out
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
-        """The first offset from the log start whose record timestamp is >= ``timestamp`` in the view."""
+        """The first offset from the log start whose record timestamp is >= ``timestamp`` (after a refresh).
+        Raises FileNotFoundError when a segment vanished under it (see :meth:`on_current_view`)."""
+        self.refresh()
         segs = self.view[0]
         for i, seg in enumerate(segs):
             # A segment opened lazily (read-only, not loaded) has next_offset == base_offset until loaded,
