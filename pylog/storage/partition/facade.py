@@ -126,6 +126,12 @@ class Partition:
         self.durability.failed = reason
 
     @property
+    def local_log(self) -> LocalLog:
+        """Internal API (the partition's modules, benchmarks and tests): the segment view and log start as
+        this handle sees them; see :class:`~pylog.storage.partition.local_log.LocalLog`."""
+        return self._local
+
+    @property
     def notifier(self) -> Notifier:
         """Internal API: the partition's cross-process wake-up (:mod:`pylog.storage.notify`), which the
         consumer watches across several partitions at once."""

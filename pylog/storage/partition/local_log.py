@@ -180,6 +180,11 @@ class LocalLog:
         self._next_listing = time.monotonic() + _LIST_INTERVAL
         self._next_stamp = 0.0
 
+    def list_on_next_refresh(self) -> None:
+        """Make the next :meth:`refresh` list the directory, as if :data:`_LIST_INTERVAL` had passed (for
+        benchmarks comparing the reader's paths)."""
+        self._next_listing = 0.0
+
     def _meta_stamp(self) -> tuple:
         """Identity of the files a writer replaces when it deletes or swaps segments (checkpoints)."""
         out: list[Any] = []
