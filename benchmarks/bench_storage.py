@@ -372,12 +372,12 @@ class Bench:
         lat: list[float] = []
         rolled: list[float] = []
         while len(rolled) < rolls:
-            before = len(p._view[0])
+            before = len(p.segments)
             t = time.perf_counter()
             p.append_values(self.values, keys=self.keys)
             dt = time.perf_counter() - t
             lat.append(dt)
-            if len(p._view[0]) != before:
+            if len(p.segments) != before:
                 rolled.append(dt)
         store.close()
         worst = max(rolled)
@@ -485,16 +485,16 @@ def tail_reader(root: str, n: int, repeat: int) -> None:
                 wp.append_values(value)
                 t0 = time.thread_time_ns()
                 if previous:
-                    rp._next_listing = 0.0
+                    rp.local_log.list_on_next_refresh()
                 assert rp.log_end_offset == pos + 1
                 if previous:
-                    seg = rp._segments[-1]
+                    seg = rp.segments[-1]
                     seg._oindex = seg._tindex = None
                     seg._tail, seg._recent = ([], []), {}
                 assert len(rp.read_columns(pos)) == 1
                 pos += 1
                 if previous:
-                    rp._next_listing = 0.0
+                    rp.local_log.list_on_next_refresh()
                 assert not len(rp.read_columns(pos))
                 spent += time.thread_time_ns() - t0
             return spent / n / 1e3

@@ -242,14 +242,14 @@ class Store:
                 for p in topic.partitions:
                     p.maintenance_lock.acquire()  # waits for a cleaning or retention pass under way
                     held.append(p)
-                    if p._lock_for_discard():
+                    if p.lock_for_discard():
                         locked_here.append(p)
                 doomed = os.path.join(self.path, deleting_name(name, uuid.uuid4().hex))
                 with write_faults(f"deleting topic {name!r}", "the topic was not deleted"):
                     os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
             except BaseException:
                 for p in locked_here:
-                    p._unlock_discard()
+                    p.unlock_discard()
                 raise
             else:
                 fsync_dir(self.path)

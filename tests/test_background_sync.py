@@ -80,7 +80,7 @@ def _logs(seen: list[tuple[str, str]], thread: str) -> set[str]:
 
 
 def _sealed_logs(p: pylog.Partition) -> set[str]:
-    return {os.path.basename(s.log_path) for s in p._view[0][:-1]}
+    return {os.path.basename(s.log_path) for s in p.segments[:-1]}
 
 
 def test_roll_syncs_in_background_and_moves_recovery_point(tmp_path, fsyncs) -> None:
@@ -99,7 +99,7 @@ def test_roll_syncs_in_background_and_moves_recovery_point(tmp_path, fsyncs) -> 
         assert os.path.basename(p.directory) in synced
         cp = read_checkpoint(os.path.join(p.directory, CHECKPOINT_FILE))
         assert cp is not None and not cp.clean
-        assert cp.recovery_point == p._view[0][-1].base_offset
+        assert cp.recovery_point == p.segments[-1].base_offset
 
 
 def test_recovery_point_waits_for_the_sync(tmp_path) -> None:
@@ -111,7 +111,7 @@ def test_recovery_point_waits_for_the_sync(tmp_path) -> None:
             cp = read_checkpoint(os.path.join(p.directory, CHECKPOINT_FILE))
             assert cp is not None and cp.recovery_point == 0  # nothing rolled is durable yet
         cp = read_checkpoint(os.path.join(p.directory, CHECKPOINT_FILE))
-        assert cp is not None and cp.recovery_point == p._view[0][-1].base_offset
+        assert cp is not None and cp.recovery_point == p.segments[-1].base_offset
 
 
 def test_flush_syncs_pending_rolls_itself(tmp_path, fsyncs) -> None:
@@ -121,9 +121,9 @@ def test_flush_syncs_pending_rolls_itself(tmp_path, fsyncs) -> None:
             _roll_a_few(p)
             p.flush()
             me = threading.current_thread().name
-            assert _logs(fsyncs, me) == _sealed_logs(p) | {os.path.basename(p._view[0][-1].log_path)}
+            assert _logs(fsyncs, me) == _sealed_logs(p) | {os.path.basename(p.segments[-1].log_path)}
             cp = read_checkpoint(os.path.join(p.directory, CHECKPOINT_FILE))
-            assert cp is not None and cp.recovery_point == p._view[0][-1].base_offset
+            assert cp is not None and cp.recovery_point == p.segments[-1].base_offset
             done = len(fsyncs)
         # The queued jobs find nothing left: no second round of fsyncs of the sealed logs.
         assert not _logs(fsyncs[done:], "pylog-syncer")
@@ -196,7 +196,7 @@ def test_flush_after_a_failed_background_fsync_raises(tmp_path, monkeypatch) -> 
     monkeypatch.setattr(Segment, "sync_files", fails_once)
     with pylog.open(tmp_path / "s") as store:
         p = store.create_topic("t", 1, config=SMALL).partition(0)
-        while len(p._view[0]) < 2:
+        while len(p.segments) < 2:
             p.append_values(VALUES)
         assert syncer.wait_idle(30)
         with pytest.raises(LogFailedError):
@@ -233,12 +233,12 @@ def test_compaction_syncs_pending_rolls_before_choosing_what_is_clean(tmp_path) 
         with _Held():
             for i in range(12):
                 p.append_values(VALUES, keys=[b"k%d" % (j % 7) for j in range(len(VALUES))])
-            assert p._unsynced
+            assert p.durability.unsynced
             results = store.compact("c")
             assert results and results[0].passes >= 1
-            assert not p._unsynced
+            assert not p.durability.unsynced
             cp = read_checkpoint(os.path.join(p.directory, CHECKPOINT_FILE))
-            assert cp is not None and cp.recovery_point == p._view[0][-1].base_offset
+            assert cp is not None and cp.recovery_point == p.segments[-1].base_offset
             assert read_cleaner_checkpoint(p.directory).first_dirty <= cp.recovery_point
 
 
@@ -302,7 +302,7 @@ def test_killed_before_the_background_sync(tmp_path) -> None:
     with pylog.open(path) as store:
         p = store.topic("t").partition(0)
         assert p.log_end_offset == end  # the page cache kept everything
-        segments = len(p._view[0])
+        segments = len(p.segments)
         p.append_values([b"after"])  # the first write opens as writer, which recovers
         # The recovery point never moved: every segment was re-validated.
         assert p.last_recovery is not None and p.last_recovery["segments_validated"] == segments
@@ -319,13 +319,13 @@ def test_roll_after_a_clean_handover_marks_the_checkpoint_dirty_at_once(tmp_path
             p.append_values(VALUES)
             cp = read_checkpoint(path)
             assert cp is not None and cp.clean
-            before = len(p._view[0])
-            while len(p._view[0]) == before:
+            before = len(p.segments)
+            while len(p.segments) == before:
                 p.append_values(VALUES)
             # The rolled segment is not durable yet: a power cut now must leave a checkpoint that makes the
             # next writer re-validate it, so the roll itself wrote a dirty one.
             cp = read_checkpoint(path)
-            assert cp is not None and not cp.clean and cp.recovery_point < p._view[0][-1].base_offset
+            assert cp is not None and not cp.clean and cp.recovery_point < p.segments[-1].base_offset
 
 
 def test_power_cut_before_the_background_sync(tmp_path) -> None:
@@ -340,7 +340,7 @@ def test_power_cut_before_the_background_sync(tmp_path) -> None:
         p.flush()
         flushed = p.log_end_offset
         with _Held():
-            while len(p._view[0]) < 3:
+            while len(p.segments) < 3:
                 p.append_values(VALUES)
             p.append_values(VALUES)
             crashed = tmp_path / "crashed"
@@ -376,10 +376,10 @@ def test_cleanable_range_stops_at_a_pending_sync(tmp_path) -> None:
         with _Held():
             for i in range(12):
                 p.append_values(VALUES, keys=[b"k%d" % (j % 7) for j in range(len(VALUES))])
-            assert len(p._unsynced) >= 2
+            assert len(p.durability.unsynced) >= 2
             rng = cleanable_range(p)
-            assert rng.uncleanable == p.synced_through == p._unsynced[0].base_offset
-            assert rng.uncleanable < p._view[0][-1].base_offset
+            assert rng.uncleanable == p.synced_through == p.durability.unsynced[0].base_offset
+            assert rng.uncleanable < p.segments[-1].base_offset
 
 
 def test_a_write_failure_part_way_reports_itself_and_wakes_waiters(tmp_path, monkeypatch) -> None:
@@ -395,7 +395,7 @@ def test_a_write_failure_part_way_reports_itself_and_wakes_waiters(tmp_path, mon
         def fails_second(self: Partition, parts: list, h: object) -> None:
             calls.append(1)
             if len(calls) == 2:
-                self._failed = "simulated: the write could not be rolled back"
+                self.durability.failed = "simulated: the write could not be rolled back"
                 raise OSError(28, "No space left on device")
             real(self, parts, h)
 
@@ -417,12 +417,12 @@ def test_a_failed_partition_syncs_nothing_more(tmp_path, fsyncs) -> None:
         p = store.create_topic("t", 1, config=SMALL).partition(0)
         with _Held():
             _roll_a_few(p)
-            p._failed = "simulated: an earlier fsync failed"
+            p.durability.failed = "simulated: an earlier fsync failed"
             done = len(fsyncs)
             with pytest.raises(LogFailedError):
                 p.sync_rolled()
             assert not _logs(fsyncs[done:], threading.current_thread().name)
-            p._failed = None  # let the store close
+            p.durability.failed = None  # let the store close
 
 
 def test_columns_keep_no_view_of_a_segment_mapping(tmp_path) -> None:
@@ -431,7 +431,7 @@ def test_columns_keep_no_view_of_a_segment_mapping(tmp_path) -> None:
         p = store.create_topic("t", 1, config=SMALL).partition(0)
         for i in range(10):
             p.append_values([b"v%d" % i] * 100, keys=[b"k"] * 100, headers=[[("h", b"x")]] * 100)
-        sealed = list(p._view[0][:-1])
+        sealed = list(p.segments[:-1])
         kept = [p.read_columns(5, max_records=3), p.read_columns(0, max_records=1000), p.read_columns(150, 1)]
         assert all(s._mm is not None for s in sealed)  # read through their mappings
         mappings = [s._mm for s in sealed]
@@ -448,8 +448,8 @@ def test_flush_after_a_handover_fsyncs_what_this_handle_appended(tmp_path, fsync
     with pylog.open(tmp_path / "s") as store:
         p = store.create_topic("t", 1).partition(0)
         p.wait_to_write(1000)
-        p._append_values_in_turn(VALUES, None, None, None, None, None)  # as a producer appends
-        appended = os.path.basename(p._view[0][-1].log_path)
+        p.append_values_in_turn(VALUES, None, None, None, None, None)  # as a producer appends
+        appended = os.path.basename(p.segments[-1].log_path)
         assert p.release_turn()
         done = len(fsyncs)
         p.flush()
@@ -475,13 +475,13 @@ def test_a_handle_taking_turns_for_long_remembers_few_segments_and_its_flush_sti
         for turn in range(300):
             for store, p in ((a, pa), (b, pb)):
                 p.wait_to_write(10_000)
-                p._append_values_in_turn([b"x" * 200] * 4, None, None, None, None, None)  # as a producer does
+                p.append_values_in_turn([b"x" * 200] * 4, None, None, None, None, None)  # as a producer does
                 if p is pa:
-                    owed[os.path.realpath(p._view[0][-1].log_path)] = len(fsyncs)
+                    owed[os.path.realpath(p.segments[-1].log_path)] = len(fsyncs)
                 if turn % 20 == 0:
                     store.enforce_retention("t")
                 p.release_writer()
-            most = max(most, len(pa._handed_over))
+            most = max(most, len(pa.durability.handed_over))
         assert len(owed) > 3 * 16  # many more segments than the handle may remember
         assert most <= 16
         pa.flush()
@@ -499,7 +499,7 @@ def test_flush_fsyncs_a_segment_the_next_writer_rolled_before_its_sync(tmp_path,
     with pylog.open(tmp_path / "s") as store, pylog.open(tmp_path / "s") as other:
         p = store.create_topic("t", 1, config=SMALL).partition(0)
         p.append_values(VALUES)
-        appended = os.path.basename(p._view[0][-1].log_path)
+        appended = os.path.basename(p.segments[-1].log_path)
         p.release_writer()
         q = other.topic("t").partition(0)
         with _Held():
@@ -516,7 +516,7 @@ def test_close_after_a_handover_fsyncs_what_this_handle_appended(tmp_path, fsync
     try:
         p = store.create_topic("t", 1).partition(0)
         p.append_values(VALUES)
-        appended = os.path.basename(p._view[0][-1].log_path)
+        appended = os.path.basename(p.segments[-1].log_path)
         p.release_writer()
         done = len(fsyncs)
     finally:
@@ -553,7 +553,7 @@ def test_flush_ms_reaches_what_this_handle_appended_before_a_handover(tmp_path, 
     with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
         p = store.create_topic("t", 1).partition(0)
         p.append_values(VALUES)
-        appended = os.path.basename(p._view[0][-1].log_path)
+        appended = os.path.basename(p.segments[-1].log_path)
         p.release_writer()
         store.alter_topic_config("t", {"flush.ms": 1})
         started = time.monotonic()
@@ -562,4 +562,4 @@ def test_flush_ms_reaches_what_this_handle_appended_before_a_handover(tmp_path, 
         done = len(fsyncs)
         p.flush_if_due()
         assert appended in _logs(fsyncs[done:], me)
-        assert p._unflushed == 0
+        assert p.durability.unflushed == 0

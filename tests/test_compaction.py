@@ -333,9 +333,7 @@ def test_an_interrupted_swap_is_rolled_back_or_forward(tmp_path, monkeypatch, ph
     monkeypatch.setattr(swap, "roll_forward", real_roll)
     directory = p.directory
     # Simulate the crash: drop the store without a clean close of the partition.
-    p._closed = True
-    os.close(p._lock_fd)
-    p._lock_fd = None
+    p.abandon()
     store._closed = True
     store._cleaner.stop()
     with _store(tmp_path) as store2:

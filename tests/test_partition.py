@@ -827,7 +827,7 @@ def test_a_too_large_record_writes_nothing_of_its_call(tmp_path):
 
 
 def test_a_failed_roll_makes_the_partition_refuse_work_until_reopened(tmp_path, monkeypatch):
-    from pylog.storage import partition as partition_module
+    from pylog.storage.partition import local_log as partition_module
     with pylog.open(tmp_path, segment_bytes=1024) as store:
         p = store.create_topic("t").partition(0)
         p.append_values([b"x" * 600])

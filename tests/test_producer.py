@@ -229,7 +229,7 @@ def test_a_retried_append_after_a_lost_acknowledgement_is_not_duplicated(store, 
     """The append lands, then an error hides it from the producer, which retries with the same sequence
     numbers: the partition recognises the retry, and the records exist once."""
     store.create_topic("t")
-    real = Partition._append_values_in_turn  # the producer's way into a partition
+    real = Partition.append_values_in_turn  # the producer's way into a partition
     calls = []
 
     def flaky(self, values, keys, timestamps, headers, producer, compression):
@@ -239,7 +239,7 @@ def test_a_retried_append_after_a_lost_acknowledgement_is_not_duplicated(store, 
             raise OSError("simulated: the write landed but its completion was lost")
         return first
 
-    monkeypatch.setattr(Partition, "_append_values_in_turn", flaky)
+    monkeypatch.setattr(Partition, "append_values_in_turn", flaky)
     with store.producer(retries=3, retry_backoff_ms=1, linger_ms=60_000) as producer:
         futures = [producer.send("t", b"v%d" % i) for i in range(10)]
         producer.flush()
@@ -285,7 +285,7 @@ def test_concurrent_senders_with_acks_all_share_fsyncs(store, monkeypatch):
 
 def test_a_failing_partition_fails_only_its_records_and_starts_a_new_epoch(store, monkeypatch):
     store.create_topic("t", partitions=2)
-    real = Partition._append_values_in_turn  # the producer's way into a partition
+    real = Partition.append_values_in_turn  # the producer's way into a partition
 
     def broken_on_1(self, *args, **kwargs):
         if self.number == 1 and not broken_on_1.healed:
@@ -293,7 +293,7 @@ def test_a_failing_partition_fails_only_its_records_and_starts_a_new_epoch(store
         return real(self, *args, **kwargs)
 
     broken_on_1.healed = False
-    monkeypatch.setattr(Partition, "_append_values_in_turn", broken_on_1)
+    monkeypatch.setattr(Partition, "append_values_in_turn", broken_on_1)
     with store.producer(linger_ms=60_000) as producer:
         good = [producer.send("t", b"a%d" % i, partition=0) for i in range(3)]
         bad = [producer.send("t", b"b%d" % i, partition=1) for i in range(3)]

@@ -118,7 +118,7 @@ def test_a_handover_does_not_wait_for_maintenance_under_way(tmp_path):
         a.create_topic("ev")
         pa = a.topic("ev").partition(0)
         pa.wait_to_write(1000)
-        pa._append_values_in_turn([b"x"], None, None, None, None, None)
+        pa.append_values_in_turn([b"x"], None, None, None, None, None)
         waiter = threading.Thread(target=lambda: b.topic("ev").partition(0).wait_to_write(10_000))
         waiter.start()
         assert _wait_for(pa.handover_wanted)

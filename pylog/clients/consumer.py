@@ -625,7 +625,7 @@ class Consumer:
         watches: list[Watch] = []
         try:
             for p, _ in entries:
-                w = p._notify.watch()
+                w = p.notifier.watch()
                 if w is None:
                     return False
                 watches.append(w)

@@ -788,7 +788,7 @@ class Producer:
                     # Only the wait for this partition counts against max_block_ms, not letting go of others.
                     deadline += time.monotonic() - started
                     part.wait_to_write(max(0.0, deadline - time.monotonic()) * 1000, again)
-                return part._append_values_in_turn(vals, keys, ts, hs, producer, compression)
+                return part.append_values_in_turn(vals, keys, ts, hs, producer, compression)
             except PartitionLockedError:
                 # Handed on between our turn and the append (another producer of this process): wait again.
                 if time.monotonic() >= deadline:

@@ -373,7 +373,7 @@ class CleanableRange:
 
 def _position(seg: Segment, offset: int) -> int:
     try:
-        return seg._position_for(offset)[0]
+        return seg.position_for(offset)[0]
     except (CorruptRecordError, OSError):
         return 0
 
@@ -426,7 +426,7 @@ _Batch = tuple[memoryview, BatchView]
 
 def _batches(seg: Segment, start: int = 0) -> Iterator[_Batch]:
     """Every batch of a sealed segment whose last offset is >= ``start``, checked (CRC)."""
-    for fpos, h, buf, p in seg._scan(0, seg.size, 16 << 20, tolerate_tail=False):
+    for fpos, h, buf, p in seg.scan(0, seg.size, 16 << 20, tolerate_tail=False):
         if h.last_offset < start:
             continue
         yield memoryview(buf)[p:p + h.size], BatchView.from_buffer(buf, p, seg.log_path, fpos, header=h)
@@ -532,7 +532,7 @@ def clean_partition(partition: "Partition", buffer_bytes: int, now: int | None =
         result.skipped = "cleanup.policy does not include compact"
         return result
     with partition.maintenance_lock:
-        partition._ensure_writer()
+        partition.ensure_writer()
         # The cleaner checkpoint's first-dirty offset must never run ahead of durable data: a power cut that
         # took an unsynced segment would let new records reuse offsets the checkpoint calls clean.
         partition.sync_rolled()
@@ -605,7 +605,7 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     ccp.reached(end, now, partition.log_start_offset)
     to_clean = [s for s in candidates if s.base_offset < end]
     bounds = [segs[i + 1].base_offset for i in range(len(to_clean))]
-    index_args = partition._new_segment_args()
+    index_args = partition.segment_index_args()
     capacity = OffsetIndex.capacity_for(index_args[0])
     drms = cfg["delete.retention.ms"]
     # Every key of [first_dirty, end) is in the map, so a record there survives exactly when the map
@@ -644,7 +644,7 @@ def _clean_group(partition: "Partition", old: list[Segment], omap: OffsetMap, ke
     count = 0
     try:
         for seg in old:
-            for fpos, h, buf, p in seg._scan(0, seg.size, 16 << 20, tolerate_tail=False):
+            for fpos, h, buf, p in seg.scan(0, seg.size, 16 << 20, tolerate_tail=False):
                 if should_stop():
                     raise CleanerStoppedError("store closing")
                 n = h.record_count
@@ -741,7 +741,7 @@ def _swap(partition: "Partition", done: list[tuple[list[Segment], bool]], index_
     fsync_dir(directory)
     swap.write_manifest(directory, groups)  # the commit point
     try:
-        with partition._lock:
+        with partition.append_lock:
             # before any name points at a new file
             generation = partition.bump_swap_generation([s for old, _ in done for s in old])
             swap.roll_forward(directory, groups)
@@ -753,5 +753,5 @@ def _swap(partition: "Partition", done: list[tuple[list[Segment], bool]], index_
     except BaseException as exc:
         # Past the commit point the files and the in-memory view may disagree: refuse work until the
         # store is reopened, whose writer open rolls the swap forward from the manifest.
-        partition._failed = f"compaction swap failed after its commit point: {exc!r}"
+        partition.mark_failed(f"compaction swap failed after its commit point: {exc!r}")
         raise

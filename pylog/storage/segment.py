@@ -194,6 +194,11 @@ class Segment:
         return os.fstat(self._fd()).st_size
 
     @property
+    def is_open(self) -> bool:
+        """True once this object opened its log file for reading (it then pins the file's inode)."""
+        return self._rfd is not None
+
+    @property
     def inode(self) -> int | None:
         """The log file's inode when this object opened or created it (None before it did)."""
         return self._ino
@@ -365,6 +370,16 @@ class Segment:
                 raise
             yield pos, h, mm, pos
             pos += h.size
+
+    def scan(self, pos: int, end: int, chunk: int | list[int], tolerate_tail: bool
+             ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+        """Every whole batch in [pos, end): ``(file position, header, buffer, position in buffer)``; for
+        the compactor, which copies batches. See :meth:`_scan`."""
+        return self._scan(pos, end, chunk, tolerate_tail)
+
+    def position_for(self, offset: int) -> tuple[int, int]:
+        """``(position, base offset)`` of an indexed batch at or before the one holding ``offset``."""
+        return self._position_for(offset)
 
     def _position_for(self, offset: int) -> tuple[int, int]:
         """``(position, base offset)`` of an indexed batch at or before the one holding ``offset``."""

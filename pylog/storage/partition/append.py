@@ -1,0 +1,213 @@
+"""Turning an append call into batches: batch bounds, encoding, when to roll, and idempotent producers.
+
+Invariants (numbered as in :mod:`pylog.storage.partition`):
+1. Offsets are dense (as written) and strictly increasing: each batch is encoded at the offset after the
+   previous one (:meth:`Appender.encode_runs`), and a batch whose last offset would overflow the segment's
+   relative offsets rolls first (:func:`should_roll`).
+9. Every batch of a call is encoded and checked against ``max.message.bytes`` before any is written, so a
+   call that fails validation appends nothing. A repeated idempotent producer call (a retry) is recognised
+   by the producer table (:mod:`pylog.storage.producer_state`) and not appended again; a retry of a call
+   that failed part-way appends only the batches that did not land.
+
+:class:`Appender` owns the idempotent-producer table; it is used under the partition's append lock.
+Nothing here writes a file except the producer snapshot.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+from typing import Any, NamedTuple, Sequence
+
+import numpy as np
+
+from ...config import TopicConfig
+from ...errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from ..producer_state import ProducerState
+from ..records import CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, encode_parts, now_ms, slice_parts
+from ..segment import Segment
+from .local_log import LocalLog
+
+__all__ = ["Appender", "Columns", "should_roll", "SEQ_MOD"]
+
+log = logging.getLogger("pylog.partition")
+
+_MAX_RELATIVE = 0xFFFFFFFF
+#: Producer sequence numbers wrap here.
+SEQ_MOD = 1 << 31
+
+
+class Columns(NamedTuple):
+    """The records of one append call, as columns: value and key lengths (-1 for null) and their data
+    parts (``contiguous``: one buffer per column; else one part per non-null item), timestamps, headers."""
+    n: int
+    vlens: np.ndarray
+    vparts: list
+    klens: np.ndarray | None
+    kparts: list
+    timestamps: Any
+    headers: Sequence[Any] | None
+    contiguous: bool
+
+    def data_bytes(self) -> int | None:
+        """Key + value bytes when cheap to know (contiguous columns), else None."""
+        if not self.contiguous:
+            return None
+        return sum(memoryview(p).nbytes for p in self.vparts) + sum(memoryview(p).nbytes for p in self.kparts)
+
+    def after(self, skip: int) -> "Columns":
+        """The records from ``skip`` on."""
+        vlens, vparts = slice_parts(self.vlens, self.vparts, skip, self.n, self.contiguous)
+        klens, kparts = self.klens, self.kparts
+        if klens is not None:
+            klens, kparts = slice_parts(klens, kparts, skip, self.n, self.contiguous)
+        return Columns(self.n - skip, vlens, vparts, klens, kparts,
+                       None if self.timestamps is None else self.timestamps[skip:],
+                       None if self.headers is None else self.headers[skip:], self.contiguous)
+
+
+class Appender:
+    """Batch layout and encoding for one partition, and its idempotent-producer table."""
+
+    def __init__(self, name: str, directory: str, config: TopicConfig) -> None:
+        self.name = name  # "topic-number", for messages
+        self.directory = directory
+        self.config = config
+        self._producers: ProducerState | None = None  # loaded on the first idempotent append
+
+    def check_keys(self, cols: Columns, topic: str) -> None:
+        """A compacted topic needs a key on every record."""
+        if self.config.compact and (cols.klens is None or int(cols.klens.min()) < 0):
+            raise InvalidRecordError(f"{topic} is compacted: every record needs a key")
+
+    def codec(self, requested: str | None = None) -> int:
+        setting = self.config["compression.type"]
+        if setting == "producer":
+            setting = requested or "none"
+        if setting not in ("lz4", "none", "uncompressed"):
+            raise InvalidRecordError(f"compression {setting!r} is not supported (lz4 or none)")
+        return CODEC_LZ4 if setting == "lz4" else CODEC_NONE
+
+    def batch_bounds(self, cols: Columns) -> list[tuple[int, int]]:
+        """Split records [0, n) into runs whose encoded size stays within max.message.bytes."""
+        return batch_bounds(self.config["max.message.bytes"] - HEADER_SIZE, cols.n, cols.vlens, cols.klens,
+                            cols.headers, cols.data_bytes())
+
+    # ------------------------------------------------------------------ idempotence
+
+    def producer_state(self, local: LocalLog) -> ProducerState:
+        """The idempotent-producer table, loaded on first use: the snapshot, then the batch headers after it."""
+        state = self._producers
+        if state is None:
+            try:
+                snap = ProducerState.read_snapshot(self.directory)
+            except CorruptRecordError as exc:
+                log.warning("%s: ignoring the producer snapshot (%s); rebuilding from the log", self.directory, exc)
+                snap = None
+            end = local.segments[-1].next_offset
+            state, start = snap if snap is not None and snap[1] <= end else (ProducerState(), 0)
+            segs, bases = local.view
+            for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
+                state.rebuild(h for _, h in seg.batch_headers() if h.last_offset >= start)
+            self._producers = state
+        return state
+
+    def snapshot_producers(self, end_offset: int, durable: bool = True) -> None:
+        """Write the producer table's snapshot (if loaded) as of ``end_offset``."""
+        if self._producers is not None:
+            self._producers.expire(now_ms(), self.config["producer.id.expiration.ms"])
+            self._producers.write_snapshot(self.directory, end_offset, durable=durable)
+
+    def forget_producers(self) -> None:
+        """Another writer may append idempotent batches before this handle writes again: reload then."""
+        self._producers = None
+
+    # ------------------------------------------------------------------ encoding
+
+    def encode_runs(self, first: int, bounds: list[tuple[int, int]], cols: Columns,
+                    producer: tuple[int, int, int] | None = None,
+                    compression: str | None = None) -> list[tuple[list, Any]]:
+        """Encode records [start, stop) of each bound as one batch, the first at offset ``first``, halving
+        any batch that comes out over max.message.bytes; a single record that does not fit raises
+        RecordTooLargeError."""
+        codec = self.codec(compression)
+        log_append = self.config.log_append_time
+        max_bytes = self.config["max.message.bytes"]
+        now = now_ms()
+        n, vlens, vparts, klens, kparts, timestamps, headers, contiguous = cols
+        pid, epoch, seq = producer if producer is not None else (-1, -1, -1)
+        out: list[tuple[list, Any]] = []
+        todo = list(reversed(bounds))
+        base = first
+        while todo:
+            start, stop = todo.pop()
+            if start == 0 and stop == n:
+                vl, vp, kl, kp = vlens, vparts, klens, kparts
+            else:
+                vl, vp = slice_parts(vlens, vparts, start, stop, contiguous)
+                kl, kp = (None, []) if klens is None else slice_parts(klens, kparts, start, stop, contiguous)
+            parts, h = encode_parts(
+                value_lengths=vl, value_data=vp, key_lengths=kl, key_data=kp,
+                timestamps=None if timestamps is None else timestamps[start:stop],
+                headers=None if headers is None else headers[start:stop],
+                base_offset=base, default_timestamp=now, codec=codec, log_append_time=log_append,
+                producer_id=pid, producer_epoch=epoch, base_sequence=-1 if pid < 0 else (seq + start) % SEQ_MOD)
+            if h.size > max_bytes:
+                if stop - start == 1:
+                    raise RecordTooLargeError(
+                        f"record {start} needs {h.size} bytes, over max.message.bytes ({max_bytes}) of {self.name}")
+                mid = (start + stop) // 2
+                todo.extend([(mid, stop), (start, mid)])
+                continue
+            out.append((parts, h))
+            base = h.next_offset
+        return out
+
+
+def batch_bounds(limit: int, n: int, vlens: np.ndarray, klens: np.ndarray | None,
+                 headers: Sequence[Any] | None, data_bytes: int | None = None) -> list[tuple[int, int]]:
+    """Split records [0, n) into runs whose encoded body stays within ``limit`` bytes.
+
+    ``data_bytes``, when the caller knows it (columnar appends), is the key + value bytes.
+    """
+    if headers is None:  # cheap upper bound first: most appends fit in one batch
+        if data_bytes is None:
+            data_bytes = int(vlens.sum()) + (int(klens.sum()) if klens is not None else 0) + 2 * n
+        if data_bytes + RECORD_OVERHEAD * n <= limit:
+            return [(0, n)]
+    sizes = np.maximum(vlens, 0).astype(np.int64) + RECORD_OVERHEAD
+    if klens is not None:
+        sizes += np.maximum(klens, 0)
+    if headers is not None:
+        # An estimate (UTF-8 keys, msgpack's worst-case prefixes); encoded batches are checked exactly.
+        sizes += np.fromiter((sum(len(k.encode()) + len(v or b"") + 11 for k, v in h) + 5 if h else 1
+                              for h in headers), np.int64, n)
+    total = int(sizes.sum())
+    if total <= limit:
+        return [(0, n)]
+    cum = np.cumsum(sizes)
+    bounds = []
+    start = 0
+    base = 0
+    while start < n:
+        stop = int(np.searchsorted(cum, base + limit, side="right"))
+        stop = max(stop, start + 1)
+        bounds.append((start, stop))
+        base = int(cum[stop - 1])
+        start = stop
+    return bounds
+
+
+def should_roll(config: TopicConfig, seg: Segment, h: Any) -> bool:
+    """Whether batch ``h`` goes into a new segment rather than the active ``seg``."""
+    if seg.size + h.size > config["segment.bytes"]:
+        return True
+    first = seg.first_timestamp
+    # A compacted topic also rolls by max.compaction.lag.ms: the cleaner never touches the active
+    # segment, so a record could otherwise wait longer than promised (Kafka does the same).
+    limit = min(config["segment.ms"], config["max.compaction.lag.ms"]) if config.compact else config["segment.ms"]
+    if first is not None and h.max_timestamp - first > limit:
+        return True
+    if h.last_offset - seg.base_offset > _MAX_RELATIVE:
+        return True
+    return seg.index_full

@@ -1,0 +1,807 @@
+"""The :class:`Partition` facade: the public API of a partition, wiring the parts that each own one concern.
+
+- :mod:`.writer_lock` (:class:`WriterLock`): the ``flock`` on ``.lock`` and turn-taking (invariant 4);
+- :mod:`.local_log` (:class:`LocalLog`): the segment list, the log start, readers' refresh and reads
+  (invariants 1, 2, 7);
+- :mod:`.loader`: opening as the writer, recovery, interrupted swaps (invariants 3, 10);
+- :mod:`.durability` (:class:`Durability`): checkpoint, recovery point, rolls and their background fsync,
+  flushes, the failed state (invariants 3, 5, 8);
+- :mod:`.append` (:class:`Appender`): batch bounds, encoding, idempotent producers (invariants 1, 9);
+- :mod:`.maintenance`: retention, delete-records, the view side of compaction swaps (invariants 5, 6);
+- :mod:`.waiting` (:class:`Waiters`): waking readers that wait for appends, here and in other processes.
+
+Invariants kept here: the facade holds ONE append lock (:attr:`Partition.append_lock`, an ``RLock``) that
+every part's writer-side state changes under, and :attr:`Partition.maintenance_lock`, always taken before
+it, never after. The parts never call each other's private names; the facade passes each what it needs.
+
+Thread-safety: every public method may be called from any thread. Appends serialise on the append lock;
+reads take a snapshot of the segment list and sizes and run concurrently with appends and maintenance.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import threading
+import time
+from typing import Any, Callable, Iterable, Sequence
+
+import numpy as np
+
+from ...config import TopicConfig
+from ...errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, PartitionLockedError, ReadOnlyStoreError,
+                       StoreClosedError)
+from ..fileio import fault
+from ..notify import Notifier
+from ..records import Record, RecordColumns, column_parts, gc_paused, now_ms
+from ..retention import RetentionResult
+from ..segment import ReadSlice, Segment
+from . import loader, maintenance
+from .append import SEQ_MOD, Appender, Columns, should_roll
+from .durability import Durability
+from .local_log import LocalLog
+from .waiting import Waiters
+from .writer_lock import WriterLock
+
+__all__ = ["Partition", "DEFAULT_MAX_BYTES"]
+
+log = logging.getLogger("pylog.partition")
+
+#: Default byte limit of one read (Kafka's fetch.max.bytes); a read returns at least one batch regardless.
+DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+
+
+class Partition:
+    """One partition of a topic, stored in ``directory``. Obtain it with ``store.topic(name).partition(i)``."""
+
+    def __init__(self, topic: str, number: int, directory: str, config: TopicConfig,
+                 lock_timeout_ms: int = 0, read_only: bool = False) -> None:
+        self.topic = topic
+        self.number = number
+        self.directory = directory
+        self._config = config
+        self.lock_timeout_ms = lock_timeout_ms
+        #: Written by many handles in turn (take the lock, append, :meth:`release_writer`): the background
+        #: cleaner maintains it whenever it can take the lock, not only while this handle writes.
+        self.transient = False
+        #: Opened through a read-only store: never becomes the writer, creates and maps no file.
+        self.read_only = read_only
+        self._repairing = False  # see repair()
+        #: (base offset, inode, byte position, offset there) of the active segment as this handle last
+        #: wrote it: the bytes before the position were checked or written by this handle as the writer,
+        #: so its next open after a clean checkpoint (its next turn) checks only those after them.
+        self._active_checked: tuple[int, int | None, int, int] | None = None
+        #: Internal API: serialises appends, writer-side state and changes of the segment view (an RLock).
+        #: The compactor holds it while it swaps segments in (see :meth:`replace_segments`).
+        self.append_lock = threading.RLock()
+        #: Serialises maintenance (retention, delete-records, compaction); taken before ``append_lock``,
+        #: never after.
+        self.maintenance_lock = threading.RLock()
+        self._waiters = Waiters(directory, read_only)
+        self._closed = False
+        self._final_end = 0  # log end offset at close
+        #: What the last crash recovery did: segments re-validated, bytes dropped, seconds (None: none ran).
+        self.last_recovery: dict[str, Any] | None = None
+        if not read_only:
+            os.makedirs(directory, exist_ok=True)
+        name = f"{topic}-{number}"
+        self._writer = WriterLock(directory, name, read_only)
+        self._local = LocalLog(directory, topic, number, config, self.append_lock, lambda: self._writer.held,
+                               lambda: self._closed)
+        #: Internal API (the partition's modules and tests): recovery point, unsynced rolls, pending
+        #: flushes and the failed state; see :class:`~pylog.storage.partition.durability.Durability`.
+        self.durability = Durability(self._local, self.append_lock, self._writer, lambda: self._closed)
+        self._appender = Appender(name, directory, config)
+        self._local.load_readonly()
+
+    @property
+    def config(self) -> TopicConfig:
+        """The topic's configuration; the store sets a new one when the topic's config is altered."""
+        return self._config
+
+    @config.setter
+    def config(self, config: TopicConfig) -> None:
+        self._config = self._local.config = self._appender.config = config
+
+    # ------------------------------------------------------------------ internal API
+
+    def segment_index_args(self) -> tuple[int, int]:
+        """Internal API: ``(segment.index.bytes, index.interval.bytes)`` for new Segment objects of this
+        partition (the compactor's cleaned segments)."""
+        return self._local.segment_index_args()
+
+    def ensure_writer(self) -> None:
+        """Internal API: become the partition's writer (lock, recover if the last shutdown was not clean,
+        open for append); a no-op for the writer. For maintenance that needs the lock (the compactor).
+
+        :raises PartitionLockedError, StoreClosedError, LogFailedError, ReadOnlyStoreError:
+        """
+        with self.append_lock:
+            self._ensure_writer_locked()
+
+    def mark_failed(self, reason: str) -> None:
+        """Internal API: refuse work until the store is reopened, because of ``reason`` (the compactor
+        after a swap that failed past its commit point)."""
+        self.durability.failed = reason
+
+    @property
+    def local_log(self) -> LocalLog:
+        """Internal API (the partition's modules, benchmarks and tests): the segment view and log start as
+        this handle sees them; see :class:`~pylog.storage.partition.local_log.LocalLog`."""
+        return self._local
+
+    @property
+    def notifier(self) -> Notifier:
+        """Internal API: the partition's cross-process wake-up (:mod:`pylog.storage.notify`), which the
+        consumer watches across several partitions at once."""
+        return self._waiters.notifier
+
+    def abandon(self) -> None:
+        """Test hook: drop this handle as a crashed process would, writing nothing and closing the writer
+        lock's descriptor; the handle is unusable afterwards."""
+        self._closed = True
+        self._writer.drop_without_unlock()
+
+    # ------------------------------------------------------------------ the writer lock
+
+    @property
+    def is_writer(self) -> bool:
+        """True once this handle holds the partition's exclusive writer lock."""
+        return self._writer.held
+
+    def handover_wanted(self) -> bool:
+        """True while another handle, in any process, waits for this partition's writer lock in
+        :meth:`wait_to_write`. Two system calls."""
+        if self._writer.want_fd is None:
+            with self.append_lock:
+                if self._closed:
+                    raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+                self._writer.open_probe()
+        return self._writer.handover_wanted()
+
+    def wait_to_write(self, timeout_ms: float, between: Callable[[], object] | None = None) -> None:
+        """Become the partition's writer for a turn, waiting up to ``timeout_ms`` for a writer that takes
+        turns (a producer, here or in another process) to hand it over, and asking it to (``.want``). The
+        lock then stays free to be handed over in turn (:meth:`hand_over`) until a direct append pins
+        it. Unlike an append with ``lock.timeout.ms``, this does not hold the partition's append lock
+        while it waits, so this handle's readers go on. A no-op for the writer. ``between``, when given,
+        is called after each attempt that failed while waiting (a producer lets go there of the
+        partitions it could not let go of before: see :meth:`release_turn`); it must not block.
+
+        :raises PartitionLockedError: when the lock did not come within ``timeout_ms`` (a writer that
+            does not take turns, such as a store appending directly, keeps it until it closes).
+        :raises UnknownTopicError: when the partition was deleted.
+        """
+        if self.is_writer:
+            return
+        if not self._writer.wait_for_turn(self._take_turn, timeout_ms, between):
+            raise PartitionLockedError(f"partition {self.topic}-{self.number} is locked by another writer "
+                                       f"({self.directory}), which did not hand it over within {timeout_ms} ms")
+
+    def _take_turn(self) -> bool:
+        with self.append_lock:
+            if self._writer.held:
+                return True
+            if not self.try_become_writer():
+                return False
+            self._writer.in_turns = True
+            return True
+
+    def hand_over(self) -> bool:
+        """For a writer taking turns, between its appends: release the lock when another handle waits for
+        it in :meth:`wait_to_write`; True when released. Never a lock a direct append pinned, nor while
+        retention or compaction of the partition is under way in this handle (it is tried again on the
+        writer's next append or idle look, instead of blocking behind a long pass)."""
+        if not self._writer.in_turns or not self._writer.held or not self.handover_wanted():
+            return False
+        return self._release_turn(blocking=False)
+
+    def release_turn(self, blocking: bool = True) -> bool:
+        """Let go of a writer lock held for a turn (:meth:`wait_to_write`), whether or not anyone waits for
+        it; a lock a direct append pinned stays. True when released. For a writer taking turns that stops
+        writing (a producer closing), or that is about to wait for another partition. Waits for retention
+        or compaction of the partition under way in this handle to finish; with ``blocking`` False it
+        leaves the lock held instead (False: the caller tries again later, as :meth:`hand_over` does)."""
+        return self._release_turn(blocking)
+
+    def _release_turn(self, blocking: bool) -> bool:
+        if not self.maintenance_lock.acquire(blocking=blocking):
+            return False
+        try:
+            with self.append_lock:
+                if not self._writer.in_turns or not self._writer.held:
+                    return False
+                self.release_writer()
+                return True
+        finally:
+            self.maintenance_lock.release()
+
+    def _ensure_writer_locked(self) -> None:
+        if self._closed:
+            raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+        failed = self.durability.failed
+        if failed is not None:
+            raise LogFailedError(f"partition {self.topic}-{self.number} failed earlier ({failed}); reopen the store")
+        if self._writer.held:
+            return
+        if self.read_only:
+            raise ReadOnlyStoreError(f"partition {self.topic}-{self.number} belongs to a store opened with "
+                                     "read_only=True, which never writes; open the store without read_only to write")
+        try:
+            fd = self._writer.acquire(self.lock_timeout_ms)
+            try:
+                self._open_as_writer()
+            except BaseException:
+                self._writer.unlock(fd)
+                raise
+        except OSError as exc:
+            raise fault(exc, f"opening {self.topic}-{self.number} for writing",
+                        "nothing was written through this handle (the next writer recovers whatever the open left)")
+        self._writer.adopt(fd)
+
+    def _open_as_writer(self) -> None:
+        dur = self.durability
+        takes_turns = self._writer.takes_turns
+        opened = loader.open_as_writer(self._local, takes_turns, self._repairing, self._active_checked,
+                                       self._note_recovery)
+        if opened.cp_durably_dirty is not None:  # it wrote a checkpoint to finish an interrupted swap
+            dur.cp_durably_dirty = opened.cp_durably_dirty
+        self._note_active_checked()
+        dur.recovery_point = opened.recovery_point
+        if takes_turns and opened.checkpoint.clean:
+            # A writer taking turns (see release_writer) opens for every turn, after a holder that left
+            # the checkpoint clean. It leaves it so rather than mark it dirty, a file replaced per turn:
+            # if this process dies, the next opener's check of the active segment's tail
+            # (open_for_append) finds what it left half-written, and a roll writes a dirty checkpoint.
+            return
+        # Not fsynced for a writer taking turns: losing this write to a power cut only means the next
+        # opener recovers from an older point (the active segment is checked on every open anyway).
+        dur.write_checkpoint(durable=not (self.transient or takes_turns))
+
+    def _note_recovery(self, stats: dict[str, Any]) -> None:
+        self.last_recovery = stats
+
+    def _note_active_checked(self) -> None:
+        """Record that this handle, as the writer, has checked or written the active segment to its end."""
+        active = self._local.segments[-1]
+        self._active_checked = (active.base_offset, active.inode, active.size, active.next_offset)
+
+    def bump_swap_generation(self, replaced: Sequence[Segment]) -> tuple[str, int]:
+        """Before compaction renames files over segment names: record a new swap generation (durably).
+
+        The segments of the view that are not ``replaced`` keep their files, so they move to the new
+        generation; only the replaced ones (still in readers' snapshots) keep the old one. Returns the
+        generation new segment objects are made under. Writer only, under the append lock.
+        """
+        return maintenance.bump_swap_generation(self._local, self.durability, replaced)
+
+    # ------------------------------------------------------------------ offsets
+
+    @property
+    def log_start_offset(self) -> int:
+        """The first offset a reader may read. A reader in another process than the writer looks for it as
+        :attr:`log_end_offset` does (see :meth:`LocalLog.refresh`): a start that the writer's retention
+        or ``delete_records`` raised is seen by a reader that only asks for the start, not only by one that reads."""
+        self._local.refresh()
+        return self._local.log_start
+
+    @property
+    def log_end_offset(self) -> int:
+        """The offset the next appended record will get (one past the last visible record)."""
+        if self._closed:
+            return self._final_end
+        self._local.refresh()
+        return self._local.end_offset
+
+    @property
+    def segments(self) -> list[Segment]:
+        """A snapshot of the segment list, oldest first."""
+        return list(self._local.segments)
+
+    def size_bytes(self) -> int:
+        return sum(s.size for s in self._local.segments)
+
+    # ------------------------------------------------------------------ appending
+
+    def append(self, records: Iterable[Record]) -> int:
+        """Append records (``pylog.Record``); returns the offset of the first one.
+
+        Timestamps left as None get the append time.
+        :raises RecordTooLargeError, InvalidRecordError, PartitionLockedError:
+        """
+        recs = list(records)
+        if not recs:
+            raise InvalidRecordError("nothing to append")
+        for r in recs:
+            if not isinstance(r, Record):
+                raise InvalidRecordError(f"append takes pylog.Record objects, got {type(r).__name__}")
+        _, ts, keys, values, headers = list(zip(*recs))[:5]
+        timestamps = None if all(t is None for t in ts) else list(ts)
+        return self.append_values(list(values), keys=list(keys), timestamps=timestamps,
+                                  headers=headers if any(headers) else None)
+
+    def append_values(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
+                      timestamps: Sequence[int | None] | None = None,
+                      headers: Sequence[Any] | None = None, *, producer: tuple[int, int, int] | None = None,
+                      compression: str | None = None) -> int:
+        """Fast path: append parallel lists of values (and keys, timestamps, headers); return the first offset.
+
+        Large lists are split into batches that fit ``max.message.bytes``. ``producer`` is an idempotent
+        producer's ``(producer id, epoch, first sequence number)``: a call that repeats a recent one (a
+        retry) is not appended again, and the offset the first call got is returned (see
+        :mod:`pylog.storage.producer_state`). ``compression`` ("lz4" or None) is the writer's choice, used when
+        the topic's ``compression.type`` is ``producer``.
+        :raises RecordTooLargeError: when one record alone exceeds ``max.message.bytes``.
+        :raises ProducerFencedError, OutOfOrderSequenceError: for a producer batch out of turn.
+        """
+        return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=False)
+
+    def append_values_in_turn(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                              timestamps: Any, headers: Sequence[Any] | None,
+                              producer: tuple[int, int, int] | None, compression: str | None) -> int:
+        """Internal API: :meth:`append_values` for a writer taking turns (the producer): unlike a direct
+        append it leaves the lock free to be handed over (:meth:`hand_over`)."""
+        return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=True)
+
+    def _append_lists(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None, timestamps: Any,
+                      headers: Sequence[Any] | None, producer: tuple[int, int, int] | None, compression: str | None,
+                      in_turn: bool) -> int:
+        n = len(values)
+        if n == 0:
+            raise InvalidRecordError("nothing to append")
+        vlens, vparts = column_parts(values, n, "values")
+        klens, kparts = column_parts(keys, n, "keys")
+        assert vlens is not None
+        return self._append_columns(Columns(n, vlens, vparts, klens, kparts, timestamps, headers, False),
+                                    producer, compression, in_turn)
+
+    def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
+                       key_data: Any = None, timestamps: np.ndarray | None = None, *,
+                       producer: tuple[int, int, int] | None = None) -> int:
+        """Columnar fast path: int32 lengths (-1 for null) plus the concatenated non-null bytes.
+
+        From Arrow binary arrays: ``lengths = np.diff(offsets)`` with -1 where the validity bit is 0.
+        ``producer`` as for :meth:`append_values`.
+        """
+        vlens = np.ascontiguousarray(value_lengths, dtype=np.int32)
+        n = len(vlens)
+        if n == 0:
+            raise InvalidRecordError("nothing to append")
+        klens = None if key_lengths is None else np.ascontiguousarray(key_lengths, dtype=np.int32)
+        if klens is not None and len(klens) != n:
+            raise InvalidRecordError(f"{len(klens)} key lengths for {n} values")
+        ts = None if timestamps is None else np.ascontiguousarray(timestamps, dtype=np.int64)
+        cols = Columns(n, vlens, [value_data] if value_data is not None else [], klens,
+                       [key_data] if key_data is not None else [], ts, None, True)
+        return self._append_columns(cols, producer, None, False)
+
+    def _append_columns(self, cols: Columns, producer: tuple[int, int, int] | None, compression: str | None,
+                        in_turn: bool) -> int:
+        appender = self._appender
+        appender.check_keys(cols, self.topic)
+        bounds = appender.batch_bounds(cols)
+        if producer is not None and (producer[0] < 0 or not 0 <= producer[2] < SEQ_MOD):
+            raise InvalidArgumentError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
+        with self.append_lock:
+            if not self._writer.held:
+                self.ensure_writer()
+                self._writer.in_turns = in_turn
+            elif not in_turn:
+                self._writer.in_turns = False  # a direct append: this handle keeps the lock (see hand_over)
+            skip, earlier = 0, None
+            if producer is not None:
+                state = appender.producer_state(self._local)
+                skip, earlier = state.check(producer[0], producer[1], producer[2], cols.n)
+                if skip == cols.n:
+                    assert earlier is not None
+                    return earlier  # a retry of a call that landed
+                if skip:
+                    # A retry of a call that failed part-way: its first batches landed; append the rest.
+                    cols = cols.after(skip)
+                    producer = (producer[0], producer[1], (producer[2] + skip) % SEQ_MOD)
+                    bounds = appender.batch_bounds(cols)
+            first = self._local.segments[-1].next_offset
+            # Every batch is encoded and checked against max.message.bytes before any is written, so a
+            # call that fails validation appends nothing. An I/O error part-way leaves the batches written
+            # before it; for an idempotent producer they are recorded one by one, so its retry appends
+            # only the rest.
+            encoded = appender.encode_runs(first, bounds, cols, producer, compression)
+            written = 0
+            try:
+                for parts, h in encoded:
+                    self._write_batch(parts, h)
+                    written += h.record_count
+                    if producer is not None:
+                        state.rebuild([h])
+            except BaseException:
+                # Batches that landed before the error still count and wake readers; no flush now, whose
+                # own error would replace the one that stopped the call.
+                if written:
+                    self._after_append(written, flush=False)
+                raise
+            self._after_append(written)
+        return first if earlier is None else earlier
+
+    def _write_batch(self, parts: list, h: Any) -> None:
+        dur = self.durability
+        dur.check_not_failed()
+        seg = self._local.segments[-1]
+        if seg.size and should_roll(self.config, seg, h):
+            seg = self._roll()  # starts at seg.next_offset, the base offset already in the header
+        try:
+            seg.append(h, parts, h.max_timestamp)
+        except OSError as exc:
+            if seg.size != os.stat(seg.log_path).st_size:
+                dur.failed = f"write failed and could not be rolled back: {exc}"
+                state, then = "the partition refuses work until the store is reopened", "reopen the store"
+            else:
+                state, then = "the partition is unchanged and takes appends again", "retry"
+            raise fault(exc, f"appending to {self.topic}-{self.number}",
+                        f"nothing from offset {h.base_offset} on was appended (earlier batches of the same call "
+                        f"were); {state}", then)
+
+    def _roll(self) -> Segment:
+        return self.durability.roll(lambda: self._snapshot_producers(durable=False))
+
+    def _snapshot_producers(self, durable: bool = True) -> None:
+        self._appender.snapshot_producers(self._local.segments[-1].next_offset, durable=durable)
+
+    def _after_append(self, n: int, flush: bool = True) -> None:
+        # Readers in other processes: the batches are visible from here on (they read up to the file size),
+        # whether or not the flush below succeeds.
+        self._waiters.publish()
+        dur = self.durability
+        dur.unflushed += n
+        try:
+            if flush and dur.flush_due(self.config["flush.messages"], self.config["flush.ms"]):
+                dur.flush_writer()
+        finally:
+            # Waiters in this process, whatever the flush did: the records are there to read.
+            self._waiters.wake_local()
+
+    # ------------------------------------------------------------------ rolls and flushes
+
+    def sync_rolled(self) -> None:
+        """fsync the segments rolls sealed that the background sync thread has not got to yet, and move
+        the recovery point past them: for maintenance that must not run ahead of durable data (the
+        compactor's first-dirty offset). A no-op for a handle that is not the writer.
+
+        :raises LogFailedError: when an fsync of rolled segments failed, now or before.
+        """
+        with self.append_lock:
+            if not self._writer.held or self._closed:
+                return
+            if self.durability.unsynced:
+                self.durability.sync_rolled_now()
+                self.durability.advance_recovery_point()
+
+    @property
+    def synced_through(self) -> int:
+        """Offsets below this lie in segments that are sealed and fsynced (the active segment's base when
+        no roll waits for its background sync): what maintenance may treat as settled for good."""
+        with self.append_lock:
+            return self.durability.synced_through()
+
+    def roll(self) -> None:
+        """Force a new active segment (no-op when the active one is empty)."""
+        with self.append_lock:
+            self.ensure_writer()
+            if self._local.segments[-1].size:
+                self._roll()
+
+    def flush(self) -> None:
+        """fsync everything appended through this handle so far: after this returns it survives a crash or
+        power loss. Also after this handle let the writer lock go (a producer of this process may have
+        handed the partition over between another's append and its flush): then it fsyncs the segment
+        files that hold its appends not yet fsynced (see :meth:`release_writer`).
+
+        :raises LogFailedError: when an fsync failed, now or before (reopen the store).
+        """
+        with self.append_lock:
+            if self._writer.held:
+                self.durability.flush_writer()
+            elif self.durability.handed_over:
+                self.durability.sync_handed_over()
+
+    def flush_if_due(self) -> float:
+        """fsync when ``flush.ms`` has passed since the last fsync and records wait; for the store's
+        background thread. Returns the ``time.monotonic()`` at which to look again (inf: never)."""
+        ms = self.config["flush.ms"]
+        dur = self.durability
+        if ms >= (1 << 62) or (not self._writer.held and not dur.handed_over):
+            return math.inf
+        if dur.unflushed and time.monotonic() - dur.last_flush >= ms / 1000:
+            with self.append_lock:
+                if not self._closed and dur.failed is None and dur.unflushed:
+                    if self._writer.held:
+                        dur.flush_writer()
+                    elif dur.handed_over:
+                        dur.sync_handed_over()
+        return dur.last_flush + ms / 1000 if dur.unflushed else time.monotonic() + ms / 1000
+
+    def wait_for_data(self, offset: int, timeout: float | None) -> bool:
+        """Block until ``log_end_offset > offset`` or ``timeout`` seconds pass; True when data is there.
+
+        Appends through this handle wake waiters at once (a condition variable). Appends by another process
+        (or another handle) wake them through the partition's ``notify`` file (:mod:`pylog.storage.notify`): a futex
+        on a shared counter, so an idle wait costs no CPU; the log end is re-checked after each wake-up and
+        at least every :data:`pylog.storage.notify.SLICE` seconds, so a lost wake-up or a dead writer costs a bounded
+        delay. Where that is unavailable the log end is polled, every 0.2 ms at first and backing off to
+        every 5 ms while nothing comes. Never blocks past ``timeout``; returns False at once after
+        :meth:`close`.
+        """
+        return self._waiters.wait_for_data(offset, timeout, self._local, lambda: self.log_end_offset,
+                                           lambda: self._writer.held, lambda: self._closed)
+
+    # ------------------------------------------------------------------ maintenance (writer only)
+
+    def enforce_retention(self, now: int | None = None) -> RetentionResult:
+        """Delete the oldest segments that ``retention.ms`` / ``retention.bytes`` / the log start allow.
+
+        Makes this handle the partition's writer (like an append). Topics whose ``cleanup.policy`` lacks
+        ``delete`` only lose segments below the log start offset. ``now`` (ms) is for tests.
+        """
+        now = now_ms() if now is None else now
+        with self.maintenance_lock, self.append_lock:
+            self._ensure_writer_locked()
+            return maintenance.enforce_retention(self._local, self.durability, self.config, now, self._roll)
+
+    def delete_records(self, before_offset: int) -> int:
+        """Kafka's DeleteRecords: make ``before_offset`` the log start offset; returns the new log start.
+
+        Reads below it raise :class:`OffsetOutOfRangeError` from then on (also after a restart); segments
+        wholly below it are deleted. An offset at or below the current log start changes nothing.
+        :raises OffsetOutOfRangeError: when ``before_offset`` is past the log end offset.
+        """
+        if not isinstance(before_offset, int) or isinstance(before_offset, bool):
+            raise InvalidArgumentError(f"before_offset must be an int, got {type(before_offset).__name__}")
+        if before_offset < 0:
+            raise InvalidArgumentError(f"before_offset must be >= 0, got {before_offset}")
+        with self.maintenance_lock, self.append_lock:
+            self._ensure_writer_locked()
+            return maintenance.delete_records(self._local, self.durability, before_offset)
+
+    def replace_segments(self, old: list[Segment], new: Segment | None) -> None:
+        """Swap the consecutive segments ``old`` for ``new`` (or nothing) in the view; for the compactor,
+        which holds :attr:`maintenance_lock` and has already renamed the files in place."""
+        with self.append_lock:
+            maintenance.replace_segments(self._local, old, new)
+
+    # ------------------------------------------------------------------ reading
+
+    def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
+        if self._closed:
+            raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+        if max_records <= 0:
+            return []
+        local = self._local
+        return local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
+                                     verify)
+
+    def read(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
+             verify: bool = True) -> list[Record]:
+        """Records with offsets >= ``offset``, at most ``max_records`` (and about ``max_bytes``).
+
+        Reading at :attr:`log_end_offset` returns ``[]``. With ``verify`` (default) every batch's CRC is checked.
+        :raises OffsetOutOfRangeError: below :attr:`log_start_offset` or above :attr:`log_end_offset`.
+        :raises CorruptRecordError: when the batch at ``offset`` does not check (names the file and position);
+            a read that runs into a bad batch further on returns the records before it, and the next read,
+            which starts at it, raises.
+        """
+        slices = self._slices(offset, max_records, max_bytes, verify)
+        if len(slices) == 1:  # a small read: not worth pausing the collector
+            view, a, b = slices[0]
+            if b - a < 256:
+                return view.records(self.topic, self.number, a, b)
+        out: list[Record] = []
+        with gc_paused():
+            for view, a, b in slices:
+                out.extend(view.records(self.topic, self.number, a, b))
+        return out
+
+    def read_columns(self, offset: int, max_records: int = 100_000, max_bytes: int = DEFAULT_MAX_BYTES,
+                     verify: bool = True) -> RecordColumns:
+        """Like :meth:`read` but as :class:`~pylog.storage.records.RecordColumns` (numpy arrays + byte buffers)."""
+        return RecordColumns.concat_views(self._slices(offset, max_records, max_bytes, verify), self.topic,
+                                          self.number)
+
+    def offset_for_timestamp(self, timestamp: int) -> int | None:
+        """The first offset whose record timestamp is >= ``timestamp``, or None if there is none."""
+        return self._local.on_current_view("a time lookup", self._local.offset_for_timestamp, timestamp)
+
+    # ------------------------------------------------------------------ checks and lifecycle
+
+    def check(self, writer_active: bool | None = None) -> list[str]:
+        """Full consistency check of every segment and index, up to the end of every file (not only what
+        a reader counts as visible: a reader stops at the first damaged batch of the active segment, as
+        if it were still being written); returns the problems found (empty if none).
+
+        ``writer_active``: whether another process may be appending right now (None: unknown, assume so);
+        then a batch the active file does not wholly hold yet is not reported.
+        """
+        problems: list[str] = []
+        prev_next = None
+        segs = self._local.segments
+        for seg in segs:
+            if seg is segs[-1] and not self.is_writer:
+                problems.extend(seg.check(seg.file_size(), partial_tail_ok=writer_active is not False))
+            else:
+                problems.extend(seg.check())
+            if prev_next is not None and seg.base_offset < prev_next:
+                problems.append(f"{seg.log_path}: base offset {seg.base_offset} below previous end {prev_next}")
+            if seg.size:
+                prev_next = seg.next_offset
+        segs = self._local.segments
+        if segs and segs[-1].base_offset > self.log_end_offset:
+            problems.append("active segment starts after the log end offset")
+        return problems
+
+    def repair(self) -> dict[str, Any]:
+        """Become the writer and cut the log at its first damaged batch: the active segment (or, after an
+        unclean stop, every segment from the recovery point) is re-validated batch by batch, and
+        everything from the first batch that fails its checks on is dropped; the offsets of dropped
+        records are given to the next appends.
+
+        For a partition whose writer open is refused because its active segment is damaged in the middle
+        after a clean close (:class:`CorruptRecordError`); check with ``pylog verify`` first, and copy
+        the partition directory if the records after the damage matter. Returns :attr:`last_recovery`
+        (bytes dropped, segments validated and deleted); a handle that already writes the partition
+        repairs nothing and returns ``{}``.
+
+        :raises PartitionLockedError: when another handle writes the partition.
+        """
+        with self.append_lock:
+            if self._writer.held:
+                return {}
+            self._repairing = True
+            try:
+                self._ensure_writer_locked()
+            finally:
+                self._repairing = False
+            return dict(self.last_recovery or {})
+
+    def release_writer(self) -> None:
+        """Give up the writer lock and go back to reading, so that another handle may write next.
+
+        For partitions that many handles append to in turn (the committed offsets topic, producers of
+        several processes sharing a partition): writes a clean checkpoint, so the next writer opens
+        without re-validating anything but the active segment's tail. Unlike :meth:`close` it leaves the
+        active segment's indexes live (unsealed), as a running writer does, so handing over rewrites no
+        index file. The log is not fsynced here; the topic's flush policy decides that, as for any
+        append: the active segment's file is remembered when it holds appends not fsynced yet, and this
+        handle's next :meth:`flush` (or :meth:`close`) fsyncs it, writer again or not. A no-op for a handle
+        that is not the writer.
+        """
+        with self.maintenance_lock, self.append_lock:
+            if not self._writer.held or self._closed:
+                return
+            dur = self.durability
+            segs = self._local.segments
+            # Rolled segments are synced below (sync_rolled_now); a failure there fails the partition, and
+            # this handle's next flush then raises.
+            if dur.unflushed and segs:
+                dur.remember_handed_over(segs[-1].log_path)
+            try:
+                if dur.failed is None and segs:
+                    active = segs[-1]
+                    # A rolled segment is not checked by the next writer (only the active one is): it must
+                    # be durable before a clean checkpoint names offsets past it.
+                    dur.sync_rolled_now()
+                    try:
+                        # Not fsynced: a snapshot lost to a power cut, or naming an offset past the log's
+                        # end after one, is rebuilt from the batch headers (see Appender.producer_state).
+                        self._snapshot_producers(durable=False)
+                    finally:
+                        # The indexes stay live: the next writer continues them without rewriting them.
+                        active.stop_appending()
+                    self._note_active_checked()
+                    dur.recovery_point = active.next_offset
+                    # Not fsynced either: if a power cut loses the log's tail, the next writer's check of the
+                    # active segment finds it and recovers (as after any unclean stop).
+                    dur.write_checkpoint(clean=True, durable=False)
+            except OSError as exc:
+                raise fault(exc, f"handing over {self.topic}-{self.number}", "the writer lock was released all the "
+                            "same; the next writer recovers the partition from its last checkpoint", "go on")
+            finally:
+                # Whatever failed above (a full disk), the lock goes and this handle reads on: the next
+                # writer recovers from the checkpoint as it is.
+                self._writer.let_go()
+                self._appender.forget_producers()  # another writer may append idempotent batches meanwhile
+                self._writer.takes_turns = True
+                self._local.reader_view_of_own()
+
+    def try_become_writer(self) -> bool:
+        """Take the writer lock if it is free right now (no waiting); True when this handle is the writer."""
+        with self.append_lock:
+            if self._writer.held:
+                return True
+            saved, self.lock_timeout_ms = self.lock_timeout_ms, 0
+            try:
+                self._ensure_writer_locked()
+            except PartitionLockedError:
+                return False
+            finally:
+                self.lock_timeout_ms = saved
+            return True
+
+    def lock_for_discard(self) -> bool:
+        """Internal API (topic deletion): take the writer lock of a partition whose files are about to be
+        deleted, without opening it for writing: no recovery and no check of the active segment, which a
+        partition damaged in the middle would fail (the data goes away anyway). Appends through this handle
+        are refused from then on. False when this handle is the writer already; True when the lock was
+        taken here, to be let go by :meth:`unlock_discard` if the deletion fails."""
+        with self.append_lock:
+            if self._closed:
+                raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+            if self._writer.held:
+                return False
+            try:
+                fd = self._writer.acquire(self.lock_timeout_ms)
+            except OSError as exc:
+                raise fault(exc, f"locking {self.topic}-{self.number} to delete it", "nothing was deleted")
+            self._writer.adopt(fd)
+            self.durability.failed = "its topic is being deleted"  # the segments are not open for appending
+            return True
+
+    def unlock_discard(self) -> None:
+        """Internal API: undo :meth:`lock_for_discard` after a deletion that failed: the partition is as it was."""
+        with self.append_lock:
+            self.durability.failed = None
+            self._writer.let_go()
+
+    def close(self, discard: bool = False) -> None:
+        """Flush, seal the active segment's indexes, write a clean checkpoint and release the writer lock.
+
+        With ``discard`` (the partition's files are being deleted) nothing is written, only released.
+        Not to be called while other threads are still reading this partition. Waits for maintenance
+        under way (a compaction or retention pass) to finish.
+        """
+        with self.maintenance_lock, self.append_lock:
+            if self._closed:
+                return
+            self._closed = True
+            dur = self.durability
+            segs = self._local.segments
+            if discard:
+                dur.failed = "discarded"
+            error: Exception | None = None
+            if not self._writer.held and dur.handed_over and dur.failed is None:
+                try:
+                    dur.sync_handed_over()  # what it appended before it let the writer lock go
+                except Exception as exc:  # closed all the same; raised once closed
+                    error = exc
+            if self._writer.held:
+                self._close_writer(segs)
+            # Closing releases descriptors and mappings now (a store opened and closed in a loop must not
+            # pile them up); calls made after close raise StoreClosedError, and close() must not race
+            # with reads still running in other threads, like closing a file under a reader.
+            self._final_end = segs[-1].next_offset if segs else self._local.log_start
+            self._local.set_segments([])
+            for seg in segs:
+                seg.close()
+            self._writer.close()
+            self._waiters.close()  # wakes this handle's waiters, here and on the notify file
+            if error is not None:
+                raise error
+
+    def _close_writer(self, segs: list[Segment]) -> None:
+        """:meth:`close` as the writer: seal and sync everything, write a clean checkpoint, let go of the lock."""
+        dur = self.durability
+        try:
+            if dur.failed is None and segs:
+                active = segs[-1]
+                self._snapshot_producers()
+                dur.sync_handed_over()
+                dur.sync_rolled_now()
+                active.seal(durable=True)
+                dur.recovery_point = active.next_offset
+                dur.write_checkpoint(clean=True)
+        except OSError as exc:
+            raise fault(exc, f"closing {self.topic}-{self.number}", "it was closed and its writer lock "
+                        "released, but not cleanly: its next writer re-validates it", "open it again")
+        finally:
+            self._writer.let_go()
+
+    def __repr__(self) -> str:
+        return f"Partition({self.topic!r}, {self.number}, segments={len(self._local.segments)})"

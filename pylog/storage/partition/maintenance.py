@@ -1,0 +1,112 @@
+"""Maintenance of a partition's segment list by its writer: retention, delete-records, and the view side
+of a compaction swap.
+
+Invariants (numbered as in :mod:`pylog.storage.partition`):
+5. Retention removes whole segments from the head only, after the checkpoint has recorded the new log
+   start offset (so a crash mid-way leaves only segments that the next open deletes); the active segment
+   goes only after a roll has put an empty one after it.
+6. Maintenance (retention, delete-records, compaction) runs one at a time per partition and only in the
+   writer: the facade holds ``Partition.maintenance_lock`` and then the append lock around every function
+   here (never the other way round). It never closes a segment another thread may be reading: removed
+   segments are unlinked and released when the last snapshot holding them goes; a reader whose segment
+   vanished or was replaced under it takes a new snapshot and retries, so it sees the records or
+   ``OffsetOutOfRangeError``.
+"""
+
+from __future__ import annotations
+
+import logging
+from typing import Callable, Sequence
+
+from ...config import TopicConfig
+from ...errors import OffsetOutOfRangeError
+from ..fileio import fsync_dir
+from ..retention import RetentionResult, deletable_prefix
+from ..segment import Segment
+from .durability import Durability
+from .local_log import LocalLog
+
+__all__ = ["enforce_retention", "delete_records", "replace_segments", "bump_swap_generation"]
+
+log = logging.getLogger("pylog.partition")
+
+
+def enforce_retention(local: LocalLog, durability: Durability, config: TopicConfig, now: int,
+                      roll: Callable[[], object]) -> RetentionResult:
+    """Delete the oldest segments that ``retention.ms`` / ``retention.bytes`` / the log start allow;
+    ``roll`` rolls the active segment (when every segment goes). Topics whose ``cleanup.policy`` lacks
+    ``delete`` only lose segments below the log start offset."""
+    timed = "delete" in config["cleanup.policy"]
+    segs = local.segments
+    count, reasons = deletable_prefix(segs, local.log_start, now,
+                                      config["retention.ms"] if timed else -1,
+                                      config["retention.bytes"] if timed else -1)
+    result = RetentionResult(local.topic, local.number, reasons=reasons, log_start_offset=local.log_start)
+    if count == 0:
+        return result
+    if count == len(segs):
+        roll()  # every segment, the active one too: keep an empty one to append to
+        result.rolled = True
+    _delete_head(local, durability, count, result)
+    return result
+
+
+def delete_records(local: LocalLog, durability: Durability, before_offset: int) -> int:
+    """Make ``before_offset`` the log start offset (recorded first) and delete the segments wholly below
+    it; returns the new log start. See :meth:`Partition.delete_records`."""
+    end = local.segments[-1].next_offset
+    if before_offset > end:
+        raise OffsetOutOfRangeError(
+            f"cannot delete records before {before_offset}: the log of {local.name} ends "
+            f"at {end}", before_offset, local.log_start, end)
+    if before_offset <= local.log_start:
+        return local.log_start
+    local.log_start = before_offset
+    durability.write_checkpoint()
+    segs = local.segments
+    k = 0
+    while k < len(segs) - 1 and segs[k + 1].base_offset <= before_offset:
+        k += 1
+    if k:
+        _delete_head(local, durability, k, RetentionResult(local.topic, local.number))
+    return local.log_start
+
+
+def _delete_head(local: LocalLog, durability: Durability, count: int, result: RetentionResult) -> None:
+    """Delete the ``count`` oldest segments (never all): record the new log start first, then unlink."""
+    segs = local.segments
+    assert 0 < count < len(segs)
+    doomed, kept = segs[:count], segs[count:]
+    local.log_start = max(local.log_start, kept[0].base_offset)
+    durability.write_checkpoint()
+    local.set_segments(kept)
+    for seg in doomed:
+        result.deleted_segments.append(seg.base_offset)
+        result.bytes_deleted += seg.size
+        seg.unlink()  # not closed: readers holding a snapshot may be using it (invariant 6)
+    fsync_dir(local.directory)
+    result.log_start_offset = local.log_start
+    log.info("%s: deleted %d segment(s) below offset %d (%s)", local.name, count,
+             local.log_start, ",".join(result.reasons) or "log_start")
+
+
+def replace_segments(local: LocalLog, old: list[Segment], new: Segment | None) -> None:
+    """Swap the consecutive segments ``old`` for ``new`` (or nothing) in the view (under the append lock)."""
+    segs = local.segments
+    i = next((j for j, s in enumerate(segs) if s is old[0]), -1)
+    if i < 0 or any(a is not b for a, b in zip(segs[i:i + len(old)], old)) or i + len(old) >= len(segs):
+        raise AssertionError("compaction swap does not match the segment list")
+    local.set_segments(segs[:i] + ([new] if new is not None else []) + segs[i + len(old):])
+
+
+def bump_swap_generation(local: LocalLog, durability: Durability, replaced: Sequence[Segment]) -> tuple[str, int]:
+    """Record a new swap generation (durably) before compaction renames files over segment names; the
+    segments of the view not ``replaced`` move to it. Returns the generation for new segment objects."""
+    local.swap_gen += 1
+    durability.write_checkpoint()
+    generation = local.generation()
+    gone = {id(s) for s in replaced}
+    for seg in local.segments:
+        if id(seg) not in gone and seg.generation is not None:
+            seg.generation = generation
+    return generation
