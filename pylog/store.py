@@ -35,7 +35,8 @@ from .clients.producer import Producer
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
 from .config import TopicConfig, split_store_options, stored_config
 from .errors import (CorruptRecordError, InvalidArgumentError, InvalidTopicError, PartitionLockedError,
-                     ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, StorePathError, TopicExistsError, UnknownStoreError, UnknownTopicError)
+                     ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, StorePathError, TopicExistsError,
+                     UnknownStoreError, UnknownTopicError)
 from .storage.fileio import atomic_write, fsync_dir, write_faults
 from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
                                 deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,

@@ -480,7 +480,8 @@ class Consumer:
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: self._partition(_topic_partition(tp)).log_end_offset for tp in partitions}
 
-    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]
+                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition, the first offset whose timestamp is >= the given one (None if none is)."""
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp, ts in timestamps.items():
@@ -594,7 +595,8 @@ class Consumer:
             return list(map(tuple.__new__, itertools.repeat(ConsumerRecord), zip(
                 itertools.repeat(tp.topic, n), itertools.repeat(tp.partition, n), cols.offsets.tolist(),
                 cols.timestamps.tolist(), cols.timestamp_types.tolist(), keys, values, headers,
-                itertools.repeat(None, n), cols.key_lengths.tolist(), cols.value_lengths.tolist(), header_sizes)))
+                itertools.repeat(None, n), cols.key_lengths.tolist(), cols.value_lengths.tolist(), header_sizes,
+                strict=True)))
 
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: one sleep over every partition's wake-up word where the kernel
@@ -630,7 +632,7 @@ class Consumer:
                     return False
                 watches.append(w)
             seqs = [w.sequence() for w in watches]  # before the log ends: see pylog.storage.notify
-            for (p, offset), w, seq in zip(entries, watches, seqs):
+            for (p, offset), w, seq in zip(entries, watches, seqs, strict=True):
                 if p.log_end_offset > offset:
                     w.found(seq)
                     return True

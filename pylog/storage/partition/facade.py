@@ -30,8 +30,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ...config import TopicConfig
-from ...errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, PartitionLockedError, ReadOnlyStoreError,
-                       StoreClosedError)
+from ...errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, PartitionLockedError,
+                       ReadOnlyStoreError, StoreClosedError)
 from ..fileio import fault
 from ..notify import Notifier
 from ..records import Record, RecordColumns, column_parts, gc_paused, now_ms
@@ -316,7 +316,7 @@ class Partition:
         for r in recs:
             if not isinstance(r, Record):
                 raise InvalidRecordError(f"append takes pylog.Record objects, got {type(r).__name__}")
-        _, ts, keys, values, headers = list(zip(*recs))[:5]
+        _, ts, keys, values, headers = list(zip(*recs, strict=True))[:5]
         timestamps = None if all(t is None for t in ts) else list(ts)
         return self.append_values(list(values), keys=list(keys), timestamps=timestamps,
                                   headers=headers if any(headers) else None)
