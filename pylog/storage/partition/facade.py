@@ -237,7 +237,8 @@ class Partition:
                 raise
         except OSError as exc:
             raise fault(exc, f"opening {self.topic}-{self.number} for writing",
-                        "nothing was written through this handle (the next writer recovers whatever the open left)")
+                        "nothing was written through this handle (the next writer recovers whatever the open "
+                        "left)") from exc
         self._writer.adopt(fd)
 
     def _open_as_writer(self) -> None:
@@ -439,7 +440,7 @@ class Partition:
                 state, then = "the partition is unchanged and takes appends again", "retry"
             raise fault(exc, f"appending to {self.topic}-{self.number}",
                         f"nothing from offset {h.base_offset} on was appended (earlier batches of the same call "
-                        f"were); {state}", then)
+                        f"were); {state}", then) from exc
 
     def _roll(self) -> Segment:
         return self.durability.roll(lambda: self._snapshot_producers(durable=False))
@@ -702,7 +703,7 @@ class Partition:
                     dur.write_checkpoint(clean=True, durable=False)
             except OSError as exc:
                 raise fault(exc, f"handing over {self.topic}-{self.number}", "the writer lock was released all the "
-                            "same; the next writer recovers the partition from its last checkpoint", "go on")
+                            "same; the next writer recovers the partition from its last checkpoint", "go on") from exc
             finally:
                 # Whatever failed above (a full disk), the lock goes and this handle reads on: the next
                 # writer recovers from the checkpoint as it is.
@@ -739,7 +740,7 @@ class Partition:
             try:
                 fd = self._writer.acquire(self.lock_timeout_ms)
             except OSError as exc:
-                raise fault(exc, f"locking {self.topic}-{self.number} to delete it", "nothing was deleted")
+                raise fault(exc, f"locking {self.topic}-{self.number} to delete it", "nothing was deleted") from exc
             self._writer.adopt(fd)
             self.durability.failed = "its topic is being deleted"  # the segments are not open for appending
             return True
@@ -799,7 +800,7 @@ class Partition:
                 dur.write_checkpoint(clean=True)
         except OSError as exc:
             raise fault(exc, f"closing {self.topic}-{self.number}", "it was closed and its writer lock "
-                        "released, but not cleanly: its next writer re-validates it", "open it again")
+                        "released, but not cleanly: its next writer re-validates it", "open it again") from exc
         finally:
             self._writer.let_go()
 
