@@ -166,7 +166,8 @@ class Store:
 
     def _is_legacy(self, name: object) -> bool:
         """An existing topic whose name an earlier version allowed and the current rule refuses."""
-        return legacy_topic_name(name) and os.path.isfile(os.path.join(self.path, name, TOPIC_FILE))  # type: ignore[arg-type]
+        return isinstance(name, str) and legacy_topic_name(name) \
+            and os.path.isfile(os.path.join(self.path, name, TOPIC_FILE))
 
     @staticmethod
     def _check_not_internal(name: str, what: str) -> None:
@@ -227,8 +228,10 @@ class Store:
         return sorted(names)
 
     def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):  # no topic is named by anything but a str
+            return False
         return (topic_name_problem(name, internal_ok=True) is None or legacy_topic_name(name)) and \
-            os.path.exists(os.path.join(self.path, name, TOPIC_FILE))  # type: ignore[arg-type]
+            os.path.exists(os.path.join(self.path, name, TOPIC_FILE))
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data. Takes every partition's writer lock first, so a topic another

@@ -323,11 +323,13 @@ class Partition:
                                   headers=headers if any(headers) else None)
 
     def append_values(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
-                      timestamps: Sequence[int | None] | None = None,
+                      timestamps: Sequence[int | None] | np.ndarray | None = None,
                       headers: Sequence[Any] | None = None, *, producer: tuple[int, int, int] | None = None,
                       compression: str | None = None) -> int:
         """Fast path: append parallel lists of values (and keys, timestamps, headers); return the first offset.
 
+        ``timestamps`` are milliseconds since the epoch, one per value: a sequence (a None item takes the
+        append time) or an integer numpy array (what the Spark writer passes); None for all at the append time.
         Large lists are split into batches that fit ``max.message.bytes``. ``producer`` is an idempotent
         producer's ``(producer id, epoch, first sequence number)``: a call that repeats a recent one (a
         retry) is not appended again, and the offset the first call got is returned (see
