@@ -35,7 +35,8 @@ from .clients.producer import Producer
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
 from .config import TopicConfig, split_store_options, stored_config
 from .errors import (CorruptRecordError, InvalidArgumentError, InvalidTopicError, PartitionLockedError,
-                     ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, StorePathError, TopicExistsError, UnknownStoreError, UnknownTopicError)
+                     ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, StorePathError, TopicExistsError,
+                     UnknownStoreError, UnknownTopicError)
 from .storage.fileio import atomic_write, fsync_dir, write_faults
 from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
                                 deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
@@ -165,7 +166,8 @@ class Store:
 
     def _is_legacy(self, name: object) -> bool:
         """An existing topic whose name an earlier version allowed and the current rule refuses."""
-        return legacy_topic_name(name) and os.path.isfile(os.path.join(self.path, name, TOPIC_FILE))  # type: ignore[arg-type]
+        return isinstance(name, str) and legacy_topic_name(name) \
+            and os.path.isfile(os.path.join(self.path, name, TOPIC_FILE))
 
     @staticmethod
     def _check_not_internal(name: str, what: str) -> None:
@@ -226,8 +228,10 @@ class Store:
         return sorted(names)
 
     def __contains__(self, name: object) -> bool:
+        if not isinstance(name, str):  # no topic is named by anything but a str
+            return False
         return (topic_name_problem(name, internal_ok=True) is None or legacy_topic_name(name)) and \
-            os.path.exists(os.path.join(self.path, name, TOPIC_FILE))  # type: ignore[arg-type]
+            os.path.exists(os.path.join(self.path, name, TOPIC_FILE))
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data. Takes every partition's writer lock first, so a topic another

@@ -29,7 +29,7 @@ import re
 import time
 
 import numpy as np
-from typing import Any, Callable, Iterable, Iterator, NamedTuple, Pattern
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Pattern, Protocol, cast
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
 from ..errors import NoOffsetForPartitionError  # defined here before pylog.errors: still importable from here
@@ -122,6 +122,16 @@ class OffsetAndTimestamp(NamedTuple):
     timestamp: int
 
 
+class _ListIterator(Protocol):
+    """What ``iter()`` of a list is (``list_iterator``, which typing does not name): an iterator that says
+    how many items it has left and can be moved to any index (:meth:`Consumer._settle` uses both)."""
+
+    def __next__(self) -> ConsumerRecord: ...
+    def __iter__(self) -> Iterator[ConsumerRecord]: ...
+    def __length_hint__(self) -> int: ...
+    def __setstate__(self, index: int) -> None: ...
+
+
 class Consumer:
     """Reads records from a store's partitions; kafka-python's ``KafkaConsumer`` API. Not thread-safe
     (like kafka-python's): use one consumer per thread."""
@@ -174,7 +184,7 @@ class Consumer:
         self._gen: Iterator[ConsumerRecord] | None = None  # what next() draws from
         #: The poll chunk an iterator is handing out: (partition, records, their list iterator). Its
         #: partition's position is brought up to date lazily (see _settle).
-        self._cur: tuple[TopicPartition, list[ConsumerRecord], Iterator[ConsumerRecord]] | None = None
+        self._cur: tuple[TopicPartition, list[ConsumerRecord], _ListIterator] | None = None
         self._closed = False
         self._group_id: str | None = cfg["group_id"]
         self._offsets = offsets if self._group_id is not None else None
@@ -356,7 +366,7 @@ class Consumer:
             self._next_auto_commit = now + self.config["auto_commit_interval_ms"] / 1000
             self._commit_owned()
 
-    def commit(self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
+    def commit(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None) -> None:
         """Commit offsets (the next offset to consume per partition) for the group; by default every
         assigned partition's current position. Synchronous: when it returns, another consumer of the
         group sees the commit.
@@ -396,7 +406,7 @@ class Consumer:
         for tp, om in norm.items():
             self._committed_pos[tp] = om.offset
 
-    def commit_async(self, offsets: dict[TopicPartition, OffsetAndMetadata | int] | None = None,
+    def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
                      callback: Callable[[Any, Any], None] | None = None) -> None:
         """:meth:`commit`, then ``callback(offsets, error_or_None)`` (a local commit takes well under a
         millisecond, so it is done at once rather than in the background)."""
@@ -480,7 +490,8 @@ class Consumer:
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
         return {tp: self._partition(_topic_partition(tp)).log_end_offset for tp in partitions}
 
-    def offsets_for_times(self, timestamps: dict[TopicPartition, int]) -> dict[TopicPartition, OffsetAndTimestamp | None]:
+    def offsets_for_times(self, timestamps: dict[TopicPartition, int]
+                          ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
         """For each partition, the first offset whose timestamp is >= the given one (None if none is)."""
         out: dict[TopicPartition, OffsetAndTimestamp | None] = {}
         for tp, ts in timestamps.items():
@@ -594,7 +605,8 @@ class Consumer:
             return list(map(tuple.__new__, itertools.repeat(ConsumerRecord), zip(
                 itertools.repeat(tp.topic, n), itertools.repeat(tp.partition, n), cols.offsets.tolist(),
                 cols.timestamps.tolist(), cols.timestamp_types.tolist(), keys, values, headers,
-                itertools.repeat(None, n), cols.key_lengths.tolist(), cols.value_lengths.tolist(), header_sizes)))
+                itertools.repeat(None, n), cols.key_lengths.tolist(), cols.value_lengths.tolist(), header_sizes,
+                strict=True)))
 
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: one sleep over every partition's wake-up word where the kernel
@@ -630,7 +642,7 @@ class Consumer:
                     return False
                 watches.append(w)
             seqs = [w.sequence() for w in watches]  # before the log ends: see pylog.storage.notify
-            for (p, offset), w, seq in zip(entries, watches, seqs):
+            for (p, offset), w, seq in zip(entries, watches, seqs, strict=True):
                 if p.log_end_offset > offset:
                     w.found(seq)
                     return True
@@ -668,7 +680,7 @@ class Consumer:
                 self._settle()
                 if self._positions.get(tp, -1) != starts[tp] or tp in self._paused or tp in self._pending:
                     continue  # sought, paused or unassigned since the poll: drop these
-                it = iter(recs)
+                it = cast(_ListIterator, iter(recs))  # a list_iterator: see _ListIterator
                 self._cur = (tp, recs, it)
                 yield it
             self._settle()

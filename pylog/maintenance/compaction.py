@@ -61,8 +61,8 @@ from ..storage.segment import Segment
 from ..storage.partition import Partition
 
 
-__all__ = ["CleanResult", "CleanerCheckpoint", "OffsetMap", "key_digests", "map_capacity", "clean_partition", "cleanable_range",
-           "read_cleaner_checkpoint", "BYTES_PER_KEY", "CleanerStoppedError"]
+__all__ = ["CleanResult", "CleanerCheckpoint", "OffsetMap", "key_digests", "map_capacity", "clean_partition",
+           "cleanable_range", "read_cleaner_checkpoint", "BYTES_PER_KEY", "CleanerStoppedError"]
 
 log = logging.getLogger("pylog.compaction")
 
@@ -474,7 +474,7 @@ def _gather(data: memoryview, lengths: np.ndarray, keep: np.ndarray) -> list:
     breaks = np.flatnonzero(np.diff(idx) != 1) + 1
     first = idx[np.concatenate(([0], breaks))]
     last = idx[np.concatenate((breaks - 1, [len(idx) - 1]))] + 1
-    return [data[a:b] for a, b in zip(starts[first].tolist(), starts[last].tolist()) if b > a]
+    return [data[a:b] for a, b in zip(starts[first].tolist(), starts[last].tolist(), strict=True) if b > a]
 
 
 def _filtered_batch(view: BatchView, keep: np.ndarray) -> tuple[list, Any]:
@@ -490,7 +490,7 @@ def _filtered_batch(view: BatchView, keep: np.ndarray) -> tuple[list, Any]:
         key_lengths=None if klens is None else klens[keep],
         key_data=[] if klens is None else _gather(view._key_data, klens, keep),
         timestamps=None if log_append else view.timestamps()[keep],
-        headers=None if heads is None else [x for x, k in zip(heads, keep.tolist()) if k],
+        headers=None if heads is None else [x for x, k in zip(heads, keep.tolist(), strict=True) if k],
         offset_deltas=offs - offs[0], base_offset=int(offs[0]), default_timestamp=h.max_timestamp,
         codec=h.codec, log_append_time=log_append, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
         base_sequence=h.base_sequence, control=h.is_control)
@@ -745,7 +745,7 @@ def _swap(partition: "Partition", done: list[tuple[list[Segment], bool]], index_
             # before any name points at a new file
             generation = partition.bump_swap_generation([s for old, _ in done for s in old])
             swap.roll_forward(directory, groups)
-            for (old, empty), (new_base, _) in zip(done, groups):
+            for (old, empty), (new_base, _) in zip(done, groups, strict=True):
                 partition.replace_segments(old, None if empty else Segment.open(directory, new_base, *index_args,
                                                                                 generation=generation))
         os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))

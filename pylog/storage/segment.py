@@ -9,8 +9,8 @@ Invariants:
   ever truncates, maps its own active segment. Older segments are immutable (sealed, then fsynced before
   the recovery point moves past them; only after a power cut that took a sealed segment's unsynced pages
   does recovery cut one, and that runs in the writer before any reader of the new process maps it) and are
-  read through a read-only mmap without copying. Indexes are mmapped, which is safe because index files are only ever replaced by
-  rename (see :mod:`pylog.storage.index`).
+  read through a read-only mmap without copying. Indexes are mmapped, which is safe because index files are only
+  ever replaced by rename (see :mod:`pylog.storage.index`).
 - Indexes are derived data: a missing or damaged index is rebuilt from the log (written back by the
   writer, kept in memory by readers). A reader keeps its index mappings while the files keep their
   inode (files are replaced by rename only) and counts the entries the writer appends in place.

@@ -165,8 +165,8 @@ class Durability:
             fsync_dir(self.local.directory)
         except OSError as exc:
             self._sync_failed(exc)
-            raise fault(exc, f"syncing {self.name}", "the segments rolled since the last sync may "
-                        "not be durable; the partition refuses work until the store is reopened", "reopen the store")
+            raise fault(exc, f"syncing {self.name}", "the segments rolled since the last sync may not be "
+                        "durable; the partition refuses work until the store is reopened", "reopen the store") from exc
         self.unsynced.clear()
 
     def _sync_failed(self, exc: OSError) -> None:
@@ -219,7 +219,7 @@ class Durability:
             self.failed = f"fsync of the active segment failed: {exc}"
             raise fault(exc, f"flushing {self.name}",
                         "what was appended since the last flush may not be durable; the partition refuses work "
-                        "until the store is reopened", "reopen the store")
+                        "until the store is reopened", "reopen the store") from exc
         self.unflushed = 0
         self.last_flush = time.monotonic()
 
@@ -253,7 +253,7 @@ class Durability:
                 fd = None
             except OSError as exc:  # nothing was fsynced: a later flush may try again
                 raise fault(exc, f"flushing {self.name}", "what this handle appended before it "
-                            "handed the partition over may not be durable yet")
+                            "handed the partition over may not be durable yet") from exc
             if fd is not None:
                 try:
                     os.fdatasync(fd)
@@ -263,7 +263,7 @@ class Durability:
                     self.failed = f"fsync of a segment appended to before a handover failed: {exc}"
                     raise fault(exc, f"flushing {self.name}",
                                 "what this handle appended before it handed the partition over may not be durable; "
-                                "the partition refuses work until the store is reopened", "reopen the store")
+                                "the partition refuses work until the store is reopened", "reopen the store") from exc
                 finally:
                     os.close(fd)
             self.handed_over.discard(path)

@@ -30,8 +30,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ...config import TopicConfig
-from ...errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, PartitionLockedError, ReadOnlyStoreError,
-                       StoreClosedError)
+from ...errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, PartitionLockedError,
+                       ReadOnlyStoreError, StoreClosedError)
 from ..fileio import fault
 from ..notify import Notifier
 from ..records import Record, RecordColumns, column_parts, gc_paused, now_ms
@@ -237,7 +237,8 @@ class Partition:
                 raise
         except OSError as exc:
             raise fault(exc, f"opening {self.topic}-{self.number} for writing",
-                        "nothing was written through this handle (the next writer recovers whatever the open left)")
+                        "nothing was written through this handle (the next writer recovers whatever the open "
+                        "left)") from exc
         self._writer.adopt(fd)
 
     def _open_as_writer(self) -> None:
@@ -316,17 +317,19 @@ class Partition:
         for r in recs:
             if not isinstance(r, Record):
                 raise InvalidRecordError(f"append takes pylog.Record objects, got {type(r).__name__}")
-        _, ts, keys, values, headers = list(zip(*recs))[:5]
+        _, ts, keys, values, headers = list(zip(*recs, strict=True))[:5]
         timestamps = None if all(t is None for t in ts) else list(ts)
         return self.append_values(list(values), keys=list(keys), timestamps=timestamps,
                                   headers=headers if any(headers) else None)
 
     def append_values(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
-                      timestamps: Sequence[int | None] | None = None,
+                      timestamps: Sequence[int | None] | np.ndarray | None = None,
                       headers: Sequence[Any] | None = None, *, producer: tuple[int, int, int] | None = None,
                       compression: str | None = None) -> int:
         """Fast path: append parallel lists of values (and keys, timestamps, headers); return the first offset.
 
+        ``timestamps`` are milliseconds since the epoch, one per value: a sequence (a None item takes the
+        append time) or an integer numpy array (what the Spark writer passes); None for all at the append time.
         Large lists are split into batches that fit ``max.message.bytes``. ``producer`` is an idempotent
         producer's ``(producer id, epoch, first sequence number)``: a call that repeats a recent one (a
         retry) is not appended again, and the offset the first call got is returned (see
@@ -439,7 +442,7 @@ class Partition:
                 state, then = "the partition is unchanged and takes appends again", "retry"
             raise fault(exc, f"appending to {self.topic}-{self.number}",
                         f"nothing from offset {h.base_offset} on was appended (earlier batches of the same call "
-                        f"were); {state}", then)
+                        f"were); {state}", then) from exc
 
     def _roll(self) -> Segment:
         return self.durability.roll(lambda: self._snapshot_producers(durable=False))
@@ -702,7 +705,7 @@ class Partition:
                     dur.write_checkpoint(clean=True, durable=False)
             except OSError as exc:
                 raise fault(exc, f"handing over {self.topic}-{self.number}", "the writer lock was released all the "
-                            "same; the next writer recovers the partition from its last checkpoint", "go on")
+                            "same; the next writer recovers the partition from its last checkpoint", "go on") from exc
             finally:
                 # Whatever failed above (a full disk), the lock goes and this handle reads on: the next
                 # writer recovers from the checkpoint as it is.
@@ -739,7 +742,7 @@ class Partition:
             try:
                 fd = self._writer.acquire(self.lock_timeout_ms)
             except OSError as exc:
-                raise fault(exc, f"locking {self.topic}-{self.number} to delete it", "nothing was deleted")
+                raise fault(exc, f"locking {self.topic}-{self.number} to delete it", "nothing was deleted") from exc
             self._writer.adopt(fd)
             self.durability.failed = "its topic is being deleted"  # the segments are not open for appending
             return True
@@ -799,7 +802,7 @@ class Partition:
                 dur.write_checkpoint(clean=True)
         except OSError as exc:
             raise fault(exc, f"closing {self.topic}-{self.number}", "it was closed and its writer lock "
-                        "released, but not cleanly: its next writer re-validates it", "open it again")
+                        "released, but not cleanly: its next writer re-validates it", "open it again") from exc
         finally:
             self._writer.let_go()
 

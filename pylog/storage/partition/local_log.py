@@ -11,8 +11,9 @@ Invariants (numbered as in :mod:`pylog.storage.partition`):
 The view is one tuple ``(segments oldest first, their base offsets)``, swapped whole and never mutated in
 place, so a reader's snapshot of both always agrees and reads run without a lock. Every change of the view
 (:meth:`LocalLog.set_segments`, :meth:`LocalLog.refresh_locked`) happens under the partition's append lock,
-taken by the caller or, for a reader's refresh, by :meth:`LocalLog.refresh`. Segments dropped from the view are never closed here: another thread may be reading
-through them (they close themselves when the last snapshot holding them goes).
+taken by the caller or, for a reader's refresh, by :meth:`LocalLog.refresh`. Segments dropped from the view are
+never closed here: another thread may be reading through them (they close themselves when the last snapshot
+holding them goes).
 """
 
 from __future__ import annotations
@@ -371,7 +372,8 @@ class LocalLog:
                 got += sum(stop - start for _, start, stop in part)
                 view, _, stop = part[-1]
                 h = view.header
-                want = h.base_offset + (stop - 1 if view.offset_deltas is None else int(view.offset_deltas[stop - 1])) + 1
+                last_delta = stop - 1 if view.offset_deltas is None else int(view.offset_deltas[stop - 1])
+                want = h.base_offset + last_delta + 1
             nbytes += b
             if got >= max_records or nbytes >= max_bytes:
                 break

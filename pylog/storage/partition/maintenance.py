@@ -94,7 +94,8 @@ def replace_segments(local: LocalLog, old: list[Segment], new: Segment | None) -
     """Swap the consecutive segments ``old`` for ``new`` (or nothing) in the view (under the append lock)."""
     segs = local.segments
     i = next((j for j, s in enumerate(segs) if s is old[0]), -1)
-    if i < 0 or any(a is not b for a, b in zip(segs[i:i + len(old)], old)) or i + len(old) >= len(segs):
+    # the length check first: past it the slice has exactly len(old) segments
+    if i < 0 or i + len(old) >= len(segs) or any(a is not b for a, b in zip(segs[i:i + len(old)], old, strict=True)):
         raise AssertionError("compaction swap does not match the segment list")
     local.set_segments(segs[:i] + ([new] if new is not None else []) + segs[i + len(old):])
 
