@@ -23,7 +23,7 @@ import os
 import struct
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator
+from typing import Any, Iterator, NoReturn
 
 import msgpack
 
@@ -33,7 +33,7 @@ from .filenames import TMP_SUFFIX
 from .records import crc32c
 
 __all__ = ["fsync_dir", "atomic_write", "write_all", "checked", "unchecked", "write_checked", "read_checked",
-           "encode_doc", "decode_doc", "try_flock", "fault", "write_faults"]
+           "encode_doc", "decode_doc", "try_flock", "fault", "raise_fault", "write_faults"]
 
 #: errno -> (error class, what happened, what to do before trying again).
 _FAULTS: dict[int, tuple[type[OSError], str, str]] = {
@@ -64,7 +64,7 @@ _FAULTS: dict[int, tuple[type[OSError], str, str]] = {
 def fault(exc: BaseException, doing: str, state: str, then: str = "retry") -> BaseException:
     """The PylogError that ``exc`` means when it is a file system's refusal of a write (see the module
     docstring), with ``exc`` as its ``__cause__``; else ``exc`` itself (also any other PylogError). Made
-    to be raised: ``except OSError as exc: raise fault(exc, ...)``. One converted by an inner write
+    to be raised, through :func:`raise_fault`. One converted by an inner write
     (:func:`atomic_write` of a file the caller creates) is converted again from its cause: the outer
     caller knows better what the failure left.
 
@@ -84,13 +84,23 @@ def fault(exc: BaseException, doing: str, state: str, then: str = "retry") -> Ba
     return err
 
 
+def raise_fault(exc: BaseException, doing: str, state: str, then: str = "retry") -> NoReturn:
+    """Raise what :func:`fault` makes of ``exc``: the PylogError with the file system's refusal as its
+    ``__cause__``, or ``exc`` itself, unchanged, when it is no such refusal (its own cause kept). For
+    ``except OSError as exc: raise_fault(exc, ...)``."""
+    err = fault(exc, doing, state, then)
+    if err is exc:
+        raise exc
+    raise err from err.__cause__
+
+
 @contextmanager
 def write_faults(doing: str, state: str, then: str = "retry") -> Iterator[None]:
     """Raise a file system's refusal of a write inside the block as its PylogError (see :func:`fault`)."""
     try:
         yield
     except OSError as exc:
-        raise fault(exc, doing, state, then) from exc
+        raise_fault(exc, doing, state, then)
 
 
 def fsync_dir(directory: str) -> None:
@@ -137,13 +147,13 @@ def atomic_write(path: str, data: bytes, durable: bool = True) -> None:
             os.unlink(tmp)  # on a full disk, the space it took is what the retry needs
         except OSError:
             pass
-        raise fault(exc, f"replacing {path}", "it keeps its previous content") from exc
+        raise_fault(exc, f"replacing {path}", "it keeps its previous content")
     if durable:
         try:
             fsync_dir(os.path.dirname(path) or ".")
         except OSError as exc:
-            raise fault(exc, f"replacing {path}",
-                        "it has its new content, which may not survive a power loss") from exc
+            raise_fault(exc, f"replacing {path}",
+                        "it has its new content, which may not survive a power loss")
 
 
 def checked(body: bytes) -> bytes:

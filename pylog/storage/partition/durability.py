@@ -29,7 +29,7 @@ from typing import Callable
 
 from ...errors import LogFailedError
 from ..checkpoint import Checkpoint, write_checkpoint
-from ..fileio import fault, fsync_dir
+from ..fileio import fault, raise_fault, fsync_dir
 from ..segment import Segment
 from .. import syncer
 from .local_log import LocalLog
@@ -165,8 +165,8 @@ class Durability:
             fsync_dir(self.local.directory)
         except OSError as exc:
             self._sync_failed(exc)
-            raise fault(exc, f"syncing {self.name}", "the segments rolled since the last sync may not be "
-                        "durable; the partition refuses work until the store is reopened", "reopen the store") from exc
+            raise_fault(exc, f"syncing {self.name}", "the segments rolled since the last sync may not be "
+                        "durable; the partition refuses work until the store is reopened", "reopen the store")
         self.unsynced.clear()
 
     def _sync_failed(self, exc: OSError) -> None:
@@ -217,9 +217,9 @@ class Durability:
             # As for a rolled segment (_sync_failed): the kernel may have dropped the pages it could not
             # write, and a later fsync would succeed without them. Never call this log durable again.
             self.failed = f"fsync of the active segment failed: {exc}"
-            raise fault(exc, f"flushing {self.name}",
+            raise_fault(exc, f"flushing {self.name}",
                         "what was appended since the last flush may not be durable; the partition refuses work "
-                        "until the store is reopened", "reopen the store") from exc
+                        "until the store is reopened", "reopen the store")
         self.unflushed = 0
         self.last_flush = time.monotonic()
 
@@ -252,8 +252,8 @@ class Durability:
             except FileNotFoundError:
                 fd = None
             except OSError as exc:  # nothing was fsynced: a later flush may try again
-                raise fault(exc, f"flushing {self.name}", "what this handle appended before it "
-                            "handed the partition over may not be durable yet") from exc
+                raise_fault(exc, f"flushing {self.name}", "what this handle appended before it "
+                            "handed the partition over may not be durable yet")
             if fd is not None:
                 try:
                     os.fdatasync(fd)
@@ -261,9 +261,9 @@ class Durability:
                     # As for the active segment (flush_writer): the pages may be gone and a later fsync
                     # would succeed without them. Never call this log durable again.
                     self.failed = f"fsync of a segment appended to before a handover failed: {exc}"
-                    raise fault(exc, f"flushing {self.name}",
+                    raise_fault(exc, f"flushing {self.name}",
                                 "what this handle appended before it handed the partition over may not be durable; "
-                                "the partition refuses work until the store is reopened", "reopen the store") from exc
+                                "the partition refuses work until the store is reopened", "reopen the store")
                 finally:
                     os.close(fd)
             self.handed_over.discard(path)

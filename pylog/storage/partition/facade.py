@@ -32,7 +32,7 @@ import numpy as np
 from ...config import TopicConfig
 from ...errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, PartitionLockedError,
                        ReadOnlyStoreError, StoreClosedError)
-from ..fileio import fault
+from ..fileio import raise_fault
 from ..notify import Notifier
 from ..records import Record, RecordColumns, column_parts, gc_paused, now_ms
 from ..retention import RetentionResult
@@ -236,9 +236,9 @@ class Partition:
                 self._writer.unlock(fd)
                 raise
         except OSError as exc:
-            raise fault(exc, f"opening {self.topic}-{self.number} for writing",
+            raise_fault(exc, f"opening {self.topic}-{self.number} for writing",
                         "nothing was written through this handle (the next writer recovers whatever the open "
-                        "left)") from exc
+                        "left)")
         self._writer.adopt(fd)
 
     def _open_as_writer(self) -> None:
@@ -440,9 +440,9 @@ class Partition:
                 state, then = "the partition refuses work until the store is reopened", "reopen the store"
             else:
                 state, then = "the partition is unchanged and takes appends again", "retry"
-            raise fault(exc, f"appending to {self.topic}-{self.number}",
+            raise_fault(exc, f"appending to {self.topic}-{self.number}",
                         f"nothing from offset {h.base_offset} on was appended (earlier batches of the same call "
-                        f"were); {state}", then) from exc
+                        f"were); {state}", then)
 
     def _roll(self) -> Segment:
         return self.durability.roll(lambda: self._snapshot_producers(durable=False))
@@ -704,8 +704,8 @@ class Partition:
                     # active segment finds it and recovers (as after any unclean stop).
                     dur.write_checkpoint(clean=True, durable=False)
             except OSError as exc:
-                raise fault(exc, f"handing over {self.topic}-{self.number}", "the writer lock was released all the "
-                            "same; the next writer recovers the partition from its last checkpoint", "go on") from exc
+                raise_fault(exc, f"handing over {self.topic}-{self.number}", "the writer lock was released all the "
+                            "same; the next writer recovers the partition from its last checkpoint", "go on")
             finally:
                 # Whatever failed above (a full disk), the lock goes and this handle reads on: the next
                 # writer recovers from the checkpoint as it is.
@@ -742,7 +742,7 @@ class Partition:
             try:
                 fd = self._writer.acquire(self.lock_timeout_ms)
             except OSError as exc:
-                raise fault(exc, f"locking {self.topic}-{self.number} to delete it", "nothing was deleted") from exc
+                raise_fault(exc, f"locking {self.topic}-{self.number} to delete it", "nothing was deleted")
             self._writer.adopt(fd)
             self.durability.failed = "its topic is being deleted"  # the segments are not open for appending
             return True
@@ -801,8 +801,8 @@ class Partition:
                 dur.recovery_point = active.next_offset
                 dur.write_checkpoint(clean=True)
         except OSError as exc:
-            raise fault(exc, f"closing {self.topic}-{self.number}", "it was closed and its writer lock "
-                        "released, but not cleanly: its next writer re-validates it", "open it again") from exc
+            raise_fault(exc, f"closing {self.topic}-{self.number}", "it was closed and its writer lock "
+                        "released, but not cleanly: its next writer re-validates it", "open it again")
         finally:
             self._writer.let_go()
 
