@@ -853,7 +853,7 @@ def test_an_index_looked_up_by_a_reader_thread_stays_usable_after_a_roll(tmp_pat
         for i in range(20):
             p.append_values([b"v%d" % i])
         seg = p.segments[-1]
-        oi, ti = seg._indexes()
+        oi, ti = seg.indexes()
         p.roll()
         assert oi.lookup(10) == (10, oi.lookup(10)[1]) and oi.lookup(10)[1] > 0
         assert ti.lookup(0) == 0

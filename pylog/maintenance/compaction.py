@@ -461,7 +461,7 @@ class _Columns:
         self.value_lengths = np.concatenate([v.value_lengths for v in views])
 
     def digests(self, seed: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
-        return key_digests(self.key_lengths, b"".join(v._key_data for v in self.views), seed)
+        return key_digests(self.key_lengths, b"".join(v.key_data() for v in self.views), seed)
 
 
 def _gather(data: memoryview, lengths: np.ndarray, keep: np.ndarray) -> list:
@@ -486,9 +486,9 @@ def _filtered_batch(view: BatchView, keep: np.ndarray) -> tuple[list, Any]:
     heads = view.headers()
     log_append = h.timestamp_type == 1
     return encode_parts(
-        value_lengths=vlens[keep], value_data=_gather(view._value_data, vlens, keep),
+        value_lengths=vlens[keep], value_data=_gather(view.value_data(), vlens, keep),
         key_lengths=None if klens is None else klens[keep],
-        key_data=[] if klens is None else _gather(view._key_data, klens, keep),
+        key_data=[] if klens is None else _gather(view.key_data(), klens, keep),
         timestamps=None if log_append else view.timestamps()[keep],
         headers=None if heads is None else [x for x, k in zip(heads, keep.tolist(), strict=True) if k],
         offset_deltas=offs - offs[0], base_offset=int(offs[0]), default_timestamp=h.max_timestamp,

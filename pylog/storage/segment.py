@@ -147,7 +147,8 @@ class Segment:
         seg._ino = st.st_ino
         return seg
 
-    def _fd(self) -> int:
+    def read_fd(self) -> int:
+        """This segment's read-only descriptor of its log, opened on first use and kept until close."""
         fd = self._rfd
         if fd is None:
             fd = os.open(self.log_path, os.O_RDONLY)
@@ -191,7 +192,7 @@ class Segment:
         return os.path.exists(known[1])
 
     def file_size(self) -> int:
-        return os.fstat(self._fd()).st_size
+        return os.fstat(self.read_fd()).st_size
 
     @property
     def is_open(self) -> bool:
@@ -209,7 +210,8 @@ class Segment:
 
     # ------------------------------------------------------------------ indexes
 
-    def _indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+    def indexes(self) -> tuple[OffsetIndex, TimeIndex]:
+        """This segment's offset and time indexes, loaded (or rebuilt from the log) on first use."""
         oi, ti = self._oindex, self._tindex
         if self._indexes_stale and oi is not None and ti is not None:
             oi, ti = self._catch_up_indexes(oi, ti)
@@ -258,7 +260,7 @@ class Segment:
             rel, pos = last
             if pos + HEADER_SIZE > self.size:
                 raise IndexError_("offset index points past the end of the log", oi.path)
-            h = parse_header(os.pread(self._fd(), HEADER_SIZE, pos))
+            h = parse_header(os.pread(self.read_fd(), HEADER_SIZE, pos))
             if h.base_offset != self.base_offset + rel:
                 raise IndexError_(f"offset index entry ({rel}, {pos}) does not point at its batch", oi.path)
         tl = ti.last_entry()
@@ -269,7 +271,7 @@ class Segment:
         """Scan the log up to ``end`` and build in-memory indexes; stops at the first bad batch if verifying."""
         return segment_check.build_indexes(self, end, verify)
 
-    def _index_due(self, pos: int, since: int) -> bool:
+    def index_due(self, pos: int, since: int) -> bool:
         """The one indexing rule, for appends and rebuilds alike: the batch at ``pos`` gets index entries
         when ``index.interval.bytes`` of log were written since the last entry (never the segment start)."""
         return pos > 0 and since >= self.index_interval_bytes
@@ -285,11 +287,11 @@ class Segment:
         or a partial header at the end stops the scan silently (a writer may still be writing it);
         otherwise it raises :class:`CorruptRecordError` naming the file and position.
         """
-        mm = self._map() if self.immutable or self._wfd is not None else None
+        mm = self.mapping() if self.immutable or self._wfd is not None else None
         if mm is not None and end <= len(mm):
             yield from self._scan_mapped(mm, pos, end, tolerate_tail)
             return
-        fd = self._fd()
+        fd = self.read_fd()
         hint = chunk if isinstance(chunk, list) else [chunk]
         need = 0  # size of a batch that did not fit the last read
         while pos < end:
@@ -332,7 +334,7 @@ class Segment:
                 p += h.size
             pos += p
 
-    def _map(self) -> mmap.mmap | None:
+    def mapping(self) -> mmap.mmap | None:
         """A read-only mapping of the log, for immutable segments and for the writer's own active segment.
 
         Only the writer ever shortens a log (recovery, :meth:`truncate_to`), and it unmaps first, so a
@@ -345,7 +347,7 @@ class Segment:
             # The old mapping is dropped, not closed: another thread may be scanning it right now; it is
             # unmapped when the last reference goes.
             try:
-                mm = self._mm = mmap.mmap(self._fd(), size, access=mmap.ACCESS_READ)
+                mm = self._mm = mmap.mmap(self.read_fd(), size, access=mmap.ACCESS_READ)
             except (ValueError, OSError):  # the file is shorter than we believed: read it with pread
                 return None
         return mm
@@ -385,7 +387,7 @@ class Segment:
         """``(position, base offset)`` of an indexed batch at or before the one holding ``offset``."""
         if offset <= self.base_offset:
             return 0, self.base_offset
-        oi, _ = self._indexes()
+        oi, _ = self.indexes()
         rel, pos = oi.lookup(min(offset - self.base_offset, 0xFFFFFFFF))
         return pos, self.base_offset + rel
 
@@ -536,14 +538,14 @@ class Segment:
         """True when every offset index entry points at a batch start (a header walk; a damaged header
         raises). An entry at a batch start naming another offset is left to :meth:`_read_from`, which
         tells a wrong index (the batch checks) from a damaged batch."""
-        oi, _ = self._indexes()
+        oi, _ = self.indexes()
         starts = {fpos for fpos, _ in self.batch_headers()}
         return all(p in starts for p in oi.entries()[1].tolist())
 
     def offset_for_timestamp(self, timestamp: int, end: int | None = None, min_offset: int = 0) -> int | None:
         """First offset >= ``min_offset`` in this segment whose record timestamp is >= ``timestamp``, or None."""
         end = self.size if end is None else end
-        oi, ti = self._indexes()
+        oi, ti = self.indexes()
         rel = ti.lookup(timestamp)
         pos = oi.lookup(rel)[1]
         start = max(self.base_offset + rel, min_offset)
@@ -568,7 +570,7 @@ class Segment:
 
     # ------------------------------------------------------------------ state
 
-    def _valid_batches(self, pos: int, end: int, tolerate_tail: bool) -> Iterator[tuple[int, BatchHeader]]:
+    def valid_batches(self, pos: int, end: int, tolerate_tail: bool) -> Iterator[tuple[int, BatchHeader]]:
         """``(position, header)`` of each wholly checked batch (CRC, sections) from ``pos``; with
         ``tolerate_tail`` the first bad or incomplete batch ends the walk instead of raising."""
         for fpos, h, buf, p in self._scan(pos, end, _MAX_CHUNK, tolerate_tail):
@@ -593,7 +595,7 @@ class Segment:
             # since (recovery rewrites the indexes, so their inodes tell).
             self._indexes_stale = True
         try:
-            oi, ti = self._indexes()
+            oi, ti = self.indexes()
             last = oi.last_entry()
             tl = ti.last_entry()
             if ti.sealed and ti.max_timestamp >= 0:
@@ -613,7 +615,7 @@ class Segment:
         since = 0
         offs: list[int] = []
         poss: list[int] = []
-        for fpos, h in self._valid_batches(pos, end, tolerate_tail):
+        for fpos, h in self.valid_batches(pos, end, tolerate_tail):
             if poss and h.base_offset < next_offset:
                 # Not the continuation of the batches before it (recovery cuts the log here too).
                 if tolerate_tail:
@@ -725,7 +727,7 @@ class Segment:
     def max_timestamp(self) -> int:
         """Largest record timestamp in the segment (-1 when empty)."""
         if not self._loaded:
-            _, ti = self._indexes()
+            _, ti = self.indexes()
             if ti.sealed and ti.max_timestamp >= 0:
                 return ti.max_timestamp
             self.load(tolerate_tail=not self.writable)
@@ -735,14 +737,14 @@ class Segment:
     def first_timestamp(self) -> int | None:
         """Max timestamp of the first batch (Kafka rolls segment.ms from it), None when empty."""
         if self._first_timestamp is None and self.size >= HEADER_SIZE:
-            h = parse_header(os.pread(self._fd(), HEADER_SIZE, 0))
+            h = parse_header(os.pread(self.read_fd(), HEADER_SIZE, 0))
             check_header(h, self.log_path, 0)
             self._first_timestamp = h.max_timestamp
         return self._first_timestamp
 
     @property
     def index_full(self) -> bool:
-        oi, ti = self._indexes()
+        oi, ti = self.indexes()
         return oi.is_full or ti.is_full
 
     # ------------------------------------------------------------------ writing (writer lock held)
@@ -817,7 +819,7 @@ class Segment:
         if fd is None:
             raise ValueError("segment is not open for appending")
         pos = self.size
-        due = self._index_due(pos, self._bytes_since_index)
+        due = self.index_due(pos, self._bytes_since_index)
         oi, ti = self._oindex, self._tindex
         if due:
             assert oi is not None and ti is not None

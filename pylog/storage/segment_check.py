@@ -50,7 +50,7 @@ def build_indexes(seg: Segment, end: int, verify: bool) -> tuple[OffsetIndex, Ti
     first_ts = None
     error: CorruptRecordError | None = None
     try:
-        for pos, h, buf, p in seg._scan(0, end, _MAX_CHUNK, tolerate_tail=False):
+        for pos, h, buf, p in seg.scan(0, end, _MAX_CHUNK, tolerate_tail=False):
             if verify:
                 BatchView.from_buffer(buf, p, seg.log_path, pos, header=h)
             if h.base_offset < next_offset:
@@ -58,7 +58,7 @@ def build_indexes(seg: Segment, end: int, verify: bool) -> tuple[OffsetIndex, Ti
                                          seg.log_path, pos)
             if h.last_offset - seg.base_offset > 0xFFFFFFFF:
                 raise CorruptRecordError("offset too far above the segment base", seg.log_path, pos)
-            if seg._index_due(pos, since):
+            if seg.index_due(pos, since):
                 rel = h.base_offset - seg.base_offset
                 orel.append(rel)
                 opos.append(pos)
@@ -88,7 +88,7 @@ def build_indexes(seg: Segment, end: int, verify: bool) -> tuple[OffsetIndex, Ti
 def valid_end(seg: Segment, end: int) -> int:
     """End of the prefix of wholly valid batches (length, header, CRC, sections) in ``[0, end)``."""
     valid_end = 0
-    for fpos, h in seg._valid_batches(0, end, tolerate_tail=True):
+    for fpos, h in seg.valid_batches(0, end, tolerate_tail=True):
         valid_end = fpos + h.size
     return valid_end
 
@@ -97,7 +97,7 @@ def valid_batch_after(seg: Segment, pos: int, end: int) -> bool:
     """True when a wholly valid batch follows the bad one at ``pos``, reachable through the lengths in
     the headers from there: damage in the middle, not a torn tail. A header that fails its checks
     ends the walk (nothing after it can be located), as does the end of the file."""
-    fd = seg._fd()
+    fd = seg.read_fd()
     first = pos
     while pos + HEADER_SIZE <= end:
         h = parse_header(os.pread(fd, HEADER_SIZE, pos))
@@ -139,7 +139,7 @@ def first_damage(seg: Segment, start: int = 0, start_offset: int | None = None) 
         # The memo is trusted only if a batch with the remembered base offset starts there. Anything
         # else (fewer bytes than a header: the file was cut below ``start`` and regrown to just past
         # it; a header that fails its checks; another base offset) means the memo is stale.
-        raw = os.pread(seg._fd(), HEADER_SIZE, start)
+        raw = os.pread(seg.read_fd(), HEADER_SIZE, start)
         ok = False
         if len(raw) == HEADER_SIZE:
             h = parse_header(raw)
@@ -149,14 +149,14 @@ def first_damage(seg: Segment, start: int = 0, start_offset: int | None = None) 
             except CorruptRecordError:
                 pass
         prev, start = (h.base_offset - 1, start) if ok else (prev, 0)
-    mm = seg._map()
+    mm = seg.mapping()
     if mm is not None and len(mm) >= end:
         start, prev = checked_prefix(mm, start, end, prev)  # the fast walk, to the first batch that fails
         if start == end:
             return None
     # From there (or from the start without a mapping): the walk reads use, for their error.
     try:
-        for fpos, h, buf, p in seg._scan(start, end, _MAX_CHUNK, tolerate_tail=False):
+        for fpos, h, buf, p in seg.scan(start, end, _MAX_CHUNK, tolerate_tail=False):
             if batch_crc(memoryview(buf)[p:p + h.size]) != h.crc:
                 raise CorruptRecordError("batch checksum mismatch", seg.log_path, fpos)
             if h.base_offset <= prev:
@@ -186,7 +186,7 @@ def tail_kind(seg: Segment, valid_end: int, end: int) -> str:
         return "none"
     if end - valid_end < HEADER_SIZE:
         return "partial"
-    fd = seg._fd()
+    fd = seg.read_fd()
     h = parse_header(os.pread(fd, HEADER_SIZE, valid_end))
     try:
         check_header(h, seg.log_path, valid_end)
@@ -217,7 +217,7 @@ def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -
     end = seg.size if end is None else end
     problems: list[str] = []
     try:
-        oi, ti = seg._indexes()
+        oi, ti = seg.indexes()
     except CorruptRecordError as exc:
         oi, index_error = None, str(exc)
     # One pass over the valid prefix (each batch read and checksummed once): offsets, and the batch
@@ -228,7 +228,7 @@ def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -
     prev = seg.base_offset - 1
     seen = 0
     complete = 0
-    for fpos, h in seg._valid_batches(0, end, tolerate_tail=True):
+    for fpos, h in seg.valid_batches(0, end, tolerate_tail=True):
         if h.base_offset <= prev:
             order.append(f"{seg.log_path}@{fpos}: base offset {h.base_offset} not above {prev}")
         prev = h.last_offset
@@ -242,7 +242,7 @@ def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -
         if valid_batch_after(seg, complete, end):
             # Damage in the middle: name the first bad batch, as a scan to the end reports it.
             try:
-                for fpos, h, buf, p in seg._scan(complete, end, _MAX_CHUNK, tolerate_tail=False):
+                for fpos, h, buf, p in seg.scan(complete, end, _MAX_CHUNK, tolerate_tail=False):
                     BatchView.from_buffer(buf, p, seg.log_path, fpos, header=h)
             except CorruptRecordError as exc:
                 damage = str(exc)
