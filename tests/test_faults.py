@@ -244,7 +244,7 @@ def test_a_time_index_stalled_at_a_page_boundary_reserves_its_next_page_once_not
         ts = 1_000_000
         p.append_values([b"x" * 50], timestamps=[ts])
         seg = p.segments[-1]
-        ti, oi = seg._tindex, seg._oindex
+        oi, ti = seg.indexes()
         width = ti.A.itemsize
         # An entry is written one batch late (with the largest timestamp before that batch): append with
         # rising timestamps until the entry after the next is the first of a page of column A; the next
