@@ -423,7 +423,7 @@ def test_a_read_only_reader_sees_a_live_writers_appends(tmp_path):
             w.append_values([b"b"])
             waiter.join(90)
             assert woken == [True] and _values(r) == [b"a", b"b"]
-            assert not os.path.exists(os.path.join(r.directory, "notify")) or r.notifier._map is None
+            assert not os.path.exists(os.path.join(r.directory, "notify")) or not r.notifier.mapped
 
 
 # ---------------------------------------------------------------------------------------------- the mapping
