@@ -281,14 +281,14 @@ class Store:
         """A :class:`~pylog.clients.producer.Producer` on this store (kafka-python's ``KafkaProducer`` options),
         throttled by this store's quotas (:meth:`set_quota`)."""
         self._check_writable("make a producer")
-        return Producer(self, quotas=self._quotas, **configs)
+        return Producer(self, quotas=self.quota_manager, **configs)
 
     def consumer(self, *topics: str, **configs: Any) -> Consumer:
         """A :class:`~pylog.clients.consumer.Consumer` on this store (kafka-python's ``KafkaConsumer`` options),
         committing to this store's ``__consumer_offsets`` and throttled by its quotas (:meth:`set_quota`)."""
         self._check_open()
-        offsets = self._group_offsets() if configs.get("group_id") is not None else None
-        return Consumer(self, *topics, quotas=self._quotas, offsets=offsets, **configs)
+        offsets = self.group_offsets() if configs.get("group_id") is not None else None
+        return Consumer(self, *topics, quotas=self.quota_manager, offsets=offsets, **configs)
 
     def new_producer_id(self) -> int:
         """A producer id no other producer of this store has had, in any process (for idempotent appends).
@@ -323,8 +323,10 @@ class Store:
 
     # ------------------------------------------------------------------ consumer groups
 
-    def _group_offsets(self) -> CommittedOffsets:
-        """This store's committed offsets (``__consumer_offsets``), made on first use; shared by its consumers."""
+    def group_offsets(self) -> CommittedOffsets:
+        """This store's committed offsets (``__consumer_offsets``), made on first use; shared by its consumers.
+        Lower level than :meth:`committed_offsets` and :meth:`commit_offsets` (no ownership checks): for
+        tools and tests that need, e.g., the ``__consumer_offsets`` partition a group's commits go to."""
         self._check_open()
         with self._lock:
             if self._offsets is None:
@@ -336,7 +338,7 @@ class Store:
 
     def consumer_groups(self) -> list[str]:
         """Ids of the groups that have members now or committed offsets, sorted."""
-        return sorted(set(list_group_dirs(self.path)) | self._group_offsets().groups())
+        return sorted(set(list_group_dirs(self.path)) | self.group_offsets().groups())
 
     def describe_consumer_group(self, group_id: str) -> GroupDescription:
         """The group's generation, assignment strategy, live members and their partitions."""
@@ -346,7 +348,7 @@ class Store:
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
         """Every offset ``group_id`` has committed (the next offset to consume, per partition).
         :raises InvalidGroupError: for an empty or non-str id, or one that is not valid UTF-8."""
-        return self._group_offsets().fetch(check_group_id(group_id))
+        return self.group_offsets().fetch(check_group_id(group_id))
 
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
         """Commit offsets for a group from outside it (an operator resetting a group that has no live
@@ -358,7 +360,7 @@ class Store:
         if self.describe_consumer_group(group_id).members:
             raise RebalanceInProgressError(f"group {group_id!r} has live members; stop them before resetting "
                                            "its offsets")
-        self._group_offsets().commit(group_id, {TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
+        self.group_offsets().commit(group_id, {TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
                                                 else OffsetAndMetadata(int(om), "") for tp, om in offsets.items()})
 
     def group_lag(self, group_id: str) -> dict[TopicPartition, PartitionLag]:
@@ -382,7 +384,7 @@ class Store:
         self._check_writable(f"delete group {group_id!r}")
         if self.describe_consumer_group(group_id).members:
             raise RebalanceInProgressError(f"group {group_id!r} has live members")
-        n = self._group_offsets().delete(group_id) if OFFSETS_TOPIC in self else 0
+        n = self.group_offsets().delete(group_id) if OFFSETS_TOPIC in self else 0
         remove_group_dir(self.path, group_id)
         return n
 
@@ -464,6 +466,33 @@ class Store:
         self._check_open()
         return published_cleaners(self.path)
 
+    @property
+    def cleaner(self) -> Cleaner:
+        """This store's background :class:`~pylog.maintenance.cleaner.Cleaner` (test-facing: to run a pass
+        now, stop it, or replace a pass to inject a failure; monitor it with :meth:`cleaner_status`)."""
+        return self._cleaner
+
+    @property
+    def cleaner_publisher(self) -> CleanerPublisher | None:
+        """What publishes this store's cleaner status for other processes (its ``name`` names the status
+        file under the store's cleaners directory); None when the cleaner is disabled or cannot publish."""
+        return self._publisher
+
+    def stop_publishing_cleaner_status(self) -> None:
+        """Remove this store's published cleaner entry and publish no more (test-facing: leaves the
+        cleaners directory to what the test writes there). The cleaner itself keeps running."""
+        pub, self._publisher = self._publisher, None
+        if pub is not None:
+            pub.close()  # the cleaner's later heartbeats then write nothing (publish() on a closed publisher)
+
+    def abandon(self) -> None:
+        """Test-facing: drop this handle as a crash would, without closing its partitions (their files stay
+        as they are; abandon each partition first with ``Partition.abandon()``): mark the store closed and
+        stop its cleaner thread. Unlike :meth:`close`, nothing is flushed or cleanly closed."""
+        with self._lock:
+            self._closed = True
+            self._cleaner.stop()
+
     def check_health(self) -> None:
         """Raise :class:`~pylog.errors.CleanerError` when the background cleaner died or gave up on a
         partition (its status has the error and traceback); return quietly otherwise."""
@@ -501,9 +530,11 @@ class Store:
     # ------------------------------------------------------------------ quotas
 
     @property
-    def _quotas(self) -> QuotaManager:
+    def quota_manager(self) -> QuotaManager:
         """This store's :class:`~pylog.clients.quotas.QuotaManager`, made on first use: one budget per client id
-        and kind, shared by every producer and consumer of this store object (handed to each when made)."""
+        and kind, shared by every producer and consumer of this store object (handed to each when made); the
+        quotas live in this Store object. Use :meth:`set_quota` and :meth:`quotas` to change and list them;
+        the manager itself is for measuring and for tests (its ``clock``, ``sleep`` and window can be replaced)."""
         manager = self.__dict__.get("_quota_manager")
         if manager is None:
             with self._lock:
@@ -522,7 +553,7 @@ class Store:
         :raises InvalidConfigError: for a rate that is not a positive number.
         """
         self._check_open()
-        manager = self._quotas
+        manager = self.quota_manager
         for kind, rate in ((PRODUCE, producer_byte_rate), (CONSUME, consumer_byte_rate)):
             if rate is not None:
                 manager.set_quota(client_id, kind, rate)  # validates before anything changes
@@ -534,7 +565,7 @@ class Store:
         """Every quota set on this store: ``{client_id: {"producer_byte_rate": ..., "consumer_byte_rate":
         ...}}``, each client with the quotas it has."""
         self._check_open()
-        return self._quotas.quotas()
+        return self.quota_manager.quotas()
 
 
 def open(path: str | os.PathLike[str], *, read_only: bool = False,  # noqa: A001 - the library's entry point

@@ -53,7 +53,7 @@ def test_a_dead_cleaner_thread_is_reported_and_check_health_raises(tmp_path, cap
         def boom():
             raise RuntimeError("simulated bug in the cleaner loop")
 
-        store._cleaner.run_compaction = boom  # an error outside the per-partition handlers kills the thread
+        store.cleaner.run_compaction = boom  # an error outside the per-partition handlers kills the thread
         with caplog.at_level(logging.ERROR, logger="pylog.cleaner"):
             assert _wait(lambda: not store.cleaner_status().alive)
         st = store.cleaner_status()
@@ -115,7 +115,7 @@ def test_flush_ms_is_enforced_by_the_background_thread(tmp_path):
 
 def test_close_stops_the_thread(tmp_path):
     store = pylog.open(str(tmp_path), log_cleaner_backoff_ms=20)
-    thread = store._cleaner._thread
+    thread = store.cleaner.thread
     assert thread.is_alive()
     store.close()
     assert not thread.is_alive()

@@ -60,7 +60,7 @@ def test_a_dead_cleaner_thread_is_published_with_its_error_and_fails_health(tmp_
         def boom() -> None:
             raise RuntimeError("disk on fire")
 
-        store._cleaner.run_retention = boom  # the next run kills the thread
+        store.cleaner.run_retention = boom  # the next run kills the thread
         entry = _wait_for(lambda: next((c for c in store.cleaners() if c.status and not c.status.alive), None))
         assert entry is not None and "disk on fire" in entry.status.last_error
         code, text = _health(tmp_path)
@@ -76,11 +76,11 @@ def test_a_partition_the_cleaner_gave_up_on_fails_health(tmp_path):
         def bad(p) -> None:
             raise OSError(5, "Input/output error")
 
-        store._cleaner._retain = bad
+        store.cleaner.retain_partition = bad
         assert _wait_for(lambda: any(c.status and c.status.uncleanable for c in store.cleaners()))
         code, text = _health(tmp_path)
         assert code == ExitCode.PROBLEMS
-        assert f"cleaner of pid {os.getpid()} ({store._publisher.name}) gave up on x-0: OSError: [Errno 5]" in text
+        assert f"cleaner of pid {os.getpid()} ({store.cleaner_publisher.name}) gave up on x-0: OSError: [Errno 5]" in text
 
 
 def test_a_stopped_process_is_stale_and_a_killed_one_is_a_warning_then_swept(tmp_path):
@@ -127,7 +127,7 @@ def test_a_stopped_process_is_stale_and_a_killed_one_is_a_warning_then_swept(tmp
 
 def test_a_corrupt_status_file_is_reported_not_raised(tmp_path):
     with pylog.open(tmp_path) as store:
-        name = store._publisher.name
+        name = store.cleaner_publisher.name
         status = tmp_path / CLEANERS_DIR / f"{name}.status"
         # the thread's first write (the file exists, empty, from the store's open); the next is 5 s away
         _wait_for(lambda: any(c.status is not None for c in store.cleaners()))
@@ -159,8 +159,7 @@ def test_status_file_with_hostile_content_and_valid_crc_is_reported_not_trusted(
     with pylog.open(tmp_path) as store:
         directory = os.path.join(store.path, CLEANERS_DIR)
         (name,) = [e[:-len(".status")] for e in os.listdir(directory) if e.endswith(".status")]
-        store._publisher.close()  # stop publishing: the hostile file must stay as written
-        store._publisher = None
+        store.stop_publishing_cleaner_status()  # stop publishing: the hostile file must stay as written
         with open(os.path.join(directory, name + ".lock"), "wb"):
             pass
         with open(os.path.join(directory, name + ".status"), "wb") as f:

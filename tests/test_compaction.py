@@ -334,8 +334,7 @@ def test_an_interrupted_swap_is_rolled_back_or_forward(tmp_path, monkeypatch, ph
     directory = p.directory
     # Simulate the crash: drop the store without a clean close of the partition.
     p.abandon()
-    store._closed = True
-    store._cleaner.stop()
+    store.abandon()
     with _store(tmp_path) as store2:
         p2 = store2.topic(TOPIC).partition(0)
         p2.append_values([b"z"], keys=[b"zz"])  # becoming the writer finishes or undoes the swap

@@ -275,7 +275,7 @@ def test_consumer_byte_rate_quota_delays_fetches(store):
         slept.append(d)
         now[0] += d
 
-    quotas = store._quotas
+    quotas = store.quota_manager
     quotas.clock, quotas.sleep = (lambda: now[0]), sleep
     store.set_quota("slow", consumer_byte_rate=100)
     free = store.consumer("t", client_id="free", auto_offset_reset="earliest")

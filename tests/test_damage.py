@@ -437,13 +437,13 @@ def test_the_cleaner_skips_a_damaged_partition_written_in_turns_until_it_is_repa
         for p in parts:
             p.transient = True
         with caplog.at_level("WARNING"):
-            store._cleaner.run_retention()
-            store._cleaner.run_retention()
-        assert store._cleaner.status().uncleanable == {}
+            store.cleaner.run_retention()
+            store.cleaner.run_retention()
+        assert store.cleaner.status().uncleanable == {}
         assert len([m for m in caplog.messages if "a-0" in m and "pylog repair" in m]) == 1
         assert _segment_count(tmp_path, "a") == 3 and _segment_count(tmp_path, "b") == 2
         parts[0].repair()
         parts[0].release_writer()
-        store._cleaner.run_retention()
+        store.cleaner.run_retention()
         assert _segment_count(tmp_path, "a") == 2
-        assert store._cleaner.status().uncleanable == {}
+        assert store.cleaner.status().uncleanable == {}

@@ -244,7 +244,7 @@ def test_a_time_index_stalled_at_a_page_boundary_reserves_its_next_page_once_not
         ts = 1_000_000
         p.append_values([b"x" * 50], timestamps=[ts])
         seg = p.segments[-1]
-        ti, oi = seg._tindex, seg._oindex
+        oi, ti = seg.indexes()
         width = ti.A.itemsize
         # An entry is written one batch late (with the largest timestamp before that batch): append with
         # rising timestamps until the entry after the next is the first of a page of column A; the next
@@ -423,7 +423,7 @@ def test_a_read_only_reader_sees_a_live_writers_appends(tmp_path):
             w.append_values([b"b"])
             waiter.join(90)
             assert woken == [True] and _values(r) == [b"a", b"b"]
-            assert not os.path.exists(os.path.join(r.directory, "notify")) or r.notifier._map is None
+            assert not os.path.exists(os.path.join(r.directory, "notify")) or not r.notifier.mapped
 
 
 # ---------------------------------------------------------------------------------------------- the mapping

@@ -43,7 +43,7 @@ def _member(store, topics=("t",), **kw):
 
 
 def _owned(c):
-    return sorted(tp.partition for tp in c.assignment() if tp not in c._pending)
+    return sorted(tp.partition for tp in c.assignment() if tp not in c.pending())
 
 
 def _drain(c, rounds=5):
@@ -64,7 +64,7 @@ class Recorder(pylog.ConsumerRebalanceListener):
         if self.consumer is not None and revoked:
             # Revoked partitions are still owned here: committing them works.
             self.consumer.commit({tp: OffsetAndMetadata(self.consumer.position(tp), "from listener")
-                                  for tp in revoked if self.consumer._member.owns(tp)})
+                                  for tp in revoked if self.consumer.group_member.owns(tp)})
 
     def on_partitions_assigned(self, assigned):
         self.events.append(("assigned", set(assigned)))
@@ -263,17 +263,13 @@ def test_dead_member_is_found_by_its_released_lock(store):
     a.poll(0), b.poll(0), a.poll(0), b.poll(0)
     assert len(_owned(a)) == len(_owned(b)) == 1
     # "Kill" b: its locks go (as the kernel drops a dead process's), without leave() or a commit.
-    member = b._member
-    for tp in list(member._owned):
-        os.close(member._owned.pop(tp))
-    os.close(member._member_fd)
-    member._member_fd = None
+    b.group_member.abandon()
     def took_over() -> bool:
         a.poll(timeout_ms=20)
         return _owned(a) == [0, 1]
     assert wait_for(took_over, 60), f"the survivor owns {_owned(a)}"
     assert _owned(a) == [0, 1]
-    assert [m.member_id for m in store.describe_consumer_group("g").members] == [a._member.member_id]
+    assert [m.member_id for m in store.describe_consumer_group("g").members] == [a.group_member.member_id]
     a.close()
 
 
@@ -285,18 +281,15 @@ def test_a_concurrent_describers_probe_does_not_make_a_dead_member_look_alive(st
     a, b = _member(store, heartbeat_interval_ms=600_000, session_timeout_ms=1_200_000), \
         _member(store, heartbeat_interval_ms=600_000, session_timeout_ms=1_200_000)
     a.poll(0), b.poll(0), a.poll(0), b.poll(0)
-    member = b._member
+    member = b.group_member
     path = os.path.join(member.directory, "members", member.member_id)
-    for tp in list(member._owned):  # "kill" b, as in the test above; nobody has noticed yet
-        os.close(member._owned.pop(tp))
-    os.close(member._member_fd)
-    member._member_fd = None
+    member.abandon()  # "kill" b, as in the test above; nobody has noticed yet
     with pylog.open(store.path, read_only=True) as reader:
         fd = os.open(path, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # another describer's probe, held right now
             for s in (store, reader):
-                assert [m.member_id for m in s.describe_consumer_group("g").members] == [a._member.member_id]
+                assert [m.member_id for m in s.describe_consumer_group("g").members] == [a.group_member.member_id]
         finally:
             os.close(fd)
     a.close()
@@ -306,7 +299,7 @@ def test_corrupt_group_state_is_rebuilt(store, caplog):
     _fill(store, partitions=2, n=10)
     a = _member(store)
     a.poll(0)
-    state = os.path.join(a._member.directory, "state")
+    state = os.path.join(a.group_member.directory, "state")
     with open(state, "r+b") as f:
         f.seek(8)
         f.write(b"\xff\xff")
@@ -335,7 +328,7 @@ def test_group_state_with_hostile_content_and_valid_crc_is_rebuilt(store, conten
     _fill(store, partitions=2, n=10)
     a = _member(store)
     a.poll(0)
-    directory = a._member.directory
+    directory = a.group_member.directory
     if content == "map_key_is_a_map":
         doc = _msgpack_map_keyed_by_a_map(generation=5, group_id="g")
     else:
@@ -380,7 +373,7 @@ def test_offset_commits_with_wrong_types_are_skipped_not_trusted(store):
     assert _decode_commit(good_key, msgpack.packb([1, 1 << 63, ""])) is None
     assert _decode_commit(_msgpack_map_keyed_by_a_map(), None) is None
     store.commit_offsets("g", {TopicPartition("t", 0): 3})
-    p = store._group_offsets().partition_for("g")
+    p = store.group_offsets().partition_for("g")
     p.append_values([msgpack.packb([1, -7, ""])], [good_key])
     assert store.committed_offsets("g")[TopicPartition("t", 0)].offset == 3
 
@@ -414,7 +407,7 @@ def test_reserved_names_and_offsets_topic_compaction(tmp_path):
         for i in range(300):
             c.commit({tp: i})
         assert store.topic(OFFSETS_TOPIC).num_partitions == 2
-        p = store._group_offsets().partition_for("g")
+        p = store.group_offsets().partition_for("g")
         assert p.log_end_offset == 300 and not p.is_writer and len(p.segments) > 5
         store.compact(OFFSETS_TOPIC, p.number)
         assert not p.is_writer  # handed back after maintenance too

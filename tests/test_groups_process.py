@@ -44,7 +44,7 @@ WORKER = textwrap.dedent("""
     last = None
     while True:
         got = c.poll(timeout_ms=50)
-        owned = sorted(tp.partition for tp in c.assignment() if tp not in c._pending)
+        owned = sorted(tp.partition for tp in c.assignment() if tp not in c.pending())
         if owned != last:
             last = owned
             print("owned", json.dumps(owned), flush=True)

@@ -301,7 +301,7 @@ def _check_group_round_trip(root, store, group):
             if len(got) == 2:
                 break
         assert got == [b"a", b"b"]
-        assert [m.member_id for m in store.describe_consumer_group(group).members] == [c._member.member_id]
+        assert [m.member_id for m in store.describe_consumer_group(group).members] == [c.group_member.member_id]
         c.commit()
     assert store.committed_offsets(group) == {tp: OffsetAndMetadata(2, "")}
     assert group in store.consumer_groups()

@@ -282,13 +282,13 @@ def test_reader_polls_when_wake_ups_do_not_reach_it(handles, monkeypatch):
     spy.wait_sleeping()
     wp.append_values([b"a"])
     assert w.outcome() is True
-    assert rp.notifier._trusted is False
+    assert rp.notifier.trusted is False
 
     monkeypatch.delattr(wp.notifier, "publish")  # publishes again
     wp.append_values([b"b"])
     assert rp.wait_for_data(1, 0.01) is True
     assert rp.wait_for_data(2, 0.01) is False  # slept on the file again: the sequence moved
-    assert rp.notifier._trusted is True
+    assert rp.notifier.trusted is True
 
 
 @needs_futex

@@ -87,7 +87,7 @@ _THROTTLED_PRODUCER = """
         print("throttled", round(delay), flush=True)
         time.sleep(delay)
 
-    store._quotas.sleep = sleep
+    store.quota_manager.sleep = sleep
     producer = store.producer(client_id="slow")
     producer.send("t", b"x" * 10_000, partition=0)
     sys.stdin.readline()  # killed before this returns

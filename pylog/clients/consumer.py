@@ -255,6 +255,17 @@ class Consumer:
         self._rescan()
         return set(self._positions)
 
+    def pending(self) -> set[TopicPartition]:
+        """Partitions of :meth:`assignment` this consumer does not read yet: the previous owner in the group
+        still holds them (it finishes its poll, commits and lets go). Empty outside a group."""
+        return set(self._pending)
+
+    @property
+    def group_member(self) -> GroupMember | None:
+        """This consumer's membership in its group while subscribed with a ``group_id`` (else None); for
+        tools and tests (e.g. its ``member_id``, or whether it ``owns()`` a partition now)."""
+        return self._member
+
     def subscription(self) -> set[str] | None:
         if self._manual:
             return None

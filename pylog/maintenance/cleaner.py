@@ -79,6 +79,11 @@ class Cleaner:
         if t is not None and t is not threading.current_thread():
             t.join(timeout)
 
+    @property
+    def thread(self) -> threading.Thread | None:
+        """The cleaner's daemon thread once started (None before, or when the cleaner is disabled)."""
+        return self._thread
+
     def stopping(self) -> bool:
         return self._stop.is_set()
 
@@ -199,13 +204,15 @@ class Cleaner:
 
     def run_retention(self) -> None:
         for p in self._each(compacted=False):
-            self._guarded(p, "retention", self._retain)
+            self._guarded(p, "retention", self.retain_partition)
 
     def run_compaction(self) -> None:
         for p in self._each(compacted=True):
             self._guarded(p, "compaction", self._compact)
 
-    def _retain(self, p: "Partition") -> None:
+    def retain_partition(self, p: "Partition") -> None:
+        """One partition's retention pass, as :meth:`run_retention` makes it for each (under its error
+        handling: a partition whose pass raises is recorded as uncleanable). Replaceable in tests."""
         self.add_retention(p.enforce_retention())
 
     def _compact(self, p: "Partition") -> None:

@@ -200,6 +200,16 @@ class Notifier:
         self._trusted = True  # False while wake-ups are found not to reach this process (invariant 4)
         self._seen = 0  # the sequence when they were found not to
 
+    @property
+    def trusted(self) -> bool:
+        """False while wake-ups are found not to reach this process (its waiters then poll; invariant 4)."""
+        return self._trusted
+
+    @property
+    def mapped(self) -> bool:
+        """True while the wake-up file is mapped in this process (never for a read-only store)."""
+        return self._map is not None
+
     def _mapping(self) -> _Mapping | None:
         m = self._map
         if m is not None or _syscall is None or not ENABLED or self._closed or time.monotonic() < self._retry_at:
