@@ -327,7 +327,7 @@ class Segment:
     @property
     def tail(self) -> tuple[list[int], list[int]]:
         """A reader's record of its latest checked batches: (base offsets, file positions) of consecutive
-        batch starts ending at :attr:`tail_end`; the pair is replaced whole, never shrunk in place."""
+        batch starts ending at :attr:`tail_end`; appended to as the log grows, replaced whole when trimmed."""
         return self._tail
 
     @property
