@@ -22,33 +22,31 @@ Invariants:
   :meth:`recover`, :meth:`truncate_to`, :meth:`seal`, :meth:`delete`); those are not thread-safe on their
   own. Read methods may run concurrently with the writer.
 
-Checks, damage classification and index rebuilds are in :mod:`pylog.storage.segment_check`.
+Checks, damage classification and index rebuilds are in :mod:`pylog.storage.segment_check`; scans and
+reads (by offset, by timestamp) in :mod:`pylog.storage.segment_read`.
 """
 
 from __future__ import annotations
 
-import bisect
 import logging
 import mmap
 import os
 from typing import Any, Iterator
 
-import numpy as np
 
 from .checkpoint import read_checkpoint
 from ..errors import CorruptRecordError
 from .fileio import write_all
 from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
-from .records import HEADER_SIZE, LENGTH_PREFIX, BatchHeader, BatchView, batch_crc, check_header, parse_header
-from . import segment_check
+from .records import HEADER_SIZE, BatchHeader, BatchView, check_header, parse_header
+from . import segment_check, segment_read
+from .segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, ReadSlice
 
 __all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
 
 log = logging.getLogger("pylog.segment")
 
-#: (batch, first index in batch, stop index in batch)
-ReadSlice = tuple[BatchView, int, int]
 
 class SegmentReplacedError(FileNotFoundError):
     """The segment's file was deleted or replaced by retention or compaction after this object was made.
@@ -57,13 +55,11 @@ class SegmentReplacedError(FileNotFoundError):
     """
 
 
-_MIN_CHUNK = 64 * 1024
 #: Batch starts a reader keeps of its latest validated batches (see ``Segment._tail``): enough for any
 #: consumer keeping up, whose reads start in the last few; older positions come from the index.
 _TAIL_KEEP = 256
 #: A reader keeps the batches one refresh checked (``Segment._recent``) when they were at most this many bytes.
 _RECENT_BYTES = 256 * 1024
-_MAX_CHUNK = 16 * 1024 * 1024
 
 
 class Segment:
@@ -95,7 +91,8 @@ class Segment:
         self._mm: mmap.mmap | None = None
         #: Set by the partition for every segment but the last: no byte below ``size`` will change.
         self.immutable = False
-        self._batch_hint = _MIN_CHUNK  # size of the last batch read: sizes the next first read
+        #: Size of the last batch read: sizes the next read's first chunk (see segment_read).
+        self.batch_hint = _MIN_CHUNK
         self._oindex: OffsetIndex | None = None
         self._tindex: TimeIndex | None = None
         #: A reader's indexes may lag the writer's (set when the log grew): look at the files before use.
@@ -103,7 +100,7 @@ class Segment:
         #: A reader's record of the batches it validated last: (base offsets, file positions) of
         #: consecutive batch starts ending at ``_tail_end``. Two lists swapped whole, appended to in order
         #: positions first, so a thread reading them without the partition lock finds a position for every
-        #: offset it sees. See :meth:`_read_at_tail`.
+        #: offset it sees. See :func:`~pylog.storage.segment_read._read_at_tail`.
         self._tail: tuple[list[int], list[int]] = ([], [])
         self._tail_end = -1
         #: The batches a reader's last refresh read and checked, by file position (a small read's only):
@@ -278,62 +275,6 @@ class Segment:
 
     # ------------------------------------------------------------------ scanning
 
-    def _scan(self, pos: int, end: int, chunk: int | list[int], tolerate_tail: bool
-              ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
-        """Yield ``(file position, header, buffer, position in buffer)`` for each whole batch in [pos, end).
-
-        Each yielded buffer holds the whole batch. ``chunk`` is the read size, or a one-item list the
-        consumer may update between batches to size the next read. With ``tolerate_tail`` a batch that runs past ``end``
-        or a partial header at the end stops the scan silently (a writer may still be writing it);
-        otherwise it raises :class:`CorruptRecordError` naming the file and position.
-        """
-        mm = self.mapping() if self.immutable or self._wfd is not None else None
-        if mm is not None and end <= len(mm):
-            yield from self._scan_mapped(mm, pos, end, tolerate_tail)
-            return
-        fd = self.read_fd()
-        hint = chunk if isinstance(chunk, list) else [chunk]
-        need = 0  # size of a batch that did not fit the last read
-        while pos < end:
-            want = min(max(_MIN_CHUNK, min(hint[0], _MAX_CHUNK), need), end - pos)
-            need = 0
-            buf = os.pread(fd, want, pos)
-            if len(buf) < want:
-                if tolerate_tail:
-                    end = pos + len(buf)
-                    if not buf:
-                        return
-                else:
-                    raise CorruptRecordError(f"log ends at {pos + len(buf)}, expected {end}", self.log_path,
-                                             pos + len(buf))
-            p = 0
-            n = len(buf)
-            while p < n:
-                if p + HEADER_SIZE > n:
-                    if pos + p + HEADER_SIZE > end:
-                        if tolerate_tail:
-                            return
-                        raise CorruptRecordError("partial batch header at end of log", self.log_path, pos + p)
-                    break  # header crosses the chunk: re-read from here
-                h = parse_header(buf, p)
-                try:
-                    check_header(h, self.log_path, pos + p)
-                except CorruptRecordError:
-                    if tolerate_tail:
-                        return
-                    raise
-                if pos + p + h.size > end:
-                    if tolerate_tail:
-                        return
-                    raise CorruptRecordError(f"batch of {h.size} bytes runs past the end of the log ({end})",
-                                             self.log_path, pos + p)
-                if p + h.size > n:
-                    need = h.size  # re-read from this batch, wholly
-                    break
-                yield pos + p, h, buf, p
-                p += h.size
-            pos += p
-
     def mapping(self) -> mmap.mmap | None:
         """A read-only mapping of the log, for immutable segments and for the writer's own active segment.
 
@@ -352,38 +293,14 @@ class Segment:
                 return None
         return mm
 
-    def _scan_mapped(self, mm: mmap.mmap, pos: int, end: int, tolerate_tail: bool
-                     ) -> Iterator[tuple[int, BatchHeader, Any, int]]:
-        """:meth:`_scan` over an immutable segment's mapping: no reads, no copies."""
-        while pos < end:
-            if pos + HEADER_SIZE > end:
-                if tolerate_tail:
-                    return
-                raise CorruptRecordError("partial batch header at end of log", self.log_path, pos)
-            h = parse_header(mm, pos)
-            try:
-                check_header(h, self.log_path, pos)
-                if pos + h.size > end:
-                    raise CorruptRecordError(f"batch of {h.size} bytes runs past the end of the log ({end})",
-                                             self.log_path, pos)
-            except CorruptRecordError:
-                if tolerate_tail:
-                    return
-                raise
-            yield pos, h, mm, pos
-            pos += h.size
-
     def scan(self, pos: int, end: int, chunk: int | list[int], tolerate_tail: bool
              ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
-        """Every whole batch in [pos, end): ``(file position, header, buffer, position in buffer)``; for
-        the compactor, which copies batches. See :meth:`_scan`."""
-        return self._scan(pos, end, chunk, tolerate_tail)
+        """Every whole batch in [pos, end): ``(file position, header, buffer, position in buffer)``, each
+        buffer holding its whole batch; ``chunk`` sizes the reads. With ``tolerate_tail`` a bad or incomplete
+        batch at the end stops the scan, else it raises; see :func:`~pylog.storage.segment_read.scan`."""
+        return segment_read.scan(self, pos, end, chunk, tolerate_tail)
 
     def position_for(self, offset: int) -> tuple[int, int]:
-        """``(position, base offset)`` of an indexed batch at or before the one holding ``offset``."""
-        return self._position_for(offset)
-
-    def _position_for(self, offset: int) -> tuple[int, int]:
         """``(position, base offset)`` of an indexed batch at or before the one holding ``offset``."""
         if offset <= self.base_offset:
             return 0, self.base_offset
@@ -395,177 +312,52 @@ class Segment:
 
     def read(self, offset: int, max_records: int, max_bytes: int, end: int | None = None,
              verify: bool = True) -> tuple[list[ReadSlice], int]:
-        """Batches holding records with offsets >= ``offset``, up to the limits.
-
-        Returns ``(slices, bytes)``. At least one batch is returned if any exists, even past ``max_bytes``.
-        ``end`` is the visible size to read up to (default: :attr:`size`). A reader (another process
-        than the writer) reads its latest batches through the record its refreshes keep, see
-        :meth:`_read_at_tail`; everyone else starts at the index entry at or before ``offset``.
+        """Batches holding records with offsets >= ``offset``, up to the limits: ``(slices, bytes)``, at
+        least one batch if any exists; ``end`` is the visible size to read up to (default: :attr:`size`).
+        See :func:`~pylog.storage.segment_read.read`.
 
         :raises CorruptRecordError: when a batch in the visible range does not check.
         """
-        end = self.size if end is None else end
-        offs, poss = self._tail
-        if offs and offset >= offs[0] and self._tail_end >= end:
-            result = self._read_at_tail(offs, poss, offset, max_records, max_bytes, end, verify)
-            if result is not None:
-                return result
-        pos, expect = self._position_for(offset)
-        try:
-            result = self._read_from(pos, expect, offset, max_records, max_bytes, end, verify)
-        except CorruptRecordError:
-            # An index entry may point into the middle of a batch (an index file that belongs to another
-            # version of this segment, swapped in by compaction). If every entry points at a batch start,
-            # the log itself is damaged there: report it; otherwise rebuild the index and read again.
-            if pos == 0 or self._index_matches_log():
-                raise
-            result = None
-        if result is None:
-            # The batch at the indexed position does not carry the offset the index names, and its
-            # checksum holds: the index is wrong (derived data): rebuild it and scan from the segment start
-            # rather than skip records silently.
-            log.warning("%s: offset index entry for offset %d points at the wrong batch; rebuilding",
-                        self.log_path, expect)
-            if self.writable:
-                self._write_rebuilt_indexes(self.size)
-            else:
-                self._oindex, self._tindex = self._build_indexes(self.size, verify=False)[:2]
-            result = self._read_from(0, self.base_offset, offset, max_records, max_bytes, end, verify)
-            assert result is not None
-        return result
-
-    def _read_at_tail(self, offs: list[int], poss: list[int], offset: int, max_records: int, max_bytes: int,
-                      end: int, verify: bool) -> tuple[list[ReadSlice], int] | None:
-        """:meth:`read` for a reader from the batch start it recorded at or before ``offset`` (see
-        ``_tail``), instead of from the last index entry, whose distance would be read and checksummed
-        again on every read of a consumer keeping up. Batches the last refresh kept (``_recent``) are
-        handed out as they are: they were checked then, and bytes below the visible size never change.
-
-        The record covers every batch up to ``_tail_end`` (>= ``end``, checked by the caller), so the
-        scan from there stops at the batch holding ``offset``. None when the file does not have the
-        recorded batch at the recorded position any more (it changed under this reader, which only a
-        power loss or a foreign hand does): the record is dropped and the caller reads through the index.
-        """
-        i = bisect.bisect_right(offs, offset) - 1
-        n = len(offs)
-        recent = self._recent
-        out: list[ReadSlice] = []
-        got = 0
-        nbytes = 0
-        # First the batches the last refresh kept (checked then, and unchanged since: bytes below the
-        # visible size never change), then from the file for whatever is left.
-        while i < n:
-            pos = poss[i]
-            view = recent.get(pos)
-            if view is None or pos >= end:
-                break
-            i += 1
-            h = view.header
-            base, count = h[0], h[11]
-            if base + h[5] < offset:
-                continue
-            a = 0
-            if offset > base:
-                deltas = view.offset_deltas
-                a = offset - base if deltas is None else int(np.searchsorted(deltas, offset - base))
-            b = min(count, a + (max_records - got))
-            out.append((view, a, b))
-            got += b - a
-            nbytes += h[1] + LENGTH_PREFIX
-            if got >= max_records or nbytes >= max_bytes:
-                return out, nbytes
-        if i >= n or poss[i] >= end:
-            return out, nbytes  # the record runs up to _tail_end, at or past end: nothing more is visible
-        pos, expect = poss[i], offs[i]
-        try:
-            result = self._read_from(pos, expect, offset, max_records - got, max(max_bytes - nbytes, 1), end, verify)
-        except CorruptRecordError:
-            result = None
-        if result is None:
-            log.warning("%s: the batch recorded at byte %d for offset %d is not there any more; reading "
-                        "through the index", self.log_path, pos, expect)
-            self._tail = ([], [])
-            self._tail_end = -1
-            self._recent = {}
-            return None if not out else (out, nbytes)
-        return out + result[0], nbytes + result[1]
-
-    def _read_from(self, pos: int, expect: int, offset: int, max_records: int, max_bytes: int, end: int,
-                   verify: bool) -> tuple[list[ReadSlice], int] | None:
-        """:meth:`read` from file position ``pos``, where the batch with base offset ``expect`` should
-        start; None when another batch is there (a damaged one raises :class:`CorruptRecordError`)."""
-        out: list[ReadSlice] = []
-        got = 0
-        nbytes = 0
-        hint = [min(self._batch_hint, max_bytes)]
-        path = self.log_path
-        size = HEADER_SIZE
-        check_first = pos > 0
-        for fpos, h, buf, p in self._scan(pos, end, hint, tolerate_tail=False):
-            # Header fields by index: this loop runs once per batch on the read hot path.
-            base, size, count = h[0], h[1] + LENGTH_PREFIX, h[11]
-            if check_first:
-                check_first = False
-                if base != expect:
-                    BatchView.from_buffer(buf, p, path, fpos, h, True)  # raises if this batch is damaged
-                    return None
-            if base + h[5] < offset:  # last offset below the target
-                # Skipping on the word of an unchecked header would silently drop the records of a batch
-                # whose base offset was damaged downwards: check what is skipped too (at most about
-                # index.interval.bytes per read).
-                if verify and batch_crc(memoryview(buf)[p:p + size]) != h[3]:
-                    raise CorruptRecordError("batch checksum mismatch", path, fpos)
-                continue
-            view = BatchView.from_buffer(buf, p, path, fpos, h, verify)
-            a = 0
-            if offset > base:
-                if view.offset_deltas is None:
-                    a = offset - base
-                else:
-                    a = int(np.searchsorted(view.offset_deltas, offset - base))
-            b = min(count, a + (max_records - got))
-            out.append((view, a, b))
-            got += b - a
-            nbytes += size
-            if got >= max_records or nbytes >= max_bytes:
-                break
-            # Size the next read for what is still wanted, judging by the bytes per record so far.
-            hint[0] = int(min(max_bytes - nbytes, nbytes / got * (max_records - got) * 1.05 + HEADER_SIZE))
-        self._batch_hint = size
-        return out, nbytes
-
-    def _index_matches_log(self) -> bool:
-        """True when every offset index entry points at a batch start (a header walk; a damaged header
-        raises). An entry at a batch start naming another offset is left to :meth:`_read_from`, which
-        tells a wrong index (the batch checks) from a damaged batch."""
-        oi, _ = self.indexes()
-        starts = {fpos for fpos, _ in self.batch_headers()}
-        return all(p in starts for p in oi.entries()[1].tolist())
+        return segment_read.read(self, offset, max_records, max_bytes, end, verify)
 
     def offset_for_timestamp(self, timestamp: int, end: int | None = None, min_offset: int = 0) -> int | None:
         """First offset >= ``min_offset`` in this segment whose record timestamp is >= ``timestamp``, or None."""
-        end = self.size if end is None else end
-        oi, ti = self.indexes()
-        rel = ti.lookup(timestamp)
-        pos = oi.lookup(rel)[1]
-        start = max(self.base_offset + rel, min_offset)
-        for fpos, h, buf, p in self._scan(pos, end, _MIN_CHUNK, tolerate_tail=False):
-            if h.next_offset <= start or h.max_timestamp < timestamp:
-                # As in read(): never skip on the word of a damaged header.
-                if batch_crc(memoryview(buf)[p:p + h.size]) != h.crc:
-                    raise CorruptRecordError("batch checksum mismatch", self.log_path, fpos)
-                continue
-            view = BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
-            offs = view.offsets()
-            hits = np.flatnonzero((view.timestamps() >= timestamp) & (offs >= start))
-            if len(hits):
-                return int(offs[hits[0]])
-        return None
+        return segment_read.offset_for_timestamp(self, timestamp, end, min_offset)
+
+    @property
+    def tail(self) -> tuple[list[int], list[int]]:
+        """A reader's record of its latest checked batches: (base offsets, file positions) of consecutive
+        batch starts ending at :attr:`tail_end`; appended to as the log grows, replaced whole when trimmed."""
+        return self._tail
+
+    @property
+    def tail_end(self) -> int:
+        """End of the batches :attr:`tail` records (-1: no record)."""
+        return self._tail_end
+
+    @property
+    def recent(self) -> dict[int, BatchView]:
+        """The batches a reader's last refresh read and checked, by file position (empty when none kept)."""
+        return self._recent
+
+    def forget_tail(self) -> None:
+        """Drop a reader's record of its end (:attr:`tail`, :attr:`recent`): reads go through the index."""
+        self._tail = ([], [])
+        self._tail_end = -1
+        self._recent = {}
+
+    def rebuild_indexes(self) -> None:
+        """Rebuild both indexes from the log up to the visible size, when one was found wrong (derived
+        data): written back by the writer, kept in memory by a reader."""
+        if self.writable:
+            self._write_rebuilt_indexes(self.size)
+        else:
+            self._oindex, self._tindex = self._build_indexes(self.size, verify=False)[:2]
 
     def batch_headers(self, end: int | None = None, tolerate_tail: bool = False) -> Iterator[tuple[int, BatchHeader]]:
         """``(position, header)`` of every batch up to ``end`` (for tools and checks)."""
         end = self.size if end is None else end
-        for fpos, h, _, _ in self._scan(0, end, _MAX_CHUNK, tolerate_tail):
+        for fpos, h, _, _ in self.scan(0, end, _MAX_CHUNK, tolerate_tail):
             yield fpos, h
 
     # ------------------------------------------------------------------ state
@@ -573,7 +365,7 @@ class Segment:
     def valid_batches(self, pos: int, end: int, tolerate_tail: bool) -> Iterator[tuple[int, BatchHeader]]:
         """``(position, header)`` of each wholly checked batch (CRC, sections) from ``pos``; with
         ``tolerate_tail`` the first bad or incomplete batch ends the walk instead of raising."""
-        for fpos, h, buf, p in self._scan(pos, end, _MAX_CHUNK, tolerate_tail):
+        for fpos, h, buf, p in self.scan(pos, end, _MAX_CHUNK, tolerate_tail):
             try:
                 BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
             except CorruptRecordError:
@@ -652,7 +444,7 @@ class Segment:
         """For readers in another process than the writer: take in batches appended since the last look.
 
         Each new batch is read once and checked whole (CRC, sections) before it counts; it is recorded
-        for reads at the log end (see :meth:`_read_at_tail`). A log that got shorter, or whose next batch
+        for reads at the log end (see :attr:`tail`). A log that got shorter, or whose next batch
         does not continue at this reader's next offset, was cut (and maybe rewritten) under the reader:
         it starts over from the indexes. Returns True when the visible size grew.
         """
@@ -674,7 +466,7 @@ class Segment:
             offs, poss = self._tail = (offs[-_TAIL_KEEP:], poss[-_TAIL_KEEP:])
         grown = False
         recent: dict[int, BatchView] | None = {} if end - self.size <= _RECENT_BYTES else None
-        for fpos, h, buf, p in self._scan(self.size, end, _MAX_CHUNK, tolerate_tail=True):
+        for fpos, h, buf, p in self.scan(self.size, end, _MAX_CHUNK, tolerate_tail=True):
             try:
                 view = BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
             except CorruptRecordError:
@@ -706,9 +498,7 @@ class Segment:
         indexes, and load again from the indexes up to ``end``."""
         self._drop_live_indexes(force=True)
         self._mm = None
-        self._tail = ([], [])
-        self._tail_end = -1
-        self._recent = {}
+        self.forget_tail()
         self.size = end
         self.next_offset = self.base_offset
         self.load(tolerate_tail=True)

@@ -1,8 +1,8 @@
 """Checking a segment's log: validation walks, damage classification, index rebuilds.
 
 The second half of :class:`~pylog.storage.segment.Segment`, kept in its own file: the functions here take a
-segment and use its reading helpers (``_scan``, ``_valid_batches``, ``_fd``, ``_map``, ``_indexes``,
-``_index_due``); :class:`Segment` delegates its public :meth:`~Segment.check`,
+segment and use its public reading helpers (``scan``, ``valid_batches``, ``read_fd``, ``mapping``, ``indexes``,
+``index_due``); :class:`Segment` delegates its public :meth:`~Segment.check`,
 :meth:`~Segment.first_damage` and :meth:`~Segment.damage_is_at_tail` (and its index rebuild) to them, so
 callers use the segment's methods. Nothing here writes: recovery (``Segment.recover``) cuts what
 :func:`build_indexes` finds.
