@@ -35,7 +35,7 @@ PER_BATCH, BATCHES = 10, 200
 #: The batch that gets damaged: far before the active segment's last index entry.
 VICTIM = 50
 
-# Where in the batch a byte is flipped: header fields (see pylog/storage/records.py) and the body.
+# Where in the batch a byte is flipped: header fields (see pylog/storage/records/format.py) and the body.
 _FLIPS = {"body": HEADER_SIZE + 100, "crc": 14, "base_offset": 3, "batch_length": 8, "magic": 12,
           "record_count": 53}
 

@@ -37,7 +37,7 @@ T0 = 1_700_000_000_000
 TOPIC = "t"
 MiB = 1 << 20
 
-# Header field positions (see the table in pylog/storage/records.py).
+# Header field positions (see the table in pylog/storage/records/format.py).
 BATCH_LENGTH_AT = 8
 MAGIC_AT = 12
 CRC_AT = 13
