@@ -19,7 +19,7 @@ from typing import Any, Iterator, Mapping
 
 from .errors import InvalidConfigError
 
-__all__ = ["Setting", "SETTINGS", "TopicConfig", "STORE_SETTINGS", "LONG_MAX", "stored_config"]
+__all__ = ["Setting", "SETTINGS", "TopicConfig", "STORE_SETTINGS", "LONG_MAX", "stored_config", "parse_value"]
 
 log = logging.getLogger("pylog.config")
 
@@ -109,7 +109,11 @@ STORE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
 _UNSUPPORTED_CODECS = {"gzip", "snappy", "zstd"}
 
 
-def _parse(setting: Setting, value: Any) -> Any:
+def parse_value(setting: Setting, value: Any) -> Any:
+    """``value`` as ``setting`` stores it (an int, float, bool, string or list, by ``setting.kind``), read
+    by the rules every user-given value follows (strings are accepted, e.g. from properties files).
+
+    Raises :class:`~pylog.errors.InvalidConfigError` (naming the setting) when the value does not fit."""
     name = setting.name
     try:
         if setting.kind == "int":
@@ -168,10 +172,10 @@ def _parse(setting: Setting, value: Any) -> Any:
 
 
 def _clamped(setting: Setting, value: Any) -> Any:
-    """``value`` moved into what :func:`_parse` accepts, when earlier versions accepted it but this one does
+    """``value`` moved into what :func:`parse_value` accepts, when earlier versions accepted it but this one does
     not: an int beyond a Java long (or the setting's range), a non-finite float (NaN compared false with
     every bound; in ``min.cleanable.dirty.ratio`` it made every dirty partition compactable, as 0.0 does).
-    Any other value is returned as it is (and judged by :func:`_parse`)."""
+    Any other value is returned as it is (and judged by :func:`parse_value`)."""
     lo = setting.minimum
     hi = setting.maximum
     if setting.kind == "int" and type(value) is int:
@@ -215,7 +219,7 @@ def validate(overrides: Mapping[str, Any] | None, table: Mapping[str, Setting] =
         setting = table.get(key)
         if setting is None:
             raise InvalidConfigError(f"unknown configuration {key!r}")
-        out[key] = _parse(setting, value)
+        out[key] = parse_value(setting, value)
     return out
 
 

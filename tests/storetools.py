@@ -52,7 +52,7 @@ def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, step: float = 
 
 def blocked_in(thread: threading.Thread, *functions: str) -> bool:
     """True while ``thread``'s innermost Python frame is one of ``functions`` (by name): the thread sits in
-    that call, e.g. ``wait`` (a condition variable), ``_futex`` or ``wait_any`` (pylog.storage.notify's sleeps). A
+    that call, e.g. ``wait`` (a condition variable), ``futex`` or ``wait_any`` (pylog.storage.notify's sleeps). A
     hand-shake for tests that must act only once another thread is waiting."""
     frame = sys._current_frames().get(thread.ident)
     return frame is not None and frame.f_code.co_name in functions

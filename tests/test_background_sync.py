@@ -433,8 +433,8 @@ def test_columns_keep_no_view_of_a_segment_mapping(tmp_path) -> None:
             p.append_values([b"v%d" % i] * 100, keys=[b"k"] * 100, headers=[[("h", b"x")]] * 100)
         sealed = list(p.segments[:-1])
         kept = [p.read_columns(5, max_records=3), p.read_columns(0, max_records=1000), p.read_columns(150, 1)]
-        assert all(s._mm is not None for s in sealed)  # read through their mappings
-        mappings = [s._mm for s in sealed]
+        assert all(s.current_mapping is not None for s in sealed)  # read through their mappings
+        mappings = [s.current_mapping for s in sealed]
     assert all(mm.closed for mm in mappings)
     for cols in kept:
         assert type(cols.value_data) is bytes and type(cols.key_data) is bytes

@@ -161,7 +161,7 @@ def test_poll_sees_another_process_append(tmp_path):
         poller.start()
         try:
             # The other process appends once the poll sleeps (on the futex, or polling the log end).
-            assert wait_for(lambda: blocked_in(poller, "_futex", "wait", "sleep"), 60), "the poll never waited"
+            assert wait_for(lambda: blocked_in(poller, "futex", "wait", "sleep"), 60), "the poll never waited"
             os.write(go_w, b"g")
             poller.join(60)
             assert not poller.is_alive(), "another process's append did not wake the poll"

@@ -99,8 +99,8 @@ def test_configuration_doc_lists_every_topic_and_store_setting_with_its_default(
                                     f"{sorted(set(code) - set(rows))}, unknown {sorted(set(rows) - set(code))}")
     for name, cell in rows.items():
         setting = code[name]
-        stated = config._parse(setting, _doc_value(cell))  # the library's own rules, as for any user value
-        assert stated == config._parse(setting, setting.default), f"{name}: the doc says {cell!r}, code {setting.default!r}"
+        stated = config.parse_value(setting, _doc_value(cell))  # the library's own rules, as for any user value
+        assert stated == config.parse_value(setting, setting.default), f"{name}: the doc says {cell!r}, code {setting.default!r}"
 
 
 @pytest.mark.parametrize("table, code", [
@@ -123,7 +123,7 @@ def test_configuration_value_reader_is_strict():
     """The comparison above can fail: a wrong default or a missing setting is noticed."""
     assert _doc_value("`1073741824` (1 GiB)") == 1 << 30 and _doc_value("`delete`") == "delete"
     assert _doc_value("`None`") is None and _doc_value('`["range", "roundrobin"]`') == ["range", "roundrobin"]
-    assert config._parse(config.SETTINGS["segment.bytes"], _doc_value("`1048576`")) != 1 << 30
+    assert config.parse_value(config.SETTINGS["segment.bytes"], _doc_value("`1048576`")) != 1 << 30
     assert _doc_value("`__import__('os')`") == "__import__('os')"  # never evaluated
     with pytest.raises(AssertionError):
         _doc_value("1 GiB")

@@ -27,7 +27,7 @@ from pylog.maintenance.cleaner_registry import PublishedCleaner, _read_status
 from pylog.maintenance.compaction import CleanerCheckpoint, read_cleaner_checkpoint
 from pylog.storage.swap import read_manifest, write_manifest
 from pylog.storage.fileio import checked, decode_doc, encode_doc, unchecked
-from pylog.clients.groups import _decode_commit, _offset_key, _read_state
+from pylog.clients.groups import decode_commit, offset_key, _read_state
 from pylog.storage.index import OffsetIndex, TimeIndex
 from pylog.storage.producer_state import ProducerEntry, ProducerState
 from pylog.storage.records import CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header
@@ -173,8 +173,8 @@ def test_consumer_offset_records_decode_to_the_manifest_commits():
     records = BatchView.from_buffer(_raw(want["file"])).records()
     got = []
     for r, c in zip(records, want["commits"], strict=True):
-        (group, topic, partition), om = _decode_commit(r.key, r.value)
-        assert r.key == _offset_key(group, TopicPartition(topic, partition))
+        (group, topic, partition), om = decode_commit(r.key, r.value)
+        assert r.key == offset_key(group, TopicPartition(topic, partition))
         got.append({"group": group, "topic": topic, "partition": partition,
                     "offset": None if om is None else om.offset, **({} if om is None else {"metadata": om.metadata})})
     assert got == [{k: v for k, v in c.items() if k in ("group", "topic", "partition", "offset", "metadata")}

@@ -324,7 +324,7 @@ def test_group_state_with_hostile_content_and_valid_crc_is_rebuilt(store, conten
     one with fields of the wrong types (a str generation, a member that is not a map) raised
     AttributeError/TypeError further on."""
     from pylog.storage.fileio import checked, write_checked
-    from pylog.clients.groups import _MEMBER_MAGIC, _STATE_MAGIC
+    from pylog.clients.groups import MEMBER_MAGIC, STATE_MAGIC
     _fill(store, partitions=2, n=10)
     a = _member(store)
     a.poll(0)
@@ -334,7 +334,7 @@ def test_group_state_with_hostile_content_and_valid_crc_is_rebuilt(store, conten
     else:
         import msgpack
         doc = msgpack.packb({"generation": 5, "group_id": "g", "members": {"x": 3}, "assignment": [1]})
-    write_checked(os.path.join(directory, "state"), _STATE_MAGIC + b"\x01" + doc, durable=False)
+    write_checked(os.path.join(directory, "state"), STATE_MAGIC + b"\x01" + doc, durable=False)
     with pytest.raises(pylog.CorruptRecordError):
         store.describe_consumer_group("g")
     assert "g" in store.consumer_groups()
@@ -346,7 +346,7 @@ def test_group_state_with_hostile_content_and_valid_crc_is_rebuilt(store, conten
     ghost = os.open(os.path.join(directory, "members", "ghost-1"), os.O_RDWR | os.O_CREAT, 0o644)
     try:
         fcntl.flock(ghost, fcntl.LOCK_EX)
-        os.write(ghost, checked(_MEMBER_MAGIC + b"\x01" + doc))
+        os.write(ghost, checked(MEMBER_MAGIC + b"\x01" + doc))
         b = _member(store)  # the joiner's rebalance reads every live member's file
         for _ in range(100):  # hand-over takes a few polls of each member
             _drain(b, 1)
@@ -365,13 +365,13 @@ def test_offset_commits_with_wrong_types_are_skipped_not_trusted(store):
     """Records of __consumer_offsets whose key/value decode to the wrong types (a bool partition, a
     negative offset, a map keyed by a map) are skipped like any record that is not a commit."""
     import msgpack
-    from pylog.clients.groups import _decode_commit
+    from pylog.clients.groups import decode_commit
     good_key = msgpack.packb([1, "g", "t", 0])
-    assert _decode_commit(good_key, msgpack.packb([1, 5, "", 0, -1, ""])) == (("g", "t", 0), OffsetAndMetadata(5, ""))
-    assert _decode_commit(msgpack.packb([1, "g", "t", True]), msgpack.packb([1, 5, ""])) is None
-    assert _decode_commit(good_key, msgpack.packb([1, -5, ""])) is None
-    assert _decode_commit(good_key, msgpack.packb([1, 1 << 63, ""])) is None
-    assert _decode_commit(_msgpack_map_keyed_by_a_map(), None) is None
+    assert decode_commit(good_key, msgpack.packb([1, 5, "", 0, -1, ""])) == (("g", "t", 0), OffsetAndMetadata(5, ""))
+    assert decode_commit(msgpack.packb([1, "g", "t", True]), msgpack.packb([1, 5, ""])) is None
+    assert decode_commit(good_key, msgpack.packb([1, -5, ""])) is None
+    assert decode_commit(good_key, msgpack.packb([1, 1 << 63, ""])) is None
+    assert decode_commit(_msgpack_map_keyed_by_a_map(), None) is None
     store.commit_offsets("g", {TopicPartition("t", 0): 3})
     p = store.group_offsets().partition_for("g")
     p.append_values([msgpack.packb([1, -7, ""])], [good_key])

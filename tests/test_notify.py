@@ -27,7 +27,7 @@ from childproc import Child
 from storetools import blocked_in
 
 TOPIC = "t"
-needs_futex = pytest.mark.skipif(notify._syscall is None, reason="wake-ups need Linux on x86-64")
+needs_futex = pytest.mark.skipif(notify.syscall is None, reason="wake-ups need Linux on x86-64")
 
 
 # A reader in another process: waits for data past the current end, says "sleeping" when it first enters
@@ -39,7 +39,7 @@ import pylog
 from pylog.storage import notify
 notify.SLICE = float(sys.argv[2])
 results = []
-real = notify._futex
+real = notify.futex
 def futex(addr, op, *args):
     if op == notify._FUTEX_WAIT and not results:
         print("sleeping", flush=True)
@@ -47,7 +47,7 @@ def futex(addr, op, *args):
     if op == notify._FUTEX_WAIT:
         results.append(r)
     return r
-notify._futex = futex
+notify.futex = futex
 with pylog.open(sys.argv[1], log_cleaner_enable=False) as store:
     p = store.topic("t").partition(0)
     start = p.log_end_offset
@@ -105,14 +105,14 @@ class FutexSpy:
     def __init__(self, monkeypatch) -> None:
         self.calls: list[int] = []
         self.sleeping = threading.Event()
-        real = notify._futex
+        real = notify.futex
 
         def spy(addr, op, *args):
             self.calls.append(op)
             if op == notify._FUTEX_WAIT:
                 self.sleeping.set()
             return real(addr, op, *args)
-        monkeypatch.setattr(notify, "_futex", spy)
+        monkeypatch.setattr(notify, "futex", spy)
 
     def wait_sleeping(self) -> None:
         assert self.sleeping.wait(60), "no FUTEX_WAIT started"
@@ -339,7 +339,7 @@ def test_one_sleep_over_several_partitions_wakes_on_any_of_them(tmp_path, monkey
     """A consumer of four partitions waits on all four wake-up words at once (futex_waitv), and still
     works, taking turns, where that call is unavailable."""
     for waitv in (None, False):
-        monkeypatch.setattr(notify, "_waitv_works", waitv)
+        monkeypatch.setattr(notify, "waitv_works", waitv)
         path = tmp_path / f"s{waitv}"
         with pylog.open(path) as writer_store, pylog.open(path) as reader_store:
             writer_store.create_topic("m", partitions=4)
@@ -353,12 +353,12 @@ def test_one_sleep_over_several_partitions_wakes_on_any_of_them(tmp_path, monkey
             # futex at a time): returning at all within the 60 s hang guard is the wake-up.
             t = threading.Thread(target=lambda: got.append(c.poll(timeout_ms=3_600_000)), daemon=True)
             t.start()
-            until(lambda: blocked_in(t, "wait_any", "_futex"), "the consumer to sleep")
+            until(lambda: blocked_in(t, "wait_any", "futex"), "the consumer to sleep")
             parts[3].append_values([b"late"])
             t.join(60)
             assert not t.is_alive(), "the append did not wake the poll"
             assert [r.value for recs in got[0].values() for r in recs] == [b"late"]
             kernel = tuple(int(x) for x in re.findall(r"\d+", os.uname().release)[:2])
-            if waitv is None and notify._syscall is not None and kernel >= (5, 16):
-                assert notify._waitv_works is True  # the kernel has it and it was used
+            if waitv is None and notify.syscall is not None and kernel >= (5, 16):
+                assert notify.waitv_works is True  # the kernel has it and it was used
             c.close()

@@ -67,8 +67,9 @@ __all__ = ["OFFSETS_TOPIC", "GROUPS_DIR", "CommittedOffsets", "GroupMember", "Gr
 
 log = logging.getLogger("pylog.groups")  # logger names are what operators filter on: unchanged by the move
 
-_STATE_MAGIC = b"PLGS"
-_MEMBER_MAGIC = b"PLGM"
+#: First bytes of a group's state file and of a member file (layouts in docs/FORMAT.md).
+STATE_MAGIC = b"PLGS"
+MEMBER_MAGIC = b"PLGM"
 _FORMAT_VERSION = 1
 #: Largest state or member file read (a corrupt length can never make us allocate more).
 _MAX_META_BYTES = 16 * 1024 * 1024
@@ -118,7 +119,9 @@ def check_group_id(group_id: Any) -> str:
     return group_id
 
 
-def _encode(magic: bytes, doc: Any) -> bytes:
+def encode_group_doc(magic: bytes, doc: Any) -> bytes:
+    """The body of a group file (``magic`` is :data:`STATE_MAGIC` or :data:`MEMBER_MAGIC`): ``doc`` encoded
+    in this version's format. Public for tools and tests that write such files."""
     return encode_doc(magic, _FORMAT_VERSION, doc)
 
 
@@ -128,16 +131,18 @@ def _decode(magic: bytes, body: bytes, path: str, what: str) -> Any:
 
 # ---------------------------------------------------------------------------------------- committed offsets
 
-def _offset_key(group: str, tp: TopicPartition) -> bytes:
+def offset_key(group: str, tp: TopicPartition) -> bytes:
+    """The key of ``group``'s commit for ``tp`` in the offsets topic (read back by :func:`decode_commit`)."""
     return msgpack.packb([_FORMAT_VERSION, group, tp.topic, tp.partition], use_bin_type=True)
 
 
-def _offset_value(om: OffsetAndMetadata, generation: int, member_id: str) -> bytes:
+def offset_value(om: OffsetAndMetadata, generation: int, member_id: str) -> bytes:
+    """The value of a commit of ``om`` in the offsets topic, stamped now (read back by :func:`decode_commit`)."""
     return msgpack.packb([_FORMAT_VERSION, om.offset, om.metadata, int(time.time() * 1000), generation, member_id],
                          use_bin_type=True)
 
 
-def _decode_commit(key: bytes | None,
+def decode_commit(key: bytes | None,
                    value: bytes | None) -> tuple[tuple[str, str, int], OffsetAndMetadata | None] | None:
     """(group, topic, partition) and the commit (None: a tombstone), or None for a record that is not one.
 
@@ -214,8 +219,8 @@ class CommittedOffsets:
         """
         if not offsets:
             return
-        keys = [_offset_key(group_id, tp) for tp in offsets]
-        values = [_offset_value(om, generation, member_id) for om in offsets.values()]
+        keys = [offset_key(group_id, tp) for tp in offsets]
+        values = [offset_value(om, generation, member_id) for om in offsets.values()]
         p = self.partition_for(group_id)
         with p.maintenance_lock:
             try:
@@ -233,7 +238,7 @@ class CommittedOffsets:
         committed = self.fetch(group_id)
         if committed:
             p = self.partition_for(group_id)
-            keys = [_offset_key(group_id, tp) for tp in committed]
+            keys = [offset_key(group_id, tp) for tp in committed]
             with p.maintenance_lock:
                 if not p.try_become_writer():
                     raise PartitionLockedError(f"{p.topic}-{p.number} is being written; try again")
@@ -253,7 +258,7 @@ class CommittedOffsets:
                 if not len(cols):
                     break
                 for key, value in zip(cols.keys(), cols.values(), strict=True):
-                    got = _decode_commit(key, value)
+                    got = decode_commit(key, value)
                     if got is None:
                         self._bad_records += 1
                         if self._bad_records == 1:
@@ -328,7 +333,7 @@ def _read_state(path: str) -> dict[str, Any] | None:
     body = read_checked(path, _MAX_META_BYTES, "group state")
     if body is None:
         return None
-    doc = _decode(_STATE_MAGIC, body, path, "group state")
+    doc = _decode(STATE_MAGIC, body, path, "group state")
     if not _valid_state(doc):
         raise CorruptRecordError("group state: not a state document", path, 0)
     return doc
@@ -481,7 +486,7 @@ class GroupMember:
 
     def _write_member_file(self) -> None:
         assert self._member_fd is not None
-        data = checked(_encode(_MEMBER_MAGIC, self._member_doc()))
+        data = checked(encode_group_doc(MEMBER_MAGIC, self._member_doc()))
         os.ftruncate(self._member_fd, 0)
         os.pwrite(self._member_fd, data, 0)
 
@@ -569,7 +574,7 @@ class GroupMember:
         finally:
             os.close(fd)  # also releases our lock, if we took it
         try:
-            doc = _decode(_MEMBER_MAGIC, unchecked(raw, path, "group member file"), path, "group member file")
+            doc = _decode(MEMBER_MAGIC, unchecked(raw, path, "group member file"), path, "group member file")
             if not _valid_member_doc(doc):
                 raise CorruptRecordError("group member file: not a member document", path, 0)
         except CorruptRecordError as exc:
@@ -600,7 +605,7 @@ class GroupMember:
                            for m, d in members.items()},
                "assignment": {m: [list(tp) for tp in tps] for m, tps in assignment.items()}}
         # Not fsynced: after a power loss every member is gone and the next join starts a new generation.
-        write_checked(self._state_path, _encode(_STATE_MAGIC, doc), durable=False)
+        write_checked(self._state_path, encode_group_doc(STATE_MAGIC, doc), durable=False)
 
     def poll(self) -> list[TopicPartition] | None:
         """Look for a new generation (and, when due, for dead members). Returns this member's new

@@ -111,7 +111,9 @@ def _load_syscall() -> Any:
         return None
 
 
-_syscall = _load_syscall()
+#: The system-call seam: libc's ``syscall`` (see :func:`_load_syscall`), or None where futexes are not used.
+#: Module-level so tests may replace it (e.g. to simulate a kernel that refuses a call).
+syscall = _load_syscall()
 
 
 class _WaitV(ctypes.Structure):
@@ -120,12 +122,14 @@ class _WaitV(ctypes.Structure):
 
 
 #: None until the first multi-wait finds out whether the kernel has futex_waitv; then True or False.
-_waitv_works: bool | None = None
+#: Tests may set it (False: multi-partition waits take turns, as on a kernel without futex_waitv).
+waitv_works: bool | None = None
 
 
-def _futex(addr: int, op: int, val: int, timeout: Any = None, addr2: Any = None, val3: int = 0) -> int:
-    """One futex call: its result, or ``-errno``."""
-    r = _syscall(_SYS_FUTEX, addr, op, val, timeout, addr2, val3)
+def futex(addr: int, op: int, val: int, timeout: Any = None, addr2: Any = None, val3: int = 0) -> int:
+    """One futex call: its result, or ``-errno``. Every futex call of this module goes through this
+    module-level name, so tests may replace it (to watch or fail calls); the wait sleeps inside it."""
+    r = syscall(_SYS_FUTEX, addr, op, val, timeout, addr2, val3)
     return -ctypes.get_errno() if r < 0 else r
 
 
@@ -164,11 +168,11 @@ class _Mapping:
 
     def add_waiter(self, delta: int) -> int:
         """Atomically add ``delta`` (-2048..2047) to *waiters* (a full barrier); 0 or ``-errno``."""
-        return _futex(self.seq_addr, _FUTEX_WAKE_OP, 0, None, self.waiters_addr,
+        return futex(self.seq_addr, _FUTEX_WAKE_OP, 0, None, self.waiters_addr,
                       (_FUTEX_OP_ADD << 28) | ((delta & 0xFFF) << 12))
 
     def wake(self) -> int:
-        return _futex(self.seq_addr, _FUTEX_WAKE, _WAKE_ALL)
+        return futex(self.seq_addr, _FUTEX_WAKE, _WAKE_ALL)
 
 
 def _flock_briefly(fd: int) -> None:
@@ -212,7 +216,7 @@ class Notifier:
 
     def _mapping(self) -> _Mapping | None:
         m = self._map
-        if m is not None or _syscall is None or not ENABLED or self._closed or time.monotonic() < self._retry_at:
+        if m is not None or syscall is None or not ENABLED or self._closed or time.monotonic() < self._retry_at:
             return m
         with self._open_lock:
             if self._map is None and not self._closed:
@@ -327,7 +331,7 @@ class Watch:
             n._trusted = True  # the sequence moved: a writer on this host publishes again
         step = SLICE if timeout is None else min(timeout, SLICE)
         ts = _Timespec(int(step), int((step % 1) * 1e9))
-        r = _futex(m.seq_addr, _FUTEX_WAIT, seq, ctypes.addressof(ts))
+        r = futex(m.seq_addr, _FUTEX_WAIT, seq, ctypes.addressof(ts))
         self._timed_out = None
         if r == -errno.ETIMEDOUT:
             if step >= SLICE:
@@ -366,8 +370,8 @@ def wait_any(watches: list["Watch"], seqs: list[int], timeout: float) -> bool:
     seconds pass (Linux's ``futex_waitv``: one sleep over several partitions). Returns False at once, for
     the caller to fall back on other means, when that call is unavailable or a watch is unusable.
     """
-    global _waitv_works
-    if _waitv_works is False or _syscall is None or not watches:
+    global waitv_works
+    if waitv_works is False or syscall is None or not watches:
         return False
     ws = (_WaitV * len(watches))()
     for w, seq, slot in zip(watches, seqs, ws, strict=True):
@@ -380,15 +384,15 @@ def wait_any(watches: list["Watch"], seqs: list[int], timeout: float) -> bool:
     ts = _Timespec(int(deadline), int((deadline % 1) * 1e9))
     # long syscall(SYS_futex_waitv, struct futex_waitv *waiters, unsigned nr, unsigned flags,
     # struct timespec *timeout (absolute), clockid_t clockid): the futex prototype's slots carry them.
-    r = _syscall(_SYS_FUTEX_WAITV, ctypes.addressof(ws), len(watches), 0, ctypes.addressof(ts), _CLOCK_MONOTONIC, 0)
+    r = syscall(_SYS_FUTEX_WAITV, ctypes.addressof(ws), len(watches), 0, ctypes.addressof(ts), _CLOCK_MONOTONIC, 0)
     if r >= 0:
-        _waitv_works = True
+        waitv_works = True
         return True
     err = ctypes.get_errno()
     if err in (errno.EAGAIN, errno.ETIMEDOUT, errno.EINTR):
-        _waitv_works = True
+        waitv_works = True
         return True
-    if _waitv_works is None:
+    if waitv_works is None:
         log.info("futex_waitv unavailable (%s): multi-partition waits take turns", errno.errorcode.get(err, err))
-    _waitv_works = False
+    waitv_works = False
     return False

@@ -293,6 +293,13 @@ class Segment:
                 return None
         return mm
 
+    @property
+    def current_mapping(self) -> mmap.mmap | None:
+        """The mapping :meth:`mapping` made last and the segment still holds, or None; never makes one.
+
+        Read-only, for inspection (tests check that closing the store closes what reads mapped)."""
+        return self._mm
+
     def scan(self, pos: int, end: int, chunk: int | list[int], tolerate_tail: bool
              ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
         """Every whole batch in [pos, end): ``(file position, header, buffer, position in buffer)``, each

@@ -565,7 +565,7 @@ class GroupStateDecoder(_DocDecoder):
                  "members": {"m1-abc": {"client_id": "c", "pid": 12, "topics": ["t", "u"]},
                              "m2-def": {"client_id": "d", "pid": 13, "topics": ["t"]}},
                  "assignment": {"m1-abc": [["t", 0], ["u", 1]], "m2-def": [["t", 1]]}}]
-        return [_groups._encode(_groups._STATE_MAGIC, d) for d in docs]
+        return [_groups.encode_group_doc(_groups.STATE_MAGIC, d) for d in docs]
 
     def feed(self, data: Any) -> None:
         self.write(data, self.dir)
@@ -588,7 +588,7 @@ class GroupMemberDecoder(_DocDecoder):
     def bodies(self) -> list[bytes]:
         docs = [{"client_id": "c", "pid": 5, "topics": ["t"], "strategies": ["range", "sticky"]},
                 {"client_id": "", "pid": 0, "topics": [], "strategies": []}]
-        return [_groups._encode(_groups._MEMBER_MAGIC, d) for d in docs]
+        return [_groups.encode_group_doc(_groups.MEMBER_MAGIC, d) for d in docs]
 
     def feed(self, data: Any) -> None:
         path = os.path.join(self.member._members_dir, self.filename)
@@ -640,7 +640,7 @@ class OffsetCommitDecoder(Decoder):
 
     def make_seeds(self) -> list[Any]:
         from pylog.structs import OffsetAndMetadata, TopicPartition
-        return [(_groups._offset_key("g", TopicPartition("t", p)), _groups._offset_value(OffsetAndMetadata(o, m), 3, "m"))
+        return [(_groups.offset_key("g", TopicPartition("t", p)), _groups.offset_value(OffsetAndMetadata(o, m), 3, "m"))
                 for p, o, m in ((0, 0, ""), (5, 1 << 40, "meta"))]
 
     def make(self, rng: random.Random) -> Any:
@@ -657,7 +657,7 @@ class OffsetCommitDecoder(Decoder):
         return key, value
 
     def feed(self, data: Any) -> None:
-        got = _groups._decode_commit(*data)
+        got = _groups.decode_commit(*data)
         if got is not None:
             (g, t, p), om = got
             table = {(g, t, p): om}
