@@ -134,7 +134,7 @@ def bench_quota(root: str, seconds: float, limit: float = 5e6) -> None:
     num, size = 11, 0.05  # the quota window: 11 samples of 50 ms (Kafka's default: 11 of 1 s)
     with pylog.open(os.path.join(root, "quota"), log_cleaner_enable=False) as store:
         store.create_topic("q")
-        store._quotas.configure_window(num, size)
+        store.quota_manager.configure_window(num, size)
         store.set_quota("bench-quota", producer_byte_rate=limit)
         # A small buffer: what waits in it (sent, not appended yet) is small next to what was appended.
         with store.producer(client_id="bench-quota", buffer_memory=64 * 1024) as producer:

@@ -18,7 +18,7 @@ import pytest
 import pylog
 from pylog import config
 from pylog.clients.assignors import assignor_named
-from pylog.cli import _with_default_action, build_parser
+from pylog.cli import with_default_action, build_parser
 from pylog.clients.consumer import _DEFAULTS as CONSUMER_DEFAULTS
 from pylog.clients.producer import _DEFAULTS as PRODUCER_DEFAULTS
 
@@ -99,7 +99,8 @@ def test_configuration_doc_lists_every_topic_and_store_setting_with_its_default(
                                     f"{sorted(set(code) - set(rows))}, unknown {sorted(set(rows) - set(code))}")
     for name, cell in rows.items():
         setting = code[name]
-        stated = config.parse_value(setting, _doc_value(cell))  # the library's own rules, as for any user value
+        stated = config.parse_value(setting, _doc_value(cell))
+        # ^ the library's own rules, as for any user value
         assert stated == config.parse_value(setting, setting.default), f"{name}: the doc says {cell!r}, code {setting.default!r}"
 
 
@@ -189,7 +190,7 @@ def test_every_pylog_command_line_in_operations_parses():
                 assert argv[0] in commands, f"docs/OPERATIONS.md names `pylog {argv[0]}`, which does not exist"
                 continue
             try:
-                build_parser().parse_args(_with_default_action(list(argv)))
+                build_parser().parse_args(with_default_action(list(argv)))
             except SystemExit as exc:
                 pytest.fail(f"docs/OPERATIONS.md: `{line}` does not parse (exit {exc.code})")
             checked.append(argv)

@@ -41,10 +41,10 @@ notify.SLICE = float(sys.argv[2])
 results = []
 real = notify.futex
 def futex(addr, op, *args):
-    if op == notify._FUTEX_WAIT and not results:
+    if op == notify.FUTEX_WAIT and not results:
         print("sleeping", flush=True)
     r = real(addr, op, *args)
-    if op == notify._FUTEX_WAIT:
+    if op == notify.FUTEX_WAIT:
         results.append(r)
     return r
 notify.futex = futex
@@ -109,7 +109,7 @@ class FutexSpy:
 
         def spy(addr, op, *args):
             self.calls.append(op)
-            if op == notify._FUTEX_WAIT:
+            if op == notify.FUTEX_WAIT:
                 self.sleeping.set()
             return real(addr, op, *args)
         monkeypatch.setattr(notify, "futex", spy)

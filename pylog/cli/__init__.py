@@ -45,7 +45,9 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def _with_default_action(argv: list[str]) -> list[str]:
+def with_default_action(argv: list[str]) -> list[str]:
+    """``argv`` with each command group's default action filled in where the user named none (so that
+    ``pylog topics STORE`` means ``pylog topics list STORE``); the docs' command lines are checked through it."""
     for i, arg in enumerate(argv):
         if arg.startswith("-"):
             continue
@@ -62,7 +64,7 @@ def main(argv: Sequence[str] | None = None, out: TextIO | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``), printing to ``out`` (default stdout);
     returns the exit code. Bad arguments raise ``SystemExit(2)`` (argparse's usage error)."""
     out = out or sys.stdout
-    args = build_parser().parse_args(_with_default_action(list(sys.argv[1:] if argv is None else argv)))
+    args = build_parser().parse_args(with_default_action(list(sys.argv[1:] if argv is None else argv)))
     try:
         return args.run(args, out)
     except CommandError as exc:

@@ -396,7 +396,7 @@ class GroupMember:
         self.group_id = check_group_id(group_id)
         self._store = store
         self.directory = os.path.join(store.path, GROUPS_DIR, _group_dirname(group_id, store.path))
-        self._members_dir = os.path.join(self.directory, "members")
+        self.members_dir = os.path.join(self.directory, "members")
         self._owners_dir = os.path.join(self.directory, "owners")
         self._state_path = os.path.join(self.directory, "state")
         self.client_id = client_id
@@ -495,11 +495,11 @@ class GroupMember:
 
         :raises InvalidConfigError: when no assignment strategy is common to all members.
         """
-        os.makedirs(self._members_dir, exist_ok=True)
+        os.makedirs(self.members_dir, exist_ok=True)
         os.makedirs(self._owners_dir, exist_ok=True)
         self.topics = sorted(set(topics))
         with self._group_locked():
-            path = os.path.join(self._members_dir, self.member_id)
+            path = os.path.join(self.members_dir, self.member_id)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
             if not try_flock(fd):  # nobody else knows the name yet
                 os.close(fd)
@@ -515,7 +515,7 @@ class GroupMember:
     def _drop_member_file(self) -> None:
         if self._member_fd is not None:
             try:
-                os.unlink(os.path.join(self._members_dir, self.member_id))
+                os.unlink(os.path.join(self.members_dir, self.member_id))
             except FileNotFoundError:
                 pass
             self._unlock(self._member_fd)
@@ -545,19 +545,19 @@ class GroupMember:
     def _live_members(self) -> dict[str, dict[str, Any]]:
         """Members whose files are locked, read under the group lock; files of dead members are removed."""
         out: dict[str, dict[str, Any]] = {}
-        for name in sorted(os.listdir(self._members_dir)):
+        for name in sorted(os.listdir(self.members_dir)):
             if name == self.member_id:
                 if self._member_fd is not None:
                     out[name] = self._member_doc()
                 continue
-            doc = self._probe(name, remove_dead=True)
+            doc = self.probe(name, remove_dead=True)
             if doc is not None:
                 out[name] = doc
         return out
 
-    def _probe(self, name: str, remove_dead: bool) -> dict[str, Any] | None:
+    def probe(self, name: str, remove_dead: bool) -> dict[str, Any] | None:
         """The member's document if it is alive, else None (and its file removed, with ``remove_dead``)."""
-        path = os.path.join(self._members_dir, name)
+        path = os.path.join(self.members_dir, name)
         try:
             fd = os.open(path, os.O_RDWR)
         except FileNotFoundError:
@@ -590,7 +590,7 @@ class GroupMember:
             log.warning("group %r: %s; starting a new state", self.group_id, exc)
             state = {}
         members = self._live_members()
-        protocol = _common_protocol(members, self.strategies if self._member_fd is not None else None)
+        protocol = common_protocol(members, self.strategies if self._member_fd is not None else None)
         subs = {m: list(d.get("topics") or ()) for m, d in members.items()}
         counts = {}
         for t in sorted({t for ts in subs.values() for t in ts}):
@@ -645,7 +645,7 @@ class GroupMember:
 
     def _rejoin(self) -> None:
         with self._group_locked():
-            path = os.path.join(self._members_dir, self.member_id)
+            path = os.path.join(self.members_dir, self.member_id)
             if not os.path.exists(path):
                 if self._member_fd is not None:
                     self._unlock(self._member_fd)
@@ -664,13 +664,13 @@ class GroupMember:
         if state is None:
             return
         others = [m for m in (state.get("members") or {}) if m != self.member_id]
-        if all(self._probe(m, remove_dead=False) is not None for m in others):
+        if all(self.probe(m, remove_dead=False) is not None for m in others):
             return
         with self._group_locked():
             self._rebalance_locked()
 
 
-def _common_protocol(members: Mapping[str, Mapping[str, Any]], mine: Sequence[str] | None) -> str:
+def common_protocol(members: Mapping[str, Mapping[str, Any]], mine: Sequence[str] | None) -> str:
     """The first strategy of the first member (by id) that every member supports."""
     lists = [list(d.get("strategies") or ()) for _, d in sorted(members.items())]
     lists = [ls for ls in lists if ls]

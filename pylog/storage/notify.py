@@ -84,7 +84,8 @@ _SYS_FUTEX = 202  # x86-64
 _SYS_FUTEX_WAITV = 449  # x86-64, Linux 5.16+
 _FUTEX2_SIZE_U32 = 0x02  # futex_waitv flags: 32-bit words, shared (no FUTEX2_PRIVATE)
 _CLOCK_MONOTONIC = 1
-_FUTEX_WAIT, _FUTEX_WAKE, _FUTEX_WAKE_OP = 0, 1, 5  # shared (not FUTEX_PRIVATE_FLAG): across processes
+#: futex(2) operations (FUTEX_WAIT is also how tests recognise a wait in a replaced :func:`futex`).
+FUTEX_WAIT, _FUTEX_WAKE, _FUTEX_WAKE_OP = 0, 1, 5  # shared (not FUTEX_PRIVATE_FLAG): across processes
 _FUTEX_OP_ADD = 1
 _WAKE_ALL = 0x7FFFFFFF
 
@@ -331,7 +332,7 @@ class Watch:
             n._trusted = True  # the sequence moved: a writer on this host publishes again
         step = SLICE if timeout is None else min(timeout, SLICE)
         ts = _Timespec(int(step), int((step % 1) * 1e9))
-        r = futex(m.seq_addr, _FUTEX_WAIT, seq, ctypes.addressof(ts))
+        r = futex(m.seq_addr, FUTEX_WAIT, seq, ctypes.addressof(ts))
         self._timed_out = None
         if r == -errno.ETIMEDOUT:
             if step >= SLICE:

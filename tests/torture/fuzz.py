@@ -582,7 +582,7 @@ class GroupMemberDecoder(_DocDecoder):
     def make_seeds(self) -> list[Any]:
         self.store = pylog.open(os.path.join(self.work, "store"), log_cleaner_enable=False)
         self.member = _groups.GroupMember(self.store, "g", "me", [], 10_000, 1_000)
-        os.makedirs(self.member._members_dir, exist_ok=True)
+        os.makedirs(self.member.members_dir, exist_ok=True)
         return super().make_seeds()
 
     def bodies(self) -> list[bytes]:
@@ -591,14 +591,14 @@ class GroupMemberDecoder(_DocDecoder):
         return [_groups.encode_group_doc(_groups.MEMBER_MAGIC, d) for d in docs]
 
     def feed(self, data: Any) -> None:
-        path = os.path.join(self.member._members_dir, self.filename)
+        path = os.path.join(self.member.members_dir, self.filename)
         fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_TRUNC, 0o644)
         try:
             import fcntl
             fcntl.flock(fd, fcntl.LOCK_EX)  # alive: its document is read
             os.write(fd, data)
-            doc = self.member._probe(self.filename, remove_dead=True)
-            _groups._common_protocol({"ghost-1": doc}, ["range"])
+            doc = self.member.probe(self.filename, remove_dead=True)
+            _groups.common_protocol({"ghost-1": doc}, ["range"])
         finally:
             os.close(fd)
 
