@@ -243,7 +243,7 @@ def test_compaction_syncs_pending_rolls_before_choosing_what_is_clean(tmp_path) 
 
 
 def test_a_sync_thread_that_failed_to_start_is_started_again(monkeypatch) -> None:
-    s = syncer._Syncer()
+    s = syncer.Syncer()
     real = threading.Thread.start
     tries = []
 

@@ -267,7 +267,7 @@ def test_append_without_waiters_makes_no_system_call(handles, monkeypatch):
     until(lambda: waiters(root) >= 1, "the reader to register")
     wp.append_values([b"x"])
     assert w.outcome() is True
-    assert notify._FUTEX_WAKE in spy.calls
+    assert notify.FUTEX_WAKE in spy.calls
 
 
 @needs_futex

@@ -665,13 +665,13 @@ class PartitionMachine(RuleBasedStateMachine):
         rng = np.random.default_rng(seed)
         vl = rng.integers(-1, 60, n).astype(np.int32)
         vd = rng.integers(0, 256, int(np.maximum(vl, 0).sum()), dtype=np.uint8).tobytes()
-        vstarts = pylog.RecordColumns._starts(vl)
+        vstarts = pylog.RecordColumns.starts_of(vl)
         values = [None if vl[i] < 0 else vd[vstarts[i]:vstarts[i + 1]] for i in range(n)]
         kl = kd = keys = None
         if with_keys:
             kl = rng.integers(-1, 10, n).astype(np.int32)
             kd = rng.integers(0, 256, int(np.maximum(kl, 0).sum()), dtype=np.uint8).tobytes()
-            starts = pylog.RecordColumns._starts(kl)
+            starts = pylog.RecordColumns.starts_of(kl)
             keys = [None if kl[i] < 0 else kd[starts[i]:starts[i + 1]] for i in range(n)]
         stamps = rng.integers(T0 - 1000, T0 + 1000, n).astype(np.int64) if with_ts else None
         t0 = pylog.storage.records.now_ms()

@@ -85,7 +85,7 @@ _SYS_FUTEX_WAITV = 449  # x86-64, Linux 5.16+
 _FUTEX2_SIZE_U32 = 0x02  # futex_waitv flags: 32-bit words, shared (no FUTEX2_PRIVATE)
 _CLOCK_MONOTONIC = 1
 #: futex(2) operations (FUTEX_WAIT is also how tests recognise a wait in a replaced :func:`futex`).
-FUTEX_WAIT, _FUTEX_WAKE, _FUTEX_WAKE_OP = 0, 1, 5  # shared (not FUTEX_PRIVATE_FLAG): across processes
+FUTEX_WAIT, FUTEX_WAKE, _FUTEX_WAKE_OP = 0, 1, 5  # shared (not FUTEX_PRIVATE_FLAG): across processes
 _FUTEX_OP_ADD = 1
 _WAKE_ALL = 0x7FFFFFFF
 
@@ -173,7 +173,7 @@ class _Mapping:
                       (_FUTEX_OP_ADD << 28) | ((delta & 0xFFF) << 12))
 
     def wake(self) -> int:
-        return futex(self.seq_addr, _FUTEX_WAKE, _WAKE_ALL)
+        return futex(self.seq_addr, FUTEX_WAKE, _WAKE_ALL)
 
 
 def _flock_briefly(fd: int) -> None:

@@ -30,7 +30,10 @@ __all__ = ["submit", "wait_idle"]
 log = logging.getLogger("pylog.syncer")
 
 
-class _Syncer:
+class Syncer:
+    """A queue of fsync jobs and the daemon thread that runs them in order (one per process: ``_SYNCER``;
+    tests make their own to watch one queue)."""
+
     def __init__(self) -> None:
         self._jobs: collections.deque[Callable[[], None]] = collections.deque()
         self._cond = threading.Condition(threading.Lock())
@@ -82,7 +85,7 @@ class _Syncer:
         self._running = 0
 
 
-_SYNCER = _Syncer()
+_SYNCER = Syncer()
 os.register_at_fork(after_in_child=_SYNCER._after_fork)
 
 

@@ -348,18 +348,20 @@ class RecordColumns:
         return len(self.offsets)
 
     @staticmethod
-    def _starts(lengths: np.ndarray) -> np.ndarray:
+    def starts_of(lengths: np.ndarray) -> np.ndarray:
+        """Where each item of a length column starts in its data (a None, length -1, takes no bytes),
+        with the total at the end: ``len(lengths) + 1`` int64 positions."""
         out = np.zeros(len(lengths) + 1, I64)
         np.cumsum(np.maximum(lengths, 0), out=out[1:])
         return out
 
     @property
     def value_offsets(self) -> np.ndarray:
-        return self._starts(self.value_lengths)
+        return self.starts_of(self.value_lengths)
 
     @property
     def key_offsets(self) -> np.ndarray:
-        return self._starts(self.key_lengths)
+        return self.starts_of(self.key_lengths)
 
     def values(self) -> list:
         """The values as a list of bytes/None (builds Python objects: for convenience, not speed)."""
