@@ -20,7 +20,6 @@ from pylog.storage.checkpoint import read_checkpoint
 from pylog.maintenance.compaction import cleanable_range, read_cleaner_checkpoint
 from pylog.errors import LogFailedError
 from pylog.storage.filenames import CHECKPOINT_FILE
-from pylog.storage.partition import Partition
 from pylog.storage.segment import Segment
 
 from storetools import crash_copy
@@ -389,17 +388,17 @@ def test_a_write_failure_part_way_reports_itself_and_wakes_waiters(tmp_path, mon
     with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
         p = store.create_topic("t", 1, config={"flush.messages": 1, "max.message.bytes": 4096}).partition(0)
         p.append_values([b"first"])
-        real = Partition._write_batch
+        real = Segment.append
         calls = []
 
-        def fails_second(self: Partition, parts: list, h: object) -> None:
+        def fails_second(seg: Segment, header: object, parts: list, max_timestamp: int) -> int:
             calls.append(1)
             if len(calls) == 2:
-                self.durability.failed = "simulated: the write could not be rolled back"
+                p.durability.failed = "simulated: the write could not be rolled back"
                 raise OSError(28, "No space left on device")
-            real(self, parts, h)
+            return real(seg, header, parts, max_timestamp)
 
-        monkeypatch.setattr(Partition, "_write_batch", fails_second)
+        monkeypatch.setattr(Segment, "append", fails_second)
         woken = []
         waiter = threading.Thread(target=lambda: woken.append(p.wait_for_data(p.log_end_offset, 60)))
         waiter.start()
