@@ -32,8 +32,8 @@ from ..errors import (CorruptRecordError, DiskFullError, PylogError, ReadOnlySto
 from .filenames import TMP_SUFFIX
 from .records import crc32c
 
-__all__ = ["fsync_dir", "atomic_write", "write_all", "checked", "unchecked", "write_checked", "read_checked",
-           "encode_doc", "decode_doc", "try_flock", "fault", "raise_fault", "write_faults"]
+__all__ = ["fsync_dir", "truncate_durably", "atomic_write", "write_all", "checked", "unchecked", "write_checked",
+           "read_checked", "encode_doc", "decode_doc", "try_flock", "fault", "raise_fault", "write_faults"]
 
 #: errno -> (error class, what happened, what to do before trying again).
 _FAULTS: dict[int, tuple[type[OSError], str, str]] = {
@@ -101,6 +101,16 @@ def write_faults(doing: str, state: str, then: str = "retry") -> Iterator[None]:
         yield
     except OSError as exc:
         raise_fault(exc, doing, state, then)
+
+
+def truncate_durably(path: str, size: int) -> None:
+    """Cut the file at ``path`` to ``size`` bytes and fsync it, so the cut survives a power loss."""
+    fd = os.open(path, os.O_WRONLY)
+    try:
+        os.ftruncate(fd, size)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 def fsync_dir(directory: str) -> None:

@@ -36,7 +36,7 @@ from typing import Any, Iterator
 
 from .checkpoint import read_checkpoint
 from ..errors import CorruptRecordError
-from .fileio import write_all
+from .fileio import truncate_durably, write_all
 from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
 from .records import HEADER_SIZE, BatchHeader, BatchView, check_header, parse_header
@@ -592,12 +592,7 @@ class Segment:
             err = state["error"]
             log.warning("recovery of %s: dropping %d bytes after byte %d (%s)", self.log_path, dropped, valid_end,
                         err.reason if err is not None else "torn tail")
-            fd = os.open(self.log_path, os.O_WRONLY)
-            try:
-                os.ftruncate(fd, valid_end)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            truncate_durably(self.log_path, valid_end)
         self.size = valid_end
         self.next_offset = state["next_offset"]
         self._max_timestamp = state["max_ts"]
@@ -717,12 +712,7 @@ class Segment:
         if removed:
             was_writable = self.writable
             self.close()
-            fd = os.open(self.log_path, os.O_WRONLY)
-            try:
-                os.ftruncate(fd, cut)
-                os.fsync(fd)
-            finally:
-                os.close(fd)
+            truncate_durably(self.log_path, cut)
             self.size = cut
             self.next_offset = self.base_offset
             self._first_timestamp = None
