@@ -348,17 +348,27 @@ def test_one_sleep_over_several_partitions_wakes_on_any_of_them(tmp_path, monkey
                 p.append_values([b"first"])
             c = reader_store.consumer("m", auto_offset_reset="latest")
             assert c.poll(0) == {}
-            got: list = []
-            # An hour-long poll, woken by an append made once it sleeps (futex_waitv, or one partition's
-            # futex at a time): returning at all within the 60 s hang guard is the wake-up.
-            t = threading.Thread(target=lambda: got.append(c.poll(timeout_ms=3_600_000)), daemon=True)
-            t.start()
-            until(lambda: blocked_in(t, "wait_any", "futex"), "the consumer to sleep")
-            parts[3].append_values([b"late"])
-            t.join(60)
-            assert not t.is_alive(), "the append did not wake the poll"
-            assert [r.value for recs in got[0].values() for r in recs] == [b"late"]
+
+            def woken_by(value: bytes) -> None:
+                got: list = []
+                # An hour-long poll, woken by an append made once it sleeps (futex_waitv, or one partition's
+                # futex at a time): returning at all within the 60 s hang guard is the wake-up.
+                t = threading.Thread(target=lambda: got.append(c.poll(timeout_ms=3_600_000)), daemon=True)
+                t.start()
+                until(lambda: blocked_in(t, "wait_any", "futex"), "the consumer to sleep")
+                parts[3].append_values([value])
+                t.join(60)
+                assert not t.is_alive(), "the append did not wake the poll"
+                assert [r.value for recs in got[0].values() for r in recs] == [value]
+
+            woken_by(b"late")
             kernel = tuple(int(x) for x in re.findall(r"\d+", os.uname().release)[:2])
             if waitv is None and notify.syscall is not None and kernel >= (5, 16):
+                # A first sleep may still take turns (a watch not yet registered when it began); once the
+                # watches are registered, the sleep over all four partitions is one futex_waitv.
+                for i in range(3):
+                    if notify.waitv_works is not None:
+                        break
+                    woken_by(b"again %d" % i)
                 assert notify.waitv_works is True  # the kernel has it and it was used
             c.close()
