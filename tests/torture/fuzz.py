@@ -47,7 +47,7 @@ import tempfile
 import time
 import traceback
 from collections import Counter
-from typing import Any
+from typing import Any, Callable
 
 import msgpack
 import numpy as np
@@ -706,6 +706,21 @@ class _StoreDecoder(Decoder):
                 p.offset_for_timestamp(1_700_000_000_000)
 
 
+def mutate_json_file(rng: random.Random, seed: bytes, checksum: Callable[[dict], int]) -> bytes:
+    """A mutated JSON file with a ``crc32c`` field: most often its decoded content mutated and the checksum
+    re-computed by ``checksum`` (so the mutation reaches the parser), else its bytes mutated."""
+    if rng.random() < 0.6:
+        doc = to_jsonable(mutate_doc(rng, json.loads(seed)))
+        if isinstance(doc, dict):
+            with contextlib.suppress(Exception):
+                doc["crc32c"] = checksum(doc)
+        try:
+            return json.dumps(doc).encode()
+        except (ValueError, TypeError):
+            return seed
+    return mutate_bytes(rng, seed)
+
+
 class TopicFileDecoder(_StoreDecoder):
     name = "topic_file"
 
@@ -714,18 +729,8 @@ class TopicFileDecoder(_StoreDecoder):
             return [f.read()]
 
     def make(self, rng: random.Random) -> Any:
-        seed = rng.choice(self.seeds)
-        if rng.random() < 0.6:
-            from pylog.storage.topic import _canonical
-            doc = to_jsonable(mutate_doc(rng, json.loads(seed)))
-            if isinstance(doc, dict):
-                with contextlib.suppress(Exception):
-                    doc["crc32c"] = crc32c(_canonical(doc))
-            try:
-                return json.dumps(doc).encode()
-            except (ValueError, TypeError):
-                return seed
-        return mutate_bytes(rng, seed)
+        from pylog.storage.topic import _canonical
+        return mutate_json_file(rng, rng.choice(self.seeds), lambda doc: crc32c(_canonical(doc)))
 
     def feed(self, data: Any) -> None:
         d = os.path.join(self.work, "store")
@@ -745,18 +750,8 @@ class StoreMarkerDecoder(_StoreDecoder):
             return [f.read()]
 
     def make(self, rng: random.Random) -> Any:
-        seed = rng.choice(self.seeds)
-        if rng.random() < 0.6:
-            doc = to_jsonable(mutate_doc(rng, json.loads(seed)))
-            if isinstance(doc, dict):
-                with contextlib.suppress(Exception):
-                    doc["crc32c"] = crc32c(json.dumps({k: doc.get(k) for k in ("format", "version")},
-                                                      sort_keys=True).encode())
-            try:
-                return json.dumps(doc).encode()
-            except (ValueError, TypeError):
-                return seed
-        return mutate_bytes(rng, seed)
+        return mutate_json_file(rng, rng.choice(self.seeds), lambda doc: crc32c(json.dumps(
+            {k: doc.get(k) for k in ("format", "version")}, sort_keys=True).encode()))
 
     def feed(self, data: Any) -> None:
         d = os.path.join(self.work, "store")
