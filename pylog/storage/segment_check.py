@@ -26,6 +26,7 @@ import numpy as np
 from ..errors import CorruptRecordError
 from .index import OffsetIndex, TimeIndex
 from .records import HEADER_SIZE, BatchView, batch_crc, check_header, checked_prefix, parse_header
+from .segment_read import MAX_CHUNK as _MAX_CHUNK
 
 if TYPE_CHECKING:
     from .segment import Segment
@@ -33,8 +34,6 @@ if TYPE_CHECKING:
 __all__ = ["check", "first_damage", "damage_is_at_tail", "tail_kind", "valid_end", "valid_batch_after",
            "build_indexes"]
 
-#: Read size of the walks here (as segment.py's own walks).
-_MAX_CHUNK = 16 * 1024 * 1024
 
 
 def build_indexes(seg: Segment, end: int, verify: bool) -> tuple[OffsetIndex, TimeIndex, dict[str, Any]]:
