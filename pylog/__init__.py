@@ -11,6 +11,7 @@
 
 from __future__ import annotations
 
+from .accel import ACCELERATED
 from .clients.assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor
 from .maintenance.cleaner_status import CleanerStatus
 from .maintenance.cleaner_registry import PublishedCleaner
@@ -48,5 +49,5 @@ __all__ = [
     "ConsumerRebalanceListener", "CommitFailedError", "RebalanceInProgressError", "RangePartitionAssignor",
     "RoundRobinPartitionAssignor", "StickyPartitionAssignor", "GroupDescription", "MemberDescription",
     "PartitionLag",
-    "__version__",
+    "ACCELERATED", "__version__",
 ]

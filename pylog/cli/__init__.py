@@ -22,6 +22,7 @@ import sys
 from typing import Sequence, TextIO
 
 from .. import __version__
+from ..accel import describe
 from ..errors import PylogError
 from . import bench, clients, dump, groups, health, maintenance, topics
 from .base import CommandError, ExitCode
@@ -38,7 +39,7 @@ _DEFAULT_ACTIONS = {"topics": (topics.ACTIONS, "list"), "groups": (groups.ACTION
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pylog", description="Look inside a pylog store, move records in and "
                                                                "out, check and maintain it.")
-    parser.add_argument("--version", action="version", version=f"pylog {__version__}")
+    parser.add_argument("--version", action="version", version=f"pylog {__version__}, {describe()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _COMMANDS:
         module.register(sub)

@@ -31,6 +31,8 @@ import argparse
 import os
 from typing import Any, TextIO
 
+from .. import __version__
+from ..accel import describe
 from ..maintenance.cleaner_status import error_summary
 from ..maintenance.cleaner_registry import HEARTBEAT_S, PublishedCleaner
 from ..maintenance.compaction import cleanable_range
@@ -160,6 +162,8 @@ def _health(args: argparse.Namespace, out: TextIO) -> ExitCode:
     found = _Findings()
     now = now_ms()
     with open_store(args.store) as store:
+        # Which code path this process runs (compiled or pure Python): the first thing to know about speed.
+        print(f"pylog {__version__}: {describe()}", file=out)
         parts = [p for name in store.topics() for p in store.topic(name).partitions]
         writers = partition_writers(p.directory for p in parts)
         cleaners = store.cleaners()

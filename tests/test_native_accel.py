@@ -1,0 +1,81 @@
+"""The accelerator switch (pylog/accel.py): which path is live, how to force pure Python, and the CRC both
+paths share. Tests of each accelerated function against its pure-Python reference live in
+tests/test_native_*.py next to this one."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import crc32c
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import pylog
+from pylog import accel
+
+needs_native = pytest.mark.skipif(accel.native is None, reason=f"compiled extension not live: {accel.REASON}")
+
+
+def _run(code: str, **env: str) -> str:
+    full = {**os.environ, **env}
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=full, check=True).stdout
+
+
+def test_pylog_pure_python_forces_the_fallback_in_a_new_process():
+    out = _run("import pylog, pylog.accel as a; print(pylog.ACCELERATED, a.native is None, a.REASON)",
+               PYLOG_PURE_PYTHON="1")
+    assert out.split()[:2] == ["False", "True"]
+    assert "PYLOG_PURE_PYTHON" in out
+
+
+def test_pylog_pure_python_zero_means_unset():
+    out = _run("import pylog, pylog.accel as a; print(pylog.ACCELERATED == (a.native is not None))",
+               PYLOG_PURE_PYTHON="0")
+    assert out.strip() == "True"
+
+
+def test_version_and_health_say_which_path_is_live(tmp_path):
+    env = {**os.environ, "PYLOG_PURE_PYTHON": "1"}
+    version = subprocess.run([sys.executable, "-m", "pylog", "--version"], capture_output=True, text=True, env=env)
+    assert "pure Python" in version.stdout and "PYLOG_PURE_PYTHON" in version.stdout
+    pylog.open(str(tmp_path / "s")).close()
+    health = subprocess.run([sys.executable, "-m", "pylog", "health", str(tmp_path / "s")], capture_output=True,
+                            text=True, env=env)
+    assert "pure Python" in health.stdout.splitlines()[0]
+    if accel.ACCELERATED:
+        version = subprocess.run([sys.executable, "-m", "pylog", "--version"], capture_output=True, text=True)
+        assert "accelerated" in version.stdout
+
+
+@needs_native
+def test_the_extension_reports_the_abi_this_pylog_expects():
+    assert accel.native.ABI_VERSION == 1
+
+
+@needs_native
+@settings(max_examples=300, deadline=None)
+@given(data=st.binary(max_size=70_000), start=st.integers(0, 2**32 - 1), cut=st.integers(0, 70_000))
+def test_native_crc32c_equals_the_crc32c_package(data, start, cut):
+    # Lengths around the 3 x 256 and 3 x 8192 block sizes and unaligned starts take every branch.
+    piece = memoryview(data)[cut % (len(data) + 1):]
+    assert accel.native.crc32c(piece, start) == crc32c.crc32c(piece, start)
+
+
+@needs_native
+def test_native_crc32c_over_the_three_stream_block_sizes():
+    data = os.urandom(3 * 8192 * 2 + 3 * 256 * 2 + 17)
+    for size in (0, 1, 7, 8, 767, 768, 769, 24575, 24576, 24577, len(data)):
+        for skew in (0, 1, 3):
+            piece = data[skew:skew + size]
+            assert accel.native.crc32c(piece) == crc32c.crc32c(piece), (size, skew)
+
+
+@needs_native
+def test_native_crc32c_rejects_what_is_not_bytes_like():
+    with pytest.raises(TypeError):
+        accel.native.crc32c("text")
+    with pytest.raises(ValueError):
+        accel.native.crc32c(b"x", 1 << 40)
