@@ -5,6 +5,7 @@ tests/test_native_*.py next to this one."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 
@@ -79,3 +80,28 @@ def test_native_crc32c_rejects_what_is_not_bytes_like():
         accel.native.crc32c("text")
     with pytest.raises(ValueError):
         accel.native.crc32c(b"x", 1 << 40)
+
+
+@pytest.mark.slow
+def test_install_without_a_compiler_still_succeeds_in_pure_python(tmp_path):
+    """pyproject.toml marks the extension optional: a failed build warns and the install goes on."""
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    src = tmp_path / "src"
+    shutil.copytree(root, src, ignore=shutil.ignore_patterns(".git", ".venv", "build", "*.so", "__pycache__",
+                                                             "*.egg-info", ".hypothesis", "tests", "benchmarks"))
+    target = tmp_path / "site"
+    env = {**os.environ, "CC": "/bin/false"}
+    env.pop("PYLOG_PURE_PYTHON", None)
+    # No build isolation and no index: the test environment's setuptools builds it, nothing is downloaded.
+    built = subprocess.run([sys.executable, "-m", "pip", "install", "-v", "--no-build-isolation", "--no-deps",
+                            "--no-index", "--target", str(target), str(src)], capture_output=True, text=True,
+                           env=env)
+    assert built.returncode == 0, built.stdout[-3000:] + built.stderr[-3000:]
+    assert 'building extension "pylog._native" failed' in built.stdout + built.stderr
+    assert not list(target.glob("pylog/_native*"))
+    out = subprocess.run([sys.executable, "-c", "import pylog, pylog.accel as a; print(pylog.__file__); "
+                          "print(pylog.ACCELERATED); print(a.REASON)"], capture_output=True, text=True,
+                         env={**env, "PYTHONPATH": str(target)}, cwd=str(tmp_path), check=True).stdout.splitlines()
+    assert out[0].startswith(str(target))
+    assert out[1] == "False"
+    assert "not available" in out[2]
