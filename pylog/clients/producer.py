@@ -259,8 +259,8 @@ class Producer:
             # The compiled fast path (native/send.c) becomes this producer's send(): the same steps as
             # send()'s below, handing every call it does not take to that method (a subclass that
             # overrides send() keeps its own). An instance attribute, so no Python frame runs per record.
-            setattr(self, "send", _native.Sender(types.MethodType(Producer.send, self), self._lock, self._accs,
-                                                 self._settle, self._drain_all, Accumulation, FutureRecordMetadata))
+            self.__dict__["send"] = _native.Sender(types.MethodType(Producer.send, self), self._lock, self._accs,
+                                                   self._settle, self._drain_all, Accumulation, FutureRecordMetadata)
         self._sender = threading.Thread(target=self._run_sender, name="pylog-producer-sender", daemon=True)
         self._sender.start()
 
