@@ -293,6 +293,69 @@ def bench_handover(root: str, reps: int, segment_counts: tuple[int, ...] = (3, 1
     row("consumer.commit(), one partition", per * 1e3, "ms")
 
 
+def bench_send_targets(root: str, n: int) -> None:
+    """Issue 16's send() targets: 100-byte values, 8-byte keys, ``acks=1``, one at a time then ``flush()``;
+    each against the lock + list.append floor of the same run. The path (compiled or pure Python) is
+    printed with the rows: run once as is and once with ``PYLOG_PURE_PYTHON=1``."""
+    value = b"x" * 100
+    keys = [b"%08d" % i for i in range(1000)]
+    lock = threading.Lock()
+    sink: list = []
+
+    def floor(topic: str, value: bytes | None = None, key: bytes | None = None) -> int:
+        with lock:
+            sink.append((value, key))
+        return len(sink)
+
+    t0 = time.perf_counter()
+    for i in range(n):
+        floor("t", value, key=keys[i % 1000])
+    floor_rate = n / (time.perf_counter() - t0)
+    sink.clear()
+    path = "accelerated" if pylog.ACCELERATED else "pure Python"
+    row(f"baseline: lock + list.append per call ({path})", floor_rate / 1e6, "M calls/s")
+    with pylog.open(os.path.join(root, "send-targets"), log_cleaner_enable=False) as store:
+        store.create_topic("plain")
+        store.create_topic("keyed", partitions=4)
+        with store.producer(acks=1) as producer:
+            send = producer.send
+            t0 = time.perf_counter()
+            for _ in range(n):
+                send("plain", value)
+            producer.flush()
+            rate = n / (time.perf_counter() - t0)
+        with store.producer(acks=1) as producer:
+            send = producer.send
+            t0 = time.perf_counter()
+            for i in range(n):
+                send("keyed", value, key=keys[i % 1000])
+            producer.flush()
+            keyed = n / (time.perf_counter() - t0)
+        assert sum(store.topic("keyed").partition(i).log_end_offset for i in range(4)) == n
+    row(f"send() one at a time ({path})", rate / 1e6, "M rec/s", rate / floor_rate, "vs lock + list.append floor",
+        ">= 2 M rec/s " + ("PASS" if rate >= 2e6 else "MISS"))
+    row(f"send() 8-byte key, 4 partitions ({path})", keyed / 1e6, "M rec/s", keyed / floor_rate,
+        "vs lock + list.append floor", ">= 1.5 M rec/s " + ("PASS" if keyed >= 1.5e6 else "MISS"))
+
+
+def bench_send_latency(root: str, n: int) -> None:
+    """Issue 16's end-to-end target: send() (acks=1) here to a consumer in another process, p50, against
+    the polling fallback measured in the same run (see bench_latency)."""
+    saved = pylog.storage.notify.ENABLED
+    runs = {}
+    try:
+        for use_notify in (False, True):
+            pylog.storage.notify.ENABLED = use_notify
+            runs[use_notify] = _latency_once(os.path.join(root, "send-latency"), n, use_notify)
+    finally:
+        pylog.storage.notify.ENABLED = saved
+    base, v = (runs[u][len(runs[u]) // 2] / 1e6 for u in (False, True))
+    path = "accelerated" if pylog.ACCELERATED else "pure Python"
+    row(f"baseline: end-to-end p50, polling fallback ({path})", base, "ms", None, f"{n} records")
+    row(f"end-to-end latency p50, another process ({path})", v, "ms", v / base, "vs polling fallback",
+        "<= 0.3 ms " + ("PASS" if v <= 0.3 else "MISS"))
+
+
 def _timed_append(p: Any, reps: int) -> float:
     t0 = time.perf_counter()
     for _ in range(reps):
@@ -445,11 +508,16 @@ def main() -> int:
     ap.add_argument("--quick", action="store_true", help="small sizes, same code paths")
     ap.add_argument("--dir", help="where to write (default: a temporary directory, removed afterwards)")
     ap.add_argument("--json", help="also write the rows as JSON to this file")
+    ap.add_argument("--send-targets", action="store_true", help="only issue 16's send() and latency rows")
     a = ap.parse_args()
     root = a.dir or tempfile.mkdtemp(prefix="pylog-bench-producer-")
     os.makedirs(root, exist_ok=True)
     print(f"pylog {pylog.__version__} client benchmark in {root} (python {sys.version.split()[0]})")
     try:
+        if a.send_targets:
+            bench_send_targets(root, 20_000 if a.quick else 1_000_000)
+            bench_send_latency(root, 200 if a.quick else 5_000)
+            return 0
         bench_send(root, 20_000 if a.quick else 1_000_000)
         bench_quota(root, 2.0 if a.quick else 6.0)
         bench_acks_all(root, 50 if a.quick else 500)
@@ -457,6 +525,8 @@ def main() -> int:
         bench_small_poll(root, 200 if a.quick else 6_000)
         bench_handover(root, 20 if a.quick else 300, (3, 30) if a.quick else (3, 100, 1000))
         bench_latency(root, 200 if a.quick else 5_000, 1.0 if a.quick else 3.0)
+        bench_send_targets(root, 20_000 if a.quick else 1_000_000)
+        bench_send_latency(root, 200 if a.quick else 5_000)
     finally:
         if not a.dir:
             shutil.rmtree(root, ignore_errors=True)

@@ -16,6 +16,7 @@
 
 static PyMethodDef *const tables[] = {
     pylog_crc_methods,
+    pylog_send_methods,
 };
 
 static struct PyModuleDef moduledef = {
@@ -29,6 +30,7 @@ PyMODINIT_FUNC PyInit__native(void) {
     for (size_t i = 0; i < sizeof(tables) / sizeof(tables[0]); i++) {
         if (PyModule_AddFunctions(m, tables[i]) < 0) goto fail;
     }
+    if (pylog_send_add_types(m) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "ABI_VERSION", PYLOG_NATIVE_ABI) < 0) goto fail;
     return m;
 fail:

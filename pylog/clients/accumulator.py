@@ -12,6 +12,10 @@ Invariants:
 - Completion happens once: :meth:`Accumulation.finish` sets ``done`` and wakes every waiter; callbacks run
   after it, outside any lock, each exactly once (a callback added concurrently is run by whichever of
   the adder and :meth:`Accumulation.run_callbacks` takes it from the list).
+
+With the compiled accelerator live (:mod:`pylog.accel`), the drain's per-record steps — splitting the
+records into value and key columns, hashing the keys to partitions, gathering a partition's records —
+run in C (native/send.c) with the same results.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from typing import Any, Callable
 
 import numpy as np
 
+from ..accel import native as _native
 from ..storage.records import RECORD_OVERHEAD, column_parts as _column
 from ..structs import RecordMetadata, TopicPartition
 
@@ -111,12 +116,17 @@ class Accumulation:
             self.values = recs  # every record is a bare value: the list is the value column
             return
         n = len(recs)
-        rows = recs if self.slow == n else [r if type(r) is tuple else (r, None, None, None, None) for r in recs]
         if not self.extra:  # values and keys only
-            self.values = list(map(COLUMNS[0], rows))
-            keys = list(map(COLUMNS[1], rows))
+            if _native is not None:
+                self.values, keys = _native.unzip2(recs)
+            else:
+                rows = recs if self.slow == n else [r if type(r) is tuple else (r, None, None, None, None)
+                                                    for r in recs]
+                self.values = list(map(COLUMNS[0], rows))
+                keys = list(map(COLUMNS[1], rows))
             self.keys = keys if keys.count(None) != n else None
             return
+        rows = recs if self.slow == n else [r if type(r) is tuple else (r, None, None, None, None) for r in recs]
         values, keys, partitions, timestamps, headers = (list(map(get, rows)) for get in COLUMNS)
         self.values = values
         self.keys = keys if keys.count(None) != n else None
@@ -219,11 +229,10 @@ class Accumulation:
         keys and headers None when none of those records has one."""
         vals, keys, ts, hs = self.values, self.keys, stamps, self.headers
         if idx is not None:
-            il = idx.tolist()
-            vals = take(vals, il)
-            keys = None if keys is None else take(keys, il)
+            vals = take(vals, idx)
+            keys = None if keys is None else take(keys, idx)
             ts = stamps[idx]
-            hs = None if hs is None else take(hs, il)
+            hs = None if hs is None else take(hs, idx)
         if keys is not None and keys.count(None) == len(keys):
             keys = None
         if hs is not None and not any(hs):
@@ -243,6 +252,21 @@ class Accumulation:
                 return all_parts[0], []
             sticky = default(None, all_parts, all_parts, topic=self.topic)
             return sticky, [sticky]
+        if explicit is None and partitioner is None and _native is not None:
+            assert keys is not None
+            raw = _native.key_partitions(keys, len(all_parts))  # None: a key that is not bytes/bytearray
+            if raw is not None:
+                placed = np.frombuffer(raw, np.int32)
+                if not (isinstance(all_parts, range) and all_parts.start == 0 and all_parts.step == 1) and \
+                        all_parts != list(range(len(all_parts))):
+                    ids = np.asarray(all_parts, np.int32)
+                    placed = np.where(placed < 0, placed, ids[np.maximum(placed, 0)]).astype(np.int32)
+                nulls = placed < 0
+                if not nulls.any():
+                    return placed, []
+                sticky = default.sticky.partition(self.topic, all_parts, None)
+                placed[nulls] = sticky
+                return placed, [sticky]
         if explicit is not None:
             # Checked at send() (type and range): only the records without one need filling in.
             if explicit.count(None) == 0:
@@ -259,7 +283,7 @@ class Accumulation:
                 placed[i] = partitioner(None if keys is None else keys[i], all_parts, all_parts)
             return placed, []
         if keys is not None and len(todo) != n:
-            keys = take(keys, todo.tolist())
+            keys = take(keys, todo)
         if keys is None or keys.count(None) == len(keys):  # no keys at all: all sticky, nothing to hash
             lengths, data = np.full(len(todo), -1, np.int32), b""
         else:
@@ -269,6 +293,8 @@ class Accumulation:
         return placed, sorted(set(placed[todo[lengths < 0]].tolist()))
 
 
-def take(items: list, index: list[int]) -> list:
-    """``[items[i] for i in index]`` with the loop in C."""
-    return list(map(items.__getitem__, index))
+def take(items: list, index: np.ndarray) -> list:
+    """``[items[i] for i in index]`` for an int64 index array, with the loop in C."""
+    if _native is not None:
+        return _native.take(items, index)
+    return list(map(items.__getitem__, index.tolist()))

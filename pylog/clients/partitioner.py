@@ -21,6 +21,10 @@ Invariants:
   ``available_partitions`` when that is non-empty), and changes a topic's sticky partition only on the
   first :meth:`~StickyPartitioner.on_new_batch` naming the current one; its state is guarded by a lock.
 
+With the compiled accelerator live (:mod:`pylog.accel`), :func:`murmur2` and the bulk functions' hashing
+run in C (native/send.c), giving the same values; the checks of the bulk functions' arguments stay here,
+shared by both paths.
+
 Kafka 3.3+ (KIP-794) replaced KIP-480's sticky choice for key-less records with an adaptive one that
 weighs partitions by queue size; keyed records are placed the same way in every Kafka version.
 """
@@ -34,6 +38,7 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from ..accel import native as _native
 from ..errors import InvalidArgumentError
 
 __all__ = [
@@ -95,6 +100,8 @@ def murmur2(data: _Bytes) -> int:
     The value is the one Java returns (in ``[-2**31, 2**31)``); kafka-python's ``murmur2`` returns the
     same 32 bits as an unsigned number.
     """
+    if _native is not None:
+        return _native.murmur2(data)
     mv = memoryview(data).cast("B")
     length = mv.nbytes
     h = (_SEED ^ length) & _MASK32
@@ -215,6 +222,12 @@ def _murmur2_u32(lengths: Any, data: _BulkBytes) -> tuple[np.ndarray, bool]:
     hi = int(lens.max()) if n else 0
     if lo < -1:
         raise InvalidArgumentError("key lengths must be >= -1 (-1 = null key)")
+    if _native is not None:
+        lens = np.ascontiguousarray(lens, np.int64)
+        total = int(np.maximum(lens, 0).sum()) if n else 0
+        if total != size or (n and int(lens.min()) < -1):  # the latter: a uint64 length past 2**63
+            raise InvalidArgumentError(f"key lengths add up to {total} bytes but data holds {size}")
+        return np.frombuffer(_native.murmur2_lengths(lens, mv), _U32), lo < 0
     if 0 <= hi <= SCALAR_CUTOFF and (lo == hi or (lo == -1 and not ((lens != hi) & (lens != -1)).any())):
         # One length (and maybe nulls, which take no bytes): the keys are back to back in the data, so
         # there are no offsets to compute and no keys to select.

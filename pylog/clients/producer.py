@@ -13,7 +13,9 @@ The common record — a ``bytes`` value of at most 16 KiB and nothing else, no s
 path: ``send()`` appends the value itself (no tuple) and compares the record's index with a precomputed
 one; the future is a two-slot object. A drain of only such records hands the list to the partition as its
 value column without a Python step per record. A record with a ``bytes`` key as well takes a twin path
-that appends a tuple; any other record goes through every check in ``_send``. Everything that depends on
+that appends a tuple; any other record goes through every check in ``_send``. With the compiled
+accelerator live (:mod:`pylog.accel`) both fast paths run in C (native/send.c's ``Sender``, installed as
+the producer's ``send``), step for step as written here. Everything that depends on
 byte counts (waking the sender at ``batch_size``, draining at ``buffer_memory``, stamping the first
 record for ``linger_ms``) happens in :meth:`Producer._settle`, which ``send()`` calls only once its
 record's index reaches ``check_at`` (see :class:`Accumulation`): bytes are summed there, in C, for all
@@ -52,10 +54,12 @@ import functools
 import logging
 import threading
 import time
+import types
 from typing import Any, Callable
 
 import numpy as np
 
+from ..accel import native as _native
 from ..errors import ProducerTimeoutError  # defined here before pylog.errors: still importable from here
 from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
                      PartitionLockedError,
@@ -251,6 +255,12 @@ class Producer:
         self._held: dict[int, "Partition"] = {}
         self._max_block_ms = cfg["max_block_ms"]
         self._wake = threading.Event()
+        if _native is not None and type(self).send is Producer.send:
+            # The compiled fast path (native/send.c) becomes this producer's send(): the same steps as
+            # send()'s below, handing every call it does not take to that method (a subclass that
+            # overrides send() keeps its own). An instance attribute, so no Python frame runs per record.
+            self.__dict__["send"] = _native.Sender(types.MethodType(Producer.send, self), self._lock, self._accs,
+                                                   self._settle, self._drain_all, Accumulation, FutureRecordMetadata)
         self._sender = threading.Thread(target=self._run_sender, name="pylog-producer-sender", daemon=True)
         self._sender.start()
 
