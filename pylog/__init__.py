@@ -29,6 +29,7 @@ from .clients.groups import GroupDescription, MemberDescription, PartitionLag
 from .store import Store, open
 from .storage.partition import Partition
 from .clients.producer import FutureRecordMetadata, Producer, ProducerTimeoutError
+from .kafka import KafkaConsumer, KafkaProducer
 from .storage.records import Record, RecordColumns
 from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, RecordMetadata, TopicPartition
@@ -48,6 +49,6 @@ __all__ = [
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",
     "ConsumerRebalanceListener", "CommitFailedError", "RebalanceInProgressError", "RangePartitionAssignor",
     "RoundRobinPartitionAssignor", "StickyPartitionAssignor", "GroupDescription", "MemberDescription",
-    "PartitionLag",
+    "PartitionLag", "KafkaProducer", "KafkaConsumer",
     "ACCELERATED", "__version__",
 ]
