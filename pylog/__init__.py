@@ -19,7 +19,7 @@ from .maintenance.compaction import CleanResult
 from .config import TopicConfig
 from .clients.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
-from .errors import (CleanerError, CommitFailedError, CorruptRecordError, DiskFullError, InvalidArgumentError,
+from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, CorruptRecordError, DiskFullError, InvalidArgumentError,
                      InvalidConfigError, StorePathError,
                      InvalidGroupError, InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
                      OutOfOrderSequenceError, PartitionLockedError, ProducerFencedError, PylogError,
@@ -43,7 +43,7 @@ __all__ = [
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "InvalidGroupError", "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError",
     "OutOfOrderSequenceError", "StorageError", "DiskFullError", "ReadOnlyStoreError", "StorePermissionError",
-    "UnknownStoreError", "InvalidArgumentError", "StorePathError",
+    "UnknownStoreError", "InvalidArgumentError", "StorePathError", "ConsumerStoppedError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",
