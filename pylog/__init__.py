@@ -19,8 +19,8 @@ from .maintenance.compaction import CleanResult
 from .config import TopicConfig
 from .clients.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
-from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, CorruptRecordError, DiskFullError, InvalidArgumentError,
-                     InvalidConfigError, StorePathError,
+from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, CorruptRecordError, DiskFullError,
+                     InvalidArgumentError, InvalidConfigError, StorePathError,
                      InvalidGroupError, InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
                      OutOfOrderSequenceError, PartitionLockedError, ProducerFencedError, PylogError,
                      ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StorageError,
