@@ -20,11 +20,12 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
 import threading
-from typing import Any, Iterable
+from typing import Any, Iterable, Iterator
 
 from .clients.consumer import Consumer
 from .clients.producer import Producer
@@ -130,6 +131,17 @@ def split_kafka_configs(kind: str, configs: dict[str, Any], native: Iterable[str
     return out
 
 
+@contextlib.contextmanager
+def _closed_on_error(store: Store, owned: bool) -> Iterator[None]:
+    """A client that fails to start closes the store it opened (one passed in stays open)."""
+    try:
+        yield
+    except BaseException:
+        if owned:
+            store.close()
+        raise
+
+
 def _strategy(strategy: Any) -> Any:
     """kafka-python's assignor classes (``kafka.coordinator.assignors.*``) as their names, which pylog's
     own assignors share; anything else as it is."""
@@ -177,14 +189,10 @@ class KafkaProducer(Producer):
             backoff = configs.get("retry_backoff_ms", Producer.DEFAULT_CONFIG["retry_backoff_ms"])
             configs["retries"] = int(delivery_timeout // max(1, backoff))
         store, owned = open_bootstrap(configs.pop("bootstrap_servers", None))
-        try:
+        with _closed_on_error(store, owned):
             native = split_kafka_configs("producer", configs, Producer.DEFAULT_CONFIG, PRODUCER_IGNORED)
             view = AutoCreatingStore(store) if auto_create else store
             super().__init__(view, quotas=store.quota_manager, **native)
-        except BaseException:
-            if owned:
-                store.close()
-            raise
         self._owned_store = store if owned else None
         #: The store this producer writes to.
         self.store = store
@@ -215,14 +223,10 @@ class KafkaConsumer(Consumer):
             if not isinstance(strategies, str):
                 configs["partition_assignment_strategy"] = [_strategy(s) for s in strategies]
         store, owned = open_bootstrap(configs.pop("bootstrap_servers", None))
-        try:
+        with _closed_on_error(store, owned):
             native = split_kafka_configs("consumer", configs, Consumer.DEFAULT_CONFIG, CONSUMER_IGNORED)
             offsets = store.group_offsets() if native.get("group_id") is not None else None
             super().__init__(store, *topics, quotas=store.quota_manager, offsets=offsets, **native)
-        except BaseException:
-            if owned:
-                store.close()
-            raise
         self._owned_store = store if owned else None
         #: The store this consumer reads.
         self.store = store
