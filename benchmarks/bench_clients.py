@@ -33,7 +33,8 @@ Figures, each with a baseline measured in the same run:
   thread, no read), and the same with one record every 20 ms (a waiter that was idle: polling has backed
   off by then); same baseline.
 - CPU of an idle consumer in another process waiting on 1 and on 4 partitions (``poll()`` with a
-  timeout, nothing arriving), as a share of one core; same baseline.
+  timeout, nothing arriving), as a share of one core; same baseline. The same for ``pylog.aio``'s
+  ``AIOKafkaConsumer.getmany(timeout_ms=...)`` in an event loop, against the synchronous consumer.
 
 Targets (issue 4): send() >= 1,000,000 records/s; consumer >= 2,000,000 records/s; end-to-end p50 <= 0.5
 ms, p99 <= 2 ms, p99.9 <= 5 ms; acks="all" reported.
@@ -425,6 +426,23 @@ def _idle_consumer(path: str, topic: str, seconds: float, use_notify: bool, out:
         out.put((r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) / dt)
 
 
+def _idle_aio_consumer(path: str, topic: str, seconds: float, use_notify: bool, out: Any) -> None:
+    """The same wait through pylog.aio: ``getmany(timeout_ms=...)`` in an event loop, nothing arriving."""
+    import asyncio
+    from pylog.aio import AIOKafkaConsumer
+    pylog.storage.notify.ENABLED = use_notify
+
+    async def run() -> float:
+        async with AIOKafkaConsumer(topic, bootstrap_servers=path) as c:
+            await c.getmany(timeout_ms=0)  # positions at the end: nothing arrives from here on
+            r0, t0 = resource.getrusage(resource.RUSAGE_SELF), time.monotonic()
+            got = await c.getmany(timeout_ms=seconds * 1000)
+            r1, dt = resource.getrusage(resource.RUSAGE_SELF), time.monotonic() - t0
+            assert not got
+            return (r1.ru_utime - r0.ru_utime + r1.ru_stime - r0.ru_stime) / dt
+    out.put(asyncio.run(run()))
+
+
 def _child(target: Any, *args: Any) -> Any:
     """Run ``target(*args, queue)`` in a forked process; its one result."""
     import multiprocessing
@@ -476,6 +494,7 @@ def bench_latency(root: str, n: int, idle_seconds: float = 3.0) -> None:
                 for use_notify in (False, True):
                     pylog.storage.notify.ENABLED = use_notify
                     idle[parts, use_notify] = _child(_idle_consumer, path, f"idle{parts}", idle_seconds, use_notify)
+                idle[parts, "aio"] = _child(_idle_aio_consumer, path, f"idle{parts}", idle_seconds, True)
     finally:
         pylog.storage.notify.ENABLED = saved
 
@@ -501,6 +520,9 @@ def bench_latency(root: str, n: int, idle_seconds: float = 3.0) -> None:
             f"{idle_seconds:g} s poll()")
         row(f"idle consumer CPU, {parts} partition(s)", v, "% of core", v / base if base else None,
             "vs polling fallback", "report")
+        a = idle[parts, "aio"] * 100
+        row(f"idle async consumer CPU (pylog.aio getmany), {parts} partition(s)", a, "% of core",
+            a / v if v else None, "vs the sync consumer above", "report")
 
 
 def main() -> int:

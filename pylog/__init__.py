@@ -19,8 +19,8 @@ from .maintenance.compaction import CleanResult
 from .config import TopicConfig
 from .clients.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
-from .errors import (CleanerError, CommitFailedError, CorruptRecordError, DiskFullError, InvalidArgumentError,
-                     InvalidConfigError, StorePathError,
+from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, CorruptRecordError, DiskFullError,
+                     InvalidArgumentError, InvalidConfigError, StorePathError,
                      InvalidGroupError, InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
                      OutOfOrderSequenceError, PartitionLockedError, ProducerFencedError, PylogError,
                      ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StorageError,
@@ -29,6 +29,7 @@ from .clients.groups import GroupDescription, MemberDescription, PartitionLag
 from .store import Store, open
 from .storage.partition import Partition
 from .clients.producer import FutureRecordMetadata, Producer, ProducerTimeoutError
+from .kafka import KafkaConsumer, KafkaProducer
 from .storage.records import Record, RecordColumns
 from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, RecordMetadata, TopicPartition
@@ -42,12 +43,12 @@ __all__ = [
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "InvalidGroupError", "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError",
     "OutOfOrderSequenceError", "StorageError", "DiskFullError", "ReadOnlyStoreError", "StorePermissionError",
-    "UnknownStoreError", "InvalidArgumentError", "StorePathError",
+    "UnknownStoreError", "InvalidArgumentError", "StorePathError", "ConsumerStoppedError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",
     "ConsumerRebalanceListener", "CommitFailedError", "RebalanceInProgressError", "RangePartitionAssignor",
     "RoundRobinPartitionAssignor", "StickyPartitionAssignor", "GroupDescription", "MemberDescription",
-    "PartitionLag",
+    "PartitionLag", "KafkaProducer", "KafkaConsumer",
     "ACCELERATED", "__version__",
 ]

@@ -100,6 +100,8 @@ STORE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
        minimum=1),
     _s("log.cleaner.dedupe.buffer.size", "int", 128 * 1024 * 1024, "Memory for the cleaner's key -> offset map, "
        "workspace included (bytes); a pass holds at most this / 64 distinct keys.", minimum=1024),
+    _s("num.partitions", "int", 1, "Partitions of a topic that a producer made with allow_auto_create_topics "
+       "creates.", minimum=1, maximum=1_000_000),
     _s("offsets.topic.num.partitions", "int", 8, "Partitions of the internal __consumer_offsets topic, used when "
        "the first consumer group creates it.", minimum=1, maximum=1000),
     _s("offsets.topic.segment.bytes", "int", 16 * 1024 * 1024, "segment.bytes of __consumer_offsets, used when "

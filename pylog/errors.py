@@ -40,6 +40,7 @@ __all__ = [
     "UnknownStoreError",
     "InvalidArgumentError",
     "StorePathError",
+    "ConsumerStoppedError",
     "ProducerTimeoutError",
     "NoOffsetForPartitionError",
     "InvalidOptionError",
@@ -215,6 +216,11 @@ class UnknownStoreError(PylogError):
 class StorePathError(UnknownStoreError, FileExistsError, NotADirectoryError):
     """``pylog.open(path)`` was given a path that is a file, or under one: pass the store's directory.
     Also a :class:`FileExistsError` and a :class:`NotADirectoryError`, what such paths raised before."""
+
+
+class ConsumerStoppedError(StoreClosedError):
+    """An asyncio consumer (:class:`pylog.aio.AIOKafkaConsumer`) was stopped (aiokafka's name): ``async for``
+    ends and ``getone()`` / ``getmany()`` raise it; make a new consumer to read again."""
 
 
 class ProducerTimeoutError(PylogError, TimeoutError):

@@ -33,6 +33,7 @@ from .clients.groups import (CommittedOffsets, GroupDescription, PartitionLag, c
                              list_group_dirs, remove_group_dir)
 from .clients.producer import Producer
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
+from .clients.storeview import StoreView
 from .config import TopicConfig, split_store_options, stored_config
 from .errors import (CorruptRecordError, InvalidArgumentError, InvalidTopicError, PartitionLockedError,
                      ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, StorePathError, TopicExistsError,
@@ -73,16 +74,18 @@ def _check_store_path(path: str) -> None:
         probe = parent
     if probe and not os.path.isdir(probe):
         where = "" if probe == path else f" ({probe} is a file)"
-        raise StorePathError(f"{path} is not a directory{where}, and a store is one: pass the store's directory, "
-                             "or a path that does not exist yet to create one")
+        raise StorePathError(f"{path} is not a pylog store: it is not a directory{where}, and a store is one: pass "
+                             "the store's directory, or a path that does not exist yet to create one")
 
 class Store:
     """A directory of topics. Use as a context manager, or call :meth:`close`. Thread-safe.
 
-    ``read_only``: see :func:`open`."""
+    ``read_only`` and ``create``: see :func:`open`."""
 
-    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False, **options: Any) -> None:
+    def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False, create: bool = True,
+                 **options: Any) -> None:
         self.path = os.path.abspath(os.fspath(path))
+        self._create = bool(create) and not read_only
         self._defaults, self._settings = split_store_options(options)
         #: Opened with ``read_only=True``: reads only; every writing call raises ReadOnlyStoreError.
         self.read_only = bool(read_only)
@@ -96,7 +99,8 @@ class Store:
         else:
             _check_store_path(self.path)
             with write_faults(f"opening the store {self.path}", "it was not opened (nor created, if it was new)"):
-                os.makedirs(self.path, exist_ok=True)
+                if self._create:
+                    os.makedirs(self.path, exist_ok=True)
                 self._check_marker()
             _remove_leftovers(self.path)
         self._publisher = self._new_publisher() if self._settings["log.cleaner.enable"] else None
@@ -126,6 +130,9 @@ class Store:
             if self.read_only:
                 raise UnknownStoreError(f"no pylog store at {self.path} (no {STORE_FILE}); a read-only open "
                                         "creates nothing: check the path") from None
+            if not self._create:
+                raise UnknownStoreError(f"no pylog store at {self.path} (no {STORE_FILE}), and create=False: "
+                                        "check the path, or open it with pylog.open(path) to create one") from None
             doc = dict(body, crc32c=crc32c(json.dumps(body, sort_keys=True).encode()))
             atomic_write(marker, (json.dumps(doc, sort_keys=True) + "\n").encode())
             return
@@ -147,6 +154,11 @@ class Store:
         if self.read_only:
             raise ReadOnlyStoreError(f"cannot {doing}: the store {self.path} was opened with read_only=True, which "
                                      "never writes; open it without read_only (on writable storage) to do that")
+
+    @property
+    def closed(self) -> bool:
+        """Whether :meth:`close` was called (every later call raises StoreClosedError)."""
+        return self._closed
 
     @property
     def defaults(self) -> dict[str, Any]:
@@ -207,7 +219,10 @@ class Store:
         with self._lock:
             t = self._topics.get(name)
             if t is None:
-                doc = read_topic_file(directory)
+                try:
+                    doc = read_topic_file(directory)
+                except UnknownTopicError:
+                    raise UnknownTopicError(_no_topic_hint(self.path, name)) from None
                 cfg = TopicConfig(stored_config(doc["config"], os.path.join(directory, TOPIC_FILE)),
                                   self._defaults)
                 t = Topic(name, directory, cfg, doc["partitions"], self._settings["lock.timeout.ms"],
@@ -277,11 +292,17 @@ class Store:
                 p.config = new
             return new
 
-    def producer(self, **configs: Any) -> Producer:
+    def producer(self, *, allow_auto_create_topics: bool = False, **configs: Any) -> Producer:
         """A :class:`~pylog.clients.producer.Producer` on this store (kafka-python's ``KafkaProducer`` options),
-        throttled by this store's quotas (:meth:`set_quota`)."""
+        throttled by this store's quotas (:meth:`set_quota`).
+
+        ``allow_auto_create_topics`` (Kafka's name; default False here): a send to a topic the store does
+        not have creates it with the store's ``num.partitions`` and default config, as a Kafka broker with
+        ``auto.create.topics.enable`` does; without it such a send raises
+        :class:`~pylog.errors.UnknownTopicError` naming ``store.create_topic``."""
         self._check_writable("make a producer")
-        return Producer(self, quotas=self.quota_manager, **configs)
+        view: StoreView = AutoCreatingStore(self) if allow_auto_create_topics else self
+        return Producer(view, quotas=self.quota_manager, **configs)
 
     def consumer(self, *topics: str, **configs: Any) -> Consumer:
         """A :class:`~pylog.clients.consumer.Consumer` on this store (kafka-python's ``KafkaConsumer`` options),
@@ -569,8 +590,11 @@ class Store:
 
 
 def open(path: str | os.PathLike[str], *, read_only: bool = False,  # noqa: A001 - the library's entry point
-         **options: Any) -> Store:
+         create: bool = True, **options: Any) -> Store:
     """Open (creating if needed) the store at ``path``.
+
+    ``create=False`` opens only an existing store: a path without one raises
+    :class:`~pylog.errors.UnknownStoreError` instead of becoming a new, empty store (a mistyped path).
 
     Keyword options are store-wide topic defaults (Kafka names with ``_`` for ``.``, e.g.
     ``segment_bytes=1 << 20``) or store settings (``lock_timeout_ms``).
@@ -584,11 +608,58 @@ def open(path: str | os.PathLike[str], *, read_only: bool = False,  # noqa: A001
     retention, compaction) raises :class:`~pylog.errors.ReadOnlyStoreError` at once.
 
     :raises InvalidConfigError: for unknown or bad options.
-    :raises UnknownStoreError: with ``read_only``, when ``path`` holds no store.
+    :raises UnknownStoreError: with ``read_only`` or ``create=False``, when ``path`` holds no store.
+    :raises StorePathError: when ``path`` is a file, or under one ("not a pylog store").
     :raises ReadOnlyStoreError, StorePermissionError, DiskFullError: without ``read_only``, when a new
         store cannot be created there.
     """
-    return Store(path, read_only=read_only, **options)
+    return Store(path, read_only=read_only, create=create, **options)
+
+
+def _no_topic_hint(path: str, name: str) -> str:
+    """What a user reads when a topic is missing: how to create it, in code and on the command line."""
+    return (f"no topic {name!r} in the store {path}: create it first with store.create_topic({name!r}, "
+            f"partitions=1) or `pylog topics create {path} {name} --partitions 1`, or make the producer with "
+            "allow_auto_create_topics=True")
+
+
+class AutoCreatingStore:
+    """``store`` as a producer made with ``allow_auto_create_topics`` sees it (a
+    :class:`~pylog.clients.storeview.StoreView`): looking up a missing topic creates it with the store's
+    ``num.partitions``. Two producers racing to create one topic both end up with the same topic."""
+
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self.path = store.path
+        self.read_only = store.read_only
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self._store.settings
+
+    @property
+    def closed(self) -> bool:
+        return self._store.closed
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._store
+
+    def topic(self, name: str) -> Topic:
+        try:
+            return self._store.topic(name)
+        except UnknownTopicError:
+            try:
+                topic = self._store.create_topic(name, self._store.settings["num.partitions"])
+            except TopicExistsError:  # another producer (or process) created it meanwhile
+                return self._store.topic(name)
+            log.info("created topic %r with %d partition(s) (allow_auto_create_topics)", name, topic.num_partitions)
+            return topic
+
+    def topics(self) -> list[str]:
+        return self._store.topics()
+
+    def new_producer_id(self) -> int:
+        return self._store.new_producer_id()
 
 
 def _maintain(p: Partition, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import io
 import json
 import os
@@ -607,12 +608,73 @@ def test_bench_with_tiny_sizes(tmp_path, kind):
     assert code == ExitCode.OK and text.startswith("20 ") and " 99.9th." in text
 
 
-def test_bench_producer_throughput_cap_and_consumer_of_an_existing_topic(tmp_path):
-    code, text = _run("bench", "producer", tmp_path, "--records", "30", "--throughput", "1000000", "--acks", "all",
-                      "--compression", "lz4", "--partitions", "2")
+def test_bench_producer_throughput_cap_and_consumer_of_an_existing_topic(tmp_path, capsys):
+    code, text = _run("bench", "producer", tmp_path, "--topic", "perf", "--keep", "--records", "30",
+                      "--throughput", "1000000", "--acks", "all", "--compression", "lz4", "--partitions", "2")
     assert code == ExitCode.OK and text.startswith("30 records sent, ")
-    code, text = _run("bench", "consumer", tmp_path, "--records", "100")  # only 30 there
+    assert f"benchmark topic perf in {tmp_path} (kept (--keep))" in capsys.readouterr().err
+    code, text = _run("bench", "consumer", tmp_path, "--topic", "perf", "--records", "100")  # only 30 there
     assert code == ExitCode.OK and text.startswith("30 records consumed in ")
+    assert "benchmark topic" not in capsys.readouterr().err  # an existing topic: used and kept, nothing said
+    with pylog.open(tmp_path) as store:
+        assert store.topics() == ["perf"]
+
+
+@pytest.mark.parametrize("kind", ["producer", "consumer", "latency"])
+def test_bench_writes_to_a_temporary_topic_and_says_where(tmp_path, capsys, kind):
+    code, _ = _run("bench", kind, tmp_path, "--records", "20")
+    err = capsys.readouterr().err
+    assert code == ExitCode.OK and f" in {tmp_path} (deleted afterwards; --keep keeps it)" in err
+    with pylog.open(tmp_path) as store:
+        assert store.topics() == []  # deleted
+    code, _ = _run("bench", kind, tmp_path, "--records", "20", "--keep")
+    name = capsys.readouterr().err.split("benchmark topic ")[1].split()[0]
+    with pylog.open(tmp_path) as store:
+        assert store.topics() == [name] and name.startswith("pylog-bench-")
+
+
+def test_topics_hide_internal_topics_unless_all(tmp_path):
+    with pylog.open(tmp_path) as store:
+        store.create_topic("orders")
+        store.commit_offsets("g", {("orders", 0): 0})  # creates __consumer_offsets
+        assert "__consumer_offsets" in store.topics()
+    for action in ("list", "describe"):
+        code, text = _run("topics", action, tmp_path)
+        assert code == ExitCode.OK and "orders" in text and "__consumer_offsets" not in text
+        code, text = _run("topics", action, tmp_path, "--all")
+        assert code == ExitCode.OK and "__consumer_offsets" in text
+
+
+def test_consume_from_past_the_end_says_so_and_fails_without_follow(tmp_path, capsys):
+    _store(tmp_path)
+    code, text = _run("consume", tmp_path, "events", "--offset", "999999")
+    err = capsys.readouterr().err
+    assert code == ExitCode.ERROR and text == ""
+    assert "offset 999999: past the end of events-0 (log end 1000), events-1 (log end 0)" in err and "--follow" in err
+    code, text = _run("consume", tmp_path, "events", "--offset", "500")  # past the end of events-1 only
+    err = capsys.readouterr().err
+    assert code == ExitCode.OK and len(text.splitlines()) == 500 and "past the end of events-1 (log end 0)" in err
+    code, text = _run("consume", tmp_path, "events", "--timestamp", "4102444800000")  # 2100: no record after it
+    assert code == ExitCode.ERROR and "no record at or after the timestamp" in capsys.readouterr().err
+
+
+def test_every_command_help_shows_an_example(capsys):
+    from pylog import cli
+    from pylog.cli import EXAMPLES, build_parser
+    seen = []
+
+    def walk(parser, words):
+        for action in parser._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                for name, sub in action.choices.items():
+                    seen.append(" ".join(words + [name]))
+                    assert sub.format_help().rstrip().endswith(EXAMPLES[" ".join(words + [name])]), name
+                    walk(sub, words + [name])
+    walk(build_parser(), [])
+    assert sorted(seen) == sorted(EXAMPLES) and len(seen) > 20
+    for example in EXAMPLES.values():  # each one parses as written
+        argv = example.split("| ")[-1].split()[1:]
+        build_parser().parse_args(cli.with_default_action([a.strip("'") for a in argv]))
 
 
 # ------------------------------------------------------------------------------------ terminal rendering

@@ -85,7 +85,8 @@ def test_assign_seek_pause_resume_and_offsets_for_times(store):
     found = c.offsets_for_times({tp0: 1004, tp1: 99999})
     assert found[tp0] == pylog.OffsetAndTimestamp(4, 1004) and found[tp1] is None
     assert c.metrics()["consumer-fetch-manager-metrics"] == {"fetch-throttle-time-avg": 0.0,
-                                                             "fetch-throttle-time-max": 0.0}
+                                                             "fetch-throttle-time-max": 0.0, "records-lag-max": 0}
+    assert c.metrics()["consumer-coordinator-metrics"] == {"assigned-partitions": 2}
     assert c.metrics()["t-0"] == {"position": 10, "committed": None, "log_start_offset": 0, "log_end_offset": 10,
                                   "lag": 0, "lead": 10, "owned": True}
     with pytest.raises(pylog.InvalidConfigError):

@@ -222,3 +222,13 @@ def test_spark_streaming_example(spark, tmp_path):
     assert r["page_counts"] == dict(collections.Counter(c["page"] for c in clicks))
     assert r["checkouts"] == sorted(c["n"] for c in clicks if c["page"] == "/checkout")
     assert spark.range(3).count() == 3  # the shared session was used, not stopped
+
+
+def test_async_orders_service_example(tmp_path):
+    """The asyncio web service: 40 POSTs produced by the handlers, all 40 consumed by the background task;
+    a second run consumes only its own 40 (the group committed the first run's)."""
+    for run in (1, 2):
+        out = subprocess.run([sys.executable, str(ROOT / "examples" / "async_orders_service.py"), str(tmp_path / "d")],
+                             capture_output=True, text=True, check=True, timeout=120).stdout
+        assert "'totals': {" in out and "'c0': 180" in out and "'c3': 210" in out, out
+        assert f"orders before this run: {40 * (run - 1)}; consumed in this run: 40" in out, out

@@ -36,6 +36,45 @@ _COMMANDS = (topics, clients, dump, maintenance, groups, health, bench)
 _DEFAULT_ACTIONS = {"topics": (topics.ACTIONS, "list"), "groups": (groups.ACTIONS, "describe")}
 
 
+#: One example per command, shown at the end of its ``--help`` (keys: the words after ``pylog``).
+EXAMPLES = {
+    "topics": "pylog topics ./data",
+    "topics list": "pylog topics list ./data --all",
+    "topics create": "pylog topics create ./data orders --partitions 3 --config cleanup.policy=compact",
+    "topics delete": "pylog topics delete ./data orders",
+    "topics describe": "pylog topics describe ./data orders",
+    "produce": "printf 'k1\\tv1\\nk2\\tv2\\n' | pylog produce ./data orders --key-separator '\\t'",
+    "consume": "pylog consume ./data orders --from earliest --print-offset --max-messages 10",
+    "dump": "pylog dump ./data/orders/0/00000000000000000000.log --records",
+    "verify": "pylog verify ./data orders",
+    "retention": "pylog retention ./data orders",
+    "compact": "pylog compact ./data orders --partition 0",
+    "delete-records": "pylog delete-records ./data orders 0 1000",
+    "repair": "pylog repair ./data orders 0",
+    "groups": "pylog groups ./data",
+    "groups list": "pylog groups list ./data",
+    "groups describe": "pylog groups describe ./data billing",
+    "groups reset-offsets": "pylog groups reset-offsets ./data billing --to-earliest --topic orders --execute",
+    "groups delete": "pylog groups delete ./data billing",
+    "health": "pylog health ./data",
+    "bench": "pylog bench producer ./data --records 1000000",
+    "bench producer": "pylog bench producer ./data --records 1000000 --acks all",
+    "bench consumer": "pylog bench consumer ./data --records 1000000 --partitions 4",
+    "bench latency": "pylog bench latency ./data --records 1000",
+}
+
+
+def _add_examples(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) -> None:
+    """Put each command's example (:data:`EXAMPLES`) at the end of its ``--help``, recursively."""
+    if words:
+        parser.epilog = "example:\n  " + EXAMPLES[" ".join(words)]
+        parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    for action in parser._actions:  # noqa: SLF001 - argparse names its subcommands nowhere else
+        if isinstance(action, argparse._SubParsersAction):  # noqa: SLF001
+            for name, sub in action.choices.items():
+                _add_examples(sub, words + (name,))
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pylog", description="Look inside a pylog store, move records in and "
                                                                "out, check and maintain it.")
@@ -43,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _COMMANDS:
         module.register(sub)
+    _add_examples(parser)
     return parser
 
 

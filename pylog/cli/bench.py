@@ -10,18 +10,22 @@
 - ``latency`` (kafka's EndToEndLatency): one record at a time, from ``send()`` until a consumer in the
   same process has polled it; percentiles of that round trip.
 
-MB is 2^20 bytes, as in Kafka's tools. The topic (default ``pylog-bench``) is created when missing and
-kept afterwards. Every run prints one line like Kafka's, or a JSON object with ``--json``.
+MB is 2^20 bytes, as in Kafka's tools. Without ``--topic``, a run writes to a temporary topic
+(``pylog-bench-<random>``) that it deletes afterwards unless ``--keep``; it says which on stderr. A topic
+named with ``--topic`` is created when missing (and then deleted afterwards unless ``--keep``); an existing
+one is used and kept. Every run prints one line like Kafka's, or a JSON object with ``--json``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import random
 import sys
 import time
-from typing import Any, TextIO
+import uuid
+from typing import Any, Iterator, TextIO
 
 import numpy as np
 
@@ -49,7 +53,8 @@ def register(sub: Any) -> None:
                                      ("latency", _latency, 1_000, "round trips")):
         k = kinds.add_parser(kind, help=f"{kind} benchmark")
         k.add_argument("store", help="the store (created if missing)")
-        k.add_argument("--topic", default="pylog-bench")
+        k.add_argument("--topic", help="write to / read this topic (default: a temporary topic, deleted afterwards)")
+        k.add_argument("--keep", action="store_true", help="keep the topic this run created")
         k.add_argument("--records", type=positive, default=records, help=f"{what} (default {records:,})")
         k.add_argument("--record-size", type=non_negative, default=100, help="value bytes (default 100)")
         k.add_argument("--partitions", type=positive, default=1, help="partitions of a topic created here")
@@ -101,10 +106,22 @@ def _report(args: argparse.Namespace, out: TextIO, records: int, nbytes: int, se
     return ExitCode.OK
 
 
-def _ensure_topic(store: Any, args: argparse.Namespace, partitions: int | None = None) -> Any:
-    if args.topic not in store:
+@contextlib.contextmanager
+def _bench_topic(store: Any, args: argparse.Namespace, partitions: int | None = None) -> Iterator[bool]:
+    """Sets ``args.topic`` (a temporary name without ``--topic``) and creates it when missing; yields whether
+    it was created here. A topic created here is deleted at the end unless ``--keep``; stderr says which."""
+    if args.topic is None:
+        args.topic = f"pylog-bench-{uuid.uuid4().hex[:8]}"
+    created = args.topic not in store
+    if created:
         store.create_topic(args.topic, partitions or args.partitions)
-    return store.topic(args.topic)
+        fate = "kept (--keep)" if args.keep else "deleted afterwards; --keep keeps it"
+        print(f"pylog: benchmark topic {args.topic} in {store.path} ({fate})", file=sys.stderr)
+    try:
+        yield created
+    finally:
+        if created and not args.keep:
+            store.delete_topic(args.topic)
 
 
 def _producer(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -116,8 +133,7 @@ def _producer(args: argparse.Namespace, out: TextIO) -> ExitCode:
     def acked(_meta: Any, sent_at: float) -> None:  # on the producer's sender thread
         latencies.append(clock() - sent_at)
 
-    with open_store(args.store, create=True) as store:
-        _ensure_topic(store, args)
+    with open_store(args.store, create=True) as store, _bench_topic(store, args):
         producer = store.producer(acks=_acks(args.acks), linger_ms=args.linger_ms,
                                   compression_type=None if args.compression == "none" else args.compression)
         sent = 0
@@ -158,11 +174,10 @@ def _fill(topic: Any, n: int, payload: bytes) -> None:
 
 def _consumer(args: argparse.Namespace, out: TextIO) -> ExitCode:
     clock = time.perf_counter
-    with open_store(args.store, create=True) as store:
-        if args.topic not in store:
-            topic = _ensure_topic(store, args)
-            _fill(topic, args.records, _payload(args.record_size))
-            print(f"pylog: created {args.topic} with {args.records} records (not timed)", file=sys.stderr)
+    with open_store(args.store, create=True) as store, _bench_topic(store, args) as created:
+        if created:
+            _fill(store.topic(args.topic), args.records, _payload(args.record_size))
+            print(f"pylog: filled {args.topic} with {args.records} records (not timed)", file=sys.stderr)
         topic = store.topic(args.topic)
         tps = [TopicPartition(args.topic, p.number) for p in topic.partitions]
         available = sum(p.log_end_offset - p.log_start_offset for p in topic.partitions)
@@ -199,8 +214,7 @@ def _latency(args: argparse.Namespace, out: TextIO) -> ExitCode:
     clock = time.perf_counter
     payload = _payload(args.record_size)
     trips: list[float] = []
-    with open_store(args.store, create=True) as store:
-        _ensure_topic(store, args, partitions=1)
+    with open_store(args.store, create=True) as store, _bench_topic(store, args, partitions=1):
         tp = TopicPartition(args.topic, 0)
         with store.producer(acks=_acks(args.acks), linger_ms=0) as producer, \
                 store.consumer(enable_auto_commit=False) as consumer, \

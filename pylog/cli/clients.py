@@ -323,14 +323,21 @@ class _Run:
         self.committed.update(todo)
 
 
-def _start_positions(args: argparse.Namespace, consumer: Any, store: Any, tps: list[TopicPartition]) -> None:
+def _start_positions(args: argparse.Namespace, consumer: Any, store: Any,
+                     tps: list[TopicPartition]) -> list[TopicPartition]:
+    """Seek each partition where the arguments say; returns those whose start (``--offset``, ``--timestamp``)
+    lies past their log end (they start at the end)."""
+    past = []
     if args.offset is not None:
         for tp in tps:
             p = store.topic(tp.topic).partition(tp.partition)
+            if args.offset > p.log_end_offset:
+                past.append(tp)
             consumer.seek(tp, min(max(args.offset, p.log_start_offset), p.log_end_offset))
     elif args.timestamp is not None:
         for tp, found in consumer.offsets_for_times({tp: args.timestamp for tp in tps}).items():
             if found is None:
+                past.append(tp)
                 consumer.seek_to_end(tp)
             else:
                 consumer.seek(tp, found.offset)
@@ -338,13 +345,14 @@ def _start_positions(args: argparse.Namespace, consumer: Any, store: Any, tps: l
         consumer.seek_to_end(*tps)
     else:
         consumer.seek_to_beginning(*tps)
+    return past
 
 
 def _group_caught_up(run: _Run, waited_since: list[float]) -> bool:
     """Without --follow, for a group member: is every partition it owns read to its log end, with none
     pending? Partitions another member still holds are waited for :data:`_PENDING_WAIT` seconds."""
     metrics = run.consumer.metrics()
-    parts = [m for k, m in metrics.items() if k != "consumer-fetch-manager-metrics"]
+    parts = [m for m in metrics.values() if "owned" in m]  # the partitions (not the metric groups)
     if any(m["owned"] and (m["lag"] is None or m["lag"] > 0) for m in parts):
         return False
     pending = sum(1 for m in parts if not m["owned"])
@@ -395,8 +403,20 @@ def _consume(args: argparse.Namespace, out: TextIO) -> ExitCode:
         try:
             if args.group is None:
                 consumer.assign(tps)  # raises for a partition the topic lacks
-                _start_positions(args, consumer, store, tps)
+                past = _start_positions(args, consumer, store, tps)
                 ends = {tp: store.topic(tp.topic).partition(tp.partition).log_end_offset for tp in tps}
+                if past:
+                    where = ", ".join(f"{tp.topic}-{tp.partition} (log end {ends[tp]})" for tp in past)
+                    asked = f"offset {args.offset}" if args.offset is not None \
+                        else "no record at or after the timestamp"
+                    if args.follow:
+                        print(f"pylog: {asked}: past the end of {where}; waiting there for new records",
+                              file=sys.stderr)
+                    elif len(past) == len(tps):
+                        raise CommandError(f"{asked}: past the end of {where}, so there is nothing to print; "
+                                           "use --follow to wait for new records, or --from earliest")
+                    else:
+                        print(f"pylog: {asked}: past the end of {where}; nothing to print there", file=sys.stderr)
             else:
                 consumer.subscribe([args.topic])
             while run.remaining() != 0:

@@ -10,7 +10,7 @@ from typing import Any, TextIO
 
 from ..config import SETTINGS
 from ..errors import PartitionLockedError, TopicExistsError
-from ..storage.filenames import OFFSETS_TOPIC
+from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
 from ..store import Store
 from .base import CommandError, ExitCode, key_value, open_store, partition_writers, positive
 from .output import Table
@@ -26,6 +26,7 @@ def register(sub: Any) -> None:
     actions = p.add_subparsers(dest="action", metavar="ACTION", required=True)
     ls = actions.add_parser("list", help="topics with their partitions, offsets, segments and sizes")
     ls.add_argument("store")
+    ls.add_argument("--all", action="store_true", help="also pylog's internal topics (__consumer_offsets)")
     ls.set_defaults(run=_list)
     c = actions.add_parser("create", help="create a topic (and the store, if there is none yet)")
     c.add_argument("store")
@@ -43,13 +44,19 @@ def register(sub: Any) -> None:
     ds = actions.add_parser("describe", help="partitions (log start/end, segments, bytes, writer) and config, "
                                              "overrides marked")
     ds.add_argument("store")
-    ds.add_argument("topics", nargs="*", metavar="topic", help="only these topics (default: all)")
+    ds.add_argument("topics", nargs="*", metavar="topic", help="only these topics (default: all but internal ones)")
+    ds.add_argument("--all", action="store_true", help="also pylog's internal topics (__consumer_offsets)")
     ds.set_defaults(run=_describe)
+
+
+def _visible(names: list[str], show_all: bool) -> list[str]:
+    """The user's topics; pylog's internal ones (``__consumer_offsets``) only with ``--all``."""
+    return names if show_all else [n for n in names if not is_internal_topic(n)]
 
 
 def _list(args: argparse.Namespace, out: TextIO) -> ExitCode:
     with open_store(args.store) as store:
-        names = store.topics()
+        names = _visible(store.topics(), args.all)
         if not names:
             print(f"no topics in {store.path}", file=out)
         for name in names:
@@ -133,7 +140,7 @@ def describe_topic(store: Store, name: str, out: TextIO) -> None:
 
 def _describe(args: argparse.Namespace, out: TextIO) -> ExitCode:
     with open_store(args.store) as store:
-        names = args.topics or store.topics()
+        names = args.topics or _visible(store.topics(), args.all)
         if not names:
             print(f"no topics in {store.path}", file=out)
         for i, name in enumerate(names):

@@ -27,6 +27,7 @@ from __future__ import annotations
 import itertools
 import re
 import time
+from types import MappingProxyType
 
 import numpy as np
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Pattern, Protocol, cast
@@ -36,7 +37,7 @@ from ..errors import NoOffsetForPartitionError  # defined here before pylog.erro
 from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, PylogError,
                      ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
-from ..storage.filenames import OFFSETS_TOPIC
+from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
 from .groups import CommittedOffsets, GroupMember, check_group_id
 from ..storage.notify import Watch, wait_any
 from .quotas import CONSUME, QuotaManager
@@ -136,6 +137,9 @@ class Consumer:
     """Reads records from a store's partitions; kafka-python's ``KafkaConsumer`` API. Not thread-safe
     (like kafka-python's): use one consumer per thread."""
 
+    #: The options and their defaults (kafka-python's attribute name).
+    DEFAULT_CONFIG: Mapping[str, Any] = MappingProxyType(_DEFAULTS)
+
     def __init__(self, store: StoreView, *topics: str, quotas: QuotaManager | None = None,
                  offsets: CommittedOffsets | None = None, **configs: Any) -> None:
         if quotas is None:  # made by hand, not by Store.consumer(): most likely Consumer("topic", group_id=...)
@@ -144,7 +148,8 @@ class Consumer:
                                        "use pylog.open(path).consumer(*topics, ...)")
         unknown = set(configs) - set(_DEFAULTS)
         if unknown:
-            raise InvalidConfigError(f"unknown consumer option(s) {sorted(unknown)}")
+            raise InvalidConfigError(f"unknown consumer option(s) {sorted(unknown)} (pylog.KafkaConsumer takes "
+                                     "kafka-python's broker options too, and ignores them)")
         cfg = dict(_DEFAULTS, **configs)
         strategies = cfg["partition_assignment_strategy"]
         try:
@@ -721,15 +726,45 @@ class Consumer:
 
     # ------------------------------------------------------------------ the rest
 
-    def metrics(self) -> dict[str, Any]:
-        """Per assigned partition (key ``"<topic>-<partition>"``): position, committed offset (with a group),
-        log start and end offsets, lag (end - position: records this consumer has still to read) and lead
-        (position - start: records retention may remove before this consumer falls behind the log start).
-        Under ``"consumer-fetch-manager-metrics"``: the time fetches were held back by a
-        ``consumer_byte_rate`` quota (``fetch-throttle-time-avg`` / ``-max``, ms)."""
-        out: dict[str, Any] = {"consumer-fetch-manager-metrics": {
+    def topics(self) -> set[str]:
+        """The store's topics this consumer may read (kafka-python: the topics the user is authorised for);
+        pylog's internal topics are left out."""
+        return {t for t in self._store.topics() if not is_internal_topic(t)}
+
+    def partitions_for_topic(self, topic: str) -> set[int] | None:
+        """The partition numbers of ``topic``; None when the store has no such topic (as kafka-python)."""
+        if topic not in self._store:
+            return None
+        return set(range(self._store.topic(topic).num_partitions))
+
+    def highwater(self, partition: TopicPartition) -> int:
+        """The log end offset of an assigned ``partition`` (kafka-python's high watermark: the offset the
+        next record appended will get; every record below it is readable). Read from the log now, so
+        unlike kafka-python's it is never None. :raises InvalidConfigError: when it is not assigned."""
+        tp = _topic_partition(partition)
+        self._check_assigned(tp)
+        return self._partition(tp).log_end_offset
+
+    def bootstrap_connected(self) -> bool:
+        """True while this consumer and its store are open (kafka-python: connected to a broker)."""
+        return not self._closed and not self._store.closed
+
+    def metrics(self, raw: bool = False) -> dict[str, Any]:
+        """kafka-python's shape, ``{group: {metric: value}}``. Groups:
+        ``"consumer-fetch-manager-metrics"``: ``records-lag-max`` (the largest lag over the assigned
+        partitions, ``None`` before any has a position), ``fetch-throttle-time-avg`` / ``-max`` (ms
+        fetches were held back by a ``consumer_byte_rate`` quota); ``"consumer-coordinator-metrics"``:
+        ``assigned-partitions``; and one per assigned partition (key ``"<topic>-<partition>"``): position,
+        committed offset (with a group), log start and end offsets, lag (end - position: records this
+        consumer has still to read), lead (position - start: records retention may remove before this
+        consumer falls behind the log start) and ``owned``. ``raw`` is accepted for kafka-python's
+        signature and changes nothing (these are the values themselves)."""
+        del raw
+        fetch: dict[str, Any] = {
             "fetch-throttle-time-avg": 1000 * self._throttle_total / max(1, self._throttled_fetches),
-            "fetch-throttle-time-max": 1000 * self._throttle_max}}
+            "fetch-throttle-time-max": 1000 * self._throttle_max}
+        out: dict[str, Any] = {"consumer-fetch-manager-metrics": fetch}
+        lags = []
         for tp in sorted(self.assignment()):
             p = self._partition(tp)
             pos = self._positions.get(tp)
@@ -739,6 +774,10 @@ class Consumer:
                 "log_start_offset": start, "log_end_offset": end,
                 "lag": None if pos is None else end - pos, "lead": None if pos is None else pos - start,
                 "owned": tp not in self._pending}
+            if pos is not None:
+                lags.append(end - pos)
+        fetch["records-lag-max"] = max(lags) if lags else None
+        out["consumer-coordinator-metrics"] = {"assigned-partitions": len(self._positions)}
         return out
 
     def close(self, autocommit: bool = True) -> None:

@@ -55,7 +55,8 @@ import logging
 import threading
 import time
 import types
-from typing import Any, Callable
+from types import MappingProxyType
+from typing import Any, Callable, Mapping
 
 import numpy as np
 
@@ -201,6 +202,9 @@ class Producer:
     sequence numbers). Broker options (``bootstrap_servers``, ...) raise :class:`InvalidConfigError`.
     """
 
+    #: The options and their defaults (kafka-python's attribute name).
+    DEFAULT_CONFIG: Mapping[str, Any] = MappingProxyType(_DEFAULTS)
+
     def __init__(self, store: StoreView, *, quotas: QuotaManager | None = None, **configs: Any) -> None:
         if quotas is None:  # made by hand, not by Store.producer(): most likely Producer("path")
             made_from = f"{type(store).__name__} {store!r}"[:160]
@@ -209,7 +213,8 @@ class Producer:
         unknown = set(configs) - set(_DEFAULTS)
         if unknown & _NETWORK_OPTIONS:
             raise InvalidConfigError(f"pylog runs in-process, without a broker: {sorted(unknown & _NETWORK_OPTIONS)} "
-                                     "do not apply")
+                                     "do not apply (pylog.KafkaProducer takes bootstrap_servers=<store path> and "
+                                     "ignores the others)")
         if unknown:
             raise InvalidConfigError(f"unknown producer option(s) {sorted(unknown)}")
         cfg = dict(_DEFAULTS, **configs)
@@ -221,6 +226,8 @@ class Producer:
         for name in ("batch_size", "buffer_memory", "max_request_size"):
             if not isinstance(cfg[name], int) or cfg[name] < 1:
                 raise InvalidConfigError(f"{name} must be a positive int, got {cfg[name]!r}")
+        if not isinstance(cfg["retries"], int) or isinstance(cfg["retries"], bool) or cfg["retries"] < 0:
+            raise InvalidConfigError(f"retries must be a non-negative int, got {cfg['retries']!r}")
         self.config = cfg
         self._store = store
         self._client_id = cfg["client_id"]
@@ -523,6 +530,10 @@ class Producer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+    def bootstrap_connected(self) -> bool:
+        """True while this producer and its store are open (kafka-python: connected to a broker)."""
+        return not self._closed and not self._store.closed
 
     def partitions_for(self, topic: str) -> set[int]:
         """The partition numbers of ``topic``."""

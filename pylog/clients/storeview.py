@@ -31,6 +31,11 @@ class StoreView(Protocol):
         """Store-level settings (e.g. ``offsets.topic.num.partitions``)."""
         ...
 
+    @property
+    def closed(self) -> bool:
+        """Whether the store was closed."""
+        ...
+
     def __contains__(self, name: object) -> bool:
         """Whether the store has a topic of that name."""
         ...

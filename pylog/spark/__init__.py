@@ -9,7 +9,8 @@ Installing pylog installs the top-level module ``pyspark_pylog``; PySpark import
 module it finds and registers its ``DefaultSource``, so ``format("pylog")`` needs no setup.
 :func:`register` does it by hand (for a PySpark that does not look, or an install it cannot see).
 
-This package imports PySpark and pyarrow (``pip install "pylog[spark]"``); ``import pylog`` never loads it.
+This package imports PySpark and pyarrow
+(``pip install ".[spark]"`` from the checkout; the distribution is ``pylog-embedded``); ``import pylog`` never loads it.
 Modules: :mod:`~pylog.spark.options` (parsing), :mod:`~pylog.spark.reader` (planning, Arrow conversion),
 :mod:`~pylog.spark.source` (the DataSource: schema, reader and writer factories), :mod:`~pylog.spark.batch`
 (batch reader, input partitions), :mod:`~pylog.spark.stream` (streaming reader), :mod:`~pylog.spark.writer`
