@@ -229,14 +229,14 @@ def bench_consumer(root: str, n: int) -> None:
 def bench_consumer_vs_lmdb(root: str, n: int, repeat: int = 3) -> None:
     """Consumer iteration (``ConsumerRecord``s, ``max_poll_records=5000``, drained by ``deque(maxlen=0)``)
     over 8-byte keys and 100-byte values, against an LMDB cursor over the same records drained the same way
-    (bench_storage.py's ``lmdb_read_rates``), on whichever path is live: run again with PYLOG_PURE_PYTHON=1
+    (bench_storage.py's ``lmdb_read_fns``), the two timed in turns, on whichever path is live: run again with PYLOG_PURE_PYTHON=1
     for the other."""
     import collections
     import importlib.util
     if importlib.util.find_spec("lmdb") is None:
         print("(consumer vs LMDB skipped: the lmdb package is not installed)")
         return
-    from bench_storage import best_of, lmdb_copy, lmdb_read_rates, make_data
+    from bench_storage import interleaved_best, lmdb_copy, lmdb_read_fns, make_data
     path = "accelerated" if pylog.ACCELERATED else "pure Python"
     values, keys = make_data(1000)
     with pylog.open(os.path.join(root, "consume-lmdb"), log_cleaner_enable=False) as store:
@@ -256,8 +256,7 @@ def bench_consumer_vs_lmdb(root: str, n: int, repeat: int = 3) -> None:
             c.close()
             return took
 
-        _, drain = lmdb_read_rates(env, end, repeat)
-        rate = end / best_of(repeat, consume)
+        drain, rate = (end / t for t in interleaved_best(repeat, lmdb_read_fns(env, end)[1], consume))
         env.close()
     row("baseline: LMDB cursor iteration, one txn", drain / 1e6, "M rec/s")
     ok = rate >= 3.5e6 and rate >= drain
@@ -491,7 +490,7 @@ def main() -> int:
     print(f"pylog {pylog.__version__} client benchmark in {root} (python {sys.version.split()[0]})")
     try:
         if a.consumer_vs_lmdb:
-            bench_consumer_vs_lmdb(root, 20_000 if a.quick else 1_000_000, 1 if a.quick else 3)
+            bench_consumer_vs_lmdb(root, 20_000 if a.quick else 1_000_000, 1 if a.quick else 5)
         else:
             bench_send(root, 20_000 if a.quick else 1_000_000)
             bench_quota(root, 2.0 if a.quick else 6.0)

@@ -527,8 +527,18 @@ def lmdb_copy(path: str, n: int, keys: list[bytes], values: list[bytes]) -> Any:
     return env
 
 
-def lmdb_read_rates(env: Any, n: int, repeat: int) -> tuple[float, float]:
-    """Records/s of two LMDB baselines over ``n`` records, best of ``repeat``:
+def interleaved_best(repeat: int, *fns: Callable[[], float]) -> list[float]:
+    """Best seconds of each of ``fns`` over ``repeat`` rounds, each round running every fn once in turn: on a
+    shared machine whose load moves, a baseline and its subject then see the same conditions."""
+    best = [float("inf")] * len(fns)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            best[i] = min(best[i], fn())
+    return best
+
+
+def lmdb_read_fns(env: Any, n: int) -> tuple[Callable[[], float], Callable[[], float]]:
+    """Timed runs (seconds) of two LMDB baselines over ``n`` records:
 
     - per call a read transaction, ``set_range`` and ``list(islice(cursor.iternext(), 1000))``: what
       ``Partition.read(offset, 1000)`` does (a list of 1,000 records per call), at C speed;
@@ -556,12 +566,12 @@ def lmdb_read_rates(env: Any, n: int, repeat: int) -> tuple[float, float]:
             collections.deque(cur.iternext(), maxlen=0)
         return time.perf_counter() - t
 
-    return n / best_of(repeat, calls), n / best_of(repeat, drain)
+    return calls, drain
 
 
 def read_vs_lmdb(root: str, batches: int, repeat: int) -> None:
     """``Partition.read()`` as records, 1,000 per call, against LMDB over the same records (8-byte keys,
-    100-byte values; :func:`lmdb_read_rates` says which baselines), on whichever path is live: run again
+    100-byte values; :func:`lmdb_read_fns` says which baselines), on whichever path is live: run again
     with PYLOG_PURE_PYTHON=1 for the other. bench_clients.py has the consumer's row."""
     if importlib.util.find_spec("lmdb") is None:
         print("      (LMDB rows skipped: the lmdb package is not installed)")
@@ -583,8 +593,7 @@ def read_vs_lmdb(root: str, batches: int, repeat: int) -> None:
                 off = p.read(off, max_records=1000)[-1].offset + 1
             return time.perf_counter() - t
 
-        calls, drain = lmdb_read_rates(env, end, repeat)
-        rr = end / best_of(repeat, read_records)
+        calls, drain, rr = (end / t for t in interleaved_best(repeat, *lmdb_read_fns(env, end), read_records))
         env.close()
     row("baseline: LMDB read txn + cursor, 1,000 per call", calls / 1e6, "M rec/s")
     row("baseline: LMDB cursor iteration, one txn", drain / 1e6, "M rec/s")
@@ -633,7 +642,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'':6}{'figure':<46} {'value':>14} {'unit':<10} {'ratio':>7}  {'baseline':<28} target")
     try:
         if args.read_vs_lmdb:
-            read_vs_lmdb(root, args.batches, max(args.repeat, 3))
+            read_vs_lmdb(root, args.batches, max(args.repeat, 5))
         else:
             full_run(root, args)
     finally:
