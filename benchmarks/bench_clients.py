@@ -227,6 +227,44 @@ def bench_consumer(root: str, n: int) -> None:
             ">= 2 M rec/s " + ("PASS" if rate >= 2e6 else "MISS"))
 
 
+def bench_consumer_vs_lmdb(root: str, n: int, repeat: int = 3) -> None:
+    """Consumer iteration (``ConsumerRecord``s, ``max_poll_records=5000``, drained by ``deque(maxlen=0)``)
+    over 8-byte keys and 100-byte values, against an LMDB cursor over the same records drained the same way
+    (bench_storage.py's ``lmdb_read_fns``), the two timed in turns, on whichever path is live: run again with PYLOG_PURE_PYTHON=1
+    for the other."""
+    import collections
+    import importlib.util
+    if importlib.util.find_spec("lmdb") is None:
+        print("(consumer vs LMDB skipped: the lmdb package is not installed)")
+        return
+    from bench_storage import interleaved_best, lmdb_copy, lmdb_read_fns, make_data
+    path = "accelerated" if pylog.ACCELERATED else "pure Python"
+    values, keys = make_data(1000)
+    with pylog.open(os.path.join(root, "consume-lmdb"), log_cleaner_enable=False) as store:
+        store.create_topic("t")
+        p = store.topic("t").partition(0)
+        for _ in range(n // 1000):
+            p.append_values(values, keys=keys)
+        end = p.log_end_offset
+        env = lmdb_copy(os.path.join(root, "consume-lmdb.mdb"), end, keys, values)
+
+        def consume() -> float:
+            c = store.consumer("t", auto_offset_reset="earliest", consumer_timeout_ms=0, max_poll_records=5000)
+            t = time.perf_counter()
+            collections.deque(c, maxlen=0)
+            took = time.perf_counter() - t
+            assert c.position(pylog.TopicPartition("t", 0)) == end
+            c.close()
+            return took
+
+        drain, rate = (end / t for t in interleaved_best(repeat, lmdb_read_fns(env, end)[1], consume))
+        env.close()
+    row("baseline: LMDB cursor iteration, one txn", drain / 1e6, "M rec/s")
+    ok = rate >= 3.5e6 and rate >= drain
+    row(f"consumer iteration, keys, 5,000 per poll ({path})", rate / 1e6, "M rec/s", rate / drain,
+        "vs LMDB cursor iteration", ">= 3.5 M rec/s and >= 1.0x " + ("PASS" if ok else "MISS"))
+
+
 def bench_small_poll(root: str, n: int) -> None:
     """A consumer keeping up, one record per poll: what each poll costs beyond the read it wraps. The
     writer is another store handle (as another process would be), so the consumer's handle reads as a
@@ -531,6 +569,7 @@ def main() -> int:
     ap.add_argument("--dir", help="where to write (default: a temporary directory, removed afterwards)")
     ap.add_argument("--json", help="also write the rows as JSON to this file")
     ap.add_argument("--send-targets", action="store_true", help="only issue 16's send() and latency rows")
+    ap.add_argument("--consumer-vs-lmdb", action="store_true", help="only the consumer row against LMDB")
     a = ap.parse_args()
     root = a.dir or tempfile.mkdtemp(prefix="pylog-bench-producer-")
     os.makedirs(root, exist_ok=True)
@@ -540,10 +579,14 @@ def main() -> int:
             bench_send_targets(root, 20_000 if a.quick else 1_000_000)
             bench_send_latency(root, 200 if a.quick else 5_000)
             return 0
+        if a.consumer_vs_lmdb:
+            bench_consumer_vs_lmdb(root, 20_000 if a.quick else 1_000_000, 1 if a.quick else 5)
+            return 0
         bench_send(root, 20_000 if a.quick else 1_000_000)
         bench_quota(root, 2.0 if a.quick else 6.0)
         bench_acks_all(root, 50 if a.quick else 500)
         bench_consumer(root, 20_000 if a.quick else 1_000_000)
+        bench_consumer_vs_lmdb(root, 20_000 if a.quick else 1_000_000, 1 if a.quick else 3)
         bench_small_poll(root, 200 if a.quick else 6_000)
         bench_handover(root, 20 if a.quick else 300, (3, 30) if a.quick else (3, 100, 1000))
         bench_latency(root, 200 if a.quick else 5_000, 1.0 if a.quick else 3.0)

@@ -22,12 +22,16 @@ from __future__ import annotations
 
 import argparse
 import bisect
+import collections
+import importlib.util
+import itertools
 import json
 import os
 import random
 import shutil
 import signal
 import statistics
+import struct
 import subprocess
 import sys
 import tempfile
@@ -510,6 +514,110 @@ def tail_reader(root: str, n: int, repeat: int) -> None:
         before / now)
 
 
+def lmdb_copy(path: str, n: int, keys: list[bytes], values: list[bytes]) -> Any:
+    """An LMDB environment (opened as benchmarks/suite_peers.py opens one: page cache, no fsync) holding ``n``
+    records cycling through ``keys``/``values``: 8-byte big-endian sequence numbers as LMDB keys, each record's
+    key and value stored together as the LMDB value."""
+    import lmdb
+    env = lmdb.open(path, map_size=8 << 30, sync=False, metasync=False, max_dbs=0, lock=True)
+    pack = struct.Struct(">Q").pack
+    items = [k + v for k, v in zip(keys, values, strict=True)]
+    with env.begin(write=True) as txn:
+        txn.cursor().putmulti([(pack(i), items[i % len(items)]) for i in range(n)], append=True)
+    return env
+
+
+def interleaved_best(repeat: int, *fns: Callable[[], float]) -> list[float]:
+    """Best seconds of each of ``fns`` over ``repeat`` rounds, each round running every fn once in turn: on a
+    shared machine whose load moves, a baseline and its subject then see the same conditions."""
+    best = [float("inf")] * len(fns)
+    for _ in range(repeat):
+        for i, fn in enumerate(fns):
+            best[i] = min(best[i], fn())
+    return best
+
+
+def lmdb_read_fns(env: Any, n: int) -> tuple[Callable[[], float], Callable[[], float]]:
+    """Timed runs (seconds) of two LMDB baselines over ``n`` records:
+
+    - per call a read transaction, ``set_range`` and ``list(islice(cursor.iternext(), 1000))``: what
+      ``Partition.read(offset, 1000)`` does (a list of 1,000 records per call), at C speed;
+    - one cursor over everything drained by ``deque(maxlen=0)``: each item made and dropped at once,
+      nothing kept (the ceiling of LMDB's Python binding; "LMDB cursor iteration").
+    """
+    pack = struct.Struct(">Q").pack
+
+    def calls() -> float:
+        t = time.perf_counter()
+        off = 0
+        while off < n:
+            with env.begin() as txn:
+                cur = txn.cursor()
+                cur.set_range(pack(off))
+                got = list(itertools.islice(cur.iternext(), 1000))
+            off += len(got)
+        return time.perf_counter() - t
+
+    def drain() -> float:
+        t = time.perf_counter()
+        with env.begin() as txn:
+            cur = txn.cursor()
+            cur.first()
+            collections.deque(cur.iternext(), maxlen=0)
+        return time.perf_counter() - t
+
+    return calls, drain
+
+
+def read_vs_lmdb(root: str, batches: int, repeat: int) -> None:
+    """``Partition.read()`` as records, 1,000 per call, against LMDB over the same records (8-byte keys,
+    100-byte values; :func:`lmdb_read_fns` says which baselines), on whichever path is live: run again
+    with PYLOG_PURE_PYTHON=1 for the other. bench_clients.py has the consumer's row."""
+    if importlib.util.find_spec("lmdb") is None:
+        print("      (LMDB rows skipped: the lmdb package is not installed)")
+        return
+    path = "accelerated" if pylog.ACCELERATED else "pure Python"
+    values, keys = make_data(1000)
+    with pylog.open(os.path.join(root, "decode-read"), log_cleaner_enable=False) as store:
+        store.create_topic("t")
+        p = store.topic("t").partition(0)
+        for _ in range(batches):
+            p.append_values(values, keys=keys)
+        end = p.log_end_offset
+        env = lmdb_copy(os.path.join(root, "decode-lmdb"), end, keys, values)
+
+        def read_records() -> float:
+            t = time.perf_counter()
+            off = 0
+            while off < end:
+                off = p.read(off, max_records=1000)[-1].offset + 1
+            return time.perf_counter() - t
+
+        calls, drain, rr = (end / t for t in interleaved_best(repeat, *lmdb_read_fns(env, end), read_records))
+        env.close()
+    row("baseline: LMDB read txn + cursor, 1,000 per call", calls / 1e6, "M rec/s")
+    row("baseline: LMDB cursor iteration, one txn", drain / 1e6, "M rec/s")
+    row(f"read as records, 1,000 per call ({path})", rr / 1e6, "M rec/s", ">= 1.2x LMDB", "vs LMDB 1,000 per call",
+        rr / calls, rr >= 1.2 * calls)
+    row(f"read as records, 1,000 per call ({path})", rr / 1e6, "M rec/s", "report", "vs LMDB one-txn iteration",
+        rr / drain)
+
+
+def full_run(root: str, args: argparse.Namespace) -> None:
+    if args.warm_gb:
+        warm_memory(root, args.warm_gb)
+    b = Bench(root, args)
+    empty_rate, empty_plain = b.writes()
+    b.reads()
+    read_vs_lmdb(root, args.batches, args.repeat)
+    b.stored(empty_rate, empty_plain)
+    b.durable()
+    b.rolls()
+    b.open_times()
+    b.compression()
+    tail_reader(root, 300 if args.quick else 5000, max(args.repeat, 3))
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--dir", help="where to write (default: a temporary directory, removed afterwards)")
@@ -521,6 +629,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=3, help="runs per timed section (best is kept)")
     ap.add_argument("--warm-gb", type=float, default=2.0, help="page-cache memory to touch before timing")
     ap.add_argument("--json", help="also write the rows as JSON to this file")
+    ap.add_argument("--read-vs-lmdb", action="store_true",
+                    help="only the decode rows: read() as records against LMDB")
     args = ap.parse_args(argv)
     if args.quick:
         args.stored_gb, args.batches, args.samples, args.segments, args.repeat, args.warm_gb = \
@@ -531,17 +641,10 @@ def main(argv: list[str] | None = None) -> int:
           f"numpy {np.__version__}, {os.cpu_count()} cpus)")
     print(f"{'':6}{'figure':<46} {'value':>14} {'unit':<10} {'ratio':>7}  {'baseline':<28} target")
     try:
-        if args.warm_gb:
-            warm_memory(root, args.warm_gb)
-        b = Bench(root, args)
-        empty_rate, empty_plain = b.writes()
-        b.reads()
-        b.stored(empty_rate, empty_plain)
-        b.durable()
-        b.rolls()
-        b.open_times()
-        b.compression()
-        tail_reader(root, 300 if args.quick else 5000, max(args.repeat, 3))
+        if args.read_vs_lmdb:
+            read_vs_lmdb(root, args.batches, max(args.repeat, 5))
+        else:
+            full_run(root, args)
     finally:
         if not args.dir:
             shutil.rmtree(root, ignore_errors=True)

@@ -17,6 +17,7 @@
 static PyMethodDef *const tables[] = {
     pylog_crc_methods,
     pylog_send_methods,
+    pylog_decode_methods,
 };
 
 static struct PyModuleDef moduledef = {

@@ -29,7 +29,6 @@ import re
 import time
 from types import MappingProxyType
 
-import numpy as np
 from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Pattern, Protocol, cast
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
@@ -42,7 +41,7 @@ from .groups import CommittedOffsets, GroupMember, check_group_id
 from ..storage.notify import Watch, wait_any
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
-from ..storage.records import gc_paused
+from ..storage.records import consumer_rows, payload_bytes
 from ..structs import OffsetAndMetadata, TopicPartition
 from ..storage.partition import Partition
 
@@ -591,38 +590,19 @@ class Consumer:
         p = self._partition(tp)
         pos = self._resolve(tp)
         try:
-            cols = p.read_columns(pos, max_records=limit, max_bytes=self.config["fetch_max_bytes"])
+            slices = p.read_slices(pos, max_records=limit, max_bytes=self.config["fetch_max_bytes"])
         except OffsetOutOfRangeError:
             if self._reset == "none":
                 raise
             # Retention or delete-records removed the position (or it lies past the end): reset it.
             self._positions[tp] = None
-            cols = p.read_columns(self._resolve(tp), max_records=limit, max_bytes=self.config["fetch_max_bytes"])
-        n = len(cols)
-        if not n:
+            slices = p.read_slices(self._resolve(tp), max_records=limit, max_bytes=self.config["fetch_max_bytes"])
+        if not slices:
             return []
         if self._quotas.active(self.config["client_id"], CONSUME):
-            self._fetched_bytes += int(np.maximum(cols.key_lengths, 0).sum() + np.maximum(cols.value_lengths, 0).sum())
-        # Built column by column and zipped into tuples at C level: no Python expression per record
-        # unless a deserializer or headers ask for one.
-        keys, values = cols.keys(), cols.values()
-        kd, vd = self._kdes, self._vdes
-        if kd is not None:
-            keys = [None if k is None else kd(k) for k in keys]
-        if vd is not None:
-            values = [None if v is None else vd(v) for v in values]
-        if cols.headers is None:
-            headers: Iterable[Any] = itertools.repeat((), n)
-            header_sizes: Iterable[int] = itertools.repeat(0, n)
-        else:
-            headers = cols.headers
-            header_sizes = [sum(len(k.encode()) + (0 if v is None else len(v)) for k, v in h) for h in cols.headers]
-        with gc_paused():  # hundreds of tuples without cycles: no collector passes while building them
-            return list(map(tuple.__new__, itertools.repeat(ConsumerRecord), zip(
-                itertools.repeat(tp.topic, n), itertools.repeat(tp.partition, n), cols.offsets.tolist(),
-                cols.timestamps.tolist(), cols.timestamp_types.tolist(), keys, values, headers,
-                itertools.repeat(None, n), cols.key_lengths.tolist(), cols.value_lengths.tolist(), header_sizes,
-                strict=True)))
+            self._fetched_bytes += payload_bytes(slices)
+        # Rows built straight from the batches (in C when accelerated), deserializers applied per item.
+        return consumer_rows(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
 
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: one sleep over every partition's wake-up word where the kernel

@@ -34,7 +34,7 @@ from ...errors import (InvalidArgumentError, InvalidRecordError, LogFailedError,
                        ReadOnlyStoreError, StoreClosedError)
 from ..fileio import raise_fault
 from ..notify import Notifier
-from ..records import Record, RecordColumns, column_parts, gc_paused, now_ms
+from ..records import Record, RecordColumns, column_parts, now_ms, slices_records
 from ..retention import RetentionResult
 from ..segment import ReadSlice, Segment
 from . import loader, maintenance
@@ -582,6 +582,13 @@ class Partition:
         return local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
                                      verify)
 
+    def read_slices(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
+                    verify: bool = True) -> list[ReadSlice]:
+        """What :meth:`read` decodes: ``(BatchView, start, stop)`` slices of the batches holding records from
+        ``offset`` on, at most ``max_records`` (and about ``max_bytes``), each batch checked as :meth:`read`
+        checks it. For readers that build their own rows (the consumer); same errors as :meth:`read`."""
+        return self._slices(offset, max_records, max_bytes, verify)
+
     def read(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
              verify: bool = True) -> list[Record]:
         """Records with offsets >= ``offset``, at most ``max_records`` (and about ``max_bytes``).
@@ -592,16 +599,7 @@ class Partition:
             a read that runs into a bad batch further on returns the records before it, and the next read,
             which starts at it, raises.
         """
-        slices = self._slices(offset, max_records, max_bytes, verify)
-        if len(slices) == 1:  # a small read: not worth pausing the collector
-            view, a, b = slices[0]
-            if b - a < 256:
-                return view.records(self.topic, self.number, a, b)
-        out: list[Record] = []
-        with gc_paused():
-            for view, a, b in slices:
-                out.extend(view.records(self.topic, self.number, a, b))
-        return out
+        return slices_records(self._slices(offset, max_records, max_bytes, verify), self.topic, self.number)
 
     def read_columns(self, offset: int, max_records: int = 100_000, max_bytes: int = DEFAULT_MAX_BYTES,
                      verify: bool = True) -> RecordColumns:

@@ -16,20 +16,23 @@ from __future__ import annotations
 
 import itertools
 import struct
-from typing import Any, Iterable
+from typing import Any, Callable, Iterable
 
 import crc32c as _crc32c
 import lz4.block as _lz4
 import msgpack
 import numpy as np
 
+from ...accel import native as _native
 from ...errors import CorruptRecordError
 from .format import (ATTR_HEADERS, ATTR_KEYS, ATTR_LOG_APPEND_TIME, ATTR_OFFSET_DELTAS, ATTR_TIMESTAMPS, CODEC_LZ4,
                      CODEC_MASK, CRC_START, HEADER_SIZE, I32, I64, LENGTH_PREFIX, MAGIC, NULL_LENGTH, WALK,
                      BatchHeader, check_header, length_stats, parse_header)
 from .record import EMPTY_HEADERS, Record, gc_paused
 
-__all__ = ["BatchView", "RecordColumns", "checked_prefix"]
+__all__ = ["BatchView", "RecordColumns", "checked_prefix", "Layout", "batch_layout_pure", "batch_layout_native",
+           "records_pure", "records_native", "slices_records", "consumer_rows", "consumer_rows_pure",
+           "consumer_rows_native", "payload_bytes"]
 
 _tuple_new = tuple.__new__
 
@@ -63,13 +66,13 @@ _UNIFORM_STRUCTS: dict[tuple[int, int], struct.Struct] = {}
 
 
 def _checked_lengths(mv: memoryview, pos: int, n: int, what: str, path: str | None,
-                     position: int | None) -> tuple[int, int | None]:
-    """``(data bytes, common length or None)`` of the length column at ``mv[pos:]``, or CorruptRecordError."""
+                     position: int | None) -> tuple[int, int]:
+    """``(data bytes, common length or -1)`` of the length column at ``mv[pos:]``, or CorruptRecordError."""
     low, data, uniform = length_stats(mv[pos:pos + 4 * n], n, mv, pos)
     if low < -1:
         raise CorruptRecordError(f"negative {what} length", path, position)
     # All lengths equal (and not null) lets _split_uniform skip computing positions.
-    return data, (low if uniform and low >= 0 else None)
+    return data, (low if uniform and low >= 0 else -1)
 
 
 def _split_uniform(data: Any, size: int, start: int, stop: int) -> list:
@@ -122,6 +125,55 @@ def _split(data: Any, lengths: np.ndarray, start: int = 0, stop: int | None = No
     return out
 
 
+#: ``(key_pos, key_bytes, key_uniform, value_pos, value_bytes, value_uniform, headers_pos)``: where a body's
+#: sections are (positions -1 where a section is absent, uniform -1 where the item lengths differ or are null).
+Layout = tuple[int, int, int, int, int, int, int]
+
+
+def batch_layout_pure(body: Any, count: int, attributes: int, last_offset_delta: int, path: str | None = None,
+                      position: int | None = None) -> Layout:
+    """The checked section bounds of a batch body (the reference of the compiled ``batch_layout``).
+
+    :raises CorruptRecordError: when the columns do not fit the body, the offset deltas do not rise from 0
+        to ``last_offset_delta``, a length is below -1 or the lengths do not add up to the body's size.
+    """
+    n, a = count, attributes
+    size = len(body)
+    pos = 0
+    width = 4 * n
+    need = width * (1 + (a & ATTR_KEYS != 0) + 2 * (a & ATTR_TIMESTAMPS != 0) + (a & ATTR_OFFSET_DELTAS != 0))
+    if need > size:
+        raise CorruptRecordError(f"body of {size} bytes too small for {n} records", path, position)
+    if a & ATTR_OFFSET_DELTAS:
+        d = np.frombuffer(body, I32, n, pos)
+        pos += width
+        if d[0] != 0 or d[-1] != last_offset_delta or (n > 1 and not (d[1:] > d[:-1]).all()):
+            raise CorruptRecordError("offset deltas not strictly increasing from 0", path, position)
+    elif last_offset_delta != n - 1:
+        raise CorruptRecordError("dense batch whose last offset delta is not count - 1", path, position)
+    if a & ATTR_TIMESTAMPS:
+        pos += 2 * width
+    mv = memoryview(body)
+    kbytes = 0
+    kpos = kuniform = -1
+    if a & ATTR_KEYS:
+        kpos = pos
+        kbytes, kuniform = _checked_lengths(mv, pos, n, "key", path, position)
+        pos += width
+    vpos = pos
+    vbytes, vuniform = _checked_lengths(mv, pos, n, "value", path, position)
+    pos += width
+    rest = size - pos - kbytes - vbytes
+    if rest < 0 or (rest and not a & ATTR_HEADERS) or (not rest and a & ATTR_HEADERS):
+        raise CorruptRecordError("record lengths do not add up to the body size", path, position)
+    return kpos, kbytes, kuniform, vpos, vbytes, vuniform, (pos + kbytes + vbytes if rest else -1)
+
+
+#: The compiled batch_layout when the accelerator is live (same results and errors), else the reference.
+batch_layout_native = None if _native is None else _native.batch_layout
+_batch_layout = batch_layout_pure if _native is None else _native.batch_layout
+
+
 class BatchView:
     """A validated batch: header plus decompressed body, with lazy zero-copy column views.
 
@@ -132,46 +184,29 @@ class BatchView:
                  "_key_data", "_value_data", "_headers_blob", "_vuniform", "_kuniform")
 
     def __init__(self, header: BatchHeader, body: Any, path: str | None = None, position: int | None = None) -> None:
-        # Runs once per batch on every read path: plain arithmetic and byte comparisons, few numpy calls.
+        # Runs once per batch on every read path: one layout call (C when accelerated), few numpy calls.
         self.header = header
         self.body = body
         n = header[11]  # record_count
         a = header[4]  # attributes
-        size = len(body)
+        kpos, kbytes, kuniform, vpos, vbytes, vuniform, hpos = _batch_layout(body, n, a, header[5], path, position)
         pos = 0
-        width = 4 * n
-        need = width * (1 + (a & ATTR_KEYS != 0) + 2 * (a & ATTR_TIMESTAMPS != 0) + (a & ATTR_OFFSET_DELTAS != 0))
-        if need > size:
-            raise CorruptRecordError(f"body of {size} bytes too small for {n} records", path, position)
         self.offset_deltas = None
         self.ts_deltas = None
         if a & ATTR_OFFSET_DELTAS:
-            self.offset_deltas = d = np.frombuffer(body, I32, n, pos)
-            pos += width
-            if d[0] != 0 or d[-1] != header[5] or (n > 1 and not (d[1:] > d[:-1]).all()):
-                raise CorruptRecordError("offset deltas not strictly increasing from 0", path, position)
-        elif header[5] != n - 1:
-            raise CorruptRecordError("dense batch whose last offset delta is not count - 1", path, position)
+            self.offset_deltas = np.frombuffer(body, I32, n, pos)
+            pos += 4 * n
         if a & ATTR_TIMESTAMPS:
             self.ts_deltas = np.frombuffer(body, I64, n, pos)
-            pos += 2 * width
         self._mv = mv = memoryview(body)
-        kbytes = 0
-        self._kpos = -1
-        self._kuniform = None
-        if a & ATTR_KEYS:
-            self._kpos = pos
-            kbytes, self._kuniform = _checked_lengths(mv, pos, n, "key", path, position)
-            pos += width
-        self._vpos = pos
-        vbytes, self._vuniform = _checked_lengths(mv, pos, n, "value", path, position)
-        pos += width
-        rest = size - pos - kbytes - vbytes
-        if rest < 0 or (rest and not a & ATTR_HEADERS) or (not rest and a & ATTR_HEADERS):
-            raise CorruptRecordError("record lengths do not add up to the body size", path, position)
+        self._kpos = kpos
+        self._kuniform = kuniform if kuniform >= 0 else None
+        self._vpos = vpos
+        self._vuniform = vuniform if vuniform >= 0 else None
+        pos = vpos + 4 * n
         self._key_data = mv[pos:pos + kbytes]
         self._value_data = mv[pos + kbytes:pos + kbytes + vbytes]
-        self._headers_blob = mv[pos + kbytes + vbytes:] if rest else None
+        self._headers_blob = mv[hpos:] if hpos >= 0 else None
 
     def _items(self, data: Any, lengths_pos: int, uniform: int | None, start: int, stop: int) -> list:
         """Items ``start:stop`` of the key or value column whose lengths start at ``lengths_pos``."""
@@ -285,31 +320,68 @@ class BatchView:
 
     def records(self, topic: str | None = None, partition: int = -1, start: int = 0,
                 stop: int | None = None) -> list[Record]:
-        """Records ``start:stop`` (indexes into the batch) as :class:`Record` objects."""
-        h = self.header
-        n = h.record_count
-        stop = n if stop is None else stop
-        if start >= stop:
-            return []
-        m = stop - start
-        if self.offset_deltas is None:
-            offs: Iterable[int] = range(h.base_offset + start, h.base_offset + stop)
-        else:
-            offs = (self.offset_deltas[start:stop].astype(I64) + h.base_offset).tolist()
-        if h.attributes & ATTR_LOG_APPEND_TIME:
-            ts: Iterable[int] = itertools.repeat(h.max_timestamp, m)
-        elif self.ts_deltas is None:
-            ts = itertools.repeat(h.first_timestamp, m)
-        else:
-            ts = (self.ts_deltas[start:stop] + h.first_timestamp).tolist()
-        values = self._items(self._value_data, self._vpos, self._vuniform, start, stop)
-        keys: Iterable[Any] = (itertools.repeat(None, m) if self._kpos < 0
-                               else self._items(self._key_data, self._kpos, self._kuniform, start, stop))
-        hdrs = self.headers()
-        hs: Iterable[Any] = itertools.repeat(EMPTY_HEADERS, m) if hdrs is None else hdrs[start:stop]
-        return list(map(_tuple_new, itertools.repeat(Record), zip(
-            offs, ts, keys, values, hs, itertools.repeat(topic, m), itertools.repeat(partition, m),
-            itertools.repeat(h.timestamp_type, m), strict=True)))
+        """Records ``start:stop`` (indexes into the batch, ``0 <= start``, ``stop <= count``) as
+        :class:`Record` objects; built in C when the accelerator is live (:func:`records_native`)."""
+        return _records(self, topic, partition, start, stop)
+
+
+def records_pure(view: BatchView, topic: str | None = None, partition: int = -1, start: int = 0,
+                 stop: int | None = None) -> list[Record]:
+    """:meth:`BatchView.records` in pure Python: the reference of :func:`records_native`."""
+    h = view.header
+    n = h.record_count
+    stop = n if stop is None else stop
+    if start >= stop:
+        return []
+    m = stop - start
+    if view.offset_deltas is None:
+        offs: Iterable[int] = range(h.base_offset + start, h.base_offset + stop)
+    else:
+        offs = (view.offset_deltas[start:stop].astype(I64) + h.base_offset).tolist()
+    if h.attributes & ATTR_LOG_APPEND_TIME:
+        ts: Iterable[int] = itertools.repeat(h.max_timestamp, m)
+    elif view.ts_deltas is None:
+        ts = itertools.repeat(h.first_timestamp, m)
+    else:
+        ts = (view.ts_deltas[start:stop] + h.first_timestamp).tolist()
+    values = view._items(view._value_data, view._vpos, view._vuniform, start, stop)
+    keys: Iterable[Any] = (itertools.repeat(None, m) if view._kpos < 0
+                           else view._items(view._key_data, view._kpos, view._kuniform, start, stop))
+    hdrs = view.headers()
+    hs: Iterable[Any] = itertools.repeat(EMPTY_HEADERS, m) if hdrs is None else hdrs[start:stop]
+    return list(map(_tuple_new, itertools.repeat(Record), zip(
+        offs, ts, keys, values, hs, itertools.repeat(topic, m), itertools.repeat(partition, m),
+        itertools.repeat(h.timestamp_type, m), strict=True)))
+
+
+def records_native(view: BatchView, topic: str | None = None, partition: int = -1, start: int = 0,
+                   stop: int | None = None) -> list[Record]:
+    """:meth:`BatchView.records` built in C from the batch body (the accelerator must be live): equal to
+    :func:`records_pure`, its tuples untracked by the cyclic collector (they hold no cycle)."""
+    h = view.header
+    assert _native is not None, "records_native needs the compiled accelerator"
+    return _native.decode_records(view.body, h, start, h[11] if stop is None else stop, topic, partition, Record,
+                                  view.headers())
+
+
+_records = records_pure if _native is None else records_native
+
+
+def slices_records(slices: list[tuple[BatchView, int, int]], topic: str | None, partition: int) -> list[Record]:
+    """The records of ``(view, start, stop)`` slices of batches, in order (what ``Partition.read`` returns)."""
+    if len(slices) == 1:
+        view, a, b = slices[0]
+        if _native is not None or b - a < 256:  # a small read (or untracked tuples): no collector pause
+            return _records(view, topic, partition, a, b)
+    out: list[Record] = []
+    if _native is not None:
+        for view, a, b in slices:
+            out.extend(records_native(view, topic, partition, a, b))
+        return out
+    with gc_paused():
+        for view, a, b in slices:
+            out.extend(records_pure(view, topic, partition, a, b))
+    return out
 
 
 # ------------------------------------------------------------------------------------------- columns
@@ -497,3 +569,76 @@ class RecordColumns:
                 headers.extend(h[a:b] if h is not None else itertools.repeat(EMPTY_HEADERS, b - a))
         return cls(topic, partition, offsets, timestamps, ttypes, key_lengths, b"".join(kdata),
                    np.frombuffer(b"".join(vlens), I32), b"".join(vdata), headers)
+
+
+# ----------------------------------------------------------------------------------- consumer rows
+
+
+def consumer_rows_pure(slices: list[tuple[BatchView, int, int]], topic: str, partition: int, row_type: type,
+                       key_deserializer: Callable[[bytes], Any] | None = None,
+                       value_deserializer: Callable[[bytes], Any] | None = None) -> list:
+    """The records of ``(view, start, stop)`` slices as ``row_type`` tuples in a consumer record's field
+    order: topic, partition, offset, timestamp, timestamp type, key, value, headers, checksum (None),
+    serialized key size (-1 for null), serialized value size, serialized header size (UTF-8 bytes of the
+    header keys plus their values' bytes). The deserializers, when given, are applied to each non-null key
+    and value, record by record (key first). The reference of :func:`consumer_rows_native`; ``row_type``
+    is passed in because storage does not know the clients' types."""
+    cols = RecordColumns.concat_views(slices, topic, partition)
+    n = len(cols)
+    if not n:
+        return []
+    # Built column by column and zipped into tuples at C level: no Python expression per record
+    # unless a deserializer or headers ask for one.
+    keys, values = cols.keys(), cols.values()
+    kd, vd = key_deserializer, value_deserializer
+    if kd is not None and vd is not None:  # record by record, as the compiled path calls them
+        pairs = [(None if k is None else kd(k), None if v is None else vd(v))
+                 for k, v in zip(keys, values, strict=True)]
+        keys, values = [k for k, _ in pairs], [v for _, v in pairs]
+    elif kd is not None:
+        keys = [None if k is None else kd(k) for k in keys]
+    elif vd is not None:
+        values = [None if v is None else vd(v) for v in values]
+    if cols.headers is None:
+        headers: Iterable[Any] = itertools.repeat(EMPTY_HEADERS, n)
+        header_sizes: Iterable[int] = itertools.repeat(0, n)
+    else:
+        headers = cols.headers
+        header_sizes = [sum(len(k.encode()) + (0 if v is None else len(v)) for k, v in h) for h in cols.headers]
+    with gc_paused():  # hundreds of tuples without cycles: no collector passes while building them
+        return list(map(_tuple_new, itertools.repeat(row_type), zip(
+            itertools.repeat(topic, n), itertools.repeat(partition, n), cols.offsets.tolist(),
+            cols.timestamps.tolist(), cols.timestamp_types.tolist(), keys, values, headers,
+            itertools.repeat(None, n), cols.key_lengths.tolist(), cols.value_lengths.tolist(), header_sizes,
+            strict=True)))
+
+
+def consumer_rows_native(slices: list[tuple[BatchView, int, int]], topic: str, partition: int, row_type: type,
+                         key_deserializer: Callable[[bytes], Any] | None = None,
+                         value_deserializer: Callable[[bytes], Any] | None = None) -> list:
+    """:func:`consumer_rows_pure` built in C straight from the batch bodies (the accelerator must be live):
+    one pass per slice, no intermediate columns; rows holding only atoms are untracked by the collector."""
+    assert _native is not None, "consumer_rows_native needs the compiled accelerator"
+    out: list = []
+    decode = _native.decode_rows
+    for v, a, b in slices:
+        decode(out, v.body, v.header, a, b, topic, partition, row_type, v.headers(), key_deserializer,
+               value_deserializer)
+    return out
+
+
+#: The consumer's path: compiled when the accelerator is live, else the reference.
+consumer_rows = consumer_rows_pure if _native is None else consumer_rows_native
+
+
+def payload_bytes(slices: list[tuple[BatchView, int, int]]) -> int:
+    """Key and value bytes of the records in ``(view, start, stop)`` slices (what a byte quota counts):
+    a few slices per batch, no work per record."""
+    total = 0
+    for v, a, b in slices:
+        lo, hi = v._data_range(v._vpos, v._vuniform, a, b)
+        total += hi - lo
+        if v._kpos >= 0:
+            lo, hi = v._data_range(v._kpos, v._kuniform, a, b)
+            total += hi - lo
+    return total
