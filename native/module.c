@@ -16,6 +16,7 @@
 
 static PyMethodDef *const tables[] = {
     pylog_crc_methods,
+    pylog_encode_methods,
 };
 
 static struct PyModuleDef moduledef = {
