@@ -202,10 +202,15 @@ def _timestamp_column(timestamps: Sequence[int] | np.ndarray, n: int,
     if isinstance(timestamps, np.ndarray):
         ts_arr = timestamps.astype(I64, copy=False)
     else:
+        if len(timestamps) != n:  # before fromiter, which would drop extra items or raise ValueError
+            raise InvalidRecordError(f"timestamps: {len(timestamps)} items for {n} records")
         try:
             ts_arr = np.fromiter(timestamps, I64, n)
-        except (TypeError, ValueError):
-            ts_arr = np.fromiter((default_timestamp if t is None else t for t in timestamps), I64, n)
+        except (TypeError, ValueError, OverflowError):
+            try:
+                ts_arr = np.fromiter((default_timestamp if t is None else t for t in timestamps), I64, n)
+            except (TypeError, ValueError, OverflowError) as exc:
+                raise InvalidRecordError(f"timestamps must be int64 milliseconds or None ({exc})") from None
     if len(ts_arr) != n:
         raise InvalidRecordError(f"timestamps: {len(ts_arr)} items for {n} records")
     first_ts = int(ts_arr[0])
@@ -411,9 +416,12 @@ def encode_parts_pure(
         attrs |= ATTR_CONTROL
     if vmin < -1 or kmin < -1:
         raise InvalidRecordError("lengths must be >= -1")
-    if len(body_parts) > 16:
-        body_parts = [b"".join(body_parts)]  # many small items: one copy now beats a long iovec
-    body_size = sum(memoryview(part).nbytes for part in body_parts)
+    try:
+        if len(body_parts) > 16:
+            body_parts = [b"".join(body_parts)]  # many small items: one copy now beats a long iovec
+        body_size = sum(memoryview(part).nbytes for part in body_parts)
+    except TypeError:  # an item with a len() that is not bytes-like (a list, say)
+        body_size = -1
     # Catch non-byte items (str, wide memoryviews) whose len() is not their byte size.
     fixed = 4 * n * (1 + (kraw is not None) + (ts_deltas is not None) * 2 + (deltas is not None))
     if body_size - (len(hblob) if hblob is not None else 0) != fixed + vbytes + kbytes:
