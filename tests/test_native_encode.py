@@ -103,7 +103,7 @@ bad_item = st.one_of(st.text(min_size=1, max_size=3), st.integers(), st.floats()
 @settings(max_examples=200, deadline=None)
 @given(st.data())
 def test_bad_inputs_raise_the_same_error_on_both_paths(data):
-    values = data.draw(st.lists(st.binary(max_size=30), min_size=17, max_size=40))
+    values = data.draw(st.lists(st.binary(min_size=1, max_size=30), min_size=17, max_size=40))
     n = len(values)
     where = data.draw(st.sampled_from(["value", "key", "key count", "timestamp", "timestamp count", "header",
                                        "lengths", "parts"]))
