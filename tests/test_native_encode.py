@@ -118,7 +118,8 @@ def test_bad_inputs_raise_the_same_error_on_both_paths(data):
         keys = [b"k"] * data.draw(st.sampled_from([n - 1, n + 1]))
     elif where == "timestamp":
         timestamps = [0] * n
-        timestamps[data.draw(st.integers(0, n - 1))] = data.draw(st.one_of(st.text("abc", min_size=1), st.just(1 << 70)))
+        bad = data.draw(st.one_of(st.text("abc", min_size=1), st.just(1 << 70)))
+        timestamps[data.draw(st.integers(0, n - 1))] = bad
     elif where == "timestamp count":
         timestamps = [0] * data.draw(st.sampled_from([n - 1, n + 1]))
     elif where == "header":
