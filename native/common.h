@@ -14,6 +14,7 @@
 /* The method tables of the parts (each ends with a {NULL} sentinel). */
 extern PyMethodDef pylog_crc_methods[];
 extern PyMethodDef pylog_encode_methods[];
+extern PyMethodDef pylog_columns_methods[];
 
 /* Little-endian loads and stores (the format is little-endian; so is every machine pylog builds on, and a
  * big-endian build refuses itself in module.c). */

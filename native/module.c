@@ -17,6 +17,7 @@
 static PyMethodDef *const tables[] = {
     pylog_crc_methods,
     pylog_encode_methods,
+    pylog_columns_methods,
 };
 
 static struct PyModuleDef moduledef = {

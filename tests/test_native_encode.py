@@ -8,6 +8,8 @@ Both implementations run in this process: :func:`encode_parts` (which hands the 
 
 from __future__ import annotations
 
+import os
+
 import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -147,3 +149,88 @@ def _exception(fn, *args, **kwargs):
     except PylogError as exc:
         return type(exc)
     return None
+
+
+# ------------------------------------------------------------------------------------------ read_columns
+
+needs_join = pytest.mark.skipif(getattr(accel.native, "join_buffers", None) is None,
+                                reason=f"compiled join not live: {accel.REASON}")
+
+part = st.one_of(st.binary(max_size=300), st.binary(max_size=300).map(bytearray),
+                 st.binary(max_size=300).map(lambda b: memoryview(b)[1:]))
+
+
+@needs_join
+@settings(max_examples=200, deadline=None)
+@given(st.lists(part, max_size=20))
+def test_join_buffers_is_bytes_join(parts):
+    got = accel.native.join_buffers(parts)
+    assert type(got) is bytes and got == b"".join(parts)
+
+
+@needs_join
+def test_join_buffers_of_huge_page_sizes_and_bad_items():
+    big = [bytes([i]) * ((3 << 20) + i) for i in range(3)]  # 9 MiB: advised to use huge pages
+    assert accel.native.join_buffers(big) == b"".join(big)
+    with pytest.raises(TypeError):
+        accel.native.join_buffers([b"a", 3])
+    with pytest.raises(TypeError):
+        accel.native.join_buffers((b"a",))
+
+
+_DIGEST = """
+import hashlib, sys, pylog
+from pylog.errors import PylogError
+out = []
+with pylog.open(sys.argv[1]) as store:
+    p = store.topic("t").partition(0)
+    for offset, most in ((0, 100_000), (1234, 7), (2500, 100_000), (0, 1), (30_500, 10), (59_000, 10)):
+        try:
+            c = p.read_columns(offset, max_records=most)
+        except PylogError as exc:
+            out.append(type(exc).__name__)
+            continue
+        h = hashlib.sha256()
+        for a in (c.offsets, c.timestamps, c.timestamp_types, c.key_lengths, c.value_lengths):
+            h.update(a.tobytes())
+        h.update(c.key_data); h.update(c.value_data); h.update(repr(c.headers).encode())
+        out.append(h.hexdigest())
+print(pylog.ACCELERATED, *out)
+"""
+
+
+def _digests(path, pure):
+    import subprocess
+    import sys
+    env = dict(os.environ, PYLOG_PURE_PYTHON="1" if pure else "0")
+    out = subprocess.run([sys.executable, "-c", _DIGEST, str(path)], env=env, capture_output=True, text=True,
+                         check=True, timeout=120).stdout.split()
+    assert out[0] == str(not pure)
+    return out[1:]
+
+
+@needs_join
+@pytest.mark.parametrize("damage", [False, True])
+def test_read_columns_is_the_same_on_both_paths(tmp_path, damage):
+    """Large reads (over the huge-page threshold), small ones, keys with nulls, headers; with a damaged
+    batch the same error (or the same records before it) on both paths."""
+    import pylog
+    path = tmp_path / "s"
+    with pylog.open(path) as store:
+        store.create_topic("t")
+        p = store.topic("t").partition(0)
+        for i in range(60):
+            n = 1000
+            p.append_values([bytes([i]) * 100] * n, keys=[None if j % 7 == 0 else b"k%d" % j for j in range(n)],
+                            timestamps=[1000 + j for j in range(n)],
+                            headers=[[("h", b"%d" % j)] for j in range(n)] if i % 10 == 3 else None)
+        seg = p.segments[-1].log_path
+    if damage:
+        with open(seg, "r+b") as f:
+            f.seek(os.path.getsize(seg) // 2)
+            byte = f.read(1)
+            f.seek(-1, 1)
+            f.write(bytes([byte[0] ^ 0x40]))
+    fast, pure = _digests(path, pure=False), _digests(path, pure=True)
+    assert fast == pure
+    assert ("CorruptRecordError" in fast) == damage
