@@ -41,6 +41,8 @@ from typing import Any, Callable
 import numpy as np
 
 import pylog
+from pylog import accel
+from pylog.storage.records import crc32c as records_crc32c
 from pylog.storage.checkpoint import read_checkpoint
 from pylog.storage.filenames import CHECKPOINT_FILE, list_segment_bases
 
@@ -615,7 +617,165 @@ def full_run(root: str, args: argparse.Namespace) -> None:
     b.rolls()
     b.open_times()
     b.compression()
+    accelerator_rows(root, args.batches, max(args.repeat, 3))
     tail_reader(root, 300 if args.quick else 5000, max(args.repeat, 3))
+
+
+def accelerator_rows(root: str, batches: int, rounds: int) -> None:
+    """The compiled accelerator's write and read_columns targets, each against its baselines in this run.
+
+    ``append_values`` (batches of 1,000) against one ``f.write(b"".join(batch))`` per batch and against
+    LMDB ``putmulti`` of the same records (one write transaction per batch, 8-byte big-endian sequence keys,
+    ``sync=False``: page cache, as suite_peers.py's adapter); ``read_columns`` (100,000 per call) against
+    one ``bytes.join`` of the same payload (the memcpy ceiling), with what bounds it measured alongside: the
+    CRC-32C of the batches, the copy out of the segment's mapping, and the page faults per call. The three
+    writers (and the read figures) alternate, ``rounds`` times each, best kept: on a loaded VM they see the
+    same machine. Run once as is and once with ``PYLOG_PURE_PYTHON=1`` for the pure-Python path.
+    """
+    import mmap
+    import resource
+    import struct
+    path_name = "accelerated" if pylog.ACCELERATED else "pure Python"
+    values, keys = make_data(1000)
+    n = batches * 1000
+
+    def append_values() -> float:
+        store, p = _fresh_store(root, "accel_append")
+        t = time.perf_counter()
+        for _ in range(batches):
+            p.append_values(values, keys=keys)
+        dt = time.perf_counter() - t
+        store.close()
+        return dt
+
+    def plain_batch() -> float:
+        path = os.path.join(root, "accel_plain.bin")
+        parts = [*keys, *values]
+        t = time.perf_counter()
+        with open(path, "wb") as f:
+            for _ in range(batches):
+                f.write(b"".join(parts))
+        dt = time.perf_counter() - t
+        os.unlink(path)
+        return dt
+
+    lmdb: Any = None
+    try:
+        import lmdb
+    except ImportError:
+        print("      (no LMDB baseline: the lmdb package is not installed; pip install -e '.[bench]')")
+
+    def lmdb_putmulti() -> float:
+        path = os.path.join(root, "accel_lmdb")
+        shutil.rmtree(path, ignore_errors=True)
+        env = lmdb.open(path, map_size=64 << 30, sync=False, metasync=False, max_dbs=0, lock=True)
+        pack = struct.Struct(">Q").pack
+        first = 0
+        t = time.perf_counter()
+        for _ in range(batches):
+            with env.begin(write=True) as txn:
+                txn.cursor().putmulti([(pack(first + i), v) for i, v in enumerate(values)], append=True)
+            first += 1000
+        dt = time.perf_counter() - t
+        env.close()
+        shutil.rmtree(path, ignore_errors=True)
+        return dt
+
+    writers = [append_values, plain_batch] + ([lmdb_putmulti] if lmdb is not None else [])
+    best = {fn.__name__: float("inf") for fn in writers}
+    for _ in range(rounds):
+        for fn in writers:
+            os.sync()
+            best[fn.__name__] = min(best[fn.__name__], fn())
+    av, pb = n / best["append_values"], n / best["plain_batch"]
+    row("baseline: plain f.write per batch", pb / 1e6, "M rec/s")
+    row(f"append_values, {path_name}", av / 1e6, "M rec/s", ">= 0.6x", "vs f.write/batch", av / pb, av / pb >= 0.6)
+    if lmdb is not None:
+        lm = n / best["lmdb_putmulti"]
+        row("baseline: LMDB putmulti per batch", lm / 1e6, "M rec/s")
+        row(f"append_values vs LMDB, {path_name}", av / 1e6, "M rec/s", ">= 3x", "vs LMDB putmulti", av / lm,
+            av / lm >= 3)
+
+    # read_columns against the memcpy ceiling, and what lies between them.
+    store, p = _fresh_store(root, "accel_read")
+    for _ in range(batches):
+        p.append_values(values, keys=keys)
+    end = p.log_end_offset
+    per_call = 100_000
+    payload = [b"".join([*keys, *values]) for _ in range(per_call // 1000)]
+    seg = p.segments[-1]
+    with open(seg.log_path, "rb") as f:
+        mm = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ)
+    mv = memoryview(mm)
+    size = len(mm) // batches
+    chunks = [mv[i * size:(i + 1) * size] for i in range(batches)]
+    crc = accel.native.crc32c if accel.native is not None else records_crc32c
+
+    def read_columns(verify: bool = True) -> float:
+        t = time.perf_counter()
+        off = 0
+        while off < end:
+            cols = p.read_columns(off, max_records=per_call, verify=verify)
+            off = int(cols.offsets[-1]) + 1
+        return time.perf_counter() - t
+
+    def join_payload() -> float:
+        t = time.perf_counter()
+        for _ in range(end // per_call):
+            len(b"".join(payload))  # dropped at once: the next join reuses the memory, as a ceiling should
+        return time.perf_counter() - t
+
+    def join_kept() -> float:
+        t = time.perf_counter()
+        prev = None
+        for _ in range(end // per_call):
+            new = b"".join(payload)
+            prev = new  # held until the next join: as a reader holds its columns until its next read
+        del prev
+        return time.perf_counter() - t
+
+    def join_mapping() -> float:
+        t = time.perf_counter()
+        for i in range(0, batches, per_call // 1000):
+            len(b"".join(chunks[i:i + per_call // 1000]))
+        return time.perf_counter() - t
+
+    def crc_mapping() -> float:
+        t = time.perf_counter()
+        for c in chunks:
+            crc(c)
+        return time.perf_counter() - t
+
+    def faults() -> float:
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        read_columns()
+        return resource.getrusage(resource.RUSAGE_SELF).ru_minflt - before
+
+    readers = [read_columns, lambda: read_columns(False), join_payload, join_mapping, crc_mapping, join_kept]
+    times = [float("inf")] * len(readers)
+    for _ in range(rounds):
+        for i, fn in enumerate(readers):
+            times[i] = min(times[i], fn())
+    rc, rcnv, jp, jm, cm, jk = (end / t for t in times)
+    row("baseline: one bytes.join of the payload", jp / 1e6, "M rec/s")
+    row(f"read_columns, {path_name}", rc / 1e6, "M rec/s", ">= 0.6x", "vs bytes.join", rc / jp, rc / jp >= 0.6)
+    row("  ceiling part: read_columns verify=False", rcnv / 1e6, "M rec/s", "report", "vs bytes.join", rcnv / jp)
+    row("  ceiling part: CRC-32C of the batches", cm / 1e6, "M rec/s", "report", "vs bytes.join", cm / jp)
+    row("  ceiling part: join out of the mapping", jm / 1e6, "M rec/s", "report", "vs bytes.join", jm / jp)
+    row("  ceiling part: bytes.join, result kept", jk / 1e6, "M rec/s", "report", "vs bytes.join", jk / jp)
+    row("  page faults per 100,000 records read", faults() / (end / per_call), "faults", "report")
+    chunks.clear()  # the slices pin the mapping
+    del mv
+    mm.close()
+    store.close()
+
+
+def _fresh_store(root: str, name: str) -> tuple[pylog.Store, Any]:
+    path = os.path.join(root, name)
+    shutil.rmtree(path, ignore_errors=True)
+    store = pylog.open(path)
+    store.create_topic("t")
+    return store, store.topic("t").partition(0)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -631,6 +791,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", help="also write the rows as JSON to this file")
     ap.add_argument("--read-vs-lmdb", action="store_true",
                     help="only the decode rows: read() as records against LMDB")
+    ap.add_argument("--accelerator", action="store_true",
+                    help="only the compiled accelerator's rows (append vs f.write and LMDB, read_columns vs "
+                         "bytes.join); run again with PYLOG_PURE_PYTHON=1 for the pure-Python path")
     args = ap.parse_args(argv)
     if args.quick:
         args.stored_gb, args.batches, args.samples, args.segments, args.repeat, args.warm_gb = \
@@ -643,6 +806,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.read_vs_lmdb:
             read_vs_lmdb(root, args.batches, max(args.repeat, 5))
+        elif args.accelerator:
+            accelerator_rows(root, args.batches, max(args.repeat, 3))
         else:
             full_run(root, args)
     finally:

@@ -17,6 +17,8 @@ extern PyMethodDef pylog_send_methods[];
 /* Adds send.c's Sender type to the module. */
 int pylog_send_add_types(PyObject *m);
 extern PyMethodDef pylog_decode_methods[];
+extern PyMethodDef pylog_encode_methods[];
+extern PyMethodDef pylog_columns_methods[];
 
 /* Little-endian loads and stores (the format is little-endian; so is every machine pylog builds on, and a
  * big-endian build refuses itself in module.c). */

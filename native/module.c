@@ -18,6 +18,8 @@ static PyMethodDef *const tables[] = {
     pylog_crc_methods,
     pylog_send_methods,
     pylog_decode_methods,
+    pylog_encode_methods,
+    pylog_columns_methods,
 };
 
 static struct PyModuleDef moduledef = {

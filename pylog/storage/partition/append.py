@@ -24,7 +24,8 @@ import numpy as np
 from ...config import TopicConfig
 from ...errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from ..producer_state import ProducerState
-from ..records import CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, encode_parts, now_ms, slice_parts
+from ..records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, EncodeOptions, encode_parts, now_ms,
+                       slice_parts)
 from ..segment import Segment
 from .local_log import LocalLog
 
@@ -146,12 +147,13 @@ class Appender:
             else:
                 vl, vp = slice_parts(vlens, vparts, start, stop, contiguous)
                 kl, kp = (None, []) if klens is None else slice_parts(klens, kparts, start, stop, contiguous)
+            # Options built positionally (EncodeOptions' field order): this runs for every batch written.
             parts, h = encode_parts(
                 value_lengths=vl, value_data=vp, key_lengths=kl, key_data=kp,
                 timestamps=None if timestamps is None else timestamps[start:stop],
                 headers=None if headers is None else headers[start:stop],
-                base_offset=base, default_timestamp=now, codec=codec, log_append_time=log_append,
-                producer_id=pid, producer_epoch=epoch, base_sequence=-1 if pid < 0 else (seq + start) % SEQ_MOD)
+                options=EncodeOptions(base, now, codec, log_append, pid, epoch,
+                                      -1 if pid < 0 else (seq + start) % SEQ_MOD))
             if h.size > max_bytes:
                 if stop - start == 1:
                     raise RecordTooLargeError(
