@@ -3,8 +3,8 @@
 The read half of :class:`~pylog.storage.segment.Segment`, kept in its own file: the functions here take a
 segment and use only its public names (``read_fd``, ``mapping``, ``position_for``, ``indexes``,
 ``batch_headers``, ``tail``, ``tail_end``, ``recent``, ``forget_tail``, ``rebuild_indexes``,
-``batch_hint``); :class:`Segment` delegates its :meth:`~Segment.scan`, :meth:`~Segment.read` and
-:meth:`~Segment.offset_for_timestamp` to them, so callers use the segment's methods.
+``batch_hint``, ``verified``, ``note_verified``); :class:`Segment` delegates its :meth:`~Segment.scan`,
+:meth:`~Segment.read` and :meth:`~Segment.offset_for_timestamp` to them, so callers use the segment's methods.
 
 Invariants:
 - Nothing here writes to the log: a wrong index (derived data) is rebuilt through
@@ -13,6 +13,10 @@ Invariants:
 - Every scan bounds each batch by ``end`` and reads it whole once: a header that does not check, or a
   batch running past ``end``, raises :class:`~pylog.errors.CorruptRecordError` (or ends the scan, with
   ``tolerate_tail``), never a hang or a read of unbounded size.
+- A read checks the CRC-32C of every batch it serves or skips (with ``verify``), except one whose start
+  the segment's memo (:meth:`Segment.verified`) holds: a batch of the same open file, checked by an earlier
+  read while no byte below the visible size could change since. Only a read that checked a batch whole
+  records it there; section bounds are checked on every read all the same (:class:`BatchView`).
 - A read never skips records on the word of an unchecked header: a batch skipped for lying below the
   wanted offset (or timestamp) has its checksum checked too (when ``verify``), so a damaged base offset
   raises instead of silently dropping its records; and an index entry that does not lead to its batch
@@ -231,6 +235,8 @@ def _read_from(seg: Segment, pos: int, expect: int, offset: int, max_records: in
     path = seg.log_path
     size = HEADER_SIZE
     check_first = pos > 0
+    # Taken once, before any byte is looked at: a memo dropped during this read is not written to.
+    memo = seg.verified() if verify else None
     for fpos, h, buf, p in scan(seg, pos, end, hint, tolerate_tail=False):
         # Header fields by index: this loop runs once per batch on the read hot path.
         base, size, count = h[0], h[1] + LENGTH_PREFIX, h[11]
@@ -243,10 +249,19 @@ def _read_from(seg: Segment, pos: int, expect: int, offset: int, max_records: in
             # Skipping on the word of an unchecked header would silently drop the records of a batch
             # whose base offset was damaged downwards: check what is skipped too (at most about
             # index.interval.bytes per read).
-            if verify and batch_crc(memoryview(buf)[p:p + size]) != h[3]:
-                raise CorruptRecordError("batch checksum mismatch", path, fpos)
+            if verify and (memo is None or fpos not in memo):
+                if batch_crc(memoryview(buf)[p:p + size]) != h[3]:
+                    raise CorruptRecordError("batch checksum mismatch", path, fpos)
+                if memo is not None:
+                    seg.note_verified(memo, fpos)
             continue
-        view = BatchView.from_buffer(buf, p, path, fpos, h, verify)
+        if memo is None:
+            view = BatchView.from_buffer(buf, p, path, fpos, h, verify)
+        elif fpos in memo:
+            view = BatchView.from_buffer(buf, p, path, fpos, h, False)  # checked by an earlier read
+        else:
+            view = BatchView.from_buffer(buf, p, path, fpos, h, True)
+            seg.note_verified(memo, fpos)
         a = 0
         if offset > base:
             if view.offset_deltas is None:
