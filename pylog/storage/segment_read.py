@@ -52,7 +52,7 @@ MAX_CHUNK = 16 * 1024 * 1024
 
 
 def scan(seg: Segment, pos: int, end: int, chunk: int | list[int], tolerate_tail: bool
-         ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+         ) -> Iterator[tuple[int, BatchHeader, Any, int]]:
     """Yield ``(file position, header, buffer, position in buffer)`` for each whole batch in [pos, end).
 
     Each yielded buffer holds the whole batch. ``chunk`` is the read size, or a one-item list the
@@ -60,10 +60,17 @@ def scan(seg: Segment, pos: int, end: int, chunk: int | list[int], tolerate_tail
     ``end`` or a partial header at the end stops the scan silently (a writer may still be writing it);
     otherwise it raises :class:`CorruptRecordError` naming the file and position.
     """
+    # Not a generator itself: the iterator it returns is the only one a batch passes through (a random
+    # read of one record takes one batch from it).
     mm = seg.mapping() if seg.immutable or seg.writable else None
     if mm is not None and end <= len(mm):
-        yield from _scan_mapped(seg, mm, pos, end, tolerate_tail)
-        return
+        return _scan_mapped(seg, mm, pos, end, tolerate_tail)
+    return _scan_read(seg, pos, end, chunk, tolerate_tail)
+
+
+def _scan_read(seg: Segment, pos: int, end: int, chunk: int | list[int], tolerate_tail: bool
+               ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+    """:func:`scan` through ``pread`` (a reader's active segment, or past a writer's mapping)."""
     fd = seg.read_fd()
     hint = chunk if isinstance(chunk, list) else [chunk]
     need = 0  # size of a batch that did not fit the last read
