@@ -605,7 +605,97 @@ def read_vs_lmdb(root: str, batches: int, repeat: int) -> None:
         rr / drain)
 
 
+def random_reads_verified(root: str, sizes: list[int], samples: int, rounds: int) -> None:
+    """One record read at a random offset (``Partition.read(offset, max_records=1)``, CRC verified), in
+    partitions of ``sizes`` records: 100-byte values, 8-byte keys, batches of 1,000 (~109 KB), 1 GiB
+    segments, page cache warm, read by the handle that holds the writer lock (its active segment is mapped,
+    the sealed ones too). Per size and round, three medians over the same ``samples`` offsets, in order:
+
+    - verify every time: the segments' memo of checked batches dropped before each read (outside the
+      timer), so each read checksums its whole batch, as every read did before the memo (the baseline);
+    - verified once: after one read per batch, every batch is in the memo: what a random-read workload
+      settles at (the first read of each batch costs what the baseline does);
+    - verify=False: no checksum at all (the floor).
+
+    For the smallest size (all in the active segment) also a read-only handle's median: it cannot prove
+    that segment's bytes stay as checked, so it checks every read.
+
+    Rows give the range over ``rounds``; the accelerated and the pure-Python paths are two runs of this
+    script (with and without ``PYLOG_PURE_PYTHON=1``). A partition already under ``root`` (``--dir``) with
+    enough records is reused.
+    """
+    path_name = "accelerated" if pylog.ACCELERATED else "pure Python"
+    figures: dict[int, dict[str, list[float]]] = {}
+    for n in sizes:
+        where = os.path.join(root, f"randread-{n}")
+        store = pylog.open(where)
+        if "t" not in store.topics():
+            store.create_topic("t", config={"segment.bytes": 1 << 30})
+        p = store.topic("t").partition(0)
+        vl, kl = np.full(1000, 100, np.int32), np.full(1000, 8, np.int32)
+        rnd = random.Random(1)
+        vd = b"".join(rnd.randbytes(100) for _ in range(1000))
+        kd = b"".join(rnd.randbytes(8) for _ in range(1000))
+        t = time.perf_counter()
+        built = p.log_end_offset
+        while p.log_end_offset < n:
+            p.append_columns(vl, vd, kl, kd)
+        if p.log_end_offset > built:
+            row(f"built {n:.0e} records ({p.size_bytes() / (1 << 30):.2f} GiB)", time.perf_counter() - t, "s",
+                "report", f"{len(p.segments)} segments")
+        else:
+            assert p.try_become_writer()  # reused: read as the writer, as when just built
+        os.sync()
+        end = p.log_end_offset
+        offsets = [random.Random(3).randrange(end) for _ in range(samples)]
+        got = figures[n] = {"every": [], "once": [], "none": []}
+
+        def timed(offset: int, verify: bool = True, p: Any = p) -> float:
+            t0 = time.perf_counter()
+            recs = p.read(offset, max_records=1, verify=verify)
+            dt = time.perf_counter() - t0
+            assert recs[0].offset == offset
+            return dt
+
+        for _ in range(rounds):
+            lat = []
+            for o in offsets:
+                for seg in p.segments:
+                    seg.forget_verified()
+                lat.append(timed(o))
+            got["every"].append(statistics.median(lat) * 1e6)
+            for o in range(0, end, 1000):  # one read per batch: all of them in the memo
+                p.read(o, max_records=1)
+            got["once"].append(statistics.median([timed(o) for o in offsets]) * 1e6)
+            got["none"].append(statistics.median([timed(o, False) for o in offsets]) * 1e6)
+        store.close()
+        if n == sizes[0]:  # all in the active segment: another handle checks it on every read
+            with pylog.open(where, read_only=True) as other:
+                q = other.topic("t").partition(0)
+                got["other"] = [statistics.median([timed(o, True, q) for o in offsets]) * 1e6
+                                for _ in range(rounds)]
+
+    def span(xs: list[float]) -> str:
+        return f"{min(xs):.1f}-{max(xs):.1f} us over {len(xs)}"
+
+    small = sizes[0]
+    for n in sizes:
+        got = figures[n]
+        every, once, none = (statistics.median(got[k]) for k in ("every", "once", "none"))
+        row(f"baseline: random read, {n:.0e}, verify every time", every, "us", "", f"{path_name}; {span(got['every'])}")
+        target = "<= 15 us" if n == small else "<= 1.5x 10^4"
+        ratio = once / statistics.median(figures[small]["once"])
+        row(f"random read, {n:.0e}, CRC verified once", once, "us", target,
+            f"{span(got['once'])}; {ratio:.2f}x of {small:.0e}", every / once,
+            once <= 15 if n == small else ratio <= 1.5)
+        row(f"random read, {n:.0e}, verify=False", none, "us", "report", span(got["none"]), every / none)
+        if "other" in got:
+            row(f"random read, {n:.0e}, read-only handle", statistics.median(got["other"]), "us",
+                "report", f"checked every read; {span(got['other'])}")
+
+
 def full_run(root: str, args: argparse.Namespace) -> None:
+    """Every figure, in order."""
     if args.warm_gb:
         warm_memory(root, args.warm_gb)
     b = Bench(root, args)
@@ -619,6 +709,7 @@ def full_run(root: str, args: argparse.Namespace) -> None:
     b.compression()
     accelerator_rows(root, args.batches, max(args.repeat, 3))
     tail_reader(root, 300 if args.quick else 5000, max(args.repeat, 3))
+    random_reads_verified(root, [10_000, 100_000 if args.quick else 10 ** 7], args.samples, max(args.repeat, 3))
 
 
 def accelerator_rows(root: str, batches: int, rounds: int) -> None:
@@ -794,6 +885,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--accelerator", action="store_true",
                     help="only the compiled accelerator's rows (append vs f.write and LMDB, read_columns vs "
                          "bytes.join); run again with PYLOG_PURE_PYTHON=1 for the pure-Python path")
+    ap.add_argument("--random-reads", type=float, metavar="N",
+                    help="only the random-read figures of random_reads_verified, at 10^4 and N records")
     args = ap.parse_args(argv)
     if args.quick:
         args.stored_gb, args.batches, args.samples, args.segments, args.repeat, args.warm_gb = \
@@ -808,6 +901,8 @@ def main(argv: list[str] | None = None) -> int:
             read_vs_lmdb(root, args.batches, max(args.repeat, 5))
         elif args.accelerator:
             accelerator_rows(root, args.batches, max(args.repeat, 3))
+        elif args.random_reads:  # these figures only
+            random_reads_verified(root, [10_000, int(args.random_reads)], args.samples, args.repeat)
         else:
             full_run(root, args)
     finally:

@@ -18,6 +18,15 @@ Invariants:
   visible size) and keeps the batches of its last refresh, so a read at the end starts at the batch it
   wants without a second read or checksum; a recorded batch that is not where it was recorded (the file
   was cut and rewritten under the reader) drops the record and the read goes through the index.
+- A segment remembers which batch starts of its open file have had their CRC-32C checked by a read
+  (:meth:`Segment.verified`), and reads skip the checksum of those, only while no byte below the visible size
+  can change: while it is immutable (sealed) or this process's writer holds it (the writer only appends,
+  and unmaps before it cuts). The memo belongs to the open file, never to the name: it is dropped, never
+  emptied in place, whenever that stops holding: with the descriptor and mapping (:meth:`close`, which
+  recovery and truncation call first; a reader starting over), when the writer stops appending (another
+  writer may cut the file next) or makes it writable again, and when a segment stops being immutable. A
+  file replaced under the name is a new object (or :class:`SegmentReplacedError`), with its own memo. It
+  holds at most one position per 64 KiB of the segment (at least 1,024).
 - Only the holder of the partition's writer lock calls the mutating methods (:meth:`append`,
   :meth:`recover`, :meth:`truncate_to`, :meth:`seal`, :meth:`delete`); those are not thread-safe on their
   own. Read methods may run concurrently with the writer.
@@ -60,6 +69,11 @@ class SegmentReplacedError(FileNotFoundError):
 _TAIL_KEEP = 256
 #: A reader keeps the batches one refresh checked (``Segment._recent``) when they were at most this many bytes.
 _RECENT_BYTES = 256 * 1024
+#: The memo of verified batches (``Segment._verified``) holds at most one position per this many bytes of
+#: the segment, and at least _VERIFIED_MIN: a few hundred KiB for a 1 GiB segment of 100 KiB batches
+#: (all of them), and bounded for small batches, which cost little to check again.
+_VERIFIED_BYTES = 64 * 1024
+_VERIFIED_MIN = 1024
 
 
 class Segment:
@@ -89,8 +103,9 @@ class Segment:
         self._rfd: int | None = None
         self._wfd: int | None = None
         self._mm: mmap.mmap | None = None
-        #: Set by the partition for every segment but the last: no byte below ``size`` will change.
-        self.immutable = False
+        #: Batch starts of the open file whose checksum a read checked (see :meth:`verified`).
+        self._verified: set[int] = set()
+        self._immutable = False
         #: Size of the last batch read: sizes the next read's first chunk (see segment_read).
         self.batch_hint = _MIN_CHUNK
         self._oindex: OffsetIndex | None = None
@@ -204,6 +219,41 @@ class Segment:
     @property
     def writable(self) -> bool:
         return self._wfd is not None
+
+    @property
+    def immutable(self) -> bool:
+        """Set by the partition for every segment but the last: no byte below ``size`` will change."""
+        return self._immutable
+
+    @immutable.setter
+    def immutable(self, value: bool) -> None:
+        if self._immutable and not value and self._wfd is None:
+            # Last again (a reader that saw the segments after it go, after a writer's recovery cut it):
+            # another writer may append to it, or has cut and rewritten it.
+            self.forget_verified()
+        self._immutable = value
+
+    # ------------------------------------------------------------------ verified batches
+
+    def verified(self) -> set[int] | None:
+        """The batch starts of this segment's open file whose CRC-32C a read has checked, for reads to skip
+        checking again; None while bytes below the visible size may change (a reader's view of the active
+        segment, which a new writer's recovery may cut and rewrite): then every read checks.
+
+        Read once per read and used for all of it: a memo dropped meanwhile (see the module docstring) is
+        a new set, so marks made through the old one vouch for nothing any more.
+        """
+        return self._verified if self._immutable or self._wfd is not None else None
+
+    def note_verified(self, memo: set[int], pos: int) -> None:
+        """Record in ``memo`` (what :meth:`verified` returned) that the batch at ``pos`` checked, while
+        the memo has room (see ``_VERIFIED_BYTES``)."""
+        if len(memo) < max(_VERIFIED_MIN, self.size // _VERIFIED_BYTES):
+            memo.add(pos)
+
+    def forget_verified(self) -> None:
+        """Drop the memo of checked batches: every read checks again until it has checked a batch anew."""
+        self._verified = set()
 
     # ------------------------------------------------------------------ indexes
 
@@ -505,6 +555,7 @@ class Segment:
         indexes, and load again from the indexes up to ``end``."""
         self._drop_live_indexes(force=True)
         self._mm = None
+        self.forget_verified()
         self.forget_tail()
         self.size = end
         self.next_offset = self.base_offset
@@ -553,6 +604,7 @@ class Segment:
         # Load through the sealed indexes first: their header holds the max timestamp, so only the bytes
         # after the last offset entry are scanned (a re-grown index no longer carries it).
         self.load(tolerate_tail=False)
+        self.forget_verified()  # checked while another writer could have cut the file, or never: start afresh
         self._oindex = self._tindex = None
         try:
             self._oindex = open_writable(OffsetIndex, self.index_path, self.base_offset, self.index_max_bytes)
@@ -695,6 +747,8 @@ class Segment:
         """
         if self._wfd is None:
             return
+        # Before the lock goes: the next writer may cut this file (recovery) and write other batches there.
+        self.forget_verified()
         os.close(self._wfd)
         self._wfd = None
         for idx in (self._oindex, self._tindex):
@@ -727,6 +781,7 @@ class Segment:
     def close(self) -> None:
         """Release file descriptors and mappings (a writable segment is NOT sealed; see :meth:`seal`)."""
         self._recent = {}
+        self.forget_verified()  # the memo is the open file's: the next open may find another file or bytes
         for attr in ("_wfd", "_rfd"):
             fd = getattr(self, attr)
             if fd is not None:

@@ -3,8 +3,8 @@
 The read half of :class:`~pylog.storage.segment.Segment`, kept in its own file: the functions here take a
 segment and use only its public names (``read_fd``, ``mapping``, ``position_for``, ``indexes``,
 ``batch_headers``, ``tail``, ``tail_end``, ``recent``, ``forget_tail``, ``rebuild_indexes``,
-``batch_hint``); :class:`Segment` delegates its :meth:`~Segment.scan`, :meth:`~Segment.read` and
-:meth:`~Segment.offset_for_timestamp` to them, so callers use the segment's methods.
+``batch_hint``, ``verified``, ``note_verified``); :class:`Segment` delegates its :meth:`~Segment.scan`,
+:meth:`~Segment.read` and :meth:`~Segment.offset_for_timestamp` to them, so callers use the segment's methods.
 
 Invariants:
 - Nothing here writes to the log: a wrong index (derived data) is rebuilt through
@@ -13,6 +13,10 @@ Invariants:
 - Every scan bounds each batch by ``end`` and reads it whole once: a header that does not check, or a
   batch running past ``end``, raises :class:`~pylog.errors.CorruptRecordError` (or ends the scan, with
   ``tolerate_tail``), never a hang or a read of unbounded size.
+- A read checks the CRC-32C of every batch it serves or skips (with ``verify``), except one whose start
+  the segment's memo (:meth:`Segment.verified`) holds: a batch of the same open file, checked by an earlier
+  read while no byte below the visible size could change since. Only a read that checked a batch whole
+  records it there; section bounds are checked on every read all the same (:class:`BatchView`).
 - A read never skips records on the word of an unchecked header: a batch skipped for lying below the
   wanted offset (or timestamp) has its checksum checked too (when ``verify``), so a damaged base offset
   raises instead of silently dropping its records; and an index entry that does not lead to its batch
@@ -48,7 +52,7 @@ MAX_CHUNK = 16 * 1024 * 1024
 
 
 def scan(seg: Segment, pos: int, end: int, chunk: int | list[int], tolerate_tail: bool
-         ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+         ) -> Iterator[tuple[int, BatchHeader, Any, int]]:
     """Yield ``(file position, header, buffer, position in buffer)`` for each whole batch in [pos, end).
 
     Each yielded buffer holds the whole batch. ``chunk`` is the read size, or a one-item list the
@@ -56,10 +60,17 @@ def scan(seg: Segment, pos: int, end: int, chunk: int | list[int], tolerate_tail
     ``end`` or a partial header at the end stops the scan silently (a writer may still be writing it);
     otherwise it raises :class:`CorruptRecordError` naming the file and position.
     """
+    # Not a generator itself: the iterator it returns is the only one a batch passes through (a random
+    # read of one record takes one batch from it).
     mm = seg.mapping() if seg.immutable or seg.writable else None
     if mm is not None and end <= len(mm):
-        yield from _scan_mapped(seg, mm, pos, end, tolerate_tail)
-        return
+        return _scan_mapped(seg, mm, pos, end, tolerate_tail)
+    return _scan_read(seg, pos, end, chunk, tolerate_tail)
+
+
+def _scan_read(seg: Segment, pos: int, end: int, chunk: int | list[int], tolerate_tail: bool
+               ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
+    """:func:`scan` through ``pread`` (a reader's active segment, or past a writer's mapping)."""
     fd = seg.read_fd()
     hint = chunk if isinstance(chunk, list) else [chunk]
     need = 0  # size of a batch that did not fit the last read
@@ -231,6 +242,8 @@ def _read_from(seg: Segment, pos: int, expect: int, offset: int, max_records: in
     path = seg.log_path
     size = HEADER_SIZE
     check_first = pos > 0
+    # Taken once, before any byte is looked at: a memo dropped during this read is not written to.
+    memo = seg.verified() if verify else None
     for fpos, h, buf, p in scan(seg, pos, end, hint, tolerate_tail=False):
         # Header fields by index: this loop runs once per batch on the read hot path.
         base, size, count = h[0], h[1] + LENGTH_PREFIX, h[11]
@@ -243,10 +256,19 @@ def _read_from(seg: Segment, pos: int, expect: int, offset: int, max_records: in
             # Skipping on the word of an unchecked header would silently drop the records of a batch
             # whose base offset was damaged downwards: check what is skipped too (at most about
             # index.interval.bytes per read).
-            if verify and batch_crc(memoryview(buf)[p:p + size]) != h[3]:
-                raise CorruptRecordError("batch checksum mismatch", path, fpos)
+            if verify and (memo is None or fpos not in memo):
+                if batch_crc(memoryview(buf)[p:p + size]) != h[3]:
+                    raise CorruptRecordError("batch checksum mismatch", path, fpos)
+                if memo is not None:
+                    seg.note_verified(memo, fpos)
             continue
-        view = BatchView.from_buffer(buf, p, path, fpos, h, verify)
+        if memo is None:
+            view = BatchView.from_buffer(buf, p, path, fpos, h, verify)
+        elif fpos in memo:
+            view = BatchView.from_buffer(buf, p, path, fpos, h, False)  # checked by an earlier read
+        else:
+            view = BatchView.from_buffer(buf, p, path, fpos, h, True)
+            seg.note_verified(memo, fpos)
         a = 0
         if offset > base:
             if view.offset_deltas is None:
