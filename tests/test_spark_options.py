@@ -305,6 +305,35 @@ def test_arrow_schema_is_sparks():
     assert to_arrow_schema(kafka_schema(True), timezone="UTC").equals(ARROW_SCHEMA_WITH_HEADERS)
 
 
+def test_declared_columns_build_only_those_with_sparks_arrow_schema(tmp_path):
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from pylog.spark.reader import COLUMNS
+    from pylog.spark.source import kafka_schema, read_columns
+
+    with pylog.open(str(tmp_path / "s")) as store:
+        p = store.create_topic("h", partitions=1).partition(0)
+        p.append_values([b"a", None, b"ccc"], keys=[None, b"k", b"kk"], headers=[[("x", b"1")], [], []])
+        cols = p.read_columns(0)
+    full = columns_to_arrow(cols, "h", 0, include_headers=True)
+    opts = parse_read_options({"path": str(tmp_path / "s"), "subscribe": "h"})
+    field = {f.name: f for f in kafka_schema(True).fields}
+    for names in [("value",), ("offset", "timestamp"), ("timestampType", "key", "topic"), ("headers", "partition")]:
+        declared = StructType([field[n] for n in names])
+        assert read_columns(declared, opts) == names
+        batch = columns_to_arrow(cols, "h", 0, include_headers=False, columns=names)
+        assert batch.schema.equals(to_arrow_schema(declared, timezone="UTC"))
+        assert batch.to_pylist() == full.select(list(names)).to_pylist()
+    assert read_columns(kafka_schema(False), opts) is None and COLUMNS == tuple(kafka_schema(True).names)
+    for fields, message in [([StructField("value", StringType())], "'value' must be binary"),
+                            ([StructField("payload", BinaryType())], "unknown column 'payload'"),
+                            ([StructField("value", BinaryType(), False)], "'value' must be binary (nullable)"),
+                            ([field["value"], field["value"]], "each column once")]:
+        with pytest.raises(InvalidOptionError, match=re.escape(message)):
+            read_columns(StructType(fields), opts)
+
+
 def test_binary_array_over_the_buffer():
     lengths = np.array([2, -1, 0, 3], np.int32)
     data = b"abxyz"
@@ -523,3 +552,17 @@ def test_discovery_module_is_visible_to_pyspark_lookup(tmp_path):
     code = ("import pkgutil, pyspark_pylog; assert 'pyspark_pylog' in {m.name for m in pkgutil.iter_modules()}; "
             "assert pyspark_pylog.DefaultSource.name() == 'pylog'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(tmp_path))
+
+
+def test_spark_doc_options_table_lists_every_option():
+    """docs/SPARK.md's table compares every option the code knows (pylog's and the Kafka ones it ignores)."""
+    from pathlib import Path
+
+    from pylog.spark.options import known_options
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "SPARK.md").read_text()
+    table = text[text.index("## Options compared with Kafka's source and sink"):]
+    first_cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    documented = {name for cell in first_cells for name in re.findall(r"`([^`]+)`", cell)}
+    assert set(known_options()) <= documented, set(known_options()) - documented
+    assert {"kafka.bootstrap.servers", "kafka.group.id", "kafka.partitioner.class"} <= documented

@@ -41,6 +41,7 @@ from ..storage.filenames import OFFSETS_TOPIC, STORE_FILE
 __all__ = [
     "InvalidOptionError", "DataLossError", "OffsetSpec", "Subscription", "ReadOptions", "WriteOptions",
     "parse_read_options", "parse_write_options", "resolve_offset", "store_path", "check_partitions_named",
+    "known_options",
     "EARLIEST", "LATEST",
 ]
 
@@ -186,6 +187,12 @@ def _normalise(options: Mapping[str, str], allowed: tuple[str, ...], mode: str) 
     if ignored:
         _warn_ignored(tuple(sorted(ignored)), mode)
     return out
+
+
+def known_options() -> tuple[str, ...]:
+    """Every option name pylog's source and sink know, canonical spelling: those used, and the Kafka
+    source's and sink's that are accepted and ignored (besides any ``kafka.*``)."""
+    return tuple(dict.fromkeys(_CANONICAL.values()))
 
 
 def _suggest(low: str, allowed: tuple[str, ...]) -> str:
