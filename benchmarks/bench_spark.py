@@ -20,6 +20,10 @@ Timed in one ``local[*]`` session (UI off), best of ``--reps`` runs each, rows/s
   the same over ``pylog_ceiling``, a Python data source that yields one prebuilt Arrow batch of the same
   schema again and again: the cost of Spark's Python data source path itself (the JVM turning the Arrow
   stream into rows), which bounds any Python source with these eight columns.
+- column pruning (issue 17): ``count(*)``, ``sum(length(value))`` and ``sum(hash(...))`` of the seven
+  columns, each over the pylog source with its full schema, over the pylog source with a declared schema of
+  only the columns the query needs (``.schema("value binary")``: what a user does to prune, since Spark
+  prunes nothing for a Python source), and over Parquet.
 - write: ``df.write.format("pylog").mode("append")`` of the rows' ``key`` and ``value`` into a fresh
   4-partition topic, against ``df.write.parquet`` of the same two columns; ``df`` reads the Parquet
   copy, in both.
@@ -196,6 +200,8 @@ def run(spark: Any, root: str, rows: int, reps: int) -> dict[str, float]:
         results[f"read_{name}"] = rows / secs
         print(f"read  {name:8s} {secs:7.2f} s  {rows / secs / 1e6:6.2f} M rows/s")
 
+    pruning(spark, store_path, parquet, rows, reps, results)
+
     source = spark.read.parquet(parquet).select("key", "value")
     source.write.format("noop").mode("overwrite").save()  # warm-up: parquet read path and the sink's workers
     source.limit(1000).write.format("pylog").option("topic", "warm").mode("append").save(store_path)
@@ -227,7 +233,50 @@ def run(spark: Any, root: str, rows: int, reps: int) -> dict[str, float]:
     wp, wq = results["write_pylog"], results["write_parquet"]
     print(f"| `df.write.format(\"pylog\")` (key, value) | {wp / 1e6:.2f} M rows/s | `df.write.parquet`: "
           f"{wq / 1e6:.2f} M/s | {wp / wq:.2f}x | report |")
+    print()
+    print("| query | pylog, full schema | pylog, declared schema | parquet | full / parquet | declared / parquet |")
+    print("|---|---:|---:|---:|---:|---:|")
+    for q, (_, declared, _) in PRUNING_QUERIES.items():
+        f, d, pq = (results[f"{q}_{k}"] for k in ("full", "declared", "parquet"))
+        print(f"| `{q}` (declared `{declared}`) | {f / 1e6:.2f} M rows/s | {d / 1e6:.2f} M/s | {pq / 1e6:.2f} M/s | "
+              f"{f / pq:.2f}x | {d / pq:.2f}x |")
     return results
+
+
+SEVEN = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
+#: Column pruning (issue 17): query -> (aggregate, the schema a user declares to prune, what the answer is).
+PRUNING_QUERIES = {
+    "count(*)": ("count(*) as n", "partition int", "rows"),
+    "sum(length(value))": ("sum(length(value)) as n", "value binary", "bytes"),
+    "7-column hash": ("sum(hash(key, value, topic, partition, offset, timestamp, timestampType)) as n", SEVEN, None),
+}
+
+
+def pruning(spark: Any, store_path: str, parquet: str, rows: int, reps: int, results: dict[str, float]) -> None:
+    """Each query of :data:`PRUNING_QUERIES` over the pylog source with its full schema, with the declared
+    (pruned) schema, and over Parquet, in this session, best of ``reps`` rounds after a warm-up round; rows/s
+    into ``results`` as ``{query}_{variant}``. For the 7-column hash the declared schema is the full one (all
+    columns are used): the two rows show what noise alone does."""
+    for q, (agg, declared, answer) in PRUNING_QUERIES.items():
+        expected = {"rows": rows, "bytes": rows * VALUE_BYTES, None: None}[answer]
+        variants = {
+            "full": spark.read.format("pylog").option("subscribe", "bench").load(store_path),
+            "declared": spark.read.format("pylog").schema(declared).option("subscribe", "bench").load(store_path),
+            "parquet": spark.read.parquet(parquet),
+        }
+        got, secs = set(), {v: float("inf") for v in variants}
+        for rep in range(reps + 1):  # round-robin, so that no variant gains from running after another; rep 0 warms
+            for variant, df in variants.items():
+                t0 = time.perf_counter()
+                n = df.selectExpr(agg).collect()[0].n
+                if rep:
+                    secs[variant] = min(secs[variant], time.perf_counter() - t0)
+                assert expected is None or n == expected, (q, variant, n, expected)
+                got.add(n)
+        for variant, t in secs.items():
+            results[f"{q}_{variant}"] = rows / t
+            print(f"{q:20s} {variant:8s} {t:7.2f} s  {rows / t / 1e6:6.2f} M rows/s")
+        assert len(got) == 1, (q, got)  # the same answer from every variant
 
 
 def main(argv: list[str] | None = None, spark: Any = None) -> int:

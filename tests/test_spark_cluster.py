@@ -3,7 +3,8 @@
 Run: ``python -m pytest tests/test_spark_cluster.py -q`` (needs Java).
 
 A process can hold one SparkContext, and the session fixture's is ``local[2]``, so the cluster runs in a
-child process (:data:`SCRIPT`). It reads a store of 20,000 records through the pylog source with 4 tasks
+child process (:data:`SCRIPT`), with neither ``PYSPARK_PYTHON`` nor ``PYSPARK_DRIVER_PYTHON`` set and a
+``python3`` on ``PATH`` that is not this interpreter: importing ``pylog.spark`` must point the workers here. It reads a store of 20,000 records through the pylog source with 4 tasks
 and reports the process ids of the JVMs that ran the read tasks: they must be executors, not the driver.
 """
 
@@ -22,6 +23,7 @@ import pylog  # noqa: E402
 
 SCRIPT = r'''
 import json, os, sys
+import pylog.spark  # before the session: points the workers at this interpreter (python3 on PATH has no pylog)
 from pyspark.sql import SparkSession
 from pyspark.sql.functions import udf
 
@@ -62,7 +64,14 @@ def test_local_cluster_executors_read_the_store_by_path(tmp_path):
             topic.partition(p).append_values([b"%d-%d" % (p, i) for i in range(10_000)])
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    env = dict(os.environ, PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable)
+    # As a virtualenv's interpreter run without activating the virtualenv: python3 on PATH is another Python,
+    # without pylog, and nothing names this one (issue 17: the format was not found).
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "python3").write_text("#!/bin/sh\necho 'not the interpreter with pylog' >&2\nexit 1\n")
+    (bin_dir / "python3").chmod(0o755)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYSPARK_PYTHON", "PYSPARK_DRIVER_PYTHON")}
+    env["PATH"] = f"{bin_dir}{os.pathsep}{env.get('PATH', '')}"
     proc = subprocess.run([sys.executable, "-c", SCRIPT, path, str(scratch)], capture_output=True, text=True,
                           env=env, cwd=str(tmp_path), timeout=600)
     assert proc.returncode == 0, "\n".join(line for line in proc.stderr.splitlines() if not line.startswith("\tat "))[-6000:]

@@ -9,6 +9,7 @@ tests (tests/test_spark_*.py with the ``spark`` fixture) check the same paths en
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import threading
@@ -84,9 +85,8 @@ def _plan(path, **options):
     ({"subscribe": "t", "minPartitions": "many"}, "minPartitions"),
     ({"subscribe": "t", "failOnDataLoss": "yes"}, "failOnDataLoss"),
     ({"subscribe": "t", "includeHeaders": "1"}, "includeHeaders"),
-    ({"subscribe": "t", "maxOffsetsPerTrigger": "10"}, "maxOffsetsPerTrigger"),
     ({"subscribe": "t", "startingOffset": "earliest"}, "startingOffset"),
-    ({"subscribe": "t", "topic": "t"}, "topic"),
+    ({"subscribe": "t", "lockTimeoutMs": "5"}, "lockTimeoutMs"),
 ])
 def test_bad_read_option_is_named(store_path, options, option):
     with pytest.raises(InvalidOptionError) as info:
@@ -121,8 +121,69 @@ def test_write_options(store_path):
     assert parse_write_options({"path": store_path, "lockTimeoutMs": "5"}).lock_timeout_ms == 5
     with pytest.raises(InvalidOptionError, match="'lockTimeoutMs'"):
         parse_write_options({"path": store_path, "lockTimeoutMs": "-1"})
-    with pytest.raises(InvalidOptionError, match="'subscribe'.*reads only"):
-        parse_write_options({"path": store_path, "subscribe": "t"})
+    with pytest.raises(InvalidOptionError, match="'filterPushdown'.*batch reads only"):
+        parse_write_options({"path": store_path, "filterPushdown": "true"})
+    assert parse_write_options({"path": store_path, "autoCreateTopics": "true", "numPartitions": "3"}) == \
+        WriteOptions(store_path, None, 60_000, auto_create_topics=True, num_partitions=3)
+    with pytest.raises(InvalidOptionError, match="'numPartitions'.*autoCreateTopics=true"):
+        parse_write_options({"path": store_path, "numPartitions": "3"})
+    with pytest.raises(InvalidOptionError, match="'numPartitions'.*>= 1"):
+        parse_write_options({"path": store_path, "autoCreateTopics": "true", "numPartitions": "0"})
+
+
+KAFKA_JOB = {  # what a Kafka job passes besides subscribe/topic: the Kafka source and sink accept all of it
+    "kafka.bootstrap.servers": "broker:9092", "kafka.security.protocol": "SASL_SSL", "groupIdPrefix": "job",
+    "minOffsetsPerTrigger": "10", "maxTriggerDelay": "5m", "fetchOffset.numRetries": "3",
+    "fetchOffset.retryIntervalMs": "10", "kafkaConsumer.pollTimeoutMs": "1000",
+}
+
+
+def test_kafka_job_options_are_ignored_with_one_warning(store_path, caplog):
+    from pylog.spark import options as options_module
+
+    options_module._warned.clear()
+    lowered = {k.lower(): v for k, v in KAFKA_JOB.items()}  # as Spark hands them over
+    with caplog.at_level("WARNING", logger="pylog.spark"):
+        batch = parse_read_options({"path": store_path, "subscribe": "t", "maxOffsetsPerTrigger": "5", **lowered})
+        parse_read_options({"path": store_path, "subscribe": "t", "maxOffsetsPerTrigger": "5", **lowered})
+        stream = parse_read_options({"path": store_path, "subscribe": "t", "maxOffsetsPerTrigger": "5",
+                                     "topic": "t", **lowered}, streaming=True)
+        write = parse_write_options({"path": store_path, "topic": "t", "subscribe": "t", "includeHeaders": "true",
+                                     "startingOffsets": "earliest", **lowered})
+    assert batch.max_offsets_per_trigger is None  # ignored in batch, as the Kafka source does
+    assert stream.max_offsets_per_trigger == 5 and write.topic == "t"
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 3, warnings  # one per kind of query: the repeated batch parse logs nothing
+    assert "fetchOffset.numRetries, fetchOffset.retryIntervalMs, groupIdPrefix, kafka.bootstrap.servers" in warnings[0]
+    assert "kafkaConsumer.pollTimeoutMs, maxOffsetsPerTrigger, maxTriggerDelay, minOffsetsPerTrigger" in warnings[0]
+    assert "batch reads" in warnings[0] and "maxOffsetsPerTrigger" not in warnings[1] and "topic" in warnings[1]
+    assert "includeHeaders" in warnings[2] and "startingOffsets" in warnings[2] and "subscribe" in warnings[2]
+
+
+@pytest.mark.parametrize("given, suggested", [
+    ("startingoffset", "startingOffsets"), ("subscribpattern", "subscribePattern"),
+    ("failondataloss ", "failOnDataLoss"), ("maxoffsetspertriger", "maxOffsetsPerTrigger"),
+])
+def test_misspelled_option_is_an_error_suggesting_the_closest(store_path, given, suggested):
+    with pytest.raises(InvalidOptionError) as info:
+        parse_read_options({"path": store_path, "subscribe": "t", given: "x"}, streaming=None)
+    assert info.value.option == given
+    assert f"option {given!r}: unknown option for reads; did you mean {suggested!r}?" in str(info.value)
+    with pytest.raises(InvalidOptionError, match=r"'startingOffsets'.*'latest' is not allowed"):
+        parse_read_options({"path": store_path, "subscribe": "t", "startingoffsets": "latest"})  # camelCase shown
+    with pytest.raises(InvalidOptionError, match=r"'zzz': unknown option for writes \(known: autoCreateTopics"):
+        parse_write_options({"path": store_path, "zzz": "1"})
+
+
+@pytest.mark.parametrize("url", ["s3a://bucket/store", "hdfs://namenode:8020/data/store", "gs://b/s", "abfss://c@a/s"])
+def test_remote_paths_are_refused_naming_the_scheme(tmp_path, monkeypatch, url):
+    monkeypatch.chdir(tmp_path)
+    scheme = url.split(":")[0]
+    with pytest.raises(InvalidOptionError, match=rf"'path': '{re.escape(url)}'.*local or shared.*{scheme}:// paths"):
+        parse_read_options({"path": url, "subscribe": "t"})
+    with pytest.raises(InvalidOptionError, match=rf"{scheme}:// paths are not supported"):
+        parse_write_options({"path": url, "topic": "t"})
+    assert not list(tmp_path.iterdir())  # nothing created under the working directory
 
 
 # ----------------------------------------------------------------------------------------------- planning
@@ -143,20 +204,38 @@ def test_plan_offsets_json_with_markers(store_path):
     ranges = _plan(store_path, subscribe="t", startingOffsets='{"t": {"0": 10, "1": -2}}',
                    endingOffsets='{"t": {"0": 20, "1": -1}}')
     assert ranges == [OffsetRange("t", 0, 10, 20), OffsetRange("t", 1, 0, 100)]
-    assert _plan(store_path, subscribe="t", startingOffsets='{"t": {"0": 30}}', endingOffsets='{"t": {"0": 30}}')[0] \
-        == OffsetRange("t", 1, 0, 100)  # an empty range is dropped; t-1 gets the defaults
+    assert _plan(store_path, subscribe="t", startingOffsets='{"t": {"0": 30, "1": -2}}',
+                 endingOffsets='{"t": {"0": 30, "1": -1}}') == [OffsetRange("t", 1, 0, 100)]  # empty range dropped
     with pytest.raises(InvalidOptionError, match="'startingOffsets'.*after the end offset"):
-        _plan(store_path, subscribe="t", startingOffsets='{"t": {"0": 50}}', endingOffsets='{"t": {"0": 20}}')
+        _plan(store_path, subscribe="t", startingOffsets='{"t": {"0": 50, "1": 0}}',
+              endingOffsets='{"t": {"0": 20, "1": -1}}')
     with pytest.raises(InvalidOptionError, match="'endingOffsets'.*beyond the log end 100"):
-        _plan(store_path, subscribe="t", endingOffsets='{"t": {"0": 500}}')
+        _plan(store_path, subscribe="t", endingOffsets='{"t": {"0": 500, "1": -1}}')
+
+
+@pytest.mark.parametrize("option", ["startingOffsets", "endingOffsets", "startingOffsetsByTimestamp",
+                                    "endingOffsetsByTimestamp"])
+def test_per_partition_json_must_name_every_partition_read(store_path, option):
+    """As the Kafka source: JSON naming only some partitions, or partitions not read, is an error naming them."""
+    value = 20 if "Offsets" == option[-7:] else T0
+    with pytest.raises(InvalidOptionError, match=rf"'{option}': must name every partition the query reads.*"
+                                                 r"missing t-1(?!,)"):
+        _plan(store_path, subscribe="t", **{option: f'{{"t": {{"0": {value}}}}}'})
+    with pytest.raises(InvalidOptionError, match=r"missing t-0, t-1; not read by this query.*: t-7, x-0$"):
+        _plan(store_path, subscribe="t", **{option: f'{{"t": {{"7": {value}}}, "x": {{"0": {value}}}}}'})
+    with pytest.raises(InvalidOptionError, match=r"not read by this query.*: u-0$"):
+        _plan(store_path, assign='{"t": [0, 1]}',
+              **{option: f'{{"t": {{"0": {value}, "1": {value}}}, "u": {{"0": 1}}}}'})
+    ranges = _plan(store_path, assign='{"t": [1]}', **{option: f'{{"t": {{"1": {value}}}}}'})  # exactly: fine
+    assert [r.partition for r in ranges] == ([] if option == "endingOffsetsByTimestamp" else [1])
 
 
 def test_plan_timestamps(store_path):
     # timestamps are T0 + 10 * offset in both partitions
     assert _plan(store_path, subscribe="t", startingTimestamp=str(T0 + 105), endingTimestamp=str(T0 + 500)) == [
         OffsetRange("t", 0, 11, 50), OffsetRange("t", 1, 11, 50)]
-    assert _plan(store_path, subscribe="t", startingOffsetsByTimestamp=f'{{"t": {{"1": {T0 + 990}}}}}',
-                 endingOffsetsByTimestamp=f'{{"t": {{"0": {T0 + 30}}}}}') == [
+    assert _plan(store_path, subscribe="t", startingOffsetsByTimestamp=f'{{"t": {{"0": 0, "1": {T0 + 990}}}}}',
+                 endingOffsetsByTimestamp=f'{{"t": {{"0": {T0 + 30}, "1": {2 ** 60}}}}}') == [
         OffsetRange("t", 0, 0, 3), OffsetRange("t", 1, 99, 100)]
     # the timestamp option beats the by-timestamp one, which beats startingOffsets
     assert _plan(store_path, subscribe="t", startingTimestamp=str(T0 + 980), startingOffsets='{"t": {"0": 1}}',
@@ -173,8 +252,8 @@ def test_plan_fail_on_data_loss(store_path):
     with pylog.open(store_path) as store:
         store.delete_records("t", 0, 40)
     with pytest.raises(DataLossError, match=r"t-0: offsets \[10, 40\) were removed.*failOnDataLoss=false"):
-        _plan(store_path, subscribe="t", startingOffsets='{"t": {"0": 10}}')
-    assert _plan(store_path, subscribe="t", startingOffsets='{"t": {"0": 10}}', failOnDataLoss="false")[0] == \
+        _plan(store_path, subscribe="t", startingOffsets='{"t": {"0": 10, "1": -2}}')
+    assert _plan(store_path, subscribe="t", startingOffsets='{"t": {"0": 10, "1": -2}}', failOnDataLoss="false")[0] == \
         OffsetRange("t", 0, 40, 100)
     assert _plan(store_path, subscribe="t")[0] == OffsetRange("t", 0, 40, 100)  # earliest: no loss
 
@@ -224,6 +303,35 @@ def test_arrow_schema_is_sparks():
 
     assert to_arrow_schema(kafka_schema(False), timezone="UTC").equals(ARROW_SCHEMA)
     assert to_arrow_schema(kafka_schema(True), timezone="UTC").equals(ARROW_SCHEMA_WITH_HEADERS)
+
+
+def test_declared_columns_build_only_those_with_sparks_arrow_schema(tmp_path):
+    from pyspark.sql.pandas.types import to_arrow_schema
+    from pyspark.sql.types import BinaryType, StringType, StructField, StructType
+
+    from pylog.spark.reader import COLUMNS
+    from pylog.spark.source import kafka_schema, read_columns
+
+    with pylog.open(str(tmp_path / "s")) as store:
+        p = store.create_topic("h", partitions=1).partition(0)
+        p.append_values([b"a", None, b"ccc"], keys=[None, b"k", b"kk"], headers=[[("x", b"1")], [], []])
+        cols = p.read_columns(0)
+    full = columns_to_arrow(cols, "h", 0, include_headers=True)
+    opts = parse_read_options({"path": str(tmp_path / "s"), "subscribe": "h"})
+    field = {f.name: f for f in kafka_schema(True).fields}
+    for names in [("value",), ("offset", "timestamp"), ("timestampType", "key", "topic"), ("headers", "partition")]:
+        declared = StructType([field[n] for n in names])
+        assert read_columns(declared, opts) == names
+        batch = columns_to_arrow(cols, "h", 0, include_headers=False, columns=names)
+        assert batch.schema.equals(to_arrow_schema(declared, timezone="UTC"))
+        assert batch.to_pylist() == full.select(list(names)).to_pylist()
+    assert read_columns(kafka_schema(False), opts) is None and COLUMNS == tuple(kafka_schema(True).names)
+    for fields, message in [([StructField("value", StringType())], "'value' must be binary"),
+                            ([StructField("payload", BinaryType())], "unknown column 'payload'"),
+                            ([StructField("value", BinaryType(), False)], "'value' must be binary (nullable)"),
+                            ([field["value"], field["value"]], "each column once")]:
+        with pytest.raises(InvalidOptionError, match=re.escape(message)):
+            read_columns(StructType(fields), opts)
 
 
 def test_binary_array_over_the_buffer():
@@ -366,17 +474,44 @@ def test_write_topic_partition_timestamp_and_headers_columns(store_path):
     from pylog.spark.reader import HEADERS_TYPE
 
     batch = _sink_batch(4, keyed=False,
-                        topic=pa.array(["u", None, "t", "t"]),
+                        topic=pa.array(["u", "t", "t", "t"]),
                         partition=pa.array([0, None, 1, None], pa.int32()),
                         timestamp=pa.array([T0 * 1000, None, (T0 + 5) * 1000, T0 * 1000], pa.timestamp("us", tz="UTC")),
                         headers=pa.array([[{"key": "h", "value": b"x"}], None, [], None], type=HEADERS_TYPE))
-    write_batches(WriteOptions(store_path, "t"), iter([batch]))
+    write_batches(WriteOptions(store_path, None), iter([batch]))
     u = _all_records(store_path, "u")[0][5:]
     assert [(r.value, r.timestamp, r.headers) for r in u] == [(b"v0", T0, (("h", b"x"),))]
     t = _all_records(store_path, "t")
     new = {p: [(r.value, r.timestamp) for r in rs[100:]] for p, rs in t.items()}
     assert (b"v2", T0 + 5) in new[1]
     assert sorted(v for rs in new.values() for v, _ in rs) == [b"v1", b"v2", b"v3"]
+
+
+def test_write_topic_option_beats_the_topic_column(store_path):
+    """As in Kafka's sink: with a topic option every row goes there, whatever its topic column says."""
+    batch = _sink_batch(3, keyed=False, topic=pa.array(["u", None, "t"]))
+    write_batches(WriteOptions(store_path, "t"), iter([batch]))
+    assert len(_all_records(store_path, "u")[0]) == 5  # untouched
+    assert sorted(r.value for rs in _all_records(store_path, "t").values() for r in rs[100:]) == [b"v0", b"v1", b"v2"]
+    with pytest.raises(InvalidOptionError, match="'topic': rows with a null 'topic' and no topic option"):
+        write_batches(WriteOptions(store_path, None), iter([batch]))
+
+
+def test_write_creates_missing_topics_only_when_asked(store_path):
+    from pylog.spark.writer import prepare_topics
+
+    with pytest.raises(pylog.UnknownTopicError, match=r"'new' does not exist.*autoCreateTopics"):
+        prepare_topics(WriteOptions(store_path, "new"))
+    prepare_topics(WriteOptions(store_path, None))  # topics from a column: the tasks check them
+    opts = WriteOptions(store_path, None, auto_create_topics=True, num_partitions=3)
+    prepare_topics(WriteOptions(store_path, "new", auto_create_topics=True, num_partitions=3))
+    prepare_topics(WriteOptions(store_path, "new", auto_create_topics=True, num_partitions=5))  # exists: kept
+    write_batches(opts, iter([_sink_batch(4, keyed=False, topic=pa.array(["new", "col", "col", "new"]))]))
+    with pylog.open(store_path) as store:
+        assert store.topic("new").num_partitions == 3 and store.topic("col").num_partitions == 3
+    assert sorted(r.value for rs in _all_records(store_path, "col").values() for r in rs) == [b"v1", b"v2"]
+    with pytest.raises(pylog.InvalidTopicError, match="internal topic"):
+        prepare_topics(WriteOptions(store_path, "__consumer_offsets", auto_create_topics=True))
 
 
 def test_write_errors_are_clear(store_path):
@@ -417,3 +552,17 @@ def test_discovery_module_is_visible_to_pyspark_lookup(tmp_path):
     code = ("import pkgutil, pyspark_pylog; assert 'pyspark_pylog' in {m.name for m in pkgutil.iter_modules()}; "
             "assert pyspark_pylog.DefaultSource.name() == 'pylog'")
     subprocess.run([sys.executable, "-c", code], check=True, cwd=str(tmp_path))
+
+
+def test_spark_doc_options_table_lists_every_option():
+    """docs/SPARK.md's table compares every option the code knows (pylog's and the Kafka ones it ignores)."""
+    from pathlib import Path
+
+    from pylog.spark.options import known_options
+
+    text = (Path(__file__).resolve().parent.parent / "docs" / "SPARK.md").read_text()
+    table = text[text.index("## Options compared with Kafka's source and sink"):]
+    first_cells = [line.split("|")[1] for line in table.splitlines() if line.startswith("| `")]
+    documented = {name for cell in first_cells for name in re.findall(r"`([^`]+)`", cell)}
+    assert set(known_options()) <= documented, set(known_options()) - documented
+    assert {"kafka.bootstrap.servers", "kafka.group.id", "kafka.partitioner.class"} <= documented

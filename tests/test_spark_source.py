@@ -92,8 +92,8 @@ def test_timestamp_bounds(spark, store_path):
     df = _load(spark, store_path, subscribe="events", startingTimestamp=str(T0 + 395), endingTimestamp=str(T0 + 1000))
     assert _triples(df) == _expected(store_path, "events", {0: (40, 50), 1: (40, 100), 2: (40, 100)})
     df = _load(spark, store_path, subscribe="events",
-               startingOffsetsByTimestamp=f'{{"events": {{"1": {T0 + 950}}}}}',
-               endingOffsetsByTimestamp=f'{{"events": {{"0": {T0 + 20}}}}}')
+               startingOffsetsByTimestamp=f'{{"events": {{"0": 0, "1": {T0 + 950}, "2": 0}}}}',
+               endingOffsetsByTimestamp=f'{{"events": {{"0": {T0 + 20}, "1": {2 ** 60}, "2": {2 ** 60}}}}}')
     assert _triples(df) == _expected(store_path, "events", {0: (0, 2), 1: (95, 100), 2: (0, 150)})
 
 
@@ -108,8 +108,8 @@ def test_fail_on_data_loss(spark, store_path):
     with pylog.open(store_path) as store:
         store.delete_records("events", 1, 30)
     with pytest.raises(Exception, match=r"events-1: offsets \[10, 30\) were removed"):
-        _load(spark, store_path, subscribe="events", startingOffsets='{"events": {"1": 10}}').count()
-    df = _load(spark, store_path, subscribe="events", startingOffsets='{"events": {"1": 10}}', failOnDataLoss="false")
+        _load(spark, store_path, subscribe="events", startingOffsets='{"events": {"0": -2, "1": 10, "2": -2}}').count()
+    df = _load(spark, store_path, subscribe="events", startingOffsets='{"events": {"0": -2, "1": 10, "2": -2}}', failOnDataLoss="false")
     assert _triples(df) == _expected(store_path, "events", {0: (0, 50), 1: (30, 100), 2: (0, 150)})
 
 

@@ -80,10 +80,10 @@ def test_round_trip_million_rows_with_keys_and_headers(spark, tmp_path):
 def test_topic_and_partition_columns_and_timestamps(spark, tmp_path):
     path = _store(tmp_path, a=2, b=3)
     df = spark.createDataFrame(
-        [("a", None, "x", 1700000000000), (None, 2, "y", None), ("b", 1, "z", 1700000000123)],
+        [("a", None, "x", 1700000000000), ("b", 2, "y", None), ("b", 1, "z", 1700000000123)],
         "topic string, partition int, value string, ts long").selectExpr(
         "topic", "partition", "value", "ts as timestamp")
-    df.write.format("pylog").option("topic", "b").mode("append").save(path)
+    df.write.format("pylog").mode("append").save(path)  # no topic option: each row's topic column
     with pylog.open(path) as store:
         a = [r for p in range(2) for r in store.topic("a").partition(p).read(0)]
         b = {p: store.topic("b").partition(p).read(0) for p in range(3)}

@@ -9,22 +9,34 @@ Installing pylog installs the top-level module ``pyspark_pylog``; PySpark import
 module it finds and registers its ``DefaultSource``, so ``format("pylog")`` needs no setup.
 :func:`register` does it by hand (for a PySpark that does not look, or an install it cannot see).
 
+Importing this package, in the driver, before the session starts, also (1) points Spark's Python workers
+at this interpreter when ``python3`` on ``PATH`` is another one and neither ``PYSPARK_PYTHON`` nor
+``PYSPARK_DRIVER_PYTHON`` is set (:mod:`pylog.spark.workers`: else the workers do not find the format), and
+(2) makes Spark's default save mode append for ``format("pylog")``, as with Kafka's sink
+(:mod:`pylog.spark.savemode`).
+
 This package imports PySpark and pyarrow
 (``pip install ".[spark]"`` from the checkout; the distribution is ``pylog-embedded``); ``import pylog`` never loads it.
 Modules: :mod:`~pylog.spark.options` (parsing), :mod:`~pylog.spark.reader` (planning, Arrow conversion),
 :mod:`~pylog.spark.source` (the DataSource: schema, reader and writer factories), :mod:`~pylog.spark.batch`
 (batch reader, input partitions), :mod:`~pylog.spark.stream` (streaming reader), :mod:`~pylog.spark.writer`
-(Arrow writers). ``source`` imports the others; none of them imports it.
+(Arrow writers), :mod:`~pylog.spark.savemode` (default save mode), :mod:`~pylog.spark.workers` (the
+workers' interpreter). ``source`` imports the others; none of them imports it.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from typing import TYPE_CHECKING, Any, Mapping
 
+from . import savemode, workers
 from .options import DataLossError, InvalidOptionError
 from .source import NAME, PylogDataSource, kafka_schema
+
+savemode.install()
+workers.configure()
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
@@ -33,7 +45,14 @@ __all__ = ["PylogDataSource", "register", "session", "kafka_schema", "InvalidOpt
 
 
 def register(spark: "SparkSession") -> None:
-    """Register the ``pylog`` format with ``spark`` explicitly (discovery normally makes this unnecessary)."""
+    """Register the ``pylog`` format with ``spark`` explicitly (discovery normally makes this unnecessary).
+
+    Logs a warning saying what to set when Spark's Python workers run an interpreter that cannot import
+    pylog (they would fail to load the source).
+    """
+    problem = workers.worker_problem()
+    if problem:
+        logging.getLogger("pylog.spark").warning("pylog: %s", problem)
     spark.dataSource.register(PylogDataSource)
 
 

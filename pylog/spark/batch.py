@@ -29,12 +29,14 @@ __all__ = ["PylogBatchReader", "PylogFilteringBatchReader", "PylogInputPartition
 class PylogInputPartition(InputPartition):
     """One Spark task's work: offsets ``[start, end)`` of one log partition, plus how to read them."""
 
-    def __init__(self, path: str, rng: OffsetRange, include_headers: bool, fail_on_data_loss: bool) -> None:
+    def __init__(self, path: str, rng: OffsetRange, include_headers: bool, fail_on_data_loss: bool,
+                 columns: Sequence[str] | None = None) -> None:
         super().__init__(rng)
         self.path = path
         self.range = rng
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
+        self.columns = tuple(columns) if columns is not None else None  # None: the whole Kafka schema
 
     def __repr__(self) -> str:
         r = self.range
@@ -51,7 +53,8 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
 def _read(partition: PylogInputPartition) -> Iterator[pa.RecordBatch]:
     store = open_store(partition.path)
     try:
-        yield from read_range(store, partition.range, partition.include_headers, partition.fail_on_data_loss)
+        yield from read_range(store, partition.range, partition.include_headers, partition.fail_on_data_loss,
+                              columns=partition.columns)
     finally:
         store.close()
 
@@ -59,8 +62,9 @@ def _read(partition: PylogInputPartition) -> Iterator[pa.RecordBatch]:
 class PylogBatchReader(DataSourceReader):
     """Batch reader: plans offset ranges once, reads each as Arrow batches (see :mod:`pylog.spark.reader`)."""
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, columns: Sequence[str] | None = None) -> None:
         self.opts = opts
+        self.columns = columns  # a declared subset of the Kafka schema's columns, or None for all
         self.pushed: RangeFilter | None = None
 
     def partitions(self) -> Sequence[InputPartition]:
@@ -70,8 +74,8 @@ class PylogBatchReader(DataSourceReader):
         finally:
             store.close()
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
-        return [PylogInputPartition(self.opts.path, r, self.opts.include_headers, self.opts.fail_on_data_loss)
-                for r in ranges]
+        return [PylogInputPartition(self.opts.path, r, self.opts.include_headers, self.opts.fail_on_data_loss,
+                                    self.columns) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)

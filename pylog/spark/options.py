@@ -8,7 +8,16 @@ parsing is testable without a JVM.
 Invariants:
 - Every option is checked where it is parsed: an unknown name, a value of the wrong form, a missing
   required option or two options that exclude each other raise :class:`InvalidOptionError` naming the
-  option (Spark shows the message to the user unchanged, inside its own error).
+  option (Spark shows the message to the user unchanged, inside its own error). Names are shown in their
+  documented camelCase spelling (Spark lower-cases them); an unknown one as given, with the closest known.
+- Options of Spark's Kafka source or sink that pylog has no use for where they are given (``kafka.*``,
+  consumer tuning, trigger pacing in batch reads, the other side's options) are accepted and ignored, with
+  one warning per process naming them, so a Kafka job's option map works unchanged. pylog's own options
+  where they do not apply stay errors.
+- Per-partition JSON must name exactly the partitions a query reads (:func:`check_partitions_named`), as
+  the Kafka source requires.
+- A path with a URL scheme other than ``file:`` is refused, naming the scheme: a store is a directory on a
+  local or shared filesystem.
 - Offsets follow the Kafka source's conventions: in per-partition JSON ``-2`` means earliest and ``-1``
   latest; timestamps are milliseconds since the epoch; a timestamp resolves to the first offset whose
   record timestamp is >= it (the time index's answer), and an ending timestamp with no such record to
@@ -18,20 +27,25 @@ Invariants:
 
 from __future__ import annotations
 
+import difflib
 import json
+import logging
 import os
 import re
 from dataclasses import dataclass, field
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..errors import DataLossError, InvalidOptionError  # defined here before pylog.errors: importable from here too
 from ..storage.filenames import OFFSETS_TOPIC, STORE_FILE
 
 __all__ = [
     "InvalidOptionError", "DataLossError", "OffsetSpec", "Subscription", "ReadOptions", "WriteOptions",
-    "parse_read_options", "parse_write_options", "resolve_offset", "store_path",
+    "parse_read_options", "parse_write_options", "resolve_offset", "store_path", "check_partitions_named",
+    "known_options",
     "EARLIEST", "LATEST",
 ]
+
+log = logging.getLogger("pylog.spark")
 
 #: Per-partition JSON offsets: the Kafka source's markers for "the log start" and "the log end".
 EARLIEST = -2
@@ -41,8 +55,8 @@ LATEST = -1
 DEFAULT_LOCK_TIMEOUT_MS = 60_000
 
 
-# The option names each mode accepts, canonical spelling; Spark lower-cases nothing, but option lookups
-# are case-insensitive, so names are matched lower-cased.
+# The option names each mode uses, canonical spelling. Spark hands options over with lower-cased names
+# (its CaseInsensitiveDict), so names are matched lower-cased and errors show the canonical spelling.
 _SUBSCRIBE = ("subscribe", "subscribePattern", "assign")
 _BATCH_READ = _SUBSCRIBE + (
     "path", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
@@ -51,9 +65,32 @@ _BATCH_READ = _SUBSCRIBE + (
 )
 _STREAM_ONLY = ("maxOffsetsPerTrigger",)
 _BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "filterPushdown")
-_WRITE = ("path", "topic", "lockTimeoutMs", "checkpointLocation")
-_CANONICAL = {n.lower(): n for n in _BATCH_READ + _STREAM_ONLY + _WRITE}
+_WRITE = ("path", "topic", "lockTimeoutMs", "checkpointLocation", "autoCreateTopics", "numPartitions")
 
+# Options of Spark's Kafka source and sink that pylog accepts and ignores, so that a Kafka job's option map
+# works unchanged (the Kafka source ignores options it does not use, too). Any ``kafka.*`` option (the Kafka
+# client's own settings) is ignored as well. Each parse logs one warning naming what it ignored.
+#: Kafka-client tuning, meaningless without a broker: ignored by reads and writes.
+_KAFKA_CLIENT = ("kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetchOffset.retryIntervalMs",
+                 "groupIdPrefix")
+#: Trigger pacing: the Kafka source ignores all three in batch queries (with a warning), as pylog does.
+_TRIGGER = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
+#: The Kafka source's options, which its sink ignores (and so does pylog's).
+_KAFKA_SOURCE = tuple(n for n in _BATCH_READ if n != "filterPushdown") + _TRIGGER + _KAFKA_CLIENT
+_KAFKA_PREFIX = "kafka."
+
+_IGNORED = {
+    "batch reads": _KAFKA_CLIENT + _TRIGGER + ("topic",),
+    "streaming reads": _KAFKA_CLIENT + ("minOffsetsPerTrigger", "maxTriggerDelay", "topic"),
+    "reads": _KAFKA_CLIENT + ("minOffsetsPerTrigger", "maxTriggerDelay", "topic"),
+    "writes": tuple(dict.fromkeys(_KAFKA_SOURCE)),
+}
+_CANONICAL = {n.lower(): n for n in _BATCH_READ + _STREAM_ONLY + _WRITE + _KAFKA_SOURCE}
+_IGNORED_NAMES = tuple(dict.fromkeys(n for names in _IGNORED.values() for n in names))
+_warned: set[tuple[str, ...]] = set()  # ignored-option sets already logged by this process
+
+#: URL schemes of remote filesystems that a pylog store cannot be on (yet): named in the error.
+_URL = re.compile(r"^([A-Za-z][A-Za-z0-9+.-]*)://")
 
 @dataclass(frozen=True)
 class OffsetSpec:
@@ -109,25 +146,37 @@ class ReadOptions:
 
 @dataclass(frozen=True)
 class WriteOptions:
-    """Parsed options of a write: the store, the default topic and how long to wait for a partition lock."""
+    """Parsed options of a write: the store, the topic (which beats a ``topic`` column, as in Kafka's sink),
+    how long to wait for a partition lock, and whether missing topics are created (``autoCreateTopics``,
+    with ``numPartitions`` partitions: the broker settings ``auto.create.topics.enable`` and
+    ``num.partitions`` of a Kafka cluster)."""
 
     path: str
     topic: str | None
     lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
+    auto_create_topics: bool = False
+    num_partitions: int = 1
 
 
 # ------------------------------------------------------------------------------------------------ parsing
 
 
 def _normalise(options: Mapping[str, str], allowed: tuple[str, ...], mode: str) -> dict[str, str]:
-    """Options keyed by canonical name; unknown or misplaced names raise InvalidOptionError."""
+    """Options keyed by canonical name, without those ignored here (see ``_IGNORED``; one warning names
+    them). An unknown name raises InvalidOptionError suggesting the closest known one; a pylog option used
+    where it does not apply raises InvalidOptionError saying where it does."""
     allowed_lower = {a.lower() for a in allowed}
+    ignored_lower = {n.lower() for n in _IGNORED[mode]} - allowed_lower
     out: dict[str, str] = {}
+    ignored: list[str] = []
     for key, value in options.items():
         low = key.lower()
         name = _CANONICAL.get(low)
+        if low.startswith(_KAFKA_PREFIX) or low in ignored_lower:
+            ignored.append(name or key)
+            continue
         if name is None:
-            raise InvalidOptionError(key, f"unknown option for {mode} (known: {', '.join(sorted(allowed))})")
+            raise InvalidOptionError(key, f"unknown option for {mode}{_suggest(low, allowed)}")
         if low not in allowed_lower:
             where = ("streaming reads" if name in _STREAM_ONLY else "batch reads" if name in _BATCH_ONLY
                      else "writes" if name in _WRITE else "reads")
@@ -135,18 +184,48 @@ def _normalise(options: Mapping[str, str], allowed: tuple[str, ...], mode: str) 
         if value is None:
             continue
         out[name] = str(value)
+    if ignored:
+        _warn_ignored(tuple(sorted(ignored)), mode)
     return out
+
+
+def known_options() -> tuple[str, ...]:
+    """Every option name pylog's source and sink know, canonical spelling: those used, and the Kafka
+    source's and sink's that are accepted and ignored (besides any ``kafka.*``)."""
+    return tuple(dict.fromkeys(_CANONICAL.values()))
+
+
+def _suggest(low: str, allowed: tuple[str, ...]) -> str:
+    """`` (did you mean 'X'?)`` for the known option closest to ``low``, else the list of known ones."""
+    names = {n.lower(): n for n in allowed + _IGNORED_NAMES}
+    close = difflib.get_close_matches(low, list(names), n=1, cutoff=0.6)
+    if close:
+        return f"; did you mean {names[close[0]]!r}?"
+    return f" (known: {', '.join(sorted(allowed))})"
+
+
+def _warn_ignored(names: tuple[str, ...], mode: str) -> None:
+    if (mode, *names) in _warned:
+        return
+    _warned.add((mode, *names))
+    log.warning("pylog: ignoring option%s %s for %s (Kafka settings pylog has no use for; see the options "
+                "table in docs/SPARK.md)", "s" if len(names) > 1 else "", ", ".join(names), mode)
 
 
 def store_path(options: Mapping[str, str]) -> str:
     """The store directory from the ``path`` option (``load(path)`` / ``save(path)``), absolute.
 
-    :raises InvalidOptionError: when no path is given or it is not a pylog store (a read or write never
-        creates a store).
+    :raises InvalidOptionError: when no path is given, it is a remote URL (``s3a://``, ``hdfs://``...) or it
+        is not a pylog store (a read or write never creates a store).
     """
     raw = options.get("path")
     if not raw:
         raise InvalidOptionError("path", "give the store directory: .load(path) / .save(path)")
+    url = _URL.match(raw)
+    if url and url.group(1).lower() != "file":
+        raise InvalidOptionError("path", f"{raw!r}: a pylog store must be on a local or shared (mounted) "
+                                 f"filesystem; {url.group(1)}:// paths are not supported. Give the directory "
+                                 "as a local path, on a filesystem every executor mounts")
     path = raw[len("file://"):] if raw.startswith("file://") else raw[len("file:"):] if raw.startswith("file:") else raw
     path = os.path.abspath(path)
     if not os.path.isfile(os.path.join(path, STORE_FILE)):
@@ -311,8 +390,14 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     if topic is not None and not topic.strip():
         raise InvalidOptionError("topic", "empty topic name")
     timeout = _int(opts, "lockTimeoutMs", 0)
+    create = _bool(opts, "autoCreateTopics", False)
+    partitions = _int(opts, "numPartitions", 1)
+    if partitions is not None and not create:
+        raise InvalidOptionError("numPartitions", "only applies with autoCreateTopics=true (topics are not "
+                                 "created otherwise)")
     return WriteOptions(path=store_path(opts), topic=topic.strip() if topic else None,
-                        lock_timeout_ms=DEFAULT_LOCK_TIMEOUT_MS if timeout is None else timeout)
+                        lock_timeout_ms=DEFAULT_LOCK_TIMEOUT_MS if timeout is None else timeout,
+                        auto_create_topics=create, num_partitions=1 if partitions is None else partitions)
 
 
 # --------------------------------------------------------------------------------------------- resolving
@@ -352,6 +437,34 @@ def resolve_offset(spec: OffsetSpec, topic: str, partition: int, log_start: int,
         raise InvalidOptionError(spec.option, f"{topic}-{partition} has no record with a timestamp >= {ts}; "
                                  "use startingOffsetsByTimestampStrategy=latest to start at the log end")
     return log_end
+
+
+def check_partitions_named(spec: OffsetSpec, partitions: Sequence[tuple[str, int]]) -> None:
+    """Per-partition JSON (offsets or timestamps) must name exactly the partitions the query reads, as the
+    Kafka source requires: a partition left out, or one that is not read, is an error naming them.
+
+    :raises InvalidOptionError: naming ``spec.option``, the missing and the unknown partitions.
+    """
+    if spec.kind not in ("offsets", "timestamps"):
+        return
+    read, named = set(partitions), set(spec.per_partition)
+    if read == named:
+        return
+
+    def names(tps: set[tuple[str, int]]) -> str:
+        return ", ".join(f"{t}-{p}" for t, p in sorted(tps))
+
+    problems = []
+    if read - named:
+        problems.append(f"missing {names(read - named)}")
+    if named - read:
+        problems.append(f"not read by this query (no such partition, or not subscribed): {names(named - read)}")
+    markers = ""
+    if spec.kind == "offsets":
+        markers = (" (use -2 for earliest, -1 for latest)" if spec.option.startswith("starting")
+                   else " (use -1 for latest)")
+    raise InvalidOptionError(spec.option, f"must name every partition the query reads{markers}: "
+                             + "; ".join(problems))
 
 
 def is_internal(topic: str) -> bool:

@@ -10,8 +10,9 @@ Invariants:
   timestamps and timestamp types are numpy arrays handed to Arrow. Only headers, which pylog keeps as
   per-record tuples, are built from Python objects (and only with ``includeHeaders=true``).
 - Every batch has exactly Spark's Arrow schema for the Kafka source's columns (:data:`ARROW_SCHEMA` /
-  :data:`ARROW_SCHEMA_WITH_HEADERS`): ``binary`` (not ``large_binary``), ``timestamp[us, tz=UTC]``, all
-  fields nullable, list items named ``element``; Spark rejects any other schema.
+  :data:`ARROW_SCHEMA_WITH_HEADERS`), or for the subset of them a user declared (column pruning, in the
+  declared order): ``binary`` (not ``large_binary``), ``timestamp[us, tz=UTC]``, all fields nullable, list
+  items named ``element``; Spark rejects any other schema. A column not asked for is not built.
 - A range ``[start, end)`` yields each record with ``start <= offset < end`` exactly once, in offset order.
   Offsets compacted away are simply absent. Offsets removed by retention before or while the range is read
   raise :class:`~pylog.spark.options.DataLossError` with ``failOnDataLoss=true``, and are skipped with a
@@ -36,12 +37,13 @@ from ..storage.filenames import STORE_FILE
 from ..storage.records import RecordColumns
 from ..store import Store
 from ..store import open as open_pylog
-from .options import DataLossError, InvalidOptionError, ReadOptions, Subscription, resolve_offset
+from .options import (DataLossError, InvalidOptionError, ReadOptions, Subscription, check_partitions_named,
+                      resolve_offset)
 
 __all__ = [
     "OffsetRange", "ARROW_SCHEMA", "ARROW_SCHEMA_WITH_HEADERS", "HEADERS_TYPE", "open_store",
     "list_partitions", "plan_ranges", "split_ranges", "read_range", "columns_to_arrow", "binary_array",
-    "RangeFilter", "filter_from_pushed", "READ_RECORDS", "READ_BYTES",
+    "RangeFilter", "filter_from_pushed", "READ_RECORDS", "READ_BYTES", "COLUMNS", "arrow_schema",
 ]
 
 log = logging.getLogger("pylog.spark")
@@ -153,12 +155,15 @@ def _data_loss(fail: bool, message: str, offset: int, log_start: int, log_end: i
 def plan_ranges(store: Store, opts: ReadOptions, pushed: RangeFilter | None = None) -> list[OffsetRange]:
     """Resolve a batch query's start and end in every subscribed partition, as offset ranges (unsplit).
 
-    :raises InvalidOptionError: a start after its end, an end beyond the log end, an unmatched starting
-        timestamp (strategy ``error``).
+    :raises InvalidOptionError: per-partition JSON not naming exactly the partitions read, a start after its
+        end, an end beyond the log end, an unmatched starting timestamp (strategy ``error``).
     :raises DataLossError: a start below the log start with ``failOnDataLoss=true``.
     """
     ranges = []
-    for topic, number in list_partitions(store, opts.subscription):
+    partitions = list_partitions(store, opts.subscription)
+    check_partitions_named(opts.starting, partitions)
+    check_partitions_named(opts.ending, partitions)
+    for topic, number in partitions:
         if pushed is not None and not pushed.allows_partition(number):
             continue
         p = store.topic(topic).partition(number)
@@ -252,26 +257,43 @@ def headers_array(headers: list | None, n: int) -> pa.Array:
     return pa.ListArray.from_arrays(pa.array(offsets), items, type=HEADERS_TYPE, mask=mask)
 
 
-def columns_to_arrow(cols: RecordColumns, topic: str, partition: int, include_headers: bool) -> pa.RecordBatch:
-    """One Arrow batch with the Kafka source's columns (see :data:`ARROW_SCHEMA`) for ``cols``."""
-    n = len(cols)
-    arrays = [
-        binary_array(cols.key_lengths, cols.key_data),
-        binary_array(cols.value_lengths, cols.value_data),
-        pa.repeat(pa.scalar(topic, pa.string()), n),
-        pa.array(np.full(n, partition, np.int32)),
-        pa.array(cols.offsets),
-        pa.Array.from_buffers(_TS_TYPE, n, [None, pa.py_buffer(cols.timestamps * 1000)]),
-        pa.array(cols.timestamp_types.astype(np.int32)),
-    ]
-    if include_headers:
-        arrays.append(headers_array(cols.headers, n))
-    return pa.RecordBatch.from_arrays(arrays, schema=ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA)
+#: How each column of the Kafka schema is built from ``(columns, topic, partition)``.
+_BUILD: dict[str, Callable[[RecordColumns, str, int], pa.Array]] = {
+    "key": lambda c, t, p: binary_array(c.key_lengths, c.key_data),
+    "value": lambda c, t, p: binary_array(c.value_lengths, c.value_data),
+    "topic": lambda c, t, p: pa.repeat(pa.scalar(t, pa.string()), len(c)),
+    "partition": lambda c, t, p: pa.array(np.full(len(c), p, np.int32)),
+    "offset": lambda c, t, p: pa.array(c.offsets),
+    "timestamp": lambda c, t, p: pa.Array.from_buffers(_TS_TYPE, len(c), [None, pa.py_buffer(c.timestamps * 1000)]),
+    "timestampType": lambda c, t, p: pa.array(c.timestamp_types.astype(np.int32)),
+    "headers": lambda c, t, p: headers_array(c.headers, len(c)),
+}
+#: Every column's name, in the Kafka schema's order (``headers`` last, only with ``includeHeaders``).
+COLUMNS = tuple(_BUILD)
+
+
+def arrow_schema(columns: Sequence[str]) -> pa.Schema:
+    """Spark's Arrow schema for ``columns`` (names of :data:`COLUMNS`, in any order)."""
+    return pa.schema([ARROW_SCHEMA_WITH_HEADERS.field(name) for name in columns])
+
+
+def columns_to_arrow(cols: RecordColumns, topic: str, partition: int, include_headers: bool,
+                     columns: Sequence[str] | None = None) -> pa.RecordBatch:
+    """One Arrow batch for ``cols``: the Kafka source's columns (see :data:`ARROW_SCHEMA`), or only
+    ``columns`` in that order (a user-declared schema: column pruning); then ``include_headers`` is unused."""
+    if columns is None:
+        columns = COLUMNS if include_headers else COLUMNS[:-1]
+        schema = ARROW_SCHEMA_WITH_HEADERS if include_headers else ARROW_SCHEMA
+    else:
+        schema = arrow_schema(columns)
+    return pa.RecordBatch.from_arrays([_BUILD[name](cols, topic, partition) for name in columns], schema=schema)
 
 
 def read_range(store: Store, r: OffsetRange, include_headers: bool, fail_on_data_loss: bool,
-               max_records: int = READ_RECORDS, max_bytes: int = READ_BYTES) -> Iterator[pa.RecordBatch]:
-    """Arrow batches of the records with offsets in ``[r.start, r.end)`` of one partition, in order.
+               max_records: int = READ_RECORDS, max_bytes: int = READ_BYTES,
+               columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+    """Arrow batches of the records with offsets in ``[r.start, r.end)`` of one partition, in order
+    (only ``columns`` when given, see :func:`columns_to_arrow`).
 
     :raises DataLossError: with ``fail_on_data_loss``, when offsets of the range were removed (retention,
         delete-records) before they were read, or the log ends before ``r.end`` (truncated or recreated).
@@ -297,7 +319,7 @@ def read_range(store: Store, r: OffsetRange, include_headers: bool, fail_on_data
         k = len(cols) if cols.offsets[-1] < r.end else int(np.searchsorted(cols.offsets, r.end))
         if k == 0:  # offsets compacted away up to past the range's end
             return
-        batch = columns_to_arrow(cols, r.topic, r.partition, include_headers)
+        batch = columns_to_arrow(cols, r.topic, r.partition, include_headers, columns)
         yield batch if k == len(cols) else batch.slice(0, k)
         pos = int(cols.offsets[k - 1]) + 1
 

@@ -9,7 +9,10 @@ This module sits above all of them and imports them; none of them imports it.
 Invariants:
 - The schema is the Kafka source's: ``key binary, value binary, topic string, partition int, offset long,
   timestamp timestamp, timestampType int`` plus ``headers array<struct<key:string,value:binary>>`` with
-  ``includeHeaders=true``; a user-given schema must equal it.
+  ``includeHeaders=true``. A user-declared schema must be a subset of those columns with those types, in
+  any order; the read then produces only those (column pruning).
+- A batch write with Spark's default save mode (ErrorIfExists) appends, as Kafka's sink does: importing
+  this package installs that default (:mod:`pylog.spark.savemode`).
 """
 
 from __future__ import annotations
@@ -25,7 +28,7 @@ from .options import InvalidOptionError, ReadOptions, parse_read_options, parse_
 from .stream import PylogStreamReader
 from .writer import PylogStreamWriter, PylogWriter
 
-__all__ = ["PylogDataSource", "kafka_schema", "NAME"]
+__all__ = ["PylogDataSource", "kafka_schema", "read_columns", "NAME"]
 
 #: The format name: ``spark.read.format("pylog")``.
 NAME = "pylog"
@@ -45,11 +48,28 @@ def kafka_schema(include_headers: bool = False) -> StructType:
     return StructType(fields)
 
 
-def _check_schema(schema: StructType | None, opts: ReadOptions) -> None:
-    expected = kafka_schema(opts.include_headers)
-    if schema is not None and schema != expected:
-        raise InvalidOptionError("schema", f"the pylog source's schema is fixed ({expected.simpleString()}); "
-                                 f"got {schema.simpleString()}")
+def read_columns(schema: StructType | None, opts: ReadOptions) -> tuple[str, ...] | None:
+    """The columns a read produces: None for the whole Kafka schema, or the names of a user-declared
+    subset (``.schema("value binary")``), in the declared order: column pruning, since a Python source
+    gets no pruning from Spark. A declared ``headers`` column reads headers without ``includeHeaders``.
+
+    :raises InvalidOptionError: a declared column that is not one of the Kafka schema's, has another type
+        or nullability, or appears twice.
+    """
+    if schema is None or schema == kafka_schema(opts.include_headers):
+        return None
+    known = {f.name: f for f in kafka_schema(True).fields}
+    names = [f.name for f in schema.fields]
+    for f in schema.fields:
+        want = known.get(f.name)
+        if want is None or f.dataType != want.dataType or not f.nullable:
+            what = (f"unknown column {f.name!r}" if want is None
+                    else f"column {f.name!r} must be {want.dataType.simpleString()} (nullable)")
+            raise InvalidOptionError("schema", f"{what}: declare a subset of the pylog source's columns "
+                                     f"({kafka_schema(True).simpleString()}), e.g. .schema('value binary')")
+    if not names or len(set(names)) != len(names):
+        raise InvalidOptionError("schema", f"declare each column once, at least one; got {schema.simpleString()}")
+    return tuple(names)
 
 
 class PylogDataSource(DataSource):
@@ -66,13 +86,12 @@ class PylogDataSource(DataSource):
 
     def reader(self, schema: StructType) -> DataSourceReader:
         opts = parse_read_options(self.options)
-        _check_schema(schema, opts)
-        return PylogFilteringBatchReader(opts) if opts.filter_pushdown else PylogBatchReader(opts)
+        columns = read_columns(schema, opts)
+        return PylogFilteringBatchReader(opts, columns) if opts.filter_pushdown else PylogBatchReader(opts, columns)
 
     def streamReader(self, schema: StructType) -> Any:
         opts = parse_read_options(self.options, streaming=True)
-        _check_schema(schema, opts)
-        return PylogStreamReader(opts)
+        return PylogStreamReader(opts, read_columns(schema, opts))
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         if overwrite:

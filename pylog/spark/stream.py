@@ -27,7 +27,7 @@ import pyarrow as pa
 from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
-from .options import DataLossError, ReadOptions, resolve_offset
+from .options import DataLossError, ReadOptions, check_partitions_named, resolve_offset
 from .reader import OffsetRange, list_partitions, open_store, split_ranges
 from .batch import PylogInputPartition, read_partition
 
@@ -76,8 +76,9 @@ def prorate(begin: dict[TP, int], end: dict[TP, int], limit: int) -> dict[TP, in
 class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     """Micro-batch reader over a store's partitions (see the module docstring)."""
 
-    def __init__(self, opts: ReadOptions) -> None:
+    def __init__(self, opts: ReadOptions, columns: Sequence[str] | None = None) -> None:
         self.opts = opts
+        self.columns = columns  # a declared subset of the Kafka schema's columns, or None for all
         self._target: dict[TP, int] | None = None  # availableNow: the ends to stop at
 
     def _snapshot(self) -> dict[TP, tuple[int, int]]:
@@ -97,7 +98,9 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         store = open_store(self.opts.path)
         try:
             offsets = {}
-            for topic, number in list_partitions(store, self.opts.subscription):
+            partitions = list_partitions(store, self.opts.subscription)
+            check_partitions_named(self.opts.starting, partitions)
+            for topic, number in partitions:
                 p = store.topic(topic).partition(number)
                 end = p.log_end_offset
                 start = p.log_start_offset
@@ -168,8 +171,8 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if b < e:
                 ranges.append(OffsetRange(tp[0], tp[1], b, e))
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
-        return [PylogInputPartition(self.opts.path, r, self.opts.include_headers, self.opts.fail_on_data_loss)
-                for r in ranges]
+        return [PylogInputPartition(self.opts.path, r, self.opts.include_headers, self.opts.fail_on_data_loss,
+                                    self.columns) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)

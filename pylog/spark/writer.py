@@ -1,7 +1,8 @@
 """Writing for the Spark sink: ``df.write.format("pylog")`` and ``df.writeStream.format("pylog")``.
 
 Columns, as Spark's Kafka sink: ``value`` (binary or string, required), ``key`` (binary or string),
-``topic`` (string; a non-null value overrides the ``topic`` option), ``partition`` (int), ``headers``
+``topic`` (string; used only without a ``topic`` option, which overrides it as in Kafka's sink),
+``partition`` (int), ``headers``
 (``array<struct<key:string,value:binary>>``) and ``timestamp`` (timestamp, or long milliseconds; null or
 absent means the append time). Other columns are ignored, so a DataFrame read from pylog can be written
 back as it is.
@@ -11,6 +12,8 @@ Invariants:
   Java client) would put it, ``murmur2(key) % partitions``
   (:func:`pylog.clients.partitioner.partitions_for_keys`); otherwise all key-less rows of one Arrow batch go
   to one partition, rotating from batch to batch.
+- Topics are never created unless ``autoCreateTopics=true``: the ``topic`` option's topic is checked (or
+  created) on the driver before any task starts; topics named by a ``topic`` column, by the tasks.
 - Rows of one task keep their input order within each partition.
 - Each task buffers Arrow slices per partition and appends them in whole batches while holding the
   partition's writer lock (taken by the first append, waiting up to ``lockTimeoutMs`` for another task or
@@ -37,7 +40,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                TimestampType)
 
 from ..clients.partitioner import partitions_for_keys
-from ..errors import InvalidRecordError, InvalidTopicError, PartitionLockedError, UnknownTopicError
+from ..errors import InvalidRecordError, InvalidTopicError, PartitionLockedError, TopicExistsError, UnknownTopicError
 from ..storage.filenames import is_internal_topic
 from ..storage.partition import Partition
 from ..storage.records import now_ms
@@ -47,7 +50,7 @@ from .options import InvalidOptionError, WriteOptions
 from .reader import open_store
 
 __all__ = ["PylogWriter", "PylogStreamWriter", "PylogCommitMessage", "write_batches", "check_write_schema",
-           "FLUSH_BYTES", "BUFFER_BYTES"]
+           "topic_partitions", "prepare_topics", "FLUSH_BYTES", "BUFFER_BYTES"]
 
 log = logging.getLogger("pylog.spark")
 
@@ -172,6 +175,46 @@ def _headers_rows(arr: pa.Array) -> list:
 # ------------------------------------------------------------------------------------------------ writing
 
 
+def topic_partitions(store: Store, topic: str, opts: WriteOptions) -> int:
+    """The partition count of ``topic``, which the sink may write: created first (``numPartitions``
+    partitions) if it is missing and ``autoCreateTopics=true``.
+
+    :raises InvalidTopicError: for pylog's internal topics.
+    :raises UnknownTopicError: for a missing topic without ``autoCreateTopics=true``, saying how to create it.
+    """
+    if is_internal_topic(topic):
+        raise InvalidTopicError(f"{topic!r} is an internal topic of pylog: the sink cannot write to it")
+    try:
+        return store.topic(topic).num_partitions
+    except UnknownTopicError:
+        if not opts.auto_create_topics:
+            raise UnknownTopicError(
+                f"topic {topic!r} does not exist in {store.path}: create it first (`pylog topics create`, "
+                "store.create_topic), or write with .option('autoCreateTopics', 'true') and "
+                ".option('numPartitions', N)") from None
+    try:
+        created = store.create_topic(topic, partitions=opts.num_partitions)
+        log.info("pylog: created topic %r with %d partitions (autoCreateTopics)", topic, opts.num_partitions)
+        return created.num_partitions
+    except TopicExistsError:  # another task or application created it first
+        return store.topic(topic).num_partitions
+
+
+def prepare_topics(opts: WriteOptions) -> None:
+    """On the driver, before any task starts: the ``topic`` option's topic exists or is created
+    (``autoCreateTopics``), so a write to a missing topic fails at once, not in every task.
+
+    Topics named only by a ``topic`` column are checked (or created) by the tasks that meet them.
+    """
+    if opts.topic is None:
+        return
+    store = open_store(opts.path)
+    try:
+        topic_partitions(store, opts.topic, opts)
+    finally:
+        store.close()
+
+
 class _TaskWriter:
     """One task's appends: placement, per-partition buffers and lock turns (see the module docstring)."""
 
@@ -186,35 +229,26 @@ class _TaskWriter:
         self.batch_no = self.rng.randrange(1 << 30)
 
     def _partition_count(self, topic: str) -> int:
-        if is_internal_topic(topic):  # every row's topic is looked up here first
-            raise InvalidTopicError(f"{topic!r} is an internal topic of pylog: the sink cannot write to it")
-        try:
-            return self.store.topic(topic).num_partitions
-        except UnknownTopicError:
-            raise UnknownTopicError(f"topic {topic!r} does not exist in {self.store.path}: create it first "
-                                    "(store.create_topic); the pylog sink does not create topics") from None
+        return topic_partitions(self.store, topic, self.opts)
 
     def add(self, batch: pa.RecordBatch) -> None:
         n = batch.num_rows
         if n == 0:
             return
         self.batch_no += 1
-        names = batch.schema.names
-        if "topic" in names and batch.column("topic").null_count < n:
-            col = batch.column("topic")
-            if col.null_count and self.opts.topic is None:
-                raise InvalidOptionError("topic", "rows with a null 'topic' and no topic option")
-            topics = col.fill_null(self.opts.topic) if col.null_count else col
-            uniq = pc.unique(topics).to_pylist()
-            if len(uniq) == 1:
-                self._add_topic(uniq[0], batch)
-            else:
-                for t in uniq:
-                    self._add_topic(t, batch.filter(pc.equal(topics, t)))
-        else:
-            if self.opts.topic is None:
-                raise InvalidOptionError("topic", "rows with a null 'topic' and no topic option")
+        if self.opts.topic is not None:  # the option beats the column, as in Kafka's sink
             self._add_topic(self.opts.topic, batch)
+            return
+        names = batch.schema.names
+        col = batch.column("topic") if "topic" in names else None
+        if col is None or col.null_count:
+            raise InvalidOptionError("topic", "rows with a null 'topic' and no topic option")
+        uniq = pc.unique(col).to_pylist()
+        if len(uniq) == 1:
+            self._add_topic(uniq[0], batch)
+        else:
+            for t in uniq:
+                self._add_topic(t, batch.filter(pc.equal(col, t)))
 
     def _add_topic(self, topic: str, batch: pa.RecordBatch) -> None:
         n = batch.num_rows
@@ -337,6 +371,7 @@ class PylogWriter(DataSourceArrowWriter):
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         check_write_schema(schema, opts)
+        prepare_topics(opts)  # constructed on the driver: fails (or creates) before any task starts
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
@@ -357,6 +392,7 @@ class PylogStreamWriter(DataSourceStreamArrowWriter):
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         check_write_schema(schema, opts)
+        prepare_topics(opts)  # constructed on the driver: fails (or creates) before any task starts
         self.opts = opts
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
