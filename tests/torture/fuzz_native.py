@@ -586,7 +586,7 @@ class ApiKind(Kind):
         dtype = "<i4" if r < 0.8 else rng.choice(("<i8", "<f8", "<u4", "<i2"))
         if rng.random() < 0.5:  # an honest split of the data
             cuts = sorted(rng.randrange(data_len + 1) for _ in range(max(0, n - 1)))
-            lens = [b - a for a, b in zip([0] + cuts, cuts + [data_len])][:n]
+            lens = [b - a for a, b in zip([0] + cuts, cuts + [data_len], strict=True)][:n]
         else:
             lens = [rng.choice((-2, -1, 0, 1, 7, data_len, (1 << 31) - 1, 1 << 30)) for _ in range(n)]
         arr = np.array(lens, dtype="<i8").astype(dtype)
@@ -844,7 +844,6 @@ def child_main(spec: dict) -> int:
     signal.signal(signal.SIGALRM, _on_alarm)
     with contextlib.suppress(OSError):
         os.nice(10)
-    seed = spec["seed"]
     work = tempfile.mkdtemp(prefix=f"{spec['role']}-", dir=os.getcwd())
     with open(spec["progress"], "wb") as f:
         f.write(b"\0" * 64)
@@ -895,13 +894,23 @@ def fuzz_share(spec: dict, work: str, progress: mmap.mmap) -> dict:
             "seconds": seconds}
 
 
+def _one_round(kind: Kind, inputs: list, progress: mmap.mmap, seed: int) -> int:
+    import gc
+    import tracemalloc
+    for i, data in enumerate(inputs):
+        _mark(progress, kind.name, seed, i)
+        with contextlib.suppress(Exception):
+            kind.feed(data)
+    gc.collect()
+    return tracemalloc.get_traced_memory()[0]
+
+
 def leak_rounds(spec: dict, work: str, progress: mmap.mmap) -> dict:
     """The same inputs of each kind, ``spec["rounds"]`` times (LEAK_ROUNDS), under tracemalloc when more
     than once (once: for LeakSanitizer's report at exit alone). Caches (numpy's, pylog's) fill in
     the first rounds; a reference leaked in C grows the traced memory by the same amount every round. A
     kind fails when each of the last three rounds grew by more than ``max(LEAK_BYTES_PER_INPUT * inputs,
     LEAK_FLOOR)``; two more rounds under snapshots then say where."""
-    import gc
     import tracemalloc
     seed = spec["seed"]
     growth: dict[str, list[int]] = {}
@@ -914,23 +923,14 @@ def leak_rounds(spec: dict, work: str, progress: mmap.mmap) -> dict:
         t0 = time.monotonic()
         kind = KINDS[name](os.path.join(work, name))
         inputs = [kind.make(_input_rng(seed, name, i)) for i in range(n)]
-
-        def one_round() -> int:
-            for i, data in enumerate(inputs):
-                _mark(progress, name, seed, i)
-                with contextlib.suppress(Exception):
-                    kind.feed(data)
-            gc.collect()
-            return tracemalloc.get_traced_memory()[0]
-
-        marks = [one_round() for _ in range(rounds)]
-        deltas = [b - a for a, b in zip(marks, marks[1:])]
+        marks = [_one_round(kind, inputs, progress, seed) for _ in range(rounds)]
+        deltas = [b - a for a, b in zip(marks, marks[1:], strict=False)]
         growth[name] = deltas
         limit = max(LEAK_BYTES_PER_INPUT * n, LEAK_FLOOR)
         if len(deltas) >= 3 and min(deltas[-3:]) > limit:
             before = tracemalloc.take_snapshot()
-            one_round()
-            one_round()
+            _one_round(kind, inputs, progress, seed)
+            _one_round(kind, inputs, progress, seed)
             top = tracemalloc.take_snapshot().compare_to(before, "traceback")[:3]
             where = "\n".join(f"{s.size_diff:+d} B in {s.count_diff:+d} blocks at\n  " +
                               "\n  ".join(s.traceback.format()[-8:]) for s in top)
