@@ -285,7 +285,7 @@ def run(mode: str, workdir: str, seed: int | None = None, only: list[str] | None
     jobs.append(("exact", {"role": "leaks", "counts": leak_inputs, "seed": seed, "so": info["so"], "mode": mode,
                            "rounds": 1}, child_env(info, exact_unwind=True)))
     if "api" in counts:
-        ref_env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC")}
+        ref_env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "PYTHONSAFEPATH")}
         ref_env.update({"PYLOG_PURE_PYTHON": "1", "PYTHONPATH": info["lib"]})
         jobs.append(("reference", {"role": "reference", "counts": {"api": counts["api"]}, "seed": seed, "worker": 0,
                                    "workers": 1, "so": None, "mode": mode}, ref_env))
@@ -353,6 +353,11 @@ def run(mode: str, workdir: str, seed: int | None = None, only: list[str] | None
             findings.append(f"api:{seed}:{i} mismatch: accelerated {api_sigs[i]}, pure Python {ref_sigs.get(i)}")
     elif "api" in counts:
         findings.append("the pure-Python reference child gave no result")
+    for kind in ("batch", "index", "segment", "api"):  # the mutations reach the parsers, past the CRCs
+        c = result.get(kind)
+        if c and sum(c.values()) >= 50 and (not c.get("accepted") or not any(k.startswith("rejected:") for k in c)):
+            findings.append(f"{kind}: every input was accepted or every one rejected ({dict(c)}): the mutations "
+                            "do not reach the checks they are for")
     out: dict = {k: dict(v) for k, v in result.items()}
     out["_total"] = sum(sum(v.values()) for v in result.values())
     out["_seed"] = seed
