@@ -91,8 +91,8 @@ MAX_ALLOCATION_MB = 64
 #: The tracemalloc leak check: inputs per kind, rounds, and the growth allowed per input per round.
 LEAK_INPUTS = {"batch": 300, "index": 40, "segment": 10, "api": 300, "native": 200}
 LEAK_ROUNDS = 8
-LEAK_BYTES_PER_INPUT = 8
-LEAK_FLOOR = 2048
+LEAK_BYTES_PER_INPUT = 4
+LEAK_FLOOR = 512
 
 VIOLATIONS = ("foreign", "hang", "mismatch")
 CALLER_ERRORS = (TypeError, ValueError, OverflowError, BufferError, struct.error)
@@ -277,7 +277,7 @@ def run(mode: str, workdir: str, seed: int | None = None, only: list[str] | None
     for w in range(workers):
         jobs.append((f"worker{w}", {"role": "fuzz", "counts": counts, "seed": seed, "worker": w, "workers": workers,
                                     "so": info["so"], "mode": mode}, child_env(info)))
-    leak_inputs = {k: (v if mode == "full" else max(10, v // 2)) for k, v in LEAK_INPUTS.items() if k in counts}
+    leak_inputs = {k: (v if mode == "full" else max(5, v // 4)) for k, v in LEAK_INPUTS.items() if k in counts}
     jobs.append(("leaks", {"role": "leaks", "counts": leak_inputs, "seed": seed, "so": info["so"], "mode": mode,
                            "rounds": LEAK_ROUNDS}, child_env(info)))
     # The same inputs once more with every allocation's stack unwound exactly (10x slower): this Python is
