@@ -192,7 +192,7 @@ def child_env(info: dict, exact_unwind: bool = False) -> dict:
         "ASAN_OPTIONS": ":".join([
             "detect_leaks=1", "allocator_may_return_null=0", f"max_allocation_size_mb={MAX_ALLOCATION_MB}",
             "quarantine_size_mb=64", "malloc_context_size=30", "detect_stack_use_after_return=0",
-            "handle_abort=1", "print_summary=1",
+            "handle_abort=1", "print_summary=1", "exitcode=23",  # 23: a report, not a Python error (1)
             f"fast_unwind_on_malloc={0 if exact_unwind else 1}"]),
         "LSAN_OPTIONS": "max_leaks=0",
         "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
