@@ -607,9 +607,11 @@ class ApiKind(Kind):
         for field in ("base_offset", "default_timestamp", "codec", "producer_id", "producer_epoch", "base_sequence",
                       "log_append_time", "control"):
             if rng.random() < 0.08:
-                v = opts[field] = self.int_value(rng) if rng.random() < 0.9 else rng.choice((None, "x", 1.5))
+                # Never None: default_timestamp=None means "now", which the pure-Python reference child
+                # reads at another moment (the full run's 20 mismatches of seed 16 were that).
+                v = opts[field] = self.int_value(rng) if rng.random() < 0.9 else rng.choice(("x", 1.5))
                 low, high = OPTION_RANGES.get(field, (None, None))
-                if not (isinstance(v, int) or (v is None and field == "default_timestamp")) or (
+                if not isinstance(v, int) or (
                         low is not None and isinstance(v, int) and not low <= v <= high):
                     typed[0] = False  # an option of the wrong type or outside its field's range
         if rng.random() < 0.3:
