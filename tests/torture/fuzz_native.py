@@ -1,0 +1,1015 @@
+"""Fuzz the compiled accelerator (pylog._native) built with AddressSanitizer: no memory error, no undefined
+behaviour, no leak, no allocation larger than the inputs justify, and only PylogError out of hostile bytes.
+
+What it does:
+
+1. Builds ``pylog._native`` from the checkout's ``native/`` sources, as pyproject.toml's ``ext-modules``
+   table lists them (sources, depends, compile arguments: a new C file is picked up), with
+   ``-fsanitize=address -fno-omit-frame-pointer -g -O1`` (plus ``-fsanitize=undefined
+   -fno-sanitize-recover=all`` when this gcc builds and loads it), into a temporary directory. That
+   directory gets a ``pylog/`` of symlinks to the checkout's package (minus any ``_native*.so`` built in
+   place), so the child below imports the checkout's Python code with the ASan build next to it.
+2. Runs children: a Python with libasan preloaded (``LD_PRELOAD=$(gcc -print-file-name=libasan.so)``),
+   ``PYTHONMALLOC=malloc`` (ASan sees every Python object's memory too), ``ASAN_OPTIONS`` with
+   ``detect_leaks=1``, ``allocator_may_return_null=0`` and ``max_allocation_size_mb`` (any single
+   allocation above :data:`MAX_ALLOCATION_MB` aborts with a report: the inputs are a few KB, so a bigger
+   one is a length field believed). Each child asserts ``pylog.ACCELERATED`` and that ``pylog._native`` is
+   the ASan build before its first input.
+3. In the children, mutated inputs (bit flips, overwrites, truncation, extension, length and count fields
+   set to lies, and most of the time the CRC RE-COMPUTED so the mutation reaches the deeper checks; the
+   mutations are tests/torture/fuzz.py's) go through the accelerated public entry points, whatever C is
+   behind them:
+
+   - ``batch``: ``BatchView.from_buffer`` + ``records()``/``headers()``/``offsets()``/``timestamps()``,
+     ``RecordColumns.concat_views`` + ``to_records()``, ``checked_prefix`` over buffers of several batches;
+   - ``index``: mutated offset and time index files opened and looked up (pylog/storage/index.py);
+   - ``segment``: a partition's segment and index files mutated, the store opened, every record read
+     (``Partition.read``, ``read_columns``, ``offset_for_timestamp``), then recovered by becoming the writer;
+   - ``api``: the encoder (``encode_parts``/``encode_batch``/``encode_columns``), the partitioner
+     (``murmur2``, ``partition_for_key``, ``murmur2_many``) and ``Producer.send`` with hostile arguments:
+     wrong types, sequences whose ``len()`` lies, length columns summing past their data,
+     offsets and timestamps out of range. Each input's outcome (the result's CRC or the exception class) must
+     equal the pure-Python reference's, computed by one more child with ``PYLOG_PURE_PYTHON=1``;
+   - ``native``: direct calls of every function ``pylog._native`` exports with hostile arguments, for the
+     functions this script knows (:data:`NATIVE_ARGS`); any other is listed as skipped, with a note.
+
+   Outcomes: ``accepted`` (a result), ``rejected:<class>`` (a PylogError subclass), for ``api`` and
+   ``native`` also ``caller_error:<class>`` (TypeError/ValueError/OverflowError/BufferError on arguments of
+   a type outside the function's contract); violations: ``foreign`` (any other exception), ``hang`` (over
+   :data:`TIME_LIMIT_S`), ``mismatch`` (``api`` differs from the pure-Python reference).
+4. Leaks: LeakSanitizer's report at each child's exit is read, and only leaks with a frame in the ASan build
+   of ``pylog._native`` count (CPython itself leaves many at exit); any such leak fails the run. One more
+   child (unwinding every allocation exactly, ``fast_unwind_on_malloc=0``) runs the same inputs of each
+   kind for :data:`LEAK_ROUNDS` rounds under ``tracemalloc``: traced memory must not grow from round to round
+   (a reference leaked in C keeps its object, and a round of the same inputs leaks it again).
+
+Any ASan or UBSan report, a child that dies, a leak in the extension or a violation fails the run with an
+AssertionError naming the seed, and for an input ``--repro KIND:SEED:INDEX``, which reruns that input in an
+ASan child and shows the report. Usage::
+
+    python tests/torture/fuzz_native.py --short    # CI: ~30-60 s, a few thousand inputs per kind
+    python tests/torture/fuzz_native.py --full     # >= 1,000,000 inputs
+    python tests/torture/fuzz_native.py --full --seed 7 --only batch,api
+    python tests/torture/fuzz_native.py --repro batch:7:1234
+
+``run(mode, workdir, seed)`` returns the counts and raises AssertionError on any finding.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import mmap
+import os
+import random
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+import traceback
+import zlib
+from collections import Counter
+from typing import Any, Callable
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+
+#: Inputs per kind in full mode (>= 1,000,000 in all); short mode runs 1/SHORT_DIVISOR of each (at least 50).
+FULL_COUNTS = {"batch": 720_000, "index": 90_000, "segment": 20_000, "api": 120_000, "native": 60_000}
+SHORT_DIVISOR = 200
+WORKERS = 2
+#: Seconds one input may take under ASan before it counts as a hang.
+TIME_LIMIT_S = 60
+#: No single allocation may be larger (ASan's max_allocation_size_mb): inputs are at most tens of KB.
+MAX_ALLOCATION_MB = 64
+#: The tracemalloc leak check: inputs per kind, rounds, and the growth allowed per input per round.
+LEAK_INPUTS = {"batch": 300, "index": 40, "segment": 10, "api": 300, "native": 200}
+LEAK_ROUNDS = 8
+LEAK_BYTES_PER_INPUT = 4
+LEAK_FLOOR = 512
+
+VIOLATIONS = ("foreign", "hang", "mismatch")
+CALLER_ERRORS = (TypeError, ValueError, OverflowError, BufferError, struct.error)
+
+
+# ------------------------------------------------------------------------------------------------- build
+
+def _sanitizer_flags(ubsan: bool) -> list[str]:
+    flags = ["-fsanitize=address", "-fno-omit-frame-pointer", "-g", "-O1"]
+    if ubsan:
+        flags += ["-fsanitize=undefined", "-fno-sanitize-recover=all"]
+    return flags
+
+
+def extensions_from_pyproject(path: str = os.path.join(REPO, "pyproject.toml")) -> list[dict]:
+    """pyproject.toml's ``[tool.setuptools] ext-modules`` entries as ``Extension`` keyword arguments (paths
+    absolute, optimisation flags dropped: the sanitizer flags set their own)."""
+    with open(path, "rb") as f:
+        table = tomllib.load(f)["tool"]["setuptools"]["ext-modules"]
+    out = []
+    for entry in table:
+        kw = {k.replace("-", "_"): v for k, v in entry.items() if k != "optional"}
+        for key in ("sources", "depends", "include_dirs"):
+            if key in kw:
+                kw[key] = [os.path.join(REPO, p) for p in kw[key]]
+        kw["extra_compile_args"] = [a for a in kw.get("extra_compile_args", []) if not a.startswith("-O")]
+        out.append(kw)
+    return out
+
+
+_BUILD_SCRIPT = """
+import json, sys
+from setuptools import Extension, setup
+exts, flags, lib, tmp = json.loads(sys.argv[1])
+setup(name="pylog-asan-build", py_modules=[], script_args=["-q", "build_ext", "--build-lib", lib, "--build-temp", tmp],
+      ext_modules=[Extension(**dict(e, extra_compile_args=e.get("extra_compile_args", []) + flags,
+                                    extra_link_args=e.get("extra_link_args", []) + flags)) for e in exts])
+"""
+
+
+def build(workdir: str) -> dict:
+    """Build pylog._native with ASan (and UBSan when it works) under ``workdir``; returns ``{"lib": the
+    directory to put first on sys.path, "so": the module's path, "flags": ..., "ubsan": bool}``."""
+    exts = extensions_from_pyproject()
+    notes = []
+    for ubsan in (True, False):
+        lib = os.path.join(workdir, "asan-lib" + ("-ubsan" if ubsan else ""))
+        tmp = os.path.join(workdir, "asan-tmp" + ("-ubsan" if ubsan else ""))
+        flags = _sanitizer_flags(ubsan)
+        env = dict(os.environ)
+        for var in ("CFLAGS", "LDFLAGS", "LD_PRELOAD"):
+            env.pop(var, None)
+        proc = subprocess.run([sys.executable, "-c", _BUILD_SCRIPT, json.dumps([exts, flags, lib, tmp])],
+                              cwd=workdir, env=env, capture_output=True, text=True)
+        sos = [os.path.join(r, f) for r, _, fs in os.walk(lib) for f in fs if f.startswith("_native") and
+               f.endswith(".so")]
+        if proc.returncode == 0 and len(sos) == 1:
+            info = {"lib": lib, "so": sos[0], "flags": flags, "ubsan": ubsan}
+            _link_package(lib)
+            if not ubsan or _loads(info):
+                info["notes"] = notes
+                return info
+            notes.append("UBSan build does not load under the preloaded libasan: ASan only")
+            continue
+        notes.append(f"build with {' '.join(flags)} failed:\n{proc.stdout[-2000:]}{proc.stderr[-4000:]}")
+        if not ubsan:
+            break
+    raise AssertionError("could not build pylog._native with AddressSanitizer:\n" + "\n".join(notes))
+
+
+def _link_package(lib: str) -> None:
+    """``lib/pylog/``: symlinks to every entry of the checkout's package except in-place builds of the
+    extension, next to the ASan build that setuptools put there."""
+    src = os.path.join(REPO, "pylog")
+    dst = os.path.join(lib, "pylog")
+    os.makedirs(dst, exist_ok=True)
+    for name in os.listdir(src):
+        if name.startswith("_native") or name == "__pycache__" or os.path.exists(os.path.join(dst, name)):
+            continue
+        os.symlink(os.path.join(src, name), os.path.join(dst, name))
+
+
+def libasan() -> str:
+    path = subprocess.run(["gcc", "-print-file-name=libasan.so"], capture_output=True, text=True,
+                          check=True).stdout.strip()
+    if not os.path.isabs(path) or not os.path.exists(path):
+        raise AssertionError(f"gcc does not know where libasan.so is (got {path!r}): install gcc's libasan")
+    return os.path.realpath(path)
+
+
+def child_env(info: dict, exact_unwind: bool = False) -> dict:
+    env = {k: v for k, v in os.environ.items() if k not in ("PYLOG_PURE_PYTHON", "PYTHONSAFEPATH")}
+    env.update({
+        "LD_PRELOAD": libasan(),
+        "PYTHONMALLOC": "malloc",
+        "PYTHONPATH": info["lib"],
+        "ASAN_OPTIONS": ":".join([
+            "detect_leaks=1", "allocator_may_return_null=0", f"max_allocation_size_mb={MAX_ALLOCATION_MB}",
+            "quarantine_size_mb=64", "malloc_context_size=30", "detect_stack_use_after_return=0",
+            "handle_abort=1", "print_summary=1", "exitcode=23",  # 23: a report, not a Python error (1)
+            f"fast_unwind_on_malloc={0 if exact_unwind else 1}"]),
+        "LSAN_OPTIONS": "max_leaks=0",
+        "UBSAN_OPTIONS": "print_stacktrace=1:halt_on_error=1",
+    })
+    return env
+
+
+def _loads(info: dict) -> bool:
+    code = ("import pylog, pylog._native as n, sys; assert pylog.ACCELERATED, pylog.accel.REASON; "
+            f"assert n.__file__ == {info['so']!r}, n.__file__; n.crc32c(b'x')")
+    env = child_env(info)
+    env["ASAN_OPTIONS"] += ":detect_leaks=0"
+    # -P: no current directory first on sys.path (a checkout's own pylog/ would shadow the build's).
+    return subprocess.run([sys.executable, "-P", "-c", code], env=env, capture_output=True,
+                          cwd=os.path.dirname(info["lib"])).returncode == 0
+
+
+# ---------------------------------------------------------------------------------------- reading reports
+
+_REPORT = re.compile(r"^(?:==\d+==)?ERROR: (AddressSanitizer|LeakSanitizer)[^\n]*$|^[^\n]*: runtime error: [^\n]*$",
+                     re.M)
+
+
+def read_reports(stderr: str, so_path: str) -> dict:
+    """ASan/UBSan errors and LeakSanitizer leak reports in a child's stderr: ``{"errors": [text...],
+    "leaks": n, "native_leaks": [text...]}`` (leaks with a frame in ``so_path``)."""
+    errors, native_leaks, leaks = [], [], 0
+    for m in _REPORT.finditer(stderr):
+        line = m.group(0)
+        if "LeakSanitizer" in line and "detected memory leaks" in line:
+            continue
+        if "AddressSanitizer" in line or "runtime error" in line or "LeakSanitizer" in line:
+            errors.append(stderr[m.start():m.start() + 6000])
+    leak_part = stderr[stderr.find("ERROR: LeakSanitizer: detected memory leaks"):] \
+        if "ERROR: LeakSanitizer: detected memory leaks" in stderr else ""
+    names = {so_path, os.path.basename(so_path)}
+    for block in re.split(r"\n(?=(?:Direct|Indirect) leak of )", leak_part)[1:]:
+        leaks += 1
+        if "_tracemalloc.c" in block:  # tracemalloc's own tables (the leak round's), whoever allocated
+            continue
+        if any(n in block for n in names) or "native/" in block:
+            native_leaks.append(block[:4000])
+    return {"errors": errors, "leaks": leaks, "native_leaks": native_leaks}
+
+
+# ------------------------------------------------------------------------------------------ parent: run
+
+def _counts(mode: str, only: list[str] | None) -> dict[str, int]:
+    return {k: (v if mode == "full" else max(50, v // SHORT_DIVISOR)) for k, v in FULL_COUNTS.items()
+            if only is None or k in only}
+
+
+def _spawn(info: dict, spec: dict, workdir: str, tag: str, env: dict) -> tuple[subprocess.Popen, str, str]:
+    spec = dict(spec, result=os.path.join(workdir, f"{tag}.json"), progress=os.path.join(workdir, f"{tag}.progress"))
+    err = open(os.path.join(workdir, f"{tag}.stderr"), "w+")
+    proc = subprocess.Popen([sys.executable, os.path.abspath(__file__), "--child", json.dumps(spec)], env=env,
+                            cwd=workdir, stdout=err, stderr=err)
+    err.close()
+    return proc, spec["result"], spec["progress"]
+
+
+def run(mode: str, workdir: str, seed: int | None = None, only: list[str] | None = None,
+        workers: int = WORKERS) -> dict:
+    """Build, fuzz every kind (``only``: some), check leaks; returns ``{kind: {outcome: count}}`` plus
+    ``"_total"``, ``"_seed"``, ``"_seconds"``, ``"_leaks"`` (LSan reports at exit, all from CPython) and
+    ``"_leak_growth"`` (tracemalloc bytes per round per kind).
+
+    :raises AssertionError: naming the seed (and input) of every finding: an ASan/UBSan report, a child that
+        died, a leak with a frame in the extension, traced memory growing across rounds, a foreign
+        exception, a hang, or an ``api`` outcome that differs from the pure-Python reference.
+    """
+    if mode not in ("full", "short"):
+        raise ValueError(mode)
+    seed = random.randrange(1 << 30) if seed is None else seed
+    t0 = time.monotonic()
+    info = build(workdir)
+    for note in info["notes"]:
+        print("note:", note.splitlines()[0], flush=True)
+    print(f"built {info['so']} with {' '.join(info['flags'])} in {time.monotonic() - t0:.1f} s", flush=True)
+    counts = _counts(mode, only)
+    jobs: list[tuple[str, dict, dict]] = []
+    for w in range(workers):
+        jobs.append((f"worker{w}", {"role": "fuzz", "counts": counts, "seed": seed, "worker": w, "workers": workers,
+                                    "so": info["so"], "mode": mode}, child_env(info)))
+    leak_inputs = {k: (v if mode == "full" else max(5, v // 4)) for k, v in LEAK_INPUTS.items() if k in counts}
+    jobs.append(("leaks", {"role": "leaks", "counts": leak_inputs, "seed": seed, "so": info["so"], "mode": mode,
+                           "rounds": LEAK_ROUNDS}, child_env(info)))
+    # The same inputs once more with every allocation's stack unwound exactly (10x slower): this Python is
+    # built without frame pointers, so only then do LeakSanitizer's stacks reach pylog._native's frames.
+    jobs.append(("exact", {"role": "leaks", "counts": leak_inputs, "seed": seed, "so": info["so"], "mode": mode,
+                           "rounds": 1}, child_env(info, exact_unwind=True)))
+    if "api" in counts:
+        ref_env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "PYTHONSAFEPATH")}
+        ref_env.update({"PYLOG_PURE_PYTHON": "1", "PYTHONPATH": info["lib"]})
+        jobs.append(("reference", {"role": "reference", "counts": {"api": counts["api"]}, "seed": seed, "worker": 0,
+                                   "workers": 1, "so": None, "mode": mode}, ref_env))
+    result: dict[str, Counter] = {k: Counter() for k in counts}
+    findings: list[str] = []
+    api_sigs: dict[str, str] = {}
+    ref_sigs: dict[str, str] = {}
+    leak_growth: dict = {}
+    skipped: set = set()
+    kind_seconds: dict[str, float] = {}
+    lsan_total = 0
+    running = []
+    pending = list(jobs)
+    while pending or running:
+        while pending and len(running) < workers:  # the machine is shared: at most `workers` children at once
+            tag, spec, env = pending.pop(0)
+            running.append((tag, *_spawn(info, spec, workdir, tag, env)))
+        done = [r for r in running if r[1].poll() is not None]
+        if not done:
+            time.sleep(0.2)  # polling children's exit (not synchronisation of shared state)
+            continue
+        for tag, proc, result_path, progress_path in done:
+            running.remove((tag, proc, result_path, progress_path))
+            with open(os.path.join(workdir, f"{tag}.stderr"), errors="replace") as f:
+                stderr = f.read()
+            rep = read_reports(stderr, info["so"])
+            lsan_total += rep["leaks"]
+            where = _last_input(progress_path)
+            for e in rep["errors"]:
+                findings.append(f"{tag}: sanitizer report while running {where}:\n{e}")
+            for leak in rep["native_leaks"]:
+                findings.append(f"{tag}: leak with a frame in pylog._native:\n{leak}")
+            if not os.path.exists(result_path):
+                if not rep["errors"]:
+                    findings.append(f"{tag}: child died (exit {proc.returncode}) while running {where}:\n"
+                                    f"{stderr[-6000:]}")
+                continue
+            with open(result_path) as f:
+                got = json.load(f)
+            skipped.update(got.get("skipped", []))
+            if tag == "reference":
+                ref_sigs = got["sigs"]
+                continue
+            if tag == "exact":
+                continue
+            if tag == "leaks":
+                leak_growth = got["growth"]
+                kind_seconds.update({f"leaks/{k}": v for k, v in got["seconds"].items()})
+                findings.extend(got["findings"])
+                continue
+            for k, c in got["counts"].items():
+                result[k].update(c)
+            api_sigs.update(got["sigs"])
+            for k, v in got["seconds"].items():
+                kind_seconds[k] = round(kind_seconds.get(k, 0) + v, 1)
+            for kind, s, i, outcome, detail in got["bad"]:
+                findings.append(f"{kind}:{s}:{i} {outcome}: {detail}")
+            if mode == "full":
+                print(f"  [{time.monotonic() - t0:7.0f} s] {tag} done", flush=True)
+    if "api" in counts and ref_sigs:
+        diff = [i for i in sorted(api_sigs, key=int) if api_sigs[i] != ref_sigs.get(i)]
+        if diff:
+            result["api"]["mismatch"] += len(diff)
+        for i in diff[:5]:
+            findings.append(f"api:{seed}:{i} mismatch: accelerated {api_sigs[i]}, pure Python {ref_sigs.get(i)}")
+    elif "api" in counts:
+        findings.append("the pure-Python reference child gave no result")
+    for kind in ("batch", "index", "segment", "api"):  # the mutations reach the parsers, past the CRCs
+        c = result.get(kind)
+        if c and sum(c.values()) >= 50 and (not c.get("accepted") or not any(k.startswith("rejected:") for k in c)):
+            findings.append(f"{kind}: every input was accepted or every one rejected ({dict(c)}): the mutations "
+                            "do not reach the checks they are for")
+    out: dict = {k: dict(v) for k, v in result.items()}
+    out["_total"] = sum(sum(v.values()) for v in result.values())
+    out["_seed"] = seed
+    out["_seconds"] = round(time.monotonic() - t0, 1)
+    out["_leaks"] = lsan_total
+    out["_leak_growth"] = leak_growth
+    out["_skipped"] = sorted(skipped)
+    out["_kind_seconds"] = kind_seconds
+    out["_ubsan"] = info["ubsan"]
+    if findings:
+        raise AssertionError(f"fuzz_native findings (seed {seed}; reproduce an input with "
+                             f"python {os.path.relpath(__file__, REPO)} --repro KIND:SEED:INDEX):\n"
+                             + "\n".join(f"- {x}" for x in findings[:20]))
+    return out
+
+
+def _last_input(progress_path: str) -> str:
+    try:
+        with open(progress_path, "rb") as f:
+            raw = f.read(64).rstrip(b"\0 ").decode()
+    except OSError:
+        return "(startup)"
+    return f"input {raw} (reproduce: --repro {raw})" if raw else "(startup)"
+
+
+def summary(result: dict) -> str:
+    lines = []
+    for kind in FULL_COUNTS:
+        if kind not in result:
+            continue
+        c = result[kind]
+        bad = sum(c.get(k, 0) for k in VIOLATIONS)
+        parts = ", ".join(f"{k} {v}" for k, v in sorted(c.items()))
+        lines.append(f"{kind:8s} {sum(c.values()):9d} inputs, {bad} violations  ({parts})")
+    for name in result.get("_skipped", []):
+        lines.append(f"note: pylog._native.{name} has no argument generator here: not called directly")
+    lines.append(f"tracemalloc growth per round (bytes, same inputs each round): {result['_leak_growth']}")
+    lines.append(f"child CPU-side seconds per kind (summed over children): {result['_kind_seconds']}")
+    lines.append(f"TOTAL {result['_total']} inputs, 0 ASan/UBSan reports{' (UBSan on)' if result['_ubsan'] else ''}, "
+                 f"0 leaks in pylog._native ({result['_leaks']} LSan reports at exit, all CPython's), "
+                 f"seed {result['_seed']}, {result['_seconds']} s")
+    return "\n".join(lines)
+
+
+# =================================================================================== child: the inputs
+# Everything below runs in the children, which import pylog (the checkout's, next to the ASan build).
+
+def _child_imports() -> None:
+    global pylog, PylogError, fuzz, np, records, partitioner
+    sys.path.insert(1, HERE)
+    import numpy as np  # noqa: F811
+    import pylog  # noqa: F811
+    from pylog import PylogError  # noqa: F811
+    from pylog.clients import partitioner  # noqa: F811
+    from pylog.storage import records  # noqa: F811
+    import fuzz  # noqa: F811  (tests/torture/fuzz.py: the mutations and decoders shared with the pure fuzzer)
+
+
+class Kind:
+    """One kind of input: ``make(rng)`` draws an input, ``feed(data)`` runs it and returns a signature of
+    the result (for the differential ``api`` kind) or None. ``typed(data)``: whether a TypeError-like
+    exception is a violation (arguments of the documented types) or the caller's error."""
+
+    name = ""
+
+    def __init__(self, work: str) -> None:
+        self.work = work
+        os.makedirs(work, exist_ok=True)
+
+    def make(self, rng: random.Random) -> Any:
+        raise NotImplementedError
+
+    def feed(self, data: Any) -> str | None:
+        raise NotImplementedError
+
+    def typed(self, data: Any) -> bool:
+        return True
+
+    def close(self) -> None:
+        pass
+
+
+class BatchKind(Kind):
+    name = "batch"
+
+    def __init__(self, work: str) -> None:
+        super().__init__(work)
+        self.dec = fuzz.BatchDecoder(work)
+
+    def make(self, rng: random.Random) -> Any:
+        return rng.randrange(len(self.dec.seeds)), self.dec.make(rng)
+
+    def feed(self, data: Any) -> None:
+        other, raw = data
+        try:
+            self.dec.feed(raw)
+        finally:
+            # The mutated batch between valid ones: the walk must stop at it (or pass it when still valid).
+            good = self.dec.seeds[other]
+            for buf in (raw, good + raw + good, raw + good):
+                records.checked_prefix(buf, 0, len(buf), -1)
+                records.checked_prefix(buf, len(good), len(buf) - 1, 5)
+            view = records.BatchView.from_buffer(good)
+            n = view.count
+            try:
+                mutated = records.BatchView.from_buffer(raw)
+            except PylogError:
+                mutated = None
+            if mutated is not None:  # columns from a valid batch and the (still valid) mutated one
+                cols = records.RecordColumns.concat_views([(view, 0, n), (mutated, 0, mutated.count)], "t", 3)
+                cols.to_records()
+                cols.values()
+                cols.keys()
+        return None
+
+
+class IndexKind(Kind):
+    name = "index"
+
+    def __init__(self, work: str) -> None:
+        super().__init__(work)
+        self.dec = fuzz.IndexDecoder(work)
+
+    def make(self, rng: random.Random) -> Any:
+        return self.dec.make(rng)
+
+    def feed(self, data: Any) -> None:
+        self.dec.feed(data)
+        return None
+
+
+class SegmentKind(Kind):
+    name = "segment"
+
+    def __init__(self, work: str) -> None:
+        super().__init__(work)
+        self.dec = fuzz.SegmentDecoder(work)
+        self.dec.seeds = self.dec.make_seeds()
+
+    def make(self, rng: random.Random) -> Any:
+        return self.dec.make(rng)
+
+    def feed(self, data: Any) -> None:
+        self.dec.feed(data)
+        return None
+
+
+class Lying:
+    """A sequence whose ``len()`` claims ``claimed`` items and which holds ``real`` of them."""
+
+    def __init__(self, items: list, claimed: int) -> None:
+        self.items = items
+        self.claimed = claimed
+
+    def __len__(self) -> int:
+        return self.claimed
+
+    def __getitem__(self, i: Any) -> Any:
+        if isinstance(i, slice):
+            return self.items[i]
+        return self.items[i]
+
+    def __iter__(self) -> Any:
+        return iter(self.items)
+
+    def __repr__(self) -> str:
+        return f"Lying({self.items!r}, claimed={self.claimed})"
+
+
+#: The range of each integer EncodeOptions field (its width in the batch header); outside it, the caller's error.
+OPTION_RANGES = {"base_offset": (0, (1 << 63) - 1), "default_timestamp": (-(1 << 63), (1 << 63) - 1),
+                 "producer_id": (-(1 << 63), (1 << 63) - 1), "producer_epoch": (-(1 << 15), (1 << 15) - 1),
+                 "base_sequence": (-(1 << 31), (1 << 31) - 1)}
+
+
+class ApiKind(Kind):
+    """Hostile arguments to the encoder, the partitioner and Producer.send: every input is a call, its
+    outcome compared with the pure-Python reference's (same call, same draws)."""
+
+    name = "api"
+
+    def __init__(self, work: str) -> None:
+        super().__init__(work)
+        self.store = pylog.open(os.path.join(work, "store"), log_cleaner_enable=False)
+        self.store.create_topic("t", 4)
+        self.producer = self.store.producer(linger_ms=0)
+
+    def close(self) -> None:
+        with contextlib.suppress(PylogError):
+            self.producer.close()
+        self.store.close()
+
+    # -------------------------------------------------------------------------------- hostile arguments
+    def item(self, rng: random.Random, typed: list) -> Any:
+        r = rng.randrange(20)
+        if r < 9:
+            return bytes(rng.randrange(256) for _ in range(rng.choice((0, 1, 3, 4, 5, 8, 13, 100))))
+        if r == 9:
+            return None
+        if r == 10:
+            return bytearray(rng.randbytes(rng.randrange(9)))
+        if r == 11:
+            step = rng.choice((1, 2))
+            if step == 2:  # not contiguous: outside "bytes-like" as the encoder takes it (see the module doc)
+                typed[0] = False
+            return memoryview(rng.randbytes(rng.randrange(1, 17)))[::step]
+        if r == 12:
+            return memoryview(rng.randbytes(8)).cast(rng.choice(("I", "Q", "h", "B")))  # wide items
+        if r == 13:
+            return np.frombuffer(rng.randbytes(8), rng.choice(("u1", "i4", "i8")))
+        typed[0] = False
+        return rng.choice(("text", "", 5, 1.5, -1, (1 << 80), [b"a"], (b"a",), object(), True))
+
+    def column(self, rng: random.Random, n: int, typed: list) -> Any:
+        items = [self.item(rng, typed) for _ in range(n)]
+        r = rng.random()
+        if r < 0.1:
+            # A len() that lies by a little: a lie of 2**40 makes the pure-Python reference allocate what
+            # len() claims (np.fromiter with that count), a contract the caller broke, not hostile bytes.
+            typed[0] = False  # a sequence breaking its own protocol
+            return Lying(items, rng.choice((n + 1, max(0, n - 1), n + 1000)))
+        if r < 0.2:
+            return tuple(items)
+        return items
+
+    def int_value(self, rng: random.Random) -> int:
+        return rng.choice(fuzz.INTERESTING_INTS + [1 << 64, -(1 << 64), 1 << 100, 1_700_000_000_000])
+
+    def lengths(self, rng: random.Random, n: int, data_len: int) -> Any:
+        r = rng.random()
+        dtype = "<i4" if r < 0.8 else rng.choice(("<i8", "<f8", "<u4", "<i2"))
+        if rng.random() < 0.5:  # an honest split of the data
+            cuts = sorted(rng.randrange(data_len + 1) for _ in range(max(0, n - 1)))
+            lens = [b - a for a, b in zip([0] + cuts, cuts + [data_len], strict=True)][:n]
+        else:
+            lens = [rng.choice((-2, -1, 0, 1, 7, data_len, (1 << 31) - 1, 1 << 30)) for _ in range(n)]
+        arr = np.array(lens, dtype="<i8").astype(dtype)
+        if rng.random() < 0.05:
+            arr = arr[::-1]  # a negative stride
+        return arr
+
+    def make(self, rng: random.Random) -> Any:
+        typed = [True]
+        n = rng.choice((0, 1, 1, 2, 3, 5, 17, 100))
+        which = rng.randrange(10)
+        opts: dict = {"default_timestamp": 1_700_000_000_000}
+        for field in ("base_offset", "default_timestamp", "codec", "producer_id", "producer_epoch", "base_sequence",
+                      "log_append_time", "control"):
+            if rng.random() < 0.08:
+                # Never None: default_timestamp=None means "now", which the pure-Python reference child
+                # reads at another moment (the full run's 20 mismatches of seed 16 were that).
+                v = opts[field] = self.int_value(rng) if rng.random() < 0.9 else rng.choice(("x", 1.5))
+                low, high = OPTION_RANGES.get(field, (None, None))
+                if not isinstance(v, int) or (
+                        low is not None and isinstance(v, int) and not low <= v <= high):
+                    typed[0] = False  # an option of the wrong type or outside its field's range
+        if rng.random() < 0.3:
+            opts["codec"] = 1
+        if which < 4:  # encode_batch / encode_parts from lists
+            values = self.column(rng, n, typed) if rng.random() < 0.97 else None
+            keys = self.column(rng, n + (rng.random() < 0.05), typed) if rng.random() < 0.5 else None
+            ts = None
+            if rng.random() < 0.5:
+                ts = [rng.choice((1_700_000_000_000 + rng.randrange(1000), self.int_value(rng)))
+                      for _ in range(n + (rng.random() < 0.05))]
+                if any(not -(1 << 63) <= t < 1 << 63 for t in ts):
+                    typed[0] = False  # a timestamp no int64 holds
+                if rng.random() < 0.1:
+                    ts[0:1] = [rng.choice((None, 1.5, "x"))] if ts else []
+                    typed[0] = False
+            headers = None
+            if rng.random() < 0.3:
+                headers = [[(rng.choice(("h", "", "é" * 3)), self.item(rng, typed)) for _ in range(rng.randrange(3))]
+                           for _ in range(n)]
+                if rng.random() < 0.1:
+                    headers = [rng.choice(([("h",)], [(b"k", b"v")], "x", [1], None)) for _ in range(n)]
+                    typed[0] = False
+            deltas = None
+            if rng.random() < 0.15:
+                deltas = np.array(sorted(rng.sample(range(3 * n + 3), n)) if rng.random() < 0.7 else
+                                  [self.int_value(rng) % (1 << 63) for _ in range(n)], dtype="<i8")
+                if n and rng.random() < 0.7:
+                    deltas -= deltas[0]
+            call = ("parts" if which < 2 else "batch", values, keys, ts, headers, deltas, opts)
+        elif which < 6:  # encode_columns
+            data = rng.randbytes(rng.choice((0, 3, 40, 1000)))
+            vl = self.lengths(rng, n, len(data))
+            kdata = rng.randbytes(rng.choice((0, 5))) if rng.random() < 0.4 else None
+            kl = self.lengths(rng, n + (rng.random() < 0.05), len(kdata)) if kdata is not None else None
+            vdata: Any = data if rng.random() < 0.8 else rng.choice(([data[:1], data[1:]], bytearray(data),
+                                                                     memoryview(data)))
+            ts = None
+            if rng.random() < 0.4:
+                ts = np.array([1_700_000_000_000 + i for i in range(n)], dtype="<i8").astype(
+                    rng.choice(("<i8", "<i8", "<f8", "<i4")))
+            call = ("columns", vl, vdata, kl, kdata, ts, opts)
+        elif which < 8:  # the partitioner
+            key = self.item(rng, typed)
+            if key is None:
+                typed[0] = False  # murmur2 hashes bytes; a null key is the producer's business
+            if rng.random() < 0.3:
+                data = rng.randbytes(rng.choice((0, 7, 64)))
+                call = ("murmur2_many", self.lengths(rng, n, len(data)), data)
+            else:
+                call = ("murmur2", key, rng.choice((1, 4, 7, 0, -1, 1 << 31, (1 << 31) - 1)))
+        else:  # Producer.send
+            call = ("send", self.item(rng, typed) if rng.random() < 0.95 else None,
+                    self.item(rng, typed) if rng.random() < 0.6 else None,
+                    rng.choice((None, 0, 3, 4, -1, 1 << 40)) if rng.random() < 0.3 else None,
+                    rng.choice((None, 1_700_000_000_000, -5, 1 << 63, 1.5)) if rng.random() < 0.3 else None)
+            if isinstance(call[4], float):
+                typed[0] = False
+        return typed[0], call
+
+    def typed(self, data: Any) -> bool:
+        return data[0]
+
+    def feed(self, data: Any) -> str:
+        call = data[1]
+        op = call[0]
+        if op in ("parts", "batch"):
+            _, values, keys, ts, headers, deltas, opts = call
+            if op == "parts":
+                parts, _ = records.encode_parts(values, keys, ts, headers, offset_deltas=deltas, **opts)
+                out = b"".join(parts)
+            else:
+                out = records.encode_batch(values, keys, ts, headers, offset_deltas=deltas, **opts)
+            return f"ok:{len(out)}:{zlib.crc32(out):08x}"
+        if op == "columns":
+            _, vl, vdata, kl, kdata, ts, opts = call
+            out = records.encode_columns(vl, vdata, kl, kdata, ts, **opts)
+            return f"ok:{len(out)}:{zlib.crc32(out):08x}"
+        if op == "murmur2":
+            _, key, nparts = call
+            h = partitioner.murmur2(key)
+            p = partitioner.partition_for_key(key, nparts)
+            return f"ok:{h}:{p}"
+        if op == "murmur2_many":
+            _, lens, buf = call
+            got = partitioner.murmur2_many(lens, buf)
+            return f"ok:{zlib.crc32(np.asarray(got, dtype='<i8').tobytes()):08x}"
+        _, value, key, part, ts = call
+        fut = self.producer.send("t", value=value, key=key, partition=part, timestamp_ms=ts)
+        self.producer.flush()
+        md = fut.get(timeout=10)
+        # An unkeyed record without a partition goes where the sticky partitioner's random draw says.
+        return f"ok:{md.partition}" if key is not None or part is not None else "ok"
+
+
+#: Argument generators for the functions of pylog._native this script knows: name -> (rng, typed) -> args,
+#: and the reference check of a result (None: any result is fine). A function not listed is skipped with a note.
+def _crc_args(rng: random.Random, typed: list) -> tuple:
+    data: Any = rng.randbytes(rng.choice((0, 1, 3, 7, 8, 15, 16, 63, 64, 100, 1000, 5000)))
+    r = rng.random()
+    if r < 0.1:
+        data = memoryview(data)[rng.randrange(len(data) + 1):]
+    elif r < 0.15:
+        data = bytearray(data)
+    elif r < 0.2:
+        data = np.frombuffer(data[:len(data) // 8 * 8], "<u8")
+    elif r < 0.25:
+        data = memoryview(data)[::2]  # not contiguous
+        typed[0] = False
+    elif r < 0.3:
+        data = rng.choice(("text", 5, None, [b"a"]))
+        typed[0] = False
+    args: tuple = (data,)
+    if rng.random() < 0.5:
+        v = rng.choice((0, 1, 0xFFFFFFFF, rng.randrange(1 << 32), 1 << 32, -1, 1 << 64, "x", None))
+        if not (isinstance(v, int) and 0 <= v < 1 << 32):
+            typed[0] = False
+        args += (v,)
+    if rng.random() < 0.03:
+        args += (0,)
+        typed[0] = False
+    return args
+
+
+def _crc_reference(args: tuple, got: Any) -> None:
+    import crc32c as crc_pkg
+    expect = crc_pkg.crc32c(memoryview(args[0]).cast("B"), *args[1:])
+    if got != expect:
+        raise AssertionError(f"crc32c{args!r:.200} = {got}, the crc32c package says {expect}")
+
+
+NATIVE_ARGS: dict[str, tuple[Callable[[random.Random, list], tuple], Callable[[tuple, Any], None] | None]] = {
+    "crc32c": (_crc_args, _crc_reference),
+}
+
+
+class NativeKind(Kind):
+    """Direct calls of every function pylog._native exports that NATIVE_ARGS knows how to call."""
+
+    name = "native"
+
+    def __init__(self, work: str) -> None:
+        super().__init__(work)
+        from pylog import accel
+        mod = accel.native
+        self.funcs = {}
+        self.skipped = []
+        if mod is None:
+            return
+        for name in sorted(dir(mod)):
+            obj = getattr(mod, name)
+            if name.startswith("_") or not callable(obj) or isinstance(obj, type):
+                continue
+            if name in NATIVE_ARGS:
+                self.funcs[name] = obj
+            else:
+                self.skipped.append(name)
+
+    def make(self, rng: random.Random) -> Any:
+        if not self.funcs:
+            return True, None, ()
+        name = rng.choice(sorted(self.funcs))
+        typed = [True]
+        args = NATIVE_ARGS[name][0](rng, typed)
+        return typed[0], name, args
+
+    def typed(self, data: Any) -> bool:
+        return data[0]
+
+    def feed(self, data: Any) -> None:
+        _, name, args = data
+        if name is None:
+            return None
+        got = self.funcs[name](*args)
+        check = NATIVE_ARGS[name][1]
+        if check is not None:
+            check(args, got)
+        return None
+
+
+KINDS: dict[str, type[Kind]] = {c.name: c for c in (BatchKind, IndexKind, SegmentKind, ApiKind, NativeKind)}
+assert set(KINDS) == set(FULL_COUNTS)
+
+
+class Hang(BaseException):
+    """Raised by the child's alarm: an input took longer than TIME_LIMIT_S."""
+
+
+def _on_alarm(signum: int, frame: Any) -> None:
+    raise Hang()
+
+
+def _input_rng(seed: int, kind: str, index: int) -> random.Random:
+    return random.Random(f"native:{seed}:{kind}:{index}")
+
+
+def run_one(kind: Kind, seed: int, index: int) -> tuple[str, str | None, str | None]:
+    """(outcome, detail, signature) of input ``index`` of ``kind``."""
+    data = kind.make(_input_rng(seed, kind.name, index))
+    signal.setitimer(signal.ITIMER_REAL, TIME_LIMIT_S)
+    try:
+        sig = kind.feed(data)
+        return "accepted", None, sig
+    except PylogError as exc:
+        return "rejected:" + type(exc).__name__, None, "err:" + type(exc).__name__
+    except Hang:
+        return "hang", f"took over {TIME_LIMIT_S} s", "hang"
+    except CALLER_ERRORS as exc:
+        name = "struct.error" if isinstance(exc, struct.error) else type(exc).__name__
+        if not kind.typed(data):
+            return "caller_error:" + name, None, "err:" + name
+        return ("foreign", f"{type(exc).__name__}: {exc}"[:300] + "\n" + traceback.format_exc(limit=-4),
+                "err:" + type(exc).__name__)
+    except Exception as exc:  # noqa: BLE001 - the point: any other exception is a violation
+        return ("foreign", f"{type(exc).__name__}: {exc}"[:300] + "\n" + traceback.format_exc(limit=-4),
+                "err:" + type(exc).__name__)
+    finally:
+        signal.setitimer(signal.ITIMER_REAL, 0)
+
+
+def _check_build(spec: dict) -> None:
+    from pylog import accel
+    if spec["role"] == "reference":
+        assert not pylog.ACCELERATED, "the reference child must run pure Python"
+        return
+    assert pylog.ACCELERATED, f"pylog is not accelerated in the ASan child: {accel.REASON}"
+    assert accel.native is not None and accel.native.__file__ == spec["so"], \
+        f"pylog._native is {getattr(accel.native, '__file__', None)}, not the ASan build {spec['so']}"
+
+
+def child_main(spec: dict) -> int:
+    """A child: fuzz its share of each kind (``role`` fuzz), the pure-Python reference of ``api``
+    (``reference``), or the tracemalloc rounds (``leaks``); results to ``spec["result"]``."""
+    _child_imports()
+    _check_build(spec)
+    fuzz.logging_off()
+    signal.signal(signal.SIGALRM, _on_alarm)
+    with contextlib.suppress(OSError):
+        os.nice(10)
+    work = tempfile.mkdtemp(prefix=f"{spec['role']}-", dir=os.getcwd())
+    with open(spec["progress"], "wb") as f:
+        f.write(b"\0" * 64)
+    with open(spec["progress"], "r+b") as f:
+        progress = mmap.mmap(f.fileno(), 64)
+    if spec["role"] == "leaks":
+        out = leak_rounds(spec, work, progress)
+    else:
+        out = fuzz_share(spec, work, progress)
+    shutil.rmtree(work, ignore_errors=True)
+    with open(spec["result"] + ".tmp", "w") as f:
+        json.dump(out, f)
+    os.replace(spec["result"] + ".tmp", spec["result"])
+    return 0
+
+
+def _mark(progress: mmap.mmap, kind: str, seed: int, index: int) -> None:
+    progress[:64] = f"{kind}:{seed}:{index}".encode().ljust(64)
+
+
+def fuzz_share(spec: dict, work: str, progress: mmap.mmap) -> dict:
+    seed, w, workers = spec["seed"], spec["worker"], spec["workers"]
+    counts: dict[str, Counter] = {}
+    bad: list = []
+    sigs: dict[str, str] = {}
+    skipped: list = []
+    seconds: dict[str, float] = {}
+    for name, n in spec["counts"].items():
+        kind = KINDS[name](os.path.join(work, name))
+        skipped += getattr(kind, "skipped", [])
+        c: Counter = Counter()
+        t0 = time.monotonic()
+        for i in range(w, n, workers):
+            _mark(progress, name, seed, i)
+            outcome, detail, sig = run_one(kind, seed, i)
+            c[outcome] += 1
+            if name == "api":
+                sigs[str(i)] = sig or ""
+            if detail is not None and len(bad) < 10:
+                bad.append((name, seed, i, outcome, detail))
+        kind.close()
+        counts[name] = c
+        seconds[name] = round(time.monotonic() - t0, 1)
+        if spec["mode"] == "full":
+            print(f"    {spec['role']}{w}: {name} {sum(c.values())} inputs in {time.monotonic() - t0:.0f} s",
+                  file=sys.stderr, flush=True)
+    return {"counts": {k: dict(v) for k, v in counts.items()}, "bad": bad, "sigs": sigs, "skipped": skipped,
+            "seconds": seconds}
+
+
+def _one_round(kind: Kind, inputs: list, progress: mmap.mmap, seed: int) -> tuple[int, Any]:
+    """Feed ``inputs`` once; returns the traced bytes and the snapshot they were counted in. Left out: numpy's
+    data domain and what numpy's own Python functions allocate (its caches of freed data and shape blocks
+    fill over several rounds; an array leaked by pylog's C still counts, as the array object allocated
+    under pylog's frame) and tracemalloc's (the snapshots themselves)."""
+    import gc
+    import tracemalloc
+    for i, data in enumerate(inputs):
+        _mark(progress, kind.name, seed, i)
+        with contextlib.suppress(Exception):
+            kind.feed(data)
+    gc.collect()
+    if not tracemalloc.is_tracing():
+        return 0, None
+    snap = tracemalloc.take_snapshot().filter_traces([
+        tracemalloc.DomainFilter(False, np.lib.tracemalloc_domain),
+        tracemalloc.Filter(False, os.path.join(os.path.dirname(np.__file__), "*")),
+        tracemalloc.Filter(False, tracemalloc.__file__)])
+    return sum(t.size for t in snap.traces), snap
+
+
+def leak_rounds(spec: dict, work: str, progress: mmap.mmap) -> dict:
+    """The same inputs of each kind, ``spec["rounds"]`` times (LEAK_ROUNDS), under tracemalloc when more
+    than once (once: for LeakSanitizer's report at exit alone). Caches (pylog's, CPython's) fill in the
+    first rounds; a reference leaked in C grows the traced memory by the same amount every round. A kind
+    fails when each of the last three rounds grew by more than ``max(LEAK_BYTES_PER_INPUT * inputs,
+    LEAK_FLOOR)``; the report shows where the last round's growth was allocated."""
+    import tracemalloc
+    seed = spec["seed"]
+    growth: dict[str, list[int]] = {}
+    findings: list[str] = []
+    seconds: dict[str, float] = {}
+    rounds = spec["rounds"]
+    if rounds > 1:
+        tracemalloc.start(10)
+    for name, n in spec["counts"].items():
+        t0 = time.monotonic()
+        kind = KINDS[name](os.path.join(work, name))
+        inputs = [kind.make(_input_rng(seed, name, i)) for i in range(n)]
+        marks = []
+        snaps: list = []
+        for _ in range(rounds):
+            size, snap = _one_round(kind, inputs, progress, seed)
+            marks.append(size)
+            snaps = (snaps + [snap])[-2:]
+        deltas = [b - a for a, b in zip(marks, marks[1:], strict=False)]
+        growth[name] = deltas
+        limit = max(LEAK_BYTES_PER_INPUT * n, LEAK_FLOOR)
+        if len(deltas) >= 3 and min(deltas[-3:]) > limit:
+            top = snaps[1].compare_to(snaps[0], "traceback")[:3]
+            where = "\n".join(f"{s.size_diff:+d} B in {s.count_diff:+d} blocks at\n  " +
+                              "\n  ".join(s.traceback.format()[-8:]) for s in top)
+            findings.append(f"leaks: {name}: traced memory grows every round of the same {n} inputs (seed {seed}; "
+                            f"bytes per round {deltas}, limit {limit}); the last round's growth:\n{where}")
+        kind.close()
+        del inputs, snaps
+        seconds[name] = round(time.monotonic() - t0, 1)
+    tracemalloc.stop()
+    return {"growth": growth, "findings": findings, "seconds": seconds}
+
+
+def repro(spec: str, workdir: str) -> int:
+    """Rerun one input in an ASan child, showing its outcome and any report."""
+    info = build(workdir)
+    kind, seed, index = spec.split(":")
+    code = (f"import sys; sys.path.insert(0, {HERE!r}); import fuzz_native as f; f._child_imports(); "
+            f"f._check_build({{'role': 'repro', 'so': {info['so']!r}}}); f.fuzz.logging_off(); "
+            f"k = f.KINDS[{kind!r}]({os.path.join(workdir, 'repro')!r}); "
+            f"d = k.make(f._input_rng({int(seed)}, {kind!r}, {int(index)})); print(repr(d)[:3000]); "
+            f"print(f.run_one(k, {int(seed)}, {int(index)})); k.close()")
+    proc = subprocess.run([sys.executable, "-P", "-c", code], env=child_env(info), cwd=workdir, text=True,
+                          capture_output=True)
+    print(proc.stdout)
+    rep = read_reports(proc.stderr, info["so"])
+    for e in rep["errors"] + rep["native_leaks"]:
+        print(e)
+    print(f"exit {proc.returncode}; {len(rep['errors'])} sanitizer reports, {len(rep['native_leaks'])} leaks in "
+          f"pylog._native ({rep['leaks']} LSan reports in all)")
+    return 0 if proc.returncode in (0, 23) and not rep["errors"] and not rep["native_leaks"] else 1
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    g = ap.add_mutually_exclusive_group(required=True)
+    g.add_argument("--full", action="store_true")
+    g.add_argument("--short", action="store_true")
+    g.add_argument("--repro", metavar="KIND:SEED:INDEX", help="rerun one input in an ASan child and show it")
+    g.add_argument("--child", help=argparse.SUPPRESS)
+    ap.add_argument("--seed", type=int)
+    ap.add_argument("--only", help="comma-separated kinds: " + ",".join(FULL_COUNTS))
+    ap.add_argument("--workers", type=int, default=WORKERS)
+    ap.add_argument("--workdir", default=None, help="default: a temporary directory, removed afterwards")
+    args = ap.parse_args(argv)
+    if args.child:
+        return child_main(json.loads(args.child))
+    with contextlib.ExitStack() as stack:
+        workdir = args.workdir or stack.enter_context(tempfile.TemporaryDirectory(prefix="pylog-fuzz-native-"))
+        os.makedirs(workdir, exist_ok=True)
+        if args.repro:
+            return repro(args.repro, workdir)
+        only = args.only.split(",") if args.only else None
+        try:
+            result = run("full" if args.full else "short", workdir, args.seed, only, max(1, args.workers))
+        except AssertionError as exc:
+            print(exc)
+            return 1
+        print(summary(result))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
