@@ -9,7 +9,7 @@
 
 /* Bumped whenever a function's signature or meaning changes: pylog/accel.py refuses a build whose ABI it
  * does not know (a stale in-place build), and runs pure Python instead. */
-#define PYLOG_NATIVE_ABI 1
+#define PYLOG_NATIVE_ABI 2
 
 /* The method tables of the parts (each ends with a {NULL} sentinel). */
 extern PyMethodDef pylog_crc_methods[];
