@@ -16,8 +16,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pylog import accel
-from pylog.errors import PylogError
-from pylog.storage.records import CODEC_LZ4, CODEC_NONE, BatchView, encode
+from pylog.errors import InvalidRecordError, PylogError
+from pylog.storage.records import CODEC_LZ4, CODEC_NONE, BatchView, encode, encode_batch
 from pylog.storage.records.encode import (EncodeOptions, column_parts, column_parts_pure, encode_parts,
                                           encode_parts_pure)
 
@@ -180,7 +180,7 @@ def test_join_buffers_of_huge_page_sizes_and_bad_items():
 
 _DIGEST = """
 import hashlib, sys, pylog
-from pylog.errors import PylogError
+from pylog.errors import InvalidRecordError, PylogError
 out = []
 with pylog.open(sys.argv[1]) as store:
     p = store.topic("t").partition(0)
@@ -234,3 +234,20 @@ def test_read_columns_is_the_same_on_both_paths(tmp_path, damage):
     fast, pure = _digests(path, pure=False), _digests(path, pure=True)
     assert fast == pure
     assert ("CorruptRecordError" in fast) == damage
+
+
+@pytest.mark.parametrize("options", [{"producer_epoch": 1 << 20}, {"base_sequence": 1 << 40}, {"base_offset": 1 << 63},
+                                     {"producer_id": -(1 << 64)}])
+def test_header_fields_out_of_range_raise_invalid_record_error_on_both_paths(options):
+    # struct.error escaped the pure encoder before (found by tests/torture/fuzz_native.py's api kind)
+    with pytest.raises(InvalidRecordError, match="out of range"):
+        encode_parts_pure([b"a"], **options)
+    with pytest.raises(InvalidRecordError, match="out of range"):
+        encode_batch([b"a"], **options)
+
+
+def test_a_strided_memoryview_value_raises_invalid_record_error_on_both_paths():
+    strided = memoryview(b"abcdef")[::2]
+    for fn in (encode_parts_pure, encode_batch):
+        with pytest.raises(InvalidRecordError, match="contiguous"):
+            fn([strided, b"x"])

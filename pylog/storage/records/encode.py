@@ -419,13 +419,19 @@ def encode_parts_pure(
     try:
         if len(body_parts) > 16:
             body_parts = [b"".join(body_parts)]  # many small items: one copy now beats a long iovec
-        body_size = sum(memoryview(part).nbytes for part in body_parts)
-    except TypeError:  # an item with a len() that is not bytes-like (a list, say)
+        body_size = 0
+        for part in body_parts:
+            view = memoryview(part)
+            if not view.c_contiguous:  # a strided memoryview: its bytes cannot be written as they are
+                raise BufferError
+            body_size += view.nbytes
+    except (TypeError, BufferError):  # an item with a len() that is not contiguous bytes (a list, say)
         body_size = -1
     # Catch non-byte items (str, wide memoryviews) whose len() is not their byte size.
     fixed = 4 * n * (1 + (kraw is not None) + (ts_deltas is not None) * 2 + (deltas is not None))
     if body_size - (len(hblob) if hblob is not None else 0) != fixed + vbytes + kbytes:
-        raise InvalidRecordError("keys and values must be bytes-like objects of 1-byte items matching their lengths")
+        raise InvalidRecordError("keys and values must be contiguous bytes-like objects of 1-byte items matching "
+                                 "their lengths")
 
     body_parts, attrs = _compressed(body_parts, body_size, attrs, codec)
     total = HEADER_SIZE + sum(memoryview(part).nbytes for part in body_parts)

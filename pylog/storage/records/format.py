@@ -40,7 +40,7 @@ from typing import Any, NamedTuple
 import crc32c as _crc32c
 import numpy as np
 
-from ...errors import CorruptRecordError
+from ...errors import CorruptRecordError, InvalidRecordError
 
 __all__ = [
     "HEADER", "HEADER_SIZE", "LENGTH_PREFIX", "CRC_START", "CRC_POS", "MAGIC", "MAX_BATCH_SIZE", "MAX_OFFSET",
@@ -216,8 +216,15 @@ _new_header = tuple.__new__
 def pack_header(fields: tuple, body_parts: list) -> tuple[bytes, BatchHeader]:
     """The header bytes of a batch whose stored body is ``body_parts``, with the batch's CRC filled in, and
     the :class:`BatchHeader` with that CRC. ``fields`` are the header's fields in :class:`BatchHeader`'s
-    order (a plain tuple: this runs for every batch written); its ``crc`` is ignored."""
-    hdr = bytearray(HEADER.pack(*fields))
+    order (a plain tuple: this runs for every batch written); its ``crc`` is ignored.
+
+    :raises InvalidRecordError: when a field does not fit its header slot (an epoch beyond int16, say).
+    """
+    try:
+        hdr = bytearray(HEADER.pack(*fields))
+    except struct.error as exc:
+        raise InvalidRecordError(f"a batch header field is out of range (base offset, timestamps, producer id, "
+                                 f"epoch or sequence): {exc}") from None
     crc = _crc32c.crc32c(memoryview(hdr)[CRC_START:], _crc32c.crc32c(memoryview(hdr)[:8]))
     for part in body_parts:
         crc = _crc32c.crc32c(part, crc)
