@@ -237,6 +237,8 @@ def bench_consumer_vs_lmdb(root: str, n: int, repeat: int = 3) -> None:
     if importlib.util.find_spec("lmdb") is None:
         print("(consumer vs LMDB skipped: the lmdb package is not installed)")
         return
+    # The script's own directory: not on sys.path when run with PYTHONSAFEPATH=1 (as .ci/run does)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
     from bench_storage import interleaved_best, lmdb_copy, lmdb_read_fns, make_data
     path = "accelerated" if pylog.ACCELERATED else "pure Python"
     values, keys = make_data(1000)
