@@ -251,3 +251,11 @@ def test_a_strided_memoryview_value_raises_invalid_record_error_on_both_paths():
     for fn in (encode_parts_pure, encode_batch):
         with pytest.raises(InvalidRecordError, match="contiguous"):
             fn([strided, b"x"])
+
+
+@pytest.mark.parametrize("headers", [["x"], [[("h",)]], [[1]], [7], [[(b"k", b"v", b"w")]]])
+def test_malformed_headers_raise_invalid_record_error_on_both_paths(headers):
+    # ValueError/TypeError escaped before (fuzz_native's api kind, seed 20261126, input 104339)
+    for fn in (encode_parts_pure, encode_batch):
+        with pytest.raises(InvalidRecordError):
+            fn([b"v"], headers=headers)

@@ -136,11 +136,17 @@ def _headers_blob(headers: Sequence[Any] | None, n: int) -> bytes | None:
             rows.append(())
             continue
         row = []
-        for pair in h:
-            k, v = pair
-            if not isinstance(k, str) or not (v is None or isinstance(v, (bytes, bytearray, memoryview))):
-                raise InvalidRecordError(f"a header must be a (str, bytes | None) pair, got {pair!r}")
-            row.append((k, bytes(v) if isinstance(v, (bytearray, memoryview)) else v))
+        if isinstance(h, (str, bytes, bytearray, memoryview)):
+            raise InvalidRecordError(f"a record's headers must be a list of (str, bytes | None) pairs, got {h!r:.80}")
+        try:
+            for pair in h:
+                k, v = pair
+                if not isinstance(k, str) or not (v is None or isinstance(v, (bytes, bytearray, memoryview))):
+                    raise InvalidRecordError(f"a header must be a (str, bytes | None) pair, got {pair!r:.80}")
+                row.append((k, bytes(v) if isinstance(v, (bytearray, memoryview)) else v))
+        except (TypeError, ValueError):  # not iterable, or an item that is not a pair
+            raise InvalidRecordError(f"a record's headers must be a list of (str, bytes | None) pairs, got "
+                                     f"{h!r:.80}") from None
         rows.append(row)
     return msgpack.packb(rows, use_bin_type=True)
 
