@@ -29,7 +29,6 @@ import struct
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any, Callable
 
@@ -223,19 +222,11 @@ def figure_send(root: str, n: int) -> dict[str, tuple[float, float]]:
     """send() one at a time, and with a key over 4 partitions, against a lock + list.append per call (the
     floor of any thread-safe in-process send)."""
     import pylog
+    sys.path.insert(0, HERE)
+    from bench_clients import send_floor  # the same floor bench_clients.py prints
+
     value = b"x" * VALUE
-    lock = threading.Lock()
-    sink: list = []
-
-    def floor_call(topic: str, v: bytes | None = None, key: bytes | None = None) -> int:
-        with lock:
-            sink.append((v, key))
-        return len(sink)
-
-    t = time.perf_counter()
-    for _ in range(n):
-        floor_call("t", value)
-    floor = n / (time.perf_counter() - t) / 1e6
+    floor = send_floor(n, value) / 1e6
     out: dict[str, tuple[float, float]] = {}
     with pylog.open(os.path.join(root, "send"), log_cleaner_enable=False) as store:
         store.create_topic("u")

@@ -69,8 +69,9 @@ def row(name: str, value: float, unit: str, ratio: float | None = None, baseline
     print(f"{name:<52} {value:>12,.2f} {unit:<10} {r:>7}  {baseline:<40} {target}", flush=True)
 
 
-def bench_send(root: str, n: int) -> None:
-    value = b"x" * 100
+def send_floor(n: int, value: bytes, keys: list[bytes] | None = None) -> float:
+    """Calls per second of the floor of any thread-safe in-process ``send()``: a function taking a lock and
+    appending to a list, called ``n`` times like ``send(topic, value[, key=...])``."""
     lock = threading.Lock()
     sink: list = []
 
@@ -80,11 +81,19 @@ def bench_send(root: str, n: int) -> None:
         return len(sink)
 
     t0 = time.perf_counter()
-    for _ in range(n):
-        floor("t", value)
-    floor_rate = n / (time.perf_counter() - t0)
+    if keys is None:
+        for _ in range(n):
+            floor("t", value)
+    else:
+        for i in range(n):
+            floor("t", value, key=keys[i % len(keys)])
+    return n / (time.perf_counter() - t0)
+
+
+def bench_send(root: str, n: int) -> None:
+    value = b"x" * 100
+    floor_rate = send_floor(n, value)
     row("baseline: lock + list.append per call", floor_rate / 1e6, "M calls/s")
-    sink.clear()
 
     with pylog.open(os.path.join(root, "send"), log_cleaner_enable=False) as store:
         store.create_topic("t")
@@ -340,19 +349,7 @@ def bench_send_targets(root: str, n: int) -> None:
     printed with the rows: run once as is and once with ``PYLOG_PURE_PYTHON=1``."""
     value = b"x" * 100
     keys = [b"%08d" % i for i in range(1000)]
-    lock = threading.Lock()
-    sink: list = []
-
-    def floor(topic: str, value: bytes | None = None, key: bytes | None = None) -> int:
-        with lock:
-            sink.append((value, key))
-        return len(sink)
-
-    t0 = time.perf_counter()
-    for i in range(n):
-        floor("t", value, key=keys[i % 1000])
-    floor_rate = n / (time.perf_counter() - t0)
-    sink.clear()
+    floor_rate = send_floor(n, value, keys)
     path = "accelerated" if pylog.ACCELERATED else "pure Python"
     row(f"baseline: lock + list.append per call ({path})", floor_rate / 1e6, "M calls/s")
     with pylog.open(os.path.join(root, "send-targets"), log_cleaner_enable=False) as store:

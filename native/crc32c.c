@@ -89,48 +89,40 @@ static inline uint32_t shift_crc(uint32_t zeros[4][256], uint32_t crc) {
     return zeros[0][crc & 0xff] ^ zeros[1][(crc >> 8) & 0xff] ^ zeros[2][(crc >> 16) & 0xff] ^ zeros[3][crc >> 24];
 }
 
+/* Three streams over the three adjacent `block`-byte blocks at *pp, while 3 blocks remain, combined into c0. */
+__attribute__((target("sse4.2"))) static inline uint64_t crc_3way(uint64_t c0, const unsigned char **pp, size_t *plen,
+                                                                  size_t block, uint32_t zeros[4][256]) {
+    const unsigned char *p = *pp;
+    while (*plen >= 3 * block) {
+        uint64_t c1 = 0, c2 = 0;
+        const unsigned char *end = p + block;
+        do {
+            uint64_t a, b, d;
+            memcpy(&a, p, 8);
+            memcpy(&b, p + block, 8);
+            memcpy(&d, p + 2 * block, 8);
+            c0 = __builtin_ia32_crc32di(c0, a);
+            c1 = __builtin_ia32_crc32di(c1, b);
+            c2 = __builtin_ia32_crc32di(c2, d);
+            p += 8;
+        } while (p < end);
+        c0 = shift_crc(zeros, (uint32_t)c0) ^ (uint32_t)c1;
+        c0 = shift_crc(zeros, (uint32_t)c0) ^ (uint32_t)c2;
+        p += 2 * block;
+        *plen -= 3 * block;
+    }
+    *pp = p;
+    return c0;
+}
+
 __attribute__((target("sse4.2"))) static uint32_t crc_hw(uint32_t crc, const unsigned char *p, size_t len) {
     uint64_t c0 = ~crc;
     while (len && ((uintptr_t)p & 7)) {
         c0 = __builtin_ia32_crc32qi((uint32_t)c0, *p++);
         len--;
     }
-    while (len >= 3 * LONG_BLOCK) {
-        uint64_t c1 = 0, c2 = 0;
-        const unsigned char *end = p + LONG_BLOCK;
-        do {
-            uint64_t a, b, d;
-            memcpy(&a, p, 8);
-            memcpy(&b, p + LONG_BLOCK, 8);
-            memcpy(&d, p + 2 * LONG_BLOCK, 8);
-            c0 = __builtin_ia32_crc32di(c0, a);
-            c1 = __builtin_ia32_crc32di(c1, b);
-            c2 = __builtin_ia32_crc32di(c2, d);
-            p += 8;
-        } while (p < end);
-        c0 = shift_crc(zeros_long, (uint32_t)c0) ^ (uint32_t)c1;
-        c0 = shift_crc(zeros_long, (uint32_t)c0) ^ (uint32_t)c2;
-        p += 2 * LONG_BLOCK;
-        len -= 3 * LONG_BLOCK;
-    }
-    while (len >= 3 * SHORT_BLOCK) {
-        uint64_t c1 = 0, c2 = 0;
-        const unsigned char *end = p + SHORT_BLOCK;
-        do {
-            uint64_t a, b, d;
-            memcpy(&a, p, 8);
-            memcpy(&b, p + SHORT_BLOCK, 8);
-            memcpy(&d, p + 2 * SHORT_BLOCK, 8);
-            c0 = __builtin_ia32_crc32di(c0, a);
-            c1 = __builtin_ia32_crc32di(c1, b);
-            c2 = __builtin_ia32_crc32di(c2, d);
-            p += 8;
-        } while (p < end);
-        c0 = shift_crc(zeros_short, (uint32_t)c0) ^ (uint32_t)c1;
-        c0 = shift_crc(zeros_short, (uint32_t)c0) ^ (uint32_t)c2;
-        p += 2 * SHORT_BLOCK;
-        len -= 3 * SHORT_BLOCK;
-    }
+    c0 = crc_3way(c0, &p, &len, LONG_BLOCK, zeros_long);
+    c0 = crc_3way(c0, &p, &len, SHORT_BLOCK, zeros_short);
     while (len >= 8) {
         uint64_t w;
         memcpy(&w, p, 8);
