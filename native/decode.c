@@ -102,7 +102,10 @@ static int layout(layout_t *L, const unsigned char *body, Py_ssize_t size, int64
     if (n < 1) /* check_header keeps count >= 1; a caller skipping it still gets an error, not a read */
         return raise_corrupt(PyUnicode_FromFormat("record count %lld impossible for a %zd-byte body", (long long)n,
                                                   size), path, position);
-    int64_t width = 4 * n; /* n < 2^31: no overflow */
+    if (n > (int64_t)(size / 4)) /* bounds n before any multiplication: 4 * n cannot overflow below */
+        return raise_corrupt(PyUnicode_FromFormat("body of %zd bytes too small for %lld records", size,
+                                                  (long long)n), path, position);
+    int64_t width = 4 * n;
     int64_t need = width * (1 + ((attrs & ATTR_KEYS) != 0) + 2 * ((attrs & ATTR_TIMESTAMPS) != 0) +
                             ((attrs & ATTR_OFFSET_DELTAS) != 0));
     if (need > (int64_t)size)
@@ -294,8 +297,14 @@ static int decode(decode_args *A, PyObject *out, Py_ssize_t at, int fill) {
         PyErr_SetString(PyExc_TypeError, "headers must be the batch's list of header tuples, or None without them");
         return -1;
     }
+    /* A private tuple of the headers: a deserializer (Python code, run mid-loop) may change the caller's list. */
+    PyObject *hdr_rows = want_headers ? PyList_AsTuple(A->headers) : NULL;
+    if (want_headers && hdr_rows == NULL) return -1;
     Py_buffer view;
-    if (PyObject_GetBuffer(A->body, &view, PyBUF_SIMPLE) < 0) return -1;
+    if (PyObject_GetBuffer(A->body, &view, PyBUF_SIMPLE) < 0) {
+        Py_XDECREF(hdr_rows);
+        return -1;
+    }
     layout_t L;
     int rc = -1;
     PyObject *shared_ts = NULL, *ts_type = NULL, *empty = NULL, *ksize = NULL, *vsize = NULL;
@@ -330,7 +339,7 @@ static int decode(decode_args *A, PyObject *out, Py_ssize_t at, int fill) {
         int32_t vlen = ld_i32(body + L.v_pos + 4 * i);
         PyObject *key = klen >= 0 ? column_item(&kdata, klen) : Py_NewRef(Py_None);
         PyObject *value = column_item(&vdata, vlen);
-        PyObject *hdrs = want_headers ? PyList_GET_ITEM(A->headers, i) : empty;
+        PyObject *hdrs = want_headers ? PyTuple_GET_ITEM(hdr_rows, i) : empty;
         Py_INCREF(hdrs);
         int tracked = 0;
         if (A->rows) {
@@ -364,7 +373,7 @@ static int decode(decode_args *A, PyObject *out, Py_ssize_t at, int fill) {
                 Py_DECREF(row);
                 goto done;
             }
-            tracked = !acyclic(key, 0) || !acyclic(value, 0) || !acyclic(A->topic, 0);
+            tracked = !acyclic(key, 0) || !acyclic(value, 0) || !acyclic(A->topic, 0) || !acyclic(A->partition, 0);
         } else {
             PyTuple_SET_ITEM(row, 0, offset);
             PyTuple_SET_ITEM(row, 1, ts);
@@ -378,7 +387,7 @@ static int decode(decode_args *A, PyObject *out, Py_ssize_t at, int fill) {
                 Py_DECREF(row);
                 goto done;
             }
-            tracked = !acyclic(A->topic, 0);
+            tracked = !acyclic(A->topic, 0) || !acyclic(A->partition, 0);
         }
         if (!tracked && hdrs != empty) tracked = !acyclic(hdrs, 2);
         if (!tracked && PyObject_GC_IsTracked(row)) PyObject_GC_UnTrack(row);
@@ -392,6 +401,7 @@ static int decode(decode_args *A, PyObject *out, Py_ssize_t at, int fill) {
     }
     rc = 0;
 done:
+    Py_XDECREF(hdr_rows);
     Py_XDECREF(shared_ts);
     Py_XDECREF(ts_type);
     Py_XDECREF(empty);

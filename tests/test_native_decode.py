@@ -276,3 +276,41 @@ def test_timestamps_wrap_as_numpy_does():
     header = header._replace(first_timestamp=(1 << 62), max_timestamp=(1 << 62))
     _, pure, fast = _both_views(_rebatch(header, bytes(buf)))
     assert pure == fast and pure[0] == "ok"
+
+
+# Found by an independent review of native/decode.c (direct callers of the extension only: the readers pass
+# checked headers and fresh lists, but the C code promises to check what it is given).
+
+def _headered_view(n: int = 20) -> BatchView:
+    return BatchView.from_buffer(encode_batch([b"v%d" % i for i in range(n)], keys=[b"k"] * n,
+                                              headers=[[("h", b"x")]] * n))
+
+
+def test_a_deserializer_that_empties_the_headers_list_cannot_crash_decode_rows():
+    v = _headered_view()
+    hdrs = v.headers()
+
+    def clearing(b: bytes) -> bytes:
+        hdrs.clear()  # Python code running mid-decode, changing the list the C loop reads
+        return b
+
+    out: list = []
+    native.decode_rows(out, v.body, v.header, 0, 20, "t", 0, tuple, hdrs, None, clearing)
+    assert [row[7] for row in out] == [(("h", b"x"),)] * 20
+
+
+def test_a_record_count_that_would_overflow_the_size_check_is_corrupt_not_a_wild_read():
+    with pytest.raises(CorruptRecordError, match="too small"):
+        native.batch_layout(b"\0" * 4, 2**62 + 1, 0, 2**62, None, None)
+    v = BatchView.from_buffer(encode_batch([b"a", b"b"]))
+    lying = v.header._replace(record_count=2**62 + 1, last_offset_delta=2**62)
+    with pytest.raises(CorruptRecordError, match="too small"):
+        native.decode_records(v.body, lying, 0, 2, "t", 0, Record, None)
+
+
+def test_a_row_holding_a_container_partition_stays_tracked_by_the_collector():
+    v = BatchView.from_buffer(encode_batch([b"a", b"b"]))
+    part: list = []
+    out: list = []
+    native.decode_rows(out, v.body, v.header, 0, 2, "t", part, tuple, None, None, None)
+    assert all(gc.is_tracked(row) for row in out)
