@@ -319,6 +319,9 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
                    opts: EncodeOptions) -> tuple[list, BatchHeader] | None:
     """:func:`encode_parts` by the compiled encoder, or None for an input it leaves to the pure path."""
     assert _native_encode is not None
+    if (value_lengths is None and key_lengths is None and isinstance(values, (list, tuple))
+            and len(values) + (len(keys) if isinstance(keys, (list, tuple)) else 0 if keys is None else 17) <= 16):
+        return None  # at most 16 parts (items, less the nulls): left to the pure path below, decided before a pass
     vlens: Any
     klens: Any
     if value_lengths is not None:
