@@ -183,25 +183,13 @@ def figure_appends(root: str, n: int, repeat: int) -> dict[str, tuple[float, flo
     return out
 
 
-def _random_median(p: Any, samples: int, verify: bool) -> float:
-    end = p.log_end_offset
-    rnd = random.Random(3)
-    offsets = [rnd.randrange(end) for _ in range(samples)]
-    for o in offsets[:200]:
-        p.read(o, max_records=1, verify=verify)
-    lat = []
-    for o in offsets:
-        t = time.perf_counter()
-        recs = p.read(o, max_records=1, verify=verify)
-        lat.append(time.perf_counter() - t)
-        assert recs[0].offset == o
-    return statistics.median(lat) * 1e6
-
-
 def figure_random(root: str, sizes: list[int], samples: int) -> dict[str, tuple[float, float]]:
     """Median of a one-record read at a random offset, CRC verified, against the same read without CRC
     verification (``verify=False``, what checking costs on top of finding and decoding the record)."""
     import pylog
+    sys.path.insert(0, HERE)
+    from bench_storage import Bench  # the same measurement bench_storage.py prints
+    random_read_median = Bench.random_read_median
     keys, values = _records(BATCH)
     out: dict[str, tuple[float, float]] = {}
     with pylog.open(os.path.join(root, "random"), log_cleaner_enable=False) as store:
@@ -212,8 +200,8 @@ def figure_random(root: str, sizes: list[int], samples: int) -> dict[str, tuple[
             for _ in range(max(1, size // BATCH)):
                 p.append_values(values, keys=keys)
             os.sync()
-            v = _random_median(p, samples, True)
-            u = _random_median(p, samples, False)
+            v = random_read_median(p, samples, True)
+            u = random_read_median(p, samples, False)
             out[f"random read of one record, {size:.0e} records (us, median)"] = (v, u)
     return out
 
@@ -223,30 +211,17 @@ def figure_send(root: str, n: int) -> dict[str, tuple[float, float]]:
     floor of any thread-safe in-process send)."""
     import pylog
     sys.path.insert(0, HERE)
-    from bench_clients import send_floor  # the same floor bench_clients.py prints
+    from bench_clients import send_floor, send_rate  # the figures bench_clients.py prints
 
     value = b"x" * VALUE
     floor = send_floor(n, value) / 1e6
     out: dict[str, tuple[float, float]] = {}
     with pylog.open(os.path.join(root, "send"), log_cleaner_enable=False) as store:
         store.create_topic("u")
-        with store.producer(acks=1) as producer:
-            send = producer.send
-            t = time.perf_counter()
-            for _ in range(n):
-                send("u", value)
-            producer.flush()
-            out["send() one at a time"] = (n / (time.perf_counter() - t) / 1e6, floor)
+        out["send() one at a time"] = (send_rate(store, "u", n, value) / 1e6, floor)
         store.create_topic("k", partitions=4)
         keys = [random.Random(i).randbytes(KEY) for i in range(1000)]
-        m = n // 2
-        with store.producer(acks=1) as producer:
-            send = producer.send
-            t = time.perf_counter()
-            for i in range(m):
-                send("k", value, key=keys[i % 1000])
-            producer.flush()
-            out["send() with a key, 4 partitions"] = (m / (time.perf_counter() - t) / 1e6, floor)
+        out["send() with a key, 4 partitions"] = (send_rate(store, "k", n // 2, value, keys) / 1e6, floor)
     return out
 
 

@@ -239,8 +239,8 @@ def bench_consumer(root: str, n: int) -> None:
 def bench_consumer_vs_lmdb(root: str, n: int, repeat: int = 3) -> None:
     """Consumer iteration (``ConsumerRecord``s, ``max_poll_records=5000``, drained by ``deque(maxlen=0)``)
     over 8-byte keys and 100-byte values, against an LMDB cursor over the same records drained the same way
-    (bench_storage.py's ``lmdb_read_fns``), the two timed in turns, on whichever path is live: run again with PYLOG_PURE_PYTHON=1
-    for the other."""
+    (bench_storage.py's ``lmdb_read_fns``), the two timed in turns, on whichever path is live: run again with
+    PYLOG_PURE_PYTHON=1 for the other."""
     import collections
     import importlib.util
     if importlib.util.find_spec("lmdb") is None:
@@ -343,6 +343,22 @@ def bench_handover(root: str, reps: int, segment_counts: tuple[int, ...] = (3, 1
     row("consumer.commit(), one partition", per * 1e3, "ms")
 
 
+def send_rate(store: Any, topic: str, n: int, value: bytes, keys: list[bytes] | None = None) -> float:
+    """Records per second of ``n`` ``send()`` calls, one at a time (with ``keys`` in turn when given), on a
+    fresh ``acks=1`` producer, then ``flush()``."""
+    with store.producer(acks=1) as producer:
+        send = producer.send
+        t0 = time.perf_counter()
+        if keys is None:
+            for _ in range(n):
+                send(topic, value)
+        else:
+            for i in range(n):
+                send(topic, value, key=keys[i % len(keys)])
+        producer.flush()
+        return n / (time.perf_counter() - t0)
+
+
 def bench_send_targets(root: str, n: int) -> None:
     """Issue 16's send() targets: 100-byte values, 8-byte keys, ``acks=1``, one at a time then ``flush()``;
     each against the lock + list.append floor of the same run. The path (compiled or pure Python) is
@@ -355,20 +371,8 @@ def bench_send_targets(root: str, n: int) -> None:
     with pylog.open(os.path.join(root, "send-targets"), log_cleaner_enable=False) as store:
         store.create_topic("plain")
         store.create_topic("keyed", partitions=4)
-        with store.producer(acks=1) as producer:
-            send = producer.send
-            t0 = time.perf_counter()
-            for _ in range(n):
-                send("plain", value)
-            producer.flush()
-            rate = n / (time.perf_counter() - t0)
-        with store.producer(acks=1) as producer:
-            send = producer.send
-            t0 = time.perf_counter()
-            for i in range(n):
-                send("keyed", value, key=keys[i % 1000])
-            producer.flush()
-            keyed = n / (time.perf_counter() - t0)
+        rate = send_rate(store, "plain", n, value)
+        keyed = send_rate(store, "keyed", n, value, keys)
         assert sum(store.topic("keyed").partition(i).log_end_offset for i in range(4)) == n
     row(f"send() one at a time ({path})", rate / 1e6, "M rec/s", rate / floor_rate, "vs lock + list.append floor",
         ">= 2 M rec/s " + ("PASS" if rate >= 2e6 else "MISS"))
