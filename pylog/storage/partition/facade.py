@@ -361,11 +361,14 @@ class Partition:
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
                        key_data: Any = None, timestamps: np.ndarray | None = None, *,
-                       producer: tuple[int, int, int] | None = None) -> int:
+                       headers: Sequence[Any] | None = None, producer: tuple[int, int, int] | None = None,
+                       compression: str | None = None, in_turn: bool = False) -> int:
         """Columnar fast path: int32 lengths (-1 for null) plus the concatenated non-null bytes.
 
         From Arrow binary arrays: ``lengths = np.diff(offsets)`` with -1 where the validity bit is 0.
-        ``producer`` as for :meth:`append_values`.
+        ``headers`` (one sequence of ``(str, bytes | None)`` pairs per record), ``producer`` and
+        ``compression`` as for :meth:`append_values`. ``in_turn``: append as a writer taking turns (see
+        :meth:`append_values_in_turn`), leaving the lock free to be handed over (:meth:`hand_over`).
         """
         vlens = np.ascontiguousarray(value_lengths, dtype=np.int32)
         n = len(vlens)
@@ -375,9 +378,11 @@ class Partition:
         if klens is not None and len(klens) != n:
             raise InvalidRecordError(f"{len(klens)} key lengths for {n} values")
         ts = None if timestamps is None else np.ascontiguousarray(timestamps, dtype=np.int64)
+        if headers is not None and len(headers) != n:
+            raise InvalidRecordError(f"{len(headers)} header lists for {n} values")
         cols = Columns(n, vlens, [value_data] if value_data is not None else [], klens,
-                       [key_data] if key_data is not None else [], ts, None, True)
-        return self._append_columns(cols, producer, None, False)
+                       [key_data] if key_data is not None else [], ts, headers, True)
+        return self._append_columns(cols, producer, compression, in_turn)
 
     def _append_columns(self, cols: Columns, producer: tuple[int, int, int] | None, compression: str | None,
                         in_turn: bool) -> int:
