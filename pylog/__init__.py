@@ -11,6 +11,8 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING, Any
+
 from .accel import ACCELERATED
 from .clients.assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, StickyPartitionAssignor
 from .maintenance.cleaner_status import CleanerStatus
@@ -49,6 +51,17 @@ __all__ = [
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",
     "ConsumerRebalanceListener", "CommitFailedError", "RebalanceInProgressError", "RangePartitionAssignor",
     "RoundRobinPartitionAssignor", "StickyPartitionAssignor", "GroupDescription", "MemberDescription",
-    "PartitionLag", "KafkaProducer", "KafkaConsumer",
+    "PartitionLag", "KafkaProducer", "KafkaConsumer", "serve",
     "ACCELERATED", "__version__",
 ]
+
+
+if TYPE_CHECKING:
+    from .server import Server
+
+
+def serve(store: "Store | str", host: str = "127.0.0.1", port: int = 9092, **options: Any) -> "Server":
+    """Serve ``store`` (a Store or a path) over Kafka's wire protocol from a background thread: see
+    :func:`pylog.server.serve` (imported on first use, so ``import pylog`` stays light)."""
+    from .server import serve as _serve
+    return _serve(store, host=host, port=port, **options)

@@ -24,13 +24,13 @@ from typing import Sequence, TextIO
 from .. import __version__
 from ..accel import describe
 from ..errors import PylogError
-from . import bench, clients, dump, groups, health, maintenance, topics
+from . import bench, clients, dump, groups, health, maintenance, serve, topics
 from .base import CommandError, ExitCode
 
 __all__ = ["main", "ExitCode", "build_parser"]
 
 #: The command modules, in the order ``pylog --help`` lists them.
-_COMMANDS = (topics, clients, dump, maintenance, groups, health, bench)
+_COMMANDS = (topics, clients, dump, maintenance, groups, health, bench, serve)
 #: Commands with actions, and the action a first argument that is not one stands for (the older forms
 #: ``pylog topics STORE`` and ``pylog groups STORE [GROUP...]``).
 _DEFAULT_ACTIONS = {"topics": (topics.ACTIONS, "list"), "groups": (groups.ACTIONS, "describe")}
@@ -61,6 +61,7 @@ EXAMPLES = {
     "bench producer": "pylog bench producer ./data --records 1000000 --acks all",
     "bench consumer": "pylog bench consumer ./data --records 1000000 --partitions 4",
     "bench latency": "pylog bench latency ./data --records 1000",
+    "serve": "pylog serve ./data --port 9092",
 }
 
 

@@ -1,0 +1,80 @@
+"""``pylog serve STORE``: serve a store over Kafka's wire protocol until SIGTERM or Ctrl-C.
+
+Any Kafka client (kafka-python, aiokafka, confluent-kafka, the Java client, kcat ...) then produces to and
+consumes from the store with ``bootstrap_servers="HOST:PORT"``; pylog's own clients, this command line and
+the Spark source keep working on the same directory at the same time. The store is created when the
+directory is missing or empty. Listens on 127.0.0.1:9092 unless told otherwise; before listening on another
+address, enable TLS (``--tls-cert`` / ``--tls-key``) and SASL (``--sasl-users``). docs/SERVER.md has the
+details.
+
+A clean stop (SIGTERM, SIGINT) answers the requests under way, then closes the store: everything
+acknowledged is fsynced before the command exits.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from typing import Any, TextIO
+
+from ..errors import CommandError
+from ..server import Server
+from .base import ExitCode, non_negative, positive
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    s = sub.add_parser("serve", help="serve the store over Kafka's wire protocol (Kafka clients use it)",
+                       description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
+                       formatter_class=argparse.RawDescriptionHelpFormatter)
+    s.add_argument("store")
+    s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
+    s.add_argument("--port", type=non_negative, default=9092, help="port (default 9092; 0 picks a free one)")
+    s.add_argument("--advertised-host", metavar="HOST", help="host name clients are told to connect to "
+                                                             "(default: the --host address)")
+    s.add_argument("--advertised-port", type=positive, metavar="PORT", help="port clients are told (default: --port)")
+    s.add_argument("--no-auto-create-topics", action="store_true",
+                   help="a Metadata request naming a missing topic gets UNKNOWN_TOPIC_OR_PARTITION instead of "
+                        "creating it")
+    s.add_argument("--max-request-bytes", type=positive, default=100 * 1024 * 1024, metavar="N",
+                   help="largest request accepted (default 100 MiB); larger ones close the connection")
+    s.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain")
+    s.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
+    s.add_argument("--tls-ca", metavar="PEM", help="CA bundle that client certificates must chain to")
+    s.add_argument("--tls-require-client-cert", action="store_true", help="refuse clients without a certificate")
+    s.add_argument("--sasl-users", metavar="JSON", help="require SASL: the users file (docs/SERVER.md)")
+    s.add_argument("--sasl-mechanisms", default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", metavar="LIST",
+                   help="comma-separated SASL mechanisms offered (default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)")
+    s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
+                   help="what the server logs to stderr (default INFO)")
+    s.set_defaults(run=_serve)
+
+
+def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    from ..server import auth
+
+    logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
+    options: dict[str, Any] = {
+        "host": args.host, "port": args.port, "advertised_host": args.advertised_host,
+        "advertised_port": args.advertised_port, "auto_create_topics": not args.no_auto_create_topics,
+        "max_request_bytes": args.max_request_bytes,
+    }
+    if args.tls_cert or args.tls_key:
+        if not (args.tls_cert and args.tls_key):
+            raise CommandError("--tls-cert and --tls-key go together")
+        options["ssl_context"] = auth.make_server_ssl_context(args.tls_cert, args.tls_key, cafile=args.tls_ca,
+                                                              require_client_cert=args.tls_require_client_cert)
+    elif args.tls_ca or args.tls_require_client_cert:
+        raise CommandError("--tls-ca and --tls-require-client-cert need --tls-cert and --tls-key")
+    if args.sasl_users:
+        mechanisms = [m.strip().upper() for m in args.sasl_mechanisms.split(",") if m.strip()]
+        options["sasl"] = auth.SaslServer(auth.Credentials.load(args.sasl_users), mechanisms=mechanisms)
+    if args.host not in ("127.0.0.1", "localhost", "::1") and not args.sasl_users:
+        logging.getLogger("pylog.server").warning(
+            "pylog serve: listening on %s without SASL: anyone who reaches this address can read and write the "
+            "store (see --sasl-users and --tls-cert)", args.host)
+    server = Server(args.store, **options)
+    server.serve_forever(handle_signals=True)
+    return ExitCode.OK

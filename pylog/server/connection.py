@@ -1,0 +1,270 @@
+"""One client connection of ``pylog serve``: framing, request order, authentication, back-pressure.
+
+Kafka's framing is a 4-byte big-endian size and that many bytes of request. A connection cuts frames out of
+what it receives, queues them and answers them one at a time, in order (as a Kafka broker does: clients
+match responses to requests by order and correlation id, and an idempotent producer's batches must be
+appended in the order sent).
+
+Invariants:
+- A frame larger than the server's ``max_request_bytes`` (or a negative size) closes the connection before
+  anything is allocated for it; nothing past a bad frame is read.
+- Reading pauses while queued, unanswered frames exceed :data:`_MAX_QUEUED_BYTES`, and answering pauses while
+  the transport's write buffer is over its high-water mark (a slow consumer): a connection's memory is bounded
+  by the frame limit plus those two.
+- A request that cannot be decoded closes the connection (what Kafka brokers do); a request whose handler
+  failed is answered with UNKNOWN_SERVER_ERROR in every error field, and the connection goes on.
+- With SASL enabled, nothing but ApiVersions, SaslHandshake and SaslAuthenticate is served before
+  authentication succeeds; a failed authentication is answered and the connection closed.
+- A client that disconnects mid-request loses only that request: its partial frame is dropped, the requests
+  being handled complete (an append in the storage pool is never cut short).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import logging
+from typing import TYPE_CHECKING, Any
+
+from ..errors import PylogError
+from . import protocol
+from .protocol import codes as E
+
+if TYPE_CHECKING:
+    from .server import ServerState
+
+__all__ = ["Connection"]
+
+log = logging.getLogger("pylog.server")
+
+#: Received frames waiting for their turn, in bytes, above which the connection stops reading.
+_MAX_QUEUED_BYTES = 16 << 20
+API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+_BEFORE_AUTH = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
+
+
+class Connection(asyncio.Protocol):
+    """The asyncio protocol of one client connection (see the module docstring)."""
+
+    def __init__(self, state: "ServerState") -> None:
+        self.s = state
+        self.transport: asyncio.Transport | None = None
+        self.client_host = ""
+        self.closing = False
+        self.authenticated = state.sasl is None
+        self.principal: str | None = None
+        self._sasl: Any = None  # the SASL session under way
+        self._raw_sasl = False  # SaslHandshake v0: the next frames are bare SASL tokens
+        self._buf = bytearray()
+        self._frames: collections.deque[bytearray] = collections.deque()
+        self._queued = 0
+        self._read_paused = False
+        self._wakeup: asyncio.Future[None] | None = None
+        self._writable: asyncio.Future[None] | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    # ------------------------------------------------------------------ asyncio.Protocol
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        peer = transport.get_extra_info("peername")
+        self.client_host = str(peer[0]) if peer else ""
+        self.s.connections.add(self)
+        self._task = asyncio.get_running_loop().create_task(self._serve())
+
+    def data_received(self, data: bytes) -> None:
+        buf = self._buf
+        buf += data
+        pos, n = 0, len(buf)
+        limit = self.s.config.max_request_bytes
+        while n - pos >= 4:
+            size = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
+            if size < 0 or size > limit:
+                log.warning("pylog serve: closing the connection from %s: a request of %d bytes (the limit is "
+                            "max_request_bytes=%d)", self.client_host, size, limit)
+                self._buf = bytearray()
+                self.abort()
+                return
+            if n - pos - 4 < size:
+                break
+            frame = buf[pos + 4:pos + 4 + size]
+            pos += 4 + size
+            self._frames.append(frame)
+            self._queued += size
+        if pos:
+            del buf[:pos]
+        if self._frames:
+            self._wake()
+            if self._queued > _MAX_QUEUED_BYTES and not self._read_paused and self.transport is not None:
+                self._read_paused = True
+                self.transport.pause_reading()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self._buf = bytearray()
+        self._frames.clear()
+        self.s.connections.discard(self)
+        if self._task is not None and not self._task.done():
+            self._task.cancel()
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    def pause_writing(self) -> None:
+        if self._writable is None or self._writable.done():
+            self._writable = asyncio.get_running_loop().create_future()
+
+    def resume_writing(self) -> None:
+        if self._writable is not None and not self._writable.done():
+            self._writable.set_result(None)
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def close(self) -> None:
+        """Finish the request under way, then close (the server's shutdown)."""
+        self.closing = True
+        if self.transport is not None and not self._read_paused:
+            self._read_paused = True
+            self.transport.pause_reading()
+        self._frames.clear()
+        self._wake()
+
+    def abort(self) -> None:
+        """Close now, dropping whatever is queued."""
+        self.closing = True
+        self._frames.clear()
+        if self.transport is not None:
+            self.transport.close()
+
+    async def finished(self) -> None:
+        if self._task is not None:
+            await asyncio.gather(self._task, return_exceptions=True)
+
+    def _wake(self) -> None:
+        w = self._wakeup
+        if w is not None and not w.done():
+            w.set_result(None)
+
+    # ------------------------------------------------------------------ the request loop
+
+    async def _serve(self) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            while not self.closing:
+                if not self._frames:
+                    self._wakeup = loop.create_future()
+                    await self._wakeup
+                    self._wakeup = None
+                    continue
+                frame = self._frames.popleft()
+                self._queued -= len(frame)
+                if self._read_paused and self._queued <= _MAX_QUEUED_BYTES // 2 and not self.closing:
+                    self._read_paused = False
+                    assert self.transport is not None
+                    self.transport.resume_reading()
+                if not await self._handle(frame):
+                    break
+                if self._writable is not None and not self._writable.done():
+                    await self._writable  # a slow reader: answer nothing more until its buffer drains
+        except asyncio.CancelledError:
+            pass
+        except Exception:  # a bug here must not take the server down: this connection ends
+            log.exception("pylog serve: connection from %s failed", self.client_host)
+        finally:
+            if self.transport is not None:
+                self.transport.close()
+
+    def _write(self, data: bytes | list) -> None:
+        if self.transport is None or self.transport.is_closing():
+            return
+        if isinstance(data, list):
+            self.transport.writelines(data)
+        else:
+            self.transport.write(data)
+
+    async def _handle(self, frame: bytearray) -> bool:
+        """Answer one frame; False when the connection must close."""
+        if self._raw_sasl:
+            return self._raw_sasl_token(bytes(frame))
+        try:
+            req = protocol.parse_request(frame)
+        except protocol.UnsupportedApiVersionsError as exc:
+            self._write(exc.response)  # an ApiVersions version we lack: v0 with our versions, as Kafka does
+            return True
+        except PylogError as exc:
+            log.warning("pylog serve: closing the connection from %s: %s", self.client_host, exc)
+            return False
+        if not self.authenticated and req.api_key not in _BEFORE_AUTH:
+            log.warning("pylog serve: closing the connection from %s: API key %d before SASL authentication",
+                        self.client_host, req.api_key)
+            return False
+        if req.api_key == SASL_HANDSHAKE:
+            self._write(protocol.encode_response(req, self._sasl_handshake(req)))
+            return True
+        if req.api_key == SASL_AUTHENTICATE:
+            body, ok = self._sasl_authenticate(req)
+            self._write(protocol.encode_response(req, body))
+            return ok
+        handler = self.s.handlers.get(req.api_key)
+        try:
+            if handler is None:
+                body = protocol.error_response(req, E.UNSUPPORTED_VERSION)
+            else:
+                body = await handler(req, self)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("pylog serve: %s request from %s (client %r) failed", protocol.api_name(req.api_key),
+                          self.client_host, req.client_id)
+            body = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
+        if body is not None:
+            self._write(protocol.encode_response(req, body))
+        return True
+
+    # ------------------------------------------------------------------ SASL
+
+    def _sasl_handshake(self, req: Any) -> dict:
+        sasl = self.s.sasl
+        mechanisms = list(sasl.mechanisms) if sasl is not None else []
+        if sasl is None:
+            return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
+        if self.authenticated or self._sasl is not None:
+            return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
+        try:
+            self._sasl = sasl.start(req.body["mechanism"])
+        except PylogError:
+            return {"error_code": E.UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms}
+        self._raw_sasl = req.api_version == 0
+        return {"error_code": E.NONE, "mechanisms": mechanisms}
+
+    def _sasl_authenticate(self, req: Any) -> tuple[dict, bool]:
+        if self._sasl is None or self.authenticated:
+            return {"error_code": E.ILLEGAL_SASL_STATE, "error_message": "SaslAuthenticate without SaslHandshake",
+                    "auth_bytes": b""}, False
+        try:
+            challenge, done = self._sasl.step(bytes(req.body["auth_bytes"]))
+        except PylogError as exc:
+            log.warning("pylog serve: SASL authentication from %s failed: %s", self.client_host, exc)
+            return {"error_code": E.SASL_AUTHENTICATION_FAILED, "error_message": str(exc), "auth_bytes": b""}, False
+        if done:
+            self._authenticated_as(self._sasl.principal)
+        return {"error_code": E.NONE, "error_message": None, "auth_bytes": challenge,
+                "session_lifetime_ms": 0}, True
+
+    def _raw_sasl_token(self, token: bytes) -> bool:
+        try:
+            challenge, done = self._sasl.step(token)
+        except PylogError as exc:
+            log.warning("pylog serve: SASL authentication from %s failed: %s", self.client_host, exc)
+            return False
+        self._write(len(challenge).to_bytes(4, "big") + challenge)
+        if done:
+            self._raw_sasl = False
+            self._authenticated_as(self._sasl.principal)
+        return True
+
+    def _authenticated_as(self, principal: str | None) -> None:
+        self.authenticated = True
+        self.principal = principal
+        self._sasl = None
+        log.info("pylog serve: %s authenticated as %r", self.client_host, principal)

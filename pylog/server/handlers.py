@@ -1,0 +1,372 @@
+"""The Kafka requests a pylog store answers: one coroutine per API, each turning a decoded request body into a
+response body (dicts named as Kafka's message specs name the fields, in snake_case; see
+:mod:`pylog.server.protocol`).
+
+Layout of the work:
+- Appends (Produce) and everything that may block on the disk or on another process's lock (topic creation
+  and deletion, fsyncs for ``acks=all``, producer ids, retention) run in the server's storage thread pool,
+  never on the event loop; a request's appends go there in one hop.
+- Reads (Fetch, ListOffsets, Metadata) run on the loop: they read mapped segment files and never wait for a
+  lock. A Fetch with too little to return waits in :class:`~pylog.server.waiting.FetchWaiters`.
+
+Invariants:
+- A Produce either appends a partition's batches or answers that partition with an error code; a batch is
+  never appended half (pylog's append is all-or-nothing per call before anything is written) and never
+  twice for an idempotent producer's retry (pylog's producer state, as for its own producers).
+- A response never claims more than happened: ``acks=all`` is answered after the fsync, ``acks=1`` after the
+  append (flushed per the topic's ``flush.messages`` / ``flush.ms``), ``acks=0`` not at all.
+- Every failure of one partition, topic or group is that item's error code; a bug in a handler is answered
+  with UNKNOWN_SERVER_ERROR by the connection (:mod:`pylog.server.connection`), never a dropped server.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from typing import TYPE_CHECKING, Any, Callable
+
+from ..errors import OffsetOutOfRangeError, PylogError, UnknownTopicError
+from ..storage.filenames import is_internal_topic, topic_name_problem
+from ..storage.partition import Partition
+from . import recordbatch
+from .errormap import code_for
+from .protocol import codes as E
+
+if TYPE_CHECKING:
+    from .server import ServerState
+
+__all__ = ["DataHandlers"]
+
+log = logging.getLogger("pylog.server")
+
+#: A fetch reads at most this many records per partition per response (its byte limits usually bind first).
+_MAX_FETCH_RECORDS = 1_000_000
+LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
+
+
+class DataHandlers:
+    """ApiVersions, Metadata, Produce, Fetch, ListOffsets, FindCoordinator and InitProducerId."""
+
+    def __init__(self, state: "ServerState") -> None:
+        self.s = state
+
+    # ------------------------------------------------------------------ helpers
+
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the storage thread pool."""
+        return await asyncio.get_running_loop().run_in_executor(self.s.executor, fn, *args)
+
+    def partition(self, topic: str, index: int) -> Partition:
+        """The partition, or UnknownTopicError for a missing topic or partition number."""
+        if not isinstance(topic, str) or (topic_name_problem(topic, internal_ok=True) is not None
+                                          and topic not in self.s.store):
+            raise UnknownTopicError(f"no topic {topic!r}")
+        t = self.s.store.topic(topic)
+        if not 0 <= index < t.num_partitions:
+            raise UnknownTopicError(f"topic {topic!r} has no partition {index} (it has {t.num_partitions})")
+        return t.partition(index)
+
+    # ------------------------------------------------------------------ ApiVersions
+
+    async def api_versions(self, req: Any, conn: Any) -> dict:
+        return {"error_code": E.NONE, "api_keys": self.s.api_keys, "throttle_time_ms": 0}
+
+    # ------------------------------------------------------------------ Metadata
+
+    async def metadata(self, req: Any, conn: Any) -> dict:
+        b = req.body
+        store = self.s.store
+        requested = b.get("topics")
+        if requested is None or (req.api_version == 0 and not requested):
+            names = [n for n in store.topics()]
+        else:
+            names = [t["name"] for t in requested]
+        allow_create = self.s.config.auto_create_topics and b.get("allow_auto_topic_creation", True)
+        topics = []
+        for name in names:
+            topics.append(await self._topic_metadata(name, allow_create))
+        host, port = self.s.advertised
+        return {"throttle_time_ms": 0,
+                "brokers": [{"node_id": 0, "host": host, "port": port, "rack": None}],
+                "cluster_id": self.s.cluster_id, "controller_id": 0, "topics": topics,
+                "cluster_authorized_operations": -2147483648}
+
+    async def _topic_metadata(self, name: Any, allow_create: bool) -> dict:
+        store = self.s.store
+        entry: dict[str, Any] = {"name": name, "is_internal": False, "partitions": [],
+                                 "topic_authorized_operations": -2147483648}
+        if not isinstance(name, str):
+            entry.update(error_code=E.INVALID_TOPIC_EXCEPTION, name="")
+            return entry
+        if name not in store:
+            problem = topic_name_problem(name)
+            if problem is not None:
+                entry["error_code"] = E.INVALID_TOPIC_EXCEPTION
+                return entry
+            if not allow_create:
+                entry["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
+                return entry
+            try:
+                await self.run(self._auto_create, name)
+            except PylogError as exc:
+                entry["error_code"] = code_for(exc)
+                return entry
+        try:
+            count = store.topic(name).num_partitions
+        except PylogError as exc:
+            entry["error_code"] = code_for(exc)
+            return entry
+        entry["is_internal"] = is_internal_topic(name)
+        entry["error_code"] = E.NONE
+        entry["partitions"] = [{"error_code": E.NONE, "partition_index": i, "leader_id": 0, "leader_epoch": 0,
+                                "replica_nodes": [0], "isr_nodes": [0], "offline_replicas": []}
+                               for i in range(count)]
+        return entry
+
+    def _auto_create(self, name: str) -> None:
+        from ..errors import TopicExistsError
+        store = self.s.store
+        try:
+            store.create_topic(name, partitions=store.settings["num.partitions"])
+            log.info("pylog serve: created topic %r (auto-create: a Metadata request named it)", name)
+        except TopicExistsError:
+            pass  # another request or process created it first
+
+    # ------------------------------------------------------------------ Produce
+
+    async def produce(self, req: Any, conn: Any) -> dict | None:
+        b = req.body
+        acks = b["acks"]
+        topic_data = b["topic_data"] or []
+        code = E.NONE
+        message = None
+        if acks not in (0, 1, -1):
+            code, message = E.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1 (all), got {acks}"
+        elif b.get("transactional_id") is not None:
+            code = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+            message = "pylog serve does not support transactions (transactional_id must be null)"
+        if code != E.NONE:
+            results = [{"name": td["name"], "partition_responses": [
+                {"index": pd["index"], "error_code": code, "base_offset": -1, "log_append_time_ms": -1,
+                 "log_start_offset": -1, "error_message": message} for pd in td["partition_data"] or []]}
+                for td in topic_data]
+        else:
+            work = [(td["name"], pd["index"], pd["records"]) for td in topic_data for pd in td["partition_data"] or []]
+            outcome = await self.run(self._append_all, work, acks)
+            waiters = self.s.waiters
+            for (topic, index, _), (_, end) in zip(work, outcome, strict=True):
+                if end is not None:
+                    waiters.appended(topic, index, end)
+            it = iter(outcome)
+            results = [{"name": td["name"], "partition_responses": [next(it)[0] for _ in td["partition_data"] or []]}
+                       for td in topic_data]
+        if acks == 0:
+            return None
+        return {"responses": results, "throttle_time_ms": 0}
+
+    def _append_all(self, work: list[tuple[str, int, Any]], acks: int) -> list[tuple[dict, int | None]]:
+        """In the storage pool: each partition's batches appended in request order; per partition its response
+        entry and its new log end (None when nothing was appended)."""
+        return [self._append_one(topic, index, records, acks) for topic, index, records in work]
+
+    def _append_one(self, topic: str, index: int, records: Any, acks: int) -> tuple[dict, int | None]:
+        entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
+        try:
+            if isinstance(topic, str) and is_internal_topic(topic):
+                raise _KafkaError(E.INVALID_TOPIC_EXCEPTION, f"{topic!r} is an internal topic of pylog: it cannot be "
+                                  "produced to")
+            part = self.partition(topic, index)
+            if records is None:
+                raise _KafkaError(E.CORRUPT_MESSAGE, "a produce request without records")
+            batches = recordbatch.decode_batches(records, self.s.config.max_batch_bytes)
+            first = None
+            try:
+                for batch in batches:
+                    if batch.is_transactional or batch.is_control:
+                        raise _KafkaError(E.INVALID_RECORD if batch.is_control else
+                                          E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                          "pylog serve does not support transactions or control batches")
+                    offset = recordbatch.append_batch(part, batch, in_turn=True)
+                    if first is None:
+                        first = offset
+                if acks == -1:
+                    part.flush()
+            finally:
+                part.hand_over()  # another writer (a pylog producer) waiting for its turn gets it now
+            entry.update(error_code=E.NONE, base_offset=first, log_start_offset=part.log_start_offset)
+            if part.config.log_append_time and first is not None:
+                entry["log_append_time_ms"] = _timestamp_at(part, first)
+            return entry, part.log_end_offset
+        except _KafkaError as exc:
+            entry.update(error_code=exc.code, error_message=exc.message)
+        except PylogError as exc:
+            entry.update(error_code=code_for(exc), error_message=str(exc))
+            log.debug("pylog serve: produce to %s-%s: %s", topic, index, exc)
+        return entry, None
+
+    # ------------------------------------------------------------------ Fetch
+
+    async def fetch(self, req: Any, conn: Any) -> dict:
+        b = req.body
+        loop = asyncio.get_running_loop()
+        max_wait = max(0, b["max_wait_ms"]) / 1000.0
+        min_bytes = b["min_bytes"]
+        max_bytes = b.get("max_bytes", 0x7FFFFFFF)
+        deadline = loop.time() + max_wait
+        while True:
+            responses, total, wants = self._read_all(b["topics"] or [], max_bytes)
+            remaining = deadline - loop.time()
+            if total >= min_bytes or not wants or remaining <= 0 or conn.closing:
+                break
+            if not await self.s.waiters.wait(wants, remaining):
+                responses, total, wants = self._read_all(b["topics"] or [], max_bytes)
+                break
+        return {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": responses}
+
+    def _read_all(self, topics: list[dict], max_bytes: int) -> tuple[list[dict], int, dict]:
+        total = 0
+        wants: dict[tuple[str, int], tuple[Partition, int]] = {}
+        responses = []
+        for t in topics:
+            name = t["topic"]
+            parts = []
+            for pr in t["partitions"] or []:
+                entry, size, part = self._read_one(name, pr, max(0, max_bytes - total) if total else max_bytes)
+                total += size
+                parts.append(entry)
+                if part is not None and size == 0 and entry["error_code"] == E.NONE:
+                    wants[(name, pr["partition"])] = (part, pr["fetch_offset"])
+            responses.append({"topic": name, "partitions": parts})
+        return responses, total, wants
+
+    def _read_one(self, topic: str, pr: dict, budget: int) -> tuple[dict, int, Partition | None]:
+        index, offset = pr["partition"], pr["fetch_offset"]
+        entry: dict[str, Any] = {"partition_index": index, "high_watermark": -1, "last_stable_offset": -1,
+                                 "log_start_offset": -1, "aborted_transactions": None,
+                                 "preferred_read_replica": -1, "records": None}
+        try:
+            part = self.partition(topic, index)
+            start, end = part.log_start_offset, part.log_end_offset
+            entry.update(high_watermark=end, last_stable_offset=end, log_start_offset=start)
+            if offset < start or offset > end:
+                entry["error_code"] = E.OFFSET_OUT_OF_RANGE
+                return entry, 0, None
+            entry["error_code"] = E.NONE
+            limit = min(pr.get("partition_max_bytes", budget), budget)
+            if offset == end or limit <= 0:
+                return entry, 0, part
+            slices = part.read_slices(offset, _MAX_FETCH_RECORDS, max(1, limit))
+            if not slices:
+                return entry, 0, part
+            data = recordbatch.encode_slices(slices)
+            entry["records"] = data
+            return entry, len(data), part
+        except OffsetOutOfRangeError:
+            entry["error_code"] = E.OFFSET_OUT_OF_RANGE
+        except PylogError as exc:
+            entry["error_code"] = code_for(exc)
+            log.debug("pylog serve: fetch from %s-%s: %s", topic, index, exc)
+        return entry, 0, None
+
+    # ------------------------------------------------------------------ ListOffsets
+
+    async def list_offsets(self, req: Any, conn: Any) -> dict:
+        topics = []
+        for t in req.body["topics"] or []:
+            parts = []
+            for pr in t["partitions"] or []:
+                parts.append(self._offset_for(t["name"], pr, req.api_version))
+            topics.append({"name": t["name"], "partitions": parts})
+        return {"throttle_time_ms": 0, "topics": topics}
+
+    def _offset_for(self, topic: str, pr: dict, version: int) -> dict:
+        index, ts = pr["partition_index"], pr["timestamp"]
+        entry: dict[str, Any] = {"partition_index": index, "timestamp": -1, "offset": -1, "leader_epoch": 0}
+        try:
+            part = self.partition(topic, index)
+            if ts == LATEST:
+                offset = part.log_end_offset
+            elif ts == EARLIEST:
+                offset = part.log_start_offset
+            elif ts == MAX_TIMESTAMP:
+                offset, found = _max_timestamp_offset(part)
+                entry["timestamp"] = found
+            elif ts < 0:
+                raise _KafkaError(E.INVALID_REQUEST, f"timestamp {ts} is neither a time nor -1, -2 or -3")
+            else:
+                at = part.offset_for_timestamp(ts)
+                offset = -1 if at is None else at
+                if at is not None:
+                    entry["timestamp"] = _timestamp_at(part, at)
+            entry.update(error_code=E.NONE, offset=offset)
+            if version == 0:
+                entry["old_style_offsets"] = [offset] if offset >= 0 else []
+        except _KafkaError as exc:
+            entry["error_code"] = exc.code
+        except PylogError as exc:
+            entry["error_code"] = code_for(exc)
+        return entry
+
+    # ------------------------------------------------------------------ FindCoordinator, InitProducerId
+
+    async def find_coordinator(self, req: Any, conn: Any) -> dict:
+        b = req.body
+        host, port = self.s.advertised
+        keys = b.get("coordinator_keys")
+        key_type = b.get("key_type", 0)
+
+        def one(key: str) -> dict:
+            if key_type != 0:
+                return {"key": key, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "node_id": -1,
+                        "host": "", "port": -1, "error_message": "pylog serve does not support transactions"}
+            return {"key": key, "error_code": E.NONE, "node_id": 0, "host": host, "port": port, "error_message": None}
+
+        if keys:  # v4+: a batch of keys
+            return {"throttle_time_ms": 0, "coordinators": [one(k) for k in keys]}
+        out = one(b.get("key", ""))
+        out.pop("key")
+        out["throttle_time_ms"] = 0
+        return out
+
+    async def init_producer_id(self, req: Any, conn: Any) -> dict:
+        b = req.body
+        if b.get("transactional_id") is not None:
+            return {"throttle_time_ms": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                    "producer_id": -1, "producer_epoch": -1}
+        pid, epoch = b.get("producer_id", -1), b.get("producer_epoch", -1)
+        if pid >= 0 and 0 <= epoch < 0x7FFE:
+            # KIP-360: an idempotent producer whose sequence state was lost bumps its epoch, keeping its id.
+            return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": epoch + 1}
+        try:
+            pid = await self.run(self.s.store.new_producer_id)
+        except PylogError as exc:
+            return {"throttle_time_ms": 0, "error_code": code_for(exc), "producer_id": -1, "producer_epoch": -1}
+        return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
+
+
+class _KafkaError(Exception):
+    """A failure that is a Kafka error code of its own (not a pylog error)."""
+
+    def __init__(self, code: int, message: str) -> None:
+        super().__init__(message)
+        self.code, self.message = code, message
+
+
+def _timestamp_at(part: Partition, offset: int) -> int:
+    recs = part.read(offset, max_records=1)
+    return recs[0].timestamp if recs else -1
+
+
+def _max_timestamp_offset(part: Partition) -> tuple[int, int]:
+    """ListOffsets' MAX_TIMESTAMP (-3): the offset and timestamp of the record with the largest timestamp (the
+    first such), by the time index: the first offset whose timestamp reaches the largest one."""
+    end = part.log_end_offset
+    if end == part.log_start_offset:
+        return -1, -1
+    best = -1
+    for seg in part.segments():
+        best = max(best, seg.max_timestamp)
+    at = part.offset_for_timestamp(best)
+    if at is None:
+        return -1, -1
+    return at, _timestamp_at(part, at)

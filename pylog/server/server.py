@@ -1,0 +1,298 @@
+"""``pylog serve``: a Kafka broker over a pylog store, in one process, on one asyncio event loop.
+
+:class:`Server` owns the listening socket, the connections (:mod:`pylog.server.connection`), the storage
+thread pool that appends and fsyncs, the fetch waiters (:mod:`pylog.server.waiting`) and the group
+coordinator (:mod:`pylog.server.coordinator`). It runs either in the caller's thread (the CLI:
+:meth:`Server.serve_forever`, stopped by SIGTERM or SIGINT) or in a thread of its own (embedded:
+:func:`serve`, :meth:`Server.start`, a context manager).
+
+Invariants:
+- The server listens on loopback unless told otherwise (``host``); it is node 0, the only broker, the
+  leader of every partition and the coordinator of every group.
+- A clean stop (:meth:`Server.close`, SIGTERM) stops accepting, lets every connection finish the request it
+  is answering, waits for the storage pool's appends, and then closes the store it opened (a clean close:
+  everything fsynced) or flushes the one it was given. Whatever was acknowledged is on disk per the topics'
+  settings before the stop returns, and fsynced after it.
+- Nothing the server does for one client blocks the event loop on the disk or on another process's lock.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import concurrent.futures
+import hashlib
+import logging
+import os
+import signal
+import ssl
+import threading
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable
+
+from ..errors import InvalidArgumentError
+from ..store import Store
+from ..store import open as open_store
+from . import protocol
+from .admin import AdminHandlers
+from .connection import Connection
+from .coordinator import GroupCoordinator
+from .handlers import DataHandlers
+from .waiting import FetchWaiters
+
+__all__ = ["Server", "ServerConfig", "serve"]
+
+log = logging.getLogger("pylog.server")
+
+Handler = Callable[[Any, Connection], Awaitable[dict | None]]
+
+
+@dataclass
+class ServerConfig:
+    """The settings of a :class:`Server` (keyword arguments of :func:`serve`)."""
+
+    #: Address to listen on. Loopback by default: pass ``"0.0.0.0"`` (with TLS and SASL) to be reachable.
+    host: str = "127.0.0.1"
+    #: TCP port; 0 picks a free one (:attr:`Server.port` says which).
+    port: int = 9092
+    #: The host and port clients are told to connect to (Metadata, FindCoordinator); default: the bound ones.
+    advertised_host: str | None = None
+    advertised_port: int | None = None
+    #: Create a topic a Metadata request names when the client allows it (Kafka's
+    #: ``auto.create.topics.enable``, true by default there too), with the store's ``num.partitions``.
+    auto_create_topics: bool = True
+    #: Largest request frame accepted (Kafka's ``socket.request.max.bytes``); a larger one closes the connection.
+    max_request_bytes: int = 100 * 1024 * 1024
+    #: Largest decompressed record batch accepted in a produce request.
+    max_batch_bytes: int = 64 * 1024 * 1024
+    #: TLS: a server-side ``ssl.SSLContext`` (see :func:`pylog.server.auth.make_server_ssl_context`).
+    ssl_context: ssl.SSLContext | None = None
+    #: SASL: a :class:`pylog.server.auth.SaslServer`-like factory of sessions, or None for no authentication.
+    sasl: Any = None
+    #: Kafka's ``group.initial.rebalance.delay.ms``: how long a new group's first rebalance waits for more members.
+    group_initial_rebalance_delay_ms: int = 300
+    #: Threads appending and fsyncing for the connections.
+    storage_threads: int = 4
+    #: How long a clean stop waits for the requests under way (seconds).
+    shutdown_timeout_s: float = 10.0
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    def check(self) -> None:
+        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
+            raise InvalidArgumentError(f"port must be an int in [0, 65535], got {self.port!r}")
+        if self.max_request_bytes < 1024:
+            raise InvalidArgumentError(f"max_request_bytes must be at least 1024, got {self.max_request_bytes}")
+        if self.storage_threads < 1:
+            raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
+
+
+class ServerState:
+    """What the connections and handlers of one running server share (internal to pylog.server)."""
+
+    def __init__(self, store: Store, config: ServerConfig, loop: asyncio.AbstractEventLoop,
+                 advertised: tuple[str, int]) -> None:
+        self.store = store
+        self.config = config
+        self.sasl = config.sasl
+        self.advertised = advertised
+        self.cluster_id = _cluster_id(store.path)
+        self.connections: set[Connection] = set()
+        self.executor = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
+                                                              thread_name_prefix="pylog-serve-storage")
+        self.waiters = FetchWaiters(loop)
+        self.coordinator = GroupCoordinator(store,
+                                            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms)
+        self.api_keys = [{"api_key": k, "min_version": lo, "max_version": hi}
+                         for k, (lo, hi) in sorted(protocol.supported_versions().items())]
+        data, admin = DataHandlers(self), AdminHandlers(self)
+        groups = {k: _group_handler(self.coordinator, name) for k, name in (
+            (8, "offset_commit"), (9, "offset_fetch"), (11, "join_group"), (12, "heartbeat"), (13, "leave_group"),
+            (14, "sync_group"), (15, "describe_groups"), (16, "list_groups"), (42, "delete_groups"))}
+        self.handlers: dict[int, Handler] = {
+            0: data.produce, 1: data.fetch, 2: data.list_offsets, 3: data.metadata, 10: data.find_coordinator,
+            18: data.api_versions, 19: admin.create_topics, 20: admin.delete_topics, 21: admin.delete_records,
+            22: data.init_producer_id, 32: admin.describe_configs, 33: admin.alter_configs,
+            37: admin.create_partitions, **groups,
+        }
+        supported = protocol.supported_versions()
+        self.handlers = {k: h for k, h in self.handlers.items() if k in supported}
+
+
+def _group_handler(coordinator: GroupCoordinator, name: str) -> Handler:
+    """A group API's handler: the coordinator's method, given the client's id and host."""
+    method = getattr(coordinator, name)
+
+    async def handler(req: Any, conn: Connection) -> dict | None:
+        result: dict | None = await method(req.body, req.api_version, client_id=req.client_id or "",
+                                           client_host=conn.client_host)
+        return result
+
+    handler.__name__ = name
+    return handler
+
+
+def _cluster_id(path: str) -> str:
+    """A stable Kafka-style cluster id (22 characters of URL-safe base64) derived from the store's path."""
+    digest = hashlib.blake2b(os.path.realpath(path).encode(), digest_size=16).digest()
+    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
+
+
+class Server:
+    """A Kafka-protocol server on a pylog store. Use :func:`serve` (embedded) or ``pylog serve`` (CLI).
+
+    ``store`` is a :class:`~pylog.Store` (left open at the end: the caller owns it) or a path (opened here,
+    with ``create=True``, and closed cleanly when the server stops).
+    """
+
+    def __init__(self, store: Store | str | os.PathLike[str], **options: Any) -> None:
+        self.config = ServerConfig(**options)
+        self.config.check()
+        self._owns_store = not isinstance(store, Store)
+        self._store_arg = store
+        self.store: Store | None = store if isinstance(store, Store) else None
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._thread: threading.Thread | None = None
+        self._stop: asyncio.Event | None = None
+        self._ready = threading.Event()
+        self._failure: BaseException | None = None
+        self._state: ServerState | None = None
+        self.host = self.config.host
+        self.port = self.config.port
+        self._stopped = threading.Event()
+
+    # ------------------------------------------------------------------ public
+
+    @property
+    def bootstrap_servers(self) -> str:
+        """``"host:port"``, what Kafka clients take as ``bootstrap_servers`` / ``bootstrap.servers``."""
+        return f"{self.advertised[0]}:{self.advertised[1]}"
+
+    @property
+    def advertised(self) -> tuple[str, int]:
+        host = self.config.advertised_host or self.host
+        if host in ("0.0.0.0", "", "::"):
+            host = "127.0.0.1" if host != "::" else "::1"
+        return host, self.config.advertised_port or self.port
+
+    def start(self) -> "Server":
+        """Start serving in a background thread; returns once the port is bound (raises what binding raised)."""
+        if self._thread is not None:
+            raise InvalidArgumentError("this server was started already")
+        self._thread = threading.Thread(target=self._thread_main, name="pylog-serve", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._failure is not None:
+            self._thread.join()
+            raise self._failure
+        return self
+
+    def serve_forever(self, handle_signals: bool = True) -> None:
+        """Serve in this thread until :meth:`close` (from another thread) or, with ``handle_signals``, SIGTERM
+        or SIGINT; then stop cleanly."""
+        asyncio.run(self._main(handle_signals))
+        if self._failure is not None:
+            raise self._failure
+
+    def close(self) -> None:
+        """Stop cleanly (see the module docstring); idempotent."""
+        loop, stop = self._loop, self._stop
+        if loop is not None and stop is not None and not self._stopped.is_set():
+            try:
+                loop.call_soon_threadsafe(stop.set)
+            except RuntimeError:  # the loop is closed: it stopped already
+                pass
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join()
+        elif loop is not None:
+            self._stopped.wait()
+
+    def __enter__(self) -> "Server":
+        if self._thread is None and self._loop is None:
+            self.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
+    def __repr__(self) -> str:
+        return f"<pylog Server {self.bootstrap_servers} store={getattr(self.store, 'path', self._store_arg)!r}>"
+
+    # ------------------------------------------------------------------ internals
+
+    def _thread_main(self) -> None:
+        try:
+            asyncio.run(self._main(handle_signals=False))
+        except BaseException as exc:  # reported by start() or logged: the thread must not die silently
+            if not self._ready.is_set():
+                self._failure = exc
+            else:
+                log.exception("pylog serve: the server thread failed")
+        finally:
+            self._ready.set()
+
+    async def _main(self, handle_signals: bool) -> None:
+        loop = asyncio.get_running_loop()
+        self._loop = loop
+        self._stop = asyncio.Event()
+        try:
+            if self.store is None:
+                self.store = await loop.run_in_executor(None, lambda: open_store(self._store_arg))
+            listener = await loop.create_server(lambda: Connection(state), self.config.host, self.config.port,
+                                                ssl=self.config.ssl_context, reuse_address=True, backlog=1024)
+        except BaseException as exc:
+            self._failure = exc
+            self._ready.set()
+            if self._owns_store and self.store is not None:
+                self.store.close()
+            return
+        sock = listener.sockets[0]
+        self.host, self.port = sock.getsockname()[:2]
+        state = ServerState(self.store, self.config, loop, self.advertised)
+        self._state = state
+        if handle_signals:
+            for sig in (signal.SIGTERM, signal.SIGINT):
+                loop.add_signal_handler(sig, self._stop.set)
+        log.info("pylog serve: listening on %s:%d (store %s)", self.host, self.port, self.store.path)
+        self._ready.set()
+        try:
+            await self._stop.wait()
+        finally:
+            await self._shutdown(listener, state)
+            self._stopped.set()
+
+    async def _shutdown(self, listener: asyncio.Server, state: ServerState) -> None:
+        log.info("pylog serve: stopping")
+        listener.close()
+        conns = list(state.connections)
+        for c in conns:
+            c.close()
+        if conns:
+            done = asyncio.gather(*(c.finished() for c in conns), return_exceptions=True)
+            try:
+                await asyncio.wait_for(done, self.config.shutdown_timeout_s)
+            except asyncio.TimeoutError:
+                log.warning("pylog serve: %d connections did not finish within %.0f s; closing them",
+                            len(conns), self.config.shutdown_timeout_s)
+            for c in conns:
+                c.abort()
+        await state.coordinator.close()
+        state.waiters.close()
+        loop = asyncio.get_running_loop()
+        await loop.run_in_executor(None, state.executor.shutdown, True)
+        store = state.store
+        if self._owns_store:
+            await loop.run_in_executor(None, store.close)
+        elif not store.closed:
+            await loop.run_in_executor(None, store.flush)
+        log.info("pylog serve: stopped")
+
+
+def serve(store: Store | str | os.PathLike[str], host: str = "127.0.0.1", port: int = 9092,
+          **options: Any) -> Server:
+    """Serve ``store`` (a :class:`~pylog.Store` or a path) over Kafka's wire protocol from a background thread.
+
+    Returns the started :class:`Server`; use it as a context manager (``with pylog.serve(store, port=0) as
+    server:`` ... ``server.bootstrap_servers``) or call :meth:`Server.close`. Options are the fields of
+    :class:`ServerConfig`.
+    """
+    return Server(store, host=host, port=port, **options).start()
