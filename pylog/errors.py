@@ -45,6 +45,7 @@ __all__ = [
     "NoOffsetForPartitionError",
     "InvalidOptionError",
     "DataLossError",
+    "ProtocolError",
 ]
 
 
@@ -253,6 +254,28 @@ class DataLossError(OffsetOutOfRangeError):
     Raised when ``failOnDataLoss`` is true (the default); with ``failOnDataLoss=false`` the range is
     skipped with a warning instead. Exported from :mod:`pylog.spark`.
     """
+
+
+# ---------------------------------------------------------------------------------------- pylog serve's
+
+class ProtocolError(PylogError):
+    """Bytes received by ``pylog serve`` are not a valid Kafka protocol message (a length past the end of
+    the frame, a negative length other than -1 for null, invalid UTF-8, trailing garbage), or a message
+    to encode does not fit its schema. ``position`` is the byte offset in the frame where decoding failed
+    (``None`` when encoding) and ``field`` the dotted path of the field being read (``None`` if unknown).
+    The server answers such a request by closing the connection, as Kafka brokers do.
+    """
+
+    def __init__(self, message: str, position: int | None = None, field: str | None = None) -> None:
+        where = ""
+        if field is not None:
+            where += f" in {field}"
+        if position is not None:
+            where += f" @ byte {position}"
+        super().__init__(message + where)
+        self.reason = message
+        self.position = position
+        self.field = field
 
 
 # -------------------------------------------------------------------------- internal: never seen by callers
