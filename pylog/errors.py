@@ -46,6 +46,8 @@ __all__ = [
     "InvalidOptionError",
     "DataLossError",
     "ProtocolError",
+    "UnknownApiKeyError",
+    "UnsupportedApiVersionError",
 ]
 
 
@@ -276,6 +278,25 @@ class ProtocolError(PylogError):
         self.reason = message
         self.position = position
         self.field = field
+
+
+class UnknownApiKeyError(ProtocolError):
+    """A request's api key is not one ``pylog serve`` knows. ``header`` is the request's parsed header
+    (api_key, api_version, correlation_id, client_id); the server closes the connection, as Kafka does."""
+
+    def __init__(self, message: str, header: object) -> None:
+        super().__init__(message)
+        self.header = header
+
+
+class UnsupportedApiVersionError(ProtocolError):
+    """A request's version of a known API is not one ``pylog serve`` serves. ``header`` is the request's
+    parsed header. ApiVersions requests get an UNSUPPORTED_VERSION answer (so the client retries with a
+    version we serve); for other APIs the server closes the connection, as Kafka does."""
+
+    def __init__(self, message: str, header: object) -> None:
+        super().__init__(message)
+        self.header = header
 
 
 # -------------------------------------------------------------------------- internal: never seen by callers
