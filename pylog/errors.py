@@ -45,6 +45,9 @@ __all__ = [
     "NoOffsetForPartitionError",
     "InvalidOptionError",
     "DataLossError",
+    "ProtocolError",
+    "UnknownApiKeyError",
+    "UnsupportedApiVersionError",
 ]
 
 
@@ -253,6 +256,47 @@ class DataLossError(OffsetOutOfRangeError):
     Raised when ``failOnDataLoss`` is true (the default); with ``failOnDataLoss=false`` the range is
     skipped with a warning instead. Exported from :mod:`pylog.spark`.
     """
+
+
+# ---------------------------------------------------------------------------------------- pylog serve's
+
+class ProtocolError(PylogError):
+    """Bytes received by ``pylog serve`` are not a valid Kafka protocol message (a length past the end of
+    the frame, a negative length other than -1 for null, invalid UTF-8, trailing garbage), or a message
+    to encode does not fit its schema. ``position`` is the byte offset in the frame where decoding failed
+    (``None`` when encoding) and ``field`` the dotted path of the field being read (``None`` if unknown).
+    The server answers such a request by closing the connection, as Kafka brokers do.
+    """
+
+    def __init__(self, message: str, position: int | None = None, field: str | None = None) -> None:
+        where = ""
+        if field is not None:
+            where += f" in {field}"
+        if position is not None:
+            where += f" @ byte {position}"
+        super().__init__(message + where)
+        self.reason = message
+        self.position = position
+        self.field = field
+
+
+class UnknownApiKeyError(ProtocolError):
+    """A request's api key is not one ``pylog serve`` knows. ``header`` is the request's parsed header
+    (api_key, api_version, correlation_id, client_id); the server closes the connection, as Kafka does."""
+
+    def __init__(self, message: str, header: object) -> None:
+        super().__init__(message)
+        self.header = header
+
+
+class UnsupportedApiVersionError(ProtocolError):
+    """A request's version of a known API is not one ``pylog serve`` serves. ``header`` is the request's
+    parsed header. ApiVersions requests get an UNSUPPORTED_VERSION answer (so the client retries with a
+    version we serve); for other APIs the server closes the connection, as Kafka does."""
+
+    def __init__(self, message: str, header: object) -> None:
+        super().__init__(message)
+        self.header = header
 
 
 # -------------------------------------------------------------------------- internal: never seen by callers
