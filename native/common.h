@@ -9,7 +9,7 @@
 
 /* Bumped whenever a function's signature or meaning changes: pylog/accel.py refuses a build whose ABI it
  * does not know (a stale in-place build), and runs pure Python instead. */
-#define PYLOG_NATIVE_ABI 2
+#define PYLOG_NATIVE_ABI 3
 
 /* The method tables of the parts (each ends with a {NULL} sentinel). */
 extern PyMethodDef pylog_crc_methods[];
@@ -19,6 +19,23 @@ int pylog_send_add_types(PyObject *m);
 extern PyMethodDef pylog_decode_methods[];
 extern PyMethodDef pylog_encode_methods[];
 extern PyMethodDef pylog_columns_methods[];
+extern PyMethodDef pylog_kafka_methods[];
+
+/* Where the sections of a pylog batch body are (byte positions into it), as views.batch_layout_pure works
+ * them out; filled by decode.c's pylog_layout, which checks every bound (CorruptRecordError otherwise). */
+typedef struct {
+    const unsigned char *body;
+    Py_ssize_t size;
+    int64_t n;
+    Py_ssize_t od_pos, ts_pos, k_pos, v_pos; /* -1: column absent */
+    int64_t k_bytes, v_bytes;
+    int32_t k_uniform, v_uniform; /* the length every item has, or -1 */
+    Py_ssize_t k_data, v_data, h_pos; /* h_pos -1: no headers section */
+} layout_t;
+int pylog_layout(layout_t *L, const unsigned char *body, Py_ssize_t size, int64_t n, long attrs, int64_t last_delta,
+                 PyObject *path, PyObject *position);
+/* Where item `start` of a column (lengths at `lengths`, all `uniform` long or -1) starts in its data. */
+Py_ssize_t pylog_data_start(const unsigned char *lengths, int32_t uniform, int64_t start);
 
 /* Little-endian loads and stores (the format is little-endian; so is every machine pylog builds on, and a
  * big-endian build refuses itself in module.c). */

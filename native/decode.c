@@ -65,17 +65,6 @@ static int corrupt(const char *message, PyObject *path, PyObject *position) {
     return raise_corrupt(PyUnicode_FromString(message), path, position);
 }
 
-/* Where the sections of a body are (byte positions into it), as views.batch_layout_pure works them out. */
-typedef struct {
-    const unsigned char *body;
-    Py_ssize_t size;
-    int64_t n;
-    Py_ssize_t od_pos, ts_pos, k_pos, v_pos; /* -1: column absent */
-    int64_t k_bytes, v_bytes;
-    int32_t k_uniform, v_uniform; /* the length every item has, or -1 */
-    Py_ssize_t k_data, v_data, h_pos; /* h_pos -1: no headers section */
-} layout_t;
-
 /* (min, data bytes, uniform) of the length column at body[pos:pos + 4n] (the caller bounded it). */
 static void length_stats(const unsigned char *p, int64_t n, int32_t *low, int64_t *total, int *uniform) {
     /* Branch-free so the compiler vectorises it: this runs over every length column of every batch read. */
@@ -93,8 +82,9 @@ static void length_stats(const unsigned char *p, int64_t n, int32_t *low, int64_
     *uniform = diff == 0;
 }
 
-/* Fill L from the body, or raise CorruptRecordError (the messages and order of views.batch_layout_pure). */
-static int layout(layout_t *L, const unsigned char *body, Py_ssize_t size, int64_t n, long attrs,
+/* Fill L from the body, or raise CorruptRecordError (the messages and order of views.batch_layout_pure).
+ * Shared with kafka.c (common.h). */
+int pylog_layout(layout_t *L, const unsigned char *body, Py_ssize_t size, int64_t n, long attrs,
                   int64_t last_delta, PyObject *path, PyObject *position) {
     L->body = body;
     L->size = size;
@@ -175,7 +165,7 @@ static PyObject *py_batch_layout(PyObject *self, PyObject *const *args, Py_ssize
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     layout_t L;
     PyObject *out = NULL;
-    if (layout(&L, view.buf, view.len, n, (long)attrs, last_delta, args[4], args[5]) == 0)
+    if (pylog_layout(&L, view.buf, view.len, n, (long)attrs, last_delta, args[4], args[5]) == 0)
         out = Py_BuildValue("(nLinLin)", L.k_pos, (long long)L.k_bytes, (int)L.k_uniform, L.v_pos,
                             (long long)L.v_bytes, (int)L.v_uniform, L.h_pos);
     PyBuffer_Release(&view);
@@ -235,8 +225,9 @@ static inline PyObject *column_item(const unsigned char **data, int32_t len) {
     return b;
 }
 
-/* Where item `start` of a column starts in its data: the sum of the lengths before it (nulls take none). */
-static Py_ssize_t data_start(const unsigned char *lengths, int32_t uniform, int64_t start) {
+/* Where item `start` of a column starts in its data: the sum of the lengths before it (nulls take none).
+ * Shared with kafka.c (common.h). */
+Py_ssize_t pylog_data_start(const unsigned char *lengths, int32_t uniform, int64_t start) {
     if (uniform >= 0) return (Py_ssize_t)(uniform * start);
     int64_t sum = 0;
     for (int64_t i = 0; i < start; i++) {
@@ -309,11 +300,11 @@ static int decode(decode_args *A, PyObject *out, Py_ssize_t at, int fill) {
     int rc = -1;
     PyObject *shared_ts = NULL, *ts_type = NULL, *empty = NULL, *ksize = NULL, *vsize = NULL;
     long ksize_v = 0, vsize_v = 0;
-    if (layout(&L, view.buf, view.len, n, (long)attrs, last_delta, Py_None, Py_None) < 0) goto done;
+    if (pylog_layout(&L, view.buf, view.len, n, (long)attrs, last_delta, Py_None, Py_None) < 0) goto done;
     const unsigned char *body = L.body;
     const unsigned char *kdata = NULL, *vdata;
-    if (L.k_pos >= 0) kdata = body + L.k_data + data_start(body + L.k_pos, L.k_uniform, A->start);
-    vdata = body + L.v_data + data_start(body + L.v_pos, L.v_uniform, A->start);
+    if (L.k_pos >= 0) kdata = body + L.k_data + pylog_data_start(body + L.k_pos, L.k_uniform, A->start);
+    vdata = body + L.v_data + pylog_data_start(body + L.v_pos, L.v_uniform, A->start);
     int log_append = (attrs & ATTR_LOG_APPEND_TIME) != 0;
     if (log_append || L.ts_pos < 0) {
         shared_ts = PyLong_FromLongLong(log_append ? max_ts : first_ts);

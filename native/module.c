@@ -20,6 +20,7 @@ static PyMethodDef *const tables[] = {
     pylog_decode_methods,
     pylog_encode_methods,
     pylog_columns_methods,
+    pylog_kafka_methods,
 };
 
 static struct PyModuleDef moduledef = {

@@ -26,7 +26,7 @@ __all__ = ["ACCELERATED", "REASON", "PURE_PYTHON_ENV", "native", "describe"]
 #: Set to a non-empty value other than ``0`` to force the pure-Python path.
 PURE_PYTHON_ENV = "PYLOG_PURE_PYTHON"
 #: The ``ABI_VERSION`` of ``pylog._native`` this code is written against (native/common.h).
-_EXPECTED_ABI = 2
+_EXPECTED_ABI = 3
 
 native: ModuleType | None = None
 REASON: str

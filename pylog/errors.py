@@ -48,6 +48,10 @@ __all__ = [
     "ProtocolError",
     "UnknownApiKeyError",
     "UnsupportedApiVersionError",
+    "CorruptBatchError",
+    "InvalidBatchError",
+    "UnsupportedMagicError",
+    "UnsupportedCompressionError",
 ]
 
 
@@ -297,6 +301,28 @@ class UnsupportedApiVersionError(ProtocolError):
     def __init__(self, message: str, header: object) -> None:
         super().__init__(message)
         self.header = header
+class CorruptBatchError(CorruptRecordError):
+    """A Kafka record batch received over the wire (``pylog serve``) does not decode: truncated, a CRC that
+    does not match, a varint or length past its bounds, a compressed section that does not decompress. The
+    server answers Kafka's ``CORRUPT_MESSAGE`` (2), which clients retry (the bytes may have been damaged in
+    transit)."""
+
+
+class InvalidBatchError(CorruptBatchError):
+    """A Kafka record batch that decodes but breaks Kafka's rules for what a producer sends (offset deltas
+    other than 0..n-1, a record count that disagrees with the records, a null or non-UTF-8 header key, no
+    records). The server answers ``INVALID_RECORD`` (87), which clients do not retry."""
+
+
+class UnsupportedMagicError(InvalidBatchError):
+    """A record batch of message format v0 or v1 (magic 0 or 1, or an unknown magic): ``pylog serve`` takes
+    only magic 2. The server answers ``UNSUPPORTED_FOR_MESSAGE_FORMAT`` (43)."""
+
+
+class UnsupportedCompressionError(PylogError):
+    """A record batch compressed with a codec this installation cannot decompress (snappy or zstd without
+    the optional ``cramjam`` package, or a codec number Kafka does not define). The server answers
+    ``UNSUPPORTED_COMPRESSION_TYPE`` (76); the message says what to install."""
 
 
 # -------------------------------------------------------------------------- internal: never seen by callers

@@ -53,7 +53,7 @@ def test_version_and_health_say_which_path_is_live(tmp_path):
 
 @needs_native
 def test_the_extension_reports_the_abi_this_pylog_expects():
-    assert accel.native.ABI_VERSION == accel._EXPECTED_ABI == 2
+    assert accel.native.ABI_VERSION == accel._EXPECTED_ABI == 3
 
 
 @needs_native
