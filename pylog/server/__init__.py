@@ -1,0 +1,1 @@
+"""pylog serve: a Kafka wire-protocol server over a pylog store."""
