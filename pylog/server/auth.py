@@ -270,6 +270,9 @@ class Credentials:
         self._secret = secrets.token_bytes(32)
         self._dummy_digest = secrets.token_bytes(32)
         self._iterations = iterations
+        # When some user's password is checked with PBKDF2, an unknown user's is too: the time tells nothing.
+        self._decoy_mechanism = next((next(iter(u.scram)) for u in self._users.values() if u.plain_digest is None),
+                                     None)
 
     @staticmethod
     def _parse_user(entry: Any, iterations: int, where: str) -> _User:
@@ -381,12 +384,14 @@ class Credentials:
 
     def check_password(self, user: str, password: str) -> bool:
         """Whether ``password`` is ``user``'s (False for an unknown user). Constant-time in the password; an
-        unknown user costs what a user with a known password does. A user with only pre-salted entries costs
-        one PBKDF2 run (a few milliseconds at 4096 iterations)."""
+        unknown user costs what a user with a known password does, plus one PBKDF2 run when some user has only
+        pre-salted entries (such a user's check is one PBKDF2 run: a few milliseconds at 4096 iterations)."""
         entry = self._users.get(user)
         given = hashlib.sha256(password.encode("utf-8", "surrogatepass")).digest()
         if entry is None:
             hmac.compare_digest(given, self._dummy_digest)
+            if self._decoy_mechanism is not None:
+                self.decoy_secret(self._decoy_mechanism, user).check_password(password)
             return False
         if entry.plain_digest is not None:
             return hmac.compare_digest(given, entry.plain_digest)
