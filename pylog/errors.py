@@ -52,6 +52,10 @@ __all__ = [
     "InvalidBatchError",
     "UnsupportedMagicError",
     "UnsupportedCompressionError",
+    "AuthenticationError",
+    "UnsupportedSaslMechanismError",
+    "IllegalSaslStateError",
+    "SecurityConfigError",
 ]
 
 
@@ -323,6 +327,29 @@ class UnsupportedCompressionError(PylogError):
     """A record batch compressed with a codec this installation cannot decompress (snappy or zstd without
     the optional ``cramjam`` package, or a codec number Kafka does not define). The server answers
     ``UNSUPPORTED_COMPRESSION_TYPE`` (76); the message says what to install."""
+# ------------------------------------------------------------------------------------ the Kafka server's
+
+class AuthenticationError(PylogError):
+    """A client of ``pylog serve`` failed SASL authentication: a wrong user name or password, a bad SCRAM proof
+    or nonce, a malformed SASL token (Kafka's SASL_AUTHENTICATION_FAILED, error code 58).
+
+    The message is safe to send to the client: it never holds a password, and an unknown user and a wrong
+    password read the same."""
+
+
+class UnsupportedSaslMechanismError(AuthenticationError):
+    """A client asked for a SASL mechanism the server does not have enabled (Kafka's
+    UNSUPPORTED_SASL_MECHANISM, error code 33); the message lists the enabled ones."""
+
+
+class IllegalSaslStateError(AuthenticationError):
+    """A SASL request came at a point of the exchange where it is not allowed: a second handshake, a token
+    after the exchange ended or failed (Kafka's ILLEGAL_SASL_STATE, error code 34)."""
+
+
+class SecurityConfigError(InvalidConfigError):
+    """The server's SASL credentials file or a TLS certificate, key or CA file is missing, unreadable or
+    malformed; the message names the file (or the entry) and what is wrong with it, never a password."""
 
 
 # -------------------------------------------------------------------------- internal: never seen by callers
