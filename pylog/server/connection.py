@@ -26,7 +26,7 @@ import collections
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PylogError
+from ..errors import PylogError, UnsupportedApiVersionError
 from . import protocol
 from .protocol import codes as E
 
@@ -188,8 +188,14 @@ class Connection(asyncio.Protocol):
             return self._raw_sasl_token(bytes(frame))
         try:
             req = protocol.parse_request(frame)
-        except protocol.UnsupportedApiVersionsError as exc:
-            self._write(exc.response)  # an ApiVersions version we lack: v0 with our versions, as Kafka does
+        except UnsupportedApiVersionError as exc:
+            # An ApiVersions version we lack: v0 with our versions, as Kafka does (the client retries with
+            # one we serve); for any other API Kafka closes the connection, and so do we.
+            answer = protocol.unsupported_version_response(exc.header)
+            if answer is None:
+                log.warning("pylog serve: closing the connection from %s: %s", self.client_host, exc)
+                return False
+            self._write(answer)
             return True
         except PylogError as exc:
             log.warning("pylog serve: closing the connection from %s: %s", self.client_host, exc)
@@ -214,11 +220,11 @@ class Connection(asyncio.Protocol):
         except asyncio.CancelledError:
             raise
         except Exception:
-            log.exception("pylog serve: %s request from %s (client %r) failed", protocol.api_name(req.api_key),
-                          self.client_host, req.client_id)
+            log.exception("pylog serve: %s request from %s (client %r) failed", req.api_name, self.client_host,
+                          req.client_id)
             body = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
         if body is not None:
-            self._write(protocol.encode_response(req, body))
+            self._write(protocol.encode_response_parts(req, body))
         return True
 
     # ------------------------------------------------------------------ SASL

@@ -16,6 +16,10 @@ __all__ = ["code_for"]
 
 # Most specific first: the first class the exception is an instance of wins.
 _TABLE: tuple[tuple[type[BaseException], int], ...] = (
+    (pe.UnsupportedMagicError, E.UNSUPPORTED_FOR_MESSAGE_FORMAT),
+    (pe.InvalidBatchError, E.INVALID_RECORD),
+    (pe.CorruptBatchError, E.CORRUPT_MESSAGE),
+    (pe.UnsupportedCompressionError, E.UNSUPPORTED_COMPRESSION_TYPE),
     (pe.DataLossError, E.OFFSET_OUT_OF_RANGE),
     (pe.OffsetOutOfRangeError, E.OFFSET_OUT_OF_RANGE),
     (pe.CorruptRecordError, E.CORRUPT_MESSAGE),

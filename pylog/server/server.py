@@ -275,7 +275,7 @@ class Server:
                             len(conns), self.config.shutdown_timeout_s)
             for c in conns:
                 c.abort()
-        await state.coordinator.close()
+        state.coordinator.close()
         state.waiters.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, state.executor.shutdown, True)

@@ -1,0 +1,97 @@
+"""Helpers for the tests of ``pylog serve`` with real Kafka clients: a TCP proxy that can cut connections.
+
+Everything binds to 127.0.0.1 and stops by itself (daemon threads, sockets closed on ``close()``).
+"""
+
+from __future__ import annotations
+
+import socket
+import threading
+import time
+
+__all__ = ["CuttingProxy", "wait_until"]
+
+
+def wait_until(pred, timeout: float = 20.0, step: float = 0.02, what: str = "condition"):
+    """Poll ``pred()`` until it is truthy (returns it) or ``timeout`` seconds pass (AssertionError)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        got = pred()
+        if got:
+            return got
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout} s waiting for {what}")
+        time.sleep(step)
+
+
+class CuttingProxy:
+    """Forwards 127.0.0.1:``port`` to ``target``; :meth:`cut` drops every open connection at once (the client
+    sees its broker connection reset, as when a network path breaks), and new connections are accepted again.
+    Cut while a producer has requests in flight, some were appended by the server and never acknowledged: an
+    idempotent producer retries them, and the server must not append them twice.
+    """
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self._lsock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self._lsock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        self._lsock.bind(("127.0.0.1", 0))
+        self._lsock.listen(64)
+        self.port = self._lsock.getsockname()[1]
+        self._conns: list[tuple[socket.socket, socket.socket]] = []
+        self._lock = threading.Lock()
+        self._closed = False
+        self.cuts = 0
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while not self._closed:
+            try:
+                c, _ = self._lsock.accept()
+            except OSError:
+                return
+            try:
+                s = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                c.close()
+                continue
+            s.settimeout(None)
+            with self._lock:
+                self._conns.append((c, s))
+            threading.Thread(target=self._pump, args=(c, s, True), daemon=True).start()
+            threading.Thread(target=self._pump, args=(s, c, False), daemon=True).start()
+
+    def _pump(self, src: socket.socket, dst: socket.socket, to_server: bool) -> None:
+        try:
+            while True:
+                data = src.recv(1 << 16)
+                if not data:
+                    break
+                dst.sendall(data)
+        except OSError:
+            pass
+        finally:
+            for sock in (src, dst):
+                try:
+                    sock.shutdown(socket.SHUT_RDWR)
+                except OSError:
+                    pass
+
+    def cut(self) -> None:
+        """Reset every open connection."""
+        with self._lock:
+            conns, self._conns = self._conns, []
+            self.cuts += 1
+        for pair in conns:
+            for sock in pair:
+                try:
+                    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
+                    sock.close()
+                except OSError:
+                    pass
+
+    def close(self) -> None:
+        self._closed = True
+        self._lsock.close()
+        self.cut()
+
