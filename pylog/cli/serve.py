@@ -69,8 +69,9 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
     elif args.tls_ca or args.tls_require_client_cert:
         raise CommandError("--tls-ca and --tls-require-client-cert need --tls-cert and --tls-key")
     if args.sasl_users:
-        mechanisms = [m.strip().upper() for m in args.sasl_mechanisms.split(",") if m.strip()]
-        options["sasl"] = auth.SaslServer(auth.Credentials.load(args.sasl_users), mechanisms=mechanisms)
+        mechanisms = [m.strip() for m in args.sasl_mechanisms.split(",") if m.strip()]
+        options["sasl_credentials"] = auth.Credentials.load(args.sasl_users)
+        options["sasl_mechanisms"] = mechanisms
     if args.host not in ("127.0.0.1", "localhost", "::1") and not args.sasl_users:
         logging.getLogger("pylog.server").warning(
             "pylog serve: listening on %s without SASL: anyone who reaches this address can read and write the "

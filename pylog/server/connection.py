@@ -26,8 +26,8 @@ import collections
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..errors import PylogError, UnsupportedApiVersionError
-from . import protocol
+from ..errors import AuthenticationError, PylogError, UnsupportedApiVersionError
+from . import auth, protocol
 from .protocol import codes as E
 
 if TYPE_CHECKING:
@@ -39,6 +39,8 @@ log = logging.getLogger("pylog.server")
 
 #: Received frames waiting for their turn, in bytes, above which the connection stops reading.
 _MAX_QUEUED_BYTES = 16 << 20
+#: The largest frame a connection that must authenticate may send before it has (Kafka's 512 KiB).
+_MAX_UNAUTHENTICATED_BYTES = 512 * 1024
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 _BEFORE_AUTH = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
@@ -51,9 +53,10 @@ class Connection(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.client_host = ""
         self.closing = False
-        self.authenticated = state.sasl is None
+        self._sasl = None if state.config.sasl_credentials is None else \
+            auth.SaslServer(state.config.sasl_credentials, state.config.sasl_mechanisms)
+        self.authenticated = self._sasl is None
         self.principal: str | None = None
-        self._sasl: Any = None  # the SASL session under way
         self._raw_sasl = False  # SaslHandshake v0: the next frames are bare SASL tokens
         self._buf = bytearray()
         self._frames: collections.deque[bytearray] = collections.deque()
@@ -77,7 +80,8 @@ class Connection(asyncio.Protocol):
         buf = self._buf
         buf += data
         pos, n = 0, len(buf)
-        limit = self.s.config.max_request_bytes
+        # Before authentication only small requests (SASL tokens, ApiVersions) are accepted, as in Kafka.
+        limit = self.s.config.max_request_bytes if self.authenticated else _MAX_UNAUTHENTICATED_BYTES
         while n - pos >= 4:
             size = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
             if size < 0 or size > limit:
@@ -205,8 +209,9 @@ class Connection(asyncio.Protocol):
                         self.client_host, req.api_key)
             return False
         if req.api_key == SASL_HANDSHAKE:
-            self._write(protocol.encode_response(req, self._sasl_handshake(req)))
-            return True
+            body, ok = self._sasl_handshake(req)
+            self._write(protocol.encode_response(req, body))
+            return ok
         if req.api_key == SASL_AUTHENTICATE:
             body, ok = self._sasl_authenticate(req)
             self._write(protocol.encode_response(req, body))
@@ -229,48 +234,49 @@ class Connection(asyncio.Protocol):
 
     # ------------------------------------------------------------------ SASL
 
-    def _sasl_handshake(self, req: Any) -> dict:
-        sasl = self.s.sasl
-        mechanisms = list(sasl.mechanisms) if sasl is not None else []
-        if sasl is None:
-            return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
-        if self.authenticated or self._sasl is not None:
-            return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": mechanisms}
+    def _sasl_handshake(self, req: Any) -> tuple[dict, bool]:
+        sasl = self._sasl
+        if sasl is None:  # a listener without SASL: Kafka answers ILLEGAL_SASL_STATE
+            return {"error_code": E.ILLEGAL_SASL_STATE, "mechanisms": []}, True
         try:
-            self._sasl = sasl.start(req.body["mechanism"])
-        except PylogError:
-            return {"error_code": E.UNSUPPORTED_SASL_MECHANISM, "mechanisms": mechanisms}
+            sasl.start(req.body["mechanism"])
+        except AuthenticationError as exc:
+            log.warning("pylog serve: SASL handshake from %s refused: %s", self.client_host, exc)
+            return {"error_code": auth.error_code(exc), "mechanisms": list(sasl.mechanisms)}, False
         self._raw_sasl = req.api_version == 0
-        return {"error_code": E.NONE, "mechanisms": mechanisms}
+        return {"error_code": E.NONE, "mechanisms": list(sasl.mechanisms)}, True
 
     def _sasl_authenticate(self, req: Any) -> tuple[dict, bool]:
-        if self._sasl is None or self.authenticated:
-            return {"error_code": E.ILLEGAL_SASL_STATE, "error_message": "SaslAuthenticate without SaslHandshake",
-                    "auth_bytes": b""}, False
+        sasl = self._sasl
+        if sasl is None or sasl.session is None or self.authenticated:
+            return {"error_code": E.ILLEGAL_SASL_STATE, "error_message": "SaslAuthenticate without a SaslHandshake "
+                    "starting an exchange", "auth_bytes": b""}, False
         try:
-            challenge, done = self._sasl.step(bytes(req.body["auth_bytes"]))
-        except PylogError as exc:
+            challenge, done = sasl.session.step(bytes(req.body["auth_bytes"]))
+        except AuthenticationError as exc:
             log.warning("pylog serve: SASL authentication from %s failed: %s", self.client_host, exc)
-            return {"error_code": E.SASL_AUTHENTICATION_FAILED, "error_message": str(exc), "auth_bytes": b""}, False
+            return {"error_code": auth.error_code(exc), "error_message": str(exc), "auth_bytes": b""}, False
         if done:
-            self._authenticated_as(self._sasl.principal)
+            self._authenticated_as(sasl.principal)
         return {"error_code": E.NONE, "error_message": None, "auth_bytes": challenge,
                 "session_lifetime_ms": 0}, True
 
     def _raw_sasl_token(self, token: bytes) -> bool:
+        """SaslHandshake v0: a bare token in, a bare challenge out (a zero-length frame for PLAIN's success)."""
+        sasl = self._sasl
+        assert sasl is not None and sasl.session is not None
         try:
-            challenge, done = self._sasl.step(token)
-        except PylogError as exc:
+            challenge, done = sasl.session.step(token)
+        except AuthenticationError as exc:
             log.warning("pylog serve: SASL authentication from %s failed: %s", self.client_host, exc)
             return False
         self._write(len(challenge).to_bytes(4, "big") + challenge)
         if done:
             self._raw_sasl = False
-            self._authenticated_as(self._sasl.principal)
+            self._authenticated_as(sasl.principal)
         return True
 
     def _authenticated_as(self, principal: str | None) -> None:
         self.authenticated = True
         self.principal = principal
-        self._sasl = None
         log.info("pylog serve: %s authenticated as %r", self.client_host, principal)

@@ -243,7 +243,7 @@ class DataHandlers:
         index, offset = pr["partition"], pr["fetch_offset"]
         entry: dict[str, Any] = {"partition_index": index, "high_watermark": -1, "last_stable_offset": -1,
                                  "log_start_offset": -1, "aborted_transactions": None,
-                                 "preferred_read_replica": -1, "records": None}
+                                 "preferred_read_replica": -1, "records": b""}
         try:
             part = self.partition(topic, index)
             start, end = part.log_start_offset, part.log_end_offset

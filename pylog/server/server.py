@@ -27,7 +27,7 @@ import os
 import signal
 import ssl
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from ..errors import InvalidArgumentError
@@ -35,6 +35,7 @@ from ..store import Store
 from ..store import open as open_store
 from . import protocol
 from .admin import AdminHandlers
+from .auth import Credentials, SaslServer
 from .connection import Connection
 from .coordinator import GroupCoordinator
 from .handlers import DataHandlers
@@ -67,15 +68,16 @@ class ServerConfig:
     max_batch_bytes: int = 64 * 1024 * 1024
     #: TLS: a server-side ``ssl.SSLContext`` (see :func:`pylog.server.auth.make_server_ssl_context`).
     ssl_context: ssl.SSLContext | None = None
-    #: SASL: a :class:`pylog.server.auth.SaslServer`-like factory of sessions, or None for no authentication.
-    sasl: Any = None
+    #: SASL: the users (:class:`pylog.server.auth.Credentials`) clients must log in as; None: no authentication.
+    sasl_credentials: Credentials | None = None
+    #: The SASL mechanisms offered (default: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512).
+    sasl_mechanisms: list[str] | None = None
     #: Kafka's ``group.initial.rebalance.delay.ms``: how long a new group's first rebalance waits for more members.
     group_initial_rebalance_delay_ms: int = 300
     #: Threads appending and fsyncing for the connections.
     storage_threads: int = 4
     #: How long a clean stop waits for the requests under way (seconds).
     shutdown_timeout_s: float = 10.0
-    extra: dict[str, Any] = field(default_factory=dict)
 
     def check(self) -> None:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
@@ -84,6 +86,10 @@ class ServerConfig:
             raise InvalidArgumentError(f"max_request_bytes must be at least 1024, got {self.max_request_bytes}")
         if self.storage_threads < 1:
             raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
+        if self.sasl_credentials is not None:
+            SaslServer(self.sasl_credentials, self.sasl_mechanisms)  # raises SecurityConfigError for bad mechanisms
+        elif self.sasl_mechanisms is not None:
+            raise InvalidArgumentError("sasl_mechanisms needs sasl_credentials (the users who may log in)")
 
 
 class ServerState:
@@ -93,7 +99,6 @@ class ServerState:
                  advertised: tuple[str, int]) -> None:
         self.store = store
         self.config = config
-        self.sasl = config.sasl
         self.advertised = advertised
         self.cluster_id = _cluster_id(store.path)
         self.connections: set[Connection] = set()
