@@ -195,7 +195,7 @@ class Connection(asyncio.Protocol):
         except UnsupportedApiVersionError as exc:
             # An ApiVersions version we lack: v0 with our versions, as Kafka does (the client retries with
             # one we serve); for any other API Kafka closes the connection, and so do we.
-            answer = protocol.unsupported_version_response(exc.header)
+            answer = protocol.unsupported_version_response(exc.header)  # type: ignore[arg-type]
             if answer is None:
                 log.warning("pylog serve: closing the connection from %s: %s", self.client_host, exc)
                 return False
@@ -217,19 +217,20 @@ class Connection(asyncio.Protocol):
             self._write(protocol.encode_response(req, body))
             return ok
         handler = self.s.handlers.get(req.api_key)
+        answer: dict | None
         try:
             if handler is None:
-                body = protocol.error_response(req, E.UNSUPPORTED_VERSION)
+                answer = protocol.error_response(req, E.UNSUPPORTED_VERSION)
             else:
-                body = await handler(req, self)
+                answer = await handler(req, self)
         except asyncio.CancelledError:
             raise
         except Exception:
             log.exception("pylog serve: %s request from %s (client %r) failed", req.api_name, self.client_host,
                           req.client_id)
-            body = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
-        if body is not None:
-            self._write(protocol.encode_response_parts(req, body))
+            answer = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
+        if answer is not None:
+            self._write(protocol.encode_response_parts(req, answer))
         return True
 
     # ------------------------------------------------------------------ SASL

@@ -364,7 +364,7 @@ def _max_timestamp_offset(part: Partition) -> tuple[int, int]:
     if end == part.log_start_offset:
         return -1, -1
     best = -1
-    for seg in part.segments():
+    for seg in part.segments:
         best = max(best, seg.max_timestamp)
     at = part.offset_for_timestamp(best)
     if at is None:

@@ -239,10 +239,14 @@ class Server:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._stop = asyncio.Event()
+        states: list[ServerState] = []  # the state, once made: connections are accepted only after that
         try:
             if self.store is None:
-                self.store = await loop.run_in_executor(None, lambda: open_store(self._store_arg))
-            listener = await loop.create_server(lambda: Connection(state), self.config.host, self.config.port,
+                path = self._store_arg
+                assert not isinstance(path, Store)
+                self.store = await loop.run_in_executor(None, lambda: open_store(path))
+            store = self.store
+            listener = await loop.create_server(lambda: Connection(states[0]), self.config.host, self.config.port,
                                                 ssl=self.config.ssl_context, reuse_address=True, backlog=1024)
         except BaseException as exc:
             self._failure = exc
@@ -252,12 +256,14 @@ class Server:
             return
         sock = listener.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
-        state = ServerState(self.store, self.config, loop, self.advertised)
+        state = ServerState(store, self.config, loop, self.advertised)
+        states.append(state)
         self._state = state
+
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._stop.set)
-        log.info("pylog serve: listening on %s:%d (store %s)", self.host, self.port, self.store.path)
+        log.info("pylog serve: listening on %s:%d (store %s)", self.host, self.port, store.path)
         self._ready.set()
         try:
             await self._stop.wait()
