@@ -195,11 +195,11 @@ class Connection(asyncio.Protocol):
         except UnsupportedApiVersionError as exc:
             # An ApiVersions version we lack: v0 with our versions, as Kafka does (the client retries with
             # one we serve); for any other API Kafka closes the connection, and so do we.
-            answer = protocol.unsupported_version_response(exc.header)  # type: ignore[arg-type]
-            if answer is None:
+            frame_out = protocol.unsupported_version_response(exc.header)  # type: ignore[arg-type]
+            if frame_out is None:
                 log.warning("pylog serve: closing the connection from %s: %s", self.client_host, exc)
                 return False
-            self._write(answer)
+            self._write(frame_out)
             return True
         except PylogError as exc:
             log.warning("pylog serve: closing the connection from %s: %s", self.client_host, exc)
