@@ -86,7 +86,7 @@ KAFKA_ERROR_CODES: dict[type[PylogError], int] = {
 def kafka_error_code(exc: BaseException) -> int:
     """The Kafka error code for an error :func:`decode_batches` raised (-1, UNKNOWN_SERVER_ERROR, otherwise)."""
     for cls in type(exc).__mro__:
-        code = KAFKA_ERROR_CODES.get(cls)  # type: ignore[call-overload]
+        code = KAFKA_ERROR_CODES.get(cls)
         if code is not None:
             return code
     return -1
@@ -206,7 +206,7 @@ def parse_records_pure(section: Any, count: int, base_timestamp: int) -> tuple:
         if hcount < 0 or hcount > (rend - pos) // 2:
             raise CorruptBatchError(f"record {i}: header count {hcount} does not fit the record")
         if hcount:
-            pairs = []
+            pairs: list[tuple[str, bytes | None]] = []
             for _ in range(hcount):
                 hk, pos = _varint(data, pos, rend, i, 5)
                 if hk < 0:
@@ -246,7 +246,7 @@ def parse_records_pure(section: Any, count: int, base_timestamp: int) -> tuple:
 def _varint(data: bytes, pos: int, end: int, i: int, max_bytes: int) -> tuple[int, int]:
     """The zigzag varint (``max_bytes`` 5: 32-bit; 10: 64-bit) at ``data[pos:end]`` and the position after it."""
     value = shift = 0
-    for k in range(max_bytes):
+    for _ in range(max_bytes):
         if pos >= end:
             raise CorruptBatchError(f"record {i}: truncated")
         b = data[pos]
