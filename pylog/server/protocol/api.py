@@ -9,7 +9,9 @@ reference, never copied).
 Headers: request header v1 (api_key int16, api_version int16, correlation_id int32, client_id nullable
 string) in non-flexible versions, v2 (v1 + tagged fields; client_id stays a non-compact string) in
 flexible ones. Response header v0 (correlation_id) or v1 (+ tagged fields) in flexible versions, except
-ApiVersions, whose response header is always v0 (clients must read it before knowing the version).
+ApiVersions, whose response header is always v0 (clients must read it before knowing the version), and
+whose body is encoded as v0 whenever its error_code is not 0 (kafka-python and the Java client read an
+ApiVersions error response as v0, whatever version they sent).
 
 What a server does when parsing fails:
 
@@ -217,6 +219,8 @@ def encode_response_parts(request: _HasHeader, body: dict) -> list:
     concatenation is the frame, size prefix included; RECORDS values of 4 KiB or more are parts of their
     own, not copies. For ``socket.sendmsg`` / ``writelines``."""
     api_key, version = request.api_key, request.api_version
+    if api_key == ApiKey.API_VERSIONS and body.get("error_code"):
+        version = 0     # clients read an ApiVersions error as a v0 body, whatever version they asked for
     out = bytearray(8)
     _I32.pack_into(out, 4, request.correlation_id)
     api = APIS[api_key]
@@ -262,6 +266,8 @@ def parse_response(api_key: int, version: int, frame: bytes | bytearray | memory
     api = APIS[api_key]
     if api.flexible is not None and version >= api.flexible and api_key != ApiKey.API_VERSIONS:
         pos = P.skip_tagged_fields(buf, pos, end, "response header<tags>")
+    if api_key == ApiKey.API_VERSIONS and end >= 6 and buf[4:6] != b"\x00\x00":
+        version = 0     # an error response is a v0 body, as clients read it (see encode_response_parts)
     body, pos = codec(api_key, version, False)[0](buf, pos, end)
     if pos != end:
         raise ProtocolError(f"{end - pos} bytes after the end of {api.name} v{version} response", pos)
@@ -341,6 +347,7 @@ def _mirror(req: dict, resp: dict, mirrors: tuple) -> None:
         out = []
         for e in elems:
             r = {rf: (e if qf == "." else e.get(qf)) for rf, qf in fields.items()}
+            r = {k: v for k, v in r.items() if v is not None}    # None (e.g. a topic id's name): default
             if nested and isinstance(e, dict):
                 _mirror(e, r, nested)
             out.append(r)
