@@ -35,13 +35,17 @@ def _kafka_python(bs, ca, mechanism, password):
     from kafka import KafkaConsumer, KafkaProducer
     common = dict(bootstrap_servers=bs, security_protocol="SASL_SSL", ssl_cafile=ca, sasl_mechanism=mechanism,
                   sasl_plain_username=USER, sasl_plain_password=password)
-    p = KafkaProducer(**common)
+    p = KafkaProducer(max_block_ms=3000, bootstrap_timeout_ms=3000, **common)
     for i in range(10):
         p.send("s", str(i).encode())
     p.flush(timeout=10)
     p.close()
     c = KafkaConsumer("s", auto_offset_reset="earliest", consumer_timeout_ms=5000, **common)
-    got = [r.value for r in c][:10]
+    got = []
+    for r in c:
+        got.append(r.value)
+        if len(got) == 10:
+            break
     c.close()
     return got
 
@@ -124,6 +128,6 @@ def test_plaintext_client_cannot_read_or_write(secure):
     from kafka.errors import KafkaError
     with pytest.raises(KafkaError):
         p = KafkaProducer(bootstrap_servers=srv.bootstrap_servers, security_protocol="SSL", ssl_cafile=ca,
-                          max_block_ms=3000, request_timeout_ms=3000)
+                          max_block_ms=3000, request_timeout_ms=3000, bootstrap_timeout_ms=3000)
         p.send("s", b"x").get(timeout=5)
     assert store.topic("s").partition(0).log_end_offset == 0
