@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
+import shutil
 import struct
+import tempfile
 from typing import Any
 
 import pytest
+from hypothesis import settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
 import pylog
 from pylog.server import coordinator as co
@@ -512,3 +518,297 @@ async def test_groups_of_pylog_consumers_are_not_shared(store: Any) -> None:
     assert res["results"][0]["error_code"] == 0
     assert (await join(c, group="pg"))["error_code"] == 0
     c.close()
+
+
+# ---------------------------------------------------------------------------------------------- stateful
+
+class _VirtualTimeLoop(asyncio.SelectorEventLoop):
+    """An event loop whose clock moves only when the test says so: timers fire in order, at once."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+
+    def time(self) -> float:
+        return self.now
+
+
+class _InlineExecutor(concurrent.futures.Executor):
+    """Runs the store's calls at once on the loop's thread, so a step's outcome does not race threads."""
+
+    def submit(self, fn: Any, /, *args: Any, **kwargs: Any) -> concurrent.futures.Future:
+        f: concurrent.futures.Future = concurrent.futures.Future()
+        try:
+            f.set_result(fn(*args, **kwargs))
+        except BaseException as e:  # noqa: BLE001 - handed to the awaiting coroutine
+            f.set_exception(e)
+        return f
+
+
+class _Client:
+    def __init__(self, name: str, session: int) -> None:
+        self.name = name
+        self.session = session
+        self.member_id = ""
+        self.generation = -1
+        self.members: list[str] = []
+        self.join_task: asyncio.Task | None = None
+        self.inbox: dict | None = None
+        self.sync_task: asyncio.Task | None = None
+
+
+class CoordinatorMachine(RuleBasedStateMachine):
+    """Random joins, syncs, heartbeats, commits, leaves, crashes and the passing of time, against invariants:
+    generations only grow; in CompletingRebalance and Stable every member joined the current generation and
+    its leader saw exactly the members; every successful SyncGroup returns what that generation's leader
+    assigned (one leader assignment per generation); commits succeed only from the current generation's
+    members, and the store holds the last accepted one."""
+
+    REBALANCE = 400
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.dir = tempfile.mkdtemp(prefix="pylog-coord-")
+        self.store = pylog.open(self.dir)
+        self.store.create_topic("t", 1)
+        self.loop = _VirtualTimeLoop()
+        self.c = GroupCoordinator(self.store, initial_rebalance_delay_ms=100, min_session_timeout_ms=1,
+                                  executor=_InlineExecutor())
+        self.clients: list[_Client] = []
+        self.next_name = 0
+        self.max_generation = 0
+        self.joins: dict[tuple[int, str], dict] = {}  # (generation, member) -> its successful JoinGroup response
+        self.leader_syncs: dict[int, tuple[str, int]] = {}  # sync number -> (leader, generation)
+        self.sync_seen: dict[int, int] = {}  # generation -> the leader sync number its members received
+        self.sync_count = 0
+        self.commit_value = 0
+        self.last_accepted: int | None = None
+        self.failures: list[BaseException] = []  # raised in done callbacks, which the loop would only log
+
+    def teardown(self) -> None:
+        self.c.close()
+        self.settle()
+        self.loop.close()
+        self.store.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+    # -------------------------------------------------------------- plumbing
+
+    def settle(self) -> None:
+        for _ in range(30):
+            self.loop.run_until_complete(asyncio.sleep(0))
+
+    def run(self, coro: Any) -> Any:
+        task = self.loop.create_task(coro)
+        self.settle()
+        assert task.done(), "a request that needs no other member's action should not wait"
+        return task.result()
+
+    def group(self) -> Any:
+        return self.c._groups.get("g")
+
+    def pick(self, i: int) -> _Client | None:
+        return self.clients[i % len(self.clients)] if self.clients else None
+
+    def forget(self, cl: _Client) -> None:
+        cl.member_id, cl.generation, cl.members = "", -1, []
+
+    def checked(self, check: Any, *args: Any) -> None:
+        try:
+            check(*args)
+        except BaseException as e:  # noqa: BLE001 - reported by the no_failures invariant
+            self.failures.append(e)
+
+    def on_join(self, cl: _Client, task: asyncio.Task) -> None:
+        cl.join_task = None
+        r = task.result()
+        if self.c.closed:
+            return
+        if r["error_code"] == 0:
+            g = self.group()
+            assert r["generation_id"] == g.generation_id
+            self.joins[(r["generation_id"], r["member_id"])] = r
+            cl.inbox = r  # the client acts on it when it is delivered: until then it uses its old generation
+        elif r["error_code"] == co.UNKNOWN_MEMBER_ID:
+            self.forget(cl)
+        else:
+            assert r["error_code"] == co.REBALANCE_IN_PROGRESS, r
+
+    def on_sync(self, cl: _Client, gen: int, task: asyncio.Task) -> None:
+        cl.sync_task = None
+        r = task.result()
+        if self.c.closed:
+            return
+        if r["error_code"] == 0:
+            g_s, mid, k = r["assignment"].decode().split(":")
+            assert (int(g_s), mid) == (gen, cl.member_id)
+            assert self.leader_syncs[int(k)] == (self.joins[(gen, cl.member_id)]["leader"], gen)
+            assert self.sync_seen.setdefault(gen, int(k)) == int(k), "two leader assignments in one generation"
+        elif r["error_code"] == co.UNKNOWN_MEMBER_ID:
+            self.forget(cl)
+        else:
+            assert r["error_code"] in (co.REBALANCE_IN_PROGRESS, co.ILLEGAL_GENERATION), r
+
+    # -------------------------------------------------------------- rules
+
+    @precondition(lambda self: len(self.clients) < 5)
+    @rule(session=st.sampled_from([200, 600]))
+    def add_client(self, session: int) -> None:
+        """A session shorter or longer than the rebalance timeout (400 ms): a member that does not rejoin goes
+        by one or the other."""
+        self.clients.append(_Client(f"c{self.next_name}", session))
+        self.next_name += 1
+
+    @rule(i=st.integers(0, 4))
+    def join(self, i: int) -> None:
+        cl = self.pick(i)
+        if cl is not None:
+            self.start_join(cl)
+            self.settle()
+
+    def start_join(self, cl: _Client) -> None:
+        if cl.join_task is not None:
+            return
+        cl.join_task = self.loop.create_task(join(self.c, client_id=cl.name, member_id=cl.member_id,
+                                                  session=cl.session, rebalance=self.REBALANCE))
+        cl.join_task.add_done_callback(lambda t, cl=cl: self.checked(self.on_join, cl, t))
+
+    def deliver_to(self, cl: _Client) -> None:
+        r, cl.inbox = cl.inbox, None
+        if r is not None:
+            cl.member_id, cl.generation = r["member_id"], r["generation_id"]
+            cl.members = [m["member_id"] for m in r["members"]]
+
+    @rule(i=st.integers(0, 4))
+    def deliver(self, i: int) -> None:
+        """A JoinGroup response reaches its client."""
+        cl = self.pick(i)
+        if cl is not None:
+            self.deliver_to(cl)
+
+    @rule(i=st.integers(0, 4))
+    def sync(self, i: int) -> None:
+        cl = self.pick(i)
+        if cl is not None:
+            self.start_sync(cl)
+            self.settle()
+
+    def start_sync(self, cl: _Client) -> None:
+        if cl.sync_task is not None or cl.generation < 1:
+            return
+        assignments = None
+        if cl.members:  # the leader of its generation
+            self.sync_count += 1
+            k = self.sync_count
+            self.leader_syncs[k] = (cl.member_id, cl.generation)
+            assignments = {m: f"{cl.generation}:{m}:{k}".encode() for m in cl.members}
+        cl.sync_task = self.loop.create_task(sync(self.c, cl.member_id, cl.generation, assignments))
+        cl.sync_task.add_done_callback(lambda t, cl=cl, gen=cl.generation: self.checked(self.on_sync, cl, gen, t))
+
+    @rule(i=st.integers(0, 4))
+    def heartbeat(self, i: int) -> None:
+        cl = self.pick(i)
+        if cl is None or not cl.member_id or cl.join_task is not None:
+            return
+        code = self.run(hb(self.c, cl.member_id, cl.generation))
+        assert code in (0, co.REBALANCE_IN_PROGRESS, co.ILLEGAL_GENERATION, co.UNKNOWN_MEMBER_ID)
+        if code == co.UNKNOWN_MEMBER_ID:
+            self.forget(cl)
+
+    @rule(i=st.integers(0, 4))
+    def commit(self, i: int) -> None:
+        """Also while rejoining, with the old generation (as clients commit when their partitions are revoked)."""
+        cl = self.pick(i)
+        if cl is None or not cl.member_id:
+            return
+        g = self.group()
+        member_now = g is not None and g.generation_id == cl.generation and cl.member_id in g.members
+        state = g.state if g is not None else None
+        self.commit_value += 1
+        code = self.run(commit(self.c, {("t", 0): self.commit_value}, cl.member_id, cl.generation))[("t", 0)]
+        if code == 0:
+            assert member_now and state in (co.STABLE, co.PREPARING_REBALANCE)
+            self.last_accepted = self.commit_value
+        else:
+            assert not member_now or state == co.COMPLETING_REBALANCE, code
+        committed = self.store.committed_offsets("g").get(TopicPartition("t", 0))
+        assert (committed.offset if committed else None) == self.last_accepted
+
+    @rule(i=st.integers(0, 4))
+    def leave(self, i: int) -> None:
+        cl = self.pick(i)
+        if cl is None or not cl.member_id:
+            return
+        self.run(self.c.leave_group({"group_id": "g", "members": [{"member_id": cl.member_id,
+                                                                   "group_instance_id": None}]}, 4))
+        self.settle()
+        self.forget(cl)
+
+    @rule(i=st.integers(0, 4))
+    def crash(self, i: int) -> None:
+        """The client goes silent: its member stays until its session times out."""
+        cl = self.pick(i)
+        if cl is not None:
+            self.clients.remove(cl)
+
+    @rule(leader_first=st.booleans(), late=st.integers(0, 31))
+    def cooperate(self, leader_first: bool, late: int) -> None:
+        """What well-behaved clients do: everyone (re)joins, the join phase ends, everyone syncs; except that
+        the JoinGroup responses of the clients whose bit is set in ``late`` arrive later."""
+        g = self.group()
+        for cl in self.clients:
+            if not cl.member_id or g is None or g.state == co.PREPARING_REBALANCE or cl.generation != g.generation_id:
+                self.start_join(cl)
+        self.settle()
+        self.advance(250)  # the initial delay, extended once by the members joining during it
+        for n, cl in enumerate(self.clients):
+            if not late >> n & 1:
+                self.deliver_to(cl)
+        for cl in sorted(self.clients, key=lambda cl: bool(cl.members) != leader_first):
+            self.start_sync(cl)
+        self.settle()
+
+    @rule(ms=st.sampled_from([20, 100, 250, 400, 600]))
+    def advance(self, ms: int) -> None:
+        target = self.loop.now + ms / 1000
+        while True:
+            self.settle()
+            due = [h.when() for h in self.loop._scheduled if not h.cancelled()]  # type: ignore[attr-defined]
+            if not due or min(due) > target:
+                break
+            self.loop.now = max(self.loop.now, min(due))
+        self.loop.now = target
+        self.settle()
+
+    # -------------------------------------------------------------- invariants
+
+    @invariant()
+    def no_failures(self) -> None:
+        if self.failures:
+            raise self.failures[0]
+
+    @invariant()
+    def generations_grow(self) -> None:
+        g = self.group()
+        gen = g.generation_id if g is not None else 0
+        assert gen >= self.max_generation
+        self.max_generation = gen
+
+    @invariant()
+    def members_joined_the_current_generation(self) -> None:
+        g = self.group()
+        if g is None or g.state not in (co.COMPLETING_REBALANCE, co.STABLE):
+            return
+        assert g.leader_id in g.members
+        for mid in g.members:
+            assert (g.generation_id, mid) in self.joins
+        lead = self.joins[(g.generation_id, g.leader_id)]
+        assert {m["member_id"] for m in lead["members"]} == set(g.members)
+        if g.state == co.STABLE:
+            ks = {m.assignment.decode().split(":")[2] for m in g.members.values()}
+            assert len(ks) == 1 and all(m.assignment.decode().startswith(f"{g.generation_id}:{m.member_id}:")
+                                        for m in g.members.values())
+
+
+CoordinatorMachine.TestCase.settings = settings(max_examples=100, stateful_step_count=50, deadline=None)
+test_coordinator_state_machine = CoordinatorMachine.TestCase
