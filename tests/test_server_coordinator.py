@@ -263,7 +263,7 @@ async def test_initial_delay_waits_for_late_joiners(store: Any) -> None:
 
 @pytest.mark.asyncio
 async def test_stable_follower_rejoin_without_change_keeps_generation_leader_rejoin_rebalances(store: Any) -> None:
-    c = make(store)
+    c = make(store, delay_ms=100)  # both join the first generation
     ra, rb = await asyncio.gather(join(c, client_id="a"), join(c, client_id="b"))
     leader = ra["leader"]
     follower = rb["member_id"] if leader == ra["member_id"] else ra["member_id"]
@@ -371,7 +371,7 @@ async def test_pending_member_expires_and_close_wakes_waiters(store: Any) -> Non
 
 @pytest.mark.asyncio
 async def test_leave_v3_batch_and_pending_sync_answered(store: Any) -> None:
-    c = make(store)
+    c = make(store, delay_ms=100)  # both join the first generation
     ra, rb = await asyncio.gather(join(c, client_id="a"), join(c, client_id="b"))
     follower = rb["member_id"] if ra["leader"] == ra["member_id"] else ra["member_id"]
     waiting = asyncio.ensure_future(sync(c, follower, 1))
