@@ -194,6 +194,10 @@ class _Group:
         order = {n: i for i, n in enumerate(leader.protocol_names())}
         return min(votes, key=lambda n: (-votes[n], order.get(n, len(order))))
 
+    def fenced(self, instance_id: str | None, member_id: str) -> bool:
+        """Kafka's isStaticMemberFenced: the instance id belongs to another member id."""
+        return instance_id is not None and self.static.get(instance_id, member_id) != member_id
+
     def all_joined(self) -> bool:
         return not self.pending and all(m.join_future is not None for m in self.members.values())
 
@@ -426,6 +430,7 @@ class GroupCoordinator:
             g.initial_join = False
             g.join_timer = loop.call_later(rebalance_ms / 1000, self._complete_join, g)
         log.debug("group %r: preparing rebalance (generation %d)", g.group_id, g.generation_id)
+        self._check_join_complete(g)  # e.g. the last member left: nobody to wait for
 
     def _initial_join_expired(self, g: _Group, remaining_ms: int) -> None:
         g.join_timer = None
@@ -536,10 +541,10 @@ class GroupCoordinator:
         if not member_id or member_id in g.pending:
             return await self._join_new_member(g, request, version, member_id, instance_id, session_ms, rebalance_ms,
                                                protocol_type, protocols, client_id, client_host)
+        if g.fenced(instance_id, member_id):
+            return _JoinResult(FENCED_INSTANCE_ID, member_id=member_id)
         if known is None:
             return _JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id)
-        if instance_id is not None and g.static.get(instance_id) != member_id:
-            return _JoinResult(FENCED_INSTANCE_ID, member_id=member_id)
         return await self._join_known_member(g, known, session_ms, rebalance_ms, protocols, client_id, client_host)
 
     async def _join_new_member(self, g: _Group, request: dict[str, Any], version: int, member_id: str,
@@ -616,11 +621,11 @@ class GroupCoordinator:
             return _SyncResult(UNKNOWN_MEMBER_ID)
         if g.state == DEAD:
             return _SyncResult(COORDINATOR_NOT_AVAILABLE)
+        if g.fenced(instance_id, member_id):
+            return _SyncResult(FENCED_INSTANCE_ID)
         m = g.members.get(member_id)
         if m is None:
             return _SyncResult(UNKNOWN_MEMBER_ID)
-        if instance_id is not None and g.static.get(instance_id) != member_id:
-            return _SyncResult(FENCED_INSTANCE_ID)
         if request.get("generation_id") != g.generation_id:
             return _SyncResult(ILLEGAL_GENERATION)
         if version >= 5:
@@ -671,11 +676,11 @@ class GroupCoordinator:
             return UNKNOWN_MEMBER_ID
         if g.state == DEAD:
             return COORDINATOR_NOT_AVAILABLE
+        if g.fenced(instance_id, member_id):
+            return FENCED_INSTANCE_ID
         m = g.members.get(member_id)
         if g.state == EMPTY or m is None:
             return UNKNOWN_MEMBER_ID
-        if instance_id is not None and g.static.get(instance_id) != member_id:
-            return FENCED_INSTANCE_ID
         if request.get("generation_id") != g.generation_id:
             return ILLEGAL_GENERATION
         self._touch(g, m)
@@ -781,7 +786,7 @@ class GroupCoordinator:
             return COORDINATOR_NOT_AVAILABLE
         if generation >= 0 or member_id or instance_id is not None:
             m = g.members.get(member_id)
-            if instance_id is not None and g.static.get(instance_id) not in (None, member_id):
+            if g.fenced(instance_id, member_id):
                 return FENCED_INSTANCE_ID
             if m is None:
                 return UNKNOWN_MEMBER_ID
