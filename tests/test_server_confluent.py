@@ -142,3 +142,11 @@ def test_group_commit_lands_in_pylog_group_state(server, store):
         {p: store.topic("g").partition(p).log_end_offset for p in range(3)}
     assert sum(lag.lag for lag in store.group_lag("ck-group").values()) == 0
     c.close()
+
+
+def test_admin_list_topics(server, store):
+    from confluent_kafka.admin import AdminClient
+    store.create_topic("listed", partitions=2)
+    md = AdminClient({"bootstrap.servers": server.bootstrap_servers, **QUIET}).list_topics(timeout=10)
+    assert "listed" in md.topics and sorted(md.topics["listed"].partitions) == [0, 1]
+    assert [b.id for b in md.brokers.values()] == [0]

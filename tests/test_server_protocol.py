@@ -261,14 +261,19 @@ def _sub(ours: dict, theirs: dict, path=""):
             assert _kp_norm(o) == v, f"{path}.{k}: ours {o!r} kafka-python {v!r}"
 
 
-@pytest.mark.parametrize("key,version", CASES, ids=IDS)
+# The APIs kafka-python has classes for (it has none for SaslHandshake and SaslAuthenticate: it frames them
+# by hand); the others are covered by the aiokafka differential below and the round trips above.
+KP_CASES = [(k, v) for k, v in CASES if (k, "request") in KP or (k, "response") in KP]
+
+
+@pytest.mark.parametrize("key,version", KP_CASES, ids=[f"{APIS[k].name}-v{v}" for k, v in KP_CASES])
 def test_differential_kafka_python(key, version):
     api = APIS[key]
     rnd = random.Random(7 * key + version)
     for direction in ("request", "response"):
         cls = KP.get((key, direction))
         if cls is None:
-            pytest.skip(f"kafka-python has no {api.name}{direction}")
+            continue
         fields = api.request if direction == "request" else api.response
         for _ in range(10):
             body = rand_struct(fields, version, rnd)
@@ -384,10 +389,17 @@ def test_truncations_raise_protocol_error_only():
                 parse_request(frame[:cut])
 
 
-def test_trailing_bytes_rejected():
-    key, version, frame = VALID[0]
-    with pytest.raises(ProtocolError, match="after the end"):
-        parse_request(frame + b"\x00")
+def test_trailing_bytes_are_ignored_as_kafka_brokers_ignore_them():
+    for _key, _version, frame in VALID:
+        assert parse_request(frame + b"\x01\x00\x00").body == parse_request(frame).body
+
+
+def test_librdkafka_metadata_v12_all_topics_request_decodes():
+    # What confluent-kafka 2.16's AdminClient.list_topics() sends: three bytes past the spec's fields.
+    frame = bytes.fromhex("0003000c00000003000772646b61666b610000000000010000")
+    req = parse_request(frame)
+    assert (req.api_key, req.api_version, req.client_id) == (3, 12, "rdkafka")
+    assert req.body["topics"] is None and req.body["allow_auto_topic_creation"] is False
 
 
 def test_random_mutations_decode_or_raise_protocol_error():
