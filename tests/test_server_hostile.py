@@ -331,3 +331,28 @@ def test_a_plain_login_then_requests_are_served(sasl_server):
         assert parse_response(36, 1, _recv_frame(s))[1]["error_code"] == 0
         s.sendall(encode_request(3, 1, 3, "hostile", {"topics": [{"name": "t"}]}))
         assert parse_response(3, 1, _recv_frame(s))[1]["topics"][0]["error_code"] == 0
+
+
+# ------------------------------------------------------------------------------------------ amplification
+
+def test_decoding_costs_at_most_about_a_hundred_times_the_frame():
+    # The worst case found: a compact array of 3-byte structs (Produce v9 topic_data entries with an empty name
+    # and no partitions) decodes to a dict each, ~83 bytes of Python objects per byte of frame. Bounded by the
+    # frame (no length is trusted), but not by the frame's size alone: with max_request_bytes at its 100 MiB
+    # default a single request may cost ~8 GiB to decode (see docs/TESTING.md). This pins the factor.
+    from pylog.server.protocol import parse_request
+    from pylog.server.protocol import primitives as P
+
+    n = 20_000
+    head = encode_request(0, 9, 1, None, {"transactional_id": None, "acks": 1, "timeout_ms": 1, "topic_data": []})
+    frame = bytearray(head[4:-2])
+    P.write_uvarint(frame, n + 1)
+    frame += b"\x01\x01\x00" * n + b"\x00"
+    tracemalloc.start()
+    try:
+        req = parse_request(frame)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert len(req.body["topic_data"]) == n
+    assert peak < 100 * len(frame), f"{peak} bytes traced decoding a {len(frame)}-byte frame"
