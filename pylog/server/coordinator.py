@@ -62,6 +62,13 @@ from ..clients.groups import check_group_id
 from ..errors import (InvalidGroupError, InvalidTopicError, PartitionLockedError, PylogError, RebalanceInProgressError,
                       RecordTooLargeError, UnknownTopicError)
 from ..structs import OffsetAndMetadata, TopicPartition
+from .protocol.codes import (  # Kafka's error codes
+    UNKNOWN_SERVER_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE,
+    COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL,
+    INVALID_GROUP_ID, UNKNOWN_MEMBER_ID, INVALID_SESSION_TIMEOUT, REBALANCE_IN_PROGRESS,
+    INVALID_COMMIT_OFFSET_SIZE, NON_EMPTY_GROUP, GROUP_ID_NOT_FOUND, MEMBER_ID_REQUIRED, GROUP_MAX_SIZE_REACHED,
+    FENCED_INSTANCE_ID,
+)
 
 __all__ = ["GroupCoordinator", "DEFAULT_INITIAL_REBALANCE_DELAY_MS", "EMPTY", "PREPARING_REBALANCE",
            "COMPLETING_REBALANCE", "STABLE", "DEAD"]
@@ -69,26 +76,6 @@ __all__ = ["GroupCoordinator", "DEFAULT_INITIAL_REBALANCE_DELAY_MS", "EMPTY", "P
 log = logging.getLogger("pylog.server.coordinator")
 
 _T = TypeVar("_T")
-
-# Kafka's error codes (clients/src/main/java/org/apache/kafka/common/protocol/Errors.java).
-UNKNOWN_SERVER_ERROR = -1
-NONE = 0
-UNKNOWN_TOPIC_OR_PARTITION = 3
-OFFSET_METADATA_TOO_LARGE = 12
-COORDINATOR_NOT_AVAILABLE = 15
-NOT_COORDINATOR = 16
-ILLEGAL_GENERATION = 22
-INCONSISTENT_GROUP_PROTOCOL = 23
-INVALID_GROUP_ID = 24
-UNKNOWN_MEMBER_ID = 25
-INVALID_SESSION_TIMEOUT = 26
-REBALANCE_IN_PROGRESS = 27
-INVALID_COMMIT_OFFSET_SIZE = 28
-NON_EMPTY_GROUP = 68
-GROUP_ID_NOT_FOUND = 69
-MEMBER_ID_REQUIRED = 79
-GROUP_MAX_SIZE_REACHED = 81
-FENCED_INSTANCE_ID = 82
 
 # Group states, named as Kafka names them in DescribeGroups and ListGroups.
 EMPTY = "Empty"
