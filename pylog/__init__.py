@@ -21,7 +21,9 @@ from .maintenance.compaction import CleanResult
 from .config import TopicConfig
 from .clients.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
-from .errors import (CorruptBatchError, InvalidBatchError, UnsupportedCompressionError, UnsupportedMagicError)
+from .errors import (AuthenticationError, CorruptBatchError, IllegalSaslStateError, InvalidBatchError, ProtocolError,
+                     SecurityConfigError, UnknownApiKeyError, UnsupportedApiVersionError, UnsupportedCompressionError,
+                     UnsupportedMagicError, UnsupportedSaslMechanismError)
 from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, CorruptRecordError, DiskFullError,
                      InvalidArgumentError, InvalidConfigError, StorePathError,
                      InvalidGroupError, InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
@@ -48,6 +50,8 @@ __all__ = [
     "OutOfOrderSequenceError", "StorageError", "DiskFullError", "ReadOnlyStoreError", "StorePermissionError",
     "UnknownStoreError", "InvalidArgumentError", "StorePathError", "ConsumerStoppedError",
     "CorruptBatchError", "InvalidBatchError", "UnsupportedMagicError", "UnsupportedCompressionError",
+    "ProtocolError", "UnknownApiKeyError", "UnsupportedApiVersionError", "AuthenticationError",
+    "UnsupportedSaslMechanismError", "IllegalSaslStateError", "SecurityConfigError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",

@@ -712,20 +712,17 @@ def make_server_ssl_context(certfile: str | os.PathLike[str], keyfile: str | os.
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
 
-    class _NoPassword(Exception):
-        pass
-
     def ask_password() -> str:
-        if password is None:
-            raise _NoPassword  # without a callback OpenSSL would prompt on the terminal
+        if password is None:  # without a callback OpenSSL would prompt on the terminal
+            raise SecurityConfigError(f"TLS key file {key or cert}: the private key is encrypted: give its "
+                                      "password")
         return password
 
     files = f"{cert}" + (f" and key file {key}" if key else "")
     try:
         context.load_cert_chain(cert, key, password=ask_password)
-    except _NoPassword:
-        raise SecurityConfigError(f"TLS key file {key or cert}: the private key is encrypted: give its "
-                                  "password") from None
+    except SecurityConfigError:
+        raise  # from ask_password, through OpenSSL
     except ssl.SSLError as e:
         reason = e.reason or str(e)
         hint = {"KEY_VALUES_MISMATCH": "the private key does not belong to the certificate",

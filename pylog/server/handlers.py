@@ -171,21 +171,23 @@ class DataHandlers:
 
     def _append_one(self, topic: str, index: int, records: Any, acks: int) -> tuple[dict, int | None]:
         entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
+        if isinstance(topic, str) and is_internal_topic(topic):
+            return _failed(entry, E.INVALID_TOPIC_EXCEPTION, f"{topic!r} is an internal topic of pylog: it cannot "
+                           "be produced to"), None
+        if records is None:
+            return _failed(entry, E.CORRUPT_MESSAGE, "a produce request without records"), None
         try:
-            if isinstance(topic, str) and is_internal_topic(topic):
-                raise _KafkaError(E.INVALID_TOPIC_EXCEPTION, f"{topic!r} is an internal topic of pylog: it cannot be "
-                                  "produced to")
             part = self.partition(topic, index)
-            if records is None:
-                raise _KafkaError(E.CORRUPT_MESSAGE, "a produce request without records")
             batches = recordbatch.decode_batches(records, self.s.config.max_batch_bytes)
+            for batch in batches:  # all checked before any is appended
+                if batch.is_control:
+                    return _failed(entry, E.INVALID_RECORD, "clients may not produce control batches"), None
+                if batch.is_transactional:
+                    return _failed(entry, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                   "pylog serve does not support transactions"), None
             first = None
             try:
                 for batch in batches:
-                    if batch.is_transactional or batch.is_control:
-                        raise _KafkaError(E.INVALID_RECORD if batch.is_control else
-                                          E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                          "pylog serve does not support transactions or control batches")
                     offset = recordbatch.append_batch(part, batch, in_turn=True)
                     if first is None:
                         first = offset
@@ -197,8 +199,6 @@ class DataHandlers:
             if part.config.log_append_time and first is not None:
                 entry["log_append_time_ms"] = _timestamp_at(part, first)
             return entry, part.log_end_offset
-        except _KafkaError as exc:
-            entry.update(error_code=exc.code, error_message=exc.message)
         except PylogError as exc:
             entry.update(error_code=code_for(exc), error_message=str(exc))
             log.debug("pylog serve: produce to %s-%s: %s", topic, index, exc)
@@ -291,8 +291,9 @@ class DataHandlers:
             elif ts == MAX_TIMESTAMP:
                 offset, found = _max_timestamp_offset(part)
                 entry["timestamp"] = found
-            elif ts < 0:
-                raise _KafkaError(E.INVALID_REQUEST, f"timestamp {ts} is neither a time nor -1, -2 or -3")
+            elif ts < 0:  # Kafka's answer to a timestamp that is neither a time nor -1, -2 or -3
+                entry["error_code"] = E.INVALID_REQUEST
+                return entry
             else:
                 at = part.offset_for_timestamp(ts)
                 offset = -1 if at is None else at
@@ -301,8 +302,6 @@ class DataHandlers:
             entry.update(error_code=E.NONE, offset=offset)
             if version == 0:
                 entry["old_style_offsets"] = [offset] if offset >= 0 else []
-        except _KafkaError as exc:
-            entry["error_code"] = exc.code
         except PylogError as exc:
             entry["error_code"] = code_for(exc)
         return entry
@@ -344,12 +343,9 @@ class DataHandlers:
         return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
 
 
-class _KafkaError(Exception):
-    """A failure that is a Kafka error code of its own (not a pylog error)."""
-
-    def __init__(self, code: int, message: str) -> None:
-        super().__init__(message)
-        self.code, self.message = code, message
+def _failed(entry: dict, code: int, message: str) -> dict:
+    entry.update(error_code=code, error_message=message)
+    return entry
 
 
 def _timestamp_at(part: Partition, offset: int) -> int:
