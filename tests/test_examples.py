@@ -232,3 +232,15 @@ def test_async_orders_service_example(tmp_path):
                              capture_output=True, text=True, check=True, timeout=120).stdout
         assert "'totals': {" in out and "'c0': 180" in out and "'c3': 210" in out, out
         assert f"orders before this run: {40 * (run - 1)}; consumed in this run: 40" in out, out
+
+
+@pytest.mark.slow
+def test_kafka_clients_on_a_store_example(tmp_path):
+    """confluent-kafka produces and a kafka-python group consumes through pylog.serve; pylog reads the same
+    records and sees the group's commits; a second run consumes only the new 1,000 orders."""
+    for run in (1, 2):
+        out = subprocess.run([sys.executable, str(ROOT / "examples" / "kafka_clients_on_a_store.py"),
+                              str(tmp_path / "d")], capture_output=True, text=True, check=True, timeout=120).stdout
+        assert "kafka-python consumed 1000 orders" in out, out
+        assert "headers=(('source', b'checkout'),)" in out, out
+        assert f"of {1000 * run} records, lag 0" in out, out
