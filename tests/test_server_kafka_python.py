@@ -168,3 +168,24 @@ def test_unknown_topic_is_created_by_metadata_with_num_partitions(server, store)
     producer.send("fresh", b"1").get(timeout=10)
     producer.close()
     assert "fresh" in store and store.topic("fresh").num_partitions == 1
+
+
+def test_admin_delete_records_moves_the_log_start(server, store):
+    store.create_topic("trim", partitions=1, config={"segment.bytes": 4096})
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap_servers, linger_ms=0)
+    for i in range(400):
+        producer.send("trim", b"%03d" % i + b"x" * 60).get(timeout=10)
+    producer.close()
+    part = store.topic("trim").partition(0)
+    assert len(part.segments) > 3
+    admin = KafkaAdminClient(bootstrap_servers=server.bootstrap_servers)
+    result = admin.delete_records({TopicPartition("trim", 0): 250})
+    admin.close()
+    assert result[TopicPartition("trim", 0)]["low_watermark"] == 250 == part.log_start_offset
+    consumer = KafkaConsumer(bootstrap_servers=server.bootstrap_servers, consumer_timeout_ms=3000)
+    tp = TopicPartition("trim", 0)
+    assert consumer.beginning_offsets([tp]) == {tp: 250}
+    consumer.assign([tp])
+    consumer.seek_to_beginning(tp)
+    assert consumer.poll(timeout_ms=3000, max_records=1)[tp][0].value.startswith(b"250")
+    consumer.close()
