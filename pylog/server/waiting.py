@@ -9,7 +9,8 @@ of append can end the wait, and each reaches the waiter its own way:
   partitions' wake-up words (:mod:`pylog.storage.notify`, one ``futex_waitv`` over all waited partitions)
   and hands the news to the loop with ``call_soon_threadsafe``;
 - appends by other handles of this process, or on a machine without those wake-ups: the same thread
-  compares log ends every :data:`POLL_S` seconds.
+  compares log ends, every :data:`POLL_S` seconds at first and backing off to :data:`POLL_MAX_S` while
+  nothing arrives (an idle consumer's long poll costs a few wake-ups a second, not hundreds).
 
 Invariants:
 - A waiter is resolved at most once, on the loop thread, and never blocks the loop.
@@ -27,12 +28,14 @@ import threading
 from ..storage.notify import Watch, wait_any
 from ..storage.partition import Partition
 
-__all__ = ["FetchWaiters", "POLL_S"]
+__all__ = ["FetchWaiters", "POLL_S", "POLL_MAX_S"]
 
 log = logging.getLogger("pylog.server")
 
 #: How often the watcher compares log ends when no wake-up can reach it (seconds).
 POLL_S = 0.002
+#: The longest such interval, reached by doubling while nothing arrives (seconds).
+POLL_MAX_S = 0.025
 #: Longest sleep of the watcher before it looks at new registrations again (seconds).
 _SLICE_S = 0.05
 
@@ -58,6 +61,7 @@ class FetchWaiters:
         self._changed = threading.Event()
         self._closed = False
         self._thread: threading.Thread | None = None
+        self._poll = POLL_S  # the watcher's current polling interval (its thread only)
 
     async def wait(self, wants: dict[Key, tuple[Partition, int]], timeout: float) -> bool:
         """Wait until one of ``wants``' partitions has a record at or past its offset, or ``timeout`` seconds
@@ -171,10 +175,15 @@ class FetchWaiters:
                 watches.append(w)
             seqs = [w.sequence() for w in watches]  # before the log ends: see pylog.storage.notify
             if self._deliver(waited):
+                self._poll = POLL_S
                 return
             if not (usable and wait_any(watches, seqs, _SLICE_S)):
-                self._changed.wait(POLL_S)
-            self._deliver(waited)
+                if self._changed.wait(self._poll):
+                    self._poll = POLL_S  # a new wait was registered: look closely again
+                else:
+                    self._poll = min(self._poll * 2, POLL_MAX_S)
+            if self._deliver(waited):
+                self._poll = POLL_S
         finally:
             for w in watches:
                 w.close()
