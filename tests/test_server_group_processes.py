@@ -64,14 +64,16 @@ def test_group_of_three_processes_survives_a_killed_member(tmp_path, client):
     outs = [tmp_path / f"worker{i}.txt" for i in range(3)]
     stop_file = tmp_path / "stop"
     procs: list[subprocess.Popen] = []
+    errs = []
     samples: list[dict[int, int]] = []
     sampling = threading.Event()
     server = pylog.serve(store, port=0, group_initial_rebalance_delay_ms=1500)
     try:
         for out in outs:
+            errs.append(open(str(out) + ".err", "w"))  # the worker's complaints (failed commits), for debugging
             procs.append(subprocess.Popen(
                 [sys.executable, str(WORKER), client, server.bootstrap_servers, topic, group, str(out),
-                 str(stop_file)], stdout=subprocess.DEVNULL, stderr=open(str(out) + ".err", "w"), cwd=tmp_path))
+                 str(stop_file)], stdout=subprocess.DEVNULL, stderr=errs[-1], cwd=tmp_path))
 
         def committed() -> dict[int, int]:
             return {tp.partition: om.offset for tp, om in store.committed_offsets(group).items()
@@ -138,6 +140,8 @@ def test_group_of_three_processes_survives_a_killed_member(tmp_path, client):
             except subprocess.TimeoutExpired:
                 pr.kill()
                 pr.wait(timeout=5)
+        for f in errs:
+            f.close()
         server.close()
         store.close()
 
