@@ -86,9 +86,13 @@ class CuttingProxy:
             for sock in pair:
                 try:
                     sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, b"\x01\x00\x00\x00\x00\x00\x00\x00")
-                    sock.close()
+                    # close() alone does not end a recv() blocked in a pump thread, and the socket lives (no
+                    # reset) until that recv returns: a client waiting for an answer would wait for its request
+                    # timeout. shutdown(SHUT_RD) wakes the recv; the close then resets (linger 0).
+                    sock.shutdown(socket.SHUT_RD)
                 except OSError:
                     pass
+                sock.close()
 
     def close(self) -> None:
         self._closed = True
