@@ -48,6 +48,7 @@ from pylog.errors import ProtocolError, UnknownApiKeyError, UnsupportedApiVersio
 
 from .api import (
     APIS,
+    REFUSED_APIS,
     UNSERVED_APIS,
     ApiKey,
     Request,
@@ -66,7 +67,7 @@ from .api import (
 from .codes import RETRIABLE, ErrorCode, is_retriable
 
 __all__ = [
-    "APIS", "UNSERVED_APIS", "ApiKey", "Request", "RequestHeader", "api_versions_body", "codec",
+    "APIS", "REFUSED_APIS", "UNSERVED_APIS", "ApiKey", "Request", "RequestHeader", "api_versions_body", "codec",
     "encode_request", "encode_response", "encode_response_parts", "error_response", "parse_request",
     "parse_response", "supported_versions", "unsupported_version_response", "RETRIABLE", "ErrorCode",
     "is_retriable", "ProtocolError", "UnknownApiKeyError", "UnsupportedApiVersionError",
