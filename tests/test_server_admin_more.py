@@ -25,7 +25,8 @@ from serverutil import wait_until
 
 kafka = pytest.importorskip("kafka")
 ck = pytest.importorskip("confluent_kafka")
-aiokafka = pytest.importorskip("aiokafka")
+pytest.importorskip("aiokafka")
+import aiokafka  # noqa: E402
 import aiokafka.admin  # noqa: E402
 import aiokafka.errors  # noqa: E402
 import kafka.errors as KErr  # noqa: E402
@@ -326,7 +327,8 @@ def test_alter_replica_log_dirs(server, store):
                      {"path": "/elsewhere", "topics": [{"name": "m", "partitions": [1]}]}]}
     resp = _call(server, 34, 2, body)
     assert resp["results"] == [{"topic_name": "m", "partitions": [
-        {"partition_index": 0, "error_code": 0}, {"partition_index": 3, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION},
+        {"partition_index": 0, "error_code": 0},
+        {"partition_index": 3, "error_code": ErrorCode.UNKNOWN_TOPIC_OR_PARTITION},
         {"partition_index": 1, "error_code": ErrorCode.LOG_DIR_NOT_FOUND}]}]
 
 
