@@ -26,7 +26,7 @@ import shutil
 import struct
 import threading
 import uuid
-from typing import Any, Callable, Iterator, Mapping, TypeVar
+from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from .clients.consumer import Consumer
 from .clients.groups import (CommittedOffsets, GroupDescription, PartitionLag, check_group_id, describe_group,
@@ -279,13 +279,21 @@ class Store:
                     p.maintenance_lock.release()
             shutil.rmtree(doomed, ignore_errors=True)
 
-    def alter_topic_config(self, name: str, changes: Mapping[str, Any]) -> TopicConfig:
-        """Merge ``changes`` into a topic's overrides and persist them; returns the new effective config."""
+    def alter_topic_config(self, name: str, changes: Mapping[str, Any],
+                           remove: Iterable[str] = ()) -> TopicConfig:
+        """Merge ``changes`` into a topic's overrides, drop the overrides named in ``remove`` (the topic then
+        inherits the store's default for them; a key in both is set), and persist them; returns the new
+        effective config. Nothing changes when the result is invalid (InvalidConfigError)."""
         self._check_writable(f"alter the config of topic {name!r}")
         self._check_not_internal(name, "altered")
+        remove = frozenset(remove)
         with self._lock:
             topic = self.topic(name)
-            new = topic.config.with_overrides(changes)
+            if remove:
+                kept = {k: v for k, v in topic.config.overrides.items() if k not in remove}
+                new = TopicConfig({**kept, **changes}, self._defaults)
+            else:
+                new = topic.config.with_overrides(changes)
             write_topic_file(topic.directory, name, topic.num_partitions, new.overrides)
             topic.config = new
             for p in topic.opened_partitions():
@@ -383,6 +391,26 @@ class Store:
                                            "its offsets")
         self.group_offsets().commit(group_id, {TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
                                                 else OffsetAndMetadata(int(om), "") for tp, om in offsets.items()})
+
+    def delete_committed_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> int:
+        """Forget ``group_id``'s committed offsets for ``partitions`` (tombstones in ``__consumer_offsets``; its
+        other partitions' commits stay): a consumer of the group then starts those partitions from its
+        ``auto_offset_reset``. Partitions without a commit are skipped. Returns how many were deleted.
+
+        :raises RebalanceInProgressError: while live pylog consumers of the group subscribe to one of the
+            partitions' topics (they would commit again).
+        """
+        self._check_writable(f"delete committed offsets of group {group_id!r}")
+        check_group_id(group_id)
+        tps = [TopicPartition(*tp) for tp in partitions]
+        topics = {tp.topic for tp in tps}
+        busy = sorted({t for m in self.describe_consumer_group(group_id).members for t in m.topics} & topics)
+        if busy:
+            raise RebalanceInProgressError(f"group {group_id!r} has live members subscribed to "
+                                           f"{', '.join(busy)}")
+        if not tps or OFFSETS_TOPIC not in self:
+            return 0
+        return self.group_offsets().delete(group_id, tps)
 
     def group_lag(self, group_id: str) -> dict[TopicPartition, PartitionLag]:
         """Per partition the group has committed for: committed offset, log start and end offsets,

@@ -45,7 +45,7 @@ import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
 
 import msgpack
 
@@ -233,9 +233,13 @@ class CommittedOffsets:
             finally:
                 p.release_writer()
 
-    def delete(self, group_id: str) -> int:
-        """Tombstone every committed offset of ``group_id``; returns how many there were."""
+    def delete(self, group_id: str, partitions: Iterable[TopicPartition] | None = None) -> int:
+        """Tombstone every committed offset of ``group_id`` (``partitions`` None), or only those of the
+        partitions given (ones without a commit are skipped); returns how many were tombstoned."""
         committed = self.fetch(group_id)
+        if partitions is not None:
+            wanted = {TopicPartition(*tp) for tp in partitions}
+            committed = {tp: om for tp, om in committed.items() if tp in wanted}
         if committed:
             p = self.partition_for(group_id)
             keys = [offset_key(group_id, tp) for tp in committed]

@@ -1,5 +1,7 @@
 """Kafka's admin requests on a pylog store: CreateTopics, DeleteTopics, CreatePartitions, DescribeConfigs,
-AlterConfigs and DeleteRecords.
+AlterConfigs, IncrementalAlterConfigs, DeleteRecords, OffsetDelete, DescribeCluster and DescribeLogDirs; the
+single-node answers of ElectLeaders, AlterReplicaLogDirs, ListPartitionReassignments, ListTransactions and
+DescribeTransactions; and the refusals of :data:`~pylog.server.protocol.REFUSED_APIS` (ACLs, SCRAM users).
 
 Each maps onto the store's own call (``create_topic``, ``delete_topic``, ``Topic.add_partitions``,
 ``alter_topic_config``, ``delete_records``), run in the server's storage thread pool, so names, configs and
@@ -10,18 +12,28 @@ Invariants:
 - One item's failure is that item's error code and message; the others go on.
 - ``validate_only`` requests change nothing (they run the same checks against a scratch config).
 - The store is single-node: a replication factor other than -1 or 1, or a manual replica assignment naming
-  another broker, is refused with INVALID_REPLICATION_FACTOR / INVALID_REPLICA_ASSIGNMENT.
+  another broker, is refused with INVALID_REPLICATION_FACTOR / INVALID_REPLICA_ASSIGNMENT. Its one log
+  directory is the store's path; node 0 is the leader of every partition (no election is ever needed) and no
+  reassignment or transaction is ever in progress.
+- Config changes go through ``store.alter_topic_config`` (checked as the library checks them); broker
+  (store-wide) configs are read-only over the protocol.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
+import shutil
 from typing import TYPE_CHECKING, Any, Callable
 
 from ..config import SETTINGS, TopicConfig
-from ..errors import PylogError, TopicExistsError
+from ..errors import InvalidGroupError, PylogError, RebalanceInProgressError, TopicExistsError
+from ..clients.groups import check_group_id
+from ..structs import TopicPartition
 from ..storage.filenames import is_internal_topic, topic_name_problem
+from .coordinator import DEAD, EMPTY
 from .errormap import code_for
+from .protocol import REFUSED_APIS, error_response
 from .protocol import codes as E
 
 if TYPE_CHECKING:
@@ -33,6 +45,9 @@ __all__ = ["AdminHandlers"]
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 #: DescribeConfigs config sources.
 SOURCE_TOPIC, SOURCE_DEFAULT = 1, 5
+DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+#: IncrementalAlterConfigs operations.
+OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
 class AdminHandlers:
@@ -200,10 +215,234 @@ class AdminHandlers:
             wanted = {c["name"]: c["value"] for c in r["configs"] or [] if c["value"] is not None}
             new = TopicConfig(wanted, store.defaults)
             if not validate_only:
-                reset = {k: SETTINGS[k].default for k in topic.config.overrides if k not in wanted}
-                store.alter_topic_config(rname, {**reset, **new.overrides})
+                dropped = [k for k in topic.config.overrides if k not in wanted]
+                store.alter_topic_config(rname, new.overrides, remove=dropped)
         except PylogError as exc:
             _fail(out, code_for(exc), str(exc))
+        return out
+
+    # ------------------------------------------------------------------ IncrementalAlterConfigs
+
+    async def incremental_alter_configs(self, req: Any, conn: Any) -> dict:
+        b = req.body
+        validate_only = bool(b.get("validate_only", False))
+        results = []
+        for r in b["resources"] or []:
+            results.append(await self.run(self._alter_incrementally, r, validate_only))
+        return {"throttle_time_ms": 0, "responses": results}
+
+    def _alter_incrementally(self, r: dict, validate_only: bool) -> dict:
+        rtype, rname = r["resource_type"], r["resource_name"]
+        out: dict[str, Any] = {"error_code": E.NONE, "error_message": None, "resource_type": rtype,
+                               "resource_name": rname}
+        store = self.s.store
+        try:
+            if rtype == BROKER_RESOURCE:
+                return _fail(out, E.INVALID_REQUEST, "pylog serve's broker configs are the store's defaults, set "
+                             "when the store is opened; alter topic configs (resource type 2) instead")
+            if rtype != TOPIC_RESOURCE:
+                return _fail(out, E.INVALID_REQUEST, "pylog serve alters topic configs only (resource type 2)")
+            if not isinstance(rname, str) or rname not in store:
+                return _fail(out, E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {rname!r}")
+            cfg = store.topic(rname).config
+            changes: dict[str, Any] = {}
+            remove: set[str] = set()
+            seen: set[str] = set()
+            for c in r["configs"] or []:
+                key, op, value = c["name"], c["config_operation"], c["value"]
+                if key in seen:  # Kafka refuses a key named twice in one resource
+                    return _fail(out, E.INVALID_REQUEST, f"{key!r} is given more than once")
+                seen.add(key)
+                setting = SETTINGS.get(key)
+                if setting is None:
+                    return _fail(out, E.INVALID_CONFIG, f"unknown topic config {key!r}")
+                if op == OP_SET:
+                    if value is None:
+                        return _fail(out, E.INVALID_REQUEST, f"SET {key!r} needs a value")
+                    changes[key] = value
+                elif op == OP_DELETE:
+                    remove.add(key)
+                elif op in (OP_APPEND, OP_SUBTRACT):
+                    if setting.kind != "list":
+                        return _fail(out, E.INVALID_CONFIG, f"{key!r} is not a list: APPEND and SUBTRACT apply "
+                                     "to list-valued configs (e.g. cleanup.policy)")
+                    items = [v.strip() for v in (value or "").split(",") if v.strip()]
+                    current = list(changes.get(key, cfg[key]))
+                    if op == OP_APPEND:
+                        new = current + [v for v in items if v not in current]
+                    else:
+                        new = [v for v in current if v not in items]
+                    changes[key] = new  # an empty list is refused by the config check (InvalidConfigError)
+                else:
+                    return _fail(out, E.INVALID_REQUEST, f"unknown config operation {op} for {key!r}")
+            kept = {k: v for k, v in cfg.overrides.items() if k not in remove}
+            TopicConfig({**kept, **changes}, store.defaults)  # raises InvalidConfigError, as the store would
+            if not validate_only and (changes or remove):
+                store.alter_topic_config(rname, changes, remove=remove - set(changes))
+        except PylogError as exc:
+            _fail(out, code_for(exc), str(exc))
+        return out
+
+    # ------------------------------------------------------------------ DescribeCluster
+
+    async def describe_cluster(self, req: Any, conn: Any) -> dict:
+        host, port = self.s.advertised
+        return {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None,
+                "endpoint_type": req.body.get("endpoint_type", 1), "cluster_id": self.s.cluster_id,
+                "controller_id": 0, "brokers": [{"broker_id": 0, "host": host, "port": port, "rack": None}],
+                "cluster_authorized_operations": -2147483648}
+
+    # ------------------------------------------------------------------ OffsetDelete
+
+    async def offset_delete(self, req: Any, conn: Any) -> dict:
+        b = req.body
+        group_id = b["group_id"]
+        wanted = [(t["name"], p["partition_index"]) for t in b["topics"] or [] for p in t["partitions"] or []]
+
+        def top(code: int) -> dict:
+            return {"error_code": code, "throttle_time_ms": 0, "topics": []}
+
+        try:
+            check_group_id(group_id)
+        except InvalidGroupError:
+            return top(E.INVALID_GROUP_ID)
+        coordinator = self.s.coordinator
+        live = coordinator.group_state(group_id) not in (None, EMPTY, DEAD)
+        subscribed = coordinator.subscribed_topics(group_id)
+        if live and subscribed is None:  # members of another protocol type (Kafka: NON_EMPTY_GROUP)
+            return top(E.NON_EMPTY_GROUP)
+        codes = await self.run(self._delete_offsets, group_id, wanted, subscribed or set(), live)
+        if isinstance(codes, int):
+            return top(codes)
+        topics: dict[Any, list[dict]] = {}
+        for (name, index), code in zip(wanted, codes, strict=True):
+            topics.setdefault(name, []).append({"partition_index": index, "error_code": code})
+        return {"error_code": E.NONE, "throttle_time_ms": 0,
+                "topics": [{"name": n, "partitions": ps} for n, ps in topics.items()]}
+
+    def _delete_offsets(self, group_id: str, wanted: list[tuple[Any, Any]], subscribed: set[str],
+                        live: bool) -> int | list[int]:
+        store = self.s.store
+        if not live and not store.committed_offsets(group_id) and \
+                not store.describe_consumer_group(group_id).members:
+            return E.GROUP_ID_NOT_FOUND
+        pylog_topics = {t for m in store.describe_consumer_group(group_id).members for t in m.topics}
+        codes: list[int] = []
+        doomed: list[TopicPartition] = []
+        for name, index in wanted:
+            if name in subscribed or name in pylog_topics:
+                codes.append(E.GROUP_SUBSCRIBED_TO_TOPIC)
+            elif not isinstance(name, str) or name not in store or not 0 <= index < store.topic(name).num_partitions:
+                codes.append(E.UNKNOWN_TOPIC_OR_PARTITION)
+            else:
+                codes.append(E.NONE)
+                doomed.append(TopicPartition(name, index))
+        if doomed:
+            try:
+                store.delete_committed_offsets(group_id, doomed)
+            except RebalanceInProgressError:  # a pylog consumer subscribed in between
+                return [E.GROUP_SUBSCRIBED_TO_TOPIC if c == E.NONE else c for c in codes]
+            except PylogError as exc:
+                return [code_for(exc) if c == E.NONE else c for c in codes]
+        return codes
+
+    # ------------------------------------------------------------------ DescribeLogDirs / AlterReplicaLogDirs
+
+    async def describe_log_dirs(self, req: Any, conn: Any) -> dict:
+        return await self.run(self._describe_log_dirs, req.body.get("topics"))
+
+    def _describe_log_dirs(self, wanted: list[dict] | None) -> dict:
+        store = self.s.store
+        if wanted is None:
+            pairs = [(name, None) for name in store.topics()]
+        else:
+            pairs = [(t["topic"], t["partitions"]) for t in wanted]
+        topics = []
+        for name, indexes in pairs:
+            if not isinstance(name, str) or name not in store:
+                continue  # Kafka leaves out partitions the broker does not host
+            topic = store.topic(name)
+            n = topic.num_partitions
+            parts = [{"partition_index": i, "partition_size": topic.partition(i).size_bytes(), "offset_lag": 0,
+                      "is_future_key": False}
+                     for i in (range(n) if indexes is None else sorted(set(indexes))) if 0 <= i < n]
+            if parts:
+                topics.append({"name": name, "partitions": parts})
+        try:
+            usage = shutil.disk_usage(store.path)
+            total, usable = usage.total, usage.free
+        except OSError:
+            total = usable = -1
+        return {"throttle_time_ms": 0, "error_code": E.NONE, "results": [
+            {"error_code": E.NONE, "log_dir": os.path.realpath(store.path), "topics": topics,
+             "total_bytes": total, "usable_bytes": usable}]}
+
+    async def alter_replica_log_dirs(self, req: Any, conn: Any) -> dict:
+        """The store's path is the only log dir: moving a partition there is done already; elsewhere is
+        LOG_DIR_NOT_FOUND."""
+        here = os.path.realpath(self.s.store.path)
+        results: dict[str, list[dict]] = {}
+        for d in req.body["dirs"] or []:
+            path = d["path"]
+            ok = isinstance(path, str) and os.path.realpath(path) == here
+            for t in d["topics"] or []:
+                name = t["name"]
+                known = isinstance(name, str) and name in self.s.store
+                n = self.s.store.topic(name).num_partitions if known else 0
+                for i in t["partitions"] or []:
+                    code = E.UNKNOWN_TOPIC_OR_PARTITION if not 0 <= i < n else (
+                        E.NONE if ok else E.LOG_DIR_NOT_FOUND)
+                    results.setdefault(name, []).append({"partition_index": i, "error_code": code})
+        return {"throttle_time_ms": 0, "results": [{"topic_name": n, "partitions": ps} for n, ps in results.items()]}
+
+    # ------------------------------------------------------------------ single-node answers
+
+    async def elect_leaders(self, req: Any, conn: Any) -> dict:
+        """Node 0 leads every partition, its only replica: no election is needed (ELECTION_NOT_NEEDED per
+        partition named, as Kafka answers for a partition whose preferred leader leads); unknown partitions get
+        UNKNOWN_TOPIC_OR_PARTITION. ``topic_partitions`` null (every partition): nothing to report."""
+        store = self.s.store
+        results = []
+        for t in req.body["topic_partitions"] or []:
+            name = t["topic"]
+            n = store.topic(name).num_partitions if isinstance(name, str) and name in store else 0
+            results.append({"topic": name, "partition_result": [
+                {"partition_id": i, "error_code": E.ELECTION_NOT_NEEDED if 0 <= i < n else E.UNKNOWN_TOPIC_OR_PARTITION,
+                 "error_message": None} for i in t["partitions"] or []]})
+        return {"throttle_time_ms": 0, "error_code": E.NONE, "replica_election_results": results}
+
+    async def list_partition_reassignments(self, req: Any, conn: Any) -> dict:
+        return {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None, "topics": []}
+
+    async def list_transactions(self, req: Any, conn: Any) -> dict:
+        return {"throttle_time_ms": 0, "error_code": E.NONE, "unknown_state_filters": [], "transaction_states": []}
+
+    async def describe_transactions(self, req: Any, conn: Any) -> dict:
+        return {"throttle_time_ms": 0, "transaction_states": [
+            {"error_code": E.TRANSACTIONAL_ID_NOT_FOUND, "transactional_id": tid, "transaction_state": "",
+             "topics": []} for tid in req.body["transactional_ids"] or []]}
+
+    # ------------------------------------------------------------------ refusals
+
+    async def refuse(self, req: Any, conn: Any) -> dict:
+        """An API of :data:`~pylog.server.protocol.REFUSED_APIS`: its error code and message in every error
+        field of the response, mirroring the request's items."""
+        code, message = REFUSED_APIS[req.api_key]
+        body = error_response(req, code, message)
+        if req.api_key == DESCRIBE_USER_SCRAM_CREDENTIALS:
+            # The error goes per user only: librdkafka (2.x) frees a top-level error message it did not
+            # allocate and crashes the client process. Describing every user (null) lists none.
+            body["error_code"], body["error_message"] = E.NONE, None
+        return body
+
+    def handlers(self) -> dict[int, Any]:
+        """api key -> handler for the APIs of this module added after CreateTopics ... DeleteRecords."""
+        out: dict[int, Any] = {
+            34: self.alter_replica_log_dirs, 35: self.describe_log_dirs, 43: self.elect_leaders,
+            44: self.incremental_alter_configs, 46: self.list_partition_reassignments, 47: self.offset_delete,
+            60: self.describe_cluster, 65: self.describe_transactions, 66: self.list_transactions,
+        }
+        out.update({k: self.refuse for k in REFUSED_APIS})
         return out
 
     # ------------------------------------------------------------------ DeleteRecords

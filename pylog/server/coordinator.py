@@ -211,6 +211,21 @@ def _consumer_metadata(topics: Iterable[str]) -> bytes:
     return b"".join(out)
 
 
+def _subscription_topics(meta: bytes) -> list[str]:
+    """The topics of a ConsumerProtocolSubscription (any version: the topics come first); [] when it does not
+    parse (a member's metadata is the client's bytes)."""
+    try:
+        (n,) = struct.unpack_from(">i", meta, 2)
+        pos, out = 6, []
+        for _ in range(max(0, min(n, len(meta)))):
+            (ln,) = struct.unpack_from(">h", meta, pos)
+            out.append(bytes(meta[pos + 2:pos + 2 + ln]).decode("utf-8"))
+            pos += 2 + ln
+        return out
+    except (struct.error, UnicodeDecodeError):
+        return []
+
+
 def _consumer_assignment(tps: Iterable[TopicPartition]) -> bytes:
     """A ConsumerProtocolAssignment v0 (topic partitions, null user data)."""
     by_topic: dict[str, list[int]] = {}
@@ -267,6 +282,20 @@ class GroupCoordinator:
         """The coordinator's state of ``group_id`` (None when it holds no such group): for tests and tools."""
         g = self._groups.get(group_id)
         return g.state if g is not None else None
+
+    def subscribed_topics(self, group_id: str) -> set[str] | None:
+        """The topics the live members of ``group_id`` subscribe to (from their consumer-protocol metadata, for
+        the group's protocol or, before one is chosen, their first), or None when the coordinator holds no
+        live member of the group or its members are not consumers (``protocol_type`` other than "consumer"):
+        what OffsetDelete checks before deleting committed offsets."""
+        g = self._groups.get(group_id)
+        if g is None or not g.members or g.state == DEAD or g.protocol_type != CONSUMER_PROTOCOL_TYPE:
+            return None
+        topics: set[str] = set()
+        for m in g.members.values():
+            meta = m.metadata(g.protocol_name) if g.protocol_name else (m.protocols[0][1] if m.protocols else b"")
+            topics.update(_subscription_topics(meta))
+        return topics
 
     def group_generation(self, group_id: str) -> int | None:
         g = self._groups.get(group_id)

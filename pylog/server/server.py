@@ -117,7 +117,7 @@ class ServerState:
             0: data.produce, 1: data.fetch, 2: data.list_offsets, 3: data.metadata, 10: data.find_coordinator,
             18: data.api_versions, 19: admin.create_topics, 20: admin.delete_topics, 21: admin.delete_records,
             22: data.init_producer_id, 32: admin.describe_configs, 33: admin.alter_configs,
-            37: admin.create_partitions, **groups,
+            37: admin.create_partitions, **groups, **admin.handlers(),
         }
         supported = protocol.supported_versions()
         self.handlers = {k: h for k, h in self.handlers.items() if k in supported}

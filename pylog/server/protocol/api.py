@@ -41,7 +41,7 @@ from .schema import Api, Field, Struct, compile_struct
 __all__ = [
     "ApiKey", "APIS", "RequestHeader", "Request", "parse_request", "encode_response", "encode_response_parts",
     "encode_request", "parse_response", "supported_versions", "api_versions_body",
-    "unsupported_version_response", "error_response", "codec", "UNSERVED_APIS",
+    "unsupported_version_response", "error_response", "codec", "UNSERVED_APIS", "REFUSED_APIS",
 ]
 
 
@@ -76,18 +76,58 @@ class ApiKey(enum.IntEnum):
     SASL_AUTHENTICATE = 36
     CREATE_PARTITIONS = 37
     DELETE_GROUPS = 42
+    DESCRIBE_ACLS = 29
+    CREATE_ACLS = 30
+    DELETE_ACLS = 31
+    ALTER_REPLICA_LOG_DIRS = 34
+    DESCRIBE_LOG_DIRS = 35
+    ELECT_LEADERS = 43
+    INCREMENTAL_ALTER_CONFIGS = 44
+    ALTER_PARTITION_REASSIGNMENTS = 45
+    LIST_PARTITION_REASSIGNMENTS = 46
+    OFFSET_DELETE = 47
+    DESCRIBE_CLIENT_QUOTAS = 48
+    ALTER_CLIENT_QUOTAS = 49
+    DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+    ALTER_USER_SCRAM_CREDENTIALS = 51
+    DESCRIBE_CLUSTER = 60
+    DESCRIBE_PRODUCERS = 61
+    DESCRIBE_TRANSACTIONS = 65
+    LIST_TRANSACTIONS = 66
 
 
 #: Every API with a schema, by key.
 APIS: dict[int, Api] = {a.key: a for a in ALL_APIS}
 assert set(APIS) == set(ApiKey)
 
-#: APIs with schemas only so that a request can be answered with an error (transactions) or that need
-#: a leader-epoch cache pylog does not keep: not advertised by :func:`supported_versions` unless asked.
+#: APIs with schemas only so that a request can be answered with an error (transactions, partition
+#: reassignments, client quotas, producer states) or that need a leader-epoch cache pylog does not keep: not
+#: advertised by :func:`supported_versions` unless asked. Kafka clients check ApiVersions before sending an
+#: admin request, so they report these as not supported by the broker themselves (the clearest message); one
+#: that sends anyway gets the response with UNSUPPORTED_VERSION in every error field.
 UNSERVED_APIS: frozenset[int] = frozenset({
     ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
-    ApiKey.TXN_OFFSET_COMMIT,
+    ApiKey.TXN_OFFSET_COMMIT, ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
+    ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.DESCRIBE_PRODUCERS,
 })
+
+#: APIs advertised by ApiVersions but always answered with an error: Kafka's own answer of a broker without
+#: the feature (SECURITY_DISABLED from a broker without an authorizer for the ACL APIs; for the SCRAM
+#: credential APIs, whose users come from the server's users file), with a message saying why. api key ->
+#: (error code, error message). Advertised because the clients then report Kafka's error and its message
+#: instead of a generic "not supported by the broker".
+REFUSED_APIS: dict[int, tuple[int, str]] = {
+    ApiKey.DESCRIBE_ACLS: (ErrorCode.SECURITY_DISABLED, "pylog serve has no ACLs (no authorizer): every "
+                           "authenticated user may read and write every topic"),
+    ApiKey.CREATE_ACLS: (ErrorCode.SECURITY_DISABLED, "pylog serve has no ACLs (no authorizer): every "
+                         "authenticated user may read and write every topic"),
+    ApiKey.DELETE_ACLS: (ErrorCode.SECURITY_DISABLED, "pylog serve has no ACLs (no authorizer): every "
+                         "authenticated user may read and write every topic"),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (ErrorCode.SECURITY_DISABLED, "pylog serve's SASL users come from "
+                                             "its users file (--sasl-users), not from the cluster"),
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (ErrorCode.SECURITY_DISABLED, "pylog serve's SASL users come from its "
+                                          "users file (--sasl-users): edit it and restart the server"),
+}
 
 
 class RequestHeader:
@@ -337,6 +377,25 @@ _MIRRORS: dict[int, tuple[_Mirror, ...]] = {
                                                        "resource_name": "resource_name"}, ()),),
     ApiKey.CREATE_PARTITIONS: (("topics", "results", {"name": "name"}, ()),),
     ApiKey.DELETE_GROUPS: (("groups_names", "results", {"group_id": "."}, ()),),
+    ApiKey.INCREMENTAL_ALTER_CONFIGS: (("resources", "responses", {"resource_type": "resource_type",
+                                                                   "resource_name": "resource_name"}, ()),),
+    ApiKey.OFFSET_DELETE: (("topics", "topics", {"name": "name"},
+                            (("partitions", "partitions", {"partition_index": "partition_index"}, ()),)),),
+    ApiKey.CREATE_ACLS: (("creations", "results", {}, ()),),
+    ApiKey.DELETE_ACLS: (("filters", "filter_results", {}, ()),),
+    ApiKey.ELECT_LEADERS: (("topic_partitions", "replica_election_results", {"topic": "topic"},
+                            (("partitions", "partition_result", {"partition_id": "."}, ()),)),),
+    ApiKey.ALTER_PARTITION_REASSIGNMENTS: (("topics", "responses", {"name": "name"},
+                                            (("partitions", "partitions", {"partition_index": "partition_index"},
+                                              ()),)),),
+    ApiKey.ALTER_CLIENT_QUOTAS: (("entries", "entries", {"entity": "entity"}, ()),),
+    ApiKey.DESCRIBE_USER_SCRAM_CREDENTIALS: (("users", "results", {"user": "name"}, ()),),
+    # Deletions then upsertions, one result each, in that order (both mirrors extend "results").
+    ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (("deletions", "results", {"user": "name"}, ()),
+                                          ("upsertions", "results", {"user": "name"}, ())),
+    ApiKey.DESCRIBE_PRODUCERS: (("topics", "topics", {"name": "name"},
+                                 (("partition_indexes", "partitions", {"partition_index": "."}, ()),)),),
+    ApiKey.DESCRIBE_TRANSACTIONS: (("transactional_ids", "transaction_states", {"transactional_id": "."}, ()),),
 }
 
 _ERROR_FIELDS = ("error_code", "partition_error_code")
@@ -352,25 +411,28 @@ def _mirror(req: dict, resp: dict, mirrors: tuple) -> None:
             if nested and isinstance(e, dict):
                 _mirror(e, r, nested)
             out.append(r)
-        resp[resp_arr] = out
+        resp.setdefault(resp_arr, []).extend(out)
 
 
-def _set_errors(fields: tuple[Field, ...], d: dict, code: int) -> None:
+def _set_errors(fields: tuple[Field, ...], d: dict, code: int, message: str | None) -> None:
     for f in fields:
         if f.name in _ERROR_FIELDS:
             d[f.name] = code
+        elif f.name == "error_message" and message is not None:
+            d[f.name] = message
         elif isinstance(f.type, Struct) and f.name in d:
             sub = d[f.name]
             for e in (sub if f.array else [sub]) if sub is not None else ():
                 if isinstance(e, dict):
-                    _set_errors(f.type.fields, e, code)
+                    _set_errors(f.type.fields, e, code, message)
 
 
-def error_response(request: Request, error_code: int) -> dict:
+def error_response(request: Request, error_code: int, error_message: str | None = None) -> dict:
     """A response body to ``request`` with every error code (top level, and per topic / partition / group
-    / resource, mirroring the request's so clients can match them) set to ``error_code``; other fields
-    take their defaults. For requests pylog does not serve (transactions) or that failed as a whole."""
+    / resource, mirroring the request's so clients can match them) set to ``error_code``, and every
+    ``error_message`` field beside them to ``error_message`` when given; other fields take their defaults.
+    For requests pylog does not serve (transactions, :data:`REFUSED_APIS`) or that failed as a whole."""
     body: dict = {}
     _mirror(request.body, body, _MIRRORS.get(request.api_key, ()))
-    _set_errors(APIS[request.api_key].response, body, int(error_code))
+    _set_errors(APIS[request.api_key].response, body, int(error_code), error_message)
     return body

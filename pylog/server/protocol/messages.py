@@ -624,6 +624,399 @@ DELETE_GROUPS = Api(42, 'DeleteGroups', (0, 2), flexible=2, request=[
     ]),
 ])
 
+
+# ---- Admin and operations APIs beyond the core: served by pylog.server.admin (IncrementalAlterConfigs,
+# DescribeCluster, OffsetDelete, DescribeLogDirs and the trivial answers of a single-node store), or here only so
+# that error_response can answer them with Kafka's error codes instead of a dropped connection (see
+# pylog.server.protocol.api.REFUSED_APIS).
+
+INCREMENTAL_ALTER_CONFIGS = Api(44, 'IncrementalAlterConfigs', (0, 1), flexible=1, request=[
+    F('resources', [
+        F('resource_type', 'int8'),
+        F('resource_name', 'string'),
+        F('configs', [
+            F('name', 'string'),
+            F('config_operation', 'int8'),
+            F('value', 'string', nullable='0+'),
+        ]),
+    ]),
+    F('validate_only', 'bool'),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('responses', [
+        F('error_code', 'int16'),
+        F('error_message', 'string', nullable='0+'),
+        F('resource_type', 'int8'),
+        F('resource_name', 'string'),
+    ]),
+])
+
+DESCRIBE_CLUSTER = Api(60, 'DescribeCluster', (0, 1), flexible=0, request=[
+    F('include_cluster_authorized_operations', 'bool'),
+    F('endpoint_type', 'int8', '1+', default=1),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('error_code', 'int16'),
+    F('error_message', 'string', nullable='0+'),
+    F('endpoint_type', 'int8', '1+', default=1),
+    F('cluster_id', 'string'),
+    F('controller_id', 'int32', default=-1),
+    F('brokers', [
+        F('broker_id', 'int32'),
+        F('host', 'string'),
+        F('port', 'int32'),
+        F('rack', 'string', nullable='0+'),
+    ]),
+    F('cluster_authorized_operations', 'int32', default=-2147483648),
+])
+
+OFFSET_DELETE = Api(47, 'OffsetDelete', (0, 0), flexible=None, request=[
+    F('group_id', 'string'),
+    F('topics', [
+        F('name', 'string'),
+        F('partitions', [
+            F('partition_index', 'int32'),
+        ]),
+    ]),
+], response=[
+    F('error_code', 'int16'),
+    F('throttle_time_ms', 'int32'),
+    F('topics', [
+        F('name', 'string'),
+        F('partitions', [
+            F('partition_index', 'int32'),
+            F('error_code', 'int16'),
+        ]),
+    ]),
+])
+
+DESCRIBE_LOG_DIRS = Api(35, 'DescribeLogDirs', (1, 4), flexible=2, request=[
+    F('topics', [
+        F('topic', 'string'),
+        F('partitions', '[]int32'),
+    ], nullable='0+'),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('error_code', 'int16', '3+'),
+    F('results', [
+        F('error_code', 'int16'),
+        F('log_dir', 'string'),
+        F('topics', [
+            F('name', 'string'),
+            F('partitions', [
+                F('partition_index', 'int32'),
+                F('partition_size', 'int64'),
+                F('offset_lag', 'int64'),
+                F('is_future_key', 'bool'),
+            ]),
+        ]),
+        F('total_bytes', 'int64', '4+', default=-1),
+        F('usable_bytes', 'int64', '4+', default=-1),
+    ]),
+])
+
+DESCRIBE_ACLS = Api(29, 'DescribeAcls', (1, 3), flexible=2, request=[
+    F('resource_type_filter', 'int8'),
+    F('resource_name_filter', 'string', nullable='0+'),
+    F('pattern_type_filter', 'int8', '1+', default=3),
+    F('principal_filter', 'string', nullable='0+'),
+    F('host_filter', 'string', nullable='0+'),
+    F('operation', 'int8'),
+    F('permission_type', 'int8'),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('error_code', 'int16'),
+    F('error_message', 'string', nullable='0+'),
+    F('resources', [
+        F('resource_type', 'int8'),
+        F('resource_name', 'string'),
+        F('pattern_type', 'int8', '1+', default=3),
+        F('acls', [
+            F('principal', 'string'),
+            F('host', 'string'),
+            F('operation', 'int8'),
+            F('permission_type', 'int8'),
+        ]),
+    ]),
+])
+
+CREATE_ACLS = Api(30, 'CreateAcls', (1, 3), flexible=2, request=[
+    F('creations', [
+        F('resource_type', 'int8'),
+        F('resource_name', 'string'),
+        F('resource_pattern_type', 'int8', '1+', default=3),
+        F('principal', 'string'),
+        F('host', 'string'),
+        F('operation', 'int8'),
+        F('permission_type', 'int8'),
+    ]),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('results', [
+        F('error_code', 'int16'),
+        F('error_message', 'string', nullable='0+'),
+    ]),
+])
+
+DELETE_ACLS = Api(31, 'DeleteAcls', (1, 3), flexible=2, request=[
+    F('filters', [
+        F('resource_type_filter', 'int8'),
+        F('resource_name_filter', 'string', nullable='0+'),
+        F('pattern_type_filter', 'int8', '1+', default=3),
+        F('principal_filter', 'string', nullable='0+'),
+        F('host_filter', 'string', nullable='0+'),
+        F('operation', 'int8'),
+        F('permission_type', 'int8'),
+    ]),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('filter_results', [
+        F('error_code', 'int16'),
+        F('error_message', 'string', nullable='0+'),
+        F('matching_acls', [
+            F('error_code', 'int16'),
+            F('error_message', 'string', nullable='0+'),
+            F('resource_type', 'int8'),
+            F('resource_name', 'string'),
+            F('pattern_type', 'int8', '1+', default=3),
+            F('principal', 'string'),
+            F('host', 'string'),
+            F('operation', 'int8'),
+            F('permission_type', 'int8'),
+        ]),
+    ]),
+])
+
+ALTER_REPLICA_LOG_DIRS = Api(34, 'AlterReplicaLogDirs', (1, 2), flexible=2, request=[
+    F('dirs', [
+        F('path', 'string'),
+        F('topics', [
+            F('name', 'string'),
+            F('partitions', '[]int32'),
+        ]),
+    ]),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('results', [
+        F('topic_name', 'string'),
+        F('partitions', [
+            F('partition_index', 'int32'),
+            F('error_code', 'int16'),
+        ]),
+    ]),
+])
+
+ELECT_LEADERS = Api(43, 'ElectLeaders', (0, 2), flexible=2, request=[
+    F('election_type', 'int8', '1+'),
+    F('topic_partitions', [
+        F('topic', 'string'),
+        F('partitions', '[]int32'),
+    ], nullable='0+'),
+    F('timeout_ms', 'int32', default=60000),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('error_code', 'int16', '1+'),
+    F('replica_election_results', [
+        F('topic', 'string'),
+        F('partition_result', [
+            F('partition_id', 'int32'),
+            F('error_code', 'int16'),
+            F('error_message', 'string', nullable='0+'),
+        ]),
+    ]),
+])
+
+ALTER_PARTITION_REASSIGNMENTS = Api(45, 'AlterPartitionReassignments', (0, 0), flexible=0, request=[
+    F('timeout_ms', 'int32', default=60000),
+    F('topics', [
+        F('name', 'string'),
+        F('partitions', [
+            F('partition_index', 'int32'),
+            F('replicas', '[]int32', nullable='0+'),
+        ]),
+    ]),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('error_code', 'int16'),
+    F('error_message', 'string', nullable='0+'),
+    F('responses', [
+        F('name', 'string'),
+        F('partitions', [
+            F('partition_index', 'int32'),
+            F('error_code', 'int16'),
+            F('error_message', 'string', nullable='0+'),
+        ]),
+    ]),
+])
+
+LIST_PARTITION_REASSIGNMENTS = Api(46, 'ListPartitionReassignments', (0, 0), flexible=0, request=[
+    F('timeout_ms', 'int32', default=60000),
+    F('topics', [
+        F('name', 'string'),
+        F('partition_indexes', '[]int32'),
+    ], nullable='0+'),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('error_code', 'int16'),
+    F('error_message', 'string', nullable='0+'),
+    F('topics', [
+        F('name', 'string'),
+        F('partitions', [
+            F('partition_index', 'int32'),
+            F('replicas', '[]int32'),
+            F('adding_replicas', '[]int32'),
+            F('removing_replicas', '[]int32'),
+        ]),
+    ]),
+])
+
+DESCRIBE_CLIENT_QUOTAS = Api(48, 'DescribeClientQuotas', (0, 1), flexible=1, request=[
+    F('components', [
+        F('entity_type', 'string'),
+        F('match_type', 'int8'),
+        F('match', 'string', nullable='0+'),
+    ]),
+    F('strict', 'bool'),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('error_code', 'int16'),
+    F('error_message', 'string', nullable='0+'),
+    F('entries', [
+        F('entity', [
+            F('entity_type', 'string'),
+            F('entity_name', 'string', nullable='0+'),
+        ]),
+        F('values', [
+            F('key', 'string'),
+            F('value', 'float64'),
+        ]),
+    ], nullable='0+'),
+])
+
+ALTER_CLIENT_QUOTAS = Api(49, 'AlterClientQuotas', (0, 1), flexible=1, request=[
+    F('entries', [
+        F('entity', [
+            F('entity_type', 'string'),
+            F('entity_name', 'string', nullable='0+'),
+        ]),
+        F('ops', [
+            F('key', 'string'),
+            F('value', 'float64'),
+            F('remove', 'bool'),
+        ]),
+    ]),
+    F('validate_only', 'bool'),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('entries', [
+        F('error_code', 'int16'),
+        F('error_message', 'string', nullable='0+'),
+        F('entity', [
+            F('entity_type', 'string'),
+            F('entity_name', 'string', nullable='0+'),
+        ]),
+    ]),
+])
+
+DESCRIBE_USER_SCRAM_CREDENTIALS = Api(50, 'DescribeUserScramCredentials', (0, 0), flexible=0, request=[
+    F('users', [
+        F('name', 'string'),
+    ], nullable='0+'),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('error_code', 'int16'),
+    F('error_message', 'string', nullable='0+'),
+    F('results', [
+        F('user', 'string'),
+        F('error_code', 'int16'),
+        F('error_message', 'string', nullable='0+'),
+        F('credential_infos', [
+            F('mechanism', 'int8'),
+            F('iterations', 'int32'),
+        ]),
+    ]),
+])
+
+ALTER_USER_SCRAM_CREDENTIALS = Api(51, 'AlterUserScramCredentials', (0, 0), flexible=0, request=[
+    F('deletions', [
+        F('name', 'string'),
+        F('mechanism', 'int8'),
+    ]),
+    F('upsertions', [
+        F('name', 'string'),
+        F('mechanism', 'int8'),
+        F('iterations', 'int32'),
+        F('salt', 'bytes'),
+        F('salted_password', 'bytes'),
+    ]),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('results', [
+        F('user', 'string'),
+        F('error_code', 'int16'),
+        F('error_message', 'string', nullable='0+'),
+    ]),
+])
+
+DESCRIBE_PRODUCERS = Api(61, 'DescribeProducers', (0, 0), flexible=0, request=[
+    F('topics', [
+        F('name', 'string'),
+        F('partition_indexes', '[]int32'),
+    ]),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('topics', [
+        F('name', 'string'),
+        F('partitions', [
+            F('partition_index', 'int32'),
+            F('error_code', 'int16'),
+            F('error_message', 'string', nullable='0+'),
+            F('active_producers', [
+                F('producer_id', 'int64'),
+                F('producer_epoch', 'int32'),
+                F('last_sequence', 'int32', default=-1),
+                F('last_timestamp', 'int64', default=-1),
+                F('coordinator_epoch', 'int32'),
+                F('current_txn_start_offset', 'int64', default=-1),
+            ]),
+        ]),
+    ]),
+])
+
+DESCRIBE_TRANSACTIONS = Api(65, 'DescribeTransactions', (0, 0), flexible=0, request=[
+    F('transactional_ids', '[]string'),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('transaction_states', [
+        F('error_code', 'int16'),
+        F('transactional_id', 'string'),
+        F('transaction_state', 'string'),
+        F('transaction_timeout_ms', 'int32'),
+        F('transaction_start_time_ms', 'int64'),
+        F('producer_id', 'int64'),
+        F('producer_epoch', 'int16'),
+        F('topics', [
+            F('topic', 'string'),
+            F('partitions', '[]int32'),
+        ]),
+    ]),
+])
+
+LIST_TRANSACTIONS = Api(66, 'ListTransactions', (0, 1), flexible=0, request=[
+    F('state_filters', '[]string'),
+    F('producer_id_filters', '[]int64'),
+    F('duration_filter', 'int64', '1+', default=-1),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('error_code', 'int16'),
+    F('unknown_state_filters', '[]string'),
+    F('transaction_states', [
+        F('transactional_id', 'string'),
+        F('producer_id', 'int64'),
+        F('transaction_state', 'string'),
+    ]),
+])
+
 # fmt: on
 
 ALL_APIS: tuple[Api, ...] = (
@@ -656,4 +1049,22 @@ ALL_APIS: tuple[Api, ...] = (
     SASL_AUTHENTICATE,
     CREATE_PARTITIONS,
     DELETE_GROUPS,
+    INCREMENTAL_ALTER_CONFIGS,
+    DESCRIBE_CLUSTER,
+    OFFSET_DELETE,
+    DESCRIBE_LOG_DIRS,
+    DESCRIBE_ACLS,
+    CREATE_ACLS,
+    DELETE_ACLS,
+    ALTER_REPLICA_LOG_DIRS,
+    ELECT_LEADERS,
+    ALTER_PARTITION_REASSIGNMENTS,
+    LIST_PARTITION_REASSIGNMENTS,
+    DESCRIBE_CLIENT_QUOTAS,
+    ALTER_CLIENT_QUOTAS,
+    DESCRIBE_USER_SCRAM_CREDENTIALS,
+    ALTER_USER_SCRAM_CREDENTIALS,
+    DESCRIBE_PRODUCERS,
+    DESCRIBE_TRANSACTIONS,
+    LIST_TRANSACTIONS,
 )
