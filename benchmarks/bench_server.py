@@ -153,11 +153,12 @@ def kafka_producer_rate(bootstrap: str, topic: str, n: int) -> float:
     produce, poll = p.produce, p.poll
     t0 = time.perf_counter()
     for _ in range(n):
-        try:
-            produce(topic, VALUE)
-        except BufferError:  # the client's queue is full: serve delivery reports until it drains a little
-            poll(0.001)
-            produce(topic, VALUE)
+        while True:
+            try:
+                produce(topic, VALUE)
+                break
+            except BufferError:  # the client's queue is full: serve delivery reports until it drains a little
+                poll(0.001)
     left = p.flush(120)
     rate = n / (time.perf_counter() - t0)
     assert left == 0 and not errors, (left, errors[:3])

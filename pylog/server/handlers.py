@@ -255,7 +255,7 @@ class DataHandlers:
             limit = min(pr.get("partition_max_bytes", budget), budget)
             if offset == end or limit <= 0:
                 return entry, 0, part
-            slices = part.read_slices(offset, _MAX_FETCH_RECORDS, max(1, limit))
+            slices = _within(part.read_slices(offset, _MAX_FETCH_RECORDS, max(1, limit)), limit)
             if not slices:
                 return entry, 0, part
             data = recordbatch.encode_slices(slices)
@@ -350,6 +350,35 @@ class _KafkaError(Exception):
     def __init__(self, code: int, message: str) -> None:
         super().__init__(message)
         self.code, self.message = code, message
+
+
+def _within(slices: list, limit: int) -> list:
+    """``read_slices`` output cut to about ``limit`` bytes of Kafka batches (Kafka's fetch limits: at least one
+    record, else nothing past the limit). ``read_slices`` stops only after the batch that crosses its
+    ``max_bytes``, up to twice the limit with large batches; librdkafka then stalls between fetches (its default
+    ``max.partition.fetch.bytes`` of 1 MiB answered with 2 MB: 0.39 M rec/s against 1.36 M/s when cut).
+    A slice's size is estimated from its pylog batch (the Kafka encoding of a record is within a few bytes of
+    pylog's), plus a batch header."""
+    out = []
+    total = 0
+    for view, a, b in slices:
+        h = view.header
+        per = h.size / max(1, h.record_count)
+        size = _KAFKA_BATCH_OVERHEAD + per * (b - a)
+        if total + size > limit:
+            fit = int((limit - total - _KAFKA_BATCH_OVERHEAD) // per) if per > 0 else 0
+            if fit <= 0 and not out:
+                fit = 1
+            if fit > 0:
+                out.append((view, a, a + min(fit, b - a)))
+            break
+        out.append((view, a, b))
+        total += size
+    return out
+
+
+#: A Kafka v2 batch's header (61 bytes) plus slack for varint widths that differ from pylog's.
+_KAFKA_BATCH_OVERHEAD = 64
 
 
 def _timestamp_at(part: Partition, offset: int) -> int:
