@@ -13,6 +13,8 @@ from its ``listening on HOST:PORT`` log line) so the clients here do not share i
 - confluent-kafka ``Producer`` (default batching, ``acks=1``) sending N 100-byte values to the server, then
   ``flush()``: records/s. Baseline: pylog's in-process ``store.producer(acks=1)``, ``send()`` loop and
   ``flush()`` of the same N values into a store of this process.
+  Also ``produce()`` alone with no broker reachable (records into the client's queue only): the client's
+  own ceiling, against the same baseline.
 - confluent-kafka ``Consumer`` (default fetch settings, ``consume(num_messages=10000)``) reading those N
   records back from the server: records/s. Baseline: pylog's in-process ``store.consumer()`` iterating the
   baseline's N records.
@@ -40,11 +42,9 @@ import re
 import shutil
 import signal
 import socket
-import statistics
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from typing import Any, Callable
 
@@ -162,6 +162,22 @@ def kafka_producer_rate(bootstrap: str, topic: str, n: int) -> float:
     left = p.flush(120)
     rate = n / (time.perf_counter() - t0)
     assert left == 0 and not errors, (left, errors[:3])
+    return rate
+
+
+def kafka_produce_floor(n: int) -> float:
+    """confluent-kafka's ``produce()`` alone: ``n`` values into the client's queue, no broker reachable (what
+    the Python client can do with nothing to send to; the producer figure cannot pass it)."""
+    from confluent_kafka import Producer
+    p = Producer({"bootstrap.servers": "127.0.0.1:9", "log_level": 0, "queue.buffering.max.messages": n + 10,
+                  "queue.buffering.max.kbytes": 2 * n * len(VALUE) // 1024 + 1024})
+    produce = p.produce
+    t0 = time.perf_counter()
+    for _ in range(n):
+        produce("t", VALUE)
+    rate = n / (time.perf_counter() - t0)
+    p.purge()
+    p.flush(1)
     return rate
 
 
@@ -371,6 +387,8 @@ def one_round(root: str, args: argparse.Namespace, r: int) -> dict[str, tuple[fl
     local = os.path.join(root, f"local-{r}")
     base_p = pylog_producer_rate(local, n) / 1e6
     base_c = pylog_consumer_rate(local, n) / 1e6
+    out["confluent-kafka produce() alone, no broker: the client's floor (M rec/s)"] = (kafka_produce_floor(n) / 1e6,
+                                                                                      base_p)
     shutil.rmtree(local, ignore_errors=True)
     prof = os.path.join(args.profile, f"server-round{r}.prof") if args.profile else None
     server = ServerProcess(os.path.join(root, f"served-{r}"), os.path.join(root, f"server-{r}.log"), prof)
@@ -400,6 +418,8 @@ TARGETS: dict[str, tuple[str, Callable[[float, float], bool] | None, str]] = {
         ">= 0.5 M/s and >= 0.5x", lambda v, b: v >= 0.5 and v / b >= 0.5, "pylog Producer in-process"),
     "confluent-kafka consumer <- pylog serve (M rec/s)": (
         ">= 0.5 M/s and >= 0.5x", lambda v, b: v >= 0.5 and v / b >= 0.5, "pylog Consumer in-process"),
+    "confluent-kafka produce() alone, no broker: the client's floor (M rec/s)": (
+        "report", None, "pylog Producer in-process"),
     "server CPU per 1M records produced (s)": ("report", None, ""),
     "server CPU per 1M records fetched (s)": ("report", None, ""),
     "end-to-end latency p50, 1,000 rec/s (ms)": ("<= 1 ms", lambda v, b: v <= 1.0,
@@ -455,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     print(f"\npylog {pylog.__version__} serve: {args.records:,} records of 100 bytes, {args.rounds} round(s), "
           f"accelerated={pylog.ACCELERATED}; ranges are over rounds")
-    head = f"{'figure':<64} {'value':>11} {'baseline':>11}  {'ratio':>11}  target [baseline]"
+    head = f"{"figure":<74} {'value':>11} {'baseline':>11}  {'ratio':>11}  target [baseline]"
     print(head)
     print("-" * len(head))
     for name in rounds[0]:
@@ -464,13 +484,13 @@ def main(argv: list[str] | None = None) -> int:
         vals = [r[name][0] for r in rounds]
         base = [r[name][1] for r in rounds]
         target, met, base_name = TARGETS.get(name, ("report", None, ""))
-        ratios = [v / b for v, b in zip(vals, base) if b]
+        ratios = [v / b for v, b in zip(vals, base, strict=True) if b]
         verdict = ""
         if met is not None:
             ok = [met(*r[name]) for r in rounds]
             verdict = "MET" if all(ok) else ("MISSED" if not any(ok) else "MIXED")
         ratio = f"{_fmt(ratios):>10}x" if ratios else f"{'':>11}"
-        print(f"{name:<64} {_fmt(vals):>11} {_fmt(base) if any(base) else '':>11}  {ratio}  {target} "
+        print(f"{name:<74} {_fmt(vals):>11} {_fmt(base) if any(base) else '':>11}  {ratio}  {target} "
               f"[{base_name}] {verdict}")
     loads = [r["load"] for r in rounds]
     print(f"load average at round starts: {min(loads):.2f}-{max(loads):.2f}; server in its own process "
