@@ -475,7 +475,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(root, ignore_errors=True)
     print(f"\npylog {pylog.__version__} serve: {args.records:,} records of 100 bytes, {args.rounds} round(s), "
           f"accelerated={pylog.ACCELERATED}; ranges are over rounds")
-    head = f"{"figure":<74} {'value':>11} {'baseline':>11}  {'ratio':>11}  target [baseline]"
+    head = f"{'figure':<74} {'value':>11} {'baseline':>11}  {'ratio':>11}  target [baseline]"
     print(head)
     print("-" * len(head))
     for name in rounds[0]:
