@@ -359,7 +359,7 @@ def _within(slices: list, limit: int) -> list:
     ``max.partition.fetch.bytes`` of 1 MiB answered with 2 MB: 0.39 M rec/s against 1.36 M/s when cut).
     A slice's size is estimated from its pylog batch (the Kafka encoding of a record is within a few bytes of
     pylog's), plus a batch header."""
-    out = []
+    out: list = []
     total = 0
     for view, a, b in slices:
         h = view.header
