@@ -41,6 +41,9 @@ log = logging.getLogger("pylog.server")
 
 #: A fetch reads at most this many records per partition per response (its byte limits usually bind first).
 _MAX_FETCH_RECORDS = 1_000_000
+#: The most a fetch response carries whatever the client asks (Kafka's broker ``fetch.max.bytes``, 55 MiB): a
+#: response is built whole in memory before it is written.
+_FETCH_MAX_BYTES = 55 << 20
 LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 
 
@@ -211,7 +214,7 @@ class DataHandlers:
         loop = asyncio.get_running_loop()
         max_wait = max(0, b["max_wait_ms"]) / 1000.0
         min_bytes = b["min_bytes"]
-        max_bytes = b.get("max_bytes", 0x7FFFFFFF)
+        max_bytes = min(b.get("max_bytes", _FETCH_MAX_BYTES), _FETCH_MAX_BYTES)
         deadline = loop.time() + max_wait
         while True:
             responses, total, wants = self._read_all(b["topics"] or [], max_bytes)
