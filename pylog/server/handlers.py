@@ -261,9 +261,12 @@ class DataHandlers:
             slices = _within(part.read_slices(offset, _MAX_FETCH_RECORDS, max(1, limit)), limit)
             if not slices:
                 return entry, 0, part
-            data = recordbatch.encode_slices(slices)
-            entry["records"] = data
-            return entry, len(data), part
+            # One part per slice, not joined: the response's encoder writes the parts as they are (a join would
+            # hold a second copy of up to the whole response while it is built).
+            encode = recordbatch.encode_slice
+            parts = [encode(v, a, b) for v, a, b in slices if b > a]
+            entry["records"] = parts
+            return entry, sum(map(len, parts)), part
         except OffsetOutOfRangeError:
             entry["error_code"] = E.OFFSET_OUT_OF_RANGE
         except PylogError as exc:
