@@ -18,6 +18,9 @@ from its ``listening on HOST:PORT`` log line) so the clients here do not share i
 - confluent-kafka ``Consumer`` (default fetch settings, ``consume(num_messages=10000)``) reading those N
   records back from the server: records/s. Baseline: pylog's in-process ``store.consumer()`` iterating the
   baseline's N records.
+  The same with ``fetch.queue.backoff.ms=10``: librdkafka's default (1,000 ms) postpones the next fetch
+  whenever 100,000 records wait in the client's prefetch queue, which bounds the default figure by the client's
+  own schedule (as against a Kafka broker), not by the server.
 - End-to-end latency, 1,000 records/s: a confluent-kafka producer (``linger.ms=0``, ``acks=1``) in this
   process, the server in its own process, a confluent-kafka consumer (default ``fetch.wait.max.ms``) in a
   third process; the value is the send time (CLOCK_MONOTONIC, shared by the processes). p50 and p99.
@@ -51,6 +54,10 @@ from typing import Any, Callable
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 VALUE = b"x" * 100
+#: The consumer figure's second setting: librdkafka (2.x) postpones the next fetch by ``fetch.queue.backoff.ms``
+#: (1,000 by default) whenever its prefetch queue holds ``queued.min.messages`` (100,000) or more, which a
+#: consumer reading 100-byte records reaches many times a second.
+QUEUE_BACKOFF_MS = 10
 
 
 # ------------------------------------------------------------------------------------------- the server
@@ -181,12 +188,12 @@ def kafka_produce_floor(n: int) -> float:
     return rate
 
 
-def kafka_consumer_rate(bootstrap: str, topic: str, n: int) -> float:
-    """confluent-kafka's consumer, default fetch settings, reading the ``n`` records after the first one
-    (the first is read before the clock starts: connecting is not timed)."""
+def kafka_consumer_rate(bootstrap: str, topic: str, n: int, **config: Any) -> float:
+    """confluent-kafka's consumer, default fetch settings (or ``config``'s), reading the ``n`` records after the
+    first one (the first is read before the clock starts: connecting is not timed)."""
     from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "enable.auto.commit": False,
-                  "enable.partition.eof": False})
+                  "enable.partition.eof": False, **config})
     c.assign([TopicPartition(topic, 0, OFFSET_BEGINNING)])
     first = None
     deadline = time.monotonic() + 30
@@ -400,6 +407,8 @@ def one_round(root: str, args: argparse.Namespace, r: int) -> dict[str, tuple[fl
         out["confluent-kafka consumer <- pylog serve (M rec/s)"] = (kafka_consumer_rate(server.bootstrap, "t", n)
                                                                    / 1e6, base_c)
         cpu2 = server.cpu_seconds()
+        out[f"same, fetch.queue.backoff.ms={QUEUE_BACKOFF_MS} (M rec/s)"] = (kafka_consumer_rate(
+            server.bootstrap, "t", n, **{"fetch.queue.backoff.ms": QUEUE_BACKOFF_MS}) / 1e6, base_c)
         out["server CPU per 1M records produced (s)"] = ((cpu1 - cpu0) * 1e6 / n, 0.0)
         out["server CPU per 1M records fetched (s)"] = ((cpu2 - cpu1) * 1e6 / n, 0.0)
         lat = kafka_latency(server.bootstrap, "lat", args.latency_records)
@@ -420,6 +429,8 @@ TARGETS: dict[str, tuple[str, Callable[[float, float], bool] | None, str]] = {
         ">= 0.5 M/s and >= 0.5x", lambda v, b: v >= 0.5 and v / b >= 0.5, "pylog Consumer in-process"),
     "confluent-kafka produce() alone, no broker: the client's floor (M rec/s)": (
         "report", None, "pylog Producer in-process"),
+    f"same, fetch.queue.backoff.ms={QUEUE_BACKOFF_MS} (M rec/s)": (
+        ">= 0.5 M/s and >= 0.5x", lambda v, b: v >= 0.5 and v / b >= 0.5, "pylog Consumer in-process"),
     "server CPU per 1M records produced (s)": ("report", None, ""),
     "server CPU per 1M records fetched (s)": ("report", None, ""),
     "end-to-end latency p50, 1,000 rec/s (ms)": ("<= 1 ms", lambda v, b: v <= 1.0,
@@ -456,9 +467,14 @@ def main(argv: list[str] | None = None) -> int:
         bootstrap, topic, n = args.latency_consumer
         _latency_consumer(bootstrap, topic, int(n))
         return 0
-    if args.quick:
-        args.records, args.rounds, args.latency_records = 50_000, 1, 300
-        args.memory_records, args.slow_seconds = 100_000, 1.0
+    if args.quick:  # smaller sizes, unless given explicitly
+        given = set(argv if argv is not None else sys.argv[1:])
+        for flag, attr, value in (("--records", "records", 50_000), ("--rounds", "rounds", 1),
+                                  ("--latency-records", "latency_records", 300),
+                                  ("--memory-records", "memory_records", 100_000),
+                                  ("--slow-seconds", "slow_seconds", 1.0)):
+            if not any(g == flag or g.startswith(flag + "=") for g in given):
+                setattr(args, attr, value)
     if args.profile:
         os.makedirs(args.profile, exist_ok=True)
     import pylog
