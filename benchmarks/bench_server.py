@@ -353,6 +353,7 @@ def memory_figures(root: str, records: int, slow_seconds: float) -> dict[str, tu
     """RSS of a fresh server: idle, with 100 idle connections, under a slow consumer (MiB)."""
     import pylog
     path = os.path.join(root, "mem-store")
+    shutil.rmtree(path, ignore_errors=True)
     with pylog.open(path, log_cleaner_enable=False) as store:
         store.create_topic("mem")
         p = store.topic("mem").partition(0)
@@ -414,7 +415,9 @@ def one_round(root: str, args: argparse.Namespace, r: int) -> dict[str, tuple[fl
         lat = kafka_latency(server.bootstrap, "lat", args.latency_records)
     finally:
         server.stop()
+        shutil.rmtree(os.path.join(root, f"served-{r}"), ignore_errors=True)
     base_lat = pylog_latency(os.path.join(root, f"pylat-{r}"), args.latency_records)
+    shutil.rmtree(os.path.join(root, f"pylat-{r}"), ignore_errors=True)
     out["end-to-end latency p50, 1,000 rec/s (ms)"] = (pct(lat, 0.5), pct(base_lat, 0.5))
     out["end-to-end latency p99, 1,000 rec/s (ms)"] = (pct(lat, 0.99), pct(base_lat, 0.99))
     out.update(memory_figures(root, args.memory_records, args.slow_seconds))
