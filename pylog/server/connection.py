@@ -41,6 +41,9 @@ log = logging.getLogger("pylog.server")
 _MAX_QUEUED_BYTES = 16 << 20
 #: The largest frame a connection that must authenticate may send before it has (Kafka's 512 KiB).
 _MAX_UNAUTHENTICATED_BYTES = 512 * 1024
+#: Responses larger than this go to the transport a chunk of this size at a time, each once the previous has
+#: drained (a slow reader then holds one response, not a second copy of it in the transport's buffer).
+_WRITE_CHUNK = 1 << 20
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 _BEFORE_AUTH = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
@@ -230,8 +233,25 @@ class Connection(asyncio.Protocol):
                           req.client_id)
             answer = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
         if answer is not None:
-            self._write(protocol.encode_response_parts(req, answer))
+            parts = protocol.encode_response_parts(req, answer)
+            if sum(map(len, parts)) > _WRITE_CHUNK:
+                await self._write_chunked(parts)
+            else:
+                self._write(parts)
         return True
+
+    async def _write_chunked(self, parts: list) -> None:
+        """A large response in :data:`_WRITE_CHUNK` pieces, each written once the transport drained the last:
+        asyncio copies what a write cannot send at once into its buffer, so a 50 MiB fetch answer to a slow
+        reader would otherwise be held twice."""
+        for part in parts:
+            mv = memoryview(part).cast("B")
+            for i in range(0, len(mv), _WRITE_CHUNK):
+                if self.transport is None or self.transport.is_closing():
+                    return
+                self.transport.write(mv[i:i + _WRITE_CHUNK])
+                if self._writable is not None and not self._writable.done():
+                    await self._writable
 
     # ------------------------------------------------------------------ SASL
 

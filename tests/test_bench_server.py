@@ -1,0 +1,25 @@
+"""The ``pylog serve`` benchmark runs in its quick mode and prints every figure (timings are not asserted)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parent.parent
+
+pytestmark = pytest.mark.slow  # see docs/TESTING.md: the quick subset leaves it out
+
+
+def test_server_benchmark_quick_run(tmp_path):
+    pytest.importorskip("confluent_kafka")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_server.py"), "--quick", "--records",
+                          "5000", "--latency-records", "50", "--memory-records", "20000", "--slow-seconds", "0.3",
+                          "--dir", str(tmp_path)], capture_output=True, text=True, check=True, timeout=300).stdout
+    for figure in ("the client's floor", "confluent-kafka producer -> pylog serve",
+                   "confluent-kafka consumer <- pylog serve", "fetch.queue.backoff.ms=10",
+                   "server CPU per 1M records produced", "end-to-end latency p50", "end-to-end latency p99",
+                   "100 idle connections", "slow consumer", "VmHWM", "load average at round starts"):
+        assert figure in out, figure
