@@ -398,6 +398,16 @@ def test_encode_slice_refuses_bad_ranges_alike():
         rb.encode_slice_native(view, 0, 3)
 
 
+@needs_native
+@pytest.mark.parametrize("start,stop", [(-1, 2), (-2, -1), (0, 3), (1, 5), (-5, 9)])
+def test_encode_slice_out_of_range_is_value_error_on_both_paths(start, stop):
+    # The pure path used to slice with Python's negative indexes: (-2, -1) gave a batch with base offset -2.
+    view = BatchView.from_buffer(encode_batch([b"a", b"b"]))
+    for fn in (rb.encode_slice_pure, rb.encode_slice_native):
+        with pytest.raises(ValueError, match=rf"^records {start}:{stop} of a batch of 2$"):
+            fn(view, start, stop)
+
+
 # ------------------------------------------------------------------------------------ partition round trip
 
 

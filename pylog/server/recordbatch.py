@@ -354,9 +354,12 @@ def encode_slice_pure(view: BatchView, start: int, stop: int, leader_epoch: int 
     relative to it, the timestamp type, transactional and control bits and producer fields of the pylog
     batch (the base sequence moved on to the first record's), CRC-32C computed."""
     h = view.header
-    recs = records_pure(view, None, -1, start, stop)
-    if not recs:
+    # The compiled path's checks and messages; records_pure would read negative indexes from the end.
+    if start >= stop:
         raise ValueError(f"empty slice {start}:{stop}")
+    if start < 0 or stop > h.record_count:
+        raise ValueError(f"records {start}:{stop} of a batch of {h.record_count}")
+    recs = records_pure(view, None, -1, start, stop)
     base = recs[0][0]
     base_ts = recs[0][1]
     max_ts = max(r[1] for r in recs)
