@@ -89,17 +89,20 @@ static PyObject *py_kafka_parse_records(PyObject *self, PyObject *const *args, P
         PyErr_SetString(PyExc_TypeError, "kafka_parse_records(section, count, base_timestamp)");
         return NULL;
     }
-    long long count = PyLong_AsLongLong(args[1]);
+    /* Any int, as the reference takes it: a count no int64 holds cannot fit either (overflow set), and the
+     * base timestamp counts modulo 2**64 (the reference wraps base + delta to int64). */
+    int overflow = 0;
+    long long count = PyLong_AsLongLongAndOverflow(args[1], &overflow);
     if (count == -1 && PyErr_Occurred()) return NULL;
-    long long base_ts = PyLong_AsLongLong(args[2]);
-    if (base_ts == -1 && PyErr_Occurred()) return NULL;
+    const uint64_t base_ts = PyLong_AsUnsignedLongLongMask(args[2]);
+    if (base_ts == (uint64_t)-1 && PyErr_Occurred()) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *vlens = NULL, *klens = NULL, *tss = NULL, *vdata = NULL, *kdata = NULL, *headers = NULL, *empty = NULL;
     PyObject *result = NULL;
     const Py_ssize_t size = view.len;
-    if (count < 1 || count > size / K_MIN_RECORD) {
-        kerr(0, "%lld records cannot fit in %zd bytes", count, size);
+    if (overflow || count < 1 || count > size / K_MIN_RECORD) {
+        kerr(0, "%S records cannot fit in %zd bytes", args[1], size); /* str(count), as the f-string */
         goto fail;
     }
     const int64_t n = count;
@@ -237,7 +240,7 @@ static PyObject *py_kafka_parse_records(PyObject *self, PyObject *const *args, P
         }
         st_i32(vl + 4 * i, (int32_t)vlen);
         st_i32(kl + 4 * i, (int32_t)klen);
-        st_i64(tp + 8 * i, (int64_t)((uint64_t)base_ts + (uint64_t)tsd)); /* wraps, as the reference */
+        st_i64(tp + 8 * i, (int64_t)(base_ts + (uint64_t)tsd)); /* wraps, as the reference */
     }
     if (p != end) {
         kerr(0, "%zd bytes after the last of %lld records", (Py_ssize_t)(end - p), (long long)n);

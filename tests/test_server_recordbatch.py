@@ -177,6 +177,24 @@ def test_specific_errors_on_both_paths(section, message, cls):
     assert a == b == ("error", cls, message)
 
 
+@needs_native
+@pytest.mark.parametrize("count", [1 << 63, 1 << 64, -(1 << 64), 1 << 100, False, np.int64(-3)])
+def test_counts_outside_int64_are_corrupt_batch_on_both_paths(count):
+    # The compiled path raised OverflowError for a count no int64 holds (and wrote False as 0).
+    a, b = _parse_both(b"\x0c\x00\x00\x00\x01\x01\x00", count, 0)
+    assert a == b == ("error", CorruptBatchError, f"{count} records cannot fit in 7 bytes")
+
+
+@needs_native
+@pytest.mark.parametrize("base_ts", [1 << 63, 1 << 64, (1 << 64) + 5, -(1 << 63) - 1, -(1 << 70)])
+def test_base_timestamp_outside_int64_wraps_on_both_paths(base_ts):
+    # The reference wraps base_timestamp + delta to int64; the compiled path raised OverflowError.
+    section = b"\x0c\x00\x04\x00\x01\x01\x00"  # timestamp delta 2
+    a, b = _parse_both(section, 1, base_ts)
+    assert a == b
+    assert np.frombuffer(a[1][4], "<i8").tolist() == [rb._wrap64(base_ts + 2)]
+
+
 def test_zigzag_extremes_round_trip():
     # Timestamp deltas at the int64 limits (kafka-python writes them as 10-byte varlongs).
     records = [(0, None, b"a", []), ((1 << 63) - 1, None, b"b", [])]
