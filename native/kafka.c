@@ -348,6 +348,17 @@ static PyObject *py_kafka_encode_slice(PyObject *self, PyObject *const *args, Py
                      (long long)n);
         return NULL;
     }
+    /* A BatchView's header holds these in their widths (check_header keeps base_offset + last delta within
+     * int64); a tuple passed directly need not: refuse rather than wrap the arithmetic below or truncate. */
+    if (leader_epoch < INT32_MIN || leader_epoch > INT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "leader epoch %lld does not fit in int32", (long long)leader_epoch);
+        return NULL;
+    }
+    if (epoch < INT16_MIN || epoch > INT16_MAX || seq < INT32_MIN || seq > INT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "producer epoch %lld or base sequence %lld outside int16 / int32",
+                     (long long)epoch, (long long)seq);
+        return NULL;
+    }
     int with_headers = (attrs & ATTR_HEADERS) != 0;
     if (with_headers ? !(PyList_Check(hlist) && PyList_GET_SIZE(hlist) == n) : hlist != Py_None) {
         PyErr_SetString(PyExc_TypeError, "headers must be the batch's list of header tuples, or None without them");
@@ -368,6 +379,11 @@ static PyObject *py_kafka_encode_slice(PyObject *self, PyObject *const *args, Py
 #define KLEN(i) (L.k_pos >= 0 ? ld_i32(body + L.k_pos + 4 * (i)) : -1)
 #define VLEN(i) ld_i32(body + L.v_pos + 4 * (i))
     const int64_t od0 = OD(start), base_ts = TS(start);
+    if (base_offset > INT64_MAX - OD(stop - 1)) { /* deltas are >= 0 (pylog_layout): only the top can overflow */
+        PyErr_Format(PyExc_OverflowError, "base offset %lld + offset delta %lld exceeds int64", (long long)base_offset,
+                     (long long)OD(stop - 1));
+        goto done;
+    }
     int64_t max_ts = base_ts;
     /* Pass 1: the exact size (record lengths are varints ahead of each record) and the largest timestamp. */
     Py_ssize_t total = 0;

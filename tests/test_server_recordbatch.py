@@ -426,6 +426,31 @@ def test_encode_slice_out_of_range_is_value_error_on_both_paths(start, stop):
             fn(view, start, stop)
 
 
+@needs_native
+@pytest.mark.parametrize("epoch", [1 << 31, -(1 << 31) - 1, 1 << 40])
+def test_leader_epoch_outside_int32_is_overflow_error_on_both_paths(epoch):
+    # The compiled path wrote the low 32 bits of the epoch; the reference raised struct.error.
+    view = BatchView.from_buffer(encode_batch([b"a", b"b"]))
+    for fn in (rb.encode_slice_pure, rb.encode_slice_native):
+        with pytest.raises(OverflowError, match="leader epoch"):
+            fn(view, 0, 2, epoch)
+
+
+@needs_native
+@pytest.mark.parametrize("field,value", [("base_sequence", (1 << 63) - 1), ("base_sequence", 1 << 31),
+                                         ("base_sequence", -(1 << 31) - 1), ("producer_epoch", 1 << 20),
+                                         ("producer_epoch", -(1 << 15) - 1), ("base_offset", (1 << 63) - 1)])
+def test_encode_slice_refuses_header_fields_past_their_width(field, value):
+    # A header a BatchView cannot hold (check_header and the fixed-width fields bound them), passed directly:
+    # the compiled path wrapped base_sequence + delta and base_offset + delta in signed int64 arithmetic and
+    # wrote truncated fields instead of refusing.
+    view = BatchView.from_buffer(encode_batch([b"a", b"b"], offset_deltas=np.array([0, 5], np.int32),
+                                              producer_id=3, producer_epoch=1, base_sequence=7))
+    header = view.header._replace(**{field: value})
+    with pytest.raises(OverflowError):
+        native.kafka_encode_slice(view.body, header, 1, 2, None, 0)
+
+
 # ------------------------------------------------------------------------------------ partition round trip
 
 

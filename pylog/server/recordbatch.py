@@ -359,6 +359,8 @@ def encode_slice_pure(view: BatchView, start: int, stop: int, leader_epoch: int 
         raise ValueError(f"empty slice {start}:{stop}")
     if start < 0 or stop > h.record_count:
         raise ValueError(f"records {start}:{stop} of a batch of {h.record_count}")
+    if not -(1 << 31) <= leader_epoch < 1 << 31:
+        raise OverflowError(f"leader epoch {leader_epoch} does not fit in int32")
     recs = records_pure(view, None, -1, start, stop)
     base = recs[0][0]
     base_ts = recs[0][1]
