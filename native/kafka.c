@@ -359,14 +359,16 @@ static PyObject *py_kafka_encode_slice(PyObject *self, PyObject *const *args, Py
                      (long long)epoch, (long long)seq);
         return NULL;
     }
-    int with_headers = (attrs & ATTR_HEADERS) != 0;
-    if (with_headers ? !(PyList_Check(hlist) && PyList_GET_SIZE(hlist) == n) : hlist != Py_None) {
-        PyErr_SetString(PyExc_TypeError, "headers must be the batch's list of header tuples, or None without them");
-        return NULL;
-    }
+    /* The buffer first: from Python 3.12 a class's __buffer__ runs Python code, which could shrink the headers
+     * list after its size was checked. Nothing below runs Python code (no GC-tracked allocation either). */
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *out = NULL;
+    int with_headers = (attrs & ATTR_HEADERS) != 0;
+    if (with_headers ? !(PyList_Check(hlist) && PyList_GET_SIZE(hlist) == n) : hlist != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "headers must be the batch's list of header tuples, or None without them");
+        goto done;
+    }
     layout_t L;
     if (pylog_layout(&L, view.buf, view.len, n, (long)attrs, last_delta, Py_None, Py_None) < 0) goto done;
     const unsigned char *body = L.body;
