@@ -243,7 +243,7 @@ static PyObject *py_kafka_parse_records(PyObject *self, PyObject *const *args, P
         st_i64(tp + 8 * i, (int64_t)(base_ts + (uint64_t)tsd)); /* wraps, as the reference */
     }
     if (p != end) {
-        kerr(0, "%zd bytes after the last of %lld records", (Py_ssize_t)(end - p), (long long)n);
+        kerr(0, "%zd bytes after the last of %S records", (Py_ssize_t)(end - p), args[1]);
         goto fail;
     }
     if (_PyBytes_Resize(&vdata, vused) < 0) goto fail;

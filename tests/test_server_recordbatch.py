@@ -196,6 +196,14 @@ def test_base_timestamp_outside_int64_wraps_on_both_paths(base_ts):
     assert np.frombuffer(a[1][4], "<i8").tolist() == [rb._wrap64(base_ts + 2)]
 
 
+@needs_native
+@pytest.mark.parametrize("count", [True, np.int32(1)])
+def test_bytes_after_the_last_record_name_the_count_as_given(count):
+    # The compiled path wrote True as 1 (found by fuzz_native's kafka_parse_records calls).
+    a, b = _parse_both(b"\x0c\x00\x00\x00\x01\x01\x00\x00", count, 0)
+    assert a == b == ("error", CorruptBatchError, f"1 bytes after the last of {count} records")
+
+
 def test_zigzag_extremes_round_trip():
     # Timestamp deltas at the int64 limits (kafka-python writes them as 10-byte varlongs).
     records = [(0, None, b"a", []), ((1 << 63) - 1, None, b"b", [])]
