@@ -89,17 +89,20 @@ static PyObject *py_kafka_parse_records(PyObject *self, PyObject *const *args, P
         PyErr_SetString(PyExc_TypeError, "kafka_parse_records(section, count, base_timestamp)");
         return NULL;
     }
-    long long count = PyLong_AsLongLong(args[1]);
+    /* Any int, as the reference takes it: a count no int64 holds cannot fit either (overflow set), and the
+     * base timestamp counts modulo 2**64 (the reference wraps base + delta to int64). */
+    int overflow = 0;
+    long long count = PyLong_AsLongLongAndOverflow(args[1], &overflow);
     if (count == -1 && PyErr_Occurred()) return NULL;
-    long long base_ts = PyLong_AsLongLong(args[2]);
-    if (base_ts == -1 && PyErr_Occurred()) return NULL;
+    const uint64_t base_ts = PyLong_AsUnsignedLongLongMask(args[2]);
+    if (base_ts == (uint64_t)-1 && PyErr_Occurred()) return NULL;
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *vlens = NULL, *klens = NULL, *tss = NULL, *vdata = NULL, *kdata = NULL, *headers = NULL, *empty = NULL;
     PyObject *result = NULL;
     const Py_ssize_t size = view.len;
-    if (count < 1 || count > size / K_MIN_RECORD) {
-        kerr(0, "%lld records cannot fit in %zd bytes", count, size);
+    if (overflow || count < 1 || count > size / K_MIN_RECORD) {
+        kerr(0, "%S records cannot fit in %zd bytes", args[1], size); /* str(count), as the f-string */
         goto fail;
     }
     const int64_t n = count;
@@ -237,10 +240,10 @@ static PyObject *py_kafka_parse_records(PyObject *self, PyObject *const *args, P
         }
         st_i32(vl + 4 * i, (int32_t)vlen);
         st_i32(kl + 4 * i, (int32_t)klen);
-        st_i64(tp + 8 * i, (int64_t)((uint64_t)base_ts + (uint64_t)tsd)); /* wraps, as the reference */
+        st_i64(tp + 8 * i, (int64_t)(base_ts + (uint64_t)tsd)); /* wraps, as the reference */
     }
     if (p != end) {
-        kerr(0, "%zd bytes after the last of %lld records", (Py_ssize_t)(end - p), (long long)n);
+        kerr(0, "%zd bytes after the last of %S records", (Py_ssize_t)(end - p), args[1]);
         goto fail;
     }
     if (_PyBytes_Resize(&vdata, vused) < 0) goto fail;
@@ -345,14 +348,27 @@ static PyObject *py_kafka_encode_slice(PyObject *self, PyObject *const *args, Py
                      (long long)n);
         return NULL;
     }
-    int with_headers = (attrs & ATTR_HEADERS) != 0;
-    if (with_headers ? !(PyList_Check(hlist) && PyList_GET_SIZE(hlist) == n) : hlist != Py_None) {
-        PyErr_SetString(PyExc_TypeError, "headers must be the batch's list of header tuples, or None without them");
+    /* A BatchView's header holds these in their widths (check_header keeps base_offset + last delta within
+     * int64); a tuple passed directly need not: refuse rather than wrap the arithmetic below or truncate. */
+    if (leader_epoch < INT32_MIN || leader_epoch > INT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "leader epoch %lld does not fit in int32", (long long)leader_epoch);
         return NULL;
     }
+    if (epoch < INT16_MIN || epoch > INT16_MAX || seq < INT32_MIN || seq > INT32_MAX) {
+        PyErr_Format(PyExc_OverflowError, "producer epoch %lld or base sequence %lld outside int16 / int32",
+                     (long long)epoch, (long long)seq);
+        return NULL;
+    }
+    /* The buffer first: from Python 3.12 a class's __buffer__ runs Python code, which could shrink the headers
+     * list after its size was checked. Nothing below runs Python code (no GC-tracked allocation either). */
     Py_buffer view;
     if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
     PyObject *out = NULL;
+    int with_headers = (attrs & ATTR_HEADERS) != 0;
+    if (with_headers ? !(PyList_Check(hlist) && PyList_GET_SIZE(hlist) == n) : hlist != Py_None) {
+        PyErr_SetString(PyExc_TypeError, "headers must be the batch's list of header tuples, or None without them");
+        goto done;
+    }
     layout_t L;
     if (pylog_layout(&L, view.buf, view.len, n, (long)attrs, last_delta, Py_None, Py_None) < 0) goto done;
     const unsigned char *body = L.body;
@@ -365,6 +381,11 @@ static PyObject *py_kafka_encode_slice(PyObject *self, PyObject *const *args, Py
 #define KLEN(i) (L.k_pos >= 0 ? ld_i32(body + L.k_pos + 4 * (i)) : -1)
 #define VLEN(i) ld_i32(body + L.v_pos + 4 * (i))
     const int64_t od0 = OD(start), base_ts = TS(start);
+    if (base_offset > INT64_MAX - OD(stop - 1)) { /* deltas are >= 0 (pylog_layout): only the top can overflow */
+        PyErr_Format(PyExc_OverflowError, "base offset %lld + offset delta %lld exceeds int64", (long long)base_offset,
+                     (long long)OD(stop - 1));
+        goto done;
+    }
     int64_t max_ts = base_ts;
     /* Pass 1: the exact size (record lengths are varints ahead of each record) and the largest timestamp. */
     Py_ssize_t total = 0;

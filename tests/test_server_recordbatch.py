@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import struct
+import sys
 import zlib
 
 import crc32c
@@ -175,6 +176,32 @@ def test_hostile_sections_fail_alike_on_both_paths(records, data):
 def test_specific_errors_on_both_paths(section, message, cls):
     a, b = _parse_both(section, 1, 0)
     assert a == b == ("error", cls, message)
+
+
+@needs_native
+@pytest.mark.parametrize("count", [1 << 63, 1 << 64, -(1 << 64), 1 << 100, False, np.int64(-3)])
+def test_counts_outside_int64_are_corrupt_batch_on_both_paths(count):
+    # The compiled path raised OverflowError for a count no int64 holds (and wrote False as 0).
+    a, b = _parse_both(b"\x0c\x00\x00\x00\x01\x01\x00", count, 0)
+    assert a == b == ("error", CorruptBatchError, f"{count} records cannot fit in 7 bytes")
+
+
+@needs_native
+@pytest.mark.parametrize("base_ts", [1 << 63, 1 << 64, (1 << 64) + 5, -(1 << 63) - 1, -(1 << 70)])
+def test_base_timestamp_outside_int64_wraps_on_both_paths(base_ts):
+    # The reference wraps base_timestamp + delta to int64; the compiled path raised OverflowError.
+    section = b"\x0c\x00\x04\x00\x01\x01\x00"  # timestamp delta 2
+    a, b = _parse_both(section, 1, base_ts)
+    assert a == b
+    assert np.frombuffer(a[1][4], "<i8").tolist() == [rb._wrap64(base_ts + 2)]
+
+
+@needs_native
+@pytest.mark.parametrize("count", [True, np.int32(1)])
+def test_bytes_after_the_last_record_name_the_count_as_given(count):
+    # The compiled path wrote True as 1 (found by fuzz_native's kafka_parse_records calls).
+    a, b = _parse_both(b"\x0c\x00\x00\x00\x01\x01\x00\x00", count, 0)
+    assert a == b == ("error", CorruptBatchError, f"1 bytes after the last of {count} records")
 
 
 def test_zigzag_extremes_round_trip():
@@ -396,6 +423,58 @@ def test_encode_slice_refuses_bad_ranges_alike():
             fn(view, 1, 1)
     with pytest.raises(ValueError):
         rb.encode_slice_native(view, 0, 3)
+
+
+@needs_native
+@pytest.mark.parametrize("start,stop", [(-1, 2), (-2, -1), (0, 3), (1, 5), (-5, 9)])
+def test_encode_slice_out_of_range_is_value_error_on_both_paths(start, stop):
+    # The pure path used to slice with Python's negative indexes: (-2, -1) gave a batch with base offset -2.
+    view = BatchView.from_buffer(encode_batch([b"a", b"b"]))
+    for fn in (rb.encode_slice_pure, rb.encode_slice_native):
+        with pytest.raises(ValueError, match=rf"^records {start}:{stop} of a batch of 2$"):
+            fn(view, start, stop)
+
+
+@needs_native
+@pytest.mark.parametrize("epoch", [1 << 31, -(1 << 31) - 1, 1 << 40])
+def test_leader_epoch_outside_int32_is_overflow_error_on_both_paths(epoch):
+    # The compiled path wrote the low 32 bits of the epoch; the reference raised struct.error.
+    view = BatchView.from_buffer(encode_batch([b"a", b"b"]))
+    for fn in (rb.encode_slice_pure, rb.encode_slice_native):
+        with pytest.raises(OverflowError, match="leader epoch"):
+            fn(view, 0, 2, epoch)
+
+
+@needs_native
+@pytest.mark.parametrize("field,value", [("base_sequence", (1 << 63) - 1), ("base_sequence", 1 << 31),
+                                         ("base_sequence", -(1 << 31) - 1), ("producer_epoch", 1 << 20),
+                                         ("producer_epoch", -(1 << 15) - 1), ("base_offset", (1 << 63) - 1)])
+def test_encode_slice_refuses_header_fields_past_their_width(field, value):
+    # A header a BatchView cannot hold (check_header and the fixed-width fields bound them), passed directly:
+    # the compiled path wrapped base_sequence + delta and base_offset + delta in signed int64 arithmetic and
+    # wrote truncated fields instead of refusing.
+    view = BatchView.from_buffer(encode_batch([b"a", b"b"], offset_deltas=np.array([0, 5], np.int32),
+                                              producer_id=3, producer_epoch=1, base_sequence=7))
+    header = view.header._replace(**{field: value})
+    with pytest.raises(OverflowError):
+        native.kafka_encode_slice(view.body, header, 1, 2, None, 0)
+
+
+@needs_native
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="a Python class's __buffer__ needs Python 3.12")
+def test_encode_slice_headers_list_shrunk_by_buffer_export():
+    # The headers list's size was checked before the body's buffer was taken; a __buffer__ clearing the list
+    # then had the C read rows past its end.
+    view = BatchView.from_buffer(encode_batch([b"a", b"b"], headers=[[("k", b"v")], []]))
+    hlist = view.headers()
+
+    class Body:
+        def __buffer__(self, flags):
+            hlist.clear()
+            return memoryview(view.body)
+
+    with pytest.raises(TypeError, match="headers must be"):
+        native.kafka_encode_slice(Body(), view.header, 0, 2, hlist, 0)
 
 
 # ------------------------------------------------------------------------------------ partition round trip

@@ -348,15 +348,25 @@ def _put_varint(out: bytearray, v: int) -> None:
     out.append(u)
 
 
+def _check_slice(count: int, start: int, stop: int, leader_epoch: int) -> None:
+    """The argument checks both encoders make first (kafka_encode_slice's, messages included), before any
+    byte of the batch is read: records_pure would take negative indexes from the end."""
+    if start >= stop:
+        raise ValueError(f"empty slice {start}:{stop}")
+    if start < 0 or stop > count:
+        raise ValueError(f"records {start}:{stop} of a batch of {count}")
+    if not -(1 << 31) <= leader_epoch < 1 << 31:
+        raise OverflowError(f"leader epoch {leader_epoch} does not fit in int32")
+
+
 def encode_slice_pure(view: BatchView, start: int, stop: int, leader_epoch: int = 0) -> bytes:
     """Records ``start:stop`` of a pylog batch as one uncompressed Kafka v2 batch (the reference of the
     compiled ``kafka_encode_slice``): the first record's offset as baseOffset, offset deltas and timestamps
     relative to it, the timestamp type, transactional and control bits and producer fields of the pylog
     batch (the base sequence moved on to the first record's), CRC-32C computed."""
     h = view.header
+    _check_slice(h.record_count, start, stop, leader_epoch)
     recs = records_pure(view, None, -1, start, stop)
-    if not recs:
-        raise ValueError(f"empty slice {start}:{stop}")
     base = recs[0][0]
     base_ts = recs[0][1]
     max_ts = max(r[1] for r in recs)
@@ -402,7 +412,9 @@ def encode_slice_pure(view: BatchView, start: int, stop: int, leader_epoch: int 
 def encode_slice_native(view: BatchView, start: int, stop: int, leader_epoch: int = 0) -> bytes:
     """:func:`encode_slice_pure` in C (the accelerator must be live): the same bytes."""
     assert _native is not None, "encode_slice_native needs the compiled accelerator"
-    return _native.kafka_encode_slice(view.body, view.header, start, stop, view.headers(), leader_epoch)
+    h = view.header
+    _check_slice(h.record_count, start, stop, leader_epoch)  # before view.headers(), as the pure path
+    return _native.kafka_encode_slice(view.body, h, start, stop, view.headers(), leader_epoch)
 
 
 encode_slice = encode_slice_pure if _native is None else encode_slice_native

@@ -29,14 +29,24 @@ What it does:
      (``murmur2``, ``partition_for_key``, ``murmur2_many``) and ``Producer.send`` with hostile arguments:
      wrong types, sequences whose ``len()`` lies, length columns summing past their data,
      offsets and timestamps out of range. Each input's outcome (the result's CRC or the exception class) must
-     equal the pure-Python reference's, computed by one more child with ``PYLOG_PURE_PYTHON=1``;
+     equal the pure-Python reference's, computed by one more child with ``PYLOG_PURE_PYTHON=1`` (the
+     child that also runs the ``kafka`` kind's reference);
    - ``native``: direct calls of every function ``pylog._native`` exports with hostile arguments, for the
      functions this script knows (:data:`NATIVE_ARGS`); any other is listed as skipped, with a note.
+     ``kafka_parse_records`` and ``kafka_encode_slice`` on arguments of their documented types must give
+     what the pure-Python reference (``recordbatch.parse_records_pure`` / ``encode_slice_pure``) gives, the
+     same PylogError class and message included;
+   - ``kafka``: Kafka v2 batches pylog's own encoder built (``recordbatch.encode_slices``, no compression),
+     mutated in their records (bit flips, varint boundaries, hostile and over-long varints, record counts,
+     truncation, chunks, splices, timestamps at the int64 limits) with length and CRC mostly recomputed,
+     through ``recordbatch.decode_batches``; and ``encode_slices`` over valid and mutated pylog batches with
+     any slice and leader epoch (a slice without offset gaps must decode back to its records). Every outcome,
+     columns or error class and message, must equal the pure-Python child's (see :class:`KafkaKind`).
 
    Outcomes: ``accepted`` (a result), ``rejected:<class>`` (a PylogError subclass), for ``api`` and
    ``native`` also ``caller_error:<class>`` (TypeError/ValueError/OverflowError/BufferError on arguments of
    a type outside the function's contract); violations: ``foreign`` (any other exception), ``hang`` (over
-   :data:`TIME_LIMIT_S`), ``mismatch`` (``api`` differs from the pure-Python reference).
+   :data:`TIME_LIMIT_S`), ``mismatch`` (``api`` or ``kafka`` differs from the pure-Python reference).
 4. Leaks: LeakSanitizer's report at each child's exit is read, and only leaks with a frame in the ASan build
    of ``pylog._native`` count (CPython itself leaves many at exit); any such leak fails the run. One more
    child (unwinding every allocation exactly, ``fast_unwind_on_malloc=0``) runs the same inputs of each
@@ -81,7 +91,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 
 #: Inputs per kind in full mode (>= 1,000,000 in all); short mode runs 1/SHORT_DIVISOR of each (at least 50).
-FULL_COUNTS = {"batch": 720_000, "index": 90_000, "segment": 20_000, "api": 120_000, "native": 60_000}
+FULL_COUNTS = {"batch": 720_000, "index": 90_000, "segment": 20_000, "api": 120_000, "native": 60_000,
+               "kafka": 200_000}
 SHORT_DIVISOR = 200
 WORKERS = 2
 #: Seconds one input may take under ASan before it counts as a hang.
@@ -89,12 +100,14 @@ TIME_LIMIT_S = 60
 #: No single allocation may be larger (ASan's max_allocation_size_mb): inputs are at most tens of KB.
 MAX_ALLOCATION_MB = 64
 #: The tracemalloc leak check: inputs per kind, rounds, and the growth allowed per input per round.
-LEAK_INPUTS = {"batch": 300, "index": 40, "segment": 10, "api": 300, "native": 200}
+LEAK_INPUTS = {"batch": 300, "index": 40, "segment": 10, "api": 300, "native": 200, "kafka": 300}
 LEAK_ROUNDS = 8
 LEAK_BYTES_PER_INPUT = 4
 LEAK_FLOOR = 512
 
 VIOLATIONS = ("foreign", "hang", "mismatch")
+#: Kinds whose every outcome is compared with a pure-Python child's (PYLOG_PURE_PYTHON=1) on the same inputs.
+DIFF_KINDS = ("api", "kafka")
 CALLER_ERRORS = (TypeError, ValueError, OverflowError, BufferError, struct.error)
 
 
@@ -284,15 +297,16 @@ def run(mode: str, workdir: str, seed: int | None = None, only: list[str] | None
     # built without frame pointers, so only then do LeakSanitizer's stacks reach pylog._native's frames.
     jobs.append(("exact", {"role": "leaks", "counts": leak_inputs, "seed": seed, "so": info["so"], "mode": mode,
                            "rounds": 1}, child_env(info, exact_unwind=True)))
-    if "api" in counts:
+    diff_counts = {k: counts[k] for k in DIFF_KINDS if k in counts}
+    if diff_counts:
         ref_env = {k: v for k, v in os.environ.items() if k not in ("LD_PRELOAD", "PYTHONMALLOC", "PYTHONSAFEPATH")}
         ref_env.update({"PYLOG_PURE_PYTHON": "1", "PYTHONPATH": info["lib"]})
-        jobs.append(("reference", {"role": "reference", "counts": {"api": counts["api"]}, "seed": seed, "worker": 0,
+        jobs.append(("reference", {"role": "reference", "counts": diff_counts, "seed": seed, "worker": 0,
                                    "workers": 1, "so": None, "mode": mode}, ref_env))
     result: dict[str, Counter] = {k: Counter() for k in counts}
     findings: list[str] = []
-    api_sigs: dict[str, str] = {}
-    ref_sigs: dict[str, str] = {}
+    diff_sigs: dict[str, dict[str, str]] = {k: {} for k in diff_counts}
+    ref_sigs: dict[str, dict[str, str]] = {}
     leak_growth: dict = {}
     skipped: set = set()
     kind_seconds: dict[str, float] = {}
@@ -338,22 +352,25 @@ def run(mode: str, workdir: str, seed: int | None = None, only: list[str] | None
                 continue
             for k, c in got["counts"].items():
                 result[k].update(c)
-            api_sigs.update(got["sigs"])
+            for k, v in got["sigs"].items():
+                diff_sigs[k].update(v)
             for k, v in got["seconds"].items():
                 kind_seconds[k] = round(kind_seconds.get(k, 0) + v, 1)
             for kind, s, i, outcome, detail in got["bad"]:
                 findings.append(f"{kind}:{s}:{i} {outcome}: {detail}")
             if mode == "full":
                 print(f"  [{time.monotonic() - t0:7.0f} s] {tag} done", flush=True)
-    if "api" in counts and ref_sigs:
-        diff = [i for i in sorted(api_sigs, key=int) if api_sigs[i] != ref_sigs.get(i)]
+    for kind, sigs in diff_sigs.items():
+        ref = ref_sigs.get(kind)
+        if not ref:
+            findings.append(f"the pure-Python reference child gave no result for {kind}")
+            continue
+        diff = [i for i in sorted(sigs, key=int) if sigs[i] != ref.get(i)]
         if diff:
-            result["api"]["mismatch"] += len(diff)
+            result[kind]["mismatch"] += len(diff)
         for i in diff[:5]:
-            findings.append(f"api:{seed}:{i} mismatch: accelerated {api_sigs[i]}, pure Python {ref_sigs.get(i)}")
-    elif "api" in counts:
-        findings.append("the pure-Python reference child gave no result")
-    for kind in ("batch", "index", "segment", "api"):  # the mutations reach the parsers, past the CRCs
+            findings.append(f"{kind}:{seed}:{i} mismatch: accelerated {sigs[i]:.300}, pure Python {ref.get(i)!s:.300}")
+    for kind in ("batch", "index", "segment", "api", "kafka"):  # the mutations reach the parsers, past the CRCs
         c = result.get(kind)
         if c and sum(c.values()) >= 50 and (not c.get("accepted") or not any(k.startswith("rejected:") for k in c)):
             findings.append(f"{kind}: every input was accepted or every one rejected ({dict(c)}): the mutations "
@@ -406,13 +423,14 @@ def summary(result: dict) -> str:
 # Everything below runs in the children, which import pylog (the checkout's, next to the ASan build).
 
 def _child_imports() -> None:
-    global pylog, PylogError, fuzz, np, records, partitioner
+    global pylog, PylogError, fuzz, np, records, partitioner, recordbatch
     sys.path.insert(1, HERE)
     import numpy as np  # noqa: F811
     import pylog  # noqa: F811
     from pylog import PylogError  # noqa: F811
     from pylog.clients import partitioner  # noqa: F811
     from pylog.storage import records  # noqa: F811
+    from pylog.server import recordbatch  # noqa: F811
     import fuzz  # noqa: F811  (tests/torture/fuzz.py: the mutations and decoders shared with the pure fuzzer)
 
 
@@ -422,6 +440,8 @@ class Kind:
     exception is a violation (arguments of the documented types) or the caller's error."""
 
     name = ""
+    #: Whether a PylogError's message is part of the signature compared with the pure-Python child's.
+    messages = False
 
     def __init__(self, work: str) -> None:
         self.work = work
@@ -707,6 +727,243 @@ class ApiKind(Kind):
         return f"ok:{md.partition}" if key is not None or part is not None else "ok"
 
 
+def _pylog_data(rng: random.Random, n: int) -> dict:
+    """Keyword arguments of ``records.encode_batch`` for ``n`` random records (codec none; timestamps, keys,
+    headers, offset-delta gaps, LogAppendTime and producer fields sometimes)."""
+    values = [None if rng.random() < 0.1 else rng.randbytes(rng.choice((0, 1, 5, 40, 200))) for _ in range(n)]
+    keys = None
+    if rng.random() < 0.5:
+        keys = [None if rng.random() < 0.3 else rng.randbytes(rng.choice((0, 1, 4, 70))) for _ in range(n)]
+    ts = None
+    if rng.random() < 0.5:
+        extremes = (0, -1, (1 << 63) - 1, -(1 << 63), 1 << 62)
+        ts = [rng.choice(extremes) if rng.random() < 0.1 else 1_700_000_000_000 + rng.randrange(-5000, 5000)
+              for _ in range(n)]
+    headers = None
+    if rng.random() < 0.4:
+        headers = [[(rng.choice(("h", "", "é", "\u20ac" * 3, "k" * 70)), None if rng.random() < 0.3 else
+                     rng.randbytes(rng.choice((0, 3, 130)))) for _ in range(rng.choice((0, 0, 1, 2, 5)))]
+                   for _ in range(n)]
+    deltas = None
+    if n > 1 and rng.random() < 0.15:
+        deltas = np.cumsum([0] + [rng.choice((1, 1, 2, 1000)) for _ in range(n - 1)]).astype("<i4")
+    pid = rng.choice((-1, -1, 0, 7, 1 << 50))
+    return dict(values=values, keys=keys, timestamps=ts, headers=headers, offset_deltas=deltas,
+                base_offset=rng.choice((0, 5, rng.randrange(1 << 40))), default_timestamp=1_700_000_000_000,
+                log_append_time=rng.random() < 0.1, producer_id=pid, producer_epoch=-1 if pid < 0 else rng.randrange(5),
+                base_sequence=-1 if pid < 0 else rng.choice((0, 9, (1 << 31) - 2)))
+
+
+def _pylog_view(rng: random.Random, n: int) -> Any:
+    kw = _pylog_data(rng, n)
+    return records.BatchView.from_buffer(records.encode_batch(kw.pop("values"), kw.pop("keys"), kw.pop("timestamps"),
+                                                              kw.pop("headers"), **kw))
+
+
+def _varint(v: int) -> bytes:
+    """Kafka's zigzag varint of ``v`` (any int: taken modulo 2**64, so up to 10 bytes)."""
+    u = ((v << 1) ^ (v >> 63)) & 0xFFFFFFFFFFFFFFFF
+    out = bytearray()
+    while u >= 0x80:
+        out.append((u & 0x7F) | 0x80)
+        u >>= 7
+    out.append(u)
+    return bytes(out)
+
+
+def _hostile_varint(rng: random.Random, section_len: int) -> bytes:
+    r = rng.random()
+    if r < 0.7:
+        v = rng.choice(fuzz.INTERESTING_INTS + [-2, -3, section_len, section_len + 1, section_len - 1, 1 << 35,
+                                                (1 << 31) - 1, -(1 << 31) - 1, 3, 4, 5, 6, 7, 8])
+        return _varint(v + rng.choice((0, 0, 1, -1)))
+    if r < 0.85:  # over-long: continuation bytes then a zero (or a terminator carrying bits past 32 / 64)
+        return b"\x80" * rng.randint(1, 10) + bytes([rng.choice((0, 1, 2, 0x7F))])
+    return b"\xff" * rng.randint(1, 12) + (b"" if rng.random() < 0.5 else b"\x01")
+
+
+def _kafka_fix(b: bytearray, length: bool, crc: bool) -> bytearray:
+    if length and len(b) >= 12:
+        struct.pack_into(">i", b, 8, len(b) - 12)
+    if crc and len(b) >= 21:
+        import crc32c as crc_pkg
+        struct.pack_into(">I", b, 17, crc_pkg.crc32c(bytes(b[21:])))
+    return b
+
+
+class KafkaKind(Kind):
+    """Kafka v2 batches both ways through native/kafka.c, each outcome compared with a pure-Python child's
+    (messages included):
+
+    - ``decode``: valid uncompressed Kafka batches built by pylog's own encoder (``encode_slices`` over random
+      pylog batches and slices), one to three back to back, one of them mutated in its records section (bit
+      flips, bytes set to varint boundaries, varints replaced by hostile or over-long ones, record count and
+      last offset delta set to lies, records truncated, chunks cut or duplicated, records spliced from another
+      batch, base timestamp at the int64 limits) or its header, batch length and CRC mostly recomputed so the
+      record parser is reached; through ``recordbatch.decode_batches``. The signature covers every column.
+    - ``encode``: ``encode_slices`` over pylog batches (valid ones, or tests/torture/fuzz.py's mutated ones
+      that ``BatchView`` still accepts) with random slices (empty and out of range too) and leader epochs;
+      what comes out of a batch without offset gaps must decode back to the same records.
+    """
+
+    name = "kafka"
+    messages = True
+
+    def __init__(self, work: str) -> None:
+        super().__init__(work)
+        # fuzz.py's batch mutations over seeds of fixed timestamps (its own seeds take "now" for some batches:
+        # the pure-Python child, drawing the same inputs later, would get other bytes).
+        self.pylog_mutator = fuzz.BatchDecoder(work)
+        rng = random.Random(19)
+        seeds = []
+        for i in range(24):
+            kw = _pylog_data(rng, rng.choice((1, 2, 3, 10, 50)))
+            seeds.append(records.encode_batch(kw.pop("values"), kw.pop("keys"), kw.pop("timestamps"),
+                                              kw.pop("headers"), codec=i % 2, **kw))
+        self.pylog_mutator.seeds = seeds
+
+    def make(self, rng: random.Random) -> Any:
+        if rng.random() < 0.75:
+            return ("decode",) + self.make_decode(rng)
+        return ("encode",) + self.make_encode(rng)
+
+    def kafka_batch(self, rng: random.Random) -> bytearray:
+        n = rng.choice((1, 1, 2, 3, 5, 17, 60))
+        view = _pylog_view(rng, n)
+        a = 0 if rng.random() < 0.5 else rng.randrange(n)
+        b = n if rng.random() < 0.5 else rng.randint(a + 1, n)
+        return bytearray(recordbatch.encode_slices([(view, a, b)], rng.choice((0, 0, 5, -1))))
+
+    def make_decode(self, rng: random.Random) -> tuple:
+        batches = [self.kafka_batch(rng) for _ in range(rng.choice((1, 1, 1, 2, 3)))]
+        t = rng.randrange(len(batches))
+        b = batches[t]
+        hs = recordbatch.HEADER_SIZE
+        for _ in range(rng.choice((1, 1, 1, 2, 3))):
+            sec = max(0, len(b) - hs)
+            m = rng.randrange(12)
+            if m in (4, 8, 9, 10) and len(b) < hs:  # a header field of a batch cut shorter than its header
+                m = 11
+            if m == 0 and sec:  # bit flips in the records
+                for _ in range(rng.randint(1, 4)):
+                    i = hs + rng.randrange(sec)
+                    b[i] ^= 1 << rng.randrange(8)
+            elif m == 1 and sec:  # a byte at a varint boundary
+                b[hs + rng.randrange(sec)] = rng.choice((0x00, 0x01, 0x02, 0x03, 0x7F, 0x80, 0x81, 0xFE, 0xFF))
+            elif m in (2, 3) and sec:  # a varint (1-3 bytes, or none: inserted) replaced by a hostile one
+                i = hs + rng.randrange(sec + 1)
+                b[i:i + rng.choice((0, 1, 1, 1, 2, 3))] = _hostile_varint(rng, sec)
+            elif m == 4:  # the record count (and mostly the last offset delta with it) set to a lie
+                count = struct.unpack_from(">i", b, 57)[0]
+                v = rng.choice((0, -1, count + 1, count - 1, count * 2, sec // 7, sec // 7 + 1, (1 << 31) - 1,
+                                -(1 << 31), 1 << 20))
+                struct.pack_into(">I", b, 57, v % (1 << 32))
+                if rng.random() < 0.8:
+                    struct.pack_into(">I", b, 23, (v - 1) % (1 << 32))
+            elif m == 5 and sec:  # records truncated
+                del b[hs + rng.randrange(sec):]
+            elif m == 6 and sec:  # a chunk of records cut or duplicated
+                i = hs + rng.randrange(sec)
+                k = rng.randint(1, 16)
+                if rng.random() < 0.5:
+                    del b[i:i + k]
+                else:
+                    b[i:i] = b[i:i + k]
+            elif m == 7:  # records spliced from another batch
+                other = self.kafka_batch(rng)
+                i, j = sorted(hs + rng.randrange(sec + 1) for _ in range(2))
+                k, q = sorted(hs + rng.randrange(len(other) - hs + 1) for _ in range(2))
+                b[i:j] = other[k:q]
+            elif m == 8:  # base timestamp at the int64 limits (record timestamps wrap)
+                struct.pack_into(">q", b, 27, rng.choice(((1 << 63) - 1, -(1 << 63), (1 << 63) - 2, -1, 0)))
+            elif m == 9:  # a header field: attributes (codec, control bits), magic, producer fields
+                off, width = rng.choice(((21, 2), (16, 1), (43, 8), (51, 2), (53, 4), (35, 8), (12, 4)))
+                v = rng.choice(fuzz.INTERESTING_INTS + [1, 2, 3, 4, 5, 7, 0x20, 0x10])
+                b[off:off + width] = (v % (1 << (8 * width))).to_bytes(width, "big")
+            elif m == 10:  # the batch length set to a lie (kept unless not recomputed below)
+                struct.pack_into(">i", b, 8, rng.choice((0, -1, 48, 49, len(b) - 13, len(b) - 11, (1 << 31) - 1)))
+            else:  # generic mutations anywhere in the batch
+                b[:] = fuzz.mutate_bytes(rng, bytes(b))
+        _kafka_fix(b, length=rng.random() < 0.85, crc=rng.random() < 0.9)
+        data = b"".join(batches)
+        if rng.random() < 0.05:
+            data = data[:rng.randrange(len(data) + 1)]
+        max_size = 1 << 20 if rng.random() < 0.95 else rng.randrange(max(1, len(b)))
+        return bytes(data), max_size
+
+    def make_encode(self, rng: random.Random) -> tuple:
+        if rng.random() < 0.5:
+            n = rng.choice((1, 2, 3, 5, 17, 60))
+            kw = _pylog_data(rng, n)
+            raw = records.encode_batch(kw.pop("values"), kw.pop("keys"), kw.pop("timestamps"), kw.pop("headers"),
+                                       **kw)
+        else:
+            raw = self.pylog_mutator.make(rng)
+        r = rng.random()
+        a: Any
+        if r < 0.8:  # a slice inside the batch, as fractions of its count (the count is known only in feed)
+            a, b = sorted((rng.random(), rng.random()))
+            a, b = ("frac", a), ("frac", b)
+        else:
+            a, b = rng.choice((-1, 0, 1, 2, 1 << 31)), rng.choice((-1, 0, 1, 3, 1000, 1 << 40))
+        epoch = rng.choice((0, 0, 0, 3, -1, (1 << 31) - 1)) if rng.random() < 0.98 else rng.choice((1 << 31, 1 << 70))
+        return raw, a, b, epoch
+
+    def typed(self, data: Any) -> bool:
+        if data[0] != "encode":
+            return True
+        _, _, a, b, epoch = data
+        # A slice outside the batch (ValueError) or an epoch no int32 holds (OverflowError): the caller's error.
+        return isinstance(a, tuple) and isinstance(b, tuple) and -(1 << 31) <= epoch < 1 << 31
+
+    def feed(self, data: Any) -> str:
+        if data[0] == "decode":
+            _, raw, max_size = data
+            out = recordbatch.decode_batches(raw, max_size)
+            return "ok:" + ",".join(_kafka_batch_sig(kb) for kb in out)
+        _, raw, a, b, epoch = data
+        view = records.BatchView.from_buffer(raw)
+        n = view.count
+        if isinstance(a, tuple):
+            a, b = int(a[1] * n), max(int(a[1] * n) + 1, int(b[1] * n + 1))
+            b = min(b, n)
+        out = recordbatch.encode_slices([(view, a, b)], epoch)  # a caller's error: run_one's caller_error
+        if out and view.offset_deltas is None and 0 <= a < b <= n:
+            # What pylog serves must read back: the same records (no gaps: offset deltas are the indexes).
+            [kb] = recordbatch.decode_batches(out, 1 << 30)
+            want = view.records(start=a, stop=b)
+            got = list(zip(kb.timestamps.tolist(), _split(kb.value_data, kb.value_lengths),
+                           [None] * len(kb) if kb.key_lengths is None else _split(kb.key_data, kb.key_lengths),
+                           kb.headers or [()] * len(kb), strict=True))
+            if kb.base_offset != want[0].offset or got != [(r.timestamp, r.value, r.key, tuple(r.headers))
+                                                           for r in want]:
+                raise AssertionError(f"records {a}:{b} encoded to Kafka do not decode back to themselves")
+        return f"ok:{len(out)}:{zlib.crc32(out):08x}"
+
+
+def _split(data: Any, lengths: Any) -> list:
+    out, pos = [], 0
+    for n in lengths.tolist():
+        if n < 0:
+            out.append(None)
+        else:
+            out.append(bytes(data[pos:pos + n]))
+            pos += n
+    return out
+
+
+def _kafka_batch_sig(kb: Any) -> str:
+    """Every field and column of a decoded KafkaBatch, as one CRC."""
+    fields = (kb.base_offset, kb.partition_leader_epoch, kb.attributes, kb.last_offset_delta, kb.base_timestamp,
+              kb.max_timestamp, kb.producer_id, kb.producer_epoch, kb.base_sequence, kb.record_count, kb.size,
+              kb.key_lengths is None, kb.key_data is None, kb.headers)
+    crc = zlib.crc32(repr(fields).encode())
+    for col in (kb.value_lengths, kb.value_data, kb.key_lengths, kb.key_data, kb.timestamps):
+        if col is not None:
+            crc = zlib.crc32(memoryview(col).cast("B"), crc)
+    return f"{kb.record_count}/{crc:08x}"
+
+
 #: Argument generators for the functions of pylog._native this script knows: name -> (rng, typed) -> args,
 #: and the reference check of a result (None: any result is fine). A function not listed is skipped with a note.
 def _crc_args(rng: random.Random, typed: list) -> tuple:
@@ -743,8 +1000,129 @@ def _crc_reference(args: tuple, got: Any) -> None:
         raise AssertionError(f"crc32c{args!r:.200} = {got}, the crc32c package says {expect}")
 
 
+def _kparse_args(rng: random.Random, typed: list) -> tuple:
+    """kafka_parse_records(section, count, base_timestamp): a records section of a Kafka batch pylog encoded,
+    maybe mutated, with counts and base timestamps of any int (the reference takes any), of other types
+    (the caller's error) and sections of several buffer types."""
+    n = rng.choice((1, 2, 3, 9))
+    view = _pylog_view(rng, n)
+    kafka = recordbatch.encode_slices([(view, 0, n)])
+    section: Any = kafka[recordbatch.HEADER_SIZE:]
+    if rng.random() < 0.6:
+        section = fuzz.mutate_bytes(rng, section)
+    count: Any = n if rng.random() < 0.5 else rng.choice(
+        fuzz.INTERESTING_INTS + [1 << 64, -(1 << 64), 1 << 100, True, False, len(section) // 7, n + 1, n - 1])
+    base_ts: Any = rng.choice((0, 1_700_000_000_000, (1 << 63) - 1, -(1 << 63), 1 << 64, -(1 << 100), 1 << 63))
+    r = rng.random()
+    if r < 0.1:
+        section = bytearray(section)
+    elif r < 0.2:
+        section = memoryview(section)[rng.randrange(len(section) + 1):]
+    elif r < 0.25:
+        section = memoryview(section)[::2]  # not contiguous
+        typed[0] = False
+    elif r < 0.3:
+        section = rng.choice(("text", None, 5, [b"a"]))
+        typed[0] = False
+    if rng.random() < 0.03:
+        count = rng.choice((1.0, "1", None))
+        typed[0] = False
+    if rng.random() < 0.03:
+        base_ts = rng.choice((1.5, "0", None))
+        typed[0] = False
+    return section, count, base_ts
+
+
+def _kparse_reference(args: tuple, got: Any) -> None:
+    try:
+        expect = recordbatch.parse_records_pure(*args)
+    except PylogError as exc:
+        raise AssertionError(f"kafka_parse_records{args!r:.300} accepted, the reference raised {exc!r}") from None
+    if got != expect:
+        raise AssertionError(f"kafka_parse_records{args!r:.300} = {got!r:.300}, the reference says {expect!r:.300}")
+
+
+class _Str(str):
+    pass
+
+
+class _Bytes(bytes):
+    pass
+
+
+def _kencode_args(rng: random.Random, typed: list) -> tuple:
+    """kafka_encode_slice(body, header, start, stop, headers, leader_epoch): a valid pylog batch's arguments
+    (``typed``: the result must be encode_slice_pure's bytes), or hostile ones: header fields set to lies or
+    out of their widths, bodies cut, extended or flipped, headers lists of the wrong length or types, keys
+    that are not UTF-8-encodable, slices out of range, epochs past int32."""
+    n = rng.choice((1, 2, 3, 9))
+    view = _pylog_view(rng, n)
+    body: Any = view.body
+    header: Any = view.header
+    hlist: Any = view.headers()
+    a = rng.randrange(n)
+    b = rng.randint(a + 1, n)
+    epoch: Any = rng.choice((0, 5, -1))
+    for _ in range(rng.choice((0, 0, 1, 1, 2))):
+        typed[0] = False
+        m = rng.randrange(9)
+        if m == 0 and isinstance(header, tuple) and len(header) == 13:
+            h = list(header)
+            h[rng.randrange(13)] = rng.choice(fuzz.INTERESTING_INTS + [1 << 64, -(1 << 70)])
+            header = tuple(h)
+        elif m == 1 and not isinstance(body, (str, type(None))):
+            body = fuzz.mutate_bytes(rng, bytes(body))
+        elif m == 2:
+            a, b = rng.choice((-1, 0, 1, n, n + 1, 1 << 40)), rng.choice((-1, 0, 1, n, n + 1, 1 << 63))
+        elif m == 3:
+            epoch = rng.choice(((1 << 31), -(1 << 31) - 1, 1 << 64, 1.5, None))
+        elif m == 4:
+            hlist = rng.choice((None, [], [()] * (n + 1), [()] * n, [[]] * n, [(("k",),)] * n, [((b"k", b"v"),)] * n,
+                                [(("k", "v"),)] * n, [(("\ud800", None),)] * n, [((_Str("k"), _Bytes(b"v")),)] * n,
+                                [(("k", None),) * 1000] * n, "x" * n, tuple([()] * n)))
+        elif m == 5 and not isinstance(body, (str, type(None))):
+            body = rng.choice((bytearray(body), memoryview(bytes(body)), memoryview(bytes(body) * 2)[::2], "x", None))
+        elif m == 6:
+            if isinstance(header, tuple):
+                header = rng.choice((header[:12], list(header), header + (0,), None, header[:4] + ("x",) + header[5:]))
+        elif m == 7:  # another batch's header or headers with this body
+            other = _pylog_view(rng, rng.choice((1, n, 2 * n)))
+            if rng.random() < 0.5:
+                header = other.header
+            else:
+                hlist = other.headers()
+        elif not isinstance(body, (str, type(None))):
+            body = bytes(body)[:rng.randrange(len(body) + 1)]
+    return (body, header, a, b, hlist, epoch) if typed[0] is False else (view, a, b, epoch)
+
+
+def _kencode_call(*args: Any) -> Any:
+    if len(args) == 4:  # the documented arguments: a view's own
+        return recordbatch.encode_slice_native(*args)
+    return pylog.accel.native.kafka_encode_slice(*args)
+
+
+def _kencode_reference(args: tuple, got: Any) -> None:
+    if len(args) == 4:
+        try:
+            expect = recordbatch.encode_slice_pure(*args)
+        except PylogError as exc:
+            raise AssertionError(f"kafka_encode_slice of {args[1:]} accepted, the reference raised {exc!r}") from None
+        if got != expect:
+            raise AssertionError(f"kafka_encode_slice of {args[1:]} = {got!r:.200}, the reference: {expect!r:.200}")
+
+
 NATIVE_ARGS: dict[str, tuple[Callable[[random.Random, list], tuple], Callable[[tuple, Any], None] | None]] = {
     "crc32c": (_crc_args, _crc_reference),
+    "kafka_parse_records": (_kparse_args, _kparse_reference),
+    "kafka_encode_slice": (_kencode_args, _kencode_reference),
+}
+#: Functions called through a wrapper (the documented arguments of kafka_encode_slice are a BatchView's).
+NATIVE_CALLS: dict[str, Callable[..., Any]] = {"kafka_encode_slice": _kencode_call}
+#: Functions whose PylogErrors must also equal the reference's (class and message) on typed arguments.
+NATIVE_ERROR_REFERENCES: dict[str, Callable[..., Any]] = {
+    "kafka_parse_records": lambda *a: recordbatch.parse_records_pure(*a),
+    "kafka_encode_slice": lambda *a: recordbatch.encode_slice_pure(*a) if len(a) == 4 else None,
 }
 
 
@@ -782,17 +1160,31 @@ class NativeKind(Kind):
         return data[0]
 
     def feed(self, data: Any) -> None:
-        _, name, args = data
+        typed, name, args = data
         if name is None:
             return None
-        got = self.funcs[name](*args)
+        try:
+            got = NATIVE_CALLS.get(name, self.funcs[name])(*args)
+        except PylogError as exc:
+            ref = NATIVE_ERROR_REFERENCES.get(name)
+            if ref is not None and typed:
+                try:
+                    ref(*args)
+                except PylogError as want:
+                    if (type(want), str(want)) == (type(exc), str(exc)):
+                        raise
+                    raise AssertionError(f"{name}: {type(exc).__name__}: {exc}; the reference raised "
+                                         f"{type(want).__name__}: {want}") from None
+                raise AssertionError(f"{name}: {type(exc).__name__}: {exc}; the reference accepted") from None
+            raise
         check = NATIVE_ARGS[name][1]
-        if check is not None:
+        if check is not None and (typed or name not in NATIVE_ERROR_REFERENCES):
             check(args, got)
         return None
 
 
-KINDS: dict[str, type[Kind]] = {c.name: c for c in (BatchKind, IndexKind, SegmentKind, ApiKind, NativeKind)}
+KINDS: dict[str, type[Kind]] = {c.name: c for c in (BatchKind, IndexKind, SegmentKind, ApiKind, NativeKind,
+                                                     KafkaKind)}
 assert set(KINDS) == set(FULL_COUNTS)
 
 
@@ -816,7 +1208,8 @@ def run_one(kind: Kind, seed: int, index: int) -> tuple[str, str | None, str | N
         sig = kind.feed(data)
         return "accepted", None, sig
     except PylogError as exc:
-        return "rejected:" + type(exc).__name__, None, "err:" + type(exc).__name__
+        return ("rejected:" + type(exc).__name__, None,
+                "err:" + type(exc).__name__ + (f":{exc}" if kind.messages else ""))
     except Hang:
         return "hang", f"took over {TIME_LIMIT_S} s", "hang"
     except CALLER_ERRORS as exc:
@@ -875,7 +1268,7 @@ def fuzz_share(spec: dict, work: str, progress: mmap.mmap) -> dict:
     seed, w, workers = spec["seed"], spec["worker"], spec["workers"]
     counts: dict[str, Counter] = {}
     bad: list = []
-    sigs: dict[str, str] = {}
+    sigs: dict[str, dict[str, str]] = {}
     skipped: list = []
     seconds: dict[str, float] = {}
     for name, n in spec["counts"].items():
@@ -887,8 +1280,8 @@ def fuzz_share(spec: dict, work: str, progress: mmap.mmap) -> dict:
             _mark(progress, name, seed, i)
             outcome, detail, sig = run_one(kind, seed, i)
             c[outcome] += 1
-            if name == "api":
-                sigs[str(i)] = sig or ""
+            if name in DIFF_KINDS:
+                sigs.setdefault(name, {})[str(i)] = sig or ""
             if detail is not None and len(bad) < 10:
                 bad.append((name, seed, i, outcome, detail))
         kind.close()
