@@ -189,3 +189,49 @@ def test_init_producer_id_does_not_hand_out_an_id_it_never_issued(server, store)
     out = _call(server, 0, 7, _produce_body("t", [b"b"], producer_id=fresh["producer_id"],
                                             epoch=fresh["producer_epoch"], base_sequence=0))
     assert out["responses"][0]["partition_responses"][0]["error_code"] == 0
+
+
+def test_a_fetch_response_is_capped_by_a_server_side_limit(tmp_path):
+    """Kafka caps every Fetch response with the broker's ``fetch.max.bytes`` (55 MiB by default, KIP-541),
+    whatever max_bytes / partition_max_bytes the client asks for. pylog has no such cap: one request with
+    max_bytes = partition_max_bytes = 2**31-1 makes the server build (on the event loop) and buffer in the
+    transport a response as large as the partition, up to 2 GiB per connection. The documented bound on a
+    connection's memory ("frame limit + 16 MiB + the socket buffer") does not hold."""
+    store = pylog.open(tmp_path / "store")
+    try:
+        store.create_topic("big", partitions=1)
+        with store.producer(linger_ms=0) as p:
+            for _ in range(140):
+                p.send("big", b"x" * 500_000)
+            p.flush()
+        with pylog.serve(store, port=0) as srv:
+            with socket.create_connection((srv.host, srv.port), timeout=30) as s:
+                s.sendall(encode_request(1, 11, 1, "big", _fetch_body("big", 0, max_wait_ms=0, min_bytes=1,
+                                                                      partition_max_bytes=0x7FFFFFFF,
+                                                                      max_bytes=0x7FFFFFFF)))
+                head = _recv_exact(s, 4)
+                size = struct.unpack(">i", head)[0]
+        assert size <= 57_671_680 + (1 << 20), f"a single fetch response of {size / 2**20:.0f} MiB"
+    finally:
+        store.close()
+
+
+def test_a_clean_stop_does_not_wait_for_a_pending_join_group(store):
+    """Same ordering problem as the long-poll fetch: _shutdown waits for every connection's request *before*
+    coordinator.close(), the call that answers waiting JoinGroups/SyncGroups with NOT_COORDINATOR; a JoinGroup
+    parked in a rebalance (up to the client's rebalance timeout, 5 min for the Java client) holds the stop for
+    all of shutdown_timeout_s."""
+    srv = pylog.serve(store, port=0, shutdown_timeout_s=8, group_initial_rebalance_delay_ms=30000)
+    sock = socket.create_connection((srv.host, srv.port), timeout=15)
+    try:
+        sock.sendall(encode_request(11, 3, 4, "j", {
+            "group_id": "g", "session_timeout_ms": 10000, "rebalance_timeout_ms": 60000, "member_id": "",
+            "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b""}]}))
+        time.sleep(0.3)
+        t0 = time.monotonic()
+        srv.close()
+        elapsed = time.monotonic() - t0
+        assert elapsed < 2.0, f"close() took {elapsed:.1f} s waiting for a JoinGroup in a rebalance"
+    finally:
+        sock.close()
+        srv.close()
