@@ -235,3 +235,20 @@ def test_a_clean_stop_does_not_wait_for_a_pending_join_group(store):
     finally:
         sock.close()
         srv.close()
+
+
+def test_an_acks_0_produce_that_fails_closes_the_connection(server, store):
+    """Kafka (KafkaApis.handleProduceRequest): with acks=0 there is no response, so when any partition failed
+    the broker closes the connection: the producer notices, refreshes its metadata and its later sends fail
+    instead of vanishing. pylog drops the error silently and keeps the connection: an acks=0 producer
+    writing to a deleted or mistyped topic loses every record without any sign."""
+    with socket.create_connection((server.host, server.port), timeout=10) as s:
+        s.sendall(encode_request(0, 7, 1, "a0", _produce_body("no-such-topic", [b"lost"], acks=0)))
+        s.settimeout(3)
+        try:
+            got = s.recv(65536)
+        except socket.timeout:
+            got = None
+        except ConnectionResetError:
+            got = b""
+        assert got == b"", "the connection stayed open after a failed acks=0 produce"
