@@ -176,7 +176,7 @@ def test_init_producer_id_does_not_hand_out_an_id_it_never_issued(server, store)
     the next producer, which is then fenced (INVALID_PRODUCER_EPOCH) on its first send."""
     first = _call(server, 22, 3, {"transactional_id": None, "transaction_timeout_ms": 60000})
     assert first["error_code"] == 0
-    claimed = first["producer_id"] + 1  # not issued yet: the next one new_producer_id() returns
+    claimed = first["producer_id"] + 1000  # not issued yet (ids are handed out in order: the next is first + 1)
     grabbed = _call(server, 22, 3, {"transactional_id": None, "transaction_timeout_ms": 60000,
                                     "producer_id": claimed, "producer_epoch": 4})
     assert grabbed["error_code"] == 0
@@ -252,3 +252,21 @@ def test_an_acks_0_produce_that_fails_closes_the_connection(server, store):
         except ConnectionResetError:
             got = b""
         assert got == b"", "the connection stayed open after a failed acks=0 produce"
+
+
+def test_a_produce_with_two_batches_for_one_partition_is_refused_whole(server, store):
+    """Kafka's rule for Produce v3+: exactly one record batch per partition. Two appended in turn could not be
+    answered truthfully when the second failed after the first landed (a retry would duplicate the first)."""
+    body = _produce_body("t", [b"a"])
+    body["topic_data"][0]["partition_data"][0]["records"] = _batch([b"a"]) + _batch([b"b"])
+    out = _call(server, 0, 7, body)
+    assert out["responses"][0]["partition_responses"][0]["error_code"] == 87  # INVALID_RECORD
+    assert store.topic("t").partition(0).log_end_offset == 0
+
+
+def test_create_partitions_validate_only_refuses_internal_topics_as_the_real_call_does(server, store):
+    store.commit_offsets("g", {pylog.TopicPartition("t", 0): 0})  # makes __consumer_offsets
+    body = {"topics": [{"name": "__consumer_offsets", "count": 99, "assignments": None}], "timeout_ms": 5000}
+    for validate_only in (True, False):
+        out = _call(server, 37, 3, {**body, "validate_only": validate_only})
+        assert out["results"][0]["error_code"] == 17  # INVALID_TOPIC_EXCEPTION

@@ -153,9 +153,9 @@ class AdminHandlers:
             for a in t.get("assignments") or []:
                 if set(a["broker_ids"]) - {0}:
                     return _fail(out, E.INVALID_REPLICA_ASSIGNMENT, "this pylog server is the only broker (node 0)")
+            if is_internal_topic(name):
+                return _fail(out, E.INVALID_TOPIC_EXCEPTION, f"{name!r} is an internal topic of pylog")
             if not validate_only:
-                if is_internal_topic(name):
-                    return _fail(out, E.INVALID_TOPIC_EXCEPTION, f"{name!r} is an internal topic of pylog")
                 topic.add_partitions(count)
         except PylogError as exc:
             _fail(out, code_for(exc), str(exc))

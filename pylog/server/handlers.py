@@ -164,6 +164,11 @@ class DataHandlers:
             results = [{"name": td["name"], "partition_responses": [next(it)[0] for _ in td["partition_data"] or []]}
                        for td in topic_data]
         if acks == 0:
+            if any(p["error_code"] != E.NONE for r in results for p in r["partition_responses"]):
+                # acks=0 has no answer to carry the error: Kafka closes the connection, so the client notices
+                # (and refreshes its metadata) instead of losing every later record silently.
+                log.info("pylog serve: closing the connection from %s: an acks=0 produce failed", conn.client_host)
+                conn.abort()
             return None
         return {"responses": results, "throttle_time_ms": 0}
 
@@ -182,7 +187,12 @@ class DataHandlers:
         try:
             part = self.partition(topic, index)
             batches = recordbatch.decode_batches(records, self.s.config.max_batch_bytes)
-            for batch in batches:  # all checked before any is appended
+            if len(batches) != 1:
+                # Kafka's rule for Produce v3+: exactly one batch per partition, so that a partition's answer
+                # covers all of it (a second batch failing after the first was appended could not be told).
+                return _failed(entry, E.INVALID_RECORD, f"a produce request must carry exactly one record batch "
+                               f"per partition, got {len(batches)}"), None
+            for batch in batches:
                 if batch.is_control:
                     return _failed(entry, E.INVALID_RECORD, "clients may not produce control batches"), None
                 if batch.is_transactional:
@@ -210,19 +220,25 @@ class DataHandlers:
     # ------------------------------------------------------------------ Fetch
 
     async def fetch(self, req: Any, conn: Any) -> dict:
+        """Read every partition asked for; with less than ``min_bytes``, wait (up to ``max_wait_ms``) for an append
+        to a partition that was read to its end, then read again. A partition whose read was cut by a byte limit
+        (or had no budget left) is not waited on: waiting cannot add to what it returns, and its data already
+        there would end every wait at once."""
         b = req.body
         loop = asyncio.get_running_loop()
         max_wait = max(0, b["max_wait_ms"]) / 1000.0
         min_bytes = b["min_bytes"]
         max_bytes = min(b.get("max_bytes", _FETCH_MAX_BYTES), _FETCH_MAX_BYTES)
         deadline = loop.time() + max_wait
+        topics = b["topics"] or []
         while True:
-            responses, total, wants = self._read_all(b["topics"] or [], max_bytes)
+            responses, total, wants = self._read_all(topics, max_bytes)
             remaining = deadline - loop.time()
             if total >= min_bytes or not wants or remaining <= 0 or conn.closing:
                 break
+            # Every wanted offset is at its partition's log end as read: the wait ends only on a new append.
             if not await self.s.waiters.wait(wants, remaining):
-                responses, total, wants = self._read_all(b["topics"] or [], max_bytes)
+                responses, total, wants = self._read_all(topics, max_bytes)
                 break
         return {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": responses}
 
@@ -234,15 +250,17 @@ class DataHandlers:
             name = t["topic"]
             parts = []
             for pr in t["partitions"] or []:
-                entry, size, part = self._read_one(name, pr, max(0, max_bytes - total) if total else max_bytes)
+                entry, size, part, next_offset = self._read_one(name, pr, max(0, max_bytes - total))
                 total += size
                 parts.append(entry)
-                if part is not None and size == 0 and entry["error_code"] == E.NONE:
-                    wants[(name, pr["partition"])] = (part, pr["fetch_offset"])
+                if part is not None and next_offset is not None:
+                    wants[(name, pr["partition"])] = (part, next_offset)
             responses.append({"topic": name, "partitions": parts})
         return responses, total, wants
 
-    def _read_one(self, topic: str, pr: dict, budget: int) -> tuple[dict, int, Partition | None]:
+    def _read_one(self, topic: str, pr: dict, budget: int) -> tuple[dict, int, Partition | None, int | None]:
+        """The partition's entry, its records' size, and (its handle, the offset after what was returned) when it
+        was read to its log end, so that an append there can add to the response; (None, None) otherwise."""
         index, offset = pr["partition"], pr["fetch_offset"]
         entry: dict[str, Any] = {"partition_index": index, "high_watermark": -1, "last_stable_offset": -1,
                                  "log_start_offset": -1, "aborted_transactions": None,
@@ -253,26 +271,29 @@ class DataHandlers:
             entry.update(high_watermark=end, last_stable_offset=end, log_start_offset=start)
             if offset < start or offset > end:
                 entry["error_code"] = E.OFFSET_OUT_OF_RANGE
-                return entry, 0, None
+                return entry, 0, None, None
             entry["error_code"] = E.NONE
             limit = min(pr.get("partition_max_bytes", budget), budget)
-            if offset == end or limit <= 0:
-                return entry, 0, part
+            if offset == end:
+                return entry, 0, part, end
+            if limit <= 0:
+                return entry, 0, None, None
             slices = _within(part.read_slices(offset, _MAX_FETCH_RECORDS, max(1, limit)), limit)
             if not slices:
-                return entry, 0, part
+                return entry, 0, None, None
             # One part per slice, not joined: the response's encoder writes the parts as they are (a join would
             # hold a second copy of up to the whole response while it is built).
             encode = recordbatch.encode_slice
             parts = [encode(v, a, b) for v, a, b in slices if b > a]
             entry["records"] = parts
-            return entry, sum(map(len, parts)), part
+            after = _offset_after(parts[-1]) if parts else offset
+            return entry, sum(map(len, parts)), (part if after >= end else None), (after if after >= end else None)
         except OffsetOutOfRangeError:
             entry["error_code"] = E.OFFSET_OUT_OF_RANGE
         except PylogError as exc:
             entry["error_code"] = code_for(exc)
             log.debug("pylog serve: fetch from %s-%s: %s", topic, index, exc)
-        return entry, 0, None
+        return entry, 0, None, None
 
     # ------------------------------------------------------------------ ListOffsets
 
@@ -338,10 +359,9 @@ class DataHandlers:
         if b.get("transactional_id") is not None:
             return {"throttle_time_ms": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "producer_id": -1, "producer_epoch": -1}
-        pid, epoch = b.get("producer_id", -1), b.get("producer_epoch", -1)
-        if pid >= 0 and 0 <= epoch < 0x7FFE:
-            # KIP-360: an idempotent producer whose sequence state was lost bumps its epoch, keeping its id.
-            return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": epoch + 1}
+        # Without a transactional id Kafka always hands out a new id, whatever id and epoch the request names
+        # (KIP-360's epoch bump is for transactional producers): echoing a claimed id would let a client take
+        # an id the store has not issued yet and fence its future owner.
         try:
             pid = await self.run(self.s.store.new_producer_id)
         except PylogError as exc:
@@ -381,6 +401,12 @@ def _within(slices: list, limit: int) -> list:
 
 #: A Kafka v2 batch's header (61 bytes) plus slack for varint widths that differ from pylog's.
 _KAFKA_BATCH_OVERHEAD = 64
+
+
+def _offset_after(kafka_batch: bytes) -> int:
+    """The offset after a Kafka v2 batch's last record: baseOffset (bytes 0-8) + lastOffsetDelta (23-27) + 1."""
+    return int.from_bytes(kafka_batch[0:8], "big", signed=True) + \
+        int.from_bytes(kafka_batch[23:27], "big", signed=True) + 1
 
 
 def _timestamp_at(part: Partition, offset: int) -> int:

@@ -277,6 +277,10 @@ class Server:
         conns = list(state.connections)
         for c in conns:
             c.close()
+        # Before waiting for the connections: a JoinGroup parked in a rebalance is answered (NOT_COORDINATOR)
+        # and long-poll fetches are woken (they see their connection closing and answer with what they have).
+        state.coordinator.close()
+        state.waiters.wake_all()
         if conns:
             done = asyncio.gather(*(c.finished() for c in conns), return_exceptions=True)
             try:

@@ -98,6 +98,14 @@ class FetchWaiters:
             if not w.future.done():
                 w.future.set_result(None)
 
+    def wake_all(self) -> None:
+        """On the loop: end every wait now (a clean stop; each fetch reads once more and answers)."""
+        with self._lock:
+            waiters = {w for ws in self._by_key.values() for w in ws}
+        for w in waiters:
+            if not w.future.done():
+                w.future.set_result(None)
+
     def close(self) -> None:
         """Stop the watcher thread; waiting fetches end at their timeouts (the server cancels them first)."""
         self._closed = True
