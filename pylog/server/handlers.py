@@ -6,8 +6,10 @@ Layout of the work:
 - Appends (Produce) and everything that may block on the disk or on another process's lock (topic creation
   and deletion, fsyncs for ``acks=all``, producer ids, retention) run in the server's storage thread pool,
   never on the event loop; a request's appends go there in one hop.
-- Reads (Fetch, ListOffsets, Metadata) run on the loop: they read mapped segment files and never wait for a
-  lock. A Fetch with too little to return waits in :class:`~pylog.server.waiting.FetchWaiters`.
+- Reads (Fetch, ListOffsets) run in the read thread pool: a cold segment page faults on the disk, and a large
+  response takes milliseconds to build; the loop only waits for them. Metadata runs in the storage pool (it
+  may create a topic). A Fetch with too little to return waits in
+  :class:`~pylog.server.waiting.FetchWaiters`, on the loop.
 
 Invariants:
 - A Produce either appends a partition's batches or answers that partition with an error code; a batch is
@@ -56,8 +58,13 @@ class DataHandlers:
     # ------------------------------------------------------------------ helpers
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` in the storage thread pool."""
+        """``fn(*args)`` in the storage thread pool (appends, fsyncs, anything that may wait for a lock)."""
         return await asyncio.get_running_loop().run_in_executor(self.s.executor, fn, *args)
+
+    async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the read thread pool: reads of segment files (a cold page faults on the disk) and
+        the store's directory, kept off the event loop and out of the appenders' way."""
+        return await asyncio.get_running_loop().run_in_executor(self.s.readers, fn, *args)
 
     def partition(self, topic: str, index: int) -> Partition:
         """The partition, or UnknownTopicError for a missing topic or partition number."""
@@ -78,23 +85,24 @@ class DataHandlers:
 
     async def metadata(self, req: Any, conn: Any) -> dict:
         b = req.body
-        store = self.s.store
         requested = b.get("topics")
-        if requested is None or (req.api_version == 0 and not requested):
-            names = [n for n in store.topics()]
-        else:
-            names = [t["name"] for t in requested]
+        names = None if requested is None or (req.api_version == 0 and not requested) else \
+            [t["name"] for t in requested]
         allow_create = self.s.config.auto_create_topics and b.get("allow_auto_topic_creation", True)
-        topics = []
-        for name in names:
-            topics.append(await self._topic_metadata(name, allow_create))
+        topics = await self.run(self._topics_metadata, names, allow_create)
         host, port = self.s.advertised
         return {"throttle_time_ms": 0,
                 "brokers": [{"node_id": 0, "host": host, "port": port, "rack": None}],
                 "cluster_id": self.s.cluster_id, "controller_id": 0, "topics": topics,
                 "cluster_authorized_operations": -2147483648}
 
-    async def _topic_metadata(self, name: Any, allow_create: bool) -> dict:
+    def _topics_metadata(self, names: list | None, allow_create: bool) -> list[dict]:
+        """In the storage pool (it may create topics): each topic's entry, every topic's when ``names`` is None."""
+        if names is None:
+            names = self.s.store.topics()
+        return [self._topic_metadata(name, allow_create) for name in names]
+
+    def _topic_metadata(self, name: Any, allow_create: bool) -> dict:
         store = self.s.store
         entry: dict[str, Any] = {"name": name, "is_internal": False, "partitions": [],
                                  "topic_authorized_operations": -2147483648}
@@ -110,7 +118,7 @@ class DataHandlers:
                 entry["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
                 return entry
             try:
-                await self.run(self._auto_create, name)
+                self._auto_create(name)
             except PylogError as exc:
                 entry["error_code"] = code_for(exc)
                 return entry
@@ -232,13 +240,13 @@ class DataHandlers:
         deadline = loop.time() + max_wait
         topics = b["topics"] or []
         while True:
-            responses, total, wants = self._read_all(topics, max_bytes)
+            responses, total, wants = await self.read(self._read_all, topics, max_bytes)
             remaining = deadline - loop.time()
             if total >= min_bytes or not wants or remaining <= 0 or conn.closing:
                 break
             # Every wanted offset is at its partition's log end as read: the wait ends only on a new append.
             if not await self.s.waiters.wait(wants, remaining):
-                responses, total, wants = self._read_all(topics, max_bytes)
+                responses, total, wants = await self.read(self._read_all, topics, max_bytes)
                 break
         return {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": responses}
 
@@ -298,13 +306,11 @@ class DataHandlers:
     # ------------------------------------------------------------------ ListOffsets
 
     async def list_offsets(self, req: Any, conn: Any) -> dict:
-        topics = []
-        for t in req.body["topics"] or []:
-            parts = []
-            for pr in t["partitions"] or []:
-                parts.append(self._offset_for(t["name"], pr, req.api_version))
-            topics.append({"name": t["name"], "partitions": parts})
-        return {"throttle_time_ms": 0, "topics": topics}
+        def lookups() -> list[dict]:
+            return [{"name": t["name"], "partitions": [self._offset_for(t["name"], pr, req.api_version)
+                                                       for pr in t["partitions"] or []]}
+                    for t in req.body["topics"] or []]
+        return {"throttle_time_ms": 0, "topics": await self.read(lookups)}
 
     def _offset_for(self, topic: str, pr: dict, version: int) -> dict:
         index, ts = pr["partition_index"], pr["timestamp"]

@@ -13,7 +13,8 @@ Invariants:
   is answering, waits for the storage pool's appends, and then closes the store it opened (a clean close:
   everything fsynced) or flushes the one it was given. Whatever was acknowledged is on disk per the topics'
   settings before the stop returns, and fsynced after it.
-- Nothing the server does for one client blocks the event loop on the disk or on another process's lock.
+- Nothing the server does for one client blocks the event loop on the disk or on another process's lock:
+  appends, fsyncs, topic and group-offset changes run in the storage thread pool, reads in the read pool.
 """
 
 from __future__ import annotations
@@ -104,6 +105,8 @@ class ServerState:
         self.connections: set[Connection] = set()
         self.executor = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
                                                               thread_name_prefix="pylog-serve-storage")
+        self.readers = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
+                                                             thread_name_prefix="pylog-serve-read")
         self.waiters = FetchWaiters(loop)
         self.coordinator = GroupCoordinator(store,
                                             initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms)
@@ -294,6 +297,7 @@ class Server:
         state.waiters.close()
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, state.executor.shutdown, True)
+        await loop.run_in_executor(None, state.readers.shutdown, True)
         store = state.store
         if self._owns_store:
             await loop.run_in_executor(None, store.close)
