@@ -125,3 +125,21 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()
+
+
+@pytest.fixture
+def store(tmp_path):
+    """A store under the test's temporary directory, closed after the test (a module may define its own)."""
+    import pylog
+    s = pylog.open(tmp_path / "store")
+    yield s
+    s.close()
+
+
+@pytest.fixture
+def server(store):
+    """``pylog.serve`` on ``store`` (tests/test_server_*.py), on a free 127.0.0.1 port, with a short initial
+    rebalance delay so that groups form quickly."""
+    import pylog
+    with pylog.serve(store, port=0, group_initial_rebalance_delay_ms=50) as srv:
+        yield srv

@@ -1,4 +1,5 @@
-"""Helpers for the tests of ``pylog serve`` with real Kafka clients: a TCP proxy that can cut connections.
+"""Helpers for the tests of ``pylog serve``: a TCP proxy that can cut connections, ``wait_until``, and reading
+raw Kafka frames from a socket (the ``store`` and ``server`` fixtures are in tests/conftest.py).
 
 Everything binds to 127.0.0.1 and stops by itself (daemon threads, sockets closed on ``close()``).
 """
@@ -6,10 +7,30 @@ Everything binds to 127.0.0.1 and stops by itself (daemon threads, sockets close
 from __future__ import annotations
 
 import socket
+import struct
 import threading
 import time
 
-__all__ = ["CuttingProxy", "wait_until"]
+__all__ = ["CuttingProxy", "wait_until", "recv_exact", "recv_frame"]
+
+
+def recv_exact(sock: socket.socket, n: int) -> bytes | None:
+    """Exactly ``n`` bytes from ``sock``, or None when the peer closed first."""
+    buf = bytearray()
+    while len(buf) < n:
+        chunk = sock.recv(n - len(buf))
+        if not chunk:
+            return None
+        buf += chunk
+    return bytes(buf)
+
+
+def recv_frame(sock: socket.socket) -> bytes | None:
+    """One Kafka frame's payload (after its 4-byte size), or None when the peer closed first."""
+    head = recv_exact(sock, 4)
+    if head is None:
+        return None
+    return recv_exact(sock, struct.unpack(">i", head)[0])
 
 
 def wait_until(pred, timeout: float = 20.0, step: float = 0.02, what: str = "condition"):

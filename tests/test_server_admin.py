@@ -10,7 +10,6 @@ import time
 
 import pytest
 
-import pylog
 
 pytest.importorskip("aiokafka")
 confluent_kafka = pytest.importorskip("confluent_kafka")
@@ -22,17 +21,7 @@ from confluent_kafka import admin as cadmin  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = pylog.open(tmp_path / "store")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def server(store):
-    with pylog.serve(store, port=0, group_initial_rebalance_delay_ms=50) as srv:
-        yield srv
+# The store and server fixtures: tests/conftest.py.
 
 
 def _fill_and_commit(server, store, topic: str, group: str, n: int = 20) -> Consumer:

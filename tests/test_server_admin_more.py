@@ -43,17 +43,7 @@ from kafka.admin import ResourceType as KResourceType  # noqa: E402
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = pylog.open(tmp_path / "store")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def server(store):
-    with pylog.serve(store, port=0, group_initial_rebalance_delay_ms=50) as srv:
-        yield srv
+# The store and server fixtures: tests/conftest.py.
 
 
 @pytest.fixture

@@ -8,7 +8,6 @@ import time
 
 import pytest
 
-import pylog
 from pylog.clients.partitioner import partition_for_key
 
 aiokafka = pytest.importorskip("aiokafka")
@@ -17,17 +16,7 @@ from aiokafka import AIOKafkaConsumer, AIOKafkaProducer, TopicPartition  # noqa:
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = pylog.open(tmp_path / "store")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def server(store):
-    with pylog.serve(store, port=0, group_initial_rebalance_delay_ms=50) as srv:
-        yield srv
+# The store and server fixtures: tests/conftest.py.
 
 
 async def _consume(bs, topic, n, timeout=20.0, **kw):

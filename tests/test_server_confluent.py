@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-import pylog
 from pylog.clients.partitioner import partition_for_key
 
 ck = pytest.importorskip("confluent_kafka")
@@ -18,17 +17,7 @@ pytestmark = pytest.mark.slow
 QUIET = {"log_level": 3}  # librdkafka logs disconnects at shutdown at level 6
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = pylog.open(tmp_path / "store")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def server(store):
-    with pylog.serve(store, port=0, group_initial_rebalance_delay_ms=50) as srv:
-        yield srv
+# The store and server fixtures: tests/conftest.py.
 
 
 def _produce(server, topic, items, **conf):
@@ -80,13 +69,13 @@ def test_keys_headers_and_partitioning(server, store):
         items.append((f"v{i}".encode(), key, headers, None))
     # librdkafka's default partitioner is CRC32-based; murmur2_random is the Java client's (and pylog's).
     placed = _produce(server, "orders", items, partitioner="murmur2_random")
-    for (value, key, headers, _), (partition, _) in zip(items, placed):
+    for (_value, key, _headers, _), (partition, _) in zip(items, placed, strict=True):
         if key is not None:
             assert partition == partition_for_key(key, 4)
     got, c = _consume(server, ["orders"], 400)
     c.close()
     seen = {(m.partition(), m.offset()): (m.key(), m.value(), m.headers()) for m in got}
-    for (value, key, headers, _), pos in zip(items, placed):
+    for (value, key, headers, _), pos in zip(items, placed, strict=True):
         assert seen[pos] == (key, value, headers)
         rec = store.topic("orders").partition(pos[0]).read(pos[1], max_records=1)[0]
         assert (rec.key, rec.value, list(rec.headers) or None) == (key, value, headers)

@@ -48,21 +48,7 @@ def _addr(srv):
     return srv.host, srv.port
 
 
-def _recv_exact(sock, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
-
-
-def _recv_frame(sock):
-    head = _recv_exact(sock, 4)
-    if head is None:
-        return None
-    return _recv_exact(sock, struct.unpack(">i", head)[0])
+from serverutil import recv_frame as _recv_frame  # noqa: E402
 
 
 def _closed_by_server(sock, timeout=10.0):

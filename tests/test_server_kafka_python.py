@@ -7,7 +7,6 @@ import time
 
 import pytest
 
-import pylog
 from pylog.clients.partitioner import partition_for_key
 
 kafka = pytest.importorskip("kafka")
@@ -17,17 +16,7 @@ from kafka.admin import ConfigResource, ConfigResourceType, NewPartitions, NewTo
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = pylog.open(tmp_path / "store")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def server(store):
-    with pylog.serve(store, port=0, group_initial_rebalance_delay_ms=50) as srv:
-        yield srv
+# The store and server fixtures: tests/conftest.py.
 
 
 def _consume_all(server, topic, n, **kw):

@@ -12,7 +12,6 @@ import time
 
 import pytest
 
-import pylog
 
 from childproc import Child
 
@@ -25,17 +24,7 @@ PARTITIONS = 3
 N = 3000
 
 
-@pytest.fixture
-def store(tmp_path):
-    s = pylog.open(tmp_path / "store")
-    yield s
-    s.close()
-
-
-@pytest.fixture
-def server(store):
-    with pylog.serve(store, port=0, group_initial_rebalance_delay_ms=50) as srv:
-        yield srv
+# The store and server fixtures: tests/conftest.py.
 
 
 def _expected() -> dict[int, list[bytes]]:

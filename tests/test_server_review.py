@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import socket
 import struct
-import threading
 import time
 
 import pytest
@@ -19,21 +18,7 @@ from pylog.server.recordbatch import _put_varint
 import crc32c
 
 
-def _recv_exact(sock, n):
-    buf = bytearray()
-    while len(buf) < n:
-        chunk = sock.recv(n - len(buf))
-        if not chunk:
-            return None
-        buf += chunk
-    return bytes(buf)
-
-
-def _recv_frame(sock):
-    head = _recv_exact(sock, 4)
-    if head is None:
-        return None
-    return _recv_exact(sock, struct.unpack(">i", head)[0])
+from serverutil import recv_exact as _recv_exact, recv_frame as _recv_frame  # noqa: E402
 
 
 def _call(srv, api_key, version, body, timeout=10.0, corr=1):
