@@ -21,8 +21,8 @@ from ..errors import CommandError  # defined here before pylog.errors: importabl
 from ..storage.filenames import LOCK_FILE, STORE_FILE
 from ..store import Store
 
-__all__ = ["ExitCode", "CommandError", "open_store", "non_negative", "positive", "timestamp_ms", "key_value",
-           "partition_writers"]
+__all__ = ["ExitCode", "CommandError", "open_store", "check_store_path", "non_negative", "positive", "timestamp_ms",
+           "key_value", "partition_writers"]
 
 
 class ExitCode(IntEnum):
@@ -48,13 +48,19 @@ def open_store(path: str, create: bool = False) -> Iterator[Store]:
         commands whose job is writing; a directory with other files in it is never turned into a store).
     :raises CommandError: when ``path`` is not a store and may not become one.
     """
+    check_store_path(path, create)
+    with Store(path, log_cleaner_enable=False) as store:
+        yield store
+
+
+def check_store_path(path: str, create: bool) -> None:
+    """Refuse ``path`` unless it holds a store or (with ``create``) is missing or an empty directory: a command
+    never turns a directory holding other files into a store. :raises CommandError:"""
     if not os.path.isfile(os.path.join(path, STORE_FILE)):
         if not create:
             raise CommandError(f"{path} is not a pylog store (no {STORE_FILE})")
         if os.path.exists(path) and (not os.path.isdir(path) or os.listdir(path)):
             raise CommandError(f"{path} is not a pylog store, and not empty: it is left alone")
-    with Store(path, log_cleaner_enable=False) as store:
-        yield store
 
 
 # ---------------------------------------------------------------------------------------- argument types

@@ -3,9 +3,9 @@
 Any Kafka client (kafka-python, aiokafka, confluent-kafka, the Java client, kcat ...) then produces to and
 consumes from the store with ``bootstrap_servers="HOST:PORT"``; pylog's own clients, this command line and
 the Spark source keep working on the same directory at the same time. The store is created when the
-directory is missing or empty. Listens on 127.0.0.1:9092 unless told otherwise; before listening on another
-address, enable TLS (``--tls-cert`` / ``--tls-key``) and SASL (``--sasl-users``). docs/SERVER.md has the
-details.
+directory is missing or empty; a directory holding other files is refused. Listens on 127.0.0.1:9092 unless
+told otherwise; before listening on another address, enable TLS (``--tls-cert`` / ``--tls-key``) and SASL
+(``--sasl-users``). docs/SERVER.md has the details.
 
 A clean stop (SIGTERM, SIGINT) answers the requests under way, then closes the store: everything
 acknowledged is fsynced before the command exits.
@@ -20,7 +20,7 @@ from typing import Any, TextIO
 
 from ..errors import CommandError
 from ..server import Server
-from .base import ExitCode, non_negative, positive
+from .base import ExitCode, check_store_path, non_negative, positive
 
 __all__ = ["register"]
 
@@ -76,6 +76,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
         logging.getLogger("pylog.server").warning(
             "pylog serve: listening on %s without SASL: anyone who reaches this address can read and write the "
             "store (see --sasl-users and --tls-cert)", args.host)
+    check_store_path(args.store, create=True)
     server = Server(args.store, **options)
     server.serve_forever(handle_signals=True)
     return ExitCode.OK

@@ -1,0 +1,80 @@
+"""``pylog serve`` on the command line: it serves Kafka clients, stops cleanly on SIGTERM with everything
+acknowledged on disk, and refuses what it cannot serve with one line and exit code 3."""
+
+from __future__ import annotations
+
+import re
+import signal
+import socket
+import subprocess
+import sys
+
+import pytest
+
+import pylog
+
+kafka = pytest.importorskip("kafka")
+
+pytestmark = pytest.mark.slow
+
+
+def _start(path, *args):
+    proc = subprocess.Popen([sys.executable, "-m", "pylog", "serve", str(path), "--port", "0", *args],
+                            stderr=subprocess.PIPE, text=True)
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        m = re.search(r"listening on ([\d.]+):(\d+)", line)
+        if m:
+            return proc, f"{m.group(1)}:{m.group(2)}"
+    proc.wait(10)
+    raise AssertionError("pylog serve did not start:\n" + "".join(lines))
+
+
+def test_sigterm_stops_cleanly_with_everything_acknowledged_on_disk(tmp_path):
+    path = tmp_path / "store"
+    proc, bootstrap = _start(path)
+    try:
+        producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks=1, linger_ms=5)
+        futures = [producer.send("events", b"%d" % i, key=b"k") for i in range(2000)]
+        producer.flush(timeout=30)
+        acked = [f.get(timeout=10) for f in futures]
+        producer.close()
+        proc.send_signal(signal.SIGTERM)
+        rest = proc.stderr.read()
+        assert proc.wait(30) == 0, rest
+        assert "stopped" in rest
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert [m.offset for m in acked] == list(range(2000))
+    with pylog.open(path, read_only=True) as store:
+        p = store.topic("events").partition(0)
+        assert [r.value for r in p.read(0, max_records=5000)] == [b"%d" % i for i in range(2000)]
+        assert p.check() == []
+    verify = subprocess.run([sys.executable, "-m", "pylog", "verify", str(path)], capture_output=True, text=True)
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+
+
+def test_a_port_in_use_a_file_and_a_directory_of_other_files_are_refused_in_one_line(tmp_path):
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen(1)
+        port = taken.getsockname()[1]
+        out = subprocess.run([sys.executable, "-m", "pylog", "serve", str(tmp_path / "s"), "--port", str(port)],
+                             capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3
+    assert "pylog:" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    afile = tmp_path / "not-a-store"
+    afile.write_text("hello")
+    out = subprocess.run([sys.executable, "-m", "pylog", "serve", str(afile), "--port", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3 and "not a pylog store" in out.stderr and "Traceback" not in out.stderr, out.stderr
+    other = tmp_path / "photos"
+    other.mkdir()
+    (other / "holiday.jpg").write_bytes(b"jpeg")
+    out = subprocess.run([sys.executable, "-m", "pylog", "serve", str(other), "--port", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 3 and "left alone" in out.stderr, out.stderr
+    assert sorted(p.name for p in other.iterdir()) == ["holiday.jpg"]  # no store was made of it
