@@ -78,3 +78,40 @@ def test_a_port_in_use_a_file_and_a_directory_of_other_files_are_refused_in_one_
                          capture_output=True, text=True, timeout=60)
     assert out.returncode == 3 and "left alone" in out.stderr, out.stderr
     assert sorted(p.name for p in other.iterdir()) == ["holiday.jpg"]  # no store was made of it
+
+
+def test_a_second_sigterm_does_not_wait_for_a_client_that_stopped_reading(tmp_path):
+    """A consumer that asked for 40 MB and reads nothing holds its connection's answer; the first SIGTERM waits
+    for it (up to the shutdown timeout), a second one closes it at once, and the stop stays clean."""
+    import time
+
+    from pylog.server.protocol import encode_request
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("big")
+        store.topic("big").partition(0).append_values([b"x" * 100_000] * 400)  # 40 MB
+    proc, bootstrap = _start(path)
+    host, port = bootstrap.split(":")
+    try:
+        sock = socket.create_connection((host, int(port)))
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        body = {"replica_id": -1, "max_wait_ms": 0, "min_bytes": 1, "max_bytes": 50 << 20, "isolation_level": 0,
+                "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                "topics": [{"topic": "big", "partitions": [{"partition": 0, "fetch_offset": 0, "log_start_offset": -1,
+                                                            "partition_max_bytes": 50 << 20}]}]}
+        sock.sendall(encode_request(1, 11, 1, "slow", body))
+        time.sleep(1.0)  # the server is writing the answer, blocked on the client's full socket
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(1.0)
+        assert proc.poll() is None  # still waiting for the request under way (shutdown_timeout_s is 10 s)
+        t0 = time.monotonic()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(5) == 0
+        assert time.monotonic() - t0 < 5
+        sock.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with pylog.open(path, read_only=True) as store:
+        assert store.topic("big").partition(0).log_end_offset == 400

@@ -161,6 +161,7 @@ class Server:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._stop: asyncio.Event | None = None
+        self._hurry: asyncio.Event | None = None
         self._ready = threading.Event()
         self._failure: BaseException | None = None
         self._state: ServerState | None = None
@@ -242,6 +243,7 @@ class Server:
         loop = asyncio.get_running_loop()
         self._loop = loop
         self._stop = asyncio.Event()
+        self._hurry = asyncio.Event()  # a second SIGTERM/SIGINT: stop without waiting for the requests under way
         states: list[ServerState] = []  # the state, once made: connections are accepted only after that
         try:
             if self.store is None:
@@ -265,7 +267,7 @@ class Server:
 
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
-                loop.add_signal_handler(sig, self._stop.set)
+                loop.add_signal_handler(sig, self._on_signal)
         log.info("pylog serve: listening on %s:%d (store %s)", self.host, self.port, store.path)
         self._ready.set()
         try:
@@ -273,6 +275,13 @@ class Server:
         finally:
             await self._shutdown(listener, state)
             self._stopped.set()
+
+    def _on_signal(self) -> None:
+        assert self._stop is not None and self._hurry is not None
+        if self._stop.is_set():
+            log.warning("pylog serve: second signal: closing the connections without waiting for their requests")
+            self._hurry.set()
+        self._stop.set()
 
     async def _shutdown(self, listener: asyncio.Server, state: ServerState) -> None:
         log.info("pylog serve: stopping")
@@ -285,12 +294,20 @@ class Server:
         state.coordinator.close()
         state.waiters.wake_all()
         if conns:
-            done = asyncio.gather(*(c.finished() for c in conns), return_exceptions=True)
-            try:
-                await asyncio.wait_for(done, self.config.shutdown_timeout_s)
-            except asyncio.TimeoutError:
-                log.warning("pylog serve: %d connections did not finish within %.0f s; closing them",
-                            len(conns), self.config.shutdown_timeout_s)
+            async def finished() -> None:
+                await asyncio.gather(*(c.finished() for c in conns), return_exceptions=True)
+
+            async def hurried() -> None:
+                if self._hurry is not None:
+                    await self._hurry.wait()
+
+            done, hurry = asyncio.ensure_future(finished()), asyncio.ensure_future(hurried())
+            await asyncio.wait({done, hurry}, timeout=self.config.shutdown_timeout_s,
+                               return_when=asyncio.FIRST_COMPLETED)
+            hurry.cancel()
+            if not done.done():
+                log.warning("pylog serve: connections still answering a request after %.0f s (or a second signal); "
+                            "closing them", self.config.shutdown_timeout_s)
             for c in conns:
                 c.abort()
         state.coordinator.close()
