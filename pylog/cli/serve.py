@@ -32,8 +32,8 @@ def register(sub: Any) -> None:
     s.add_argument("store")
     s.add_argument("--host", default="127.0.0.1", help="address to listen on (default 127.0.0.1)")
     s.add_argument("--port", type=non_negative, default=9092, help="port (default 9092; 0 picks a free one)")
-    s.add_argument("--advertised-host", metavar="HOST", help="host name clients are told to connect to "
-                                                             "(default: the --host address)")
+    s.add_argument("--advertised-host", metavar="HOST", help="host name clients are told to connect to (default: "
+                                                             "the --host address; 127.0.0.1 for 0.0.0.0)")
     s.add_argument("--advertised-port", type=positive, metavar="PORT", help="port clients are told (default: --port)")
     s.add_argument("--no-auto-create-topics", action="store_true",
                    help="a Metadata request naming a missing topic gets UNKNOWN_TOPIC_OR_PARTITION instead of "
