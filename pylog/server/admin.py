@@ -164,7 +164,7 @@ class AdminHandlers:
     # ------------------------------------------------------------------ DescribeConfigs / AlterConfigs
 
     async def describe_configs(self, req: Any, conn: Any) -> dict:
-        results = [self._describe_one(r, req.api_version) for r in req.body["resources"] or []]
+        results = await self.run(lambda: [self._describe_one(r, req.api_version) for r in req.body["resources"] or []])
         return {"throttle_time_ms": 0, "results": results}
 
     def _describe_one(self, r: dict, version: int) -> dict:
@@ -380,6 +380,9 @@ class AdminHandlers:
     async def alter_replica_log_dirs(self, req: Any, conn: Any) -> dict:
         """The store's path is the only log dir: moving a partition there is done already; elsewhere is
         LOG_DIR_NOT_FOUND."""
+        return await self.run(self._alter_replica_log_dirs, req)
+
+    def _alter_replica_log_dirs(self, req: Any) -> dict:
         here = os.path.realpath(self.s.store.path)
         results: dict[str, list[dict]] = {}
         for d in req.body["dirs"] or []:
@@ -401,6 +404,9 @@ class AdminHandlers:
         """Node 0 leads every partition, its only replica: no election is needed (ELECTION_NOT_NEEDED per
         partition named, as Kafka answers for a partition whose preferred leader leads); unknown partitions get
         UNKNOWN_TOPIC_OR_PARTITION. ``topic_partitions`` null (every partition): nothing to report."""
+        return await self.run(self._elect_leaders, req)
+
+    def _elect_leaders(self, req: Any) -> dict:
         store = self.s.store
         results = []
         for t in req.body["topic_partitions"] or []:
