@@ -215,15 +215,22 @@ class DataHandlers:
                 if acks == -1:
                     part.flush()
             finally:
-                part.hand_over()  # another writer (a pylog producer) waiting for its turn gets it now
-            entry.update(error_code=E.NONE, base_offset=first, log_start_offset=part.log_start_offset)
-            if part.config.log_append_time and first is not None:
-                entry["log_append_time_ms"] = _timestamp_at(part, first)
-            return entry, part.log_end_offset
+                _hand_over(part)  # another writer (a pylog producer) waiting for its turn gets it now
+            entry.update(error_code=E.NONE, base_offset=first)
         except PylogError as exc:
             entry.update(error_code=code_for(exc), error_message=str(exc))
             log.debug("pylog serve: produce to %s-%s: %s", topic, index, exc)
-        return entry, None
+            return entry, None
+        # Appended: what follows only reports, and must not turn the answer into an error (a client that is not
+        # idempotent would send the records again).
+        try:
+            entry["log_start_offset"] = part.log_start_offset
+            if part.config.log_append_time and first is not None:
+                entry["log_append_time_ms"] = _timestamp_at(part, first)
+            return entry, part.log_end_offset
+        except PylogError:
+            log.debug("pylog serve: after a produce to %s-%s", topic, index, exc_info=True)
+            return entry, None
 
     # ------------------------------------------------------------------ Fetch
 
@@ -373,6 +380,15 @@ class DataHandlers:
         except PylogError as exc:
             return {"throttle_time_ms": 0, "error_code": code_for(exc), "producer_id": -1, "producer_epoch": -1}
         return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
+
+
+def _hand_over(part: Partition) -> None:
+    """Let a writer waiting for ``part`` have it; never raises: the append's outcome is already decided (a store
+    closing under the call, a deleted topic: nothing left to hand over)."""
+    try:
+        part.hand_over()
+    except PylogError:
+        log.debug("pylog serve: handing over %s-%d failed", part.topic, part.number, exc_info=True)
 
 
 def _failed(entry: dict, code: int, message: str) -> dict:
