@@ -321,24 +321,41 @@ def test_a_plain_login_then_requests_are_served(sasl_server):
 
 # ------------------------------------------------------------------------------------------ amplification
 
-def test_decoding_costs_at_most_about_a_hundred_times_the_frame():
-    # The worst case found: a compact array of 3-byte structs (Produce v9 topic_data entries with an empty name
-    # and no partitions) decodes to a dict each, ~83 bytes of Python objects per byte of frame. Bounded by the
-    # frame (no length is trusted), but not by the frame's size alone: with max_request_bytes at its 100 MiB
-    # default a single request may cost ~8 GiB to decode (see docs/TESTING.md). This pins the factor.
+def test_decoding_costs_at_most_about_thirty_times_the_frame_plus_a_megabyte():
+    # The worst shape: a compact array of 3-byte structs (Produce v9 topic_data entries with an empty name and no
+    # partitions) decodes to a dict each, ~83 bytes of Python objects per byte. parse_request allows 4,096
+    # structures plus one per 8 bytes of frame (schema.struct_budget): the most a request can cost is then
+    # about 31 times its size plus ~1 MB. Here a 1 MiB records blob pads the frame so the budget allows the most
+    # structures it ever does; more than that is refused before they are decoded.
+    from pylog.errors import ProtocolError
     from pylog.server.protocol import parse_request
     from pylog.server.protocol import primitives as P
 
-    n = 20_000
-    head = encode_request(0, 9, 1, None, {"transactional_id": None, "acks": 1, "timeout_ms": 1, "topic_data": []})
-    frame = bytearray(head[4:-2])
-    P.write_uvarint(frame, n + 1)
-    frame += b"\x01\x01\x00" * n + b"\x00"
+    pad = {"name": "t", "partition_data": [{"index": 0, "records": b"\0" * (1 << 20)}]}
+
+    # Build: [header][tx id][acks][timeout][topic_data count][padded topic][n tiny topics][tags]
+    base = bytearray(encode_request(0, 9, 1, None, {"transactional_id": None, "acks": 1, "timeout_ms": 1,
+                                                     "topic_data": []})[4:-2])
+    padded = bytearray(encode_request(0, 9, 1, None, {"transactional_id": None, "acks": 1, "timeout_ms": 1,
+                                                       "topic_data": [pad]})[4:])
+    padded_topic = padded[len(base) + 1:-1]  # between the count (1 byte: 2) and the body's tags
+
+    def build(n):
+        frame = bytearray(base)
+        P.write_uvarint(frame, n + 2)
+        frame += padded_topic + b"\x01\x01\x00" * n + b"\x00"
+        return frame
+
+    size = len(build(0))
+    most = int((4096 + size / 8) / (1 - 3 / 8))  # solves n + 1 <= 4096 + (size + 3n) / 8
+    ok = build(most - 50)
     tracemalloc.start()
     try:
-        req = parse_request(frame)
+        req = parse_request(ok)
         peak = tracemalloc.get_traced_memory()[1]
     finally:
         tracemalloc.stop()
-    assert len(req.body["topic_data"]) == n
-    assert peak < 100 * len(frame), f"{peak} bytes traced decoding a {len(frame)}-byte frame"
+    assert len(req.body["topic_data"]) == most - 50 + 1
+    assert peak < 35 * len(ok) + (2 << 20), f"{peak} bytes traced decoding a {len(ok)}-byte frame"
+    with pytest.raises(ProtocolError, match="structures"):
+        parse_request(build(most + 50))

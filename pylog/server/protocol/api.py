@@ -36,7 +36,13 @@ from pylog.errors import ProtocolError, UnknownApiKeyError, UnsupportedApiVersio
 from . import primitives as P
 from .codes import ErrorCode
 from .messages import ALL_APIS
-from .schema import Api, Field, Struct, compile_struct
+from .schema import Api, Field, Struct, compile_struct, struct_budget
+
+#: A request may decode 4,096 structures plus one per 8 bytes of its frame (see schema.struct_budget): every
+#: request a client sends holds fewer (a Fetch partition takes 28+ bytes, a produced partition its records),
+#: while a crafted one of 3-byte structs would otherwise cost ~83 times its size in memory.
+_STRUCTS_BASE = 4096
+_BYTES_PER_STRUCT = 8
 
 __all__ = [
     "ApiKey", "APIS", "RequestHeader", "Request", "parse_request", "encode_response", "encode_response_parts",
@@ -232,7 +238,11 @@ def parse_request(frame: bytes | bytearray | memoryview) -> Request:
     if api.flexible is not None and api_version >= api.flexible:
         pos = P.skip_tagged_fields(buf, pos, end, "request header<tags>")
     decode = codec(api_key, api_version, True)[0]
-    body, pos = decode(buf, pos, end)
+    struct_budget(_STRUCTS_BASE + end // _BYTES_PER_STRUCT)
+    try:
+        body, pos = decode(buf, pos, end)
+    finally:
+        struct_budget(None)
     # Bytes after the body are ignored, as Kafka's brokers ignore them: librdkafka 2.x sends three more than
     # the spec's fields in its Metadata v12 "all topics" request (AdminClient.list_topics), and a broker that
     # refused them would break that call. Every field the schema names was read and checked.

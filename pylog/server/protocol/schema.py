@@ -35,6 +35,7 @@ results per (api, version, direction). Invariants of the generated code:
 from __future__ import annotations
 
 import struct
+import threading
 import uuid
 from dataclasses import dataclass, field as dc_field
 from typing import Any, Callable, Sequence
@@ -210,6 +211,29 @@ def _count(buf: Any, pos: int, end: int, where: str, compact: bool, nullable: bo
     return n, pos
 
 
+#: The structures (array elements of struct type) one request may still decode, per thread: see
+#: :func:`struct_budget`. Unset (None) outside parse_request: responses and tools decode without a budget.
+_BUDGET = threading.local()
+
+
+def struct_budget(n: int | None) -> None:
+    """Allow the decoding that follows, on this thread, at most ``n`` struct array elements in all (None: no
+    limit). A decoded struct is a dict of a few hundred bytes while its encoding can be 3 bytes, so the count
+    bounds a request's memory by its size: parse_request allows 4,096 + one per 8 bytes of frame."""
+    _BUDGET.left = n
+
+
+def _spend(n: int, pos: int, where: str) -> None:
+    left = getattr(_BUDGET, "left", None)
+    if left is None:
+        return
+    left -= n
+    if left < 0:
+        raise ProtocolError(f"an array of {n} structures takes this request past the structures a request of its "
+                            "size may hold (4,096 plus one per 8 bytes)", pos, where)
+    _BUDGET.left = left
+
+
 def _fixed_array(buf: Any, pos: int, end: int, where: str, compact: bool, nullable: bool, code: str,
                  size: int) -> tuple[list | None, int]:
     n, pos = _count(buf, pos, end, where, compact, nullable, size)
@@ -309,7 +333,7 @@ def _w_tags(out: bytearray, tags: list) -> None:
 
 
 _BASE_NS: dict[str, Any] = {name: getattr(P, name) for name in P.__all__}
-_BASE_NS.update(_count=_count, _fixed_array=_fixed_array, _var_array=_var_array, _w_count=_w_count,
+_BASE_NS.update(_count=_count, _spend=_spend, _fixed_array=_fixed_array, _var_array=_var_array, _w_count=_w_count,
                 _w_fixed_array=_w_fixed_array, _w_var_array=_w_var_array, _w_records=_w_records,
                 _read_tags=_read_tags, _w_tags=_w_tags, _short=P.short, ProtocolError=ProtocolError,
                 _uuid=uuid)
@@ -436,6 +460,7 @@ def _read_lines(g: _Gen, f: Field, version: int, flexible: bool, path: str, var:
                 "if n < 0:",
                 f"    {var} = None",
                 "else:",
+                f"    _spend(n, pos, {path!r})",
                 f"    {var} = []",
                 f"    app = {var}.append",
                 "    for _ in range(n):",
