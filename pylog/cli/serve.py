@@ -40,6 +40,10 @@ def register(sub: Any) -> None:
                         "creating it")
     s.add_argument("--max-request-bytes", type=positive, default=100 * 1024 * 1024, metavar="N",
                    help="largest request accepted (default 100 MiB); larger ones close the connection")
+    s.add_argument("--max-partitions-per-topic", type=positive, default=10_000, metavar="N",
+                   help="most partitions CreateTopics / CreatePartitions give a topic (default 10000)")
+    s.add_argument("--connections-max-idle-ms", type=non_negative, default=600_000, metavar="MS",
+                   help="close a connection idle this long (Kafka's connections.max.idle.ms; default 600000, 0: never)")
     s.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain")
     s.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     s.add_argument("--tls-ca", metavar="PEM", help="CA bundle that client certificates must chain to")
@@ -59,7 +63,8 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
     options: dict[str, Any] = {
         "host": args.host, "port": args.port, "advertised_host": args.advertised_host,
         "advertised_port": args.advertised_port, "auto_create_topics": not args.no_auto_create_topics,
-        "max_request_bytes": args.max_request_bytes,
+        "max_request_bytes": args.max_request_bytes, "max_partitions_per_topic": args.max_partitions_per_topic,
+        "connections_max_idle_ms": args.connections_max_idle_ms,
     }
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):

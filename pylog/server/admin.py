@@ -89,6 +89,10 @@ class AdminHandlers:
                              f"replication factor {rf}: a pylog store keeps one copy (use 1 or -1)")
             if not isinstance(n, int) or n < 1:
                 return _fail(out, E.INVALID_PARTITIONS, f"number of partitions must be at least 1, got {n}")
+            cap = self.s.config.max_partitions_per_topic
+            if n > cap:
+                return _fail(out, E.INVALID_PARTITIONS, f"{n} partitions: this server creates at most {cap} per "
+                             "topic (max_partitions_per_topic)")
             config = {c["name"]: c["value"] for c in t["configs"] or []}
             problem = topic_name_problem(name)
             if problem is not None:
@@ -147,6 +151,10 @@ class AdminHandlers:
             if name not in self.s.store:
                 return _fail(out, E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
             topic = self.s.store.topic(name)
+            cap = self.s.config.max_partitions_per_topic
+            if isinstance(count, int) and count > cap:
+                return _fail(out, E.INVALID_PARTITIONS, f"{count} partitions: this server grows a topic to at most "
+                             f"{cap} (max_partitions_per_topic)")
             if count <= topic.num_partitions:
                 return _fail(out, E.INVALID_PARTITIONS, f"topic {name!r} has {topic.num_partitions} partitions; the "
                              f"new count must be larger, got {count}")

@@ -68,6 +68,8 @@ class Connection(asyncio.Protocol):
         self._wakeup: asyncio.Future[None] | None = None
         self._writable: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
+        self._busy = False  # a request is being answered
+        self.last_active = 0.0  # loop time of the last bytes received or answer written
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -77,9 +79,12 @@ class Connection(asyncio.Protocol):
         peer = transport.get_extra_info("peername")
         self.client_host = str(peer[0]) if peer else ""
         self.s.connections.add(self)
-        self._task = asyncio.get_running_loop().create_task(self._serve())
+        loop = asyncio.get_running_loop()
+        self.last_active = loop.time()
+        self._task = loop.create_task(self._serve())
 
     def data_received(self, data: bytes) -> None:
+        self.last_active = asyncio.get_running_loop().time()
         buf = self._buf
         buf += data
         pos, n = 0, len(buf)
@@ -143,6 +148,12 @@ class Connection(asyncio.Protocol):
         if self.transport is not None:
             self.transport.close()
 
+    def idle_for(self, now: float) -> float:
+        """Seconds without a request under way, queued or arriving (0 while one is: a long poll is not idle)."""
+        if self._busy or self._frames or self._buf or (self._writable is not None and not self._writable.done()):
+            return 0.0  # answering, asked, or an answer still leaving (a slow reader): not idle
+        return now - self.last_active
+
     async def finished(self) -> None:
         if self._task is not None:
             await asyncio.gather(self._task, return_exceptions=True)
@@ -169,8 +180,13 @@ class Connection(asyncio.Protocol):
                     self._read_paused = False
                     assert self.transport is not None
                     self.transport.resume_reading()
-                if not await self._handle(frame):
-                    break
+                self._busy = True
+                try:
+                    if not await self._handle(frame):
+                        break
+                finally:
+                    self._busy = False
+                    self.last_active = loop.time()
                 if self._writable is not None and not self._writable.done():
                     await self._writable  # a slow reader: answer nothing more until its buffer drains
         except asyncio.CancelledError:

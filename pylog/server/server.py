@@ -73,6 +73,12 @@ class ServerConfig:
     sasl_credentials: Credentials | None = None
     #: The SASL mechanisms offered (default: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512).
     sasl_mechanisms: list[str] | None = None
+    #: The most partitions CreateTopics and CreatePartitions give a topic: each is a directory of files, and a
+    #: client should not be able to fill the disk's inodes with one request (pylog itself allows 2**20).
+    max_partitions_per_topic: int = 10_000
+    #: Kafka's ``connections.max.idle.ms``: a connection with no request for this long is closed (clients
+    #: reconnect when they need to); 0 keeps idle connections open.
+    connections_max_idle_ms: int = 600_000
     #: Kafka's ``group.initial.rebalance.delay.ms``: how long a new group's first rebalance waits for more members.
     group_initial_rebalance_delay_ms: int = 300
     #: Threads appending and fsyncing for the connections.
@@ -85,6 +91,11 @@ class ServerConfig:
             raise InvalidArgumentError(f"port must be an int in [0, 65535], got {self.port!r}")
         if self.max_request_bytes < 1024:
             raise InvalidArgumentError(f"max_request_bytes must be at least 1024, got {self.max_request_bytes}")
+        if not isinstance(self.max_partitions_per_topic, int) or self.max_partitions_per_topic < 1:
+            raise InvalidArgumentError("max_partitions_per_topic must be at least 1, got "
+                                       f"{self.max_partitions_per_topic!r}")
+        if not isinstance(self.connections_max_idle_ms, int) or self.connections_max_idle_ms < 0:
+            raise InvalidArgumentError(f"connections_max_idle_ms must be >= 0, got {self.connections_max_idle_ms!r}")
         if self.storage_threads < 1:
             raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
         if self.sasl_credentials is not None:
@@ -271,10 +282,28 @@ class Server:
         log.info("pylog serve: listening on %s:%d (store %s)", self.host, self.port, store.path)
         self._ready.set()
         try:
+            reaper = loop.create_task(self._close_idle(state)) if self.config.connections_max_idle_ms else None
             await self._stop.wait()
+            if reaper is not None:
+                reaper.cancel()
         finally:
             await self._shutdown(listener, state)
             self._stopped.set()
+
+    async def _close_idle(self, state: ServerState) -> None:
+        """Close connections idle for ``connections_max_idle_ms`` (Kafka's ``connections.max.idle.ms``): a client
+        that went away without closing (a host that vanished) does not hold its socket forever."""
+        limit = self.config.connections_max_idle_ms / 1000.0
+        step = min(30.0, max(limit / 4, 0.05))
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(step)
+            now = loop.time()
+            for c in list(state.connections):
+                if c.idle_for(now) > limit:
+                    log.info("pylog serve: closing the connection from %s: idle for more than %d ms "
+                             "(connections_max_idle_ms)", c.client_host, self.config.connections_max_idle_ms)
+                    c.abort()
 
     def _on_signal(self) -> None:
         assert self._stop is not None and self._hurry is not None
