@@ -47,7 +47,4 @@ def code_for(exc: BaseException) -> int:
     for cls, code in _TABLE:
         if isinstance(exc, cls):
             return code
-    extra = getattr(exc, "kafka_error_code", None)  # errors of the server's own parts carry their code
-    if isinstance(extra, int):
-        return extra
     return E.UNKNOWN_SERVER_ERROR

@@ -30,7 +30,7 @@ are the reference, and both give the same columns, bytes, error classes and mess
 Invariants:
 - Decoding trusts no length: every count, varint and size is bounded by the bytes present (a decompressed
   section by ``max_size``) before anything is allocated, so hostile input raises a PylogError subclass
-  (:data:`KAFKA_ERROR_CODES` says which Kafka error each means) and costs at most about its own size.
+  (:func:`kafka_error_code` says which Kafka error each means) and costs at most about its own size.
 - Offsets, timestamps, keys, values, headers and producer fields survive decode -> append -> read ->
   encode unchanged; a slice starting inside a pylog batch gets the base sequence of its first record.
 """
@@ -44,15 +44,16 @@ import crc32c as _crc32c
 import numpy as np
 
 from ..accel import native as _native
-from ..errors import (CorruptBatchError, CorruptRecordError, InvalidBatchError, PylogError, RecordTooLargeError,
+from ..errors import (CorruptBatchError, InvalidBatchError, RecordTooLargeError,
                       UnsupportedCompressionError, UnsupportedMagicError)
 from ..storage.records.format import ATTR_LOG_APPEND_TIME
 from ..storage.records.views import BatchView, records_pure
 from . import compression
+from .errormap import code_for
 
 __all__ = ["KafkaBatch", "decode_batches", "append_batch", "encode_slices", "encode_slice",
            "encode_slice_pure", "encode_slice_native", "parse_records_pure", "parse_records_native",
-           "KAFKA_ERROR_CODES", "kafka_error_code", "HEADER", "HEADER_SIZE", "MAGIC", "MIN_RECORD_SIZE"]
+           "kafka_error_code", "HEADER", "HEADER_SIZE", "MAGIC", "MIN_RECORD_SIZE"]
 
 #: The v2 batch header up to the records (61 bytes), big-endian.
 HEADER = struct.Struct(">qiibIhiqqqhii")
@@ -71,25 +72,10 @@ _SEQ_MOD = 1 << 31
 _I32 = np.dtype("<i4")
 _I64 = np.dtype("<i8")
 
-#: Which Kafka error code each error of this module (and :mod:`.compression`) stands for; the most derived
-#: class wins (:func:`kafka_error_code`).
-KAFKA_ERROR_CODES: dict[type[PylogError], int] = {
-    UnsupportedMagicError: 43,  # UNSUPPORTED_FOR_MESSAGE_FORMAT
-    InvalidBatchError: 87,  # INVALID_RECORD (not retried by clients)
-    CorruptBatchError: 2,  # CORRUPT_MESSAGE (retried: the bytes may have been damaged in transit)
-    CorruptRecordError: 2,
-    UnsupportedCompressionError: 76,  # UNSUPPORTED_COMPRESSION_TYPE
-    RecordTooLargeError: 10,  # MESSAGE_TOO_LARGE (a section that decompresses past max_size)
-}
-
-
 def kafka_error_code(exc: BaseException) -> int:
-    """The Kafka error code for an error :func:`decode_batches` raised (-1, UNKNOWN_SERVER_ERROR, otherwise)."""
-    for cls in type(exc).__mro__:
-        code = KAFKA_ERROR_CODES.get(cls)
-        if code is not None:
-            return code
-    return -1
+    """The Kafka error code for an error :func:`decode_batches` raised: the server's one table,
+    :func:`pylog.server.errormap.code_for` (UNKNOWN_SERVER_ERROR, -1, for anything else)."""
+    return code_for(exc)
 
 
 class KafkaBatch:
