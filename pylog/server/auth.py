@@ -323,20 +323,7 @@ class Credentials:
         """
         path = os.fspath(path)
         where = f"credentials file {path}"
-        try:
-            with open(path, "rb") as f:
-                mode = os.fstat(f.fileno()).st_mode
-                if stat.S_ISDIR(mode):
-                    raise IsADirectoryError
-                raw = f.read()
-        except FileNotFoundError:
-            raise SecurityConfigError(f"{where}: not found") from None
-        except IsADirectoryError:
-            raise SecurityConfigError(f"{where}: is a directory, not a file") from None
-        except PermissionError:
-            raise SecurityConfigError(f"{where}: not readable by this user") from None
-        except OSError as e:
-            raise SecurityConfigError(f"{where}: cannot be read ({e.strerror or e})") from None
+        raw, mode = _read_file(path, where)
         if mode & stat.S_IROTH:
             log.warning("credentials file %s is readable by every user (mode %03o): it holds secrets, "
                         "`chmod o-r` it", path, stat.S_IMODE(mode))
@@ -674,20 +661,28 @@ class SaslServer:
 
 # -------------------------------------------------------------------------------------------------- TLS
 
-def _check_file(path: str | os.PathLike[str], what: str) -> str:
-    path = os.fspath(path)
+def _read_file(path: str, where: str, read: bool = True) -> tuple[bytes, int]:
+    """The bytes (with ``read``) and mode of a file the server is configured with; a missing, unreadable or
+    directory path raises SecurityConfigError naming ``where``."""
     try:
         with open(path, "rb") as f:
-            if stat.S_ISDIR(os.fstat(f.fileno()).st_mode):
+            mode = os.fstat(f.fileno()).st_mode
+            if stat.S_ISDIR(mode):
                 raise IsADirectoryError
+            return (f.read() if read else b""), mode
     except FileNotFoundError:
-        raise SecurityConfigError(f"TLS {what} {path}: not found") from None
+        raise SecurityConfigError(f"{where}: not found") from None
     except IsADirectoryError:
-        raise SecurityConfigError(f"TLS {what} {path}: is a directory, not a file") from None
+        raise SecurityConfigError(f"{where}: is a directory, not a file") from None
     except PermissionError:
-        raise SecurityConfigError(f"TLS {what} {path}: not readable by this user") from None
+        raise SecurityConfigError(f"{where}: not readable by this user") from None
     except OSError as e:
-        raise SecurityConfigError(f"TLS {what} {path}: cannot be read ({e.strerror or e})") from None
+        raise SecurityConfigError(f"{where}: cannot be read ({e.strerror or e})") from None
+
+
+def _check_file(path: str | os.PathLike[str], what: str) -> str:
+    path = os.fspath(path)
+    _read_file(path, f"TLS {what} {path}", read=False)
     return path
 
 
