@@ -21,10 +21,9 @@ Invariants:
 
 from __future__ import annotations
 
-import asyncio
 import os
 import shutil
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..config import SETTINGS, TopicConfig
 from ..errors import InvalidGroupError, PylogError, RebalanceInProgressError, TopicExistsError
@@ -54,9 +53,6 @@ class AdminHandlers:
     def __init__(self, state: "ServerState") -> None:
         self.s = state
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        return await asyncio.get_running_loop().run_in_executor(self.s.executor, fn, *args)
-
     # ------------------------------------------------------------------ CreateTopics
 
     async def create_topics(self, req: Any, conn: Any) -> dict:
@@ -64,7 +60,7 @@ class AdminHandlers:
         validate_only = bool(b.get("validate_only", False))
         results = []
         for t in b["topics"] or []:
-            results.append(await self.run(self._create_one, t, validate_only))
+            results.append(await self.s.run(self._create_one, t, validate_only))
         return {"throttle_time_ms": 0, "topics": results}
 
     def _create_one(self, t: dict, validate_only: bool) -> dict:
@@ -119,7 +115,7 @@ class AdminHandlers:
             names = [t.get("name") for t in b.get("topics") or []]
         results = []
         for name in names or []:
-            results.append(await self.run(self._delete_one, name))
+            results.append(await self.s.run(self._delete_one, name))
         return {"throttle_time_ms": 0, "responses": results}
 
     def _delete_one(self, name: Any) -> dict:
@@ -141,7 +137,7 @@ class AdminHandlers:
         validate_only = bool(b.get("validate_only", False))
         results = []
         for t in b["topics"] or []:
-            results.append(await self.run(self._grow_one, t, validate_only))
+            results.append(await self.s.run(self._grow_one, t, validate_only))
         return {"throttle_time_ms": 0, "results": results}
 
     def _grow_one(self, t: dict, validate_only: bool) -> dict:
@@ -172,7 +168,8 @@ class AdminHandlers:
     # ------------------------------------------------------------------ DescribeConfigs / AlterConfigs
 
     async def describe_configs(self, req: Any, conn: Any) -> dict:
-        results = await self.run(lambda: [self._describe_one(r, req.api_version) for r in req.body["resources"] or []])
+        resources = req.body["resources"] or []
+        results = await self.s.run(lambda: [self._describe_one(r, req.api_version) for r in resources])
         return {"throttle_time_ms": 0, "results": results}
 
     def _describe_one(self, r: dict, version: int) -> dict:
@@ -204,7 +201,7 @@ class AdminHandlers:
         validate_only = bool(b.get("validate_only", False))
         results = []
         for r in b["resources"] or []:
-            results.append(await self.run(self._alter_one, r, validate_only))
+            results.append(await self.s.run(self._alter_one, r, validate_only))
         return {"throttle_time_ms": 0, "responses": results}
 
     def _alter_one(self, r: dict, validate_only: bool) -> dict:
@@ -236,7 +233,7 @@ class AdminHandlers:
         validate_only = bool(b.get("validate_only", False))
         results = []
         for r in b["resources"] or []:
-            results.append(await self.run(self._alter_incrementally, r, validate_only))
+            results.append(await self.s.run(self._alter_incrementally, r, validate_only))
         return {"throttle_time_ms": 0, "responses": results}
 
     def _alter_incrementally(self, r: dict, validate_only: bool) -> dict:
@@ -319,7 +316,7 @@ class AdminHandlers:
         subscribed = coordinator.subscribed_topics(group_id)
         if live and subscribed is None:  # members of another protocol type (Kafka: NON_EMPTY_GROUP)
             return top(E.NON_EMPTY_GROUP)
-        codes = await self.run(self._delete_offsets, group_id, wanted, subscribed or set(), live)
+        codes = await self.s.run(self._delete_offsets, group_id, wanted, subscribed or set(), live)
         if isinstance(codes, int):
             return top(codes)
         topics: dict[Any, list[dict]] = {}
@@ -357,7 +354,7 @@ class AdminHandlers:
     # ------------------------------------------------------------------ DescribeLogDirs / AlterReplicaLogDirs
 
     async def describe_log_dirs(self, req: Any, conn: Any) -> dict:
-        return await self.run(self._describe_log_dirs, req.body.get("topics"))
+        return await self.s.run(self._describe_log_dirs, req.body.get("topics"))
 
     def _describe_log_dirs(self, wanted: list[dict] | None) -> dict:
         store = self.s.store
@@ -388,7 +385,7 @@ class AdminHandlers:
     async def alter_replica_log_dirs(self, req: Any, conn: Any) -> dict:
         """The store's path is the only log dir: moving a partition there is done already; elsewhere is
         LOG_DIR_NOT_FOUND."""
-        return await self.run(self._alter_replica_log_dirs, req)
+        return await self.s.run(self._alter_replica_log_dirs, req)
 
     def _alter_replica_log_dirs(self, req: Any) -> dict:
         here = os.path.realpath(self.s.store.path)
@@ -412,7 +409,7 @@ class AdminHandlers:
         """Node 0 leads every partition, its only replica: no election is needed (ELECTION_NOT_NEEDED per
         partition named, as Kafka answers for a partition whose preferred leader leads); unknown partitions get
         UNKNOWN_TOPIC_OR_PARTITION. ``topic_partitions`` null (every partition): nothing to report."""
-        return await self.run(self._elect_leaders, req)
+        return await self.s.run(self._elect_leaders, req)
 
     def _elect_leaders(self, req: Any) -> dict:
         store = self.s.store
@@ -466,7 +463,7 @@ class AdminHandlers:
         for t in req.body["topics"] or []:
             parts = []
             for p in t["partitions"] or []:
-                parts.append(await self.run(self._trim_one, t["name"], p["partition_index"], p["offset"]))
+                parts.append(await self.s.run(self._trim_one, t["name"], p["partition_index"], p["offset"]))
             topics.append({"name": t["name"], "partitions": parts})
         return {"throttle_time_ms": 0, "topics": topics}
 

@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from ..errors import OffsetOutOfRangeError, PylogError, UnknownTopicError
 from ..storage.filenames import is_internal_topic, topic_name_problem
@@ -57,15 +57,6 @@ class DataHandlers:
 
     # ------------------------------------------------------------------ helpers
 
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` in the storage thread pool (appends, fsyncs, anything that may wait for a lock)."""
-        return await asyncio.get_running_loop().run_in_executor(self.s.executor, fn, *args)
-
-    async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` in the read thread pool: reads of segment files (a cold page faults on the disk) and
-        the store's directory, kept off the event loop and out of the appenders' way."""
-        return await asyncio.get_running_loop().run_in_executor(self.s.readers, fn, *args)
-
     def partition(self, topic: str, index: int) -> Partition:
         """The partition, or UnknownTopicError for a missing topic or partition number."""
         if not isinstance(topic, str) or (topic_name_problem(topic, internal_ok=True) is not None
@@ -89,7 +80,7 @@ class DataHandlers:
         names = None if requested is None or (req.api_version == 0 and not requested) else \
             [t["name"] for t in requested]
         allow_create = self.s.config.auto_create_topics and b.get("allow_auto_topic_creation", True)
-        topics = await self.run(self._topics_metadata, names, allow_create)
+        topics = await self.s.run(self._topics_metadata, names, allow_create)
         host, port = self.s.advertised
         return {"throttle_time_ms": 0,
                 "brokers": [{"node_id": 0, "host": host, "port": port, "rack": None}],
@@ -163,7 +154,7 @@ class DataHandlers:
                 for td in topic_data]
         else:
             work = [(td["name"], pd["index"], pd["records"]) for td in topic_data for pd in td["partition_data"] or []]
-            outcome = await self.run(self._append_all, work, acks)
+            outcome = await self.s.run(self._append_all, work, acks)
             waiters = self.s.waiters
             for (topic, index, _), (_, end) in zip(work, outcome, strict=True):
                 if end is not None:
@@ -247,13 +238,13 @@ class DataHandlers:
         deadline = loop.time() + max_wait
         topics = b["topics"] or []
         while True:
-            responses, total, wants = await self.read(self._read_all, topics, max_bytes)
+            responses, total, wants = await self.s.read(self._read_all, topics, max_bytes)
             remaining = deadline - loop.time()
             if total >= min_bytes or not wants or remaining <= 0 or conn.closing:
                 break
             # Every wanted offset is at its partition's log end as read: the wait ends only on a new append.
             if not await self.s.waiters.wait(wants, remaining):
-                responses, total, wants = await self.read(self._read_all, topics, max_bytes)
+                responses, total, wants = await self.s.read(self._read_all, topics, max_bytes)
                 break
         return {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": responses}
 
@@ -317,7 +308,7 @@ class DataHandlers:
             return [{"name": t["name"], "partitions": [self._offset_for(t["name"], pr, req.api_version)
                                                        for pr in t["partitions"] or []]}
                     for t in req.body["topics"] or []]
-        return {"throttle_time_ms": 0, "topics": await self.read(lookups)}
+        return {"throttle_time_ms": 0, "topics": await self.s.read(lookups)}
 
     def _offset_for(self, topic: str, pr: dict, version: int) -> dict:
         index, ts = pr["partition_index"], pr["timestamp"]
@@ -376,7 +367,7 @@ class DataHandlers:
         # (KIP-360's epoch bump is for transactional producers): echoing a claimed id would let a client take
         # an id the store has not issued yet and fence its future owner.
         try:
-            pid = await self.run(self.s.store.new_producer_id)
+            pid = await self.s.run(self.s.store.new_producer_id)
         except PylogError as exc:
             return {"throttle_time_ms": 0, "error_code": code_for(exc), "producer_id": -1, "producer_epoch": -1}
         return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}

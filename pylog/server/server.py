@@ -136,6 +136,15 @@ class ServerState:
         supported = protocol.supported_versions()
         self.handlers = {k: h for k, h in self.handlers.items() if k in supported}
 
+    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the storage thread pool (appends, fsyncs, anything that may wait for a lock)."""
+        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the read thread pool: reads of segment files (a cold page faults on the disk) and
+        of the store's directory, kept off the event loop and out of the appenders' way."""
+        return await asyncio.get_running_loop().run_in_executor(self.readers, fn, *args)
+
 
 def _group_handler(coordinator: GroupCoordinator, name: str) -> Handler:
     """A group API's handler: the coordinator's method, given the client's id and host."""
