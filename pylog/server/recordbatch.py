@@ -345,6 +345,15 @@ def _check_slice(count: int, start: int, stop: int, leader_epoch: int) -> None:
         raise OverflowError(f"leader epoch {leader_epoch} does not fit in int32")
 
 
+def _put_bytes(out: bytearray, b: Any) -> None:
+    """Append a varint length (-1 for None) and the bytes: how a record writes its key, value and headers."""
+    if b is None:
+        _put_varint(out, -1)
+    else:
+        _put_varint(out, len(b))
+        out += b
+
+
 def encode_slice_pure(view: BatchView, start: int, stop: int, leader_epoch: int = 0) -> bytes:
     """Records ``start:stop`` of a pylog batch as one uncompressed Kafka v2 batch (the reference of the
     compiled ``kafka_encode_slice``): the first record's offset as baseOffset, offset deltas and timestamps
@@ -366,26 +375,12 @@ def encode_slice_pure(view: BatchView, start: int, stop: int, leader_epoch: int 
         rec.append(0)
         _put_varint(rec, _wrap64(ts - base_ts))
         _put_varint(rec, off - base)
-        if key is None:
-            _put_varint(rec, -1)
-        else:
-            _put_varint(rec, len(key))
-            rec += key
-        if value is None:
-            _put_varint(rec, -1)
-        else:
-            _put_varint(rec, len(value))
-            rec += value
+        _put_bytes(rec, key)
+        _put_bytes(rec, value)
         _put_varint(rec, len(hdrs))
         for name, hv in hdrs:
-            kb = name.encode("utf-8")
-            _put_varint(rec, len(kb))
-            rec += kb
-            if hv is None:
-                _put_varint(rec, -1)
-            else:
-                _put_varint(rec, len(hv))
-                rec += hv
+            _put_bytes(rec, name.encode("utf-8"))
+            _put_bytes(rec, hv)
         _put_varint(body, len(rec))
         body += rec
     attrs = h.attributes & (ATTR_LOG_APPEND_TIME | ATTR_TRANSACTIONAL | ATTR_CONTROL)
