@@ -11,7 +11,30 @@ import struct
 import threading
 import time
 
-__all__ = ["CuttingProxy", "wait_until", "recv_exact", "recv_frame"]
+__all__ = ["CuttingProxy", "wait_until", "recv_exact", "recv_frame", "kafka_batch"]
+
+
+def kafka_batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, base_sequence: int = -1) -> bytes:
+    """An uncompressed Kafka v2 record batch of ``values`` (no keys, no headers), written without pylog's
+    encoder, CRC-32C computed: what a produce request's ``records`` holds."""
+    import crc32c
+
+    from pylog.server.recordbatch import _put_varint
+    body = bytearray()
+    for i, v in enumerate(values):
+        rec = bytearray(b"\x00")
+        _put_varint(rec, 0)
+        _put_varint(rec, i)
+        _put_varint(rec, -1)
+        _put_varint(rec, len(v))
+        rec += v
+        _put_varint(rec, 0)
+        _put_varint(body, len(rec))
+        body += rec
+    n = len(values)
+    tail = struct.pack(">hiqqqhii", 0, n - 1, 1_700_000_000_000, 1_700_000_000_000, producer_id, epoch,
+                       base_sequence, n) + body
+    return struct.pack(">qiibI", 0, len(tail) + 9, 0, 2, crc32c.crc32c(tail)) + tail
 
 
 def recv_exact(sock: socket.socket, n: int) -> bytes | None:

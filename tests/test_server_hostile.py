@@ -19,12 +19,6 @@ import pylog
 from pylog.server import protocol
 from pylog.server.auth import Credentials
 from pylog.server.protocol import ErrorCode, encode_request, parse_response
-from pylog.server.recordbatch import _put_varint
-
-try:
-    import crc32c
-except ImportError:  # pragma: no cover - a dependency of pylog serve
-    crc32c = None
 
 
 MAX_REQUEST = 64 * 1024
@@ -48,7 +42,7 @@ def _addr(srv):
     return srv.host, srv.port
 
 
-from serverutil import recv_frame as _recv_frame  # noqa: E402
+from serverutil import kafka_batch as _batch, recv_frame as _recv_frame  # noqa: E402
 
 
 def _closed_by_server(sock, timeout=10.0):
@@ -77,23 +71,6 @@ def _healthy(srv):
     corr, body = parse_response(3, 1, md)
     assert corr == 2 and body["topics"][0]["error_code"] == 0
     return True
-
-
-def _batch(values):
-    body = bytearray()
-    for i, v in enumerate(values):
-        rec = bytearray(b"\x00")
-        _put_varint(rec, 0)
-        _put_varint(rec, i)
-        _put_varint(rec, -1)
-        _put_varint(rec, len(v))
-        rec += v
-        _put_varint(rec, 0)
-        _put_varint(body, len(rec))
-        body += rec
-    n = len(values)
-    tail = struct.pack(">hiqqqhii", 0, n - 1, 1_700_000_000_000, 1_700_000_000_000, -1, -1, -1, n) + body
-    return struct.pack(">qiibI", 0, len(tail) + 9, 0, 2, crc32c.crc32c(tail)) + tail
 
 
 def _produce(values, corr=7, acks=1):

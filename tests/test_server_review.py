@@ -13,12 +13,10 @@ import pytest
 
 import pylog
 from pylog.server.protocol import encode_request, parse_response
-from pylog.server.recordbatch import _put_varint
-
-import crc32c
 
 
-from serverutil import recv_exact as _recv_exact, recv_frame as _recv_frame  # noqa: E402
+
+from serverutil import kafka_batch as _batch, recv_exact as _recv_exact, recv_frame as _recv_frame  # noqa: E402
 
 
 def _call(srv, api_key, version, body, timeout=10.0, corr=1):
@@ -29,24 +27,6 @@ def _call(srv, api_key, version, body, timeout=10.0, corr=1):
     got_corr, out = parse_response(api_key, version, frame)
     assert got_corr == corr
     return out
-
-
-def _batch(values, producer_id=-1, epoch=-1, base_sequence=-1):
-    body = bytearray()
-    for i, v in enumerate(values):
-        rec = bytearray(b"\x00")
-        _put_varint(rec, 0)
-        _put_varint(rec, i)
-        _put_varint(rec, -1)
-        _put_varint(rec, len(v))
-        rec += v
-        _put_varint(rec, 0)
-        _put_varint(body, len(rec))
-        body += rec
-    n = len(values)
-    tail = struct.pack(">hiqqqhii", 0, n - 1, 1_700_000_000_000, 1_700_000_000_000, producer_id, epoch,
-                       base_sequence, n) + body
-    return struct.pack(">qiibI", 0, len(tail) + 9, 0, 2, crc32c.crc32c(tail)) + tail
 
 
 def _produce_body(topic, values, acks=1, **producer):
