@@ -277,7 +277,8 @@ def _child(args: argparse.Namespace) -> int:
     return 0
 
 
-def _fmt(xs: list[float]) -> str:
+def fmt_range(xs: list[float]) -> str:
+    """``lo-hi`` of a figure over rounds (3 significant digits), or the one value when they agree."""
     lo, hi = min(xs), max(xs)
     return f"{lo:.3g}" if len(xs) == 1 or f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g}-{hi:.3g}"
 
@@ -343,8 +344,8 @@ def main(argv: list[str] | None = None) -> int:
         if met is not None:
             verdict = "MET" if all(met(r[name][0], r[name][1]) for r in rounds["accelerated"]) else (
                 "MISSED" if not any(met(r[name][0], r[name][1]) for r in rounds["accelerated"]) else "MIXED")
-        print(f"{name:<66} {_fmt(pure):>11} {_fmt(acc):>12} {_fmt(base):>11}  {_fmt(ratios):>10}x  {target} "
-              f"[{base_name}] {verdict}")
+        print(f"{name:<66} {fmt_range(pure):>11} {fmt_range(acc):>12} {fmt_range(base):>11}  "
+              f"{fmt_range(ratios):>10}x  {target} [{base_name}] {verdict}")
     loads = [r["load"] for p in rounds.values() for r in p]
     print(f"load average at child starts: {min(loads):.2f}-{max(loads):.2f}")
     if args.json:

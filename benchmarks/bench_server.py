@@ -52,6 +52,8 @@ import time
 from typing import Any, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)  # the sibling benchmarks, also under PYTHONSAFEPATH=1
+from bench_accel import fmt_range  # noqa: E402 - the same figure formatting
 ROOT = os.path.dirname(HERE)
 VALUE = b"x" * 100
 #: The consumer figure's second setting: librdkafka (2.x) postpones the next fetch by ``fetch.queue.backoff.ms``
@@ -448,11 +450,6 @@ TARGETS: dict[str, tuple[str, Callable[[float, float], bool] | None, str]] = {
 }
 
 
-def _fmt(xs: list[float]) -> str:
-    lo, hi = min(xs), max(xs)
-    return f"{lo:.3g}" if len(xs) == 1 or f"{lo:.3g}" == f"{hi:.3g}" else f"{lo:.3g}-{hi:.3g}"
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--quick", action="store_true", help="50,000 records, one round, short latency and memory runs")
@@ -508,8 +505,8 @@ def main(argv: list[str] | None = None) -> int:
         if met is not None:
             ok = [met(*r[name]) for r in rounds]
             verdict = "MET" if all(ok) else ("MISSED" if not any(ok) else "MIXED")
-        ratio = f"{_fmt(ratios):>10}x" if ratios else f"{'':>11}"
-        print(f"{name:<74} {_fmt(vals):>11} {_fmt(base) if any(base) else '':>11}  {ratio}  {target} "
+        ratio = f"{fmt_range(ratios):>10}x" if ratios else f"{'':>11}"
+        print(f"{name:<74} {fmt_range(vals):>11} {fmt_range(base) if any(base) else '':>11}  {ratio}  {target} "
               f"[{base_name}] {verdict}")
     loads = [r["load"] for r in rounds]
     print(f"load average at round starts: {min(loads):.2f}-{max(loads):.2f}; server in its own process "
