@@ -130,16 +130,14 @@ class FetchWaiters:
             self._thread = threading.Thread(target=self._watch, name="pylog-serve-fetch-watcher", daemon=True)
             self._thread.start()
 
-    def _snapshot(self) -> dict[Key, tuple[Partition, int, list[_Waiter]]]:
-        """What is waited for: per partition its handle, the lowest offset any waiter wants, the waiters."""
+    def _snapshot(self) -> dict[Key, tuple[Partition, list[_Waiter]]]:
+        """What is waited for: per partition its handle and the waiters not handed to the loop yet."""
         with self._lock:
-            out: dict[Key, tuple[Partition, int, list[_Waiter]]] = {}
+            out: dict[Key, tuple[Partition, list[_Waiter]]] = {}
             for key, ws in self._by_key.items():
                 lst = [w for w in ws if not w.signalled]
-                if not lst:
-                    continue
-                part = lst[0].wants[key][0]
-                out[key] = (part, min(w.wants[key][1] for w in lst), lst)
+                if lst:
+                    out[key] = (lst[0].wants[key][0], lst)
             return out
 
     def _resolve(self, waiters: list[_Waiter]) -> None:
@@ -169,13 +167,13 @@ class FetchWaiters:
                 log.debug("pylog serve: fetch watcher", exc_info=True)
                 self._changed.wait(POLL_S)
 
-    def _watch_once(self, waited: dict[Key, tuple[Partition, int, list[_Waiter]]]) -> None:
+    def _watch_once(self, waited: dict[Key, tuple[Partition, list[_Waiter]]]) -> None:
         """One sleep over the waited partitions' wake-up words (or one poll interval), then hand over every
         waiter whose data arrived."""
         watches: list[Watch] = []
         try:
             usable = True
-            for part, _, _ in waited.values():
+            for part, _ in waited.values():
                 w = None if part.is_writer else part.notifier.watch()
                 if w is None:
                     usable = False  # this process writes it (or no futexes): compare log ends instead
@@ -196,9 +194,9 @@ class FetchWaiters:
             for w in watches:
                 w.close()
 
-    def _deliver(self, waited: dict[Key, tuple[Partition, int, list[_Waiter]]]) -> bool:
+    def _deliver(self, waited: dict[Key, tuple[Partition, list[_Waiter]]]) -> bool:
         ready: list[_Waiter] = []
-        for (part, _, ws), key in zip(waited.values(), waited.keys(), strict=True):
+        for key, (part, ws) in waited.items():
             end = _log_end(part)
             ready.extend(w for w in ws if end > w.wants[key][1])
         if ready:
