@@ -19,7 +19,6 @@ import sys
 from typing import Any, TextIO
 
 from ..errors import CommandError
-from ..server import Server
 from .base import ExitCode, check_store_path, non_negative, positive
 
 __all__ = ["register"]
@@ -57,7 +56,8 @@ def register(sub: Any) -> None:
 
 
 def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    from ..server import auth
+    # Imported here: the other commands do not pay for the server (asyncio, the codec) at start-up.
+    from ..server import Server, auth
 
     logging.basicConfig(level=args.log_level, stream=sys.stderr, format="%(asctime)s %(levelname)s %(message)s")
     options: dict[str, Any] = {

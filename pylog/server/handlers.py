@@ -27,7 +27,7 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..errors import OffsetOutOfRangeError, PylogError, UnknownTopicError
+from ..errors import OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
 from ..storage.filenames import is_internal_topic, topic_name_problem
 from ..storage.partition import Partition
 from . import recordbatch
@@ -126,7 +126,6 @@ class DataHandlers:
         return entry
 
     def _auto_create(self, name: str) -> None:
-        from ..errors import TopicExistsError
         store = self.s.store
         try:
             store.create_topic(name, partitions=store.settings["num.partitions"])
