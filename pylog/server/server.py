@@ -119,8 +119,10 @@ class ServerState:
         self.readers = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
                                                              thread_name_prefix="pylog-serve-read")
         self.waiters = FetchWaiters(loop)
-        self.coordinator = GroupCoordinator(store,
-                                            initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms)
+        # Offset commits wait for __consumer_offsets' writer lock like any append: the storage pool, which a clean
+        # stop drains before the store closes (the loop's default executor is not waited for).
+        self.coordinator = GroupCoordinator(store, initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                                            executor=self.executor)
         self.api_keys = [{"api_key": k, "min_version": lo, "max_version": hi}
                          for k, (lo, hi) in sorted(protocol.supported_versions().items())]
         data, admin = DataHandlers(self), AdminHandlers(self)
