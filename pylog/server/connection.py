@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
@@ -44,6 +45,10 @@ _MAX_UNAUTHENTICATED_BYTES = 512 * 1024
 #: Responses larger than this go to the transport a chunk of this size at a time, each once the previous has
 #: drained (a slow reader then holds one response, not a second copy of it in the transport's buffer).
 _WRITE_CHUNK = 1 << 20
+#: Frames larger than this are decoded in the read pool, not on the event loop (~25 ms of decoding at most).
+_DECODE_ON_LOOP_BYTES = 64 << 10
+#: An answer waits for at least this much room in the pool (or all it asked for, when it asked for less).
+_MIN_ANSWER_BYTES = 1 << 20
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 _BEFORE_AUTH = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
@@ -70,6 +75,15 @@ class Connection(asyncio.Protocol):
         self._task: asyncio.Task[None] | None = None
         self._busy = False  # a request is being answered
         self.last_active = 0.0  # loop time of the last bytes received or answer written
+        # The memory pool (Kafka's queued.max.request.bytes): what this connection holds of it in all, of which
+        # the frame being received (taken once its size is known) and the answer being built or sent.
+        self._held = 0
+        self._partial_held = 0
+        self._answer_held = 0
+        self._waiting_pool = False
+        self._pauses: set[str] = set()  # why reading is paused: "queue", "pool", "closing"
+        self._partial_since: float | None = None  # loop time the frame being received began (None: none is)
+        self._admitted = False
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -78,44 +92,147 @@ class Connection(asyncio.Protocol):
         self.transport = transport
         peer = transport.get_extra_info("peername")
         self.client_host = str(peer[0]) if peer else ""
+        refused = self.s.counts.admit(self.client_host)
+        if refused is not None:
+            # Refused at accept (Kafka's max.connections / max.connections.per.ip): closed before anything is
+            # read or allocated for it; logged at most every few seconds, whatever the flood.
+            self.s.rlog.log(logging.WARNING, refused, "pylog serve: refusing a connection from %s: %s=%d reached",
+                            self.client_host, refused, getattr(self.s.config, refused))
+            self.closing = True
+            transport.abort()
+            return
+        self._admitted = True
         self.s.connections.add(self)
         loop = asyncio.get_running_loop()
         self.last_active = loop.time()
         self._task = loop.create_task(self._serve())
 
     def data_received(self, data: bytes) -> None:
-        self.last_active = asyncio.get_running_loop().time()
+        now = asyncio.get_running_loop().time()
+        self.last_active = now
+        if not self._buf:
+            self._partial_since = now
+        self._buf += data
+        self._cut_frames()
+
+    def _cut_frames(self) -> None:
+        """Cut the complete frames out of what was received. A frame's size is taken from the server's pool as
+        soon as its prefix is read; when the pool cannot give it, reading pauses until another connection gives
+        bytes back (nothing more is read, so nothing more is allocated: the kernel's buffers push back)."""
         buf = self._buf
-        buf += data
         pos, n = 0, len(buf)
+        pool = self.s.pool
         # Before authentication only small requests (SASL tokens, ApiVersions) are accepted, as in Kafka.
         limit = self.s.config.max_request_bytes if self.authenticated else _MAX_UNAUTHENTICATED_BYTES
         while n - pos >= 4:
             size = int.from_bytes(buf[pos:pos + 4], "big", signed=True)
             if size < 0 or size > limit:
-                log.warning("pylog serve: closing the connection from %s: a request of %d bytes (the limit is "
-                            "max_request_bytes=%d)", self.client_host, size, limit)
+                self.s.rlog.log(logging.WARNING, "frame size", "pylog serve: closing the connection from %s: a "
+                                "request of %d bytes (the limit is max_request_bytes=%d)", self.client_host, size,
+                                limit)
                 self._buf = bytearray()
                 self.abort()
                 return
+            if not self._partial_held and size:
+                if not pool.try_take(size):
+                    if not self._waiting_pool:
+                        self._waiting_pool = True
+                        pool.when_free(self._pool_freed)
+                    self._pause("pool")
+                    break
+                self._partial_held = size
+                self._held += size
             if n - pos - 4 < size:
                 break
             frame = buf[pos + 4:pos + 4 + size]
             pos += 4 + size
+            self._partial_held = 0
             self._frames.append(frame)
             self._queued += size
         if pos:
             del buf[:pos]
+            self._partial_since = asyncio.get_running_loop().time() if buf else None
         if self._frames:
             self._wake()
-            if self._queued > _MAX_QUEUED_BYTES and not self._read_paused and self.transport is not None:
-                self._read_paused = True
-                self.transport.pause_reading()
+            if self._queued > _MAX_QUEUED_BYTES:
+                self._pause("queue")
+
+    def _pool_freed(self) -> None:
+        """The pool gave bytes back: take the waiting frame's size again (or wait again)."""
+        self._waiting_pool = False
+        if self.closing:
+            return
+        self._cut_frames()
+        if not self._waiting_pool:
+            self._unpause("pool")
+
+    def _pause(self, reason: str) -> None:
+        self._pauses.add(reason)
+        self._apply_pauses()
+
+    def _unpause(self, reason: str) -> None:
+        self._pauses.discard(reason)
+        self._apply_pauses()
+
+    def _apply_pauses(self) -> None:
+        want = bool(self._pauses)
+        if want == self._read_paused or self.transport is None or self.transport.is_closing():
+            return
+        self._read_paused = want
+        if want:
+            self.transport.pause_reading()
+        else:
+            self.transport.resume_reading()
+            if self._buf:  # the deadline for the frame under way counts from now: the pause was not its sender's
+                self._partial_since = asyncio.get_running_loop().time()
+
+    def _give(self, n: int) -> None:
+        """Give ``n`` of the bytes this connection holds back to the pool (never more than it holds)."""
+        n = min(n, self._held)
+        if n > 0:
+            self._held -= n
+            self.s.pool.give(n)
+
+    def _give_all(self) -> None:
+        self._partial_held = self._answer_held = 0
+        self._give(self._held)
+
+    async def take_answer_bytes(self, n: int) -> int:
+        """Take up to ``n`` bytes of the pool for an answer being built (a fetch's records), waiting while the
+        pool has less than :data:`_MIN_ANSWER_BYTES` free; what was taken (0 once the connection is closing).
+        The answer's bytes go back to the pool once it is written (or with :meth:`keep_answer_bytes`)."""
+        pool = self.s.pool
+        while not self.closing and n > 0:
+            got = pool.take_up_to(n, _MIN_ANSWER_BYTES)
+            if got:
+                self._held += got
+                self._answer_held += got
+                return got
+            freed: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            pool.when_free(functools.partial(_set_done, freed))
+            await freed
+        return 0
+
+    def keep_answer_bytes(self, n: int) -> None:
+        """The answer being built holds ``n`` bytes: give back what was taken beyond, or count what it needed
+        beyond (Kafka always answers with at least one record, whatever the limit)."""
+        extra = n - self._answer_held
+        if extra > 0:
+            self.s.pool.force(extra)
+            self._held += extra
+        else:
+            self._give(-extra)
+        self._answer_held = n
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
         self._buf = bytearray()
         self._frames.clear()
+        self._give_all()
+        if not self._admitted:
+            return
+        self._admitted = False
+        self.s.counts.release(self.client_host)
         self.s.connections.discard(self)
         if self._task is not None and not self._task.done():
             self._task.cancel()
@@ -135,9 +252,7 @@ class Connection(asyncio.Protocol):
     def close(self) -> None:
         """Finish the request under way, then close (the server's shutdown)."""
         self.closing = True
-        if self.transport is not None and not self._read_paused:
-            self._read_paused = True
-            self.transport.pause_reading()
+        self._pause("closing")
         self._frames.clear()
         self._wake()
 
@@ -149,10 +264,18 @@ class Connection(asyncio.Protocol):
             self.transport.close()
 
     def idle_for(self, now: float) -> float:
-        """Seconds without a request under way, queued or arriving (0 while one is: a long poll is not idle)."""
+        """Seconds without a request under way, queued or arriving (0 while one is: a long poll is not idle;
+        a frame arriving has its own deadline, :meth:`receiving_for`)."""
         if self._busy or self._frames or self._buf or (self._writable is not None and not self._writable.done()):
             return 0.0  # answering, asked, or an answer still leaving (a slow reader): not idle
         return now - self.last_active
+
+    def receiving_for(self, now: float) -> float:
+        """Seconds since the first byte of the frame being received arrived (0 when none is, or while reading
+        is paused by the server: that wait is not the sender's)."""
+        if self._partial_since is None or self._read_paused:
+            return 0.0
+        return now - self._partial_since
 
     async def finished(self) -> None:
         if self._task is not None:
@@ -176,10 +299,8 @@ class Connection(asyncio.Protocol):
                     continue
                 frame = self._frames.popleft()
                 self._queued -= len(frame)
-                if self._read_paused and self._queued <= _MAX_QUEUED_BYTES // 2 and not self.closing:
-                    self._read_paused = False
-                    assert self.transport is not None
-                    self.transport.resume_reading()
+                if self._queued <= _MAX_QUEUED_BYTES // 2:
+                    self._unpause("queue")
                 self._busy = True
                 try:
                     if not await self._handle(frame):
@@ -187,15 +308,37 @@ class Connection(asyncio.Protocol):
                 finally:
                     self._busy = False
                     self.last_active = loop.time()
-                if self._writable is not None and not self._writable.done():
-                    await self._writable  # a slow reader: answer nothing more until its buffer drains
+                    # The request and its answer are gone (the answer's last chunk is in the transport's buffer,
+                    # below its high-water mark): their bytes go back to the pool.
+                    self._give(len(frame) + self._answer_held)
+                    self._answer_held = 0
+                if not await self._drained():  # a slow reader: answer nothing more until its buffer drains
+                    break
         except asyncio.CancelledError:
             pass
         except Exception:  # a bug here must not take the server down: this connection ends
             log.exception("pylog serve: connection from %s failed", self.client_host)
         finally:
+            self._give_all()
             if self.transport is not None:
                 self.transport.close()
+
+    async def _drained(self) -> bool:
+        """Wait until the transport's buffer is below its low-water mark; False (and the connection aborted)
+        when the client read nothing for ``response_send_timeout_ms``: a client that stops reading must not
+        hold its answer, and the pool's bytes, forever."""
+        w = self._writable
+        if w is None or w.done():
+            return True
+        timeout_ms = self.s.config.response_send_timeout_ms
+        try:
+            await asyncio.wait_for(asyncio.shield(w), timeout_ms / 1000.0 if timeout_ms else None)
+        except TimeoutError:
+            self.s.rlog.log(logging.WARNING, "send timeout", "pylog serve: closing the connection from %s: it read "
+                            "none of its answer for %d ms (response_send_timeout_ms)", self.client_host, timeout_ms)
+            self.abort()
+            return False
+        return True
 
     def _write(self, data: bytes | list) -> None:
         if self.transport is None or self.transport.is_closing():
@@ -210,22 +353,29 @@ class Connection(asyncio.Protocol):
         if self._raw_sasl:
             return self._raw_sasl_token(bytes(frame))
         try:
-            req = protocol.parse_request(frame)
+            # A large frame is decoded in the read pool: decoding costs ~2.5 us per struct, and the loop must
+            # keep answering the other connections meanwhile.
+            if len(frame) > _DECODE_ON_LOOP_BYTES:
+                req = await self.s.read(protocol.parse_request, frame, self.s.config.max_request_items)
+            else:
+                req = protocol.parse_request(frame, self.s.config.max_request_items)
         except UnsupportedApiVersionError as exc:
             # An ApiVersions version we lack: v0 with our versions, as Kafka does (the client retries with
             # one we serve); for any other API Kafka closes the connection, and so do we.
             frame_out = protocol.unsupported_version_response(exc.header)  # type: ignore[arg-type]
             if frame_out is None:
-                log.warning("pylog serve: closing the connection from %s: %s", self.client_host, exc)
+                self.s.rlog.log(logging.WARNING, "bad request", "pylog serve: closing the connection from %s: %s",
+                                self.client_host, exc)
                 return False
             self._write(frame_out)
             return True
         except PylogError as exc:
-            log.warning("pylog serve: closing the connection from %s: %s", self.client_host, exc)
+            self.s.rlog.log(logging.WARNING, "bad request", "pylog serve: closing the connection from %s: %s",
+                            self.client_host, exc)
             return False
         if not self.authenticated and req.api_key not in _BEFORE_AUTH:
-            log.warning("pylog serve: closing the connection from %s: API key %d before SASL authentication",
-                        self.client_host, req.api_key)
+            self.s.rlog.log(logging.WARNING, "before auth", "pylog serve: closing the connection from %s: API key "
+                            "%d before SASL authentication", self.client_host, req.api_key)
             return False
         if req.api_key == SASL_HANDSHAKE:
             body, ok = self._sasl_handshake(req)
@@ -266,8 +416,8 @@ class Connection(asyncio.Protocol):
                 if self.transport is None or self.transport.is_closing():
                     return
                 self.transport.write(mv[i:i + _WRITE_CHUNK])
-                if self._writable is not None and not self._writable.done():
-                    await self._writable
+                if not await self._drained():
+                    return
 
     # ------------------------------------------------------------------ SASL
 
@@ -317,3 +467,8 @@ class Connection(asyncio.Protocol):
         self.authenticated = True
         self.principal = principal
         log.info("pylog serve: %s authenticated as %r", self.client_host, principal)
+
+
+def _set_done(fut: "asyncio.Future[None]") -> None:
+    if not fut.done():
+        fut.set_result(None)

@@ -31,7 +31,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, PylogError
 from ..store import Store
 from ..store import open as open_store
 from . import protocol
@@ -40,6 +40,7 @@ from .auth import Credentials, SaslServer
 from .connection import Connection
 from .coordinator import GroupCoordinator
 from .handlers import DataHandlers
+from .limits import BytePool, ConnectionCounts, CreationGuard, RateLimitedLog
 from .waiting import FetchWaiters
 
 __all__ = ["Server", "ServerConfig", "serve"]
@@ -79,6 +80,35 @@ class ServerConfig:
     #: Kafka's ``connections.max.idle.ms``: a connection with no request for this long is closed (clients
     #: reconnect when they need to); 0 keeps idle connections open.
     connections_max_idle_ms: int = 600_000
+    #: Kafka's ``queued.max.request.bytes``: bytes held by requests being received, queued or answered and by
+    #: fetch answers being built or sent, across all connections. A connection whose next request does not fit
+    #: stops being read until others give bytes back; a fetch gets what is free (waiting for at least 1 MiB).
+    #: At least ``max_request_bytes`` (Kafka's rule), so that any one request can be served.
+    queued_max_request_bytes: int = 128 * 1024 * 1024
+    #: A request must arrive whole within this long of its first byte (slowloris, a partial frame held
+    #: forever); time spent paused by the server does not count. 0: no deadline. (Kafka has none; its clients'
+    #: ``request.timeout.ms``, 30 s, is the same bound from the other side.)
+    request_receive_timeout_ms: int = 30_000
+    #: A connection whose client reads nothing of its answer for this long is closed (the answer and its pool
+    #: bytes are dropped); until then it is sent no further answer. 0: wait forever.
+    response_send_timeout_ms: int = 30_000
+    #: Kafka's ``max.connections`` and ``max.connections.per.ip``: connections beyond are closed at accept.
+    max_connections: int = 1000
+    max_connections_per_ip: int = 500
+    #: The most topics, partitions, groups ... (struct array elements) one request may name; a request naming
+    #: more closes its connection, as any request that does not decode. Bounds the work and memory of one request
+    #: (a 10 MiB Metadata request named 1.3 M topics: a minute and 750 MB).
+    max_request_items: int = 50_000
+    #: The most topics and partitions in the store: topic creation (auto-create, CreateTopics) and
+    #: CreatePartitions beyond are refused. Each partition is a directory of files.
+    max_topics: int = 10_000
+    max_partitions: int = 100_000
+    #: Partitions created per second, server-wide, by auto-creation, CreateTopics and CreatePartitions (Kafka's
+    #: ``controller_mutation_rate`` quota); bursts up to ten seconds' worth (at least ``max_partitions_per_topic``).
+    #: Beyond: THROTTLING_QUOTA_EXCEEDED (CreateTopics, CreatePartitions), UNKNOWN_TOPIC_OR_PARTITION (Metadata).
+    controller_mutation_rate: float = 1000.0
+    #: The most topics one Metadata request may auto-create; the others it names get UNKNOWN_TOPIC_OR_PARTITION.
+    auto_create_topics_per_request: int = 100
     #: Kafka's ``group.initial.rebalance.delay.ms``: how long a new group's first rebalance waits for more members.
     group_initial_rebalance_delay_ms: int = 300
     #: Threads appending and fsyncing for the connections.
@@ -96,6 +126,21 @@ class ServerConfig:
                                        f"{self.max_partitions_per_topic!r}")
         if not isinstance(self.connections_max_idle_ms, int) or self.connections_max_idle_ms < 0:
             raise InvalidArgumentError(f"connections_max_idle_ms must be >= 0, got {self.connections_max_idle_ms!r}")
+        for name in ("request_receive_timeout_ms", "response_send_timeout_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
+        for name in ("max_connections", "max_connections_per_ip", "max_request_items", "max_topics",
+                     "max_partitions", "auto_create_topics_per_request"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+        if not isinstance(self.queued_max_request_bytes, int) or \
+                self.queued_max_request_bytes < self.max_request_bytes:
+            raise InvalidArgumentError(f"queued_max_request_bytes ({self.queued_max_request_bytes!r}) must be at "
+                                       f"least max_request_bytes ({self.max_request_bytes})")
+        if not isinstance(self.controller_mutation_rate, (int, float)) or not self.controller_mutation_rate > 0:
+            raise InvalidArgumentError(f"controller_mutation_rate must be > 0, got {self.controller_mutation_rate!r}")
         if self.storage_threads < 1:
             raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
         if self.sasl_credentials is not None:
@@ -114,6 +159,12 @@ class ServerState:
         self.advertised = advertised
         self.cluster_id = _cluster_id(store.path)
         self.connections: set[Connection] = set()
+        self.pool = BytePool(config.queued_max_request_bytes)
+        self.counts = ConnectionCounts(config.max_connections, config.max_connections_per_ip)
+        self.creations = CreationGuard(config.max_topics, config.max_partitions, config.controller_mutation_rate,
+                                       max(10 * config.controller_mutation_rate, config.max_partitions_per_topic),
+                                       self._count_topics)
+        self.rlog = RateLimitedLog(log)
         self.executor = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
                                                               thread_name_prefix="pylog-serve-storage")
         self.readers = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
@@ -137,6 +188,17 @@ class ServerState:
         }
         supported = protocol.supported_versions()
         self.handlers = {k: h for k, h in self.handlers.items() if k in supported}
+
+    def _count_topics(self) -> tuple[int, int]:
+        """The store's topics and partitions (in the storage pool: it lists the store's directory)."""
+        names = self.store.topics()
+        partitions = 0
+        for name in names:
+            try:
+                partitions += self.store.topic(name).num_partitions
+            except PylogError:  # deleted meanwhile
+                pass
+        return len(names), partitions
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the storage thread pool (appends, fsyncs, anything that may wait for a lock)."""
@@ -293,27 +355,35 @@ class Server:
         log.info("pylog serve: listening on %s:%d (store %s)", self.host, self.port, store.path)
         self._ready.set()
         try:
-            reaper = loop.create_task(self._close_idle(state)) if self.config.connections_max_idle_ms else None
+            reaper = loop.create_task(self._reap(state))
             await self._stop.wait()
-            if reaper is not None:
-                reaper.cancel()
+            reaper.cancel()
         finally:
             await self._shutdown(listener, state)
             self._stopped.set()
 
-    async def _close_idle(self, state: ServerState) -> None:
-        """Close connections idle for ``connections_max_idle_ms`` (Kafka's ``connections.max.idle.ms``): a client
-        that went away without closing (a host that vanished) does not hold its socket forever."""
-        limit = self.config.connections_max_idle_ms / 1000.0
-        step = min(30.0, max(limit / 4, 0.05))
+    async def _reap(self, state: ServerState) -> None:
+        """Close connections idle for ``connections_max_idle_ms`` (Kafka's ``connections.max.idle.ms``: a client
+        that went away without closing does not hold its socket forever) and those whose request under way has
+        not arrived whole within ``request_receive_timeout_ms`` of its first byte (a partial frame, a slowloris)."""
+        idle_ms, receive_ms = self.config.connections_max_idle_ms, self.config.request_receive_timeout_ms
+        limits = [ms / 1000.0 for ms in (idle_ms, receive_ms) if ms]
+        if not limits:
+            return
+        step = min(30.0, max(min(limits) / 4, 0.05))
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(step)
             now = loop.time()
             for c in list(state.connections):
-                if c.idle_for(now) > limit:
-                    log.info("pylog serve: closing the connection from %s: idle for more than %d ms "
-                             "(connections_max_idle_ms)", c.client_host, self.config.connections_max_idle_ms)
+                if idle_ms and c.idle_for(now) * 1000 > idle_ms:
+                    state.rlog.log(logging.INFO, "idle", "pylog serve: closing the connection from %s: idle for "
+                                   "more than %d ms (connections_max_idle_ms)", c.client_host, idle_ms)
+                    c.abort()
+                elif receive_ms and c.receiving_for(now) * 1000 > receive_ms:
+                    state.rlog.log(logging.WARNING, "receive timeout", "pylog serve: closing the connection from "
+                                   "%s: a request not received whole within %d ms of its first byte "
+                                   "(request_receive_timeout_ms)", c.client_host, receive_ms)
                     c.abort()
 
     def _on_signal(self) -> None:
