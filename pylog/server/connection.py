@@ -257,11 +257,12 @@ class Connection(asyncio.Protocol):
         self._wake()
 
     def abort(self) -> None:
-        """Close now, dropping whatever is queued."""
+        """Close now, dropping whatever is queued or still unsent (a client that stopped reading would keep a
+        graceful close waiting for its buffer forever)."""
         self.closing = True
         self._frames.clear()
         if self.transport is not None:
-            self.transport.close()
+            self.transport.abort()
 
     def idle_for(self, now: float) -> float:
         """Seconds without a request under way, queued or arriving (0 while one is: a long poll is not idle;

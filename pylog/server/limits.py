@@ -58,29 +58,35 @@ def check_client_config(config: dict[str, Any]) -> None:
 
 class BytePool:
     """Bytes held by requests being received, queued or answered, and by answers being built or sent, across
-    all connections (Kafka's ``queued.max.request.bytes``). Invariant 1."""
+    all connections (Kafka's ``queued.max.request.bytes``). Invariant 1.
+
+    Takes larger than :data:`SMALL` leave :attr:`headroom` (an eighth of the pool) free: however many large
+    requests or answers wait for room, small requests (ApiVersions, Metadata, heartbeats, commits) still fit."""
+
+    #: Takes up to this size may use the headroom.
+    SMALL = 64 << 10
 
     def __init__(self, capacity: int) -> None:
         self.capacity = capacity
+        self.headroom = capacity // 8
         self.used = 0
         self._waiters: collections.deque[Callable[[], None]] = collections.deque()
 
-    @property
-    def free(self) -> int:
-        return max(0, self.capacity - self.used)
+    def _room(self, n: int) -> int:
+        return self.capacity - self.used - (0 if n <= self.SMALL else self.headroom)
 
     def try_take(self, n: int) -> bool:
         """Take ``n`` bytes if they fit (or the pool is empty); False, taking nothing, otherwise."""
-        if self.used and self.used + n > self.capacity:
+        if self.used and n > self._room(n):
             return False
         self.used += n
         return True
 
     def take_up_to(self, n: int, at_least: int) -> int:
-        """Take ``min(n, free)`` bytes when that is at least ``min(n, at_least)`` (or the pool is empty); 0
+        """Take ``min(n, room)`` bytes when that is at least ``min(n, at_least)`` (or the pool is empty); 0
         otherwise."""
-        got = n if not self.used else min(n, self.free)
-        if got < min(n, at_least):
+        got = n if not self.used else max(0, min(n, self._room(n)))
+        if got < min(n, at_least) or got <= 0:
             return 0
         self.used += got
         return got

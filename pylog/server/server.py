@@ -267,6 +267,16 @@ class Server:
             host = "127.0.0.1" if host != "::" else "::1"
         return host, self.config.advertised_port or self.port
 
+    def resources(self) -> dict[str, int]:
+        """A snapshot of what the server holds: ``connections`` open, ``pool_bytes_used`` of its memory pool
+        (requests being received, queued or answered, fetch answers being built or sent) and ``pool_bytes``,
+        the pool's size (``queued_max_request_bytes``). For monitoring and tests; safe from any thread."""
+        state = self._state
+        if state is None:
+            return {"connections": 0, "pool_bytes_used": 0, "pool_bytes": self.config.queued_max_request_bytes}
+        return {"connections": len(state.connections), "pool_bytes_used": state.pool.used,
+                "pool_bytes": state.pool.capacity}
+
     def start(self) -> "Server":
         """Start serving in a background thread; returns once the port is bound (raises what binding raised)."""
         if self._thread is not None:
