@@ -43,6 +43,29 @@ def register(sub: Any) -> None:
                    help="most partitions CreateTopics / CreatePartitions give a topic (default 10000)")
     s.add_argument("--connections-max-idle-ms", type=non_negative, default=600_000, metavar="MS",
                    help="close a connection idle this long (Kafka's connections.max.idle.ms; default 600000, 0: never)")
+    s.add_argument("--queued-max-request-bytes", type=positive, default=128 * 1024 * 1024, metavar="N",
+                   help="bytes all connections' requests and fetch answers may hold (Kafka's "
+                        "queued.max.request.bytes; default 128 MiB, at least --max-request-bytes)")
+    s.add_argument("--request-receive-timeout-ms", type=non_negative, default=30_000, metavar="MS",
+                   help="close a connection whose request is not whole this long after its first byte (default "
+                        "30000, 0: never)")
+    s.add_argument("--response-send-timeout-ms", type=non_negative, default=30_000, metavar="MS",
+                   help="close a connection that reads none of its answer for this long (default 30000, 0: never)")
+    s.add_argument("--max-connections", type=positive, default=1000, metavar="N",
+                   help="connections beyond are closed at accept (Kafka's max.connections; default 1000)")
+    s.add_argument("--max-connections-per-ip", type=positive, default=500, metavar="N",
+                   help="connections from one address beyond are closed at accept (Kafka's "
+                        "max.connections.per.ip; default 500)")
+    s.add_argument("--max-request-items", type=positive, default=50_000, metavar="N",
+                   help="most topics, partitions, groups ... one request may name (default 50000)")
+    s.add_argument("--max-topics", type=positive, default=10_000, metavar="N",
+                   help="clients create no topic beyond this many in the store (default 10000)")
+    s.add_argument("--max-partitions", type=positive, default=100_000, metavar="N",
+                   help="clients create no partition beyond this many in the store (default 100000)")
+    s.add_argument("--controller-mutation-rate", type=float, default=1000.0, metavar="N",
+                   help="partitions clients may create per second, bursts of 10 s worth (default 1000)")
+    s.add_argument("--auto-create-topics-per-request", type=positive, default=100, metavar="N",
+                   help="most topics one Metadata request may auto-create (default 100)")
     s.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain")
     s.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     s.add_argument("--tls-ca", metavar="PEM", help="CA bundle that client certificates must chain to")
@@ -65,6 +88,13 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
         "advertised_port": args.advertised_port, "auto_create_topics": not args.no_auto_create_topics,
         "max_request_bytes": args.max_request_bytes, "max_partitions_per_topic": args.max_partitions_per_topic,
         "connections_max_idle_ms": args.connections_max_idle_ms,
+        "queued_max_request_bytes": args.queued_max_request_bytes,
+        "request_receive_timeout_ms": args.request_receive_timeout_ms,
+        "response_send_timeout_ms": args.response_send_timeout_ms, "max_connections": args.max_connections,
+        "max_connections_per_ip": args.max_connections_per_ip, "max_request_items": args.max_request_items,
+        "max_topics": args.max_topics, "max_partitions": args.max_partitions,
+        "controller_mutation_rate": args.controller_mutation_rate,
+        "auto_create_topics_per_request": args.auto_create_topics_per_request,
     }
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):

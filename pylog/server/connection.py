@@ -354,10 +354,10 @@ class Connection(asyncio.Protocol):
         if self._raw_sasl:
             return self._raw_sasl_token(bytes(frame))
         try:
-            # A large frame is decoded in the read pool: decoding costs ~2.5 us per struct, and the loop must
-            # keep answering the other connections meanwhile.
+            # A large frame is decoded in the decoder thread: decoding costs ~2.5 us per struct, and the loop
+            # must keep answering the other connections meanwhile.
             if len(frame) > _DECODE_ON_LOOP_BYTES:
-                req = await self.s.read(protocol.parse_request, frame, self.s.config.max_request_items)
+                req = await self.s.decode(protocol.parse_request, frame, self.s.config.max_request_items)
             else:
                 req = protocol.parse_request(frame, self.s.config.max_request_items)
         except UnsupportedApiVersionError as exc:

@@ -48,6 +48,10 @@ __all__ = ["Server", "ServerConfig", "serve"]
 log = logging.getLogger("pylog.server")
 
 Handler = Callable[[Any, Connection], Awaitable[dict | None]]
+#: The listening socket's backlog. asyncio also accepts up to this many connections per turn of the event loop,
+#: each a transport to set up (and, beyond ``max_connections``, to close again): 1,024 of them in one turn held
+#: the other connections' answers ~150 ms in a connection flood; 128 keeps a turn short.
+_LISTEN_BACKLOG = 128
 
 
 @dataclass
@@ -169,6 +173,9 @@ class ServerState:
                                                               thread_name_prefix="pylog-serve-storage")
         self.readers = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
                                                              thread_name_prefix="pylog-serve-read")
+        # Large request frames are decoded by one thread: decoding is pure Python and holds the GIL, and more
+        # threads decoding at once would each take turns with the event loop (the loop then waits for several).
+        self.decoder = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pylog-serve-decode")
         self.waiters = FetchWaiters(loop)
         # Offset commits wait for __consumer_offsets' writer lock like any append: the storage pool, which a clean
         # stop drains before the store closes (the loop's default executor is not waited for).
@@ -203,6 +210,10 @@ class ServerState:
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the storage thread pool (appends, fsyncs, anything that may wait for a lock)."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def decode(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the decoder thread (the decoding of a large request frame)."""
+        return await asyncio.get_running_loop().run_in_executor(self.decoder, fn, *args)
 
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the read thread pool: reads of segment files (a cold page faults on the disk) and
@@ -346,7 +357,8 @@ class Server:
                 self.store = await loop.run_in_executor(None, lambda: open_store(path))
             store = self.store
             listener = await loop.create_server(lambda: Connection(states[0]), self.config.host, self.config.port,
-                                                ssl=self.config.ssl_context, reuse_address=True, backlog=1024)
+                                                ssl=self.config.ssl_context, reuse_address=True,
+                                                backlog=_LISTEN_BACKLOG)
         except BaseException as exc:
             self._failure = exc
             self._ready.set()
@@ -435,6 +447,7 @@ class Server:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, state.executor.shutdown, True)
         await loop.run_in_executor(None, state.readers.shutdown, True)
+        await loop.run_in_executor(None, state.decoder.shutdown, True)
         store = state.store
         if self._owns_store:
             await loop.run_in_executor(None, store.close)
