@@ -16,12 +16,37 @@ from __future__ import annotations
 import argparse
 import logging
 import sys
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from ..errors import CommandError
 from .base import ExitCode, check_store_path, non_negative, positive
 
 __all__ = ["register"]
+
+
+#: The resource limits of the server (docs/SERVER.md "Options"): flag, type, metavar, help. Unset, the
+#: ServerConfig default applies (named in the help).
+_LIMITS: list[tuple[str, Callable[[str], Any], str, str]] = [
+    ("--queued-max-request-bytes", positive, "N", "bytes all connections' requests and fetch answers may hold "
+     "(Kafka's queued.max.request.bytes; default 128 MiB, at least --max-request-bytes)"),
+    ("--request-receive-timeout-ms", non_negative, "MS", "close a connection whose request is not whole this "
+     "long after its first byte (default 30000, 0: never)"),
+    ("--response-send-timeout-ms", non_negative, "MS", "close a connection that reads none of its answer for "
+     "this long (default 30000, 0: never)"),
+    ("--max-connections", positive, "N", "connections beyond are closed at accept (Kafka's max.connections; "
+     "default 1000)"),
+    ("--max-connections-per-ip", positive, "N", "connections from one address beyond are closed at accept "
+     "(Kafka's max.connections.per.ip; default 500)"),
+    ("--max-request-items", positive, "N", "most topics, partitions, groups ... one request may name (default "
+     "50000)"),
+    ("--max-topics", positive, "N", "clients create no topic beyond this many in the store (default 10000)"),
+    ("--max-partitions", positive, "N", "clients create no partition beyond this many in the store (default "
+     "100000)"),
+    ("--controller-mutation-rate", float, "N", "partitions clients may create per second, in bursts of 10 s "
+     "worth (default 1000)"),
+    ("--auto-create-topics-per-request", positive, "N", "most topics one Metadata request may auto-create "
+     "(default 100)"),
+]
 
 
 def register(sub: Any) -> None:
@@ -43,29 +68,8 @@ def register(sub: Any) -> None:
                    help="most partitions CreateTopics / CreatePartitions give a topic (default 10000)")
     s.add_argument("--connections-max-idle-ms", type=non_negative, default=600_000, metavar="MS",
                    help="close a connection idle this long (Kafka's connections.max.idle.ms; default 600000, 0: never)")
-    s.add_argument("--queued-max-request-bytes", type=positive, default=128 * 1024 * 1024, metavar="N",
-                   help="bytes all connections' requests and fetch answers may hold (Kafka's "
-                        "queued.max.request.bytes; default 128 MiB, at least --max-request-bytes)")
-    s.add_argument("--request-receive-timeout-ms", type=non_negative, default=30_000, metavar="MS",
-                   help="close a connection whose request is not whole this long after its first byte (default "
-                        "30000, 0: never)")
-    s.add_argument("--response-send-timeout-ms", type=non_negative, default=30_000, metavar="MS",
-                   help="close a connection that reads none of its answer for this long (default 30000, 0: never)")
-    s.add_argument("--max-connections", type=positive, default=1000, metavar="N",
-                   help="connections beyond are closed at accept (Kafka's max.connections; default 1000)")
-    s.add_argument("--max-connections-per-ip", type=positive, default=500, metavar="N",
-                   help="connections from one address beyond are closed at accept (Kafka's "
-                        "max.connections.per.ip; default 500)")
-    s.add_argument("--max-request-items", type=positive, default=50_000, metavar="N",
-                   help="most topics, partitions, groups ... one request may name (default 50000)")
-    s.add_argument("--max-topics", type=positive, default=10_000, metavar="N",
-                   help="clients create no topic beyond this many in the store (default 10000)")
-    s.add_argument("--max-partitions", type=positive, default=100_000, metavar="N",
-                   help="clients create no partition beyond this many in the store (default 100000)")
-    s.add_argument("--controller-mutation-rate", type=float, default=1000.0, metavar="N",
-                   help="partitions clients may create per second, bursts of 10 s worth (default 1000)")
-    s.add_argument("--auto-create-topics-per-request", type=positive, default=100, metavar="N",
-                   help="most topics one Metadata request may auto-create (default 100)")
+    for flag, kind, metavar, text in _LIMITS:
+        s.add_argument(flag, type=kind, metavar=metavar, help=text)
     s.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain")
     s.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     s.add_argument("--tls-ca", metavar="PEM", help="CA bundle that client certificates must chain to")
@@ -88,14 +92,11 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
         "advertised_port": args.advertised_port, "auto_create_topics": not args.no_auto_create_topics,
         "max_request_bytes": args.max_request_bytes, "max_partitions_per_topic": args.max_partitions_per_topic,
         "connections_max_idle_ms": args.connections_max_idle_ms,
-        "queued_max_request_bytes": args.queued_max_request_bytes,
-        "request_receive_timeout_ms": args.request_receive_timeout_ms,
-        "response_send_timeout_ms": args.response_send_timeout_ms, "max_connections": args.max_connections,
-        "max_connections_per_ip": args.max_connections_per_ip, "max_request_items": args.max_request_items,
-        "max_topics": args.max_topics, "max_partitions": args.max_partitions,
-        "controller_mutation_rate": args.controller_mutation_rate,
-        "auto_create_topics_per_request": args.auto_create_topics_per_request,
     }
+    for flag, *_ in _LIMITS:  # given ones only: the defaults are ServerConfig's
+        name = flag[2:].replace("-", "_")
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
             raise CommandError("--tls-cert and --tls-key go together")
