@@ -8,9 +8,20 @@ appended in the order sent).
 Invariants:
 - A frame larger than the server's ``max_request_bytes`` (or a negative size) closes the connection before
   anything is allocated for it; nothing past a bad frame is read.
-- Reading pauses while queued, unanswered frames exceed :data:`_MAX_QUEUED_BYTES`, and answering pauses while
-  the transport's write buffer is over its high-water mark (a slow consumer): a connection's memory is bounded
-  by the frame limit plus those two.
+- A frame's size is taken from the server's memory pool (``queued_max_request_bytes``,
+  :class:`~pylog.server.limits.BytePool`) as soon as its prefix arrives and given back once it is answered;
+  a fetch's answer takes its records' bytes from the pool and gives them back once written. While the pool
+  cannot give a frame its size, its connection is not read: the requests of all connections and the fetch
+  answers hold at most the pool (plus one record per answer, which Kafka always sends, and at most one
+  socket read per connection).
+- Reading also pauses while queued, unanswered frames exceed :data:`_MAX_QUEUED_BYTES`, and answering pauses
+  while the transport's write buffer is over its high-water mark (a slow consumer); a client that reads
+  nothing for ``response_send_timeout_ms`` is closed (its answer dropped). A request not received whole
+  within ``request_receive_timeout_ms`` of its first byte is closed by the server's reaper
+  (:meth:`Connection.receiving_for`).
+- Connections beyond ``max_connections`` (or ``max_connections_per_ip`` from one address) are closed at
+  accept, before anything is read. A request naming more than ``max_request_items`` structs does not decode
+  (the connection closes); frames above :data:`_DECODE_ON_LOOP_BYTES` are decoded off the event loop.
 - A request that cannot be decoded closes the connection (what Kafka brokers do); a request whose handler
   failed is answered with UNKNOWN_SERVER_ERROR in every error field, and the connection goes on.
 - With SASL enabled, nothing but ApiVersions, SaslHandshake and SaslAuthenticate is served before
