@@ -304,3 +304,15 @@ def test_repeated_warnings_are_rate_limited():
     now[0] = 11.0
     rl.log(logging.WARNING, "flood", "closing %d", 1000)
     assert records == ["closing 0", "something else", "closing 1000 (and 999 more like it in the last 10 s)"]
+
+
+def test_a_large_request_and_its_large_answer_go_through_the_decoder_thread_whole(tmp_path):
+    # 6,000 names: a frame over 64 KiB (decoded off the event loop) and an answer of more than 5,000 items
+    # (encoded off it): both whole and in order.
+    names = [f"missing-{i:06d}" for i in range(6000)]
+    with pylog.serve(tmp_path / "s", port=0, auto_create_topics=False) as server:
+        with _connect(server) as s:
+            out = _call(s, 3, 9, _metadata(names))
+            assert [t["name"] for t in out["topics"]] == names
+            assert {t["error_code"] for t in out["topics"]} == {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+            assert _call(s, 18, 3, _API_VERSIONS, corr=2)["error_code"] == 0

@@ -60,32 +60,32 @@ class BytePool:
     """Bytes held by requests being received, queued or answered, and by answers being built or sent, across
     all connections (Kafka's ``queued.max.request.bytes``). Invariant 1.
 
-    Takes larger than :data:`SMALL` leave :attr:`headroom` (an eighth of the pool) free: however many large
-    requests or answers wait for room, small requests (ApiVersions, Metadata, heartbeats, commits) still fit."""
+    Three bands, so that no kind of holder can starve the others: requests larger than :data:`SMALL` leave
+    :attr:`reserve` bytes free (a quarter of the pool, less when the largest request needs it), answers half
+    of that, and small requests (ApiVersions, Metadata, heartbeats, commits) may use it all. However many
+    large requests wait for room (or are held, half sent, until their deadline), answers and small requests
+    still fit."""
 
-    #: Takes up to this size may use the headroom.
+    #: Takes up to this size are small requests.
     SMALL = 64 << 10
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, largest: int = 0) -> None:
         self.capacity = capacity
-        self.headroom = capacity // 8
+        self.reserve = min(capacity // 4, capacity - largest)
         self.used = 0
         self._waiters: collections.deque[Callable[[], None]] = collections.deque()
 
-    def _room(self, n: int) -> int:
-        return self.capacity - self.used - (0 if n <= self.SMALL else self.headroom)
-
     def try_take(self, n: int) -> bool:
-        """Take ``n`` bytes if they fit (or the pool is empty); False, taking nothing, otherwise."""
-        if self.used and n > self._room(n):
+        """Take ``n`` bytes of a request if they fit (or the pool is empty); False, taking nothing, otherwise."""
+        if self.used and n > self.capacity - self.used - (0 if n <= self.SMALL else self.reserve):
             return False
         self.used += n
         return True
 
     def take_up_to(self, n: int, at_least: int) -> int:
-        """Take ``min(n, room)`` bytes when that is at least ``min(n, at_least)`` (or the pool is empty); 0
-        otherwise."""
-        got = n if not self.used else max(0, min(n, self._room(n)))
+        """For an answer: take ``min(n, room)`` bytes when that is at least ``min(n, at_least)`` (or the pool is
+        empty); 0 otherwise."""
+        got = n if not self.used else max(0, min(n, self.capacity - self.used - self.reserve // 2))
         if got < min(n, at_least) or got <= 0:
             return 0
         self.used += got

@@ -163,7 +163,7 @@ class ServerState:
         self.advertised = advertised
         self.cluster_id = _cluster_id(store.path)
         self.connections: set[Connection] = set()
-        self.pool = BytePool(config.queued_max_request_bytes)
+        self.pool = BytePool(config.queued_max_request_bytes, config.max_request_bytes)
         self.counts = ConnectionCounts(config.max_connections, config.max_connections_per_ip)
         self.creations = CreationGuard(config.max_topics, config.max_partitions, config.controller_mutation_rate,
                                        max(10 * config.controller_mutation_rate, config.max_partitions_per_topic),
