@@ -132,7 +132,7 @@ class Connection(asyncio.Protocol):
         """Cut the complete frames out of what was received. A frame's size is taken from the server's pool as
         soon as its prefix is read; when the pool cannot give it, reading pauses until another connection gives
         bytes back (nothing more is read, so nothing more is allocated: the kernel's buffers push back)."""
-        buf = self._buf
+        buf = start = self._buf
         pos, n = 0, len(buf)
         pool = self.s.pool
         # Before authentication only small requests (SASL tokens, ApiVersions) are accepted, as in Kafka.
@@ -157,13 +157,23 @@ class Connection(asyncio.Protocol):
                 self._held += size
             if n - pos - 4 < size:
                 break
-            frame = buf[pos + 4:pos + 4 + size]
-            pos += 4 + size
             self._partial_held = 0
-            self._frames.append(frame)
             self._queued += size
+            if pos == 0 and size >= _DECODE_ON_LOOP_BYTES:
+                # A large frame at the buffer's start becomes the frame itself (dropping a bytearray's first bytes
+                # is O(1)); only what follows it is copied: a copy of 10 MiB costs the loop milliseconds.
+                rest = buf[4 + size:]
+                del buf[4 + size:]
+                del buf[:4]
+                self._frames.append(buf)
+                self._buf = buf = rest
+                n = len(buf)
+                continue
+            self._frames.append(buf[pos + 4:pos + 4 + size])
+            pos += 4 + size
         if pos:
             del buf[:pos]
+        if self._buf is not start or pos:  # frames were cut: the next one's deadline counts from now
             self._partial_since = asyncio.get_running_loop().time() if buf else None
         if self._frames:
             self._wake()

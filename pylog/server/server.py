@@ -48,10 +48,10 @@ __all__ = ["Server", "ServerConfig", "serve"]
 log = logging.getLogger("pylog.server")
 
 Handler = Callable[[Any, Connection], Awaitable[dict | None]]
-#: The listening socket's backlog. asyncio also accepts up to this many connections per turn of the event loop,
-#: each a transport to set up (and, beyond ``max_connections``, to close again): 1,024 of them in one turn held
-#: the other connections' answers ~150 ms in a connection flood; 128 keeps a turn short.
-_LISTEN_BACKLOG = 128
+#: The listening socket's backlog (Kafka's ``socket.listen.backlog.size`` default). asyncio also accepts up to this
+#: many connections per turn of the event loop, each a transport to set up (and, beyond ``max_connections``, to
+#: close again): 1,024 of them in one turn held the other connections' answers ~150 ms in a connection flood.
+_LISTEN_BACKLOG = 50
 
 
 @dataclass
