@@ -14,7 +14,13 @@ Invariants:
   everything fsynced) or flushes the one it was given. Whatever was acknowledged is on disk per the topics'
   settings before the stop returns, and fsynced after it.
 - Nothing the server does for one client blocks the event loop on the disk or on another process's lock:
-  appends, fsyncs, topic and group-offset changes run in the storage thread pool, reads in the read pool.
+  appends, fsyncs, topic and group-offset changes run in the storage thread pool, reads in the read pool,
+  the decoding of large request frames and the encoding of large answers in the decoder thread.
+- What clients can make the server hold is bounded (:mod:`pylog.server.limits`, docs/SERVER.md
+  "Robustness"): the memory of requests and fetch answers by ``queued_max_request_bytes``, connections by
+  ``max_connections`` / ``max_connections_per_ip``, a request's items by ``max_request_items``, its time in
+  arriving and its answer's in leaving by ``request_receive_timeout_ms`` / ``response_send_timeout_ms``,
+  topics and partitions created by the creation limits.
 """
 
 from __future__ import annotations
