@@ -316,3 +316,12 @@ def test_a_large_request_and_its_large_answer_go_through_the_decoder_thread_whol
             assert [t["name"] for t in out["topics"]] == names
             assert {t["error_code"] for t in out["topics"]} == {ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
             assert _call(s, 18, 3, _API_VERSIONS, corr=2)["error_code"] == 0
+
+
+def test_auto_creation_is_bounded_by_the_creation_rate(tmp_path):
+    # A burst of 2 partitions (max_partitions_per_topic), then one per 100 s: the third topic waits.
+    with pylog.serve(tmp_path / "s", port=0, max_partitions_per_topic=2, controller_mutation_rate=0.01) as server:
+        with _connect(server) as s:
+            out = _call(s, 3, 9, _metadata(["r0", "r1", "r2"]))
+            assert [t["error_code"] for t in out["topics"]] == [0, 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
+            assert server.store.topics() == ["r0", "r1"]
