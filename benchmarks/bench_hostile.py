@@ -33,6 +33,25 @@ server's VmHWM below 300 MiB; in ``connection-flood`` at most 256 connections (t
 256 + 50 refused ones being closed, the listen backlog accepted in one turn, + 64). The topics the
 auto-create flood made are printed (at most 100 per request, 1,000 per second). The 1-minute load average is
 printed with each scenario.
+
+Result (2 cores shared with other jobs, 1-minute load average 3.2-4.2; ``python benchmarks/bench_hostile.py``,
+default limits but the two deadlines at 2 s and ``--max-connections 256``):
+
+======================  ======  ======  =========  =====
+scenario                p50 ms  p99 ms  VmHWM MiB  fds
+======================  ======  ======  =========  =====
+idle (baseline)         0.31    3.94    45         9
+partial-frames          0.19    5.04    135        17
+non-reading-fetchers    0.18    4.29    281        12
+giant-metadata          4.44    29.06   196        17
+auto-create-flood       0.30    10.36   61         18
+slowloris               0.34    3.12    44         14
+connection-flood        0.14    3.00    46         264
+======================  ======  ======  =========  =====
+
+Before the limits (issue 24's figures): partial frames took the server to 765 MB and held it, 16 non-reading
+fetchers to 1.2 GB, a 10 MiB Metadata request 58 s and 749 MB with other clients waiting up to 8 s. The
+non-reading fetchers' VmHWM includes the 64 MiB topic's pages mapped from the page cache (RssFile).
 """
 
 from __future__ import annotations
