@@ -6,9 +6,11 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import shutil
 import socket
 import ssl
 import struct
+import subprocess
 import threading
 import time
 
@@ -213,3 +215,25 @@ def test_login_flood_is_throttled_and_leaves_other_clients_served(presalted):
     assert set(guesses) <= {58} and 1 <= len(guesses) <= 12, len(guesses)
     latencies.sort()
     assert latencies[len(latencies) // 2] < 0.5, latencies
+
+
+@pytest.mark.skipif(shutil.which("kcat") is None, reason="kcat is not installed (.ci/run installs Debian's)")
+@pytest.mark.parametrize("mechanism", ["SCRAM-SHA-256", "SCRAM-SHA-512"])
+def test_kcat_with_librdkafka_before_2_6_1_logs_in_with_scram(tmp_path, mechanism):
+    # Debian 12's kcat 1.7.1 is built on librdkafka 2.0.2, which repeats its client nonce in SCRAM's final
+    # message (fixed in librdkafka 2.6.1); Kafka 3.x let it in, pylog did not ("nonce mismatch").
+    version = subprocess.run(["kcat", "-V"], capture_output=True, text=True, timeout=60).stdout
+    store = pylog.open(tmp_path / "store")
+    store.create_topic("s", partitions=1)
+    with pylog.serve(store, port=0, sasl_credentials=Credentials({USER: PASSWORD})) as srv:
+        common = ["kcat", "-b", srv.bootstrap_servers, "-X", "security.protocol=SASL_PLAINTEXT", "-X",
+                  f"sasl.mechanisms={mechanism}", "-X", f"sasl.username={USER}", "-X", f"sasl.password={PASSWORD}",
+                  "-m", "20"]
+        produced = subprocess.run([*common, "-P", "-t", "s"], input=b"one\ntwo\n", capture_output=True,
+                                  timeout=120)
+        assert produced.returncode == 0, (version, produced.stderr)
+        consumed = subprocess.run([*common, "-C", "-t", "s", "-o", "beginning", "-e"], capture_output=True,
+                                  timeout=120)
+        assert consumed.returncode == 0 and consumed.stdout == b"one\ntwo\n", (version, consumed.stderr)
+    assert [r.value for r in store.topic("s").partition(0).read(0)] == [b"one", b"two"]
+    store.close()
