@@ -18,7 +18,7 @@ import pytest
 
 import pylog
 from pylog.server.auth import Credentials, make_server_ssl_context, scram_entry
-from serverutil import recv_frame
+from serverutil import recv_frame, wait_until
 from test_server_auth import pki  # noqa: F401 - the test CA and certificates, a fixture
 
 pytestmark = pytest.mark.slow
@@ -237,3 +237,33 @@ def test_kcat_with_librdkafka_before_2_6_1_logs_in_with_scram(tmp_path, mechanis
         assert consumed.returncode == 0 and consumed.stdout == b"one\ntwo\n", (version, consumed.stderr)
     assert [r.value for r in store.topic("s").partition(0).read(0)] == [b"one", b"two"]
     store.close()
+
+
+def test_a_clean_stop_does_not_wait_for_logins_held_back_by_the_failure_delay(tmp_path):
+    # Five wrong passwords at once from one address, each failure held 2 s: once the first is answered, four
+    # wait their turn (8 s more). A stop closes connections not logged in at once instead of waiting for them.
+    creds = Credentials({USER: PASSWORD})
+    srv = pylog.serve(tmp_path / "store", port=0, sasl_credentials=creds, shutdown_timeout_s=60,
+                      connection_failed_authentication_delay_ms=2000,
+                      connection_failed_authentication_delay_max_ms=2000)
+    answers = []
+
+    def guess():
+        try:
+            answers.append(_plain_login(srv.port, USER.encode(), b"wrong"))
+        except (OSError, AssertionError):
+            answers.append("closed")
+
+    threads = [threading.Thread(target=guess, daemon=True) for _ in range(5)]
+    try:
+        for t in threads:
+            t.start()
+        wait_until(lambda: answers, timeout=30, what="the first failed login's answer")
+    finally:
+        t0 = time.monotonic()
+        srv.close()
+        took = time.monotonic() - t0
+    for t in threads:
+        t.join(timeout=30)
+    assert answers[0] == 58 and answers.count("closed") >= 3, answers
+    assert took < 4, took

@@ -135,7 +135,11 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Finish the request under way, then close (the server's shutdown)."""
+        """Finish the request under way, then close (the server's shutdown). A connection that has not logged
+        in yet closes at once: its only request could be a login held back by the failed-login delay."""
+        if not self.authenticated:
+            self.abort()
+            return
         self.closing = True
         if self.transport is not None and not self._read_paused:
             self._read_paused = True
