@@ -2,17 +2,23 @@
 (pylog.server.server), each checked through raw Kafka requests on 127.0.0.1 so that removing the code that
 keeps the promise fails its test: acks=all answered only after the fsync; no produce to internal topics;
 OFFSET_OUT_OF_RANGE for a fetch outside the log; LogAppendTime in produce answers; TOPIC_AUTHORIZATION_FAILED
-for a read-only store; KAFKA_STORAGE_ERROR for a full disk; a clean stop fsyncs the store it was given.
+for a read-only store; KAFKA_STORAGE_ERROR for a full disk (and for a write the kernel refuses past
+RLIMIT_FSIZE, in a server process of its own); a clean stop fsyncs the store it was given.
 
 File-system events are observed by wrapping ``os.fsync`` / ``os.fdatasync`` / ``os.writev`` in this process,
-which the server (run in a thread here) calls for its store; the wrappers call the real functions.
+which the server (run in a thread here) calls for its store; the sync wrappers call the real functions.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import re
+import resource
+import signal
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -176,6 +182,39 @@ def test_a_full_disk_answers_produce_with_kafka_storage_error_and_the_server_goe
     assert answer["error_code"] == E.KAFKA_STORAGE_ERROR and "file system is full" in answer["error_message"]
     assert after["error_code"] == E.NONE and after["base_offset"] == 0
     assert [r.value for r in store.topic("t").partition(0).read(0)] == [b"kept"]
+
+
+def test_a_file_size_limit_answers_produce_with_kafka_storage_error(store, tmp_path):
+    # A real refusal by the kernel: the server process runs under RLIMIT_FSIZE with SIGXFSZ ignored, so a write
+    # past 64 KiB fails with EFBIG (a half-written batch cut back), as one on a full disk fails with ENOSPC.
+    # (segment.index.bytes is lowered so that the indexes, sized for it when a segment opens, fit the limit.)
+    store.create_topic("limited", partitions=1, config={"segment.index.bytes": 8192})
+    store.close()
+    log_path = tmp_path / "server.log"
+
+    def limit() -> None:
+        signal.signal(signal.SIGXFSZ, signal.SIG_IGN)
+        resource.setrlimit(resource.RLIMIT_FSIZE, (64 << 10, 64 << 10))
+
+    with open(log_path, "w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "pylog", "serve", str(tmp_path / "store"), "--port", "0"],
+                                stdout=subprocess.DEVNULL, stderr=log, preexec_fn=limit)
+    try:
+        port = int(wait_until(lambda: re.search(r"listening on [\d.]+:(\d+)", log_path.read_text()), timeout=60,
+                              what="the server's start").group(1))
+        with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+            sock.sendall(_produce("limited", [b"x" * (100 << 10)], acks=1))
+            too_big = _partition_answer(recv_frame(sock))
+            sock.sendall(_produce("limited", [b"small"], acks=1, corr=2))
+            small = _partition_answer(recv_frame(sock))
+    finally:
+        proc.terminate()
+        assert proc.wait(60) == 0
+    assert too_big["error_code"] == E.KAFKA_STORAGE_ERROR and too_big["base_offset"] == -1, too_big
+    assert too_big["error_message"].startswith("appending to limited-0") and "[Errno 27]" in too_big["error_message"]
+    assert small["error_code"] == E.NONE and small["base_offset"] == 0, (too_big, small)
+    with pylog.open(tmp_path / "store", read_only=True) as reopened:
+        assert [r.value for r in reopened.topic("limited").partition(0).read(0)] == [b"small"]
 
 
 # --------------------------------------------------------------------------------------------------- Fetch
