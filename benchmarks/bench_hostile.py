@@ -299,7 +299,7 @@ def run_scenario(scenario: str, short: bool, seconds: float, workdir: str) -> di
         _prefill(store, 24 if short else 64)
     options = ["--request-receive-timeout-ms", str(DEADLINE_MS), "--response-send-timeout-ms", str(DEADLINE_MS),
                "--max-connections", str(MAX_CONNECTIONS)]
-    server = ServerProcess(store, os.path.join(workdir, scenario + ".log"), options=options)
+    server = ServerProcess(store, os.path.join(workdir, scenario + ".log"), args=options)
     addr = ("127.0.0.1", server.port)
     load = os.getloadavg()[0]
     child = None
