@@ -58,7 +58,8 @@ _MAX_UNAUTHENTICATED_BYTES = 512 * 1024
 #: Responses larger than this go to the transport a chunk of this size at a time, each once the previous has
 #: drained (a slow reader then holds one response, not a second copy of it in the transport's buffer).
 _WRITE_CHUNK = 1 << 20
-#: Frames larger than this are decoded in the read pool, not on the event loop (~25 ms of decoding at most).
+#: Frames larger than this are decoded in the decoder thread, not on the event loop: one this size holds at most
+#: 12,288 structs (schema.struct_budget), ~30 ms of decoding.
 _DECODE_ON_LOOP_BYTES = 64 << 10
 #: Answers naming more items than this (see :func:`_items`) are encoded in the decoder thread (~2 us per item).
 _ENCODE_ON_LOOP_ITEMS = 5_000

@@ -252,12 +252,16 @@ class DataHandlers:
         max_bytes = min(b.get("max_bytes", _FETCH_MAX_BYTES), _FETCH_MAX_BYTES)
         deadline = loop.time() + max_wait
         topics = b["topics"] or []
+        # The most the answer can hold: what the partitions may each return, in all, up to max_bytes (a consumer
+        # of a few partitions asks for 50 MiB but at most 1 MiB per partition by default).
+        wanted = min(max_bytes, sum(max(0, pr.get("partition_max_bytes", max_bytes)) for t in topics
+                                    for pr in t["partitions"] or []))
 
         async def read() -> tuple[list[dict], int, dict]:
             # The answer's records are held until it is written: they come out of the server's pool
             # (queued_max_request_bytes), so many fetchers that do not read their answers cannot take more.
             conn.keep_answer_bytes(0)
-            budget = await conn.take_answer_bytes(max_bytes)
+            budget = await conn.take_answer_bytes(wanted)
             got = await self.s.read(self._read_all, topics, budget)
             conn.keep_answer_bytes(got[1])
             return got
