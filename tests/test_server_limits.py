@@ -325,3 +325,26 @@ def test_auto_creation_is_bounded_by_the_creation_rate(tmp_path):
             out = _call(s, 3, 9, _metadata(["r0", "r1", "r2"]))
             assert [t["error_code"] for t in out["topics"]] == [0, 0, ErrorCode.UNKNOWN_TOPIC_OR_PARTITION]
             assert server.store.topics() == ["r0", "r1"]
+
+
+def test_pipelined_requests_whose_answers_are_not_read_hold_a_bounded_part_of_the_pool(tmp_path):
+    # Pool 2 MiB: a connection queues at most a 32nd of it (64 KiB) beyond what one socket read brings.
+    mib = 1 << 20
+    with pylog.serve(tmp_path / "s", port=0, max_request_bytes=mib, queued_max_request_bytes=2 * mib) as server:
+        s = socket.socket()
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.connect((server.host, server.port))
+        try:
+            s.setblocking(False)
+            burst = b"".join(encode_request(18, 3, i, "limits", _API_VERSIONS) for i in range(60_000))
+            try:
+                s.send(burst)  # ~2.6 MB of ApiVersions, never an answer read
+            except BlockingIOError:
+                pass
+            wait_until(lambda: server.resources()["pool_bytes_used"] > 0, what="requests in the pool")
+            time.sleep(0.5)  # let the server read all it will (no handshake can show that it stopped)
+            assert server.resources()["pool_bytes_used"] <= 512 << 10
+            with _connect(server) as ok:
+                assert _call(ok, 18, 3, _API_VERSIONS)["error_code"] == 0
+        finally:
+            s.close()

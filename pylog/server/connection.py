@@ -14,7 +14,8 @@ Invariants:
   cannot give a frame its size, its connection is not read: the requests of all connections and the fetch
   answers hold at most the pool (plus one record per answer, which Kafka always sends, and at most one
   socket read per connection).
-- Reading also pauses while queued, unanswered frames exceed :data:`_MAX_QUEUED_BYTES`, and answering pauses
+- Reading also pauses while queued, unanswered frames exceed :data:`_MAX_QUEUED_BYTES` (or a 32nd of the pool,
+  so that a few clients pipelining requests whose answers they do not read cannot fill it), and answering pauses
   while the transport's write buffer is over its high-water mark (a slow consumer); a client that reads
   nothing for ``response_send_timeout_ms`` is closed (its answer dropped). A request not received whole
   within ``request_receive_timeout_ms`` of its first byte is closed by the server's reaper
@@ -100,6 +101,7 @@ class Connection(asyncio.Protocol):
         self._pauses: set[str] = set()  # why reading is paused: "queue", "pool", "closing"
         self._partial_since: float | None = None  # loop time the frame being received began (None: none is)
         self._admitted = False
+        self._queue_limit = min(_MAX_QUEUED_BYTES, state.pool.capacity // 32)
 
     # ------------------------------------------------------------------ asyncio.Protocol
 
@@ -180,7 +182,7 @@ class Connection(asyncio.Protocol):
             self._partial_since = asyncio.get_running_loop().time() if buf else None
         if self._frames:
             self._wake()
-            if self._queued > _MAX_QUEUED_BYTES:
+            if self._queued > self._queue_limit:
                 self._pause("queue")
 
     def _pool_freed(self) -> None:
@@ -330,7 +332,7 @@ class Connection(asyncio.Protocol):
                     continue
                 frame = self._frames.popleft()
                 self._queued -= len(frame)
-                if self._queued <= _MAX_QUEUED_BYTES // 2:
+                if self._queued <= self._queue_limit // 2:
                     self._unpause("queue")
                 self._busy = True
                 try:
