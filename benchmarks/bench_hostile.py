@@ -25,6 +25,8 @@ connection sending ApiVersions every 10 ms and timing each answer. Scenarios:
   closed.
 - ``connection-flood``: 8 threads open connections (sending one ApiVersions on each and keeping it) as fast as
   they can, up to 100 each at a time.
+- ``pipelined-unread``: each connection sends ApiVersions requests back to back (bursts of 20,000) with a
+  4 KiB receive buffer and never reads an answer.
 
 Per scenario: the well-behaved client's ApiVersions p50 / p99 (ms) and errors, the server's peak VmRSS
 (sampled every 20 ms) and VmHWM (MiB) and its open descriptors at the end. Asserted bounds (generous: the
@@ -213,6 +215,22 @@ def _connection_flood(addr, stop, short):
         s.close()
 
 
+def _pipelined_unread(addr, stop, short):
+    burst = b"".join(_request(18, 3, i, API_VERSIONS_BODY) for i in range(20_000))
+
+    def one(s):
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+        s.settimeout(1.0)
+        while not stop.is_set():
+            try:
+                s.sendall(burst)
+            except socket.timeout:
+                pass
+            if _peer_closed(s):
+                return
+    _forever(addr, stop, one)
+
+
 def _hostile_main(scenario: str, addr: tuple[str, int], short: bool, seconds: float, ready) -> None:
     stop = threading.Event()
     extra: list = []
@@ -221,7 +239,8 @@ def _hostile_main(scenario: str, addr: tuple[str, int], short: bool, seconds: fl
         extra = [_metadata([f"t{i:07d}" for i in range(n)], False)]
     targets = {"partial-frames": _partial_frames, "non-reading-fetchers": _non_reading_fetchers,
                "giant-metadata": _giant_metadata, "auto-create-flood": _auto_create_flood,
-               "slowloris": _slowloris, "connection-flood": _connection_flood}
+               "slowloris": _slowloris, "connection-flood": _connection_flood,
+               "pipelined-unread": _pipelined_unread}
     threads = []
     for i in range(HOSTILE):
         args = (addr, stop, short, *(extra or ([i] if scenario == "auto-create-flood" else [])))
@@ -334,7 +353,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 SCENARIOS = ["idle", "partial-frames", "non-reading-fetchers", "giant-metadata", "auto-create-flood",
-             "slowloris", "connection-flood"]
+             "slowloris", "connection-flood", "pipelined-unread"]
 
 
 def main(argv: list[str] | None = None) -> int:
