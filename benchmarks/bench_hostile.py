@@ -28,13 +28,14 @@ connection sending ApiVersions every 10 ms and timing each answer. Scenarios:
 - ``pipelined-unread``: each connection sends ApiVersions requests back to back (bursts of 20,000) with a
   4 KiB receive buffer and never reads an answer.
 
-Per scenario: the well-behaved client's ApiVersions p50 / p99 (ms) and errors, the server's peak VmRSS
-(sampled every 20 ms) and VmHWM (MiB) and its open descriptors at the end. Asserted bounds (generous: the
-machine may be loaded): every ApiVersions answered; p99 below 50 ms plus the idle baseline's p99; the
-server's VmHWM below 300 MiB; in ``connection-flood`` at most 256 connections (the server's descriptors below
-256 + 50 refused ones being closed, the listen backlog accepted in one turn, + 64). The topics the
-auto-create flood made are printed (at most 100 per request, 1,000 per second). The 1-minute load average is
-printed with each scenario.
+Per scenario: the well-behaved client's ApiVersions p50 / p99 (ms) and errors, the server's peak VmRSS and
+RssAnon (sampled every 20 ms: VmRSS includes the store's pages mapped from the page cache) and VmHWM (MiB) and
+its open descriptors at the end. Asserted bounds (generous: the machine may be loaded): every ApiVersions
+answered; p99 below 50 ms plus the idle baseline's p99; the server's VmHWM below 300 MiB; in
+``connection-flood`` at most 256 connections (the server's descriptors below 256 + 50 refused ones being
+closed, the listen backlog accepted in one turn, + 64). The topics the auto-create flood made are printed (at
+most 100 per request, 1,000 per second in bursts of 10,000). The 1-minute load average is printed with each
+scenario.
 
 Result (2 cores shared with other jobs, 1-minute load average 3.2-4.2; ``python benchmarks/bench_hostile.py``,
 default limits but the two deadlines at 2 s and ``--max-connections 256``):
@@ -261,15 +262,17 @@ def _probe(addr: tuple[str, int], seconds: float, server: ServerProcess) -> dict
     """ApiVersions every 10 ms on one connection for ``seconds``; latencies (ms), errors, peak VmRSS (KiB)."""
     lat: list[float] = []
     errors = 0
-    peak = [0]
+    peak = [0, 0]
     stop = threading.Event()
 
     def sample():
         while not stop.is_set():
             try:
-                peak[0] = max(peak[0], server.status()["VmRSS"])
+                st = server.status()
             except OSError:
                 return
+            peak[0] = max(peak[0], st["VmRSS"])
+            peak[1] = max(peak[1], st["RssAnon"])
             time.sleep(0.02)
 
     sampler = threading.Thread(target=sample, daemon=True)
@@ -295,7 +298,7 @@ def _probe(addr: tuple[str, int], seconds: float, server: ServerProcess) -> dict
         s.close()
         stop.set()
         sampler.join()
-    return {"lat": lat, "errors": errors, "peak_rss_kib": peak[0]}
+    return {"lat": lat, "errors": errors, "peak_rss_kib": peak[0], "peak_anon_kib": peak[1]}
 
 
 def _prefill(path: str, mib: int) -> None:
@@ -367,13 +370,14 @@ def main(argv: list[str] | None = None) -> int:
     results: dict[str, dict] = {}
     with tempfile.TemporaryDirectory(prefix="bench-hostile-") as workdir:
         print(f"{'scenario':22} {'p50 ms':>7} {'p99 ms':>7} {'answered':>8} {'errors':>6} {'peak RSS':>9} "
-              f"{'VmHWM':>7} {'fds':>5} {'load':>5}")
+              f"{'anon':>6} {'VmHWM':>7} {'fds':>5} {'load':>5}")
         for name in wanted:
             r = run_scenario(name, args.short, seconds, workdir)
             results[name] = r
             p50, p99 = _pct(r["lat"], 0.5), _pct(r["lat"], 0.99)
             print(f"{name:22} {p50:7.2f} {p99:7.2f} {len(r['lat']):8d} {r['errors']:6d} "
-                  f"{r['peak_rss_kib'] / 1024:8.0f}M {r['hwm_kib'] / 1024:6.0f}M {r['fds']:5d} {r['load']:5.2f}"
+                  f"{r['peak_rss_kib'] / 1024:8.0f}M {r['peak_anon_kib'] / 1024:5.0f}M {r['hwm_kib'] / 1024:6.0f}M "
+                  f"{r['fds']:5d} {r['load']:5.2f}"
                   + (f"  topics created: {r['topics']}" if "topics" in r else ""), flush=True)
             base_p99 = _pct(results["idle"]["lat"], 0.99)
             if r["errors"] or not r["lat"]:

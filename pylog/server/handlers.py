@@ -260,8 +260,10 @@ class DataHandlers:
         async def read() -> tuple[list[dict], int, dict]:
             # The answer's records are held until it is written: they come out of the server's pool
             # (queued_max_request_bytes), so many fetchers that do not read their answers cannot take more.
+            # While the answer is built it is held twice, the segments' batches read and the Kafka batches made of
+            # them: twice its budget comes out of the pool until then.
             conn.keep_answer_bytes(0)
-            budget = await conn.take_answer_bytes(wanted)
+            budget = await conn.take_answer_bytes(2 * wanted) // 2
             got = await self.s.read(self._read_all, topics, budget)
             conn.keep_answer_bytes(got[1])
             return got
