@@ -348,3 +348,21 @@ def test_pipelined_requests_whose_answers_are_not_read_hold_a_bounded_part_of_th
                 assert _call(ok, 18, 3, _API_VERSIONS)["error_code"] == 0
         finally:
             s.close()
+
+
+def test_the_memory_pool_keeps_room_for_answers_and_small_requests():
+    from pylog.server.limits import BytePool
+
+    mib = 1 << 20
+    pool = BytePool(128 * mib, largest=100 * mib)  # the defaults: large requests leave 28 MiB, answers 14 MiB
+    assert pool.try_take(100 * mib)  # one request as large as allowed fits
+    assert not pool.try_take(1 * mib)  # another large one does not: it waits
+    woken = []
+    pool.when_free(lambda: woken.append(True))
+    assert pool.take_up_to(55 * mib, at_least=mib) == 14 * mib  # an answer gets the band requests leave
+    assert pool.take_up_to(55 * mib, at_least=mib) == 0
+    assert pool.try_take(64 << 10)  # small requests still fit
+    pool.give(100 * mib)
+    assert woken == [True] and pool.used == 14 * mib + (64 << 10)
+    empty = BytePool(8 * mib)
+    assert empty.try_take(8 * mib) and empty.used == 8 * mib  # an empty pool takes anything up to its size
