@@ -32,6 +32,8 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from ..errors import InvalidArgumentError
+from ..storage.fileio import DESCRIPTOR_ERRNOS
+from ..storage.handles import PER_PARTITION, RateLimitedLog, descriptor_limit
 from ..store import Store
 from ..store import open as open_store
 from . import protocol
@@ -40,11 +42,16 @@ from .auth import Credentials, SaslServer
 from .connection import Connection
 from .coordinator import GroupCoordinator
 from .handlers import DataHandlers
+from .turns import SWEEP_S, Turns
 from .waiting import FetchWaiters
 
 __all__ = ["Server", "ServerConfig", "serve"]
 
 log = logging.getLogger("pylog.server")
+#: Out of descriptors, the same failure repeats for every connection and request: one line per kind a minute.
+_shortage = RateLimitedLog(log, 60.0)
+#: Partitions whose files the store lets go of when an accept finds no descriptor left.
+_SHRINK_ON_EMFILE = 16
 
 Handler = Callable[[Any, Connection], Awaitable[dict | None]]
 
@@ -119,6 +126,8 @@ class ServerState:
         self.readers = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
                                                              thread_name_prefix="pylog-serve-read")
         self.waiters = FetchWaiters(loop)
+        #: The partitions the server holds for its appends, handed over when idle (pylog.server.turns).
+        self.turns = Turns()
         # Offset commits wait for __consumer_offsets' writer lock like any append: the storage pool, which a clean
         # stop drains before the store closes (the loop's default executor is not waited for).
         self.coordinator = GroupCoordinator(store, initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
@@ -291,10 +300,14 @@ class Server:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
         log.info("pylog serve: listening on %s:%d (store %s)", self.host, self.port, store.path)
+        _log_descriptors(store)
+        loop.set_exception_handler(_loop_exception_handler(store))
         self._ready.set()
         try:
             reaper = loop.create_task(self._close_idle(state)) if self.config.connections_max_idle_ms else None
+            sweeper = loop.create_task(self._sweep_turns(state))
             await self._stop.wait()
+            sweeper.cancel()
             if reaper is not None:
                 reaper.cancel()
         finally:
@@ -315,6 +328,18 @@ class Server:
                     log.info("pylog serve: closing the connection from %s: idle for more than %d ms "
                              "(connections_max_idle_ms)", c.client_host, self.config.connections_max_idle_ms)
                     c.abort()
+
+    @staticmethod
+    async def _sweep_turns(state: ServerState) -> None:
+        """Hand the partitions the server holds over to writers of other processes that wait for them, also
+        while no client produces (see :mod:`pylog.server.turns`)."""
+        while True:
+            await asyncio.sleep(SWEEP_S)
+            if state.turns:
+                try:
+                    await state.run(state.turns.sweep)
+                except RuntimeError:  # the storage pool shut down: the server is stopping
+                    return
 
     def _on_signal(self) -> None:
         assert self._stop is not None and self._hurry is not None
@@ -361,6 +386,36 @@ class Server:
         elif not store.closed:
             await loop.run_in_executor(None, store.flush)
         log.info("pylog serve: stopped")
+
+
+def _log_descriptors(store: Store) -> None:
+    """Tell the operator how many file descriptors the server may use and how it will spend them."""
+    limit = descriptor_limit()
+    budget = store.handles.budget
+    capacity = store.handles.capacity
+    level = logging.WARNING if limit - budget < 256 else logging.INFO
+    log.log(level, "pylog serve: may open %d file descriptors (RLIMIT_NOFILE, `ulimit -n`); the store's partitions "
+            "keep at most %d of them (max.open.descriptors: about %d per partition in use, so %d partitions at once; "
+            "the least recently used let go of their files and open them again when used), the other %d are for "
+            "connections (one each) and the rest of the process%s", limit, budget, PER_PARTITION, capacity,
+            limit - budget, "; raise `ulimit -n` to serve more than a few hundred connections"
+            if level == logging.WARNING else "")
+
+
+def _loop_exception_handler(store: Store) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """The loop's handler of errors it has nowhere to send: out of descriptors, asyncio's accept backs off and
+    tries again a second later; the store lets go of some partitions' files meanwhile, and the message is logged
+    once a minute, not for every attempt."""
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in DESCRIPTOR_ERRNOS:
+            freed = store.handles.shrink(_SHRINK_ON_EMFILE)
+            _shortage.log(logging.ERROR, "accept", "pylog serve: out of file descriptors (%s: %s); new connections "
+                          "wait (accepting again every second), the store let go of %d partitions' files; raise "
+                          "`ulimit -n` or lower max.open.descriptors", context.get("message"), exc, freed)
+            return
+        loop.default_exception_handler(context)
+    return handler
 
 
 def serve(store: Store | str | os.PathLike[str], host: str = "127.0.0.1", port: int = 9092,

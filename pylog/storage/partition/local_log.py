@@ -175,6 +175,16 @@ class LocalLog:
         segs[-1] = active
         self.set_segments(segs)
 
+    def drop_files(self) -> None:
+        """Make every segment of the view that holds descriptors or mappings one that holds none (the same
+        file, sizes and offsets; see :meth:`Segment.without_files`), for a handle letting go of its files.
+        A reader only (the writer lock let go first), under the append lock. The old objects are dropped,
+        not closed: a read under way keeps using them, and they close when the last snapshot goes."""
+        assert not self._is_writer()
+        segs = self.view[0]
+        if any(s.holds_files for s in segs):
+            self.set_segments([s.without_files() if s.holds_files else s for s in segs])
+
     def start_reader_clock(self) -> None:
         """A reader's view was just taken: note the checkpoints' identity and when to look again."""
         self._meta = self._meta_stamp()
