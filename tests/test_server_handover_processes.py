@@ -6,17 +6,14 @@ is kept. Real processes; no timed assertion (``max_block_ms`` bounds each wait, 
 
 from __future__ import annotations
 
-import re
 import signal
-import subprocess
-import sys
-import threading
 
 import pytest
 
 import pylog
 
 from childproc import Child
+from serverutil import start_cli_server
 
 kafka = pytest.importorskip("kafka")
 
@@ -44,21 +41,6 @@ _PRODUCER = """
 """
 
 
-def _start_server(path):
-    proc = subprocess.Popen([sys.executable, "-m", "pylog", "serve", str(path), "--port", "0"],
-                            stderr=subprocess.PIPE, text=True)
-    lines: list[str] = []
-    for line in proc.stderr:
-        lines.append(line)
-        m = re.search(r"listening on ([\d.]+):(\d+)", line)
-        if m:
-            # Keep reading its log, so the pipe never fills and stops the server.
-            threading.Thread(target=lambda: lines.extend(proc.stderr), daemon=True).start()
-            return proc, f"{m.group(1)}:{m.group(2)}", lines
-    proc.wait(10)
-    raise AssertionError("pylog serve did not start:\n" + "".join(lines))
-
-
 def _kafka_send(producer, value: bytes) -> int:
     return producer.send("t", value, partition=0).get(timeout=60).offset
 
@@ -67,7 +49,7 @@ def test_idle_cli_server_hands_a_partition_over_to_another_process_and_takes_it_
     path = tmp_path / "store"
     with pylog.open(path) as store:
         store.create_topic("t", partitions=1)
-    proc, bootstrap, log_lines = _start_server(path)
+    proc, bootstrap, log_lines = start_cli_server(path)
     child = None
     try:
         kp = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks=1, retries=5)

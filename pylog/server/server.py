@@ -92,6 +92,8 @@ class ServerConfig:
     storage_threads: int = 4
     #: How long a clean stop waits for the requests under way (seconds).
     shutdown_timeout_s: float = 10.0
+    #: The store's ``max.open.descriptors`` when the server opens it (given a path); 0: half of RLIMIT_NOFILE.
+    max_open_descriptors: int = 0
 
     def check(self) -> None:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
@@ -103,6 +105,8 @@ class ServerConfig:
                                        f"{self.max_partitions_per_topic!r}")
         if not isinstance(self.connections_max_idle_ms, int) or self.connections_max_idle_ms < 0:
             raise InvalidArgumentError(f"connections_max_idle_ms must be >= 0, got {self.connections_max_idle_ms!r}")
+        if not isinstance(self.max_open_descriptors, int) or self.max_open_descriptors < 0:
+            raise InvalidArgumentError(f"max_open_descriptors must be >= 0, got {self.max_open_descriptors!r}")
         if self.storage_threads < 1:
             raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
         if self.sasl_credentials is not None:
@@ -280,7 +284,8 @@ class Server:
             if self.store is None:
                 path = self._store_arg
                 assert not isinstance(path, Store)
-                self.store = await loop.run_in_executor(None, lambda: open_store(path))
+                budget = self.config.max_open_descriptors
+                self.store = await loop.run_in_executor(None, lambda: open_store(path, max_open_descriptors=budget))
             store = self.store
             listener = await loop.create_server(lambda: Connection(states[0]), self.config.host, self.config.port,
                                                 ssl=self.config.ssl_context, reuse_address=True, backlog=1024)

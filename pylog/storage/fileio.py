@@ -36,7 +36,7 @@ from .records import crc32c
 
 __all__ = ["fsync_dir", "truncate_durably", "atomic_write", "write_all", "checked", "unchecked", "write_checked",
            "read_checked", "encode_doc", "decode_doc", "try_flock", "fault", "raise_fault", "write_faults",
-           "descriptor_faults", "DESCRIPTOR_ERRNOS"]
+           "descriptor_faults", "check_descriptors", "DESCRIPTOR_ERRNOS"]
 
 #: errno -> (error class, what happened, what to do before trying again).
 _FAULTS: dict[int, tuple[type[OSError], str, str]] = {
@@ -119,9 +119,16 @@ def descriptor_faults(doing: str, state: str = "nothing was changed") -> Iterato
     try:
         yield
     except OSError as exc:
-        if exc.errno in DESCRIPTOR_ERRNOS and not isinstance(exc, PylogError):
-            raise_fault(exc, doing, state)
+        check_descriptors(exc, doing, state)
         raise
+
+
+def check_descriptors(exc: OSError, doing: str, state: str = "nothing was changed") -> None:
+    """Raise ``exc`` as :class:`~pylog.errors.TooManyOpenFilesError` when it is running out of file
+    descriptors; else return (the caller re-raises it). :func:`descriptor_faults` without a context
+    manager, for hot paths (a read)."""
+    if exc.errno in DESCRIPTOR_ERRNOS and not isinstance(exc, PylogError):
+        raise_fault(exc, doing, state)
 
 
 def truncate_durably(path: str, size: int) -> None:

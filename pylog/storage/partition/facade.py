@@ -32,7 +32,7 @@ import numpy as np
 from ...config import TopicConfig
 from ...errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, PartitionLockedError,
                        ReadOnlyStoreError, StoreClosedError)
-from ..fileio import descriptor_faults, raise_fault
+from ..fileio import check_descriptors, descriptor_faults, raise_fault
 from ..handles import HandleCache
 from ..notify import Notifier
 from ..records import Record, RecordColumns, column_parts, now_ms, slices_records
@@ -334,8 +334,11 @@ class Partition:
     def _refresh(self) -> None:
         if not self._writer.held:  # a reader looks at its files; the writer's view is exact
             self._touch()
-            with descriptor_faults(f"looking for new records in {self.topic}-{self.number}"):
+            try:
                 self._local.refresh()
+            except OSError as exc:
+                check_descriptors(exc, f"looking for new records in {self.topic}-{self.number}")
+                raise
 
     @property
     def segments(self) -> list[Segment]:
@@ -628,9 +631,12 @@ class Partition:
             return []
         self._touch()
         local = self._local
-        with descriptor_faults(f"reading {self.topic}-{self.number} at offset {offset}"):
+        try:
             return local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
                                          verify)
+        except OSError as exc:
+            check_descriptors(exc, f"reading {self.topic}-{self.number} at offset {offset}")
+            raise
 
     def read_slices(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
                     verify: bool = True) -> list[ReadSlice]:
