@@ -632,11 +632,30 @@ class Partition:
         self._touch()
         local = self._local
         try:
-            return local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
-                                         verify)
+            out = local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
+                                        verify)
         except OSError as exc:
             check_descriptors(exc, f"reading {self.topic}-{self.number} at offset {offset}")
             raise
+        if local.too_many_sealed_open:
+            self._let_go_of_sealed()
+        return out
+
+    def _let_go_of_sealed(self) -> None:
+        """Reads used more sealed segments than a handle keeps open: let go of the files of the least recently
+        used (see LocalLog.let_go_of_sealed). Never waits: tried again after a later read when maintenance or
+        an append holds the partition now."""
+        if not self.maintenance_lock.acquire(blocking=False):
+            return
+        try:
+            if self.append_lock.acquire(blocking=False):
+                try:
+                    if not self._closed:
+                        self._local.let_go_of_sealed()
+                finally:
+                    self.append_lock.release()
+        finally:
+            self.maintenance_lock.release()
 
     def read_slices(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
                     verify: bool = True) -> list[ReadSlice]:
@@ -677,8 +696,13 @@ class Partition:
         if it were still being written); returns the problems found (empty if none).
 
         ``writer_active``: whether another process may be appending right now (None: unknown, assume so);
-        then a batch the active file does not wholly hold yet is not reported.
+        then a batch the active file does not wholly hold yet is not reported. A segment replaced or deleted
+        under the check (by the writer's maintenance) makes it start again over a new view, as a read does.
         """
+        self._touch()
+        return self._local.on_current_view("a check", self._check_view, writer_active)
+
+    def _check_view(self, writer_active: bool | None) -> list[str]:
         problems: list[str] = []
         prev_next = None
         segs = self._local.segments
