@@ -183,6 +183,15 @@ def test_handle_cache_lets_go_of_the_least_recently_used_and_retries_a_busy_one_
     assert cache.shrink(1) == 1 and parts[0].released == 1  # parts[0] was the least recently used
     cache.forget(parts[5])
     assert len(cache) == 2
+    # A partition whose reads keep segments open is counted for more: the others make room.
+    more = [_Part() for _ in range(4)]
+    for p in more:
+        cache.touch(p)
+    assert len(cache) == 4 and [p.released for p in parts[:2]] == [1, 1]
+    cache.touch(more[0], weight=10 + 4 * 8)
+    assert len(cache) == 4  # the most recent four are always kept, whatever they count
+    tick = cache.touch(more[1])
+    assert cache.fresh(tick)
     assert default_budget(1024) == 512 and default_budget(10) >= 40
 
 

@@ -9,9 +9,12 @@ the partitions this store used in least-recently-used order and, past its capaci
 go of their files (:meth:`Partition.release_handles`); they open them again on their next use.
 
 Invariants:
-1. At most ``capacity`` partitions hold files through this cache's store, except those that were busy when
-   their turn to let go came (a retention or compaction pass, an append in another thread): they stay
-   listed, as the most recently used, and let go when their turn comes again.
+1. The partitions listed hold at most ``budget`` descriptors as counted (:data:`PER_PARTITION` each, plus
+   :data:`SEGMENT_COST` per sealed segment a read keeps open), except while the most recent
+   ``_MIN_PARTITIONS`` alone are over it, and except partitions that were busy when their turn to let go
+   came (a retention or compaction pass, an append in another thread): they stay listed, as the most
+   recently used, and let go when their turn comes again. The order is approximate: a partition touched
+   less than a quarter of the capacity ago keeps its place (:meth:`HandleCache.fresh`).
 2. Letting go never closes a descriptor another thread may be using (the partition drops its segment objects,
    which close when the last read holding them ends) and keeps the crash-safety invariants of a hand-over:
    a writer lets go of its lock exactly as :meth:`Partition.release_writer` does (a clean checkpoint,
@@ -31,12 +34,16 @@ import threading
 import time
 from typing import Protocol
 
-__all__ = ["HandleCache", "Releasable", "PER_PARTITION", "default_budget", "descriptor_limit", "RateLimitedLog"]
+__all__ = ["HandleCache", "Releasable", "PER_PARTITION", "SEGMENT_COST", "default_budget", "descriptor_limit",
+           "RateLimitedLog"]
 
 log = logging.getLogger("pylog.handles")
 
-#: Descriptors a written partition holds (see the module docstring); a budget holds budget // this partitions.
+#: Descriptors a partition is counted for (see the module docstring: 7 or 8 for a written one), plus
+#: SEGMENT_COST for each sealed segment its reads keep open.
 PER_PARTITION = 10
+#: Descriptors of a sealed segment a read keeps open: its log, the log's mapping and two index mappings.
+SEGMENT_COST = 4
 #: The fewest partitions a cache keeps open, whatever the budget.
 _MIN_PARTITIONS = 4
 
@@ -62,56 +69,74 @@ def default_budget(limit: int | None = None) -> int:
 
 
 class HandleCache:
-    """The partitions of one store that hold files, least recently used first (see the module docstring).
+    """The partitions of one store that hold files, least recently used first, each with the descriptors it
+    is counted for (see the module docstring).
 
     ``budget``: descriptors the store's partitions may hold (``max.open.descriptors``); 0: :func:`default_budget`.
     """
 
     def __init__(self, budget: int = 0) -> None:
         self.budget = budget or default_budget()
-        #: Partitions kept open at most (invariant 1).
+        #: Written partitions the budget holds at once (what the server's start-up line reports).
         self.capacity = max(_MIN_PARTITIONS, self.budget // PER_PARTITION)
-        self._lru: collections.OrderedDict[Releasable, None] = collections.OrderedDict()
+        self._lru: collections.OrderedDict[Releasable, int] = collections.OrderedDict()
+        self._total = 0  # descriptors counted for the partitions listed
         self._lock = threading.Lock()
+        #: Real touches so far: a partition touched fewer than ``_slack`` ago need not move (see :meth:`fresh`).
+        self.ticks = 0
+        self._slack = max(1, self.capacity // 4)
         #: Partitions let go of since the cache was made (for tests, health and the operator).
         self.released = 0
 
     def __len__(self) -> int:
         return len(self._lru)
 
-    def touch(self, part: Releasable) -> None:
-        """``part`` is about to open or use its files: make it the most recently used, and let go of the
-        least recently used others past :attr:`capacity`. Call before taking any lock of ``part``."""
+    def fresh(self, tick: int) -> bool:
+        """True when a partition whose last :meth:`touch` returned ``tick`` is still among the most recently
+        used (fewer than a quarter of the capacity touched since): it need not touch again, unless its count
+        of descriptors changed. Lock-free, for the read and append paths."""
+        return self.ticks - tick < self._slack
+
+    def touch(self, part: Releasable, weight: int = PER_PARTITION) -> int:
+        """``part`` is about to open or use its files, and is counted for ``weight`` descriptors: make it the
+        most recently used and let go of the least recently used others while the count is past the budget
+        (always keeping the most recent :data:`_MIN_PARTITIONS`). Call before taking any lock of ``part``.
+        Returns the tick for :meth:`fresh`."""
         lru = self._lru
         with self._lock:
-            if part in lru:
-                lru.move_to_end(part)
-                return
-            lru[part] = None
-            if len(lru) <= self.capacity:
-                return
-            victims = self._oldest(len(lru) - self.capacity, part)
+            self.ticks += 1
+            tick = self.ticks
+            self._total += weight - lru.pop(part, 0)
+            lru[part] = weight
+            if self._total <= self.budget or len(lru) <= _MIN_PARTITIONS:
+                return tick
+            victims = self._oldest(self._total - self.budget, part)
         self._let_go(victims)
+        return tick
 
     def shrink(self, count: int) -> int:
         """Let go of the ``count`` least recently used partitions now (after an ``EMFILE`` elsewhere in the
         process: a socket's accept); returns how many did."""
         with self._lock:
-            victims = self._oldest(count, None)
+            victims = list(self._lru)[:count]
         return self._let_go(victims)
 
     def forget(self, part: Releasable) -> None:
         """``part`` closed: it holds nothing any more."""
         with self._lock:
-            self._lru.pop(part, None)
+            self._total -= self._lru.pop(part, 0)
 
-    def _oldest(self, count: int, spare: Releasable | None) -> list[Releasable]:
+    def _oldest(self, excess: int, spare: Releasable) -> list[Releasable]:
+        """The least recently used partitions counted for at least ``excess`` descriptors, never ``spare`` nor
+        the most recent :data:`_MIN_PARTITIONS`."""
         out: list[Releasable] = []
-        for p in self._lru:
-            if len(out) >= count:
+        candidates = list(self._lru.items())[:-_MIN_PARTITIONS]
+        for p, weight in candidates:
+            if excess <= 0:
                 break
             if p is not spare:
                 out.append(p)
+                excess -= weight
         return out
 
     def _let_go(self, victims: list[Releasable]) -> int:
@@ -124,7 +149,9 @@ class HandleCache:
                 ok = True
             with self._lock:
                 if ok:
-                    if self._lru.pop(p, 0) is None:
+                    weight = self._lru.pop(p, None)
+                    if weight is not None:
+                        self._total -= weight
                         self.released += 1
                         done += 1
                 elif p in self._lru:

@@ -33,7 +33,7 @@ from ...config import TopicConfig
 from ...errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, PartitionLockedError,
                        ReadOnlyStoreError, StoreClosedError)
 from ..fileio import check_descriptors, descriptor_faults, raise_fault
-from ..handles import HandleCache
+from ..handles import PER_PARTITION, SEGMENT_COST, HandleCache
 from ..notify import Notifier
 from ..records import Record, RecordColumns, column_parts, now_ms, slices_records
 from ..retention import RetentionResult
@@ -71,6 +71,7 @@ class Partition:
         self._repairing = False  # see repair()
         #: The store's budget of descriptors (pylog.storage.handles): touched before each use of the files.
         self._handles = handles
+        self._touched = (-(1 << 62), 0)  # (tick, weight) of the last touch of the budget
         #: (base offset, inode, byte position, offset there) of the active segment as this handle last
         #: wrote it: the bytes before the position were checked or written by this handle as the writer,
         #: so its next open after a clean checkpoint (its next turn) checks only those after them.
@@ -150,8 +151,12 @@ class Partition:
 
     def _touch(self) -> None:
         """About to open or use this handle's files: tell the store's descriptor budget (before any lock)."""
-        if self._handles is not None:
-            self._handles.touch(self)
+        handles = self._handles
+        if handles is not None:
+            weight = PER_PARTITION + SEGMENT_COST * self._local.sealed_open
+            tick, counted = self._touched
+            if counted != weight or not handles.fresh(tick):
+                self._touched = (handles.touch(self, weight), weight)
 
     def release_handles(self) -> bool:
         """Internal API (the store's descriptor budget, :mod:`pylog.storage.handles`): let go of every file
@@ -171,6 +176,7 @@ class Partition:
                     self.release_writer()
                 self._writer.close()
                 self._local.drop_files()
+                self._touched = (-(1 << 62), 0)
                 self._waiters.notifier.release()
                 return True
             finally:

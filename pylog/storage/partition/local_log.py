@@ -40,7 +40,7 @@ _STAMP_INTERVAL, _LIST_INTERVAL = 0.01, 1.0
 #: Sealed segments whose files a handle keeps open after reading them (each holds up to four descriptors:
 #: the log, its mapping and the two index mappings); reads of older ones are let go of (see
 #: LocalLog.let_go_of_sealed), so reading a long partition from its start holds a bounded number.
-OPEN_SEALED = 2
+OPEN_SEALED = 8
 _T = TypeVar("_T")
 
 
@@ -181,6 +181,12 @@ class LocalLog:
         active.load(tolerate_tail=True)
         segs[-1] = active
         self.set_segments(segs)
+
+    @property
+    def sealed_open(self) -> int:
+        """Sealed segments reads used (and may keep open) since the last let-go, at most :data:`OPEN_SEALED`
+        after each read."""
+        return len(self._read_sealed)
 
     @property
     def too_many_sealed_open(self) -> bool:
