@@ -10,9 +10,11 @@ from __future__ import annotations
 import errno
 import resource
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import time
 
 import pytest
 
@@ -22,7 +24,7 @@ from pylog.server.errormap import code_for
 from pylog.server.protocol import codes as E
 from pylog.storage.handles import HandleCache, RateLimitedLog, default_budget
 
-from serverutil import start_cli_server
+from serverutil import start_cli_server, wait_until
 
 _LIMIT = 256
 _PARTITIONS = 2000
@@ -203,3 +205,36 @@ def test_rate_limited_log_says_how_many_lines_it_left_out(caplog):
         assert not any(rl.log(logging.ERROR, "k", "out of %s", "files") for _ in range(800))
         assert rl.log(logging.ERROR, "other", "else")
     assert [r.getMessage() for r in caplog.records] == ["out of files", "else"]
+
+
+@pytest.mark.slow
+def test_server_out_of_descriptors_for_connections_keeps_serving_and_logs_it_once(tmp_path):
+    kafka = pytest.importorskip("kafka")
+    proc, bootstrap, lines = start_cli_server(tmp_path / "store", preexec_fn=_low_limit)
+    host, port = bootstrap.rsplit(":", 1)
+    flood: list[socket.socket] = []
+    try:
+        # More connections than the server has descriptors: its accept fails with EMFILE.
+        for _ in range(_LIMIT + 50):
+            flood.append(socket.create_connection((host, int(port)), timeout=10))
+        wait_until(lambda: any("out of file descriptors" in line for line in lines), 60, what="EMFILE logged")
+        # Let asyncio's accept fail again and again (it retries every second): logged once all the same.
+        time.sleep(3)
+        for s in flood:
+            s.close()
+        flood.clear()
+        # Accepting again: a client is served, and the connections it makes are accepted.
+        producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, acks=1, retries=10)
+        assert producer.send("after", b"x").get(timeout=60).offset == 0
+        producer.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, "".join(lines)[-3000:]
+    finally:
+        for s in flood:
+            s.close()
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    log = "".join(lines)
+    assert log.count("out of file descriptors") == 1, log[-3000:]
+    assert "Traceback" not in log, log[-3000:]
