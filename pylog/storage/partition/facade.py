@@ -172,12 +172,15 @@ class Partition:
             try:
                 if self._closed:
                     return True
-                if self._writer.held:
-                    self.release_writer()
-                self._writer.close()
-                self._local.drop_files()
-                self._touched = (-(1 << 62), 0)
-                self._waiters.notifier.release()
+                try:
+                    if self._writer.held:
+                        self.release_writer()  # lets the lock go whatever fails (raised after the rest here)
+                finally:
+                    self._writer.close()
+                    if not self._writer.held:
+                        self._local.drop_files()
+                    self._touched = (-(1 << 62), 0)
+                    self._waiters.notifier.release()
                 return True
             finally:
                 self.append_lock.release()
