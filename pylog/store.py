@@ -13,6 +13,9 @@ Invariants:
   writer at a time (the first handle to write takes its lock), readers need no lock.
 - Closing the store flushes and cleanly closes every partition it wrote to, so the next open need not
   re-validate anything.
+- The store's partitions hold at most about ``max.open.descriptors`` file descriptors
+  (:mod:`pylog.storage.handles`): those used least recently let go of their files, a writer handing its
+  lock over as between producers' turns, and open them again on their next use.
 """
 
 from __future__ import annotations

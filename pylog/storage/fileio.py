@@ -9,10 +9,10 @@ and ``EACCES`` / ``EPERM`` to :class:`~pylog.errors.StorePermissionError`, and a
 (``EIO``) and a file over the file system's or the process's size limit (``EFBIG``) to
 :class:`~pylog.errors.StorageError`, running out of file descriptors (``EMFILE`` / ``ENFILE``) to its subclass
 :class:`~pylog.errors.TooManyOpenFilesError` (also when a read opens a file: :func:`descriptor_faults`),
-with a message that says what
-was being done, what state that left and what to do. Each kind of write converts once, where that state is
-known: :func:`atomic_write` for every small file it replaces, the partition for appends, rolls, flushes
-and becoming the writer, the store for creating and deleting topics (through :func:`write_faults`).
+with a message that says what was being done, what state that left and what to do. Each kind of write
+converts once, where that state is known: :func:`atomic_write` for every small file it replaces, the
+partition for appends, rolls, flushes and becoming the writer, the store for creating and deleting topics
+(through :func:`write_faults`).
 ``ENOENT`` and other ``OSError`` s are left as they are: callers tell a file that vanished (a segment
 deleted by retention, a topic deleted by another process) by its type.
 """
