@@ -76,3 +76,15 @@ def test_kafkajs_reset_offsets_takes_effect(store, server):
     kafkajs(server, "reset-offsets", "t", "g", "earliest")
     with store.consumer("t", group_id="g", auto_offset_reset="earliest", enable_auto_commit=False) as c:
         assert c.committed(TopicPartition("t", 0)) is None
+
+
+def test_kafkajs_transactional_producer_is_refused_as_a_transactional_id_error(store, server):
+    """A transactional kafkajs producer is refused with TRANSACTIONAL_ID_AUTHORIZATION_FAILED, reported as such
+    (kafkajs used to say "Failed to find group coordinator": it swallows every FindCoordinator error, so the
+    transaction coordinator lookup must succeed and InitProducerId carry the refusal)."""
+    (got,) = kafkajs(server, "transactional-producer", "tx-js")
+    assert (got["error"], got["type"]) == ("KafkaJSProtocolError", "TRANSACTIONAL_ID_AUTHORIZATION_FAILED")
+    assert got["message"] == "Transactional Id authorization failed"
+    # The server is still serving: a plain producer works after the refusal.
+    (produced,) = kafkajs(server, "produce", "t", "1")
+    assert produced["produced"][0]["errorCode"] == 0
