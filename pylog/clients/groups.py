@@ -700,7 +700,8 @@ def common_protocol(members: Mapping[str, Mapping[str, Any]], mine: Sequence[str
 # ---------------------------------------------------------------------------------------------- inspection
 
 def list_group_dirs(store_path: str) -> list[str]:
-    """Group ids that have a membership directory (read from their state files)."""
+    """Group ids that have a membership directory (read from their state files). Names starting with ``.``
+    are not groups' (no group directory is named so): ``pylog serve`` keeps its coordinator's groups there."""
     root = os.path.join(store_path, GROUPS_DIR)
     out = []
     try:
@@ -708,6 +709,8 @@ def list_group_dirs(store_path: str) -> list[str]:
     except FileNotFoundError:
         return []
     for name in names:
+        if name.startswith("."):
+            continue
         try:
             state = _read_state(os.path.join(root, name, "state"))
         except CorruptRecordError:
