@@ -5,7 +5,12 @@ test 0102). Servers bind to 127.0.0.1; every wait has a deadline."""
 
 from __future__ import annotations
 
+import re
+import signal
 import socket
+import subprocess
+import sys
+import threading
 import time
 
 import pytest
@@ -13,7 +18,7 @@ import pytest
 import pylog
 
 ck = pytest.importorskip("confluent_kafka")
-from confluent_kafka import Consumer, ConsumerGroupState  # noqa: E402
+from confluent_kafka import Consumer, ConsumerGroupState, Producer  # noqa: E402
 from confluent_kafka.admin import AdminClient  # noqa: E402
 
 pytestmark = pytest.mark.slow
@@ -138,3 +143,51 @@ def test_static_member_restart_does_not_rebalance_the_group(tmp_path):
             a.close()
             b.close()
     store.close()
+
+
+def _serve_process(path, port: int) -> subprocess.Popen:
+    """``pylog serve`` in a child process on 127.0.0.1:``port``, once it listens (its log drained by a thread)."""
+    proc = subprocess.Popen([sys.executable, "-m", "pylog", "serve", str(path), "--port", str(port)],
+                            stderr=subprocess.PIPE, text=True)
+    assert proc.stderr is not None
+    lines = []
+    for line in proc.stderr:
+        lines.append(line)
+        if re.search(r"listening on ", line):
+            threading.Thread(target=proc.stderr.read, daemon=True).start()
+            return proc
+    proc.wait(10)
+    raise AssertionError("pylog serve did not start:\n" + "".join(lines))
+
+
+def test_consumer_group_carries_on_across_a_server_crash(tmp_path):
+    """The server process is SIGKILLed while a consumer group is stable: the group's last stable generation
+    was saved when it formed, so the restarted server takes it over and the consumer goes on without a
+    rebalance, reading what is produced after the crash."""
+    path, port = tmp_path / "store", _free_port()
+    proc = _serve_process(path, port)
+    bootstrap = f"127.0.0.1:{port}"
+    producer = Producer({"bootstrap.servers": bootstrap, **QUIET})
+    c = None
+    try:
+        for i in range(10):
+            producer.produce("t", b"%d" % i)
+        assert producer.flush(30) == 0
+        c = Tracked(bootstrap, "g", "t")
+        c.poll_until(lambda: len(c.records) >= 10)
+        c.c.commit(asynchronous=False)
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(30)
+        proc = _serve_process(path, port)
+        for i in range(10, 15):
+            producer.produce("t", b"%d" % i)
+        assert producer.flush(30) == 0
+        c.poll_until(lambda: len(c.records) >= 15)
+        c.c.commit(asynchronous=False)
+        assert (len(c.assigned), c.revoked) == (1, 0)
+        assert sorted(o for _, o in c.records) == list(range(15))
+    finally:
+        if c is not None:
+            c.close()
+        proc.send_signal(signal.SIGTERM)
+        proc.wait(30)
