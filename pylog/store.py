@@ -421,9 +421,13 @@ class Store:
     def group_lag(self, group_id: str) -> dict[TopicPartition, PartitionLag]:
         """Per partition the group has committed for: committed offset, log start and end offsets,
         lag (end - committed: records still to consume) and lead (committed - start: records retention
-        may still remove before the group falls off the log). Partitions of deleted topics are left out."""
+        may still remove before the group falls off the log). Partitions of deleted topics are left out, and so
+        are negative commits (a Kafka client's -1/-2 reset: no position; the group's consumers start those
+        partitions from their ``auto_offset_reset``)."""
         out = {}
         for tp, om in sorted(self.committed_offsets(group_id).items()):
+            if om.offset < 0:
+                continue
             try:
                 p = self.topic(tp.topic).partition(tp.partition)
             except (UnknownTopicError, IndexError, ValueError):

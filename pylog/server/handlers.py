@@ -351,9 +351,12 @@ class DataHandlers:
         key_type = b.get("key_type", 0)
 
         def one(key: str) -> dict:
-            if key_type != 0:
-                return {"key": key, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "node_id": -1,
-                        "host": "", "port": -1, "error_message": "pylog serve does not support transactions"}
+            if key_type not in (0, 1):
+                return {"key": key, "error_code": E.INVALID_REQUEST, "node_id": -1, "host": "", "port": -1,
+                        "error_message": f"unknown coordinator key_type {key_type}"}
+            # key_type 1 (a transactional id) is answered with this node too, and the refusal comes with the
+            # InitProducerId that follows: kafkajs swallows every FindCoordinator error and reports "Failed to
+            # find group coordinator", while an InitProducerId error reaches its users as the error it is.
             return {"key": key, "error_code": E.NONE, "node_id": 0, "host": host, "port": port, "error_message": None}
 
         if keys:  # v4+: a batch of keys
@@ -366,6 +369,11 @@ class DataHandlers:
     async def init_producer_id(self, req: Any, conn: Any) -> dict:
         b = req.body
         if b.get("transactional_id") is not None:
+            # InitProducerId has no error message: the reason goes to the server's log. Clients report the code
+            # as what it is (kafkajs: KafkaJSProtocolError TRANSACTIONAL_ID_AUTHORIZATION_FAILED; librdkafka: a
+            # fatal "Failed to acquire transactional PID ... Transactional Id authorization failed").
+            log.warning("pylog serve: transactional producer %r of client %r (%s) refused: pylog serve does not "
+                        "support transactions", b.get("transactional_id"), req.client_id, conn.client_host)
             return {"throttle_time_ms": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "producer_id": -1, "producer_epoch": -1}
         # Without a transactional id Kafka always hands out a new id, whatever id and epoch the request names

@@ -316,7 +316,8 @@ class Server:
                 self.store = await loop.run_in_executor(None, lambda: open_store(path, max_open_descriptors=budget))
             store = self.store
             listener = await loop.create_server(lambda: Connection(states[0]), self.config.host, self.config.port,
-                                                ssl=self.config.ssl_context, reuse_address=True, backlog=1024)
+                                                ssl=self.config.ssl_context, reuse_address=True, backlog=1024,
+                                                start_serving=False)
         except BaseException as exc:
             self._failure = exc
             self._ready.set()
@@ -326,8 +327,11 @@ class Server:
         sock = listener.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         state = ServerState(store, self.config, loop, self.advertised)
+        # Before the first connection: the groups saved by the previous run are taken over, not rejoined.
+        await state.coordinator.load()
         states.append(state)
         self._state = state
+        await listener.start_serving()
 
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
