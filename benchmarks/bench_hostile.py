@@ -10,7 +10,8 @@ Each scenario starts a fresh ``python -m pylog serve STORE --port 0`` in a child
 limits, except the deadlines (``--request-receive-timeout-ms`` and ``--response-send-timeout-ms`` 2,000, so
 that they act within a scenario) and ``--max-connections 256``. The hostile clients run in another child
 process (8 threads, one per connection, unless said otherwise); this process is the well-behaved client: one
-connection sending ApiVersions every 10 ms and timing each answer. Scenarios:
+connection, opened before the hostile clients start, sending ApiVersions every 10 ms and timing each answer.
+Scenarios:
 
 - ``idle``: no hostile client (the baseline).
 - ``partial-frames``: each connection sends the size of a 100 MiB request (the default ``max_request_bytes``)
@@ -33,7 +34,7 @@ RssAnon (sampled every 20 ms: VmRSS includes the store's pages mapped from the p
 its open descriptors at the end. Asserted bounds (generous: the machine may be loaded): every ApiVersions
 answered; p99 below 50 ms plus the idle baseline's p99; the server's VmHWM below 300 MiB; in
 ``connection-flood`` at most 256 connections (the server's descriptors below 256 + 50 refused ones being
-closed, the listen backlog accepted in one turn, + 64). The topics the auto-create flood made are printed (at
+closed, the most accepted in one turn, + 64). The topics the auto-create flood made are printed (at
 most 100 per request, 1,000 per second in bursts of 10,000). The 1-minute load average is printed with each
 scenario.
 
@@ -264,8 +265,9 @@ def _hostile_main(scenario: str, addr: tuple[str, int], short: bool, seconds: fl
 # ------------------------------------------------------------------------------------------- the measurement
 
 
-def _probe(addr: tuple[str, int], seconds: float, server: ServerProcess) -> dict:
-    """ApiVersions every 10 ms on one connection for ``seconds``; latencies (ms), errors, peak VmRSS (KiB)."""
+def _probe(s: socket.socket, addr: tuple[str, int], seconds: float, server: ServerProcess) -> dict:
+    """ApiVersions every 10 ms on ``s`` (opened before the hostile clients: a connection flood may take every
+    connection the server allows) for ``seconds``; latencies (ms), errors, peak VmRSS (KiB)."""
     lat: list[float] = []
     errors = 0
     peak = [0, 0]
@@ -283,7 +285,6 @@ def _probe(addr: tuple[str, int], seconds: float, server: ServerProcess) -> dict
 
     sampler = threading.Thread(target=sample, daemon=True)
     sampler.start()
-    s = socket.create_connection(addr, timeout=10)
     end = time.monotonic() + seconds
     corr = 0
     try:
@@ -331,6 +332,7 @@ def run_scenario(scenario: str, short: bool, seconds: float, workdir: str) -> di
     addr = ("127.0.0.1", server.port)
     load = os.getloadavg()[0]
     child = None
+    probe = socket.create_connection(addr, timeout=10)
     try:
         if scenario != "idle":
             ctx = multiprocessing.get_context("fork")
@@ -339,7 +341,7 @@ def run_scenario(scenario: str, short: bool, seconds: float, workdir: str) -> di
             child.start()
             ready.wait(120)
             time.sleep(1.0)  # the hostile connections under way before the first probe
-        out = _probe(addr, seconds, server)
+        out = _probe(probe, addr, seconds, server)
         out["fds"] = _fds(server.pid)
         out["hwm_kib"] = server.status()["VmHWM"]
         if scenario == "auto-create-flood":

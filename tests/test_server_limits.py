@@ -282,30 +282,6 @@ def test_topic_configs_from_clients_have_floors(tmp_path, key, low, ok):
             assert server.store.topic("t").config[key] == int(ok)
 
 
-def test_repeated_warnings_are_rate_limited():
-    import logging
-
-    from pylog.server.limits import RateLimitedLog
-
-    now = [0.0]
-    records = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            records.append(record.getMessage())
-
-    logger = logging.getLogger("pylog.test.ratelimited")
-    logger.addHandler(Keep())
-    logger.propagate = False
-    rl = RateLimitedLog(logger, interval=10.0, clock=lambda: now[0])
-    for i in range(1000):
-        rl.log(logging.WARNING, "flood", "closing %d", i)
-    rl.log(logging.WARNING, "other", "something else")
-    now[0] = 11.0
-    rl.log(logging.WARNING, "flood", "closing %d", 1000)
-    assert records == ["closing 0", "something else", "closing 1000 (and 999 more like it in the last 10 s)"]
-
-
 def test_a_large_request_and_its_large_answer_go_through_the_decoder_thread_whole(tmp_path):
     # 6,000 names: a frame over 64 KiB (decoded off the event loop) and an answer of more than 5,000 items
     # (encoded off it): both whole and in order.

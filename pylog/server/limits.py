@@ -1,6 +1,7 @@
 """The resource bounds of ``pylog serve`` that span connections: the memory pool of requests and answers
 (Kafka's ``queued.max.request.bytes``), the connection counts (``max.connections``, ``max.connections.per.ip``),
-the rate of topic and partition creation, the floors of topic configs set by clients, and rate-limited logging.
+the rate of topic and partition creation and the floors of topic configs set by clients. (Rate-limited logging
+is :class:`pylog.storage.handles.RateLimitedLog`.)
 
 Everything here but :class:`CreationGuard` (the storage pool's threads check creations) is used on the
 server's event loop only, without locks: the connections and handlers call it from coroutines and callbacks.
@@ -14,14 +15,11 @@ Invariants:
 3. :class:`CreationGuard`: clients create at most ``rate`` partitions per second on average, with bursts up
    to the bucket's capacity, and never past ``max_topics`` / ``max_partitions`` as last counted; a creation
    that does not fit takes nothing.
-4. :class:`RateLimitedLog`: one logger call per key per ``interval`` seconds at most; the calls suppressed in
-   between are counted and reported with the next one.
 """
 
 from __future__ import annotations
 
 import collections
-import logging
 import threading
 import time
 from typing import Any, Callable
@@ -29,7 +27,7 @@ from typing import Any, Callable
 from ..config import SETTINGS, parse_value
 from ..errors import InvalidConfigError
 
-__all__ = ["BytePool", "ConnectionCounts", "CreationGuard", "RateLimitedLog", "check_client_config",
+__all__ = ["BytePool", "ConnectionCounts", "CreationGuard", "check_client_config",
            "CLIENT_CONFIG_FLOORS"]
 
 #: Floors for topic configs a client sets (CreateTopics, AlterConfigs, IncrementalAlterConfigs), above the
@@ -182,31 +180,3 @@ class CreationGuard:
             self._topics += topics
             self._partitions += partitions
             return None
-
-
-class RateLimitedLog:
-    """Log a message at most once per ``interval`` seconds per key (a flood of hostile connections must not
-    fill the log); the count of suppressed messages goes with the next one logged. Invariant 4."""
-
-    def __init__(self, logger: logging.Logger, interval: float = 10.0,
-                 clock: Callable[[], float] = time.monotonic) -> None:
-        self._log = logger
-        self._interval = interval
-        self._clock = clock
-        self._last: dict[str, float] = {}
-        self._suppressed: collections.Counter[str] = collections.Counter()
-
-    def log(self, level: int, key: str, msg: str, *args: Any) -> None:
-        now = self._clock()
-        last = self._last.get(key)
-        if last is not None and now - last < self._interval:
-            self._suppressed[key] += 1
-            return
-        if len(self._last) > 1000:  # keys are a few kinds of event; never let them grow without bound
-            self._last.clear()
-        self._last[key] = now
-        skipped = self._suppressed.pop(key, 0)
-        if skipped:
-            msg += " (and %d more like it in the last %.0f s)"
-            args = (*args, skipped, self._interval)
-        self._log.log(level, msg, *args)
