@@ -50,6 +50,13 @@ def register(sub: Any) -> None:
     s.add_argument("--sasl-users", metavar="JSON", help="require SASL: the users file (docs/SERVER.md)")
     s.add_argument("--sasl-mechanisms", default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", metavar="LIST",
                    help="comma-separated SASL mechanisms offered (default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)")
+    s.add_argument("--authorizer", action="store_true",
+                   help="check every request against the store's ACLs (Kafka's authorizer; docs/SERVER.md)")
+    s.add_argument("--super-users", metavar="LIST", help="with --authorizer: principals allowed everything, "
+                   "Kafka's super.users (e.g. 'User:admin;User:ops')")
+    s.add_argument("--allow-everyone-if-no-acl-found", action="store_true",
+                   help="with --authorizer: a resource no ACL names is open to everyone (Kafka's "
+                   "allow.everyone.if.no.acl.found; default: refused)")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="what the server logs to stderr (default INFO)")
     s.set_defaults(run=_serve)
@@ -64,7 +71,8 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
         "host": args.host, "port": args.port, "advertised_host": args.advertised_host,
         "advertised_port": args.advertised_port, "auto_create_topics": not args.no_auto_create_topics,
         "max_request_bytes": args.max_request_bytes, "max_partitions_per_topic": args.max_partitions_per_topic,
-        "connections_max_idle_ms": args.connections_max_idle_ms,
+        "connections_max_idle_ms": args.connections_max_idle_ms, "authorizer": args.authorizer,
+        "super_users": args.super_users, "allow_everyone_if_no_acl_found": args.allow_everyone_if_no_acl_found,
     }
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):

@@ -36,10 +36,12 @@ from ..store import Store
 from ..store import open as open_store
 from . import protocol
 from .admin import AdminHandlers
+from .access import Access, AclHandlers
 from .auth import Credentials, SaslServer
+from .authorizer import Authorizer, parse_principals, principal_of
 from .connection import Connection
 from .coordinator import GroupCoordinator
-from .handlers import DataHandlers
+from .handlers import DataHandlers, ProducerOwners
 from .waiting import FetchWaiters
 
 __all__ = ["Server", "ServerConfig", "serve"]
@@ -81,6 +83,15 @@ class ServerConfig:
     connections_max_idle_ms: int = 600_000
     #: Kafka's ``group.initial.rebalance.delay.ms``: how long a new group's first rebalance waits for more members.
     group_initial_rebalance_delay_ms: int = 300
+    #: Kafka's ``authorizer.class.name`` set: every request is checked against the ACLs kept in the store
+    #: (``<store>/__acls``, managed with CreateAcls / DescribeAcls / DeleteAcls; docs/SERVER.md, "Authorization").
+    #: Off by default: without it every client may do everything, and the ACL APIs answer SECURITY_DISABLED.
+    authorizer: bool = False
+    #: Kafka's ``super.users``: principals allowed everything (``"User:admin;User:ops"`` or a list).
+    super_users: str | list[str] | None = None
+    #: Kafka's ``allow.everyone.if.no.acl.found``: a resource no ACL names is open to everyone (false, as in
+    #: Kafka: with the authorizer on, what no ACL allows is refused).
+    allow_everyone_if_no_acl_found: bool = False
     #: Threads appending and fsyncing for the connections.
     storage_threads: int = 4
     #: How long a clean stop waits for the requests under way (seconds).
@@ -98,6 +109,9 @@ class ServerConfig:
             raise InvalidArgumentError(f"connections_max_idle_ms must be >= 0, got {self.connections_max_idle_ms!r}")
         if self.storage_threads < 1:
             raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
+        parse_principals(self.super_users)  # raises InvalidArgumentError for a malformed principal
+        if (self.super_users or self.allow_everyone_if_no_acl_found) and not self.authorizer:
+            raise InvalidArgumentError("super_users and allow_everyone_if_no_acl_found need authorizer=True")
         if self.sasl_credentials is not None:
             SaslServer(self.sasl_credentials, self.sasl_mechanisms)  # raises SecurityConfigError for bad mechanisms
         elif self.sasl_mechanisms is not None:
@@ -108,7 +122,7 @@ class ServerState:
     """What the connections and handlers of one running server share (internal to pylog.server)."""
 
     def __init__(self, store: Store, config: ServerConfig, loop: asyncio.AbstractEventLoop,
-                 advertised: tuple[str, int]) -> None:
+                 advertised: tuple[str, int], authorizer: Authorizer | None = None) -> None:
         self.store = store
         self.config = config
         self.advertised = advertised
@@ -136,7 +150,18 @@ class ServerState:
             37: admin.create_partitions, **groups, **admin.handlers(),
         }
         supported = protocol.supported_versions()
+        #: Which principal got each producer id this server handed out (bounded: see ProducerOwners).
+        self.producer_owners = ProducerOwners()
+        self.authorizer = authorizer
+        if self.authorizer is not None:
+            self.handlers.update(AclHandlers(self, self.authorizer).handlers())
+            self.handlers = Access(self, self.authorizer).wrap(
+                {k: h for k, h in self.handlers.items() if k in supported})
         self.handlers = {k: h for k, h in self.handlers.items() if k in supported}
+
+    def is_super_user(self, user: str | None) -> bool:
+        """Whether a connection authenticated as ``user`` is one of ``super_users`` (with the authorizer on)."""
+        return self.authorizer is not None and self.authorizer.is_super(principal_of(user))
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the storage thread pool (appends, fsyncs, anything that may wait for a lock)."""
@@ -273,6 +298,10 @@ class Server:
                 assert not isinstance(path, Store)
                 self.store = await loop.run_in_executor(None, lambda: open_store(path))
             store = self.store
+            authorizer = None
+            if self.config.authorizer:  # reads the store's ACLs: a damaged file stops the start here
+                authorizer = await loop.run_in_executor(None, lambda: Authorizer(
+                    store, parse_principals(self.config.super_users), self.config.allow_everyone_if_no_acl_found))
             listener = await loop.create_server(lambda: Connection(states[0]), self.config.host, self.config.port,
                                                 ssl=self.config.ssl_context, reuse_address=True, backlog=1024)
         except BaseException as exc:
@@ -283,7 +312,7 @@ class Server:
             return
         sock = listener.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
-        state = ServerState(store, self.config, loop, self.advertised)
+        state = ServerState(store, self.config, loop, self.advertised, authorizer)
         states.append(state)
         self._state = state
 
