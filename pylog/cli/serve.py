@@ -14,6 +14,7 @@ acknowledged is fsynced before the command exits.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from typing import Any, TextIO
@@ -57,6 +58,9 @@ def register(sub: Any) -> None:
     s.add_argument("--allow-everyone-if-no-acl-found", action="store_true",
                    help="with --authorizer: a resource no ACL names is open to everyone (Kafka's "
                    "allow.everyone.if.no.acl.found; default: refused)")
+    s.add_argument("--quotas", metavar="JSON", help="client quotas: a JSON file mapping Kafka entities "
+                   "('user=alice', 'client-id=etl', both, '<default>') to producer_byte_rate, consumer_byte_rate, "
+                   "request_percentage (docs/SERVER.md)")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="what the server logs to stderr (default INFO)")
     s.set_defaults(run=_serve)
@@ -89,7 +93,20 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
         logging.getLogger("pylog.server").warning(
             "pylog serve: listening on %s without SASL: anyone who reaches this address can read and write the "
             "store (see --sasl-users and --tls-cert)", args.host)
+    if args.quotas:
+        options["quotas"] = _load_quotas(args.quotas)
     check_store_path(args.store, create=True)
     server = Server(args.store, **options)
     server.serve_forever(handle_signals=True)
     return ExitCode.OK
+
+
+def _load_quotas(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CommandError(f"--quotas {path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise CommandError(f"--quotas {path}: expected a JSON object of entities")
+    return doc

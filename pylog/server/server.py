@@ -42,6 +42,7 @@ from .authorizer import Authorizer, parse_principals, principal_of
 from .connection import Connection
 from .coordinator import GroupCoordinator
 from .handlers import DataHandlers, ProducerOwners
+from .quotas import ServerQuotas
 from .waiting import FetchWaiters
 
 __all__ = ["Server", "ServerConfig", "serve"]
@@ -92,6 +93,13 @@ class ServerConfig:
     #: Kafka's ``allow.everyone.if.no.acl.found``: a resource no ACL names is open to everyone (false, as in
     #: Kafka: with the authorizer on, what no ACL allows is refused).
     allow_everyone_if_no_acl_found: bool = False
+    #: Client quotas (docs/SERVER.md, "Quotas"): Kafka's entities (``"user=alice"``, ``"client-id=etl"``, both,
+    #: ``<default>`` for either) -> {``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``}.
+    #: A client over its quota has its responses delayed and told so in ``throttle_time_ms``.
+    quotas: dict[str, dict[str, float]] | None = None
+    #: Kafka's ``quota.window.num`` and ``quota.window.size.seconds``: the window rates are measured over.
+    quota_window_num: int = 11
+    quota_window_size_s: float = 1.0
     #: Threads appending and fsyncing for the connections.
     storage_threads: int = 4
     #: How long a clean stop waits for the requests under way (seconds).
@@ -112,6 +120,8 @@ class ServerConfig:
         parse_principals(self.super_users)  # raises InvalidArgumentError for a malformed principal
         if (self.super_users or self.allow_everyone_if_no_acl_found) and not self.authorizer:
             raise InvalidArgumentError("super_users and allow_everyone_if_no_acl_found need authorizer=True")
+        if self.quotas is not None:
+            ServerQuotas(self.quotas, self.quota_window_num, self.quota_window_size_s)  # raises for bad quotas
         if self.sasl_credentials is not None:
             SaslServer(self.sasl_credentials, self.sasl_mechanisms)  # raises SecurityConfigError for bad mechanisms
         elif self.sasl_mechanisms is not None:
@@ -158,6 +168,10 @@ class ServerState:
             self.handlers = Access(self, self.authorizer).wrap(
                 {k: h for k, h in self.handlers.items() if k in supported})
         self.handlers = {k: h for k, h in self.handlers.items() if k in supported}
+        self.quotas: ServerQuotas | None = None
+        if config.quotas:
+            self.quotas = ServerQuotas(config.quotas, config.quota_window_num, config.quota_window_size_s)
+            self.handlers = self.quotas.wrap(self.handlers)
 
     def is_super_user(self, user: str | None) -> bool:
         """Whether a connection authenticated as ``user`` is one of ``super_users`` (with the authorizer on)."""
