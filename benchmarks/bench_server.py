@@ -68,11 +68,11 @@ QUEUE_BACKOFF_MS = 10
 class ServerProcess:
     """``python -m pylog serve STORE --port 0`` in a child process (optionally under cProfile)."""
 
-    def __init__(self, store: str, log_path: str, profile: str | None = None) -> None:
+    def __init__(self, store: str, log_path: str, profile: str | None = None, extra: tuple[str, ...] = ()) -> None:
         cmd = [sys.executable]
         if profile:
             cmd += ["-m", "cProfile", "-o", profile]
-        cmd += ["-m", "pylog", "serve", store, "--port", "0", "--log-level", "INFO"]
+        cmd += ["-m", "pylog", "serve", store, "--port", "0", "--log-level", "INFO", *extra]
         env = dict(os.environ)
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
         self.log = open(log_path, "w+")
@@ -147,11 +147,11 @@ def pylog_consumer_rate(path: str, n: int) -> float:
     return rate
 
 
-def kafka_producer_rate(bootstrap: str, topic: str, n: int) -> float:
-    """confluent-kafka's producer, default batching, acks=1: ``n`` values then ``flush()`` (after one
-    record produced and flushed, so connecting and the topic's creation are not timed)."""
+def kafka_producer_rate(bootstrap: str, topic: str, n: int, **config: Any) -> float:
+    """confluent-kafka's producer, default batching (or ``config``'s settings), acks=1: ``n`` values then
+    ``flush()`` (after one record produced and flushed, so connecting and the topic's creation are not timed)."""
     from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": bootstrap, "acks": 1})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, **config})
     errors: list[Any] = []
 
     def report(err: Any, msg: Any) -> None:
