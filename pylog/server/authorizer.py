@@ -127,10 +127,11 @@ class Authorizer:
         self.allow_everyone_if_no_acl_found = allow_everyone_if_no_acl_found
         self._lock = threading.Lock()
         self._entries: list[AclEntry] = []
-        # resource type -> literal name -> entries; resource type -> [(prefix, entry)]
-        self._literal: dict[int, dict[str, list[AclEntry]]] = {}
-        self._prefixed: dict[int, list[AclEntry]] = {}
-        self._cache: dict[tuple[str, str, int, int, str], bool] = {}
+        # One tuple, replaced whole on a change (a decision on the loop never mixes two generations, and one
+        # computed from the old entries lands in the old, discarded cache): resource type -> literal name ->
+        # entries; resource type -> prefixed entries; the decision cache.
+        self._view: tuple[dict[int, dict[str, list[AclEntry]]], dict[int, list[AclEntry]],
+                          dict[tuple[str, str, int, int, str], bool]] = ({}, {}, {})
         self._index(store.acls())
 
     # ------------------------------------------------------------------ decisions
@@ -141,20 +142,21 @@ class Authorizer:
     def authorize(self, principal: str, host: str, op: int, rtype: int, name: str) -> bool:
         """Whether ``principal`` from ``host`` may do ``op`` on the resource (see the module docstring)."""
         key = (principal, host, op, rtype, name)
-        cached = self._cache.get(key)
+        view = self._view
+        cache = view[2]
+        cached = cache.get(key)
         if cached is not None:
             return cached
-        allowed = self._decide(principal, host, op, rtype, name)
-        cache = self._cache
+        allowed = self._decide(view, principal, host, op, rtype, name)
         if len(cache) >= _CACHE_MAX:
             cache.clear()
         cache[key] = allowed
         return allowed
 
-    def _decide(self, principal: str, host: str, op: int, rtype: int, name: str) -> bool:
+    def _decide(self, view: tuple, principal: str, host: str, op: int, rtype: int, name: str) -> bool:
         if principal in self.super_users:
             return True
-        matching = self._matching(rtype, name)
+        matching = _matching(view[0], view[1], rtype, name)
         if not matching:
             return self.allow_everyone_if_no_acl_found
         applies = [e for e in matching if e.principal in (principal, WILDCARD_PRINCIPAL)
@@ -184,18 +186,6 @@ class Authorizer:
                 return True
         return False
 
-    def _matching(self, rtype: int, name: str) -> list[AclEntry]:
-        out: list[AclEntry] = []
-        literal = self._literal.get(rtype)
-        if literal:
-            out.extend(literal.get(name, ()))
-            if name != WILDCARD:
-                out.extend(literal.get(WILDCARD, ()))
-        for e in self._prefixed.get(rtype, ()):
-            if name.startswith(e.resource_name):
-                out.append(e)
-        return out
-
     def _index(self, entries: list[AclEntry]) -> None:
         literal: dict[int, dict[str, list[AclEntry]]] = {}
         prefixed: dict[int, list[AclEntry]] = {}
@@ -205,8 +195,7 @@ class Authorizer:
             else:
                 prefixed.setdefault(e.resource_type, []).append(e)
         self._entries = list(entries)
-        self._literal, self._prefixed = literal, prefixed
-        self._cache = {}
+        self._view = (literal, prefixed, {})
 
     # ------------------------------------------------------------------ the ACL APIs (in the storage pool)
 
@@ -256,6 +245,21 @@ class Authorizer:
 
 
 _INVALID_REQUEST = 42
+
+
+def _matching(literal_index: dict[int, dict[str, list[AclEntry]]], prefixed_index: dict[int, list[AclEntry]],
+              rtype: int, name: str) -> list[AclEntry]:
+    """The entries whose resource pattern matches (LITERAL equal or ``*``, PREFIXED a prefix of ``name``)."""
+    out: list[AclEntry] = []
+    literal = literal_index.get(rtype)
+    if literal:
+        out.extend(literal.get(name, ()))
+        if name != WILDCARD:
+            out.extend(literal.get(WILDCARD, ()))
+    for e in prefixed_index.get(rtype, ()):
+        if name.startswith(e.resource_name):
+            out.append(e)
+    return out
 
 
 def _entry_of(c: dict) -> tuple[AclEntry | None, str | None]:
