@@ -9,6 +9,7 @@ a damaged ACL file stopping the start; producer ids bound to the user who got th
 from __future__ import annotations
 
 import socket
+import time
 
 import pytest
 
@@ -415,3 +416,61 @@ def test_confluent_admin_creates_describes_and_deletes_acls(secured):
     assert admin.delete_acls([flt])[flt].result(20) == [binding]
     assert admin.describe_acls(flt).result(20) == []
     assert st.acls() == []
+
+
+def test_without_sasl_every_client_is_user_anonymous(tmp_path):
+    st = pylog.open(tmp_path / "store")
+    st.create_topic("open")
+    st.create_topic("closed")
+    st.replace_acls([acl(TOPIC, "open", ALL, principal="User:ANONYMOUS")])
+    with pylog.serve(st, port=0, authorizer=True) as server:
+        sock = socket.create_connection((server.host, server.port), timeout=20)
+        raw = Raw.__new__(Raw)
+        raw.sock, raw.corr = sock, 0
+        try:
+            assert produce(raw, "open") == 0
+            assert produce(raw, "closed") == E.TOPIC_AUTHORIZATION_FAILED
+            assert metadata(raw, None) == {"open": 0}
+        finally:
+            sock.close()
+    st.close()
+
+
+def test_real_clients_of_a_refused_user_get_kafkas_authorization_errors(secured):
+    import asyncio
+
+    from aiokafka import AIOKafkaProducer
+    from aiokafka.errors import TopicAuthorizationFailedError
+    from confluent_kafka import Consumer, KafkaError
+
+    server, st = secured
+    admin = Raw(server, "admin")
+    grant(admin, acl(TOPIC, "orders", READ))  # bob may read orders, but has no ACL for any group
+    admin.close()
+    c = Consumer({"bootstrap.servers": server.bootstrap_servers, "security.protocol": "SASL_PLAINTEXT",
+                  "sasl.mechanisms": "PLAIN", "sasl.username": "bob", "sasl.password": USERS["bob"],
+                  "group.id": "bobs-group", "log_level": 0})
+    try:
+        c.subscribe(["orders"])
+        deadline = time.monotonic() + 20
+        error = None
+        while error is None and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error() is not None:
+                error = m.error()
+        assert error is not None and error.code() == KafkaError.GROUP_AUTHORIZATION_FAILED
+    finally:
+        c.close()
+
+    async def produce_as_bob():
+        p = AIOKafkaProducer(bootstrap_servers=server.bootstrap_servers, security_protocol="SASL_PLAINTEXT",
+                             sasl_mechanism="PLAIN", sasl_plain_username="bob", sasl_plain_password=USERS["bob"])
+        await p.start()
+        try:
+            await p.send_and_wait("orders", b"nope")
+        finally:
+            await p.stop()
+
+    with pytest.raises(TopicAuthorizationFailedError):
+        asyncio.run(asyncio.wait_for(produce_as_bob(), 30))
+    assert st.topic("orders").partition(0).log_end_offset == 0
