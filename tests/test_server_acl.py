@@ -474,3 +474,21 @@ def test_real_clients_of_a_refused_user_get_kafkas_authorization_errors(secured)
     with pytest.raises(TopicAuthorizationFailedError):
         asyncio.run(asyncio.wait_for(produce_as_bob(), 30))
     assert st.topic("orders").partition(0).log_end_offset == 0
+
+
+def test_producer_owners_forget_the_oldest_ids_past_their_bound():
+    from pylog.server.handlers import ProducerOwners
+    owners = ProducerOwners(limit=2)
+    owners.issued(1, "alice")
+    owners.issued(2, "alice")
+    assert not owners.claim(1, "bob") and owners.claim(1, "alice")
+    owners.issued(3, "carol")  # 2 is now the oldest (1 was used last) and is forgotten
+    assert owners.claim(2, "bob")  # an id nobody owns is claimed by its first producer
+    assert not owners.claim(2, "alice") and not owners.claim(3, "bob")
+
+
+@pytest.mark.parametrize("options", [{"super_users": "User:admin"}, {"allow_everyone_if_no_acl_found": True},
+                                     {"authorizer": True, "super_users": "admin"}])
+def test_authorizer_settings_are_checked_at_start(tmp_path, options):
+    with pytest.raises(InvalidArgumentError):
+        pylog.serve(tmp_path / "s", port=0, **options)

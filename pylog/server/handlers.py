@@ -386,8 +386,8 @@ class ProducerOwners:
     """Which principal (a SASL user name; None without SASL) owns each producer id seen by this server: the one
     it was issued to by InitProducerId, or, for an id this server did not issue (one from before a restart),
     the first that produces with it. A produce naming another principal's id is refused, so one user cannot
-    fence another's idempotent producer. Bounded: past :data:`MAX_PRODUCER_OWNERS` ids the oldest is forgotten
-    (it is then claimed again by its next producer). Thread-safe (the storage pool's threads claim)."""
+    fence another's idempotent producer. Bounded: past :data:`MAX_PRODUCER_OWNERS` ids the least recently used
+    is forgotten (it is then claimed again by its next producer). Thread-safe (the storage pool's threads claim)."""
 
     def __init__(self, limit: int | None = None) -> None:
         self._owners: collections.OrderedDict[int, str | None] = collections.OrderedDict()
@@ -403,7 +403,10 @@ class ProducerOwners:
         with self._lock:
             owners = self._owners
             if pid in owners:
-                return owners[pid] == principal
+                if owners[pid] != principal:
+                    return False
+                owners.move_to_end(pid)  # least recently used first out: a producer in use is remembered
+                return True
             self._record(pid, principal)
             return True
 
@@ -416,7 +419,7 @@ class ProducerOwners:
 
 
 #: The most producer ids :class:`ProducerOwners` remembers (about 100 bytes each).
-MAX_PRODUCER_OWNERS = 1_000_000
+MAX_PRODUCER_OWNERS = 100_000
 
 
 def _hand_over(part: Partition) -> None:
