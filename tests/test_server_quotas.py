@@ -118,3 +118,62 @@ def test_the_most_specific_entity_sets_each_quota_as_in_kafka():
 def test_malformed_quotas_are_refused_at_start(tmp_path, quotas):
     with pytest.raises(InvalidConfigError):
         pylog.serve(tmp_path / "s", port=0, quotas=quotas)
+
+
+def _alter(c, entity, ops, validate_only=False):
+    out = c.call(49, 1, {"entries": [{"entity": entity, "ops": ops}], "validate_only": validate_only})
+    return out["entries"][0]["error_code"], out["entries"][0]["error_message"]
+
+
+def _describe(c, components, strict=False):
+    out = c.call(48, 1, {"components": components, "strict": strict})
+    assert out["error_code"] == 0, out
+    return sorted(((tuple((e["entity_type"], e["entity_name"]) for e in x["entity"]),
+                    tuple(sorted((v["key"], v["value"]) for v in x["values"]))) for x in out["entries"]), key=repr)
+
+
+def test_alter_and_describe_client_quotas_change_the_running_servers_quotas(tmp_path):
+    with pylog.open(tmp_path / "s") as store:
+        store.create_topic("t")
+        with pylog.serve(store, port=0, quotas={"client-id=<default>": {"request_percentage": 1000}},
+                         quota_window_num=2, quota_window_size_s=0.25) as server:
+            c = Raw(server, "slow")
+            try:
+                assert [c.produce("t") for _ in range(3)] == [0, 0, 0]
+                assert _alter(c, [{"entity_type": "client-id", "entity_name": "slow"}],
+                              [{"key": "producer_byte_rate", "value": 100_000.0, "remove": False}]) == (0, None)
+                assert _alter(c, [{"entity_type": "user", "entity_name": None}],  # the default user
+                              [{"key": "consumer_byte_rate", "value": 5e6, "remove": False}], True) == (0, None)
+                code, message = _alter(c, [{"entity_type": "ip", "entity_name": "1.2.3.4"}],
+                                       [{"key": "connection_creation_rate", "value": 1.0, "remove": False}])
+                assert code == 42 and "ip" in message
+                assert _describe(c, []) == [
+                    ((("client-id", "slow"),), (("producer_byte_rate", 100_000.0),)),
+                    ((("client-id", None),), (("request_percentage", 1000.0),))]
+                assert _describe(c, [{"entity_type": "client-id", "match_type": 2, "match": None}]) == [
+                    ((("client-id", "slow"),), (("producer_byte_rate", 100_000.0),))]
+                assert _describe(c, [{"entity_type": "user", "match_type": 1, "match": None}]) == []  # validate_only
+                assert sum(c.produce("t") for _ in range(6)) > 0  # the new quota throttles at once
+                assert _alter(c, [{"entity_type": "client-id", "entity_name": "slow"}],
+                              [{"key": "producer_byte_rate", "value": 0.0, "remove": True}]) == (0, None)
+                assert [c.produce("t") for _ in range(3)] == [0, 0, 0]
+            finally:
+                c.close()
+
+
+def test_client_quota_apis_need_cluster_config_acls(tmp_path):
+    creds = Credentials({"admin": "a-secret", "bob": "b-secret"})
+    with pylog.serve(tmp_path / "s", port=0, sasl_credentials=creds, sasl_mechanisms=["PLAIN"], authorizer=True,
+                     super_users="User:admin") as server:
+        admin, bob = Raw(server, "x", "admin", "a-secret"), Raw(server, "x", "bob", "b-secret")
+        try:
+            entity = [{"entity_type": "user", "entity_name": "bob"}]
+            op = [{"key": "producer_byte_rate", "value": 1e6, "remove": False}]
+            assert _alter(bob, entity, op)[0] == 31  # CLUSTER_AUTHORIZATION_FAILED
+            assert bob.call(48, 1, {"components": [], "strict": False})["error_code"] == 31
+            assert _alter(admin, entity, op) == (0, None)
+            assert _describe(admin, [{"entity_type": "user", "match_type": 0, "match": "bob"}], strict=True) == [
+                ((("user", "bob"),), (("producer_byte_rate", 1e6),))]
+        finally:
+            admin.close()
+            bob.close()

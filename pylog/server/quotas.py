@@ -20,6 +20,9 @@ Invariants:
   cap), and carries it in ``throttle_time_ms``. Nothing is refused.
 - A request of a (user, client id) with no quota costs a dict lookup (the resolution is cached, bounded).
 - Without SASL the user is ``ANONYMOUS`` (Kafka's unauthenticated principal).
+- DescribeClientQuotas and AlterClientQuotas read and change the entities on the event loop (as every use of
+  this object); a change forgets every resolution and budget (they are rebuilt on the next request) and lasts
+  until the server stops. A server with no quota at all measures nothing.
 """
 
 from __future__ import annotations
@@ -89,6 +92,7 @@ class ServerQuotas:
                                              f"{value!r}")
                 self._entities.setdefault(entity, {})[kind] = float(value)
         self._resolved: dict[tuple[str, str, str], str | None] = {}
+        self._applied: set[tuple[str, str]] = set()  # (manager key, kind) limits set from the entities
 
     def key(self, user: str, client_id: str, kind: str) -> str | None:
         """The budget (a manager key) that ``kind`` traffic of (user, client id) records into, or None."""
@@ -108,11 +112,38 @@ class ServerQuotas:
                 key = ",".join(parts)
                 if self.manager.quota(key, kind) is None:
                     self.manager.set_quota(key, kind, limit)
+                    self._applied.add((key, kind))
                 break
         if len(self._resolved) >= _CACHE_MAX:
             self._resolved.clear()
         self._resolved[ck] = key
         return key
+
+    def entities(self) -> dict[tuple[str | None, str | None], dict[str, float]]:
+        """(user, client id) -> {kind: limit}, ``<default>`` for a default entity and None for a part left out."""
+        return {entity: dict(quotas) for entity, quotas in self._entities.items()}
+
+    def alter(self, entity: tuple[str | None, str | None], changes: Mapping[str, float | None]) -> None:
+        """Set (or, for None, remove) ``entity``'s limits by kind; takes effect on the next request. On the event
+        loop (as every use of this object)."""
+        quotas = self._entities.setdefault(entity, {})
+        for kind, value in changes.items():
+            if value is None:
+                quotas.pop(kind, None)
+            else:
+                quotas[kind] = float(value)
+        if not quotas:
+            del self._entities[entity]
+        for key, kind in self._applied:  # resolved again from the new entities (the windows start over)
+            self.manager.set_quota(key, kind, None)
+        self._applied.clear()
+        self._resolved.clear()
+
+    def handlers(self) -> dict[int, Handler]:
+        """DescribeClientQuotas (48) and AlterClientQuotas (49). Changes last until the server stops: the
+        ``quotas`` setting is what a restart starts from (docs/SERVER.md, "Quotas")."""
+        apis = _QuotaApis(self)
+        return {48: apis.describe, 49: apis.alter}
 
     def wrap(self, handlers: dict[int, Handler]) -> dict[int, Handler]:
         """``handlers`` with the quotas measured and enforced around each."""
@@ -122,6 +153,8 @@ class ServerQuotas:
         charge_time = api_key not in _WAITING_APIS
 
         async def throttled(req: Any, conn: Any) -> dict | None:
+            if not self._entities:
+                return await handler(req, conn)  # no quota at all: nothing to measure
             loop = asyncio.get_running_loop()
             started = loop.time()
             resp = await handler(req, conn)
@@ -165,3 +198,95 @@ def _fetch_bytes(resp: dict) -> int:
             elif records is not None:
                 total += len(records)
     return total
+
+
+# --------------------------------------------------------------------------- DescribeClientQuotas, AlterClientQuotas
+
+_NAMES = {kind: name for name, kind in QUOTA_TYPES.items()}
+_USER, _CLIENT = "user", "client-id"
+#: DescribeClientQuotas match types: a name, the default entity, any named (not default) entity.
+_EXACT, _MATCH_DEFAULT, _SPECIFIED = 0, 1, 2
+_INVALID_REQUEST = 42
+
+
+def _entity_of(components: list[dict]) -> tuple[str | None, str | None] | str:
+    """An AlterClientQuotas entity as (user, client id) (a null name is ``<default>``), or what is wrong."""
+    user = client = None
+    for c in components:
+        kind, name = c.get("entity_type"), c.get("entity_name")
+        value = DEFAULT if name is None else name
+        if kind == _USER and user is None:
+            user = value
+        elif kind == _CLIENT and client is None:
+            client = value
+        else:
+            return f"entity type {kind!r} is unknown or repeated (pylog serve has user and client-id quotas)"
+    if user is None and client is None:
+        return "an entity needs a user, a client-id or both"
+    return user, client
+
+
+def _components(entity: tuple[str | None, str | None]) -> list[dict]:
+    return [{"entity_type": kind, "entity_name": None if name == DEFAULT else name}
+            for kind, name in ((_USER, entity[0]), (_CLIENT, entity[1])) if name is not None]
+
+
+def _matches(entity: tuple[str | None, str | None], filters: list[dict], strict: bool) -> bool:
+    parts: dict[Any, str] = {kind: name for kind, name in ((_USER, entity[0]), (_CLIENT, entity[1]))
+                             if name is not None}
+    for f in filters:
+        name, match_type = parts.get(f.get("entity_type")), f.get("match_type")
+        if name is None:
+            return False
+        if match_type == _EXACT and name != f.get("match"):
+            return False
+        if match_type == _MATCH_DEFAULT and name != DEFAULT:
+            return False
+        if match_type == _SPECIFIED and name == DEFAULT:
+            return False
+    return not strict or set(parts) == {f.get("entity_type") for f in filters}
+
+
+class _QuotaApis:
+    """DescribeClientQuotas and AlterClientQuotas over a :class:`ServerQuotas` (see ServerQuotas.handlers)."""
+
+    def __init__(self, quotas: ServerQuotas) -> None:
+        self.q = quotas
+
+    async def describe(self, req: Any, conn: Any) -> dict:
+        filters = req.body.get("components") or []
+        for f in filters:
+            if f.get("entity_type") not in (_USER, _CLIENT) or f.get("match_type") not in (_EXACT, _MATCH_DEFAULT,
+                                                                                          _SPECIFIED):
+                return {"throttle_time_ms": 0, "error_code": _INVALID_REQUEST, "entries": None, "error_message":
+                        f"unknown entity type or match type in {f!r}"}
+        entries = [{"entity": _components(entity), "values": [{"key": _NAMES[kind], "value": value}
+                                                              for kind, value in quotas.items()]}
+                   for entity, quotas in self.q.entities().items()
+                   if quotas and _matches(entity, filters, bool(req.body.get("strict")))]
+        return {"throttle_time_ms": 0, "error_code": 0, "error_message": None, "entries": entries}
+
+    async def alter(self, req: Any, conn: Any) -> dict:
+        validate_only = bool(req.body.get("validate_only"))
+        results = []
+        for e in req.body.get("entries") or []:
+            entity = _entity_of(e.get("entity") or [])
+            problem = entity if isinstance(entity, str) else None
+            changes: dict[str, float | None] = {}
+            for op in e.get("ops") or []:
+                if problem is not None:  # the first problem is the entry's answer
+                    break
+                kind = QUOTA_TYPES.get(op.get("key"))
+                value = op.get("value")
+                if kind is None:
+                    problem = f"unknown quota {op.get('key')!r} (one of {', '.join(QUOTA_TYPES)})"
+                elif not op.get("remove") and not (isinstance(value, float) and math.isfinite(value) and value > 0):
+                    problem = f"{op.get('key')} must be a positive number, got {value!r}"
+                else:
+                    changes[kind] = None if op.get("remove") else value
+            if problem is None and not validate_only:
+                assert not isinstance(entity, str)
+                self.q.alter(entity, changes)
+            results.append({"error_code": _INVALID_REQUEST if problem else 0, "error_message": problem,
+                            "entity": e.get("entity") or []})
+        return {"throttle_time_ms": 0, "entries": results}

@@ -162,16 +162,15 @@ class ServerState:
         supported = protocol.supported_versions()
         #: Which principal got each producer id this server handed out (bounded: see ProducerOwners).
         self.producer_owners = ProducerOwners()
+        #: Client quotas: those of the settings, changed by AlterClientQuotas while the server runs.
+        self.quotas = ServerQuotas(config.quotas or {}, config.quota_window_num, config.quota_window_size_s)
+        self.handlers.update(self.quotas.handlers())
         self.authorizer = authorizer
         if self.authorizer is not None:
             self.handlers.update(AclHandlers(self, self.authorizer).handlers())
             self.handlers = Access(self, self.authorizer).wrap(
                 {k: h for k, h in self.handlers.items() if k in supported})
-        self.handlers = {k: h for k, h in self.handlers.items() if k in supported}
-        self.quotas: ServerQuotas | None = None
-        if config.quotas:
-            self.quotas = ServerQuotas(config.quotas, config.quota_window_num, config.quota_window_size_s)
-            self.handlers = self.quotas.wrap(self.handlers)
+        self.handlers = self.quotas.wrap({k: h for k, h in self.handlers.items() if k in supported})
 
     def is_super_user(self, user: str | None) -> bool:
         """Whether a connection authenticated as ``user`` is one of ``super_users`` (with the authorizer on)."""
