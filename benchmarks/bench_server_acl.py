@@ -132,7 +132,7 @@ def one_round(root: str, enabled: bool, n: int, r: int) -> dict[str, float]:
     name = "enabled" if enabled else "disabled"
     store = os.path.join(root, f"store-{name}-{r}")
     prepare_store(store, enabled)
-    server = ServerProcess(store, os.path.join(root, f"server-{name}-{r}.log"), extra=setting_args(root, enabled))
+    server = ServerProcess(store, os.path.join(root, f"server-{name}-{r}.log"), args=list(setting_args(root, enabled)))
     try:
         load = os.getloadavg()[0]
         cpu0 = server.cpu_seconds()
