@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import asyncio
 import math
+import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from ..clients.quotas import CONSUME, PRODUCE, REQUEST, QuotaManager
@@ -151,29 +152,33 @@ class ServerQuotas:
 
     def _throttled(self, api_key: int, handler: Handler) -> Handler:
         charge_time = api_key not in _WAITING_APIS
+        # The byte quota this API records (Produce: the request's records, Fetch: the response's), if any.
+        byte_kind: str | None = None
+        size_of: Callable[[Any, dict | None], int] | None = None
+        if api_key == _PRODUCE:
+            byte_kind, size_of = PRODUCE, _request_bytes
+        elif api_key == _FETCH:
+            byte_kind, size_of = CONSUME, _response_bytes
+        resolved, resolve, record = self._resolved, self.key, self.manager.record
 
         async def throttled(req: Any, conn: Any) -> dict | None:
             if not self._entities:
                 return await handler(req, conn)  # no quota at all: nothing to measure
-            loop = asyncio.get_running_loop()
-            started = loop.time()
+            started = time.monotonic()
             resp = await handler(req, conn)
             user = conn.principal if conn.principal is not None else "ANONYMOUS"
             client = req.client_id or ""
             delay = 0.0
-            record = self.manager.record
-            if api_key == _PRODUCE:
-                key = self.key(user, client, PRODUCE)
+            if byte_kind is not None and size_of is not None and (resp is not None or api_key == _PRODUCE):
+                ck = (user, client, byte_kind)
+                key = resolved[ck] if ck in resolved else resolve(user, client, byte_kind)
                 if key is not None:
-                    delay = record(key, PRODUCE, _produce_bytes(req.body))
-            elif api_key == _FETCH and resp is not None:
-                key = self.key(user, client, CONSUME)
-                if key is not None:
-                    delay = record(key, CONSUME, _fetch_bytes(resp))
+                    delay = record(key, byte_kind, size_of(req, resp))
             if charge_time:
-                key = self.key(user, client, REQUEST)
+                ck = (user, client, REQUEST)
+                key = resolved[ck] if ck in resolved else resolve(user, client, REQUEST)
                 if key is not None:
-                    delay = max(delay, record(key, REQUEST, (loop.time() - started) * 100.0))
+                    delay = max(delay, record(key, REQUEST, (time.monotonic() - started) * 100.0))
             if delay > 0:
                 delay = min(delay, self.max_delay)
                 if resp is not None and "throttle_time_ms" in resp:
@@ -183,14 +188,16 @@ class ServerQuotas:
         return throttled
 
 
-def _produce_bytes(body: dict) -> int:
-    return sum(len(pd["records"]) for td in body.get("topic_data") or [] for pd in td.get("partition_data") or []
-               if pd.get("records") is not None)
+def _request_bytes(req: Any, resp: dict | None) -> int:
+    """A Produce request's record bytes."""
+    return sum(len(pd["records"]) for td in req.body.get("topic_data") or [] for pd in td.get("partition_data")
+               or [] if pd.get("records") is not None)
 
 
-def _fetch_bytes(resp: dict) -> int:
+def _response_bytes(req: Any, resp: dict | None) -> int:
+    """A Fetch response's record bytes."""
     total = 0
-    for t in resp.get("responses") or []:
+    for t in (resp or {}).get("responses") or []:
         for p in t.get("partitions") or []:
             records = p.get("records")
             if isinstance(records, list):
