@@ -492,3 +492,42 @@ def test_producer_owners_forget_the_oldest_ids_past_their_bound():
 def test_authorizer_settings_are_checked_at_start(tmp_path, options):
     with pytest.raises(InvalidArgumentError):
         pylog.serve(tmp_path / "s", port=0, **options)
+
+
+def test_group_listings_offsets_and_cluster_apis_follow_the_acls(secured):
+    server, st = secured
+    admin, bob = Raw(server, "admin"), Raw(server, "bob")
+    try:
+        for group in ("g1", "g2"):
+            assert commit(admin, group, "orders") == 0
+        grant(admin, acl(GROUP, "g1", DESCRIBE), acl(TOPIC, "orders", DESCRIBE))
+        # ListGroups: only the groups bob may describe (every group with DESCRIBE on the cluster)
+        listed = {g["group_id"] for g in bob.call(16, 3, {})["groups"]}
+        assert listed == {"g1"}
+        assert {"g1", "g2"} <= {g["group_id"] for g in admin.call(16, 3, {})["groups"]}
+        described = bob.call(15, 5, {"groups": ["g1", "g2"], "include_authorized_operations": False})["groups"]
+        assert {g["group_id"]: g["error_code"] for g in described} == {"g1": 0, "g2": E.GROUP_AUTHORIZATION_FAILED}
+        # OffsetFetch: DESCRIBE on the group; every topic (null) leaves out those bob may not describe
+        fetched = bob.call(9, 7, {"group_id": "g1", "topics": None, "require_stable": False})
+        assert fetched["error_code"] == 0 and [t["name"] for t in fetched["topics"]] == ["orders"]
+        assert bob.call(9, 7, {"group_id": "g2", "topics": None, "require_stable": False})["error_code"] == \
+            E.GROUP_AUTHORIZATION_FAILED
+        # Broker configs and cluster operations: the cluster resource
+        out = bob.call(32, 2, {"resources": [{"resource_type": 4, "resource_name": "0", "configuration_keys": None},
+                                             {"resource_type": 2, "resource_name": "orders",
+                                              "configuration_keys": None}], "include_synonyms": False})
+        assert [r["error_code"] for r in out["results"]] == [E.CLUSTER_AUTHORIZATION_FAILED,
+                                                             E.TOPIC_AUTHORIZATION_FAILED]
+        assert bob.call(35, 2, {"topics": None})["results"] == []  # DescribeLogDirs needs DESCRIBE on the cluster
+        elected = bob.call(43, 1, {"election_type": 0, "topic_partitions": [{"topic": "orders", "partitions": [0]}],
+                                   "timeout_ms": 1000})
+        assert elected["error_code"] == E.CLUSTER_AUTHORIZATION_FAILED
+        # acks=0 to a refused topic: no answer can carry the error, so the connection is closed
+        bob.sock.sendall(encode_request(0, 7, 99, "acl-test", {"transactional_id": None, "acks": 0, "timeout_ms": 1,
+                                                               "topic_data": [{"name": "orders", "partition_data": [
+                                                                   {"index": 0, "records": kafka_batch([b"z"])}]}]}))
+        assert recv_frame(bob.sock) is None
+        assert st.topic("orders").partition(0).log_end_offset == 0
+    finally:
+        admin.close()
+        bob.close()
