@@ -44,6 +44,8 @@ def register(sub: Any) -> None:
                    help="most partitions CreateTopics / CreatePartitions give a topic (default 10000)")
     s.add_argument("--connections-max-idle-ms", type=non_negative, default=600_000, metavar="MS",
                    help="close a connection idle this long (Kafka's connections.max.idle.ms; default 600000, 0: never)")
+    s.add_argument("--max-open-descriptors", type=non_negative, default=0, metavar="N",
+                   help="file descriptors the store's partitions may hold (default 0: half of `ulimit -n`)")
     s.add_argument("--connection-failed-authentication-delay-ms", type=non_negative, default=100, metavar="MS",
                    help="answer a failed SASL login after this delay, doubled per further failure from the address "
                         "(Kafka's connection.failed.authentication.delay.ms; default 100)")
@@ -85,6 +87,7 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
         "connection_failed_authentication_delay_ms": args.connection_failed_authentication_delay_ms,
         "connection_failed_authentication_delay_max_ms": args.connection_failed_authentication_delay_max_ms,
     }
+    options["max_open_descriptors"] = args.max_open_descriptors
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
             raise CommandError("--tls-cert and --tls-key go together")

@@ -17,8 +17,8 @@ cluster.
 
 Invariants:
 - Every API the server serves has a rule here or is in :data:`UNCHECKED` (ApiVersions, the SASL exchange,
-  DescribeCluster as in Kafka, and the APIs pylog always answers without data: the transaction listings and
-  the refused SCRAM-credential APIs); :meth:`Access.wrap` refuses a handler table with an API in neither, so a
+  DescribeCluster as in Kafka, and the APIs pylog always answers without data: the transaction listings, the
+  refused SCRAM-credential APIs and KIP-848's ConsumerGroupHeartbeat); :meth:`Access.wrap` refuses a handler table with an API in neither, so a
   new API cannot slip in unchecked.
 - A refused item (a topic, a group, a config resource) is answered with TOPIC_AUTHORIZATION_FAILED,
   GROUP_AUTHORIZATION_FAILED or CLUSTER_AUTHORIZATION_FAILED in its own entry, shaped by
@@ -48,7 +48,7 @@ Handler = Callable[[Any, Any], Awaitable[dict | None]]
 Rule = Callable[..., Awaitable[dict | None]]
 
 #: APIs answered without an ACL check (see the module docstring).
-UNCHECKED = frozenset((17, 18, 36, 50, 51, 60, 65, 66))
+UNCHECKED = frozenset((17, 18, 36, 50, 51, 60, 65, 66, 68))
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
 READ, WRITE, CREATE, DELETE = Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE
