@@ -18,8 +18,8 @@ cluster.
 Invariants:
 - Every API the server serves has a rule here or is in :data:`UNCHECKED` (ApiVersions, the SASL exchange,
   DescribeCluster as in Kafka, and the APIs pylog always answers without data: the transaction listings, the
-  refused SCRAM-credential APIs and KIP-848's ConsumerGroupHeartbeat); :meth:`Access.wrap` refuses a handler table with an API in neither, so a
-  new API cannot slip in unchecked.
+  refused SCRAM-credential APIs and KIP-848's ConsumerGroupHeartbeat); :meth:`Access.wrap` refuses a handler
+  table with an API in neither, so a new API cannot slip in unchecked.
 - A refused item (a topic, a group, a config resource) is answered with TOPIC_AUTHORIZATION_FAILED,
   GROUP_AUTHORIZATION_FAILED or CLUSTER_AUTHORIZATION_FAILED in its own entry, shaped by
   :func:`~pylog.server.protocol.error_response`; the handler sees only the items allowed, so a refused item
