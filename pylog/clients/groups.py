@@ -52,7 +52,8 @@ import msgpack
 from .assignors import AbstractPartitionAssignor, assignor_named
 from ..errors import (CorruptRecordError, InvalidConfigError, InvalidGroupError, PartitionLockedError,
                      RebalanceInProgressError, TopicExistsError, UnknownTopicError)
-from ..storage.fileio import checked, decode_doc, encode_doc, read_checked, try_flock, unchecked, write_checked
+from ..storage.fileio import (checked, decode_doc, encode_doc, read_checked, try_flock, unchecked, write_checked,
+                              write_faults)
 from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legacy_topic_name, legal_name
 from ..storage.records import crc32c
 from ..structs import OffsetAndMetadata, TopicPartition
@@ -498,10 +499,16 @@ class GroupMember:
         """Become a member subscribing to ``topics`` and rebalance the group.
 
         :raises InvalidConfigError: when no assignment strategy is common to all members.
+        :raises ReadOnlyStoreError, StorePermissionError, DiskFullError: when the group's directory cannot be
+            written (a read-only mount, missing permissions, a full disk): the member did not join.
         """
-        os.makedirs(self.members_dir, exist_ok=True)
-        os.makedirs(self._owners_dir, exist_ok=True)
-        self.topics = sorted(set(topics))
+        with write_faults(f"joining group {self.group_id!r}", "this consumer did not join the group"):
+            os.makedirs(self.members_dir, exist_ok=True)
+            os.makedirs(self._owners_dir, exist_ok=True)
+            self.topics = sorted(set(topics))
+            self._join_locked()
+
+    def _join_locked(self) -> None:
         with self._group_locked():
             path = os.path.join(self.members_dir, self.member_id)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
