@@ -243,6 +243,11 @@ def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -
     """
     end = seg.size if end is None else end
     problems: list[str] = []
+    size = seg.file_size()
+    if size < end:  # only another hand shortens a file below what this handle saw or wrote in it
+        problems.append(f"{seg.log_path}: the log is {size} bytes where {end} were written: it was cut under the "
+                        f"writer (by another hand, or a file system fault)")
+        end = size
     try:
         oi, ti = seg.indexes()
     except CorruptRecordError as exc:

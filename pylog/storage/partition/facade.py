@@ -391,7 +391,12 @@ class Partition:
         klens = None if key_lengths is None else np.ascontiguousarray(key_lengths, dtype=np.int32)
         if klens is not None and len(klens) != n:
             raise InvalidRecordError(f"{len(klens)} key lengths for {n} values")
-        ts = None if timestamps is None else np.ascontiguousarray(timestamps, dtype=np.int64)
+        ts = None
+        if timestamps is not None:
+            ts = np.asarray(timestamps)
+            if ts.dtype.kind != "i" or ts.ndim != 1:  # a cast would truncate floats and parse strings
+                raise InvalidRecordError(f"timestamps must be an array of int64 milliseconds, got {ts.dtype}")
+            ts = np.ascontiguousarray(ts, dtype=np.int64)
         cols = Columns(n, vlens, [value_data] if value_data is not None else [], klens,
                        [key_data] if key_data is not None else [], ts, headers, True)
         return self._append_columns(cols, producer, compression, in_turn)
@@ -683,10 +688,6 @@ class Partition:
         problems: list[str] = []
         if self.is_writer or writer_active is True or clean:
             problems.extend(p for p in (seg.cut_below_index() for seg in segs) if p is not None)
-        if self.is_writer and segs and segs[-1].file_size() < segs[-1].size:
-            active = segs[-1]
-            problems.append(f"{active.log_path}: the log is {active.file_size()} bytes where its writer wrote "
-                            f"{active.size}: it was cut under the writer")
         end = self.log_end_offset
         if clean and cp is not None and cp.recovery_point > end:
             problems.append(f"{self._local.checkpoint_path}: recovery point {cp.recovery_point} is past the log's end "
