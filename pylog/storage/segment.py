@@ -329,8 +329,10 @@ class Segment:
         """A read-only mapping of the log, for immutable segments and for the writer's own active segment.
 
         Only the writer ever shortens a log (recovery, :meth:`truncate_to`), and it unmaps first, so a
-        mapping never outlives the bytes under it. The writer's active segment grows: it is remapped when
-        the mapping covers less than 3/4 of the visible size; reads past the mapping use ``pread``.
+        mapping never outlives the bytes under it; a file cut by another hand under the writer is caught
+        before the writer reads its mapping (:func:`~pylog.storage.segment_read.check_not_cut`). The
+        writer's active segment grows: it is remapped when the mapping covers less than 3/4 of the visible
+        size; reads past the mapping use ``pread``.
         """
         mm = self._mm
         size = self.size

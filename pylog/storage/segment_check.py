@@ -12,6 +12,9 @@ Invariants:
   start of a batch a live writer is writing), ``"torn"`` (an interrupted write: fewer bytes than a header,
   a last batch that runs to or past the end, or only zero bytes) or ``"damage"`` (anything else: bit rot
   or a foreign hand, which recovery must not cut on its own, since whole batches may follow).
+- :func:`check` decodes every valid batch's headers section too (what a read decodes beyond the checked
+  sections), so a batch whose checksum holds but that no read could return is reported; and it reports a
+  file shorter than what was written into it (``end`` past the file's size).
 - Every check reads and checksums every batch it covers: none uses the memo of batches reads have
   checked (:meth:`Segment.verified`), nor adds to it, so ``pylog verify`` and a writer's open checks see
   damage that reads of an open file no longer look for.

@@ -5,8 +5,10 @@ Invariants:
   :class:`~.views.BatchView` accept, and decoding returns exactly what was encoded (keys, values, nulls,
   headers, timestamps).
 - Every input is checked before it is trusted: columns that disagree in length, non-bytes items, lengths
-  below -1, unknown codecs and batches over the format's size limit raise
-  :class:`~pylog.errors.InvalidRecordError`, never a foreign exception or a malformed batch.
+  below -1, headers that are not ``(str, bytes | None)`` pairs (or whose keys UTF-8 cannot encode),
+  timestamps that are not int64s, unknown codecs, offsets past int64 and batches over the format's size
+  limit (before compression too) raise :class:`~pylog.errors.InvalidRecordError`, never a foreign
+  exception or a batch a reader would refuse.
 - Work is per batch (numpy arrays, one ``struct`` call, bytes joins), never a Python loop per record on
   the common paths: this runs for every append.
 - With the compiled accelerator (:mod:`pylog.accel`), :func:`column_parts` and :func:`encode_parts` hand

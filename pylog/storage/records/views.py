@@ -4,7 +4,8 @@ Invariants:
 - No decoder trusts a length it has not bounded: every count and size is checked against the bytes
   actually present before anything is allocated, so hostile input raises
   :class:`~pylog.errors.CorruptRecordError` instead of hanging or allocating more than the input's size.
-- Decoding returns exactly what :mod:`.encode` encoded (keys, values, nulls, headers, timestamps).
+- Decoding returns exactly what :mod:`.encode` encoded (keys, values, nulls, headers, timestamps), and
+  accepts every batch it writes: no bound here is tighter than the encoder's (tests/test_record_bounds.py).
 - Work is per batch (numpy arrays over the body, bytes joins), never a Python object per record, except
   in :meth:`BatchView.records`, whose job is to build those objects.
 
