@@ -35,7 +35,8 @@ from .format import (ATTR_CONTROL, ATTR_HEADERS, ATTR_KEYS, ATTR_LOG_APPEND_TIME
 from .record import now_ms
 
 __all__ = ["EncodeOptions", "encode_parts", "encode_batch", "encode_columns", "column_parts", "slice_parts",
-           "encode_parts_pure", "column_parts_pure", "header_pairs", "header_rows", "NATIVE_ENCODE"]
+           "encode_parts_pure", "column_parts_pure", "header_pairs", "header_rows", "HeaderRows",
+           "NATIVE_ENCODE"]
 
 _LENGTH_STRUCTS: dict[int, struct.Struct] = {}  # "<{n}i" packers for length columns, by n
 # The compiled functions, or None in pure Python (or with a build older than them).
@@ -153,7 +154,18 @@ def header_pairs(h: Any) -> tuple:
     return tuple(out)
 
 
-def header_rows(headers: Sequence[Any] | None, n: int) -> list | None:
+class HeaderRows(list):
+    """Headers :func:`header_rows` checked, one tuple of pairs per record: the encoder takes them (and their
+    slices, which stay of this type) without checking them again."""
+
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        got = list.__getitem__(self, i)
+        return HeaderRows(got) if isinstance(i, slice) else got
+
+
+def header_rows(headers: Sequence[Any] | None, n: int) -> HeaderRows | None:
     """The headers of ``n`` records checked by :func:`header_pairs`, one tuple per record (empty for a
     record without headers), or None when no record has any.
 
@@ -161,6 +173,8 @@ def header_rows(headers: Sequence[Any] | None, n: int) -> list | None:
     """
     if headers is None:
         return None
+    if type(headers) is HeaderRows and len(headers) == n:
+        return headers if any(headers) else None
     try:
         count = len(headers)
     except TypeError:
@@ -170,7 +184,7 @@ def header_rows(headers: Sequence[Any] | None, n: int) -> list | None:
         raise InvalidRecordError(f"headers must be a list with one list of pairs per record, got {headers!r:.80}")
     if count != n:
         raise InvalidRecordError(f"headers: {count} items for {n} records")
-    rows = [header_pairs(h) if h else () for h in headers]
+    rows = HeaderRows([header_pairs(h) if h else () for h in headers])
     return rows if any(rows) else None
 
 
