@@ -33,6 +33,7 @@ from ..storage.partition import Partition
 from . import recordbatch
 from .errormap import code_for
 from .protocol import codes as E
+from .turns import TURN_WAIT_MS
 
 if TYPE_CHECKING:
     from .server import ServerState
@@ -153,7 +154,8 @@ class DataHandlers:
                 for td in topic_data]
         else:
             work = [(td["name"], pd["index"], pd["records"]) for td in topic_data for pd in td["partition_data"] or []]
-            outcome = await self.s.run(self._append_all, work, acks)
+            wait_ms = min(max(0, b.get("timeout_ms") or 0), TURN_WAIT_MS)
+            outcome = await self.s.run(self._append_all, work, acks, wait_ms)
             waiters = self.s.waiters
             for (topic, index, _), (_, end) in zip(work, outcome, strict=True):
                 if end is not None:
@@ -170,12 +172,13 @@ class DataHandlers:
             return None
         return {"responses": results, "throttle_time_ms": 0}
 
-    def _append_all(self, work: list[tuple[str, int, Any]], acks: int) -> list[tuple[dict, int | None]]:
+    def _append_all(self, work: list[tuple[str, int, Any]], acks: int, wait_ms: int) -> list[tuple[dict, int | None]]:
         """In the storage pool: each partition's batches appended in request order; per partition its response
-        entry and its new log end (None when nothing was appended)."""
-        return [self._append_one(topic, index, records, acks) for topic, index, records in work]
+        entry and its new log end (None when nothing was appended). ``wait_ms``: how long to wait for a writer
+        of another process to hand a partition over (see :mod:`pylog.server.turns`)."""
+        return [self._append_one(topic, index, records, acks, wait_ms) for topic, index, records in work]
 
-    def _append_one(self, topic: str, index: int, records: Any, acks: int) -> tuple[dict, int | None]:
+    def _append_one(self, topic: str, index: int, records: Any, acks: int, wait_ms: int) -> tuple[dict, int | None]:
         entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
         if isinstance(topic, str) and is_internal_topic(topic):
             return _failed(entry, E.INVALID_TOPIC_EXCEPTION, f"{topic!r} is an internal topic of pylog: it cannot "
@@ -197,6 +200,7 @@ class DataHandlers:
                     return _failed(entry, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                    "pylog serve does not support transactions"), None
             first = None
+            part.wait_to_write(wait_ms)  # a pylog producer of another process hands it over (pylog.server.turns)
             try:
                 for batch in batches:
                     offset = recordbatch.append_batch(part, batch, in_turn=True)
@@ -206,6 +210,8 @@ class DataHandlers:
                     part.flush()
             finally:
                 _hand_over(part)  # another writer (a pylog producer) waiting for its turn gets it now
+                if part.is_writer:
+                    self.s.turns.note(part)  # handed over once another writer asks, even if idle from now on
             entry.update(error_code=E.NONE, base_offset=first)
         except PylogError as exc:
             entry.update(error_code=code_for(exc), error_message=str(exc))
@@ -345,9 +351,12 @@ class DataHandlers:
         key_type = b.get("key_type", 0)
 
         def one(key: str) -> dict:
-            if key_type != 0:
-                return {"key": key, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "node_id": -1,
-                        "host": "", "port": -1, "error_message": "pylog serve does not support transactions"}
+            if key_type not in (0, 1):
+                return {"key": key, "error_code": E.INVALID_REQUEST, "node_id": -1, "host": "", "port": -1,
+                        "error_message": f"unknown coordinator key_type {key_type}"}
+            # key_type 1 (a transactional id) is answered with this node too, and the refusal comes with the
+            # InitProducerId that follows: kafkajs swallows every FindCoordinator error and reports "Failed to
+            # find group coordinator", while an InitProducerId error reaches its users as the error it is.
             return {"key": key, "error_code": E.NONE, "node_id": 0, "host": host, "port": port, "error_message": None}
 
         if keys:  # v4+: a batch of keys
@@ -360,6 +369,11 @@ class DataHandlers:
     async def init_producer_id(self, req: Any, conn: Any) -> dict:
         b = req.body
         if b.get("transactional_id") is not None:
+            # InitProducerId has no error message: the reason goes to the server's log. Clients report the code
+            # as what it is (kafkajs: KafkaJSProtocolError TRANSACTIONAL_ID_AUTHORIZATION_FAILED; librdkafka: a
+            # fatal "Failed to acquire transactional PID ... Transactional Id authorization failed").
+            log.warning("pylog serve: transactional producer %r of client %r (%s) refused: pylog serve does not "
+                        "support transactions", b.get("transactional_id"), req.client_id, conn.client_host)
             return {"throttle_time_ms": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "producer_id": -1, "producer_epoch": -1}
         # Without a transactional id Kafka always hands out a new id, whatever id and epoch the request names

@@ -32,19 +32,27 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from ..errors import InvalidArgumentError
+from ..storage.fileio import DESCRIPTOR_ERRNOS
+from ..storage.handles import PER_PARTITION, RateLimitedLog, descriptor_limit
 from ..store import Store
 from ..store import open as open_store
 from . import protocol
 from .admin import AdminHandlers
-from .auth import Credentials, SaslServer
+from .auth import Credentials, SaslServer, plain_exposed_addresses
 from .connection import Connection
 from .coordinator import GroupCoordinator
 from .handlers import DataHandlers
+from .logins import LoginGuard
+from .turns import SWEEP_S, Turns
 from .waiting import FetchWaiters
 
 __all__ = ["Server", "ServerConfig", "serve"]
 
 log = logging.getLogger("pylog.server")
+#: Out of descriptors, the same failure repeats for every connection and request: one line per kind a minute.
+_shortage = RateLimitedLog(log, 60.0)
+#: Partitions whose files the store lets go of when an accept finds no descriptor left.
+_SHRINK_ON_EMFILE = 16
 
 Handler = Callable[[Any, Connection], Awaitable[dict | None]]
 
@@ -81,10 +89,19 @@ class ServerConfig:
     connections_max_idle_ms: int = 600_000
     #: Kafka's ``group.initial.rebalance.delay.ms``: how long a new group's first rebalance waits for more members.
     group_initial_rebalance_delay_ms: int = 300
+    #: Kafka's ``connection.failed.authentication.delay.ms``: a failed SASL login is answered after this delay,
+    #: doubled for each further consecutive failure from the same client address (and that address's next login
+    #: step waits as long), up to ``connection_failed_authentication_delay_max_ms``.
+    connection_failed_authentication_delay_ms: int = 100
+    connection_failed_authentication_delay_max_ms: int = 5000
+    #: Threads the SASL steps run in (PBKDF2 for PLAIN logins of pre-salted users): never the event loop.
+    sasl_login_threads: int = 2
     #: Threads appending and fsyncing for the connections.
     storage_threads: int = 4
     #: How long a clean stop waits for the requests under way (seconds).
     shutdown_timeout_s: float = 10.0
+    #: The store's ``max.open.descriptors`` when the server opens it (given a path); 0: half of RLIMIT_NOFILE.
+    max_open_descriptors: int = 0
 
     def check(self) -> None:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
@@ -96,6 +113,14 @@ class ServerConfig:
                                        f"{self.max_partitions_per_topic!r}")
         if not isinstance(self.connections_max_idle_ms, int) or self.connections_max_idle_ms < 0:
             raise InvalidArgumentError(f"connections_max_idle_ms must be >= 0, got {self.connections_max_idle_ms!r}")
+        if not isinstance(self.max_open_descriptors, int) or self.max_open_descriptors < 0:
+            raise InvalidArgumentError(f"max_open_descriptors must be >= 0, got {self.max_open_descriptors!r}")
+        for name in ("connection_failed_authentication_delay_ms", "connection_failed_authentication_delay_max_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 <= value <= 300_000:
+                raise InvalidArgumentError(f"{name} must be an int in [0, 300000], got {value!r}")
+        if not isinstance(self.sasl_login_threads, int) or self.sasl_login_threads < 1:
+            raise InvalidArgumentError(f"sasl_login_threads must be at least 1, got {self.sasl_login_threads!r}")
         if self.storage_threads < 1:
             raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
         if self.sasl_credentials is not None:
@@ -119,6 +144,11 @@ class ServerState:
         self.readers = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
                                                              thread_name_prefix="pylog-serve-read")
         self.waiters = FetchWaiters(loop)
+        #: The partitions the server holds for its appends, handed over when idle (pylog.server.turns).
+        self.turns = Turns()
+        self.logins = LoginGuard(threads=config.sasl_login_threads,
+                                 delay_ms=config.connection_failed_authentication_delay_ms,
+                                 max_delay_ms=config.connection_failed_authentication_delay_max_ms)
         # Offset commits wait for __consumer_offsets' writer lock like any append: the storage pool, which a clean
         # stop drains before the store closes (the loop's default executor is not waited for).
         self.coordinator = GroupCoordinator(store, initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
@@ -159,6 +189,17 @@ def _group_handler(coordinator: GroupCoordinator, name: str) -> Handler:
 
     handler.__name__ = name
     return handler
+
+
+def _warn_plain_in_the_clear(config: ServerConfig, addresses: list[str]) -> None:
+    """A loud warning when SASL/PLAIN is offered without TLS on an address other machines may reach."""
+    if config.sasl_credentials is None:
+        return
+    exposed = plain_exposed_addresses(config.sasl_mechanisms, config.ssl_context is not None, addresses)
+    if exposed:
+        log.warning("pylog serve: SASL/PLAIN is enabled without TLS on %s, reachable beyond this machine: "
+                    "passwords cross the network in the clear; enable TLS (--tls-cert/--tls-key, ssl_context) or "
+                    "offer only SCRAM (--sasl-mechanisms SCRAM-SHA-256,SCRAM-SHA-512)", ", ".join(exposed))
 
 
 def _cluster_id(path: str) -> str:
@@ -271,10 +312,12 @@ class Server:
             if self.store is None:
                 path = self._store_arg
                 assert not isinstance(path, Store)
-                self.store = await loop.run_in_executor(None, lambda: open_store(path))
+                budget = self.config.max_open_descriptors
+                self.store = await loop.run_in_executor(None, lambda: open_store(path, max_open_descriptors=budget))
             store = self.store
             listener = await loop.create_server(lambda: Connection(states[0]), self.config.host, self.config.port,
-                                                ssl=self.config.ssl_context, reuse_address=True, backlog=1024)
+                                                ssl=self.config.ssl_context, reuse_address=True, backlog=1024,
+                                                start_serving=False)
         except BaseException as exc:
             self._failure = exc
             self._ready.set()
@@ -284,17 +327,25 @@ class Server:
         sock = listener.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         state = ServerState(store, self.config, loop, self.advertised)
+        # Before the first connection: the groups saved by the previous run are taken over, not rejoined.
+        await state.coordinator.load()
         states.append(state)
         self._state = state
+        await listener.start_serving()
 
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
         log.info("pylog serve: listening on %s:%d (store %s)", self.host, self.port, store.path)
+        _log_descriptors(store)
+        loop.set_exception_handler(_loop_exception_handler(store))
+        _warn_plain_in_the_clear(self.config, [s.getsockname()[0] for s in listener.sockets])
         self._ready.set()
         try:
             reaper = loop.create_task(self._close_idle(state)) if self.config.connections_max_idle_ms else None
+            sweeper = loop.create_task(self._sweep_turns(state))
             await self._stop.wait()
+            sweeper.cancel()
             if reaper is not None:
                 reaper.cancel()
         finally:
@@ -315,6 +366,24 @@ class Server:
                     log.info("pylog serve: closing the connection from %s: idle for more than %d ms "
                              "(connections_max_idle_ms)", c.client_host, self.config.connections_max_idle_ms)
                     c.abort()
+
+    @staticmethod
+    async def _sweep_turns(state: ServerState) -> None:
+        """Hand the partitions the server holds over to writers of other processes that wait for them, also
+        while no client produces (see :mod:`pylog.server.turns`)."""
+        loop = asyncio.get_running_loop()
+        pause = SWEEP_S
+        while True:
+            await asyncio.sleep(pause)
+            if state.turns:
+                began = loop.time()
+                try:
+                    await state.run(state.turns.sweep)
+                except RuntimeError:  # the storage pool shut down: the server is stopping
+                    return
+                # Two system calls per partition held: with thousands held, sweeping takes milliseconds; it
+                # never takes more than a fifth of one storage thread.
+                pause = max(SWEEP_S, 4 * (loop.time() - began))
 
     def _on_signal(self) -> None:
         assert self._stop is not None and self._hurry is not None
@@ -355,12 +424,43 @@ class Server:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, state.executor.shutdown, True)
         await loop.run_in_executor(None, state.readers.shutdown, True)
+        await loop.run_in_executor(None, state.logins.close)
         store = state.store
         if self._owns_store:
             await loop.run_in_executor(None, store.close)
         elif not store.closed:
             await loop.run_in_executor(None, store.flush)
         log.info("pylog serve: stopped")
+
+
+def _log_descriptors(store: Store) -> None:
+    """Tell the operator how many file descriptors the server may use and how it will spend them."""
+    limit = descriptor_limit()
+    budget = store.handles.budget
+    capacity = store.handles.capacity
+    level = logging.WARNING if limit - budget < 256 else logging.INFO
+    log.log(level, "pylog serve: may open %d file descriptors (RLIMIT_NOFILE, `ulimit -n`); the store's partitions "
+            "keep at most %d of them (max.open.descriptors: about %d per partition in use, so %d partitions at once; "
+            "the least recently used let go of their files and open them again when used), the other %d are for "
+            "connections (one each) and the rest of the process%s", limit, budget, PER_PARTITION, capacity,
+            limit - budget, "; raise `ulimit -n` to serve more than a few hundred connections"
+            if level == logging.WARNING else "")
+
+
+def _loop_exception_handler(store: Store) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """The loop's handler of errors it has nowhere to send: out of descriptors, asyncio's accept backs off and
+    tries again a second later; the store lets go of some partitions' files meanwhile, and the message is logged
+    once a minute, not for every attempt."""
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in DESCRIPTOR_ERRNOS:
+            freed = store.handles.shrink(_SHRINK_ON_EMFILE)
+            _shortage.log(logging.ERROR, "accept", "pylog serve: out of file descriptors (%s: %s); new connections "
+                          "wait (accepting again every second), the store let go of %d partitions' files; raise "
+                          "`ulimit -n` or lower max.open.descriptors", context.get("message"), exc, freed)
+            return
+        loop.default_exception_handler(context)
+    return handler
 
 
 def serve(store: Store | str | os.PathLike[str], host: str = "127.0.0.1", port: int = 9092,

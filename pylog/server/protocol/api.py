@@ -100,6 +100,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
 
 
 #: Every API with a schema, by key.
@@ -133,6 +134,8 @@ REFUSED_APIS: dict[int, tuple[int, str]] = {
                                              "its users file (--sasl-users), not from the cluster"),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (ErrorCode.SECURITY_DISABLED, "pylog serve's SASL users come from its "
                                           "users file (--sasl-users): edit it and restart the server"),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (ErrorCode.UNSUPPORTED_VERSION, "pylog serve does not implement KIP-848's "
+                                      "consumer group protocol: set group.protocol=classic"),
 }
 
 
