@@ -207,3 +207,15 @@ def test_a_record_with_many_headers_reads_back_through_every_reader(tmp_path):
         assert [r.headers for r in consumer.poll(timeout_ms=5000)[pylog.TopicPartition("t", 0)]] == got
         consumer.close()
         assert p.check() == []
+
+
+@pytest.mark.parametrize("decoder", DECODERS)
+@pytest.mark.parametrize("encoder", ENCODERS)
+def test_offset_deltas_up_to_the_largest_int32_read_back_and_no_further(encoder, decoder):
+    # batch_layout: deltas strictly increasing from 0 to last_offset_delta (an int32); compaction writes gaps.
+    deltas = np.array([0, 5, (1 << 31) - 1], np.int64)
+    raw = _encode(encoder, [b"a", None, b"c"], offset_deltas=deltas, base_offset=7, default_timestamp=0)
+    assert [(o, v) for o, _, _, v, _ in _decoded(raw, decoder)] == [(7, b"a"), (12, None), (7 + (1 << 31) - 1, b"c")]
+    for bad in ([0, 1 << 31], [0, (1 << 32) + 1], [1, 2], [0, 0], [0.0, 1.5]):
+        with pytest.raises(InvalidRecordError, match="offset deltas"):
+            _encode(encoder, [b"a", b"b"], offset_deltas=np.array(bad))

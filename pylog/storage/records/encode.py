@@ -304,7 +304,11 @@ def _timestamp_array(timestamps: Sequence[Any], n: int, default_timestamp: int) 
 
 def _offset_column(offset_deltas: np.ndarray, n: int) -> tuple[np.ndarray | None, int]:
     """``(offset deltas, or None when they are dense after all; last offset delta)``."""
-    deltas = np.ascontiguousarray(offset_deltas, dtype=I32)
+    given = np.asarray(offset_deltas)
+    if given.dtype.kind not in "iu" or (len(given) and int(given.max()) > 0x7FFFFFFF):
+        # Checked before the int32 cast, which would wrap 2**32 + 1 to 1 and pass as a valid delta.
+        raise InvalidRecordError("offset deltas must be integers that fit an int32")
+    deltas = np.ascontiguousarray(given, dtype=I32)
     if len(deltas) != n or deltas[0] != 0 or (n > 1 and not (np.diff(deltas) > 0).all()):
         raise InvalidRecordError("offset deltas must start at 0 and strictly increase")
     last_delta = int(deltas[-1])
