@@ -266,3 +266,16 @@ def test_close_after_the_store_directory_vanished_raises_storage_error(tmp_path)
     assert isinstance(info.value, OSError) and info.value.errno == errno.ENOENT
     assert store.closed
     store.close()  # idempotent
+
+
+def test_consumer_close_after_the_store_directory_vanished_raises_storage_error(tmp_path):
+    store = pylog.open(str(tmp_path / "s"), log_cleaner_enable=False)
+    store.create_topic("t", partitions=2).partition(0).append_values([b"a"])
+    consumer = store.consumer("t", group_id="g", auto_offset_reset="earliest")
+    assert len(consumer.poll(timeout_ms=5000)) == 1
+    shutil.rmtree(tmp_path / "s")
+    with pytest.raises(pylog.StorageError, match="leaving group 'g': its directory .* is gone"):
+        consumer.close()  # FileNotFoundError before
+    consumer.close()  # closed all the same: idempotent
+    with pytest.raises(pylog.StorageError, match="is gone"):
+        store.close()

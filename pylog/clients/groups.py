@@ -52,8 +52,8 @@ import msgpack
 from .assignors import AbstractPartitionAssignor, assignor_named
 from ..errors import (CorruptRecordError, InvalidConfigError, InvalidGroupError, PartitionLockedError,
                      RebalanceInProgressError, TopicExistsError, UnknownTopicError)
-from ..storage.fileio import (checked, decode_doc, encode_doc, read_checked, try_flock, unchecked, write_checked,
-                              write_faults)
+from ..storage.fileio import (checked, decode_doc, encode_doc, raise_if_gone, read_checked, try_flock, unchecked,
+                              write_checked, write_faults)
 from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legacy_topic_name, legal_name
 from ..storage.records import crc32c
 from ..structs import OffsetAndMetadata, TopicPartition
@@ -558,9 +558,18 @@ class GroupMember:
             self.release(tp)
         if self._member_fd is None:
             return
-        with self._group_locked():
-            self._drop_member_file()
-            self._rebalance_locked()
+        try:
+            with self._group_locked():
+                self._drop_member_file()
+                self._rebalance_locked()
+        except FileNotFoundError as exc:
+            if not os.path.isdir(self.directory):  # nothing is left to leave: let go of the member file
+                os.close(self._member_fd)
+                self._member_fd = None
+                self.assignment = []
+            raise_if_gone(exc, f"leaving group {self.group_id!r}", self.directory,
+                          "this consumer let go of its locks and left")
+            raise
         self.assignment = []
 
     def _live_members(self) -> dict[str, dict[str, Any]]:

@@ -31,9 +31,9 @@ import numpy as np
 
 from ...config import TopicConfig
 from ...errors import (CorruptRecordError, InvalidArgumentError, InvalidRecordError, LogFailedError,
-                       PartitionLockedError, ReadOnlyStoreError, StorageError, StoreClosedError)
+                       PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
 from ..checkpoint import read_checkpoint
-from ..fileio import check_descriptors, descriptor_faults, raise_fault
+from ..fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
 from ..handles import PER_PARTITION, SEGMENT_COST, HandleCache
 from ..notify import Notifier
 from ..records import Record, RecordColumns, column_parts, header_rows, now_ms, slices_records
@@ -944,13 +944,8 @@ class Partition:
                 dur.recovery_point = active.next_offset
                 dur.write_checkpoint(clean=True)
         except OSError as exc:
-            if isinstance(exc, FileNotFoundError) and not os.path.isdir(self.directory):
-                # Deleted or moved under the open store (by hand, another process): nothing left to close.
-                err = StorageError(f"closing {self.topic}-{self.number}: its directory {self.directory} is gone "
-                                   f"(deleted or moved while the store was open); it was closed and its writer "
-                                   f"lock released, and what it held is wherever the directory went")
-                err.errno, err.strerror, err.filename = exc.errno, exc.strerror, exc.filename
-                raise err from exc
+            raise_if_gone(exc, f"closing {self.topic}-{self.number}", self.directory, "it was closed and its writer "
+                          "lock released, and what it held is wherever the directory went")
             raise_fault(exc, f"closing {self.topic}-{self.number}", "it was closed and its writer lock "
                         "released, but not cleanly: its next writer re-validates it", "open it again")
         finally:
