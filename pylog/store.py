@@ -41,6 +41,7 @@ from .config import TopicConfig, split_store_options, stored_config
 from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError,
                      ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, StorePathError, TopicExistsError,
                      UnknownStoreError, UnknownTopicError)
+from .storage.acl_file import AclEntry, read_acls, write_acls
 from .storage.fileio import atomic_write, fsync_dir, write_faults
 from .storage.handles import HandleCache
 from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
@@ -354,6 +355,25 @@ class Store:
             return nxt
         finally:
             os.close(fd)  # releases the flock
+
+    # ------------------------------------------------------------------ ACLs (pylog serve's authorizer)
+
+    def acls(self) -> list[AclEntry]:
+        """The access-control entries kept in this store (``<store>/__acls``, docs/FORMAT.md), in the order
+        written; [] when there are none. pylog serve's authorizer enforces them; the library does not.
+
+        :raises CorruptRecordError: when the ACL file is damaged (it is never taken for a shorter list)."""
+        self._check_open()
+        return read_acls(self.path)
+
+    def replace_acls(self, entries: Iterable[AclEntry]) -> None:
+        """Replace the store's ACLs with ``entries`` (atomically and durably: a crash keeps the old or the new
+        list). Callers serialise their read-modify-write themselves (pylog serve's authorizer does).
+
+        :raises InvalidArgumentError: for a malformed entry. :raises ReadOnlyStoreError: on a read-only store."""
+        self._check_writable("change the ACLs")
+        with write_faults("replacing the ACL file", "the previous ACLs are in force"):
+            write_acls(self.path, [AclEntry(*e) for e in entries])
 
     # ------------------------------------------------------------------ consumer groups
 

@@ -365,6 +365,19 @@ def test_pylog_takes_the_next_producer_id_from_the_golden_file(tmp_path):
     assert (root / "producer.ids").read_bytes() == checked(body)
 
 
+def test_pylog_reads_and_writes_the_golden_acl_file(tmp_path):
+    want = MANIFEST["files"]["acls"]
+    raw = _raw(want["file"])
+    root = tmp_path / "store"
+    pylog.open(root).close()
+    (root / "__acls").write_bytes(raw)
+    with pylog.open(root) as store:
+        entries = store.acls()
+        assert [list(e) for e in entries] == want["document"]["acls"]
+        store.replace_acls(entries)
+    assert (root / "__acls").read_bytes() == raw
+
+
 @pytest.mark.parametrize("name", ["group.state", "group.member", "cleaner.status"])
 def test_pylog_reads_and_writes_the_golden_group_and_cleaner_status_files(name):
     want = MANIFEST["files"][name]

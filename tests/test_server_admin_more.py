@@ -91,9 +91,9 @@ def test_advertised_versions_of_the_new_apis():
     assert sv[ApiKey.DESCRIBE_CLUSTER] == (0, 1)
     assert sv[ApiKey.OFFSET_DELETE] == (0, 0)
     assert sv[ApiKey.DESCRIBE_LOG_DIRS] == (1, 4)
-    for k in (29, 30, 31, 34, 43, 46, 50, 51, 65, 66):
+    for k in (29, 30, 31, 34, 43, 46, 48, 49, 50, 51, 65, 66):
         assert k in sv
-    for k in (45, 48, 49, 61):  # answered only with UNSUPPORTED_VERSION: not advertised
+    for k in (45, 61):  # answered only with UNSUPPORTED_VERSION: not advertised
         assert k not in sv
 
 
@@ -378,19 +378,13 @@ def test_unadvertised_apis_are_reported_by_the_client(server, store, kp_admin):
 @pytest.mark.parametrize("api_key,version,body,array", [
     (45, 0, {"timeout_ms": 1, "topics": [{"name": "u", "partitions": [{"partition_index": 0, "replicas": [0]}]}]},
      "responses"),
-    (48, 1, {"components": [], "strict": False}, None),
-    (49, 1, {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "c"}], "ops": []}]}, "entries"),
     (61, 0, {"topics": [{"name": "u", "partition_indexes": [0]}]}, "topics"),
 ])
 def test_unadvertised_apis_sent_anyway_get_unsupported_version(server, store, api_key, version, body, array):
     with socket.create_connection((server.host, server.port), timeout=10) as s:
         resp = _call(server, api_key, version, body, sock=s)
-        if array is None:
-            assert resp["error_code"] == ErrorCode.UNSUPPORTED_VERSION
-        else:
-            assert len(resp[array]) == 1  # mirrors the request, every error field UNSUPPORTED_VERSION
-            flat = repr(resp)
-            assert str(int(ErrorCode.UNSUPPORTED_VERSION)) in flat
+        assert len(resp[array]) == 1  # mirrors the request, every error field UNSUPPORTED_VERSION
+        assert str(int(ErrorCode.UNSUPPORTED_VERSION)) in repr(resp)
         # the connection stays open: the next request on it is answered
         assert _call(server, 60, 0, {"include_cluster_authorized_operations": False}, sock=s)["controller_id"] == 0
 

@@ -408,9 +408,14 @@ class AdminHandlers:
     # ------------------------------------------------------------------ DescribeLogDirs / AlterReplicaLogDirs
 
     async def describe_log_dirs(self, req: Any, conn: Any) -> dict:
-        return await self.s.run(self._describe_log_dirs, req.body.get("topics"))
+        # The store's absolute path only to a local, unauthenticated client of a server without the authorizer
+        # (today's behaviour) or to a super user: others get its directory's name (the path tells an attacker
+        # about the host's layout).
+        s = self.s
+        full = s.is_super_user(conn.principal) or (s.authorizer is None and s.config.sasl_credentials is None)
+        return await s.run(self._describe_log_dirs, req.body.get("topics"), full)
 
-    def _describe_log_dirs(self, wanted: list[dict] | None) -> dict:
+    def _describe_log_dirs(self, wanted: list[dict] | None, full_path: bool) -> dict:
         store = self.s.store
         if wanted is None:
             pairs = [(name, None) for name in store.topics()]
@@ -427,13 +432,14 @@ class AdminHandlers:
                      for i in (range(n) if indexes is None else sorted(set(indexes))) if 0 <= i < n]
             if parts:
                 topics.append({"name": name, "partitions": parts})
+        log_dir = os.path.realpath(store.path)
         try:
             usage = shutil.disk_usage(store.path)
             total, usable = usage.total, usage.free
         except OSError:
             total = usable = -1
         return {"throttle_time_ms": 0, "error_code": E.NONE, "results": [
-            {"error_code": E.NONE, "log_dir": os.path.realpath(store.path), "topics": topics,
+            {"error_code": E.NONE, "log_dir": log_dir if full_path else os.path.basename(log_dir), "topics": topics,
              "total_bytes": total, "usable_bytes": usable}]}
 
     async def alter_replica_log_dirs(self, req: Any, conn: Any) -> dict:

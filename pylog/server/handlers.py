@@ -24,7 +24,9 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
@@ -38,7 +40,7 @@ from .turns import TURN_WAIT_MS
 if TYPE_CHECKING:
     from .server import ServerState
 
-__all__ = ["DataHandlers"]
+__all__ = ["DataHandlers", "ProducerOwners"]
 
 log = logging.getLogger("pylog.server")
 
@@ -155,7 +157,7 @@ class DataHandlers:
         else:
             work = [(td["name"], pd["index"], pd["records"]) for td in topic_data for pd in td["partition_data"] or []]
             wait_ms = min(max(0, b.get("timeout_ms") or 0), TURN_WAIT_MS)
-            outcome = await self.s.run(self._append_all, work, acks, wait_ms)
+            outcome = await self.s.run(self._append_all, work, acks, wait_ms, conn.principal)
             waiters = self.s.waiters
             for (topic, index, _), (_, end) in zip(work, outcome, strict=True):
                 if end is not None:
@@ -172,13 +174,16 @@ class DataHandlers:
             return None
         return {"responses": results, "throttle_time_ms": 0}
 
-    def _append_all(self, work: list[tuple[str, int, Any]], acks: int, wait_ms: int) -> list[tuple[dict, int | None]]:
+    def _append_all(self, work: list[tuple[str, int, Any]], acks: int, wait_ms: int,
+                    principal: str | None) -> list[tuple[dict, int | None]]:
         """In the storage pool: each partition's batches appended in request order; per partition its response
         entry and its new log end (None when nothing was appended). ``wait_ms``: how long to wait for a writer
-        of another process to hand a partition over (see :mod:`pylog.server.turns`)."""
-        return [self._append_one(topic, index, records, acks, wait_ms) for topic, index, records in work]
+        of another process to hand a partition over (see :mod:`pylog.server.turns`); ``principal``: the
+        connection's user, who must own the batches' producer id (:class:`ProducerOwners`)."""
+        return [self._append_one(topic, index, records, acks, wait_ms, principal) for topic, index, records in work]
 
-    def _append_one(self, topic: str, index: int, records: Any, acks: int, wait_ms: int) -> tuple[dict, int | None]:
+    def _append_one(self, topic: str, index: int, records: Any, acks: int, wait_ms: int,
+                    principal: str | None) -> tuple[dict, int | None]:
         entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
         if isinstance(topic, str) and is_internal_topic(topic):
             return _failed(entry, E.INVALID_TOPIC_EXCEPTION, f"{topic!r} is an internal topic of pylog: it cannot "
@@ -199,6 +204,11 @@ class DataHandlers:
                 if batch.is_transactional:
                     return _failed(entry, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                    "pylog serve does not support transactions"), None
+                if batch.producer_id >= 0 and not self.s.producer_owners.claim(batch.producer_id, principal):
+                    # Another principal's producer id: appending would let this client fence (or corrupt the
+                    # sequence of) a producer it does not own.
+                    return _failed(entry, E.INVALID_PRODUCER_ID_MAPPING, f"producer id {batch.producer_id} "
+                                   "belongs to another principal"), None
             first = None
             part.wait_to_write(wait_ms)  # a pylog producer of another process hands it over (pylog.server.turns)
             try:
@@ -383,7 +393,48 @@ class DataHandlers:
             pid = await self.s.run(self.s.store.new_producer_id)
         except PylogError as exc:
             return {"throttle_time_ms": 0, "error_code": code_for(exc), "producer_id": -1, "producer_epoch": -1}
+        self.s.producer_owners.issued(pid, conn.principal)
         return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
+
+
+class ProducerOwners:
+    """Which principal (a SASL user name; None without SASL) owns each producer id seen by this server: the one
+    it was issued to by InitProducerId, or, for an id this server did not issue (one from before a restart),
+    the first that produces with it. A produce naming another principal's id is refused, so one user cannot
+    fence another's idempotent producer. Bounded: past :data:`MAX_PRODUCER_OWNERS` ids the least recently used
+    is forgotten (it is then claimed again by its next producer). Thread-safe (the storage pool's threads claim)."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._owners: collections.OrderedDict[int, str | None] = collections.OrderedDict()
+        self._limit = MAX_PRODUCER_OWNERS if limit is None else limit
+        self._lock = threading.Lock()
+
+    def issued(self, pid: int, principal: str | None) -> None:
+        with self._lock:
+            self._record(pid, principal)
+
+    def claim(self, pid: int, principal: str | None) -> bool:
+        """Whether ``principal`` may produce with ``pid`` (recording it as the owner when nobody is)."""
+        with self._lock:
+            owners = self._owners
+            if pid in owners:
+                if owners[pid] != principal:
+                    return False
+                owners.move_to_end(pid)  # least recently used first out: a producer in use is remembered
+                return True
+            self._record(pid, principal)
+            return True
+
+    def _record(self, pid: int, principal: str | None) -> None:
+        owners = self._owners
+        owners[pid] = principal
+        owners.move_to_end(pid)
+        while len(owners) > self._limit:
+            owners.popitem(last=False)
+
+
+#: The most producer ids :class:`ProducerOwners` remembers (about 100 bytes each).
+MAX_PRODUCER_OWNERS = 100_000
 
 
 def _hand_over(part: Partition) -> None:

@@ -38,11 +38,14 @@ from ..store import Store
 from ..store import open as open_store
 from . import protocol
 from .admin import AdminHandlers
+from .access import Access, AclHandlers
 from .auth import Credentials, SaslServer, plain_exposed_addresses
+from .authorizer import Authorizer, parse_principals, principal_of
 from .connection import Connection
 from .coordinator import GroupCoordinator
-from .handlers import DataHandlers
+from .handlers import DataHandlers, ProducerOwners
 from .logins import LoginGuard
+from .quotas import ServerQuotas
 from .turns import SWEEP_S, Turns
 from .waiting import FetchWaiters
 
@@ -96,6 +99,22 @@ class ServerConfig:
     connection_failed_authentication_delay_max_ms: int = 5000
     #: Threads the SASL steps run in (PBKDF2 for PLAIN logins of pre-salted users): never the event loop.
     sasl_login_threads: int = 2
+    #: Kafka's ``authorizer.class.name`` set: every request is checked against the ACLs kept in the store
+    #: (``<store>/__acls``, managed with CreateAcls / DescribeAcls / DeleteAcls; docs/SERVER.md, "Authorization").
+    #: Off by default: without it every client may do everything, and the ACL APIs answer SECURITY_DISABLED.
+    authorizer: bool = False
+    #: Kafka's ``super.users``: principals allowed everything (``"User:admin;User:ops"`` or a list).
+    super_users: str | list[str] | None = None
+    #: Kafka's ``allow.everyone.if.no.acl.found``: a resource no ACL names is open to everyone (false, as in
+    #: Kafka: with the authorizer on, what no ACL allows is refused).
+    allow_everyone_if_no_acl_found: bool = False
+    #: Client quotas (docs/SERVER.md, "Quotas"): Kafka's entities (``"user=alice"``, ``"client-id=etl"``, both,
+    #: ``<default>`` for either) -> {``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``}.
+    #: A client over its quota has its responses delayed and told so in ``throttle_time_ms``.
+    quotas: dict[str, dict[str, float]] | None = None
+    #: Kafka's ``quota.window.num`` and ``quota.window.size.seconds``: the window rates are measured over.
+    quota_window_num: int = 11
+    quota_window_size_s: float = 1.0
     #: Threads appending and fsyncing for the connections.
     storage_threads: int = 4
     #: How long a clean stop waits for the requests under way (seconds).
@@ -123,6 +142,11 @@ class ServerConfig:
             raise InvalidArgumentError(f"sasl_login_threads must be at least 1, got {self.sasl_login_threads!r}")
         if self.storage_threads < 1:
             raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
+        parse_principals(self.super_users)  # raises InvalidArgumentError for a malformed principal
+        if (self.super_users or self.allow_everyone_if_no_acl_found) and not self.authorizer:
+            raise InvalidArgumentError("super_users and allow_everyone_if_no_acl_found need authorizer=True")
+        if self.quotas is not None:
+            ServerQuotas(self.quotas, self.quota_window_num, self.quota_window_size_s)  # raises for bad quotas
         if self.sasl_credentials is not None:
             SaslServer(self.sasl_credentials, self.sasl_mechanisms)  # raises SecurityConfigError for bad mechanisms
         elif self.sasl_mechanisms is not None:
@@ -133,7 +157,7 @@ class ServerState:
     """What the connections and handlers of one running server share (internal to pylog.server)."""
 
     def __init__(self, store: Store, config: ServerConfig, loop: asyncio.AbstractEventLoop,
-                 advertised: tuple[str, int]) -> None:
+                 advertised: tuple[str, int], authorizer: Authorizer | None = None) -> None:
         self.store = store
         self.config = config
         self.advertised = advertised
@@ -166,7 +190,21 @@ class ServerState:
             37: admin.create_partitions, **groups, **admin.handlers(),
         }
         supported = protocol.supported_versions()
-        self.handlers = {k: h for k, h in self.handlers.items() if k in supported}
+        #: Which principal got each producer id this server handed out (bounded: see ProducerOwners).
+        self.producer_owners = ProducerOwners()
+        #: Client quotas: those of the settings, changed by AlterClientQuotas while the server runs.
+        self.quotas = ServerQuotas(config.quotas or {}, config.quota_window_num, config.quota_window_size_s)
+        self.handlers.update(self.quotas.handlers())
+        self.authorizer = authorizer
+        if self.authorizer is not None:
+            self.handlers.update(AclHandlers(self, self.authorizer).handlers())
+            self.handlers = Access(self, self.authorizer).wrap(
+                {k: h for k, h in self.handlers.items() if k in supported})
+        self.handlers = self.quotas.wrap({k: h for k, h in self.handlers.items() if k in supported})
+
+    def is_super_user(self, user: str | None) -> bool:
+        """Whether a connection authenticated as ``user`` is one of ``super_users`` (with the authorizer on)."""
+        return self.authorizer is not None and self.authorizer.is_super(principal_of(user))
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the storage thread pool (appends, fsyncs, anything that may wait for a lock)."""
@@ -315,6 +353,10 @@ class Server:
                 budget = self.config.max_open_descriptors
                 self.store = await loop.run_in_executor(None, lambda: open_store(path, max_open_descriptors=budget))
             store = self.store
+            authorizer = None
+            if self.config.authorizer:  # reads the store's ACLs: a damaged file stops the start here
+                authorizer = await loop.run_in_executor(None, lambda: Authorizer(
+                    store, parse_principals(self.config.super_users), self.config.allow_everyone_if_no_acl_found))
             listener = await loop.create_server(lambda: Connection(states[0]), self.config.host, self.config.port,
                                                 ssl=self.config.ssl_context, reuse_address=True, backlog=1024,
                                                 start_serving=False)
@@ -326,7 +368,7 @@ class Server:
             return
         sock = listener.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
-        state = ServerState(store, self.config, loop, self.advertised)
+        state = ServerState(store, self.config, loop, self.advertised, authorizer)
         # Before the first connection: the groups saved by the previous run are taken over, not rejoined.
         await state.coordinator.load()
         states.append(state)

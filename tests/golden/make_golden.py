@@ -439,6 +439,14 @@ def build() -> dict[str, bytes]:
     files["files/cleaner.status"] = checked(b"PLCS" + bytes([1]) + mp(status))
     manifest["files"]["cleaner.status"] = {"file": "files/cleaner.status", "magic": "PLCS", "document": status}
 
+    # The ACL file (`<store>/__acls`): Kafka's codes; a literal topic ALLOW, a prefixed DENY for everyone on one
+    # host, a cluster ALTER for a non-ASCII user name.
+    acls = {"acls": [[2, TOPIC, 3, "User:alice", "*", 3, 3],
+                     [3, "billing-", 4, "User:*", "10.0.0.9", 2, 2],
+                     [4, "kafka-cluster", 3, "User:jos\u00e9", "*", 7, 3]]}
+    files["files/acls"] = checked(b"PLAC" + bytes([1]) + mp(acls))
+    manifest["files"]["acls"] = {"file": "files/acls", "magic": "PLAC", "document": acls}
+
     files["manifest.json"] = (json.dumps(manifest, indent=1) + "\n").encode()
     return files
 
