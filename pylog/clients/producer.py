@@ -69,7 +69,7 @@ from ..storage.filenames import is_internal_topic
 from .partitioner import DefaultPartitioner
 from .quotas import PRODUCE, QuotaManager
 from .storeview import StoreView
-from ..storage.records import now_ms
+from ..storage.records import header_pairs, now_ms
 from .accumulator import ITEM_LEN, RECORD_OVERHEAD, Accumulation
 from ..structs import RecordMetadata
 from ..storage.partition import Partition
@@ -108,15 +108,14 @@ _BATCH_OVERHEAD = 64
 _FAST_MAX = 16 * 1024
 
 
-def _check_headers(headers: Any) -> int:
-    """Validate ``[(str, bytes | None), ...]`` headers; returns their size."""
-    size = 0
-    for item in headers:
-        if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[0], str) or not (
-                item[1] is None or isinstance(item[1], (bytes, bytearray, memoryview))):
-            raise InvalidRecordError(f"headers must be (str, bytes) pairs, got {item!r}"[:200])
-        size += len(item[0]) + (0 if item[1] is None else len(item[1])) + 8
-    return size
+def _check_headers(headers: Any) -> tuple[tuple, int]:
+    """One record's headers checked as the encoder checks them (:func:`header_pairs`: ``(str, bytes | None)``
+    pairs, keys UTF-8 encodable) and their size.
+
+    :raises InvalidRecordError: for any other shape, here at send() rather than in the drain's append.
+    """
+    pairs = header_pairs(headers)
+    return pairs, sum(len(k) + (0 if v is None else len(v)) + 8 for k, v in pairs)
 
 
 def _check_writable(topic: str) -> None:
@@ -369,9 +368,10 @@ class Producer:
             if not (type(key) is bytes or isinstance(key, (bytearray, memoryview))):
                 raise InvalidRecordError(f"key must be bytes (or use key_serializer), got {type(key).__name__}")
             size += len(key)
-        if headers:
-            size += _check_headers(headers)
-        else:
+        if headers is not None:
+            headers, hsize = _check_headers(headers)
+            size += hsize
+        if not headers:
             headers = None
         if timestamp_ms is not None and (type(timestamp_ms) is not int or not -(1 << 63) <= timestamp_ms < 1 << 63):
             raise InvalidRecordError(f"timestamp_ms must be an int (ms since the epoch), got {timestamp_ms!r}")

@@ -17,14 +17,15 @@ import threading
 from typing import Any, Iterable, Mapping
 
 from ..config import TopicConfig
-from ..errors import CorruptRecordError, InvalidConfigError, InvalidTopicError, ReadOnlyStoreError, UnknownTopicError
+from ..errors import (CorruptRecordError, InvalidArgumentError, InvalidConfigError, InvalidTopicError,
+                      ReadOnlyStoreError, UnknownTopicError)
 from .fileio import atomic_write, descriptor_faults, write_faults
 from .filenames import OFFSETS_TOPIC, TOPIC_FILE, is_internal_topic
 from .handles import HandleCache
 from .partition import Partition
 from .records import crc32c
 
-__all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each"]
+__all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each", "check_partition_count", "MAX_PARTITIONS"]
 
 log = logging.getLogger("pylog.topic")
 
@@ -67,6 +68,17 @@ def read_topic_file(directory: str) -> dict[str, Any]:
         # The count sizes a list when the topic opens: a huge one must not allocate (or overflow) there.
         raise CorruptRecordError("topic file has no valid partition count/config", path)
     return doc
+
+
+def check_partition_count(count: Any, what: str = "partitions") -> None:
+    """Check a partition count before any directory is made for it: the bound :func:`read_topic_file`
+    enforces on a topic file, so a topic that can be created can be opened again.
+
+    :raises InvalidArgumentError: unless ``count`` is an int in ``[1, MAX_PARTITIONS]``.
+    """
+    if type(count) is not int or not 1 <= count <= MAX_PARTITIONS:
+        raise InvalidArgumentError(f"{what} must be an int in [1, {MAX_PARTITIONS}] (each partition is a directory), "
+                                   f"got {count!r:.40}")
 
 
 def call_each(items: Iterable[Any], what: str, *args: Any) -> None:
@@ -155,6 +167,7 @@ class Topic:
         if self.read_only:
             raise ReadOnlyStoreError(f"topic {self.name!r} belongs to a store opened with read_only=True; "
                                      "open the store without read_only to add partitions")
+        check_partition_count(total, "total")
         with self._lock:
             current = len(self._partitions)
             if total <= current:
