@@ -17,6 +17,11 @@ Invariants:
   authentication succeeds; a failed authentication is answered and the connection closed.
 - A client that disconnects mid-request loses only that request: its partial frame is dropped, the requests
   being handled complete (an append in the storage pool is never cut short).
+- Answers leave in the order of the requests. A handler may answer with a future (a Produce with ``acks=all``
+  once its appends are done: the future completes after the group commit's fsync); the connection then goes
+  on with the next requests (at most :data:`_MAX_DEFERRED` answers outstanding) and writes each answer once it
+  and every earlier one are ready, so fsyncs of one connection's consecutive requests are shared too. A clean
+  close writes the outstanding answers first.
 """
 
 from __future__ import annotations
@@ -44,6 +49,9 @@ _MAX_UNAUTHENTICATED_BYTES = 512 * 1024
 #: Responses larger than this go to the transport a chunk of this size at a time, each once the previous has
 #: drained (a slow reader then holds one response, not a second copy of it in the transport's buffer).
 _WRITE_CHUNK = 1 << 20
+#: Answers a connection may owe at once (requests handled whose answer waits for an fsync, or for an earlier
+#: answer that does): the next request waits beyond this.
+_MAX_DEFERRED = 64
 API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
 _BEFORE_AUTH = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
@@ -69,6 +77,8 @@ class Connection(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._busy = False  # a request is being answered
+        #: Answers owed, in request order: (request, answer or a future of it) (see the module docstring).
+        self._owed: collections.deque[tuple[Any, Any]] = collections.deque()
         self.last_active = 0.0  # loop time of the last bytes received or answer written
 
     # ------------------------------------------------------------------ asyncio.Protocol
@@ -150,7 +160,8 @@ class Connection(asyncio.Protocol):
 
     def idle_for(self, now: float) -> float:
         """Seconds without a request under way, queued or arriving (0 while one is: a long poll is not idle)."""
-        if self._busy or self._frames or self._buf or (self._writable is not None and not self._writable.done()):
+        if self._busy or self._frames or self._buf or self._owed or (
+                self._writable is not None and not self._writable.done()):
             return 0.0  # answering, asked, or an answer still leaving (a slow reader): not idle
         return now - self.last_active
 
@@ -169,9 +180,13 @@ class Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         try:
             while not self.closing:
+                await self._write_owed(block=len(self._owed) >= _MAX_DEFERRED)
                 if not self._frames:
                     self._wakeup = loop.create_future()
-                    await self._wakeup
+                    if self._owed:  # whichever comes first: the next request or the oldest answer owed
+                        await asyncio.wait((self._wakeup, self._owed[0][1]), return_when=asyncio.FIRST_COMPLETED)
+                    else:
+                        await self._wakeup
                     self._wakeup = None
                     continue
                 frame = self._frames.popleft()
@@ -189,6 +204,7 @@ class Connection(asyncio.Protocol):
                     self.last_active = loop.time()
                 if self._writable is not None and not self._writable.done():
                     await self._writable  # a slow reader: answer nothing more until its buffer drains
+            await self._write_owed(block=True, every=True)  # a clean close answers what was handled
         except asyncio.CancelledError:
             pass
         except Exception:  # a bug here must not take the server down: this connection ends
@@ -196,6 +212,36 @@ class Connection(asyncio.Protocol):
         finally:
             if self.transport is not None:
                 self.transport.close()
+
+    async def _write_owed(self, block: bool, every: bool = False) -> None:
+        """Write the answers owed whose turn has come: the ready ones at the head of the queue; with ``block``,
+        wait for the oldest first (``every``: for all of them)."""
+        owed = self._owed
+        while owed:
+            req, answer = owed[0]
+            if isinstance(answer, asyncio.Future):
+                if not answer.done():
+                    if not block:
+                        return
+                    await asyncio.wait((answer,))
+                try:
+                    answer = answer.result()
+                except asyncio.CancelledError:
+                    raise
+                except Exception:
+                    log.exception("pylog serve: %s request from %s (client %r) failed", req.api_name,
+                                  self.client_host, req.client_id)
+                    answer = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
+            owed.popleft()
+            block = every
+            await self._send_answer(req, answer)
+
+    async def _send_answer(self, req: Any, answer: dict) -> None:
+        parts = protocol.encode_response_parts(req, answer)
+        if sum(map(len, parts)) > _WRITE_CHUNK:
+            await self._write_chunked(parts)
+        else:
+            self._write(parts)
 
     def _write(self, data: bytes | list) -> None:
         if self.transport is None or self.transport.is_closing():
@@ -218,6 +264,7 @@ class Connection(asyncio.Protocol):
             if frame_out is None:
                 log.warning("pylog serve: closing the connection from %s: %s", self.client_host, exc)
                 return False
+            await self._write_owed(block=True, every=True)
             self._write(frame_out)
             return True
         except PylogError as exc:
@@ -227,6 +274,8 @@ class Connection(asyncio.Protocol):
             log.warning("pylog serve: closing the connection from %s: API key %d before SASL authentication",
                         self.client_host, req.api_key)
             return False
+        if req.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            await self._write_owed(block=True, every=True)  # these answers are written here, in turn
         if req.api_key == SASL_HANDSHAKE:
             body, ok = self._sasl_handshake(req)
             self._write(protocol.encode_response(req, body))
@@ -235,8 +284,10 @@ class Connection(asyncio.Protocol):
             body, ok = self._sasl_authenticate(req)
             self._write(protocol.encode_response(req, body))
             return ok
+        if self._owed:  # an answer owed goes out first, also one the client will wait for below
+            await self._write_owed(block=False)
         handler = self.s.handlers.get(req.api_key)
-        answer: dict | None
+        answer: dict | asyncio.Future[dict] | None
         try:
             if handler is None:
                 answer = protocol.error_response(req, E.UNSUPPORTED_VERSION)
@@ -248,12 +299,10 @@ class Connection(asyncio.Protocol):
             log.exception("pylog serve: %s request from %s (client %r) failed", req.api_name, self.client_host,
                           req.client_id)
             answer = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
-        if answer is not None:
-            parts = protocol.encode_response_parts(req, answer)
-            if sum(map(len, parts)) > _WRITE_CHUNK:
-                await self._write_chunked(parts)
-            else:
-                self._write(parts)
+        if isinstance(answer, asyncio.Future) or (answer is not None and self._owed):
+            self._owed.append((req, answer))  # after the answers owed before it (invariant: in order)
+        elif answer is not None:
+            await self._send_answer(req, answer)
         return True
 
     async def _write_chunked(self, parts: list) -> None:

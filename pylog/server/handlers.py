@@ -4,8 +4,10 @@ response body (dicts named as Kafka's message specs name the fields, in snake_ca
 
 Layout of the work:
 - Appends (Produce) and everything that may block on the disk or on another process's lock (topic creation
-  and deletion, fsyncs for ``acks=all``, producer ids, retention) run in the server's storage thread pool,
-  never on the event loop; a request's appends go there in one hop.
+  and deletion, producer ids, retention) run in the server's storage thread pool, never on the event loop; a
+  request's appends go there in one hop. The fsyncs of ``acks=all`` go to the process's group commit
+  (:mod:`pylog.storage.group_commit`) once the request's appends are done: one fsync of a partition covers
+  every request that appended to it before the fsync started, and partitions are fsynced in parallel.
 - Reads (Fetch, ListOffsets) run in the read thread pool: a cold segment page faults on the disk, and a large
   response takes milliseconds to build; the loop only waits for them. Metadata runs in the storage pool (it
   may create a topic). A Fetch with too little to return waits in
@@ -15,8 +17,9 @@ Invariants:
 - A Produce either appends a partition's batches or answers that partition with an error code; a batch is
   never appended half (pylog's append is all-or-nothing per call before anything is written) and never
   twice for an idempotent producer's retry (pylog's producer state, as for its own producers).
-- A response never claims more than happened: ``acks=all`` is answered after the fsync, ``acks=1`` after the
-  append (flushed per the topic's ``flush.messages`` / ``flush.ms``), ``acks=0`` not at all.
+- A response never claims more than happened: ``acks=all`` is answered after an fsync of each partition that
+  started after the request's append to it (a partition whose fsync failed is answered with the error),
+  ``acks=1`` after the append (flushed per the topic's ``flush.messages`` / ``flush.ms``), ``acks=0`` not at all.
 - Every failure of one partition, topic or group is that item's error code; a bug in a handler is answered
   with UNKNOWN_SERVER_ERROR by the connection (:mod:`pylog.server.connection`), never a dropped server.
 """
@@ -135,7 +138,7 @@ class DataHandlers:
 
     # ------------------------------------------------------------------ Produce
 
-    async def produce(self, req: Any, conn: Any) -> dict | None:
+    async def produce(self, req: Any, conn: Any) -> "dict | asyncio.Future[dict] | None":
         b = req.body
         acks = b["acks"]
         topic_data = b["topic_data"] or []
@@ -155,12 +158,16 @@ class DataHandlers:
             work = [(td["name"], pd["index"], pd["records"]) for td in topic_data for pd in td["partition_data"] or []]
             outcome = await self.s.run(self._append_all, work, acks)
             waiters = self.s.waiters
-            for (topic, index, _), (_, end) in zip(work, outcome, strict=True):
+            for (topic, index, _), (_, end, _) in zip(work, outcome, strict=True):
                 if end is not None:
                     waiters.appended(topic, index, end)
             it = iter(outcome)
             results = [{"name": td["name"], "partition_responses": [next(it)[0] for _ in td["partition_data"] or []]}
                        for td in topic_data]
+            if acks == -1:
+                # Answered once the fsyncs are done; the connection handles its next requests meanwhile (their
+                # appends may share this request's fsyncs) and sends the answers in order.
+                return asyncio.ensure_future(self._durable_answer(outcome, results))
         if acks == 0:
             if any(p["error_code"] != E.NONE for r in results for p in r["partition_responses"]):
                 # acks=0 has no answer to carry the error: Kafka closes the connection, so the client notices
@@ -170,18 +177,36 @@ class DataHandlers:
             return None
         return {"responses": results, "throttle_time_ms": 0}
 
-    def _append_all(self, work: list[tuple[str, int, Any]], acks: int) -> list[tuple[dict, int | None]]:
+    async def _durable_answer(self, outcome: list[tuple[dict, int | None, Partition | None]],
+                              results: list[dict]) -> dict:
+        """acks=all: the answer, once the group commit has fsynced every partition appended to (see
+        :mod:`pylog.storage.group_commit`); a partition whose fsync failed is answered with its error instead."""
+        appended = [(entry, part) for entry, _, part in outcome if part is not None]
+        errors = await self.s.durable([part for _, part in appended])
+        for (entry, part), exc in zip(appended, errors, strict=True):
+            if exc is None:
+                continue
+            if not isinstance(exc, PylogError):
+                log.error("pylog serve: fsync of %s-%d failed", part.topic, part.number, exc_info=exc)
+            entry.update(error_code=code_for(exc) if isinstance(exc, PylogError) else E.UNKNOWN_SERVER_ERROR,
+                         error_message=str(exc), base_offset=-1, log_append_time_ms=-1)
+        return {"responses": results, "throttle_time_ms": 0}
+
+    def _append_all(self, work: list[tuple[str, int, Any]], acks: int) -> list[tuple[dict, int | None,
+                                                                                      Partition | None]]:
         """In the storage pool: each partition's batches appended in request order; per partition its response
-        entry and its new log end (None when nothing was appended)."""
+        entry, its new log end (None when nothing was appended) and, for acks=all, the partition to fsync (None
+        when nothing was appended): the fsyncs are left to the group commit, after the appends."""
         return [self._append_one(topic, index, records, acks) for topic, index, records in work]
 
-    def _append_one(self, topic: str, index: int, records: Any, acks: int) -> tuple[dict, int | None]:
+    def _append_one(self, topic: str, index: int, records: Any,
+                    acks: int) -> tuple[dict, int | None, Partition | None]:
         entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
         if isinstance(topic, str) and is_internal_topic(topic):
             return _failed(entry, E.INVALID_TOPIC_EXCEPTION, f"{topic!r} is an internal topic of pylog: it cannot "
-                           "be produced to"), None
+                           "be produced to"), None, None
         if records is None:
-            return _failed(entry, E.CORRUPT_MESSAGE, "a produce request without records"), None
+            return _failed(entry, E.CORRUPT_MESSAGE, "a produce request without records"), None, None
         try:
             part = self.partition(topic, index)
             batches = recordbatch.decode_batches(records, self.s.config.max_batch_bytes)
@@ -189,38 +214,39 @@ class DataHandlers:
                 # Kafka's rule for Produce v3+: exactly one batch per partition, so that a partition's answer
                 # covers all of it (a second batch failing after the first was appended could not be told).
                 return _failed(entry, E.INVALID_RECORD, f"a produce request must carry exactly one record batch "
-                               f"per partition, got {len(batches)}"), None
+                               f"per partition, got {len(batches)}"), None, None
             for batch in batches:
                 if batch.is_control:
-                    return _failed(entry, E.INVALID_RECORD, "clients may not produce control batches"), None
+                    return _failed(entry, E.INVALID_RECORD, "clients may not produce control batches"), None, None
                 if batch.is_transactional:
                     return _failed(entry, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                   "pylog serve does not support transactions"), None
+                                   "pylog serve does not support transactions"), None, None
             first = None
             try:
                 for batch in batches:
                     offset = recordbatch.append_batch(part, batch, in_turn=True)
                     if first is None:
                         first = offset
-                if acks == -1:
-                    part.flush()
             finally:
-                _hand_over(part)  # another writer (a pylog producer) waiting for its turn gets it now
+                # Another writer (a pylog producer) waiting for its turn gets it now. The fsync comes later (the
+                # group commit): a handle that let the writer lock go still fsyncs its appends, by file name.
+                _hand_over(part)
             entry.update(error_code=E.NONE, base_offset=first)
         except PylogError as exc:
             entry.update(error_code=code_for(exc), error_message=str(exc))
             log.debug("pylog serve: produce to %s-%s: %s", topic, index, exc)
-            return entry, None
+            return entry, None, None
+        to_sync = part if acks == -1 else None
         # Appended: what follows only reports, and must not turn the answer into an error (a client that is not
         # idempotent would send the records again).
         try:
             entry["log_start_offset"] = part.log_start_offset
             if part.config.log_append_time and first is not None:
                 entry["log_append_time_ms"] = _timestamp_at(part, first)
-            return entry, part.log_end_offset
+            return entry, part.log_end_offset, to_sync
         except PylogError:
             log.debug("pylog serve: after a produce to %s-%s", topic, index, exc_info=True)
-            return entry, None
+            return entry, None, to_sync
 
     # ------------------------------------------------------------------ Fetch
 
