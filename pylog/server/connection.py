@@ -17,11 +17,13 @@ Invariants:
   authentication succeeds; a failed authentication is answered and the connection closed.
 - A client that disconnects mid-request loses only that request: its partial frame is dropped, the requests
   being handled complete (an append in the storage pool is never cut short).
-- Answers leave in the order of the requests. A handler may answer with a future (a Produce with ``acks=all``
-  once its appends are done: the future completes after the group commit's fsync); the connection then goes
-  on with the next requests (at most :data:`_MAX_DEFERRED` answers outstanding) and writes each answer once it
-  and every earlier one are ready, so fsyncs of one connection's consecutive requests are shared too. A clean
-  close writes the outstanding answers first.
+- Answers leave in the order of the requests. A handler may answer with a future (a Produce: its appends are
+  queued for the storage pool, in order, and for ``acks=all`` the future completes after the group commit's
+  fsync); the connection then goes on with the next requests (at most :data:`_MAX_DEFERRED` answers
+  outstanding) and writes each answer once it and every earlier one are ready, so consecutive Produce
+  requests of a connection are appended in one hop to the storage pool and share fsyncs. A request other than
+  Produce is handled only once the appends queued before it are done. A clean close writes the outstanding
+  answers first.
 """
 
 from __future__ import annotations
@@ -52,7 +54,7 @@ _WRITE_CHUNK = 1 << 20
 #: Answers a connection may owe at once (requests handled whose answer waits for an fsync, or for an earlier
 #: answer that does): the next request waits beyond this.
 _MAX_DEFERRED = 64
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+PRODUCE, API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 0, 18, 17, 36
 _BEFORE_AUTH = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
 
@@ -77,6 +79,9 @@ class Connection(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._busy = False  # a request is being answered
+        #: The Produce appends queued for the storage pool (the data handlers' queue, made on first use); any
+        #: other request waits until it has drained (see the module docstring).
+        self.appends: Any = None
         #: Answers owed, in request order: (request, answer or a future of it) (see the module docstring).
         self._owed: collections.deque[tuple[Any, Any]] = collections.deque()
         self.last_active = 0.0  # loop time of the last bytes received or answer written
@@ -286,6 +291,8 @@ class Connection(asyncio.Protocol):
             return ok
         if self._owed:  # an answer owed goes out first, also one the client will wait for below
             await self._write_owed(block=False)
+        if req.api_key != PRODUCE and self.appends is not None:
+            await self.appends.drained()  # it sees the appends of the Produce requests before it
         handler = self.s.handlers.get(req.api_key)
         answer: dict | asyncio.Future[dict] | None
         try:

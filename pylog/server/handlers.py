@@ -42,6 +42,10 @@ if TYPE_CHECKING:
 
 __all__ = ["DataHandlers"]
 
+#: Of one partition of a Produce: its response entry, its new log end (None: nothing appended), and for
+#: acks=all the partition to fsync (None: nothing appended).
+Outcome = tuple[dict, "int | None", "Partition | None"]
+
 log = logging.getLogger("pylog.server")
 
 #: A fetch reads at most this many records per partition per response (its byte limits usually bind first).
@@ -156,18 +160,14 @@ class DataHandlers:
                 for td in topic_data]
         else:
             work = [(td["name"], pd["index"], pd["records"]) for td in topic_data for pd in td["partition_data"] or []]
-            outcome = await self.s.run(self._append_all, work, acks)
-            waiters = self.s.waiters
-            for (topic, index, _), (_, end, _) in zip(work, outcome, strict=True):
-                if end is not None:
-                    waiters.appended(topic, index, end)
-            it = iter(outcome)
-            results = [{"name": td["name"], "partition_responses": [next(it)[0] for _ in td["partition_data"] or []]}
-                       for td in topic_data]
-            if acks == -1:
-                # Answered once the fsyncs are done; the connection handles its next requests meanwhile (their
-                # appends may share this request's fsyncs) and sends the answers in order.
-                return asyncio.ensure_future(self._durable_answer(outcome, results))
+            appended = self._appends_of(conn).add(work, acks)
+            answer = asyncio.ensure_future(self._answer(appended, work, topic_data, acks))
+            if acks != 0:
+                # Answered once appended (and, for acks=all, fsynced); the connection handles its next requests
+                # meanwhile (their appends go to the storage pool together, and may share this one's fsyncs) and
+                # sends the answers in order.
+                return answer
+            results = (await answer)["responses"]
         if acks == 0:
             if any(p["error_code"] != E.NONE for r in results for p in r["partition_responses"]):
                 # acks=0 has no answer to carry the error: Kafka closes the connection, so the client notices
@@ -177,13 +177,31 @@ class DataHandlers:
             return None
         return {"responses": results, "throttle_time_ms": 0}
 
-    async def _durable_answer(self, outcome: list[tuple[dict, int | None, Partition | None]],
-                              results: list[dict]) -> dict:
-        """acks=all: the answer, once the group commit has fsynced every partition appended to (see
-        :mod:`pylog.storage.group_commit`); a partition whose fsync failed is answered with its error instead."""
-        appended = [(entry, part) for entry, _, part in outcome if part is not None]
-        errors = await self.s.durable([part for _, part in appended])
-        for (entry, part), exc in zip(appended, errors, strict=True):
+    def _appends_of(self, conn: Any) -> "_AppendQueue":
+        queue = conn.appends
+        if queue is None:
+            queue = conn.appends = _AppendQueue(self)
+        assert isinstance(queue, _AppendQueue)
+        return queue
+
+    async def _answer(self, appended: "asyncio.Future[list[Outcome]]", work: list[tuple[str, int, Any]],
+                      topic_data: list[dict], acks: int) -> dict:
+        """A Produce's answer once its appends are done and, for acks=all, once the group commit has fsynced every
+        partition appended to (see :mod:`pylog.storage.group_commit`); a partition whose fsync failed is answered
+        with its error instead."""
+        outcome = await appended
+        waiters = self.s.waiters
+        for (topic, index, _), (_, end, _) in zip(work, outcome, strict=True):
+            if end is not None:
+                waiters.appended(topic, index, end)
+        it = iter(outcome)
+        results = [{"name": td["name"], "partition_responses": [next(it)[0] for _ in td["partition_data"] or []]}
+                   for td in topic_data]
+        if acks != -1:
+            return {"responses": results, "throttle_time_ms": 0}
+        to_sync = [(entry, part) for entry, _, part in outcome if part is not None]
+        errors = await self.s.durable([part for _, part in to_sync])
+        for (entry, part), exc in zip(to_sync, errors, strict=True):
             if exc is None:
                 continue
             if not isinstance(exc, PylogError):
@@ -192,15 +210,15 @@ class DataHandlers:
                          error_message=str(exc), base_offset=-1, log_append_time_ms=-1)
         return {"responses": results, "throttle_time_ms": 0}
 
-    def _append_all(self, work: list[tuple[str, int, Any]], acks: int) -> list[tuple[dict, int | None,
-                                                                                      Partition | None]]:
-        """In the storage pool: each partition's batches appended in request order; per partition its response
-        entry, its new log end (None when nothing was appended) and, for acks=all, the partition to fsync (None
-        when nothing was appended): the fsyncs are left to the group commit, after the appends."""
-        return [self._append_one(topic, index, records, acks) for topic, index, records in work]
+    def append_requests(self, requests: list[tuple[list[tuple[str, int, Any]], int]]) -> list[list[Outcome]]:
+        """In the storage pool: the appends of consecutive Produce requests of one connection, in order (see
+        :class:`_AppendQueue`); per request, per partition its response entry, its new log end (None when
+        nothing was appended) and, for acks=all, the partition to fsync (None when nothing was appended): the
+        fsyncs are left to the group commit, after the appends."""
+        return [[self._append_one(topic, index, records, acks) for topic, index, records in work]
+                for work, acks in requests]
 
-    def _append_one(self, topic: str, index: int, records: Any,
-                    acks: int) -> tuple[dict, int | None, Partition | None]:
+    def _append_one(self, topic: str, index: int, records: Any, acks: int) -> Outcome:
         entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
         if isinstance(topic, str) and is_internal_topic(topic):
             return _failed(entry, E.INVALID_TOPIC_EXCEPTION, f"{topic!r} is an internal topic of pylog: it cannot "
@@ -396,6 +414,53 @@ class DataHandlers:
         except PylogError as exc:
             return {"throttle_time_ms": 0, "error_code": code_for(exc), "producer_id": -1, "producer_epoch": -1}
         return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
+
+
+class _AppendQueue:
+    """One connection's Produce appends, in request order, sent to the storage pool a group at a time: those
+    that arrive while a group is being appended go together in the next hop (librdkafka sends one request per
+    partition and batch, pipelined: hundreds of small requests a second per connection, which one hop each
+    made wait for the pool one after another). The connection's other requests wait until the appends queued
+    before them are done (:meth:`drained`), so they see those appends as they would one at a time."""
+
+    def __init__(self, handlers: DataHandlers) -> None:
+        self._handlers = handlers
+        self._queue: list[tuple[list[tuple[str, int, Any]], int, asyncio.Future[list[Outcome]]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, work: list[tuple[str, int, Any]], acks: int) -> "asyncio.Future[list[Outcome]]":
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[Outcome]] = loop.create_future()
+        self._queue.append((work, acks, fut))
+        if self._task is None:
+            self._task = loop.create_task(self._run())
+        return fut
+
+    async def drained(self) -> None:
+        """Return once every append queued so far is done."""
+        task = self._task
+        if task is not None:
+            await asyncio.wait((task,))
+
+    async def _run(self) -> None:
+        try:
+            while self._queue:
+                group, self._queue = self._queue, []
+                try:
+                    outcomes = await self._handlers.s.run(self._handlers.append_requests,
+                                                          [(work, acks) for work, acks, _ in group])
+                except BaseException as exc:  # a bug: each request is answered UNKNOWN_SERVER_ERROR
+                    for _, _, fut in group:
+                        if not fut.done():
+                            fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for (_, _, fut), outcome in zip(group, outcomes, strict=True):
+                    if not fut.done():
+                        fut.set_result(outcome)
+        finally:
+            self._task = None
 
 
 def _hand_over(part: Partition) -> None:
