@@ -506,11 +506,15 @@ class Partition:
 
         :raises LogFailedError: when an fsync failed, now or before (reopen the store).
         """
+        fd = None
         with self.append_lock:
             if self._writer.held:
-                self.durability.flush_writer()
+                fd = self.durability.start_flush()
             elif self.durability.handed_over:
                 self.durability.sync_handed_over()
+        if fd is not None:
+            # Without the lock (see Durability.start_flush): appends to this partition go on meanwhile.
+            self.durability.finish_flush(fd)
 
     def flush_if_due(self) -> float:
         """fsync when ``flush.ms`` has passed since the last fsync and records wait; for the store's
