@@ -430,7 +430,7 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int) -> dict[str, t
     out: dict[str, tuple[float, float]] = {}
     n, many = args.acks_records, args.many_partitions
     path = os.path.join(root, f"acks-{r}")
-    _fill_partitions(path, {"p4": 4, "p4all": 4, "pmany": many, "lat": 1})
+    _fill_partitions(path, {"p4": 4, "p4all": 4, "pmany": many, "lat": 1, "lat1": 1})
     log_path = os.path.join(root, f"acks-server-{r}.log")
     server = ServerProcess(path, log_path)
     stop_s = 0.0
@@ -440,7 +440,7 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int) -> dict[str, t
         all4 = kafka_producer_rate(server.bootstrap, "p4all", n, 4, acks="all", **linger) / 1e3
         allmany = kafka_producer_rate(server.bootstrap, "pmany", n, many, acks="all", **linger) / 1e3
         lat = kafka_latency(server.bootstrap, "lat", args.latency_records, acks="all")
-        lat1 = kafka_latency(server.bootstrap, "lat", args.latency_records, acks=1)
+        lat1 = kafka_latency(server.bootstrap, "lat1", args.latency_records, acks=1)
         t0 = time.perf_counter()
         server.stop()
         stop_s = time.perf_counter() - t0
@@ -453,7 +453,7 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int) -> dict[str, t
     out["end-to-end latency p50, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.5), pct(lat1, 0.5))
     out["end-to-end latency p99, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.99), pct(lat1, 0.99))
     out["partition fsyncs per acknowledged acks=all request"] = (fsyncs / max(1, requests), 0.0)
-    out[f"server stop after writing {many + 9} partitions (s)"] = (stop_s, 0.0)
+    out[f"server stop after writing {many + 10} partitions (s)"] = (stop_s, 0.0)
     return out
 
 

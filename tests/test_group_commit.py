@@ -220,6 +220,24 @@ def test_group_commit_server_answers_acks_all_only_after_the_fsync(store, monkey
             assert (corr, entry["error_code"], entry["base_offset"]) == (2, 0, 1)
 
 
+def test_group_commit_server_flush_messages_fsyncs_before_an_acks_1_answer(store, monkeypatch):
+    store.create_topic("t", config={"flush.messages": 1})
+    with pylog.serve(store, port=0, auto_create_topics=False, shutdown_timeout_s=5) as srv:
+        with socket.create_connection((srv.host, srv.port), timeout=WAIT) as s:
+            _produce(s, 1, "t", [b"warm-up"], acks=1)
+            _answer(s)
+            gate = FsyncGate(monkeypatch, _log_dir(store, "t", 0))
+            gate.close()
+            _produce(s, 2, "t", [b"flushed per the topic"], acks=1)
+            assert gate.entered.wait(WAIT), "flush.messages=1 made no fsync"
+            assert select.select([s], [], [], 0.5)[0] == [], "answered before the fsync flush.messages asks for"
+            gate.open.set()
+            corr, body = _answer(s)
+            assert (corr, body["responses"][0]["partition_responses"][0]["error_code"]) == (2, 0)
+            # acks=1 requests are not counted as acks=all ones.
+            assert srv.stats()["acks_all_requests"] == 0
+
+
 def test_group_commit_server_answers_a_failed_fsync_with_an_error(store, monkeypatch):
     store.create_topic("t")
     with pylog.serve(store, port=0, auto_create_topics=False, shutdown_timeout_s=5) as srv:

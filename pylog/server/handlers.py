@@ -42,8 +42,8 @@ if TYPE_CHECKING:
 
 __all__ = ["DataHandlers"]
 
-#: Of one partition of a Produce: its response entry, its new log end (None: nothing appended), and for
-#: acks=all the partition to fsync (None: nothing appended).
+#: Of one partition of a Produce: its response entry, its new log end (None: nothing appended), and the
+#: partition to fsync before answering (acks=all, or the topic's flush policy; else None).
 Outcome = tuple[dict, "int | None", "Partition | None"]
 
 log = logging.getLogger("pylog.server")
@@ -186,9 +186,9 @@ class DataHandlers:
 
     async def _answer(self, appended: "asyncio.Future[list[Outcome]]", work: list[tuple[str, int, Any]],
                       topic_data: list[dict], acks: int) -> dict:
-        """A Produce's answer once its appends are done and, for acks=all, once the group commit has fsynced every
-        partition appended to (see :mod:`pylog.storage.group_commit`); a partition whose fsync failed is answered
-        with its error instead."""
+        """A Produce's answer once its appends are done and, for acks=all (or where the topic's ``flush.messages``
+        / ``flush.ms`` asked for an fsync), once the group commit has fsynced the partitions appended to (see
+        :mod:`pylog.storage.group_commit`); a partition whose fsync failed is answered with its error instead."""
         outcome = await appended
         waiters = self.s.waiters
         for (topic, index, _), (_, end, _) in zip(work, outcome, strict=True):
@@ -197,10 +197,12 @@ class DataHandlers:
         it = iter(outcome)
         results = [{"name": td["name"], "partition_responses": [next(it)[0] for _ in td["partition_data"] or []]}
                    for td in topic_data]
-        if acks != -1:
-            return {"responses": results, "throttle_time_ms": 0}
         to_sync = [(entry, part) for entry, _, part in outcome if part is not None]
+        if not to_sync:
+            return {"responses": results, "throttle_time_ms": 0}
         errors = await self.s.durable([part for _, part in to_sync])
+        if acks == -1:
+            self.s.acks_all_requests += 1
         for (entry, part), exc in zip(to_sync, errors, strict=True):
             if exc is None:
                 continue
@@ -213,8 +215,8 @@ class DataHandlers:
     def append_requests(self, requests: list[tuple[list[tuple[str, int, Any]], int]]) -> list[list[Outcome]]:
         """In the storage pool: the appends of consecutive Produce requests of one connection, in order (see
         :class:`_AppendQueue`); per request, per partition its response entry, its new log end (None when
-        nothing was appended) and, for acks=all, the partition to fsync (None when nothing was appended): the
-        fsyncs are left to the group commit, after the appends."""
+        nothing was appended) and the partition to fsync before the answer (acks=all, or the topic's flush policy
+        asks for it; None when nothing was appended): the fsyncs are left to the group commit, after the appends."""
         return [[self._append_one(topic, index, records, acks) for topic, index, records in work]
                 for work, acks in requests]
 
@@ -242,7 +244,7 @@ class DataHandlers:
             first = None
             try:
                 for batch in batches:
-                    offset = recordbatch.append_batch(part, batch, in_turn=True)
+                    offset = recordbatch.append_batch(part, batch, in_turn=True, flush_policy=False)
                     if first is None:
                         first = offset
             finally:
@@ -254,7 +256,9 @@ class DataHandlers:
             entry.update(error_code=code_for(exc), error_message=str(exc))
             log.debug("pylog serve: produce to %s-%s: %s", topic, index, exc)
             return entry, None, None
-        to_sync = part if acks == -1 else None
+        # acks=all, or the topic's flush.messages / flush.ms asking for an fsync now: by the group commit, before
+        # the answer (as the append's own flush would have done, but shared with other requests).
+        to_sync = part if acks == -1 or _flush_due(part) else None
         # Appended: what follows only reports, and must not turn the answer into an error (a client that is not
         # idempotent would send the records again).
         try:
@@ -461,6 +465,13 @@ class _AppendQueue:
                         fut.set_result(outcome)
         finally:
             self._task = None
+
+
+def _flush_due(part: Partition) -> bool:
+    try:
+        return part.flush_due()
+    except PylogError:  # a store closing under the call: its close fsyncs
+        return False
 
 
 def _hand_over(part: Partition) -> None:

@@ -125,7 +125,7 @@ class ServerState:
         #: The fsyncs of acks=all: the process's group commit, shared with pylog's producers in this process.
         self.group_commit = group_commit.default()
         self._gc_start = self.group_commit.stats()
-        self.acks_all_requests = 0  # produce requests with acks=all whose fsyncs were waited for
+        self.acks_all_requests = 0  # produce requests with acks=all answered after their fsyncs
         # Offset commits wait for __consumer_offsets' writer lock like any append: the storage pool, which a clean
         # stop drains before the store closes (the loop's default executor is not waited for).
         self.coordinator = GroupCoordinator(store, initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
@@ -160,9 +160,7 @@ class ServerState:
             except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
                 pass
         self.group_commit.submit(parts, done)
-        results = await fut
-        self.acks_all_requests += 1
-        return results
+        return await fut
 
     def stats(self) -> dict[str, float]:
         """The group commit's figures since this server started: ``acks_all_requests`` answered after their
