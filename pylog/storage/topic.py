@@ -195,7 +195,10 @@ class Topic:
         """Close every opened partition (``discard``: without writing anything, the files are going away).
         One that fails does not keep the others open (see :func:`call_each`)."""
         with self._lock:
-            call_each([p for p in self._partitions if p is not None], "close", discard, threads=PARALLEL)
+            # A discard writes nothing, and its caller (Store.delete_topic) holds the partitions' maintenance
+            # locks, which close takes too: in this thread only.
+            call_each([p for p in self._partitions if p is not None], "close", discard,
+                      threads=1 if discard else PARALLEL)
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, partitions={self.num_partitions})"
