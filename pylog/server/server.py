@@ -37,10 +37,11 @@ from ..store import open as open_store
 from ..storage import group_commit
 from . import protocol
 from .admin import AdminHandlers
-from .auth import Credentials, SaslServer
+from .auth import Credentials, SaslServer, plain_exposed_addresses
 from .connection import Connection
 from .coordinator import GroupCoordinator
 from .handlers import DataHandlers
+from .logins import LoginGuard
 from .waiting import FetchWaiters
 
 __all__ = ["Server", "ServerConfig", "serve"]
@@ -84,6 +85,13 @@ class ServerConfig:
     connections_max_idle_ms: int = 600_000
     #: Kafka's ``group.initial.rebalance.delay.ms``: how long a new group's first rebalance waits for more members.
     group_initial_rebalance_delay_ms: int = 300
+    #: Kafka's ``connection.failed.authentication.delay.ms``: a failed SASL login is answered after this delay,
+    #: doubled for each further consecutive failure from the same client address (and that address's next login
+    #: step waits as long), up to ``connection_failed_authentication_delay_max_ms``.
+    connection_failed_authentication_delay_ms: int = 100
+    connection_failed_authentication_delay_max_ms: int = 5000
+    #: Threads the SASL steps run in (PBKDF2 for PLAIN logins of pre-salted users): never the event loop.
+    sasl_login_threads: int = 2
     #: Threads appending and fsyncing for the connections.
     storage_threads: int = 4
     #: How long a clean stop waits for the requests under way (seconds).
@@ -99,6 +107,12 @@ class ServerConfig:
                                        f"{self.max_partitions_per_topic!r}")
         if not isinstance(self.connections_max_idle_ms, int) or self.connections_max_idle_ms < 0:
             raise InvalidArgumentError(f"connections_max_idle_ms must be >= 0, got {self.connections_max_idle_ms!r}")
+        for name in ("connection_failed_authentication_delay_ms", "connection_failed_authentication_delay_max_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 <= value <= 300_000:
+                raise InvalidArgumentError(f"{name} must be an int in [0, 300000], got {value!r}")
+        if not isinstance(self.sasl_login_threads, int) or self.sasl_login_threads < 1:
+            raise InvalidArgumentError(f"sasl_login_threads must be at least 1, got {self.sasl_login_threads!r}")
         if self.storage_threads < 1:
             raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
         if self.sasl_credentials is not None:
@@ -126,6 +140,9 @@ class ServerState:
         self.group_commit = group_commit.default()
         self._gc_start = self.group_commit.stats()
         self.acks_all_requests = 0  # produce requests with acks=all answered after their fsyncs
+        self.logins = LoginGuard(threads=config.sasl_login_threads,
+                                 delay_ms=config.connection_failed_authentication_delay_ms,
+                                 max_delay_ms=config.connection_failed_authentication_delay_max_ms)
         # Offset commits wait for __consumer_offsets' writer lock like any append: the storage pool, which a clean
         # stop drains before the store closes (the loop's default executor is not waited for).
         self.coordinator = GroupCoordinator(store, initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
@@ -193,6 +210,17 @@ def _group_handler(coordinator: GroupCoordinator, name: str) -> Handler:
 
     handler.__name__ = name
     return handler
+
+
+def _warn_plain_in_the_clear(config: ServerConfig, addresses: list[str]) -> None:
+    """A loud warning when SASL/PLAIN is offered without TLS on an address other machines may reach."""
+    if config.sasl_credentials is None:
+        return
+    exposed = plain_exposed_addresses(config.sasl_mechanisms, config.ssl_context is not None, addresses)
+    if exposed:
+        log.warning("pylog serve: SASL/PLAIN is enabled without TLS on %s, reachable beyond this machine: "
+                    "passwords cross the network in the clear; enable TLS (--tls-cert/--tls-key, ssl_context) or "
+                    "offer only SCRAM (--sasl-mechanisms SCRAM-SHA-256,SCRAM-SHA-512)", ", ".join(exposed))
 
 
 def _cluster_id(path: str) -> str:
@@ -329,6 +357,7 @@ class Server:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
         log.info("pylog serve: listening on %s:%d (store %s)", self.host, self.port, store.path)
+        _warn_plain_in_the_clear(self.config, [s.getsockname()[0] for s in listener.sockets])
         self._ready.set()
         try:
             reaper = loop.create_task(self._close_idle(state)) if self.config.connections_max_idle_ms else None
@@ -398,6 +427,7 @@ class Server:
         st = state.stats()
         log.info("pylog serve: group commit: %d partition fsyncs for %d acks=all requests (%.2f per request)",
                  st["group_commit_fsyncs"], st["acks_all_requests"], st["fsyncs_per_acks_all_request"])
+        await loop.run_in_executor(None, state.logins.close)
         store = state.store
         if self._owns_store:
             await loop.run_in_executor(None, store.close)
