@@ -54,8 +54,10 @@ _MAX_UNAUTHENTICATED_BYTES = 512 * 1024
 #: drained (a slow reader then holds one response, not a second copy of it in the transport's buffer).
 _WRITE_CHUNK = 1 << 20
 #: Answers a connection may owe at once (requests handled whose answer waits for an fsync, or for an earlier
-#: answer that does): the next request waits beyond this.
-_MAX_DEFERRED = 64
+#: answer that does): the next request waits beyond this. An answer owed holds no request data (a few hundred
+#: bytes); librdkafka pipelines one Produce per partition, so with hundreds of partitions a low bound made the
+#: connection wait for the oldest fsync while the others could have been under way.
+_MAX_DEFERRED = 1024
 PRODUCE, API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 0, 18, 17, 36
 _BEFORE_AUTH = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
@@ -240,7 +242,7 @@ class Connection(asyncio.Protocol):
                 except asyncio.CancelledError:
                     raise
                 except Exception:
-                    log.exception("pylog serve: %s request from %s (client %r) failed", req.api_name,
+                    log.exception("pylog serve: a request (API key %d) from %s (client %r) failed", req.api_key,
                                   self.client_host, req.client_id)
                     answer = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
             owed.popleft()
@@ -313,7 +315,10 @@ class Connection(asyncio.Protocol):
                           req.client_id)
             answer = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
         if isinstance(answer, asyncio.Future) or (answer is not None and self._owed):
-            self._owed.append((req, answer))  # after the answers owed before it (invariant: in order)
+            # After the answers owed before it (invariant: in order). The header only: the request's body holds
+            # its frame (records), which an answer owed must not keep.
+            self._owed.append((protocol.RequestHeader(req.api_key, req.api_version, req.correlation_id,
+                                                      req.client_id), answer))
         elif answer is not None:
             await self._send_answer(req, answer)
         return True

@@ -161,7 +161,12 @@ class DataHandlers:
         else:
             work = [(td["name"], pd["index"], pd["records"]) for td in topic_data for pd in td["partition_data"] or []]
             appended = self._appends_of(conn).add(work, acks)
-            answer = asyncio.ensure_future(self._answer(appended, work, topic_data, acks))
+            # The answer keeps names and counts only: not the records (memoryviews of the request's frame), so an
+            # answer owed holds no request data once appended.
+            answer = asyncio.ensure_future(self._answer(
+                appended, [(topic, index) for topic, index, _ in work],
+                [(td["name"], len(td["partition_data"] or [])) for td in topic_data], acks))
+            del work
             if acks != 0:
                 # Answered once appended (and, for acks=all, fsynced); the connection handles its next requests
                 # meanwhile (their appends go to the storage pool together, and may share this one's fsyncs) and
@@ -184,19 +189,19 @@ class DataHandlers:
         assert isinstance(queue, _AppendQueue)
         return queue
 
-    async def _answer(self, appended: "asyncio.Future[list[Outcome]]", work: list[tuple[str, int, Any]],
-                      topic_data: list[dict], acks: int) -> dict:
+    async def _answer(self, appended: "asyncio.Future[list[Outcome]]", keys: list[tuple[str, int]],
+                      topics: list[tuple[str, int]], acks: int) -> dict:
         """A Produce's answer once its appends are done and, for acks=all (or where the topic's ``flush.messages``
         / ``flush.ms`` asked for an fsync), once the group commit has fsynced the partitions appended to (see
         :mod:`pylog.storage.group_commit`); a partition whose fsync failed is answered with its error instead."""
         outcome = await appended
         waiters = self.s.waiters
-        for (topic, index, _), (_, end, _) in zip(work, outcome, strict=True):
+        for (topic, index), (_, end, _) in zip(keys, outcome, strict=True):
             if end is not None:
                 waiters.appended(topic, index, end)
         it = iter(outcome)
-        results = [{"name": td["name"], "partition_responses": [next(it)[0] for _ in td["partition_data"] or []]}
-                   for td in topic_data]
+        results = [{"name": name, "partition_responses": [next(it)[0] for _ in range(count)]}
+                   for name, count in topics]
         to_sync = [(entry, part) for entry, _, part in outcome if part is not None]
         if not to_sync:
             return {"responses": results, "throttle_time_ms": 0}
