@@ -429,13 +429,14 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int) -> dict[str, t
     server = ServerProcess(path, log_path)
     stop_s = 0.0
     try:
+        # Latency first, on the fresh server: after the throughput runs it still writes back and syncs their data.
+        lat = kafka_latency(server.bootstrap, "lat", args.latency_records, acks="all")
+        lat1 = kafka_latency(server.bootstrap, "lat1", args.latency_records, acks=1)
         linger = {"linger.ms": 5}
         one = kafka_producer_rate(server.bootstrap, "p4", n, 4, **linger) / 1e3
         all4 = kafka_producer_rate(server.bootstrap, "p4all", n, 4, acks="all", **linger) / 1e3
         allmany = kafka_producer_rate(server.bootstrap, "pmany", n, many, acks="all", **linger) / 1e3
         onemany = kafka_producer_rate(server.bootstrap, "pmany1", n, many, **linger) / 1e3
-        lat = kafka_latency(server.bootstrap, "lat", args.latency_records, acks="all")
-        lat1 = kafka_latency(server.bootstrap, "lat1", args.latency_records, acks=1)
         t0 = time.perf_counter()
         server.stop()
         stop_s = time.perf_counter() - t0
