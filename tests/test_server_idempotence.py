@@ -77,8 +77,8 @@ def setup(tmp_path, monkeypatch):
     # (Requests a connection pipelined are appended together: one such pause for all of them.)
     append_requests = DataHandlers.append_requests
 
-    def slow_append_requests(self, requests):
-        result = append_requests(self, requests)
+    def slow_append_requests(self, *args):
+        result = append_requests(self, *args)
         time.sleep(0.02)
         return result
 

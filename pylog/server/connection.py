@@ -37,6 +37,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AuthenticationError, PylogError, UnsupportedApiVersionError
 from . import auth, protocol
+from ..storage.fileio import DESCRIPTOR_ERRNOS
+from ..storage.handles import RateLimitedLog
 from .protocol import codes as E
 
 if TYPE_CHECKING:
@@ -45,6 +47,8 @@ if TYPE_CHECKING:
 __all__ = ["Connection"]
 
 log = logging.getLogger("pylog.server")
+#: Out of descriptors, every request may fail alike: one line a minute.
+_shortage = RateLimitedLog(log, 60.0)
 
 #: Received frames waiting for their turn, in bytes, above which the connection stops reading.
 _MAX_QUEUED_BYTES = 16 << 20
@@ -241,10 +245,8 @@ class Connection(asyncio.Protocol):
                     answer = answer.result()
                 except asyncio.CancelledError:
                     raise
-                except Exception:
-                    log.exception("pylog serve: a request (API key %d) from %s (client %r) failed", req.api_key,
-                                  self.client_host, req.client_id)
-                    answer = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
+                except Exception as exc:
+                    answer = self._failed(req, exc)
             owed.popleft()
             block = every
             await self._send_answer(req, answer)
@@ -310,10 +312,8 @@ class Connection(asyncio.Protocol):
                 answer = await handler(req, self)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("pylog serve: %s request from %s (client %r) failed", req.api_name, self.client_host,
-                          req.client_id)
-            answer = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
+        except Exception as exc:
+            answer = self._failed(req, exc)
         if isinstance(answer, asyncio.Future) or (answer is not None and self._owed):
             # After the answers owed before it (invariant: in order). The header only: the request's body holds
             # its frame (records), which an answer owed must not keep.
@@ -322,6 +322,16 @@ class Connection(asyncio.Protocol):
         elif answer is not None:
             await self._send_answer(req, answer)
         return True
+
+    def _failed(self, req: Any, exc: Exception) -> dict:
+        """The answer to a request whose handler raised ``exc`` (a Request, or the RequestHeader of one owed)."""
+        if isinstance(exc, OSError) and exc.errno in DESCRIPTOR_ERRNOS:
+            # Out of descriptors: this request only, logged once a minute (every request fails alike meanwhile).
+            _shortage.log(logging.ERROR, "request", "pylog serve: out of file descriptors: %s", exc)
+            return protocol.error_response(req, E.KAFKA_STORAGE_ERROR)
+        log.error("pylog serve: a request (API key %d) from %s (client %r) failed", req.api_key, self.client_host,
+                  req.client_id, exc_info=exc)
+        return protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
 
     async def _write_chunked(self, parts: list) -> None:
         """A large response in :data:`_WRITE_CHUNK` pieces, each written once the transport drained the last:

@@ -27,20 +27,24 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
+from ..storage.fileio import DESCRIPTOR_ERRNOS
 from ..storage.filenames import is_internal_topic, topic_name_problem
 from ..storage.partition import Partition
 from . import recordbatch
 from .errormap import code_for
 from .protocol import codes as E
+from .turns import TURN_WAIT_MS
 
 if TYPE_CHECKING:
     from .server import ServerState
 
-__all__ = ["DataHandlers"]
+__all__ = ["DataHandlers", "ProducerOwners"]
 
 #: Of one partition of a Produce: its response entry, its new log end (None: nothing appended), and the
 #: partition to fsync before answering (acks=all, or the topic's flush policy; else None).
@@ -160,7 +164,8 @@ class DataHandlers:
                 for td in topic_data]
         else:
             work = [(td["name"], pd["index"], pd["records"]) for td in topic_data for pd in td["partition_data"] or []]
-            appended = self._appends_of(conn).add(work, acks)
+            wait_ms = min(max(0, b.get("timeout_ms") or 0), TURN_WAIT_MS)
+            appended = self._appends_of(conn).add(work, acks, wait_ms, conn.principal)
             # The answer keeps names and counts only: not the records (memoryviews of the request's frame), so an
             # answer owed holds no request data once appended.
             answer = asyncio.ensure_future(self._answer(
@@ -194,7 +199,15 @@ class DataHandlers:
         """A Produce's answer once its appends are done and, for acks=all (or where the topic's ``flush.messages``
         / ``flush.ms`` asked for an fsync), once the group commit has fsynced the partitions appended to (see
         :mod:`pylog.storage.group_commit`); a partition whose fsync failed is answered with its error instead."""
-        outcome = await appended
+        try:
+            outcome = await appended
+        except Exception as error:  # the storage pool's hop failed (out of descriptors, a bug): each partition says so
+            storage = isinstance(error, OSError) and error.errno in DESCRIPTOR_ERRNOS
+            if not storage:
+                log.error("pylog serve: appending a produce request failed", exc_info=error)
+            code = E.KAFKA_STORAGE_ERROR if storage else E.UNKNOWN_SERVER_ERROR
+            outcome = [(_failed({"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1},
+                                code, str(error)), None, None) for _, index in keys]
         waiters = self.s.waiters
         for (topic, index), (_, end, _) in zip(keys, outcome, strict=True):
             if end is not None:
@@ -217,15 +230,20 @@ class DataHandlers:
                          error_message=str(exc), base_offset=-1, log_append_time_ms=-1)
         return {"responses": results, "throttle_time_ms": 0}
 
-    def append_requests(self, requests: list[tuple[list[tuple[str, int, Any]], int]]) -> list[list[Outcome]]:
+    def append_requests(self, requests: list[tuple[list[tuple[str, int, Any]], int, int, str | None]]
+                        ) -> list[list[Outcome]]:
         """In the storage pool: the appends of consecutive Produce requests of one connection, in order (see
         :class:`_AppendQueue`); per request, per partition its response entry, its new log end (None when
         nothing was appended) and the partition to fsync before the answer (acks=all, or the topic's flush policy
-        asks for it; None when nothing was appended): the fsyncs are left to the group commit, after the appends."""
-        return [[self._append_one(topic, index, records, acks) for topic, index, records in work]
-                for work, acks in requests]
+        asks for it; None when nothing was appended): the fsyncs are left to the group commit, after the appends.
+        Each request comes with its ``wait_ms``: how long to wait for a writer of another process to hand a
+        partition over (see :mod:`pylog.server.turns`), and ``principal``: the connection's user, who must own
+        the batches' producer id (:class:`ProducerOwners`)."""
+        return [[self._append_one(topic, index, records, acks, wait_ms, principal) for topic, index, records in work]
+                for work, acks, wait_ms, principal in requests]
 
-    def _append_one(self, topic: str, index: int, records: Any, acks: int) -> Outcome:
+    def _append_one(self, topic: str, index: int, records: Any, acks: int, wait_ms: int,
+                    principal: str | None) -> Outcome:
         entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
         if isinstance(topic, str) and is_internal_topic(topic):
             return _failed(entry, E.INVALID_TOPIC_EXCEPTION, f"{topic!r} is an internal topic of pylog: it cannot "
@@ -246,7 +264,13 @@ class DataHandlers:
                 if batch.is_transactional:
                     return _failed(entry, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                    "pylog serve does not support transactions"), None, None
+                if batch.producer_id >= 0 and not self.s.producer_owners.claim(batch.producer_id, principal):
+                    # Another principal's producer id: appending would let this client fence (or corrupt the
+                    # sequence of) a producer it does not own.
+                    return _failed(entry, E.INVALID_PRODUCER_ID_MAPPING, f"producer id {batch.producer_id} "
+                                   "belongs to another principal"), None, None
             first = None
+            part.wait_to_write(wait_ms)  # a pylog producer of another process hands it over (pylog.server.turns)
             try:
                 for batch in batches:
                     offset = recordbatch.append_batch(part, batch, in_turn=True, flush_policy=False)
@@ -256,6 +280,8 @@ class DataHandlers:
                 # Another writer (a pylog producer) waiting for its turn gets it now. The fsync comes later (the
                 # group commit): a handle that let the writer lock go still fsyncs its appends, by file name.
                 _hand_over(part)
+                if part.is_writer:
+                    self.s.turns.note(part)  # handed over once another writer asks, even if idle from now on
             entry.update(error_code=E.NONE, base_offset=first)
         except PylogError as exc:
             entry.update(error_code=code_for(exc), error_message=str(exc))
@@ -398,9 +424,12 @@ class DataHandlers:
         key_type = b.get("key_type", 0)
 
         def one(key: str) -> dict:
-            if key_type != 0:
-                return {"key": key, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "node_id": -1,
-                        "host": "", "port": -1, "error_message": "pylog serve does not support transactions"}
+            if key_type not in (0, 1):
+                return {"key": key, "error_code": E.INVALID_REQUEST, "node_id": -1, "host": "", "port": -1,
+                        "error_message": f"unknown coordinator key_type {key_type}"}
+            # key_type 1 (a transactional id) is answered with this node too, and the refusal comes with the
+            # InitProducerId that follows: kafkajs swallows every FindCoordinator error and reports "Failed to
+            # find group coordinator", while an InitProducerId error reaches its users as the error it is.
             return {"key": key, "error_code": E.NONE, "node_id": 0, "host": host, "port": port, "error_message": None}
 
         if keys:  # v4+: a batch of keys
@@ -413,6 +442,11 @@ class DataHandlers:
     async def init_producer_id(self, req: Any, conn: Any) -> dict:
         b = req.body
         if b.get("transactional_id") is not None:
+            # InitProducerId has no error message: the reason goes to the server's log. Clients report the code
+            # as what it is (kafkajs: KafkaJSProtocolError TRANSACTIONAL_ID_AUTHORIZATION_FAILED; librdkafka: a
+            # fatal "Failed to acquire transactional PID ... Transactional Id authorization failed").
+            log.warning("pylog serve: transactional producer %r of client %r (%s) refused: pylog serve does not "
+                        "support transactions", b.get("transactional_id"), req.client_id, conn.client_host)
             return {"throttle_time_ms": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "producer_id": -1, "producer_epoch": -1}
         # Without a transactional id Kafka always hands out a new id, whatever id and epoch the request names
@@ -422,6 +456,7 @@ class DataHandlers:
             pid = await self.s.run(self.s.store.new_producer_id)
         except PylogError as exc:
             return {"throttle_time_ms": 0, "error_code": code_for(exc), "producer_id": -1, "producer_epoch": -1}
+        self.s.producer_owners.issued(pid, conn.principal)
         return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
 
 
@@ -434,13 +469,16 @@ class _AppendQueue:
 
     def __init__(self, handlers: DataHandlers) -> None:
         self._handlers = handlers
-        self._queue: list[tuple[list[tuple[str, int, Any]], int, asyncio.Future[list[Outcome]]]] = []
+        self._queue: list[tuple[tuple[list[tuple[str, int, Any]], int, int, str | None],
+                                asyncio.Future[list[Outcome]]]] = []
         self._task: asyncio.Task[None] | None = None
 
-    def add(self, work: list[tuple[str, int, Any]], acks: int) -> "asyncio.Future[list[Outcome]]":
+    def add(self, work: list[tuple[str, int, Any]], acks: int, wait_ms: int,
+            principal: str | None) -> "asyncio.Future[list[Outcome]]":
+        """Queue a request's appends (see :meth:`DataHandlers.append_requests`); a future of their outcome."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[Outcome]] = loop.create_future()
-        self._queue.append((work, acks, fut))
+        self._queue.append(((work, acks, wait_ms, principal), fut))
         if self._task is None:
             self._task = loop.create_task(self._run())
         return fut
@@ -457,15 +495,15 @@ class _AppendQueue:
                 group, self._queue = self._queue, []
                 try:
                     outcomes = await self._handlers.s.run(self._handlers.append_requests,
-                                                          [(work, acks) for work, acks, _ in group])
+                                                          [request for request, _ in group])
                 except BaseException as exc:  # a bug: each request is answered UNKNOWN_SERVER_ERROR
-                    for _, _, fut in group:
+                    for _, fut in group:
                         if not fut.done():
                             fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
                     if not isinstance(exc, Exception):
                         raise
                     continue
-                for (_, _, fut), outcome in zip(group, outcomes, strict=True):
+                for (_, fut), outcome in zip(group, outcomes, strict=True):
                     if not fut.done():
                         fut.set_result(outcome)
         finally:
@@ -477,6 +515,46 @@ def _flush_due(part: Partition) -> bool:
         return part.flush_due()
     except PylogError:  # a store closing under the call: its close fsyncs
         return False
+
+
+class ProducerOwners:
+    """Which principal (a SASL user name; None without SASL) owns each producer id seen by this server: the one
+    it was issued to by InitProducerId, or, for an id this server did not issue (one from before a restart),
+    the first that produces with it. A produce naming another principal's id is refused, so one user cannot
+    fence another's idempotent producer. Bounded: past :data:`MAX_PRODUCER_OWNERS` ids the least recently used
+    is forgotten (it is then claimed again by its next producer). Thread-safe (the storage pool's threads claim)."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._owners: collections.OrderedDict[int, str | None] = collections.OrderedDict()
+        self._limit = MAX_PRODUCER_OWNERS if limit is None else limit
+        self._lock = threading.Lock()
+
+    def issued(self, pid: int, principal: str | None) -> None:
+        with self._lock:
+            self._record(pid, principal)
+
+    def claim(self, pid: int, principal: str | None) -> bool:
+        """Whether ``principal`` may produce with ``pid`` (recording it as the owner when nobody is)."""
+        with self._lock:
+            owners = self._owners
+            if pid in owners:
+                if owners[pid] != principal:
+                    return False
+                owners.move_to_end(pid)  # least recently used first out: a producer in use is remembered
+                return True
+            self._record(pid, principal)
+            return True
+
+    def _record(self, pid: int, principal: str | None) -> None:
+        owners = self._owners
+        owners[pid] = principal
+        owners.move_to_end(pid)
+        while len(owners) > self._limit:
+            owners.popitem(last=False)
+
+
+#: The most producer ids :class:`ProducerOwners` remembers (about 100 bytes each).
+MAX_PRODUCER_OWNERS = 100_000
 
 
 def _hand_over(part: Partition) -> None:
