@@ -220,6 +220,38 @@ def test_group_commit_server_answers_acks_all_only_after_the_fsync(store, monkey
             assert (corr, entry["error_code"], entry["base_offset"]) == (2, 0, 1)
 
 
+def test_group_commit_server_pipelined_requests_see_earlier_appends_and_are_answered_in_order(store, monkeypatch):
+    store.create_topic("t")
+    with pylog.serve(store, port=0, auto_create_topics=False, shutdown_timeout_s=5) as srv:
+        with socket.create_connection((srv.host, srv.port), timeout=WAIT) as s:
+            _produce(s, 1, "t", [b"warm-up"])
+            _answer(s)
+            gate = FsyncGate(monkeypatch, _log_dir(store, "t", 0))
+            gate.close()
+            _produce(s, 2, "t", [b"held", b"in its fsync"])  # acks=all: its answer waits for the fsync
+            assert gate.entered.wait(WAIT)
+            # Pipelined behind it: an acks=1 produce and a ListOffsets for the log end, on the same connection.
+            _produce(s, 3, "t", [b"acks=1"], acks=1)
+            s.sendall(encode_request(2, 5, 4, "group-commit", {
+                "replica_id": -1, "isolation_level": 0,
+                "topics": [{"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                                           "timestamp": -1}]}]}))
+            wait_until(lambda: store.topic("t").partition(0).log_end_offset == 4, timeout=WAIT,
+                       what="the pipelined append")
+            # Nothing may overtake the held answer.
+            assert select.select([s], [], [], 0.5)[0] == [], "a later request was answered before the held one"
+            gate.open.set()
+            corr, body = _answer(s)
+            assert (corr, body["responses"][0]["partition_responses"][0]["base_offset"]) == (2, 1)
+            corr, body = _answer(s)
+            assert (corr, body["responses"][0]["partition_responses"][0]["base_offset"]) == (3, 3)
+            frame = recv_frame(s)
+            assert frame is not None
+            corr, body = parse_response(2, 5, frame)
+            # The ListOffsets saw both appends before it (the log end after the acks=1 produce).
+            assert (corr, body["topics"][0]["partitions"][0]["offset"]) == (4, 4)
+
+
 def test_group_commit_server_flush_messages_fsyncs_before_an_acks_1_answer(store, monkeypatch):
     store.create_topic("t", config={"flush.messages": 1})
     with pylog.serve(store, port=0, auto_create_topics=False, shutdown_timeout_s=5) as srv:
