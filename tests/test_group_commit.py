@@ -8,6 +8,7 @@ handshake, not a timing guess. Everything binds 127.0.0.1, writes under tmp_path
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import select
@@ -201,87 +202,82 @@ def _answer(sock: socket.socket) -> tuple[int, dict]:
     return parse_response(0, 7, frame)
 
 
-def test_group_commit_server_answers_acks_all_only_after_the_fsync(store, monkeypatch):
-    store.create_topic("t")
+@contextlib.contextmanager
+def _warm_connection(store, monkeypatch, acks: int = -1):
+    """A server on ``store`` and a connection that produced one record to ``t``-0 (so the partition is open, its
+    files made, before the gate), then an :class:`FsyncGate` on that partition's log: (server, socket, gate)."""
     with pylog.serve(store, port=0, auto_create_topics=False, shutdown_timeout_s=5) as srv:
         with socket.create_connection((srv.host, srv.port), timeout=WAIT) as s:
-            _produce(s, 1, "t", [b"warm-up"])  # opens the partition (writer lock, files) before the gate
+            _produce(s, 1, "t", [b"warm-up"], acks=acks)
             assert _answer(s)[1]["responses"][0]["partition_responses"][0]["error_code"] == 0
-            gate = FsyncGate(monkeypatch, _log_dir(store, "t", 0))
-            gate.close()
-            _produce(s, 2, "t", [b"must be durable"])
-            assert gate.entered.wait(WAIT), "acks=all made no fsync of the partition"
-            # The fsync is held: the answer must not have left (the appended record is readable meanwhile).
-            assert select.select([s], [], [], 0.5)[0] == [], "acks=all was answered before its fsync returned"
-            assert store.topic("t").partition(0).log_end_offset == 2
-            gate.open.set()
-            corr, body = _answer(s)
-            entry = body["responses"][0]["partition_responses"][0]
-            assert (corr, entry["error_code"], entry["base_offset"]) == (2, 0, 1)
+            yield srv, s, FsyncGate(monkeypatch, _log_dir(store, "t", 0))
+
+
+def test_group_commit_server_answers_acks_all_only_after_the_fsync(store, monkeypatch):
+    store.create_topic("t")
+    with _warm_connection(store, monkeypatch) as (srv, s, gate):
+        gate.close()
+        _produce(s, 2, "t", [b"must be durable"])
+        assert gate.entered.wait(WAIT), "acks=all made no fsync of the partition"
+        # The fsync is held: the answer must not have left (the appended record is readable meanwhile).
+        assert select.select([s], [], [], 0.5)[0] == [], "acks=all was answered before its fsync returned"
+        assert store.topic("t").partition(0).log_end_offset == 2
+        gate.open.set()
+        corr, body = _answer(s)
+        entry = body["responses"][0]["partition_responses"][0]
+        assert (corr, entry["error_code"], entry["base_offset"]) == (2, 0, 1)
 
 
 def test_group_commit_server_pipelined_requests_see_earlier_appends_and_are_answered_in_order(store, monkeypatch):
     store.create_topic("t")
-    with pylog.serve(store, port=0, auto_create_topics=False, shutdown_timeout_s=5) as srv:
-        with socket.create_connection((srv.host, srv.port), timeout=WAIT) as s:
-            _produce(s, 1, "t", [b"warm-up"])
-            _answer(s)
-            gate = FsyncGate(monkeypatch, _log_dir(store, "t", 0))
-            gate.close()
-            _produce(s, 2, "t", [b"held", b"in its fsync"])  # acks=all: its answer waits for the fsync
-            assert gate.entered.wait(WAIT)
-            # Pipelined behind it: an acks=1 produce and a ListOffsets for the log end, on the same connection.
-            _produce(s, 3, "t", [b"acks=1"], acks=1)
-            s.sendall(encode_request(2, 5, 4, "group-commit", {
-                "replica_id": -1, "isolation_level": 0,
-                "topics": [{"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
-                                                           "timestamp": -1}]}]}))
-            wait_until(lambda: store.topic("t").partition(0).log_end_offset == 4, timeout=WAIT,
-                       what="the pipelined append")
-            # Nothing may overtake the held answer.
-            assert select.select([s], [], [], 0.5)[0] == [], "a later request was answered before the held one"
-            gate.open.set()
-            corr, body = _answer(s)
-            assert (corr, body["responses"][0]["partition_responses"][0]["base_offset"]) == (2, 1)
-            corr, body = _answer(s)
-            assert (corr, body["responses"][0]["partition_responses"][0]["base_offset"]) == (3, 3)
-            frame = recv_frame(s)
-            assert frame is not None
-            corr, body = parse_response(2, 5, frame)
-            # The ListOffsets saw both appends before it (the log end after the acks=1 produce).
-            assert (corr, body["topics"][0]["partitions"][0]["offset"]) == (4, 4)
+    with _warm_connection(store, monkeypatch) as (srv, s, gate):
+        gate.close()
+        _produce(s, 2, "t", [b"held", b"in its fsync"])  # acks=all: its answer waits for the fsync
+        assert gate.entered.wait(WAIT)
+        # Pipelined behind it: an acks=1 produce and a ListOffsets for the log end, on the same connection.
+        _produce(s, 3, "t", [b"acks=1"], acks=1)
+        s.sendall(encode_request(2, 5, 4, "group-commit", {
+            "replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                                       "timestamp": -1}]}]}))
+        wait_until(lambda: store.topic("t").partition(0).log_end_offset == 4, timeout=WAIT,
+                   what="the pipelined append")
+        # Nothing may overtake the held answer.
+        assert select.select([s], [], [], 0.5)[0] == [], "a later request was answered before the held one"
+        gate.open.set()
+        corr, body = _answer(s)
+        assert (corr, body["responses"][0]["partition_responses"][0]["base_offset"]) == (2, 1)
+        corr, body = _answer(s)
+        assert (corr, body["responses"][0]["partition_responses"][0]["base_offset"]) == (3, 3)
+        frame = recv_frame(s)
+        assert frame is not None
+        corr, body = parse_response(2, 5, frame)
+        # The ListOffsets saw both appends before it (the log end after the acks=1 produce).
+        assert (corr, body["topics"][0]["partitions"][0]["offset"]) == (4, 4)
 
 
 def test_group_commit_server_flush_messages_fsyncs_before_an_acks_1_answer(store, monkeypatch):
     store.create_topic("t", config={"flush.messages": 1})
-    with pylog.serve(store, port=0, auto_create_topics=False, shutdown_timeout_s=5) as srv:
-        with socket.create_connection((srv.host, srv.port), timeout=WAIT) as s:
-            _produce(s, 1, "t", [b"warm-up"], acks=1)
-            _answer(s)
-            gate = FsyncGate(monkeypatch, _log_dir(store, "t", 0))
-            gate.close()
-            _produce(s, 2, "t", [b"flushed per the topic"], acks=1)
-            assert gate.entered.wait(WAIT), "flush.messages=1 made no fsync"
-            assert select.select([s], [], [], 0.5)[0] == [], "answered before the fsync flush.messages asks for"
-            gate.open.set()
-            corr, body = _answer(s)
-            assert (corr, body["responses"][0]["partition_responses"][0]["error_code"]) == (2, 0)
-            # acks=1 requests are not counted as acks=all ones.
-            assert srv.stats()["acks_all_requests"] == 0
+    with _warm_connection(store, monkeypatch, acks=1) as (srv, s, gate):
+        gate.close()
+        _produce(s, 2, "t", [b"flushed per the topic"], acks=1)
+        assert gate.entered.wait(WAIT), "flush.messages=1 made no fsync"
+        assert select.select([s], [], [], 0.5)[0] == [], "answered before the fsync flush.messages asks for"
+        gate.open.set()
+        corr, body = _answer(s)
+        assert (corr, body["responses"][0]["partition_responses"][0]["error_code"]) == (2, 0)
+        # acks=1 requests are not counted as acks=all ones.
+        assert srv.stats()["acks_all_requests"] == 0
 
 
 def test_group_commit_server_answers_a_failed_fsync_with_an_error(store, monkeypatch):
     store.create_topic("t")
-    with pylog.serve(store, port=0, auto_create_topics=False, shutdown_timeout_s=5) as srv:
-        with socket.create_connection((srv.host, srv.port), timeout=WAIT) as s:
-            _produce(s, 1, "t", [b"warm-up"])
-            _answer(s)
-            gate = FsyncGate(monkeypatch, _log_dir(store, "t", 0))
-            gate.fail = True
-            _produce(s, 2, "t", [b"not durable"])
-            entry = _answer(s)[1]["responses"][0]["partition_responses"][0]
-            assert entry["error_code"] == 56  # KAFKA_STORAGE_ERROR: the record may be lost
-            assert entry["base_offset"] == -1
+    with _warm_connection(store, monkeypatch) as (srv, s, gate):
+        gate.fail = True
+        _produce(s, 2, "t", [b"not durable"])
+        entry = _answer(s)[1]["responses"][0]["partition_responses"][0]
+        assert entry["error_code"] == 56  # KAFKA_STORAGE_ERROR: the record may be lost
+        assert entry["base_offset"] == -1
 
 
 def test_group_commit_server_shares_fsyncs_across_requests_and_connections(store, monkeypatch):
