@@ -6,7 +6,8 @@ free (``linger_ms=0``) or ``linger_ms`` after the first record, by the caller wh
 full, and by :meth:`Producer.flush` — so one ``append_values`` call per partition carries many records.
 A drain assigns partitions for the whole accumulation at once (explicit partition, else Kafka's murmur2 of
 the key, vectorised, else the topic's sticky partition), appends each partition's records as one
-idempotent call, fsyncs when ``acks="all"`` (one fsync for everything drained together: group commit),
+idempotent call, fsyncs when ``acks="all"`` (one fsync per partition for everything drained together, and
+shared with other producers of the process: :mod:`pylog.storage.group_commit`),
 and completes every future of the accumulation.
 
 The common record — a ``bytes`` value of at most 16 KiB and nothing else, no serializer — takes a fast
@@ -65,6 +66,7 @@ from ..errors import ProducerTimeoutError  # defined here before pylog.errors: s
 from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
                      PartitionLockedError,
                      RecordTooLargeError, StoreClosedError)
+from ..storage import group_commit
 from ..storage.filenames import is_internal_topic
 from .partitioner import DefaultPartitioner
 from .quotas import PRODUCE, QuotaManager
@@ -723,16 +725,19 @@ class Producer:
         """After a drain's appends: one fsync per partition not fsynced yet (``acks="all"``: group commit),
         then hand each over (a handover does not fsync, so the fsync comes first)."""
         if self._acks == -1:
-            for part in touched:
-                if part in flushed:
-                    continue
-                try:
-                    part.flush()
-                except Exception as exc:
-                    acc.partition_errors[part.number] = exc
+            self._sync([part for part in touched if part not in flushed], acc)
         for part in touched:
             self._held[id(part)] = part
             self._hand_over_one(part)
+
+    @staticmethod
+    def _sync(parts: list["Partition"], acc: Accumulation) -> None:
+        """fsync ``parts`` through the process's group commit (:mod:`pylog.storage.group_commit`: in parallel,
+        and one fsync covers this drain and whatever other producers and ``pylog serve`` of this process
+        appended meanwhile); a partition whose fsync failed fails its records."""
+        for part, exc in zip(parts, group_commit.sync(parts), strict=True):
+            if exc is not None:
+                acc.partition_errors[part.number] = exc
 
     @staticmethod
     def _wanted(part: "Partition") -> bool:
@@ -750,10 +755,7 @@ class Producer:
         (or, with ``wanted_only`` False, let go of it whether or not anyone waits)."""
         if self._acks == -1 and part in touched and part not in flushed:
             flushed.add(part)
-            try:
-                part.flush()
-            except Exception as exc:
-                acc.partition_errors[part.number] = exc
+            self._sync([part], acc)
         self._hand_over_one(part, wanted_only=wanted_only, blocking=blocking)
 
     def _let_go(self, waiting_for: "Partition", touched: list["Partition"], flushed: set["Partition"],

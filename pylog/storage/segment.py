@@ -735,6 +735,12 @@ class Segment:
         if self._wfd is not None:
             os.fdatasync(self._wfd)
 
+    def sync_descriptor(self) -> int | None:
+        """A new descriptor of the log being appended to (None when it is not), for an fdatasync run without
+        the partition's lock; the caller closes it. It stays valid whatever happens to the segment meanwhile
+        (a roll, a close, retention unlinking the file)."""
+        return os.dup(self._wfd) if self._wfd is not None else None
+
     def seal(self, durable: bool = True) -> None:
         """Finish the segment: fsync the log, write trimmed checksummed indexes, close for writing."""
         if self._wfd is None:

@@ -430,13 +430,15 @@ class Partition:
     def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
                        key_data: Any = None, timestamps: np.ndarray | None = None, *,
                        headers: Sequence[Any] | None = None, producer: tuple[int, int, int] | None = None,
-                       compression: str | None = None, in_turn: bool = False) -> int:
+                       compression: str | None = None, in_turn: bool = False, flush_policy: bool = True) -> int:
         """Columnar fast path: int32 lengths (-1 for null) plus the concatenated non-null bytes.
 
         From Arrow binary arrays: ``lengths = np.diff(offsets)`` with -1 where the validity bit is 0.
         ``headers`` (one sequence of ``(str, bytes | None)`` pairs per record), ``producer`` and
         ``compression`` as for :meth:`append_values`. ``in_turn``: append as a writer taking turns (see
         :meth:`append_values_in_turn`), leaving the lock free to be handed over (:meth:`hand_over`).
+        ``flush_policy=False``: do not fsync here when ``flush.messages`` / ``flush.ms`` ask for it; the caller
+        asks :meth:`flush_due` and flushes (``pylog serve`` through the group commit).
         """
         vlens = np.ascontiguousarray(value_lengths, dtype=np.int32)
         n = len(vlens)
@@ -453,10 +455,10 @@ class Partition:
             ts = np.ascontiguousarray(ts, dtype=np.int64)
         cols = Columns(n, vlens, [value_data] if value_data is not None else [], klens,
                        [key_data] if key_data is not None else [], ts, headers, True)
-        return self._append_columns(cols, producer, compression, in_turn)
+        return self._append_columns(cols, producer, compression, in_turn, flush_policy)
 
     def _append_columns(self, cols: Columns, producer: tuple[int, int, int] | None, compression: str | None,
-                        in_turn: bool) -> int:
+                        in_turn: bool, flush_policy: bool = True) -> int:
         appender = self._appender
         if cols.headers is not None:
             # Checked once, up front (sizing the batches reads them): a bad shape is an InvalidRecordError.
@@ -503,7 +505,7 @@ class Partition:
                 if written:
                     self._after_append(written, flush=False)
                 raise
-            self._after_append(written)
+            self._after_append(written, flush=flush_policy)
         return first if earlier is None else earlier
 
     def _write_batch(self, parts: list, h: Any) -> None:
@@ -587,11 +589,21 @@ class Partition:
 
         :raises LogFailedError: when an fsync failed, now or before (reopen the store).
         """
+        fd = None
         with self.append_lock:
             if self._writer.held:
-                self.durability.flush_writer()
+                fd = self.durability.start_flush()
             elif self.durability.handed_over:
                 self.durability.sync_handed_over()
+        if fd is not None:
+            # Without the lock (see Durability.start_flush): appends to this partition go on meanwhile.
+            self.durability.finish_flush(fd)
+
+    def flush_due(self) -> bool:
+        """Whether the topic's ``flush.messages`` / ``flush.ms`` ask for an fsync of what this handle appended
+        (for appends made with ``flush_policy=False``)."""
+        with self.append_lock:
+            return self.durability.flush_due(self.config["flush.messages"], self.config["flush.ms"])
 
     def flush_if_due(self) -> float:
         """fsync when ``flush.ms`` has passed since the last fsync and records wait; for the store's
