@@ -342,3 +342,19 @@ def test_the_memory_pool_keeps_room_for_answers_and_small_requests():
     assert woken == [True] and pool.used == 14 * mib + (64 << 10)
     empty = BytePool(8 * mib)
     assert empty.try_take(8 * mib) and empty.used == 8 * mib  # an empty pool takes anything up to its size
+
+
+def test_the_pool_is_given_back_once_pipelined_produce_answers_are_sent(tmp_path):
+    # Produce answers owed until their appends and fsyncs are done keep their request's bytes in the pool
+    # until then, and give them back after: nothing stays held.
+    from kafka import KafkaProducer
+
+    with pylog.serve(tmp_path / "s", port=0) as server:
+        producer = KafkaProducer(bootstrap_servers=server.bootstrap_servers, acks="all", linger_ms=5)
+        try:
+            futures = [producer.send(f"p{i % 4}", b"x" * 1000) for i in range(400)]
+            producer.flush(60)
+            assert all(f.get(timeout=60).offset >= 0 for f in futures)
+        finally:
+            producer.close()
+        wait_until(lambda: server.resources()["pool_bytes_used"] == 0, what="the pool given back")
