@@ -216,6 +216,34 @@ def test_out_of_descriptors_after_the_append_answers_what_was_appended_and_fsync
         assert any(f"{os.sep}u{os.sep}{i}{os.sep}" in path and path.endswith(".log") for path in synced), i
 
 
+def test_the_idle_hand_over_goes_on_after_its_probe_ran_out_of_descriptors(store, monkeypatch, tmp_path):
+    # The server's sweep hands the partitions it holds over to writers of other processes, also while idle. Out of
+    # descriptors for a partition's ``.want`` probe, the sweep raised an OSError that ended it for the server's life:
+    # another writer then waited in vain for every partition the server had appended to.
+    real = os.open
+    refused = []
+
+    def no_probe(path, *args, **kwargs):
+        if str(path).endswith(os.sep + ".want"):
+            refused.append(threading.current_thread().name)
+            raise OSError(errno.EMFILE, "Too many open files", path)
+        return real(path, *args, **kwargs)
+
+    with pylog.serve(store, port=0) as srv, _connect(srv) as sock:
+        monkeypatch.setattr(os, "open", no_probe)
+        sock.sendall(_produce("t", [b"held"], acks=1))
+        assert _partition_answer(recv_frame(sock))["error_code"] == E.NONE
+        # Once after the append, then by the sweep (every 10 ms while the server holds the partition).
+        wait_until(lambda: len(refused) >= 3, timeout=20, what="the sweep to meet the shortage")
+        monkeypatch.undo()
+        with pylog.open(store.path) as other:
+            part = other.topic("t").partition(0)
+            part.wait_to_write(20_000)  # handed over by the sweep (it asks through .want)
+            assert part.is_writer
+            part.append_values([b"from another writer"])
+            assert [r.value for r in part.read(0)] == [b"held", b"from another writer"]
+
+
 def test_a_file_size_limit_answers_produce_with_kafka_storage_error(store, tmp_path):
     # A real refusal by the kernel: the server process runs under RLIMIT_FSIZE with SIGXFSZ ignored, so a write
     # past 64 KiB fails with EFBIG (a half-written batch cut back), as one on a full disk fails with ENOSPC.
