@@ -79,7 +79,7 @@ class AdminHandlers:
                     return _fail(out, E.INVALID_REQUEST, "give either num_partitions or assignments, not both")
                 n = len(t["assignments"])
             if n == -1:
-                n = store.settings["num.partitions"]
+                n = self.s.default_partitions()
             if rf not in (-1, 1):
                 return _fail(out, E.INVALID_REPLICATION_FACTOR,
                              f"replication factor {rf}: a pylog store keeps one copy (use 1 or -1)")

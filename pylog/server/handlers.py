@@ -128,7 +128,7 @@ class DataHandlers:
     def _auto_create(self, name: str) -> None:
         store = self.s.store
         try:
-            store.create_topic(name, partitions=store.settings["num.partitions"])
+            store.create_topic(name, partitions=self.s.default_partitions())
             log.info("pylog serve: created topic %r (auto-create: a Metadata request named it)", name)
         except TopicExistsError:
             pass  # another request or process created it first
@@ -255,7 +255,9 @@ class DataHandlers:
             name = t["topic"]
             parts = []
             for pr in t["partitions"] or []:
-                entry, size, part, next_offset = self._read_one(name, pr, max(0, max_bytes - total))
+                # Kafka's rule: only the first partition with data may exceed the limits (by its first batch, so
+                # that a record larger than them is still consumed); later ones stop at the response's limit.
+                entry, size, part, next_offset = self._read_one(name, pr, max(0, max_bytes - total), total == 0)
                 total += size
                 parts.append(entry)
                 if part is not None and next_offset is not None:
@@ -263,9 +265,11 @@ class DataHandlers:
             responses.append({"topic": name, "partitions": parts})
         return responses, total, wants
 
-    def _read_one(self, topic: str, pr: dict, budget: int) -> tuple[dict, int, Partition | None, int | None]:
+    def _read_one(self, topic: str, pr: dict, budget: int,
+                  at_least_one: bool) -> tuple[dict, int, Partition | None, int | None]:
         """The partition's entry, its records' size, and (its handle, the offset after what was returned) when it
-        was read to its log end, so that an append there can add to the response; (None, None) otherwise."""
+        was read to its log end, so that an append there can add to the response; (None, None) otherwise.
+        ``at_least_one``: nothing was returned yet, so one record is returned even beyond the limits."""
         index, offset = pr["partition"], pr["fetch_offset"]
         entry: dict[str, Any] = {"partition_index": index, "high_watermark": -1, "last_stable_offset": -1,
                                  "log_start_offset": -1, "aborted_transactions": None,
@@ -283,7 +287,7 @@ class DataHandlers:
                 return entry, 0, part, end
             if limit <= 0:
                 return entry, 0, None, None
-            slices = _within(part.read_slices(offset, _MAX_FETCH_RECORDS, max(1, limit)), limit)
+            slices = _within(part.read_slices(offset, _MAX_FETCH_RECORDS, max(1, limit)), limit, at_least_one)
             if not slices:
                 return entry, 0, None, None
             # One part per slice, not joined: the response's encoder writes the parts as they are (a join would
@@ -386,9 +390,12 @@ def _failed(entry: dict, code: int, message: str) -> dict:
     return entry
 
 
-def _within(slices: list, limit: int) -> list:
-    """``read_slices`` output cut to about ``limit`` bytes of Kafka batches (Kafka's fetch limits: at least one
-    record, else nothing past the limit). ``read_slices`` stops only after the batch that crosses its
+def _within(slices: list, limit: int, at_least_one: bool) -> list:
+    """``read_slices`` output cut to about ``limit`` bytes of Kafka batches (Kafka's fetch limits: nothing past
+    the limit, except one record when ``at_least_one``: the first partition of a response with data, whatever
+    its size; at least one record of every partition gave librdkafka responses beyond its ``fetch.max.bytes``,
+    which it refuses as "Invalid response size" and reconnects). ``read_slices`` stops only after the batch that
+    crosses its
     ``max_bytes``, up to twice the limit with large batches; librdkafka then stalls between fetches (its default
     ``max.partition.fetch.bytes`` of 1 MiB answered with 2 MB: 0.39 M rec/s against 1.36 M/s when cut).
     A slice's size is estimated from its pylog batch (the Kafka encoding of a record is within a few bytes of
@@ -401,7 +408,7 @@ def _within(slices: list, limit: int) -> list:
         size = _KAFKA_BATCH_OVERHEAD + per * (b - a)
         if total + size > limit:
             fit = int((limit - total - _KAFKA_BATCH_OVERHEAD) // per) if per > 0 else 0
-            if fit <= 0 and not out:
+            if fit <= 0 and not out and at_least_one:
                 fit = 1
             if fit > 0:
                 out.append((view, a, a + min(fit, b - a)))

@@ -63,6 +63,9 @@ class ServerConfig:
     #: Create a topic a Metadata request names when the client allows it (Kafka's
     #: ``auto.create.topics.enable``, true by default there too), with the store's ``num.partitions``.
     auto_create_topics: bool = True
+    #: Kafka's ``num.partitions``: the partition count of a topic created by auto-creation or by a CreateTopics
+    #: request that gives none (-1); None: the store's ``num.partitions`` setting.
+    num_partitions: int | None = None
     #: Largest request frame accepted (Kafka's ``socket.request.max.bytes``); a larger one closes the connection.
     max_request_bytes: int = 100 * 1024 * 1024
     #: Largest decompressed record batch accepted in a produce request.
@@ -96,6 +99,10 @@ class ServerConfig:
                                        f"{self.max_partitions_per_topic!r}")
         if not isinstance(self.connections_max_idle_ms, int) or self.connections_max_idle_ms < 0:
             raise InvalidArgumentError(f"connections_max_idle_ms must be >= 0, got {self.connections_max_idle_ms!r}")
+        if self.num_partitions is not None and (type(self.num_partitions) is not int or
+                                                not 1 <= self.num_partitions <= self.max_partitions_per_topic):
+            raise InvalidArgumentError(f"num_partitions must be in [1, max_partitions_per_topic "
+                                       f"({self.max_partitions_per_topic})], got {self.num_partitions!r}")
         if self.storage_threads < 1:
             raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
         if self.sasl_credentials is not None:
@@ -137,6 +144,11 @@ class ServerState:
         }
         supported = protocol.supported_versions()
         self.handlers = {k: h for k, h in self.handlers.items() if k in supported}
+
+    def default_partitions(self) -> int:
+        """Partitions of a topic created without a count (auto-creation, CreateTopics with -1)."""
+        n = self.config.num_partitions
+        return self.store.settings["num.partitions"] if n is None else n
 
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the storage thread pool (appends, fsyncs, anything that may wait for a lock)."""
