@@ -45,6 +45,9 @@ TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
 #: DescribeConfigs config sources.
 SOURCE_TOPIC, SOURCE_DEFAULT = 1, 5
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+#: Topic configs Kafka 3.x accepts and ignores (``message.format.version`` has no effect since 3.0's
+#: inter-broker protocol): accepted and dropped here too, so that clients setting them work (librdkafka 0092).
+IGNORED_TOPIC_CONFIGS = frozenset({"message.format.version"})
 #: IncrementalAlterConfigs operations.
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -89,7 +92,7 @@ class AdminHandlers:
             if n > cap:
                 return _fail(out, E.INVALID_PARTITIONS, f"{n} partitions: this server creates at most {cap} per "
                              "topic (max_partitions_per_topic)")
-            config = {c["name"]: c["value"] for c in t["configs"] or []}
+            config = {c["name"]: c["value"] for c in t["configs"] or [] if c["name"] not in IGNORED_TOPIC_CONFIGS}
             problem = topic_name_problem(name)
             if problem is not None:
                 return _fail(out, E.INVALID_TOPIC_EXCEPTION, problem)
@@ -217,7 +220,8 @@ class AdminHandlers:
             # AlterConfigs replaces the whole set of overrides (Kafka's non-incremental semantics): keys not
             # given return to their defaults.
             topic = store.topic(rname)
-            wanted = {c["name"]: c["value"] for c in r["configs"] or [] if c["value"] is not None}
+            wanted = {c["name"]: c["value"] for c in r["configs"] or []
+                      if c["value"] is not None and c["name"] not in IGNORED_TOPIC_CONFIGS}
             new = TopicConfig(wanted, store.defaults)
             if not validate_only:
                 dropped = [k for k in topic.config.overrides if k not in wanted]
@@ -258,6 +262,8 @@ class AdminHandlers:
                 if key in seen:  # Kafka refuses a key named twice in one resource
                     return _fail(out, E.INVALID_REQUEST, f"{key!r} is given more than once")
                 seen.add(key)
+                if key in IGNORED_TOPIC_CONFIGS:
+                    continue
                 setting = SETTINGS.get(key)
                 if setting is None:
                     return _fail(out, E.INVALID_CONFIG, f"unknown topic config {key!r}")
