@@ -196,6 +196,12 @@ class DataHandlers:
                 if batch.is_transactional:
                     return _failed(entry, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                    "pylog serve does not support transactions"), None
+                if part.config.compact and (errors := _keyless_records(batch)):
+                    # Kafka's answer (KIP-467): the batch is refused and each record without a key named, so the
+                    # client fails those records and may send the others again.
+                    entry["record_errors"] = errors
+                    return _failed(entry, E.INVALID_RECORD, f"{len(errors)} of the batch's {batch.record_count} "
+                                   f"records have no key: {topic}-{index} is compacted"), None
             first = None
             try:
                 for batch in batches:
@@ -383,6 +389,14 @@ def _hand_over(part: Partition) -> None:
         part.hand_over()
     except PylogError:
         log.debug("pylog serve: handing over %s-%d failed", part.topic, part.number, exc_info=True)
+
+
+def _keyless_records(batch: Any) -> list[dict]:
+    """ProduceResponse ``record_errors`` for the records of ``batch`` without a key (none: an empty list)."""
+    klens = batch.key_lengths
+    at = range(batch.record_count) if klens is None else (klens < 0).nonzero()[0].tolist()
+    return [{"batch_index": i, "batch_index_error_message": "Compacted topic cannot accept message without key"}
+            for i in at]
 
 
 def _failed(entry: dict, code: int, message: str) -> dict:
