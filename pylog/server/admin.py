@@ -32,6 +32,7 @@ from ..structs import TopicPartition
 from ..storage.filenames import is_internal_topic, topic_name_problem
 from .coordinator import DEAD, EMPTY
 from .errormap import code_for
+from .operations import CLUSTER, NOT_REQUESTED, authorized_operations
 from .protocol import REFUSED_APIS, error_response
 from .protocol import codes as E
 
@@ -301,7 +302,8 @@ class AdminHandlers:
         return {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None,
                 "endpoint_type": req.body.get("endpoint_type", 1), "cluster_id": self.s.cluster_id,
                 "controller_id": 0, "brokers": [{"broker_id": 0, "host": host, "port": port, "rack": None}],
-                "cluster_authorized_operations": -2147483648}
+                "cluster_authorized_operations": authorized_operations(CLUSTER, self.s.store.read_only)
+                if req.body.get("include_cluster_authorized_operations") else NOT_REQUESTED}
 
     # ------------------------------------------------------------------ OffsetDelete
 

@@ -62,6 +62,7 @@ from ..clients.groups import check_group_id
 from ..errors import (InvalidGroupError, InvalidTopicError, PartitionLockedError, PylogError, RebalanceInProgressError,
                       RecordTooLargeError, UnknownTopicError)
 from ..structs import OffsetAndMetadata, TopicPartition
+from .operations import GROUP, authorized_operations
 from .protocol.codes import (  # Kafka's error codes
     UNKNOWN_SERVER_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE,
     COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL,
@@ -934,6 +935,11 @@ class GroupCoordinator:
     async def describe_groups(self, request: dict[str, Any], version: int, *, client_id: str = "",
                               client_host: str = "") -> dict[str, Any]:
         groups = [await self._describe(gid) for gid in request.get("groups") or ()]
+        if request.get("include_authorized_operations"):
+            ops = authorized_operations(GROUP, self._store.read_only)
+            for g in groups:
+                if g["error_code"] == NONE:
+                    g["authorized_operations"] = ops
         return {"throttle_time_ms": 0, "groups": groups}
 
     async def _describe(self, group_id: Any) -> dict[str, Any]:

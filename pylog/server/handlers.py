@@ -32,6 +32,7 @@ from ..storage.filenames import is_internal_topic, topic_name_problem
 from ..storage.partition import Partition
 from . import recordbatch
 from .errormap import code_for
+from .operations import CLUSTER, NOT_REQUESTED, TOPIC, authorized_operations
 from .protocol import codes as E
 
 if TYPE_CHECKING:
@@ -81,11 +82,17 @@ class DataHandlers:
             [t["name"] for t in requested]
         allow_create = self.s.config.auto_create_topics and b.get("allow_auto_topic_creation", True)
         topics = await self.s.run(self._topics_metadata, names, allow_create)
+        if b.get("include_topic_authorized_operations"):
+            ops = authorized_operations(TOPIC, self.s.store.read_only)
+            for t in topics:
+                if t.get("error_code") == E.NONE:
+                    t["topic_authorized_operations"] = ops
         host, port = self.s.advertised
         return {"throttle_time_ms": 0,
                 "brokers": [{"node_id": 0, "host": host, "port": port, "rack": None}],
                 "cluster_id": self.s.cluster_id, "controller_id": 0, "topics": topics,
-                "cluster_authorized_operations": -2147483648}
+                "cluster_authorized_operations": authorized_operations(CLUSTER, self.s.store.read_only)
+                if b.get("include_cluster_authorized_operations") else NOT_REQUESTED}
 
     def _topics_metadata(self, names: list | None, allow_create: bool) -> list[dict]:
         """In the storage pool (it may create topics): each topic's entry, every topic's when ``names`` is None."""
@@ -96,7 +103,7 @@ class DataHandlers:
     def _topic_metadata(self, name: Any, allow_create: bool) -> dict:
         store = self.s.store
         entry: dict[str, Any] = {"name": name, "is_internal": False, "partitions": [],
-                                 "topic_authorized_operations": -2147483648}
+                                 "topic_authorized_operations": NOT_REQUESTED}
         if not isinstance(name, str):
             entry.update(error_code=E.INVALID_TOPIC_EXCEPTION, name="")
             return entry
