@@ -209,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
                                                 "directory, removed unless something failed)")
     p.add_argument("--report", type=Path, help="write the results as JSON here")
     p.add_argument("--allowlist", type=Path, default=ALLOWLIST)
+    p.add_argument("--update-allowlist", action="store_true",
+                   help="add the entries that passed to the allow-list (after a run of every test: none is removed)")
     args = p.parse_args(argv)
     source = args.source.resolve()
     entries = test_entries(source)
@@ -269,6 +271,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  allow-listed but {results[n]['state']}: {n}")
     for n in new_passes:
         print(f"  passed, not allow-listed (add it): {n}")
+    if args.update_allowlist and new_passes:
+        head = [line for line in (args.allowlist.read_text().splitlines() if args.allowlist.exists() else [])
+                if line.startswith("#")]
+        args.allowlist.write_text("\n".join(head + sorted(allow | set(new_passes))) + "\n")
+        print(f"allow-list {args.allowlist}: {len(allow | set(new_passes))} entries")
     if args.report:
         args.report.write_text(json.dumps({"source": str(source), "counts": counts, "results": results,
                                            "regressions": regressions, "new_passes": new_passes}, indent=1))
