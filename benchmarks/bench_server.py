@@ -66,13 +66,13 @@ QUEUE_BACKOFF_MS = 10
 
 
 class ServerProcess:
-    """``python -m pylog serve STORE --port 0`` in a child process (optionally under cProfile)."""
+    """``python -m pylog serve STORE --port 0 [args]`` in a child process (optionally under cProfile)."""
 
-    def __init__(self, store: str, log_path: str, profile: str | None = None) -> None:
+    def __init__(self, store: str, log_path: str, profile: str | None = None, args: list[str] = ()) -> None:
         cmd = [sys.executable]
         if profile:
             cmd += ["-m", "cProfile", "-o", profile]
-        cmd += ["-m", "pylog", "serve", store, "--port", "0", "--log-level", "INFO"]
+        cmd += ["-m", "pylog", "serve", store, "--port", "0", "--log-level", "INFO", *args]
         env = dict(os.environ)
         env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
         self.log = open(log_path, "w+")

@@ -13,6 +13,7 @@ import json
 import logging
 import os
 import ssl
+import time
 from pathlib import Path
 
 import pytest
@@ -43,8 +44,10 @@ from pylog.server.auth import (
     ScramSecret,
     error_code,
     make_server_ssl_context,
+    plain_exposed_addresses,
     scram_entry,
 )
+from pylog.server.logins import LoginGuard
 
 SCRAMS = ["SCRAM-SHA-256", "SCRAM-SHA-512"]
 
@@ -243,6 +246,67 @@ def test_scram_nonce_must_be_the_exchange_s(creds: Credentials) -> None:
         session.step(b"c=biws,r=CLI,p=" + base64.b64encode(bytes(32)))
 
 
+def _client_final(server_first: bytes, client_first_bare: bytes, nonce: bytes, password: bytes,
+                  hashname: str = "sha256") -> tuple[bytes, bytes]:
+    """A client-final message (and the ServerSignature it must get) for ``nonce``, computed by hand."""
+    fields = dict(kv.split(b"=", 1) for kv in server_first.split(b","))
+    salted = hashlib.pbkdf2_hmac(hashname, password, base64.b64decode(fields[b"s"]), int(fields[b"i"]))
+    client_key = hmac.new(salted, b"Client Key", hashname).digest()
+    without_proof = b"c=biws,r=" + nonce
+    auth_message = client_first_bare + b"," + server_first + b"," + without_proof
+    signature = hmac.new(hashlib.new(hashname, client_key).digest(), auth_message, hashname).digest()
+    proof = bytes(a ^ b for a, b in zip(client_key, signature, strict=True))
+    server_key = hmac.new(salted, b"Server Key", hashname).digest()
+    return (without_proof + b",p=" + base64.b64encode(proof),
+            b"v=" + base64.b64encode(hmac.new(server_key, auth_message, hashname).digest()))
+
+
+def test_scram_librdkafka_before_2_6_1_repeated_client_nonce_is_accepted(creds: Credentials) -> None:
+    # librdkafka < 2.6.1 (kcat 1.7 of Debian 12, confluent-kafka < 2.6.1) puts its client nonce in front of the
+    # combined nonce once more: r=<client><client><server> (librdkafka PR #4895). Kafka 3.8.1 to 3.9 check that
+    # the nonce ENDS with the exchange's, so they let it in; so does pylog.
+    session = SaslServer(creds, nonce_factory=lambda: "SRV").start("SCRAM-SHA-256")
+    server_first = session.step(b"n,,n=alice,r=CLI")[0]
+    assert server_first.startswith(b"r=CLISRV,")
+    final, server_final = _client_final(server_first, b"n=alice,r=CLI", b"CLI" + b"CLISRV", b"alice-secret")
+    assert session.step(final) == (server_final, True)
+    assert session.principal == "alice"
+    # Only a nonce that ends with the exchange's: not one with something after it, nor a shortened one.
+    for nonce in (b"CLISRVX", b"CLISR", b"SRV" + b"CLI"):
+        session = SaslServer(creds, nonce_factory=lambda: "SRV").start("SCRAM-SHA-256")
+        server_first = session.step(b"n,,n=alice,r=CLI")[0]
+        with pytest.raises(AuthenticationError, match="nonce"):
+            session.step(_client_final(server_first, b"n=alice,r=CLI", nonce, b"alice-secret")[0])
+
+
+def test_scram_unknown_user_first_message_shaped_like_presalted_users(tmp_path: Path) -> None:
+    # Every user pre-salted at 8192 rounds with 16-byte salts (the file's default would be 4096 and 32): an
+    # unknown user's server-first message has the same shape, and the same salt after a restart (a fresh load).
+    def entry(password: str) -> dict:
+        out = {}
+        for mechanism, hashname in (("SCRAM-SHA-256", "sha256"), ("SCRAM-SHA-512", "sha512")):
+            salt = os.urandom(16)
+            secret = ScramSecret.derive(mechanism, password, iterations=8192, salt=salt)
+            out[mechanism] = secret.to_json()
+        return out
+
+    path = write(tmp_path, {"users": {"carol": entry("c"), "dave": entry("d")}})
+    shapes = {}
+    for load in range(2):
+        creds = Credentials.load(path)
+        for mechanism in SCRAMS:
+            for user in ("carol", "nobody"):
+                first = SaslServer(creds, nonce_factory=lambda: "S").start(mechanism).step(f"n,,n={user},r=C"
+                                                                                          .encode())[0]
+                fields = dict(kv.split(b"=", 1) for kv in first.split(b","))
+                shapes[load, mechanism, user] = (len(base64.b64decode(fields[b"s"])), fields[b"i"], fields[b"s"])
+    for mechanism in SCRAMS:
+        known, unknown = shapes[0, mechanism, "carol"], shapes[0, mechanism, "nobody"]
+        assert known[:2] == unknown[:2] == (16, b"8192")
+        assert shapes[1, mechanism, "nobody"] == unknown and shapes[1, mechanism, "carol"] == known
+        assert known[2] != unknown[2]
+
+
 @pytest.mark.parametrize("first, match", [
     (b"p=tls-unique,,n=alice,r=abc", "channel binding"),
     (b"y,,n=alice,r=abc", "GS2"),
@@ -406,6 +470,28 @@ def test_credentials_file_readable_by_all_warns(tmp_path: Path, caplog: pytest.L
     with caplog.at_level(logging.WARNING, logger="pylog.server"):
         Credentials.load(write(tmp_path, {"users": {"alice": "s3cret"}}, mode=0o644))
     assert len(caplog.records) == 1 and "readable by every user" in caplog.text and "s3cret" not in caplog.text
+
+
+@pytest.mark.parametrize("mode, who", [(0o620, "its group"), (0o602, "every user"), (0o660, "its group")])
+def test_credentials_file_writable_by_others_warns(tmp_path: Path, caplog: pytest.LogCaptureFixture, mode: int,
+                                                   who: str) -> None:
+    with caplog.at_level(logging.WARNING, logger="pylog.server"):
+        Credentials.load(write(tmp_path, {"users": {"alice": "s3cret"}}, mode=mode))
+    assert len(caplog.records) == 1 and f"writable by {who}" in caplog.text and "s3cret" not in caplog.text
+    assert caplog.records[0].levelno == logging.WARNING
+
+
+@pytest.mark.parametrize("addresses, mechanisms, tls, exposed", [
+    (["0.0.0.0"], None, False, ["0.0.0.0"]),
+    (["::"], None, False, ["::"]),
+    (["10.1.2.3", "127.0.0.1"], ["PLAIN"], False, ["10.1.2.3"]),
+    (["127.0.0.1", "127.0.0.2", "::1"], None, False, []),
+    (["0.0.0.0"], None, True, []),
+    (["0.0.0.0"], ["SCRAM-SHA-256"], False, []),
+])
+def test_plain_without_tls_beyond_loopback_is_exposed(addresses: list, mechanisms: list | None, tls: bool,
+                                                      exposed: list) -> None:
+    assert plain_exposed_addresses(mechanisms, tls, addresses) == exposed
 
 
 @pytest.mark.parametrize("document, match", [
@@ -639,3 +725,58 @@ def test_tls_file_errors(pki: dict[str, str], tmp_path: Path) -> None:
     both.write_bytes(Path(pki["cert"]).read_bytes() + Path(pki["key"]).read_bytes())
     assert isinstance(make_server_ssl_context(str(both)), ssl.SSLContext)
     assert os.path.exists(pki["ca"])
+
+
+# ------------------------------------------------------------------------------------------ login throttling
+
+def _guard_run(guard: LoginGuard, logins: list[tuple[str, bytes]], creds: Credentials) -> list[tuple[str, float]]:
+    """Each (address, PLAIN token) as one connection's login, all at once; their outcomes and end times."""
+    async def one(address: str, token: bytes, t0: float) -> tuple[str, float]:
+        session = SaslServer(creds).start("PLAIN")
+        try:
+            await guard.step(address, session, token)
+            outcome = "ok"
+        except AuthenticationError:
+            outcome = "failed"
+        return outcome, time.monotonic() - t0
+
+    async def main() -> list[tuple[str, float]]:
+        t0 = time.monotonic()
+        return list(await asyncio.gather(*(one(a, t, t0) for a, t in logins)))
+
+    return asyncio.run(main())
+
+
+def test_failed_logins_from_one_address_are_answered_after_a_doubling_delay(creds: Credentials) -> None:
+    # Five wrong passwords at once from one address: they are taken one at a time, each failure held back
+    # 50, 100, 200, 400, 400 ms (doubling up to the maximum): the last answer comes after at least their sum.
+    guard = LoginGuard(delay_ms=50, max_delay_ms=400)
+    results = _guard_run(guard, [("10.0.0.1", b"\0alice\0wrong")] * 5, creds)
+    assert [r[0] for r in results] == ["failed"] * 5
+    assert max(r[1] for r in results) >= 0.05 + 0.1 + 0.2 + 0.4 + 0.4
+    assert guard.failures("10.0.0.1") == 5
+    assert [guard.delay_after(n) for n in (1, 2, 3, 4, 10, 1000)] == [0.05, 0.1, 0.2, 0.4, 0.4, 0.4]
+    guard.close()
+
+
+def test_a_login_clears_its_address_failures_and_other_addresses_are_not_held(creds: Credentials) -> None:
+    guard = LoginGuard(delay_ms=300, max_delay_ms=300)
+    results = _guard_run(guard, [("10.0.0.1", b"\0alice\0wrong"), ("10.0.0.2", b"\0alice\0alice-secret")], creds)
+    assert results[0][0] == "failed" and results[0][1] >= 0.3
+    assert results[1][0] == "ok" and guard.failures("10.0.0.2") == 0
+    assert guard.failures("10.0.0.1") == 1
+    assert _guard_run(guard, [("10.0.0.1", b"\0alice\0alice-secret")], creds)[0][0] == "ok"
+    assert guard.failures("10.0.0.1") == 0
+    guard.close()
+
+
+def test_login_guard_table_is_bounded(creds: Credentials) -> None:
+    # 300 addresses, 10 at a time: the table keeps the 50 most recent (those with a login under way are kept).
+    guard = LoginGuard(delay_ms=0, max_delay_ms=0, max_addresses=50)
+    for batch in range(30):
+        _guard_run(guard, [(f"10.0.{i // 256}.{i % 256}", b"\0alice\0wrong") for i in range(batch * 10,
+                                                                                            batch * 10 + 10)], creds)
+        assert len(guard) <= 60
+    assert len(guard) <= 50
+    guard.close()
+    assert guard.failures("10.0.1.43") == 1  # the most recent ones are kept (299 = 1 * 256 + 43)

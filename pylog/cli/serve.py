@@ -46,6 +46,11 @@ def register(sub: Any) -> None:
                    help="most partitions CreateTopics / CreatePartitions give a topic (default 10000)")
     s.add_argument("--connections-max-idle-ms", type=non_negative, default=600_000, metavar="MS",
                    help="close a connection idle this long (Kafka's connections.max.idle.ms; default 600000, 0: never)")
+    s.add_argument("--connection-failed-authentication-delay-ms", type=non_negative, default=100, metavar="MS",
+                   help="answer a failed SASL login after this delay, doubled per further failure from the address "
+                        "(Kafka's connection.failed.authentication.delay.ms; default 100)")
+    s.add_argument("--connection-failed-authentication-delay-max-ms", type=non_negative, default=5000, metavar="MS",
+                   help="the longest that delay grows to (default 5000)")
     s.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain")
     s.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     s.add_argument("--tls-ca", metavar="PEM", help="CA bundle that client certificates must chain to")
@@ -68,6 +73,8 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
         "advertised_port": args.advertised_port, "auto_create_topics": not args.no_auto_create_topics,
         "max_request_bytes": args.max_request_bytes, "max_partitions_per_topic": args.max_partitions_per_topic,
         "connections_max_idle_ms": args.connections_max_idle_ms, "num_partitions": args.num_partitions,
+        "connection_failed_authentication_delay_ms": args.connection_failed_authentication_delay_ms,
+        "connection_failed_authentication_delay_max_ms": args.connection_failed_authentication_delay_max_ms,
     }
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):

@@ -31,7 +31,8 @@ A JSON object with one required key, ``"users"``, mapping each user name to eith
   Unknown keys, duplicate keys and wrong types are refused with a :class:`~pylog.errors.SecurityConfigError`
   naming the file and the user, never the password.
 - Names and passwords are compared as their UTF-8 bytes, as Kafka does (no SASLprep).
-- A file readable by every user is loaded with a warning on the ``pylog.server`` logger.
+- A file readable by every user, or writable by its group or by every user, is loaded with a warning on the
+  ``pylog.server`` logger.
 
 In code: ``Credentials({"alice": "secret"})`` takes the ``"users"`` object; ``Credentials.from_json(doc)`` the
 whole document; ``Credentials.load(path)`` the file.
@@ -53,8 +54,14 @@ The exchange (what the connection code does)
 
 SCRAM follows RFC 5802 and RFC 7677 as Kafka does: the GS2 header is ``n,,`` (or ``n,a=<the same user>,``),
 channel binding is refused, the ``tokenauth`` extension (delegation tokens) is refused and other extensions are
-ignored. An unknown user gets a server-first message with a salt derived from a per-:class:`Credentials` secret
-(the same for each attempt) and fails at the proof, with the message a wrong password gets.
+ignored. The client-final message's nonce must end with the exchange's nonce, as Kafka 3.8.1 to 3.9 check it
+(librdkafka before 2.6.1 repeats its client nonce in front of it; Kafka 4 refuses that).
+
+An unknown user gets a server-first message shaped like a known user's (the iteration count and salt size most
+users of the mechanism have; the file's ``"iterations"`` and 32 bytes when none has it) with a salt derived from
+a server secret and the name (the same for each attempt; across restarts too when every user is pre-salted,
+since the secret then derives from their ServerKeys; else it is drawn at start-up, as password users' salts
+are) and fails at the proof, with the message a wrong password gets.
 """
 
 from __future__ import annotations
@@ -63,6 +70,7 @@ import base64
 import binascii
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import os
@@ -92,6 +100,7 @@ __all__ = [
     "error_code",
     "scram_entry",
     "make_server_ssl_context",
+    "plain_exposed_addresses",
 ]
 
 log = logging.getLogger("pylog.server")
@@ -248,6 +257,22 @@ class _User:
     scram: Mapping[str, ScramSecret]
 
 
+def _server_secret(users: Iterable[_User]) -> bytes:
+    """The key unknown users' decoy SCRAM secrets derive from (see :meth:`Credentials.decoy_secret`)."""
+    users = list(users)
+    if not users or any(u.plain_digest is not None for u in users):
+        return secrets.token_bytes(32)
+    keys = sorted(s.server_key for u in users for s in u.scram.values())
+    return hashlib.sha256(b"pylog decoy secret\0" + b"".join(len(k).to_bytes(2, "big") + k for k in keys)).digest()
+
+
+def _most_common(values: list[tuple[int, int]], default: tuple[int, int]) -> tuple[int, int]:
+    """The most frequent value (ties: the largest), or ``default`` when there is none."""
+    if not values:
+        return default
+    return max(set(values), key=lambda v: (values.count(v), v))
+
+
 class Credentials:
     """The users a server lets in, and what it checks their passwords and SCRAM proofs against.
 
@@ -266,10 +291,17 @@ class Credentials:
             where = f"{source}: user {name!r}" if isinstance(name, str) else f"{source}: a user name"
             _check_text(name, "user name", where)
             self._users[name] = self._parse_user(entry, iterations, where)
-        # Keys a failed lookup is answered with, so an unknown user costs (and reads) like a known one.
-        self._secret = secrets.token_bytes(32)
+        # Keys a failed lookup is answered with, so an unknown user costs (and reads) like a known one. The decoy
+        # salts derive from this secret: drawn at start-up when some user has a password (whose SCRAM salts are
+        # drawn at start-up too), else derived from the pre-salted ServerKeys (secret, as hard to guess as the
+        # passwords), so that unknown users' salts stay put across restarts as the pre-salted users' salts do.
+        self._secret = _server_secret(self._users.values())
         self._dummy_digest = secrets.token_bytes(32)
-        self._iterations = iterations
+        # What an unknown user is shown per mechanism: the iteration count and salt size most users have (the
+        # file's "iterations" and 32 bytes when no user has that mechanism).
+        self._decoy_shape = {m: _most_common([(s.iterations, len(s.salt)) for u in self._users.values()
+                                              for n, s in u.scram.items() if n == m], (iterations, SALT_BYTES))
+                             for m in _SCRAM_HASHES}
         # When some user's password is checked with PBKDF2, an unknown user's is too: the time tells nothing.
         self._decoy_mechanism = next((next(iter(u.scram)) for u in self._users.values() if u.plain_digest is None),
                                      None)
@@ -319,7 +351,7 @@ class Credentials:
         """Credentials from a JSON credentials file (format in the module docstring).
 
         Raises :class:`~pylog.errors.SecurityConfigError` for a missing, unreadable or malformed file; warns
-        (logger ``pylog.server``) when the file is readable by every user.
+        (logger ``pylog.server``) when the file is readable by every user or writable by its group or every user.
         """
         path = os.fspath(path)
         where = f"credentials file {path}"
@@ -327,6 +359,10 @@ class Credentials:
         if mode & stat.S_IROTH:
             log.warning("credentials file %s is readable by every user (mode %03o): it holds secrets, "
                         "`chmod o-r` it", path, stat.S_IMODE(mode))
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            log.warning("credentials file %s is writable by %s (mode %03o): whoever can write it can add a user "
+                        "and log in; `chmod go-w` it", path,
+                        "every user" if mode & stat.S_IWOTH else "its group", stat.S_IMODE(mode))
         try:
             text = raw.decode("utf-8")
         except UnicodeDecodeError as e:
@@ -399,8 +435,9 @@ class Credentials:
             return hmac.new(self._secret, label + b"\0" + seed, "sha512").digest()[:size]
 
         size = hashlib.new(hashname).digest_size
-        return ScramSecret(mechanism, derive(b"salt", SALT_BYTES), self._iterations, derive(b"stored", size),
-                           derive(b"server", size))
+        iterations, salt_bytes = self._decoy_shape[mechanism]
+        salt = b"".join(derive(b"salt%d" % i, 64) for i in range(salt_bytes // 64 + 1))[:salt_bytes]
+        return ScramSecret(mechanism, salt, iterations, derive(b"stored", size), derive(b"server", size))
 
 
 # ------------------------------------------------------------------------------------------------- SASL
@@ -576,9 +613,13 @@ class _ScramSession(SaslSession):
         if binding != self._gs2_header:
             raise AuthenticationError("Authentication failed: SCRAM channel binding (c=) does not match the GS2 "
                                       "header of the client-first message")
-        if not hmac.compare_digest(fields[1][2:].encode("utf-8"), self._nonce.encode("utf-8")):
+        # Kafka 3.8.1 to 3.9 compare as here: the nonce must END with the exchange's (client + server) nonce.
+        # librdkafka before 2.6.1 (kcat 1.7, confluent-kafka < 2.6.1) sends its client nonce once more in front
+        # of it (librdkafka PR #4895); its proof covers the message as sent, so it still proves the password.
+        sent, nonce = fields[1][2:].encode("utf-8"), self._nonce.encode("utf-8")
+        if len(sent) < len(nonce) or not hmac.compare_digest(sent[len(sent) - len(nonce):], nonce):
             raise AuthenticationError("Authentication failed: SCRAM nonce mismatch (the client-final message's "
-                                      "nonce is not this exchange's)")
+                                      "nonce does not end with this exchange's)")
         secret = self._secret
         assert secret is not None  # set by _client_first (state 1)
         auth_message = ",".join((self._first_bare, self._server_first, without_proof)).encode("utf-8")
@@ -657,6 +698,15 @@ class SaslServer:
             session = _ScramSession(mechanism, self.credentials, nonce)
         self.session = session
         return session
+
+
+def plain_exposed_addresses(mechanisms: Iterable[str] | None, tls: bool, addresses: Iterable[str]) -> list[str]:
+    """The listening addresses on which SASL/PLAIN (among ``mechanisms``, default :data:`MECHANISMS`) would
+    send passwords in the clear to other machines: every address but loopback ones (0.0.0.0 and :: included)
+    when there is no TLS; [] with TLS or without PLAIN. The server warns at start-up when this is not empty."""
+    if tls or "PLAIN" not in (MECHANISMS if mechanisms is None else list(mechanisms)):
+        return []
+    return [a for a in addresses if not ipaddress.ip_address(a.split("%")[0]).is_loopback]
 
 
 # -------------------------------------------------------------------------------------------------- TLS

@@ -14,7 +14,9 @@ Invariants:
 - A request that cannot be decoded closes the connection (what Kafka brokers do); a request whose handler
   failed is answered with UNKNOWN_SERVER_ERROR in every error field, and the connection goes on.
 - With SASL enabled, nothing but ApiVersions, SaslHandshake and SaslAuthenticate is served before
-  authentication succeeds; a failed authentication is answered and the connection closed.
+  authentication succeeds; a failed authentication is answered and the connection closed. Every SASL token
+  goes through the server's :class:`~pylog.server.logins.LoginGuard` (off the event loop, one step at a time
+  per client address, failures answered after a growing delay).
 - A client that disconnects mid-request loses only that request: its partial frame is dropped, the requests
   being handled complete (an append in the storage pool is never cut short).
 """
@@ -133,7 +135,11 @@ class Connection(asyncio.Protocol):
     # ------------------------------------------------------------------ lifecycle
 
     def close(self) -> None:
-        """Finish the request under way, then close (the server's shutdown)."""
+        """Finish the request under way, then close (the server's shutdown). A connection that has not logged
+        in yet closes at once: its only request could be a login held back by the failed-login delay."""
+        if not self.authenticated:
+            self.abort()
+            return
         self.closing = True
         if self.transport is not None and not self._read_paused:
             self._read_paused = True
@@ -208,7 +214,7 @@ class Connection(asyncio.Protocol):
     async def _handle(self, frame: bytearray) -> bool:
         """Answer one frame; False when the connection must close."""
         if self._raw_sasl:
-            return self._raw_sasl_token(bytes(frame))
+            return await self._raw_sasl_token(bytes(frame))
         try:
             req = protocol.parse_request(frame)
         except UnsupportedApiVersionError as exc:
@@ -232,7 +238,7 @@ class Connection(asyncio.Protocol):
             self._write(protocol.encode_response(req, body))
             return ok
         if req.api_key == SASL_AUTHENTICATE:
-            body, ok = self._sasl_authenticate(req)
+            body, ok = await self._sasl_authenticate(req)
             self._write(protocol.encode_response(req, body))
             return ok
         handler = self.s.handlers.get(req.api_key)
@@ -283,13 +289,13 @@ class Connection(asyncio.Protocol):
         self._raw_sasl = req.api_version == 0
         return {"error_code": E.NONE, "mechanisms": list(sasl.mechanisms)}, True
 
-    def _sasl_authenticate(self, req: Any) -> tuple[dict, bool]:
+    async def _sasl_authenticate(self, req: Any) -> tuple[dict, bool]:
         sasl = self._sasl
         if sasl is None or sasl.session is None or self.authenticated:
             return {"error_code": E.ILLEGAL_SASL_STATE, "error_message": "SaslAuthenticate without a SaslHandshake "
                     "starting an exchange", "auth_bytes": b""}, False
         try:
-            challenge, done = sasl.session.step(bytes(req.body["auth_bytes"]))
+            challenge, done = await self.s.logins.step(self.client_host, sasl.session, bytes(req.body["auth_bytes"]))
         except AuthenticationError as exc:
             log.warning("pylog serve: SASL authentication from %s failed: %s", self.client_host, exc)
             return {"error_code": auth.error_code(exc), "error_message": str(exc), "auth_bytes": b""}, False
@@ -298,12 +304,12 @@ class Connection(asyncio.Protocol):
         return {"error_code": E.NONE, "error_message": None, "auth_bytes": challenge,
                 "session_lifetime_ms": 0}, True
 
-    def _raw_sasl_token(self, token: bytes) -> bool:
+    async def _raw_sasl_token(self, token: bytes) -> bool:
         """SaslHandshake v0: a bare token in, a bare challenge out (a zero-length frame for PLAIN's success)."""
         sasl = self._sasl
         assert sasl is not None and sasl.session is not None
         try:
-            challenge, done = sasl.session.step(token)
+            challenge, done = await self.s.logins.step(self.client_host, sasl.session, token)
         except AuthenticationError as exc:
             log.warning("pylog serve: SASL authentication from %s failed: %s", self.client_host, exc)
             return False

@@ -36,10 +36,11 @@ from ..store import Store
 from ..store import open as open_store
 from . import protocol
 from .admin import AdminHandlers
-from .auth import Credentials, SaslServer
+from .auth import Credentials, SaslServer, plain_exposed_addresses
 from .connection import Connection
 from .coordinator import GroupCoordinator
 from .handlers import DataHandlers
+from .logins import LoginGuard
 from .waiting import FetchWaiters
 
 __all__ = ["Server", "ServerConfig", "serve"]
@@ -84,6 +85,13 @@ class ServerConfig:
     connections_max_idle_ms: int = 600_000
     #: Kafka's ``group.initial.rebalance.delay.ms``: how long a new group's first rebalance waits for more members.
     group_initial_rebalance_delay_ms: int = 300
+    #: Kafka's ``connection.failed.authentication.delay.ms``: a failed SASL login is answered after this delay,
+    #: doubled for each further consecutive failure from the same client address (and that address's next login
+    #: step waits as long), up to ``connection_failed_authentication_delay_max_ms``.
+    connection_failed_authentication_delay_ms: int = 100
+    connection_failed_authentication_delay_max_ms: int = 5000
+    #: Threads the SASL steps run in (PBKDF2 for PLAIN logins of pre-salted users): never the event loop.
+    sasl_login_threads: int = 2
     #: Threads appending and fsyncing for the connections.
     storage_threads: int = 4
     #: How long a clean stop waits for the requests under way (seconds).
@@ -103,6 +111,12 @@ class ServerConfig:
                                                 not 1 <= self.num_partitions <= self.max_partitions_per_topic):
             raise InvalidArgumentError(f"num_partitions must be in [1, max_partitions_per_topic "
                                        f"({self.max_partitions_per_topic})], got {self.num_partitions!r}")
+        for name in ("connection_failed_authentication_delay_ms", "connection_failed_authentication_delay_max_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or not 0 <= value <= 300_000:
+                raise InvalidArgumentError(f"{name} must be an int in [0, 300000], got {value!r}")
+        if not isinstance(self.sasl_login_threads, int) or self.sasl_login_threads < 1:
+            raise InvalidArgumentError(f"sasl_login_threads must be at least 1, got {self.sasl_login_threads!r}")
         if self.storage_threads < 1:
             raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
         if self.sasl_credentials is not None:
@@ -126,6 +140,9 @@ class ServerState:
         self.readers = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
                                                              thread_name_prefix="pylog-serve-read")
         self.waiters = FetchWaiters(loop)
+        self.logins = LoginGuard(threads=config.sasl_login_threads,
+                                 delay_ms=config.connection_failed_authentication_delay_ms,
+                                 max_delay_ms=config.connection_failed_authentication_delay_max_ms)
         # Offset commits wait for __consumer_offsets' writer lock like any append: the storage pool, which a clean
         # stop drains before the store closes (the loop's default executor is not waited for).
         self.coordinator = GroupCoordinator(store, initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
@@ -171,6 +188,17 @@ def _group_handler(coordinator: GroupCoordinator, name: str) -> Handler:
 
     handler.__name__ = name
     return handler
+
+
+def _warn_plain_in_the_clear(config: ServerConfig, addresses: list[str]) -> None:
+    """A loud warning when SASL/PLAIN is offered without TLS on an address other machines may reach."""
+    if config.sasl_credentials is None:
+        return
+    exposed = plain_exposed_addresses(config.sasl_mechanisms, config.ssl_context is not None, addresses)
+    if exposed:
+        log.warning("pylog serve: SASL/PLAIN is enabled without TLS on %s, reachable beyond this machine: "
+                    "passwords cross the network in the clear; enable TLS (--tls-cert/--tls-key, ssl_context) or "
+                    "offer only SCRAM (--sasl-mechanisms SCRAM-SHA-256,SCRAM-SHA-512)", ", ".join(exposed))
 
 
 def _cluster_id(path: str) -> str:
@@ -303,6 +331,7 @@ class Server:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
         log.info("pylog serve: listening on %s:%d (store %s)", self.host, self.port, store.path)
+        _warn_plain_in_the_clear(self.config, [s.getsockname()[0] for s in listener.sockets])
         self._ready.set()
         try:
             reaper = loop.create_task(self._close_idle(state)) if self.config.connections_max_idle_ms else None
@@ -367,6 +396,7 @@ class Server:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, state.executor.shutdown, True)
         await loop.run_in_executor(None, state.readers.shutdown, True)
+        await loop.run_in_executor(None, state.logins.close)
         store = state.store
         if self._owns_store:
             await loop.run_in_executor(None, store.close)
