@@ -416,9 +416,9 @@ def _within(slices: list, limit: int, at_least_one: bool) -> list:
     the limit, except one record when ``at_least_one``: the first partition of a response with data, whatever
     its size; at least one record of every partition gave librdkafka responses beyond its ``fetch.max.bytes``,
     which it refuses as "Invalid response size" and reconnects). ``read_slices`` stops only after the batch that
-    crosses its
-    ``max_bytes``, up to twice the limit with large batches; librdkafka then stalls between fetches (its default
-    ``max.partition.fetch.bytes`` of 1 MiB answered with 2 MB: 0.39 M rec/s against 1.36 M/s when cut).
+    crosses its ``max_bytes``, up to twice the limit with large batches; librdkafka then stalls between fetches
+    (its default ``max.partition.fetch.bytes`` of 1 MiB answered with 2 MB: 0.39 M rec/s against 1.36 M/s when
+    cut).
     A slice's size is estimated from its pylog batch (the Kafka encoding of a record is within a few bytes of
     pylog's), plus a batch header."""
     out: list = []
