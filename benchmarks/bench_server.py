@@ -147,11 +147,11 @@ def pylog_consumer_rate(path: str, n: int) -> float:
     return rate
 
 
-def kafka_producer_rate(bootstrap: str, topic: str, n: int) -> float:
-    """confluent-kafka's producer, default batching, acks=1: ``n`` values then ``flush()`` (after one
-    record produced and flushed, so connecting and the topic's creation are not timed)."""
+def kafka_producer_rate(bootstrap: str, topic: str, n: int, **config: Any) -> float:
+    """confluent-kafka's producer, default batching (or ``config``'s settings), acks=1: ``n`` values then
+    ``flush()`` (after one record produced and flushed, so connecting and the topic's creation are not timed)."""
     from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": bootstrap, "acks": 1})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, **config})
     errors: list[Any] = []
 
     def report(err: Any, msg: Any) -> None:

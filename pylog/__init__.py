@@ -29,7 +29,8 @@ from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, Corr
                      InvalidGroupError, InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
                      OutOfOrderSequenceError, PartitionLockedError, ProducerFencedError, PylogError,
                      ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StorageError,
-                     StoreClosedError, StorePermissionError, TopicExistsError, UnknownStoreError, UnknownTopicError)
+                     StoreClosedError, StorePermissionError, TooManyOpenFilesError, TopicExistsError, UnknownStoreError,
+                     UnknownTopicError)
 from .clients.groups import GroupDescription, MemberDescription, PartitionLag
 from .store import Store, open
 from .storage.partition import Partition
@@ -48,7 +49,7 @@ __all__ = [
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "InvalidGroupError", "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError",
     "OutOfOrderSequenceError", "StorageError", "DiskFullError", "ReadOnlyStoreError", "StorePermissionError",
-    "UnknownStoreError", "InvalidArgumentError", "StorePathError", "ConsumerStoppedError",
+    "UnknownStoreError", "InvalidArgumentError", "StorePathError", "ConsumerStoppedError", "TooManyOpenFilesError",
     "CorruptBatchError", "InvalidBatchError", "UnsupportedMagicError", "UnsupportedCompressionError",
     "ProtocolError", "UnknownApiKeyError", "UnsupportedApiVersionError", "AuthenticationError",
     "UnsupportedSaslMechanismError", "IllegalSaslStateError", "SecurityConfigError",

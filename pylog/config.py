@@ -93,6 +93,10 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
 STORE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
     _s("log.retention.check.interval.ms", "int", 300_000, "How often the background thread enforces retention (ms).",
        minimum=1),
+    _s("max.open.descriptors", "int", 0, "File descriptors the store's partitions may hold open at once (each "
+       "written partition holds about 10): past it, those used least recently let go of their files (a writer "
+       "hands its lock over) and open them again on their next use. 0: half the process's RLIMIT_NOFILE.",
+       minimum=0),
     _s("lock.timeout.ms", "int", 0,
        "How long a writer waits for another writer's partition lock (ms); 0 fails at once.", minimum=0),
     _s("log.cleaner.enable", "bool", True, "Run the background thread that enforces retention and compacts the "

@@ -35,6 +35,7 @@ __all__ = [
     "RebalanceInProgressError",
     "StorageError",
     "DiskFullError",
+    "TooManyOpenFilesError",
     "ReadOnlyStoreError",
     "StorePermissionError",
     "UnknownStoreError",
@@ -205,6 +206,14 @@ class DiskFullError(StorageError):
     offsets that did land; a partition whose write could not be undone refuses work until reopened, as
     :class:`LogFailedError` says). Free space, e.g. ``pylog retention`` / ``pylog delete-records``, then
     retry."""
+
+
+class TooManyOpenFilesError(StorageError):
+    """The process (``EMFILE``) or the system (``ENFILE``) ran out of file descriptors while opening a
+    partition's or a segment's files. Nothing was appended, read or changed by the call that raised it, and
+    the partition is not failed: once descriptors are free again (the store closes those of the partitions
+    used least recently, within its ``max.open.descriptors`` budget) the same call succeeds. Raise the
+    limit (``ulimit -n``) or lower ``max.open.descriptors`` to leave more for the rest of the process."""
 
 
 class ReadOnlyStoreError(StorageError):

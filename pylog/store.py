@@ -13,6 +13,9 @@ Invariants:
   writer at a time (the first handle to write takes its lock), readers need no lock.
 - Closing the store flushes and cleanly closes every partition it wrote to, so the next open need not
   re-validate anything.
+- The store's partitions hold at most about ``max.open.descriptors`` file descriptors
+  (:mod:`pylog.storage.handles`): those used least recently let go of their files, a writer handing its
+  lock over as between producers' turns, and open them again on their next use.
 """
 
 from __future__ import annotations
@@ -38,7 +41,9 @@ from .config import TopicConfig, split_store_options, stored_config
 from .errors import (CorruptRecordError, InvalidArgumentError, InvalidTopicError, PartitionLockedError,
                      ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, StorePathError, TopicExistsError,
                      UnknownStoreError, UnknownTopicError)
+from .storage.acl_file import AclEntry, read_acls, write_acls
 from .storage.fileio import atomic_write, fsync_dir, write_faults
+from .storage.handles import HandleCache
 from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
                                 deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
                                 topic_name_problem)
@@ -93,6 +98,8 @@ class Store:
         self._topics: dict[str, Topic] = {}
         self._closed = False
         self._offsets: CommittedOffsets | None = None
+        #: The partitions holding files, within ``max.open.descriptors`` (see pylog.storage.handles).
+        self.handles = HandleCache(self._settings["max.open.descriptors"])
         if self.read_only:
             self._settings["log.cleaner.enable"] = False  # no thread, no status files
             self._check_marker()
@@ -205,7 +212,7 @@ class Store:
                     os.makedirs(os.path.join(directory, str(i)), exist_ok=True)
                 write_topic_file(directory, name, partitions, cfg.overrides)
                 fsync_dir(self.path)
-            topic = Topic(name, directory, cfg, partitions, self._settings["lock.timeout.ms"])
+            topic = Topic(name, directory, cfg, partitions, self._settings["lock.timeout.ms"], handles=self.handles)
             self._topics[name] = topic
             return topic
 
@@ -226,7 +233,7 @@ class Store:
                 cfg = TopicConfig(stored_config(doc["config"], os.path.join(directory, TOPIC_FILE)),
                                   self._defaults)
                 t = Topic(name, directory, cfg, doc["partitions"], self._settings["lock.timeout.ms"],
-                          read_only=self.read_only)
+                          read_only=self.read_only, handles=self.handles)
                 self._topics[name] = t
             return t
 
@@ -350,6 +357,25 @@ class Store:
         finally:
             os.close(fd)  # releases the flock
 
+    # ------------------------------------------------------------------ ACLs (pylog serve's authorizer)
+
+    def acls(self) -> list[AclEntry]:
+        """The access-control entries kept in this store (``<store>/__acls``, docs/FORMAT.md), in the order
+        written; [] when there are none. pylog serve's authorizer enforces them; the library does not.
+
+        :raises CorruptRecordError: when the ACL file is damaged (it is never taken for a shorter list)."""
+        self._check_open()
+        return read_acls(self.path)
+
+    def replace_acls(self, entries: Iterable[AclEntry]) -> None:
+        """Replace the store's ACLs with ``entries`` (atomically and durably: a crash keeps the old or the new
+        list). Callers serialise their read-modify-write themselves (pylog serve's authorizer does).
+
+        :raises InvalidArgumentError: for a malformed entry. :raises ReadOnlyStoreError: on a read-only store."""
+        self._check_writable("change the ACLs")
+        with write_faults("replacing the ACL file", "the previous ACLs are in force"):
+            write_acls(self.path, [AclEntry(*e) for e in entries])
+
     # ------------------------------------------------------------------ consumer groups
 
     def group_offsets(self) -> CommittedOffsets:
@@ -415,9 +441,13 @@ class Store:
     def group_lag(self, group_id: str) -> dict[TopicPartition, PartitionLag]:
         """Per partition the group has committed for: committed offset, log start and end offsets,
         lag (end - committed: records still to consume) and lead (committed - start: records retention
-        may still remove before the group falls off the log). Partitions of deleted topics are left out."""
+        may still remove before the group falls off the log). Partitions of deleted topics are left out, and so
+        are negative commits (a Kafka client's -1/-2 reset: no position; the group's consumers start those
+        partitions from their ``auto_offset_reset``)."""
         out = {}
         for tp, om in sorted(self.committed_offsets(group_id).items()):
+            if om.offset < 0:
+                continue
             try:
                 p = self.topic(tp.topic).partition(tp.partition)
             except (UnknownTopicError, IndexError, ValueError):

@@ -6,12 +6,34 @@ Everything binds to 127.0.0.1 and stops by itself (daemon threads, sockets close
 
 from __future__ import annotations
 
+import re
 import socket
 import struct
+import subprocess
+import sys
 import threading
 import time
+from typing import Any, Callable
 
-__all__ = ["CuttingProxy", "wait_until", "recv_exact", "recv_frame", "kafka_batch"]
+__all__ = ["CuttingProxy", "wait_until", "recv_exact", "recv_frame", "kafka_batch", "start_cli_server"]
+
+
+def start_cli_server(path: Any, *args: str, preexec_fn: Callable[[], None] | None = None
+                     ) -> tuple[subprocess.Popen, str, list[str]]:
+    """``pylog serve PATH --port 0 ARGS`` in its own process: ``(process, bootstrap servers, its log lines)``,
+    once it listens. Its stderr is read on from a daemon thread into the list, so the pipe never fills."""
+    proc = subprocess.Popen([sys.executable, "-m", "pylog", "serve", str(path), "--port", "0", *args],
+                            stderr=subprocess.PIPE, text=True, preexec_fn=preexec_fn)
+    assert proc.stderr is not None
+    lines: list[str] = []
+    for line in proc.stderr:
+        lines.append(line)
+        m = re.search(r"listening on ([\d.]+):(\d+)", line)
+        if m:
+            threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True).start()
+            return proc, f"{m.group(1)}:{m.group(2)}", lines
+    proc.wait(10)
+    raise AssertionError("pylog serve did not start:\n" + "".join(lines))
 
 
 def kafka_batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, base_sequence: int = -1) -> bytes:

@@ -23,3 +23,13 @@ def test_server_benchmark_quick_run(tmp_path):
                    "server CPU per 1M records produced", "end-to-end latency p50", "end-to-end latency p99",
                    "100 idle connections", "slow consumer", "VmHWM", "load average at round starts"):
         assert figure in out, figure
+
+
+def test_server_acl_benchmark_quick_run(tmp_path):
+    pytest.importorskip("confluent_kafka")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_server_acl.py"), "--quick", "--records",
+                          "5000", "--dir", str(tmp_path)], capture_output=True, text=True, check=True,
+                         timeout=300).stdout
+    for figure in ("confluent-kafka produce rec/s", "confluent-kafka fetch rec/s", "server CPU s per 1M produced",
+                   "server CPU s per 1M fetched", "load average at round starts"):
+        assert figure in out, figure

@@ -450,5 +450,6 @@ def test_other_os_errors_are_left_as_they_are():
 def test_device_errors_and_exhausted_limits_become_storage_errors_that_say_what_to_do(code):
     cause = OSError(code, os.strerror(code), "/s/t/0/00000000000000000000.log")
     err = fault(cause, "appending to t-0", "nothing was appended")
-    assert type(err) is pylog.StorageError and err.errno == code and err.__cause__ is cause
+    kind = pylog.TooManyOpenFilesError if code in (errno.EMFILE, errno.ENFILE) else pylog.StorageError
+    assert type(err) is kind and isinstance(err, pylog.StorageError) and err.errno == code and err.__cause__ is cause
     assert "appending to t-0" in str(err) and "To go on:" in str(err) and err.filename == cause.filename

@@ -10,7 +10,7 @@ import pytest
 from hypothesis import given, strategies as st
 
 from pylog.errors import (CorruptRecordError, DiskFullError, PylogError, ReadOnlyStoreError, StorageError,
-                          StorePermissionError)
+                          StorePermissionError, TooManyOpenFilesError)
 from pylog.storage import fileio
 from pylog.storage.fileio import (atomic_write, checked, decode_doc, encode_doc, fault, read_checked, try_flock,
                                   unchecked, write_all, write_checked, write_faults)
@@ -98,7 +98,7 @@ def test_atomic_write_into_a_missing_directory_leaves_file_not_found_as_it_is(tm
 @pytest.mark.parametrize("code,cls", [
     (errno.ENOSPC, DiskFullError), (errno.EDQUOT, DiskFullError), (errno.EROFS, ReadOnlyStoreError),
     (errno.EACCES, StorePermissionError), (errno.EPERM, StorePermissionError), (errno.EIO, StorageError),
-    (errno.EFBIG, StorageError), (errno.EMFILE, StorageError), (errno.ENFILE, StorageError),
+    (errno.EFBIG, StorageError), (errno.EMFILE, TooManyOpenFilesError), (errno.ENFILE, TooManyOpenFilesError),
 ])
 def test_fault_maps_each_write_refusal_to_its_pylog_error_saying_what_to_do(code, cls):
     exc = OSError(code, os.strerror(code), "/store/t/0/x.log")

@@ -363,6 +363,19 @@ def test_pylog_takes_the_next_producer_id_from_the_golden_file(tmp_path):
     assert (root / "producer.ids").read_bytes() == checked(body)
 
 
+def test_pylog_reads_and_writes_the_golden_acl_file(tmp_path):
+    want = MANIFEST["files"]["acls"]
+    raw = _raw(want["file"])
+    root = tmp_path / "store"
+    pylog.open(root).close()
+    (root / "__acls").write_bytes(raw)
+    with pylog.open(root) as store:
+        entries = store.acls()
+        assert [list(e) for e in entries] == want["document"]["acls"]
+        store.replace_acls(entries)
+    assert (root / "__acls").read_bytes() == raw
+
+
 @pytest.mark.parametrize("name", ["group.state", "group.member", "cleaner.status"])
 def test_pylog_reads_and_writes_the_golden_group_and_cleaner_status_files(name):
     want = MANIFEST["files"][name]
@@ -379,3 +392,28 @@ def test_pylog_reads_and_writes_the_golden_group_and_cleaner_status_files(name):
                                                              want["document"]["partitions"])
         assert entry.status == CleanerStatus(**want["document"]["status"])
     assert checked(encode_doc(magic, 1, want["document"])) == raw
+
+
+def test_pylog_reads_and_writes_the_golden_coordinator_groups_file(tmp_path):
+    """pylog serve's saved groups (docs/FORMAT.md): decoded to the manifest's document, and encoded from it
+    byte for byte (bin fields are hex in the manifest)."""
+    from pylog.server.groupstate import SavedGroup, SavedMember, decode_groups, encode_groups, read_groups
+    want = MANIFEST["files"]["coordinator.groups"]
+    raw = _raw(want["file"])
+    groups = decode_groups(unchecked(raw, want["file"], "coordinator groups"), want["file"])
+    doc = want["document"]["groups"]
+    assert [g.group_id for g in groups] == [d["group_id"] for d in doc]
+    for g, d in zip(groups, doc):
+        assert (g.generation, g.protocol_type, g.protocol_name, g.leader) == \
+            (d["generation"], d["protocol_type"], d["protocol_name"], d["leader"])
+        assert g.members == [SavedMember(m["member_id"], m["group_instance_id"], m["client_id"], m["client_host"],
+                                         m["session_timeout_ms"], m["rebalance_timeout_ms"],
+                                         [(n, bytes.fromhex(meta)) for n, meta in m["protocols"]],
+                                         bytes.fromhex(m["assignment"])) for m in d["members"]]
+    assert all(isinstance(g, SavedGroup) for g in groups)
+    assert checked(encode_groups(groups)) == raw
+    store_dir = tmp_path / "s"
+    (store_dir / "__consumer_groups").mkdir(parents=True)
+    shutil.copy(GOLDEN / want["file"], store_dir / "__consumer_groups" / ".coordinator")
+    assert read_groups(str(store_dir)) == groups
+

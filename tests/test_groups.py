@@ -362,20 +362,42 @@ def test_group_state_with_hostile_content_and_valid_crc_is_rebuilt(store, conten
 
 
 def test_offset_commits_with_wrong_types_are_skipped_not_trusted(store):
-    """Records of __consumer_offsets whose key/value decode to the wrong types (a bool partition, a
-    negative offset, a map keyed by a map) are skipped like any record that is not a commit."""
+    """Records of __consumer_offsets whose key/value decode to the wrong types (a bool partition, an offset
+    beyond int64, a map keyed by a map) are skipped like any record that is not a commit; a negative int64
+    offset is a commit (Kafka clients commit -1/-2 to reset a group) and is read back as committed."""
     import msgpack
     from pylog.clients.groups import decode_commit
     good_key = msgpack.packb([1, "g", "t", 0])
     assert decode_commit(good_key, msgpack.packb([1, 5, "", 0, -1, ""])) == (("g", "t", 0), OffsetAndMetadata(5, ""))
     assert decode_commit(msgpack.packb([1, "g", "t", True]), msgpack.packb([1, 5, ""])) is None
-    assert decode_commit(good_key, msgpack.packb([1, -5, ""])) is None
+    assert decode_commit(good_key, msgpack.packb([1, -5, ""])) == (("g", "t", 0), OffsetAndMetadata(-5, ""))
     assert decode_commit(good_key, msgpack.packb([1, 1 << 63, ""])) is None
+    assert decode_commit(good_key, msgpack.packb([1, True, ""])) is None
     assert decode_commit(_msgpack_map_keyed_by_a_map(), None) is None
     store.commit_offsets("g", {TopicPartition("t", 0): 3})
     p = store.group_offsets().partition_for("g")
-    p.append_values([msgpack.packb([1, -7, ""])], [good_key])
+    p.append_values([msgpack.packb([1, 1 << 63, ""])], [good_key])
     assert store.committed_offsets("g")[TopicPartition("t", 0)].offset == 3
+
+
+def test_negative_commit_reads_back_and_consumer_applies_auto_offset_reset(store):
+    """A -1/-2 commit (how kafkajs resets a group) is stored and returned by committed_offsets, and a pylog
+    consumer of the group treats it as no position, like Kafka's Java consumer: auto_offset_reset applies."""
+    store.create_topic("t", 1)
+    with store.producer() as prod:
+        for i in range(5):
+            prod.send("t", b"v%d" % i, partition=0)
+    store.commit_offsets("g", {TopicPartition("t", 0): 3})
+    store.commit_offsets("g", {TopicPartition("t", 0): OffsetAndMetadata(-2, "reset")})
+    assert store.committed_offsets("g")[TopicPartition("t", 0)] == OffsetAndMetadata(-2, "reset")
+    assert TopicPartition("t", 0) not in store.group_lag("g")
+    with _member(store, auto_offset_reset="earliest", enable_auto_commit=False) as c:
+        assert sorted(offset for _, offset in _drain(c)) == [0, 1, 2, 3, 4]
+        assert c.committed(TopicPartition("t", 0)) is None
+    store.commit_offsets("g", {TopicPartition("t", 0): -1})
+    with _member(store, auto_offset_reset="latest", enable_auto_commit=False) as c:
+        assert _drain(c) == []
+        assert c.position(TopicPartition("t", 0)) == 5
 
 
 def test_admin_reset_and_delete_group(store):

@@ -32,7 +32,7 @@ import aiokafka.errors  # noqa: E402
 import kafka.errors as KErr  # noqa: E402
 from confluent_kafka import KafkaException  # noqa: E402
 from confluent_kafka.admin import (AclBinding, AclBindingFilter, AclOperation, AclPermissionType,  # noqa: E402
-                                   AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource,
+                                   AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, ConfigSource,
                                    ResourcePatternType, ResourceType, ScramCredentialInfo, ScramMechanism,
                                    UserScramCredentialUpsertion)
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer, TopicPartition  # noqa: E402
@@ -91,9 +91,9 @@ def test_advertised_versions_of_the_new_apis():
     assert sv[ApiKey.DESCRIBE_CLUSTER] == (0, 1)
     assert sv[ApiKey.OFFSET_DELETE] == (0, 0)
     assert sv[ApiKey.DESCRIBE_LOG_DIRS] == (1, 4)
-    for k in (29, 30, 31, 34, 43, 46, 50, 51, 65, 66):
+    for k in (29, 30, 31, 34, 43, 46, 48, 49, 50, 51, 65, 66):
         assert k in sv
-    for k in (45, 48, 49, 61):  # answered only with UNSUPPORTED_VERSION: not advertised
+    for k in (45, 61):  # answered only with UNSUPPORTED_VERSION: not advertised
         assert k not in sv
 
 
@@ -303,8 +303,9 @@ def test_reassignments_and_transactions_are_empty(server, store, kp_admin):
     store.create_topic("q")
     assert kp_admin.list_partition_reassignments() == {}
     assert kp_admin.list_transactions() == {0: []}
-    # kafka-python's describe_transactions looks for the transaction coordinator first, which is refused
-    with pytest.raises(KErr.TransactionalIdAuthorizationFailedError, match="does not support transactions"):
+    # kafka-python's describe_transactions looks for the transaction coordinator first (this node), which
+    # knows no transactional id: Kafka's answer for one never used
+    with pytest.raises(KErr.TransactionalIdNotFoundError):
         kp_admin.describe_transactions(["a"])
     resp = _call(server, 65, 0, {"transactional_ids": ["a", "b"]})
     assert [(s["transactional_id"], s["error_code"]) for s in resp["transaction_states"]] == [
@@ -377,19 +378,13 @@ def test_unadvertised_apis_are_reported_by_the_client(server, store, kp_admin):
 @pytest.mark.parametrize("api_key,version,body,array", [
     (45, 0, {"timeout_ms": 1, "topics": [{"name": "u", "partitions": [{"partition_index": 0, "replicas": [0]}]}]},
      "responses"),
-    (48, 1, {"components": [], "strict": False}, None),
-    (49, 1, {"entries": [{"entity": [{"entity_type": "client-id", "entity_name": "c"}], "ops": []}]}, "entries"),
     (61, 0, {"topics": [{"name": "u", "partition_indexes": [0]}]}, "topics"),
 ])
 def test_unadvertised_apis_sent_anyway_get_unsupported_version(server, store, api_key, version, body, array):
     with socket.create_connection((server.host, server.port), timeout=10) as s:
         resp = _call(server, api_key, version, body, sock=s)
-        if array is None:
-            assert resp["error_code"] == ErrorCode.UNSUPPORTED_VERSION
-        else:
-            assert len(resp[array]) == 1  # mirrors the request, every error field UNSUPPORTED_VERSION
-            flat = repr(resp)
-            assert str(int(ErrorCode.UNSUPPORTED_VERSION)) in flat
+        assert len(resp[array]) == 1  # mirrors the request, every error field UNSUPPORTED_VERSION
+        assert str(int(ErrorCode.UNSUPPORTED_VERSION)) in repr(resp)
         # the connection stays open: the next request on it is answered
         assert _call(server, 60, 0, {"include_cluster_authorized_operations": False}, sock=s)["controller_id"] == 0
 
@@ -418,7 +413,7 @@ def test_transactional_confluent_producer_fails_fast(server, store):
         p.init_transactions(20)
     err = e.value.args[0]
     assert err.code() == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and err.fatal()
-    assert "does not support transactions" in err.str()
+    assert "Transactional Id authorization failed" in err.str()
     assert time.monotonic() - t0 < 10
     _healthy(server, store)
 
@@ -438,3 +433,54 @@ def test_transactional_aiokafka_producer_fails_fast(server, store):
         asyncio.run(run())
     assert time.monotonic() - t0 < 10
     _healthy(server, store)
+
+
+# --------------------------------------------------------------------------- broker configs
+
+def test_describe_broker_configs_lists_the_store_defaults_under_kafkas_names(tmp_path):
+    """DescribeConfigs for the broker lists every broker config (it returned nothing when the store had no
+    explicit defaults): the store's topic defaults under Kafka's broker names, given ones as
+    STATIC_BROKER_CONFIG, the others as DEFAULT_CONFIG, all read-only; the store's and the coordinator's
+    settings too."""
+    with pylog.open(tmp_path / "s", retention_ms=3_600_000, offsets_topic_num_partitions=4) as store, \
+            pylog.serve(store, port=0) as server:
+        admin = AdminClient({"bootstrap.servers": server.bootstrap_servers})
+        [entries] = [f.result(10) for f in admin.describe_configs([ConfigResource(ResourceType.BROKER, "0")]).values()]
+        assert entries["log.retention.ms"].value == "3600000" and not entries["log.retention.ms"].is_default
+        assert entries["log.retention.ms"].source == ConfigSource.STATIC_BROKER_CONFIG.value
+        assert entries["log.segment.bytes"].value == str(1024 ** 3) and entries["log.segment.bytes"].is_default
+        assert entries["log.cleanup.policy"].value == "delete" and entries["message.max.bytes"].value
+        assert entries["offsets.topic.num.partitions"].value == "4"
+        assert entries["group.initial.rebalance.delay.ms"].value == "300" and entries["broker.id"].value == "0"
+        assert all(e.is_read_only for e in entries.values())
+        assert "retention.ms" not in entries  # topic names are the topics' own
+        # kafka-python reads them too (DescribeConfigs v1+).
+        kp = KafkaAdminClient(bootstrap_servers=server.bootstrap_servers, request_timeout_ms=10_000)
+        try:
+            from kafka.admin import ConfigResource as KConfigResource, ConfigResourceType
+            res = [KConfigResource(ConfigResourceType.BROKER, "0")]
+            every = kp.describe_configs(res, config_filter="all")["broker"]["0"]
+            assert {"log.retention.ms", "log.segment.bytes", "num.partitions"} <= set(every)
+        finally:
+            kp.close()
+
+
+def test_altering_broker_configs_is_refused_per_config_as_kafka_refuses_static_ones(server, store, ck_admin):
+    """Broker configs are fixed when the store is opened: AlterConfigs and IncrementalAlterConfigs answer
+    INVALID_REQUEST naming each config ("Cannot update these configs dynamically", Kafka's words), and an
+    unknown name as unknown; nothing changes."""
+    before = dict(store.defaults)
+    with pytest.raises(KafkaException) as e:
+        ck_admin.incremental_alter_configs([ConfigResource(ResourceType.BROKER, "0", incremental_configs=[
+            ConfigEntry("log.retention.ms", "5", incremental_operation=AlterConfigOpType.SET),
+            ConfigEntry("no.such.config", "1", incremental_operation=AlterConfigOpType.SET)])])[
+            ConfigResource(ResourceType.BROKER, "0")].result(10)
+    err = e.value.args[0]
+    assert err.code() == ErrorCode.INVALID_REQUEST
+    assert "Cannot update these configs dynamically: log.retention.ms" in err.str()
+    assert "Unknown broker configs: no.such.config" in err.str()
+    resp = _call(server, 33, 1, {"resources": [{"resource_type": 4, "resource_name": "0", "configs": [
+        {"name": "num.partitions", "value": "3"}]}], "validate_only": True})
+    [r] = resp["responses"]
+    assert r["error_code"] == ErrorCode.INVALID_REQUEST and "num.partitions" in r["error_message"]
+    assert store.defaults == before and store.settings["num.partitions"] == 1

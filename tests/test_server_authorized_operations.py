@@ -1,6 +1,7 @@
 """Authorized operations (KIP-430) from ``pylog serve``: DescribeTopics, DescribeCluster and DescribeGroups
 with ``include_authorized_operations`` answer what the client may do (everything Kafka supports on the
-resource type: pylog serve has no ACLs; reads only on a read-only store), as librdkafka's 0081 expects."""
+resource type without the authorizer, what its ACLs allow with it; reads only on a read-only store), as
+librdkafka's 0081 expects."""
 
 from __future__ import annotations
 
@@ -74,3 +75,32 @@ def test_a_read_only_store_reports_only_the_operations_that_read(tmp_path):
         assert _ops(desc["frozen"].result(30).authorized_operations) == READS
         cluster = admin.describe_cluster(include_authorized_operations=True).result(30)
         assert _ops(cluster.authorized_operations) == {AclOperation.DESCRIBE, AclOperation.DESCRIBE_CONFIGS}
+
+
+def test_with_the_authorizer_a_user_is_told_the_operations_its_acls_allow(tmp_path):
+    from confluent_kafka.admin import AclBinding, AclPermissionType, ResourcePatternType, ResourceType
+
+    from pylog.server.auth import Credentials
+
+    users = {"admin": "admin-secret", "bob": "bob-secret"}
+    with pylog.open(tmp_path / "s") as store:
+        store.create_topic("orders")
+        with pylog.serve(store, port=0, authorizer=True, super_users="User:admin",
+                         sasl_credentials=Credentials(users), sasl_mechanisms=["PLAIN"]) as server:
+            def client(user: str) -> AdminClient:
+                return AdminClient({"bootstrap.servers": server.bootstrap_servers,
+                                    "security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN",
+                                    "sasl.username": user, "sasl.password": users[user], **QUIET})
+
+            admin = client("admin")
+            grants = [AclBinding(ResourceType.TOPIC, "orders", ResourcePatternType.LITERAL, "User:bob", "*", op,
+                                 AclPermissionType.ALLOW) for op in (AclOperation.READ, AclOperation.WRITE)]
+            for f in admin.create_acls(grants).values():
+                f.result(30)
+            bob = client("bob")
+            desc = bob.describe_topics(TopicCollection(["orders"]), include_authorized_operations=True)
+            # READ and WRITE imply DESCRIBE (Kafka's rule, as the authorizer decides)
+            assert _ops(desc["orders"].result(30).authorized_operations) == {
+                AclOperation.READ, AclOperation.WRITE, AclOperation.DESCRIBE}
+            desc = admin.describe_topics(TopicCollection(["orders"]), include_authorized_operations=True)
+            assert _ops(desc["orders"].result(30).authorized_operations) == TOPIC_OPS  # a super user

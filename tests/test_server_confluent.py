@@ -139,3 +139,27 @@ def test_admin_list_topics(server, store):
     md = AdminClient({"bootstrap.servers": server.bootstrap_servers, **QUIET}).list_topics(timeout=10)
     assert "listed" in md.topics and sorted(md.topics["listed"].partitions) == [0, 1]
     assert [b.id for b in md.brokers.values()] == [0]
+
+
+def test_kip848_consumer_group_protocol_fails_loudly_instead_of_consuming_nothing(server, store):
+    """group.protocol=consumer (KIP-848): pylog serve lists ConsumerGroupHeartbeat and answers it with
+    UNSUPPORTED_VERSION, which librdkafka turns into a fatal error delivered by poll() (and logged at the
+    default level). Not listing the API (as before) left the consumer polling forever, silently, with nothing
+    consumed (librdkafka only says so in its debug log)."""
+    store.create_topic("t848", 1)
+    _produce(server, "t848", [(b"v", None, None, None)])
+    c = Consumer({"bootstrap.servers": server.bootstrap_servers, "group.id": "g848", "group.protocol": "consumer",
+                  "auto.offset.reset": "earliest", **QUIET})
+    c.subscribe(["t848"])
+    try:
+        deadline = time.monotonic() + 30
+        err = None
+        while err is None and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None:
+                assert m.error() is not None, "consumed a record through an unsupported protocol"
+                err = m.error()
+        assert err is not None and err.code() == ck.KafkaError._FATAL
+        assert "ConsumerGroupHeartbeat" in err.str() and "API version not supported" in err.str()
+    finally:
+        c.close()

@@ -395,18 +395,121 @@ async def test_static_members(store: Any) -> None:
     assert r["members"] == [{"member_id": r["member_id"], "group_instance_id": "i1", "metadata": b"meta"}]
     old = r["member_id"]
     await sync(c, old, 1, {old: b"x"})
-    # The same instance restarts without its member id: it replaces the old member.
+    # The same instance restarts without its member id: it replaces the old member, in the same generation
+    # (the group is Stable and its protocol stays): no rebalance, the old assignment, and the previous
+    # leader's id, so that it does not assign.
     r2 = await c.join_group(join_req(instance="i1"), 9, client_id="s")
-    assert r2["error_code"] == 0 and r2["generation_id"] == 2 and r2["member_id"] != old
+    assert r2["error_code"] == 0 and r2["generation_id"] == 1 and r2["member_id"] != old
+    assert r2["leader"] == old and r2["members"] == [] and c.group_state("g") == co.STABLE
+    assert (await sync(c, r2["member_id"], 1, group_instance_id="i1"))["assignment"] == b"x"
     assert await hb(c, old, 1) == co.UNKNOWN_MEMBER_ID
-    fenced = await c.heartbeat({"group_id": "g", "generation_id": 2, "member_id": old,
+    fenced = await c.heartbeat({"group_id": "g", "generation_id": 1, "member_id": old,
                                 "group_instance_id": "i1"}, 4)
     assert fenced["error_code"] == co.FENCED_INSTANCE_ID  # its instance id is another member's now
     assert (await c.join_group(join_req(member_id=old, instance="i1"), 9))["error_code"] == co.FENCED_INSTANCE_ID
-    assert (await sync(c, old, 2, group_instance_id="i1"))["error_code"] == co.FENCED_INSTANCE_ID
+    assert (await sync(c, old, 1, group_instance_id="i1"))["error_code"] == co.FENCED_INSTANCE_ID
+    # A restart preferring another protocol changes what the group would choose: that one rebalances.
+    r4 = await c.join_group(join_req(instance="i1", protocols=(("roundrobin", b"m2"), ("range", b"m"))), 9,
+                            client_id="s")
+    assert r4["error_code"] == 0 and r4["generation_id"] == 2 and r4["leader"] == r4["member_id"]
     r3 = await c.leave_group({"group_id": "g", "members": [{"member_id": "", "group_instance_id": "i1"}]}, 4)
     assert r3["members"][0]["error_code"] == 0 and c.group_state("g") == co.EMPTY
     c.close()
+
+
+@pytest.mark.asyncio
+async def test_static_member_restart_does_not_rebalance_the_other_members(store: Any) -> None:
+    """librdkafka's test 0102: a static member that restarts (a new member id, the same group.instance.id)
+    within its session timeout takes its place back; the other member's heartbeats never see a rebalance."""
+    c = make(store, delay_ms=200)  # both members form generation 1
+    a, b = await asyncio.gather(join(c, instance="a", client_id="a"), join(c, instance="b", client_id="b"))
+    leader = a if a["members"] else b
+    ids = {r["member_id"] for r in (a, b)}
+    await asyncio.gather(*(sync(c, m, 1, {i: i.encode() for i in ids} if m == leader["member_id"] else None)
+                           for m in ids))
+    r = await c.join_group(join_req(instance="b"), 9, client_id="b")
+    assert (r["error_code"], r["generation_id"]) == (0, 1)
+    assert (await sync(c, r["member_id"], 1))["assignment"] == b["member_id"].encode()
+    assert await hb(c, a["member_id"], 1) == 0 and await hb(c, r["member_id"], 1) == 0
+    assert c.group_generation("g") == 1 and c.group_state("g") == co.STABLE
+    c.close()
+
+
+# ---------------------------------------------------------------------------------------------- saved groups
+
+def _pool() -> concurrent.futures.ThreadPoolExecutor:
+    return concurrent.futures.ThreadPoolExecutor(1)
+
+
+@pytest.mark.asyncio
+async def test_group_membership_survives_a_restart_of_the_coordinator(store: Any) -> None:
+    """A clean stop saves every group; the next coordinator loads them: members go on heartbeating,
+    syncing and committing with their member ids and generation, without a rebalance."""
+    pool = _pool()
+    c = make(store, delay_ms=200, executor=pool)
+    a, b = await asyncio.gather(join(c, client_id="a", instance="static-a"), join(c, client_id="b"))
+    leader = a if a["members"] else b
+    ids = [r["member_id"] for r in (a, b)]
+    await asyncio.gather(*(sync(c, m, 1, {i: b"part-" + i.encode() for i in ids} if m == leader["member_id"]
+                                else None) for m in ids))
+    await asyncio.gather(join(c, group="empty-now", client_id="e"))
+    await c.leave_group({"group_id": "empty-now", "members": [
+        {"member_id": m, "group_instance_id": None} for m in
+        [x["member_id"] for x in (await c.describe_groups({"groups": ["empty-now"]}, 5))["groups"][0]["members"]]]}, 3)
+    c.close()
+    pool.shutdown(wait=True)  # the server drains its storage pool on stop: the final write is done
+    c2 = make(store, executor=_pool())
+    await c2.load()
+    assert c2.group_state("g") == co.STABLE and c2.group_generation("g") == 1
+    assert c2.group_state("empty-now") == co.EMPTY and c2.group_generation("empty-now") == 2
+    for m in ids:
+        assert await hb(c2, m, 1) == 0
+        assert (await sync(c2, m, 1))["assignment"] == b"part-" + m.encode()
+    assert await commit(c2, {("t", 0): 7}, ids[0], 1) == {("t", 0): 0}
+    # The static member restarting after the server did keeps its place too.
+    r = await c2.join_group(join_req(instance="static-a"), 9, client_id="a")
+    assert (r["error_code"], r["generation_id"]) == (0, 1)
+    desc = (await c2.describe_groups({"groups": ["g"]}, 5))["groups"][0]
+    assert desc["group_state"] == co.STABLE and len(desc["members"]) == 2
+    c2.close()
+
+
+@pytest.mark.asyncio
+async def test_a_crash_keeps_the_last_stable_generation(store: Any) -> None:
+    """Each new stable generation is saved when it forms (no clean stop needed): a coordinator started on the
+    file after a crash (here: the first one never closed) has the group as of its last SyncGroup."""
+    c = make(store)
+    a = await join(c, client_id="a")
+    await sync(c, a["member_id"], 1, {a["member_id"]: b"all"})
+    assert c.write_state()  # what the queued write does in the storage pool
+    joiner = asyncio.ensure_future(join(c, client_id="b"))  # a rebalance under way at the crash
+    await asyncio.sleep(0.05)
+    c2 = make(store)
+    await c2.load()
+    assert c2.group_generation("g") == 1 and await hb(c2, a["member_id"], 1) == 0
+    assert (await sync(c2, a["member_id"], 1))["assignment"] == b"all"
+    c.close()
+    joiner.cancel()
+    c2.close()
+
+
+@pytest.mark.asyncio
+async def test_a_damaged_saved_groups_file_starts_every_group_empty(store: Any, caplog: Any) -> None:
+    from pylog.server.groupstate import groups_path
+    c = make(store)
+    a = await join(c, client_id="a")
+    await sync(c, a["member_id"], 1, {a["member_id"]: b"all"})
+    assert c.write_state()
+    c.close()
+    path = groups_path(store.path)
+    raw = bytearray(open(path, "rb").read())
+    raw[10] ^= 0xFF
+    open(path, "wb").write(bytes(raw))
+    c2 = make(store)
+    await c2.load()
+    assert c2.group_state("g") is None and "cannot be read" in caplog.text
+    assert await hb(c2, a["member_id"], 1) == co.UNKNOWN_MEMBER_ID
+    c2.close()
 
 
 # ---------------------------------------------------------------------------------------------- offsets

@@ -76,8 +76,8 @@ def setup(tmp_path, monkeypatch):
     # and its answer (the case idempotence is for) rather than before the request arrived.
     append_all = DataHandlers._append_all
 
-    def slow_append_all(self, work, acks):
-        result = append_all(self, work, acks)
+    def slow_append_all(self, *args):
+        result = append_all(self, *args)
         time.sleep(0.02)
         return result
 

@@ -14,6 +14,7 @@ acknowledged is fsynced before the command exits.
 from __future__ import annotations
 
 import argparse
+import json
 import logging
 import sys
 from typing import Any, TextIO
@@ -46,6 +47,8 @@ def register(sub: Any) -> None:
                    help="most partitions CreateTopics / CreatePartitions give a topic (default 10000)")
     s.add_argument("--connections-max-idle-ms", type=non_negative, default=600_000, metavar="MS",
                    help="close a connection idle this long (Kafka's connections.max.idle.ms; default 600000, 0: never)")
+    s.add_argument("--max-open-descriptors", type=non_negative, default=0, metavar="N",
+                   help="file descriptors the store's partitions may hold (default 0: half of `ulimit -n`)")
     s.add_argument("--connection-failed-authentication-delay-ms", type=non_negative, default=100, metavar="MS",
                    help="answer a failed SASL login after this delay, doubled per further failure from the address "
                         "(Kafka's connection.failed.authentication.delay.ms; default 100)")
@@ -58,6 +61,16 @@ def register(sub: Any) -> None:
     s.add_argument("--sasl-users", metavar="JSON", help="require SASL: the users file (docs/SERVER.md)")
     s.add_argument("--sasl-mechanisms", default="PLAIN,SCRAM-SHA-256,SCRAM-SHA-512", metavar="LIST",
                    help="comma-separated SASL mechanisms offered (default: PLAIN,SCRAM-SHA-256,SCRAM-SHA-512)")
+    s.add_argument("--authorizer", action="store_true",
+                   help="check every request against the store's ACLs (Kafka's authorizer; docs/SERVER.md)")
+    s.add_argument("--super-users", metavar="LIST", help="with --authorizer: principals allowed everything, "
+                   "Kafka's super.users (e.g. 'User:admin;User:ops')")
+    s.add_argument("--allow-everyone-if-no-acl-found", action="store_true",
+                   help="with --authorizer: a resource no ACL names is open to everyone (Kafka's "
+                   "allow.everyone.if.no.acl.found; default: refused)")
+    s.add_argument("--quotas", metavar="JSON", help="client quotas: a JSON file mapping Kafka entities "
+                   "('user=alice', 'client-id=etl', both, '<default>') to producer_byte_rate, consumer_byte_rate, "
+                   "request_percentage (docs/SERVER.md)")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="what the server logs to stderr (default INFO)")
     s.set_defaults(run=_serve)
@@ -73,9 +86,12 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
         "advertised_port": args.advertised_port, "auto_create_topics": not args.no_auto_create_topics,
         "max_request_bytes": args.max_request_bytes, "max_partitions_per_topic": args.max_partitions_per_topic,
         "connections_max_idle_ms": args.connections_max_idle_ms, "num_partitions": args.num_partitions,
+        "authorizer": args.authorizer,
+        "super_users": args.super_users, "allow_everyone_if_no_acl_found": args.allow_everyone_if_no_acl_found,
         "connection_failed_authentication_delay_ms": args.connection_failed_authentication_delay_ms,
         "connection_failed_authentication_delay_max_ms": args.connection_failed_authentication_delay_max_ms,
     }
+    options["max_open_descriptors"] = args.max_open_descriptors
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
             raise CommandError("--tls-cert and --tls-key go together")
@@ -91,7 +107,20 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
         logging.getLogger("pylog.server").warning(
             "pylog serve: listening on %s without SASL: anyone who reaches this address can read and write the "
             "store (see --sasl-users and --tls-cert)", args.host)
+    if args.quotas:
+        options["quotas"] = _load_quotas(args.quotas)
     check_store_path(args.store, create=True)
     server = Server(args.store, **options)
     server.serve_forever(handle_signals=True)
     return ExitCode.OK
+
+
+def _load_quotas(path: str) -> dict:
+    try:
+        with open(path, encoding="utf-8") as f:
+            doc = json.load(f)
+    except (OSError, ValueError) as exc:
+        raise CommandError(f"--quotas {path}: {exc}") from None
+    if not isinstance(doc, dict):
+        raise CommandError(f"--quotas {path}: expected a JSON object of entities")
+    return doc

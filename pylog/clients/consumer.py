@@ -37,7 +37,7 @@ from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigErro
                      ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
-from .groups import CommittedOffsets, GroupMember, check_group_id
+from .groups import CommittedOffsets, GroupMember, check_group_id, valid_position
 from ..storage.notify import Watch, wait_any
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
@@ -345,7 +345,7 @@ class Consumer:
 
     def _committed_position(self, tp: TopicPartition) -> int | None:
         assert self._offsets is not None and self._group_id is not None
-        om = self._offsets.committed(self._group_id, tp)
+        om = valid_position(self._offsets.committed(self._group_id, tp))  # -1/-2 from a Kafka client: reset
         return None if om is None else om.offset
 
     def _leave_group(self, autocommit: bool) -> None:
@@ -437,10 +437,11 @@ class Consumer:
 
     def committed(self, tp: TopicPartition, metadata: bool = False) -> int | OffsetAndMetadata | None:
         """The group's last committed offset for ``tp`` (with ``metadata``: the :class:`OffsetAndMetadata`),
-        None when nothing was committed. :raises InvalidConfigError: without a ``group_id``."""
+        None when nothing was committed or the commit is negative (a Kafka client's -1/-2 reset: no position, as
+        for Kafka's Java consumer). :raises InvalidConfigError: without a ``group_id``."""
         if self._group_id is None or self._offsets is None:
             raise InvalidConfigError("committed() needs a consumer with a group_id")
-        om = self._offsets.committed(self._group_id, _topic_partition(tp))
+        om = valid_position(self._offsets.committed(self._group_id, _topic_partition(tp)))
         if om is None:
             return None
         return om if metadata else om.offset

@@ -63,7 +63,7 @@ from ..storage.topic import Topic
 
 __all__ = ["OFFSETS_TOPIC", "GROUPS_DIR", "CommittedOffsets", "GroupMember", "GroupDescription",
            "MemberDescription", "PartitionLag", "describe_group", "list_group_dirs", "remove_group_dir",
-           "check_group_id"]
+           "check_group_id", "valid_position"]
 
 log = logging.getLogger("pylog.groups")  # logger names are what operators filter on: unchanged by the move
 
@@ -79,6 +79,9 @@ _MEMBER_ID_BAD = re.compile(r"[^A-Za-z0-9._-]")
 #: index entries are dense (every 512 bytes) so that re-opening scans few batches past the last one.
 _OFFSETS_INDEX_BYTES = 64 * 1024
 _OFFSET_MAX = (1 << 63) - 1
+#: Kafka stores any int64 a client commits: kafkajs commits -1 and -2 (its "latest"/"earliest" markers) to reset a
+#: group and relies on reading them back. A negative commit is no position (see :func:`valid_position`).
+_OFFSET_MIN = -(1 << 63)
 _PARTITION_MAX = (1 << 31) - 1
 _EPOCH_MAX = (1 << 31) - 1
 
@@ -158,14 +161,21 @@ def decode_commit(key: bytes | None,
         if value is None:
             return (k[1], k[2], k[3]), None
         v = msgpack.unpackb(value, raw=False)
-        if not (type(v) is list and len(v) >= 3 and v[0] == _FORMAT_VERSION and _in_range(v[1], _OFFSET_MAX)
-                and type(v[2]) is str):
+        if not (type(v) is list and len(v) >= 3 and v[0] == _FORMAT_VERSION
+                and _in_range(v[1], _OFFSET_MAX, _OFFSET_MIN) and type(v[2]) is str):
             return None
         # The leader epoch (7th element) is optional: commits written before it was kept have 6 elements.
         epoch = v[6] if len(v) >= 7 and _in_range(v[6], _EPOCH_MAX, -1) else -1
         return (k[1], k[2], k[3]), OffsetAndMetadata(v[1], v[2], epoch)
     except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException):
         return None
+
+
+def valid_position(om: OffsetAndMetadata | None) -> OffsetAndMetadata | None:
+    """``om`` when it is a position to consume from, else None: a negative commit (Kafka clients commit -1 and
+    -2 to reset a group, and Kafka stores and returns any int64) is no valid position, as for Kafka's Java
+    consumer, which then applies ``auto.offset.reset``."""
+    return om if om is not None and om.offset >= 0 else None
 
 
 def _in_range(value: Any, hi: int, lo: int = 0) -> bool:
@@ -693,7 +703,8 @@ def common_protocol(members: Mapping[str, Mapping[str, Any]], mine: Sequence[str
 # ---------------------------------------------------------------------------------------------- inspection
 
 def list_group_dirs(store_path: str) -> list[str]:
-    """Group ids that have a membership directory (read from their state files)."""
+    """Group ids that have a membership directory (read from their state files). Names starting with ``.``
+    are not groups' (no group directory is named so): ``pylog serve`` keeps its coordinator's groups there."""
     root = os.path.join(store_path, GROUPS_DIR)
     out = []
     try:
@@ -701,6 +712,8 @@ def list_group_dirs(store_path: str) -> list[str]:
     except FileNotFoundError:
         return []
     for name in names:
+        if name.startswith("."):
+            continue
         try:
             state = _read_state(os.path.join(root, name, "state"))
         except CorruptRecordError:

@@ -51,12 +51,15 @@ from typing import Callable
 
 from ..errors import InvalidArgumentError, InvalidConfigError
 
-__all__ = ["QuotaManager", "throttle_delay", "PRODUCE", "CONSUME", "QUOTA_WINDOW_NUM", "QUOTA_WINDOW_SIZE_S"]
+__all__ = ["QuotaManager", "throttle_delay", "PRODUCE", "CONSUME", "REQUEST", "QUOTA_WINDOW_NUM",
+           "QUOTA_WINDOW_SIZE_S"]
 
-#: The kinds of traffic a quota limits.
+#: The kinds of traffic a quota limits. REQUEST is ``pylog serve``'s request quota (Kafka's
+#: ``request_percentage``): recorded in percent-seconds of handling time, limited in percent of one thread.
 PRODUCE = "produce"
 CONSUME = "consume"
-_KINDS = frozenset((PRODUCE, CONSUME))
+REQUEST = "request"
+_KINDS = frozenset((PRODUCE, CONSUME, REQUEST))
 #: Kafka's defaults: quota.window.num (samples) and quota.window.size.seconds (seconds per sample).
 QUOTA_WINDOW_NUM = 11
 QUOTA_WINDOW_SIZE_S = 1.0
@@ -174,7 +177,7 @@ class QuotaManager:
     def quotas(self) -> dict[str, dict[str, float]]:
         """Every limit: ``{client_id: {"producer_byte_rate": ..., "consumer_byte_rate": ...}}`` (a client
         appears with the kinds it has a limit for)."""
-        names = {PRODUCE: "producer_byte_rate", CONSUME: "consumer_byte_rate"}
+        names = {PRODUCE: "producer_byte_rate", CONSUME: "consumer_byte_rate", REQUEST: "request_percentage"}
         out: dict[str, dict[str, float]] = {}
         with self._lock:
             items = sorted((c, k, rate) for (c, k), rate in self._limits.items() if c is not None)
@@ -246,7 +249,7 @@ def throttle_delay(observed: float, limit: float, window: float) -> float:
 
 def _check_kind(kind: str) -> None:
     if kind not in _KINDS:
-        raise InvalidArgumentError(f"quota kind must be {PRODUCE!r} or {CONSUME!r}, got {kind!r}")
+        raise InvalidArgumentError(f"quota kind must be {PRODUCE!r}, {CONSUME!r} or {REQUEST!r}, got {kind!r}")
 
 
 def _positive(x: object) -> bool:

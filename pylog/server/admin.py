@@ -15,8 +15,10 @@ Invariants:
   another broker, is refused with INVALID_REPLICATION_FACTOR / INVALID_REPLICA_ASSIGNMENT. Its one log
   directory is the store's path; node 0 is the leader of every partition (no election is ever needed) and no
   reassignment or transaction is ever in progress.
-- Config changes go through ``store.alter_topic_config`` (checked as the library checks them); broker
-  (store-wide) configs are read-only over the protocol.
+- Config changes go through ``store.alter_topic_config`` (checked as the library checks them). Broker configs
+  are the store's, fixed when it is opened: DescribeConfigs lists them under Kafka's broker names (topic
+  settings under their broker synonyms, e.g. ``log.retention.ms``), read-only; AlterConfigs and
+  IncrementalAlterConfigs refuse each one as Kafka refuses a config it cannot update dynamically.
 """
 
 from __future__ import annotations
@@ -25,14 +27,15 @@ import os
 import shutil
 from typing import TYPE_CHECKING, Any
 
-from ..config import SETTINGS, TopicConfig
+from ..config import SETTINGS, STORE_SETTINGS, TopicConfig
 from ..errors import InvalidGroupError, PylogError, RebalanceInProgressError, TopicExistsError
 from ..clients.groups import check_group_id
 from ..structs import TopicPartition
 from ..storage.filenames import is_internal_topic, topic_name_problem
 from .coordinator import DEAD, EMPTY
 from .errormap import code_for
-from .operations import CLUSTER, NOT_REQUESTED, authorized_operations
+from .authorizer import CLUSTER_NAME
+from .operations import CLUSTER, NOT_REQUESTED
 from .protocol import REFUSED_APIS, error_response
 from .protocol import codes as E
 
@@ -43,8 +46,22 @@ __all__ = ["AdminHandlers"]
 
 #: DescribeConfigs resource types.
 TOPIC_RESOURCE, BROKER_RESOURCE = 2, 4
-#: DescribeConfigs config sources.
-SOURCE_TOPIC, SOURCE_DEFAULT = 1, 5
+#: DescribeConfigs config sources (Kafka's DYNAMIC_TOPIC_CONFIG, STATIC_BROKER_CONFIG, DEFAULT_CONFIG).
+SOURCE_TOPIC, SOURCE_STATIC_BROKER, SOURCE_DEFAULT = 1, 4, 5
+#: Kafka's broker config for each topic setting (its LogConfig synonyms): what a broker's defaults are named.
+BROKER_SYNONYMS = {
+    "segment.bytes": "log.segment.bytes", "segment.ms": "log.roll.ms",
+    "segment.index.bytes": "log.index.size.max.bytes",
+    "index.interval.bytes": "log.index.interval.bytes", "retention.ms": "log.retention.ms",
+    "retention.bytes": "log.retention.bytes", "cleanup.policy": "log.cleanup.policy",
+    "min.cleanable.dirty.ratio": "log.cleaner.min.cleanable.ratio",
+    "delete.retention.ms": "log.cleaner.delete.retention.ms",
+    "min.compaction.lag.ms": "log.cleaner.min.compaction.lag.ms",
+    "max.compaction.lag.ms": "log.cleaner.max.compaction.lag.ms", "max.message.bytes": "message.max.bytes",
+    "compression.type": "compression.type", "flush.messages": "log.flush.interval.messages",
+    "flush.ms": "log.flush.interval.ms", "producer.id.expiration.ms": "producer.id.expiration.ms",
+    "message.timestamp.type": "log.message.timestamp.type",
+}
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 #: Topic configs Kafka 3.x accepts and ignores (``message.format.version`` has no effect since 3.0's
 #: inter-broker protocol): accepted and dropped here too, so that clients setting them work (librdkafka 0092).
@@ -188,17 +205,36 @@ class AdminHandlers:
                 cfg = store.topic(rname).config
                 items = [(k, cfg[k], SOURCE_TOPIC if cfg.is_override(k) else SOURCE_DEFAULT) for k in cfg]
             elif rtype == BROKER_RESOURCE:
-                items = [(k, v, SOURCE_DEFAULT) for k, v in store.defaults.items()]
+                items = self._broker_configs()
             else:
                 return _fail(out, E.INVALID_REQUEST, f"resource type {rtype} is not described by pylog serve "
                              "(topics: 2, broker: 4)")
             if keys is not None:
                 wanted = set(keys)
                 items = [i for i in items if i[0] in wanted]
-            out["configs"] = [_config_entry(k, v, src, version) for k, v, src in items]
+            # Broker configs are read-only: fixed when the store is opened.
+            out["configs"] = [_config_entry(k, v, src, version, rtype == BROKER_RESOURCE) for k, v, src in items]
         except PylogError as exc:
             _fail(out, code_for(exc), str(exc))
         return out
+
+    def _broker_configs(self) -> list[tuple[str, Any, int]]:
+        """(Kafka's name, value, source) of every broker config: the store's topic defaults under their
+        broker synonyms, the store's settings, the group coordinator's settings, broker.id."""
+        store, coordinator = self.s.store, self.s.coordinator
+        given = store.defaults
+        cfg = TopicConfig(None, given)
+        items = [(BROKER_SYNONYMS[k], cfg[k], SOURCE_STATIC_BROKER if k in given else SOURCE_DEFAULT)
+                 for k in SETTINGS if k in BROKER_SYNONYMS]
+        items += [(k, v, SOURCE_DEFAULT if v == STORE_SETTINGS[k].default else SOURCE_STATIC_BROKER)
+                  for k, v in store.settings.items()]
+        group = {"group.initial.rebalance.delay.ms": coordinator.initial_rebalance_delay_ms,
+                 "group.min.session.timeout.ms": coordinator.min_session_timeout_ms,
+                 "group.max.session.timeout.ms": coordinator.max_session_timeout_ms,
+                 "offset.metadata.max.bytes": coordinator.max_metadata_bytes}
+        items += [(k, v, SOURCE_STATIC_BROKER) for k, v in group.items()]
+        items.append(("broker.id", 0, SOURCE_STATIC_BROKER))
+        return sorted(items)
 
     async def alter_configs(self, req: Any, conn: Any) -> dict:
         b = req.body
@@ -214,6 +250,8 @@ class AdminHandlers:
                                "resource_name": rname}
         store = self.s.store
         try:
+            if rtype == BROKER_RESOURCE:
+                return self._refuse_broker_change(out, [c["name"] for c in r["configs"] or []])
             if rtype != TOPIC_RESOURCE:
                 return _fail(out, E.INVALID_REQUEST, "pylog serve alters topic configs only (resource type 2)")
             if not isinstance(rname, str) or rname not in store:
@@ -230,6 +268,24 @@ class AdminHandlers:
         except PylogError as exc:
             _fail(out, code_for(exc), str(exc))
         return out
+
+    def _refuse_broker_change(self, out: dict, names: list[Any]) -> dict:
+        """Kafka's answer to changing broker configs it cannot update dynamically (INVALID_REQUEST, "Cannot
+        update these configs dynamically"), naming each config: every broker config of pylog serve is the
+        store's, fixed when it is opened. No config named: nothing to change, no error (as Kafka)."""
+        if not names:
+            return out
+        known = {k for k, _, _ in self._broker_configs()}
+        fixed = sorted({str(n) for n in names if n in known})
+        unknown = sorted({str(n) for n in names if n not in known})
+        parts = []
+        if fixed:
+            parts.append(f"Cannot update these configs dynamically: {', '.join(fixed)} (pylog serve's broker "
+                         "configs are the store's, set when it is opened: pylog.open(path, **defaults) before "
+                         "pylog.serve(store); topic configs can be altered per topic)")
+        if unknown:
+            parts.append(f"Unknown broker configs: {', '.join(unknown)}")
+        return _fail(out, E.INVALID_REQUEST, "; ".join(parts))
 
     # ------------------------------------------------------------------ IncrementalAlterConfigs
 
@@ -248,8 +304,7 @@ class AdminHandlers:
         store = self.s.store
         try:
             if rtype == BROKER_RESOURCE:
-                return _fail(out, E.INVALID_REQUEST, "pylog serve's broker configs are the store's defaults, set "
-                             "when the store is opened; alter topic configs (resource type 2) instead")
+                return self._refuse_broker_change(out, [c["name"] for c in r["configs"] or []])
             if rtype != TOPIC_RESOURCE:
                 return _fail(out, E.INVALID_REQUEST, "pylog serve alters topic configs only (resource type 2)")
             if not isinstance(rname, str) or rname not in store:
@@ -302,7 +357,7 @@ class AdminHandlers:
         return {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None,
                 "endpoint_type": req.body.get("endpoint_type", 1), "cluster_id": self.s.cluster_id,
                 "controller_id": 0, "brokers": [{"broker_id": 0, "host": host, "port": port, "rack": None}],
-                "cluster_authorized_operations": authorized_operations(CLUSTER, self.s.store.read_only)
+                "cluster_authorized_operations": self.s.authorized_operations(conn, CLUSTER, CLUSTER_NAME)
                 if req.body.get("include_cluster_authorized_operations") else NOT_REQUESTED}
 
     # ------------------------------------------------------------------ OffsetDelete
@@ -362,9 +417,14 @@ class AdminHandlers:
     # ------------------------------------------------------------------ DescribeLogDirs / AlterReplicaLogDirs
 
     async def describe_log_dirs(self, req: Any, conn: Any) -> dict:
-        return await self.s.run(self._describe_log_dirs, req.body.get("topics"))
+        # The store's absolute path only to a local, unauthenticated client of a server without the authorizer
+        # (today's behaviour) or to a super user: others get its directory's name (the path tells an attacker
+        # about the host's layout).
+        s = self.s
+        full = s.is_super_user(conn.principal) or (s.authorizer is None and s.config.sasl_credentials is None)
+        return await s.run(self._describe_log_dirs, req.body.get("topics"), full)
 
-    def _describe_log_dirs(self, wanted: list[dict] | None) -> dict:
+    def _describe_log_dirs(self, wanted: list[dict] | None, full_path: bool) -> dict:
         store = self.s.store
         if wanted is None:
             pairs = [(name, None) for name in store.topics()]
@@ -381,13 +441,14 @@ class AdminHandlers:
                      for i in (range(n) if indexes is None else sorted(set(indexes))) if 0 <= i < n]
             if parts:
                 topics.append({"name": name, "partitions": parts})
+        log_dir = os.path.realpath(store.path)
         try:
             usage = shutil.disk_usage(store.path)
             total, usable = usage.total, usage.free
         except OSError:
             total = usable = -1
         return {"throttle_time_ms": 0, "error_code": E.NONE, "results": [
-            {"error_code": E.NONE, "log_dir": os.path.realpath(store.path), "topics": topics,
+            {"error_code": E.NONE, "log_dir": log_dir if full_path else os.path.basename(log_dir), "topics": topics,
              "total_bytes": total, "usable_bytes": usable}]}
 
     async def alter_replica_log_dirs(self, req: Any, conn: Any) -> dict:
@@ -504,11 +565,11 @@ def _fail(out: dict, code: int, message: str) -> dict:
     return out
 
 
-def _config_entry(name: str, value: Any, source: int, version: int = 1) -> dict:
+def _config_entry(name: str, value: Any, source: int, version: int = 1, read_only: bool = False) -> dict:
     text = None if value is None else (str(value).lower() if isinstance(value, bool) else str(value))
     if isinstance(value, (list, tuple)):
         text = ",".join(str(v) for v in value)
-    return {"name": name, "value": text, "read_only": False, "is_default": source == SOURCE_DEFAULT,
+    return {"name": name, "value": text, "read_only": read_only, "is_default": source == SOURCE_DEFAULT,
             "config_source": source, "is_sensitive": False, "synonyms": [], "config_type": 0,
             "documentation": None}
 

@@ -30,6 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import AuthenticationError, PylogError, UnsupportedApiVersionError
 from . import auth, protocol
+from ..storage.fileio import DESCRIPTOR_ERRNOS
+from ..storage.handles import RateLimitedLog
 from .protocol import codes as E
 
 if TYPE_CHECKING:
@@ -38,6 +40,8 @@ if TYPE_CHECKING:
 __all__ = ["Connection"]
 
 log = logging.getLogger("pylog.server")
+#: Out of descriptors, every request may fail alike: one line a minute.
+_shortage = RateLimitedLog(log, 60.0)
 
 #: Received frames waiting for their turn, in bytes, above which the connection stops reading.
 _MAX_QUEUED_BYTES = 16 << 20
@@ -250,10 +254,15 @@ class Connection(asyncio.Protocol):
                 answer = await handler(req, self)
         except asyncio.CancelledError:
             raise
-        except Exception:
-            log.exception("pylog serve: %s request from %s (client %r) failed", req.api_name, self.client_host,
-                          req.client_id)
-            answer = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
+        except Exception as exc:
+            if isinstance(exc, OSError) and exc.errno in DESCRIPTOR_ERRNOS:
+                # Out of descriptors: this request only, logged once a minute (every request fails alike meanwhile).
+                _shortage.log(logging.ERROR, "request", "pylog serve: out of file descriptors: %s", exc)
+                answer = protocol.error_response(req, E.KAFKA_STORAGE_ERROR)
+            else:
+                log.exception("pylog serve: %s request from %s (client %r) failed", req.api_name, self.client_host,
+                              req.client_id)
+                answer = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
         if answer is not None:
             parts = protocol.encode_response_parts(req, answer)
             if sum(map(len, parts)) > _WRITE_CHUNK:

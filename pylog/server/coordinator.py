@@ -25,8 +25,13 @@ Invariants:
   Accepted commits go through ``store.commit_offsets`` into ``__consumer_offsets``, the same committed
   offsets pylog's own consumers and ``store.group_lag`` use. A group's commits and deletion are
   serialised, so they land in the order they were validated.
-- Group state (members, generations) lives in memory only: a restarted server starts every group empty
-  (clients rejoin: their heartbeats get UNKNOWN_MEMBER_ID). Committed offsets persist in the store.
+- Group state (generation, protocol, leader, members with their subscriptions and assignments) is saved in
+  the store (:mod:`pylog.server.groupstate`, ``__consumer_groups/.coordinator``) each time a group reaches a
+  new stable generation, becomes empty, is deleted or a static member is replaced, and is loaded by
+  :meth:`GroupCoordinator.load` when the server starts: after a restart (clean, or a crash: the last
+  saved stable generation) every member carries on with its member id, generation and assignment, and a
+  member that does not come back expires after its session timeout, as after Kafka's coordinator moves.
+  Committed offsets persist in the store's ``__consumer_offsets``.
 
 Differences from Kafka, by design:
 - pylog's own consumers coordinate through file locks in the store, not through this coordinator. A
@@ -35,10 +40,12 @@ Differences from Kafka, by design:
   logged; a simple commit to it gets UNKNOWN_MEMBER_ID (Kafka's answer for a commit from a non-member to a
   non-empty group). The reverse is not detected: pylog consumers started while Kafka clients hold the group
   do not see them (they would share the group's offsets, not its partitions).
-- Static membership (``group_instance_id``) is kept simple: such a member needs no MEMBER_ID_REQUIRED
-  round, a JoinGroup with a known instance id and no member id replaces the old member (which gets
-  FENCED_INSTANCE_ID) and the group rebalances (Kafka hands the old assignment over without one), and a
-  request naming an instance id with another member's id gets FENCED_INSTANCE_ID.
+- Static membership (``group_instance_id``, KIP-345): such a member needs no MEMBER_ID_REQUIRED round; a
+  JoinGroup with a known instance id and no member id replaces the old member (which gets
+  FENCED_INSTANCE_ID). In a Stable group whose protocol the new member keeps, it takes over the old
+  member's assignment without a rebalance, as in Kafka (its JoinGroup names the previous leader, so it does
+  not assign); otherwise the group rebalances. A request naming an instance id with another member's id
+  gets FENCED_INSTANCE_ID.
 - The initial rebalance delay (Kafka's ``group.initial.rebalance.delay.ms``, 3000 ms there) defaults to
   :data:`DEFAULT_INITIAL_REBALANCE_DELAY_MS` (300 ms): long enough for consumers started together to
   form one generation, short for a development server. It is extended by up to one more delay each time a
@@ -53,6 +60,7 @@ import asyncio
 import contextlib
 import logging
 import struct
+import threading
 import uuid
 from concurrent.futures import Executor
 from dataclasses import dataclass, field
@@ -62,7 +70,7 @@ from ..clients.groups import check_group_id
 from ..errors import (InvalidGroupError, InvalidTopicError, PartitionLockedError, PylogError, RebalanceInProgressError,
                       RecordTooLargeError, UnknownTopicError)
 from ..structs import OffsetAndMetadata, TopicPartition
-from .operations import GROUP, authorized_operations
+from .groupstate import SavedGroup, SavedMember, encode_groups, read_groups, write_groups
 from .protocol.codes import (  # Kafka's error codes
     UNKNOWN_SERVER_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE,
     COORDINATOR_NOT_AVAILABLE, NOT_COORDINATOR, ILLEGAL_GENERATION, INCONSISTENT_GROUP_PROTOCOL,
@@ -272,6 +280,13 @@ class GroupCoordinator:
         #: group id -> [lock, users]: serialises a group's store writes (commits, deletion).
         self._io_locks: dict[str, list[Any]] = {}
         self._closed = False
+        #: Each group's last saved stable (or empty) state, and (version, file body) of the latest snapshot
+        #: of them; the writer (the executor) writes a version once, the newest it finds (see _save).
+        self._saved: dict[str, SavedGroup] = {}
+        self._snapshot: tuple[int, bytes] = (0, b"")
+        self._written_version = 0
+        self._write_queued = False
+        self._write_lock = threading.Lock()
 
     # ------------------------------------------------------------------ plumbing
 
@@ -333,6 +348,8 @@ class GroupCoordinator:
         if self._closed:
             return
         self._closed = True
+        if self._snapshot[0] > self._written_version:
+            self._queue_write()  # a failed earlier write: once more (the server drains its executor on stop)
         for g in self._groups.values():
             self._cancel_join_timer(g)
             for t in g.pending.values():
@@ -343,6 +360,84 @@ class GroupCoordinator:
                 self._fail_futures(m, NOT_COORDINATOR)
             g.state = DEAD
         self._groups.clear()
+
+    # ------------------------------------------------------------------ saved group state
+
+    async def load(self) -> None:
+        """Take over the groups saved in the store (before serving any request): each comes back in the state
+        it was saved in (Stable with its members, assignments and generation, or Empty), and every member's
+        session starts now. A damaged file is logged and ignored (every group starts empty, clients rejoin);
+        a group that pylog's own consumers took over meanwhile is left to them."""
+        try:
+            saved = await self._run(read_groups, self._store.path)
+        except (PylogError, OSError) as exc:
+            log.warning("the coordinator's saved groups cannot be read (%s); every group starts empty", exc)
+            return
+        for sg in saved:
+            if sg.members:
+                try:
+                    live = await self._run(self._pylog_members, sg.group_id)
+                except (PylogError, OSError):
+                    live = 1
+                if live:
+                    log.warning("group %r: not restored: pylog consumers use it through the store", sg.group_id)
+                    continue
+            g = self._groups[sg.group_id] = _Group(sg.group_id, state=STABLE if sg.members else EMPTY,
+                                                    generation_id=sg.generation, protocol_type=sg.protocol_type,
+                                                    protocol_name=sg.protocol_name, leader_id=sg.leader)
+            for sm in sg.members:
+                m = _Member(sm.member_id, sm.group_instance_id, sm.client_id, sm.client_host, sm.session_timeout_ms,
+                            sm.rebalance_timeout_ms, sg.protocol_type or "", list(sm.protocols), sm.assignment)
+                g.members[m.member_id] = m
+                if m.group_instance_id is not None:
+                    g.static[m.group_instance_id] = m.member_id
+                self._touch(g, m)
+            self._saved[sg.group_id] = sg
+        if saved:
+            log.info("coordinator: restored %d group(s) (%d member(s)) from the store", len(self._saved),
+                     sum(len(g.members) for g in self._saved.values()))
+
+    def _save(self, g: _Group) -> None:
+        """Record ``g``'s state (Stable or Empty) as the one a restarted server takes over, and queue a write."""
+        self._saved[g.group_id] = SavedGroup(
+            g.group_id, g.generation_id, g.protocol_type, g.protocol_name, g.leader_id if g.members else None,
+            [SavedMember(m.member_id, m.group_instance_id, m.client_id, m.client_host, m.session_timeout_ms,
+                         m.rebalance_timeout_ms, list(m.protocols), m.assignment) for m in g.members.values()])
+        self._snapshot_changed()
+
+    def _forget(self, group_id: str) -> None:
+        if self._saved.pop(group_id, None) is not None:
+            self._snapshot_changed()
+
+    def _snapshot_changed(self) -> None:
+        if self._store.read_only:
+            return
+        # One attribute, replaced whole: the writer thread reads a version and its body together.
+        self._snapshot = (self._snapshot[0] + 1, encode_groups(list(self._saved.values())))
+        if not self._write_queued:
+            self._queue_write()
+
+    def _queue_write(self) -> None:
+        self._write_queued = True
+        fut = self._loop().run_in_executor(self._executor, self.write_state)
+        fut.add_done_callback(lambda f: f.cancelled() or f.exception())  # write_state logs its own failures
+
+    def write_state(self) -> bool:
+        """Write the newest snapshot of the saved groups (blocking; the server's storage pool runs it), unless
+        it is written already; False when the file system refused (logged; the next change tries again)."""
+        with self._write_lock:
+            self._write_queued = False  # cleared first: a change from now on queues another write
+            version, body = self._snapshot
+            if version <= self._written_version:
+                return True
+            try:
+                write_groups(self._store.path, body)
+            except (PylogError, OSError) as exc:
+                log.warning("the coordinator's groups could not be saved (%s): a restart would lose their "
+                            "membership", exc)
+                return False
+            self._written_version = version
+            return True
 
     # ------------------------------------------------------------------ timers and state changes
 
@@ -480,6 +575,7 @@ class GroupCoordinator:
             g.protocol_name = None
             g.state = EMPTY
             log.debug("group %r: empty at generation %d", g.group_id, g.generation_id)
+            self._save(g)
             return
         g.protocol_name = g.select_protocol()
         g.state = COMPLETING_REBALANCE
@@ -581,17 +677,46 @@ class GroupCoordinator:
                 # lost does not leave an unknown member behind; it is forgotten after a session timeout.
                 g.pending[member_id] = loop.call_later(session_ms / 1000, self._pending_expired, g, member_id)
                 return _JoinResult(MEMBER_ID_REQUIRED, member_id=member_id)
+        m = _Member(member_id, instance_id, client_id, client_host, session_ms, rebalance_ms, protocol_type, protocols)
         if replaced is not None:
             log.info("group %r: static member %r rejoined as %s, replacing %s", g.group_id, instance_id, member_id,
                      replaced.member_id)
+            if g.state == STABLE:
+                return await self._replace_static_member(g, replaced, m)
             self._remove_member(g, replaced, FENCED_INSTANCE_ID)
-        m = _Member(member_id, instance_id, client_id, client_host, session_ms, rebalance_ms, protocol_type, protocols)
         m.join_future = loop.create_future()
         if g.state == PREPARING_REBALANCE and g.initial_join:
             g.new_member_added = True
         self._add_member(g, m)
         fut = m.join_future
         self._maybe_prepare_rebalance(g)
+        self._check_join_complete(g)
+        return await fut
+
+    async def _replace_static_member(self, g: _Group, old: _Member, m: _Member) -> _JoinResult:
+        """Kafka's updateStaticMemberAndRebalance for a Stable group: ``m`` takes ``old``'s place (its order,
+        leadership and assignment; ``old``'s waiting requests get FENCED_INSTANCE_ID). When the group's
+        protocol stays the one it would now choose, ``m`` gets the current generation without a rebalance
+        and the previous leader's id (so it does not assign: a Stable group would not hand a new assignment
+        out); else the group rebalances."""
+        previous_leader = g.leader_id
+        self._cancel_member_timer(old)
+        self._fail_futures(old, FENCED_INSTANCE_ID)
+        m.assignment = old.assignment
+        g.members = {(m.member_id if k == old.member_id else k): (m if v is old else v) for k, v in g.members.items()}
+        assert m.group_instance_id is not None
+        g.static[m.group_instance_id] = m.member_id
+        if g.leader_id == old.member_id:
+            g.leader_id = m.member_id
+        if g.candidate_protocols() and g.select_protocol() == g.protocol_name:
+            log.info("group %r: static member %r keeps its assignment (no rebalance)", g.group_id,
+                     m.group_instance_id)
+            self._touch(g, m)
+            self._save(g)
+            return _JoinResult(NONE, g.generation_id, g.protocol_type, g.protocol_name, previous_leader or "",
+                               m.member_id)
+        m.join_future = fut = self._loop().create_future()
+        self._prepare_rebalance(g)
         self._check_join_complete(g)
         return await fut
 
@@ -672,6 +797,7 @@ class GroupCoordinator:
                     if not other.sync_future.done():
                         other.sync_future.set_result(_SyncResult(NONE, other.assignment))
                     other.sync_future = None
+            self._save(g)  # as Kafka writes the group's metadata with the leader's assignment
         return await fut
 
     # ------------------------------------------------------------------ Heartbeat, LeaveGroup
@@ -941,11 +1067,6 @@ class GroupCoordinator:
     async def describe_groups(self, request: dict[str, Any], version: int, *, client_id: str = "",
                               client_host: str = "") -> dict[str, Any]:
         groups = [await self._describe(gid) for gid in request.get("groups") or ()]
-        if request.get("include_authorized_operations"):
-            ops = authorized_operations(GROUP, self._store.read_only)
-            for g in groups:
-                if g["error_code"] == NONE:
-                    g["authorized_operations"] = ops
         return {"throttle_time_ms": 0, "groups": groups}
 
     async def _describe(self, group_id: Any) -> dict[str, Any]:
@@ -1009,6 +1130,7 @@ class GroupCoordinator:
                 # Dead from here: a JoinGroup during the deletion starts a new group.
                 g.state = DEAD
                 del self._groups[group_id]
+                self._forget(group_id)
             try:
                 return await self._run(self._delete_blocking, group_id, g is not None)
             except (PylogError, OSError):

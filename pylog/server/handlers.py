@@ -24,7 +24,9 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import collections
 import logging
+import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
@@ -32,13 +34,15 @@ from ..storage.filenames import is_internal_topic, topic_name_problem
 from ..storage.partition import Partition
 from . import recordbatch
 from .errormap import code_for
-from .operations import CLUSTER, NOT_REQUESTED, TOPIC, authorized_operations
+from .authorizer import CLUSTER_NAME
+from .operations import CLUSTER, NOT_REQUESTED, TOPIC
 from .protocol import codes as E
+from .turns import TURN_WAIT_MS
 
 if TYPE_CHECKING:
     from .server import ServerState
 
-__all__ = ["DataHandlers"]
+__all__ = ["DataHandlers", "ProducerOwners"]
 
 log = logging.getLogger("pylog.server")
 
@@ -83,15 +87,14 @@ class DataHandlers:
         allow_create = self.s.config.auto_create_topics and b.get("allow_auto_topic_creation", True)
         topics = await self.s.run(self._topics_metadata, names, allow_create)
         if b.get("include_topic_authorized_operations"):
-            ops = authorized_operations(TOPIC, self.s.store.read_only)
             for t in topics:
                 if t.get("error_code") == E.NONE:
-                    t["topic_authorized_operations"] = ops
+                    t["topic_authorized_operations"] = self.s.authorized_operations(conn, TOPIC, t["name"])
         host, port = self.s.advertised
         return {"throttle_time_ms": 0,
                 "brokers": [{"node_id": 0, "host": host, "port": port, "rack": None}],
                 "cluster_id": self.s.cluster_id, "controller_id": 0, "topics": topics,
-                "cluster_authorized_operations": authorized_operations(CLUSTER, self.s.store.read_only)
+                "cluster_authorized_operations": self.s.authorized_operations(conn, CLUSTER, CLUSTER_NAME)
                 if b.get("include_cluster_authorized_operations") else NOT_REQUESTED}
 
     def _topics_metadata(self, names: list | None, allow_create: bool) -> list[dict]:
@@ -160,7 +163,8 @@ class DataHandlers:
                 for td in topic_data]
         else:
             work = [(td["name"], pd["index"], pd["records"]) for td in topic_data for pd in td["partition_data"] or []]
-            outcome = await self.s.run(self._append_all, work, acks)
+            wait_ms = min(max(0, b.get("timeout_ms") or 0), TURN_WAIT_MS)
+            outcome = await self.s.run(self._append_all, work, acks, wait_ms, conn.principal)
             waiters = self.s.waiters
             for (topic, index, _), (_, end) in zip(work, outcome, strict=True):
                 if end is not None:
@@ -177,12 +181,16 @@ class DataHandlers:
             return None
         return {"responses": results, "throttle_time_ms": 0}
 
-    def _append_all(self, work: list[tuple[str, int, Any]], acks: int) -> list[tuple[dict, int | None]]:
+    def _append_all(self, work: list[tuple[str, int, Any]], acks: int, wait_ms: int,
+                    principal: str | None) -> list[tuple[dict, int | None]]:
         """In the storage pool: each partition's batches appended in request order; per partition its response
-        entry and its new log end (None when nothing was appended)."""
-        return [self._append_one(topic, index, records, acks) for topic, index, records in work]
+        entry and its new log end (None when nothing was appended). ``wait_ms``: how long to wait for a writer
+        of another process to hand a partition over (see :mod:`pylog.server.turns`); ``principal``: the
+        connection's user, who must own the batches' producer id (:class:`ProducerOwners`)."""
+        return [self._append_one(topic, index, records, acks, wait_ms, principal) for topic, index, records in work]
 
-    def _append_one(self, topic: str, index: int, records: Any, acks: int) -> tuple[dict, int | None]:
+    def _append_one(self, topic: str, index: int, records: Any, acks: int, wait_ms: int,
+                    principal: str | None) -> tuple[dict, int | None]:
         entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
         if isinstance(topic, str) and is_internal_topic(topic):
             return _failed(entry, E.INVALID_TOPIC_EXCEPTION, f"{topic!r} is an internal topic of pylog: it cannot "
@@ -209,7 +217,13 @@ class DataHandlers:
                     entry["record_errors"] = errors
                     return _failed(entry, E.INVALID_RECORD, f"{len(errors)} of the batch's {batch.record_count} "
                                    f"records have no key: {topic}-{index} is compacted"), None
+                if batch.producer_id >= 0 and not self.s.producer_owners.claim(batch.producer_id, principal):
+                    # Another principal's producer id: appending would let this client fence (or corrupt the
+                    # sequence of) a producer it does not own.
+                    return _failed(entry, E.INVALID_PRODUCER_ID_MAPPING, f"producer id {batch.producer_id} "
+                                   "belongs to another principal"), None
             first = None
+            part.wait_to_write(wait_ms)  # a pylog producer of another process hands it over (pylog.server.turns)
             try:
                 for batch in batches:
                     offset = recordbatch.append_batch(part, batch, in_turn=True)
@@ -219,6 +233,8 @@ class DataHandlers:
                     part.flush()
             finally:
                 _hand_over(part)  # another writer (a pylog producer) waiting for its turn gets it now
+                if part.is_writer:
+                    self.s.turns.note(part)  # handed over once another writer asks, even if idle from now on
             entry.update(error_code=E.NONE, base_offset=first)
         except PylogError as exc:
             entry.update(error_code=code_for(exc), error_message=str(exc))
@@ -362,9 +378,12 @@ class DataHandlers:
         key_type = b.get("key_type", 0)
 
         def one(key: str) -> dict:
-            if key_type != 0:
-                return {"key": key, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "node_id": -1,
-                        "host": "", "port": -1, "error_message": "pylog serve does not support transactions"}
+            if key_type not in (0, 1):
+                return {"key": key, "error_code": E.INVALID_REQUEST, "node_id": -1, "host": "", "port": -1,
+                        "error_message": f"unknown coordinator key_type {key_type}"}
+            # key_type 1 (a transactional id) is answered with this node too, and the refusal comes with the
+            # InitProducerId that follows: kafkajs swallows every FindCoordinator error and reports "Failed to
+            # find group coordinator", while an InitProducerId error reaches its users as the error it is.
             return {"key": key, "error_code": E.NONE, "node_id": 0, "host": host, "port": port, "error_message": None}
 
         if keys:  # v4+: a batch of keys
@@ -377,6 +396,11 @@ class DataHandlers:
     async def init_producer_id(self, req: Any, conn: Any) -> dict:
         b = req.body
         if b.get("transactional_id") is not None:
+            # InitProducerId has no error message: the reason goes to the server's log. Clients report the code
+            # as what it is (kafkajs: KafkaJSProtocolError TRANSACTIONAL_ID_AUTHORIZATION_FAILED; librdkafka: a
+            # fatal "Failed to acquire transactional PID ... Transactional Id authorization failed").
+            log.warning("pylog serve: transactional producer %r of client %r (%s) refused: pylog serve does not "
+                        "support transactions", b.get("transactional_id"), req.client_id, conn.client_host)
             return {"throttle_time_ms": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                     "producer_id": -1, "producer_epoch": -1}
         # Without a transactional id Kafka always hands out a new id, whatever id and epoch the request names
@@ -386,7 +410,48 @@ class DataHandlers:
             pid = await self.s.run(self.s.store.new_producer_id)
         except PylogError as exc:
             return {"throttle_time_ms": 0, "error_code": code_for(exc), "producer_id": -1, "producer_epoch": -1}
+        self.s.producer_owners.issued(pid, conn.principal)
         return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
+
+
+class ProducerOwners:
+    """Which principal (a SASL user name; None without SASL) owns each producer id seen by this server: the one
+    it was issued to by InitProducerId, or, for an id this server did not issue (one from before a restart),
+    the first that produces with it. A produce naming another principal's id is refused, so one user cannot
+    fence another's idempotent producer. Bounded: past :data:`MAX_PRODUCER_OWNERS` ids the least recently used
+    is forgotten (it is then claimed again by its next producer). Thread-safe (the storage pool's threads claim)."""
+
+    def __init__(self, limit: int | None = None) -> None:
+        self._owners: collections.OrderedDict[int, str | None] = collections.OrderedDict()
+        self._limit = MAX_PRODUCER_OWNERS if limit is None else limit
+        self._lock = threading.Lock()
+
+    def issued(self, pid: int, principal: str | None) -> None:
+        with self._lock:
+            self._record(pid, principal)
+
+    def claim(self, pid: int, principal: str | None) -> bool:
+        """Whether ``principal`` may produce with ``pid`` (recording it as the owner when nobody is)."""
+        with self._lock:
+            owners = self._owners
+            if pid in owners:
+                if owners[pid] != principal:
+                    return False
+                owners.move_to_end(pid)  # least recently used first out: a producer in use is remembered
+                return True
+            self._record(pid, principal)
+            return True
+
+    def _record(self, pid: int, principal: str | None) -> None:
+        owners = self._owners
+        owners[pid] = principal
+        owners.move_to_end(pid)
+        while len(owners) > self._limit:
+            owners.popitem(last=False)
+
+
+#: The most producer ids :class:`ProducerOwners` remembers (about 100 bytes each).
+MAX_PRODUCER_OWNERS = 100_000
 
 
 def _hand_over(part: Partition) -> None:

@@ -2,13 +2,15 @@
 ``include_topic_authorized_operations``), DescribeCluster and DescribeGroups report, as a bit field of
 Kafka's ``AclOperation`` codes, what the client may do with the resource.
 
-pylog serve has no ACLs (no authorizer): every client that connected (authenticated, when SASL is required)
-may do everything Kafka allows on the resource type, as a Kafka broker without an authorizer answers, except
-on a store opened read-only, where the operations that write are refused (TOPIC_AUTHORIZATION_FAILED /
-CLUSTER_AUTHORIZATION_FAILED) and so are not reported.
+Without the authorizer (``--authorizer``) every client that connected (authenticated, when SASL is required)
+may do everything Kafka allows on the resource type, as a Kafka broker without an authorizer answers; with
+it, the operations its ACLs allow the client's principal from its host. On a store opened read-only the
+operations that write are refused and so never reported.
 """
 
 from __future__ import annotations
+
+from typing import Callable
 
 __all__ = ["NOT_REQUESTED", "TOPIC", "CLUSTER", "GROUP", "authorized_operations"]
 
@@ -31,8 +33,9 @@ _SUPPORTED = {
 _READ_ONLY = frozenset({READ, DESCRIBE, DESCRIBE_CONFIGS})
 
 
-def authorized_operations(resource: str, read_only: bool) -> int:
+def authorized_operations(resource: str, read_only: bool, allowed: Callable[[int], bool] | None = None) -> int:
     """The bit field (bit n set: AclOperation n allowed) of what a client may do with a ``resource``
-    (TOPIC, CLUSTER or GROUP) of a store opened ``read_only`` or not."""
+    (TOPIC, CLUSTER or GROUP) of a store opened ``read_only`` or not; ``allowed(op)``: the authorizer's decision
+    for the client's principal (None: no authorizer, everything allowed)."""
     ops = _SUPPORTED[resource]
-    return sum(1 << op for op in ops if not read_only or op in _READ_ONLY)
+    return sum(1 << op for op in ops if (not read_only or op in _READ_ONLY) and (allowed is None or allowed(op)))

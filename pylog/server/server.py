@@ -32,20 +32,31 @@ from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
 from ..errors import InvalidArgumentError
+from ..storage.fileio import DESCRIPTOR_ERRNOS
+from ..storage.handles import PER_PARTITION, RateLimitedLog, descriptor_limit
 from ..store import Store
 from ..store import open as open_store
 from . import protocol
 from .admin import AdminHandlers
+from .access import Access, AclHandlers
 from .auth import Credentials, SaslServer, plain_exposed_addresses
+from .authorizer import Authorizer, ResourceType, parse_principals, principal_of
 from .connection import Connection
 from .coordinator import GroupCoordinator
-from .handlers import DataHandlers
+from .handlers import DataHandlers, ProducerOwners
 from .logins import LoginGuard
+from .operations import CLUSTER, GROUP, TOPIC, authorized_operations
+from .quotas import ServerQuotas
+from .turns import SWEEP_S, Turns
 from .waiting import FetchWaiters
 
 __all__ = ["Server", "ServerConfig", "serve"]
 
 log = logging.getLogger("pylog.server")
+#: Out of descriptors, the same failure repeats for every connection and request: one line per kind a minute.
+_shortage = RateLimitedLog(log, 60.0)
+#: Partitions whose files the store lets go of when an accept finds no descriptor left.
+_SHRINK_ON_EMFILE = 16
 
 Handler = Callable[[Any, Connection], Awaitable[dict | None]]
 
@@ -92,10 +103,28 @@ class ServerConfig:
     connection_failed_authentication_delay_max_ms: int = 5000
     #: Threads the SASL steps run in (PBKDF2 for PLAIN logins of pre-salted users): never the event loop.
     sasl_login_threads: int = 2
+    #: Kafka's ``authorizer.class.name`` set: every request is checked against the ACLs kept in the store
+    #: (``<store>/__acls``, managed with CreateAcls / DescribeAcls / DeleteAcls; docs/SERVER.md, "Authorization").
+    #: Off by default: without it every client may do everything, and the ACL APIs answer SECURITY_DISABLED.
+    authorizer: bool = False
+    #: Kafka's ``super.users``: principals allowed everything (``"User:admin;User:ops"`` or a list).
+    super_users: str | list[str] | None = None
+    #: Kafka's ``allow.everyone.if.no.acl.found``: a resource no ACL names is open to everyone (false, as in
+    #: Kafka: with the authorizer on, what no ACL allows is refused).
+    allow_everyone_if_no_acl_found: bool = False
+    #: Client quotas (docs/SERVER.md, "Quotas"): Kafka's entities (``"user=alice"``, ``"client-id=etl"``, both,
+    #: ``<default>`` for either) -> {``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``}.
+    #: A client over its quota has its responses delayed and told so in ``throttle_time_ms``.
+    quotas: dict[str, dict[str, float]] | None = None
+    #: Kafka's ``quota.window.num`` and ``quota.window.size.seconds``: the window rates are measured over.
+    quota_window_num: int = 11
+    quota_window_size_s: float = 1.0
     #: Threads appending and fsyncing for the connections.
     storage_threads: int = 4
     #: How long a clean stop waits for the requests under way (seconds).
     shutdown_timeout_s: float = 10.0
+    #: The store's ``max.open.descriptors`` when the server opens it (given a path); 0: half of RLIMIT_NOFILE.
+    max_open_descriptors: int = 0
 
     def check(self) -> None:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
@@ -111,6 +140,8 @@ class ServerConfig:
                                                 not 1 <= self.num_partitions <= self.max_partitions_per_topic):
             raise InvalidArgumentError(f"num_partitions must be in [1, max_partitions_per_topic "
                                        f"({self.max_partitions_per_topic})], got {self.num_partitions!r}")
+        if not isinstance(self.max_open_descriptors, int) or self.max_open_descriptors < 0:
+            raise InvalidArgumentError(f"max_open_descriptors must be >= 0, got {self.max_open_descriptors!r}")
         for name in ("connection_failed_authentication_delay_ms", "connection_failed_authentication_delay_max_ms"):
             value = getattr(self, name)
             if not isinstance(value, int) or not 0 <= value <= 300_000:
@@ -119,6 +150,11 @@ class ServerConfig:
             raise InvalidArgumentError(f"sasl_login_threads must be at least 1, got {self.sasl_login_threads!r}")
         if self.storage_threads < 1:
             raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
+        parse_principals(self.super_users)  # raises InvalidArgumentError for a malformed principal
+        if (self.super_users or self.allow_everyone_if_no_acl_found) and not self.authorizer:
+            raise InvalidArgumentError("super_users and allow_everyone_if_no_acl_found need authorizer=True")
+        if self.quotas is not None:
+            ServerQuotas(self.quotas, self.quota_window_num, self.quota_window_size_s)  # raises for bad quotas
         if self.sasl_credentials is not None:
             SaslServer(self.sasl_credentials, self.sasl_mechanisms)  # raises SecurityConfigError for bad mechanisms
         elif self.sasl_mechanisms is not None:
@@ -129,7 +165,7 @@ class ServerState:
     """What the connections and handlers of one running server share (internal to pylog.server)."""
 
     def __init__(self, store: Store, config: ServerConfig, loop: asyncio.AbstractEventLoop,
-                 advertised: tuple[str, int]) -> None:
+                 advertised: tuple[str, int], authorizer: Authorizer | None = None) -> None:
         self.store = store
         self.config = config
         self.advertised = advertised
@@ -140,6 +176,8 @@ class ServerState:
         self.readers = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
                                                              thread_name_prefix="pylog-serve-read")
         self.waiters = FetchWaiters(loop)
+        #: The partitions the server holds for its appends, handed over when idle (pylog.server.turns).
+        self.turns = Turns()
         self.logins = LoginGuard(threads=config.sasl_login_threads,
                                  delay_ms=config.connection_failed_authentication_delay_ms,
                                  max_delay_ms=config.connection_failed_authentication_delay_max_ms)
@@ -153,6 +191,7 @@ class ServerState:
         groups = {k: _group_handler(self.coordinator, name) for k, name in (
             (8, "offset_commit"), (9, "offset_fetch"), (11, "join_group"), (12, "heartbeat"), (13, "leave_group"),
             (14, "sync_group"), (15, "describe_groups"), (16, "list_groups"), (42, "delete_groups"))}
+        groups[15] = _with_group_operations(self, groups[15])
         self.handlers: dict[int, Handler] = {
             0: data.produce, 1: data.fetch, 2: data.list_offsets, 3: data.metadata, 10: data.find_coordinator,
             18: data.api_versions, 19: admin.create_topics, 20: admin.delete_topics, 21: admin.delete_records,
@@ -160,7 +199,31 @@ class ServerState:
             37: admin.create_partitions, **groups, **admin.handlers(),
         }
         supported = protocol.supported_versions()
-        self.handlers = {k: h for k, h in self.handlers.items() if k in supported}
+        #: Which principal got each producer id this server handed out (bounded: see ProducerOwners).
+        self.producer_owners = ProducerOwners()
+        #: Client quotas: those of the settings, changed by AlterClientQuotas while the server runs.
+        self.quotas = ServerQuotas(config.quotas or {}, config.quota_window_num, config.quota_window_size_s)
+        self.handlers.update(self.quotas.handlers())
+        self.authorizer = authorizer
+        if self.authorizer is not None:
+            self.handlers.update(AclHandlers(self, self.authorizer).handlers())
+            self.handlers = Access(self, self.authorizer).wrap(
+                {k: h for k, h in self.handlers.items() if k in supported})
+        self.handlers = self.quotas.wrap({k: h for k, h in self.handlers.items() if k in supported})
+
+    def is_super_user(self, user: str | None) -> bool:
+        """Whether a connection authenticated as ``user`` is one of ``super_users`` (with the authorizer on)."""
+        return self.authorizer is not None and self.authorizer.is_super(principal_of(user))
+
+    def authorized_operations(self, conn: Any, resource: str, name: str) -> int:
+        """KIP-430's bit field of what ``conn``'s principal may do with the ``resource`` (operations.TOPIC,
+        CLUSTER or GROUP) called ``name``: the authorizer's decisions, or everything without one."""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return authorized_operations(resource, self.store.read_only)
+        principal, rtype = principal_of(conn.principal), _RESOURCE_TYPES[resource]
+        return authorized_operations(resource, self.store.read_only,
+                                     lambda op: authorizer.authorize(principal, conn.client_host, op, rtype, name))
 
     def default_partitions(self) -> int:
         """Partitions of a topic created without a count (auto-creation, CreateTopics with -1)."""
@@ -175,6 +238,22 @@ class ServerState:
         """``fn(*args)`` in the read thread pool: reads of segment files (a cold page faults on the disk) and
         of the store's directory, kept off the event loop and out of the appenders' way."""
         return await asyncio.get_running_loop().run_in_executor(self.readers, fn, *args)
+
+
+_RESOURCE_TYPES = {TOPIC: ResourceType.TOPIC, CLUSTER: ResourceType.CLUSTER, GROUP: ResourceType.GROUP}
+
+
+def _with_group_operations(state: ServerState, describe: Handler) -> Handler:
+    """DescribeGroups answering ``include_authorized_operations`` (the coordinator knows no principals)."""
+    async def handler(req: Any, conn: Connection) -> dict | None:
+        result = await describe(req, conn)
+        if result is not None and req.body.get("include_authorized_operations"):
+            for g in result.get("groups") or ():
+                if g.get("error_code") == 0 and isinstance(g.get("group_id"), str):
+                    g["authorized_operations"] = state.authorized_operations(conn, GROUP, g["group_id"])
+        return result
+    handler.__name__ = "describe_groups"
+    return handler
 
 
 def _group_handler(coordinator: GroupCoordinator, name: str) -> Handler:
@@ -311,10 +390,16 @@ class Server:
             if self.store is None:
                 path = self._store_arg
                 assert not isinstance(path, Store)
-                self.store = await loop.run_in_executor(None, lambda: open_store(path))
+                budget = self.config.max_open_descriptors
+                self.store = await loop.run_in_executor(None, lambda: open_store(path, max_open_descriptors=budget))
             store = self.store
+            authorizer = None
+            if self.config.authorizer:  # reads the store's ACLs: a damaged file stops the start here
+                authorizer = await loop.run_in_executor(None, lambda: Authorizer(
+                    store, parse_principals(self.config.super_users), self.config.allow_everyone_if_no_acl_found))
             listener = await loop.create_server(lambda: Connection(states[0]), self.config.host, self.config.port,
-                                                ssl=self.config.ssl_context, reuse_address=True, backlog=1024)
+                                                ssl=self.config.ssl_context, reuse_address=True, backlog=1024,
+                                                start_serving=False)
         except BaseException as exc:
             self._failure = exc
             self._ready.set()
@@ -323,19 +408,26 @@ class Server:
             return
         sock = listener.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
-        state = ServerState(store, self.config, loop, self.advertised)
+        state = ServerState(store, self.config, loop, self.advertised, authorizer)
+        # Before the first connection: the groups saved by the previous run are taken over, not rejoined.
+        await state.coordinator.load()
         states.append(state)
         self._state = state
+        await listener.start_serving()
 
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
                 loop.add_signal_handler(sig, self._on_signal)
         log.info("pylog serve: listening on %s:%d (store %s)", self.host, self.port, store.path)
+        _log_descriptors(store)
+        loop.set_exception_handler(_loop_exception_handler(store))
         _warn_plain_in_the_clear(self.config, [s.getsockname()[0] for s in listener.sockets])
         self._ready.set()
         try:
             reaper = loop.create_task(self._close_idle(state)) if self.config.connections_max_idle_ms else None
+            sweeper = loop.create_task(self._sweep_turns(state))
             await self._stop.wait()
+            sweeper.cancel()
             if reaper is not None:
                 reaper.cancel()
         finally:
@@ -356,6 +448,24 @@ class Server:
                     log.info("pylog serve: closing the connection from %s: idle for more than %d ms "
                              "(connections_max_idle_ms)", c.client_host, self.config.connections_max_idle_ms)
                     c.abort()
+
+    @staticmethod
+    async def _sweep_turns(state: ServerState) -> None:
+        """Hand the partitions the server holds over to writers of other processes that wait for them, also
+        while no client produces (see :mod:`pylog.server.turns`)."""
+        loop = asyncio.get_running_loop()
+        pause = SWEEP_S
+        while True:
+            await asyncio.sleep(pause)
+            if state.turns:
+                began = loop.time()
+                try:
+                    await state.run(state.turns.sweep)
+                except RuntimeError:  # the storage pool shut down: the server is stopping
+                    return
+                # Two system calls per partition held: with thousands held, sweeping takes milliseconds; it
+                # never takes more than a fifth of one storage thread.
+                pause = max(SWEEP_S, 4 * (loop.time() - began))
 
     def _on_signal(self) -> None:
         assert self._stop is not None and self._hurry is not None
@@ -403,6 +513,36 @@ class Server:
         elif not store.closed:
             await loop.run_in_executor(None, store.flush)
         log.info("pylog serve: stopped")
+
+
+def _log_descriptors(store: Store) -> None:
+    """Tell the operator how many file descriptors the server may use and how it will spend them."""
+    limit = descriptor_limit()
+    budget = store.handles.budget
+    capacity = store.handles.capacity
+    level = logging.WARNING if limit - budget < 256 else logging.INFO
+    log.log(level, "pylog serve: may open %d file descriptors (RLIMIT_NOFILE, `ulimit -n`); the store's partitions "
+            "keep at most %d of them (max.open.descriptors: about %d per partition in use, so %d partitions at once; "
+            "the least recently used let go of their files and open them again when used), the other %d are for "
+            "connections (one each) and the rest of the process%s", limit, budget, PER_PARTITION, capacity,
+            limit - budget, "; raise `ulimit -n` to serve more than a few hundred connections"
+            if level == logging.WARNING else "")
+
+
+def _loop_exception_handler(store: Store) -> Callable[[asyncio.AbstractEventLoop, dict[str, Any]], None]:
+    """The loop's handler of errors it has nowhere to send: out of descriptors, asyncio's accept backs off and
+    tries again a second later; the store lets go of some partitions' files meanwhile, and the message is logged
+    once a minute, not for every attempt."""
+    def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
+        exc = context.get("exception")
+        if isinstance(exc, OSError) and exc.errno in DESCRIPTOR_ERRNOS:
+            freed = store.handles.shrink(_SHRINK_ON_EMFILE)
+            _shortage.log(logging.ERROR, "accept", "pylog serve: out of file descriptors (%s: %s); new connections "
+                          "wait (accepting again every second), the store let go of %d partitions' files; raise "
+                          "`ulimit -n` or lower max.open.descriptors", context.get("message"), exc, freed)
+            return
+        loop.default_exception_handler(context)
+    return handler
 
 
 def serve(store: Store | str | os.PathLike[str], host: str = "127.0.0.1", port: int = 9092,

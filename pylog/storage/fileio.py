@@ -6,11 +6,13 @@ old content or wholly the new one (write temp, fsync, rename, fsync the director
 File-system refusals of a write become PylogErrors in one way everywhere: :func:`fault` maps ``ENOSPC`` /
 ``EDQUOT`` to :class:`~pylog.errors.DiskFullError`, ``EROFS`` to :class:`~pylog.errors.ReadOnlyStoreError`
 and ``EACCES`` / ``EPERM`` to :class:`~pylog.errors.StorePermissionError`, and a device's I/O error
-(``EIO``), a file over the file system's or the process's size limit (``EFBIG``) and running out of file
-descriptors (``EMFILE`` / ``ENFILE``) to :class:`~pylog.errors.StorageError`, with a message that says what
-was being done, what state that left and what to do. Each kind of write converts once, where that state is
-known: :func:`atomic_write` for every small file it replaces, the partition for appends, rolls, flushes
-and becoming the writer, the store for creating and deleting topics (through :func:`write_faults`).
+(``EIO``) and a file over the file system's or the process's size limit (``EFBIG``) to
+:class:`~pylog.errors.StorageError`, running out of file descriptors (``EMFILE`` / ``ENFILE``) to its subclass
+:class:`~pylog.errors.TooManyOpenFilesError` (also when a read opens a file: :func:`descriptor_faults`),
+with a message that says what was being done, what state that left and what to do. Each kind of write
+converts once, where that state is known: :func:`atomic_write` for every small file it replaces, the
+partition for appends, rolls, flushes and becoming the writer, the store for creating and deleting topics
+(through :func:`write_faults`).
 ``ENOENT`` and other ``OSError`` s are left as they are: callers tell a file that vanished (a segment
 deleted by retention, a topic deleted by another process) by its type.
 """
@@ -28,12 +30,13 @@ from typing import Any, Iterator, NoReturn
 import msgpack
 
 from ..errors import (CorruptRecordError, DiskFullError, PylogError, ReadOnlyStoreError, StorePermissionError,
-                     StorageError)
+                     StorageError, TooManyOpenFilesError)
 from .filenames import TMP_SUFFIX
 from .records import crc32c
 
 __all__ = ["fsync_dir", "truncate_durably", "atomic_write", "write_all", "checked", "unchecked", "write_checked",
-           "read_checked", "encode_doc", "decode_doc", "try_flock", "fault", "raise_fault", "write_faults"]
+           "read_checked", "encode_doc", "decode_doc", "try_flock", "fault", "raise_fault", "write_faults",
+           "descriptor_faults", "check_descriptors", "DESCRIPTOR_ERRNOS"]
 
 #: errno -> (error class, what happened, what to do before trying again).
 _FAULTS: dict[int, tuple[type[OSError], str, str]] = {
@@ -54,9 +57,10 @@ _FAULTS: dict[int, tuple[type[OSError], str, str]] = {
                 "the last successful flush may be lost: reopen the store, which re-validates it,"),
     errno.EFBIG: (StorageError, "the file is larger than the file system or the process (ulimit -f) allows",
                   "lower the topic's segment.bytes or raise the limit"),
-    errno.EMFILE: (StorageError, "this process has too many open files",
-                   "raise the limit (ulimit -n) or close stores and consumers this process no longer needs"),
-    errno.ENFILE: (StorageError, "the system has too many open files",
+    errno.EMFILE: (TooManyOpenFilesError, "this process has too many open files",
+                   "raise the limit (ulimit -n), lower the store's max.open.descriptors, or close stores and "
+                   "consumers this process no longer needs"),
+    errno.ENFILE: (TooManyOpenFilesError, "the system has too many open files",
                    "raise the system's limit (fs.file-max) or close files elsewhere"),
 }
 
@@ -101,6 +105,30 @@ def write_faults(doing: str, state: str, then: str = "retry") -> Iterator[None]:
         yield
     except OSError as exc:
         raise_fault(exc, doing, state, then)
+
+
+#: The errnos of running out of file descriptors (the process's ``EMFILE``, the system's ``ENFILE``).
+DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+@contextmanager
+def descriptor_faults(doing: str, state: str = "nothing was changed") -> Iterator[None]:
+    """Raise running out of file descriptors inside the block (a read or a lookup opening a file) as
+    :class:`~pylog.errors.TooManyOpenFilesError`; every other ``OSError`` passes unchanged (a read tells a
+    segment that vanished by its type)."""
+    try:
+        yield
+    except OSError as exc:
+        check_descriptors(exc, doing, state)
+        raise
+
+
+def check_descriptors(exc: OSError, doing: str, state: str = "nothing was changed") -> None:
+    """Raise ``exc`` as :class:`~pylog.errors.TooManyOpenFilesError` when it is running out of file
+    descriptors; else return (the caller re-raises it). :func:`descriptor_faults` without a context
+    manager, for hot paths (a read)."""
+    if exc.errno in DESCRIPTOR_ERRNOS and not isinstance(exc, PylogError):
+        raise_fault(exc, doing, state)
 
 
 def truncate_durably(path: str, size: int) -> None:

@@ -8,7 +8,7 @@ in the root. Invariants:
 
 - Every entry pylog itself keeps in the store root is one of :data:`ROOT_FILES`, a temporary file of one
   of them (``<file>.<pid>-<thread>.tmp``, see :func:`pylog.storage.fileio.atomic_write`), a name starting with
-  :data:`INTERNAL_PREFIX` (``__consumer_offsets``, ``__consumer_groups``, ``__cleaners``), or a name
+  :data:`INTERNAL_PREFIX` (``__consumer_offsets``, ``__consumer_groups``, ``__cleaners``, ``__acls``), or a name
   starting with ``.`` (``.deleting-*``, a topic being deleted). A new root entry must fit one of these.
 - A user topic name is Kafka's (1..249 of ``[A-Za-z0-9._-]``, not ``.`` or ``..``) minus those four
   kinds, so it can never be taken for, or overwrite, any of pylog's entries, and never leaves the root.
@@ -33,7 +33,7 @@ __all__ = [
     "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "CLEANED_SUFFIX", "SWAP_SUFFIX", "DELETED_SUFFIX",
     "TMP_SUFFIX", "LOCK_FILE", "WANT_FILE", "CHECKPOINT_FILE", "CLEANER_CHECKPOINT_FILE", "SWAP_MANIFEST_FILE",
     "TOPIC_FILE",
-    "STORE_FILE", "PRODUCER_IDS_FILE", "ROOT_FILES", "DELETING_PREFIX", "INTERNAL_PREFIX", "NAME_MAX",
+    "STORE_FILE", "PRODUCER_IDS_FILE", "ACLS_FILE", "ROOT_FILES", "DELETING_PREFIX", "INTERNAL_PREFIX", "NAME_MAX",
     "MAX_TOPIC_LENGTH", "TOPIC_NAME_RULE",
     "segment_stem", "segment_path", "parse_base_offset", "list_segment_bases", "valid_topic_name",
     "legal_name", "topic_name_problem", "is_internal_topic", "deleting_name", "INTERNAL_NAMES",
@@ -66,6 +66,8 @@ OFFSETS_TOPIC = "__consumer_offsets"
 GROUPS_DIR = "__consumer_groups"
 #: Each process's cleaner status and liveness lock (pylog/maintenance/cleaner_registry.py).
 CLEANERS_DIR = "__cleaners"
+#: The ACLs of ``pylog serve``'s authorizer (pylog/storage/acl_file.py): a file, reserved like the names above.
+ACLS_FILE = "__acls"
 #: The store-wide producer id counter (Store.new_producer_id).
 PRODUCER_IDS_FILE = "producer.ids"
 #: The files pylog keeps in the store root (see the invariants above).
@@ -75,7 +77,7 @@ DELETING_PREFIX = ".deleting-"
 #: Prefix of the names pylog keeps for its own topics and directories; users cannot create topics named so.
 INTERNAL_PREFIX = "__"
 #: pylog's own entries with that prefix; no user (nor legacy) topic can be written, altered or deleted so.
-INTERNAL_NAMES = (OFFSETS_TOPIC, GROUPS_DIR, CLEANERS_DIR)
+INTERNAL_NAMES = (OFFSETS_TOPIC, GROUPS_DIR, CLEANERS_DIR, ACLS_FILE)
 #: Longest file name (bytes) of Linux file systems (ext4, xfs, btrfs, tmpfs).
 NAME_MAX = 255
 #: Kafka's longest topic name.

@@ -283,6 +283,11 @@ class Notifier:
             return None
         return Watch(self, m)
 
+    def release(self) -> None:
+        """Drop the mapping (and with it its descriptor, once the waits using it end); the next use maps
+        the file again. For a partition letting go of its files (:mod:`pylog.storage.handles`)."""
+        self._map = None
+
     def close(self) -> None:
         """Stop using the file; wakes this process's waiters (and, needlessly, other processes' ones)."""
         self._closed = True

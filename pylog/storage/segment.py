@@ -176,6 +176,27 @@ class Segment:
             self._rfd = fd
         return fd
 
+    @property
+    def holds_files(self) -> bool:
+        """True while this object holds a descriptor, a mapping of the log or an index (each a descriptor)."""
+        return (self._rfd is not None or self._wfd is not None or self._mm is not None or self._oindex is not None
+                or self._tindex is not None)
+
+    def without_files(self) -> "Segment":
+        """A new object for the same file, knowing what this one knows (sizes, offsets, timestamps, the inode
+        and swap generation it was sized under) but holding no descriptor, mapping or index: it opens them
+        again on first use, and raises :class:`SegmentReplacedError` then if the file was replaced meanwhile.
+        For a partition letting go of its files (:mod:`pylog.storage.handles`); this object is left as it
+        is, for the reads still using it. Not for the writer's active segment (it must not be writable)."""
+        assert self._wfd is None, "the writer's active segment keeps its files"
+        seg = Segment(self.directory, self.base_offset, self.index_max_bytes, self.index_interval_bytes, self.suffix)
+        seg._ino, seg.generation, seg.trusted = self._ino, self.generation, self.trusted
+        seg.size, seg.next_offset, seg._loaded = self.size, self.next_offset, self._loaded
+        seg._max_timestamp, seg._first_timestamp = self._max_timestamp, self._first_timestamp
+        seg.batch_hint, seg._successor = self.batch_hint, self._successor
+        seg._immutable = self._immutable
+        return seg
+
     def _generation_holds(self) -> bool:
         if self.generation is None:
             return True

@@ -18,8 +18,9 @@ from typing import Any, Iterable, Mapping
 
 from ..config import TopicConfig
 from ..errors import CorruptRecordError, InvalidConfigError, InvalidTopicError, ReadOnlyStoreError, UnknownTopicError
-from .fileio import atomic_write, write_faults
+from .fileio import atomic_write, descriptor_faults, write_faults
 from .filenames import OFFSETS_TOPIC, TOPIC_FILE, is_internal_topic
+from .handles import HandleCache
 from .partition import Partition
 from .records import crc32c
 
@@ -49,7 +50,7 @@ def write_topic_file(directory: str, name: str, partitions: int, overrides: Mapp
 def read_topic_file(directory: str) -> dict[str, Any]:
     path = os.path.join(directory, TOPIC_FILE)
     try:
-        with open(path, "rb") as f:
+        with descriptor_faults(f"reading {path}"), open(path, "rb") as f:
             raw = f.read(1 << 20)
     except FileNotFoundError:
         raise UnknownTopicError(f"no topic at {directory}") from None
@@ -89,13 +90,14 @@ class Topic:
     """A topic of a store. Obtain it with ``store.topic(name)``; thread-safe."""
 
     def __init__(self, name: str, directory: str, config: TopicConfig, num_partitions: int,
-                 lock_timeout_ms: int = 0, read_only: bool = False) -> None:
+                 lock_timeout_ms: int = 0, read_only: bool = False, handles: HandleCache | None = None) -> None:
         self.name = name
         #: Of a store opened with ``read_only=True``: its partitions never write, it never grows.
         self.read_only = read_only
         self.directory = directory
         self.config = config
         self._lock_timeout_ms = lock_timeout_ms
+        self._handles = handles  # the store's descriptor budget, shared by its partitions
         self._lock = threading.Lock()
         self._partitions: list[Partition | None] = [None] * num_partitions
 
@@ -116,7 +118,7 @@ class Topic:
                 p = self._partitions[number]
                 if p is None:
                     p = Partition(self.name, number, os.path.join(self.directory, str(number)), self.config,
-                                  self._lock_timeout_ms, read_only=self.read_only)
+                                  self._lock_timeout_ms, read_only=self.read_only, handles=self._handles)
                     # Committed offsets are appended by every process of every group in turn.
                     p.transient = self.name == OFFSETS_TOPIC
                     self._partitions[number] = p

@@ -404,6 +404,23 @@ def build() -> dict[str, bytes]:
     files["files/group.member"] = checked(b"PLGM" + bytes([1]) + mp(member))
     manifest["files"]["group.member"] = {"file": "files/group.member", "magic": "PLGM", "document": member}
 
+    # pylog serve's coordinator groups: one Stable group (a static and a dynamic member), one Empty group.
+    sub = bytes.fromhex("0000000000010006") + TOPIC.encode() + bytes.fromhex("ffffffff")
+    coordinator = {"groups": [
+        {"group_id": "billing-kafka", "generation": 4, "protocol_type": "consumer", "protocol_name": "range",
+         "leader": "rdkafka-1",
+         "members": [{"member_id": "rdkafka-1", "group_instance_id": "biller-a", "client_id": "rdkafka",
+                      "client_host": "/127.0.0.1", "session_timeout_ms": 45000, "rebalance_timeout_ms": 300000,
+                      "protocols": [["range", sub], ["roundrobin", sub]], "assignment": b"\x00\x01"},
+                     {"member_id": "kafkajs-2", "group_instance_id": None, "client_id": "kafkajs",
+                      "client_host": "/127.0.0.1", "session_timeout_ms": 30000, "rebalance_timeout_ms": 60000,
+                      "protocols": [["range", sub]], "assignment": b""}]},
+        {"group_id": "idle", "generation": 7, "protocol_type": "consumer", "protocol_name": None, "leader": None,
+         "members": []}]}
+    files["files/coordinator.groups"] = checked(b"PLKG" + bytes([1]) + mp(coordinator))
+    manifest["files"]["coordinator.groups"] = {"file": "files/coordinator.groups", "magic": "PLKG",
+                                               "document": jsonable(coordinator)}
+
     # Not sort_keys: the order of a msgpack document's keys is part of its bytes (FORMAT.md).
     status = {"pid": 4242, "heartbeat": 1_700_000_100.5, "partitions": [f"{TOPIC}-0", f"{TOPIC}-1"], "status": {
         "enabled": True, "alive": True, "started_at": 1_700_000_000.25, "last_run_start": 1_700_000_090.0,
@@ -414,6 +431,14 @@ def build() -> dict[str, bytes]:
         "bytes_deleted": 4_294_967_296, "dirty_ratios": {f"{TOPIC}-0": 0.375}}}
     files["files/cleaner.status"] = checked(b"PLCS" + bytes([1]) + mp(status))
     manifest["files"]["cleaner.status"] = {"file": "files/cleaner.status", "magic": "PLCS", "document": status}
+
+    # The ACL file (`<store>/__acls`): Kafka's codes; a literal topic ALLOW, a prefixed DENY for everyone on one
+    # host, a cluster ALTER for a non-ASCII user name.
+    acls = {"acls": [[2, TOPIC, 3, "User:alice", "*", 3, 3],
+                     [3, "billing-", 4, "User:*", "10.0.0.9", 2, 2],
+                     [4, "kafka-cluster", 3, "User:jos\u00e9", "*", 7, 3]]}
+    files["files/acls"] = checked(b"PLAC" + bytes([1]) + mp(acls))
+    manifest["files"]["acls"] = {"file": "files/acls", "magic": "PLAC", "document": acls}
 
     files["manifest.json"] = (json.dumps(manifest, indent=1) + "\n").encode()
     return files

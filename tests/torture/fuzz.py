@@ -7,7 +7,8 @@ Structured decoders also get mutations of their decoded content re-encoded: msgp
 infinite floats, huge ints, bools/strings where ints belong, nested maps and arrays as map keys; JSON files
 with NaN/Infinity, 10**40, wrong types. Each input is fed to the decoder the way the library reads it
 (through the public or module API: ``BatchView.from_buffer`` and every accessor, ``OffsetIndex.open``,
-``read_checkpoint``, ``ProducerState.read_snapshot``, ``describe_group``, ``published_cleaners``,
+``read_checkpoint``, ``ProducerState.read_snapshot``, ``describe_group``, ``published_cleaners``, pylog serve's
+``groupstate.read_groups``,
 ``pylog.open`` + ``store.topic`` + reads, ...).
 
 Each input's outcome is one of:
@@ -61,6 +62,7 @@ from pylog.storage import checkpoint as _checkpoint  # noqa: E402
 from pylog.maintenance import compaction as _compaction  # noqa: E402
 from pylog.storage import swap as _swap  # noqa: E402
 from pylog.clients import groups as _groups  # noqa: E402
+from pylog.server import groupstate as _groupstate  # noqa: E402
 from pylog.maintenance.cleaner_registry import _MAGIC as _STATUS_MAGIC, published_cleaners  # noqa: E402
 from pylog.storage.fileio import checked, encode_doc  # noqa: E402
 from pylog.storage.filenames import (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, CLEANERS_DIR, GROUPS_DIR,  # noqa: E402
@@ -83,7 +85,7 @@ FULL_COUNTS = {
     "batch": 420_000, "index": 90_000, "checkpoint": 40_000, "producer_snapshot": 90_000, "group_state": 80_000,
     "group_member": 30_000, "offset_commit": 90_000, "cleaner_status": 40_000, "cleaner_checkpoint": 30_000,
     "swap_manifest": 30_000, "topic_file": 30_000, "store_marker": 20_000, "producer_ids": 15_000,
-    "segment": 15_000,
+    "segment": 15_000, "coordinator_groups": 30_000,
 }
 SHORT_DIVISOR = 250
 
@@ -603,6 +605,32 @@ class GroupMemberDecoder(_DocDecoder):
             os.close(fd)
 
 
+class CoordinatorGroupsDecoder(_DocDecoder):
+    """pylog serve's saved groups (__consumer_groups/.coordinator), loaded when a server starts."""
+
+    name = "coordinator_groups"
+    filename = _groupstate.GROUPS_FILE
+
+    def make_seeds(self) -> list[Any]:
+        self.dir = os.path.join(self.work, GROUPS_DIR)
+        os.makedirs(self.dir, exist_ok=True)
+        return super().make_seeds()
+
+    def bodies(self) -> list[bytes]:
+        sub = b"\x00\x00\x00\x00\x00\x01\x00\x01t\xff\xff\xff\xff"
+        m1 = _groupstate.SavedMember("m1", "inst-1", "c", "/127.0.0.1", 10_000, 30_000, [("range", sub)], b"\x00\x01")
+        m2 = _groupstate.SavedMember("m2", None, "d", "/127.0.0.1", 6_000, 6_000, [("range", sub), ("rr", b"")], b"")
+        return [_groupstate.encode_groups([]),
+                _groupstate.encode_groups([_groupstate.SavedGroup("g", 3, "consumer", "range", "m1", [m1, m2]),
+                                           _groupstate.SavedGroup("e", 9, "consumer", None, None, [])])]
+
+    def feed(self, data: Any) -> None:
+        self.write(data, self.dir)
+        for g in _groupstate.read_groups(self.work):
+            assert g.leader is None or g.leader in {m.member_id for m in g.members}
+        _groups.list_group_dirs(self.work)  # the file is not taken for a group's directory
+
+
 class CleanerStatusDecoder(_DocDecoder):
     name = "cleaner_status"
     filename = "123-abcd.status"
@@ -838,7 +866,7 @@ class SegmentDecoder(_StoreDecoder):
 DECODERS: dict[str, type[Decoder]] = {c.name: c for c in (
     BatchDecoder, IndexDecoder, CheckpointDecoder, ProducerSnapshotDecoder, GroupStateDecoder, GroupMemberDecoder,
     OffsetCommitDecoder, CleanerStatusDecoder, CleanerCheckpointDecoder, SwapManifestDecoder, TopicFileDecoder,
-    StoreMarkerDecoder, ProducerIdsDecoder, SegmentDecoder)}
+    StoreMarkerDecoder, ProducerIdsDecoder, SegmentDecoder, CoordinatorGroupsDecoder)}
 assert set(DECODERS) == set(FULL_COUNTS)
 
 

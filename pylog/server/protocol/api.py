@@ -100,6 +100,7 @@ class ApiKey(enum.IntEnum):
     DESCRIBE_PRODUCERS = 61
     DESCRIBE_TRANSACTIONS = 65
     LIST_TRANSACTIONS = 66
+    CONSUMER_GROUP_HEARTBEAT = 68
 
 
 #: Every API with a schema, by key.
@@ -113,8 +114,7 @@ assert set(APIS) == set(ApiKey)
 #: that sends anyway gets the response with UNSUPPORTED_VERSION in every error field.
 UNSERVED_APIS: frozenset[int] = frozenset({
     ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
-    ApiKey.TXN_OFFSET_COMMIT, ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_CLIENT_QUOTAS,
-    ApiKey.ALTER_CLIENT_QUOTAS, ApiKey.DESCRIBE_PRODUCERS,
+    ApiKey.TXN_OFFSET_COMMIT, ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_PRODUCERS,
 })
 
 #: APIs advertised by ApiVersions but always answered with an error: Kafka's own answer of a broker without
@@ -133,6 +133,8 @@ REFUSED_APIS: dict[int, tuple[int, str]] = {
                                              "its users file (--sasl-users), not from the cluster"),
     ApiKey.ALTER_USER_SCRAM_CREDENTIALS: (ErrorCode.SECURITY_DISABLED, "pylog serve's SASL users come from its "
                                           "users file (--sasl-users): edit it and restart the server"),
+    ApiKey.CONSUMER_GROUP_HEARTBEAT: (ErrorCode.UNSUPPORTED_VERSION, "pylog serve does not implement KIP-848's "
+                                      "consumer group protocol: set group.protocol=classic"),
 }
 
 

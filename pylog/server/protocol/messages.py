@@ -1019,6 +1019,33 @@ LIST_TRANSACTIONS = Api(66, 'ListTransactions', (0, 1), flexible=0, request=[
     ]),
 ])
 
+# KIP-848's consumer group protocol: served only to refuse it (REFUSED_APIS; docs/SERVER.md says why).
+CONSUMER_GROUP_HEARTBEAT = Api(68, 'ConsumerGroupHeartbeat', (0, 1), flexible=0, request=[
+    F('group_id', 'string'),
+    F('member_id', 'string'),
+    F('member_epoch', 'int32'),
+    F('instance_id', 'string', nullable='0+', default=None),
+    F('rack_id', 'string', nullable='0+', default=None),
+    F('rebalance_timeout_ms', 'int32', default=-1),
+    F('subscribed_topic_names', '[]string', nullable='0+', default=None),
+    F('subscribed_topic_regex', 'string', '1+', nullable='1+', default=None),
+    F('server_assignor', 'string', nullable='0+', default=None),
+    F('topic_partitions', [
+        F('topic_id', 'uuid'),
+        F('partitions', '[]int32'),
+    ], nullable='0+', default=None),
+], response=[
+    F('throttle_time_ms', 'int32'),
+    F('error_code', 'int16'),
+    F('error_message', 'string', nullable='0+', default=None),
+    F('member_id', 'string', nullable='0+', default=None),
+    F('member_epoch', 'int32'),
+    F('heartbeat_interval_ms', 'int32'),
+    # A nullable struct (Assignment: TopicPartitions [TopicId uuid, Partitions []int32]), always null in pylog's
+    # refusals; the schema DSL has no nullable structs, so only its presence byte is written: -1, null.
+    F('assignment', 'int8', default=-1),
+])
+
 # fmt: on
 
 ALL_APIS: tuple[Api, ...] = (
@@ -1069,4 +1096,5 @@ ALL_APIS: tuple[Api, ...] = (
     DESCRIBE_PRODUCERS,
     DESCRIBE_TRANSACTIONS,
     LIST_TRANSACTIONS,
+    CONSUMER_GROUP_HEARTBEAT,
 )

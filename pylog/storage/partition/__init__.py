@@ -12,7 +12,9 @@ which states the invariants it keeps (numbers as below):
    torn tail and rebuilds their indexes; whatever was flushed (fsync) is kept (:mod:`.loader`,
    :mod:`.durability`).
 4. Exactly one writer per partition across threads and processes at any moment: an ``flock`` on ``.lock``
-   taken on the first write and held until :meth:`Partition.close` or :meth:`Partition.release_writer`.
+   taken on the first write and held until :meth:`Partition.close` or :meth:`Partition.release_writer`
+   (which the store's descriptor budget also calls, through :meth:`Partition.release_handles`, for a
+   partition used least recently: see :mod:`pylog.storage.handles`).
    Writers that take turns (producers of several processes sharing a partition) ask the holder for it
    through a shared ``flock`` on ``.want`` while they wait; the holder looks with
    :meth:`Partition.handover_wanted` and hands over by releasing. Readers take no lock (:mod:`.writer_lock`).

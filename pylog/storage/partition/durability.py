@@ -29,7 +29,8 @@ from typing import Callable
 
 from ...errors import LogFailedError
 from ..checkpoint import Checkpoint, write_checkpoint
-from ..fileio import fault, raise_fault, fsync_dir
+from ..fileio import DESCRIPTOR_ERRNOS, fault, raise_fault, fsync_dir
+from ..handles import RateLimitedLog
 from ..segment import Segment
 from .. import syncer
 from .local_log import LocalLog
@@ -38,6 +39,8 @@ from .writer_lock import WriterLock
 __all__ = ["Durability", "HANDED_OVER_MAX"]
 
 log = logging.getLogger("pylog.partition")
+#: Out of descriptors, every partition's background sync may fail at once: one line per minute says so.
+_put_off = RateLimitedLog(log, 60.0)
 
 #: How many segment files holding appends not fsynced before a handover a handle remembers (see
 #: Partition.release_writer) before it fsyncs them.
@@ -138,6 +141,12 @@ class Durability:
         except FileNotFoundError:
             return  # the partition was deleted (or is being deleted) under the job: nothing is left to sync
         except OSError as exc:
+            if exc.errno in DESCRIPTOR_ERRNOS:
+                # Opening a file failed, no writeback: nothing was lost and nothing is retried here (no
+                # loop); the segments stay pending for the next roll's job, flush, handover or close.
+                _put_off.log(logging.WARNING, "emfile", "%s: background fsync of rolled segments put off: %s",
+                             self.name, exc)
+                return
             with self._lock:
                 self._sync_failed(exc)
             return
@@ -164,6 +173,9 @@ class Durability:
                 seg.sync_files()
             fsync_dir(self.local.directory)
         except OSError as exc:
+            if exc.errno in DESCRIPTOR_ERRNOS:  # an open failed, not a writeback: they stay pending
+                raise_fault(exc, f"syncing {self.name}", "the segments rolled since the last sync are not fsynced "
+                            "yet (nothing was lost)")
             self._sync_failed(exc)
             raise_fault(exc, f"syncing {self.name}", "the segments rolled since the last sync may not be "
                         "durable; the partition refuses work until the store is reopened", "reopen the store")

@@ -32,7 +32,8 @@ import numpy as np
 from ...config import TopicConfig
 from ...errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, PartitionLockedError,
                        ReadOnlyStoreError, StoreClosedError)
-from ..fileio import raise_fault
+from ..fileio import check_descriptors, descriptor_faults, raise_fault
+from ..handles import PER_PARTITION, SEGMENT_COST, HandleCache
 from ..notify import Notifier
 from ..records import Record, RecordColumns, column_parts, now_ms, slices_records
 from ..retention import RetentionResult
@@ -56,7 +57,7 @@ class Partition:
     """One partition of a topic, stored in ``directory``. Obtain it with ``store.topic(name).partition(i)``."""
 
     def __init__(self, topic: str, number: int, directory: str, config: TopicConfig,
-                 lock_timeout_ms: int = 0, read_only: bool = False) -> None:
+                 lock_timeout_ms: int = 0, read_only: bool = False, handles: HandleCache | None = None) -> None:
         self.topic = topic
         self.number = number
         self.directory = directory
@@ -68,6 +69,9 @@ class Partition:
         #: Opened through a read-only store: never becomes the writer, creates and maps no file.
         self.read_only = read_only
         self._repairing = False  # see repair()
+        #: The store's budget of descriptors (pylog.storage.handles): touched before each use of the files.
+        self._handles = handles
+        self._touched = (-(1 << 62), 0)  # (tick, weight) of the last touch of the budget
         #: (base offset, inode, byte position, offset there) of the active segment as this handle last
         #: wrote it: the bytes before the position were checked or written by this handle as the writer,
         #: so its next open after a clean checkpoint (its next turn) checks only those after them.
@@ -93,7 +97,9 @@ class Partition:
         #: flushes and the failed state; see :class:`~pylog.storage.partition.durability.Durability`.
         self.durability = Durability(self._local, self.append_lock, self._writer, lambda: self._closed)
         self._appender = Appender(name, directory, config)
-        self._local.load_readonly()
+        self._touch()  # last: the budget may ask this handle to let go of its files from now on
+        with descriptor_faults(f"opening {name}"):
+            self._local.load_readonly()
 
     @property
     def config(self) -> TopicConfig:
@@ -143,6 +149,44 @@ class Partition:
         self._closed = True
         self._writer.drop_without_unlock()
 
+    def _touch(self) -> None:
+        """About to open or use this handle's files: tell the store's descriptor budget (before any lock)."""
+        handles = self._handles
+        if handles is not None:
+            weight = PER_PARTITION + SEGMENT_COST * self._local.sealed_open
+            tick, counted = self._touched
+            if counted != weight or not handles.fresh(tick):
+                self._touched = (handles.touch(self, weight), weight)
+
+    def release_handles(self) -> bool:
+        """Internal API (the store's descriptor budget, :mod:`pylog.storage.handles`): let go of every file
+        descriptor and mapping this handle holds; its next use opens what it needs again. A writer lets go
+        of its lock first, exactly as :meth:`release_writer` does (a direct append takes it again, waiting
+        ``lock.timeout.ms`` if another writer took it meanwhile). Never blocks: False, changing nothing,
+        while maintenance or an append of the partition is under way in another thread."""
+        if not self.maintenance_lock.acquire(blocking=False):
+            return False
+        try:
+            if not self.append_lock.acquire(blocking=False):
+                return False
+            try:
+                if self._closed:
+                    return True
+                try:
+                    if self._writer.held:
+                        self.release_writer()  # lets the lock go whatever fails (raised after the rest here)
+                finally:
+                    self._writer.close()
+                    if not self._writer.held:
+                        self._local.drop_files()
+                    self._touched = (-(1 << 62), 0)
+                    self._waiters.notifier.release()
+                return True
+            finally:
+                self.append_lock.release()
+        finally:
+            self.maintenance_lock.release()
+
     # ------------------------------------------------------------------ the writer lock
 
     @property
@@ -175,6 +219,7 @@ class Partition:
         """
         if self.is_writer:
             return
+        self._touch()
         if not self._writer.wait_for_turn(self._take_turn, timeout_ms, between):
             raise PartitionLockedError(f"partition {self.topic}-{self.number} is locked by another writer "
                                        f"({self.directory}), which did not hand it over within {timeout_ms} ms")
@@ -284,7 +329,7 @@ class Partition:
         """The first offset a reader may read. A reader in another process than the writer looks for it as
         :attr:`log_end_offset` does (see :meth:`LocalLog.refresh`): a start that the writer's retention
         or ``delete_records`` raised is seen by a reader that only asks for the start, not only by one that reads."""
-        self._local.refresh()
+        self._refresh()
         return self._local.log_start
 
     @property
@@ -292,8 +337,17 @@ class Partition:
         """The offset the next appended record will get (one past the last visible record)."""
         if self._closed:
             return self._final_end
-        self._local.refresh()
+        self._refresh()
         return self._local.end_offset
+
+    def _refresh(self) -> None:
+        if not self._writer.held:  # a reader looks at its files; the writer's view is exact
+            self._touch()
+            try:
+                self._local.refresh()
+            except OSError as exc:
+                check_descriptors(exc, f"looking for new records in {self.topic}-{self.number}")
+                raise
 
     @property
     def segments(self) -> list[Segment]:
@@ -391,6 +445,7 @@ class Partition:
         bounds = appender.batch_bounds(cols)
         if producer is not None and (producer[0] < 0 or not 0 <= producer[2] < SEQ_MOD):
             raise InvalidArgumentError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
+        self._touch()
         with self.append_lock:
             if not self._writer.held:
                 self.ensure_writer()
@@ -583,9 +638,33 @@ class Partition:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
         if max_records <= 0:
             return []
+        self._touch()
         local = self._local
-        return local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
-                                     verify)
+        try:
+            out = local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
+                                        verify)
+        except OSError as exc:
+            check_descriptors(exc, f"reading {self.topic}-{self.number} at offset {offset}")
+            raise
+        if local.too_many_sealed_open:
+            self._let_go_of_sealed()
+        return out
+
+    def _let_go_of_sealed(self) -> None:
+        """Reads used more sealed segments than a handle keeps open: let go of the files of the least recently
+        used (see LocalLog.let_go_of_sealed). Never waits: tried again after a later read when maintenance or
+        an append holds the partition now."""
+        if not self.maintenance_lock.acquire(blocking=False):
+            return
+        try:
+            if self.append_lock.acquire(blocking=False):
+                try:
+                    if not self._closed:
+                        self._local.let_go_of_sealed()
+                finally:
+                    self.append_lock.release()
+        finally:
+            self.maintenance_lock.release()
 
     def read_slices(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
                     verify: bool = True) -> list[ReadSlice]:
@@ -614,7 +693,9 @@ class Partition:
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None if there is none."""
-        return self._local.on_current_view("a time lookup", self._local.offset_for_timestamp, timestamp)
+        self._touch()
+        with descriptor_faults(f"looking up a timestamp in {self.topic}-{self.number}"):
+            return self._local.on_current_view("a time lookup", self._local.offset_for_timestamp, timestamp)
 
     # ------------------------------------------------------------------ checks and lifecycle
 
@@ -624,8 +705,13 @@ class Partition:
         if it were still being written); returns the problems found (empty if none).
 
         ``writer_active``: whether another process may be appending right now (None: unknown, assume so);
-        then a batch the active file does not wholly hold yet is not reported.
+        then a batch the active file does not wholly hold yet is not reported. A segment replaced or deleted
+        under the check (by the writer's maintenance) makes it start again over a new view, as a read does.
         """
+        self._touch()
+        return self._local.on_current_view("a check", self._check_view, writer_active)
+
+    def _check_view(self, writer_active: bool | None) -> list[str]:
         problems: list[str] = []
         prev_next = None
         segs = self._local.segments
@@ -788,6 +874,8 @@ class Partition:
                 seg.close()
             self._writer.close()
             self._waiters.close()  # wakes this handle's waiters, here and on the notify file
+            if self._handles is not None:
+                self._handles.forget(self)
             if error is not None:
                 raise error
 

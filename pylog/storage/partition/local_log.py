@@ -37,6 +37,10 @@ READ_RETRIES = 8
 #: A reader at the log end looks at the checkpoints' stamp at most, and lists the partition's directory at
 #: least, this often (seconds); see LocalLog.refresh_locked.
 _STAMP_INTERVAL, _LIST_INTERVAL = 0.01, 1.0
+#: Sealed segments whose files a handle keeps open after reading them (each holds up to four descriptors:
+#: the log, its mapping and the two index mappings); reads of older ones are let go of (see
+#: LocalLog.let_go_of_sealed), so reading a long partition from its start holds a bounded number.
+OPEN_SEALED = 8
 _T = TypeVar("_T")
 
 
@@ -64,6 +68,9 @@ class LocalLog:
         self.log_start = 0
         #: See Checkpoint.swap_generation.
         self.swap_gen = 0
+        #: Base offsets of the sealed segments reads used, least recently first (a dict used as an ordered
+        #: set; changed by reader threads without a lock: only single dict operations, atomic in CPython).
+        self._read_sealed: dict[int, None] = {}
         self._meta: tuple = ()  # identity of the checkpoint files when a reader last looked
         self._next_listing = 0.0
         self._next_stamp = 0.0
@@ -174,6 +181,44 @@ class LocalLog:
         active.load(tolerate_tail=True)
         segs[-1] = active
         self.set_segments(segs)
+
+    @property
+    def sealed_open(self) -> int:
+        """Sealed segments reads used (and may keep open) since the last let-go, at most :data:`OPEN_SEALED`
+        after each read."""
+        return len(self._read_sealed)
+
+    @property
+    def too_many_sealed_open(self) -> bool:
+        """True when reads used more than :data:`OPEN_SEALED` sealed segments since the last
+        :meth:`let_go_of_sealed`."""
+        return len(self._read_sealed) > OPEN_SEALED
+
+    def let_go_of_sealed(self) -> None:
+        """Make the sealed segments that reads used least recently, beyond :data:`OPEN_SEALED`, objects
+        holding no file (see :meth:`Segment.without_files`). Under the append lock and the partition's
+        maintenance lock (maintenance finds its segments by identity). Dropped, not closed, as in
+        :meth:`drop_files`."""
+        read_sealed = self._read_sealed
+        order = list(read_sealed)  # one C-level copy: reader threads may add to it meanwhile
+        drop = set(order[:-OPEN_SEALED])
+        for base in drop:
+            read_sealed.pop(base, None)
+        segs = self.view[0]
+        if any(s.base_offset in drop and s.holds_files and not s.writable for s in segs[:-1]):
+            self.set_segments([s.without_files() if s.base_offset in drop and s.holds_files and not s.writable
+                               and s is not segs[-1] else s for s in segs])
+
+    def drop_files(self) -> None:
+        """Make every segment of the view that holds descriptors or mappings one that holds none (the same
+        file, sizes and offsets; see :meth:`Segment.without_files`), for a handle letting go of its files.
+        A reader only (the writer lock let go first), under the append lock. The old objects are dropped,
+        not closed: a read under way keeps using them, and they close when the last snapshot goes."""
+        assert not self._is_writer()
+        self._read_sealed.clear()
+        segs = self.view[0]
+        if any(s.holds_files for s in segs):
+            self.set_segments([s.without_files() if s.holds_files else s for s in segs])
 
     def start_reader_clock(self) -> None:
         """A reader's view was just taken: note the checkpoints' identity and when to look again."""
@@ -358,6 +403,10 @@ class LocalLog:
             if size == 0:
                 continue
             first = max(want, seg.base_offset)
+            if seg.immutable:
+                read_sealed = self._read_sealed
+                read_sealed.pop(seg.base_offset, None)
+                read_sealed[seg.base_offset] = None  # the most recently used now
             try:
                 part, b = seg.read(first, max_records - got, max(max_bytes - nbytes, 1), size, verify)
             except CorruptRecordError as exc:

@@ -2,7 +2,8 @@
 
 Invariants (numbered as in :mod:`pylog.storage.partition`):
 4. Exactly one writer per partition across threads and processes at any moment: an ``flock`` on ``.lock``
-   taken on the first write and held until :meth:`Partition.close` or :meth:`Partition.release_writer`.
+   taken on the first write and held until :meth:`Partition.close` or :meth:`Partition.release_writer`
+   (also called when the store's descriptor budget lets go of the partition's files).
    Writers that take turns (producers of several processes sharing a partition) ask the holder for it
    through a shared ``flock`` on ``.want`` while they wait; the holder looks with
    :meth:`WriterLock.handover_wanted` and hands over by releasing. Readers take no lock.

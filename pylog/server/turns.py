@@ -1,0 +1,77 @@
+"""The partitions the server writes in turns, handed over promptly to a pylog writer of another process.
+
+Kafka clients' appends take a partition's writer lock as a writer taking turns (``in_turn``, see
+:meth:`pylog.storage.partition.Partition.wait_to_write`): a pylog producer or ``pylog produce`` in another
+process asks for the lock (a shared ``flock`` on ``.want``) and the server hands it over after its append.
+A server that goes idle after its last append would never look again, and the other process would wait out
+its ``max_block_ms``. So :class:`Turns` remembers the partitions the server appended to and
+:meth:`Turns.sweep` (every :data:`SWEEP_S` seconds, in the storage pool, while any is held) hands over those
+another writer waits for, and lets go of the lock of those idle for :data:`IDLE_RELEASE_S`, so that the set
+it looks at stays the partitions written lately (two system calls each per sweep; with thousands held the
+server sweeps less often, so that sweeping takes at most a fifth of one storage thread).
+
+Invariants:
+- A partition is handed over only between the server's appends (the sweep takes the partition's locks
+  without blocking, as :meth:`~pylog.storage.partition.Partition.hand_over` does), never during a retention
+  or compaction pass; what the handover leaves is the partition's own hand-over (a clean checkpoint; the
+  active segment fsynced by name at the next flush or close).
+- The server appends only as a writer taking turns: before an append it waits (up to the request's
+  timeout, at most :data:`TURN_WAIT_MS`) for a writer of another process to hand the lock back, asking it to.
+
+Thread-safety: :meth:`Turns.note` and :meth:`Turns.sweep` may be called from any thread.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from ..errors import PylogError
+from ..storage.partition import Partition
+
+__all__ = ["Turns", "SWEEP_S", "IDLE_RELEASE_S", "TURN_WAIT_MS"]
+
+#: How often the server looks whether another writer waits for a partition it holds (seconds); a pylog
+#: producer's idle look is as frequent.
+SWEEP_S = 0.01
+#: A partition the server has not appended to for this long is let go of (seconds).
+IDLE_RELEASE_S = 1.0
+#: The longest a produce waits for another process's writer to hand a partition back (ms).
+TURN_WAIT_MS = 5_000
+
+
+class Turns:
+    """The partitions the server holds for its appends, with when it last appended to each."""
+
+    def __init__(self) -> None:
+        self._held: dict[Partition, float] = {}
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._held)
+
+    def note(self, part: Partition) -> None:
+        """The server just appended to ``part`` (in turn)."""
+        with self._lock:
+            self._held[part] = time.monotonic()
+
+    def sweep(self) -> None:
+        """Hand over each held partition another writer waits for; let go of those idle for
+        :data:`IDLE_RELEASE_S`; forget those the server no longer holds. Never blocks on a partition."""
+        now = time.monotonic()
+        with self._lock:
+            held = list(self._held.items())
+        for part, last in held:
+            try:
+                if part.is_writer:
+                    if now - last >= IDLE_RELEASE_S:
+                        part.release_turn(blocking=False)
+                    else:
+                        part.hand_over()
+                gone = not part.is_writer
+            except PylogError:  # a closed store, a deleted topic: nothing left to hand over
+                gone = True
+            if gone:
+                with self._lock:
+                    if self._held.get(part) == last:  # not appended to again meanwhile
+                        del self._held[part]
