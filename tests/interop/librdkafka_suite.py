@@ -8,6 +8,7 @@ docs/TESTING.md) with a librdkafka source tree (a git checkout of a release tag)
     python tests/interop/librdkafka_suite.py /path/to/librdkafka --no-build --scenario noautocreate
     python tests/interop/librdkafka_suite.py /path/to/librdkafka --no-build --tests 0135,0142 --sasl SCRAM-SHA-256
     python tests/interop/librdkafka_suite.py /path/to/librdkafka --no-build --tests 0081 --subtests DescribeTopics
+    python tests/interop/librdkafka_suite.py /path/to/librdkafka --no-build --tests 0081 --authorizer
 
 It
 1. builds librdkafka (``./configure`` when not configured yet, without ``--install-deps``: the Debian packages
@@ -90,9 +91,11 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_server(workdir: Path, port: int, sasl: str | None, scenario: str) -> subprocess.Popen:
+def start_server(workdir: Path, port: int, sasl: str | None, scenario: str, authorizer: bool) -> subprocess.Popen:
     logf = open(workdir / "server.log", "wb")
     extra = ["--no-auto-create-topics"] if scenario == "noautocreate" else []
+    if authorizer:  # the ACL APIs served; the tests' principal is a super user, so no ACL they create blocks them
+        extra += ["--authorizer", "--super-users", f"User:{SASL_USER}" if sasl else "User:ANONYMOUS"]
     if sasl:
         users = workdir / "users.json"
         users.write_text(json.dumps({"users": {SASL_USER: SASL_PASSWORD}}))
@@ -202,6 +205,8 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--scenario", choices=["default", "noautocreate"], default="default",
                    help="the runner's test scenario; noautocreate serves --no-auto-create-topics and runs the tests "
                         "that need a broker without topic auto-creation (0045 sub-entries, 0107, 0111)")
+    p.add_argument("--authorizer", action="store_true",
+                   help="serve with pylog's authorizer (the tests' principal a super user): the ACL sub-tests of 0081")
     p.add_argument("--sasl", choices=["PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512"],
                    help="serve SASL_PLAINTEXT with this mechanism (the SASL tests, e.g. 0135 and 0142, need it)")
     p.add_argument("--no-build", action="store_true", help="use the test runner as built")
@@ -233,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
     logdir.mkdir(exist_ok=True)
     port = free_port()
     try:
-        server = start_server(workdir, port, args.sasl, args.scenario)
+        server = start_server(workdir, port, args.sasl, args.scenario, args.authorizer)
     except RuntimeError as exc:
         print(exc, file=sys.stderr)
         return 2
