@@ -19,6 +19,13 @@ Invariants:
   per client address, failures answered after a growing delay).
 - A client that disconnects mid-request loses only that request: its partial frame is dropped, the requests
   being handled complete (an append in the storage pool is never cut short).
+- Answers leave in the order of the requests. A handler may answer with a future (a Produce: its appends are
+  queued for the storage pool, in order, and for ``acks=all`` the future completes after the group commit's
+  fsync); the connection then goes on with the next requests (at most :data:`_MAX_DEFERRED` answers
+  outstanding) and writes each answer once it and every earlier one are ready, so consecutive Produce
+  requests of a connection are appended in one hop to the storage pool and share fsyncs. A request other than
+  Produce is handled only once the appends queued before it are done. A clean close writes the outstanding
+  answers first.
 """
 
 from __future__ import annotations
@@ -50,7 +57,12 @@ _MAX_UNAUTHENTICATED_BYTES = 512 * 1024
 #: Responses larger than this go to the transport a chunk of this size at a time, each once the previous has
 #: drained (a slow reader then holds one response, not a second copy of it in the transport's buffer).
 _WRITE_CHUNK = 1 << 20
-API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 18, 17, 36
+#: Answers a connection may owe at once (requests handled whose answer waits for an fsync, or for an earlier
+#: answer that does): the next request waits beyond this. An answer owed holds no request data (a few hundred
+#: bytes); librdkafka pipelines one Produce per partition, so with hundreds of partitions a low bound made the
+#: connection wait for the oldest fsync while the others could have been under way.
+_MAX_DEFERRED = 1024
+PRODUCE, API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 0, 18, 17, 36
 _BEFORE_AUTH = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
 
@@ -75,6 +87,11 @@ class Connection(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._busy = False  # a request is being answered
+        #: The Produce appends queued for the storage pool (the data handlers' queue, made on first use); any
+        #: other request waits until it has drained (see the module docstring).
+        self.appends: Any = None
+        #: Answers owed, in request order: (request, answer or a future of it) (see the module docstring).
+        self._owed: collections.deque[tuple[Any, Any]] = collections.deque()
         self.last_active = 0.0  # loop time of the last bytes received or answer written
 
     # ------------------------------------------------------------------ asyncio.Protocol
@@ -160,7 +177,8 @@ class Connection(asyncio.Protocol):
 
     def idle_for(self, now: float) -> float:
         """Seconds without a request under way, queued or arriving (0 while one is: a long poll is not idle)."""
-        if self._busy or self._frames or self._buf or (self._writable is not None and not self._writable.done()):
+        if self._busy or self._frames or self._buf or self._owed or (
+                self._writable is not None and not self._writable.done()):
             return 0.0  # answering, asked, or an answer still leaving (a slow reader): not idle
         return now - self.last_active
 
@@ -179,9 +197,13 @@ class Connection(asyncio.Protocol):
         loop = asyncio.get_running_loop()
         try:
             while not self.closing:
+                await self._write_owed(block=len(self._owed) >= _MAX_DEFERRED)
                 if not self._frames:
                     self._wakeup = loop.create_future()
-                    await self._wakeup
+                    if self._owed:  # whichever comes first: the next request or the oldest answer owed
+                        await asyncio.wait((self._wakeup, self._owed[0][1]), return_when=asyncio.FIRST_COMPLETED)
+                    else:
+                        await self._wakeup
                     self._wakeup = None
                     continue
                 frame = self._frames.popleft()
@@ -199,6 +221,7 @@ class Connection(asyncio.Protocol):
                     self.last_active = loop.time()
                 if self._writable is not None and not self._writable.done():
                     await self._writable  # a slow reader: answer nothing more until its buffer drains
+            await self._write_owed(block=True, every=True)  # a clean close answers what was handled
         except asyncio.CancelledError:
             pass
         except Exception:  # a bug here must not take the server down: this connection ends
@@ -206,6 +229,34 @@ class Connection(asyncio.Protocol):
         finally:
             if self.transport is not None:
                 self.transport.close()
+
+    async def _write_owed(self, block: bool, every: bool = False) -> None:
+        """Write the answers owed whose turn has come: the ready ones at the head of the queue; with ``block``,
+        wait for the oldest first (``every``: for all of them)."""
+        owed = self._owed
+        while owed:
+            req, answer = owed[0]
+            if isinstance(answer, asyncio.Future):
+                if not answer.done():
+                    if not block:
+                        return
+                    await asyncio.wait((answer,))
+                try:
+                    answer = answer.result()
+                except asyncio.CancelledError:
+                    raise
+                except Exception as exc:
+                    answer = self._failed(req, exc)
+            owed.popleft()
+            block = every
+            await self._send_answer(req, answer)
+
+    async def _send_answer(self, req: Any, answer: dict) -> None:
+        parts = protocol.encode_response_parts(req, answer)
+        if sum(map(len, parts)) > _WRITE_CHUNK:
+            await self._write_chunked(parts)
+        else:
+            self._write(parts)
 
     def _write(self, data: bytes | list) -> None:
         if self.transport is None or self.transport.is_closing():
@@ -228,6 +279,7 @@ class Connection(asyncio.Protocol):
             if frame_out is None:
                 log.warning("pylog serve: closing the connection from %s: %s", self.client_host, exc)
                 return False
+            await self._write_owed(block=True, every=True)
             self._write(frame_out)
             return True
         except PylogError as exc:
@@ -237,6 +289,8 @@ class Connection(asyncio.Protocol):
             log.warning("pylog serve: closing the connection from %s: API key %d before SASL authentication",
                         self.client_host, req.api_key)
             return False
+        if req.api_key in (SASL_HANDSHAKE, SASL_AUTHENTICATE):
+            await self._write_owed(block=True, every=True)  # these answers are written here, in turn
         if req.api_key == SASL_HANDSHAKE:
             body, ok = self._sasl_handshake(req)
             self._write(protocol.encode_response(req, body))
@@ -245,8 +299,12 @@ class Connection(asyncio.Protocol):
             body, ok = await self._sasl_authenticate(req)
             self._write(protocol.encode_response(req, body))
             return ok
+        if self._owed:  # an answer owed goes out first, also one the client will wait for below
+            await self._write_owed(block=False)
+        if req.api_key != PRODUCE and self.appends is not None:
+            await self.appends.drained()  # it sees the appends of the Produce requests before it
         handler = self.s.handlers.get(req.api_key)
-        answer: dict | None
+        answer: dict | asyncio.Future[dict] | None
         try:
             if handler is None:
                 answer = protocol.error_response(req, E.UNSUPPORTED_VERSION)
@@ -255,21 +313,25 @@ class Connection(asyncio.Protocol):
         except asyncio.CancelledError:
             raise
         except Exception as exc:
-            if isinstance(exc, OSError) and exc.errno in DESCRIPTOR_ERRNOS:
-                # Out of descriptors: this request only, logged once a minute (every request fails alike meanwhile).
-                _shortage.log(logging.ERROR, "request", "pylog serve: out of file descriptors: %s", exc)
-                answer = protocol.error_response(req, E.KAFKA_STORAGE_ERROR)
-            else:
-                log.exception("pylog serve: %s request from %s (client %r) failed", req.api_name, self.client_host,
-                              req.client_id)
-                answer = protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
-        if answer is not None:
-            parts = protocol.encode_response_parts(req, answer)
-            if sum(map(len, parts)) > _WRITE_CHUNK:
-                await self._write_chunked(parts)
-            else:
-                self._write(parts)
+            answer = self._failed(req, exc)
+        if isinstance(answer, asyncio.Future) or (answer is not None and self._owed):
+            # After the answers owed before it (invariant: in order). The header only: the request's body holds
+            # its frame (records), which an answer owed must not keep.
+            self._owed.append((protocol.RequestHeader(req.api_key, req.api_version, req.correlation_id,
+                                                      req.client_id), answer))
+        elif answer is not None:
+            await self._send_answer(req, answer)
         return True
+
+    def _failed(self, req: Any, exc: Exception) -> dict:
+        """The answer to a request whose handler raised ``exc`` (a Request, or the RequestHeader of one owed)."""
+        if isinstance(exc, OSError) and exc.errno in DESCRIPTOR_ERRNOS:
+            # Out of descriptors: this request only, logged once a minute (every request fails alike meanwhile).
+            _shortage.log(logging.ERROR, "request", "pylog serve: out of file descriptors: %s", exc)
+            return protocol.error_response(req, E.KAFKA_STORAGE_ERROR)
+        log.error("pylog serve: a request (API key %d) from %s (client %r) failed", req.api_key, self.client_host,
+                  req.client_id, exc_info=exc)
+        return protocol.error_response(req, E.UNKNOWN_SERVER_ERROR)
 
     async def _write_chunked(self, parts: list) -> None:
         """A large response in :data:`_WRITE_CHUNK` pieces, each written once the transport drained the last:

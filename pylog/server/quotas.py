@@ -37,7 +37,8 @@ from ..errors import InvalidConfigError
 
 __all__ = ["ServerQuotas", "QUOTA_TYPES", "parse_entity"]
 
-Handler = Callable[[Any, Any], Awaitable[dict | None]]
+#: A handler's answer may be a future of it (a Produce answered once fsynced: see pylog.server.connection).
+Handler = Callable[[Any, Any], Awaitable["dict | asyncio.Future[dict] | None"]]
 
 #: Kafka's quota config names -> the QuotaManager kind each limits.
 QUOTA_TYPES = {"producer_byte_rate": PRODUCE, "consumer_byte_rate": CONSUME, "request_percentage": REQUEST}
@@ -161,11 +162,13 @@ class ServerQuotas:
             byte_kind, size_of = CONSUME, _response_bytes
         resolved, resolve, record = self._resolved, self.key, self.manager.record
 
-        async def throttled(req: Any, conn: Any) -> dict | None:
+        async def throttled(req: Any, conn: Any) -> "dict | asyncio.Future[dict] | None":
             if not self._entities:
                 return await handler(req, conn)  # no quota at all: nothing to measure
             started = time.monotonic()
-            resp = await handler(req, conn)
+            answer = await handler(req, conn)
+            # A Produce answered once fsynced (pylog.server.connection): its answer is what gets delayed.
+            resp = await answer if isinstance(answer, asyncio.Future) else answer
             user = conn.principal if conn.principal is not None else "ANONYMOUS"
             client = req.client_id or ""
             delay = 0.0

@@ -36,6 +36,7 @@ from ..storage.fileio import DESCRIPTOR_ERRNOS
 from ..storage.handles import PER_PARTITION, RateLimitedLog, descriptor_limit
 from ..store import Store
 from ..store import open as open_store
+from ..storage import group_commit
 from . import protocol
 from .admin import AdminHandlers
 from .access import Access, AclHandlers
@@ -58,7 +59,9 @@ _shortage = RateLimitedLog(log, 60.0)
 #: Partitions whose files the store lets go of when an accept finds no descriptor left.
 _SHRINK_ON_EMFILE = 16
 
-Handler = Callable[[Any, Connection], Awaitable[dict | None]]
+#: A handler's answer: the response body, None (no answer: acks=0), or a future of the body (answered later,
+#: in order: see :mod:`pylog.server.connection`).
+Handler = Callable[[Any, Connection], Awaitable["dict | asyncio.Future[dict] | None"]]
 
 
 @dataclass
@@ -176,6 +179,10 @@ class ServerState:
         self.readers = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
                                                              thread_name_prefix="pylog-serve-read")
         self.waiters = FetchWaiters(loop)
+        #: The fsyncs of acks=all: the process's group commit, shared with pylog's producers in this process.
+        self.group_commit = group_commit.default()
+        self._gc_start = self.group_commit.stats()
+        self.acks_all_requests = 0  # produce requests with acks=all answered after their fsyncs
         #: The partitions the server holds for its appends, handed over when idle (pylog.server.turns).
         self.turns = Turns()
         self.logins = LoginGuard(threads=config.sasl_login_threads,
@@ -207,8 +214,9 @@ class ServerState:
         self.authorizer = authorizer
         if self.authorizer is not None:
             self.handlers.update(AclHandlers(self, self.authorizer).handlers())
-            self.handlers = Access(self, self.authorizer).wrap(
-                {k: h for k, h in self.handlers.items() if k in supported})
+            # (Access types answers as dicts; the Produce handler's future of one passes through it as is.)
+            self.handlers = Access(self, self.authorizer).wrap(  # type: ignore[assignment]
+                {k: h for k, h in self.handlers.items() if k in supported})  # type: ignore[misc]
         self.handlers = self.quotas.wrap({k: h for k, h in self.handlers.items() if k in supported})
 
     def is_super_user(self, user: str | None) -> bool:
@@ -234,10 +242,37 @@ class ServerState:
         """``fn(*args)`` in the storage thread pool (appends, fsyncs, anything that may wait for a lock)."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
 
+    async def durable(self, parts: list[Any]) -> list[BaseException | None]:
+        """fsync ``parts`` (appended to already) through the group commit; per partition None or the error."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[BaseException | None]] = loop.create_future()
+
+        def done(results: list[BaseException | None]) -> None:
+            try:
+                loop.call_soon_threadsafe(_resolve, fut, results)
+            except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
+                pass
+        self.group_commit.submit(parts, done)
+        return await fut
+
+    def stats(self) -> dict[str, float]:
+        """The group commit's figures since this server started: ``acks_all_requests`` answered after their
+        fsyncs, ``group_commit_fsyncs`` (partition fsyncs in this process, pylog producers' included) and their
+        ratio ``fsyncs_per_acks_all_request``."""
+        now = self.group_commit.stats()
+        fsyncs = now["flushes"] - self._gc_start["flushes"]
+        return {"acks_all_requests": self.acks_all_requests, "group_commit_fsyncs": fsyncs,
+                "fsyncs_per_acks_all_request": fsyncs / self.acks_all_requests if self.acks_all_requests else 0.0}
+
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the read thread pool: reads of segment files (a cold page faults on the disk) and
         of the store's directory, kept off the event loop and out of the appenders' way."""
         return await asyncio.get_running_loop().run_in_executor(self.readers, fn, *args)
+
+
+def _resolve(fut: "asyncio.Future[Any]", value: Any) -> None:
+    if not fut.done():  # cancelled when its connection was aborted
+        fut.set_result(value)
 
 
 _RESOURCE_TYPES = {TOPIC: ResourceType.TOPIC, CLUSTER: ResourceType.CLUSTER, GROUP: ResourceType.GROUP}
@@ -245,9 +280,9 @@ _RESOURCE_TYPES = {TOPIC: ResourceType.TOPIC, CLUSTER: ResourceType.CLUSTER, GRO
 
 def _with_group_operations(state: ServerState, describe: Handler) -> Handler:
     """DescribeGroups answering ``include_authorized_operations`` (the coordinator knows no principals)."""
-    async def handler(req: Any, conn: Connection) -> dict | None:
+    async def handler(req: Any, conn: Connection) -> "dict | asyncio.Future[dict] | None":
         result = await describe(req, conn)
-        if result is not None and req.body.get("include_authorized_operations"):
+        if isinstance(result, dict) and req.body.get("include_authorized_operations"):
             for g in result.get("groups") or ():
                 if g.get("error_code") == 0 and isinstance(g.get("group_id"), str):
                     g["authorized_operations"] = state.authorized_operations(conn, GROUP, g["group_id"])
@@ -355,6 +390,10 @@ class Server:
             self._thread.join()
         elif loop is not None:
             self._stopped.wait()
+
+    def stats(self) -> dict[str, float]:
+        """Figures of the running (or stopped) server: see :meth:`ServerState.stats` (empty before it started)."""
+        return self._state.stats() if self._state is not None else {}
 
     def __enter__(self) -> "Server":
         if self._thread is None and self._loop is None:
@@ -506,6 +545,11 @@ class Server:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, state.executor.shutdown, True)
         await loop.run_in_executor(None, state.readers.shutdown, True)
+        # The fsyncs of requests that were aborted above may still run: before the store closes under them.
+        await loop.run_in_executor(None, state.group_commit.wait_idle, self.config.shutdown_timeout_s)
+        st = state.stats()
+        log.info("pylog serve: group commit: %d partition fsyncs for %d acks=all requests (%.2f per request)",
+                 st["group_commit_fsyncs"], st["acks_all_requests"], st["fsyncs_per_acks_all_request"])
         await loop.run_in_executor(None, state.logins.close)
         store = state.store
         if self._owns_store:
