@@ -428,7 +428,7 @@ def test_topic_name_rules(store):
     {"segment.bytes": True},
     {"segment.bytes": 1.5},
     {"index.interval.bytes": -1},
-    {"compression.type": "gzip"},
+    {"compression.type": "brotli"},
     {"compression.type": 1},
     {"cleanup.policy": "bogus"},
     {"cleanup.policy": ""},
