@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pylog
-from pylog.maintenance import compaction
 from pylog.storage import swap
+from pylog.storage.filenames import segment_path
 from pylog.maintenance.compaction import OffsetMap, clean_partition, key_digests, read_cleaner_checkpoint
 
 DAY = 86_400_000
@@ -320,8 +320,8 @@ def test_an_interrupted_swap_is_rolled_back_or_forward(tmp_path, monkeypatch, ph
         # replaces are unlinked.
         real_roll(directory, groups[:1])
         new_base = next(new for new, _ in groups[1:] if new >= 0)
-        src = compaction.segment_path(directory, new_base, ".log.swap")
-        os.replace(src, compaction.segment_path(directory, new_base, ".log"))
+        src = segment_path(directory, new_base, ".log.swap")
+        os.replace(src, segment_path(directory, new_base, ".log"))
         raise Crash
 
     monkeypatch.setattr(swap, "write_manifest", write_manifest)
