@@ -24,8 +24,8 @@ One cleaning of a partition (:func:`clean_partition`):
    (Kafka's ``replaceSegments``), which swaps them in with one commit under the partition's own locks
    and marks the partition failed if that breaks past the commit point. The numbered crash-safety
    protocol, the manifest and the recovery of an interrupted swap are the storage layer's
-   (:mod:`pylog.storage.swap`); this module only writes ``.cleaned`` files and removes its own
-   unfinished ones.
+   (:mod:`pylog.storage.swap`); this module only writes ``.cleaned`` files (and its cleaner checkpoint)
+   and has unfinished ones removed by :meth:`Partition.remove_swap_leftovers`.
 
 Invariants:
 - For every key, at least its latest record below the uncleanable offset survives; offsets are a
@@ -52,7 +52,6 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..errors import CleanerStoppedError, CorruptRecordError, PylogError
-from ..storage import swap
 from ..storage.fileio import read_checked, write_checked
 from ..storage.filenames import CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE
 from ..storage.index import OffsetIndex
@@ -536,7 +535,7 @@ def clean_partition(partition: "Partition", buffer_bytes: int, now: int | None =
         # The cleaner checkpoint's first-dirty offset must never run ahead of durable data: a power cut that
         # took an unsynced segment would let new records reuse offsets the checkpoint calls clean.
         partition.sync_rolled()
-        swap.remove_leftovers(partition.directory)
+        partition.remove_swap_leftovers()
         rng = cleanable_range(partition, now)
         result.first_dirty_offset = rng.first_dirty
         result.dirty_ratio = rng.dirty_ratio
@@ -622,7 +621,7 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
             if empty is not None:
                 done.append((old, empty))
     except BaseException:
-        swap.remove_leftovers(directory)
+        partition.remove_swap_leftovers()
         raise
     if done:
         partition.swap_in(done)  # the whole numbered protocol of pylog.storage.swap, under the partition's locks

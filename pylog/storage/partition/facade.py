@@ -19,8 +19,10 @@ lock:
 - appends, rolls, flushes, checkpoints (:mod:`.append`, :mod:`.durability`): the append lock;
 - retention and delete-records (:meth:`Partition.enforce_retention`, :meth:`Partition.delete_records`,
   :mod:`.maintenance`): the maintenance lock, then the append lock;
-- the compaction swap (:meth:`Partition.swap_in`, protocol in :mod:`pylog.storage.swap`): the same; the
-  cleaner writes only its own ``.cleaned`` files, inside :meth:`Partition.maintenance_pass`;
+- the compaction swap (:meth:`Partition.swap_in`, protocol in :mod:`pylog.storage.swap`) and removing
+  unfinished compaction output (:meth:`Partition.remove_swap_leftovers`): the maintenance lock, then (for
+  the swap) the append lock; the cleaner itself writes only its own ``.cleaned`` files and its cleaner
+  checkpoint, inside :meth:`Partition.maintenance_pass`;
 - opening as the writer, recovery, finishing an interrupted swap (:mod:`.loader`): the append lock and the
   writer lock;
 - handing the writer lock over, letting go of descriptors (:meth:`Partition.release_turn`,
@@ -54,6 +56,7 @@ from ..notify import Notifier
 from ..records import Record, RecordColumns, column_parts, header_rows, now_ms, slices_records
 from ..retention import RetentionResult
 from ..segment import ReadSlice, Segment
+from .. import swap
 from . import loader, maintenance
 from .append import SEQ_MOD, Appender, Columns, should_roll
 from .durability import Durability
@@ -710,6 +713,14 @@ class Partition:
         """
         with self._maintenance_lock:
             maintenance.swap_in(self._local, self.durability, self._append_lock, cleaned)
+
+    def remove_swap_leftovers(self) -> None:
+        """Internal API (the log cleaner, at the start of a pass and after one that failed before its commit
+        point): delete unfinished compaction output (``.cleaned``, uncommitted ``.swap``) and ``.deleted``
+        files; a committed swap's manifest stays (the writer open rolls it forward). Under the maintenance
+        lock, so no :meth:`swap_in` of this handle is under way."""
+        with self._maintenance_lock:
+            swap.remove_leftovers(self.directory)
 
     # ------------------------------------------------------------------ reading
 
