@@ -236,7 +236,7 @@ class CommittedOffsets:
         keys = [offset_key(group_id, tp) for tp in offsets]
         values = [offset_value(om, generation, member_id) for om in offsets.values()]
         p = self.partition_for(group_id)
-        with p.maintenance_lock:
+        with p.writer_turn():
             try:
                 p.wait_to_write(timeout_ms)
             except PartitionLockedError:
@@ -257,7 +257,7 @@ class CommittedOffsets:
         if committed:
             p = self.partition_for(group_id)
             keys = [offset_key(group_id, tp) for tp in committed]
-            with p.maintenance_lock:
+            with p.writer_turn():
                 if not p.try_become_writer():
                     raise PartitionLockedError(f"{p.topic}-{p.number} is being written; try again")
                 try:
