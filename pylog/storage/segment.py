@@ -31,8 +31,12 @@ Invariants:
   :meth:`recover`, :meth:`truncate_to`, :meth:`seal`, :meth:`delete`); those are not thread-safe on their
   own. Read methods may run concurrently with the writer.
 
-Checks, damage classification and index rebuilds are in :mod:`pylog.storage.segment_check`; scans and
-reads (by offset, by timestamp) in :mod:`pylog.storage.segment_read`.
+Split by concern into helpers that never call back (each takes the log as a
+:class:`~pylog.storage.segment_read.LogBytes`, a descriptor and mapping, and the rest as arguments):
+scans and reads (by offset, by timestamp) in :mod:`pylog.storage.segment_read`; checks, damage
+classification and index rebuilds in :mod:`pylog.storage.segment_check`, which scans through the former.
+This class holds the state (descriptors, mappings, indexes, a reader's record of its end, the memo of
+verified batches), decides what to read and updates its state from what the helpers return.
 """
 
 from __future__ import annotations
@@ -40,7 +44,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
 
 from .checkpoint import read_checkpoint
@@ -50,7 +54,8 @@ from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
 from .records import HEADER_SIZE, BatchHeader, BatchView, check_header, parse_header
 from . import segment_check, segment_read
-from .segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, ReadSlice
+from .segment_check import index_due
+from .segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, LogBytes, ReadSlice
 
 __all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
 
@@ -106,8 +111,8 @@ class Segment:
         #: Batch starts of the open file whose checksum a read checked (see :meth:`verified`).
         self._verified: set[int] = set()
         self._immutable = False
-        #: Size of the last batch read: sizes the next read's first chunk (see segment_read).
-        self.batch_hint = _MIN_CHUNK
+        #: Size of the last batch read: sizes the next read's first chunk (see segment_read.read_from).
+        self._batch_hint = _MIN_CHUNK
         self._oindex: OffsetIndex | None = None
         self._tindex: TimeIndex | None = None
         #: A reader's indexes may lag the writer's (set when the log grew): look at the files before use.
@@ -115,7 +120,7 @@ class Segment:
         #: A reader's record of the batches it validated last: (base offsets, file positions) of
         #: consecutive batch starts ending at ``_tail_end``. Two lists swapped whole, appended to in order
         #: positions first, so a thread reading them without the partition lock finds a position for every
-        #: offset it sees. See :func:`~pylog.storage.segment_read._read_at_tail`.
+        #: offset it sees. See :meth:`_read_at_tail`.
         self._tail: tuple[list[int], list[int]] = ([], [])
         self._tail_end = -1
         #: The batches a reader's last refresh read and checked, by file position (a small read's only):
@@ -159,7 +164,7 @@ class Segment:
         seg._ino = st.st_ino
         return seg
 
-    def read_fd(self) -> int:
+    def _read_fd(self) -> int:
         """This segment's read-only descriptor of its log, opened on first use and kept until close."""
         fd = self._rfd
         if fd is None:
@@ -193,7 +198,7 @@ class Segment:
         seg._ino, seg.generation, seg.trusted = self._ino, self.generation, self.trusted
         seg.size, seg.next_offset, seg._loaded = self.size, self.next_offset, self._loaded
         seg._max_timestamp, seg._first_timestamp = self._max_timestamp, self._first_timestamp
-        seg.batch_hint, seg._successor = self.batch_hint, self._successor
+        seg._batch_hint, seg._successor = self._batch_hint, self._successor
         seg._immutable = self._immutable
         return seg
 
@@ -225,7 +230,7 @@ class Segment:
         return os.path.exists(known[1])
 
     def file_size(self) -> int:
-        return os.fstat(self.read_fd()).st_size
+        return os.fstat(self._read_fd()).st_size
 
     @property
     def is_open(self) -> bool:
@@ -266,11 +271,9 @@ class Segment:
         """
         return self._verified if self._immutable or self._wfd is not None else None
 
-    def note_verified(self, memo: set[int], pos: int) -> None:
-        """Record in ``memo`` (what :meth:`verified` returned) that the batch at ``pos`` checked, while
-        the memo has room (see ``_VERIFIED_BYTES``)."""
-        if len(memo) < max(_VERIFIED_MIN, self.size // _VERIFIED_BYTES):
-            memo.add(pos)
+    def _verified_room(self) -> int:
+        """How many batch starts the memo of verified batches may hold (see ``_VERIFIED_BYTES``)."""
+        return max(_VERIFIED_MIN, self.size // _VERIFIED_BYTES)
 
     def forget_verified(self) -> None:
         """Drop the memo of checked batches: every read checks again until it has checked a batch anew."""
@@ -328,7 +331,7 @@ class Segment:
             rel, pos = last
             if pos + HEADER_SIZE > self.size:
                 raise IndexError_("offset index points past the end of the log", oi.path)
-            h = parse_header(os.pread(self.read_fd(), HEADER_SIZE, pos))
+            h = parse_header(os.pread(self._read_fd(), HEADER_SIZE, pos))
             if h.base_offset != self.base_offset + rel:
                 raise IndexError_(f"offset index entry ({rel}, {pos}) does not point at its batch", oi.path)
         tl = ti.last_entry()
@@ -337,21 +340,18 @@ class Segment:
 
     def _build_indexes(self, end: int, verify: bool) -> tuple[OffsetIndex, TimeIndex, dict[str, Any]]:
         """Scan the log up to ``end`` and build in-memory indexes; stops at the first bad batch if verifying."""
-        return segment_check.build_indexes(self, end, verify)
-
-    def index_due(self, pos: int, since: int) -> bool:
-        """The one indexing rule, for appends and rebuilds alike: the batch at ``pos`` gets index entries
-        when ``index.interval.bytes`` of log were written since the last entry (never the segment start)."""
-        return pos > 0 and since >= self.index_interval_bytes
+        return segment_check.build_indexes(self._log(), self.base_offset, end, verify, self.index_interval_bytes,
+                                           self.index_path, self.timeindex_path)
 
     # ------------------------------------------------------------------ scanning
 
-    def mapping(self) -> mmap.mmap | None:
+    def _mapping(self) -> mmap.mmap | None:
         """A read-only mapping of the log, for immutable segments and for the writer's own active segment.
 
         Only the writer ever shortens a log (recovery, :meth:`truncate_to`), and it unmaps first, so a
         mapping never outlives the bytes under it; a file cut by another hand under the writer is caught
-        before the writer reads its mapping (:func:`~pylog.storage.segment_read.check_not_cut`). The
+        before the writer reads its mapping (:func:`~pylog.storage.segment_read.check_not_cut`, asked for by
+        :meth:`_log`). The
         writer's active segment grows: it is remapped when the mapping covers less than 3/4 of the visible
         size; reads past the mapping use ``pread``.
         """
@@ -361,14 +361,14 @@ class Segment:
             # The old mapping is dropped, not closed: another thread may be scanning it right now; it is
             # unmapped when the last reference goes.
             try:
-                mm = self._mm = mmap.mmap(self.read_fd(), size, access=mmap.ACCESS_READ)
+                mm = self._mm = mmap.mmap(self._read_fd(), size, access=mmap.ACCESS_READ)
             except (ValueError, OSError):  # the file is shorter than we believed: read it with pread
                 return None
         return mm
 
     @property
     def current_mapping(self) -> mmap.mmap | None:
-        """The mapping :meth:`mapping` made last and the segment still holds, or None; never makes one.
+        """The mapping :meth:`_mapping` made last and the segment still holds, or None; never makes one.
 
         Read-only, for inspection (tests check that closing the store closes what reads mapped)."""
         return self._mm
@@ -378,7 +378,15 @@ class Segment:
         """Every whole batch in [pos, end): ``(file position, header, buffer, position in buffer)``, each
         buffer holding its whole batch; ``chunk`` sizes the reads. With ``tolerate_tail`` a bad or incomplete
         batch at the end stops the scan, else it raises; see :func:`~pylog.storage.segment_read.scan`."""
-        return segment_read.scan(self, pos, end, chunk, tolerate_tail)
+        return segment_read.scan(self._log(), pos, end, chunk, tolerate_tail)
+
+    def _log(self) -> LogBytes:
+        """The log as the helpers read it: the read descriptor, and a mapping for immutable segments and
+        the writer's own active one (whose size the scans check before reading the mapping: only another
+        hand cuts it); a reader's view of the active segment reads with ``pread`` (see the module docstring)."""
+        writer = self._wfd is not None
+        mm = self._mapping() if self._immutable or writer else None
+        return LogBytes(self._read_fd(), mm, self.log_path, writer and not self._immutable)
 
     def position_for(self, offset: int) -> tuple[int, int]:
         """``(position, base offset)`` of an indexed batch at or before the one holding ``offset``."""
@@ -393,40 +401,100 @@ class Segment:
     def read(self, offset: int, max_records: int, max_bytes: int, end: int | None = None,
              verify: bool = True) -> tuple[list[ReadSlice], int]:
         """Batches holding records with offsets >= ``offset``, up to the limits: ``(slices, bytes)``, at
-        least one batch if any exists; ``end`` is the visible size to read up to (default: :attr:`size`).
-        See :func:`~pylog.storage.segment_read.read`.
+        least one batch if any exists, even past ``max_bytes``; ``end`` is the visible size to read up to
+        (default: :attr:`size`). A reader (another process than the writer) reads its latest batches
+        through the record its refreshes keep (:meth:`_read_at_tail`); everyone else starts at the index
+        entry at or before ``offset``.
 
         :raises CorruptRecordError: when a batch in the visible range does not check.
         """
-        return segment_read.read(self, offset, max_records, max_bytes, end, verify)
+        end = self.size if end is None else end
+        offs, poss = self._tail
+        if offs and offset >= offs[0] and self._tail_end >= end:
+            result = self._read_at_tail(offs, poss, offset, max_records, max_bytes, end, verify)
+            if result is not None:
+                return result
+        pos, expect = self.position_for(offset)
+        try:
+            result = self._read_from(pos, expect, offset, max_records, max_bytes, end, verify)
+        except CorruptRecordError:
+            # An index entry may point into the middle of a batch (an index file that belongs to another
+            # version of this segment, swapped in by compaction). If every entry points at a batch start,
+            # the log itself is damaged there: report it; otherwise rebuild the index and read again.
+            if pos == 0 or self._index_matches_log():
+                raise
+            result = None
+        if result is None:
+            # The batch at the indexed position does not carry the offset the index names, and its
+            # checksum holds: the index is wrong (derived data): rebuild it and scan from the segment start
+            # rather than skip records silently.
+            log.warning("%s: offset index entry for offset %d points at the wrong batch; rebuilding",
+                        self.log_path, expect)
+            self._rebuild_indexes()
+            result = self._read_from(0, self.base_offset, offset, max_records, max_bytes, end, verify)
+            assert result is not None
+        return result
+
+    def _read_at_tail(self, offs: list[int], poss: list[int], offset: int, max_records: int, max_bytes: int,
+                      end: int, verify: bool) -> tuple[list[ReadSlice], int] | None:
+        """:meth:`read` for a reader from the batch start it recorded at or before ``offset``: the batches
+        its last refresh kept as they are, then from the file (see
+        :func:`~pylog.storage.segment_read.read_recent`). The record covers every batch up to
+        ``_tail_end`` (>= ``end``, checked by the caller). None when the file does not have the recorded
+        batch at the recorded position any more (it changed under this reader, which only a power loss
+        or a foreign hand does): the record is dropped and the caller reads through the index."""
+        out, nbytes, got, i = segment_read.read_recent(self._recent, offs, poss, offset, max_records, max_bytes, end)
+        if i < 0:
+            return out, nbytes
+        pos, expect = poss[i], offs[i]
+        try:
+            result = self._read_from(pos, expect, offset, max_records - got, max(max_bytes - nbytes, 1), end, verify)
+        except CorruptRecordError:
+            result = None
+        if result is None:
+            log.warning("%s: the batch recorded at byte %d for offset %d is not there any more; reading "
+                        "through the index", self.log_path, pos, expect)
+            self._forget_tail()
+            return None if not out else (out, nbytes)
+        return out + result[0], nbytes + result[1]
+
+    def _read_from(self, pos: int, expect: int, offset: int, max_records: int, max_bytes: int, end: int,
+                   verify: bool) -> tuple[list[ReadSlice], int] | None:
+        """:func:`~pylog.storage.segment_read.read_from` with this segment's memo of verified batches (taken
+        once, before any byte is looked at: a memo dropped during the read is not written to) and read size
+        hint; None when another batch than the one with base offset ``expect`` is at ``pos``."""
+        memo = self.verified() if verify else None
+        result = segment_read.read_from(self._log(), pos, expect, offset, max_records, max_bytes, end, verify, memo,
+                                        self._verified_room(), min(self._batch_hint, max_bytes))
+        if result is None:
+            return None
+        out, nbytes, self._batch_hint = result
+        return out, nbytes
+
+    def _index_matches_log(self) -> bool:
+        """True when every offset index entry points at a batch start (a header walk; a damaged header
+        raises). An entry at a batch start naming another offset is left to :meth:`_read_from`, which
+        tells a wrong index (the batch checks) from a damaged batch."""
+        oi, _ = self.indexes()
+        starts = {fpos for fpos, _ in self.batch_headers()}
+        return all(p in starts for p in oi.entries()[1].tolist())
 
     def offset_for_timestamp(self, timestamp: int, end: int | None = None, min_offset: int = 0) -> int | None:
         """First offset >= ``min_offset`` in this segment whose record timestamp is >= ``timestamp``, or None."""
-        return segment_read.offset_for_timestamp(self, timestamp, end, min_offset)
+        end = self.size if end is None else end
+        oi, ti = self.indexes()
+        rel = ti.lookup(timestamp)
+        pos = oi.lookup(rel)[1]
+        start = max(self.base_offset + rel, min_offset)
+        return segment_read.offset_for_timestamp(self._log(), pos, start, timestamp, end)
 
-    @property
-    def tail(self) -> tuple[list[int], list[int]]:
-        """A reader's record of its latest checked batches: (base offsets, file positions) of consecutive
-        batch starts ending at :attr:`tail_end`; appended to as the log grows, replaced whole when trimmed."""
-        return self._tail
-
-    @property
-    def tail_end(self) -> int:
-        """End of the batches :attr:`tail` records (-1: no record)."""
-        return self._tail_end
-
-    @property
-    def recent(self) -> dict[int, BatchView]:
-        """The batches a reader's last refresh read and checked, by file position (empty when none kept)."""
-        return self._recent
-
-    def forget_tail(self) -> None:
-        """Drop a reader's record of its end (:attr:`tail`, :attr:`recent`): reads go through the index."""
+    def _forget_tail(self) -> None:
+        """Drop a reader's record of its end (``_tail``, ``_recent``): reads go through the index."""
         self._tail = ([], [])
         self._tail_end = -1
         self._recent = {}
 
-    def rebuild_indexes(self) -> None:
+    def _rebuild_indexes(self) -> None:
         """Rebuild both indexes from the log up to the visible size, when one was found wrong (derived
         data): written back by the writer, kept in memory by a reader."""
         if self.writable:
@@ -441,23 +509,6 @@ class Segment:
             yield fpos, h
 
     # ------------------------------------------------------------------ state
-
-    def valid_batches(self, pos: int, end: int, tolerate_tail: bool,
-                      on_view: Callable[[int, BatchView], None] | None = None) -> Iterator[tuple[int, BatchHeader]]:
-        """``(position, header)`` of each wholly checked batch (CRC, sections) from ``pos``; with
-        ``tolerate_tail`` the first bad or incomplete batch ends the walk instead of raising.
-        ``on_view(position, view)``, when given, is called with each checked batch's view before it is
-        yielded (a check that decodes the records too: the view is only valid until the next step)."""
-        for fpos, h, buf, p in self.scan(pos, end, _MAX_CHUNK, tolerate_tail):
-            try:
-                view = BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
-            except CorruptRecordError:
-                if tolerate_tail:
-                    return
-                raise
-            if on_view is not None:
-                on_view(fpos, view)
-            yield fpos, h
 
     def load(self, tolerate_tail: bool) -> None:
         """Learn ``next_offset``, the max timestamp and the visible ``size`` from the log's tail.
@@ -492,7 +543,7 @@ class Segment:
         since = 0
         offs: list[int] = []
         poss: list[int] = []
-        for fpos, h in self.valid_batches(pos, end, tolerate_tail):
+        for fpos, h in segment_read.valid_batches(self._log(), pos, end, tolerate_tail):
             if poss and h.base_offset < next_offset:
                 # Not the continuation of the batches before it (recovery cuts the log here too).
                 if tolerate_tail:
@@ -584,7 +635,7 @@ class Segment:
         self._drop_live_indexes(force=True)
         self._mm = None
         self.forget_verified()
-        self.forget_tail()
+        self._forget_tail()
         self.size = end
         self.next_offset = self.base_offset
         self.load(tolerate_tail=True)
@@ -613,7 +664,7 @@ class Segment:
     def first_timestamp(self) -> int | None:
         """Max timestamp of the first batch (Kafka rolls segment.ms from it), None when empty."""
         if self._first_timestamp is None and self.size >= HEADER_SIZE:
-            h = parse_header(os.pread(self.read_fd(), HEADER_SIZE, 0))
+            h = parse_header(os.pread(self._read_fd(), HEADER_SIZE, 0))
             check_header(h, self.log_path, 0)
             self._first_timestamp = h.max_timestamp
         return self._first_timestamp
@@ -700,7 +751,7 @@ class Segment:
             raise CorruptRecordError(f"the log file is {actual} bytes where its writer wrote {pos}: it was "
                                      f"{'cut' if actual < pos else 'written'} under the writer (by another hand, "
                                      f"or a file system fault)", self.log_path, min(actual, pos))
-        due = self.index_due(pos, self._bytes_since_index)
+        due = index_due(pos, self._bytes_since_index, self.index_interval_bytes)
         oi, ti = self._oindex, self._tindex
         if due:
             assert oi is not None and ti is not None
@@ -773,12 +824,15 @@ class Segment:
         """The first batch in ``[start, size)`` whose header, checksum or offset order does not check, as
         the error a read of it raises; None when every batch there checks (a writer's check of the active
         segment after a clean close; see :func:`~pylog.storage.segment_check.first_damage`)."""
-        return segment_check.first_damage(self, start, start_offset)
+        end = self.size
+        if start == end or end == 0:  # nothing to check (and no file to open for it)
+            return None
+        return segment_check.first_damage(self._log(), self._mapping(), self.base_offset, end, start, start_offset)
 
     def damage_is_at_tail(self) -> bool:
         """True when what follows the file's valid batches looks like an interrupted write, and nothing
         else (see :func:`~pylog.storage.segment_check.damage_is_at_tail`): recovery may cut it."""
-        return segment_check.damage_is_at_tail(self)
+        return segment_check.damage_is_at_tail(self._log())
 
     def stop_appending(self) -> None:
         """Close the log for writing but leave the indexes live (unsealed, preallocated), as a writer leaves
@@ -869,13 +923,21 @@ class Segment:
     def cut_below_index(self) -> str | None:
         """A problem when the log file is shorter than its offset index file says it was written (see
         :func:`~pylog.storage.segment_check.cut_below_index`), else None."""
-        return segment_check.cut_below_index(self)
+        # Unmapped: the check reads the file's size, never its bytes.
+        lb = LogBytes(self._read_fd(), None, self.log_path, False)
+        return segment_check.cut_below_index(lb, self.base_offset, self.index_path)
 
     def check(self, end: int | None = None, partial_tail_ok: bool = False) -> list[str]:
         """Full consistency check of the bytes up to ``end`` (default: the visible size): every batch
         validates, offsets increase, index entries point at batches with their offsets. Returns a list of
         problems (empty when consistent); see :func:`~pylog.storage.segment_check.check`."""
-        return segment_check.check(self, end, partial_tail_ok)
+        lb = self._log()
+        try:
+            oi, index_error = self.indexes()[0], ""
+        except CorruptRecordError as exc:
+            oi, index_error = None, str(exc)
+        return segment_check.check(lb, self.base_offset, self.size if end is None else end, partial_tail_ok, oi,
+                                   index_error, self.next_offset if self.writable else None)
 
     def __repr__(self) -> str:
         return f"Segment({self.log_path!r}, size={self.size})"
