@@ -31,12 +31,14 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptRecordError
-from .index import OffsetIndex, TimeIndex
+from .index import IndexError_, OffsetIndex, TimeIndex
 from .records import HEADER_SIZE, BatchView, batch_crc, check_header, checked_prefix, parse_header
+from .segment_file import LogFile
 from .segment_read import MAX_CHUNK as _MAX_CHUNK, LogBytes, scan, valid_batches
 
 __all__ = ["check", "cut_below_index", "first_damage", "damage_is_at_tail", "tail_kind", "valid_end",
-           "valid_batch_after", "build_indexes", "index_due"]
+           "valid_batch_after", "build_indexes", "index_due", "walk_end",
+           "validate_indexes", "index_files_kept", "batch_start_holding"]
 
 
 def index_due(pos: int, since: int, interval_bytes: int) -> bool:
@@ -93,6 +95,79 @@ def build_indexes(lb: LogBytes, base_offset: int, end: int, verify: bool, interv
     state = {"since": since, "max_ts": max_ts, "next_offset": next_offset, "valid_end": valid_end,
              "first_ts": first_ts, "error": error}
     return oi, ti, state
+
+
+def walk_end(lb: LogBytes, pos: int, end: int, tolerate_tail: bool, next_offset: int, max_ts: int, last_index_pos: int
+             ) -> tuple[int, int, int, int, list[int], list[int]]:
+    """The wholly checked batches from ``pos`` (the batch with base offset ``next_offset``, which the indexes
+    point at) to ``end``, for a load: ``(next offset, max timestamp, end of the valid batches, bytes since
+    the index entry at ``last_index_pos``, base offsets, positions)``; ``max_ts`` is the largest timestamp
+    before ``pos``. With ``tolerate_tail`` (a reader) a bad or incomplete batch, or one that does not
+    continue the batches before it, ends the walk; otherwise it raises :class:`CorruptRecordError`."""
+    valid_end = pos
+    since = 0
+    offs: list[int] = []
+    poss: list[int] = []
+    for fpos, h in valid_batches(lb, pos, end, tolerate_tail):
+        if poss and h.base_offset < next_offset:
+            # Not the continuation of the batches before it (recovery cuts the log here too).
+            if tolerate_tail:
+                break
+            raise CorruptRecordError(f"batch base offset {h.base_offset} not above {next_offset - 1}", lb.path, fpos)
+        next_offset = h.next_offset
+        max_ts = max(max_ts, h.max_timestamp)
+        valid_end = fpos + h.size
+        since = 0 if fpos == last_index_pos else since
+        since += h.size
+        poss.append(fpos)
+        offs.append(h.base_offset)
+    return next_offset, max_ts, valid_end, since, offs, poss
+
+
+def validate_indexes(oi: OffsetIndex, ti: TimeIndex, size: int, base_offset: int, lf: LogFile) -> None:
+    """Cheap checks that the indexes' last entries point inside the visible log (``size`` bytes of the file
+    ``lf``) at a batch with that offset.
+
+    A live (unsealed) index of another process's writer may run ahead of what this reader has
+    checked; entries past the visible size are ignored rather than distrusted.
+
+    :raises IndexError_: when they do not (the caller rebuilds them from the log).
+    """
+    if not oi.sealed and not oi.writable:
+        oi.limit_to(max(size - HEADER_SIZE + 1, 0))
+    last = oi.last_entry()
+    if last is not None:
+        rel, pos = last
+        if pos + HEADER_SIZE > size:
+            raise IndexError_("offset index points past the end of the log", oi.path)
+        h = parse_header(os.pread(lf.read_fd(), HEADER_SIZE, pos))
+        if h.base_offset != base_offset + rel:
+            raise IndexError_(f"offset index entry ({rel}, {pos}) does not point at its batch", oi.path)
+    tl = ti.last_entry()
+    if tl is not None and last is not None and tl[1] > last[0] + (1 << 31):
+        raise IndexError_("time index points past the offset index", ti.path)
+
+
+def index_files_kept(oi: OffsetIndex, ti: TimeIndex) -> bool:
+    """True while both index files are the ones these objects mapped (same inode: index files are only
+    ever replaced by rename), so their mappings are current and only need the entries appended since."""
+    for idx in (oi, ti):
+        try:
+            ino = os.stat(idx.path).st_ino
+        except FileNotFoundError:
+            return False
+        if idx.ino is None or idx.ino != ino:
+            return False
+    return True
+
+
+def batch_start_holding(lb: LogBytes, end: int, offset: int) -> int:
+    """Position of the first batch in ``[0, end)`` whose last offset is >= ``offset`` (``end`` when none is):
+    where a truncation to ``offset`` cuts, removing whole batches."""
+    for fpos, h, _, _ in scan(lb, 0, end, _MAX_CHUNK, tolerate_tail=False):
+        if h.last_offset >= offset:
+            return fpos
+    return end
 
 
 def valid_end(lb: LogBytes, end: int) -> int:

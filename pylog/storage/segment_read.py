@@ -25,7 +25,6 @@ Invariants:
 
 from __future__ import annotations
 
-import bisect
 import mmap
 import os
 from typing import Any, Callable, Iterator
@@ -35,7 +34,7 @@ import numpy as np
 from ..errors import CorruptRecordError
 from .records import HEADER_SIZE, LENGTH_PREFIX, BatchHeader, BatchView, batch_crc, check_header, parse_header
 
-__all__ = ["LogBytes", "ReadSlice", "MIN_CHUNK", "MAX_CHUNK", "scan", "valid_batches", "read_recent", "read_from",
+__all__ = ["LogBytes", "ReadSlice", "MIN_CHUNK", "MAX_CHUNK", "scan", "valid_batches", "read_from",
            "offset_for_timestamp", "check_not_cut"]
 
 #: (batch, first index in batch, stop index in batch)
@@ -179,48 +178,6 @@ def _scan_mapped(path: str, mm: mmap.mmap, pos: int, end: int, tolerate_tail: bo
             raise
         yield pos, h, mm, pos
         pos += h.size
-
-
-def read_recent(recent: dict[int, BatchView], offs: list[int], poss: list[int], offset: int, max_records: int,
-                max_bytes: int, end: int) -> tuple[list[ReadSlice], int, int, int]:
-    """The start of a reader's read at its end: the batches its last refresh kept (``recent``, by file
-    position; checked then, and unchanged since: bytes below the visible size never change), from the
-    recorded batch start at or before ``offset`` (``offs``/``poss``, the segment's record of its end, which
-    covers every batch up to at least ``end``), instead of from the last index entry, whose distance would
-    be read and checksummed again on every read of a consumer keeping up.
-
-    Returns ``(slices, bytes, records, i)``: ``i`` is where the record goes on past the kept batches (the
-    caller reads from ``poss[i]``, where the batch with base offset ``offs[i]`` starts), -1 when the read
-    is complete (the limits were reached, or nothing more is visible).
-    """
-    i = bisect.bisect_right(offs, offset) - 1
-    n = len(offs)
-    out: list[ReadSlice] = []
-    got = 0
-    nbytes = 0
-    while i < n:
-        pos = poss[i]
-        view = recent.get(pos)
-        if view is None or pos >= end:
-            break
-        i += 1
-        h = view.header
-        base, count = h[0], h[11]
-        if base + h[5] < offset:
-            continue
-        a = 0
-        if offset > base:
-            deltas = view.offset_deltas
-            a = offset - base if deltas is None else int(np.searchsorted(deltas, offset - base))
-        b = min(count, a + (max_records - got))
-        out.append((view, a, b))
-        got += b - a
-        nbytes += h[1] + LENGTH_PREFIX
-        if got >= max_records or nbytes >= max_bytes:
-            return out, nbytes, got, -1
-    if i >= n or poss[i] >= end:
-        return out, nbytes, got, -1  # the record runs up to its end, at or past end: nothing more is visible
-    return out, nbytes, got, i
 
 
 def read_from(lb: LogBytes, pos: int, expect: int, offset: int, max_records: int, max_bytes: int, end: int,
