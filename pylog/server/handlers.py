@@ -99,12 +99,15 @@ class DataHandlers:
                 "cluster_authorized_operations": -2147483648}
 
     def _topics_metadata(self, names: list | None, allow_create: bool) -> list[dict]:
-        """In the storage pool (it may create topics): each topic's entry, every topic's when ``names`` is None."""
+        """In the storage pool (it may create topics): each topic's entry, every topic's when ``names`` is None.
+        At most ``auto_create_topics_per_request`` topics are created; the others named get
+        UNKNOWN_TOPIC_OR_PARTITION (the client asks again)."""
         if names is None:
             names = self.s.store.topics()
-        return [self._topic_metadata(name, allow_create) for name in names]
+        creations = [self.s.config.auto_create_topics_per_request if allow_create else 0]
+        return [self._topic_metadata(name, creations) for name in names]
 
-    def _topic_metadata(self, name: Any, allow_create: bool) -> dict:
+    def _topic_metadata(self, name: Any, creations: list[int]) -> dict:
         store = self.s.store
         entry: dict[str, Any] = {"name": name, "is_internal": False, "partitions": [],
                                  "topic_authorized_operations": -2147483648}
@@ -116,11 +119,14 @@ class DataHandlers:
             if problem is not None:
                 entry["error_code"] = E.INVALID_TOPIC_EXCEPTION
                 return entry
-            if not allow_create:
+            if creations[0] <= 0:
                 entry["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
                 return entry
+            creations[0] -= 1
             try:
-                self._auto_create(name)
+                if not self._auto_create(name):
+                    entry["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
+                    return entry
             except PylogError as exc:
                 entry["error_code"] = code_for(exc)
                 return entry
@@ -136,13 +142,23 @@ class DataHandlers:
                                for i in range(count)]
         return entry
 
-    def _auto_create(self, name: str) -> None:
+    def _auto_create(self, name: str) -> bool:
+        """Create ``name`` with the store's ``num.partitions``; False when the server's creation limits refuse
+        (logged, rate-limited)."""
         store = self.s.store
+        partitions = store.settings["num.partitions"]
+        refused = self.s.creations.refusal(1, partitions)
+        if refused is not None:
+            self.s.rlog.log(logging.WARNING, "auto-create refused", "pylog serve: not auto-creating topic %r: %s",
+                            name, refused[0])
+            return False
         try:
-            store.create_topic(name, partitions=store.settings["num.partitions"])
-            log.info("pylog serve: created topic %r (auto-create: a Metadata request named it)", name)
+            store.create_topic(name, partitions=partitions)
+            self.s.rlog.log(logging.INFO, "auto-create", "pylog serve: created topic %r (auto-create: a Metadata "
+                            "request named it)", name)
         except TopicExistsError:
             pass  # another request or process created it first
+        return True
 
     # ------------------------------------------------------------------ Produce
 
@@ -315,14 +331,30 @@ class DataHandlers:
         max_bytes = min(b.get("max_bytes", _FETCH_MAX_BYTES), _FETCH_MAX_BYTES)
         deadline = loop.time() + max_wait
         topics = b["topics"] or []
+        # The most the answer can hold: what the partitions may each return, in all, up to max_bytes (a consumer
+        # of a few partitions asks for 50 MiB but at most 1 MiB per partition by default).
+        wanted = min(max_bytes, sum(max(0, pr.get("partition_max_bytes", max_bytes)) for t in topics
+                                    for pr in t["partitions"] or []))
+
+        async def read() -> tuple[list[dict], int, dict]:
+            # The answer's records are held until it is written: they come out of the server's pool
+            # (queued_max_request_bytes), so many fetchers that do not read their answers cannot take more.
+            # While the answer is built it is held twice, the segments' batches read and the Kafka batches made of
+            # them: twice its budget comes out of the pool until then.
+            conn.keep_answer_bytes(0)
+            budget = await conn.take_answer_bytes(2 * wanted) // 2
+            got = await self.s.read(self._read_all, topics, budget)
+            conn.keep_answer_bytes(got[1])
+            return got
+
         while True:
-            responses, total, wants = await self.s.read(self._read_all, topics, max_bytes)
+            responses, total, wants = await read()
             remaining = deadline - loop.time()
             if total >= min_bytes or not wants or remaining <= 0 or conn.closing:
                 break
             # Every wanted offset is at its partition's log end as read: the wait ends only on a new append.
             if not await self.s.waiters.wait(wants, remaining):
-                responses, total, wants = await self.s.read(self._read_all, topics, max_bytes)
+                responses, total, wants = await read()
                 break
         return {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": responses}
 
