@@ -175,6 +175,52 @@ def test_group_commit_failed_fsync_fails_only_that_partitions_callers(store, mon
     assert isinstance(GroupCommit(threads=1).sync([bad], timeout=WAIT)[0], LogFailedError)
 
 
+def test_flush_running_beside_a_failed_flush_of_the_same_partition_is_not_acknowledged(store, monkeypatch):
+    # Partition.flush fsyncs a dup of the active log's descriptor without the partition's lock, so two flushes (the
+    # group commit's and a direct one, a flush.ms flusher's) can run at once. A dup shares the open file description,
+    # and with it Linux's record of a writeback error: the flush that reports EIO consumes it, and the other one's
+    # fdatasync returns 0 though the pages may be gone. That one must not be answered as durable either.
+    store.create_topic("t")
+    part = store.topic("t").partition(0)
+    part.append_values([b"x"])
+    log_dir = _log_dir(store, "t", 0)
+    both_inside = threading.Barrier(2, timeout=WAIT)
+    calls: list[int] = []
+    real = os.fdatasync
+
+    def fdatasync(fd: int) -> None:
+        path = _path_of(fd)
+        if log_dir not in path or not path.endswith(".log"):
+            return real(fd)
+        calls.append(fd)
+        first = len(calls) == 1
+        both_inside.wait()
+        if first:
+            raise OSError(errno.EIO, "injected fsync failure")
+        # The other flush has consumed the error: this one returns 0, as Linux's would (after it failed the log).
+        wait_until(lambda: part.durability.failed is not None, WAIT, what="the failed flush to record the failure")
+        return real(fd)
+
+    monkeypatch.setattr(os, "fdatasync", fdatasync)
+    outcomes: list[BaseException | None] = []
+
+    def flush() -> None:
+        try:
+            part.flush()
+        except Exception as exc:  # noqa: BLE001 - recorded for the assertion
+            outcomes.append(exc)
+        else:
+            outcomes.append(None)
+
+    threads = [threading.Thread(target=flush) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(WAIT)
+    assert len(calls) == 2 and len(outcomes) == 2
+    assert all(isinstance(o, (StorageError, LogFailedError)) for o in outcomes), outcomes
+
+
 def test_group_commit_forgets_idle_partitions(store):
     store.create_topic("t", partitions=50)
     parts = [store.topic("t").partition(i) for i in range(50)]

@@ -8,8 +8,8 @@ import random
 import msgpack
 import pytest
 
-from pylog.errors import CorruptRecordError
-from pylog.server.groupstate import SavedGroup, SavedMember, decode_groups, encode_groups, read_groups, write_groups
+from pylog.errors import CorruptRecordError, RecordTooLargeError
+from pylog.server.groupstate import MAX_BYTES, SavedGroup, SavedMember, decode_groups, encode_groups, read_groups, write_groups
 from pylog.storage.fileio import checked, encode_doc
 
 MEMBER = SavedMember("m-1", "inst", "cli", "/127.0.0.1", 10_000, 20_000, [("range", b"\x00\x01"), ("rr", b"")], b"as")
@@ -25,6 +25,16 @@ def test_saved_groups_round_trip_through_the_file(tmp_path):
     write_groups(str(tmp_path), encode_groups(GROUPS))
     assert read_groups(str(tmp_path)) == GROUPS
     assert read_groups(str(tmp_path / "none")) == []
+
+
+def test_groups_too_large_to_read_back_are_not_saved_and_the_previous_file_stays(tmp_path):
+    # Member metadata is what clients send: enough of it made a file larger than read_groups reads, and the next
+    # start lost every group (a checksum mismatch over the first MAX_BYTES).
+    write_groups(str(tmp_path), encode_groups(GROUPS))
+    big = SavedMember("m-1", None, "cli", "/127.0.0.1", 10_000, 20_000, [("range", b"x" * MAX_BYTES)], b"")
+    with pytest.raises(RecordTooLargeError):
+        write_groups(str(tmp_path), encode_groups([SavedGroup("huge", 1, "consumer", "range", "m-1", [big])]))
+    assert read_groups(str(tmp_path)) == GROUPS
 
 
 def _mutations():

@@ -184,6 +184,66 @@ def test_a_full_disk_answers_produce_with_kafka_storage_error_and_the_server_goe
     assert [r.value for r in store.topic("t").partition(0).read(0)] == [b"kept"]
 
 
+def test_out_of_descriptors_after_the_append_answers_what_was_appended_and_fsyncs_it(store, monkeypatch):
+    # After a partition's append the server looks whether a writer of another process waits for it (the hand-over
+    # probe, ``.want``, opened on first use). Out of descriptors there, the append has happened all the same: the
+    # request must not be answered with an error (a client would send the records again) and acks=all must still
+    # fsync them. Before, the OSError escaped and every partition of every request appended in that hop was
+    # answered KAFKA_STORAGE_ERROR, unfsynced.
+    store.create_topic("u", partitions=3)
+    real = os.open
+
+    def no_probe(path, *args, **kwargs):
+        if str(path).endswith(os.sep + ".want"):
+            raise OSError(errno.EMFILE, "Too many open files", path)
+        return real(path, *args, **kwargs)
+
+    spy = SyncSpy(monkeypatch)
+    with pylog.serve(store, port=0) as srv, _connect(srv) as sock:
+        monkeypatch.setattr(os, "open", no_probe)
+        sock.sendall(encode_request(0, PRODUCE_VERSION, 1, "promises", {
+            "transactional_id": None, "acks": -1, "timeout_ms": 10_000,
+            "topic_data": [{"name": "u", "partition_data": [{"index": i, "records": kafka_batch([b"v%d" % i])}
+                                                            for i in range(3)]}]}))
+        frame = recv_frame(sock)
+        assert frame is not None
+        answers = parse_response(0, PRODUCE_VERSION, frame)[1]["responses"][0]["partition_responses"]
+        synced = list(spy.synced)
+        monkeypatch.undo()
+    assert [(a["index"], a["error_code"], a["base_offset"]) for a in answers] == [(i, E.NONE, 0) for i in range(3)]
+    for i in range(3):
+        assert [r.value for r in store.topic("u").partition(i).read(0)] == [b"v%d" % i]
+        assert any(f"{os.sep}u{os.sep}{i}{os.sep}" in path and path.endswith(".log") for path in synced), i
+
+
+def test_the_idle_hand_over_goes_on_after_its_probe_ran_out_of_descriptors(store, monkeypatch, tmp_path):
+    # The server's sweep hands the partitions it holds over to writers of other processes, also while idle. Out of
+    # descriptors for a partition's ``.want`` probe, the sweep raised an OSError that ended it for the server's life:
+    # another writer then waited in vain for every partition the server had appended to.
+    real = os.open
+    refused = []
+
+    def no_probe(path, *args, **kwargs):
+        if str(path).endswith(os.sep + ".want"):
+            refused.append(threading.current_thread().name)
+            raise OSError(errno.EMFILE, "Too many open files", path)
+        return real(path, *args, **kwargs)
+
+    with pylog.serve(store, port=0) as srv, _connect(srv) as sock:
+        monkeypatch.setattr(os, "open", no_probe)
+        sock.sendall(_produce("t", [b"held"], acks=1))
+        assert _partition_answer(recv_frame(sock))["error_code"] == E.NONE
+        # Once after the append, then by the sweep (every 10 ms while the server holds the partition).
+        wait_until(lambda: len(refused) >= 3, timeout=20, what="the sweep to meet the shortage")
+        monkeypatch.undo()
+        with pylog.open(store.path) as other:
+            part = other.topic("t").partition(0)
+            part.wait_to_write(20_000)  # handed over by the sweep (it asks through .want)
+            assert part.is_writer
+            part.append_values([b"from another writer"])
+            assert [r.value for r in part.read(0)] == [b"held", b"from another writer"]
+
+
 def test_a_file_size_limit_answers_produce_with_kafka_storage_error(store, tmp_path):
     # A real refusal by the kernel: the server process runs under RLIMIT_FSIZE with SIGXFSZ ignored, so a write
     # past 64 KiB fails with EFBIG (a half-written batch cut back), as one on a full disk fails with ENOSPC.

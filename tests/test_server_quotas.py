@@ -13,7 +13,7 @@ import pylog
 from pylog.errors import InvalidConfigError
 from pylog.server.auth import Credentials
 from pylog.server.protocol import encode_request, parse_response
-from pylog.server.quotas import ServerQuotas
+from pylog.server.quotas import MAX_BUDGETS, ServerQuotas
 from serverutil import kafka_batch, recv_frame
 
 pytestmark = pytest.mark.slow
@@ -109,6 +109,21 @@ def test_the_most_specific_entity_sets_each_quota_as_in_kafka():
     assert q.key("bob", "web", "produce") == "user=bob"  # a default gives each user a budget of their own
     assert q.key("bob", "web", "request") == "client-id=web"
     assert q.manager.quota("user=alice", "produce") == 2 and q.manager.quota("user=bob", "produce") == 1
+
+
+def test_a_client_cycling_client_ids_under_a_default_quota_keeps_the_budgets_bounded():
+    # A <default> client-id entity gives each client id a budget, and every request may name a new client id.
+    q = ServerQuotas({"client-id=<default>": {"producer_byte_rate": 1e6}})
+    for i in range(MAX_BUDGETS + MAX_BUDGETS // 2):
+        key = q.key("ANONYMOUS", f"client-{i}", "produce")
+        assert key == f"client-id=client-{i}"
+        q.manager.record(key, "produce", 10)
+    assert q.budgets() <= MAX_BUDGETS
+    assert len(q.manager.quotas()) <= MAX_BUDGETS
+    # The newest budgets are kept and still limit their clients; a forgotten one is set again when used.
+    assert q.manager.quota(f"client-id=client-{MAX_BUDGETS + MAX_BUDGETS // 2 - 1}", "produce") == 1e6
+    assert q.key("ANONYMOUS", "client-0", "produce") == "client-id=client-0"
+    assert q.manager.quota("client-id=client-0", "produce") == 1e6
 
 
 @pytest.mark.parametrize("quotas", [{"users=alice": {"producer_byte_rate": 1}},

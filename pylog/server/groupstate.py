@@ -22,7 +22,7 @@ import os
 from typing import Any, NamedTuple
 
 from ..clients.groups import check_group_id
-from ..errors import CorruptRecordError, InvalidGroupError
+from ..errors import CorruptRecordError, InvalidGroupError, RecordTooLargeError
 from ..storage.fileio import decode_doc, encode_doc, read_checked, write_checked
 from ..storage.filenames import GROUPS_DIR
 
@@ -140,6 +140,12 @@ def read_groups(store_path: str) -> list[SavedGroup]:
 def write_groups(store_path: str, body: bytes) -> None:
     """Replace the file with ``body`` (from :func:`encode_groups`), crash-safe: written aside, fsynced,
     renamed, the directory fsynced. :raises DiskFullError, ReadOnlyStoreError, StorageError: as the
-    file system refuses (the previous file is then kept)."""
+    file system refuses (the previous file is then kept). :raises RecordTooLargeError: for a body that
+    :func:`read_groups` would not read back (over :data:`MAX_BYTES`); nothing is written."""
+    if len(body) + 4 > MAX_BYTES:
+        # Read back only up to MAX_BYTES: a larger file would lose every group at the next start. (Member metadata
+        # is the client's: a few clients with megabytes of it reach this.) The previous file stays.
+        raise RecordTooLargeError(f"the coordinator's groups take {len(body)} bytes, more than the {MAX_BYTES} its "
+                                  "file may hold: not saved (the previous file is kept)")
     os.makedirs(os.path.join(store_path, GROUPS_DIR), exist_ok=True)
     write_checked(groups_path(store_path), body)

@@ -262,8 +262,22 @@ class DataHandlers:
         Each request comes with its ``wait_ms``: how long to wait for a writer of another process to hand a
         partition over (see :mod:`pylog.server.turns`), and ``principal``: the connection's user, who must own
         the batches' producer id (:class:`ProducerOwners`)."""
-        return [[self._append_one(topic, index, records, acks, wait_ms, principal) for topic, index, records in work]
-                for work, acks, wait_ms, principal in requests]
+        return [[self._append_guarded(topic, index, records, acks, wait_ms, principal)
+                 for topic, index, records in work] for work, acks, wait_ms, principal in requests]
+
+    def _append_guarded(self, topic: str, index: int, records: Any, acks: int, wait_ms: int,
+                        principal: str | None) -> Outcome:
+        """:meth:`_append_one`, whose unexpected failure (out of descriptors, a bug) is that partition's error
+        only: the other partitions and requests of the hop were appended, and answering them with an error would
+        have their clients send the records again."""
+        try:
+            return self._append_one(topic, index, records, acks, wait_ms, principal)
+        except Exception as exc:  # noqa: BLE001 - this partition's answer says so
+            storage = isinstance(exc, OSError) and exc.errno in DESCRIPTOR_ERRNOS
+            if not storage:
+                log.error("pylog serve: produce to %s-%s failed", topic, index, exc_info=exc)
+            entry = {"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
+            return _failed(entry, E.KAFKA_STORAGE_ERROR if storage else E.UNKNOWN_SERVER_ERROR, str(exc)), None, None
 
     def _append_one(self, topic: str, index: int, records: Any, acks: int, wait_ms: int,
                     principal: str | None) -> Outcome:
@@ -608,10 +622,11 @@ MAX_PRODUCER_OWNERS = 100_000
 
 def _hand_over(part: Partition) -> None:
     """Let a writer waiting for ``part`` have it; never raises: the append's outcome is already decided (a store
-    closing under the call, a deleted topic: nothing left to hand over)."""
+    closing under the call, a deleted topic: nothing left to hand over; out of descriptors for the hand-over
+    probe: the server's sweep looks again, see pylog.server.turns)."""
     try:
         part.hand_over()
-    except PylogError:
+    except (PylogError, OSError):
         log.debug("pylog serve: handing over %s-%d failed", part.topic, part.number, exc_info=True)
 
 

@@ -19,6 +19,9 @@ Invariants:
   response is then delayed by the largest throttle time of the three, capped at the quota window (Kafka's
   cap), and carries it in ``throttle_time_ms``. Nothing is refused.
 - A request of a (user, client id) with no quota costs a dict lookup (the resolution is cached, bounded).
+- At most :data:`MAX_BUDGETS` budgets are kept: a ``<default>`` client-id entity gives every client id its own,
+  and a client may send a new client id with each request. Past the bound the oldest quarter is forgotten (a
+  forgotten budget's window starts over on its client's next request), as Kafka expires idle quota sensors.
 - Without SASL the user is ``ANONYMOUS`` (Kafka's unauthenticated principal).
 - DescribeClientQuotas and AlterClientQuotas read and change the entities on the event loop (as every use of
   this object); a change forgets every resolution and budget (they are rebuilt on the next request) and lasts
@@ -28,6 +31,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
+import itertools
 import math
 import time
 from typing import Any, Awaitable, Callable, Mapping
@@ -35,7 +39,7 @@ from typing import Any, Awaitable, Callable, Mapping
 from ..clients.quotas import CONSUME, PRODUCE, REQUEST, QuotaManager
 from ..errors import InvalidConfigError
 
-__all__ = ["ServerQuotas", "QUOTA_TYPES", "parse_entity"]
+__all__ = ["ServerQuotas", "QUOTA_TYPES", "MAX_BUDGETS", "parse_entity"]
 
 #: A handler's answer may be a future of it (a Produce answered once fsynced: see pylog.server.connection).
 Handler = Callable[[Any, Any], Awaitable["dict | asyncio.Future[dict] | None"]]
@@ -47,6 +51,8 @@ DEFAULT = "<default>"
 _WAITING_APIS = frozenset((1, 11, 14))
 _PRODUCE, _FETCH = 0, 1
 _CACHE_MAX = 100_000
+#: Budgets (manager keys and kinds) set from the entities at most (see the module docstring).
+MAX_BUDGETS = 100_000
 
 
 def parse_entity(text: str) -> tuple[str | None, str | None]:
@@ -94,7 +100,8 @@ class ServerQuotas:
                                              f"{value!r}")
                 self._entities.setdefault(entity, {})[kind] = float(value)
         self._resolved: dict[tuple[str, str, str], str | None] = {}
-        self._applied: set[tuple[str, str]] = set()  # (manager key, kind) limits set from the entities
+        # (manager key, kind) limits set from the entities, oldest first (a dict: ordered, bounded by MAX_BUDGETS)
+        self._applied: dict[tuple[str, str], None] = {}
 
     def key(self, user: str, client_id: str, kind: str) -> str | None:
         """The budget (a manager key) that ``kind`` traffic of (user, client id) records into, or None."""
@@ -113,13 +120,27 @@ class ServerQuotas:
                     parts.append(f"client-id={client_id}")
                 key = ",".join(parts)
                 if self.manager.quota(key, kind) is None:
+                    if len(self._applied) >= MAX_BUDGETS:
+                        self._forget_oldest()
                     self.manager.set_quota(key, kind, limit)
-                    self._applied.add((key, kind))
+                    self._applied[(key, kind)] = None
                 break
         if len(self._resolved) >= _CACHE_MAX:
             self._resolved.clear()
         self._resolved[ck] = key
         return key
+
+    def _forget_oldest(self) -> None:
+        """Forget the oldest quarter of the budgets (a client cycling client ids would otherwise grow them without
+        bound) and every resolution, some of which name them: they are resolved, and set, again when used."""
+        for key, kind in list(itertools.islice(self._applied, max(1, len(self._applied) // 4))):
+            self.manager.set_quota(key, kind, None)
+            del self._applied[(key, kind)]
+        self._resolved.clear()
+
+    def budgets(self) -> int:
+        """How many budgets (key and kind) the entities have set so far: for tests and the operator."""
+        return len(self._applied)
 
     def entities(self) -> dict[tuple[str | None, str | None], dict[str, float]]:
         """(user, client id) -> {kind: limit}, ``<default>`` for a default entity and None for a part left out."""

@@ -17,6 +17,8 @@ Invariants:
   active segment fsynced by name at the next flush or close).
 - The server appends only as a writer taking turns: before an append it waits (up to the request's
   timeout, at most :data:`TURN_WAIT_MS`) for a writer of another process to hand the lock back, asking it to.
+- A sweep never raises for one partition: a partition it could not look at (out of descriptors for its
+  ``.want`` probe) stays held and is looked at again by the next sweep.
 
 Thread-safety: :meth:`Turns.note` and :meth:`Turns.sweep` may be called from any thread.
 """
@@ -71,6 +73,8 @@ class Turns:
                 gone = not part.is_writer
             except PylogError:  # a closed store, a deleted topic: nothing left to hand over
                 gone = True
+            except OSError:  # out of descriptors for the hand-over probe: still held, looked at again next sweep
+                continue
             if gone:
                 with self._lock:
                     if self._held.get(part) == last:  # not appended to again meanwhile

@@ -258,7 +258,12 @@ class Durability:
 
     def finish_flush(self, fd: int) -> None:
         """Without the lock: fdatasync ``fd`` (from :meth:`start_flush`) and close it. A failure fails the
-        partition, as in :meth:`flush_writer`."""
+        partition, as in :meth:`flush_writer`; so does one of another flush that ran meanwhile.
+
+        :raises LogFailedError: when the partition failed while this fsync ran: ``fd`` is a dup sharing the open
+            file description (and Linux's record of a writeback error) with the writer's and any other flush's
+            descriptor, so when a concurrent flush's fdatasync reported the error, this one returns 0 though
+            the pages may be gone (invariant: an fsync failure is never forgotten)."""
         try:
             os.fdatasync(fd)
         except OSError as exc:
@@ -269,6 +274,8 @@ class Durability:
                         "until the store is reopened", "reopen the store")
         finally:
             os.close(fd)
+        with self._lock:
+            self.check_not_failed()
 
     def remember_handed_over(self, path: str) -> None:
         """At a handover with appends not fsynced: remember the active segment's file ``path`` for the next
