@@ -104,6 +104,17 @@ class _Window:
         self.totals[cur] += nbytes
         self.total += nbytes
 
+    def add(self, now: float, nbytes: float, num: int, size: float) -> tuple[float, float]:
+        """:meth:`record`, then :meth:`measure`: in one call while the current sample is open and none is
+        obsolete (the usual case, O(1)), else through both."""
+        cur = self.current
+        if now - self.starts[cur] >= size or now - self.oldest >= num * size:
+            self.record(now, nbytes, num, size)
+            return self.measure(now, num, size)
+        self.totals[cur] += nbytes
+        self.total += nbytes
+        return self.total, _span(now - self.oldest, num, size)
+
     def _resum(self) -> None:
         self.total = sum(self.totals)
         self.oldest = min(self.starts)
@@ -118,11 +129,16 @@ class _Window:
                     starts[i] = now
                     totals[i] = 0.0
             self._resum()
-        elapsed = now - self.oldest
-        full = int(elapsed // size)
-        if full < num - 1:
-            elapsed += (num - 1 - full) * size
-        return self.total, max(elapsed, _MIN_WINDOW_S)
+        return self.total, _span(now - self.oldest, num, size)
+
+
+def _span(elapsed: float, num: int, size: float) -> float:
+    """The window's length for ``elapsed`` seconds since its oldest sample started: never less than ``num - 1``
+    full samples plus the current one's elapsed part, nor than :data:`_MIN_WINDOW_S`."""
+    full = int(elapsed // size)
+    if full < num - 1:
+        elapsed += (num - 1 - full) * size
+    return elapsed if elapsed > _MIN_WINDOW_S else _MIN_WINDOW_S
 
 
 class QuotaManager:
@@ -232,10 +248,9 @@ class QuotaManager:
             window = self._windows.get(key)
             if window is None:
                 window = self._windows[key] = _Window(now)
-            num, size = self.window_num, self.window_size_s
-            window.record(now, nbytes, num, size)
-            total, span = window.measure(now, num, size)
-        return throttle_delay(total / span, limit, span)
+            total, span = window.add(now, nbytes, self.window_num, self.window_size_s)
+        observed = total / span
+        return 0.0 if observed <= limit else (observed - limit) / limit * span  # throttle_delay(), inlined
 
     def throttle(self, client_id: str | None, kind: str, nbytes: float) -> float:
         """:meth:`record`, then sleep the delay (with :attr:`sleep`); returns the delay slept, in seconds.

@@ -193,7 +193,9 @@ class ServerQuotas:
             if byte_key is not None and (resp is not None or byte_index == 0):
                 delay = manager.record(byte_key, byte_kind, size_of(req, resp), now)
             if time_key is not None:
-                delay = max(delay, manager.record(time_key, REQUEST, (now - started) * 100.0, now))
+                time_delay = manager.record(time_key, REQUEST, (now - started) * 100.0, now)
+                if time_delay > delay:
+                    delay = time_delay
             if delay > 0:
                 delay = min(delay, max_delay)
                 if resp is not None and "throttle_time_ms" in resp:
