@@ -25,6 +25,9 @@ Invariants:
   :func:`~pylog.server.protocol.error_response`; the handler sees only the items allowed, so a refused item
   is never touched. A request refused as a whole never reaches its handler.
 - An ``acks=0`` produce with a refused topic closes the connection (Kafka's answer to any acks=0 failure).
+- A request with every item allowed costs its decisions (each a dict lookup once cached, see
+  :meth:`~pylog.server.authorizer.Authorizer.authorize_user`) and no coroutine besides its handler's: the hot
+  rules return the handler's own coroutine.
 """
 
 from __future__ import annotations
