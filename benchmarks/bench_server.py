@@ -147,9 +147,11 @@ def pylog_consumer_rate(path: str, n: int) -> float:
     return rate
 
 
-def kafka_producer_rate(bootstrap: str, topic: str, n: int, **config: Any) -> float:
-    """confluent-kafka's producer, default batching (or ``config``'s settings), acks=1: ``n`` values then
-    ``flush()`` (after one record produced and flushed, so connecting and the topic's creation are not timed)."""
+def kafka_producer_rate(bootstrap: str, topic: str, n: int, partitions: int = 0, **config: Any) -> float:
+    """confluent-kafka's producer, default batching, acks=1 (or ``config``'s): ``n`` values then ``flush()``
+    (after one record produced and flushed, so connecting and the topic's creation are not timed). With
+    ``partitions``, record ``i`` goes to partition ``i % partitions`` (librdkafka sends one Produce request per
+    partition and batch, pipelined), and one record to each partition is flushed before timing."""
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": bootstrap, "acks": 1, **config})
     errors: list[Any] = []
@@ -157,14 +159,21 @@ def kafka_producer_rate(bootstrap: str, topic: str, n: int, **config: Any) -> fl
     def report(err: Any, msg: Any) -> None:
         if err is not None:
             errors.append(err)
-    p.produce(topic, VALUE, on_delivery=report)
-    p.flush(30)
+    for i in range(max(1, partitions)):  # every partition opened (its writer lock, its files) before timing
+        if partitions:
+            p.produce(topic, VALUE, partition=i, on_delivery=report)
+        else:
+            p.produce(topic, VALUE, on_delivery=report)
+    p.flush(60)
     produce, poll = p.produce, p.poll
     t0 = time.perf_counter()
-    for _ in range(n):
+    for i in range(n):
         while True:
             try:
-                produce(topic, VALUE)
+                if partitions:
+                    produce(topic, VALUE, partition=i % partitions)
+                else:
+                    produce(topic, VALUE)
                 break
             except BufferError:  # the client's queue is full: serve delivery reports until it drains a little
                 poll(0.001)
@@ -239,11 +248,11 @@ def _latency_consumer(bootstrap: str, topic: str, n: int) -> None:
     print(json.dumps(lat), flush=True)
 
 
-def kafka_latency(bootstrap: str, topic: str, n: int, rate: float = 1000.0) -> list[int]:
+def kafka_latency(bootstrap: str, topic: str, n: int, rate: float = 1000.0, acks: int | str = 1) -> list[int]:
     """End-to-end latencies (ns, sorted) of ``n`` records sent at ``rate`` records/s by a confluent-kafka
-    producer here (linger.ms=0) to a confluent-kafka consumer in another process, through the server."""
+    producer here (linger.ms=0, ``acks``) to a confluent-kafka consumer in another process, through the server."""
     from confluent_kafka import Producer
-    p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 0})
+    p = Producer({"bootstrap.servers": bootstrap, "acks": acks, "linger.ms": 0})
     p.produce(topic, b"%d" % time.monotonic_ns())
     p.flush(30)
     env = dict(os.environ)
@@ -388,11 +397,71 @@ def memory_figures(root: str, records: int, slow_seconds: float) -> dict[str, tu
     }
 
 
+# ------------------------------------------------------------------------------------------- acks=all
+
+
+def _fill_partitions(path: str, topics: dict[str, int]) -> None:
+    """Create ``topics`` (name -> partition count) in a store at ``path`` before its server starts."""
+    import pylog
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        for name, count in topics.items():
+            store.create_topic(name, partitions=count)
+
+
+def _group_commit_line(log_path: str) -> tuple[int, int]:
+    """The server's last ``group commit: F fsyncs for R acks=all requests`` log line (written at its stop)."""
+    with open(log_path) as f:
+        found = re.findall(r"group commit: (\d+) partition fsyncs for (\d+) acks=all requests", f.read())
+    return (int(found[-1][0]), int(found[-1][1])) if found else (0, 0)
+
+
+def acks_all_figures(root: str, args: argparse.Namespace, r: int) -> dict[str, tuple[float, float]]:
+    """acks=all against acks=1 (issue 25): a confluent-kafka producer (``linger.ms=5``) sending record ``i`` to
+    partition ``i % P`` of a topic of P = 4, then ``args.many_partitions`` partitions; the fsyncs per
+    acknowledged acks=all request (the server's count, logged at its stop); end-to-end latency with acks=all;
+    acks=all at P partitions against acks=1 there; and how long the server takes to stop (SIGTERM to exit) after
+    writing every partition of these topics."""
+    out: dict[str, tuple[float, float]] = {}
+    n, many = args.acks_records, args.many_partitions
+    path = os.path.join(root, f"acks-{r}")
+    _fill_partitions(path, {"p4": 4, "p4all": 4, "pmany": many, "pmany1": many, "lat": 1, "lat1": 1})
+    log_path = os.path.join(root, f"acks-server-{r}.log")
+    server = ServerProcess(path, log_path)
+    stop_s = 0.0
+    try:
+        # Latency first, on the fresh server: after the throughput runs it still writes back and syncs their data.
+        lat = kafka_latency(server.bootstrap, "lat", args.latency_records, acks="all")
+        lat1 = kafka_latency(server.bootstrap, "lat1", args.latency_records, acks=1)
+        linger = {"linger.ms": 5}
+        one = kafka_producer_rate(server.bootstrap, "p4", n, 4, **linger) / 1e3
+        all4 = kafka_producer_rate(server.bootstrap, "p4all", n, 4, acks="all", **linger) / 1e3
+        allmany = kafka_producer_rate(server.bootstrap, "pmany", n, many, acks="all", **linger) / 1e3
+        onemany = kafka_producer_rate(server.bootstrap, "pmany1", n, many, **linger) / 1e3
+        t0 = time.perf_counter()
+        server.stop()
+        stop_s = time.perf_counter() - t0
+    finally:
+        server.stop()
+    fsyncs, requests = _group_commit_line(log_path)
+    shutil.rmtree(path, ignore_errors=True)
+    out["acks=all producer, 4 partitions, linger.ms=5 (k rec/s)"] = (all4, one)
+    out[f"acks=all producer, {many} partitions (k rec/s)"] = (allmany, all4)
+    out[f"same, against acks=1 at {many} partitions (k rec/s)"] = (allmany, onemany)
+    out["end-to-end latency p50, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.5), pct(lat1, 0.5))
+    out["end-to-end latency p99, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.99), pct(lat1, 0.99))
+    out["partition fsyncs per acknowledged acks=all request"] = (fsyncs / max(1, requests), 0.0)
+    out[f"server stop after writing {2 * many + 10} partitions (s)"] = (stop_s, 0.0)
+    return out
+
+
 # ------------------------------------------------------------------------------------------- rounds
 
 
 def one_round(root: str, args: argparse.Namespace, r: int) -> dict[str, tuple[float, float]]:
     out: dict[str, tuple[float, float]] = {}
+    out.update(acks_all_figures(root, args, r))
+    if args.acks_only:
+        return out
     n = args.records
     local = os.path.join(root, f"local-{r}")
     base_p = pylog_producer_rate(local, n) / 1e6
@@ -441,6 +510,14 @@ TARGETS: dict[str, tuple[str, Callable[[float, float], bool] | None, str]] = {
     "end-to-end latency p50, 1,000 rec/s (ms)": ("<= 1 ms", lambda v, b: v <= 1.0,
                                                  "pylog producer -> pylog consumer, another process"),
     "end-to-end latency p99, 1,000 rec/s (ms)": ("<= 5 ms", lambda v, b: v <= 5.0, "same"),
+    "acks=all producer, 4 partitions, linger.ms=5 (k rec/s)": (
+        ">= 0.9x", lambda v, b: v / b >= 0.9, "acks=1, same producer and partitions"),
+    "acks=all producer, 500 partitions (k rec/s)": (
+        ">= 0.5x", lambda v, b: v / b >= 0.5, "acks=all at 4 partitions"),
+    "end-to-end latency p50, 1,000 rec/s, acks=all (ms)": ("report", None, "acks=1, same run"),
+    "end-to-end latency p99, 1,000 rec/s, acks=all (ms)": ("<= 10 ms", lambda v, b: v <= 10.0, "acks=1, same run"),
+    "same, against acks=1 at 500 partitions (k rec/s)": ("report", None, "acks=1 at 500 partitions"),
+    "partition fsyncs per acknowledged acks=all request": ("report", None, ""),
     "server RSS, 100 idle connections (MiB)": ("bounded", None, "idle server, no connection"),
     "server RssAnon, 100 idle connections (MiB)": ("bounded", None, "idle server, no connection"),
     "server peak RssAnon, slow consumer of 20 x 50 MiB fetches (MiB)": ("bounded", None,
@@ -458,6 +535,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-records", type=int, default=5000, help="records sent at 1,000/s for latency")
     ap.add_argument("--memory-records", type=int, default=1_000_000, help="records stored for the slow consumer")
     ap.add_argument("--slow-seconds", type=float, default=5.0)
+    ap.add_argument("--acks-records", type=int, default=200_000, help="records per acks=all / acks=1 figure")
+    ap.add_argument("--many-partitions", type=int, default=500, help="the acks=all figure's second partition count")
+    ap.add_argument("--acks-only", action="store_true", help="only the acks=all figures (issue 25)")
     ap.add_argument("--dir", help="where to write (default: a temporary directory, removed afterwards)")
     ap.add_argument("--json", help="also write every round's figures as JSON to this file")
     ap.add_argument("--profile", metavar="DIR", help="run the server under cProfile; stats files go to DIR")
@@ -471,6 +551,8 @@ def main(argv: list[str] | None = None) -> int:
         given = set(argv if argv is not None else sys.argv[1:])
         for flag, attr, value in (("--records", "records", 50_000), ("--rounds", "rounds", 1),
                                   ("--latency-records", "latency_records", 300),
+                                  ("--acks-records", "acks_records", 20_000),
+                                  ("--many-partitions", "many_partitions", 100),
                                   ("--memory-records", "memory_records", 100_000),
                                   ("--slow-seconds", "slow_seconds", 1.0)):
             if not any(g == flag or g.startswith(flag + "=") for g in given):
@@ -489,7 +571,8 @@ def main(argv: list[str] | None = None) -> int:
             rounds.append(res)
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"\npylog {pylog.__version__} serve: {args.records:,} records of 100 bytes, {args.rounds} round(s), "
+    records = args.acks_records if args.acks_only else args.records
+    print(f"\npylog {pylog.__version__} serve: {records:,} records of 100 bytes, {args.rounds} round(s), "
           f"accelerated={pylog.ACCELERATED}; ranges are over rounds")
     head = f"{'figure':<74} {'value':>11} {'baseline':>11}  {'ratio':>11}  target [baseline]"
     print(head)
@@ -499,7 +582,9 @@ def main(argv: list[str] | None = None) -> int:
             continue
         vals = [r[name][0] for r in rounds]
         base = [r[name][1] for r in rounds]
-        target, met, base_name = TARGETS.get(name, ("report", None, ""))
+        # The many-partitions figures are named with the count run (--many-partitions): targets are for 500.
+        target, met, base_name = TARGETS.get(re.sub(r"\d+ partitions \(", "500 partitions (", name),
+                                             ("report", None, ""))
         ratios = [v / b for v, b in zip(vals, base, strict=True) if b]
         verdict = ""
         if met is not None:

@@ -7,7 +7,8 @@
  *
  * Invariant: either function returns None for any input it does not handle exactly as the pure-Python code
  * would (an item that is not exactly bytes or bytearray, counts that disagree, lengths below -1, parts
- * that do not add up to their lengths, a field out of its struct range, a batch over the format's limit),
+ * that do not add up to their lengths, a field out of its struct range, a base offset whose batch would end
+ * past int64 or start below 0, a batch over the format's limit),
  * and the caller then runs the pure-Python code, which encodes it or raises its error. So this code never
  * raises a pylog error of its own, and what it returns is byte for byte what the pure path returns
  * (tests/test_native_encode.py checks both on random and bad inputs). Python code never runs while it
@@ -171,6 +172,8 @@ static PyObject *py_encode_columns(PyObject *self, PyObject *const *args, Py_ssi
     if (r) goto decline_or_fail;
     have_v = 1;
     if (n < 1 || n > INT32_MAX / 4) goto decline;
+    /* Offsets a reader refuses (check_header): the pure path raises its InvalidRecordError. */
+    if (base < 0 || base > INT64_MAX - (n - 1)) goto decline;
     if (kl_obj != Py_None) {
         r = int32_column(kl_obj, &kview, &nk);
         if (r) goto decline_or_fail;

@@ -221,6 +221,9 @@ def validate(overrides: Mapping[str, Any] | None, table: Mapping[str, Setting] =
     :raises InvalidConfigError: on an unknown name or a bad value.
     """
     out: dict[str, Any] = {}
+    if overrides is not None and not isinstance(overrides, Mapping):
+        raise InvalidConfigError(f"a configuration must be a mapping of setting names to values, got "
+                                 f"{type(overrides).__name__} {overrides!r:.60}")
     for key, value in (overrides or {}).items():
         setting = table.get(key)
         if setting is None:

@@ -15,6 +15,7 @@ import pytest
 import pylog
 from pylog.__main__ import ExitCode, main
 from pylog.cli import output
+from pylog.storage.checkpoint import Checkpoint, write_checkpoint
 from pylog.clients.consumer import Consumer
 from pylog.storage.records import HEADER_SIZE
 from pylog.structs import TopicPartition
@@ -166,6 +167,9 @@ def test_verify_reports_a_torn_last_batch_unless_a_writer_may_be_writing_it(tmp_
     size = log.stat().st_size
     with open(log, "r+b") as f:
         f.truncate(size - 50)  # the second batch cut short, as a crash mid-write leaves it
+    # ... with the checkpoint a writer leaves while it appends (dirty, recovery point at the active
+    # segment's base): a clean one would say offsets [10, 20) were flushed, and their loss is reported.
+    write_checkpoint(str(tmp_path / "t" / "0" / "partition.checkpoint"), Checkpoint(0, 0, clean=False))
     code, text = _run("verify", tmp_path)
     assert code == ExitCode.PROBLEMS and "after the last valid batch are a torn tail" in text
     with pylog.open(tmp_path, log_cleaner_enable=False) as store:

@@ -18,17 +18,27 @@ Damage is done by hand to the files of a closed store (or of a crash image), as 
 
 from __future__ import annotations
 
+import contextlib
+import io
 import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
 
+import msgpack
 import pytest
 
 import pylog
-from pylog.storage.records import HEADER_SIZE, parse_header
+from pylog.__main__ import ExitCode
+from pylog.__main__ import main as pylog_main
+from pylog.storage.records import HEADER_SIZE, parse_header, stamp_base_offset
 
 from childproc import Child
 from storetools import crash_copy
 
 TOPIC = "t"
+ROOT = Path(__file__).resolve().parent.parent
 #: Records per append (one batch each) and appends: about 230 KB in one active segment, so the default
 #: index.interval.bytes (4096) puts dozens of index entries after a batch damaged near the start.
 PER_BATCH, BATCHES = 10, 200
@@ -447,3 +457,94 @@ def test_the_cleaner_skips_a_damaged_partition_written_in_turns_until_it_is_repa
         store.cleaner.run_retention()
         assert _segment_count(tmp_path, "a") == 2
         assert store.cleaner.status().uncleanable == {}
+
+
+# ------------------------------------------------------------------- a log cut under its writer
+
+
+def _verify(path) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = pylog_main(["verify", str(path)])
+    return code, out.getvalue()
+
+
+def test_a_log_cut_under_a_live_writer_fails_the_next_append_instead_of_renumbering(tmp_path):
+    """The independent run's finding: a hand-truncated active segment under a live writer made offsets vanish
+    silently (the next append landed at the cut with the next offset number, and verify saw nothing)."""
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        p = store.create_topic(TOPIC).partition(0)
+        _fill(p, 0)
+        end = p.log_end_offset
+        log = _log(tmp_path)
+        pos, base = _batch_starts(log)[BATCHES // 2]
+        os.truncate(log, pos + 10)  # really cut, under the open partition
+        for attempt in range(2):  # the partition refuses work from then on, not only once
+            with pytest.raises(pylog.LogFailedError, match="cut under the writer"):
+                p.append_values([b"new"])
+        assert p.log_end_offset == end  # no offset renumbered or given again
+        with pytest.raises(pylog.CorruptRecordError):
+            p.read(base + 1)  # the cut records raise, they are not skipped
+        assert _offsets(p.read(0, max_records=base)) == list(range(base))  # what is left reads back
+        code, text = _verify(tmp_path)  # the writer is live (this process): a cut, not a crash
+        assert code == ExitCode.PROBLEMS and "the file was cut below what was written" in text
+        assert any("cut under the writer" in problem for problem in p.check())
+    assert os.path.getsize(log) == pos + 10  # nothing was appended at the cut
+
+
+def test_pylog_verify_reports_a_cleanly_closed_log_cut_below_its_recovery_point(tmp_path):
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        _fill(store.create_topic(TOPIC).partition(0), 0, batches=3)  # no index entry: only the checkpoint knows
+    assert _verify(tmp_path)[0] == ExitCode.OK
+    log = _log(tmp_path)
+    pos, base = _batch_starts(log)[2]
+    os.truncate(log, pos)  # a whole batch gone: the log still ends on a batch boundary
+    code, text = _verify(tmp_path)
+    assert code == ExitCode.PROBLEMS
+    assert f"recovery point {3 * PER_BATCH} is past the log's end {base} after a clean close" in text
+
+
+def test_a_writer_read_of_its_cut_log_raises_instead_of_touching_the_mapping_past_the_file(tmp_path):
+    # The writer reads its active segment through a mapping; its pages past the end of a cut file would
+    # read as zeros or kill the process with SIGBUS: run in a child, so a regression cannot kill the tests.
+    script = textwrap.dedent(f"""
+        import os, sys
+        import pylog
+        with pylog.open({str(tmp_path)!r}, log_cleaner_enable=False) as store:
+            p = store.create_topic("t").partition(0)
+            for i in range(400):
+                p.append_values([b"%06d" % i + b"x" * 500] * 4)
+            assert len(p.read(0, max_records=10 ** 6)) == 1600  # maps the whole active segment
+            os.truncate(p.segments[-1].log_path, 4096)
+            try:
+                p.read(1500)
+            except pylog.CorruptRecordError as exc:
+                print("raised:", exc)
+            try:
+                p.append_values([b"y"])
+            except pylog.LogFailedError as exc:
+                print("refused:", exc)
+    """)
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), os.environ.get("PYTHONPATH")])))
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr
+    assert "raised:" in done.stdout and "cut under the writer" in done.stdout and "refused:" in done.stdout
+
+
+def test_pylog_verify_reports_a_batch_whose_headers_do_not_decode(tmp_path):
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        store.create_topic(TOPIC).partition(0).append_values([b"a", b"b"], headers=[[("k", b"v")], []])
+    log = _log(tmp_path)
+    with open(log, "rb") as f:
+        raw = bytearray(f.read())
+    h = parse_header(raw)
+    # The headers section is the body's last bytes: a msgpack map where an array of rows belongs, in a batch
+    # whose CRC holds (only the section check can tell): what a reader of a foreign writer's batch may meet.
+    blob_start = h.size - len(msgpack.packb([[("k", b"v")], []], use_bin_type=True))
+    raw[blob_start] = 0x82  # fixarray(2) -> fixmap(2)
+    stamp_base_offset(raw, h.base_offset)  # recomputes the CRC
+    with open(log, "wb") as f:
+        f.write(raw)
+    code, text = _verify(tmp_path)
+    assert code == ExitCode.PROBLEMS
+    assert f"{log}@0: the records at offsets [0, 1] cannot be read: headers section does not decode" in text

@@ -8,12 +8,15 @@ server's end. The children run with ``RLIMIT_NOFILE`` = 256; no timed assertion 
 from __future__ import annotations
 
 import errno
+import fcntl
+import os
 import resource
 import signal
 import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -23,8 +26,10 @@ from pylog.errors import StorageError, TooManyOpenFilesError
 from pylog.server.errormap import code_for
 from pylog.server.protocol import codes as E
 from pylog.storage.handles import HandleCache, RateLimitedLog, default_budget
+from pylog.storage.partition import writer_lock
 
 from serverutil import start_cli_server, wait_until
+from storetools import blocked_in, wait_for
 
 _LIMIT = 256
 _PARTITIONS = 2000
@@ -238,3 +243,68 @@ def test_server_out_of_descriptors_for_connections_keeps_serving_and_logs_it_onc
     log = "".join(lines)
     assert log.count("out of file descriptors") == 1, log[-3000:]
     assert "Traceback" not in log, log[-3000:]
+
+
+def test_letting_go_of_a_partition_never_closes_the_handover_probe_under_a_probe_in_another_thread(
+        tmp_path, monkeypatch):
+    """A producer's idle look (or the server's sweep) probes ``.want`` while the budget lets go of the
+    partition's files in another thread. The probe's descriptor must not be closed under it: its number is
+    soon another file's (here a lock the test holds; in ``pylog serve``, another partition's ``.lock``),
+    which the probe would flock and unlock, releasing a writer lock its holder still counts on."""
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        p = store.create_topic("ev").partition(0)
+        p.wait_to_write(10_000)
+        p.append_values([b"a"])
+        assert not p.handover_wanted()  # opens the probe
+        probing, go_on = threading.Event(), threading.Event()
+        real_try_flock = writer_lock.try_flock
+        outcome: list = []
+
+        def paused_try_flock(fd: int) -> bool:
+            if threading.current_thread() is prober:
+                probing.set()  # the probe holds its descriptor's number now, about to flock it
+                assert go_on.wait(30)
+            return real_try_flock(fd)
+
+        monkeypatch.setattr(writer_lock, "try_flock", paused_try_flock)
+        prober = threading.Thread(target=lambda: outcome.append(_probe(p)))
+        prober.start()
+        assert probing.wait(30)
+        letting_go = threading.Thread(target=lambda: outcome.append(p.release_handles()))
+        letting_go.start()
+        # Either the let-go finished (the probe's descriptor closed under it) or it waits for the probe.
+        assert wait_for(lambda: not letting_go.is_alive() or blocked_in(letting_go, "close"), 30)
+        # Locked files opened now take the lowest free numbers, the probe's among them if it was closed.
+        victims = [os.open(str(tmp_path / f"victim-{i}.lock"), os.O_RDWR | os.O_CREAT, 0o644) for i in range(32)]
+        try:
+            for fd in victims:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            go_on.set()
+            prober.join(30)
+            letting_go.join(30)
+            assert not prober.is_alive() and not letting_go.is_alive()
+            outcome.sort(key=repr)
+            if isinstance(outcome[0], Exception):  # the probe's number was not reused: EBADF
+                raise outcome[0]
+            for i in range(32):
+                other = os.open(str(tmp_path / f"victim-{i}.lock"), os.O_RDWR)
+                try:
+                    with pytest.raises(BlockingIOError):  # each of the test's locks is still held
+                        fcntl.flock(other, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                finally:
+                    os.close(other)
+            assert outcome == [False, True]  # nobody waited; the files were let go of
+        finally:
+            go_on.set()
+            for fd in victims:
+                os.close(fd)
+        assert not p.is_writer
+        p.append_values([b"b"])  # the next append takes the lock and the files again
+        assert [r.value for r in p.read(0)] == [b"a", b"b"]
+
+
+def _probe(p) -> object:
+    try:
+        return p.handover_wanted()
+    except Exception as exc:  # a descriptor closed under the probe: EBADF
+        return exc

@@ -294,6 +294,22 @@ def test_a_writer_on_a_read_only_file_system_gets_read_only_store_error(tmpfs):
     assert info.value.errno == errno.EROFS
 
 
+def test_a_group_join_on_a_read_only_file_system_raises_read_only_store_error(tmpfs):
+    # A writing open of a store on read-only media: joining a group creates member files (OSError EROFS
+    # escaped the consumer's subscribe before).
+    where = tmpfs("media", "8m")
+    _make_store(where / "s")
+    _remount_read_only(where)
+    with pylog.open(where / "s") as store:
+        consumer = store.consumer(group_id="billing", enable_auto_commit=False)
+        with pytest.raises(ReadOnlyStoreError, match="joining group 'billing'") as info:
+            consumer.subscribe(["events"])
+            consumer.poll(timeout_ms=1000)
+        assert info.value.errno == errno.EROFS and "did not join" in str(info.value)
+        assert store.describe_consumer_group("billing").members == []
+        consumer.close()
+
+
 def test_a_read_only_open_on_a_read_only_file_system_reads_consumes_and_describes(tmpfs):
     where = tmpfs("media", "8m")
     _make_store(where / "s")

@@ -30,7 +30,9 @@ from pylog.storage.fileio import checked, decode_doc, encode_doc, unchecked
 from pylog.clients.groups import decode_commit, offset_key, _read_state
 from pylog.storage.index import OffsetIndex, TimeIndex
 from pylog.storage.producer_state import ProducerEntry, ProducerState
-from pylog.storage.records import CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header
+from pylog.clients.consumer import ConsumerRecord
+from pylog.storage.records import (CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header,
+                                   stamp_base_offset, views)
 from pylog.structs import TopicPartition
 from pylog.storage.topic import read_topic_file, write_topic_file
 
@@ -394,6 +396,38 @@ def test_pylog_reads_and_writes_the_golden_group_and_cleaner_status_files(name):
     assert checked(encode_doc(magic, 1, want["document"])) == raw
 
 
+def test_the_many_headers_batch_pylog_0_1_0_wrote_and_could_not_read_reads_back_on_both_paths():
+    # pylog <= 0.1.0 wrote exactly these bytes for this input (the byte-for-byte test above holds its
+    # encoder to them) and then raised "17 exceeds max_array_len(16)" on every read of them.
+    want = MANIFEST["batches"]["many_headers"]
+    assert max(len(r["headers"]) for r in want["records"]) > 16
+    assert max(len(r["headers"]) for r in want["records"]) > len(want["records"])
+    view = BatchView.from_buffer(_raw(want["file"]))
+    paths = [(views.records_pure, views.consumer_rows_pure)]
+    if views.batch_layout_native is not None:
+        paths.append((views.records_native, views.consumer_rows_native))
+    for records, rows in paths:
+        assert _as_manifest(records(view)) == want["records"]
+        got = rows([(view, 0, view.count)], "t", 0, ConsumerRecord)
+        assert [[[k, None if v is None else v.hex()] for k, v in r.headers] for r in got] == \
+            [r["headers"] for r in want["records"]]
+
+
+def test_a_store_holding_the_many_headers_batch_reads_it_and_verifies_clean(tmp_path):
+    want = MANIFEST["batches"]["many_headers"]
+    raw = bytearray(_raw(want["file"]))
+    stamp_base_offset(raw, 0)  # a partition's first batch
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        store.create_topic("t")
+    with open(tmp_path / "t" / "0" / f"{SEGMENT}.log", "wb") as f:
+        f.write(raw)  # as the old version left it
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        p = store.topic("t").partition(0)
+        assert [[[k, None if v is None else v.hex()] for k, v in r.headers] for r in p.read(0)] == \
+            [r["headers"] for r in want["records"]]
+        assert p.check() == []
+
+
 def test_pylog_reads_and_writes_the_golden_coordinator_groups_file(tmp_path):
     """pylog serve's saved groups (docs/FORMAT.md): decoded to the manifest's document, and encoded from it
     byte for byte (bin fields are hex in the manifest)."""
@@ -416,4 +450,3 @@ def test_pylog_reads_and_writes_the_golden_coordinator_groups_file(tmp_path):
     (store_dir / "__consumer_groups").mkdir(parents=True)
     shutil.copy(GOLDEN / want["file"], store_dir / "__consumer_groups" / ".coordinator")
     assert read_groups(str(store_dir)) == groups
-

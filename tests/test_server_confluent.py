@@ -60,6 +60,17 @@ def _consume(server, topics, n, timeout=20.0, **conf):
         raise
 
 
+def test_records_with_many_headers_round_trip_through_the_server(server, store):
+    # More than 16 headers per record: pylog <= 0.1.0 appended them and could then never serve them again.
+    store.create_topic("traced")
+    items = [(b"v%d" % i, None, [(f"h{j}", b"x" * (j % 5)) for j in range(count)] or None, None)
+             for i, count in enumerate([17, 0, 64, 2])]
+    assert _produce(server, "traced", items) == [(0, i) for i in range(4)]
+    got, c = _consume(server, ["traced"], 4)
+    c.close()
+    assert [(m.offset(), m.value(), m.headers()) for m in got] == [(i, v, h) for i, (v, _, h, _) in enumerate(items)]
+
+
 def test_keys_headers_and_partitioning(server, store):
     store.create_topic("orders", partitions=4)
     items = []

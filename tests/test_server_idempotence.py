@@ -74,14 +74,15 @@ def setup(tmp_path, monkeypatch):
     monkeypatch.setattr(producer_state.ProducerState, "check", check)
     # A slow disk: each produce request is answered 20 ms after its appends, so many cuts fall between an append
     # and its answer (the case idempotence is for) rather than before the request arrived.
-    append_all = DataHandlers._append_all
+    # (Requests a connection pipelined are appended together: one such pause for all of them.)
+    append_requests = DataHandlers.append_requests
 
-    def slow_append_all(self, *args):
-        result = append_all(self, *args)
+    def slow_append_requests(self, *args):
+        result = append_requests(self, *args)
         time.sleep(0.02)
         return result
 
-    monkeypatch.setattr(DataHandlers, "_append_all", slow_append_all)
+    monkeypatch.setattr(DataHandlers, "append_requests", slow_append_requests)
     store = pylog.open(tmp_path / "store")
     store.create_topic(TOPIC, partitions=PARTITIONS)
     proxy = CuttingProxy(("127.0.0.1", 1))  # its target is the server, known once it is bound

@@ -33,6 +33,26 @@ def _consume_all(server, topic, n, **kw):
     return got
 
 
+def test_records_with_many_headers_round_trip_through_the_server(server, store):
+    # More than 16 headers per record (and than records per batch): pylog <= 0.1.0 appended them and then
+    # answered every fetch from offset 0 with INVALID_MSG, forever.
+    store.create_topic("traced")
+    producer = KafkaProducer(bootstrap_servers=server.bootstrap_servers, acks=1, linger_ms=20)
+    sent = []
+    for i, count in enumerate([17, 0, 40, 1, 300]):
+        headers = [(f"h{j}", bytes([j % 256]) * (j % 7)) for j in range(count)]
+        meta = producer.send("traced", value=b"v%d" % i, headers=headers)
+        sent.append((b"v%d" % i, headers, meta))
+    producer.flush()
+    offsets = [meta.get(timeout=10).offset for _, _, meta in sent]
+    producer.close()
+    assert offsets == list(range(5))
+    got = _consume_all(server, "traced", 5)
+    assert [(r.offset, r.value, list(r.headers)) for r in got] == \
+        [(i, v, list(hs)) for i, (v, hs, _) in enumerate(sent)]
+    assert [list(r.headers) for r in store.topic("traced").partition(0).read(0)] == [hs for _, hs, _ in sent]
+
+
 def test_produce_keys_headers_and_consume(server, store):
     store.create_topic("orders", partitions=4)
     producer = KafkaProducer(bootstrap_servers=server.bootstrap_servers, acks=1, linger_ms=5)

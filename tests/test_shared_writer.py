@@ -264,29 +264,50 @@ def test_producers_of_three_processes_share_one_partition(tmp_path):
     assert main(["verify", str(tmp_path)]) == ExitCode.OK
 
 
+# Values of about 2 KB in batches of up to 1 MiB: a batch is written in many pages, so the kill often lands
+# in the middle of a write (a torn tail), which the other producer's next turn must cut.
 _ENDLESS = """
     import sys, itertools, pylog
-    with pylog.open(sys.argv[1]) as store, store.producer() as producer:
+    pad = b"-" + b"k" * 2000
+    with pylog.open(sys.argv[1]) as store, store.producer(batch_size=1 << 20) as producer:
         for i in itertools.count():
-            producer.send("ev", b"K-%d" % i)
+            producer.send("ev", b"K-%d" % i + pad)
             if i == 1000:
                 producer.flush()
                 print("writing", flush=True)
 """
 
+# Sends its first half, then waits for a line before the second: the test kills the other producer in between.
+_PAUSING_PRODUCER = """
+    import sys, pylog
+    path, name, n = sys.argv[1], sys.argv[2], int(sys.argv[3])
+    with pylog.open(path) as store, store.producer(linger_ms=1) as producer:
+        print("ready", flush=True)
+        sys.stdin.readline()
+        for half in (range(n // 2), range(n // 2, n)):
+            futures = [producer.send("ev", b"%s-%d" % (name.encode(), i)) for i in half]
+            for f in futures:
+                f.get(120)
+            print("sent", flush=True)
+            if half.start == 0:
+                sys.stdin.readline()
+        print("done", flush=True)
+"""
+
 
 def test_a_producer_killed_while_taking_turns_does_not_stop_the_others(tmp_path):
+    n = 5000
     pylog.open(tmp_path).create_topic("ev")
     killed = Child(_ENDLESS, str(tmp_path), cwd=str(tmp_path))
-    other = Child(_PRODUCER, str(tmp_path), "B", "5000", cwd=str(tmp_path))
+    other = Child(_PAUSING_PRODUCER, str(tmp_path), "B", str(n), cwd=str(tmp_path))
     try:
         killed.expect("writing")
         other.expect("ready")
-        other.send("go")
         # Killed once both append, handing the partition back and forth: a K record after B's first.
         with pylog.open(tmp_path, log_cleaner_enable=False) as watcher:
             wp = watcher.topic("ev").partition(0)
-            seen = {"pos": 0, "b_from": None}
+            seen = {"pos": wp.log_end_offset, "b_from": None}  # B's records all come after this
+            other.send("go")
 
             def both_appending() -> bool:
                 for r in wp.read(seen["pos"], max_records=10_000):
@@ -299,6 +320,13 @@ def test_a_producer_killed_while_taking_turns_does_not_stop_the_others(tmp_path)
             assert wait_for(both_appending, 120), "the two producers never took turns"
         os.kill(killed.proc.pid, signal.SIGKILL)
         killed.wait(30)
+        # B's second half only now: B must take the partition over from the killed writer (whose last
+        # write may be torn) and recover it. Without this pause B may have sent everything before the
+        # kill, nobody would write after it, and `verify` would rightly report the killed writer's torn
+        # tail, which only the next writer cuts.
+        other.expect("sent", timeout=120)
+        other.send("go")
+        other.expect("sent", timeout=120)
         other.expect("done", timeout=120)
         assert other.wait(60) == 0, other.err()
     finally:
@@ -310,8 +338,54 @@ def test_a_producer_killed_while_taking_turns_does_not_stop_the_others(tmp_path)
         assert [r.offset for r in records] == list(range(len(records)))
         b = [int(r.value.split(b"-")[1]) for r in records if r.value.startswith(b"B-")]
         k = [int(r.value.split(b"-")[1]) for r in records if r.value.startswith(b"K-")]
-        assert b == list(range(5000))
+        assert b == list(range(n))
         assert k == list(range(len(k))) and len(k) > 1000  # the killed one's records: a prefix, in order
+        last_k = max(r.offset for r in records if r.value.startswith(b"K-"))
+        assert all(r.offset > last_k for r in records if r.value.startswith(b"B-") and int(r.value[2:]) >= n // 2)
+    assert main(["verify", str(tmp_path)]) == ExitCode.OK
+
+
+_TEARING_WRITER = """
+    import os, sys, pylog
+    with pylog.open(sys.argv[1]) as store:
+        p = store.topic("ev").partition(0)
+        p.wait_to_write(60_000)
+        p.append_values([b"K-0", b"K-1"])
+        p.append_values([b"K-2" + b"k" * 5000])
+        seg = p.segments[-1]
+        pos, h = list(seg.batch_headers())[-1]
+        with open(seg.log_path, "rb") as f:
+            f.seek(pos)
+            whole = f.read(h.size)
+        fd = os.open(seg.log_path, os.O_WRONLY | os.O_APPEND)
+        os.write(fd, whole[: h.size // 2])  # a second copy of the batch, cut: a write the kill interrupted
+        print("torn", p.log_end_offset, flush=True)
+        sys.stdin.readline()  # killed here, holding the writer lock
+"""
+
+
+def test_a_torn_tail_left_by_a_writer_killed_during_its_turn_is_cut_by_the_next_turn(tmp_path, capsys):
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        pb = store.create_topic("ev").partition(0)
+        pb.append_values([b"B-0", b"B-1"])
+        pb.release_writer()  # a clean hand-over: the killed writer's turn starts from a clean checkpoint
+        child = Child(_TEARING_WRITER, str(tmp_path), cwd=str(tmp_path))
+        try:
+            assert child.expect("torn") == "5"
+            os.kill(child.proc.pid, signal.SIGKILL)
+            child.wait(30)
+        finally:
+            if child.proc.poll() is None:
+                child.proc.kill()
+        capsys.readouterr()
+        # Before any writer's turn the torn tail is still there: verify says so (a reader cuts nothing).
+        assert main(["verify", str(tmp_path)]) == ExitCode.PROBLEMS
+        assert "a torn tail (an interrupted write: the next writer cuts it)" in capsys.readouterr().out
+        assert [r.value[:3] for r in _all(pb)] == [b"B-0", b"B-1", b"K-0", b"K-1", b"K-2"]
+        pb.append_values([b"B-2"])  # B's next turn: recovers the killed writer's tail first
+        records = _all(pb)
+        assert [r.offset for r in records] == list(range(6))
+        assert [r.value[:3] for r in records] == [b"B-0", b"B-1", b"K-0", b"K-1", b"K-2", b"B-2"]
     assert main(["verify", str(tmp_path)]) == ExitCode.OK
 
 

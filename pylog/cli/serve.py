@@ -17,12 +17,37 @@ import argparse
 import json
 import logging
 import sys
-from typing import Any, TextIO
+from typing import Any, Callable, TextIO
 
 from ..errors import CommandError
 from .base import ExitCode, check_store_path, non_negative, positive
 
 __all__ = ["register"]
+
+
+#: The resource limits of the server (docs/SERVER.md "Options"): flag, type, metavar, help. Unset, the
+#: ServerConfig default applies (named in the help).
+_LIMITS: list[tuple[str, Callable[[str], Any], str, str]] = [
+    ("--queued-max-request-bytes", positive, "N", "bytes all connections' requests and fetch answers may hold "
+     "(Kafka's queued.max.request.bytes; default 128 MiB, at least --max-request-bytes)"),
+    ("--request-receive-timeout-ms", non_negative, "MS", "close a connection whose request is not whole this "
+     "long after its first byte (default 30000, 0: never)"),
+    ("--response-send-timeout-ms", non_negative, "MS", "close a connection that reads none of its answer for "
+     "this long (default 30000, 0: never)"),
+    ("--max-connections", positive, "N", "connections beyond are closed at accept (Kafka's max.connections; "
+     "default 1000)"),
+    ("--max-connections-per-ip", positive, "N", "connections from one address beyond are closed at accept "
+     "(Kafka's max.connections.per.ip; default 500)"),
+    ("--max-request-items", positive, "N", "most topics, partitions, groups ... one request may name (default "
+     "50000)"),
+    ("--max-topics", positive, "N", "clients create no topic beyond this many in the store (default 10000)"),
+    ("--max-partitions", positive, "N", "clients create no partition beyond this many in the store (default "
+     "100000)"),
+    ("--controller-mutation-rate", float, "N", "partitions clients may create per second, in bursts of 10 s "
+     "worth (default 1000)"),
+    ("--auto-create-topics-per-request", positive, "N", "most topics one Metadata request may auto-create "
+     "(default 100)"),
+]
 
 
 def register(sub: Any) -> None:
@@ -51,6 +76,8 @@ def register(sub: Any) -> None:
                         "(Kafka's connection.failed.authentication.delay.ms; default 100)")
     s.add_argument("--connection-failed-authentication-delay-max-ms", type=non_negative, default=5000, metavar="MS",
                    help="the longest that delay grows to (default 5000)")
+    for flag, kind, metavar, text in _LIMITS:
+        s.add_argument(flag, type=kind, metavar=metavar, help=text)
     s.add_argument("--tls-cert", metavar="PEM", help="serve TLS with this certificate chain")
     s.add_argument("--tls-key", metavar="PEM", help="the certificate's private key")
     s.add_argument("--tls-ca", metavar="PEM", help="CA bundle that client certificates must chain to")
@@ -88,6 +115,10 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
         "connection_failed_authentication_delay_max_ms": args.connection_failed_authentication_delay_max_ms,
     }
     options["max_open_descriptors"] = args.max_open_descriptors
+    for flag, *_ in _LIMITS:  # given ones only: the defaults are ServerConfig's
+        name = flag[2:].replace("-", "_")
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     if args.tls_cert or args.tls_key:
         if not (args.tls_cert and args.tls_key):
             raise CommandError("--tls-cert and --tls-key go together")
@@ -106,9 +137,29 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.quotas:
         options["quotas"] = _load_quotas(args.quotas)
     check_store_path(args.store, create=True)
+    _return_large_buffers_to_the_os()
     server = Server(args.store, **options)
     server.serve_forever(handle_signals=True)
     return ExitCode.OK
+
+
+#: glibc's ``M_MMAP_THRESHOLD`` (mallopt), and the value set: allocations from 128 KiB up get pages of their own.
+_M_MMAP_THRESHOLD, _MMAP_FROM = -3, 128 * 1024
+
+
+def _return_large_buffers_to_the_os() -> None:
+    """Have glibc map every allocation of 128 KiB or more on its own and unmap it when freed. By default the
+    threshold grows to 32 MiB after the first large free, and the request frames and fetch answers the server
+    frees then stay in the heaps of the threads that built them: ~50 MiB more resident memory than the server
+    holds, after a burst of large fetches (benchmarks/bench_hostile.py). Only for this process (the CLI); a no-op
+    where the C library is not glibc."""
+    import ctypes  # here, as the server: the other commands do not load it at start-up
+
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallopt(_M_MMAP_THRESHOLD, _MMAP_FROM)
+    except (OSError, AttributeError):
+        pass
 
 
 def _load_quotas(path: str) -> dict:

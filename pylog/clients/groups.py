@@ -52,7 +52,8 @@ import msgpack
 from .assignors import AbstractPartitionAssignor, assignor_named
 from ..errors import (CorruptRecordError, InvalidConfigError, InvalidGroupError, PartitionLockedError,
                      RebalanceInProgressError, TopicExistsError, UnknownTopicError)
-from ..storage.fileio import checked, decode_doc, encode_doc, read_checked, try_flock, unchecked, write_checked
+from ..storage.fileio import (checked, decode_doc, encode_doc, raise_if_gone, read_checked, try_flock, unchecked,
+                              write_checked, write_faults)
 from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legacy_topic_name, legal_name
 from ..storage.records import crc32c
 from ..structs import OffsetAndMetadata, TopicPartition
@@ -508,10 +509,16 @@ class GroupMember:
         """Become a member subscribing to ``topics`` and rebalance the group.
 
         :raises InvalidConfigError: when no assignment strategy is common to all members.
+        :raises ReadOnlyStoreError, StorePermissionError, DiskFullError: when the group's directory cannot be
+            written (a read-only mount, missing permissions, a full disk): the member did not join.
         """
-        os.makedirs(self.members_dir, exist_ok=True)
-        os.makedirs(self._owners_dir, exist_ok=True)
-        self.topics = sorted(set(topics))
+        with write_faults(f"joining group {self.group_id!r}", "this consumer did not join the group"):
+            os.makedirs(self.members_dir, exist_ok=True)
+            os.makedirs(self._owners_dir, exist_ok=True)
+            self.topics = sorted(set(topics))
+            self._join_locked()
+
+    def _join_locked(self) -> None:
         with self._group_locked():
             path = os.path.join(self.members_dir, self.member_id)
             fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644)
@@ -551,9 +558,18 @@ class GroupMember:
             self.release(tp)
         if self._member_fd is None:
             return
-        with self._group_locked():
-            self._drop_member_file()
-            self._rebalance_locked()
+        try:
+            with self._group_locked():
+                self._drop_member_file()
+                self._rebalance_locked()
+        except FileNotFoundError as exc:
+            if not os.path.isdir(self.directory):  # nothing is left to leave: let go of the member file
+                os.close(self._member_fd)
+                self._member_fd = None
+                self.assignment = []
+            raise_if_gone(exc, f"leaving group {self.group_id!r}", self.directory,
+                          "this consumer let go of its locks and left")
+            raise
         self.assignment = []
 
     def _live_members(self) -> dict[str, dict[str, Any]]:

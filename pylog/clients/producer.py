@@ -6,7 +6,8 @@ free (``linger_ms=0``) or ``linger_ms`` after the first record, by the caller wh
 full, and by :meth:`Producer.flush` — so one ``append_values`` call per partition carries many records.
 A drain assigns partitions for the whole accumulation at once (explicit partition, else Kafka's murmur2 of
 the key, vectorised, else the topic's sticky partition), appends each partition's records as one
-idempotent call, fsyncs when ``acks="all"`` (one fsync for everything drained together: group commit),
+idempotent call, fsyncs when ``acks="all"`` (one fsync per partition for everything drained together, and
+shared with other producers of the process: :mod:`pylog.storage.group_commit`),
 and completes every future of the accumulation.
 
 The common record — a ``bytes`` value of at most 16 KiB and nothing else, no serializer — takes a fast
@@ -65,11 +66,12 @@ from ..errors import ProducerTimeoutError  # defined here before pylog.errors: s
 from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
                      PartitionLockedError,
                      RecordTooLargeError, StoreClosedError)
+from ..storage import group_commit
 from ..storage.filenames import is_internal_topic
 from .partitioner import DefaultPartitioner
 from .quotas import PRODUCE, QuotaManager
 from .storeview import StoreView
-from ..storage.records import now_ms
+from ..storage.records import header_pairs, now_ms
 from .accumulator import ITEM_LEN, RECORD_OVERHEAD, Accumulation
 from ..structs import RecordMetadata
 from ..storage.partition import Partition
@@ -108,15 +110,14 @@ _BATCH_OVERHEAD = 64
 _FAST_MAX = 16 * 1024
 
 
-def _check_headers(headers: Any) -> int:
-    """Validate ``[(str, bytes | None), ...]`` headers; returns their size."""
-    size = 0
-    for item in headers:
-        if not isinstance(item, tuple) or len(item) != 2 or not isinstance(item[0], str) or not (
-                item[1] is None or isinstance(item[1], (bytes, bytearray, memoryview))):
-            raise InvalidRecordError(f"headers must be (str, bytes) pairs, got {item!r}"[:200])
-        size += len(item[0]) + (0 if item[1] is None else len(item[1])) + 8
-    return size
+def _check_headers(headers: Any) -> tuple[tuple, int]:
+    """One record's headers checked as the encoder checks them (:func:`header_pairs`: ``(str, bytes | None)``
+    pairs, keys UTF-8 encodable) and their size.
+
+    :raises InvalidRecordError: for any other shape, here at send() rather than in the drain's append.
+    """
+    pairs = header_pairs(headers)
+    return pairs, sum(len(k) + (0 if v is None else len(v)) + 8 for k, v in pairs)
 
 
 def _check_writable(topic: str) -> None:
@@ -369,9 +370,10 @@ class Producer:
             if not (type(key) is bytes or isinstance(key, (bytearray, memoryview))):
                 raise InvalidRecordError(f"key must be bytes (or use key_serializer), got {type(key).__name__}")
             size += len(key)
-        if headers:
-            size += _check_headers(headers)
-        else:
+        if headers is not None:
+            headers, hsize = _check_headers(headers)
+            size += hsize
+        if not headers:
             headers = None
         if timestamp_ms is not None and (type(timestamp_ms) is not int or not -(1 << 63) <= timestamp_ms < 1 << 63):
             raise InvalidRecordError(f"timestamp_ms must be an int (ms since the epoch), got {timestamp_ms!r}")
@@ -723,16 +725,19 @@ class Producer:
         """After a drain's appends: one fsync per partition not fsynced yet (``acks="all"``: group commit),
         then hand each over (a handover does not fsync, so the fsync comes first)."""
         if self._acks == -1:
-            for part in touched:
-                if part in flushed:
-                    continue
-                try:
-                    part.flush()
-                except Exception as exc:
-                    acc.partition_errors[part.number] = exc
+            self._sync([part for part in touched if part not in flushed], acc)
         for part in touched:
             self._held[id(part)] = part
             self._hand_over_one(part)
+
+    @staticmethod
+    def _sync(parts: list["Partition"], acc: Accumulation) -> None:
+        """fsync ``parts`` through the process's group commit (:mod:`pylog.storage.group_commit`: in parallel,
+        and one fsync covers this drain and whatever other producers and ``pylog serve`` of this process
+        appended meanwhile); a partition whose fsync failed fails its records."""
+        for part, exc in zip(parts, group_commit.sync(parts), strict=True):
+            if exc is not None:
+                acc.partition_errors[part.number] = exc
 
     @staticmethod
     def _wanted(part: "Partition") -> bool:
@@ -750,10 +755,7 @@ class Producer:
         (or, with ``wanted_only`` False, let go of it whether or not anyone waits)."""
         if self._acks == -1 and part in touched and part not in flushed:
             flushed.add(part)
-            try:
-                part.flush()
-            except Exception as exc:
-                acc.partition_errors[part.number] = exc
+            self._sync([part], acc)
         self._hand_over_one(part, wanted_only=wanted_only, blocking=blocking)
 
     def _let_go(self, waiting_for: "Partition", touched: list["Partition"], flushed: set["Partition"],

@@ -32,6 +32,7 @@ Invariants:
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from typing import TYPE_CHECKING, Any, Awaitable, Callable
 
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 
 __all__ = ["Access", "AclHandlers", "UNCHECKED"]
 
+#: (A Produce's handler answers with a future of its answer, once fsynced: see pylog.server.connection;
+#: :meth:`Access._split` waits for it, the other rules pass it on as it is.)
 Handler = Callable[[Any, Any], Awaitable[dict | None]]
 #: A check: (request, connection, handler=the API's handler) -> the response.
 Rule = Callable[..., Awaitable[dict | None]]
@@ -132,7 +135,9 @@ class Access:
         for i, c in zip(items, codes, strict=True):
             if c != E.NONE:
                 denied.setdefault(c, []).append(i)
-        resp = await handler(_with_body(req, {**req.body, arr: allowed}), conn)
+        answer: Any = await handler(_with_body(req, {**req.body, arr: allowed}), conn)
+        # A Produce answered once fsynced (pylog.server.connection): the refused items join its answer.
+        resp: dict | None = await answer if isinstance(answer, asyncio.Future) else answer
         if not allowed and resp is not None:
             resp[resp_arr] = []  # Metadata v0 reads an empty list as "every topic"
         if resp is None:

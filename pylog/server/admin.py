@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
 import os
 import shutil
 from typing import TYPE_CHECKING, Any
@@ -34,6 +35,7 @@ from ..structs import TopicPartition
 from ..storage.filenames import is_internal_topic, topic_name_problem
 from .coordinator import DEAD, EMPTY
 from .errormap import code_for
+from .limits import check_client_config
 from .protocol import REFUSED_APIS, error_response
 from .protocol import codes as E
 
@@ -109,11 +111,17 @@ class AdminHandlers:
             problem = topic_name_problem(name)
             if problem is not None:
                 return _fail(out, E.INVALID_TOPIC_EXCEPTION, problem)
+            check_client_config(config)
             if validate_only:
                 TopicConfig(config, store.defaults)  # raises InvalidConfigError as create_topic would
                 if name in store:
                     raise TopicExistsError(f"topic {name!r} already exists")
             else:
+                if name in store:
+                    raise TopicExistsError(f"topic {name!r} already exists")
+                refused = self._creation_refused(1, n)
+                if refused is not None:
+                    return _fail(out, *refused)
                 store.create_topic(name, partitions=n, config=config)
             out.update(num_partitions=n, replication_factor=1,
                        configs=[_config_entry(k, v, SOURCE_TOPIC) for k, v in
@@ -121,6 +129,16 @@ class AdminHandlers:
         except PylogError as exc:
             _fail(out, code_for(exc), str(exc))
         return out
+
+    def _creation_refused(self, topics: int, partitions: int) -> tuple[int, str] | None:
+        """In the storage pool: None when the server's creation limits allow ``topics`` new topics with
+        ``partitions`` partitions in all (counted); else the error code and message (logged, rate-limited)."""
+        refused = self.s.creations.refusal(topics, partitions)
+        if refused is None:
+            return None
+        message, throttled = refused
+        self.s.rlog.log(logging.WARNING, "creation refused", "pylog serve: creation refused: %s", message)
+        return (E.THROTTLING_QUOTA_EXCEEDED if throttled else E.POLICY_VIOLATION), message
 
     # ------------------------------------------------------------------ DeleteTopics
 
@@ -176,6 +194,9 @@ class AdminHandlers:
             if is_internal_topic(name):
                 return _fail(out, E.INVALID_TOPIC_EXCEPTION, f"{name!r} is an internal topic of pylog")
             if not validate_only:
+                refused = self._creation_refused(0, count - topic.num_partitions)
+                if refused is not None:
+                    return _fail(out, *refused)
                 topic.add_partitions(count)
         except PylogError as exc:
             _fail(out, code_for(exc), str(exc))
@@ -255,6 +276,7 @@ class AdminHandlers:
             # given return to their defaults.
             topic = store.topic(rname)
             wanted = {c["name"]: c["value"] for c in r["configs"] or [] if c["value"] is not None}
+            check_client_config(wanted)
             new = TopicConfig(wanted, store.defaults)
             if not validate_only:
                 dropped = [k for k in topic.config.overrides if k not in wanted]
@@ -334,6 +356,7 @@ class AdminHandlers:
                     changes[key] = new  # an empty list is refused by the config check (InvalidConfigError)
                 else:
                     return _fail(out, E.INVALID_REQUEST, f"unknown config operation {op} for {key!r}")
+            check_client_config(changes)
             kept = {k: v for k, v in cfg.overrides.items() if k not in remove}
             TopicConfig({**kept, **changes}, store.defaults)  # raises InvalidConfigError, as the store would
             if not validate_only and (changes or remove):

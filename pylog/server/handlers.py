@@ -4,8 +4,10 @@ response body (dicts named as Kafka's message specs name the fields, in snake_ca
 
 Layout of the work:
 - Appends (Produce) and everything that may block on the disk or on another process's lock (topic creation
-  and deletion, fsyncs for ``acks=all``, producer ids, retention) run in the server's storage thread pool,
-  never on the event loop; a request's appends go there in one hop.
+  and deletion, producer ids, retention) run in the server's storage thread pool, never on the event loop; a
+  request's appends go there in one hop. The fsyncs of ``acks=all`` go to the process's group commit
+  (:mod:`pylog.storage.group_commit`) once the request's appends are done: one fsync of a partition covers
+  every request that appended to it before the fsync started, and partitions are fsynced in parallel.
 - Reads (Fetch, ListOffsets) run in the read thread pool: a cold segment page faults on the disk, and a large
   response takes milliseconds to build; the loop only waits for them. Metadata runs in the storage pool (it
   may create a topic). A Fetch with too little to return waits in
@@ -15,8 +17,9 @@ Invariants:
 - A Produce either appends a partition's batches or answers that partition with an error code; a batch is
   never appended half (pylog's append is all-or-nothing per call before anything is written) and never
   twice for an idempotent producer's retry (pylog's producer state, as for its own producers).
-- A response never claims more than happened: ``acks=all`` is answered after the fsync, ``acks=1`` after the
-  append (flushed per the topic's ``flush.messages`` / ``flush.ms``), ``acks=0`` not at all.
+- A response never claims more than happened: ``acks=all`` is answered after an fsync of each partition that
+  started after the request's append to it (a partition whose fsync failed is answered with the error),
+  ``acks=1`` after the append (flushed per the topic's ``flush.messages`` / ``flush.ms``), ``acks=0`` not at all.
 - Every failure of one partition, topic or group is that item's error code; a bug in a handler is answered
   with UNKNOWN_SERVER_ERROR by the connection (:mod:`pylog.server.connection`), never a dropped server.
 """
@@ -30,6 +33,7 @@ import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
+from ..storage.fileio import DESCRIPTOR_ERRNOS
 from ..storage.filenames import is_internal_topic, topic_name_problem
 from ..storage.partition import Partition
 from . import recordbatch
@@ -41,6 +45,10 @@ if TYPE_CHECKING:
     from .server import ServerState
 
 __all__ = ["DataHandlers", "ProducerOwners"]
+
+#: Of one partition of a Produce: its response entry, its new log end (None: nothing appended), and the
+#: partition to fsync before answering (acks=all, or the topic's flush policy; else None).
+Outcome = tuple[dict, "int | None", "Partition | None"]
 
 log = logging.getLogger("pylog.server")
 
@@ -91,12 +99,15 @@ class DataHandlers:
                 "cluster_authorized_operations": -2147483648}
 
     def _topics_metadata(self, names: list | None, allow_create: bool) -> list[dict]:
-        """In the storage pool (it may create topics): each topic's entry, every topic's when ``names`` is None."""
+        """In the storage pool (it may create topics): each topic's entry, every topic's when ``names`` is None.
+        At most ``auto_create_topics_per_request`` topics are created; the others named get
+        UNKNOWN_TOPIC_OR_PARTITION (the client asks again)."""
         if names is None:
             names = self.s.store.topics()
-        return [self._topic_metadata(name, allow_create) for name in names]
+        creations = [self.s.config.auto_create_topics_per_request if allow_create else 0]
+        return [self._topic_metadata(name, creations) for name in names]
 
-    def _topic_metadata(self, name: Any, allow_create: bool) -> dict:
+    def _topic_metadata(self, name: Any, creations: list[int]) -> dict:
         store = self.s.store
         entry: dict[str, Any] = {"name": name, "is_internal": False, "partitions": [],
                                  "topic_authorized_operations": -2147483648}
@@ -108,11 +119,14 @@ class DataHandlers:
             if problem is not None:
                 entry["error_code"] = E.INVALID_TOPIC_EXCEPTION
                 return entry
-            if not allow_create:
+            if creations[0] <= 0:
                 entry["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
                 return entry
+            creations[0] -= 1
             try:
-                self._auto_create(name)
+                if not self._auto_create(name):
+                    entry["error_code"] = E.UNKNOWN_TOPIC_OR_PARTITION
+                    return entry
             except PylogError as exc:
                 entry["error_code"] = code_for(exc)
                 return entry
@@ -128,17 +142,27 @@ class DataHandlers:
                                for i in range(count)]
         return entry
 
-    def _auto_create(self, name: str) -> None:
+    def _auto_create(self, name: str) -> bool:
+        """Create ``name`` with the store's ``num.partitions``; False when the server's creation limits refuse
+        (logged, rate-limited)."""
         store = self.s.store
+        partitions = store.settings["num.partitions"]
+        refused = self.s.creations.refusal(1, partitions)
+        if refused is not None:
+            self.s.rlog.log(logging.WARNING, "auto-create refused", "pylog serve: not auto-creating topic %r: %s",
+                            name, refused[0])
+            return False
         try:
-            store.create_topic(name, partitions=store.settings["num.partitions"])
-            log.info("pylog serve: created topic %r (auto-create: a Metadata request named it)", name)
+            store.create_topic(name, partitions=partitions)
+            self.s.rlog.log(logging.INFO, "auto-create", "pylog serve: created topic %r (auto-create: a Metadata "
+                            "request named it)", name)
         except TopicExistsError:
             pass  # another request or process created it first
+        return True
 
     # ------------------------------------------------------------------ Produce
 
-    async def produce(self, req: Any, conn: Any) -> dict | None:
+    async def produce(self, req: Any, conn: Any) -> "dict | asyncio.Future[dict] | None":
         b = req.body
         acks = b["acks"]
         topic_data = b["topic_data"] or []
@@ -157,14 +181,19 @@ class DataHandlers:
         else:
             work = [(td["name"], pd["index"], pd["records"]) for td in topic_data for pd in td["partition_data"] or []]
             wait_ms = min(max(0, b.get("timeout_ms") or 0), TURN_WAIT_MS)
-            outcome = await self.s.run(self._append_all, work, acks, wait_ms, conn.principal)
-            waiters = self.s.waiters
-            for (topic, index, _), (_, end) in zip(work, outcome, strict=True):
-                if end is not None:
-                    waiters.appended(topic, index, end)
-            it = iter(outcome)
-            results = [{"name": td["name"], "partition_responses": [next(it)[0] for _ in td["partition_data"] or []]}
-                       for td in topic_data]
+            appended = self._appends_of(conn).add(work, acks, wait_ms, conn.principal)
+            # The answer keeps names and counts only: not the records (memoryviews of the request's frame), so an
+            # answer owed holds no request data once appended.
+            answer = asyncio.ensure_future(self._answer(
+                appended, [(topic, index) for topic, index, _ in work],
+                [(td["name"], len(td["partition_data"] or [])) for td in topic_data], acks))
+            del work
+            if acks != 0:
+                # Answered once appended (and, for acks=all, fsynced); the connection handles its next requests
+                # meanwhile (their appends go to the storage pool together, and may share this one's fsyncs) and
+                # sends the answers in order.
+                return answer
+            results = (await answer)["responses"]
         if acks == 0:
             if any(p["error_code"] != E.NONE for r in results for p in r["partition_responses"]):
                 # acks=0 has no answer to carry the error: Kafka closes the connection, so the client notices
@@ -174,22 +203,69 @@ class DataHandlers:
             return None
         return {"responses": results, "throttle_time_ms": 0}
 
-    def _append_all(self, work: list[tuple[str, int, Any]], acks: int, wait_ms: int,
-                    principal: str | None) -> list[tuple[dict, int | None]]:
-        """In the storage pool: each partition's batches appended in request order; per partition its response
-        entry and its new log end (None when nothing was appended). ``wait_ms``: how long to wait for a writer
-        of another process to hand a partition over (see :mod:`pylog.server.turns`); ``principal``: the
-        connection's user, who must own the batches' producer id (:class:`ProducerOwners`)."""
-        return [self._append_one(topic, index, records, acks, wait_ms, principal) for topic, index, records in work]
+    def _appends_of(self, conn: Any) -> "_AppendQueue":
+        queue = conn.appends
+        if queue is None:
+            queue = conn.appends = _AppendQueue(self)
+        assert isinstance(queue, _AppendQueue)
+        return queue
+
+    async def _answer(self, appended: "asyncio.Future[list[Outcome]]", keys: list[tuple[str, int]],
+                      topics: list[tuple[str, int]], acks: int) -> dict:
+        """A Produce's answer once its appends are done and, for acks=all (or where the topic's ``flush.messages``
+        / ``flush.ms`` asked for an fsync), once the group commit has fsynced the partitions appended to (see
+        :mod:`pylog.storage.group_commit`); a partition whose fsync failed is answered with its error instead."""
+        try:
+            outcome = await appended
+        except Exception as error:  # the storage pool's hop failed (out of descriptors, a bug): each partition says so
+            storage = isinstance(error, OSError) and error.errno in DESCRIPTOR_ERRNOS
+            if not storage:
+                log.error("pylog serve: appending a produce request failed", exc_info=error)
+            code = E.KAFKA_STORAGE_ERROR if storage else E.UNKNOWN_SERVER_ERROR
+            outcome = [(_failed({"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1},
+                                code, str(error)), None, None) for _, index in keys]
+        waiters = self.s.waiters
+        for (topic, index), (_, end, _) in zip(keys, outcome, strict=True):
+            if end is not None:
+                waiters.appended(topic, index, end)
+        it = iter(outcome)
+        results = [{"name": name, "partition_responses": [next(it)[0] for _ in range(count)]}
+                   for name, count in topics]
+        to_sync = [(entry, part) for entry, _, part in outcome if part is not None]
+        if not to_sync:
+            return {"responses": results, "throttle_time_ms": 0}
+        errors = await self.s.durable([part for _, part in to_sync])
+        if acks == -1:
+            self.s.acks_all_requests += 1
+        for (entry, part), exc in zip(to_sync, errors, strict=True):
+            if exc is None:
+                continue
+            if not isinstance(exc, PylogError):
+                log.error("pylog serve: fsync of %s-%d failed", part.topic, part.number, exc_info=exc)
+            entry.update(error_code=code_for(exc) if isinstance(exc, PylogError) else E.UNKNOWN_SERVER_ERROR,
+                         error_message=str(exc), base_offset=-1, log_append_time_ms=-1)
+        return {"responses": results, "throttle_time_ms": 0}
+
+    def append_requests(self, requests: list[tuple[list[tuple[str, int, Any]], int, int, str | None]]
+                        ) -> list[list[Outcome]]:
+        """In the storage pool: the appends of consecutive Produce requests of one connection, in order (see
+        :class:`_AppendQueue`); per request, per partition its response entry, its new log end (None when
+        nothing was appended) and the partition to fsync before the answer (acks=all, or the topic's flush policy
+        asks for it; None when nothing was appended): the fsyncs are left to the group commit, after the appends.
+        Each request comes with its ``wait_ms``: how long to wait for a writer of another process to hand a
+        partition over (see :mod:`pylog.server.turns`), and ``principal``: the connection's user, who must own
+        the batches' producer id (:class:`ProducerOwners`)."""
+        return [[self._append_one(topic, index, records, acks, wait_ms, principal) for topic, index, records in work]
+                for work, acks, wait_ms, principal in requests]
 
     def _append_one(self, topic: str, index: int, records: Any, acks: int, wait_ms: int,
-                    principal: str | None) -> tuple[dict, int | None]:
+                    principal: str | None) -> Outcome:
         entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
         if isinstance(topic, str) and is_internal_topic(topic):
             return _failed(entry, E.INVALID_TOPIC_EXCEPTION, f"{topic!r} is an internal topic of pylog: it cannot "
-                           "be produced to"), None
+                           "be produced to"), None, None
         if records is None:
-            return _failed(entry, E.CORRUPT_MESSAGE, "a produce request without records"), None
+            return _failed(entry, E.CORRUPT_MESSAGE, "a produce request without records"), None, None
         try:
             part = self.partition(topic, index)
             batches = recordbatch.decode_batches(records, self.s.config.max_batch_bytes)
@@ -197,46 +273,49 @@ class DataHandlers:
                 # Kafka's rule for Produce v3+: exactly one batch per partition, so that a partition's answer
                 # covers all of it (a second batch failing after the first was appended could not be told).
                 return _failed(entry, E.INVALID_RECORD, f"a produce request must carry exactly one record batch "
-                               f"per partition, got {len(batches)}"), None
+                               f"per partition, got {len(batches)}"), None, None
             for batch in batches:
                 if batch.is_control:
-                    return _failed(entry, E.INVALID_RECORD, "clients may not produce control batches"), None
+                    return _failed(entry, E.INVALID_RECORD, "clients may not produce control batches"), None, None
                 if batch.is_transactional:
                     return _failed(entry, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                   "pylog serve does not support transactions"), None
+                                   "pylog serve does not support transactions"), None, None
                 if batch.producer_id >= 0 and not self.s.producer_owners.claim(batch.producer_id, principal):
                     # Another principal's producer id: appending would let this client fence (or corrupt the
                     # sequence of) a producer it does not own.
                     return _failed(entry, E.INVALID_PRODUCER_ID_MAPPING, f"producer id {batch.producer_id} "
-                                   "belongs to another principal"), None
+                                   "belongs to another principal"), None, None
             first = None
             part.wait_to_write(wait_ms)  # a pylog producer of another process hands it over (pylog.server.turns)
             try:
                 for batch in batches:
-                    offset = recordbatch.append_batch(part, batch, in_turn=True)
+                    offset = recordbatch.append_batch(part, batch, in_turn=True, flush_policy=False)
                     if first is None:
                         first = offset
-                if acks == -1:
-                    part.flush()
             finally:
-                _hand_over(part)  # another writer (a pylog producer) waiting for its turn gets it now
+                # Another writer (a pylog producer) waiting for its turn gets it now. The fsync comes later (the
+                # group commit): a handle that let the writer lock go still fsyncs its appends, by file name.
+                _hand_over(part)
                 if part.is_writer:
                     self.s.turns.note(part)  # handed over once another writer asks, even if idle from now on
             entry.update(error_code=E.NONE, base_offset=first)
         except PylogError as exc:
             entry.update(error_code=code_for(exc), error_message=str(exc))
             log.debug("pylog serve: produce to %s-%s: %s", topic, index, exc)
-            return entry, None
+            return entry, None, None
+        # acks=all, or the topic's flush.messages / flush.ms asking for an fsync now: by the group commit, before
+        # the answer (as the append's own flush would have done, but shared with other requests).
+        to_sync = part if acks == -1 or _flush_due(part) else None
         # Appended: what follows only reports, and must not turn the answer into an error (a client that is not
         # idempotent would send the records again).
         try:
             entry["log_start_offset"] = part.log_start_offset
             if part.config.log_append_time and first is not None:
                 entry["log_append_time_ms"] = _timestamp_at(part, first)
-            return entry, part.log_end_offset
+            return entry, part.log_end_offset, to_sync
         except PylogError:
             log.debug("pylog serve: after a produce to %s-%s", topic, index, exc_info=True)
-            return entry, None
+            return entry, None, to_sync
 
     # ------------------------------------------------------------------ Fetch
 
@@ -252,14 +331,30 @@ class DataHandlers:
         max_bytes = min(b.get("max_bytes", _FETCH_MAX_BYTES), _FETCH_MAX_BYTES)
         deadline = loop.time() + max_wait
         topics = b["topics"] or []
+        # The most the answer can hold: what the partitions may each return, in all, up to max_bytes (a consumer
+        # of a few partitions asks for 50 MiB but at most 1 MiB per partition by default).
+        wanted = min(max_bytes, sum(max(0, pr.get("partition_max_bytes", max_bytes)) for t in topics
+                                    for pr in t["partitions"] or []))
+
+        async def read() -> tuple[list[dict], int, dict]:
+            # The answer's records are held until it is written: they come out of the server's pool
+            # (queued_max_request_bytes), so many fetchers that do not read their answers cannot take more.
+            # While the answer is built it is held twice, the segments' batches read and the Kafka batches made of
+            # them: twice its budget comes out of the pool until then.
+            conn.keep_answer_bytes(0)
+            budget = await conn.take_answer_bytes(2 * wanted) // 2
+            got = await self.s.read(self._read_all, topics, budget)
+            conn.keep_answer_bytes(got[1])
+            return got
+
         while True:
-            responses, total, wants = await self.s.read(self._read_all, topics, max_bytes)
+            responses, total, wants = await read()
             remaining = deadline - loop.time()
             if total >= min_bytes or not wants or remaining <= 0 or conn.closing:
                 break
             # Every wanted offset is at its partition's log end as read: the wait ends only on a new append.
             if not await self.s.waiters.wait(wants, remaining):
-                responses, total, wants = await self.s.read(self._read_all, topics, max_bytes)
+                responses, total, wants = await read()
                 break
         return {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": responses}
 
@@ -395,6 +490,63 @@ class DataHandlers:
             return {"throttle_time_ms": 0, "error_code": code_for(exc), "producer_id": -1, "producer_epoch": -1}
         self.s.producer_owners.issued(pid, conn.principal)
         return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
+
+
+class _AppendQueue:
+    """One connection's Produce appends, in request order, sent to the storage pool a group at a time: those
+    that arrive while a group is being appended go together in the next hop (librdkafka sends one request per
+    partition and batch, pipelined: hundreds of small requests a second per connection, which one hop each
+    made wait for the pool one after another). The connection's other requests wait until the appends queued
+    before them are done (:meth:`drained`), so they see those appends as they would one at a time."""
+
+    def __init__(self, handlers: DataHandlers) -> None:
+        self._handlers = handlers
+        self._queue: list[tuple[tuple[list[tuple[str, int, Any]], int, int, str | None],
+                                asyncio.Future[list[Outcome]]]] = []
+        self._task: asyncio.Task[None] | None = None
+
+    def add(self, work: list[tuple[str, int, Any]], acks: int, wait_ms: int,
+            principal: str | None) -> "asyncio.Future[list[Outcome]]":
+        """Queue a request's appends (see :meth:`DataHandlers.append_requests`); a future of their outcome."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[Outcome]] = loop.create_future()
+        self._queue.append(((work, acks, wait_ms, principal), fut))
+        if self._task is None:
+            self._task = loop.create_task(self._run())
+        return fut
+
+    async def drained(self) -> None:
+        """Return once every append queued so far is done."""
+        task = self._task
+        if task is not None:
+            await asyncio.wait((task,))
+
+    async def _run(self) -> None:
+        try:
+            while self._queue:
+                group, self._queue = self._queue, []
+                try:
+                    outcomes = await self._handlers.s.run(self._handlers.append_requests,
+                                                          [request for request, _ in group])
+                except BaseException as exc:  # a bug: each request is answered UNKNOWN_SERVER_ERROR
+                    for _, fut in group:
+                        if not fut.done():
+                            fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
+                    if not isinstance(exc, Exception):
+                        raise
+                    continue
+                for (_, fut), outcome in zip(group, outcomes, strict=True):
+                    if not fut.done():
+                        fut.set_result(outcome)
+        finally:
+            self._task = None
+
+
+def _flush_due(part: Partition) -> bool:
+    try:
+        return part.flush_due()
+    except PylogError:  # a store closing under the call: its close fsyncs
+        return False
 
 
 class ProducerOwners:

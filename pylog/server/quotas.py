@@ -38,7 +38,8 @@ from ..errors import InvalidConfigError
 
 __all__ = ["ServerQuotas", "QUOTA_TYPES", "parse_entity"]
 
-Handler = Callable[[Any, Any], Awaitable[dict | None]]
+#: A handler's answer may be a future of it (a Produce answered once fsynced: see pylog.server.connection).
+Handler = Callable[[Any, Any], Awaitable["dict | asyncio.Future[dict] | None"]]
 
 #: Kafka's quota config names -> the QuotaManager kind each limits.
 QUOTA_TYPES = {"producer_byte_rate": PRODUCE, "consumer_byte_rate": CONSUME, "request_percentage": REQUEST}
@@ -176,7 +177,7 @@ class ServerQuotas:
         size_of = _request_bytes if api_key == _PRODUCE else _response_bytes
         entities, keys_of, manager, max_delay = self._entities, self.keys, self.manager, self.max_delay
 
-        async def throttled(req: Any, conn: Any) -> dict | None:
+        async def throttled(req: Any, conn: Any) -> "dict | asyncio.Future[dict] | None":
             if not entities:
                 return await handler(req, conn)  # no quota at all: nothing to measure
             user = conn.principal
@@ -184,10 +185,12 @@ class ServerQuotas:
             time_key = keys[2] if charge_time else None
             # One clock read before (only when the handling time is charged) and one after, shared by the records.
             started = manager.clock() if time_key is not None else 0.0
-            resp = await handler(req, conn)
+            answer = await handler(req, conn)
             byte_key = keys[byte_index] if byte_index >= 0 else None
             if byte_key is None and time_key is None:
-                return resp
+                return answer  # nothing measured: a pending Produce answer goes to the connection as it is
+            # A Produce answered once fsynced (pylog.server.connection): its answer is what gets delayed.
+            resp = await answer if isinstance(answer, asyncio.Future) else answer
             now = manager.clock()
             delay = 0.0
             if byte_key is not None and (resp is not None or byte_index == 0):

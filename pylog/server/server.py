@@ -14,7 +14,13 @@ Invariants:
   everything fsynced) or flushes the one it was given. Whatever was acknowledged is on disk per the topics'
   settings before the stop returns, and fsynced after it.
 - Nothing the server does for one client blocks the event loop on the disk or on another process's lock:
-  appends, fsyncs, topic and group-offset changes run in the storage thread pool, reads in the read pool.
+  appends, fsyncs, topic and group-offset changes run in the storage thread pool, reads in the read pool,
+  the decoding of large request frames and the encoding of large answers in the decoder thread.
+- What clients can make the server hold is bounded (:mod:`pylog.server.limits`, docs/SERVER.md
+  "Robustness"): the memory of requests and fetch answers by ``queued_max_request_bytes``, connections by
+  ``max_connections`` / ``max_connections_per_ip``, a request's items by ``max_request_items``, its time in
+  arriving and its answer's in leaving by ``request_receive_timeout_ms`` / ``response_send_timeout_ms``,
+  topics and partitions created by the creation limits.
 """
 
 from __future__ import annotations
@@ -26,16 +32,18 @@ import hashlib
 import logging
 import os
 import signal
+import socket
 import ssl
 import threading
 from dataclasses import dataclass
 from typing import Any, Awaitable, Callable
 
-from ..errors import InvalidArgumentError
+from ..errors import InvalidArgumentError, PylogError
 from ..storage.fileio import DESCRIPTOR_ERRNOS
 from ..storage.handles import PER_PARTITION, RateLimitedLog, descriptor_limit
 from ..store import Store
 from ..store import open as open_store
+from ..storage import group_commit
 from . import protocol
 from .admin import AdminHandlers
 from .access import Access, AclHandlers
@@ -44,6 +52,7 @@ from .authorizer import Authorizer, parse_principals, principal_of
 from .connection import Connection
 from .coordinator import GroupCoordinator
 from .handlers import DataHandlers, ProducerOwners
+from .limits import BytePool, ConnectionCounts, CreationGuard
 from .logins import LoginGuard
 from .quotas import ServerQuotas
 from .turns import SWEEP_S, Turns
@@ -57,7 +66,16 @@ _shortage = RateLimitedLog(log, 60.0)
 #: Partitions whose files the store lets go of when an accept finds no descriptor left.
 _SHRINK_ON_EMFILE = 16
 
-Handler = Callable[[Any, Connection], Awaitable[dict | None]]
+#: A handler's answer: the response body, None (no answer: acks=0), or a future of the body (answered later,
+#: in order: see :mod:`pylog.server.connection`).
+Handler = Callable[[Any, Connection], Awaitable["dict | asyncio.Future[dict] | None"]]
+#: asyncio accepts as many connections per turn of the event loop as the listen backlog it is given, each a
+#: transport to set up (and, beyond ``max_connections``, to close again): 1,024 in one turn held the other
+#: connections' answers ~150 ms in a connection flood. It is given 50 (Kafka's ``socket.listen.backlog.size``
+#: default), and the kernel's queue is set to :data:`_KERNEL_BACKLOG` afterwards, so that a burst of clients
+#: (or a server briefly out of descriptors) still finds its connections queued rather than refused.
+_ACCEPTS_PER_TURN = 50
+_KERNEL_BACKLOG = 1024
 
 
 @dataclass
@@ -90,6 +108,35 @@ class ServerConfig:
     #: Kafka's ``connections.max.idle.ms``: a connection with no request for this long is closed (clients
     #: reconnect when they need to); 0 keeps idle connections open.
     connections_max_idle_ms: int = 600_000
+    #: Kafka's ``queued.max.request.bytes``: bytes held by requests being received, queued or answered and by
+    #: fetch answers being built or sent, across all connections. A connection whose next request does not fit
+    #: stops being read until others give bytes back; a fetch gets what is free (waiting for at least 1 MiB).
+    #: At least ``max_request_bytes`` (Kafka's rule), so that any one request can be served.
+    queued_max_request_bytes: int = 128 * 1024 * 1024
+    #: A request must arrive whole within this long of its first byte (slowloris, a partial frame held
+    #: forever); time spent paused by the server does not count. 0: no deadline. (Kafka has none; its clients'
+    #: ``request.timeout.ms``, 30 s, is the same bound from the other side.)
+    request_receive_timeout_ms: int = 30_000
+    #: A connection whose client reads nothing of its answer for this long is closed (the answer and its pool
+    #: bytes are dropped); until then it is sent no further answer. 0: wait forever.
+    response_send_timeout_ms: int = 30_000
+    #: Kafka's ``max.connections`` and ``max.connections.per.ip``: connections beyond are closed at accept.
+    max_connections: int = 1000
+    max_connections_per_ip: int = 500
+    #: The most topics, partitions, groups ... (struct array elements) one request may name; a request naming
+    #: more closes its connection, as any request that does not decode. Bounds the work and memory of one request
+    #: (a 10 MiB Metadata request named 1.3 M topics: a minute and 750 MB).
+    max_request_items: int = 50_000
+    #: The most topics and partitions in the store: topic creation (auto-create, CreateTopics) and
+    #: CreatePartitions beyond are refused. Each partition is a directory of files.
+    max_topics: int = 10_000
+    max_partitions: int = 100_000
+    #: Partitions created per second, server-wide, by auto-creation, CreateTopics and CreatePartitions (Kafka's
+    #: ``controller_mutation_rate`` quota); bursts up to ten seconds' worth (at least ``max_partitions_per_topic``).
+    #: Beyond: THROTTLING_QUOTA_EXCEEDED (CreateTopics, CreatePartitions), UNKNOWN_TOPIC_OR_PARTITION (Metadata).
+    controller_mutation_rate: float = 1000.0
+    #: The most topics one Metadata request may auto-create; the others it names get UNKNOWN_TOPIC_OR_PARTITION.
+    auto_create_topics_per_request: int = 100
     #: Kafka's ``group.initial.rebalance.delay.ms``: how long a new group's first rebalance waits for more members.
     group_initial_rebalance_delay_ms: int = 300
     #: Kafka's ``connection.failed.authentication.delay.ms``: a failed SASL login is answered after this delay,
@@ -132,6 +179,21 @@ class ServerConfig:
                                        f"{self.max_partitions_per_topic!r}")
         if not isinstance(self.connections_max_idle_ms, int) or self.connections_max_idle_ms < 0:
             raise InvalidArgumentError(f"connections_max_idle_ms must be >= 0, got {self.connections_max_idle_ms!r}")
+        for name in ("request_receive_timeout_ms", "response_send_timeout_ms"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
+        for name in ("max_connections", "max_connections_per_ip", "max_request_items", "max_topics",
+                     "max_partitions", "auto_create_topics_per_request"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 1:
+                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
+        if not isinstance(self.queued_max_request_bytes, int) or \
+                self.queued_max_request_bytes < self.max_request_bytes:
+            raise InvalidArgumentError(f"queued_max_request_bytes ({self.queued_max_request_bytes!r}) must be at "
+                                       f"least max_request_bytes ({self.max_request_bytes})")
+        if not isinstance(self.controller_mutation_rate, (int, float)) or not self.controller_mutation_rate > 0:
+            raise InvalidArgumentError(f"controller_mutation_rate must be > 0, got {self.controller_mutation_rate!r}")
         if not isinstance(self.max_open_descriptors, int) or self.max_open_descriptors < 0:
             raise InvalidArgumentError(f"max_open_descriptors must be >= 0, got {self.max_open_descriptors!r}")
         for name in ("connection_failed_authentication_delay_ms", "connection_failed_authentication_delay_max_ms"):
@@ -163,11 +225,24 @@ class ServerState:
         self.advertised = advertised
         self.cluster_id = _cluster_id(store.path)
         self.connections: set[Connection] = set()
+        self.pool = BytePool(config.queued_max_request_bytes, config.max_request_bytes)
+        self.counts = ConnectionCounts(config.max_connections, config.max_connections_per_ip)
+        self.creations = CreationGuard(config.max_topics, config.max_partitions, config.controller_mutation_rate,
+                                       max(10 * config.controller_mutation_rate, config.max_partitions_per_topic),
+                                       self._count_topics)
+        self.rlog = RateLimitedLog(log)
         self.executor = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
                                                               thread_name_prefix="pylog-serve-storage")
         self.readers = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
                                                              thread_name_prefix="pylog-serve-read")
+        # Large request frames are decoded by one thread: decoding is pure Python and holds the GIL, and more
+        # threads decoding at once would each take turns with the event loop (the loop then waits for several).
+        self.decoder = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pylog-serve-decode")
         self.waiters = FetchWaiters(loop)
+        #: The fsyncs of acks=all: the process's group commit, shared with pylog's producers in this process.
+        self.group_commit = group_commit.default()
+        self._gc_start = self.group_commit.stats()
+        self.acks_all_requests = 0  # produce requests with acks=all answered after their fsyncs
         #: The partitions the server holds for its appends, handed over when idle (pylog.server.turns).
         self.turns = Turns()
         self.logins = LoginGuard(threads=config.sasl_login_threads,
@@ -198,22 +273,65 @@ class ServerState:
         self.authorizer = authorizer
         if self.authorizer is not None:
             self.handlers.update(AclHandlers(self, self.authorizer).handlers())
-            self.handlers = Access(self, self.authorizer).wrap(
-                {k: h for k, h in self.handlers.items() if k in supported})
+            # (Access types answers as dicts; the Produce handler's future of one passes through it as is.)
+            self.handlers = Access(self, self.authorizer).wrap(  # type: ignore[assignment]
+                {k: h for k, h in self.handlers.items() if k in supported})  # type: ignore[misc]
         self.handlers = self.quotas.wrap({k: h for k, h in self.handlers.items() if k in supported})
 
     def is_super_user(self, user: str | None) -> bool:
         """Whether a connection authenticated as ``user`` is one of ``super_users`` (with the authorizer on)."""
         return self.authorizer is not None and self.authorizer.is_super(principal_of(user))
 
+    def _count_topics(self) -> tuple[int, int]:
+        """The store's topics and partitions (in the storage pool: it lists the store's directory)."""
+        names = self.store.topics()
+        partitions = 0
+        for name in names:
+            try:
+                partitions += self.store.topic(name).num_partitions
+            except PylogError:  # deleted meanwhile
+                pass
+        return len(names), partitions
+
     async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the storage thread pool (appends, fsyncs, anything that may wait for a lock)."""
         return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
+
+    async def decode(self, fn: Callable[..., Any], *args: Any) -> Any:
+        """``fn(*args)`` in the decoder thread (the decoding of a large request frame)."""
+        return await asyncio.get_running_loop().run_in_executor(self.decoder, fn, *args)
+
+    async def durable(self, parts: list[Any]) -> list[BaseException | None]:
+        """fsync ``parts`` (appended to already) through the group commit; per partition None or the error."""
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[list[BaseException | None]] = loop.create_future()
+
+        def done(results: list[BaseException | None]) -> None:
+            try:
+                loop.call_soon_threadsafe(_resolve, fut, results)
+            except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
+                pass
+        self.group_commit.submit(parts, done)
+        return await fut
+
+    def stats(self) -> dict[str, float]:
+        """The group commit's figures since this server started: ``acks_all_requests`` answered after their
+        fsyncs, ``group_commit_fsyncs`` (partition fsyncs in this process, pylog producers' included) and their
+        ratio ``fsyncs_per_acks_all_request``."""
+        now = self.group_commit.stats()
+        fsyncs = now["flushes"] - self._gc_start["flushes"]
+        return {"acks_all_requests": self.acks_all_requests, "group_commit_fsyncs": fsyncs,
+                "fsyncs_per_acks_all_request": fsyncs / self.acks_all_requests if self.acks_all_requests else 0.0}
 
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the read thread pool: reads of segment files (a cold page faults on the disk) and
         of the store's directory, kept off the event loop and out of the appenders' way."""
         return await asyncio.get_running_loop().run_in_executor(self.readers, fn, *args)
+
+
+def _resolve(fut: "asyncio.Future[Any]", value: Any) -> None:
+    if not fut.done():  # cancelled when its connection was aborted
+        fut.set_result(value)
 
 
 def _group_handler(coordinator: GroupCoordinator, name: str) -> Handler:
@@ -238,6 +356,18 @@ def _warn_plain_in_the_clear(config: ServerConfig, addresses: list[str]) -> None
         log.warning("pylog serve: SASL/PLAIN is enabled without TLS on %s, reachable beyond this machine: "
                     "passwords cross the network in the clear; enable TLS (--tls-cert/--tls-key, ssl_context) or "
                     "offer only SCRAM (--sasl-mechanisms SCRAM-SHA-256,SCRAM-SHA-512)", ", ".join(exposed))
+
+
+def _deepen_backlog(listener: asyncio.Server) -> None:
+    """Set the kernel's listen queue of ``listener``'s sockets to :data:`_KERNEL_BACKLOG` (asyncio listened with
+    :data:`_ACCEPTS_PER_TURN`, the number it accepts per turn). ``listen`` again on a listening socket only
+    changes its backlog; asyncio's socket wrappers do not offer it, so a duplicate descriptor does."""
+    for ts in listener.sockets:
+        try:
+            with socket.socket(fileno=os.dup(ts.fileno())) as dup:
+                dup.listen(_KERNEL_BACKLOG)
+        except OSError:  # out of descriptors at start-up: the shorter queue serves
+            pass
 
 
 def _cluster_id(path: str) -> str:
@@ -284,6 +414,16 @@ class Server:
             host = "127.0.0.1" if host != "::" else "::1"
         return host, self.config.advertised_port or self.port
 
+    def resources(self) -> dict[str, int]:
+        """A snapshot of what the server holds: ``connections`` open, ``pool_bytes_used`` of its memory pool
+        (requests being received, queued or answered, fetch answers being built or sent) and ``pool_bytes``,
+        the pool's size (``queued_max_request_bytes``). For monitoring and tests; safe from any thread."""
+        state = self._state
+        if state is None:
+            return {"connections": 0, "pool_bytes_used": 0, "pool_bytes": self.config.queued_max_request_bytes}
+        return {"connections": len(state.connections), "pool_bytes_used": state.pool.used,
+                "pool_bytes": state.pool.capacity}
+
     def start(self) -> "Server":
         """Start serving in a background thread; returns once the port is bound (raises what binding raised)."""
         if self._thread is not None:
@@ -315,6 +455,10 @@ class Server:
             self._thread.join()
         elif loop is not None:
             self._stopped.wait()
+
+    def stats(self) -> dict[str, float]:
+        """Figures of the running (or stopped) server: see :meth:`ServerState.stats` (empty before it started)."""
+        return self._state.stats() if self._state is not None else {}
 
     def __enter__(self) -> "Server":
         if self._thread is None and self._loop is None:
@@ -358,8 +502,8 @@ class Server:
                 authorizer = await loop.run_in_executor(None, lambda: Authorizer(
                     store, parse_principals(self.config.super_users), self.config.allow_everyone_if_no_acl_found))
             listener = await loop.create_server(lambda: Connection(states[0]), self.config.host, self.config.port,
-                                                ssl=self.config.ssl_context, reuse_address=True, backlog=1024,
-                                                start_serving=False)
+                                                ssl=self.config.ssl_context, reuse_address=True,
+                                                backlog=_ACCEPTS_PER_TURN, start_serving=False)
         except BaseException as exc:
             self._failure = exc
             self._ready.set()
@@ -374,6 +518,7 @@ class Server:
         states.append(state)
         self._state = state
         await listener.start_serving()
+        _deepen_backlog(listener)
 
         if handle_signals:
             for sig in (signal.SIGTERM, signal.SIGINT):
@@ -384,29 +529,37 @@ class Server:
         _warn_plain_in_the_clear(self.config, [s.getsockname()[0] for s in listener.sockets])
         self._ready.set()
         try:
-            reaper = loop.create_task(self._close_idle(state)) if self.config.connections_max_idle_ms else None
+            reaper = loop.create_task(self._reap(state))
             sweeper = loop.create_task(self._sweep_turns(state))
             await self._stop.wait()
             sweeper.cancel()
-            if reaper is not None:
-                reaper.cancel()
+            reaper.cancel()
         finally:
             await self._shutdown(listener, state)
             self._stopped.set()
 
-    async def _close_idle(self, state: ServerState) -> None:
-        """Close connections idle for ``connections_max_idle_ms`` (Kafka's ``connections.max.idle.ms``): a client
-        that went away without closing (a host that vanished) does not hold its socket forever."""
-        limit = self.config.connections_max_idle_ms / 1000.0
-        step = min(30.0, max(limit / 4, 0.05))
+    async def _reap(self, state: ServerState) -> None:
+        """Close connections idle for ``connections_max_idle_ms`` (Kafka's ``connections.max.idle.ms``: a client
+        that went away without closing does not hold its socket forever) and those whose request under way has
+        not arrived whole within ``request_receive_timeout_ms`` of its first byte (a partial frame, a slowloris)."""
+        idle_ms, receive_ms = self.config.connections_max_idle_ms, self.config.request_receive_timeout_ms
+        limits = [ms / 1000.0 for ms in (idle_ms, receive_ms) if ms]
+        if not limits:
+            return
+        step = min(30.0, max(min(limits) / 4, 0.05))
         loop = asyncio.get_running_loop()
         while True:
             await asyncio.sleep(step)
             now = loop.time()
             for c in list(state.connections):
-                if c.idle_for(now) > limit:
-                    log.info("pylog serve: closing the connection from %s: idle for more than %d ms "
-                             "(connections_max_idle_ms)", c.client_host, self.config.connections_max_idle_ms)
+                if idle_ms and c.idle_for(now) * 1000 > idle_ms:
+                    state.rlog.log(logging.INFO, "idle", "pylog serve: closing the connection from %s: idle for "
+                                   "more than %d ms (connections_max_idle_ms)", c.client_host, idle_ms)
+                    c.abort()
+                elif receive_ms and c.receiving_for(now) * 1000 > receive_ms:
+                    state.rlog.log(logging.WARNING, "receive timeout", "pylog serve: closing the connection from "
+                                   "%s: a request not received whole within %d ms of its first byte "
+                                   "(request_receive_timeout_ms)", c.client_host, receive_ms)
                     c.abort()
 
     @staticmethod
@@ -466,6 +619,12 @@ class Server:
         loop = asyncio.get_running_loop()
         await loop.run_in_executor(None, state.executor.shutdown, True)
         await loop.run_in_executor(None, state.readers.shutdown, True)
+        # The fsyncs of requests that were aborted above may still run: before the store closes under them.
+        await loop.run_in_executor(None, state.group_commit.wait_idle, self.config.shutdown_timeout_s)
+        st = state.stats()
+        log.info("pylog serve: group commit: %d partition fsyncs for %d acks=all requests (%.2f per request)",
+                 st["group_commit_fsyncs"], st["acks_all_requests"], st["fsyncs_per_acks_all_request"])
+        await loop.run_in_executor(None, state.decoder.shutdown, True)
         await loop.run_in_executor(None, state.logins.close)
         store = state.store
         if self._owns_store:

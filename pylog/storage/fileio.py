@@ -36,7 +36,7 @@ from .records import crc32c
 
 __all__ = ["fsync_dir", "truncate_durably", "atomic_write", "write_all", "checked", "unchecked", "write_checked",
            "read_checked", "encode_doc", "decode_doc", "try_flock", "fault", "raise_fault", "write_faults",
-           "descriptor_faults", "check_descriptors", "DESCRIPTOR_ERRNOS"]
+           "descriptor_faults", "check_descriptors", "DESCRIPTOR_ERRNOS", "raise_if_gone"]
 
 #: errno -> (error class, what happened, what to do before trying again).
 _FAULTS: dict[int, tuple[type[OSError], str, str]] = {
@@ -96,6 +96,18 @@ def raise_fault(exc: BaseException, doing: str, state: str, then: str = "retry")
     if err is exc:
         raise exc
     raise err from err.__cause__
+
+
+def raise_if_gone(exc: OSError, doing: str, directory: str, state: str) -> None:
+    """Raise a :class:`StorageError` (with ``exc``'s errno, as its cause) when ``exc`` is a missing file
+    because ``directory`` itself was deleted or moved under the open store (by hand, another process):
+    ``doing`` says what was being done, ``state`` what that left. Returns when the directory is there."""
+    if not isinstance(exc, FileNotFoundError) or os.path.isdir(directory):
+        return
+    err = StorageError(f"{doing}: its directory {directory} is gone (deleted or moved while the store was open); "
+                       f"{state}")
+    err.errno, err.strerror, err.filename = exc.errno, exc.strerror, exc.filename
+    raise err from exc
 
 
 @contextmanager

@@ -40,7 +40,7 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-from typing import Any, Iterator
+from typing import Any, Callable, Iterator
 
 
 from .checkpoint import read_checkpoint
@@ -350,8 +350,10 @@ class Segment:
         """A read-only mapping of the log, for immutable segments and for the writer's own active segment.
 
         Only the writer ever shortens a log (recovery, :meth:`truncate_to`), and it unmaps first, so a
-        mapping never outlives the bytes under it. The writer's active segment grows: it is remapped when
-        the mapping covers less than 3/4 of the visible size; reads past the mapping use ``pread``.
+        mapping never outlives the bytes under it; a file cut by another hand under the writer is caught
+        before the writer reads its mapping (:func:`~pylog.storage.segment_read.check_not_cut`). The
+        writer's active segment grows: it is remapped when the mapping covers less than 3/4 of the visible
+        size; reads past the mapping use ``pread``.
         """
         mm = self._mm
         size = self.size
@@ -440,16 +442,21 @@ class Segment:
 
     # ------------------------------------------------------------------ state
 
-    def valid_batches(self, pos: int, end: int, tolerate_tail: bool) -> Iterator[tuple[int, BatchHeader]]:
+    def valid_batches(self, pos: int, end: int, tolerate_tail: bool,
+                      on_view: Callable[[int, BatchView], None] | None = None) -> Iterator[tuple[int, BatchHeader]]:
         """``(position, header)`` of each wholly checked batch (CRC, sections) from ``pos``; with
-        ``tolerate_tail`` the first bad or incomplete batch ends the walk instead of raising."""
+        ``tolerate_tail`` the first bad or incomplete batch ends the walk instead of raising.
+        ``on_view(position, view)``, when given, is called with each checked batch's view before it is
+        yielded (a check that decodes the records too: the view is only valid until the next step)."""
         for fpos, h, buf, p in self.scan(pos, end, _MAX_CHUNK, tolerate_tail):
             try:
-                BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
+                view = BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
             except CorruptRecordError:
                 if tolerate_tail:
                     return
                 raise
+            if on_view is not None:
+                on_view(fpos, view)
             yield fpos, h
 
     def load(self, tolerate_tail: bool) -> None:
@@ -679,11 +686,20 @@ class Segment:
         """Write one encoded batch at the end; index it; return its position.
 
         On a failed write the file is cut back to its previous size and the error re-raised.
+        :raises CorruptRecordError: when the file is not the size this writer left it (cut or written by
+            another hand); nothing is written.
         """
         fd = self._wfd
         if fd is None:
             raise ValueError("segment is not open for appending")
         pos = self.size
+        actual = os.lseek(fd, 0, os.SEEK_END)  # the file's size: a fifth of an fstat's cost (no stat object)
+        if actual != pos:
+            # O_APPEND would write at the file's end, not at ``pos``: offsets and index entries would no
+            # longer match the bytes. Only another hand changes the file under its writer.
+            raise CorruptRecordError(f"the log file is {actual} bytes where its writer wrote {pos}: it was "
+                                     f"{'cut' if actual < pos else 'written'} under the writer (by another hand, "
+                                     f"or a file system fault)", self.log_path, min(actual, pos))
         due = self.index_due(pos, self._bytes_since_index)
         oi, ti = self._oindex, self._tindex
         if due:
@@ -718,6 +734,12 @@ class Segment:
         """fsync the log (indexes are derived data and rebuilt after a crash)."""
         if self._wfd is not None:
             os.fdatasync(self._wfd)
+
+    def sync_descriptor(self) -> int | None:
+        """A new descriptor of the log being appended to (None when it is not), for an fdatasync run without
+        the partition's lock; the caller closes it. It stays valid whatever happens to the segment meanwhile
+        (a roll, a close, retention unlinking the file)."""
+        return os.dup(self._wfd) if self._wfd is not None else None
 
     def seal(self, durable: bool = True) -> None:
         """Finish the segment: fsync the log, write trimmed checksummed indexes, close for writing."""
@@ -843,6 +865,11 @@ class Segment:
                 os.unlink(path)
             except FileNotFoundError:
                 pass
+
+    def cut_below_index(self) -> str | None:
+        """A problem when the log file is shorter than its offset index file says it was written (see
+        :func:`~pylog.storage.segment_check.cut_below_index`), else None."""
+        return segment_check.cut_below_index(self)
 
     def check(self, end: int | None = None, partial_tail_ok: bool = False) -> list[str]:
         """Full consistency check of the bytes up to ``end`` (default: the visible size): every batch

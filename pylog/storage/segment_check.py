@@ -12,6 +12,9 @@ Invariants:
   start of a batch a live writer is writing), ``"torn"`` (an interrupted write: fewer bytes than a header,
   a last batch that runs to or past the end, or only zero bytes) or ``"damage"`` (anything else: bit rot
   or a foreign hand, which recovery must not cut on its own, since whole batches may follow).
+- :func:`check` decodes every valid batch's headers section too (what a read decodes beyond the checked
+  sections), so a batch whose checksum holds but that no read could return is reported; and it reports a
+  file shorter than what was written into it (``end`` past the file's size).
 - Every check reads and checksums every batch it covers: none uses the memo of batches reads have
   checked (:meth:`Segment.verified`), nor adds to it, so ``pylog verify`` and a writer's open checks see
   damage that reads of an open file no longer look for.
@@ -34,8 +37,8 @@ from .segment_read import MAX_CHUNK as _MAX_CHUNK
 if TYPE_CHECKING:
     from .segment import Segment
 
-__all__ = ["check", "first_damage", "damage_is_at_tail", "tail_kind", "valid_end", "valid_batch_after",
-           "build_indexes"]
+__all__ = ["check", "cut_below_index", "first_damage", "damage_is_at_tail", "tail_kind", "valid_end",
+           "valid_batch_after", "build_indexes"]
 
 
 
@@ -207,6 +210,31 @@ def tail_kind(seg: Segment, valid_end: int, end: int) -> str:
     return "torn"
 
 
+def cut_below_index(seg: Segment) -> str | None:
+    """A problem when the log file is shorter than its offset index file says it was written: the last
+    entry points at a batch the file no longer holds. Writers write a batch before its index entry and
+    only ever shorten a log after cutting its index, so while the writer runs (or after a clean close)
+    this is a file cut by another hand, not a write under way; after a crash it may also be what a power
+    cut left (index pages written, log pages not), which recovery cuts: the caller knows which applies.
+    The index file is read as it is on disk, not as a reader rebuilt it in memory after finding it
+    inconsistent. None when the index is missing or damaged: that is reported (and repaired) as such."""
+    try:
+        oi = OffsetIndex.open(seg.index_path, seg.base_offset)
+    except CorruptRecordError:
+        return None
+    try:
+        last = oi.last_entry()
+    finally:
+        oi.close()
+    size = seg.file_size()
+    if last is None or last[1] + HEADER_SIZE <= size:
+        return None
+    offset = seg.base_offset + last[0]
+    return (f"{seg.log_path}: the log is {size} bytes, but its offset index {seg.index_path} has offset {offset} at "
+            f"byte {last[1]}: the file was cut below what was written (by hand, or a file system fault); the "
+            f"records from the end of the file to offset {offset} at least are gone")
+
+
 def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -> list[str]:
     """Full consistency check of the bytes up to ``end`` (default: the visible size): every batch
     validates, offsets increase, index entries point at batches with their offsets. Returns a list of
@@ -218,6 +246,11 @@ def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -
     """
     end = seg.size if end is None else end
     problems: list[str] = []
+    size = seg.file_size()
+    if size < end:  # only another hand shortens a file below what this handle saw or wrote in it
+        problems.append(f"{seg.log_path}: the log is {size} bytes where {end} were written: it was cut under the "
+                        f"writer (by another hand, or a file system fault)")
+        end = size
     try:
         oi, ti = seg.indexes()
     except CorruptRecordError as exc:
@@ -230,7 +263,18 @@ def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -
     prev = seg.base_offset - 1
     seen = 0
     complete = 0
-    for fpos, h in seg.valid_batches(0, end, tolerate_tail=True):
+    unreadable: list[str] = []
+
+    def decode(fpos: int, view: BatchView) -> None:
+        # What a read decodes beyond the sections from_buffer checked: the headers section.
+        try:
+            view.headers()
+        except CorruptRecordError as exc:
+            h = view.header
+            unreadable.append(f"{seg.log_path}@{fpos}: the records at offsets [{h.base_offset}, {h.last_offset}] "
+                              f"cannot be read: {exc.reason}")
+
+    for fpos, h in seg.valid_batches(0, end, tolerate_tail=True, on_view=decode):
         if h.base_offset <= prev:
             order.append(f"{seg.log_path}@{fpos}: base offset {h.base_offset} not above {prev}")
         prev = h.last_offset
@@ -254,6 +298,7 @@ def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -
                     "a torn tail (an interrupted write: the next writer cuts it)")
             problems.append(f"{seg.log_path}@{complete}: the {end - complete} byte(s) after the last valid "
                             f"batch are {what}")
+    problems.extend(unreadable)
     if oi is None:
         problems.append(index_error)
         return problems

@@ -39,7 +39,7 @@ from .records import HEADER_SIZE, LENGTH_PREFIX, BatchHeader, BatchView, batch_c
 if TYPE_CHECKING:
     from .segment import Segment
 
-__all__ = ["ReadSlice", "MIN_CHUNK", "MAX_CHUNK", "scan", "read", "offset_for_timestamp"]
+__all__ = ["ReadSlice", "MIN_CHUNK", "MAX_CHUNK", "scan", "read", "offset_for_timestamp", "check_not_cut"]
 
 log = logging.getLogger("pylog.segment")  # the segment's logger: these are its messages
 
@@ -64,8 +64,20 @@ def scan(seg: Segment, pos: int, end: int, chunk: int | list[int], tolerate_tail
     # read of one record takes one batch from it).
     mm = seg.mapping() if seg.immutable or seg.writable else None
     if mm is not None and end <= len(mm):
+        if seg.writable and not seg.immutable:
+            check_not_cut(seg, end)
         return _scan_mapped(seg, mm, pos, end, tolerate_tail)
     return _scan_read(seg, pos, end, chunk, tolerate_tail)
+
+
+def check_not_cut(seg: Segment, end: int) -> None:
+    """:raises CorruptRecordError: when the writer's active log file holds fewer than the ``end`` bytes its
+    writer wrote: cut by another hand. Checked (one ``fstat``) before the writer reads its mapping, whose
+    pages past the end of a cut file would read as zeros or kill the process (SIGBUS)."""
+    size = seg.file_size()
+    if size < end:
+        raise CorruptRecordError(f"the log file is {size} bytes where its writer wrote {end}: it was cut under "
+                                 f"the writer (by hand, or a file system fault)", seg.log_path, size)
 
 
 def _scan_read(seg: Segment, pos: int, end: int, chunk: int | list[int], tolerate_tail: bool

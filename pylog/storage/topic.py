@@ -10,6 +10,7 @@ exists exactly when its ``topic.json`` does (it is written last on create, atomi
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import logging
 import os
@@ -17,14 +18,15 @@ import threading
 from typing import Any, Iterable, Mapping
 
 from ..config import TopicConfig
-from ..errors import CorruptRecordError, InvalidConfigError, InvalidTopicError, ReadOnlyStoreError, UnknownTopicError
+from ..errors import (CorruptRecordError, InvalidArgumentError, InvalidConfigError, InvalidTopicError,
+                      ReadOnlyStoreError, UnknownTopicError)
 from .fileio import atomic_write, descriptor_faults, write_faults
 from .filenames import OFFSETS_TOPIC, TOPIC_FILE, is_internal_topic
 from .handles import HandleCache
 from .partition import Partition
 from .records import crc32c
 
-__all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each"]
+__all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each", "check_partition_count", "MAX_PARTITIONS"]
 
 log = logging.getLogger("pylog.topic")
 
@@ -69,21 +71,49 @@ def read_topic_file(directory: str) -> dict[str, Any]:
     return doc
 
 
-def call_each(items: Iterable[Any], what: str, *args: Any) -> None:
-    """Call method ``what`` of each item; one that fails (a failed partition's flush raises LogFailedError,
-    a close may meet a full disk) does not keep the others from being flushed or closed, and from letting
-    their writer locks go. The first error is raised at the end; the others are logged."""
-    error: Exception | None = None
-    for item in items:
-        try:
-            getattr(item, what)(*args)
-        except Exception as exc:  # noqa: BLE001 - do the rest, then report
-            if error is None:
-                error = exc
+def check_partition_count(count: Any, what: str = "partitions") -> None:
+    """Check a partition count before any directory is made for it: the bound :func:`read_topic_file`
+    enforces on a topic file, so a topic that can be created can be opened again.
+
+    :raises InvalidArgumentError: unless ``count`` is an int in ``[1, MAX_PARTITIONS]``.
+    """
+    if type(count) is not int or not 1 <= count <= MAX_PARTITIONS:
+        raise InvalidArgumentError(f"{what} must be an int in [1, {MAX_PARTITIONS}] (each partition is a directory), "
+                                   f"got {count!r:.40}")
+
+
+#: Threads closing or flushing the partitions of one topic at once: a clean close makes about 7 fsyncs per
+#: partition (log, indexes, checkpoint, directory), which one after another took ~55 s for a server that had
+#: written ~2,100 partitions. fsync releases the GIL, and the journal commits concurrent fsyncs together.
+PARALLEL = 16
+
+
+def call_each(items: Iterable[Any], what: str, *args: Any, threads: int = 1) -> None:
+    """Call method ``what`` of each item, with up to ``threads`` at once; one that fails (a failed partition's
+    flush raises LogFailedError, a close may meet a full disk) does not keep the others from being flushed or
+    closed, and from letting their writer locks go. The first error (in the items' order) is raised at the
+    end; the others are logged."""
+    items = list(items)
+    errors: list[BaseException | None]
+    if threads > 1 and len(items) > 1:
+        with concurrent.futures.ThreadPoolExecutor(min(threads, len(items)),
+                                                   thread_name_prefix=f"pylog-{what}") as pool:
+            futures = [pool.submit(getattr(item, what), *args) for item in items]
+        errors = [f.exception() for f in futures]
+    else:
+        errors = []
+        for item in items:
+            try:
+                getattr(item, what)(*args)
+            except Exception as exc:  # noqa: BLE001 - do the rest, then report
+                errors.append(exc)
             else:
-                log.error("%s of %r failed too: %s", what, item, exc)
-    if error is not None:
-        raise error
+                errors.append(None)
+    failed = [(item, error) for item, error in zip(items, errors, strict=True) if error is not None]
+    for item, error in failed[1:]:
+        log.error("%s of %r failed too: %s", what, item, error)
+    if failed:
+        raise failed[0][1]
 
 
 class Topic:
@@ -155,6 +185,7 @@ class Topic:
         if self.read_only:
             raise ReadOnlyStoreError(f"topic {self.name!r} belongs to a store opened with read_only=True; "
                                      "open the store without read_only to add partitions")
+        check_partition_count(total, "total")
         with self._lock:
             current = len(self._partitions)
             if total <= current:
@@ -173,13 +204,16 @@ class Topic:
 
     def flush(self) -> None:
         """fsync every opened partition (see :func:`call_each`)."""
-        call_each([p for p in self._partitions if p is not None], "flush")
+        call_each([p for p in self._partitions if p is not None], "flush", threads=PARALLEL)
 
     def close(self, discard: bool = False) -> None:
         """Close every opened partition (``discard``: without writing anything, the files are going away).
         One that fails does not keep the others open (see :func:`call_each`)."""
         with self._lock:
-            call_each([p for p in self._partitions if p is not None], "close", discard)
+            # A discard writes nothing, and its caller (Store.delete_topic) holds the partitions' maintenance
+            # locks, which close takes too: in this thread only.
+            call_each([p for p in self._partitions if p is not None], "close", discard,
+                      threads=1 if discard else PARALLEL)
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, partitions={self.num_partitions})"

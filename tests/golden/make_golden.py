@@ -235,6 +235,13 @@ STANDALONE = {
                     producer=(11, 3, -1), control=True),
     "offset_deltas": dict(base_offset=100, values=[b"kept-0", None, b"kept-5"], keys=[b"p", b"q", b"r"],
                           timestamps=[T0 + 70, T0 + 72, T0 + 75], offset_deltas=[0, 2, 5]),
+    # More headers per record than the record count and than 16 (a fixarray's limit): pylog <= 0.1.0 wrote
+    # such batches and then could not read them (its decoder capped arrays at max(count, 16) items).
+    "many_headers": dict(base_offset=200, values=[b"v0", b"v1", None], keys=[b"k", None, b"k2"],
+                         timestamps=[T0 + 80, T0 + 80, T0 + 81],
+                         headers=[[(f"h{i}", bytes([i])) for i in range(17)], [],
+                                  [(f"trace-{i:02d}" + ("-" * 30 if i == 39 else ""), None if i % 2 else b"s" * i)
+                                   for i in range(40)]]),
     "consumer_offsets": dict(
         base_offset=0,
         keys=[mp([1, "billing", TOPIC, 0]), mp([1, "billing", TOPIC, 1])],
@@ -357,7 +364,7 @@ def build() -> dict[str, bytes]:
         manifest["batches"][name] = {
             "file": f"batches/{name}.bin", "encode": jsonable(spec), "header": parse_header(raw),
             "records": [record(spec["base_offset"] + deltas[i], ts[i], 1 if "append_time" in spec else 0, keys[i],
-                               spec["values"][i], []) for i in range(n)]}
+                               spec["values"][i], (spec.get("headers") or [[]] * n)[i]) for i in range(n)]}
     manifest["batches"]["consumer_offsets"]["commits"] = [
         {"group": "billing", "topic": TOPIC, "partition": 0, "offset": 15, "metadata": "checkpoint after batch 6",
          "commit_time_ms": T0 + 90, "generation": 3, "member_id": "billing-member-1"},

@@ -220,8 +220,9 @@ def _view(frame: Any) -> memoryview:
     return mv
 
 
-def parse_request(frame: bytes | bytearray | memoryview) -> Request:
-    """Parses one request frame (the bytes after the size prefix). Raises ProtocolError (or its
+def parse_request(frame: bytes | bytearray | memoryview, max_structs: int | None = None) -> Request:
+    """Parses one request frame (the bytes after the size prefix); at most ``max_structs`` struct array elements
+    in all (topics, partitions, groups ...; None: the size-based budget only). Raises ProtocolError (or its
     subclasses UnknownApiKeyError / UnsupportedApiVersionError, carrying ``.header``) and nothing else."""
     buf = _view(frame)
     end = len(buf)
@@ -240,7 +241,8 @@ def parse_request(frame: bytes | bytearray | memoryview) -> Request:
     if api.flexible is not None and api_version >= api.flexible:
         pos = P.skip_tagged_fields(buf, pos, end, "request header<tags>")
     decode = codec(api_key, api_version, True)[0]
-    struct_budget(_STRUCTS_BASE + end // _BYTES_PER_STRUCT)
+    budget = _STRUCTS_BASE + end // _BYTES_PER_STRUCT
+    struct_budget(budget if max_structs is None else min(budget, max_structs))
     try:
         body, pos = decode(buf, pos, end)
     finally:

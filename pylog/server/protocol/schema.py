@@ -230,7 +230,8 @@ def _spend(n: int, pos: int, where: str) -> None:
     left -= n
     if left < 0:
         raise ProtocolError(f"an array of {n} structures takes this request past the structures a request of its "
-                            "size may hold (4,096 plus one per 8 bytes)", pos, where)
+                            "size may hold (4,096 plus one per 8 bytes, and at most the server's max_request_items)",
+                            pos, where)
     _BUDGET.left = left
 
 

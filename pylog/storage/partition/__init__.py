@@ -17,7 +17,9 @@ which states the invariants it keeps (numbers as below):
    partition used least recently: see :mod:`pylog.storage.handles`).
    Writers that take turns (producers of several processes sharing a partition) ask the holder for it
    through a shared ``flock`` on ``.want`` while they wait; the holder looks with
-   :meth:`Partition.handover_wanted` and hands over by releasing. Readers take no lock (:mod:`.writer_lock`).
+   :meth:`Partition.handover_wanted` and hands over by releasing; that probe's descriptor is never closed
+   under a probe in another thread (its number reused, the probe's unlock could release another file's
+   lock). Readers take no lock (:mod:`.writer_lock`).
 5. Retention removes whole segments from the head only, after the checkpoint has recorded the new log
    start offset (so a crash mid-way leaves only segments that the next open deletes); the active segment
    goes only after a roll has put an empty one after it (:mod:`.maintenance`, :mod:`.loader`). Segments

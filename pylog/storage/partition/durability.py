@@ -16,7 +16,9 @@ Invariants (numbered as in :mod:`pylog.storage.partition`):
 
 Every method runs under the partition's append lock (``Partition.append_lock``), which the caller holds,
 except :meth:`Durability.sync_rolled_job` (the background sync thread), which takes it itself and fsyncs
-without it.
+without it, and :meth:`Durability.finish_flush` (``Partition.flush``'s fsync of the active segment, on a
+descriptor of its own taken under the lock by :meth:`Durability.start_flush`): appends to the partition go
+on while an ``acks=all`` fsync runs, and the next one covers them.
 """
 
 from __future__ import annotations
@@ -234,6 +236,39 @@ class Durability:
                         "until the store is reopened", "reopen the store")
         self.unflushed = 0
         self.last_flush = time.monotonic()
+
+    def start_flush(self) -> int | None:
+        """As the writer, under the lock: :meth:`flush_writer` up to the fsync of the active segment, which
+        :meth:`finish_flush` runs without the lock (appends go on meanwhile; what they add is left to the next
+        flush): returns the descriptor to fsync (None: nothing to). Counted as flushed from here on, so a
+        flush policy does not start a second fsync while this one runs; if it fails, the partition fails."""
+        self.check_not_failed()
+        if self.handed_over:
+            self.sync_handed_over()
+        if self.unsynced:
+            self.sync_rolled_now()
+            self.advance_recovery_point()
+        try:
+            fd = self.local.segments[-1].sync_descriptor()
+        except OSError as exc:  # EMFILE: nothing was fsynced, nothing is lost
+            raise_fault(exc, f"flushing {self.name}", "nothing was fsynced", "retry")
+        self.unflushed = 0
+        self.last_flush = time.monotonic()
+        return fd
+
+    def finish_flush(self, fd: int) -> None:
+        """Without the lock: fdatasync ``fd`` (from :meth:`start_flush`) and close it. A failure fails the
+        partition, as in :meth:`flush_writer`."""
+        try:
+            os.fdatasync(fd)
+        except OSError as exc:
+            with self._lock:
+                self.failed = f"fsync of the active segment failed: {exc}"
+            raise_fault(exc, f"flushing {self.name}",
+                        "what was appended before this flush may not be durable; the partition refuses work "
+                        "until the store is reopened", "reopen the store")
+        finally:
+            os.close(fd)
 
     def remember_handed_over(self, path: str) -> None:
         """At a handover with appends not fsynced: remember the active segment's file ``path`` for the next

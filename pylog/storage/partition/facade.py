@@ -30,12 +30,13 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from ...config import TopicConfig
-from ...errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, PartitionLockedError,
-                       ReadOnlyStoreError, StoreClosedError)
-from ..fileio import check_descriptors, descriptor_faults, raise_fault
+from ...errors import (CorruptRecordError, InvalidArgumentError, InvalidRecordError, LogFailedError,
+                       PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
+from ..checkpoint import read_checkpoint
+from ..fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
 from ..handles import PER_PARTITION, SEGMENT_COST, HandleCache
 from ..notify import Notifier
-from ..records import Record, RecordColumns, column_parts, now_ms, slices_records
+from ..records import Record, RecordColumns, column_parts, header_rows, now_ms, slices_records
 from ..retention import RetentionResult
 from ..segment import ReadSlice, Segment
 from . import loader, maintenance
@@ -51,6 +52,19 @@ log = logging.getLogger("pylog.partition")
 
 #: Default byte limit of one read (Kafka's fetch.max.bytes); a read returns at least one batch regardless.
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
+
+
+def _int_argument(name: str, value: Any) -> int:
+    """``value`` as an int when it is an integer (a Python or numpy int, not a bool).
+
+    :raises InvalidArgumentError: for anything else (None, a float such as 1.5, a str such as "1"), which
+        would otherwise be compared, rounded or converted somewhere below.
+    """
+    if type(value) is int:
+        return value
+    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
+        return int(value)
+    raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__} {value!r:.40}")
 
 
 class Partition:
@@ -416,13 +430,15 @@ class Partition:
     def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
                        key_data: Any = None, timestamps: np.ndarray | None = None, *,
                        headers: Sequence[Any] | None = None, producer: tuple[int, int, int] | None = None,
-                       compression: str | None = None, in_turn: bool = False) -> int:
+                       compression: str | None = None, in_turn: bool = False, flush_policy: bool = True) -> int:
         """Columnar fast path: int32 lengths (-1 for null) plus the concatenated non-null bytes.
 
         From Arrow binary arrays: ``lengths = np.diff(offsets)`` with -1 where the validity bit is 0.
         ``headers`` (one sequence of ``(str, bytes | None)`` pairs per record), ``producer`` and
         ``compression`` as for :meth:`append_values`. ``in_turn``: append as a writer taking turns (see
         :meth:`append_values_in_turn`), leaving the lock free to be handed over (:meth:`hand_over`).
+        ``flush_policy=False``: do not fsync here when ``flush.messages`` / ``flush.ms`` ask for it; the caller
+        asks :meth:`flush_due` and flushes (``pylog serve`` through the group commit).
         """
         vlens = np.ascontiguousarray(value_lengths, dtype=np.int32)
         n = len(vlens)
@@ -431,16 +447,22 @@ class Partition:
         klens = None if key_lengths is None else np.ascontiguousarray(key_lengths, dtype=np.int32)
         if klens is not None and len(klens) != n:
             raise InvalidRecordError(f"{len(klens)} key lengths for {n} values")
-        ts = None if timestamps is None else np.ascontiguousarray(timestamps, dtype=np.int64)
-        if headers is not None and len(headers) != n:
-            raise InvalidRecordError(f"{len(headers)} header lists for {n} values")
+        ts = None
+        if timestamps is not None:
+            ts = np.asarray(timestamps)
+            if ts.dtype.kind != "i" or ts.ndim != 1:  # a cast would truncate floats and parse strings
+                raise InvalidRecordError(f"timestamps must be an array of int64 milliseconds, got {ts.dtype}")
+            ts = np.ascontiguousarray(ts, dtype=np.int64)
         cols = Columns(n, vlens, [value_data] if value_data is not None else [], klens,
                        [key_data] if key_data is not None else [], ts, headers, True)
-        return self._append_columns(cols, producer, compression, in_turn)
+        return self._append_columns(cols, producer, compression, in_turn, flush_policy)
 
     def _append_columns(self, cols: Columns, producer: tuple[int, int, int] | None, compression: str | None,
-                        in_turn: bool) -> int:
+                        in_turn: bool, flush_policy: bool = True) -> int:
         appender = self._appender
+        if cols.headers is not None:
+            # Checked once, up front (sizing the batches reads them): a bad shape is an InvalidRecordError.
+            cols = Columns(*cols[:6], header_rows(cols.headers, cols.n), cols[7])  # _replace costs ~1 us more
         appender.check_keys(cols, self.topic)
         bounds = appender.batch_bounds(cols)
         if producer is not None and (producer[0] < 0 or not 0 <= producer[2] < SEQ_MOD):
@@ -483,7 +505,7 @@ class Partition:
                 if written:
                     self._after_append(written, flush=False)
                 raise
-            self._after_append(written)
+            self._after_append(written, flush=flush_policy)
         return first if earlier is None else earlier
 
     def _write_batch(self, parts: list, h: Any) -> None:
@@ -494,6 +516,12 @@ class Partition:
             seg = self._roll()  # starts at seg.next_offset, the base offset already in the header
         try:
             seg.append(h, parts, h.max_timestamp)
+        except CorruptRecordError as exc:
+            # The file changed under this writer: appending on would renumber or lose offsets.
+            dur.failed = f"its active log file was changed under the writer: {exc}"
+            raise LogFailedError(f"{self.topic}-{self.number}: {dur.failed}; nothing from offset {h.base_offset} on "
+                                 f"was appended and the partition refuses work until the store is reopened "
+                                 f"(`pylog verify` reports what the file still holds)") from exc
         except OSError as exc:
             if seg.size != os.stat(seg.log_path).st_size:
                 dur.failed = f"write failed and could not be rolled back: {exc}"
@@ -561,11 +589,21 @@ class Partition:
 
         :raises LogFailedError: when an fsync failed, now or before (reopen the store).
         """
+        fd = None
         with self.append_lock:
             if self._writer.held:
-                self.durability.flush_writer()
+                fd = self.durability.start_flush()
             elif self.durability.handed_over:
                 self.durability.sync_handed_over()
+        if fd is not None:
+            # Without the lock (see Durability.start_flush): appends to this partition go on meanwhile.
+            self.durability.finish_flush(fd)
+
+    def flush_due(self) -> bool:
+        """Whether the topic's ``flush.messages`` / ``flush.ms`` ask for an fsync of what this handle appended
+        (for appends made with ``flush_policy=False``)."""
+        with self.append_lock:
+            return self.durability.flush_due(self.config["flush.messages"], self.config["flush.ms"])
 
     def flush_if_due(self) -> float:
         """fsync when ``flush.ms`` has passed since the last fsync and records wait; for the store's
@@ -636,6 +674,9 @@ class Partition:
     def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
         if self._closed:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+        offset = _int_argument("offset", offset)
+        max_records = _int_argument("max_records", max_records)
+        max_bytes = _int_argument("max_bytes", max_bytes)
         if max_records <= 0:
             return []
         self._touch()
@@ -693,6 +734,7 @@ class Partition:
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None if there is none."""
+        timestamp = _int_argument("timestamp", timestamp)
         self._touch()
         with descriptor_faults(f"looking up a timestamp in {self.topic}-{self.number}"):
             return self._local.on_current_view("a time lookup", self._local.offset_for_timestamp, timestamp)
@@ -727,6 +769,28 @@ class Partition:
         segs = self._local.segments
         if segs and segs[-1].base_offset > self.log_end_offset:
             problems.append("active segment starts after the log end offset")
+        problems.extend(self._check_not_cut(segs, writer_active))
+        return problems
+
+    def _check_not_cut(self, segs: list[Segment], writer_active: bool | None) -> list[str]:
+        """Logs shorter than what was written into them: a file cut by another hand loses offsets silently
+        unless someone compares. While a writer runs (this handle, or one another process is known to run)
+        or after a clean close, an offset index entry past its log's end is such a cut (after a crash it
+        can be a torn write recovery cuts); after a clean close the log must also reach the checkpoint's
+        recovery point, below which everything was fsynced."""
+        try:
+            cp = read_checkpoint(self._local.checkpoint_path)
+        except CorruptRecordError as exc:
+            return [str(exc)]
+        clean = cp is not None and cp.clean
+        problems: list[str] = []
+        if self.is_writer or writer_active is True or clean:
+            problems.extend(p for p in (seg.cut_below_index() for seg in segs) if p is not None)
+        end = self.log_end_offset
+        if clean and cp is not None and cp.recovery_point > end:
+            problems.append(f"{self._local.checkpoint_path}: recovery point {cp.recovery_point} is past the log's end "
+                            f"{end} after a clean close: records [{end}, {cp.recovery_point}) were flushed and are "
+                            f"gone (a log file cut or removed by hand?)")
         return problems
 
     def repair(self) -> dict[str, Any]:
@@ -892,6 +956,8 @@ class Partition:
                 dur.recovery_point = active.next_offset
                 dur.write_checkpoint(clean=True)
         except OSError as exc:
+            raise_if_gone(exc, f"closing {self.topic}-{self.number}", self.directory, "it was closed and its writer "
+                          "lock released, and what it held is wherever the directory went")
             raise_fault(exc, f"closing {self.topic}-{self.number}", "it was closed and its writer lock "
                         "released, but not cleanly: its next writer re-validates it", "open it again")
         finally:

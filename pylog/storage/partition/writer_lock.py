@@ -8,15 +8,21 @@ Invariants (numbered as in :mod:`pylog.storage.partition`):
    through a shared ``flock`` on ``.want`` while they wait; the holder looks with
    :meth:`WriterLock.handover_wanted` and hands over by releasing. Readers take no lock.
 
-:class:`WriterLock` owns the lock's descriptor and the turn state; it takes no thread lock of its own: the
-partition calls it under its append lock (``Partition.append_lock``), except for the lock-free probes
-(:attr:`WriterLock.held`, :meth:`WriterLock.handover_wanted`) and :meth:`WriterLock.ask_for_handover`.
+:class:`WriterLock` owns the lock's descriptor and the turn state: the partition calls it under its append
+lock (``Partition.append_lock``), except for the probes that do not wait for appends (:attr:`WriterLock.held`,
+:meth:`WriterLock.handover_wanted`) and :meth:`WriterLock.ask_for_handover`. The ``.want`` probe's
+descriptor is used, opened and closed only under :attr:`WriterLock.probe_lock` (two system calls at most
+while held, never another lock taken under it): a probe in one thread (a producer's idle look, the
+server's sweep) never flocks a descriptor :meth:`WriterLock.close` closed under it in another (the store's
+descriptor budget letting go of the partition's files). Such a number is soon another file's, perhaps
+another partition's ``.lock``, which the probe's unlock would release: two writers.
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
+import threading
 import time
 from typing import Callable
 
@@ -36,8 +42,10 @@ class WriterLock:
         self.read_only = read_only
         #: The locked ``.lock`` descriptor while this handle is the writer, else None.
         self.fd: int | None = None
-        #: ``.want``, opened on the first :meth:`handover_wanted` probe.
+        #: ``.want``, opened on the first :meth:`handover_wanted` probe; used, opened and closed only under
+        #: :attr:`probe_lock` (see the module docstring).
         self.want_fd: int | None = None
+        self.probe_lock = threading.Lock()
         #: This handle has handed the lock over (release_writer) before: it takes turns with other writers,
         #: so its opens as writer do not fsync the checkpoint either (see loader.open_as_writer).
         self.takes_turns = False
@@ -115,17 +123,21 @@ class WriterLock:
 
     def open_probe(self) -> None:
         """Open ``.want`` for :meth:`handover_wanted`, once (under the partition's append lock)."""
-        if self.want_fd is None:
-            self.want_fd = self.open_file(WANT_FILE)
+        with self.probe_lock:
+            if self.want_fd is None:
+                self.want_fd = self.open_file(WANT_FILE)
 
     def handover_wanted(self) -> bool:
-        """True while another handle holds ``.want`` shared (waits for the lock). :meth:`open_probe` first."""
-        fd = self.want_fd
-        assert fd is not None
-        if try_flock(fd):  # nobody holds it shared
-            fcntl.flock(fd, fcntl.LOCK_UN)
-            return False
-        return True
+        """True while another handle holds ``.want`` shared (waits for the lock). :meth:`open_probe` first;
+        False when the probe was closed meanwhile (the handle let go of its files, its lock first)."""
+        with self.probe_lock:
+            fd = self.want_fd
+            if fd is None:
+                return False
+            if try_flock(fd):  # nobody holds it shared
+                fcntl.flock(fd, fcntl.LOCK_UN)
+                return False
+            return True
 
     def wait_for_turn(self, take_turn: Callable[[], bool], timeout_ms: float,
                       between: Callable[[], object] | None) -> bool:
@@ -149,10 +161,12 @@ class WriterLock:
             os.close(want)
 
     def close(self) -> None:
-        """Close the ``.want`` probe (the lock itself goes with :meth:`let_go`)."""
-        if self.want_fd is not None:
-            os.close(self.want_fd)
-            self.want_fd = None
+        """Close the ``.want`` probe (the lock itself goes with :meth:`let_go`); waits for a probe under way
+        in another thread."""
+        with self.probe_lock:
+            fd, self.want_fd = self.want_fd, None
+            if fd is not None:
+                os.close(fd)
 
 
 def retry(attempt: Callable[[], bool], deadline: float, delay: float, cap: float) -> bool:

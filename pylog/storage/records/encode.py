@@ -5,8 +5,10 @@ Invariants:
   :class:`~.views.BatchView` accept, and decoding returns exactly what was encoded (keys, values, nulls,
   headers, timestamps).
 - Every input is checked before it is trusted: columns that disagree in length, non-bytes items, lengths
-  below -1, unknown codecs and batches over the format's size limit raise
-  :class:`~pylog.errors.InvalidRecordError`, never a foreign exception or a malformed batch.
+  below -1, headers that are not ``(str, bytes | None)`` pairs (or whose keys UTF-8 cannot encode),
+  timestamps that are not int64s, unknown codecs, offsets past int64 and batches over the format's size
+  limit (before compression too) raise :class:`~pylog.errors.InvalidRecordError`, never a foreign
+  exception or a batch a reader would refuse.
 - Work is per batch (numpy arrays, one ``struct`` call, bytes joins), never a Python loop per record on
   the common paths: this runs for every append.
 - With the compiled accelerator (:mod:`pylog.accel`), :func:`column_parts` and :func:`encode_parts` hand
@@ -29,11 +31,12 @@ from ...accel import native
 from ...errors import InvalidRecordError
 from .format import (ATTR_CONTROL, ATTR_HEADERS, ATTR_KEYS, ATTR_LOG_APPEND_TIME, ATTR_OFFSET_DELTAS,
                      ATTR_TIMESTAMPS, CODEC_LZ4, CODEC_MASK, CODEC_NONE, HEADER_SIZE, I32, I64, LENGTH_PREFIX,
-                     MAGIC, MAX_BATCH_SIZE, BatchHeader, length_stats, pack_header)
+                     MAGIC, MAX_BATCH_SIZE, MAX_OFFSET, BatchHeader, length_stats, pack_header)
 from .record import now_ms
 
 __all__ = ["EncodeOptions", "encode_parts", "encode_batch", "encode_columns", "column_parts", "slice_parts",
-           "encode_parts_pure", "column_parts_pure", "NATIVE_ENCODE"]
+           "encode_parts_pure", "column_parts_pure", "header_pairs", "header_rows", "HeaderRows",
+           "NATIVE_ENCODE"]
 
 _LENGTH_STRUCTS: dict[int, struct.Struct] = {}  # "<{n}i" packers for length columns, by n
 # The compiled functions, or None in pure Python (or with a build older than them).
@@ -122,33 +125,80 @@ def column_parts_pure(items: Sequence[Any] | None, n: int, what: str) -> tuple[A
     return lengths, parts
 
 
-def _headers_blob(headers: Sequence[Any] | None, n: int) -> bytes | None:
-    """The msgpack headers section of ``n`` records, or None when no record has headers."""
+def header_pairs(h: Any) -> tuple:
+    """One record's headers as a tuple of ``(str, bytes | None)`` pairs (bytearray and memoryview values
+    become bytes), what the encoder writes and the decoder gives back.
+
+    :raises InvalidRecordError: for anything else: not an iterable of pairs (a str, a dict's keys, a bare
+        int), a pair of the wrong length, a key that is not a ``str`` or cannot be UTF-8 encoded (a lone
+        surrogate), a value that is not bytes-like or None. The message shows the offending item.
+    """
+    if isinstance(h, (str, bytes, bytearray, memoryview, dict)):
+        raise InvalidRecordError(f"a record's headers must be a list of (str, bytes | None) pairs, got {h!r:.80}")
+    out = []
+    try:
+        for pair in h:
+            k, v = pair
+            if not isinstance(k, str) or not (v is None or isinstance(v, (bytes, bytearray, memoryview))):
+                raise InvalidRecordError(f"a header must be a (str, bytes | None) pair, got {pair!r:.80}")
+            out.append((k, bytes(v) if isinstance(v, (bytearray, memoryview)) else v))
+    except (TypeError, ValueError):  # not iterable, or an item that is not a pair
+        raise InvalidRecordError(f"a record's headers must be a list of (str, bytes | None) pairs, got "
+                                 f"{h!r:.80}") from None
+    for k, _ in out:
+        if not k.isascii():
+            try:
+                k.encode()
+            except UnicodeEncodeError as exc:  # msgpack writes keys as UTF-8 text
+                raise InvalidRecordError(f"header key {k!r:.80} cannot be encoded as UTF-8: {exc.reason}") from None
+    return tuple(out)
+
+
+class HeaderRows(list):
+    """Headers :func:`header_rows` checked, one tuple of pairs per record: the encoder takes them (and their
+    slices, which stay of this type) without checking them again."""
+
+    __slots__ = ()
+
+    def __getitem__(self, i: Any) -> Any:
+        got = list.__getitem__(self, i)
+        return HeaderRows(got) if isinstance(i, slice) else got
+
+
+def header_rows(headers: Sequence[Any] | None, n: int) -> HeaderRows | None:
+    """The headers of ``n`` records checked by :func:`header_pairs`, one tuple per record (empty for a
+    record without headers), or None when no record has any.
+
+    :raises InvalidRecordError: when ``headers`` is not a sequence of ``n`` items, or an item is bad.
+    """
     if headers is None:
         return None
-    if len(headers) != n:
-        raise InvalidRecordError(f"headers: {len(headers)} items for {n} records")
-    if not any(headers):
+    if type(headers) is HeaderRows and len(headers) == n:
+        return headers if any(headers) else None
+    try:
+        count = len(headers)
+    except TypeError:
+        raise InvalidRecordError(f"headers must be a list with one list of pairs per record, got "
+                                 f"{type(headers).__name__}") from None
+    if isinstance(headers, (str, bytes, bytearray, memoryview, dict)):
+        raise InvalidRecordError(f"headers must be a list with one list of pairs per record, got {headers!r:.80}")
+    if count != n:
+        raise InvalidRecordError(f"headers: {count} items for {n} records")
+    rows = HeaderRows([header_pairs(h) if h else () for h in headers])
+    return rows if any(rows) else None
+
+
+def _headers_blob(headers: Sequence[Any] | None, n: int) -> bytes | None:
+    """The msgpack headers section of ``n`` records, or None when no record has headers. No limit on the
+    number of headers besides the batch's size (Kafka has none either): the decoder bounds what it reads
+    by the section's length alone (:meth:`~.views.BatchView.headers`)."""
+    rows = header_rows(headers, n)
+    if rows is None:
         return None
-    rows: list[Any] = []
-    for h in headers:
-        if not h:
-            rows.append(())
-            continue
-        row = []
-        if isinstance(h, (str, bytes, bytearray, memoryview)):
-            raise InvalidRecordError(f"a record's headers must be a list of (str, bytes | None) pairs, got {h!r:.80}")
-        try:
-            for pair in h:
-                k, v = pair
-                if not isinstance(k, str) or not (v is None or isinstance(v, (bytes, bytearray, memoryview))):
-                    raise InvalidRecordError(f"a header must be a (str, bytes | None) pair, got {pair!r:.80}")
-                row.append((k, bytes(v) if isinstance(v, (bytearray, memoryview)) else v))
-        except (TypeError, ValueError):  # not iterable, or an item that is not a pair
-            raise InvalidRecordError(f"a record's headers must be a list of (str, bytes | None) pairs, got "
-                                     f"{h!r:.80}") from None
-        rows.append(row)
-    return msgpack.packb(rows, use_bin_type=True)
+    try:
+        return msgpack.packb(rows, use_bin_type=True)
+    except (ValueError, OverflowError) as exc:  # an item of 4 GiB or more: msgpack's own limit
+        raise InvalidRecordError(f"headers exceed the format's limit: {exc}") from None
 
 
 def slice_parts(lengths: np.ndarray, parts: list, start: int, stop: int, contiguous: bool) -> tuple[np.ndarray, list]:
@@ -204,19 +254,17 @@ def _key_column(keys: Sequence[bytes | None] | None, key_lengths: np.ndarray | N
 def _timestamp_column(timestamps: Sequence[int] | np.ndarray, n: int,
                       default_timestamp: int) -> tuple[int, int, np.ndarray | None]:
     """``(first timestamp, max timestamp, deltas from the first or None when all are equal)`` of the
-    given timestamps (None items take ``default_timestamp``)."""
+    given timestamps (None items take ``default_timestamp``).
+
+    :raises InvalidRecordError: unless there are ``n`` of them, each an integer in int64 or None (a str,
+        a float or a bool is refused, not converted: ``"1"`` and ``1.5`` are mistakes, not milliseconds).
+    """
     if isinstance(timestamps, np.ndarray):
+        if timestamps.dtype.kind != "i" or timestamps.ndim != 1:
+            raise InvalidRecordError(f"timestamps must be integer milliseconds, got an array of {timestamps.dtype}")
         ts_arr = timestamps.astype(I64, copy=False)
     else:
-        if len(timestamps) != n:  # before fromiter, which would drop extra items or raise ValueError
-            raise InvalidRecordError(f"timestamps: {len(timestamps)} items for {n} records")
-        try:
-            ts_arr = np.fromiter(timestamps, I64, n)
-        except (TypeError, ValueError, OverflowError):
-            try:
-                ts_arr = np.fromiter((default_timestamp if t is None else t for t in timestamps), I64, n)
-            except (TypeError, ValueError, OverflowError) as exc:
-                raise InvalidRecordError(f"timestamps must be int64 milliseconds or None ({exc})") from None
+        ts_arr = _timestamp_array(timestamps, n, default_timestamp)
     if len(ts_arr) != n:
         raise InvalidRecordError(f"timestamps: {len(ts_arr)} items for {n} records")
     first_ts = int(ts_arr[0])
@@ -228,13 +276,51 @@ def _timestamp_column(timestamps: Sequence[int] | np.ndarray, n: int,
     return first_ts, int(ts_arr.max()), ts_arr - first_ts
 
 
+def _timestamp_array(timestamps: Sequence[Any], n: int, default_timestamp: int) -> np.ndarray:
+    """The int64 array of ``n`` timestamps given as a sequence of ints and Nones (see :func:`_timestamp_column`)."""
+    try:
+        count = len(timestamps)
+    except TypeError:
+        raise InvalidRecordError(f"timestamps must be a list of int milliseconds or None, got "
+                                 f"{type(timestamps).__name__}") from None
+    if count != n:  # before fromiter, which would drop extra items or raise ValueError
+        raise InvalidRecordError(f"timestamps: {count} items for {n} records")
+    # The common case, Python ints all: one C-level conversion whose dtype says they were ints.
+    try:
+        arr = np.array(timestamps)
+    except (ValueError, TypeError, OverflowError):  # ragged nesting, an int beyond numpy's: checked below
+        arr = None
+    if arr is not None and arr.dtype.kind == "i" and arr.ndim == 1:
+        return arr.astype(I64, copy=False)
+    bad = next((t for t in timestamps if t is not None and (type(t) is bool or not isinstance(t, (int, np.integer)))),
+               _NOTHING)
+    if bad is not _NOTHING:
+        raise InvalidRecordError(f"timestamps must be int milliseconds or None, got {type(bad).__name__} {bad!r:.40}")
+    try:
+        return np.fromiter((default_timestamp if t is None else t for t in timestamps), I64, n)
+    except OverflowError as exc:
+        raise InvalidRecordError(f"timestamps must fit int64 milliseconds ({exc})") from None
+
+
 def _offset_column(offset_deltas: np.ndarray, n: int) -> tuple[np.ndarray | None, int]:
     """``(offset deltas, or None when they are dense after all; last offset delta)``."""
-    deltas = np.ascontiguousarray(offset_deltas, dtype=I32)
+    given = np.asarray(offset_deltas)
+    if given.dtype.kind not in "iu" or (len(given) and int(given.max()) > 0x7FFFFFFF):
+        # Checked before the int32 cast, which would wrap 2**32 + 1 to 1 and pass as a valid delta.
+        raise InvalidRecordError("offset deltas must be integers that fit an int32")
+    deltas = np.ascontiguousarray(given, dtype=I32)
     if len(deltas) != n or deltas[0] != 0 or (n > 1 and not (np.diff(deltas) > 0).all()):
         raise InvalidRecordError("offset deltas must start at 0 and strictly increase")
     last_delta = int(deltas[-1])
     return (None if last_delta == n - 1 else deltas), last_delta
+
+
+def _check_offsets(base_offset: int, last_delta: int) -> None:
+    """:raises InvalidRecordError: unless every offset of the batch fits what a reader accepts
+    (``0 <= base_offset`` and ``base_offset + last_delta <= MAX_OFFSET``, :func:`~.format.check_header`)."""
+    if not 0 <= base_offset <= MAX_OFFSET - last_delta:
+        raise InvalidRecordError(f"base offset {base_offset} + last offset delta {last_delta} is out of range "
+                                 f"[0, {MAX_OFFSET}]")
 
 
 def _sections(deltas: np.ndarray | None, ts_deltas: np.ndarray | None, kraw: bytes | None, vraw: bytes,
@@ -415,6 +501,7 @@ def encode_parts_pure(
     else:
         first_ts, max_ts, ts_deltas = _timestamp_column(timestamps, n, default_ts)
     deltas, last_delta = (None, n - 1) if offset_deltas is None else _offset_column(offset_deltas, n)
+    _check_offsets(base_offset, last_delta)
 
     hblob = _headers_blob(headers, n)
     body_parts, attrs = _sections(deltas, ts_deltas, kraw, vraw, kparts, vparts, hblob)
@@ -425,6 +512,13 @@ def encode_parts_pure(
         attrs |= ATTR_CONTROL
     if vmin < -1 or kmin < -1:
         raise InvalidRecordError("lengths must be >= -1")
+    fixed = 4 * n * (1 + (kraw is not None) + (ts_deltas is not None) * 2 + (deltas is not None))
+    hbytes = len(hblob) if hblob is not None else 0
+    if HEADER_SIZE + fixed + vbytes + kbytes + hbytes > MAX_BATCH_SIZE:
+        # Before any join, and before compressing: a decoder refuses a body_size beyond the limit even
+        # when its compressed bytes would fit (check_header), and the compiled encoder declines it too.
+        raise InvalidRecordError(f"batch of {HEADER_SIZE + fixed + vbytes + kbytes + hbytes} bytes (before "
+                                 f"compression) exceeds the format's limit of {MAX_BATCH_SIZE}")
     try:
         if len(body_parts) > 16:
             body_parts = [b"".join(body_parts)]  # many small items: one copy now beats a long iovec
@@ -437,8 +531,7 @@ def encode_parts_pure(
     except (TypeError, BufferError):  # an item with a len() that is not contiguous bytes (a list, say)
         body_size = -1
     # Catch non-byte items (str, wide memoryviews) whose len() is not their byte size.
-    fixed = 4 * n * (1 + (kraw is not None) + (ts_deltas is not None) * 2 + (deltas is not None))
-    if body_size - (len(hblob) if hblob is not None else 0) != fixed + vbytes + kbytes:
+    if body_size - hbytes != fixed + vbytes + kbytes:
         raise InvalidRecordError("keys and values must be contiguous bytes-like objects of 1-byte items matching "
                                  "their lengths")
 

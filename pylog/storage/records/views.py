@@ -4,7 +4,8 @@ Invariants:
 - No decoder trusts a length it has not bounded: every count and size is checked against the bytes
   actually present before anything is allocated, so hostile input raises
   :class:`~pylog.errors.CorruptRecordError` instead of hanging or allocating more than the input's size.
-- Decoding returns exactly what :mod:`.encode` encoded (keys, values, nulls, headers, timestamps).
+- Decoding returns exactly what :mod:`.encode` encoded (keys, values, nulls, headers, timestamps), and
+  accepts every batch it writes: no bound here is tighter than the encoder's (tests/test_record_bounds.py).
 - Work is per batch (numpy arrays over the body, bytes joins), never a Python object per record, except
   in :meth:`BatchView.records`, whose job is to build those objects.
 
@@ -299,10 +300,14 @@ class BatchView:
         """Per-record header tuples, or None when the batch has no headers."""
         if self._headers_blob is None:
             return None
+        # Every bound is the section's own length (an item takes at least one byte), never a count: the
+        # encoder writes any number of headers per record that fits a batch, and a bound below that made
+        # records with more than 16 headers unreadable after they were appended (pylog <= 0.1.0's
+        # max_array_len=max(count, 16)). Maps and extension types are never written: refused outright.
+        blob = self._headers_blob
         try:
-            rows = msgpack.unpackb(self._headers_blob, use_list=False, raw=False,
-                                   max_array_len=max(self.count, 16), max_bin_len=len(self._headers_blob),
-                                   max_str_len=len(self._headers_blob), max_map_len=0, max_ext_len=0)
+            rows = msgpack.unpackb(blob, use_list=False, raw=False, max_array_len=len(blob), max_bin_len=len(blob),
+                                   max_str_len=len(blob), max_map_len=0, max_ext_len=0)
         except Exception as exc:
             raise CorruptRecordError(f"headers section does not decode: {exc}") from None
         if not isinstance(rows, tuple) or len(rows) != self.count:

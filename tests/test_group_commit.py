@@ -1,0 +1,347 @@
+"""Group commit (:mod:`pylog.storage.group_commit`) and its users: ``pylog serve``'s acks=all produce, pylog's
+producer with ``acks="all"``, and a store's close fsyncing its partitions in parallel.
+
+The fsyncs are observed by wrapping ``os.fdatasync`` / ``os.fsync`` in this process (the partitions flush through
+them): a gate holds the fsync of a chosen file until the test opens it, so "not answered before the fsync" is a
+handshake, not a timing guess. Everything binds 127.0.0.1, writes under tmp_path and has bounded waits.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import os
+import select
+import socket
+import threading
+import time
+
+import pytest
+
+import pylog
+from pylog.errors import LogFailedError, StorageError
+from pylog.server.protocol import encode_request, parse_response
+from pylog.storage.group_commit import GroupCommit
+
+from serverutil import kafka_batch, recv_frame, wait_until
+
+WAIT = 20.0  # seconds: the bound of every handshake here (a loaded machine)
+
+
+def _path_of(fd: int) -> str:
+    try:
+        return os.readlink(f"/proc/self/fd/{fd}")
+    except OSError:
+        return ""
+
+
+class FsyncGate:
+    """Wraps os.fdatasync and os.fsync: calls on a file whose path contains ``match`` are counted, and while the
+    gate is closed they wait (``entered`` is set once one does); ``fail`` makes them raise EIO instead."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch, match: str, suffix: str = ".log", delay: float = 0.0) -> None:
+        self.match = match
+        self.suffix = suffix
+        self.delay = delay
+        self.open = threading.Event()
+        self.open.set()
+        self.entered = threading.Event()
+        self.calls = 0
+        self.inside = 0
+        self.most_inside = 0
+        self.fail = False
+        self.barrier: threading.Barrier | None = None
+        self._lock = threading.Lock()
+        for name in ("fdatasync", "fsync"):
+            monkeypatch.setattr(os, name, self._wrap(getattr(os, name)))
+
+    def _wrap(self, real):
+        def wrapper(fd: int) -> None:
+            path = _path_of(fd)
+            if self.match not in path or not path.endswith(self.suffix):
+                return real(fd)
+            with self._lock:
+                self.calls += 1
+                self.inside += 1
+                self.most_inside = max(self.most_inside, self.inside)
+            try:
+                self.entered.set()
+                assert self.open.wait(WAIT), "the test never opened the fsync gate"
+                if self.barrier is not None:
+                    self.barrier.wait(WAIT)
+                if self.delay:
+                    time.sleep(self.delay)  # widens the window in which another fsync may run at once
+                if self.fail:
+                    raise OSError(errno.EIO, "injected fsync failure")
+                return real(fd)
+            finally:
+                with self._lock:
+                    self.inside -= 1
+        return wrapper
+
+    def close(self) -> None:
+        self.entered.clear()
+        self.open.clear()
+
+
+@pytest.fixture
+def store(tmp_path):
+    s = pylog.open(tmp_path / "store", log_cleaner_enable=False)
+    yield s
+    s.close()
+
+
+def _log_dir(store, topic: str, number: int) -> str:
+    return os.path.join(str(store.path), topic, str(number)) + os.sep
+
+
+# ------------------------------------------------------------------------------------------ the pool
+
+
+def test_group_commit_callers_during_a_running_fsync_share_the_next_one(store, monkeypatch):
+    store.create_topic("t")
+    part = store.topic("t").partition(0)
+    part.append_values([b"first"])
+    gate = FsyncGate(monkeypatch, _log_dir(store, "t", 0))
+    gate.close()
+    gc = GroupCommit(threads=2)
+    done: list[tuple[str, list]] = []
+    first_done = threading.Event()
+    gc.submit([part], lambda r: (done.append(("first", r)), first_done.set()))
+    assert gate.entered.wait(WAIT)
+    # The first flush is under way (held in its fsync): what is appended now is not covered by it.
+    all_done = threading.Event()
+    for i in range(10):
+        part.append_values([b"v%d" % i])
+        gc.submit([part], lambda r, i=i: (done.append((f"later-{i}", r)), len(done) == 11 and all_done.set()))
+    assert not first_done.is_set()
+    gate.open.set()
+    assert all_done.wait(WAIT)
+    assert done[0] == ("first", [None])
+    assert sorted(name for name, _ in done[1:]) == sorted(f"later-{i}" for i in range(10))
+    assert all(r == [None] for _, r in done)
+    # Two flushes for eleven callers: the first, and one that started after the ten appends.
+    assert gc.stats()["flushes"] == 2
+    assert gc.stats()["requests"] == 11
+    assert gc.wait_idle(WAIT)
+
+
+def test_group_commit_caller_is_not_answered_by_a_flush_that_started_before_it(store, monkeypatch):
+    store.create_topic("t")
+    part = store.topic("t").partition(0)
+    part.append_values([b"a"])
+    gate = FsyncGate(monkeypatch, _log_dir(store, "t", 0))
+    gate.close()
+    gc = GroupCommit(threads=4)
+    first, second = threading.Event(), threading.Event()
+    gc.submit([part], lambda r: first.set())
+    assert gate.entered.wait(WAIT)
+    part.append_values([b"b"])
+    gc.submit([part], lambda r: second.set())
+    calls_before = gate.calls
+    gate.open.set()
+    assert first.wait(WAIT) and second.wait(WAIT)
+    # The second caller needed an fsync of its own, started after its append (never one already under way).
+    assert gate.calls > calls_before
+    assert gc.stats()["flushes"] == 2
+
+
+def test_group_commit_flushes_partitions_in_parallel(store, monkeypatch):
+    store.create_topic("t", partitions=4)
+    parts = [store.topic("t").partition(i) for i in range(4)]
+    for p in parts:
+        p.append_values([b"x"])
+    gate = FsyncGate(monkeypatch, os.path.join(str(store.path), "t") + os.sep)
+    # Every fsync waits until four are under way at once: flushes one after another would break the barrier.
+    gate.barrier = threading.Barrier(4)
+    results = GroupCommit(threads=4).sync(parts, timeout=WAIT + 5)
+    assert results == [None] * 4
+    assert gate.most_inside == 4
+
+
+def test_group_commit_failed_fsync_fails_only_that_partitions_callers(store, monkeypatch):
+    store.create_topic("t", partitions=2)
+    bad, good = store.topic("t").partition(0), store.topic("t").partition(1)
+    bad.append_values([b"x"])
+    good.append_values([b"y"])
+    gate = FsyncGate(monkeypatch, _log_dir(store, "t", 0))
+    gate.fail = True
+    results = GroupCommit(threads=2).sync([bad, good], timeout=WAIT)
+    assert isinstance(results[0], StorageError) and "I/O error" in str(results[0])
+    assert results[1] is None
+    # The partition refuses work from then on (an fsync failure is never forgotten), and says so to later callers.
+    with pytest.raises(LogFailedError):
+        bad.append_values([b"z"])
+    assert isinstance(GroupCommit(threads=1).sync([bad], timeout=WAIT)[0], LogFailedError)
+
+
+def test_group_commit_forgets_idle_partitions(store):
+    store.create_topic("t", partitions=50)
+    parts = [store.topic("t").partition(i) for i in range(50)]
+    for p in parts:
+        p.append_values([b"x"])
+    gc = GroupCommit(threads=3)
+    assert gc.sync(parts, timeout=WAIT) == [None] * 50
+    assert gc.wait_idle(WAIT)
+    assert gc.stats() == {"flushes": 50, "requests": 1, "requested": 50}
+    assert gc.sync([], timeout=WAIT) == []
+
+
+# ------------------------------------------------------------------------------------------ pylog serve
+
+
+def _produce(sock: socket.socket, corr: int, topic: str, values: list[bytes], acks: int = -1) -> None:
+    body = {"transactional_id": None, "acks": acks, "timeout_ms": 5000,
+            "topic_data": [{"name": topic, "partition_data": [{"index": 0, "records": kafka_batch(values)}]}]}
+    sock.sendall(encode_request(0, 7, corr, "group-commit", body))
+
+
+def _answer(sock: socket.socket) -> tuple[int, dict]:
+    frame = recv_frame(sock)
+    assert frame is not None, "the server closed the connection"
+    return parse_response(0, 7, frame)
+
+
+@contextlib.contextmanager
+def _warm_connection(store, monkeypatch, acks: int = -1):
+    """A server on ``store`` and a connection that produced one record to ``t``-0 (so the partition is open, its
+    files made, before the gate), then an :class:`FsyncGate` on that partition's log: (server, socket, gate)."""
+    with pylog.serve(store, port=0, auto_create_topics=False, shutdown_timeout_s=5) as srv:
+        with socket.create_connection((srv.host, srv.port), timeout=WAIT) as s:
+            _produce(s, 1, "t", [b"warm-up"], acks=acks)
+            assert _answer(s)[1]["responses"][0]["partition_responses"][0]["error_code"] == 0
+            yield srv, s, FsyncGate(monkeypatch, _log_dir(store, "t", 0))
+
+
+def test_group_commit_server_answers_acks_all_only_after_the_fsync(store, monkeypatch):
+    store.create_topic("t")
+    with _warm_connection(store, monkeypatch) as (srv, s, gate):
+        gate.close()
+        _produce(s, 2, "t", [b"must be durable"])
+        assert gate.entered.wait(WAIT), "acks=all made no fsync of the partition"
+        # The fsync is held: the answer must not have left (the appended record is readable meanwhile).
+        assert select.select([s], [], [], 0.5)[0] == [], "acks=all was answered before its fsync returned"
+        assert store.topic("t").partition(0).log_end_offset == 2
+        gate.open.set()
+        corr, body = _answer(s)
+        entry = body["responses"][0]["partition_responses"][0]
+        assert (corr, entry["error_code"], entry["base_offset"]) == (2, 0, 1)
+
+
+def test_group_commit_server_pipelined_requests_see_earlier_appends_and_are_answered_in_order(store, monkeypatch):
+    store.create_topic("t")
+    with _warm_connection(store, monkeypatch) as (srv, s, gate):
+        gate.close()
+        _produce(s, 2, "t", [b"held", b"in its fsync"])  # acks=all: its answer waits for the fsync
+        assert gate.entered.wait(WAIT)
+        # Pipelined behind it: an acks=1 produce and a ListOffsets for the log end, on the same connection.
+        _produce(s, 3, "t", [b"acks=1"], acks=1)
+        s.sendall(encode_request(2, 5, 4, "group-commit", {
+            "replica_id": -1, "isolation_level": 0,
+            "topics": [{"name": "t", "partitions": [{"partition_index": 0, "current_leader_epoch": -1,
+                                                       "timestamp": -1}]}]}))
+        wait_until(lambda: store.topic("t").partition(0).log_end_offset == 4, timeout=WAIT,
+                   what="the pipelined append")
+        # Nothing may overtake the held answer.
+        assert select.select([s], [], [], 0.5)[0] == [], "a later request was answered before the held one"
+        gate.open.set()
+        corr, body = _answer(s)
+        assert (corr, body["responses"][0]["partition_responses"][0]["base_offset"]) == (2, 1)
+        corr, body = _answer(s)
+        assert (corr, body["responses"][0]["partition_responses"][0]["base_offset"]) == (3, 3)
+        frame = recv_frame(s)
+        assert frame is not None
+        corr, body = parse_response(2, 5, frame)
+        # The ListOffsets saw both appends before it (the log end after the acks=1 produce).
+        assert (corr, body["topics"][0]["partitions"][0]["offset"]) == (4, 4)
+
+
+def test_group_commit_server_flush_messages_fsyncs_before_an_acks_1_answer(store, monkeypatch):
+    store.create_topic("t", config={"flush.messages": 1})
+    with _warm_connection(store, monkeypatch, acks=1) as (srv, s, gate):
+        gate.close()
+        _produce(s, 2, "t", [b"flushed per the topic"], acks=1)
+        assert gate.entered.wait(WAIT), "flush.messages=1 made no fsync"
+        assert select.select([s], [], [], 0.5)[0] == [], "answered before the fsync flush.messages asks for"
+        gate.open.set()
+        corr, body = _answer(s)
+        assert (corr, body["responses"][0]["partition_responses"][0]["error_code"]) == (2, 0)
+        # acks=1 requests are not counted as acks=all ones.
+        assert srv.stats()["acks_all_requests"] == 0
+
+
+def test_group_commit_server_answers_a_failed_fsync_with_an_error(store, monkeypatch):
+    store.create_topic("t")
+    with _warm_connection(store, monkeypatch) as (srv, s, gate):
+        gate.fail = True
+        _produce(s, 2, "t", [b"not durable"])
+        entry = _answer(s)[1]["responses"][0]["partition_responses"][0]
+        assert entry["error_code"] == 56  # KAFKA_STORAGE_ERROR: the record may be lost
+        assert entry["base_offset"] == -1
+
+
+def test_group_commit_server_shares_fsyncs_across_requests_and_connections(store, monkeypatch):
+    store.create_topic("t")
+    with pylog.serve(store, port=0, auto_create_topics=False, shutdown_timeout_s=5) as srv:
+        socks = [socket.create_connection((srv.host, srv.port), timeout=WAIT) for _ in range(4)]
+        try:
+            for s in socks:
+                _produce(s, 1, "t", [b"warm-up"])
+                _answer(s)
+            before = srv.stats()
+            gate = FsyncGate(monkeypatch, _log_dir(store, "t", 0))
+            gate.close()
+            _produce(socks[0], 2, "t", [b"held"])
+            assert gate.entered.wait(WAIT)
+            # While that fsync is held: five pipelined requests on each connection, 20 in all.
+            for s in socks:
+                for corr in range(3, 8):
+                    _produce(s, corr, "t", [b"c%d" % corr])
+            # Appended while the fsync is held (appends do not wait for a partition's fsync).
+            part = store.topic("t").partition(0)
+            wait_until(lambda: part.log_end_offset == 4 + 1 + 20, timeout=WAIT, what="the 20 appends")
+            gate.open.set()
+            answers = [_answer(socks[0])] + [_answer(s) for s in socks for _ in range(5)]
+            assert [c for c, _ in answers] == [2] + [c for _ in socks for c in range(3, 8)]
+            assert all(b["responses"][0]["partition_responses"][0]["error_code"] == 0 for _, b in answers)
+            after = srv.stats()
+            calls = gate.calls
+        finally:
+            for s in socks:
+                s.close()
+    requests = after["acks_all_requests"] - before["acks_all_requests"]
+    fsyncs = after["group_commit_fsyncs"] - before["group_commit_fsyncs"]
+    assert requests == 21
+    # One flush for the held request, then one (or a few, as the appends arrived) for the twenty behind it.
+    assert 2 <= fsyncs < 21
+    assert calls == fsyncs  # each one fsync of the partition's log
+
+
+# ------------------------------------------------------------------------------------------ producers, close
+
+
+def test_group_commit_pylog_producer_acks_all_fsyncs_before_completing(store, monkeypatch):
+    store.create_topic("t", partitions=3)
+    gate = FsyncGate(monkeypatch, os.path.join(str(store.path), "t") + os.sep)
+    gate.barrier = threading.Barrier(3)  # the drain's three partitions are flushed at once
+    with store.producer(acks="all", linger_ms=50) as producer:
+        futures = [producer.send("t", b"v%d" % i, partition=i % 3) for i in range(30)]
+        producer.flush(WAIT)
+        assert all(f.get(WAIT).offset >= 0 for f in futures)
+    assert gate.most_inside == 3
+
+
+def test_group_commit_store_close_fsyncs_partitions_in_parallel(tmp_path, monkeypatch):
+    s = pylog.open(tmp_path / "store", log_cleaner_enable=False)
+    s.create_topic("t", partitions=8)
+    for i in range(8):
+        s.topic("t").partition(i).append_values([b"x"])
+    # Every fsync of a file under the topic (logs, indexes, checkpoints, directories) is counted, and made to
+    # last 20 ms: closing the partitions one after another never has two under way at once.
+    gate = FsyncGate(monkeypatch, os.path.join(str(tmp_path / "store"), "t") + os.sep, suffix="", delay=0.02)
+    s.close()
+    assert gate.calls >= 8
+    assert gate.most_inside >= 2
+    monkeypatch.undo()
+    with pylog.open(tmp_path / "store") as again:
+        assert [again.topic("t").partition(i).log_end_offset for i in range(8)] == [1] * 8
