@@ -15,7 +15,8 @@ share ``user=alice``; a ``<default>`` entity gives each user or client id its ow
 
 Invariants:
 - Produce records the request's record bytes, Fetch the response's record bytes, every request (but the long
-  polls: Fetch, JoinGroup, SyncGroup, whose waiting is not work) its handling time in percent-seconds; the
+  polls: Fetch, JoinGroup, SyncGroup, whose waiting is not work) its handling time in percent-seconds (a
+  Produce answered once fsynced: until its handler hands its answer on, the fsync wait not counted); the
   response is then delayed by the largest throttle time of the three, capped at the quota window (Kafka's
   cap), and carries it in ``throttle_time_ms``. Nothing is refused.
 - A request of a (user, client id) with no quota costs a dict lookup (the resolution is cached, bounded); one
@@ -185,12 +186,17 @@ class ServerQuotas:
             time_key = keys[2] if charge_time else None
             # One clock read before (only when the handling time is charged) and one after, shared by the records.
             started = manager.clock() if time_key is not None else 0.0
-            answer = await handler(req, conn)
+            answer: Any = await handler(req, conn)
             byte_key = keys[byte_index] if byte_index >= 0 else None
             if byte_key is None and time_key is None:
                 return answer  # nothing measured: a pending Produce answer goes to the connection as it is
-            # A Produce answered once fsynced (pylog.server.connection): its answer is what gets delayed.
-            resp = await answer if isinstance(answer, asyncio.Future) else answer
+            # A Produce answered once fsynced (pylog.server.connection) returns its answer pending: it is measured
+            # now (its bytes are the request's; its handling time ends here, the fsync wait is not work, as Kafka
+            # does not charge purgatory), and handed on pending unless delayed, so the connection keeps pipelining.
+            if isinstance(answer, asyncio.Future) and byte_index != 0:
+                answer = await answer  # only a Produce's answer stays pending (its bytes are the request's)
+            pending: asyncio.Future[dict] | None = answer if isinstance(answer, asyncio.Future) else None
+            resp: dict | None = answer if pending is None else None
             now = manager.clock()
             delay = 0.0
             if byte_key is not None and (resp is not None or byte_index == 0):
@@ -199,11 +205,14 @@ class ServerQuotas:
                 time_delay = manager.record(time_key, REQUEST, (now - started) * 100.0, now)
                 if time_delay > delay:
                     delay = time_delay
-            if delay > 0:
-                delay = min(delay, max_delay)
-                if resp is not None and "throttle_time_ms" in resp:
-                    resp["throttle_time_ms"] = int(delay * 1000)
-                await asyncio.sleep(delay)  # Kafka delays the response (the client waits on it)
+            if delay <= 0:
+                return answer
+            if pending is not None:
+                resp = await pending
+            delay = min(delay, max_delay)
+            if resp is not None and "throttle_time_ms" in resp:
+                resp["throttle_time_ms"] = int(delay * 1000)
+            await asyncio.sleep(delay)  # Kafka delays the response (the client waits on it, this connection too)
             return resp
         return throttled
 
