@@ -496,7 +496,7 @@ def tail_reader(root: str, n: int, repeat: int) -> None:
                 if previous:
                     seg = rp.segments[-1]
                     seg._oindex = seg._tindex = None
-                    seg._tail, seg._recent = ([], []), {}
+                    seg._tail.forget()
                 assert len(rp.read_columns(pos)) == 1
                 pos += 1
                 if previous:

@@ -77,8 +77,9 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
     _s("max.message.bytes", "int", 1048588, "Largest record batch a partition accepts (bytes).", minimum=64,
        maximum=INT_MAX),
     _s("compression.type", "str", "producer",
-       "Codec for stored batches: none/uncompressed, lz4, or producer (keep what the writer chose).",
-       choices=("producer", "none", "uncompressed", "lz4")),
+       "Codec for stored batches: none/uncompressed, lz4, or producer (keep what the writer chose); Kafka's "
+       "gzip, snappy and zstd are accepted and stored as lz4, pylog's one codec.",
+       choices=("producer", "none", "uncompressed", "lz4", "gzip", "snappy", "zstd")),
     _s("flush.messages", "int", LONG_MAX, "fsync after this many records; 1 makes every append durable.", minimum=1),
     _s("flush.ms", "int", LONG_MAX, "fsync when this long has passed since the last fsync (ms), checked on append.",
        minimum=0),
@@ -111,8 +112,6 @@ STORE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
     _s("offsets.topic.segment.bytes", "int", 16 * 1024 * 1024, "segment.bytes of __consumer_offsets, used when "
        "the first consumer group creates it (small, so compaction keeps it short).", minimum=1024),
 ]}
-
-_UNSUPPORTED_CODECS = {"gzip", "snappy", "zstd"}
 
 
 def parse_value(setting: Setting, value: Any) -> Any:
@@ -171,9 +170,7 @@ def parse_value(setting: Setting, value: Any) -> Any:
         items = value if isinstance(value, tuple) else (value,)
         for item in items:
             if item not in setting.choices:
-                extra = " (not supported by pylog)" if item in _UNSUPPORTED_CODECS else ""
-                raise InvalidConfigError(
-                    f"{name}: {item!r}{extra} is not one of {', '.join(setting.choices)}")
+                raise InvalidConfigError(f"{name}: {item!r} is not one of {', '.join(setting.choices)}")
     return value
 
 

@@ -21,6 +21,7 @@ Invariants:
 from __future__ import annotations
 
 import builtins
+import contextlib
 import fcntl
 import json
 import logging
@@ -262,27 +263,23 @@ class Store:
         self._check_not_internal(name, "deleted")
         with self._lock:
             topic = self.topic(name)
-            held, locked_here = [], []
-            try:
-                for p in topic.partitions:
-                    p.maintenance_lock.acquire()  # waits for a cleaning or retention pass under way
-                    held.append(p)
-                    if p.lock_for_discard():
-                        locked_here.append(p)
-                doomed = os.path.join(self.path, deleting_name(name, uuid.uuid4().hex))
-                with write_faults(f"deleting topic {name!r}", "the topic was not deleted"):
-                    os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
-            except BaseException:
-                for p in locked_here:
-                    p.unlock_discard()
-                raise
-            else:
+            locked_here = []
+            with contextlib.ExitStack() as held:
+                try:
+                    for p in topic.partitions:
+                        # waits for a cleaning or retention pass under way, then takes the writer lock
+                        if held.enter_context(p.held_for_discard()):
+                            locked_here.append(p)
+                    doomed = os.path.join(self.path, deleting_name(name, uuid.uuid4().hex))
+                    with write_faults(f"deleting topic {name!r}", "the topic was not deleted"):
+                        os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
+                except BaseException:
+                    for p in locked_here:
+                        p.unlock_discard()
+                    raise
                 fsync_dir(self.path)
                 topic.close(discard=True)
                 self._topics.pop(name, None)
-            finally:
-                for p in held:
-                    p.maintenance_lock.release()
             shutil.rmtree(doomed, ignore_errors=True)
 
     def alter_topic_config(self, name: str, changes: Mapping[str, Any],
@@ -726,7 +723,7 @@ def _maintain(p: Partition, work: Callable[..., _T], *args: Any, **kwargs: Any) 
     (:attr:`Partition.transient`) is handed back afterwards."""
     if not p.transient:
         return work(*args, **kwargs)
-    with p.maintenance_lock:
+    with p.writer_turn():
         try:
             return work(*args, **kwargs)
         finally:

@@ -18,10 +18,13 @@ class TopicPartition(NamedTuple):
 
 
 class OffsetAndMetadata(NamedTuple):
-    """A committed offset (the next record to consume) with free-form metadata."""
+    """A committed offset (the next record to consume) with free-form metadata, and the leader epoch of the
+    record before it when a Kafka client committed it (Kafka's ``committedLeaderEpoch``; -1: unknown, what
+    pylog's own consumers commit)."""
 
     offset: int
     metadata: str = ""
+    leader_epoch: int = -1
 
 
 class RecordMetadata(NamedTuple):

@@ -17,8 +17,9 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pylog
-from pylog.maintenance import compaction
+from pylog.errors import LogFailedError
 from pylog.storage import swap
+from pylog.storage.filenames import segment_path
 from pylog.maintenance.compaction import OffsetMap, clean_partition, key_digests, read_cleaner_checkpoint
 
 DAY = 86_400_000
@@ -320,8 +321,8 @@ def test_an_interrupted_swap_is_rolled_back_or_forward(tmp_path, monkeypatch, ph
         # replaces are unlinked.
         real_roll(directory, groups[:1])
         new_base = next(new for new, _ in groups[1:] if new >= 0)
-        src = compaction.segment_path(directory, new_base, ".log.swap")
-        os.replace(src, compaction.segment_path(directory, new_base, ".log"))
+        src = segment_path(directory, new_base, ".log.swap")
+        os.replace(src, segment_path(directory, new_base, ".log"))
         raise Crash
 
     monkeypatch.setattr(swap, "write_manifest", write_manifest)
@@ -353,6 +354,39 @@ def test_an_interrupted_swap_is_rolled_back_or_forward(tmp_path, monkeypatch, ph
         assert p2.check() == []
         store2.compact(TOPIC)
         assert {k: (o, v) for o, k, v in [(x.offset, x.key, x.value) for x in _all(p2)] if k != b"zz"} == latest
+
+
+def test_a_swap_failing_past_its_commit_point_fails_the_partition_until_reopened(tmp_path, monkeypatch):
+    """Partition.swap_in owns failure marking: past the manifest, files and view may disagree, so the
+    partition refuses work (LogFailedError) until the store is reopened, whose writer open rolls the swap
+    forward; every key's latest record survives."""
+    store, p, latest = _prepare(tmp_path)
+    real_roll = swap.roll_forward
+
+    class Broken(Exception):
+        pass
+
+    def roll_forward(directory, groups):
+        raise Broken("renaming the cleaned segments in broke")
+
+    monkeypatch.setattr(swap, "roll_forward", roll_forward)
+    with pytest.raises(Broken):
+        store.compact(TOPIC)
+    monkeypatch.setattr(swap, "roll_forward", real_roll)
+    assert os.path.exists(os.path.join(p.directory, "cleaner.swap"))  # committed, not rolled forward
+    with pytest.raises(LogFailedError, match="after its commit point"):
+        p.append_values([b"z"], keys=[b"zz"])
+    p.abandon()
+    store.abandon()
+    with _store(tmp_path) as store2:
+        p2 = store2.topic(TOPIC).partition(0)
+        p2.append_values([b"z"], keys=[b"zz"])  # becoming the writer rolls the swap forward
+        names = os.listdir(p2.directory)
+        assert "cleaner.swap" not in names and not [n for n in names if ".cleaned" in n or ".swap" in n], names
+        got = {x.key: (x.offset, x.value) for x in _all(p2)}
+        assert all(got[k] == v for k, v in latest.items())
+        offs = [x.offset for x in _all(p2)]
+        assert offs == sorted(set(offs))
 
 
 def test_damaged_cleaner_checkpoint_only_restarts_cleaning(tmp_path):

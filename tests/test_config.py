@@ -31,7 +31,7 @@ def test_overrides_beat_store_defaults_and_strings_parse():
     {"segment.bytes": "big"},
     {"segment.bytes": True},
     {"cleanup.policy": "shred"},
-    {"compression.type": "zstd"},
+    {"compression.type": "brotli"},
     {"min.cleanable.dirty.ratio": 2},
     {"message.timestamp.type": "Now"},
     {"min.compaction.lag.ms": 10, "max.compaction.lag.ms": 5},

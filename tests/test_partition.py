@@ -428,7 +428,7 @@ def test_topic_name_rules(store):
     {"segment.bytes": True},
     {"segment.bytes": 1.5},
     {"index.interval.bytes": -1},
-    {"compression.type": "gzip"},
+    {"compression.type": "brotli"},
     {"compression.type": 1},
     {"cleanup.policy": "bogus"},
     {"cleanup.policy": ""},
@@ -461,7 +461,7 @@ _INTERNAL_EXCEPTIONS = {
     "pylog.errors.CleanerStoppedError",   # a cleaning cut short by closing; the cleaner thread catches it
     # Still defined outside pylog/errors.py: their modules (storage/index.py, storage/segment.py) are being split.
     "pylog.storage.index.IndexError_",              # a failed index check; the segment rebuilds the index
-    "pylog.storage.segment.SegmentReplacedError",   # a FileNotFoundError: the partition's readers retry on it
+    "pylog.storage.segment_file.SegmentReplacedError", # a FileNotFoundError: the partition's readers retry on it
 }
 #: Public errors exported from the ``pylog.spark`` subpackage rather than from ``pylog``.
 _SPARK_EXCEPTIONS = {"pylog.errors.InvalidOptionError", "pylog.errors.DataLossError"}

@@ -110,7 +110,7 @@ def test_a_producer_waiting_out_its_quota_delay_hands_its_partitions_over(tmp_pa
 
 
 _CROSSING_PRODUCER = """
-    import sys, pylog
+    import contextlib, sys, pylog
     path, mine, theirs, pass_under_way = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "pass"
     store = pylog.open(path, log_cleaner_enable=False)
     producer = store.producer(linger_ms=0)
@@ -118,13 +118,13 @@ _CROSSING_PRODUCER = """
     print("holding", flush=True)
     sys.stdin.readline()
     part = store.topic("t").partition(mine)
+    under_way = contextlib.ExitStack()
     if pass_under_way:  # a retention or compaction pass of the partition it holds, until told
-        part.maintenance_lock.acquire()
+        under_way.enter_context(part.maintenance_pass())
     meta = producer.send("t", b"second", partition=theirs).get(60)  # a hang guard only
     print("sent", meta.partition, meta.offset, part.is_writer, flush=True)
     sys.stdin.readline()
-    if pass_under_way:
-        part.maintenance_lock.release()
+    under_way.close()
     producer.close()
     store.close()
     print("done", flush=True)

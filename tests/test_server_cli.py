@@ -115,3 +115,26 @@ def test_a_second_sigterm_does_not_wait_for_a_client_that_stopped_reading(tmp_pa
             proc.wait()
     with pylog.open(path, read_only=True) as store:
         assert store.topic("big").partition(0).log_end_offset == 400
+
+
+def test_num_partitions_flag_sets_the_partition_count_of_auto_created_and_countless_topics(tmp_path):
+    """librdkafka's regression suite assumes a broker whose auto-created topics have 4 partitions (Kafka's
+    ``num.partitions``); CreateTopics with -1 partitions gets the same count."""
+    path = tmp_path / "store"
+    proc, bootstrap = _start(path, "--num-partitions", "4")
+    try:
+        producer = kafka.KafkaProducer(bootstrap_servers=bootstrap)
+        assert producer.partitions_for("auto") == {0, 1, 2, 3}
+        producer.close()
+        admin = kafka.KafkaAdminClient(bootstrap_servers=bootstrap)
+        admin.create_topics([kafka.admin.NewTopic("countless", num_partitions=-1, replication_factor=-1)])
+        admin.close()
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(30) == 0
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    with pylog.open(path, read_only=True) as store:
+        assert store.topic("auto").num_partitions == 4
+        assert store.topic("countless").num_partitions == 4

@@ -122,7 +122,7 @@ def test_a_handover_does_not_wait_for_maintenance_under_way(tmp_path):
         waiter = threading.Thread(target=lambda: b.topic("ev").partition(0).wait_to_write(10_000))
         waiter.start()
         assert _wait_for(pa.handover_wanted)
-        with pa.maintenance_lock:  # a retention or compaction pass of this handle
+        with pa.maintenance_pass():  # a retention or compaction pass of this handle
             done: list = []
             t = threading.Thread(target=lambda: done.append(pa.hand_over()))
             t.start()
@@ -145,7 +145,7 @@ def test_a_send_does_not_wait_for_a_maintenance_pass_on_another_partition_its_pr
             pb.send("ev", b"b0", partition=1).get(30)  # pb hands partition 1 over when asked
             p0 = a.topic("ev").partition(0)
             assert p0.is_writer and b.topic("ev").partition(1).is_writer
-            with p0.maintenance_lock:  # a pass of partition 0 in store a
+            with p0.maintenance_pass():  # a pass of partition 0 in store a
                 meta = pa.send("ev", b"a1", partition=1).get(30)
                 assert p0.is_writer  # not let go of while its pass is under way
             assert (meta.partition, meta.offset) == (1, 1)
@@ -165,7 +165,7 @@ def test_a_producer_waiting_for_a_partition_lets_go_of_another_as_soon_as_its_pa
             p0 = a.topic("ev").partition(0)
             q0, q1 = b.topic("ev").partition(0), b.topic("ev").partition(1)
             q1.wait_to_write(10_000)  # held by b, which does not hand over on its own
-            with p0.maintenance_lock:  # a pass of partition 0 in store a
+            with p0.maintenance_pass():  # a pass of partition 0 in store a
                 future = pa.send("ev", b"a1", partition=1)
                 assert _wait_for(q1.handover_wanted)  # pa waits for partition 1...
                 assert p0.is_writer  # ...still holding partition 0, whose pass is under way

@@ -63,6 +63,9 @@ def register(sub: Any) -> None:
     s.add_argument("--no-auto-create-topics", action="store_true",
                    help="a Metadata request naming a missing topic gets UNKNOWN_TOPIC_OR_PARTITION instead of "
                         "creating it")
+    s.add_argument("--num-partitions", type=positive, metavar="N",
+                   help="partitions of a topic created without a count: auto-created, or by CreateTopics with -1 "
+                        "(Kafka's num.partitions; default: the store's num.partitions setting, 1)")
     s.add_argument("--max-request-bytes", type=positive, default=100 * 1024 * 1024, metavar="N",
                    help="largest request accepted (default 100 MiB); larger ones close the connection")
     s.add_argument("--max-partitions-per-topic", type=positive, default=10_000, metavar="N",
@@ -109,7 +112,8 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
         "host": args.host, "port": args.port, "advertised_host": args.advertised_host,
         "advertised_port": args.advertised_port, "auto_create_topics": not args.no_auto_create_topics,
         "max_request_bytes": args.max_request_bytes, "max_partitions_per_topic": args.max_partitions_per_topic,
-        "connections_max_idle_ms": args.connections_max_idle_ms, "authorizer": args.authorizer,
+        "connections_max_idle_ms": args.connections_max_idle_ms, "num_partitions": args.num_partitions,
+        "authorizer": args.authorizer,
         "super_users": args.super_users, "allow_everyone_if_no_acl_found": args.allow_everyone_if_no_acl_found,
         "connection_failed_authentication_delay_ms": args.connection_failed_authentication_delay_ms,
         "connection_failed_authentication_delay_max_ms": args.connection_failed_authentication_delay_max_ms,

@@ -84,6 +84,7 @@ _OFFSET_MAX = (1 << 63) - 1
 #: group and relies on reading them back. A negative commit is no position (see :func:`valid_position`).
 _OFFSET_MIN = -(1 << 63)
 _PARTITION_MAX = (1 << 31) - 1
+_EPOCH_MAX = (1 << 31) - 1
 
 
 def _group_dirname(group_id: str, store_path: str) -> str:
@@ -142,8 +143,8 @@ def offset_key(group: str, tp: TopicPartition) -> bytes:
 
 def offset_value(om: OffsetAndMetadata, generation: int, member_id: str) -> bytes:
     """The value of a commit of ``om`` in the offsets topic, stamped now (read back by :func:`decode_commit`)."""
-    return msgpack.packb([_FORMAT_VERSION, om.offset, om.metadata, int(time.time() * 1000), generation, member_id],
-                         use_bin_type=True)
+    return msgpack.packb([_FORMAT_VERSION, om.offset, om.metadata, int(time.time() * 1000), generation, member_id,
+                          om.leader_epoch], use_bin_type=True)
 
 
 def decode_commit(key: bytes | None,
@@ -164,7 +165,9 @@ def decode_commit(key: bytes | None,
         if not (type(v) is list and len(v) >= 3 and v[0] == _FORMAT_VERSION
                 and _in_range(v[1], _OFFSET_MAX, _OFFSET_MIN) and type(v[2]) is str):
             return None
-        return (k[1], k[2], k[3]), OffsetAndMetadata(v[1], v[2])
+        # The leader epoch (7th element) is optional: commits written before it was kept have 6 elements.
+        epoch = v[6] if len(v) >= 7 and _in_range(v[6], _EPOCH_MAX, -1) else -1
+        return (k[1], k[2], k[3]), OffsetAndMetadata(v[1], v[2], epoch)
     except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException):
         return None
 
@@ -233,7 +236,7 @@ class CommittedOffsets:
         keys = [offset_key(group_id, tp) for tp in offsets]
         values = [offset_value(om, generation, member_id) for om in offsets.values()]
         p = self.partition_for(group_id)
-        with p.maintenance_lock:
+        with p.writer_turn():
             try:
                 p.wait_to_write(timeout_ms)
             except PartitionLockedError:
@@ -254,7 +257,7 @@ class CommittedOffsets:
         if committed:
             p = self.partition_for(group_id)
             keys = [offset_key(group_id, tp) for tp in committed]
-            with p.maintenance_lock:
+            with p.writer_turn():
                 if not p.try_become_writer():
                     raise PartitionLockedError(f"{p.topic}-{p.number} is being written; try again")
                 try:

@@ -232,7 +232,7 @@ class Cleaner:
                 work(p)
                 return
             # Written in turn by many handles: maintain it only while nobody else writes, then let go.
-            with p.maintenance_lock:
+            with p.writer_turn():
                 held = p.is_writer
                 if not held:
                     try:

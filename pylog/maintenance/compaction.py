@@ -19,13 +19,13 @@ One cleaning of a partition (:func:`clean_partition`):
    ``delete.retention.ms`` ago, or when it has no key. Kept records keep their offsets, order,
    timestamps, headers and their batch's attributes and producer fields; a batch that loses nothing is
    copied byte for byte.
-4. **Swap.** For each group: write ``<base>.log.cleaned`` (+ sealed indexes), fsync, rename the files to
-   ``.swap``, then commit by writing the swap manifest (``cleaner.swap``: the group's base and the old
-   segments it replaces); rename ``.swap`` over the live name, unlink the old segments, remove the
-   manifest. :func:`pylog.storage.swap.finish_interrupted_swap` runs when a writer opens the partition:
-   with a manifest it rolls the swap forward, without one it deletes ``.cleaned``/``.swap`` leftovers
-   (rolls back). Either way every offset is held exactly once. The manifest and that recovery live in
-   the storage layer (:mod:`pylog.storage.swap`), which the partition uses without importing this module.
+4. **Swap.** For each group: write ``<base>.log.cleaned`` (+ sealed indexes) and fsync its log; then
+   hand every group of the pass to :meth:`Partition.swap_in <pylog.storage.partition.Partition.swap_in>`
+   (Kafka's ``replaceSegments``), which swaps them in with one commit under the partition's own locks
+   and marks the partition failed if that breaks past the commit point. The numbered crash-safety
+   protocol, the manifest and the recovery of an interrupted swap are the storage layer's
+   (:mod:`pylog.storage.swap`); this module only writes ``.cleaned`` files (and its cleaner checkpoint)
+   and has unfinished ones removed by :meth:`Partition.remove_swap_leftovers`.
 
 Invariants:
 - For every key, at least its latest record below the uncleanable offset survives; offsets are a
@@ -52,9 +52,8 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ..errors import CleanerStoppedError, CorruptRecordError, PylogError
-from ..storage import swap
-from ..storage.fileio import fsync_dir, read_checked, write_checked
-from ..storage.filenames import CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE, SWAP_MANIFEST_FILE, SWAP_SUFFIX, segment_path
+from ..storage.fileio import read_checked, write_checked
+from ..storage.filenames import CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE
 from ..storage.index import OffsetIndex
 from ..storage.records import BatchView, encode_parts, now_ms
 from ..storage.segment import Segment
@@ -521,8 +520,8 @@ def clean_partition(partition: "Partition", buffer_bytes: int, now: int | None =
                     should_stop: Callable[[], bool] | None = None) -> CleanResult:
     """Compact one partition if its dirty ratio (or ``max.compaction.lag.ms``, or ``force``) calls for it.
 
-    Makes this handle the partition's writer. Holds the partition's maintenance lock throughout and its
-    append lock only while swapping files. ``now`` (ms) is injectable for tests.
+    Makes this handle the partition's writer. Runs as one :meth:`Partition.maintenance_pass`; the partition's
+    append lock is held only inside :meth:`Partition.swap_in`. ``now`` (ms) is injectable for tests.
     :raises CleanerStoppedError: when ``should_stop`` turned true mid-way (nothing half-done is left).
     """
     t0 = time.monotonic()
@@ -531,12 +530,12 @@ def clean_partition(partition: "Partition", buffer_bytes: int, now: int | None =
     if not partition.config.compact:
         result.skipped = "cleanup.policy does not include compact"
         return result
-    with partition.maintenance_lock:
+    with partition.maintenance_pass():
         partition.ensure_writer()
         # The cleaner checkpoint's first-dirty offset must never run ahead of durable data: a power cut that
         # took an unsynced segment would let new records reuse offsets the checkpoint calls clean.
         partition.sync_rolled()
-        swap.remove_leftovers(partition.directory)
+        partition.remove_swap_leftovers()
         rng = cleanable_range(partition, now)
         result.first_dirty_offset = rng.first_dirty
         result.dirty_ratio = rng.dirty_ratio
@@ -622,10 +621,10 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
             if empty is not None:
                 done.append((old, empty))
     except BaseException:
-        swap.remove_leftovers(directory)
+        partition.remove_swap_leftovers()
         raise
     if done:
-        _swap(partition, done, index_args)
+        partition.swap_in(done)  # the whole numbered protocol of pylog.storage.swap, under the partition's locks
     _write_cleaner_checkpoint(directory, ccp)
     result.cleaned_up_to = end
     return end
@@ -725,33 +724,3 @@ def _clean_block(block: list[_Batch], out: Segment, omap: OffsetMap, kept_offset
         out.append(hdr, parts, hdr.max_timestamp)
         result.records_written += kept
         result.bytes_written += hdr.size
-
-
-def _swap(partition: "Partition", done: list[tuple[list[Segment], bool]], index_args: tuple[int, int]) -> None:
-    """Swap every cleaned group of a pass in, with one commit (the manifest)."""
-    directory = partition.directory
-    groups: swap.Swap = []
-    for old, empty in done:
-        base = old[0].base_offset
-        if not empty:
-            for suffix in swap.SEGMENT_SUFFIXES:
-                os.replace(segment_path(directory, base, suffix + CLEANED_SUFFIX),
-                           segment_path(directory, base, suffix + SWAP_SUFFIX))
-        groups.append((-1 if empty else base, [s.base_offset for s in old]))
-    fsync_dir(directory)
-    swap.write_manifest(directory, groups)  # the commit point
-    try:
-        with partition.append_lock:
-            # before any name points at a new file
-            generation = partition.bump_swap_generation([s for old, _ in done for s in old])
-            swap.roll_forward(directory, groups)
-            for (old, empty), (new_base, _) in zip(done, groups, strict=True):
-                partition.replace_segments(old, None if empty else Segment.open(directory, new_base, *index_args,
-                                                                                generation=generation))
-        os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
-        fsync_dir(directory)
-    except BaseException as exc:
-        # Past the commit point the files and the in-memory view may disagree: refuse work until the
-        # store is reopened, whose writer open rolls the swap forward from the manifest.
-        partition.mark_failed(f"compaction swap failed after its commit point: {exc!r}")
-        raise

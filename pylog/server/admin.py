@@ -35,6 +35,8 @@ from ..structs import TopicPartition
 from ..storage.filenames import is_internal_topic, topic_name_problem
 from .coordinator import DEAD, EMPTY
 from .errormap import code_for
+from .authorizer import CLUSTER_NAME
+from .operations import CLUSTER, NOT_REQUESTED
 from .limits import check_client_config
 from .protocol import REFUSED_APIS, error_response
 from .protocol import codes as E
@@ -63,6 +65,9 @@ BROKER_SYNONYMS = {
     "message.timestamp.type": "log.message.timestamp.type",
 }
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
+#: Topic configs Kafka 3.x accepts and ignores (``message.format.version`` has no effect since 3.0's
+#: inter-broker protocol): accepted and dropped here too, so that clients setting them work (librdkafka 0092).
+IGNORED_TOPIC_CONFIGS = frozenset({"message.format.version"})
 #: IncrementalAlterConfigs operations.
 OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
@@ -97,7 +102,7 @@ class AdminHandlers:
                     return _fail(out, E.INVALID_REQUEST, "give either num_partitions or assignments, not both")
                 n = len(t["assignments"])
             if n == -1:
-                n = store.settings["num.partitions"]
+                n = self.s.default_partitions()
             if rf not in (-1, 1):
                 return _fail(out, E.INVALID_REPLICATION_FACTOR,
                              f"replication factor {rf}: a pylog store keeps one copy (use 1 or -1)")
@@ -107,7 +112,7 @@ class AdminHandlers:
             if n > cap:
                 return _fail(out, E.INVALID_PARTITIONS, f"{n} partitions: this server creates at most {cap} per "
                              "topic (max_partitions_per_topic)")
-            config = {c["name"]: c["value"] for c in t["configs"] or []}
+            config = {c["name"]: c["value"] for c in t["configs"] or [] if c["name"] not in IGNORED_TOPIC_CONFIGS}
             problem = topic_name_problem(name)
             if problem is not None:
                 return _fail(out, E.INVALID_TOPIC_EXCEPTION, problem)
@@ -275,7 +280,8 @@ class AdminHandlers:
             # AlterConfigs replaces the whole set of overrides (Kafka's non-incremental semantics): keys not
             # given return to their defaults.
             topic = store.topic(rname)
-            wanted = {c["name"]: c["value"] for c in r["configs"] or [] if c["value"] is not None}
+            wanted = {c["name"]: c["value"] for c in r["configs"] or []
+                      if c["value"] is not None and c["name"] not in IGNORED_TOPIC_CONFIGS}
             check_client_config(wanted)
             new = TopicConfig(wanted, store.defaults)
             if not validate_only:
@@ -334,6 +340,8 @@ class AdminHandlers:
                 if key in seen:  # Kafka refuses a key named twice in one resource
                     return _fail(out, E.INVALID_REQUEST, f"{key!r} is given more than once")
                 seen.add(key)
+                if key in IGNORED_TOPIC_CONFIGS:
+                    continue
                 setting = SETTINGS.get(key)
                 if setting is None:
                     return _fail(out, E.INVALID_CONFIG, f"unknown topic config {key!r}")
@@ -372,7 +380,8 @@ class AdminHandlers:
         return {"throttle_time_ms": 0, "error_code": E.NONE, "error_message": None,
                 "endpoint_type": req.body.get("endpoint_type", 1), "cluster_id": self.s.cluster_id,
                 "controller_id": 0, "brokers": [{"broker_id": 0, "host": host, "port": port, "rack": None}],
-                "cluster_authorized_operations": -2147483648}
+                "cluster_authorized_operations": self.s.authorized_operations(conn, CLUSTER, CLUSTER_NAME)
+                if req.body.get("include_cluster_authorized_operations") else NOT_REQUESTED}
 
     # ------------------------------------------------------------------ OffsetDelete
 

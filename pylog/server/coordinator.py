@@ -892,12 +892,13 @@ class GroupCoordinator:
             generation, member_id = -1, ""
         generation = -1 if generation is None else int(generation)
         instance_id = request.get("group_instance_id") if version >= 7 else None
-        parts = [(t.get("name"), p.get("partition_index"), p.get("committed_offset"), p.get("committed_metadata"))
+        parts = [(t.get("name"), p.get("partition_index"), p.get("committed_offset"), p.get("committed_metadata"),
+                  p.get("committed_leader_epoch", -1))
                  for t in request.get("topics") or () for p in t.get("partitions") or ()]
 
         def respond(codes: dict[tuple[Any, Any], int] | int) -> dict[str, Any]:
             topics: dict[Any, list[dict[str, Any]]] = {}
-            for topic, partition, _, _ in parts:
+            for topic, partition, *_ in parts:
                 code = codes if isinstance(codes, int) else codes.get((topic, partition), UNKNOWN_SERVER_ERROR)
                 topics.setdefault(topic, []).append({"partition_index": partition, "error_code": code})
             return {"throttle_time_ms": 0,
@@ -941,10 +942,11 @@ class GroupCoordinator:
             return NONE
         return NONE if g.state == EMPTY else UNKNOWN_MEMBER_ID
 
-    def _commit_blocking(self, group_id: str, parts: list[tuple[Any, Any, Any, Any]]) -> dict[tuple[Any, Any], int]:
+    def _commit_blocking(self, group_id: str,
+                         parts: list[tuple[Any, Any, Any, Any, Any]]) -> dict[tuple[Any, Any], int]:
         codes: dict[tuple[Any, Any], int] = {}
         offsets: dict[TopicPartition, OffsetAndMetadata] = {}
-        for topic, partition, offset, metadata in parts:
+        for topic, partition, offset, metadata, epoch in parts:
             key = (topic, partition)
             try:
                 t = self._store.topic(topic)
@@ -956,7 +958,10 @@ class GroupCoordinator:
             elif metadata is not None and len(metadata.encode("utf-8", "surrogatepass")) > self.max_metadata_bytes:
                 codes[key] = OFFSET_METADATA_TOO_LARGE
             else:
-                offsets[TopicPartition(topic, partition)] = OffsetAndMetadata(int(offset), metadata or "")
+                # The leader epoch is kept for the client (its check of a truncated log after a leader change:
+                # KIP-320); pylog's one leader never changes epochs, so nothing here depends on it.
+                epoch = epoch if type(epoch) is int and -1 <= epoch < 1 << 31 else -1
+                offsets[TopicPartition(topic, partition)] = OffsetAndMetadata(int(offset), metadata or "", epoch)
         if offsets:
             try:
                 self._store.commit_offsets(group_id, offsets)
@@ -1018,7 +1023,8 @@ class GroupCoordinator:
             for p in t.get("partition_indexes") or ():
                 om = committed.get(TopicPartition(name, p))  # type: ignore[arg-type]
                 parts.append({"partition_index": p, "committed_offset": om.offset if om is not None else -1,
-                              "committed_leader_epoch": -1, "metadata": om.metadata if om is not None else "",
+                              "committed_leader_epoch": om.leader_epoch if om is not None else -1,
+                              "metadata": om.metadata if om is not None else "",
                               "error_code": part_error})
             topics.append({"name": name, "partitions": parts})
         return NONE, topics

@@ -38,6 +38,8 @@ from ..storage.filenames import is_internal_topic, topic_name_problem
 from ..storage.partition import Partition
 from . import recordbatch
 from .errormap import code_for
+from .authorizer import CLUSTER_NAME
+from .operations import CLUSTER, NOT_REQUESTED, TOPIC
 from .protocol import codes as E
 from .turns import TURN_WAIT_MS
 
@@ -92,11 +94,16 @@ class DataHandlers:
             [t["name"] for t in requested]
         allow_create = self.s.config.auto_create_topics and b.get("allow_auto_topic_creation", True)
         topics = await self.s.run(self._topics_metadata, names, allow_create)
+        if b.get("include_topic_authorized_operations"):
+            for t in topics:
+                if t.get("error_code") == E.NONE:
+                    t["topic_authorized_operations"] = self.s.authorized_operations(conn, TOPIC, t["name"])
         host, port = self.s.advertised
         return {"throttle_time_ms": 0,
                 "brokers": [{"node_id": 0, "host": host, "port": port, "rack": None}],
                 "cluster_id": self.s.cluster_id, "controller_id": 0, "topics": topics,
-                "cluster_authorized_operations": -2147483648}
+                "cluster_authorized_operations": self.s.authorized_operations(conn, CLUSTER, CLUSTER_NAME)
+                if b.get("include_cluster_authorized_operations") else NOT_REQUESTED}
 
     def _topics_metadata(self, names: list | None, allow_create: bool) -> list[dict]:
         """In the storage pool (it may create topics): each topic's entry, every topic's when ``names`` is None.
@@ -110,7 +117,7 @@ class DataHandlers:
     def _topic_metadata(self, name: Any, creations: list[int]) -> dict:
         store = self.s.store
         entry: dict[str, Any] = {"name": name, "is_internal": False, "partitions": [],
-                                 "topic_authorized_operations": -2147483648}
+                                 "topic_authorized_operations": NOT_REQUESTED}
         if not isinstance(name, str):
             entry.update(error_code=E.INVALID_TOPIC_EXCEPTION, name="")
             return entry
@@ -143,10 +150,10 @@ class DataHandlers:
         return entry
 
     def _auto_create(self, name: str) -> bool:
-        """Create ``name`` with the store's ``num.partitions``; False when the server's creation limits refuse
-        (logged, rate-limited)."""
+        """Create ``name`` with the server's ``num_partitions`` (the store's ``num.partitions`` by default);
+        False when the server's creation limits refuse (logged, rate-limited)."""
         store = self.s.store
-        partitions = store.settings["num.partitions"]
+        partitions = self.s.default_partitions()
         refused = self.s.creations.refusal(1, partitions)
         if refused is not None:
             self.s.rlog.log(logging.WARNING, "auto-create refused", "pylog serve: not auto-creating topic %r: %s",
@@ -280,6 +287,12 @@ class DataHandlers:
                 if batch.is_transactional:
                     return _failed(entry, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
                                    "pylog serve does not support transactions"), None, None
+                if part.config.compact and (errors := _keyless_records(batch)):
+                    # Kafka's answer (KIP-467): the batch is refused and each record without a key named, so the
+                    # client fails those records and may send the others again.
+                    entry["record_errors"] = errors
+                    return _failed(entry, E.INVALID_RECORD, f"{len(errors)} of the batch's {batch.record_count} "
+                                   f"records have no key: {topic}-{index} is compacted"), None, None
                 if batch.producer_id >= 0 and not self.s.producer_owners.claim(batch.producer_id, principal):
                     # Another principal's producer id: appending would let this client fence (or corrupt the
                     # sequence of) a producer it does not own.
@@ -366,7 +379,9 @@ class DataHandlers:
             name = t["topic"]
             parts = []
             for pr in t["partitions"] or []:
-                entry, size, part, next_offset = self._read_one(name, pr, max(0, max_bytes - total))
+                # Kafka's rule: only the first partition with data may exceed the limits (by its first batch, so
+                # that a record larger than them is still consumed); later ones stop at the response's limit.
+                entry, size, part, next_offset = self._read_one(name, pr, max(0, max_bytes - total), total == 0)
                 total += size
                 parts.append(entry)
                 if part is not None and next_offset is not None:
@@ -374,9 +389,11 @@ class DataHandlers:
             responses.append({"topic": name, "partitions": parts})
         return responses, total, wants
 
-    def _read_one(self, topic: str, pr: dict, budget: int) -> tuple[dict, int, Partition | None, int | None]:
+    def _read_one(self, topic: str, pr: dict, budget: int,
+                  at_least_one: bool) -> tuple[dict, int, Partition | None, int | None]:
         """The partition's entry, its records' size, and (its handle, the offset after what was returned) when it
-        was read to its log end, so that an append there can add to the response; (None, None) otherwise."""
+        was read to its log end, so that an append there can add to the response; (None, None) otherwise.
+        ``at_least_one``: nothing was returned yet, so one record is returned even beyond the limits."""
         index, offset = pr["partition"], pr["fetch_offset"]
         entry: dict[str, Any] = {"partition_index": index, "high_watermark": -1, "last_stable_offset": -1,
                                  "log_start_offset": -1, "aborted_transactions": None,
@@ -394,7 +411,7 @@ class DataHandlers:
                 return entry, 0, part, end
             if limit <= 0:
                 return entry, 0, None, None
-            slices = _within(part.read_slices(offset, _MAX_FETCH_RECORDS, max(1, limit)), limit)
+            slices = _within(part.read_slices(offset, _MAX_FETCH_RECORDS, max(1, limit)), limit, at_least_one)
             if not slices:
                 return entry, 0, None, None
             # One part per slice, not joined: the response's encoder writes the parts as they are (a join would
@@ -598,16 +615,27 @@ def _hand_over(part: Partition) -> None:
         log.debug("pylog serve: handing over %s-%d failed", part.topic, part.number, exc_info=True)
 
 
+def _keyless_records(batch: Any) -> list[dict]:
+    """ProduceResponse ``record_errors`` for the records of ``batch`` without a key (none: an empty list)."""
+    klens = batch.key_lengths
+    at = range(batch.record_count) if klens is None else (klens < 0).nonzero()[0].tolist()
+    return [{"batch_index": i, "batch_index_error_message": "Compacted topic cannot accept message without key"}
+            for i in at]
+
+
 def _failed(entry: dict, code: int, message: str) -> dict:
     entry.update(error_code=code, error_message=message)
     return entry
 
 
-def _within(slices: list, limit: int) -> list:
-    """``read_slices`` output cut to about ``limit`` bytes of Kafka batches (Kafka's fetch limits: at least one
-    record, else nothing past the limit). ``read_slices`` stops only after the batch that crosses its
-    ``max_bytes``, up to twice the limit with large batches; librdkafka then stalls between fetches (its default
-    ``max.partition.fetch.bytes`` of 1 MiB answered with 2 MB: 0.39 M rec/s against 1.36 M/s when cut).
+def _within(slices: list, limit: int, at_least_one: bool) -> list:
+    """``read_slices`` output cut to about ``limit`` bytes of Kafka batches (Kafka's fetch limits: nothing past
+    the limit, except one record when ``at_least_one``: the first partition of a response with data, whatever
+    its size; at least one record of every partition gave librdkafka responses beyond its ``fetch.max.bytes``,
+    which it refuses as "Invalid response size" and reconnects). ``read_slices`` stops only after the batch that
+    crosses its ``max_bytes``, up to twice the limit with large batches; librdkafka then stalls between fetches
+    (its default ``max.partition.fetch.bytes`` of 1 MiB answered with 2 MB: 0.39 M rec/s against 1.36 M/s when
+    cut).
     A slice's size is estimated from its pylog batch (the Kafka encoding of a record is within a few bytes of
     pylog's), plus a batch header."""
     out: list = []
@@ -618,7 +646,7 @@ def _within(slices: list, limit: int) -> list:
         size = _KAFKA_BATCH_OVERHEAD + per * (b - a)
         if total + size > limit:
             fit = int((limit - total - _KAFKA_BATCH_OVERHEAD) // per) if per > 0 else 0
-            if fit <= 0 and not out:
+            if fit <= 0 and not out and at_least_one:
                 fit = 1
             if fit > 0:
                 out.append((view, a, a + min(fit, b - a)))

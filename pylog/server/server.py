@@ -48,12 +48,13 @@ from . import protocol
 from .admin import AdminHandlers
 from .access import Access, AclHandlers
 from .auth import Credentials, SaslServer, plain_exposed_addresses
-from .authorizer import Authorizer, parse_principals, principal_of
+from .authorizer import Authorizer, ResourceType, parse_principals, principal_of
 from .connection import Connection
 from .coordinator import GroupCoordinator
 from .handlers import DataHandlers, ProducerOwners
 from .limits import BytePool, ConnectionCounts, CreationGuard
 from .logins import LoginGuard
+from .operations import CLUSTER, GROUP, TOPIC, authorized_operations
 from .quotas import ServerQuotas
 from .turns import SWEEP_S, Turns
 from .waiting import FetchWaiters
@@ -92,6 +93,9 @@ class ServerConfig:
     #: Create a topic a Metadata request names when the client allows it (Kafka's
     #: ``auto.create.topics.enable``, true by default there too), with the store's ``num.partitions``.
     auto_create_topics: bool = True
+    #: Kafka's ``num.partitions``: the partition count of a topic created by auto-creation or by a CreateTopics
+    #: request that gives none (-1); None: the store's ``num.partitions`` setting.
+    num_partitions: int | None = None
     #: Largest request frame accepted (Kafka's ``socket.request.max.bytes``); a larger one closes the connection.
     max_request_bytes: int = 100 * 1024 * 1024
     #: Largest decompressed record batch accepted in a produce request.
@@ -179,6 +183,10 @@ class ServerConfig:
                                        f"{self.max_partitions_per_topic!r}")
         if not isinstance(self.connections_max_idle_ms, int) or self.connections_max_idle_ms < 0:
             raise InvalidArgumentError(f"connections_max_idle_ms must be >= 0, got {self.connections_max_idle_ms!r}")
+        if self.num_partitions is not None and (type(self.num_partitions) is not int or
+                                                not 1 <= self.num_partitions <= self.max_partitions_per_topic):
+            raise InvalidArgumentError(f"num_partitions must be in [1, max_partitions_per_topic "
+                                       f"({self.max_partitions_per_topic})], got {self.num_partitions!r}")
         for name in ("request_receive_timeout_ms", "response_send_timeout_ms"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
@@ -258,6 +266,7 @@ class ServerState:
         groups = {k: _group_handler(self.coordinator, name) for k, name in (
             (8, "offset_commit"), (9, "offset_fetch"), (11, "join_group"), (12, "heartbeat"), (13, "leave_group"),
             (14, "sync_group"), (15, "describe_groups"), (16, "list_groups"), (42, "delete_groups"))}
+        groups[15] = _with_group_operations(self, groups[15])
         self.handlers: dict[int, Handler] = {
             0: data.produce, 1: data.fetch, 2: data.list_offsets, 3: data.metadata, 10: data.find_coordinator,
             18: data.api_versions, 19: admin.create_topics, 20: admin.delete_topics, 21: admin.delete_records,
@@ -282,6 +291,20 @@ class ServerState:
         """Whether a connection authenticated as ``user`` is one of ``super_users`` (with the authorizer on)."""
         return self.authorizer is not None and self.authorizer.is_super(principal_of(user))
 
+    def authorized_operations(self, conn: Any, resource: str, name: str) -> int:
+        """KIP-430's bit field of what ``conn``'s principal may do with the ``resource`` (operations.TOPIC,
+        CLUSTER or GROUP) called ``name``: the authorizer's decisions, or everything without one."""
+        authorizer = self.authorizer
+        if authorizer is None:
+            return authorized_operations(resource, self.store.read_only)
+        principal, rtype = principal_of(conn.principal), _RESOURCE_TYPES[resource]
+        return authorized_operations(resource, self.store.read_only,
+                                     lambda op: authorizer.authorize(principal, conn.client_host, op, rtype, name))
+
+    def default_partitions(self) -> int:
+        """Partitions of a topic created without a count (auto-creation, CreateTopics with -1)."""
+        n = self.config.num_partitions
+        return self.store.settings["num.partitions"] if n is None else n
     def _count_topics(self) -> tuple[int, int]:
         """The store's topics and partitions (in the storage pool: it lists the store's directory)."""
         names = self.store.topics()
@@ -332,6 +355,22 @@ class ServerState:
 def _resolve(fut: "asyncio.Future[Any]", value: Any) -> None:
     if not fut.done():  # cancelled when its connection was aborted
         fut.set_result(value)
+
+
+_RESOURCE_TYPES = {TOPIC: ResourceType.TOPIC, CLUSTER: ResourceType.CLUSTER, GROUP: ResourceType.GROUP}
+
+
+def _with_group_operations(state: ServerState, describe: Handler) -> Handler:
+    """DescribeGroups answering ``include_authorized_operations`` (the coordinator knows no principals)."""
+    async def handler(req: Any, conn: Connection) -> "dict | asyncio.Future[dict] | None":
+        result = await describe(req, conn)
+        if isinstance(result, dict) and req.body.get("include_authorized_operations"):
+            for g in result.get("groups") or ():
+                if g.get("error_code") == 0 and isinstance(g.get("group_id"), str):
+                    g["authorized_operations"] = state.authorized_operations(conn, GROUP, g["group_id"])
+        return result
+    handler.__name__ = "describe_groups"
+    return handler
 
 
 def _group_handler(coordinator: GroupCoordinator, name: str) -> Handler:

@@ -1,7 +1,8 @@
 """The storage layer: topic -> partition -> segment -> index -> records, and the files beside them.
 
 Modules: :mod:`~pylog.storage.records` (the batch format), :mod:`~pylog.storage.index`,
-:mod:`~pylog.storage.segment` (its checks in :mod:`~pylog.storage.segment_check`),
+:mod:`~pylog.storage.segment` (its helpers :mod:`~pylog.storage.segment_check`,
+:mod:`~pylog.storage.segment_tail`, :mod:`~pylog.storage.segment_read`, :mod:`~pylog.storage.segment_file`),
 :mod:`~pylog.storage.partition`, :mod:`~pylog.storage.topic`, and their helpers (checkpoint, producer_state,
 syncer, notify, fileio, filenames, retention's rule, swap recovery).
 

@@ -34,9 +34,9 @@ from ..errors import (CorruptRecordError, DiskFullError, PylogError, ReadOnlySto
 from .filenames import TMP_SUFFIX
 from .records import crc32c
 
-__all__ = ["fsync_dir", "truncate_durably", "atomic_write", "write_all", "checked", "unchecked", "write_checked",
-           "read_checked", "encode_doc", "decode_doc", "try_flock", "fault", "raise_fault", "write_faults",
-           "descriptor_faults", "check_descriptors", "DESCRIPTOR_ERRNOS", "raise_if_gone"]
+__all__ = ["fsync_dir", "fsync_files", "truncate_durably", "atomic_write", "write_all", "checked", "unchecked",
+           "write_checked", "read_checked", "encode_doc", "decode_doc", "try_flock", "fault", "raise_fault",
+           "write_faults", "descriptor_faults", "check_descriptors", "DESCRIPTOR_ERRNOS", "raise_if_gone"]
 
 #: errno -> (error class, what happened, what to do before trying again).
 _FAULTS: dict[int, tuple[type[OSError], str, str]] = {
@@ -160,6 +160,21 @@ def fsync_dir(directory: str) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+def fsync_files(paths: tuple[str, ...]) -> bool:
+    """fsync each file by name, from any thread (Linux syncs a file's dirty pages through any descriptor,
+    read-only too); False, stopping there, when one of them is gone."""
+    for path in paths:
+        try:
+            fd = os.open(path, os.O_RDONLY)
+        except FileNotFoundError:
+            return False
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return True
 
 
 def write_all(fd: int, parts: list) -> int:

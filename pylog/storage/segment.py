@@ -31,8 +31,12 @@ Invariants:
   :meth:`recover`, :meth:`truncate_to`, :meth:`seal`, :meth:`delete`); those are not thread-safe on their
   own. Read methods may run concurrently with the writer.
 
-Checks, damage classification and index rebuilds are in :mod:`pylog.storage.segment_check`; scans and
-reads (by offset, by timestamp) in :mod:`pylog.storage.segment_read`.
+Split by concern into helpers below this module that never call back into it (each gets the log file as a
+:class:`~pylog.storage.segment_read.LogBytes` or :class:`~pylog.storage.segment_file.LogFile`, and the rest
+as arguments): :mod:`~pylog.storage.segment_file` (the file pinned, its descriptor and mapping),
+:mod:`~pylog.storage.segment_read` (scans, reads by offset and timestamp), :mod:`~pylog.storage.segment_tail`
+(a reader's record of its end), :mod:`~pylog.storage.segment_check` (checks, damage, index rebuilds). This
+class holds the state, decides what to read, and updates its state from what the helpers return.
 """
 
 from __future__ import annotations
@@ -40,35 +44,24 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-from typing import Any, Callable, Iterator
+from typing import Any, Iterator
 
-
-from .checkpoint import read_checkpoint
 from ..errors import CorruptRecordError
-from .fileio import truncate_durably, write_all
+from .fileio import fsync_files, truncate_durably, write_all
 from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
-from .records import HEADER_SIZE, BatchHeader, BatchView, check_header, parse_header
+from .records import HEADER_SIZE, BatchHeader, check_header, parse_header
 from . import segment_check, segment_read
-from .segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, ReadSlice
+from .segment_check import index_due
+from .segment_file import LogFile, SegmentReplacedError
+from .segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, LogBytes, ReadSlice
+from .segment_tail import TailRecord
 
 __all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
 
 log = logging.getLogger("pylog.segment")
 
 
-class SegmentReplacedError(FileNotFoundError):
-    """The segment's file was deleted or replaced by retention or compaction after this object was made.
-
-    A FileNotFoundError, so callers treat "deleted" and "replaced" alike: take a new snapshot and retry.
-    """
-
-
-#: Batch starts a reader keeps of its latest validated batches (see ``Segment._tail``): enough for any
-#: consumer keeping up, whose reads start in the last few; older positions come from the index.
-_TAIL_KEEP = 256
-#: A reader keeps the batches one refresh checked (``Segment._recent``) when they were at most this many bytes.
-_RECENT_BYTES = 256 * 1024
 #: The memo of verified batches (``Segment._verified``) holds at most one position per this many bytes of
 #: the segment, and at least _VERIFIED_MIN: a few hundred KiB for a 1 GiB segment of 100 KiB batches
 #: (all of them), and bounded for small batches, which cost little to check again.
@@ -88,11 +81,10 @@ class Segment:
         self.log_path = segment_path(directory, base_offset, LOG_SUFFIX + suffix)
         self.index_path = segment_path(directory, base_offset, INDEX_SUFFIX + suffix)
         self.timeindex_path = segment_path(directory, base_offset, TIMEINDEX_SUFFIX + suffix)
-        self._ino: int | None = None  # the log file's inode when opened: compaction replaces files by name
+        #: The log file as readers hold it: inode and swap generation pinned, descriptor, mapping.
+        self._file = LogFile(self.log_path)
         #: Made or opened by the partition's writer, under its lock (a partition may reuse it across views).
         self.trusted = False
-        #: (checkpoint path, swap generation) under which this object was sized; None: no check needed.
-        self.generation: tuple[str, int] | None = None
         self.index_max_bytes = index_max_bytes
         self.index_interval_bytes = index_interval_bytes
         self.size = 0  # visible bytes
@@ -100,27 +92,18 @@ class Segment:
         self._max_timestamp = -1
         self._first_timestamp: int | None = None  # max timestamp of the first batch (for segment.ms)
         self._bytes_since_index = 0
-        self._rfd: int | None = None
         self._wfd: int | None = None
-        self._mm: mmap.mmap | None = None
         #: Batch starts of the open file whose checksum a read checked (see :meth:`verified`).
         self._verified: set[int] = set()
         self._immutable = False
-        #: Size of the last batch read: sizes the next read's first chunk (see segment_read).
-        self.batch_hint = _MIN_CHUNK
+        #: Size of the last batch read: sizes the next read's first chunk (see segment_read.read_from).
+        self._batch_hint = _MIN_CHUNK
         self._oindex: OffsetIndex | None = None
         self._tindex: TimeIndex | None = None
         #: A reader's indexes may lag the writer's (set when the log grew): look at the files before use.
         self._indexes_stale = False
-        #: A reader's record of the batches it validated last: (base offsets, file positions) of
-        #: consecutive batch starts ending at ``_tail_end``. Two lists swapped whole, appended to in order
-        #: positions first, so a thread reading them without the partition lock finds a position for every
-        #: offset it sees. See :func:`~pylog.storage.segment_read._read_at_tail`.
-        self._tail: tuple[list[int], list[int]] = ([], [])
-        self._tail_end = -1
-        #: The batches a reader's last refresh read and checked, by file position (a small read's only):
-        #: a consumer keeping up reads exactly these next, with no second read nor checksum.
-        self._recent: dict[int, BatchView] = {}
+        #: A reader's record of the batches it validated last (see :meth:`_read_at_tail`).
+        self._tail = TailRecord()
         self._successor: tuple[int, str] = (-1, "")  # (next offset, its segment's log path): see successor_exists
         self._loaded = False  # next_offset / max timestamp known
 
@@ -137,7 +120,7 @@ class Segment:
         seg._oindex = OffsetIndex.create(seg.index_path, base_offset, index_max_bytes)
         seg._tindex = TimeIndex.create(seg.timeindex_path, base_offset, index_max_bytes)
         seg._wfd = os.open(seg.log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
-        seg._ino = os.fstat(seg._wfd).st_ino
+        seg._file.ino = os.fstat(seg._wfd).st_ino
         seg._loaded = True
         seg.trusted = True  # only a writer creates segments
         return seg
@@ -156,30 +139,23 @@ class Segment:
         seg.generation = generation
         st = os.stat(seg.log_path)
         seg.size = st.st_size
-        seg._ino = st.st_ino
+        seg._file.ino = st.st_ino
         return seg
 
-    def read_fd(self) -> int:
-        """This segment's read-only descriptor of its log, opened on first use and kept until close."""
-        fd = self._rfd
-        if fd is None:
-            fd = os.open(self.log_path, os.O_RDONLY)
-            ino = os.fstat(fd).st_ino
-            # Opened first, generation read second: compaction bumps the generation before it renames,
-            # so an unchanged generation now means the file just opened is the one this object sized.
-            if self._ino is not None and (ino != self._ino or not self._generation_holds()):
-                # Compaction swapped a new file in under this name since this object was made: its size
-                # and indexes describe the old one. The partition takes a fresh look and retries.
-                os.close(fd)
-                raise SegmentReplacedError(self.log_path)
-            self._ino = ino
-            self._rfd = fd
-        return fd
+    @property
+    def generation(self) -> tuple[str, int] | None:
+        """(checkpoint path, swap generation) under which this object was sized; None: no check needed."""
+        return self._file.generation
+
+    @generation.setter
+    def generation(self, value: tuple[str, int] | None) -> None:
+        self._file.generation = value
 
     @property
     def holds_files(self) -> bool:
         """True while this object holds a descriptor, a mapping of the log or an index (each a descriptor)."""
-        return (self._rfd is not None or self._wfd is not None or self._mm is not None or self._oindex is not None
+        f = self._file
+        return (f.fd is not None or self._wfd is not None or f.mm is not None or self._oindex is not None
                 or self._tindex is not None)
 
     def without_files(self) -> "Segment":
@@ -190,28 +166,16 @@ class Segment:
         is, for the reads still using it. Not for the writer's active segment (it must not be writable)."""
         assert self._wfd is None, "the writer's active segment keeps its files"
         seg = Segment(self.directory, self.base_offset, self.index_max_bytes, self.index_interval_bytes, self.suffix)
-        seg._ino, seg.generation, seg.trusted = self._ino, self.generation, self.trusted
+        seg._file.ino, seg.generation, seg.trusted = self._file.ino, self.generation, self.trusted
         seg.size, seg.next_offset, seg._loaded = self.size, self.next_offset, self._loaded
         seg._max_timestamp, seg._first_timestamp = self._max_timestamp, self._first_timestamp
-        seg.batch_hint, seg._successor = self.batch_hint, self._successor
+        seg._batch_hint, seg._successor = self._batch_hint, self._successor
         seg._immutable = self._immutable
         return seg
 
-    def _generation_holds(self) -> bool:
-        if self.generation is None:
-            return True
-        try:
-            cp = read_checkpoint(self.generation[0])
-        except CorruptRecordError:
-            return False
-        return (cp.swap_generation if cp is not None else 0) == self.generation[1]
-
     def same_file(self) -> bool:
         """True while the path still names the file this object was opened on (False when gone or replaced)."""
-        try:
-            return os.stat(self.log_path).st_ino == self._ino
-        except FileNotFoundError:
-            return False
+        return self._file.same_file()
 
     def successor_exists(self) -> bool:
         """True when a segment file named for this one's next offset exists: the writer rolled (a roll
@@ -225,17 +189,17 @@ class Segment:
         return os.path.exists(known[1])
 
     def file_size(self) -> int:
-        return os.fstat(self.read_fd()).st_size
+        return self._file.file_size()
 
     @property
     def is_open(self) -> bool:
         """True once this object opened its log file for reading (it then pins the file's inode)."""
-        return self._rfd is not None
+        return self._file.fd is not None
 
     @property
     def inode(self) -> int | None:
         """The log file's inode when this object opened or created it (None before it did)."""
-        return self._ino
+        return self._file.ino
 
     @property
     def writable(self) -> bool:
@@ -266,12 +230,6 @@ class Segment:
         """
         return self._verified if self._immutable or self._wfd is not None else None
 
-    def note_verified(self, memo: set[int], pos: int) -> None:
-        """Record in ``memo`` (what :meth:`verified` returned) that the batch at ``pos`` checked, while
-        the memo has room (see ``_VERIFIED_BYTES``)."""
-        if len(memo) < max(_VERIFIED_MIN, self.size // _VERIFIED_BYTES):
-            memo.add(pos)
-
     def forget_verified(self) -> None:
         """Drop the memo of checked batches: every read checks again until it has checked a batch anew."""
         self._verified = set()
@@ -287,7 +245,7 @@ class Segment:
             try:
                 oi = OffsetIndex.open(self.index_path, self.base_offset)
                 ti = TimeIndex.open(self.timeindex_path, self.base_offset)
-                self._validate_indexes(oi, ti)
+                segment_check.validate_indexes(oi, ti, self.size, self.base_offset, self._file)
             except IndexError_ as exc:
                 log.warning("rebuilding indexes of %s in memory: %s", self.log_path, exc)
                 oi, ti = self._build_indexes(self.size, verify=False)[:2]
@@ -303,82 +261,46 @@ class Segment:
         mapping is current: two ``stat`` calls instead of two opens, mappings and sanity checks.
         """
         self._indexes_stale = False  # before looking: growth noticed meanwhile marks them again
-        for idx, path in ((oi, self.index_path), (ti, self.timeindex_path)):
-            try:
-                ino = os.stat(path).st_ino
-            except FileNotFoundError:
-                ino = None
-            if idx.ino is None or idx.ino != ino:
-                self._oindex = self._tindex = None  # dropped, not closed: another thread may be searching them
-                return None, None
+        if not segment_check.index_files_kept(oi, ti):
+            self._oindex = self._tindex = None  # dropped, not closed: another thread may be searching them
+            return None, None
         oi.take_in_appended(self.size)
         ti.take_in_appended(self.next_offset - self.base_offset)
         return oi, ti
 
-    def _validate_indexes(self, oi: OffsetIndex, ti: TimeIndex) -> None:
-        """Cheap checks that the last entries point inside the visible log at a batch with that offset.
-
-        A live (unsealed) index of another process's writer may run ahead of what this reader has
-        checked; entries past the visible size are ignored rather than distrusted.
-        """
-        if not oi.sealed and not oi.writable:
-            oi.limit_to(max(self.size - HEADER_SIZE + 1, 0))
-        last = oi.last_entry()
-        if last is not None:
-            rel, pos = last
-            if pos + HEADER_SIZE > self.size:
-                raise IndexError_("offset index points past the end of the log", oi.path)
-            h = parse_header(os.pread(self.read_fd(), HEADER_SIZE, pos))
-            if h.base_offset != self.base_offset + rel:
-                raise IndexError_(f"offset index entry ({rel}, {pos}) does not point at its batch", oi.path)
-        tl = ti.last_entry()
-        if tl is not None and last is not None and tl[1] > last[0] + (1 << 31):
-            raise IndexError_("time index points past the offset index", ti.path)
-
     def _build_indexes(self, end: int, verify: bool) -> tuple[OffsetIndex, TimeIndex, dict[str, Any]]:
         """Scan the log up to ``end`` and build in-memory indexes; stops at the first bad batch if verifying."""
-        return segment_check.build_indexes(self, end, verify)
-
-    def index_due(self, pos: int, since: int) -> bool:
-        """The one indexing rule, for appends and rebuilds alike: the batch at ``pos`` gets index entries
-        when ``index.interval.bytes`` of log were written since the last entry (never the segment start)."""
-        return pos > 0 and since >= self.index_interval_bytes
+        return segment_check.build_indexes(self._log(), self.base_offset, end, verify, self.index_interval_bytes,
+                                           self.index_path, self.timeindex_path)
 
     # ------------------------------------------------------------------ scanning
 
-    def mapping(self) -> mmap.mmap | None:
-        """A read-only mapping of the log, for immutable segments and for the writer's own active segment.
-
-        Only the writer ever shortens a log (recovery, :meth:`truncate_to`), and it unmaps first, so a
-        mapping never outlives the bytes under it; a file cut by another hand under the writer is caught
-        before the writer reads its mapping (:func:`~pylog.storage.segment_read.check_not_cut`). The
-        writer's active segment grows: it is remapped when the mapping covers less than 3/4 of the visible
-        size; reads past the mapping use ``pread``.
-        """
-        mm = self._mm
-        size = self.size
-        if size and (mm is None or len(mm) < size and (self.immutable or len(mm) * 4 < size * 3)):
-            # The old mapping is dropped, not closed: another thread may be scanning it right now; it is
-            # unmapped when the last reference goes.
-            try:
-                mm = self._mm = mmap.mmap(self.read_fd(), size, access=mmap.ACCESS_READ)
-            except (ValueError, OSError):  # the file is shorter than we believed: read it with pread
-                return None
-        return mm
+    def _mapping(self) -> mmap.mmap | None:
+        """A read-only mapping of the log (see :meth:`LogFile.mapping`), for immutable segments and for the
+        writer's own active segment: only the writer ever shortens a log, and it unmaps first."""
+        return self._file.mapping(self.size, self._immutable)
 
     @property
     def current_mapping(self) -> mmap.mmap | None:
-        """The mapping :meth:`mapping` made last and the segment still holds, or None; never makes one.
+        """The mapping :meth:`_mapping` made last and the segment still holds, or None; never makes one.
 
         Read-only, for inspection (tests check that closing the store closes what reads mapped)."""
-        return self._mm
+        return self._file.mm
 
     def scan(self, pos: int, end: int, chunk: int | list[int], tolerate_tail: bool
              ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
         """Every whole batch in [pos, end): ``(file position, header, buffer, position in buffer)``, each
         buffer holding its whole batch; ``chunk`` sizes the reads. With ``tolerate_tail`` a bad or incomplete
         batch at the end stops the scan, else it raises; see :func:`~pylog.storage.segment_read.scan`."""
-        return segment_read.scan(self, pos, end, chunk, tolerate_tail)
+        return segment_read.scan(self._log(), pos, end, chunk, tolerate_tail)
+
+    def _log(self) -> LogBytes:
+        """The log as the helpers read it: the read descriptor, and a mapping for immutable segments and
+        the writer's own active one (whose size the scans check before reading the mapping: only another
+        hand cuts it); a reader's view of the active segment reads with ``pread`` (see the module docstring)."""
+        writer = self._wfd is not None
+        mm = self._mapping() if self._immutable or writer else None
+        return LogBytes(self._file.read_fd(), mm, self.log_path, writer and not self._immutable)
 
     def position_for(self, offset: int) -> tuple[int, int]:
         """``(position, base offset)`` of an indexed batch at or before the one holding ``offset``."""
@@ -393,40 +315,95 @@ class Segment:
     def read(self, offset: int, max_records: int, max_bytes: int, end: int | None = None,
              verify: bool = True) -> tuple[list[ReadSlice], int]:
         """Batches holding records with offsets >= ``offset``, up to the limits: ``(slices, bytes)``, at
-        least one batch if any exists; ``end`` is the visible size to read up to (default: :attr:`size`).
-        See :func:`~pylog.storage.segment_read.read`.
+        least one batch if any exists, even past ``max_bytes``; ``end`` is the visible size to read up to
+        (default: :attr:`size`). A reader (another process than the writer) reads its latest batches
+        through the record its refreshes keep (:meth:`_read_at_tail`); everyone else starts at the index
+        entry at or before ``offset``.
 
         :raises CorruptRecordError: when a batch in the visible range does not check.
         """
-        return segment_read.read(self, offset, max_records, max_bytes, end, verify)
+        end = self.size if end is None else end
+        offs, poss = self._tail.lists
+        if offs and offset >= offs[0] and self._tail.end >= end:
+            result = self._read_at_tail(offs, poss, offset, max_records, max_bytes, end, verify)
+            if result is not None:
+                return result
+        pos, expect = self.position_for(offset)
+        try:
+            result = self._read_from(pos, expect, offset, max_records, max_bytes, end, verify)
+        except CorruptRecordError:
+            # An index entry may point into the middle of a batch (an index file that belongs to another
+            # version of this segment, swapped in by compaction). If every entry points at a batch start,
+            # the log itself is damaged there: report it; otherwise rebuild the index and read again.
+            if pos == 0 or self._index_matches_log():
+                raise
+            result = None
+        if result is None:
+            # The batch at the indexed position does not carry the offset the index names, and its
+            # checksum holds: the index is wrong (derived data): rebuild it and scan from the segment start
+            # rather than skip records silently.
+            log.warning("%s: offset index entry for offset %d points at the wrong batch; rebuilding",
+                        self.log_path, expect)
+            self._rebuild_indexes()
+            result = self._read_from(0, self.base_offset, offset, max_records, max_bytes, end, verify)
+            assert result is not None
+        return result
+
+    def _read_at_tail(self, offs: list[int], poss: list[int], offset: int, max_records: int, max_bytes: int,
+                      end: int, verify: bool) -> tuple[list[ReadSlice], int] | None:
+        """:meth:`read` for a reader from the batch start it recorded at or before ``offset``: the batches
+        its last refresh kept as they are, then from the file (see
+        :meth:`~pylog.storage.segment_tail.TailRecord.serve`). The record covers every batch up to
+        ``_tail.end`` (>= ``end``, checked by the caller). None when the file does not have the recorded
+        batch at the recorded position any more (it changed under this reader, which only a power loss
+        or a foreign hand does): the record is dropped and the caller reads through the index."""
+        out, nbytes, got, i = self._tail.serve(offs, poss, offset, max_records, max_bytes, end)
+        if i < 0:
+            return out, nbytes
+        pos, expect = poss[i], offs[i]
+        try:
+            result = self._read_from(pos, expect, offset, max_records - got, max(max_bytes - nbytes, 1), end, verify)
+        except CorruptRecordError:
+            result = None
+        if result is None:
+            log.warning("%s: the batch recorded at byte %d for offset %d is not there any more; reading "
+                        "through the index", self.log_path, pos, expect)
+            self._tail.forget()
+            return None if not out else (out, nbytes)
+        return out + result[0], nbytes + result[1]
+
+    def _read_from(self, pos: int, expect: int, offset: int, max_records: int, max_bytes: int, end: int,
+                   verify: bool) -> tuple[list[ReadSlice], int] | None:
+        """:func:`~pylog.storage.segment_read.read_from` with this segment's memo of verified batches (taken
+        once, before any byte is looked at: a memo dropped during the read is not written to) and read size
+        hint; None when another batch than the one with base offset ``expect`` is at ``pos``."""
+        memo = self.verified() if verify else None
+        room = max(_VERIFIED_MIN, self.size // _VERIFIED_BYTES)  # the memo's bound (see _VERIFIED_BYTES)
+        result = segment_read.read_from(self._log(), pos, expect, offset, max_records, max_bytes, end, verify, memo,
+                                        room, min(self._batch_hint, max_bytes))
+        if result is None:
+            return None
+        out, nbytes, self._batch_hint = result
+        return out, nbytes
+
+    def _index_matches_log(self) -> bool:
+        """True when every offset index entry points at a batch start (a header walk; a damaged header
+        raises). An entry at a batch start naming another offset is left to :meth:`_read_from`, which
+        tells a wrong index (the batch checks) from a damaged batch."""
+        oi, _ = self.indexes()
+        starts = {fpos for fpos, _ in self.batch_headers()}
+        return all(p in starts for p in oi.entries()[1].tolist())
 
     def offset_for_timestamp(self, timestamp: int, end: int | None = None, min_offset: int = 0) -> int | None:
         """First offset >= ``min_offset`` in this segment whose record timestamp is >= ``timestamp``, or None."""
-        return segment_read.offset_for_timestamp(self, timestamp, end, min_offset)
+        end = self.size if end is None else end
+        oi, ti = self.indexes()
+        rel = ti.lookup(timestamp)
+        pos = oi.lookup(rel)[1]
+        start = max(self.base_offset + rel, min_offset)
+        return segment_read.offset_for_timestamp(self._log(), pos, start, timestamp, end)
 
-    @property
-    def tail(self) -> tuple[list[int], list[int]]:
-        """A reader's record of its latest checked batches: (base offsets, file positions) of consecutive
-        batch starts ending at :attr:`tail_end`; appended to as the log grows, replaced whole when trimmed."""
-        return self._tail
-
-    @property
-    def tail_end(self) -> int:
-        """End of the batches :attr:`tail` records (-1: no record)."""
-        return self._tail_end
-
-    @property
-    def recent(self) -> dict[int, BatchView]:
-        """The batches a reader's last refresh read and checked, by file position (empty when none kept)."""
-        return self._recent
-
-    def forget_tail(self) -> None:
-        """Drop a reader's record of its end (:attr:`tail`, :attr:`recent`): reads go through the index."""
-        self._tail = ([], [])
-        self._tail_end = -1
-        self._recent = {}
-
-    def rebuild_indexes(self) -> None:
+    def _rebuild_indexes(self) -> None:
         """Rebuild both indexes from the log up to the visible size, when one was found wrong (derived
         data): written back by the writer, kept in memory by a reader."""
         if self.writable:
@@ -441,23 +418,6 @@ class Segment:
             yield fpos, h
 
     # ------------------------------------------------------------------ state
-
-    def valid_batches(self, pos: int, end: int, tolerate_tail: bool,
-                      on_view: Callable[[int, BatchView], None] | None = None) -> Iterator[tuple[int, BatchHeader]]:
-        """``(position, header)`` of each wholly checked batch (CRC, sections) from ``pos``; with
-        ``tolerate_tail`` the first bad or incomplete batch ends the walk instead of raising.
-        ``on_view(position, view)``, when given, is called with each checked batch's view before it is
-        yielded (a check that decodes the records too: the view is only valid until the next step)."""
-        for fpos, h, buf, p in self.scan(pos, end, _MAX_CHUNK, tolerate_tail):
-            try:
-                view = BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
-            except CorruptRecordError:
-                if tolerate_tail:
-                    return
-                raise
-            if on_view is not None:
-                on_view(fpos, view)
-            yield fpos, h
 
     def load(self, tolerate_tail: bool) -> None:
         """Learn ``next_offset``, the max timestamp and the visible ``size`` from the log's tail.
@@ -487,25 +447,8 @@ class Segment:
             rel, pos, max_ts = 0, 0, -1
         # The batch at pos starts at base + rel: that is the next offset even when no whole batch follows
         # it (a reader of a torn tail), not the segment's base offset.
-        next_offset = self.base_offset + rel
-        valid_end = pos
-        since = 0
-        offs: list[int] = []
-        poss: list[int] = []
-        for fpos, h in self.valid_batches(pos, end, tolerate_tail):
-            if poss and h.base_offset < next_offset:
-                # Not the continuation of the batches before it (recovery cuts the log here too).
-                if tolerate_tail:
-                    break
-                raise CorruptRecordError(f"batch base offset {h.base_offset} not above {next_offset - 1}",
-                                         self.log_path, fpos)
-            next_offset = h.next_offset
-            max_ts = max(max_ts, h.max_timestamp)
-            valid_end = fpos + h.size
-            since = 0 if last is not None and fpos == last[1] else since
-            since += h.size
-            poss.append(fpos)
-            offs.append(h.base_offset)
+        next_offset, max_ts, valid_end, since, offs, poss = segment_check.walk_end(
+            self._log(), pos, end, tolerate_tail, self.base_offset + rel, max_ts, last[1] if last is not None else -1)
         if pos == 0 and valid_end == 0:
             next_offset = self.base_offset
         self.size = valid_end
@@ -514,9 +457,7 @@ class Segment:
         self._bytes_since_index = since
         self._loaded = True
         if tolerate_tail:  # a reader: it refreshes the record as the log grows (the writer does not)
-            self._tail = (offs[-_TAIL_KEEP:], poss[-_TAIL_KEEP:])
-            self._tail_end = valid_end
-            self._recent = {}
+            self._tail.start(offs, poss, valid_end)
         if not self.writable:
             # A reader validated a live index against the file size; entries past the whole batches (a
             # torn tail after a power loss: the index page was written back, the log page was not) are
@@ -543,48 +484,31 @@ class Segment:
             return False
         if end == self.size:
             return False
-        offs, poss = self._tail
-        if self._tail_end != self.size:  # reset after a mismatch: start the record afresh from here
-            offs, poss = self._tail = ([], [])
-        elif len(offs) >= 2 * _TAIL_KEEP:
-            # Trimmed into new lists: a thread reading the old ones keeps a pair that covers its read.
-            offs, poss = self._tail = (offs[-_TAIL_KEEP:], poss[-_TAIL_KEEP:])
-        grown = False
-        recent: dict[int, BatchView] | None = {} if end - self.size <= _RECENT_BYTES else None
-        for fpos, h, buf, p in self.scan(self.size, end, _MAX_CHUNK, tolerate_tail=True):
-            try:
-                view = BatchView.from_buffer(buf, p, self.log_path, fpos, header=h)
-            except CorruptRecordError:
-                break  # not whole yet, or a torn tail: not visible
-            if h.base_offset != self.next_offset:
-                # The active segment's batches follow each other without gaps (compaction never
-                # rewrites it): this one does not continue what this reader has seen, so the file was
-                # cut and written again under it (as in the branch above, but regrown past the old size
-                # before this look). Start over rather than skip offsets or go back.
-                self._start_over(end)
-                return False
-            if recent is not None:
-                recent[fpos] = view
-            poss.append(fpos)
-            offs.append(h.base_offset)
-            self.size = self._tail_end = fpos + h.size
-            self.next_offset = h.next_offset
-            self._max_timestamp = max(self._max_timestamp, h.max_timestamp)
-            grown = True
-        if grown:
-            self._recent = recent if recent is not None else {}
-            # The writer appended index entries, or replaced the files (sealed them at a roll, re-grew
-            # them after reopening): the next lookup looks (see _catch_up_indexes).
-            self._indexes_stale = True
-        return grown
+        taken = self._tail.take_in(self._log(), self.size, end, self.next_offset)
+        if taken is None:
+            # A batch that does not continue what this reader has seen: the file was cut and written again
+            # under it (as in the branch above, but regrown past the old size before this look).
+            self._start_over(end)
+            return False
+        size, next_offset, max_ts = taken
+        if size == self.size:
+            return False
+        # Size before next offset: a reader that sees the new log end must also find its bytes visible.
+        self.size = size
+        self.next_offset = next_offset
+        self._max_timestamp = max(self._max_timestamp, max_ts)
+        # The writer appended index entries, or replaced the files (sealed them at a roll, re-grew them
+        # after reopening): the next lookup looks (see _catch_up_indexes).
+        self._indexes_stale = True
+        return True
 
     def _start_over(self, end: int) -> None:
         """A reader whose log is no longer what it checked: forget the record of its end and its
         indexes, and load again from the indexes up to ``end``."""
         self._drop_live_indexes(force=True)
-        self._mm = None
+        self._file.mm = None  # dropped, not closed: another thread may be scanning it
         self.forget_verified()
-        self.forget_tail()
+        self._tail.forget()
         self.size = end
         self.next_offset = self.base_offset
         self.load(tolerate_tail=True)
@@ -613,7 +537,7 @@ class Segment:
     def first_timestamp(self) -> int | None:
         """Max timestamp of the first batch (Kafka rolls segment.ms from it), None when empty."""
         if self._first_timestamp is None and self.size >= HEADER_SIZE:
-            h = parse_header(os.pread(self.read_fd(), HEADER_SIZE, 0))
+            h = parse_header(os.pread(self._file.read_fd(), HEADER_SIZE, 0))
             check_header(h, self.log_path, 0)
             self._first_timestamp = h.max_timestamp
         return self._first_timestamp
@@ -637,7 +561,8 @@ class Segment:
         try:
             self._oindex = open_writable(OffsetIndex, self.index_path, self.base_offset, self.index_max_bytes)
             self._tindex = open_writable(TimeIndex, self.timeindex_path, self.base_offset, self.index_max_bytes)
-            self._validate_indexes(self._oindex, self._tindex)
+            segment_check.validate_indexes(self._oindex, self._tindex, self.size, self.base_offset,
+                                          self._file)
         except IndexError_ as exc:
             log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
             self._write_rebuilt_indexes(self.size)
@@ -700,7 +625,7 @@ class Segment:
             raise CorruptRecordError(f"the log file is {actual} bytes where its writer wrote {pos}: it was "
                                      f"{'cut' if actual < pos else 'written'} under the writer (by another hand, "
                                      f"or a file system fault)", self.log_path, min(actual, pos))
-        due = self.index_due(pos, self._bytes_since_index)
+        due = index_due(pos, self._bytes_since_index, self.index_interval_bytes)
         oi, ti = self._oindex, self._tindex
         if due:
             assert oi is not None and ti is not None
@@ -758,27 +683,21 @@ class Segment:
         """fsync the log and index files by name (for a segment sealed without ``durable``), from any
         thread; the caller fsyncs the directory. False when the segment's files are gone (deleted by
         retention, or the partition with them): nothing is left to make durable."""
-        for path in (self.log_path, self.index_path, self.timeindex_path):
-            try:
-                fd = os.open(path, os.O_RDONLY)
-            except FileNotFoundError:
-                return False
-            try:
-                os.fsync(fd)  # Linux syncs the file's dirty pages through any descriptor, read-only too
-            finally:
-                os.close(fd)
-        return True
+        return fsync_files((self.log_path, self.index_path, self.timeindex_path))
 
     def first_damage(self, start: int = 0, start_offset: int | None = None) -> CorruptRecordError | None:
         """The first batch in ``[start, size)`` whose header, checksum or offset order does not check, as
         the error a read of it raises; None when every batch there checks (a writer's check of the active
         segment after a clean close; see :func:`~pylog.storage.segment_check.first_damage`)."""
-        return segment_check.first_damage(self, start, start_offset)
+        end = self.size
+        if start == end or end == 0:  # nothing to check (and no file to open for it)
+            return None
+        return segment_check.first_damage(self._log(), self._mapping(), self.base_offset, end, start, start_offset)
 
     def damage_is_at_tail(self) -> bool:
         """True when what follows the file's valid batches looks like an interrupted write, and nothing
         else (see :func:`~pylog.storage.segment_check.damage_is_at_tail`): recovery may cut it."""
-        return segment_check.damage_is_at_tail(self)
+        return segment_check.damage_is_at_tail(self._log())
 
     def stop_appending(self) -> None:
         """Close the log for writing but leave the indexes live (unsealed, preallocated), as a writer leaves
@@ -800,11 +719,7 @@ class Segment:
 
     def truncate_to(self, offset: int) -> int:
         """Remove every batch whose last offset is >= ``offset`` (whole batches); return bytes removed."""
-        cut = self.size
-        for fpos, h in self.batch_headers():
-            if h.last_offset >= offset:
-                cut = fpos
-                break
+        cut = segment_check.batch_start_holding(self._log(), self.size, offset)
         removed = self.size - cut
         if removed:
             was_writable = self.writable
@@ -823,24 +738,17 @@ class Segment:
 
     def close(self) -> None:
         """Release file descriptors and mappings (a writable segment is NOT sealed; see :meth:`seal`)."""
-        self._recent = {}
+        self._tail.recent = {}
         self.forget_verified()  # the memo is the open file's: the next open may find another file or bytes
-        for attr in ("_wfd", "_rfd"):
-            fd = getattr(self, attr)
-            if fd is not None:
-                os.close(fd)
-                setattr(self, attr, None)
+        wfd, self._wfd = self._wfd, None
+        if wfd is not None:
+            os.close(wfd)
         for attr in ("_oindex", "_tindex"):
             idx = getattr(self, attr)
             if idx is not None:
                 idx.close()
                 setattr(self, attr, None)
-        mm, self._mm = self._mm, None
-        if mm is not None:
-            try:
-                mm.close()
-            except BufferError:
-                pass  # a reader still holds a view; the mapping goes with it
+        self._file.close()
 
     def __del__(self) -> None:
         try:
@@ -869,13 +777,21 @@ class Segment:
     def cut_below_index(self) -> str | None:
         """A problem when the log file is shorter than its offset index file says it was written (see
         :func:`~pylog.storage.segment_check.cut_below_index`), else None."""
-        return segment_check.cut_below_index(self)
+        # Unmapped: the check reads the file's size, never its bytes.
+        lb = LogBytes(self._file.read_fd(), None, self.log_path, False)
+        return segment_check.cut_below_index(lb, self.base_offset, self.index_path)
 
     def check(self, end: int | None = None, partial_tail_ok: bool = False) -> list[str]:
         """Full consistency check of the bytes up to ``end`` (default: the visible size): every batch
         validates, offsets increase, index entries point at batches with their offsets. Returns a list of
         problems (empty when consistent); see :func:`~pylog.storage.segment_check.check`."""
-        return segment_check.check(self, end, partial_tail_ok)
+        lb = self._log()
+        try:
+            oi, index_error = self.indexes()[0], ""
+        except CorruptRecordError as exc:
+            oi, index_error = None, str(exc)
+        return segment_check.check(lb, self.base_offset, self.size if end is None else end, partial_tail_ok, oi,
+                                   index_error, self.next_offset if self.writable else None)
 
     def __repr__(self) -> str:
         return f"Segment({self.log_path!r}, size={self.size})"

@@ -1,11 +1,11 @@
 """Checking a segment's log: validation walks, damage classification, index rebuilds.
 
-The second half of :class:`~pylog.storage.segment.Segment`, kept in its own file: the functions here take a
-segment and use its public reading helpers (``scan``, ``valid_batches``, ``read_fd``, ``mapping``, ``indexes``,
-``index_due``); :class:`Segment` delegates its public :meth:`~Segment.check`,
-:meth:`~Segment.first_damage` and :meth:`~Segment.damage_is_at_tail` (and its index rebuild) to them, so
-callers use the segment's methods. Nothing here writes: recovery (``Segment.recover``) cuts what
-:func:`build_indexes` finds.
+The functions here read a log through a :class:`~pylog.storage.segment_read.LogBytes` and take everything
+else they need as arguments (base offset, sizes, index paths, the offset index): they never see the
+:class:`~pylog.storage.segment.Segment` and never call back into it. The segment delegates its
+:meth:`~Segment.check`, :meth:`~Segment.first_damage`, :meth:`~Segment.damage_is_at_tail`,
+:meth:`~Segment.cut_below_index` and its index rebuilds to them. Nothing here writes: recovery
+(``Segment.recover``) cuts what :func:`build_indexes` finds.
 
 Invariants:
 - Damage is classified, never guessed: what follows the valid batches is ``"none"``, ``"partial"`` (the
@@ -24,47 +24,54 @@ Invariants:
 
 from __future__ import annotations
 
+import mmap
 import os
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import numpy as np
 
 from ..errors import CorruptRecordError
-from .index import OffsetIndex, TimeIndex
+from .index import IndexError_, OffsetIndex, TimeIndex
 from .records import HEADER_SIZE, BatchView, batch_crc, check_header, checked_prefix, parse_header
-from .segment_read import MAX_CHUNK as _MAX_CHUNK
-
-if TYPE_CHECKING:
-    from .segment import Segment
+from .segment_file import LogFile
+from .segment_read import MAX_CHUNK as _MAX_CHUNK, LogBytes, scan, valid_batches
 
 __all__ = ["check", "cut_below_index", "first_damage", "damage_is_at_tail", "tail_kind", "valid_end",
-           "valid_batch_after", "build_indexes"]
+           "valid_batch_after", "build_indexes", "index_due", "walk_end",
+           "validate_indexes", "index_files_kept", "batch_start_holding"]
 
 
+def index_due(pos: int, since: int, interval_bytes: int) -> bool:
+    """The one indexing rule, for appends and rebuilds alike: the batch at ``pos`` gets index entries
+    when ``index.interval.bytes`` of log were written since the last entry (never the segment start)."""
+    return pos > 0 and since >= interval_bytes
 
-def build_indexes(seg: Segment, end: int, verify: bool) -> tuple[OffsetIndex, TimeIndex, dict[str, Any]]:
-    """Scan the log up to ``end`` and build in-memory indexes; stops at the first bad batch if verifying."""
+
+def build_indexes(lb: LogBytes, base_offset: int, end: int, verify: bool, interval_bytes: int, index_path: str,
+                  timeindex_path: str) -> tuple[OffsetIndex, TimeIndex, dict[str, Any]]:
+    """Scan the log up to ``end`` and build in-memory indexes (for the files at ``index_path`` and
+    ``timeindex_path``, an entry every ``interval_bytes``); stops at the first bad batch if verifying."""
     orel: list[int] = []
     opos: list[int] = []
     tts: list[int] = []
     trel: list[int] = []
     since = 0
     max_ts = -1
-    next_offset = seg.base_offset
+    next_offset = base_offset
     valid_end = 0
     first_ts = None
     error: CorruptRecordError | None = None
     try:
-        for pos, h, buf, p in seg.scan(0, end, _MAX_CHUNK, tolerate_tail=False):
+        for pos, h, buf, p in scan(lb, 0, end, _MAX_CHUNK, tolerate_tail=False):
             if verify:
-                BatchView.from_buffer(buf, p, seg.log_path, pos, header=h)
+                BatchView.from_buffer(buf, p, lb.path, pos, header=h)
             if h.base_offset < next_offset:
                 raise CorruptRecordError(f"batch base offset {h.base_offset} not above {next_offset - 1}",
-                                         seg.log_path, pos)
-            if h.last_offset - seg.base_offset > 0xFFFFFFFF:
-                raise CorruptRecordError("offset too far above the segment base", seg.log_path, pos)
-            if seg.index_due(pos, since):
-                rel = h.base_offset - seg.base_offset
+                                         lb.path, pos)
+            if h.last_offset - base_offset > 0xFFFFFFFF:
+                raise CorruptRecordError("offset too far above the segment base", lb.path, pos)
+            if index_due(pos, since, interval_bytes):
+                rel = h.base_offset - base_offset
                 orel.append(rel)
                 opos.append(pos)
                 if max_ts > (tts[-1] if tts else -(1 << 63)):
@@ -81,33 +88,106 @@ def build_indexes(seg: Segment, end: int, verify: bool) -> tuple[OffsetIndex, Ti
         if not verify:
             raise
         error = exc
-    oi = OffsetIndex.in_memory(seg.index_path, seg.base_offset, np.array(orel, OffsetIndex.A),
+    oi = OffsetIndex.in_memory(index_path, base_offset, np.array(orel, OffsetIndex.A),
                                np.array(opos, OffsetIndex.B))
-    ti = TimeIndex.in_memory(seg.timeindex_path, seg.base_offset, np.array(tts, TimeIndex.A),
+    ti = TimeIndex.in_memory(timeindex_path, base_offset, np.array(tts, TimeIndex.A),
                              np.array(trel, TimeIndex.B), max_ts)
     state = {"since": since, "max_ts": max_ts, "next_offset": next_offset, "valid_end": valid_end,
              "first_ts": first_ts, "error": error}
     return oi, ti, state
 
 
-def valid_end(seg: Segment, end: int) -> int:
+def walk_end(lb: LogBytes, pos: int, end: int, tolerate_tail: bool, next_offset: int, max_ts: int, last_index_pos: int
+             ) -> tuple[int, int, int, int, list[int], list[int]]:
+    """The wholly checked batches from ``pos`` (the batch with base offset ``next_offset``, which the indexes
+    point at) to ``end``, for a load: ``(next offset, max timestamp, end of the valid batches, bytes since
+    the index entry at ``last_index_pos``, base offsets, positions)``; ``max_ts`` is the largest timestamp
+    before ``pos``. With ``tolerate_tail`` (a reader) a bad or incomplete batch, or one that does not
+    continue the batches before it, ends the walk; otherwise it raises :class:`CorruptRecordError`."""
+    valid_end = pos
+    since = 0
+    offs: list[int] = []
+    poss: list[int] = []
+    for fpos, h in valid_batches(lb, pos, end, tolerate_tail):
+        if poss and h.base_offset < next_offset:
+            # Not the continuation of the batches before it (recovery cuts the log here too).
+            if tolerate_tail:
+                break
+            raise CorruptRecordError(f"batch base offset {h.base_offset} not above {next_offset - 1}", lb.path, fpos)
+        next_offset = h.next_offset
+        max_ts = max(max_ts, h.max_timestamp)
+        valid_end = fpos + h.size
+        since = 0 if fpos == last_index_pos else since
+        since += h.size
+        poss.append(fpos)
+        offs.append(h.base_offset)
+    return next_offset, max_ts, valid_end, since, offs, poss
+
+
+def validate_indexes(oi: OffsetIndex, ti: TimeIndex, size: int, base_offset: int, lf: LogFile) -> None:
+    """Cheap checks that the indexes' last entries point inside the visible log (``size`` bytes of the file
+    ``lf``) at a batch with that offset.
+
+    A live (unsealed) index of another process's writer may run ahead of what this reader has
+    checked; entries past the visible size are ignored rather than distrusted.
+
+    :raises IndexError_: when they do not (the caller rebuilds them from the log).
+    """
+    if not oi.sealed and not oi.writable:
+        oi.limit_to(max(size - HEADER_SIZE + 1, 0))
+    last = oi.last_entry()
+    if last is not None:
+        rel, pos = last
+        if pos + HEADER_SIZE > size:
+            raise IndexError_("offset index points past the end of the log", oi.path)
+        h = parse_header(os.pread(lf.read_fd(), HEADER_SIZE, pos))
+        if h.base_offset != base_offset + rel:
+            raise IndexError_(f"offset index entry ({rel}, {pos}) does not point at its batch", oi.path)
+    tl = ti.last_entry()
+    if tl is not None and last is not None and tl[1] > last[0] + (1 << 31):
+        raise IndexError_("time index points past the offset index", ti.path)
+
+
+def index_files_kept(oi: OffsetIndex, ti: TimeIndex) -> bool:
+    """True while both index files are the ones these objects mapped (same inode: index files are only
+    ever replaced by rename), so their mappings are current and only need the entries appended since."""
+    for idx in (oi, ti):
+        try:
+            ino = os.stat(idx.path).st_ino
+        except FileNotFoundError:
+            return False
+        if idx.ino is None or idx.ino != ino:
+            return False
+    return True
+
+
+def batch_start_holding(lb: LogBytes, end: int, offset: int) -> int:
+    """Position of the first batch in ``[0, end)`` whose last offset is >= ``offset`` (``end`` when none is):
+    where a truncation to ``offset`` cuts, removing whole batches."""
+    for fpos, h, _, _ in scan(lb, 0, end, _MAX_CHUNK, tolerate_tail=False):
+        if h.last_offset >= offset:
+            return fpos
+    return end
+
+
+def valid_end(lb: LogBytes, end: int) -> int:
     """End of the prefix of wholly valid batches (length, header, CRC, sections) in ``[0, end)``."""
     valid_end = 0
-    for fpos, h in seg.valid_batches(0, end, tolerate_tail=True):
+    for fpos, h in valid_batches(lb, 0, end, tolerate_tail=True):
         valid_end = fpos + h.size
     return valid_end
 
 
-def valid_batch_after(seg: Segment, pos: int, end: int) -> bool:
+def valid_batch_after(lb: LogBytes, pos: int, end: int) -> bool:
     """True when a wholly valid batch follows the bad one at ``pos``, reachable through the lengths in
     the headers from there: damage in the middle, not a torn tail. A header that fails its checks
     ends the walk (nothing after it can be located), as does the end of the file."""
-    fd = seg.read_fd()
+    fd = lb.fd
     first = pos
     while pos + HEADER_SIZE <= end:
         h = parse_header(os.pread(fd, HEADER_SIZE, pos))
         try:
-            check_header(h, seg.log_path, pos)
+            check_header(h, lb.path, pos)
         except CorruptRecordError:
             return False
         nxt = pos + h.size
@@ -115,7 +195,7 @@ def valid_batch_after(seg: Segment, pos: int, end: int) -> bool:
             return False
         if pos != first:  # the bad batch itself says nothing about what follows it
             try:
-                BatchView.from_buffer(os.pread(fd, h.size, pos), 0, seg.log_path, pos, h)
+                BatchView.from_buffer(os.pread(fd, h.size, pos), 0, lb.path, pos, h)
                 return True
             except CorruptRecordError:
                 pass
@@ -123,19 +203,19 @@ def valid_batch_after(seg: Segment, pos: int, end: int) -> bool:
     return False
 
 
-def first_damage(seg: Segment, start: int = 0, start_offset: int | None = None) -> CorruptRecordError | None:
-    """The first batch in ``[start, size)`` whose header, checksum or offset order does not check, as
-    the error a read of it raises; None when every batch there checks.
+def first_damage(lb: LogBytes, mm: mmap.mmap | None, base_offset: int, end: int, start: int = 0,
+                 start_offset: int | None = None) -> CorruptRecordError | None:
+    """The first batch in ``[start, end)`` (``end``: the segment's size) whose header, checksum or offset
+    order does not check, as the error a read of it raises; None when every batch there checks.
 
     A writer's check, after a clean close, of the active segment below where :meth:`Segment.load` looked:
     bit rot there is damage in the middle (the batches ``load`` checked follow it). ``start`` is where
     the caller checked up to before, the start of the batch with base offset ``start_offset``; when
     no such batch is there (the file was cut, and maybe written again, since), the walk starts from 0.
     Reads and checksums each batch once (:func:`~pylog.storage.records.checked_prefix` over the writer's
-    mapping); sections are not decoded: a batch whose checksum holds was written so.
+    mapping ``mm``); sections are not decoded: a batch whose checksum holds was written so.
     """
-    end = seg.size
-    prev = seg.base_offset - 1
+    prev = base_offset - 1
     if start > end:  # the file is shorter than when the caller looked: cut (and maybe regrown) since
         start = 0
     if start == end:
@@ -144,46 +224,45 @@ def first_damage(seg: Segment, start: int = 0, start_offset: int | None = None) 
         # The memo is trusted only if a batch with the remembered base offset starts there. Anything
         # else (fewer bytes than a header: the file was cut below ``start`` and regrown to just past
         # it; a header that fails its checks; another base offset) means the memo is stale.
-        raw = os.pread(seg.read_fd(), HEADER_SIZE, start)
+        raw = os.pread(lb.fd, HEADER_SIZE, start)
         ok = False
         if len(raw) == HEADER_SIZE:
             h = parse_header(raw)
             try:
-                check_header(h, seg.log_path, start)
+                check_header(h, lb.path, start)
                 ok = h.base_offset == start_offset
             except CorruptRecordError:
                 pass
         prev, start = (h.base_offset - 1, start) if ok else (prev, 0)
-    mm = seg.mapping()
     if mm is not None and len(mm) >= end:
         start, prev = checked_prefix(mm, start, end, prev)  # the fast walk, to the first batch that fails
         if start == end:
             return None
     # From there (or from the start without a mapping): the walk reads use, for their error.
     try:
-        for fpos, h, buf, p in seg.scan(start, end, _MAX_CHUNK, tolerate_tail=False):
+        for fpos, h, buf, p in scan(lb, start, end, _MAX_CHUNK, tolerate_tail=False):
             if batch_crc(memoryview(buf)[p:p + h.size]) != h.crc:
-                raise CorruptRecordError("batch checksum mismatch", seg.log_path, fpos)
+                raise CorruptRecordError("batch checksum mismatch", lb.path, fpos)
             if h.base_offset <= prev:
                 raise CorruptRecordError(f"batch base offset {h.base_offset} not above {prev}",
-                                         seg.log_path, fpos)
+                                         lb.path, fpos)
             prev = h.last_offset
     except CorruptRecordError as exc:
         return exc
     return None
 
 
-def damage_is_at_tail(seg: Segment) -> bool:
+def damage_is_at_tail(lb: LogBytes) -> bool:
     """True when what follows the file's valid batches looks like an interrupted write, and nothing
     else: fewer bytes than a header; a header that checks, whose batch runs to or past the end of the
     file (cut short, or the last batch and bad); or only zero bytes (blocks a power loss left
     unwritten). False for anything else (a damaged header, a bad batch with bytes after it): bit rot
     or a foreign hand, which recovery must not cut on its own, since whole batches may follow."""
-    end = seg.file_size()
-    return tail_kind(seg, valid_end(seg, end), end) != "damage"
+    end = lb.file_size()
+    return tail_kind(lb, valid_end(lb, end), end) != "damage"
 
 
-def tail_kind(seg: Segment, valid_end: int, end: int) -> str:
+def tail_kind(lb: LogBytes, valid_end: int, end: int) -> str:
     """What the bytes ``[valid_end, end)`` after the valid batches are: ``"none"``; ``"partial"``, the
     start of a batch the file does not wholly hold yet (all a live writer ever leaves there);
     ``"torn"``, otherwise an interrupted write (see :func:`damage_is_at_tail`); or ``"damage"``."""
@@ -191,10 +270,10 @@ def tail_kind(seg: Segment, valid_end: int, end: int) -> str:
         return "none"
     if end - valid_end < HEADER_SIZE:
         return "partial"
-    fd = seg.read_fd()
+    fd = lb.fd
     h = parse_header(os.pread(fd, HEADER_SIZE, valid_end))
     try:
-        check_header(h, seg.log_path, valid_end)
+        check_header(h, lb.path, valid_end)
         if valid_end + h.size > end:
             return "partial"
         if valid_end + h.size == end:
@@ -210,7 +289,7 @@ def tail_kind(seg: Segment, valid_end: int, end: int) -> str:
     return "torn"
 
 
-def cut_below_index(seg: Segment) -> str | None:
+def cut_below_index(lb: LogBytes, base_offset: int, index_path: str) -> str | None:
     """A problem when the log file is shorter than its offset index file says it was written: the last
     entry points at a batch the file no longer holds. Writers write a batch before its index entry and
     only ever shorten a log after cutting its index, so while the writer runs (or after a clean close)
@@ -219,48 +298,45 @@ def cut_below_index(seg: Segment) -> str | None:
     The index file is read as it is on disk, not as a reader rebuilt it in memory after finding it
     inconsistent. None when the index is missing or damaged: that is reported (and repaired) as such."""
     try:
-        oi = OffsetIndex.open(seg.index_path, seg.base_offset)
+        oi = OffsetIndex.open(index_path, base_offset)
     except CorruptRecordError:
         return None
     try:
         last = oi.last_entry()
     finally:
         oi.close()
-    size = seg.file_size()
+    size = lb.file_size()
     if last is None or last[1] + HEADER_SIZE <= size:
         return None
-    offset = seg.base_offset + last[0]
-    return (f"{seg.log_path}: the log is {size} bytes, but its offset index {seg.index_path} has offset {offset} at "
+    offset = base_offset + last[0]
+    return (f"{lb.path}: the log is {size} bytes, but its offset index {index_path} has offset {offset} at "
             f"byte {last[1]}: the file was cut below what was written (by hand, or a file system fault); the "
             f"records from the end of the file to offset {offset} at least are gone")
 
 
-def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -> list[str]:
-    """Full consistency check of the bytes up to ``end`` (default: the visible size): every batch
-    validates, offsets increase, index entries point at batches with their offsets. Returns a list of
-    problems (empty when consistent).
+def check(lb: LogBytes, base_offset: int, end: int, partial_tail_ok: bool, oi: OffsetIndex | None,
+          index_error: str, next_offset: int | None) -> list[str]:
+    """Full consistency check of the bytes up to ``end``: every batch validates, offsets increase, index
+    entries of the offset index ``oi`` point at batches with their offsets. Returns a list of problems
+    (empty when consistent). ``oi`` is None when the index could not be had (``index_error`` says why);
+    ``next_offset``, the writer's next offset (None for a reader's check), must follow the last batch.
 
     Whatever follows the valid batches is a problem, except, with ``partial_tail_ok`` (a writer may be
     writing right now), the start of one batch the file does not wholly hold yet: a live writer never
     leaves anything else there. A bad batch with a valid one after it is reported as the bad batch.
     """
-    end = seg.size if end is None else end
     problems: list[str] = []
-    size = seg.file_size()
+    size = lb.file_size()
     if size < end:  # only another hand shortens a file below what this handle saw or wrote in it
-        problems.append(f"{seg.log_path}: the log is {size} bytes where {end} were written: it was cut under the "
+        problems.append(f"{lb.path}: the log is {size} bytes where {end} were written: it was cut under the "
                         f"writer (by another hand, or a file system fault)")
         end = size
-    try:
-        oi, ti = seg.indexes()
-    except CorruptRecordError as exc:
-        oi, index_error = None, str(exc)
     # One pass over the valid prefix (each batch read and checksummed once): offsets, and the batch
     # starts the index points at (kept only there: memory bounded by the index, not the log).
     rels, poss = oi.entries() if oi is not None else (np.empty(0, np.int64), np.empty(0, np.int64))
     starts: dict[int, int] = dict.fromkeys(poss.tolist(), -1)
     order: list[str] = []
-    prev = seg.base_offset - 1
+    prev = base_offset - 1
     seen = 0
     complete = 0
     unreadable: list[str] = []
@@ -271,32 +347,32 @@ def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -
             view.headers()
         except CorruptRecordError as exc:
             h = view.header
-            unreadable.append(f"{seg.log_path}@{fpos}: the records at offsets [{h.base_offset}, {h.last_offset}] "
+            unreadable.append(f"{lb.path}@{fpos}: the records at offsets [{h.base_offset}, {h.last_offset}] "
                               f"cannot be read: {exc.reason}")
 
-    for fpos, h in seg.valid_batches(0, end, tolerate_tail=True, on_view=decode):
+    for fpos, h in valid_batches(lb, 0, end, tolerate_tail=True, on_view=decode):
         if h.base_offset <= prev:
-            order.append(f"{seg.log_path}@{fpos}: base offset {h.base_offset} not above {prev}")
+            order.append(f"{lb.path}@{fpos}: base offset {h.base_offset} not above {prev}")
         prev = h.last_offset
         seen += 1
         if fpos in starts:
             starts[fpos] = h.base_offset
         complete = fpos + h.size
     damage: str | None = None
-    kind = tail_kind(seg, complete, end)
+    kind = tail_kind(lb, complete, end)
     if kind != "none":
-        if valid_batch_after(seg, complete, end):
+        if valid_batch_after(lb, complete, end):
             # Damage in the middle: name the first bad batch, as a scan to the end reports it.
             try:
-                for fpos, h, buf, p in seg.scan(complete, end, _MAX_CHUNK, tolerate_tail=False):
-                    BatchView.from_buffer(buf, p, seg.log_path, fpos, header=h)
+                for fpos, h, buf, p in scan(lb, complete, end, _MAX_CHUNK, tolerate_tail=False):
+                    BatchView.from_buffer(buf, p, lb.path, fpos, header=h)
             except CorruptRecordError as exc:
                 damage = str(exc)
         elif not (kind == "partial" and partial_tail_ok):
             what = ("damaged, not an interrupted write (after a clean close appends are refused until "
                     "`pylog repair`; after a crash recovery cuts it)" if kind == "damage" else
                     "a torn tail (an interrupted write: the next writer cuts it)")
-            problems.append(f"{seg.log_path}@{complete}: the {end - complete} byte(s) after the last valid "
+            problems.append(f"{lb.path}@{complete}: the {end - complete} byte(s) after the last valid "
                             f"batch are {what}")
     problems.extend(unreadable)
     if oi is None:
@@ -307,9 +383,9 @@ def check(seg: Segment, end: int | None = None, partial_tail_ok: bool = False) -
         problems.append(damage)
         return problems
     for rel, pos in zip(rels.tolist(), poss.tolist(), strict=True):
-        if starts.get(pos) != seg.base_offset + rel:
+        if starts.get(pos) != base_offset + rel:
             problems.append(f"{oi.path}: entry ({rel}, {pos}) does not point at the batch at offset "
-                            f"{seg.base_offset + rel}")
-    if seg.writable and prev + 1 != seg.next_offset and seen:
-        problems.append(f"{seg.log_path}: next offset {seg.next_offset} but last batch ends at {prev}")
+                            f"{base_offset + rel}")
+    if next_offset is not None and prev + 1 != next_offset and seen:
+        problems.append(f"{lb.path}: next offset {next_offset} but last batch ends at {prev}")
     return problems

@@ -1,14 +1,30 @@
-"""Recovery of a compaction swap: the swap manifest, and rolling an interrupted swap forward or back.
+"""The compaction swap: replacing segments by cleaned ones crash-safely, and recovering an interrupted one.
 
-The log cleaner (:mod:`pylog.maintenance.compaction`) swaps cleaned segments in crash-safely: it writes
-``<base>.log.cleaned`` (+ indexes), renames them to ``.swap``, then commits by writing the swap manifest
-(``cleaner.swap``: each group's new base and the old segments it replaces), renames ``.swap`` over the live
-names, unlinks the old segments and removes the manifest. A crash can stop it anywhere, so the partition's
-writer open (:mod:`pylog.storage.partition`) calls :func:`finish_interrupted_swap` under its writer lock:
-with a manifest it rolls the swap forward, without one it deletes ``.cleaned``/``.swap`` leftovers.
+This module documents the whole protocol; the storage layer runs all of it. The log cleaner
+(:mod:`pylog.maintenance.compaction`) only writes each group's cleaned segment as ``<base>.log.cleaned``
+(+ indexes, the log fsynced) and calls :meth:`Partition.swap_in <pylog.storage.partition.Partition.swap_in>`
+(Kafka's ``replaceSegments``), which takes the partition's locks itself (the maintenance lock, then the
+append lock) and runs, for every group of one cleaning pass at once:
 
-This module is the part of that protocol both sides need; it lives in the storage layer so that the
-partition recovers its own directory without importing the maintenance layer above it.
+1. **Stage** (:func:`commit`): rename each group's ``.cleaned`` files to ``.swap``; fsync the directory.
+2. **Commit** (:func:`commit`): write the swap manifest (``cleaner.swap``, :func:`write_manifest`: each
+   group's new base, or -1 when it compacted to nothing, and the base offsets of the segments it
+   replaces). This is the commit point: before it a crash rolls the swap back, after it forward.
+3. **Swap generation** (under the append lock, before any name points at a new file): record a new swap
+   generation in the partition checkpoint, durably; the segments the swap does not replace move to it,
+   so a handle that sized a segment under the old generation re-checks it instead of reading a new file
+   with old sizes.
+4. **Roll forward** (:func:`roll_forward`, under the append lock): rename each ``.swap`` over the live
+   name, then unlink the replaced segments; fsync the directory.
+5. **View** (under the append lock): replace the old segment objects by the new ones in the partition's
+   segment list (old ones are unlinked, never closed: readers holding a snapshot go on or retry).
+6. **Done** (:func:`finish`): remove the manifest; fsync the directory.
+
+A failure after step 2 leaves the files and the in-memory view possibly disagreeing: ``swap_in`` marks
+the partition failed (every later operation raises ``LogFailedError`` until the store is reopened) and
+re-raises. A crash can stop it anywhere, so the partition's writer open (:mod:`pylog.storage.partition`)
+calls :func:`finish_interrupted_swap` under its writer lock: with a manifest it rolls the swap forward
+(steps 4 and 6 again), without one it deletes ``.cleaned``/``.swap`` leftovers (rolls back).
 
 Invariants:
 - A manifest is written atomically (whole or absent, CRC-checked); a damaged one is a CorruptRecordError,
@@ -30,8 +46,8 @@ from .fileio import fsync_dir, read_checked, write_checked
 from .filenames import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_MANIFEST_FILE, SWAP_SUFFIX,
                         TIMEINDEX_SUFFIX, TMP_SUFFIX, segment_path)
 
-__all__ = ["Swap", "SEGMENT_SUFFIXES", "write_manifest", "read_manifest", "remove_leftovers", "roll_forward",
-           "finish_interrupted_swap"]
+__all__ = ["Swap", "SEGMENT_SUFFIXES", "commit", "finish", "write_manifest", "read_manifest", "remove_leftovers",
+           "roll_forward", "finish_interrupted_swap"]
 
 #: The cleaner's logger: what recovery reports is the cleaner's work being finished.
 log = logging.getLogger("pylog.compaction")
@@ -44,6 +60,24 @@ _GROUP = struct.Struct("<qI")  # new base (-1: the group compacted to nothing), 
 _MANIFEST_MAGIC = b"PLCS"
 #: A swap: ``[(new base or -1, [replaced base offsets]), ...]``, one entry per group.
 Swap = list[tuple[int, list[int]]]
+
+
+def commit(directory: str, groups: Swap) -> None:
+    """Steps 1 and 2: stage each group's cleaned files as ``.swap`` (a group with new base -1 has none),
+    fsync the directory, then write the manifest: the commit point."""
+    for new_base, _ in groups:
+        if new_base >= 0:
+            for suffix in SEGMENT_SUFFIXES:
+                os.replace(segment_path(directory, new_base, suffix + CLEANED_SUFFIX),
+                           segment_path(directory, new_base, suffix + SWAP_SUFFIX))
+    fsync_dir(directory)
+    write_manifest(directory, groups)
+
+
+def finish(directory: str) -> None:
+    """Step 6: the swap is rolled forward and in the view; remove its manifest, durably."""
+    os.unlink(os.path.join(directory, SWAP_MANIFEST_FILE))
+    fsync_dir(directory)
 
 
 def write_manifest(directory: str, groups: Swap) -> None:

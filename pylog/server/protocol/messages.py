@@ -319,8 +319,9 @@ DESCRIBE_GROUPS = Api(15, 'DescribeGroups', (0, 5), flexible=5, request=[
     ]),
 ])
 
-LIST_GROUPS = Api(16, 'ListGroups', (0, 4), flexible=3, request=[
+LIST_GROUPS = Api(16, 'ListGroups', (0, 5), flexible=3, request=[
     F('states_filter', '[]string', '4+'),
+    F('types_filter', '[]string', '5+'),
 ], response=[
     F('throttle_time_ms', 'int32', '1+'),
     F('error_code', 'int16'),
@@ -328,6 +329,7 @@ LIST_GROUPS = Api(16, 'ListGroups', (0, 4), flexible=3, request=[
         F('group_id', 'string'),
         F('protocol_type', 'string'),
         F('group_state', 'string', '4+'),
+        F('group_type', 'string', '5+'),
     ]),
 ])
 

@@ -42,8 +42,9 @@ which states the invariants it keeps (numbers as below):
 10. Damage in the middle of the active segment after a clean close is never cut silently (:mod:`.loader`).
 
 Thread-safety: every public method may be called from any thread. Appends serialise on one lock
-(``Partition.append_lock``); reads take a snapshot of the segment list and sizes and run concurrently with
-appends and maintenance. Lock order: ``maintenance_lock`` before ``append_lock``, never after.
+(``Partition._append_lock``); reads take a snapshot of the segment list and sizes and run concurrently with
+appends and maintenance. Lock order: ``_maintenance_lock`` before ``_append_lock``, never after; which
+operation touches the files under which lock is listed in :mod:`.facade`.
 """
 
 from .facade import DEFAULT_MAX_BYTES, Partition

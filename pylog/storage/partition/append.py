@@ -34,6 +34,8 @@ __all__ = ["Appender", "Columns", "should_roll", "SEQ_MOD"]
 log = logging.getLogger("pylog.partition")
 
 _MAX_RELATIVE = 0xFFFFFFFF
+#: compression.type values stored lz4 compressed: Kafka's codecs (a topic made by a Kafka client may name any).
+_COMPRESSED = ("lz4", "gzip", "snappy", "zstd")
 #: Producer sequence numbers wrap here.
 SEQ_MOD = 1 << 31
 
@@ -85,9 +87,11 @@ class Appender:
         setting = self.config["compression.type"]
         if setting == "producer":
             setting = requested or "none"
-        if setting not in ("lz4", "none", "uncompressed"):
+        if setting in ("none", "uncompressed"):
+            return CODEC_NONE
+        if setting not in _COMPRESSED:
             raise InvalidRecordError(f"compression {setting!r} is not supported (lz4 or none)")
-        return CODEC_LZ4 if setting == "lz4" else CODEC_NONE
+        return CODEC_LZ4  # a topic set to one of Kafka's other codecs is stored with pylog's one codec
 
     def batch_bounds(self, cols: Columns) -> list[tuple[int, int]]:
         """Split records [0, n) into runs whose encoded size stays within max.message.bytes."""

@@ -14,7 +14,7 @@ Invariants (numbered as in :mod:`pylog.storage.partition`):
    writeback once, and a later fsync may succeed without the lost pages. The partition refuses work until
    the store is reopened.
 
-Every method runs under the partition's append lock (``Partition.append_lock``), which the caller holds,
+Every method runs under the partition's append lock (``Partition._append_lock``), which the caller holds,
 except :meth:`Durability.sync_rolled_job` (the background sync thread), which takes it itself and fsyncs
 without it, and :meth:`Durability.finish_flush` (``Partition.flush``'s fsync of the active segment, on a
 descriptor of its own taken under the lock by :meth:`Durability.start_flush`): appends to the partition go
@@ -103,7 +103,7 @@ class Durability:
         try:
             old.seal(durable=False)
             new = local.create_segment(old.next_offset)
-            new.generation = local.generation()  # moved on by bump_swap_generation
+            new.generation = local.generation()  # moved on by a compaction swap (maintenance.swap_in)
         except OSError as exc:
             # The old segment is no longer writable and no new one exists: refuse work until reopened
             # (recovery then finishes the roll or rolls it back).

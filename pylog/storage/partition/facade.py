@@ -10,9 +10,25 @@
 - :mod:`.maintenance`: retention, delete-records, the view side of compaction swaps (invariants 5, 6);
 - :mod:`.waiting` (:class:`Waiters`): waking readers that wait for appends, here and in other processes.
 
-Invariants kept here: the facade holds ONE append lock (:attr:`Partition.append_lock`, an ``RLock``) that
-every part's writer-side state changes under, and :attr:`Partition.maintenance_lock`, always taken before
-it, never after. The parts never call each other's private names; the facade passes each what it needs.
+Invariants kept here: the facade holds ONE append lock (an ``RLock``, private) that every part's
+writer-side state changes under, and a maintenance lock (private), always taken before it, never after.
+The parts never call each other's private names; the facade passes each what it needs. No layer above
+storage takes either lock: it asks for what it needs by name. Who touches a partition's files, under which
+lock:
+
+- appends, rolls, flushes, checkpoints (:mod:`.append`, :mod:`.durability`): the append lock;
+- retention and delete-records (:meth:`Partition.enforce_retention`, :meth:`Partition.delete_records`,
+  :mod:`.maintenance`): the maintenance lock, then the append lock;
+- the compaction swap (:meth:`Partition.swap_in`, protocol in :mod:`pylog.storage.swap`) and removing
+  unfinished compaction output (:meth:`Partition.remove_swap_leftovers`): the maintenance lock, then (for
+  the swap) the append lock; the cleaner itself writes only its own ``.cleaned`` files and its cleaner
+  checkpoint, inside :meth:`Partition.maintenance_pass`;
+- opening as the writer, recovery, finishing an interrupted swap (:mod:`.loader`): the append lock and the
+  writer lock;
+- handing the writer lock over, letting go of descriptors (:meth:`Partition.release_turn`,
+  :meth:`Partition.release_handles`): the maintenance lock (not waited for by the latter), then the
+  append lock; a turn of many appends by another layer holds it through :meth:`Partition.writer_turn`;
+- deleting a topic's files (the store): :meth:`Partition.held_for_discard`, then ``close(discard=True)``.
 
 Thread-safety: every public method may be called from any thread. Appends serialise on the append lock;
 reads take a snapshot of the segment list and sizes and run concurrently with appends and maintenance.
@@ -25,7 +41,8 @@ import math
 import os
 import threading
 import time
-from typing import Any, Callable, Iterable, Sequence
+from contextlib import contextmanager
+from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
@@ -39,6 +56,7 @@ from ..notify import Notifier
 from ..records import Record, RecordColumns, column_parts, header_rows, now_ms, slices_records
 from ..retention import RetentionResult
 from ..segment import ReadSlice, Segment
+from .. import swap
 from . import loader, maintenance
 from .append import SEQ_MOD, Appender, Columns, should_roll
 from .durability import Durability
@@ -90,12 +108,13 @@ class Partition:
         #: wrote it: the bytes before the position were checked or written by this handle as the writer,
         #: so its next open after a clean checkpoint (its next turn) checks only those after them.
         self._active_checked: tuple[int, int | None, int, int] | None = None
-        #: Internal API: serialises appends, writer-side state and changes of the segment view (an RLock).
-        #: The compactor holds it while it swaps segments in (see :meth:`replace_segments`).
-        self.append_lock = threading.RLock()
-        #: Serialises maintenance (retention, delete-records, compaction); taken before ``append_lock``,
-        #: never after.
-        self.maintenance_lock = threading.RLock()
+        # Serialises appends, writer-side state and changes of the segment view (an RLock); :meth:`swap_in`
+        # holds it while it renames cleaned segments in and changes the view.
+        self._append_lock = threading.RLock()
+        # Serialises maintenance (retention, delete-records, compaction, handing the writer lock over,
+        # letting go of descriptors) and the turns of maintenance_pass / writer_turn / held_for_discard;
+        # taken before _append_lock, never after.
+        self._maintenance_lock = threading.RLock()
         self._waiters = Waiters(directory, read_only)
         self._closed = False
         self._final_end = 0  # log end offset at close
@@ -105,11 +124,11 @@ class Partition:
             os.makedirs(directory, exist_ok=True)
         name = f"{topic}-{number}"
         self._writer = WriterLock(directory, name, read_only)
-        self._local = LocalLog(directory, topic, number, config, self.append_lock, lambda: self._writer.held,
+        self._local = LocalLog(directory, topic, number, config, self._append_lock, lambda: self._writer.held,
                                lambda: self._closed)
         #: Internal API (the partition's modules and tests): recovery point, unsynced rolls, pending
         #: flushes and the failed state; see :class:`~pylog.storage.partition.durability.Durability`.
-        self.durability = Durability(self._local, self.append_lock, self._writer, lambda: self._closed)
+        self.durability = Durability(self._local, self._append_lock, self._writer, lambda: self._closed)
         self._appender = Appender(name, directory, config)
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
         with descriptor_faults(f"opening {name}"):
@@ -137,13 +156,8 @@ class Partition:
 
         :raises PartitionLockedError, StoreClosedError, LogFailedError, ReadOnlyStoreError:
         """
-        with self.append_lock:
+        with self._append_lock:
             self._ensure_writer_locked()
-
-    def mark_failed(self, reason: str) -> None:
-        """Internal API: refuse work until the store is reopened, because of ``reason`` (the compactor
-        after a swap that failed past its commit point)."""
-        self.durability.failed = reason
 
     @property
     def local_log(self) -> LocalLog:
@@ -178,10 +192,10 @@ class Partition:
         of its lock first, exactly as :meth:`release_writer` does (a direct append takes it again, waiting
         ``lock.timeout.ms`` if another writer took it meanwhile). Never blocks: False, changing nothing,
         while maintenance or an append of the partition is under way in another thread."""
-        if not self.maintenance_lock.acquire(blocking=False):
+        if not self._maintenance_lock.acquire(blocking=False):
             return False
         try:
-            if not self.append_lock.acquire(blocking=False):
+            if not self._append_lock.acquire(blocking=False):
                 return False
             try:
                 if self._closed:
@@ -197,9 +211,9 @@ class Partition:
                     self._waiters.notifier.release()
                 return True
             finally:
-                self.append_lock.release()
+                self._append_lock.release()
         finally:
-            self.maintenance_lock.release()
+            self._maintenance_lock.release()
 
     # ------------------------------------------------------------------ the writer lock
 
@@ -212,7 +226,7 @@ class Partition:
         """True while another handle, in any process, waits for this partition's writer lock in
         :meth:`wait_to_write`. Two system calls."""
         if self._writer.want_fd is None:
-            with self.append_lock:
+            with self._append_lock:
                 if self._closed:
                     raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
                 self._writer.open_probe()
@@ -239,7 +253,7 @@ class Partition:
                                        f"({self.directory}), which did not hand it over within {timeout_ms} ms")
 
     def _take_turn(self) -> bool:
-        with self.append_lock:
+        with self._append_lock:
             if self._writer.held:
                 return True
             if not self.try_become_writer():
@@ -265,16 +279,49 @@ class Partition:
         return self._release_turn(blocking)
 
     def _release_turn(self, blocking: bool) -> bool:
-        if not self.maintenance_lock.acquire(blocking=blocking):
+        if not self._maintenance_lock.acquire(blocking=blocking):
             return False
         try:
-            with self.append_lock:
+            with self._append_lock:
                 if not self._writer.in_turns or not self._writer.held:
                     return False
                 self.release_writer()
                 return True
         finally:
-            self.maintenance_lock.release()
+            self._maintenance_lock.release()
+
+    @contextmanager
+    def maintenance_pass(self) -> Iterator[None]:
+        """Internal API (the log cleaner): hold the partition's maintenance lock for a maintenance pass run
+        from outside storage. Protects the segment list and files the pass reads against every other
+        maintenance of this handle (retention, delete-records, another pass) and against this handle letting
+        go of its writer lock (:meth:`release_turn`, :meth:`release_writer`, :meth:`hand_over`) or its
+        descriptors; appends go on. The pass changes the segment list only through :meth:`swap_in`."""
+        with self._maintenance_lock:
+            yield
+
+    @contextmanager
+    def writer_turn(self) -> Iterator[None]:
+        """Internal API (layers that append to a partition written in turn by many handles: the committed
+        offsets, the background cleaner's passes over such partitions): hold the maintenance lock for a
+        whole turn that the caller takes and ends (:meth:`wait_to_write` or :meth:`try_become_writer`, its
+        appends or maintenance, then :meth:`release_writer`). Protects the turn against this handle's other
+        maintenance and turns: no pass, hand-over or release of handles interleaves with it, so its
+        writes and its release are not split by another thread of this handle."""
+        with self._maintenance_lock:
+            yield
+
+    @contextmanager
+    def held_for_discard(self) -> Iterator[bool]:
+        """Internal API (topic deletion): the partition's files are about to be deleted. Holds the
+        maintenance lock for the body (a pass under way finishes first; none starts) and takes the writer
+        lock without opening for writing (no recovery, no check: a damaged partition is deleted too);
+        appends through this handle are refused from then on. Yields True when the writer lock was taken
+        here (to be let go by :meth:`unlock_discard` if the deletion fails), False when this handle was the
+        writer already. The writer lock stays held after the body: :meth:`close` with ``discard`` lets it
+        go."""
+        with self._maintenance_lock:
+            yield self._lock_for_discard()
 
     def _ensure_writer_locked(self) -> None:
         if self._closed:
@@ -326,15 +373,6 @@ class Partition:
         """Record that this handle, as the writer, has checked or written the active segment to its end."""
         active = self._local.segments[-1]
         self._active_checked = (active.base_offset, active.inode, active.size, active.next_offset)
-
-    def bump_swap_generation(self, replaced: Sequence[Segment]) -> tuple[str, int]:
-        """Before compaction renames files over segment names: record a new swap generation (durably).
-
-        The segments of the view that are not ``replaced`` keep their files, so they move to the new
-        generation; only the replaced ones (still in readers' snapshots) keep the old one. Returns the
-        generation new segment objects are made under. Writer only, under the append lock.
-        """
-        return maintenance.bump_swap_generation(self._local, self.durability, replaced)
 
     # ------------------------------------------------------------------ offsets
 
@@ -468,7 +506,7 @@ class Partition:
         if producer is not None and (producer[0] < 0 or not 0 <= producer[2] < SEQ_MOD):
             raise InvalidArgumentError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
         self._touch()
-        with self.append_lock:
+        with self._append_lock:
             if not self._writer.held:
                 self.ensure_writer()
                 self._writer.in_turns = in_turn
@@ -560,7 +598,7 @@ class Partition:
 
         :raises LogFailedError: when an fsync of rolled segments failed, now or before.
         """
-        with self.append_lock:
+        with self._append_lock:
             if not self._writer.held or self._closed:
                 return
             if self.durability.unsynced:
@@ -571,12 +609,12 @@ class Partition:
     def synced_through(self) -> int:
         """Offsets below this lie in segments that are sealed and fsynced (the active segment's base when
         no roll waits for its background sync): what maintenance may treat as settled for good."""
-        with self.append_lock:
+        with self._append_lock:
             return self.durability.synced_through()
 
     def roll(self) -> None:
         """Force a new active segment (no-op when the active one is empty)."""
-        with self.append_lock:
+        with self._append_lock:
             self.ensure_writer()
             if self._local.segments[-1].size:
                 self._roll()
@@ -590,7 +628,7 @@ class Partition:
         :raises LogFailedError: when an fsync failed, now or before (reopen the store).
         """
         fd = None
-        with self.append_lock:
+        with self._append_lock:
             if self._writer.held:
                 fd = self.durability.start_flush()
             elif self.durability.handed_over:
@@ -602,7 +640,7 @@ class Partition:
     def flush_due(self) -> bool:
         """Whether the topic's ``flush.messages`` / ``flush.ms`` ask for an fsync of what this handle appended
         (for appends made with ``flush_policy=False``)."""
-        with self.append_lock:
+        with self._append_lock:
             return self.durability.flush_due(self.config["flush.messages"], self.config["flush.ms"])
 
     def flush_if_due(self) -> float:
@@ -613,7 +651,7 @@ class Partition:
         if ms >= (1 << 62) or (not self._writer.held and not dur.handed_over):
             return math.inf
         if dur.unflushed and time.monotonic() - dur.last_flush >= ms / 1000:
-            with self.append_lock:
+            with self._append_lock:
                 if not self._closed and dur.failed is None and dur.unflushed:
                     if self._writer.held:
                         dur.flush_writer()
@@ -644,7 +682,7 @@ class Partition:
         ``delete`` only lose segments below the log start offset. ``now`` (ms) is for tests.
         """
         now = now_ms() if now is None else now
-        with self.maintenance_lock, self.append_lock:
+        with self._maintenance_lock, self._append_lock:
             self._ensure_writer_locked()
             return maintenance.enforce_retention(self._local, self.durability, self.config, now, self._roll)
 
@@ -659,15 +697,30 @@ class Partition:
             raise InvalidArgumentError(f"before_offset must be an int, got {type(before_offset).__name__}")
         if before_offset < 0:
             raise InvalidArgumentError(f"before_offset must be >= 0, got {before_offset}")
-        with self.maintenance_lock, self.append_lock:
+        with self._maintenance_lock, self._append_lock:
             self._ensure_writer_locked()
             return maintenance.delete_records(self._local, self.durability, before_offset)
 
-    def replace_segments(self, old: list[Segment], new: Segment | None) -> None:
-        """Swap the consecutive segments ``old`` for ``new`` (or nothing) in the view; for the compactor,
-        which holds :attr:`maintenance_lock` and has already renamed the files in place."""
-        with self.append_lock:
-            maintenance.replace_segments(self._local, old, new)
+    def swap_in(self, cleaned: Sequence[tuple[Sequence[Segment], bool]]) -> None:
+        """Internal API (the log cleaner; Kafka's ``replaceSegments``): swap cleaned segments in, crash-safely.
+
+        ``cleaned`` holds, per group of consecutive segments of the view, the segments it replaces and
+        whether its output is empty; a non-empty group's cleaned segment is already written and its log
+        fsynced as ``.cleaned`` files at the group's first base offset. Runs steps 1-6 of
+        :mod:`pylog.storage.swap` with one commit for all groups, under the maintenance lock and then the
+        append lock (readers go on). A failure past the commit point marks the partition failed until
+        the store is reopened (whose writer open rolls the swap forward). Writer only.
+        """
+        with self._maintenance_lock:
+            maintenance.swap_in(self._local, self.durability, self._append_lock, cleaned)
+
+    def remove_swap_leftovers(self) -> None:
+        """Internal API (the log cleaner, at the start of a pass and after one that failed before its commit
+        point): delete unfinished compaction output (``.cleaned``, uncommitted ``.swap``) and ``.deleted``
+        files; a committed swap's manifest stays (the writer open rolls it forward). Under the maintenance
+        lock, so no :meth:`swap_in` of this handle is under way."""
+        with self._maintenance_lock:
+            swap.remove_leftovers(self.directory)
 
     # ------------------------------------------------------------------ reading
 
@@ -695,17 +748,17 @@ class Partition:
         """Reads used more sealed segments than a handle keeps open: let go of the files of the least recently
         used (see LocalLog.let_go_of_sealed). Never waits: tried again after a later read when maintenance or
         an append holds the partition now."""
-        if not self.maintenance_lock.acquire(blocking=False):
+        if not self._maintenance_lock.acquire(blocking=False):
             return
         try:
-            if self.append_lock.acquire(blocking=False):
+            if self._append_lock.acquire(blocking=False):
                 try:
                     if not self._closed:
                         self._local.let_go_of_sealed()
                 finally:
-                    self.append_lock.release()
+                    self._append_lock.release()
         finally:
-            self.maintenance_lock.release()
+            self._maintenance_lock.release()
 
     def read_slices(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
                     verify: bool = True) -> list[ReadSlice]:
@@ -807,7 +860,7 @@ class Partition:
 
         :raises PartitionLockedError: when another handle writes the partition.
         """
-        with self.append_lock:
+        with self._append_lock:
             if self._writer.held:
                 return {}
             self._repairing = True
@@ -829,7 +882,7 @@ class Partition:
         handle's next :meth:`flush` (or :meth:`close`) fsyncs it, writer again or not. A no-op for a handle
         that is not the writer.
         """
-        with self.maintenance_lock, self.append_lock:
+        with self._maintenance_lock, self._append_lock:
             if not self._writer.held or self._closed:
                 return
             dur = self.durability
@@ -869,7 +922,7 @@ class Partition:
 
     def try_become_writer(self) -> bool:
         """Take the writer lock if it is free right now (no waiting); True when this handle is the writer."""
-        with self.append_lock:
+        with self._append_lock:
             if self._writer.held:
                 return True
             saved, self.lock_timeout_ms = self.lock_timeout_ms, 0
@@ -881,13 +934,10 @@ class Partition:
                 self.lock_timeout_ms = saved
             return True
 
-    def lock_for_discard(self) -> bool:
-        """Internal API (topic deletion): take the writer lock of a partition whose files are about to be
-        deleted, without opening it for writing: no recovery and no check of the active segment, which a
-        partition damaged in the middle would fail (the data goes away anyway). Appends through this handle
-        are refused from then on. False when this handle is the writer already; True when the lock was
-        taken here, to be let go by :meth:`unlock_discard` if the deletion fails."""
-        with self.append_lock:
+    def _lock_for_discard(self) -> bool:
+        """See :meth:`held_for_discard`: take the writer lock without opening for writing (the data goes
+        away anyway); True when taken here."""
+        with self._append_lock:
             if self._closed:
                 raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
             if self._writer.held:
@@ -901,8 +951,8 @@ class Partition:
             return True
 
     def unlock_discard(self) -> None:
-        """Internal API: undo :meth:`lock_for_discard` after a deletion that failed: the partition is as it was."""
-        with self.append_lock:
+        """Internal API: undo :meth:`held_for_discard` after a deletion that failed: the partition is as it was."""
+        with self._append_lock:
             self.durability.failed = None
             self._writer.let_go()
 
@@ -913,7 +963,7 @@ class Partition:
         Not to be called while other threads are still reading this partition. Waits for maintenance
         under way (a compaction or retention pass) to finish.
         """
-        with self.maintenance_lock, self.append_lock:
+        with self._maintenance_lock, self._append_lock:
             if self._closed:
                 return
             self._closed = True

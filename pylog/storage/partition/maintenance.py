@@ -1,13 +1,14 @@
-"""Maintenance of a partition's segment list by its writer: retention, delete-records, and the view side
-of a compaction swap.
+"""Maintenance of a partition's segment list by its writer: retention, delete-records, and the compaction
+swap (:func:`swap_in`, whose numbered crash-safety protocol is documented in :mod:`pylog.storage.swap`).
 
 Invariants (numbered as in :mod:`pylog.storage.partition`):
 5. Retention removes whole segments from the head only, after the checkpoint has recorded the new log
    start offset (so a crash mid-way leaves only segments that the next open deletes); the active segment
    goes only after a roll has put an empty one after it.
 6. Maintenance (retention, delete-records, compaction) runs one at a time per partition and only in the
-   writer: the facade holds ``Partition.maintenance_lock`` and then the append lock around every function
-   here (never the other way round). It never closes a segment another thread may be reading: removed
+   writer: the facade holds the partition's maintenance lock and then its append lock around every
+   function here (never the other way round); :func:`swap_in` takes the append lock itself, after the
+   facade took the maintenance lock. It never closes a segment another thread may be reading: removed
    segments are unlinked and released when the last snapshot holding them goes; a reader whose segment
    vanished or was replaced under it takes a new snapshot and retries, so it sees the records or
    ``OffsetOutOfRangeError``.
@@ -16,6 +17,7 @@ Invariants (numbered as in :mod:`pylog.storage.partition`):
 from __future__ import annotations
 
 import logging
+import threading
 from typing import Callable, Sequence
 
 from ...config import TopicConfig
@@ -23,10 +25,11 @@ from ...errors import OffsetOutOfRangeError
 from ..fileio import fsync_dir
 from ..retention import RetentionResult, deletable_prefix
 from ..segment import Segment
+from .. import swap
 from .durability import Durability
 from .local_log import LocalLog
 
-__all__ = ["enforce_retention", "delete_records", "replace_segments", "bump_swap_generation"]
+__all__ = ["enforce_retention", "delete_records", "swap_in"]
 
 log = logging.getLogger("pylog.partition")
 
@@ -90,7 +93,34 @@ def _delete_head(local: LocalLog, durability: Durability, count: int, result: Re
              local.log_start, ",".join(result.reasons) or "log_start")
 
 
-def replace_segments(local: LocalLog, old: list[Segment], new: Segment | None) -> None:
+def swap_in(local: LocalLog, durability: Durability, append_lock: threading.RLock,
+            cleaned: Sequence[tuple[Sequence[Segment], bool]]) -> None:
+    """Replace each group of consecutive segments of ``cleaned`` (``(replaced segments, output empty)``)
+    by its cleaned segment, written as ``.cleaned`` files at the group's first base offset (or by
+    nothing when the output is empty), with one commit for all groups: steps 1-6 of
+    :mod:`pylog.storage.swap`. Takes ``append_lock`` for steps 3-5. A failure past the commit point
+    marks the partition failed (until the store is reopened, whose writer open rolls the swap forward)
+    and is re-raised."""
+    directory = local.directory
+    groups: swap.Swap = [(-1 if empty else old[0].base_offset, [s.base_offset for s in old]) for old, empty in cleaned]
+    swap.commit(directory, groups)  # steps 1-2: past this, the swap happens (now or at the next writer open)
+    try:
+        with append_lock:
+            generation = _bump_swap_generation(local, durability, [s for old, _ in cleaned for s in old])
+            swap.roll_forward(directory, groups)
+            index_args = local.segment_index_args()
+            for (old, empty), (new_base, _) in zip(cleaned, groups, strict=True):
+                _replace_segments(local, old, None if empty else Segment.open(directory, new_base, *index_args,
+                                                                              generation=generation))
+        swap.finish(directory)
+    except BaseException as exc:
+        # Past the commit point the files and the in-memory view may disagree: refuse work until the
+        # store is reopened, whose writer open rolls the swap forward from the manifest.
+        durability.failed = f"compaction swap failed after its commit point: {exc!r}"
+        raise
+
+
+def _replace_segments(local: LocalLog, old: Sequence[Segment], new: Segment | None) -> None:
     """Swap the consecutive segments ``old`` for ``new`` (or nothing) in the view (under the append lock)."""
     segs = local.segments
     i = next((j for j, s in enumerate(segs) if s is old[0]), -1)
@@ -100,9 +130,10 @@ def replace_segments(local: LocalLog, old: list[Segment], new: Segment | None) -
     local.set_segments(segs[:i] + ([new] if new is not None else []) + segs[i + len(old):])
 
 
-def bump_swap_generation(local: LocalLog, durability: Durability, replaced: Sequence[Segment]) -> tuple[str, int]:
-    """Record a new swap generation (durably) before compaction renames files over segment names; the
-    segments of the view not ``replaced`` move to it. Returns the generation for new segment objects."""
+def _bump_swap_generation(local: LocalLog, durability: Durability, replaced: Sequence[Segment]) -> tuple[str, int]:
+    """Step 3: record a new swap generation (durably) before any name points at a new file. The segments
+    of the view not ``replaced`` keep their files, so they move to it; only the replaced ones (still in
+    readers' snapshots) keep the old one. Returns the generation for new segment objects."""
     local.swap_gen += 1
     durability.write_checkpoint()
     generation = local.generation()

@@ -9,7 +9,7 @@ Invariants (numbered as in :mod:`pylog.storage.partition`):
    :meth:`WriterLock.handover_wanted` and hands over by releasing. Readers take no lock.
 
 :class:`WriterLock` owns the lock's descriptor and the turn state: the partition calls it under its append
-lock (``Partition.append_lock``), except for the probes that do not wait for appends (:attr:`WriterLock.held`,
+lock (``Partition._append_lock``), except for the probes that do not wait for appends (:attr:`WriterLock.held`,
 :meth:`WriterLock.handover_wanted`) and :meth:`WriterLock.ask_for_handover`. The ``.want`` probe's
 descriptor is used, opened and closed only under :attr:`WriterLock.probe_lock` (two system calls at most
 while held, never another lock taken under it): a probe in one thread (a producer's idle look, the
