@@ -19,7 +19,8 @@ Per round and setting, a fresh store: a confluent-kafka ``Producer`` (acks=1, de
 100-byte values, then a ``Consumer`` reads them back (``fetch.queue.backoff.ms=10``, see bench_server.py):
 records/s of each, and the server process's CPU seconds (user + system) per 1M records of each (less
 sensitive to the machine's other load than the rates); then produce requests of one record each, 64 in
-flight on one SASL connection (raw frames): requests/s, the figure where the per-request work shows. The
+flight on one SASL connection (raw frames): requests/s and the server's CPU microseconds per request, the
+figures where the per-request work shows. The
 settings alternate (disabled, enabled, disabled, ...) so that the machine's load affects both alike; the
 table gives each setting's median and range, the ratio of the medians (enabled / disabled; for CPU above 1
 is more work) and the 1-minute load average at each round's start. Nothing asserts.
@@ -141,13 +142,17 @@ def one_round(root: str, enabled: bool, n: int, r: int) -> dict[str, float]:
         fetch = kafka_consumer_rate(server.bootstrap, TOPIC, n, **SASL, **{"group.id": GROUP},
                                     **{"fetch.queue.backoff.ms": QUEUE_BACKOFF_MS})
         cpu2 = server.cpu_seconds()
-        small = small_produce_rate(server.port, max(1000, n // 20))
+        small_n = max(1000, n // 20)
+        cpu3 = server.cpu_seconds()
+        small = small_produce_rate(server.port, small_n)
+        cpu4 = server.cpu_seconds()
     finally:
         server.stop()
     shutil.rmtree(store, ignore_errors=True)
     # Server CPU seconds per 1M records: less sensitive than the rates to what else the machine runs.
     return {"produce": produce, "fetch": fetch, "produce_cpu": (cpu1 - cpu0) * 1e6 / n,
-            "fetch_cpu": (cpu2 - cpu1) * 1e6 / n, "small": small, "load": load}
+            "fetch_cpu": (cpu2 - cpu1) * 1e6 / n, "small": small,
+            "small_cpu": (cpu4 - cpu3) * 1e6 / small_n, "load": load}
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -172,7 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'figure':<34}{'disabled (median, range)':>30}{'enabled (median, range)':>30}{'ratio':>8}")
     labels = {"produce": "confluent-kafka produce rec/s", "fetch": "confluent-kafka fetch rec/s",
               "produce_cpu": "server CPU s per 1M produced", "fetch_cpu": "server CPU s per 1M fetched",
-              "small": "1-record produce requests/s"}
+              "small": "1-record produce requests/s", "small_cpu": "server CPU us per 1-record produce"}
     for what, label in labels.items():
         cells = []
         medians = []

@@ -8,6 +8,7 @@ No test sleeps or reads the wall clock: every manager gets a fake clock whose ``
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 
@@ -212,3 +213,30 @@ def test_consumer_side_call_records_and_sleeps(store):
     assert store.quota_manager.throttle("reader", CONSUME, 4000) == pytest.approx(16 - 10)
     assert clock.slept == [pytest.approx(6.0)]
     assert store.quota_manager.throttle("writer", CONSUME, 10 ** 9) == 0.0  # no quota: not throttled
+
+
+def test_the_running_window_total_matches_a_recount_of_its_samples():
+    """The window keeps its byte total and oldest start as it goes (O(1) a record); after every record the
+    delay is the one Kafka's formula gives from the samples counted afresh."""
+    rng = random.Random(24)
+    m, clock = _manager(num=5, size=1.0)
+    m.set_quota("c", PRODUCE, 1000.0)
+    samples: list[list[float]] = []  # [start, bytes], the model of Kafka's SampledStat
+    for _ in range(3000):
+        clock.now += rng.choice((0.0, 0.001, 0.05, 0.3, 0.9, 2.5, 7.0))
+        nbytes = rng.choice((0, 1, 100, 5000))
+        now = clock.now
+        if not samples or now - samples[-1][0] >= 1.0:
+            samples.append([now, 0.0])
+            samples = samples[-5:]
+        samples[-1][1] += nbytes
+        for s in samples:
+            if now - s[0] >= 5.0:
+                s[0], s[1] = now, 0.0
+        elapsed = now - min(s[0] for s in samples)
+        full = int(elapsed // 1.0)
+        if full < 4:
+            elapsed += (4 - full) * 1.0
+        span = max(elapsed, 0.001)
+        want = throttle_delay(sum(s[1] for s in samples) / span, 1000.0, span)
+        assert m.record("c", PRODUCE, nbytes) == pytest.approx(want, rel=1e-9, abs=1e-9)

@@ -72,6 +72,28 @@ def test_prefixed_and_wildcard_patterns_match_as_in_kafka(store):
     assert a.authorize("User:alice", "h", READ, GROUP, "any-group")
 
 
+def test_a_cached_user_decision_follows_every_acl_change(store):
+    a = Authorizer(store)
+    assert not a.authorize_user("bob", "h", WRITE, TOPIC, "orders")  # decided and cached: refused
+    a.create([{"resource_type": TOPIC, "resource_name": "orders", "resource_pattern_type": LITERAL,
+               "principal": "User:bob", "host": "*", "operation": WRITE, "permission_type": ALLOW}])
+    assert a.authorize_user("bob", "h", WRITE, TOPIC, "orders")  # the creation replaced the cache
+    a.delete([{"resource_type_filter": TOPIC, "resource_name_filter": "orders", "pattern_type_filter": LITERAL,
+               "principal_filter": None, "host_filter": None, "operation": 1, "permission_type": 1}])
+    assert not a.authorize_user("bob", "h", WRITE, TOPIC, "orders")  # and so did the deletion
+
+
+def test_a_user_decision_is_never_taken_for_a_principal_of_the_same_text(store):
+    store.replace_acls([acl(TOPIC, "orders", WRITE, principal="User:User:bob")])
+    a = Authorizer(store)
+    # The user named "User:bob" is the principal "User:User:bob"; the principal "User:bob" is the user "bob".
+    assert not a.authorize("User:bob", "h", WRITE, TOPIC, "orders")
+    assert a.authorize_user("User:bob", "h", WRITE, TOPIC, "orders")
+    assert not a.authorize("User:bob", "h", WRITE, TOPIC, "orders")
+    assert not a.authorize_user("bob", "h", WRITE, TOPIC, "orders")
+    assert not a.authorize_user(None, "h", WRITE, TOPIC, "orders")  # unauthenticated: User:ANONYMOUS
+
+
 def test_super_users_and_allow_everyone_if_no_acl_found(store):
     store.replace_acls([acl(TOPIC, "named", READ)])
     strict = Authorizer(store, super_users=frozenset({"User:admin"}))

@@ -4,6 +4,7 @@ quota are not slowed; the entity precedence is Kafka's; bad quota settings are r
 
 from __future__ import annotations
 
+import asyncio
 import socket
 import time
 
@@ -12,7 +13,7 @@ import pytest
 import pylog
 from pylog.errors import InvalidConfigError
 from pylog.server.auth import Credentials
-from pylog.server.protocol import encode_request, parse_response
+from pylog.server.protocol import encode_request, parse_request, parse_response
 from pylog.server.quotas import MAX_BUDGETS, ServerQuotas
 from serverutil import kafka_batch, recv_frame
 
@@ -77,6 +78,40 @@ def test_a_producer_over_its_byte_rate_is_delayed_and_told_so(tmp_path):
                 slow.close()
                 free.close()
         assert store.topic("t").partition(0).log_end_offset == 100  # delayed, never refused
+
+
+class _Peer:
+    """What the quota wrapper reads of a connection: who logged in."""
+    principal = "alice"
+
+
+def test_a_pending_produce_answer_is_handed_on_unless_the_quota_delays_it():
+    # A Produce answered once fsynced returns its answer pending; measured and not over its quota, it goes to the
+    # connection still pending (which keeps reading requests: the appends group-commit); over the quota, the
+    # wrapper waits for it, sets its throttle time and holds it (and the connection) back.
+    frame = encode_request(0, 7, 1, "etl", {"transactional_id": None, "acks": 1, "timeout_ms": 5000, "topic_data": [
+        {"name": "t", "partition_data": [{"index": 0, "records": kafka_batch([b"x" * 1000])}]}]})
+    req = parse_request(bytearray(frame[4:]))
+
+    async def scenario() -> None:
+        loop = asyncio.get_running_loop()
+        pending: asyncio.Future[dict] = loop.create_future()
+
+        async def produce(req, conn):
+            return pending
+
+        roomy = ServerQuotas({"user=alice": {"producer_byte_rate": 1e12, "request_percentage": 1e9}})
+        handed = await asyncio.wait_for(roomy.wrap({0: produce})[0](req, _Peer()), 5)  # never waits for it
+        assert handed is pending and not pending.done()
+        assert roomy.manager.observed_rate("user=alice", "produce") > 0  # measured all the same
+
+        tight = ServerQuotas({"user=alice": {"producer_byte_rate": 10.0}}, window_num=2, window_size_s=0.05)
+        loop.call_soon(pending.set_result, {"throttle_time_ms": 0, "responses": []})
+        t0 = time.monotonic()
+        resp = await tight.wrap({0: produce})[0](req, _Peer())
+        assert isinstance(resp, dict) and resp["throttle_time_ms"] == 100  # capped at the window (0.1 s)
+        assert time.monotonic() - t0 >= 0.09
+    asyncio.run(scenario())
 
 
 def test_a_consumer_over_its_byte_rate_is_delayed_per_user(tmp_path):

@@ -25,6 +25,9 @@ Invariants:
   :func:`~pylog.server.protocol.error_response`; the handler sees only the items allowed, so a refused item
   is never touched. A request refused as a whole never reaches its handler.
 - An ``acks=0`` produce with a refused topic closes the connection (Kafka's answer to any acks=0 failure).
+- A request with every item allowed costs its decisions (each a dict lookup once cached, see
+  :meth:`~pylog.server.authorizer.Authorizer.authorize_user`) and no coroutine besides its handler's: the hot
+  rules return the handler's own coroutine.
 """
 
 from __future__ import annotations
@@ -100,26 +103,33 @@ class Access:
 
     @staticmethod
     def _guarded(rule: Rule, handler: Handler) -> Handler:
-        return functools.partial(rule, handler=handler)  # one coroutine per request, not two
+        return functools.partial(rule, handler=handler)  # the rule returns the handler's coroutine: no second one
 
     # ------------------------------------------------------------------ decisions
 
     def allowed(self, conn: Any, op: int, rtype: int, name: Any) -> bool:
         if not isinstance(name, str):
             return True  # a malformed name: the handler answers it (INVALID_TOPIC_EXCEPTION and the like)
-        return self.authorizer.authorize(principal_of(conn.principal), conn.client_host, op, rtype, name)
+        return self.authorizer.authorize_user(conn.principal, conn.client_host, op, rtype, name)
 
     def _topic_code(self, conn: Any, op: int, name: Any) -> int:
         return E.NONE if self.allowed(conn, op, TOPIC, name) else E.TOPIC_AUTHORIZATION_FAILED
 
+    def _checked(self, req: Request, conn: Any, handler: Handler, arr: str, resp_arr: str,
+                 code_of: Callable[[Any], int]) -> Awaitable[dict | None]:
+        """The handler's answer to the items of ``req.body[arr]`` that ``code_of`` passes (E.NONE), with an
+        error entry (:func:`error_response`) in ``resp_arr`` for each refused one. When every item passes (the
+        usual case) this is the handler's own coroutine: a request pays the decisions, no extra coroutine."""
+        for item in req.body.get(arr) or ():
+            if code_of(item) != E.NONE:
+                return self._split(req, conn, handler, arr, resp_arr, code_of)
+        return handler(req, conn)
+
     async def _split(self, req: Request, conn: Any, handler: Handler, arr: str, resp_arr: str,
                      code_of: Callable[[Any], int]) -> dict | None:
-        """The handler's answer to the items of ``req.body[arr]`` that ``code_of`` passes (E.NONE), with an
-        error entry (:func:`error_response`) in ``resp_arr`` for each refused one."""
+        """:meth:`_checked` with some item refused."""
         items = req.body.get(arr) or []
         codes = [code_of(item) for item in items]
-        if not any(codes):
-            return await handler(req, conn)
         allowed = [i for i, c in zip(items, codes, strict=True) if c == E.NONE]
         denied: dict[int, list] = {}
         for i, c in zip(items, codes, strict=True):
@@ -141,23 +151,23 @@ class Access:
         """A rule refusing each item of ``arr`` (named by its ``key`` field, or the item itself) without ``op``."""
         code = _FAILED[rtype]
 
-        async def rule(req: Request, conn: Any, handler: Handler) -> dict | None:
-            return await self._split(req, conn, handler, arr, resp_arr, lambda i: E.NONE if self.allowed(
+        def rule(req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
+            return self._checked(req, conn, handler, arr, resp_arr, lambda i: E.NONE if self.allowed(
                 conn, op, rtype, i if key is None else i.get(key)) else code)
         return rule
 
     def _whole_group(self, op: int) -> Rule:
-        async def rule(req: Request, conn: Any, handler: Handler) -> dict | None:
+        def rule(req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
             if not self.allowed(conn, op, GROUP, req.body.get("group_id")):
-                return error_response(req, E.GROUP_AUTHORIZATION_FAILED, _message(E.GROUP_AUTHORIZATION_FAILED))
-            return await handler(req, conn)
+                return _refused(req, E.GROUP_AUTHORIZATION_FAILED)
+            return handler(req, conn)
         return rule
 
     def _whole_cluster(self, op: int) -> Rule:
-        async def rule(req: Request, conn: Any, handler: Handler) -> dict | None:
+        def rule(req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
             if not self.allowed(conn, op, CLUSTER, CLUSTER_NAME):
-                return error_response(req, E.CLUSTER_AUTHORIZATION_FAILED, _message(E.CLUSTER_AUTHORIZATION_FAILED))
-            return await handler(req, conn)
+                return _refused(req, E.CLUSTER_AUTHORIZATION_FAILED)
+            return handler(req, conn)
         return rule
 
     def _configs(self, resp_arr: str, op: int) -> Rule:
@@ -169,17 +179,24 @@ class Access:
                 return E.NONE if self.allowed(conn, op, CLUSTER, CLUSTER_NAME) else E.CLUSTER_AUTHORIZATION_FAILED
             return E.NONE  # the handler refuses other resource types
 
-        async def rule(req: Request, conn: Any, handler: Handler) -> dict | None:
-            return await self._split(req, conn, handler, "resources", resp_arr, lambda r: code_of(conn, r))
+        def rule(req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
+            return self._checked(req, conn, handler, "resources", resp_arr, lambda r: code_of(conn, r))
         return rule
 
     # ------------------------------------------------------------------ data APIs
 
-    async def _produce(self, req: Request, conn: Any, handler: Handler) -> dict | None:
+    def _produce(self, req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
+        authorize, user, host = self.authorizer.authorize_user, conn.principal, conn.client_host  # allowed(), inlined
+        for td in req.body.get("topic_data") or ():
+            name = td.get("name")
+            if isinstance(name, str) and not authorize(user, host, WRITE, TOPIC, name):
+                return self._produce_refused(req, conn, handler)
+        return handler(req, conn)
+
+    async def _produce_refused(self, req: Request, conn: Any, handler: Handler) -> dict | None:
         resp = await self._split(req, conn, handler, "topic_data", "responses",
                                  lambda td: self._topic_code(conn, WRITE, td.get("name")))
-        if req.body.get("acks") == 0 and any(not self.allowed(conn, WRITE, TOPIC, td.get("name"))
-                                             for td in req.body.get("topic_data") or []):
+        if req.body.get("acks") == 0:
             conn.abort()  # acks=0 has no answer to carry the error (see the module docstring)
             return None
         return resp
@@ -204,7 +221,7 @@ class Access:
                     and name not in store:
                 return E.TOPIC_AUTHORIZATION_FAILED  # Kafka: a topic the principal may not create
             return E.NONE
-        return await self._split(req, conn, handler, "topics", "topics", code_of)
+        return await self._checked(req, conn, handler, "topics", "topics", code_of)
 
     async def _init_producer_id(self, req: Request, conn: Any, handler: Handler) -> dict | None:
         if req.body.get("transactional_id") is None:
@@ -216,19 +233,19 @@ class Access:
                         "producer_epoch": -1}
         return await handler(req, conn)
 
-    async def _create_topics(self, req: Request, conn: Any, handler: Handler) -> dict | None:
+    def _create_topics(self, req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
         if self.allowed(conn, CREATE, CLUSTER, CLUSTER_NAME):
-            return await handler(req, conn)
-        return await self._split(req, conn, handler, "topics", "topics",
-                                 lambda t: self._topic_code(conn, CREATE, t.get("name")))
+            return handler(req, conn)
+        return self._checked(req, conn, handler, "topics", "topics",
+                             lambda t: self._topic_code(conn, CREATE, t.get("name")))
 
     # ------------------------------------------------------------------ group APIs
 
-    async def _offset_commit(self, req: Request, conn: Any, handler: Handler) -> dict | None:
+    def _offset_commit(self, req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
         if not self.allowed(conn, READ, GROUP, req.body.get("group_id")):
-            return error_response(req, E.GROUP_AUTHORIZATION_FAILED, _message(E.GROUP_AUTHORIZATION_FAILED))
-        return await self._split(req, conn, handler, "topics", "topics",
-                                 lambda t: self._topic_code(conn, READ, t.get("name")))
+            return _refused(req, E.GROUP_AUTHORIZATION_FAILED)
+        return self._checked(req, conn, handler, "topics", "topics",
+                             lambda t: self._topic_code(conn, READ, t.get("name")))
 
     async def _offset_fetch(self, req: Request, conn: Any, handler: Handler) -> dict | None:
         if not self.allowed(conn, DESCRIBE, GROUP, req.body.get("group_id")):
@@ -239,14 +256,14 @@ class Access:
                 resp["topics"] = [t for t in resp.get("topics") or [] if self.allowed(conn, DESCRIBE, TOPIC,
                                                                                        t["name"])]
             return resp
-        return await self._split(req, conn, handler, "topics", "topics",
-                                 lambda t: self._topic_code(conn, DESCRIBE, t.get("name")))
+        return await self._checked(req, conn, handler, "topics", "topics",
+                                   lambda t: self._topic_code(conn, DESCRIBE, t.get("name")))
 
-    async def _offset_delete(self, req: Request, conn: Any, handler: Handler) -> dict | None:
+    def _offset_delete(self, req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
         if not self.allowed(conn, DELETE, GROUP, req.body.get("group_id")):
-            return error_response(req, E.GROUP_AUTHORIZATION_FAILED, _message(E.GROUP_AUTHORIZATION_FAILED))
-        return await self._split(req, conn, handler, "topics", "topics",
-                                 lambda t: self._topic_code(conn, READ, t.get("name")))
+            return _refused(req, E.GROUP_AUTHORIZATION_FAILED)
+        return self._checked(req, conn, handler, "topics", "topics",
+                             lambda t: self._topic_code(conn, READ, t.get("name")))
 
     async def _find_coordinator(self, req: Request, conn: Any, handler: Handler) -> dict | None:
         b = req.body
@@ -261,6 +278,11 @@ class Access:
             resp["groups"] = [g for g in resp.get("groups") or []
                               if self.allowed(conn, DESCRIBE, GROUP, g.get("group_id"))]
         return resp
+
+
+async def _refused(req: Request, code: int) -> dict:
+    """A request refused as a whole: its error response (as an awaitable, what a rule returns)."""
+    return error_response(req, code, _message(code))
 
 
 def _message(code: int) -> str:

@@ -18,8 +18,10 @@ Decision for (principal, host, operation, resource), in Kafka's order:
 Invariants:
 - Every change (CreateAcls, DeleteAcls) is written to the store (atomically, fsynced) before it is answered and
   before it takes effect; changes are serialised by one lock, so two admin clients never lose each other's.
-- Decisions are cached per (principal, host, operation, resource type, name); the cache is emptied on every
-  change and bounded (:data:`_CACHE_MAX` entries), so a decision never outlives the entries it came from.
+- Decisions are cached per (principal, host, operation, resource type, name) (by user name for
+  :meth:`Authorizer.authorize_user`, the per-request path: a cached decision is one dict lookup); the caches are
+  replaced on every change and bounded (:data:`_CACHE_MAX` entries each), so a decision never outlives the
+  entries it came from.
 - Without SASL every client is ``User:ANONYMOUS`` (Kafka's name for an unauthenticated principal).
 """
 
@@ -129,9 +131,11 @@ class Authorizer:
         self._entries: list[AclEntry] = []
         # One tuple, replaced whole on a change (a decision on the loop never mixes two generations, and one
         # computed from the old entries lands in the old, discarded cache): resource type -> literal name ->
-        # entries; resource type -> prefixed entries; the decision cache.
+        # entries; resource type -> prefixed entries; the decision cache by principal; the decision cache by
+        # user name (authorize_user: a connection's user, no principal string built per request).
         self._view: tuple[dict[int, dict[str, list[AclEntry]]], dict[int, list[AclEntry]],
-                          dict[tuple[str, str, int, int, str], bool]] = ({}, {}, {})
+                          dict[tuple[str, str, int, int, str], bool],
+                          dict[tuple[str | None, str, int, int, str], bool]] = ({}, {}, {}, {})
         self._index(store.acls())
 
     # ------------------------------------------------------------------ decisions
@@ -143,10 +147,23 @@ class Authorizer:
         """Whether ``principal`` from ``host`` may do ``op`` on the resource (see the module docstring)."""
         key = (principal, host, op, rtype, name)
         view = self._view
-        cache = view[2]
-        cached = cache.get(key)
-        if cached is not None:
-            return cached
+        cached = view[2].get(key)
+        if cached is None:
+            cached = self._remember(view, view[2], key, principal, host, op, rtype, name)
+        return cached
+
+    def authorize_user(self, user: str | None, host: str, op: int, rtype: int, name: str) -> bool:
+        """:meth:`authorize` for the principal of a connection authenticated as ``user`` (None: not
+        authenticated; see :func:`principal_of`): the per-request check, one dict lookup once decided."""
+        key = (user, host, op, rtype, name)
+        view = self._view
+        cached = view[3].get(key)
+        if cached is None:
+            cached = self._remember(view, view[3], key, principal_of(user), host, op, rtype, name)
+        return cached
+
+    def _remember(self, view: tuple, cache: dict, key: tuple, principal: str, host: str, op: int, rtype: int,
+                  name: str) -> bool:
         allowed = self._decide(view, principal, host, op, rtype, name)
         if len(cache) >= _CACHE_MAX:
             cache.clear()
@@ -195,7 +212,7 @@ class Authorizer:
             else:
                 prefixed.setdefault(e.resource_type, []).append(e)
         self._entries = list(entries)
-        self._view = (literal, prefixed, {})
+        self._view = (literal, prefixed, {}, {})
 
     # ------------------------------------------------------------------ the ACL APIs (in the storage pool)
 

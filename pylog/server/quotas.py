@@ -15,10 +15,13 @@ share ``user=alice``; a ``<default>`` entity gives each user or client id its ow
 
 Invariants:
 - Produce records the request's record bytes, Fetch the response's record bytes, every request (but the long
-  polls: Fetch, JoinGroup, SyncGroup, whose waiting is not work) its handling time in percent-seconds; the
+  polls: Fetch, JoinGroup, SyncGroup, whose waiting is not work) its handling time in percent-seconds (a
+  Produce answered once fsynced: until its handler hands its answer on, the fsync wait not counted); the
   response is then delayed by the largest throttle time of the three, capped at the quota window (Kafka's
   cap), and carries it in ``throttle_time_ms``. Nothing is refused.
-- A request of a (user, client id) with no quota costs a dict lookup (the resolution is cached, bounded).
+- A request of a (user, client id) with no quota costs a dict lookup (the resolution is cached, bounded); one
+  with quotas adds at most two clock reads (before and after its handler, the second shared by its records)
+  and O(1) recording per quota (:class:`~pylog.clients.quotas.QuotaManager`).
 - At most :data:`MAX_BUDGETS` budgets are kept: a ``<default>`` client-id entity gives every client id its own,
   and a client may send a new client id with each request. Past the bound the oldest quarter is forgotten (a
   forgotten budget's window starts over on its client's next request), as Kafka expires idle quota sensors.
@@ -33,7 +36,6 @@ from __future__ import annotations
 import asyncio
 import itertools
 import math
-import time
 from typing import Any, Awaitable, Callable, Mapping
 
 from ..clients.quotas import CONSUME, PRODUCE, REQUEST, QuotaManager
@@ -100,6 +102,7 @@ class ServerQuotas:
                                              f"{value!r}")
                 self._entities.setdefault(entity, {})[kind] = float(value)
         self._resolved: dict[tuple[str, str, str], str | None] = {}
+        self._keys: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = {}  # see keys()
         # (manager key, kind) limits set from the entities, oldest first (a dict: ordered, bounded by MAX_BUDGETS)
         self._applied: dict[tuple[str, str], None] = {}
 
@@ -137,6 +140,7 @@ class ServerQuotas:
             self.manager.set_quota(key, kind, None)
             del self._applied[(key, kind)]
         self._resolved.clear()
+        self._keys.clear()
 
     def budgets(self) -> int:
         """How many budgets (key and kind) the entities have set so far: for tests and the operator."""
@@ -161,6 +165,7 @@ class ServerQuotas:
             self.manager.set_quota(key, kind, None)
         self._applied.clear()
         self._resolved.clear()
+        self._keys.clear()
 
     def handlers(self) -> dict[int, Handler]:
         """DescribeClientQuotas (48) and AlterClientQuotas (49). Changes last until the server stops: the
@@ -172,50 +177,77 @@ class ServerQuotas:
         """``handlers`` with the quotas measured and enforced around each."""
         return {k: self._throttled(k, h) for k, h in handlers.items()}
 
+    def keys(self, user: str, client_id: str) -> tuple[str | None, str | None, str | None]:
+        """The budgets (manager keys, or None) of (user, client id) for produce bytes, consume bytes and request
+        time: :meth:`key` of each kind, resolved once per (user, client id) and cached (bounded, emptied by
+        :meth:`alter`), so that a request pays one dict lookup."""
+        entity = (user, client_id)
+        keys = self._keys.get(entity)
+        if keys is None:
+            keys = (self.key(user, client_id, PRODUCE), self.key(user, client_id, CONSUME),
+                    self.key(user, client_id, REQUEST))
+            if len(self._keys) >= _CACHE_MAX:
+                self._keys.clear()
+            self._keys[entity] = keys
+        return keys
+
     def _throttled(self, api_key: int, handler: Handler) -> Handler:
         charge_time = api_key not in _WAITING_APIS
-        # The byte quota this API records (Produce: the request's records, Fetch: the response's), if any.
-        byte_kind: str | None = None
-        size_of: Callable[[Any, dict | None], int] | None = None
-        if api_key == _PRODUCE:
-            byte_kind, size_of = PRODUCE, _request_bytes
-        elif api_key == _FETCH:
-            byte_kind, size_of = CONSUME, _response_bytes
-        resolved, resolve, record = self._resolved, self.key, self.manager.record
+        # The byte quota this API records (Produce: the request's records, Fetch: the response's), if any: its
+        # index in keys() and its kind.
+        byte_index = 0 if api_key == _PRODUCE else 1 if api_key == _FETCH else -1
+        byte_kind = PRODUCE if api_key == _PRODUCE else CONSUME
+        size_of = _request_bytes if api_key == _PRODUCE else _response_bytes
+        entities, keys_of, manager, max_delay = self._entities, self.keys, self.manager, self.max_delay
 
         async def throttled(req: Any, conn: Any) -> "dict | asyncio.Future[dict] | None":
-            if not self._entities:
+            if not entities:
                 return await handler(req, conn)  # no quota at all: nothing to measure
-            started = time.monotonic()
-            answer = await handler(req, conn)
-            # A Produce answered once fsynced (pylog.server.connection): its answer is what gets delayed.
-            resp = await answer if isinstance(answer, asyncio.Future) else answer
-            user = conn.principal if conn.principal is not None else "ANONYMOUS"
-            client = req.client_id or ""
+            user = conn.principal
+            keys = keys_of("ANONYMOUS" if user is None else user, req.client_id or "")
+            time_key = keys[2] if charge_time else None
+            # One clock read before (only when the handling time is charged) and one after, shared by the records.
+            started = manager.clock() if time_key is not None else 0.0
+            answer: Any = await handler(req, conn)
+            byte_key = keys[byte_index] if byte_index >= 0 else None
+            if byte_key is None and time_key is None:
+                return answer  # nothing measured: a pending Produce answer goes to the connection as it is
+            # A Produce answered once fsynced (pylog.server.connection) returns its answer pending: it is measured
+            # now (its bytes are the request's; its handling time ends here, the fsync wait is not work, as Kafka
+            # does not charge purgatory), and handed on pending unless delayed, so the connection keeps pipelining.
+            if isinstance(answer, asyncio.Future) and byte_index != 0:
+                answer = await answer  # only a Produce's answer stays pending (its bytes are the request's)
+            pending: asyncio.Future[dict] | None = answer if isinstance(answer, asyncio.Future) else None
+            resp: dict | None = answer if pending is None else None
+            now = manager.clock()
             delay = 0.0
-            if byte_kind is not None and size_of is not None and (resp is not None or api_key == _PRODUCE):
-                ck = (user, client, byte_kind)
-                key = resolved[ck] if ck in resolved else resolve(user, client, byte_kind)
-                if key is not None:
-                    delay = record(key, byte_kind, size_of(req, resp))
-            if charge_time:
-                ck = (user, client, REQUEST)
-                key = resolved[ck] if ck in resolved else resolve(user, client, REQUEST)
-                if key is not None:
-                    delay = max(delay, record(key, REQUEST, (time.monotonic() - started) * 100.0))
-            if delay > 0:
-                delay = min(delay, self.max_delay)
-                if resp is not None and "throttle_time_ms" in resp:
-                    resp["throttle_time_ms"] = int(delay * 1000)
-                await asyncio.sleep(delay)  # Kafka delays the response (the client waits on it)
+            if byte_key is not None and (resp is not None or byte_index == 0):
+                delay = manager.record(byte_key, byte_kind, size_of(req, resp), now)
+            if time_key is not None:
+                time_delay = manager.record(time_key, REQUEST, (now - started) * 100.0, now)
+                if time_delay > delay:
+                    delay = time_delay
+            if delay <= 0:
+                return answer
+            if pending is not None:
+                resp = await pending
+            delay = min(delay, max_delay)
+            if resp is not None and "throttle_time_ms" in resp:
+                resp["throttle_time_ms"] = int(delay * 1000)
+            await asyncio.sleep(delay)  # Kafka delays the response (the client waits on it, this connection too)
             return resp
         return throttled
 
 
 def _request_bytes(req: Any, resp: dict | None) -> int:
     """A Produce request's record bytes."""
-    return sum(len(pd["records"]) for td in req.body.get("topic_data") or [] for pd in td.get("partition_data")
-               or [] if pd.get("records") is not None)
+    total = 0
+    for td in req.body.get("topic_data") or ():
+        for pd in td.get("partition_data") or ():
+            records = pd.get("records")
+            if records is not None:
+                total += len(records)
+    return total
 
 
 def _response_bytes(req: Any, resp: dict | None) -> int:
