@@ -250,6 +250,19 @@ def test_topic_and_partition_creation_is_rate_limited(tmp_path):
             assert server.store.topics() == ["x", "y"]
 
 
+def test_topic_deletion_is_rate_limited_like_creation(tmp_path):
+    # KIP-599: DeleteTopics takes from the controller mutation quota too. A bucket of 4 partitions, one more per
+    # 100 s: deleting a 4-partition topic empties it, so the next deletion is throttled and the topic kept.
+    with pylog.serve(tmp_path / "s", port=0, max_partitions_per_topic=4, controller_mutation_rate=0.01) as server:
+        server.store.create_topic("x", partitions=4)
+        server.store.create_topic("y", partitions=1)
+        with _connect(server) as s:
+            out = _call(s, 20, 5, {"topic_names": ["x", "y"], "timeout_ms": 1000})
+            assert [t["error_code"] for t in out["responses"]] == [0, ErrorCode.THROTTLING_QUOTA_EXCEEDED]
+            assert "controller_mutation_rate" in out["responses"][1]["error_message"]
+            assert server.store.topics() == ["y"]
+
+
 def test_partitions_in_the_store_are_bounded(tmp_path):
     with pylog.serve(tmp_path / "s", port=0, max_partitions=5) as server:
         with _connect(server) as s:
