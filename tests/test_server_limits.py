@@ -371,3 +371,25 @@ def test_the_pool_is_given_back_once_pipelined_produce_answers_are_sent(tmp_path
         finally:
             producer.close()
         wait_until(lambda: server.resources()["pool_bytes_used"] == 0, what="the pool given back")
+
+
+def _join_v3(group):
+    return {"group_id": group, "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000, "member_id": "",
+            "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"m"}]}
+
+
+def test_group_members_and_commit_metadata_are_bounded_by_the_server_settings(tmp_path):
+    # Kafka's group.max.size and offset.metadata.max.bytes, given to pylog serve.
+    with pylog.serve(tmp_path / "s", port=0, group_max_size=1, offset_metadata_max_bytes=8) as server:
+        server.store.create_topic("t", partitions=1)
+        with _connect(server) as first, _connect(server) as second:
+            first.sendall(encode_request(11, 3, 1, "limits", _join_v3("g")))
+            wait_until(lambda: _call(second, 15, 0, {"groups": ["g"]}, corr=9)["groups"][0]["group_state"]
+                       == "PreparingRebalance")
+            assert _call(second, 11, 3, _join_v3("g"))["error_code"] == ErrorCode.GROUP_MAX_SIZE_REACHED
+            assert parse_response(11, 3, recv_frame(first))[1]["error_code"] == 0
+            for corr, (metadata, code) in enumerate((("x" * 8, 0), ("x" * 9, ErrorCode.OFFSET_METADATA_TOO_LARGE))):
+                commit = {"group_id": "s", "generation_id": -1, "member_id": "", "retention_time_ms": -1,
+                          "topics": [{"name": "t", "partitions": [
+                              {"partition_index": 0, "committed_offset": 0, "committed_metadata": metadata}]}]}
+                assert _call(second, 8, 2, commit, corr=2 + corr)["topics"][0]["partitions"][0]["error_code"] == code
