@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import functools
 import hashlib
 import logging
 import os
@@ -290,8 +291,11 @@ class ServerState:
         supported = protocol.supported_versions()
         #: Which principal got each producer id this server handed out (bounded: see ProducerOwners).
         self.producer_owners = ProducerOwners()
-        #: Client quotas: those of the settings, changed by AlterClientQuotas while the server runs.
-        self.quotas = ServerQuotas(config.quotas or {}, config.quota_window_num, config.quota_window_size_s)
+        #: Client quotas: those of the settings with the changes AlterClientQuotas saved in the store (read here,
+        #: before serving: a damaged file stops the start as a damaged ACL file does), saved again at each change.
+        self.quotas = ServerQuotas(config.quotas or {}, config.quota_window_num, config.quota_window_size_s,
+                                   store.client_quota_changes())
+        self.quotas.save = functools.partial(self.run, store.replace_client_quota_changes)
         self.handlers.update(self.quotas.handlers())
         self.authorizer = authorizer
         if self.authorizer is not None:
