@@ -74,6 +74,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, NamedTuple, TypeVar
 from ..clients.groups import check_group_id
 from ..errors import (InvalidGroupError, InvalidTopicError, PartitionLockedError, PylogError, RebalanceInProgressError,
                       RecordTooLargeError, UnknownTopicError)
+from ..storage.handles import RateLimitedLog
 from ..structs import OffsetAndMetadata, TopicPartition
 from .groupstate import SavedGroup, SavedMember, encode_groups, read_groups, write_groups
 from .protocol.codes import (  # Kafka's error codes
@@ -88,6 +89,11 @@ __all__ = ["GroupCoordinator", "DEFAULT_INITIAL_REBALANCE_DELAY_MS", "EMPTY", "P
            "COMPLETING_REBALANCE", "STABLE", "DEAD"]
 
 log = logging.getLogger("pylog.server.coordinator")
+#: Refusals a flood repeats (max_groups): one line per 10 s, with the count left out.
+_rlog = RateLimitedLog(log)
+#: After a scan for Empty groups to drop found none, new groups are refused without scanning for this long (s):
+#: a flood of JoinGroups at ``max_groups`` would otherwise scan every group for each.
+_FULL_RESCAN_S = 1.0
 
 _T = TypeVar("_T")
 
@@ -283,6 +289,7 @@ class GroupCoordinator:
         self.max_group_size = max_group_size
         self.max_metadata_bytes = max_metadata_bytes
         self.max_groups = max_groups
+        self._full_until = 0.0  # loop time until which _make_room does not scan again (see _FULL_RESCAN_S)
         self._executor = executor
         self._groups: dict[str, _Group] = {}
         #: group id -> [lock, users]: serialises a group's store writes (commits, deletion).
@@ -411,9 +418,13 @@ class GroupCoordinator:
         join phase (a JoinGroup flood with new group ids leaves only those), else the oldest tenth of the
         others. A dropped group's committed offsets stay in the store (as pylog's own groups' do); only its
         generation is forgotten, as Kafka forgets an Empty group whose offsets expired. One scan per drop of
-        many groups, so a flood costs amortised O(1) per JoinGroup."""
+        many groups, and none for :data:`_FULL_RESCAN_S` after one that found nothing to drop, so a flood costs
+        amortised O(1) per JoinGroup."""
         if self.max_groups is None or len(self._groups) < self.max_groups:
             return True
+        now = self._loop().time()
+        if now < self._full_until:
+            return False
         idle = [g for g in self._groups.values()
                 if g.state == EMPTY and not g.members and not g.pending and g.group_id not in self._io_locks]
         drop = [g for g in idle if g.generation_id == 0] or idle[:max(1, self.max_groups // 10)]
@@ -426,9 +437,17 @@ class GroupCoordinator:
         if saved:
             self._snapshot_changed()
         if drop:
-            log.info("coordinator: %d empty group(s) dropped to stay within max_groups=%d", len(drop),
-                     self.max_groups)
+            _rlog.log(logging.INFO, "groups dropped", "coordinator: %d empty group(s) dropped to stay within "
+                      "max_groups=%d", len(drop), self.max_groups)
+        else:
+            self._full_until = now + _FULL_RESCAN_S
         return len(self._groups) < self.max_groups
+
+    def _refuse_new_group(self, group_id: str, client_id: str, client_host: str, member_id: str) -> _JoinResult:
+        _rlog.log(logging.WARNING, "max_groups", "group %r: JoinGroup from client %r (%s) refused: the coordinator "
+                  "holds %d groups (max_groups) and none is empty", group_id, client_id, client_host,
+                  len(self._groups))
+        return _JoinResult(GROUP_MAX_SIZE_REACHED, member_id=member_id)
 
     def _save(self, g: _Group) -> None:
         """Record ``g``'s state (Stable or Empty) as the one a restarted server takes over, and queue a write."""
@@ -660,6 +679,8 @@ class GroupCoordinator:
         g = self._groups.get(group_id)
         if g is None and member_id:
             return _JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id)
+        if g is None and not self._make_room():
+            return self._refuse_new_group(group_id, client_id, client_host, member_id)
         if g is None or g.state == EMPTY:
             # The group would start here: refuse it while pylog's own consumers use it.
             try:
@@ -678,10 +699,8 @@ class GroupCoordinator:
             if g is None:
                 if member_id:
                     return _JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id)
-                if not self._make_room():
-                    log.warning("group %r: JoinGroup from client %r (%s) refused: the coordinator holds %d groups "
-                                "(max_groups) and none is empty", group_id, client_id, client_host, len(self._groups))
-                    return _JoinResult(GROUP_MAX_SIZE_REACHED, member_id=member_id)
+                if not self._make_room():  # again: others may have started groups during the await
+                    return self._refuse_new_group(group_id, client_id, client_host, member_id)
                 g = self._groups[group_id] = _Group(group_id)
         if g.state == DEAD:
             return _JoinResult(COORDINATOR_NOT_AVAILABLE, member_id=member_id)
