@@ -393,3 +393,19 @@ def test_group_members_and_commit_metadata_are_bounded_by_the_server_settings(tm
                           "topics": [{"name": "t", "partitions": [
                               {"partition_index": 0, "committed_offset": 0, "committed_metadata": metadata}]}]}
                 assert _call(second, 8, 2, commit, corr=2 + corr)["topics"][0]["partitions"][0]["error_code"] == code
+
+
+def test_a_kafka_python_consumer_refused_by_max_groups_reports_it_instead_of_retrying(tmp_path):
+    kafka = pytest.importorskip("kafka")
+    with pylog.serve(tmp_path / "s", port=0, max_groups=1) as server:
+        server.store.create_topic("t", partitions=1)
+        with _connect(server) as s:  # a pending member (never joining again) holds the one group
+            held = dict(_join_v3("held"), group_instance_id=None)
+            assert _call(s, 11, 5, held)["error_code"] == ErrorCode.MEMBER_ID_REQUIRED
+            consumer = kafka.KafkaConsumer("t", bootstrap_servers=f"{server.host}:{server.port}", group_id="other",
+                                           api_version=(2, 5))
+            try:
+                with pytest.raises(kafka.errors.GroupMaxSizeReachedError):
+                    consumer.poll(timeout_ms=10_000)
+            finally:
+                consumer.close()
