@@ -28,6 +28,10 @@ Scenarios:
   they can, up to 100 each at a time.
 - ``pipelined-unread``: each connection sends ApiVersions requests back to back (bursts of 20,000) with a
   4 KiB receive buffer and never reads an answer.
+- ``join-flood``: each connection sends JoinGroup requests (v7, 1 KiB of member metadata, the longest session
+  timeout, 30 min) for a new group id each, in bursts of 500, reading the answers (MEMBER_ID_REQUIRED: a
+  pending member held for the session timeout) and never joining again. The coordinator holds at most
+  ``max_groups`` (10,000) groups; the others are answered GROUP_MAX_SIZE_REACHED.
 
 Per scenario: the well-behaved client's ApiVersions p50 / p99 (ms) and errors, the server's peak VmRSS and
 RssAnon (sampled every 20 ms: VmRSS includes the store's pages mapped from the page cache) and VmHWM (MiB) and
@@ -56,6 +60,11 @@ slowloris               0.45    2.30    45         28         18
 connection-flood        0.43    42.24   49         32         265
 pipelined-unread        0.69    9.14    116        94         18
 ======================  ======  ======  =========  =========  =====
+
+``join-flood`` (added later; ``--short``, load 1.4): p50 0.75 ms, p99 2.90 ms, VmHWM 58 MiB (idle: 0.31, 0.93,
+45). Measured in-process with one connection pipelining 30,000 such JoinGroups: with ``max_groups`` 10,000 the
+last 20,000 are refused (GROUP_MAX_SIZE_REACHED) at 12,800 JoinGroups/s and the process peaks at 58 MiB; with
+no bound every one holds a group (about 0.7 KiB each: 77 MiB after 30,000, at 7,500/s).
 
 The p99 figures follow the machine's load: at a load of 6.5-9.4 all bounds held too (giant-metadata 64 ms
 against a baseline p99 of 23 ms), at 4.5-7.8 giant-metadata reached 69 ms against 3.8, over its bound. The
@@ -245,6 +254,27 @@ def _pipelined_unread(addr, stop, short):
     _forever(addr, stop, one)
 
 
+def _join_flood(addr, stop, short, ident):
+    seq = [0]
+    meta = b"m" * 1024
+
+    def join(corr: int) -> bytes:
+        seq[0] += 1
+        return _request(11, 7, corr, {"group_id": f"flood-{ident}-{seq[0]}", "session_timeout_ms": 1_800_000,
+                                      "rebalance_timeout_ms": 1_800_000, "member_id": "", "group_instance_id": None,
+                                      "protocol_type": "consumer",
+                                      "protocols": [{"name": "range", "metadata": meta}]})
+
+    def one(s):
+        s.settimeout(60)
+        while not stop.is_set():
+            s.sendall(b"".join(join(i) for i in range(500)))
+            for _ in range(500):
+                if recv_frame(s) is None:
+                    return
+    _forever(addr, stop, one)
+
+
 def _hostile_main(scenario: str, addr: tuple[str, int], short: bool, seconds: float, ready) -> None:
     stop = threading.Event()
     extra: list = []
@@ -254,10 +284,10 @@ def _hostile_main(scenario: str, addr: tuple[str, int], short: bool, seconds: fl
     targets = {"partial-frames": _partial_frames, "non-reading-fetchers": _non_reading_fetchers,
                "giant-metadata": _giant_metadata, "auto-create-flood": _auto_create_flood,
                "slowloris": _slowloris, "connection-flood": _connection_flood,
-               "pipelined-unread": _pipelined_unread}
+               "pipelined-unread": _pipelined_unread, "join-flood": _join_flood}
     threads = []
     for i in range(HOSTILE):
-        args = (addr, stop, short, *(extra or ([i] if scenario == "auto-create-flood" else [])))
+        args = (addr, stop, short, *(extra or ([i] if scenario in ("auto-create-flood", "join-flood") else [])))
         threads.append(threading.Thread(target=targets[scenario], args=args, daemon=True))
     ready.set()
     for t in threads:
@@ -370,7 +400,7 @@ def _pct(xs: list[float], q: float) -> float:
 
 
 SCENARIOS = ["idle", "partial-frames", "non-reading-fetchers", "giant-metadata", "auto-create-flood",
-             "slowloris", "connection-flood", "pipelined-unread"]
+             "slowloris", "connection-flood", "pipelined-unread", "join-flood"]
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -43,6 +43,7 @@ from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError
                      ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, StorePathError, TopicExistsError,
                      UnknownStoreError, UnknownTopicError)
 from .storage.acl_file import AclEntry, read_acls, write_acls
+from .storage.quota_file import QuotaChanges, read_quota_changes, write_quota_changes
 from .storage.fileio import atomic_write, fsync_dir, write_faults
 from .storage.handles import HandleCache
 from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
@@ -371,6 +372,25 @@ class Store:
         self._check_writable("change the ACLs")
         with write_faults("replacing the ACL file", "the previous ACLs are in force"):
             write_acls(self.path, [AclEntry(*e) for e in entries])
+
+    # ------------------------------------------------------------------ client quotas (pylog serve)
+
+    def client_quota_changes(self) -> QuotaChanges:
+        """The client quota changes AlterClientQuotas made through pylog serve (``<store>/__quotas``,
+        docs/FORMAT.md): (user, client id) -> {quota name: value, or None for a removed quota}; {} when none.
+
+        :raises CorruptRecordError: when the quota file is damaged."""
+        self._check_open()
+        return read_quota_changes(self.path)
+
+    def replace_client_quota_changes(self, changes: QuotaChanges) -> None:
+        """Replace the store's client quota changes (atomically and durably). Callers serialise their
+        read-modify-write themselves (pylog serve does).
+
+        :raises InvalidArgumentError: for a malformed entity. :raises ReadOnlyStoreError: on a read-only store."""
+        self._check_writable("change the client quotas")
+        with write_faults("replacing the client quota file", "the previous client quotas are in force"):
+            write_quota_changes(self.path, changes)
 
     # ------------------------------------------------------------------ consumer groups
 

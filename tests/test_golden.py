@@ -365,12 +365,18 @@ def test_pylog_takes_the_next_producer_id_from_the_golden_file(tmp_path):
     assert (root / "producer.ids").read_bytes() == checked(body)
 
 
-def test_pylog_reads_and_writes_the_golden_acl_file(tmp_path):
-    want = MANIFEST["files"]["acls"]
+def _store_with_golden_file(tmp_path, name, file_name):
+    """A new store at tmp_path/store holding golden file ``name`` as its ``file_name``: (root, manifest, raw)."""
+    want = MANIFEST["files"][name]
     raw = _raw(want["file"])
     root = tmp_path / "store"
     pylog.open(root).close()
-    (root / "__acls").write_bytes(raw)
+    (root / file_name).write_bytes(raw)
+    return root, want, raw
+
+
+def test_pylog_reads_and_writes_the_golden_acl_file(tmp_path):
+    root, want, raw = _store_with_golden_file(tmp_path, "acls", "__acls")
     with pylog.open(root) as store:
         entries = store.acls()
         assert [list(e) for e in entries] == want["document"]["acls"]
@@ -450,3 +456,12 @@ def test_pylog_reads_and_writes_the_golden_coordinator_groups_file(tmp_path):
     (store_dir / "__consumer_groups").mkdir(parents=True)
     shutil.copy(GOLDEN / want["file"], store_dir / "__consumer_groups" / ".coordinator")
     assert read_groups(str(store_dir)) == groups
+
+
+def test_pylog_reads_and_writes_the_golden_client_quota_file(tmp_path):
+    root, want, raw = _store_with_golden_file(tmp_path, "quotas", "__quotas")
+    with pylog.open(root) as store:
+        changes = store.client_quota_changes()
+        assert [[u, c, q] for (u, c), q in changes.items()] == want["document"]["quotas"]
+        store.replace_client_quota_changes(changes)
+    assert (root / "__quotas").read_bytes() == raw

@@ -342,6 +342,36 @@ async def test_join_errors(store: Any) -> None:
 
 
 @pytest.mark.asyncio
+async def test_join_flood_with_new_group_ids_is_bounded_by_max_groups(store: Any) -> None:
+    c = make(store, max_groups=2)
+    # Group "a" completes a generation, commits and empties: it may be dropped, its offsets stay in the store.
+    a = await join(c, group="a")
+    assert a["generation_id"] == 1
+    await sync(c, a["member_id"], 1, {a["member_id"]: b"x"}, group="a")
+    assert await commit(c, {("t", 0): 7}, a["member_id"], 1, group="a") == {("t", 0): 0}
+    r = await c.leave_group({"group_id": "a", "member_id": a["member_id"]}, 1)
+    assert r["error_code"] == 0 and c.group_state("a") == co.EMPTY
+    # A flood of first JoinGroups with new group ids, never joining again (each leaves a pending member).
+    flood = [await c.join_group(join_req(group=f"f{i}"), 9, client_id="x") for i in range(3)]
+    assert [r["error_code"] for r in flood] == [co.MEMBER_ID_REQUIRED, co.MEMBER_ID_REQUIRED,
+                                                co.GROUP_MAX_SIZE_REACHED]
+    assert c.group_state("a") is None and c.group_state("f2") is None  # "a" made room for "f1"
+    assert store.committed_offsets("a")[TopicPartition("t", 0)].offset == 7
+    # A group whose only member never joined again (expired: an Empty group of generation 0) goes before one
+    # that completed a generation.
+    d = make(store, max_groups=2)
+    b = await join(d, group="b")
+    await sync(d, b["member_id"], 1, {b["member_id"]: b"x"}, group="b")
+    await d.leave_group({"group_id": "b", "member_id": b["member_id"]}, 1)
+    assert (await d.join_group(join_req(group="v", session=50), 9))["error_code"] == co.MEMBER_ID_REQUIRED
+    await asyncio.sleep(0.2)  # the pending member expires
+    assert (await join(d, group="w"))["generation_id"] == 1
+    assert d.group_state("v") is None and d.group_state("b") == co.EMPTY
+    c.close()
+    d.close()
+
+
+@pytest.mark.asyncio
 async def test_protocol_vote(store: Any) -> None:
     c = make(store, delay_ms=50)
     prefs = [("range", "roundrobin"), ("roundrobin", "range"), ("roundrobin", "range", "sticky")]

@@ -250,6 +250,19 @@ def test_topic_and_partition_creation_is_rate_limited(tmp_path):
             assert server.store.topics() == ["x", "y"]
 
 
+def test_topic_deletion_is_rate_limited_like_creation(tmp_path):
+    # KIP-599: DeleteTopics takes from the controller mutation quota too. A bucket of 4 partitions, one more per
+    # 100 s: deleting a 4-partition topic empties it, so the next deletion is throttled and the topic kept.
+    with pylog.serve(tmp_path / "s", port=0, max_partitions_per_topic=4, controller_mutation_rate=0.01) as server:
+        server.store.create_topic("x", partitions=4)
+        server.store.create_topic("y", partitions=1)
+        with _connect(server) as s:
+            out = _call(s, 20, 5, {"topic_names": ["x", "y"], "timeout_ms": 1000})
+            assert [t["error_code"] for t in out["responses"]] == [0, ErrorCode.THROTTLING_QUOTA_EXCEEDED]
+            assert "controller_mutation_rate" in out["responses"][1]["error_message"]
+            assert server.store.topics() == ["y"]
+
+
 def test_partitions_in_the_store_are_bounded(tmp_path):
     with pylog.serve(tmp_path / "s", port=0, max_partitions=5) as server:
         with _connect(server) as s:
@@ -358,3 +371,41 @@ def test_the_pool_is_given_back_once_pipelined_produce_answers_are_sent(tmp_path
         finally:
             producer.close()
         wait_until(lambda: server.resources()["pool_bytes_used"] == 0, what="the pool given back")
+
+
+def _join_v3(group):
+    return {"group_id": group, "session_timeout_ms": 10_000, "rebalance_timeout_ms": 10_000, "member_id": "",
+            "protocol_type": "consumer", "protocols": [{"name": "range", "metadata": b"m"}]}
+
+
+def test_group_members_and_commit_metadata_are_bounded_by_the_server_settings(tmp_path):
+    # Kafka's group.max.size and offset.metadata.max.bytes, given to pylog serve.
+    with pylog.serve(tmp_path / "s", port=0, group_max_size=1, offset_metadata_max_bytes=8) as server:
+        server.store.create_topic("t", partitions=1)
+        with _connect(server) as first, _connect(server) as second:
+            first.sendall(encode_request(11, 3, 1, "limits", _join_v3("g")))
+            wait_until(lambda: _call(second, 15, 0, {"groups": ["g"]}, corr=9)["groups"][0]["group_state"]
+                       == "PreparingRebalance")
+            assert _call(second, 11, 3, _join_v3("g"))["error_code"] == ErrorCode.GROUP_MAX_SIZE_REACHED
+            assert parse_response(11, 3, recv_frame(first))[1]["error_code"] == 0
+            for corr, (metadata, code) in enumerate((("x" * 8, 0), ("x" * 9, ErrorCode.OFFSET_METADATA_TOO_LARGE))):
+                commit = {"group_id": "s", "generation_id": -1, "member_id": "", "retention_time_ms": -1,
+                          "topics": [{"name": "t", "partitions": [
+                              {"partition_index": 0, "committed_offset": 0, "committed_metadata": metadata}]}]}
+                assert _call(second, 8, 2, commit, corr=2 + corr)["topics"][0]["partitions"][0]["error_code"] == code
+
+
+def test_a_kafka_python_consumer_refused_by_max_groups_reports_it_instead_of_retrying(tmp_path):
+    kafka = pytest.importorskip("kafka")
+    with pylog.serve(tmp_path / "s", port=0, max_groups=1) as server:
+        server.store.create_topic("t", partitions=1)
+        with _connect(server) as s:  # a pending member (never joining again) holds the one group
+            held = dict(_join_v3("held"), group_instance_id=None)
+            assert _call(s, 11, 5, held)["error_code"] == ErrorCode.MEMBER_ID_REQUIRED
+            consumer = kafka.KafkaConsumer("t", bootstrap_servers=f"{server.host}:{server.port}", group_id="other",
+                                           api_version=(2, 5))
+            try:
+                with pytest.raises(kafka.errors.GroupMaxSizeReachedError):
+                    consumer.poll(timeout_ms=10_000)
+            finally:
+                consumer.close()

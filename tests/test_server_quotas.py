@@ -11,7 +11,7 @@ import time
 import pytest
 
 import pylog
-from pylog.errors import InvalidConfigError
+from pylog.errors import CorruptRecordError, InvalidConfigError
 from pylog.server.auth import Credentials
 from pylog.server.protocol import encode_request, parse_request, parse_response
 from pylog.server.quotas import MAX_BUDGETS, ServerQuotas
@@ -209,6 +209,58 @@ def test_alter_and_describe_client_quotas_change_the_running_servers_quotas(tmp_
                 assert [c.produce("t") for _ in range(3)] == [0, 0, 0]
             finally:
                 c.close()
+
+
+def test_altered_client_quotas_survive_a_restart_of_the_server(tmp_path):
+    setting = {"client-id=<default>": {"request_percentage": 1000.0}, "user=bob": {"producer_byte_rate": 5e5}}
+    slow = [{"entity_type": "client-id", "entity_name": "slow"}]
+    default_client, bob = [{"entity_type": "client-id", "entity_name": None}], [{"entity_type": "user",
+                                                                                   "entity_name": "bob"}]
+    with pylog.open(tmp_path / "s") as store:
+        with pylog.serve(store, port=0, quotas=setting) as server:
+            c = Raw(server, "admin")
+            try:
+                assert _alter(c, slow, [{"key": "producer_byte_rate", "value": 1e5, "remove": False}]) == (0, None)
+                assert _alter(c, default_client, [{"key": "request_percentage", "value": 0.0, "remove": True}]) \
+                    == (0, None)
+                assert _alter(c, bob, [{"key": "consumer_byte_rate", "value": 2e6, "remove": False}], True) \
+                    == (0, None)  # validate_only: not saved either
+            finally:
+                c.close()
+        assert store.client_quota_changes() == {(None, "slow"): {"producer_byte_rate": 1e5},
+                                                (None, "<default>"): {"request_percentage": None}}
+        # Started again with the same setting: the changes are applied over it (the removal too).
+        with pylog.serve(store, port=0, quotas=setting) as server:
+            c = Raw(server, "admin")
+            try:
+                assert _describe(c, []) == [
+                    ((("client-id", "slow"),), (("producer_byte_rate", 100_000.0),)),
+                    ((("user", "bob"),), (("producer_byte_rate", 500_000.0),))]
+            finally:
+                c.close()
+
+
+def test_a_client_quota_change_that_cannot_be_saved_is_not_made(tmp_path):
+    slow = [{"entity_type": "client-id", "entity_name": "s" * 1001}]  # longer than the quota file keeps
+    with pylog.serve(tmp_path / "s", port=0) as server:
+        c = Raw(server, "admin")
+        try:
+            code, message = _alter(c, slow, [{"key": "producer_byte_rate", "value": 1e5, "remove": False}])
+            assert code == -1 and "not saved" in message
+            assert _describe(c, []) == []
+        finally:
+            c.close()
+
+
+def test_a_damaged_client_quota_file_stops_the_server_from_starting(tmp_path):
+    with pylog.open(tmp_path / "s") as store:
+        store.replace_client_quota_changes({("alice", None): {"producer_byte_rate": 1e5}})
+    path = tmp_path / "s" / "__quotas"
+    raw = bytearray(path.read_bytes())
+    raw[-6] ^= 1
+    path.write_bytes(bytes(raw))
+    with pytest.raises(CorruptRecordError):
+        pylog.serve(tmp_path / "s", port=0)
 
 
 def test_client_quota_apis_need_cluster_config_acls(tmp_path):

@@ -43,8 +43,12 @@ _LIMITS: list[tuple[str, Callable[[str], Any], str, str]] = [
     ("--max-topics", positive, "N", "clients create no topic beyond this many in the store (default 10000)"),
     ("--max-partitions", positive, "N", "clients create no partition beyond this many in the store (default "
      "100000)"),
-    ("--controller-mutation-rate", float, "N", "partitions clients may create per second, in bursts of 10 s "
-     "worth (default 1000)"),
+    ("--controller-mutation-rate", float, "N", "partitions clients may create or delete per second, in bursts of "
+     "10 s worth (default 1000)"),
+    ("--group-max-size", positive, "N", "members per consumer group (Kafka's group.max.size; default 1000)"),
+    ("--max-groups", positive, "N", "consumer groups the coordinator holds at once (default 10000)"),
+    ("--offset-metadata-max-bytes", non_negative, "N", "longest metadata of a committed offset (Kafka's "
+     "offset.metadata.max.bytes; default 4096)"),
     ("--auto-create-topics-per-request", positive, "N", "most topics one Metadata request may auto-create "
      "(default 100)"),
 ]

@@ -164,6 +164,10 @@ class AdminHandlers:
         try:
             if name not in self.s.store:
                 return _fail(out, E.UNKNOWN_TOPIC_OR_PARTITION, f"no topic {name!r}")
+            refused = self.s.creations.deletion_refusal(self.s.store.topic(name).num_partitions)
+            if refused is not None:
+                self.s.rlog.log(logging.WARNING, "deletion refused", "pylog serve: deletion refused: %s", refused)
+                return _fail(out, E.THROTTLING_QUOTA_EXCEEDED, refused)
             self.s.store.delete_topic(name)
         except PylogError as exc:
             _fail(out, code_for(exc), str(exc))

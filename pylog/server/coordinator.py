@@ -12,7 +12,12 @@ to PreparingRebalance when a member joins, changes its protocols, leaves or expi
 group or after :meth:`GroupCoordinator.close`.
 
 Invariants:
-- A group's generation id only grows, by one per completed join phase. Every member in CompletingRebalance
+- Memory is bounded: at most ``max_groups`` groups (Empty ones are dropped to make room for new ones), at most
+  ``max_group_size`` members per group counting those asked to join again, each member's protocols and
+  assignment no larger than the request that brought them (``max_request_bytes``), commit metadata at most
+  ``max_metadata_bytes``.
+- A group's generation id only grows, by one per completed join phase, while the coordinator holds the group
+  (an Empty group dropped for ``max_groups`` starts again from 0). Every member in CompletingRebalance
   or Stable joined in the current generation (members that did not rejoin are removed when the join phase
   completes); the leader is one of them and is the only one whose JoinGroup response lists the members.
 - Assignments are those the current generation's leader sent in its SyncGroup (members it left out get an
@@ -69,6 +74,7 @@ from typing import Any, AsyncIterator, Callable, Iterable, NamedTuple, TypeVar
 from ..clients.groups import check_group_id
 from ..errors import (InvalidGroupError, InvalidTopicError, PartitionLockedError, PylogError, RebalanceInProgressError,
                       RecordTooLargeError, UnknownTopicError)
+from ..storage.handles import RateLimitedLog
 from ..structs import OffsetAndMetadata, TopicPartition
 from .groupstate import SavedGroup, SavedMember, encode_groups, read_groups, write_groups
 from .protocol.codes import (  # Kafka's error codes
@@ -83,6 +89,11 @@ __all__ = ["GroupCoordinator", "DEFAULT_INITIAL_REBALANCE_DELAY_MS", "EMPTY", "P
            "COMPLETING_REBALANCE", "STABLE", "DEAD"]
 
 log = logging.getLogger("pylog.server.coordinator")
+#: Refusals a flood repeats (max_groups): one line per 10 s, with the count left out.
+_rlog = RateLimitedLog(log)
+#: After a scan for Empty groups to drop found none, new groups are refused without scanning for this long (s):
+#: a flood of JoinGroups at ``max_groups`` would otherwise scan every group for each.
+_FULL_RESCAN_S = 1.0
 
 _T = TypeVar("_T")
 
@@ -261,6 +272,8 @@ class GroupCoordinator:
         (INVALID_SESSION_TIMEOUT otherwise), Kafka's defaults.
     :param max_group_size: members per group (GROUP_MAX_SIZE_REACHED beyond it); None for no limit.
     :param max_metadata_bytes: the longest commit metadata accepted (OFFSET_METADATA_TOO_LARGE beyond).
+    :param max_groups: groups held at once; a JoinGroup that would start one more first drops Empty groups
+        (:meth:`_make_room`) and is answered GROUP_MAX_SIZE_REACHED when none can go. None for no limit.
     :param executor: where the store's file operations run; None for the loop's default executor.
     """
 
@@ -268,13 +281,15 @@ class GroupCoordinator:
                  min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS,
                  max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS,
                  max_group_size: int | None = None, max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
-                 executor: Executor | None = None) -> None:
+                 max_groups: int | None = None, executor: Executor | None = None) -> None:
         self._store = store
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.min_session_timeout_ms = min_session_timeout_ms
         self.max_session_timeout_ms = max_session_timeout_ms
         self.max_group_size = max_group_size
         self.max_metadata_bytes = max_metadata_bytes
+        self.max_groups = max_groups
+        self._full_until = 0.0  # loop time until which _make_room does not scan again (see _FULL_RESCAN_S)
         self._executor = executor
         self._groups: dict[str, _Group] = {}
         #: group id -> [lock, users]: serialises a group's store writes (commits, deletion).
@@ -396,6 +411,43 @@ class GroupCoordinator:
         if saved:
             log.info("coordinator: restored %d group(s) (%d member(s)) from the store", len(self._saved),
                      sum(len(g.members) for g in self._saved.values()))
+
+    def _make_room(self) -> bool:
+        """Whether one more group fits under ``max_groups``, after dropping Empty groups (no members, none asked
+        to join again, no commit or deletion under way) when it is reached: all those that never completed a
+        join phase (a JoinGroup flood with new group ids leaves only those), else the oldest tenth of the
+        others. A dropped group's committed offsets stay in the store (as pylog's own groups' do); only its
+        generation is forgotten, as Kafka forgets an Empty group whose offsets expired. One scan per drop of
+        many groups, and none for :data:`_FULL_RESCAN_S` after one that found nothing to drop, so a flood costs
+        amortised O(1) per JoinGroup."""
+        if self.max_groups is None or len(self._groups) < self.max_groups:
+            return True
+        now = self._loop().time()
+        if now < self._full_until:
+            return False
+        idle = [g for g in self._groups.values()
+                if g.state == EMPTY and not g.members and not g.pending and g.group_id not in self._io_locks]
+        drop = [g for g in idle if g.generation_id == 0] or idle[:max(1, self.max_groups // 10)]
+        saved = False
+        for g in drop:
+            self._cancel_join_timer(g)
+            g.state = DEAD
+            del self._groups[g.group_id]
+            saved = self._saved.pop(g.group_id, None) is not None or saved
+        if saved:
+            self._snapshot_changed()
+        if drop:
+            _rlog.log(logging.INFO, "groups dropped", "coordinator: %d empty group(s) dropped to stay within "
+                      "max_groups=%d", len(drop), self.max_groups)
+        else:
+            self._full_until = now + _FULL_RESCAN_S
+        return len(self._groups) < self.max_groups
+
+    def _refuse_new_group(self, group_id: str, client_id: str, client_host: str, member_id: str) -> _JoinResult:
+        _rlog.log(logging.WARNING, "max_groups", "group %r: JoinGroup from client %r (%s) refused: the coordinator "
+                  "holds %d groups (max_groups) and none is empty", group_id, client_id, client_host,
+                  len(self._groups))
+        return _JoinResult(GROUP_MAX_SIZE_REACHED, member_id=member_id)
 
     def _save(self, g: _Group) -> None:
         """Record ``g``'s state (Stable or Empty) as the one a restarted server takes over, and queue a write."""
@@ -627,6 +679,8 @@ class GroupCoordinator:
         g = self._groups.get(group_id)
         if g is None and member_id:
             return _JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id)
+        if g is None and not self._make_room():
+            return self._refuse_new_group(group_id, client_id, client_host, member_id)
         if g is None or g.state == EMPTY:
             # The group would start here: refuse it while pylog's own consumers use it.
             try:
@@ -645,6 +699,8 @@ class GroupCoordinator:
             if g is None:
                 if member_id:
                     return _JoinResult(UNKNOWN_MEMBER_ID, member_id=member_id)
+                if not self._make_room():  # again: others may have started groups during the await
+                    return self._refuse_new_group(group_id, client_id, client_host, member_id)
                 g = self._groups[group_id] = _Group(group_id)
         if g.state == DEAD:
             return _JoinResult(COORDINATOR_NOT_AVAILABLE, member_id=member_id)

@@ -12,9 +12,10 @@ Invariants:
    request as large as the pool is always served eventually. ``used`` never goes below 0.
 2. :class:`ConnectionCounts`: a connection is admitted only while fewer than ``max_connections`` are open and
    fewer than ``max_connections_per_ip`` from its address; every admitted connection is released once.
-3. :class:`CreationGuard`: clients create at most ``rate`` partitions per second on average, with bursts up
-   to the bucket's capacity, and never past ``max_topics`` / ``max_partitions`` as last counted; a creation
-   that does not fit takes nothing.
+3. :class:`CreationGuard`: clients create and delete at most ``rate`` partitions per second on average (one
+   bucket for both, as Kafka's controller mutation quota, KIP-599), with bursts up to the bucket's capacity,
+   and never create past ``max_topics`` / ``max_partitions`` as last counted; a creation or deletion that does
+   not fit takes nothing.
 """
 
 from __future__ import annotations
@@ -171,12 +172,29 @@ class CreationGuard:
             if self._partitions + partitions > self.max_partitions:
                 return f"the store has {self._partitions} partitions and this server makes at most " \
                     f"{self.max_partitions} (max_partitions)", False
-            self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
-            self._at = now
-            if partitions > self._tokens:
-                return f"{partitions} partitions exceed what may be created now (controller_mutation_rate=" \
-                    f"{self.rate:g} per second); retry later", True
-            self._tokens -= partitions
+            refused = self._take(now, partitions, "created")
+            if refused is not None:
+                return refused, True
             self._topics += topics
             self._partitions += partitions
             return None
+
+    def deletion_refusal(self, partitions: int) -> str | None:
+        """None when a topic of ``partitions`` partitions may be deleted now (taken from the same bucket as
+        creations: Kafka's controller mutation quota covers DeleteTopics too); otherwise why not (retriable)."""
+        with self._lock:
+            refused = self._take(self._clock(), partitions, "deleted")
+            if refused is None:
+                self._topics = max(0, self._topics - 1)
+                self._partitions = max(0, self._partitions - partitions)
+            return refused
+
+    def _take(self, now: float, partitions: int, what: str) -> str | None:
+        # A topic larger than the whole bucket is allowed once the bucket is full (else it never could be).
+        self._tokens = min(self.burst, self._tokens + (now - self._at) * self.rate)
+        self._at = now
+        if partitions > self._tokens and self._tokens < self.burst:
+            return f"{partitions} partitions exceed what may be {what} now (controller_mutation_rate=" \
+                f"{self.rate:g} per second); retry later"
+        self._tokens -= partitions
+        return None

@@ -27,8 +27,13 @@ Invariants:
   forgotten budget's window starts over on its client's next request), as Kafka expires idle quota sensors.
 - Without SASL the user is ``ANONYMOUS`` (Kafka's unauthenticated principal).
 - DescribeClientQuotas and AlterClientQuotas read and change the entities on the event loop (as every use of
-  this object); a change forgets every resolution and budget (they are rebuilt on the next request) and lasts
-  until the server stops. A server with no quota at all measures nothing.
+  this object); a change forgets every resolution and budget (they are rebuilt on the next request). A
+  server with no quota at all measures nothing.
+- AlterClientQuotas changes persist: the changes since the ``quotas`` setting (:attr:`ServerQuotas.changes`,
+  a removal recorded as None) are saved with :attr:`ServerQuotas.save` (the store's ``__quotas`` file,
+  :mod:`pylog.storage.quota_file`) before they take effect and are answered, one AlterClientQuotas at a time;
+  a change that cannot be saved is answered with an error and not made. A restarted server applies the saved
+  changes over its ``quotas`` setting.
 """
 
 from __future__ import annotations
@@ -39,7 +44,7 @@ import math
 from typing import Any, Awaitable, Callable, Mapping
 
 from ..clients.quotas import CONSUME, PRODUCE, REQUEST, QuotaManager
-from ..errors import InvalidConfigError
+from ..errors import InvalidConfigError, PylogError
 
 __all__ = ["ServerQuotas", "QUOTA_TYPES", "MAX_BUDGETS", "parse_entity"]
 
@@ -81,8 +86,11 @@ class ServerQuotas:
     """The quotas of one server (see the module docstring)."""
 
     def __init__(self, entities: Mapping[str, Mapping[str, float]], window_num: int = 11,
-                 window_size_s: float = 1.0) -> None:
-        """:raises InvalidConfigError: for a malformed entity, an unknown quota type or a rate that is not a
+                 window_size_s: float = 1.0,
+                 changes: Mapping[tuple[str | None, str | None], Mapping[str, float | None]] | None = None) -> None:
+        """``changes``: those AlterClientQuotas saved (see the module docstring), applied over ``entities``.
+
+        :raises InvalidConfigError: for a malformed entity, an unknown quota type or a rate that is not a
         positive number."""
         self.manager = QuotaManager(window_num, window_size_s)
         self.max_delay = window_num * window_size_s
@@ -101,10 +109,22 @@ class ServerQuotas:
                     raise InvalidConfigError(f"quota entity {text!r}: {name} must be a positive number, got "
                                              f"{value!r}")
                 self._entities.setdefault(entity, {})[kind] = float(value)
+        #: AlterClientQuotas' changes since the setting, by Kafka's quota names, and how they are saved (the server
+        #: sets it; None: not saved).
+        self.changes: dict[tuple[str | None, str | None], dict[str, float | None]] = {}
+        self.save: Callable[[dict[tuple[str | None, str | None], dict[str, float | None]]], Awaitable[None]] | None \
+            = None
+        self.alter_lock = asyncio.Lock()
         self._resolved: dict[tuple[str, str, str], str | None] = {}
         self._keys: dict[tuple[str, str], tuple[str | None, str | None, str | None]] = {}  # see keys()
         # (manager key, kind) limits set from the entities, oldest first (a dict: ordered, bounded by MAX_BUDGETS)
         self._applied: dict[tuple[str, str], None] = {}
+        for entity, saved in (changes or {}).items():
+            unknown = [name for name in saved if name not in QUOTA_TYPES]
+            if unknown:
+                raise InvalidConfigError(f"saved client quotas of {entity!r}: unknown quota {unknown[0]!r}")
+            self.alter(entity, {QUOTA_TYPES[name]: value for name, value in saved.items()})
+            self.changes[entity] = dict(saved)
 
     def key(self, user: str, client_id: str, kind: str) -> str | None:
         """The budget (a manager key) that ``kind`` traffic of (user, client id) records into, or None."""
@@ -270,6 +290,7 @@ _USER, _CLIENT = "user", "client-id"
 #: DescribeClientQuotas match types: a name, the default entity, any named (not default) entity.
 _EXACT, _MATCH_DEFAULT, _SPECIFIED = 0, 1, 2
 _INVALID_REQUEST = 42
+_UNKNOWN_SERVER_ERROR = -1
 
 
 def _entity_of(components: list[dict]) -> tuple[str | None, str | None] | str:
@@ -331,7 +352,8 @@ class _QuotaApis:
 
     async def alter(self, req: Any, conn: Any) -> dict:
         validate_only = bool(req.body.get("validate_only"))
-        results = []
+        results: list[dict] = []
+        valid: list[tuple[tuple[str | None, str | None], dict[str, float | None], int]] = []
         for e in req.body.get("entries") or []:
             entity = _entity_of(e.get("entity") or [])
             problem = entity if isinstance(entity, str) else None
@@ -349,7 +371,28 @@ class _QuotaApis:
                     changes[kind] = None if op.get("remove") else value
             if problem is None and not validate_only:
                 assert not isinstance(entity, str)
-                self.q.alter(entity, changes)
+                valid.append((entity, changes, len(results)))
             results.append({"error_code": _INVALID_REQUEST if problem else 0, "error_message": problem,
                             "entity": e.get("entity") or []})
+        if valid:
+            async with self.q.alter_lock:
+                await self._save_and_alter(valid, results)
         return {"throttle_time_ms": 0, "entries": results}
+
+    async def _save_and_alter(self, valid: list[tuple[tuple[str | None, str | None], dict[str, float | None], int]],
+                              results: list[dict]) -> None:
+        """Save the changes with the earlier ones, then make them; if they cannot be saved, answer their entries
+        with the reason and make none of them."""
+        saved = {entity: dict(quotas) for entity, quotas in self.q.changes.items()}
+        for entity, changes, _ in valid:
+            saved.setdefault(entity, {}).update({_NAMES[kind]: value for kind, value in changes.items()})
+        if self.q.save is not None:
+            try:
+                await self.q.save(saved)
+            except (PylogError, OSError) as exc:
+                for _, _, i in valid:
+                    results[i].update(error_code=_UNKNOWN_SERVER_ERROR, error_message=f"not saved: {exc}")
+                return
+        self.q.changes = saved
+        for entity, changes, _ in valid:
+            self.q.alter(entity, changes)

@@ -28,6 +28,7 @@ from __future__ import annotations
 import asyncio
 import base64
 import concurrent.futures
+import functools
 import hashlib
 import logging
 import os
@@ -143,6 +144,16 @@ class ServerConfig:
     auto_create_topics_per_request: int = 100
     #: Kafka's ``group.initial.rebalance.delay.ms``: how long a new group's first rebalance waits for more members.
     group_initial_rebalance_delay_ms: int = 300
+    #: Kafka's ``group.max.size`` (unbounded there): members per group, counting those asked to join again
+    #: (MEMBER_ID_REQUIRED); a JoinGroup beyond is answered GROUP_MAX_SIZE_REACHED.
+    group_max_size: int = 1000
+    #: Groups the coordinator holds at once. A JoinGroup starting a group beyond first drops Empty groups (never
+    #: joined ones first; their committed offsets stay in the store); with none to drop it is answered
+    #: GROUP_MAX_SIZE_REACHED (not retriable, so clients report it rather than retry in a loop).
+    max_groups: int = 10_000
+    #: Kafka's ``offset.metadata.max.bytes``: longest metadata string of a committed offset (UTF-8 bytes);
+    #: longer: OFFSET_METADATA_TOO_LARGE.
+    offset_metadata_max_bytes: int = 4096
     #: Kafka's ``connection.failed.authentication.delay.ms``: a failed SASL login is answered after this delay,
     #: doubled for each further consecutive failure from the same client address (and that address's next login
     #: step waits as long), up to ``connection_failed_authentication_delay_max_ms``.
@@ -192,7 +203,7 @@ class ServerConfig:
             if not isinstance(value, int) or value < 0:
                 raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
         for name in ("max_connections", "max_connections_per_ip", "max_request_items", "max_topics",
-                     "max_partitions", "auto_create_topics_per_request"):
+                     "max_partitions", "auto_create_topics_per_request", "group_max_size", "max_groups"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
@@ -202,8 +213,10 @@ class ServerConfig:
                                        f"least max_request_bytes ({self.max_request_bytes})")
         if not isinstance(self.controller_mutation_rate, (int, float)) or not self.controller_mutation_rate > 0:
             raise InvalidArgumentError(f"controller_mutation_rate must be > 0, got {self.controller_mutation_rate!r}")
-        if not isinstance(self.max_open_descriptors, int) or self.max_open_descriptors < 0:
-            raise InvalidArgumentError(f"max_open_descriptors must be >= 0, got {self.max_open_descriptors!r}")
+        for name in ("offset_metadata_max_bytes", "max_open_descriptors"):
+            value = getattr(self, name)
+            if not isinstance(value, int) or value < 0:
+                raise InvalidArgumentError(f"{name} must be >= 0, got {value!r}")
         for name in ("connection_failed_authentication_delay_ms", "connection_failed_authentication_delay_max_ms"):
             value = getattr(self, name)
             if not isinstance(value, int) or not 0 <= value <= 300_000:
@@ -259,6 +272,8 @@ class ServerState:
         # Offset commits wait for __consumer_offsets' writer lock like any append: the storage pool, which a clean
         # stop drains before the store closes (the loop's default executor is not waited for).
         self.coordinator = GroupCoordinator(store, initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
+                                            max_group_size=config.group_max_size, max_groups=config.max_groups,
+                                            max_metadata_bytes=config.offset_metadata_max_bytes,
                                             executor=self.executor)
         self.api_keys = [{"api_key": k, "min_version": lo, "max_version": hi}
                          for k, (lo, hi) in sorted(protocol.supported_versions().items())]
@@ -276,8 +291,11 @@ class ServerState:
         supported = protocol.supported_versions()
         #: Which principal got each producer id this server handed out (bounded: see ProducerOwners).
         self.producer_owners = ProducerOwners()
-        #: Client quotas: those of the settings, changed by AlterClientQuotas while the server runs.
-        self.quotas = ServerQuotas(config.quotas or {}, config.quota_window_num, config.quota_window_size_s)
+        #: Client quotas: those of the settings with the changes AlterClientQuotas saved in the store (read here,
+        #: before serving: a damaged file stops the start as a damaged ACL file does), saved again at each change.
+        self.quotas = ServerQuotas(config.quotas or {}, config.quota_window_num, config.quota_window_size_s,
+                                   store.client_quota_changes())
+        self.quotas.save = functools.partial(self.run, store.replace_client_quota_changes)
         self.handlers.update(self.quotas.handlers())
         self.authorizer = authorizer
         if self.authorizer is not None:

@@ -33,7 +33,8 @@ __all__ = [
     "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "CLEANED_SUFFIX", "SWAP_SUFFIX", "DELETED_SUFFIX",
     "TMP_SUFFIX", "LOCK_FILE", "WANT_FILE", "CHECKPOINT_FILE", "CLEANER_CHECKPOINT_FILE", "SWAP_MANIFEST_FILE",
     "TOPIC_FILE",
-    "STORE_FILE", "PRODUCER_IDS_FILE", "ACLS_FILE", "ROOT_FILES", "DELETING_PREFIX", "INTERNAL_PREFIX", "NAME_MAX",
+    "STORE_FILE", "PRODUCER_IDS_FILE", "ACLS_FILE", "QUOTAS_FILE", "ROOT_FILES", "DELETING_PREFIX", "INTERNAL_PREFIX",
+    "NAME_MAX",
     "MAX_TOPIC_LENGTH", "TOPIC_NAME_RULE",
     "segment_stem", "segment_path", "parse_base_offset", "list_segment_bases", "valid_topic_name",
     "legal_name", "topic_name_problem", "is_internal_topic", "deleting_name", "INTERNAL_NAMES",
@@ -68,6 +69,8 @@ GROUPS_DIR = "__consumer_groups"
 CLEANERS_DIR = "__cleaners"
 #: The ACLs of ``pylog serve``'s authorizer (pylog/storage/acl_file.py): a file, reserved like the names above.
 ACLS_FILE = "__acls"
+#: The client quotas AlterClientQuotas set in ``pylog serve`` (pylog/storage/quota_file.py): a file, reserved too.
+QUOTAS_FILE = "__quotas"
 #: The store-wide producer id counter (Store.new_producer_id).
 PRODUCER_IDS_FILE = "producer.ids"
 #: The files pylog keeps in the store root (see the invariants above).
@@ -77,7 +80,7 @@ DELETING_PREFIX = ".deleting-"
 #: Prefix of the names pylog keeps for its own topics and directories; users cannot create topics named so.
 INTERNAL_PREFIX = "__"
 #: pylog's own entries with that prefix; no user (nor legacy) topic can be written, altered or deleted so.
-INTERNAL_NAMES = (OFFSETS_TOPIC, GROUPS_DIR, CLEANERS_DIR, ACLS_FILE)
+INTERNAL_NAMES = (OFFSETS_TOPIC, GROUPS_DIR, CLEANERS_DIR, ACLS_FILE, QUOTAS_FILE)
 #: Longest file name (bytes) of Linux file systems (ext4, xfs, btrfs, tmpfs).
 NAME_MAX = 255
 #: Kafka's longest topic name.

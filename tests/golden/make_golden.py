@@ -447,6 +447,14 @@ def build() -> dict[str, bytes]:
     files["files/acls"] = checked(b"PLAC" + bytes([1]) + mp(acls))
     manifest["files"]["acls"] = {"file": "files/acls", "magic": "PLAC", "document": acls}
 
+    # The client quota file (`<store>/__quotas`): AlterClientQuotas' changes; a user and client id pair, the
+    # default client id's request quota removed (nil), a non-ASCII user.
+    quotas = {"quotas": [["alice", "etl", {"producer_byte_rate": 1048576.0, "consumer_byte_rate": 2.5e6}],
+                         [None, "<default>", {"request_percentage": None}],
+                         ["jos\u00e9", None, {"request_percentage": 50.0}]]}
+    files["files/quotas"] = checked(b"PLQU" + bytes([1]) + mp(quotas))
+    manifest["files"]["quotas"] = {"file": "files/quotas", "magic": "PLQU", "document": quotas}
+
     files["manifest.json"] = (json.dumps(manifest, indent=1) + "\n").encode()
     return files
 
