@@ -372,6 +372,30 @@ async def test_join_flood_with_new_group_ids_is_bounded_by_max_groups(store: Any
 
 
 @pytest.mark.asyncio
+async def test_members_of_all_groups_are_bounded_by_max_member_bytes(store: Any) -> None:
+    big = b"m" * 40_000
+    c = make(store, max_member_bytes=100_000)
+    # Two groups of one large member each fit; a third large subscription in any group does not.
+    a = await join(c, group="a", protocols=(("range", big),))
+    b = await join(c, group="b", protocols=(("range", big),))
+    assert a["error_code"] == b["error_code"] == 0
+    assert 80_000 < c.member_bytes() <= 100_000
+    r = await join(c, group="c", protocols=(("range", big),))
+    assert r["error_code"] == co.GROUP_MAX_SIZE_REACHED and c.member_bytes() <= 100_000
+    # A small member still joins, and a leader's assignment that would pass the bound is refused.
+    s = await join(c, group="s")
+    assert s["error_code"] == 0
+    assert (await sync(c, s["member_id"], 1, {s["member_id"]: big}, group="s"))["error_code"] == \
+        co.GROUP_MAX_SIZE_REACHED
+    assert (await sync(c, s["member_id"], 1, {s["member_id"]: b"x"}, group="s"))["error_code"] == 0
+    # Members that leave give their bytes back: the refused subscription now fits.
+    await c.leave_group({"group_id": "a", "member_id": a["member_id"]}, 1)
+    assert c.member_bytes() < 60_000
+    assert (await join(c, group="c", protocols=(("range", big),)))["error_code"] == 0
+    c.close()
+
+
+@pytest.mark.asyncio
 async def test_protocol_vote(store: Any) -> None:
     c = make(store, delay_ms=50)
     prefs = [("range", "roundrobin"), ("roundrobin", "range"), ("roundrobin", "range", "sticky")]

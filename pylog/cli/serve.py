@@ -47,6 +47,8 @@ _LIMITS: list[tuple[str, Callable[[str], Any], str, str]] = [
      "10 s worth (default 1000)"),
     ("--group-max-size", positive, "N", "members per consumer group (Kafka's group.max.size; default 1000)"),
     ("--max-groups", positive, "N", "consumer groups the coordinator holds at once (default 10000)"),
+    ("--max-group-member-bytes", positive, "N", "bytes the members of all groups may hold: subscriptions and "
+     "assignments (default 268435456)"),
     ("--offset-metadata-max-bytes", non_negative, "N", "longest metadata of a committed offset (Kafka's "
      "offset.metadata.max.bytes; default 4096)"),
     ("--auto-create-topics-per-request", positive, "N", "most topics one Metadata request may auto-create "

@@ -14,7 +14,9 @@ group or after :meth:`GroupCoordinator.close`.
 Invariants:
 - Memory is bounded: at most ``max_groups`` groups (Empty ones are dropped to make room for new ones), at most
   ``max_group_size`` members per group counting those asked to join again, each member's protocols and
-  assignment no larger than the request that brought them (``max_request_bytes``), commit metadata at most
+  assignment no larger than the request that brought them (``max_request_bytes``), the members of all groups
+  together at most ``max_member_bytes`` (each group keeps its own count, ``held_bytes``, recounted after every
+  change of its members, protocols or assignments; their sum is the coordinator's), commit metadata at most
   ``max_metadata_bytes``.
 - A group's generation id only grows, by one per completed join phase, while the coordinator holds the group
   (an Empty group dropped for ``max_groups`` starts again from 0). Every member in CompletingRebalance
@@ -178,6 +180,8 @@ class _Group:
     #: Whether the running join phase is the initial delay (completes only when its timer fires).
     initial_join: bool = False
     new_member_added: bool = False
+    #: The members' protocol metadata and assignment bytes as last counted (:meth:`GroupCoordinator._recount`).
+    held_bytes: int = 0
 
     def candidate_protocols(self) -> set[str]:
         """Protocols every member supports."""
@@ -211,6 +215,18 @@ class _Group:
     def current_members(self) -> tuple[dict[str, Any], ...]:
         return tuple({"member_id": m.member_id, "group_instance_id": m.group_instance_id,
                       "metadata": m.metadata(self.protocol_name)} for m in self.members.values())
+
+
+#: What a member costs beyond its metadata and assignment bytes (its object, ids, timers), for the byte bound.
+_MEMBER_OVERHEAD = 512
+
+
+def _protocols_size(protocols: list[tuple[str, bytes]]) -> int:
+    return sum(len(name) + len(meta) for name, meta in protocols) + _MEMBER_OVERHEAD
+
+
+def _member_size(m: _Member) -> int:
+    return _protocols_size(m.protocols) + len(m.assignment)
 
 
 def _valid_group_id(group_id: Any) -> bool:
@@ -274,6 +290,11 @@ class GroupCoordinator:
     :param max_metadata_bytes: the longest commit metadata accepted (OFFSET_METADATA_TOO_LARGE beyond).
     :param max_groups: groups held at once; a JoinGroup that would start one more first drops Empty groups
         (:meth:`_make_room`) and is answered GROUP_MAX_SIZE_REACHED when none can go. None for no limit.
+    :param max_member_bytes: the members' protocol metadata and assignments of all groups together, in bytes
+        (each member counted with its protocols, assignment and a fixed overhead); a JoinGroup that would
+        take more, or a leader's SyncGroup assignment that would, is answered GROUP_MAX_SIZE_REACHED. None for
+        no limit. Without it, members as large as ``max_request_bytes`` times ``max_groups`` times
+        ``max_group_size`` could be held.
     :param executor: where the store's file operations run; None for the loop's default executor.
     """
 
@@ -281,7 +302,8 @@ class GroupCoordinator:
                  min_session_timeout_ms: int = DEFAULT_MIN_SESSION_TIMEOUT_MS,
                  max_session_timeout_ms: int = DEFAULT_MAX_SESSION_TIMEOUT_MS,
                  max_group_size: int | None = None, max_metadata_bytes: int = DEFAULT_MAX_METADATA_BYTES,
-                 max_groups: int | None = None, executor: Executor | None = None) -> None:
+                 max_groups: int | None = None, max_member_bytes: int | None = None,
+                 executor: Executor | None = None) -> None:
         self._store = store
         self.initial_rebalance_delay_ms = initial_rebalance_delay_ms
         self.min_session_timeout_ms = min_session_timeout_ms
@@ -289,6 +311,8 @@ class GroupCoordinator:
         self.max_group_size = max_group_size
         self.max_metadata_bytes = max_metadata_bytes
         self.max_groups = max_groups
+        self.max_member_bytes = max_member_bytes
+        self._member_bytes = 0  # the sum of every group's held_bytes
         self._full_until = 0.0  # loop time until which _make_room does not scan again (see _FULL_RESCAN_S)
         self._executor = executor
         self._groups: dict[str, _Group] = {}
@@ -407,6 +431,7 @@ class GroupCoordinator:
                 if m.group_instance_id is not None:
                     g.static[m.group_instance_id] = m.member_id
                 self._touch(g, m)
+            self._recount(g)
             self._saved[sg.group_id] = sg
         if saved:
             log.info("coordinator: restored %d group(s) (%d member(s)) from the store", len(self._saved),
@@ -547,12 +572,34 @@ class GroupCoordinator:
         g.members[m.member_id] = m
         if m.group_instance_id is not None:
             g.static[m.group_instance_id] = m.member_id
+        self._recount(g)
+
+    def member_bytes(self) -> int:
+        """The bytes the members of all groups are counted with (``max_member_bytes`` bounds them)."""
+        return self._member_bytes
+
+    def _recount(self, g: _Group) -> None:
+        """Count ``g``'s members again after a change of its members, protocols or assignments (a group's
+        own count, so a change counted late is made right by the group's next recount)."""
+        held = sum(_member_size(m) for m in g.members.values())
+        self._member_bytes += held - g.held_bytes
+        g.held_bytes = held
+
+    def _over_member_bytes(self, g: _Group, more: int, what: str, client_id: str, client_host: str) -> bool:
+        """Whether ``more`` bytes of members would take the groups past ``max_member_bytes`` (logged)."""
+        if self.max_member_bytes is None or self._member_bytes + more <= self.max_member_bytes:
+            return False
+        _rlog.log(logging.WARNING, "member bytes", "group %r: %s from client %r (%s) refused: the groups' members "
+                  "would hold more than max_member_bytes (%d)", g.group_id, what, client_id, client_host,
+                  self.max_member_bytes)
+        return True
 
     def _remove_member(self, g: _Group, m: _Member, error: int) -> None:
         """Drop ``m`` (answering its waiting requests with ``error``) and pick a new leader if needed."""
         g.members.pop(m.member_id, None)
         if m.group_instance_id is not None and g.static.get(m.group_instance_id) == m.member_id:
             del g.static[m.group_instance_id]
+        self._recount(g)
         self._cancel_member_timer(m)
         self._fail_futures(m, error)
         if g.leader_id == m.member_id:
@@ -579,6 +626,7 @@ class GroupCoordinator:
                     if not m.sync_future.done():
                         m.sync_future.set_result(_SyncResult(REBALANCE_IN_PROGRESS))
                     m.sync_future = None
+            self._recount(g)
         was_empty = g.state == EMPTY
         g.state = PREPARING_REBALANCE
         self._cancel_join_timer(g)
@@ -707,6 +755,9 @@ class GroupCoordinator:
         known = g.members.get(member_id) if member_id else None
         if not g.supports(protocol_type, names):
             return _JoinResult(INCONSISTENT_GROUP_PROTOCOL, member_id=member_id)
+        more = _protocols_size(protocols) - (_protocols_size(known.protocols) if known is not None else 0)
+        if more > 0 and self._over_member_bytes(g, more, "JoinGroup", client_id, client_host):
+            return _JoinResult(GROUP_MAX_SIZE_REACHED, member_id=member_id)
         if not member_id or member_id in g.pending:
             return await self._join_new_member(g, request, version, member_id, instance_id, session_ms, rebalance_ms,
                                                protocol_type, protocols, client_id, client_host)
@@ -760,6 +811,7 @@ class GroupCoordinator:
         self._fail_futures(old, FENCED_INSTANCE_ID)
         m.assignment = old.assignment
         g.members = {(m.member_id if k == old.member_id else k): (m if v is old else v) for k, v in g.members.items()}
+        self._recount(g)
         assert m.group_instance_id is not None
         g.static[m.group_instance_id] = m.member_id
         if g.leader_id == old.member_id:
@@ -788,6 +840,7 @@ class GroupCoordinator:
                                m.member_id, g.current_members() if m.member_id == g.leader_id else ())
         m.protocols, m.session_timeout_ms, m.rebalance_timeout_ms = protocols, session_ms, rebalance_ms
         m.client_id, m.client_host = client_id, client_host
+        self._recount(g)
         if m.join_future is not None and not m.join_future.done():
             m.join_future.set_result(_JoinResult(REBALANCE_IN_PROGRESS, member_id=m.member_id))
         m.join_future = fut = self._loop().create_future()
@@ -841,6 +894,10 @@ class GroupCoordinator:
         m.sync_future = fut = self._loop().create_future()
         if member_id == g.leader_id:
             given = {a.get("member_id"): bytes(a.get("assignment") or b"") for a in request.get("assignments") or ()}
+            more = sum(len(given.get(k, b"")) - len(o.assignment) for k, o in g.members.items())
+            if more > 0 and self._over_member_bytes(g, more, "SyncGroup", m.client_id, m.client_host):
+                m.sync_future = None
+                return _SyncResult(GROUP_MAX_SIZE_REACHED)
             unknown = set(given) - set(g.members)
             if unknown:
                 log.debug("group %r: leader assigned to non-members %s (ignored)", g.group_id,
@@ -853,6 +910,7 @@ class GroupCoordinator:
                     if not other.sync_future.done():
                         other.sync_future.set_result(_SyncResult(NONE, other.assignment))
                     other.sync_future = None
+            self._recount(g)
             self._save(g)  # as Kafka writes the group's metadata with the leader's assignment
         return await fut
 

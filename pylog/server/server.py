@@ -151,6 +151,11 @@ class ServerConfig:
     #: joined ones first; their committed offsets stay in the store); with none to drop it is answered
     #: GROUP_MAX_SIZE_REACHED (not retriable, so clients report it rather than retry in a loop).
     max_groups: int = 10_000
+    #: Bytes the members of all groups may hold: their subscriptions (protocol metadata) and assignments, each
+    #: member counted with a fixed 512-byte overhead too. A JoinGroup or a leader's SyncGroup that would take more
+    #: is answered GROUP_MAX_SIZE_REACHED. Without it, members as large as ``max_request_bytes`` could pile up
+    #: across ``max_groups`` groups.
+    max_group_member_bytes: int = 256 * 1024 * 1024
     #: Kafka's ``offset.metadata.max.bytes``: longest metadata string of a committed offset (UTF-8 bytes);
     #: longer: OFFSET_METADATA_TOO_LARGE.
     offset_metadata_max_bytes: int = 4096
@@ -203,7 +208,8 @@ class ServerConfig:
             if not isinstance(value, int) or value < 0:
                 raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
         for name in ("max_connections", "max_connections_per_ip", "max_request_items", "max_topics",
-                     "max_partitions", "auto_create_topics_per_request", "group_max_size", "max_groups"):
+                     "max_partitions", "auto_create_topics_per_request", "group_max_size", "max_groups",
+                     "max_group_member_bytes"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 1:
                 raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
@@ -274,6 +280,7 @@ class ServerState:
         self.coordinator = GroupCoordinator(store, initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
                                             max_group_size=config.group_max_size, max_groups=config.max_groups,
                                             max_metadata_bytes=config.offset_metadata_max_bytes,
+                                            max_member_bytes=config.max_group_member_bytes,
                                             executor=self.executor)
         self.api_keys = [{"api_key": k, "min_version": lo, "max_version": hi}
                          for k, (lo, hi) in sorted(protocol.supported_versions().items())]
