@@ -217,14 +217,19 @@ class Durability:
         return self.failed is None and (self.unflushed >= flush_messages or (
             flush_ms < (1 << 62) and (time.monotonic() - self.last_flush) * 1000 >= flush_ms))
 
-    def flush_writer(self) -> None:
-        """As the writer: fsync everything appended through this handle, rolled segments first."""
+    def _sync_up_to_active(self) -> None:
+        """As the writer: what a flush does before the active segment's fsync (a handed-over writer's files,
+        then the rolled segments and the recovery point); raises if the partition failed."""
         self.check_not_failed()
         if self.handed_over:
             self.sync_handed_over()
         if self.unsynced:
             self.sync_rolled_now()
             self.advance_recovery_point()
+
+    def flush_writer(self) -> None:
+        """As the writer: fsync everything appended through this handle, rolled segments first."""
+        self._sync_up_to_active()
         try:
             self.local.segments[-1].flush()
         except OSError as exc:
@@ -242,12 +247,7 @@ class Durability:
         :meth:`finish_flush` runs without the lock (appends go on meanwhile; what they add is left to the next
         flush): returns the descriptor to fsync (None: nothing to). Counted as flushed from here on, so a
         flush policy does not start a second fsync while this one runs; if it fails, the partition fails."""
-        self.check_not_failed()
-        if self.handed_over:
-            self.sync_handed_over()
-        if self.unsynced:
-            self.sync_rolled_now()
-            self.advance_recovery_point()
+        self._sync_up_to_active()
         try:
             fd = self.local.segments[-1].sync_descriptor()
         except OSError as exc:  # EMFILE: nothing was fsynced, nothing is lost
