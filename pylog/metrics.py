@@ -25,11 +25,13 @@ from __future__ import annotations
 
 import bisect
 import threading
+import weakref
 from dataclasses import dataclass
 from typing import Iterator
 
 __all__ = ["Metric", "METRICS", "BY_NAME", "Counter", "Histogram", "enable", "enabled", "state",
-           "LATENCY_BUCKETS", "SIZE_BUCKETS", "FSYNC_BUCKETS", "counter", "histogram", "recorders"]
+           "LATENCY_BUCKETS", "SIZE_BUCKETS", "FSYNC_BUCKETS", "counter", "histogram", "recorders",
+           "appended", "handed_out", "fsynced", "track", "tracked"]
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
 
@@ -315,3 +317,49 @@ def recorders() -> Iterator[Counter | Histogram]:
     """The process's recorders created so far (what :mod:`pylog.prometheus` exposes)."""
     with _recorders_lock:
         return iter(list(_recorders.values()))
+
+
+# ---------------------------------------------------------------------- the hooks the hot paths call
+
+_records_in = counter("pylog_topic_records_in_total")
+_bytes_in = counter("pylog_topic_bytes_in_total")
+_records_out = counter("pylog_topic_records_out_total")
+_bytes_out = counter("pylog_topic_bytes_out_total")
+_fsyncs = histogram("pylog_log_flush_duration_seconds")
+
+
+def appended(topic: str, records: int, nbytes: int) -> None:
+    """One append call's records and stored bytes (the partition, once per call; callers test state.on)."""
+    key = (topic,)
+    _records_in.inc(key, records)
+    _bytes_in.inc(key, nbytes)
+
+
+def handed_out(topic: str, records: int, nbytes: int) -> None:
+    """Records and bytes a fetch or a poll handed out from one partition of ``topic`` (once per read)."""
+    key = (topic,)
+    _records_out.inc(key, records)
+    _bytes_out.inc(key, nbytes)
+
+
+def fsynced(seconds: float) -> None:
+    """One fsync of a segment log that took ``seconds``."""
+    _fsyncs.observe((), seconds)
+
+
+#: Live producers, consumers and servers, whose gauges (buffer available, lag max, connections...) are read
+#: when scraped. Weak: tracking never keeps one alive; their counters are the recorders above, which outlive them.
+_tracked: "weakref.WeakSet[object]" = weakref.WeakSet()
+_tracked_lock = threading.Lock()
+
+
+def track(obj: object) -> None:
+    """Remember ``obj`` (a client or server) for scrape-time gauges, while it lives."""
+    with _tracked_lock:
+        _tracked.add(obj)
+
+
+def tracked() -> list[object]:
+    """The live tracked objects."""
+    with _tracked_lock:
+        return list(_tracked)
