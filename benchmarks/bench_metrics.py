@@ -30,7 +30,6 @@ import argparse
 import os
 import re
 import shutil
-import signal
 import statistics
 import subprocess
 import sys
@@ -45,6 +44,9 @@ sys.path.insert(0, ROOT)
 
 import pylog  # noqa: E402
 from pylog import metrics, prometheus  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_server import ServerProcess  # noqa: E402
 
 VALUE = b"v" * 100
 
@@ -124,41 +126,26 @@ def send_rate(root: str, n: int, on: bool) -> float:
 
 # ------------------------------------------------------------------------------------------ pylog serve
 
-class Child:
-    """A ``python -m pylog ...`` child process whose stderr goes to a log file."""
+class Exporter(ServerProcess):
+    """``python -m pylog metrics STORE --port 0`` in a child process (its URL read from its first line); the CPU
+    time and the stop of bench_server's server process."""
 
-    def __init__(self, args: list[str], log_path: str, ready: str) -> None:
+    def __init__(self, store: str, log_path: str) -> None:  # noqa: D107 (not ServerProcess's: another command)
         self.log = open(log_path, "w+")
-        self.proc = subprocess.Popen([sys.executable, "-m", "pylog", *args], stdout=self.log,
-                                     stderr=subprocess.STDOUT, env=_env())
+        self.proc = subprocess.Popen([sys.executable, "-m", "pylog", "metrics", store, "--port", "0"],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=_env())
+        self.pid = self.proc.pid
         deadline = time.monotonic() + 60
         while True:
             with open(log_path) as f:
-                text = f.read()
-            m = re.search(ready, text)
+                m = re.search(r"serving (http://\S+/metrics)", f.read())
             if m:
-                self.match = m
-                self.text = text
+                self.url = m.group(1)
                 return
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
-                raise RuntimeError(f"pylog {args[0]} did not start:\n{text}")
+                raise RuntimeError("pylog metrics did not start")
             time.sleep(0.02)
-
-    def cpu_seconds(self) -> float:
-        with open(f"/proc/{self.proc.pid}/stat") as f:
-            fields = f.read().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-    def stop(self) -> None:
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-            try:
-                self.proc.wait(60)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-        self.log.close()
 
 
 def server_rates(root: str, n: int, on: bool) -> tuple[float, float]:
@@ -166,14 +153,14 @@ def server_rates(root: str, n: int, on: bool) -> tuple[float, float]:
     from confluent_kafka import Consumer, Producer
 
     path = tempfile.mkdtemp(dir=root)
-    args = ["serve", path, "--port", "0", "--log-level", "INFO"] + (["--metrics-port", "0"] if on else [])
-    server = Child(args, os.path.join(root, "serve.log"), r"listening on ([\d.]+):(\d+)")
+    log_path = os.path.join(root, "serve.log")
+    server = ServerProcess(path, log_path, args=["--metrics-port", "0"] if on else [])
     scraper = None
     try:
-        bootstrap = f"{server.match.group(1)}:{server.match.group(2)}"
+        bootstrap = server.bootstrap
         if on:
-            url = re.search(r"metrics on (http://\S+)", server.text).group(1)
-            scraper = Scraper(url)
+            with open(log_path) as f:
+                scraper = Scraper(re.search(r"metrics on (http://\S+)", f.read()).group(1))
         p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5})
         p.produce("t", VALUE)  # creates the topic (auto-creation), outside the timing
         p.flush(30)
@@ -187,6 +174,7 @@ def server_rates(root: str, n: int, on: bool) -> tuple[float, float]:
                     p.poll(0.01)
         p.flush(120)
         produce = n / (time.perf_counter() - t0)
+        del p  # librdkafka's connection closed now, not when the server stops under it
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "auto.offset.reset": "earliest",
                       "enable.auto.commit": False, "fetch.queue.backoff.ms": 10})
         c.subscribe(["t"])
@@ -219,10 +207,9 @@ def scrape_cost(root: str, topics: int, partitions: int, seconds: float) -> tupl
                 p.append_values([VALUE] * 10)
         store.commit_offsets("readers", {pylog.TopicPartition(f"topic-{t}", p): 5
                                          for t in range(topics) for p in range(partitions)})
-    exporter = Child(["metrics", path, "--port", "0"], os.path.join(root, "exporter.log"),
-                     r"serving (http://\S+/metrics)")
+    exporter = Exporter(path, os.path.join(root, "exporter.log"))
     try:
-        url = exporter.match.group(1)
+        url = exporter.url
         with urllib.request.urlopen(url, timeout=30) as r:  # the first scrape opens the partitions
             series = sum(1 for line in r.read().splitlines() if not line.startswith(b"#"))
         walls = []
