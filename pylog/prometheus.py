@@ -32,6 +32,7 @@ import http.server
 import itertools
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from . import __version__, metrics
@@ -40,6 +41,7 @@ from .clients.consumer import Consumer
 from .clients.producer import Producer
 from .errors import MetricsUnavailableError, PylogError, UnknownTopicError
 from .maintenance.cleaner_registry import PublishedCleaner
+from .storage.handles import descriptor_limit
 from .store import Store
 
 if TYPE_CHECKING:  # not imported at run time: the command line would pay for the server at every start
@@ -79,6 +81,30 @@ class PylogCollector:
         self._server = server
         self._busy_lock = threading.Lock()
         self._busy_last: dict[int, tuple[float, float]] = {}  # id(server) -> (wall, cpu) at the last scrape
+        #: A read-only Store per store path, for the partitions this process does not write (see _store_gauges);
+        #: closed by close() or when the collector is collected.
+        self._views: dict[str, Store] = {}
+        self._views_lock = threading.Lock()
+        weakref.finalize(self, _close_all, self._views)
+
+    def close(self) -> None:
+        """Close the read-only handles the scrapes opened (the collector opens them again if scraped)."""
+        with self._views_lock:
+            _close_all(self._views)
+
+    def _view(self, store: Store) -> Store:
+        """The store to read the partitions this process does not write through: ``store`` itself when it is
+        read-only, else a read-only handle of the same path. Reading them through ``store`` would make them its
+        most recently used partitions: past its descriptor budget, every scrape would make the partitions it
+        writes let go of their files (and writer locks)."""
+        if store.read_only:
+            return store
+        with self._views_lock:
+            view = self._views.get(store.path)
+            if view is None or view.closed:
+                view = self._views[store.path] = Store(store.path, read_only=True,
+                                                       max_open_descriptors=max(1, descriptor_limit() // 4))
+            return view
 
     def describe(self) -> list:
         return []  # not described up front: the registry then never collects at registration
@@ -101,7 +127,7 @@ class PylogCollector:
         for server in servers:
             self._server_gauges(families, server, held if server.store is store else None)
         if store is not None and not store.closed:
-            _store_gauges(families, store, held)
+            _store_gauges(families, store, self._view(store), held)
             families.gauge("pylog_scrape_duration_seconds", (), time.perf_counter() - began)
         yield from families.done()
 
@@ -122,6 +148,12 @@ class PylogCollector:
             families.counter("pylog_group_rebalances_total", (group,), rebalances)
             if held is not None:
                 held[group] = (generation, members)
+
+
+def _close_all(views: dict[str, Store]) -> None:
+    for view in list(views.values()):
+        view.close()
+    views.clear()
 
 
 class _Families:
@@ -192,20 +224,25 @@ def _client(config: Any) -> str:
     return "" if client_id is None else str(client_id)
 
 
-def _store_gauges(families: _Families, store: Store, held: dict[str, tuple[int, int]]) -> None:
+def _store_gauges(families: _Families, store: Store, view: Store, held: dict[str, tuple[int, int]]) -> None:
     """The store's gauges from its files: offsets, sizes and segments per partition, groups' progress and
-    membership, the published cleaners."""
+    membership, the published cleaners. A partition this process writes is read through its writer handle
+    (exact, and no file to look at); the others through ``view`` (see PylogCollector._view)."""
     offsets: dict[tuple[str, int], tuple[int, int]] = {}
     labels: list[dict[str, str]] = []
     starts, ends, sizes, counts = [], [], [], []
-    for name in store.topics():
+    for name in view.topics():
         try:
-            topic = store.topic(name)
+            topic = view.topic(name)
+            written = {p.number: p for p in store.topic(name).opened_partitions() if p.is_writer} \
+                if view is not store else {}
         except (UnknownTopicError, PylogError):  # deleted meanwhile
             continue
         for number in range(topic.num_partitions):
             try:
-                p = topic.partition(number)
+                p = written.get(number)
+                if p is None:
+                    p = topic.partition(number)
                 start, end = p.offsets()
                 segments = p.segments
             except (PylogError, OSError):  # deleted or damaged meanwhile: the next scrape sees it again
@@ -219,8 +256,8 @@ def _store_gauges(families: _Families, store: Store, held: dict[str, tuple[int, 
     for metric, values in (("pylog_log_start_offset", starts), ("pylog_log_end_offset", ends),
                            ("pylog_log_size_bytes", sizes), ("pylog_log_segments", counts)):
         families.many(metric, labels, values)
-    _group_gauges(families, store, offsets, held)
-    _cleaner_gauges(families, store.cleaners())
+    _group_gauges(families, view, offsets, held)
+    _cleaner_gauges(families, view.cleaners())
 
 
 def _group_gauges(families: _Families, store: Store, offsets: dict[tuple[str, int], tuple[int, int]],
@@ -280,7 +317,8 @@ def _cleaner_gauges(families: _Families, cleaners: list[PublishedCleaner]) -> No
 def register(store: Store | None = None, registry: Any = None, server: Server | None = None) -> "PylogCollector":
     """Add pylog's metrics (the process's, and ``store``'s or ``server``'s) to ``registry`` (default:
     ``prometheus_client.REGISTRY``, which an application's existing ``/metrics`` endpoint serves) and turn
-    recording on. Returns the collector (``registry.unregister(it)`` removes it).
+    recording on. Returns the collector (``registry.unregister(it)`` removes it; its ``close()`` closes the
+    read-only handle of the store its scrapes opened).
 
     :raises MetricsUnavailableError: without the ``metrics`` extra."""
     require()
