@@ -258,6 +258,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--server-records", type=int, default=300_000)
     ap.add_argument("--scrape-seconds", type=float, default=20.0)
     ap.add_argument("--skip-server", action="store_true", help="leave out the server figures")
+    ap.add_argument("--scrape-only", action="store_true", help="only the scrape figure")
     args = ap.parse_args(argv)
     if args.quick:
         args.rounds, args.append_calls, args.send_records = 3, 5_000, 100_000
@@ -266,9 +267,10 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pylog {pylog.__version__}, accelerated={pylog.ACCELERATED}, {args.rounds} interleaved rounds; "
           f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
     try:
-        report("append", interleaved(args.rounds, lambda on: append_rate(root, args.append_calls, on)))
-        report("send", interleaved(args.rounds, lambda on: send_rate(root, args.send_records, on)))
-        if not args.skip_server:
+        if not args.scrape_only:
+            report("append", interleaved(args.rounds, lambda on: append_rate(root, args.append_calls, on)))
+            report("send", interleaved(args.rounds, lambda on: send_rate(root, args.send_records, on)))
+        if not args.skip_server and not args.scrape_only:
             both = interleaved(args.rounds, lambda on: server_rates(root, args.server_records, on))
             report("server produce", [(off[0], on[0]) for off, on in both])
             report("server fetch", [(off[1], on[1]) for off, on in both])
