@@ -41,6 +41,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import urllib.request
 from typing import Any, Callable
 
@@ -244,9 +245,14 @@ def hook_costs(n: int = 200_000) -> dict[str, tuple[float, float]]:
         {"index": 0, "error_code": 0, "base_offset": 0}]}]}
     label = client_metrics.label("bench")
 
+    class Part:  # what count_append reads of a Partition
+        topic, number, metrics_row = "t", 0, None
+
+    part, encoded = Part(), [([], types.SimpleNamespace(size=10_900))]
+
     def append_hook() -> None:
         if metrics.state.on:
-            metrics.appended("t", 100, 10_900)
+            metrics.count_append(part, 100, encoded)
 
     def request_hook() -> None:
         began = time.perf_counter()

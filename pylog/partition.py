@@ -141,6 +141,8 @@ class Partition:
                  lock_timeout_ms: int = 0, read_only: bool = False, handles: HandleCache | None = None) -> None:
         self.topic = topic
         self.number = number
+        #: This partition's records and bytes appended in this process, for the metrics (pylog.metrics).
+        self.metrics_row: list[int] | None = None
         self.directory = directory
         self._config = config
         self.lock_timeout_ms = lock_timeout_ms
@@ -600,10 +602,9 @@ class Partition:
                 if written:
                     self._after_append(written, flush=False)
                 raise
+            if metrics.state.on:  # under the append lock: only this handle adds to its row (pylog.metrics)
+                metrics.count_append(self, written, encoded)
             self._after_append(written, flush=flush_policy)
-        if metrics.state.on:  # once per call (pylog.metrics)
-            metrics.appended(self.topic, written, encoded[0][1].size if len(encoded) == 1 else
-                             sum(h.size for _, h in encoded))
         return first if earlier is None else earlier
 
     def _write_batch(self, parts: list, h: Any) -> None:
