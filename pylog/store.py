@@ -33,8 +33,9 @@ import uuid
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from .clients.consumer import Consumer
-from .clients.groups import (CommittedOffsets, GroupDescription, PartitionLag, check_group_id, describe_group,
-                             list_group_dirs, remove_group_dir)
+from .clients.groups import (GroupDescription, PartitionLag, check_group_id, describe_group, list_group_dirs,
+                             remove_group_dir)
+from .clients.offsets import CommittedOffsets
 from .clients.producer import Producer
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
 from .clients.storeview import StoreView

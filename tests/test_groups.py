@@ -366,7 +366,7 @@ def test_offset_commits_with_wrong_types_are_skipped_not_trusted(store):
     beyond int64, a map keyed by a map) are skipped like any record that is not a commit; a negative int64
     offset is a commit (Kafka clients commit -1/-2 to reset a group) and is read back as committed."""
     import msgpack
-    from pylog.clients.groups import decode_commit
+    from pylog.clients.offsets import decode_commit
     good_key = msgpack.packb([1, "g", "t", 0])
     assert decode_commit(good_key, msgpack.packb([1, 5, "", 0, -1, ""])) == (("g", "t", 0), OffsetAndMetadata(5, ""))
     assert decode_commit(msgpack.packb([1, "g", "t", True]), msgpack.packb([1, 5, ""])) is None

@@ -37,7 +37,8 @@ from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigErro
                      ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
-from .groups import CommittedOffsets, GroupMember, check_group_id, valid_position
+from .groups import GroupMember, check_group_id
+from .offsets import CommittedOffsets, valid_position
 from ..storage.notify import Watch, wait_any
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView

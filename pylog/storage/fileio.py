@@ -250,6 +250,12 @@ def read_checked(path: str, limit: int, what: str) -> bytes | None:
     return unchecked(raw, path, what)
 
 
+def in_range(value: Any, hi: int, lo: int = 0) -> bool:
+    """``value`` is an int, not a bool (msgpack decodes ``true`` as one, which ``isinstance(.., int)``
+    accepts), in ``[lo, hi]``: a field check of a document read from disk (see :func:`decode_doc`)."""
+    return type(value) is int and lo <= value <= hi
+
+
 def encode_doc(magic: bytes, version: int, doc: Any) -> bytes:
     """A small metadata document (group state, member and cleaner status files): 4-byte ``magic``, one
     version byte, msgpack. Framed by :func:`checked` on disk."""
