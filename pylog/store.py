@@ -45,9 +45,9 @@ from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError
                      UnknownStoreError, UnknownTopicError)
 from .storage.acl_file import AclEntry, read_acls, write_acls
 from .storage.quota_file import QuotaChanges, read_quota_changes, write_quota_changes
-from .storage.fileio import atomic_write, fsync_dir, write_faults
+from .storage.fileio import atomic_write, checked, fsync_dir, unchecked, write_faults
 from .storage.handles import HandleCache
-from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
+from .storage.filenames import (OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
                                 deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
                                 topic_name_problem)
 from .storage.records import crc32c
@@ -65,10 +65,8 @@ __all__ = ["Store", "open"]
 
 _FORMAT = "pylog-store"
 _VERSION = 1
-_DELETING = DELETING_PREFIX
 _T = TypeVar("_T")
 log = logging.getLogger("pylog.store")
-_PRODUCER_IDS = PRODUCER_IDS_FILE
 
 
 
@@ -330,7 +328,7 @@ class Store:
         Allocated from ``producer.ids`` (the next id, CRC-protected) under an exclusive ``flock``.
         """
         self._check_writable("allocate a producer id")
-        path = os.path.join(self.path, _PRODUCER_IDS)
+        path = os.path.join(self.path, PRODUCER_IDS_FILE)
         with write_faults("allocating a producer id", "none was allocated"):
             return self._next_producer_id(path)
 
@@ -342,14 +340,14 @@ class Store:
             raw = os.pread(fd, 16, 0)
             if not raw:
                 nxt = 0
-            elif len(raw) != 12 or struct.unpack_from("<I", raw, 8)[0] != crc32c(raw[:8]):
-                raise CorruptRecordError("producer id file is damaged", path, 0)
             else:
-                nxt = struct.unpack_from("<q", raw)[0]
+                body = unchecked(raw, path, "producer id file")
+                if len(body) != 8:
+                    raise CorruptRecordError("producer id file is damaged", path, 0)
+                nxt = struct.unpack("<q", body)[0]
                 if not 0 <= nxt < (1 << 63) - 1:  # nxt + 1 must pack as an int64 below
                     raise CorruptRecordError(f"producer id file holds {nxt}", path, 0)
-            body = struct.pack("<q", nxt + 1)
-            os.pwrite(fd, body + struct.pack("<I", crc32c(body)), 0)
+            os.pwrite(fd, checked(struct.pack("<q", nxt + 1)), 0)
             os.fsync(fd)
             return nxt
         finally:
@@ -561,33 +559,6 @@ class Store:
         another process (``pylog health``); see :mod:`pylog.maintenance.cleaner_registry`."""
         self._check_open()
         return published_cleaners(self.path)
-
-    @property
-    def cleaner(self) -> Cleaner:
-        """This store's background :class:`~pylog.maintenance.cleaner.Cleaner` (test-facing: to run a pass
-        now, stop it, or replace a pass to inject a failure; monitor it with :meth:`cleaner_status`)."""
-        return self._cleaner
-
-    @property
-    def cleaner_publisher(self) -> CleanerPublisher | None:
-        """What publishes this store's cleaner status for other processes (its ``name`` names the status
-        file under the store's cleaners directory); None when the cleaner is disabled or cannot publish."""
-        return self._publisher
-
-    def stop_publishing_cleaner_status(self) -> None:
-        """Remove this store's published cleaner entry and publish no more (test-facing: leaves the
-        cleaners directory to what the test writes there). The cleaner itself keeps running."""
-        pub, self._publisher = self._publisher, None
-        if pub is not None:
-            pub.close()  # the cleaner's later heartbeats then write nothing (publish() on a closed publisher)
-
-    def abandon(self) -> None:
-        """Test-facing: drop this handle as a crash would, without closing its partitions (their files stay
-        as they are; abandon each partition first with ``Partition.abandon()``): mark the store closed and
-        stop its cleaner thread. Unlike :meth:`close`, nothing is flushed or cleanly closed."""
-        with self._lock:
-            self._closed = True
-            self._cleaner.stop()
 
     def check_health(self) -> None:
         """Raise :class:`~pylog.errors.CleanerError` when the background cleaner died or gave up on a

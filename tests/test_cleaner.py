@@ -6,11 +6,13 @@ Run: ``python -m pytest tests/test_cleaner.py -q``
 from __future__ import annotations
 
 import logging
+import threading
 import time
 
 import pytest
 
 import pylog
+from pylog.maintenance.cleaner import Cleaner
 
 from storetools import wait_for
 
@@ -47,13 +49,14 @@ def test_background_thread_compacts_and_reports_status(tmp_path):
         store.check_health()
 
 
-def test_a_dead_cleaner_thread_is_reported_and_check_health_raises(tmp_path, caplog):
+def test_a_dead_cleaner_thread_is_reported_and_check_health_raises(tmp_path, caplog, monkeypatch):
     store = pylog.open(str(tmp_path), log_cleaner_backoff_ms=20)
     try:
-        def boom():
+        def boom(cleaner: Cleaner) -> None:
             raise RuntimeError("simulated bug in the cleaner loop")
 
-        store.cleaner.run_compaction = boom  # an error outside the per-partition handlers kills the thread
+        # an error outside the per-partition handlers kills the thread
+        monkeypatch.setattr(Cleaner, "run_compaction", boom)
         with caplog.at_level(logging.ERROR, logger="pylog.cleaner"):
             assert _wait(lambda: not store.cleaner_status().alive)
         st = store.cleaner_status()
@@ -115,7 +118,7 @@ def test_flush_ms_is_enforced_by_the_background_thread(tmp_path):
 
 def test_close_stops_the_thread(tmp_path):
     store = pylog.open(str(tmp_path), log_cleaner_backoff_ms=20)
-    thread = store.cleaner.thread
+    (thread,) = [t for t in threading.enumerate() if t.name == f"pylog-cleaner {store.path}"]
     assert thread.is_alive()
     store.close()
     assert not thread.is_alive()
