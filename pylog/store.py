@@ -99,6 +99,8 @@ class Store:
         self._topics: dict[str, Topic] = {}
         self._closed = False
         self._offsets: CommittedOffsets | None = None
+        #: One budget per client id and kind, shared by every producer and consumer of this store object.
+        self._quotas = QuotaManager()
         #: The partitions holding files, within ``max.open.descriptors`` (see pylog.storage.handles).
         self.handles = HandleCache(self._settings["max.open.descriptors"])
         if self.read_only:
@@ -313,14 +315,14 @@ class Store:
         :class:`~pylog.errors.UnknownTopicError` naming ``store.create_topic``."""
         self._check_writable("make a producer")
         view: StoreView = AutoCreatingStore(self) if allow_auto_create_topics else self
-        return Producer(view, quotas=self.quota_manager, **configs)
+        return Producer(view, quotas=self._quotas, **configs)
 
     def consumer(self, *topics: str, **configs: Any) -> Consumer:
         """A :class:`~pylog.clients.consumer.Consumer` on this store (kafka-python's ``KafkaConsumer`` options),
         committing to this store's ``__consumer_offsets`` and throttled by its quotas (:meth:`set_quota`)."""
         self._check_open()
-        offsets = self.group_offsets() if configs.get("group_id") is not None else None
-        return Consumer(self, *topics, quotas=self.quota_manager, offsets=offsets, **configs)
+        offsets = self._group_offsets() if configs.get("group_id") is not None else None
+        return Consumer(self, *topics, quotas=self._quotas, offsets=offsets, **configs)
 
     def new_producer_id(self) -> int:
         """A producer id no other producer of this store has had, in any process (for idempotent appends).
@@ -393,10 +395,8 @@ class Store:
 
     # ------------------------------------------------------------------ consumer groups
 
-    def group_offsets(self) -> CommittedOffsets:
-        """This store's committed offsets (``__consumer_offsets``), made on first use; shared by its consumers.
-        Lower level than :meth:`committed_offsets` and :meth:`commit_offsets` (no ownership checks): for
-        tools and tests that need, e.g., the ``__consumer_offsets`` partition a group's commits go to."""
+    def _group_offsets(self) -> CommittedOffsets:
+        """This store's committed offsets (``__consumer_offsets``), made on first use; shared by its consumers."""
         self._check_open()
         with self._lock:
             if self._offsets is None:
@@ -408,7 +408,7 @@ class Store:
 
     def consumer_groups(self) -> list[str]:
         """Ids of the groups that have members now or committed offsets, sorted."""
-        return sorted(set(list_group_dirs(self.path)) | self.group_offsets().groups())
+        return sorted(set(list_group_dirs(self.path)) | self._group_offsets().groups())
 
     def describe_consumer_group(self, group_id: str) -> GroupDescription:
         """The group's generation, assignment strategy, live members and their partitions."""
@@ -418,7 +418,7 @@ class Store:
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
         """Every offset ``group_id`` has committed (the next offset to consume, per partition).
         :raises InvalidGroupError: for an empty or non-str id, or one that is not valid UTF-8."""
-        return self.group_offsets().fetch(check_group_id(group_id))
+        return self._group_offsets().fetch(check_group_id(group_id))
 
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
         """Commit offsets for a group from outside it (an operator resetting a group that has no live
@@ -430,7 +430,7 @@ class Store:
         if self.describe_consumer_group(group_id).members:
             raise RebalanceInProgressError(f"group {group_id!r} has live members; stop them before resetting "
                                            "its offsets")
-        self.group_offsets().commit(group_id, {TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
+        self._group_offsets().commit(group_id, {TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
                                                 else OffsetAndMetadata(int(om), "") for tp, om in offsets.items()})
 
     def delete_committed_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> int:
@@ -451,7 +451,7 @@ class Store:
                                            f"{', '.join(busy)}")
         if not tps or OFFSETS_TOPIC not in self:
             return 0
-        return self.group_offsets().delete(group_id, tps)
+        return self._group_offsets().delete(group_id, tps)
 
     def group_lag(self, group_id: str) -> dict[TopicPartition, PartitionLag]:
         """Per partition the group has committed for: committed offset, log start and end offsets,
@@ -478,7 +478,7 @@ class Store:
         self._check_writable(f"delete group {group_id!r}")
         if self.describe_consumer_group(group_id).members:
             raise RebalanceInProgressError(f"group {group_id!r} has live members")
-        n = self.group_offsets().delete(group_id) if OFFSETS_TOPIC in self else 0
+        n = self._group_offsets().delete(group_id) if OFFSETS_TOPIC in self else 0
         remove_group_dir(self.path, group_id)
         return n
 
@@ -598,20 +598,6 @@ class Store:
 
     # ------------------------------------------------------------------ quotas
 
-    @property
-    def quota_manager(self) -> QuotaManager:
-        """This store's :class:`~pylog.clients.quotas.QuotaManager`, made on first use: one budget per client id
-        and kind, shared by every producer and consumer of this store object (handed to each when made); the
-        quotas live in this Store object. Use :meth:`set_quota` and :meth:`quotas` to change and list them;
-        the manager itself is for measuring and for tests (its ``clock``, ``sleep`` and window can be replaced)."""
-        manager = self.__dict__.get("_quota_manager")
-        if manager is None:
-            with self._lock:
-                manager = self.__dict__.get("_quota_manager")
-                if manager is None:
-                    manager = self._quota_manager = QuotaManager()
-        return manager
-
     def set_quota(self, client_id: str, producer_byte_rate: float | None = None,
                   consumer_byte_rate: float | None = None) -> None:
         """Set ``client_id``'s byte-rate quotas (bytes/s), replacing both: a rate left as None removes that
@@ -622,7 +608,7 @@ class Store:
         :raises InvalidConfigError: for a rate that is not a positive number.
         """
         self._check_open()
-        manager = self.quota_manager
+        manager = self._quotas
         for kind, rate in ((PRODUCE, producer_byte_rate), (CONSUME, consumer_byte_rate)):
             if rate is not None:
                 manager.set_quota(client_id, kind, rate)  # validates before anything changes
@@ -634,7 +620,7 @@ class Store:
         """Every quota set on this store: ``{client_id: {"producer_byte_rate": ..., "consumer_byte_rate":
         ...}}``, each client with the quotas it has."""
         self._check_open()
-        return self.quota_manager.quotas()
+        return self._quotas.quotas()
 
 
 def open(path: str | os.PathLike[str], *, read_only: bool = False,  # noqa: A001 - the library's entry point
@@ -662,6 +648,24 @@ def open(path: str | os.PathLike[str], *, read_only: bool = False,  # noqa: A001
         store cannot be created there.
     """
     return Store(path, read_only=read_only, create=create, **options)
+
+
+def quota_manager(store: Store) -> QuotaManager:
+    """Internal API (not :class:`Store`'s): ``store``'s :class:`~pylog.clients.quotas.QuotaManager`, which
+    :meth:`Store.producer` and :meth:`Store.consumer` hand to each client they make (and
+    :mod:`pylog.kafka`'s clients take likewise): one budget per client id and kind, kept in this Store
+    object. Users set and list quotas with :meth:`Store.set_quota` and :meth:`Store.quotas`; the manager
+    itself is for measuring (its ``clock``, ``sleep`` and window can be replaced)."""
+    return store._quotas
+
+
+def group_offsets(store: Store) -> CommittedOffsets:
+    """Internal API (not :class:`Store`'s): ``store``'s committed offsets (``__consumer_offsets``), made on
+    first use and shared by its consumers, for the clients it makes (:meth:`Store.consumer`, and
+    :class:`pylog.kafka.KafkaConsumer`) and tools that need, e.g., the partition a group's commits go to.
+    Lower level than :meth:`Store.committed_offsets` and :meth:`Store.commit_offsets` (no ownership
+    checks)."""
+    return store._group_offsets()
 
 
 def _no_topic_hint(path: str, name: str) -> str:

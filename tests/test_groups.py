@@ -15,6 +15,7 @@ import pytest
 
 import pylog
 from pylog import CommitFailedError, OffsetAndMetadata, TopicPartition
+from pylog.store import group_offsets
 from pylog.storage.filenames import GROUPS_DIR, OFFSETS_TOPIC
 
 from storetools import wait_for
@@ -375,7 +376,7 @@ def test_offset_commits_with_wrong_types_are_skipped_not_trusted(store):
     assert decode_commit(good_key, msgpack.packb([1, True, ""])) is None
     assert decode_commit(_msgpack_map_keyed_by_a_map(), None) is None
     store.commit_offsets("g", {TopicPartition("t", 0): 3})
-    p = store.group_offsets().partition_for("g")
+    p = group_offsets(store).partition_for("g")
     p.append_values([msgpack.packb([1, 1 << 63, ""])], [good_key])
     assert store.committed_offsets("g")[TopicPartition("t", 0)].offset == 3
 
@@ -429,7 +430,7 @@ def test_reserved_names_and_offsets_topic_compaction(tmp_path):
         for i in range(300):
             c.commit({tp: i})
         assert store.topic(OFFSETS_TOPIC).num_partitions == 2
-        p = store.group_offsets().partition_for("g")
+        p = group_offsets(store).partition_for("g")
         assert p.log_end_offset == 300 and not p.is_writer and len(p.segments) > 5
         store.compact(OFFSETS_TOPIC, p.number)
         assert not p.is_writer  # handed back after maintenance too
