@@ -14,6 +14,7 @@ import time
 import pytest
 
 import pylog
+from pylog.clients.consumer import group_member
 from pylog import CommitFailedError, OffsetAndMetadata, TopicPartition
 from pylog.store import group_offsets
 from pylog.storage.filenames import GROUPS_DIR, OFFSETS_TOPIC
@@ -65,7 +66,7 @@ class Recorder(pylog.ConsumerRebalanceListener):
         if self.consumer is not None and revoked:
             # Revoked partitions are still owned here: committing them works.
             self.consumer.commit({tp: OffsetAndMetadata(self.consumer.position(tp), "from listener")
-                                  for tp in revoked if self.consumer.group_member.owns(tp)})
+                                  for tp in revoked if group_member(self.consumer).owns(tp)})
 
     def on_partitions_assigned(self, assigned):
         self.events.append(("assigned", set(assigned)))
@@ -264,13 +265,13 @@ def test_dead_member_is_found_by_its_released_lock(store):
     a.poll(0), b.poll(0), a.poll(0), b.poll(0)
     assert len(_owned(a)) == len(_owned(b)) == 1
     # "Kill" b: its locks go (as the kernel drops a dead process's), without leave() or a commit.
-    b.group_member.abandon()
+    group_member(b).abandon()
     def took_over() -> bool:
         a.poll(timeout_ms=20)
         return _owned(a) == [0, 1]
     assert wait_for(took_over, 60), f"the survivor owns {_owned(a)}"
     assert _owned(a) == [0, 1]
-    assert [m.member_id for m in store.describe_consumer_group("g").members] == [a.group_member.member_id]
+    assert [m.member_id for m in store.describe_consumer_group("g").members] == [group_member(a).member_id]
     a.close()
 
 
@@ -282,7 +283,7 @@ def test_a_concurrent_describers_probe_does_not_make_a_dead_member_look_alive(st
     a, b = _member(store, heartbeat_interval_ms=600_000, session_timeout_ms=1_200_000), \
         _member(store, heartbeat_interval_ms=600_000, session_timeout_ms=1_200_000)
     a.poll(0), b.poll(0), a.poll(0), b.poll(0)
-    member = b.group_member
+    member = group_member(b)
     path = os.path.join(member.directory, "members", member.member_id)
     member.abandon()  # "kill" b, as in the test above; nobody has noticed yet
     with pylog.open(store.path, read_only=True) as reader:
@@ -290,7 +291,7 @@ def test_a_concurrent_describers_probe_does_not_make_a_dead_member_look_alive(st
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # another describer's probe, held right now
             for s in (store, reader):
-                assert [m.member_id for m in s.describe_consumer_group("g").members] == [a.group_member.member_id]
+                assert [m.member_id for m in s.describe_consumer_group("g").members] == [group_member(a).member_id]
         finally:
             os.close(fd)
     a.close()
@@ -300,7 +301,7 @@ def test_corrupt_group_state_is_rebuilt(store, caplog):
     _fill(store, partitions=2, n=10)
     a = _member(store)
     a.poll(0)
-    state = os.path.join(a.group_member.directory, "state")
+    state = os.path.join(group_member(a).directory, "state")
     with open(state, "r+b") as f:
         f.seek(8)
         f.write(b"\xff\xff")
@@ -329,7 +330,7 @@ def test_group_state_with_hostile_content_and_valid_crc_is_rebuilt(store, conten
     _fill(store, partitions=2, n=10)
     a = _member(store)
     a.poll(0)
-    directory = a.group_member.directory
+    directory = group_member(a).directory
     if content == "map_key_is_a_map":
         doc = _msgpack_map_keyed_by_a_map(generation=5, group_id="g")
     else:

@@ -265,12 +265,6 @@ class Consumer:
         still holds them (it finishes its poll, commits and lets go). Empty outside a group."""
         return set(self._pending)
 
-    @property
-    def group_member(self) -> GroupMember | None:
-        """This consumer's membership in its group while subscribed with a ``group_id`` (else None); for
-        tools and tests (e.g. its ``member_id``, or whether it ``owns()`` a partition now)."""
-        return self._member
-
     def subscription(self) -> set[str] | None:
         if self._manual:
             return None
@@ -780,3 +774,10 @@ class Consumer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def group_member(consumer: Consumer) -> GroupMember | None:
+    """Internal API (not :class:`Consumer`'s): ``consumer``'s membership in its group while it is subscribed
+    with a ``group_id`` (else None), for tools and tests (its ``member_id``, whether it ``owns()`` a
+    partition now)."""
+    return consumer._member
