@@ -29,13 +29,13 @@ from pylog.storage.swap import read_manifest, write_manifest
 from pylog.storage.fileio import checked, decode_doc, encode_doc, unchecked
 from pylog.clients.groups import _read_state
 from pylog.clients.offsets import decode_commit, offset_key
-from pylog.storage.index import OffsetIndex, TimeIndex
+from pylog.index import OffsetIndex, TimeIndex
 from pylog.storage.producer_state import ProducerEntry, ProducerState
 from pylog.clients.consumer import ConsumerRecord
 from pylog.storage.records import (CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header,
                                    stamp_base_offset, views)
 from pylog.structs import TopicPartition
-from pylog.storage.topic import read_topic_file, write_topic_file
+from pylog.topic import read_topic_file, write_topic_file
 
 GOLDEN = Path(__file__).parent / "golden"
 SCRIPT = GOLDEN / "make_golden.py"

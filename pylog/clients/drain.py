@@ -37,9 +37,9 @@ import numpy as np
 
 from ..errors import LogFailedError, PartitionLockedError
 from ..storage import group_commit
-from ..storage.partition import Partition
+from ..partition import Partition
 from ..storage.records import now_ms
-from ..storage.topic import Topic
+from ..topic import Topic
 from .accumulator import Accumulation
 from .partitioner import DefaultPartitioner
 from .quotas import PRODUCE, QuotaManager

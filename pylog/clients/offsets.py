@@ -27,9 +27,9 @@ import msgpack
 from ..errors import PartitionLockedError, TopicExistsError, UnknownTopicError
 from ..storage.fileio import in_range
 from ..storage.filenames import OFFSETS_TOPIC
-from ..storage.partition import Partition
+from ..partition import Partition
 from ..storage.records import crc32c
-from ..storage.topic import Topic
+from ..topic import Topic
 from ..structs import OffsetAndMetadata, TopicPartition
 from .storeview import StoreView
 

@@ -67,7 +67,7 @@ from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordErr
                       RecordTooLargeError, StoreClosedError)
 from ..storage.filenames import is_internal_topic
 from ..storage.records import header_pairs
-from ..storage.topic import Topic
+from ..topic import Topic
 from .accumulator import ITEM_LEN, RECORD_OVERHEAD, Accumulation
 from .drain import HANDOVER_POLL, Drainer
 from .future import FutureRecordMetadata
