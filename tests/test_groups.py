@@ -1,7 +1,8 @@
 """Consumer groups in one process: membership, rebalancing, ownership, committed offsets, lag, admin calls.
 
 Several consumers of one group in one process are as separate as processes would be: each holds its own
-file locks. The cross-process behaviour (SIGKILL of a member) is in test_groups_process.py.
+file locks. A member that dies runs in a child process and is SIGKILLed; the multi-process scenarios
+(members in several processes, delivery across a kill) are in test_groups_process.py.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from pylog import CommitFailedError, OffsetAndMetadata, TopicPartition
 from pylog.store import group_offsets
 from pylog.storage.filenames import GROUPS_DIR, OFFSETS_TOPIC
 
+from childproc import Child
 from storetools import wait_for
 
 
@@ -46,6 +48,44 @@ def _member(store, topics=("t",), **kw):
 
 def _owned(c):
     return sorted(tp.partition for tp in c.assignment() if tp not in c.pending())
+
+
+# A member in a child process, to be SIGKILLed: it polls in a loop and says which partitions it owns (its
+# member id too) each time that changes. It stops by itself when its stdin closes (the test is gone) or
+# after two minutes.
+_MEMBER_PROCESS = """
+    import os, sys, threading, time, pylog
+    from pylog.clients.consumer import group_member
+    threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
+    deadline = time.monotonic() + 120
+    store = pylog.open(sys.argv[1], log_cleaner_enable=False)
+    c = store.consumer("t", group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=int(sys.argv[2]),
+                       session_timeout_ms=2 * int(sys.argv[2]))
+    last = None
+    while time.monotonic() < deadline:
+        c.poll(timeout_ms=20)
+        owned = sorted(tp.partition for tp in c.assignment() if tp not in c.pending())
+        if owned != last:
+            last = owned
+            print("owns", group_member(c).member_id, *owned, flush=True)
+"""
+
+
+def _member_process(store, tmp_path, survivor, heartbeat_interval_ms):
+    """A member in a child process that owns one partition of two and ``survivor`` the other; its member id.
+    The child is started owning both (the survivor not yet polling), then hands one over."""
+    child = Child(_MEMBER_PROCESS, store.path, str(heartbeat_interval_ms), cwd=str(tmp_path))
+    try:
+        while len(child.expect("owns").split()) != 3:  # member id, then its partitions: both
+            pass
+        assert wait_for(lambda: survivor.poll(timeout_ms=20) is not None and len(_owned(survivor)) == 1, 60)
+        while True:
+            said = child.expect("owns").split()
+            if len(said) == 2:
+                return child, said[0]
+    except BaseException:
+        child.kill()
+        raise
 
 
 def _drain(c, rounds=5):
@@ -259,13 +299,12 @@ def test_a_member_waiting_in_poll_lets_go_for_a_joiner(store):
     b.close()
 
 
-def test_dead_member_is_found_by_its_released_lock(store):
+def test_dead_member_is_found_by_its_released_lock(store, tmp_path):
     _fill(store, partitions=2, n=10)
-    a, b = _member(store), _member(store)
-    a.poll(0), b.poll(0), a.poll(0), b.poll(0)
-    assert len(_owned(a)) == len(_owned(b)) == 1
-    # "Kill" b: its locks go (as the kernel drops a dead process's), without leave() or a commit.
-    group_member(b).abandon()
+    a = _member(store)
+    b, _ = _member_process(store, tmp_path, a, heartbeat_interval_ms=100)
+    assert len(_owned(a)) == 1
+    b.kill()  # SIGKILL (also the test's clean-up): its locks go with it, without leave() or a commit
     def took_over() -> bool:
         a.poll(timeout_ms=20)
         return _owned(a) == [0, 1]
@@ -275,17 +314,14 @@ def test_dead_member_is_found_by_its_released_lock(store):
     a.close()
 
 
-def test_a_concurrent_describers_probe_does_not_make_a_dead_member_look_alive(store):
+def test_a_concurrent_describers_probe_does_not_make_a_dead_member_look_alive(store, tmp_path):
     """describe_group probes each member's lock. Two describers at once (monitoring, `pylog groups
     describe`) must not take each other's momentary probe for a live member: the probe is a shared lock."""
-    import fcntl
     _fill(store, partitions=2, n=10)
-    a, b = _member(store, heartbeat_interval_ms=600_000, session_timeout_ms=1_200_000), \
-        _member(store, heartbeat_interval_ms=600_000, session_timeout_ms=1_200_000)
-    a.poll(0), b.poll(0), a.poll(0), b.poll(0)
-    member = group_member(b)
-    path = os.path.join(member.directory, "members", member.member_id)
-    member.abandon()  # "kill" b, as in the test above; nobody has noticed yet
+    a = _member(store, heartbeat_interval_ms=600_000, session_timeout_ms=1_200_000)
+    b, b_id = _member_process(store, tmp_path, a, heartbeat_interval_ms=600_000)
+    path = os.path.join(group_member(a).directory, "members", b_id)
+    b.kill()  # as in the test above; nobody has noticed yet (heartbeats 10 minutes apart)
     with pylog.open(store.path, read_only=True) as reader:
         fd = os.open(path, os.O_RDONLY)
         try:

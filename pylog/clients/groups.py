@@ -266,16 +266,6 @@ class GroupMember:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
 
-    def abandon(self) -> None:
-        """Test-facing: drop every lock this member holds (its owner locks and its member file's) as the
-        kernel does when its process dies, without leaving the group, committing or removing its file: the
-        other members notice it as dead."""
-        for tp in list(self._owned):
-            os.close(self._owned.pop(tp))
-        if self._member_fd is not None:
-            os.close(self._member_fd)
-            self._member_fd = None
-
     @property
     def joined(self) -> bool:
         return self._member_fd is not None
