@@ -1,4 +1,5 @@
-"""Helpers the tests share: reading a partition to its end, waiting for a condition, crash images.
+"""Helpers the tests share: reading a partition to its end, a log file's batches, waiting for a condition,
+crash images.
 
 ``crash_copy`` copies a store directory while it is open: the files a crash at this moment would leave. The
 store's background sync thread may replace a checkpoint during the copy: either version is what a crash at
@@ -15,6 +16,7 @@ import time
 from typing import Any, Callable
 
 import pylog
+from pylog.storage.records import HEADER_SIZE, BatchHeader, parse_header
 
 
 def _copy_if_there(src: str, dst: str) -> None:
@@ -36,6 +38,21 @@ def read_all(p: pylog.Partition, start: int | None = None, chunk: int = 1000) ->
     while recs := p.read(pos, max_records=chunk):
         out.extend(recs)
         pos = recs[-1].offset + 1
+    return out
+
+
+def log_batches(log_path: str | os.PathLike[str]) -> list[tuple[int, BatchHeader]]:
+    """``[(position, header)]`` of every whole batch of a ``.log`` file, walking its raw bytes by the length
+    fields (a torn last batch is left out)."""
+    with open(log_path, "rb") as f:
+        raw = f.read()
+    out, pos = [], 0
+    while pos + HEADER_SIZE <= len(raw):
+        h = parse_header(raw, pos)
+        if pos + h.size > len(raw):
+            break
+        out.append((pos, h))
+        pos += h.size
     return out
 
 

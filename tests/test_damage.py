@@ -36,7 +36,7 @@ from pylog.maintenance.cleaner import Cleaner
 from pylog.storage.records import HEADER_SIZE, parse_header, stamp_base_offset
 
 from childproc import Child
-from storetools import crash_copy
+from storetools import crash_copy, log_batches
 
 TOPIC = "t"
 ROOT = Path(__file__).resolve().parent.parent
@@ -60,15 +60,8 @@ def _log(path, base: int = 0) -> str:
 
 
 def _batch_starts(log_path: str) -> list[tuple[int, int]]:
-    """``(position, base offset)`` of each batch, walked through the length fields of an intact file."""
-    with open(log_path, "rb") as f:
-        raw = f.read()
-    out, pos = [], 0
-    while pos + HEADER_SIZE <= len(raw):
-        h = parse_header(raw, pos)
-        out.append((pos, h.base_offset))
-        pos += h.size
-    return out
+    """``(position, base offset)`` of each batch of an intact file."""
+    return [(pos, h.base_offset) for pos, h in log_batches(log_path)]
 
 
 def _fill(p, start: int, batches: int = BATCHES) -> None:
