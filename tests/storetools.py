@@ -43,13 +43,13 @@ def read_all(p: pylog.Partition, start: int | None = None, chunk: int = 1000) ->
 
 def log_batches(log_path: str | os.PathLike[str]) -> list[tuple[int, BatchHeader]]:
     """``[(position, header)]`` of every whole batch of a ``.log`` file, walking its raw bytes by the length
-    fields (a torn last batch is left out)."""
+    fields; it stops at a torn last batch or a length too short to be one (a damaged file)."""
     with open(log_path, "rb") as f:
         raw = f.read()
     out, pos = [], 0
     while pos + HEADER_SIZE <= len(raw):
         h = parse_header(raw, pos)
-        if pos + h.size > len(raw):
+        if h.size < HEADER_SIZE or pos + h.size > len(raw):
             break
         out.append((pos, h))
         pos += h.size
