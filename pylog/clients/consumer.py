@@ -29,7 +29,7 @@ import re
 import time
 from types import MappingProxyType
 
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Pattern, Protocol, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, Pattern, Protocol, cast
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
 from ..errors import NoOffsetForPartitionError  # defined here before pylog.errors: still importable from here
@@ -43,7 +43,7 @@ from ..storage.notify import Watch, wait_any
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from ..storage.records import consumer_rows, payload_bytes
-from ..structs import OffsetAndMetadata, TopicPartition
+from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..partition import Partition
 
 
@@ -98,29 +98,6 @@ def _topic_partition(tp: Any) -> TopicPartition:
         return TopicPartition(*tp)
     raise InvalidArgumentError(f"expected a TopicPartition(topic, partition), got {tp!r}"[:200]
                                + ": pass e.g. [pylog.TopicPartition('orders', 0)]")
-
-
-class ConsumerRecord(NamedTuple):
-    """One consumed record: kafka-python's ``ConsumerRecord`` fields."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: Any
-    value: Any
-    #: ``(key, value)`` pairs, as a tuple (kafka-python gives a list)
-    headers: tuple
-    checksum: None
-    serialized_key_size: int
-    serialized_value_size: int
-    serialized_header_size: int
-
-
-class OffsetAndTimestamp(NamedTuple):
-    offset: int
-    timestamp: int
 
 
 class _ListIterator(Protocol):
