@@ -9,9 +9,9 @@ the key, vectorised, else the topic's sticky partition), appends each partition'
 idempotent call, fsyncs when ``acks="all"`` (one fsync per partition for everything drained together, and
 shared with other producers of the process: :mod:`pylog.storage.group_commit`),
 and completes every future of the accumulation. This module keeps the sending side (options, ``send()``,
-the byte accounting, the sender thread, flush and close); the writing side of a drain (placement,
-idempotent appends, turns at partitions' writer locks, ``acks``, quota delays) is
-:class:`pylog.clients.drain.Drainer`, and the future is :mod:`pylog.clients.future`'s.
+the byte accounting, the sender thread, flush and close, and the futures ``send()`` returns); the writing
+side of a drain (placement, idempotent appends, turns at partitions' writer locks, ``acks``, quota delays)
+is :class:`pylog.clients.drain.Drainer`.
 
 The common record — a ``bytes`` value of at most 16 KiB and nothing else, no serializer — takes a fast
 path: ``send()`` appends the value itself (no tuple) and compares the record's index with a precomputed
@@ -44,7 +44,9 @@ Invariants:
   still waits while the partition it needs is another's turn: until that producer hands it over after its
   append (or within 10 ms when idle), which a pass under way there also puts off.
 - A future completes exactly once: with its record's metadata once the append (``acks=1``) or the fsync
-  (``acks="all"``) is done, or with the error that stopped its drain.
+  (``acks="all"``) is done, or with the error that stopped its drain. A callback or errback added to it
+  runs exactly once: at once when the record is complete, else by whichever of the adder and the
+  completing drain takes it from the accumulation's list.
 - ``buffer_memory`` is never exceeded unnoticed: ``check_at`` is set so that records of at most ``bound``
   bytes each (every record since the last look is) cannot fill the buffer before the ``send()`` that
   reaches ``check_at`` looks; the one that fills it drains. ``batch_size`` is noticed at the record that
@@ -59,7 +61,7 @@ import threading
 import time
 import types
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 from ..accel import native as _native
 from ..errors import ProducerTimeoutError  # defined here before pylog.errors: still importable from here
@@ -70,9 +72,9 @@ from ..storage.records import header_pairs
 from ..topic import Topic
 from .accumulator import ITEM_LEN, RECORD_OVERHEAD, Accumulation
 from .drain import HANDOVER_POLL, Drainer
-from .future import FutureRecordMetadata
 from .quotas import QuotaManager
 from .storeview import StoreView
+from ..structs import RecordMetadata
 
 
 __all__ = ["Producer", "FutureRecordMetadata", "ProducerTimeoutError"]
@@ -120,6 +122,68 @@ def _check_writable(topic: str) -> None:
     """Internal topics (``__consumer_offsets``) are written by pylog only. :raises InvalidTopicError:"""
     if is_internal_topic(topic):
         raise InvalidTopicError(f"{topic!r} is an internal topic of pylog: producers cannot write to it")
+
+
+class FutureRecordMetadata:
+    """The eventual :class:`~pylog.structs.RecordMetadata` of one sent record (kafka-python's future).
+
+    Made by :meth:`Producer.send` only: two slots (the record's accumulation and its index in it) and no
+    ``__init__``, because one is made per record on the hot path.
+    """
+
+    __slots__ = ("_acc", "_i")
+    _acc: Accumulation
+    _i: int
+
+    @property
+    def is_done(self) -> bool:
+        return self._acc.done
+
+    def succeeded(self) -> bool:
+        return self._acc.done and self._acc.error_of(self._i) is None
+
+    def failed(self) -> bool:
+        return self._acc.done and self._acc.error_of(self._i) is not None
+
+    @property
+    def exception(self) -> BaseException | None:
+        return self._acc.error_of(self._i) if self._acc.done else None
+
+    @property
+    def value(self) -> RecordMetadata | None:
+        return self.get(0) if self.succeeded() else None
+
+    def get(self, timeout: float | None = None) -> RecordMetadata:
+        """Wait up to ``timeout`` seconds (None: forever) for the record's metadata.
+
+        :raises ProducerTimeoutError: on timeout; the drain's error when the append failed.
+        """
+        acc = self._acc
+        if not acc.wait(timeout):
+            raise ProducerTimeoutError(f"record not appended to {acc.topic} within {timeout} s")
+        return acc.metadata(self._i)
+
+    def add_callback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "FutureRecordMetadata":
+        """Call ``fn(record_metadata, *args, **kwargs)`` when the record is appended (at once if it is)."""
+        return self._add(False, fn, args, kwargs)
+
+    def add_errback(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> "FutureRecordMetadata":
+        """Call ``fn(exception, *args, **kwargs)`` if the append fails (at once if it did)."""
+        return self._add(True, fn, args, kwargs)
+
+    def _add(self, on_error: bool, fn: Callable[..., Any], args: tuple, kwargs: dict) -> "FutureRecordMetadata":
+        acc = self._acc
+        entry = (self._i, on_error, fn, args, kwargs)
+        if not acc.done:
+            acc.callbacks.append(entry)
+            if not acc.done:
+                return self
+            try:
+                acc.callbacks.remove(entry)
+            except ValueError:
+                return self  # complete() took it and ran it
+        acc.run_callback(*entry)
+        return self
 
 
 class Producer:
