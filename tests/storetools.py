@@ -1,5 +1,5 @@
-"""Helpers the tests share: reading a partition to its end, a log file's batches, waiting for a condition,
-crash images.
+"""Helpers the tests share: reading a partition to its end, a log file's batches, flipping a byte on disk,
+waiting for a condition, crash images.
 
 ``crash_copy`` copies a store directory while it is open: the files a crash at this moment would leave. The
 store's background sync thread may replace a checkpoint during the copy: either version is what a crash at
@@ -54,6 +54,16 @@ def log_batches(log_path: str | os.PathLike[str]) -> list[tuple[int, BatchHeader
         out.append((pos, h))
         pos += h.size
     return out
+
+
+def flip_byte(path: str | os.PathLike[str], at: int, mask: int) -> None:
+    """XOR the byte at ``at`` of the file with ``mask``, through the file (as bit rot or a foreign hand
+    would, under any open mapping)."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([b ^ mask]))
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, step: float = 0.01) -> Any:

@@ -36,7 +36,7 @@ from pylog.maintenance.cleaner import Cleaner
 from pylog.storage.records import HEADER_SIZE, parse_header, stamp_base_offset
 
 from childproc import Child
-from storetools import crash_copy, log_batches
+from storetools import crash_copy, flip_byte, log_batches
 
 TOPIC = "t"
 ROOT = Path(__file__).resolve().parent.parent
@@ -71,11 +71,7 @@ def _fill(p, start: int, batches: int = BATCHES) -> None:
 
 
 def _flip(log_path: str, at: int) -> None:
-    with open(log_path, "r+b") as f:
-        f.seek(at)
-        byte = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([byte ^ 0x41]))
+    flip_byte(log_path, at, 0x41)
 
 
 def _clean_store_damaged_in_the_middle(path, where: str = "body") -> tuple[str, int, int]:

@@ -31,7 +31,7 @@ from pylog.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoi
 from pylog.storage.records import (CODEC_LZ4, HEADER_SIZE, BatchView, RecordColumns, batch_crc, crc32c,
                            encode_batch, parse_header)
 
-from storetools import crash_copy, log_batches
+from storetools import crash_copy, flip_byte, log_batches
 
 T0 = 1_700_000_000_000
 TOPIC = "t"
@@ -170,11 +170,7 @@ def _patch(path, at, data):
 
 
 def _flip(path, at, mask=0xFF):
-    with open(path, "r+b") as f:
-        f.seek(at)
-        b = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([b ^ mask]))
+    flip_byte(path, at, mask)
 
 
 def _fix_crc(buf, pos=0):

@@ -14,7 +14,7 @@ from pylog.errors import CorruptRecordError
 from pylog.storage.records import HEADER_SIZE, encode_parts
 from pylog.segment import Segment
 
-from storetools import log_batches
+from storetools import flip_byte, log_batches
 
 TOPIC = "t"
 OPTIONS = {"segment_bytes": 4096, "index_interval_bytes": 128, "log_cleaner_enable": False}
@@ -36,12 +36,8 @@ def _append(p, first: int, count: int, per_batch: int = 5, generation: int = 0) 
 
 
 def _flip(path: str, at: int) -> None:
-    """Flip one byte of the file on disk (through the file, as bit rot or a foreign hand would)."""
-    with open(path, "r+b") as f:
-        f.seek(at)
-        b = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([b ^ 0x20]))
+    """Flip one bit of the file on disk (through the file, as bit rot or a foreign hand would)."""
+    flip_byte(path, at, 0x20)
 
 
 def _made(path, count: int = 200) -> None:
