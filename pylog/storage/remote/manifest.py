@@ -117,6 +117,7 @@ class Manifest:
         """This manifest without its ``count`` oldest segments; the log start moves to the first kept offset."""
         if count <= 0:
             return self
+        count = min(count, len(self.segments))
         start = max(self.log_start_offset, self.segments[count - 1].end_offset)
         return replace(self, log_start_offset=start, segments=self.segments[count:])
 

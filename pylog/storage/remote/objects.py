@@ -105,6 +105,7 @@ class RemoteStorageConfig:
 class ObjectInfo:
     """What a HEAD or a listing says about one object."""
 
+    #: The object's name relative to the location (what :meth:`ObjectStore.key` turns into its key).
     key: str
     size: int
     etag: str
@@ -248,7 +249,7 @@ class ObjectStore:
             if isinstance(err, RemoteObjectMissingError):
                 return None
             raise err from None
-        return ObjectInfo(self.key(name), int(answer["ContentLength"]), str(answer["ETag"]),
+        return ObjectInfo(name, int(answer["ContentLength"]), str(answer["ETag"]),
                           {k.lower(): v for k, v in (answer.get("Metadata") or {}).items()})
 
     def get(self, name: str, start: int = 0, length: int | None = None, max_bytes: int = 64 << 20

@@ -36,12 +36,12 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ...errors import (CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError, RemoteConflictError,
-                       RemoteDataCorruptError, StorePathError)
+                       RemoteDataCorruptError, RemoteStorageError, StorePathError)
 from ..checkpoint import Checkpoint, write_checkpoint
 from ..fileio import fsync_dir
 from ..filenames import CHECKPOINT_FILE, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, list_segment_bases, segment_path
 from ..producer_state import SNAPSHOT_FILE, ProducerState
-from ..records.format import HEADER_SIZE, LENGTH_PREFIX, MAX_BATCH_SIZE, check_header, crc32c, parse_header
+from ..records.format import HEADER_SIZE, MAX_BATCH_SIZE, BatchHeader, check_header, crc32c, parse_header
 from ..records.views import checked_prefix
 from ..retention import deletable_prefix
 from .index_file import OFFSET_INDEX_MAGIC, TIME_INDEX_MAGIC, SealedIndex, check_sealed
@@ -58,6 +58,9 @@ INDEX_CACHE_SIZE = 16
 #: Sealed index files are read whole; larger than this is damage (segment.index.bytes is at most 2 GiB, but
 #: a sealed file holds only its used entries).
 _MAX_INDEX_BYTES = 1 << 31
+#: Bytes a remote read fetches at least per GET: index entries are index.interval.bytes apart (4 KiB by
+#: default), so one GET usually covers the scan from the entry and the batches asked for.
+READ_CHUNK = 64 << 10
 #: Metadata names on every shipped object (x-amz-meta-*): what a re-upload compares.
 _META_CRC = "pylog-crc32c"
 _META_SIZE = "pylog-size"
@@ -276,41 +279,40 @@ class RemoteLog:
                                         f"{m.end_offset}) of {self.topic}/{self.partition}", offset,
                                         m.log_start_offset, m.end_offset)
         name = segment_object(self.topic, self.partition, seg.base_offset, seg.log_crc, LOG_SUFFIX)
+        window = _Window(self.objects, name, seg.log_size, max(max_bytes, READ_CHUNK))
         pos = self._offset_index(seg).position_for(offset)
-        chunk = max(min(max_bytes, seg.log_size - pos), HEADER_SIZE)
-        data, _ = self.objects.get(name, pos, chunk, max_bytes=max(chunk, MAX_BATCH_SIZE))
-        start, data = self._skip_to(data, pos, offset, seg, name)
-        if len(data) < HEADER_SIZE or len(data) < parse_header(data).size:
-            need = parse_header(data).size if len(data) >= HEADER_SIZE else HEADER_SIZE
-            data, _ = self.objects.get(name, start, need, max_bytes=MAX_BATCH_SIZE + LENGTH_PREFIX)
-        end, last = checked_prefix(data, 0, len(data), -1)
-        if end == 0:
-            self._corrupt(data, name, start)
-        return RemoteBatches(seg, start, data[:end], offset, last + 1)
-
-    def _skip_to(self, data: bytes, pos: int, offset: int, seg: RemoteSegment, name: str) -> tuple[int, bytes]:
-        """Drop the batches before the one holding ``offset`` (the index points at or before it)."""
-        at = 0
-        while at + HEADER_SIZE <= len(data):
-            h = parse_header(data, at)
-            check_header(h, self.objects.url(name), pos + at)
+        while True:  # walk headers from the index entry to the batch holding the offset
+            h = self._header(window, pos)
             if h.next_offset > offset:
                 break
-            at += h.size
-        if at + HEADER_SIZE > len(data) and pos + at < seg.log_size:
-            # The chunk ended inside the scan (max_bytes below index.interval.bytes): fetch from there on.
-            more, _ = self.objects.get(name, pos + at, min(MAX_BATCH_SIZE, seg.log_size - pos - at),
-                                       max_bytes=MAX_BATCH_SIZE)
-            return self._skip_to(more, pos + at, offset, seg, name)
-        return pos + at, data[at:]
+            pos += h.size
+        start, end = pos, pos + h.size  # the first batch, whole, whatever max_bytes says
+        while end < seg.log_size and end + HEADER_SIZE <= window.end:
+            h = self._header(window, end)
+            if end + h.size - start > max_bytes or end + h.size > window.end:
+                break
+            end += h.size
+        data = window.bytes(start, end)
+        checked_end, last = checked_prefix(data, 0, len(data), -1)
+        if checked_end != len(data):
+            raise RemoteDataCorruptError("batch checksum or offset order does not check", self.objects.url(name),
+                                         start + checked_end)
+        return RemoteBatches(seg, start, data, offset, last + 1)
 
-    def _corrupt(self, data: bytes, name: str, position: int) -> None:
-        where = self.objects.url(name)
+    def _header(self, window: "_Window", pos: int) -> BatchHeader:
+        """The checked header of the batch at ``pos`` (fetching more of the object when needed)."""
+        where = self.objects.url(window.name)
+        if pos + HEADER_SIZE > window.size:
+            raise RemoteDataCorruptError(f"batch header at {pos} runs past the end of the {window.size}-byte log",
+                                         where, pos)
+        h = parse_header(window.bytes(pos, pos + HEADER_SIZE))
         try:
-            check_header(parse_header(data), where, position)
+            check_header(h, where, pos)
         except CorruptRecordError as exc:
-            raise RemoteDataCorruptError(exc.reason, where, position) from None
-        raise RemoteDataCorruptError("batch checksum or offsets do not check", where, position)
+            raise RemoteDataCorruptError(exc.reason, where, pos) from None
+        if pos + h.size > window.size:
+            raise RemoteDataCorruptError(f"batch of {h.size} bytes at {pos} runs past the end of the log", where, pos)
+        return h
 
     def _offset_index(self, seg: RemoteSegment) -> SealedIndex:
         key = (seg.base_offset, seg.log_crc)
@@ -457,6 +459,29 @@ class RemoteLog:
         except BaseException:
             _unlink_quietly(tmp)
             raise
+
+
+class _Window:
+    """The part of a remote log fetched so far for one read: a byte range grown by ranged GETs of at least
+    ``chunk`` bytes, so a read makes one GET in the common case (index entry, batches, within ``chunk``)."""
+
+    def __init__(self, objects: ObjectStore, name: str, size: int, chunk: int) -> None:
+        self.objects, self.name, self.size, self.chunk = objects, name, size, chunk
+        self.start = self.end = 0
+        self.data = b""
+
+    def bytes(self, start: int, end: int) -> bytes:
+        """Bytes ``[start, end)`` of the object (``end`` at most its size)."""
+        if not (self.start <= start and end <= self.end):
+            length = min(max(end - start, self.chunk), self.size - start)
+            if length > MAX_BATCH_SIZE + READ_CHUNK:
+                raise RemoteStorageError(f"a read of {length} bytes is over the bound", self.objects.url(self.name))
+            data, _ = self.objects.get(self.name, start, length, max_bytes=length)
+            if len(data) != length:
+                raise RemoteDataCorruptError(f"the log object ends at {start + len(data)}, the manifest says "
+                                             f"{self.size}", self.objects.url(self.name), start + len(data))
+            self.start, self.end, self.data = start, start + length, data
+        return self.data[start - self.start:end - self.start]
 
 
 @dataclass

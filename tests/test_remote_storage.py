@@ -1,0 +1,484 @@
+"""Tiered storage's remote layer (pylog/storage/remote) against a real S3 API: moto's server on 127.0.0.1.
+
+Each test writes a real store with small segments, ships its closed segments through RemoteLog and checks
+what the bucket holds, what reads and restores give back, and what a hostile or failing bucket does.
+
+Run: ``python -m pytest tests/test_remote_storage.py -q``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+import pylog
+from pylog.errors import (InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, RemoteConflictError,
+                          RemoteDataCorruptError, RemoteObjectMissingError, RemoteStorageError, StorePathError)
+from pylog.storage.filenames import list_segment_bases
+from pylog.storage.records import parse_header
+from pylog.storage.records.format import crc32c
+from pylog.storage.remote import ObjectStore, RemoteLog, restore_store, ship_store_metadata
+from pylog.storage.remote.layout import manifest_name, parse_segment_object, segment_object
+from pylog.storage.remote.manifest import Manifest, RemoteSegment, decode_manifest, encode_manifest
+from s3_server import raw_client
+
+CHILD = Path(__file__).parent / "remote_ship_child.py"
+TOPIC = "events"
+#: Small segments with index entries every few batches: a store of a few hundred KB has many segments.
+CONFIG = {"segment.bytes": 4096, "index.interval.bytes": 256, "retention.ms": -1}
+
+
+def _write_store(root: Path, partitions: int = 1, batches: int = 60, seed: int = 0) -> None:
+    with pylog.open(str(root), log_cleaner_enable=False) as store:
+        store.create_topic(TOPIC, partitions, config=CONFIG)
+        for p in range(partitions):
+            part = store.topic(TOPIC).partition(p)
+            for i in range(batches):
+                n = 1 + (i * 7 + seed) % 13
+                part.append_values([f"v{seed}-{p}-{i}-{j}".encode() * (1 + j % 9) for j in range(n)],
+                                   keys=[f"k{j}".encode() for j in range(n)],
+                                   timestamps=[1_700_000_000_000 + i * 1000 + j for j in range(n)])
+
+
+def _ship_all(remote: RemoteLog, directory: Path) -> list[RemoteSegment]:
+    return [s for s in (remote.ship_segment(str(directory), b) for b in list_segment_bases(str(directory))[:-1])
+            if s is not None]
+
+
+def _remote(settings: dict, partition: int = 0, **kw) -> RemoteLog:
+    return RemoteLog(ObjectStore.from_settings(settings), TOPIC, partition, **kw)
+
+
+def _bucket_key(settings: dict, name: str) -> tuple[str, str]:
+    bucket, _, prefix = str(settings["remote.storage.location"])[5:].partition("/")
+    return bucket, f"{prefix}/{name}"
+
+
+# ------------------------------------------------------------------------------------------- object store
+
+def test_object_store_put_get_range_list_head_and_delete_round_trip(remote_settings):
+    objects = ObjectStore.from_settings(remote_settings)
+    data = bytes(range(256)) * 5000
+    etag = objects.put_new("a/one", data, len(data), {"pylog-crc32c": "abc"})
+    assert objects.get("a/one", max_bytes=len(data)) == (data, etag)
+    assert objects.get("a/one", 1000, 77)[0] == data[1000:1077]
+    assert objects.get("a/one", len(data) - 5, 100)[0] == data[-5:]  # cut where the object ends
+    assert objects.get("a/one", len(data) + 10, 5)[0] == b""
+    info = objects.head("a/one")
+    assert info is not None and (info.key, info.size, info.metadata["pylog-crc32c"]) == ("a/one", len(data), "abc")
+    objects.put_new("a/two", b"2", 1)
+    objects.put_new("b/three", b"3", 1)
+    assert [i.key for i in objects.list("a/")] == ["a/one", "a/two"]
+    assert sorted(objects.folders("")) == ["a", "b"]
+    objects.delete(["a/one", "a/missing"])
+    assert objects.head("a/one") is None
+    with pytest.raises(RemoteObjectMissingError, match="a/one"):
+        objects.get("a/one")
+
+
+def test_a_whole_get_over_its_memory_bound_is_refused(remote_settings):
+    objects = ObjectStore.from_settings(remote_settings)
+    objects.put_new("big", b"x" * 5000, 5000)
+    with pytest.raises(RemoteStorageError, match="more than"):
+        objects.get("big", max_bytes=4096)
+    with pytest.raises(RemoteStorageError, match="over the bound"):
+        objects.get("big", 0, 5000, max_bytes=4096)
+
+
+def test_put_new_refuses_a_taken_key_and_put_replacing_needs_the_version_read(remote_settings):
+    objects = ObjectStore.from_settings(remote_settings)
+    first = objects.put_new("k", b"first", 5)
+    with pytest.raises(RemoteConflictError):
+        objects.put_new("k", b"second", 6)
+    with pytest.raises(RemoteConflictError):
+        objects.put_replacing("k", b"second", '"0000"')
+    with pytest.raises(RemoteConflictError):
+        objects.put_replacing("k", b"second", None)  # "create only": it exists
+    second = objects.put_replacing("k", b"second", first)
+    with pytest.raises(RemoteConflictError):
+        objects.put_replacing("k", b"third", first)  # the version read is gone
+    assert objects.get("k") == (b"second", second)
+
+
+@pytest.mark.parametrize("location", ["", "bucket", "s3://", "s3:///x", "http://b/p", "s3://b/a/../c", "s3://b/a//c"])
+def test_remote_storage_location_must_be_s3_bucket_and_prefix(location):
+    with pytest.raises(InvalidConfigError, match="remote.storage.location"):
+        ObjectStore.from_settings({"remote.storage.location": location})
+
+
+def test_unknown_remote_setting_and_bad_values_are_refused():
+    with pytest.raises(InvalidConfigError, match="unknown"):
+        ObjectStore.from_settings({"remote.storage.location": "s3://b/p", "remote.storage.bukket": "x"})
+    with pytest.raises(InvalidConfigError, match="max.attempts"):
+        ObjectStore.from_settings({"remote.storage.location": "s3://b/p", "remote.storage.max.attempts": 0})
+
+
+def test_unreachable_endpoint_is_a_remote_storage_error(tmp_path):
+    with socket.socket() as s:  # a port nothing listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    objects = ObjectStore.from_settings({"remote.storage.location": "s3://pylog-none/p",
+                                         "remote.storage.endpoint.url": f"http://127.0.0.1:{port}",
+                                         "remote.storage.request.timeout.ms": 500, "remote.storage.max.attempts": 2})
+    with pytest.raises(RemoteStorageError, match="pylog-none") as err:
+        objects.head("x")
+    assert err.value.key == "s3://pylog-none/p/x"
+
+
+def test_a_store_that_never_answers_times_out_as_a_remote_storage_error(s3_endpoint):
+    with socket.socket() as listener:  # accepts connections (the kernel's backlog) and never answers
+        listener.bind(("127.0.0.1", 0))
+        listener.listen(8)
+        objects = ObjectStore.from_settings({
+            "remote.storage.location": "s3://pylog-silent/p",
+            "remote.storage.endpoint.url": f"http://127.0.0.1:{listener.getsockname()[1]}",
+            "remote.storage.request.timeout.ms": 300, "remote.storage.max.attempts": 1})
+        start = time.monotonic()
+        with pytest.raises(RemoteStorageError, match="(?i)timeout|timed out"):
+            objects.get("x")
+        assert time.monotonic() - start < 60  # bounded (a hang would stop here, not pass)
+
+
+def test_missing_bucket_is_a_remote_storage_error_with_its_code(s3_endpoint):
+    objects = ObjectStore.from_settings({"remote.storage.location": "s3://pylog-no-such-bucket/p",
+                                         "remote.storage.endpoint.url": s3_endpoint})
+    with pytest.raises(RemoteStorageError) as err:
+        objects.put_new("x", b"1", 1)
+    assert err.value.code == "NoSuchBucket"
+
+
+# ------------------------------------------------------------------------------------------------ manifest
+
+def _seg(base: int, end: int, crc: int = 1) -> RemoteSegment:
+    return RemoteSegment(base, end, 5, 100, crc, 64, 2, 64, 3)
+
+
+def test_manifest_round_trips_and_keeps_segments_contiguous():
+    m = Manifest(TOPIC, 3).with_segment(_seg(10, 20)).with_segment(_seg(20, 25))
+    assert (m.log_start_offset, m.end_offset, m.find(19).base_offset, m.find(25)) == (10, 25, 10, None)
+    assert m.with_segment(_seg(20, 25)) is m  # a re-upload changes nothing
+    with pytest.raises(RemoteConflictError, match="other content"):
+        m.with_segment(_seg(20, 25, crc=9))
+    with pytest.raises(RemoteConflictError, match="does not continue"):
+        m.with_segment(_seg(26, 30))
+    assert decode_manifest(encode_manifest(m), "x") == m
+    head = m.without_head(1)
+    assert (head.log_start_offset, [s.base_offset for s in head.segments]) == (20, [20])
+
+
+@pytest.mark.parametrize("damage", ["flip", "cut", "magic", "gap"])
+def test_damaged_manifest_is_refused_as_remote_data_corrupt(damage):
+    m = Manifest(TOPIC, 0).with_segment(_seg(0, 10)).with_segment(_seg(10, 20))
+    raw = bytearray(encode_manifest(m))
+    if damage == "flip":
+        raw[len(raw) // 2] ^= 0x40
+    elif damage == "cut":
+        raw = raw[:-7]
+    elif damage == "magic":
+        raw = bytearray(encode_manifest(m).replace(b"PLRM", b"PLRX"))
+    else:  # a well-formed file whose segments leave a gap: checked beyond the CRC
+        from pylog.storage.fileio import checked, encode_doc
+        doc = {"topic": TOPIC, "partition": 0, "epoch": 1, "log_start_offset": 0,
+               "segments": [_seg(0, 10).fields(), _seg(11, 20).fields()]}
+        raw = bytearray(checked(encode_doc(b"PLRM", 1, doc)))
+    with pytest.raises(RemoteDataCorruptError, match="remote manifest"):
+        decode_manifest(bytes(raw), "s3://b/events/0/remote.manifest")
+
+
+def test_segment_object_names_parse_back():
+    name = segment_object(TOPIC, 2, 1234, 0xABC, ".timeindex")
+    assert name == "events/2/00000000000000001234-00000abc.timeindex"
+    assert parse_segment_object(name) == (1234, 0xABC, ".timeindex")
+    for other in ("events/2/remote.manifest", "events/2/00000000000000001234.log", "x/00000000000000001234-ABCDEF00.log"):
+        assert parse_segment_object(other) is None
+
+
+# ------------------------------------------------------------------------------------------------ shipping
+
+def test_shipped_segments_are_committed_once_with_their_checksums(tmp_path, remote_settings):
+    _write_store(tmp_path / "s")
+    part = tmp_path / "s" / TOPIC / "0"
+    remote = _remote(remote_settings)
+    shipped = _ship_all(remote, part)
+    bases = list_segment_bases(str(part))
+    assert len(shipped) == len(bases) - 1 >= 5
+    m = remote.manifest(refresh=True)
+    assert m.segments == tuple(shipped) and m.epoch == len(shipped)
+    assert m.end_offset == bases[-1]  # everything before the active segment
+    assert remote.check(full=True) == []
+    # Shipping again is a no-op: same manifest, same epoch.
+    assert _ship_all(remote, part) == shipped
+    assert remote.manifest(refresh=True).epoch == len(shipped)
+
+
+def test_the_active_segment_and_a_damaged_one_are_not_shipped(tmp_path, remote_settings):
+    _write_store(tmp_path / "s")
+    part = tmp_path / "s" / TOPIC / "0"
+    bases = list_segment_bases(str(part))
+    remote = _remote(remote_settings)
+    with pytest.raises(InvalidArgumentError, match="active"):
+        remote.ship_segment(str(part), bases[-1])
+    with pytest.raises(InvalidArgumentError, match="no segment"):
+        remote.ship_segment(str(part), bases[0] + 1)
+    log = part / f"{bases[1]:020d}.log"
+    raw = bytearray(log.read_bytes())
+    raw[200] ^= 0x01
+    log.write_bytes(bytes(raw))
+    remote.ship_segment(str(part), bases[0])
+    with pytest.raises(pylog.CorruptRecordError):
+        remote.ship_segment(str(part), bases[1])
+    assert remote.manifest(refresh=True).end_offset == bases[1]
+
+
+def test_two_shippers_of_one_partition_never_overwrite_each_other(tmp_path, remote_settings):
+    _write_store(tmp_path / "s")
+    part = str(tmp_path / "s" / TOPIC / "0")
+    bases = list_segment_bases(part)
+    a, b = _remote(remote_settings), _remote(remote_settings)
+    a.ship_segment(part, bases[0])
+    # b commits a segment between a's read of the manifest and a's conditional write: a's write loses, and
+    # a re-reads and decides again on b's state instead of overwriting it.
+    raced = []
+
+    def change(m: Manifest) -> Manifest:
+        if not raced:
+            raced.append(b.ship_segment(part, bases[1]))
+        return m.with_segment(_seg(m.end_offset, m.end_offset + 5))
+
+    result = a.commit(change)
+    assert [s.base_offset for s in result.segments] == bases[:3]
+    assert result.segments[1] == raced[0] and result.epoch == 3
+    with pytest.raises(RemoteConflictError, match="does not continue"):
+        a.commit(lambda m: m.with_segment(_seg(m.end_offset + 1, m.end_offset + 5)))
+    # Different content at a shipped offset (another store's segment at the same base) is refused.
+    _write_store(tmp_path / "other", seed=5)
+    other = str(tmp_path / "other" / TOPIC / "0")
+    with pytest.raises(RemoteConflictError, match="other content"):
+        _remote(remote_settings).ship_segment(other, list_segment_bases(other)[0])
+    assert b.manifest(refresh=True).epoch == 3
+
+
+def test_an_object_overwritten_with_other_bytes_is_refused_on_reupload(tmp_path, remote_settings):
+    _write_store(tmp_path / "s")
+    part = str(tmp_path / "s" / TOPIC / "0")
+    base = list_segment_bases(part)[0]
+    remote = _remote(remote_settings)
+    log_crc = crc32c(Path(part, f"{base:020d}.log").read_bytes())  # names the shipped objects
+    objects = ObjectStore.from_settings(remote_settings)
+    objects.put_new(segment_object(TOPIC, 0, base, log_crc, ".index"), b"junk", 4, {"pylog-crc32c": "00000000"})
+    with pytest.raises(RemoteConflictError, match="other content"):
+        remote.ship_segment(part, base)
+    assert remote.manifest(refresh=True).segments == ()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("kill_after", [1, 2, 3])
+def test_a_shipper_killed_between_puts_or_before_the_commit_is_finished_by_the_next(tmp_path, remote_settings,
+                                                                                    kill_after):
+    """SIGKILL after the first segment's log PUT (1), its index PUT (2), or its time index PUT, the last
+    before its manifest commit (3): the re-run ships everything exactly once and the bucket holds no
+    duplicate or stray object."""
+    _write_store(tmp_path / "s")
+    part = tmp_path / "s" / TOPIC / "0"
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(pylog.__file__).parent.parent),
+                                                       os.environ.get("PYTHONPATH", "")]))
+    child = subprocess.Popen([sys.executable, str(CHILD), json.dumps(remote_settings), str(part), TOPIC, "0"],
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+    try:
+        events = []
+        while len(events) < kill_after:
+            line = child.stdout.readline()
+            assert line, "the shipping child ended early"
+            events.append(line.split())
+            if len(events) < kill_after:
+                child.stdin.write("\n")
+                child.stdin.flush()
+        child.kill()  # SIGKILL while it waits after events[-1]
+    finally:
+        child.wait(timeout=60)
+    assert all(e[0] == "put" for e in events), events  # killed before any commit
+    remote = _remote(remote_settings)
+    assert remote.manifest(refresh=True).segments == ()
+    shipped = _ship_all(remote, part)
+    m = remote.manifest(refresh=True)
+    assert m.segments == tuple(shipped) and m.epoch == len(shipped)
+    assert remote.check(full=True) == []
+    names = [i.key for i in ObjectStore.from_settings(remote_settings).list(f"{TOPIC}/0/")]
+    assert len(names) == len(set(names)) == 1 + sum(3 + (s.snapshot_size >= 0) for s in shipped)
+
+
+# --------------------------------------------------------------------------------------------------- reads
+
+def test_remote_reads_return_the_local_bytes_of_whole_checked_batches(tmp_path, remote_settings):
+    _write_store(tmp_path / "s")
+    part = tmp_path / "s" / TOPIC / "0"
+    remote = _remote(remote_settings)
+    shipped = _ship_all(remote, part)
+    for seg in shipped:
+        log = (part / f"{seg.base_offset:020d}.log").read_bytes()
+        for offset in range(seg.base_offset, seg.end_offset):
+            for max_bytes in (1, 700, 1 << 20):
+                got = remote.read(offset, max_bytes)
+                assert got.data == log[got.position - 0:got.position + len(got.data)]
+                first = parse_header(got.data)
+                assert first.base_offset <= offset < first.next_offset
+                assert len(got.data) <= max(max_bytes, first.size)
+                assert got.next_offset > offset
+
+
+def test_remote_read_outside_the_remote_log_is_out_of_range(tmp_path, remote_settings):
+    _write_store(tmp_path / "s")
+    part = tmp_path / "s" / TOPIC / "0"
+    remote = _remote(remote_settings)
+    with pytest.raises(OffsetOutOfRangeError):
+        remote.read(0, 100)
+    shipped = _ship_all(remote, part)
+    with pytest.raises(OffsetOutOfRangeError) as err:
+        remote.read(shipped[-1].end_offset, 100)
+    assert (err.value.log_start_offset, err.value.log_end_offset) == (0, shipped[-1].end_offset)
+
+
+def test_a_damaged_remote_log_or_index_is_never_returned_as_data(tmp_path, remote_settings, s3_endpoint):
+    _write_store(tmp_path / "s")
+    part = tmp_path / "s" / TOPIC / "0"
+    remote = _remote(remote_settings)
+    seg = _ship_all(remote, part)[0]
+    client = raw_client(s3_endpoint)
+    log = bytearray((part / f"{seg.base_offset:020d}.log").read_bytes())
+    log[40] ^= 0x20  # the first batch's producer id: its CRC fails (the header still parses)
+    client.put_object(**dict(zip(("Bucket", "Key"), _bucket_key(remote_settings, segment_object(
+        TOPIC, 0, seg.base_offset, seg.log_crc, ".log")))), Body=bytes(log))
+    with pytest.raises(RemoteDataCorruptError):
+        remote.read(seg.base_offset, 1 << 20)
+    assert any("CRC" in p for p in remote.check(full=True))
+    client.put_object(**dict(zip(("Bucket", "Key"), _bucket_key(remote_settings, segment_object(
+        TOPIC, 0, seg.base_offset, seg.log_crc, ".index")))), Body=b"garbage")
+    with pytest.raises(RemoteDataCorruptError, match="manifest says"):
+        _remote(remote_settings).read(seg.end_offset - 1, 100)
+
+
+# ---------------------------------------------------------------------------------------------- retention
+
+def test_remote_retention_commits_the_new_log_start_before_deleting_objects(tmp_path, remote_settings):
+    _write_store(tmp_path / "s")
+    part = tmp_path / "s" / TOPIC / "0"
+    remote = _remote(remote_settings)
+    shipped = _ship_all(remote, part)
+    keep = shipped[-2:]
+    budget = sum(s.log_size for s in keep)
+    result = remote.enforce_retention(now_ms=0, retention_ms=-1, retention_bytes=budget + 10, local_bytes=10)
+    assert result.deleted_segments == tuple(s.base_offset for s in shipped[:-2])
+    assert result.reasons == ("size",) and result.orphans_deleted == 0
+    m = remote.manifest(refresh=True)
+    assert m.segments == tuple(keep) and m.log_start_offset == keep[0].base_offset
+    left = {parse_segment_object(i.key)[0] for i in ObjectStore.from_settings(remote_settings).list(f"{TOPIC}/0/")
+            if parse_segment_object(i.key)}
+    assert left == {s.base_offset for s in keep}
+    with pytest.raises(OffsetOutOfRangeError):
+        remote.read(shipped[0].base_offset, 100)
+    # By time: everything older than the newest kept segment's timestamps.
+    result = remote.enforce_retention(now_ms=keep[0].max_timestamp + 100, retention_ms=50, retention_bytes=-1)
+    assert result.deleted_segments == (keep[0].base_offset,) and result.reasons == ("time",)
+
+
+def test_objects_left_by_a_retention_pass_cut_short_are_deleted_by_the_next(tmp_path, remote_settings):
+    _write_store(tmp_path / "s")
+    part = tmp_path / "s" / TOPIC / "0"
+    remote = _remote(remote_settings)
+    shipped = _ship_all(remote, part)
+    remote.commit(lambda m: m.without_head(2))  # committed, then "crashed" before deleting the objects
+    result = remote.enforce_retention(now_ms=0, retention_ms=-1, retention_bytes=-1)
+    assert result.deleted_segments == () and result.orphans_deleted == 6  # 2 segments x (log, index, timeindex)
+    bases = {parse_segment_object(i.key)[0] for i in ObjectStore.from_settings(remote_settings).list(f"{TOPIC}/0/")
+             if parse_segment_object(i.key)}
+    assert bases == {s.base_offset for s in shipped[2:]}
+
+
+# ------------------------------------------------------------------------------------------------- restore
+
+def _records(store_dir: Path, partition: int, end: int) -> list:
+    out, offset = [], None
+    with pylog.open(str(store_dir), log_cleaner_enable=False) as store:
+        part = store.topic(TOPIC).partition(partition)
+        offset = part.log_start_offset
+        while offset < end:
+            batch = part.read(offset, max_records=1000)
+            batch = [r for r in batch if r.offset < end]
+            if not batch:
+                break
+            out += batch
+            offset = batch[-1].offset + 1
+    return out
+
+
+def test_a_store_restored_from_the_bucket_reads_back_every_shipped_record_byte_for_byte(tmp_path, remote_settings):
+    src, dst = tmp_path / "src", tmp_path / "restored"
+    _write_store(src, partitions=3, batches=40)
+    objects = ObjectStore.from_settings(remote_settings)
+    assert ship_store_metadata(objects, str(src), [TOPIC]) == 2
+    assert ship_store_metadata(objects, str(src), [TOPIC]) == 0  # unchanged: nothing written
+    ends = {}
+    for p in (0, 1):  # partition 2 is never shipped: it comes back empty
+        ends[p] = _ship_all(RemoteLog(objects, TOPIC, p), src / TOPIC / str(p))[-1].end_offset
+    restored = restore_store(objects, str(dst))
+    assert restored.partitions[TOPIC] == {0: (0, ends[0]), 1: (0, ends[1]), 2: (0, 0)}
+    for p in (0, 1):
+        assert _records(dst, p, ends[p]) == _records(src, p, ends[p])
+        for base in list_segment_bases(str(dst / TOPIC / str(p))):
+            assert (dst / TOPIC / str(p) / f"{base:020d}.log").read_bytes() == \
+                (src / TOPIC / str(p) / f"{base:020d}.log").read_bytes()
+    with pylog.open(str(dst), log_cleaner_enable=False) as store:
+        assert store.topic(TOPIC).config == pylog.open(str(src), log_cleaner_enable=False).topic(TOPIC).config
+        for p in range(3):
+            part = store.topic(TOPIC).partition(p)
+            assert part.check() == []
+            assert part.log_end_offset == ends.get(p, 0)  # at most the unshipped tail is lost
+        part = store.topic(TOPIC).partition(0)
+        assert part.append_values([b"after restore"]) == ends[0]  # appends continue the restored log
+    assert _records(dst, 0, ends[0] + 1)[-1].value == b"after restore"
+
+
+def test_restore_refuses_a_directory_with_files_and_a_location_without_a_store(tmp_path, remote_settings):
+    objects = ObjectStore.from_settings(remote_settings)
+    with pytest.raises(RemoteObjectMissingError, match="nothing was shipped"):
+        restore_store(objects, str(tmp_path / "new"))
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_bytes(b"")
+    with pytest.raises(StorePathError):
+        restore_store(objects, str(tmp_path / "full"))
+
+
+def test_restore_stops_at_a_missing_or_damaged_object_and_leaves_no_partial_file(tmp_path, remote_settings,
+                                                                                s3_endpoint):
+    _write_store(tmp_path / "s")
+    part = tmp_path / "s" / TOPIC / "0"
+    remote = _remote(remote_settings)
+    shipped = _ship_all(remote, part)
+    client = raw_client(s3_endpoint)
+    bucket, key = _bucket_key(remote_settings, segment_object(TOPIC, 0, shipped[1].base_offset, shipped[1].log_crc,
+                                                              ".log"))
+    body = bytearray((part / f"{shipped[1].base_offset:020d}.log").read_bytes())
+    body[-1] ^= 1
+    client.put_object(Bucket=bucket, Key=key, Body=bytes(body))
+    with pytest.raises(RemoteDataCorruptError, match="manifest says"):
+        remote.restore(str(tmp_path / "r1"))
+    assert not [n for n in os.listdir(tmp_path / "r1") if n.endswith(".restoring")]
+    client.delete_object(Bucket=bucket, Key=key)
+    assert any("missing" in p for p in remote.check())
+    with pytest.raises(RemoteObjectMissingError):
+        remote.restore(str(tmp_path / "r2"))
+
+
+def test_a_manifest_of_another_partition_is_refused(tmp_path, remote_settings, s3_endpoint):
+    objects = ObjectStore.from_settings(remote_settings)
+    bucket, key = _bucket_key(remote_settings, manifest_name(TOPIC, 1))
+    raw_client(s3_endpoint).put_object(Bucket=bucket, Key=key, Body=encode_manifest(Manifest(TOPIC, 0)))
+    with pytest.raises(RemoteDataCorruptError, match="events/0 found for events/1"):
+        RemoteLog(objects, TOPIC, 1).load()
