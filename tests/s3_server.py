@@ -52,3 +52,95 @@ def raw_client(endpoint: str):
     """A plain boto3 client on the server, for what a test does behind pylog's back (damage, races)."""
     boto3 = pytest.importorskip("boto3", reason="boto3 is in the test extra (and the s3 extra)")
     return boto3.client("s3", endpoint_url=endpoint, region_name="us-east-1")
+
+
+class FaultProxy:
+    """An HTTP proxy on 127.0.0.1 in front of the S3 server that answers the next ``faults`` requests itself
+    with ``status`` (503 SlowDown by default: S3's throttling answer) and forwards the rest: the bucket
+    failing the way a real one does, for the retry and error tests. With ``lose_puts``, the next that many
+    successful PUTs are forwarded (they take effect) but answered with ``status``, as if the answer was lost
+    on the way (a retry's answer, a 412, passes).
+    Counts the requests it sees.
+
+    Use as a context manager; it stops (and its thread ends) on exit.
+    """
+
+    def __init__(self, endpoint: str, faults: int, status: int = 503, code: str = "SlowDown",
+                 lose_puts: int = 0) -> None:
+        import http.client  # noqa: PLC0415 - test helper, kept beside its one use
+        import threading  # noqa: PLC0415
+        from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: PLC0415
+        from urllib.parse import urlsplit  # noqa: PLC0415
+
+        target = urlsplit(endpoint)
+        proxy = self
+        self.faults, self.requests, self.lose_puts = faults, 0, lose_puts
+        self._lock = threading.Lock()
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args) -> None:
+                pass
+
+            def _any(self) -> None:
+                body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                with proxy._lock:
+                    proxy.requests += 1
+                    fail = proxy.faults > 0
+                    proxy.faults -= fail
+                if fail:
+                    self._error()
+                    return
+                data, answer = self._forward(body)
+                with proxy._lock:
+                    lose = self.command == "PUT" and answer.status == 200 and proxy.lose_puts > 0
+                    proxy.lose_puts -= lose
+                if lose:
+                    self._error()
+                    return
+                self.send_response(answer.status)
+                for k, v in answer.getheaders():
+                    if k.lower() not in ("content-length", "transfer-encoding", "connection", "date", "server"):
+                        self.send_header(k, v)
+                # A HEAD's answer announces the object's length and carries no body.
+                self.send_header("Content-Length", answer.getheader("Content-Length", "0") if self.command == "HEAD"
+                                 else str(len(data)))
+                self.end_headers()
+                self.wfile.write(b"" if self.command == "HEAD" else data)
+
+            def _error(self) -> None:
+                error = (f"<?xml version='1.0' encoding='UTF-8'?><Error><Code>{code}</Code>"
+                         f"<Message>injected by the test</Message></Error>").encode()
+                self.send_response(status)
+                self.send_header("Content-Type", "application/xml")
+                self.send_header("Content-Length", str(len(error)))
+                self.end_headers()
+                self.wfile.write(b"" if self.command == "HEAD" else error)
+
+            def _forward(self, body: bytes):
+                conn = http.client.HTTPConnection(target.hostname, target.port, timeout=30)
+                try:
+                    conn.request(self.command, self.path, body=body,
+                                 headers={k: v for k, v in self.headers.items() if k.lower() != "host"})
+                    answer = conn.getresponse()
+                    return answer.read(), answer
+                finally:
+                    conn.close()
+
+            do_GET = do_PUT = do_POST = do_DELETE = do_HEAD = _any
+
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.05},
+                                        daemon=True)
+        self.url = f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def __enter__(self) -> "FaultProxy":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=10)

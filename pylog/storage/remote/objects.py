@@ -143,7 +143,7 @@ class ObjectStore:
         self.bucket = config.bucket
         timeout = config.request_timeout_ms / 1000
         client_config = bconfig.Config(connect_timeout=timeout, read_timeout=timeout,
-                                       retries={"max_attempts": config.max_attempts, "mode": "standard"})
+                                       retries={"total_max_attempts": config.max_attempts, "mode": "standard"})
         try:
             session = boto3.session.Session(profile_name=config.profile or None, region_name=config.region or None)
             self._client = session.client("s3", endpoint_url=config.endpoint_url or None, config=client_config)

@@ -254,9 +254,9 @@ class RemoteLog:
             # or botocore retried a PUT that had succeeded. Same bytes: done; else refuse.
             info = self.objects.head(name)
             if info is None or info.metadata.get(_META_CRC) != f"{crc:08x}" or info.size != size:
-                raise RemoteConflictError(f"{suffix} object exists with other content (CRC "
-                                          f"{info.metadata.get(_META_CRC) if info else 'gone'}, expected {crc:08x})",
-                                          self.objects.url(name)) from None
+                found = f"{info.size} bytes, CRC {info.metadata.get(_META_CRC)}" if info is not None else "gone"
+                raise RemoteConflictError(f"{suffix} object exists with other content ({found}; expected {size} "
+                                          f"bytes, CRC {crc:08x})", self.objects.url(name)) from None
         self._event(EVENT_PUT, name)
 
     def _event(self, event: str, name: str) -> None:
@@ -279,7 +279,7 @@ class RemoteLog:
                                         f"{m.end_offset}) of {self.topic}/{self.partition}", offset,
                                         m.log_start_offset, m.end_offset)
         name = segment_object(self.topic, self.partition, seg.base_offset, seg.log_crc, LOG_SUFFIX)
-        window = _Window(self.objects, name, seg.log_size, max(max_bytes, READ_CHUNK))
+        window = _Window(self.objects, name, seg.log_size, max(min(max_bytes, MAX_BATCH_SIZE), READ_CHUNK))
         pos = self._offset_index(seg).position_for(offset)
         while True:  # walk headers from the index entry to the batch holding the offset
             h = self._header(window, pos)
