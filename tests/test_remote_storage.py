@@ -22,6 +22,7 @@ import pylog
 from pylog.errors import (InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, RemoteConflictError,
                           RemoteDataCorruptError, RemoteObjectMissingError, RemoteStorageError, StorePathError)
 from pylog.storage.filenames import list_segment_bases
+from pylog.storage.producer_state import ProducerState
 from pylog.storage.records import parse_header
 from pylog.storage.records.format import crc32c
 from pylog.storage.remote import ObjectStore, RemoteLog, restore_store, ship_store_metadata
@@ -32,19 +33,32 @@ from s3_server import FaultProxy, raw_client
 CHILD = Path(__file__).parent / "remote_ship_child.py"
 TOPIC = "events"
 #: Small segments with index entries every few batches: a store of a few hundred KB has many segments.
-CONFIG = {"segment.bytes": 4096, "index.interval.bytes": 256, "retention.ms": -1}
+CONFIG = {"segment.bytes": 4096, "index.interval.bytes": 256, "retention.ms": -1,
+          "producer.id.expiration.ms": 1 << 62}  # the records' 2023 timestamps must not expire the producers
 
 
-def _write_store(root: Path, partitions: int = 1, batches: int = 60, seed: int = 0) -> None:
+def _write_store(root: Path, partitions: int = 1, batches: int = 60, seed: int = 0) -> dict[int, list]:
+    """A store of small segments, the active one empty; each partition written by an idempotent producer
+    (id 1000 + p). Returns
+    each partition's appends as ``(first offset, sequence, values, keys, timestamps)``."""
+    appends: dict[int, list] = {}
     with pylog.open(str(root), log_cleaner_enable=False) as store:
         store.create_topic(TOPIC, partitions, config=CONFIG)
         for p in range(partitions):
-            part = store.topic(TOPIC).partition(p)
+            part, seq = store.topic(TOPIC).partition(p), 0
+            appends[p] = []
             for i in range(batches):
                 n = 1 + (i * 7 + seed) % 13
-                part.append_values([f"v{seed}-{p}-{i}-{j}".encode() * (1 + j % 9) for j in range(n)],
-                                   keys=[f"k{j}".encode() for j in range(n)],
-                                   timestamps=[1_700_000_000_000 + i * 1000 + j for j in range(n)])
+                values = [f"v{seed}-{p}-{i}-{j}".encode() * (1 + j % 9) for j in range(n)]
+                keys = [f"k{j}".encode() for j in range(n)]
+                stamps = [1_700_000_000_000 + i * 1000 + j for j in range(n)]
+                first = part.append_values(values, keys=keys, timestamps=stamps, producer=(1000 + p, 0, seq))
+                appends[p].append((first, seq, values, keys, stamps))
+                seq += n
+            # Rolled at the end: the producer snapshot (rewritten at each roll and at close) is then as of
+            # the last closed segment's end, so shipping that segment carries it.
+            part.roll()
+    return appends
 
 
 def _ship_all(remote: RemoteLog, directory: Path) -> list[RemoteSegment]:
@@ -461,7 +475,7 @@ def _records(store_dir: Path, partition: int, end: int) -> list:
 
 def test_a_store_restored_from_the_bucket_reads_back_every_shipped_record_byte_for_byte(tmp_path, remote_settings):
     src, dst = tmp_path / "src", tmp_path / "restored"
-    _write_store(src, partitions=3, batches=40)
+    appends = _write_store(src, partitions=3, batches=40)
     objects = ObjectStore.from_settings(remote_settings)
     assert ship_store_metadata(objects, str(src), [TOPIC]) == 2
     assert ship_store_metadata(objects, str(src), [TOPIC]) == 0  # unchanged: nothing written
@@ -469,6 +483,9 @@ def test_a_store_restored_from_the_bucket_reads_back_every_shipped_record_byte_f
     for p in (0, 1):  # partition 2 is never shipped: it comes back empty
         ends[p] = _ship_all(RemoteLog(objects, TOPIC, p), src / TOPIC / str(p))[-1].end_offset
     restored = restore_store(objects, str(dst))
+    # The last shipped segment carried the producer snapshot written when it rolled (as of its end offset).
+    state, at = ProducerState.read_snapshot(str(dst / TOPIC / "0"))
+    assert at == ends[0] and 1000 in state.producers
     assert restored.partitions[TOPIC] == {0: (0, ends[0]), 1: (0, ends[1]), 2: (0, 0)}
     for p in (0, 1):
         assert _records(dst, p, ends[p]) == _records(src, p, ends[p])
@@ -482,7 +499,12 @@ def test_a_store_restored_from_the_bucket_reads_back_every_shipped_record_byte_f
             assert part.check() == []
             assert part.log_end_offset == ends.get(p, 0)  # at most the unshipped tail is lost
         part = store.topic(TOPIC).partition(0)
-        assert part.append_values([b"after restore"]) == ends[0]  # appends continue the restored log
+        # The producer state came back with the last shipped segment: a retry of the last shipped append is
+        # recognised (its first offset again, nothing written), and new appends continue the log.
+        first, seq, values, keys, stamps = [a for a in appends[0] if a[0] < ends[0]][-1]
+        assert part.append_values(values, keys=keys, timestamps=stamps, producer=(1000, 0, seq)) == first
+        assert part.log_end_offset == ends[0]
+        assert part.append_values([b"after restore"]) == ends[0]
     assert _records(dst, 0, ends[0] + 1)[-1].value == b"after restore"
 
 
