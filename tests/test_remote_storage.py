@@ -8,6 +8,7 @@ Run: ``python -m pytest tests/test_remote_storage.py -q``
 
 from __future__ import annotations
 
+import io
 import json
 import os
 import socket
@@ -19,6 +20,7 @@ from pathlib import Path
 import pytest
 
 import pylog
+from pylog.cli import main
 from pylog.errors import (InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, RemoteConflictError,
                           RemoteDataCorruptError, RemoteObjectMissingError, RemoteStorageError, StorePathError)
 from pylog.storage.filenames import list_segment_bases
@@ -545,3 +547,36 @@ def test_a_manifest_of_another_partition_is_refused(tmp_path, remote_settings, s
     raw_client(s3_endpoint).put_object(Bucket=bucket, Key=key, Body=encode_manifest(Manifest(TOPIC, 0)))
     with pytest.raises(RemoteDataCorruptError, match="events/0 found for events/1"):
         RemoteLog(objects, TOPIC, 1).load()
+
+
+# ---------------------------------------------------------------------------------------------------- CLI
+
+def _cli(argv: list[str]) -> tuple[int, str]:
+    out = io.StringIO()
+    return main(argv, out), out.getvalue()
+
+
+def test_pylog_restore_rebuilds_a_shipped_store_and_verifies_it(tmp_path, remote_settings):
+    _write_store(tmp_path / "src", partitions=2)
+    objects = ObjectStore.from_settings(remote_settings)
+    ship_store_metadata(objects, str(tmp_path / "src"), [TOPIC])
+    end = _ship_all(RemoteLog(objects, TOPIC, 0), tmp_path / "src" / TOPIC / "0")[-1].end_offset
+    location, endpoint = remote_settings["remote.storage.location"], remote_settings["remote.storage.endpoint.url"]
+    code, out = _cli(["restore", location, str(tmp_path / "dst"), "--endpoint-url", endpoint])
+    assert code == 0, out
+    assert f"{TOPIC}-0: restored offsets [0, {end})" in out and f"{TOPIC}-1: restored offsets [0, 0)" in out
+    assert "verify: no problems" in out
+    code, out = _cli(["verify-remote", location, "--endpoint-url", endpoint, "--full"])
+    assert code == 0 and f"{TOPIC}-0: " in out and "verify-remote: no problems" in out, out
+    assert _cli(["restore", location, str(tmp_path / "dst"), "--endpoint-url", endpoint])[0] == 3  # not empty
+
+
+def test_pylog_verify_remote_reports_a_missing_object_with_exit_1(tmp_path, remote_settings, s3_endpoint):
+    _write_store(tmp_path / "s")
+    shipped = _ship_all(_remote(remote_settings), tmp_path / "s" / TOPIC / "0")
+    bucket, key = _bucket_key(remote_settings, segment_object(TOPIC, 0, shipped[0].base_offset, shipped[0].log_crc,
+                                                              ".timeindex"))
+    raw_client(s3_endpoint).delete_object(Bucket=bucket, Key=key)
+    code, out = _cli(["verify-remote", remote_settings["remote.storage.location"], TOPIC, "--endpoint-url",
+                      s3_endpoint])
+    assert code == 1 and f"{key}: missing" in out and "verify-remote: 1 problem(s)" in out, out
