@@ -430,6 +430,8 @@ def test_remote_retention_commits_the_new_log_start_before_deleting_objects(tmp_
     shipped = _ship_all(remote, part)
     keep = shipped[-2:]
     budget = sum(s.log_size for s in keep)
+    reader = _remote(remote_settings)  # another process's reader, holding the manifest from before
+    assert reader.read(shipped[1].base_offset, 100).offset == shipped[1].base_offset
     result = remote.enforce_retention(now_ms=0, retention_ms=-1, retention_bytes=budget + 10, local_bytes=10)
     assert result.deleted_segments == tuple(s.base_offset for s in shipped[:-2])
     assert result.reasons == ("size",) and result.orphans_deleted == 0
@@ -440,6 +442,8 @@ def test_remote_retention_commits_the_new_log_start_before_deleting_objects(tmp_
     assert left == {s.base_offset for s in keep}
     with pytest.raises(OffsetOutOfRangeError):
         remote.read(shipped[0].base_offset, 100)
+    with pytest.raises(OffsetOutOfRangeError):  # its objects are gone: the reader re-reads the manifest
+        reader.read(shipped[1].base_offset + 1, 100)
     # By time: everything older than the newest kept segment's timestamps.
     result = remote.enforce_retention(now_ms=keep[0].max_timestamp + 100, retention_ms=50, retention_bytes=-1)
     assert result.deleted_segments == (keep[0].base_offset,) and result.reasons == ("time",)

@@ -36,7 +36,7 @@ from dataclasses import dataclass, replace
 from typing import Callable
 
 from ...errors import (CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError, RemoteConflictError,
-                       RemoteDataCorruptError, RemoteStorageError, StorePathError)
+                       RemoteDataCorruptError, RemoteObjectMissingError, RemoteStorageError, StorePathError)
 from ..checkpoint import Checkpoint, write_checkpoint
 from ..fileio import fsync_dir
 from ..filenames import CHECKPOINT_FILE, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, list_segment_bases, segment_path
@@ -132,15 +132,16 @@ class RemoteLog:
 
         :raises RemoteDataCorruptError: when the stored manifest is damaged or names another partition.
         """
-        info = self.objects.head(self._manifest_name)
-        if info is None:
-            m, etag = Manifest(self.topic, self.partition), None
-        else:
+        try:
             raw, etag = self.objects.get(self._manifest_name, max_bytes=MAX_MANIFEST_BYTES)
-            m = decode_manifest(raw, self.objects.url(self._manifest_name))
-            if (m.topic, m.partition) != (self.topic, self.partition):
-                raise RemoteDataCorruptError(f"remote manifest of {m.topic}/{m.partition} found for "
-                                             f"{self.topic}/{self.partition}", self.objects.url(self._manifest_name))
+        except RemoteObjectMissingError:
+            m: Manifest = Manifest(self.topic, self.partition)
+            self._cached = m
+            return m, None
+        m = decode_manifest(raw, self.objects.url(self._manifest_name))
+        if (m.topic, m.partition) != (self.topic, self.partition):
+            raise RemoteDataCorruptError(f"remote manifest of {m.topic}/{m.partition} found for "
+                                         f"{self.topic}/{self.partition}", self.objects.url(self._manifest_name))
         self._cached = m
         return m, etag
 
@@ -272,7 +273,16 @@ class RemoteLog:
         :raises OffsetOutOfRangeError: when no shipped segment holds ``offset`` (below the remote log start or
             at/after the remote end). :raises RemoteDataCorruptError: when fetched bytes do not check.
         """
-        m = self.manifest(refresh)
+        try:
+            return self._read(offset, max_bytes, self.manifest(refresh))
+        except RemoteObjectMissingError:
+            if refresh:
+                raise
+            # Remote retention (maybe in another process) deleted what the cached manifest names: once more
+            # with the committed manifest, which then says the offset is out of range (or where it is now).
+            return self._read(offset, max_bytes, self.manifest(refresh=True))
+
+    def _read(self, offset: int, max_bytes: int, m: Manifest) -> RemoteBatches:
         seg = m.find(offset)
         if seg is None:
             raise OffsetOutOfRangeError(f"offset {offset} is not in the remote log [{m.log_start_offset}, "
