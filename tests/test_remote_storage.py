@@ -28,6 +28,7 @@ from pylog.storage.producer_state import ProducerState
 from pylog.storage.records import parse_header
 from pylog.storage.records.format import crc32c
 from pylog.storage.remote import ObjectStore, RemoteLog, restore_store, ship_store_metadata
+from pylog.storage.remote.index_file import OFFSET_INDEX_MAGIC, TIME_INDEX_MAGIC, check_sealed
 from pylog.storage.remote.layout import manifest_name, parse_segment_object, segment_object
 from pylog.storage.remote.manifest import Manifest, RemoteSegment, decode_manifest, encode_manifest
 from s3_server import FaultProxy, raw_client
@@ -584,3 +585,38 @@ def test_pylog_verify_remote_reports_a_missing_object_with_exit_1(tmp_path, remo
     code, out = _cli(["verify-remote", remote_settings["remote.storage.location"], TOPIC, "--endpoint-url",
                       s3_endpoint])
     assert code == 1 and f"{key}: missing" in out and "verify-remote: 1 problem(s)" in out, out
+
+
+# ---------------------------------------------------------------------------------------------- index files
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def test_the_golden_sealed_indexes_check_and_give_the_manifests_entries():
+    golden = json.loads((GOLDEN / "manifest.json").read_text())["store"]
+    index = check_sealed((GOLDEN / golden["offset_index"]["file"]).read_bytes(), OFFSET_INDEX_MAGIC, 0, "golden")
+    times = check_sealed((GOLDEN / golden["time_index"]["file"]).read_bytes(), TIME_INDEX_MAGIC, 0, "golden")
+    assert [[int(a), int(b)] for a, b in zip(index.a, index.b, strict=True)] == golden["offset_index"]["entries"]
+    assert [[int(a), int(b)] for a, b in zip(times.a, times.b, strict=True)] == golden["time_index"]["entries"]
+    assert times.max_timestamp == golden["time_index"]["max_timestamp"]
+    # Lookups: the last entry at or below the offset, position 0 before the first entry.
+    assert [index.position_for(o) for o in (0, 3, 4, 9, 10, 14, 15, 16)] == [0, 0, 170, 170, 348, 480, 607, 607]
+
+
+@pytest.mark.parametrize("damage", ["live", "other base", "entries", "header", "cut"])
+def test_an_unsealed_or_damaged_index_is_not_shipped_or_trusted(damage):
+    golden = json.loads((GOLDEN / "manifest.json").read_text())
+    raw = bytearray((GOLDEN / "store" / golden["store"]["topic"] / "0" / ("0" * 20 + ".index")).read_bytes())
+    base = 0
+    if damage == "live":
+        raw = bytearray((GOLDEN / "files" / "live.index").read_bytes())
+    elif damage == "other base":
+        base = 7
+    elif damage == "entries":
+        raw[-1] ^= 1
+    elif damage == "header":
+        raw[20] ^= 1
+    else:
+        raw = raw[:-4]
+    with pytest.raises(pylog.CorruptRecordError):
+        check_sealed(bytes(raw), OFFSET_INDEX_MAGIC, base, "golden")
