@@ -33,7 +33,7 @@ import os
 import threading
 from collections import OrderedDict
 from dataclasses import dataclass, replace
-from typing import Callable
+from typing import BinaryIO, Callable
 
 from ...errors import (CorruptRecordError, InvalidArgumentError, OffsetOutOfRangeError, RemoteConflictError,
                        RemoteDataCorruptError, RemoteObjectMissingError, RemoteStorageError, StorePathError)
@@ -185,14 +185,21 @@ class RemoteLog:
         :raises RemoteConflictError: when the remote log holds other content for these offsets or does not
             end where this segment starts. :raises RemoteStorageError: when the store fails.
         """
-        local = self._read_local(directory, base_offset)
-        if local is None:
-            return None
-        seg = local.entry
-        shipped = self.manifest().find(seg.base_offset)
-        if shipped is not None and shipped == seg:
-            return shipped
-        with open(segment_path(directory, base_offset, LOG_SUFFIX), "rb") as log:
+        try:
+            log = open(segment_path(directory, base_offset, LOG_SUFFIX), "rb")
+        except FileNotFoundError:
+            raise InvalidArgumentError(f"no segment at {base_offset} in {directory}") from None
+        # One open file for the check, the CRC and the upload: the bytes checked are the bytes shipped, even
+        # if the name is replaced or unlinked meanwhile.
+        with log:
+            local = self._read_local(directory, base_offset, log)
+            if local is None:
+                return None
+            seg = local.entry
+            shipped = self.manifest().find(seg.base_offset)
+            if shipped is not None and shipped == seg:
+                return shipped
+            log.seek(0)
             self._put_object(LOG_SUFFIX, seg, log, seg.log_size, seg.log_crc)
         self._put_object(INDEX_SUFFIX, seg, local.index, seg.index_size, seg.index_crc)
         self._put_object(TIMEINDEX_SUFFIX, seg, local.timeindex, seg.timeindex_size, seg.timeindex_crc)
@@ -202,31 +209,33 @@ class RemoteLog:
         self._event(EVENT_COMMITTED, self._manifest_name)
         return seg
 
-    def _read_local(self, directory: str, base_offset: int) -> _LocalSegment | None:
+    def _read_local(self, directory: str, base_offset: int, log: BinaryIO) -> _LocalSegment | None:
+        """The manifest entry and small files of the closed segment whose open log file is ``log``."""
         bases = list_segment_bases(directory)
-        if base_offset not in bases:
-            raise InvalidArgumentError(f"no segment at {base_offset} in {directory}")
         if base_offset == bases[-1]:
             raise InvalidArgumentError(f"the segment at {base_offset} is the active one in {directory}: only "
                                        "closed segments are shipped")
         log_path = segment_path(directory, base_offset, LOG_SUFFIX)
-        index = _read_small(segment_path(directory, base_offset, INDEX_SUFFIX))
-        timeindex = _read_small(segment_path(directory, base_offset, TIMEINDEX_SUFFIX))
+        try:
+            index = _read_small(segment_path(directory, base_offset, INDEX_SUFFIX))
+            timeindex = _read_small(segment_path(directory, base_offset, TIMEINDEX_SUFFIX))
+        except FileNotFoundError as exc:
+            raise InvalidArgumentError(f"the segment at {base_offset} in {directory} has no {exc.filename}: "
+                                       "deleted meanwhile, or not a sealed segment") from None
         check_sealed(index, OFFSET_INDEX_MAGIC, base_offset, segment_path(directory, base_offset, INDEX_SUFFIX))
         times = check_sealed(timeindex, TIME_INDEX_MAGIC, base_offset,
                              segment_path(directory, base_offset, TIMEINDEX_SUFFIX))
-        with open(log_path, "rb") as f:
-            size = os.fstat(f.fileno()).st_size
-            if size == 0:
-                return None
-            with mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ) as mm:
-                end_pos, last = checked_prefix(mm, 0, size, base_offset - 1)
-                if end_pos != size:
-                    if end_pos + HEADER_SIZE <= size:  # a header that says what is wrong, when it can
-                        check_header(parse_header(mm, end_pos), log_path, end_pos)
-                    raise CorruptRecordError("batch does not check (length, magic, CRC or offset order); "
-                                             "damaged segments are not shipped", log_path, end_pos)
-                log_crc = crc32c(mm)
+        size = os.fstat(log.fileno()).st_size
+        if size == 0:
+            return None
+        with mmap.mmap(log.fileno(), size, prot=mmap.PROT_READ) as mm:
+            end_pos, last = checked_prefix(mm, 0, size, base_offset - 1)
+            if end_pos != size:
+                if end_pos + HEADER_SIZE <= size:  # a header that says what is wrong, when it can
+                    check_header(parse_header(mm, end_pos), log_path, end_pos)
+                raise CorruptRecordError("batch does not check (length, magic, CRC or offset order); "
+                                         "damaged segments are not shipped", log_path, end_pos)
+            log_crc = crc32c(mm)
         snapshot = self._snapshot_at(directory, last + 1)
         entry = RemoteSegment(base_offset, last + 1, times.max_timestamp, size, log_crc, len(index), crc32c(index),
                               len(timeindex), crc32c(timeindex),
