@@ -1,10 +1,10 @@
 """Ships every closed segment of one partition, pausing after each step for the parent (tests/test_remote_storage.py).
 
-    python tests/remote_ship_child.py SETTINGS_JSON PARTITION_DIR TOPIC PARTITION
+    python tests/remote_ship_child.py SETTINGS_JSON PARTITION_DIR TOPIC PARTITION [--no-pause]
 
 After each object PUT and after the manifest commit it prints ``<event> <object name>`` and waits for a line
 on stdin, so the parent can SIGKILL it at exactly that point (between two PUTs, or between the last PUT and
-the commit). It prints ``done`` at the end.
+the commit); with ``--no-pause`` it goes straight on (two shippers racing). It prints ``done`` at the end.
 """
 
 from __future__ import annotations
@@ -18,10 +18,12 @@ from pylog.storage.remote import ObjectStore, RemoteLog
 
 def main(argv: list[str]) -> int:
     settings, directory, topic, partition = json.loads(argv[0]), argv[1], argv[2], int(argv[3])
+    wait = "--no-pause" not in argv[4:]
 
     def pause(event: str, name: str) -> None:
         print(event, name, flush=True)
-        sys.stdin.readline()
+        if wait:
+            sys.stdin.readline()
 
     remote = RemoteLog(ObjectStore.from_settings(settings), topic, partition, on_event=pause)
     for base in list_segment_bases(directory)[:-1]:

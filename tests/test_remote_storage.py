@@ -25,7 +25,7 @@ from pylog.errors import (InvalidArgumentError, InvalidConfigError, OffsetOutOfR
                           RemoteDataCorruptError, RemoteObjectMissingError, RemoteStorageError, StorePathError)
 from pylog.storage.filenames import list_segment_bases
 from pylog.storage.producer_state import ProducerState
-from pylog.storage.records import parse_header
+from pylog.storage.records import BatchView, parse_header
 from pylog.storage.records.format import crc32c
 from pylog.storage.remote import ObjectStore, RemoteLog, restore_store, ship_store_metadata
 from pylog.storage.remote.index_file import OFFSET_INDEX_MAGIC, TIME_INDEX_MAGIC, check_sealed
@@ -345,10 +345,8 @@ def test_a_shipper_killed_between_puts_or_before_the_commit_is_finished_by_the_n
     duplicate or stray object."""
     _write_store(tmp_path / "s")
     part = tmp_path / "s" / TOPIC / "0"
-    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(pylog.__file__).parent.parent),
-                                                       os.environ.get("PYTHONPATH", "")]))
     child = subprocess.Popen([sys.executable, str(CHILD), json.dumps(remote_settings), str(part), TOPIC, "0"],
-                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=env, text=True)
+                             stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=_child_env(), text=True)
     try:
         events = []
         while len(events) < kill_after:
@@ -372,6 +370,29 @@ def test_a_shipper_killed_between_puts_or_before_the_commit_is_finished_by_the_n
     assert len(names) == len(set(names)) == 1 + sum(3 + (s.snapshot_size >= 0) for s in shipped)
 
 
+def _child_env() -> dict[str, str]:
+    return dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(pylog.__file__).parent.parent),
+                                                        os.environ.get("PYTHONPATH", "")]))
+
+
+@pytest.mark.slow
+def test_two_processes_shipping_one_partition_at_once_ship_each_segment_once(tmp_path, remote_settings):
+    _write_store(tmp_path / "s", batches=120)
+    part = tmp_path / "s" / TOPIC / "0"
+    argv = [sys.executable, str(CHILD), json.dumps(remote_settings), str(part), TOPIC, "0", "--no-pause"]
+    children = [subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.PIPE, env=_child_env(), text=True)
+                for _ in range(2)]
+    outputs = [c.communicate(timeout=300) for c in children]
+    for child, (out, err) in zip(children, outputs, strict=True):
+        assert child.returncode == 0 and out.endswith("done\n"), err[-2000:]
+    remote = _remote(remote_settings)
+    m = remote.manifest(refresh=True)
+    bases = list_segment_bases(str(part))
+    assert [s.base_offset for s in m.segments] == bases[:-1]
+    assert m.epoch == len(bases) - 1  # one commit per segment: the slower shipper's commits changed nothing
+    assert remote.check(full=True) == []
+
+
 # --------------------------------------------------------------------------------------------------- reads
 
 def test_remote_reads_return_the_local_bytes_of_whole_checked_batches(tmp_path, remote_settings):
@@ -389,6 +410,24 @@ def test_remote_reads_return_the_local_bytes_of_whole_checked_batches(tmp_path, 
                 assert first.base_offset <= offset < first.next_offset
                 assert len(got.data) <= max(max_bytes, first.size)
                 assert got.next_offset > offset
+
+
+def test_remote_reads_decode_to_the_records_a_local_read_returns(tmp_path, remote_settings):
+    _write_store(tmp_path / "s")
+    remote = _remote(remote_settings)
+    shipped = _ship_all(remote, tmp_path / "s" / TOPIC / "0")
+    got, offset = [], 0
+    while offset < shipped[-1].end_offset:  # what the partition's read path will do below the local log start
+        batches = remote.read(offset, 4096)
+        pos = 0
+        while pos < len(batches.data):
+            view = BatchView.from_buffer(batches.data, pos)
+            got += [r for r in view.records(TOPIC, 0) if r.offset >= offset]
+            pos += view.header.size
+        offset = batches.next_offset
+    with pylog.open(str(tmp_path / "s"), read_only=True) as store:
+        want = store.topic(TOPIC).partition(0).read(0, max_records=100_000)
+    assert got == [r for r in want if r.offset < shipped[-1].end_offset] and len(got) > 100
 
 
 def test_remote_read_outside_the_remote_log_is_out_of_range(tmp_path, remote_settings):
