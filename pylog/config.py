@@ -129,6 +129,10 @@ REMOTE_STORAGE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
     _s("remote.storage.max.attempts", "int", 4, "Attempts per request (the first included) for throttling, 5xx "
        "answers, timeouts and dropped connections, with the S3 client's jittered exponential back-off.",
        minimum=1, maximum=20),
+    _s("remote.storage.read.chunk.bytes", "int", 1 << 20, "Remote reads fetch and cache shipped logs in aligned "
+       "pieces of this many bytes (at least what a read asks for).", minimum=4096, maximum=1 << 30),
+    _s("remote.storage.read.cache.bytes", "int", 64 << 20, "Memory for the pieces of shipped logs that remote "
+       "reads fetched, least recently used dropped first; 0 keeps none.", minimum=0, maximum=LONG_MAX),
 ]}
 
 

@@ -27,7 +27,7 @@ from pylog.storage.filenames import list_segment_bases
 from pylog.storage.producer_state import ProducerState
 from pylog.storage.records import BatchView, parse_header
 from pylog.storage.records.format import crc32c
-from pylog.storage.remote import ObjectStore, RemoteLog, restore_store, ship_store_metadata
+from pylog.storage.remote import ChunkCache, ObjectStore, RemoteLog, restore_store, ship_store_metadata
 from pylog.storage.remote.index_file import OFFSET_INDEX_MAGIC, TIME_INDEX_MAGIC, check_sealed
 from pylog.storage.remote.layout import manifest_name, parse_segment_object, segment_object
 from pylog.storage.remote.manifest import Manifest, RemoteSegment, decode_manifest, encode_manifest
@@ -430,6 +430,23 @@ def test_remote_reads_decode_to_the_records_a_local_read_returns(tmp_path, remot
     assert got == [r for r in want if r.offset < shipped[-1].end_offset] and len(got) > 100
 
 
+def test_remote_reads_go_through_a_bounded_chunk_cache(tmp_path, remote_settings):
+    _write_store(tmp_path / "s")
+    shipped = _ship_all(_remote(remote_settings), tmp_path / "s" / TOPIC / "0")
+    chunks = ChunkCache(4096, 3 * 4096)
+    remote = _remote(remote_settings, chunks=chunks)
+    first = remote.read(shipped[0].base_offset, 100)
+    misses = chunks.misses
+    assert misses >= 1 and chunks.held_bytes <= 3 * 4096
+    again = remote.read(shipped[0].base_offset, 100)  # the same bytes, from the cache
+    assert again == first and chunks.misses == misses and chunks.hits >= 1
+    for seg in shipped:  # more than the cache holds: the oldest pieces go, the bound holds
+        remote.read(seg.base_offset, 1 << 20)
+        assert chunks.held_bytes <= 3 * 4096
+    remote.read(shipped[0].base_offset, 100)
+    assert chunks.misses > misses
+
+
 def test_remote_read_outside_the_remote_log_is_out_of_range(tmp_path, remote_settings):
     _write_store(tmp_path / "s")
     part = tmp_path / "s" / TOPIC / "0"
@@ -470,7 +487,10 @@ def test_remote_retention_commits_the_new_log_start_before_deleting_objects(tmp_
     shipped = _ship_all(remote, part)
     keep = shipped[-2:]
     budget = sum(s.log_size for s in keep)
-    reader = _remote(remote_settings)  # another process's reader, holding the manifest from before
+    # Another process's reader, holding the manifest from before (and, to see the objects go, no chunk cache:
+    # cached pieces of a shipped log stay valid bytes after retention, as a local reader keeps reading a
+    # segment file retention unlinked under it).
+    reader = _remote(remote_settings, chunks=ChunkCache(4096, 0))
     assert reader.read(shipped[1].base_offset, 100).offset == shipped[1].base_offset
     result = remote.enforce_retention(now_ms=0, retention_ms=-1, retention_bytes=budget + 10, local_bytes=10)
     assert result.deleted_segments == tuple(s.base_offset for s in shipped[:-2])

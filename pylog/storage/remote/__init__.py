@@ -10,13 +10,15 @@ without a cycle. docs/ARCHITECTURE.md ("Tiered storage") says how it hooks into 
 - :mod:`.layout`: object names. :mod:`.manifest`: the per-partition remote manifest (PLRM).
 - :mod:`.index_file`: sealed index files as bytes (checks before shipping, lookups for remote reads).
 - :mod:`.remote_log`: RemoteLog, one partition: ship, commit, read, retention, check, restore.
+- :mod:`.chunks`: ChunkCache, the bounded cache of fetched pieces of shipped logs that remote reads use.
 - :mod:`.restore`: the store marker and topic files, and a whole store restored from a location.
 """
 
+from .chunks import ChunkCache
 from .manifest import Manifest, RemoteSegment
 from .objects import ObjectStore, RemoteStorageConfig, parse_location
 from .remote_log import RemoteBatches, RemoteLog, RemoteRetention
 from .restore import RestoredStore, restore_store, ship_store_metadata
 
-__all__ = ["ObjectStore", "RemoteStorageConfig", "parse_location", "Manifest", "RemoteSegment", "RemoteLog",
-           "RemoteBatches", "RemoteRetention", "RestoredStore", "restore_store", "ship_store_metadata"]
+__all__ = ["ChunkCache", "ObjectStore", "RemoteStorageConfig", "parse_location", "Manifest", "RemoteSegment",
+           "RemoteLog", "RemoteBatches", "RemoteRetention", "RestoredStore", "restore_store", "ship_store_metadata"]

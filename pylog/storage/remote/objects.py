@@ -85,6 +85,8 @@ class RemoteStorageConfig:
     profile: str
     request_timeout_ms: int
     max_attempts: int
+    read_chunk_bytes: int
+    read_cache_bytes: int
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> "RemoteStorageConfig":
@@ -94,7 +96,8 @@ class RemoteStorageConfig:
         bucket, prefix = parse_location(values["remote.storage.location"])
         return cls(bucket, prefix, values["remote.storage.endpoint.url"], values["remote.storage.region"],
                    values["remote.storage.profile"], values["remote.storage.request.timeout.ms"],
-                   values["remote.storage.max.attempts"])
+                   values["remote.storage.max.attempts"], values["remote.storage.read.chunk.bytes"],
+                   values["remote.storage.read.cache.bytes"])
 
     @property
     def location(self) -> str:

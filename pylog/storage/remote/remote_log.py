@@ -11,9 +11,12 @@ What each operation does to the bucket, in order (the manifest is the commit poi
   or one gets :class:`~pylog.errors.RemoteConflictError`; neither overwrites the other's committed state.
 - **commit** (:meth:`RemoteLog.commit`): read the manifest and its ETag, apply a pure change, write it back
   conditionally; on a lost race, re-read and re-apply, at most :data:`COMMIT_ATTEMPTS` times.
-- **read** (:meth:`RemoteLog.read`): find the segment in the manifest, the position in its shipped offset
-  index (fetched once, checked against the manifest's CRC, kept in a small cache), then ranged GETs of whole
-  batches, each checked (length, magic, CRC-32C, offset order) before it is returned.
+- **read** (:meth:`RemoteLog.read`): find the segment in the manifest last loaded, the position in its shipped
+  offset index (fetched once, checked against the manifest's CRC, kept in a small cache), then whole batches
+  from ranged GETs through a bounded cache of aligned log pieces (:mod:`.chunks`), each batch checked
+  (length, magic, CRC-32C, offset order) every time before it is returned. Shipped objects never change, so
+  cached pieces are never stale; like a local reader still holding a segment that retention unlinked, a
+  reader whose manifest predates a remote retention pass may serve its pieces until it reloads.
 - **retention** (:meth:`RemoteLog.enforce_retention`): Kafka's rules over the shipped segments; commit the
   manifest without them (log start raised) *before* deleting their objects; the same pass deletes objects
   below the log start that an interrupted earlier pass left behind.
@@ -46,6 +49,7 @@ from ..records.views import checked_prefix
 from ..retention import deletable_prefix
 from .index_file import OFFSET_INDEX_MAGIC, TIME_INDEX_MAGIC, SealedIndex, check_sealed
 from .layout import manifest_name, parse_segment_object, partition_prefix, segment_object
+from .chunks import ChunkCache
 from .manifest import MAX_MANIFEST_BYTES, Manifest, RemoteSegment, decode_manifest, encode_manifest
 from .objects import ObjectStore
 
@@ -109,11 +113,15 @@ class RemoteLog:
     :param on_event: called as ``on_event(event, name)`` after each object PUT (``"put"``) and after the
         manifest commit (``"committed"``) while shipping: progress for the uploader's status (and the crash
         tests, which stop a shipping process at exactly these points).
+    :param chunks: the cache of fetched log pieces remote reads go through; a store passes one for all its
+        partitions. Default: one of this RemoteLog's own, sized by ``objects``' settings.
     """
 
     def __init__(self, objects: ObjectStore, topic: str, partition: int,
-                 on_event: Callable[[str, str], None] | None = None) -> None:
+                 on_event: Callable[[str, str], None] | None = None, chunks: ChunkCache | None = None) -> None:
         self.objects = objects
+        self.chunks = chunks if chunks is not None else ChunkCache(objects.config.read_chunk_bytes,
+                                                                   objects.config.read_cache_bytes)
         self.topic = topic
         self.partition = partition
         self.on_event = on_event
@@ -298,7 +306,8 @@ class RemoteLog:
                                         f"{m.end_offset}) of {self.topic}/{self.partition}", offset,
                                         m.log_start_offset, m.end_offset)
         name = segment_object(self.topic, self.partition, seg.base_offset, seg.log_crc, LOG_SUFFIX)
-        window = _Window(self.objects, name, seg.log_size, max(min(max_bytes, MAX_BATCH_SIZE), READ_CHUNK))
+        window = _Window(self.objects, self.chunks, name, seg.log_size,
+                         max(min(max_bytes, MAX_BATCH_SIZE), READ_CHUNK))
         pos = self._offset_index(seg).position_for(offset)
         while True:  # walk headers from the index entry to the batch holding the offset
             h = self._header(window, pos)
@@ -481,25 +490,23 @@ class RemoteLog:
 
 
 class _Window:
-    """The part of a remote log fetched so far for one read: a byte range grown by ranged GETs of at least
-    ``chunk`` bytes, so a read makes one GET in the common case (index entry, batches, within ``chunk``)."""
+    """The part of a remote log one read has in hand: a byte range, refilled through the chunk cache with at
+    least ``want`` bytes at a time, so that walking batch headers makes no request per header."""
 
-    def __init__(self, objects: ObjectStore, name: str, size: int, chunk: int) -> None:
-        self.objects, self.name, self.size, self.chunk = objects, name, size, chunk
+    def __init__(self, objects: ObjectStore, chunks: ChunkCache, name: str, size: int, want: int) -> None:
+        self.objects, self.chunks, self.name, self.size, self.want = objects, chunks, name, size, want
         self.start = self.end = 0
         self.data = b""
 
     def bytes(self, start: int, end: int) -> bytes:
         """Bytes ``[start, end)`` of the object (``end`` at most its size)."""
         if not (self.start <= start and end <= self.end):
-            length = min(max(end - start, self.chunk), self.size - start)
-            if length > MAX_BATCH_SIZE + READ_CHUNK:
-                raise RemoteStorageError(f"a read of {length} bytes is over the bound", self.objects.url(self.name))
-            data, _ = self.objects.get(self.name, start, length, max_bytes=length)
-            if len(data) != length:
-                raise RemoteDataCorruptError(f"the log object ends at {start + len(data)}, the manifest says "
-                                             f"{self.size}", self.objects.url(self.name), start + len(data))
-            self.start, self.end, self.data = start, start + length, data
+            stop = min(start + max(end - start, self.want), self.size)
+            if stop - start > MAX_BATCH_SIZE + READ_CHUNK:
+                raise RemoteStorageError(f"a read of {stop - start} bytes is over the bound",
+                                         self.objects.url(self.name))
+            self.data = self.chunks.read(self.objects, self.name, self.size, start, stop)
+            self.start, self.end = start, stop
         return self.data[start - self.start:end - self.start]
 
 
