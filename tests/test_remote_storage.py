@@ -11,6 +11,7 @@ from __future__ import annotations
 import io
 import json
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -445,6 +446,23 @@ def test_remote_reads_go_through_a_bounded_chunk_cache(tmp_path, remote_settings
         assert chunks.held_bytes <= 3 * 4096
     remote.read(shipped[0].base_offset, 100)
     assert chunks.misses > misses
+
+
+def test_chunk_cache_serves_any_range_byte_for_byte_from_cached_and_fetched_pieces(remote_settings):
+    objects = ObjectStore.from_settings(remote_settings)
+    data = os.urandom(10 * 4096 + 123)
+    objects.put_new("obj", data, len(data))
+    chunks = ChunkCache(4096, 6 * 4096)
+    rng = random.Random(7)
+    for _ in range(200):
+        start = rng.randrange(0, len(data) + 10)
+        end = start + rng.randrange(0, 5 * 4096)
+        assert chunks.read(objects, "obj", len(data), start, end) == data[start:end]
+        assert chunks.held_bytes <= 6 * 4096
+    assert chunks.hits > 0 and chunks.misses > 0
+    objects.put_new("short", data[:5000], 5000)  # an object shorter than its manifest says
+    with pytest.raises(RemoteDataCorruptError, match="ends at 5000"):
+        ChunkCache(4096, 0).read(objects, "short", 9000, 4000, 9000)
 
 
 def test_remote_read_outside_the_remote_log_is_out_of_range(tmp_path, remote_settings):
