@@ -565,6 +565,9 @@ def test_a_store_restored_from_the_bucket_reads_back_every_shipped_record_byte_f
     objects = ObjectStore.from_settings(remote_settings)
     assert ship_store_metadata(objects, str(src), [TOPIC]) == 2
     assert ship_store_metadata(objects, str(src), [TOPIC]) == 0  # unchanged: nothing written
+    with pylog.open(str(src), log_cleaner_enable=False) as store:
+        store.alter_topic_config(TOPIC, {"retention.bytes": 1 << 40})
+    assert ship_store_metadata(objects, str(src), [TOPIC]) == 1  # the changed topic.json
     ends = {}
     for p in (0, 1):  # partition 2 is never shipped: it comes back empty
         ends[p] = _ship_all(RemoteLog(objects, TOPIC, p), src / TOPIC / str(p))[-1].end_offset

@@ -51,12 +51,13 @@ def ship_store_metadata(objects: ObjectStore, root: str, topics: list[str]) -> i
     for name, path in pairs:
         with open(path, "rb") as f:
             local = f.read(_MAX_METADATA_BYTES + 1)
-        info = objects.head(name)
-        if info is not None:
+        try:
             remote, etag = objects.get(name, max_bytes=_MAX_METADATA_BYTES)
-            if remote == local:
-                continue
-        objects.put_replacing(name, local, info.etag if info is not None else None)
+        except RemoteObjectMissingError:
+            remote, etag = None, None
+        if remote == local:
+            continue
+        objects.put_replacing(name, local, etag)  # only over the version compared (or where there is none)
         written += 1
     return written
 
