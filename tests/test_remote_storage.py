@@ -16,9 +16,13 @@ import socket
 import subprocess
 import sys
 import time
+import uuid
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule, run_state_machine_as_test
 
 import pylog
 from pylog.cli import main
@@ -702,3 +706,87 @@ def test_an_unsealed_or_damaged_index_is_not_shipped_or_trusted(damage):
         raw = raw[:-4]
     with pytest.raises(pylog.CorruptRecordError):
         check_sealed(bytes(raw), OFFSET_INDEX_MAGIC, base, "golden")
+
+
+# ------------------------------------------------------------------------------------ a model of the remote log
+
+class RemoteLogMachine(RuleBasedStateMachine):
+    """Random interleavings of two shippers, remote retention and reads against the simplest model: the list
+    of shipped segments (base offsets) and the remote log start. After every step the manifest equals the
+    model, every object it names is there, no segment object below the log start survives a retention
+    pass, and reads return the local bytes."""
+
+    directory: str = ""
+    settings: dict = {}
+    endpoint: str = ""
+
+    def __init__(self) -> None:
+        super().__init__()
+        bucket = f"pylog-{uuid.uuid4().hex[:16]}"
+        raw_client(self.endpoint).create_bucket(Bucket=bucket)
+        settings = {**self.settings, "remote.storage.location": f"s3://{bucket}/m"}
+        self.a = _remote(settings)
+        self.b = _remote(settings, chunks=ChunkCache(4096, 8192))
+        self.objects = ObjectStore.from_settings(settings)
+        self.bases = list_segment_bases(self.directory)[:-1]
+        self.shipped: list[int] = []  # the model: base offsets in the remote log
+        self.dropped: list[int] = []
+
+    def _next(self) -> int | None:
+        done = self.shipped[-1] if self.shipped else (self.dropped[-1] if self.dropped else None)
+        later = [b for b in self.bases if done is None or b > done]
+        return later[0] if later else None
+
+    @precondition(lambda self: self._next() is not None)
+    @rule(which=st.sampled_from("ab"))
+    def ship_next(self, which: str) -> None:
+        base = self._next()
+        getattr(self, which).ship_segment(self.directory, base)
+        self.shipped.append(base)
+
+    @precondition(lambda self: bool(self.shipped))
+    @rule(which=st.sampled_from("ab"), again=st.integers(0, 5))
+    def ship_again(self, which: str, again: int) -> None:
+        base = self.shipped[again % len(self.shipped)]
+        getattr(self, which).ship_segment(self.directory, base)  # a re-upload: nothing changes
+
+    @precondition(lambda self: bool(self.shipped))
+    @rule(keep=st.integers(0, 4))
+    def retention_by_bytes(self, keep: int) -> None:
+        m = self.a.manifest(refresh=True)
+        budget = sum(s.log_size for s in m.segments[len(m.segments) - keep:]) if keep else 0
+        result = self.a.enforce_retention(now_ms=0, retention_ms=-1, retention_bytes=budget)
+        n = len(result.deleted_segments)
+        assert list(result.deleted_segments) == self.shipped[:n]
+        self.dropped += self.shipped[:n]
+        self.shipped = self.shipped[n:]
+        names = [i.key for i in self.objects.list(f"{TOPIC}/0/")]
+        assert not [n for n in names if (parse_segment_object(n) or (1 << 62,))[0] in self.dropped]
+
+    @precondition(lambda self: bool(self.shipped))
+    @rule(which=st.sampled_from("ab"), pick=st.integers(0, 10_000), max_bytes=st.sampled_from([1, 300, 5000]))
+    def read(self, which: str, pick: int, max_bytes: int) -> None:
+        m = self.a.manifest(refresh=True)
+        offset = m.log_start_offset + pick % (m.end_offset - m.log_start_offset)
+        got = getattr(self, which).read(offset, max_bytes, refresh=True)
+        log = Path(self.directory, f"{got.segment.base_offset:020d}.log").read_bytes()
+        assert got.data == log[got.position:got.position + len(got.data)]
+
+    @invariant()
+    def manifest_is_the_model(self) -> None:
+        m = self.b.manifest(refresh=True)
+        assert [s.base_offset for s in m.segments] == self.shipped
+        if self.dropped:
+            assert m.log_start_offset == (self.shipped[0] if self.shipped else m.end_offset)
+        assert self.b.check() == []
+
+
+@pytest.mark.slow
+def test_remote_log_state_machine(tmp_path, remote_settings, s3_endpoint):
+    _write_store(tmp_path / "s", batches=100)
+    RemoteLogMachine.directory = str(tmp_path / "s" / TOPIC / "0")
+    RemoteLogMachine.settings = remote_settings
+    RemoteLogMachine.endpoint = s3_endpoint
+    run_state_machine_as_test(RemoteLogMachine, settings=settings(
+        max_examples=8, stateful_step_count=12, deadline=None, database=None,
+        suppress_health_check=list(HealthCheck)))
