@@ -9,7 +9,9 @@ without a cycle. docs/ARCHITECTURE.md ("Tiered storage") says how it hooks into 
   a :class:`~pylog.errors.RemoteStorageError` subclass, bounded time and memory.
 - :mod:`.layout`: object names. :mod:`.manifest`: the per-partition remote manifest (PLRM).
 - :mod:`.index_file`: sealed index files as bytes (checks before shipping, lookups for remote reads).
-- :mod:`.remote_log`: RemoteLog, one partition: ship, commit, read, retention, check, restore.
+- :mod:`.remote_log`: RemoteLog, one partition's facade: the manifest and its commits, ship, read,
+  retention, check, restore; its parts :mod:`.local_segment` (a closed segment read and checked for
+  shipping), :mod:`.reading` (remote reads) and :mod:`.download` (a partition restored).
 - :mod:`.chunks`: ChunkCache, the bounded cache of fetched pieces of shipped logs that remote reads use.
 - :mod:`.restore`: the store marker and topic files, and a whole store restored from a location.
 """

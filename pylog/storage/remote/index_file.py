@@ -30,10 +30,13 @@ import numpy as np
 from ...errors import CorruptRecordError
 from ..records.format import crc32c
 
-__all__ = ["SealedIndex", "check_sealed", "OFFSET_INDEX_MAGIC", "TIME_INDEX_MAGIC"]
+__all__ = ["SealedIndex", "check_sealed", "OFFSET_INDEX_MAGIC", "TIME_INDEX_MAGIC", "MAX_SEALED_INDEX_BYTES"]
 
 OFFSET_INDEX_MAGIC = b"PLXO"
 TIME_INDEX_MAGIC = b"PLXT"
+#: Sealed index files are read whole; larger than this is damage (a sealed index holds only its used entries,
+#: and segment.index.bytes is at most 2 GiB anyway).
+MAX_SEALED_INDEX_BYTES = 1 << 31
 _HEADER = struct.Struct("<4sHHqIIIq24xI")
 _SEALED = 1
 #: Column A's dtype per kind: relative offsets (uint32) or timestamps (int64); column B is uint32 either way.
