@@ -59,14 +59,15 @@ class FaultProxy:
     with ``status`` (503 SlowDown by default: S3's throttling answer) and forwards the rest: the bucket
     failing the way a real one does, for the retry and error tests. With ``lose_puts``, the next that many
     successful PUTs are forwarded (they take effect) but answered with ``status``, as if the answer was lost
-    on the way (a retry's answer, a 412, passes).
+    on the way (a retry's answer, a 412, passes). With ``pass_first``, that many requests are forwarded
+    before the faults begin.
     Counts the requests it sees.
 
     Use as a context manager; it stops (and its thread ends) on exit.
     """
 
     def __init__(self, endpoint: str, faults: int, status: int = 503, code: str = "SlowDown",
-                 lose_puts: int = 0) -> None:
+                 lose_puts: int = 0, pass_first: int = 0) -> None:
         import http.client  # noqa: PLC0415 - test helper, kept beside its one use
         import threading  # noqa: PLC0415
         from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: PLC0415
@@ -74,7 +75,7 @@ class FaultProxy:
 
         target = urlsplit(endpoint)
         proxy = self
-        self.faults, self.requests, self.lose_puts = faults, 0, lose_puts
+        self.faults, self.requests, self.lose_puts, self.pass_first = faults, 0, lose_puts, pass_first
         self._lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
@@ -87,7 +88,7 @@ class FaultProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with proxy._lock:
                     proxy.requests += 1
-                    fail = proxy.faults > 0
+                    fail = proxy.faults > 0 and proxy.requests > proxy.pass_first
                     proxy.faults -= fail
                 if fail:
                     self._error()

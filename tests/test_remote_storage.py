@@ -632,6 +632,22 @@ def test_restore_stops_at_a_missing_or_damaged_object_and_leaves_no_partial_file
         remote.restore(str(tmp_path / "r2"))
 
 
+def test_a_bucket_failing_during_a_restore_leaves_no_store_and_no_unchecked_file(tmp_path, remote_settings,
+                                                                                s3_endpoint):
+    _write_store(tmp_path / "src")
+    objects = ObjectStore.from_settings(remote_settings)
+    ship_store_metadata(objects, str(tmp_path / "src"), [TOPIC])
+    _ship_all(RemoteLog(objects, TOPIC, 0), tmp_path / "src" / TOPIC / "0")
+    with FaultProxy(s3_endpoint, faults=1000, pass_first=12) as proxy:  # fails part-way through the downloads
+        with pytest.raises(RemoteStorageError, match="503|SlowDown"):
+            restore_store(_through(proxy, remote_settings, attempts=2), str(tmp_path / "dst"))
+    left = [str(p.relative_to(tmp_path / "dst")) for p in (tmp_path / "dst").rglob("*") if p.is_file()]
+    assert any(p.endswith(".log") for p in left), left  # it got that far ...
+    assert "pylog.store" not in left and not [p for p in left if p.endswith(".restoring")]  # ... and no further
+    with pytest.raises(StorePathError, match="remove the directory"):
+        restore_store(objects, str(tmp_path / "dst"))
+
+
 def test_a_manifest_of_another_partition_is_refused(tmp_path, remote_settings, s3_endpoint):
     objects = ObjectStore.from_settings(remote_settings)
     bucket, key = _bucket_key(remote_settings, manifest_name(TOPIC, 1))

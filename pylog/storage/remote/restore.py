@@ -72,7 +72,8 @@ def restore_store(objects: ObjectStore, directory: str) -> RestoredStore:
     """
     os.makedirs(directory, exist_ok=True)
     if os.listdir(directory):
-        raise StorePathError(f"restore needs an empty directory, {directory} holds files")
+        raise StorePathError(f"restore needs an empty directory, {directory} holds files (a restore that failed "
+                             "leaves its checked files and no store marker: remove the directory and run it again)")
     marker = _get_metadata(objects, STORE_MARKER)
     result = RestoredStore(directory)
     for topic in sorted(objects.folders("")):
