@@ -1,0 +1,229 @@
+"""What ``pylog top`` draws: rates from consecutive :class:`~pylog.cli.top_sources.Sample` s, their history as
+sparklines, and the screen as ``rich`` tables.
+
+Invariants:
+- A rate is the difference of two cumulative counts over the monotonic time between their samples. A count
+  that went backwards (a server restarted, a topic created again) gives no rate for that interval (shown as
+  ``-``), never a negative one; the first sample gives none either.
+- Latency quantiles are those of the requests answered between two samples, interpolated within the
+  histogram's buckets as Prometheus' ``histogram_quantile`` does; none when no request was answered.
+- History is bounded: the last :data:`HISTORY` rates per row, whatever the run's length.
+- Everything drawn is plain text (rich ``Text``, never markup): a topic named ``[red]`` shows as it is.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import math
+from collections import deque
+from typing import Any, Deque, Iterable, Sequence
+
+from .output import format_bytes
+from .top_sources import RequestSample, Sample
+
+try:
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+    HAVE_RICH = True
+except ImportError:  # pylog top says it needs rich (pylog.cli.top); the rest of the CLI works without it
+    HAVE_RICH = False
+
+__all__ = ["HAVE_RICH", "HISTORY", "History", "sparkline", "rate", "histogram_quantile", "render", "SPARK_UNICODE",
+           "SPARK_ASCII"]
+
+#: Rates kept per row (one per refresh) for the sparklines.
+HISTORY = 60
+#: How many of them a sparkline shows.
+SPARK_WIDTH = 30
+SPARK_UNICODE = "▁▂▃▄▅▆▇█"
+#: For terminals that cannot show the blocks (a non-UTF-8 locale over SSH).
+SPARK_ASCII = "_.-=+*#@"
+
+
+def rate(before: float | None, now: float | None, seconds: float) -> float | None:
+    """``(now - before) / seconds``; None when either is unknown, time did not pass, or the count went back."""
+    if before is None or now is None or seconds <= 0 or now < before:
+        return None
+    return (now - before) / seconds
+
+
+def sparkline(values: Iterable[float | None], width: int = SPARK_WIDTH, ramp: str = SPARK_UNICODE) -> str:
+    """The last ``width`` values as one character each, scaled from 0 to their maximum (a space for None).
+    All zero: the lowest character throughout (there is data, and it is flat)."""
+    tail = list(values)[-width:]
+    top = max((v for v in tail if v is not None), default=0.0)
+    chars = []
+    for v in tail:
+        if v is None:
+            chars.append(" ")
+        elif top <= 0:
+            chars.append(ramp[0])
+        else:
+            chars.append(ramp[min(len(ramp) - 1, int(max(v, 0.0) / top * (len(ramp) - 1) + 0.5))])
+    return "".join(chars).rjust(width)  # a steady width from the first refresh on: the newest on the right
+
+
+def histogram_quantile(q: float, buckets: Sequence[tuple[float, float]]) -> float | None:
+    """The ``q`` quantile of a cumulative histogram ``[(upper bound, count), ...]`` (ascending, last +inf),
+    as Prometheus computes it: linear within the bucket holding the rank; the highest finite bound when the
+    rank falls in the +inf bucket; None when the histogram is empty."""
+    if not buckets or buckets[-1][1] <= 0:
+        return None
+    rank = q * buckets[-1][1]
+    lower, below = 0.0, 0.0
+    for bound, count in buckets:
+        if count >= rank:
+            if math.isinf(bound):
+                return lower
+            if count == below:
+                return bound
+            return lower + (bound - lower) * (rank - below) / (count - below)
+        lower, below = bound, count
+    return lower
+
+
+def _delta_buckets(before: RequestSample, now: RequestSample) -> list[tuple[float, float]] | None:
+    """The histogram of the requests answered between two samples, or None after a reset."""
+    if len(before.buckets) != len(now.buckets) or now.count < before.count:
+        return None
+    return [(b, c - c0) for (b, c), (_, c0) in zip(now.buckets, before.buckets, strict=True)]
+
+
+class _Row:
+    """One row's current values and the history of the value its sparkline draws."""
+
+    def __init__(self) -> None:
+        self.history: Deque[float | None] = deque(maxlen=HISTORY)
+        self.values: dict[str, Any] = {}
+
+
+class History:
+    """Samples in, rows with rates and sparklines out. :meth:`add` one sample per refresh."""
+
+    def __init__(self) -> None:
+        self.last: Sample | None = None
+        self.seconds: float | None = None
+        self.topics: dict[str, _Row] = {}
+        self.groups: dict[str, _Row] = {}
+        self.requests: dict[str, _Row] = {}
+
+    def add(self, sample: Sample) -> None:
+        before = self.last
+        dt = None if before is None else sample.at - before.at
+        self.seconds = dt
+        for name, t in sample.topics.items():
+            prev = None if before is None else before.topics.get(name)
+            row = self.topics.setdefault(name, _Row())
+            row.values = {"partitions": t.partitions, "end": t.end_offset}
+            for key, attr in (("records_in", "end_offset"), ("bytes_in", "bytes_in"), ("records_out", "records_out"),
+                              ("bytes_out", "bytes_out")):
+                row.values[key] = _rate_of(getattr(prev, attr, None), getattr(t, attr), dt)
+            row.history.append(row.values["records_in"])
+        for name, g in sample.groups.items():
+            row = self.groups.setdefault(name, _Row())
+            row.values = {"members": g.members, "partitions": g.partitions, "lag": g.lag, "min_lead": g.min_lead}
+            row.history.append(float(g.lag))
+        for api, r in sample.requests.items():
+            prev_r = None if before is None else before.requests.get(api)
+            row = self.requests.setdefault(api, _Row())
+            window = None if prev_r is None else _delta_buckets(prev_r, r)
+            row.values = {
+                "rate": _rate_of(getattr(prev_r, "count", None), r.count, dt),
+                "errors": _rate_of(getattr(prev_r, "errors", None), r.errors, dt),
+                "p50": None if window is None else histogram_quantile(0.5, window),
+                "p99": None if window is None else histogram_quantile(0.99, window),
+            }
+            row.history.append(row.values["p99"])
+        for rows, now in ((self.topics, sample.topics), (self.groups, sample.groups),
+                          (self.requests, sample.requests)):
+            for gone in set(rows) - set(now):
+                del rows[gone]
+        self.last = sample
+
+
+def _rate_of(before: float | None, now: float | None, seconds: float | None) -> float | None:
+    return None if seconds is None else rate(before, now, seconds)
+
+
+# ------------------------------------------------------------------------------------------- drawing
+
+def _num(v: float | None) -> str:
+    if v is None:
+        return "-"
+    return f"{v:,.1f}" if abs(v) < 100 else f"{v:,.0f}"
+
+
+def _per_s(v: float | None) -> str:
+    return "-" if v is None else format_bytes(int(v)) + "/s"
+
+
+def _ms(seconds: float | None) -> str:
+    return "-" if seconds is None else f"{seconds * 1000:.1f}"
+
+
+def _table(title: str, *columns: str) -> Any:
+    t = Table(title=Text(title), title_justify="left", expand=False, box=box.SIMPLE_HEAD)
+    for i, c in enumerate(columns):
+        t.add_column(Text(c), justify="left" if i == 0 or c in ("HISTORY", "TREND", "THREAD", "PROCESS") else "right",
+                     no_wrap=True)
+    return t
+
+
+def _row(t: Any, *cells: Any) -> None:
+    t.add_row(*(Text("-" if c is None else str(c)) for c in cells))
+
+
+def render(history: History, source: str, interval: float, ramp: str = SPARK_UNICODE) -> Any:
+    """The whole screen: a header line, then topics, consumer groups, requests (when the source has any) and
+    cleaners."""
+    last = history.last
+    now = _dt.datetime.now(_dt.timezone.utc).strftime("%H:%M:%S UTC")
+    parts: list[Any] = [Text(f"pylog top  {source}  {now}  every {interval:g} s  (q quits)")]
+    topics = _table("Topics", "TOPIC", "PARTITIONS", "LOG-END", "RECORDS/S", "BYTES/S", "HISTORY")
+    server = last is not None and any(t.records_out is not None for t in last.topics.values())
+    if server:
+        topics = _table("Topics", "TOPIC", "PARTITIONS", "LOG-END", "RECORDS/S", "BYTES/S", "OUT-RECORDS/S",
+                        "OUT-BYTES/S", "HISTORY")
+    for name, row in sorted(history.topics.items()):
+        v = row.values
+        cells = [name, v["partitions"], v["end"], _num(v["records_in"]), _per_s(v["bytes_in"])]
+        if server:
+            cells += [_num(v["records_out"]), _per_s(v["bytes_out"])]
+        _row(topics, *cells, sparkline(row.history, ramp=ramp))
+    parts.append(topics if history.topics else Text("Topics: none"))
+    if history.groups:
+        groups = _table("Consumer groups", "GROUP", "MEMBERS", "PARTITIONS", "LAG", "MIN-LEAD", "TREND")
+        for name, row in sorted(history.groups.items()):
+            v = row.values
+            _row(groups, name, v["members"], v["partitions"], v["lag"], v["min_lead"],
+                 sparkline(row.history, ramp=ramp))
+        parts.append(groups)
+    else:
+        parts.append(Text("Consumer groups: none"))
+    if history.requests:
+        req = _table("Requests", "API", "REQUESTS/S", "ERRORS/S", "P50-MS", "P99-MS", "HISTORY")
+        for api, row in sorted(history.requests.items()):
+            v = row.values
+            _row(req, api, _num(v["rate"]), _num(v["errors"]), _ms(v["p50"]), _ms(v["p99"]),
+                 sparkline(row.history, ramp=ramp))
+        parts.append(req)
+    parts.append(_cleaners(last))
+    for problem in [] if last is None else last.problems:
+        parts.append(Text(f"problem: {problem}"))
+    return Group(*parts)
+
+
+def _cleaners(last: Sample | None) -> Any:
+    if last is None or not last.cleaners:
+        return Text("Cleaners: none published (no process has the store open with its cleaner enabled)")
+    t = _table("Cleaners", "CLEANER", "PROCESS", "THREAD", "HEARTBEAT", "LAST-RUN", "RUNS", "UNCLEANABLE", "DIRTY")
+    for c in last.cleaners:
+        process = None if c.process_alive is None else ("alive" if c.process_alive else "dead")
+        heartbeat = None if c.heartbeat_age is None else f"{c.heartbeat_age:.1f}s ago"
+        last_run = None if c.last_run is None else _dt.datetime.fromtimestamp(
+            c.last_run, _dt.timezone.utc).strftime("%H:%M:%SZ")
+        dirty = None if c.max_dirty_ratio is None else f"{c.max_dirty_ratio:.2f}"
+        _row(t, c.name, process, c.thread, heartbeat, last_run, c.runs, c.uncleanable, dirty)
+    return t

@@ -1,0 +1,234 @@
+"""``pylog top``: its numbers against what the test wrote, in batch mode in-process, and the live view driven in
+a real terminal (tmux: the screen captured, q and Ctrl-C sent, the terminal's modes checked afterwards).
+
+tmux comes from the distribution (.ci/run installs it); the live tests skip without it outside CI.
+"""
+
+from __future__ import annotations
+
+import io
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pylog
+from pylog.__main__ import ExitCode, main
+from pylog.cli.top_sources import RequestSample, Sample, StoreSource, TopicSample
+from pylog.cli.top_view import History, histogram_quantile, rate, sparkline
+from pylog.structs import TopicPartition
+
+from storetools import wait_for
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _store(path: Path) -> None:
+    """orders: 3 partitions, 1234 records (500 + 400 + 334); clicks: 77 records; group billing committed by hand
+    on orders-0 at 100 and orders-1 at 400 (lag 400 + 0 = 400, min lead 100)."""
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        orders = store.create_topic("orders", partitions=3)
+        for number, n in enumerate((500, 400, 334)):
+            orders.partition(number).append_values([b"order %d" % i for i in range(n)])
+        store.create_topic("clicks").partition(0).append_values([b"click"] * 77)
+        store.commit_offsets("billing", {TopicPartition("orders", 0): 100, TopicPartition("orders", 1): 400})
+
+
+def _row(text: str, first: str) -> list[str]:
+    """The cells of the last table row on the screen starting with ``first``."""
+    rows = [line.split() for line in text.splitlines() if line.split()[:1] == [first]]
+    assert rows, f"no row {first!r} in:\n{text}"
+    return rows[-1]
+
+
+# ------------------------------------------------------------------------------------- pure functions
+
+def test_rate_is_none_for_a_counter_that_went_back_or_no_time():
+    assert rate(10, 30, 2.0) == 10.0
+    assert rate(30, 10, 2.0) is None
+    assert rate(None, 10, 2.0) is None
+    assert rate(10, 20, 0.0) is None
+
+
+def test_sparkline_scales_to_the_window_maximum_and_keeps_its_width():
+    assert sparkline([0, 4, 8], width=5) == "  ▁▅█"
+    assert sparkline([0, 0], width=3) == " ▁▁"
+    assert sparkline([None, 1.0], width=2, ramp="_#") == " #"
+    assert len(sparkline(range(100), width=30)) == 30
+
+
+def test_histogram_quantile_interpolates_like_prometheus():
+    # 10 requests <= 0.1 s, 10 more <= 0.5 s: the median is the top of the first bucket, p75 halfway into the
+    # second, and a rank in the +Inf bucket gives the highest finite bound (histogram_quantile's rules)
+    buckets = [(0.1, 10.0), (0.5, 20.0), (float("inf"), 20.0)]
+    assert histogram_quantile(0.5, buckets) == pytest.approx(0.1)
+    assert histogram_quantile(0.75, buckets) == pytest.approx(0.3)
+    assert histogram_quantile(0.99, [(0.1, 1.0), (float("inf"), 2.0)]) == pytest.approx(0.1)
+    assert histogram_quantile(0.5, [(0.1, 0.0), (float("inf"), 0.0)]) is None
+
+
+def test_history_rates_request_latency_from_bucket_differences_and_drops_a_reset():
+    h = History()
+    inf = float("inf")
+    h.add(Sample(at=0.0, requests={"Produce": RequestSample(100, 0, [(0.01, 100), (0.1, 100), (inf, 100)])}))
+    assert h.requests["Produce"].values["rate"] is None  # one sample: no rate yet
+    # 20 requests in 2 s, all between 10 and 100 ms: the window's quantiles, not the whole run's
+    h.add(Sample(at=2.0, requests={"Produce": RequestSample(120, 2, [(0.01, 100), (0.1, 120), (inf, 120)])}))
+    v = h.requests["Produce"].values
+    assert (v["rate"], v["errors"]) == (10.0, 1.0)
+    assert v["p50"] == pytest.approx(0.055) and v["p99"] == pytest.approx(0.0991)
+    h.add(Sample(at=3.0, requests={"Produce": RequestSample(5, 0, [(0.01, 5), (0.1, 5), (inf, 5)])}))  # a restart
+    assert h.requests["Produce"].values["rate"] is None and h.requests["Produce"].values["p99"] is None
+    h.add(Sample(at=4.0, requests={"Produce": RequestSample(9, 0, [(0.01, 9), (inf, 9)])}))  # other buckets
+    assert h.requests["Produce"].values["rate"] == 4.0 and h.requests["Produce"].values["p99"] is None
+
+
+def test_history_drops_rows_of_topics_gone_and_gives_no_rate_for_a_log_end_that_went_back():
+    h = History()
+    h.add(Sample(at=0.0, topics={"a": TopicSample(1, 100, 0), "b": TopicSample(1, 5, 0)}))
+    h.add(Sample(at=1.0, topics={"a": TopicSample(1, 40, 0)}))
+    assert set(h.topics) == {"a"} and h.topics["a"].values["records_in"] is None
+
+
+# ----------------------------------------------------------------------------------------- the store
+
+def test_store_source_counts_appended_records_and_bytes_across_a_roll(tmp_path):
+    with pylog.open(tmp_path, log_cleaner_enable=False) as writer:
+        p = writer.create_topic("t", config={"segment.bytes": 4096}).partition(0)
+        p.append_values([b"x" * 100] * 5)
+        with pylog.open(tmp_path, read_only=True) as store:
+            source = StoreSource(store)
+            first = source.sample().topics["t"]
+            size_before = p.size_bytes()
+            for _ in range(20):  # several rolls: 4 KiB segments
+                p.append_values([b"y" * 100] * 5)
+            assert len(p.segments) > 2
+            second = source.sample().topics["t"]
+            grown = p.size_bytes() - size_before
+    assert (first.end_offset, second.end_offset) == (5, 105)
+    assert first.bytes_in == 0 and second.bytes_in == grown > 0
+
+
+def test_top_batch_mode_prints_offsets_lag_and_the_cleaner_of_a_live_process(tmp_path):
+    _store(tmp_path)
+    with pylog.open(tmp_path) as live:  # a process with its cleaner enabled: published under __cleaners/
+        wait_for(lambda: live.cleaners())
+        out = io.StringIO()
+        assert main(["top", str(tmp_path), "--iterations", "2", "--interval", "0.05"], out) == ExitCode.OK
+    frames = out.getvalue().split("\n\npylog top")
+    assert len(frames) == 2
+    text = frames[-1]
+    assert _row(text, "orders")[1:3] == ["3", "1234"]
+    assert _row(text, "clicks")[1:3] == ["1", "77"]
+    assert _row(text, "billing")[1:5] == ["0", "2", "400", "100"]  # members, partitions, lag, min lead
+    assert _row(text, "pid")[1:4] == [str(os.getpid()), "alive", "alive"]
+    assert "__consumer_offsets" not in text
+
+
+def test_top_refuses_a_path_that_is_not_a_store_and_needs_one_source(tmp_path, capsys):
+    assert main(["top", str(tmp_path / "nothing")], io.StringIO()) == ExitCode.ERROR
+    assert "not a pylog store" in capsys.readouterr().err
+    assert main(["top"], io.StringIO()) == ExitCode.ERROR
+
+
+# ---------------------------------------------------------------------------- a real terminal (tmux)
+
+class Terminal:
+    """A tmux server of the test's own (its socket under tmp_path), one 120x40 window running ``command``
+    then ``stty -a``, then a shell's wait: the pane lives on after the command, so the terminal's state it left
+    (screen, cursor, keyboard modes) can be read."""
+
+    def __init__(self, tmp_path: Path, command: str) -> None:
+        self.socket = str(tmp_path / "tmux.sock")
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
+                                                          if p))
+        env.pop("TMUX", None)
+        # the shell shares the command's process group, so Ctrl-C reaches it too: a trap (reset to the default
+        # in the command, unlike an ignored signal) keeps it alive to report
+        script = f"trap : INT; {command}; echo EXIT=$?; stty -a; echo TERMINAL-CHECKED; exec sleep 120"
+        self._tmux("-f", os.devnull, "new-session", "-d", "-x", "120", "-y", "40", "sh", "-c", script, env=env)
+
+    def _tmux(self, *args: str, env: dict[str, str] | None = None) -> str:
+        return subprocess.run(["tmux", "-S", self.socket, *args], check=True, capture_output=True, text=True,
+                              timeout=30, env=env).stdout
+
+    def screen(self) -> str:
+        """The visible screen, or after the alternate screen was left, the normal one with its history."""
+        alternate = self.state("#{alternate_on}") == "1"
+        return self._tmux("capture-pane", "-p", *(() if alternate else ("-S", "-")))
+
+    def state(self, fmt: str) -> str:
+        return self._tmux("display-message", "-p", fmt).strip()
+
+    def send(self, *keys: str) -> None:
+        self._tmux("send-keys", *keys)
+
+    def wait_for_screen(self, predicate, timeout: float = 60.0) -> str:
+        def check():
+            text = self.screen()
+            return text if predicate(text) else None
+        text = wait_for(check, timeout=timeout, step=0.1)
+        assert text, f"the screen never showed what was expected; it shows:\n{self.screen()}"
+        return text
+
+    def close(self) -> None:
+        subprocess.run(["tmux", "-S", self.socket, "kill-server"], capture_output=True, timeout=30)
+
+
+@pytest.fixture
+def terminal(tmp_path):
+    if shutil.which("tmux") is None:
+        pytest.skip("tmux is not installed (apt-get install tmux; .ci/run does)")
+    made: list[Terminal] = []
+
+    def start(command: str) -> Terminal:
+        made.append(Terminal(tmp_path, command))
+        return made[-1]
+    yield start
+    for t in made:
+        t.close()
+
+
+def _top_command(store: Path) -> str:
+    return f"{sys.executable} -m pylog top {store} --interval 0.3"
+
+
+def _assert_terminal_restored(term: Terminal, screen: str) -> None:
+    modes = screen[screen.index("EXIT=0"):]
+    assert " icanon " in modes and " echo " in modes, f"the keyboard was left in cbreak mode:\n{modes}"
+    assert term.state("#{alternate_on}") == "0", "the alternate screen is still on"
+    assert term.state("#{cursor_flag}") == "1", "the cursor is still hidden"
+
+
+def test_live_view_shows_the_store_follows_new_records_and_quits_on_q(tmp_path, terminal):
+    store = tmp_path / "store"
+    _store(store)
+    term = terminal(_top_command(store))
+    screen = term.wait_for_screen(lambda s: "billing" in s and "RECORDS/S" in s)
+    assert _row(screen, "orders")[1:3] == ["3", "1234"]
+    assert _row(screen, "billing")[3] == "400"
+    assert term.state("#{alternate_on}") == "1" and term.state("#{pane_dead}") == "0"
+    # records appended while it runs: the log end follows, with a rate, and the group's lag grows by as many
+    with pylog.open(store, log_cleaner_enable=False) as writer:
+        writer.topic("orders").partition(0).append_values([b"more"] * 1000)
+    term.wait_for_screen(lambda s: _row(s, "orders")[2] == "2234" and _row(s, "billing")[3] == "1400")
+    # the burst's rate is the top of the sparkline; the rate afterwards is 0
+    screen = term.wait_for_screen(lambda s: _row(s, "orders")[3] == "0.0" and "█" in " ".join(_row(s, "orders")[6:]))
+    term.send("q")
+    screen = term.wait_for_screen(lambda s: "TERMINAL-CHECKED" in s)
+    assert "EXIT=0" in screen and "Traceback" not in screen
+    _assert_terminal_restored(term, screen)
+
+
+def test_live_view_ends_cleanly_on_ctrl_c(tmp_path, terminal):
+    store = tmp_path / "store"
+    _store(store)
+    term = terminal(_top_command(store))
+    term.wait_for_screen(lambda s: "orders" in s and "Consumer groups" in s)
+    term.send("C-c")
+    screen = term.wait_for_screen(lambda s: "TERMINAL-CHECKED" in s)
+    assert "EXIT=0" in screen and "Traceback" not in screen and "KeyboardInterrupt" not in screen
+    _assert_terminal_restored(term, screen)
