@@ -61,6 +61,7 @@ from typing import Any, Callable, Mapping
 
 import numpy as np
 
+from .. import metrics
 from ..accel import native as _native
 from ..errors import ProducerTimeoutError  # defined here before pylog.errors: still importable from here
 from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
@@ -68,6 +69,7 @@ from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordErr
                      RecordTooLargeError, StoreClosedError)
 from ..storage import group_commit
 from ..storage.filenames import is_internal_topic
+from . import client_metrics
 from .partitioner import DefaultPartitioner
 from .quotas import PRODUCE, QuotaManager
 from .storeview import StoreView
@@ -232,6 +234,7 @@ class Producer:
         self.config = cfg
         self._store = store
         self._client_id = cfg["client_id"]
+        self._metrics_label = client_metrics.label(self._client_id)
         self._quotas = quotas
         self._key_ser = cfg["key_serializer"]
         self._value_ser = cfg["value_serializer"]
@@ -271,6 +274,7 @@ class Producer:
                                                    self._settle, self._drain_all, Accumulation, FutureRecordMetadata)
         self._sender = threading.Thread(target=self._run_sender, name="pylog-producer-sender", daemon=True)
         self._sender.start()
+        metrics.track(self)  # buffer available, read when scraped
 
     # ------------------------------------------------------------------ sending
 
@@ -664,6 +668,8 @@ class Producer:
                 quotas.sleep(left)
         self._drains += 1
         self._throttle_total += delay
+        if delay > 0 and metrics.state.on:
+            client_metrics.throttled(self._metrics_label, delay)
         if delay > self._throttle_max:
             self._throttle_max = delay
 
@@ -717,6 +723,8 @@ class Producer:
                 self._let_go_one(part, touched, flushed, acc, wanted_only=True)
         self._end_drain(acc, touched, flushed)
         acc.offsets = offsets
+        if metrics.state.on:
+            client_metrics.drained(self._metrics_label, acc, groups)
         # Sticky partitioning: a completed batch moves key-less records on to another partition.
         for number in sticky:
             self._default_partitioner.on_new_batch(acc.topic, number, all_parts)

@@ -46,6 +46,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from ... import metrics
 from ...config import TopicConfig
 from ...errors import (CorruptRecordError, InvalidArgumentError, InvalidRecordError, LogFailedError,
                        PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
@@ -544,6 +545,8 @@ class Partition:
                     self._after_append(written, flush=False)
                 raise
             self._after_append(written, flush=flush_policy)
+        if metrics.state.on:  # once per call (pylog.metrics)
+            metrics.appended(self.topic, written, sum(h.size for _, h in encoded))
         return first if earlier is None else earlier
 
     def _write_batch(self, parts: list, h: Any) -> None:
