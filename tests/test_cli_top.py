@@ -17,13 +17,11 @@ import pytest
 
 import pylog
 from pylog.__main__ import ExitCode, main
-from pylog.cli.top_sources import RequestSample, Sample, StoreSource, TopicSample
+from pylog.cli.top_sources import RequestSample, Sample, ScrapeSource, StoreSource, TopicSample, scrape_url
 from pylog.cli.top_view import History, histogram_quantile, rate, sparkline
 from pylog.structs import TopicPartition
 
 from storetools import wait_for
-
-ROOT = Path(__file__).resolve().parent.parent
 
 
 def _store(path: Path) -> None:
@@ -134,6 +132,59 @@ def test_top_refuses_a_path_that_is_not_a_store_and_needs_one_source(tmp_path, c
     assert main(["top"], io.StringIO()) == ExitCode.ERROR
 
 
+# ------------------------------------------------------------------------- a server, scraped (--bootstrap)
+
+@pytest.fixture
+def metrics_endpoint(server):
+    """``server``'s metrics on a free 127.0.0.1 port, as ``pylog serve --metrics-port`` serves them."""
+    prometheus = pytest.importorskip("pylog.prometheus")
+    with prometheus.start_http_server(prometheus.registry(server=server)) as endpoint:
+        yield endpoint
+
+
+def test_top_bootstrap_shows_what_a_kafka_client_produced_the_requests_and_the_lag(store, server, metrics_endpoint):
+    kafka = pytest.importorskip("kafka")
+    store.create_topic("orders", partitions=2)
+    producer = kafka.KafkaProducer(bootstrap_servers=f"127.0.0.1:{server.port}", linger_ms=0)
+    try:
+        for i in range(300):
+            producer.send("orders", b"order %d" % i, partition=i % 2)
+        producer.flush(timeout=60)
+    finally:
+        producer.close(timeout=10)
+    store.commit_offsets("billing", {TopicPartition("orders", 0): 50, TopicPartition("orders", 1): 150})
+    out = io.StringIO()
+    argv = ["top", "--bootstrap", f"127.0.0.1:{metrics_endpoint.port}", "--iterations", "2", "--interval", "0.1"]
+    assert main(argv, out) == ExitCode.OK
+    text = out.getvalue().split("\n\npylog top")[-1]
+    assert _row(text, "orders")[1:3] == ["2", "300"]
+    assert _row(text, "billing")[2:5] == ["2", "100", "50"]  # partitions, lag (100 + 0), min lead
+    produce = _row(text, "Produce")
+    assert "connections" in text and "problem" not in text
+    source = ScrapeSource(scrape_url(f"127.0.0.1:{metrics_endpoint.port}"), "test")
+    requests = source.sample().requests["Produce"]
+    assert requests.count >= 1 and requests.buckets[-1] == (float("inf"), requests.count)
+    assert produce[0] == "Produce"
+
+
+def test_top_bootstrap_shows_an_endpoint_that_does_not_answer_as_a_problem(tmp_path):
+    import socket
+    with socket.socket() as s:  # a port nothing listens on (bound, never listening)
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+        out = io.StringIO()
+        assert main(["top", "--bootstrap", f"127.0.0.1:{port}", "--iterations", "1"], out) == ExitCode.OK
+    assert f"problem: scraping http://127.0.0.1:{port}/metrics" in out.getvalue()
+
+
+def test_scrape_url_takes_host_port_or_a_url():
+    assert scrape_url("127.0.0.1:9308") == "http://127.0.0.1:9308/metrics"
+    assert scrape_url("http://h:1/m") == "http://h:1/m"
+    for bad in ("9308", "host:", "host:99999", "host:x"):
+        with pytest.raises(ValueError):
+            scrape_url(bad)
+
+
 # ---------------------------------------------------------------------------- a real terminal (tmux)
 
 class Terminal:
@@ -143,9 +194,8 @@ class Terminal:
 
     def __init__(self, tmp_path: Path, command: str) -> None:
         self.socket = str(tmp_path / "tmux.sock")
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(p for p in (str(ROOT), os.environ.get("PYTHONPATH"))
-                                                          if p))
-        env.pop("TMUX", None)
+        env = dict(os.environ)  # the same pylog as this process imports (PYTHONPATH, or the installed one)
+        env.pop("TMUX", None)  # a test run from inside tmux still starts a server of its own
         # the shell shares the command's process group, so Ctrl-C reaches it too: a trap (reset to the default
         # in the command, unlike an ignored signal) keeps it alive to report
         script = f"trap : INT; {command}; echo EXIT=$?; stty -a; echo TERMINAL-CHECKED; exec sleep 120"

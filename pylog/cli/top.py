@@ -19,6 +19,7 @@ Invariants:
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import select
 import signal
@@ -28,7 +29,7 @@ from typing import Any, Callable, Iterator, Protocol, TextIO
 
 from ..store import Store
 from .base import CommandError, ExitCode, check_store_path, positive
-from .top_sources import Sample, StoreSource
+from .top_sources import HAVE_PARSER, Sample, ScrapeSource, StoreSource, scrape_url
 from .top_view import HAVE_RICH, SPARK_ASCII, SPARK_UNICODE, History, render
 
 import termios
@@ -56,7 +57,8 @@ def register(sub: Any) -> None:
                        formatter_class=argparse.RawDescriptionHelpFormatter)
     t.add_argument("store", nargs="?", help="the store to watch (or --bootstrap)")
     t.add_argument("--bootstrap", metavar="HOST:PORT",
-                   help="scrape the /metrics of a `pylog serve --metrics-port PORT` at HOST:PORT instead")
+                   help="scrape http://HOST:PORT/metrics instead: the metrics port of `pylog serve --metrics-port "
+                        "PORT` (request latency shows only there) or of `pylog metrics STORE --port PORT`")
     t.add_argument("--interval", type=float, default=1.0, metavar="S", help="seconds between refreshes (default 1)")
     t.add_argument("--iterations", type=positive, metavar="N", help="stop after N refreshes (default: until q or "
                                                                      "Ctrl-C)")
@@ -107,7 +109,16 @@ class _StoreContext:
 
 
 def _source(args: argparse.Namespace) -> Any:
-    return _StoreContext(args.store, args.all)
+    if args.store is not None:
+        return _StoreContext(args.store, args.all)
+    if not HAVE_PARSER:
+        raise CommandError("pylog top --bootstrap reads Prometheus' format with prometheus-client: "
+                           "pip install 'pylog-embedded[metrics]'")
+    try:
+        url = scrape_url(args.bootstrap)
+    except ValueError as exc:
+        raise CommandError(str(exc)) from None
+    return contextlib.nullcontext(ScrapeSource(url, args.bootstrap, timeout=max(5.0, args.interval)))
 
 
 def _isatty(stream: Any) -> bool:

@@ -9,6 +9,10 @@ group, the cleaners' state); :mod:`pylog.cli.top_view` turns two consecutive sam
   cleaners every process publishes (``store.cleaners()``). A store has no bytes-in counter, so the source
   keeps one: the bytes appended to each partition's log files since the previous look (the growth of the
   segment that was active then, plus every segment rolled since).
+- :class:`ScrapeSource` scrapes a Prometheus text endpoint (``pylog serve --metrics-port``, ``pylog metrics``)
+  and reads the metrics :mod:`pylog.metrics` names (parsed with ``prometheus_client``'s parser): log end
+  offsets, bytes in and out, requests and their latency histogram per API, lag, cleaners. An answer it cannot
+  read (down, too large, not the text format) is a problem line of that sample, not the end of the view.
 
 Invariants:
 - A source only reads: it never takes a writer lock, creates a file or changes a committed offset.
@@ -20,6 +24,9 @@ Invariants:
 from __future__ import annotations
 
 import time
+import urllib.error
+import urllib.request
+from collections import defaultdict
 from dataclasses import dataclass, field
 
 from ..errors import PylogError
@@ -28,7 +35,17 @@ from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
 from ..storage.partition import Partition
 from ..store import Store
 
-__all__ = ["Sample", "TopicSample", "GroupSample", "CleanerSample", "RequestSample", "StoreSource"]
+try:
+    from prometheus_client.parser import text_string_to_metric_families
+    HAVE_PARSER = True
+except ImportError:  # the metrics extra is not installed: --bootstrap says so (pylog.cli.top)
+    HAVE_PARSER = False
+
+__all__ = ["Sample", "TopicSample", "GroupSample", "CleanerSample", "RequestSample", "StoreSource", "ScrapeSource",
+           "HAVE_PARSER", "MAX_SCRAPE_BYTES", "scrape_url", "parse_exposition"]
+
+#: The largest /metrics answer read (a store of 100,000 partitions answers ~30 MiB); beyond, a problem line.
+MAX_SCRAPE_BYTES = 64 << 20
 
 
 @dataclass
@@ -91,6 +108,8 @@ class Sample:
     requests: dict[str, RequestSample] = field(default_factory=dict)
     #: What could not be read this time (shown under the tables).
     problems: list[str] = field(default_factory=list)
+    #: Figures of the whole source for the header line (a server's connections, event loop busy ratio).
+    header: list[str] = field(default_factory=list)
 
 
 class StoreSource:
@@ -165,3 +184,126 @@ def _cleaner(c: PublishedCleaner) -> CleanerSample:
         last_run=None if st is None else st.last_run_end, runs=None if st is None else st.runs,
         uncleanable=None if st is None else len(st.uncleanable),
         max_dirty_ratio=max(st.dirty_ratios.values(), default=None) if st is not None else None)
+
+
+#: Scraped series: metric sample name -> [(labels, value)].
+Series = dict[str, list[tuple[dict[str, str], float]]]
+
+
+class ScrapeSource:
+    """Samples scraped from ``url`` (see the module docstring). ``timeout`` bounds each scrape (seconds)."""
+
+    def __init__(self, url: str, label: str, timeout: float = 5.0) -> None:
+        self.url = url
+        self.label = label
+        self.timeout = timeout
+
+    def sample(self) -> Sample:
+        out = Sample(at=time.monotonic())
+        try:
+            series = parse_exposition(self._fetch())
+        except (OSError, ValueError, UnicodeDecodeError) as exc:  # URLError and HTTPError are OSErrors
+            out.problems.append(f"scraping {self.url}: {exc}")
+            return out
+        out.at = time.monotonic()
+        _topics_from(series, out)
+        _groups_from(series, out)
+        _requests_from(series, out)
+        _cleaners_from(series, out)
+        for name, what, scale, unit in (("pylog_server_connections", "connections", 1, ""),
+                                        ("pylog_server_event_loop_busy_ratio", "event loop busy", 100, "%")):
+            for _, value in series.get(name, ()):
+                out.header.append(f"{what} {value * scale:.0f}{unit}")
+        return out
+
+    def _fetch(self) -> str:
+        with urllib.request.urlopen(self.url, timeout=self.timeout) as answer:  # noqa: S310 - http(s) only
+            body = answer.read(MAX_SCRAPE_BYTES + 1)
+        if len(body) > MAX_SCRAPE_BYTES:
+            raise ValueError(f"the answer is larger than {MAX_SCRAPE_BYTES} bytes")
+        return body.decode("utf-8")
+
+
+def scrape_url(address: str) -> str:
+    """The /metrics URL of ``HOST:PORT`` (or of a URL given whole). :raises ValueError: for anything else."""
+    if address.startswith(("http://", "https://")):
+        return address
+    host, sep, port = address.rpartition(":")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{address!r} is not HOST:PORT (the port of `pylog serve --metrics-port`)")
+    return f"http://{host}:{port}/metrics"
+
+
+def parse_exposition(text: str) -> Series:
+    """Prometheus' text format as series by sample name. :raises ValueError: for text that is not that format."""
+    series: Series = defaultdict(list)
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            series[s.name].append((s.labels, float(s.value)))
+    return series
+
+
+def _sums(series: Series, name: str, *keys: str) -> dict[tuple[str, ...], float]:
+    out: dict[tuple[str, ...], float] = defaultdict(float)
+    for labels, value in series.get(name, ()):
+        out[tuple(labels.get(k, "") for k in keys)] += value
+    return out
+
+
+def _topics_from(series: Series, out: Sample) -> None:
+    ends = series.get("pylog_log_end_offset", ())
+    partitions: dict[str, int] = defaultdict(int)
+    for labels, _ in ends:
+        partitions[labels.get("topic", "")] += 1
+    end = _sums(series, "pylog_log_end_offset", "topic")
+    bytes_in = _sums(series, "pylog_topic_bytes_in_total", "topic")
+    records_out = _sums(series, "pylog_topic_records_out_total", "topic")
+    bytes_out = _sums(series, "pylog_topic_bytes_out_total", "topic")
+    for (topic,), value in end.items():
+        if is_internal_topic(topic):
+            continue
+        key = (topic,)
+        out.topics[topic] = TopicSample(partitions[topic], int(value), int(bytes_in.get(key, 0)),
+                                        int(records_out.get(key, 0)), int(bytes_out.get(key, 0)))
+
+
+def _groups_from(series: Series, out: Sample) -> None:
+    lag = _sums(series, "pylog_group_lag", "group")
+    parts: dict[str, int] = defaultdict(int)
+    lead: dict[str, float] = {}
+    for labels, _ in series.get("pylog_group_lag", ()):
+        parts[labels.get("group", "")] += 1
+    for labels, value in series.get("pylog_group_lead", ()):
+        g = labels.get("group", "")
+        lead[g] = min(value, lead.get(g, value))
+    members = _sums(series, "pylog_group_members", "group")
+    for (group,) in set(lag) | set(members):
+        m = members.get((group,))
+        out.groups[group] = GroupSample(None if m is None else int(m), parts[group], int(lag.get((group,), 0)),
+                                        None if group not in lead else int(lead[group]))
+
+
+def _requests_from(series: Series, out: Sample) -> None:
+    counts = _sums(series, "pylog_server_requests_total", "api")
+    errors = _sums(series, "pylog_server_request_errors_total", "api")
+    buckets: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for labels, value in series.get("pylog_server_request_duration_seconds_bucket", ()):
+        buckets[labels.get("api", "")].append((float(labels.get("le", "+Inf")), value))
+    for (api,), count in counts.items():
+        out.requests[api] = RequestSample(count, errors.get((api,), 0.0), sorted(buckets.get(api, [])))
+
+
+def _cleaners_from(series: Series, out: Sample) -> None:
+    def by_pid(name: str) -> dict[str, float]:
+        return {labels.get("pid", ""): value for labels, value in series.get(name, ())}
+    alive = by_pid("pylog_cleaner_alive")
+    age = by_pid("pylog_cleaner_heartbeat_age_seconds")
+    last = by_pid("pylog_cleaner_last_run_timestamp_seconds")
+    runs = by_pid("pylog_cleaner_runs_total")
+    uncleanable = by_pid("pylog_cleaner_uncleanable_partitions")
+    for pid in sorted(alive, key=lambda p: (len(p), p)):
+        out.cleaners.append(CleanerSample(
+            name=f"pid {pid}", process_alive=None, thread="alive" if alive[pid] else "dead",
+            heartbeat_age=age.get(pid), last_run=last.get(pid) or None,
+            runs=None if pid not in runs else int(runs[pid]),
+            uncleanable=None if pid not in uncleanable else int(uncleanable[pid])))

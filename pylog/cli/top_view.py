@@ -180,7 +180,9 @@ def render(history: History, source: str, interval: float, ramp: str = SPARK_UNI
     cleaners."""
     last = history.last
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%H:%M:%S UTC")
-    parts: list[Any] = [Text(f"pylog top  {source}  {now}  every {interval:g} s  (q quits)")]
+    header = "  ".join([f"pylog top  {source}  {now}  every {interval:g} s", *([] if last is None else last.header),
+                        "(q quits)"])
+    parts: list[Any] = [Text(header)]
     topics = _table("Topics", "TOPIC", "PARTITIONS", "LOG-END", "RECORDS/S", "BYTES/S", "HISTORY")
     server = last is not None and any(t.records_out is not None for t in last.topics.values())
     if server:
