@@ -35,11 +35,16 @@ def _store(path: Path) -> None:
         store.commit_offsets("billing", {TopicPartition("orders", 0): 100, TopicPartition("orders", 1): 400})
 
 
-def _row(text: str, first: str) -> list[str]:
-    """The cells of the last table row on the screen starting with ``first``."""
+def _find(text: str, first: str) -> list[str]:
+    """The cells of the last table row on the screen starting with ``first`` ([] when there is none)."""
     rows = [line.split() for line in text.splitlines() if line.split()[:1] == [first]]
-    assert rows, f"no row {first!r} in:\n{text}"
-    return rows[-1]
+    return rows[-1] if rows else []
+
+
+def _row(text: str, first: str) -> list[str]:
+    row = _find(text, first)
+    assert row, f"no row {first!r} in:\n{text}"
+    return row
 
 
 # ------------------------------------------------------------------------------------- pure functions
@@ -264,9 +269,9 @@ def test_live_view_shows_the_store_follows_new_records_and_quits_on_q(tmp_path, 
     # records appended while it runs: the log end follows, with a rate, and the group's lag grows by as many
     with pylog.open(store, log_cleaner_enable=False) as writer:
         writer.topic("orders").partition(0).append_values([b"more"] * 1000)
-    term.wait_for_screen(lambda s: _row(s, "orders")[2] == "2234" and _row(s, "billing")[3] == "1400")
+    term.wait_for_screen(lambda s: _find(s, "orders")[2:3] == ["2234"] and _find(s, "billing")[3:4] == ["1400"])
     # the burst's rate is the top of the sparkline; the rate afterwards is 0
-    screen = term.wait_for_screen(lambda s: _row(s, "orders")[3] == "0.0" and "█" in " ".join(_row(s, "orders")[6:]))
+    term.wait_for_screen(lambda s: _find(s, "orders")[3:4] == ["0.0"] and "█" in "".join(_find(s, "orders")[6:]))
     term.send("q")
     screen = term.wait_for_screen(lambda s: "TERMINAL-CHECKED" in s)
     assert "EXIT=0" in screen and "Traceback" not in screen
@@ -281,4 +286,34 @@ def test_live_view_ends_cleanly_on_ctrl_c(tmp_path, terminal):
     term.send("C-c")
     screen = term.wait_for_screen(lambda s: "TERMINAL-CHECKED" in s)
     assert "EXIT=0" in screen and "Traceback" not in screen and "KeyboardInterrupt" not in screen
+    _assert_terminal_restored(term, screen)
+
+
+def test_live_view_of_a_server_shows_request_latency_while_a_kafka_client_produces(store, server, metrics_endpoint,
+                                                                                     terminal):
+    kafka = pytest.importorskip("kafka")
+    store.create_topic("orders")
+    term = terminal(f"{sys.executable} -m pylog top --bootstrap 127.0.0.1:{metrics_endpoint.port} --interval 0.3")
+    term.wait_for_screen(lambda s: "Cleaners" in s and "connections" in s)
+    producer = kafka.KafkaProducer(bootstrap_servers=f"127.0.0.1:{server.port}", linger_ms=0)
+    try:
+        sent = 0
+
+        def produced_and_drawn(screen: str) -> bool:
+            nonlocal sent
+            for _ in range(20):  # keep producing until a refresh has seen Produce requests answered
+                producer.send("orders", b"order %d" % sent)
+                sent += 1
+            producer.flush(timeout=30)
+            row = _find(screen, "Produce")
+            return len(row) > 4 and row[1] != "0.0" and row[4] != "-"  # requests/s, p99
+        term.wait_for_screen(produced_and_drawn)
+    finally:
+        producer.close(timeout=10)
+    produce = _row(term.wait_for_screen(lambda s: _find(s, "orders")[2:3] == [str(sent)]), "Produce")
+    requests_per_s, errors_per_s, p50_ms, p99_ms = (float(c.replace(",", "")) for c in produce[1:5])
+    assert requests_per_s > 0 and errors_per_s == 0 and 0 < p50_ms <= p99_ms
+    term.send("q")
+    screen = term.wait_for_screen(lambda s: "TERMINAL-CHECKED" in s)
+    assert "EXIT=0" in screen
     _assert_terminal_restored(term, screen)
