@@ -27,7 +27,7 @@ import bisect
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import Iterator
+from typing import Any, Iterator
 
 __all__ = ["Metric", "METRICS", "BY_NAME", "Counter", "Histogram", "enable", "enabled", "state",
            "LATENCY_BUCKETS", "SIZE_BUCKETS", "FSYNC_BUCKETS", "counter", "histogram", "recorders",
@@ -347,19 +347,21 @@ def fsynced(seconds: float) -> None:
     _fsyncs.observe((), seconds)
 
 
-#: Live producers, consumers and servers, whose gauges (buffer available, lag max, connections...) are read
-#: when scraped. Weak: tracking never keeps one alive; their counters are the recorders above, which outlive them.
-_tracked: "weakref.WeakSet[object]" = weakref.WeakSet()
+#: Live producers, consumers and servers by kind, whose gauges (buffer available, lag max, connections...) are
+#: read when scraped. Weak: tracking never keeps one alive; their counters are the recorders above, which
+#: outlive them.
+_tracked: "dict[str, weakref.WeakSet[Any]]" = {}
 _tracked_lock = threading.Lock()
 
 
-def track(obj: object) -> None:
-    """Remember ``obj`` (a client or server) for scrape-time gauges, while it lives."""
+def track(kind: str, obj: object) -> None:
+    """Remember ``obj`` (``kind``: "producer", "consumer", "server") for scrape-time gauges, while it lives."""
     with _tracked_lock:
-        _tracked.add(obj)
+        _tracked.setdefault(kind, weakref.WeakSet()).add(obj)
 
 
-def tracked() -> list[object]:
-    """The live tracked objects."""
+def tracked(kind: str) -> list[Any]:
+    """The live tracked objects of ``kind``."""
     with _tracked_lock:
-        return list(_tracked)
+        found = _tracked.get(kind)
+        return list(found) if found is not None else []

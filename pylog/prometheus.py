@@ -12,9 +12,9 @@ Public API::
 Needs the ``metrics`` extra (``prometheus-client``); without it every entry point raises
 :class:`~pylog.errors.MetricsUnavailableError`, and the rest of pylog works as before (nothing records).
 
-This module sits with the applications (it reads the store, the clients and the server, and nothing below
-imports it): the recorders it exposes live in the shared :mod:`pylog.metrics`, which every layer may count
-into without depending on the library.
+This module sits above the server and below the applications (it reads the store, the clients and the
+server; the command line imports it, nothing below does). The recorders it exposes live in the shared
+:mod:`pylog.metrics`, which every layer may count into without depending on the library.
 
 Invariants:
 1. One :class:`PylogCollector` yields every pylog metric once per scrape: the process's counters and
@@ -31,7 +31,7 @@ from __future__ import annotations
 import http.server
 import threading
 import time
-from typing import Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
 
 from . import __version__, metrics
 from .accel import ACCELERATED
@@ -39,8 +39,10 @@ from .clients.consumer import Consumer
 from .clients.producer import Producer
 from .errors import MetricsUnavailableError, PylogError, UnknownTopicError
 from .maintenance.cleaner_registry import PublishedCleaner
-from .server import Server
 from .store import Store
+
+if TYPE_CHECKING:  # not imported at run time: the command line would pay for the server at every start
+    from .server import Server
 
 try:
     from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
@@ -52,7 +54,7 @@ except ImportError:  # the metrics extra is not installed
     AVAILABLE = False
 
 __all__ = ["AVAILABLE", "PylogCollector", "register", "registry", "start_http_server", "MetricsEndpoint",
-           "exposition"]
+           "exposition", "store_health", "server_health", "require"]
 
 #: A /health answer: (healthy, text).
 Health = Callable[[], "tuple[bool, str]"]
@@ -85,14 +87,13 @@ class PylogCollector:
         families.gauge("pylog_info", (__version__, "true" if ACCELERATED else "false"), 1)
         for rec in metrics.recorders():
             families.recorded(rec)
-        servers = [o for o in metrics.tracked() if isinstance(o, Server)]
+        servers: list[Server] = metrics.tracked("server")
         if self._server is not None and self._server not in servers:
             servers.append(self._server)
-        for obj in metrics.tracked():
-            if isinstance(obj, Producer):
-                _producer_gauges(families, obj)
-            elif isinstance(obj, Consumer):
-                _consumer_gauges(families, obj)
+        for producer in metrics.tracked("producer"):
+            _producer_gauges(families, producer)
+        for consumer in metrics.tracked("consumer"):
+            _consumer_gauges(families, consumer)
         store = self._store if self._store is not None else (self._server.store if self._server else None)
         held: dict[str, tuple[int, int]] = {}  # group -> (generation, members) from a server of this store
         for server in servers:
@@ -330,6 +331,30 @@ def start_http_server(reg: Any, port: int = 0, host: str = "127.0.0.1",
 
 def _always_ok() -> tuple[bool, str]:
     return True, "ok"
+
+
+def store_health(store: Store) -> Health:
+    """A /health check of ``store``: open, its directory listable, and its own cleaner healthy."""
+    def check() -> tuple[bool, str]:
+        if store.closed:
+            return False, "store closed"
+        try:
+            store.topics()  # raises when the directory is gone or unreadable
+            store.check_health()  # CleanerError: this process's cleaner died or gave up on a partition
+        except (PylogError, OSError) as exc:
+            return False, str(exc)
+        return True, "ok"
+    return check
+
+
+def server_health(server: Server) -> Health:
+    """A /health check of ``server``: serving, and its store healthy (see :func:`store_health`)."""
+    def check() -> tuple[bool, str]:
+        store = server.store
+        if server.loop_cpu_seconds() is None or store is None:
+            return False, "not serving"
+        return store_health(store)()
+    return check
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):

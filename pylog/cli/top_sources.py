@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from ..errors import PylogError
 from ..maintenance.cleaner_registry import PublishedCleaner
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
-from ..storage.partition import Partition
+from ..partition import Partition
 from ..store import Store
 
 try:

@@ -45,7 +45,7 @@ from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from ..storage.records import consumer_rows, payload_bytes
 from ..structs import OffsetAndMetadata, TopicPartition
-from ..storage.partition import Partition
+from ..partition import Partition
 
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",
@@ -207,7 +207,7 @@ class Consumer:
         self._throttle_total = self._throttle_max = 0.0
         self._throttled_fetches = 0
         self._metrics_label = client_metrics.label(cfg["client_id"])
-        metrics.track(self)  # lag max and lead min, read when scraped
+        metrics.track("consumer", self)  # lag max and lead min, read when scraped
         if topics:
             self.subscribe(topics)
 

@@ -76,7 +76,7 @@ from .storeview import StoreView
 from ..storage.records import header_pairs, now_ms
 from .accumulator import ITEM_LEN, RECORD_OVERHEAD, Accumulation
 from ..structs import RecordMetadata
-from ..storage.partition import Partition
+from ..partition import Partition
 
 
 __all__ = ["Producer", "FutureRecordMetadata", "ProducerTimeoutError"]
@@ -274,7 +274,7 @@ class Producer:
                                                    self._settle, self._drain_all, Accumulation, FutureRecordMetadata)
         self._sender = threading.Thread(target=self._run_sender, name="pylog-producer-sender", daemon=True)
         self._sender.start()
-        metrics.track(self)  # buffer available, read when scraped
+        metrics.track("producer", self)  # buffer available, read when scraped
 
     # ------------------------------------------------------------------ sending
 

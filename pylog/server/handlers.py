@@ -36,7 +36,7 @@ from .. import metrics
 from ..errors import OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
 from ..storage.fileio import DESCRIPTOR_ERRNOS
 from ..storage.filenames import is_internal_topic, topic_name_problem
-from ..storage.partition import Partition
+from ..partition import Partition
 from . import metering, recordbatch
 from .errormap import code_for
 from .authorizer import CLUSTER_NAME

@@ -466,7 +466,7 @@ class Server:
         self.port = self.config.port
         self._stopped = threading.Event()
         self._loop_thread: int | None = None  # the event loop thread's id, while it serves
-        metrics.track(self)  # its gauges (connections, loop CPU, groups) are read when scraped
+        metrics.track("server", self)  # its gauges (connections, loop CPU, groups) are read when scraped
 
     # ------------------------------------------------------------------ public
 
