@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import io
 import os
+import re
+import signal
 import shutil
 import subprocess
 import sys
@@ -21,6 +23,7 @@ from pylog.cli.top_sources import RequestSample, Sample, ScrapeSource, StoreSour
 from pylog.cli.top_view import History, histogram_quantile, rate, sparkline
 from pylog.structs import TopicPartition
 
+from serverutil import start_cli_server
 from storetools import wait_for
 
 
@@ -289,31 +292,56 @@ def test_live_view_ends_cleanly_on_ctrl_c(tmp_path, terminal):
     _assert_terminal_restored(term, screen)
 
 
-def test_live_view_of_a_server_shows_request_latency_while_a_kafka_client_produces(store, server, metrics_endpoint,
-                                                                                     terminal):
-    kafka = pytest.importorskip("kafka")
-    store.create_topic("orders")
-    term = terminal(f"{sys.executable} -m pylog top --bootstrap 127.0.0.1:{metrics_endpoint.port} --interval 0.3")
-    term.wait_for_screen(lambda s: "Cleaners" in s and "connections" in s)
-    producer = kafka.KafkaProducer(bootstrap_servers=f"127.0.0.1:{server.port}", linger_ms=0)
-    try:
-        sent = 0
-
-        def produced_and_drawn(screen: str) -> bool:
-            nonlocal sent
-            for _ in range(20):  # keep producing until a refresh has seen Produce requests answered
-                producer.send("orders", b"order %d" % sent)
-                sent += 1
-            producer.flush(timeout=30)
-            row = _find(screen, "Produce")
-            return len(row) > 4 and row[1] != "0.0" and row[4] != "-"  # requests/s, p99
-        term.wait_for_screen(produced_and_drawn)
-    finally:
-        producer.close(timeout=10)
-    produce = _row(term.wait_for_screen(lambda s: _find(s, "orders")[2:3] == [str(sent)]), "Produce")
-    requests_per_s, errors_per_s, p50_ms, p99_ms = (float(c.replace(",", "")) for c in produce[1:5])
-    assert requests_per_s > 0 and errors_per_s == 0 and 0 < p50_ms <= p99_ms
-    term.send("q")
+def test_live_view_ends_cleanly_on_sigterm(tmp_path, terminal):
+    store = tmp_path / "store"
+    _store(store)
+    term = terminal(_top_command(store))
+    term.wait_for_screen(lambda s: "orders" in s and "Consumer groups" in s)
+    shell = int(term.state("#{pane_pid}"))
+    children = Path(f"/proc/{shell}/task/{shell}/children").read_text().split()
+    assert len(children) == 1, children  # the shell runs pylog top and nothing else
+    os.kill(int(children[0]), signal.SIGTERM)
     screen = term.wait_for_screen(lambda s: "TERMINAL-CHECKED" in s)
-    assert "EXIT=0" in screen
+    assert "EXIT=0" in screen and "Traceback" not in screen
     _assert_terminal_restored(term, screen)
+
+
+def test_live_view_of_pylog_serve_shows_request_latency_while_a_kafka_client_produces(tmp_path, terminal):
+    """`pylog serve --metrics-port` in a process of its own, `pylog top --bootstrap` in a tmux pane, kafka-python
+    producing: the Produce row shows requests/s and p50 <= p99, and the topic's log end what was sent."""
+    kafka = pytest.importorskip("kafka")
+    pytest.importorskip("prometheus_client")
+    with pylog.open(tmp_path / "store", log_cleaner_enable=False) as store:
+        store.create_topic("orders")
+    proc, bootstrap, lines = start_cli_server(tmp_path / "store", "--metrics-port", "0")
+    try:
+        url = wait_for(lambda: next((m.group(1) for m in map(re.compile(r"metrics on (http://\S+)").search, lines)
+                                     if m), None), timeout=30)
+        assert url, "".join(lines)
+        term = terminal(f"{sys.executable} -m pylog top --bootstrap {url} --interval 0.3")
+        term.wait_for_screen(lambda s: "Cleaners" in s and "connections" in s)
+        producer = kafka.KafkaProducer(bootstrap_servers=bootstrap, linger_ms=0)
+        try:
+            sent = 0
+
+            def produced_and_drawn(screen: str) -> bool:
+                nonlocal sent
+                for _ in range(20):  # keep producing until a refresh has seen Produce requests answered
+                    producer.send("orders", b"order %d" % sent)
+                    sent += 1
+                producer.flush(timeout=30)
+                row = _find(screen, "Produce")
+                return len(row) > 4 and row[1] != "0.0" and row[4] != "-"  # requests/s, p99
+            term.wait_for_screen(produced_and_drawn)
+        finally:
+            producer.close(timeout=10)
+        produce = _row(term.wait_for_screen(lambda s: _find(s, "orders")[2:3] == [str(sent)]), "Produce")
+        requests_per_s, errors_per_s, p50_ms, p99_ms = (float(c.replace(",", "")) for c in produce[1:5])
+        assert requests_per_s > 0 and errors_per_s == 0 and 0 < p50_ms <= p99_ms
+        term.send("q")
+        screen = term.wait_for_screen(lambda s: "TERMINAL-CHECKED" in s)
+        assert "EXIT=0" in screen
+        _assert_terminal_restored(term, screen)
+    finally:
+        proc.terminate()
+        proc.wait(30)
