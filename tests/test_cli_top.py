@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import io
 import os
+import random
 import re
 import signal
 import shutil
@@ -16,11 +17,13 @@ import sys
 from pathlib import Path
 
 import pytest
+from rich.console import Console
 
 import pylog
 from pylog.__main__ import ExitCode, main
-from pylog.cli.top_sources import RequestSample, Sample, ScrapeSource, StoreSource, TopicSample, scrape_url
-from pylog.cli.top_view import History, histogram_quantile, rate, sparkline
+from pylog.cli.top_sources import (RequestSample, Sample, ScrapeSource, StoreSource, TopicSample, sample_of,
+                                   scrape_url)
+from pylog.cli.top_view import History, histogram_quantile, rate, render, sparkline
 from pylog.structs import TopicPartition
 
 from serverutil import start_cli_server
@@ -121,6 +124,7 @@ def test_store_source_counts_appended_records_and_bytes_across_a_roll(tmp_path):
 def test_top_batch_mode_prints_offsets_lag_and_the_cleaner_of_a_live_process(tmp_path):
     _store(tmp_path)
     with pylog.open(tmp_path) as live:  # a process with its cleaner enabled: published under __cleaners/
+        live.commit_offsets("[bold]audit", {TopicPartition("clicks", 0): 77})  # a name rich would take for markup
         wait_for(lambda: live.cleaners())
         out = io.StringIO()
         assert main(["top", str(tmp_path), "--iterations", "2", "--interval", "0.05"], out) == ExitCode.OK
@@ -130,6 +134,8 @@ def test_top_batch_mode_prints_offsets_lag_and_the_cleaner_of_a_live_process(tmp
     assert _row(text, "orders")[1:3] == ["3", "1234"]
     assert _row(text, "clicks")[1:3] == ["1", "77"]
     assert _row(text, "billing")[1:5] == ["0", "2", "400", "100"]  # members, partitions, lag, min lead
+    assert _row(text, "[bold]audit")[1:5] == ["0", "1", "0", "77"]
+    assert text.index("billing") < text.index("[bold]audit")  # the group lagging most first
     assert _row(text, "pid")[1:4] == [str(os.getpid()), "alive", "alive"]
     assert "__consumer_offsets" not in text
 
@@ -183,6 +189,39 @@ def test_top_bootstrap_shows_an_endpoint_that_does_not_answer_as_a_problem(tmp_p
         out = io.StringIO()
         assert main(["top", "--bootstrap", f"127.0.0.1:{port}", "--iterations", "1"], out) == ExitCode.OK
     assert f"problem: scraping http://127.0.0.1:{port}/metrics" in out.getvalue()
+
+
+def test_mutated_expositions_give_a_sample_or_a_problem_line_never_an_exception(store):
+    """A scraped answer is hostile input: 1,000 mutations of a real exposition (a store's gauges and a request
+    histogram) through parsing, rates and drawing; each gives a sample, or an empty one naming the problem."""
+    prometheus = pytest.importorskip("pylog.prometheus")
+    _store(Path(store.path))
+    text = prometheus.exposition(prometheus.registry(store)).decode()
+    text += ('# TYPE pylog_server_request_duration_seconds histogram\n'
+             'pylog_server_request_duration_seconds_bucket{api="Produce",le="0.1"} 3\n'
+             'pylog_server_request_duration_seconds_bucket{api="Produce",le="+Inf"} 4\n'
+             'pylog_server_request_duration_seconds_count{api="Produce"} 4\n'
+             'pylog_server_request_duration_seconds_sum{api="Produce"} 0.2\n'
+             '# TYPE pylog_server_requests_total counter\npylog_server_requests_total{api="Produce"} 4\n')
+    assert sample_of(text, "x").topics["orders"].end_offset == 1234
+    rnd = random.Random(29)
+    console = Console(file=io.StringIO(), width=120)
+    outcomes = {"sample": 0, "problem": 0}
+    for _ in range(1000):
+        data = bytearray(text.encode())
+        for _ in range(rnd.randint(1, 5)):
+            at = rnd.randrange(len(data))
+            if rnd.random() < 0.5:
+                data[at] = rnd.choice(b'{}",=# \n\\0123456789.eE+-NaInf')
+            else:
+                del data[at:at + rnd.randint(1, 40)]
+        history = History()
+        for _ in range(2):  # twice: the second sample makes rates and quantiles
+            sample = sample_of(data.decode("utf-8", "replace"), "x")
+            history.add(sample)
+        console.print(render(history, "x", 1.0))
+        outcomes["problem" if sample.problems else "sample"] += 1
+    assert outcomes["sample"] > 50 and outcomes["problem"] > 50, outcomes
 
 
 def test_scrape_url_takes_host_port_or_a_url():

@@ -23,6 +23,7 @@ Invariants:
 
 from __future__ import annotations
 
+import math
 import time
 import urllib.error
 import urllib.request
@@ -42,7 +43,8 @@ except ImportError:  # the metrics extra is not installed: --bootstrap says so (
     HAVE_PARSER = False
 
 __all__ = ["Sample", "TopicSample", "GroupSample", "CleanerSample", "RequestSample", "StoreSource", "ScrapeSource",
-           "HAVE_PARSER", "MAX_SCRAPE_BYTES", "scrape_url", "parse_exposition"]
+           "HAVE_PARSER", "MAX_SCRAPE_BYTES", "scrape_url", "parse_exposition",
+           "sample_of"]
 
 #: The largest /metrics answer read (a store of 100,000 partitions answers ~30 MiB); beyond, a problem line.
 MAX_SCRAPE_BYTES = 64 << 20
@@ -199,13 +201,29 @@ class ScrapeSource:
         self.timeout = timeout
 
     def sample(self) -> Sample:
-        out = Sample(at=time.monotonic())
         try:
-            series = parse_exposition(self._fetch())
+            text = self._fetch()
         except (OSError, ValueError, UnicodeDecodeError) as exc:  # URLError and HTTPError are OSErrors
+            out = Sample(at=time.monotonic())
             out.problems.append(f"scraping {self.url}: {exc}")
             return out
-        out.at = time.monotonic()
+        return sample_of(text, self.url)
+
+    def _fetch(self) -> str:
+        with urllib.request.urlopen(self.url, timeout=self.timeout) as answer:  # noqa: S310 - http(s) only
+            body = answer.read(MAX_SCRAPE_BYTES + 1)
+        if len(body) > MAX_SCRAPE_BYTES:
+            raise ValueError(f"the answer is larger than {MAX_SCRAPE_BYTES} bytes")
+        return body.decode("utf-8")
+
+
+def sample_of(text: str, where: str) -> Sample:
+    """The sample an exposition ``text`` holds; text that is not Prometheus' format, or values that are not
+    numbers where counts belong (NaN, infinities, a bucket bound that is no number), give an empty sample with
+    a problem line naming ``where``."""
+    out = Sample(at=time.monotonic())
+    try:
+        series = parse_exposition(text)
         _topics_from(series, out)
         _groups_from(series, out)
         _requests_from(series, out)
@@ -214,14 +232,9 @@ class ScrapeSource:
                                         ("pylog_server_event_loop_busy_ratio", "event loop busy", 100, "%")):
             for _, value in series.get(name, ()):
                 out.header.append(f"{what} {value * scale:.0f}{unit}")
-        return out
-
-    def _fetch(self) -> str:
-        with urllib.request.urlopen(self.url, timeout=self.timeout) as answer:  # noqa: S310 - http(s) only
-            body = answer.read(MAX_SCRAPE_BYTES + 1)
-        if len(body) > MAX_SCRAPE_BYTES:
-            raise ValueError(f"the answer is larger than {MAX_SCRAPE_BYTES} bytes")
-        return body.decode("utf-8")
+    except (ValueError, OverflowError) as exc:  # int() of NaN or an infinity, float() of a bad bound
+        return Sample(at=out.at, problems=[f"scraping {where}: {exc}"])
+    return out
 
 
 def scrape_url(address: str) -> str:
@@ -235,11 +248,14 @@ def scrape_url(address: str) -> str:
 
 
 def parse_exposition(text: str) -> Series:
-    """Prometheus' text format as series by sample name. :raises ValueError: for text that is not that format."""
+    """Prometheus' text format as series by sample name (samples whose value is NaN or infinite left out).
+    :raises ValueError: for text that is not that format."""
     series: Series = defaultdict(list)
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            series[s.name].append((s.labels, float(s.value)))
+            value = float(s.value)
+            if math.isfinite(value):  # no count, offset or lag is NaN or infinite: such a sample says nothing
+                series[s.name].append((s.labels, value))
     return series
 
 

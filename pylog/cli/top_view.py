@@ -9,6 +9,8 @@ Invariants:
   histogram's buckets as Prometheus' ``histogram_quantile`` does; none when no request was answered.
 - History is bounded: the last :data:`HISTORY` rates per row, whatever the run's length.
 - Everything drawn is plain text (rich ``Text``, never markup): a topic named ``[red]`` shows as it is.
+- Rows are ordered by what needs a look first: topics by records/s, groups by lag, highest first (then by name),
+  so that on a screen too short for every row the ones cut off at the bottom are the quiet ones.
 """
 
 from __future__ import annotations
@@ -188,7 +190,8 @@ def render(history: History, source: str, interval: float, ramp: str = SPARK_UNI
     if server:
         topics = _table("Topics", "TOPIC", "PARTITIONS", "LOG-END", "RECORDS/S", "BYTES/S", "OUT-RECORDS/S",
                         "OUT-BYTES/S", "HISTORY")
-    for name, row in sorted(history.topics.items()):
+    # busiest first, as top does (ties and the first refresh by name): the rows that matter stay on a short screen
+    for name, row in sorted(history.topics.items(), key=lambda kv: (-(kv[1].values["records_in"] or 0), kv[0])):
         v = row.values
         cells = [name, v["partitions"], v["end"], _num(v["records_in"]), _per_s(v["bytes_in"])]
         if server:
@@ -197,7 +200,7 @@ def render(history: History, source: str, interval: float, ramp: str = SPARK_UNI
     parts.append(topics if history.topics else Text("Topics: none"))
     if history.groups:
         groups = _table("Consumer groups", "GROUP", "MEMBERS", "PARTITIONS", "LAG", "MIN-LEAD", "TREND")
-        for name, row in sorted(history.groups.items()):
+        for name, row in sorted(history.groups.items(), key=lambda kv: (-kv[1].values["lag"], kv[0])):
             v = row.values
             _row(groups, name, v["members"], v["partitions"], v["lag"], v["min_lead"],
                  sparkline(row.history, ramp=ramp))
