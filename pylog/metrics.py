@@ -102,7 +102,8 @@ METRICS: tuple[Metric, ...] = (
        "Time from a request's frame taken off the queue to its answer ready, per API.", LATENCY_BUCKETS),
     _m("pylog_server_event_loop_busy_ratio", GAUGE, "", "server",
        "kafka.server:type=KafkaRequestHandlerPool,name=RequestHandlerAvgIdlePercent (1 - it)",
-       "Share of the last second the event loop's thread spent on the CPU (1 - Kafka's idle percent)."),
+       "Share of the time since the previous scrape the event loop's thread spent on the CPU (1 - Kafka's idle "
+       "percent)."),
     _m("pylog_server_event_loop_busy_seconds_total", COUNTER, "", "server",
        "kafka.network:type=SocketServer,name=NetworkProcessorAvgIdlePercent (its complement, summed)",
        "CPU seconds of the event loop's thread."),

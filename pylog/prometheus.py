@@ -29,9 +29,10 @@ Invariants:
 from __future__ import annotations
 
 import http.server
+import itertools
 import threading
 import time
-from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from . import __version__, metrics
 from .accel import ACCELERATED
@@ -49,6 +50,7 @@ try:
     from prometheus_client.core import (CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily,
                                         Metric as _PromMetric)
     from prometheus_client.registry import REGISTRY, CollectorRegistry
+    from prometheus_client.samples import Sample
     AVAILABLE = True
 except ImportError:  # the metrics extra is not installed
     AVAILABLE = False
@@ -143,6 +145,11 @@ class _Families:
     def counter(self, name: str, labels: tuple[str, ...], value: float) -> None:
         self._family(name).add_metric(labels, value)
 
+    def many(self, name: str, labels: list[dict[str, str]], values: Sequence[float]) -> None:
+        """Samples of gauge ``name``, one per label dict (keyed by the metric's label names) and value: the bulk
+        path of the per-partition gauges (a scrape of 1,000 partitions adds 7,000 samples)."""
+        self._family(name).samples.extend(map(Sample, itertools.repeat(name), labels, values))
+
     def recorded(self, rec: metrics.Counter | metrics.Histogram) -> None:
         name = rec.metric.name
         if isinstance(rec, metrics.Histogram):
@@ -189,24 +196,29 @@ def _store_gauges(families: _Families, store: Store, held: dict[str, tuple[int, 
     """The store's gauges from its files: offsets, sizes and segments per partition, groups' progress and
     membership, the published cleaners."""
     offsets: dict[tuple[str, int], tuple[int, int]] = {}
+    labels: list[dict[str, str]] = []
+    starts, ends, sizes, counts = [], [], [], []
     for name in store.topics():
         try:
             topic = store.topic(name)
         except (UnknownTopicError, PylogError):  # deleted meanwhile
             continue
         for number in range(topic.num_partitions):
-            labels = (name, str(number))
             try:
                 p = topic.partition(number)
-                start, end = p.log_start_offset, p.log_end_offset
+                start, end = p.offsets()
                 segments = p.segments
             except (PylogError, OSError):  # deleted or damaged meanwhile: the next scrape sees it again
                 continue
             offsets[(name, number)] = (start, end)
-            families.gauge("pylog_log_start_offset", labels, start)
-            families.gauge("pylog_log_end_offset", labels, end)
-            families.gauge("pylog_log_size_bytes", labels, sum(s.size for s in segments))
-            families.gauge("pylog_log_segments", labels, len(segments))
+            labels.append({"topic": name, "partition": str(number)})
+            starts.append(start)
+            ends.append(end)
+            sizes.append(sum(s.size for s in segments))
+            counts.append(len(segments))
+    for metric, values in (("pylog_log_start_offset", starts), ("pylog_log_end_offset", ends),
+                           ("pylog_log_size_bytes", sizes), ("pylog_log_segments", counts)):
+        families.many(metric, labels, values)
     _group_gauges(families, store, offsets, held)
     _cleaner_gauges(families, store.cleaners())
 

@@ -6,8 +6,8 @@ end offsets, size and segment count; every group's committed offsets, lag and le
 members; the cleaners every process publishes under ``__cleaners/`` (alive, heartbeat, last run, totals,
 dirty ratios). Counters of traffic (bytes and records in and out, requests) are counted inside the processes
 that do the work: export those from the application (``pylog.prometheus.register(store)``) or from
-``pylog serve --metrics-port``. The store is opened read-only in spirit: no cleaner, no writer lock, nothing
-written. Needs the ``metrics`` extra. docs/OPERATIONS.md lists the metrics.
+``pylog serve --metrics-port``. The store is opened read-only: no cleaner, no writer lock, nothing written.
+Needs the ``metrics`` extra. docs/OPERATIONS.md lists the metrics.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ import threading
 from typing import Any, TextIO
 
 from .. import prometheus
-from .base import ExitCode, check_store_path, non_negative, open_store
+from .base import ExitCode, non_negative, open_store_for_scans
 
 __all__ = ["register"]
 
@@ -37,9 +37,10 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     prometheus.require()
-    check_store_path(args.store, create=False)
     stop = threading.Event()
-    with open_store(args.store) as store:
+    # Read-only (no cleaner, nothing written), and every descriptor but a reserve for the partitions: a scrape
+    # touches every partition, and a budget smaller than the store would make each scrape close and reopen them.
+    with open_store_for_scans(args.store) as store:
         reg = prometheus.registry(store)
         with prometheus.start_http_server(reg, args.port, args.host, prometheus.store_health(store)) as endpoint:
             print(f"pylog metrics: serving {endpoint.url} for {store.path}", file=out, flush=True)

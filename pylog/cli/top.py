@@ -27,8 +27,7 @@ import sys
 import time
 from typing import Any, Callable, Iterator, Protocol, TextIO
 
-from ..store import Store
-from .base import CommandError, ExitCode, check_store_path, positive
+from .base import CommandError, ExitCode, open_store_for_scans, positive
 from .top_sources import HAVE_PARSER, Sample, ScrapeSource, StoreSource, scrape_url
 from .top_view import HAVE_RICH, SPARK_ASCII, SPARK_UNICODE, History, render
 
@@ -95,22 +94,15 @@ def _top(args: argparse.Namespace, out: TextIO) -> ExitCode:
     return ExitCode.OK
 
 
-class _StoreContext:
-    def __init__(self, path: str, internal: bool) -> None:
-        check_store_path(path, create=False)
-        self.store = Store(path, read_only=True)
-        self.internal = internal
-
-    def __enter__(self) -> StoreSource:
-        return StoreSource(self.store, self.internal)
-
-    def __exit__(self, *exc: Any) -> None:
-        self.store.close()
+@contextlib.contextmanager
+def _store_source(path: str, internal: bool) -> Iterator[StoreSource]:
+    with open_store_for_scans(path) as store:
+        yield StoreSource(store, internal)
 
 
 def _source(args: argparse.Namespace) -> Any:
     if args.store is not None:
-        return _StoreContext(args.store, args.all)
+        return _store_source(args.store, args.all)
     if not HAVE_PARSER:
         raise CommandError("pylog top --bootstrap reads Prometheus' format with prometheus-client: "
                            "pip install 'pylog-embedded[metrics]'")
