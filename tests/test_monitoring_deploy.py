@@ -2,8 +2,9 @@
 and unit-tested by promtool, the Grafana dashboard (deploy/grafana/pylog.json), and both naming only metrics
 pylog exports (pylog.metrics.METRICS), every alert with a runbook section in docs/OPERATIONS.md.
 
-promtool comes from the distribution's ``prometheus`` package (.ci/run installs it); its tests skip without it
-outside CI.
+promtool and Prometheus come from the distribution's ``prometheus`` package (.ci/run installs it); their tests
+skip without it outside CI. One test loads the rules into a real Prometheus scraping a ``pylog metrics``
+exporter of a store in trouble.
 """
 
 from __future__ import annotations
@@ -12,12 +13,18 @@ import json
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import yaml
 
+import pylog
 from pylog.metrics import METRICS
+from pylog.structs import TopicPartition
+
+from promserver import PromServer, start_exporter, stop
+from serverutil import wait_until
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "pylog-rules.yml"
@@ -118,6 +125,101 @@ def test_rules_name_only_metrics_pylog_exports_or_node_exporter_has():
         assert not unknown, f"{rule['alert']} names metrics nobody exports: {sorted(unknown)}"
 
 
+_DYING_CLEANER = """
+import sys, time, pylog
+store = pylog.open(sys.argv[1])  # its cleaner enabled: published under __cleaners/
+while not store.cleaners():
+    time.sleep(0.05)
+print("published", flush=True)
+time.sleep(600)  # SIGKILLed by the test long before
+"""
+
+
+@pytest.mark.slow
+def test_a_real_prometheus_raises_the_alerts_of_a_store_in_trouble_from_the_exporter(tmp_path):
+    """The rule file loaded by a real Prometheus scraping `pylog metrics` of a store where retention deleted
+    records a group had not read and a process died with its cleaner: those two alerts come (pending or
+    firing: their `for` is a minute) with the labels pylog exports, no other does, and every rule evaluates."""
+    if shutil.which("prometheus") is None:
+        pytest.skip("prometheus is not installed (apt-get install prometheus; .ci/run does)")
+    pytest.importorskip("prometheus_client")
+    path = tmp_path / "store"
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        p = store.create_topic("events").partition(0)
+        p.append_values([b"x" * 100] * 500)
+        store.commit_offsets("billing", {TopicPartition("events", 0): 10})  # lead 10 - 200 once 200 go
+        store.commit_offsets("healthy", {TopicPartition("events", 0): 490})
+        assert store.delete_records("events", 0, 200) == 200
+    child = subprocess.Popen([sys.executable, "-c", _DYING_CLEANER, str(path)], stdout=subprocess.PIPE, text=True)
+    procs = [child]
+    prom = None
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "published\n"
+        child.kill()
+        child.wait(30)
+        exporter, port = start_exporter(path)
+        procs.append(exporter)
+        prom = PromServer(tmp_path, {"pylog-exporter": port}, [RULES])
+
+        def raised() -> dict[str, dict[str, str]]:
+            return {a["labels"]["alertname"]: a["labels"] for a in prom.alerts()}
+        wait_until(lambda: {"PylogCleanerDead", "PylogConsumerRecordsDeletedUnread"} <= set(raised()), timeout=90,
+                   step=0.5, what=f"the alerts of a store in trouble (raised: {raised()})")
+        alerts = raised()
+        assert alerts["PylogCleanerDead"]["pid"] == str(child.pid)
+        deleted = alerts["PylogConsumerRecordsDeletedUnread"]
+        assert (deleted["group"], deleted["topic"], deleted["partition"]) == ("billing", "events", "0")
+        assert prom.query('pylog_group_lead{group="billing"}') == 10 - 200
+        assert set(alerts) == {"PylogCleanerDead", "PylogConsumerRecordsDeletedUnread"}, alerts
+        health = prom.rule_health()
+        assert set(health) == {r["alert"] for r in _rules()}
+        assert all(h == "ok" for h in health.values()), health
+    finally:
+        if prom is not None:
+            prom.close()
+        for proc in reversed(procs):
+            stop(proc)
+
+
+def _labels_of() -> dict[str, set[str]]:
+    """Series name -> the labels pylog gives it, with the target labels Prometheus adds (and a bucket's le)."""
+    out = {}
+    for m in METRICS:
+        names = [m.name] + ([m.name + s for s in ("_bucket", "_count", "_sum")] if m.kind == "histogram" else [])
+        for name in names:
+            out[name] = set(m.labels) | {"job", "instance"} | ({"le"} if name.endswith("_bucket") else set())
+    return out
+
+
+def _label_problems(expr: str) -> list[str]:
+    """Labels an expression matches or groups by that none of its pylog series has."""
+    labels_of = _labels_of()
+    problems = []
+    used = set()
+    for m in re.finditer(r"\b(pylog_\w+)\s*\{([^}]*)\}", expr):
+        used.add(m.group(1))
+        for label in re.findall(r"(\w+)\s*(?:=~|!~|!=|=)", re.sub(r'"(?:[^"\\]|\\.)*"', '""', m.group(2))):
+            if label not in labels_of.get(m.group(1), ()):
+                problems.append(f"{m.group(1)} has no label {label!r}")
+    used |= {n for n in metric_names(expr) if n in labels_of}
+    known = set().union(*(labels_of[n] for n in used)) if used else set()
+    for m in re.finditer(r"\b(?:by|without)\s*\(([^)]*)\)", expr):
+        for label in filter(None, (x.strip() for x in m.group(1).split(","))):
+            if label not in known:
+                problems.append(f"grouping by {label!r}, which none of {sorted(used)} has")
+    return problems
+
+
+def test_rules_and_their_unit_tests_use_the_labels_pylog_exports():
+    for rule in _rules():
+        assert not _label_problems(rule["expr"]), (rule["alert"], _label_problems(rule["expr"]))
+    for case in yaml.safe_load(RULE_TESTS.read_text())["tests"]:
+        for series in case["input_series"]:
+            assert not _label_problems(series["series"]), (case["name"], _label_problems(series["series"]))
+    assert _label_problems('sum by (group, client) (pylog_group_lag{pid="1"})') == [
+        "pylog_group_lag has no label 'pid'", "grouping by 'client', which none of ['pylog_group_lag'] has"]
+
+
 # ---------------------------------------------------------------------------------------------- dashboard
 
 def test_dashboard_names_only_metrics_pylog_exports():
@@ -127,6 +229,7 @@ def test_dashboard_names_only_metrics_pylog_exports():
         names = metric_names(expr)
         assert names, expr
         assert not names - exported, f"the dashboard names metrics pylog does not export: {sorted(names - exported)}"
+        assert not _label_problems(expr), (expr, _label_problems(expr))
         used |= names
     # it shows each part: throughput, groups, requests, fsyncs, the cleaner, the clients
     for name in ("pylog_log_end_offset", "pylog_group_lag", "pylog_server_request_duration_seconds_bucket",
