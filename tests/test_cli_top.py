@@ -21,8 +21,8 @@ from rich.console import Console
 
 import pylog
 from pylog.__main__ import ExitCode, main
-from pylog.cli.top_sources import (RequestSample, Sample, ScrapeSource, StoreSource, TopicSample, sample_of,
-                                   scrape_url)
+from pylog.cli.top_sources import (CleanerSample, GroupSample, RequestSample, Sample, ScrapeSource, StoreSource,
+                                   TopicSample, sample_of, scrape_url)
 from pylog.cli.top_view import History, histogram_quantile, rate, render, sparkline
 from pylog.structs import TopicPartition
 
@@ -136,8 +136,34 @@ def test_top_batch_mode_prints_offsets_lag_and_the_cleaner_of_a_live_process(tmp
     assert _row(text, "billing")[1:5] == ["0", "2", "400", "100"]  # members, partitions, lag, min lead
     assert _row(text, "[bold]audit")[1:5] == ["0", "1", "0", "77"]
     assert text.index("billing") < text.index("[bold]audit")  # the group lagging most first
-    assert _row(text, "pid")[1:4] == [str(os.getpid()), "alive", "alive"]
+    assert _row(text, "pid")[1:3] == [str(os.getpid()), "alive"]
     assert "__consumer_offsets" not in text
+
+
+def test_an_80_column_screen_cuts_the_sparklines_never_the_numbers():
+    inf = float("inf")
+    h = History()
+    for at, end in ((0.0, 0), (1.0, 1_234_567)):
+        h.add(Sample(at=at, header=["connections 12", "event loop busy 35%"],
+                     topics={"orders.europe.v2": TopicSample(12, end, end * 250, end, end * 250)},
+                     groups={"billing-aggregator": GroupSample(3, 12, 987_654, -12)},
+                     requests={"OffsetCommit": RequestSample(at * 1000, 0, [(0.001, at * 900), (inf, at * 1000)])},
+                     cleaners=[CleanerSample("pid 4194304", False, "alive", 12345.6, 1.8e9, 123456, 12, 0.99)]))
+    for width, sparklines in ((120, True), (80, True), (60, False)):
+        out = io.StringIO()
+        Console(file=out, width=width).print(render(h, "127.0.0.1:9308", 1.0, width=width))
+        text = out.getvalue()
+        assert "…" not in text and max(map(len, text.splitlines())) <= width, text
+        assert "1,234,567" in _row(text, "orders.europe.v2"), text
+        assert "987654" in _row(text, "billing-aggregator"), text
+        assert _row(text, "pid")[1:4] == ["4194304", "process", "dead"]
+        assert _row(text, "OffsetCommit")[-2 if sparklines else -1] == "1.0"  # the p99, whole
+        assert ("█" in text) == sparklines, text
+        for first in ("orders.europe.v2", "billing-aggregator", "OffsetCommit", "pid"):
+            row = " ".join(_row(text, first))  # every number in the tables is one of the values, whole
+            for cell in re.findall(r"(?<![\w.,:-])-?[\d,.]+(?![\w.,:])", row):
+                assert cell in {"12", "1234567", "1,234,567", "294.3", "3", "987654", "-12", "1,000", "0.0", "0.6",
+                                "1.0", "4194304", "123456", "0.99", "12345.6"}, (cell, row)
 
 
 def test_top_refuses_a_path_that_is_not_a_store_and_needs_one_source(tmp_path, capsys):

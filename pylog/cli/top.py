@@ -146,7 +146,7 @@ def _batch(source: _Source, args: argparse.Namespace, out: TextIO) -> None:
     for i, history in enumerate(_frames(source, args, _sleep)):
         if i:
             print(file=out)
-        console.print(render(history, source.label, args.interval, ramp))
+        console.print(render(history, source.label, args.interval, ramp, width))
         out.flush()
 
 
@@ -161,7 +161,7 @@ def _live(source: _Source, args: argparse.Namespace, out: TextIO) -> None:
     with _Keyboard(sys.stdin) as keys, Live(console=console, screen=True, auto_refresh=False,
                                            redirect_stdout=False, redirect_stderr=False) as live:
         for history in _frames(source, args, keys.wait_for_quit):
-            live.update(render(history, source.label, args.interval, ramp), refresh=True)
+            live.update(render(history, source.label, args.interval, ramp, console.width), refresh=True)
 
 
 class _Keyboard:

@@ -9,6 +9,8 @@ Invariants:
   histogram's buckets as Prometheus' ``histogram_quantile`` does; none when no request was answered.
 - History is bounded: the last :data:`HISTORY` rates per row, whatever the run's length.
 - Everything drawn is plain text (rich ``Text``, never markup): a topic named ``[red]`` shows as it is.
+- On a narrow screen the sparklines narrow, then go, then the least telling columns go (each table names
+  them in order): a number is shown whole or not at all, never cut short.
 - Rows are ordered by what needs a look first: topics by records/s, groups by lag, highest first (then by name),
   so that on a screen too short for every row the ones cut off at the bottom are the quiet ones.
 """
@@ -39,6 +41,8 @@ __all__ = ["HAVE_RICH", "HISTORY", "History", "sparkline", "rate", "histogram_qu
 HISTORY = 60
 #: How many of them a sparkline shows.
 SPARK_WIDTH = 30
+#: A narrower sparkline says nothing: the column is left out.
+_SPARK_MIN = 8
 SPARK_UNICODE = "▁▂▃▄▅▆▇█"
 #: For terminals that cannot show the blocks (a non-UTF-8 locale over SSH).
 SPARK_ASCII = "_.-=+*#@"
@@ -165,70 +169,101 @@ def _ms(seconds: float | None) -> str:
     return "-" if seconds is None else f"{seconds * 1000:.1f}"
 
 
-def _table(title: str, *columns: str) -> Any:
-    t = Table(title=Text(title), title_justify="left", expand=False, box=box.SIMPLE_HEAD)
-    for i, c in enumerate(columns):
-        t.add_column(Text(c), justify="left" if i == 0 or c in ("HISTORY", "TREND", "THREAD", "PROCESS") else "right",
-                     no_wrap=True)
-    return t
+class _Section:
+    """One table: named columns of text, and per row a history drawn as a sparkline in a last column as wide
+    as the terminal leaves (up to :data:`SPARK_WIDTH`; left out when under :data:`_SPARK_MIN`): the numbers
+    are never the ones cut short."""
+
+    def __init__(self, title: str, *columns: str, history: str | None = None, left: tuple[str, ...] = (),
+                 drop: tuple[str, ...] = (), spare: tuple[str, ...] = ()) -> None:
+        self.title = title
+        self.columns = columns
+        self.history = history
+        self.left = {0, *(i for i, c in enumerate(columns) if c in left)}
+        #: The columns left out, in this order, while the table is wider than the screen.
+        self.drop = drop
+        #: The columns worth less than the sparkline: left out, in this order, to make room for it.
+        self.spare = spare
+        self.rows: list[tuple[list[str], Iterable[float | None]]] = []
+
+    def add(self, *cells: Any, history: Iterable[float | None] = ()) -> None:
+        self.rows.append((["-" if c is None else str(c) for c in cells], history))
+
+    def table(self, width: int, ramp: str) -> Any:
+        widths = {i: max([len(c)] + [len(cells[i]) for cells, _ in self.rows]) for i, c in enumerate(self.columns)}
+        # SIMPLE_HEAD: a space of padding each side of every column and one between columns
+        def room() -> int:
+            return width - sum(widths.values()) - 3 * (len(widths) + 1)
+        for names, wanted in ((self.spare, _SPARK_MIN + 3 if self.history else 0), (self.drop, 0)):
+            for i in (self.columns.index(n) for n in names if n in self.columns):
+                if room() >= wanted:
+                    break
+                widths.pop(i, None)
+        spark = min(SPARK_WIDTH, room()) if self.history else 0
+        t = Table(title=Text(self.title), title_justify="left", expand=False, box=box.SIMPLE_HEAD)
+        for i, w in widths.items():
+            t.add_column(Text(self.columns[i]), justify="left" if i in self.left else "right", no_wrap=True,
+                         min_width=w)
+        if spark >= _SPARK_MIN:
+            t.add_column(Text(self.history or ""), no_wrap=True, min_width=spark)
+        for cells, history in self.rows:
+            extra = [Text(sparkline(history, spark, ramp))] if spark >= _SPARK_MIN else []
+            t.add_row(*(Text(cells[i]) for i in widths), *extra)
+        return t
 
 
-def _row(t: Any, *cells: Any) -> None:
-    t.add_row(*(Text("-" if c is None else str(c)) for c in cells))
-
-
-def render(history: History, source: str, interval: float, ramp: str = SPARK_UNICODE) -> Any:
-    """The whole screen: a header line, then topics, consumer groups, requests (when the source has any) and
-    cleaners."""
+def render(history: History, source: str, interval: float, ramp: str = SPARK_UNICODE, width: int = 120) -> Any:
+    """The whole screen, ``width`` columns wide: a header line, then topics, consumer groups, requests (when the
+    source has any) and cleaners."""
     last = history.last
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%H:%M:%S UTC")
     header = "  ".join([f"pylog top  {source}  {now}  every {interval:g} s", *([] if last is None else last.header),
                         "(q quits)"])
     parts: list[Any] = [Text(header)]
-    topics = _table("Topics", "TOPIC", "PARTITIONS", "LOG-END", "RECORDS/S", "BYTES/S", "HISTORY")
     server = last is not None and any(t.records_out is not None for t in last.topics.values())
-    if server:
-        topics = _table("Topics", "TOPIC", "PARTITIONS", "LOG-END", "RECORDS/S", "BYTES/S", "OUT-RECORDS/S",
-                        "OUT-BYTES/S", "HISTORY")
+    out_columns = ("OUT-RECORDS/S", "OUT-BYTES/S") if server else ()
+    topics = _Section("Topics", "TOPIC", "PARTITIONS", "LOG-END", "RECORDS/S", "BYTES/S", *out_columns,
+                      history="RECORDS/S HISTORY",
+                      spare=("PARTITIONS",), drop=("OUT-BYTES/S", "OUT-RECORDS/S", "LOG-END", "BYTES/S"))
     # busiest first, as top does (ties and the first refresh by name): the rows that matter stay on a short screen
     for name, row in sorted(history.topics.items(), key=lambda kv: (-(kv[1].values["records_in"] or 0), kv[0])):
         v = row.values
-        cells = [name, v["partitions"], v["end"], _num(v["records_in"]), _per_s(v["bytes_in"])]
-        if server:
-            cells += [_num(v["records_out"]), _per_s(v["bytes_out"])]
-        _row(topics, *cells, sparkline(row.history, ramp=ramp))
-    parts.append(topics if history.topics else Text("Topics: none"))
+        out = [_num(v["records_out"]), _per_s(v["bytes_out"])] if server else []
+        topics.add(name, v["partitions"], v["end"], _num(v["records_in"]), _per_s(v["bytes_in"]), *out,
+                   history=row.history)
+    parts.append(topics.table(width, ramp) if history.topics else Text("Topics: none"))
     if history.groups:
-        groups = _table("Consumer groups", "GROUP", "MEMBERS", "PARTITIONS", "LAG", "MIN-LEAD", "TREND")
+        groups = _Section("Consumer groups", "GROUP", "MEMBERS", "PARTITIONS", "LAG", "MIN-LEAD", history="LAG TREND",
+                          spare=("PARTITIONS",), drop=("MEMBERS", "MIN-LEAD"))
         for name, row in sorted(history.groups.items(), key=lambda kv: (-kv[1].values["lag"], kv[0])):
             v = row.values
-            _row(groups, name, v["members"], v["partitions"], v["lag"], v["min_lead"],
-                 sparkline(row.history, ramp=ramp))
-        parts.append(groups)
+            groups.add(name, v["members"], v["partitions"], v["lag"], v["min_lead"], history=row.history)
+        parts.append(groups.table(width, ramp))
     else:
         parts.append(Text("Consumer groups: none"))
     if history.requests:
-        req = _table("Requests", "API", "REQUESTS/S", "ERRORS/S", "P50-MS", "P99-MS", "HISTORY")
+        req = _Section("Requests", "API", "REQUESTS/S", "ERRORS/S", "P50-MS", "P99-MS", history="P99 HISTORY",
+                       drop=("P50-MS", "ERRORS/S"))
         for api, row in sorted(history.requests.items()):
             v = row.values
-            _row(req, api, _num(v["rate"]), _num(v["errors"]), _ms(v["p50"]), _ms(v["p99"]),
-                 sparkline(row.history, ramp=ramp))
-        parts.append(req)
-    parts.append(_cleaners(last))
+            req.add(api, _num(v["rate"]), _num(v["errors"]), _ms(v["p50"]), _ms(v["p99"]), history=row.history)
+        parts.append(req.table(width, ramp))
+    parts.append(_cleaners(last, width))
     for problem in [] if last is None else last.problems:
         parts.append(Text(f"problem: {problem}"))
     return Group(*parts)
 
 
-def _cleaners(last: Sample | None) -> Any:
+def _cleaners(last: Sample | None, width: int) -> Any:
     if last is None or not last.cleaners:
         return Text("Cleaners: none published (no process has the store open with its cleaner enabled)")
-    t = _table("Cleaners", "CLEANER", "PROCESS", "THREAD", "HEARTBEAT", "LAST-RUN", "RUNS", "UNCLEANABLE", "DIRTY")
+    t = _Section("Cleaners", "CLEANER", "STATE", "HEARTBEAT", "LAST-RUN", "RUNS", "UNCLEANABLE", "DIRTY",
+                 left=("STATE",), drop=("RUNS", "DIRTY", "LAST-RUN", "HEARTBEAT"))
     for c in last.cleaners:
-        process = None if c.process_alive is None else ("alive" if c.process_alive else "dead")
+        state = "process dead" if c.process_alive is False else (c.thread if c.thread != "dead" else "thread dead")
         heartbeat = None if c.heartbeat_age is None else f"{c.heartbeat_age:.1f}s ago"
         last_run = None if c.last_run is None else _dt.datetime.fromtimestamp(
             c.last_run, _dt.timezone.utc).strftime("%H:%M:%SZ")
         dirty = None if c.max_dirty_ratio is None else f"{c.max_dirty_ratio:.2f}"
-        _row(t, c.name, process, c.thread, heartbeat, last_run, c.runs, c.uncleanable, dirty)
-    return t
+        t.add(c.name, state, heartbeat, last_run, c.runs, c.uncleanable, dirty)
+    return t.table(width, "")
