@@ -166,6 +166,22 @@ def test_an_80_column_screen_cuts_the_sparklines_never_the_numbers():
                                 "1.0", "4194304", "123456", "0.99", "12345.6"}, (cell, row)
 
 
+def test_a_short_screen_keeps_the_cleaners_and_shows_the_busiest_topics_and_most_lagging_groups():
+    h = History()
+    for at in (0.0, 1.0):
+        h.add(Sample(at=at, topics={f"topic-{i:03d}": TopicSample(1, int(at * i * 10), 0) for i in range(50)},
+                     groups={f"group-{i}": GroupSample(1, 1, i, 0) for i in range(10)},
+                     cleaners=[CleanerSample("pid 7", True, "dead", 1.0, None, 1, 0)]))
+    out = io.StringIO()
+    Console(file=out, width=100, height=24).print(render(h, "x", 1.0, width=100, height=24))
+    text = out.getvalue()
+    assert len(text.splitlines()) <= 24, text
+    assert _row(text, "pid")[1:3] == ["7", "thread"]  # a dead cleaner is never scrolled away
+    topics = [line.split()[0] for line in text.splitlines() if line.strip().startswith("topic-")]
+    assert topics == ["topic-049", "topic-048", "topic-047"] and "(+47 more)" in text
+    assert "group-9" in text and "(+8 more)" in text
+
+
 def test_top_refuses_a_path_that_is_not_a_store_and_needs_one_source(tmp_path, capsys):
     assert main(["top", str(tmp_path / "nothing")], io.StringIO()) == ExitCode.ERROR
     assert "not a pylog store" in capsys.readouterr().err

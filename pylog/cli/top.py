@@ -161,7 +161,8 @@ def _live(source: _Source, args: argparse.Namespace, out: TextIO) -> None:
     with _Keyboard(sys.stdin) as keys, Live(console=console, screen=True, auto_refresh=False,
                                            redirect_stdout=False, redirect_stderr=False) as live:
         for history in _frames(source, args, keys.wait_for_quit):
-            live.update(render(history, source.label, args.interval, ramp, console.width), refresh=True)
+            width, height = console.size  # read again at every refresh: the terminal may have been resized
+            live.update(render(history, source.label, args.interval, ramp, width, height), refresh=True)
 
 
 class _Keyboard:

@@ -172,10 +172,10 @@ def _ms(seconds: float | None) -> str:
 class _Section:
     """One table: named columns of text, and per row a history drawn as a sparkline in a last column as wide
     as the terminal leaves (up to :data:`SPARK_WIDTH`; left out when under :data:`_SPARK_MIN`): the numbers
-    are never the ones cut short."""
+    are never the ones cut short. ``none`` is what shows instead of a table without rows."""
 
     def __init__(self, title: str, *columns: str, history: str | None = None, left: tuple[str, ...] = (),
-                 drop: tuple[str, ...] = (), spare: tuple[str, ...] = ()) -> None:
+                 drop: tuple[str, ...] = (), spare: tuple[str, ...] = (), none: str = "none") -> None:
         self.title = title
         self.columns = columns
         self.history = history
@@ -184,15 +184,28 @@ class _Section:
         self.drop = drop
         #: The columns worth less than the sparkline: left out, in this order, to make room for it.
         self.spare = spare
+        self.none = none
         self.rows: list[tuple[list[str], Iterable[float | None]]] = []
 
     def add(self, *cells: Any, history: Iterable[float | None] = ()) -> None:
         self.rows.append((["-" if c is None else str(c) for c in cells], history))
 
-    def table(self, width: int, ramp: str) -> Any:
+    def lines(self) -> int:
+        """Screen lines it takes: title, blank, header, rule, rows, blank (or the one line of ``none``)."""
+        return 5 + len(self.rows) if self.rows else 1
+
+    def cap(self, rows: int) -> None:
+        """At most ``rows`` rows, the last saying how many more there are (the rows are in order of interest)."""
+        if len(self.rows) > rows:
+            more = len(self.rows) - max(rows - 1, 0)
+            self.rows[max(rows - 1, 0):] = [([f"(+{more} more)"] + [""] * (len(self.columns) - 1), ())]
+
+    def renderable(self, width: int, ramp: str) -> Any:
+        if not self.rows:
+            return Text(f"{self.title}: {self.none}")
         widths = {i: max([len(c)] + [len(cells[i]) for cells, _ in self.rows]) for i, c in enumerate(self.columns)}
-        # SIMPLE_HEAD: a space of padding each side of every column and one between columns
-        def room() -> int:
+
+        def room() -> int:  # SIMPLE_HEAD: a space of padding each side of every column and one between columns
             return width - sum(widths.values()) - 3 * (len(widths) + 1)
         for names, wanted in ((self.spare, _SPARK_MIN + 3 if self.history else 0), (self.drop, 0)):
             for i in (self.columns.index(n) for n in names if n in self.columns):
@@ -207,19 +220,38 @@ class _Section:
         if spark >= _SPARK_MIN:
             t.add_column(Text(self.history or ""), no_wrap=True, min_width=spark)
         for cells, history in self.rows:
-            extra = [Text(sparkline(history, spark, ramp))] if spark >= _SPARK_MIN else []
+            extra = [Text(sparkline(history, spark, ramp) if history else "")] if spark >= _SPARK_MIN else []
             t.add_row(*(Text(cells[i]) for i in widths), *extra)
         return t
 
 
-def render(history: History, source: str, interval: float, ramp: str = SPARK_UNICODE, width: int = 120) -> Any:
+def render(history: History, source: str, interval: float, ramp: str = SPARK_UNICODE, width: int = 120,
+           height: int | None = None) -> Any:
     """The whole screen, ``width`` columns wide: a header line, then topics, consumer groups, requests (when the
-    source has any) and cleaners."""
+    source has any) and cleaners. With a ``height``, the topics and groups share what the rest leaves, each
+    showing its rows of most interest and how many more there are: the cleaners stay on the screen."""
     last = history.last
     now = _dt.datetime.now(_dt.timezone.utc).strftime("%H:%M:%S UTC")
     header = "  ".join([f"pylog top  {source}  {now}  every {interval:g} s", *([] if last is None else last.header),
                         "(q quits)"])
-    parts: list[Any] = [Text(header)]
+    topics, groups = _topics(history), _groups(history)
+    rest = [s for s in (_requests(history), _cleaners(last)) if s is not None]
+    problems = [f"problem: {p}" for p in ([] if last is None else last.problems)]
+    if height is not None:
+        header_lines = -(-len(header) // max(width, 1))
+        fixed = header_lines + sum(s.lines() for s in rest) + len(problems) + sum(
+            5 if s.rows else 1 for s in (topics, groups))  # their titles, headers and rules
+        room = max(2, height - fixed)
+        for_groups = min(len(groups.rows), max(1, room // 2))
+        for_topics = max(1, room - for_groups)
+        groups.cap(max(1, room - min(len(topics.rows), for_topics)))
+        topics.cap(for_topics)
+    sections = [topics, groups, *rest]
+    return Group(Text(header), *(s.renderable(width, ramp) for s in sections), *map(Text, problems))
+
+
+def _topics(history: History) -> _Section:
+    last = history.last
     server = last is not None and any(t.records_out is not None for t in last.topics.values())
     out_columns = ("OUT-RECORDS/S", "OUT-BYTES/S") if server else ()
     topics = _Section("Topics", "TOPIC", "PARTITIONS", "LOG-END", "RECORDS/S", "BYTES/S", *out_columns,
@@ -231,39 +263,38 @@ def render(history: History, source: str, interval: float, ramp: str = SPARK_UNI
         out = [_num(v["records_out"]), _per_s(v["bytes_out"])] if server else []
         topics.add(name, v["partitions"], v["end"], _num(v["records_in"]), _per_s(v["bytes_in"]), *out,
                    history=row.history)
-    parts.append(topics.table(width, ramp) if history.topics else Text("Topics: none"))
-    if history.groups:
-        groups = _Section("Consumer groups", "GROUP", "MEMBERS", "PARTITIONS", "LAG", "MIN-LEAD", history="LAG TREND",
-                          spare=("PARTITIONS",), drop=("MEMBERS", "MIN-LEAD"))
-        for name, row in sorted(history.groups.items(), key=lambda kv: (-kv[1].values["lag"], kv[0])):
-            v = row.values
-            groups.add(name, v["members"], v["partitions"], v["lag"], v["min_lead"], history=row.history)
-        parts.append(groups.table(width, ramp))
-    else:
-        parts.append(Text("Consumer groups: none"))
-    if history.requests:
-        req = _Section("Requests", "API", "REQUESTS/S", "ERRORS/S", "P50-MS", "P99-MS", history="P99 HISTORY",
-                       drop=("P50-MS", "ERRORS/S"))
-        for api, row in sorted(history.requests.items()):
-            v = row.values
-            req.add(api, _num(v["rate"]), _num(v["errors"]), _ms(v["p50"]), _ms(v["p99"]), history=row.history)
-        parts.append(req.table(width, ramp))
-    parts.append(_cleaners(last, width))
-    for problem in [] if last is None else last.problems:
-        parts.append(Text(f"problem: {problem}"))
-    return Group(*parts)
+    return topics
 
 
-def _cleaners(last: Sample | None, width: int) -> Any:
-    if last is None or not last.cleaners:
-        return Text("Cleaners: none published (no process has the store open with its cleaner enabled)")
+def _groups(history: History) -> _Section:
+    groups = _Section("Consumer groups", "GROUP", "MEMBERS", "PARTITIONS", "LAG", "MIN-LEAD", history="LAG TREND",
+                      spare=("PARTITIONS",), drop=("MEMBERS", "MIN-LEAD"))
+    for name, row in sorted(history.groups.items(), key=lambda kv: (-kv[1].values["lag"], kv[0])):
+        v = row.values
+        groups.add(name, v["members"], v["partitions"], v["lag"], v["min_lead"], history=row.history)
+    return groups
+
+
+def _requests(history: History) -> _Section | None:
+    if not history.requests:
+        return None
+    req = _Section("Requests", "API", "REQUESTS/S", "ERRORS/S", "P50-MS", "P99-MS", history="P99 HISTORY",
+                   drop=("P50-MS", "ERRORS/S"))
+    for api, row in sorted(history.requests.items()):
+        v = row.values
+        req.add(api, _num(v["rate"]), _num(v["errors"]), _ms(v["p50"]), _ms(v["p99"]), history=row.history)
+    return req
+
+
+def _cleaners(last: Sample | None) -> _Section:
     t = _Section("Cleaners", "CLEANER", "STATE", "HEARTBEAT", "LAST-RUN", "RUNS", "UNCLEANABLE", "DIRTY",
-                 left=("STATE",), drop=("RUNS", "DIRTY", "LAST-RUN", "HEARTBEAT"))
-    for c in last.cleaners:
+                 left=("STATE",), drop=("RUNS", "DIRTY", "LAST-RUN", "HEARTBEAT"),
+                 none="none published (no process has the store open with its cleaner enabled)")
+    for c in [] if last is None else last.cleaners:
         state = "process dead" if c.process_alive is False else (c.thread if c.thread != "dead" else "thread dead")
         heartbeat = None if c.heartbeat_age is None else f"{c.heartbeat_age:.1f}s ago"
         last_run = None if c.last_run is None else _dt.datetime.fromtimestamp(
             c.last_run, _dt.timezone.utc).strftime("%H:%M:%SZ")
         dirty = None if c.max_dirty_ratio is None else f"{c.max_dirty_ratio:.2f}"
         t.add(c.name, state, heartbeat, last_run, c.runs, c.uncleanable, dirty)
-    return t.table(width, "")
+    return t
