@@ -182,10 +182,16 @@ def test_a_short_screen_keeps_the_cleaners_and_shows_the_busiest_topics_and_most
     assert "group-9" in text and "(+8 more)" in text
 
 
-def test_top_refuses_a_path_that_is_not_a_store_and_needs_one_source(tmp_path, capsys):
+def test_top_refuses_a_path_that_is_not_a_store_one_source_or_a_bad_interval(tmp_path, capsys):
     assert main(["top", str(tmp_path / "nothing")], io.StringIO()) == ExitCode.ERROR
     assert "not a pylog store" in capsys.readouterr().err
     assert main(["top"], io.StringIO()) == ExitCode.ERROR
+    _store(tmp_path / "store")
+    for interval in ("0", "-1", "nan", "inf"):
+        assert main(["top", str(tmp_path / "store"), "--interval", interval], io.StringIO()) == ExitCode.ERROR
+    assert "--interval must be" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # not a number: argparse's usage error
+        main(["top", str(tmp_path / "store"), "--interval", "soon"], io.StringIO())
 
 
 # ------------------------------------------------------------------------- a server, scraped (--bootstrap)

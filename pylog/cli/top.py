@@ -20,19 +20,20 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import math
 import os
 import select
 import signal
 import sys
+import termios
 import time
+import tty
 from typing import Any, Callable, Iterator, Protocol, TextIO
 
 from .base import CommandError, ExitCode, open_store_for_scans, positive
+from .output import rich_console
 from .top_sources import HAVE_PARSER, Sample, ScrapeSource, StoreSource, scrape_url
 from .top_view import HAVE_RICH, SPARK_ASCII, SPARK_UNICODE, History, render
-
-import termios
-import tty
 
 if HAVE_RICH:  # else _top refuses to run (top_view says why rich is optional)
     from rich.console import Console
@@ -76,15 +77,16 @@ def _on_sigterm(signum: int, frame: Any) -> None:
 def _top(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if not HAVE_RICH:
         raise CommandError("pylog top draws with rich: pip install 'pylog-embedded[metrics]' (or `pip install rich`)")
-    if args.interval <= 0:
-        raise CommandError(f"--interval must be positive, got {args.interval}")
+    if not (math.isfinite(args.interval) and 0 < args.interval <= 3600):
+        raise CommandError(f"--interval must be more than 0 and at most 3600 seconds, got {args.interval}")
     if (args.store is None) == (args.bootstrap is None):
         raise CommandError("name a STORE or --bootstrap HOST:PORT (one of them)")
     previous = signal.signal(signal.SIGTERM, _on_sigterm)
     try:
         with _source(args) as source:
-            if _isatty(out):
-                _live(source, args, out)
+            console = rich_console(out)  # a terminal: the live view; anything else: batch mode
+            if console is not None:
+                _live(source, args, console)
             else:
                 _batch(source, args, out)
     except (KeyboardInterrupt, _Stop):
@@ -111,13 +113,6 @@ def _source(args: argparse.Namespace) -> Any:
     except ValueError as exc:
         raise CommandError(str(exc)) from None
     return contextlib.nullcontext(ScrapeSource(url, args.bootstrap, timeout=max(5.0, args.interval)))
-
-
-def _isatty(stream: Any) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError):
-        return False
 
 
 def _frames(source: _Source, args: argparse.Namespace, wait: Callable[[float], bool]) -> Iterator[History]:
@@ -155,8 +150,7 @@ def _sleep(seconds: float) -> bool:
     return False
 
 
-def _live(source: _Source, args: argparse.Namespace, out: TextIO) -> None:
-    console = Console(file=out, highlight=False, emoji=False)
+def _live(source: _Source, args: argparse.Namespace, console: Any) -> None:
     ramp = SPARK_UNICODE if console.encoding.lower().startswith("utf") else SPARK_ASCII
     with _Keyboard(sys.stdin) as keys, Live(console=console, screen=True, auto_refresh=False,
                                            redirect_stdout=False, redirect_stderr=False) as live:
