@@ -27,7 +27,7 @@ from pylog.cli.top_view import History, histogram_quantile, rate, render, sparkl
 from pylog.structs import TopicPartition
 
 from serverutil import start_cli_server
-from storetools import wait_for
+from storetools import kill_with_cleaner_published, wait_for
 
 
 def _store(path: Path) -> None:
@@ -125,7 +125,8 @@ def test_top_batch_mode_prints_offsets_lag_and_the_cleaner_of_a_live_process(tmp
     _store(tmp_path)
     with pylog.open(tmp_path) as live:  # a process with its cleaner enabled: published under __cleaners/
         live.commit_offsets("[bold]audit", {TopicPartition("clicks", 0): 77})  # a name rich would take for markup
-        wait_for(lambda: live.cleaners())
+        wait_for(lambda: os.getpid() in {c.pid for c in live.cleaners()})
+        dead = kill_with_cleaner_published(tmp_path)  # after: a store opening with its cleaner removes dead entries
         out = io.StringIO()
         assert main(["top", str(tmp_path), "--iterations", "2", "--interval", "0.05"], out) == ExitCode.OK
     frames = out.getvalue().split("\n\npylog top")
@@ -136,7 +137,9 @@ def test_top_batch_mode_prints_offsets_lag_and_the_cleaner_of_a_live_process(tmp
     assert _row(text, "billing")[1:5] == ["0", "2", "400", "100"]  # members, partitions, lag, min lead
     assert _row(text, "[bold]audit")[1:5] == ["0", "1", "0", "77"]
     assert text.index("billing") < text.index("[bold]audit")  # the group lagging most first
-    assert _row(text, "pid")[1:3] == [str(os.getpid()), "alive"]
+    cleaners = {cells[1]: cells[2:4] for cells in (line.split() for line in text.splitlines()) if cells[:1] == ["pid"]}
+    assert cleaners[str(os.getpid())][0] == "alive"
+    assert cleaners[str(dead)] == ["process", "dead"]
     assert "__consumer_offsets" not in text
 
 

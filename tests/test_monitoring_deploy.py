@@ -13,7 +13,6 @@ import json
 import re
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -25,6 +24,7 @@ from pylog.structs import TopicPartition
 
 from promserver import PromServer, start_exporter, stop
 from serverutil import wait_until
+from storetools import kill_with_cleaner_published
 
 ROOT = Path(__file__).resolve().parent.parent
 RULES = ROOT / "deploy" / "prometheus" / "pylog-rules.yml"
@@ -125,16 +125,6 @@ def test_rules_name_only_metrics_pylog_exports_or_node_exporter_has():
         assert not unknown, f"{rule['alert']} names metrics nobody exports: {sorted(unknown)}"
 
 
-_DYING_CLEANER = """
-import sys, time, pylog
-store = pylog.open(sys.argv[1])  # its cleaner enabled: published under __cleaners/
-while not store.cleaners():
-    time.sleep(0.05)
-print("published", flush=True)
-time.sleep(600)  # SIGKILLed by the test long before
-"""
-
-
 @pytest.mark.slow
 def test_a_real_prometheus_raises_the_alerts_of_a_store_in_trouble_from_the_exporter(tmp_path):
     """The rule file loaded by a real Prometheus scraping `pylog metrics` of a store where retention deleted
@@ -150,13 +140,10 @@ def test_a_real_prometheus_raises_the_alerts_of_a_store_in_trouble_from_the_expo
         store.commit_offsets("billing", {TopicPartition("events", 0): 10})  # lead 10 - 200 once 200 go
         store.commit_offsets("healthy", {TopicPartition("events", 0): 490})
         assert store.delete_records("events", 0, 200) == 200
-    child = subprocess.Popen([sys.executable, "-c", _DYING_CLEANER, str(path)], stdout=subprocess.PIPE, text=True)
-    procs = [child]
+    dead = kill_with_cleaner_published(path)
+    procs = []
     prom = None
     try:
-        assert child.stdout is not None and child.stdout.readline() == "published\n"
-        child.kill()
-        child.wait(30)
         exporter, port = start_exporter(path)
         procs.append(exporter)
         prom = PromServer(tmp_path, {"pylog-exporter": port}, [RULES])
@@ -166,7 +153,7 @@ def test_a_real_prometheus_raises_the_alerts_of_a_store_in_trouble_from_the_expo
         wait_until(lambda: {"PylogCleanerDead", "PylogConsumerRecordsDeletedUnread"} <= set(raised()), timeout=90,
                    step=0.5, what=f"the alerts of a store in trouble (raised: {raised()})")
         alerts = raised()
-        assert alerts["PylogCleanerDead"]["pid"] == str(child.pid)
+        assert alerts["PylogCleanerDead"]["pid"] == str(dead)
         deleted = alerts["PylogConsumerRecordsDeletedUnread"]
         assert (deleted["group"], deleted["topic"], deleted["partition"]) == ("billing", "events", "0")
         assert prom.query('pylog_group_lead{group="billing"}') == 10 - 200

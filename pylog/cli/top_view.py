@@ -291,7 +291,10 @@ def _cleaners(last: Sample | None) -> _Section:
                  left=("STATE",), drop=("RUNS", "DIRTY", "LAST-RUN", "HEARTBEAT"),
                  none="none published (no process has the store open with its cleaner enabled)")
     for c in [] if last is None else last.cleaners:
-        state = "process dead" if c.process_alive is False else (c.thread if c.thread != "dead" else "thread dead")
+        if c.process_alive is False:
+            state = "process dead"
+        else:  # "thread dead" when the process is known to live (a scrape says only alive or not)
+            state = "thread dead" if c.thread == "dead" and c.process_alive else c.thread
         heartbeat = None if c.heartbeat_age is None else f"{c.heartbeat_age:.1f}s ago"
         last_run = None if c.last_run is None else _dt.datetime.fromtimestamp(
             c.last_run, _dt.timezone.utc).strftime("%H:%M:%SZ")
