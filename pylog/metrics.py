@@ -322,25 +322,55 @@ def recorders() -> Iterator[Counter | Histogram]:
 
 # ---------------------------------------------------------------------- the hooks the hot paths call
 
-_records_in = counter("pylog_topic_records_in_total")
-_bytes_in = counter("pylog_topic_bytes_in_total")
-_records_out = counter("pylog_topic_records_out_total")
-_bytes_out = counter("pylog_topic_bytes_out_total")
+
+class _Traffic:
+    """Records and bytes per topic in one direction: the two counters of an append or a read added under one
+    lock with one lookup (the hot path's only cost while recording: ~0.3 us a call). Each counter is read
+    through a :class:`_TrafficColumn`, registered as the process's recorder of its metric."""
+
+    def __init__(self, records: str, nbytes: str) -> None:
+        self._rows: dict[str, list[int]] = {}
+        self._lock = threading.Lock()
+        with _recorders_lock:
+            for i, name in enumerate((records, nbytes)):
+                _recorders[name] = _TrafficColumn(BY_NAME[name], self, i)
+
+    def add(self, topic: str, records: int, nbytes: int) -> None:
+        with self._lock:
+            row = self._rows.get(topic)
+            if row is None:
+                self._rows[topic] = [records, nbytes]
+            else:
+                row[0] += records
+                row[1] += nbytes
+
+    def column(self, i: int) -> list[tuple[tuple[str, ...], float]]:
+        with self._lock:
+            return [((topic,), row[i]) for topic, row in self._rows.items()]
+
+
+class _TrafficColumn(Counter):
+    """The records (0) or bytes (1) of a :class:`_Traffic`, as a counter recorder to read."""
+
+    def __init__(self, metric: Metric, traffic: _Traffic, i: int) -> None:
+        super().__init__(metric)
+        self._traffic, self._i = traffic, i
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        raise TypeError(f"{self.metric.name} is added to through pylog.metrics.appended / handed_out")
+
+    def values(self) -> list[tuple[tuple[str, ...], float]]:
+        return self._traffic.column(self._i)
+
+
+_in = _Traffic("pylog_topic_records_in_total", "pylog_topic_bytes_in_total")
+_out = _Traffic("pylog_topic_records_out_total", "pylog_topic_bytes_out_total")
 _fsyncs = histogram("pylog_log_flush_duration_seconds")
 
-
-def appended(topic: str, records: int, nbytes: int) -> None:
-    """One append call's records and stored bytes (the partition, once per call; callers test state.on)."""
-    key = (topic,)
-    _records_in.inc(key, records)
-    _bytes_in.inc(key, nbytes)
-
-
-def handed_out(topic: str, records: int, nbytes: int) -> None:
-    """Records and bytes a fetch or a poll handed out from one partition of ``topic`` (once per read)."""
-    key = (topic,)
-    _records_out.inc(key, records)
-    _bytes_out.inc(key, nbytes)
+#: One append call's records and stored bytes (the partition, once per call; callers test state.on).
+appended = _in.add
+#: Records and bytes a fetch or a poll handed out from one partition of a topic (once per read).
+handed_out = _out.add
 
 
 def fsynced(seconds: float) -> None:

@@ -602,7 +602,8 @@ class Partition:
                 raise
             self._after_append(written, flush=flush_policy)
         if metrics.state.on:  # once per call (pylog.metrics)
-            metrics.appended(self.topic, written, sum(h.size for _, h in encoded))
+            metrics.appended(self.topic, written, encoded[0][1].size if len(encoded) == 1 else
+                             sum(h.size for _, h in encoded))
         return first if earlier is None else earlier
 
     def _write_batch(self, parts: list, h: Any) -> None:

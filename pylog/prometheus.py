@@ -28,10 +28,12 @@ Invariants:
 
 from __future__ import annotations
 
+import gc
 import http.server
 import itertools
 import threading
 import time
+import weakref
 from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Sequence
 
 from . import __version__, metrics
@@ -40,6 +42,7 @@ from .clients.consumer import Consumer
 from .clients.producer import Producer
 from .errors import MetricsUnavailableError, PylogError, UnknownTopicError
 from .maintenance.cleaner_registry import PublishedCleaner
+from .storage.handles import descriptor_limit
 from .store import Store
 
 if TYPE_CHECKING:  # not imported at run time: the command line would pay for the server at every start
@@ -79,11 +82,47 @@ class PylogCollector:
         self._server = server
         self._busy_lock = threading.Lock()
         self._busy_last: dict[int, tuple[float, float]] = {}  # id(server) -> (wall, cpu) at the last scrape
+        #: A read-only Store per store path, for the partitions this process does not write (see _store_gauges);
+        #: closed by close() or when the collector is collected.
+        self._views: dict[str, Store] = {}
+        self._views_lock = threading.Lock()
+        weakref.finalize(self, _close_all, self._views)
+
+    def close(self) -> None:
+        """Close the read-only handles the scrapes opened (the collector opens them again if scraped)."""
+        with self._views_lock:
+            _close_all(self._views)
+
+    def _view(self, store: Store) -> Store:
+        """The store to read the partitions this process does not write through: ``store`` itself when it is
+        read-only, else a read-only handle of the same path. Reading them through ``store`` would make them its
+        most recently used partitions: past its descriptor budget, every scrape would make the partitions it
+        writes let go of their files (and writer locks)."""
+        if store.read_only:
+            return store
+        with self._views_lock:
+            view = self._views.get(store.path)
+            if view is None or view.closed:
+                view = self._views[store.path] = Store(store.path, read_only=True,
+                                                       max_open_descriptors=max(1, descriptor_limit() // 4))
+            return view
 
     def describe(self) -> list:
         return []  # not described up front: the registry then never collects at registration
 
     def collect(self) -> Iterator[_PromMetric]:
+        # The cyclic GC paused while the samples are made: a store of 1,000 partitions makes ~8,000 of them
+        # (each a tuple and a dict), and the collections they would set off scan all the process's objects.
+        paused = gc.isenabled()
+        gc.disable()
+        try:
+            families = self._families()
+        finally:
+            if paused:
+                gc.enable()
+        yield from families.done()
+
+    def _families(self) -> "_Families":
         began = time.perf_counter()
         families = _Families()
         families.gauge("pylog_info", (__version__, "true" if ACCELERATED else "false"), 1)
@@ -101,9 +140,9 @@ class PylogCollector:
         for server in servers:
             self._server_gauges(families, server, held if server.store is store else None)
         if store is not None and not store.closed:
-            _store_gauges(families, store, held)
+            _store_gauges(families, store, self._view(store), held)
             families.gauge("pylog_scrape_duration_seconds", (), time.perf_counter() - began)
-        yield from families.done()
+        return families
 
     def _server_gauges(self, families: "_Families", server: Server, held: dict[str, tuple[int, int]] | None) -> None:
         cpu = server.loop_cpu_seconds()
@@ -122,6 +161,12 @@ class PylogCollector:
             families.counter("pylog_group_rebalances_total", (group,), rebalances)
             if held is not None:
                 held[group] = (generation, members)
+
+
+def _close_all(views: dict[str, Store]) -> None:
+    for view in list(views.values()):
+        view.close()
+    views.clear()
 
 
 class _Families:
@@ -192,20 +237,25 @@ def _client(config: Any) -> str:
     return "" if client_id is None else str(client_id)
 
 
-def _store_gauges(families: _Families, store: Store, held: dict[str, tuple[int, int]]) -> None:
+def _store_gauges(families: _Families, store: Store, view: Store, held: dict[str, tuple[int, int]]) -> None:
     """The store's gauges from its files: offsets, sizes and segments per partition, groups' progress and
-    membership, the published cleaners."""
+    membership, the published cleaners. A partition this process writes is read through its writer handle
+    (exact, and no file to look at); the others through ``view`` (see PylogCollector._view)."""
     offsets: dict[tuple[str, int], tuple[int, int]] = {}
     labels: list[dict[str, str]] = []
     starts, ends, sizes, counts = [], [], [], []
-    for name in store.topics():
+    for name in view.topics():
         try:
-            topic = store.topic(name)
+            topic = view.topic(name)
+            written = {p.number: p for p in store.topic(name).opened_partitions() if p.is_writer} \
+                if view is not store else {}
         except (UnknownTopicError, PylogError):  # deleted meanwhile
             continue
         for number in range(topic.num_partitions):
             try:
-                p = topic.partition(number)
+                p = written.get(number)
+                if p is None:
+                    p = topic.partition(number)
                 start, end = p.offsets()
                 segments = p.segments
             except (PylogError, OSError):  # deleted or damaged meanwhile: the next scrape sees it again
@@ -219,14 +269,16 @@ def _store_gauges(families: _Families, store: Store, held: dict[str, tuple[int, 
     for metric, values in (("pylog_log_start_offset", starts), ("pylog_log_end_offset", ends),
                            ("pylog_log_size_bytes", sizes), ("pylog_log_segments", counts)):
         families.many(metric, labels, values)
-    _group_gauges(families, store, offsets, held)
-    _cleaner_gauges(families, store.cleaners())
+    _group_gauges(families, view, offsets, held)
+    _cleaner_gauges(families, view.cleaners())
 
 
 def _group_gauges(families: _Families, store: Store, offsets: dict[tuple[str, int], tuple[int, int]],
                   held: dict[str, tuple[int, int]]) -> None:
     """Committed offset, lag and lead per partition (as ``store.group_lag``: negative commits and partitions
     of deleted topics left out), generation and members per group (the server's when it holds the group)."""
+    labels: list[dict[str, str]] = []
+    committed_at, lags, leads = [], [], []
     for group in store.consumer_groups():
         try:
             committed = store.committed_offsets(group)
@@ -236,16 +288,19 @@ def _group_gauges(families: _Families, store: Store, offsets: dict[tuple[str, in
             bounds = offsets.get((tp.topic, tp.partition))
             if bounds is None or om.offset < 0:
                 continue
-            labels = (group, tp.topic, str(tp.partition))
-            families.gauge("pylog_group_committed_offset", labels, om.offset)
-            families.gauge("pylog_group_lag", labels, max(0, bounds[1] - om.offset))
-            families.gauge("pylog_group_lead", labels, om.offset - bounds[0])
+            labels.append({"group": group, "topic": tp.topic, "partition": str(tp.partition)})
+            committed_at.append(om.offset)
+            lags.append(max(0, bounds[1] - om.offset))
+            leads.append(om.offset - bounds[0])
         if group not in held:
             try:
                 desc = store.describe_consumer_group(group)
             except PylogError:
                 continue
             held[group] = (desc.generation, len(desc.members))
+    for metric, values in (("pylog_group_committed_offset", committed_at), ("pylog_group_lag", lags),
+                           ("pylog_group_lead", leads)):
+        families.many(metric, labels, values)
     for group, (generation, members) in held.items():
         families.gauge("pylog_group_generation", (group,), generation)
         families.gauge("pylog_group_members", (group,), members)
@@ -280,7 +335,8 @@ def _cleaner_gauges(families: _Families, cleaners: list[PublishedCleaner]) -> No
 def register(store: Store | None = None, registry: Any = None, server: Server | None = None) -> "PylogCollector":
     """Add pylog's metrics (the process's, and ``store``'s or ``server``'s) to ``registry`` (default:
     ``prometheus_client.REGISTRY``, which an application's existing ``/metrics`` endpoint serves) and turn
-    recording on. Returns the collector (``registry.unregister(it)`` removes it).
+    recording on. Returns the collector (``registry.unregister(it)`` removes it; its ``close()`` closes the
+    read-only handle of the store its scrapes opened).
 
     :raises MetricsUnavailableError: without the ``metrics`` extra."""
     require()

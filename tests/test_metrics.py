@@ -228,6 +228,27 @@ def test_authentication_failures_and_successes_are_counted(store):
     assert value(reg, "pylog_server_authentications_total") - ok >= 1
 
 
+def test_scrapes_leave_the_partitions_a_process_writes_alone(tmp_path):
+    # A store whose descriptor budget holds 6 partitions: scraping 40 others through it would make the two
+    # it writes the least recently used and let go of their files and writer locks at every scrape.
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False) as other:
+        other.create_topic("others", partitions=40)
+        for p in other.topic("others").partitions:
+            p.append_values([b"o"] * (p.number + 1))
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False, max_open_descriptors=60) as store:
+        store.create_topic("written", partitions=2)
+        written = store.topic("written").partitions
+        for p in written:
+            p.append_values([b"w"] * 3)
+        reg = prometheus.registry(store)
+        for _ in range(3):
+            assert value(reg, "pylog_log_end_offset", topic="others", partition="39") == 40
+            assert value(reg, "pylog_log_end_offset", topic="written", partition="1") == 3
+        assert all(p.is_writer for p in written) and store.handles.released == 0
+        written[0].append_values([b"w"])
+        assert value(reg, "pylog_log_end_offset", topic="written", partition="0") == 4
+
+
 def test_the_store_cleaner_is_exported_alive(tmp_path):
     with pylog.open(tmp_path / "s") as store:  # its cleaner is on by default and publishes its status
         reg = prometheus.registry(store)
