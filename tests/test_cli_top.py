@@ -435,3 +435,12 @@ def test_live_view_of_pylog_serve_shows_request_latency_while_a_kafka_client_pro
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+@pytest.mark.slow
+def test_bench_top_runs_and_prints_its_figures():
+    done = subprocess.run([sys.executable, str(Path(__file__).resolve().parent.parent / "benchmarks" / "bench_top.py"),
+                           "--topics", "1", "--refreshes", "2"], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert re.fullmatch(r"pylog top, 100 partitions, a group committed on all: refresh [\d.]+ ms CPU, floor [\d.]+ "
+                        r"ms \(ratio [\d.]+\); [\d.]+% of a core at one refresh a second; load [\d.]+\n", done.stdout)
