@@ -33,7 +33,6 @@ from typing import Callable
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import pylog  # noqa: E402
-from pylog.cli.base import open_store_for_scans  # noqa: E402
 from pylog.cli.top_sources import StoreSource  # noqa: E402
 from pylog.cli.top_view import History, render  # noqa: E402
 from pylog.structs import TopicPartition  # noqa: E402
@@ -69,8 +68,8 @@ def main() -> None:
     with tempfile.TemporaryDirectory(prefix="bench-top-") as tmp:
         path = os.path.join(tmp, "store")
         _make(path, args.topics)
-        with open_store_for_scans(path) as store:
-            source, history = StoreSource(store), History()
+        with StoreSource(path) as source:
+            store, history = source.store, History()
             console = Console(file=io.StringIO(), width=120, height=50)
 
             def refresh() -> None:

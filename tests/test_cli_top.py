@@ -108,8 +108,7 @@ def test_store_source_counts_appended_records_and_bytes_across_a_roll(tmp_path):
     with pylog.open(tmp_path, log_cleaner_enable=False) as writer:
         p = writer.create_topic("t", config={"segment.bytes": 4096}).partition(0)
         p.append_values([b"x" * 100] * 5)
-        with pylog.open(tmp_path, read_only=True) as store:
-            source = StoreSource(store)
+        with StoreSource(str(tmp_path)) as source:
             first = source.sample().topics["t"]
             size_before = p.size_bytes()
             for _ in range(20):  # several rolls: 4 KiB segments
@@ -119,6 +118,24 @@ def test_store_source_counts_appended_records_and_bytes_across_a_roll(tmp_path):
             grown = p.size_bytes() - size_before
     assert (first.end_offset, second.end_offset) == (5, 105)
     assert first.bytes_in == 0 and second.bytes_in == grown > 0
+
+
+def test_a_topic_deleted_and_created_again_under_the_view_gives_no_rate_then_its_new_one(tmp_path):
+    _store(tmp_path)
+    with StoreSource(str(tmp_path)) as source:
+        history = History()
+        history.add(source.sample())
+        with pylog.open(tmp_path, log_cleaner_enable=False) as writer:
+            writer.delete_topic("orders")
+        history.add(source.sample())
+        assert "orders" not in history.topics and set(history.topics) == {"clicks"}
+        with pylog.open(tmp_path, log_cleaner_enable=False) as writer:
+            writer.create_topic("orders").partition(0).append_values([b"again"] * 10)
+        history.add(source.sample())
+        assert history.topics["orders"].values["end"] == 10 and history.topics["orders"].values["records_in"] is None
+        history.last.at -= 1.0  # a second later, as the next refresh would be
+        history.add(source.sample())
+        assert history.topics["orders"].values["records_in"] == pytest.approx(0.0, abs=1e-9)
 
 
 def test_top_batch_mode_prints_offsets_lag_and_the_cleaner_of_a_live_process(tmp_path):

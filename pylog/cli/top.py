@@ -30,7 +30,7 @@ import time
 import tty
 from typing import Any, Callable, Iterator, Protocol, TextIO
 
-from .base import CommandError, ExitCode, open_store_for_scans, positive
+from .base import CommandError, ExitCode, positive
 from .output import rich_console
 from .top_sources import HAVE_PARSER, Sample, ScrapeSource, StoreSource, scrape_url
 from .top_view import HAVE_RICH, SPARK_ASCII, SPARK_UNICODE, History, render
@@ -96,15 +96,9 @@ def _top(args: argparse.Namespace, out: TextIO) -> ExitCode:
     return ExitCode.OK
 
 
-@contextlib.contextmanager
-def _store_source(path: str, internal: bool) -> Iterator[StoreSource]:
-    with open_store_for_scans(path) as store:
-        yield StoreSource(store, internal)
-
-
 def _source(args: argparse.Namespace) -> Any:
     if args.store is not None:
-        return _store_source(args.store, args.all)
+        return StoreSource(args.store, args.all)
     if not HAVE_PARSER:
         raise CommandError("pylog top --bootstrap reads Prometheus' format with prometheus-client: "
                            "pip install 'pylog-embedded[metrics]'")

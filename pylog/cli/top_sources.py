@@ -8,7 +8,8 @@ group, the cleaners' state); :mod:`pylog.cli.top_view` turns two consecutive sam
   partitions' log end offsets and segment sizes, the groups' lag (``store.group_lag``) and members, the
   cleaners every process publishes (``store.cleaners()``). A store has no bytes-in counter, so the source
   keeps one: the bytes appended to each partition's log files since the previous look (the growth of the
-  segment that was active then, plus every segment rolled since).
+  segment that was active then, plus every segment rolled since). A topic that another process deleted and
+  created again is read afresh (a new store handle), not through the old topic's partitions.
 - :class:`ScrapeSource` scrapes a Prometheus text endpoint (``pylog serve --metrics-port``, ``pylog metrics``)
   and reads the metrics :mod:`pylog.metrics` names (parsed with ``prometheus_client``'s parser): log end
   offsets, bytes in and out, requests and their latency histogram per API, lag, cleaners. An answer it cannot
@@ -23,18 +24,21 @@ Invariants:
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import time
 import urllib.error
 import urllib.request
 from collections import defaultdict
 from dataclasses import dataclass, field
+from typing import Any
 
 from ..errors import PylogError
 from ..maintenance.cleaner_registry import PublishedCleaner
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
 from ..partition import Partition
-from ..store import Store
+from .base import open_store_for_scans
 
 try:
     from prometheus_client.parser import text_string_to_metric_families
@@ -115,40 +119,72 @@ class Sample:
 
 
 class StoreSource:
-    """Samples of a store opened read-only (see the module docstring). Not thread-safe: one caller."""
+    """Samples of the store at ``path``, opened read-only with the whole descriptor budget (see the module
+    docstring); :meth:`close` closes it (or use it as a context manager). Not thread-safe: one caller.
 
-    def __init__(self, store: Store, internal: bool = False) -> None:
-        self.store = store
-        self.label = store.path
+    A store handle keeps the topics it opened; a topic another process deleted and created again (its
+    directory is another one) would be read through the old topic's partitions. So each sample checks that
+    every topic's directory is the one first seen, and opens the store afresh when one is not.
+    """
+
+    def __init__(self, path: str, internal: bool = False) -> None:
+        self.path = path
         self.internal = internal
+        self._stack = contextlib.ExitStack()
+        self.store = self._stack.enter_context(open_store_for_scans(path))
+        self.label = self.store.path
+        #: topic -> its directory and that directory's (device, inode) when first looked at through this handle.
+        self._dirs: dict[str, tuple[str, tuple[int, int]]] = {}
         #: (topic, partition) -> (base offset, size) of its active segment at the last look.
         self._active: dict[tuple[str, int], tuple[int, int]] = {}
         self._bytes: dict[str, int] = {}
 
+    def close(self) -> None:
+        self._stack.close()
+
+    def __enter__(self) -> "StoreSource":
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self.close()
+
     def sample(self) -> Sample:
         out = Sample(at=time.monotonic())
-        for name in self.store.topics():
-            if is_internal_topic(name) and not self.internal:
-                continue
+        names = [n for n in self.store.topics() if self.internal or not is_internal_topic(n)]
+        if any(_identity(self._dirs[n][0]) not in (None, self._dirs[n][1]) for n in names if n in self._dirs):
+            self._reopen()
+        for name in names:
             try:
                 out.topics[name] = self._topic(name)
-            except PylogError as exc:  # deleted under us, or a damaged file: shown, not fatal
+            except (PylogError, OSError) as exc:  # deleted under us, a damaged or unreadable file: shown, not fatal
                 out.problems.append(f"topic {name}: {exc}")
         for group in self.store.consumer_groups():
             try:
                 out.groups[group] = self._group(group)
-            except PylogError as exc:
+            except (PylogError, OSError) as exc:
                 out.problems.append(f"group {group}: {exc}")
         out.cleaners = [_cleaner(c) for c in self.store.cleaners()]
         return out
 
+    def _reopen(self) -> None:
+        """A fresh read-only handle (the old one's topics are stale); counts of topics kept go on from theirs."""
+        self._stack.close()
+        self._stack = contextlib.ExitStack()
+        self.store = self._stack.enter_context(open_store_for_scans(self.path))
+        self._dirs.clear()
+        self._active.clear()  # the next look at each partition counts no bytes: nothing known to compare with
+
     def _topic(self, name: str) -> TopicSample:
-        partitions = self.store.topic(name).partitions
+        topic = self.store.topic(name)
+        if name not in self._dirs:
+            identity = _identity(topic.directory)
+            if identity is not None:
+                self._dirs[name] = (topic.directory, identity)
         end = 0
-        for p in partitions:
+        for p in topic.partitions:
             end += p.log_end_offset  # first: a reader looks for new segments and records here
             self._bytes[name] = self._bytes.get(name, 0) + self._appended(p)
-        return TopicSample(len(partitions), end, self._bytes.get(name, 0))
+        return TopicSample(topic.num_partitions, end, self._bytes.get(name, 0))
 
     def _appended(self, p: Partition) -> int:
         """Bytes appended to ``p``'s log files since the last look: what the segment active then grew by,
@@ -173,6 +209,15 @@ class StoreSource:
         members = len(self.store.describe_consumer_group(group).members)
         return GroupSample(members, len(lags), sum(v.lag for v in lags.values()),
                            min((v.lead for v in lags.values()), default=None))
+
+
+def _identity(path: str) -> tuple[int, int] | None:
+    """``path``'s (device, inode), None when it is gone."""
+    try:
+        st = os.stat(path)
+    except OSError:
+        return None
+    return st.st_dev, st.st_ino
 
 
 def _cleaner(c: PublishedCleaner) -> CleanerSample:
