@@ -321,3 +321,11 @@ def test_without_the_extra_the_library_works_and_metrics_are_refused_clearly(tmp
     assert "refused: metrics need the prometheus-client library: pip install 'pylog-embedded[metrics]'" in run.stdout
     assert run.stdout.count("exit 3") == 2, run.stdout
     assert run.stderr.count("pip install 'pylog-embedded[metrics]'") == 2
+
+
+def test_the_exporter_refuses_a_directory_that_is_not_a_store(tmp_path, capsys):
+    from pylog.cli import main
+    (tmp_path / "notes.txt").write_text("not a store")
+    assert main(["metrics", str(tmp_path), "--port", "0"]) == 3
+    assert main(["metrics", str(tmp_path / "missing"), "--port", "0"]) == 3
+    assert "pylog:" in capsys.readouterr().err
