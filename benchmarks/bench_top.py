@@ -24,19 +24,17 @@ import argparse
 import io
 import os
 import statistics
-import sys
 import tempfile
 import time
-from pathlib import Path
 from typing import Callable
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-import pylog  # noqa: E402
-from pylog.cli.top_sources import StoreSource  # noqa: E402
-from pylog.cli.top_view import History, render  # noqa: E402
-from pylog.structs import TopicPartition  # noqa: E402
-from rich.console import Console  # noqa: E402
+# the pylog this interpreter imports (installed, or PYTHONPATH): the checkout is not put first, so that CI
+# measures the installed copy it tests
+import pylog
+from pylog.cli.top_sources import StoreSource
+from pylog.cli.top_view import History, render
+from pylog.structs import TopicPartition
+from rich.console import Console
 
 
 def _make(path: str, topics: int) -> None:
