@@ -241,12 +241,12 @@ def test_top_bootstrap_shows_what_a_kafka_client_produced_the_requests_and_the_l
     text = out.getvalue().split("\n\npylog top")[-1]
     assert _row(text, "orders")[1:3] == ["2", "300"]
     assert _row(text, "billing")[2:5] == ["2", "100", "50"]  # partitions, lag (100 + 0), min lead
-    produce = _row(text, "Produce")
+    assert _row(text, "Produce")[2] == "0.0"  # errors/s
     assert "connections" in text and "problem" not in text
-    source = ScrapeSource(scrape_url(f"127.0.0.1:{metrics_endpoint.port}"), "test")
-    requests = source.sample().requests["Produce"]
-    assert requests.count >= 1 and requests.buckets[-1] == (float("inf"), requests.count)
-    assert produce[0] == "Produce"
+    sample = ScrapeSource(scrape_url(f"127.0.0.1:{metrics_endpoint.port}"), "test").sample()
+    orders, produce = sample.topics["orders"], sample.requests["Produce"]
+    assert orders.bytes_in > 300 * len(b"order 0") and (orders.records_out, orders.bytes_out) == (0, 0)
+    assert produce.count >= 1 and produce.errors == 0 and produce.buckets[-1] == (float("inf"), produce.count)
 
 
 def test_top_bootstrap_shows_an_endpoint_that_does_not_answer_as_a_problem(tmp_path):
