@@ -21,6 +21,7 @@ from rich.console import Console
 
 import pylog
 from pylog.__main__ import ExitCode, main
+from pylog.cli.output import format_bytes
 from pylog.cli.top_sources import (CleanerSample, GroupSample, RequestSample, Sample, ScrapeSource, StoreSource,
                                    TopicSample, sample_of, scrape_url)
 from pylog.cli.top_view import SPARK_ASCII, SPARK_UNICODE, History, histogram_quantile, rate, render, sparkline
@@ -42,8 +43,9 @@ def _store(path: Path) -> None:
 
 
 def _find(text: str, first: str) -> list[str]:
-    """The cells of the last table row on the screen starting with ``first`` ([] when there is none)."""
-    rows = [line.split() for line in text.splitlines() if line.split()[:1] == [first]]
+    """The cells of the last table row on the screen whose first cell is or starts with the word ``first`` ([]
+    when there is none). Cells are apart by 3 spaces or more (a cell such as "1.2 KiB" holds single ones)."""
+    rows = [re.split(r"\s{3,}", line.strip()) for line in text.splitlines() if line.split()[:1] == [first]]
     return rows[-1] if rows else []
 
 
@@ -144,12 +146,14 @@ def test_top_batch_mode_prints_offsets_lag_and_the_cleaner_of_a_live_process(tmp
         live.commit_offsets("[bold]audit", {TopicPartition("clicks", 0): 77})  # a name rich would take for markup
         wait_for(lambda: os.getpid() in {c.pid for c in live.cleaners()})
         dead = kill_with_cleaner_published(tmp_path)  # after: a store opening with its cleaner removes dead entries
+        size = sum(p.size_bytes() for p in live.topic("orders").partitions)
         out = io.StringIO()
         assert main(["top", str(tmp_path), "--iterations", "2", "--interval", "0.05"], out) == ExitCode.OK
     frames = out.getvalue().split("\n\npylog top")
     assert len(frames) == 2
     text = frames[-1]
-    assert _row(text, "orders")[1:3] == ["3", "1234"]
+    assert _row(text, "orders")[1:4] == ["3", "1234", format_bytes(size)]
+    assert re.search(r"disk \d+% used, [\d.]+ \w+ free", text.splitlines()[0]), text  # the store's file system
     assert _row(text, "clicks")[1:3] == ["1", "77"]
     assert _row(text, "billing")[1:5] == ["0", "2", "400", "100"]  # members, partitions, lag, min lead
     assert _row(text, "[bold]audit")[1:5] == ["0", "1", "0", "77"]
@@ -176,7 +180,7 @@ def test_an_80_column_screen_cuts_the_sparklines_never_the_numbers():
         assert "…" not in text and max(map(len, text.splitlines())) <= width, text
         assert "1,234,567" in _row(text, "orders.europe.v2"), text
         assert "987654" in _row(text, "billing-aggregator"), text
-        assert _row(text, "pid")[1:4] == ["4194304", "process", "dead"]
+        assert _row(text, "pid")[:2] == ["pid 4194304", "process dead"]
         assert _row(text, "OffsetCommit")[-2 if sparklines else -1] == "1.0"  # the p99, whole
         assert ("█" in text) == sparklines, text
         for first in ("orders.europe.v2", "billing-aggregator", "OffsetCommit", "pid"):
@@ -196,7 +200,7 @@ def test_a_short_screen_keeps_the_cleaners_and_shows_the_busiest_topics_and_most
     Console(file=out, width=100, height=24).print(render(h, "x", 1.0, width=100, height=24))
     text = out.getvalue()
     assert len(text.splitlines()) <= 24, text
-    assert _row(text, "pid")[1:3] == ["7", "thread"]  # a dead cleaner is never scrolled away
+    assert _row(text, "pid")[:2] == ["pid 7", "thread dead"]  # a dead cleaner is never scrolled away
     topics = [line.split()[0] for line in text.splitlines() if line.strip().startswith("topic-")]
     assert topics == ["topic-049", "topic-048", "topic-047"] and "(+47 more)" in text
     assert "group-9" in text and "(+8 more)" in text
@@ -382,7 +386,7 @@ def test_live_view_shows_the_store_follows_new_records_and_quits_on_q(tmp_path, 
     term.wait_for_screen(lambda s: _find(s, "orders")[2:3] == ["2234"] and _find(s, "billing")[3:4] == ["1400"])
     # the burst's rate is the top of the sparkline; the rate afterwards is 0
     tops = (SPARK_UNICODE[-1], SPARK_ASCII[-1])  # a terminal whose locale is not UTF-8 gets the ASCII ramp
-    term.wait_for_screen(lambda s: _find(s, "orders")[3:4] == ["0.0"]
+    term.wait_for_screen(lambda s: _find(s, "orders")[4:5] == ["0.0"]  # records/s
                          and any(c in "".join(_find(s, "orders")[6:]) for c in tops))
     term.send("q")
     screen = term.wait_for_screen(lambda s: "TERMINAL-CHECKED" in s)

@@ -39,6 +39,7 @@ from ..maintenance.cleaner_registry import PublishedCleaner
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
 from ..partition import Partition
 from .base import open_store_for_scans
+from .output import format_bytes
 
 try:
     from prometheus_client.parser import text_string_to_metric_families
@@ -64,6 +65,8 @@ class TopicSample:
     #: Records and bytes fetched by consumers (only a server counts them; None from a store).
     records_out: int | None = None
     bytes_out: int | None = None
+    #: Bytes of the partitions' segment files now (None when the source does not say).
+    size_bytes: int | None = None
 
 
 @dataclass
@@ -164,6 +167,7 @@ class StoreSource:
             except (PylogError, OSError) as exc:
                 out.problems.append(f"group {group}: {exc}")
         out.cleaners = [_cleaner(c) for c in self.store.cleaners()]
+        out.header.append(_disk(self.store.path))
         return out
 
     def _reopen(self) -> None:
@@ -180,11 +184,12 @@ class StoreSource:
             identity = _identity(topic.directory)
             if identity is not None:
                 self._dirs[name] = (topic.directory, identity)
-        end = 0
+        end = size = 0
         for p in topic.partitions:
             end += p.log_end_offset  # first: a reader looks for new segments and records here
             self._bytes[name] = self._bytes.get(name, 0) + self._appended(p)
-        return TopicSample(topic.num_partitions, end, self._bytes.get(name, 0))
+            size += p.size_bytes()
+        return TopicSample(topic.num_partitions, end, self._bytes.get(name, 0), size_bytes=size)
 
     def _appended(self, p: Partition) -> int:
         """Bytes appended to ``p``'s log files since the last look: what the segment active then grew by,
@@ -209,6 +214,17 @@ class StoreSource:
         members = len(self.store.describe_consumer_group(group).members)
         return GroupSample(members, len(lags), sum(v.lag for v in lags.values()),
                            min((v.lead for v in lags.values()), default=None))
+
+
+def _disk(path: str) -> str:
+    """The file system holding the store: how full it is (appends fail at 100%: docs/OPERATIONS.md, "Disk full")."""
+    try:
+        st = os.statvfs(path)
+    except OSError as exc:
+        return f"disk: {exc.strerror}"
+    total, free = st.f_blocks * st.f_frsize, st.f_bavail * st.f_frsize
+    used = 100 * (1 - free / total) if total else 0.0
+    return f"disk {used:.0f}% used, {format_bytes(free)} free"
 
 
 def _identity(path: str) -> tuple[int, int] | None:
@@ -320,12 +336,15 @@ def _topics_from(series: Series, out: Sample) -> None:
     bytes_in = _sums(series, "pylog_topic_bytes_in_total", "topic")
     records_out = _sums(series, "pylog_topic_records_out_total", "topic")
     bytes_out = _sums(series, "pylog_topic_bytes_out_total", "topic")
+    sizes = _sums(series, "pylog_log_size_bytes", "topic")
     for (topic,), value in end.items():
         if is_internal_topic(topic):
             continue
         key = (topic,)
+        size = sizes.get(key)
         out.topics[topic] = TopicSample(partitions[topic], int(value), int(bytes_in.get(key, 0)),
-                                        int(records_out.get(key, 0)), int(bytes_out.get(key, 0)))
+                                        int(records_out.get(key, 0)), int(bytes_out.get(key, 0)),
+                                        None if size is None else int(size))
 
 
 def _groups_from(series: Series, out: Sample) -> None:

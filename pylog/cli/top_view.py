@@ -122,7 +122,7 @@ class History:
         for name, t in sample.topics.items():
             prev = None if before is None else before.topics.get(name)
             row = self.topics.setdefault(name, _Row())
-            row.values = {"partitions": t.partitions, "end": t.end_offset}
+            row.values = {"partitions": t.partitions, "end": t.end_offset, "size": t.size_bytes}
             for key, attr in (("records_in", "end_offset"), ("bytes_in", "bytes_in"), ("records_out", "records_out"),
                               ("bytes_out", "bytes_out")):
                 row.values[key] = _rate_of(getattr(prev, attr, None), getattr(t, attr), dt)
@@ -254,14 +254,15 @@ def _topics(history: History) -> _Section:
     last = history.last
     server = last is not None and any(t.records_out is not None for t in last.topics.values())
     out_columns = ("OUT-RECORDS/S", "OUT-BYTES/S") if server else ()
-    topics = _Section("Topics", "TOPIC", "PARTITIONS", "LOG-END", "RECORDS/S", "BYTES/S", *out_columns,
-                      history="RECORDS/S HISTORY",
-                      spare=("PARTITIONS",), drop=("OUT-BYTES/S", "OUT-RECORDS/S", "LOG-END", "BYTES/S"))
+    topics = _Section("Topics", "TOPIC", "PARTITIONS", "LOG-END", "SIZE", "RECORDS/S", "BYTES/S", *out_columns,
+                      history="RECORDS/S HISTORY", spare=("PARTITIONS", "SIZE"),
+                      drop=("OUT-BYTES/S", "OUT-RECORDS/S", "LOG-END", "BYTES/S"))
     # busiest first, as top does (ties and the first refresh by name): the rows that matter stay on a short screen
     for name, row in sorted(history.topics.items(), key=lambda kv: (-(kv[1].values["records_in"] or 0), kv[0])):
         v = row.values
         out = [_num(v["records_out"]), _per_s(v["bytes_out"])] if server else []
-        topics.add(name, v["partitions"], v["end"], _num(v["records_in"]), _per_s(v["bytes_in"]), *out,
+        size = None if v["size"] is None else format_bytes(v["size"])
+        topics.add(name, v["partitions"], v["end"], size, _num(v["records_in"]), _per_s(v["bytes_in"]), *out,
                    history=row.history)
     return topics
 
