@@ -9,15 +9,8 @@ storage, a 1 s scrape interval, and is stopped by the test.
 
 from __future__ import annotations
 
-import json
 import re
 import shutil
-import socket
-import subprocess
-import sys
-import urllib.error
-import urllib.parse
-import urllib.request
 
 import pytest
 
@@ -26,6 +19,7 @@ pytest.importorskip("prometheus_client", reason="the metrics extra (prometheus-c
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer  # noqa: E402
 from kafka.admin import NewTopic  # noqa: E402
 
+from promserver import PromServer, start_exporter, stop  # noqa: E402
 from serverutil import start_cli_server, wait_until  # noqa: E402
 
 pytestmark = [
@@ -33,90 +27,6 @@ pytestmark = [
     pytest.mark.skipif(shutil.which("prometheus") is None,
                        reason="prometheus is not installed (.ci/run installs Debian's prometheus package)"),
 ]
-
-_CONFIG = """global:
-  scrape_interval: 1s
-  evaluation_interval: 1s
-scrape_configs:
-  - job_name: serve
-    static_configs: [{{targets: ['127.0.0.1:{serve}']}}]
-  - job_name: exporter
-    static_configs: [{{targets: ['127.0.0.1:{exporter}']}}]
-"""
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _stop(proc: subprocess.Popen) -> None:
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(30)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(30)
-
-
-class PromServer:
-    """Prometheus on 127.0.0.1 with a config and storage under ``tmp``; :meth:`query` is its instant query API."""
-
-    def __init__(self, tmp, serve_port: int, exporter_port: int) -> None:
-        config = tmp / "prometheus.yml"
-        config.write_text(_CONFIG.format(serve=serve_port, exporter=exporter_port))
-        self.port = _free_port()
-        self.log = open(tmp / "prometheus.log", "w+")
-        self.proc = subprocess.Popen(
-            ["prometheus", f"--config.file={config}", f"--storage.tsdb.path={tmp / 'tsdb'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--log.level=warn"],
-            stdout=self.log, stderr=subprocess.STDOUT)
-        try:
-            wait_until(self._ready, timeout=60, step=0.2, what="prometheus to be ready")
-        except AssertionError:
-            self.close()
-            raise
-
-    def _ready(self) -> bool:
-        if self.proc.poll() is not None:
-            self.log.seek(0)
-            raise AssertionError("prometheus exited:\n" + self.log.read())
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{self.port}/-/ready", timeout=5) as r:
-                return r.status == 200
-        except (urllib.error.URLError, ConnectionError):
-            return False
-
-    def query(self, promql: str) -> float | None:
-        """The value of ``promql`` (a single series or a scalar aggregation), None while it has none."""
-        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": promql})
-        with urllib.request.urlopen(url, timeout=10) as r:
-            doc = json.load(r)
-        assert doc["status"] == "success", doc
-        result = doc["data"]["result"]
-        if not result:
-            return None
-        assert len(result) == 1, result
-        return float(result[0]["value"][1])
-
-    def close(self) -> None:
-        _stop(self.proc)
-        self.log.close()
-
-
-def _exporter(path) -> tuple[subprocess.Popen, int]:
-    proc = subprocess.Popen([sys.executable, "-m", "pylog", "metrics", str(path), "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
-    m = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
-    if not m:
-        _stop(proc)
-        raise AssertionError(f"pylog metrics did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
-    return proc, int(m.group(1))
-
 
 def test_prometheus_scrapes_served_counts_and_exported_lag(tmp_path):
     store = tmp_path / "store"
@@ -126,7 +36,7 @@ def test_prometheus_scrapes_served_counts_and_exported_lag(tmp_path):
     prom = None
     try:
         serve_port = int(re.search(r"metrics on http://127\.0\.0\.1:(\d+)/metrics", "".join(lines)).group(1))
-        exporter, exporter_port = _exporter(store)
+        exporter, exporter_port = start_exporter(store)
         procs.append(exporter)
         admin = KafkaAdminClient(bootstrap_servers=bootstrap)
         admin.create_topics([NewTopic("watched", num_partitions=3, replication_factor=1)])
@@ -147,7 +57,7 @@ def test_prometheus_scrapes_served_counts_and_exported_lag(tmp_path):
         consumer.close()
         assert consumed == m
 
-        prom = PromServer(tmp_path, serve_port, exporter_port)
+        prom = PromServer(tmp_path, {"serve": serve_port, "exporter": exporter_port})
         expected = {
             'up{job="serve"}': 1, 'up{job="exporter"}': 1,
             # counted by the server process
@@ -177,5 +87,5 @@ def test_prometheus_scrapes_served_counts_and_exported_lag(tmp_path):
         if prom is not None:
             prom.close()
         for proc in reversed(procs):
-            _stop(proc)
+            stop(proc)
     assert server.returncode == 0

@@ -19,12 +19,7 @@ import threading
 from typing import Any, TextIO
 
 from .. import prometheus
-from ..storage.handles import descriptor_limit
-from ..store import Store
-from .base import ExitCode, check_store_path, non_negative
-
-#: Descriptors kept for everything but the partitions (the HTTP endpoint's sockets, the interpreter's files).
-_RESERVED_DESCRIPTORS = 256
+from .base import ExitCode, non_negative, open_store_for_scans
 
 __all__ = ["register"]
 
@@ -42,12 +37,10 @@ def register(sub: Any) -> None:
 
 def _run(args: argparse.Namespace, out: TextIO) -> ExitCode:
     prometheus.require()
-    check_store_path(args.store, create=False)
     stop = threading.Event()
     # Read-only (no cleaner, nothing written), and every descriptor but a reserve for the partitions: a scrape
     # touches every partition, and a budget smaller than the store would make each scrape close and reopen them.
-    budget = max(descriptor_limit() - _RESERVED_DESCRIPTORS, _RESERVED_DESCRIPTORS)
-    with Store(args.store, read_only=True, max_open_descriptors=budget) as store:
+    with open_store_for_scans(args.store) as store:
         reg = prometheus.registry(store)
         with prometheus.start_http_server(reg, args.port, args.host, prometheus.store_health(store)) as endpoint:
             print(f"pylog metrics: serving {endpoint.url} for {store.path}", file=out, flush=True)
