@@ -172,8 +172,8 @@ class Partition:
             os.makedirs(directory, exist_ok=True)
         name = f"{topic}-{number}"
         self._writer = WriterLock(directory, name, read_only)
-        self._local = LocalLog(directory, topic, number, config, self._append_lock, lambda: self._writer.held,
-                               lambda: self._closed)
+        self._local = LocalLog(Segment, directory, topic, number, config, self._append_lock,
+                               lambda: self._writer.held, lambda: self._closed)
         #: Internal API (the partition's modules and tests): recovery point, unsynced rolls, pending
         #: flushes and the failed state; see :class:`~pylog.storage.log.durability.Durability`.
         self.durability = Durability(self._local, self._append_lock, self._writer, lambda: self._closed)

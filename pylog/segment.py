@@ -44,7 +44,9 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-from typing import Any, Iterator
+from typing import Iterator
+
+import numpy as np
 
 from .errors import CorruptRecordError
 from .storage.fileio import fsync_files, truncate_durably, write_all
@@ -52,7 +54,7 @@ from .storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segme
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
 from .storage.records import HEADER_SIZE, BatchHeader, check_header, parse_header
 from .storage import segment_check, segment_read
-from .storage.segment_check import index_due
+from .storage.segment_check import Rebuilt, index_due
 from .storage.segment_file import LogFile, SegmentReplacedError
 from .storage.segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, LogBytes, ReadSlice
 from .storage.segment_tail import TailRecord
@@ -245,7 +247,7 @@ class Segment:
             try:
                 oi = OffsetIndex.open(self.index_path, self.base_offset)
                 ti = TimeIndex.open(self.timeindex_path, self.base_offset)
-                segment_check.validate_indexes(oi, ti, self.size, self.base_offset, self._file)
+                self._validate_indexes(oi, ti)
             except IndexError_ as exc:
                 log.warning("rebuilding indexes of %s in memory: %s", self.log_path, exc)
                 oi, ti = self._build_indexes(self.size, verify=False)[:2]
@@ -261,17 +263,37 @@ class Segment:
         mapping is current: two ``stat`` calls instead of two opens, mappings and sanity checks.
         """
         self._indexes_stale = False  # before looking: growth noticed meanwhile marks them again
-        if not segment_check.index_files_kept(oi, ti):
+        if not segment_check.index_files_kept(((oi.path, oi.ino), (ti.path, ti.ino))):
             self._oindex = self._tindex = None  # dropped, not closed: another thread may be searching them
             return None, None
         oi.take_in_appended(self.size)
         ti.take_in_appended(self.next_offset - self.base_offset)
         return oi, ti
 
-    def _build_indexes(self, end: int, verify: bool) -> tuple[OffsetIndex, TimeIndex, dict[str, Any]]:
+    def _validate_indexes(self, oi: OffsetIndex, ti: TimeIndex) -> None:
+        """Cheap checks that the indexes' last entries point inside the visible log at a batch with that
+        offset (see :func:`~pylog.storage.segment_check.index_problem`).
+
+        A live (unsealed) index of another process's writer may run ahead of what this reader has
+        checked; entries past the visible size are ignored rather than distrusted.
+
+        :raises IndexError_: when they do not (the caller rebuilds them from the log).
+        """
+        if not oi.sealed and not oi.writable:
+            oi.limit_to(max(self.size - HEADER_SIZE + 1, 0))
+        problem = segment_check.index_problem(oi.last_entry(), ti.last_entry(), self.size, self.base_offset,
+                                              self._file)
+        if problem is not None:
+            raise IndexError_(problem.reason, ti.path if problem.time_index else oi.path)
+
+    def _build_indexes(self, end: int, verify: bool) -> tuple[OffsetIndex, TimeIndex, Rebuilt]:
         """Scan the log up to ``end`` and build in-memory indexes; stops at the first bad batch if verifying."""
-        return segment_check.build_indexes(self._log(), self.base_offset, end, verify, self.index_interval_bytes,
-                                           self.index_path, self.timeindex_path)
+        found = segment_check.build_indexes(self._log(), self.base_offset, end, verify, self.index_interval_bytes)
+        oi = OffsetIndex.in_memory(self.index_path, self.base_offset, np.array(found.offset_rels, OffsetIndex.A),
+                                   np.array(found.offset_positions, OffsetIndex.B))
+        ti = TimeIndex.in_memory(self.timeindex_path, self.base_offset, np.array(found.time_stamps, TimeIndex.A),
+                                 np.array(found.time_rels, TimeIndex.B), found.max_ts)
+        return oi, ti, found
 
     # ------------------------------------------------------------------ scanning
 
@@ -561,14 +583,13 @@ class Segment:
         try:
             self._oindex = open_writable(OffsetIndex, self.index_path, self.base_offset, self.index_max_bytes)
             self._tindex = open_writable(TimeIndex, self.timeindex_path, self.base_offset, self.index_max_bytes)
-            segment_check.validate_indexes(self._oindex, self._tindex, self.size, self.base_offset,
-                                          self._file)
+            self._validate_indexes(self._oindex, self._tindex)
         except IndexError_ as exc:
             log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
             self._write_rebuilt_indexes(self.size)
         self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
 
-    def _write_rebuilt_indexes(self, end: int, verify: bool = False) -> dict[str, Any]:
+    def _write_rebuilt_indexes(self, end: int, verify: bool = False) -> Rebuilt:
         for idx in (self._oindex, self._tindex):
             if idx is not None:
                 idx.close()
@@ -591,18 +612,18 @@ class Segment:
         file_size = os.stat(self.log_path).st_size
         self.size = file_size
         state = self._write_rebuilt_indexes(file_size, verify=True)
-        valid_end = state["valid_end"]
+        valid_end = state.valid_end
         dropped = file_size - valid_end
         if dropped:
-            err = state["error"]
+            err = state.error
             log.warning("recovery of %s: dropping %d bytes after byte %d (%s)", self.log_path, dropped, valid_end,
                         err.reason if err is not None else "torn tail")
             truncate_durably(self.log_path, valid_end)
         self.size = valid_end
-        self.next_offset = state["next_offset"]
-        self._max_timestamp = state["max_ts"]
-        self._bytes_since_index = state["since"]
-        self._first_timestamp = state["first_ts"]
+        self.next_offset = state.next_offset
+        self._max_timestamp = state.max_ts
+        self._bytes_since_index = state.since
+        self._first_timestamp = state.first_ts
         self._loaded = True
         self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         return dropped
@@ -779,7 +800,15 @@ class Segment:
         :func:`~pylog.storage.segment_check.cut_below_index`), else None."""
         # Unmapped: the check reads the file's size, never its bytes.
         lb = LogBytes(self._file.read_fd(), None, self.log_path, False)
-        return segment_check.cut_below_index(lb, self.base_offset, self.index_path)
+        try:  # the index file as it is on disk, not as a reader rebuilt it in memory
+            oi = OffsetIndex.open(self.index_path, self.base_offset)
+        except CorruptRecordError:
+            return None  # missing or damaged: reported (and repaired) as such
+        try:
+            last = oi.last_entry()
+        finally:
+            oi.close()
+        return segment_check.cut_below_index(lb, self.base_offset, self.index_path, last)
 
     def check(self, end: int | None = None, partial_tail_ok: bool = False) -> list[str]:
         """Full consistency check of the bytes up to ``end`` (default: the visible size): every batch
@@ -787,11 +816,11 @@ class Segment:
         problems (empty when consistent); see :func:`~pylog.storage.segment_check.check`."""
         lb = self._log()
         try:
-            oi, index_error = self.indexes()[0], ""
+            entries, index_error = self.indexes()[0].entries(), ""
         except CorruptRecordError as exc:
-            oi, index_error = None, str(exc)
-        return segment_check.check(lb, self.base_offset, self.size if end is None else end, partial_tail_ok, oi,
-                                   index_error, self.next_offset if self.writable else None)
+            entries, index_error = None, str(exc)
+        return segment_check.check(lb, self.base_offset, self.size if end is None else end, partial_tail_ok, entries,
+                                   self.index_path, index_error, self.next_offset if self.writable else None)
 
     def __repr__(self) -> str:
         return f"Segment({self.log_path!r}, size={self.size})"

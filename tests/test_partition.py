@@ -829,7 +829,7 @@ def test_a_too_large_record_writes_nothing_of_its_call(tmp_path):
 
 
 def test_a_failed_roll_makes_the_partition_refuse_work_until_reopened(tmp_path, monkeypatch):
-    from pylog.storage.log import local_log as partition_module
+    from pylog import segment as segment_module
     with pylog.open(tmp_path, segment_bytes=1024) as store:
         p = store.create_topic("t").partition(0)
         p.append_values([b"x" * 600])
@@ -837,7 +837,7 @@ def test_a_failed_roll_makes_the_partition_refuse_work_until_reopened(tmp_path, 
         def broken_create(*args, **kwargs):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(partition_module.Segment, "create", broken_create)
+        monkeypatch.setattr(segment_module.Segment, "create", broken_create)
         with pytest.raises(pylog.LogFailedError):
             p.append_values([b"y" * 600])
         monkeypatch.undo()

@@ -26,8 +26,8 @@ from ...errors import CorruptRecordError, InvalidRecordError, RecordTooLargeErro
 from ..producer_state import ProducerState
 from ..records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, EncodeOptions, encode_parts, now_ms,
                        slice_parts)
-from ...segment import Segment
 from .local_log import LocalLog
+from .segments import S, SegmentLike
 
 __all__ = ["Appender", "Columns", "should_roll", "SEQ_MOD"]
 
@@ -100,7 +100,7 @@ class Appender:
 
     # ------------------------------------------------------------------ idempotence
 
-    def producer_state(self, local: LocalLog) -> ProducerState:
+    def producer_state(self, local: LocalLog[S]) -> ProducerState:
         """The idempotent-producer table, loaded on first use: the snapshot, then the batch headers after it."""
         state = self._producers
         if state is None:
@@ -204,7 +204,7 @@ def batch_bounds(limit: int, n: int, vlens: np.ndarray, klens: np.ndarray | None
     return bounds
 
 
-def should_roll(config: TopicConfig, seg: Segment, h: Any) -> bool:
+def should_roll(config: TopicConfig, seg: SegmentLike, h: Any) -> bool:
     """Whether batch ``h`` goes into a new segment rather than the active ``seg``."""
     if seg.size + h.size > config["segment.bytes"]:
         return True

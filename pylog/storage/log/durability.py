@@ -27,15 +27,15 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from typing import Callable, Generic
 
 from ...errors import LogFailedError
 from ..checkpoint import Checkpoint, write_checkpoint
 from ..fileio import DESCRIPTOR_ERRNOS, fault, raise_fault, fsync_dir
 from ..handles import RateLimitedLog
-from ...segment import Segment
 from .. import syncer
 from .local_log import LocalLog
+from .segments import S
 from .writer_lock import WriterLock
 
 __all__ = ["Durability", "HANDED_OVER_MAX"]
@@ -49,10 +49,10 @@ _put_off = RateLimitedLog(log, 60.0)
 HANDED_OVER_MAX = 16
 
 
-class Durability:
+class Durability(Generic[S]):
     """The durable state of one partition handle: recovery point, unsynced rolls, pending flushes."""
 
-    def __init__(self, local: LocalLog, lock: threading.RLock, writer: WriterLock,
+    def __init__(self, local: LocalLog[S], lock: threading.RLock, writer: WriterLock,
                  is_closed: Callable[[], bool]) -> None:
         self.local = local
         self.name = local.name
@@ -64,7 +64,7 @@ class Durability:
         self.failed: str | None = None
         self.recovery_point = 0
         #: Segments rolled (sealed) but not yet fsynced, oldest first: the background sync's work list.
-        self.unsynced: list[Segment] = []
+        self.unsynced: list[S] = []
         #: The checkpoint on disk is dirty, durably: a power cut cannot bring back a clean one (see roll).
         self.cp_durably_dirty = False
         self.unflushed = 0  # records appended through this handle and not fsynced yet, writer or not
@@ -94,7 +94,7 @@ class Durability:
 
     # ------------------------------------------------------------------ rolls
 
-    def roll(self, snapshot_producers: Callable[[], None]) -> Segment:
+    def roll(self, snapshot_producers: Callable[[], None]) -> S:
         """Seal the active segment (trimmed indexes) and start a new one at the next offset. The sealed
         segment is fsynced in the background (see :meth:`sync_rolled_job`): the recovery point stays
         before it until then. ``snapshot_producers`` writes the idempotence snapshot (not fsynced)."""
