@@ -13,12 +13,12 @@ Its invariants (the parts in :mod:`pylog.storage.log` cite these numbers):
    :mod:`~pylog.storage.log.durability`).
 4. Exactly one writer per partition across threads and processes at any moment: an ``flock`` on ``.lock`` taken on
    the first write and held until :meth:`Partition.close` or :meth:`Partition.release_writer` (which the store's
-   descriptor budget also calls, through :meth:`Partition.release_handles`, for a partition used least recently:
-   see :mod:`pylog.storage.handles`). Writers that take turns (producers of several processes sharing a partition)
-   ask the holder for it through a shared ``flock`` on ``.want`` while they wait; the holder looks with
-   :meth:`Partition.handover_wanted` and hands over by releasing; that probe's descriptor is never closed under a
-   probe in another thread (its number reused, the probe's unlock could release another file's lock). Readers take
-   no lock (:mod:`~pylog.storage.log.writer_lock`).
+   descriptor budget also calls, through :meth:`PartitionInternals.release_handles`, for a partition used least
+   recently: see :mod:`pylog.storage.handles`). Writers that take turns (producers of several processes sharing a
+   partition) ask the holder for it through a shared ``flock`` on ``.want`` while they wait; the holder looks with
+   :meth:`PartitionInternals.handover_wanted` and hands over by releasing; that probe's descriptor is never closed
+   under a probe in another thread (its number reused, the probe's unlock could release another file's lock).
+   Readers take no lock (:mod:`~pylog.storage.log.writer_lock`).
 5. Retention removes whole segments from the head only, after the checkpoint has recorded the new log start offset
    (so a crash mid-way leaves only segments that the next open deletes); the active segment goes only after a roll
    has put an empty one after it (:mod:`~pylog.storage.log.maintenance`, :mod:`~pylog.storage.log.loader`).
@@ -67,16 +67,16 @@ lock:
   the append lock;
 - retention and delete-records (:meth:`Partition.enforce_retention`, :meth:`Partition.delete_records`,
   :mod:`~pylog.storage.log.maintenance`): the maintenance lock, then the append lock;
-- the compaction swap (:meth:`Partition.swap_in`, protocol in :mod:`pylog.storage.swap`) and removing unfinished
-  compaction output (:meth:`Partition.remove_swap_leftovers`): the maintenance lock, then (for the swap) the
-  append lock; the cleaner itself writes only its own ``.cleaned`` files and its cleaner checkpoint, inside
-  :meth:`Partition.maintenance_pass`;
+- the compaction swap (:meth:`PartitionInternals.swap_in`, protocol in :mod:`pylog.storage.swap`) and removing
+  unfinished compaction output (:meth:`PartitionInternals.remove_swap_leftovers`): the maintenance lock, then
+  (for the swap) the append lock; the cleaner itself writes only its own ``.cleaned`` files and its cleaner
+  checkpoint, inside :meth:`PartitionInternals.maintenance_pass`;
 - opening as the writer, recovery, finishing an interrupted swap (:mod:`~pylog.storage.log.loader`): the append
   lock and the writer lock;
-- handing the writer lock over, letting go of descriptors (:meth:`Partition.release_turn`,
-  :meth:`Partition.release_handles`): the maintenance lock (not waited for by the latter), then the append lock; a
-  turn of many appends by another layer holds it through :meth:`Partition.writer_turn`;
-- deleting a topic's files (the store): :meth:`Partition.held_for_discard`, then ``close(discard=True)``.
+- handing the writer lock over, letting go of descriptors (:meth:`PartitionInternals.release_turn`,
+  :meth:`PartitionInternals.release_handles`): the maintenance lock (not waited for by the latter), then the append
+  lock; a turn of many appends by another layer holds it through :meth:`PartitionInternals.writer_turn`;
+- deleting a topic's files (the store): :meth:`PartitionInternals.held_for_discard`, then ``close(discard=True)``.
 
 Thread-safety: every public method may be called from any thread. Appends serialise on the append lock;
 reads take a snapshot of the segment list and sizes and run concurrently with appends and maintenance.
@@ -112,13 +112,12 @@ from .storage.log.local_log import LocalLog
 from .storage.log.waiting import Waiters
 from .storage.log.writer_lock import WriterLock
 
-__all__ = ["Partition", "DEFAULT_MAX_BYTES"]
+__all__ = ["Partition", "DEFAULT_MAX_BYTES", "PartitionInternals", "internals"]
 
 log = logging.getLogger("pylog.partition")
 
 #: Default byte limit of one read (Kafka's fetch.max.bytes); a read returns at least one batch regardless.
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
-
 
 def _int_argument(name: str, value: Any) -> int:
     """``value`` as an int when it is an integer (a Python or numpy int, not a bool).
@@ -132,7 +131,6 @@ def _int_argument(name: str, value: Any) -> int:
         return int(value)
     raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__} {value!r:.40}")
 
-
 class Partition:
     """One partition of a topic, stored in ``directory``. Obtain it with ``store.topic(name).partition(i)``."""
 
@@ -143,9 +141,8 @@ class Partition:
         self.directory = directory
         self._config = config
         self.lock_timeout_ms = lock_timeout_ms
-        #: Written by many handles in turn (take the lock, append, :meth:`release_writer`): the background
-        #: cleaner maintains it whenever it can take the lock, not only while this handle writes.
-        self.transient = False
+        # Written by many handles in turn (see PartitionInternals.transient).
+        self._transient = False
         #: Opened through a read-only store: never becomes the writer, creates and maps no file.
         self.read_only = read_only
         self._repairing = False  # see repair()
@@ -156,8 +153,8 @@ class Partition:
         #: wrote it: the bytes before the position were checked or written by this handle as the writer,
         #: so its next open after a clean checkpoint (its next turn) checks only those after them.
         self._active_checked: tuple[int, int | None, int, int] | None = None
-        # Serialises appends, writer-side state and changes of the segment view (an RLock); :meth:`swap_in`
-        # holds it while it renames cleaned segments in and changes the view.
+        # Serialises appends, writer-side state and changes of the segment view (an RLock); swap_in
+        # (PartitionInternals) holds it while it renames cleaned segments in and changes the view.
         self._append_lock = threading.RLock()
         # Serialises maintenance (retention, delete-records, compaction, handing the writer lock over,
         # letting go of descriptors) and the turns of maintenance_pass / writer_turn / held_for_discard;
@@ -174,10 +171,11 @@ class Partition:
         self._writer = WriterLock(directory, name, read_only)
         self._local = LocalLog(Segment, directory, topic, number, config, self._append_lock,
                                lambda: self._writer.held, lambda: self._closed)
-        #: Internal API (the partition's modules and tests): recovery point, unsynced rolls, pending
-        #: flushes and the failed state; see :class:`~pylog.storage.log.durability.Durability`.
-        self.durability = Durability(self._local, self._append_lock, self._writer, lambda: self._closed)
+        # Recovery point, unsynced rolls, pending flushes and the failed state.
+        self._durability = Durability(self._local, self._append_lock, self._writer, lambda: self._closed)
         self._appender = Appender(name, directory, config)
+        #: What pylog's own layers use beyond the public API (see :func:`internals`).
+        self._internals = PartitionInternals(self)
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
         with descriptor_faults(f"opening {name}"):
             self._local.load_readonly()
@@ -191,40 +189,6 @@ class Partition:
     def config(self, config: TopicConfig) -> None:
         self._config = self._local.config = self._appender.config = config
 
-    # ------------------------------------------------------------------ internal API
-
-    def segment_index_args(self) -> tuple[int, int]:
-        """Internal API: ``(segment.index.bytes, index.interval.bytes)`` for new Segment objects of this
-        partition (the compactor's cleaned segments)."""
-        return self._local.segment_index_args()
-
-    def ensure_writer(self) -> None:
-        """Internal API: become the partition's writer (lock, recover if the last shutdown was not clean,
-        open for append); a no-op for the writer. For maintenance that needs the lock (the compactor).
-
-        :raises PartitionLockedError, StoreClosedError, LogFailedError, ReadOnlyStoreError:
-        """
-        with self._append_lock:
-            self._ensure_writer_locked()
-
-    @property
-    def local_log(self) -> LocalLog:
-        """Internal API (the partition's modules, benchmarks and tests): the segment view and log start as
-        this handle sees them; see :class:`~pylog.storage.log.local_log.LocalLog`."""
-        return self._local
-
-    @property
-    def notifier(self) -> Notifier:
-        """Internal API: the partition's cross-process wake-up (:mod:`pylog.storage.notify`), which the
-        consumer watches across several partitions at once."""
-        return self._waiters.notifier
-
-    def abandon(self) -> None:
-        """Test hook: drop this handle as a crashed process would, writing nothing and closing the writer
-        lock's descriptor; the handle is unusable afterwards."""
-        self._closed = True
-        self._writer.drop_without_unlock()
-
     def _touch(self) -> None:
         """About to open or use this handle's files: tell the store's descriptor budget (before any lock)."""
         handles = self._handles
@@ -232,36 +196,7 @@ class Partition:
             weight = PER_PARTITION + SEGMENT_COST * self._local.sealed_open
             tick, counted = self._touched
             if counted != weight or not handles.fresh(tick):
-                self._touched = (handles.touch(self, weight), weight)
-
-    def release_handles(self) -> bool:
-        """Internal API (the store's descriptor budget, :mod:`pylog.storage.handles`): let go of every file
-        descriptor and mapping this handle holds; its next use opens what it needs again. A writer lets go
-        of its lock first, exactly as :meth:`release_writer` does (a direct append takes it again, waiting
-        ``lock.timeout.ms`` if another writer took it meanwhile). Never blocks: False, changing nothing,
-        while maintenance or an append of the partition is under way in another thread."""
-        if not self._maintenance_lock.acquire(blocking=False):
-            return False
-        try:
-            if not self._append_lock.acquire(blocking=False):
-                return False
-            try:
-                if self._closed:
-                    return True
-                try:
-                    if self._writer.held:
-                        self.release_writer()  # lets the lock go whatever fails (raised after the rest here)
-                finally:
-                    self._writer.close()
-                    if not self._writer.held:
-                        self._local.drop_files()
-                    self._touched = (-(1 << 62), 0)
-                    self._waiters.notifier.release()
-                return True
-            finally:
-                self._append_lock.release()
-        finally:
-            self._maintenance_lock.release()
+                self._touched = (handles.touch(self._internals, weight), weight)
 
     # ------------------------------------------------------------------ the writer lock
 
@@ -270,24 +205,14 @@ class Partition:
         """True once this handle holds the partition's exclusive writer lock."""
         return self._writer.held
 
-    def handover_wanted(self) -> bool:
-        """True while another handle, in any process, waits for this partition's writer lock in
-        :meth:`wait_to_write`. Two system calls."""
-        if self._writer.want_fd is None:
-            with self._append_lock:
-                if self._closed:
-                    raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
-                self._writer.open_probe()
-        return self._writer.handover_wanted()
-
     def wait_to_write(self, timeout_ms: float, between: Callable[[], object] | None = None) -> None:
         """Become the partition's writer for a turn, waiting up to ``timeout_ms`` for a writer that takes
         turns (a producer, here or in another process) to hand it over, and asking it to (``.want``). The
-        lock then stays free to be handed over in turn (:meth:`hand_over`) until a direct append pins
+        lock then stays free to be handed over in turn (:meth:`PartitionInternals.hand_over`) until a direct append pins
         it. Unlike an append with ``lock.timeout.ms``, this does not hold the partition's append lock
         while it waits, so this handle's readers go on. A no-op for the writer. ``between``, when given,
         is called after each attempt that failed while waiting (a producer lets go there of the
-        partitions it could not let go of before: see :meth:`release_turn`); it must not block.
+        partitions it could not let go of before: see :meth:`PartitionInternals.release_turn`); it must not block.
 
         :raises PartitionLockedError: when the lock did not come within ``timeout_ms`` (a writer that
             does not take turns, such as a store appending directly, keeps it until it closes).
@@ -309,72 +234,10 @@ class Partition:
             self._writer.in_turns = True
             return True
 
-    def hand_over(self) -> bool:
-        """For a writer taking turns, between its appends: release the lock when another handle waits for
-        it in :meth:`wait_to_write`; True when released. Never a lock a direct append pinned, nor while
-        retention or compaction of the partition is under way in this handle (it is tried again on the
-        writer's next append or idle look, instead of blocking behind a long pass)."""
-        if not self._writer.in_turns or not self._writer.held or not self.handover_wanted():
-            return False
-        return self._release_turn(blocking=False)
-
-    def release_turn(self, blocking: bool = True) -> bool:
-        """Let go of a writer lock held for a turn (:meth:`wait_to_write`), whether or not anyone waits for
-        it; a lock a direct append pinned stays. True when released. For a writer taking turns that stops
-        writing (a producer closing), or that is about to wait for another partition. Waits for retention
-        or compaction of the partition under way in this handle to finish; with ``blocking`` False it
-        leaves the lock held instead (False: the caller tries again later, as :meth:`hand_over` does)."""
-        return self._release_turn(blocking)
-
-    def _release_turn(self, blocking: bool) -> bool:
-        if not self._maintenance_lock.acquire(blocking=blocking):
-            return False
-        try:
-            with self._append_lock:
-                if not self._writer.in_turns or not self._writer.held:
-                    return False
-                self.release_writer()
-                return True
-        finally:
-            self._maintenance_lock.release()
-
-    @contextmanager
-    def maintenance_pass(self) -> Iterator[None]:
-        """Internal API (the log cleaner): hold the partition's maintenance lock for a maintenance pass run
-        from outside storage. Protects the segment list and files the pass reads against every other
-        maintenance of this handle (retention, delete-records, another pass) and against this handle letting
-        go of its writer lock (:meth:`release_turn`, :meth:`release_writer`, :meth:`hand_over`) or its
-        descriptors; appends go on. The pass changes the segment list only through :meth:`swap_in`."""
-        with self._maintenance_lock:
-            yield
-
-    @contextmanager
-    def writer_turn(self) -> Iterator[None]:
-        """Internal API (layers that append to a partition written in turn by many handles: the committed
-        offsets, the background cleaner's passes over such partitions): hold the maintenance lock for a
-        whole turn that the caller takes and ends (:meth:`wait_to_write` or :meth:`try_become_writer`, its
-        appends or maintenance, then :meth:`release_writer`). Protects the turn against this handle's other
-        maintenance and turns: no pass, hand-over or release of handles interleaves with it, so its
-        writes and its release are not split by another thread of this handle."""
-        with self._maintenance_lock:
-            yield
-
-    @contextmanager
-    def held_for_discard(self) -> Iterator[bool]:
-        """Internal API (topic deletion): the partition's files are about to be deleted. Holds the
-        maintenance lock for the body (a pass under way finishes first; none starts) and takes the writer
-        lock without opening for writing (no recovery, no check: a damaged partition is deleted too);
-        appends through this handle are refused from then on. Yields True when the writer lock was taken
-        here (to be let go by :meth:`unlock_discard` if the deletion fails), False when this handle was the
-        writer already. The writer lock stays held after the body: :meth:`close` with ``discard`` lets it
-        go."""
-        with self._maintenance_lock:
-            yield self._lock_for_discard()
-
     def _ensure_writer_locked(self) -> None:
         if self._closed:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
-        failed = self.durability.failed
+        failed = self._durability.failed
         if failed is not None:
             raise LogFailedError(f"partition {self.topic}-{self.number} failed earlier ({failed}); reopen the store")
         if self._writer.held:
@@ -396,7 +259,7 @@ class Partition:
         self._writer.adopt(fd)
 
     def _open_as_writer(self) -> None:
-        dur = self.durability
+        dur = self._durability
         takes_turns = self._writer.takes_turns
         opened = loader.open_as_writer(self._local, takes_turns, self._repairing, self._active_checked,
                                        self._note_recovery)
@@ -412,7 +275,7 @@ class Partition:
             return
         # Not fsynced for a writer taking turns: losing this write to a power cut only means the next
         # opener recovers from an older point (the active segment is checked on every open anyway).
-        dur.write_checkpoint(durable=not (self.transient or takes_turns))
+        dur.write_checkpoint(durable=not (self._transient or takes_turns))
 
     def _note_recovery(self, stats: dict[str, Any]) -> None:
         self.last_recovery = stats
@@ -494,13 +357,6 @@ class Partition:
         """
         return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=False)
 
-    def append_values_in_turn(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
-                              timestamps: Any, headers: Sequence[Any] | None,
-                              producer: tuple[int, int, int] | None, compression: str | None) -> int:
-        """Internal API: :meth:`append_values` for a writer taking turns (the producer): unlike a direct
-        append it leaves the lock free to be handed over (:meth:`hand_over`)."""
-        return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=True)
-
     def _append_lists(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None, timestamps: Any,
                       headers: Sequence[Any] | None, producer: tuple[int, int, int] | None, compression: str | None,
                       in_turn: bool) -> int:
@@ -516,16 +372,19 @@ class Partition:
     def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
                        key_data: Any = None, timestamps: np.ndarray | None = None, *,
                        headers: Sequence[Any] | None = None, producer: tuple[int, int, int] | None = None,
-                       compression: str | None = None, in_turn: bool = False, flush_policy: bool = True) -> int:
+                       compression: str | None = None) -> int:
         """Columnar fast path: int32 lengths (-1 for null) plus the concatenated non-null bytes.
 
         From Arrow binary arrays: ``lengths = np.diff(offsets)`` with -1 where the validity bit is 0.
         ``headers`` (one sequence of ``(str, bytes | None)`` pairs per record), ``producer`` and
-        ``compression`` as for :meth:`append_values`. ``in_turn``: append as a writer taking turns (see
-        :meth:`append_values_in_turn`), leaving the lock free to be handed over (:meth:`hand_over`).
-        ``flush_policy=False``: do not fsync here when ``flush.messages`` / ``flush.ms`` ask for it; the caller
-        asks :meth:`flush_due` and flushes (``pylog serve`` through the group commit).
+        ``compression`` as for :meth:`append_values`.
         """
+        cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
+        return self._append_columns(cols, producer, compression, in_turn=False)
+
+    def _columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None, key_data: Any,
+                 timestamps: np.ndarray | None, headers: Sequence[Any] | None) -> Columns:
+        """:meth:`append_columns`' arguments checked, as the appender's columns."""
         vlens = np.ascontiguousarray(value_lengths, dtype=np.int32)
         n = len(vlens)
         if n == 0:
@@ -539,9 +398,8 @@ class Partition:
             if ts.dtype.kind != "i" or ts.ndim != 1:  # a cast would truncate floats and parse strings
                 raise InvalidRecordError(f"timestamps must be an array of int64 milliseconds, got {ts.dtype}")
             ts = np.ascontiguousarray(ts, dtype=np.int64)
-        cols = Columns(n, vlens, [value_data] if value_data is not None else [], klens,
+        return Columns(n, vlens, [value_data] if value_data is not None else [], klens,
                        [key_data] if key_data is not None else [], ts, headers, True)
-        return self._append_columns(cols, producer, compression, in_turn, flush_policy)
 
     def _append_columns(self, cols: Columns, producer: tuple[int, int, int] | None, compression: str | None,
                         in_turn: bool, flush_policy: bool = True) -> int:
@@ -556,7 +414,7 @@ class Partition:
         self._touch()
         with self._append_lock:
             if not self._writer.held:
-                self.ensure_writer()
+                self._ensure_writer_locked()
                 self._writer.in_turns = in_turn
             elif not in_turn:
                 self._writer.in_turns = False  # a direct append: this handle keeps the lock (see hand_over)
@@ -595,7 +453,7 @@ class Partition:
         return first if earlier is None else earlier
 
     def _write_batch(self, parts: list, h: Any) -> None:
-        dur = self.durability
+        dur = self._durability
         dur.check_not_failed()
         seg = self._local.segments[-1]
         if seg.size and should_roll(self.config, seg, h):
@@ -619,7 +477,7 @@ class Partition:
                         f"were); {state}", then)
 
     def _roll(self) -> Segment:
-        return self.durability.roll(lambda: self._snapshot_producers(durable=False))
+        return self._durability.roll(lambda: self._snapshot_producers(durable=False))
 
     def _snapshot_producers(self, durable: bool = True) -> None:
         self._appender.snapshot_producers(self._local.segments[-1].next_offset, durable=durable)
@@ -628,7 +486,7 @@ class Partition:
         # Readers in other processes: the batches are visible from here on (they read up to the file size),
         # whether or not the flush below succeeds.
         self._waiters.publish()
-        dur = self.durability
+        dur = self._durability
         dur.unflushed += n
         try:
             if flush and dur.flush_due(self.config["flush.messages"], self.config["flush.ms"]):
@@ -639,31 +497,10 @@ class Partition:
 
     # ------------------------------------------------------------------ rolls and flushes
 
-    def sync_rolled(self) -> None:
-        """fsync the segments rolls sealed that the background sync thread has not got to yet, and move
-        the recovery point past them: for maintenance that must not run ahead of durable data (the
-        compactor's first-dirty offset). A no-op for a handle that is not the writer.
-
-        :raises LogFailedError: when an fsync of rolled segments failed, now or before.
-        """
-        with self._append_lock:
-            if not self._writer.held or self._closed:
-                return
-            if self.durability.unsynced:
-                self.durability.sync_rolled_now()
-                self.durability.advance_recovery_point()
-
-    @property
-    def synced_through(self) -> int:
-        """Offsets below this lie in segments that are sealed and fsynced (the active segment's base when
-        no roll waits for its background sync): what maintenance may treat as settled for good."""
-        with self._append_lock:
-            return self.durability.synced_through()
-
     def roll(self) -> None:
         """Force a new active segment (no-op when the active one is empty)."""
         with self._append_lock:
-            self.ensure_writer()
+            self._ensure_writer_locked()
             if self._local.segments[-1].size:
                 self._roll()
 
@@ -678,34 +515,12 @@ class Partition:
         fd = None
         with self._append_lock:
             if self._writer.held:
-                fd = self.durability.start_flush()
-            elif self.durability.handed_over:
-                self.durability.sync_handed_over()
+                fd = self._durability.start_flush()
+            elif self._durability.handed_over:
+                self._durability.sync_handed_over()
         if fd is not None:
             # Without the lock (see Durability.start_flush): appends to this partition go on meanwhile.
-            self.durability.finish_flush(fd)
-
-    def flush_due(self) -> bool:
-        """Whether the topic's ``flush.messages`` / ``flush.ms`` ask for an fsync of what this handle appended
-        (for appends made with ``flush_policy=False``)."""
-        with self._append_lock:
-            return self.durability.flush_due(self.config["flush.messages"], self.config["flush.ms"])
-
-    def flush_if_due(self) -> float:
-        """fsync when ``flush.ms`` has passed since the last fsync and records wait; for the store's
-        background thread. Returns the ``time.monotonic()`` at which to look again (inf: never)."""
-        ms = self.config["flush.ms"]
-        dur = self.durability
-        if ms >= (1 << 62) or (not self._writer.held and not dur.handed_over):
-            return math.inf
-        if dur.unflushed and time.monotonic() - dur.last_flush >= ms / 1000:
-            with self._append_lock:
-                if not self._closed and dur.failed is None and dur.unflushed:
-                    if self._writer.held:
-                        dur.flush_writer()
-                    elif dur.handed_over:
-                        dur.sync_handed_over()
-        return dur.last_flush + ms / 1000 if dur.unflushed else time.monotonic() + ms / 1000
+            self._durability.finish_flush(fd)
 
     def wait_for_data(self, offset: int, timeout: float | None) -> bool:
         """Block until ``log_end_offset > offset`` or ``timeout`` seconds pass; True when data is there.
@@ -732,7 +547,7 @@ class Partition:
         now = now_ms() if now is None else now
         with self._maintenance_lock, self._append_lock:
             self._ensure_writer_locked()
-            return maintenance.enforce_retention(self._local, self.durability, self.config, now, self._roll)
+            return maintenance.enforce_retention(self._local, self._durability, self.config, now, self._roll)
 
     def delete_records(self, before_offset: int) -> int:
         """Kafka's DeleteRecords: make ``before_offset`` the log start offset; returns the new log start.
@@ -747,28 +562,7 @@ class Partition:
             raise InvalidArgumentError(f"before_offset must be >= 0, got {before_offset}")
         with self._maintenance_lock, self._append_lock:
             self._ensure_writer_locked()
-            return maintenance.delete_records(self._local, self.durability, before_offset)
-
-    def swap_in(self, cleaned: Sequence[tuple[Sequence[Segment], bool]]) -> None:
-        """Internal API (the log cleaner; Kafka's ``replaceSegments``): swap cleaned segments in, crash-safely.
-
-        ``cleaned`` holds, per group of consecutive segments of the view, the segments it replaces and
-        whether its output is empty; a non-empty group's cleaned segment is already written and its log
-        fsynced as ``.cleaned`` files at the group's first base offset. Runs steps 1-6 of
-        :mod:`pylog.storage.swap` with one commit for all groups, under the maintenance lock and then the
-        append lock (readers go on). A failure past the commit point marks the partition failed until
-        the store is reopened (whose writer open rolls the swap forward). Writer only.
-        """
-        with self._maintenance_lock:
-            maintenance.swap_in(self._local, self.durability, self._append_lock, cleaned)
-
-    def remove_swap_leftovers(self) -> None:
-        """Internal API (the log cleaner, at the start of a pass and after one that failed before its commit
-        point): delete unfinished compaction output (``.cleaned``, uncommitted ``.swap``) and ``.deleted``
-        files; a committed swap's manifest stays (the writer open rolls it forward). Under the maintenance
-        lock, so no :meth:`swap_in` of this handle is under way."""
-        with self._maintenance_lock:
-            swap.remove_leftovers(self.directory)
+            return maintenance.delete_records(self._local, self._durability, before_offset)
 
     # ------------------------------------------------------------------ reading
 
@@ -933,7 +727,7 @@ class Partition:
         with self._maintenance_lock, self._append_lock:
             if not self._writer.held or self._closed:
                 return
-            dur = self.durability
+            dur = self._durability
             segs = self._local.segments
             # Rolled segments are synced below (sync_rolled_now); a failure there fails the partition, and
             # this handle's next flush then raises.
@@ -982,28 +776,6 @@ class Partition:
                 self.lock_timeout_ms = saved
             return True
 
-    def _lock_for_discard(self) -> bool:
-        """See :meth:`held_for_discard`: take the writer lock without opening for writing (the data goes
-        away anyway); True when taken here."""
-        with self._append_lock:
-            if self._closed:
-                raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
-            if self._writer.held:
-                return False
-            try:
-                fd = self._writer.acquire(self.lock_timeout_ms)
-            except OSError as exc:
-                raise_fault(exc, f"locking {self.topic}-{self.number} to delete it", "nothing was deleted")
-            self._writer.adopt(fd)
-            self.durability.failed = "its topic is being deleted"  # the segments are not open for appending
-            return True
-
-    def unlock_discard(self) -> None:
-        """Internal API: undo :meth:`held_for_discard` after a deletion that failed: the partition is as it was."""
-        with self._append_lock:
-            self.durability.failed = None
-            self._writer.let_go()
-
     def close(self, discard: bool = False) -> None:
         """Flush, seal the active segment's indexes, write a clean checkpoint and release the writer lock.
 
@@ -1015,7 +787,7 @@ class Partition:
             if self._closed:
                 return
             self._closed = True
-            dur = self.durability
+            dur = self._durability
             segs = self._local.segments
             if discard:
                 dur.failed = "discarded"
@@ -1037,13 +809,13 @@ class Partition:
             self._writer.close()
             self._waiters.close()  # wakes this handle's waiters, here and on the notify file
             if self._handles is not None:
-                self._handles.forget(self)
+                self._handles.forget(self._internals)
             if error is not None:
                 raise error
 
     def _close_writer(self, segs: list[Segment]) -> None:
         """:meth:`close` as the writer: seal and sync everything, write a clean checkpoint, let go of the lock."""
-        dur = self.durability
+        dur = self._durability
         try:
             if dur.failed is None and segs:
                 active = segs[-1]
@@ -1063,3 +835,307 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition({self.topic!r}, {self.number}, segments={len(self._local.segments)})"
+
+
+class PartitionInternals:
+    """The partition's internal API: what pylog's own layers need of a partition beyond its public API.
+
+    Not exported from :mod:`pylog` and not part of the API users are told about (docs/CLIENTS.md): the
+    producer and ``pylog serve`` take turns at the writer lock and append in turn through it; the log
+    cleaner runs its passes and swaps cleaned segments in; the store deletes topics and hands partitions
+    written in turn (committed offsets, Spark's writer) their turns; the consumer and the server watch
+    several partitions' wake-ups at once; the store's descriptor budget lets go of the handle's files.
+    Reached through :func:`internals`; one object per :class:`Partition`, holding nothing but it. Each
+    method states which layer calls it and under which of the partition's locks it runs (the partition's
+    docstring lists who touches its files under which lock).
+    """
+
+    def __init__(self, partition: Partition) -> None:
+        self._p = partition
+
+    @property
+    def partition(self) -> Partition:
+        return self._p
+
+    @property
+    def transient(self) -> bool:
+        """Written by many handles in turn (take the lock, append, :meth:`Partition.release_writer`): the
+        committed offsets, Spark's writer. Taking the writer lock then writes the checkpoint without an
+        fsync, and the background cleaner maintains the partition whenever it can take the lock, not only
+        while this handle writes."""
+        return self._p._transient
+
+    @transient.setter
+    def transient(self, value: bool) -> None:
+        self._p._transient = value
+
+    @property
+    def durability(self) -> Durability[Segment]:
+        """(the partition's parts, tests) Recovery point, unsynced rolls, pending flushes and the failed
+        state; see :class:`~pylog.storage.log.durability.Durability`."""
+        return self._p._durability
+
+    def segment_index_args(self) -> tuple[int, int]:
+        """``(segment.index.bytes, index.interval.bytes)`` for new Segment objects of this
+        partition (the compactor's cleaned segments)."""
+        p = self._p
+        return p._local.segment_index_args()
+
+    def ensure_writer(self) -> None:
+        """become the partition's writer (lock, recover if the last shutdown was not clean,
+        open for append); a no-op for the writer. For maintenance that needs the lock (the compactor).
+
+        :raises PartitionLockedError, StoreClosedError, LogFailedError, ReadOnlyStoreError:
+        """
+        p = self._p
+        with p._append_lock:
+            p._ensure_writer_locked()
+
+    @property
+    def local_log(self) -> LocalLog[Segment]:
+        """(the partition's modules, benchmarks and tests): the segment view and log start as
+        this handle sees them; see :class:`~pylog.storage.log.local_log.LocalLog`."""
+        p = self._p
+        return p._local
+
+    @property
+    def notifier(self) -> Notifier:
+        """the partition's cross-process wake-up (:mod:`pylog.storage.notify`), which the
+        consumer watches across several partitions at once."""
+        p = self._p
+        return p._waiters.notifier
+
+    def abandon(self) -> None:
+        """Test hook: drop this handle as a crashed process would, writing nothing and closing the writer
+        lock's descriptor; the handle is unusable afterwards."""
+        p = self._p
+        p._closed = True
+        p._writer.drop_without_unlock()
+
+    def release_handles(self) -> bool:
+        """(the store's descriptor budget, :mod:`pylog.storage.handles`): let go of every file
+        descriptor and mapping this handle holds; its next use opens what it needs again. A writer lets go
+        of its lock first, exactly as :meth:`Partition.release_writer` does (a direct append takes it again, waiting
+        ``lock.timeout.ms`` if another writer took it meanwhile). Never blocks: False, changing nothing,
+        while maintenance or an append of the partition is under way in another thread."""
+        p = self._p
+        if not p._maintenance_lock.acquire(blocking=False):
+            return False
+        try:
+            if not p._append_lock.acquire(blocking=False):
+                return False
+            try:
+                if p._closed:
+                    return True
+                try:
+                    if p._writer.held:
+                        p.release_writer()  # lets the lock go whatever fails (raised after the rest here)
+                finally:
+                    p._writer.close()
+                    if not p._writer.held:
+                        p._local.drop_files()
+                    p._touched = (-(1 << 62), 0)
+                    p._waiters.notifier.release()
+                return True
+            finally:
+                p._append_lock.release()
+        finally:
+            p._maintenance_lock.release()
+
+    def handover_wanted(self) -> bool:
+        """True while another handle, in any process, waits for this partition's writer lock in
+        :meth:`Partition.wait_to_write`. Two system calls."""
+        p = self._p
+        if p._writer.want_fd is None:
+            with p._append_lock:
+                if p._closed:
+                    raise StoreClosedError(f"partition {p.topic}-{p.number} is closed")
+                p._writer.open_probe()
+        return p._writer.handover_wanted()
+
+    def hand_over(self) -> bool:
+        """For a writer taking turns, between its appends: release the lock when another handle waits for
+        it in :meth:`Partition.wait_to_write`; True when released. Never a lock a direct append pinned, nor while
+        retention or compaction of the partition is under way in this handle (it is tried again on the
+        writer's next append or idle look, instead of blocking behind a long pass)."""
+        p = self._p
+        if not p._writer.in_turns or not p._writer.held or not self.handover_wanted():
+            return False
+        return self._release_turn(blocking=False)
+
+    def release_turn(self, blocking: bool = True) -> bool:
+        """Let go of a writer lock held for a turn (:meth:`Partition.wait_to_write`), whether or not anyone waits for
+        it; a lock a direct append pinned stays. True when released. For a writer taking turns that stops
+        writing (a producer closing), or that is about to wait for another partition. Waits for retention
+        or compaction of the partition under way in this handle to finish; with ``blocking`` False it
+        leaves the lock held instead (False: the caller tries again later, as :meth:`hand_over` does)."""
+        return self._release_turn(blocking)
+
+    def _release_turn(self, blocking: bool) -> bool:
+        p = self._p
+        if not p._maintenance_lock.acquire(blocking=blocking):
+            return False
+        try:
+            with p._append_lock:
+                if not p._writer.in_turns or not p._writer.held:
+                    return False
+                p.release_writer()
+                return True
+        finally:
+            p._maintenance_lock.release()
+
+    @contextmanager
+    def maintenance_pass(self) -> Iterator[None]:
+        """(the log cleaner): hold the partition's maintenance lock for a maintenance pass run
+        from outside storage. Protects the segment list and files the pass reads against every other
+        maintenance of this handle (retention, delete-records, another pass) and against this handle letting
+        go of its writer lock (:meth:`release_turn`, :meth:`Partition.release_writer`, :meth:`hand_over`) or its
+        descriptors; appends go on. The pass changes the segment list only through :meth:`swap_in`."""
+        p = self._p
+        with p._maintenance_lock:
+            yield
+
+    @contextmanager
+    def writer_turn(self) -> Iterator[None]:
+        """(layers that append to a partition written in turn by many handles: the committed
+        offsets, the background cleaner's passes over such partitions): hold the maintenance lock for a
+        whole turn that the caller takes and ends (:meth:`Partition.wait_to_write` or
+        :meth:`Partition.try_become_writer`, its appends or maintenance, then :meth:`Partition.release_writer`).
+        Protects the turn against this handle's other maintenance and turns: no pass, hand-over or release of
+        handles interleaves with it, so its writes and its release are not split by another thread of this
+        handle."""
+        p = self._p
+        with p._maintenance_lock:
+            yield
+
+    @contextmanager
+    def held_for_discard(self) -> Iterator[bool]:
+        """(topic deletion): the partition's files are about to be deleted. Holds the
+        maintenance lock for the body (a pass under way finishes first; none starts) and takes the writer
+        lock without opening for writing (no recovery, no check: a damaged partition is deleted too);
+        appends through this handle are refused from then on. Yields True when the writer lock was taken
+        here (to be let go by :meth:`unlock_discard` if the deletion fails), False when this handle was the
+        writer already. The writer lock stays held after the body: :meth:`Partition.close` with ``discard`` lets it
+        go."""
+        p = self._p
+        with p._maintenance_lock:
+            yield self._lock_for_discard()
+
+    def _lock_for_discard(self) -> bool:
+        """See :meth:`held_for_discard`: take the writer lock without opening for writing (the data goes
+        away anyway); True when taken here."""
+        p = self._p
+        with p._append_lock:
+            if p._closed:
+                raise StoreClosedError(f"partition {p.topic}-{p.number} is closed")
+            if p._writer.held:
+                return False
+            try:
+                fd = p._writer.acquire(p.lock_timeout_ms)
+            except OSError as exc:
+                raise_fault(exc, f"locking {p.topic}-{p.number} to delete it", "nothing was deleted")
+            p._writer.adopt(fd)
+            p._durability.failed = "its topic is being deleted"  # the segments are not open for appending
+            return True
+
+    def unlock_discard(self) -> None:
+        """undo :meth:`held_for_discard` after a deletion that failed: the partition is as it was."""
+        p = self._p
+        with p._append_lock:
+            p._durability.failed = None
+            p._writer.let_go()
+
+    def append_values_in_turn(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                              timestamps: Any, headers: Sequence[Any] | None,
+                              producer: tuple[int, int, int] | None, compression: str | None) -> int:
+        """:meth:`Partition.append_values` for a writer taking turns (the producer): unlike a direct
+        append it leaves the lock free to be handed over (:meth:`hand_over`)."""
+        p = self._p
+        return p._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=True)
+
+    def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
+                       key_data: Any = None, timestamps: np.ndarray | None = None, *,
+                       headers: Sequence[Any] | None = None, producer: tuple[int, int, int] | None = None,
+                       compression: str | None = None, in_turn: bool = False, flush_policy: bool = True) -> int:
+        """(``pylog serve``'s Produce) :meth:`Partition.append_columns`, and: ``in_turn``, append as a writer
+        taking turns (see :meth:`append_values_in_turn`), leaving the lock free to be handed over
+        (:meth:`hand_over`); ``flush_policy=False``, do not fsync here when ``flush.messages`` / ``flush.ms``
+        ask for it: the caller asks :meth:`flush_due` and flushes (through the group commit)."""
+        p = self._p
+        cols = p._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
+        return p._append_columns(cols, producer, compression, in_turn, flush_policy)
+
+    def sync_rolled(self) -> None:
+        """fsync the segments rolls sealed that the background sync thread has not got to yet, and move
+        the recovery point past them: for maintenance that must not run ahead of durable data (the
+        compactor's first-dirty offset). A no-op for a handle that is not the writer.
+
+        :raises LogFailedError: when an fsync of rolled segments failed, now or before.
+        """
+        p = self._p
+        with p._append_lock:
+            if not p._writer.held or p._closed:
+                return
+            if p._durability.unsynced:
+                p._durability.sync_rolled_now()
+                p._durability.advance_recovery_point()
+
+    @property
+    def synced_through(self) -> int:
+        """Offsets below this lie in segments that are sealed and fsynced (the active segment's base when
+        no roll waits for its background sync): what maintenance may treat as settled for good."""
+        p = self._p
+        with p._append_lock:
+            return p._durability.synced_through()
+
+    def flush_due(self) -> bool:
+        """Whether the topic's ``flush.messages`` / ``flush.ms`` ask for an fsync of what this handle appended
+        (for appends made with ``flush_policy=False``)."""
+        p = self._p
+        with p._append_lock:
+            return p._durability.flush_due(p.config["flush.messages"], p.config["flush.ms"])
+
+    def flush_if_due(self) -> float:
+        """fsync when ``flush.ms`` has passed since the last fsync and records wait; for the store's
+        background thread. Returns the ``time.monotonic()`` at which to look again (inf: never)."""
+        p = self._p
+        ms = p.config["flush.ms"]
+        dur = p._durability
+        if ms >= (1 << 62) or (not p._writer.held and not dur.handed_over):
+            return math.inf
+        if dur.unflushed and time.monotonic() - dur.last_flush >= ms / 1000:
+            with p._append_lock:
+                if not p._closed and dur.failed is None and dur.unflushed:
+                    if p._writer.held:
+                        dur.flush_writer()
+                    elif dur.handed_over:
+                        dur.sync_handed_over()
+        return dur.last_flush + ms / 1000 if dur.unflushed else time.monotonic() + ms / 1000
+
+    def swap_in(self, cleaned: Sequence[tuple[Sequence[Segment], bool]]) -> None:
+        """(the log cleaner; Kafka's ``replaceSegments``): swap cleaned segments in, crash-safely.
+
+        ``cleaned`` holds, per group of consecutive segments of the view, the segments it replaces and
+        whether its output is empty; a non-empty group's cleaned segment is already written and its log
+        fsynced as ``.cleaned`` files at the group's first base offset. Runs steps 1-6 of
+        :mod:`pylog.storage.swap` with one commit for all groups, under the maintenance lock and then the
+        append lock (readers go on). A failure past the commit point marks the partition failed until
+        the store is reopened (whose writer open rolls the swap forward). Writer only.
+        """
+        p = self._p
+        with p._maintenance_lock:
+            maintenance.swap_in(p._local, p._durability, p._append_lock, cleaned)
+
+    def remove_swap_leftovers(self) -> None:
+        """(the log cleaner, at the start of a pass and after one that failed before its commit
+        point): delete unfinished compaction output (``.cleaned``, uncommitted ``.swap``) and ``.deleted``
+        files; a committed swap's manifest stays (the writer open rolls it forward). Under the maintenance
+        lock, so no :meth:`swap_in` of this handle is under way."""
+        p = self._p
+        with p._maintenance_lock:
+            swap.remove_leftovers(p.directory)
+
+
+def internals(partition: Partition) -> PartitionInternals:
+    """The internal API of ``partition`` (:class:`PartitionInternals`), for pylog's own layers."""
+    return partition._internals

@@ -23,7 +23,7 @@ from .errors import (CorruptRecordError, InvalidArgumentError, InvalidConfigErro
 from .storage.fileio import atomic_write, descriptor_faults, write_faults
 from .storage.filenames import OFFSETS_TOPIC, TOPIC_FILE, is_internal_topic
 from .storage.handles import HandleCache
-from .partition import Partition
+from .partition import Partition, internals
 from .storage.records import crc32c
 
 __all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each", "check_partition_count", "MAX_PARTITIONS"]
@@ -150,7 +150,7 @@ class Topic:
                     p = Partition(self.name, number, os.path.join(self.directory, str(number)), self.config,
                                   self._lock_timeout_ms, read_only=self.read_only, handles=self._handles)
                     # Committed offsets are appended by every process of every group in turn.
-                    p.transient = self.name == OFFSETS_TOPIC
+                    internals(p).transient = self.name == OFFSETS_TOPIC
                     self._partitions[number] = p
         return p
 

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 import pylog
+from pylog.partition import internals
 from pylog import DiskFullError, ReadOnlyStoreError, StorePermissionError, TopicPartition, UnknownStoreError
 from pylog.storage.fileio import fault
 from pylog.storage.filenames import TMP_SUFFIX, deleting_name
@@ -389,7 +390,7 @@ def test_a_read_only_open_refuses_every_write_at_once(tmp_path):
             "repair": lambda: p.repair(),
             "wait_to_write": lambda: p.wait_to_write(0),
             "try_become_writer": lambda: p.try_become_writer(),
-            "handover_wanted": lambda: p.handover_wanted(),
+            "handover_wanted": lambda: internals(p).handover_wanted(),
             "enforce_retention": lambda: store.enforce_retention(),
             "delete_records": lambda: store.delete_records("events", 0, 1),
             "compact": lambda: store.compact("users"),
@@ -439,7 +440,7 @@ def test_a_read_only_reader_sees_a_live_writers_appends(tmp_path):
             w.append_values([b"b"])
             waiter.join(90)
             assert woken == [True] and _values(r) == [b"a", b"b"]
-            assert not os.path.exists(os.path.join(r.directory, "notify")) or not r.notifier.mapped
+            assert not os.path.exists(os.path.join(r.directory, "notify")) or not internals(r).notifier.mapped
 
 
 # ---------------------------------------------------------------------------------------------- the mapping

@@ -58,7 +58,7 @@ from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legacy_topi
 from ..storage.records import crc32c
 from ..structs import OffsetAndMetadata, TopicPartition
 from .storeview import StoreView
-from ..partition import Partition
+from ..partition import Partition, internals
 from ..topic import Topic
 
 
@@ -236,7 +236,7 @@ class CommittedOffsets:
         keys = [offset_key(group_id, tp) for tp in offsets]
         values = [offset_value(om, generation, member_id) for om in offsets.values()]
         p = self.partition_for(group_id)
-        with p.writer_turn():
+        with internals(p).writer_turn():
             try:
                 p.wait_to_write(timeout_ms)
             except PartitionLockedError:
@@ -257,7 +257,7 @@ class CommittedOffsets:
         if committed:
             p = self.partition_for(group_id)
             keys = [offset_key(group_id, tp) for tp in committed]
-            with p.writer_turn():
+            with internals(p).writer_turn():
                 if not p.try_become_writer():
                     raise PartitionLockedError(f"{p.topic}-{p.number} is being written; try again")
                 try:

@@ -74,7 +74,7 @@ from .storeview import StoreView
 from ..storage.records import header_pairs, now_ms
 from .accumulator import ITEM_LEN, RECORD_OVERHEAD, Accumulation
 from ..structs import RecordMetadata
-from ..partition import Partition
+from ..partition import Partition, internals
 
 
 __all__ = ["Producer", "FutureRecordMetadata", "ProducerTimeoutError"]
@@ -587,7 +587,7 @@ class Producer:
                         acc.check_at = 0
 
     def _hand_over(self) -> None:
-        """Release the partitions another process's producer waits for (Partition.handover_wanted); forget
+        """Release the partitions another process's producer waits for (PartitionInternals.handover_wanted); forget
         those this store no longer writes. Between drains only: a drain appends to a partition whole."""
         with self._drain_lock:
             for key, part in list(self._held.items()):
@@ -597,13 +597,13 @@ class Producer:
     @staticmethod
     def _hand_over_one(part: "Partition", wanted_only: bool = True, blocking: bool = True) -> bool:
         """Hand ``part`` over if another handle waits for it (or, with ``wanted_only`` False, whether or
-        not: with ``blocking`` False not if its maintenance is under way, see Partition.release_turn);
+        not: with ``blocking`` False not if its maintenance is under way, see PartitionInternals.release_turn);
         False when the partition is gone. Never raises: the records are appended already."""
         try:
             if wanted_only:
-                part.hand_over()
+                internals(part).hand_over()
             else:
-                part.release_turn(blocking)
+                internals(part).release_turn(blocking)
             return True
         except Exception:  # a closed store, a deleted topic, a full disk: nothing more to hand over
             log.debug("pylog producer: handing over %s-%d failed", part.topic, part.number, exc_info=True)
@@ -743,7 +743,7 @@ class Producer:
     def _wanted(part: "Partition") -> bool:
         """Whether another handle waits for ``part`` (False when that cannot be told: nothing to do)."""
         try:
-            return part.is_writer and part.handover_wanted()
+            return part.is_writer and internals(part).handover_wanted()
         except Exception:  # a closed store, a deleted topic: the hand-over step says so, or nobody cares
             return False
 
@@ -811,7 +811,7 @@ class Producer:
                     # Only the wait for this partition counts against max_block_ms, not letting go of others.
                     deadline += time.monotonic() - started
                     part.wait_to_write(max(0.0, deadline - time.monotonic()) * 1000, again)
-                return part.append_values_in_turn(vals, keys, ts, hs, producer, compression)
+                return internals(part).append_values_in_turn(vals, keys, ts, hs, producer, compression)
             except PartitionLockedError:
                 # Handed on between our turn and the append (another producer of this process): wait again.
                 if time.monotonic() >= deadline:
