@@ -107,12 +107,15 @@ from .segment import ReadSlice, Segment
 from .storage import swap
 from .storage.log import loader, maintenance
 from .storage.log.append import SEQ_MOD, Appender, Columns, should_roll
+from .storage.log.batches import Data, EncodedBatch, Headers, RecordHeaders, Timestamps
 from .storage.log.durability import Durability
 from .storage.log.local_log import LocalLog
 from .storage.log.waiting import Waiters
 from .storage.log.writer_lock import WriterLock
 
-__all__ = ["Partition", "DEFAULT_MAX_BYTES", "PartitionInternals", "internals"]
+__all__ = ["Partition", "DEFAULT_MAX_BYTES", "PartitionInternals", "internals",
+           # the write path's types (pylog.storage.log.batches), for the layers above
+           "Data", "Headers", "RecordHeaders", "Timestamps", "EncodedBatch"]
 
 log = logging.getLogger("pylog.partition")
 
@@ -340,8 +343,8 @@ class Partition:
                                   headers=headers if any(headers) else None)
 
     def append_values(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
-                      timestamps: Sequence[int | None] | np.ndarray | None = None,
-                      headers: Sequence[Any] | None = None, *, producer: tuple[int, int, int] | None = None,
+                      timestamps: Timestamps | None = None, headers: Headers | None = None, *,
+                      producer: tuple[int, int, int] | None = None,
                       compression: str | None = None) -> int:
         """Fast path: append parallel lists of values (and keys, timestamps, headers); return the first offset.
 
@@ -357,9 +360,9 @@ class Partition:
         """
         return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=False)
 
-    def _append_lists(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None, timestamps: Any,
-                      headers: Sequence[Any] | None, producer: tuple[int, int, int] | None, compression: str | None,
-                      in_turn: bool) -> int:
+    def _append_lists(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                      timestamps: Timestamps | None, headers: Headers | None, producer: tuple[int, int, int] | None,
+                      compression: str | None, in_turn: bool) -> int:
         n = len(values)
         if n == 0:
             raise InvalidRecordError("nothing to append")
@@ -369,9 +372,10 @@ class Partition:
         return self._append_columns(Columns(n, vlens, vparts, klens, kparts, timestamps, headers, False),
                                     producer, compression, in_turn)
 
-    def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
-                       key_data: Any = None, timestamps: np.ndarray | None = None, *,
-                       headers: Sequence[Any] | None = None, producer: tuple[int, int, int] | None = None,
+    def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
+                       key_lengths: np.ndarray | None = None, key_data: Data | None = None,
+                       timestamps: np.ndarray | None = None, *, headers: Headers | None = None,
+                       producer: tuple[int, int, int] | None = None,
                        compression: str | None = None) -> int:
         """Columnar fast path: int32 lengths (-1 for null) plus the concatenated non-null bytes.
 
@@ -382,8 +386,8 @@ class Partition:
         cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
         return self._append_columns(cols, producer, compression, in_turn=False)
 
-    def _columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None, key_data: Any,
-                 timestamps: np.ndarray | None, headers: Sequence[Any] | None) -> Columns:
+    def _columns(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
+                 key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None) -> Columns:
         """:meth:`append_columns`' arguments checked, as the appender's columns."""
         vlens = np.ascontiguousarray(value_lengths, dtype=np.int32)
         n = len(vlens)
@@ -438,8 +442,9 @@ class Partition:
             encoded = appender.encode_runs(first, bounds, cols, producer, compression)
             written = 0
             try:
-                for parts, h in encoded:
-                    self._write_batch(parts, h)
+                for batch in encoded:
+                    self._write_batch(batch)
+                    h = batch.header
                     written += h.record_count
                     if producer is not None:
                         state.rebuild([h])
@@ -452,14 +457,15 @@ class Partition:
             self._after_append(written, flush=flush_policy)
         return first if earlier is None else earlier
 
-    def _write_batch(self, parts: list, h: Any) -> None:
+    def _write_batch(self, batch: EncodedBatch) -> None:
+        h = batch.header
         dur = self._durability
         dur.check_not_failed()
         seg = self._local.segments[-1]
         if seg.size and should_roll(self.config, seg, h):
             seg = self._roll()  # starts at seg.next_offset, the base offset already in the header
         try:
-            seg.append(h, parts, h.max_timestamp)
+            seg.append(h, batch.parts, h.max_timestamp)
         except CorruptRecordError as exc:
             # The file changed under this writer: appending on would renumber or lose offsets.
             dur.failed = f"its active log file was changed under the writer: {exc}"
@@ -1046,16 +1052,17 @@ class PartitionInternals:
             p._writer.let_go()
 
     def append_values_in_turn(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
-                              timestamps: Any, headers: Sequence[Any] | None,
+                              timestamps: Timestamps | None, headers: Headers | None,
                               producer: tuple[int, int, int] | None, compression: str | None) -> int:
         """:meth:`Partition.append_values` for a writer taking turns (the producer): unlike a direct
         append it leaves the lock free to be handed over (:meth:`hand_over`)."""
         p = self._p
         return p._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=True)
 
-    def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
-                       key_data: Any = None, timestamps: np.ndarray | None = None, *,
-                       headers: Sequence[Any] | None = None, producer: tuple[int, int, int] | None = None,
+    def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
+                       key_lengths: np.ndarray | None = None, key_data: Data | None = None,
+                       timestamps: np.ndarray | None = None, *, headers: Headers | None = None,
+                       producer: tuple[int, int, int] | None = None,
                        compression: str | None = None, in_turn: bool = False, flush_policy: bool = True) -> int:
         """(``pylog serve``'s Produce) :meth:`Partition.append_columns`, and: ``in_turn``, append as a writer
         taking turns (see :meth:`append_values_in_turn`), leaving the lock free to be handed over

@@ -44,12 +44,12 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-from typing import Iterator
+from typing import Iterator, Sequence
 
 import numpy as np
 
 from .errors import CorruptRecordError
-from .storage.fileio import fsync_files, truncate_durably, write_all
+from .storage.fileio import Data, fsync_files, truncate_durably, write_all
 from .storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
 from .storage.records import HEADER_SIZE, BatchHeader, check_header, parse_header
@@ -58,6 +58,7 @@ from .storage.segment_check import Rebuilt, index_due
 from .storage.segment_file import LogFile, SegmentReplacedError
 from .storage.segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, LogBytes, ReadSlice
 from .storage.segment_tail import TailRecord
+
 
 __all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
 
@@ -628,7 +629,7 @@ class Segment:
         self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         return dropped
 
-    def append(self, header: BatchHeader, parts: list, max_timestamp: int) -> int:
+    def append(self, header: BatchHeader, parts: Sequence[Data], max_timestamp: int) -> int:
         """Write one encoded batch at the end; index it; return its position.
 
         On a failed write the file is cut back to its previous size and the error re-raised.

@@ -74,7 +74,7 @@ from .storeview import StoreView
 from ..storage.records import header_pairs, now_ms
 from .accumulator import ITEM_LEN, RECORD_OVERHEAD, Accumulation
 from ..structs import RecordMetadata
-from ..partition import Partition, internals
+from ..partition import Headers, Partition, internals
 
 
 __all__ = ["Producer", "FutureRecordMetadata", "ProducerTimeoutError"]
@@ -789,7 +789,8 @@ class Producer:
             self._producer_id = self._store.new_producer_id()
             self._epoch = 0
 
-    def _append_with_retries(self, part: Any, vals: list, keys: list | None, ts: np.ndarray, hs: list | None,
+    def _append_with_retries(self, part: Partition, vals: list[bytes | None], keys: list[bytes | None] | None,
+                             ts: np.ndarray, hs: Headers | None,
                              producer: tuple[int, int, int] | None, compression: str | None,
                              before_waiting: Callable[[], Callable[[], None]]) -> int:
         """One partition's append; an OSError (a full disk, say) is retried ``retries`` times with the
