@@ -85,29 +85,25 @@ reads take a snapshot of the segment list and sizes and run concurrently with ap
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
-import time
-from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
 from .config import TopicConfig
-from .errors import (CorruptRecordError, InvalidArgumentError, InvalidRecordError, LogFailedError,
+from .errors import (InvalidArgumentError, InvalidRecordError, LogFailedError,
                        PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
-from .storage.checkpoint import read_checkpoint
 from .storage.fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
 from .storage.handles import PER_PARTITION, SEGMENT_COST, HandleCache
-from .storage.notify import Notifier
 from .storage.records import Record, RecordColumns, column_parts, header_rows, now_ms, slices_records
 from .storage.retention import RetentionResult
 from .segment import ReadSlice, Segment
-from .storage import swap
-from .storage.log import loader, maintenance
-from .storage.log.append import SEQ_MOD, Appender, Columns, should_roll
+from .storage.log import checks, loader, maintenance
+from .storage.log.append import SEQ_MOD, Appender, Columns
 from .storage.log.batches import Data, EncodedBatch, Headers, RecordHeaders, Timestamps
+from .storage.log.internals import OwnerOps, PartitionInternals
+from .storage.log.write import BatchWriter
 from .storage.log.durability import Durability
 from .storage.log.local_log import LocalLog
 from .storage.log.waiting import Waiters
@@ -144,8 +140,6 @@ class Partition:
         self.directory = directory
         self._config = config
         self.lock_timeout_ms = lock_timeout_ms
-        # Written by many handles in turn (see PartitionInternals.transient).
-        self._transient = False
         #: Opened through a read-only store: never becomes the writer, creates and maps no file.
         self.read_only = read_only
         self._repairing = False  # see repair()
@@ -177,8 +171,15 @@ class Partition:
         # Recovery point, unsynced rolls, pending flushes and the failed state.
         self._durability = Durability(self._local, self._append_lock, self._writer, lambda: self._closed)
         self._appender = Appender(name, directory, config)
+        self._batch_writer = BatchWriter(name, self._local, self._durability, self._appender, self._waiters,
+                                         self._roll)
         #: What pylog's own layers use beyond the public API (see :func:`internals`).
-        self._internals = PartitionInternals(self)
+        self._internals = PartitionInternals(
+            name, self._local, self._durability, self._writer, self._waiters, self._append_lock,
+            self._maintenance_lock,
+            OwnerOps(lambda: self._closed, self._ensure_writer_locked, self.release_writer,
+                     lambda: self.lock_timeout_ms, self._abandon, self._forget_budget, self._append_lists,
+                     self._append_column_args))
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
         with descriptor_faults(f"opening {name}"):
             self._local.load_readonly()
@@ -191,6 +192,12 @@ class Partition:
     @config.setter
     def config(self, config: TopicConfig) -> None:
         self._config = self._local.config = self._appender.config = config
+
+    def _abandon(self) -> None:
+        self._closed = True
+
+    def _forget_budget(self) -> None:
+        self._touched = (-(1 << 62), 0)
 
     def _touch(self) -> None:
         """About to open or use this handle's files: tell the store's descriptor budget (before any lock)."""
@@ -278,7 +285,7 @@ class Partition:
             return
         # Not fsynced for a writer taking turns: losing this write to a power cut only means the next
         # opener recovers from an older point (the active segment is checked on every open anyway).
-        dur.write_checkpoint(durable=not (self._transient or takes_turns))
+        dur.write_checkpoint(durable=not (self._internals.transient or takes_turns))
 
     def _note_recovery(self, stats: dict[str, Any]) -> None:
         self.last_recovery = stats
@@ -386,6 +393,13 @@ class Partition:
         cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
         return self._append_columns(cols, producer, compression, in_turn=False)
 
+    def _append_column_args(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
+                            key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None,
+                            producer: tuple[int, int, int] | None, compression: str | None, in_turn: bool,
+                            flush_policy: bool) -> int:
+        cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
+        return self._append_columns(cols, producer, compression, in_turn, flush_policy)
+
     def _columns(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
                  key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None) -> Columns:
         """:meth:`append_columns`' arguments checked, as the appender's columns."""
@@ -422,84 +436,13 @@ class Partition:
                 self._writer.in_turns = in_turn
             elif not in_turn:
                 self._writer.in_turns = False  # a direct append: this handle keeps the lock (see hand_over)
-            skip, earlier = 0, None
-            if producer is not None:
-                state = appender.producer_state(self._local)
-                skip, earlier = state.check(producer[0], producer[1], producer[2], cols.n)
-                if skip == cols.n:
-                    assert earlier is not None
-                    return earlier  # a retry of a call that landed
-                if skip:
-                    # A retry of a call that failed part-way: its first batches landed; append the rest.
-                    cols = cols.after(skip)
-                    producer = (producer[0], producer[1], (producer[2] + skip) % SEQ_MOD)
-                    bounds = appender.batch_bounds(cols)
-            first = self._local.segments[-1].next_offset
-            # Every batch is encoded and checked against max.message.bytes before any is written, so a
-            # call that fails validation appends nothing. An I/O error part-way leaves the batches written
-            # before it; for an idempotent producer they are recorded one by one, so its retry appends
-            # only the rest.
-            encoded = appender.encode_runs(first, bounds, cols, producer, compression)
-            written = 0
-            try:
-                for batch in encoded:
-                    self._write_batch(batch)
-                    h = batch.header
-                    written += h.record_count
-                    if producer is not None:
-                        state.rebuild([h])
-            except BaseException:
-                # Batches that landed before the error still count and wake readers; no flush now, whose
-                # own error would replace the one that stopped the call.
-                if written:
-                    self._after_append(written, flush=False)
-                raise
-            self._after_append(written, flush=flush_policy)
-        return first if earlier is None else earlier
-
-    def _write_batch(self, batch: EncodedBatch) -> None:
-        h = batch.header
-        dur = self._durability
-        dur.check_not_failed()
-        seg = self._local.segments[-1]
-        if seg.size and should_roll(self.config, seg, h):
-            seg = self._roll()  # starts at seg.next_offset, the base offset already in the header
-        try:
-            seg.append(h, batch.parts, h.max_timestamp)
-        except CorruptRecordError as exc:
-            # The file changed under this writer: appending on would renumber or lose offsets.
-            dur.failed = f"its active log file was changed under the writer: {exc}"
-            raise LogFailedError(f"{self.topic}-{self.number}: {dur.failed}; nothing from offset {h.base_offset} on "
-                                 f"was appended and the partition refuses work until the store is reopened "
-                                 f"(`pylog verify` reports what the file still holds)") from exc
-        except OSError as exc:
-            if seg.size != os.stat(seg.log_path).st_size:
-                dur.failed = f"write failed and could not be rolled back: {exc}"
-                state, then = "the partition refuses work until the store is reopened", "reopen the store"
-            else:
-                state, then = "the partition is unchanged and takes appends again", "retry"
-            raise_fault(exc, f"appending to {self.topic}-{self.number}",
-                        f"nothing from offset {h.base_offset} on was appended (earlier batches of the same call "
-                        f"were); {state}", then)
+            return self._batch_writer.write(cols, bounds, producer, compression, flush_policy)
 
     def _roll(self) -> Segment:
         return self._durability.roll(lambda: self._snapshot_producers(durable=False))
 
     def _snapshot_producers(self, durable: bool = True) -> None:
         self._appender.snapshot_producers(self._local.segments[-1].next_offset, durable=durable)
-
-    def _after_append(self, n: int, flush: bool = True) -> None:
-        # Readers in other processes: the batches are visible from here on (they read up to the file size),
-        # whether or not the flush below succeeds.
-        self._waiters.publish()
-        dur = self._durability
-        dur.unflushed += n
-        try:
-            if flush and dur.flush_due(self.config["flush.messages"], self.config["flush.ms"]):
-                dur.flush_writer()
-        finally:
-            # Waiters in this process, whatever the flush did: the records are there to read.
-            self._waiters.wake_local()
 
     # ------------------------------------------------------------------ rolls and flushes
 
@@ -652,47 +595,8 @@ class Partition:
         under the check (by the writer's maintenance) makes it start again over a new view, as a read does.
         """
         self._touch()
-        return self._local.on_current_view("a check", self._check_view, writer_active)
-
-    def _check_view(self, writer_active: bool | None) -> list[str]:
-        problems: list[str] = []
-        prev_next = None
-        segs = self._local.segments
-        for seg in segs:
-            if seg is segs[-1] and not self.is_writer:
-                problems.extend(seg.check(seg.file_size(), partial_tail_ok=writer_active is not False))
-            else:
-                problems.extend(seg.check())
-            if prev_next is not None and seg.base_offset < prev_next:
-                problems.append(f"{seg.log_path}: base offset {seg.base_offset} below previous end {prev_next}")
-            if seg.size:
-                prev_next = seg.next_offset
-        segs = self._local.segments
-        if segs and segs[-1].base_offset > self.log_end_offset:
-            problems.append("active segment starts after the log end offset")
-        problems.extend(self._check_not_cut(segs, writer_active))
-        return problems
-
-    def _check_not_cut(self, segs: list[Segment], writer_active: bool | None) -> list[str]:
-        """Logs shorter than what was written into them: a file cut by another hand loses offsets silently
-        unless someone compares. While a writer runs (this handle, or one another process is known to run)
-        or after a clean close, an offset index entry past its log's end is such a cut (after a crash it
-        can be a torn write recovery cuts); after a clean close the log must also reach the checkpoint's
-        recovery point, below which everything was fsynced."""
-        try:
-            cp = read_checkpoint(self._local.checkpoint_path)
-        except CorruptRecordError as exc:
-            return [str(exc)]
-        clean = cp is not None and cp.clean
-        problems: list[str] = []
-        if self.is_writer or writer_active is True or clean:
-            problems.extend(p for p in (seg.cut_below_index() for seg in segs) if p is not None)
-        end = self.log_end_offset
-        if clean and cp is not None and cp.recovery_point > end:
-            problems.append(f"{self._local.checkpoint_path}: recovery point {cp.recovery_point} is past the log's end "
-                            f"{end} after a clean close: records [{end}, {cp.recovery_point}) were flushed and are "
-                            f"gone (a log file cut or removed by hand?)")
-        return problems
+        return self._local.on_current_view("a check", checks.check_view, self._local, lambda: self.is_writer,
+                                           lambda: self.log_end_offset, writer_active)
 
     def repair(self) -> dict[str, Any]:
         """Become the writer and cut the log at its first damaged batch: the active segment (or, after an
@@ -843,306 +747,8 @@ class Partition:
         return f"Partition({self.topic!r}, {self.number}, segments={len(self._local.segments)})"
 
 
-class PartitionInternals:
-    """The partition's internal API: what pylog's own layers need of a partition beyond its public API.
 
-    Not exported from :mod:`pylog` and not part of the API users are told about (docs/CLIENTS.md): the
-    producer and ``pylog serve`` take turns at the writer lock and append in turn through it; the log
-    cleaner runs its passes and swaps cleaned segments in; the store deletes topics and hands partitions
-    written in turn (committed offsets, Spark's writer) their turns; the consumer and the server watch
-    several partitions' wake-ups at once; the store's descriptor budget lets go of the handle's files.
-    Reached through :func:`internals`; one object per :class:`Partition`, holding nothing but it. Each
-    method states which layer calls it and under which of the partition's locks it runs (the partition's
-    docstring lists who touches its files under which lock).
-    """
-
-    def __init__(self, partition: Partition) -> None:
-        self._p = partition
-
-    @property
-    def partition(self) -> Partition:
-        return self._p
-
-    @property
-    def transient(self) -> bool:
-        """Written by many handles in turn (take the lock, append, :meth:`Partition.release_writer`): the
-        committed offsets, Spark's writer. Taking the writer lock then writes the checkpoint without an
-        fsync, and the background cleaner maintains the partition whenever it can take the lock, not only
-        while this handle writes."""
-        return self._p._transient
-
-    @transient.setter
-    def transient(self, value: bool) -> None:
-        self._p._transient = value
-
-    @property
-    def durability(self) -> Durability[Segment]:
-        """(the partition's parts, tests) Recovery point, unsynced rolls, pending flushes and the failed
-        state; see :class:`~pylog.storage.log.durability.Durability`."""
-        return self._p._durability
-
-    def segment_index_args(self) -> tuple[int, int]:
-        """``(segment.index.bytes, index.interval.bytes)`` for new Segment objects of this
-        partition (the compactor's cleaned segments)."""
-        p = self._p
-        return p._local.segment_index_args()
-
-    def ensure_writer(self) -> None:
-        """become the partition's writer (lock, recover if the last shutdown was not clean,
-        open for append); a no-op for the writer. For maintenance that needs the lock (the compactor).
-
-        :raises PartitionLockedError, StoreClosedError, LogFailedError, ReadOnlyStoreError:
-        """
-        p = self._p
-        with p._append_lock:
-            p._ensure_writer_locked()
-
-    @property
-    def local_log(self) -> LocalLog[Segment]:
-        """(the partition's modules, benchmarks and tests): the segment view and log start as
-        this handle sees them; see :class:`~pylog.storage.log.local_log.LocalLog`."""
-        p = self._p
-        return p._local
-
-    @property
-    def notifier(self) -> Notifier:
-        """the partition's cross-process wake-up (:mod:`pylog.storage.notify`), which the
-        consumer watches across several partitions at once."""
-        p = self._p
-        return p._waiters.notifier
-
-    def abandon(self) -> None:
-        """Test hook: drop this handle as a crashed process would, writing nothing and closing the writer
-        lock's descriptor; the handle is unusable afterwards."""
-        p = self._p
-        p._closed = True
-        p._writer.drop_without_unlock()
-
-    def release_handles(self) -> bool:
-        """(the store's descriptor budget, :mod:`pylog.storage.handles`): let go of every file
-        descriptor and mapping this handle holds; its next use opens what it needs again. A writer lets go
-        of its lock first, exactly as :meth:`Partition.release_writer` does (a direct append takes it again, waiting
-        ``lock.timeout.ms`` if another writer took it meanwhile). Never blocks: False, changing nothing,
-        while maintenance or an append of the partition is under way in another thread."""
-        p = self._p
-        if not p._maintenance_lock.acquire(blocking=False):
-            return False
-        try:
-            if not p._append_lock.acquire(blocking=False):
-                return False
-            try:
-                if p._closed:
-                    return True
-                try:
-                    if p._writer.held:
-                        p.release_writer()  # lets the lock go whatever fails (raised after the rest here)
-                finally:
-                    p._writer.close()
-                    if not p._writer.held:
-                        p._local.drop_files()
-                    p._touched = (-(1 << 62), 0)
-                    p._waiters.notifier.release()
-                return True
-            finally:
-                p._append_lock.release()
-        finally:
-            p._maintenance_lock.release()
-
-    def handover_wanted(self) -> bool:
-        """True while another handle, in any process, waits for this partition's writer lock in
-        :meth:`Partition.wait_to_write`. Two system calls."""
-        p = self._p
-        if p._writer.want_fd is None:
-            with p._append_lock:
-                if p._closed:
-                    raise StoreClosedError(f"partition {p.topic}-{p.number} is closed")
-                p._writer.open_probe()
-        return p._writer.handover_wanted()
-
-    def hand_over(self) -> bool:
-        """For a writer taking turns, between its appends: release the lock when another handle waits for
-        it in :meth:`Partition.wait_to_write`; True when released. Never a lock a direct append pinned, nor while
-        retention or compaction of the partition is under way in this handle (it is tried again on the
-        writer's next append or idle look, instead of blocking behind a long pass)."""
-        p = self._p
-        if not p._writer.in_turns or not p._writer.held or not self.handover_wanted():
-            return False
-        return self._release_turn(blocking=False)
-
-    def release_turn(self, blocking: bool = True) -> bool:
-        """Let go of a writer lock held for a turn (:meth:`Partition.wait_to_write`), whether or not anyone waits for
-        it; a lock a direct append pinned stays. True when released. For a writer taking turns that stops
-        writing (a producer closing), or that is about to wait for another partition. Waits for retention
-        or compaction of the partition under way in this handle to finish; with ``blocking`` False it
-        leaves the lock held instead (False: the caller tries again later, as :meth:`hand_over` does)."""
-        return self._release_turn(blocking)
-
-    def _release_turn(self, blocking: bool) -> bool:
-        p = self._p
-        if not p._maintenance_lock.acquire(blocking=blocking):
-            return False
-        try:
-            with p._append_lock:
-                if not p._writer.in_turns or not p._writer.held:
-                    return False
-                p.release_writer()
-                return True
-        finally:
-            p._maintenance_lock.release()
-
-    @contextmanager
-    def maintenance_pass(self) -> Iterator[None]:
-        """(the log cleaner): hold the partition's maintenance lock for a maintenance pass run
-        from outside storage. Protects the segment list and files the pass reads against every other
-        maintenance of this handle (retention, delete-records, another pass) and against this handle letting
-        go of its writer lock (:meth:`release_turn`, :meth:`Partition.release_writer`, :meth:`hand_over`) or its
-        descriptors; appends go on. The pass changes the segment list only through :meth:`swap_in`."""
-        p = self._p
-        with p._maintenance_lock:
-            yield
-
-    @contextmanager
-    def writer_turn(self) -> Iterator[None]:
-        """(layers that append to a partition written in turn by many handles: the committed
-        offsets, the background cleaner's passes over such partitions): hold the maintenance lock for a
-        whole turn that the caller takes and ends (:meth:`Partition.wait_to_write` or
-        :meth:`Partition.try_become_writer`, its appends or maintenance, then :meth:`Partition.release_writer`).
-        Protects the turn against this handle's other maintenance and turns: no pass, hand-over or release of
-        handles interleaves with it, so its writes and its release are not split by another thread of this
-        handle."""
-        p = self._p
-        with p._maintenance_lock:
-            yield
-
-    @contextmanager
-    def held_for_discard(self) -> Iterator[bool]:
-        """(topic deletion): the partition's files are about to be deleted. Holds the
-        maintenance lock for the body (a pass under way finishes first; none starts) and takes the writer
-        lock without opening for writing (no recovery, no check: a damaged partition is deleted too);
-        appends through this handle are refused from then on. Yields True when the writer lock was taken
-        here (to be let go by :meth:`unlock_discard` if the deletion fails), False when this handle was the
-        writer already. The writer lock stays held after the body: :meth:`Partition.close` with ``discard`` lets it
-        go."""
-        p = self._p
-        with p._maintenance_lock:
-            yield self._lock_for_discard()
-
-    def _lock_for_discard(self) -> bool:
-        """See :meth:`held_for_discard`: take the writer lock without opening for writing (the data goes
-        away anyway); True when taken here."""
-        p = self._p
-        with p._append_lock:
-            if p._closed:
-                raise StoreClosedError(f"partition {p.topic}-{p.number} is closed")
-            if p._writer.held:
-                return False
-            try:
-                fd = p._writer.acquire(p.lock_timeout_ms)
-            except OSError as exc:
-                raise_fault(exc, f"locking {p.topic}-{p.number} to delete it", "nothing was deleted")
-            p._writer.adopt(fd)
-            p._durability.failed = "its topic is being deleted"  # the segments are not open for appending
-            return True
-
-    def unlock_discard(self) -> None:
-        """undo :meth:`held_for_discard` after a deletion that failed: the partition is as it was."""
-        p = self._p
-        with p._append_lock:
-            p._durability.failed = None
-            p._writer.let_go()
-
-    def append_values_in_turn(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
-                              timestamps: Timestamps | None, headers: Headers | None,
-                              producer: tuple[int, int, int] | None, compression: str | None) -> int:
-        """:meth:`Partition.append_values` for a writer taking turns (the producer): unlike a direct
-        append it leaves the lock free to be handed over (:meth:`hand_over`)."""
-        p = self._p
-        return p._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=True)
-
-    def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
-                       key_lengths: np.ndarray | None = None, key_data: Data | None = None,
-                       timestamps: np.ndarray | None = None, *, headers: Headers | None = None,
-                       producer: tuple[int, int, int] | None = None,
-                       compression: str | None = None, in_turn: bool = False, flush_policy: bool = True) -> int:
-        """(``pylog serve``'s Produce) :meth:`Partition.append_columns`, and: ``in_turn``, append as a writer
-        taking turns (see :meth:`append_values_in_turn`), leaving the lock free to be handed over
-        (:meth:`hand_over`); ``flush_policy=False``, do not fsync here when ``flush.messages`` / ``flush.ms``
-        ask for it: the caller asks :meth:`flush_due` and flushes (through the group commit)."""
-        p = self._p
-        cols = p._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
-        return p._append_columns(cols, producer, compression, in_turn, flush_policy)
-
-    def sync_rolled(self) -> None:
-        """fsync the segments rolls sealed that the background sync thread has not got to yet, and move
-        the recovery point past them: for maintenance that must not run ahead of durable data (the
-        compactor's first-dirty offset). A no-op for a handle that is not the writer.
-
-        :raises LogFailedError: when an fsync of rolled segments failed, now or before.
-        """
-        p = self._p
-        with p._append_lock:
-            if not p._writer.held or p._closed:
-                return
-            if p._durability.unsynced:
-                p._durability.sync_rolled_now()
-                p._durability.advance_recovery_point()
-
-    @property
-    def synced_through(self) -> int:
-        """Offsets below this lie in segments that are sealed and fsynced (the active segment's base when
-        no roll waits for its background sync): what maintenance may treat as settled for good."""
-        p = self._p
-        with p._append_lock:
-            return p._durability.synced_through()
-
-    def flush_due(self) -> bool:
-        """Whether the topic's ``flush.messages`` / ``flush.ms`` ask for an fsync of what this handle appended
-        (for appends made with ``flush_policy=False``)."""
-        p = self._p
-        with p._append_lock:
-            return p._durability.flush_due(p.config["flush.messages"], p.config["flush.ms"])
-
-    def flush_if_due(self) -> float:
-        """fsync when ``flush.ms`` has passed since the last fsync and records wait; for the store's
-        background thread. Returns the ``time.monotonic()`` at which to look again (inf: never)."""
-        p = self._p
-        ms = p.config["flush.ms"]
-        dur = p._durability
-        if ms >= (1 << 62) or (not p._writer.held and not dur.handed_over):
-            return math.inf
-        if dur.unflushed and time.monotonic() - dur.last_flush >= ms / 1000:
-            with p._append_lock:
-                if not p._closed and dur.failed is None and dur.unflushed:
-                    if p._writer.held:
-                        dur.flush_writer()
-                    elif dur.handed_over:
-                        dur.sync_handed_over()
-        return dur.last_flush + ms / 1000 if dur.unflushed else time.monotonic() + ms / 1000
-
-    def swap_in(self, cleaned: Sequence[tuple[Sequence[Segment], bool]]) -> None:
-        """(the log cleaner; Kafka's ``replaceSegments``): swap cleaned segments in, crash-safely.
-
-        ``cleaned`` holds, per group of consecutive segments of the view, the segments it replaces and
-        whether its output is empty; a non-empty group's cleaned segment is already written and its log
-        fsynced as ``.cleaned`` files at the group's first base offset. Runs steps 1-6 of
-        :mod:`pylog.storage.swap` with one commit for all groups, under the maintenance lock and then the
-        append lock (readers go on). A failure past the commit point marks the partition failed until
-        the store is reopened (whose writer open rolls the swap forward). Writer only.
-        """
-        p = self._p
-        with p._maintenance_lock:
-            maintenance.swap_in(p._local, p._durability, p._append_lock, cleaned)
-
-    def remove_swap_leftovers(self) -> None:
-        """(the log cleaner, at the start of a pass and after one that failed before its commit
-        point): delete unfinished compaction output (``.cleaned``, uncommitted ``.swap``) and ``.deleted``
-        files; a committed swap's manifest stays (the writer open rolls it forward). Under the maintenance
-        lock, so no :meth:`swap_in` of this handle is under way."""
-        p = self._p
-        with p._maintenance_lock:
-            swap.remove_leftovers(p.directory)
-
-
-def internals(partition: Partition) -> PartitionInternals:
-    """The internal API of ``partition`` (:class:`PartitionInternals`), for pylog's own layers."""
+def internals(partition: Partition) -> PartitionInternals[Segment]:
+    """The internal API of ``partition`` (:class:`~pylog.storage.log.internals.PartitionInternals`), for pylog's
+    own layers: not exported from :mod:`pylog`, not part of the API users are told about."""
     return partition._internals

@@ -288,7 +288,7 @@ def test_a_failing_partition_fails_only_its_records_and_starts_a_new_epoch(store
     real = PartitionInternals.append_values_in_turn  # the producer's way into a partition
 
     def broken_on_1(self, *args, **kwargs):
-        if self.partition.number == 1 and not broken_on_1.healed:
+        if self.name == "t-1" and not broken_on_1.healed:
             raise OSError(28, "injected: no space left")
         return real(self, *args, **kwargs)
 
