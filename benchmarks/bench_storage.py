@@ -496,7 +496,7 @@ def tail_reader(root: str, n: int, repeat: int) -> None:
                 assert rp.log_end_offset == pos + 1
                 if previous:
                     seg = rp.segments[-1]
-                    seg._oindex = seg._tindex = None
+                    seg._idx.drop(force=True)
                     seg._tail.forget()
                 assert len(rp.read_columns(pos)) == 1
                 pos += 1

@@ -194,7 +194,7 @@ root = sys.argv[1]
 store = pylog.open(os.path.join(root, "s"), log_cleaner_enable=False)
 p = store.create_topic("t", config={"index.interval.bytes": 1}).partition(0)
 p.append_values([b"x"])
-oi = p.segments[-1]._oindex
+oi = p.segments[-1].indexes()[0]
 # Every batch gets an offset index entry (4 bytes after a 64-byte header): entry 1008 is the first of the
 # second page of the file, a page of the preallocated hole that has no blocks yet.
 while oi.count < 1007:

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Iterable, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 
@@ -39,7 +39,7 @@ from .segment_read import MAX_CHUNK as _MAX_CHUNK, LogBytes, scan, valid_batches
 
 __all__ = ["check", "cut_below_index", "first_damage", "damage_is_at_tail", "tail_kind", "valid_end",
            "valid_batch_after", "build_indexes", "Rebuilt", "index_due", "walk_end",
-           "index_problem", "IndexProblem", "index_files_kept", "batch_start_holding"]
+           "index_problem", "IndexProblem"]
 
 
 def index_due(pos: int, since: int, interval_bytes: int) -> bool:
@@ -165,28 +165,6 @@ def index_problem(last: tuple[int, int] | None, time_last: tuple[int, int] | Non
     if time_last is not None and last is not None and time_last[1] > last[0] + (1 << 31):
         return IndexProblem("time index points past the offset index", True)
     return None
-
-
-def index_files_kept(mapped: Iterable[tuple[str, int | None]]) -> bool:
-    """True while every index file ``(path, inode mapped)`` is the one mapped (same inode: index files are
-    only ever replaced by rename), so the mappings are current and only need the entries appended since."""
-    for path, mapped_ino in mapped:
-        try:
-            ino = os.stat(path).st_ino
-        except FileNotFoundError:
-            return False
-        if mapped_ino is None or mapped_ino != ino:
-            return False
-    return True
-
-
-def batch_start_holding(lb: LogBytes, end: int, offset: int) -> int:
-    """Position of the first batch in ``[0, end)`` whose last offset is >= ``offset`` (``end`` when none is):
-    where a truncation to ``offset`` cuts, removing whole batches."""
-    for fpos, h, _, _ in scan(lb, 0, end, _MAX_CHUNK, tolerate_tail=False):
-        if h.last_offset >= offset:
-            return fpos
-    return end
 
 
 def valid_end(lb: LogBytes, end: int) -> int:
