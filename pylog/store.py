@@ -57,7 +57,7 @@ from .maintenance.compaction import CleanResult, clean_partition, cleanable_rang
 from .partition import Partition, internals
 from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, TopicPartition
-from .topic import Topic, call_each, check_partition_count, read_topic_file, write_topic_file
+from .topic import Topic, call_each, check_partition_count, opened_partitions, read_topic_file, write_topic_file
 
 
 __all__ = ["Store", "open"]
@@ -127,7 +127,7 @@ class Store:
     def _open_partitions(self) -> Iterator[Partition]:
         """The partitions opened through this store so far (a snapshot; for the background thread)."""
         for t in list(self._topics.values()):
-            yield from t.opened_partitions()
+            yield from opened_partitions(t)
 
     def _check_marker(self) -> None:
         marker = os.path.join(self.path, STORE_FILE)
@@ -300,7 +300,7 @@ class Store:
                 new = topic.config.with_overrides(changes)
             write_topic_file(topic.directory, name, topic.num_partitions, new.overrides)
             topic.config = new
-            for p in topic.opened_partitions():
+            for p in opened_partitions(topic):
                 p.config = new
             return new
 

@@ -26,7 +26,8 @@ from .storage.handles import HandleCache
 from .partition import Partition, internals
 from .storage.records import crc32c
 
-__all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each", "check_partition_count", "MAX_PARTITIONS"]
+__all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each", "check_partition_count", "MAX_PARTITIONS",
+           "opened_partitions"]
 
 log = logging.getLogger("pylog.topic")
 
@@ -158,10 +159,6 @@ class Topic:
     def partitions(self) -> list[Partition]:
         return [self.partition(i) for i in range(self.num_partitions)]
 
-    def opened_partitions(self) -> list[Partition]:
-        """The partitions opened so far (a snapshot; opening none): for work over what is in use only."""
-        return [p for p in list(self._partitions) if p is not None]
-
     def _reload_count(self) -> None:
         """Pick up partitions added by another process."""
         try:
@@ -217,3 +214,10 @@ class Topic:
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, partitions={self.num_partitions})"
+
+
+def opened_partitions(topic: Topic) -> list[Partition]:
+    """The partitions of ``topic`` opened so far (a snapshot; opening none), for the store's work over what is in
+    use only (the cleaner's flushes, topic deletion). Not a member of :class:`Topic`, whose members are its
+    public API."""
+    return [p for p in list(topic._partitions) if p is not None]
