@@ -64,6 +64,7 @@ class OwnerOps(NamedTuple):
     append_columns: Callable[[np.ndarray, Data | None, np.ndarray | None, Data | None, np.ndarray | None,
                               Headers | None, tuple[int, int, int] | None, str | None, bool, bool], int]
 
+
 class PartitionInternals(Generic[S]):
     """The partition's internal API: what pylog's own layers need of a partition beyond its public API.
 
@@ -103,8 +104,8 @@ class PartitionInternals(Generic[S]):
         return self._local.segment_index_args()
 
     def ensure_writer(self) -> None:
-        """become the partition's writer (lock, recover if the last shutdown was not clean,
-        open for append); a no-op for the writer. For maintenance that needs the lock (the compactor).
+        """(the compactor) Become the partition's writer (lock, recover if the last shutdown was not clean,
+        open for append); a no-op for the writer. For maintenance that needs the lock.
 
         :raises PartitionLockedError, StoreClosedError, LogFailedError, ReadOnlyStoreError:
         """
@@ -119,12 +120,12 @@ class PartitionInternals(Generic[S]):
 
     @property
     def notifier(self) -> Notifier:
-        """the partition's cross-process wake-up (:mod:`pylog.storage.notify`), which the
-        consumer watches across several partitions at once."""
+        """(the consumer, ``pylog serve``'s fetches) The partition's cross-process wake-up
+        (:mod:`pylog.storage.notify`), which they watch across several partitions at once."""
         return self._waiters.notifier
 
     def abandon(self) -> None:
-        """Test hook: drop this handle as a crashed process would, writing nothing and closing the writer
+        """(tests) Drop this handle as a crashed process would, writing nothing and closing the writer
         lock's descriptor; the handle is unusable afterwards."""
         self._ops.abandon()
         self._writer.drop_without_unlock()
@@ -248,7 +249,7 @@ class PartitionInternals(Generic[S]):
             return True
 
     def unlock_discard(self) -> None:
-        """undo :meth:`held_for_discard` after a deletion that failed: the partition is as it was."""
+        """(the store) Undo :meth:`held_for_discard` after a deletion that failed: the partition is as it was."""
         with self._append_lock:
             self.durability.failed = None
             self._writer.let_go()
