@@ -643,30 +643,10 @@ class Partition:
         with self._maintenance_lock, self._append_lock:
             if not self._writer.held or self._closed:
                 return
-            dur = self._durability
-            segs = self._local.segments
-            # Rolled segments are synced below (sync_rolled_now); a failure there fails the partition, and
-            # this handle's next flush then raises.
-            if dur.unflushed and segs:
-                dur.remember_handed_over(segs[-1].log_path)
             try:
-                if dur.failed is None and segs:
-                    active = segs[-1]
-                    # A rolled segment is not checked by the next writer (only the active one is): it must
-                    # be durable before a clean checkpoint names offsets past it.
-                    dur.sync_rolled_now()
-                    try:
-                        # Not fsynced: a snapshot lost to a power cut, or naming an offset past the log's
-                        # end after one, is rebuilt from the batch headers (see Appender.producer_state).
-                        self._snapshot_producers(durable=False)
-                    finally:
-                        # The indexes stay live: the next writer continues them without rewriting them.
-                        active.stop_appending()
+                # A failed sync of rolled segments fails the partition: this handle's next flush raises.
+                if self._durability.hand_over(lambda: self._snapshot_producers(durable=False)) is not None:
                     self._note_active_checked()
-                    dur.recovery_point = active.next_offset
-                    # Not fsynced either: if a power cut loses the log's tail, the next writer's check of the
-                    # active segment finds it and recovers (as after any unclean stop).
-                    dur.write_checkpoint(clean=True, durable=False)
             except OSError as exc:
                 raise_fault(exc, f"handing over {self.topic}-{self.number}", "the writer lock was released all the "
                             "same; the next writer recovers the partition from its last checkpoint", "go on")
@@ -714,7 +694,7 @@ class Partition:
                 except Exception as exc:  # closed all the same; raised once closed
                     error = exc
             if self._writer.held:
-                self._close_writer(segs)
+                self._close_writer()
             # Closing releases descriptors and mappings now (a store opened and closed in a loop must not
             # pile them up); calls made after close raise StoreClosedError, and close() must not race
             # with reads still running in other threads, like closing a file under a reader.
@@ -729,18 +709,10 @@ class Partition:
             if error is not None:
                 raise error
 
-    def _close_writer(self, segs: list[Segment]) -> None:
+    def _close_writer(self) -> None:
         """:meth:`close` as the writer: seal and sync everything, write a clean checkpoint, let go of the lock."""
-        dur = self._durability
         try:
-            if dur.failed is None and segs:
-                active = segs[-1]
-                self._snapshot_producers()
-                dur.sync_handed_over()
-                dur.sync_rolled_now()
-                active.seal(durable=True)
-                dur.recovery_point = active.next_offset
-                dur.write_checkpoint(clean=True)
+            self._durability.close_writer(self._snapshot_producers)
         except OSError as exc:
             raise_if_gone(exc, f"closing {self.topic}-{self.number}", self.directory, "it was closed and its writer "
                           "lock released, and what it held is wherever the directory went")
