@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import tempfile
 
@@ -911,3 +912,13 @@ def test_threads_append_and_read_concurrently(tmp_path):
             mine = [v for v in values if v.startswith(b"%d-" % tag)]
             assert mine == [b"%d-%d-%d" % (tag, i, j) for i in range(150) for j in range(1 + (i % 7))]
         assert p.check() == []
+
+
+def test_partition_has_no_public_member_the_client_docs_do_not_name():
+    """Partition carries only the API users are told about (docs/CLIENTS.md, "Partitions directly"): a member
+    that pylog's own producer, server, cleaner or store needs belongs to ``pylog.partition.internals(p)``."""
+    docs_path = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "CLIENTS.md")
+    with open(docs_path, encoding="utf-8") as f:
+        docs = f.read()
+    public = sorted(name for name in dir(pylog.Partition) if not name.startswith("_"))
+    assert public and [name for name in public if not re.search(r"[`.]%s\b" % name, docs)] == []
