@@ -124,6 +124,7 @@ log = logging.getLogger("pylog.partition")
 #: Default byte limit of one read (Kafka's fetch.max.bytes); a read returns at least one batch regardless.
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
 
+
 def _int_argument(name: str, value: Any) -> int:
     """``value`` as an int when it is an integer (a Python or numpy int, not a bool).
 
@@ -135,6 +136,7 @@ def _int_argument(name: str, value: Any) -> int:
     if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
         return int(value)
     raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__} {value!r:.40}")
+
 
 class Partition:
     """One partition of a topic, stored in ``directory``. Obtain it with ``store.topic(name).partition(i)``."""
@@ -723,7 +725,6 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition({self.topic!r}, {self.number}, segments={len(self._local.segments)})"
-
 
 
 def internals(partition: Partition) -> PartitionInternals[Segment]:

@@ -49,6 +49,7 @@ def nbytes(part: Data) -> int:
     """The byte count of a :data:`Data` buffer."""
     return len(part) if isinstance(part, (bytes, bytearray)) else part.nbytes
 
+
 #: errno -> (error class, what happened, what to do before trying again).
 _FAULTS: dict[int, tuple[type[OSError], str, str]] = {
     errno.ENOSPC: (DiskFullError, "the file system is full",
