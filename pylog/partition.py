@@ -179,7 +179,7 @@ class Partition:
         # Recovery point, unsynced rolls, pending flushes and the failed state.
         self._durability = Durability(self._local, self._append_lock, self._writer, lambda: self._closed)
         self._appender = Appender(name, directory, config)
-        self._batch_writer = BatchWriter(name, self._local, self._durability, self._appender, self._waiters,
+        self._batch_writer = BatchWriter(topic, name, self._local, self._durability, self._appender, self._waiters,
                                          self._roll)
         #: What pylog's own layers use beyond the public API (see :func:`internals`).
         self._internals = PartitionInternals(
@@ -320,6 +320,14 @@ class Partition:
             return self._final_end
         self._refresh()
         return self._local.end_offset
+
+    def offsets(self) -> tuple[int, int]:
+        """(:attr:`log_start_offset`, :attr:`log_end_offset`) after one look at the files (a reader's: one
+        ``fstat`` of the active log, mostly), where asking for both looks twice; for the metrics' scrapes."""
+        if self._closed:
+            return self._local.log_start, self._final_end
+        self._refresh()
+        return self._local.log_start, self._local.end_offset
 
     def _refresh(self) -> None:
         if not self._writer.held:  # a reader looks at its files; the writer's view is exact

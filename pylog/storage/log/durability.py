@@ -30,6 +30,7 @@ import threading
 import time
 from typing import Callable, Generic
 
+from ... import metrics
 from ...errors import LogFailedError
 from ..checkpoint import Checkpoint, write_checkpoint
 from ..fileio import DESCRIPTOR_ERRNOS, fault, raise_fault, fsync_dir
@@ -139,7 +140,10 @@ class Durability(Generic[S]):
             return
         try:
             for seg in pending:
+                began = time.perf_counter()
                 seg.sync_files()
+                if metrics.state.on:
+                    metrics.fsynced(time.perf_counter() - began)
             fsync_dir(self.local.directory)
         except FileNotFoundError:
             return  # the partition was deleted (or is being deleted) under the job: nothing is left to sync
@@ -280,7 +284,10 @@ class Durability(Generic[S]):
         """As the writer: fsync everything appended through this handle, rolled segments first."""
         self._sync_up_to_active()
         try:
+            began = time.perf_counter()
             self.local.segments[-1].flush()
+            if metrics.state.on:
+                metrics.fsynced(time.perf_counter() - began)
         except OSError as exc:
             # As for a rolled segment (_sync_failed): the kernel may have dropped the pages it could not
             # write, and a later fsync would succeed without them. Never call this log durable again.
@@ -314,7 +321,10 @@ class Durability(Generic[S]):
             descriptor, so when a concurrent flush's fdatasync reported the error, this one returns 0 though
             the pages may be gone (invariant: an fsync failure is never forgotten)."""
         try:
+            began = time.perf_counter()
             os.fdatasync(fd)
+            if metrics.state.on:
+                metrics.fsynced(time.perf_counter() - began)
         except OSError as exc:
             with self._lock:
                 self.failed = f"fsync of the active segment failed: {exc}"

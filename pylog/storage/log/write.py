@@ -23,6 +23,7 @@ from __future__ import annotations
 import os
 from typing import Callable, Generic
 
+from ... import metrics
 from ...errors import CorruptRecordError, LogFailedError
 from ..fileio import raise_fault
 from .append import SEQ_MOD, Appender, Columns, should_roll
@@ -38,8 +39,9 @@ __all__ = ["BatchWriter"]
 class BatchWriter(Generic[S]):
     """Writes a partition's append calls to its active segment (see the module docstring)."""
 
-    def __init__(self, name: str, local: LocalLog[S], durability: Durability[S], appender: Appender,
+    def __init__(self, topic: str, name: str, local: LocalLog[S], durability: Durability[S], appender: Appender,
                  waiters: Waiters, roll: Callable[[], S]) -> None:
+        self.topic = topic  # for the metrics
         self.name = name  # "topic-number", for messages
         self._local = local
         self._durability = durability
@@ -84,6 +86,9 @@ class BatchWriter(Generic[S]):
                 self._after_append(written, flush=False)
             raise
         self._after_append(written, flush=flush_policy)
+        if metrics.state.on:  # once per call (pylog.metrics)
+            metrics.appended(self.topic, written, encoded[0].header.size if len(encoded) == 1 else
+                             sum(batch.header.size for batch in encoded))
         return first if earlier is None else earlier
 
     def _write_batch(self, batch: EncodedBatch) -> None:
