@@ -33,7 +33,12 @@ from its ``listening on HOST:PORT`` log line) so the clients here do not share i
   its socket 64 KiB every 5 ms with a 64 KiB receive buffer for a few seconds (peak RssAnon sampled, and
   VmHWM at the end).
 
-The table gives ranges over rounds and the 1-minute load average at each round's start. Nothing asserts.
+The table gives ranges over rounds (with more than one round, the medians of the value and of the ratio after
+the target) and the 1-minute load average at each round's start. Nothing asserts.
+
+``--acks-only --vs-fdatasync`` runs the acks=all figures twice per round, interleaved: as served by default, and
+with the group commit's store-wide ``syncfs`` off (``--group-commit-syncfs-partitions 0``; figures marked
+"[fdatasync each]"), the design before it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,6 +66,8 @@ VALUE = b"x" * 100
 #: (1,000 by default) whenever its prefetch queue holds ``queued.min.messages`` (100,000) or more, which a
 #: consumer reading 100-byte records reaches many times a second.
 QUEUE_BACKOFF_MS = 10
+#: Ends the acks=all figures of the server run with ``--group-commit-syncfs-partitions 0`` (``--vs-fdatasync``).
+FDATASYNC_EACH = " [fdatasync each]"
 
 
 # ------------------------------------------------------------------------------------------- the server
@@ -408,25 +416,29 @@ def _fill_partitions(path: str, topics: dict[str, int]) -> None:
             store.create_topic(name, partitions=count)
 
 
-def _group_commit_line(log_path: str) -> tuple[int, int]:
-    """The server's last ``group commit: F fsyncs for R acks=all requests`` log line (written at its stop)."""
+def _group_commit_line(log_path: str) -> tuple[int, int, int, int]:
+    """The server's last ``group commit: F partition fsyncs for R acks=all requests ...; S disk syncs, W of them
+    store-wide syncfs rounds ...`` log line (written at its stop): (F, R, S, W)."""
     with open(log_path) as f:
-        found = re.findall(r"group commit: (\d+) partition fsyncs for (\d+) acks=all requests", f.read())
-    return (int(found[-1][0]), int(found[-1][1])) if found else (0, 0)
+        found = re.findall(r"group commit: (\d+) partition fsyncs for (\d+) acks=all requests.*?; (\d+) disk syncs, "
+                           r"(\d+) of them", f.read())
+    return (int(found[-1][0]), int(found[-1][1]), int(found[-1][2]), int(found[-1][3])) if found else (0, 0, 0, 0)
 
 
-def acks_all_figures(root: str, args: argparse.Namespace, r: int) -> dict[str, tuple[float, float]]:
+def acks_all_figures(root: str, args: argparse.Namespace, r: int, server_args: list[str] = (),
+                     suffix: str = "") -> dict[str, tuple[float, float]]:
     """acks=all against acks=1 (issue 25): a confluent-kafka producer (``linger.ms=5``) sending record ``i`` to
     partition ``i % P`` of a topic of P = 4, then ``args.many_partitions`` partitions; the fsyncs per
     acknowledged acks=all request (the server's count, logged at its stop); end-to-end latency with acks=all;
     acks=all at P partitions against acks=1 there; and how long the server takes to stop (SIGTERM to exit) after
-    writing every partition of these topics."""
+    writing every partition of these topics. ``server_args`` go to ``pylog serve``; ``suffix`` ends each figure's
+    name."""
     out: dict[str, tuple[float, float]] = {}
     n, many = args.acks_records, args.many_partitions
     path = os.path.join(root, f"acks-{r}")
     _fill_partitions(path, {"p4": 4, "p4all": 4, "pmany": many, "pmany1": many, "lat": 1, "lat1": 1})
     log_path = os.path.join(root, f"acks-server-{r}.log")
-    server = ServerProcess(path, log_path)
+    server = ServerProcess(path, log_path, args=list(server_args))
     stop_s = 0.0
     try:
         # Latency first, on the fresh server: after the throughput runs it still writes back and syncs their data.
@@ -442,7 +454,7 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int) -> dict[str, t
         stop_s = time.perf_counter() - t0
     finally:
         server.stop()
-    fsyncs, requests = _group_commit_line(log_path)
+    fsyncs, requests, syncs, rounds = _group_commit_line(log_path)
     shutil.rmtree(path, ignore_errors=True)
     out["acks=all producer, 4 partitions, linger.ms=5 (k rec/s)"] = (all4, one)
     out[f"acks=all producer, {many} partitions (k rec/s)"] = (allmany, all4)
@@ -450,8 +462,10 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int) -> dict[str, t
     out["end-to-end latency p50, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.5), pct(lat1, 0.5))
     out["end-to-end latency p99, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.99), pct(lat1, 0.99))
     out["partition fsyncs per acknowledged acks=all request"] = (fsyncs / max(1, requests), 0.0)
+    out["disk syncs (fdatasync or syncfs) per acknowledged acks=all request"] = (syncs / max(1, requests), 0.0)
+    out["store-wide syncfs rounds"] = (float(rounds), 0.0)
     out[f"server stop after writing {2 * many + 10} partitions (s)"] = (stop_s, 0.0)
-    return out
+    return {name + suffix: value for name, value in out.items()}
 
 
 # ------------------------------------------------------------------------------------------- rounds
@@ -459,7 +473,12 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int) -> dict[str, t
 
 def one_round(root: str, args: argparse.Namespace, r: int) -> dict[str, tuple[float, float]]:
     out: dict[str, tuple[float, float]] = {}
-    out.update(acks_all_figures(root, args, r))
+    variants = [([], ""), (["--group-commit-syncfs-partitions", "0"], FDATASYNC_EACH)] if args.vs_fdatasync else [
+        ([], "")]
+    if r % 2:  # interleaved: neither variant always runs first
+        variants.reverse()
+    for server_args, suffix in variants:
+        out.update(acks_all_figures(root, args, r, server_args, suffix))
     if args.acks_only:
         return out
     n = args.records
@@ -538,6 +557,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--acks-records", type=int, default=200_000, help="records per acks=all / acks=1 figure")
     ap.add_argument("--many-partitions", type=int, default=500, help="the acks=all figure's second partition count")
     ap.add_argument("--acks-only", action="store_true", help="only the acks=all figures (issue 25)")
+    ap.add_argument("--vs-fdatasync", action="store_true", help="also the acks=all figures with the group commit's "
+                    "store-wide syncfs off (--group-commit-syncfs-partitions 0), interleaved round by round")
     ap.add_argument("--dir", help="where to write (default: a temporary directory, removed afterwards)")
     ap.add_argument("--json", help="also write every round's figures as JSON to this file")
     ap.add_argument("--profile", metavar="DIR", help="run the server under cProfile; stats files go to DIR")
@@ -583,16 +604,18 @@ def main(argv: list[str] | None = None) -> int:
         vals = [r[name][0] for r in rounds]
         base = [r[name][1] for r in rounds]
         # The many-partitions figures are named with the count run (--many-partitions): targets are for 500.
-        target, met, base_name = TARGETS.get(re.sub(r"\d+ partitions \(", "500 partitions (", name),
-                                             ("report", None, ""))
+        target, met, base_name = TARGETS.get(re.sub(r"\d+ partitions \(", "500 partitions (",
+                                                    name.removesuffix(FDATASYNC_EACH)), ("report", None, ""))
         ratios = [v / b for v, b in zip(vals, base, strict=True) if b]
         verdict = ""
         if met is not None:
             ok = [met(*r[name]) for r in rounds]
             verdict = "MET" if all(ok) else ("MISSED" if not any(ok) else "MIXED")
         ratio = f"{fmt_range(ratios):>10}x" if ratios else f"{'':>11}"
+        median = f" median {statistics.median(vals):.3g}" + (f" ({statistics.median(ratios):.3g}x)" if ratios
+                                                              else "") if len(rounds) > 1 else ""
         print(f"{name:<74} {fmt_range(vals):>11} {fmt_range(base) if any(base) else '':>11}  {ratio}  {target} "
-              f"[{base_name}] {verdict}")
+              f"[{base_name}] {verdict}{median}")
     loads = [r["load"] for r in rounds]
     print(f"load average at round starts: {min(loads):.2f}-{max(loads):.2f}; server in its own process "
           f"(python -m pylog serve), latency consumer in a third process")

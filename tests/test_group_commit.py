@@ -21,6 +21,7 @@ import pytest
 import pylog
 from pylog.errors import LogFailedError, StorageError
 from pylog.server.protocol import encode_request, parse_response
+from pylog.storage import fs_sync
 from pylog.storage.group_commit import GroupCommit
 
 from serverutil import kafka_batch, recv_frame, wait_until
@@ -229,8 +230,130 @@ def test_group_commit_forgets_idle_partitions(store):
     gc = GroupCommit(threads=3)
     assert gc.sync(parts, timeout=WAIT) == [None] * 50
     assert gc.wait_idle(WAIT)
-    assert gc.stats() == {"flushes": 50, "requests": 1, "requested": 50}
+    # No store-wide round unless asked for (syncfs_partitions=0): fifty fdatasyncs.
+    assert gc.stats() == {"flushes": 50, "rounds": 0, "round_flushes": 0, "syncs": 50, "requests": 1,
+                          "requested": 50}
     assert gc.sync([], timeout=WAIT) == []
+
+
+# ------------------------------------------------------------------------------------------ store-wide rounds
+
+needs_syncfs = pytest.mark.skipif(not fs_sync.AVAILABLE, reason="syncfs reports writeback errors on Linux 5.8+ only")
+
+
+def _appended_partitions(store, count: int) -> list:
+    store.create_topic("t", partitions=count)
+    parts = [store.topic("t").partition(i) for i in range(count)]
+    for i, p in enumerate(parts):
+        p.append_values([b"v%d" % i])
+    return parts
+
+
+class SyncfsGate:
+    """Wraps ``fs_sync.syncfs`` (the group commit calls it through the module): counts calls, holds them while
+    closed (``entered`` set once one waits), raises EIO when ``fail``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.open = threading.Event()
+        self.open.set()
+        self.entered = threading.Event()
+        self.calls = 0
+        self.fail = False
+        real = fs_sync.syncfs
+
+        def syncfs(fd: int) -> None:
+            self.calls += 1
+            self.entered.set()
+            assert self.open.wait(WAIT), "the test never opened the syncfs gate"
+            if self.fail:
+                raise OSError(errno.EIO, "injected syncfs failure")
+            real(fd)
+        monkeypatch.setattr(fs_sync, "syncfs", syncfs)
+
+
+@pytest.mark.parametrize("count, expected", [
+    # 20 waiting, rounds from 4 on: one syncfs for the twenty, no fdatasync of their logs.
+    pytest.param(20, {"syncfs": 1, "fdatasync": 0, "rounds": 1, "round_flushes": 20, "syncs": 1}, marks=needs_syncfs),
+    # 3 waiting: below the threshold, an fdatasync each (no other file of the file system written back).
+    (3, {"syncfs": 0, "fdatasync": 3, "rounds": 0, "round_flushes": 0, "syncs": 3}),
+])
+def test_group_commit_many_waiting_partitions_share_one_syncfs_few_are_fdatasynced(store, monkeypatch, count, expected):
+    parts = _appended_partitions(store, count)
+    fsyncs = FsyncGate(monkeypatch, os.path.join(str(store.path), "t") + os.sep)
+    syncfs = SyncfsGate(monkeypatch)
+    gc = GroupCommit(threads=2, syncfs_partitions=4 if count > 3 else 8)
+    assert gc.sync(parts, timeout=WAIT) == [None] * count
+    st = gc.stats()
+    assert {"syncfs": syncfs.calls, "fdatasync": fsyncs.calls, "rounds": st["rounds"],
+            "round_flushes": st["round_flushes"], "syncs": st["syncs"]} == expected
+    assert st["flushes"] == count
+    # Flushed as by Partition.flush: nothing is left for a flush to do.
+    assert all(p.durability.unflushed == 0 for p in parts)
+
+
+@needs_syncfs
+def test_group_commit_round_answers_only_after_its_syncfs_and_later_callers_wait_for_the_next(store, monkeypatch):
+    parts = _appended_partitions(store, 8)
+    syncfs = SyncfsGate(monkeypatch)
+    syncfs.open.clear()
+    gc = GroupCommit(threads=4, syncfs_partitions=4)
+    first = threading.Event()
+    gc.submit(parts, lambda r: first.set())
+    assert syncfs.entered.wait(WAIT)
+    # The round's syncfs is held: nobody is answered, and what is appended now is not covered by it.
+    later = threading.Event()
+    for p in parts:
+        p.append_values([b"later"])
+    gc.submit(parts, lambda r: later.set())
+    assert not first.wait(0.2), "a round was answered before its syncfs returned"
+    assert not later.is_set()
+    assert gc.stats()["rounds"] == 0
+    syncfs.open.set()
+    assert first.wait(WAIT) and later.wait(WAIT)
+    # The later callers were covered by a second round, started after their appends.
+    assert syncfs.calls == 2 and gc.stats()["rounds"] == 2
+    assert gc.wait_idle(WAIT)
+
+
+@needs_syncfs
+def test_group_commit_failed_syncfs_fails_every_partition_of_its_round(store, monkeypatch):
+    parts = _appended_partitions(store, 6)
+    syncfs = SyncfsGate(monkeypatch)
+    syncfs.fail = True
+    results = GroupCommit(threads=2, syncfs_partitions=4).sync(parts, timeout=WAIT)
+    assert all(isinstance(r, StorageError) and "I/O error" in str(r) for r in results), results
+    # Whose pages were lost cannot be told: every partition of the round refuses work until reopened.
+    for p in parts:
+        with pytest.raises(LogFailedError):
+            p.append_values([b"after"])
+
+
+@needs_syncfs
+def test_group_commit_round_tells_a_partition_its_own_writeback_error(store, monkeypatch):
+    parts = _appended_partitions(store, 6)
+    bad_dir = _log_dir(store, "t", 2)
+    real = fs_sync.check_written
+
+    def check_written(fd: int) -> None:
+        if bad_dir in _path_of(fd):  # as Linux reports a failed writeback of that file after a syncfs
+            raise OSError(errno.EIO, "injected writeback failure")
+        real(fd)
+    monkeypatch.setattr(fs_sync, "check_written", check_written)
+    results = GroupCommit(threads=2, syncfs_partitions=4).sync(parts, timeout=WAIT)
+    assert isinstance(results[2], StorageError)
+    assert results[:2] + results[3:] == [None] * 5
+    with pytest.raises(LogFailedError):
+        parts[2].append_values([b"after"])
+    parts[3].append_values([b"after"])
+
+
+def test_fs_sync_kernel_release_gate():
+    # syncfs reports writeback errors from Linux 5.8 on; before, a failed write would have looked durable.
+    assert fs_sync.kernel_reports_syncfs_errors("6.18.44-fc-v669")
+    assert fs_sync.kernel_reports_syncfs_errors("5.8.0")
+    assert not fs_sync.kernel_reports_syncfs_errors("5.7.19-generic")
+    assert not fs_sync.kernel_reports_syncfs_errors("4.19.0")
+    assert not fs_sync.kernel_reports_syncfs_errors("weird")
 
 
 # ------------------------------------------------------------------------------------------ pylog serve

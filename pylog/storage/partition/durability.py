@@ -256,16 +256,18 @@ class Durability:
         self.last_flush = time.monotonic()
         return fd
 
-    def finish_flush(self, fd: int) -> None:
-        """Without the lock: fdatasync ``fd`` (from :meth:`start_flush`) and close it. A failure fails the
-        partition, as in :meth:`flush_writer`; so does one of another flush that ran meanwhile.
+    def finish_flush(self, fd: int, sync: Callable[[int], None] | None = None) -> None:
+        """Without the lock: fdatasync ``fd`` (from :meth:`start_flush`), or call ``sync(fd)`` instead (the group
+        commit's :func:`pylog.storage.fs_sync.check_written` after a ``syncfs`` of the file system, or what raises
+        the ``syncfs``'s error), and close it. A failure fails the partition, as in :meth:`flush_writer`; so does
+        one of another flush that ran meanwhile.
 
         :raises LogFailedError: when the partition failed while this fsync ran: ``fd`` is a dup sharing the open
             file description (and Linux's record of a writeback error) with the writer's and any other flush's
             descriptor, so when a concurrent flush's fdatasync reported the error, this one returns 0 though
             the pages may be gone (invariant: an fsync failure is never forgotten)."""
         try:
-            os.fdatasync(fd)
+            (sync or os.fdatasync)(fd)  # os.fdatasync looked up here: tests wrap it
         except OSError as exc:
             with self._lock:
                 self.failed = f"fsync of the active segment failed: {exc}"
