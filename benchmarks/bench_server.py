@@ -155,11 +155,13 @@ def pylog_consumer_rate(path: str, n: int) -> float:
     return rate
 
 
-def kafka_producer_rate(bootstrap: str, topic: str, n: int, partitions: int = 0, **config: Any) -> float:
+def kafka_producer_rate(bootstrap: str, topic: str, n: int, partitions: int = 0,
+                        started: Callable[[], None] | None = None, **config: Any) -> float:
     """confluent-kafka's producer, default batching, acks=1 (or ``config``'s): ``n`` values then ``flush()``
     (after one record produced and flushed, so connecting and the topic's creation are not timed). With
     ``partitions``, record ``i`` goes to partition ``i % partitions`` (librdkafka sends one Produce request per
-    partition and batch, pipelined), and one record to each partition is flushed before timing."""
+    partition and batch, pipelined), and one record to each partition is flushed before timing. ``started`` is
+    called as the timing starts."""
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": bootstrap, "acks": 1, **config})
     errors: list[Any] = []
@@ -174,6 +176,8 @@ def kafka_producer_rate(bootstrap: str, topic: str, n: int, partitions: int = 0,
             p.produce(topic, VALUE, on_delivery=report)
     p.flush(60)
     produce, poll = p.produce, p.poll
+    if started is not None:
+        started()
     t0 = time.perf_counter()
     for i in range(n):
         while True:
@@ -445,10 +449,20 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int, server_args: l
         lat = kafka_latency(server.bootstrap, "lat", args.latency_records, acks="all")
         lat1 = kafka_latency(server.bootstrap, "lat1", args.latency_records, acks=1)
         linger = {"linger.ms": 5}
-        one = kafka_producer_rate(server.bootstrap, "p4", n, 4, **linger) / 1e3
-        all4 = kafka_producer_rate(server.bootstrap, "p4all", n, 4, acks="all", **linger) / 1e3
-        allmany = kafka_producer_rate(server.bootstrap, "pmany", n, many, acks="all", **linger) / 1e3
-        onemany = kafka_producer_rate(server.bootstrap, "pmany1", n, many, **linger) / 1e3
+        cpu: dict[str, float] = {}  # server CPU per record of each run (us): a figure a loaded machine moves less
+
+        def timed(name: str, topic: str, partitions: int, **config: Any) -> float:
+            c0 = [0.0]
+
+            def started() -> None:  # after the warm-up (a record to each partition: opening 500 takes a while)
+                c0[0] = server.cpu_seconds()
+            rate = kafka_producer_rate(server.bootstrap, topic, n, partitions, started, **linger, **config) / 1e3
+            cpu[name] = (server.cpu_seconds() - c0[0]) * 1e6 / n
+            return rate
+        one = timed("one", "p4", 4)
+        all4 = timed("all4", "p4all", 4, acks="all")
+        allmany = timed("allmany", "pmany", many, acks="all")
+        onemany = timed("onemany", "pmany1", many)
         t0 = time.perf_counter()
         server.stop()
         stop_s = time.perf_counter() - t0
@@ -459,6 +473,8 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int, server_args: l
     out["acks=all producer, 4 partitions, linger.ms=5 (k rec/s)"] = (all4, one)
     out[f"acks=all producer, {many} partitions (k rec/s)"] = (allmany, all4)
     out[f"same, against acks=1 at {many} partitions (k rec/s)"] = (allmany, onemany)
+    out["server CPU per record, acks=all, 4 partitions (us)"] = (cpu["all4"], cpu["one"])
+    out[f"server CPU per record, acks=all, {many} partitions (us)"] = (cpu["allmany"], cpu["onemany"])
     out["end-to-end latency p50, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.5), pct(lat1, 0.5))
     out["end-to-end latency p99, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.99), pct(lat1, 0.99))
     out["partition fsyncs per acknowledged acks=all request"] = (fsyncs / max(1, requests), 0.0)
@@ -536,6 +552,8 @@ TARGETS: dict[str, tuple[str, Callable[[float, float], bool] | None, str]] = {
     "end-to-end latency p50, 1,000 rec/s, acks=all (ms)": ("report", None, "acks=1, same run"),
     "end-to-end latency p99, 1,000 rec/s, acks=all (ms)": ("<= 10 ms", lambda v, b: v <= 10.0, "acks=1, same run"),
     "same, against acks=1 at 500 partitions (k rec/s)": ("report", None, "acks=1 at 500 partitions"),
+    "server CPU per record, acks=all, 4 partitions (us)": ("report", None, "acks=1, 4 partitions"),
+    "server CPU per record, acks=all, 500 partitions (us)": ("report", None, "acks=1, 500 partitions"),
     "partition fsyncs per acknowledged acks=all request": ("report", None, ""),
     "server RSS, 100 idle connections (MiB)": ("bounded", None, "idle server, no connection"),
     "server RssAnon, 100 idle connections (MiB)": ("bounded", None, "idle server, no connection"),

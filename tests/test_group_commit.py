@@ -11,8 +11,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import select
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -514,3 +517,68 @@ def test_group_commit_store_close_fsyncs_partitions_in_parallel(tmp_path, monkey
     monkeypatch.undo()
     with pylog.open(tmp_path / "store") as again:
         assert [again.topic("t").partition(i).log_end_offset for i in range(8)] == [1] * 8
+
+
+# ------------------------------------------------------------------------------------------ a killed server
+
+
+@needs_syncfs
+@pytest.mark.slow
+def test_group_commit_records_acked_through_store_wide_rounds_survive_a_killed_server(tmp_path):
+    """A ``pylog serve`` process acknowledging acks=all through store-wide rounds (a confluent-kafka producer
+    spread over 64 partitions, rounds from 2 waiting partitions on) is SIGKILLed mid-stream: every record
+    acknowledged before the kill is in the store reopened after it, at its acknowledged offset."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    path = tmp_path / "store"
+    with pylog.open(path) as s:
+        s.create_topic("t", partitions=64)
+    proc = subprocess.Popen([sys.executable, "-m", "pylog", "serve", str(path), "--port", "0", "--log-level", "INFO",
+                             "--group-commit-syncfs-partitions", "2"], stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    listening = threading.Event()
+    rounds = threading.Event()
+
+    def read_log() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "listening on" in line:
+                listening.set()
+            if "made durable together by one syncfs" in line:
+                rounds.set()
+    reader = threading.Thread(target=read_log, daemon=True)
+    reader.start()
+    acked: list[tuple[int, int, bytes]] = []
+    try:
+        assert listening.wait(WAIT), "".join(lines)
+        port = re.search(r"listening on [\d.]+:(\d+)", "".join(lines)).group(1)  # type: ignore[union-attr]
+        producer = confluent_kafka.Producer({"bootstrap.servers": f"127.0.0.1:{port}", "acks": "all",
+                                             "linger.ms": 5, "message.timeout.ms": 5000, "retries": 0})
+
+        def report(err, msg) -> None:
+            if err is None:
+                acked.append((msg.partition(), msg.offset(), msg.value()))
+        deadline = time.monotonic() + 60
+        i = 0
+        # Produce until a round has acknowledged records and a few thousand are acknowledged, then kill.
+        while not (rounds.is_set() and len(acked) >= 3000) and time.monotonic() < deadline:
+            for _ in range(500):
+                producer.produce("t", b"%d" % i, partition=i % 64, on_delivery=report)
+                i += 1
+            producer.poll(0.005)
+        assert rounds.is_set(), "no store-wide round ran:\n" + "".join(lines[-20:])
+        proc.kill()  # mid-stream: requests in flight, rounds under way
+        proc.wait(WAIT)
+        producer.flush(WAIT)  # the acknowledgements that arrived before the kill; the rest fail
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(acked) >= 3000
+    with pylog.open(path) as s:  # the killed server's partitions are recovered as after a crash
+        stored = {}
+        for number in range(64):
+            for r in s.topic("t").partition(number).read(0, max_records=100_000):
+                stored[(number, r.offset)] = r.value
+    missing = [(p, o, v) for p, o, v in acked if stored.get((p, o)) != v]
+    assert not missing, f"{len(missing)} of {len(acked)} acknowledged records are not in the store: {missing[:5]}"
