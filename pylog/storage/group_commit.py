@@ -66,7 +66,7 @@ DEFAULT_SYNCFS_PARTITIONS = 8
 
 
 class Flushable(Protocol):
-    """A partition, as the group commit uses it (:class:`pylog.storage.partition.Partition`)."""
+    """A partition, as the group commit uses it (:class:`pylog.partition.Partition`)."""
 
     def flush(self) -> None: ...
 
