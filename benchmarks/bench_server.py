@@ -475,8 +475,8 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int, server_args: l
     out[f"same, against acks=1 at {many} partitions (k rec/s)"] = (allmany, onemany)
     # What acks=all at P partitions could reach if durability cost nothing: acks=1 there, against the same baseline.
     out[f"acks=1 producer, {many} partitions: the ceiling of the ratio above (k rec/s)"] = (onemany, all4)
-    out["server CPU per record, acks=all, 4 partitions (us)"] = (cpu["all4"], cpu["one"])
-    out[f"server CPU per record, acks=all, {many} partitions (us)"] = (cpu["allmany"], cpu["onemany"])
+    out["server CPU per record (us), acks=all, 4 partitions"] = (cpu["all4"], cpu["one"])
+    out[f"server CPU per record (us), acks=all, {many} partitions"] = (cpu["allmany"], cpu["onemany"])
     out["end-to-end latency p50, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.5), pct(lat1, 0.5))
     out["end-to-end latency p99, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.99), pct(lat1, 0.99))
     out["partition fsyncs per acknowledged acks=all request"] = (fsyncs / max(1, requests), 0.0)
@@ -556,8 +556,8 @@ TARGETS: dict[str, tuple[str, Callable[[float, float], bool] | None, str]] = {
     "same, against acks=1 at 500 partitions (k rec/s)": ("report", None, "acks=1 at 500 partitions"),
     "acks=1 producer, 500 partitions: the ceiling of the ratio above (k rec/s)": (
         "report", None, "acks=all at 4 partitions"),
-    "server CPU per record, acks=all, 4 partitions (us)": ("report", None, "acks=1, 4 partitions"),
-    "server CPU per record, acks=all, 500 partitions (us)": ("report", None, "acks=1, 500 partitions"),
+    "server CPU per record (us), acks=all, 4 partitions": ("report", None, "acks=1, 4 partitions"),
+    "server CPU per record (us), acks=all, 500 partitions": ("report", None, "acks=1, 500 partitions"),
     "partition fsyncs per acknowledged acks=all request": ("report", None, ""),
     "server RSS, 100 idle connections (MiB)": ("bounded", None, "idle server, no connection"),
     "server RssAnon, 100 idle connections (MiB)": ("bounded", None, "idle server, no connection"),
