@@ -248,7 +248,11 @@ class GroupCommit:
                 errors[i] = exc
                 continue
             if fd is not None:
-                by_device.setdefault(os.fstat(fd).st_dev, []).append((i, fd))
+                try:
+                    device = os.fstat(fd).st_dev
+                except OSError:  # never seen (fd is a fresh dup): its own fdatasync then, under a key of its own
+                    device = -1 - i
+                by_device.setdefault(device, []).append((i, fd))
         for members in by_device.values():
             sync: Callable[[int], None] | None = None  # one partition on its file system: its own fdatasync
             if len(members) > 1:
