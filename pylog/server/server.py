@@ -273,6 +273,9 @@ class ServerState:
         #: The fsyncs of acks=all: the process's group commit, shared with pylog's producers in this process.
         self.group_commit = group_commit.default()
         self.group_commit.set_syncfs_partitions(config.group_commit_syncfs_partitions)
+        #: Completed group-commit answers not yet handed to the loop (see durable).
+        self._durable_done: list[tuple[asyncio.Future[list[BaseException | None]], list[BaseException | None]]] = []
+        self._durable_lock = threading.Lock()
         self._gc_start = self.group_commit.stats()
         self.acks_all_requests = 0  # produce requests with acks=all answered after their fsyncs
         #: The partitions the server holds for its appends, handed over when idle (pylog.server.turns).
@@ -360,12 +363,25 @@ class ServerState:
         fut: asyncio.Future[list[BaseException | None]] = loop.create_future()
 
         def done(results: list[BaseException | None]) -> None:
-            try:
-                loop.call_soon_threadsafe(_resolve, fut, results)
-            except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
-                pass
+            # A store-wide round completes hundreds of requests at once: they reach the loop with one wake-up (one
+            # self-pipe write), not one each.
+            with self._durable_lock:
+                first = not self._durable_done
+                self._durable_done.append((fut, results))
+            if first:
+                try:
+                    loop.call_soon_threadsafe(self._resolve_durable)
+                except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
+                    pass
         self.group_commit.submit(parts, done)
         return await fut
+
+    def _resolve_durable(self) -> None:
+        """On the loop: answer every :meth:`durable` whose fsyncs completed since the last call."""
+        with self._durable_lock:
+            done, self._durable_done = self._durable_done, []
+        for fut, results in done:
+            _resolve(fut, results)
 
     def stats(self) -> dict[str, float]:
         """The group commit's figures since this server started: ``acks_all_requests`` answered after their

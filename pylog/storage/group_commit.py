@@ -122,7 +122,9 @@ class GroupCommit:
         self.syncfs_partitions = count if fs_sync.AVAILABLE else 0
 
     def _reset(self) -> None:
-        self._cond = threading.Condition(threading.Lock())
+        lock = threading.Lock()
+        self._cond = threading.Condition(lock)  # workers wait on it for work
+        self._idle_cond = threading.Condition(lock)  # wait_idle waits on it (same lock): no worker woken for it
         self._pending: dict[int, _Pending] = {}  # by id() of the partition
         self._ready: collections.deque[_Pending] = collections.deque()  # waiting and not running, in order
         self._workers: list[threading.Thread] = []
@@ -158,7 +160,7 @@ class GroupCommit:
                     p.queued = True
                     self._ready.append(p)
             self._start_workers()
-            self._cond.notify(min(len(self._ready), self._idle) or 1)
+            self._wake()
 
     def sync(self, parts: Sequence[Flushable], timeout: float | None = None) -> list[BaseException | None]:
         """:meth:`submit` and wait for it: the results (None: flushed). :raises TimeoutError: after ``timeout``
@@ -177,7 +179,7 @@ class GroupCommit:
     def wait_idle(self, timeout: float | None = None) -> bool:
         """Block until no flush is waiting or under way (True), or ``timeout`` seconds pass (False)."""
         with self._cond:
-            return self._cond.wait_for(lambda: not self._pending, timeout)
+            return self._idle_cond.wait_for(lambda: not self._pending, timeout)
 
     def stats(self) -> dict[str, int]:
         """``flushes`` done (partitions made durable, one per partition per flush), of which ``round_flushes`` in
@@ -298,8 +300,20 @@ class GroupCommit:
                     del self._pending[id(p.part)]
             self._idle += 1
             self._start_workers()
-            self._cond.notify_all()  # wait_idle, and workers for requeued partitions (or after a round)
+            self._wake()
+            if not self._pending:
+                self._idle_cond.notify_all()
         return completed
+
+    def _wake(self) -> None:
+        """Under the lock: wake as many idle workers as the ready partitions need (one for a store-wide round),
+        none while a round runs (its end wakes them): waking every worker for each request cost the event loop's
+        thread the GIL hundreds of times a round."""
+        ready = len(self._ready)
+        if self._round or not ready:
+            return
+        together = self.syncfs_partitions and ready >= self.syncfs_partitions
+        self._cond.notify(1 if together else ready)
 
 
 def _failing(error: OSError) -> Callable[[int], None]:
