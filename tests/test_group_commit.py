@@ -489,6 +489,36 @@ def test_group_commit_server_shares_fsyncs_across_requests_and_connections(store
     assert calls == fsyncs  # each one fsync of the partition's log
 
 
+@needs_syncfs
+def test_group_commit_server_produce_naming_many_partitions_is_answered_after_one_syncfs(store, monkeypatch):
+    store.create_topic("m", partitions=16)
+    with pylog.serve(store, port=0, auto_create_topics=False, shutdown_timeout_s=5) as srv:
+        with socket.create_connection((srv.host, srv.port), timeout=WAIT) as s:
+            def produce(corr: int) -> None:
+                body = {"transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
+                    {"name": "m", "partition_data": [{"index": i, "records": kafka_batch([b"p%d" % i])}
+                                                     for i in range(16)]}]}
+                s.sendall(encode_request(0, 7, corr, "group-commit", body))
+            produce(1)  # every partition opened (its files made) before the gate
+            assert all(p["error_code"] == 0 for p in _answer(s)[1]["responses"][0]["partition_responses"])
+            before = srv.stats()
+            syncfs = SyncfsGate(monkeypatch)
+            syncfs.open.clear()
+            produce(2)
+            assert syncfs.entered.wait(WAIT), "sixteen partitions waiting made no store-wide round"
+            assert select.select([s], [], [], 0.5)[0] == [], "acks=all was answered before its round's syncfs"
+            syncfs.open.set()
+            corr, body = _answer(s)
+            after = srv.stats()
+    entries = body["responses"][0]["partition_responses"]
+    assert corr == 2 and [(e["index"], e["error_code"], e["base_offset"]) for e in entries] == [
+        (i, 0, 1) for i in range(16)]
+    delta = {k: after[k] - before[k] for k in ("group_commit_rounds", "group_commit_round_flushes",
+                                                "group_commit_syncs", "acks_all_requests")}
+    assert delta == {"group_commit_rounds": 1, "group_commit_round_flushes": 16, "group_commit_syncs": 1,
+                     "acks_all_requests": 1}
+
+
 # ------------------------------------------------------------------------------------------ producers, close
 
 
