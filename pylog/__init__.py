@@ -22,8 +22,8 @@ from .config import TopicConfig
 from .clients.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
 from .errors import (AuthenticationError, CorruptBatchError, IllegalSaslStateError, InvalidBatchError, ProtocolError,
-                     SecurityConfigError, UnknownApiKeyError, UnsupportedApiVersionError, UnsupportedCompressionError,
-                     UnsupportedMagicError, UnsupportedSaslMechanismError)
+                     MetricsUnavailableError, SecurityConfigError, UnknownApiKeyError, UnsupportedApiVersionError,
+                     UnsupportedCompressionError, UnsupportedMagicError, UnsupportedSaslMechanismError)
 from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, CorruptRecordError, DiskFullError,
                      InvalidArgumentError, InvalidConfigError, StorePathError,
                      InvalidGroupError, InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
@@ -31,6 +31,7 @@ from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, Corr
                      ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StorageError,
                      StoreClosedError, StorePermissionError, TooManyOpenFilesError, TopicExistsError, UnknownStoreError,
                      UnknownTopicError)
+from .errors import RemoteConflictError, RemoteDataCorruptError, RemoteObjectMissingError, RemoteStorageError
 from .clients.groups import GroupDescription, MemberDescription, PartitionLag
 from .store import Store, open
 from .partition import Partition
@@ -52,7 +53,8 @@ __all__ = [
     "UnknownStoreError", "InvalidArgumentError", "StorePathError", "ConsumerStoppedError", "TooManyOpenFilesError",
     "CorruptBatchError", "InvalidBatchError", "UnsupportedMagicError", "UnsupportedCompressionError",
     "ProtocolError", "UnknownApiKeyError", "UnsupportedApiVersionError", "AuthenticationError",
-    "UnsupportedSaslMechanismError", "IllegalSaslStateError", "SecurityConfigError",
+    "UnsupportedSaslMechanismError", "IllegalSaslStateError", "SecurityConfigError", "MetricsUnavailableError",
+    "RemoteStorageError", "RemoteConflictError", "RemoteObjectMissingError", "RemoteDataCorruptError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",

@@ -1,4 +1,5 @@
-"""Helpers the tests share: reading a partition to its end, waiting for a condition, crash images.
+"""Helpers the tests share: reading a partition to its end, a log file's batches, flipping a byte on disk,
+waiting for a condition, crash images, a process that died with its cleaner published.
 
 ``crash_copy`` copies a store directory while it is open: the files a crash at this moment would leave. The
 store's background sync thread may replace a checkpoint during the copy: either version is what a crash at
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
 from typing import Any, Callable
 
 import pylog
+from pylog.storage.records import HEADER_SIZE, BatchHeader, parse_header
 
 
 def _copy_if_there(src: str, dst: str) -> None:
@@ -39,6 +42,31 @@ def read_all(p: pylog.Partition, start: int | None = None, chunk: int = 1000) ->
     return out
 
 
+def log_batches(log_path: str | os.PathLike[str]) -> list[tuple[int, BatchHeader]]:
+    """``[(position, header)]`` of every whole batch of a ``.log`` file, walking its raw bytes by the length
+    fields; it stops at a torn last batch or a length too short to be one (a damaged file)."""
+    with open(log_path, "rb") as f:
+        raw = f.read()
+    out, pos = [], 0
+    while pos + HEADER_SIZE <= len(raw):
+        h = parse_header(raw, pos)
+        if h.size < HEADER_SIZE or pos + h.size > len(raw):
+            break
+        out.append((pos, h))
+        pos += h.size
+    return out
+
+
+def flip_byte(path: str | os.PathLike[str], at: int, mask: int) -> None:
+    """XOR the byte at ``at`` of the file with ``mask``, through the file (as bit rot or a foreign hand
+    would, under any open mapping)."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([b ^ mask]))
+
+
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, step: float = 0.01) -> Any:
     """Poll ``predicate`` every ``step`` seconds until it returns something true or ``timeout`` passes;
     returns its last value (a hang guard for tests, not a timed assertion)."""
@@ -56,3 +84,28 @@ def blocked_in(thread: threading.Thread, *functions: str) -> bool:
     hand-shake for tests that must act only once another thread is waiting."""
     frame = sys._current_frames().get(thread.ident)
     return frame is not None and frame.f_code.co_name in functions
+
+
+_DYING_CLEANER = """
+import sys, time, pylog
+store = pylog.open(sys.argv[1])  # its cleaner enabled: published under __cleaners/
+while not store.cleaners():
+    time.sleep(0.05)
+print("published", flush=True)
+time.sleep(600)  # SIGKILLed long before
+"""
+
+
+def kill_with_cleaner_published(path: str | os.PathLike[str]) -> int:
+    """Open the store at ``path`` with its cleaner in a child process, SIGKILL the child once its cleaner is
+    published under ``__cleaners/``, and return its pid: the entry of a process that died without closing the
+    store stays until a store next opens there with its cleaner."""
+    child = subprocess.Popen([sys.executable, "-c", _DYING_CLEANER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "published\n"
+    finally:
+        child.kill()
+        child.wait(30)
+        if child.stdout is not None:
+            child.stdout.close()
+    return child.pid

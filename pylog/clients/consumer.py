@@ -29,20 +29,23 @@ import re
 import time
 from types import MappingProxyType
 
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Pattern, Protocol, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, Pattern, Protocol, cast
 
+from .. import metrics
+from . import client_metrics
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
 from ..errors import NoOffsetForPartitionError  # defined here before pylog.errors: still importable from here
 from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, PylogError,
                      ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
-from .groups import CommittedOffsets, GroupMember, check_group_id, valid_position
+from .groups import GroupMember, check_group_id
+from .offsets import CommittedOffsets, valid_position
 from ..storage.notify import Watch, wait_any
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from ..storage.records import consumer_rows, payload_bytes
-from ..structs import OffsetAndMetadata, TopicPartition
+from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..partition import Partition
 
 
@@ -97,29 +100,6 @@ def _topic_partition(tp: Any) -> TopicPartition:
         return TopicPartition(*tp)
     raise InvalidArgumentError(f"expected a TopicPartition(topic, partition), got {tp!r}"[:200]
                                + ": pass e.g. [pylog.TopicPartition('orders', 0)]")
-
-
-class ConsumerRecord(NamedTuple):
-    """One consumed record: kafka-python's ``ConsumerRecord`` fields."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: Any
-    value: Any
-    #: ``(key, value)`` pairs, as a tuple (kafka-python gives a list)
-    headers: tuple
-    checksum: None
-    serialized_key_size: int
-    serialized_value_size: int
-    serialized_header_size: int
-
-
-class OffsetAndTimestamp(NamedTuple):
-    offset: int
-    timestamp: int
 
 
 class _ListIterator(Protocol):
@@ -204,6 +184,8 @@ class Consumer:
         self._fetched_bytes = 0  # by the current fetch, counted only while this client has a quota
         self._throttle_total = self._throttle_max = 0.0
         self._throttled_fetches = 0
+        self._metrics_label = client_metrics.label(cfg["client_id"])
+        metrics.track("consumer", self)  # lag max and lead min, read when scraped
         if topics:
             self.subscribe(topics)
 
@@ -263,12 +245,6 @@ class Consumer:
         """Partitions of :meth:`assignment` this consumer does not read yet: the previous owner in the group
         still holds them (it finishes its poll, commits and lets go). Empty outside a group."""
         return set(self._pending)
-
-    @property
-    def group_member(self) -> GroupMember | None:
-        """This consumer's membership in its group while subscribed with a ``group_id`` (else None); for
-        tools and tests (e.g. its ``member_id``, or whether it ``owns()`` a partition now)."""
-        return self._member
 
     def subscription(self) -> set[str] | None:
         if self._manual:
@@ -559,6 +535,7 @@ class Consumer:
         if not parts:
             return out
         got = 0
+        began = time.perf_counter()
         start = self._next_rr % len(parts)
         self._next_rr += 1
         for tp in parts[start:] + parts[:start]:  # round robin: no partition starves the others
@@ -578,6 +555,8 @@ class Consumer:
         if update_offsets:
             for tp, recs in out.items():
                 self._positions[tp] = recs[-1].offset + 1
+        if out and metrics.state.on:
+            client_metrics.polled(self._metrics_label, time.perf_counter() - began)
         if self._fetched_bytes:
             # Over a consumer_byte_rate quota: the records wait, as a broker holds back a fetch response.
             delay = self._quotas.throttle(self.config["client_id"], CONSUME, self._fetched_bytes)
@@ -603,7 +582,10 @@ class Consumer:
         if self._quotas.active(self.config["client_id"], CONSUME):
             self._fetched_bytes += payload_bytes(slices)
         # Rows built straight from the batches (in C when accelerated), deserializers applied per item.
-        return consumer_rows(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
+        rows = consumer_rows(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
+        if metrics.state.on:
+            client_metrics.read(self._metrics_label, tp.topic, len(rows), slices)
+        return rows
 
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: one sleep over every partition's wake-up word where the kernel
@@ -779,3 +761,10 @@ class Consumer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def group_member(consumer: Consumer) -> GroupMember | None:
+    """Internal API (not :class:`Consumer`'s): ``consumer``'s membership in its group while it is subscribed
+    with a ``group_id`` (else None), for tools and tests (its ``member_id``, whether it ``owns()`` a
+    partition now)."""
+    return consumer._member
