@@ -45,8 +45,10 @@ import collections
 import logging
 import os
 import threading
+import time
 from typing import Any, Callable, Protocol, Sequence
 
+from .. import metrics
 from . import fs_sync
 
 __all__ = ["GroupCommit", "Flushable", "default", "sync", "DEFAULT_THREADS", "DEFAULT_SYNCFS_PARTITIONS"]
@@ -259,7 +261,10 @@ class GroupCommit:
             sync: Callable[[int], None] | None = None  # one partition on its file system: its own fdatasync
             if len(members) > 1:
                 try:
+                    began = time.perf_counter()
                     fs_sync.syncfs(members[0][1])
+                    if metrics.state.on:  # one flush of many segment logs: counted once
+                        metrics.fsynced(time.perf_counter() - began)
                     sync = fs_sync.check_written
                 except OSError as exc:
                     sync = _failing(exc)
