@@ -477,15 +477,10 @@ class Partition:
 
         :raises LogFailedError: when an fsync failed, now or before (reopen the store).
         """
-        fd = None
-        with self._append_lock:
-            if self._writer.held:
-                fd = self._durability.start_flush()
-            elif self._durability.handed_over:
-                self._durability.sync_handed_over()
+        flushing = self._internals
+        fd = flushing.begin_flush()
         if fd is not None:
-            # Without the lock (see Durability.start_flush): appends to this partition go on meanwhile.
-            self._durability.finish_flush(fd)
+            flushing.end_flush(fd)
 
     def wait_for_data(self, offset: int, timeout: float | None) -> bool:
         """Block until ``log_end_offset > offset`` or ``timeout`` seconds pass; True when data is there.

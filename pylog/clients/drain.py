@@ -290,7 +290,7 @@ def _sync(parts: list[Partition], acc: Accumulation) -> None:
     """fsync ``parts`` through the process's group commit (:mod:`pylog.storage.group_commit`: in parallel,
     and one fsync covers this drain and whatever other producers and ``pylog serve`` of this process
     appended meanwhile); a partition whose fsync failed fails its records."""
-    for part, exc in zip(parts, group_commit.sync(parts), strict=True):
+    for part, exc in zip(parts, group_commit.sync([internals(p) for p in parts]), strict=True):
         if exc is not None:
             acc.partition_errors[part.number] = exc
 

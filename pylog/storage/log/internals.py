@@ -294,6 +294,39 @@ class PartitionInternals(Generic[S]):
         with self._append_lock:
             return self.durability.synced_through()
 
+    def flush(self) -> None:
+        """:meth:`Partition.flush <pylog.partition.Partition.flush>` (the group commit's single-partition path)."""
+        fd = self.begin_flush()
+        if fd is not None:
+            self.end_flush(fd)
+
+    def begin_flush(self) -> int | None:
+        """(the group commit, :mod:`pylog.storage.group_commit`, which makes many partitions durable at once) The
+        first half of a flush, under the append lock: everything before the active segment's fsync (a
+        handed-over writer's files, rolled segments, the recovery point). Returns a new descriptor of the active
+        log, whose appends through this handle so far are durable once :meth:`end_flush` of it returned; None
+        when nothing is left to do.
+
+        :raises LogFailedError: when an fsync failed, now or before (reopen the store).
+        """
+        with self._append_lock:
+            if self._writer.held:
+                return self.durability.start_flush()
+            if self.durability.handed_over:
+                self.durability.sync_handed_over()
+        return None
+
+    def end_flush(self, fd: int, sync: Callable[[int], None] | None = None) -> None:
+        """The second half of a flush, without the lock (appends go on meanwhile; the next flush covers them):
+        fdatasync ``fd`` from :meth:`begin_flush`, or ``sync(fd)`` instead when the caller made the whole file
+        system durable after :meth:`begin_flush` (``syncfs``: then ``sync`` checks the file's writeback errors,
+        :func:`pylog.storage.fs_sync.check_written`, or raises the ``syncfs``'s); closes ``fd``. A failure fails
+        the partition (it refuses work until the store is reopened).
+
+        :raises LogFailedError: as :meth:`begin_flush`.
+        """
+        self.durability.finish_flush(fd, sync)
+
     def flush_due(self) -> bool:
         """Whether the topic's ``flush.messages`` / ``flush.ms`` ask for an fsync of what this handle appended
         (for appends made with ``flush_policy=False``)."""
