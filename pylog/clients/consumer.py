@@ -41,7 +41,8 @@ from .groups import CommittedOffsets, GroupMember, check_group_id, valid_positio
 from ..storage.notify import Watch, wait_any
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
-from ..storage.records import consumer_rows, payload_bytes
+from ..storage.records import (BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count,
+                               slices_next_offset)
 from ..structs import OffsetAndMetadata, TopicPartition
 from ..storage.partition import Partition
 
@@ -97,6 +98,10 @@ def _topic_partition(tp: Any) -> TopicPartition:
         return TopicPartition(*tp)
     raise InvalidArgumentError(f"expected a TopicPartition(topic, partition), got {tp!r}"[:200]
                                + ": pass e.g. [pylog.TopicPartition('orders', 0)]")
+
+
+#: What a partition's read_slices returns a list of: (batch, first record, stop) in the batch.
+_Slice = tuple[BatchView, int, int]
 
 
 class ConsumerRecord(NamedTuple):
@@ -186,9 +191,10 @@ class Consumer:
         self._last_scan = 0.0
         self._next_rr = 0
         self._gen: Iterator[ConsumerRecord] | None = None  # what next() draws from
-        #: The poll chunk an iterator is handing out: (partition, records, their list iterator). Its
-        #: partition's position is brought up to date lazily (see _settle).
-        self._cur: tuple[TopicPartition, list[ConsumerRecord], _ListIterator] | None = None
+        #: The poll chunk an iterator is handing out: (partition, records, their list iterator), or
+        #: (partition, None, the iterator building them as taken). Its partition's position is brought up to
+        #: date lazily (see _settle).
+        self._cur: tuple[TopicPartition, list[ConsumerRecord] | None, Any] | None = None
         self._closed = False
         self._group_id: str | None = cfg["group_id"]
         self._offsets = offsets if self._group_id is not None else None
@@ -202,6 +208,10 @@ class Consumer:
         self._committed_pos: dict[TopicPartition, int] = {}  # what this consumer last committed
         self._quotas = quotas
         self._fetched_bytes = 0  # by the current fetch, counted only while this client has a quota
+        #: partition -> (the offset it starts at, (batch, first, stop) slice, the batch's bytes): the rest of the
+        #: batch its last read ended in (see _hold); _held_bytes sums the batches' bytes.
+        self._held: dict[TopicPartition, tuple[int, _Slice, int]] = {}
+        self._held_bytes = 0
         self._throttle_total = self._throttle_max = 0.0
         self._throttled_fetches = 0
         if topics:
@@ -245,6 +255,7 @@ class Consumer:
         self._settle(cut=True)
         self._manual = True
         self._positions = {tp: self._positions.get(tp) for tp in parts}
+        self._drop_held()
         self._paused &= set(parts)
 
     def unsubscribe(self) -> None:
@@ -253,6 +264,7 @@ class Consumer:
         self._settle(cut=True)
         self._topics, self._pattern, self._manual = set(), None, False
         self._positions.clear()
+        self._drop_held()
         self._paused.clear()
 
     def assignment(self) -> set[TopicPartition]:
@@ -291,6 +303,7 @@ class Consumer:
             if self._member is None:
                 wanted = [TopicPartition(t, i) for t in names for i in range(self._store.topic(t).num_partitions)]
                 self._positions = {tp: self._positions.get(tp) for tp in wanted}
+                self._drop_held()
             else:
                 self._group_topics = names
         if group and self._member is not None:
@@ -335,6 +348,7 @@ class Consumer:
             self._paused.discard(tp)
             self._committed_pos.pop(tp, None)
         self._positions = {tp: self._positions.get(tp) if self._member.owns(tp) else None for tp in new}
+        self._drop_held()
         self._pending = {tp for tp in new if not self._member.owns(tp)}
         for tp in sorted(self._pending):
             if self._member.acquire(tp):
@@ -539,6 +553,12 @@ class Consumer:
              update_offsets: bool = True) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records from the assigned, unpaused partitions, at most ``max_records`` (``max_poll_records``);
         waits up to ``timeout_ms`` for some to arrive. Advances the positions past what it returns."""
+        return self._poll(timeout_ms, max_records, update_offsets, self._fetch)
+
+    def _poll(self, timeout_ms: float, max_records: int | None, update_offsets: bool,
+              fetch: Callable[[int, bool], dict[TopicPartition, Any]]) -> dict[TopicPartition, Any]:
+        """:meth:`poll`, its records per partition made by ``fetch(limit, update_offsets)``: lists
+        (:meth:`_fetch`), or rows built as they are taken (:meth:`_fetch_iters`, for iteration)."""
         if self._closed:
             raise StoreClosedError("consumer is closed")
         limit = self.config["max_poll_records"] if max_records is None else max_records
@@ -547,15 +567,37 @@ class Consumer:
             self._settle(cut=True)  # a poll takes over from an iteration in progress
         self._maybe_auto_commit()
         while True:
-            out = self._fetch(limit, update_offsets)
+            out = fetch(limit, update_offsets)
             if out or time.monotonic() >= deadline:
                 return out
             self._wait(deadline)
 
     def _fetch(self, limit: int, update_offsets: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
+        # Rows built straight from the batches (in C when accelerated), deserializers applied per item.
+        out = {tp: consumer_rows(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
+               for tp, slices in self._fetch_slices(limit).items()}
+        # Positions move only once every read and row succeeded: a poll that raises returns and skips nothing.
+        if update_offsets:
+            for tp, recs in out.items():
+                self._positions[tp] = recs[-1].offset + 1
+        return out
+
+    def _fetch_iters(self, limit: int, update_offsets: bool) -> dict[TopicPartition, Any]:
+        """:meth:`_fetch` for iteration (never moves positions): with the compiled accelerator, each
+        partition's rows as an iterator that builds each row when it is taken
+        (:func:`~pylog.storage.records.consumer_row_iter`; see :meth:`_settle`), else the lists."""
+        assert not update_offsets, "iteration moves positions as rows are taken"
+        if consumer_row_iter is None:
+            return self._fetch(limit, False)
+        return {tp: consumer_row_iter(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
+                for tp, slices in self._fetch_slices(limit).items()}
+
+    def _fetch_slices(self, limit: int) -> dict[TopicPartition, list[_Slice]]:
+        """The batches' slices holding at most ``limit`` records from the readable partitions' positions, in
+        turn from a partition after the last poll's first; the byte quota's delay, when over it."""
         self._rescan(group=True)
         parts = [tp for tp in self._positions if tp not in self._paused and tp not in self._pending]
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        out: dict[TopicPartition, list[_Slice]] = {}
         if not parts:
             return out
         got = 0
@@ -565,19 +607,15 @@ class Consumer:
             if got >= limit:
                 break
             try:
-                recs = self._read(tp, limit - got)
+                slices = self._read(tp, limit - got)
             except UnknownTopicError:
                 if self._manual:
                     raise
                 self._rescan(force=True)  # a subscribed topic was deleted: forget it
                 continue
-            if recs:
-                out[tp] = recs
-                got += len(recs)
-        # Positions move only once every read succeeded: a poll that raises returns and skips nothing.
-        if update_offsets:
-            for tp, recs in out.items():
-                self._positions[tp] = recs[-1].offset + 1
+            if slices:
+                out[tp] = slices
+                got += slices_count(slices)
         if self._fetched_bytes:
             # Over a consumer_byte_rate quota: the records wait, as a broker holds back a fetch response.
             delay = self._quotas.throttle(self.config["client_id"], CONSUME, self._fetched_bytes)
@@ -587,23 +625,65 @@ class Consumer:
             self._throttled_fetches += 1
         return out
 
-    def _read(self, tp: TopicPartition, limit: int) -> list[ConsumerRecord]:
+    def _read(self, tp: TopicPartition, limit: int) -> list[_Slice]:
+        """Up to ``limit`` records of ``tp`` from its position: first the rest of the batch its last read
+        ended in, when the position is still where that read left it (see :meth:`_hold`), then from the
+        partition."""
         p = self._partition(tp)
         pos = self._resolve(tp)
-        try:
-            slices = p.read_slices(pos, max_records=limit, max_bytes=self.config["fetch_max_bytes"])
-        except OffsetOutOfRangeError:
-            if self._reset == "none":
-                raise
-            # Retention or delete-records removed the position (or it lies past the end): reset it.
-            self._positions[tp] = None
-            slices = p.read_slices(self._resolve(tp), max_records=limit, max_bytes=self.config["fetch_max_bytes"])
-        if not slices:
-            return []
-        if self._quotas.active(self.config["client_id"], CONSUME):
-            self._fetched_bytes += payload_bytes(slices)
-        # Rows built straight from the batches (in C when accelerated), deserializers applied per item.
-        return consumer_rows(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
+        slices: list[_Slice] = []
+        held = self._held.pop(tp, None)
+        if held is not None:
+            self._held_bytes -= held[2]
+            if held[0] == pos:
+                v, a, count = held[1]
+                b = min(count, a + limit)
+                slices.append((v, a, b))
+                limit -= b - a
+                pos = slices_next_offset(slices)
+        if limit > 0:
+            try:
+                slices += p.read_slices(pos, max_records=limit, max_bytes=self.config["fetch_max_bytes"])
+            except OffsetOutOfRangeError:
+                if slices:
+                    pass  # the held records are returned; the next read finds the position gone
+                elif self._reset == "none":
+                    raise
+                else:
+                    # Retention or delete-records removed the position (or it lies past the end): reset it.
+                    self._positions[tp] = None
+                    slices = p.read_slices(self._resolve(tp), max_records=limit,
+                                           max_bytes=self.config["fetch_max_bytes"])
+        if slices:
+            self._hold(tp, slices)
+            if self._quotas.active(self.config["client_id"], CONSUME):
+                self._fetched_bytes += payload_bytes(slices)
+        return slices
+
+    def _hold(self, tp: TopicPartition, slices: list[_Slice]) -> None:
+        """Keep the rest of the batch a read of ``tp`` ended in, for the next read from where this one stops.
+
+        A batch is read and checked whole, but a poll takes at most ``max_poll_records`` of its records:
+        reading it again for each poll would read and check it once per poll (a reader's view of the
+        active segment checks every read: GUARANTEES.md). The rest is handed out as Kafka's consumer hands
+        out what it fetched and has not returned yet: only when the partition's position is still where
+        this read stops (any seek, reset or reassignment elsewhere drops it), and only while the held
+        batches' bytes stay within ``fetch_max_bytes`` in all.
+        """
+        v, _, b = slices[-1]
+        count = v.header[11]
+        if b >= count:
+            return
+        size = v.header[1]
+        if self._held_bytes + size > self.config["fetch_max_bytes"]:
+            return
+        self._held[tp] = (slices_next_offset(slices), (v, b, count), size)
+        self._held_bytes += size
+
+    def _drop_held(self) -> None:
+        """Forget every held batch rest (assignment changes, close)."""
+        self._held.clear()
+        self._held_bytes = 0
 
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: one sleep over every partition's wake-up word where the kernel
@@ -651,12 +731,14 @@ class Consumer:
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records as they come, waiting for them; ends after ``consumer_timeout_ms`` without any.
 
-        Hands out each poll's records partition by partition straight from the poll's lists (a C-level
-        chain of list iterators, no Python step per record). Positions move as records are handed out:
-        how far the current list's iterator has got says where its partition stands, and any call that
-        reads a position brings it up to date first. A seek, pause, poll, reassignment or close cuts the
-        current list short, so a loop left early, a seek, pause or rebalance mid-loop never loses or
-        repeats a record.
+        Hands out each poll's records partition by partition through a C-level chain of iterators, no
+        Python step per record: with the compiled accelerator, iterators that build each row from the
+        batch when it is taken (:func:`~pylog.storage.records.consumer_row_iter`: the loop's last row is
+        freed before the next is built, so its memory is still in cache), else the poll's lists. Positions
+        move as records are handed out: how far the current iterator has got says where its partition
+        stands, and any call that reads a position brings it up to date first. A seek, pause, poll,
+        reassignment or close cuts the current iterator short, so a loop left early, a seek, pause or
+        rebalance mid-loop never loses or repeats a record.
         """
         self._settle(cut=True)
         return itertools.chain.from_iterable(self._chunks())
@@ -667,7 +749,7 @@ class Consumer:
             deadline = None if timeout == float("inf") else time.monotonic() + timeout / 1000
             while True:
                 step = 1000.0 if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
-                batch = self.poll(timeout_ms=step, update_offsets=False)
+                batch = self._poll(step, None, False, self._fetch_iters)
                 if batch:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
@@ -675,19 +757,34 @@ class Consumer:
             starts = {tp: self._positions.get(tp) for tp in batch}
             for tp, recs in batch.items():
                 self._settle()
+                lazy = not isinstance(recs, list)
                 if self._positions.get(tp, -1) != starts[tp] or tp in self._paused or tp in self._pending:
+                    if lazy:
+                        recs.close()
                     continue  # sought, paused or unassigned since the poll: drop these
-                it = cast(_ListIterator, iter(recs))  # a list_iterator: see _ListIterator
-                self._cur = (tp, recs, it)
-                yield it
+                if lazy:  # rows built as taken: the iterator says where it stands (next_offset)
+                    self._cur = (tp, None, recs)
+                    yield recs
+                else:
+                    it = cast(_ListIterator, iter(recs))  # a list_iterator: see _ListIterator
+                    self._cur = (tp, recs, it)
+                    yield it
             self._settle()
 
     def _settle(self, cut: bool = False) -> None:
-        """Bring the position of the partition being iterated up to date; with ``cut``, end its list."""
+        """Bring the position of the partition being iterated up to date; with ``cut``, end its iterator."""
         cur = self._cur
         if cur is None:
             return
         tp, recs, it = cur
+        if recs is None:  # rows built as taken (consumer_row_iter)
+            nxt = it.next_offset
+            if nxt >= 0 and tp in self._positions:
+                self._positions[tp] = nxt
+            if cut or not it.__length_hint__():
+                it.close()  # ends it: the chain moves on to the next poll's iterators
+                self._cur = None
+            return
         taken = len(recs) - it.__length_hint__()
         if taken and tp in self._positions:
             self._positions[tp] = recs[taken - 1].offset + 1
@@ -771,6 +868,7 @@ class Consumer:
             self._leave_group(autocommit=autocommit and self.config["enable_auto_commit"])
         finally:
             self._settle(cut=True)
+            self._drop_held()
             self._closed = True
             self._gen = None
 
