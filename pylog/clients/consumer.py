@@ -44,7 +44,7 @@ from .storeview import StoreView
 from ..storage.records import (BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count,
                                slices_next_offset)
 from ..structs import OffsetAndMetadata, TopicPartition
-from ..storage.partition import Partition
+from ..partition import Partition
 
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",
