@@ -289,6 +289,12 @@ def figure_realistic(root: str, n: int, repeat: int, samples: int) -> dict[str, 
 
         out["realistic: send() one at a time"] = (_best(repeat, lambda: send(False)) / 1e6, floor)
         out["realistic: send() with a key, 4 partitions"] = (_best(repeat, lambda: send(True)) / 1e6, floor)
+        # Random reads of a small partition written the same way (10^4 records: one or two ~1 MB batches).
+        store.create_topic("small")
+        with store.producer(acks=1, linger_ms=5) as producer:
+            for v in values[:10_000]:
+                producer.send("small", v)
+        small = store.topic("small").partition(0)
         # What is read: the first send's partition, as its producer left it.
         p = store.topic("u0").partition(0)
         assert p.log_end_offset == n
@@ -337,6 +343,8 @@ def figure_realistic(root: str, n: int, repeat: int, samples: int) -> dict[str, 
         lm = _best(repeat, lmdb_cursor)
         out["realistic: read() as records, 1,000 per call"] = (_best(repeat, read_1000) / 1e6, lm / 1e6)
         out["realistic: consumer iteration, default settings"] = (_best(repeat, consume) / 1e6, lm / 1e6)
+        out["realistic: random read of one record, 1e+04 records (us, median)"] = (
+            Bench.random_read_median(small, samples, True), Bench.random_read_median(small, samples, False))
         out[f"realistic: random read of one record, {n:.0e} records (us, median)"] = (
             Bench.random_read_median(p, samples, True), Bench.random_read_median(p, samples, False))
         env.close()
