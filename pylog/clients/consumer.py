@@ -668,12 +668,16 @@ class Consumer:
         active segment checks every read: GUARANTEES.md). The rest is handed out as Kafka's consumer hands
         out what it fetched and has not returned yet: only when the partition's position is still where
         this read stops (any seek, reset or reassignment elsewhere drops it), and only while the held
-        batches' bytes stay within ``fetch_max_bytes`` in all.
+        batches' bytes stay within ``fetch_max_bytes`` in all. Only batches read into memory are held (a
+        reader's view of the active segment): one in a segment's mapping costs neither a copy nor a
+        checksum to read again (see :meth:`~pylog.segment.Segment.verified`), and holding it would keep the
+        mapping from closing with the store.
         """
         v, _, b = slices[-1]
         count = v.header[11]
-        if b >= count:
-            return
+        body = v.body
+        if b >= count or (isinstance(body, memoryview) and not isinstance(body.obj, bytes)):
+            return  # all taken, or a view of a segment's mapping: read again at no cost, and never pinned
         size = v.header[1]
         if self._held_bytes + size > self.config["fetch_max_bytes"]:
             return
