@@ -297,7 +297,8 @@ def test_consumer_byte_rate_quota_delays_fetches(store):
 
 
 # ------------------------------------------------------------------------------------------------------
-# The rest of a batch a poll read is handed to the next poll (Consumer._hold), not read and checked again.
+# The rest of a batch a poll read is handed to the next poll (the segment's Continuation), not read and
+# checked again.
 
 
 def _one_big_batch(store, topic="big", n=2000):
@@ -332,9 +333,10 @@ def test_polls_through_a_large_batch_hand_out_each_record_once_in_order(store):
 
 def test_a_poll_hands_out_the_rest_of_the_batch_the_last_read_checked_without_reading_it_again(tmp_path):
     """A reader's view of the active segment checks every read (GUARANTEES.md), so polls of 500 through a
-    batch of 2,000 would read and check the whole batch four times; the consumer hands the rest of the batch
-    its read checked to the next polls instead, as Kafka's consumer hands out what it fetched. A new read
-    (another consumer) checks the file again and finds what changed there since."""
+    batch of 2,000 would read and check the whole batch four times; a poll continuing where the last one
+    stopped is handed the rest of the batch as that read checked it instead, as Kafka's consumer hands out what
+    it fetched. A read elsewhere (another consumer, from the start) checks the file again and finds what
+    changed there since."""
     with pylog.open(str(tmp_path), log_cleaner_enable=False) as writer:
         _one_big_batch(writer)
         with pylog.open(str(tmp_path), read_only=True) as reader:

@@ -41,8 +41,7 @@ from .groups import CommittedOffsets, GroupMember, check_group_id, valid_positio
 from ..storage.notify import Watch, wait_any
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
-from ..storage.records import (BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count,
-                               slices_next_offset)
+from ..storage.records import BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count
 from ..structs import OffsetAndMetadata, TopicPartition
 from ..partition import Partition
 
@@ -208,10 +207,6 @@ class Consumer:
         self._committed_pos: dict[TopicPartition, int] = {}  # what this consumer last committed
         self._quotas = quotas
         self._fetched_bytes = 0  # by the current fetch, counted only while this client has a quota
-        #: partition -> (the offset it starts at, (batch, first, stop) slice, the batch's bytes): the rest of the
-        #: batch its last read ended in (see _hold); _held_bytes sums the batches' bytes.
-        self._held: dict[TopicPartition, tuple[int, _Slice, int]] = {}
-        self._held_bytes = 0
         self._throttle_total = self._throttle_max = 0.0
         self._throttled_fetches = 0
         if topics:
@@ -255,7 +250,6 @@ class Consumer:
         self._settle(cut=True)
         self._manual = True
         self._positions = {tp: self._positions.get(tp) for tp in parts}
-        self._drop_held()
         self._paused &= set(parts)
 
     def unsubscribe(self) -> None:
@@ -264,7 +258,6 @@ class Consumer:
         self._settle(cut=True)
         self._topics, self._pattern, self._manual = set(), None, False
         self._positions.clear()
-        self._drop_held()
         self._paused.clear()
 
     def assignment(self) -> set[TopicPartition]:
@@ -303,7 +296,6 @@ class Consumer:
             if self._member is None:
                 wanted = [TopicPartition(t, i) for t in names for i in range(self._store.topic(t).num_partitions)]
                 self._positions = {tp: self._positions.get(tp) for tp in wanted}
-                self._drop_held()
             else:
                 self._group_topics = names
         if group and self._member is not None:
@@ -348,7 +340,6 @@ class Consumer:
             self._paused.discard(tp)
             self._committed_pos.pop(tp, None)
         self._positions = {tp: self._positions.get(tp) if self._member.owns(tp) else None for tp in new}
-        self._drop_held()
         self._pending = {tp for tp in new if not self._member.owns(tp)}
         for tp in sorted(self._pending):
             if self._member.acquire(tp):
@@ -626,68 +617,19 @@ class Consumer:
         return out
 
     def _read(self, tp: TopicPartition, limit: int) -> list[_Slice]:
-        """Up to ``limit`` records of ``tp`` from its position: first the rest of the batch its last read
-        ended in, when the position is still where that read left it (see :meth:`_hold`), then from the
-        partition."""
         p = self._partition(tp)
         pos = self._resolve(tp)
-        slices: list[_Slice] = []
-        held = self._held.pop(tp, None)
-        if held is not None:
-            self._held_bytes -= held[2]
-            if held[0] == pos:
-                v, a, count = held[1]
-                b = min(count, a + limit)
-                slices.append((v, a, b))
-                limit -= b - a
-                pos = slices_next_offset(slices)
-        if limit > 0:
-            try:
-                slices += p.read_slices(pos, max_records=limit, max_bytes=self.config["fetch_max_bytes"])
-            except OffsetOutOfRangeError:
-                if slices:
-                    pass  # the held records are returned; the next read finds the position gone
-                elif self._reset == "none":
-                    raise
-                else:
-                    # Retention or delete-records removed the position (or it lies past the end): reset it.
-                    self._positions[tp] = None
-                    slices = p.read_slices(self._resolve(tp), max_records=limit,
-                                           max_bytes=self.config["fetch_max_bytes"])
-        if slices:
-            self._hold(tp, slices)
-            if self._quotas.active(self.config["client_id"], CONSUME):
-                self._fetched_bytes += payload_bytes(slices)
+        try:
+            slices = p.read_slices(pos, max_records=limit, max_bytes=self.config["fetch_max_bytes"])
+        except OffsetOutOfRangeError:
+            if self._reset == "none":
+                raise
+            # Retention or delete-records removed the position (or it lies past the end): reset it.
+            self._positions[tp] = None
+            slices = p.read_slices(self._resolve(tp), max_records=limit, max_bytes=self.config["fetch_max_bytes"])
+        if slices and self._quotas.active(self.config["client_id"], CONSUME):
+            self._fetched_bytes += payload_bytes(slices)
         return slices
-
-    def _hold(self, tp: TopicPartition, slices: list[_Slice]) -> None:
-        """Keep the rest of the batch a read of ``tp`` ended in, for the next read from where this one stops.
-
-        A batch is read and checked whole, but a poll takes at most ``max_poll_records`` of its records:
-        reading it again for each poll would read and check it once per poll (a reader's view of the
-        active segment checks every read: GUARANTEES.md). The rest is handed out as Kafka's consumer hands
-        out what it fetched and has not returned yet: only when the partition's position is still where
-        this read stops (any seek, reset or reassignment elsewhere drops it), and only while the held
-        batches' bytes stay within ``fetch_max_bytes`` in all. Only batches read into memory are held (a
-        reader's view of the active segment): one in a segment's mapping costs neither a copy nor a
-        checksum to read again (see :meth:`~pylog.segment.Segment.verified`), and holding it would keep the
-        mapping from closing with the store.
-        """
-        v, _, b = slices[-1]
-        count = v.header[11]
-        body = v.body
-        if b >= count or (isinstance(body, memoryview) and not isinstance(body.obj, bytes)):
-            return  # all taken, or a view of a segment's mapping: read again at no cost, and never pinned
-        size = v.header[1]
-        if self._held_bytes + size > self.config["fetch_max_bytes"]:
-            return
-        self._held[tp] = (slices_next_offset(slices), (v, b, count), size)
-        self._held_bytes += size
-
-    def _drop_held(self) -> None:
-        """Forget every held batch rest (assignment changes, close)."""
-        self._held.clear()
-        self._held_bytes = 0
 
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: one sleep over every partition's wake-up word where the kernel
@@ -872,7 +814,6 @@ class Consumer:
             self._leave_group(autocommit=autocommit and self.config["enable_auto_commit"])
         finally:
             self._settle(cut=True)
-            self._drop_held()
             self._closed = True
             self._gen = None
 

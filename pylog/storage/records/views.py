@@ -33,7 +33,7 @@ from .record import EMPTY_HEADERS, Record, gc_paused
 
 __all__ = ["BatchView", "RecordColumns", "checked_prefix", "Layout", "batch_layout_pure", "batch_layout_native",
            "records_pure", "records_native", "slices_records", "consumer_rows", "consumer_rows_pure",
-           "consumer_rows_native", "consumer_row_iter", "consumer_row_iter_native", "slices_next_offset",
+           "consumer_rows_native", "consumer_row_iter", "consumer_row_iter_native",
            "slices_count", "payload_bytes"]
 
 _tuple_new = tuple.__new__
@@ -661,13 +661,6 @@ def consumer_row_iter_native(slices: list[tuple[BatchView, int, int]], topic: st
 #: native.consumer_row_iter), where a consumer takes :func:`consumer_rows`' list (the reference builds rows
 #: column by column, no Python step per row).
 consumer_row_iter = consumer_row_iter_native if hasattr(_native, "consumer_row_iter") else None
-
-
-def slices_next_offset(slices: list[tuple[BatchView, int, int]]) -> int:
-    """The offset after the last record of non-empty ``(view, start, stop)`` slices."""
-    v, _, b = slices[-1]
-    deltas = v.offset_deltas
-    return v.header[0] + (b if deltas is None else int(deltas[b - 1]) + 1)
 
 
 def slices_count(slices: list[tuple[BatchView, int, int]]) -> int:
