@@ -29,7 +29,7 @@ import re
 import time
 from types import MappingProxyType
 
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Pattern, Protocol, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, Pattern, Protocol, cast
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
 from ..errors import NoOffsetForPartitionError  # defined here before pylog.errors: still importable from here
@@ -37,12 +37,13 @@ from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigErro
                      ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
-from .groups import CommittedOffsets, GroupMember, check_group_id, valid_position
+from .groups import GroupMember, check_group_id
+from .offsets import CommittedOffsets, valid_position
 from ..storage.notify import Watch, wait_any
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from ..storage.records import BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count
-from ..structs import OffsetAndMetadata, TopicPartition
+from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..partition import Partition
 
 
@@ -101,29 +102,6 @@ def _topic_partition(tp: Any) -> TopicPartition:
 
 #: What a partition's read_slices returns a list of: (batch, first record, stop) in the batch.
 _Slice = tuple[BatchView, int, int]
-
-
-class ConsumerRecord(NamedTuple):
-    """One consumed record: kafka-python's ``ConsumerRecord`` fields."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: Any
-    value: Any
-    #: ``(key, value)`` pairs, as a tuple (kafka-python gives a list)
-    headers: tuple
-    checksum: None
-    serialized_key_size: int
-    serialized_value_size: int
-    serialized_header_size: int
-
-
-class OffsetAndTimestamp(NamedTuple):
-    offset: int
-    timestamp: int
 
 
 class _ListIterator(Protocol):
@@ -268,12 +246,6 @@ class Consumer:
         """Partitions of :meth:`assignment` this consumer does not read yet: the previous owner in the group
         still holds them (it finishes its poll, commits and lets go). Empty outside a group."""
         return set(self._pending)
-
-    @property
-    def group_member(self) -> GroupMember | None:
-        """This consumer's membership in its group while subscribed with a ``group_id`` (else None); for
-        tools and tests (e.g. its ``member_id``, or whether it ``owns()`` a partition now)."""
-        return self._member
 
     def subscription(self) -> set[str] | None:
         if self._manual:
@@ -574,18 +546,15 @@ class Consumer:
         return out
 
     def _fetch_iters(self, limit: int, update_offsets: bool) -> dict[TopicPartition, Any]:
-        """:meth:`_fetch` for iteration (never moves positions): with the compiled accelerator, each
-        partition's rows as an iterator that builds each row when it is taken
-        (:func:`~pylog.storage.records.consumer_row_iter`; see :meth:`_settle`), else the lists."""
-        assert not update_offsets, "iteration moves positions as rows are taken"
+        """:meth:`_fetch` for iteration (positions move as rows are taken): compiled, rows built as taken
+        (:func:`~pylog.storage.records.consumer_row_iter`), else the lists."""
         if consumer_row_iter is None:
             return self._fetch(limit, False)
         return {tp: consumer_row_iter(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
                 for tp, slices in self._fetch_slices(limit).items()}
 
     def _fetch_slices(self, limit: int) -> dict[TopicPartition, list[_Slice]]:
-        """The batches' slices holding at most ``limit`` records from the readable partitions' positions, in
-        turn from a partition after the last poll's first; the byte quota's delay, when over it."""
+        """Slices of at most ``limit`` records from the readable partitions (round robin); the quota's delay."""
         self._rescan(group=True)
         parts = [tp for tp in self._positions if tp not in self._paused and tp not in self._pending]
         out: dict[TopicPartition, list[_Slice]] = {}
@@ -677,14 +646,11 @@ class Consumer:
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records as they come, waiting for them; ends after ``consumer_timeout_ms`` without any.
 
-        Hands out each poll's records partition by partition through a C-level chain of iterators, no
-        Python step per record: with the compiled accelerator, iterators that build each row from the
-        batch when it is taken (:func:`~pylog.storage.records.consumer_row_iter`: the loop's last row is
-        freed before the next is built, so its memory is still in cache), else the poll's lists. Positions
-        move as records are handed out: how far the current iterator has got says where its partition
-        stands, and any call that reads a position brings it up to date first. A seek, pause, poll,
-        reassignment or close cuts the current iterator short, so a loop left early, a seek, pause or
-        rebalance mid-loop never loses or repeats a record.
+        Hands out each poll's records through a C-level chain of iterators, no Python step per record:
+        compiled, iterators building each row when it is taken (:func:`~pylog.storage.records.consumer_row_iter`:
+        the row before is freed, its memory still in cache), else the poll's lists. Positions move as records
+        are handed out (any call that reads a position brings it up to date first); a seek, pause, poll,
+        reassignment or close cuts the current iterator short, so nothing is lost or repeated.
         """
         self._settle(cut=True)
         return itertools.chain.from_iterable(self._chunks())
@@ -822,3 +788,10 @@ class Consumer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def group_member(consumer: Consumer) -> GroupMember | None:
+    """Internal API (not :class:`Consumer`'s): ``consumer``'s membership in its group while it is subscribed
+    with a ``group_id`` (else None), for tools and tests (its ``member_id``, whether it ``owns()`` a
+    partition now)."""
+    return consumer._member
