@@ -31,6 +31,8 @@ from types import MappingProxyType
 
 from typing import Any, Callable, Iterable, Iterator, Mapping, Pattern, Protocol, cast
 
+from .. import metrics
+from . import client_metrics
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
 from ..errors import NoOffsetForPartitionError  # defined here before pylog.errors: still importable from here
 from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, PylogError,
@@ -100,8 +102,7 @@ def _topic_partition(tp: Any) -> TopicPartition:
                                + ": pass e.g. [pylog.TopicPartition('orders', 0)]")
 
 
-#: What a partition's read_slices returns a list of: (batch, first record, stop) in the batch.
-_Slice = tuple[BatchView, int, int]
+_Slice = tuple[BatchView, int, int]  #: (batch, first record, stop): what a partition's read_slices lists
 
 
 class _ListIterator(Protocol):
@@ -187,6 +188,8 @@ class Consumer:
         self._fetched_bytes = 0  # by the current fetch, counted only while this client has a quota
         self._throttle_total = self._throttle_max = 0.0
         self._throttled_fetches = 0
+        self._metrics_label = client_metrics.label(cfg["client_id"])
+        metrics.track("consumer", self)  # lag max and lead min, read when scraped
         if topics:
             self.subscribe(topics)
 
@@ -520,8 +523,7 @@ class Consumer:
 
     def _poll(self, timeout_ms: float, max_records: int | None, update_offsets: bool,
               fetch: Callable[[int, bool], dict[TopicPartition, Any]]) -> dict[TopicPartition, Any]:
-        """:meth:`poll`, its records per partition made by ``fetch(limit, update_offsets)``: lists
-        (:meth:`_fetch`), or rows built as they are taken (:meth:`_fetch_iters`, for iteration)."""
+        """:meth:`poll` with records made by ``fetch``: :meth:`_fetch`'s lists or :meth:`_fetch_iters`'."""
         if self._closed:
             raise StoreClosedError("consumer is closed")
         limit = self.config["max_poll_records"] if max_records is None else max_records
@@ -546,8 +548,7 @@ class Consumer:
         return out
 
     def _fetch_iters(self, limit: int, update_offsets: bool) -> dict[TopicPartition, Any]:
-        """:meth:`_fetch` for iteration (positions move as rows are taken): compiled, rows built as taken
-        (:func:`~pylog.storage.records.consumer_row_iter`), else the lists."""
+        """Rows for iteration (no position moves): compiled, built as taken (``consumer_row_iter``)."""
         if consumer_row_iter is None:
             return self._fetch(limit, False)
         return {tp: consumer_row_iter(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
@@ -561,6 +562,7 @@ class Consumer:
         if not parts:
             return out
         got = 0
+        began = time.perf_counter()
         start = self._next_rr % len(parts)
         self._next_rr += 1
         for tp in parts[start:] + parts[:start]:  # round robin: no partition starves the others
@@ -576,6 +578,8 @@ class Consumer:
             if slices:
                 out[tp] = slices
                 got += slices_count(slices)
+        if out and metrics.state.on:  # reads only: rows are built by the caller (as taken, when iterating)
+            client_metrics.polled(self._metrics_label, time.perf_counter() - began)
         if self._fetched_bytes:
             # Over a consumer_byte_rate quota: the records wait, as a broker holds back a fetch response.
             delay = self._quotas.throttle(self.config["client_id"], CONSUME, self._fetched_bytes)
@@ -598,6 +602,8 @@ class Consumer:
             slices = p.read_slices(self._resolve(tp), max_records=limit, max_bytes=self.config["fetch_max_bytes"])
         if slices and self._quotas.active(self.config["client_id"], CONSUME):
             self._fetched_bytes += payload_bytes(slices)
+        if slices and metrics.state.on:
+            client_metrics.read(self._metrics_label, tp.topic, slices_count(slices), slices)
         return slices
 
     def _wait(self, deadline: float) -> None:
@@ -669,18 +675,14 @@ class Consumer:
             starts = {tp: self._positions.get(tp) for tp in batch}
             for tp, recs in batch.items():
                 self._settle()
-                lazy = not isinstance(recs, list)
+                lazy = not isinstance(recs, list)  # rows built as taken: the iterator knows its next_offset
                 if self._positions.get(tp, -1) != starts[tp] or tp in self._paused or tp in self._pending:
                     if lazy:
                         recs.close()
                     continue  # sought, paused or unassigned since the poll: drop these
-                if lazy:  # rows built as taken: the iterator says where it stands (next_offset)
-                    self._cur = (tp, None, recs)
-                    yield recs
-                else:
-                    it = cast(_ListIterator, iter(recs))  # a list_iterator: see _ListIterator
-                    self._cur = (tp, recs, it)
-                    yield it
+                it = recs if lazy else cast(_ListIterator, iter(recs))  # a list_iterator: see _ListIterator
+                self._cur = (tp, None if lazy else recs, it)
+                yield it
             self._settle()
 
     def _settle(self, cut: bool = False) -> None:

@@ -182,6 +182,8 @@ class _Group:
     new_member_added: bool = False
     #: The members' protocol metadata and assignment bytes as last counted (:meth:`GroupCoordinator._recount`).
     held_bytes: int = 0
+    #: New generations this coordinator made for the group (pylog_group_rebalances_total).
+    rebalances: int = 0
 
     def candidate_protocols(self) -> set[str]:
         """Protocols every member supports."""
@@ -355,6 +357,11 @@ class GroupCoordinator:
     def group_generation(self, group_id: str) -> int | None:
         g = self._groups.get(group_id)
         return g.generation_id if g is not None else None
+
+    def group_counts(self) -> list[tuple[str, int, int, int]]:
+        """(group id, generation, live members, rebalances made here) per group held: for the metrics. Safe
+        from another thread (a copy of the group table is read)."""
+        return [(gid, g.generation_id, len(g.members), g.rebalances) for gid, g in list(self._groups.items())]
 
     @staticmethod
     def _loop() -> asyncio.AbstractEventLoop:
@@ -671,6 +678,7 @@ class GroupCoordinator:
             log.info("group %r: member %s did not rejoin in time; removed", g.group_id, m.member_id)
             self._remove_member(g, m, UNKNOWN_MEMBER_ID)
         g.generation_id += 1
+        g.rebalances += 1
         if not g.members:
             g.protocol_name = None
             g.state = EMPTY

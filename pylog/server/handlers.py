@@ -32,11 +32,12 @@ import logging
 import threading
 from typing import TYPE_CHECKING, Any
 
+from .. import metrics
 from ..errors import OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
 from ..storage.fileio import DESCRIPTOR_ERRNOS
 from ..storage.filenames import is_internal_topic, topic_name_problem
 from ..partition import Partition
-from . import recordbatch
+from . import metering, recordbatch
 from .errormap import code_for
 from .authorizer import CLUSTER_NAME
 from .operations import CLUSTER, NOT_REQUESTED, TOPIC
@@ -383,6 +384,8 @@ class DataHandlers:
             if not await self.s.waiters.wait(wants, remaining):
                 responses, total, wants = await read()
                 break
+        if metrics.state.on and total:
+            metering.fetched(responses)
         return {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": responses}
 
     def _read_all(self, topics: list[dict], max_bytes: int) -> tuple[list[dict], int, dict]:
