@@ -27,6 +27,9 @@ Invariants:
   writer may cut the file next) or makes it writable again, and when a segment stops being immutable. A
   file replaced under the name is a new object (or :class:`SegmentReplacedError`), with its own memo. It
   holds at most one position per 64 KiB of the segment (at least 1,024).
+- A reader's view of the active segment keeps the batch its last read stopped in, as that read checked it,
+  for the read that continues at the next offset only (:class:`~pylog.storage.segment_read.Continuation`);
+  every other read empties it, and it is dropped with the memo.
 - Only the holder of the partition's writer lock calls the mutating methods (:meth:`append`,
   :meth:`recover`, :meth:`truncate_to`, :meth:`seal`, :meth:`delete`); those are not thread-safe on their
   own. Read methods may run concurrently with the writer.

@@ -8,7 +8,7 @@ state from what these return (the size of the last batch read, a record to drop,
 
 Invariants:
 - Nothing here writes to the log, nor to anything but the lists and sets handed in (a read's output, the
-  memo of verified batches, a scan's chunk hint).
+  memo of verified batches, a scan's chunk hint, a reader's :class:`Continuation`).
 - Every scan bounds each batch by ``end`` and reads it whole once: a header that does not check, or a
   batch running past ``end``, raises :class:`~pylog.errors.CorruptRecordError` (or ends the scan, with
   ``tolerate_tail``), never a hang or a read of unbounded size.
