@@ -22,6 +22,7 @@ import pylog
 from pylog.errors import LogFailedError, StorageError
 from pylog.server.protocol import encode_request, parse_response
 from pylog.storage.group_commit import GroupCommit
+from pylog.partition import internals
 
 from serverutil import kafka_batch, recv_frame, wait_until
 
@@ -198,7 +199,8 @@ def test_flush_running_beside_a_failed_flush_of_the_same_partition_is_not_acknow
         if first:
             raise OSError(errno.EIO, "injected fsync failure")
         # The other flush has consumed the error: this one returns 0, as Linux's would (after it failed the log).
-        wait_until(lambda: part.durability.failed is not None, WAIT, what="the failed flush to record the failure")
+        wait_until(lambda: internals(part).durability.failed is not None, WAIT,
+                   what="the failed flush to record the failure")
         return real(fd)
 
     monkeypatch.setattr(os, "fdatasync", fdatasync)

@@ -46,7 +46,7 @@ from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from ..storage.records import BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count
 from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
-from ..partition import Partition
+from ..partition import Partition, internals
 
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",
@@ -635,7 +635,7 @@ class Consumer:
         watches: list[Watch] = []
         try:
             for p, _ in entries:
-                w = p.notifier.watch()
+                w = internals(p).notifier.watch()
                 if w is None:
                     return False
                 watches.append(w)

@@ -465,7 +465,10 @@ class Server:
         self.host = self.config.host
         self.port = self.config.port
         self._stopped = threading.Event()
-        self._loop_thread: int | None = None  # the event loop thread's id, while it serves
+        # The event loop thread's CPU-time clock, taken by that thread itself while it runs: asking for a
+        # thread's clock by its pthread id from another thread after it exited reads freed memory (a crash
+        # in pthread_getcpuclockid), while reading a clock whose thread is gone only fails (EINVAL).
+        self._loop_clock: int | None = None
         metrics.track("server", self)  # its gauges (connections, loop CPU, groups) are read when scraped
 
     # ------------------------------------------------------------------ public
@@ -495,11 +498,11 @@ class Server:
     def loop_cpu_seconds(self) -> float | None:
         """CPU seconds the event loop's thread has used so far, None when it is not serving (the metrics' event
         loop busy ratio, the analogue of Kafka's request handler idle percent). Safe from any thread."""
-        ident = self._loop_thread
-        if ident is None or self._stopped.is_set():
+        clock = self._loop_clock
+        if clock is None or self._stopped.is_set():
             return None
         try:
-            return time.clock_gettime(time.pthread_getcpuclockid(ident))
+            return time.clock_gettime(clock)
         except OSError:
             return None
 
@@ -612,7 +615,7 @@ class Server:
         _log_descriptors(store)
         loop.set_exception_handler(_loop_exception_handler(store))
         _warn_plain_in_the_clear(self.config, [s.getsockname()[0] for s in listener.sockets])
-        self._loop_thread = threading.get_ident()
+        self._loop_clock = time.pthread_getcpuclockid(threading.get_ident())
         self._ready.set()
         try:
             reaper = loop.create_task(self._reap(state))
@@ -623,6 +626,7 @@ class Server:
         finally:
             await self._shutdown(listener, state)
             self._stopped.set()
+            self._loop_clock = None
 
     async def _reap(self, state: ServerState) -> None:
         """Close connections idle for ``connections_max_idle_ms`` (Kafka's ``connections.max.idle.ms``: a client

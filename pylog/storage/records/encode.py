@@ -251,7 +251,7 @@ def _key_column(keys: Sequence[bytes | None] | None, key_lengths: np.ndarray | N
     return kraw, kparts, kmin, kbytes
 
 
-def _timestamp_column(timestamps: Sequence[int] | np.ndarray, n: int,
+def _timestamp_column(timestamps: Sequence[int | None] | np.ndarray, n: int,
                       default_timestamp: int) -> tuple[int, int, np.ndarray | None]:
     """``(first timestamp, max timestamp, deltas from the first or None when all are equal)`` of the
     given timestamps (None items take ``default_timestamp``).
@@ -366,7 +366,7 @@ def _compressed(body_parts: list, body_size: int, attrs: int, codec: int) -> tup
 def encode_parts(
     values: Sequence[bytes | None] | None = None,
     keys: Sequence[bytes | None] | None = None,
-    timestamps: Sequence[int] | np.ndarray | None = None,
+    timestamps: Sequence[int | None] | np.ndarray | None = None,
     headers: Sequence[Any] | None = None,
     *,
     value_lengths: np.ndarray | None = None,
@@ -466,7 +466,7 @@ _new_header = tuple.__new__
 def encode_parts_pure(
     values: Sequence[bytes | None] | None = None,
     keys: Sequence[bytes | None] | None = None,
-    timestamps: Sequence[int] | np.ndarray | None = None,
+    timestamps: Sequence[int | None] | np.ndarray | None = None,
     headers: Sequence[Any] | None = None,
     *,
     value_lengths: np.ndarray | None = None,
