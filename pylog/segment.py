@@ -27,6 +27,9 @@ Invariants:
   writer may cut the file next) or makes it writable again, and when a segment stops being immutable. A
   file replaced under the name is a new object (or :class:`SegmentReplacedError`), with its own memo. It
   holds at most one position per 64 KiB of the segment (at least 1,024).
+- A reader's view of the active segment keeps the batch its last read stopped in, as that read checked it,
+  for the read that continues at the next offset only (:class:`~pylog.storage.segment_read.Continuation`);
+  every other read empties it, and it is dropped with the memo.
 - Only the holder of the partition's writer lock calls the mutating methods (:meth:`append`,
   :meth:`recover`, :meth:`seal`, :meth:`delete`); those are not thread-safe on their
   own. Read methods may run concurrently with the writer.
@@ -57,7 +60,7 @@ from .storage.records import HEADER_SIZE, BatchHeader, check_header, parse_heade
 from .storage import segment_check, segment_read
 from .storage.segment_check import Rebuilt, index_due
 from .storage.segment_file import LogFile, SegmentReplacedError
-from .storage.segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, LogBytes, ReadSlice
+from .storage.segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, Continuation, LogBytes, ReadSlice
 from .storage.segment_tail import TailRecord
 
 
@@ -99,6 +102,8 @@ class Segment:
         self._wfd: int | None = None
         #: Batch starts of the open file whose checksum a read checked (see :meth:`verified`).
         self._verified: set[int] = set()
+        #: A reader's batch of the active segment its last read ended in (dropped with the memo).
+        self._cont = Continuation()
         self._immutable = False
         #: Size of the last batch read: sizes the next read's first chunk (see segment_read.read_from).
         self._batch_hint = _MIN_CHUNK
@@ -231,8 +236,10 @@ class Segment:
         return self._verified if self._immutable or self._wfd is not None else None
 
     def forget_verified(self) -> None:
-        """Drop the memo of checked batches: every read checks again until it has checked a batch anew."""
+        """Drop the memo of checked batches (and a reader's batch kept for a continuing read): every read
+        checks again until it has checked a batch anew."""
         self._verified = set()
+        self._cont = Continuation()
 
     # ------------------------------------------------------------------ indexes
 
@@ -319,6 +326,10 @@ class Segment:
         :raises CorruptRecordError: when a batch in the visible range does not check.
         """
         end = self.size if end is None else end
+        if self._wfd is None and not self._immutable:
+            continued = self._read_continued(offset, max_records, max_bytes, end, verify)
+            if continued is not None:
+                return continued
         offs, poss = self._tail.lists
         if offs and offset >= offs[0] and self._tail.end >= end:
             result = self._read_at_tail(offs, poss, offset, max_records, max_bytes, end, verify)
@@ -368,6 +379,26 @@ class Segment:
             return None if not out else (out, nbytes)
         return out + result[0], nbytes + result[1]
 
+    def _read_continued(self, offset: int, max_records: int, max_bytes: int, end: int,
+                        verify: bool) -> tuple[list[ReadSlice], int] | None:
+        """:meth:`read` for a reader continuing where its last read stopped inside a batch: the rest of that
+        batch as the last read checked it (:class:`~pylog.storage.segment_read.Continuation`), then the
+        batches after it from the file; None when ``offset`` does not continue the kept batch."""
+        got = self._cont.serve(offset, max_records, end)
+        if got is None:
+            return None
+        first, pos, size = got
+        out, nbytes, n = [first], size, first[2] - first[1]
+        if n >= max_records or nbytes >= max_bytes or pos >= end:
+            return out, nbytes
+        h = first[0].header
+        nxt = h[0] + h[5] + 1
+        try:
+            rest = self._read_from(pos, nxt, nxt, max_records - n, max_bytes - nbytes, end, verify)
+        except CorruptRecordError:
+            return out, nbytes  # the records before the damage; the next read starts there and raises
+        return (out, nbytes) if rest is None else (out + rest[0], nbytes + rest[1])
+
     def _read_from(self, pos: int, expect: int, offset: int, max_records: int, max_bytes: int, end: int,
                    verify: bool) -> tuple[list[ReadSlice], int] | None:
         """:func:`~pylog.storage.segment_read.read_from` with this segment's memo of verified batches (taken
@@ -375,8 +406,12 @@ class Segment:
         hint; None when another batch than the one with base offset ``expect`` is at ``pos``."""
         memo = self.verified() if verify else None
         room = max(_VERIFIED_MIN, self.size // _VERIFIED_BYTES)  # the memo's bound (see _VERIFIED_BYTES)
-        result = segment_read.read_from(self._log(), pos, expect, offset, max_records, max_bytes, end, verify, memo,
-                                        room, min(self._batch_hint, max_bytes))
+        lb = self._log()
+        cont = self._cont if lb.mm is None and self._wfd is None and not self._immutable else None
+        if cont is not None:
+            cont.slot = None  # this read stops elsewhere, or keeps its own batch (see Continuation)
+        result = segment_read.read_from(lb, pos, expect, offset, max_records, max_bytes, end, verify, memo,
+                                        room, min(self._batch_hint, max_bytes), cont)
         if result is None:
             return None
         out, nbytes, self._batch_hint = result

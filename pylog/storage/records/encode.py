@@ -432,8 +432,20 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
     except InvalidRecordError:
         return None  # the pure path raises it, after any error it finds first
     attrs = (codec & CODEC_MASK) | (ATTR_LOG_APPEND_TIME if log_append_time else 0) | (ATTR_CONTROL if control else 0)
-    got = _native_encode(vlens, vparts, klens, kparts, None if log_append_time else timestamps, hblob, base_offset,
-                         default_ts, attrs, producer_id, producer_epoch, base_sequence)
+    ts: Any = None if log_append_time else timestamps
+    if isinstance(ts, np.ndarray):
+        # An int64 column (a producer's drain stamps its records with one): the compiled encoder takes a
+        # list, or None with default_ts for one timestamp shared by all (what the pure path finds too).
+        if ts.dtype.kind != "i" or ts.ndim != 1 or len(ts) != n:
+            return None  # the pure path raises
+        ts = ts.astype(I64, copy=False)
+        raw = ts.tobytes()
+        if raw[:8] * n == raw:
+            ts, default_ts = None, int(ts[0])
+        else:
+            ts = ts.tolist()
+    got = _native_encode(vlens, vparts, klens, kparts, ts, hblob, base_offset, default_ts, attrs, producer_id,
+                         producer_epoch, base_sequence)
     if got is None:
         return None
     hdr, body, fields = got
