@@ -245,14 +245,11 @@ def hook_costs(n: int = 200_000) -> dict[str, tuple[float, float]]:
         {"index": 0, "error_code": 0, "base_offset": 0}]}]}
     label = client_metrics.label("bench")
 
-    class Part:  # what count_append reads of a Partition
-        topic, number, metrics_row = "t", 0, None
-
-    part, encoded = Part(), [([], types.SimpleNamespace(size=10_900))]
+    writer = types.SimpleNamespace(topic="t", name="t-0", metrics_row=None)  # what count_append reads
 
     def append_hook() -> None:
         if metrics.state.on:
-            metrics.count_append(part, 100, encoded)
+            metrics.count_append(writer, 100, 10_900)
 
     def request_hook() -> None:
         began = time.perf_counter()

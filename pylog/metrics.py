@@ -331,22 +331,22 @@ class _Traffic:
     never go back); each metric is read through a :class:`_TrafficColumn`, summed per topic."""
 
     def __init__(self, records: str, nbytes: str) -> None:
-        self._rows: dict[tuple[str, int], list[int]] = {}  # (topic, partition, or -1 for add) -> [records, bytes]
+        self._rows: dict[tuple[str, str], list[int]] = {}  # (topic, partition's name, or "" for add) -> the row
         self._lock = threading.Lock()
         with _recorders_lock:
             for i, name in enumerate((records, nbytes)):
                 _recorders[name] = _TrafficColumn(BY_NAME[name], self, i)
 
-    def row(self, topic: str, partition: int) -> list[int]:
-        """The row of ``partition`` of ``topic`` (made on first use), for one writer to add to."""
+    def row(self, topic: str, partition: str) -> list[int]:
+        """The row of ``partition`` (its name) of ``topic`` (made on first use), for one writer to add to."""
         with self._lock:
             return self._rows.setdefault((topic, partition), [0, 0])
 
     def add(self, topic: str, records: int, nbytes: int) -> None:
         with self._lock:
-            row = self._rows.get((topic, -1))
+            row = self._rows.get((topic, ""))
             if row is None:
-                self._rows[(topic, -1)] = [records, nbytes]
+                self._rows[(topic, "")] = [records, nbytes]
             else:
                 row[0] += records
                 row[1] += nbytes
@@ -382,15 +382,15 @@ _fsyncs = histogram("pylog_log_flush_duration_seconds")
 handed_out = _out.add
 
 
-def count_append(part: Any, records: int, encoded: list[tuple[Any, Any]]) -> None:
-    """One append call to ``part`` (a Partition: its ``topic``, ``number`` and ``metrics_row``): ``records``
-    in the ``encoded`` batches (their headers' sizes are the bytes stored). Called under the partition's append
-    lock, the only place its row is added to (callers test state.on)."""
-    row = part.metrics_row
+def count_append(writer: Any, records: int, nbytes: int) -> None:
+    """One append call: ``records`` in batches of ``nbytes`` stored, by ``writer`` (a partition's batch writer:
+    its ``topic``, ``name`` and ``metrics_row``). Called under the partition's append lock, the only place
+    its row is added to (callers test state.on)."""
+    row = writer.metrics_row
     if row is None:
-        row = part.metrics_row = _in.row(part.topic, part.number)
+        row = writer.metrics_row = _in.row(writer.topic, writer.name)
     row[0] += records
-    row[1] += encoded[0][1].size if len(encoded) == 1 else sum(h.size for _, h in encoded)
+    row[1] += nbytes
 
 
 def fsynced(seconds: float) -> None:

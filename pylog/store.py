@@ -55,10 +55,10 @@ from .maintenance.cleaner import Cleaner
 from .maintenance.cleaner_status import CleanerStatus
 from .maintenance.cleaner_registry import CleanerPublisher, PublishedCleaner, published_cleaners
 from .maintenance.compaction import CleanResult, clean_partition, cleanable_range
-from .partition import Partition
+from .partition import Partition, internals
 from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, TopicPartition
-from .topic import Topic, call_each, check_partition_count, read_topic_file, write_topic_file
+from .topic import Topic, call_each, check_partition_count, opened_partitions, read_topic_file, write_topic_file
 
 
 __all__ = ["Store", "open"]
@@ -128,7 +128,7 @@ class Store:
     def _open_partitions(self) -> Iterator[Partition]:
         """The partitions opened through this store so far (a snapshot; for the background thread)."""
         for t in list(self._topics.values()):
-            yield from t.opened_partitions()
+            yield from opened_partitions(t)
 
     def _check_marker(self) -> None:
         marker = os.path.join(self.path, STORE_FILE)
@@ -270,14 +270,14 @@ class Store:
                 try:
                     for p in topic.partitions:
                         # waits for a cleaning or retention pass under way, then takes the writer lock
-                        if held.enter_context(p.held_for_discard()):
+                        if held.enter_context(internals(p).held_for_discard()):
                             locked_here.append(p)
                     doomed = os.path.join(self.path, deleting_name(name, uuid.uuid4().hex))
                     with write_faults(f"deleting topic {name!r}", "the topic was not deleted"):
                         os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
                 except BaseException:
                     for p in locked_here:
-                        p.unlock_discard()
+                        internals(p).unlock_discard()
                     raise
                 fsync_dir(self.path)
                 topic.close(discard=True)
@@ -301,7 +301,7 @@ class Store:
                 new = topic.config.with_overrides(changes)
             write_topic_file(topic.directory, name, topic.num_partitions, new.overrides)
             topic.config = new
-            for p in topic.opened_partitions():
+            for p in opened_partitions(topic):
                 p.config = new
             return new
 
@@ -716,10 +716,10 @@ class AutoCreatingStore:
 
 def _maintain(p: Partition, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """Run maintenance that makes this handle ``p``'s writer; a partition written in turn by many handles
-    (:attr:`Partition.transient`) is handed back afterwards."""
-    if not p.transient:
+    (:attr:`PartitionInternals.transient`) is handed back afterwards."""
+    if not internals(p).transient:
         return work(*args, **kwargs)
-    with p.writer_turn():
+    with internals(p).writer_turn():
         try:
             return work(*args, **kwargs)
         finally:

@@ -38,7 +38,7 @@ import numpy as np
 from .. import metrics
 from ..errors import LogFailedError, PartitionLockedError
 from ..storage import group_commit
-from ..partition import Partition
+from ..partition import Headers, Partition, internals
 from ..storage.records import now_ms
 from ..topic import Topic
 from . import client_metrics
@@ -169,7 +169,7 @@ class Drainer:
     # ------------------------------------------------------------------ turns between drains
 
     def hand_over_wanted(self) -> None:
-        """Release the partitions another handle waits for (``Partition.handover_wanted``); forget those
+        """Release the partitions another handle waits for (``PartitionInternals.handover_wanted``); forget those
         this store no longer writes. Between drains only: a drain appends to a partition whole."""
         for key, part in list(self.held.items()):
             if not _hand_over_one(part) or not part.is_writer:
@@ -235,8 +235,8 @@ class Drainer:
             self.producer_id = self._store.new_producer_id()
             self._epoch = 0
 
-    def _append_with_retries(self, part: Partition, vals: list, keys: list | None, ts: np.ndarray,
-                             hs: list | None, producer: tuple[int, int, int] | None,
+    def _append_with_retries(self, part: Partition, vals: list[bytes | None], keys: list[bytes | None] | None,
+                             ts: np.ndarray, hs: Headers | None, producer: tuple[int, int, int] | None,
                              before_waiting: Callable[[], Callable[[], None]]) -> int:
         """One partition's append; an OSError (a full disk, say) is retried ``retries`` times with the
         same sequence numbers, so an append that did land before the error is not written twice.
@@ -257,7 +257,7 @@ class Drainer:
                     # Only the wait for this partition counts against max_block_ms, not letting go of others.
                     deadline += time.monotonic() - started
                     part.wait_to_write(max(0.0, deadline - time.monotonic()) * 1000, again)
-                return part.append_values_in_turn(vals, keys, ts, hs, producer, self._compression)
+                return internals(part).append_values_in_turn(vals, keys, ts, hs, producer, self._compression)
             except PartitionLockedError:
                 # Handed on between our turn and the append (another producer of this process): wait again.
                 if time.monotonic() >= deadline:
@@ -273,13 +273,13 @@ class Drainer:
 
 def _hand_over_one(part: Partition, wanted_only: bool = True, blocking: bool = True) -> bool:
     """Hand ``part`` over if another handle waits for it (or, with ``wanted_only`` False, whether or
-    not: with ``blocking`` False not if its maintenance is under way, see Partition.release_turn);
+    not: with ``blocking`` False not if its maintenance is under way, see PartitionInternals.release_turn);
     False when the partition is gone. Never raises: the records are appended already."""
     try:
         if wanted_only:
-            part.hand_over()
+            internals(part).hand_over()
         else:
-            part.release_turn(blocking)
+            internals(part).release_turn(blocking)
         return True
     except Exception:  # a closed store, a deleted topic, a full disk: nothing more to hand over
         log.debug("pylog producer: handing over %s-%d failed", part.topic, part.number, exc_info=True)
@@ -290,7 +290,7 @@ def _sync(parts: list[Partition], acc: Accumulation) -> None:
     """fsync ``parts`` through the process's group commit (:mod:`pylog.storage.group_commit`: in parallel,
     and one fsync covers this drain and whatever other producers and ``pylog serve`` of this process
     appended meanwhile); a partition whose fsync failed fails its records."""
-    for part, exc in zip(parts, group_commit.sync(parts), strict=True):
+    for part, exc in zip(parts, group_commit.sync([internals(p) for p in parts]), strict=True):
         if exc is not None:
             acc.partition_errors[part.number] = exc
 
@@ -298,6 +298,6 @@ def _sync(parts: list[Partition], acc: Accumulation) -> None:
 def _wanted(part: Partition) -> bool:
     """Whether another handle waits for ``part`` (False when that cannot be told: nothing to do)."""
     try:
-        return part.is_writer and part.handover_wanted()
+        return part.is_writer and internals(part).handover_wanted()
     except Exception:  # a closed store, a deleted topic: the hand-over step says so, or nobody cares
         return False

@@ -36,7 +36,7 @@ from .. import metrics
 from ..errors import OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
 from ..storage.fileio import DESCRIPTOR_ERRNOS
 from ..storage.filenames import is_internal_topic, topic_name_problem
-from ..partition import Partition
+from ..partition import Partition, internals
 from . import metering, recordbatch
 from .errormap import code_for
 from .authorizer import CLUSTER_NAME
@@ -578,7 +578,7 @@ class _AppendQueue:
 
 def _flush_due(part: Partition) -> bool:
     try:
-        return part.flush_due()
+        return internals(part).flush_due()
     except PylogError:  # a store closing under the call: its close fsyncs
         return False
 
@@ -628,7 +628,7 @@ def _hand_over(part: Partition) -> None:
     closing under the call, a deleted topic: nothing left to hand over; out of descriptors for the hand-over
     probe: the server's sweep looks again, see pylog.server.turns)."""
     try:
-        part.hand_over()
+        internals(part).hand_over()
     except (PylogError, OSError):
         log.debug("pylog serve: handing over %s-%d failed", part.topic, part.number, exc_info=True)
 

@@ -42,6 +42,7 @@ from typing import Any, Awaitable, Callable
 
 from .. import metrics
 from ..errors import InvalidArgumentError, PylogError
+from ..partition import Partition, internals
 from ..storage.fileio import DESCRIPTOR_ERRNOS
 from ..storage.handles import PER_PARTITION, RateLimitedLog, descriptor_limit
 from ..store import Store
@@ -190,6 +191,10 @@ class ServerConfig:
     shutdown_timeout_s: float = 10.0
     #: The store's ``max.open.descriptors`` when the server opens it (given a path); 0: half of RLIMIT_NOFILE.
     max_open_descriptors: int = 0
+    #: From how many partitions waiting for an fsync (acks=all, flush.messages) on the process's group commit
+    #: makes them durable together with one ``syncfs`` of their file system (0: an fdatasync each). Process-wide:
+    #: it is set on the group commit that pylog's producers of this process share.
+    group_commit_syncfs_partitions: int = group_commit.DEFAULT_SYNCFS_PARTITIONS
 
     def check(self) -> None:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
@@ -221,7 +226,7 @@ class ServerConfig:
                                        f"least max_request_bytes ({self.max_request_bytes})")
         if not isinstance(self.controller_mutation_rate, (int, float)) or not self.controller_mutation_rate > 0:
             raise InvalidArgumentError(f"controller_mutation_rate must be > 0, got {self.controller_mutation_rate!r}")
-        for name in ("offset_metadata_max_bytes", "max_open_descriptors"):
+        for name in ("offset_metadata_max_bytes", "max_open_descriptors", "group_commit_syncfs_partitions"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise InvalidArgumentError(f"{name} must be >= 0, got {value!r}")
@@ -270,6 +275,10 @@ class ServerState:
         self.waiters = FetchWaiters(loop)
         #: The fsyncs of acks=all: the process's group commit, shared with pylog's producers in this process.
         self.group_commit = group_commit.default()
+        self.group_commit.set_syncfs_partitions(config.group_commit_syncfs_partitions)
+        #: Completed group-commit answers not yet handed to the loop (see durable).
+        self._durable_done: list[tuple[asyncio.Future[list[BaseException | None]], list[BaseException | None]]] = []
+        self._durable_lock = threading.Lock()
         self._gc_start = self.group_commit.stats()
         self.acks_all_requests = 0  # produce requests with acks=all answered after their fsyncs
         #: The partitions the server holds for its appends, handed over when idle (pylog.server.turns).
@@ -351,27 +360,45 @@ class ServerState:
         """``fn(*args)`` in the decoder thread (the decoding of a large request frame)."""
         return await asyncio.get_running_loop().run_in_executor(self.decoder, fn, *args)
 
-    async def durable(self, parts: list[Any]) -> list[BaseException | None]:
+    async def durable(self, parts: list[Partition]) -> list[BaseException | None]:
         """fsync ``parts`` (appended to already) through the group commit; per partition None or the error."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[BaseException | None]] = loop.create_future()
 
         def done(results: list[BaseException | None]) -> None:
-            try:
-                loop.call_soon_threadsafe(_resolve, fut, results)
-            except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
-                pass
-        self.group_commit.submit(parts, done)
+            # A store-wide round completes hundreds of requests at once: they reach the loop with one wake-up (one
+            # self-pipe write), not one each.
+            with self._durable_lock:
+                first = not self._durable_done
+                self._durable_done.append((fut, results))
+            if first:
+                try:
+                    loop.call_soon_threadsafe(self._resolve_durable)
+                except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
+                    pass
+        self.group_commit.submit([internals(p) for p in parts], done)
         return await fut
+
+    def _resolve_durable(self) -> None:
+        """On the loop: answer every :meth:`durable` whose fsyncs completed since the last call."""
+        with self._durable_lock:
+            done, self._durable_done = self._durable_done, []
+        for fut, results in done:
+            _resolve(fut, results)
 
     def stats(self) -> dict[str, float]:
         """The group commit's figures since this server started: ``acks_all_requests`` answered after their
-        fsyncs, ``group_commit_fsyncs`` (partition fsyncs in this process, pylog producers' included) and their
-        ratio ``fsyncs_per_acks_all_request``."""
+        fsyncs, ``group_commit_fsyncs`` (partitions made durable in this process, pylog producers' included) and
+        their ratio ``fsyncs_per_acks_all_request``; of those, ``group_commit_round_flushes`` made durable in
+        ``group_commit_rounds`` store-wide rounds (one ``syncfs`` each); ``group_commit_syncs``: the calls that
+        made data durable (an fdatasync per partition flushed alone, a syncfs per round)."""
         now = self.group_commit.stats()
-        fsyncs = now["flushes"] - self._gc_start["flushes"]
+        delta = {key: now[key] - self._gc_start[key] for key in ("flushes", "rounds", "round_flushes", "syncs")}
+        fsyncs = delta["flushes"]
         return {"acks_all_requests": self.acks_all_requests, "group_commit_fsyncs": fsyncs,
-                "fsyncs_per_acks_all_request": fsyncs / self.acks_all_requests if self.acks_all_requests else 0.0}
+                "fsyncs_per_acks_all_request": fsyncs / self.acks_all_requests if self.acks_all_requests else 0.0,
+                "group_commit_rounds": delta["rounds"], "group_commit_round_flushes": delta["round_flushes"],
+                "group_commit_syncs": delta["syncs"]}
 
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the read thread pool: reads of segment files (a cold page faults on the disk) and
@@ -465,7 +492,10 @@ class Server:
         self.host = self.config.host
         self.port = self.config.port
         self._stopped = threading.Event()
-        self._loop_thread: int | None = None  # the event loop thread's id, while it serves
+        # The event loop thread's CPU-time clock, taken by that thread itself while it runs: asking for a
+        # thread's clock by its pthread id from another thread after it exited reads freed memory (a crash
+        # in pthread_getcpuclockid), while reading a clock whose thread is gone only fails (EINVAL).
+        self._loop_clock: int | None = None
         metrics.track("server", self)  # its gauges (connections, loop CPU, groups) are read when scraped
 
     # ------------------------------------------------------------------ public
@@ -495,11 +525,11 @@ class Server:
     def loop_cpu_seconds(self) -> float | None:
         """CPU seconds the event loop's thread has used so far, None when it is not serving (the metrics' event
         loop busy ratio, the analogue of Kafka's request handler idle percent). Safe from any thread."""
-        ident = self._loop_thread
-        if ident is None or self._stopped.is_set():
+        clock = self._loop_clock
+        if clock is None or self._stopped.is_set():
             return None
         try:
-            return time.clock_gettime(time.pthread_getcpuclockid(ident))
+            return time.clock_gettime(clock)
         except OSError:
             return None
 
@@ -612,7 +642,7 @@ class Server:
         _log_descriptors(store)
         loop.set_exception_handler(_loop_exception_handler(store))
         _warn_plain_in_the_clear(self.config, [s.getsockname()[0] for s in listener.sockets])
-        self._loop_thread = threading.get_ident()
+        self._loop_clock = time.pthread_getcpuclockid(threading.get_ident())
         self._ready.set()
         try:
             reaper = loop.create_task(self._reap(state))
@@ -623,6 +653,7 @@ class Server:
         finally:
             await self._shutdown(listener, state)
             self._stopped.set()
+            self._loop_clock = None
 
     async def _reap(self, state: ServerState) -> None:
         """Close connections idle for ``connections_max_idle_ms`` (Kafka's ``connections.max.idle.ms``: a client
@@ -708,8 +739,10 @@ class Server:
         # The fsyncs of requests that were aborted above may still run: before the store closes under them.
         await loop.run_in_executor(None, state.group_commit.wait_idle, self.config.shutdown_timeout_s)
         st = state.stats()
-        log.info("pylog serve: group commit: %d partition fsyncs for %d acks=all requests (%.2f per request)",
-                 st["group_commit_fsyncs"], st["acks_all_requests"], st["fsyncs_per_acks_all_request"])
+        log.info("pylog serve: group commit: %d partition fsyncs for %d acks=all requests (%.2f per request); "
+                 "%d disk syncs, %d of them store-wide syncfs rounds covering %d partitions",
+                 st["group_commit_fsyncs"], st["acks_all_requests"], st["fsyncs_per_acks_all_request"],
+                 st["group_commit_syncs"], st["group_commit_rounds"], st["group_commit_round_flushes"])
         await loop.run_in_executor(None, state.decoder.shutdown, True)
         await loop.run_in_executor(None, state.logins.close)
         store = state.store

@@ -26,7 +26,7 @@ import asyncio
 import logging
 import threading
 from ..storage.notify import Watch, wait_any
-from ..partition import Partition
+from ..partition import Partition, internals
 
 __all__ = ["FetchWaiters", "POLL_S", "POLL_MAX_S"]
 
@@ -174,7 +174,7 @@ class FetchWaiters:
         try:
             usable = True
             for part, _ in waited.values():
-                w = None if part.is_writer else part.notifier.watch()
+                w = None if part.is_writer else internals(part).notifier.watch()
                 if w is None:
                     usable = False  # this process writes it (or no futexes): compare log ends instead
                     break
