@@ -43,7 +43,7 @@ from .protocol import Request, error_response
 from .protocol import codes as E
 
 if TYPE_CHECKING:
-    from .server import ServerState
+    from .state import ServerState
 
 __all__ = ["Access", "AclHandlers", "UNCHECKED"]
 

@@ -42,7 +42,7 @@ from .protocol import REFUSED_APIS, error_response
 from .protocol import codes as E
 
 if TYPE_CHECKING:
-    from .server import ServerState
+    from .state import ServerState
 
 __all__ = ["AdminHandlers"]
 

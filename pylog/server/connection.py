@@ -60,7 +60,7 @@ from ..storage.handles import RateLimitedLog
 from .protocol import codes as E
 
 if TYPE_CHECKING:
-    from .server import ServerState
+    from .state import ServerState
 
 __all__ = ["Connection"]
 

@@ -27,9 +27,7 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-import threading
 from typing import TYPE_CHECKING, Any
 
 from ..errors import OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
@@ -44,9 +42,9 @@ from .protocol import codes as E
 from .turns import TURN_WAIT_MS
 
 if TYPE_CHECKING:
-    from .server import ServerState
+    from .state import ServerState
 
-__all__ = ["DataHandlers", "ProducerOwners"]
+__all__ = ["DataHandlers"]
 
 #: Of one partition of a Produce: its response entry, its new log end (None: nothing appended), and the
 #: partition to fsync before answering (acks=all, or the topic's flush policy; else None).
@@ -261,7 +259,7 @@ class DataHandlers:
         asks for it; None when nothing was appended): the fsyncs are left to the group commit, after the appends.
         Each request comes with its ``wait_ms``: how long to wait for a writer of another process to hand a
         partition over (see :mod:`pylog.server.turns`), and ``principal``: the connection's user, who must own
-        the batches' producer id (:class:`ProducerOwners`)."""
+        the batches' producer id (:class:`~pylog.server.state.ProducerOwners`)."""
         return [[self._append_guarded(topic, index, records, acks, wait_ms, principal)
                  for topic, index, records in work] for work, acks, wait_ms, principal in requests]
 
@@ -578,46 +576,6 @@ def _flush_due(part: Partition) -> bool:
         return part.flush_due()
     except PylogError:  # a store closing under the call: its close fsyncs
         return False
-
-
-class ProducerOwners:
-    """Which principal (a SASL user name; None without SASL) owns each producer id seen by this server: the one
-    it was issued to by InitProducerId, or, for an id this server did not issue (one from before a restart),
-    the first that produces with it. A produce naming another principal's id is refused, so one user cannot
-    fence another's idempotent producer. Bounded: past :data:`MAX_PRODUCER_OWNERS` ids the least recently used
-    is forgotten (it is then claimed again by its next producer). Thread-safe (the storage pool's threads claim)."""
-
-    def __init__(self, limit: int | None = None) -> None:
-        self._owners: collections.OrderedDict[int, str | None] = collections.OrderedDict()
-        self._limit = MAX_PRODUCER_OWNERS if limit is None else limit
-        self._lock = threading.Lock()
-
-    def issued(self, pid: int, principal: str | None) -> None:
-        with self._lock:
-            self._record(pid, principal)
-
-    def claim(self, pid: int, principal: str | None) -> bool:
-        """Whether ``principal`` may produce with ``pid`` (recording it as the owner when nobody is)."""
-        with self._lock:
-            owners = self._owners
-            if pid in owners:
-                if owners[pid] != principal:
-                    return False
-                owners.move_to_end(pid)  # least recently used first out: a producer in use is remembered
-                return True
-            self._record(pid, principal)
-            return True
-
-    def _record(self, pid: int, principal: str | None) -> None:
-        owners = self._owners
-        owners[pid] = principal
-        owners.move_to_end(pid)
-        while len(owners) > self._limit:
-            owners.popitem(last=False)
-
-
-#: The most producer ids :class:`ProducerOwners` remembers (about 100 bytes each).
-MAX_PRODUCER_OWNERS = 100_000
 
 
 def _hand_over(part: Partition) -> None:
