@@ -33,7 +33,7 @@ from ..errors import InvalidGroupError, PylogError, RebalanceInProgressError, To
 from ..clients.groups import check_group_id
 from ..structs import TopicPartition
 from ..storage.filenames import is_internal_topic, topic_name_problem
-from .coordinator import DEAD, EMPTY
+from .group import DEAD, EMPTY
 from .errormap import code_for
 from .authorizer import CLUSTER_NAME
 from .operations import CLUSTER, NOT_REQUESTED
