@@ -57,7 +57,7 @@ import numpy as np
 
 import pylog
 import pylog.storage.notify
-from pylog.storage.partition import Partition
+from pylog.partition import Partition
 
 ROWS: list[dict[str, Any]] = []
 

@@ -45,7 +45,7 @@ import numpy as np
 import pylog
 
 #: A peer without a wake-up mechanism across processes is polled this often while tailing. It is the
-#: floor of pylog's own polling fallback (``pylog.storage.partition._POLL_MIN``), so no peer is slowed by a
+#: floor of pylog's own polling fallback (``pylog.storage.log.waiting._POLL_MIN``), so no peer is slowed by a
 #: coarser poll than pylog would use.
 POLL_INTERVAL = 0.0002
 TOPIC = "bench"

@@ -33,13 +33,13 @@ from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, Corr
                      UnknownTopicError)
 from .clients.groups import GroupDescription, MemberDescription, PartitionLag
 from .store import Store, open
-from .storage.partition import Partition
+from .partition import Partition
 from .clients.producer import FutureRecordMetadata, Producer, ProducerTimeoutError
 from .kafka import KafkaConsumer, KafkaProducer
 from .storage.records import Record, RecordColumns
 from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, RecordMetadata, TopicPartition
-from .storage.topic import Topic
+from .topic import Topic
 
 __version__ = "0.1.0"
 

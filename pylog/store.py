@@ -54,10 +54,10 @@ from .maintenance.cleaner import Cleaner
 from .maintenance.cleaner_status import CleanerStatus
 from .maintenance.cleaner_registry import CleanerPublisher, PublishedCleaner, published_cleaners
 from .maintenance.compaction import CleanResult, clean_partition, cleanable_range
-from .storage.partition import Partition
+from .partition import Partition
 from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, TopicPartition
-from .storage.topic import Topic, call_each, check_partition_count, read_topic_file, write_topic_file
+from .topic import Topic, call_each, check_partition_count, read_topic_file, write_topic_file
 
 
 __all__ = ["Store", "open"]

@@ -20,7 +20,7 @@ from pylog.storage.checkpoint import read_checkpoint
 from pylog.maintenance.compaction import cleanable_range, read_cleaner_checkpoint
 from pylog.errors import LogFailedError
 from pylog.storage.filenames import CHECKPOINT_FILE
-from pylog.storage.segment import Segment
+from pylog.segment import Segment
 
 from storetools import crash_copy
 

@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 import pylog
-from pylog.storage.index import OffsetIndex
+from pylog.index import OffsetIndex
 from pylog.storage.records import BatchView, RecordColumns, encode_batch, encode_columns
 
 VALUES = [os.urandom(100) for _ in range(1000)]

@@ -48,7 +48,7 @@ import numpy as np
 import pytest
 
 import pylog
-from pylog.storage.index import IndexError_, OffsetIndex
+from pylog.index import IndexError_, OffsetIndex
 
 TOPIC = "events"
 SEGMENT_BYTES = 64 * 1024

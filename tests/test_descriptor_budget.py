@@ -26,7 +26,7 @@ from pylog.errors import StorageError, TooManyOpenFilesError
 from pylog.server.errormap import code_for
 from pylog.server.protocol import codes as E
 from pylog.storage.handles import HandleCache, RateLimitedLog, default_budget
-from pylog.storage.partition import writer_lock
+from pylog.storage.log import writer_lock
 
 from serverutil import start_cli_server, wait_until
 from storetools import blocked_in, wait_for

@@ -235,7 +235,7 @@ def test_a_time_index_stalled_at_a_page_boundary_reserves_its_next_page_once_not
     """TimeIndex.append skips a timestamp that does not exceed its last entry, so its count stops. If it
     stops where the next entry would start a page, every append that finds an index entry due asked the
     file system for that page's blocks again (an open, a posix_fallocate and a close per append)."""
-    from pylog.storage.index import _HEADER_SIZE
+    from pylog.index import _HEADER_SIZE
     calls = []
     real = os.posix_fallocate
     monkeypatch.setattr(os, "posix_fallocate", lambda fd, off, n: (calls.append(off), real(fd, off, n))[1])

@@ -28,13 +28,13 @@ from pylog.maintenance.compaction import CleanerCheckpoint, read_cleaner_checkpo
 from pylog.storage.swap import read_manifest, write_manifest
 from pylog.storage.fileio import checked, decode_doc, encode_doc, unchecked
 from pylog.clients.groups import decode_commit, offset_key, _read_state
-from pylog.storage.index import OffsetIndex, TimeIndex
+from pylog.index import OffsetIndex, TimeIndex
 from pylog.storage.producer_state import ProducerEntry, ProducerState
 from pylog.clients.consumer import ConsumerRecord
 from pylog.storage.records import (CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header,
                                    stamp_base_offset, views)
 from pylog.structs import TopicPartition
-from pylog.storage.topic import read_topic_file, write_topic_file
+from pylog.topic import read_topic_file, write_topic_file
 
 GOLDEN = Path(__file__).parent / "golden"
 SCRIPT = GOLDEN / "make_golden.py"

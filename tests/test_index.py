@@ -1,4 +1,4 @@
-"""pylog.storage.index: sparse mmapped indexes, sealing, sanity checks."""
+"""pylog.index: sparse mmapped indexes, sealing, sanity checks."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import os
 import numpy as np
 import pytest
 
-from pylog.storage.index import IndexError_, OffsetIndex, TimeIndex, open_writable
+from pylog.index import IndexError_, OffsetIndex, TimeIndex, open_writable
 
 
 def test_lookup_on_an_empty_index_returns_the_segment_start(tmp_path):

@@ -24,7 +24,7 @@ from pylog import InvalidConfigError, InvalidTopicError, OffsetAndMetadata, Topi
 from pylog.storage.filenames import (GROUPS_DIR, INTERNAL_NAMES, ROOT_FILES, deleting_name, is_deletion_leftover,
                              legacy_topic_name, valid_topic_name)
 from pylog.clients.groups import _group_dirname
-from pylog.storage.topic import write_topic_file
+from pylog.topic import write_topic_file
 
 #: Names earlier versions let users create and the current rule refuses.
 LEGACY = [".hidden", "__metrics", "producer.ids.bak", "pylog.store.v2", "abc\n", ".deleting-orders", "x" * 248 + "\n"]

@@ -1,4 +1,4 @@
-"""pylog.store / pylog.storage.topic: the store, topics, and the public API contract."""
+"""pylog.store / pylog.topic: the store, topics, and the public API contract."""
 
 from __future__ import annotations
 
@@ -100,7 +100,7 @@ def test_interrupted_topic_deletion_is_finished_on_open(tmp_path):
 
 def test_close_goes_on_past_a_partition_that_fails(tmp_path, monkeypatch):
     """One partition whose close fails (a full disk) must not keep the others' writer locks held."""
-    from pylog.storage.partition import Partition
+    from pylog.partition import Partition
 
     path = tmp_path / "s"
     store = pylog.open(path)
@@ -128,7 +128,7 @@ def test_close_goes_on_past_a_partition_that_fails(tmp_path, monkeypatch):
 def test_topic_file_with_a_huge_partition_count_and_valid_crc_is_corrupt_not_a_memory_error(tmp_path):
     """topic.json is checksummed, but a count of 10**12 with a matching CRC used to size a list of 10**12
     slots when the topic opened (MemoryError; OverflowError for a longer number)."""
-    from pylog.storage.topic import write_topic_file
+    from pylog.topic import write_topic_file
     with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
         store.create_topic("t")
         directory = store.topic("t").directory

@@ -16,7 +16,7 @@ import numpy as np
 import pytest
 
 import pylog
-import pylog.storage.partition.writer_lock
+import pylog.storage.log.writer_lock
 
 from childproc import Child
 
@@ -34,13 +34,13 @@ def make_topic(root: str, **config) -> None:
 # ----------------------------------------------------------------------------- (a) the writer lock
 
 # argv: root, lock_timeout_ms. Tries to append one record; prints the outcome, the time it took and how
-# many times it tried the lock (pylog.storage.partition.writer_lock's try_flock, counted; the real one does the work). The
+# many times it tried the lock (pylog.storage.log.writer_lock's try_flock, counted; the real one does the work). The
 # first refused try prints "refused": from then on the child waits for the lock.
 _TRY_WRITE = """
-    import sys, time, pylog, pylog.storage.partition.writer_lock
+    import sys, time, pylog, pylog.storage.log.writer_lock
     root, timeout_ms = sys.argv[1], int(sys.argv[2])
     tries = 0
-    real_try_flock = pylog.storage.partition.writer_lock.try_flock
+    real_try_flock = pylog.storage.log.writer_lock.try_flock
 
     def counted(fd):
         global tries
@@ -50,7 +50,7 @@ _TRY_WRITE = """
             print("refused", flush=True)
         return got
 
-    pylog.storage.partition.writer_lock.try_flock = counted
+    pylog.storage.log.writer_lock.try_flock = counted
     with pylog.open(root, lock_timeout_ms=timeout_ms) as store:
         p = store.topic("t").partition(0)
         print("seen", p.log_end_offset, len(p.read(0)), flush=True)   # reading needs no lock
@@ -79,17 +79,17 @@ _HOLD_LOCK = """
 
 
 def _watch_lock_refusals(monkeypatch) -> threading.Event:
-    """An event set when this process's next writer-lock try (pylog.storage.partition.writer_lock's try_flock, the real one
+    """An event set when this process's next writer-lock try (pylog.storage.log.writer_lock's try_flock, the real one
     doing the work) finds the lock taken: from then on that append waits for the lock."""
     refused = threading.Event()
-    real = pylog.storage.partition.writer_lock.try_flock
+    real = pylog.storage.log.writer_lock.try_flock
 
     def watched(fd):
         got = real(fd)
         if not got:
             refused.set()
         return got
-    monkeypatch.setattr(pylog.storage.partition.writer_lock, "try_flock", watched)
+    monkeypatch.setattr(pylog.storage.log.writer_lock, "try_flock", watched)
     return refused
 
 

@@ -1,4 +1,4 @@
-"""Tests of pylog.storage.partition through the public API: scenarios, then a stateful model test.
+"""Tests of pylog.partition through the public API: scenarios, then a stateful model test.
 
 Run: ``python -m pytest tests/test_partition.py -q -p no:cacheprovider``
 
@@ -459,8 +459,8 @@ _INTERNAL_EXCEPTIONS = {
     "pylog.errors.CommandError",          # ends a CLI command: printed, and its code is the exit status
     "pylog.errors.BadInputLineError",     # a bad input line of the CLI producer, reported per line
     "pylog.errors.CleanerStoppedError",   # a cleaning cut short by closing; the cleaner thread catches it
-    # Still defined outside pylog/errors.py: their modules (storage/index.py, storage/segment.py) are being split.
-    "pylog.storage.index.IndexError_",              # a failed index check; the segment rebuilds the index
+    # Still defined outside pylog/errors.py: their modules (index.py, segment.py) are being split.
+    "pylog.index.IndexError_",              # a failed index check; the segment rebuilds the index
     "pylog.storage.segment_file.SegmentReplacedError", # a FileNotFoundError: the partition's readers retry on it
 }
 #: Public errors exported from the ``pylog.spark`` subpackage rather than from ``pylog``.
@@ -829,7 +829,7 @@ def test_a_too_large_record_writes_nothing_of_its_call(tmp_path):
 
 
 def test_a_failed_roll_makes_the_partition_refuse_work_until_reopened(tmp_path, monkeypatch):
-    from pylog.storage.partition import local_log as partition_module
+    from pylog.storage.log import local_log as partition_module
     with pylog.open(tmp_path, segment_bytes=1024) as store:
         p = store.create_topic("t").partition(0)
         p.append_values([b"x" * 600])

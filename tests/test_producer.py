@@ -12,7 +12,7 @@ import threading
 import pytest
 
 import pylog
-from pylog.storage.partition import Partition
+from pylog.partition import Partition
 from pylog.clients.partitioner import partition_for_key
 from pylog.clients.producer import ProducerTimeoutError
 from pylog.structs import RecordMetadata, TopicPartition

@@ -182,7 +182,7 @@ def test_producer_ids_are_unique_across_processes(tmp_path):
 
 def test_a_call_that_failed_part_way_is_completed_by_its_retry(tmp_path, monkeypatch):
     """An I/O error after the first batches of a call were written: the retry appends only the rest."""
-    from pylog.storage.segment import Segment
+    from pylog.segment import Segment
 
     with _store(tmp_path, max_message_bytes=1000) as store:
         store.create_topic(TOPIC)

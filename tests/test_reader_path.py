@@ -19,7 +19,7 @@ import pytest
 import pylog
 from pylog.storage.filenames import list_segment_bases
 from pylog.storage.records import encode_batch
-from pylog.storage.segment import Segment
+from pylog.segment import Segment
 
 from storetools import read_all, wait_for
 

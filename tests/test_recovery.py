@@ -868,7 +868,7 @@ def test_decode_mutated_uncompressed_body_sections(data):
 def test_an_index_entry_naming_the_wrong_batch_is_not_trusted(tmp_path):
     """A sealed index whose entries (with a correct checksum) point at a later batch: reads must still
     start at the requested offset, not silently skip to where the index points."""
-    from pylog.storage.index import OffsetIndex
+    from pylog.index import OffsetIndex
     path = tmp_path / "s"
     with pylog.open(str(path), index_interval_bytes=0) as store:
         p = store.create_topic("t").partition(0)

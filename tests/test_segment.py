@@ -1,4 +1,4 @@
-"""pylog.storage.segment: one ``.log`` with its sparse indexes, through the Segment's public methods.
+"""pylog.segment: one ``.log`` with its sparse indexes, through the Segment's public methods.
 
 Each test names the invariant of the module docstring (or the method docstring) it holds the segment to.
 """
@@ -13,7 +13,7 @@ from hypothesis import given, settings, strategies as st
 from pylog.errors import CorruptRecordError
 from pylog.storage.checkpoint import Checkpoint, write_checkpoint
 from pylog.storage.records import HEADER_SIZE, encode_parts
-from pylog.storage.segment import Segment, SegmentReplacedError
+from pylog.segment import Segment, SegmentReplacedError
 
 INDEX_BYTES = 1 << 16
 INTERVAL = 128  # small: a few batches per index entry, so lookups go through the index

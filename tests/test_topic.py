@@ -1,4 +1,4 @@
-"""pylog.storage.topic: the topic file, partition growth and the topic's partitions.
+"""pylog.topic: the topic file, partition growth and the topic's partitions.
 
 Topics are made through a store (``store.create_topic``), as users make them; the topic file functions
 are exercised directly.
@@ -14,7 +14,7 @@ import pytest
 import pylog
 from pylog.errors import (CorruptRecordError, InvalidConfigError, InvalidTopicError, ReadOnlyStoreError,
                           UnknownTopicError)
-from pylog.storage.topic import Topic, call_each, read_topic_file, write_topic_file
+from pylog.topic import Topic, call_each, read_topic_file, write_topic_file
 
 
 @pytest.fixture

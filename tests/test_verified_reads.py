@@ -12,7 +12,7 @@ import pytest
 import pylog
 from pylog.errors import CorruptRecordError
 from pylog.storage.records import HEADER_SIZE, encode_parts, parse_header
-from pylog.storage.segment import Segment
+from pylog.segment import Segment
 
 TOPIC = "t"
 OPTIONS = {"segment_bytes": 4096, "index_interval_bytes": 128, "log_cleaner_enable": False}

@@ -21,7 +21,7 @@ from typing import Any, TextIO
 
 from ..errors import CorruptRecordError
 from ..storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
-from ..storage.index import OffsetIndex, TimeIndex
+from ..index import OffsetIndex, TimeIndex
 from ..storage.records import (CODEC_LZ4, HEADER_SIZE, BatchHeader, BatchView, batch_crc, check_header, parse_header)
 from .base import ExitCode
 from .output import text_of

@@ -38,7 +38,7 @@ from ..maintenance.cleaner_registry import HEARTBEAT_S, PublishedCleaner
 from ..maintenance.compaction import cleanable_range
 from ..config import STORE_SETTINGS
 from ..storage.filenames import OFFSETS_TOPIC, SWAP_MANIFEST_FILE
-from ..storage.partition import Partition
+from ..partition import Partition
 from ..storage.records import now_ms
 from ..storage.retention import deletable_prefix
 from .base import ExitCode, non_negative, open_store, partition_writers

@@ -43,7 +43,7 @@ from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from ..storage.records import consumer_rows, payload_bytes
 from ..structs import OffsetAndMetadata, TopicPartition
-from ..storage.partition import Partition
+from ..partition import Partition
 
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",

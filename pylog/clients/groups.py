@@ -58,8 +58,8 @@ from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legacy_topi
 from ..storage.records import crc32c
 from ..structs import OffsetAndMetadata, TopicPartition
 from .storeview import StoreView
-from ..storage.partition import Partition
-from ..storage.topic import Topic
+from ..partition import Partition
+from ..topic import Topic
 
 
 __all__ = ["OFFSETS_TOPIC", "GROUPS_DIR", "CommittedOffsets", "GroupMember", "GroupDescription",

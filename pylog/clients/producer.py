@@ -74,7 +74,7 @@ from .storeview import StoreView
 from ..storage.records import header_pairs, now_ms
 from .accumulator import ITEM_LEN, RECORD_OVERHEAD, Accumulation
 from ..structs import RecordMetadata
-from ..storage.partition import Partition
+from ..partition import Partition
 
 
 __all__ = ["Producer", "FutureRecordMetadata", "ProducerTimeoutError"]

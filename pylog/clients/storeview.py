@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from ..storage.topic import Topic
+from ..topic import Topic
 
 __all__ = ["StoreView"]
 

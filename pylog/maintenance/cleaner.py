@@ -32,7 +32,7 @@ from ..errors import CleanerError, CorruptRecordError, StoreClosedError
 from ..storage.retention import RetentionResult
 from .cleaner_registry import CleanerPublisher
 from .cleaner_status import CleanerStatus, error_summary
-from ..storage.partition import Partition
+from ..partition import Partition
 
 
 __all__ = ["Cleaner"]

@@ -20,7 +20,7 @@ One cleaning of a partition (:func:`clean_partition`):
    timestamps, headers and their batch's attributes and producer fields; a batch that loses nothing is
    copied byte for byte.
 4. **Swap.** For each group: write ``<base>.log.cleaned`` (+ sealed indexes) and fsync its log; then
-   hand every group of the pass to :meth:`Partition.swap_in <pylog.storage.partition.Partition.swap_in>`
+   hand every group of the pass to :meth:`Partition.swap_in <pylog.partition.Partition.swap_in>`
    (Kafka's ``replaceSegments``), which swaps them in with one commit under the partition's own locks
    and marks the partition failed if that breaks past the commit point. The numbered crash-safety
    protocol, the manifest and the recovery of an interrupted swap are the storage layer's
@@ -36,7 +36,7 @@ Invariants:
   buffer is the workspace of the chunk being hashed), so the cleaner's memory for keys, map and merge
   workspace included, stays within ``log.cleaner.dedupe.buffer.size``.
 - Readers keep reading: old segments are unlinked, never closed under a reader (see
-  :mod:`pylog.storage.partition`), and a reader whose segment was replaced retries on the new one.
+  :mod:`pylog.partition`), and a reader whose segment was replaced retries on the new one.
 """
 
 from __future__ import annotations
@@ -54,10 +54,10 @@ import numpy as np
 from ..errors import CleanerStoppedError, CorruptRecordError, PylogError
 from ..storage.fileio import read_checked, write_checked
 from ..storage.filenames import CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE
-from ..storage.index import OffsetIndex
+from ..index import OffsetIndex
 from ..storage.records import BatchView, encode_parts, now_ms
-from ..storage.segment import Segment
-from ..storage.partition import Partition
+from ..segment import Segment
+from ..partition import Partition
 
 
 __all__ = ["CleanResult", "CleanerCheckpoint", "OffsetMap", "key_digests", "map_capacity", "clean_partition",

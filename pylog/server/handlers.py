@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
 from ..storage.fileio import DESCRIPTOR_ERRNOS
 from ..storage.filenames import is_internal_topic, topic_name_problem
-from ..storage.partition import Partition
+from ..partition import Partition
 from . import recordbatch
 from .errormap import code_for
 from .authorizer import CLUSTER_NAME

@@ -1,7 +1,7 @@
 """The partitions the server writes in turns, handed over promptly to a pylog writer of another process.
 
 Kafka clients' appends take a partition's writer lock as a writer taking turns (``in_turn``, see
-:meth:`pylog.storage.partition.Partition.wait_to_write`): a pylog producer or ``pylog produce`` in another
+:meth:`pylog.partition.Partition.wait_to_write`): a pylog producer or ``pylog produce`` in another
 process asks for the lock (a shared ``flock`` on ``.want``) and the server hands it over after its append.
 A server that goes idle after its last append would never look again, and the other process would wait out
 its ``max_block_ms``. So :class:`Turns` remembers the partitions the server appended to and
@@ -12,7 +12,7 @@ server sweeps less often, so that sweeping takes at most a fifth of one storage 
 
 Invariants:
 - A partition is handed over only between the server's appends (the sweep takes the partition's locks
-  without blocking, as :meth:`~pylog.storage.partition.Partition.hand_over` does), never during a retention
+  without blocking, as :meth:`~pylog.partition.Partition.hand_over` does), never during a retention
   or compaction pass; what the handover leaves is the partition's own hand-over (a clean checkpoint; the
   active segment fsynced by name at the next flush or close).
 - The server appends only as a writer taking turns: before an append it waits (up to the request's
@@ -29,7 +29,7 @@ import threading
 import time
 
 from ..errors import PylogError
-from ..storage.partition import Partition
+from ..partition import Partition
 
 __all__ = ["Turns", "SWEEP_S", "IDLE_RELEASE_S", "TURN_WAIT_MS"]
 

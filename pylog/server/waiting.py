@@ -26,7 +26,7 @@ import asyncio
 import logging
 import threading
 from ..storage.notify import Watch, wait_any
-from ..storage.partition import Partition
+from ..partition import Partition
 
 __all__ = ["FetchWaiters", "POLL_S", "POLL_MAX_S"]
 

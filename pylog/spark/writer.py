@@ -42,7 +42,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 from ..clients.partitioner import partitions_for_keys
 from ..errors import InvalidRecordError, InvalidTopicError, PartitionLockedError, TopicExistsError, UnknownTopicError
 from ..storage.filenames import is_internal_topic
-from ..storage.partition import Partition
+from ..partition import Partition
 from ..storage.records import now_ms
 from ..store import Store
 from ..store import open as open_pylog

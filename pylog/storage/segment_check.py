@@ -2,7 +2,7 @@
 
 The functions here read a log through a :class:`~pylog.storage.segment_read.LogBytes` and take everything
 else they need as arguments (base offset, sizes, index paths, the offset index): they never see the
-:class:`~pylog.storage.segment.Segment` and never call back into it. The segment delegates its
+:class:`~pylog.segment.Segment` and never call back into it. The segment delegates its
 :meth:`~Segment.check`, :meth:`~Segment.first_damage`, :meth:`~Segment.damage_is_at_tail`,
 :meth:`~Segment.cut_below_index` and its index rebuilds to them. Nothing here writes: recovery
 (``Segment.recover``) cuts what :func:`build_indexes` finds.
@@ -31,7 +31,7 @@ from typing import Any
 import numpy as np
 
 from ..errors import CorruptRecordError
-from .index import IndexError_, OffsetIndex, TimeIndex
+from ..index import IndexError_, OffsetIndex, TimeIndex
 from .records import HEADER_SIZE, BatchView, batch_crc, check_header, checked_prefix, parse_header
 from .segment_file import LogFile
 from .segment_read import MAX_CHUNK as _MAX_CHUNK, LogBytes, scan, valid_batches

@@ -4,7 +4,7 @@ Compaction replaces a segment's files by renaming new ones over the names. A :cl
 its segment object was sized on: the inode it saw, and the partition's swap generation under which it was
 sized. It opens its read-only descriptor on first use and keeps it until :meth:`LogFile.close`; that open
 raises :class:`SegmentReplacedError` when the name no longer holds that file, instead of reading new bytes
-with old sizes. It never sees the :class:`~pylog.storage.segment.Segment` that owns it: what it must know
+with old sizes. It never sees the :class:`~pylog.segment.Segment` that owns it: what it must know
 of the segment (its visible size, whether it is immutable) comes as arguments.
 
 Invariants:

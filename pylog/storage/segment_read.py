@@ -2,7 +2,7 @@
 
 The functions here read a log through a :class:`LogBytes` (a descriptor, the mapping scans may use, the
 path for errors) and take everything else as arguments: they never see the
-:class:`~pylog.storage.segment.Segment` and never call back into it. The segment decides what to read
+:class:`~pylog.segment.Segment` and never call back into it. The segment decides what to read
 (from its record of its end, from an index position), builds the :class:`LogBytes`, and updates its own
 state from what these return (the size of the last batch read, a record to drop, an index to rebuild).
 

@@ -1,10 +1,10 @@
 """A reader's record of the batches at its segment's end: where they start, and those its last refresh checked.
 
 A reader in another process than the writer takes in the batches the writer appends to the active segment,
-checking each whole once (:meth:`~pylog.storage.segment.Segment.refresh`). This record keeps what that
+checking each whole once (:meth:`~pylog.segment.Segment.refresh`). This record keeps what that
 learnt, so a consumer keeping up reads the batch it wants where it starts, without a second read nor
 checksum, instead of from the last index entry (whose distance would be read and checked on every read).
-It never sees the :class:`~pylog.storage.segment.Segment`: it gets the log as a
+It never sees the :class:`~pylog.segment.Segment`: it gets the log as a
 :class:`~pylog.storage.segment_read.LogBytes` and the segment's size and next offset as arguments, and
 returns what the segment must take from it.
 

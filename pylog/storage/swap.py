@@ -2,7 +2,7 @@
 
 This module documents the whole protocol; the storage layer runs all of it. The log cleaner
 (:mod:`pylog.maintenance.compaction`) only writes each group's cleaned segment as ``<base>.log.cleaned``
-(+ indexes, the log fsynced) and calls :meth:`Partition.swap_in <pylog.storage.partition.Partition.swap_in>`
+(+ indexes, the log fsynced) and calls :meth:`Partition.swap_in <pylog.partition.Partition.swap_in>`
 (Kafka's ``replaceSegments``), which takes the partition's locks itself (the maintenance lock, then the
 append lock) and runs, for every group of one cleaning pass at once:
 
@@ -22,7 +22,7 @@ append lock) and runs, for every group of one cleaning pass at once:
 
 A failure after step 2 leaves the files and the in-memory view possibly disagreeing: ``swap_in`` marks
 the partition failed (every later operation raises ``LogFailedError`` until the store is reopened) and
-re-raises. A crash can stop it anywhere, so the partition's writer open (:mod:`pylog.storage.partition`)
+re-raises. A crash can stop it anywhere, so the partition's writer open (:mod:`pylog.partition`)
 calls :func:`finish_interrupted_swap` under its writer lock: with a manifest it rolls the swap forward
 (steps 4 and 6 again), without one it deletes ``.cleaned``/``.swap`` leftovers (rolls back).
 

@@ -67,7 +67,7 @@ from pylog.maintenance.cleaner_registry import _MAGIC as _STATUS_MAGIC, publishe
 from pylog.storage.fileio import checked, encode_doc  # noqa: E402
 from pylog.storage.filenames import (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, CLEANERS_DIR, GROUPS_DIR,  # noqa: E402
                              STORE_FILE, SWAP_MANIFEST_FILE, TOPIC_FILE)
-from pylog.storage.index import OffsetIndex, TimeIndex  # noqa: E402
+from pylog.index import OffsetIndex, TimeIndex  # noqa: E402
 from pylog.storage.producer_state import SNAPSHOT_FILE, ProducerState  # noqa: E402
 from pylog.storage.records import (CODEC_LZ4, BatchView, RecordColumns, batch_crc, crc32c,  # noqa: E402
                            encode_batch)
@@ -757,7 +757,7 @@ class TopicFileDecoder(_StoreDecoder):
             return [f.read()]
 
     def make(self, rng: random.Random) -> Any:
-        from pylog.storage.topic import _canonical
+        from pylog.topic import _canonical
         return mutate_json_file(rng, rng.choice(self.seeds), lambda doc: crc32c(_canonical(doc)))
 
     def feed(self, data: Any) -> None:

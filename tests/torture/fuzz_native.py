@@ -22,7 +22,7 @@ What it does:
 
    - ``batch``: ``BatchView.from_buffer`` + ``records()``/``headers()``/``offsets()``/``timestamps()``,
      ``RecordColumns.concat_views`` + ``to_records()``, ``checked_prefix`` over buffers of several batches;
-   - ``index``: mutated offset and time index files opened and looked up (pylog/storage/index.py);
+   - ``index``: mutated offset and time index files opened and looked up (pylog/index.py);
    - ``segment``: a partition's segment and index files mutated, the store opened, every record read
      (``Partition.read``, ``read_columns``, ``offset_for_timestamp``), then recovered by becoming the writer;
    - ``api``: the encoder (``encode_parts``/``encode_batch``/``encode_columns``), the partitioner

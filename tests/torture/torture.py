@@ -101,19 +101,19 @@ _PIDX = {name: i for i, name in enumerate(PATHS)}
 
 #: The internal functions that make up each path: (module, class or None, function).
 MARKERS: dict[str, list[tuple[str, str | None, str]]] = {
-    "segment_roll": [("pylog.storage.partition", "Partition", "_roll")],
-    "retention": [("pylog.storage.partition", "Partition", "enforce_retention"),
-                  ("pylog.storage.partition", "Partition", "delete_records")],
+    "segment_roll": [("pylog.partition", "Partition", "_roll")],
+    "retention": [("pylog.partition", "Partition", "enforce_retention"),
+                  ("pylog.partition", "Partition", "delete_records")],
     "compaction": [("pylog.maintenance.compaction", None, "clean_partition"), ("pylog.store", None, "clean_partition")],
-    "swap": [("pylog.storage.partition", "Partition", "swap_in"), ("pylog.storage.swap", None, "roll_forward")],
+    "swap": [("pylog.partition", "Partition", "swap_in"), ("pylog.storage.swap", None, "roll_forward")],
     "group_commit": [("pylog.clients.producer", "Producer", "_append")],  # appends of one drain + one fsync
     "offset_commit": [("pylog.clients.groups", "CommittedOffsets", "commit")],
     "rebalance": [("pylog.clients.groups", "GroupMember", "join"), ("pylog.clients.groups", "GroupMember", "leave"),
                   ("pylog.clients.groups", "GroupMember", "_rebalance_locked")],
-    "handover": [("pylog.storage.partition", "Partition", "_take_turn"), ("pylog.storage.partition", "Partition", "release_writer")],
+    "handover": [("pylog.partition", "Partition", "_take_turn"), ("pylog.partition", "Partition", "release_writer")],
     "topic_create": [("pylog.store", "Store", "create_topic")],
     "topic_delete": [("pylog.store", "Store", "delete_topic")],
-    "store_open": [("pylog.store", "Store", "__init__"), ("pylog.storage.partition", "Partition", "_open_as_writer")],
+    "store_open": [("pylog.store", "Store", "__init__"), ("pylog.partition", "Partition", "_open_as_writer")],
 }
 
 #: The file operations a self-kill counts (the k-th one made inside the target path).

@@ -1,14 +1,61 @@
-"""The :class:`Partition` facade: the public API of a partition, wiring the parts that each own one concern.
+"""A partition (:class:`Partition`): an ordered list of segments, one of them active, plus the writer lock and recovery.
 
-- :mod:`.writer_lock` (:class:`WriterLock`): the ``flock`` on ``.lock`` and turn-taking (invariant 4);
-- :mod:`.local_log` (:class:`LocalLog`): the segment list, the log start, readers' refresh and reads
-  (invariants 1, 2, 7);
-- :mod:`.loader`: opening as the writer, recovery, interrupted swaps (invariants 3, 10);
-- :mod:`.durability` (:class:`Durability`): checkpoint, recovery point, rolls and their background fsync,
-  flushes, the failed state (invariants 3, 5, 8);
-- :mod:`.append` (:class:`Appender`): batch bounds, encoding, idempotent producers (invariants 1, 9);
-- :mod:`.maintenance`: retention, delete-records, the view side of compaction swaps (invariants 5, 6);
-- :mod:`.waiting` (:class:`Waiters`): waking readers that wait for appends, here and in other processes.
+Its invariants (the parts in :mod:`pylog.storage.log` cite these numbers):
+
+1. Offsets are dense (as written), strictly increasing and never reused: the next offset only grows, and a new
+   segment starts at the offset after the last one written (:mod:`~pylog.storage.log.local_log`,
+   :mod:`~pylog.storage.log.append`).
+2. A reader never sees part of a batch: readers in this process read up to sizes published after each write
+   completes; readers in other processes only count a batch once it is whole and its CRC checks
+   (:mod:`~pylog.storage.log.local_log`).
+3. After a crash the writer re-validates the segments from the checkpointed recovery point on, truncates a torn
+   tail and rebuilds their indexes; whatever was flushed (fsync) is kept (:mod:`~pylog.storage.log.loader`,
+   :mod:`~pylog.storage.log.durability`).
+4. Exactly one writer per partition across threads and processes at any moment: an ``flock`` on ``.lock`` taken on
+   the first write and held until :meth:`Partition.close` or :meth:`Partition.release_writer` (which the store's
+   descriptor budget also calls, through :meth:`Partition.release_handles`, for a partition used least recently:
+   see :mod:`pylog.storage.handles`). Writers that take turns (producers of several processes sharing a partition)
+   ask the holder for it through a shared ``flock`` on ``.want`` while they wait; the holder looks with
+   :meth:`Partition.handover_wanted` and hands over by releasing; that probe's descriptor is never closed under a
+   probe in another thread (its number reused, the probe's unlock could release another file's lock). Readers take
+   no lock (:mod:`~pylog.storage.log.writer_lock`).
+5. Retention removes whole segments from the head only, after the checkpoint has recorded the new log start offset
+   (so a crash mid-way leaves only segments that the next open deletes); the active segment goes only after a roll
+   has put an empty one after it (:mod:`~pylog.storage.log.maintenance`, :mod:`~pylog.storage.log.loader`).
+   Segments before the recovery point are sealed and fsynced. A roll leaves the fsync of the segment it sealed to
+   the background sync thread (:mod:`pylog.storage.syncer`), which moves the recovery point past it once done;
+   ``flush``, ``close`` and handing the writer lock over sync whatever is still pending first. Handing over does
+   not fsync the active segment: a handle's ``flush`` and ``close`` fsync every file it appended to and has not
+   fsynced, whether or not it is still the writer (:mod:`~pylog.storage.log.durability`).
+6. Maintenance (retention, delete-records, compaction) runs one at a time per partition and only in the writer. It
+   never closes a segment another thread may be reading: removed segments are unlinked and released when the last
+   snapshot holding them goes; a reader whose segment vanished or was replaced under it takes a new snapshot and
+   retries, so it sees the records or ``OffsetOutOfRangeError`` (:mod:`~pylog.storage.log.maintenance`).
+7. Reads never go backwards: records come out in strictly increasing offset order even while another process is
+   half-way through swapping compacted segments in (:mod:`~pylog.storage.log.local_log`).
+8. Once an fsync failed, nothing is called durable again; the partition refuses work until the store is reopened
+   (:mod:`~pylog.storage.log.durability`).
+9. Every batch of an append call is encoded and checked before any is written; an idempotent producer's retry is
+   not appended twice (:mod:`~pylog.storage.log.append`).
+10. Damage in the middle of the active segment after a clean close is never cut silently
+    (:mod:`~pylog.storage.log.loader`).
+
+This module is the partition's public API and wires the parts, which live below it in
+:mod:`pylog.storage.log`, each owning one concern:
+
+- :mod:`~pylog.storage.log.writer_lock` (:class:`WriterLock`): the ``flock`` on ``.lock`` and turn-taking
+  (invariant 4);
+- :mod:`~pylog.storage.log.local_log` (:class:`LocalLog`): the segment list, the log start, readers' refresh and
+  reads (invariants 1, 2, 7);
+- :mod:`~pylog.storage.log.loader`: opening as the writer, recovery, interrupted swaps (invariants 3, 10);
+- :mod:`~pylog.storage.log.durability` (:class:`Durability`): checkpoint, recovery point, rolls and their
+  background fsync, flushes, the failed state (invariants 3, 5, 8);
+- :mod:`~pylog.storage.log.append` (:class:`Appender`): batch bounds, encoding, idempotent producers (invariants
+  1, 9);
+- :mod:`~pylog.storage.log.maintenance`: retention, delete-records, the view side of compaction swaps (invariants
+  5, 6);
+- :mod:`~pylog.storage.log.waiting` (:class:`Waiters`): waking readers that wait for appends, here and in other
+  processes.
 
 Invariants kept here: the facade holds ONE append lock (an ``RLock``, private) that every part's
 writer-side state changes under, and a maintenance lock (private), always taken before it, never after.
@@ -16,18 +63,19 @@ The parts never call each other's private names; the facade passes each what it 
 storage takes either lock: it asks for what it needs by name. Who touches a partition's files, under which
 lock:
 
-- appends, rolls, flushes, checkpoints (:mod:`.append`, :mod:`.durability`): the append lock;
+- appends, rolls, flushes, checkpoints (:mod:`~pylog.storage.log.append`, :mod:`~pylog.storage.log.durability`):
+  the append lock;
 - retention and delete-records (:meth:`Partition.enforce_retention`, :meth:`Partition.delete_records`,
-  :mod:`.maintenance`): the maintenance lock, then the append lock;
-- the compaction swap (:meth:`Partition.swap_in`, protocol in :mod:`pylog.storage.swap`) and removing
-  unfinished compaction output (:meth:`Partition.remove_swap_leftovers`): the maintenance lock, then (for
-  the swap) the append lock; the cleaner itself writes only its own ``.cleaned`` files and its cleaner
-  checkpoint, inside :meth:`Partition.maintenance_pass`;
-- opening as the writer, recovery, finishing an interrupted swap (:mod:`.loader`): the append lock and the
-  writer lock;
+  :mod:`~pylog.storage.log.maintenance`): the maintenance lock, then the append lock;
+- the compaction swap (:meth:`Partition.swap_in`, protocol in :mod:`pylog.storage.swap`) and removing unfinished
+  compaction output (:meth:`Partition.remove_swap_leftovers`): the maintenance lock, then (for the swap) the
+  append lock; the cleaner itself writes only its own ``.cleaned`` files and its cleaner checkpoint, inside
+  :meth:`Partition.maintenance_pass`;
+- opening as the writer, recovery, finishing an interrupted swap (:mod:`~pylog.storage.log.loader`): the append
+  lock and the writer lock;
 - handing the writer lock over, letting go of descriptors (:meth:`Partition.release_turn`,
-  :meth:`Partition.release_handles`): the maintenance lock (not waited for by the latter), then the
-  append lock; a turn of many appends by another layer holds it through :meth:`Partition.writer_turn`;
+  :meth:`Partition.release_handles`): the maintenance lock (not waited for by the latter), then the append lock; a
+  turn of many appends by another layer holds it through :meth:`Partition.writer_turn`;
 - deleting a topic's files (the store): :meth:`Partition.held_for_discard`, then ``close(discard=True)``.
 
 Thread-safety: every public method may be called from any thread. Appends serialise on the append lock;
@@ -46,23 +94,23 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
-from ...config import TopicConfig
-from ...errors import (CorruptRecordError, InvalidArgumentError, InvalidRecordError, LogFailedError,
+from .config import TopicConfig
+from .errors import (CorruptRecordError, InvalidArgumentError, InvalidRecordError, LogFailedError,
                        PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
-from ..checkpoint import read_checkpoint
-from ..fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
-from ..handles import PER_PARTITION, SEGMENT_COST, HandleCache
-from ..notify import Notifier
-from ..records import Record, RecordColumns, column_parts, header_rows, now_ms, slices_records
-from ..retention import RetentionResult
-from ..segment import ReadSlice, Segment
-from .. import swap
-from . import loader, maintenance
-from .append import SEQ_MOD, Appender, Columns, should_roll
-from .durability import Durability
-from .local_log import LocalLog
-from .waiting import Waiters
-from .writer_lock import WriterLock
+from .storage.checkpoint import read_checkpoint
+from .storage.fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
+from .storage.handles import PER_PARTITION, SEGMENT_COST, HandleCache
+from .storage.notify import Notifier
+from .storage.records import Record, RecordColumns, column_parts, header_rows, now_ms, slices_records
+from .storage.retention import RetentionResult
+from .segment import ReadSlice, Segment
+from .storage import swap
+from .storage.log import loader, maintenance
+from .storage.log.append import SEQ_MOD, Appender, Columns, should_roll
+from .storage.log.durability import Durability
+from .storage.log.local_log import LocalLog
+from .storage.log.waiting import Waiters
+from .storage.log.writer_lock import WriterLock
 
 __all__ = ["Partition", "DEFAULT_MAX_BYTES"]
 
@@ -127,7 +175,7 @@ class Partition:
         self._local = LocalLog(directory, topic, number, config, self._append_lock, lambda: self._writer.held,
                                lambda: self._closed)
         #: Internal API (the partition's modules and tests): recovery point, unsynced rolls, pending
-        #: flushes and the failed state; see :class:`~pylog.storage.partition.durability.Durability`.
+        #: flushes and the failed state; see :class:`~pylog.storage.log.durability.Durability`.
         self.durability = Durability(self._local, self._append_lock, self._writer, lambda: self._closed)
         self._appender = Appender(name, directory, config)
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
@@ -162,7 +210,7 @@ class Partition:
     @property
     def local_log(self) -> LocalLog:
         """Internal API (the partition's modules, benchmarks and tests): the segment view and log start as
-        this handle sees them; see :class:`~pylog.storage.partition.local_log.LocalLog`."""
+        this handle sees them; see :class:`~pylog.storage.log.local_log.LocalLog`."""
         return self._local
 
     @property

@@ -1,6 +1,6 @@
 """The partition's writer lock and the turn-taking protocol between writers.
 
-Invariants (numbered as in :mod:`pylog.storage.partition`):
+Invariants (numbered as in :mod:`pylog.partition`):
 4. Exactly one writer per partition across threads and processes at any moment: an ``flock`` on ``.lock``
    taken on the first write and held until :meth:`Partition.close` or :meth:`Partition.release_writer`
    (also called when the store's descriptor budget lets go of the partition's files).

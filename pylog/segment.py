@@ -10,7 +10,7 @@ Invariants:
   the recovery point moves past them; only after a power cut that took a sealed segment's unsynced pages
   does recovery cut one, and that runs in the writer before any reader of the new process maps it) and are
   read through a read-only mmap without copying. Indexes are mmapped, which is safe because index files are only
-  ever replaced by rename (see :mod:`pylog.storage.index`).
+  ever replaced by rename (see :mod:`pylog.index`).
 - Indexes are derived data: a missing or damaged index is rebuilt from the log (written back by the
   writer, kept in memory by readers). A reader keeps its index mappings while the files keep their
   inode (files are replaced by rename only) and counts the entries the writer appends in place.
@@ -46,16 +46,16 @@ import mmap
 import os
 from typing import Any, Iterator
 
-from ..errors import CorruptRecordError
-from .fileio import fsync_files, truncate_durably, write_all
-from .filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
+from .errors import CorruptRecordError
+from .storage.fileio import fsync_files, truncate_durably, write_all
+from .storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
-from .records import HEADER_SIZE, BatchHeader, check_header, parse_header
-from . import segment_check, segment_read
-from .segment_check import index_due
-from .segment_file import LogFile, SegmentReplacedError
-from .segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, LogBytes, ReadSlice
-from .segment_tail import TailRecord
+from .storage.records import HEADER_SIZE, BatchHeader, check_header, parse_header
+from .storage import segment_check, segment_read
+from .storage.segment_check import index_due
+from .storage.segment_file import LogFile, SegmentReplacedError
+from .storage.segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, LogBytes, ReadSlice
+from .storage.segment_tail import TailRecord
 
 __all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
 
@@ -257,7 +257,7 @@ class Segment:
         the entries the writer appended since (up to the visible size); (None, None) when a file was
         replaced (sealed at a roll, re-grown by a reopened writer, rebuilt by recovery): open them anew.
 
-        Index files are replaced only by rename (:mod:`pylog.storage.index`), so an unchanged inode means the
+        Index files are replaced only by rename (:mod:`pylog.index`), so an unchanged inode means the
         mapping is current: two ``stat`` calls instead of two opens, mappings and sanity checks.
         """
         self._indexes_stale = False  # before looking: growth noticed meanwhile marks them again

@@ -1,7 +1,7 @@
 """What of a partition is durable: the checkpoint and recovery point, rolls and their background fsync,
 flushes, and the failed state that an fsync error leaves.
 
-Invariants (numbered as in :mod:`pylog.storage.partition`):
+Invariants (numbered as in :mod:`pylog.partition`):
 3. After a crash the writer re-validates the segments from the checkpointed recovery point on, truncates a
    torn tail and rebuilds their indexes; whatever was flushed (fsync) is kept. So the recovery point never
    moves past a segment that is not sealed and fsynced.
@@ -33,7 +33,7 @@ from ...errors import LogFailedError
 from ..checkpoint import Checkpoint, write_checkpoint
 from ..fileio import DESCRIPTOR_ERRNOS, fault, raise_fault, fsync_dir
 from ..handles import RateLimitedLog
-from ..segment import Segment
+from ...segment import Segment
 from .. import syncer
 from .local_log import LocalLog
 from .writer_lock import WriterLock

@@ -17,14 +17,14 @@ import os
 import threading
 from typing import Any, Iterable, Mapping
 
-from ..config import TopicConfig
-from ..errors import (CorruptRecordError, InvalidArgumentError, InvalidConfigError, InvalidTopicError,
+from .config import TopicConfig
+from .errors import (CorruptRecordError, InvalidArgumentError, InvalidConfigError, InvalidTopicError,
                       ReadOnlyStoreError, UnknownTopicError)
-from .fileio import atomic_write, descriptor_faults, write_faults
-from .filenames import OFFSETS_TOPIC, TOPIC_FILE, is_internal_topic
-from .handles import HandleCache
+from .storage.fileio import atomic_write, descriptor_faults, write_faults
+from .storage.filenames import OFFSETS_TOPIC, TOPIC_FILE, is_internal_topic
+from .storage.handles import HandleCache
 from .partition import Partition
-from .records import crc32c
+from .storage.records import crc32c
 
 __all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each", "check_partition_count", "MAX_PARTITIONS"]
 

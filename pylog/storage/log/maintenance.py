@@ -1,7 +1,7 @@
 """Maintenance of a partition's segment list by its writer: retention, delete-records, and the compaction
 swap (:func:`swap_in`, whose numbered crash-safety protocol is documented in :mod:`pylog.storage.swap`).
 
-Invariants (numbered as in :mod:`pylog.storage.partition`):
+Invariants (numbered as in :mod:`pylog.partition`):
 5. Retention removes whole segments from the head only, after the checkpoint has recorded the new log
    start offset (so a crash mid-way leaves only segments that the next open deletes); the active segment
    goes only after a roll has put an empty one after it.
@@ -24,7 +24,7 @@ from ...config import TopicConfig
 from ...errors import OffsetOutOfRangeError
 from ..fileio import fsync_dir
 from ..retention import RetentionResult, deletable_prefix
-from ..segment import Segment
+from ...segment import Segment
 from .. import swap
 from .durability import Durability
 from .local_log import LocalLog

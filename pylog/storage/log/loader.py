@@ -1,7 +1,7 @@
 """Opening a partition as its writer: interrupted compaction swaps, crash recovery, and the check of the
 active segment after a clean close.
 
-Invariants (numbered as in :mod:`pylog.storage.partition`):
+Invariants (numbered as in :mod:`pylog.partition`):
 3. After a crash the writer re-validates the segments from the checkpointed recovery point on, truncates a
    torn tail and rebuilds their indexes; whatever was flushed (fsync) is kept. Offsets stay contiguous:
    whatever follows a segment that recovery cut is deleted.
@@ -25,7 +25,7 @@ from typing import Any, Callable, NamedTuple
 from ...errors import CorruptRecordError
 from ..checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from ..filenames import SWAP_MANIFEST_FILE, list_segment_bases
-from ..segment import Segment
+from ...segment import Segment
 from ..swap import finish_interrupted_swap
 from .local_log import LocalLog
 

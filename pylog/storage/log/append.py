@@ -1,6 +1,6 @@
 """Turning an append call into batches: batch bounds, encoding, when to roll, and idempotent producers.
 
-Invariants (numbered as in :mod:`pylog.storage.partition`):
+Invariants (numbered as in :mod:`pylog.partition`):
 1. Offsets are dense (as written) and strictly increasing: each batch is encoded at the offset after the
    previous one (:meth:`Appender.encode_runs`), and a batch whose last offset would overflow the segment's
    relative offsets rolls first (:func:`should_roll`).
@@ -26,7 +26,7 @@ from ...errors import CorruptRecordError, InvalidRecordError, RecordTooLargeErro
 from ..producer_state import ProducerState
 from ..records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, EncodeOptions, encode_parts, now_ms,
                        slice_parts)
-from ..segment import Segment
+from ...segment import Segment
 from .local_log import LocalLog
 
 __all__ = ["Appender", "Columns", "should_roll", "SEQ_MOD"]

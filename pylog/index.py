@@ -43,10 +43,10 @@ from typing import Any, Self, TypeVar
 
 import numpy as np
 
-from ..errors import CorruptRecordError
-from .fileio import fsync_dir, write_all
-from .filenames import TMP_SUFFIX
-from .records import crc32c
+from .errors import CorruptRecordError
+from .storage.fileio import fsync_dir, write_all
+from .storage.filenames import TMP_SUFFIX
+from .storage.records import crc32c
 
 __all__ = ["OffsetIndex", "TimeIndex", "IndexError_"]
 

@@ -1,6 +1,6 @@
 """The partition's segment list (its *view*), the log start offset, and the reads over a snapshot of them.
 
-Invariants (numbered as in :mod:`pylog.storage.partition`):
+Invariants (numbered as in :mod:`pylog.partition`):
 1. Offsets are dense (as written), strictly increasing and never reused: a new segment starts at the offset
    after the last one written.
 2. A reader never sees part of a batch: readers in this process read up to sizes published after each
@@ -28,7 +28,7 @@ from ...config import TopicConfig
 from ...errors import CorruptRecordError, LogFailedError, OffsetOutOfRangeError, StoreClosedError, UnknownTopicError
 from ..checkpoint import Checkpoint, read_checkpoint
 from ..filenames import CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, list_segment_bases
-from ..segment import ReadSlice, Segment
+from ...segment import ReadSlice, Segment
 
 __all__ = ["LocalLog", "READ_RETRIES"]
 
