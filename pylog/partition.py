@@ -100,7 +100,7 @@ from .errors import (CorruptRecordError, InvalidArgumentError, InvalidRecordErro
 from .storage.checkpoint import read_checkpoint
 from .storage.fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
 from .storage.handles import PER_PARTITION, SEGMENT_COST, HandleCache
-from .storage.notify import Notifier
+from .storage.notify import AppendWatch, Notifier
 from .storage.records import Record, RecordColumns, column_parts, header_rows, now_ms, slices_records
 from .storage.retention import RetentionResult
 from .segment import ReadSlice, Segment
@@ -112,7 +112,7 @@ from .storage.log.local_log import LocalLog
 from .storage.log.waiting import Waiters
 from .storage.log.writer_lock import WriterLock
 
-__all__ = ["Partition", "DEFAULT_MAX_BYTES"]
+__all__ = ["Partition", "DEFAULT_MAX_BYTES", "watch_appends"]
 
 log = logging.getLogger("pylog.partition")
 
@@ -215,8 +215,8 @@ class Partition:
 
     @property
     def notifier(self) -> Notifier:
-        """Internal API: the partition's cross-process wake-up (:mod:`pylog.storage.notify`), which the
-        consumer watches across several partitions at once."""
+        """Internal API (tests): the partition's cross-process wake-up (:mod:`pylog.storage.notify`); readers
+        waiting on several partitions use :func:`watch_appends`."""
         return self._waiters.notifier
 
     def abandon(self) -> None:
@@ -1063,3 +1063,23 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition({self.topic!r}, {self.number}, segments={len(self._local.segments)})"
+
+
+def watch_appends(partitions: Sequence[Partition]) -> AppendWatch:
+    """The wake-up API: one wait for an append to any of ``partitions`` (by any handle, in any process on this
+    kernel), for readers waiting on several partitions at once (a consumer's poll, ``pylog serve``'s long-poll
+    fetches). :meth:`Partition.wait_for_data` is the same for one partition. Use::
+
+        with watch_appends(parts) as watch:          # the sequences are read on entry,
+            for i, p in enumerate(parts):             # then the log ends
+                if p.log_end_offset > wanted[i]:
+                    watch.found(i); return
+            if not watch.sleep(timeout):              # at most min(timeout, notify.SLICE) seconds
+                <poll the log ends>                   # False: wake-ups unavailable
+
+    A wake-up is never lost between the caller's check and its sleep (:mod:`pylog.storage.notify`). The watch
+    is unusable (``sleep`` returns False at once) when one of ``partitions`` is written through its own handle
+    (its appends wake that handle's :meth:`Partition.wait_for_data`, not the shared futex) or where futexes
+    are unavailable. Not shared between threads.
+    """
+    return AppendWatch([None if p._writer.held else p._waiters.notifier for p in partitions])
