@@ -550,7 +550,7 @@ async def test_a_crash_keeps_the_last_stable_generation(store: Any) -> None:
 
 @pytest.mark.asyncio
 async def test_a_damaged_saved_groups_file_starts_every_group_empty(store: Any, caplog: Any) -> None:
-    from pylog.server.groupstate import groups_path
+    from pylog.storage.group_state import groups_path
     c = make(store)
     a = await join(c, client_id="a")
     await sync(c, a["member_id"], 1, {a["member_id"]: b"all"})

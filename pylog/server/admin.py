@@ -30,9 +30,8 @@ from typing import TYPE_CHECKING, Any
 
 from ..config import SETTINGS, STORE_SETTINGS, TopicConfig
 from ..errors import InvalidGroupError, PylogError, RebalanceInProgressError, TopicExistsError
-from ..clients.groups import check_group_id
 from ..structs import TopicPartition
-from ..storage.filenames import is_internal_topic, topic_name_problem
+from ..store import check_group_id, is_internal_topic, topic_name_problem
 from .group import DEAD, EMPTY
 from .errormap import code_for
 from .authorizer import CLUSTER_NAME

@@ -53,10 +53,8 @@ import functools
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..errors import AuthenticationError, PylogError, UnsupportedApiVersionError
+from ..errors import DESCRIPTOR_ERRNOS, AuthenticationError, PylogError, RateLimitedLog, UnsupportedApiVersionError
 from . import auth, protocol
-from ..storage.fileio import DESCRIPTOR_ERRNOS
-from ..storage.handles import RateLimitedLog
 from .protocol import codes as E
 
 if TYPE_CHECKING:

@@ -39,7 +39,7 @@ Invariants:
   offsets pylog's own consumers and ``store.group_lag`` use. A group's commits and deletion are
   serialised, so they land in the order they were validated.
 - Group state (generation, protocol, leader, members with their subscriptions and assignments) is saved in
-  the store (:mod:`pylog.server.groupstate`, ``__consumer_groups/.coordinator``) each time a group reaches a
+  the store (``Store.replace_coordinator_groups``, ``__consumer_groups/.coordinator``) each time a group reaches a
   new stable generation, becomes empty, is deleted or a static member is replaced, and is loaded by
   :meth:`GroupCoordinator.load` when the server starts: after a restart (clean, or a crash: the last
   saved stable generation) every member carries on with its member id, generation and assignment, and a

@@ -21,8 +21,8 @@ import struct
 from dataclasses import dataclass, field
 from typing import Any, Iterable, NamedTuple
 
-from ..clients.groups import check_group_id
 from ..errors import InvalidGroupError
+from ..store import check_group_id
 from ..structs import TopicPartition
 
 __all__ = ["EMPTY", "PREPARING_REBALANCE", "COMPLETING_REBALANCE", "STABLE", "DEAD", "CONSUMER_PROTOCOL_TYPE",

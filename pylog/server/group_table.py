@@ -3,7 +3,8 @@
 The table owns which groups exist in memory (``max_groups``; Empty groups are dropped to make room), how many
 bytes their members hold (``max_member_bytes``), the lock that serialises each group's store writes (commits,
 deletion: :meth:`GroupTable.group_io`) and the copy of each group's last stable (or empty) state that a
-restarted server takes over (:mod:`pylog.server.groupstate`, written by the server's storage pool). It never
+restarted server takes over (``Store.coordinator_groups`` / ``replace_coordinator_groups``, written by the
+server's storage pool). It never
 changes a group's membership: that is :mod:`pylog.server.coordinator`'s.
 
 Invariants:
@@ -25,10 +26,9 @@ import threading
 from concurrent.futures import Executor
 from typing import Any, AsyncIterator, Callable, Iterator, TypeVar
 
-from ..errors import PylogError
-from ..storage.handles import RateLimitedLog
+from ..errors import PylogError, RateLimitedLog
+from ..store import SavedGroup, SavedMember
 from .group import DEAD, EMPTY, STABLE, Group, Member, member_size
-from .groupstate import SavedGroup, SavedMember, encode_groups, read_groups, write_groups
 
 __all__ = ["GroupTable"]
 
@@ -64,10 +64,10 @@ class GroupTable:
         #: group id -> [lock, users]: serialises a group's store writes (commits, deletion).
         self._io_locks: dict[str, list[Any]] = {}
         self._closed = False
-        #: Each group's last saved stable (or empty) state, and (version, file body) of the latest snapshot
-        #: of them; the writer (the executor) writes a version once, the newest it finds (see save).
+        #: Each group's last saved stable (or empty) state, and (version, groups) of the latest snapshot
+        #: of them (immutable); the writer (the executor) writes a version once, the newest it finds (see save).
         self._saved: dict[str, SavedGroup] = {}
-        self._snapshot: tuple[int, bytes] = (0, b"")
+        self._snapshot: tuple[int, tuple[SavedGroup, ...]] = (0, ())
         self._written_version = 0
         self._write_queued = False
         self._write_lock = threading.Lock()
@@ -193,7 +193,7 @@ class GroupTable:
         coordinator starts their members' sessions). A damaged file is logged and ignored (every group starts
         empty, clients rejoin); a group that pylog's own consumers took over meanwhile is left to them."""
         try:
-            saved = await self.run(read_groups, self.store.path)
+            saved = await self.run(self.store.coordinator_groups)
         except (PylogError, OSError) as exc:
             log.warning("the coordinator's saved groups cannot be read (%s); every group starts empty", exc)
             return []
@@ -239,8 +239,8 @@ class GroupTable:
     def _snapshot_changed(self) -> None:
         if self.store.read_only:
             return
-        # One attribute, replaced whole: the writer thread reads a version and its body together.
-        self._snapshot = (self._snapshot[0] + 1, encode_groups(list(self._saved.values())))
+        # One attribute, replaced whole: the writer thread reads a version and its groups together.
+        self._snapshot = (self._snapshot[0] + 1, tuple(self._saved.values()))
         if not self._write_queued:
             self._queue_write()
 
@@ -254,11 +254,11 @@ class GroupTable:
         it is written already; False when the file system refused (logged; the next change tries again)."""
         with self._write_lock:
             self._write_queued = False  # cleared first: a change from now on queues another write
-            version, body = self._snapshot
+            version, groups = self._snapshot
             if version <= self._written_version:
                 return True
             try:
-                write_groups(self.store.path, body)
+                self.store.replace_coordinator_groups(groups)
             except (PylogError, OSError) as exc:
                 log.warning("the coordinator's groups could not be saved (%s): a restart would lose their "
                             "membership", exc)

@@ -30,9 +30,8 @@ import asyncio
 import logging
 from typing import TYPE_CHECKING, Any
 
-from ..errors import OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
-from ..storage.fileio import DESCRIPTOR_ERRNOS
-from ..storage.filenames import is_internal_topic, topic_name_problem
+from ..errors import DESCRIPTOR_ERRNOS, OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
+from ..store import is_internal_topic, topic_name_problem
 from ..partition import Partition
 from . import recordbatch
 from .errormap import code_for

@@ -33,9 +33,7 @@ import socket
 import threading
 from typing import Any, Callable
 
-from ..errors import InvalidArgumentError
-from ..storage.fileio import DESCRIPTOR_ERRNOS
-from ..storage.handles import PER_PARTITION, RateLimitedLog, descriptor_limit
+from ..errors import DESCRIPTOR_ERRNOS, InvalidArgumentError, RateLimitedLog
 from ..store import Store
 from ..store import open as open_store
 from . import routes
@@ -347,15 +345,14 @@ class Server:
 
 def _log_descriptors(store: Store) -> None:
     """Tell the operator how many file descriptors the server may use and how it will spend them."""
-    limit = descriptor_limit()
-    budget = store.handles.budget
-    capacity = store.handles.capacity
+    d = store.descriptor_figures()
+    limit, budget = d["limit"], d["budget"]
     level = logging.WARNING if limit - budget < 256 else logging.INFO
     log.log(level, "pylog serve: may open %d file descriptors (RLIMIT_NOFILE, `ulimit -n`); the store's partitions "
             "keep at most %d of them (max.open.descriptors: about %d per partition in use, so %d partitions at once; "
             "the least recently used let go of their files and open them again when used), the other %d are for "
-            "connections (one each) and the rest of the process%s", limit, budget, PER_PARTITION, capacity,
-            limit - budget, "; raise `ulimit -n` to serve more than a few hundred connections"
+            "connections (one each) and the rest of the process%s", limit, budget, d["per_partition"],
+            d["partitions"], limit - budget, "; raise `ulimit -n` to serve more than a few hundred connections"
             if level == logging.WARNING else "")
 
 
@@ -366,7 +363,7 @@ def _loop_exception_handler(store: Store) -> Callable[[asyncio.AbstractEventLoop
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
         if isinstance(exc, OSError) and exc.errno in DESCRIPTOR_ERRNOS:
-            freed = store.handles.shrink(_SHRINK_ON_EMFILE)
+            freed = store.release_descriptors(_SHRINK_ON_EMFILE)
             _shortage.log(logging.ERROR, "accept", "pylog serve: out of file descriptors (%s: %s); new connections "
                           "wait (accepting again every second), the store let go of %d partitions' files; raise "
                           "`ulimit -n` or lower max.open.descriptors", context.get("message"), exc, freed)

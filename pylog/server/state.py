@@ -30,9 +30,7 @@ import os
 import threading
 from typing import Any, Awaitable, Callable, Protocol
 
-from ..errors import PylogError
-from ..storage import group_commit
-from ..storage.handles import RateLimitedLog
+from ..errors import PylogError, RateLimitedLog
 from ..store import Store
 from . import protocol
 from .authorizer import Authorizer, ResourceType, principal_of
@@ -93,7 +91,7 @@ class ServerState:
         self.decoder = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pylog-serve-decode")
         self.waiters = FetchWaiters(loop)
         #: The fsyncs of acks=all: the process's group commit, shared with pylog's producers in this process.
-        self.group_commit = group_commit.default()
+        self.group_commit = store.group_commit
         self._gc_start = self.group_commit.stats()
         self.acks_all_requests = 0  # produce requests with acks=all answered after their fsyncs
         #: The partitions the server holds for its appends, handed over when idle (pylog.server.turns).

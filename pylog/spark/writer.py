@@ -41,10 +41,9 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 
 from ..clients.partitioner import partitions_for_keys
 from ..errors import InvalidRecordError, InvalidTopicError, PartitionLockedError, TopicExistsError, UnknownTopicError
-from ..storage.filenames import is_internal_topic
 from ..partition import Partition
 from ..storage.records import now_ms
-from ..store import Store
+from ..store import Store, is_internal_topic
 from ..store import open as open_pylog
 from .options import InvalidOptionError, WriteOptions
 from .reader import open_store

@@ -1,4 +1,4 @@
-"""pylog/server/groupstate.py: the coordinator's saved groups file read back exactly, and every damaged or
+"""pylog/storage/group_state.py: the coordinator's saved groups file read back exactly, and every damaged or
 hostile file refused with CorruptRecordError (never another exception, never a wrong group)."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ import msgpack
 import pytest
 
 from pylog.errors import CorruptRecordError, RecordTooLargeError
-from pylog.server.groupstate import MAX_BYTES, SavedGroup, SavedMember, decode_groups, encode_groups, read_groups, write_groups
+from pylog.storage.group_state import MAX_BYTES, SavedGroup, SavedMember, decode_groups, encode_groups, read_groups, write_groups
 from pylog.storage.fileio import checked, encode_doc
 
 MEMBER = SavedMember("m-1", "inst", "cli", "/127.0.0.1", 10_000, 20_000, [("range", b"\x00\x01"), ("rr", b"")], b"as")
