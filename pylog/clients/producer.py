@@ -596,18 +596,9 @@ class Producer:
 
     @staticmethod
     def _hand_over_one(part: "Partition", wanted_only: bool = True, blocking: bool = True) -> bool:
-        """Hand ``part`` over if another handle waits for it (or, with ``wanted_only`` False, whether or
-        not: with ``blocking`` False not if its maintenance is under way, see Partition.release_turn);
-        False when the partition is gone. Never raises: the records are appended already."""
-        try:
-            if wanted_only:
-                part.hand_over()
-            else:
-                part.release_turn(blocking)
-            return True
-        except Exception:  # a closed store, a deleted topic, a full disk: nothing more to hand over
-            log.debug("pylog producer: handing over %s-%d failed", part.topic, part.number, exc_info=True)
-            return False
+        """Hand ``part`` over (:meth:`Partition.pass_turn <pylog.partition.Partition.pass_turn>`, the hand-over
+        pylog serve makes too); False when the partition is gone. Never raises: the records are appended already."""
+        return part.pass_turn(wanted_only=wanted_only, blocking=blocking)
 
     def _drain_all(self) -> None:
         for topic in list(self._accs):

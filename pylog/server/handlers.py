@@ -319,7 +319,7 @@ class DataHandlers:
             finally:
                 # Another writer (a pylog producer) waiting for its turn gets it now. The fsync comes later (the
                 # group commit): a handle that let the writer lock go still fsyncs its appends, by file name.
-                _hand_over(part)
+                part.pass_turn()  # never raises: the append's outcome is decided
                 if part.is_writer:
                     self.s.turns.note(part)  # handed over once another writer asks, even if idle from now on
             entry.update(error_code=E.NONE, base_offset=first)
@@ -575,16 +575,6 @@ def _flush_due(part: Partition) -> bool:
         return part.flush_due()
     except PylogError:  # a store closing under the call: its close fsyncs
         return False
-
-
-def _hand_over(part: Partition) -> None:
-    """Let a writer waiting for ``part`` have it; never raises: the append's outcome is already decided (a store
-    closing under the call, a deleted topic: nothing left to hand over; out of descriptors for the hand-over
-    probe: the server's sweep looks again, see pylog.server.turns)."""
-    try:
-        part.hand_over()
-    except (PylogError, OSError):
-        log.debug("pylog serve: handing over %s-%d failed", part.topic, part.number, exc_info=True)
 
 
 def _keyless_records(batch: Any) -> list[dict]:
