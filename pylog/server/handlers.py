@@ -577,7 +577,7 @@ def _flush_due(part: Partition) -> bool:
         return False
 
 
-def _keyless_records(batch: Any) -> list[dict]:
+def _keyless_records(batch: recordbatch.KafkaBatch) -> list[dict]:
     """ProduceResponse ``record_errors`` for the records of ``batch`` without a key (none: an empty list)."""
     klens = batch.key_lengths
     at = range(batch.record_count) if klens is None else (klens < 0).nonzero()[0].tolist()

@@ -44,6 +44,7 @@ import crc32c as _crc32c
 import numpy as np
 
 from ..accel import native as _native
+from ..partition import Partition
 from ..errors import (CorruptBatchError, InvalidBatchError, RecordTooLargeError,
                       UnsupportedCompressionError, UnsupportedMagicError)
 from ..storage.records.format import ATTR_LOG_APPEND_TIME
@@ -78,6 +79,10 @@ def kafka_error_code(exc: BaseException) -> int:
     return code_for(exc)
 
 
+#: One record's headers: ``(key, value)`` pairs, a null value as None.
+RecordHeaders = tuple[tuple[str, "bytes | None"], ...]
+
+
 class KafkaBatch:
     """One decoded v2 batch: its header fields and its records as columns for ``Partition.append_columns``.
 
@@ -90,6 +95,24 @@ class KafkaBatch:
     __slots__ = ("base_offset", "partition_leader_epoch", "attributes", "last_offset_delta", "base_timestamp",
                  "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "record_count",
                  "value_lengths", "value_data", "key_lengths", "key_data", "timestamps", "headers", "size")
+
+    base_offset: int
+    partition_leader_epoch: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    value_lengths: np.ndarray
+    value_data: bytes
+    key_lengths: np.ndarray | None
+    key_data: bytes | None
+    timestamps: np.ndarray
+    headers: list[RecordHeaders] | None
+    size: int
 
     def __init__(self, header: tuple, columns: tuple, size: int) -> None:
         (self.base_offset, _, self.partition_leader_epoch, _, _, self.attributes, self.last_offset_delta,
@@ -307,16 +330,16 @@ def decode_batches(data: Any, max_size: int) -> list[KafkaBatch]:
     return out
 
 
-def append_batch(partition: Any, batch: KafkaBatch, *, in_turn: bool = True, flush_policy: bool = True) -> int:
+def append_batch(partition: Partition, batch: KafkaBatch, *, in_turn: bool = True, flush_policy: bool = True) -> int:
     """Append ``batch``'s records to ``partition`` (a pylog ``Partition``) through ``append_columns``, as one
     producer call (idempotent when the batch has a producer id: a retry is recognised); returns the offset of
     the first record (that of the original call, for a retry). ``flush_policy`` as for ``append_columns``."""
     # With the topic's compression.type "producer", a batch the client compressed (any codec) is stored lz4
     # compressed, pylog's one codec, and an uncompressed one uncompressed; any other setting decides alone.
-    return int(partition.append_columns(batch.value_lengths, batch.value_data, batch.key_lengths, batch.key_data,
+    return partition.append_columns(batch.value_lengths, batch.value_data, batch.key_lengths, batch.key_data,
                                         batch.timestamps, headers=batch.headers, producer=batch.producer,
                                         compression="lz4" if batch.codec else None, in_turn=in_turn,
-                                        flush_policy=flush_policy))
+                                        flush_policy=flush_policy)
 
 
 # ------------------------------------------------------------------------------------------- encoding
