@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -97,6 +98,35 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_STATE_DIR, ignore_errors=True)
 
 
+_JVM_BUILD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jvm", "build.py")
+_JVM_JAR: str | None = None
+_JVM_PROBLEM = "not built"
+
+
+def _build_jvm_reader(scratch) -> str | None:
+    """Builds the JVM reader (jvm/build.py) into ``scratch`` for the shared session; None, with the reason kept
+    for :func:`jvm_reader`, when there is no JDK. A failing compile fails loudly."""
+    global _JVM_PROBLEM
+    out = os.path.join(str(scratch), "pylog-spark.jar")
+    done = subprocess.run([sys.executable, _JVM_BUILD, "--out", out], capture_output=True, text=True, timeout=600)
+    if done.returncode == 2:
+        _JVM_PROBLEM = done.stderr.strip()
+        return None
+    if done.returncode != 0:
+        raise RuntimeError(f"jvm/build.py failed:\n{done.stdout}\n{done.stderr}")
+    return out
+
+
+@pytest.fixture(scope="session")
+def jvm_reader(spark) -> str:
+    """The JVM reader's format class, loaded in the shared session; skipped without a JDK, except in CI."""
+    if _JVM_JAR is None:
+        if os.environ.get("CI"):
+            pytest.fail(f"the JVM reader must be built in CI: {_JVM_PROBLEM}")
+        pytest.skip(_JVM_PROBLEM)
+    return "org.pylog.spark.PylogProvider"
+
+
 @pytest.fixture(scope="session")
 def spark(tmp_path_factory: pytest.TempPathFactory):
     """One local SparkSession for every Spark test: ``local[2]``, UI off, 2 shuffle partitions, Python
@@ -114,7 +144,11 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     os.environ["PYSPARK_PYTHON"] = sys.executable
     os.environ["PYSPARK_DRIVER_PYTHON"] = sys.executable
     scratch = tmp_path_factory.mktemp("spark")
+    global _JVM_JAR
+    _JVM_JAR = _build_jvm_reader(scratch)
+    jars = [_JVM_JAR] if _JVM_JAR else []
     session = (SparkSession.builder.master("local[2]").appName("pylog-tests")
+               .config("spark.jars", ",".join(jars))
                .config("spark.ui.enabled", "false")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")

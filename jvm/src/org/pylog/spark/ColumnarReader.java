@@ -1,0 +1,229 @@
+package org.pylog.spark;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.charset.StandardCharsets;
+import java.nio.file.Paths;
+
+import org.apache.spark.sql.connector.read.PartitionReader;
+import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
+import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
+import org.apache.spark.sql.types.StructField;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.vectorized.ColumnVector;
+import org.apache.spark.sql.vectorized.ColumnarBatch;
+
+/**
+ * One task's read of offsets {@code [from, until)} of a partition, as Spark columnar batches of at most
+ * {@link #ROWS} rows, straight from the segment files.
+ *
+ * <p>Invariants: rows come out in offset order, each once, only offsets inside the range; only the columns
+ * of the read schema are decoded (none at all for {@code count(*)}: record counts come from batch headers
+ * when a batch lies wholly inside the range); every batch's CRC is checked before any of its bytes is used.
+ */
+final class ColumnarReader implements PartitionReader<ColumnarBatch> {
+    static final int ROWS = 4096;
+
+    private final PylogInputPartition range;
+    private final PartitionLog.Cursor cursor;
+    private final String[] columns;
+    private final WritableColumnVector[] vectors;
+    private final ColumnarBatch out;
+    private final byte[] topicBytes;
+    private final byte[][] scratch = new byte[1][];
+    private final boolean needsBody;
+    private final boolean needsHeaders;
+    private byte[] copy = new byte[0];
+
+    private PartitionLog.Located current;
+    private Body body;
+    private byte[] bodyArray;
+    private int bodyBase;
+    private int row;          // next record of the current batch
+    private long keyPos;      // absolute positions in bodyArray of the next key / value data
+    private long valuePos;
+    private java.util.List<Object[]>[] headerRows;
+
+    ColumnarReader(PylogInputPartition range, StructType schema) {
+        this.range = range;
+        try {
+            this.cursor = PartitionLog.open(Paths.get(range.store, range.topic, Integer.toString(range.partition)))
+                    .cursor(range.from, range.until);
+        } catch (IOException e) {
+            throw new java.io.UncheckedIOException(e);
+        }
+        StructField[] fields = schema.fields();
+        columns = new String[fields.length];
+        boolean body = false;
+        boolean headers = false;
+        for (int i = 0; i < fields.length; i++) {
+            columns[i] = fields[i].name();
+            body |= !columns[i].equals("topic") && !columns[i].equals("partition");
+            headers |= columns[i].equals("headers");
+        }
+        needsBody = body;
+        needsHeaders = headers;
+        vectors = OnHeapColumnVector.allocateColumns(ROWS, schema);
+        out = new ColumnarBatch(vectors);
+        topicBytes = range.topic.getBytes(StandardCharsets.UTF_8);
+    }
+
+    @Override
+    public boolean next() throws IOException {
+        for (WritableColumnVector v : vectors) v.reset();
+        int n = 0;
+        while (n < ROWS) {
+            if (current == null && !advance()) {
+                break;
+            }
+            if (needsBody) {
+                if (body == null) openBody();
+                n = fill(n);
+            } else {
+                n = countOnly(n);
+            }
+            if (row >= current.batch().recordCount) current = null;
+        }
+        out.setNumRows(n);
+        return n > 0;
+    }
+
+    private boolean advance() throws IOException {
+        current = cursor.next();
+        body = null;
+        row = 0;
+        return current != null;
+    }
+
+    private void openBody() throws IOException {
+        Batch b = current.batch();
+        ByteBuffer buf = b.body(current.file(), current.at(), scratch, current.where());
+        body = new Body(b, buf, current.where());
+        if (buf.hasArray()) {
+            bodyArray = buf.array();
+            bodyBase = buf.arrayOffset();
+        } else {
+            int size = buf.remaining();
+            if (copy.length < size) copy = new byte[Math.max(size, copy.length * 2)];
+            buf.duplicate().get(copy, 0, size);
+            bodyArray = copy;
+            bodyBase = -buf.position();
+        }
+        keyPos = body.keyDataStart() + (long) bodyBase;
+        valuePos = body.valueDataStart() + (long) bodyBase;
+        headerRows = needsHeaders && body.headersAt >= 0 ? decodeHeaders() : null;
+    }
+
+    @SuppressWarnings("unchecked")
+    private java.util.List<Object[]>[] decodeHeaders() throws FormatException {
+        java.util.List<Object[]>[] rows = (java.util.List<Object[]>[]) new java.util.List<?>[body.n];
+        Headers.decode(body, (record, key, buf, valueAt, len) -> {
+            if (rows[record] == null) rows[record] = new java.util.ArrayList<>();
+            byte[] v = null;
+            if (valueAt >= 0) {
+                v = new byte[len];
+                buf.duplicate().position(valueAt).get(v);
+            }
+            rows[record].add(new Object[] {key.getBytes(StandardCharsets.UTF_8), v});
+        }, current.where());
+        return rows;
+    }
+
+    /** Rows without any body column (topic, partition or nothing): counts from offsets, no decoding needed
+     *  when the batch lies wholly inside the range. */
+    private int countOnly(int n) throws IOException {
+        Batch b = current.batch();
+        boolean inside = b.baseOffset >= range.from && b.lastOffset() < range.until
+                && (b.attributes & Batch.HAS_OFFSET_DELTAS) == 0;
+        if (!inside) {
+            if (body == null) openBody();
+            return fill(n);
+        }
+        int take = Math.min(ROWS - n, b.recordCount - row);
+        for (int c = 0; c < columns.length; c++) {
+            WritableColumnVector v = vectors[c];
+            if (columns[c].equals("partition")) {
+                v.putInts(n, take, range.partition);
+            } else {
+                for (int i = 0; i < take; i++) v.putByteArray(n + i, topicBytes);
+            }
+        }
+        row += take;
+        return n + take;
+    }
+
+    private int fill(int n) {
+        Batch b = current.batch();
+        while (row < body.n && n < ROWS) {
+            int i = row++;
+            int kl = body.keyLength(i);
+            int vl = body.valueLength(i);
+            long off = body.offset(i);
+            long kp = keyPos;
+            long vp = valuePos;
+            if (kl > 0) keyPos += kl;
+            if (vl > 0) valuePos += vl;
+            if (off < range.from) continue;
+            if (off >= range.until) {
+                row = body.n;
+                break;
+            }
+            for (int c = 0; c < columns.length; c++) {
+                WritableColumnVector v = vectors[c];
+                switch (columns[c]) {
+                    case "key" -> {
+                        if (kl < 0) v.putNull(n);
+                        else v.putByteArray(n, bodyArray, (int) kp, kl);
+                    }
+                    case "value" -> {
+                        if (vl < 0) v.putNull(n);
+                        else v.putByteArray(n, bodyArray, (int) vp, vl);
+                    }
+                    case "topic" -> v.putByteArray(n, topicBytes);
+                    case "partition" -> v.putInt(n, range.partition);
+                    case "offset" -> v.putLong(n, off);
+                    case "timestamp" -> v.putLong(n, body.timestamp(i) * 1000L);
+                    case "timestampType" -> v.putInt(n, body.timestampType());
+                    case "headers" -> putHeaders(v, n, i);
+                    default -> throw new IllegalStateException("unknown column " + columns[c]);
+                }
+            }
+            n++;
+        }
+        return n;
+    }
+
+    private void putHeaders(WritableColumnVector v, int n, int record) {
+        java.util.List<Object[]> hs = headerRows == null ? null : headerRows[record];
+        WritableColumnVector elems = v.arrayData();
+        int start = elems.getElementsAppended();
+        int count = hs == null ? 0 : hs.size();
+        if (count == 0) {
+            v.putNull(n); // null for a record without headers, as the Kafka source (and the Python reader) gives
+            return;
+        }
+        {
+            WritableColumnVector keys = elems.getChild(0);
+            WritableColumnVector values = elems.getChild(1);
+            for (Object[] h : hs) {
+                elems.appendStruct(false);
+                byte[] k = (byte[]) h[0];
+                keys.appendByteArray(k, 0, k.length);
+                byte[] val = (byte[]) h[1];
+                if (val == null) values.appendNull();
+                else values.appendByteArray(val, 0, val.length);
+            }
+        }
+        v.putArray(n, start, count);
+    }
+
+    @Override
+    public ColumnarBatch get() {
+        return out;
+    }
+
+    @Override
+    public void close() {
+        out.close();
+    }
+}

@@ -1,0 +1,218 @@
+package org.pylog.spark;
+
+import java.io.IOException;
+import java.nio.ByteBuffer;
+import java.nio.ByteOrder;
+import java.nio.MappedByteBuffer;
+import java.nio.channels.FileChannel;
+import java.nio.file.DirectoryStream;
+import java.nio.file.Files;
+import java.nio.file.NoSuchFileException;
+import java.nio.file.Path;
+import java.nio.file.StandardOpenOption;
+import java.util.ArrayList;
+import java.util.Arrays;
+import java.util.List;
+import java.util.zip.CRC32C;
+
+/**
+ * One partition directory of a store, read-only: its segments by base offset, its log start offset (from
+ * {@code partition.checkpoint}) and a scan of the batches that hold an offset range.
+ *
+ * <p>Invariants (the format's visibility rule, docs/ARCHITECTURE.md invariant 2): a batch is returned only when
+ * it lies wholly inside the file as mapped and its CRC-32C matches; at the end of the last segment a batch
+ * that does not fit yet, or whose bytes are still being written (its CRC does not match and it ends exactly at
+ * the mapped end), ends the visible log instead of failing, since the partition's writer may be in the middle
+ * of it. Anywhere else a bad batch raises {@link FormatException}. Offsets come out strictly increasing.
+ * No lock is taken: closed segments are immutable, and the writer only appends.
+ */
+public final class PartitionLog {
+    static final String LOG_SUFFIX = ".log";
+    static final int CHECKPOINT_SIZE = 40;
+
+    private final Path dir;
+    private final long[] bases;
+    private final long logStartOffset;
+
+    private PartitionLog(Path dir, long[] bases, long logStartOffset) {
+        this.dir = dir;
+        this.bases = bases;
+        this.logStartOffset = logStartOffset;
+    }
+
+    /** Opens {@code <store>/<topic>/<partition>}; a missing directory is an empty log. */
+    public static PartitionLog open(Path dir) throws IOException {
+        List<Long> found = new ArrayList<>();
+        try (DirectoryStream<Path> ds = Files.newDirectoryStream(dir, "*" + LOG_SUFFIX)) {
+            for (Path p : ds) {
+                String name = p.getFileName().toString();
+                String stem = name.substring(0, name.length() - LOG_SUFFIX.length());
+                if (stem.length() == 20 && stem.chars().allMatch(Character::isDigit)) {
+                    found.add(Long.parseLong(stem));
+                }
+            }
+        } catch (NoSuchFileException e) {
+            return new PartitionLog(dir, new long[0], 0);
+        }
+        long[] bases = found.stream().mapToLong(Long::longValue).sorted().toArray();
+        long start = readLogStart(dir.resolve("partition.checkpoint"));
+        if (start < 0) {
+            start = bases.length > 0 ? bases[0] : 0;
+        }
+        return new PartitionLog(dir, bases, start);
+    }
+
+    /** The checkpoint's log start offset, or -1 when there is no checkpoint. */
+    static long readLogStart(Path file) throws IOException {
+        byte[] b;
+        try {
+            b = Files.readAllBytes(file);
+        } catch (NoSuchFileException e) {
+            return -1;
+        }
+        ByteBuffer h = ByteBuffer.wrap(b).order(ByteOrder.LITTLE_ENDIAN);
+        if (b.length != CHECKPOINT_SIZE || b[0] != 'P' || b[1] != 'L' || b[2] != 'C' || b[3] != 'K' || h.getShort(4) != 1) {
+            throw new FormatException(file + ": not a version-1 partition checkpoint (PLCK, 40 bytes)");
+        }
+        CRC32C c = new CRC32C();
+        c.update(b, 0, 36);
+        if ((int) c.getValue() != h.getInt(36)) {
+            throw new FormatException(file + ": checkpoint CRC mismatch");
+        }
+        return h.getLong(16);
+    }
+
+    public long logStartOffset() {
+        return logStartOffset;
+    }
+
+    public long[] segmentBases() {
+        return bases.clone();
+    }
+
+    Path segmentFile(long base) {
+        return dir.resolve(String.format("%020d", base) + LOG_SUFFIX);
+    }
+
+    /** A visible batch: its header, the mapped file holding it and its position there. */
+    public record Located(Batch batch, ByteBuffer file, int at, String where) {
+    }
+
+    /**
+     * A cursor over the visible batches holding an offset in {@code [from, until)}, in order; each batch's CRC
+     * is checked before it is returned. Batches wholly below {@code from} are skipped by their headers alone.
+     */
+    public Cursor cursor(long from, long until) {
+        return new Cursor(from, until);
+    }
+
+    /** See {@link #cursor}. Not thread-safe; holds at most one segment's mapping at a time. */
+    public final class Cursor {
+        private final long from;
+        private final long until;
+        private int segment;
+        private ByteBuffer map;
+        private Path file;
+        private int at;
+        private boolean done;
+        private long end;
+
+        Cursor(long from, long until) {
+            this.from = from;
+            this.until = until;
+            int first = Arrays.binarySearch(bases, from);
+            this.segment = (first >= 0 ? first : Math.max(0, -first - 2)) - 1;
+            this.end = Math.max(from, logStartOffset);
+        }
+
+        /** The offset after the last visible batch passed so far (the log end once {@link #next} gave null). */
+        public long end() {
+            return end;
+        }
+
+        /** The next visible batch, or null at the range's or the visible log's end. */
+        public Located next() throws IOException {
+            while (!done) {
+                if (map == null || at + Batch.HEADER_SIZE > map.capacity()) {
+                    if (map != null && at != map.capacity() && segment < bases.length - 1) {
+                        throw new FormatException(file + " at byte " + at + ": " + (map.capacity() - at)
+                                + " bytes after the last batch");
+                    }
+                    if (!openNext()) {
+                        done = true;
+                        return null;
+                    }
+                    continue;
+                }
+                boolean last = segment == bases.length - 1;
+                int size = map.capacity();
+                String where = file + " at byte " + at;
+                Batch b = Batch.readHeader(map, at, size - at, where);
+                if (b == null) {
+                    if (last) {
+                        done = true;
+                        return null;
+                    }
+                    throw new FormatException(where + ": batch runs past the end of a sealed segment");
+                }
+                int here = at;
+                if (b.lastOffset() < from) {
+                    end = Math.max(end, b.lastOffset() + 1);
+                    at += (int) b.totalSize();
+                    continue;
+                }
+                if (b.baseOffset >= until) {
+                    done = true;
+                    return null;
+                }
+                try {
+                    b.checkCrc(map, here, where);
+                } catch (FormatException e) {
+                    if (last && here + b.totalSize() == size) {
+                        done = true; // the writer's batch still being written
+                        return null;
+                    }
+                    throw e;
+                }
+                end = b.lastOffset() + 1;
+                at += (int) b.totalSize();
+                return new Located(b, map, here, where);
+            }
+            return null;
+        }
+
+        private boolean openNext() throws IOException {
+            while (++segment < bases.length) {
+                if (segment > 0) {
+                    end = Math.max(end, bases[segment]);
+                }
+                if (bases[segment] >= until) {
+                    return false;
+                }
+                file = segmentFile(bases[segment]);
+                try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
+                    long size = ch.size();
+                    map = size == 0 ? ByteBuffer.allocate(0) : ch.map(FileChannel.MapMode.READ_ONLY, 0, size);
+                } catch (NoSuchFileException e) {
+                    continue; // retention removed it after the listing: the next segment goes on
+                }
+                map.order(ByteOrder.LITTLE_ENDIAN);
+                at = 0;
+                return true;
+            }
+            return false;
+        }
+    }
+
+    /** The offset after the last visible batch (the log end offset a reader sees now). */
+    public long logEndOffset() throws IOException {
+        if (bases.length == 0) {
+            return logStartOffset;
+        }
+        Cursor c = cursor(bases[bases.length - 1], Long.MAX_VALUE);
+        while (c.next() != null) {
+            // each batch's CRC is checked on the way: the end is where the last whole, checked batch ends
+        }
+        return Math.max(logStartOffset, c.end());
+    }
+}
