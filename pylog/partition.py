@@ -475,6 +475,11 @@ class Partition:
         """A snapshot of the segment list, oldest first."""
         return list(self._local.segments)
 
+    def max_timestamp(self) -> int:
+        """The largest record timestamp in the partition (each segment's, kept with its time index), -1 when it
+        holds no record: with :meth:`offset_for_timestamp`, the record Kafka's ListOffsets MAX_TIMESTAMP names."""
+        return max((s.max_timestamp for s in list(self._local.segments)), default=-1)
+
     def size_bytes(self) -> int:
         return sum(s.size for s in self._local.segments)
 

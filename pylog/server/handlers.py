@@ -639,10 +639,7 @@ def _max_timestamp_offset(part: Partition) -> tuple[int, int]:
     end = part.log_end_offset
     if end == part.log_start_offset:
         return -1, -1
-    best = -1
-    for seg in part.segments:
-        best = max(best, seg.max_timestamp)
-    at = part.offset_for_timestamp(best)
+    at = part.offset_for_timestamp(part.max_timestamp())
     if at is None:
         return -1, -1
     return at, _timestamp_at(part, at)
