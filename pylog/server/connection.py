@@ -51,14 +51,13 @@ import asyncio
 import collections
 import functools
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import DESCRIPTOR_ERRNOS, AuthenticationError, PylogError, RateLimitedLog, UnsupportedApiVersionError
 from . import auth, protocol
 from .protocol import codes as E
+from .state import ServerState
 
-if TYPE_CHECKING:
-    from .state import ServerState
 
 __all__ = ["Connection"]
 
@@ -97,7 +96,7 @@ _BEFORE_AUTH = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 class Connection(asyncio.Protocol):
     """The asyncio protocol of one client connection (see the module docstring)."""
 
-    def __init__(self, state: "ServerState") -> None:
+    def __init__(self, state: ServerState) -> None:
         self.s = state
         self.transport: asyncio.Transport | None = None
         self.client_host = ""

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..errors import DESCRIPTOR_ERRNOS, OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
 from ..store import is_internal_topic, topic_name_problem
@@ -39,9 +39,8 @@ from .authorizer import CLUSTER_NAME
 from .operations import CLUSTER, NOT_REQUESTED, TOPIC
 from .protocol import codes as E
 from .turns import TURN_WAIT_MS
+from .state import ServerState
 
-if TYPE_CHECKING:
-    from .state import ServerState
 
 __all__ = ["DataHandlers"]
 
@@ -62,7 +61,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 class DataHandlers:
     """ApiVersions, Metadata, Produce, Fetch, ListOffsets, FindCoordinator and InitProducerId."""
 
-    def __init__(self, state: "ServerState") -> None:
+    def __init__(self, state: ServerState) -> None:
         self.s = state
 
     # ------------------------------------------------------------------ helpers
