@@ -49,7 +49,7 @@ from .storage.quota_file import QuotaChanges, read_quota_changes, write_quota_ch
 from .storage.fileio import atomic_write, fsync_dir, write_faults
 from .storage.group_commit import GroupCommit
 from .storage import group_commit
-from .storage.handles import PER_PARTITION, HandleCache, descriptor_limit
+from .storage.handles import HandleCache
 from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
                                 check_group_id, deleting_name, is_deletion_leftover, is_internal_topic,
                                 legacy_topic_name, topic_name_problem)
@@ -64,9 +64,8 @@ from .structs import OffsetAndMetadata, TopicPartition
 from .topic import Topic, call_each, check_partition_count, read_topic_file, write_topic_file
 
 
-#: Besides Store and open: what pylog serve and the Spark data source take from the store (docs/ARCHITECTURE.md:
-#: they use the public API of the store, its topics and partitions, never pylog.storage): the naming rules of
-#: topics and groups, and the types of the ACL and coordinator-group methods.
+#: Besides Store and open, what pylog serve and Spark take from here (they never import pylog.storage): the naming
+#: rules of topics and groups, the types of the ACL and coordinator-group methods (docs/ARCHITECTURE.md).
 __all__ = ["Store", "open", "is_store", "is_internal_topic", "topic_name_problem", "check_group_id", "OFFSETS_TOPIC",
            "AclEntry", "MAX_ACLS", "check_acl_entry", "SavedGroup", "SavedMember"]
 
@@ -403,20 +402,18 @@ class Store:
     # ------------------------------------------------------------------ coordinator groups (pylog serve)
 
     def coordinator_groups(self) -> list[SavedGroup]:
-        """The consumer groups of Kafka clients that pylog serve's coordinator saved
-        (``<store>/__consumer_groups/.coordinator``, docs/FORMAT.md): each group's last stable or empty state,
-        taken over by the next server; [] when none.
+        """The Kafka clients' groups pylog serve's coordinator saved (``__consumer_groups/.coordinator``,
+        docs/FORMAT.md): each group's last stable or empty state, for the next server; [] when none.
 
         :raises CorruptRecordError: when the file is damaged (the coordinator then starts with no groups)."""
         self._check_open()
         return read_groups(self.path)
 
     def replace_coordinator_groups(self, groups: Iterable[SavedGroup]) -> None:
-        """Replace the saved coordinator groups with ``groups`` (atomically and durably: a crash keeps the old
-        or the new file). Callers serialise their calls themselves (pylog serve writes one snapshot at a time).
+        """Replace the saved coordinator groups (atomically and durably); callers serialise their calls.
 
-        :raises RecordTooLargeError: when the groups take more than the file may hold (64 MiB: it would not read
-            back); nothing is written. :raises ReadOnlyStoreError: on a read-only store."""
+        :raises RecordTooLargeError: beyond the 64 MiB the file may hold (nothing is written).
+        :raises ReadOnlyStoreError: on a read-only store."""
         self._check_writable("save the coordinator's groups")
         body = encode_groups(list(groups))
         with write_faults("replacing the coordinator's group file", "the previously saved groups are kept"):
@@ -628,24 +625,9 @@ class Store:
 
     @property
     def group_commit(self) -> GroupCommit:
-        """The process's group commit (:mod:`pylog.storage.group_commit`): ``acks=all`` fsyncs shared by the
-        producers, handles and ``pylog serve`` requests of this process. ``submit(parts, done)`` fsyncs
-        partitions already appended to and calls ``done`` with None or the error per partition;
-        ``stats()`` counts its fsyncs; ``wait_idle(timeout)`` waits for those under way."""
+        """The process's group commit (:mod:`pylog.storage.group_commit`): the ``acks=all`` fsyncs that this
+        process's producers, handles and ``pylog serve`` requests share (``submit``, ``stats``, ``wait_idle``)."""
         return group_commit.default()
-
-    def descriptor_figures(self) -> dict[str, int]:
-        """How this process may spend file descriptors: ``limit`` (its ``RLIMIT_NOFILE``), ``budget`` (what
-        this store's partitions keep at most: ``max.open.descriptors``), ``per_partition`` (about this many per
-        partition in use) and ``partitions`` (partitions open at once within the budget; the least recently
-        used let go of their files and open them again when used)."""
-        return {"limit": descriptor_limit(), "budget": self.handles.budget, "per_partition": PER_PARTITION,
-                "partitions": self.handles.capacity}
-
-    def release_descriptors(self, partitions: int) -> int:
-        """Let up to ``partitions`` of the least recently used partitions close their files now (they open
-        them again when used): for a process out of descriptors. Returns how many did."""
-        return self.handles.shrink(partitions)
 
     def flush(self) -> None:
         """fsync every partition this store has written to. A partition that fails does not keep the
@@ -813,6 +795,5 @@ def _remove_leftovers(path: str) -> None:
 
 
 def is_store(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` holds a pylog store visible from here (its marker file), without opening it: the Spark
-    data source checks the path on the driver and again on each executor (another machine may not see it)."""
+    """Whether ``path`` holds a pylog store visible from here (its marker file), without opening it."""
     return os.path.isfile(os.path.join(path, STORE_FILE))

@@ -345,7 +345,7 @@ class Server:
 
 def _log_descriptors(store: Store) -> None:
     """Tell the operator how many file descriptors the server may use and how it will spend them."""
-    d = store.descriptor_figures()
+    d = store.handles.figures()
     limit, budget = d["limit"], d["budget"]
     level = logging.WARNING if limit - budget < 256 else logging.INFO
     log.log(level, "pylog serve: may open %d file descriptors (RLIMIT_NOFILE, `ulimit -n`); the store's partitions "
@@ -363,7 +363,7 @@ def _loop_exception_handler(store: Store) -> Callable[[asyncio.AbstractEventLoop
     def handler(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
         exc = context.get("exception")
         if isinstance(exc, OSError) and exc.errno in DESCRIPTOR_ERRNOS:
-            freed = store.release_descriptors(_SHRINK_ON_EMFILE)
+            freed = store.handles.shrink(_SHRINK_ON_EMFILE)
             _shortage.log(logging.ERROR, "accept", "pylog serve: out of file descriptors (%s: %s); new connections "
                           "wait (accepting again every second), the store let go of %d partitions' files; raise "
                           "`ulimit -n` or lower max.open.descriptors", context.get("message"), exc, freed)

@@ -89,6 +89,13 @@ class HandleCache:
         #: Partitions let go of since the cache was made (for tests, health and the operator).
         self.released = 0
 
+    def figures(self) -> dict[str, int]:
+        """How this process may spend file descriptors: ``limit`` (its ``RLIMIT_NOFILE``), ``budget`` (what the
+        store's partitions keep at most), ``per_partition`` (about this many per partition in use) and
+        ``partitions`` (partitions open at once within the budget): what ``pylog serve`` logs at start."""
+        return {"limit": descriptor_limit(), "budget": self.budget, "per_partition": PER_PARTITION,
+                "partitions": self.capacity}
+
     def __len__(self) -> int:
         return len(self._lru)
 
