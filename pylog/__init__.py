@@ -31,6 +31,7 @@ from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, Corr
                      ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StorageError,
                      StoreClosedError, StorePermissionError, TooManyOpenFilesError, TopicExistsError, UnknownStoreError,
                      UnknownTopicError)
+from .errors import RemoteConflictError, RemoteDataCorruptError, RemoteObjectMissingError, RemoteStorageError
 from .clients.groups import GroupDescription, MemberDescription, PartitionLag
 from .store import Store, open
 from .partition import Partition
@@ -53,6 +54,7 @@ __all__ = [
     "CorruptBatchError", "InvalidBatchError", "UnsupportedMagicError", "UnsupportedCompressionError",
     "ProtocolError", "UnknownApiKeyError", "UnsupportedApiVersionError", "AuthenticationError",
     "UnsupportedSaslMechanismError", "IllegalSaslStateError", "SecurityConfigError",
+    "RemoteStorageError", "RemoteConflictError", "RemoteObjectMissingError", "RemoteDataCorruptError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
     "RecordMetadata", "Consumer", "ConsumerRecord", "OffsetAndTimestamp", "NoOffsetForPartitionError",

@@ -19,7 +19,8 @@ from typing import Any, Iterator, Mapping
 
 from .errors import InvalidConfigError
 
-__all__ = ["Setting", "SETTINGS", "TopicConfig", "STORE_SETTINGS", "LONG_MAX", "stored_config", "parse_value"]
+__all__ = ["Setting", "SETTINGS", "TopicConfig", "STORE_SETTINGS", "REMOTE_STORAGE_SETTINGS", "LONG_MAX",
+           "stored_config", "parse_value"]
 
 log = logging.getLogger("pylog.config")
 
@@ -112,6 +113,28 @@ STORE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
     _s("offsets.topic.segment.bytes", "int", 16 * 1024 * 1024, "segment.bytes of __consumer_offsets, used when "
        "the first consumer group creates it (small, so compaction keeps it short).", minimum=1024),
 ]}
+
+#: Settings of the object store behind tiered storage (pylog.storage.remote), per client: the bucket, how to
+#: reach it and how long to wait. Endpoint, region and credentials left empty come from boto3's standard
+#: chain (AWS_ENDPOINT_URL, AWS_REGION, AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, ~/.aws profiles).
+REMOTE_STORAGE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
+    _s("remote.storage.location", "str", "", "Where shipped segments live: s3://bucket/prefix (the prefix may be "
+       "empty)."),
+    _s("remote.storage.endpoint.url", "str", "", "The S3 API's URL (an S3-compatible store, a local test server); "
+       "empty: AWS_ENDPOINT_URL or AWS's own."),
+    _s("remote.storage.region", "str", "", "The bucket's region; empty: AWS_REGION or the profile's."),
+    _s("remote.storage.profile", "str", "", "The AWS credentials profile; empty: the default chain."),
+    _s("remote.storage.request.timeout.ms", "int", 30_000, "Connecting, and waiting for each piece of an "
+       "answer, gives up after this long (ms), per attempt.", minimum=1, maximum=INT_MAX),
+    _s("remote.storage.max.attempts", "int", 4, "Attempts per request (the first included) for throttling, 5xx "
+       "answers, timeouts and dropped connections, with the S3 client's jittered exponential back-off.",
+       minimum=1, maximum=20),
+    _s("remote.storage.read.chunk.bytes", "int", 1 << 20, "Remote reads fetch and cache shipped logs in aligned "
+       "pieces of this many bytes (at least what a read asks for).", minimum=4096, maximum=1 << 30),
+    _s("remote.storage.read.cache.bytes", "int", 64 << 20, "Memory for the pieces of shipped logs that remote "
+       "reads fetched, least recently used dropped first; 0 keeps none.", minimum=0, maximum=LONG_MAX),
+]}
+
 
 
 def parse_value(setting: Setting, value: Any) -> Any:

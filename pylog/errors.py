@@ -68,6 +68,10 @@ __all__ = [
     "UnsupportedSaslMechanismError",
     "IllegalSaslStateError",
     "SecurityConfigError",
+    "RemoteStorageError",
+    "RemoteConflictError",
+    "RemoteObjectMissingError",
+    "RemoteDataCorruptError",
 ]
 
 
@@ -370,6 +374,35 @@ class IllegalSaslStateError(AuthenticationError):
 class SecurityConfigError(InvalidConfigError):
     """The server's SASL credentials file or a TLS certificate, key or CA file is missing, unreadable or
     malformed; the message names the file (or the entry) and what is wrong with it, never a password."""
+
+
+class RemoteStorageError(PylogError):
+    """The object store behind tiered storage failed or refused a request (unreachable, timed out, throttled
+    past the retries, access denied, no such bucket, missing credentials or the ``boto3`` package).
+
+    ``key`` names the object (``s3://bucket/key``) and ``code`` the store's error code (``"SlowDown"``,
+    ``"AccessDenied"``; ``None`` when no answer came). Nothing was changed in the bucket's committed state
+    by the failed request beyond what the message says; a retry is safe (uploads are idempotent).
+    """
+
+    def __init__(self, message: str, key: str | None = None, code: str | None = None) -> None:
+        super().__init__(message + (f" [{key}]" if key else ""))
+        self.key = key
+        self.code = code
+
+
+class RemoteConflictError(RemoteStorageError):
+    """A conditional write lost: another process changed the remote manifest (or wrote the object) since it
+    was read. The caller re-reads and decides again; pylog's own commits do so a bounded number of times."""
+
+
+class RemoteObjectMissingError(RemoteStorageError):
+    """An object the remote manifest names (or a restore needs) is not in the bucket."""
+
+
+class RemoteDataCorruptError(CorruptRecordError):
+    """Bytes read from the object store do not match the checksum, size or format the manifest and
+    docs/FORMAT.md promise (``path`` is the object's ``s3://`` address). Never returned as data."""
 
 
 # -------------------------------------------------------------------------- internal: never seen by callers

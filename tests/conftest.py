@@ -20,6 +20,8 @@ import tempfile
 import pytest
 from hypothesis import configuration, settings
 
+from s3_server import remote_settings, s3_endpoint  # noqa: F401 - fixtures of the tiered storage tests
+
 settings.register_profile("pylog", database=None, deadline=None)
 settings.load_profile("pylog")
 

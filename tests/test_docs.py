@@ -92,6 +92,7 @@ def _strategy_names(value) -> list[str]:
 @pytest.mark.parametrize("table, code", [
     ("Topic settings", config.SETTINGS),
     ("Store settings", config.STORE_SETTINGS),
+    ("Remote storage settings", config.REMOTE_STORAGE_SETTINGS),
 ])
 def test_configuration_doc_lists_every_topic_and_store_setting_with_its_default(table, code):
     rows = _config_tables()[table]

@@ -30,6 +30,7 @@ from pylog.storage.fileio import checked, decode_doc, encode_doc, unchecked
 from pylog.clients.groups import decode_commit, offset_key, _read_state
 from pylog.index import OffsetIndex, TimeIndex
 from pylog.storage.producer_state import ProducerEntry, ProducerState
+from pylog.storage.remote.manifest import decode_manifest, encode_manifest
 from pylog.clients.consumer import ConsumerRecord
 from pylog.storage.records import (CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header,
                                    stamp_base_offset, views)
@@ -465,3 +466,18 @@ def test_pylog_reads_and_writes_the_golden_client_quota_file(tmp_path):
         assert [[u, c, q] for (u, c), q in changes.items()] == want["document"]["quotas"]
         store.replace_client_quota_changes(changes)
     assert (root / "__quotas").read_bytes() == raw
+
+
+def test_pylog_reads_and_writes_the_golden_remote_manifest():
+    want = MANIFEST["files"]["remote.manifest"]
+    raw = _raw(want["file"])
+    m = decode_manifest(raw, "s3://golden/events/0/remote.manifest")
+    doc = want["document"]
+    assert (m.topic, m.partition, m.epoch, m.log_start_offset) == (doc["topic"], doc["partition"], doc["epoch"],
+                                                                   doc["log_start_offset"])
+    assert [s.fields() for s in m.segments] == doc["segments"]
+    assert encode_manifest(m) == raw
+    # The first entry describes the golden store's own segment and snapshot, as shipping it would.
+    part = GOLDEN / "store" / STORE["topic"] / "0"
+    log = (part / ("0" * 20 + ".log")).read_bytes()
+    assert (m.segments[0].log_size, m.segments[0].end_offset) == (len(log), STORE["log_end_offset"])

@@ -7,6 +7,7 @@
     pylog verify [STORE] [TOPIC...]                        full integrity check; exit 1 on any problem
     pylog groups [list|describe|reset-offsets|delete] STORE ...   consumer groups, lag, lead, owners
     pylog retention STORE [TOPIC] | compact STORE TOPIC | delete-records STORE TOPIC PARTITION OFFSET
+    pylog restore s3://BUCKET/PREFIX DIR | verify-remote s3://BUCKET/PREFIX   tiered storage (being built)
     pylog health STORE                                     maintenance and lag checks; exit 1 when unhealthy
     pylog bench producer|consumer|latency STORE            Kafka's perf tests: records/s, MB/s, percentiles
 
@@ -24,13 +25,13 @@ from typing import Sequence, TextIO
 from .. import __version__
 from ..accel import describe
 from ..errors import PylogError
-from . import bench, clients, dump, groups, health, maintenance, serve, topics
+from . import bench, clients, dump, groups, health, maintenance, remote, serve, topics
 from .base import CommandError, ExitCode
 
 __all__ = ["main", "ExitCode", "build_parser"]
 
 #: The command modules, in the order ``pylog --help`` lists them.
-_COMMANDS = (topics, clients, dump, maintenance, groups, health, bench, serve)
+_COMMANDS = (topics, clients, dump, maintenance, remote, groups, health, bench, serve)
 #: Commands with actions, and the action a first argument that is not one stands for (the older forms
 #: ``pylog topics STORE`` and ``pylog groups STORE [GROUP...]``).
 _DEFAULT_ACTIONS = {"topics": (topics.ACTIONS, "list"), "groups": (groups.ACTIONS, "describe")}
@@ -51,6 +52,8 @@ EXAMPLES = {
     "compact": "pylog compact ./data orders --partition 0",
     "delete-records": "pylog delete-records ./data orders 0 1000",
     "repair": "pylog repair ./data orders 0",
+    "restore": "pylog restore s3://backups/orders-store ./restored",
+    "verify-remote": "pylog verify-remote s3://backups/orders-store orders --full",
     "groups": "pylog groups ./data",
     "groups list": "pylog groups list ./data",
     "groups describe": "pylog groups describe ./data billing",

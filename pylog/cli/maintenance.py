@@ -15,7 +15,7 @@ from ..store import Store
 from .base import ExitCode, non_negative, open_store, partition_writers
 from .output import Progress
 
-__all__ = ["register", "verify"]
+__all__ = ["register", "verify", "report_partition"]
 
 
 def register(sub: Any) -> None:
@@ -55,6 +55,15 @@ def register(sub: Any) -> None:
     rp.set_defaults(run=_repair)
 
 
+def report_partition(out: TextIO, name: str, what: str, start: int, end: int, found: Sequence[str]) -> None:
+    """One partition's line of a check (``name: what, offsets [start, end): ok`` or its problem count), then
+    each problem indented."""
+    status = "ok" if not found else f"{len(found)} problem(s)"
+    print(f"{name}: {what}, offsets [{start}, {end}): {status}", file=out)
+    for line in found:
+        print(f"  {line}", file=out)
+
+
 def verify(store: Store, topic_names: Sequence[str], out: TextIO) -> int:
     """Check every partition of ``topic_names`` (all when empty), printing a line per partition and each
     problem; returns the number of problems. A partition that cannot even be opened counts as one."""
@@ -75,11 +84,8 @@ def verify(store: Store, topic_names: Sequence[str], out: TextIO) -> int:
             except (PylogError, OSError) as exc:
                 found = [str(exc)]
             problems += len(found)
-            status = "ok" if not found else f"{len(found)} problem(s)"
-            print(f"{p.topic}-{p.number}: {len(p.segments)} segments, offsets [{p.log_start_offset}, "
-                  f"{p.log_end_offset}): {status}", file=out)
-            for line in found:
-                print(f"  {line}", file=out)
+            report_partition(out, f"{p.topic}-{p.number}", f"{len(p.segments)} segments", p.log_start_offset,
+                             p.log_end_offset, found)
             progress.advance(p.size_bytes())
     print("verify: " + ("no problems" if not problems else f"{problems} problem(s)"), file=out)
     return problems

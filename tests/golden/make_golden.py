@@ -455,6 +455,18 @@ def build() -> dict[str, bytes]:
     files["files/quotas"] = checked(b"PLQU" + bytes([1]) + mp(quotas))
     manifest["files"]["quotas"] = {"file": "files/quotas", "magic": "PLQU", "document": quotas}
 
+    # The remote manifest (tiered storage: `<prefix>/<topic>/<p>/remote.manifest` in a bucket): the golden
+    # store's segment shipped with its producer snapshot (as of its end), then one more segment without one;
+    # three commits so far (epoch 3), log start 0.
+    seg0 = [0, end, max_ts, len(log), crc32c(log)]
+    for name in (stem + ".index", stem + ".timeindex", "producer.snapshot"):
+        raw = files[part + name]
+        seg0 += [len(raw), crc32c(raw)]
+    seg1 = [end, end + 2, max_ts + 5, 200, 0xDEADBEEF, 64 + 8, 0x01020304, 64 + 12, 0x0A0B0C0D, -1, 0]
+    remote = {"topic": TOPIC, "partition": 0, "epoch": 3, "log_start_offset": 0, "segments": [seg0, seg1]}
+    files["files/remote.manifest"] = checked(b"PLRM" + bytes([1]) + mp(remote))
+    manifest["files"]["remote.manifest"] = {"file": "files/remote.manifest", "magic": "PLRM", "document": remote}
+
     files["manifest.json"] = (json.dumps(manifest, indent=1) + "\n").encode()
     return files
 

@@ -1,0 +1,76 @@
+"""``pylog restore`` and ``pylog verify-remote``: a store rebuilt from the bucket it was shipped to, and a
+bucket checked against its remote manifests (tiered storage, being built: docs/ARCHITECTURE.md).
+
+Both take the location as ``s3://bucket/prefix``; the endpoint, region and profile come from the options or
+boto3's standard chain (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``~/.aws``), credentials from that chain only.
+Neither writes to the bucket.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any, TextIO
+
+from ..storage.remote import ObjectStore, RemoteLog, restore_store
+from .base import ExitCode, open_store
+from .maintenance import report_partition, verify
+
+__all__ = ["register"]
+
+
+def register(sub: Any) -> None:
+    r = sub.add_parser("restore", help="rebuild a store from the bucket it was shipped to (tiered storage)",
+                       description="Download every shipped segment, index and producer snapshot, each checked "
+                                   "against its remote manifest (size, CRC-32C), plus the topics' files, into DIR "
+                                   "(missing or empty), then verify the restored store as `pylog verify` does. "
+                                   "What was appended after the last shipped segment is not in the bucket. Exit 1 "
+                                   "when the verification finds problems.")
+    r.add_argument("location", help="s3://bucket/prefix the store was shipped to")
+    r.add_argument("directory", help="where to restore it (missing or empty)")
+    _client_options(r)
+    r.set_defaults(run=_restore)
+    v = sub.add_parser("verify-remote", help="check a bucket's shipped segments against their manifests",
+                       description="For every partition shipped under LOCATION (or only TOPICs), check that each "
+                                   "object its remote manifest names exists with the manifest's size; with --full, "
+                                   "download each and compare its CRC-32C too. Exit 1 on any problem.")
+    v.add_argument("location", help="s3://bucket/prefix")
+    v.add_argument("topics", nargs="*", metavar="topic", help="only these topics (default: all)")
+    v.add_argument("--full", action="store_true", help="download every object and check its CRC-32C")
+    _client_options(v)
+    v.set_defaults(run=_verify_remote)
+
+
+def _client_options(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--endpoint-url", default="", help="the S3 API's URL (default: AWS_ENDPOINT_URL or AWS)")
+    parser.add_argument("--region", default="", help="the bucket's region (default: AWS_REGION or the profile's)")
+    parser.add_argument("--profile", default="", help="the AWS credentials profile")
+
+
+def _objects(args: argparse.Namespace) -> ObjectStore:
+    return ObjectStore.from_settings({"remote.storage.location": args.location,
+                                      "remote.storage.endpoint.url": args.endpoint_url,
+                                      "remote.storage.region": args.region, "remote.storage.profile": args.profile})
+
+
+def _restore(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    restored = restore_store(_objects(args), args.directory)
+    for topic, partitions in sorted(restored.partitions.items()):
+        for number, (start, end) in sorted(partitions.items()):
+            print(f"{topic}-{number}: restored offsets [{start}, {end})", file=out)
+    with open_store(args.directory) as store:
+        return ExitCode.OK if not verify(store, [], out) else ExitCode.PROBLEMS
+
+
+def _verify_remote(args: argparse.Namespace, out: TextIO) -> ExitCode:
+    objects = _objects(args)
+    problems = 0
+    for topic in args.topics or sorted(objects.folders("")):
+        for partition in sorted(int(p) for p in objects.folders(topic + "/") if p.isdigit()):
+            remote = RemoteLog(objects, topic, partition)
+            found = remote.check(full=args.full)
+            m = remote.manifest()
+            problems += len(found)
+            report_partition(out, f"{topic}-{partition}", f"{len(m.segments)} shipped segments",
+                             m.log_start_offset, m.end_offset, found)
+    print("verify-remote: " + ("no problems" if not problems else f"{problems} problem(s)"), file=out)
+    return ExitCode.OK if not problems else ExitCode.PROBLEMS
