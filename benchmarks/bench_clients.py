@@ -58,6 +58,7 @@ import numpy as np
 import pylog
 import pylog.storage.notify
 from pylog.partition import Partition
+from pylog.store import quota_manager
 
 ROWS: list[dict[str, Any]] = []
 
@@ -144,7 +145,7 @@ def bench_quota(root: str, seconds: float, limit: float = 5e6) -> None:
     num, size = 11, 0.05  # the quota window: 11 samples of 50 ms (Kafka's default: 11 of 1 s)
     with pylog.open(os.path.join(root, "quota"), log_cleaner_enable=False) as store:
         store.create_topic("q")
-        store.quota_manager.configure_window(num, size)
+        quota_manager(store).configure_window(num, size)
         store.set_quota("bench-quota", producer_byte_rate=limit)
         # A small buffer: what waits in it (sent, not appended yet) is small next to what was appended.
         with store.producer(client_id="bench-quota", buffer_memory=64 * 1024) as producer:

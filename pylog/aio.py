@@ -193,6 +193,8 @@ class AIOKafkaConsumer:
         self._loop: asyncio.AbstractEventLoop | None = None
         #: Counts calls that dropped buffered records: a fetch that began before one is not stashed.
         self._epoch = 0
+        self._inflight_epoch = 0  # _epoch when the fetch in _inflight began
+        self._stashed: asyncio.Future | None = None  # the last fetch whose records _stash took in
 
     @property
     def consumer(self) -> KafkaConsumer:
@@ -414,11 +416,18 @@ class AIOKafkaConsumer:
         if self._stopped:
             raise ConsumerStoppedError("the consumer was stopped")
         loop = asyncio.get_running_loop()
-        if self._inflight is None or self._inflight.done():
-            self._inflight = loop.run_in_executor(self._executor, self._fetch_in_worker, tuple(partitions), deadline)
-            epoch = self._epoch
-            self._inflight.add_done_callback(lambda fut: self._stash(fut, epoch))
-        await asyncio.shield(self._inflight)
+        inflight = self._inflight
+        if inflight is not None and inflight.done() and self._stash(inflight):
+            # A fetch that ended while nobody awaited it (its task was cancelled) and whose completion the
+            # loop has not run yet: its records are buffered now rather than fetched a second time.
+            if any(tp in self._buffer for tp in partitions) if partitions else self._buffer:
+                return
+        if inflight is None or inflight.done():
+            inflight = self._inflight = loop.run_in_executor(self._executor, self._fetch_in_worker,
+                                                             tuple(partitions), deadline)
+            self._inflight_epoch = self._epoch
+            inflight.add_done_callback(self._stash)
+        await asyncio.shield(inflight)
 
     def _fetch_in_worker(self, partitions: tuple[TopicPartition, ...], deadline: float | None
                          ) -> dict[TopicPartition, list[ConsumerRecord]]:
@@ -442,12 +451,16 @@ class AIOKafkaConsumer:
             if got or (deadline is not None and time.monotonic() >= deadline):
                 return got
 
-    def _stash(self, fut: asyncio.Future, epoch: int) -> None:
-        """On the loop, when a fetch ends (awaited or not): buffer its records, unless a seek, pause or
-        reassignment came meanwhile (the positions did not move: they are fetched again). Buffered records
-        of partitions a rebalance inside the fetch took away are dropped."""
-        if fut.cancelled() or fut.exception() is not None or self._stopped or epoch != self._epoch:
-            return
+    def _stash(self, fut: asyncio.Future) -> bool:
+        """On the loop, once per fetch, when it ends (awaited or not): buffer its records, unless a seek,
+        pause or reassignment came meanwhile (the positions did not move: they are fetched again). Buffered
+        records of partitions a rebalance inside the fetch took away are dropped. Runs from the fetch's done
+        callback or, when the next fetch comes first, from :meth:`_fetch`; False when it ran already."""
+        if fut is not self._inflight or fut is self._stashed:
+            return False
+        self._stashed = fut
+        if fut.cancelled() or fut.exception() is not None or self._stopped or self._inflight_epoch != self._epoch:
+            return True
         got = fut.result()
         if self._buffer or got:
             with self._lock:
@@ -457,4 +470,5 @@ class AIOKafkaConsumer:
         for tp, recs in got.items():
             if recs and tp in assigned:
                 self._buffer.setdefault(tp, collections.deque()).extend(recs)
+        return True
 

@@ -30,7 +30,7 @@ from typing import Any, Iterable, Iterator
 from .clients.consumer import Consumer
 from .clients.producer import Producer
 from .errors import InvalidConfigError, UnknownStoreError
-from .store import AutoCreatingStore, Store
+from .store import AutoCreatingStore, Store, group_offsets, quota_manager
 
 __all__ = ["KafkaProducer", "KafkaConsumer", "open_bootstrap", "split_kafka_configs", "PRODUCER_IGNORED",
            "CONSUMER_IGNORED"]
@@ -192,7 +192,7 @@ class KafkaProducer(Producer):
         with _closed_on_error(store, owned):
             native = split_kafka_configs("producer", configs, Producer.DEFAULT_CONFIG, PRODUCER_IGNORED)
             view = AutoCreatingStore(store) if auto_create else store
-            super().__init__(view, quotas=store.quota_manager, **native)
+            super().__init__(view, quotas=quota_manager(store), **native)
         self._owned_store = store if owned else None
         #: The store this producer writes to.
         self.store = store
@@ -225,8 +225,8 @@ class KafkaConsumer(Consumer):
         store, owned = open_bootstrap(configs.pop("bootstrap_servers", None))
         with _closed_on_error(store, owned):
             native = split_kafka_configs("consumer", configs, Consumer.DEFAULT_CONFIG, CONSUMER_IGNORED)
-            offsets = store.group_offsets() if native.get("group_id") is not None else None
-            super().__init__(store, *topics, quotas=store.quota_manager, offsets=offsets, **native)
+            offsets = group_offsets(store) if native.get("group_id") is not None else None
+            super().__init__(store, *topics, quotas=quota_manager(store), offsets=offsets, **native)
         self._owned_store = store if owned else None
         #: The store this consumer reads.
         self.store = store

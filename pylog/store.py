@@ -33,8 +33,8 @@ import uuid
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from .clients.consumer import Consumer
-from .clients.groups import (CommittedOffsets, GroupDescription, PartitionLag, describe_group, list_group_dirs,
-                             remove_group_dir)
+from .clients.groups import GroupDescription, PartitionLag, describe_group, list_group_dirs, remove_group_dir
+from .clients.offsets import CommittedOffsets
 from .clients.producer import Producer
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
 from .clients.storeview import StoreView
@@ -46,13 +46,13 @@ from .storage.acl_file import MAX_ACLS, AclEntry, read_acls, write_acls
 from .storage.acl_file import check_entry as check_acl_entry
 from .storage.group_state import SavedGroup, SavedMember, encode_groups, read_groups, write_groups
 from .storage.quota_file import QuotaChanges, read_quota_changes, write_quota_changes
-from .storage.fileio import atomic_write, fsync_dir, write_faults
+from .storage.fileio import atomic_write, checked, fsync_dir, unchecked, write_faults
 from .storage.group_commit import GroupCommit
 from .storage import group_commit
 from .storage.handles import HandleCache
-from .storage.filenames import (DELETING_PREFIX, OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
-                                check_group_id, deleting_name, is_deletion_leftover, is_internal_topic,
-                                legacy_topic_name, topic_name_problem)
+from .storage.filenames import (OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE, check_group_id,
+                                deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
+                                topic_name_problem)
 from .storage.records import crc32c
 from .maintenance.cleaner import Cleaner
 from .maintenance.cleaner_status import CleanerStatus
@@ -71,10 +71,8 @@ __all__ = ["Store", "open", "is_store", "is_internal_topic", "topic_name_problem
 
 _FORMAT = "pylog-store"
 _VERSION = 1
-_DELETING = DELETING_PREFIX
 _T = TypeVar("_T")
 log = logging.getLogger("pylog.store")
-_PRODUCER_IDS = PRODUCER_IDS_FILE
 
 
 
@@ -107,6 +105,8 @@ class Store:
         self._topics: dict[str, Topic] = {}
         self._closed = False
         self._offsets: CommittedOffsets | None = None
+        #: One budget per client id and kind, shared by every producer and consumer of this store object.
+        self._quotas = QuotaManager()
         #: The partitions holding files, within ``max.open.descriptors`` (see pylog.storage.handles).
         self.handles = HandleCache(self._settings["max.open.descriptors"])
         if self.read_only:
@@ -321,14 +321,14 @@ class Store:
         :class:`~pylog.errors.UnknownTopicError` naming ``store.create_topic``."""
         self._check_writable("make a producer")
         view: StoreView = AutoCreatingStore(self) if allow_auto_create_topics else self
-        return Producer(view, quotas=self.quota_manager, **configs)
+        return Producer(view, quotas=self._quotas, **configs)
 
     def consumer(self, *topics: str, **configs: Any) -> Consumer:
         """A :class:`~pylog.clients.consumer.Consumer` on this store (kafka-python's ``KafkaConsumer`` options),
         committing to this store's ``__consumer_offsets`` and throttled by its quotas (:meth:`set_quota`)."""
         self._check_open()
-        offsets = self.group_offsets() if configs.get("group_id") is not None else None
-        return Consumer(self, *topics, quotas=self.quota_manager, offsets=offsets, **configs)
+        offsets = self._group_offsets() if configs.get("group_id") is not None else None
+        return Consumer(self, *topics, quotas=self._quotas, offsets=offsets, **configs)
 
     def new_producer_id(self) -> int:
         """A producer id no other producer of this store has had, in any process (for idempotent appends).
@@ -336,7 +336,7 @@ class Store:
         Allocated from ``producer.ids`` (the next id, CRC-protected) under an exclusive ``flock``.
         """
         self._check_writable("allocate a producer id")
-        path = os.path.join(self.path, _PRODUCER_IDS)
+        path = os.path.join(self.path, PRODUCER_IDS_FILE)
         with write_faults("allocating a producer id", "none was allocated"):
             return self._next_producer_id(path)
 
@@ -348,14 +348,14 @@ class Store:
             raw = os.pread(fd, 16, 0)
             if not raw:
                 nxt = 0
-            elif len(raw) != 12 or struct.unpack_from("<I", raw, 8)[0] != crc32c(raw[:8]):
-                raise CorruptRecordError("producer id file is damaged", path, 0)
             else:
-                nxt = struct.unpack_from("<q", raw)[0]
+                body = unchecked(raw, path, "producer id file")
+                if len(body) != 8:
+                    raise CorruptRecordError("producer id file is damaged", path, 0)
+                nxt = struct.unpack("<q", body)[0]
                 if not 0 <= nxt < (1 << 63) - 1:  # nxt + 1 must pack as an int64 below
                     raise CorruptRecordError(f"producer id file holds {nxt}", path, 0)
-            body = struct.pack("<q", nxt + 1)
-            os.pwrite(fd, body + struct.pack("<I", crc32c(body)), 0)
+            os.pwrite(fd, checked(struct.pack("<q", nxt + 1)), 0)
             os.fsync(fd)
             return nxt
         finally:
@@ -421,10 +421,8 @@ class Store:
 
     # ------------------------------------------------------------------ consumer groups
 
-    def group_offsets(self) -> CommittedOffsets:
-        """This store's committed offsets (``__consumer_offsets``), made on first use; shared by its consumers.
-        Lower level than :meth:`committed_offsets` and :meth:`commit_offsets` (no ownership checks): for
-        tools and tests that need, e.g., the ``__consumer_offsets`` partition a group's commits go to."""
+    def _group_offsets(self) -> CommittedOffsets:
+        """This store's committed offsets (``__consumer_offsets``), made on first use; shared by its consumers."""
         self._check_open()
         with self._lock:
             if self._offsets is None:
@@ -436,7 +434,7 @@ class Store:
 
     def consumer_groups(self) -> list[str]:
         """Ids of the groups that have members now or committed offsets, sorted."""
-        return sorted(set(list_group_dirs(self.path)) | self.group_offsets().groups())
+        return sorted(set(list_group_dirs(self.path)) | self._group_offsets().groups())
 
     def describe_consumer_group(self, group_id: str) -> GroupDescription:
         """The group's generation, assignment strategy, live members and their partitions."""
@@ -446,7 +444,7 @@ class Store:
     def committed_offsets(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
         """Every offset ``group_id`` has committed (the next offset to consume, per partition).
         :raises InvalidGroupError: for an empty or non-str id, or one that is not valid UTF-8."""
-        return self.group_offsets().fetch(check_group_id(group_id))
+        return self._group_offsets().fetch(check_group_id(group_id))
 
     def commit_offsets(self, group_id: str, offsets: Mapping[TopicPartition, int | OffsetAndMetadata]) -> None:
         """Commit offsets for a group from outside it (an operator resetting a group that has no live
@@ -458,7 +456,7 @@ class Store:
         if self.describe_consumer_group(group_id).members:
             raise RebalanceInProgressError(f"group {group_id!r} has live members; stop them before resetting "
                                            "its offsets")
-        self.group_offsets().commit(group_id, {TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
+        self._group_offsets().commit(group_id, {TopicPartition(*tp): om if isinstance(om, OffsetAndMetadata)
                                                 else OffsetAndMetadata(int(om), "") for tp, om in offsets.items()})
 
     def delete_committed_offsets(self, group_id: str, partitions: Iterable[TopicPartition]) -> int:
@@ -479,7 +477,7 @@ class Store:
                                            f"{', '.join(busy)}")
         if not tps or OFFSETS_TOPIC not in self:
             return 0
-        return self.group_offsets().delete(group_id, tps)
+        return self._group_offsets().delete(group_id, tps)
 
     def group_lag(self, group_id: str) -> dict[TopicPartition, PartitionLag]:
         """Per partition the group has committed for: committed offset, log start and end offsets,
@@ -506,7 +504,7 @@ class Store:
         self._check_writable(f"delete group {group_id!r}")
         if self.describe_consumer_group(group_id).members:
             raise RebalanceInProgressError(f"group {group_id!r} has live members")
-        n = self.group_offsets().delete(group_id) if OFFSETS_TOPIC in self else 0
+        n = self._group_offsets().delete(group_id) if OFFSETS_TOPIC in self else 0
         remove_group_dir(self.path, group_id)
         return n
 
@@ -588,33 +586,6 @@ class Store:
         self._check_open()
         return published_cleaners(self.path)
 
-    @property
-    def cleaner(self) -> Cleaner:
-        """This store's background :class:`~pylog.maintenance.cleaner.Cleaner` (test-facing: to run a pass
-        now, stop it, or replace a pass to inject a failure; monitor it with :meth:`cleaner_status`)."""
-        return self._cleaner
-
-    @property
-    def cleaner_publisher(self) -> CleanerPublisher | None:
-        """What publishes this store's cleaner status for other processes (its ``name`` names the status
-        file under the store's cleaners directory); None when the cleaner is disabled or cannot publish."""
-        return self._publisher
-
-    def stop_publishing_cleaner_status(self) -> None:
-        """Remove this store's published cleaner entry and publish no more (test-facing: leaves the
-        cleaners directory to what the test writes there). The cleaner itself keeps running."""
-        pub, self._publisher = self._publisher, None
-        if pub is not None:
-            pub.close()  # the cleaner's later heartbeats then write nothing (publish() on a closed publisher)
-
-    def abandon(self) -> None:
-        """Test-facing: drop this handle as a crash would, without closing its partitions (their files stay
-        as they are; abandon each partition first with ``Partition.abandon()``): mark the store closed and
-        stop its cleaner thread. Unlike :meth:`close`, nothing is flushed or cleanly closed."""
-        with self._lock:
-            self._closed = True
-            self._cleaner.stop()
-
     def check_health(self) -> None:
         """Raise :class:`~pylog.errors.CleanerError` when the background cleaner died or gave up on a
         partition (its status has the error and traceback); return quietly otherwise."""
@@ -661,20 +632,6 @@ class Store:
 
     # ------------------------------------------------------------------ quotas
 
-    @property
-    def quota_manager(self) -> QuotaManager:
-        """This store's :class:`~pylog.clients.quotas.QuotaManager`, made on first use: one budget per client id
-        and kind, shared by every producer and consumer of this store object (handed to each when made); the
-        quotas live in this Store object. Use :meth:`set_quota` and :meth:`quotas` to change and list them;
-        the manager itself is for measuring and for tests (its ``clock``, ``sleep`` and window can be replaced)."""
-        manager = self.__dict__.get("_quota_manager")
-        if manager is None:
-            with self._lock:
-                manager = self.__dict__.get("_quota_manager")
-                if manager is None:
-                    manager = self._quota_manager = QuotaManager()
-        return manager
-
     def set_quota(self, client_id: str, producer_byte_rate: float | None = None,
                   consumer_byte_rate: float | None = None) -> None:
         """Set ``client_id``'s byte-rate quotas (bytes/s), replacing both: a rate left as None removes that
@@ -685,7 +642,7 @@ class Store:
         :raises InvalidConfigError: for a rate that is not a positive number.
         """
         self._check_open()
-        manager = self.quota_manager
+        manager = self._quotas
         for kind, rate in ((PRODUCE, producer_byte_rate), (CONSUME, consumer_byte_rate)):
             if rate is not None:
                 manager.set_quota(client_id, kind, rate)  # validates before anything changes
@@ -697,7 +654,7 @@ class Store:
         """Every quota set on this store: ``{client_id: {"producer_byte_rate": ..., "consumer_byte_rate":
         ...}}``, each client with the quotas it has."""
         self._check_open()
-        return self.quota_manager.quotas()
+        return self._quotas.quotas()
 
 
 def open(path: str | os.PathLike[str], *, read_only: bool = False,  # noqa: A001 - the library's entry point
@@ -725,6 +682,24 @@ def open(path: str | os.PathLike[str], *, read_only: bool = False,  # noqa: A001
         store cannot be created there.
     """
     return Store(path, read_only=read_only, create=create, **options)
+
+
+def quota_manager(store: Store) -> QuotaManager:
+    """Internal API (not :class:`Store`'s): ``store``'s :class:`~pylog.clients.quotas.QuotaManager`, which
+    :meth:`Store.producer` and :meth:`Store.consumer` hand to each client they make (and
+    :mod:`pylog.kafka`'s clients take likewise): one budget per client id and kind, kept in this Store
+    object. Users set and list quotas with :meth:`Store.set_quota` and :meth:`Store.quotas`; the manager
+    itself is for measuring (its ``clock``, ``sleep`` and window can be replaced)."""
+    return store._quotas
+
+
+def group_offsets(store: Store) -> CommittedOffsets:
+    """Internal API (not :class:`Store`'s): ``store``'s committed offsets (``__consumer_offsets``), made on
+    first use and shared by its consumers, for the clients it makes (:meth:`Store.consumer`, and
+    :class:`pylog.kafka.KafkaConsumer`) and tools that need, e.g., the partition a group's commits go to.
+    Lower level than :meth:`Store.committed_offsets` and :meth:`Store.commit_offsets` (no ownership
+    checks)."""
+    return store._group_offsets()
 
 
 def _no_topic_hint(path: str, name: str) -> str:

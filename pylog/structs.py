@@ -5,9 +5,9 @@ Invariant: plain named tuples (immutable, hashable, cheap); no behaviour.
 
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
-__all__ = ["TopicPartition", "OffsetAndMetadata", "RecordMetadata"]
+__all__ = ["TopicPartition", "OffsetAndMetadata", "RecordMetadata", "ConsumerRecord", "OffsetAndTimestamp"]
 
 
 class TopicPartition(NamedTuple):
@@ -43,3 +43,28 @@ class RecordMetadata(NamedTuple):
     serialized_key_size: int
     serialized_value_size: int
     serialized_header_size: int
+
+
+class ConsumerRecord(NamedTuple):
+    """One consumed record: kafka-python's ``ConsumerRecord`` fields."""
+
+    topic: str
+    partition: int
+    offset: int
+    timestamp: int
+    timestamp_type: int
+    key: Any
+    value: Any
+    #: ``(key, value)`` pairs, as a tuple (kafka-python gives a list)
+    headers: tuple
+    checksum: None
+    serialized_key_size: int
+    serialized_value_size: int
+    serialized_header_size: int
+
+
+class OffsetAndTimestamp(NamedTuple):
+    """An offset found by its timestamp: what ``consumer.offsets_for_times(...)`` maps each partition to."""
+
+    offset: int
+    timestamp: int

@@ -1,4 +1,5 @@
-"""Helpers the tests share: reading a partition to its end, waiting for a condition, crash images.
+"""Helpers the tests share: reading a partition to its end, a log file's batches, flipping a byte on disk,
+waiting for a condition, crash images.
 
 ``crash_copy`` copies a store directory while it is open: the files a crash at this moment would leave. The
 store's background sync thread may replace a checkpoint during the copy: either version is what a crash at
@@ -15,6 +16,7 @@ import time
 from typing import Any, Callable
 
 import pylog
+from pylog.storage.records import HEADER_SIZE, BatchHeader, parse_header
 
 
 def _copy_if_there(src: str, dst: str) -> None:
@@ -37,6 +39,31 @@ def read_all(p: pylog.Partition, start: int | None = None, chunk: int = 1000) ->
         out.extend(recs)
         pos = recs[-1].offset + 1
     return out
+
+
+def log_batches(log_path: str | os.PathLike[str]) -> list[tuple[int, BatchHeader]]:
+    """``[(position, header)]`` of every whole batch of a ``.log`` file, walking its raw bytes by the length
+    fields; it stops at a torn last batch or a length too short to be one (a damaged file)."""
+    with open(log_path, "rb") as f:
+        raw = f.read()
+    out, pos = [], 0
+    while pos + HEADER_SIZE <= len(raw):
+        h = parse_header(raw, pos)
+        if h.size < HEADER_SIZE or pos + h.size > len(raw):
+            break
+        out.append((pos, h))
+        pos += h.size
+    return out
+
+
+def flip_byte(path: str | os.PathLike[str], at: int, mask: int) -> None:
+    """XOR the byte at ``at`` of the file with ``mask``, through the file (as bit rot or a foreign hand
+    would, under any open mapping)."""
+    with open(path, "r+b") as f:
+        f.seek(at)
+        b = f.read(1)[0]
+        f.seek(at)
+        f.write(bytes([b ^ mask]))
 
 
 def wait_for(predicate: Callable[[], Any], timeout: float = 30.0, step: float = 0.01) -> Any:

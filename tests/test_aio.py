@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
+import time
 
 import pytest
 
@@ -111,6 +112,33 @@ async def test_cancelled_fetch_loses_nothing_and_seek_drops_what_it_fetched(path
         one = await consumer.getone()
         consumer.seek(tp, 2)  # the fetch buffered b and c from offset 0: dropped
         assert one.value == b"a" and (await consumer.getone()).value == b"c"
+
+
+async def test_a_fetch_that_ended_before_its_records_were_taken_in_is_not_fetched_again(path):
+    """A cancelled getmany's fetch goes on in the worker. When it has ended but the loop has not yet run its
+    completion (the records not buffered yet), the next getmany must take those records, not fetch the same
+    offsets again (they were handed out twice). Whether the fetch ends before or after the loop resumes this
+    task depends on thread scheduling, so the scenario runs 30 times: both orders come up."""
+    with pylog.open(path) as store:
+        store.topic("t").partition(0).append_values([b"a", b"b", b"c"])
+    async with AIOKafkaConsumer(bootstrap_servers=path, auto_offset_reset="earliest") as consumer:
+        tp = TopicPartition("t", 0)
+        consumer.assign([tp])
+        for _ in range(30):
+            consumer.seek(tp, 0)
+            task = asyncio.ensure_future(consumer.getmany(timeout_ms=5000))
+            await asyncio.sleep(0)  # the fetch starts in the worker
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
+            # Hold the loop while the worker's fetch ends (the records are there: it returns at once): its
+            # result may then be queued on the loop ahead of this task's next step, and its completion
+            # callbacks behind it.
+            time.sleep(0.02)
+            await asyncio.sleep(0)
+            got = await consumer.getmany(timeout_ms=5000)
+            assert [r.value for r in got[tp]] == [b"a", b"b", b"c"]
+            assert await consumer.getmany(timeout_ms=0) == {}
 
 
 async def test_group_commit_and_async_rebalance_listener(path):

@@ -38,6 +38,7 @@ import shutil
 import signal
 import struct
 import time
+from typing import Any, Callable
 import traceback
 
 import pytest
@@ -348,6 +349,39 @@ def _swap_state(directory: str) -> str:
     return "no cleaner files"
 
 
+def _kill_round(ctx: Any, child: Callable[..., None], root: str, report: str, rng: random.Random, kills: int,
+                scripts: list[str], max_countdown: int, delays: tuple[float, ...]) -> tuple[str | None, float]:
+    """One child run and killed: every ``SCRIPT_EVERY``-th round scripted to die at one of ``scripts``, the
+    others in turn at the n-th file operation of its pass (``n`` up to ``max_countdown``, before or after
+    it) or after a random delay (one of ``delays`` at most). Every choice of the round is drawn here,
+    whatever happens then: the kinds of kills, their countdowns and the recoveries on a copy follow from
+    the seed alone, not from timing. Returns the script (or None) and the roll for recovering on a copy."""
+    script = None
+    if kills % SCRIPT_EVERY == SCRIPT_AT:
+        script = scripts[kills // SCRIPT_EVERY % len(scripts)]
+    countdown, after = rng.randint(1, max_countdown), rng.random() < 0.5
+    max_delay = rng.choice(delays)
+    on_copy_roll = rng.random()
+    round_rng = random.Random(rng.randrange(1 << 30))
+    if script is not None:
+        run_and_kill(ctx, child, (root, report, 0, False, script), round_rng, 0, self_kill=True)
+    elif kills % 2:
+        run_and_kill(ctx, child, (root, report, countdown, after, None), round_rng, 0, self_kill=True)
+    else:
+        run_and_kill(ctx, child, (root, report, 0, False, None), round_rng, max_delay=max_delay)
+    return script, on_copy_roll
+
+
+def _recovery_target(root: str, tmp_path: Any, kills: int, on_copy_roll: float) -> str:
+    """Where a round's crash is recovered: the store itself, or (30% of rounds) a copy of it, after which
+    the next child recovers the crash itself."""
+    if on_copy_roll < 0.3:
+        target = str(tmp_path / f"copy{kills}")
+        shutil.copytree(root, target)
+        return target
+    return root
+
+
 def test_sigkill_during_compaction(tmp_path):
     root = str(tmp_path / "store")
     report = str(tmp_path / "report")
@@ -365,23 +399,10 @@ def test_sigkill_during_compaction(tmp_path):
     removed_by_parent = 0
     t0 = time.monotonic()
     while kills < COMPACT_KILLS:
-        # Every choice of the round is drawn here, whatever happens below: the kinds of kills, their
-        # countdowns and the recoveries on a copy follow from the seed alone, not from timing.
-        script = None
-        if kills % SCRIPT_EVERY == SCRIPT_AT:
-            script = list(COMPACT_SCRIPTS)[kills // SCRIPT_EVERY % len(COMPACT_SCRIPTS)]
-        countdown, after = rng.randint(1, 30), rng.random() < 0.5
-        max_delay = rng.choice((0.03, 0.08, 0.15))
-        on_copy_roll = rng.random()
-        round_rng = random.Random(rng.randrange(1 << 30))
-        if script is not None:
-            run_and_kill(ctx, _compact_child, (root, report, 0, False, script), round_rng, 0, self_kill=True)
-        elif kills % 2:
-            # Killed at the n-th swap rename/unlink of its compactions (or of its recovery of the last crash).
-            run_and_kill(ctx, _compact_child, (root, report, countdown, after, None), round_rng, 0, self_kill=True)
-        else:
-            # Staggered delays: most land in the map / rewrite phases, some in the swap.
-            run_and_kill(ctx, _compact_child, (root, report, 0, False, None), round_rng, max_delay=max_delay)
+        # Staggered delays: most land in the map / rewrite phases, some in the swap; the countdown kills at
+        # the n-th swap rename/unlink of its compactions (or of its recovery of the last crash).
+        script, on_copy_roll = _kill_round(ctx, _compact_child, root, report, rng, kills, list(COMPACT_SCRIPTS),
+                                           30, (0.03, 0.08, 0.15))
         kills += 1
         rep_flushed, rep_expiry = _read_report(report, 2)
         assert rep_flushed >= flushed, f"reported flushed offset went back: {rep_flushed} < {flushed}"
@@ -399,12 +420,8 @@ def test_sigkill_during_compaction(tmp_path):
             assert not p.is_writer
 
         # 2. A writer recovers it: on the store itself, or on a copy (the next child then recovers the crash).
-        if on_copy_roll < 0.3:
-            target = str(tmp_path / f"copy{kills}")
-            shutil.copytree(root, target)
-            on_copy += 1
-        else:
-            target = root
+        target = _recovery_target(root, tmp_path, kills, on_copy_roll)
+        on_copy += target != root
         with _open(target) as store:
             p = store.topic(TOPIC).partition(0)
             leo = p.log_end_offset
@@ -545,20 +562,8 @@ def test_sigkill_during_retention(tmp_path):
     on_copy = 0
     t0 = time.monotonic()
     while kills < RETENTION_KILLS:
-        # Every choice of the round is drawn here (see test_sigkill_during_compaction).
-        script = None
-        if kills % SCRIPT_EVERY == SCRIPT_AT:
-            script = ("retention", "delete_records")[kills // SCRIPT_EVERY % 2]
-        countdown, after = rng.randint(1, 8), rng.random() < 0.5
-        max_delay = rng.choice((0.02, 0.05, 0.1))
-        on_copy_roll = rng.random()
-        round_rng = random.Random(rng.randrange(1 << 30))
-        if script is not None:
-            run_and_kill(ctx, _retention_child, (root, report, 0, False, script), round_rng, 0, self_kill=True)
-        elif kills % 2:
-            run_and_kill(ctx, _retention_child, (root, report, countdown, after, None), round_rng, 0, self_kill=True)
-        else:
-            run_and_kill(ctx, _retention_child, (root, report, 0, False, None), round_rng, max_delay=max_delay)
+        script, on_copy_roll = _kill_round(ctx, _retention_child, root, report, rng, kills,
+                                           ["retention", "delete_records"], 8, (0.02, 0.05, 0.1))
         kills += 1
         rep_flushed, rep_start = _read_report(report, 2)
         assert rep_flushed >= flushed, f"reported flushed offset went back: {rep_flushed} < {flushed}"
@@ -576,12 +581,8 @@ def test_sigkill_during_retention(tmp_path):
                 scripted[script] = scripted.get(script, 0) + 1
 
         # 2. A writer recovers it (sometimes on a copy: then the next child recovers the crash itself).
-        if on_copy_roll < 0.3:
-            target = str(tmp_path / f"copy{kills}")
-            shutil.copytree(root, target)
-            on_copy += 1
-        else:
-            target = root
+        target = _recovery_target(root, tmp_path, kills, on_copy_roll)
+        on_copy += target != root
         with _open(target) as store:
             p = store.topic(TOPIC).partition(0)
             leo = p.log_end_offset

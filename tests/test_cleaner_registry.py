@@ -12,6 +12,7 @@ import pytest
 
 import pylog
 from pylog.__main__ import ExitCode, main
+from pylog.maintenance.cleaner import Cleaner
 from pylog.maintenance.cleaner_registry import published_cleaners
 from pylog.storage.filenames import CLEANERS_DIR
 
@@ -53,14 +54,14 @@ def test_a_store_without_a_cleaner_publishes_nothing(tmp_path):
         assert store.cleaners() == []
 
 
-def test_a_dead_cleaner_thread_is_published_with_its_error_and_fails_health(tmp_path):
+def test_a_dead_cleaner_thread_is_published_with_its_error_and_fails_health(tmp_path, monkeypatch):
     with pylog.open(tmp_path, log_retention_check_interval_ms=50) as store:
         store.create_topic("x").partition(0).append_values([b"a"])
 
-        def boom() -> None:
+        def boom(cleaner: Cleaner) -> None:
             raise RuntimeError("disk on fire")
 
-        store.cleaner.run_retention = boom  # the next run kills the thread
+        monkeypatch.setattr(Cleaner, "run_retention", boom)  # the next run kills the thread
         entry = _wait_for(lambda: next((c for c in store.cleaners() if c.status and not c.status.alive), None))
         assert entry is not None and "disk on fire" in entry.status.last_error
         code, text = _health(tmp_path)
@@ -69,18 +70,19 @@ def test_a_dead_cleaner_thread_is_published_with_its_error_and_fails_health(tmp_
         assert "RuntimeError: disk on fire" in text
 
 
-def test_a_partition_the_cleaner_gave_up_on_fails_health(tmp_path):
+def test_a_partition_the_cleaner_gave_up_on_fails_health(tmp_path, monkeypatch):
     with pylog.open(tmp_path, log_retention_check_interval_ms=50) as store:
         store.create_topic("x").partition(0).append_values([b"a"])
 
-        def bad(p) -> None:
+        def bad(cleaner: Cleaner, p) -> None:
             raise OSError(5, "Input/output error")
 
-        store.cleaner.retain_partition = bad
+        monkeypatch.setattr(Cleaner, "retain_partition", bad)
         assert _wait_for(lambda: any(c.status and c.status.uncleanable for c in store.cleaners()))
         code, text = _health(tmp_path)
         assert code == ExitCode.PROBLEMS
-        assert f"cleaner of pid {os.getpid()} ({store.cleaner_publisher.name}) gave up on x-0: OSError: [Errno 5]" in text
+        (name,) = [c.name for c in store.cleaners() if c.pid == os.getpid()]
+        assert f"cleaner of pid {os.getpid()} ({name}) gave up on x-0: OSError: [Errno 5]" in text
 
 
 def test_a_stopped_process_is_stale_and_a_killed_one_is_a_warning_then_swept(tmp_path):
@@ -127,7 +129,7 @@ def test_a_stopped_process_is_stale_and_a_killed_one_is_a_warning_then_swept(tmp
 
 def test_a_corrupt_status_file_is_reported_not_raised(tmp_path):
     with pylog.open(tmp_path) as store:
-        name = store.cleaner_publisher.name
+        (name,) = [c.name for c in store.cleaners() if c.pid == os.getpid()]
         status = tmp_path / CLEANERS_DIR / f"{name}.status"
         # the thread's first write (the file exists, empty, from the store's open); the next is 5 s away
         _wait_for(lambda: any(c.status is not None for c in store.cleaners()))
@@ -156,10 +158,12 @@ def test_status_file_with_hostile_content_and_valid_crc_is_reported_not_trusted(
     be taken as it was (a NaN heartbeat, a list where health expects a map)."""
     from pylog.maintenance.cleaner_registry import _MAGIC, _VERSION
     from pylog.storage.fileio import checked, encode_doc
-    with pylog.open(tmp_path) as store:
+    # No cleaner of this store publishes (the hostile file must stay as written): an entry as a process that
+    # died without closing its store leaves it.
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
         directory = os.path.join(store.path, CLEANERS_DIR)
-        (name,) = [e[:-len(".status")] for e in os.listdir(directory) if e.endswith(".status")]
-        store.stop_publishing_cleaner_status()  # stop publishing: the hostile file must stay as written
+        os.makedirs(directory, exist_ok=True)
+        name = f"{os.getpid()}-0badc0de"
         with open(os.path.join(directory, name + ".lock"), "wb"):
             pass
         with open(os.path.join(directory, name + ".status"), "wb") as f:

@@ -333,9 +333,10 @@ def test_an_interrupted_swap_is_rolled_back_or_forward(tmp_path, monkeypatch, ph
     monkeypatch.setattr(swap, "write_manifest", real_write)
     monkeypatch.setattr(swap, "roll_forward", real_roll)
     directory = p.directory
-    # Simulate the crash: drop the store without a clean close of the partition.
+    # Simulate the crash: drop the store (no cleaner thread: log_cleaner_enable=False) without a clean close
+    # of the partition.
     p.abandon()
-    store.abandon()
+    del store
     with _store(tmp_path) as store2:
         p2 = store2.topic(TOPIC).partition(0)
         p2.append_values([b"z"], keys=[b"zz"])  # becoming the writer finishes or undoes the swap
@@ -377,7 +378,7 @@ def test_a_swap_failing_past_its_commit_point_fails_the_partition_until_reopened
     with pytest.raises(LogFailedError, match="after its commit point"):
         p.append_values([b"z"], keys=[b"zz"])
     p.abandon()
-    store.abandon()
+    del store  # a crash: no clean close (and no cleaner thread: log_cleaner_enable=False)
     with _store(tmp_path) as store2:
         p2 = store2.topic(TOPIC).partition(0)
         p2.append_values([b"z"], keys=[b"zz"])  # becoming the writer rolls the swap forward

@@ -14,6 +14,7 @@ import pytest
 
 import pylog
 from pylog import TopicPartition
+from pylog.store import quota_manager
 
 from storetools import blocked_in, wait_for
 
@@ -276,7 +277,7 @@ def test_consumer_byte_rate_quota_delays_fetches(store):
         slept.append(d)
         now[0] += d
 
-    quotas = store.quota_manager
+    quotas = quota_manager(store)
     quotas.clock, quotas.sleep = (lambda: now[0]), sleep
     store.set_quota("slow", consumer_byte_rate=100)
     free = store.consumer("t", client_id="free", auto_offset_reset="earliest")

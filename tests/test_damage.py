@@ -32,10 +32,11 @@ import pytest
 import pylog
 from pylog.__main__ import ExitCode
 from pylog.__main__ import main as pylog_main
+from pylog.maintenance.cleaner import Cleaner
 from pylog.storage.records import HEADER_SIZE, parse_header, stamp_base_offset
 
 from childproc import Child
-from storetools import crash_copy
+from storetools import crash_copy, flip_byte, log_batches
 
 TOPIC = "t"
 ROOT = Path(__file__).resolve().parent.parent
@@ -59,15 +60,8 @@ def _log(path, base: int = 0) -> str:
 
 
 def _batch_starts(log_path: str) -> list[tuple[int, int]]:
-    """``(position, base offset)`` of each batch, walked through the length fields of an intact file."""
-    with open(log_path, "rb") as f:
-        raw = f.read()
-    out, pos = [], 0
-    while pos + HEADER_SIZE <= len(raw):
-        h = parse_header(raw, pos)
-        out.append((pos, h.base_offset))
-        pos += h.size
-    return out
+    """``(position, base offset)`` of each batch of an intact file."""
+    return [(pos, h.base_offset) for pos, h in log_batches(log_path)]
 
 
 def _fill(p, start: int, batches: int = BATCHES) -> None:
@@ -77,11 +71,7 @@ def _fill(p, start: int, batches: int = BATCHES) -> None:
 
 
 def _flip(log_path: str, at: int) -> None:
-    with open(log_path, "r+b") as f:
-        f.seek(at)
-        byte = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([byte ^ 0x41]))
+    flip_byte(log_path, at, 0x41)
 
 
 def _clean_store_damaged_in_the_middle(path, where: str = "body") -> tuple[str, int, int]:
@@ -446,17 +436,18 @@ def test_the_cleaner_skips_a_damaged_partition_written_in_turns_until_it_is_repa
         parts = [store.topic(n).partition(0) for n in ("a", "b")]
         for p in parts:
             p.transient = True
+        cleaner = Cleaner(store.path, lambda: iter(parts), store.settings)  # its passes run here, not in a thread
         with caplog.at_level("WARNING"):
-            store.cleaner.run_retention()
-            store.cleaner.run_retention()
-        assert store.cleaner.status().uncleanable == {}
+            cleaner.run_retention()
+            cleaner.run_retention()
+        assert cleaner.status().uncleanable == {}
         assert len([m for m in caplog.messages if "a-0" in m and "pylog repair" in m]) == 1
         assert _segment_count(tmp_path, "a") == 3 and _segment_count(tmp_path, "b") == 2
         parts[0].repair()
         parts[0].release_writer()
-        store.cleaner.run_retention()
+        cleaner.run_retention()
         assert _segment_count(tmp_path, "a") == 2
-        assert store.cleaner.status().uncleanable == {}
+        assert cleaner.status().uncleanable == {}
 
 
 # ------------------------------------------------------------------- a log cut under its writer

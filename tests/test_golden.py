@@ -27,7 +27,8 @@ from pylog.maintenance.cleaner_registry import PublishedCleaner, _read_status
 from pylog.maintenance.compaction import CleanerCheckpoint, read_cleaner_checkpoint
 from pylog.storage.swap import read_manifest, write_manifest
 from pylog.storage.fileio import checked, decode_doc, encode_doc, unchecked
-from pylog.clients.groups import decode_commit, offset_key, _read_state
+from pylog.clients.groups import _read_state
+from pylog.clients.offsets import decode_commit, offset_key
 from pylog.index import OffsetIndex, TimeIndex
 from pylog.storage.producer_state import ProducerEntry, ProducerState
 from pylog.storage.remote.manifest import decode_manifest, encode_manifest

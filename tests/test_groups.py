@@ -1,7 +1,8 @@
 """Consumer groups in one process: membership, rebalancing, ownership, committed offsets, lag, admin calls.
 
 Several consumers of one group in one process are as separate as processes would be: each holds its own
-file locks. The cross-process behaviour (SIGKILL of a member) is in test_groups_process.py.
+file locks. A member that dies runs in a child process and is SIGKILLed; the multi-process scenarios
+(members in several processes, delivery across a kill) are in test_groups_process.py.
 """
 
 from __future__ import annotations
@@ -14,9 +15,12 @@ import time
 import pytest
 
 import pylog
+from pylog.clients.consumer import group_member
 from pylog import CommitFailedError, OffsetAndMetadata, TopicPartition
+from pylog.store import group_offsets
 from pylog.storage.filenames import GROUPS_DIR, OFFSETS_TOPIC
 
+from childproc import Child
 from storetools import wait_for
 
 
@@ -46,6 +50,44 @@ def _owned(c):
     return sorted(tp.partition for tp in c.assignment() if tp not in c.pending())
 
 
+# A member in a child process, to be SIGKILLed: it polls in a loop and says which partitions it owns (its
+# member id too) each time that changes. It stops by itself when its stdin closes (the test is gone) or
+# after two minutes.
+_MEMBER_PROCESS = """
+    import os, sys, threading, time, pylog
+    from pylog.clients.consumer import group_member
+    threading.Thread(target=lambda: (sys.stdin.read(), os._exit(0)), daemon=True).start()
+    deadline = time.monotonic() + 120
+    store = pylog.open(sys.argv[1], log_cleaner_enable=False)
+    c = store.consumer("t", group_id="g", auto_offset_reset="earliest", heartbeat_interval_ms=int(sys.argv[2]),
+                       session_timeout_ms=2 * int(sys.argv[2]))
+    last = None
+    while time.monotonic() < deadline:
+        c.poll(timeout_ms=20)
+        owned = sorted(tp.partition for tp in c.assignment() if tp not in c.pending())
+        if owned != last:
+            last = owned
+            print("owns", group_member(c).member_id, *owned, flush=True)
+"""
+
+
+def _member_process(store, tmp_path, survivor, heartbeat_interval_ms):
+    """A member in a child process that owns one partition of two and ``survivor`` the other; its member id.
+    The child is started owning both (the survivor not yet polling), then hands one over."""
+    child = Child(_MEMBER_PROCESS, store.path, str(heartbeat_interval_ms), cwd=str(tmp_path))
+    try:
+        while len(child.expect("owns").split()) != 3:  # member id, then its partitions: both
+            pass
+        assert wait_for(lambda: survivor.poll(timeout_ms=20) is not None and len(_owned(survivor)) == 1, 60)
+        while True:
+            said = child.expect("owns").split()
+            if len(said) == 2:
+                return child, said[0]
+    except BaseException:
+        child.kill()
+        raise
+
+
 def _drain(c, rounds=5):
     out = []
     for _ in range(rounds):
@@ -64,7 +106,7 @@ class Recorder(pylog.ConsumerRebalanceListener):
         if self.consumer is not None and revoked:
             # Revoked partitions are still owned here: committing them works.
             self.consumer.commit({tp: OffsetAndMetadata(self.consumer.position(tp), "from listener")
-                                  for tp in revoked if self.consumer.group_member.owns(tp)})
+                                  for tp in revoked if group_member(self.consumer).owns(tp)})
 
     def on_partitions_assigned(self, assigned):
         self.events.append(("assigned", set(assigned)))
@@ -257,39 +299,35 @@ def test_a_member_waiting_in_poll_lets_go_for_a_joiner(store):
     b.close()
 
 
-def test_dead_member_is_found_by_its_released_lock(store):
+def test_dead_member_is_found_by_its_released_lock(store, tmp_path):
     _fill(store, partitions=2, n=10)
-    a, b = _member(store), _member(store)
-    a.poll(0), b.poll(0), a.poll(0), b.poll(0)
-    assert len(_owned(a)) == len(_owned(b)) == 1
-    # "Kill" b: its locks go (as the kernel drops a dead process's), without leave() or a commit.
-    b.group_member.abandon()
+    a = _member(store)
+    b, _ = _member_process(store, tmp_path, a, heartbeat_interval_ms=100)
+    assert len(_owned(a)) == 1
+    b.kill()  # SIGKILL (also the test's clean-up): its locks go with it, without leave() or a commit
     def took_over() -> bool:
         a.poll(timeout_ms=20)
         return _owned(a) == [0, 1]
     assert wait_for(took_over, 60), f"the survivor owns {_owned(a)}"
     assert _owned(a) == [0, 1]
-    assert [m.member_id for m in store.describe_consumer_group("g").members] == [a.group_member.member_id]
+    assert [m.member_id for m in store.describe_consumer_group("g").members] == [group_member(a).member_id]
     a.close()
 
 
-def test_a_concurrent_describers_probe_does_not_make_a_dead_member_look_alive(store):
+def test_a_concurrent_describers_probe_does_not_make_a_dead_member_look_alive(store, tmp_path):
     """describe_group probes each member's lock. Two describers at once (monitoring, `pylog groups
     describe`) must not take each other's momentary probe for a live member: the probe is a shared lock."""
-    import fcntl
     _fill(store, partitions=2, n=10)
-    a, b = _member(store, heartbeat_interval_ms=600_000, session_timeout_ms=1_200_000), \
-        _member(store, heartbeat_interval_ms=600_000, session_timeout_ms=1_200_000)
-    a.poll(0), b.poll(0), a.poll(0), b.poll(0)
-    member = b.group_member
-    path = os.path.join(member.directory, "members", member.member_id)
-    member.abandon()  # "kill" b, as in the test above; nobody has noticed yet
+    a = _member(store, heartbeat_interval_ms=600_000, session_timeout_ms=1_200_000)
+    b, b_id = _member_process(store, tmp_path, a, heartbeat_interval_ms=600_000)
+    path = os.path.join(group_member(a).directory, "members", b_id)
+    b.kill()  # as in the test above; nobody has noticed yet (heartbeats 10 minutes apart)
     with pylog.open(store.path, read_only=True) as reader:
         fd = os.open(path, os.O_RDONLY)
         try:
             fcntl.flock(fd, fcntl.LOCK_SH | fcntl.LOCK_NB)  # another describer's probe, held right now
             for s in (store, reader):
-                assert [m.member_id for m in s.describe_consumer_group("g").members] == [a.group_member.member_id]
+                assert [m.member_id for m in s.describe_consumer_group("g").members] == [group_member(a).member_id]
         finally:
             os.close(fd)
     a.close()
@@ -299,7 +337,7 @@ def test_corrupt_group_state_is_rebuilt(store, caplog):
     _fill(store, partitions=2, n=10)
     a = _member(store)
     a.poll(0)
-    state = os.path.join(a.group_member.directory, "state")
+    state = os.path.join(group_member(a).directory, "state")
     with open(state, "r+b") as f:
         f.seek(8)
         f.write(b"\xff\xff")
@@ -328,7 +366,7 @@ def test_group_state_with_hostile_content_and_valid_crc_is_rebuilt(store, conten
     _fill(store, partitions=2, n=10)
     a = _member(store)
     a.poll(0)
-    directory = a.group_member.directory
+    directory = group_member(a).directory
     if content == "map_key_is_a_map":
         doc = _msgpack_map_keyed_by_a_map(generation=5, group_id="g")
     else:
@@ -366,7 +404,7 @@ def test_offset_commits_with_wrong_types_are_skipped_not_trusted(store):
     beyond int64, a map keyed by a map) are skipped like any record that is not a commit; a negative int64
     offset is a commit (Kafka clients commit -1/-2 to reset a group) and is read back as committed."""
     import msgpack
-    from pylog.clients.groups import decode_commit
+    from pylog.clients.offsets import decode_commit
     good_key = msgpack.packb([1, "g", "t", 0])
     assert decode_commit(good_key, msgpack.packb([1, 5, "", 0, -1, ""])) == (("g", "t", 0), OffsetAndMetadata(5, ""))
     assert decode_commit(msgpack.packb([1, "g", "t", True]), msgpack.packb([1, 5, ""])) is None
@@ -375,7 +413,7 @@ def test_offset_commits_with_wrong_types_are_skipped_not_trusted(store):
     assert decode_commit(good_key, msgpack.packb([1, True, ""])) is None
     assert decode_commit(_msgpack_map_keyed_by_a_map(), None) is None
     store.commit_offsets("g", {TopicPartition("t", 0): 3})
-    p = store.group_offsets().partition_for("g")
+    p = group_offsets(store).partition_for("g")
     p.append_values([msgpack.packb([1, 1 << 63, ""])], [good_key])
     assert store.committed_offsets("g")[TopicPartition("t", 0)].offset == 3
 
@@ -429,7 +467,7 @@ def test_reserved_names_and_offsets_topic_compaction(tmp_path):
         for i in range(300):
             c.commit({tp: i})
         assert store.topic(OFFSETS_TOPIC).num_partitions == 2
-        p = store.group_offsets().partition_for("g")
+        p = group_offsets(store).partition_for("g")
         assert p.log_end_offset == 300 and not p.is_writer and len(p.segments) > 5
         store.compact(OFFSETS_TOPIC, p.number)
         assert not p.is_writer  # handed back after maintenance too

@@ -18,6 +18,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 import pylog
+from pylog.clients.consumer import group_member
 from pylog import InvalidGroupError, InvalidTopicError, OffsetAndMetadata, TopicPartition
 from pylog.storage.filenames import (CLEANERS_DIR, DELETING_PREFIX, GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, ROOT_FILES,
                              deleting_name, valid_topic_name)
@@ -301,7 +302,7 @@ def _check_group_round_trip(root, store, group):
             if len(got) == 2:
                 break
         assert got == [b"a", b"b"]
-        assert [m.member_id for m in store.describe_consumer_group(group).members] == [c.group_member.member_id]
+        assert [m.member_id for m in store.describe_consumer_group(group).members] == [group_member(c).member_id]
         c.commit()
     assert store.committed_offsets(group) == {tp: OffsetAndMetadata(2, "")}
     assert group in store.consumer_groups()

@@ -23,6 +23,7 @@ from pylog import accel
 from pylog.clients import accumulator, partitioner
 from pylog.clients.producer import Producer
 from pylog.errors import InvalidArgumentError, PylogError
+from pylog.store import quota_manager
 
 needs_native = pytest.mark.skipif(accel.native is None, reason=f"compiled extension not live: {accel.REASON}")
 pytestmark = needs_native
@@ -212,7 +213,7 @@ def test_a_subclass_that_overrides_send_keeps_it(tmp_path):
 
     with pylog.open(tmp_path, log_cleaner_enable=False) as store:
         store.create_topic("t")
-        p = Counting(store, quotas=store.quota_manager)
+        p = Counting(store, quotas=quota_manager(store))
         p.send("t", b"v").get(5)
         p.close()
     assert calls == [("t", b"v")]

@@ -26,8 +26,8 @@ from hypothesis.stateful import (RuleBasedStateMachine, initialize, invariant, p
 import pylog
 from pylog.storage.checkpoint import read_checkpoint
 
-from storetools import crash_copy
-from pylog.storage.records import CODEC_LZ4, HEADER_SIZE, parse_header
+from storetools import crash_copy, log_batches
+from pylog.storage.records import CODEC_LZ4
 
 T0 = 1_700_000_000_000
 
@@ -42,21 +42,6 @@ def _open(path, **options):
 def _summary(rec):
     """What the model stores per offset: (key, value, headers, timestamp)."""
     return (rec.key, rec.value, tuple(tuple(h) for h in rec.headers), rec.timestamp)
-
-
-def _log_batches(log_path):
-    """[(position, header)] of every whole batch in a .log file, walking the raw bytes."""
-    with open(log_path, "rb") as f:
-        raw = f.read()
-    out = []
-    pos = 0
-    while pos + HEADER_SIZE <= len(raw):
-        h = parse_header(raw, pos)
-        if pos + h.size > len(raw):
-            break
-        out.append((pos, h))
-        pos += h.size
-    return out
 
 
 def _partition_dir(store_path, topic="t", number=0):
@@ -768,7 +753,7 @@ class PartitionMachine(RuleBasedStateMachine):
         if mode == "tear":
             # Only bytes written after the last fsync (flush, roll, seal) may be lost.
             durable = max(self.durable, active_base)
-            batches = _log_batches(log_path)
+            batches = log_batches(log_path)
             size = os.path.getsize(log_path)
             tear_from = next((pos for pos, h in batches if h.base_offset >= durable), size)
             cut = data.draw(st.integers(tear_from, size), label="cut")

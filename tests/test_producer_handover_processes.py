@@ -80,6 +80,7 @@ def test_three_producer_processes_with_acks_all_sharing_partitions_store_every_r
 
 _THROTTLED_PRODUCER = """
     import sys, time, pylog
+    from pylog.store import quota_manager
     store = pylog.open(sys.argv[1])
     store.set_quota("slow", producer_byte_rate=10)  # 10,000 bytes: a delay of about 1,000 s
 
@@ -87,7 +88,7 @@ _THROTTLED_PRODUCER = """
         print("throttled", round(delay), flush=True)
         time.sleep(delay)
 
-    store.quota_manager.sleep = sleep
+    quota_manager(store).sleep = sleep
     producer = store.producer(client_id="slow")
     producer.send("t", b"x" * 10_000, partition=0)
     sys.stdin.readline()  # killed before this returns

@@ -14,6 +14,7 @@ import pytest
 
 import pylog
 from pylog.clients.quotas import CONSUME, PRODUCE, QuotaManager, throttle_delay
+from pylog.store import quota_manager
 
 
 class FakeClock:
@@ -40,8 +41,8 @@ def _manager(num: int = 11, size: float = 1.0) -> tuple[QuotaManager, FakeClock]
 def store(tmp_path):
     with pylog.open(str(tmp_path), log_cleaner_enable=False) as s:
         clock = FakeClock()
-        s.quota_manager.clock = clock
-        s.quota_manager.sleep = clock.sleep
+        quota_manager(s).clock = clock
+        quota_manager(s).sleep = clock.sleep
         yield s
 
 
@@ -145,7 +146,7 @@ def test_store_set_quota_replaces_a_clients_quotas(store):
 def test_two_producers_with_one_client_id_share_one_budget(store):
     store.create_topic("t")
     store.set_quota("shared", producer_byte_rate=1000)  # 11 samples of 1 s: 10 000 bytes pass at once
-    clock = store.quota_manager.clock
+    clock = quota_manager(store).clock
     opts = dict(linger_ms=600_000, batch_size=1 << 30)  # drains only by flush(), in this thread
     with store.producer(client_id="shared", **opts) as p1, store.producer(client_id="shared", **opts) as p2, \
             store.producer(client_id="other", **opts) as other:
@@ -174,8 +175,8 @@ def test_two_producers_with_one_client_id_share_one_budget(store):
 
 def test_a_throttled_producer_takes_about_bytes_over_rate(store):
     store.create_topic("t", partitions=2)
-    store.quota_manager.configure_window(11, 0.1)  # a 1 s window: 1 s of traffic passes without delay
-    clock = store.quota_manager.clock
+    quota_manager(store).configure_window(11, 0.1)  # a 1 s window: 1 s of traffic passes without delay
+    clock = quota_manager(store).clock
     rate = 10_000
     store.set_quota("slow", producer_byte_rate=rate)
     start = clock.now
@@ -208,11 +209,11 @@ def test_a_throttled_producer_takes_about_bytes_over_rate(store):
 
 def test_consumer_side_call_records_and_sleeps(store):
     store.set_quota("reader", consumer_byte_rate=500)
-    clock = store.quota_manager.clock
-    assert store.quota_manager.throttle("reader", CONSUME, 4000) == 0.0  # 4000 B over 10 s: 400 B/s
-    assert store.quota_manager.throttle("reader", CONSUME, 4000) == pytest.approx(16 - 10)
+    clock = quota_manager(store).clock
+    assert quota_manager(store).throttle("reader", CONSUME, 4000) == 0.0  # 4000 B over 10 s: 400 B/s
+    assert quota_manager(store).throttle("reader", CONSUME, 4000) == pytest.approx(16 - 10)
     assert clock.slept == [pytest.approx(6.0)]
-    assert store.quota_manager.throttle("writer", CONSUME, 10 ** 9) == 0.0  # no quota: not throttled
+    assert quota_manager(store).throttle("writer", CONSUME, 10 ** 9) == 0.0  # no quota: not throttled
 
 
 def test_the_running_window_total_matches_a_recount_of_its_samples():

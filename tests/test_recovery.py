@@ -31,7 +31,7 @@ from pylog.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoi
 from pylog.storage.records import (CODEC_LZ4, HEADER_SIZE, BatchView, RecordColumns, batch_crc, crc32c,
                            encode_batch, parse_header)
 
-from storetools import crash_copy
+from storetools import crash_copy, flip_byte, log_batches
 
 T0 = 1_700_000_000_000
 TOPIC = "t"
@@ -67,20 +67,6 @@ def _pdir(store_path):
 
 def _logs(pdir):
     return [os.path.join(pdir, n) for n in sorted(os.listdir(pdir)) if n.endswith(".log")]
-
-
-def _batches(log_path):
-    """[(position, header)] of the whole batches in a .log file, read from the raw bytes."""
-    with open(log_path, "rb") as f:
-        raw = f.read()
-    out, pos = [], 0
-    while pos + HEADER_SIZE <= len(raw):
-        h = parse_header(raw, pos)
-        if h.size < HEADER_SIZE or pos + h.size > len(raw):
-            break
-        out.append((pos, h))
-        pos += h.size
-    return out
 
 
 def _append(p, start, count, per_batch=3):
@@ -184,11 +170,7 @@ def _patch(path, at, data):
 
 
 def _flip(path, at, mask=0xFF):
-    with open(path, "r+b") as f:
-        f.seek(at)
-        b = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([b ^ mask]))
+    flip_byte(path, at, mask)
 
 
 def _fix_crc(buf, pos=0):
@@ -235,7 +217,7 @@ class _Bounded:
 def test_recover_torn_tail_mid_batch(tmp_path, where):
     crashed, flushed, written = _crashed_store(tmp_path)
     active = _logs(_pdir(crashed))[-1]
-    batches = _batches(active)
+    batches = log_batches(active)
     # Tear the last-but-two unflushed batch, so whole batches after it are lost too.
     pos, h = batches[-3]
     assert h.base_offset >= flushed
@@ -252,7 +234,7 @@ def test_recover_torn_tail_mid_batch(tmp_path, where):
         assert _append_one(p, survivors) == survivors
         _assert_prefix(p, survivors + 1)
         assert p.check() == []
-        assert os.path.getsize(active) == pos + _batches(active)[-1][1].size
+        assert os.path.getsize(active) == pos + log_batches(active)[-1][1].size
         assert survivors >= flushed
     with pylog.open(str(crashed)) as store:  # and a clean reopen after recovery keeps it
         p = store.topic(TOPIC).partition(0)
@@ -275,7 +257,7 @@ def test_recover_crash_image_without_damage_keeps_everything(tmp_path):
 def test_recover_every_cut_point_of_the_last_batch(tmp_path):
     crashed, flushed, written = _crashed_store(tmp_path, sealed=30, flushed=3, unflushed=6)
     active = _logs(_pdir(crashed))[-1]
-    pos, h = _batches(active)[-1]
+    pos, h = log_batches(active)[-1]
     pristine = tmp_path / "pristine"
     shutil.copytree(crashed, pristine)
     # Every byte of the header, then a sample of the body (each cut costs a copy and a few fsyncs).
@@ -301,7 +283,7 @@ def test_recover_when_the_checkpoint_says_unclean(tmp_path, how):
     count = _make_store(path)
     pdir = _pdir(path)
     active = _logs(pdir)[-1]
-    pos, h = _batches(active)[-1]
+    pos, h = log_batches(active)[-1]
     os.truncate(active, pos + h.size - 5)  # damage after the clean close ...
     cp_path = os.path.join(pdir, "partition.checkpoint")
     if how == "deleted":  # ... and lose the checkpoint, or say the shutdown was not clean
@@ -324,7 +306,7 @@ def test_recovery_cuts_at_the_first_bad_batch_and_drops_later_segments(tmp_path)
     pdir = _pdir(path)
     logs = _logs(pdir)
     victim = logs[1]
-    pos, h = _batches(victim)[2]
+    pos, h = log_batches(victim)[2]
     _flip(victim, pos + HEADER_SIZE + 2)  # body byte: CRC mismatch
     os.unlink(os.path.join(pdir, "partition.checkpoint"))
     with pylog.open(str(path)) as store:
@@ -353,7 +335,7 @@ def test_flipped_byte_in_sealed_segment_raises_corrupt_record_error(tmp_path, na
     count = _make_store(path)
     logs = _logs(_pdir(path))
     victim = logs[1]
-    batches = _batches(victim)
+    batches = log_batches(victim)
     pos, h = batches[len(batches) // 2]
     at = h.size // 2 + 5 if at is None else (h.size - 1 if at == -1 else at)
     _flip(victim, pos + at, 0x40)
@@ -381,7 +363,7 @@ def test_damaged_base_offset_in_sealed_segment_raises(tmp_path, direction):
     path = tmp_path / "s"
     _make_store(path)
     victim = _logs(_pdir(path))[1]
-    batches = _batches(victim)
+    batches = log_batches(victim)
     i = len(batches) // 2
     pos, h = batches[i]
     base = h.base_offset
@@ -403,7 +385,7 @@ def test_damaged_max_timestamp_in_sealed_segment_is_not_skipped_silently(tmp_pat
     count = _make_store(path)
     logs = _logs(_pdir(path))
     # A batch in a sealed segment that holds the answer for its own max timestamp (a new running maximum).
-    victim, pos, h = next((log, pos, h) for log in logs[1:-1] for pos, h in _batches(log)
+    victim, pos, h = next((log, pos, h) for log in logs[1:-1] for pos, h in log_batches(log)
                           if h.base_offset <= _brute_offset_for_timestamp(count, h.max_timestamp) < h.next_offset)
     target = h.max_timestamp
     _patch(victim, pos + 31, struct.pack("<q", h.first_timestamp))  # max timestamp lowered to the first one
@@ -420,12 +402,12 @@ def test_damaged_max_timestamp_in_sealed_segment_is_not_skipped_silently(tmp_pat
 def test_damaged_sealed_segment_does_not_block_recovery_of_the_active_one(tmp_path):
     crashed, flushed, written = _crashed_store(tmp_path)
     logs = _logs(_pdir(crashed))
-    pos, h = _batches(logs[0])[1]
+    pos, h = log_batches(logs[0])[1]
     _flip(logs[0], pos + HEADER_SIZE + 1)
     os.truncate(logs[-1], os.path.getsize(logs[-1]) - 3)
     with pylog.open(str(crashed)) as store:
         p = store.topic(TOPIC).partition(0)
-        last = _batches(logs[-1])[-1][1].next_offset
+        last = log_batches(logs[-1])[-1][1].next_offset
         assert p.append_values([b"after"]) == last
         _assert_read_stops_at(_reads(p)[0], 0, h.base_offset, logs[0], pos)
         assert [r.offset for r in p.read(last - 2)] == [last - 2, last - 1, last]
@@ -439,7 +421,7 @@ def test_huge_or_tiny_batch_length_in_sealed_segment(tmp_path, length):
     path = tmp_path / "s"
     _make_store(path)
     victim = _logs(_pdir(path))[0]
-    pos, h = _batches(victim)[3]
+    pos, h = log_batches(victim)[3]
     _patch(victim, pos + BATCH_LENGTH_AT, struct.pack("<I", length))
     with pylog.open(str(path)) as store:
         p = store.topic(TOPIC).partition(0)
@@ -454,7 +436,7 @@ def test_hostile_record_count_with_valid_crc_in_sealed_segment(tmp_path, count):
     path = tmp_path / "s"
     _make_store(path)
     victim = _logs(_pdir(path))[0]
-    pos, h = _batches(victim)[3]
+    pos, h = log_batches(victim)[3]
     _patch(victim, pos + RECORD_COUNT_AT, struct.pack("<i", count))
     _fix_crc_in_file(victim, pos)
     with pylog.open(str(path)) as store:
@@ -470,7 +452,7 @@ def test_hostile_record_count_with_valid_crc_in_sealed_segment(tmp_path, count):
 def test_hostile_batch_length_in_active_segment_is_cut_by_recovery(tmp_path, length, which):
     crashed, flushed, written = _crashed_store(tmp_path)
     active = _logs(_pdir(crashed))[-1]
-    batches = _batches(active)
+    batches = log_batches(active)
     pos, h = batches[-1] if which == "last" else batches[-len(batches) // 3]
     assert h.base_offset >= flushed
     _patch(active, pos + BATCH_LENGTH_AT, struct.pack("<I", length))
@@ -492,7 +474,7 @@ def test_hostile_batch_length_in_active_segment_is_cut_by_recovery(tmp_path, len
 def test_hostile_record_count_in_active_segment_is_cut_by_recovery(tmp_path):
     crashed, flushed, written = _crashed_store(tmp_path)
     active = _logs(_pdir(crashed))[-1]
-    pos, h = _batches(active)[-2]
+    pos, h = log_batches(active)[-2]
     _patch(active, pos + RECORD_COUNT_AT, struct.pack("<i", (1 << 31) - 1))
     _fix_crc_in_file(active, pos)
     with _Bounded():
@@ -531,7 +513,7 @@ def test_garbage_appended_to_active_segment_after_crash(tmp_path, junk):
         assert _append_one(p, written) == written
         _assert_prefix(p, written + 1)
         assert p.check() == []
-        assert os.path.getsize(active) == size + _batches(active)[-1][1].size
+        assert os.path.getsize(active) == size + log_batches(active)[-1][1].size
 
 
 def test_garbage_appended_to_cleanly_closed_segment(tmp_path):
@@ -650,7 +632,7 @@ def test_live_indexes_with_entries_past_a_torn_tail(tmp_path):
     """After a power loss the index pages may survive when the log's do not: entries point past the end."""
     crashed, flushed, written = _crashed_store(tmp_path, index_interval_bytes=0)
     active = _logs(_pdir(crashed))[-1]
-    batches = _batches(active)
+    batches = log_batches(active)
     pos, h = batches[-len(batches) // 2]
     os.truncate(active, pos + 7)
     with pylog.open(str(crashed)) as store:

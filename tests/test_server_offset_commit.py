@@ -8,7 +8,7 @@ import msgpack
 import pytest
 
 import pylog
-from pylog.clients.groups import decode_commit, offset_key, offset_value
+from pylog.clients.offsets import decode_commit, offset_key, offset_value
 from pylog.structs import OffsetAndMetadata, TopicPartition
 
 ck = pytest.importorskip("confluent_kafka")

@@ -11,8 +11,10 @@ import pytest
 
 import pylog
 from pylog.errors import CorruptRecordError
-from pylog.storage.records import HEADER_SIZE, encode_parts, parse_header
+from pylog.storage.records import HEADER_SIZE, encode_parts
 from pylog.segment import Segment
+
+from storetools import flip_byte, log_batches
 
 TOPIC = "t"
 OPTIONS = {"segment_bytes": 4096, "index_interval_bytes": 128, "log_cleaner_enable": False}
@@ -33,27 +35,9 @@ def _append(p, first: int, count: int, per_batch: int = 5, generation: int = 0) 
                         keys=[_key(o) for o in range(start, start + n)])
 
 
-def _batches(log_path: str) -> list[tuple[int, object]]:
-    """[(position, header)] of the whole batches of a .log file, from its raw bytes."""
-    with open(log_path, "rb") as f:
-        raw = f.read()
-    out, pos = [], 0
-    while pos + HEADER_SIZE <= len(raw):
-        h = parse_header(raw, pos)
-        if pos + h.size > len(raw):
-            break
-        out.append((pos, h))
-        pos += h.size
-    return out
-
-
 def _flip(path: str, at: int) -> None:
-    """Flip one byte of the file on disk (through the file, as bit rot or a foreign hand would)."""
-    with open(path, "r+b") as f:
-        f.seek(at)
-        b = f.read(1)[0]
-        f.seek(at)
-        f.write(bytes([b ^ 0x20]))
+    """Flip one bit of the file on disk (through the file, as bit rot or a foreign hand would)."""
+    flip_byte(path, at, 0x20)
 
 
 def _made(path, count: int = 200) -> None:
@@ -71,7 +55,7 @@ def test_a_read_remembers_the_batches_it_checked_and_reads_them_again_unchanged(
     with pylog.open(str(tmp_path), **OPTIONS) as store:
         p = store.topic(TOPIC).partition(0)
         sealed = p.segments[1]
-        (pos, h), *_ = [b for b in _batches(sealed.log_path) if b[1].base_offset > sealed.base_offset]
+        (pos, h), *_ = [b for b in log_batches(sealed.log_path) if b[1].base_offset > sealed.base_offset]
         assert sealed.verified() == set()
         for _ in range(3):
             _reads_one(p, h.base_offset + 2)
@@ -87,7 +71,7 @@ def test_a_batch_damaged_after_a_read_checked_it_is_found_once_its_file_is_opene
     with pylog.open(str(tmp_path), **OPTIONS) as store:
         p = store.topic(TOPIC).partition(0)
         seg = p.segments[1]
-        pos, h = _batches(seg.log_path)[2]
+        pos, h = log_batches(seg.log_path)[2]
         _reads_one(p, h.base_offset + 1)
         assert pos in seg.verified()
         _flip(seg.log_path, pos + h.size - 3)  # in the value data
@@ -111,7 +95,7 @@ def test_damaged_bytes_are_never_served_whatever_else_was_read_first(tmp_path, w
         p = store.create_topic(TOPIC).partition(0)
         _append(p, 0, 200)
         seg = p.segments[1] if where == "sealed" else p.segments[-1]
-        batches = _batches(seg.log_path)
+        batches = log_batches(seg.log_path)
         assert len(batches) >= 4
         victim_pos, victim = batches[len(batches) // 2]
         for pos, h in batches:
@@ -139,7 +123,7 @@ def test_a_readers_view_of_the_active_segment_checks_every_read(tmp_path):
         with pylog.open(str(tmp_path), read_only=True) as reader:
             q = reader.topic(TOPIC).partition(0)
             active = q.segments[-1]
-            pos, h = _batches(active.log_path)[1]
+            pos, h = log_batches(active.log_path)[1]
             _reads_one(q, h.base_offset)
             assert active.verified() is None
             _flip(active.log_path, pos + h.size - 1)
@@ -158,15 +142,15 @@ def test_a_compaction_swap_leaves_no_memo_vouching_for_the_new_file(tmp_path):
         first = p.segments[0]
         name = first.log_path
         # Read every batch of the first segment: its memo holds them all.
-        for pos, h in _batches(name):
+        for pos, h in log_batches(name):
             _reads_one(p, h.base_offset)
-        assert len(first.verified()) == len(_batches(name))
+        assert len(first.verified()) == len(log_batches(name))
         [r] = store.compact(TOPIC)
         assert r.records_removed > 0
         now = p.segments[0]
         assert now.log_path == name and now is not first and now.verified() == set()
         # The first batch of the new file sits where the old file had its first batch, which was read.
-        pos, h = _batches(name)[0]
+        pos, h = log_batches(name)[0]
         assert pos in first.verified()
         _flip(name, pos + h.size - 2)
         with pytest.raises(CorruptRecordError) as err:
@@ -193,16 +177,16 @@ def test_truncation_drops_the_memo_so_batches_written_again_there_are_checked(tm
     try:
         slices, _ = seg.read(12, 1, 1 << 20)
         assert slices[0][0].records()[0].value == _value(12)
-        positions = {pos for pos, _ in _batches(seg.log_path)}
-        for pos, h in _batches(seg.log_path):
+        positions = {pos for pos, _ in log_batches(seg.log_path)}
+        for pos, h in log_batches(seg.log_path):
             seg.read(h.base_offset, 1, 1 << 20)
         assert seg.verified() == positions
         seg.truncate_to(8)  # keeps batches 0 and 4; writable again (recovered)
         assert seg.verified() == set()
         for base in range(8, 32, 4):
             _append_batch(seg, base, generation=1)
-        assert {pos for pos, _ in _batches(seg.log_path)} == positions  # the same positions, other bytes
-        pos, h = next((pos, h) for pos, h in _batches(seg.log_path) if h.base_offset == 12)
+        assert {pos for pos, _ in log_batches(seg.log_path)} == positions  # the same positions, other bytes
+        pos, h = next((pos, h) for pos, h in log_batches(seg.log_path) if h.base_offset == 12)
         _flip(seg.log_path, pos + h.size - 1)
         with pytest.raises(CorruptRecordError) as err:
             seg.read(12, 1, 1 << 20)
@@ -219,7 +203,7 @@ def test_a_writer_that_hands_over_forgets_what_it_checked_in_the_active_segment(
         a = a_store.create_topic(TOPIC).partition(0)
         _append(a, 0, 40)
         active = a.segments[-1]
-        batches = _batches(active.log_path)
+        batches = log_batches(active.log_path)
         for pos, h in batches:
             _reads_one(a, h.base_offset)
         assert a.segments[-1].verified() == {pos for pos, _ in batches}
@@ -232,7 +216,7 @@ def test_a_writer_that_hands_over_forgets_what_it_checked_in_the_active_segment(
             b.repair()
             assert b.log_end_offset == cut.base_offset
             _append(b, cut.base_offset, 40 - cut.base_offset, generation=1)
-        again = _batches(active.log_path)
+        again = log_batches(active.log_path)
         assert [pos for pos, _ in again] == [pos for pos, _ in batches]
         pos, h = again[3]
         _flip(active.log_path, pos + h.size - 1)

@@ -1,8 +1,11 @@
 """The clients: producer, consumer, consumer groups (with their assignors), partitioner and quotas.
 
-Modules: :mod:`~pylog.clients.producer`, :mod:`~pylog.clients.consumer`, :mod:`~pylog.clients.groups`,
-:mod:`~pylog.clients.assignors`, :mod:`~pylog.clients.partitioner`, :mod:`~pylog.clients.quotas`,
-:mod:`~pylog.clients.storeview` (what a client may use of the store it is given).
+Modules: the two clients, :mod:`~pylog.clients.producer` and :mod:`~pylog.clients.consumer`, over their
+parts: :mod:`~pylog.clients.drain` (the producer's writing side), :mod:`~pylog.clients.groups`
+(membership), :mod:`~pylog.clients.offsets` (committed offsets), and below them
+:mod:`~pylog.clients.accumulator`, :mod:`~pylog.clients.assignors`, :mod:`~pylog.clients.partitioner`,
+:mod:`~pylog.clients.quotas` and :mod:`~pylog.clients.storeview` (what a client may use of the store it is
+given). No part imports a client (setup.cfg's clients contract).
 
 May import: the maintenance and storage layers and the shared modules (:mod:`pylog.config`,
 :mod:`pylog.errors`, :mod:`pylog.structs`). Never :mod:`pylog.store` nor the applications: a client is

@@ -29,7 +29,7 @@ import re
 import time
 from types import MappingProxyType
 
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Pattern, Protocol, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, Pattern, Protocol, cast
 
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
 from ..errors import NoOffsetForPartitionError  # defined here before pylog.errors: still importable from here
@@ -37,11 +37,12 @@ from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigErro
                      ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
-from .groups import CommittedOffsets, GroupMember, check_group_id, valid_position
+from .groups import GroupMember, check_group_id
+from .offsets import CommittedOffsets, valid_position
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from ..storage.records import consumer_rows, payload_bytes
-from ..structs import OffsetAndMetadata, TopicPartition
+from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..partition import Partition, watch_appends
 
 
@@ -96,29 +97,6 @@ def _topic_partition(tp: Any) -> TopicPartition:
         return TopicPartition(*tp)
     raise InvalidArgumentError(f"expected a TopicPartition(topic, partition), got {tp!r}"[:200]
                                + ": pass e.g. [pylog.TopicPartition('orders', 0)]")
-
-
-class ConsumerRecord(NamedTuple):
-    """One consumed record: kafka-python's ``ConsumerRecord`` fields."""
-
-    topic: str
-    partition: int
-    offset: int
-    timestamp: int
-    timestamp_type: int
-    key: Any
-    value: Any
-    #: ``(key, value)`` pairs, as a tuple (kafka-python gives a list)
-    headers: tuple
-    checksum: None
-    serialized_key_size: int
-    serialized_value_size: int
-    serialized_header_size: int
-
-
-class OffsetAndTimestamp(NamedTuple):
-    offset: int
-    timestamp: int
 
 
 class _ListIterator(Protocol):
@@ -262,12 +240,6 @@ class Consumer:
         """Partitions of :meth:`assignment` this consumer does not read yet: the previous owner in the group
         still holds them (it finishes its poll, commits and lets go). Empty outside a group."""
         return set(self._pending)
-
-    @property
-    def group_member(self) -> GroupMember | None:
-        """This consumer's membership in its group while subscribed with a ``group_id`` (else None); for
-        tools and tests (e.g. its ``member_id``, or whether it ``owns()`` a partition now)."""
-        return self._member
 
     def subscription(self) -> set[str] | None:
         if self._manual:
@@ -765,3 +737,10 @@ class Consumer:
 
     def __exit__(self, *exc: Any) -> None:
         self.close()
+
+
+def group_member(consumer: Consumer) -> GroupMember | None:
+    """Internal API (not :class:`Consumer`'s): ``consumer``'s membership in its group while it is subscribed
+    with a ``group_id`` (else None), for tools and tests (its ``member_id``, whether it ``owns()`` a
+    partition now)."""
+    return consumer._member

@@ -1,4 +1,4 @@
-"""Consumer groups without a server: membership, assignment, partition ownership and committed offsets.
+"""Consumer groups without a server: membership, assignment and partition ownership.
 
 On disk, under the store::
 
@@ -27,9 +27,8 @@ Invariants:
   nobody takes them from under it. Different groups share nothing but the offsets topic.
 - A group member's commit is accepted only for partitions whose owner lock it holds; otherwise
   :class:`~pylog.errors.CommitFailedError`.
-- Committed offsets are ordinary records of ``__consumer_offsets``, appended by whichever process commits
-  (it holds the partition's writer lock for that append only) and read back by tailing the partition,
-  so they are as crash-safe as any log data and compaction keeps the topic short.
+- Committed offsets are not this module's: :mod:`pylog.clients.offsets` keeps them (records of
+  ``__consumer_offsets``); a member only decides whose commit is accepted (the rule above).
 """
 
 from __future__ import annotations
@@ -41,30 +40,24 @@ import logging
 import os
 import re
 import shutil
-import threading
 import time
 import uuid
 from dataclasses import dataclass, field
-from typing import Any, Callable, Iterable, Iterator, Mapping, NamedTuple, Sequence
+from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
-import msgpack
 
 from .assignors import AbstractPartitionAssignor, assignor_named
-from ..errors import (CorruptRecordError, InvalidConfigError, PartitionLockedError,
-                     RebalanceInProgressError, TopicExistsError, UnknownTopicError)
-from ..storage.fileio import (checked, decode_doc, encode_doc, raise_if_gone, read_checked, try_flock, unchecked,
-                              write_checked, write_faults)
+from ..errors import CorruptRecordError, InvalidConfigError, RebalanceInProgressError, UnknownTopicError
+from ..storage.fileio import (checked, decode_doc, encode_doc, in_range, raise_if_gone, read_checked, try_flock,
+                              unchecked, write_checked, write_faults)
 from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, check_group_id, legacy_topic_name, legal_name
-from ..storage.records import crc32c
-from ..structs import OffsetAndMetadata, TopicPartition
+from ..structs import TopicPartition
 from .storeview import StoreView
-from ..partition import Partition
-from ..topic import Topic
 
 
-__all__ = ["OFFSETS_TOPIC", "GROUPS_DIR", "CommittedOffsets", "GroupMember", "GroupDescription",
+__all__ = ["OFFSETS_TOPIC", "GROUPS_DIR", "GroupMember", "GroupDescription",
            "MemberDescription", "PartitionLag", "describe_group", "list_group_dirs", "remove_group_dir",
-           "check_group_id", "valid_position"]
+           "check_group_id"]
 
 log = logging.getLogger("pylog.groups")  # logger names are what operators filter on: unchanged by the move
 
@@ -75,16 +68,8 @@ _FORMAT_VERSION = 1
 #: Largest state or member file read (a corrupt length can never make us allocate more).
 _MAX_META_BYTES = 16 * 1024 * 1024
 _MEMBER_ID_BAD = re.compile(r"[^A-Za-z0-9._-]")
-#: segment.index.bytes of the offsets topic: its segments are small (offsets.topic.segment.bytes), and a
-#: commit re-opens the active segment's indexes as a writer, which costs in proportion to their size;
-#: index entries are dense (every 512 bytes) so that re-opening scans few batches past the last one.
-_OFFSETS_INDEX_BYTES = 64 * 1024
-_OFFSET_MAX = (1 << 63) - 1
-#: Kafka stores any int64 a client commits: kafkajs commits -1 and -2 (its "latest"/"earliest" markers) to reset a
-#: group and relies on reading them back. A negative commit is no position (see :func:`valid_position`).
-_OFFSET_MIN = -(1 << 63)
+_INT64_MAX = (1 << 63) - 1
 _PARTITION_MAX = (1 << 31) - 1
-_EPOCH_MAX = (1 << 31) - 1
 
 
 def _group_dirname(group_id: str, store_path: str) -> str:
@@ -118,188 +103,6 @@ def encode_group_doc(magic: bytes, doc: Any) -> bytes:
 
 def _decode(magic: bytes, body: bytes, path: str, what: str) -> Any:
     return decode_doc(magic, _FORMAT_VERSION, body, path, what)
-
-
-# ---------------------------------------------------------------------------------------- committed offsets
-
-def offset_key(group: str, tp: TopicPartition) -> bytes:
-    """The key of ``group``'s commit for ``tp`` in the offsets topic (read back by :func:`decode_commit`)."""
-    return msgpack.packb([_FORMAT_VERSION, group, tp.topic, tp.partition], use_bin_type=True)
-
-
-def offset_value(om: OffsetAndMetadata, generation: int, member_id: str) -> bytes:
-    """The value of a commit of ``om`` in the offsets topic, stamped now (read back by :func:`decode_commit`)."""
-    return msgpack.packb([_FORMAT_VERSION, om.offset, om.metadata, int(time.time() * 1000), generation, member_id,
-                          om.leader_epoch], use_bin_type=True)
-
-
-def decode_commit(key: bytes | None,
-                   value: bytes | None) -> tuple[tuple[str, str, int], OffsetAndMetadata | None] | None:
-    """(group, topic, partition) and the commit (None: a tombstone), or None for a record that is not one.
-
-    Types are checked exactly (msgpack decodes ``true`` as a bool, which ``isinstance(.., int)`` accepts) and
-    offsets and partitions must be in range: a record of the offsets topic is data from disk like any other.
-    """
-    try:
-        k = msgpack.unpackb(key, raw=False) if key is not None else None
-        if not (type(k) is list and len(k) == 4 and k[0] == _FORMAT_VERSION and type(k[1]) is str
-                and type(k[2]) is str and _in_range(k[3], _PARTITION_MAX)):
-            return None
-        if value is None:
-            return (k[1], k[2], k[3]), None
-        v = msgpack.unpackb(value, raw=False)
-        if not (type(v) is list and len(v) >= 3 and v[0] == _FORMAT_VERSION
-                and _in_range(v[1], _OFFSET_MAX, _OFFSET_MIN) and type(v[2]) is str):
-            return None
-        # The leader epoch (7th element) is optional: commits written before it was kept have 6 elements.
-        epoch = v[6] if len(v) >= 7 and _in_range(v[6], _EPOCH_MAX, -1) else -1
-        return (k[1], k[2], k[3]), OffsetAndMetadata(v[1], v[2], epoch)
-    except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException):
-        return None
-
-
-def valid_position(om: OffsetAndMetadata | None) -> OffsetAndMetadata | None:
-    """``om`` when it is a position to consume from, else None: a negative commit (Kafka clients commit -1 and
-    -2 to reset a group, and Kafka stores and returns any int64) is no valid position, as for Kafka's Java
-    consumer, which then applies ``auto.offset.reset``."""
-    return om if om is not None and om.offset >= 0 else None
-
-
-def _in_range(value: Any, hi: int, lo: int = 0) -> bool:
-    """``value`` is an int (not a bool) in ``[lo, hi]``."""
-    return type(value) is int and lo <= value <= hi
-
-
-class CommittedOffsets:
-    """A store's access to ``__consumer_offsets``: append commits, look them up. Thread-safe.
-
-    Each partition of the topic is read incrementally: the records after the last one seen are folded into
-    an in-memory table (group, topic, partition) -> latest commit, so a lookup costs only the commits made
-    since the previous one.
-    """
-
-    def __init__(self, store: StoreView, create_internal_topic: Callable[[str, int, Mapping[str, Any]], Topic]) -> None:
-        """``create_internal_topic(name, partitions, config)``: the store's way of creating ``__consumer_offsets``
-        (an internal topic, which its public ``create_topic`` refuses)."""
-        self._store = store
-        self._create_internal_topic = create_internal_topic
-        self._lock = threading.Lock()
-        self._topic: Topic | None = None
-        #: offsets partition -> [next offset to read, {(group, topic, partition): commit}]
-        self._tables: dict[int, tuple[int, dict[tuple[str, str, int], OffsetAndMetadata]]] = {}
-        self._bad_records = 0
-
-    def topic(self) -> "Topic":
-        """The offsets topic, created (compacted, with the store's offsets settings) on first use."""
-        if self._topic is None:
-            store = self._store
-            try:
-                t = store.topic(OFFSETS_TOPIC)
-            except UnknownTopicError:
-                settings = store.settings
-                try:
-                    t = self._create_internal_topic(
-                        OFFSETS_TOPIC, settings["offsets.topic.num.partitions"],
-                        {"cleanup.policy": "compact", "segment.bytes": settings["offsets.topic.segment.bytes"],
-                         "segment.index.bytes": _OFFSETS_INDEX_BYTES, "index.interval.bytes": 512})
-                except TopicExistsError:  # another process created it first
-                    t = store.topic(OFFSETS_TOPIC)
-            self._topic = t
-        return self._topic
-
-    def partition_for(self, group_id: str) -> "Partition":
-        t = self.topic()
-        return t.partition(crc32c(group_id.encode("utf-8", "surrogatepass")) % t.num_partitions)
-
-    def commit(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata], generation: int = -1,
-               member_id: str = "", timeout_ms: float = 30_000) -> None:
-        """Append ``offsets`` for ``group_id`` (one batch) and hand the partition's writer lock back.
-
-        :raises PartitionLockedError: when another writer held the partition for ``timeout_ms``.
-        """
-        if not offsets:
-            return
-        keys = [offset_key(group_id, tp) for tp in offsets]
-        values = [offset_value(om, generation, member_id) for om in offsets.values()]
-        p = self.partition_for(group_id)
-        with p.writer_turn():
-            try:
-                p.wait_to_write(timeout_ms)
-            except PartitionLockedError:
-                raise PartitionLockedError(f"could not commit for group {group_id!r}: {p.topic}-{p.number} "
-                                           f"stayed locked by another writer for {timeout_ms} ms") from None
-            try:
-                p.append_values(values, keys)
-            finally:
-                p.release_writer()
-
-    def delete(self, group_id: str, partitions: Iterable[TopicPartition] | None = None) -> int:
-        """Tombstone every committed offset of ``group_id`` (``partitions`` None), or only those of the
-        partitions given (ones without a commit are skipped); returns how many were tombstoned."""
-        committed = self.fetch(group_id)
-        if partitions is not None:
-            wanted = {TopicPartition(*tp) for tp in partitions}
-            committed = {tp: om for tp, om in committed.items() if tp in wanted}
-        if committed:
-            p = self.partition_for(group_id)
-            keys = [offset_key(group_id, tp) for tp in committed]
-            with p.writer_turn():
-                if not p.try_become_writer():
-                    raise PartitionLockedError(f"{p.topic}-{p.number} is being written; try again")
-                try:
-                    p.append_values([None] * len(keys), keys)
-                finally:
-                    p.release_writer()
-        return len(committed)
-
-    def _table(self, number: int) -> dict[tuple[str, str, int], OffsetAndMetadata]:
-        p = self.topic().partition(number)
-        with self._lock:
-            pos, table = self._tables.get(number, (0, {}))
-            pos = max(pos, p.log_start_offset)
-            while pos < p.log_end_offset:
-                cols = p.read_columns(pos, max_records=65_536)
-                if not len(cols):
-                    break
-                for key, value in zip(cols.keys(), cols.values(), strict=True):
-                    got = decode_commit(key, value)
-                    if got is None:
-                        self._bad_records += 1
-                        if self._bad_records == 1:
-                            log.warning("%s: skipping records that are not offset commits", p.directory)
-                    elif got[1] is None:
-                        table.pop(got[0], None)
-                    else:
-                        table[got[0]] = got[1]
-                pos = int(cols.offsets[-1]) + 1
-            self._tables[number] = (pos, table)
-            return table
-
-    def _exists(self) -> bool:
-        """Whether the offsets topic exists: looking up offsets never creates it (only a commit does)."""
-        return self._topic is not None or OFFSETS_TOPIC in self._store
-
-    def fetch(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
-        """Every committed offset of ``group_id``, as of now (including other processes' commits)."""
-        if not self._exists():
-            return {}
-        table = self._table(self.partition_for(group_id).number)
-        return {TopicPartition(t, p): om for (g, t, p), om in table.items() if g == group_id}
-
-    def committed(self, group_id: str, tp: TopicPartition) -> OffsetAndMetadata | None:
-        if not self._exists():
-            return None
-        table = self._table(self.partition_for(group_id).number)
-        return table.get((group_id, tp.topic, tp.partition))
-
-    def groups(self) -> set[str]:
-        """Groups with at least one committed offset."""
-        if not self._exists():
-            return set()
-        out: set[str] = set()
-        for i in range(self.topic().num_partitions):
-            out.update(g for g, _, _ in self._table(i))
-        return out
 
 
 # ---------------------------------------------------------------------------------------------- membership
@@ -359,7 +162,7 @@ def _topic_list(value: Any) -> bool:
 def _valid_state(doc: Any) -> bool:
     """The shape :meth:`GroupMember._rebalance_locked` writes, with every type and range checked, so the
     readers below can index it without meeting a foreign exception (a state file is data from disk)."""
-    if type(doc) is not dict or not _in_range(doc.get("generation"), _OFFSET_MAX - 1):
+    if type(doc) is not dict or not in_range(doc.get("generation"), _INT64_MAX - 1):
         return False
     if type(doc.get("group_id", "")) is not str or type(doc.get("protocol", "")) is not str:
         return False
@@ -369,13 +172,13 @@ def _valid_state(doc: Any) -> bool:
         return False
     for m, d in members.items():
         if not (_valid_member_id(m) and type(d) is dict and type(d.get("client_id", "")) is str
-                and _in_range(d.get("pid", 0), _OFFSET_MAX, -_OFFSET_MAX - 1) and _topic_list(d.get("topics", []))):
+                and in_range(d.get("pid", 0), _INT64_MAX, -_INT64_MAX - 1) and _topic_list(d.get("topics", []))):
             return False
     for m, tps in assignment.items():
         if not (_valid_member_id(m) and type(tps) is list):
             return False
         for tp in tps:
-            if not (type(tp) is list and len(tp) == 2 and type(tp[0]) is str and _in_range(tp[1], _PARTITION_MAX)):
+            if not (type(tp) is list and len(tp) == 2 and type(tp[0]) is str and in_range(tp[1], _PARTITION_MAX)):
                 return False
     return True
 
@@ -383,7 +186,7 @@ def _valid_state(doc: Any) -> bool:
 def _valid_member_doc(doc: Any) -> bool:
     """A member file's document as :meth:`GroupMember._member_doc` writes it."""
     return (type(doc) is dict and type(doc.get("client_id", "")) is str
-            and _in_range(doc.get("pid", 0), _OFFSET_MAX, -_OFFSET_MAX - 1) and _topic_list(doc.get("topics", []))
+            and in_range(doc.get("pid", 0), _INT64_MAX, -_INT64_MAX - 1) and _topic_list(doc.get("topics", []))
             and _str_list(doc.get("strategies", [])))
 
 
@@ -447,16 +250,6 @@ class GroupMember:
     def _unlock(fd: int) -> None:
         fcntl.flock(fd, fcntl.LOCK_UN)
         os.close(fd)
-
-    def abandon(self) -> None:
-        """Test-facing: drop every lock this member holds (its owner locks and its member file's) as the
-        kernel does when its process dies, without leaving the group, committing or removing its file: the
-        other members notice it as dead."""
-        for tp in list(self._owned):
-            os.close(self._owned.pop(tp))
-        if self._member_fd is not None:
-            os.close(self._member_fd)
-            self._member_fd = None
 
     @property
     def joined(self) -> bool:

@@ -8,7 +8,10 @@ A drain assigns partitions for the whole accumulation at once (explicit partitio
 the key, vectorised, else the topic's sticky partition), appends each partition's records as one
 idempotent call, fsyncs when ``acks="all"`` (one fsync per partition for everything drained together, and
 shared with other producers of the process: :mod:`pylog.storage.group_commit`),
-and completes every future of the accumulation.
+and completes every future of the accumulation. This module keeps the sending side (options, ``send()``,
+the byte accounting, the sender thread, flush and close, and the futures ``send()`` returns); the writing
+side of a drain (placement, idempotent appends, turns at partitions' writer locks, ``acks``, quota delays)
+is :class:`pylog.clients.drain.Drainer`.
 
 The common record — a ``bytes`` value of at most 16 KiB and nothing else, no serializer — takes a fast
 path: ``send()`` appends the value itself (no tuple) and compares the record's index with a precomputed
@@ -41,7 +44,9 @@ Invariants:
   still waits while the partition it needs is another's turn: until that producer hands it over after its
   append (or within 10 ms when idle), which a pass under way there also puts off.
 - A future completes exactly once: with its record's metadata once the append (``acks=1``) or the fsync
-  (``acks="all"``) is done, or with the error that stopped its drain.
+  (``acks="all"``) is done, or with the error that stopped its drain. A callback or errback added to it
+  runs exactly once: at once when the record is complete, else by whichever of the adder and the
+  completing drain takes it from the accumulation's list.
 - ``buffer_memory`` is never exceeded unnoticed: ``check_at`` is set so that records of at most ``bound``
   bytes each (every record since the last look is) cannot fill the buffer before the ``send()`` that
   reaches ``check_at`` looks; the one that fills it drains. ``batch_size`` is noticed at the record that
@@ -51,7 +56,6 @@ Invariants:
 
 from __future__ import annotations
 
-import functools
 import logging
 import threading
 import time
@@ -59,22 +63,18 @@ import types
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
-import numpy as np
-
 from ..accel import native as _native
 from ..errors import ProducerTimeoutError  # defined here before pylog.errors: still importable from here
-from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordError, InvalidTopicError, LogFailedError,
-                     PartitionLockedError,
-                     RecordTooLargeError, StoreClosedError)
-from ..storage import group_commit
+from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordError, InvalidTopicError,
+                      RecordTooLargeError, StoreClosedError)
 from ..storage.filenames import is_internal_topic
-from .partitioner import DefaultPartitioner
-from .quotas import PRODUCE, QuotaManager
-from .storeview import StoreView
-from ..storage.records import header_pairs, now_ms
+from ..storage.records import header_pairs
+from ..topic import Topic
 from .accumulator import ITEM_LEN, RECORD_OVERHEAD, Accumulation
+from .drain import HANDOVER_POLL, Drainer
+from .quotas import QuotaManager
+from .storeview import StoreView
 from ..structs import RecordMetadata
-from ..partition import Partition
 
 
 __all__ = ["Producer", "FutureRecordMetadata", "ProducerTimeoutError"]
@@ -101,8 +101,6 @@ _DEFAULTS: dict[str, Any] = {
 _NETWORK_OPTIONS = {"bootstrap_servers", "security_protocol", "sasl_mechanism", "ssl_context", "api_version",
                     "request_timeout_ms", "metadata_max_age_ms", "connections_max_idle_ms",
                     "max_in_flight_requests_per_connection", "reconnect_backoff_ms"}
-#: How often (seconds) an idle sender thread looks whether another process waits for a partition it holds.
-_HANDOVER_POLL = 0.01
 #: Room a batch header needs beside one record within the topic's max.message.bytes (send-time check).
 _BATCH_OVERHEAD = 64
 #: Longest value send()'s fast path takes (bytes); longer ones are checked one by one. It bounds how many
@@ -231,18 +229,13 @@ class Producer:
             raise InvalidConfigError(f"retries must be a non-negative int, got {cfg['retries']!r}")
         self.config = cfg
         self._store = store
-        self._client_id = cfg["client_id"]
-        self._quotas = quotas
         self._key_ser = cfg["key_serializer"]
         self._value_ser = cfg["value_serializer"]
         self._batch_size = cfg["batch_size"]
         self._linger = cfg["linger_ms"] / 1000
-        self._partitioner = cfg["partitioner"]
-        self._default_partitioner = DefaultPartitioner()
-        self._idempotent = bool(cfg["enable_idempotence"])
-        self._producer_id = store.new_producer_id() if self._idempotent else -1
-        self._sequences: dict[tuple[str, int], int] = {}
-        self._epoch = 0
+        #: The writing side: placement, idempotent appends, turns at writer locks, acks, quota delays.
+        #: Only under the drain lock.
+        self._drainer = Drainer(store, quotas, cfg, self._acks)
         #: Guards _accs, every accumulation's records and byte counters, _closed and _sender_idle.
         self._lock = threading.Lock()
         self._drain_lock = threading.Lock()
@@ -251,17 +244,7 @@ class Producer:
         self._acks0 = self._acks == 0
         self._max_request = cfg["max_request_size"]
         self._buffer_memory = cfg["buffer_memory"]
-        self._retries = int(cfg["retries"])
-        self._retry_backoff = cfg["retry_backoff_ms"] / 1000
-        # Throttle time per drain (Kafka's produce-throttle-time metrics); updated under the drain lock.
-        self._drains = 0
-        self._throttle_total = 0.0
-        self._throttle_max = 0.0
         self._sender_idle = True
-        #: Partitions this producer appended to: it hands them over when another process's producer waits
-        #: for one (see _hand_over). Only under the drain lock.
-        self._held: dict[int, "Partition"] = {}
-        self._max_block_ms = cfg["max_block_ms"]
         self._wake = threading.Event()
         if _native is not None and type(self).send is Producer.send:
             # The compiled fast path (native/send.c) becomes this producer's send(): the same steps as
@@ -518,9 +501,7 @@ class Producer:
             # Nobody will hand these over once the sender is gone: let them go now (a lock a direct
             # append pinned stays with the store).
             with self._drain_lock:
-                for part in self._held.values():
-                    self._hand_over_one(part, wanted_only=False)
-                self._held.clear()
+                self._drainer.let_go_all()
             with self._lock:
                 left = [a for a in self._accs.values() if a.records]
                 self._accs.clear()
@@ -548,10 +529,10 @@ class Producer:
         with self._lock:
             buffered = sum(a.size() for a in self._accs.values())
             pending = sum(1 for a in self._accs.values() if a.records)
-        drains = self._drains
-        return {"producer_id": self._producer_id, "buffered_bytes": buffered, "pending_topics": pending,
-                "produce-throttle-time-avg": self._throttle_total / drains * 1000 if drains else 0.0,
-                "produce-throttle-time-max": self._throttle_max * 1000}
+        d = self._drainer
+        return {"producer_id": d.producer_id, "buffered_bytes": buffered, "pending_topics": pending,
+                "produce-throttle-time-avg": d.throttle_total / d.drains * 1000 if d.drains else 0.0,
+                "produce-throttle-time-max": d.throttle_max * 1000}
 
     # ------------------------------------------------------------------ draining
 
@@ -560,11 +541,11 @@ class Producer:
         while not self._closed:
             # Wake-ups are never missed (send() and this loop look at _sender_idle under the lock); the
             # 50 ms poll when idle is only a safety net.
-            self._wake.wait((_HANDOVER_POLL if self._held else 0.05) if timeout is None else timeout)
+            self._wake.wait((HANDOVER_POLL if self._drainer.held else 0.05) if timeout is None else timeout)
             self._wake.clear()
             if self._closed:
                 return
-            if self._held:
+            if self._drainer.held:
                 self._hand_over()
             try:
                 now = time.monotonic()
@@ -586,20 +567,6 @@ class Producer:
                     for acc in self._accs.values():  # the next record settles, and _settle wakes us
                         acc.check_at = 0
 
-    def _hand_over(self) -> None:
-        """Release the partitions another process's producer waits for (Partition.handover_wanted); forget
-        those this store no longer writes. Between drains only: a drain appends to a partition whole."""
-        with self._drain_lock:
-            for key, part in list(self._held.items()):
-                if not self._hand_over_one(part) or not part.is_writer:
-                    del self._held[key]
-
-    @staticmethod
-    def _hand_over_one(part: "Partition", wanted_only: bool = True, blocking: bool = True) -> bool:
-        """Hand ``part`` over (:meth:`Partition.pass_turn <pylog.partition.Partition.pass_turn>`, the hand-over
-        pylog serve makes too); False when the partition is gone. Never raises: the records are appended already."""
-        return part.pass_turn(wanted_only=wanted_only, blocking=blocking)
-
     def _drain_all(self) -> None:
         for topic in list(self._accs):
             self._drain(topic)
@@ -616,12 +583,12 @@ class Producer:
             interrupted: BaseException | None = None
             try:
                 acc.columns()
-                self._append(acc)
+                self._drainer.append(acc, self._topic_for_drain(acc.topic))
             except BaseException as exc:
                 error = exc
             if error is None:
                 try:
-                    self._throttle(acc)
+                    self._drainer.throttle(acc)
                 except BaseException as exc:  # the records are appended all the same
                     interrupted = exc
             acc.finish(error)  # done before the lock goes: flush() relies on it
@@ -632,185 +599,18 @@ class Producer:
         if error is not None and not isinstance(error, Exception):
             raise error
 
-    def _throttle(self, acc: Accumulation) -> None:
-        """Under the drain lock, after an append: record its bytes against the client's produce quota and
-        wait the quota's delay (before the futures complete and the next drain starts)."""
-        delay = 0.0
-        quotas, client = self._quotas, self._client_id
-        if client is not None and quotas.active(client, PRODUCE):
-            delay = quotas.record(client, PRODUCE, acc.payload_bytes())
-            if delay > 0:
-                # Nobody should wait out this producer's quota delay for a partition it holds. Nor should
-                # the delay wait for a retention or compaction pass: a partition whose pass is under way
-                # is let go of as soon as the pass ends, tried again every poll while the delay runs.
-                kept = list(self._held.values())
-                left = delay
-                while True:
-                    kept = [p for p in kept if self._hand_over_one(p, wanted_only=False, blocking=False)
-                            and p.is_writer]
-                    if not kept or left <= _HANDOVER_POLL:
-                        break
-                    quotas.sleep(_HANDOVER_POLL)
-                    left -= _HANDOVER_POLL
-                quotas.sleep(left)
-        self._drains += 1
-        self._throttle_total += delay
-        if delay > self._throttle_max:
-            self._throttle_max = delay
-
-    def _append(self, acc: Accumulation) -> None:
-        topic = self._store.topic(acc.topic)
-        with self._lock:  # the topic's config may have changed: the next records see it (not after close)
-            current = self._accs.get(acc.topic)
+    def _topic_for_drain(self, name: str) -> Topic:
+        """The topic a drain appends to; its config may have changed since the accumulation started, so
+        the records sent from now on see the new limits (not after close)."""
+        topic = self._store.topic(name)
+        with self._lock:
+            current = self._accs.get(name)
             if current is not None:
                 current.limit, current.klimit, current.max_bytes = self._limits_of(topic)
-                current.bound = max(current.bound, current.limit + RECORD_OVERHEAD,
-                                    current.klimit + RECORD_OVERHEAD)
-        all_parts = list(range(topic.num_partitions))
-        placed, sticky = acc.place(self._partitioner, self._default_partitioner, all_parts)
-        if not isinstance(placed, int) and (placed == placed[0]).all():
-            placed = int(placed[0])
-        acc.placed = placed
-        column = acc.stamp(now_ms())
-        compression = None if self.config["compression_type"] in (None, "none") else "lz4"
-        touched: list[Partition] = []  # appended to by this drain, in order
-        flushed: set[Partition] = set()  # of those, fsynced already (acks="all") before a handover
-        groups, offsets = acc.groups()
-        for number, idx in groups:
-            vals, keys, ts, hs = acc.columns_of(idx, column)
-            producer = None
-            if self._idempotent:
-                seq = self._sequences.get((acc.topic, number), 0)
-                producer = (self._producer_id, self._epoch, seq)
-            try:
-                part = topic.partition(number)
-                first = self._append_with_retries(part, vals, keys, ts, hs, producer, compression,
-                                                  functools.partial(self._let_go, part, touched, flushed, acc))
-            except Exception as exc:
-                # Only this partition's records fail. Some of them may have landed, so their sequence
-                # numbers must not be reused for other records: start a new epoch, whose sequences start
-                # again at 0 on every partition (Kafka's producer bumps its epoch likewise, KIP-360).
-                acc.partition_errors[number] = exc
-                if producer is not None and isinstance(exc, (OSError, LogFailedError)):
-                    self._new_epoch()
-                continue
-            if producer is not None:
-                self._sequences[(acc.topic, number)] = (producer[2] + len(vals)) % (1 << 31)
-            if idx is None:
-                offsets = first
-            else:
-                assert isinstance(offsets, np.ndarray)
-                offsets[idx] = np.arange(first, first + len(idx))
-            touched.append(part)
-            # Hand over after each append, not after the whole drain: another process's producer may be
-            # waiting for this partition while this drain goes on to the next.
-            if self._wanted(part):
-                self._let_go_one(part, touched, flushed, acc, wanted_only=True)
-        self._end_drain(acc, touched, flushed)
-        acc.offsets = offsets
-        # Sticky partitioning: a completed batch moves key-less records on to another partition.
-        for number in sticky:
-            self._default_partitioner.on_new_batch(acc.topic, number, all_parts)
+                current.bound = max(current.bound, current.limit + RECORD_OVERHEAD, current.klimit + RECORD_OVERHEAD)
+        return topic
 
-    def _end_drain(self, acc: Accumulation, touched: list["Partition"], flushed: set["Partition"]) -> None:
-        """After a drain's appends: one fsync per partition not fsynced yet (``acks="all"``: group commit),
-        then hand each over (a handover does not fsync, so the fsync comes first)."""
-        if self._acks == -1:
-            self._sync([part for part in touched if part not in flushed], acc)
-        for part in touched:
-            self._held[id(part)] = part
-            self._hand_over_one(part)
-
-    @staticmethod
-    def _sync(parts: list["Partition"], acc: Accumulation) -> None:
-        """fsync ``parts`` through the process's group commit (:mod:`pylog.storage.group_commit`: in parallel,
-        and one fsync covers this drain and whatever other producers and ``pylog serve`` of this process
-        appended meanwhile); a partition whose fsync failed fails its records."""
-        for part, exc in zip(parts, group_commit.sync(parts), strict=True):
-            if exc is not None:
-                acc.partition_errors[part.number] = exc
-
-    @staticmethod
-    def _wanted(part: "Partition") -> bool:
-        """Whether another handle waits for ``part`` (False when that cannot be told: nothing to do)."""
-        try:
-            return part.is_writer and part.handover_wanted()
-        except Exception:  # a closed store, a deleted topic: the hand-over step says so, or nobody cares
-            return False
-
-    def _let_go_one(self, part: "Partition", touched: list["Partition"], flushed: set["Partition"],
-                    acc: Accumulation, wanted_only: bool, blocking: bool = True) -> None:
-        """Mid-drain: fsync ``part`` first if this drain appended to it and ``acks="all"`` (a handover
-        does not fsync; a flush after it still reaches this drain's appends, by file name, but would
-        also wait for the next writer's), then hand it over
-        (or, with ``wanted_only`` False, let go of it whether or not anyone waits)."""
-        if self._acks == -1 and part in touched and part not in flushed:
-            flushed.add(part)
-            self._sync([part], acc)
-        self._hand_over_one(part, wanted_only=wanted_only, blocking=blocking)
-
-    def _let_go(self, waiting_for: "Partition", touched: list["Partition"], flushed: set["Partition"],
-                acc: Accumulation) -> Callable[[], None]:
-        """Before a drain waits for ``waiting_for``: let go of every other partition this producer holds
-        for a turn (from earlier drains and from this one), so that no producer holds a writer lock it
-        could let go of while it waits for another (two producers each holding the partition the other
-        waits for would wait until ``max_block_ms`` ran out). A lock a direct append pinned stays
-        (release_turn leaves it). Never waits for a partition's retention or compaction pass (seconds,
-        maybe): a partition whose pass is under way stays held for now, and the function returned, which
-        the wait for ``waiting_for`` calls between its attempts, tries again, so that it goes as soon as
-        the pass ends."""
-        kept: dict[int, Partition] = {}
-        for part in [*self._held.values(), *touched]:
-            if part is not waiting_for and part.is_writer and id(part) not in kept:
-                self._let_go_one(part, touched, flushed, acc, wanted_only=False, blocking=False)
-                if part.is_writer:
-                    kept[id(part)] = part
-
-        def again() -> None:
-            for key, part in list(kept.items()):
-                if not self._hand_over_one(part, wanted_only=False, blocking=False) or not part.is_writer:
-                    del kept[key]
-        return again
-
-    def _new_epoch(self) -> None:
-        """After a failure that may have written part of a call: never reuse its sequence numbers."""
-        self._sequences.clear()
-        self._epoch += 1
-        if self._epoch > 0x7FFF:  # the header's epoch is an int16: start over under a new producer id
-            self._producer_id = self._store.new_producer_id()
-            self._epoch = 0
-
-    def _append_with_retries(self, part: Any, vals: list, keys: list | None, ts: np.ndarray, hs: list | None,
-                             producer: tuple[int, int, int] | None, compression: str | None,
-                             before_waiting: Callable[[], Callable[[], None]]) -> int:
-        """One partition's append; an OSError (a full disk, say) is retried ``retries`` times with the
-        same sequence numbers, so an append that did land before the error is not written twice.
-        ``before_waiting`` runs when the partition is not free at once, before waiting for it; the
-        function it returns runs between the attempts of that wait."""
-        attempt = 0
-        deadline = time.monotonic() + self._max_block_ms / 1000
-        while True:
-            try:
-                # Another producer (here or in another process) may write it: wait for our turn, holding
-                # no other partition meanwhile (two producers each holding the partition the other waits
-                # for would wait until max_block_ms ran out).
-                try:
-                    part.wait_to_write(0)
-                except PartitionLockedError:
-                    started = time.monotonic()
-                    again = before_waiting()
-                    # Only the wait for this partition counts against max_block_ms, not letting go of others.
-                    deadline += time.monotonic() - started
-                    part.wait_to_write(max(0.0, deadline - time.monotonic()) * 1000, again)
-                return part.append_values_in_turn(vals, keys, ts, hs, producer, compression)
-            except PartitionLockedError:
-                # Handed on between our turn and the append (another producer of this process): wait again.
-                if time.monotonic() >= deadline:
-                    raise
-            except OSError:
-                if attempt >= self._retries:
-                    raise
-                attempt += 1
-                log.warning("pylog producer: append to %s-%d failed; retry %d of %d", part.topic, part.number,
-                            attempt, self._retries, exc_info=True)
-                time.sleep(self._retry_backoff)
+    def _hand_over(self) -> None:
+        """Between drains: release the partitions another process's producer waits for."""
+        with self._drain_lock:
+            self._drainer.hand_over_wanted()

@@ -43,7 +43,7 @@ from typing import Callable
 
 from .cleaner_status import CleanerStatus
 from ..errors import CorruptRecordError
-from ..storage.fileio import checked, decode_doc, encode_doc, try_flock, unchecked
+from ..storage.fileio import checked, decode_doc, encode_doc, read_checked, try_flock
 from ..storage.filenames import CLEANERS_DIR
 
 __all__ = ["CleanerPublisher", "PublishedCleaner", "published_cleaners", "HEARTBEAT_S"]
@@ -260,16 +260,7 @@ def _remove_dead(directory: str) -> None:
 def _read_status(path: str, entry: PublishedCleaner) -> None:
     for attempt in range(_READ_ATTEMPTS):
         try:
-            with open(path, "rb") as f:
-                raw = f.read(_MAX_BYTES + 1)
-        except FileNotFoundError:
-            entry.error = "no status written yet"
-            return
-        except OSError as exc:
-            entry.error = f"cannot read {path}: {exc}"
-            return
-        try:
-            body = unchecked(raw, path, "cleaner status")
+            body = read_checked(path, _MAX_BYTES + 1, "cleaner status")
             break
         except CorruptRecordError as exc:
             # Rewritten in place: this read may have met a write half-way; a second look settles it.
@@ -277,8 +268,14 @@ def _read_status(path: str, entry: PublishedCleaner) -> None:
                 entry.error = str(exc)
                 return
             time.sleep(0.002)
+        except OSError as exc:
+            entry.error = f"cannot read {path}: {exc}"
+            return
+    if body is None:
+        entry.error = "no status written yet"
+        return
     try:
-        if len(raw) > _MAX_BYTES:
+        if len(body) + 4 > _MAX_BYTES:  # the body and its CRC
             raise CorruptRecordError(f"cleaner status file larger than {_MAX_BYTES} bytes", path, 0)
         doc = decode_doc(_MAGIC, _VERSION, body, path, "cleaner status")
         st = doc.get("status") if type(doc) is dict else None

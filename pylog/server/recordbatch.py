@@ -47,7 +47,8 @@ from ..accel import native as _native
 from ..partition import Partition
 from ..errors import (CorruptBatchError, InvalidBatchError, RecordTooLargeError,
                       UnsupportedCompressionError, UnsupportedMagicError)
-from ..storage.records.format import ATTR_LOG_APPEND_TIME
+from ..storage.records.format import ATTR_CONTROL, ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL
+from ..storage.records.format import ATTR_LOG_APPEND_TIME as ATTR_TIMESTAMP_TYPE  # Kafka's name for the bit
 from ..storage.records.views import BatchView, records_pure
 from . import compression
 from .errormap import code_for
@@ -66,9 +67,6 @@ LENGTH_PREFIX = 12
 #: The smallest record: length, attributes, timestampDelta, offsetDelta, keyLength, valueLength and
 #: headerCount of one byte each. Bounds a record count by the bytes before any column is allocated.
 MIN_RECORD_SIZE = 7
-ATTR_TIMESTAMP_TYPE = 0x08
-ATTR_TRANSACTIONAL = 0x10
-ATTR_CONTROL = 0x20
 _SEQ_MOD = 1 << 31
 _I32 = np.dtype("<i4")
 _I64 = np.dtype("<i8")

@@ -365,8 +365,9 @@ def _summarise(messages: List[Optional[WriterCommitMessage]]) -> tuple[int, int]
     return rows, sum(1 for m in messages if m is None)
 
 
-class PylogWriter(DataSourceArrowWriter):
-    """Batch writer: each task appends its rows (see the module docstring); the job commits nothing more."""
+class _TaskAppends:
+    """What the batch and the streaming writer share: checked and prepared on the driver, each task appends
+    its rows (see the module docstring)."""
 
     def __init__(self, opts: WriteOptions, schema: StructType) -> None:
         check_write_schema(schema, opts)
@@ -375,6 +376,10 @@ class PylogWriter(DataSourceArrowWriter):
 
     def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
         return write_batches(self.opts, iterator)
+
+
+class PylogWriter(_TaskAppends, DataSourceArrowWriter):
+    """Batch writer: each task appends its rows (see the module docstring); the job commits nothing more."""
 
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         rows, _ = _summarise(messages)
@@ -386,16 +391,8 @@ class PylogWriter(DataSourceArrowWriter):
                     "stay in the log (the sink is at-least-once)", self.opts.path, failed, rows)
 
 
-class PylogStreamWriter(DataSourceStreamArrowWriter):
+class PylogStreamWriter(_TaskAppends, DataSourceStreamArrowWriter):
     """Streaming writer (``writeStream.format("pylog")``): each micro-batch's tasks append as in batch."""
-
-    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
-        check_write_schema(schema, opts)
-        prepare_topics(opts)  # constructed on the driver: fails (or creates) before any task starts
-        self.opts = opts
-
-    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
-        return write_batches(self.opts, iterator)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         rows, _ = _summarise(messages)

@@ -38,6 +38,8 @@ __all__ = ["fsync_dir", "fsync_files", "truncate_durably", "atomic_write", "writ
            "write_checked", "read_checked", "encode_doc", "decode_doc", "try_flock", "fault", "raise_fault",
            "write_faults", "descriptor_faults", "check_descriptors", "DESCRIPTOR_ERRNOS", "raise_if_gone"]
 
+_READ_ONLY_HINT = "to read the store open it with pylog.open(path, read_only=True); to write, "
+_WRITE_ACCESS_HINT = "give this user write access to the store directory and everything in it"
 #: errno -> (error class, what happened, what to do before trying again).
 _FAULTS: dict[int, tuple[type[OSError], str, str]] = {
     errno.ENOSPC: (DiskFullError, "the file system is full",
@@ -45,13 +47,11 @@ _FAULTS: dict[int, tuple[type[OSError], str, str]] = {
     errno.EDQUOT: (DiskFullError, "the disk quota is used up",
                    "free space within the quota or raise it"),
     errno.EROFS: (ReadOnlyStoreError, "the file system is mounted read-only",
-                  "to read the store open it with pylog.open(path, read_only=True); to write, remount it read-write"),
+                  _READ_ONLY_HINT + "remount it read-write"),
     errno.EACCES: (StorePermissionError, "permission denied",
-                   "to read the store open it with pylog.open(path, read_only=True); to write, give this user "
-                   "write access to the store directory and everything in it"),
+                   _READ_ONLY_HINT + _WRITE_ACCESS_HINT),
     errno.EPERM: (StorePermissionError, "operation not permitted",
-                  "to read the store open it with pylog.open(path, read_only=True); to write, give this user "
-                  "write access to the store directory and everything in it (and no immutable flags)"),
+                  _READ_ONLY_HINT + _WRITE_ACCESS_HINT + " (and no immutable flags)"),
     errno.EIO: (StorageError, "the device reported an I/O error",
                 "check the device and the file system (the kernel log, `dmesg`, says more); data written since "
                 "the last successful flush may be lost: reopen the store, which re-validates it,"),
@@ -244,6 +244,12 @@ def read_checked(path: str, limit: int, what: str) -> bytes | None:
     except FileNotFoundError:
         return None
     return unchecked(raw, path, what)
+
+
+def in_range(value: Any, hi: int, lo: int = 0) -> bool:
+    """``value`` is an int, not a bool (msgpack decodes ``true`` as one, which ``isinstance(.., int)``
+    accepts), in ``[lo, hi]``: a field check of a document read from disk (see :func:`decode_doc`)."""
+    return type(value) is int and lo <= value <= hi
 
 
 def encode_doc(magic: bytes, version: int, doc: Any) -> bytes:

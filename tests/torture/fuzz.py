@@ -62,6 +62,7 @@ from pylog.storage import checkpoint as _checkpoint  # noqa: E402
 from pylog.maintenance import compaction as _compaction  # noqa: E402
 from pylog.storage import swap as _swap  # noqa: E402
 from pylog.clients import groups as _groups  # noqa: E402
+from pylog.clients import offsets as _offsets  # noqa: E402
 from pylog.storage import group_state as _groupstate  # noqa: E402
 from pylog.maintenance.cleaner_registry import _MAGIC as _STATUS_MAGIC, published_cleaners  # noqa: E402
 from pylog.storage.fileio import checked, encode_doc  # noqa: E402
@@ -668,7 +669,7 @@ class OffsetCommitDecoder(Decoder):
 
     def make_seeds(self) -> list[Any]:
         from pylog.structs import OffsetAndMetadata, TopicPartition
-        return [(_groups.offset_key("g", TopicPartition("t", p)), _groups.offset_value(OffsetAndMetadata(o, m), 3, "m"))
+        return [(_offsets.offset_key("g", TopicPartition("t", p)), _offsets.offset_value(OffsetAndMetadata(o, m), 3, "m"))
                 for p, o, m in ((0, 0, ""), (5, 1 << 40, "meta"))]
 
     def make(self, rng: random.Random) -> Any:
@@ -685,11 +686,11 @@ class OffsetCommitDecoder(Decoder):
         return key, value
 
     def feed(self, data: Any) -> None:
-        got = _groups.decode_commit(*data)
+        got = _offsets.decode_commit(*data)
         if got is not None:
             (g, t, p), om = got
             table = {(g, t, p): om}
-            {_groups.TopicPartition(t, p): om for (g, t, p), om in table.items()}
+            {_offsets.TopicPartition(t, p): om for (g, t, p), om in table.items()}
 
 
 class _StoreDecoder(Decoder):

@@ -106,8 +106,8 @@ MARKERS: dict[str, list[tuple[str, str | None, str]]] = {
                   ("pylog.partition", "Partition", "delete_records")],
     "compaction": [("pylog.maintenance.compaction", None, "clean_partition"), ("pylog.store", None, "clean_partition")],
     "swap": [("pylog.partition", "Partition", "swap_in"), ("pylog.storage.swap", None, "roll_forward")],
-    "group_commit": [("pylog.clients.producer", "Producer", "_append")],  # appends of one drain + one fsync
-    "offset_commit": [("pylog.clients.groups", "CommittedOffsets", "commit")],
+    "group_commit": [("pylog.clients.drain", "Drainer", "append")],  # appends of one drain + one fsync
+    "offset_commit": [("pylog.clients.offsets", "CommittedOffsets", "commit")],
     "rebalance": [("pylog.clients.groups", "GroupMember", "join"), ("pylog.clients.groups", "GroupMember", "leave"),
                   ("pylog.clients.groups", "GroupMember", "_rebalance_locked")],
     "handover": [("pylog.partition", "Partition", "_take_turn"), ("pylog.partition", "Partition", "release_writer")],

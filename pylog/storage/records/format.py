@@ -62,7 +62,9 @@ MAX_OFFSET = (1 << 63) - 1
 
 CODEC_NONE = 0
 CODEC_LZ4 = 1
-#: Attribute bits (see the table above): the codec, then flags, then which body columns are present.
+#: Attribute bits (see the table above): the codec, then flags, then which body columns are present. The
+#: flags (0x08 log-append time, 0x10 transactional, 0x20 control) are Kafka's v2 batch attribute bits: pylog
+#: serve reads and writes Kafka batches' attributes with these same constants.
 CODEC_MASK = 0x07
 ATTR_LOG_APPEND_TIME = 0x08
 ATTR_TRANSACTIONAL = 0x10

@@ -1,0 +1,226 @@
+"""Committed offsets without a server: a group's commits as records of the internal ``__consumer_offsets`` topic.
+
+:class:`CommittedOffsets` is a store's access to that topic (the store makes one and hands it to its
+consumers); :func:`offset_key`, :func:`offset_value` and :func:`decode_commit` are the records' layout
+(docs/FORMAT.md, "Committed offsets"), which ``pylog serve``'s OffsetCommit writes too.
+
+Invariants:
+- Committed offsets are ordinary records of ``__consumer_offsets``, appended by whichever process commits
+  (it holds the partition's writer lock for that append only, a turn of a shared partition) and read back
+  by tailing the partition, so they are as crash-safe as any log data and compaction keeps the topic short.
+- A group's commits all go to one partition of the topic (CRC-32C of the group id), so one group's
+  commits are read in the order they were appended and the latest commit of a key wins.
+- A record of the topic is data from disk like any other: one that is not a well-formed commit (types
+  checked exactly, offsets and partitions in range) is skipped and counted, never raised nor taken as one.
+- Looking offsets up never creates the topic: only a commit does.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping
+
+import msgpack
+
+from ..errors import PartitionLockedError, TopicExistsError, UnknownTopicError
+from ..storage.fileio import in_range
+from ..storage.filenames import OFFSETS_TOPIC
+from ..partition import Partition
+from ..storage.records import crc32c
+from ..topic import Topic
+from ..structs import OffsetAndMetadata, TopicPartition
+from .storeview import StoreView
+
+__all__ = ["CommittedOffsets", "offset_key", "offset_value", "decode_commit", "valid_position"]
+
+log = logging.getLogger("pylog.groups")  # logger names are what operators filter on: unchanged by the split
+
+#: The first element of every commit's key and value (layouts in docs/FORMAT.md).
+_COMMIT_VERSION = 1
+#: segment.index.bytes of the offsets topic: its segments are small (offsets.topic.segment.bytes), and a
+#: commit re-opens the active segment's indexes as a writer, which costs in proportion to their size;
+#: index entries are dense (every 512 bytes) so that re-opening scans few batches past the last one.
+_OFFSETS_INDEX_BYTES = 64 * 1024
+_OFFSET_MAX = (1 << 63) - 1
+#: Kafka stores any int64 a client commits: kafkajs commits -1 and -2 (its "latest"/"earliest" markers) to reset a
+#: group and relies on reading them back. A negative commit is no position (see :func:`valid_position`).
+_OFFSET_MIN = -(1 << 63)
+_PARTITION_MAX = (1 << 31) - 1
+_EPOCH_MAX = (1 << 31) - 1
+
+
+def offset_key(group: str, tp: TopicPartition) -> bytes:
+    """The key of ``group``'s commit for ``tp`` in the offsets topic (read back by :func:`decode_commit`)."""
+    return msgpack.packb([_COMMIT_VERSION, group, tp.topic, tp.partition], use_bin_type=True)
+
+
+def offset_value(om: OffsetAndMetadata, generation: int, member_id: str) -> bytes:
+    """The value of a commit of ``om`` in the offsets topic, stamped now (read back by :func:`decode_commit`)."""
+    return msgpack.packb([_COMMIT_VERSION, om.offset, om.metadata, int(time.time() * 1000), generation, member_id,
+                          om.leader_epoch], use_bin_type=True)
+
+
+def decode_commit(key: bytes | None,
+                   value: bytes | None) -> tuple[tuple[str, str, int], OffsetAndMetadata | None] | None:
+    """(group, topic, partition) and the commit (None: a tombstone), or None for a record that is not one.
+
+    Types are checked exactly (msgpack decodes ``true`` as a bool, which ``isinstance(.., int)`` accepts) and
+    offsets and partitions must be in range: a record of the offsets topic is data from disk like any other.
+    """
+    try:
+        k = msgpack.unpackb(key, raw=False) if key is not None else None
+        if not (type(k) is list and len(k) == 4 and k[0] == _COMMIT_VERSION and type(k[1]) is str
+                and type(k[2]) is str and in_range(k[3], _PARTITION_MAX)):
+            return None
+        if value is None:
+            return (k[1], k[2], k[3]), None
+        v = msgpack.unpackb(value, raw=False)
+        if not (type(v) is list and len(v) >= 3 and v[0] == _COMMIT_VERSION
+                and in_range(v[1], _OFFSET_MAX, _OFFSET_MIN) and type(v[2]) is str):
+            return None
+        # The leader epoch (7th element) is optional: commits written before it was kept have 6 elements.
+        epoch = v[6] if len(v) >= 7 and in_range(v[6], _EPOCH_MAX, -1) else -1
+        return (k[1], k[2], k[3]), OffsetAndMetadata(v[1], v[2], epoch)
+    except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException):
+        return None
+
+
+def valid_position(om: OffsetAndMetadata | None) -> OffsetAndMetadata | None:
+    """``om`` when it is a position to consume from, else None: a negative commit (Kafka clients commit -1 and
+    -2 to reset a group, and Kafka stores and returns any int64) is no valid position, as for Kafka's Java
+    consumer, which then applies ``auto.offset.reset``."""
+    return om if om is not None and om.offset >= 0 else None
+
+
+class CommittedOffsets:
+    """A store's access to ``__consumer_offsets``: append commits, look them up. Thread-safe.
+
+    Each partition of the topic is read incrementally: the records after the last one seen are folded into
+    an in-memory table (group, topic, partition) -> latest commit, so a lookup costs only the commits made
+    since the previous one.
+    """
+
+    def __init__(self, store: StoreView, create_internal_topic: Callable[[str, int, Mapping[str, Any]], Topic]) -> None:
+        """``create_internal_topic(name, partitions, config)``: the store's way of creating ``__consumer_offsets``
+        (an internal topic, which its public ``create_topic`` refuses)."""
+        self._store = store
+        self._create_internal_topic = create_internal_topic
+        self._lock = threading.Lock()
+        self._topic: Topic | None = None
+        #: offsets partition -> [next offset to read, {(group, topic, partition): commit}]
+        self._tables: dict[int, tuple[int, dict[tuple[str, str, int], OffsetAndMetadata]]] = {}
+        self._bad_records = 0
+
+    def topic(self) -> "Topic":
+        """The offsets topic, created (compacted, with the store's offsets settings) on first use."""
+        if self._topic is None:
+            store = self._store
+            try:
+                t = store.topic(OFFSETS_TOPIC)
+            except UnknownTopicError:
+                settings = store.settings
+                try:
+                    t = self._create_internal_topic(
+                        OFFSETS_TOPIC, settings["offsets.topic.num.partitions"],
+                        {"cleanup.policy": "compact", "segment.bytes": settings["offsets.topic.segment.bytes"],
+                         "segment.index.bytes": _OFFSETS_INDEX_BYTES, "index.interval.bytes": 512})
+                except TopicExistsError:  # another process created it first
+                    t = store.topic(OFFSETS_TOPIC)
+            self._topic = t
+        return self._topic
+
+    def partition_for(self, group_id: str) -> "Partition":
+        t = self.topic()
+        return t.partition(crc32c(group_id.encode("utf-8", "surrogatepass")) % t.num_partitions)
+
+    def commit(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata], generation: int = -1,
+               member_id: str = "", timeout_ms: float = 30_000) -> None:
+        """Append ``offsets`` for ``group_id`` (one batch) and hand the partition's writer lock back.
+
+        :raises PartitionLockedError: when another writer held the partition for ``timeout_ms``.
+        """
+        if not offsets:
+            return
+        keys = [offset_key(group_id, tp) for tp in offsets]
+        values = [offset_value(om, generation, member_id) for om in offsets.values()]
+        p = self.partition_for(group_id)
+        with p.writer_turn():
+            try:
+                p.wait_to_write(timeout_ms)
+            except PartitionLockedError:
+                raise PartitionLockedError(f"could not commit for group {group_id!r}: {p.topic}-{p.number} "
+                                           f"stayed locked by another writer for {timeout_ms} ms") from None
+            try:
+                p.append_values(values, keys)
+            finally:
+                p.release_writer()
+
+    def delete(self, group_id: str, partitions: Iterable[TopicPartition] | None = None) -> int:
+        """Tombstone every committed offset of ``group_id`` (``partitions`` None), or only those of the
+        partitions given (ones without a commit are skipped); returns how many were tombstoned."""
+        committed = self.fetch(group_id)
+        if partitions is not None:
+            wanted = {TopicPartition(*tp) for tp in partitions}
+            committed = {tp: om for tp, om in committed.items() if tp in wanted}
+        if committed:
+            p = self.partition_for(group_id)
+            keys = [offset_key(group_id, tp) for tp in committed]
+            with p.writer_turn():
+                if not p.try_become_writer():
+                    raise PartitionLockedError(f"{p.topic}-{p.number} is being written; try again")
+                try:
+                    p.append_values([None] * len(keys), keys)
+                finally:
+                    p.release_writer()
+        return len(committed)
+
+    def _table(self, number: int) -> dict[tuple[str, str, int], OffsetAndMetadata]:
+        p = self.topic().partition(number)
+        with self._lock:
+            pos, table = self._tables.get(number, (0, {}))
+            pos = max(pos, p.log_start_offset)
+            while pos < p.log_end_offset:
+                cols = p.read_columns(pos, max_records=65_536)
+                if not len(cols):
+                    break
+                for key, value in zip(cols.keys(), cols.values(), strict=True):
+                    got = decode_commit(key, value)
+                    if got is None:
+                        self._bad_records += 1
+                        if self._bad_records == 1:
+                            log.warning("%s: skipping records that are not offset commits", p.directory)
+                    elif got[1] is None:
+                        table.pop(got[0], None)
+                    else:
+                        table[got[0]] = got[1]
+                pos = int(cols.offsets[-1]) + 1
+            self._tables[number] = (pos, table)
+            return table
+
+    def _exists(self) -> bool:
+        """Whether the offsets topic exists: looking up offsets never creates it (only a commit does)."""
+        return self._topic is not None or OFFSETS_TOPIC in self._store
+
+    def fetch(self, group_id: str) -> dict[TopicPartition, OffsetAndMetadata]:
+        """Every committed offset of ``group_id``, as of now (including other processes' commits)."""
+        if not self._exists():
+            return {}
+        table = self._table(self.partition_for(group_id).number)
+        return {TopicPartition(t, p): om for (g, t, p), om in table.items() if g == group_id}
+
+    def committed(self, group_id: str, tp: TopicPartition) -> OffsetAndMetadata | None:
+        if not self._exists():
+            return None
+        table = self._table(self.partition_for(group_id).number)
+        return table.get((group_id, tp.topic, tp.partition))
+
+    def groups(self) -> set[str]:
+        """Groups with at least one committed offset."""
+        if not self._exists():
+            return set()
+        out: set[str] = set()
+        for i in range(self.topic().num_partitions):
+            out.update(g for g, _, _ in self._table(i))
+        return out
