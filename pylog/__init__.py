@@ -22,8 +22,8 @@ from .config import TopicConfig
 from .clients.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
 from .errors import (AuthenticationError, CorruptBatchError, IllegalSaslStateError, InvalidBatchError, ProtocolError,
-                     SecurityConfigError, UnknownApiKeyError, UnsupportedApiVersionError, UnsupportedCompressionError,
-                     UnsupportedMagicError, UnsupportedSaslMechanismError)
+                     MetricsUnavailableError, SecurityConfigError, UnknownApiKeyError, UnsupportedApiVersionError,
+                     UnsupportedCompressionError, UnsupportedMagicError, UnsupportedSaslMechanismError)
 from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, CorruptRecordError, DiskFullError,
                      InvalidArgumentError, InvalidConfigError, StorePathError,
                      InvalidGroupError, InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
@@ -53,7 +53,7 @@ __all__ = [
     "UnknownStoreError", "InvalidArgumentError", "StorePathError", "ConsumerStoppedError", "TooManyOpenFilesError",
     "CorruptBatchError", "InvalidBatchError", "UnsupportedMagicError", "UnsupportedCompressionError",
     "ProtocolError", "UnknownApiKeyError", "UnsupportedApiVersionError", "AuthenticationError",
-    "UnsupportedSaslMechanismError", "IllegalSaslStateError", "SecurityConfigError",
+    "UnsupportedSaslMechanismError", "IllegalSaslStateError", "SecurityConfigError", "MetricsUnavailableError",
     "RemoteStorageError", "RemoteConflictError", "RemoteObjectMissingError", "RemoteDataCorruptError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",

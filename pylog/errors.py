@@ -68,6 +68,7 @@ __all__ = [
     "UnsupportedSaslMechanismError",
     "IllegalSaslStateError",
     "SecurityConfigError",
+    "MetricsUnavailableError",
     "RemoteStorageError",
     "RemoteConflictError",
     "RemoteObjectMissingError",
@@ -374,6 +375,11 @@ class IllegalSaslStateError(AuthenticationError):
 class SecurityConfigError(InvalidConfigError):
     """The server's SASL credentials file or a TLS certificate, key or CA file is missing, unreadable or
     malformed; the message names the file (or the entry) and what is wrong with it, never a password."""
+
+
+class MetricsUnavailableError(PylogError, ImportError):
+    """Metrics were asked for (``pylog serve --metrics-port``, ``pylog metrics``, :mod:`pylog.prometheus`) but
+    the ``prometheus-client`` library is not installed: ``pip install pylog-embedded[metrics]``."""
 
 
 class RemoteStorageError(PylogError):

@@ -94,6 +94,7 @@ from typing import Any, Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from . import metrics
 from .config import TopicConfig
 from .errors import (CorruptRecordError, InvalidArgumentError, InvalidRecordError, LogFailedError,
                        PartitionLockedError, PylogError, ReadOnlyStoreError, StoreClosedError)
@@ -461,6 +462,14 @@ class Partition:
         self._refresh()
         return self._local.end_offset
 
+    def offsets(self) -> tuple[int, int]:
+        """(:attr:`log_start_offset`, :attr:`log_end_offset`) after one look at the files (a reader's: one
+        ``fstat`` of the active log, mostly), where asking for both looks twice; for the metrics' scrapes."""
+        if self._closed:
+            return self._local.log_start, self._final_end
+        self._refresh()
+        return self._local.log_start, self._local.end_offset
+
     def _refresh(self) -> None:
         if not self._writer.held:  # a reader looks at its files; the writer's view is exact
             self._touch()
@@ -618,6 +627,9 @@ class Partition:
                     self._after_append(written, flush=False)
                 raise
             self._after_append(written, flush=flush_policy)
+        if metrics.state.on:  # once per call (pylog.metrics)
+            metrics.appended(self.topic, written, encoded[0][1].size if len(encoded) == 1 else
+                             sum(h.size for _, h in encoded))
         return first if earlier is None else earlier
 
     def _write_batch(self, parts: list, h: Any) -> None:

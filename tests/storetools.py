@@ -1,5 +1,5 @@
 """Helpers the tests share: reading a partition to its end, a log file's batches, flipping a byte on disk,
-waiting for a condition, crash images.
+waiting for a condition, crash images, a process that died with its cleaner published.
 
 ``crash_copy`` copies a store directory while it is open: the files a crash at this moment would leave. The
 store's background sync thread may replace a checkpoint during the copy: either version is what a crash at
@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 import sys
 import threading
 import time
@@ -83,3 +84,28 @@ def blocked_in(thread: threading.Thread, *functions: str) -> bool:
     hand-shake for tests that must act only once another thread is waiting."""
     frame = sys._current_frames().get(thread.ident)
     return frame is not None and frame.f_code.co_name in functions
+
+
+_DYING_CLEANER = """
+import sys, time, pylog
+store = pylog.open(sys.argv[1])  # its cleaner enabled: published under __cleaners/
+while not store.cleaners():
+    time.sleep(0.05)
+print("published", flush=True)
+time.sleep(600)  # SIGKILLed long before
+"""
+
+
+def kill_with_cleaner_published(path: str | os.PathLike[str]) -> int:
+    """Open the store at ``path`` with its cleaner in a child process, SIGKILL the child once its cleaner is
+    published under ``__cleaners/``, and return its pid: the entry of a process that died without closing the
+    store stays until a store next opens there with its cleaner."""
+    child = subprocess.Popen([sys.executable, "-c", _DYING_CLEANER, str(path)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout is not None and child.stdout.readline() == "published\n"
+    finally:
+        child.kill()
+        child.wait(30)
+        if child.stdout is not None:
+            child.stdout.close()
+    return child.pid

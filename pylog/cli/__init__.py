@@ -10,6 +10,9 @@
     pylog restore s3://BUCKET/PREFIX DIR | verify-remote s3://BUCKET/PREFIX   tiered storage (being built)
     pylog health STORE                                     maintenance and lag checks; exit 1 when unhealthy
     pylog bench producer|consumer|latency STORE            Kafka's perf tests: records/s, MB/s, percentiles
+    pylog serve STORE                                      Kafka's wire protocol (--metrics-port: Prometheus)
+    pylog metrics STORE --port PORT                        Prometheus exporter of the store (/metrics, /health)
+    pylog top STORE | --bootstrap HOST:PORT                live view: throughput, lag, latency, cleaners (q quits)
 
 ``main(argv, out) -> int`` is the whole program (tested in-process): records, tables and reports go to
 ``out``; errors, counts and progress bars to stderr. Exit codes are :class:`ExitCode`. Each command lives
@@ -25,13 +28,13 @@ from typing import Sequence, TextIO
 from .. import __version__
 from ..accel import describe
 from ..errors import PylogError
-from . import bench, clients, dump, groups, health, maintenance, remote, serve, topics
+from . import bench, clients, dump, groups, health, maintenance, metrics, remote, serve, top, topics
 from .base import CommandError, ExitCode
 
 __all__ = ["main", "ExitCode", "build_parser"]
 
 #: The command modules, in the order ``pylog --help`` lists them.
-_COMMANDS = (topics, clients, dump, maintenance, remote, groups, health, bench, serve)
+_COMMANDS = (topics, clients, dump, maintenance, remote, groups, health, top, bench, serve, metrics)
 #: Commands with actions, and the action a first argument that is not one stands for (the older forms
 #: ``pylog topics STORE`` and ``pylog groups STORE [GROUP...]``).
 _DEFAULT_ACTIONS = {"topics": (topics.ACTIONS, "list"), "groups": (groups.ACTIONS, "describe")}
@@ -65,6 +68,8 @@ EXAMPLES = {
     "bench consumer": "pylog bench consumer ./data --records 1000000 --partitions 4",
     "bench latency": "pylog bench latency ./data --records 1000",
     "serve": "pylog serve ./data --port 9092",
+    "metrics": "pylog metrics ./data --port 9308",
+    "top": "pylog top ./data",
 }
 
 

@@ -19,10 +19,16 @@ from typing import Iterable, Iterator
 
 from ..errors import CommandError  # defined here before pylog.errors: importable from here too
 from ..storage.filenames import LOCK_FILE, STORE_FILE
+from ..storage.handles import descriptor_limit
 from ..store import Store
 
-__all__ = ["ExitCode", "CommandError", "open_store", "check_store_path", "non_negative", "positive", "timestamp_ms",
-           "key_value", "partition_writers"]
+__all__ = ["ExitCode", "CommandError", "open_store", "open_store_for_scans", "RESERVED_DESCRIPTORS", "check_store_path",
+           "non_negative", "positive", "timestamp_ms", "key_value", "partition_writers"]
+
+
+#: Descriptors a command reading a whole store keeps for everything but the partitions (an HTTP endpoint's
+#: sockets, the interpreter's files).
+RESERVED_DESCRIPTORS = 256
 
 
 class ExitCode(IntEnum):
@@ -50,6 +56,18 @@ def open_store(path: str, create: bool = False) -> Iterator[Store]:
     """
     check_store_path(path, create)
     with Store(path, log_cleaner_enable=False) as store:
+        yield store
+
+
+@contextlib.contextmanager
+def open_store_for_scans(path: str) -> Iterator[Store]:
+    """The store at ``path`` read-only (no cleaner, no lock, nothing written), for a command that looks at every
+    partition again and again (``metrics``, ``top``): its descriptor budget is every descriptor but
+    :data:`RESERVED_DESCRIPTORS`, since a budget smaller than the store would close and reopen the partitions
+    at each look. :raises CommandError: when ``path`` is not a store."""
+    check_store_path(path, create=False)
+    budget = max(descriptor_limit() - RESERVED_DESCRIPTORS, RESERVED_DESCRIPTORS)
+    with Store(path, read_only=True, max_open_descriptors=budget) as store:
         yield store
 
 

@@ -19,6 +19,7 @@ import logging
 import sys
 from typing import Any, Callable, TextIO
 
+from .. import prometheus
 from ..errors import CommandError
 from .base import ExitCode, check_store_path, non_negative, positive
 
@@ -104,6 +105,11 @@ def register(sub: Any) -> None:
     s.add_argument("--quotas", metavar="JSON", help="client quotas: a JSON file mapping Kafka entities "
                    "('user=alice', 'client-id=etl', both, '<default>') to producer_byte_rate, consumer_byte_rate, "
                    "request_percentage (docs/SERVER.md)")
+    s.add_argument("--metrics-port", type=non_negative, metavar="PORT",
+                   help="also serve Prometheus metrics on http://METRICS-HOST:PORT/metrics and a /health probe "
+                        "(needs the metrics extra; docs/OPERATIONS.md lists the metrics)")
+    s.add_argument("--metrics-host", default="127.0.0.1", metavar="HOST",
+                   help="address of the metrics endpoint (default 127.0.0.1)")
     s.add_argument("--log-level", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR"],
                    help="what the server logs to stderr (default INFO)")
     s.set_defaults(run=_serve)
@@ -146,10 +152,21 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
             "store (see --sasl-users and --tls-cert)", args.host)
     if args.quotas:
         options["quotas"] = _load_quotas(args.quotas)
+    if args.metrics_port is not None:
+        prometheus.require()  # before anything starts: a missing extra is a clear error, not a half-started server
     check_store_path(args.store, create=True)
     _return_large_buffers_to_the_os()
     server = Server(args.store, **options)
-    server.serve_forever(handle_signals=True)
+    endpoint = None
+    if args.metrics_port is not None:
+        endpoint = prometheus.start_http_server(prometheus.registry(server=server), args.metrics_port,
+                                                args.metrics_host, prometheus.server_health(server))
+        logging.getLogger("pylog.server").info("pylog serve: metrics on %s", endpoint.url)
+    try:
+        server.serve_forever(handle_signals=True)
+    finally:
+        if endpoint is not None:
+            endpoint.close()
     return ExitCode.OK
 
 

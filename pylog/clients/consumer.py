@@ -31,6 +31,8 @@ from types import MappingProxyType
 
 from typing import Any, Callable, Iterable, Iterator, Mapping, Pattern, Protocol, cast
 
+from .. import metrics
+from . import client_metrics
 from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
 from ..errors import NoOffsetForPartitionError  # defined here before pylog.errors: still importable from here
 from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, PylogError,
@@ -181,6 +183,8 @@ class Consumer:
         self._fetched_bytes = 0  # by the current fetch, counted only while this client has a quota
         self._throttle_total = self._throttle_max = 0.0
         self._throttled_fetches = 0
+        self._metrics_label = client_metrics.label(cfg["client_id"])
+        metrics.track("consumer", self)  # lag max and lead min, read when scraped
         if topics:
             self.subscribe(topics)
 
@@ -530,6 +534,7 @@ class Consumer:
         if not parts:
             return out
         got = 0
+        began = time.perf_counter()
         start = self._next_rr % len(parts)
         self._next_rr += 1
         for tp in parts[start:] + parts[:start]:  # round robin: no partition starves the others
@@ -549,6 +554,8 @@ class Consumer:
         if update_offsets:
             for tp, recs in out.items():
                 self._positions[tp] = recs[-1].offset + 1
+        if out and metrics.state.on:
+            client_metrics.polled(self._metrics_label, time.perf_counter() - began)
         if self._fetched_bytes:
             # Over a consumer_byte_rate quota: the records wait, as a broker holds back a fetch response.
             delay = self._quotas.throttle(self.config["client_id"], CONSUME, self._fetched_bytes)
@@ -574,7 +581,10 @@ class Consumer:
         if self._quotas.active(self.config["client_id"], CONSUME):
             self._fetched_bytes += payload_bytes(slices)
         # Rows built straight from the batches (in C when accelerated), deserializers applied per item.
-        return consumer_rows(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
+        rows = consumer_rows(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
+        if metrics.state.on:
+            client_metrics.read(self._metrics_label, tp.topic, len(rows), slices)
+        return rows
 
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: one sleep over every partition's wake-up word where the kernel

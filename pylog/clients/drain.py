@@ -35,11 +35,13 @@ from typing import Any, Callable
 
 import numpy as np
 
+from .. import metrics
 from ..errors import LogFailedError, PartitionLockedError
 from ..storage import group_commit
 from ..partition import Partition
 from ..storage.records import now_ms
 from ..topic import Topic
+from . import client_metrics
 from .accumulator import Accumulation
 from .partitioner import DefaultPartitioner
 from .quotas import PRODUCE, QuotaManager
@@ -66,6 +68,7 @@ class Drainer:
         self._store = store
         self._quotas = quotas
         self._client_id = config["client_id"]
+        self._metrics_label = client_metrics.label(self._client_id)
         self._acks = acks
         self._partitioner = config["partitioner"]
         self._default_partitioner = DefaultPartitioner()
@@ -130,6 +133,8 @@ class Drainer:
                 self._let_go_one(part, touched, flushed, acc, wanted_only=True)
         self._end_drain(acc, touched, flushed)
         acc.offsets = offsets
+        if metrics.state.on:
+            client_metrics.drained(self._metrics_label, acc, groups)
         # Sticky partitioning: a completed batch moves key-less records on to another partition.
         for number in sticky:
             self._default_partitioner.on_new_batch(acc.topic, number, all_parts)
@@ -156,6 +161,8 @@ class Drainer:
                 quotas.sleep(left)
         self.drains += 1
         self.throttle_total += delay
+        if delay > 0 and metrics.state.on:
+            client_metrics.throttled(self._metrics_label, delay)
         if delay > self.throttle_max:
             self.throttle_max = delay
 

@@ -63,6 +63,7 @@ import types
 from types import MappingProxyType
 from typing import Any, Callable, Mapping
 
+from .. import metrics
 from ..accel import native as _native
 from ..errors import ProducerTimeoutError  # defined here before pylog.errors: still importable from here
 from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordError, InvalidTopicError,
@@ -254,6 +255,7 @@ class Producer:
                                                    self._settle, self._drain_all, Accumulation, FutureRecordMetadata)
         self._sender = threading.Thread(target=self._run_sender, name="pylog-producer-sender", daemon=True)
         self._sender.start()
+        metrics.track("producer", self)  # buffer available, read when scraped
 
     # ------------------------------------------------------------------ sending
 

@@ -51,10 +51,12 @@ import asyncio
 import collections
 import functools
 import logging
+import time
 from typing import Any
 
+from .. import metrics
 from ..errors import DESCRIPTOR_ERRNOS, AuthenticationError, PylogError, RateLimitedLog, UnsupportedApiVersionError
-from . import auth, protocol
+from . import auth, metering, protocol
 from .protocol import codes as E
 from .state import ServerState
 
@@ -150,6 +152,8 @@ class Connection(asyncio.Protocol):
             return
         self._admitted = True
         self.s.connections.add(self)
+        if metrics.state.on:
+            metering.connection_created()
         loop = asyncio.get_running_loop()
         self.last_active = loop.time()
         self._task = loop.create_task(self._serve())
@@ -520,6 +524,7 @@ class Connection(asyncio.Protocol):
             await self.appends.drained()  # it sees the appends of the Produce requests before it
         handler = self.s.handlers.get(req.api_key)
         answer: dict | asyncio.Future[dict] | None
+        began = time.perf_counter()
         try:
             if handler is None:
                 answer = protocol.error_response(req, E.UNSUPPORTED_VERSION)
@@ -529,6 +534,8 @@ class Connection(asyncio.Protocol):
             raise
         except Exception as exc:
             answer = self._failed(req, exc)
+        if metrics.state.on:
+            metering.answered(req.api_key, began, answer)
         if isinstance(answer, asyncio.Future) or (answer is not None and self._owed):
             # After the answers owed before it (invariant: in order). The header only: the request's body holds
             # its frame (records), which an answer owed must not keep.
@@ -571,6 +578,8 @@ class Connection(asyncio.Protocol):
             sasl.start(req.body["mechanism"])
         except AuthenticationError as exc:
             log.warning("pylog serve: SASL handshake from %s refused: %s", self.client_host, exc)
+            if metrics.state.on:
+                metering.authentication_failed()
             return {"error_code": auth.error_code(exc), "mechanisms": list(sasl.mechanisms)}, False
         self._raw_sasl = req.api_version == 0
         return {"error_code": E.NONE, "mechanisms": list(sasl.mechanisms)}, True
@@ -584,6 +593,8 @@ class Connection(asyncio.Protocol):
             challenge, done = await self.s.logins.step(self.client_host, sasl.session, bytes(req.body["auth_bytes"]))
         except AuthenticationError as exc:
             log.warning("pylog serve: SASL authentication from %s failed: %s", self.client_host, exc)
+            if metrics.state.on:
+                metering.authentication_failed()
             return {"error_code": auth.error_code(exc), "error_message": str(exc), "auth_bytes": b""}, False
         if done:
             self._authenticated_as(sasl.principal)
@@ -598,6 +609,8 @@ class Connection(asyncio.Protocol):
             challenge, done = await self.s.logins.step(self.client_host, sasl.session, token)
         except AuthenticationError as exc:
             log.warning("pylog serve: SASL authentication from %s failed: %s", self.client_host, exc)
+            if metrics.state.on:
+                metering.authentication_failed()
             return False
         self._write(len(challenge).to_bytes(4, "big") + challenge)
         if done:
@@ -608,6 +621,8 @@ class Connection(asyncio.Protocol):
     def _authenticated_as(self, principal: str | None) -> None:
         self.authenticated = True
         self.principal = principal
+        if metrics.state.on:
+            metering.authenticated()
         log.info("pylog serve: %s authenticated as %r", self.client_host, principal)
 
 

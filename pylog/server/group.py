@@ -122,6 +122,8 @@ class Group:
     new_member_added: bool = False
     #: The members' protocol metadata and assignment bytes as last counted (``GroupTable.recount``).
     held_bytes: int = 0
+    #: New generations this coordinator made for the group (pylog_group_rebalances_total).
+    rebalances: int = 0
 
     def cancel_join_timer(self) -> None:
         if self.join_timer is not None:

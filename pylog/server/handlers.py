@@ -30,10 +30,11 @@ import asyncio
 import logging
 from typing import Any
 
+from .. import metrics
 from ..errors import DESCRIPTOR_ERRNOS, OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
 from ..store import is_internal_topic, topic_name_problem
 from ..partition import Partition
-from . import recordbatch
+from . import metering, recordbatch
 from .errormap import code_for
 from .authorizer import CLUSTER_NAME
 from .operations import CLUSTER, NOT_REQUESTED, TOPIC
@@ -379,6 +380,8 @@ class DataHandlers:
             if not await self.s.waiters.wait(wants, remaining):
                 responses, total, wants = await read()
                 break
+        if metrics.state.on and total:
+            metering.fetched(responses)
         return {"throttle_time_ms": 0, "error_code": E.NONE, "session_id": 0, "responses": responses}
 
     def _read_all(self, topics: list[dict], max_bytes: int) -> tuple[list[dict], int, dict]:

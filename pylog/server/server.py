@@ -31,8 +31,10 @@ import os
 import signal
 import socket
 import threading
+import time
 from typing import Any, Callable
 
+from .. import metrics
 from ..errors import DESCRIPTOR_ERRNOS, InvalidArgumentError, RateLimitedLog
 from ..store import Store
 from ..store import open as open_store
@@ -107,6 +109,8 @@ class Server:
         self.host = self.config.host
         self.port = self.config.port
         self._stopped = threading.Event()
+        self._loop_thread: int | None = None  # the event loop thread's id, while it serves
+        metrics.track("server", self)  # its gauges (connections, loop CPU, groups) are read when scraped
 
     # ------------------------------------------------------------------ public
 
@@ -131,6 +135,23 @@ class Server:
             return {"connections": 0, "pool_bytes_used": 0, "pool_bytes": self.config.queued_max_request_bytes}
         return {"connections": len(state.connections), "pool_bytes_used": state.pool.used,
                 "pool_bytes": state.pool.capacity}
+
+    def loop_cpu_seconds(self) -> float | None:
+        """CPU seconds the event loop's thread has used so far, None when it is not serving (the metrics' event
+        loop busy ratio, the analogue of Kafka's request handler idle percent). Safe from any thread."""
+        ident = self._loop_thread
+        if ident is None or self._stopped.is_set():
+            return None
+        try:
+            return time.clock_gettime(time.pthread_getcpuclockid(ident))
+        except OSError:
+            return None
+
+    def group_counts(self) -> list[tuple[str, int, int, int]]:
+        """(group id, generation, live members, rebalances since the start) per group the coordinator holds;
+        empty before it started. Safe from any thread."""
+        state = self._state
+        return state.coordinator.group_counts() if state is not None else []
 
     def start(self) -> "Server":
         """Start serving in a background thread; returns once the port is bound (raises what binding raised)."""
@@ -236,6 +257,7 @@ class Server:
         _log_descriptors(store)
         loop.set_exception_handler(_loop_exception_handler(store))
         _warn_plain_in_the_clear(self.config, [s.getsockname()[0] for s in listener.sockets])
+        self._loop_thread = threading.get_ident()
         self._ready.set()
         try:
             reaper = loop.create_task(self._reap(state))

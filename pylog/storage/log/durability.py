@@ -29,6 +29,7 @@ import threading
 import time
 from typing import Callable
 
+from ... import metrics
 from ...errors import LogFailedError
 from ..checkpoint import Checkpoint, write_checkpoint
 from ..fileio import DESCRIPTOR_ERRNOS, fault, raise_fault, fsync_dir
@@ -138,7 +139,10 @@ class Durability:
             return
         try:
             for seg in pending:
+                began = time.perf_counter()
                 seg.sync_files()
+                if metrics.state.on:
+                    metrics.fsynced(time.perf_counter() - began)
             fsync_dir(self.local.directory)
         except FileNotFoundError:
             return  # the partition was deleted (or is being deleted) under the job: nothing is left to sync
@@ -231,7 +235,10 @@ class Durability:
         """As the writer: fsync everything appended through this handle, rolled segments first."""
         self._sync_up_to_active()
         try:
+            began = time.perf_counter()
             self.local.segments[-1].flush()
+            if metrics.state.on:
+                metrics.fsynced(time.perf_counter() - began)
         except OSError as exc:
             # As for a rolled segment (_sync_failed): the kernel may have dropped the pages it could not
             # write, and a later fsync would succeed without them. Never call this log durable again.
@@ -265,7 +272,10 @@ class Durability:
             descriptor, so when a concurrent flush's fdatasync reported the error, this one returns 0 though
             the pages may be gone (invariant: an fsync failure is never forgotten)."""
         try:
+            began = time.perf_counter()
             os.fdatasync(fd)
+            if metrics.state.on:
+                metrics.fsynced(time.perf_counter() - began)
         except OSError as exc:
             with self._lock:
                 self.failed = f"fsync of the active segment failed: {exc}"

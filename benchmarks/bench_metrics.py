@@ -1,0 +1,287 @@
+"""Metrics overhead (issue 29): throughput with metrics on against off in the same run, and the cost of scraping
+a store of 1,000 partitions every second.
+
+Usage::
+
+    python benchmarks/bench_metrics.py              # 15 interleaved rounds per figure: ~10 minutes
+    python benchmarks/bench_metrics.py --quick      # 3 rounds, smaller sizes: ~1 minute
+
+Figures (each round measures off, then on, then the next round on, then off: interleaved, so a load change
+hits both; ratio = on / off, target >= 0.97: the ratio of the medians over rounds, and the median of the rounds'
+ratios):
+
+- ``append``: ``Partition.append_values`` of 100 records of 100 bytes per call, in this process; on = recording
+  enabled (``pylog.metrics.enable``), with a registry scraped once a second by a thread.
+- ``send``: pylog's ``Producer.send`` of 100-byte values and ``flush()``, acks=1, in this process; on and off
+  as above.
+- ``server produce`` / ``server fetch``: a ``python -m pylog serve`` child process per round, with
+  ``--metrics-port`` (on: recording, and scraped once a second over HTTP from here) or without (off);
+  confluent-kafka's producer (acks=1) sends N 100-byte values, then its consumer reads them back: records/s.
+- ``scrape``: ``python -m pylog metrics STORE`` (the exporter) on a store of 1,000 partitions (10 topics of 100,
+  each with a few records, and a group committed on every partition), scraped over HTTP once a second for
+  ``--scrape-seconds``: the exporter's CPU time (utime + stime from /proc) over the wall time, in % of one
+  core (target < 5%), and one scrape's wall time.
+
+The 1-minute load average is printed with each figure. Nothing asserts.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from typing import Callable
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, ROOT)
+
+import pylog  # noqa: E402
+from pylog import metrics, prometheus  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_server import ServerProcess  # noqa: E402
+
+VALUE = b"v" * 100
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = ROOT + os.pathsep + env.get("PYTHONPATH", "")
+    return env
+
+
+class Scraper:
+    """GET ``url`` once a second from a daemon thread until :meth:`stop` (a Prometheus server's load)."""
+
+    def __init__(self, url: str | Callable[[], bytes]) -> None:
+        self._url = url
+        self._stop = threading.Event()
+        self.scrapes = 0
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(1.0):
+            if callable(self._url):
+                self._url()
+            else:
+                with urllib.request.urlopen(self._url, timeout=10) as r:
+                    r.read()
+            self.scrapes += 1
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+
+# ------------------------------------------------------------------------------------------ in this process
+
+def append_rate(root: str, calls: int, on: bool) -> float:
+    path = tempfile.mkdtemp(dir=root)
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("t")
+        part = store.topic("t").partition(0)
+        batch = [VALUE] * 100
+        reg = prometheus.registry(store)
+        metrics.enable(on)
+        scraper = Scraper(lambda: prometheus.exposition(reg)) if on else None
+        t0 = time.perf_counter()
+        for _ in range(calls):
+            part.append_values(batch)
+        elapsed = time.perf_counter() - t0
+        if scraper:
+            scraper.stop()
+        metrics.enable(False)
+    shutil.rmtree(path, ignore_errors=True)
+    return calls * 100 / elapsed
+
+
+def send_rate(root: str, n: int, on: bool) -> float:
+    path = tempfile.mkdtemp(dir=root)
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("t", partitions=4)
+        reg = prometheus.registry(store)
+        metrics.enable(on)
+        scraper = Scraper(lambda: prometheus.exposition(reg)) if on else None
+        with store.producer(acks=1, client_id="bench") as producer:
+            send = producer.send
+            t0 = time.perf_counter()
+            for _ in range(n):
+                send("t", VALUE)
+            producer.flush()
+            elapsed = time.perf_counter() - t0
+        if scraper:
+            scraper.stop()
+        metrics.enable(False)
+    shutil.rmtree(path, ignore_errors=True)
+    return n / elapsed
+
+
+# ------------------------------------------------------------------------------------------ pylog serve
+
+class Exporter(ServerProcess):
+    """``python -m pylog metrics STORE --port 0`` in a child process (its URL read from its first line); the CPU
+    time and the stop of bench_server's server process."""
+
+    def __init__(self, store: str, log_path: str) -> None:  # noqa: D107 (not ServerProcess's: another command)
+        self.log = open(log_path, "w+")
+        self.proc = subprocess.Popen([sys.executable, "-m", "pylog", "metrics", store, "--port", "0"],
+                                     stdout=self.log, stderr=subprocess.STDOUT, env=_env())
+        self.pid = self.proc.pid
+        deadline = time.monotonic() + 60
+        while True:
+            with open(log_path) as f:
+                m = re.search(r"serving (http://\S+/metrics)", f.read())
+            if m:
+                self.url = m.group(1)
+                return
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                raise RuntimeError("pylog metrics did not start")
+            time.sleep(0.02)
+
+
+def server_rates(root: str, n: int, on: bool) -> tuple[float, float]:
+    """(produce records/s, fetch records/s) of confluent-kafka against a fresh pylog serve."""
+    from confluent_kafka import Consumer, Producer
+
+    path = tempfile.mkdtemp(dir=root)
+    log_path = os.path.join(root, "serve.log")
+    server = ServerProcess(path, log_path, args=["--metrics-port", "0"] if on else [])
+    scraper = None
+    try:
+        bootstrap = server.bootstrap
+        if on:
+            with open(log_path) as f:
+                scraper = Scraper(re.search(r"metrics on (http://\S+)", f.read()).group(1))
+        p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5})
+        p.produce("t", VALUE)  # creates the topic (auto-creation), outside the timing
+        p.flush(30)
+        t0 = time.perf_counter()
+        for _ in range(n):
+            while True:
+                try:
+                    p.produce("t", VALUE)
+                    break
+                except BufferError:
+                    p.poll(0.01)
+        p.flush(120)
+        produce = n / (time.perf_counter() - t0)
+        del p  # librdkafka's connection closed now, not when the server stops under it
+        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "auto.offset.reset": "earliest",
+                      "enable.auto.commit": False, "fetch.queue.backoff.ms": 10})
+        c.subscribe(["t"])
+        got, t0 = 0, None
+        deadline = time.monotonic() + 300
+        while got < n + 1 and time.monotonic() < deadline:
+            msgs = c.consume(num_messages=10000, timeout=1.0)
+            if msgs and t0 is None:
+                t0 = time.perf_counter()
+            got += sum(1 for m in msgs if m.error() is None)
+        fetch = got / (time.perf_counter() - (t0 or time.perf_counter()))
+        c.close()
+        return produce, fetch
+    finally:
+        if scraper:
+            scraper.stop()
+        server.stop()
+        shutil.rmtree(path, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------ scraping
+
+def scrape_cost(root: str, topics: int, partitions: int, seconds: float) -> tuple[float, float, int]:
+    """(exporter CPU % of one core while scraped every second, one scrape's wall ms, series count)."""
+    path = os.path.join(root, "scraped")
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        for t in range(topics):
+            store.create_topic(f"topic-{t}", partitions=partitions)
+            for p in store.topic(f"topic-{t}").partitions:
+                p.append_values([VALUE] * 10)
+        store.commit_offsets("readers", {pylog.TopicPartition(f"topic-{t}", p): 5
+                                         for t in range(topics) for p in range(partitions)})
+    exporter = Exporter(path, os.path.join(root, "exporter.log"))
+    try:
+        url = exporter.url
+        with urllib.request.urlopen(url, timeout=30) as r:  # the first scrape opens the partitions
+            series = sum(1 for line in r.read().splitlines() if not line.startswith(b"#"))
+        walls = []
+        cpu0, t0 = exporter.cpu_seconds(), time.monotonic()
+        while time.monotonic() - t0 < seconds:
+            began = time.perf_counter()
+            with urllib.request.urlopen(url, timeout=30) as r:
+                r.read()
+            walls.append(time.perf_counter() - began)
+            time.sleep(max(0.0, 1.0 - (time.perf_counter() - began)))
+        cpu = exporter.cpu_seconds() - cpu0
+        wall = time.monotonic() - t0
+        return 100 * cpu / wall, 1000 * statistics.median(walls), series
+    finally:
+        exporter.stop()
+
+
+# ------------------------------------------------------------------------------------------ main
+
+def interleaved(rounds: int, measure: Callable[[bool], float | tuple[float, ...]]) -> list[tuple]:
+    """``rounds`` pairs of (off, on) figures, measured off-on, then on-off, alternately."""
+    out = []
+    for r in range(rounds):
+        order = (False, True) if r % 2 == 0 else (True, False)
+        got = {on: measure(on) for on in order}
+        out.append((got[False], got[True]))
+    return out
+
+
+def report(name: str, pairs: list[tuple[float, float]], unit: str = "records/s") -> None:
+    off = statistics.median(p[0] for p in pairs)
+    on = statistics.median(p[1] for p in pairs)
+    ratios = sorted(p[1] / p[0] for p in pairs)
+    print(f"{name:<16} off {off:>12,.0f} {unit}  on {on:>12,.0f} {unit}  ratio of medians {on / off:.3f}x, "
+          f"median of round ratios {statistics.median(ratios):.3f}x (rounds {ratios[0]:.3f}-{ratios[-1]:.3f})  "
+          f"load {os.getloadavg()[0]:.2f}", flush=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--quick", action="store_true", help="3 rounds, smaller sizes")
+    ap.add_argument("--rounds", type=int, default=15)
+    ap.add_argument("--append-calls", type=int, default=10_000)
+    ap.add_argument("--send-records", type=int, default=300_000)
+    ap.add_argument("--server-records", type=int, default=300_000)
+    ap.add_argument("--scrape-seconds", type=float, default=20.0)
+    ap.add_argument("--skip-server", action="store_true", help="leave out the server figures")
+    ap.add_argument("--scrape-only", action="store_true", help="only the scrape figure")
+    args = ap.parse_args(argv)
+    if args.quick:
+        args.rounds, args.append_calls, args.send_records = 3, 5_000, 100_000
+        args.server_records, args.scrape_seconds = 50_000, 8.0
+    root = tempfile.mkdtemp(prefix="pylog-bench-metrics-")
+    print(f"pylog {pylog.__version__}, accelerated={pylog.ACCELERATED}, {args.rounds} interleaved rounds; "
+          f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
+    try:
+        if not args.scrape_only:
+            report("append", interleaved(args.rounds, lambda on: append_rate(root, args.append_calls, on)))
+            report("send", interleaved(args.rounds, lambda on: send_rate(root, args.send_records, on)))
+        if not args.skip_server and not args.scrape_only:
+            both = interleaved(args.rounds, lambda on: server_rates(root, args.server_records, on))
+            report("server produce", [(off[0], on[0]) for off, on in both])
+            report("server fetch", [(off[1], on[1]) for off, on in both])
+        cpu, wall, series = scrape_cost(root, 10, 100, args.scrape_seconds)
+        print(f"scrape          1,000 partitions ({series:,} series), once a second for {args.scrape_seconds:.0f} s: "
+              f"exporter CPU {cpu:.2f}% of one core (target < 5%), one scrape {wall:.1f} ms wall; "
+              f"load {os.getloadavg()[0]:.2f}", flush=True)
+    finally:
+        shutil.rmtree(root, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
