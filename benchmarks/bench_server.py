@@ -33,7 +33,12 @@ from its ``listening on HOST:PORT`` log line) so the clients here do not share i
   its socket 64 KiB every 5 ms with a 64 KiB receive buffer for a few seconds (peak RssAnon sampled, and
   VmHWM at the end).
 
-The table gives ranges over rounds and the 1-minute load average at each round's start. Nothing asserts.
+The table gives ranges over rounds (with more than one round, the medians of the value and of the ratio after
+the target) and the 1-minute load average at each round's start. Nothing asserts.
+
+``--acks-only --vs-fdatasync`` runs the acks=all figures twice per round, interleaved: as served by default, and
+with the group commit's store-wide ``syncfs`` off (``--group-commit-syncfs-partitions 0``; figures marked
+"[fdatasync each]"), the design before it.
 """
 
 from __future__ import annotations
@@ -45,6 +50,7 @@ import re
 import shutil
 import signal
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -60,6 +66,8 @@ VALUE = b"x" * 100
 #: (1,000 by default) whenever its prefetch queue holds ``queued.min.messages`` (100,000) or more, which a
 #: consumer reading 100-byte records reaches many times a second.
 QUEUE_BACKOFF_MS = 10
+#: Ends the acks=all figures of the server run with ``--group-commit-syncfs-partitions 0`` (``--vs-fdatasync``).
+FDATASYNC_EACH = " [fdatasync each]"
 
 
 # ------------------------------------------------------------------------------------------- the server
@@ -147,11 +155,13 @@ def pylog_consumer_rate(path: str, n: int) -> float:
     return rate
 
 
-def kafka_producer_rate(bootstrap: str, topic: str, n: int, partitions: int = 0, **config: Any) -> float:
+def kafka_producer_rate(bootstrap: str, topic: str, n: int, partitions: int = 0,
+                        started: Callable[[], None] | None = None, **config: Any) -> float:
     """confluent-kafka's producer, default batching, acks=1 (or ``config``'s): ``n`` values then ``flush()``
     (after one record produced and flushed, so connecting and the topic's creation are not timed). With
     ``partitions``, record ``i`` goes to partition ``i % partitions`` (librdkafka sends one Produce request per
-    partition and batch, pipelined), and one record to each partition is flushed before timing."""
+    partition and batch, pipelined), and one record to each partition is flushed before timing. ``started`` is
+    called as the timing starts."""
     from confluent_kafka import Producer
     p = Producer({"bootstrap.servers": bootstrap, "acks": 1, **config})
     errors: list[Any] = []
@@ -166,6 +176,8 @@ def kafka_producer_rate(bootstrap: str, topic: str, n: int, partitions: int = 0,
             p.produce(topic, VALUE, on_delivery=report)
     p.flush(60)
     produce, poll = p.produce, p.poll
+    if started is not None:
+        started()
     t0 = time.perf_counter()
     for i in range(n):
         while True:
@@ -408,50 +420,70 @@ def _fill_partitions(path: str, topics: dict[str, int]) -> None:
             store.create_topic(name, partitions=count)
 
 
-def _group_commit_line(log_path: str) -> tuple[int, int]:
-    """The server's last ``group commit: F fsyncs for R acks=all requests`` log line (written at its stop)."""
+def _group_commit_line(log_path: str) -> tuple[int, int, int, int]:
+    """The server's last ``group commit: F partition fsyncs for R acks=all requests ...; S disk syncs, W of them
+    store-wide syncfs rounds ...`` log line (written at its stop): (F, R, S, W)."""
     with open(log_path) as f:
-        found = re.findall(r"group commit: (\d+) partition fsyncs for (\d+) acks=all requests", f.read())
-    return (int(found[-1][0]), int(found[-1][1])) if found else (0, 0)
+        found = re.findall(r"group commit: (\d+) partition fsyncs for (\d+) acks=all requests.*?; (\d+) disk syncs, "
+                           r"(\d+) of them", f.read())
+    return (int(found[-1][0]), int(found[-1][1]), int(found[-1][2]), int(found[-1][3])) if found else (0, 0, 0, 0)
 
 
-def acks_all_figures(root: str, args: argparse.Namespace, r: int) -> dict[str, tuple[float, float]]:
+def acks_all_figures(root: str, args: argparse.Namespace, r: int, server_args: list[str] = (),
+                     suffix: str = "") -> dict[str, tuple[float, float]]:
     """acks=all against acks=1 (issue 25): a confluent-kafka producer (``linger.ms=5``) sending record ``i`` to
     partition ``i % P`` of a topic of P = 4, then ``args.many_partitions`` partitions; the fsyncs per
     acknowledged acks=all request (the server's count, logged at its stop); end-to-end latency with acks=all;
     acks=all at P partitions against acks=1 there; and how long the server takes to stop (SIGTERM to exit) after
-    writing every partition of these topics."""
+    writing every partition of these topics. ``server_args`` go to ``pylog serve``; ``suffix`` ends each figure's
+    name."""
     out: dict[str, tuple[float, float]] = {}
     n, many = args.acks_records, args.many_partitions
     path = os.path.join(root, f"acks-{r}")
     _fill_partitions(path, {"p4": 4, "p4all": 4, "pmany": many, "pmany1": many, "lat": 1, "lat1": 1})
     log_path = os.path.join(root, f"acks-server-{r}.log")
-    server = ServerProcess(path, log_path)
+    server = ServerProcess(path, log_path, args=list(server_args))
     stop_s = 0.0
     try:
         # Latency first, on the fresh server: after the throughput runs it still writes back and syncs their data.
         lat = kafka_latency(server.bootstrap, "lat", args.latency_records, acks="all")
         lat1 = kafka_latency(server.bootstrap, "lat1", args.latency_records, acks=1)
         linger = {"linger.ms": 5}
-        one = kafka_producer_rate(server.bootstrap, "p4", n, 4, **linger) / 1e3
-        all4 = kafka_producer_rate(server.bootstrap, "p4all", n, 4, acks="all", **linger) / 1e3
-        allmany = kafka_producer_rate(server.bootstrap, "pmany", n, many, acks="all", **linger) / 1e3
-        onemany = kafka_producer_rate(server.bootstrap, "pmany1", n, many, **linger) / 1e3
+        cpu: dict[str, float] = {}  # server CPU per record of each run (us): a figure a loaded machine moves less
+
+        def timed(name: str, topic: str, partitions: int, **config: Any) -> float:
+            c0 = [0.0]
+
+            def started() -> None:  # after the warm-up (a record to each partition: opening 500 takes a while)
+                c0[0] = server.cpu_seconds()
+            rate = kafka_producer_rate(server.bootstrap, topic, n, partitions, started, **linger, **config) / 1e3
+            cpu[name] = (server.cpu_seconds() - c0[0]) * 1e6 / n
+            return rate
+        one = timed("one", "p4", 4)
+        all4 = timed("all4", "p4all", 4, acks="all")
+        allmany = timed("allmany", "pmany", many, acks="all")
+        onemany = timed("onemany", "pmany1", many)
         t0 = time.perf_counter()
         server.stop()
         stop_s = time.perf_counter() - t0
     finally:
         server.stop()
-    fsyncs, requests = _group_commit_line(log_path)
+    fsyncs, requests, syncs, rounds = _group_commit_line(log_path)
     shutil.rmtree(path, ignore_errors=True)
     out["acks=all producer, 4 partitions, linger.ms=5 (k rec/s)"] = (all4, one)
     out[f"acks=all producer, {many} partitions (k rec/s)"] = (allmany, all4)
     out[f"same, against acks=1 at {many} partitions (k rec/s)"] = (allmany, onemany)
+    # What acks=all at P partitions could reach if durability cost nothing: acks=1 there, against the same baseline.
+    out[f"acks=1 producer, {many} partitions: the ceiling of the ratio above (k rec/s)"] = (onemany, all4)
+    out["server CPU per record (us), acks=all, 4 partitions"] = (cpu["all4"], cpu["one"])
+    out[f"server CPU per record (us), acks=all, {many} partitions"] = (cpu["allmany"], cpu["onemany"])
     out["end-to-end latency p50, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.5), pct(lat1, 0.5))
     out["end-to-end latency p99, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.99), pct(lat1, 0.99))
     out["partition fsyncs per acknowledged acks=all request"] = (fsyncs / max(1, requests), 0.0)
+    out["disk syncs (fdatasync or syncfs) per acknowledged acks=all request"] = (syncs / max(1, requests), 0.0)
+    out["store-wide syncfs rounds"] = (float(rounds), 0.0)
     out[f"server stop after writing {2 * many + 10} partitions (s)"] = (stop_s, 0.0)
-    return out
+    return {name + suffix: value for name, value in out.items()}
 
 
 # ------------------------------------------------------------------------------------------- rounds
@@ -459,7 +491,12 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int) -> dict[str, t
 
 def one_round(root: str, args: argparse.Namespace, r: int) -> dict[str, tuple[float, float]]:
     out: dict[str, tuple[float, float]] = {}
-    out.update(acks_all_figures(root, args, r))
+    variants = [([], ""), (["--group-commit-syncfs-partitions", "0"], FDATASYNC_EACH)] if args.vs_fdatasync else [
+        ([], "")]
+    if r % 2:  # interleaved: neither variant always runs first
+        variants.reverse()
+    for server_args, suffix in variants:
+        out.update(acks_all_figures(root, args, r, server_args, suffix))
     if args.acks_only:
         return out
     n = args.records
@@ -517,6 +554,10 @@ TARGETS: dict[str, tuple[str, Callable[[float, float], bool] | None, str]] = {
     "end-to-end latency p50, 1,000 rec/s, acks=all (ms)": ("report", None, "acks=1, same run"),
     "end-to-end latency p99, 1,000 rec/s, acks=all (ms)": ("<= 10 ms", lambda v, b: v <= 10.0, "acks=1, same run"),
     "same, against acks=1 at 500 partitions (k rec/s)": ("report", None, "acks=1 at 500 partitions"),
+    "acks=1 producer, 500 partitions: the ceiling of the ratio above (k rec/s)": (
+        "report", None, "acks=all at 4 partitions"),
+    "server CPU per record (us), acks=all, 4 partitions": ("report", None, "acks=1, 4 partitions"),
+    "server CPU per record (us), acks=all, 500 partitions": ("report", None, "acks=1, 500 partitions"),
     "partition fsyncs per acknowledged acks=all request": ("report", None, ""),
     "server RSS, 100 idle connections (MiB)": ("bounded", None, "idle server, no connection"),
     "server RssAnon, 100 idle connections (MiB)": ("bounded", None, "idle server, no connection"),
@@ -538,6 +579,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--acks-records", type=int, default=200_000, help="records per acks=all / acks=1 figure")
     ap.add_argument("--many-partitions", type=int, default=500, help="the acks=all figure's second partition count")
     ap.add_argument("--acks-only", action="store_true", help="only the acks=all figures (issue 25)")
+    ap.add_argument("--vs-fdatasync", action="store_true", help="also the acks=all figures with the group commit's "
+                    "store-wide syncfs off (--group-commit-syncfs-partitions 0), interleaved round by round")
     ap.add_argument("--dir", help="where to write (default: a temporary directory, removed afterwards)")
     ap.add_argument("--json", help="also write every round's figures as JSON to this file")
     ap.add_argument("--profile", metavar="DIR", help="run the server under cProfile; stats files go to DIR")
@@ -583,16 +626,18 @@ def main(argv: list[str] | None = None) -> int:
         vals = [r[name][0] for r in rounds]
         base = [r[name][1] for r in rounds]
         # The many-partitions figures are named with the count run (--many-partitions): targets are for 500.
-        target, met, base_name = TARGETS.get(re.sub(r"\d+ partitions \(", "500 partitions (", name),
-                                             ("report", None, ""))
+        target, met, base_name = TARGETS.get(re.sub(r"\d+ partitions \(", "500 partitions (",
+                                                    name.removesuffix(FDATASYNC_EACH)), ("report", None, ""))
         ratios = [v / b for v, b in zip(vals, base, strict=True) if b]
         verdict = ""
         if met is not None:
             ok = [met(*r[name]) for r in rounds]
             verdict = "MET" if all(ok) else ("MISSED" if not any(ok) else "MIXED")
         ratio = f"{fmt_range(ratios):>10}x" if ratios else f"{'':>11}"
+        median = f" median {statistics.median(vals):.3g}" + (f" ({statistics.median(ratios):.3g}x)" if ratios
+                                                              else "") if len(rounds) > 1 else ""
         print(f"{name:<74} {fmt_range(vals):>11} {fmt_range(base) if any(base) else '':>11}  {ratio}  {target} "
-              f"[{base_name}] {verdict}")
+              f"[{base_name}] {verdict}{median}")
     loads = [r["load"] for r in rounds]
     print(f"load average at round starts: {min(loads):.2f}-{max(loads):.2f}; server in its own process "
           f"(python -m pylog serve), latency consumer in a third process")

@@ -45,6 +45,7 @@ from pylog import accel
 from pylog.storage.records import crc32c as records_crc32c
 from pylog.storage.checkpoint import read_checkpoint
 from pylog.storage.filenames import CHECKPOINT_FILE, list_segment_bases
+from pylog.partition import internals
 
 ROWS: list[dict[str, Any]] = []
 
@@ -491,16 +492,16 @@ def tail_reader(root: str, n: int, repeat: int) -> None:
                 wp.append_values(value)
                 t0 = time.thread_time_ns()
                 if previous:
-                    rp.local_log.list_on_next_refresh()
+                    internals(rp).local_log.list_on_next_refresh()
                 assert rp.log_end_offset == pos + 1
                 if previous:
                     seg = rp.segments[-1]
-                    seg._oindex = seg._tindex = None
+                    seg._idx.drop(force=True)
                     seg._tail.forget()
                 assert len(rp.read_columns(pos)) == 1
                 pos += 1
                 if previous:
-                    rp.local_log.list_on_next_refresh()
+                    internals(rp).local_log.list_on_next_refresh()
                 assert not len(rp.read_columns(pos))
                 spent += time.thread_time_ns() - t0
             return spent / n / 1e3

@@ -17,6 +17,8 @@ extern PyMethodDef pylog_send_methods[];
 /* Adds send.c's Sender type to the module. */
 int pylog_send_add_types(PyObject *m);
 extern PyMethodDef pylog_decode_methods[];
+/* Adds decode.c's RowIter type to the module. */
+int pylog_decode_add_types(PyObject *m);
 extern PyMethodDef pylog_encode_methods[];
 extern PyMethodDef pylog_columns_methods[];
 extern PyMethodDef pylog_kafka_methods[];

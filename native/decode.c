@@ -7,6 +7,9 @@
  * - decode_rows(out, body, header, start, stop, topic, partition, row_type, headers, key_deserializer,
  *   value_deserializer): the same records in ConsumerRecord's field order, appended to `out`, the
  *   deserializers applied to each non-null key and value (views.consumer_rows_pure).
+ * - consumer_row_iter(parts, topic, partition, row_type, key_deserializer, value_deserializer): decode_rows'
+ *   rows of several parts, each built when an iterator's __next__ asks for it (views.consumer_row_iter;
+ *   the RowIter type below).
  *
  * The body is hostile: every length is bounded by the bytes present before anything is read or allocated,
  * and the layout is worked out again from the body on every decode call (nothing a caller passes about
@@ -259,17 +262,44 @@ typedef struct {
     PyObject *key_des, *value_des;
 } decode_args;
 
-/* Decode records start:stop into `out` (a list: filled from index `at` when `fill`, else appended to). */
-static int decode(decode_args *A, PyObject *out, Py_ssize_t at, int fill) {
+/* One slice start:stop of a batch being decoded: what slice_open checked and worked out, and the objects
+ * its rows share. Filled by slice_open, released by slice_close (both safe on a zeroed slice_t). */
+typedef struct {
+    int open;
+    PyObject *hdr_rows; /* a private tuple of the batch's headers, or NULL without them */
+    Py_buffer view;
+    layout_t L;
+    int64_t base;
+    int64_t first_ts;
+    const unsigned char *kdata, *vdata; /* where the next row's key and value start */
+    PyObject *shared_ts, *ts_type, *empty, *ksize, *vsize;
+    long ksize_v, vsize_v;
+} slice_t;
+
+static void slice_close(slice_t *S) {
+    if (S->open) PyBuffer_Release(&S->view);
+    Py_CLEAR(S->hdr_rows);
+    Py_CLEAR(S->shared_ts);
+    Py_CLEAR(S->ts_type);
+    Py_CLEAR(S->empty);
+    Py_CLEAR(S->ksize);
+    Py_CLEAR(S->vsize);
+    S->open = 0;
+}
+
+/* Check A's arguments and open its slice into S: 0 when rows A->start:A->stop are to be built (S holds the
+ * body's buffer until slice_close), 1 when the range is empty (nothing held), -1 with an exception. */
+static int slice_open(slice_t *S, decode_args *A) {
+    memset(S, 0, sizeof(*S));
     PyObject *hd = A->header;
     if (!PyTuple_Check(hd) || PyTuple_GET_SIZE(hd) != H_FIELDS) {
         PyErr_SetString(PyExc_TypeError, "header must be a BatchHeader");
         return -1;
     }
-    int64_t base, attrs, last_delta, first_ts, max_ts, n;
-    if (as_i64(PyTuple_GET_ITEM(hd, H_BASE), &base) < 0 || as_i64(PyTuple_GET_ITEM(hd, H_ATTRS), &attrs) < 0 ||
+    int64_t attrs, last_delta, max_ts, n;
+    if (as_i64(PyTuple_GET_ITEM(hd, H_BASE), &S->base) < 0 || as_i64(PyTuple_GET_ITEM(hd, H_ATTRS), &attrs) < 0 ||
         as_i64(PyTuple_GET_ITEM(hd, H_LAST_DELTA), &last_delta) < 0 ||
-        as_i64(PyTuple_GET_ITEM(hd, H_FIRST_TS), &first_ts) < 0 ||
+        as_i64(PyTuple_GET_ITEM(hd, H_FIRST_TS), &S->first_ts) < 0 ||
         as_i64(PyTuple_GET_ITEM(hd, H_MAX_TS), &max_ts) < 0 || as_i64(PyTuple_GET_ITEM(hd, H_COUNT), &n) < 0)
         return -1;
     if (!PyType_IsSubtype(A->row_type, &PyTuple_Type) || A->row_type->tp_basicsize != PyTuple_Type.tp_basicsize ||
@@ -277,7 +307,7 @@ static int decode(decode_args *A, PyObject *out, Py_ssize_t at, int fill) {
         PyErr_SetString(PyExc_TypeError, "row_type must be tuple or a tuple subclass with no fields of its own");
         return -1;
     }
-    if (A->start >= A->stop) return 0; /* views.records_pure: nothing, as a Python slice gives */
+    if (A->start >= A->stop) return 1; /* views.records_pure: nothing, as a Python slice gives */
     if (A->start < 0 || A->stop > n) {
         PyErr_Format(PyExc_ValueError, "records %lld:%lld of a batch of %lld", (long long)A->start,
                      (long long)A->stop, (long long)n);
@@ -289,117 +319,134 @@ static int decode(decode_args *A, PyObject *out, Py_ssize_t at, int fill) {
         return -1;
     }
     /* A private tuple of the headers: a deserializer (Python code, run mid-loop) may change the caller's list. */
-    PyObject *hdr_rows = want_headers ? PyList_AsTuple(A->headers) : NULL;
-    if (want_headers && hdr_rows == NULL) return -1;
-    Py_buffer view;
-    if (PyObject_GetBuffer(A->body, &view, PyBUF_SIMPLE) < 0) {
-        Py_XDECREF(hdr_rows);
+    if (want_headers && (S->hdr_rows = PyList_AsTuple(A->headers)) == NULL) return -1;
+    if (PyObject_GetBuffer(A->body, &S->view, PyBUF_SIMPLE) < 0) {
+        slice_close(S);
         return -1;
     }
-    layout_t L;
-    int rc = -1;
-    PyObject *shared_ts = NULL, *ts_type = NULL, *empty = NULL, *ksize = NULL, *vsize = NULL;
-    long ksize_v = 0, vsize_v = 0;
-    if (pylog_layout(&L, view.buf, view.len, n, (long)attrs, last_delta, Py_None, Py_None) < 0) goto done;
-    const unsigned char *body = L.body;
-    const unsigned char *kdata = NULL, *vdata;
-    if (L.k_pos >= 0) kdata = body + L.k_data + pylog_data_start(body + L.k_pos, L.k_uniform, A->start);
-    vdata = body + L.v_data + pylog_data_start(body + L.v_pos, L.v_uniform, A->start);
+    S->open = 1;
+    layout_t *L = &S->L;
+    if (pylog_layout(L, S->view.buf, S->view.len, n, (long)attrs, last_delta, Py_None, Py_None) < 0) goto fail;
+    const unsigned char *body = L->body;
+    if (L->k_pos >= 0) S->kdata = body + L->k_data + pylog_data_start(body + L->k_pos, L->k_uniform, A->start);
+    S->vdata = body + L->v_data + pylog_data_start(body + L->v_pos, L->v_uniform, A->start);
     int log_append = (attrs & ATTR_LOG_APPEND_TIME) != 0;
-    if (log_append || L.ts_pos < 0) {
-        shared_ts = PyLong_FromLongLong(log_append ? max_ts : first_ts);
-        if (shared_ts == NULL) goto done;
+    if (log_append || L->ts_pos < 0) {
+        S->shared_ts = PyLong_FromLongLong(log_append ? max_ts : S->first_ts);
+        if (S->shared_ts == NULL) goto fail;
     }
-    ts_type = PyLong_FromLong(log_append ? 1 : 0);
-    empty = PyTuple_New(0);
-    if (ts_type == NULL || empty == NULL) goto done;
+    S->ts_type = PyLong_FromLong(log_append ? 1 : 0);
+    S->empty = PyTuple_New(0);
+    if (S->ts_type == NULL || S->empty == NULL) goto fail;
+    return 0;
+fail:
+    slice_close(S);
+    return -1;
+}
+
+/* Row i of the open slice S (rows are built in order: S's data pointers move past the row's key and
+ * value), a new reference; NULL with an exception, S's data pointers then left where they were. Its
+ * offset goes to *offset_out. */
+static PyObject *slice_row(slice_t *S, decode_args *A, int64_t i, int64_t *offset_out) {
+    const layout_t *L = &S->L;
+    const unsigned char *body = L->body;
     const int width = A->rows ? ROW_FIELDS : RECORD_FIELDS;
+    PyObject *row = new_row(A->row_type, width);
+    if (row == NULL) return NULL;
+    const unsigned char *kdata = S->kdata, *vdata = S->vdata;
+    /* Every slot is set before anything can fail: a half-built row is released with its NULLs. */
+    int64_t off = L->od_pos >= 0 ? S->base + ld_i32(body + L->od_pos + 4 * i) : S->base + i;
+    PyObject *offset = PyLong_FromLongLong(off);
+    PyObject *ts;
+    if (S->shared_ts != NULL) {
+        ts = Py_NewRef(S->shared_ts);
+    } else { /* numpy's int64 addition wraps: so does this one */
+        ts = PyLong_FromLongLong((int64_t)((uint64_t)ld_i64(body + L->ts_pos + 8 * i) + (uint64_t)S->first_ts));
+    }
+    int32_t klen = L->k_pos >= 0 ? ld_i32(body + L->k_pos + 4 * i) : -1;
+    int32_t vlen = ld_i32(body + L->v_pos + 4 * i);
+    PyObject *key = klen >= 0 ? column_item(&kdata, klen) : Py_NewRef(Py_None);
+    PyObject *value = column_item(&vdata, vlen);
+    PyObject *hdrs = S->hdr_rows != NULL ? PyTuple_GET_ITEM(S->hdr_rows, i) : S->empty;
+    Py_INCREF(hdrs);
+    int tracked = 0;
+    if (A->rows) {
+        PyObject *ks = cached_int(&S->ksize, &S->ksize_v, klen);
+        PyObject *vs = cached_int(&S->vsize, &S->vsize_v, vlen);
+        Py_ssize_t hsize = hdrs == S->empty ? 0 : header_size(hdrs);
+        PyObject *hs = hsize >= 0 ? PyLong_FromSsize_t(hsize) : NULL;
+        PyTuple_SET_ITEM(row, 0, Py_NewRef(A->topic));
+        PyTuple_SET_ITEM(row, 1, Py_NewRef(A->partition));
+        PyTuple_SET_ITEM(row, 2, offset);
+        PyTuple_SET_ITEM(row, 3, ts);
+        PyTuple_SET_ITEM(row, 4, Py_NewRef(S->ts_type));
+        PyTuple_SET_ITEM(row, 7, hdrs);
+        PyTuple_SET_ITEM(row, 8, Py_NewRef(Py_None));
+        PyTuple_SET_ITEM(row, 9, ks);
+        PyTuple_SET_ITEM(row, 10, vs);
+        PyTuple_SET_ITEM(row, 11, hs);
+        int ok = offset && ts && key && value && ks && vs && hs;
+        /* No Python code runs with an exception set: the deserializers only once all else succeeded. */
+        if (ok && key != Py_None && A->key_des != Py_None) {
+            Py_SETREF(key, PyObject_CallOneArg(A->key_des, key));
+            ok = key != NULL;
+        }
+        if (ok && value != Py_None && A->value_des != Py_None) {
+            Py_SETREF(value, PyObject_CallOneArg(A->value_des, value));
+            ok = value != NULL;
+        }
+        PyTuple_SET_ITEM(row, 5, key);
+        PyTuple_SET_ITEM(row, 6, value);
+        if (!ok) {
+            Py_DECREF(row);
+            return NULL;
+        }
+        tracked = !acyclic(key, 0) || !acyclic(value, 0) || !acyclic(A->topic, 0) || !acyclic(A->partition, 0);
+    } else {
+        PyTuple_SET_ITEM(row, 0, offset);
+        PyTuple_SET_ITEM(row, 1, ts);
+        PyTuple_SET_ITEM(row, 2, key);
+        PyTuple_SET_ITEM(row, 3, value);
+        PyTuple_SET_ITEM(row, 4, hdrs);
+        PyTuple_SET_ITEM(row, 5, Py_NewRef(A->topic));
+        PyTuple_SET_ITEM(row, 6, Py_NewRef(A->partition));
+        PyTuple_SET_ITEM(row, 7, Py_NewRef(S->ts_type));
+        if (!offset || !ts || !key || !value) {
+            Py_DECREF(row);
+            return NULL;
+        }
+        tracked = !acyclic(A->topic, 0) || !acyclic(A->partition, 0);
+    }
+    if (!tracked && hdrs != S->empty) tracked = !acyclic(hdrs, 2);
+    if (!tracked && PyObject_GC_IsTracked(row)) PyObject_GC_UnTrack(row);
+    S->kdata = kdata;
+    S->vdata = vdata;
+    *offset_out = off;
+    return row;
+}
+
+/* Decode records start:stop into `out` (a list: filled from index `at` when `fill`, else appended to). */
+static int decode(decode_args *A, PyObject *out, Py_ssize_t at, int fill) {
+    slice_t S;
+    int rc = slice_open(&S, A);
+    if (rc != 0) return rc < 0 ? -1 : 0;
+    int64_t off;
     for (int64_t i = A->start; i < A->stop; i++) {
-        PyObject *row = new_row(A->row_type, width);
-        if (row == NULL) goto done;
-        /* Every slot is set before anything can fail: a half-built row is released with its NULLs. */
-        int64_t off = L.od_pos >= 0 ? base + ld_i32(body + L.od_pos + 4 * i) : base + i;
-        PyObject *offset = PyLong_FromLongLong(off);
-        PyObject *ts;
-        if (shared_ts != NULL) {
-            ts = Py_NewRef(shared_ts);
-        } else { /* numpy's int64 addition wraps: so does this one */
-            ts = PyLong_FromLongLong((int64_t)((uint64_t)ld_i64(body + L.ts_pos + 8 * i) + (uint64_t)first_ts));
-        }
-        int32_t klen = L.k_pos >= 0 ? ld_i32(body + L.k_pos + 4 * i) : -1;
-        int32_t vlen = ld_i32(body + L.v_pos + 4 * i);
-        PyObject *key = klen >= 0 ? column_item(&kdata, klen) : Py_NewRef(Py_None);
-        PyObject *value = column_item(&vdata, vlen);
-        PyObject *hdrs = want_headers ? PyTuple_GET_ITEM(hdr_rows, i) : empty;
-        Py_INCREF(hdrs);
-        int tracked = 0;
-        if (A->rows) {
-            PyObject *ks = cached_int(&ksize, &ksize_v, klen);
-            PyObject *vs = cached_int(&vsize, &vsize_v, vlen);
-            Py_ssize_t hsize = hdrs == empty ? 0 : header_size(hdrs);
-            PyObject *hs = hsize >= 0 ? PyLong_FromSsize_t(hsize) : NULL;
-            PyTuple_SET_ITEM(row, 0, Py_NewRef(A->topic));
-            PyTuple_SET_ITEM(row, 1, Py_NewRef(A->partition));
-            PyTuple_SET_ITEM(row, 2, offset);
-            PyTuple_SET_ITEM(row, 3, ts);
-            PyTuple_SET_ITEM(row, 4, Py_NewRef(ts_type));
-            PyTuple_SET_ITEM(row, 7, hdrs);
-            PyTuple_SET_ITEM(row, 8, Py_NewRef(Py_None));
-            PyTuple_SET_ITEM(row, 9, ks);
-            PyTuple_SET_ITEM(row, 10, vs);
-            PyTuple_SET_ITEM(row, 11, hs);
-            int ok = offset && ts && key && value && ks && vs && hs;
-            /* No Python code runs with an exception set: the deserializers only once all else succeeded. */
-            if (ok && key != Py_None && A->key_des != Py_None) {
-                Py_SETREF(key, PyObject_CallOneArg(A->key_des, key));
-                ok = key != NULL;
-            }
-            if (ok && value != Py_None && A->value_des != Py_None) {
-                Py_SETREF(value, PyObject_CallOneArg(A->value_des, value));
-                ok = value != NULL;
-            }
-            PyTuple_SET_ITEM(row, 5, key);
-            PyTuple_SET_ITEM(row, 6, value);
-            if (!ok) {
-                Py_DECREF(row);
-                goto done;
-            }
-            tracked = !acyclic(key, 0) || !acyclic(value, 0) || !acyclic(A->topic, 0) || !acyclic(A->partition, 0);
-        } else {
-            PyTuple_SET_ITEM(row, 0, offset);
-            PyTuple_SET_ITEM(row, 1, ts);
-            PyTuple_SET_ITEM(row, 2, key);
-            PyTuple_SET_ITEM(row, 3, value);
-            PyTuple_SET_ITEM(row, 4, hdrs);
-            PyTuple_SET_ITEM(row, 5, Py_NewRef(A->topic));
-            PyTuple_SET_ITEM(row, 6, Py_NewRef(A->partition));
-            PyTuple_SET_ITEM(row, 7, Py_NewRef(ts_type));
-            if (!offset || !ts || !key || !value) {
-                Py_DECREF(row);
-                goto done;
-            }
-            tracked = !acyclic(A->topic, 0) || !acyclic(A->partition, 0);
-        }
-        if (!tracked && hdrs != empty) tracked = !acyclic(hdrs, 2);
-        if (!tracked && PyObject_GC_IsTracked(row)) PyObject_GC_UnTrack(row);
+        PyObject *row = slice_row(&S, A, i, &off);
+        if (row == NULL) goto fail;
         if (fill) {
             PyList_SET_ITEM(out, at + (i - A->start), row);
         } else {
             int err = PyList_Append(out, row);
             Py_DECREF(row);
-            if (err < 0) goto done;
+            if (err < 0) goto fail;
         }
     }
-    rc = 0;
-done:
-    Py_XDECREF(hdr_rows);
-    Py_XDECREF(shared_ts);
-    Py_XDECREF(ts_type);
-    Py_XDECREF(empty);
-    Py_XDECREF(ksize);
-    Py_XDECREF(vsize);
-    PyBuffer_Release(&view);
-    return rc;
+    slice_close(&S);
+    return 0;
+fail:
+    slice_close(&S);
+    return -1;
 }
 
 static int parse_common(decode_args *A, PyObject *const *args) {
@@ -456,6 +503,202 @@ static PyObject *py_decode_rows(PyObject *self, PyObject *const *args, Py_ssize_
     Py_RETURN_NONE;
 }
 
+/* ------------------------------------------------------------------------------------------------------
+ * RowIter: the consumer's rows handed out one at a time, each built when it is asked for.
+ *
+ * consumer_row_iter(parts, topic, partition, row_type, key_deserializer, value_deserializer) -> RowIter over
+ * the rows decode_rows would append for each part (body, header, start, stop, headers), in order: the same
+ * rows, the same checks and errors, raised by the __next__ that reaches the part at fault. A row is built
+ * from the batch body when __next__ asks for it (its memory is what the loop just freed, still in cache),
+ * not for a whole poll in advance. The iterator holds the buffer of the part it is in until it moves past
+ * it, is exhausted or close()d. A __next__ that raises (a deserializer's error, memory) leaves the iterator
+ * before that row: the next call tries it again.
+ * __length_hint__() is the number of rows not handed out yet; next_offset the offset after the last row
+ * handed out (-1 before the first): the consumer's position once it has taken them. */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *parts; /* a tuple of (body, header, start, stop, headers) tuples; NULL once done */
+    Py_ssize_t part;  /* the next part to open */
+    PyObject *topic, *partition, *row_type, *key_des, *value_des;
+    decode_args A;    /* the open part's arguments: borrowed from `parts` and the fields above */
+    slice_t S;
+    int64_t i;        /* the open part's next row */
+    Py_ssize_t left;  /* rows not handed out yet */
+    int64_t next_offset;
+    int busy;         /* in __next__ (a deserializer calling back into it is refused) */
+} RowIter;
+
+static void rowiter_release(RowIter *it) {
+    slice_close(&it->S);
+    Py_CLEAR(it->parts);
+    it->left = 0;
+}
+
+static int rowiter_traverse(RowIter *it, visitproc visit, void *arg) {
+    Py_VISIT(it->parts);
+    Py_VISIT(it->topic);
+    Py_VISIT(it->partition);
+    Py_VISIT(it->row_type);
+    Py_VISIT(it->key_des);
+    Py_VISIT(it->value_des);
+    return 0;
+}
+
+static int rowiter_clear(RowIter *it) {
+    rowiter_release(it);
+    Py_CLEAR(it->topic);
+    Py_CLEAR(it->partition);
+    Py_CLEAR(it->row_type);
+    Py_CLEAR(it->key_des);
+    Py_CLEAR(it->value_des);
+    return 0;
+}
+
+static void rowiter_dealloc(RowIter *it) {
+    PyObject_GC_UnTrack(it);
+    rowiter_clear(it);
+    Py_TYPE(it)->tp_free((PyObject *)it);
+}
+
+static PyTypeObject RowIterType;
+
+/* consumer_row_iter(parts, topic, partition, row_type, key_deserializer, value_deserializer) -> RowIter */
+static PyObject *py_consumer_row_iter(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "consumer_row_iter(parts, topic, partition, row_type, key_deserializer, "
+                                         "value_deserializer)");
+        return NULL;
+    }
+    if (!PyType_Check(args[3])) {
+        PyErr_SetString(PyExc_TypeError, "row_type must be a type");
+        return NULL;
+    }
+    PyObject *parts = PySequence_Tuple(args[0]);
+    if (parts == NULL) return NULL;
+    Py_ssize_t left = 0;
+    for (Py_ssize_t k = 0; k < PyTuple_GET_SIZE(parts); k++) {
+        PyObject *p = PyTuple_GET_ITEM(parts, k);
+        int64_t a, b;
+        if (!PyTuple_CheckExact(p) || PyTuple_GET_SIZE(p) != 5) {
+            PyErr_SetString(PyExc_TypeError, "parts must be (body, header, start, stop, headers) tuples");
+            goto fail;
+        }
+        if (as_i64(PyTuple_GET_ITEM(p, 2), &a) < 0 || as_i64(PyTuple_GET_ITEM(p, 3), &b) < 0) goto fail;
+        /* decode_rows refuses a range outside its batch when the part is reached; a count is only a hint */
+        if (b > a && a >= 0 && b - a <= PY_SSIZE_T_MAX - left) left += (Py_ssize_t)(b - a);
+    }
+    RowIter *it = PyObject_GC_New(RowIter, &RowIterType);
+    if (it == NULL) goto fail;
+    memset((char *)it + sizeof(PyObject), 0, sizeof(RowIter) - sizeof(PyObject));
+    it->parts = parts;
+    it->topic = Py_NewRef(args[1]);
+    it->partition = Py_NewRef(args[2]);
+    it->row_type = Py_NewRef(args[3]);
+    it->key_des = Py_NewRef(args[4]);
+    it->value_des = Py_NewRef(args[5]);
+    it->left = left;
+    it->next_offset = -1;
+    PyObject_GC_Track(it);
+    return (PyObject *)it;
+fail:
+    Py_DECREF(parts);
+    return NULL;
+}
+
+static PyObject *rowiter_next(RowIter *it) {
+    if (it->busy) {
+        PyErr_SetString(PyExc_ValueError, "RowIter already executing");
+        return NULL;
+    }
+    it->busy = 1;
+    PyObject *row = NULL;
+    while (it->parts != NULL) {
+        if (!it->S.open) {
+            if (it->part >= PyTuple_GET_SIZE(it->parts)) {
+                rowiter_release(it);
+                break;
+            }
+            PyObject *p = PyTuple_GET_ITEM(it->parts, it->part);
+            decode_args *A = &it->A;
+            A->body = PyTuple_GET_ITEM(p, 0);
+            A->header = PyTuple_GET_ITEM(p, 1);
+            if (as_i64(PyTuple_GET_ITEM(p, 2), &A->start) < 0 || as_i64(PyTuple_GET_ITEM(p, 3), &A->stop) < 0) break;
+            A->headers = PyTuple_GET_ITEM(p, 4);
+            A->topic = it->topic;
+            A->partition = it->partition;
+            A->row_type = (PyTypeObject *)it->row_type;
+            A->rows = 1;
+            A->key_des = it->key_des;
+            A->value_des = it->value_des;
+            int rc = slice_open(&it->S, A);
+            if (rc < 0) break;
+            it->part++;
+            it->i = A->start;
+            continue; /* rc 1: an empty part, nothing held */
+        }
+        if (it->i >= it->A.stop) {
+            slice_close(&it->S);
+            continue;
+        }
+        int64_t off;
+        row = slice_row(&it->S, &it->A, it->i, &off);
+        if (row == NULL) break;
+        it->i++;
+        it->next_offset = off + 1;
+        if (it->left > 0) it->left--;
+        break;
+    }
+    it->busy = 0;
+    return row;
+}
+
+static PyObject *rowiter_length_hint(RowIter *it, PyObject *unused) {
+    return PyLong_FromSsize_t(it->parts == NULL ? 0 : it->left);
+}
+
+static PyObject *rowiter_close(RowIter *it, PyObject *unused) {
+    if (it->busy) {
+        PyErr_SetString(PyExc_ValueError, "RowIter already executing");
+        return NULL;
+    }
+    rowiter_release(it);
+    Py_RETURN_NONE;
+}
+
+static PyObject *rowiter_get_next_offset(RowIter *it, void *closure) {
+    return PyLong_FromLongLong(it->next_offset);
+}
+
+static PyMethodDef rowiter_methods[] = {
+    {"__length_hint__", (PyCFunction)rowiter_length_hint, METH_NOARGS, "Rows not handed out yet."},
+    {"close", (PyCFunction)rowiter_close, METH_NOARGS, "Hand out no more rows (releases the part's buffer)."},
+    {NULL, NULL, 0, NULL},
+};
+
+static PyGetSetDef rowiter_getset[] = {
+    {"next_offset", (getter)rowiter_get_next_offset, NULL,
+     "The offset after the last row handed out, -1 before the first.", NULL},
+    {NULL, NULL, NULL, NULL, NULL},
+};
+
+static PyTypeObject RowIterType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "pylog._native.RowIter",
+    .tp_basicsize = sizeof(RowIter),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC,
+    .tp_doc = "Rows of consumer_row_iter(parts, ...), each built when __next__ asks for it (see native/decode.c).",
+    .tp_dealloc = (destructor)rowiter_dealloc,
+    .tp_traverse = (traverseproc)rowiter_traverse,
+    .tp_clear = (inquiry)rowiter_clear,
+    .tp_iter = PyObject_SelfIter,
+    .tp_iternext = (iternextfunc)rowiter_next,
+    .tp_methods = rowiter_methods,
+    .tp_getset = rowiter_getset,
+};
+
+int pylog_decode_add_types(PyObject *m) { return PyModule_AddType(m, &RowIterType); }
+
 PyMethodDef pylog_decode_methods[] = {
     {"batch_layout", (PyCFunction)(void (*)(void))py_batch_layout, METH_FASTCALL,
      "batch_layout(body, count, attributes, last_offset_delta, path, position) -> (key_pos, key_bytes, "
@@ -466,5 +709,8 @@ PyMethodDef pylog_decode_methods[] = {
     {"decode_rows", (PyCFunction)(void (*)(void))py_decode_rows, METH_FASTCALL,
      "decode_rows(out, body, header, start, stop, topic, partition, row_type, headers, key_deserializer, "
      "value_deserializer): append ConsumerRecord-shaped row_type tuples to out."},
+    {"consumer_row_iter", (PyCFunction)(void (*)(void))py_consumer_row_iter, METH_FASTCALL,
+     "consumer_row_iter(parts, topic, partition, row_type, key_deserializer, value_deserializer) -> RowIter: the "
+     "rows decode_rows gives for each (body, header, start, stop, headers) part, built one at a time."},
     {NULL, NULL, 0, NULL},
 };

@@ -35,6 +35,7 @@ PyMODINIT_FUNC PyInit__native(void) {
         if (PyModule_AddFunctions(m, tables[i]) < 0) goto fail;
     }
     if (pylog_send_add_types(m) < 0) goto fail;
+    if (pylog_decode_add_types(m) < 0) goto fail;
     if (PyModule_AddIntConstant(m, "ABI_VERSION", PYLOG_NATIVE_ABI) < 0) goto fail;
     return m;
 fail:

@@ -11,9 +11,9 @@ as :class:`DiskFullError`, :class:`ReadOnlyStoreError` and :class:`StorePermissi
 ``strerror`` and ``filename``, and the original error as ``__cause__``), so code that caught ``OSError``
 before keeps working.
 
-Two helpers for reporting the OS's refusals go with them: :data:`DESCRIPTOR_ERRNOS` (the errnos of running
-out of file descriptors) and :class:`RateLimitedLog` (a failure that repeats for every request is logged at
-most once per interval, with the count of those left out).
+Two helpers for reporting the OS's refusals go with them, outside ``__all__`` (the closed set of errors):
+:data:`DESCRIPTOR_ERRNOS` (the errnos of running out of file descriptors) and :class:`RateLimitedLog` (a
+failure that repeats for every request is logged at most once per interval, with the count of those left out).
 """
 
 from __future__ import annotations
@@ -24,8 +24,6 @@ import threading
 import time
 
 __all__ = [
-    "DESCRIPTOR_ERRNOS",
-    "RateLimitedLog",
     "PylogError",
     "CorruptRecordError",
     "OffsetOutOfRangeError",

@@ -29,7 +29,9 @@ Invariants:
 - Indexes are derived data: :class:`IndexError_` from a failed sanity check means "rebuild from the log";
   the segment above does that.
 
-Indexes know nothing about records; they map numbers to numbers.
+Indexes know nothing about records; they map numbers to numbers. :class:`SegmentIndexes` holds one segment's
+pair through its life (created, opened, caught up, rebuilt, sealed, dropped, closed); what goes into them, and
+whether they fit the log, is the segment's to decide.
 """
 
 from __future__ import annotations
@@ -48,7 +50,7 @@ from .storage.fileio import fsync_dir, write_all
 from .storage.filenames import TMP_SUFFIX
 from .storage.records import crc32c
 
-__all__ = ["OffsetIndex", "TimeIndex", "IndexError_"]
+__all__ = ["OffsetIndex", "TimeIndex", "IndexError_", "SegmentIndexes"]
 
 _HEADER = struct.Struct("<4sHHqIIIq24x")
 _NATIVE_LITTLE = sys.byteorder == "little"
@@ -449,3 +451,137 @@ class TimeIndex(_Index):
         """
         i = bisect.bisect_left(self._av, timestamp, 0, self.count) - 1
         return 0 if i < 0 else int(self._bv[i])
+
+
+class SegmentIndexes:
+    """One segment's offset and time index (:attr:`offsets`, :attr:`times`) through their life, as one.
+
+    The segment decides what goes in them and checks them against its log; this class handles the files and
+    mappings. Both are None until opened (lazily, by the segment's first lookup) and after being dropped.
+    Indexes are dropped, never closed, while another thread may be searching them (a reader's): they unmap
+    when the last reference goes. Only the segment's writer calls the methods that write files.
+    """
+
+    def __init__(self, index_path: str, timeindex_path: str, base_offset: int, max_bytes: int) -> None:
+        self.index_path = index_path
+        self.timeindex_path = timeindex_path
+        self.base_offset = base_offset
+        self.max_bytes = max_bytes  # segment.index.bytes: the capacity of live (writable) files
+        self.offsets: OffsetIndex | None = None
+        self.times: TimeIndex | None = None
+        #: A reader's indexes may lag the writer's (set when the log grew): look at the files before use.
+        self.stale = False
+
+    @property
+    def holds_files(self) -> bool:
+        """True while either index is held (each maps its file: a descriptor's worth)."""
+        return self.offsets is not None or self.times is not None
+
+    def create(self) -> None:
+        """New, empty, writable files (the writer's new segment)."""
+        self.offsets = OffsetIndex.create(self.index_path, self.base_offset, self.max_bytes)
+        self.times = TimeIndex.create(self.timeindex_path, self.base_offset, self.max_bytes)
+
+    def open_files(self) -> tuple[OffsetIndex, TimeIndex]:
+        """Both files opened read-only (not made these indexes yet: the segment checks them first).
+
+        :raises IndexError_: when a file is missing or fails its checks.
+        """
+        return (OffsetIndex.open(self.index_path, self.base_offset),
+                TimeIndex.open(self.timeindex_path, self.base_offset))
+
+    def open_writable(self) -> tuple[OffsetIndex, TimeIndex]:
+        """Make both files writable again (see :func:`open_writable`) and these indexes; returns them.
+
+        :raises IndexError_: when a file is missing or fails its checks (what was opened stays held).
+        """
+        self.offsets = self.times = None
+        self.offsets = open_writable(OffsetIndex, self.index_path, self.base_offset, self.max_bytes)
+        self.times = open_writable(TimeIndex, self.timeindex_path, self.base_offset, self.max_bytes)
+        return self.offsets, self.times
+
+    def in_memory(self, offset_rels: list[int], positions: list[int], timestamps: list[int], time_rels: list[int],
+                  max_timestamp: int) -> tuple[OffsetIndex, TimeIndex]:
+        """In-memory indexes holding these entries (rebuilt from the log), for the files' paths; not made
+        these indexes (the caller decides)."""
+        return (OffsetIndex.in_memory(self.index_path, self.base_offset, np.array(offset_rels, OffsetIndex.A),
+                                      np.array(positions, OffsetIndex.B)),
+                TimeIndex.in_memory(self.timeindex_path, self.base_offset, np.array(timestamps, TimeIndex.A),
+                                    np.array(time_rels, TimeIndex.B), max_timestamp))
+
+    def write_live(self, oi: OffsetIndex, ti: TimeIndex) -> None:
+        """Replace both files by live (unsealed, preallocated) ones holding ``oi``'s and ``ti``'s entries
+        (rebuilt in memory), and open them writable as these indexes. The writer's."""
+        self.close()
+        for cls, idx, path in ((OffsetIndex, oi, self.index_path), (TimeIndex, ti, self.timeindex_path)):
+            cls.write_file(path, self.base_offset, *idx.columns(), cls.capacity_for(self.max_bytes), sealed=False)
+        self.offsets = OffsetIndex.open(self.index_path, self.base_offset, writable=True)
+        self.times = TimeIndex.open(self.timeindex_path, self.base_offset, writable=True)
+
+    def caught_up(self, log_size: int, next_rel: int) -> tuple[OffsetIndex | None, TimeIndex | None]:
+        """A reader's indexes after its log grew: kept when both files are the ones mapped (same inode:
+        index files are only ever replaced by rename, so the mapping is current), taking in the entries the
+        writer appended since, up to ``log_size`` bytes of log and relative offset ``next_rel``; (None,
+        None), dropped, when a file was replaced (sealed at a roll, re-grown by a reopened writer, rebuilt by
+        recovery). Two ``stat`` calls instead of two opens, mappings and sanity checks."""
+        self.stale = False  # before looking: growth noticed meanwhile marks them again
+        oi, ti = self.offsets, self.times
+        if oi is None or ti is None or not all(self._file_kept(idx) for idx in (oi, ti)):
+            self.offsets = self.times = None
+            return None, None
+        oi.take_in_appended(log_size)
+        ti.take_in_appended(next_rel)
+        return oi, ti
+
+    @staticmethod
+    def _file_kept(idx: _Index) -> bool:
+        try:
+            return idx.ino is not None and os.stat(idx.path).st_ino == idx.ino
+        except FileNotFoundError:
+            return False
+
+    def limit_live(self, log_size: int, next_rel: int) -> None:
+        """A reader's live indexes (another process's writer's) limited to ``log_size`` bytes of log and
+        relative offset ``next_rel``: entries past what the reader found whole are not visible yet."""
+        for idx, limit in ((self.offsets, log_size), (self.times, next_rel)):
+            if idx is not None and not idx.sealed and not idx.writable and idx.count:
+                idx.limit_to(limit)
+
+    def drop(self, force: bool = False) -> None:
+        """Forget the unsealed (with ``force``, all) indexes, so the next lookup opens them afresh."""
+        if self.offsets is not None and (force or not self.offsets.sealed):
+            self.offsets = None
+        if self.times is not None and (force or not self.times.sealed):
+            self.times = None
+
+    def seal(self, max_timestamp: int, durable: bool) -> None:
+        """Trimmed, checksummed, read-only files in place of the live ones (see :meth:`_Index.seal`)."""
+        oi, ti = self.offsets, self.times
+        assert oi is not None and ti is not None
+        self.offsets = oi.seal(durable=durable)
+        self.times = ti.seal(max_timestamp=max_timestamp, durable=durable)
+
+    def stop_writing(self) -> None:
+        """Nobody appends to them any more; this object's readers may keep using the mappings."""
+        for idx in (self.offsets, self.times):
+            if idx is not None:
+                idx.writable = False
+
+    def close(self) -> None:
+        """Unmap both (the segment is being closed: no reader uses them)."""
+        for idx in (self.offsets, self.times):
+            if idx is not None:
+                idx.close()
+        self.offsets = self.times = None
+
+    def last_offset_entry_on_disk(self) -> tuple[int, int] | None:
+        """The last entry of the offset index file as it is on disk, not as a reader rebuilt it in memory;
+        None when it has none, or is missing or damaged."""
+        try:
+            oi = OffsetIndex.open(self.index_path, self.base_offset)
+        except CorruptRecordError:
+            return None
+        try:
+            return oi.last_entry()
+        finally:
+            oi.close()

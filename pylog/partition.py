@@ -13,12 +13,12 @@ Its invariants (the parts in :mod:`pylog.storage.log` cite these numbers):
    :mod:`~pylog.storage.log.durability`).
 4. Exactly one writer per partition across threads and processes at any moment: an ``flock`` on ``.lock`` taken on
    the first write and held until :meth:`Partition.close` or :meth:`Partition.release_writer` (which the store's
-   descriptor budget also calls, through :meth:`Partition.release_handles`, for a partition used least recently:
-   see :mod:`pylog.storage.handles`). Writers that take turns (producers of several processes sharing a partition)
-   ask the holder for it through a shared ``flock`` on ``.want`` while they wait; the holder looks with
-   :meth:`Partition.handover_wanted` and hands over by releasing; that probe's descriptor is never closed under a
-   probe in another thread (its number reused, the probe's unlock could release another file's lock). Readers take
-   no lock (:mod:`~pylog.storage.log.writer_lock`).
+   descriptor budget also calls, through :meth:`PartitionInternals.release_handles`, for a partition used least
+   recently: see :mod:`pylog.storage.handles`). Writers that take turns (producers of several processes sharing a
+   partition) ask the holder for it through a shared ``flock`` on ``.want`` while they wait; the holder looks with
+   :meth:`PartitionInternals.handover_wanted` and hands over by releasing; that probe's descriptor is never closed
+   under a probe in another thread (its number reused, the probe's unlock could release another file's lock).
+   Readers take no lock (:mod:`~pylog.storage.log.writer_lock`).
 5. Retention removes whole segments from the head only, after the checkpoint has recorded the new log start offset
    (so a crash mid-way leaves only segments that the next open deletes); the active segment goes only after a roll
    has put an empty one after it (:mod:`~pylog.storage.log.maintenance`, :mod:`~pylog.storage.log.loader`).
@@ -40,8 +40,10 @@ Its invariants (the parts in :mod:`pylog.storage.log` cite these numbers):
 10. Damage in the middle of the active segment after a clean close is never cut silently
     (:mod:`~pylog.storage.log.loader`).
 
-This module is the partition's public API and wires the parts, which live below it in
-:mod:`pylog.storage.log`, each owning one concern:
+This module is the partition's public API (only what docs/CLIENTS.md and GUARANTEES.md tell users about) and
+wires the parts, which live below it in :mod:`pylog.storage.log`, each owning one concern, generic in the
+segment type (they see a segment through :class:`~pylog.storage.log.segments.SegmentLike` and never import
+:mod:`pylog.segment`):
 
 - :mod:`~pylog.storage.log.writer_lock` (:class:`WriterLock`): the ``flock`` on ``.lock`` and turn-taking
   (invariant 4);
@@ -51,11 +53,15 @@ This module is the partition's public API and wires the parts, which live below 
 - :mod:`~pylog.storage.log.durability` (:class:`Durability`): checkpoint, recovery point, rolls and their
   background fsync, flushes, the failed state (invariants 3, 5, 8);
 - :mod:`~pylog.storage.log.append` (:class:`Appender`): batch bounds, encoding, idempotent producers (invariants
-  1, 9);
+  1, 9); :mod:`~pylog.storage.log.write` (:class:`BatchWriter`): writing a call's batches, rolls, the failure a
+  write leaves, waking readers, the flush policy (invariants 1, 2, 8, 9);
 - :mod:`~pylog.storage.log.maintenance`: retention, delete-records, the view side of compaction swaps (invariants
   5, 6);
 - :mod:`~pylog.storage.log.waiting` (:class:`Waiters`): waking readers that wait for appends, here and in other
-  processes.
+  processes; :mod:`~pylog.storage.log.checks`: the full check;
+- :mod:`~pylog.storage.log.internals` (:class:`PartitionInternals`): the partition's internal API, what pylog's
+  own layers (producer, server, cleaner, store, consumer) need beyond the public one, reached through
+  :func:`internals` and not exported from :mod:`pylog` (invariants 4, 6).
 
 Invariants kept here: the facade holds ONE append lock (an ``RLock``, private) that every part's
 writer-side state changes under, and a maintenance lock (private), always taken before it, never after.
@@ -63,20 +69,20 @@ The parts never call each other's private names; the facade passes each what it 
 storage takes either lock: it asks for what it needs by name. Who touches a partition's files, under which
 lock:
 
-- appends, rolls, flushes, checkpoints (:mod:`~pylog.storage.log.append`, :mod:`~pylog.storage.log.durability`):
+- appends, rolls, flushes, checkpoints (:mod:`~pylog.storage.log.write`, :mod:`~pylog.storage.log.durability`):
   the append lock;
 - retention and delete-records (:meth:`Partition.enforce_retention`, :meth:`Partition.delete_records`,
   :mod:`~pylog.storage.log.maintenance`): the maintenance lock, then the append lock;
-- the compaction swap (:meth:`Partition.swap_in`, protocol in :mod:`pylog.storage.swap`) and removing unfinished
-  compaction output (:meth:`Partition.remove_swap_leftovers`): the maintenance lock, then (for the swap) the
-  append lock; the cleaner itself writes only its own ``.cleaned`` files and its cleaner checkpoint, inside
-  :meth:`Partition.maintenance_pass`;
+- the compaction swap (:meth:`PartitionInternals.swap_in`, protocol in :mod:`pylog.storage.swap`) and removing
+  unfinished compaction output (:meth:`PartitionInternals.remove_swap_leftovers`): the maintenance lock, then
+  (for the swap) the append lock; the cleaner itself writes only its own ``.cleaned`` files and its cleaner
+  checkpoint, inside :meth:`PartitionInternals.maintenance_pass`;
 - opening as the writer, recovery, finishing an interrupted swap (:mod:`~pylog.storage.log.loader`): the append
   lock and the writer lock;
-- handing the writer lock over, letting go of descriptors (:meth:`Partition.release_turn`,
-  :meth:`Partition.release_handles`): the maintenance lock (not waited for by the latter), then the append lock; a
-  turn of many appends by another layer holds it through :meth:`Partition.writer_turn`;
-- deleting a topic's files (the store): :meth:`Partition.held_for_discard`, then ``close(discard=True)``.
+- handing the writer lock over, letting go of descriptors (:meth:`PartitionInternals.release_turn`,
+  :meth:`PartitionInternals.release_handles`): the maintenance lock (not waited for by the latter), then the append
+  lock; a turn of many appends by another layer holds it through :meth:`PartitionInternals.writer_turn`;
+- deleting a topic's files (the store): :meth:`PartitionInternals.held_for_discard`, then ``close(discard=True)``.
 
 Thread-safety: every public method may be called from any thread. Appends serialise on the append lock;
 reads take a snapshot of the segment list and sizes and run concurrently with appends and maintenance.
@@ -85,35 +91,34 @@ reads take a snapshot of the segment list and sizes and run concurrently with ap
 from __future__ import annotations
 
 import logging
-import math
 import os
 import threading
-import time
-from contextlib import contextmanager
-from typing import Any, Callable, Iterable, Iterator, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 import numpy as np
 
-from . import metrics
 from .config import TopicConfig
-from .errors import (CorruptRecordError, InvalidArgumentError, InvalidRecordError, LogFailedError,
-                       PartitionLockedError, PylogError, ReadOnlyStoreError, StoreClosedError)
-from .storage.checkpoint import read_checkpoint
+from .errors import (InvalidArgumentError, InvalidRecordError, LogFailedError,
+                       PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
 from .storage.fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
 from .storage.handles import PER_PARTITION, SEGMENT_COST, HandleCache
-from .storage.notify import AppendWatch, Notifier
+from .storage.notify import AppendWatch
 from .storage.records import Record, RecordColumns, column_parts, header_rows, now_ms, slices_records
 from .storage.retention import RetentionResult
 from .segment import ReadSlice, Segment
-from .storage import swap
-from .storage.log import loader, maintenance
-from .storage.log.append import SEQ_MOD, Appender, Columns, should_roll
+from .storage.log import checks, loader, maintenance
+from .storage.log.append import SEQ_MOD, Appender, Columns
+from .storage.log.batches import Data, EncodedBatch, Headers, RecordHeaders, Timestamps
+from .storage.log.internals import OwnerOps, PartitionInternals
+from .storage.log.write import BatchWriter
 from .storage.log.durability import Durability
 from .storage.log.local_log import LocalLog
 from .storage.log.waiting import Waiters
 from .storage.log.writer_lock import WriterLock
 
-__all__ = ["Partition", "DEFAULT_MAX_BYTES", "watch_appends"]
+__all__ = ["Partition", "DEFAULT_MAX_BYTES", "PartitionInternals", "internals", "watch_appends",
+           # the write path's types (pylog.storage.log.batches), for the layers above
+           "Data", "Headers", "RecordHeaders", "Timestamps", "EncodedBatch"]
 
 log = logging.getLogger("pylog.partition")
 
@@ -144,9 +149,6 @@ class Partition:
         self.directory = directory
         self._config = config
         self.lock_timeout_ms = lock_timeout_ms
-        #: Written by many handles in turn (take the lock, append, :meth:`release_writer`): the background
-        #: cleaner maintains it whenever it can take the lock, not only while this handle writes.
-        self.transient = False
         #: Opened through a read-only store: never becomes the writer, creates and maps no file.
         self.read_only = read_only
         self._repairing = False  # see repair()
@@ -157,8 +159,8 @@ class Partition:
         #: wrote it: the bytes before the position were checked or written by this handle as the writer,
         #: so its next open after a clean checkpoint (its next turn) checks only those after them.
         self._active_checked: tuple[int, int | None, int, int] | None = None
-        # Serialises appends, writer-side state and changes of the segment view (an RLock); :meth:`swap_in`
-        # holds it while it renames cleaned segments in and changes the view.
+        # Serialises appends, writer-side state and changes of the segment view (an RLock); swap_in
+        # (PartitionInternals) holds it while it renames cleaned segments in and changes the view.
         self._append_lock = threading.RLock()
         # Serialises maintenance (retention, delete-records, compaction, handing the writer lock over,
         # letting go of descriptors) and the turns of maintenance_pass / writer_turn / held_for_discard;
@@ -173,12 +175,20 @@ class Partition:
             os.makedirs(directory, exist_ok=True)
         name = f"{topic}-{number}"
         self._writer = WriterLock(directory, name, read_only)
-        self._local = LocalLog(directory, topic, number, config, self._append_lock, lambda: self._writer.held,
-                               lambda: self._closed)
-        #: Internal API (the partition's modules and tests): recovery point, unsynced rolls, pending
-        #: flushes and the failed state; see :class:`~pylog.storage.log.durability.Durability`.
-        self.durability = Durability(self._local, self._append_lock, self._writer, lambda: self._closed)
+        self._local = LocalLog(Segment, directory, topic, number, config, self._append_lock,
+                               lambda: self._writer.held, lambda: self._closed)
+        # Recovery point, unsynced rolls, pending flushes and the failed state.
+        self._durability = Durability(self._local, self._append_lock, self._writer, lambda: self._closed)
         self._appender = Appender(name, directory, config)
+        self._batch_writer = BatchWriter(topic, name, self._local, self._durability, self._appender, self._waiters,
+                                         self._roll)
+        #: What pylog's own layers use beyond the public API (see :func:`internals`).
+        self._internals = PartitionInternals(
+            name, self._local, self._durability, self._writer, self._waiters, self._append_lock,
+            self._maintenance_lock,
+            OwnerOps(lambda: self._closed, self._ensure_writer_locked, self.release_writer,
+                     lambda: self.lock_timeout_ms, self._abandon, self._forget_budget, self._append_lists,
+                     self._append_column_args))
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
         with descriptor_faults(f"opening {name}"):
             self._local.load_readonly()
@@ -192,39 +202,11 @@ class Partition:
     def config(self, config: TopicConfig) -> None:
         self._config = self._local.config = self._appender.config = config
 
-    # ------------------------------------------------------------------ internal API
-
-    def segment_index_args(self) -> tuple[int, int]:
-        """Internal API: ``(segment.index.bytes, index.interval.bytes)`` for new Segment objects of this
-        partition (the compactor's cleaned segments)."""
-        return self._local.segment_index_args()
-
-    def ensure_writer(self) -> None:
-        """Internal API: become the partition's writer (lock, recover if the last shutdown was not clean,
-        open for append); a no-op for the writer. For maintenance that needs the lock (the compactor).
-
-        :raises PartitionLockedError, StoreClosedError, LogFailedError, ReadOnlyStoreError:
-        """
-        with self._append_lock:
-            self._ensure_writer_locked()
-
-    @property
-    def local_log(self) -> LocalLog:
-        """Internal API (the partition's modules, benchmarks and tests): the segment view and log start as
-        this handle sees them; see :class:`~pylog.storage.log.local_log.LocalLog`."""
-        return self._local
-
-    @property
-    def notifier(self) -> Notifier:
-        """Internal API (tests): the partition's cross-process wake-up (:mod:`pylog.storage.notify`); readers
-        waiting on several partitions use :func:`watch_appends`."""
-        return self._waiters.notifier
-
-    def abandon(self) -> None:
-        """Test hook: drop this handle as a crashed process would, writing nothing and closing the writer
-        lock's descriptor; the handle is unusable afterwards."""
+    def _abandon(self) -> None:
         self._closed = True
-        self._writer.drop_without_unlock()
+
+    def _forget_budget(self) -> None:
+        self._touched = (-(1 << 62), 0)
 
     def _touch(self) -> None:
         """About to open or use this handle's files: tell the store's descriptor budget (before any lock)."""
@@ -233,36 +215,7 @@ class Partition:
             weight = PER_PARTITION + SEGMENT_COST * self._local.sealed_open
             tick, counted = self._touched
             if counted != weight or not handles.fresh(tick):
-                self._touched = (handles.touch(self, weight), weight)
-
-    def release_handles(self) -> bool:
-        """Internal API (the store's descriptor budget, :mod:`pylog.storage.handles`): let go of every file
-        descriptor and mapping this handle holds; its next use opens what it needs again. A writer lets go
-        of its lock first, exactly as :meth:`release_writer` does (a direct append takes it again, waiting
-        ``lock.timeout.ms`` if another writer took it meanwhile). Never blocks: False, changing nothing,
-        while maintenance or an append of the partition is under way in another thread."""
-        if not self._maintenance_lock.acquire(blocking=False):
-            return False
-        try:
-            if not self._append_lock.acquire(blocking=False):
-                return False
-            try:
-                if self._closed:
-                    return True
-                try:
-                    if self._writer.held:
-                        self.release_writer()  # lets the lock go whatever fails (raised after the rest here)
-                finally:
-                    self._writer.close()
-                    if not self._writer.held:
-                        self._local.drop_files()
-                    self._touched = (-(1 << 62), 0)
-                    self._waiters.notifier.release()
-                return True
-            finally:
-                self._append_lock.release()
-        finally:
-            self._maintenance_lock.release()
+                self._touched = (handles.touch(self._internals, weight), weight)
 
     # ------------------------------------------------------------------ the writer lock
 
@@ -271,24 +224,14 @@ class Partition:
         """True once this handle holds the partition's exclusive writer lock."""
         return self._writer.held
 
-    def handover_wanted(self) -> bool:
-        """True while another handle, in any process, waits for this partition's writer lock in
-        :meth:`wait_to_write`. Two system calls."""
-        if self._writer.want_fd is None:
-            with self._append_lock:
-                if self._closed:
-                    raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
-                self._writer.open_probe()
-        return self._writer.handover_wanted()
-
     def wait_to_write(self, timeout_ms: float, between: Callable[[], object] | None = None) -> None:
         """Become the partition's writer for a turn, waiting up to ``timeout_ms`` for a writer that takes
         turns (a producer, here or in another process) to hand it over, and asking it to (``.want``). The
-        lock then stays free to be handed over in turn (:meth:`hand_over`) until a direct append pins
+        lock then stays free to be handed over in turn (:meth:`PartitionInternals.hand_over`) until a direct append pins
         it. Unlike an append with ``lock.timeout.ms``, this does not hold the partition's append lock
         while it waits, so this handle's readers go on. A no-op for the writer. ``between``, when given,
         is called after each attempt that failed while waiting (a producer lets go there of the
-        partitions it could not let go of before: see :meth:`release_turn`); it must not block.
+        partitions it could not let go of before: see :meth:`PartitionInternals.release_turn`); it must not block.
 
         :raises PartitionLockedError: when the lock did not come within ``timeout_ms`` (a writer that
             does not take turns, such as a store appending directly, keeps it until it closes).
@@ -310,93 +253,10 @@ class Partition:
             self._writer.in_turns = True
             return True
 
-    def hand_over(self) -> bool:
-        """For a writer taking turns, between its appends: release the lock when another handle waits for
-        it in :meth:`wait_to_write`; True when released. Never a lock a direct append pinned, nor while
-        retention or compaction of the partition is under way in this handle (it is tried again on the
-        writer's next append or idle look, instead of blocking behind a long pass)."""
-        if not self._writer.in_turns or not self._writer.held or not self.handover_wanted():
-            return False
-        return self._release_turn(blocking=False)
-
-    def release_turn(self, blocking: bool = True) -> bool:
-        """Let go of a writer lock held for a turn (:meth:`wait_to_write`), whether or not anyone waits for
-        it; a lock a direct append pinned stays. True when released. For a writer taking turns that stops
-        writing (a producer closing), or that is about to wait for another partition. Waits for retention
-        or compaction of the partition under way in this handle to finish; with ``blocking`` False it
-        leaves the lock held instead (False: the caller tries again later, as :meth:`hand_over` does)."""
-        return self._release_turn(blocking)
-
-    def pass_turn(self, wanted_only: bool = True, blocking: bool = True) -> bool:
-        """After appends whose outcome is decided (acknowledged, or about to be): let the writer lock go to the
-        next writer, :meth:`hand_over` (only if another handle waits for it) or, with ``wanted_only`` False,
-        :meth:`release_turn` (whether or not; with ``blocking`` False never behind maintenance under way).
-        The one hand-over the library's producer and ``pylog serve`` make after their appends.
-
-        Never raises: what can fail here cannot undo the appends, so it is logged (debug) and reported as False:
-        a store closing under the call or a deleted topic (a PylogError: nothing left to hand over), a full disk
-        or no descriptor left for the hand-over probe (an OSError: the lock stays held and the caller's next
-        look, or the next append, tries again). True when the call went through, whether or not the lock went.
-        """
-        try:
-            if wanted_only:
-                self.hand_over()
-            else:
-                self.release_turn(blocking)
-            return True
-        except (PylogError, OSError):
-            log.debug("handing over %s-%d failed", self.topic, self.number, exc_info=True)
-            return False
-
-    def _release_turn(self, blocking: bool) -> bool:
-        if not self._maintenance_lock.acquire(blocking=blocking):
-            return False
-        try:
-            with self._append_lock:
-                if not self._writer.in_turns or not self._writer.held:
-                    return False
-                self.release_writer()
-                return True
-        finally:
-            self._maintenance_lock.release()
-
-    @contextmanager
-    def maintenance_pass(self) -> Iterator[None]:
-        """Internal API (the log cleaner): hold the partition's maintenance lock for a maintenance pass run
-        from outside storage. Protects the segment list and files the pass reads against every other
-        maintenance of this handle (retention, delete-records, another pass) and against this handle letting
-        go of its writer lock (:meth:`release_turn`, :meth:`release_writer`, :meth:`hand_over`) or its
-        descriptors; appends go on. The pass changes the segment list only through :meth:`swap_in`."""
-        with self._maintenance_lock:
-            yield
-
-    @contextmanager
-    def writer_turn(self) -> Iterator[None]:
-        """Internal API (layers that append to a partition written in turn by many handles: the committed
-        offsets, the background cleaner's passes over such partitions): hold the maintenance lock for a
-        whole turn that the caller takes and ends (:meth:`wait_to_write` or :meth:`try_become_writer`, its
-        appends or maintenance, then :meth:`release_writer`). Protects the turn against this handle's other
-        maintenance and turns: no pass, hand-over or release of handles interleaves with it, so its
-        writes and its release are not split by another thread of this handle."""
-        with self._maintenance_lock:
-            yield
-
-    @contextmanager
-    def held_for_discard(self) -> Iterator[bool]:
-        """Internal API (topic deletion): the partition's files are about to be deleted. Holds the
-        maintenance lock for the body (a pass under way finishes first; none starts) and takes the writer
-        lock without opening for writing (no recovery, no check: a damaged partition is deleted too);
-        appends through this handle are refused from then on. Yields True when the writer lock was taken
-        here (to be let go by :meth:`unlock_discard` if the deletion fails), False when this handle was the
-        writer already. The writer lock stays held after the body: :meth:`close` with ``discard`` lets it
-        go."""
-        with self._maintenance_lock:
-            yield self._lock_for_discard()
-
     def _ensure_writer_locked(self) -> None:
         if self._closed:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
-        failed = self.durability.failed
+        failed = self._durability.failed
         if failed is not None:
             raise LogFailedError(f"partition {self.topic}-{self.number} failed earlier ({failed}); reopen the store")
         if self._writer.held:
@@ -418,7 +278,7 @@ class Partition:
         self._writer.adopt(fd)
 
     def _open_as_writer(self) -> None:
-        dur = self.durability
+        dur = self._durability
         takes_turns = self._writer.takes_turns
         opened = loader.open_as_writer(self._local, takes_turns, self._repairing, self._active_checked,
                                        self._note_recovery)
@@ -434,7 +294,7 @@ class Partition:
             return
         # Not fsynced for a writer taking turns: losing this write to a power cut only means the next
         # opener recovers from an older point (the active segment is checked on every open anyway).
-        dur.write_checkpoint(durable=not (self.transient or takes_turns))
+        dur.write_checkpoint(durable=not (self._internals.transient or takes_turns))
 
     def _note_recovery(self, stats: dict[str, Any]) -> None:
         self.last_recovery = stats
@@ -512,8 +372,8 @@ class Partition:
                                   headers=headers if any(headers) else None)
 
     def append_values(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
-                      timestamps: Sequence[int | None] | np.ndarray | None = None,
-                      headers: Sequence[Any] | None = None, *, producer: tuple[int, int, int] | None = None,
+                      timestamps: Timestamps | None = None, headers: Headers | None = None, *,
+                      producer: tuple[int, int, int] | None = None,
                       compression: str | None = None) -> int:
         """Fast path: append parallel lists of values (and keys, timestamps, headers); return the first offset.
 
@@ -529,16 +389,9 @@ class Partition:
         """
         return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=False)
 
-    def append_values_in_turn(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
-                              timestamps: Any, headers: Sequence[Any] | None,
-                              producer: tuple[int, int, int] | None, compression: str | None) -> int:
-        """Internal API: :meth:`append_values` for a writer taking turns (the producer): unlike a direct
-        append it leaves the lock free to be handed over (:meth:`hand_over`)."""
-        return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=True)
-
-    def _append_lists(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None, timestamps: Any,
-                      headers: Sequence[Any] | None, producer: tuple[int, int, int] | None, compression: str | None,
-                      in_turn: bool) -> int:
+    def _append_lists(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
+                      timestamps: Timestamps | None, headers: Headers | None, producer: tuple[int, int, int] | None,
+                      compression: str | None, in_turn: bool) -> int:
         n = len(values)
         if n == 0:
             raise InvalidRecordError("nothing to append")
@@ -548,19 +401,30 @@ class Partition:
         return self._append_columns(Columns(n, vlens, vparts, klens, kparts, timestamps, headers, False),
                                     producer, compression, in_turn)
 
-    def append_columns(self, value_lengths: np.ndarray, value_data: Any, key_lengths: np.ndarray | None = None,
-                       key_data: Any = None, timestamps: np.ndarray | None = None, *,
-                       headers: Sequence[Any] | None = None, producer: tuple[int, int, int] | None = None,
-                       compression: str | None = None, in_turn: bool = False, flush_policy: bool = True) -> int:
+    def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
+                       key_lengths: np.ndarray | None = None, key_data: Data | None = None,
+                       timestamps: np.ndarray | None = None, *, headers: Headers | None = None,
+                       producer: tuple[int, int, int] | None = None,
+                       compression: str | None = None) -> int:
         """Columnar fast path: int32 lengths (-1 for null) plus the concatenated non-null bytes.
 
         From Arrow binary arrays: ``lengths = np.diff(offsets)`` with -1 where the validity bit is 0.
         ``headers`` (one sequence of ``(str, bytes | None)`` pairs per record), ``producer`` and
-        ``compression`` as for :meth:`append_values`. ``in_turn``: append as a writer taking turns (see
-        :meth:`append_values_in_turn`), leaving the lock free to be handed over (:meth:`hand_over`).
-        ``flush_policy=False``: do not fsync here when ``flush.messages`` / ``flush.ms`` ask for it; the caller
-        asks :meth:`flush_due` and flushes (``pylog serve`` through the group commit).
+        ``compression`` as for :meth:`append_values`.
         """
+        cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
+        return self._append_columns(cols, producer, compression, in_turn=False)
+
+    def _append_column_args(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
+                            key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None,
+                            producer: tuple[int, int, int] | None, compression: str | None, in_turn: bool,
+                            flush_policy: bool) -> int:
+        cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
+        return self._append_columns(cols, producer, compression, in_turn, flush_policy)
+
+    def _columns(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
+                 key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None) -> Columns:
+        """:meth:`append_columns`' arguments checked, as the appender's columns."""
         vlens = np.ascontiguousarray(value_lengths, dtype=np.int32)
         n = len(vlens)
         if n == 0:
@@ -574,9 +438,8 @@ class Partition:
             if ts.dtype.kind != "i" or ts.ndim != 1:  # a cast would truncate floats and parse strings
                 raise InvalidRecordError(f"timestamps must be an array of int64 milliseconds, got {ts.dtype}")
             ts = np.ascontiguousarray(ts, dtype=np.int64)
-        cols = Columns(n, vlens, [value_data] if value_data is not None else [], klens,
+        return Columns(n, vlens, [value_data] if value_data is not None else [], klens,
                        [key_data] if key_data is not None else [], ts, headers, True)
-        return self._append_columns(cols, producer, compression, in_turn, flush_policy)
 
     def _append_columns(self, cols: Columns, producer: tuple[int, int, int] | None, compression: str | None,
                         in_turn: bool, flush_policy: bool = True) -> int:
@@ -591,117 +454,24 @@ class Partition:
         self._touch()
         with self._append_lock:
             if not self._writer.held:
-                self.ensure_writer()
+                self._ensure_writer_locked()
                 self._writer.in_turns = in_turn
             elif not in_turn:
                 self._writer.in_turns = False  # a direct append: this handle keeps the lock (see hand_over)
-            skip, earlier = 0, None
-            if producer is not None:
-                state = appender.producer_state(self._local)
-                skip, earlier = state.check(producer[0], producer[1], producer[2], cols.n)
-                if skip == cols.n:
-                    assert earlier is not None
-                    return earlier  # a retry of a call that landed
-                if skip:
-                    # A retry of a call that failed part-way: its first batches landed; append the rest.
-                    cols = cols.after(skip)
-                    producer = (producer[0], producer[1], (producer[2] + skip) % SEQ_MOD)
-                    bounds = appender.batch_bounds(cols)
-            first = self._local.segments[-1].next_offset
-            # Every batch is encoded and checked against max.message.bytes before any is written, so a
-            # call that fails validation appends nothing. An I/O error part-way leaves the batches written
-            # before it; for an idempotent producer they are recorded one by one, so its retry appends
-            # only the rest.
-            encoded = appender.encode_runs(first, bounds, cols, producer, compression)
-            written = 0
-            try:
-                for parts, h in encoded:
-                    self._write_batch(parts, h)
-                    written += h.record_count
-                    if producer is not None:
-                        state.rebuild([h])
-            except BaseException:
-                # Batches that landed before the error still count and wake readers; no flush now, whose
-                # own error would replace the one that stopped the call.
-                if written:
-                    self._after_append(written, flush=False)
-                raise
-            self._after_append(written, flush=flush_policy)
-        if metrics.state.on:  # once per call (pylog.metrics)
-            metrics.appended(self.topic, written, encoded[0][1].size if len(encoded) == 1 else
-                             sum(h.size for _, h in encoded))
-        return first if earlier is None else earlier
-
-    def _write_batch(self, parts: list, h: Any) -> None:
-        dur = self.durability
-        dur.check_not_failed()
-        seg = self._local.segments[-1]
-        if seg.size and should_roll(self.config, seg, h):
-            seg = self._roll()  # starts at seg.next_offset, the base offset already in the header
-        try:
-            seg.append(h, parts, h.max_timestamp)
-        except CorruptRecordError as exc:
-            # The file changed under this writer: appending on would renumber or lose offsets.
-            dur.failed = f"its active log file was changed under the writer: {exc}"
-            raise LogFailedError(f"{self.topic}-{self.number}: {dur.failed}; nothing from offset {h.base_offset} on "
-                                 f"was appended and the partition refuses work until the store is reopened "
-                                 f"(`pylog verify` reports what the file still holds)") from exc
-        except OSError as exc:
-            if seg.size != os.stat(seg.log_path).st_size:
-                dur.failed = f"write failed and could not be rolled back: {exc}"
-                state, then = "the partition refuses work until the store is reopened", "reopen the store"
-            else:
-                state, then = "the partition is unchanged and takes appends again", "retry"
-            raise_fault(exc, f"appending to {self.topic}-{self.number}",
-                        f"nothing from offset {h.base_offset} on was appended (earlier batches of the same call "
-                        f"were); {state}", then)
+            return self._batch_writer.write(cols, bounds, producer, compression, flush_policy)
 
     def _roll(self) -> Segment:
-        return self.durability.roll(lambda: self._snapshot_producers(durable=False))
+        return self._durability.roll(lambda: self._snapshot_producers(durable=False))
 
     def _snapshot_producers(self, durable: bool = True) -> None:
         self._appender.snapshot_producers(self._local.segments[-1].next_offset, durable=durable)
 
-    def _after_append(self, n: int, flush: bool = True) -> None:
-        # Readers in other processes: the batches are visible from here on (they read up to the file size),
-        # whether or not the flush below succeeds.
-        self._waiters.publish()
-        dur = self.durability
-        dur.unflushed += n
-        try:
-            if flush and dur.flush_due(self.config["flush.messages"], self.config["flush.ms"]):
-                dur.flush_writer()
-        finally:
-            # Waiters in this process, whatever the flush did: the records are there to read.
-            self._waiters.wake_local()
-
     # ------------------------------------------------------------------ rolls and flushes
-
-    def sync_rolled(self) -> None:
-        """fsync the segments rolls sealed that the background sync thread has not got to yet, and move
-        the recovery point past them: for maintenance that must not run ahead of durable data (the
-        compactor's first-dirty offset). A no-op for a handle that is not the writer.
-
-        :raises LogFailedError: when an fsync of rolled segments failed, now or before.
-        """
-        with self._append_lock:
-            if not self._writer.held or self._closed:
-                return
-            if self.durability.unsynced:
-                self.durability.sync_rolled_now()
-                self.durability.advance_recovery_point()
-
-    @property
-    def synced_through(self) -> int:
-        """Offsets below this lie in segments that are sealed and fsynced (the active segment's base when
-        no roll waits for its background sync): what maintenance may treat as settled for good."""
-        with self._append_lock:
-            return self.durability.synced_through()
 
     def roll(self) -> None:
         """Force a new active segment (no-op when the active one is empty)."""
         with self._append_lock:
-            self.ensure_writer()
+            self._ensure_writer_locked()
             if self._local.segments[-1].size:
                 self._roll()
 
@@ -713,37 +483,10 @@ class Partition:
 
         :raises LogFailedError: when an fsync failed, now or before (reopen the store).
         """
-        fd = None
-        with self._append_lock:
-            if self._writer.held:
-                fd = self.durability.start_flush()
-            elif self.durability.handed_over:
-                self.durability.sync_handed_over()
+        flushing = self._internals
+        fd = flushing.begin_flush()
         if fd is not None:
-            # Without the lock (see Durability.start_flush): appends to this partition go on meanwhile.
-            self.durability.finish_flush(fd)
-
-    def flush_due(self) -> bool:
-        """Whether the topic's ``flush.messages`` / ``flush.ms`` ask for an fsync of what this handle appended
-        (for appends made with ``flush_policy=False``)."""
-        with self._append_lock:
-            return self.durability.flush_due(self.config["flush.messages"], self.config["flush.ms"])
-
-    def flush_if_due(self) -> float:
-        """fsync when ``flush.ms`` has passed since the last fsync and records wait; for the store's
-        background thread. Returns the ``time.monotonic()`` at which to look again (inf: never)."""
-        ms = self.config["flush.ms"]
-        dur = self.durability
-        if ms >= (1 << 62) or (not self._writer.held and not dur.handed_over):
-            return math.inf
-        if dur.unflushed and time.monotonic() - dur.last_flush >= ms / 1000:
-            with self._append_lock:
-                if not self._closed and dur.failed is None and dur.unflushed:
-                    if self._writer.held:
-                        dur.flush_writer()
-                    elif dur.handed_over:
-                        dur.sync_handed_over()
-        return dur.last_flush + ms / 1000 if dur.unflushed else time.monotonic() + ms / 1000
+            flushing.end_flush(fd)
 
     def wait_for_data(self, offset: int, timeout: float | None) -> bool:
         """Block until ``log_end_offset > offset`` or ``timeout`` seconds pass; True when data is there.
@@ -770,7 +513,7 @@ class Partition:
         now = now_ms() if now is None else now
         with self._maintenance_lock, self._append_lock:
             self._ensure_writer_locked()
-            return maintenance.enforce_retention(self._local, self.durability, self.config, now, self._roll)
+            return maintenance.enforce_retention(self._local, self._durability, self.config, now, self._roll)
 
     def delete_records(self, before_offset: int) -> int:
         """Kafka's DeleteRecords: make ``before_offset`` the log start offset; returns the new log start.
@@ -785,28 +528,7 @@ class Partition:
             raise InvalidArgumentError(f"before_offset must be >= 0, got {before_offset}")
         with self._maintenance_lock, self._append_lock:
             self._ensure_writer_locked()
-            return maintenance.delete_records(self._local, self.durability, before_offset)
-
-    def swap_in(self, cleaned: Sequence[tuple[Sequence[Segment], bool]]) -> None:
-        """Internal API (the log cleaner; Kafka's ``replaceSegments``): swap cleaned segments in, crash-safely.
-
-        ``cleaned`` holds, per group of consecutive segments of the view, the segments it replaces and
-        whether its output is empty; a non-empty group's cleaned segment is already written and its log
-        fsynced as ``.cleaned`` files at the group's first base offset. Runs steps 1-6 of
-        :mod:`pylog.storage.swap` with one commit for all groups, under the maintenance lock and then the
-        append lock (readers go on). A failure past the commit point marks the partition failed until
-        the store is reopened (whose writer open rolls the swap forward). Writer only.
-        """
-        with self._maintenance_lock:
-            maintenance.swap_in(self._local, self.durability, self._append_lock, cleaned)
-
-    def remove_swap_leftovers(self) -> None:
-        """Internal API (the log cleaner, at the start of a pass and after one that failed before its commit
-        point): delete unfinished compaction output (``.cleaned``, uncommitted ``.swap``) and ``.deleted``
-        files; a committed swap's manifest stays (the writer open rolls it forward). Under the maintenance
-        lock, so no :meth:`swap_in` of this handle is under way."""
-        with self._maintenance_lock:
-            swap.remove_leftovers(self.directory)
+            return maintenance.delete_records(self._local, self._durability, before_offset)
 
     # ------------------------------------------------------------------ reading
 
@@ -890,47 +612,8 @@ class Partition:
         under the check (by the writer's maintenance) makes it start again over a new view, as a read does.
         """
         self._touch()
-        return self._local.on_current_view("a check", self._check_view, writer_active)
-
-    def _check_view(self, writer_active: bool | None) -> list[str]:
-        problems: list[str] = []
-        prev_next = None
-        segs = self._local.segments
-        for seg in segs:
-            if seg is segs[-1] and not self.is_writer:
-                problems.extend(seg.check(seg.file_size(), partial_tail_ok=writer_active is not False))
-            else:
-                problems.extend(seg.check())
-            if prev_next is not None and seg.base_offset < prev_next:
-                problems.append(f"{seg.log_path}: base offset {seg.base_offset} below previous end {prev_next}")
-            if seg.size:
-                prev_next = seg.next_offset
-        segs = self._local.segments
-        if segs and segs[-1].base_offset > self.log_end_offset:
-            problems.append("active segment starts after the log end offset")
-        problems.extend(self._check_not_cut(segs, writer_active))
-        return problems
-
-    def _check_not_cut(self, segs: list[Segment], writer_active: bool | None) -> list[str]:
-        """Logs shorter than what was written into them: a file cut by another hand loses offsets silently
-        unless someone compares. While a writer runs (this handle, or one another process is known to run)
-        or after a clean close, an offset index entry past its log's end is such a cut (after a crash it
-        can be a torn write recovery cuts); after a clean close the log must also reach the checkpoint's
-        recovery point, below which everything was fsynced."""
-        try:
-            cp = read_checkpoint(self._local.checkpoint_path)
-        except CorruptRecordError as exc:
-            return [str(exc)]
-        clean = cp is not None and cp.clean
-        problems: list[str] = []
-        if self.is_writer or writer_active is True or clean:
-            problems.extend(p for p in (seg.cut_below_index() for seg in segs) if p is not None)
-        end = self.log_end_offset
-        if clean and cp is not None and cp.recovery_point > end:
-            problems.append(f"{self._local.checkpoint_path}: recovery point {cp.recovery_point} is past the log's end "
-                            f"{end} after a clean close: records [{end}, {cp.recovery_point}) were flushed and are "
-                            f"gone (a log file cut or removed by hand?)")
-        return problems
+        return self._local.on_current_view("a check", checks.check_view, self._local, lambda: self.is_writer,
+                                           lambda: self.log_end_offset, writer_active)
 
     def repair(self) -> dict[str, Any]:
         """Become the writer and cut the log at its first damaged batch: the active segment (or, after an
@@ -971,30 +654,10 @@ class Partition:
         with self._maintenance_lock, self._append_lock:
             if not self._writer.held or self._closed:
                 return
-            dur = self.durability
-            segs = self._local.segments
-            # Rolled segments are synced below (sync_rolled_now); a failure there fails the partition, and
-            # this handle's next flush then raises.
-            if dur.unflushed and segs:
-                dur.remember_handed_over(segs[-1].log_path)
             try:
-                if dur.failed is None and segs:
-                    active = segs[-1]
-                    # A rolled segment is not checked by the next writer (only the active one is): it must
-                    # be durable before a clean checkpoint names offsets past it.
-                    dur.sync_rolled_now()
-                    try:
-                        # Not fsynced: a snapshot lost to a power cut, or naming an offset past the log's
-                        # end after one, is rebuilt from the batch headers (see Appender.producer_state).
-                        self._snapshot_producers(durable=False)
-                    finally:
-                        # The indexes stay live: the next writer continues them without rewriting them.
-                        active.stop_appending()
+                # A failed sync of rolled segments fails the partition: this handle's next flush raises.
+                if self._durability.hand_over(lambda: self._snapshot_producers(durable=False)) is not None:
                     self._note_active_checked()
-                    dur.recovery_point = active.next_offset
-                    # Not fsynced either: if a power cut loses the log's tail, the next writer's check of the
-                    # active segment finds it and recovers (as after any unclean stop).
-                    dur.write_checkpoint(clean=True, durable=False)
             except OSError as exc:
                 raise_fault(exc, f"handing over {self.topic}-{self.number}", "the writer lock was released all the "
                             "same; the next writer recovers the partition from its last checkpoint", "go on")
@@ -1020,28 +683,6 @@ class Partition:
                 self.lock_timeout_ms = saved
             return True
 
-    def _lock_for_discard(self) -> bool:
-        """See :meth:`held_for_discard`: take the writer lock without opening for writing (the data goes
-        away anyway); True when taken here."""
-        with self._append_lock:
-            if self._closed:
-                raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
-            if self._writer.held:
-                return False
-            try:
-                fd = self._writer.acquire(self.lock_timeout_ms)
-            except OSError as exc:
-                raise_fault(exc, f"locking {self.topic}-{self.number} to delete it", "nothing was deleted")
-            self._writer.adopt(fd)
-            self.durability.failed = "its topic is being deleted"  # the segments are not open for appending
-            return True
-
-    def unlock_discard(self) -> None:
-        """Internal API: undo :meth:`held_for_discard` after a deletion that failed: the partition is as it was."""
-        with self._append_lock:
-            self.durability.failed = None
-            self._writer.let_go()
-
     def close(self, discard: bool = False) -> None:
         """Flush, seal the active segment's indexes, write a clean checkpoint and release the writer lock.
 
@@ -1053,7 +694,7 @@ class Partition:
             if self._closed:
                 return
             self._closed = True
-            dur = self.durability
+            dur = self._durability
             segs = self._local.segments
             if discard:
                 dur.failed = "discarded"
@@ -1064,7 +705,7 @@ class Partition:
                 except Exception as exc:  # closed all the same; raised once closed
                     error = exc
             if self._writer.held:
-                self._close_writer(segs)
+                self._close_writer()
             # Closing releases descriptors and mappings now (a store opened and closed in a loop must not
             # pile them up); calls made after close raise StoreClosedError, and close() must not race
             # with reads still running in other threads, like closing a file under a reader.
@@ -1075,22 +716,14 @@ class Partition:
             self._writer.close()
             self._waiters.close()  # wakes this handle's waiters, here and on the notify file
             if self._handles is not None:
-                self._handles.forget(self)
+                self._handles.forget(self._internals)
             if error is not None:
                 raise error
 
-    def _close_writer(self, segs: list[Segment]) -> None:
+    def _close_writer(self) -> None:
         """:meth:`close` as the writer: seal and sync everything, write a clean checkpoint, let go of the lock."""
-        dur = self.durability
         try:
-            if dur.failed is None and segs:
-                active = segs[-1]
-                self._snapshot_producers()
-                dur.sync_handed_over()
-                dur.sync_rolled_now()
-                active.seal(durable=True)
-                dur.recovery_point = active.next_offset
-                dur.write_checkpoint(clean=True)
+            self._durability.close_writer(self._snapshot_producers)
         except OSError as exc:
             raise_if_gone(exc, f"closing {self.topic}-{self.number}", self.directory, "it was closed and its writer "
                           "lock released, and what it held is wherever the directory went")
@@ -1101,6 +734,12 @@ class Partition:
 
     def __repr__(self) -> str:
         return f"Partition({self.topic!r}, {self.number}, segments={len(self._local.segments)})"
+
+
+def internals(partition: Partition) -> PartitionInternals[Segment]:
+    """The internal API of ``partition`` (:class:`~pylog.storage.log.internals.PartitionInternals`), for pylog's
+    own layers: not exported from :mod:`pylog`, not part of the API users are told about."""
+    return partition._internals
 
 
 def watch_appends(partitions: Sequence[Partition]) -> AppendWatch:
@@ -1120,4 +759,4 @@ def watch_appends(partitions: Sequence[Partition]) -> AppendWatch:
     (its appends wake that handle's :meth:`Partition.wait_for_data`, not the shared futex) or where futexes
     are unavailable. Not shared between threads.
     """
-    return AppendWatch([None if p._writer.held else p._waiters.notifier for p in partitions])
+    return AppendWatch([None if p.is_writer else internals(p).notifier for p in partitions])

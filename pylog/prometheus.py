@@ -44,6 +44,7 @@ from .errors import MetricsUnavailableError, PylogError, UnknownTopicError
 from .maintenance.cleaner_registry import PublishedCleaner
 from .storage.handles import descriptor_limit
 from .store import Store
+from .topic import opened_partitions
 
 if TYPE_CHECKING:  # not imported at run time: the command line would pay for the server at every start
     from .server import Server
@@ -247,7 +248,7 @@ def _store_gauges(families: _Families, store: Store, view: Store, held: dict[str
     for name in view.topics():
         try:
             topic = view.topic(name)
-            written = {p.number: p for p in store.topic(name).opened_partitions() if p.is_writer} \
+            written = {p.number: p for p in opened_partitions(store.topic(name)) if p.is_writer} \
                 if view is not store else {}
         except (UnknownTopicError, PylogError):  # deleted meanwhile
             continue

@@ -27,16 +27,21 @@ Invariants:
   writer may cut the file next) or makes it writable again, and when a segment stops being immutable. A
   file replaced under the name is a new object (or :class:`SegmentReplacedError`), with its own memo. It
   holds at most one position per 64 KiB of the segment (at least 1,024).
+- A reader's view of the active segment keeps the batch its last read stopped in, as that read checked it,
+  for the read that continues at the next offset only (:class:`~pylog.storage.segment_read.Continuation`);
+  every other read empties it, and it is dropped with the memo.
 - Only the holder of the partition's writer lock calls the mutating methods (:meth:`append`,
-  :meth:`recover`, :meth:`truncate_to`, :meth:`seal`, :meth:`delete`); those are not thread-safe on their
+  :meth:`recover`, :meth:`seal`, :meth:`delete`); those are not thread-safe on their
   own. Read methods may run concurrently with the writer.
 
 Split by concern into helpers below this module that never call back into it (each gets the log file as a
 :class:`~pylog.storage.segment_read.LogBytes` or :class:`~pylog.storage.segment_file.LogFile`, and the rest
 as arguments): :mod:`~pylog.storage.segment_file` (the file pinned, its descriptor and mapping),
 :mod:`~pylog.storage.segment_read` (scans, reads by offset and timestamp), :mod:`~pylog.storage.segment_tail`
-(a reader's record of its end), :mod:`~pylog.storage.segment_check` (checks, damage, index rebuilds). This
-class holds the state, decides what to read, and updates its state from what the helpers return.
+(a reader's record of its end), :mod:`~pylog.storage.segment_check` (checks, damage, the entries of index
+rebuilds); above them, :class:`~pylog.index.SegmentIndexes` holds its two index files and mappings through
+their life. This class holds the state, decides what to read and what the indexes hold, and updates its
+state from what the helpers return.
 """
 
 from __future__ import annotations
@@ -44,18 +49,20 @@ from __future__ import annotations
 import logging
 import mmap
 import os
-from typing import Any, Iterator
+from typing import Iterator, Sequence
+
 
 from .errors import CorruptRecordError
-from .storage.fileio import fsync_files, truncate_durably, write_all
+from .storage.fileio import Data, fsync_files, truncate_durably, write_all
 from .storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
-from .index import IndexError_, OffsetIndex, TimeIndex, open_writable
+from .index import IndexError_, OffsetIndex, SegmentIndexes, TimeIndex
 from .storage.records import HEADER_SIZE, BatchHeader, check_header, parse_header
 from .storage import segment_check, segment_read
-from .storage.segment_check import index_due
+from .storage.segment_check import Rebuilt, index_due
 from .storage.segment_file import LogFile, SegmentReplacedError
-from .storage.segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, LogBytes, ReadSlice
+from .storage.segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, Continuation, LogBytes, ReadSlice
 from .storage.segment_tail import TailRecord
+
 
 __all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
 
@@ -95,13 +102,13 @@ class Segment:
         self._wfd: int | None = None
         #: Batch starts of the open file whose checksum a read checked (see :meth:`verified`).
         self._verified: set[int] = set()
+        #: A reader's batch of the active segment its last read ended in (dropped with the memo).
+        self._cont = Continuation()
         self._immutable = False
         #: Size of the last batch read: sizes the next read's first chunk (see segment_read.read_from).
         self._batch_hint = _MIN_CHUNK
-        self._oindex: OffsetIndex | None = None
-        self._tindex: TimeIndex | None = None
-        #: A reader's indexes may lag the writer's (set when the log grew): look at the files before use.
-        self._indexes_stale = False
+        #: The offset and time index (opened on first use).
+        self._idx = SegmentIndexes(self.index_path, self.timeindex_path, base_offset, index_max_bytes)
         #: A reader's record of the batches it validated last (see :meth:`_read_at_tail`).
         self._tail = TailRecord()
         self._successor: tuple[int, str] = (-1, "")  # (next offset, its segment's log path): see successor_exists
@@ -117,8 +124,7 @@ class Segment:
         if os.path.exists(seg.log_path):
             raise FileExistsError(seg.log_path)
         # Indexes first: readers discover segments by their .log, and must find the indexes there too.
-        seg._oindex = OffsetIndex.create(seg.index_path, base_offset, index_max_bytes)
-        seg._tindex = TimeIndex.create(seg.timeindex_path, base_offset, index_max_bytes)
+        seg._idx.create()
         seg._wfd = os.open(seg.log_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND, 0o644)
         seg._file.ino = os.fstat(seg._wfd).st_ino
         seg._loaded = True
@@ -155,8 +161,7 @@ class Segment:
     def holds_files(self) -> bool:
         """True while this object holds a descriptor, a mapping of the log or an index (each a descriptor)."""
         f = self._file
-        return (f.fd is not None or self._wfd is not None or f.mm is not None or self._oindex is not None
-                or self._tindex is not None)
+        return f.fd is not None or self._wfd is not None or f.mm is not None or self._idx.holds_files
 
     def without_files(self) -> "Segment":
         """A new object for the same file, knowing what this one knows (sizes, offsets, timestamps, the inode
@@ -231,47 +236,52 @@ class Segment:
         return self._verified if self._immutable or self._wfd is not None else None
 
     def forget_verified(self) -> None:
-        """Drop the memo of checked batches: every read checks again until it has checked a batch anew."""
+        """Drop the memo of checked batches (and a reader's batch kept for a continuing read): every read
+        checks again until it has checked a batch anew."""
         self._verified = set()
+        self._cont = Continuation()
 
     # ------------------------------------------------------------------ indexes
 
     def indexes(self) -> tuple[OffsetIndex, TimeIndex]:
         """This segment's offset and time indexes, loaded (or rebuilt from the log) on first use."""
-        oi, ti = self._oindex, self._tindex
-        if self._indexes_stale and oi is not None and ti is not None:
-            oi, ti = self._catch_up_indexes(oi, ti)
+        idx = self._idx
+        oi, ti = idx.offsets, idx.times
+        if idx.stale and oi is not None and ti is not None:
+            # A reader whose log grew: the mappings stay while the files do (see SegmentIndexes.caught_up).
+            oi, ti = idx.caught_up(self.size, self.next_offset - self.base_offset)
         if oi is None or ti is None:
             try:
-                oi = OffsetIndex.open(self.index_path, self.base_offset)
-                ti = TimeIndex.open(self.timeindex_path, self.base_offset)
-                segment_check.validate_indexes(oi, ti, self.size, self.base_offset, self._file)
+                oi, ti = idx.open_files()
+                self._validate_indexes(oi, ti)
             except IndexError_ as exc:
                 log.warning("rebuilding indexes of %s in memory: %s", self.log_path, exc)
                 oi, ti = self._build_indexes(self.size, verify=False)[:2]
-            self._oindex, self._tindex = oi, ti
+            idx.offsets, idx.times = oi, ti
         return oi, ti
 
-    def _catch_up_indexes(self, oi: OffsetIndex, ti: TimeIndex) -> tuple[OffsetIndex | None, TimeIndex | None]:
-        """A reader whose log grew: keep its index mappings when the files are the ones mapped, taking in
-        the entries the writer appended since (up to the visible size); (None, None) when a file was
-        replaced (sealed at a roll, re-grown by a reopened writer, rebuilt by recovery): open them anew.
+    def _validate_indexes(self, oi: OffsetIndex, ti: TimeIndex) -> None:
+        """Cheap checks that the indexes' last entries point inside the visible log at a batch with that
+        offset (see :func:`~pylog.storage.segment_check.index_problem`).
 
-        Index files are replaced only by rename (:mod:`pylog.index`), so an unchanged inode means the
-        mapping is current: two ``stat`` calls instead of two opens, mappings and sanity checks.
+        A live (unsealed) index of another process's writer may run ahead of what this reader has
+        checked; entries past the visible size are ignored rather than distrusted.
+
+        :raises IndexError_: when they do not (the caller rebuilds them from the log).
         """
-        self._indexes_stale = False  # before looking: growth noticed meanwhile marks them again
-        if not segment_check.index_files_kept(oi, ti):
-            self._oindex = self._tindex = None  # dropped, not closed: another thread may be searching them
-            return None, None
-        oi.take_in_appended(self.size)
-        ti.take_in_appended(self.next_offset - self.base_offset)
-        return oi, ti
+        if not oi.sealed and not oi.writable:
+            oi.limit_to(max(self.size - HEADER_SIZE + 1, 0))
+        problem = segment_check.index_problem(oi.last_entry(), ti.last_entry(), self.size, self.base_offset,
+                                              self._file)
+        if problem is not None:
+            raise IndexError_(problem.reason, ti.path if problem.time_index else oi.path)
 
-    def _build_indexes(self, end: int, verify: bool) -> tuple[OffsetIndex, TimeIndex, dict[str, Any]]:
+    def _build_indexes(self, end: int, verify: bool) -> tuple[OffsetIndex, TimeIndex, Rebuilt]:
         """Scan the log up to ``end`` and build in-memory indexes; stops at the first bad batch if verifying."""
-        return segment_check.build_indexes(self._log(), self.base_offset, end, verify, self.index_interval_bytes,
-                                           self.index_path, self.timeindex_path)
+        found = segment_check.build_indexes(self._log(), self.base_offset, end, verify, self.index_interval_bytes)
+        oi, ti = self._idx.in_memory(found.offset_rels, found.offset_positions, found.time_stamps, found.time_rels,
+                                     found.max_ts)
+        return oi, ti, found
 
     # ------------------------------------------------------------------ scanning
 
@@ -279,13 +289,6 @@ class Segment:
         """A read-only mapping of the log (see :meth:`LogFile.mapping`), for immutable segments and for the
         writer's own active segment: only the writer ever shortens a log, and it unmaps first."""
         return self._file.mapping(self.size, self._immutable)
-
-    @property
-    def current_mapping(self) -> mmap.mmap | None:
-        """The mapping :meth:`_mapping` made last and the segment still holds, or None; never makes one.
-
-        Read-only, for inspection (tests check that closing the store closes what reads mapped)."""
-        return self._file.mm
 
     def scan(self, pos: int, end: int, chunk: int | list[int], tolerate_tail: bool
              ) -> Iterator[tuple[int, BatchHeader, bytes, int]]:
@@ -323,6 +326,10 @@ class Segment:
         :raises CorruptRecordError: when a batch in the visible range does not check.
         """
         end = self.size if end is None else end
+        if self._wfd is None and not self._immutable:
+            continued = self._read_continued(offset, max_records, max_bytes, end, verify)
+            if continued is not None:
+                return continued
         offs, poss = self._tail.lists
         if offs and offset >= offs[0] and self._tail.end >= end:
             result = self._read_at_tail(offs, poss, offset, max_records, max_bytes, end, verify)
@@ -372,6 +379,26 @@ class Segment:
             return None if not out else (out, nbytes)
         return out + result[0], nbytes + result[1]
 
+    def _read_continued(self, offset: int, max_records: int, max_bytes: int, end: int,
+                        verify: bool) -> tuple[list[ReadSlice], int] | None:
+        """:meth:`read` for a reader continuing where its last read stopped inside a batch: the rest of that
+        batch as the last read checked it (:class:`~pylog.storage.segment_read.Continuation`), then the
+        batches after it from the file; None when ``offset`` does not continue the kept batch."""
+        got = self._cont.serve(offset, max_records, end)
+        if got is None:
+            return None
+        first, pos, size = got
+        out, nbytes, n = [first], size, first[2] - first[1]
+        if n >= max_records or nbytes >= max_bytes or pos >= end:
+            return out, nbytes
+        h = first[0].header
+        nxt = h[0] + h[5] + 1
+        try:
+            rest = self._read_from(pos, nxt, nxt, max_records - n, max_bytes - nbytes, end, verify)
+        except CorruptRecordError:
+            return out, nbytes  # the records before the damage; the next read starts there and raises
+        return (out, nbytes) if rest is None else (out + rest[0], nbytes + rest[1])
+
     def _read_from(self, pos: int, expect: int, offset: int, max_records: int, max_bytes: int, end: int,
                    verify: bool) -> tuple[list[ReadSlice], int] | None:
         """:func:`~pylog.storage.segment_read.read_from` with this segment's memo of verified batches (taken
@@ -379,8 +406,12 @@ class Segment:
         hint; None when another batch than the one with base offset ``expect`` is at ``pos``."""
         memo = self.verified() if verify else None
         room = max(_VERIFIED_MIN, self.size // _VERIFIED_BYTES)  # the memo's bound (see _VERIFIED_BYTES)
-        result = segment_read.read_from(self._log(), pos, expect, offset, max_records, max_bytes, end, verify, memo,
-                                        room, min(self._batch_hint, max_bytes))
+        lb = self._log()
+        cont = self._cont if lb.mm is None and self._wfd is None and not self._immutable else None
+        if cont is not None:
+            cont.slot = None  # this read stops elsewhere, or keeps its own batch (see Continuation)
+        result = segment_read.read_from(lb, pos, expect, offset, max_records, max_bytes, end, verify, memo,
+                                        room, min(self._batch_hint, max_bytes), cont)
         if result is None:
             return None
         out, nbytes, self._batch_hint = result
@@ -409,7 +440,7 @@ class Segment:
         if self.writable:
             self._write_rebuilt_indexes(self.size)
         else:
-            self._oindex, self._tindex = self._build_indexes(self.size, verify=False)[:2]
+            self._idx.offsets, self._idx.times = self._build_indexes(self.size, verify=False)[:2]
 
     def batch_headers(self, end: int | None = None, tolerate_tail: bool = False) -> Iterator[tuple[int, BatchHeader]]:
         """``(position, header)`` of every batch up to ``end`` (for tools and checks)."""
@@ -430,7 +461,7 @@ class Segment:
         if not self.writable:
             # Whatever this reader mapped before may describe a log that recovery has cut and rewritten
             # since (recovery rewrites the indexes, so their inodes tell).
-            self._indexes_stale = True
+            self._idx.stale = True
         try:
             oi, ti = self.indexes()
             last = oi.last_entry()
@@ -462,9 +493,7 @@ class Segment:
             # A reader validated a live index against the file size; entries past the whole batches (a
             # torn tail after a power loss: the index page was written back, the log page was not) are
             # not visible yet, and would make check() and lookups point past the visible log.
-            for idx, limit in ((self._oindex, valid_end), (self._tindex, self.next_offset - self.base_offset)):
-                if idx is not None and not idx.sealed and not idx.writable and idx.count:
-                    idx.limit_to(limit)
+            self._idx.limit_live(valid_end, self.next_offset - self.base_offset)
 
     def refresh(self) -> bool:
         """For readers in another process than the writer: take in batches appended since the last look.
@@ -498,30 +527,20 @@ class Segment:
         self.next_offset = next_offset
         self._max_timestamp = max(self._max_timestamp, max_ts)
         # The writer appended index entries, or replaced the files (sealed them at a roll, re-grew them
-        # after reopening): the next lookup looks (see _catch_up_indexes).
-        self._indexes_stale = True
+        # after reopening): the next lookup looks (see SegmentIndexes.caught_up).
+        self._idx.stale = True
         return True
 
     def _start_over(self, end: int) -> None:
         """A reader whose log is no longer what it checked: forget the record of its end and its
         indexes, and load again from the indexes up to ``end``."""
-        self._drop_live_indexes(force=True)
+        self._idx.drop(force=True)
         self._file.mm = None  # dropped, not closed: another thread may be scanning it
         self.forget_verified()
         self._tail.forget()
         self.size = end
         self.next_offset = self.base_offset
         self.load(tolerate_tail=True)
-
-    def _drop_live_indexes(self, force: bool = False) -> None:
-        """Forget unsealed (or, with ``force``, all) indexes so the next lookup opens them afresh.
-
-        Dropped, not closed: another thread may be searching them; they unmap when the last reference goes.
-        """
-        if self._oindex is not None and (force or not self._oindex.sealed):
-            self._oindex = None
-        if self._tindex is not None and (force or not self._tindex.sealed):
-            self._tindex = None
 
     @property
     def max_timestamp(self) -> int:
@@ -557,28 +576,17 @@ class Segment:
         # after the last offset entry are scanned (a re-grown index no longer carries it).
         self.load(tolerate_tail=False)
         self.forget_verified()  # checked while another writer could have cut the file, or never: start afresh
-        self._oindex = self._tindex = None
         try:
-            self._oindex = open_writable(OffsetIndex, self.index_path, self.base_offset, self.index_max_bytes)
-            self._tindex = open_writable(TimeIndex, self.timeindex_path, self.base_offset, self.index_max_bytes)
-            segment_check.validate_indexes(self._oindex, self._tindex, self.size, self.base_offset,
-                                          self._file)
+            self._validate_indexes(*self._idx.open_writable())
         except IndexError_ as exc:
             log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
             self._write_rebuilt_indexes(self.size)
         self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
 
-    def _write_rebuilt_indexes(self, end: int, verify: bool = False) -> dict[str, Any]:
-        for idx in (self._oindex, self._tindex):
-            if idx is not None:
-                idx.close()
+    def _write_rebuilt_indexes(self, end: int, verify: bool = False) -> Rebuilt:
+        self._idx.close()
         oi, ti, state = self._build_indexes(end, verify)
-        OffsetIndex.write_file(self.index_path, self.base_offset, *oi.columns(),
-                               OffsetIndex.capacity_for(self.index_max_bytes), sealed=False)
-        TimeIndex.write_file(self.timeindex_path, self.base_offset, *ti.columns(),
-                             TimeIndex.capacity_for(self.index_max_bytes), sealed=False)
-        self._oindex = OffsetIndex.open(self.index_path, self.base_offset, writable=True)
-        self._tindex = TimeIndex.open(self.timeindex_path, self.base_offset, writable=True)
+        self._idx.write_live(oi, ti)
         return state
 
     def recover(self) -> int:
@@ -591,23 +599,23 @@ class Segment:
         file_size = os.stat(self.log_path).st_size
         self.size = file_size
         state = self._write_rebuilt_indexes(file_size, verify=True)
-        valid_end = state["valid_end"]
+        valid_end = state.valid_end
         dropped = file_size - valid_end
         if dropped:
-            err = state["error"]
+            err = state.error
             log.warning("recovery of %s: dropping %d bytes after byte %d (%s)", self.log_path, dropped, valid_end,
                         err.reason if err is not None else "torn tail")
             truncate_durably(self.log_path, valid_end)
         self.size = valid_end
-        self.next_offset = state["next_offset"]
-        self._max_timestamp = state["max_ts"]
-        self._bytes_since_index = state["since"]
-        self._first_timestamp = state["first_ts"]
+        self.next_offset = state.next_offset
+        self._max_timestamp = state.max_ts
+        self._bytes_since_index = state.since
+        self._first_timestamp = state.first_ts
         self._loaded = True
         self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
         return dropped
 
-    def append(self, header: BatchHeader, parts: list, max_timestamp: int) -> int:
+    def append(self, header: BatchHeader, parts: Sequence[Data], max_timestamp: int) -> int:
         """Write one encoded batch at the end; index it; return its position.
 
         On a failed write the file is cut back to its previous size and the error re-raised.
@@ -626,7 +634,7 @@ class Segment:
                                      f"{'cut' if actual < pos else 'written'} under the writer (by another hand, "
                                      f"or a file system fault)", self.log_path, min(actual, pos))
         due = index_due(pos, self._bytes_since_index, self.index_interval_bytes)
-        oi, ti = self._oindex, self._tindex
+        oi, ti = self._idx.offsets, self._idx.times
         if due:
             assert oi is not None and ti is not None
             # Before the log: on a full disk this fails with ENOSPC and nothing is written, where a store
@@ -674,10 +682,7 @@ class Segment:
             os.fdatasync(self._wfd)
         os.close(self._wfd)
         self._wfd = None
-        oi, ti = self._oindex, self._tindex
-        assert oi is not None and ti is not None
-        self._oindex = oi.seal(durable=durable)
-        self._tindex = ti.seal(max_timestamp=self._max_timestamp, durable=durable)
+        self._idx.seal(self._max_timestamp, durable)
 
     def sync_files(self) -> bool:
         """fsync the log and index files by name (for a segment sealed without ``durable``), from any
@@ -713,26 +718,7 @@ class Segment:
         self.forget_verified()
         os.close(self._wfd)
         self._wfd = None
-        for idx in (self._oindex, self._tindex):
-            if idx is not None:
-                idx.writable = False  # this object's readers may keep using the mapping; nobody appends
-
-    def truncate_to(self, offset: int) -> int:
-        """Remove every batch whose last offset is >= ``offset`` (whole batches); return bytes removed."""
-        cut = segment_check.batch_start_holding(self._log(), self.size, offset)
-        removed = self.size - cut
-        if removed:
-            was_writable = self.writable
-            self.close()
-            truncate_durably(self.log_path, cut)
-            self.size = cut
-            self.next_offset = self.base_offset
-            self._first_timestamp = None
-            if was_writable:
-                self.recover()
-            else:
-                self._loaded = False
-        return removed
+        self._idx.stop_writing()  # this object's readers may keep using the mappings; nobody appends
 
     # ------------------------------------------------------------------ lifecycle
 
@@ -743,11 +729,7 @@ class Segment:
         wfd, self._wfd = self._wfd, None
         if wfd is not None:
             os.close(wfd)
-        for attr in ("_oindex", "_tindex"):
-            idx = getattr(self, attr)
-            if idx is not None:
-                idx.close()
-                setattr(self, attr, None)
+        self._idx.close()
         self._file.close()
 
     def __del__(self) -> None:
@@ -779,7 +761,10 @@ class Segment:
         :func:`~pylog.storage.segment_check.cut_below_index`), else None."""
         # Unmapped: the check reads the file's size, never its bytes.
         lb = LogBytes(self._file.read_fd(), None, self.log_path, False)
-        return segment_check.cut_below_index(lb, self.base_offset, self.index_path)
+        # The index file as it is on disk, not as a reader rebuilt it in memory; a damaged one is reported
+        # (and repaired) as such.
+        last = self._idx.last_offset_entry_on_disk()
+        return segment_check.cut_below_index(lb, self.base_offset, self.index_path, last)
 
     def check(self, end: int | None = None, partial_tail_ok: bool = False) -> list[str]:
         """Full consistency check of the bytes up to ``end`` (default: the visible size): every batch
@@ -787,11 +772,11 @@ class Segment:
         problems (empty when consistent); see :func:`~pylog.storage.segment_check.check`."""
         lb = self._log()
         try:
-            oi, index_error = self.indexes()[0], ""
+            entries, index_error = self.indexes()[0].entries(), ""
         except CorruptRecordError as exc:
-            oi, index_error = None, str(exc)
-        return segment_check.check(lb, self.base_offset, self.size if end is None else end, partial_tail_ok, oi,
-                                   index_error, self.next_offset if self.writable else None)
+            entries, index_error = None, str(exc)
+        return segment_check.check(lb, self.base_offset, self.size if end is None else end, partial_tail_ok, entries,
+                                   self.index_path, index_error, self.next_offset if self.writable else None)
 
     def __repr__(self) -> str:
         return f"Segment({self.log_path!r}, size={self.size})"

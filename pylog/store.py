@@ -47,7 +47,7 @@ from .storage.acl_file import check_entry as check_acl_entry
 from .storage.group_state import SavedGroup, SavedMember, encode_groups, read_groups, write_groups
 from .storage.quota_file import QuotaChanges, read_quota_changes, write_quota_changes
 from .storage.fileio import atomic_write, checked, fsync_dir, unchecked, write_faults
-from .storage.group_commit import GroupCommit
+from .storage.group_commit import DEFAULT_SYNCFS_PARTITIONS, GroupCommit
 from .storage import group_commit
 from .storage.handles import HandleCache
 from .storage.filenames import (OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE, check_group_id,
@@ -58,16 +58,17 @@ from .maintenance.cleaner import Cleaner
 from .maintenance.cleaner_status import CleanerStatus
 from .maintenance.cleaner_registry import CleanerPublisher, PublishedCleaner, published_cleaners
 from .maintenance.compaction import CleanResult, clean_partition, cleanable_range
-from .partition import Partition
+from .partition import Partition, internals
 from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, TopicPartition
-from .topic import Topic, call_each, check_partition_count, read_topic_file, write_topic_file
+from .topic import Topic, call_each, check_partition_count, opened_partitions, read_topic_file, write_topic_file
 
 
 #: Besides Store and open, what pylog serve and Spark take from here (they never import pylog.storage): the naming
-#: rules of topics and groups, the types of the ACL and coordinator-group methods (docs/ARCHITECTURE.md).
+#: rules of topics and groups, the types of the ACL and coordinator-group methods, the group commit's default
+#: (docs/ARCHITECTURE.md).
 __all__ = ["Store", "open", "is_store", "is_internal_topic", "topic_name_problem", "check_group_id", "OFFSETS_TOPIC",
-           "AclEntry", "MAX_ACLS", "check_acl_entry", "SavedGroup", "SavedMember"]
+           "AclEntry", "MAX_ACLS", "check_acl_entry", "SavedGroup", "SavedMember", "DEFAULT_SYNCFS_PARTITIONS"]
 
 _FORMAT = "pylog-store"
 _VERSION = 1
@@ -134,7 +135,7 @@ class Store:
     def _open_partitions(self) -> Iterator[Partition]:
         """The partitions opened through this store so far (a snapshot; for the background thread)."""
         for t in list(self._topics.values()):
-            yield from t.opened_partitions()
+            yield from opened_partitions(t)
 
     def _check_marker(self) -> None:
         marker = os.path.join(self.path, STORE_FILE)
@@ -276,14 +277,14 @@ class Store:
                 try:
                     for p in topic.partitions:
                         # waits for a cleaning or retention pass under way, then takes the writer lock
-                        if held.enter_context(p.held_for_discard()):
+                        if held.enter_context(internals(p).held_for_discard()):
                             locked_here.append(p)
                     doomed = os.path.join(self.path, deleting_name(name, uuid.uuid4().hex))
                     with write_faults(f"deleting topic {name!r}", "the topic was not deleted"):
                         os.rename(topic.directory, doomed)  # the locks stay held: flock follows the inode
                 except BaseException:
                     for p in locked_here:
-                        p.unlock_discard()
+                        internals(p).unlock_discard()
                     raise
                 fsync_dir(self.path)
                 topic.close(discard=True)
@@ -307,7 +308,7 @@ class Store:
                 new = topic.config.with_overrides(changes)
             write_topic_file(topic.directory, name, topic.num_partitions, new.overrides)
             topic.config = new
-            for p in topic.opened_partitions():
+            for p in opened_partitions(topic):
                 p.config = new
             return new
 
@@ -750,10 +751,10 @@ class AutoCreatingStore:
 
 def _maintain(p: Partition, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """Run maintenance that makes this handle ``p``'s writer; a partition written in turn by many handles
-    (:attr:`Partition.transient`) is handed back afterwards."""
-    if not p.transient:
+    (:attr:`PartitionInternals.transient`) is handed back afterwards."""
+    if not internals(p).transient:
         return work(*args, **kwargs)
-    with p.writer_turn():
+    with internals(p).writer_turn():
         try:
             return work(*args, **kwargs)
         finally:

@@ -23,10 +23,11 @@ from .errors import (CorruptRecordError, InvalidArgumentError, InvalidConfigErro
 from .storage.fileio import atomic_write, descriptor_faults, write_faults
 from .storage.filenames import OFFSETS_TOPIC, TOPIC_FILE, is_internal_topic
 from .storage.handles import HandleCache
-from .partition import Partition
+from .partition import Partition, internals
 from .storage.records import crc32c
 
-__all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each", "check_partition_count", "MAX_PARTITIONS"]
+__all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each", "check_partition_count", "MAX_PARTITIONS",
+           "opened_partitions"]
 
 log = logging.getLogger("pylog.topic")
 
@@ -150,17 +151,13 @@ class Topic:
                     p = Partition(self.name, number, os.path.join(self.directory, str(number)), self.config,
                                   self._lock_timeout_ms, read_only=self.read_only, handles=self._handles)
                     # Committed offsets are appended by every process of every group in turn.
-                    p.transient = self.name == OFFSETS_TOPIC
+                    internals(p).transient = self.name == OFFSETS_TOPIC
                     self._partitions[number] = p
         return p
 
     @property
     def partitions(self) -> list[Partition]:
         return [self.partition(i) for i in range(self.num_partitions)]
-
-    def opened_partitions(self) -> list[Partition]:
-        """The partitions opened so far (a snapshot; opening none): for work over what is in use only."""
-        return [p for p in list(self._partitions) if p is not None]
 
     def _reload_count(self) -> None:
         """Pick up partitions added by another process."""
@@ -217,3 +214,10 @@ class Topic:
 
     def __repr__(self) -> str:
         return f"Topic({self.name!r}, partitions={self.num_partitions})"
+
+
+def opened_partitions(topic: Topic) -> list[Partition]:
+    """The partitions of ``topic`` opened so far (a snapshot; opening none), for the store's work over what is in
+    use only (the cleaner's flushes, topic deletion). Not a member of :class:`Topic`, whose members are its
+    public API."""
+    return [p for p in list(topic._partitions) if p is not None]

@@ -12,6 +12,7 @@ import time
 import pytest
 
 import pylog
+from pylog.partition import internals
 from pylog.maintenance.cleaner import Cleaner
 
 from storetools import wait_for
@@ -113,10 +114,10 @@ def test_flush_ms_is_enforced_by_the_background_thread(tmp_path):
     with pylog.open(str(tmp_path), flush_ms=1000) as store:
         store.create_topic("f")
         p = store.topic("f").partition(0)
-        p.durability.last_flush = time.monotonic()
+        internals(p).durability.last_flush = time.monotonic()
         p.append_values([b"a"])
-        assert p.durability.unflushed == 1
-        assert _wait(lambda: p.durability.unflushed == 0, timeout=20)
+        assert internals(p).durability.unflushed == 1
+        assert _wait(lambda: internals(p).durability.unflushed == 0, timeout=20)
 
 
 def test_close_stops_the_thread(tmp_path):

@@ -21,6 +21,7 @@ from pylog.errors import LogFailedError
 from pylog.storage import swap
 from pylog.storage.filenames import segment_path
 from pylog.maintenance.compaction import OffsetMap, clean_partition, key_digests, read_cleaner_checkpoint
+from pylog.partition import internals
 
 DAY = 86_400_000
 T0 = 1_800_000_000_000
@@ -335,7 +336,7 @@ def test_an_interrupted_swap_is_rolled_back_or_forward(tmp_path, monkeypatch, ph
     directory = p.directory
     # Simulate the crash: drop the store (no cleaner thread: log_cleaner_enable=False) without a clean close
     # of the partition.
-    p.abandon()
+    internals(p).abandon()
     del store
     with _store(tmp_path) as store2:
         p2 = store2.topic(TOPIC).partition(0)
@@ -358,7 +359,7 @@ def test_an_interrupted_swap_is_rolled_back_or_forward(tmp_path, monkeypatch, ph
 
 
 def test_a_swap_failing_past_its_commit_point_fails_the_partition_until_reopened(tmp_path, monkeypatch):
-    """Partition.swap_in owns failure marking: past the manifest, files and view may disagree, so the
+    """PartitionInternals.swap_in owns failure marking: past the manifest, files and view may disagree, so the
     partition refuses work (LogFailedError) until the store is reopened, whose writer open rolls the swap
     forward; every key's latest record survives."""
     store, p, latest = _prepare(tmp_path)
@@ -377,7 +378,7 @@ def test_a_swap_failing_past_its_commit_point_fails_the_partition_until_reopened
     assert os.path.exists(os.path.join(p.directory, "cleaner.swap"))  # committed, not rolled forward
     with pytest.raises(LogFailedError, match="after its commit point"):
         p.append_values([b"z"], keys=[b"zz"])
-    p.abandon()
+    internals(p).abandon()
     del store  # a crash: no clean close (and no cleaner thread: log_cleaner_enable=False)
     with _store(tmp_path) as store2:
         p2 = store2.topic(TOPIC).partition(0)

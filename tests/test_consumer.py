@@ -295,3 +295,74 @@ def test_consumer_byte_rate_quota_delays_fetches(store):
     assert sizes / 100 - 12 <= now[0] <= sizes / 100 + 1, (now[0], sizes)
     m = c.metrics()["consumer-fetch-manager-metrics"]
     assert m["fetch-throttle-time-max"] > 0 and m["fetch-throttle-time-avg"] > 0
+
+
+# ------------------------------------------------------------------------------------------------------
+# The rest of a batch a poll read is handed to the next poll (the segment's Continuation), not read and
+# checked again.
+
+
+def _one_big_batch(store, topic="big", n=2000):
+    store.create_topic(topic)
+    store.topic(topic).partition(0).append_values([b"v%d" % i for i in range(n)], keys=[b"k%d" % i for i in range(n)])
+    store.topic(topic).partition(0).append_values([b"after"])  # a second batch behind it
+
+
+def test_polls_through_a_large_batch_hand_out_each_record_once_in_order(store):
+    _one_big_batch(store)
+    c = store.consumer("big", auto_offset_reset="earliest", max_poll_records=300)
+    tp = TopicPartition("big", 0)
+    offsets = []
+    while True:
+        got = c.poll(max_records=300)
+        if not got:
+            break
+        recs = got[tp]
+        assert len(recs) <= 300
+        offsets += [r.offset for r in recs]
+        assert c.position(tp) == offsets[-1] + 1
+    assert offsets == list(range(2001))
+    # Iterating does the same, handing rows out one at a time.
+    c.seek(tp, 0)
+    it = iter(c)
+    assert [next(it).offset for _ in range(1500)] == list(range(1500))
+    assert c.position(tp) == 1500
+    c.seek(tp, 1234)  # into the batch a poll held: read again from there
+    assert [r.offset for r in c.poll(max_records=5)[tp]] == [1234, 1235, 1236, 1237, 1238]
+    c.close()
+
+
+def test_a_poll_hands_out_the_rest_of_the_batch_the_last_read_checked_without_reading_it_again(tmp_path):
+    """A reader's view of the active segment checks every read (GUARANTEES.md), so polls of 500 through a
+    batch of 2,000 would read and check the whole batch four times; a poll continuing where the last one
+    stopped is handed the rest of the batch as that read checked it instead, as Kafka's consumer hands out what
+    it fetched. A read elsewhere (another consumer, from the start) checks the file again and finds what
+    changed there since."""
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as writer:
+        _one_big_batch(writer)
+        with pylog.open(str(tmp_path), read_only=True) as reader:
+            c = reader.consumer("big", auto_offset_reset="earliest", max_poll_records=500)
+            tp = TopicPartition("big", 0)
+            first = c.poll()[tp]
+            seg = reader.topic("big").partition(0).segments[-1]
+            with open(seg.log_path, "r+b") as f:  # a byte of the big batch's last value changes on disk
+                f.seek(os.path.getsize(seg.log_path) - 200)
+                b = f.read(1)
+                f.seek(-1, 1)
+                f.write(bytes([b[0] ^ 0xFF]))
+            rest = [r.offset for _ in range(3) for r in c.poll()[tp]]
+            assert [r.offset for r in first] + rest == list(range(2000))
+            with pytest.raises(pylog.CorruptRecordError):
+                reader.consumer("big", auto_offset_reset="earliest").poll()
+
+
+def test_leaving_an_iteration_mid_batch_then_polling_resumes_at_the_next_record(store):
+    _one_big_batch(store)
+    c = store.consumer("big", auto_offset_reset="earliest", max_poll_records=700, consumer_timeout_ms=0)
+    tp = TopicPartition("big", 0)
+    for rec in c:
+        if rec.offset == 999:
+            break
+    assert c.position(tp) == 1000
+    assert c.poll(max_records=2)[tp][0].offset == 1000
+    assert [r.offset for r in c] == list(range(1002, 2001))

@@ -34,6 +34,7 @@ from pylog.__main__ import ExitCode
 from pylog.__main__ import main as pylog_main
 from pylog.maintenance.cleaner import Cleaner
 from pylog.storage.records import HEADER_SIZE, parse_header, stamp_base_offset
+from pylog.partition import internals
 
 from childproc import Child
 from storetools import crash_copy, flip_byte, log_batches
@@ -435,7 +436,7 @@ def test_the_cleaner_skips_a_damaged_partition_written_in_turns_until_it_is_repa
     with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
         parts = [store.topic(n).partition(0) for n in ("a", "b")]
         for p in parts:
-            p.transient = True
+            internals(p).transient = True
         cleaner = Cleaner(store.path, lambda: iter(parts), store.settings)  # its passes run here, not in a thread
         with caplog.at_level("WARNING"):
             cleaner.run_retention()

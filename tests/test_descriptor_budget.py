@@ -22,6 +22,7 @@ import time
 import pytest
 
 import pylog
+from pylog.partition import internals
 from pylog.errors import StorageError, TooManyOpenFilesError
 from pylog.server.errormap import code_for
 from pylog.server.protocol import codes as E
@@ -255,7 +256,7 @@ def test_letting_go_of_a_partition_never_closes_the_handover_probe_under_a_probe
         p = store.create_topic("ev").partition(0)
         p.wait_to_write(10_000)
         p.append_values([b"a"])
-        assert not p.handover_wanted()  # opens the probe
+        assert not internals(p).handover_wanted()  # opens the probe
         probing, go_on = threading.Event(), threading.Event()
         real_try_flock = writer_lock.try_flock
         outcome: list = []
@@ -270,7 +271,7 @@ def test_letting_go_of_a_partition_never_closes_the_handover_probe_under_a_probe
         prober = threading.Thread(target=lambda: outcome.append(_probe(p)))
         prober.start()
         assert probing.wait(30)
-        letting_go = threading.Thread(target=lambda: outcome.append(p.release_handles()))
+        letting_go = threading.Thread(target=lambda: outcome.append(internals(p).release_handles()))
         letting_go.start()
         # Either the let-go finished (the probe's descriptor closed under it) or it waits for the probe.
         assert wait_for(lambda: not letting_go.is_alive() or blocked_in(letting_go, "close"), 30)
@@ -305,6 +306,6 @@ def test_letting_go_of_a_partition_never_closes_the_handover_probe_under_a_probe
 
 def _probe(p) -> object:
     try:
-        return p.handover_wanted()
+        return internals(p).handover_wanted()
     except Exception as exc:  # a descriptor closed under the probe: EBADF
         return exc

@@ -27,6 +27,7 @@ from pathlib import Path
 import pytest
 
 import pylog
+from pylog.partition import internals
 from pylog import DiskFullError, ReadOnlyStoreError, StorePermissionError, TopicPartition, UnknownStoreError
 from pylog.storage.fileio import fault
 from pylog.storage.filenames import TMP_SUFFIX, deleting_name
@@ -193,7 +194,7 @@ root = sys.argv[1]
 store = pylog.open(os.path.join(root, "s"), log_cleaner_enable=False)
 p = store.create_topic("t", config={"index.interval.bytes": 1}).partition(0)
 p.append_values([b"x"])
-oi = p.segments[-1]._oindex
+oi = p.segments[-1].indexes()[0]
 # Every batch gets an offset index entry (4 bytes after a 64-byte header): entry 1008 is the first of the
 # second page of the file, a page of the preallocated hole that has no blocks yet.
 while oi.count < 1007:
@@ -389,7 +390,7 @@ def test_a_read_only_open_refuses_every_write_at_once(tmp_path):
             "repair": lambda: p.repair(),
             "wait_to_write": lambda: p.wait_to_write(0),
             "try_become_writer": lambda: p.try_become_writer(),
-            "handover_wanted": lambda: p.handover_wanted(),
+            "handover_wanted": lambda: internals(p).handover_wanted(),
             "enforce_retention": lambda: store.enforce_retention(),
             "delete_records": lambda: store.delete_records("events", 0, 1),
             "compact": lambda: store.compact("users"),
@@ -439,7 +440,7 @@ def test_a_read_only_reader_sees_a_live_writers_appends(tmp_path):
             w.append_values([b"b"])
             waiter.join(90)
             assert woken == [True] and _values(r) == [b"a", b"b"]
-            assert not os.path.exists(os.path.join(r.directory, "notify")) or not r.notifier.mapped
+            assert not os.path.exists(os.path.join(r.directory, "notify")) or not internals(r).notifier.mapped
 
 
 # ---------------------------------------------------------------------------------------------- the mapping

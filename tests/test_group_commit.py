@@ -11,8 +11,11 @@ from __future__ import annotations
 import contextlib
 import errno
 import os
+import re
 import select
 import socket
+import subprocess
+import sys
 import threading
 import time
 
@@ -21,9 +24,16 @@ import pytest
 import pylog
 from pylog.errors import LogFailedError, StorageError
 from pylog.server.protocol import encode_request, parse_response
+from pylog.storage import fs_sync
 from pylog.storage.group_commit import GroupCommit
+from pylog.partition import internals
 
 from serverutil import kafka_batch, recv_frame, wait_until
+
+
+def _flushing(parts: list) -> list:
+    """What the group commit takes: each partition's internal API (its flush halves)."""
+    return [internals(p) for p in parts]
 
 WAIT = 20.0  # seconds: the bound of every handshake here (a loaded machine)
 
@@ -107,13 +117,13 @@ def test_group_commit_callers_during_a_running_fsync_share_the_next_one(store, m
     gc = GroupCommit(threads=2)
     done: list[tuple[str, list]] = []
     first_done = threading.Event()
-    gc.submit([part], lambda r: (done.append(("first", r)), first_done.set()))
+    gc.submit(_flushing([part]), lambda r: (done.append(("first", r)), first_done.set()))
     assert gate.entered.wait(WAIT)
     # The first flush is under way (held in its fsync): what is appended now is not covered by it.
     all_done = threading.Event()
     for i in range(10):
         part.append_values([b"v%d" % i])
-        gc.submit([part], lambda r, i=i: (done.append((f"later-{i}", r)), len(done) == 11 and all_done.set()))
+        gc.submit(_flushing([part]), lambda r, i=i: (done.append((f"later-{i}", r)), len(done) == 11 and all_done.set()))
     assert not first_done.is_set()
     gate.open.set()
     assert all_done.wait(WAIT)
@@ -134,10 +144,10 @@ def test_group_commit_caller_is_not_answered_by_a_flush_that_started_before_it(s
     gate.close()
     gc = GroupCommit(threads=4)
     first, second = threading.Event(), threading.Event()
-    gc.submit([part], lambda r: first.set())
+    gc.submit(_flushing([part]), lambda r: first.set())
     assert gate.entered.wait(WAIT)
     part.append_values([b"b"])
-    gc.submit([part], lambda r: second.set())
+    gc.submit(_flushing([part]), lambda r: second.set())
     calls_before = gate.calls
     gate.open.set()
     assert first.wait(WAIT) and second.wait(WAIT)
@@ -154,7 +164,7 @@ def test_group_commit_flushes_partitions_in_parallel(store, monkeypatch):
     gate = FsyncGate(monkeypatch, os.path.join(str(store.path), "t") + os.sep)
     # Every fsync waits until four are under way at once: flushes one after another would break the barrier.
     gate.barrier = threading.Barrier(4)
-    results = GroupCommit(threads=4).sync(parts, timeout=WAIT + 5)
+    results = GroupCommit(threads=4).sync(_flushing(parts), timeout=WAIT + 5)
     assert results == [None] * 4
     assert gate.most_inside == 4
 
@@ -166,13 +176,13 @@ def test_group_commit_failed_fsync_fails_only_that_partitions_callers(store, mon
     good.append_values([b"y"])
     gate = FsyncGate(monkeypatch, _log_dir(store, "t", 0))
     gate.fail = True
-    results = GroupCommit(threads=2).sync([bad, good], timeout=WAIT)
+    results = GroupCommit(threads=2).sync(_flushing([bad, good]), timeout=WAIT)
     assert isinstance(results[0], StorageError) and "I/O error" in str(results[0])
     assert results[1] is None
     # The partition refuses work from then on (an fsync failure is never forgotten), and says so to later callers.
     with pytest.raises(LogFailedError):
         bad.append_values([b"z"])
-    assert isinstance(GroupCommit(threads=1).sync([bad], timeout=WAIT)[0], LogFailedError)
+    assert isinstance(GroupCommit(threads=1).sync(_flushing([bad]), timeout=WAIT)[0], LogFailedError)
 
 
 def test_flush_running_beside_a_failed_flush_of_the_same_partition_is_not_acknowledged(store, monkeypatch):
@@ -198,7 +208,8 @@ def test_flush_running_beside_a_failed_flush_of_the_same_partition_is_not_acknow
         if first:
             raise OSError(errno.EIO, "injected fsync failure")
         # The other flush has consumed the error: this one returns 0, as Linux's would (after it failed the log).
-        wait_until(lambda: part.durability.failed is not None, WAIT, what="the failed flush to record the failure")
+        wait_until(lambda: internals(part).durability.failed is not None, WAIT,
+                   what="the failed flush to record the failure")
         return real(fd)
 
     monkeypatch.setattr(os, "fdatasync", fdatasync)
@@ -227,10 +238,132 @@ def test_group_commit_forgets_idle_partitions(store):
     for p in parts:
         p.append_values([b"x"])
     gc = GroupCommit(threads=3)
-    assert gc.sync(parts, timeout=WAIT) == [None] * 50
+    assert gc.sync(_flushing(parts), timeout=WAIT) == [None] * 50
     assert gc.wait_idle(WAIT)
-    assert gc.stats() == {"flushes": 50, "requests": 1, "requested": 50}
+    # No store-wide round unless asked for (syncfs_partitions=0): fifty fdatasyncs.
+    assert gc.stats() == {"flushes": 50, "rounds": 0, "round_flushes": 0, "syncs": 50, "requests": 1,
+                          "requested": 50}
     assert gc.sync([], timeout=WAIT) == []
+
+
+# ------------------------------------------------------------------------------------------ store-wide rounds
+
+needs_syncfs = pytest.mark.skipif(not fs_sync.AVAILABLE, reason="syncfs reports writeback errors on Linux 5.8+ only")
+
+
+def _appended_partitions(store, count: int) -> list:
+    store.create_topic("t", partitions=count)
+    parts = [store.topic("t").partition(i) for i in range(count)]
+    for i, p in enumerate(parts):
+        p.append_values([b"v%d" % i])
+    return parts
+
+
+class SyncfsGate:
+    """Wraps ``fs_sync.syncfs`` (the group commit calls it through the module): counts calls, holds them while
+    closed (``entered`` set once one waits), raises EIO when ``fail``."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.open = threading.Event()
+        self.open.set()
+        self.entered = threading.Event()
+        self.calls = 0
+        self.fail = False
+        real = fs_sync.syncfs
+
+        def syncfs(fd: int) -> None:
+            self.calls += 1
+            self.entered.set()
+            assert self.open.wait(WAIT), "the test never opened the syncfs gate"
+            if self.fail:
+                raise OSError(errno.EIO, "injected syncfs failure")
+            real(fd)
+        monkeypatch.setattr(fs_sync, "syncfs", syncfs)
+
+
+@pytest.mark.parametrize("count, expected", [
+    # 20 waiting, rounds from 4 on: one syncfs for the twenty, no fdatasync of their logs.
+    pytest.param(20, {"syncfs": 1, "fdatasync": 0, "rounds": 1, "round_flushes": 20, "syncs": 1}, marks=needs_syncfs),
+    # 3 waiting: below the threshold, an fdatasync each (no other file of the file system written back).
+    (3, {"syncfs": 0, "fdatasync": 3, "rounds": 0, "round_flushes": 0, "syncs": 3}),
+])
+def test_group_commit_many_waiting_partitions_share_one_syncfs_few_are_fdatasynced(store, monkeypatch, count, expected):
+    parts = _appended_partitions(store, count)
+    fsyncs = FsyncGate(monkeypatch, os.path.join(str(store.path), "t") + os.sep)
+    syncfs = SyncfsGate(monkeypatch)
+    gc = GroupCommit(threads=2, syncfs_partitions=4 if count > 3 else 8)
+    assert gc.sync(_flushing(parts), timeout=WAIT) == [None] * count
+    st = gc.stats()
+    assert {"syncfs": syncfs.calls, "fdatasync": fsyncs.calls, "rounds": st["rounds"],
+            "round_flushes": st["round_flushes"], "syncs": st["syncs"]} == expected
+    assert st["flushes"] == count
+    # Flushed as by Partition.flush: nothing is left for a flush to do.
+    assert all(internals(p).durability.unflushed == 0 for p in parts)
+
+
+@needs_syncfs
+def test_group_commit_round_answers_only_after_its_syncfs_and_later_callers_wait_for_the_next(store, monkeypatch):
+    parts = _appended_partitions(store, 8)
+    syncfs = SyncfsGate(monkeypatch)
+    syncfs.open.clear()
+    gc = GroupCommit(threads=4, syncfs_partitions=4)
+    first = threading.Event()
+    gc.submit(_flushing(parts), lambda r: first.set())
+    assert syncfs.entered.wait(WAIT)
+    # The round's syncfs is held: nobody is answered, and what is appended now is not covered by it.
+    later = threading.Event()
+    for p in parts:
+        p.append_values([b"later"])
+    gc.submit(_flushing(parts), lambda r: later.set())
+    assert not first.wait(0.2), "a round was answered before its syncfs returned"
+    assert not later.is_set()
+    assert gc.stats()["rounds"] == 0
+    syncfs.open.set()
+    assert first.wait(WAIT) and later.wait(WAIT)
+    # The later callers were covered by a second round, started after their appends.
+    assert syncfs.calls == 2 and gc.stats()["rounds"] == 2
+    assert gc.wait_idle(WAIT)
+
+
+@needs_syncfs
+def test_group_commit_failed_syncfs_fails_every_partition_of_its_round(store, monkeypatch):
+    parts = _appended_partitions(store, 6)
+    syncfs = SyncfsGate(monkeypatch)
+    syncfs.fail = True
+    results = GroupCommit(threads=2, syncfs_partitions=4).sync(_flushing(parts), timeout=WAIT)
+    assert all(isinstance(r, StorageError) and "I/O error" in str(r) for r in results), results
+    # Whose pages were lost cannot be told: every partition of the round refuses work until reopened.
+    for p in parts:
+        with pytest.raises(LogFailedError):
+            p.append_values([b"after"])
+
+
+@needs_syncfs
+def test_group_commit_round_tells_a_partition_its_own_writeback_error(store, monkeypatch):
+    parts = _appended_partitions(store, 6)
+    bad_dir = _log_dir(store, "t", 2)
+    real = fs_sync.check_written
+
+    def check_written(fd: int) -> None:
+        if bad_dir in _path_of(fd):  # as Linux reports a failed writeback of that file after a syncfs
+            raise OSError(errno.EIO, "injected writeback failure")
+        real(fd)
+    monkeypatch.setattr(fs_sync, "check_written", check_written)
+    results = GroupCommit(threads=2, syncfs_partitions=4).sync(_flushing(parts), timeout=WAIT)
+    assert isinstance(results[2], StorageError)
+    assert results[:2] + results[3:] == [None] * 5
+    with pytest.raises(LogFailedError):
+        parts[2].append_values([b"after"])
+    parts[3].append_values([b"after"])
+
+
+def test_fs_sync_kernel_release_gate():
+    # syncfs reports writeback errors from Linux 5.8 on; before, a failed write would have looked durable.
+    assert fs_sync.kernel_reports_syncfs_errors("6.18.44-fc-v669")
+    assert fs_sync.kernel_reports_syncfs_errors("5.8.0")
+    assert not fs_sync.kernel_reports_syncfs_errors("5.7.19-generic")
+    assert not fs_sync.kernel_reports_syncfs_errors("4.19.0")
+    assert not fs_sync.kernel_reports_syncfs_errors("weird")
 
 
 # ------------------------------------------------------------------------------------------ pylog serve
@@ -363,6 +496,37 @@ def test_group_commit_server_shares_fsyncs_across_requests_and_connections(store
     assert calls == fsyncs  # each one fsync of the partition's log
 
 
+@needs_syncfs
+def test_group_commit_server_produce_naming_many_partitions_is_answered_after_one_syncfs(store, monkeypatch):
+    store.create_topic("m", partitions=16)
+    with pylog.serve(store, port=0, auto_create_topics=False, shutdown_timeout_s=5,
+                     group_commit_syncfs_partitions=8) as srv:
+        with socket.create_connection((srv.host, srv.port), timeout=WAIT) as s:
+            def produce(corr: int) -> None:
+                body = {"transactional_id": None, "acks": -1, "timeout_ms": 5000, "topic_data": [
+                    {"name": "m", "partition_data": [{"index": i, "records": kafka_batch([b"p%d" % i])}
+                                                     for i in range(16)]}]}
+                s.sendall(encode_request(0, 7, corr, "group-commit", body))
+            produce(1)  # every partition opened (its files made) before the gate
+            assert all(p["error_code"] == 0 for p in _answer(s)[1]["responses"][0]["partition_responses"])
+            before = srv.stats()
+            syncfs = SyncfsGate(monkeypatch)
+            syncfs.open.clear()
+            produce(2)
+            assert syncfs.entered.wait(WAIT), "sixteen partitions waiting made no store-wide round"
+            assert select.select([s], [], [], 0.5)[0] == [], "acks=all was answered before its round's syncfs"
+            syncfs.open.set()
+            corr, body = _answer(s)
+            after = srv.stats()
+    entries = body["responses"][0]["partition_responses"]
+    assert corr == 2 and [(e["index"], e["error_code"], e["base_offset"]) for e in entries] == [
+        (i, 0, 1) for i in range(16)]
+    delta = {k: after[k] - before[k] for k in ("group_commit_rounds", "group_commit_round_flushes",
+                                                "group_commit_syncs", "acks_all_requests")}
+    assert delta == {"group_commit_rounds": 1, "group_commit_round_flushes": 16, "group_commit_syncs": 1,
+                     "acks_all_requests": 1}
+
+
 # ------------------------------------------------------------------------------------------ producers, close
 
 
@@ -391,3 +555,71 @@ def test_group_commit_store_close_fsyncs_partitions_in_parallel(tmp_path, monkey
     monkeypatch.undo()
     with pylog.open(tmp_path / "store") as again:
         assert [again.topic("t").partition(i).log_end_offset for i in range(8)] == [1] * 8
+
+
+# ------------------------------------------------------------------------------------------ a killed server
+
+
+@needs_syncfs
+@pytest.mark.slow
+def test_group_commit_records_acked_through_store_wide_rounds_survive_a_killed_server(tmp_path):
+    """A ``pylog serve`` process acknowledging acks=all through store-wide rounds (a confluent-kafka producer
+    spread over 64 partitions, rounds from 2 waiting partitions on) is SIGKILLed mid-stream: every record
+    acknowledged before the kill is in the store reopened after it, at its acknowledged offset."""
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    path = tmp_path / "store"
+    with pylog.open(path) as s:
+        s.create_topic("t", partitions=64)
+    proc = subprocess.Popen([sys.executable, "-m", "pylog", "serve", str(path), "--port", "0", "--log-level", "INFO",
+                             "--group-commit-syncfs-partitions", "2"], stderr=subprocess.PIPE, text=True)
+    lines: list[str] = []
+    listening = threading.Event()
+    rounds = threading.Event()
+
+    def read_log() -> None:
+        assert proc.stderr is not None
+        for line in proc.stderr:
+            lines.append(line)
+            if "listening on" in line:
+                listening.set()
+            if "made durable together by one syncfs" in line:
+                rounds.set()
+    reader = threading.Thread(target=read_log, daemon=True)
+    reader.start()
+    acked: list[tuple[int, int, bytes]] = []
+    try:
+        assert listening.wait(WAIT), "".join(lines)
+        port = re.search(r"listening on [\d.]+:(\d+)", "".join(lines)).group(1)  # type: ignore[union-attr]
+        producer = confluent_kafka.Producer({"bootstrap.servers": f"127.0.0.1:{port}", "acks": "all",
+                                             "linger.ms": 5, "message.timeout.ms": 5000, "retries": 0})
+
+        def report(err, msg) -> None:
+            if err is None:
+                acked.append((msg.partition(), msg.offset(), msg.value()))
+        deadline = time.monotonic() + 60
+        i = 0
+        # Produce until a round has acknowledged records and a few thousand are acknowledged, then kill.
+        while not (rounds.is_set() and len(acked) >= 3000) and time.monotonic() < deadline:
+            for _ in range(500):
+                try:
+                    producer.produce("t", b"%d" % i, partition=i % 64, on_delivery=report)
+                except BufferError:  # the client's queue is full (a slow server): let it drain a little
+                    break
+                i += 1
+            producer.poll(0.005)
+        assert rounds.is_set(), "no store-wide round ran:\n" + "".join(lines[-20:])
+        proc.kill()  # mid-stream: requests in flight, rounds under way
+        proc.wait(WAIT)
+        producer.flush(WAIT)  # the acknowledgements that arrived before the kill; the rest fail
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert len(acked) >= 3000
+    with pylog.open(path) as s:  # the killed server's partitions are recovered as after a crash
+        stored = {}
+        for number in range(64):
+            for r in s.topic("t").partition(number).read(0, max_records=100_000):
+                stored[(number, r.offset)] = r.value
+    missing = [(p, o, v) for p, o, v in acked if stored.get((p, o)) != v]
+    assert not missing, f"{len(missing)} of {len(acked)} acknowledged records are not in the store: {missing[:5]}"

@@ -21,7 +21,7 @@ import time
 import pytest
 
 import pylog
-from pylog.partition import watch_appends
+from pylog.partition import internals, watch_appends
 from pylog.storage import notify
 
 from childproc import Child
@@ -277,19 +277,19 @@ def test_reader_polls_when_wake_ups_do_not_reach_it(handles, monkeypatch):
     data, after at most a slice, then polls until it sees the sequence move again."""
     root, wp, rp = handles
     spy = FutexSpy(monkeypatch)
-    monkeypatch.setattr(wp.notifier, "publish", lambda: None)
+    monkeypatch.setattr(internals(wp).notifier, "publish", lambda: None)
     w = Waiter(rp, 0, 60)
     w.start()
     spy.wait_sleeping()
     wp.append_values([b"a"])
     assert w.outcome() is True
-    assert rp.notifier.trusted is False
+    assert internals(rp).notifier.trusted is False
 
-    monkeypatch.delattr(wp.notifier, "publish")  # publishes again
+    monkeypatch.delattr(internals(wp).notifier, "publish")  # publishes again
     wp.append_values([b"b"])
     assert rp.wait_for_data(1, 0.01) is True
     assert rp.wait_for_data(2, 0.01) is False  # slept on the file again: the sequence moved
-    assert rp.notifier.trusted is True
+    assert internals(rp).notifier.trusted is True
 
 
 @needs_futex
@@ -321,7 +321,7 @@ def test_wait_with_zero_timeout_returns_at_once(handles):
 def test_polling_fallback_when_disabled(handles, monkeypatch):
     root, wp, rp = handles
     monkeypatch.setattr(notify, "ENABLED", False)
-    assert rp.notifier.watch() is None
+    assert internals(rp).notifier.watch() is None
     w = Waiter(rp, 0, 60)
     w.start()
     wp.append_values([b"a"])

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import random
+import re
 import shutil
 import tempfile
 
@@ -817,7 +818,7 @@ def test_a_too_large_record_writes_nothing_of_its_call(tmp_path):
 
 
 def test_a_failed_roll_makes_the_partition_refuse_work_until_reopened(tmp_path, monkeypatch):
-    from pylog.storage.log import local_log as partition_module
+    from pylog import segment as segment_module
     with pylog.open(tmp_path, segment_bytes=1024) as store:
         p = store.create_topic("t").partition(0)
         p.append_values([b"x" * 600])
@@ -825,7 +826,7 @@ def test_a_failed_roll_makes_the_partition_refuse_work_until_reopened(tmp_path, 
         def broken_create(*args, **kwargs):
             raise OSError(28, "No space left on device")
 
-        monkeypatch.setattr(partition_module.Segment, "create", broken_create)
+        monkeypatch.setattr(segment_module.Segment, "create", broken_create)
         with pytest.raises(pylog.LogFailedError):
             p.append_values([b"y" * 600])
         monkeypatch.undo()
@@ -899,3 +900,13 @@ def test_threads_append_and_read_concurrently(tmp_path):
             mine = [v for v in values if v.startswith(b"%d-" % tag)]
             assert mine == [b"%d-%d-%d" % (tag, i, j) for i in range(150) for j in range(1 + (i % 7))]
         assert p.check() == []
+
+
+def test_partition_has_no_public_member_the_client_docs_do_not_name():
+    """Partition carries only the API users are told about (docs/CLIENTS.md, "Partitions directly"): a member
+    that pylog's own producer, server, cleaner or store needs belongs to ``pylog.partition.internals(p)``."""
+    docs_path = os.path.join(os.path.dirname(__file__), os.pardir, "docs", "CLIENTS.md")
+    with open(docs_path, encoding="utf-8") as f:
+        docs = f.read()
+    public = sorted(name for name in dir(pylog.Partition) if not name.startswith("_"))
+    assert public and [name for name in public if not re.search(r"[`.]%s\b" % name, docs)] == []

@@ -112,6 +112,7 @@ def test_a_producer_waiting_out_its_quota_delay_hands_its_partitions_over(tmp_pa
 
 _CROSSING_PRODUCER = """
     import contextlib, sys, pylog
+    from pylog.partition import internals
     path, mine, theirs, pass_under_way = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), sys.argv[4] == "pass"
     store = pylog.open(path, log_cleaner_enable=False)
     producer = store.producer(linger_ms=0)
@@ -121,7 +122,7 @@ _CROSSING_PRODUCER = """
     part = store.topic("t").partition(mine)
     under_way = contextlib.ExitStack()
     if pass_under_way:  # a retention or compaction pass of the partition it holds, until told
-        under_way.enter_context(part.maintenance_pass())
+        under_way.enter_context(internals(part).maintenance_pass())
     meta = producer.send("t", b"second", partition=theirs).get(60)  # a hang guard only
     print("sent", meta.partition, meta.offset, part.is_writer, flush=True)
     sys.stdin.readline()

@@ -1,5 +1,5 @@
 """Writers taking turns on one partition: producers of several processes share a partition by handing its
-writer lock over (Partition.handover_wanted / wait_to_write / release_writer)."""
+writer lock over (PartitionInternals.handover_wanted / wait_to_write / release_writer)."""
 
 from __future__ import annotations
 
@@ -13,6 +13,7 @@ import pytest
 
 import pylog
 from pylog.__main__ import ExitCode, main
+from pylog.partition import internals
 
 from childproc import Child
 from storetools import read_all, wait_for
@@ -35,16 +36,16 @@ def test_a_waiting_handle_is_seen_and_gets_the_partition_when_the_writer_hands_o
         pa = a.create_topic("ev").partition(0)
         pa.append_values([b"a0"])
         pb = b.topic("ev").partition(0)
-        assert pa.is_writer and not pa.handover_wanted()
+        assert pa.is_writer and not internals(pa).handover_wanted()
         got: list = []
         waiter = threading.Thread(target=lambda: got.append(pb.wait_to_write(10_000)))
         waiter.start()
-        assert _wait_for(pa.handover_wanted), "the holder never saw the waiting handle"
+        assert _wait_for(internals(pa).handover_wanted), "the holder never saw the waiting handle"
         assert not got
         pa.release_writer()
         waiter.join(10)
         assert got == [None] and pb.is_writer and not pa.is_writer
-        assert not pb.handover_wanted()  # nobody waits any more
+        assert not internals(pb).handover_wanted()  # nobody waits any more
         pb.append_values([b"b0", b"b1"])
         assert [r.value for r in _all(pa)] == [b"a0", b"b0", b"b1"]  # the released handle reads on
         pb.release_writer()
@@ -82,8 +83,8 @@ def test_an_idle_producer_hands_over_to_a_handle_that_waits_for_its_turn(tmp_pat
                 assert not a.topic("ev").partition(0).is_writer
                 assert pb.append_values([b"direct"]) == 1  # a direct append pins the lock to b
                 late = prod.send("ev", b"again")  # so this waits its turn until b closes
-                assert _wait_for(pb.handover_wanted), "the producer never asked for its turn"
-                assert not late.is_done and not pb.hand_over()
+                assert _wait_for(internals(pb).handover_wanted), "the producer never asked for its turn"
+                assert not late.is_done and not internals(pb).hand_over()
             assert late.get(10).offset == 2
     with pylog.open(tmp_path, log_cleaner_enable=False) as s:
         assert [r.value for r in _values(s)] == [b"from-producer", b"direct", b"again"]
@@ -118,17 +119,17 @@ def test_a_handover_does_not_wait_for_maintenance_under_way(tmp_path):
         a.create_topic("ev")
         pa = a.topic("ev").partition(0)
         pa.wait_to_write(1000)
-        pa.append_values_in_turn([b"x"], None, None, None, None, None)
+        internals(pa).append_values_in_turn([b"x"], None, None, None, None, None)
         waiter = threading.Thread(target=lambda: b.topic("ev").partition(0).wait_to_write(10_000))
         waiter.start()
-        assert _wait_for(pa.handover_wanted)
-        with pa.maintenance_pass():  # a retention or compaction pass of this handle
+        assert _wait_for(internals(pa).handover_wanted)
+        with internals(pa).maintenance_pass():  # a retention or compaction pass of this handle
             done: list = []
-            t = threading.Thread(target=lambda: done.append(pa.hand_over()))
+            t = threading.Thread(target=lambda: done.append(internals(pa).hand_over()))
             t.start()
             t.join(5)
             assert done == [False]  # did not block behind the pass
-        assert pa.hand_over()
+        assert internals(pa).hand_over()
         waiter.join(10)
         assert b.topic("ev").partition(0).is_writer
 
@@ -145,7 +146,7 @@ def test_a_send_does_not_wait_for_a_maintenance_pass_on_another_partition_its_pr
             pb.send("ev", b"b0", partition=1).get(30)  # pb hands partition 1 over when asked
             p0 = a.topic("ev").partition(0)
             assert p0.is_writer and b.topic("ev").partition(1).is_writer
-            with p0.maintenance_pass():  # a pass of partition 0 in store a
+            with internals(p0).maintenance_pass():  # a pass of partition 0 in store a
                 meta = pa.send("ev", b"a1", partition=1).get(30)
                 assert p0.is_writer  # not let go of while its pass is under way
             assert (meta.partition, meta.offset) == (1, 1)
@@ -165,9 +166,9 @@ def test_a_producer_waiting_for_a_partition_lets_go_of_another_as_soon_as_its_pa
             p0 = a.topic("ev").partition(0)
             q0, q1 = b.topic("ev").partition(0), b.topic("ev").partition(1)
             q1.wait_to_write(10_000)  # held by b, which does not hand over on its own
-            with p0.maintenance_pass():  # a pass of partition 0 in store a
+            with internals(p0).maintenance_pass():  # a pass of partition 0 in store a
                 future = pa.send("ev", b"a1", partition=1)
-                assert _wait_for(q1.handover_wanted)  # pa waits for partition 1...
+                assert _wait_for(internals(q1).handover_wanted)  # pa waits for partition 1...
                 assert p0.is_writer  # ...still holding partition 0, whose pass is under way
             q0.wait_to_write(30_000)  # the pass over: pa's wait lets go of partition 0
             assert q0.append_values([b"b0"]) == 1

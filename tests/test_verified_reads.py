@@ -7,6 +7,8 @@ Run: ``python -m pytest tests/test_verified_reads.py -q``
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import pylog
@@ -132,6 +134,32 @@ def test_a_readers_view_of_the_active_segment_checks_every_read(tmp_path):
             assert err.value.position == pos
 
 
+def test_a_reader_continuing_where_its_last_read_stopped_is_handed_the_rest_of_that_batch_as_checked(tmp_path):
+    """A reader's view of the active segment checks every read of the file; a read that continues at the
+    offset where the last one stopped inside a batch is handed the rest of that batch as the last read
+    checked it (a consumer's polls, a read() loop: a ~1 MB batch was read and checked once per 1,000
+    records). Any other read reads the file and checks it, and so finds damage done since."""
+    with pylog.open(str(tmp_path), **{**OPTIONS, "segment_bytes": 1 << 20}) as writer:
+        p = writer.create_topic(TOPIC).partition(0)
+        _append(p, 0, 5)
+        _append(p, 5, 50, per_batch=50)
+        _append(p, 55, 5)
+        with pylog.open(str(tmp_path), read_only=True) as reader:
+            q = reader.topic(TOPIC).partition(0)
+            active = q.segments[-1]
+            pos, h = log_batches(active.log_path)[1]
+            assert (h.base_offset, h.record_count) == (5, 50)
+            assert [r.offset for r in q.read(5, max_records=10)] == list(range(5, 15))
+            _flip(active.log_path, pos + h.size - 1)
+            got = q.read(15, max_records=100)  # continues: the rest as checked, then the next batch from the file
+            assert [(r.offset, r.value) for r in got] == [(o, _value(o)) for o in range(15, 60)]
+            with pytest.raises(CorruptRecordError) as err:
+                q.read(20, max_records=1)  # not a continuation: the file is read and checked
+            assert err.value.position == pos
+            with pytest.raises(CorruptRecordError):
+                q.read(15, max_records=1)  # the slot went with that read's batch: checked again
+
+
 def test_a_compaction_swap_leaves_no_memo_vouching_for_the_new_file(tmp_path):
     """The memo is the old file's: the segment swapped in under the same name is read and checked anew."""
     cfg = {"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01}
@@ -181,7 +209,9 @@ def test_truncation_drops_the_memo_so_batches_written_again_there_are_checked(tm
         for pos, h in log_batches(seg.log_path):
             seg.read(h.base_offset, 1, 1 << 20)
         assert seg.verified() == positions
-        seg.truncate_to(8)  # keeps batches 0 and 4; writable again (recovered)
+        # A new writer's recovery cut the log after batches 0 and 4: writable again (recovered).
+        os.truncate(seg.log_path, next(pos for pos, h in seg.batch_headers() if h.base_offset == 8))
+        assert seg.recover() == 0
         assert seg.verified() == set()
         for base in range(8, 32, 4):
             _append_batch(seg, base, generation=1)

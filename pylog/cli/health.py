@@ -38,7 +38,7 @@ from ..maintenance.cleaner_registry import HEARTBEAT_S, PublishedCleaner
 from ..maintenance.compaction import cleanable_range
 from ..config import STORE_SETTINGS
 from ..storage.filenames import OFFSETS_TOPIC, SWAP_MANIFEST_FILE
-from ..partition import Partition
+from ..partition import Partition, internals
 from ..storage.records import now_ms
 from ..storage.retention import deletable_prefix
 from .base import ExitCode, non_negative, open_store, partition_writers
@@ -84,7 +84,7 @@ def _check_partition(p: Partition, writers: dict[str, int | None] | None, now: i
     name = f"{p.topic}-{p.number}"
     pid = None if writers is None else writers.get(p.directory)
     ask = ": is its cleaner running?"
-    if p.transient:
+    if internals(p).transient:
         writer, maintained, who = "shared", True, "every store with a cleaner maintains it in turn"
     elif writers is None:
         writer, maintained, who = "?", True, "its writer is unknown (no /proc/locks)"

@@ -54,6 +54,8 @@ _LIMITS: list[tuple[str, Callable[[str], Any], str, str]] = [
      "offset.metadata.max.bytes; default 4096)"),
     ("--auto-create-topics-per-request", positive, "N", "most topics one Metadata request may auto-create "
      "(default 100)"),
+    ("--group-commit-syncfs-partitions", non_negative, "N", "acks=all: from this many partitions waiting for an "
+     "fsync on, make them durable with one syncfs of their file system (default 8; 0: fdatasync each)"),
 ]
 
 

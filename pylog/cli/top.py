@@ -66,12 +66,9 @@ def register(sub: Any) -> None:
     t.set_defaults(run=_top)
 
 
-class _Stop(Exception):
-    """SIGTERM: end the view as q does."""
-
-
 def _on_sigterm(signum: int, frame: Any) -> None:
-    raise _Stop()
+    """SIGTERM: end the view as q and Ctrl-C do (the same unwinding, the terminal restored on the way)."""
+    raise KeyboardInterrupt
 
 
 def _top(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -89,7 +86,7 @@ def _top(args: argparse.Namespace, out: TextIO) -> ExitCode:
                 _live(source, args, console)
             else:
                 _batch(source, args, out)
-    except (KeyboardInterrupt, _Stop):
+    except KeyboardInterrupt:
         pass  # the normal end of a live view
     finally:
         signal.signal(signal.SIGTERM, previous)

@@ -31,7 +31,7 @@ from ..accel import native as _native
 from ..storage.records import RECORD_OVERHEAD, column_parts as _column
 from ..structs import RecordMetadata, TopicPartition
 
-__all__ = ["Accumulation", "take", "RECORD_OVERHEAD", "ITEM_LEN", "COLUMNS"]
+__all__ = ["Accumulation", "take", "all_none", "RECORD_OVERHEAD", "ITEM_LEN", "COLUMNS"]
 
 log = logging.getLogger("pylog.producer")
 
@@ -124,15 +124,15 @@ class Accumulation:
                                                     for r in recs]
                 self.values = list(map(COLUMNS[0], rows))
                 keys = list(map(COLUMNS[1], rows))
-            self.keys = keys if keys.count(None) != n else None
+            self.keys = keys if not all_none(keys) else None
             return
         rows = recs if self.slow == n else [r if type(r) is tuple else (r, None, None, None, None) for r in recs]
         values, keys, partitions, timestamps, headers = (list(map(get, rows)) for get in COLUMNS)
         self.values = values
-        self.keys = keys if keys.count(None) != n else None
-        self.partitions = partitions if partitions.count(None) != n else None
-        self.timestamps = timestamps if timestamps.count(None) != n else None
-        self.headers = headers if headers.count(None) != n else None
+        self.keys = keys if not all_none(keys) else None
+        self.partitions = partitions if not all_none(partitions) else None
+        self.timestamps = timestamps if not all_none(timestamps) else None
+        self.headers = headers if not all_none(headers) else None
 
     def payload_bytes(self) -> int:
         """Bytes of values, keys and headers (what a quota counts), after :meth:`columns`."""
@@ -219,7 +219,9 @@ class Accumulation:
         placed = self.placed
         if isinstance(placed, int):
             return [(placed, None)], 0
-        order = np.argsort(placed, kind="stable")
+        # int16 when the partition numbers fit: numpy sorts those by radix, O(n) (int32 by merge sort, ~5x slower)
+        keys = placed.astype(np.int16) if int(placed.max()) < 1 << 15 else placed
+        order = np.argsort(keys, kind="stable")
         cuts = np.flatnonzero(np.diff(placed[order])) + 1
         return [(int(placed[idx[0]]), idx) for idx in np.split(order, cuts)], np.full(len(self.values), -1, np.int64)
 
@@ -233,7 +235,7 @@ class Accumulation:
             keys = None if keys is None else take(keys, idx)
             ts = stamps[idx]
             hs = None if hs is None else take(hs, idx)
-        if keys is not None and keys.count(None) == len(keys):
+        if keys is not None and all_none(keys):
             keys = None
         if hs is not None and not any(hs):
             hs = None
@@ -284,13 +286,19 @@ class Accumulation:
             return placed, []
         if keys is not None and len(todo) != n:
             keys = take(keys, todo)
-        if keys is None or keys.count(None) == len(keys):  # no keys at all: all sticky, nothing to hash
+        if keys is None or all_none(keys):  # no keys at all: all sticky, nothing to hash
             lengths, data = np.full(len(todo), -1, np.int32), b""
         else:
             lengths, parts = _column(keys, len(keys), "keys")  # lengths from a C-level map when it can
             data = b"".join(parts)
         placed[todo] = default.partition_batch(lengths, data, all_parts, topic=self.topic)
         return placed, sorted(set(placed[todo[lengths < 0]].tolist()))
+
+
+def all_none(items: list) -> bool:
+    """Whether every item is None (True for an empty list). Looks at the first item before counting: a
+    comparison with None costs ~50 ns for a bytes item, and keyed records' key columns rarely start with one."""
+    return not items or (items[0] is None and items.count(None) == len(items))
 
 
 def take(items: list, index: np.ndarray) -> list:

@@ -43,7 +43,7 @@ from .groups import GroupMember, check_group_id
 from .offsets import CommittedOffsets, valid_position
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
-from ..storage.records import consumer_rows, payload_bytes
+from ..storage.records import BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count
 from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..partition import Partition, watch_appends
 
@@ -99,6 +99,9 @@ def _topic_partition(tp: Any) -> TopicPartition:
         return TopicPartition(*tp)
     raise InvalidArgumentError(f"expected a TopicPartition(topic, partition), got {tp!r}"[:200]
                                + ": pass e.g. [pylog.TopicPartition('orders', 0)]")
+
+
+_Slice = tuple[BatchView, int, int]  #: (batch, first record, stop): what a partition's read_slices lists
 
 
 class _ListIterator(Protocol):
@@ -165,9 +168,10 @@ class Consumer:
         self._last_scan = 0.0
         self._next_rr = 0
         self._gen: Iterator[ConsumerRecord] | None = None  # what next() draws from
-        #: The poll chunk an iterator is handing out: (partition, records, their list iterator). Its
-        #: partition's position is brought up to date lazily (see _settle).
-        self._cur: tuple[TopicPartition, list[ConsumerRecord], _ListIterator] | None = None
+        #: The poll chunk an iterator is handing out: (partition, records, their list iterator), or
+        #: (partition, None, the iterator building them as taken). Its partition's position is brought up to
+        #: date lazily (see _settle).
+        self._cur: tuple[TopicPartition, list[ConsumerRecord] | None, Any] | None = None
         self._closed = False
         self._group_id: str | None = cfg["group_id"]
         self._offsets = offsets if self._group_id is not None else None
@@ -514,6 +518,11 @@ class Consumer:
              update_offsets: bool = True) -> dict[TopicPartition, list[ConsumerRecord]]:
         """Records from the assigned, unpaused partitions, at most ``max_records`` (``max_poll_records``);
         waits up to ``timeout_ms`` for some to arrive. Advances the positions past what it returns."""
+        return self._poll(timeout_ms, max_records, update_offsets, self._fetch)
+
+    def _poll(self, timeout_ms: float, max_records: int | None, update_offsets: bool,
+              fetch: Callable[[int, bool], dict[TopicPartition, Any]]) -> dict[TopicPartition, Any]:
+        """:meth:`poll` with records made by ``fetch``: :meth:`_fetch`'s lists or :meth:`_fetch_iters`'."""
         if self._closed:
             raise StoreClosedError("consumer is closed")
         limit = self.config["max_poll_records"] if max_records is None else max_records
@@ -522,15 +531,33 @@ class Consumer:
             self._settle(cut=True)  # a poll takes over from an iteration in progress
         self._maybe_auto_commit()
         while True:
-            out = self._fetch(limit, update_offsets)
+            out = fetch(limit, update_offsets)
             if out or time.monotonic() >= deadline:
                 return out
             self._wait(deadline)
 
     def _fetch(self, limit: int, update_offsets: bool) -> dict[TopicPartition, list[ConsumerRecord]]:
+        # Rows built straight from the batches (in C when accelerated), deserializers applied per item.
+        out = {tp: consumer_rows(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
+               for tp, slices in self._fetch_slices(limit).items()}
+        # Positions move only once every read and row succeeded: a poll that raises returns and skips nothing.
+        if update_offsets:
+            for tp, recs in out.items():
+                self._positions[tp] = recs[-1].offset + 1
+        return out
+
+    def _fetch_iters(self, limit: int, update_offsets: bool) -> dict[TopicPartition, Any]:
+        """Rows for iteration (no position moves): compiled, built as taken (``consumer_row_iter``)."""
+        if consumer_row_iter is None:
+            return self._fetch(limit, False)
+        return {tp: consumer_row_iter(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
+                for tp, slices in self._fetch_slices(limit).items()}
+
+    def _fetch_slices(self, limit: int) -> dict[TopicPartition, list[_Slice]]:
+        """Slices of at most ``limit`` records from the readable partitions (round robin); the quota's delay."""
         self._rescan(group=True)
         parts = [tp for tp in self._positions if tp not in self._paused and tp not in self._pending]
-        out: dict[TopicPartition, list[ConsumerRecord]] = {}
+        out: dict[TopicPartition, list[_Slice]] = {}
         if not parts:
             return out
         got = 0
@@ -541,20 +568,16 @@ class Consumer:
             if got >= limit:
                 break
             try:
-                recs = self._read(tp, limit - got)
+                slices = self._read(tp, limit - got)
             except UnknownTopicError:
                 if self._manual:
                     raise
                 self._rescan(force=True)  # a subscribed topic was deleted: forget it
                 continue
-            if recs:
-                out[tp] = recs
-                got += len(recs)
-        # Positions move only once every read succeeded: a poll that raises returns and skips nothing.
-        if update_offsets:
-            for tp, recs in out.items():
-                self._positions[tp] = recs[-1].offset + 1
-        if out and metrics.state.on:
+            if slices:
+                out[tp] = slices
+                got += slices_count(slices)
+        if out and metrics.state.on:  # reads only: rows are built by the caller (as taken, when iterating)
             client_metrics.polled(self._metrics_label, time.perf_counter() - began)
         if self._fetched_bytes:
             # Over a consumer_byte_rate quota: the records wait, as a broker holds back a fetch response.
@@ -565,7 +588,7 @@ class Consumer:
             self._throttled_fetches += 1
         return out
 
-    def _read(self, tp: TopicPartition, limit: int) -> list[ConsumerRecord]:
+    def _read(self, tp: TopicPartition, limit: int) -> list[_Slice]:
         p = self._partition(tp)
         pos = self._resolve(tp)
         try:
@@ -576,15 +599,11 @@ class Consumer:
             # Retention or delete-records removed the position (or it lies past the end): reset it.
             self._positions[tp] = None
             slices = p.read_slices(self._resolve(tp), max_records=limit, max_bytes=self.config["fetch_max_bytes"])
-        if not slices:
-            return []
-        if self._quotas.active(self.config["client_id"], CONSUME):
+        if slices and self._quotas.active(self.config["client_id"], CONSUME):
             self._fetched_bytes += payload_bytes(slices)
-        # Rows built straight from the batches (in C when accelerated), deserializers applied per item.
-        rows = consumer_rows(slices, tp.topic, tp.partition, ConsumerRecord, self._kdes, self._vdes)
-        if metrics.state.on:
-            client_metrics.read(self._metrics_label, tp.topic, len(rows), slices)
-        return rows
+        if slices and metrics.state.on:
+            client_metrics.read(self._metrics_label, tp.topic, slices_count(slices), slices)
+        return slices
 
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: one sleep over every partition's wake-up word where the kernel
@@ -619,12 +638,11 @@ class Consumer:
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records as they come, waiting for them; ends after ``consumer_timeout_ms`` without any.
 
-        Hands out each poll's records partition by partition straight from the poll's lists (a C-level
-        chain of list iterators, no Python step per record). Positions move as records are handed out:
-        how far the current list's iterator has got says where its partition stands, and any call that
-        reads a position brings it up to date first. A seek, pause, poll, reassignment or close cuts the
-        current list short, so a loop left early, a seek, pause or rebalance mid-loop never loses or
-        repeats a record.
+        Hands out each poll's records through a C-level chain of iterators, no Python step per record:
+        compiled, iterators building each row when it is taken (:func:`~pylog.storage.records.consumer_row_iter`:
+        the row before is freed, its memory still in cache), else the poll's lists. Positions move as records
+        are handed out (any call that reads a position brings it up to date first); a seek, pause, poll,
+        reassignment or close cuts the current iterator short, so nothing is lost or repeated.
         """
         self._settle(cut=True)
         return itertools.chain.from_iterable(self._chunks())
@@ -635,7 +653,7 @@ class Consumer:
             deadline = None if timeout == float("inf") else time.monotonic() + timeout / 1000
             while True:
                 step = 1000.0 if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
-                batch = self.poll(timeout_ms=step, update_offsets=False)
+                batch = self._poll(step, None, False, self._fetch_iters)
                 if batch:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
@@ -643,19 +661,30 @@ class Consumer:
             starts = {tp: self._positions.get(tp) for tp in batch}
             for tp, recs in batch.items():
                 self._settle()
+                lazy = not isinstance(recs, list)  # rows built as taken: the iterator knows its next_offset
                 if self._positions.get(tp, -1) != starts[tp] or tp in self._paused or tp in self._pending:
+                    if lazy:
+                        recs.close()
                     continue  # sought, paused or unassigned since the poll: drop these
-                it = cast(_ListIterator, iter(recs))  # a list_iterator: see _ListIterator
-                self._cur = (tp, recs, it)
+                it = recs if lazy else cast(_ListIterator, iter(recs))  # a list_iterator: see _ListIterator
+                self._cur = (tp, None if lazy else recs, it)
                 yield it
             self._settle()
 
     def _settle(self, cut: bool = False) -> None:
-        """Bring the position of the partition being iterated up to date; with ``cut``, end its list."""
+        """Bring the position of the partition being iterated up to date; with ``cut``, end its iterator."""
         cur = self._cur
         if cur is None:
             return
         tp, recs, it = cur
+        if recs is None:  # rows built as taken (consumer_row_iter)
+            nxt = it.next_offset
+            if nxt >= 0 and tp in self._positions:
+                self._positions[tp] = nxt
+            if cut or not it.__length_hint__():
+                it.close()  # ends it: the chain moves on to the next poll's iterators
+                self._cur = None
+            return
         taken = len(recs) - it.__length_hint__()
         if taken and tp in self._positions:
             self._positions[tp] = recs[taken - 1].offset + 1

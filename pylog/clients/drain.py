@@ -38,7 +38,7 @@ import numpy as np
 from .. import metrics
 from ..errors import LogFailedError, PartitionLockedError
 from ..storage import group_commit
-from ..partition import Partition
+from ..partition import Headers, Partition, internals
 from ..storage.records import now_ms
 from ..topic import Topic
 from . import client_metrics
@@ -153,7 +153,8 @@ class Drainer:
                 kept = list(self.held.values())
                 left = delay
                 while True:
-                    kept = [p for p in kept if p.pass_turn(wanted_only=False, blocking=False) and p.is_writer]
+                    kept = [p for p in kept
+                            if internals(p).pass_turn(wanted_only=False, blocking=False) and p.is_writer]
                     if not kept or left <= HANDOVER_POLL:
                         break
                     quotas.sleep(HANDOVER_POLL)
@@ -169,17 +170,17 @@ class Drainer:
     # ------------------------------------------------------------------ turns between drains
 
     def hand_over_wanted(self) -> None:
-        """Release the partitions another handle waits for (``Partition.handover_wanted``); forget those
+        """Release the partitions another handle waits for (``PartitionInternals.handover_wanted``); forget those
         this store no longer writes. Between drains only: a drain appends to a partition whole."""
         for key, part in list(self.held.items()):
-            if not part.pass_turn() or not part.is_writer:
+            if not internals(part).pass_turn() or not part.is_writer:
                 del self.held[key]
 
     def let_go_all(self) -> None:
         """At close: let go of every partition held for a turn (nobody hands them over once the sender is
         gone; a lock a direct append pinned stays with the store)."""
         for part in self.held.values():
-            part.pass_turn(wanted_only=False)
+            internals(part).pass_turn(wanted_only=False)
         self.held.clear()
 
     # ------------------------------------------------------------------ steps of a drain
@@ -191,7 +192,7 @@ class Drainer:
             _sync([part for part in touched if part not in flushed], acc)
         for part in touched:
             self.held[id(part)] = part
-            part.pass_turn()
+            internals(part).pass_turn()
 
     def _let_go_one(self, part: Partition, touched: list[Partition], flushed: set[Partition],
                     acc: Accumulation, wanted_only: bool, blocking: bool = True) -> None:
@@ -202,7 +203,7 @@ class Drainer:
         if self._acks == -1 and part in touched and part not in flushed:
             flushed.add(part)
             _sync([part], acc)
-        part.pass_turn(wanted_only=wanted_only, blocking=blocking)
+        internals(part).pass_turn(wanted_only=wanted_only, blocking=blocking)
 
     def _let_go(self, waiting_for: Partition, touched: list[Partition], flushed: set[Partition],
                 acc: Accumulation) -> Callable[[], None]:
@@ -223,7 +224,7 @@ class Drainer:
 
         def again() -> None:
             for key, part in list(kept.items()):
-                if not part.pass_turn(wanted_only=False, blocking=False) or not part.is_writer:
+                if not internals(part).pass_turn(wanted_only=False, blocking=False) or not part.is_writer:
                     del kept[key]
         return again
 
@@ -235,8 +236,8 @@ class Drainer:
             self.producer_id = self._store.new_producer_id()
             self._epoch = 0
 
-    def _append_with_retries(self, part: Partition, vals: list, keys: list | None, ts: np.ndarray,
-                             hs: list | None, producer: tuple[int, int, int] | None,
+    def _append_with_retries(self, part: Partition, vals: list[bytes | None], keys: list[bytes | None] | None,
+                             ts: np.ndarray, hs: Headers | None, producer: tuple[int, int, int] | None,
                              before_waiting: Callable[[], Callable[[], None]]) -> int:
         """One partition's append; an OSError (a full disk, say) is retried ``retries`` times with the
         same sequence numbers, so an append that did land before the error is not written twice.
@@ -257,7 +258,7 @@ class Drainer:
                     # Only the wait for this partition counts against max_block_ms, not letting go of others.
                     deadline += time.monotonic() - started
                     part.wait_to_write(max(0.0, deadline - time.monotonic()) * 1000, again)
-                return part.append_values_in_turn(vals, keys, ts, hs, producer, self._compression)
+                return internals(part).append_values_in_turn(vals, keys, ts, hs, producer, self._compression)
             except PartitionLockedError:
                 # Handed on between our turn and the append (another producer of this process): wait again.
                 if time.monotonic() >= deadline:
@@ -275,7 +276,7 @@ def _sync(parts: list[Partition], acc: Accumulation) -> None:
     """fsync ``parts`` through the process's group commit (:mod:`pylog.storage.group_commit`: in parallel,
     and one fsync covers this drain and whatever other producers and ``pylog serve`` of this process
     appended meanwhile); a partition whose fsync failed fails its records."""
-    for part, exc in zip(parts, group_commit.sync(parts), strict=True):
+    for part, exc in zip(parts, group_commit.sync([internals(p) for p in parts]), strict=True):
         if exc is not None:
             acc.partition_errors[part.number] = exc
 
@@ -283,6 +284,6 @@ def _sync(parts: list[Partition], acc: Accumulation) -> None:
 def _wanted(part: Partition) -> bool:
     """Whether another handle waits for ``part`` (False when that cannot be told: nothing to do)."""
     try:
-        return part.is_writer and part.handover_wanted()
+        return part.is_writer and internals(part).handover_wanted()
     except Exception:  # a closed store, a deleted topic: the hand-over step says so, or nobody cares
         return False

@@ -27,7 +27,7 @@ import msgpack
 from ..errors import PartitionLockedError, TopicExistsError, UnknownTopicError
 from ..storage.fileio import in_range
 from ..storage.filenames import OFFSETS_TOPIC
-from ..partition import Partition
+from ..partition import Partition, internals
 from ..storage.records import crc32c
 from ..topic import Topic
 from ..structs import OffsetAndMetadata, TopicPartition
@@ -146,7 +146,7 @@ class CommittedOffsets:
         keys = [offset_key(group_id, tp) for tp in offsets]
         values = [offset_value(om, generation, member_id) for om in offsets.values()]
         p = self.partition_for(group_id)
-        with p.writer_turn():
+        with internals(p).writer_turn():
             try:
                 p.wait_to_write(timeout_ms)
             except PartitionLockedError:
@@ -167,7 +167,7 @@ class CommittedOffsets:
         if committed:
             p = self.partition_for(group_id)
             keys = [offset_key(group_id, tp) for tp in committed]
-            with p.writer_turn():
+            with internals(p).writer_turn():
                 if not p.try_become_writer():
                     raise PartitionLockedError(f"{p.topic}-{p.number} is being written; try again")
                 try:

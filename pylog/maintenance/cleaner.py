@@ -32,7 +32,7 @@ from ..errors import CleanerError, CorruptRecordError, StoreClosedError
 from ..storage.retention import RetentionResult
 from .cleaner_registry import CleanerPublisher
 from .cleaner_status import CleanerStatus, error_summary
-from ..partition import Partition
+from ..partition import Partition, internals
 
 
 __all__ = ["Cleaner"]
@@ -160,7 +160,7 @@ class Cleaner:
                 now = time.monotonic()
                 wake = min(next_retention, next_clean)
                 for p in self._partitions():
-                    wake = min(wake, p.flush_if_due())
+                    wake = min(wake, internals(p).flush_if_due())
                 if now >= next_retention or now >= next_clean:
                     with self._lock:
                         self._status.last_run_start = time.time()
@@ -197,7 +197,7 @@ class Cleaner:
         for p in self._partitions():
             if self._stop.is_set():
                 return
-            if (not (p.is_writer or p.transient) or f"{p.topic}-{p.number}" in skip
+            if (not (p.is_writer or internals(p).transient) or f"{p.topic}-{p.number}" in skip
                     or (compacted and not p.config.compact)):
                 continue
             yield p
@@ -228,11 +228,11 @@ class Cleaner:
     def _guarded(self, p: "Partition", what: str, work: Callable[["Partition"], None]) -> None:
         """Run one partition's maintenance; an error marks the partition uncleanable, the thread goes on."""
         try:
-            if not p.transient:
+            if not internals(p).transient:
                 work(p)
                 return
             # Written in turn by many handles: maintain it only while nobody else writes, then let go.
-            with p.writer_turn():
+            with internals(p).writer_turn():
                 held = p.is_writer
                 if not held:
                     try:

@@ -20,12 +20,12 @@ One cleaning of a partition (:func:`clean_partition`):
    timestamps, headers and their batch's attributes and producer fields; a batch that loses nothing is
    copied byte for byte.
 4. **Swap.** For each group: write ``<base>.log.cleaned`` (+ sealed indexes) and fsync its log; then
-   hand every group of the pass to :meth:`Partition.swap_in <pylog.partition.Partition.swap_in>`
+   hand every group of the pass to :meth:`PartitionInternals.swap_in <pylog.partition.PartitionInternals.swap_in>`
    (Kafka's ``replaceSegments``), which swaps them in with one commit under the partition's own locks
    and marks the partition failed if that breaks past the commit point. The numbered crash-safety
    protocol, the manifest and the recovery of an interrupted swap are the storage layer's
    (:mod:`pylog.storage.swap`); this module only writes ``.cleaned`` files (and its cleaner checkpoint)
-   and has unfinished ones removed by :meth:`Partition.remove_swap_leftovers`.
+   and has unfinished ones removed by :meth:`PartitionInternals.remove_swap_leftovers`.
 
 Invariants:
 - For every key, at least its latest record below the uncleanable offset survives; offsets are a
@@ -57,7 +57,7 @@ from ..storage.filenames import CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE
 from ..index import OffsetIndex
 from ..storage.records import BatchView, encode_parts, now_ms
 from ..segment import Segment
-from ..partition import Partition
+from ..partition import Partition, internals
 
 
 __all__ = ["CleanResult", "CleanerCheckpoint", "OffsetMap", "key_digests", "map_capacity", "clean_partition",
@@ -388,7 +388,7 @@ def cleanable_range(partition: "Partition", now: int | None = None) -> Cleanable
     active = segs[-1]
     # Not past a rolled segment whose background fsync is pending (an append in another thread may have
     # rolled since clean_partition synced them): the cleaner checkpoint must not run ahead of durable data.
-    uncleanable = min(active.base_offset, partition.synced_through)
+    uncleanable = min(active.base_offset, internals(partition).synced_through)
     lag = cfg["min.compaction.lag.ms"]
     if lag > 0:
         # Kafka: the first dirty segment holding a record younger than min.compaction.lag.ms, and all after.
@@ -520,8 +520,8 @@ def clean_partition(partition: "Partition", buffer_bytes: int, now: int | None =
                     should_stop: Callable[[], bool] | None = None) -> CleanResult:
     """Compact one partition if its dirty ratio (or ``max.compaction.lag.ms``, or ``force``) calls for it.
 
-    Makes this handle the partition's writer. Runs as one :meth:`Partition.maintenance_pass`; the partition's
-    append lock is held only inside :meth:`Partition.swap_in`. ``now`` (ms) is injectable for tests.
+    Makes this handle the partition's writer. Runs as one :meth:`PartitionInternals.maintenance_pass`; the partition's
+    append lock is held only inside :meth:`PartitionInternals.swap_in`. ``now`` (ms) is injectable for tests.
     :raises CleanerStoppedError: when ``should_stop`` turned true mid-way (nothing half-done is left).
     """
     t0 = time.monotonic()
@@ -530,12 +530,13 @@ def clean_partition(partition: "Partition", buffer_bytes: int, now: int | None =
     if not partition.config.compact:
         result.skipped = "cleanup.policy does not include compact"
         return result
-    with partition.maintenance_pass():
-        partition.ensure_writer()
+    inner = internals(partition)
+    with inner.maintenance_pass():
+        inner.ensure_writer()
         # The cleaner checkpoint's first-dirty offset must never run ahead of durable data: a power cut that
         # took an unsynced segment would let new records reuse offsets the checkpoint calls clean.
-        partition.sync_rolled()
-        partition.remove_swap_leftovers()
+        inner.sync_rolled()
+        inner.remove_swap_leftovers()
         rng = cleanable_range(partition, now)
         result.first_dirty_offset = rng.first_dirty
         result.dirty_ratio = rng.dirty_ratio
@@ -604,7 +605,7 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     ccp.reached(end, now, partition.log_start_offset)
     to_clean = [s for s in candidates if s.base_offset < end]
     bounds = [segs[i + 1].base_offset for i in range(len(to_clean))]
-    index_args = partition.segment_index_args()
+    index_args = internals(partition).segment_index_args()
     capacity = OffsetIndex.capacity_for(index_args[0])
     drms = cfg["delete.retention.ms"]
     # Every key of [first_dirty, end) is in the map, so a record there survives exactly when the map
@@ -621,10 +622,11 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
             if empty is not None:
                 done.append((old, empty))
     except BaseException:
-        partition.remove_swap_leftovers()
+        internals(partition).remove_swap_leftovers()
         raise
     if done:
-        partition.swap_in(done)  # the whole numbered protocol of pylog.storage.swap, under the partition's locks
+        # the whole numbered protocol of pylog.storage.swap, under the partition's locks
+        internals(partition).swap_in(done)
     _write_cleaner_checkpoint(directory, ccp)
     result.cleaned_up_to = end
     return end

@@ -33,7 +33,7 @@ from typing import Any
 from .. import metrics
 from ..errors import DESCRIPTOR_ERRNOS, OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
 from ..store import is_internal_topic, topic_name_problem
-from ..partition import Partition
+from ..partition import Partition, internals
 from . import metering, recordbatch
 from .errormap import code_for
 from .authorizer import CLUSTER_NAME
@@ -319,7 +319,7 @@ class DataHandlers:
             finally:
                 # Another writer (a pylog producer) waiting for its turn gets it now. The fsync comes later (the
                 # group commit): a handle that let the writer lock go still fsyncs its appends, by file name.
-                part.pass_turn()  # never raises: the append's outcome is decided
+                internals(part).pass_turn()  # never raises: the append's outcome is decided
                 if part.is_writer:
                     self.s.turns.note(part)  # handed over once another writer asks, even if idle from now on
             entry.update(error_code=E.NONE, base_offset=first)
@@ -574,7 +574,7 @@ class _AppendQueue:
 
 def _flush_due(part: Partition) -> bool:
     try:
-        return part.flush_due()
+        return internals(part).flush_due()
     except PylogError:  # a store closing under the call: its close fsyncs
         return False
 

@@ -44,7 +44,7 @@ import crc32c as _crc32c
 import numpy as np
 
 from ..accel import native as _native
-from ..partition import Partition
+from ..partition import Partition, internals
 from ..errors import (CorruptBatchError, InvalidBatchError, RecordTooLargeError,
                       UnsupportedCompressionError, UnsupportedMagicError)
 from ..storage.records.format import ATTR_CONTROL, ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL
@@ -334,10 +334,10 @@ def append_batch(partition: Partition, batch: KafkaBatch, *, in_turn: bool = Tru
     the first record (that of the original call, for a retry). ``flush_policy`` as for ``append_columns``."""
     # With the topic's compression.type "producer", a batch the client compressed (any codec) is stored lz4
     # compressed, pylog's one codec, and an uncompressed one uncompressed; any other setting decides alone.
-    return partition.append_columns(batch.value_lengths, batch.value_data, batch.key_lengths, batch.key_data,
-                                        batch.timestamps, headers=batch.headers, producer=batch.producer,
-                                        compression="lz4" if batch.codec else None, in_turn=in_turn,
-                                        flush_policy=flush_policy)
+    return int(internals(partition).append_columns(
+        batch.value_lengths, batch.value_data, batch.key_lengths, batch.key_data, batch.timestamps,
+        headers=batch.headers, producer=batch.producer, compression="lz4" if batch.codec else None,
+        in_turn=in_turn, flush_policy=flush_policy))
 
 
 # ------------------------------------------------------------------------------------------- encoding

@@ -109,7 +109,10 @@ class Server:
         self.host = self.config.host
         self.port = self.config.port
         self._stopped = threading.Event()
-        self._loop_thread: int | None = None  # the event loop thread's id, while it serves
+        # The event loop thread's CPU-time clock, taken by that thread itself while it runs: asking for a
+        # thread's clock by its pthread id from another thread after it exited reads freed memory (a crash
+        # in pthread_getcpuclockid), while reading a clock whose thread is gone only fails (EINVAL).
+        self._loop_clock: int | None = None
         metrics.track("server", self)  # its gauges (connections, loop CPU, groups) are read when scraped
 
     # ------------------------------------------------------------------ public
@@ -139,11 +142,11 @@ class Server:
     def loop_cpu_seconds(self) -> float | None:
         """CPU seconds the event loop's thread has used so far, None when it is not serving (the metrics' event
         loop busy ratio, the analogue of Kafka's request handler idle percent). Safe from any thread."""
-        ident = self._loop_thread
-        if ident is None or self._stopped.is_set():
+        clock = self._loop_clock
+        if clock is None or self._stopped.is_set():
             return None
         try:
-            return time.clock_gettime(time.pthread_getcpuclockid(ident))
+            return time.clock_gettime(clock)
         except OSError:
             return None
 
@@ -257,7 +260,7 @@ class Server:
         _log_descriptors(store)
         loop.set_exception_handler(_loop_exception_handler(store))
         _warn_plain_in_the_clear(self.config, [s.getsockname()[0] for s in listener.sockets])
-        self._loop_thread = threading.get_ident()
+        self._loop_clock = time.pthread_getcpuclockid(threading.get_ident())
         self._ready.set()
         try:
             reaper = loop.create_task(self._reap(state))
@@ -268,6 +271,7 @@ class Server:
         finally:
             await self._shutdown(listener, state)
             self._stopped.set()
+            self._loop_clock = None
 
     async def _reap(self, state: ServerState) -> None:
         """Close connections idle for ``connections_max_idle_ms`` (Kafka's ``connections.max.idle.ms``: a client
@@ -353,8 +357,10 @@ class Server:
         # The fsyncs of requests that were aborted above may still run: before the store closes under them.
         await loop.run_in_executor(None, state.group_commit.wait_idle, self.config.shutdown_timeout_s)
         st = state.stats()
-        log.info("pylog serve: group commit: %d partition fsyncs for %d acks=all requests (%.2f per request)",
-                 st["group_commit_fsyncs"], st["acks_all_requests"], st["fsyncs_per_acks_all_request"])
+        log.info("pylog serve: group commit: %d partition fsyncs for %d acks=all requests (%.2f per request); "
+                 "%d disk syncs, %d of them store-wide syncfs rounds covering %d partitions",
+                 st["group_commit_fsyncs"], st["acks_all_requests"], st["fsyncs_per_acks_all_request"],
+                 st["group_commit_syncs"], st["group_commit_rounds"], st["group_commit_round_flushes"])
         await loop.run_in_executor(None, state.decoder.shutdown, True)
         await loop.run_in_executor(None, state.logins.close)
         store = state.store

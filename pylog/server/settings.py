@@ -13,6 +13,7 @@ import ssl
 from dataclasses import dataclass
 
 from ..errors import InvalidArgumentError
+from ..store import DEFAULT_SYNCFS_PARTITIONS
 from .auth import Credentials, SaslServer
 from .authorizer import parse_principals
 from .quotas import ServerQuotas
@@ -128,6 +129,10 @@ class ServerConfig:
     shutdown_timeout_s: float = 10.0
     #: The store's ``max.open.descriptors`` when the server opens it (given a path); 0: half of RLIMIT_NOFILE.
     max_open_descriptors: int = 0
+    #: From how many partitions waiting for an fsync (acks=all, flush.messages) on the process's group commit
+    #: makes them durable together with one ``syncfs`` of their file system (0: an fdatasync each). Process-wide:
+    #: it is set on the group commit that pylog's producers of this process share.
+    group_commit_syncfs_partitions: int = DEFAULT_SYNCFS_PARTITIONS
 
     def check(self) -> None:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
@@ -159,7 +164,7 @@ class ServerConfig:
                                        f"least max_request_bytes ({self.max_request_bytes})")
         if not isinstance(self.controller_mutation_rate, (int, float)) or not self.controller_mutation_rate > 0:
             raise InvalidArgumentError(f"controller_mutation_rate must be > 0, got {self.controller_mutation_rate!r}")
-        for name in ("offset_metadata_max_bytes", "max_open_descriptors"):
+        for name in ("offset_metadata_max_bytes", "max_open_descriptors", "group_commit_syncfs_partitions"):
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise InvalidArgumentError(f"{name} must be >= 0, got {value!r}")

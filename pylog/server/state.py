@@ -31,6 +31,7 @@ import threading
 from typing import Any, Awaitable, Callable, Protocol
 
 from ..errors import PylogError, RateLimitedLog
+from ..partition import Partition, internals
 from ..store import Store
 from . import protocol
 from .authorizer import Authorizer, ResourceType, principal_of
@@ -92,6 +93,10 @@ class ServerState:
         self.waiters = FetchWaiters(loop)
         #: The fsyncs of acks=all: the process's group commit, shared with pylog's producers in this process.
         self.group_commit = store.group_commit
+        self.group_commit.set_syncfs_partitions(config.group_commit_syncfs_partitions)
+        #: Completed group-commit answers not yet handed to the loop (see durable).
+        self._durable_done: list[tuple[asyncio.Future[list[BaseException | None]], list[BaseException | None]]] = []
+        self._durable_lock = threading.Lock()
         self._gc_start = self.group_commit.stats()
         self.acks_all_requests = 0  # produce requests with acks=all answered after their fsyncs
         #: The partitions the server holds for its appends, handed over when idle (pylog.server.turns).
@@ -156,27 +161,45 @@ class ServerState:
         """``fn(*args)`` in the decoder thread (the decoding of a large request frame)."""
         return await asyncio.get_running_loop().run_in_executor(self.decoder, fn, *args)
 
-    async def durable(self, parts: list[Any]) -> list[BaseException | None]:
+    async def durable(self, parts: list[Partition]) -> list[BaseException | None]:
         """fsync ``parts`` (appended to already) through the group commit; per partition None or the error."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[BaseException | None]] = loop.create_future()
 
         def done(results: list[BaseException | None]) -> None:
-            try:
-                loop.call_soon_threadsafe(_resolve, fut, results)
-            except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
-                pass
-        self.group_commit.submit(parts, done)
+            # A store-wide round completes hundreds of requests at once: they reach the loop with one wake-up (one
+            # self-pipe write), not one each.
+            with self._durable_lock:
+                first = not self._durable_done
+                self._durable_done.append((fut, results))
+            if first:
+                try:
+                    loop.call_soon_threadsafe(self._resolve_durable)
+                except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
+                    pass
+        self.group_commit.submit([internals(p) for p in parts], done)
         return await fut
+
+    def _resolve_durable(self) -> None:
+        """On the loop: answer every :meth:`durable` whose fsyncs completed since the last call."""
+        with self._durable_lock:
+            done, self._durable_done = self._durable_done, []
+        for fut, results in done:
+            _resolve(fut, results)
 
     def stats(self) -> dict[str, float]:
         """The group commit's figures since this server started: ``acks_all_requests`` answered after their
-        fsyncs, ``group_commit_fsyncs`` (partition fsyncs in this process, pylog producers' included) and their
-        ratio ``fsyncs_per_acks_all_request``."""
+        fsyncs, ``group_commit_fsyncs`` (partitions made durable in this process, pylog producers' included) and
+        their ratio ``fsyncs_per_acks_all_request``; of those, ``group_commit_round_flushes`` made durable in
+        ``group_commit_rounds`` store-wide rounds (one ``syncfs`` each); ``group_commit_syncs``: the calls that
+        made data durable (an fdatasync per partition flushed alone, a syncfs per round)."""
         now = self.group_commit.stats()
-        fsyncs = now["flushes"] - self._gc_start["flushes"]
+        delta = {key: now[key] - self._gc_start[key] for key in ("flushes", "rounds", "round_flushes", "syncs")}
+        fsyncs = delta["flushes"]
         return {"acks_all_requests": self.acks_all_requests, "group_commit_fsyncs": fsyncs,
-                "fsyncs_per_acks_all_request": fsyncs / self.acks_all_requests if self.acks_all_requests else 0.0}
+                "fsyncs_per_acks_all_request": fsyncs / self.acks_all_requests if self.acks_all_requests else 0.0,
+                "group_commit_rounds": delta["rounds"], "group_commit_round_flushes": delta["round_flushes"],
+                "group_commit_syncs": delta["syncs"]}
 
     async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
         """``fn(*args)`` in the read thread pool: reads of segment files (a cold page faults on the disk) and

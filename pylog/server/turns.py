@@ -12,7 +12,7 @@ server sweeps less often, so that sweeping takes at most a fifth of one storage 
 
 Invariants:
 - A partition is handed over only between the server's appends (the sweep takes the partition's locks
-  without blocking, as :meth:`~pylog.partition.Partition.hand_over` does), never during a retention
+  without blocking, as :meth:`~pylog.partition.PartitionInternals.hand_over` does), never during a retention
   or compaction pass; what the handover leaves is the partition's own hand-over (a clean checkpoint; the
   active segment fsynced by name at the next flush or close).
 - The server appends only as a writer taking turns: before an append it waits (up to the request's
@@ -29,7 +29,7 @@ import threading
 import time
 
 from ..errors import PylogError
-from ..partition import Partition
+from ..partition import Partition, internals
 
 __all__ = ["Turns", "SWEEP_S", "IDLE_RELEASE_S", "TURN_WAIT_MS"]
 
@@ -67,9 +67,9 @@ class Turns:
             try:
                 if part.is_writer:
                     if now - last >= IDLE_RELEASE_S:
-                        part.release_turn(blocking=False)
+                        internals(part).release_turn(blocking=False)
                     else:
-                        part.hand_over()
+                        internals(part).hand_over()
                 gone = not part.is_writer
             except PylogError:  # a closed store, a deleted topic: nothing left to hand over
                 gone = True

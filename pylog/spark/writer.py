@@ -41,7 +41,7 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 
 from ..clients.partitioner import partitions_for_keys
 from ..errors import InvalidRecordError, InvalidTopicError, PartitionLockedError, TopicExistsError, UnknownTopicError
-from ..partition import Partition
+from ..partition import Partition, internals
 from ..storage.records import now_ms
 from ..store import Store, is_internal_topic
 from ..store import open as open_pylog
@@ -314,7 +314,7 @@ class _TaskWriter:
         # Appends from Spark tasks take the lock for one turn, as consumer-group commits do: the checkpoint
         # written on taking it need not be fsynced (a power cut means the next writer recovers from an older
         # point), which is what `transient` tells the partition.
-        p.transient = True
+        internals(p).transient = True
         try:
             for batch in batches:
                 first = self._append(p, batch)

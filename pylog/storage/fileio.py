@@ -25,9 +25,10 @@ import os
 import struct
 import threading
 from contextlib import contextmanager
-from typing import Any, Iterator, NoReturn
+from typing import Any, Iterator, NoReturn, Sequence, TypeAlias, cast
 
 import msgpack
+import numpy as np
 
 from ..errors import (DESCRIPTOR_ERRNOS, CorruptRecordError, DiskFullError, PylogError, ReadOnlyStoreError,
                      StorePermissionError, StorageError, TooManyOpenFilesError)
@@ -36,7 +37,18 @@ from .records import crc32c
 
 __all__ = ["fsync_dir", "fsync_files", "truncate_durably", "atomic_write", "write_all", "checked", "unchecked",
            "write_checked", "read_checked", "encode_doc", "decode_doc", "try_flock", "fault", "raise_fault",
-           "write_faults", "descriptor_faults", "check_descriptors", "DESCRIPTOR_ERRNOS", "raise_if_gone"]
+           "write_faults", "descriptor_faults", "check_descriptors", "DESCRIPTOR_ERRNOS", "raise_if_gone", "Data",
+           "nbytes"]
+
+#: A bytes-like buffer, as ``os.writev`` and ``memoryview`` take it (a numpy array as a buffer of its bytes): a
+#: part of an encoded batch, a column's data, one record's key or value.
+Data: TypeAlias = bytes | bytearray | memoryview | np.ndarray
+
+
+def nbytes(part: Data) -> int:
+    """The byte count of a :data:`Data` buffer."""
+    return len(part) if isinstance(part, (bytes, bytearray)) else part.nbytes
+
 
 _READ_ONLY_HINT = "to read the store open it with pylog.open(path, read_only=True); to write, "
 _WRITE_ACCESS_HINT = "give this user write access to the store directory and everything in it"
@@ -173,13 +185,15 @@ def fsync_files(paths: tuple[str, ...]) -> bool:
     return True
 
 
-def write_all(fd: int, parts: list) -> int:
+def write_all(fd: int, parts: Sequence[Data]) -> int:
     """``writev`` every byte of ``parts`` (retrying short writes); returns the byte count."""
-    total = sum(memoryview(p).nbytes for p in parts)
-    done = os.writev(fd, parts)
+    total = sum(map(nbytes, parts))
+    # numpy arrays are buffers, but numpy's stubs say so only from Python 3.12 on (__buffer__).
+    buffers = cast("Sequence[bytes]", parts)
+    done = os.writev(fd, buffers)
     if done == total:
         return total
-    joined = memoryview(b"".join(parts))
+    joined = memoryview(b"".join(buffers))
     while done < total:
         done += os.write(fd, joined[done:])
     return total

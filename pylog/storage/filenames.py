@@ -54,7 +54,8 @@ DELETED_SUFFIX = ".deleted"
 TMP_SUFFIX = ".tmp"
 
 LOCK_FILE = ".lock"
-#: Writers waiting for a partition hold a shared flock on it: the holder hands over (Partition.handover_wanted).
+#: Writers waiting for a partition hold a shared flock on it: the holder hands over
+#: (PartitionInternals.handover_wanted).
 WANT_FILE = ".want"
 CHECKPOINT_FILE = "partition.checkpoint"
 #: The log cleaner's per-partition state: the horizons of its cleanings (the last one is the first dirty offset).

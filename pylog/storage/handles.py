@@ -6,7 +6,7 @@ the two index mappings: CPython's ``mmap`` keeps a descriptor of its own for as 
 read segment three or four more. A store that touches thousands of partitions would run the process out of
 descriptors (``EMFILE``), and with it every socket and file the process opens. :class:`HandleCache` keeps
 the partitions this store used in least-recently-used order and, past its capacity, asks the oldest to let
-go of their files (:meth:`Partition.release_handles`); they open them again on their next use.
+go of their files (:meth:`PartitionInternals.release_handles`); they open them again on their next use.
 
 Invariants:
 1. The partitions listed hold at most ``budget`` descriptors as counted (:data:`PER_PARTITION` each, plus

@@ -1,10 +1,12 @@
 """Checking a segment's log: validation walks, damage classification, index rebuilds.
 
 The functions here read a log through a :class:`~pylog.storage.segment_read.LogBytes` and take everything
-else they need as arguments (base offset, sizes, index paths, the offset index): they never see the
-:class:`~pylog.segment.Segment` and never call back into it. The segment delegates its
-:meth:`~Segment.check`, :meth:`~Segment.first_damage`, :meth:`~Segment.damage_is_at_tail`,
-:meth:`~Segment.cut_below_index` and its index rebuilds to them. Nothing here writes: recovery
+else they need as plain arguments (base offset, sizes, an index's path and entries): they never see the
+:class:`~pylog.segment.Segment` nor the index classes (:mod:`pylog.index`, above this module) and never call
+back into them. The segment delegates its :meth:`~Segment.check`, :meth:`~Segment.first_damage`,
+:meth:`~Segment.damage_is_at_tail`, :meth:`~Segment.cut_below_index` and its index checks and rebuilds to
+them: :func:`build_indexes` returns the entries the segment makes its indexes from (:class:`Rebuilt`),
+:func:`index_problem` what the segment's indexes get wrong. Nothing here writes: recovery
 (``Segment.recover``) cuts what :func:`build_indexes` finds.
 
 Invariants:
@@ -26,19 +28,18 @@ from __future__ import annotations
 
 import mmap
 import os
-from typing import Any
+from typing import NamedTuple
 
 import numpy as np
 
 from ..errors import CorruptRecordError
-from ..index import IndexError_, OffsetIndex, TimeIndex
 from .records import HEADER_SIZE, BatchView, batch_crc, check_header, checked_prefix, parse_header
 from .segment_file import LogFile
 from .segment_read import MAX_CHUNK as _MAX_CHUNK, LogBytes, scan, valid_batches
 
 __all__ = ["check", "cut_below_index", "first_damage", "damage_is_at_tail", "tail_kind", "valid_end",
-           "valid_batch_after", "build_indexes", "index_due", "walk_end",
-           "validate_indexes", "index_files_kept", "batch_start_holding"]
+           "valid_batch_after", "build_indexes", "Rebuilt", "index_due", "walk_end",
+           "index_problem", "IndexProblem"]
 
 
 def index_due(pos: int, since: int, interval_bytes: int) -> bool:
@@ -47,10 +48,29 @@ def index_due(pos: int, since: int, interval_bytes: int) -> bool:
     return pos > 0 and since >= interval_bytes
 
 
-def build_indexes(lb: LogBytes, base_offset: int, end: int, verify: bool, interval_bytes: int, index_path: str,
-                  timeindex_path: str) -> tuple[OffsetIndex, TimeIndex, dict[str, Any]]:
-    """Scan the log up to ``end`` and build in-memory indexes (for the files at ``index_path`` and
-    ``timeindex_path``, an entry every ``interval_bytes``); stops at the first bad batch if verifying."""
+class Rebuilt(NamedTuple):
+    """What :func:`build_indexes` found: the entries of both indexes (offset index: relative offsets and
+    positions; time index: timestamps and relative offsets; plain int lists, for the segment to make its
+    indexes from) and the state of the log they cover."""
+    offset_rels: list[int]
+    offset_positions: list[int]
+    time_stamps: list[int]
+    time_rels: list[int]
+    #: Bytes of log after the last offset index entry.
+    since: int
+    max_ts: int
+    next_offset: int
+    #: End of the valid batches.
+    valid_end: int
+    #: Max timestamp of the first batch (None: no batch).
+    first_ts: int | None
+    #: Why the scan stopped before ``end`` (with ``verify``; None: it did not).
+    error: CorruptRecordError | None
+
+
+def build_indexes(lb: LogBytes, base_offset: int, end: int, verify: bool, interval_bytes: int) -> Rebuilt:
+    """Scan the log up to ``end`` and collect the index entries a writer would have made (an entry every
+    ``interval_bytes``); stops at the first bad batch if verifying."""
     orel: list[int] = []
     opos: list[int] = []
     tts: list[int] = []
@@ -88,13 +108,7 @@ def build_indexes(lb: LogBytes, base_offset: int, end: int, verify: bool, interv
         if not verify:
             raise
         error = exc
-    oi = OffsetIndex.in_memory(index_path, base_offset, np.array(orel, OffsetIndex.A),
-                               np.array(opos, OffsetIndex.B))
-    ti = TimeIndex.in_memory(timeindex_path, base_offset, np.array(tts, TimeIndex.A),
-                             np.array(trel, TimeIndex.B), max_ts)
-    state = {"since": since, "max_ts": max_ts, "next_offset": next_offset, "valid_end": valid_end,
-             "first_ts": first_ts, "error": error}
-    return oi, ti, state
+    return Rebuilt(orel, opos, tts, trel, since, max_ts, next_offset, valid_end, first_ts, error)
 
 
 def walk_end(lb: LogBytes, pos: int, end: int, tolerate_tail: bool, next_offset: int, max_ts: int, last_index_pos: int
@@ -124,50 +138,33 @@ def walk_end(lb: LogBytes, pos: int, end: int, tolerate_tail: bool, next_offset:
     return next_offset, max_ts, valid_end, since, offs, poss
 
 
-def validate_indexes(oi: OffsetIndex, ti: TimeIndex, size: int, base_offset: int, lf: LogFile) -> None:
-    """Cheap checks that the indexes' last entries point inside the visible log (``size`` bytes of the file
-    ``lf``) at a batch with that offset.
+class IndexProblem(NamedTuple):
+    """Why a segment's indexes do not fit its log (see :func:`index_problem`)."""
+    reason: str
+    #: True: the time index is wrong; False: the offset index.
+    time_index: bool
 
-    A live (unsealed) index of another process's writer may run ahead of what this reader has
-    checked; entries past the visible size are ignored rather than distrusted.
 
-    :raises IndexError_: when they do not (the caller rebuilds them from the log).
+def index_problem(last: tuple[int, int] | None, time_last: tuple[int, int] | None, size: int, base_offset: int,
+                  lf: LogFile) -> IndexProblem | None:
+    """Cheap checks that the indexes' last entries (``last``: the offset index's ``(relative offset,
+    position)``, ``time_last``: the time index's ``(timestamp, relative offset)``) point inside the
+    visible log (``size`` bytes of the file ``lf``) at a batch with that offset; None when they do, else
+    what is wrong (the caller rebuilds the indexes from the log).
+
+    The caller limits a live (unsealed) index of another process's writer to the visible size first: it
+    may run ahead of what this reader has checked, and entries past it are ignored rather than distrusted.
     """
-    if not oi.sealed and not oi.writable:
-        oi.limit_to(max(size - HEADER_SIZE + 1, 0))
-    last = oi.last_entry()
     if last is not None:
         rel, pos = last
         if pos + HEADER_SIZE > size:
-            raise IndexError_("offset index points past the end of the log", oi.path)
+            return IndexProblem("offset index points past the end of the log", False)
         h = parse_header(os.pread(lf.read_fd(), HEADER_SIZE, pos))
         if h.base_offset != base_offset + rel:
-            raise IndexError_(f"offset index entry ({rel}, {pos}) does not point at its batch", oi.path)
-    tl = ti.last_entry()
-    if tl is not None and last is not None and tl[1] > last[0] + (1 << 31):
-        raise IndexError_("time index points past the offset index", ti.path)
-
-
-def index_files_kept(oi: OffsetIndex, ti: TimeIndex) -> bool:
-    """True while both index files are the ones these objects mapped (same inode: index files are only
-    ever replaced by rename), so their mappings are current and only need the entries appended since."""
-    for idx in (oi, ti):
-        try:
-            ino = os.stat(idx.path).st_ino
-        except FileNotFoundError:
-            return False
-        if idx.ino is None or idx.ino != ino:
-            return False
-    return True
-
-
-def batch_start_holding(lb: LogBytes, end: int, offset: int) -> int:
-    """Position of the first batch in ``[0, end)`` whose last offset is >= ``offset`` (``end`` when none is):
-    where a truncation to ``offset`` cuts, removing whole batches."""
-    for fpos, h, _, _ in scan(lb, 0, end, _MAX_CHUNK, tolerate_tail=False):
-        if h.last_offset >= offset:
-            return fpos
-    return end
+            return IndexProblem(f"offset index entry ({rel}, {pos}) does not point at its batch", False)
+    if time_last is not None and last is not None and time_last[1] > last[0] + (1 << 31):
+        return IndexProblem("time index points past the offset index", True)
+    return None
 
 
 def valid_end(lb: LogBytes, end: int) -> int:
@@ -289,22 +286,15 @@ def tail_kind(lb: LogBytes, valid_end: int, end: int) -> str:
     return "torn"
 
 
-def cut_below_index(lb: LogBytes, base_offset: int, index_path: str) -> str | None:
+def cut_below_index(lb: LogBytes, base_offset: int, index_path: str, last: tuple[int, int] | None) -> str | None:
     """A problem when the log file is shorter than its offset index file says it was written: the last
     entry points at a batch the file no longer holds. Writers write a batch before its index entry and
     only ever shorten a log after cutting its index, so while the writer runs (or after a clean close)
     this is a file cut by another hand, not a write under way; after a crash it may also be what a power
     cut left (index pages written, log pages not), which recovery cuts: the caller knows which applies.
-    The index file is read as it is on disk, not as a reader rebuilt it in memory after finding it
-    inconsistent. None when the index is missing or damaged: that is reported (and repaired) as such."""
-    try:
-        oi = OffsetIndex.open(index_path, base_offset)
-    except CorruptRecordError:
-        return None
-    try:
-        last = oi.last_entry()
-    finally:
-        oi.close()
+    ``last`` is the last entry of the index file at ``index_path`` as it is on disk, not as a reader rebuilt
+    it in memory after finding it inconsistent; None when the index is empty, missing or damaged (that is
+    reported and repaired as such)."""
     size = lb.file_size()
     if last is None or last[1] + HEADER_SIZE <= size:
         return None
@@ -314,11 +304,13 @@ def cut_below_index(lb: LogBytes, base_offset: int, index_path: str) -> str | No
             f"records from the end of the file to offset {offset} at least are gone")
 
 
-def check(lb: LogBytes, base_offset: int, end: int, partial_tail_ok: bool, oi: OffsetIndex | None,
-          index_error: str, next_offset: int | None) -> list[str]:
-    """Full consistency check of the bytes up to ``end``: every batch validates, offsets increase, index
-    entries of the offset index ``oi`` point at batches with their offsets. Returns a list of problems
-    (empty when consistent). ``oi`` is None when the index could not be had (``index_error`` says why);
+def check(lb: LogBytes, base_offset: int, end: int, partial_tail_ok: bool,
+          index_entries: tuple[np.ndarray, np.ndarray] | None, index_path: str, index_error: str,
+          next_offset: int | None) -> list[str]:
+    """Full consistency check of the bytes up to ``end``: every batch validates, offsets increase, the
+    offset index's entries (``index_entries``: relative offsets and positions, of the index at
+    ``index_path``) point at batches with their offsets. Returns a list of problems (empty when
+    consistent). ``index_entries`` is None when the index could not be had (``index_error`` says why);
     ``next_offset``, the writer's next offset (None for a reader's check), must follow the last batch.
 
     Whatever follows the valid batches is a problem, except, with ``partial_tail_ok`` (a writer may be
@@ -333,7 +325,7 @@ def check(lb: LogBytes, base_offset: int, end: int, partial_tail_ok: bool, oi: O
         end = size
     # One pass over the valid prefix (each batch read and checksummed once): offsets, and the batch
     # starts the index points at (kept only there: memory bounded by the index, not the log).
-    rels, poss = oi.entries() if oi is not None else (np.empty(0, np.int64), np.empty(0, np.int64))
+    rels, poss = index_entries if index_entries is not None else (np.empty(0, np.int64), np.empty(0, np.int64))
     starts: dict[int, int] = dict.fromkeys(poss.tolist(), -1)
     order: list[str] = []
     prev = base_offset - 1
@@ -375,7 +367,7 @@ def check(lb: LogBytes, base_offset: int, end: int, partial_tail_ok: bool, oi: O
             problems.append(f"{lb.path}@{complete}: the {end - complete} byte(s) after the last valid "
                             f"batch are {what}")
     problems.extend(unreadable)
-    if oi is None:
+    if index_entries is None:
         problems.append(index_error)
         return problems
     problems.extend(order)
@@ -384,7 +376,7 @@ def check(lb: LogBytes, base_offset: int, end: int, partial_tail_ok: bool, oi: O
         return problems
     for rel, pos in zip(rels.tolist(), poss.tolist(), strict=True):
         if starts.get(pos) != base_offset + rel:
-            problems.append(f"{oi.path}: entry ({rel}, {pos}) does not point at the batch at offset "
+            problems.append(f"{index_path}: entry ({rel}, {pos}) does not point at the batch at offset "
                             f"{base_offset + rel}")
     if next_offset is not None and prev + 1 != next_offset and seen:
         problems.append(f"{lb.path}: next offset {next_offset} but last batch ends at {prev}")

@@ -2,7 +2,7 @@
 
 This module documents the whole protocol; the storage layer runs all of it. The log cleaner
 (:mod:`pylog.maintenance.compaction`) only writes each group's cleaned segment as ``<base>.log.cleaned``
-(+ indexes, the log fsynced) and calls :meth:`Partition.swap_in <pylog.partition.Partition.swap_in>`
+(+ indexes, the log fsynced) and calls :meth:`PartitionInternals.swap_in <pylog.partition.PartitionInternals.swap_in>`
 (Kafka's ``replaceSegments``), which takes the partition's locks itself (the maintenance lock, then the
 append lock) and runs, for every group of one cleaning pass at once:
 

@@ -423,13 +423,14 @@ def summary(result: dict) -> str:
 # Everything below runs in the children, which import pylog (the checkout's, next to the ASan build).
 
 def _child_imports() -> None:
-    global pylog, PylogError, fuzz, np, records, partitioner, recordbatch
+    global pylog, PylogError, fuzz, np, records, views, partitioner, recordbatch
     sys.path.insert(1, HERE)
     import numpy as np  # noqa: F811
     import pylog  # noqa: F811
     from pylog import PylogError  # noqa: F811
     from pylog.clients import partitioner  # noqa: F811
     from pylog.storage import records  # noqa: F811
+    from pylog.storage.records import views  # noqa: F811
     from pylog.server import recordbatch  # noqa: F811
     import fuzz  # noqa: F811  (tests/torture/fuzz.py: the mutations and decoders shared with the pure fuzzer)
 
@@ -491,6 +492,11 @@ class BatchKind(Kind):
                 cols.to_records()
                 cols.values()
                 cols.keys()
+                both = [(view, 0, n), (mutated, 0, mutated.count)]
+                if views.consumer_row_iter is not None:  # rows built one at a time: the list path's rows
+                    rows = list(views.consumer_row_iter(both, "t", 3, tuple))
+                    if rows != views.consumer_rows(both, "t", 3, tuple):
+                        raise AssertionError("consumer_row_iter's rows differ from consumer_rows'")
         return None
 
 
@@ -1112,13 +1118,85 @@ def _kencode_reference(args: tuple, got: Any) -> None:
             raise AssertionError(f"kafka_encode_slice of {args[1:]} = {got!r:.200}, the reference: {expect!r:.200}")
 
 
+def _rowiter_args(rng: random.Random, typed: list) -> tuple:
+    """consumer_row_iter(parts, topic, partition, row_type, key_deserializer, value_deserializer): parts of
+    valid pylog batches (``typed``: the rows must be decode_rows' rows, part by part), or hostile ones: bodies
+    cut, flipped or extended, lying headers, ranges outside the batch, parts of the wrong shape, a parts
+    sequence that is not one, rows types that are not tuples, deserializers that raise or are not callable."""
+    parts: Any = []
+    for _ in range(rng.choice((1, 1, 2, 3))):
+        n = rng.choice((1, 2, 3, 9))
+        view = _pylog_view(rng, n)
+        a = rng.randrange(n + 1)
+        parts.append((view.body, view.header, a, rng.randint(a, n), view.headers()))
+    row_type: Any = tuple
+    kd: Any = None
+    vd: Any = None
+    for _ in range(rng.choice((0, 0, 1, 2))):
+        typed[0] = False
+        k = rng.randrange(len(parts))
+        body, header, a, b, hlist = parts[k] if isinstance(parts, list) and parts and isinstance(parts[k], tuple) \
+            else (b"", None, 0, 0, None)
+        m = rng.randrange(8)
+        if m == 0 and isinstance(header, tuple) and len(header) == 13:
+            h = list(header)
+            h[rng.randrange(13)] = rng.choice(fuzz.INTERESTING_INTS + [1 << 64, -(1 << 70)])
+            parts[k] = (body, tuple(h), a, b, hlist)
+        elif m == 1 and isinstance(parts, list) and parts:
+            parts[k] = (fuzz.mutate_bytes(rng, bytes(body)), header, a, b, hlist)
+        elif m == 2 and isinstance(parts, list) and parts:
+            parts[k] = (body, header, rng.choice((-1, 0, 1, 9, 10, 1 << 40)), rng.choice((-1, 0, 1, 10, 1 << 63)),
+                        hlist)
+        elif m == 3 and isinstance(parts, list) and parts:
+            parts[k] = rng.choice(((body, header, a, b), [body, header, a, b, hlist], None, "x",
+                                   (body, header, "0", b, hlist), (body, header, a, b, rng.choice(([], "x", ())))))
+        elif m == 4:
+            parts = rng.choice((None, 5, "parts", tuple(parts)))
+        elif m == 5:
+            row_type = rng.choice((list, dict, ConsumerRecordLike, "tuple", None))
+        elif m == 6:
+            def raising(b: bytes) -> Any:
+                raise ValueError("deserializer")
+            kd, vd = rng.choice(((raising, None), (None, raising), (5, None), (None, "x")))
+    return parts, "t", rng.choice((0, 3, -1)), row_type, kd, vd
+
+
+class ConsumerRecordLike(tuple):
+    """A tuple subclass with a field of its own (its __dict__): not a row type decode_rows accepts."""
+
+
+def _rowiter_call(*args: Any) -> Any:
+    it = pylog.accel.native.consumer_row_iter(*args)
+    rows = []
+    for _ in range(3):  # a row that raises is tried again: the same error each time
+        try:
+            rows.extend(it)
+            break
+        except ValueError as exc:
+            if str(exc) != "deserializer":
+                raise
+    it.close()
+    return rows
+
+
+def _rowiter_reference(args: tuple, got: Any) -> None:
+    parts, topic, partition, row_type, kd, vd = args
+    expect: list = []
+    for body, header, a, b, hlist in parts:
+        pylog.accel.native.decode_rows(expect, body, header, a, b, topic, partition, row_type, hlist, kd, vd)
+    if got != expect:
+        raise AssertionError(f"consumer_row_iter rows {got!r:.300} differ from decode_rows' {expect!r:.300}")
+
+
 NATIVE_ARGS: dict[str, tuple[Callable[[random.Random, list], tuple], Callable[[tuple, Any], None] | None]] = {
+    "consumer_row_iter": (_rowiter_args, _rowiter_reference),
     "crc32c": (_crc_args, _crc_reference),
     "kafka_parse_records": (_kparse_args, _kparse_reference),
     "kafka_encode_slice": (_kencode_args, _kencode_reference),
 }
 #: Functions called through a wrapper (the documented arguments of kafka_encode_slice are a BatchView's).
-NATIVE_CALLS: dict[str, Callable[..., Any]] = {"kafka_encode_slice": _kencode_call}
+NATIVE_CALLS: dict[str, Callable[..., Any]] = {"kafka_encode_slice": _kencode_call,
+                                              "consumer_row_iter": _rowiter_call}
 #: Functions whose PylogErrors must also equal the reference's (class and message) on typed arguments.
 NATIVE_ERROR_REFERENCES: dict[str, Callable[..., Any]] = {
     "kafka_parse_records": lambda *a: recordbatch.parse_records_pure(*a),

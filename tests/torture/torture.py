@@ -105,7 +105,7 @@ MARKERS: dict[str, list[tuple[str, str | None, str]]] = {
     "retention": [("pylog.partition", "Partition", "enforce_retention"),
                   ("pylog.partition", "Partition", "delete_records")],
     "compaction": [("pylog.maintenance.compaction", None, "clean_partition"), ("pylog.store", None, "clean_partition")],
-    "swap": [("pylog.partition", "Partition", "swap_in"), ("pylog.storage.swap", None, "roll_forward")],
+    "swap": [("pylog.partition", "PartitionInternals", "swap_in"), ("pylog.storage.swap", None, "roll_forward")],
     "group_commit": [("pylog.clients.drain", "Drainer", "append")],  # appends of one drain + one fsync
     "offset_commit": [("pylog.clients.offsets", "CommittedOffsets", "commit")],
     "rebalance": [("pylog.clients.groups", "GroupMember", "join"), ("pylog.clients.groups", "GroupMember", "leave"),

@@ -17,17 +17,18 @@ from __future__ import annotations
 
 import bisect
 import logging
-from typing import Any, NamedTuple, Sequence
+from typing import NamedTuple
 
 import numpy as np
 
 from ...config import TopicConfig
 from ...errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
 from ..producer_state import ProducerState
-from ..records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, EncodeOptions, encode_parts, now_ms,
-                       slice_parts)
-from ...segment import Segment
+from ..records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, BatchHeader, EncodeOptions, encode_parts,
+                       now_ms, slice_parts)
+from .batches import Data, EncodedBatch, Headers, Timestamps, nbytes
 from .local_log import LocalLog
+from .segments import S, SegmentLike
 
 __all__ = ["Appender", "Columns", "should_roll", "SEQ_MOD"]
 
@@ -45,18 +46,18 @@ class Columns(NamedTuple):
     parts (``contiguous``: one buffer per column; else one part per non-null item), timestamps, headers."""
     n: int
     vlens: np.ndarray
-    vparts: list
+    vparts: list[Data]
     klens: np.ndarray | None
-    kparts: list
-    timestamps: Any
-    headers: Sequence[Any] | None
+    kparts: list[Data]
+    timestamps: Timestamps | None
+    headers: Headers | None
     contiguous: bool
 
     def data_bytes(self) -> int | None:
         """Key + value bytes when cheap to know (contiguous columns), else None."""
         if not self.contiguous:
             return None
-        return sum(memoryview(p).nbytes for p in self.vparts) + sum(memoryview(p).nbytes for p in self.kparts)
+        return sum(map(nbytes, self.vparts)) + sum(map(nbytes, self.kparts))
 
     def after(self, skip: int) -> "Columns":
         """The records from ``skip`` on."""
@@ -100,7 +101,7 @@ class Appender:
 
     # ------------------------------------------------------------------ idempotence
 
-    def producer_state(self, local: LocalLog) -> ProducerState:
+    def producer_state(self, local: LocalLog[S]) -> ProducerState:
         """The idempotent-producer table, loaded on first use: the snapshot, then the batch headers after it."""
         state = self._producers
         if state is None:
@@ -131,7 +132,7 @@ class Appender:
 
     def encode_runs(self, first: int, bounds: list[tuple[int, int]], cols: Columns,
                     producer: tuple[int, int, int] | None = None,
-                    compression: str | None = None) -> list[tuple[list, Any]]:
+                    compression: str | None = None) -> list[EncodedBatch]:
         """Encode records [start, stop) of each bound as one batch, the first at offset ``first``, halving
         any batch that comes out over max.message.bytes; a single record that does not fit raises
         RecordTooLargeError."""
@@ -141,7 +142,7 @@ class Appender:
         now = now_ms()
         n, vlens, vparts, klens, kparts, timestamps, headers, contiguous = cols
         pid, epoch, seq = producer if producer is not None else (-1, -1, -1)
-        out: list[tuple[list, Any]] = []
+        out: list[EncodedBatch] = []
         todo = list(reversed(bounds))
         base = first
         while todo:
@@ -165,13 +166,13 @@ class Appender:
                 mid = (start + stop) // 2
                 todo.extend([(mid, stop), (start, mid)])
                 continue
-            out.append((parts, h))
+            out.append(EncodedBatch(parts, h))
             base = h.next_offset
         return out
 
 
 def batch_bounds(limit: int, n: int, vlens: np.ndarray, klens: np.ndarray | None,
-                 headers: Sequence[Any] | None, data_bytes: int | None = None) -> list[tuple[int, int]]:
+                 headers: Headers | None, data_bytes: int | None = None) -> list[tuple[int, int]]:
     """Split records [0, n) into runs whose encoded body stays within ``limit`` bytes.
 
     ``data_bytes``, when the caller knows it (columnar appends), is the key + value bytes.
@@ -204,7 +205,7 @@ def batch_bounds(limit: int, n: int, vlens: np.ndarray, klens: np.ndarray | None
     return bounds
 
 
-def should_roll(config: TopicConfig, seg: Segment, h: Any) -> bool:
+def should_roll(config: TopicConfig, seg: SegmentLike, h: BatchHeader) -> bool:
     """Whether batch ``h`` goes into a new segment rather than the active ``seg``."""
     if seg.size + h.size > config["segment.bytes"]:
         return True

@@ -1,5 +1,6 @@
 """What of a partition is durable: the checkpoint and recovery point, rolls and their background fsync,
-flushes, and the failed state that an fsync error leaves.
+flushes, the clean checkpoint at the end of a writer's tenure (handing over, closing), and the failed state
+that an fsync error leaves.
 
 Invariants (numbered as in :mod:`pylog.partition`):
 3. After a crash the writer re-validates the segments from the checkpointed recovery point on, truncates a
@@ -14,7 +15,7 @@ Invariants (numbered as in :mod:`pylog.partition`):
    writeback once, and a later fsync may succeed without the lost pages. The partition refuses work until
    the store is reopened.
 
-Every method runs under the partition's append lock (``Partition._append_lock``), which the caller holds,
+Every method runs under the partition's append lock (the partition's), which the caller holds,
 except :meth:`Durability.sync_rolled_job` (the background sync thread), which takes it itself and fsyncs
 without it, and :meth:`Durability.finish_flush` (``Partition.flush``'s fsync of the active segment, on a
 descriptor of its own taken under the lock by :meth:`Durability.start_flush`): appends to the partition go
@@ -27,16 +28,16 @@ import logging
 import os
 import threading
 import time
-from typing import Callable
+from typing import Callable, Generic
 
 from ... import metrics
 from ...errors import LogFailedError
 from ..checkpoint import Checkpoint, write_checkpoint
 from ..fileio import DESCRIPTOR_ERRNOS, fault, raise_fault, fsync_dir
 from ..handles import RateLimitedLog
-from ...segment import Segment
 from .. import syncer
 from .local_log import LocalLog
+from .segments import S
 from .writer_lock import WriterLock
 
 __all__ = ["Durability", "HANDED_OVER_MAX"]
@@ -50,10 +51,10 @@ _put_off = RateLimitedLog(log, 60.0)
 HANDED_OVER_MAX = 16
 
 
-class Durability:
+class Durability(Generic[S]):
     """The durable state of one partition handle: recovery point, unsynced rolls, pending flushes."""
 
-    def __init__(self, local: LocalLog, lock: threading.RLock, writer: WriterLock,
+    def __init__(self, local: LocalLog[S], lock: threading.RLock, writer: WriterLock,
                  is_closed: Callable[[], bool]) -> None:
         self.local = local
         self.name = local.name
@@ -65,7 +66,7 @@ class Durability:
         self.failed: str | None = None
         self.recovery_point = 0
         #: Segments rolled (sealed) but not yet fsynced, oldest first: the background sync's work list.
-        self.unsynced: list[Segment] = []
+        self.unsynced: list[S] = []
         #: The checkpoint on disk is dirty, durably: a power cut cannot bring back a clean one (see roll).
         self.cp_durably_dirty = False
         self.unflushed = 0  # records appended through this handle and not fsynced yet, writer or not
@@ -95,7 +96,7 @@ class Durability:
 
     # ------------------------------------------------------------------ rolls
 
-    def roll(self, snapshot_producers: Callable[[], None]) -> Segment:
+    def roll(self, snapshot_producers: Callable[[], None]) -> S:
         """Seal the active segment (trimmed indexes) and start a new one at the next offset. The sealed
         segment is fsynced in the background (see :meth:`sync_rolled_job`): the recovery point stays
         before it until then. ``snapshot_producers`` writes the idempotence snapshot (not fsynced)."""
@@ -214,6 +215,54 @@ class Durability:
             # the next writer re-validates a little more.
             self.write_checkpoint(durable=False)
 
+    # ------------------------------------------------------------------ the end of a writer's tenure
+
+    def hand_over(self, snapshot_producers: Callable[[], None]) -> S | None:
+        """As the writer letting the lock go to another handle (``Partition.release_writer``), under both locks:
+        the durable side. Remembers the active segment's file when it holds appends not fsynced (flush and
+        close fsync it later, writer or not); fsyncs the rolled segments (the next writer checks only the
+        active one, so they must be durable before a clean checkpoint names offsets past them); writes the
+        producer snapshot with ``snapshot_producers`` (not fsynced: a lost or stale one is rebuilt from the
+        batch headers); stops appending to the active segment, leaving its indexes live for the next writer;
+        writes a clean checkpoint, not fsynced either (if a power cut loses the log's tail, the next writer's
+        check of the active segment finds it and recovers). Returns the active segment (None when nothing was
+        written: a failed partition, or no segment). The log itself is not fsynced: the flush policy decides.
+
+        :raises OSError: the caller lets the lock go all the same; a failed sync fails the partition.
+        """
+        segs = self.local.segments
+        if self.unflushed and segs:
+            self.remember_handed_over(segs[-1].log_path)
+        if self.failed is not None or not segs:
+            return None
+        active = segs[-1]
+        self.sync_rolled_now()
+        try:
+            snapshot_producers()
+        finally:
+            active.stop_appending()
+        self.recovery_point = active.next_offset
+        self.write_checkpoint(clean=True, durable=False)
+        return active
+
+    def close_writer(self, snapshot_producers: Callable[[], None]) -> None:
+        """As the writer closing (``Partition.close``), under both locks: write the producer snapshot, fsync
+        what it handed over and the rolled segments, seal the active segment (fsynced, trimmed indexes) and
+        write a clean, durable checkpoint. Nothing on a failed partition (the next writer recovers).
+
+        :raises OSError: the caller lets the lock go all the same.
+        """
+        segs = self.local.segments
+        if self.failed is not None or not segs:
+            return
+        active = segs[-1]
+        snapshot_producers()
+        self.sync_handed_over()
+        self.sync_rolled_now()
+        active.seal(durable=True)
+        self.recovery_point = active.next_offset
+        self.write_checkpoint(clean=True)
+
     # ------------------------------------------------------------------ flushes
 
     def flush_due(self, flush_messages: int, flush_ms: int) -> bool:
@@ -263,9 +312,11 @@ class Durability:
         self.last_flush = time.monotonic()
         return fd
 
-    def finish_flush(self, fd: int) -> None:
-        """Without the lock: fdatasync ``fd`` (from :meth:`start_flush`) and close it. A failure fails the
-        partition, as in :meth:`flush_writer`; so does one of another flush that ran meanwhile.
+    def finish_flush(self, fd: int, sync: Callable[[int], None] | None = None) -> None:
+        """Without the lock: fdatasync ``fd`` (from :meth:`start_flush`), or call ``sync(fd)`` instead (the group
+        commit's :func:`pylog.storage.fs_sync.check_written` after a ``syncfs`` of the file system, or what raises
+        the ``syncfs``'s error), and close it. A failure fails the partition, as in :meth:`flush_writer`; so does
+        one of another flush that ran meanwhile.
 
         :raises LogFailedError: when the partition failed while this fsync ran: ``fd`` is a dup sharing the open
             file description (and Linux's record of a writeback error) with the writer's and any other flush's
@@ -273,8 +324,8 @@ class Durability:
             the pages may be gone (invariant: an fsync failure is never forgotten)."""
         try:
             began = time.perf_counter()
-            os.fdatasync(fd)
-            if metrics.state.on:
+            (sync or os.fdatasync)(fd)  # os.fdatasync looked up here: tests wrap it
+            if sync is None and metrics.state.on:  # an fdatasync (a round's syncfs is not one partition's fsync)
                 metrics.fsynced(time.perf_counter() - began)
         except OSError as exc:
             with self._lock:

@@ -25,9 +25,9 @@ from typing import Any, Callable, NamedTuple
 from ...errors import CorruptRecordError
 from ..checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from ..filenames import SWAP_MANIFEST_FILE, list_segment_bases
-from ...segment import Segment
 from ..swap import finish_interrupted_swap
 from .local_log import LocalLog
+from .segments import S
 
 __all__ = ["Opened", "open_as_writer", "recover", "damaged_in_the_middle"]
 
@@ -44,7 +44,7 @@ class Opened(NamedTuple):
     recovery: dict[str, Any] | None
 
 
-def open_as_writer(local: LocalLog, takes_turns: bool, repairing: bool,
+def open_as_writer(local: LocalLog[S], takes_turns: bool, repairing: bool,
                    active_checked: tuple[int, int | None, int, int] | None,
                    on_recovery: Callable[[dict[str, Any]], None]) -> Opened:
     """Open ``local``'s segments for appending, recovering as needed; makes them ``local``'s view and sets
@@ -82,7 +82,7 @@ def open_as_writer(local: LocalLog, takes_turns: bool, repairing: bool,
     return Opened(cp, recovery_point, durably_dirty, recovery)
 
 
-def _finish_swaps(local: LocalLog, takes_turns: bool) -> tuple[Checkpoint, bool | None]:
+def _finish_swaps(local: LocalLog[S], takes_turns: bool) -> tuple[Checkpoint, bool | None]:
     """Read the checkpoint and finish a compaction swap a crash interrupted; returns the checkpoint and,
     when it wrote one (durably), whether that is dirty."""
     cp = read_checkpoint(local.checkpoint_path) or Checkpoint(0, local.log_start, clean=False)
@@ -102,8 +102,8 @@ def _finish_swaps(local: LocalLog, takes_turns: bool) -> tuple[Checkpoint, bool 
     return cp, durably_dirty
 
 
-def _open_active(local: LocalLog, segs: list[Segment], active_checked: tuple[int, int | None, int, int] | None,
-                 on_recovery: Callable[[dict[str, Any]], None]) -> tuple[list[Segment], dict[str, Any] | None]:
+def _open_active(local: LocalLog[S], segs: list[S], active_checked: tuple[int, int | None, int, int] | None,
+                 on_recovery: Callable[[dict[str, Any]], None]) -> tuple[list[S], dict[str, Any] | None]:
     """After a clean close: open the active segment for appending, checking what this handle has not
     checked yet; recover a torn last batch, refuse damage in the middle."""
     active = segs[-1]
@@ -132,7 +132,7 @@ def _open_active(local: LocalLog, segs: list[Segment], active_checked: tuple[int
     return segs, None
 
 
-def _drop_below_start(local: LocalLog, segs: list[Segment]) -> list[Segment]:
+def _drop_below_start(local: LocalLog[S], segs: list[S]) -> list[S]:
     """Delete the segments wholly below the log start: a retention pass or delete-records that crashed
     after recording the new log start and before unlinking them. Returns the rest."""
     k = 0
@@ -154,8 +154,8 @@ def damaged_in_the_middle(topic: str, number: int, exc: CorruptRecordError) -> C
         f"{number}` (Partition.repair()) cuts the log there", exc.path, exc.position)
 
 
-def recover(directory: str, segs: list[Segment], recovery_point: int,
-            on_recovery: Callable[[dict[str, Any]], None]) -> tuple[list[Segment], dict[str, Any]]:
+def recover(directory: str, segs: list[S], recovery_point: int,
+            on_recovery: Callable[[dict[str, Any]], None]) -> tuple[list[S], dict[str, Any]]:
     """Re-validate segments from the one holding ``recovery_point``; cut everything after a bad batch.
     Returns the segments left and the figures (segments validated and deleted, bytes dropped, seconds),
     which ``on_recovery`` is given as the recovery starts."""

@@ -22,13 +22,14 @@ import bisect
 import os
 import threading
 import time
-from typing import Any, Callable, TypeVar
+from typing import Any, Callable, Generic, Sequence, TypeVar
 
 from ...config import TopicConfig
 from ...errors import CorruptRecordError, LogFailedError, OffsetOutOfRangeError, StoreClosedError, UnknownTopicError
 from ..checkpoint import Checkpoint, read_checkpoint
 from ..filenames import CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, list_segment_bases
-from ...segment import ReadSlice, Segment
+from ..segment_read import ReadSlice
+from .segments import S, SegmentFiles, SegmentLike
 
 __all__ = ["LocalLog", "READ_RETRIES"]
 
@@ -44,12 +45,13 @@ OPEN_SEALED = 8
 _T = TypeVar("_T")
 
 
-class LocalLog:
+class LocalLog(Generic[S]):
     """The segments of one partition directory as this handle sees them, and the log start offset."""
 
-    def __init__(self, directory: str, topic: str, number: int, config: TopicConfig, lock: threading.RLock,
-                 is_writer: Callable[[], bool], is_closed: Callable[[], bool]) -> None:
+    def __init__(self, files: SegmentFiles[S], directory: str, topic: str, number: int, config: TopicConfig,
+                 lock: threading.RLock, is_writer: Callable[[], bool], is_closed: Callable[[], bool]) -> None:
         self.directory = directory
+        self._files = files  # opens and creates this partition's segment objects (the Segment class)
         self._lock = lock  # the partition's append lock, shared: the view changes under it
         self._is_writer = is_writer  # this handle holds the writer lock: its view is exact, never refreshed
         self._is_closed = is_closed
@@ -63,7 +65,7 @@ class LocalLog:
         except FileNotFoundError:
             raise UnknownTopicError(f"partition {name} was deleted ({directory})") from None
         #: (segments oldest first, their base offsets): one tuple, swapped whole.
-        self.view: tuple[list[Segment], list[int]] = ([], [])
+        self.view: tuple[list[S], list[int]] = ([], [])
         #: The first offset a reader may read.
         self.log_start = 0
         #: See Checkpoint.swap_generation.
@@ -78,7 +80,7 @@ class LocalLog:
     # ------------------------------------------------------------------ the view
 
     @property
-    def segments(self) -> list[Segment]:
+    def segments(self) -> list[S]:
         """The current segment list, oldest first (not to be mutated)."""
         return self.view[0]
 
@@ -96,15 +98,15 @@ class LocalLog:
         """The swap generation segment objects made now are sized under (see :meth:`Segment.open`)."""
         return (self.checkpoint_path, self.swap_gen)
 
-    def open_segment(self, base: int) -> Segment:
+    def open_segment(self, base: int) -> S:
         """An existing segment, sized under the current swap generation (see :meth:`Segment.open`)."""
-        return Segment.open(self.directory, base, *self.segment_index_args(), generation=self.generation())
+        return self._files.open(self.directory, base, *self.segment_index_args(), generation=self.generation())
 
-    def create_segment(self, base: int) -> Segment:
+    def create_segment(self, base: int) -> S:
         """A new, empty segment at ``base`` (the writer's)."""
-        return Segment.create(self.directory, base, *self.segment_index_args())
+        return self._files.create(self.directory, base, *self.segment_index_args())
 
-    def set_segments(self, segs: list[Segment]) -> None:
+    def set_segments(self, segs: list[S]) -> None:
         """Make ``segs`` the view: all sealed but the last. Under the append lock."""
         # New lists, never mutated in place: readers iterate over the snapshot they took.
         for seg in segs[:-1]:
@@ -113,7 +115,7 @@ class LocalLog:
             segs[-1].immutable = False
         self.view = (segs, [s.base_offset for s in segs])
 
-    def sealed_segments(self) -> dict[int, Segment]:
+    def sealed_segments(self) -> dict[int, S]:
         """Sealed segments of the current view that a new view may keep, by base offset: a handle that
         switches between reading and writing (taking turns) then does not reopen every segment.
 
@@ -448,7 +450,7 @@ class LocalLog:
         return None
 
 
-def start_from(cp: Checkpoint | None, segs: list[Segment]) -> int:
+def start_from(cp: Checkpoint | None, segs: Sequence[SegmentLike]) -> int:
     """The log start offset: the checkpoint's, or the first segment's base when there is none.
 
     Not raised to the first segment's base: compaction may empty and drop the first segments, and the
@@ -459,7 +461,7 @@ def start_from(cp: Checkpoint | None, segs: list[Segment]) -> int:
     return segs[0].base_offset if segs else 0
 
 
-def _before_damage(seg: Segment, exc: CorruptRecordError, offset: int, max_records: int, max_bytes: int,
+def _before_damage(seg: SegmentLike, exc: CorruptRecordError, offset: int, max_records: int, max_bytes: int,
                    verify: bool) -> list[ReadSlice]:
     """The batches of ``seg`` from ``offset`` up to the bad batch a read of it raised ``exc`` at (every
     position a scan reports is a batch start); [] when none, or when ``exc`` is not at one."""

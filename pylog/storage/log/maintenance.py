@@ -24,17 +24,17 @@ from ...config import TopicConfig
 from ...errors import OffsetOutOfRangeError
 from ..fileio import fsync_dir
 from ..retention import RetentionResult, deletable_prefix
-from ...segment import Segment
 from .. import swap
 from .durability import Durability
 from .local_log import LocalLog
+from .segments import S
 
 __all__ = ["enforce_retention", "delete_records", "swap_in"]
 
 log = logging.getLogger("pylog.partition")
 
 
-def enforce_retention(local: LocalLog, durability: Durability, config: TopicConfig, now: int,
+def enforce_retention(local: LocalLog[S], durability: Durability[S], config: TopicConfig, now: int,
                       roll: Callable[[], object]) -> RetentionResult:
     """Delete the oldest segments that ``retention.ms`` / ``retention.bytes`` / the log start allow;
     ``roll`` rolls the active segment (when every segment goes). Topics whose ``cleanup.policy`` lacks
@@ -54,7 +54,7 @@ def enforce_retention(local: LocalLog, durability: Durability, config: TopicConf
     return result
 
 
-def delete_records(local: LocalLog, durability: Durability, before_offset: int) -> int:
+def delete_records(local: LocalLog[S], durability: Durability[S], before_offset: int) -> int:
     """Make ``before_offset`` the log start offset (recorded first) and delete the segments wholly below
     it; returns the new log start. See :meth:`Partition.delete_records`."""
     end = local.segments[-1].next_offset
@@ -75,7 +75,7 @@ def delete_records(local: LocalLog, durability: Durability, before_offset: int) 
     return local.log_start
 
 
-def _delete_head(local: LocalLog, durability: Durability, count: int, result: RetentionResult) -> None:
+def _delete_head(local: LocalLog[S], durability: Durability[S], count: int, result: RetentionResult) -> None:
     """Delete the ``count`` oldest segments (never all): record the new log start first, then unlink."""
     segs = local.segments
     assert 0 < count < len(segs)
@@ -93,8 +93,8 @@ def _delete_head(local: LocalLog, durability: Durability, count: int, result: Re
              local.log_start, ",".join(result.reasons) or "log_start")
 
 
-def swap_in(local: LocalLog, durability: Durability, append_lock: threading.RLock,
-            cleaned: Sequence[tuple[Sequence[Segment], bool]]) -> None:
+def swap_in(local: LocalLog[S], durability: Durability[S], append_lock: threading.RLock,
+            cleaned: Sequence[tuple[Sequence[S], bool]]) -> None:
     """Replace each group of consecutive segments of ``cleaned`` (``(replaced segments, output empty)``)
     by its cleaned segment, written as ``.cleaned`` files at the group's first base offset (or by
     nothing when the output is empty), with one commit for all groups: steps 1-6 of
@@ -106,12 +106,11 @@ def swap_in(local: LocalLog, durability: Durability, append_lock: threading.RLoc
     swap.commit(directory, groups)  # steps 1-2: past this, the swap happens (now or at the next writer open)
     try:
         with append_lock:
-            generation = _bump_swap_generation(local, durability, [s for old, _ in cleaned for s in old])
+            _bump_swap_generation(local, durability, [s for old, _ in cleaned for s in old])
             swap.roll_forward(directory, groups)
-            index_args = local.segment_index_args()
             for (old, empty), (new_base, _) in zip(cleaned, groups, strict=True):
-                _replace_segments(local, old, None if empty else Segment.open(directory, new_base, *index_args,
-                                                                              generation=generation))
+                # Sized under the new generation (local.generation() is it now): see Segment.open.
+                _replace_segments(local, old, None if empty else local.open_segment(new_base))
         swap.finish(directory)
     except BaseException as exc:
         # Past the commit point the files and the in-memory view may disagree: refuse work until the
@@ -120,7 +119,7 @@ def swap_in(local: LocalLog, durability: Durability, append_lock: threading.RLoc
         raise
 
 
-def _replace_segments(local: LocalLog, old: Sequence[Segment], new: Segment | None) -> None:
+def _replace_segments(local: LocalLog[S], old: Sequence[S], new: S | None) -> None:
     """Swap the consecutive segments ``old`` for ``new`` (or nothing) in the view (under the append lock)."""
     segs = local.segments
     i = next((j for j, s in enumerate(segs) if s is old[0]), -1)
@@ -130,7 +129,7 @@ def _replace_segments(local: LocalLog, old: Sequence[Segment], new: Segment | No
     local.set_segments(segs[:i] + ([new] if new is not None else []) + segs[i + len(old):])
 
 
-def _bump_swap_generation(local: LocalLog, durability: Durability, replaced: Sequence[Segment]) -> tuple[str, int]:
+def _bump_swap_generation(local: LocalLog[S], durability: Durability[S], replaced: Sequence[S]) -> tuple[str, int]:
     """Step 3: record a new swap generation (durably) before any name points at a new file. The segments
     of the view not ``replaced`` keep their files, so they move to it; only the replaced ones (still in
     readers' snapshots) keep the old one. Returns the generation for new segment objects."""

@@ -17,6 +17,7 @@ from typing import Callable
 
 from ..notify import Notifier
 from .local_log import LocalLog
+from .segments import S
 
 __all__ = ["Waiters"]
 
@@ -47,7 +48,7 @@ class Waiters:
         self.notifier.close()  # wakes this handle's waiters sleeping on the notify file
         self.wake_local()
 
-    def wait_for_data(self, offset: int, timeout: float | None, local: LocalLog, log_end: Callable[[], int],
+    def wait_for_data(self, offset: int, timeout: float | None, local: LocalLog[S], log_end: Callable[[], int],
                       is_writer: Callable[[], bool], is_closed: Callable[[], bool]) -> bool:
         """Block until ``log_end() > offset`` or ``timeout`` seconds pass; True when data is there. See
         :meth:`Partition.wait_for_data`."""

@@ -23,7 +23,7 @@ from .format import (CODEC_LZ4, CODEC_NONE, CREATE_TIME, CRC_START, HEADER, HEAD
 from .record import Record, gc_paused, now_ms
 from .record import _rebuild_record as _rebuild_record  # what pickles of records name (see .record)
 from .views import BatchView, RecordColumns, checked_prefix
-from .views import consumer_rows, payload_bytes, slices_records
+from .views import consumer_row_iter, consumer_rows, payload_bytes, slices_count, slices_records
 
 __all__ = [
     "Record", "RecordColumns", "BatchHeader", "BatchView", "EncodeOptions",
@@ -32,5 +32,5 @@ __all__ = [
     "crc32c", "now_ms", "gc_paused",
     "HEADER", "HEADER_SIZE", "LENGTH_PREFIX", "CRC_START", "MAGIC", "CODEC_NONE", "CODEC_LZ4",
     "CREATE_TIME", "LOG_APPEND_TIME", "MAX_BATCH_SIZE", "MAX_OFFSET", "RECORD_OVERHEAD",
-    "consumer_rows", "payload_bytes", "slices_records",
+    "consumer_rows", "consumer_row_iter", "payload_bytes", "slices_count", "slices_records",
 ]

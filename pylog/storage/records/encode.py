@@ -251,7 +251,7 @@ def _key_column(keys: Sequence[bytes | None] | None, key_lengths: np.ndarray | N
     return kraw, kparts, kmin, kbytes
 
 
-def _timestamp_column(timestamps: Sequence[int] | np.ndarray, n: int,
+def _timestamp_column(timestamps: Sequence[int | None] | np.ndarray, n: int,
                       default_timestamp: int) -> tuple[int, int, np.ndarray | None]:
     """``(first timestamp, max timestamp, deltas from the first or None when all are equal)`` of the
     given timestamps (None items take ``default_timestamp``).
@@ -366,7 +366,7 @@ def _compressed(body_parts: list, body_size: int, attrs: int, codec: int) -> tup
 def encode_parts(
     values: Sequence[bytes | None] | None = None,
     keys: Sequence[bytes | None] | None = None,
-    timestamps: Sequence[int] | np.ndarray | None = None,
+    timestamps: Sequence[int | None] | np.ndarray | None = None,
     headers: Sequence[Any] | None = None,
     *,
     value_lengths: np.ndarray | None = None,
@@ -432,8 +432,20 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
     except InvalidRecordError:
         return None  # the pure path raises it, after any error it finds first
     attrs = (codec & CODEC_MASK) | (ATTR_LOG_APPEND_TIME if log_append_time else 0) | (ATTR_CONTROL if control else 0)
-    got = _native_encode(vlens, vparts, klens, kparts, None if log_append_time else timestamps, hblob, base_offset,
-                         default_ts, attrs, producer_id, producer_epoch, base_sequence)
+    ts: Any = None if log_append_time else timestamps
+    if isinstance(ts, np.ndarray):
+        # An int64 column (a producer's drain stamps its records with one): the compiled encoder takes a
+        # list, or None with default_ts for one timestamp shared by all (what the pure path finds too).
+        if ts.dtype.kind != "i" or ts.ndim != 1 or len(ts) != n:
+            return None  # the pure path raises
+        ts = ts.astype(I64, copy=False)
+        raw = ts.tobytes()
+        if raw[:8] * n == raw:
+            ts, default_ts = None, int(ts[0])
+        else:
+            ts = ts.tolist()
+    got = _native_encode(vlens, vparts, klens, kparts, ts, hblob, base_offset, default_ts, attrs, producer_id,
+                         producer_epoch, base_sequence)
     if got is None:
         return None
     hdr, body, fields = got
@@ -454,7 +466,7 @@ _new_header = tuple.__new__
 def encode_parts_pure(
     values: Sequence[bytes | None] | None = None,
     keys: Sequence[bytes | None] | None = None,
-    timestamps: Sequence[int] | np.ndarray | None = None,
+    timestamps: Sequence[int | None] | np.ndarray | None = None,
     headers: Sequence[Any] | None = None,
     *,
     value_lengths: np.ndarray | None = None,

@@ -33,7 +33,8 @@ from .record import EMPTY_HEADERS, Record, gc_paused
 
 __all__ = ["BatchView", "RecordColumns", "checked_prefix", "Layout", "batch_layout_pure", "batch_layout_native",
            "records_pure", "records_native", "slices_records", "consumer_rows", "consumer_rows_pure",
-           "consumer_rows_native", "payload_bytes"]
+           "consumer_rows_native", "consumer_row_iter", "consumer_row_iter_native",
+           "slices_count", "payload_bytes"]
 
 _tuple_new = tuple.__new__
 
@@ -639,6 +640,32 @@ def consumer_rows_native(slices: list[tuple[BatchView, int, int]], topic: str, p
 
 #: The consumer's path: compiled when the accelerator is live, else the reference.
 consumer_rows = consumer_rows_pure if _native is None else consumer_rows_native
+
+
+def consumer_row_iter_native(slices: list[tuple[BatchView, int, int]], topic: str, partition: int, row_type: type,
+                             key_deserializer: Callable[[bytes], Any] | None = None,
+                             value_deserializer: Callable[[bytes], Any] | None = None) -> Any:
+    """The rows :func:`consumer_rows_native` returns for ``slices``, as an iterator that builds each row when
+    it is asked for (the accelerator must be live): the loop taking them frees each row before the next is
+    built, so a row's memory is still in cache, where a list of a whole poll's rows is not. Its
+    ``__length_hint__()`` counts the rows not handed out yet, ``next_offset`` is the offset after the last
+    one handed out (-1 before the first), ``close()`` hands out no more. A row whose building raises (a
+    deserializer's error) raises from the ``__next__`` that reaches it, and the next call tries it again.
+    Equal, row for row, to :func:`consumer_rows_pure` (tests/test_native_decode.py)."""
+    assert _native is not None, "consumer_row_iter_native needs the compiled accelerator"
+    return _native.consumer_row_iter([(v.body, v.header, a, b, v.headers()) for v, a, b in slices], topic,
+                                     partition, row_type, key_deserializer, value_deserializer)
+
+
+#: Rows built one at a time as they are taken (compiled only); None in pure Python (or a build older than
+#: native.consumer_row_iter), where a consumer takes :func:`consumer_rows`' list (the reference builds rows
+#: column by column, no Python step per row).
+consumer_row_iter = consumer_row_iter_native if hasattr(_native, "consumer_row_iter") else None
+
+
+def slices_count(slices: list[tuple[BatchView, int, int]]) -> int:
+    """How many records ``(view, start, stop)`` slices hold."""
+    return sum(b - a for _, a, b in slices)
 
 
 def payload_bytes(slices: list[tuple[BatchView, int, int]]) -> int:
