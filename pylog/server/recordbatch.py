@@ -44,7 +44,7 @@ import crc32c as _crc32c
 import numpy as np
 
 from ..accel import native as _native
-from ..partition import Partition, internals
+from ..partition import Partition, RecordHeaders, internals
 from ..errors import (CorruptBatchError, InvalidBatchError, RecordTooLargeError,
                       UnsupportedCompressionError, UnsupportedMagicError)
 from ..storage.records.format import ATTR_CONTROL, ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL
@@ -75,10 +75,6 @@ def kafka_error_code(exc: BaseException) -> int:
     """The Kafka error code for an error :func:`decode_batches` raised: the server's one table,
     :func:`pylog.server.errormap.code_for` (UNKNOWN_SERVER_ERROR, -1, for anything else)."""
     return code_for(exc)
-
-
-#: One record's headers: ``(key, value)`` pairs, a null value as None.
-RecordHeaders = tuple[tuple[str, "bytes | None"], ...]
 
 
 class KafkaBatch:
