@@ -493,7 +493,7 @@ def server_health(server: Server) -> Health:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    exposition: Callable[[], bytes] = staticmethod(bytes)
+    exposition: Callable[[], bytes]  # set by MetricsEndpoint's subclass
     health: Health = staticmethod(_always_ok)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
