@@ -24,6 +24,8 @@ pytest.importorskip("prometheus_client", reason="the metrics extra (prometheus-c
 import pylog  # noqa: E402
 from pylog import metrics, prometheus  # noqa: E402
 from pylog.server.auth import Credentials  # noqa: E402
+from prometheus_client import CollectorRegistry  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer  # noqa: E402
 from kafka.errors import KafkaError  # noqa: E402
@@ -284,6 +286,64 @@ def test_endpoint_serves_metrics_health_and_404(store):
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(base + "/other", timeout=30)
         assert missing.value.code == 404
+
+
+def _log_gauges(text: bytes) -> dict[tuple[str, str, str], float]:
+    """(metric, topic, partition) -> value of the per-partition log gauges in an exposition."""
+    return {(s.name, s.labels["topic"], s.labels["partition"]): s.value
+            for fam in text_string_to_metric_families(text.decode()) for s in fam.samples
+            if s.name.startswith("pylog_log_") and "topic" in s.labels}
+
+
+def _without_duration(text: bytes) -> bytes:
+    return re.sub(rb"\npylog_scrape_duration_seconds \S+", b"", text)
+
+
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "read-only exporter"])
+def test_repeated_scrapes_show_appends_and_a_recreated_topic_never_stale(tmp_path, read_only):
+    """An endpoint's scrapes reuse the text of families unchanged since the previous scrape (Exposition): a
+    partition appended between two scrapes shows its new end offset and size on the second, a deleted topic
+    vanishes, and one recreated with fewer partitions shows only its new ones; every text is generate_latest's."""
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
+        store.create_topic("grows", partitions=3)
+        store.create_topic("recreated", partitions=3)
+        for p in store.topic("recreated").partitions:
+            p.append_values([b"x"] * 4)
+        scraped = pylog.open(tmp_path / "s", read_only=True) if read_only else store
+        reg = CollectorRegistry(auto_describe=False)
+        collector = prometheus.register(scraped, reg)
+        try:
+            scrape = prometheus.Exposition(reg)
+            first = _log_gauges(scrape())
+            assert first[("pylog_log_end_offset", "grows", "1")] == 0
+            assert first[("pylog_log_end_offset", "recreated", "2")] == 4
+            assert _log_gauges(scrape()) == first  # unchanged: the previous text, the same values
+
+            store.topic("grows").partition(1).append_values([b"v" * 100] * 7)
+            store.topic("grows").partition(1).flush()
+            text = scrape()
+            second = _log_gauges(text)
+            assert second[("pylog_log_end_offset", "grows", "1")] == 7
+            assert second[("pylog_log_size_bytes", "grows", "1")] > first[("pylog_log_size_bytes", "grows", "1")]
+            assert second[("pylog_log_end_offset", "grows", "0")] == 0
+            assert _without_duration(text) == _without_duration(prometheus.exposition(reg))
+
+            store.delete_topic("recreated")
+            assert not any(topic == "recreated" for _, topic, _ in _log_gauges(scrape()))
+            # A read-only handle keeps the partition count of a topic it opened (Store.topic): recreated alike.
+            partitions = 3 if read_only else 1
+            store.create_topic("recreated", partitions=partitions)
+            text = scrape()
+            third = _log_gauges(text)
+            assert {k[2] for k in third if k[1] == "recreated"} == {str(i) for i in range(partitions)}
+            for i in range(partitions):
+                assert third[("pylog_log_end_offset", "recreated", str(i))] == 0
+                assert third[("pylog_log_size_bytes", "recreated", str(i))] == 0
+            assert _without_duration(text) == _without_duration(prometheus.exposition(reg))
+        finally:
+            collector.close()
+            if read_only:
+                scraped.close()
 
 
 def test_health_is_503_once_the_store_is_closed(tmp_path):
