@@ -25,7 +25,10 @@ Invariants:
    so it never takes a place in the store's descriptor budget from a partition being written.
 3. A scrape's cost grows with the partitions (one look at each one's files, ~15-20 us) and the series
    (~3.5 us each to format, the library's); a store of 1,000 partitions is ~7,000 series and ~50 ms of CPU
-   (benchmarks/bench_metrics.py measures it).
+   formatted whole. The endpoints (:class:`MetricsEndpoint`) format through :class:`Exposition`, which
+   reuses the library's text of a family equal to the previous scrape's: the per-partition families of a
+   store whose partitions did not change cost a comparison, not a formatting (benchmarks/bench_metrics.py
+   measures it). Its text is always ``generate_latest``'s, byte for byte.
 4. Registering turns recording on (:func:`pylog.metrics.enable`); counters count from then on.
 """
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 import gc
 import http.server
 import itertools
+import os
 import threading
 import time
 import weakref
@@ -93,6 +97,8 @@ class PylogCollector:
         weakref.finalize(self, _close_all, self._views)
         #: The per-partition label dicts of the previous scrape, reused by the next (see _Families.labels).
         self._labels: dict[tuple[str, ...], dict[str, str]] = {}
+        #: What the previous scrape read of each partition read through the view, with its files' stamp.
+        self._looked: dict[tuple[str, str, int], _Looked] = {}
 
     def close(self) -> None:
         """Close the read-only handles the scrapes opened (the collector opens them again if scraped)."""
@@ -146,7 +152,7 @@ class PylogCollector:
         for server in servers:
             self._server_gauges(families, server, held if server.store is store else None)
         if store is not None and not store.closed:
-            _store_gauges(families, store, self._view(store), held)
+            self._looked = _store_gauges(families, store, self._view(store), held, self._looked)
             families.gauge("pylog_scrape_duration_seconds", (), time.perf_counter() - began)
         self._labels = families.labels_made
         return families
@@ -261,10 +267,36 @@ def _client(config: Any) -> str:
 _TP, _GTP = ("topic", "partition"), ("group", "topic", "partition")
 
 
-def _store_gauges(families: _Families, store: Store, view: Store, held: dict[str, tuple[int, int]]) -> None:
+#: (the partition's active segment file, the stamp of its files, (log start, log end, size, segments)).
+_Looked = tuple[str, tuple[int, ...], tuple[int, int, int, int]]
+#: Seconds a partition's files must have been left alone before their stamp is trusted (see _files_stamp).
+_SETTLED = 1.0
+
+
+def _files_stamp(directory: str, active: str) -> tuple[int, ...] | None:
+    """The identity of a partition's files whose change means its gauges may have changed: its directory's
+    (an entry made, removed or renamed: a roll, a checkpoint rewritten when segments are deleted or swapped or
+    the log start moves, a topic recreated) and its active segment's (appends). None when either changed
+    within :data:`_SETTLED` seconds: a file system keeps modification times to a clock tick, so a change made
+    later in the same tick would leave a stamp taken now unchanged (the "racy" case); only settled files are
+    trusted, and when either is gone (a roll and retention, a topic deleted: the caller looks again)."""
+    try:
+        d, a = os.stat(directory), os.stat(active)
+    except OSError:
+        return None
+    if time.time() - max(d.st_mtime, a.st_mtime) < _SETTLED:
+        return None
+    return d.st_ino, d.st_mtime_ns, a.st_ino, a.st_size, a.st_mtime_ns
+
+
+def _store_gauges(families: _Families, store: Store, view: Store, held: dict[str, tuple[int, int]],
+                  looked_before: dict[tuple[str, str, int], _Looked]) -> dict[tuple[str, str, int], _Looked]:
     """The store's gauges from its files: offsets, sizes and segments per partition, groups' progress and
     membership, the published cleaners. A partition this process writes is read through its writer handle
-    (exact, and no file to look at); the others through ``view`` (see PylogCollector._view)."""
+    (exact, and no file to look at); the others through ``view`` (see PylogCollector._view), but only when
+    their files' stamp (:func:`_files_stamp`: two ``stat`` calls) moved since ``looked_before``, the previous
+    scrape's looks: an idle partition's gauges are the previous scrape's. Returns this scrape's looks."""
+    looked: dict[tuple[str, str, int], _Looked] = {}
     offsets: dict[tuple[str, int], tuple[int, int]] = {}
     labels: list[dict[str, str]] = []
     starts, ends, sizes, counts = [], [], [], []
@@ -278,23 +310,43 @@ def _store_gauges(families: _Families, store: Store, view: Store, held: dict[str
         for number in range(topic.num_partitions):
             try:
                 p = written.get(number)
-                if p is None:
+                if p is not None:
+                    start, end = p.offsets()
+                    segments = p.segments
+                    size, count = sum(s.size for s in segments), len(segments)
+                else:
                     p = topic.partition(number)
-                start, end = p.offsets()
-                segments = p.segments
+                    key = (view.path, name, number)
+                    before = looked_before.get(key)
+                    stamp = None if before is None else _files_stamp(p.directory, before[0])
+                    if stamp is not None and before is not None and stamp == before[1]:
+                        start, end, size, count = before[2]
+                        looked[key] = before
+                    else:
+                        start, end = p.offsets()
+                        segments = p.segments
+                        size, count = sum(s.size for s in segments), len(segments)
+                        # The stamp taken after the look: a change made meanwhile is too recent for a stamp
+                        # (None: _SETTLED), so no stamp is ever older than the values kept with it.
+                        if segments:
+                            active = segments[-1].log_path
+                            stamp = _files_stamp(p.directory, active)
+                            if stamp is not None:
+                                looked[key] = (active, stamp, (start, end, size, count))
             except (PylogError, OSError):  # deleted or damaged meanwhile: the next scrape sees it again
                 continue
             offsets[(name, number)] = (start, end)
             labels.append(families.labels(_TP, (name, str(number))))
             starts.append(start)
             ends.append(end)
-            sizes.append(sum(s.size for s in segments))
-            counts.append(len(segments))
+            sizes.append(size)
+            counts.append(count)
     for metric, values in (("pylog_log_start_offset", starts), ("pylog_log_end_offset", ends),
                            ("pylog_log_size_bytes", sizes), ("pylog_log_segments", counts)):
         families.many(metric, labels, values)
     _group_gauges(families, view, offsets, held)
     _cleaner_gauges(families, view.cleaners())
+    return looked
 
 
 def _group_gauges(families: _Families, store: Store, offsets: dict[tuple[str, int], tuple[int, int]],

@@ -299,23 +299,45 @@ def _without_duration(text: bytes) -> bytes:
     return re.sub(rb"\npylog_scrape_duration_seconds \S+", b"", text)
 
 
+def _settle(path) -> None:
+    """Date every file and directory under ``path`` a minute back, as if left alone since: scrapes then trust
+    their stamps and reuse what they read of idle partitions (pylog.prometheus._files_stamp)."""
+    when = os.stat(path).st_mtime - 60
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.utime(os.path.join(root, name), (when, when))
+    os.utime(path, (when, when))
+
+
+@pytest.mark.parametrize("settled", [False, True], ids=["just-written", "settled"])
 @pytest.mark.parametrize("read_only", [False, True], ids=["writer", "read-only exporter"])
-def test_repeated_scrapes_show_appends_and_a_recreated_topic_never_stale(tmp_path, read_only):
-    """An endpoint's scrapes reuse the text of families unchanged since the previous scrape (Exposition): a
-    partition appended between two scrapes shows its new end offset and size on the second, a deleted topic
-    vanishes, and one recreated with fewer partitions shows only its new ones; every text is generate_latest's."""
+def test_repeated_scrapes_show_appends_and_a_recreated_topic_never_stale(tmp_path, read_only, settled):
+    """An endpoint's scrapes reuse the text of families unchanged since the previous scrape (Exposition), and
+    what they read of partitions whose files did not change (settled files only): a partition appended between
+    two scrapes shows its new end offset and size on the second, a deleted topic vanishes, and one recreated
+    shows its new partitions, empty; every text is generate_latest's."""
+    def scrape() -> bytes:
+        if not settled:
+            return exposition()
+        _settle(tmp_path / "s")
+        text = exposition()  # looks again at the partitions whose stamp moved: all, dated back
+        assert exposition() == text or _without_duration(exposition()) == _without_duration(text)
+        return text
+
     with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
         store.create_topic("grows", partitions=3)
         store.create_topic("recreated", partitions=3)
+        for p in store.topic("grows").partitions:
+            p.append_values([b"x"])
         for p in store.topic("recreated").partitions:
             p.append_values([b"x"] * 4)
         scraped = pylog.open(tmp_path / "s", read_only=True) if read_only else store
         reg = CollectorRegistry(auto_describe=False)
         collector = prometheus.register(scraped, reg)
         try:
-            scrape = prometheus.Exposition(reg)
+            exposition = prometheus.Exposition(reg)
             first = _log_gauges(scrape())
-            assert first[("pylog_log_end_offset", "grows", "1")] == 0
+            assert first[("pylog_log_end_offset", "grows", "1")] == 1
             assert first[("pylog_log_end_offset", "recreated", "2")] == 4
             assert _log_gauges(scrape()) == first  # unchanged: the previous text, the same values
 
@@ -323,14 +345,14 @@ def test_repeated_scrapes_show_appends_and_a_recreated_topic_never_stale(tmp_pat
             store.topic("grows").partition(1).flush()
             text = scrape()
             second = _log_gauges(text)
-            assert second[("pylog_log_end_offset", "grows", "1")] == 7
+            assert second[("pylog_log_end_offset", "grows", "1")] == 8
             assert second[("pylog_log_size_bytes", "grows", "1")] > first[("pylog_log_size_bytes", "grows", "1")]
-            assert second[("pylog_log_end_offset", "grows", "0")] == 0
+            assert second[("pylog_log_end_offset", "grows", "0")] == 1
             assert _without_duration(text) == _without_duration(prometheus.exposition(reg))
 
+            # Deleted and recreated between two scrapes: the new topic's partitions, empty. A read-only handle
+            # keeps the partition count of a topic it opened (Store.topic): recreated alike there.
             store.delete_topic("recreated")
-            assert not any(topic == "recreated" for _, topic, _ in _log_gauges(scrape()))
-            # A read-only handle keeps the partition count of a topic it opened (Store.topic): recreated alike.
             partitions = 3 if read_only else 1
             store.create_topic("recreated", partitions=partitions)
             text = scrape()
@@ -340,6 +362,9 @@ def test_repeated_scrapes_show_appends_and_a_recreated_topic_never_stale(tmp_pat
                 assert third[("pylog_log_end_offset", "recreated", str(i))] == 0
                 assert third[("pylog_log_size_bytes", "recreated", str(i))] == 0
             assert _without_duration(text) == _without_duration(prometheus.exposition(reg))
+
+            store.delete_topic("recreated")
+            assert not any(topic == "recreated" for _, topic, _ in _log_gauges(scrape()))
         finally:
             collector.close()
             if read_only:

@@ -6,9 +6,10 @@ future of an answer that is completed later: a Produce waiting for its appends a
 handler calls :func:`fetched` once per answer. Nothing here runs unless recording is on
 (``metrics.state.on``, tested by the callers), and nothing here is per record.
 
-Invariants: an answer's error codes are counted once each, wherever they sit (the answer's own
-``error_code``, each topic's, partition's or item's); NONE is not counted. Latency is measured from the
-request taken off the connection's queue to its answer ready to encode.
+Invariants: one latency observation per request, which is also its count (``pylog_server_requests_total``
+reads the latency histogram's counts: :mod:`pylog.metrics`); an answer's error codes are counted once each,
+wherever they sit (the answer's own ``error_code``, each topic's, partition's or item's); NONE is not counted.
+Latency is measured from the request taken off the connection's queue to its answer ready to encode.
 """
 
 from __future__ import annotations
