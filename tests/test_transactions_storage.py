@@ -1,0 +1,269 @@
+"""Transactions in a partition's storage: transactional batches, commit/abort markers, the last stable offset,
+the aborted-transaction index (also rebuilt after a crash) and read_committed / read_uncommitted reads.
+
+Run: ``python -m pytest tests/test_transactions_storage.py -q``
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+
+import msgpack
+import pytest
+
+import pylog
+from pylog.errors import InvalidTxnStateError, ProducerFencedError, TransactionCoordinatorFencedError
+from pylog.partition import internals
+from pylog.storage.producer_state import ProducerState
+from pylog.storage.txn_index import index_path, parse_marker, read_index
+
+TOPIC = "t"
+
+
+def _store(path, **cfg):
+    return pylog.open(str(path), log_cleaner_enable=False, **cfg)
+
+
+def _part(store):
+    store.create_topic(TOPIC)
+    return store.topic(TOPIC).partition(0)
+
+
+def _open_transaction(store, value, epoch=0):
+    """A new partition holding one record of an open transaction: ``(partition, producer id)``."""
+    p = _part(store)
+    pid = store.new_producer_id()
+    p.append_values([value], producer=(pid, epoch, 0), transactional=True)
+    return p, pid
+
+
+def _plain_then_open(store):
+    """A new partition holding a plain record ``c`` at 0 then one of an open transaction at 1."""
+    p = _part(store)
+    p.append_values([b"c"])
+    pid = store.new_producer_id()
+    p.append_values([b"t"], producer=(pid, 0, 0), transactional=True)
+    return p, pid
+
+
+def _one_transaction(store, value, commit, coordinator_epoch=0):
+    """A partition holding one transaction of one record, ended by its marker: ``(partition, producer id)``."""
+    p, pid = _open_transaction(store, value)
+    internals(p).append_marker(pid, 0, commit=commit, coordinator_epoch=coordinator_epoch)
+    return p, pid
+
+
+def _values(p, level="read_uncommitted", start=0):
+    return [r.value for r in p.read(start, max_records=10 ** 6, isolation_level=level)]
+
+
+def test_committed_transaction_becomes_visible_to_read_committed_at_its_marker(tmp_path):
+    with _store(tmp_path) as store:
+        p = _part(store)
+        pid = store.new_producer_id()
+        p.append_values([b"plain"])
+        assert p.append_values([b"t1", b"t2"], producer=(pid, 0, 0), transactional=True) == 1
+        p.append_values([b"after"])
+        assert p.last_stable_offset == 1
+        assert _values(p, "read_committed") == [b"plain"]
+        assert _values(p) == [b"plain", b"t1", b"t2", b"after"]
+        marker = internals(p).append_marker(pid, 0, commit=True, coordinator_epoch=3)
+        assert marker == 4 and p.log_end_offset == 5
+        assert p.last_stable_offset == 5
+        assert _values(p, "read_committed") == [b"plain", b"t1", b"t2", b"after"]
+        assert _values(p) == [b"plain", b"t1", b"t2", b"after"]  # the marker is never a record
+        cols = p.read_columns(0, isolation_level="read_committed")
+        assert list(cols.offsets) == [0, 1, 2, 3]
+
+
+def test_aborted_transaction_is_never_returned_to_read_committed(tmp_path):
+    with _store(tmp_path) as store:
+        p = _part(store)
+        a, b = store.new_producer_id(), store.new_producer_id()
+        p.append_values([b"a1"], producer=(a, 0, 0), transactional=True)
+        p.append_values([b"b1"], producer=(b, 0, 0), transactional=True)
+        p.append_values([b"a2"], producer=(a, 0, 1), transactional=True)
+        internals(p).append_marker(a, 0, commit=False)
+        assert p.last_stable_offset == 1  # b's transaction is still open
+        assert _values(p, "read_committed") == []
+        internals(p).append_marker(b, 0, commit=True)
+        assert _values(p, "read_committed") == [b"b1"]
+        assert _values(p) == [b"a1", b"b1", b"a2"]  # read_uncommitted sees aborted records
+        [entry] = read_index(index_path(p.directory, 0))
+        assert (entry.producer_id, entry.first_offset, entry.last_offset, entry.last_stable_offset) == (a, 0, 3, 1)
+
+
+def test_read_committed_skips_only_aborted_batches_between_committed_ones(tmp_path):
+    with _store(tmp_path) as store:
+        p = _part(store)
+        pid = store.new_producer_id()
+        seq = 0
+        want = []
+        for i in range(6):
+            vals = [b"%d-%d" % (i, j) for j in range(3)]
+            p.append_values(vals, producer=(pid, 0, seq), transactional=True)
+            seq += 3
+            commit = i % 2 == 0
+            internals(p).append_marker(pid, 0, commit=commit)
+            if commit:
+                want += vals
+        assert _values(p, "read_committed") == want
+        # A read starting inside an aborted transaction, and a read of one record at a time.
+        assert _values(p, "read_committed", start=5) == want[3:]
+        got, pos = [], 0
+        while True:
+            slices, nxt = internals(p).read_isolated(pos, 1, 1 << 20, "read_committed")
+            if not slices:
+                if nxt == pos:
+                    break
+                pos = nxt
+                continue
+            recs = p.read(pos, max_records=1, isolation_level="read_committed")
+            got += [r.value for r in recs]
+            pos = recs[-1].offset + 1
+        assert got == want
+
+
+def test_a_read_at_a_marker_moves_past_it(tmp_path):
+    with _store(tmp_path) as store:
+        p, _ = _one_transaction(store, b"x", commit=True)
+        for level in ("read_uncommitted", "read_committed"):
+            assert p.read(1, isolation_level=level) == []
+            assert internals(p).read_isolated(1, 10, 1 << 20, level) == ([], 2)
+
+
+def test_non_transactional_batch_during_an_open_transaction_is_refused(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _open_transaction(store, b"t")
+        with pytest.raises(InvalidTxnStateError):
+            p.append_values([b"i"], producer=(pid, 0, 1))
+        with pytest.raises(InvalidTxnStateError):
+            p.append_values([b"x"], transactional=True)  # no producer
+        assert p.log_end_offset == 1
+
+
+def test_markers_are_fenced_by_producer_and_coordinator_epoch(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _open_transaction(store, b"t", epoch=1)
+        with pytest.raises(ProducerFencedError):
+            internals(p).append_marker(pid, 0, commit=True)
+        with pytest.raises(ProducerFencedError):
+            p.append_values([b"old"], producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 1, commit=False, coordinator_epoch=5)
+        with pytest.raises(TransactionCoordinatorFencedError):
+            internals(p).append_marker(pid, 1, commit=True, coordinator_epoch=4)
+        # A marker from a bumped epoch (a coordinator aborting for a new incarnation) fences the old one.
+        p.append_values([b"t2"], producer=(pid, 1, 1), transactional=True)
+        internals(p).append_marker(pid, 2, commit=False, coordinator_epoch=5)
+        with pytest.raises(ProducerFencedError):
+            p.append_values([b"late"], producer=(pid, 1, 2), transactional=True)
+        assert p.last_stable_offset == p.log_end_offset
+        assert _values(p, "read_committed") == []
+
+
+def test_marker_record_carries_type_and_coordinator_epoch(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _one_transaction(store, b"t", commit=False, coordinator_epoch=7)
+        view, a, _ = internals(p).local_log.slices(1, 1, 1 << 20, True)[0]
+        h = view.header
+        assert h.is_control and h.is_transactional and h.producer_id == pid and h.base_sequence == -1
+        rec = view.records(None, -1, a, a + 1)[0]
+        assert parse_marker(rec.key, rec.value) == (False, 7)
+
+
+def test_open_transaction_survives_a_clean_restart_in_the_snapshot(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _plain_then_open(store)
+    state, _ = ProducerState.read_snapshot(os.path.join(str(tmp_path), TOPIC, "0"))
+    assert state.ongoing() == {pid: 1}
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert p.last_stable_offset == 1
+        internals(p).append_marker(pid, 0, commit=False)
+        assert _values(p, "read_committed") == [b"c"]
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert _values(p, "read_committed") == [b"c"]
+        assert p.last_stable_offset == p.log_end_offset
+
+
+def test_snapshot_without_transactions_keeps_its_old_layout(tmp_path):
+    with _store(tmp_path) as store:
+        p = _part(store)
+        p.append_values([b"i"], producer=(store.new_producer_id(), 0, 0))
+    raw = open(os.path.join(str(tmp_path), TOPIC, "0", "producer.snapshot"), "rb").read()
+    doc = msgpack.unpackb(raw[8:-4])
+    assert all(len(entry) == 4 for entry in doc["producers"])
+
+
+def test_a_reader_in_another_handle_sees_the_writers_lso(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _plain_then_open(store)
+        with pylog.open(str(tmp_path), read_only=True) as reader:
+            r = reader.topic(TOPIC).partition(0)
+            assert r.last_stable_offset == 1
+            assert [x.value for x in r.read(0, isolation_level="read_committed")] == [b"c"]
+            internals(p).append_marker(pid, 0, commit=False)
+            p.append_values([b"d"])
+            assert r.last_stable_offset == 4
+            assert [x.value for x in r.read(0, isolation_level="read_committed")] == [b"c", b"d"]
+
+
+def test_index_rebuilt_when_damaged_or_missing_after_the_snapshot(tmp_path):
+    with _store(tmp_path) as store:
+        p, _ = _one_transaction(store, b"t", commit=False)
+        path = index_path(p.directory, 0)
+        want = read_index(path)
+        internals(p).abandon()  # a crash: no snapshot at close
+    os.remove(path)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        # Its first producer append loads the producer state and repairs the index on the way.
+        p.append_values([b"c"], producer=(store.new_producer_id(), 0, 0))
+        assert read_index(path) == want
+        assert _values(p, "read_committed") == [b"c"]
+
+
+def test_invalid_isolation_level_is_refused(tmp_path):
+    with _store(tmp_path) as store:
+        p = _part(store)
+        p.append_values([b"x"])
+        with pytest.raises(pylog.InvalidArgumentError):
+            p.read(0, isolation_level="committed")
+
+
+def _open_transaction_then_die(path, ready):
+    store = _store(path)
+    p = store.topic(TOPIC).partition(0)
+    p.append_values([b"t1"], producer=(7, 0, 0), transactional=True)
+    p.append_values([b"t2"], producer=(7, 0, 1), transactional=True)
+    ready.set()
+    signal.pause()
+
+
+def test_writer_killed_mid_transaction_leaves_it_open_then_abort_is_indexed(tmp_path):
+    with _store(tmp_path) as store:
+        p = _part(store)
+        p.append_values([b"before"])
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    child = ctx.Process(target=_open_transaction_then_die, args=(str(tmp_path), ready))
+    child.start()
+    try:
+        assert ready.wait(120)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert p.log_end_offset == 3
+        assert p.last_stable_offset == 1  # the dead producer's transaction is still open
+        assert _values(p, "read_committed") == [b"before"]
+        internals(p).append_marker(7, 0, commit=False)
+        [entry] = read_index(index_path(p.directory, 0))
+        assert (entry.first_offset, entry.last_offset) == (1, 3)
+        p.append_values([b"after"])
+        assert _values(p, "read_committed") == [b"before", b"after"]
+        assert _values(p) == [b"before", b"t1", b"t2", b"after"]
