@@ -12,8 +12,9 @@ Invariants:
 - :class:`TxnTracker` works from the files alone (the producer snapshot, then the batch headers after it),
   so a reader in another process than the writer computes the same LSO as the writer; it continues from the
   last batch it replayed, so a read costs only the headers appended since the previous one.
-- The writer, when it loads its producer state (before its first producer append or marker), drops index entries whose marker is not in the log and adds
-  those of abort markers in the replayed range that the index lacks (:func:`replay`).
+- The writer, when it loads its producer state (before its first producer append or marker), drops index
+  entries whose marker is not in the log and adds those of abort markers in the replayed range that the
+  index lacks (:func:`replay`).
 """
 
 from __future__ import annotations
