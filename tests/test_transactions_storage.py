@@ -267,3 +267,49 @@ def test_writer_killed_mid_transaction_leaves_it_open_then_abort_is_indexed(tmp_
         p.append_values([b"after"])
         assert _values(p, "read_committed") == [b"before", b"after"]
         assert _values(p) == [b"before", b"t1", b"t2", b"after"]
+        assert p.check() == []
+
+
+def test_retention_deletes_a_segments_aborted_transaction_index_with_it(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _one_transaction(store, b"t", commit=False)
+        p.roll()
+        p.append_values([b"c"])
+        assert os.path.exists(index_path(p.directory, 0))
+        p.delete_records(2)
+        assert not os.path.exists(index_path(p.directory, 0))
+        assert _values(p, "read_committed", start=2) == [b"c"]
+        assert p.check() == []
+
+
+def _poll_all(consumer):
+    got = []
+    while True:
+        batch = consumer.poll(timeout_ms=50)
+        if not batch:
+            return got
+        got += [r.value for recs in batch.values() for r in recs]
+
+
+def test_read_committed_consumer_sees_committed_records_only_and_moves_past_markers(tmp_path):
+    with _store(tmp_path) as store:
+        p, a = _plain_then_open(store)  # "c" at 0, a's "t" at 1
+        internals(p).append_marker(a, 0, commit=True)
+        b = store.new_producer_id()
+        p.append_values([b"aborted"], producer=(b, 0, 0), transactional=True)
+        internals(p).append_marker(b, 0, commit=False)
+        tp = pylog.TopicPartition(TOPIC, 0)
+        committed = store.consumer(TOPIC, auto_offset_reset="earliest", isolation_level="read_committed")
+        uncommitted = store.consumer(TOPIC, auto_offset_reset="earliest")
+        assert _poll_all(committed) == [b"c", b"t"]
+        assert committed.position(tp) == p.log_end_offset == 5  # past the last marker, not stuck before it
+        assert _poll_all(uncommitted) == [b"c", b"t", b"aborted"]
+        # An open transaction holds read_committed back, and its end offset, until it commits.
+        p.append_values([b"open"], producer=(b, 0, 1), transactional=True)
+        p.append_values([b"later"])
+        assert committed.end_offsets([tp]) == {tp: 5} and uncommitted.end_offsets([tp]) == {tp: 7}
+        assert _poll_all(committed) == [] and committed.position(tp) == 5
+        internals(p).append_marker(b, 0, commit=True)
+        assert _poll_all(committed) == [b"open", b"later"]
+        with pytest.raises(pylog.InvalidConfigError):
+            store.consumer(TOPIC, isolation_level="committed")

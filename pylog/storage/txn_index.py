@@ -32,7 +32,7 @@ from ..errors import CorruptRecordError
 from .records import crc32c
 
 __all__ = ["AbortedTxn", "TXN_INDEX_SUFFIX", "marker_record", "parse_marker", "read_index", "append_index",
-           "truncate_index", "index_path", "MARKER_ABORT", "MARKER_COMMIT"]
+           "truncate_index", "index_path", "remove_index", "MARKER_ABORT", "MARKER_COMMIT"]
 
 TXN_INDEX_SUFFIX = ".txnindex"
 _MAGIC = b"PLTI"
@@ -76,6 +76,14 @@ def parse_marker(key: bytes | None, value: bytes | None) -> tuple[bool, int]:
 
 def index_path(directory: str, base_offset: int) -> str:
     return os.path.join(directory, f"{base_offset:020d}{TXN_INDEX_SUFFIX}")
+
+
+def remove_index(directory: str, base_offset: int) -> None:
+    """Remove the index of a segment retention deleted (when it has one)."""
+    try:
+        os.unlink(index_path(directory, base_offset))
+    except FileNotFoundError:
+        pass
 
 
 def read_index(path: str) -> list[AbortedTxn]:
