@@ -189,7 +189,8 @@ class Partition:
             self._maintenance_lock,
             OwnerOps(lambda: self._closed, self._ensure_writer_locked, self.release_writer,
                      lambda: self.lock_timeout_ms, self._abandon, self._forget_budget, self._append_lists,
-                     self._append_column_args, self._append_marker, self._read_isolated))
+                     self._append_column_args, self._append_marker, self._read_isolated,
+                     self._slices))
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
         with descriptor_faults(f"opening {name}"):
             self._local.load_readonly()

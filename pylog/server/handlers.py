@@ -428,7 +428,9 @@ class DataHandlers:
                 return entry, 0, part, end
             if limit <= 0:
                 return entry, 0, None, None
-            slices = _within(part.read_slices(offset, _MAX_FETCH_RECORDS, max(1, limit)), limit, at_least_one)
+            # Markers included: a Kafka client moves past them itself (docs/FORMAT.md, "Transactions").
+            slices = _within(internals(part).read_with_markers(offset, _MAX_FETCH_RECORDS, max(1, limit)), limit,
+                             at_least_one)
             if not slices:
                 return entry, 0, None, None
             # One part per slice, not joined: the response's encoder writes the parts as they are (a join would

@@ -68,6 +68,8 @@ class OwnerOps(NamedTuple):
     append_marker: Callable[[int, int, bool, int], int]
     #: A read filtered by isolation level: (offset, max records, max bytes, verify, level) -> (slices, next).
     read_isolated: Callable[[int, int, int, bool, Any], tuple[list[ReadSlice], int]]
+    #: A read of every batch, control batches included: (offset, max records, max bytes, verify).
+    read_all: Callable[[int, int, int, bool], list[ReadSlice]]
 
 
 class PartitionInternals(Generic[S]):
@@ -295,6 +297,11 @@ class PartitionInternals(Generic[S]):
         returned: past control batches and aborted transactions that the read skipped (see
         :func:`pylog.storage.log.txn.isolated_read`), so a reader never reads them again forever."""
         return self._ops.read_isolated(offset, max_records, max_bytes, True, isolation_level)
+
+    def read_with_markers(self, offset: int, max_records: int, max_bytes: int) -> list[ReadSlice]:
+        """(``pylog serve``'s Fetch) :meth:`Partition.read_slices` with control batches too: Kafka clients
+        get transaction markers in fetched data (they move past them and use them to end transactions)."""
+        return self._ops.read_all(offset, max_records, max_bytes, True)
 
     def sync_rolled(self) -> None:
         """fsync the segments rolls sealed that the background sync thread has not got to yet, and move

@@ -65,10 +65,10 @@ def replay(state: ProducerState, local: LocalLog[S], start: int, repair: bool = 
     writer loading its state) the aborted-transaction index is made to match the log: entries past the log
     end dropped, the aborts of the replayed range that it lacks added."""
     segs, bases = local.view
-    if repair:
-        end = segs[-1].next_offset if segs else 0
-        for seg in segs:
-            truncate_index(index_path(local.directory, seg.base_offset), end)
+    if repair and segs:
+        # Only the active segment's index can hold an entry whose marker is missing: a marker is in the
+        # segment its entry names, and every earlier segment ends below the log end.
+        truncate_index(index_path(local.directory, segs[-1].base_offset), segs[-1].next_offset)
     for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
         headers = (h for _, h in seg.batch_headers() if h.last_offset >= start)
         if not repair:
