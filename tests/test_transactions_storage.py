@@ -9,6 +9,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import time
 
 import msgpack
 import pytest
@@ -313,3 +314,22 @@ def test_read_committed_consumer_sees_committed_records_only_and_moves_past_mark
         assert _poll_all(committed) == [b"open", b"later"]
         with pytest.raises(pylog.InvalidConfigError):
             store.consumer(TOPIC, isolation_level="committed")
+
+
+def test_kafka_python_consumer_through_pylog_serve_moves_past_a_marker_at_the_end(server, store):
+    # Fetch hands the markers to the client as Kafka does: kafka-python skips them and its position moves
+    # past a marker that ends the log (a fetch without it would leave the position, and the lag, before it).
+    kafka = pytest.importorskip("kafka")
+    p, pid = _plain_then_open(store)
+    internals(p).append_marker(pid, 0, commit=True)
+    tp = kafka.TopicPartition(TOPIC, 0)
+    consumer = kafka.KafkaConsumer(bootstrap_servers=server.bootstrap_servers, auto_offset_reset="earliest")
+    consumer.assign([tp])
+    got = []
+    try:
+        deadline = time.monotonic() + 20
+        while consumer.position(tp) < 3 and time.monotonic() < deadline:
+            got += [r.value for recs in consumer.poll(timeout_ms=100).values() for r in recs]
+        assert got == [b"c", b"t"] and consumer.position(tp) == 3
+    finally:
+        consumer.close()
