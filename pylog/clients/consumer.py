@@ -45,7 +45,7 @@ from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from ..storage.records import BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count
 from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
-from ..partition import Partition, watch_appends
+from ..partition import Partition, internals, watch_appends
 
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",
