@@ -84,12 +84,12 @@ def main(argv: list[str] | None = None) -> int:
                     figures[f"{kind}_append"].append(_fill(store.topic(name).partition(0), store.new_producer_id(),
                                                            n, kind == "txn", values))
                 print(f"round {r + 1}: load {os.getloadavg()[0]:.2f}", flush=True)
-    ratio_read = [c / u for c, u in zip(figures["committed"], figures["uncommitted"])]
-    ratio_append = [t / i for t, i in zip(figures["txn_append"], figures["idem_append"])]
     for key, vals in figures.items():
         print(f"{key:12s} {min(vals) / 1e6:.2f}-{max(vals) / 1e6:.2f} M rec/s")
-    print(f"read_committed / read_uncommitted: {min(ratio_read):.2f}-{max(ratio_read):.2f}x (target >= 0.9x)")
-    print(f"transactional / idempotent appends: {min(ratio_append):.2f}-{max(ratio_append):.2f}x (target >= 0.5x)")
+    for label, num, den, target in (("read_committed / read_uncommitted", "committed", "uncommitted", 0.9),
+                                    ("transactional / idempotent appends", "txn_append", "idem_append", 0.5)):
+        ratios = [x / y for x, y in zip(figures[num], figures[den], strict=True)]
+        print(f"{label}: {min(ratios):.2f}-{max(ratios):.2f}x (target >= {target}x)")
     return 0
 
 
