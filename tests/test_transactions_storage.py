@@ -333,3 +333,18 @@ def test_kafka_python_consumer_through_pylog_serve_moves_past_a_marker_at_the_en
         assert got == [b"c", b"t"] and consumer.position(tp) == 3
     finally:
         consumer.close()
+
+
+def test_a_transaction_spanning_segments_is_dropped_by_its_marker_in_a_later_segment(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _open_transaction(store, b"t0")
+        p.roll()
+        p.append_values([b"t1"], producer=(pid, 0, 1), transactional=True)
+        p.roll()
+        p.append_values([b"plain"])
+        internals(p).append_marker(pid, 0, commit=False)
+        assert len(p.segments) == 3 and read_index(index_path(p.directory, 2))
+        for start in (0, 1, 2):  # twice: the second read takes the sealed segments' entries from the cache
+            assert _values(p, "read_committed", start=start) == [b"plain"]
+            assert _values(p, "read_committed", start=start) == [b"plain"]
+        assert _values(p) == [b"t0", b"t1", b"plain"]

@@ -103,6 +103,8 @@ class TxnTracker:
         self._state: ProducerState | None = None
         self._next = 0  # the offset after the last batch replayed
         self._at: tuple[int, int] = (-1, 0)  # (segment base offset, file position) after that batch
+        #: The aborted-transaction index entries of sealed segments, by base offset (see :func:`aborted_in`).
+        self.sealed: dict[int, list[AbortedTxn]] = {}
 
     def last_stable_offset(self, local: LocalLog[S]) -> int:
         with self._lock:
@@ -124,17 +126,24 @@ class TxnTracker:
             return state.last_stable_offset(end)
 
 
-def aborted_in(local: LocalLog[S], start: int, end: int) -> dict[int, list[tuple[int, int]]]:
+def aborted_in(local: LocalLog[S], start: int, end: int,
+               sealed: dict[int, list[AbortedTxn]] | None = None) -> dict[int, list[tuple[int, int]]]:
     """``{producer id: [(first offset, last offset), ...]}`` of the aborted transactions that cover some
     offset in ``[start, end)``, from the index files of the segments from ``start``'s on.
 
     Like Kafka's ``collectAbortedTransactions``, the scan stops at the first entry whose last stable offset
     is at or past ``end``: no transaction that began below ``end`` was open any more when it was written,
-    so no later abort can cover the range."""
+    so no later abort can cover the range. ``sealed`` caches the entries of sealed segments' indexes (only
+    the active segment's index grows: an entry goes with the segment its marker is written to)."""
     segs, bases = local.view
     out: dict[int, list[tuple[int, int]]] = {}
     for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
-        for e in read_index(index_path(local.directory, seg.base_offset)):
+        entries = None if sealed is None else sealed.get(seg.base_offset)
+        if entries is None:
+            entries = read_index(index_path(local.directory, seg.base_offset))
+            if sealed is not None and seg.immutable:
+                sealed[seg.base_offset] = entries
+        for e in entries:
             if e.last_offset >= start and e.first_offset < end:
                 out.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
             if e.last_stable_offset >= end:
@@ -179,7 +188,7 @@ def isolated_read(read: Callable[[int], list[ReadSlice]], local: LocalLog[S], tr
         slices = read(pos)  # first, at ``offset``: raises OffsetOutOfRangeError as a plain read does
         if not slices or (committed and pos >= lso):
             return [], pos
-        aborted = aborted_in(local, pos, lso) if committed and any(
+        aborted = aborted_in(local, pos, lso, tracker.sealed) if committed and any(
             s[0].header.attributes & ATTR_TRANSACTIONAL for s in slices) else {}
         kept, nxt = filter_slices(slices, committed, lso, aborted)
         if kept or nxt <= pos:
