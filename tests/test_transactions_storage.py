@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import random
 import signal
 import time
 
@@ -348,3 +349,59 @@ def test_a_transaction_spanning_segments_is_dropped_by_its_marker_in_a_later_seg
             assert _values(p, "read_committed", start=start) == [b"plain"]
             assert _values(p, "read_committed", start=start) == [b"plain"]
         assert _values(p) == [b"t0", b"t1", b"plain"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_transactions_read_back_as_a_model_says_also_after_reopening(tmp_path, seed):
+    """Several producers interleave transactions (committed or aborted), plain appends and rolls; after each
+    step read_committed and read_uncommitted equal the model, also through a second handle and after the
+    store is reopened (cleanly or after an abandoned writer)."""
+    rng = random.Random(seed)
+    store = _store(tmp_path, segment_bytes=1 << 10)
+    p = _part(store)
+    pids = [store.new_producer_id() for _ in range(3)]
+    seqs = dict.fromkeys(pids, 0)
+    open_txn: dict[int, list[int]] = {}  # producer -> offsets of its open transaction's records
+    log: list[tuple[bytes, str]] = []  # every record with its fate: "plain", "open", "commit" or "abort"
+    try:
+        for step in range(60):
+            kind = rng.random()
+            pid = rng.choice(pids)
+            if kind < 0.45:
+                n = rng.randint(1, 4)
+                vals = [b"%d-%d" % (step, i) for i in range(n)]
+                first = p.append_values(vals, producer=(pid, 0, seqs[pid]), transactional=True)
+                seqs[pid] += n
+                open_txn.setdefault(pid, []).extend(range(first, first + n))
+                log += [(v, "open") for v in vals]
+            elif kind < 0.7 and pid in open_txn:
+                commit = rng.random() < 0.5
+                internals(p).append_marker(pid, 0, commit=commit)
+                for off in open_txn.pop(pid):
+                    log[off] = (log[off][0], "commit" if commit else "abort")
+                log.append((b"", "marker"))
+            elif kind < 0.85:
+                log.append((b"p%d" % step, "plain"))
+                p.append_values([log[-1][0]])
+            elif kind < 0.92:
+                p.roll()
+            else:
+                if rng.random() < 0.5:
+                    store.close()
+                else:
+                    internals(p).abandon()  # a writer that died: no snapshot at close
+                    store.close()
+                store = _store(tmp_path, segment_bytes=1 << 10)
+                p = store.topic(TOPIC).partition(0)
+            firsts = [offs[0] for offs in open_txn.values()]
+            lso = min(firsts) if firsts else len(log)
+            assert p.last_stable_offset == lso
+            assert _values(p, "read_committed") == [v for v, fate in log[:lso] if fate in ("plain", "commit")]
+            assert _values(p) == [v for v, fate in log if fate != "marker"]
+        assert len(p.segments) > 3  # rolls by hand and by segment.bytes: indexes in several segments
+        with pylog.open(str(tmp_path), read_only=True) as reader:
+            r = reader.topic(TOPIC).partition(0)
+            assert r.last_stable_offset == lso
+            assert _values(r, "read_committed") == _values(p, "read_committed")
+    finally:
+        store.close()
