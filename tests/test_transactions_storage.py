@@ -12,11 +12,15 @@ import random
 import signal
 import time
 
+import asyncio
+
 import msgpack
 import pytest
 
 import pylog
+from pylog.aio import AIOKafkaConsumer
 from pylog.errors import InvalidTxnStateError, ProducerFencedError, TransactionCoordinatorFencedError
+from pylog.kafka import KafkaConsumer
 from pylog.partition import internals
 from pylog.storage.producer_state import ProducerState
 from pylog.storage.txn_index import index_path, parse_marker, read_index
@@ -405,3 +409,23 @@ def test_random_transactions_read_back_as_a_model_says_also_after_reopening(tmp_
             assert _values(r, "read_committed") == _values(p, "read_committed")
     finally:
         store.close()
+
+
+def test_kafka_python_and_aiokafka_named_consumers_take_isolation_level(tmp_path):
+    with _store(tmp_path) as store:
+        _one_transaction(store, b"aborted", commit=False)
+        p = store.topic(TOPIC).partition(0)
+        p.append_values([b"plain"])
+        c = KafkaConsumer(TOPIC, bootstrap_servers=store, auto_offset_reset="earliest",
+                          isolation_level="read_committed", consumer_timeout_ms=200)
+        assert [r.value for r in c] == [b"plain"]
+        c.close()
+
+        async def consume(level):
+            async with AIOKafkaConsumer(TOPIC, bootstrap_servers=store, auto_offset_reset="earliest",
+                                        isolation_level=level) as ac:
+                got = await ac.getmany(timeout_ms=1000)
+                return [r.value for recs in got.values() for r in recs]
+
+        assert asyncio.run(consume("read_committed")) == [b"plain"]
+        assert asyncio.run(consume("read_uncommitted")) == [b"aborted", b"plain"]
