@@ -110,7 +110,7 @@ from .storage.log import checks, loader, maintenance
 from .storage.log.append import SEQ_MOD, Appender, Columns
 from .storage.log.batches import Data, EncodedBatch, Headers, RecordHeaders, Timestamps
 from .storage.log.internals import OwnerOps, PartitionInternals
-from .storage.log.txn import IsolationLevel, TxnTracker, check_isolation, isolated_read
+from .storage.log.txn import IsolationLevel, TxnTracker, aborted_in, check_isolation, isolated_read
 from .storage.log.write import BatchWriter
 from .storage.log.durability import Durability
 from .storage.log.local_log import LocalLog
@@ -191,7 +191,7 @@ class Partition:
             OwnerOps(lambda: self._closed, self._ensure_writer_locked, self.release_writer,
                      lambda: self.lock_timeout_ms, self._abandon, self._forget_budget, self._append_lists,
                      self._append_column_args, self._append_marker, self._read_isolated,
-                     self._slices))
+                     self._slices, lambda start, end: aborted_in(self._local, start, end, self._txn.sealed)))
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
         with descriptor_faults(f"opening {name}"):
             self._local.load_readonly()

@@ -429,3 +429,38 @@ def test_kafka_python_and_aiokafka_named_consumers_take_isolation_level(tmp_path
 
         assert asyncio.run(consume("read_committed")) == [b"plain"]
         assert asyncio.run(consume("read_uncommitted")) == [b"aborted", b"plain"]
+
+
+def _kafka_python_poll_until(consumer, tp, position, deadline_s=20):
+    got = []
+    deadline = time.monotonic() + deadline_s
+    while consumer.position(tp) < position and time.monotonic() < deadline:
+        got += [r.value for recs in consumer.poll(timeout_ms=100).values() for r in recs]
+    return got
+
+
+def test_kafka_python_read_committed_through_pylog_serve_drops_aborted_and_waits_for_open(server, store):
+    kafka = pytest.importorskip("kafka")
+    p, a = _plain_then_open(store)  # "c" at 0, a's "t" at 1
+    internals(p).append_marker(a, 0, commit=False)  # 2
+    b = store.new_producer_id()
+    p.append_values([b"b1"], producer=(b, 0, 0), transactional=True)  # 3
+    internals(p).append_marker(b, 0, commit=True)  # 4
+    p.append_values([b"open"], producer=(b, 0, 1), transactional=True)  # 5, open
+    p.append_values([b"later"])  # 6
+    tp = kafka.TopicPartition(TOPIC, 0)
+    consumers = {level: kafka.KafkaConsumer(bootstrap_servers=server.bootstrap_servers, auto_offset_reset="earliest",
+                                            isolation_level=level) for level in ("read_committed", "read_uncommitted")}
+    try:
+        for c in consumers.values():
+            c.assign([tp])
+        committed, uncommitted = consumers["read_committed"], consumers["read_uncommitted"]
+        assert _kafka_python_poll_until(uncommitted, tp, 7) == [b"c", b"t", b"b1", b"open", b"later"]
+        assert _kafka_python_poll_until(committed, tp, 5) == [b"c", b"b1"]
+        assert committed.poll(timeout_ms=300) == {} and committed.position(tp) == 5  # held at the LSO
+        assert committed.end_offsets([tp]) == {tp: 5} and uncommitted.end_offsets([tp]) == {tp: 7}  # ListOffsets
+        internals(p).append_marker(b, 0, commit=True)  # 7
+        assert _kafka_python_poll_until(committed, tp, 8) == [b"open", b"later"]
+    finally:
+        for c in consumers.values():
+            c.close()

@@ -73,6 +73,8 @@ class OwnerOps(NamedTuple):
     read_isolated: Callable[[int, int, int, bool, Any], tuple[list[ReadSlice], int]]
     #: A read of every batch, control batches included: (offset, max records, max bytes, verify).
     read_all: Callable[[int, int, int, bool], list[ReadSlice]]
+    #: The aborted transactions covering offsets in [start, end): {producer id: [(first, last offset)]}.
+    aborted: Callable[[int, int], dict[int, list[tuple[int, int]]]]
 
 
 class PartitionInternals(Generic[S]):
@@ -326,6 +328,12 @@ class PartitionInternals(Generic[S]):
         """(``pylog serve``'s Fetch) :meth:`Partition.read_slices` with control batches too: Kafka clients
         get transaction markers in fetched data (they move past them and use them to end transactions)."""
         return self._ops.read_all(offset, max_records, max_bytes, True)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(``pylog serve``'s read_committed Fetch) ``(producer id, first offset)`` of each aborted transaction
+        with records in ``[start, end)``, first offsets ascending: what a Kafka client drops."""
+        return sorted(((pid, first) for pid, ranges in self._ops.aborted(start, end).items() for first, _ in ranges),
+                      key=lambda t: t[1])
 
     def sync_rolled(self) -> None:
         """fsync the segments rolls sealed that the background sync thread has not got to yet, and move
