@@ -23,6 +23,7 @@ from pylog.errors import InvalidTxnStateError, ProducerFencedError, TransactionC
 from pylog.kafka import KafkaConsumer
 from pylog.partition import internals
 from pylog.storage.producer_state import ProducerState
+from pylog.storage.records import EncodeOptions, encode_parts
 from pylog.storage.txn_index import index_path, parse_marker, read_index
 
 TOPIC = "t"
@@ -464,3 +465,18 @@ def test_kafka_python_read_committed_through_pylog_serve_drops_aborted_and_waits
     finally:
         for c in consumers.values():
             c.close()
+
+
+def test_a_foreign_control_batch_does_not_stop_the_writer_loading_its_producer_state(tmp_path):
+    # A control batch that is not a marker (pylog before transactions let a caller set the bit), from a
+    # producer whose transaction is open, found by the writer's replay with no index entry for it.
+    with _store(tmp_path) as store:
+        p, pid = _open_transaction(store, b"t")
+        parts, h = encode_parts(values=[b"\x00\x00\x00\x01"], keys=[b"\x00\x00\x00\x00"], options=EncodeOptions(
+            base_offset=1, producer_id=pid, producer_epoch=0, control=True, transactional=True))
+        internals(p).local_log.segments[-1].append(h, parts, h.max_timestamp)
+        internals(p).abandon()
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert p.append_values([b"i"], producer=(store.new_producer_id(), 0, 0)) == 2
+        assert _values(p, "read_committed") == [b"t", b"i"] and read_index(index_path(p.directory, 0)) == []

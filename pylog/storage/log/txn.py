@@ -87,11 +87,16 @@ def replay(state: ProducerState, local: LocalLog[S], start: int, repair: bool = 
 
 
 def _is_commit(local: LocalLog[S], offset: int) -> bool:
-    """Whether the marker at ``offset`` commits."""
+    """Whether the marker at ``offset`` commits. A control record that is not a marker (a caller that set the
+    control bit itself) ends nothing that could be aborted: it is logged and taken as no abort."""
     slices = local.slices(offset, 1, 1 << 16, True)
     view, a, _ = slices[0]
-    key = view.records(None, -1, a, a + 1)[0]
-    return parse_marker(key.key, key.value)[0]
+    rec = view.records(None, -1, a, a + 1)[0]
+    try:
+        return parse_marker(rec.key, rec.value)[0]
+    except CorruptRecordError as exc:
+        log.warning("%s: the control batch at offset %d is not a transaction marker (%s)", local.name, offset, exc)
+        return True
 
 
 class TxnTracker:
