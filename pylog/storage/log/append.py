@@ -152,9 +152,16 @@ class Appender:
         base = first
         # Many batches (a producer's batch_size): where each record's data starts, found once, not per batch.
         vcuts = kcuts = None
+        stamp = now
         if len(bounds) > 1:
             vcuts = part_cuts(vlens, contiguous)
             kcuts = None if klens is None else part_cuts(klens, contiguous)
+            if isinstance(timestamps, np.ndarray) and timestamps.dtype == np.int64 and not log_append:
+                raw = timestamps.tobytes()
+                if raw[:8] * n == raw:
+                    # One stamp for all (a producer's drain): each batch is given it as its default
+                    # timestamp instead of a column to look at, which writes the same bytes.
+                    timestamps, stamp = None, int(timestamps[0])
         while todo:
             start, stop = todo.pop()
             if start == 0 and stop == n:
@@ -167,7 +174,7 @@ class Appender:
                 value_lengths=vl, value_data=vp, key_lengths=kl, key_data=kp,
                 timestamps=None if timestamps is None else timestamps[start:stop],
                 headers=None if headers is None else headers[start:stop],
-                options=EncodeOptions(base, now, codec, log_append, pid, epoch,
+                options=EncodeOptions(base, stamp, codec, log_append, pid, epoch,
                                       -1 if pid < 0 else (seq + start) % SEQ_MOD))
             if h.size > max_bytes:
                 if stop - start == 1:
@@ -206,8 +213,11 @@ def batch_bounds(limit: int, n: int, vlens: np.ndarray, klens: np.ndarray | None
     bounds = []
     start = 0
     base = 0
+    # A run holds at most this many records (each is counted at least RECORD_OVERHEAD bytes): each search
+    # looks at that window of ``cum`` only, which stays in cache (a search over a whole drain's does not).
+    most = max(limit, 0) // RECORD_OVERHEAD + 1
     while start < n:
-        stop = int(np.searchsorted(cum, base + limit, side="right"))
+        stop = start + int(cum[start:start + most].searchsorted(base + limit, side="right"))
         stop = max(stop, start + 1)
         bounds.append((start, stop))
         base = int(cum[stop - 1])
