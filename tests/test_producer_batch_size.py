@@ -64,12 +64,12 @@ def test_a_producers_drains_are_cut_into_batches_no_larger_than_batch_size(tmp_p
         with pylog.open(tmp_path, log_cleaner_enable=False) as store:
             store.create_topic("t")
             with store.producer(acks=1, linger_ms=50, batch_size=batch_size, buffer_memory=1 << 26) as producer:
-                futures = [producer.send("t", v, key=k) for v, k in zip(values, keys)]
+                futures = [producer.send("t", v, key=k) for v, k in zip(values, keys, strict=True)]
                 producer.flush()
                 offsets = [f.get(10).offset for f in futures]
             got = read_all(store.topic("t").partition(0))
     assert offsets == list(range(len(values)))
-    assert [(r.key, r.value) for r in got] == list(zip(keys, values))
+    assert [(r.key, r.value) for r in got] == list(zip(keys, values, strict=True))
     batches = _batches(str(tmp_path), "t")
     assert sum(h.record_count for h in batches) == len(values)
     for h in batches:
@@ -108,7 +108,7 @@ def test_one_call_cut_at_batch_size_is_appended_whole_and_its_retry_not_again(tm
                                                       None, 1000)
             assert part.log_end_offset == len(values)
             got = read_all(part)
-    assert [(r.key, r.value) for r in got] == list(zip(keys, values))
+    assert [(r.key, r.value) for r in got] == list(zip(keys, values, strict=True))
     batches = _batches(str(tmp_path), "t")
     assert len(batches) > 20
     assert all(h.size <= 4096 or h.record_count == 1 for h in batches)

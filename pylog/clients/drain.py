@@ -3,10 +3,11 @@
 :class:`Drainer` is the part of a :class:`~pylog.clients.producer.Producer` that writes. Given an
 :class:`~pylog.clients.accumulator.Accumulation` swapped out of the producer, it places the records
 (explicit partition, else the partitioner), appends each partition's records as one idempotent call
-(``append_values_in_turn``, cut into batches of at most ``batch_size`` bytes), fsyncs with ``acks="all"`` through the process's group commit
-(:mod:`pylog.storage.group_commit`), records the bytes against the client's produce quota and waits out
-its delay, and hands each partition's writer lock over to whoever waits for it. The producer keeps the
-sending side (``send()``, the byte accounting, the sender thread, completion); it owns no partition.
+(``append_values_in_turn``, cut into batches of at most ``batch_size`` bytes), fsyncs with ``acks="all"``
+through the process's group commit (:mod:`pylog.storage.group_commit`), records the bytes against the
+client's produce quota and waits out its delay, and hands each partition's writer lock over to whoever waits
+for it. The producer keeps the sending side (``send()``, the byte accounting, the sender thread,
+completion); it owns no partition.
 
 Not exported: the producer makes one and calls it under its drain lock (every method here must be called
 under that lock, except the constructor), so a drainer's state needs no lock of its own.

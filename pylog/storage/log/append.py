@@ -161,7 +161,8 @@ class Appender:
                 if raw[:8] * n == raw:
                     # One stamp for all (a producer's drain): each batch is given it as its default
                     # timestamp instead of a column to look at, which writes the same bytes.
-                    timestamps, stamp = None, int(timestamps[0])
+                    stamp = int(timestamps[0])
+                    timestamps = None
         while todo:
             start, stop = todo.pop()
             if start == 0 and stop == n:
