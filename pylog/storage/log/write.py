@@ -42,7 +42,9 @@ class BatchWriter(Generic[S]):
     def __init__(self, topic: str, name: str, local: LocalLog[S], durability: Durability[S], appender: Appender,
                  waiters: Waiters, roll: Callable[[], S]) -> None:
         self.topic = topic  # for the metrics
-        self.name = name  # "topic-number", for messages
+        self.name = name  # "topic-number", for messages (and the metrics' row of this partition)
+        #: This partition's records and bytes appended in this process, for the metrics (pylog.metrics).
+        self.metrics_row: list[int] | None = None
         self._local = local
         self._durability = durability
         self._appender = appender
@@ -86,10 +88,10 @@ class BatchWriter(Generic[S]):
             if written:
                 self._after_append(written, flush=False)
             raise
+        if metrics.state.on:  # under the append lock: only this writer adds to its row (pylog.metrics)
+            metrics.count_append(self, written, encoded[0].header.size if len(encoded) == 1 else
+                                 sum(batch.header.size for batch in encoded))
         self._after_append(written, flush=flush_policy)
-        if metrics.state.on:  # once per call (pylog.metrics)
-            metrics.appended(self.topic, written, encoded[0].header.size if len(encoded) == 1 else
-                             sum(batch.header.size for batch in encoded))
         return first if earlier is None else earlier
 
     def _write_batch(self, batch: EncodedBatch) -> None:
