@@ -399,7 +399,8 @@ class Partition:
 
     def _append_lists(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                       timestamps: Timestamps | None, headers: Headers | None, producer: tuple[int, int, int] | None,
-                      compression: str | None, in_turn: bool, transactional: bool = False) -> int:
+                      compression: str | None, in_turn: bool, batch_size: int | None = None,
+                      transactional: bool = False) -> int:
         n = len(values)
         if n == 0:
             raise InvalidRecordError("nothing to append")
@@ -407,7 +408,8 @@ class Partition:
         klens, kparts = column_parts(keys, n, "keys")
         assert vlens is not None
         return self._append_columns(Columns(n, vlens, vparts, klens, kparts, timestamps, headers, False),
-                                    producer, compression, in_turn, transactional=transactional)
+                                    producer, compression, in_turn, batch_size=batch_size,
+                                    transactional=transactional)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
                        key_lengths: np.ndarray | None = None, key_data: Data | None = None,
@@ -450,13 +452,14 @@ class Partition:
                        [key_data] if key_data is not None else [], ts, headers, True)
 
     def _append_columns(self, cols: Columns, producer: tuple[int, int, int] | None, compression: str | None,
-                        in_turn: bool, flush_policy: bool = True, transactional: bool = False) -> int:
+                        in_turn: bool, flush_policy: bool = True, batch_size: int | None = None,
+                        transactional: bool = False) -> int:
         appender = self._appender
         if cols.headers is not None:
             # Checked once, up front (sizing the batches reads them): a bad shape is an InvalidRecordError.
             cols = Columns(*cols[:6], header_rows(cols.headers, cols.n), cols[7])  # _replace costs ~1 us more
         appender.check_keys(cols, self.topic)
-        bounds = appender.batch_bounds(cols)
+        bounds = appender.batch_bounds(cols, batch_size)
         if producer is not None and (producer[0] < 0 or not 0 <= producer[2] < SEQ_MOD):
             raise InvalidArgumentError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
         if transactional and producer is None:
@@ -468,7 +471,8 @@ class Partition:
                 self._writer.in_turns = in_turn
             elif not in_turn:
                 self._writer.in_turns = False  # a direct append: this handle keeps the lock (see hand_over)
-            return self._batch_writer.write(cols, bounds, producer, compression, flush_policy, transactional)
+            return self._batch_writer.write(cols, bounds, producer, compression, flush_policy, batch_size,
+                                            transactional)
 
     def _append_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int) -> int:
         self._touch()
