@@ -40,28 +40,13 @@ Its invariants (the parts in :mod:`pylog.storage.log` cite these numbers):
 10. Damage in the middle of the active segment after a clean close is never cut silently
     (:mod:`~pylog.storage.log.loader`).
 
-This module is the partition's public API (only what docs/CLIENTS.md and GUARANTEES.md tell users about) and
-wires the parts, which live below it in :mod:`pylog.storage.log`, each owning one concern, generic in the
-segment type (they see a segment through :class:`~pylog.storage.log.segments.SegmentLike` and never import
-:mod:`pylog.segment`):
-
-- :mod:`~pylog.storage.log.writer_lock` (:class:`WriterLock`): the ``flock`` on ``.lock`` and turn-taking
-  (invariant 4);
-- :mod:`~pylog.storage.log.local_log` (:class:`LocalLog`): the segment list, the log start, readers' refresh and
-  reads (invariants 1, 2, 7);
-- :mod:`~pylog.storage.log.loader`: opening as the writer, recovery, interrupted swaps (invariants 3, 10);
-- :mod:`~pylog.storage.log.durability` (:class:`Durability`): checkpoint, recovery point, rolls and their
-  background fsync, flushes, the failed state (invariants 3, 5, 8);
-- :mod:`~pylog.storage.log.append` (:class:`Appender`): batch bounds, encoding, idempotent producers (invariants
-  1, 9); :mod:`~pylog.storage.log.write` (:class:`BatchWriter`): writing a call's batches, rolls, the failure a
-  write leaves, waking readers, the flush policy (invariants 1, 2, 8, 9);
-- :mod:`~pylog.storage.log.maintenance`: retention, delete-records, the view side of compaction swaps (invariants
-  5, 6);
-- :mod:`~pylog.storage.log.waiting` (:class:`Waiters`): waking readers that wait for appends, here and in other
-  processes; :mod:`~pylog.storage.log.checks`: the full check;
-- :mod:`~pylog.storage.log.internals` (:class:`PartitionInternals`): the partition's internal API, what pylog's
-  own layers (producer, server, cleaner, store, consumer) need beyond the public one, reached through
-  :func:`internals` and not exported from :mod:`pylog` (invariants 4, 6).
+This module is the partition's public API (only what docs/CLIENTS.md and GUARANTEES.md tell users about) and wires
+the parts, which live below it in :mod:`pylog.storage.log`, each owning one concern, generic in the segment type
+(they see a segment through :class:`~pylog.storage.log.segments.SegmentLike` and never import :mod:`pylog.segment`):
+the writer lock and turns, the segment list and reads, loading and recovery, durability, batch bounds and encoding,
+writing a call's batches, transactions' state, maintenance, waking readers, the full check, and the internal API
+(:class:`~pylog.storage.log.internals.PartitionInternals`, reached through :func:`internals`, not exported from
+:mod:`pylog`); :mod:`pylog.storage.log`'s docstring lists which module owns which and the invariants each keeps.
 
 Invariants kept here: the facade holds ONE append lock (an ``RLock``, private) that every part's
 writer-side state changes under, and a maintenance lock (private), always taken before it, never after.
