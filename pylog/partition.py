@@ -83,6 +83,9 @@ lock:
   :meth:`PartitionInternals.release_handles`): the maintenance lock (not waited for by the latter), then the append
   lock; a turn of many appends by another layer holds it through :meth:`PartitionInternals.writer_turn`;
 - deleting a topic's files (the store): :meth:`PartitionInternals.held_for_discard`, then ``close(discard=True)``.
+- tiered storage's upload thread (:mod:`pylog.maintenance.remote_upload`) reads sealed segments through
+  descriptors of its own and takes no lock while shipping; it notes the remote end with
+  :meth:`PartitionInternals.note_remote` (the append lock), which local retention reads under it.
 
 Thread-safety: every public method may be called from any thread. Appends serialise on the append lock;
 reads take a snapshot of the segment list and sizes and run concurrently with appends and maintenance.

@@ -294,6 +294,32 @@ class PartitionInternals(Generic[S]):
         with self._append_lock:
             return self.durability.synced_through()
 
+    def shippable_segments(self) -> list[tuple[int, int, int]]:
+        """``(base offset, end offset, size)`` of the segments below :attr:`synced_through` (rolled, sealed
+        and fsynced: never written again), oldest first, from a snapshot of the segment list: what the
+        tiered-storage upload thread may ship. Writer only (empty otherwise); takes the append lock only to
+        read :attr:`synced_through`, never while shipping."""
+        if not self._writer.held or self._ops.is_closed():
+            return []
+        through = self.synced_through
+        segs = self._local.segments
+        # A closed segment ends where the next begins (a sealed segment opened lazily has not read its
+        # last offset yet); offsets are dense here, since compacted topics are never shipped.
+        return [(s.base_offset, after.base_offset, s.size) for s, after in zip(segs[:-1], segs[1:], strict=True)
+                if after.base_offset <= through]
+
+    def note_remote(self, log_start: int, end: int) -> None:
+        """The upload thread committed the remote log up to ``end`` (its start ``log_start``): local
+        retention may now delete the local copies of segments ending at or below ``end``. Under the
+        append lock (an assignment readers may see at once)."""
+        with self._append_lock:
+            self._local.remote = (log_start, end)
+
+    @property
+    def remote(self) -> tuple[int, int] | None:
+        """``(start, end)`` of the remote log as last noted (:meth:`note_remote`), None before."""
+        return self._local.remote
+
     def flush(self) -> None:
         """:meth:`Partition.flush <pylog.partition.Partition.flush>` (the group commit's single-partition path)."""
         fd = self.begin_flush()
