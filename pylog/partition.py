@@ -57,6 +57,8 @@ segment type (they see a segment through :class:`~pylog.storage.log.segments.Seg
   write leaves, waking readers, the flush policy (invariants 1, 2, 8, 9);
 - :mod:`~pylog.storage.log.maintenance`: retention, delete-records, the view side of compaction swaps (invariants
   5, 6);
+- :mod:`~pylog.storage.log.remote_reads` (:class:`RemoteReads`, tiered storage): reads below the local log
+  start served from the shipped segments, lock-free (invariants 1, 2, 7 across the boundary);
 - :mod:`~pylog.storage.log.waiting` (:class:`Waiters`): waking readers that wait for appends, here and in other
   processes; :mod:`~pylog.storage.log.checks`: the full check;
 - :mod:`~pylog.storage.log.internals` (:class:`PartitionInternals`): the partition's internal API, what pylog's
@@ -101,7 +103,7 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .config import TopicConfig
-from .errors import (InvalidArgumentError, InvalidRecordError, LogFailedError,
+from .errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
                        PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
 from .storage.fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
 from .storage.handles import PER_PARTITION, SEGMENT_COST, HandleCache
@@ -314,7 +316,16 @@ class Partition:
         :attr:`log_end_offset` does (see :meth:`LocalLog.refresh`): a start that the writer's retention
         or ``delete_records`` raised is seen by a reader that only asks for the start, not only by one that reads."""
         self._refresh()
-        return self._local.log_start
+        return self._start(self._local.log_start)
+
+    def _start(self, local_start: int) -> int:
+        """The log start readers see: the remote log start below the local one with tiered storage
+        (Kafka's logStartOffset), else the local one."""
+        remote = self._internals.remote_reads
+        if remote is None:
+            return local_start
+        start = remote.log_start()
+        return local_start if start is None else min(start, local_start)
 
     @property
     def log_end_offset(self) -> int:
@@ -330,7 +341,7 @@ class Partition:
         if self._closed:
             return self._local.log_start, self._final_end
         self._refresh()
-        return self._local.log_start, self._local.end_offset
+        return self._start(self._local.log_start), self._local.end_offset
 
     def _refresh(self) -> None:
         if not self._writer.held:  # a reader looks at its files; the writer's view is exact
@@ -539,9 +550,16 @@ class Partition:
             return []
         self._touch()
         local = self._local
+        remote = self._internals.remote_reads
+        if remote is not None and offset < local.log_start:  # tiered storage: shipped, gone locally
+            return remote.slices(offset, max_records, max_bytes)
         try:
             out = local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
                                         verify)
+        except OffsetOutOfRangeError:
+            if remote is not None and offset < local.log_start:  # retention raised the start meanwhile
+                return remote.slices(offset, max_records, max_bytes)
+            raise
         except OSError as exc:
             check_descriptors(exc, f"reading {self.topic}-{self.number} at offset {offset}")
             raise

@@ -119,10 +119,10 @@ class Store:
         self._cleaner = Cleaner(self.path, self._open_partitions, self._settings, self._publisher)
         #: Tiered storage's upload thread (pylog/maintenance/remote_upload.py): with a remote.storage.location.
         self._uploader: RemoteUploader | None = None
-        if self._settings["remote.storage.location"] and not self.read_only:
+        if self._settings["remote.storage.location"]:  # read-only: for remote reads, no thread
             self._uploader = RemoteUploader(self.path, self._open_partitions, self._settings, self._cleaner.add_upload)
         self._cleaner.start()
-        if self._uploader is not None:
+        if self._uploader is not None and not self.read_only:
             self._uploader.start()
 
     def _new_publisher(self) -> CleanerPublisher | None:
@@ -223,7 +223,8 @@ class Store:
                     os.makedirs(os.path.join(directory, str(i)), exist_ok=True)
                 write_topic_file(directory, name, partitions, cfg.overrides)
                 fsync_dir(self.path)
-            topic = Topic(name, directory, cfg, partitions, self._settings["lock.timeout.ms"], handles=self.handles)
+            topic = Topic(name, directory, cfg, partitions, self._settings["lock.timeout.ms"], handles=self.handles,
+                          remote=self._remote_of())
             self._topics[name] = topic
             return topic
 
@@ -242,6 +243,9 @@ class Store:
         if self._uploader is None:
             raise InvalidConfigError(f"the store {self.path} was opened without a remote.storage.location")
         self._uploader.run_pass()
+
+    def _remote_of(self) -> Callable[[str, int], RemoteLog] | None:
+        return None if self._uploader is None else self._uploader.remote_log
 
     def remote_log(self, topic: str, partition: int) -> RemoteLog:
         """The remote log of ``topic``/``partition`` in this store's ``remote.storage.location`` (its
@@ -269,7 +273,7 @@ class Store:
                 cfg = TopicConfig(stored_config(doc["config"], os.path.join(directory, TOPIC_FILE)),
                                   self._defaults)
                 t = Topic(name, directory, cfg, doc["partitions"], self._settings["lock.timeout.ms"],
-                          read_only=self.read_only, handles=self.handles)
+                          read_only=self.read_only, handles=self.handles, remote=self._remote_of())
                 self._topics[name] = t
             return t
 

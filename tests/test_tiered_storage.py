@@ -279,3 +279,80 @@ def test_an_upload_killed_before_or_after_its_commit_is_finished_and_nothing_is_
         assert _remote_values(rl, 0, m.end_offset) == local[:m.end_offset]
         assert [r.value for r in part.read(m.end_offset, 10 ** 6, max_bytes=1 << 30)] == local[m.end_offset:]
 
+
+
+# ------------------------------------------------------------------------------------------ reads
+
+def _shipped_and_trimmed(store: pylog.Store) -> tuple[object, list[bytes], int]:
+    store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+    part = store.topic(TOPIC).partition(0)
+    values = _fill(part)
+    store.upload_to_remote()
+    part.enforce_retention()
+    local_start = part.segments[0].base_offset
+    assert local_start > 0
+    return part, values, local_start
+
+
+def test_reads_below_the_local_log_start_fall_through_to_the_bucket(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        part, values, local_start = _shipped_and_trimmed(store)
+        assert part.log_start_offset == 0  # Kafka's logStartOffset: the remote start
+        assert part.offsets() == (0, len(values))
+        got, offset = [], 0
+        while offset < part.log_end_offset:  # small reads cross the boundary in both directions' sizes
+            batch = part.read(offset, max_records=7)
+            assert [r.offset for r in batch] == list(range(offset, offset + len(batch)))
+            got += batch
+            offset = batch[-1].offset + 1
+        assert [r.value for r in got] == values
+        cols = part.read_columns(3, max_records=10)
+        assert list(cols.offsets) == list(range(3, 13))
+        assert part.read_slices(local_start - 1, max_records=1)[0][0].header.base_offset < local_start
+
+
+def test_a_consumer_reads_from_the_remote_start_through_the_boundary(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        _, values, _ = _shipped_and_trimmed(store)
+        consumer = store.consumer(TOPIC, auto_offset_reset="earliest", max_poll_records=9)
+        try:
+            got = []
+            for _ in range(200):
+                for records in consumer.poll(timeout_ms=100).values():
+                    got += [r.value for r in records]
+                if len(got) >= len(values):
+                    break
+        finally:
+            consumer.close()
+        assert got == values
+
+
+def test_another_process_reads_shipped_segments_it_no_longer_has_locally(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        _, values, _ = _shipped_and_trimmed(store)
+        code = ("import json, sys, pylog\n"
+                "opts = {k.replace('.', '_'): v for k, v in json.loads(sys.argv[2]).items()}\n"
+                "with pylog.open(sys.argv[1], read_only=True, **opts) as s:\n"
+                "    p = s.topic('events').partition(0)\n"
+                "    out, o = [p.log_start_offset], 0\n"
+                "    while o < p.log_end_offset:\n"
+                "        rs = p.read(o, 100000, max_bytes=1 << 30)\n"
+                "        out += [r.value.decode() for r in rs]\n"
+                "        o = rs[-1].offset + 1\n"
+                "    print(json.dumps(out))\n")
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent))
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s"), json.dumps(remote_settings)],
+                             capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+        doc = json.loads(out)
+        assert doc[0] == 0 and [v.encode() for v in doc[1:]] == values
+
+
+def test_a_topic_without_remote_storage_reads_as_before(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={"segment.bytes": 2048, "retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        _fill(part)
+        part.enforce_retention()
+        assert part.log_start_offset == part.segments[0].base_offset > 0
+        with pytest.raises(pylog.errors.OffsetOutOfRangeError):
+            part.read(0)

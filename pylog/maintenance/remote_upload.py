@@ -179,6 +179,7 @@ class RemoteUploader:
         log's retention to the remote log. :raises RemoteStorageError, CorruptRecordError:"""
         ii = internals(p)
         rl = self.remote_log(p.topic, p.number)
+        ii.attach_remote(rl)  # reads below the local log start fall through (also when enabled after opening)
         m = rl.manifest(refresh=True)
         ii.note_remote(m.log_start_offset, m.end_offset)
         counts = UploadCounts()

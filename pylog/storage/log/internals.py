@@ -30,11 +30,13 @@ import numpy as np
 from ...errors import StoreClosedError
 from ..fileio import Data, raise_fault
 from ..notify import Notifier
+from ..remote import RemoteLog
 from .. import swap
 from . import maintenance
 from .batches import Headers, Timestamps
 from .durability import Durability
 from .local_log import LocalLog
+from .remote_reads import RemoteReads
 from .segments import S
 from .waiting import Waiters
 from .writer_lock import WriterLock
@@ -97,6 +99,9 @@ class PartitionInternals(Generic[S]):
         #: fsync, and the background cleaner maintains the partition whenever it can take the lock, not only
         #: while this handle writes.
         self.transient = False
+        #: Tiered storage: reads below the local log start fall through to this (None: they do not).
+        #: Set by the layer that opens the partition (:meth:`attach_remote`); read without a lock.
+        self.remote_reads: RemoteReads | None = None
 
     def segment_index_args(self) -> tuple[int, int]:
         """``(segment.index.bytes, index.interval.bytes)`` for new Segment objects of this
@@ -293,6 +298,13 @@ class PartitionInternals(Generic[S]):
         no roll waits for its background sync): what maintenance may treat as settled for good."""
         with self._append_lock:
             return self.durability.synced_through()
+
+    def attach_remote(self, remote: "RemoteLog") -> None:
+        """Serve reads below the local log start from ``remote`` (the store's RemoteLog of this partition,
+        for a topic with ``remote.storage.enable``). By the topic when it opens the partition and by the
+        upload thread; an assignment, read by readers without a lock."""
+        if self.remote_reads is None or self.remote_reads.remote is not remote:
+            self.remote_reads = RemoteReads(remote)
 
     def shippable_segments(self) -> list[tuple[int, int, int]]:
         """``(base offset, end offset, size)`` of the segments below :attr:`synced_through` (rolled, sealed
