@@ -10,9 +10,18 @@ as :class:`DiskFullError`, :class:`ReadOnlyStoreError` and :class:`StorePermissi
 :class:`StorageError`): PylogErrors that are also :class:`OSError` (with the refusal's ``errno``,
 ``strerror`` and ``filename``, and the original error as ``__cause__``), so code that caught ``OSError``
 before keeps working.
+
+Two helpers for reporting the OS's refusals go with them, outside ``__all__`` (the closed set of errors):
+:data:`DESCRIPTOR_ERRNOS` (the errnos of running out of file descriptors) and :class:`RateLimitedLog` (a
+failure that repeats for every request is logged at most once per interval, with the count of those left out).
 """
 
 from __future__ import annotations
+
+import errno
+import logging
+import threading
+import time
 
 __all__ = [
     "PylogError",
@@ -417,3 +426,33 @@ class BadInputLineError(PylogError):
 
 class CleanerStoppedError(PylogError):
     """A cleaning was interrupted because its store is closing; nothing was swapped in."""
+
+
+#: The errnos of running out of file descriptors (the process's ``EMFILE``, the system's ``ENFILE``).
+DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
+
+
+class RateLimitedLog:
+    """Log the same kind of trouble at most once per ``interval`` seconds, with how many were not logged
+    in between: a failure that repeats for every request (out of descriptors) must not flood the log."""
+
+    def __init__(self, logger: logging.Logger, interval: float = 10.0) -> None:
+        self.logger = logger
+        self.interval = interval
+        self._next: dict[str, float] = {}
+        self._dropped: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def log(self, level: int, key: str, msg: str, *args: object) -> bool:
+        """Log ``msg % args`` unless ``key`` was logged less than ``interval`` seconds ago; True when logged."""
+        now = time.monotonic()
+        with self._lock:
+            if now < self._next.get(key, 0.0):
+                self._dropped[key] = self._dropped.get(key, 0) + 1
+                return False
+            self._next[key] = now + self.interval
+            dropped = self._dropped.pop(key, 0)
+        if dropped:
+            msg += f" ({dropped} more like it in the last {self.interval:.0f} s not logged)"
+        self.logger.log(level, msg, *args)
+        return True

@@ -107,6 +107,7 @@ from .errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, O
                        PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
 from .storage.fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
 from .storage.handles import PER_PARTITION, SEGMENT_COST, HandleCache
+from .storage.notify import AppendWatch
 from .storage.records import Record, RecordColumns, column_parts, header_rows, now_ms, slices_records
 from .storage.retention import RetentionResult
 from .segment import ReadSlice, Segment
@@ -120,7 +121,7 @@ from .storage.log.local_log import LocalLog
 from .storage.log.waiting import Waiters
 from .storage.log.writer_lock import WriterLock
 
-__all__ = ["Partition", "DEFAULT_MAX_BYTES", "PartitionInternals", "internals",
+__all__ = ["Partition", "DEFAULT_MAX_BYTES", "PartitionInternals", "internals", "watch_appends",
            # the write path's types (pylog.storage.log.batches), for the layers above
            "Data", "Headers", "RecordHeaders", "Timestamps", "EncodedBatch"]
 
@@ -356,6 +357,11 @@ class Partition:
     def segments(self) -> list[Segment]:
         """A snapshot of the segment list, oldest first."""
         return list(self._local.segments)
+
+    def max_timestamp(self) -> int:
+        """The largest record timestamp in the partition (each segment's, kept with its time index), -1 when it
+        holds no record: with :meth:`offset_for_timestamp`, the record Kafka's ListOffsets MAX_TIMESTAMP names."""
+        return max((s.max_timestamp for s in list(self._local.segments)), default=-1)
 
     def size_bytes(self) -> int:
         return sum(s.size for s in self._local.segments)
@@ -755,3 +761,23 @@ def internals(partition: Partition) -> PartitionInternals[Segment]:
     """The internal API of ``partition`` (:class:`~pylog.storage.log.internals.PartitionInternals`), for pylog's
     own layers: not exported from :mod:`pylog`, not part of the API users are told about."""
     return partition._internals
+
+
+def watch_appends(partitions: Sequence[Partition]) -> AppendWatch:
+    """The wake-up API: one wait for an append to any of ``partitions`` (by any handle, in any process on this
+    kernel), for readers waiting on several partitions at once (a consumer's poll, ``pylog serve``'s long-poll
+    fetches). :meth:`Partition.wait_for_data` is the same for one partition. Use::
+
+        with watch_appends(parts) as watch:          # the sequences are read on entry,
+            for i, p in enumerate(parts):             # then the log ends
+                if p.log_end_offset > wanted[i]:
+                    watch.found(i); return
+            if not watch.sleep(timeout):              # at most min(timeout, notify.SLICE) seconds
+                <poll the log ends>                   # False: wake-ups unavailable
+
+    A wake-up is never lost between the caller's check and its sleep (:mod:`pylog.storage.notify`). The watch
+    is unusable (``sleep`` returns False at once) when one of ``partitions`` is written through its own handle
+    (its appends wake that handle's :meth:`Partition.wait_for_data`, not the shared futex) or where futexes
+    are unavailable. Not shared between threads.
+    """
+    return AppendWatch([None if p.is_writer else internals(p).notifier for p in partitions])

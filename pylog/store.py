@@ -33,8 +33,7 @@ import uuid
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
 
 from .clients.consumer import Consumer
-from .clients.groups import (GroupDescription, PartitionLag, check_group_id, describe_group, list_group_dirs,
-                             remove_group_dir)
+from .clients.groups import GroupDescription, PartitionLag, describe_group, list_group_dirs, remove_group_dir
 from .clients.offsets import CommittedOffsets
 from .clients.producer import Producer
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
@@ -43,11 +42,15 @@ from .config import TopicConfig, split_store_options, stored_config
 from .errors import (CorruptRecordError, InvalidConfigError, InvalidTopicError, PartitionLockedError,
                      ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, StorePathError, TopicExistsError,
                      UnknownStoreError, UnknownTopicError)
-from .storage.acl_file import AclEntry, read_acls, write_acls
+from .storage.acl_file import MAX_ACLS, AclEntry, read_acls, write_acls
+from .storage.acl_file import check_entry as check_acl_entry
+from .storage.group_state import SavedGroup, SavedMember, encode_groups, read_groups, write_groups
 from .storage.quota_file import QuotaChanges, read_quota_changes, write_quota_changes
 from .storage.fileio import atomic_write, checked, fsync_dir, unchecked, write_faults
+from .storage.group_commit import DEFAULT_SYNCFS_PARTITIONS, GroupCommit
+from .storage import group_commit
 from .storage.handles import HandleCache
-from .storage.filenames import (OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE,
+from .storage.filenames import (OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE, check_group_id,
                                 deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
                                 topic_name_problem)
 from .storage.records import crc32c
@@ -63,7 +66,11 @@ from .structs import OffsetAndMetadata, TopicPartition
 from .topic import Topic, call_each, check_partition_count, opened_partitions, read_topic_file, write_topic_file
 
 
-__all__ = ["Store", "open"]
+#: Besides Store and open, what pylog serve and Spark take from here (they never import pylog.storage): the naming
+#: rules of topics and groups, the types of the ACL and coordinator-group methods, the group commit's default
+#: (docs/ARCHITECTURE.md).
+__all__ = ["Store", "open", "is_store", "is_internal_topic", "topic_name_problem", "check_group_id", "OFFSETS_TOPIC",
+           "AclEntry", "MAX_ACLS", "check_acl_entry", "SavedGroup", "SavedMember", "DEFAULT_SYNCFS_PARTITIONS"]
 
 _FORMAT = "pylog-store"
 _VERSION = 1
@@ -432,6 +439,26 @@ class Store:
         with write_faults("replacing the client quota file", "the previous client quotas are in force"):
             write_quota_changes(self.path, changes)
 
+    # ------------------------------------------------------------------ coordinator groups (pylog serve)
+
+    def coordinator_groups(self) -> list[SavedGroup]:
+        """The Kafka clients' groups pylog serve's coordinator saved (``__consumer_groups/.coordinator``,
+        docs/FORMAT.md): each group's last stable or empty state, for the next server; [] when none.
+
+        :raises CorruptRecordError: when the file is damaged (the coordinator then starts with no groups)."""
+        self._check_open()
+        return read_groups(self.path)
+
+    def replace_coordinator_groups(self, groups: Iterable[SavedGroup]) -> None:
+        """Replace the saved coordinator groups (atomically and durably); callers serialise their calls.
+
+        :raises RecordTooLargeError: beyond the 64 MiB the file may hold (nothing is written).
+        :raises ReadOnlyStoreError: on a read-only store."""
+        self._check_writable("save the coordinator's groups")
+        body = encode_groups(list(groups))
+        with write_faults("replacing the coordinator's group file", "the previously saved groups are kept"):
+            write_groups(self.path, body)
+
     # ------------------------------------------------------------------ consumer groups
 
     def _group_offsets(self) -> CommittedOffsets:
@@ -605,6 +632,14 @@ class Store:
         self._check_open()
         self._cleaner.check_health()
 
+    # ------------------------------------------------------------------ process resources (pylog serve)
+
+    @property
+    def group_commit(self) -> GroupCommit:
+        """The process's group commit (:mod:`pylog.storage.group_commit`): the ``acks=all`` fsyncs that this
+        process's producers, handles and ``pylog serve`` requests share (``submit``, ``stats``, ``wait_idle``)."""
+        return group_commit.default()
+
     def flush(self) -> None:
         """fsync every partition this store has written to. A partition that fails does not keep the
         others from being flushed; the first error is raised at the end."""
@@ -775,3 +810,7 @@ def _remove_leftovers(path: str) -> None:
             if is_deletion_leftover(entry.name) and entry.is_dir():
                 shutil.rmtree(entry.path, ignore_errors=True)
 
+
+def is_store(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` holds a pylog store visible from here (its marker file), without opening it."""
+    return os.path.isfile(os.path.join(path, STORE_FILE))

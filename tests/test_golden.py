@@ -439,7 +439,7 @@ def test_a_store_holding_the_many_headers_batch_reads_it_and_verifies_clean(tmp_
 def test_pylog_reads_and_writes_the_golden_coordinator_groups_file(tmp_path):
     """pylog serve's saved groups (docs/FORMAT.md): decoded to the manifest's document, and encoded from it
     byte for byte (bin fields are hex in the manifest)."""
-    from pylog.server.groupstate import SavedGroup, SavedMember, decode_groups, encode_groups, read_groups
+    from pylog.storage.group_state import SavedGroup, SavedMember, decode_groups, encode_groups, read_groups
     want = MANIFEST["files"]["coordinator.groups"]
     raw = _raw(want["file"])
     groups = decode_groups(unchecked(raw, want["file"], "coordinator groups"), want["file"])

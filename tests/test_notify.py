@@ -21,7 +21,7 @@ import time
 import pytest
 
 import pylog
-from pylog.partition import internals
+from pylog.partition import internals, watch_appends
 from pylog.storage import notify
 
 from childproc import Child
@@ -373,3 +373,28 @@ def test_one_sleep_over_several_partitions_wakes_on_any_of_them(tmp_path, monkey
                     woken_by(b"again %d" % i)
                 assert notify.waitv_works is True  # the kernel has it and it was used
             c.close()
+
+
+@needs_futex
+def test_watch_appends_wakes_on_an_append_to_any_partition_and_is_unusable_on_its_own_writer(tmp_path,
+                                                                                             monkeypatch):
+    """pylog.partition.watch_appends, the wake-up API the server's long-poll fetches and the consumer use: one
+    sleep over several partitions ends on an append to any of them by another handle; a partition this handle
+    writes makes the watch unusable (its own appends do not go through the futex), so the caller polls."""
+    monkeypatch.setattr(notify, "SLICE", 120.0)  # only a wake-up ends the sleep below
+    with pylog.open(tmp_path, log_cleaner_enable=False) as ws, pylog.open(tmp_path, log_cleaner_enable=False) as rs:
+        ws.create_topic("w", partitions=3)
+        writers, readers = ws.topic("w").partitions, rs.topic("w").partitions
+        for p in writers:
+            p.append_values([b"first"])
+        outcome: list[bool] = []
+        with watch_appends(readers) as watch:
+            assert watch.usable and [p.log_end_offset for p in readers] == [1, 1, 1]
+            t = threading.Thread(target=lambda: outcome.append(watch.sleep(60)), daemon=True)
+            t.start()
+            until(lambda: blocked_in(t, "wait_any", "futex"), "the watch to sleep")
+            writers[2].append_values([b"late"])
+            t.join(60)
+        assert outcome == [True] and readers[2].log_end_offset == 2
+        with watch_appends([readers[0], writers[1]]) as mixed:
+            assert not mixed.usable and mixed.sleep(60) is False  # at once: the caller polls

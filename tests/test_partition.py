@@ -168,15 +168,18 @@ def test_offset_for_timestamp_non_monotonic_across_segments(tmp_path):
                                                                              for _ in range(100)]
         for target in targets:
             assert p.offset_for_timestamp(target) == _brute_offset_for_timestamp(stamps, target), target
+        assert p.max_timestamp() == max(stamps)
     with _open(tmp_path / "s") as store:  # and from the sealed, reopened indexes
         p = store.topic("t").partition(0)
         for target in targets:
             assert p.offset_for_timestamp(target) == _brute_offset_for_timestamp(stamps, target), target
+        assert p.max_timestamp() == max(stamps)
 
 
 def test_offset_for_timestamp_empty_partition(store):
     p = store.create_topic("t").partition(0)
     assert p.offset_for_timestamp(0) is None
+    assert p.max_timestamp() == -1
 
 
 def test_read_columns_equals_read(tmp_path):

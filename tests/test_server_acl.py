@@ -499,7 +499,7 @@ def test_real_clients_of_a_refused_user_get_kafkas_authorization_errors(secured)
 
 
 def test_producer_owners_forget_the_oldest_ids_past_their_bound():
-    from pylog.server.handlers import ProducerOwners
+    from pylog.server.state import ProducerOwners
     owners = ProducerOwners(limit=2)
     owners.issued(1, "alice")
     owners.issued(2, "alice")

@@ -17,6 +17,7 @@ from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, 
 import pylog
 from pylog.server import coordinator as co
 from pylog.server.coordinator import GroupCoordinator
+from pylog.server.protocol import codes as E
 from pylog.structs import OffsetAndMetadata, TopicPartition
 
 
@@ -549,7 +550,7 @@ async def test_a_crash_keeps_the_last_stable_generation(store: Any) -> None:
 
 @pytest.mark.asyncio
 async def test_a_damaged_saved_groups_file_starts_every_group_empty(store: Any, caplog: Any) -> None:
-    from pylog.server.groupstate import groups_path
+    from pylog.storage.group_state import groups_path
     c = make(store)
     a = await join(c, client_id="a")
     await sync(c, a["member_id"], 1, {a["member_id"]: b"all"})
@@ -573,8 +574,8 @@ async def test_offset_commit_per_partition_errors_and_simple_commits(store: Any)
     c = make(store, max_metadata_bytes=10)
     got = await commit(c, {("t", 0): 1, ("t", 3): 1, ("nope", 0): 1, ("u", 0): (2, "x" * 11), ("u", -1): 1},
                        group="simple")
-    assert got == {("t", 0): 0, ("t", 3): co.UNKNOWN_TOPIC_OR_PARTITION, ("nope", 0): co.UNKNOWN_TOPIC_OR_PARTITION,
-                   ("u", 0): co.OFFSET_METADATA_TOO_LARGE, ("u", -1): co.UNKNOWN_TOPIC_OR_PARTITION}
+    assert got == {("t", 0): 0, ("t", 3): E.UNKNOWN_TOPIC_OR_PARTITION, ("nope", 0): E.UNKNOWN_TOPIC_OR_PARTITION,
+                   ("u", 0): E.OFFSET_METADATA_TOO_LARGE, ("u", -1): E.UNKNOWN_TOPIC_OR_PARTITION}
     assert store.committed_offsets("simple") == {TopicPartition("t", 0): OffsetAndMetadata(1, "")}
     # v0 has no generation: a simple commit.
     r = await c.offset_commit({"group_id": "simple", "topics": [{"name": "u", "partitions": [
@@ -638,7 +639,7 @@ async def test_list_describe_delete(store: Any) -> None:
     assert d[""]["error_code"] == co.INVALID_GROUP_ID
     res = await c.delete_groups({"groups_names": ["live", "done", "pylog-only", "unknown", ""]}, 2)
     assert {x["group_id"]: x["error_code"] for x in res["results"]} == {
-        "live": co.NON_EMPTY_GROUP, "done": 0, "pylog-only": 0, "unknown": co.GROUP_ID_NOT_FOUND,
+        "live": E.NON_EMPTY_GROUP, "done": 0, "pylog-only": 0, "unknown": E.GROUP_ID_NOT_FOUND,
         "": co.INVALID_GROUP_ID}
     assert store.committed_offsets("done") == {} and store.committed_offsets("pylog-only") == {}
     assert set(await listed(c)) == {"live"}
@@ -668,7 +669,7 @@ async def test_groups_of_pylog_consumers_are_not_shared(store: Any) -> None:
         assert _decode_assignment(m["member_assignment"]) == {"t": [0, 1, 2]}
         assert m["member_metadata"] == struct.pack(">hih", 0, 1, 1) + b"t" + struct.pack(">i", -1)
         res = await c.delete_groups({"groups_names": ["pg"]}, 2)
-        assert res["results"][0]["error_code"] == co.NON_EMPTY_GROUP
+        assert res["results"][0]["error_code"] == E.NON_EMPTY_GROUP
     finally:
         consumer.close()
     res = await c.delete_groups({"groups_names": ["pg"]}, 2)
@@ -762,7 +763,7 @@ class CoordinatorMachine(RuleBasedStateMachine):
         return task.result()
 
     def group(self) -> Any:
-        return self.c._groups.get("g")
+        return self.c.table.get("g")
 
     def pick(self, i: int) -> _Client | None:
         return self.clients[i % len(self.clients)] if self.clients else None

@@ -293,6 +293,32 @@ def test_a_fetch_outside_the_log_is_answered_offset_out_of_range(store, where):
     assert inside["error_code"] == E.NONE and inside["records"]
 
 
+def _list_offsets(sock: socket.socket, topic: str, timestamp: int) -> dict:
+    sock.sendall(encode_request(2, 7, 3, "promises", {"replica_id": -1, "isolation_level": 0, "topics": [
+        {"name": topic, "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": timestamp}]}]}))
+    frame = recv_frame(sock)
+    assert frame is not None
+    return parse_response(2, 7, frame)[1]["topics"][0]["partitions"][0]
+
+
+def test_list_offsets_max_timestamp_names_the_first_record_with_the_largest_timestamp(store):
+    # ListOffsets v7's MAX_TIMESTAMP (-3), from Partition.max_timestamp and the time index, across segments.
+    store.create_topic("stamps", config={"segment.bytes": 1024})
+    part = store.topic("stamps").partition(0)
+    t0 = 1_700_000_000_000
+    stamps = [t0 + 5, t0 + 2, t0 + 9, t0 + 1, t0 + 9, t0 + 3] * 20
+    for i, ts in enumerate(stamps):
+        part.append_values([b"%04d" % i * 20], timestamps=[ts])
+    assert len(part.segments) > 1
+    empty = store.create_topic("empty").partition(0)
+    with pylog.serve(store, port=0) as srv, _connect(srv) as sock:
+        answer = _list_offsets(sock, "stamps", -3)
+        none = _list_offsets(sock, "empty", -3)
+    assert answer["error_code"] == E.NONE and (answer["offset"], answer["timestamp"]) == (2, t0 + 9)
+    assert none["error_code"] == E.NONE and (none["offset"], none["timestamp"]) == (-1, -1)
+    assert empty.max_timestamp() == -1
+
+
 # ---------------------------------------------------------------------------------------------------- stop
 
 def test_a_clean_stop_fsyncs_the_store_it_was_given(store, monkeypatch):

@@ -41,12 +41,11 @@ from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigErro
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
 from .groups import GroupMember, check_group_id
 from .offsets import CommittedOffsets, valid_position
-from ..storage.notify import Watch, wait_any
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from ..storage.records import BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count
 from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
-from ..partition import Partition, internals
+from ..partition import Partition, watch_appends
 
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",
@@ -608,7 +607,7 @@ class Consumer:
 
     def _wait(self, deadline: float) -> None:
         """Sleep until data may be there: one sleep over every partition's wake-up word where the kernel
-        allows it (see :func:`pylog.storage.notify.wait_any`), else on one partition at a time, a few ms each."""
+        allows it (see :func:`pylog.partition.watch_appends`), else on one partition at a time, a few ms each."""
         parts = [tp for tp in self._positions if tp not in self._paused and tp not in self._pending]
         remaining = deadline - time.monotonic()
         if self._member is not None:
@@ -626,28 +625,15 @@ class Consumer:
 
     def _wait_many(self, parts: list[TopicPartition], remaining: float) -> bool:
         """One sleep until an append to any of ``parts`` (or a slice passes); False when unavailable."""
-        entries = []
-        for tp in parts:
-            p = self._partition(tp)
-            if p.is_writer:  # this handle's own appends signal its condition variable, not the futex
+        entries = [(self._partition(tp), self._resolve(tp)) for tp in parts]
+        with watch_appends([p for p, _ in entries]) as watch:  # before the log ends: no lost wake-up
+            if not watch.usable:
                 return False
-            entries.append((p, self._resolve(tp)))
-        watches: list[Watch] = []
-        try:
-            for p, _ in entries:
-                w = internals(p).notifier.watch()
-                if w is None:
-                    return False
-                watches.append(w)
-            seqs = [w.sequence() for w in watches]  # before the log ends: see pylog.storage.notify
-            for (p, offset), w, seq in zip(entries, watches, seqs, strict=True):
+            for i, (p, offset) in enumerate(entries):
                 if p.log_end_offset > offset:
-                    w.found(seq)
+                    watch.found(i)
                     return True
-            return wait_any(watches, seqs, remaining)
-        finally:
-            for w in watches:
-                w.close()
+            return watch.sleep(remaining)
 
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records as they come, waiting for them; ends after ``consumer_timeout_ms`` without any.

@@ -153,7 +153,8 @@ class Drainer:
                 kept = list(self.held.values())
                 left = delay
                 while True:
-                    kept = [p for p in kept if _hand_over_one(p, wanted_only=False, blocking=False) and p.is_writer]
+                    kept = [p for p in kept
+                            if internals(p).pass_turn(wanted_only=False, blocking=False) and p.is_writer]
                     if not kept or left <= HANDOVER_POLL:
                         break
                     quotas.sleep(HANDOVER_POLL)
@@ -172,14 +173,14 @@ class Drainer:
         """Release the partitions another handle waits for (``PartitionInternals.handover_wanted``); forget those
         this store no longer writes. Between drains only: a drain appends to a partition whole."""
         for key, part in list(self.held.items()):
-            if not _hand_over_one(part) or not part.is_writer:
+            if not internals(part).pass_turn() or not part.is_writer:
                 del self.held[key]
 
     def let_go_all(self) -> None:
         """At close: let go of every partition held for a turn (nobody hands them over once the sender is
         gone; a lock a direct append pinned stays with the store)."""
         for part in self.held.values():
-            _hand_over_one(part, wanted_only=False)
+            internals(part).pass_turn(wanted_only=False)
         self.held.clear()
 
     # ------------------------------------------------------------------ steps of a drain
@@ -191,7 +192,7 @@ class Drainer:
             _sync([part for part in touched if part not in flushed], acc)
         for part in touched:
             self.held[id(part)] = part
-            _hand_over_one(part)
+            internals(part).pass_turn()
 
     def _let_go_one(self, part: Partition, touched: list[Partition], flushed: set[Partition],
                     acc: Accumulation, wanted_only: bool, blocking: bool = True) -> None:
@@ -202,7 +203,7 @@ class Drainer:
         if self._acks == -1 and part in touched and part not in flushed:
             flushed.add(part)
             _sync([part], acc)
-        _hand_over_one(part, wanted_only=wanted_only, blocking=blocking)
+        internals(part).pass_turn(wanted_only=wanted_only, blocking=blocking)
 
     def _let_go(self, waiting_for: Partition, touched: list[Partition], flushed: set[Partition],
                 acc: Accumulation) -> Callable[[], None]:
@@ -223,7 +224,7 @@ class Drainer:
 
         def again() -> None:
             for key, part in list(kept.items()):
-                if not _hand_over_one(part, wanted_only=False, blocking=False) or not part.is_writer:
+                if not internals(part).pass_turn(wanted_only=False, blocking=False) or not part.is_writer:
                     del kept[key]
         return again
 
@@ -269,21 +270,6 @@ class Drainer:
                 log.warning("pylog producer: append to %s-%d failed; retry %d of %d", part.topic, part.number,
                             attempt, self._retries, exc_info=True)
                 time.sleep(self._retry_backoff)
-
-
-def _hand_over_one(part: Partition, wanted_only: bool = True, blocking: bool = True) -> bool:
-    """Hand ``part`` over if another handle waits for it (or, with ``wanted_only`` False, whether or
-    not: with ``blocking`` False not if its maintenance is under way, see PartitionInternals.release_turn);
-    False when the partition is gone. Never raises: the records are appended already."""
-    try:
-        if wanted_only:
-            internals(part).hand_over()
-        else:
-            internals(part).release_turn(blocking)
-        return True
-    except Exception:  # a closed store, a deleted topic, a full disk: nothing more to hand over
-        log.debug("pylog producer: handing over %s-%d failed", part.topic, part.number, exc_info=True)
-        return False
 
 
 def _sync(parts: list[Partition], acc: Accumulation) -> None:

@@ -47,11 +47,10 @@ from typing import Any, Iterator, Mapping, NamedTuple, Sequence
 
 
 from .assignors import AbstractPartitionAssignor, assignor_named
-from ..errors import (CorruptRecordError, InvalidConfigError, InvalidGroupError, RebalanceInProgressError,
-                      UnknownTopicError)
+from ..errors import CorruptRecordError, InvalidConfigError, RebalanceInProgressError, UnknownTopicError
 from ..storage.fileio import (checked, decode_doc, encode_doc, in_range, raise_if_gone, read_checked, try_flock,
                               unchecked, write_checked, write_faults)
-from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, legacy_topic_name, legal_name
+from ..storage.filenames import GROUPS_DIR, NAME_MAX, OFFSETS_TOPIC, check_group_id, legacy_topic_name, legal_name
 from ..structs import TopicPartition
 from .storeview import StoreView
 
@@ -94,20 +93,6 @@ def _owner_lock_name(tp: TopicPartition) -> str:
     if len(name) <= NAME_MAX:
         return name
     return f"%{hashlib.blake2b(tp.topic.encode(), digest_size=16).hexdigest()}-{tp.partition}.lock"
-
-
-def check_group_id(group_id: Any) -> str:
-    """``group_id`` when it is usable, else :class:`~pylog.errors.InvalidGroupError`: a non-empty str that
-    UTF-8 can encode (commit keys and the group's state file store it as UTF-8)."""
-    if not isinstance(group_id, str) or not group_id:
-        raise InvalidGroupError(f"group_id must be a non-empty str, got {group_id!r}")
-    try:
-        group_id.encode("utf-8")
-    except UnicodeEncodeError:
-        raise InvalidGroupError(f"group_id must be a non-empty str that UTF-8 can encode, got {group_id!r} "
-                                "(it has a lone surrogate, e.g. from a file name decoded with surrogateescape)") \
-            from None
-    return group_id
 
 
 def encode_group_doc(magic: bytes, doc: Any) -> bytes:

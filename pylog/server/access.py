@@ -34,16 +34,15 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from typing import TYPE_CHECKING, Any, Awaitable, Callable
+from typing import Any, Awaitable, Callable
 
 from ..errors import InvalidArgumentError, PylogError
 from .authorizer import CLUSTER_NAME, Authorizer, Operation, ResourceType, principal_of
 from .errormap import code_for
 from .protocol import Request, error_response
 from .protocol import codes as E
+from .state import ServerState
 
-if TYPE_CHECKING:
-    from .server import ServerState
 
 __all__ = ["Access", "AclHandlers", "UNCHECKED"]
 
@@ -73,7 +72,7 @@ def _with_body(req: Request, body: dict) -> Request:
 class Access:
     """The per-API checks of one server (see the module docstring)."""
 
-    def __init__(self, state: "ServerState", authorizer: Authorizer) -> None:
+    def __init__(self, state: ServerState, authorizer: Authorizer) -> None:
         self.s = state
         self.authorizer = authorizer
         self.rules: dict[int, Rule] = {
@@ -295,7 +294,7 @@ def _message(code: int) -> str:
 class AclHandlers:
     """CreateAcls, DescribeAcls and DeleteAcls over the server's authorizer (checked by :class:`Access` first)."""
 
-    def __init__(self, state: "ServerState", authorizer: Authorizer) -> None:
+    def __init__(self, state: ServerState, authorizer: Authorizer) -> None:
         self.s = state
         self.authorizer = authorizer
 

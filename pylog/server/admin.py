@@ -26,23 +26,21 @@ from __future__ import annotations
 import logging
 import os
 import shutil
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from ..config import REMOTE_STORAGE_SETTINGS, SETTINGS, STORE_SETTINGS, TopicConfig
 from ..errors import InvalidGroupError, PylogError, RebalanceInProgressError, TopicExistsError
-from ..clients.groups import check_group_id
 from ..structs import TopicPartition
-from ..storage.filenames import is_internal_topic, topic_name_problem
-from .coordinator import DEAD, EMPTY
+from ..store import check_group_id, is_internal_topic, topic_name_problem
+from .group import DEAD, EMPTY
 from .errormap import code_for
 from .authorizer import CLUSTER_NAME
 from .operations import CLUSTER, NOT_REQUESTED
 from .limits import check_client_config
 from .protocol import REFUSED_APIS, error_response
 from .protocol import codes as E
+from .state import ServerState
 
-if TYPE_CHECKING:
-    from .server import ServerState
 
 __all__ = ["AdminHandlers"]
 
@@ -73,7 +71,7 @@ OP_SET, OP_DELETE, OP_APPEND, OP_SUBTRACT = 0, 1, 2, 3
 
 
 class AdminHandlers:
-    def __init__(self, state: "ServerState") -> None:
+    def __init__(self, state: ServerState) -> None:
         self.s = state
 
     # ------------------------------------------------------------------ CreateTopics

@@ -32,8 +32,7 @@ import threading
 from typing import Any, Iterable
 
 from ..errors import InvalidArgumentError
-from ..storage.acl_file import MAX_ACLS, AclEntry, check_entry
-from ..store import Store
+from ..store import MAX_ACLS, AclEntry, Store, check_acl_entry
 
 __all__ = ["Authorizer", "ResourceType", "PatternType", "Operation", "Permission", "ANONYMOUS", "CLUSTER_NAME",
            "principal_of", "parse_principals"]
@@ -284,7 +283,7 @@ def _entry_of(c: dict) -> tuple[AclEntry | None, str | None]:
     codes, a cluster resource named kafka-cluster, a principal of the form User:<name>)."""
     fields = (c.get("resource_type"), c.get("resource_name"), c.get("resource_pattern_type", PatternType.LITERAL),
               c.get("principal"), c.get("host"), c.get("operation"), c.get("permission_type"))
-    problem = check_entry(fields)
+    problem = check_acl_entry(fields)
     if problem is not None:
         return None, f"invalid ACL: {problem}"
     entry = AclEntry(*fields)  # type: ignore[arg-type]

@@ -52,17 +52,14 @@ import collections
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import metrics
-from ..errors import AuthenticationError, PylogError, UnsupportedApiVersionError
+from ..errors import DESCRIPTOR_ERRNOS, AuthenticationError, PylogError, RateLimitedLog, UnsupportedApiVersionError
 from . import auth, metering, protocol
-from ..storage.fileio import DESCRIPTOR_ERRNOS
-from ..storage.handles import RateLimitedLog
 from .protocol import codes as E
+from .state import ServerState
 
-if TYPE_CHECKING:
-    from .server import ServerState
 
 __all__ = ["Connection"]
 
@@ -101,7 +98,7 @@ _BEFORE_AUTH = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 class Connection(asyncio.Protocol):
     """The asyncio protocol of one client connection (see the module docstring)."""
 
-    def __init__(self, state: "ServerState") -> None:
+    def __init__(self, state: ServerState) -> None:
         self.s = state
         self.transport: asyncio.Transport | None = None
         self.client_host = ""

@@ -27,15 +27,12 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import collections
 import logging
-import threading
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .. import metrics
-from ..errors import OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
-from ..storage.fileio import DESCRIPTOR_ERRNOS
-from ..storage.filenames import is_internal_topic, topic_name_problem
+from ..errors import DESCRIPTOR_ERRNOS, OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
+from ..store import is_internal_topic, topic_name_problem
 from ..partition import Partition, internals
 from . import metering, recordbatch
 from .errormap import code_for
@@ -43,11 +40,10 @@ from .authorizer import CLUSTER_NAME
 from .operations import CLUSTER, NOT_REQUESTED, TOPIC
 from .protocol import codes as E
 from .turns import TURN_WAIT_MS
+from .state import ServerState
 
-if TYPE_CHECKING:
-    from .server import ServerState
 
-__all__ = ["DataHandlers", "ProducerOwners"]
+__all__ = ["DataHandlers"]
 
 #: Of one partition of a Produce: its response entry, its new log end (None: nothing appended), and the
 #: partition to fsync before answering (acks=all, or the topic's flush policy; else None).
@@ -66,7 +62,7 @@ LATEST, EARLIEST, MAX_TIMESTAMP = -1, -2, -3
 class DataHandlers:
     """ApiVersions, Metadata, Produce, Fetch, ListOffsets, FindCoordinator and InitProducerId."""
 
-    def __init__(self, state: "ServerState") -> None:
+    def __init__(self, state: ServerState) -> None:
         self.s = state
 
     # ------------------------------------------------------------------ helpers
@@ -262,7 +258,7 @@ class DataHandlers:
         asks for it; None when nothing was appended): the fsyncs are left to the group commit, after the appends.
         Each request comes with its ``wait_ms``: how long to wait for a writer of another process to hand a
         partition over (see :mod:`pylog.server.turns`), and ``principal``: the connection's user, who must own
-        the batches' producer id (:class:`ProducerOwners`)."""
+        the batches' producer id (:class:`~pylog.server.state.ProducerOwners`)."""
         return [[self._append_guarded(topic, index, records, acks, wait_ms, principal)
                  for topic, index, records in work] for work, acks, wait_ms, principal in requests]
 
@@ -323,7 +319,7 @@ class DataHandlers:
             finally:
                 # Another writer (a pylog producer) waiting for its turn gets it now. The fsync comes later (the
                 # group commit): a handle that let the writer lock go still fsyncs its appends, by file name.
-                _hand_over(part)
+                internals(part).pass_turn()  # never raises: the append's outcome is decided
                 if part.is_writer:
                     self.s.turns.note(part)  # handed over once another writer asks, even if idle from now on
             entry.update(error_code=E.NONE, base_offset=first)
@@ -583,57 +579,7 @@ def _flush_due(part: Partition) -> bool:
         return False
 
 
-class ProducerOwners:
-    """Which principal (a SASL user name; None without SASL) owns each producer id seen by this server: the one
-    it was issued to by InitProducerId, or, for an id this server did not issue (one from before a restart),
-    the first that produces with it. A produce naming another principal's id is refused, so one user cannot
-    fence another's idempotent producer. Bounded: past :data:`MAX_PRODUCER_OWNERS` ids the least recently used
-    is forgotten (it is then claimed again by its next producer). Thread-safe (the storage pool's threads claim)."""
-
-    def __init__(self, limit: int | None = None) -> None:
-        self._owners: collections.OrderedDict[int, str | None] = collections.OrderedDict()
-        self._limit = MAX_PRODUCER_OWNERS if limit is None else limit
-        self._lock = threading.Lock()
-
-    def issued(self, pid: int, principal: str | None) -> None:
-        with self._lock:
-            self._record(pid, principal)
-
-    def claim(self, pid: int, principal: str | None) -> bool:
-        """Whether ``principal`` may produce with ``pid`` (recording it as the owner when nobody is)."""
-        with self._lock:
-            owners = self._owners
-            if pid in owners:
-                if owners[pid] != principal:
-                    return False
-                owners.move_to_end(pid)  # least recently used first out: a producer in use is remembered
-                return True
-            self._record(pid, principal)
-            return True
-
-    def _record(self, pid: int, principal: str | None) -> None:
-        owners = self._owners
-        owners[pid] = principal
-        owners.move_to_end(pid)
-        while len(owners) > self._limit:
-            owners.popitem(last=False)
-
-
-#: The most producer ids :class:`ProducerOwners` remembers (about 100 bytes each).
-MAX_PRODUCER_OWNERS = 100_000
-
-
-def _hand_over(part: Partition) -> None:
-    """Let a writer waiting for ``part`` have it; never raises: the append's outcome is already decided (a store
-    closing under the call, a deleted topic: nothing left to hand over; out of descriptors for the hand-over
-    probe: the server's sweep looks again, see pylog.server.turns)."""
-    try:
-        internals(part).hand_over()
-    except (PylogError, OSError):
-        log.debug("pylog serve: handing over %s-%d failed", part.topic, part.number, exc_info=True)
-
-
-def _keyless_records(batch: Any) -> list[dict]:
+def _keyless_records(batch: recordbatch.KafkaBatch) -> list[dict]:
     """ProduceResponse ``record_errors`` for the records of ``batch`` without a key (none: an empty list)."""
     klens = batch.key_lengths
     at = range(batch.record_count) if klens is None else (klens < 0).nonzero()[0].tolist()
@@ -695,10 +641,7 @@ def _max_timestamp_offset(part: Partition) -> tuple[int, int]:
     end = part.log_end_offset
     if end == part.log_start_offset:
         return -1, -1
-    best = -1
-    for seg in part.segments:
-        best = max(best, seg.max_timestamp)
-    at = part.offset_for_timestamp(best)
+    at = part.offset_for_timestamp(part.max_timestamp())
     if at is None:
         return -1, -1
     return at, _timestamp_at(part, at)

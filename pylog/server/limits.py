@@ -1,7 +1,7 @@
 """The resource bounds of ``pylog serve`` that span connections: the memory pool of requests and answers
 (Kafka's ``queued.max.request.bytes``), the connection counts (``max.connections``, ``max.connections.per.ip``),
 the rate of topic and partition creation and the floors of topic configs set by clients. (Rate-limited logging
-is :class:`pylog.storage.handles.RateLimitedLog`.)
+is :class:`pylog.errors.RateLimitedLog`.)
 
 Everything here but :class:`CreationGuard` (the storage pool's threads check creations) is used on the
 server's event loop only, without locks: the connections and handlers call it from coroutines and callbacks.

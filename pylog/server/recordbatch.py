@@ -44,7 +44,7 @@ import crc32c as _crc32c
 import numpy as np
 
 from ..accel import native as _native
-from ..partition import Partition, internals
+from ..partition import Partition, RecordHeaders, internals
 from ..errors import (CorruptBatchError, InvalidBatchError, RecordTooLargeError,
                       UnsupportedCompressionError, UnsupportedMagicError)
 from ..storage.records.format import ATTR_CONTROL, ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL
@@ -89,6 +89,24 @@ class KafkaBatch:
     __slots__ = ("base_offset", "partition_leader_epoch", "attributes", "last_offset_delta", "base_timestamp",
                  "max_timestamp", "producer_id", "producer_epoch", "base_sequence", "record_count",
                  "value_lengths", "value_data", "key_lengths", "key_data", "timestamps", "headers", "size")
+
+    base_offset: int
+    partition_leader_epoch: int
+    attributes: int
+    last_offset_delta: int
+    base_timestamp: int
+    max_timestamp: int
+    producer_id: int
+    producer_epoch: int
+    base_sequence: int
+    record_count: int
+    value_lengths: np.ndarray
+    value_data: bytes
+    key_lengths: np.ndarray | None
+    key_data: bytes | None
+    timestamps: np.ndarray
+    headers: list[RecordHeaders] | None
+    size: int
 
     def __init__(self, header: tuple, columns: tuple, size: int) -> None:
         (self.base_offset, _, self.partition_leader_epoch, _, _, self.attributes, self.last_offset_delta,

@@ -26,42 +26,25 @@ Invariants:
 from __future__ import annotations
 
 import asyncio
-import base64
-import concurrent.futures
-import functools
-import hashlib
 import logging
 import os
 import signal
 import socket
-import ssl
 import threading
 import time
-from dataclasses import dataclass
-from typing import Any, Awaitable, Callable
+from typing import Any, Callable
 
 from .. import metrics
-from ..errors import InvalidArgumentError, PylogError
-from ..partition import Partition, internals
-from ..storage.fileio import DESCRIPTOR_ERRNOS
-from ..storage.handles import PER_PARTITION, RateLimitedLog, descriptor_limit
+from ..errors import DESCRIPTOR_ERRNOS, InvalidArgumentError, RateLimitedLog
 from ..store import Store
 from ..store import open as open_store
-from ..storage import group_commit
-from . import protocol
-from .admin import AdminHandlers
-from .access import Access, AclHandlers
-from .auth import Credentials, SaslServer, plain_exposed_addresses
-from .authorizer import Authorizer, ResourceType, parse_principals, principal_of
+from . import routes
+from .auth import plain_exposed_addresses
+from .authorizer import Authorizer, parse_principals
 from .connection import Connection
-from .coordinator import GroupCoordinator
-from .handlers import DataHandlers, ProducerOwners
-from .limits import BytePool, ConnectionCounts, CreationGuard
-from .logins import LoginGuard
-from .operations import CLUSTER, GROUP, TOPIC, authorized_operations
-from .quotas import ServerQuotas
-from .turns import SWEEP_S, Turns
-from .waiting import FetchWaiters
+from .settings import ServerConfig
+from .state import ServerState
+from .turns import SWEEP_S
 
 __all__ = ["Server", "ServerConfig", "serve"]
 
@@ -71,9 +54,6 @@ _shortage = RateLimitedLog(log, 60.0)
 #: Partitions whose files the store lets go of when an accept finds no descriptor left.
 _SHRINK_ON_EMFILE = 16
 
-#: A handler's answer: the response body, None (no answer: acks=0), or a future of the body (answered later,
-#: in order: see :mod:`pylog.server.connection`).
-Handler = Callable[[Any, Connection], Awaitable["dict | asyncio.Future[dict] | None"]]
 #: asyncio accepts as many connections per turn of the event loop as the listen backlog it is given, each a
 #: transport to set up (and, beyond ``max_connections``, to close again): 1,024 in one turn held the other
 #: connections' answers ~150 ms in a connection flood. It is given 50 (Kafka's ``socket.listen.backlog.size``
@@ -81,363 +61,6 @@ Handler = Callable[[Any, Connection], Awaitable["dict | asyncio.Future[dict] | N
 #: (or a server briefly out of descriptors) still finds its connections queued rather than refused.
 _ACCEPTS_PER_TURN = 50
 _KERNEL_BACKLOG = 1024
-
-
-@dataclass
-class ServerConfig:
-    """The settings of a :class:`Server` (keyword arguments of :func:`serve`)."""
-
-    #: Address to listen on. Loopback by default: pass ``"0.0.0.0"`` (with TLS and SASL) to be reachable.
-    host: str = "127.0.0.1"
-    #: TCP port; 0 picks a free one (:attr:`Server.port` says which).
-    port: int = 9092
-    #: The host and port clients are told to connect to (Metadata, FindCoordinator); default: the bound ones.
-    advertised_host: str | None = None
-    advertised_port: int | None = None
-    #: Create a topic a Metadata request names when the client allows it (Kafka's
-    #: ``auto.create.topics.enable``, true by default there too), with the store's ``num.partitions``.
-    auto_create_topics: bool = True
-    #: Kafka's ``num.partitions``: the partition count of a topic created by auto-creation or by a CreateTopics
-    #: request that gives none (-1); None: the store's ``num.partitions`` setting.
-    num_partitions: int | None = None
-    #: Largest request frame accepted (Kafka's ``socket.request.max.bytes``); a larger one closes the connection.
-    max_request_bytes: int = 100 * 1024 * 1024
-    #: Largest decompressed record batch accepted in a produce request.
-    max_batch_bytes: int = 64 * 1024 * 1024
-    #: TLS: a server-side ``ssl.SSLContext`` (see :func:`pylog.server.auth.make_server_ssl_context`).
-    ssl_context: ssl.SSLContext | None = None
-    #: SASL: the users (:class:`pylog.server.auth.Credentials`) clients must log in as; None: no authentication.
-    sasl_credentials: Credentials | None = None
-    #: The SASL mechanisms offered (default: PLAIN, SCRAM-SHA-256 and SCRAM-SHA-512).
-    sasl_mechanisms: list[str] | None = None
-    #: The most partitions CreateTopics and CreatePartitions give a topic: each is a directory of files, and a
-    #: client should not be able to fill the disk's inodes with one request (pylog itself allows 2**20).
-    max_partitions_per_topic: int = 10_000
-    #: Kafka's ``connections.max.idle.ms``: a connection with no request for this long is closed (clients
-    #: reconnect when they need to); 0 keeps idle connections open.
-    connections_max_idle_ms: int = 600_000
-    #: Kafka's ``queued.max.request.bytes``: bytes held by requests being received, queued or answered and by
-    #: fetch answers being built or sent, across all connections. A connection whose next request does not fit
-    #: stops being read until others give bytes back; a fetch gets what is free (waiting for at least 1 MiB).
-    #: At least ``max_request_bytes`` (Kafka's rule), so that any one request can be served.
-    queued_max_request_bytes: int = 128 * 1024 * 1024
-    #: A request must arrive whole within this long of its first byte (slowloris, a partial frame held
-    #: forever); time spent paused by the server does not count. 0: no deadline. (Kafka has none; its clients'
-    #: ``request.timeout.ms``, 30 s, is the same bound from the other side.)
-    request_receive_timeout_ms: int = 30_000
-    #: A connection whose client reads nothing of its answer for this long is closed (the answer and its pool
-    #: bytes are dropped); until then it is sent no further answer. 0: wait forever.
-    response_send_timeout_ms: int = 30_000
-    #: Kafka's ``max.connections`` and ``max.connections.per.ip``: connections beyond are closed at accept.
-    max_connections: int = 1000
-    max_connections_per_ip: int = 500
-    #: The most topics, partitions, groups ... (struct array elements) one request may name; a request naming
-    #: more closes its connection, as any request that does not decode. Bounds the work and memory of one request
-    #: (a 10 MiB Metadata request named 1.3 M topics: a minute and 750 MB).
-    max_request_items: int = 50_000
-    #: The most topics and partitions in the store: topic creation (auto-create, CreateTopics) and
-    #: CreatePartitions beyond are refused. Each partition is a directory of files.
-    max_topics: int = 10_000
-    max_partitions: int = 100_000
-    #: Partitions created per second, server-wide, by auto-creation, CreateTopics and CreatePartitions (Kafka's
-    #: ``controller_mutation_rate`` quota); bursts up to ten seconds' worth (at least ``max_partitions_per_topic``).
-    #: Beyond: THROTTLING_QUOTA_EXCEEDED (CreateTopics, CreatePartitions), UNKNOWN_TOPIC_OR_PARTITION (Metadata).
-    controller_mutation_rate: float = 1000.0
-    #: The most topics one Metadata request may auto-create; the others it names get UNKNOWN_TOPIC_OR_PARTITION.
-    auto_create_topics_per_request: int = 100
-    #: Kafka's ``group.initial.rebalance.delay.ms``: how long a new group's first rebalance waits for more members.
-    group_initial_rebalance_delay_ms: int = 300
-    #: Kafka's ``group.max.size`` (unbounded there): members per group, counting those asked to join again
-    #: (MEMBER_ID_REQUIRED); a JoinGroup beyond is answered GROUP_MAX_SIZE_REACHED.
-    group_max_size: int = 1000
-    #: Groups the coordinator holds at once. A JoinGroup starting a group beyond first drops Empty groups (never
-    #: joined ones first; their committed offsets stay in the store); with none to drop it is answered
-    #: GROUP_MAX_SIZE_REACHED (not retriable, so clients report it rather than retry in a loop).
-    max_groups: int = 10_000
-    #: Bytes the members of all groups may hold: their subscriptions (protocol metadata) and assignments, each
-    #: member counted with a fixed 512-byte overhead too. A JoinGroup or a leader's SyncGroup that would take more
-    #: is answered GROUP_MAX_SIZE_REACHED. Without it, members as large as ``max_request_bytes`` could pile up
-    #: across ``max_groups`` groups.
-    max_group_member_bytes: int = 256 * 1024 * 1024
-    #: Kafka's ``offset.metadata.max.bytes``: longest metadata string of a committed offset (UTF-8 bytes);
-    #: longer: OFFSET_METADATA_TOO_LARGE.
-    offset_metadata_max_bytes: int = 4096
-    #: Kafka's ``connection.failed.authentication.delay.ms``: a failed SASL login is answered after this delay,
-    #: doubled for each further consecutive failure from the same client address (and that address's next login
-    #: step waits as long), up to ``connection_failed_authentication_delay_max_ms``.
-    connection_failed_authentication_delay_ms: int = 100
-    connection_failed_authentication_delay_max_ms: int = 5000
-    #: Threads the SASL steps run in (PBKDF2 for PLAIN logins of pre-salted users): never the event loop.
-    sasl_login_threads: int = 2
-    #: Kafka's ``authorizer.class.name`` set: every request is checked against the ACLs kept in the store
-    #: (``<store>/__acls``, managed with CreateAcls / DescribeAcls / DeleteAcls; docs/SERVER.md, "Authorization").
-    #: Off by default: without it every client may do everything, and the ACL APIs answer SECURITY_DISABLED.
-    authorizer: bool = False
-    #: Kafka's ``super.users``: principals allowed everything (``"User:admin;User:ops"`` or a list).
-    super_users: str | list[str] | None = None
-    #: Kafka's ``allow.everyone.if.no.acl.found``: a resource no ACL names is open to everyone (false, as in
-    #: Kafka: with the authorizer on, what no ACL allows is refused).
-    allow_everyone_if_no_acl_found: bool = False
-    #: Client quotas (docs/SERVER.md, "Quotas"): Kafka's entities (``"user=alice"``, ``"client-id=etl"``, both,
-    #: ``<default>`` for either) -> {``producer_byte_rate``, ``consumer_byte_rate``, ``request_percentage``}.
-    #: A client over its quota has its responses delayed and told so in ``throttle_time_ms``.
-    quotas: dict[str, dict[str, float]] | None = None
-    #: Kafka's ``quota.window.num`` and ``quota.window.size.seconds``: the window rates are measured over.
-    quota_window_num: int = 11
-    quota_window_size_s: float = 1.0
-    #: Threads appending and fsyncing for the connections.
-    storage_threads: int = 4
-    #: How long a clean stop waits for the requests under way (seconds).
-    shutdown_timeout_s: float = 10.0
-    #: The store's ``max.open.descriptors`` when the server opens it (given a path); 0: half of RLIMIT_NOFILE.
-    max_open_descriptors: int = 0
-    #: From how many partitions waiting for an fsync (acks=all, flush.messages) on the process's group commit
-    #: makes them durable together with one ``syncfs`` of their file system (0: an fdatasync each). Process-wide:
-    #: it is set on the group commit that pylog's producers of this process share.
-    group_commit_syncfs_partitions: int = group_commit.DEFAULT_SYNCFS_PARTITIONS
-
-    def check(self) -> None:
-        if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
-            raise InvalidArgumentError(f"port must be an int in [0, 65535], got {self.port!r}")
-        if self.max_request_bytes < 1024:
-            raise InvalidArgumentError(f"max_request_bytes must be at least 1024, got {self.max_request_bytes}")
-        if not isinstance(self.max_partitions_per_topic, int) or self.max_partitions_per_topic < 1:
-            raise InvalidArgumentError("max_partitions_per_topic must be at least 1, got "
-                                       f"{self.max_partitions_per_topic!r}")
-        if not isinstance(self.connections_max_idle_ms, int) or self.connections_max_idle_ms < 0:
-            raise InvalidArgumentError(f"connections_max_idle_ms must be >= 0, got {self.connections_max_idle_ms!r}")
-        if self.num_partitions is not None and (type(self.num_partitions) is not int or
-                                                not 1 <= self.num_partitions <= self.max_partitions_per_topic):
-            raise InvalidArgumentError(f"num_partitions must be in [1, max_partitions_per_topic "
-                                       f"({self.max_partitions_per_topic})], got {self.num_partitions!r}")
-        for name in ("request_receive_timeout_ms", "response_send_timeout_ms"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
-                raise InvalidArgumentError(f"{name} must be an int >= 0, got {value!r}")
-        for name in ("max_connections", "max_connections_per_ip", "max_request_items", "max_topics",
-                     "max_partitions", "auto_create_topics_per_request", "group_max_size", "max_groups",
-                     "max_group_member_bytes"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 1:
-                raise InvalidArgumentError(f"{name} must be an int >= 1, got {value!r}")
-        if not isinstance(self.queued_max_request_bytes, int) or \
-                self.queued_max_request_bytes < self.max_request_bytes:
-            raise InvalidArgumentError(f"queued_max_request_bytes ({self.queued_max_request_bytes!r}) must be at "
-                                       f"least max_request_bytes ({self.max_request_bytes})")
-        if not isinstance(self.controller_mutation_rate, (int, float)) or not self.controller_mutation_rate > 0:
-            raise InvalidArgumentError(f"controller_mutation_rate must be > 0, got {self.controller_mutation_rate!r}")
-        for name in ("offset_metadata_max_bytes", "max_open_descriptors", "group_commit_syncfs_partitions"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or value < 0:
-                raise InvalidArgumentError(f"{name} must be >= 0, got {value!r}")
-        for name in ("connection_failed_authentication_delay_ms", "connection_failed_authentication_delay_max_ms"):
-            value = getattr(self, name)
-            if not isinstance(value, int) or not 0 <= value <= 300_000:
-                raise InvalidArgumentError(f"{name} must be an int in [0, 300000], got {value!r}")
-        if not isinstance(self.sasl_login_threads, int) or self.sasl_login_threads < 1:
-            raise InvalidArgumentError(f"sasl_login_threads must be at least 1, got {self.sasl_login_threads!r}")
-        if self.storage_threads < 1:
-            raise InvalidArgumentError(f"storage_threads must be at least 1, got {self.storage_threads}")
-        parse_principals(self.super_users)  # raises InvalidArgumentError for a malformed principal
-        if (self.super_users or self.allow_everyone_if_no_acl_found) and not self.authorizer:
-            raise InvalidArgumentError("super_users and allow_everyone_if_no_acl_found need authorizer=True")
-        if self.quotas is not None:
-            ServerQuotas(self.quotas, self.quota_window_num, self.quota_window_size_s)  # raises for bad quotas
-        if self.sasl_credentials is not None:
-            SaslServer(self.sasl_credentials, self.sasl_mechanisms)  # raises SecurityConfigError for bad mechanisms
-        elif self.sasl_mechanisms is not None:
-            raise InvalidArgumentError("sasl_mechanisms needs sasl_credentials (the users who may log in)")
-
-
-class ServerState:
-    """What the connections and handlers of one running server share (internal to pylog.server)."""
-
-    def __init__(self, store: Store, config: ServerConfig, loop: asyncio.AbstractEventLoop,
-                 advertised: tuple[str, int], authorizer: Authorizer | None = None) -> None:
-        self.store = store
-        self.config = config
-        self.advertised = advertised
-        self.cluster_id = _cluster_id(store.path)
-        self.connections: set[Connection] = set()
-        self.pool = BytePool(config.queued_max_request_bytes, config.max_request_bytes)
-        self.counts = ConnectionCounts(config.max_connections, config.max_connections_per_ip)
-        self.creations = CreationGuard(config.max_topics, config.max_partitions, config.controller_mutation_rate,
-                                       max(10 * config.controller_mutation_rate, config.max_partitions_per_topic),
-                                       self._count_topics)
-        self.rlog = RateLimitedLog(log)
-        self.executor = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
-                                                              thread_name_prefix="pylog-serve-storage")
-        self.readers = concurrent.futures.ThreadPoolExecutor(config.storage_threads,
-                                                             thread_name_prefix="pylog-serve-read")
-        # Large request frames are decoded by one thread: decoding is pure Python and holds the GIL, and more
-        # threads decoding at once would each take turns with the event loop (the loop then waits for several).
-        self.decoder = concurrent.futures.ThreadPoolExecutor(1, thread_name_prefix="pylog-serve-decode")
-        self.waiters = FetchWaiters(loop)
-        #: The fsyncs of acks=all: the process's group commit, shared with pylog's producers in this process.
-        self.group_commit = group_commit.default()
-        self.group_commit.set_syncfs_partitions(config.group_commit_syncfs_partitions)
-        #: Completed group-commit answers not yet handed to the loop (see durable).
-        self._durable_done: list[tuple[asyncio.Future[list[BaseException | None]], list[BaseException | None]]] = []
-        self._durable_lock = threading.Lock()
-        self._gc_start = self.group_commit.stats()
-        self.acks_all_requests = 0  # produce requests with acks=all answered after their fsyncs
-        #: The partitions the server holds for its appends, handed over when idle (pylog.server.turns).
-        self.turns = Turns()
-        self.logins = LoginGuard(threads=config.sasl_login_threads,
-                                 delay_ms=config.connection_failed_authentication_delay_ms,
-                                 max_delay_ms=config.connection_failed_authentication_delay_max_ms)
-        # Offset commits wait for __consumer_offsets' writer lock like any append: the storage pool, which a clean
-        # stop drains before the store closes (the loop's default executor is not waited for).
-        self.coordinator = GroupCoordinator(store, initial_rebalance_delay_ms=config.group_initial_rebalance_delay_ms,
-                                            max_group_size=config.group_max_size, max_groups=config.max_groups,
-                                            max_metadata_bytes=config.offset_metadata_max_bytes,
-                                            max_member_bytes=config.max_group_member_bytes,
-                                            executor=self.executor)
-        self.api_keys = [{"api_key": k, "min_version": lo, "max_version": hi}
-                         for k, (lo, hi) in sorted(protocol.supported_versions().items())]
-        data, admin = DataHandlers(self), AdminHandlers(self)
-        groups = {k: _group_handler(self.coordinator, name) for k, name in (
-            (8, "offset_commit"), (9, "offset_fetch"), (11, "join_group"), (12, "heartbeat"), (13, "leave_group"),
-            (14, "sync_group"), (15, "describe_groups"), (16, "list_groups"), (42, "delete_groups"))}
-        groups[15] = _with_group_operations(self, groups[15])
-        self.handlers: dict[int, Handler] = {
-            0: data.produce, 1: data.fetch, 2: data.list_offsets, 3: data.metadata, 10: data.find_coordinator,
-            18: data.api_versions, 19: admin.create_topics, 20: admin.delete_topics, 21: admin.delete_records,
-            22: data.init_producer_id, 32: admin.describe_configs, 33: admin.alter_configs,
-            37: admin.create_partitions, **groups, **admin.handlers(),
-        }
-        supported = protocol.supported_versions()
-        #: Which principal got each producer id this server handed out (bounded: see ProducerOwners).
-        self.producer_owners = ProducerOwners()
-        #: Client quotas: those of the settings with the changes AlterClientQuotas saved in the store (read here,
-        #: before serving: a damaged file stops the start as a damaged ACL file does), saved again at each change.
-        self.quotas = ServerQuotas(config.quotas or {}, config.quota_window_num, config.quota_window_size_s,
-                                   store.client_quota_changes())
-        self.quotas.save = functools.partial(self.run, store.replace_client_quota_changes)
-        self.handlers.update(self.quotas.handlers())
-        self.authorizer = authorizer
-        if self.authorizer is not None:
-            self.handlers.update(AclHandlers(self, self.authorizer).handlers())
-            # (Access types answers as dicts; the Produce handler's future of one passes through it as is.)
-            self.handlers = Access(self, self.authorizer).wrap(  # type: ignore[assignment]
-                {k: h for k, h in self.handlers.items() if k in supported})  # type: ignore[misc]
-        self.handlers = self.quotas.wrap({k: h for k, h in self.handlers.items() if k in supported})
-
-    def is_super_user(self, user: str | None) -> bool:
-        """Whether a connection authenticated as ``user`` is one of ``super_users`` (with the authorizer on)."""
-        return self.authorizer is not None and self.authorizer.is_super(principal_of(user))
-
-    def authorized_operations(self, conn: Any, resource: str, name: str) -> int:
-        """KIP-430's bit field of what ``conn``'s principal may do with the ``resource`` (operations.TOPIC,
-        CLUSTER or GROUP) called ``name``: the authorizer's decisions, or everything without one."""
-        authorizer = self.authorizer
-        if authorizer is None:
-            return authorized_operations(resource, self.store.read_only)
-        principal, rtype = principal_of(conn.principal), _RESOURCE_TYPES[resource]
-        return authorized_operations(resource, self.store.read_only,
-                                     lambda op: authorizer.authorize(principal, conn.client_host, op, rtype, name))
-
-    def default_partitions(self) -> int:
-        """Partitions of a topic created without a count (auto-creation, CreateTopics with -1)."""
-        n = self.config.num_partitions
-        return self.store.settings["num.partitions"] if n is None else n
-    def _count_topics(self) -> tuple[int, int]:
-        """The store's topics and partitions (in the storage pool: it lists the store's directory)."""
-        names = self.store.topics()
-        partitions = 0
-        for name in names:
-            try:
-                partitions += self.store.topic(name).num_partitions
-            except PylogError:  # deleted meanwhile
-                pass
-        return len(names), partitions
-
-    async def run(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` in the storage thread pool (appends, fsyncs, anything that may wait for a lock)."""
-        return await asyncio.get_running_loop().run_in_executor(self.executor, fn, *args)
-
-    async def decode(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` in the decoder thread (the decoding of a large request frame)."""
-        return await asyncio.get_running_loop().run_in_executor(self.decoder, fn, *args)
-
-    async def durable(self, parts: list[Partition]) -> list[BaseException | None]:
-        """fsync ``parts`` (appended to already) through the group commit; per partition None or the error."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[list[BaseException | None]] = loop.create_future()
-
-        def done(results: list[BaseException | None]) -> None:
-            # A store-wide round completes hundreds of requests at once: they reach the loop with one wake-up (one
-            # self-pipe write), not one each.
-            with self._durable_lock:
-                first = not self._durable_done
-                self._durable_done.append((fut, results))
-            if first:
-                try:
-                    loop.call_soon_threadsafe(self._resolve_durable)
-                except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
-                    pass
-        self.group_commit.submit([internals(p) for p in parts], done)
-        return await fut
-
-    def _resolve_durable(self) -> None:
-        """On the loop: answer every :meth:`durable` whose fsyncs completed since the last call."""
-        with self._durable_lock:
-            done, self._durable_done = self._durable_done, []
-        for fut, results in done:
-            _resolve(fut, results)
-
-    def stats(self) -> dict[str, float]:
-        """The group commit's figures since this server started: ``acks_all_requests`` answered after their
-        fsyncs, ``group_commit_fsyncs`` (partitions made durable in this process, pylog producers' included) and
-        their ratio ``fsyncs_per_acks_all_request``; of those, ``group_commit_round_flushes`` made durable in
-        ``group_commit_rounds`` store-wide rounds (one ``syncfs`` each); ``group_commit_syncs``: the calls that
-        made data durable (an fdatasync per partition flushed alone, a syncfs per round)."""
-        now = self.group_commit.stats()
-        delta = {key: now[key] - self._gc_start[key] for key in ("flushes", "rounds", "round_flushes", "syncs")}
-        fsyncs = delta["flushes"]
-        return {"acks_all_requests": self.acks_all_requests, "group_commit_fsyncs": fsyncs,
-                "fsyncs_per_acks_all_request": fsyncs / self.acks_all_requests if self.acks_all_requests else 0.0,
-                "group_commit_rounds": delta["rounds"], "group_commit_round_flushes": delta["round_flushes"],
-                "group_commit_syncs": delta["syncs"]}
-
-    async def read(self, fn: Callable[..., Any], *args: Any) -> Any:
-        """``fn(*args)`` in the read thread pool: reads of segment files (a cold page faults on the disk) and
-        of the store's directory, kept off the event loop and out of the appenders' way."""
-        return await asyncio.get_running_loop().run_in_executor(self.readers, fn, *args)
-
-
-def _resolve(fut: "asyncio.Future[Any]", value: Any) -> None:
-    if not fut.done():  # cancelled when its connection was aborted
-        fut.set_result(value)
-
-
-_RESOURCE_TYPES = {TOPIC: ResourceType.TOPIC, CLUSTER: ResourceType.CLUSTER, GROUP: ResourceType.GROUP}
-
-
-def _with_group_operations(state: ServerState, describe: Handler) -> Handler:
-    """DescribeGroups answering ``include_authorized_operations`` (the coordinator knows no principals)."""
-    async def handler(req: Any, conn: Connection) -> "dict | asyncio.Future[dict] | None":
-        result = await describe(req, conn)
-        if isinstance(result, dict) and req.body.get("include_authorized_operations"):
-            for g in result.get("groups") or ():
-                if g.get("error_code") == 0 and isinstance(g.get("group_id"), str):
-                    g["authorized_operations"] = state.authorized_operations(conn, GROUP, g["group_id"])
-        return result
-    handler.__name__ = "describe_groups"
-    return handler
-
-
-def _group_handler(coordinator: GroupCoordinator, name: str) -> Handler:
-    """A group API's handler: the coordinator's method, given the client's id and host."""
-    method = getattr(coordinator, name)
-
-    async def handler(req: Any, conn: Connection) -> dict | None:
-        result: dict | None = await method(req.body, req.api_version, client_id=req.client_id or "",
-                                           client_host=conn.client_host)
-        return result
-
-    handler.__name__ = name
-    return handler
 
 
 def _warn_plain_in_the_clear(config: ServerConfig, addresses: list[str]) -> None:
@@ -461,12 +84,6 @@ def _deepen_backlog(listener: asyncio.Server) -> None:
                 dup.listen(_KERNEL_BACKLOG)
         except OSError:  # out of descriptors at start-up: the shorter queue serves
             pass
-
-
-def _cluster_id(path: str) -> str:
-    """A stable Kafka-style cluster id (22 characters of URL-safe base64) derived from the store's path."""
-    digest = hashlib.blake2b(os.path.realpath(path).encode(), digest_size=16).digest()
-    return base64.urlsafe_b64encode(digest).decode().rstrip("=")
 
 
 class Server:
@@ -628,6 +245,7 @@ class Server:
         sock = listener.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         state = ServerState(store, self.config, loop, self.advertised, authorizer)
+        routes.install(state)
         # Before the first connection: the groups saved by the previous run are taken over, not rejoined.
         await state.coordinator.load()
         states.append(state)
@@ -755,15 +373,14 @@ class Server:
 
 def _log_descriptors(store: Store) -> None:
     """Tell the operator how many file descriptors the server may use and how it will spend them."""
-    limit = descriptor_limit()
-    budget = store.handles.budget
-    capacity = store.handles.capacity
+    d = store.handles.figures()
+    limit, budget = d["limit"], d["budget"]
     level = logging.WARNING if limit - budget < 256 else logging.INFO
     log.log(level, "pylog serve: may open %d file descriptors (RLIMIT_NOFILE, `ulimit -n`); the store's partitions "
             "keep at most %d of them (max.open.descriptors: about %d per partition in use, so %d partitions at once; "
             "the least recently used let go of their files and open them again when used), the other %d are for "
-            "connections (one each) and the rest of the process%s", limit, budget, PER_PARTITION, capacity,
-            limit - budget, "; raise `ulimit -n` to serve more than a few hundred connections"
+            "connections (one each) and the rest of the process%s", limit, budget, d["per_partition"],
+            d["partitions"], limit - budget, "; raise `ulimit -n` to serve more than a few hundred connections"
             if level == logging.WARNING else "")
 
 

@@ -6,7 +6,7 @@ of append can end the wait, and each reaches the waiter its own way:
 - the server's own appends (Kafka producers): :meth:`FetchWaiters.appended` is called on the event loop
   right after them, and resolves the waiters at once (no thread hop: this is the end-to-end latency path);
 - appends by other processes (pylog producers, the CLI, Spark writers): one watcher thread sleeps in the
-  partitions' wake-up words (:mod:`pylog.storage.notify`, one ``futex_waitv`` over all waited partitions)
+  partitions' wake-ups (:func:`pylog.partition.watch_appends`, one ``futex_waitv`` over all waited partitions)
   and hands the news to the loop with ``call_soon_threadsafe``;
 - appends by other handles of this process, or on a machine without those wake-ups: the same thread
   compares log ends, every :data:`POLL_S` seconds at first and backing off to :data:`POLL_MAX_S` while
@@ -25,8 +25,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import threading
-from ..storage.notify import Watch, wait_any
-from ..partition import Partition, internals
+from ..partition import Partition, watch_appends
 
 __all__ = ["FetchWaiters", "POLL_S", "POLL_MAX_S"]
 
@@ -168,31 +167,19 @@ class FetchWaiters:
                 self._changed.wait(POLL_S)
 
     def _watch_once(self, waited: dict[Key, tuple[Partition, list[_Waiter]]]) -> None:
-        """One sleep over the waited partitions' wake-up words (or one poll interval), then hand over every
-        waiter whose data arrived."""
-        watches: list[Watch] = []
-        try:
-            usable = True
-            for part, _ in waited.values():
-                w = None if part.is_writer else internals(part).notifier.watch()
-                if w is None:
-                    usable = False  # this process writes it (or no futexes): compare log ends instead
-                    break
-                watches.append(w)
-            seqs = [w.sequence() for w in watches]  # before the log ends: see pylog.storage.notify
+        """One sleep over the waited partitions' wake-ups (or one poll interval), then hand over every waiter
+        whose data arrived."""
+        with watch_appends([part for part, _ in waited.values()]) as watch:  # before the log ends: no lost wake-up
             if self._deliver(waited):
                 self._poll = POLL_S
                 return
-            if not (usable and wait_any(watches, seqs, _SLICE_S)):
+            if not watch.sleep(_SLICE_S):  # this process writes one of them, or no futexes: compare log ends
                 if self._changed.wait(self._poll):
                     self._poll = POLL_S  # a new wait was registered: look closely again
                 else:
                     self._poll = min(self._poll * 2, POLL_MAX_S)
             if self._deliver(waited):
                 self._poll = POLL_S
-        finally:
-            for w in watches:
-                w.close()
 
     def _deliver(self, waited: dict[Key, tuple[Partition, list[_Waiter]]]) -> bool:
         ready: list[_Waiter] = []

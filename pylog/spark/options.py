@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..errors import DataLossError, InvalidOptionError  # defined here before pylog.errors: importable from here too
-from ..storage.filenames import OFFSETS_TOPIC, STORE_FILE
+from ..store import OFFSETS_TOPIC, is_store
 
 __all__ = [
     "InvalidOptionError", "DataLossError", "OffsetSpec", "Subscription", "ReadOptions", "WriteOptions",
@@ -228,8 +228,8 @@ def store_path(options: Mapping[str, str]) -> str:
                                  "as a local path, on a filesystem every executor mounts")
     path = raw[len("file://"):] if raw.startswith("file://") else raw[len("file:"):] if raw.startswith("file:") else raw
     path = os.path.abspath(path)
-    if not os.path.isfile(os.path.join(path, STORE_FILE)):
-        raise InvalidOptionError("path", f"{path} is not a pylog store (no {STORE_FILE}; is it visible here?)")
+    if not is_store(path):
+        raise InvalidOptionError("path", f"{path} is not a pylog store (no store file; is it visible here?)")
     return path
 
 

@@ -33,9 +33,8 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
-from ..storage.filenames import STORE_FILE
 from ..storage.records import RecordColumns
-from ..store import Store
+from ..store import Store, is_store
 from ..store import open as open_pylog
 from .options import (DataLossError, InvalidOptionError, ReadOptions, Subscription, check_partitions_named,
                       resolve_offset)
@@ -112,7 +111,7 @@ def open_store(path: str) -> Store:
 
     :raises UnknownTopicError: when ``path`` holds no store on this machine.
     """
-    if not os.path.isfile(os.path.join(path, STORE_FILE)):
+    if not is_store(path):
         raise UnknownTopicError(f"no pylog store at {path} on host {os.uname().nodename} "
                                 "(executors must see the store's path: local disk or a shared filesystem)")
     return open_pylog(path, log_cleaner_enable=False)

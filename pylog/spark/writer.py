@@ -30,7 +30,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass, field
-from typing import Any, Iterator, List, Optional
+from typing import Iterator, List, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -41,10 +41,9 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
 
 from ..clients.partitioner import partitions_for_keys
 from ..errors import InvalidRecordError, InvalidTopicError, PartitionLockedError, TopicExistsError, UnknownTopicError
-from ..storage.filenames import is_internal_topic
 from ..partition import Partition, internals
 from ..storage.records import now_ms
-from ..store import Store
+from ..store import Store, is_internal_topic
 from ..store import open as open_pylog
 from .options import InvalidOptionError, WriteOptions
 from .reader import open_store
@@ -105,7 +104,7 @@ _HEADERS_DDL = "array<struct<key:string,value:binary>>"
 # ------------------------------------------------------------------------------------------------ columns
 
 
-def _bytes_column(arr: pa.Array) -> tuple[np.ndarray, Any]:
+def _bytes_column(arr: pa.Array) -> tuple[np.ndarray, bytes | memoryview]:
     """(int32 lengths with -1 for null, the non-null items' bytes) of a binary/string array, uncopied
     unless null slots hold bytes (then the non-null items are gathered first)."""
     if pa.types.is_large_binary(arr.type) or pa.types.is_large_string(arr.type):
@@ -123,7 +122,7 @@ def _bytes_column(arr: pa.Array) -> tuple[np.ndarray, Any]:
     offsets = np.frombuffer(bufs[1], otype, n + 1, arr.offset * np.dtype(otype).itemsize)
     lengths = np.diff(offsets).astype(np.int32)
     lo, hi = int(offsets[0]), int(offsets[-1])
-    data: Any = memoryview(bufs[2])[lo:hi] if bufs[2] is not None else b""
+    data: bytes | memoryview = memoryview(bufs[2])[lo:hi] if bufs[2] is not None else b""
     if valid is not None:
         if lengths[~valid].any():  # null slots with bytes: keep only the non-null items' bytes
             data = _bytes_column(arr.filter(pa.array(valid)))[1]

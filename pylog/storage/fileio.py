@@ -30,8 +30,8 @@ from typing import Any, Iterator, NoReturn, Sequence, TypeAlias, cast
 import msgpack
 import numpy as np
 
-from ..errors import (CorruptRecordError, DiskFullError, PylogError, ReadOnlyStoreError, StorePermissionError,
-                     StorageError, TooManyOpenFilesError)
+from ..errors import (DESCRIPTOR_ERRNOS, CorruptRecordError, DiskFullError, PylogError, ReadOnlyStoreError,
+                     StorePermissionError, StorageError, TooManyOpenFilesError)
 from .filenames import TMP_SUFFIX
 from .records import crc32c
 
@@ -129,10 +129,6 @@ def write_faults(doing: str, state: str, then: str = "retry") -> Iterator[None]:
         yield
     except OSError as exc:
         raise_fault(exc, doing, state, then)
-
-
-#: The errnos of running out of file descriptors (the process's ``EMFILE``, the system's ``ENFILE``).
-DESCRIPTOR_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE})
 
 
 @contextmanager

@@ -28,6 +28,9 @@ from __future__ import annotations
 
 import os
 import re
+from typing import Any
+
+from ..errors import InvalidGroupError
 
 __all__ = [
     "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "CLEANED_SUFFIX", "SWAP_SUFFIX", "DELETED_SUFFIX",
@@ -38,7 +41,7 @@ __all__ = [
     "MAX_TOPIC_LENGTH", "TOPIC_NAME_RULE",
     "segment_stem", "segment_path", "parse_base_offset", "list_segment_bases", "valid_topic_name",
     "legal_name", "topic_name_problem", "is_internal_topic", "deleting_name", "INTERNAL_NAMES",
-    "legacy_topic_name", "is_deletion_leftover",
+    "legacy_topic_name", "is_deletion_leftover", "check_group_id",
     "OFFSETS_TOPIC", "GROUPS_DIR", "NOTIFY_FILE", "CLEANERS_DIR",
 ]
 
@@ -181,3 +184,17 @@ def deleting_name(topic: str, token: str) -> str:
     topic part shortened so that the whole fits :data:`NAME_MAX` (a 249-character topic must be deletable)."""
     room = NAME_MAX - len(DELETING_PREFIX) - 1 - len(token)
     return f"{DELETING_PREFIX}{topic[:room]}-{token}"
+
+
+def check_group_id(group_id: Any) -> str:
+    """``group_id`` when it is usable, else :class:`~pylog.errors.InvalidGroupError`: a non-empty str that
+    UTF-8 can encode (commit keys and the group's state file store it as UTF-8)."""
+    if not isinstance(group_id, str) or not group_id:
+        raise InvalidGroupError(f"group_id must be a non-empty str, got {group_id!r}")
+    try:
+        group_id.encode("utf-8")
+    except UnicodeEncodeError:
+        raise InvalidGroupError(f"group_id must be a non-empty str that UTF-8 can encode, got {group_id!r} "
+                                "(it has a lone surrogate, e.g. from a file name decoded with surrogateescape)") \
+            from None
+    return group_id

@@ -31,8 +31,9 @@ import collections
 import logging
 import resource
 import threading
-import time
 from typing import Protocol
+
+from ..errors import RateLimitedLog
 
 __all__ = ["HandleCache", "Releasable", "PER_PARTITION", "SEGMENT_COST", "default_budget", "descriptor_limit",
            "RateLimitedLog"]
@@ -87,6 +88,13 @@ class HandleCache:
         self._slack = max(1, self.capacity // 4)
         #: Partitions let go of since the cache was made (for tests, health and the operator).
         self.released = 0
+
+    def figures(self) -> dict[str, int]:
+        """How this process may spend file descriptors: ``limit`` (its ``RLIMIT_NOFILE``), ``budget`` (what the
+        store's partitions keep at most), ``per_partition`` (about this many per partition in use) and
+        ``partitions`` (partitions open at once within the budget): what ``pylog serve`` logs at start."""
+        return {"limit": descriptor_limit(), "budget": self.budget, "per_partition": PER_PARTITION,
+                "partitions": self.capacity}
 
     def __len__(self) -> int:
         return len(self._lru)
@@ -157,29 +165,3 @@ class HandleCache:
                 elif p in self._lru:
                     self._lru.move_to_end(p)  # busy: its turn comes again after the others (invariant 1)
         return done
-
-
-class RateLimitedLog:
-    """Log the same kind of trouble at most once per ``interval`` seconds, with how many were not logged
-    in between: a failure that repeats for every request (out of descriptors) must not flood the log."""
-
-    def __init__(self, logger: logging.Logger, interval: float = 10.0) -> None:
-        self.logger = logger
-        self.interval = interval
-        self._next: dict[str, float] = {}
-        self._dropped: dict[str, int] = {}
-        self._lock = threading.Lock()
-
-    def log(self, level: int, key: str, msg: str, *args: object) -> bool:
-        """Log ``msg % args`` unless ``key`` was logged less than ``interval`` seconds ago; True when logged."""
-        now = time.monotonic()
-        with self._lock:
-            if now < self._next.get(key, 0.0):
-                self._dropped[key] = self._dropped.get(key, 0) + 1
-                return False
-            self._next[key] = now + self.interval
-            dropped = self._dropped.pop(key, 0)
-        if dropped:
-            msg += f" ({dropped} more like it in the last {self.interval:.0f} s not logged)"
-        self.logger.log(level, msg, *args)
-        return True

@@ -61,7 +61,7 @@ from typing import Any
 
 from .filenames import NOTIFY_FILE
 
-__all__ = ["Notifier", "Watch", "wait_any", "ENABLED", "SLICE"]
+__all__ = ["Notifier", "Watch", "AppendWatch", "wait_any", "ENABLED", "SLICE"]
 
 log = logging.getLogger("pylog.notify")
 
@@ -402,3 +402,53 @@ def wait_any(watches: list["Watch"], seqs: list[int], timeout: float) -> bool:
         log.info("futex_waitv unavailable (%s): multi-partition waits take turns", errno.errorcode.get(err, err))
     waitv_works = False
     return False
+
+
+class AppendWatch:
+    """One wait for an append to any of several partitions (one ``futex_waitv`` over their sequences), for
+    the length of one wait; what :func:`pylog.partition.watch_appends` hands out. Use::
+
+        with AppendWatch(notifiers) as watch:   # first the sequences,
+            if <data is there at entry i>:      # then the log ends
+                watch.found(i); return
+            if not watch.sleep(timeout):        # False: unusable, poll instead
+                <poll>
+
+    Unusable (:meth:`sleep` returns False at once) when any notifier is None (a partition the caller's own
+    handle writes: its appends do not go through the futex to itself) or cannot be watched. Not shared between
+    threads.
+    """
+
+    __slots__ = ("_watches", "_seqs", "usable")
+
+    def __init__(self, notifiers: "list[Notifier | None]") -> None:
+        self._watches: list[Watch] = []
+        self.usable = bool(notifiers)
+        for n in notifiers:
+            w = n.watch() if n is not None else None
+            if w is None:
+                self.usable = False
+                break
+            self._watches.append(w)
+        #: Read on entry, before the caller checks the log ends (see the module docstring: no lost wake-up).
+        self._seqs = [w.sequence() for w in self._watches]
+
+    def found(self, i: int) -> None:
+        """The caller found data at the ``i``-th partition after entry (see :meth:`Watch.found`)."""
+        if self.usable:
+            self._watches[i].found(self._seqs[i])
+
+    def sleep(self, timeout: float) -> bool:
+        """Sleep until an append to one of the partitions since entry, or ``min(timeout, SLICE)`` seconds;
+        False at once when the caller should poll instead."""
+        return self.usable and wait_any(self._watches, self._seqs, timeout)
+
+    def close(self) -> None:
+        for w in self._watches:
+            w.close()
+
+    def __enter__(self) -> "AppendWatch":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()

@@ -8,7 +8,7 @@ infinite floats, huge ints, bools/strings where ints belong, nested maps and arr
 with NaN/Infinity, 10**40, wrong types. Each input is fed to the decoder the way the library reads it
 (through the public or module API: ``BatchView.from_buffer`` and every accessor, ``OffsetIndex.open``,
 ``read_checkpoint``, ``ProducerState.read_snapshot``, ``describe_group``, ``published_cleaners``, pylog serve's
-``groupstate.read_groups``,
+``group_state.read_groups``,
 ``pylog.open`` + ``store.topic`` + reads, ...).
 
 Each input's outcome is one of:
@@ -63,7 +63,7 @@ from pylog.maintenance import compaction as _compaction  # noqa: E402
 from pylog.storage import swap as _swap  # noqa: E402
 from pylog.clients import groups as _groups  # noqa: E402
 from pylog.clients import offsets as _offsets  # noqa: E402
-from pylog.server import groupstate as _groupstate  # noqa: E402
+from pylog.storage import group_state as _groupstate  # noqa: E402
 from pylog.maintenance.cleaner_registry import _MAGIC as _STATUS_MAGIC, published_cleaners  # noqa: E402
 from pylog.storage.fileio import checked, encode_doc  # noqa: E402
 from pylog.storage.filenames import (CHECKPOINT_FILE, CLEANER_CHECKPOINT_FILE, CLEANERS_DIR, GROUPS_DIR,  # noqa: E402

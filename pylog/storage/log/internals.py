@@ -19,6 +19,7 @@ Invariants (numbered as in :mod:`pylog.partition`): the locks are the partition'
 
 from __future__ import annotations
 
+import logging
 import math
 import threading
 import time
@@ -27,7 +28,7 @@ from typing import Callable, Generic, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from ...errors import StoreClosedError
+from ...errors import PylogError, StoreClosedError
 from ..fileio import Data, raise_fault
 from ..notify import Notifier
 from ..remote import RemoteLog
@@ -42,6 +43,8 @@ from .waiting import Waiters
 from .writer_lock import WriterLock
 
 __all__ = ["PartitionInternals", "OwnerOps"]
+
+log = logging.getLogger("pylog.partition")
 
 
 class OwnerOps(NamedTuple):
@@ -190,6 +193,27 @@ class PartitionInternals(Generic[S]):
         or compaction of the partition under way in this handle to finish; with ``blocking`` False it
         leaves the lock held instead (False: the caller tries again later, as :meth:`hand_over` does)."""
         return self._release_turn(blocking)
+
+    def pass_turn(self, wanted_only: bool = True, blocking: bool = True) -> bool:
+        """After appends whose outcome is decided (acknowledged, or about to be): let the writer lock go to the
+        next writer, :meth:`hand_over` (only if another handle waits for it) or, with ``wanted_only`` False,
+        :meth:`release_turn` (whether or not; with ``blocking`` False never behind maintenance under way).
+        The one hand-over the library's producer and ``pylog serve`` make after their appends.
+
+        Never raises: what can fail here cannot undo the appends, so it is logged (debug) and reported as False:
+        a store closing under the call or a deleted topic (a PylogError: nothing left to hand over), a full disk
+        or no descriptor left for the hand-over probe (an OSError: the lock stays held and the caller's next
+        look, or the next append, tries again). True when the call went through, whether or not the lock went.
+        """
+        try:
+            if wanted_only:
+                self.hand_over()
+            else:
+                self.release_turn(blocking)
+            return True
+        except (PylogError, OSError):
+            log.debug("handing over %s failed", self.name, exc_info=True)
+            return False
 
     def _release_turn(self, blocking: bool) -> bool:
         if not self._maintenance_lock.acquire(blocking=blocking):

@@ -1,4 +1,6 @@
-"""The group coordinator's saved state: Kafka clients' group membership kept across a restart of ``pylog serve``.
+"""The group coordinator's saved state: Kafka clients' group membership kept across a restart of ``pylog serve``
+(the file's format and its reading and writing; :meth:`pylog.store.Store.coordinator_groups` and
+:meth:`~pylog.store.Store.replace_coordinator_groups` are the API ``pylog serve`` uses).
 
 Kafka keeps each group's metadata (generation, protocol, leader, members with their subscriptions and
 assignments) in ``__consumer_offsets``, written on every rebalance, so that a restarted or new coordinator
@@ -12,6 +14,7 @@ Invariants:
 - A file that cannot be read back exactly (checksum, magic, version, msgpack, or a document of the wrong
   shape: every type and range is checked) raises :class:`~pylog.errors.CorruptRecordError` from
   :func:`decode_groups`; the coordinator then starts with no groups, as before this file existed.
+- :func:`write_groups` never writes a file :func:`read_groups` would not read back (over :data:`MAX_BYTES`).
 - The file name starts with ``.``: no group's directory under ``__consumer_groups`` is named so (see
   :func:`pylog.clients.groups.list_group_dirs`), nor is any topic.
 """
@@ -21,10 +24,9 @@ from __future__ import annotations
 import os
 from typing import Any, NamedTuple
 
-from ..clients.groups import check_group_id
 from ..errors import CorruptRecordError, InvalidGroupError, RecordTooLargeError
-from ..storage.fileio import decode_doc, encode_doc, read_checked, write_checked
-from ..storage.filenames import GROUPS_DIR
+from .fileio import decode_doc, encode_doc, read_checked, write_checked
+from .filenames import GROUPS_DIR, check_group_id
 
 __all__ = ["GROUPS_FILE", "SavedMember", "SavedGroup", "groups_path", "encode_groups", "decode_groups",
            "read_groups", "write_groups"]

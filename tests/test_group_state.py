@@ -1,4 +1,4 @@
-"""pylog/server/groupstate.py: the coordinator's saved groups file read back exactly, and every damaged or
+"""pylog/storage/group_state.py: the coordinator's saved groups file read back exactly, and every damaged or
 hostile file refused with CorruptRecordError (never another exception, never a wrong group)."""
 
 from __future__ import annotations
@@ -8,8 +8,9 @@ import random
 import msgpack
 import pytest
 
-from pylog.errors import CorruptRecordError, RecordTooLargeError
-from pylog.server.groupstate import MAX_BYTES, SavedGroup, SavedMember, decode_groups, encode_groups, read_groups, write_groups
+import pylog
+from pylog.errors import CorruptRecordError, ReadOnlyStoreError, RecordTooLargeError
+from pylog.storage.group_state import MAX_BYTES, SavedGroup, SavedMember, decode_groups, encode_groups, read_groups, write_groups
 from pylog.storage.fileio import checked, encode_doc
 
 MEMBER = SavedMember("m-1", "inst", "cli", "/127.0.0.1", 10_000, 20_000, [("range", b"\x00\x01"), ("rr", b"")], b"as")
@@ -25,6 +26,20 @@ def test_saved_groups_round_trip_through_the_file(tmp_path):
     write_groups(str(tmp_path), encode_groups(GROUPS))
     assert read_groups(str(tmp_path)) == GROUPS
     assert read_groups(str(tmp_path / "none")) == []
+
+
+def test_store_saves_and_reads_back_the_coordinator_groups_and_a_read_only_store_refuses(tmp_path):
+    """The group-state API pylog serve uses (Store.coordinator_groups / replace_coordinator_groups) writes the
+    same file as write_groups and reads it back; a read-only store refuses to write and keeps the file."""
+    with pylog.open(tmp_path) as store:
+        assert store.coordinator_groups() == []
+        store.replace_coordinator_groups(GROUPS)
+        assert store.coordinator_groups() == GROUPS
+    assert read_groups(str(tmp_path)) == GROUPS
+    with pylog.open(tmp_path, read_only=True) as store:
+        with pytest.raises(ReadOnlyStoreError):
+            store.replace_coordinator_groups([])
+        assert store.coordinator_groups() == GROUPS
 
 
 def test_groups_too_large_to_read_back_are_not_saved_and_the_previous_file_stays(tmp_path):
