@@ -39,7 +39,7 @@ from .clients.producer import Producer
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
 from .clients.storeview import StoreView
 from .config import TopicConfig, split_store_options, stored_config
-from .errors import (CorruptRecordError, InvalidConfigError, InvalidTopicError, PartitionLockedError,
+from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError,
                      ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, StorePathError, TopicExistsError,
                      UnknownStoreError, UnknownTopicError)
 from .storage.acl_file import MAX_ACLS, AclEntry, read_acls, write_acls
@@ -58,7 +58,7 @@ from .maintenance.cleaner import Cleaner
 from .maintenance.cleaner_status import CleanerStatus
 from .maintenance.cleaner_registry import CleanerPublisher, PublishedCleaner, published_cleaners
 from .maintenance.compaction import CleanResult, clean_partition, cleanable_range
-from .maintenance.remote_upload import RemoteUploader
+from .maintenance.remote_upload import RemoteUploader, check_location
 from .storage.remote import RemoteLog
 from .partition import Partition, internals
 from .storage.retention import RetentionResult
@@ -124,12 +124,10 @@ class Store:
             _remove_leftovers(self.path)
         self._publisher = self._new_publisher() if self._settings["log.cleaner.enable"] else None
         self._cleaner = Cleaner(self.path, self._open_partitions, self._settings, self._publisher)
-        #: Tiered storage's upload thread (pylog/maintenance/remote_upload.py): with a remote.storage.location.
-        self._uploader: RemoteUploader | None = None
-        if self._settings["remote.storage.location"]:  # read-only: for remote reads, no thread
-            self._uploader = RemoteUploader(self.path, self._open_partitions, self._settings, self._cleaner.add_upload)
+        # Tiered storage: idle without a remote.storage.location, no thread when read-only (remote reads only).
+        self._uploader = RemoteUploader(self.path, self._open_partitions, self._settings, self._cleaner.add_upload)
         self._cleaner.start()
-        if self._uploader is not None and not self.read_only:
+        if not self.read_only:
             self._uploader.start()
 
     def _new_publisher(self) -> CleanerPublisher | None:
@@ -220,7 +218,7 @@ class Store:
         directory = self._topic_dir(name, internal_ok=_internal)
         check_partition_count(partitions)
         cfg = TopicConfig(config, self._defaults)
-        self._check_remote(cfg)
+        check_location(cfg, self._settings)
         with self._lock:
             if os.path.exists(os.path.join(directory, TOPIC_FILE)):
                 raise TopicExistsError(f"topic {name!r} already exists")
@@ -231,36 +229,18 @@ class Store:
                 write_topic_file(directory, name, partitions, cfg.overrides)
                 fsync_dir(self.path)
             topic = Topic(name, directory, cfg, partitions, self._settings["lock.timeout.ms"], handles=self.handles,
-                          remote=self._remote_of())
+                          remote=self._uploader.remote_logs)
             self._topics[name] = topic
             return topic
 
-    def _check_remote(self, cfg: TopicConfig) -> None:
-        if cfg["remote.storage.enable"] and not self._settings["remote.storage.location"]:
-            raise InvalidConfigError("remote.storage.enable: this store was opened without a "
-                                     "remote.storage.location (pylog.open(path, remote_storage_location="
-                                     "'s3://bucket/prefix'))")
-
     def upload_to_remote(self) -> None:
-        """Run one pass of the tiered-storage upload thread now, in this thread: ship the closed, fsynced
-        segments of this store's partitions with ``remote.storage.enable`` and apply retention to their
-        remote logs (docs/OPERATIONS.md, "Tiered storage"). Errors are counted and logged as the thread's
-        are (``cleaner_status()``), not raised. :raises InvalidConfigError: without a remote location."""
+        """One pass of tiered storage's upload thread now, in this thread; errors go to ``cleaner_status()``."""
         self._check_writable("upload to remote storage")
-        if self._uploader is None:
-            raise InvalidConfigError(f"the store {self.path} was opened without a remote.storage.location")
         self._uploader.run_pass()
 
-    def _remote_of(self) -> Callable[[str, int], RemoteLog] | None:
-        return None if self._uploader is None else self._uploader.remote_log
-
     def remote_log(self, topic: str, partition: int) -> RemoteLog:
-        """The remote log of ``topic``/``partition`` in this store's ``remote.storage.location`` (its
-        manifest, reads, checks: :class:`pylog.storage.remote.RemoteLog`), the one the upload thread uses.
-        :raises InvalidConfigError: without a remote location."""
+        """The :class:`~pylog.storage.remote.RemoteLog` of a partition in ``remote.storage.location``."""
         self._check_open()
-        if self._uploader is None:
-            raise InvalidConfigError(f"the store {self.path} was opened without a remote.storage.location")
         return self._uploader.remote_log(topic, partition)
 
     def topic(self, name: str) -> Topic:
@@ -280,7 +260,7 @@ class Store:
                 cfg = TopicConfig(stored_config(doc["config"], os.path.join(directory, TOPIC_FILE)),
                                   self._defaults)
                 t = Topic(name, directory, cfg, doc["partitions"], self._settings["lock.timeout.ms"],
-                          read_only=self.read_only, handles=self.handles, remote=self._remote_of())
+                          read_only=self.read_only, handles=self.handles, remote=self._uploader.remote_logs)
                 self._topics[name] = t
             return t
 
@@ -344,7 +324,7 @@ class Store:
                 new = TopicConfig({**kept, **changes}, self._defaults)
             else:
                 new = topic.config.with_overrides(changes)
-            self._check_remote(new)
+            check_location(new, self._settings)
             write_topic_file(topic.directory, name, topic.num_partitions, new.overrides)
             topic.config = new
             for p in opened_partitions(topic):
@@ -651,8 +631,7 @@ class Store:
             if self._closed:
                 return
             self._closed = True
-            if self._uploader is not None:
-                self._uploader.stop()
+            self._uploader.stop()
             self._cleaner.stop()
             if self._publisher is not None:
                 self._publisher.close()

@@ -35,15 +35,23 @@ from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 from .. import metrics
-from ..config import REMOTE_STORAGE_SETTINGS
-from ..errors import StoreClosedError
+from ..config import REMOTE_STORAGE_SETTINGS, TopicConfig
+from ..errors import InvalidConfigError, StoreClosedError
 from ..partition import Partition, internals
 from ..storage.records import now_ms
 from ..storage.remote import ChunkCache, ObjectStore, RemoteLog, RemoteStorageConfig, ship_store_metadata
 
-__all__ = ["RemoteUploader", "UploadCounts"]
+__all__ = ["RemoteUploader", "UploadCounts", "check_location"]
 
 log = logging.getLogger("pylog.remote")
+
+
+def check_location(config: TopicConfig, store_settings: dict[str, Any]) -> None:
+    """Refuse ``remote.storage.enable`` for a store opened without ``remote.storage.location`` (Kafka refuses
+    it on a broker with remote storage off). :raises InvalidConfigError:"""
+    if config["remote.storage.enable"] and not store_settings["remote.storage.location"]:
+        raise InvalidConfigError("remote.storage.enable: this store was opened without a remote.storage.location "
+                                 "(pylog.open(path, remote_storage_location='s3://bucket/prefix'))")
 
 
 @dataclass
@@ -71,11 +79,15 @@ class RemoteUploader:
         self._name = root
         self._partitions = partitions
         self._report = report
-        remote = {k: settings[k] for k in REMOTE_STORAGE_SETTINGS}
-        self.config = RemoteStorageConfig.from_settings(remote)
-        self.objects = ObjectStore(self.config)
-        #: One cache of fetched pieces for every partition's remote reads.
-        self.chunks = ChunkCache(self.config.read_chunk_bytes, self.config.read_cache_bytes)
+        #: False without a ``remote.storage.location``: then it never starts a thread and ships nothing.
+        self.enabled = bool(settings["remote.storage.location"])
+        self.config: RemoteStorageConfig | None = None
+        self.objects: ObjectStore | None = None
+        if self.enabled:
+            self.config = RemoteStorageConfig.from_settings({k: settings[k] for k in REMOTE_STORAGE_SETTINGS})
+            self.objects = ObjectStore(self.config)
+            #: One cache of fetched pieces for every partition's remote reads.
+            self.chunks = ChunkCache(self.config.read_chunk_bytes, self.config.read_cache_bytes)
         self.interval = settings["remote.log.manager.task.interval.ms"] / 1000
         self._backoff_first = settings["remote.log.manager.task.retry.backoff.ms"] / 1000
         self._backoff_max = settings["remote.log.manager.task.retry.backoff.max.ms"] / 1000
@@ -89,18 +101,30 @@ class RemoteUploader:
         #: One pass at a time (the thread's, or one a caller runs: Store.upload_to_remote).
         self._pass_lock = threading.Lock()
 
+    @property
+    def remote_logs(self) -> Callable[[str, int], RemoteLog] | None:
+        """:meth:`remote_log`, or None without a location (what a topic attaches to its partitions)."""
+        return self.remote_log if self.enabled else None
+
     def remote_log(self, topic: str, partition: int) -> RemoteLog:
-        """The :class:`RemoteLog` of ``topic``/``partition`` (one per partition, shared with remote reads)."""
+        """The :class:`RemoteLog` of ``topic``/``partition`` (one per partition, shared with remote reads).
+        :raises InvalidConfigError: without a location."""
+        objects = self._objects_or_refuse()
         with self._logs_lock:
             rl = self._logs.get((topic, partition))
             if rl is None:
-                rl = self._logs[(topic, partition)] = RemoteLog(self.objects, topic, partition, chunks=self.chunks)
+                rl = self._logs[(topic, partition)] = RemoteLog(objects, topic, partition, chunks=self.chunks)
             return rl
+
+    def _objects_or_refuse(self) -> ObjectStore:
+        if self.objects is None:
+            raise InvalidConfigError(f"the store {self._name} was opened without a remote.storage.location")
+        return self.objects
 
     # ------------------------------------------------------------------ lifecycle
 
     def start(self) -> None:
-        if self._thread is None:
+        if self.enabled and self._thread is None:
             self._thread = threading.Thread(target=self._main, name=f"pylog-remote-upload {self._name}",
                                             daemon=True)
             self._thread.start()
@@ -139,14 +163,15 @@ class RemoteUploader:
 
     def run_pass(self) -> None:
         """One pass over every partition this store writes with remote storage on (the thread's work;
-        callable directly: one pass runs at a time)."""
+        callable directly: one pass runs at a time). :raises InvalidConfigError: without a location."""
+        objects = self._objects_or_refuse()
         with self._pass_lock:
             chosen = [p for p in self._partitions()
                       if p.is_writer and p.config["remote.storage.enable"] and not internals(p).transient]
             if not chosen:
                 return
             try:
-                ship_store_metadata(self.objects, self._name, sorted({p.topic for p in chosen}))
+                ship_store_metadata(objects, self._name, sorted({p.topic for p in chosen}))
             except Exception as exc:  # noqa: BLE001 - retried next pass; segments still ship
                 log.warning("pylog remote upload: the store's metadata of %s was not shipped: %s", self._name, exc)
                 self._report("store metadata", UploadCounts(), "".join(traceback.format_exception(exc)))
