@@ -356,3 +356,25 @@ def test_a_topic_without_remote_storage_reads_as_before(tmp_path, remote_setting
         assert part.log_start_offset == part.segments[0].base_offset > 0
         with pytest.raises(pylog.errors.OffsetOutOfRangeError):
             part.read(0)
+
+
+def test_a_kafka_client_fetches_shipped_segments_through_pylog_serve(tmp_path, remote_settings):
+    """kafka-python from earliest through ``pylog serve``: ListOffsets gives the remote start, Fetch below the
+    local log start is served from the bucket, and every record comes back once, in order."""
+    kafka = pytest.importorskip("kafka")
+    with _open(tmp_path / "s", remote_settings) as store:
+        _, values, local_start = _shipped_and_trimmed(store)
+        with pylog.serve(store, port=0) as server:
+            consumer = kafka.KafkaConsumer(TOPIC, bootstrap_servers=server.bootstrap_servers,
+                                           auto_offset_reset="earliest", consumer_timeout_ms=10_000,
+                                           max_partition_fetch_bytes=4096)
+            got = []
+            try:
+                for rec in consumer:
+                    got.append((rec.offset, rec.value))
+                    if len(got) >= len(values):
+                        break
+            finally:
+                consumer.close()
+    assert local_start > 0
+    assert got == list(enumerate(values))
