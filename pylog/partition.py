@@ -540,6 +540,9 @@ class Partition:
             raise InvalidArgumentError(f"before_offset must be an int, got {type(before_offset).__name__}")
         if before_offset < 0:
             raise InvalidArgumentError(f"before_offset must be >= 0, got {before_offset}")
+        remote = self._internals.remote_reads
+        if remote is not None and before_offset <= self.log_end_offset:  # tiered: the bucket first, no lock held
+            remote.delete_records(before_offset)
         with self._maintenance_lock, self._append_lock:
             self._ensure_writer_locked()
             return maintenance.delete_records(self._local, self._durability, before_offset)

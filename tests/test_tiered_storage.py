@@ -378,3 +378,26 @@ def test_a_kafka_client_fetches_shipped_segments_through_pylog_serve(tmp_path, r
                 consumer.close()
     assert local_start > 0
     assert got == list(enumerate(values))
+
+
+def test_delete_records_raises_the_remote_log_start_first(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        part, values, local_start = _shipped_and_trimmed(store)
+        rl = store.remote_log(TOPIC, 0)
+        cut = rl.manifest().segments[1].base_offset + 3  # inside the second shipped segment
+        assert part.delete_records(cut) >= local_start
+        assert part.log_start_offset == cut and rl.manifest(refresh=True).log_start_offset == cut
+        with pytest.raises(pylog.errors.OffsetOutOfRangeError):
+            part.read(cut - 1)
+        assert [r.value for r in part.read(cut, max_records=5)] == values[cut:cut + 5]
+        # Past the remote end: everything remote is below the new start; shipping goes on from there.
+        end = part.log_end_offset
+        part.delete_records(end)
+        m = rl.manifest(refresh=True)
+        assert m.segments == () and m.log_start_offset == end and part.log_start_offset == end
+        more = _fill(part, 30)
+        store.upload_to_remote()
+        assert store.cleaner_status().remote_failures == 0
+        m = rl.manifest(refresh=True)
+        assert m.segments and m.segments[0].end_offset > end and m.log_start_offset == end
+        assert [r.value for r in part.read(end, max_records=len(more), max_bytes=1 << 30)][:5] == more[:5]

@@ -49,6 +49,11 @@ class RemoteReads:
             return None
         return m.log_start_offset if m.segments else None
 
+    def delete_records(self, before_offset: int) -> None:
+        """Raise the remote log start to ``before_offset`` (committed before the local log start moves, so
+        records deleted are never served from the bucket again). :raises RemoteStorageError:"""
+        self.remote.commit(lambda m: m.trimmed(before_offset))
+
     def slices(self, offset: int, max_records: int, max_bytes: int) -> list[ReadSlice]:
         """Slices of the records from ``offset`` on, at most ``max_records`` (and about ``max_bytes``, at least
         the batch holding ``offset``), from the shipped segment holding it.
