@@ -401,3 +401,28 @@ def test_delete_records_raises_the_remote_log_start_first(tmp_path, remote_setti
         m = rl.manifest(refresh=True)
         assert m.segments and m.segments[0].end_offset > end and m.log_start_offset == end
         assert [r.value for r in part.read(end, max_records=len(more), max_bytes=1 << 30)][:5] == more[:5]
+
+
+def test_pylog_health_shows_what_the_upload_thread_shipped(tmp_path, remote_settings):
+    import io
+    import threading
+
+    from pylog.cli import main
+
+    with _open(tmp_path / "s", remote_settings, log_cleaner_enable=True) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        _fill(store.topic(TOPIC).partition(0))
+        store.upload_to_remote()
+        shipped = store.cleaner_status().remote_segments_shipped
+        assert shipped > 0
+        # The status file is rewritten at the cleaner's next heartbeat (at least every 5 s): bounded wait.
+        idle = threading.Event()
+        for _ in range(150):
+            st = [c.status for c in store.cleaners() if c.status is not None]
+            if st and st[0].remote_segments_shipped == shipped:
+                break
+            idle.wait(0.1)
+        out = io.StringIO()
+        main(["health", str(tmp_path / "s")], out)
+        assert f"remote storage of pid {os.getpid()}" in out.getvalue()
+        assert f"{shipped} segment(s)" in out.getvalue() and "0 closed segment(s) waiting" in out.getvalue()
