@@ -8,7 +8,9 @@ Usage::
 
 Figures (each round measures off, then on, then the next round on, then off: interleaved, so a load change
 hits both; ratio = on / off, target >= 0.97: the ratio of the medians over rounds, and the median of the rounds'
-ratios):
+ratios). Each figure is given twice: records per second of wall time, and records per second of CPU time of the
+process doing the work (this one, or the server's, from /proc, scrapes included). On a machine shared with
+other jobs the wall figures of one round vary several times over; the CPU figures say what the metrics cost):
 
 - ``append``: ``Partition.append_values`` of 100 records of 100 bytes per call, in this process; on = recording
   enabled (``pylog.metrics.enable``), with a registry scraped once a second by a thread.
@@ -22,7 +24,30 @@ ratios):
   ``--scrape-seconds``: the exporter's CPU time (utime + stime from /proc) over the wall time, in % of one
   core (target < 5%), and one scrape's wall time.
 
-The 1-minute load average is printed with each figure. Nothing asserts.
+Also printed first: the hooks alone, microseconds per call with recording off and on (an append's count, a
+request's, a poll's), against which an append of 100 records (~20 us here) or a request can be weighed. The
+1-minute load average is printed with each figure. Nothing asserts.
+
+Result (2 cores shared with ~8 other jobs, load average 5-10; accelerated; 2026-11-27). ``python
+benchmarks/bench_metrics.py --server-records 1000000 --scrape-seconds 30`` (15 rounds) and, for the server
+with longer rounds, ``--rounds 5 --server-records 3000000``. Ratios on / off: of the medians, [median of the
+rounds' ratios]; the wall figures' rounds ranged 0.4-2.0x, the CPU figures' 0.74-1.28x:
+
+==============================  ===================  ===================
+figure                          wall records/s       records per CPU-s
+==============================  ===================  ===================
+append (100 x 100 B a call)     1.054x [1.106x]      0.995x [0.990x]
+send (pylog producer)           0.880x [0.948x]      1.006x [1.019x]
+server produce, 1 M records     0.941x [1.000x]      0.939x [0.935x]
+server fetch, 1 M records       1.011x [0.978x]      0.944x [0.972x]
+server produce, 3 M records     1.083x [1.174x]      0.981x [0.949x]
+server fetch, 3 M records       1.292x [1.365x]      0.991x [1.019x]
+==============================  ===================  ===================
+
+Hooks alone, recording on (off): an append's count 0.19 us (0.03), a Produce request's 2.0 us (0.14), a poll's
+0.43 us (0.03). Scrape of 1,000 partitions (7,036 series) once a second: the exporter's CPU 5.3-5.9% of one
+core over 30 s at a load of 5-11 (target < 5%: not met here); its CPU per scrape is about 15 ms reading the
+partitions' files, 8 ms making samples and 25 ms in prometheus_client's text formatting.
 """
 
 from __future__ import annotations
@@ -37,8 +62,9 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import urllib.request
-from typing import Callable
+from typing import Any, Callable
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, ROOT)
@@ -84,7 +110,8 @@ class Scraper:
 
 # ------------------------------------------------------------------------------------------ in this process
 
-def append_rate(root: str, calls: int, on: bool) -> float:
+def append_rate(root: str, calls: int, on: bool) -> tuple[float, float]:
+    """(records/s, records per CPU second of this process: the scraper thread's included)."""
     path = tempfile.mkdtemp(dir=root)
     with pylog.open(path, log_cleaner_enable=False) as store:
         store.create_topic("t")
@@ -93,18 +120,18 @@ def append_rate(root: str, calls: int, on: bool) -> float:
         reg = prometheus.registry(store)
         metrics.enable(on)
         scraper = Scraper(lambda: prometheus.exposition(reg)) if on else None
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         for _ in range(calls):
             part.append_values(batch)
-        elapsed = time.perf_counter() - t0
+        elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         if scraper:
             scraper.stop()
         metrics.enable(False)
     shutil.rmtree(path, ignore_errors=True)
-    return calls * 100 / elapsed
+    return calls * 100 / elapsed, calls * 100 / cpu
 
 
-def send_rate(root: str, n: int, on: bool) -> float:
+def send_rate(root: str, n: int, on: bool) -> tuple[float, float]:
     path = tempfile.mkdtemp(dir=root)
     with pylog.open(path, log_cleaner_enable=False) as store:
         store.create_topic("t", partitions=4)
@@ -113,16 +140,16 @@ def send_rate(root: str, n: int, on: bool) -> float:
         scraper = Scraper(lambda: prometheus.exposition(reg)) if on else None
         with store.producer(acks=1, client_id="bench") as producer:
             send = producer.send
-            t0 = time.perf_counter()
+            t0, c0 = time.perf_counter(), time.process_time()
             for _ in range(n):
                 send("t", VALUE)
             producer.flush()
-            elapsed = time.perf_counter() - t0
+            elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
         if scraper:
             scraper.stop()
         metrics.enable(False)
     shutil.rmtree(path, ignore_errors=True)
-    return n / elapsed
+    return n / elapsed, n / cpu
 
 
 # ------------------------------------------------------------------------------------------ pylog serve
@@ -149,8 +176,9 @@ class Exporter(ServerProcess):
             time.sleep(0.02)
 
 
-def server_rates(root: str, n: int, on: bool) -> tuple[float, float]:
-    """(produce records/s, fetch records/s) of confluent-kafka against a fresh pylog serve."""
+def server_rates(root: str, n: int, on: bool) -> tuple[tuple[float, float], tuple[float, float]]:
+    """((produce records/s, per server CPU second), (fetch records/s, per server CPU second)) of confluent-kafka
+    against a fresh pylog serve."""
     from confluent_kafka import Consumer, Producer
 
     path = tempfile.mkdtemp(dir=root)
@@ -165,7 +193,7 @@ def server_rates(root: str, n: int, on: bool) -> tuple[float, float]:
         p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5})
         p.produce("t", VALUE)  # creates the topic (auto-creation), outside the timing
         p.flush(30)
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), server.cpu_seconds()
         for _ in range(n):
             while True:
                 try:
@@ -174,19 +202,17 @@ def server_rates(root: str, n: int, on: bool) -> tuple[float, float]:
                 except BufferError:
                     p.poll(0.01)
         p.flush(120)
-        produce = n / (time.perf_counter() - t0)
+        produce = n / (time.perf_counter() - t0), n / max(1e-9, server.cpu_seconds() - c0)
         del p  # librdkafka's connection closed now, not when the server stops under it
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "auto.offset.reset": "earliest",
                       "enable.auto.commit": False, "fetch.queue.backoff.ms": 10})
         c.subscribe(["t"])
-        got, t0 = 0, None
+        got, t0, c0 = 0, time.perf_counter(), server.cpu_seconds()
         deadline = time.monotonic() + 300
         while got < n + 1 and time.monotonic() < deadline:
             msgs = c.consume(num_messages=10000, timeout=1.0)
-            if msgs and t0 is None:
-                t0 = time.perf_counter()
             got += sum(1 for m in msgs if m.error() is None)
-        fetch = got / (time.perf_counter() - (t0 or time.perf_counter()))
+        fetch = got / (time.perf_counter() - t0), got / max(1e-9, server.cpu_seconds() - c0)
         c.close()
         return produce, fetch
     finally:
@@ -228,9 +254,50 @@ def scrape_cost(root: str, topics: int, partitions: int, seconds: float) -> tupl
         exporter.stop()
 
 
+# ------------------------------------------------------------------------------------------ the hooks alone
+
+def hook_costs(n: int = 200_000) -> dict[str, tuple[float, float]]:
+    """Microseconds per call, (off, on), of what the hot paths call: an append's count, a Produce request's
+    (its answer of one partition walked for errors, latency observed), a consumer read's."""
+    from pylog.clients import client_metrics
+    from pylog.server import metering
+
+    answer = {"throttle_time_ms": 0, "responses": [{"name": "t", "partition_responses": [
+        {"index": 0, "error_code": 0, "base_offset": 0}]}]}
+    label = client_metrics.label("bench")
+
+    writer = types.SimpleNamespace(topic="t", name="t-0", metrics_row=None)  # what count_append reads
+
+    def append_hook() -> None:
+        if metrics.state.on:
+            metrics.count_append(writer, 100, 10_900)
+
+    def request_hook() -> None:
+        began = time.perf_counter()
+        if metrics.state.on:
+            metering.answered(0, began, answer)
+
+    def poll_hook() -> None:
+        if metrics.state.on:
+            client_metrics.polled(label, 0.0001)
+
+    out = {}
+    for name, fn in (("append", append_hook), ("request", request_hook), ("poll", poll_hook)):
+        got = []
+        for on in (False, True):
+            metrics.enable(on)
+            t0 = time.perf_counter()
+            for _ in range(n):
+                fn()
+            got.append((time.perf_counter() - t0) / n * 1e6)
+        out[name] = (got[0], got[1])
+    metrics.enable(False)
+    return out
+
+
 # ------------------------------------------------------------------------------------------ main
 
-def interleaved(rounds: int, measure: Callable[[bool], float | tuple[float, ...]]) -> list[tuple]:
+def interleaved(rounds: int, measure: Callable[[bool], Any]) -> list[tuple]:
     """``rounds`` pairs of (off, on) figures, measured off-on, then on-off, alternately."""
     out = []
     for r in range(rounds):
@@ -240,13 +307,15 @@ def interleaved(rounds: int, measure: Callable[[bool], float | tuple[float, ...]
     return out
 
 
-def report(name: str, pairs: list[tuple[float, float]], unit: str = "records/s") -> None:
-    off = statistics.median(p[0] for p in pairs)
-    on = statistics.median(p[1] for p in pairs)
-    ratios = sorted(p[1] / p[0] for p in pairs)
-    print(f"{name:<16} off {off:>12,.0f} {unit}  on {on:>12,.0f} {unit}  ratio of medians {on / off:.3f}x, "
-          f"median of round ratios {statistics.median(ratios):.3f}x (rounds {ratios[0]:.3f}-{ratios[-1]:.3f})  "
-          f"load {os.getloadavg()[0]:.2f}", flush=True)
+def report(name: str, pairs: list[tuple[tuple[float, float], tuple[float, float]]]) -> None:
+    """One line per measure (wall: records/s; CPU: records per CPU second), each (off, on) pair a round."""
+    for i, unit in enumerate(("records/s", "rec/CPU-s")):
+        off = statistics.median(p[0][i] for p in pairs)
+        on = statistics.median(p[1][i] for p in pairs)
+        ratios = sorted(p[1][i] / p[0][i] for p in pairs)
+        print(f"{name:<15} {unit:<9} off {off:>11,.0f}  on {on:>11,.0f}  ratio of medians {on / off:.3f}x, median "
+              f"of round ratios {statistics.median(ratios):.3f}x (rounds {ratios[0]:.2f}-{ratios[-1]:.2f})  load "
+              f"{os.getloadavg()[0]:.2f}", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,6 +336,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"pylog {pylog.__version__}, accelerated={pylog.ACCELERATED}, {args.rounds} interleaved rounds; "
           f"load average {os.getloadavg()[0]:.2f} at start", flush=True)
     try:
+        for name, (off, on) in hook_costs().items():
+            print(f"hook {name:<10} {off:.2f} us a call off, {on:.2f} us on", flush=True)
         if not args.scrape_only:
             report("append", interleaved(args.rounds, lambda on: append_rate(root, args.append_calls, on)))
             report("send", interleaved(args.rounds, lambda on: send_rate(root, args.send_records, on)))

@@ -31,7 +31,7 @@ from typing import Any, Iterator
 
 __all__ = ["Metric", "METRICS", "BY_NAME", "Counter", "Histogram", "enable", "enabled", "state",
            "LATENCY_BUCKETS", "SIZE_BUCKETS", "FSYNC_BUCKETS", "counter", "histogram", "recorders",
-           "appended", "handed_out", "fsynced", "track", "tracked"]
+           "count_append", "handed_out", "fsynced", "track", "tracked"]
 
 COUNTER, GAUGE, HISTOGRAM = "counter", "gauge", "histogram"
 
@@ -338,29 +338,39 @@ def recorders() -> Iterator[Counter | Histogram]:
 
 
 class _Traffic:
-    """Records and bytes per topic in one direction: the two counters of an append or a read added under one
-    lock with one lookup (the hot path's only cost while recording: ~0.3 us a call). Each counter is read
-    through a :class:`_TrafficColumn`, registered as the process's recorder of its metric."""
+    """Records and bytes per topic in one direction, as rows of two counters: one per partition for appends
+    (:func:`count_append`: the partition adds to its own row under its append lock, so no other lock and no
+    lookup), one per topic for reads (:meth:`add`, under this table's lock). Rows are never removed (counters
+    never go back); each metric is read through a :class:`_TrafficColumn`, summed per topic."""
 
     def __init__(self, records: str, nbytes: str) -> None:
-        self._rows: dict[str, list[int]] = {}
+        self._rows: dict[tuple[str, str], list[int]] = {}  # (topic, partition's name, or "" for add) -> the row
         self._lock = threading.Lock()
         with _recorders_lock:
             for i, name in enumerate((records, nbytes)):
                 _recorders[name] = _TrafficColumn(BY_NAME[name], self, i)
 
+    def row(self, topic: str, partition: str) -> list[int]:
+        """The row of ``partition`` (its name) of ``topic`` (made on first use), for one writer to add to."""
+        with self._lock:
+            return self._rows.setdefault((topic, partition), [0, 0])
+
     def add(self, topic: str, records: int, nbytes: int) -> None:
         with self._lock:
-            row = self._rows.get(topic)
+            row = self._rows.get((topic, ""))
             if row is None:
-                self._rows[topic] = [records, nbytes]
+                self._rows[(topic, "")] = [records, nbytes]
             else:
                 row[0] += records
                 row[1] += nbytes
 
     def column(self, i: int) -> list[tuple[tuple[str, ...], float]]:
+        sums: dict[str, int] = {}
         with self._lock:
-            return [((topic,), row[i]) for topic, row in self._rows.items()]
+            rows = list(self._rows.items())
+        for (topic, _), row in rows:
+            sums[topic] = sums.get(topic, 0) + row[i]
+        return [((topic,), total) for topic, total in sums.items()]
 
 
 class _TrafficColumn(Counter):
@@ -381,10 +391,19 @@ _in = _Traffic("pylog_topic_records_in_total", "pylog_topic_bytes_in_total")
 _out = _Traffic("pylog_topic_records_out_total", "pylog_topic_bytes_out_total")
 _fsyncs = histogram("pylog_log_flush_duration_seconds")
 
-#: One append call's records and stored bytes (the partition, once per call; callers test state.on).
-appended = _in.add
 #: Records and bytes a fetch or a poll handed out from one partition of a topic (once per read).
 handed_out = _out.add
+
+
+def count_append(writer: Any, records: int, nbytes: int) -> None:
+    """One append call: ``records`` in batches of ``nbytes`` stored, by ``writer`` (a partition's batch writer:
+    its ``topic``, ``name`` and ``metrics_row``). Called under the partition's append lock, the only place
+    its row is added to (callers test state.on)."""
+    row = writer.metrics_row
+    if row is None:
+        row = writer.metrics_row = _in.row(writer.topic, writer.name)
+    row[0] += records
+    row[1] += nbytes
 
 
 def fsynced(seconds: float) -> None:

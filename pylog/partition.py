@@ -103,8 +103,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .config import TopicConfig
-from .errors import (InvalidArgumentError, InvalidRecordError, LogFailedError, OffsetOutOfRangeError,
-                       PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
+from .errors import (InvalidArgumentError, InvalidRecordError, InvalidTxnStateError, LogFailedError,
+                     OffsetOutOfRangeError, PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
 from .storage.fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
 from .storage.handles import PER_PARTITION, SEGMENT_COST, HandleCache
 from .storage.notify import AppendWatch
@@ -115,6 +115,7 @@ from .storage.log import checks, loader, maintenance
 from .storage.log.append import SEQ_MOD, Appender, Columns
 from .storage.log.batches import Data, EncodedBatch, Headers, RecordHeaders, Timestamps
 from .storage.log.internals import OwnerOps, PartitionInternals
+from .storage.log.txn import IsolationLevel, TxnTracker, aborted_in, check_isolation, isolated_read
 from .storage.log.write import BatchWriter
 from .storage.log.durability import Durability
 from .storage.log.local_log import LocalLog
@@ -185,6 +186,7 @@ class Partition:
         # Recovery point, unsynced rolls, pending flushes and the failed state.
         self._durability = Durability(self._local, self._append_lock, self._writer, lambda: self._closed)
         self._appender = Appender(name, directory, config)
+        self._txn = TxnTracker(directory)  # the last stable offset, from the files (storage/log/txn.py)
         self._batch_writer = BatchWriter(topic, name, self._local, self._durability, self._appender, self._waiters,
                                          self._roll)
         #: What pylog's own layers use beyond the public API (see :func:`internals`).
@@ -193,7 +195,8 @@ class Partition:
             self._maintenance_lock,
             OwnerOps(lambda: self._closed, self._ensure_writer_locked, self.release_writer,
                      lambda: self.lock_timeout_ms, self._abandon, self._forget_budget, self._append_lists,
-                     self._append_column_args))
+                     self._append_column_args, self._append_marker, self._read_isolated,
+                     self._slices, lambda start, end: aborted_in(self._local, start, end, self._txn.sealed)))
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
         with descriptor_faults(f"opening {name}"):
             self._local.load_readonly()
@@ -388,7 +391,7 @@ class Partition:
     def append_values(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
                       timestamps: Timestamps | None = None, headers: Headers | None = None, *,
                       producer: tuple[int, int, int] | None = None,
-                      compression: str | None = None) -> int:
+                      compression: str | None = None, transactional: bool = False) -> int:
         """Fast path: append parallel lists of values (and keys, timestamps, headers); return the first offset.
 
         ``timestamps`` are milliseconds since the epoch, one per value: a sequence (a None item takes the
@@ -397,15 +400,20 @@ class Partition:
         producer's ``(producer id, epoch, first sequence number)``: a call that repeats a recent one (a
         retry) is not appended again, and the offset the first call got is returned (see
         :mod:`pylog.storage.producer_state`). ``compression`` ("lz4" or None) is the writer's choice, used when
-        the topic's ``compression.type`` is ``producer``.
+        the topic's ``compression.type`` is ``producer``. ``transactional``: the records belong to the
+        producer's open transaction (one is opened by the first such call), visible to ``read_committed``
+        readers once a commit marker ends it (docs/FORMAT.md, "Transactions"); needs ``producer``.
         :raises RecordTooLargeError: when one record alone exceeds ``max.message.bytes``.
         :raises ProducerFencedError, OutOfOrderSequenceError: for a producer batch out of turn.
+        :raises InvalidTxnStateError: a transactional call without ``producer``, or a non-transactional one
+            while the producer's transaction is open.
         """
-        return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=False)
+        return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=False,
+                                  transactional=transactional)
 
     def _append_lists(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                       timestamps: Timestamps | None, headers: Headers | None, producer: tuple[int, int, int] | None,
-                      compression: str | None, in_turn: bool) -> int:
+                      compression: str | None, in_turn: bool, transactional: bool = False) -> int:
         n = len(values)
         if n == 0:
             raise InvalidRecordError("nothing to append")
@@ -413,21 +421,21 @@ class Partition:
         klens, kparts = column_parts(keys, n, "keys")
         assert vlens is not None
         return self._append_columns(Columns(n, vlens, vparts, klens, kparts, timestamps, headers, False),
-                                    producer, compression, in_turn)
+                                    producer, compression, in_turn, transactional=transactional)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
                        key_lengths: np.ndarray | None = None, key_data: Data | None = None,
                        timestamps: np.ndarray | None = None, *, headers: Headers | None = None,
                        producer: tuple[int, int, int] | None = None,
-                       compression: str | None = None) -> int:
+                       compression: str | None = None, transactional: bool = False) -> int:
         """Columnar fast path: int32 lengths (-1 for null) plus the concatenated non-null bytes.
 
         From Arrow binary arrays: ``lengths = np.diff(offsets)`` with -1 where the validity bit is 0.
         ``headers`` (one sequence of ``(str, bytes | None)`` pairs per record), ``producer`` and
-        ``compression`` as for :meth:`append_values`.
+        ``compression`` and ``transactional`` as for :meth:`append_values`.
         """
         cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
-        return self._append_columns(cols, producer, compression, in_turn=False)
+        return self._append_columns(cols, producer, compression, in_turn=False, transactional=transactional)
 
     def _append_column_args(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
                             key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None,
@@ -456,7 +464,7 @@ class Partition:
                        [key_data] if key_data is not None else [], ts, headers, True)
 
     def _append_columns(self, cols: Columns, producer: tuple[int, int, int] | None, compression: str | None,
-                        in_turn: bool, flush_policy: bool = True) -> int:
+                        in_turn: bool, flush_policy: bool = True, transactional: bool = False) -> int:
         appender = self._appender
         if cols.headers is not None:
             # Checked once, up front (sizing the batches reads them): a bad shape is an InvalidRecordError.
@@ -465,6 +473,8 @@ class Partition:
         bounds = appender.batch_bounds(cols)
         if producer is not None and (producer[0] < 0 or not 0 <= producer[2] < SEQ_MOD):
             raise InvalidArgumentError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
+        if transactional and producer is None:
+            raise InvalidTxnStateError("a transactional append needs producer=(id, epoch, sequence)")
         self._touch()
         with self._append_lock:
             if not self._writer.held:
@@ -472,7 +482,15 @@ class Partition:
                 self._writer.in_turns = in_turn
             elif not in_turn:
                 self._writer.in_turns = False  # a direct append: this handle keeps the lock (see hand_over)
-            return self._batch_writer.write(cols, bounds, producer, compression, flush_policy)
+            return self._batch_writer.write(cols, bounds, producer, compression, flush_policy, transactional)
+
+    def _append_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int) -> int:
+        self._touch()
+        with self._append_lock:
+            if not self._writer.held:
+                self._ensure_writer_locked()
+                self._writer.in_turns = True
+            return self._batch_writer.write_marker(producer_id, epoch, commit, coordinator_epoch)
 
     def _roll(self) -> Segment:
         return self._durability.roll(lambda: self._snapshot_producers(durable=False))
@@ -592,30 +610,53 @@ class Partition:
         finally:
             self._maintenance_lock.release()
 
+    def _read_isolated(self, offset: int, max_records: int, max_bytes: int, verify: bool,
+                       isolation_level: IsolationLevel) -> tuple[list[ReadSlice], int]:
+        committed = check_isolation(isolation_level)
+        if committed:
+            self._refresh()  # the LSO from the latest files: a marker past this handle's view ends a wait
+        return isolated_read(lambda pos: self._slices(pos, max_records, max_bytes, verify), self._local, self._txn,
+                             offset, committed)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first offset of the earliest open transaction, else :attr:`log_end_offset`;
+        ``read_committed`` reads stop there."""
+        if self._closed:
+            raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+        self._refresh()
+        return self._local.on_current_view("the last stable offset", self._txn.last_stable_offset, self._local)
+
     def read_slices(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
-                    verify: bool = True) -> list[ReadSlice]:
+                    verify: bool = True, isolation_level: IsolationLevel = "read_uncommitted") -> list[ReadSlice]:
         """What :meth:`read` decodes: ``(BatchView, start, stop)`` slices of the batches holding records from
         ``offset`` on, at most ``max_records`` (and about ``max_bytes``), each batch checked as :meth:`read`
         checks it. For readers that build their own rows (the consumer); same errors as :meth:`read`."""
-        return self._slices(offset, max_records, max_bytes, verify)
+        return self._read_isolated(offset, max_records, max_bytes, verify, isolation_level)[0]
 
     def read(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
-             verify: bool = True) -> list[Record]:
+             verify: bool = True, isolation_level: IsolationLevel = "read_uncommitted") -> list[Record]:
         """Records with offsets >= ``offset``, at most ``max_records`` (and about ``max_bytes``).
 
+        ``isolation_level`` is Kafka's: ``read_uncommitted`` (default) returns every record but transaction
+        markers (control batches are never returned as records); ``read_committed`` returns records below
+        :attr:`last_stable_offset` only and none of an aborted transaction. A read that meets only records
+        it does not return goes on past them, up to the log end (or the LSO); so ``[]`` at an offset below
+        the log end means nothing readable lies between.
         Reading at :attr:`log_end_offset` returns ``[]``. With ``verify`` (default) every batch's CRC is checked.
         :raises OffsetOutOfRangeError: below :attr:`log_start_offset` or above :attr:`log_end_offset`.
         :raises CorruptRecordError: when the batch at ``offset`` does not check (names the file and position);
             a read that runs into a bad batch further on returns the records before it, and the next read,
             which starts at it, raises.
         """
-        return slices_records(self._slices(offset, max_records, max_bytes, verify), self.topic, self.number)
+        return slices_records(self._read_isolated(offset, max_records, max_bytes, verify, isolation_level)[0],
+                              self.topic, self.number)
 
     def read_columns(self, offset: int, max_records: int = 100_000, max_bytes: int = DEFAULT_MAX_BYTES,
-                     verify: bool = True) -> RecordColumns:
+                     verify: bool = True, isolation_level: IsolationLevel = "read_uncommitted") -> RecordColumns:
         """Like :meth:`read` but as :class:`~pylog.storage.records.RecordColumns` (numpy arrays + byte buffers)."""
-        return RecordColumns.concat_views(self._slices(offset, max_records, max_bytes, verify), self.topic,
-                                          self.number)
+        return RecordColumns.concat_views(
+            self._read_isolated(offset, max_records, max_bytes, verify, isolation_level)[0], self.topic, self.number)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None if there is none."""

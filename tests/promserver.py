@@ -8,10 +8,12 @@ second, evaluates rules every second, listens on a free 127.0.0.1 port and is st
 from __future__ import annotations
 
 import json
+import queue
 import re
 import socket
 import subprocess
 import sys
+import threading
 import urllib.error
 import urllib.parse
 import urllib.request
@@ -41,15 +43,21 @@ def stop(proc: subprocess.Popen) -> None:
 
 
 def start_exporter(path: Any) -> tuple[subprocess.Popen, int]:
-    """``pylog metrics PATH --port 0`` in its own process: (the process, its port) once it serves."""
+    """``pylog metrics PATH --port 0`` in its own process: (the process, its port) once it serves. Its output
+    (stdout and stderr together) is read on by a daemon thread, so that neither pipe fills and stops it, and
+    its first line is waited for 60 s at most: a stuck exporter fails the test instead of hanging it."""
     proc = subprocess.Popen([sys.executable, "-m", "pylog", "metrics", str(path), "--port", "0"],
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    assert proc.stdout is not None
-    line = proc.stdout.readline()
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    lines: queue.Queue[str] = queue.Queue()
+    threading.Thread(target=lambda: [lines.put(line) for line in proc.stdout or ()], daemon=True).start()
+    try:
+        line = lines.get(timeout=60)
+    except queue.Empty:
+        line = ""
     m = re.search(r"http://127\.0\.0\.1:(\d+)/metrics", line)
     if not m:
         stop(proc)
-        raise AssertionError(f"pylog metrics did not start: {line!r} {proc.stderr.read() if proc.stderr else ''}")
+        raise AssertionError(f"pylog metrics did not start within 60 s: {line!r}")
     return proc, int(m.group(1))
 
 

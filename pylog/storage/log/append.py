@@ -15,19 +15,20 @@ Nothing here writes a file except the producer snapshot.
 
 from __future__ import annotations
 
-import bisect
 import logging
 from typing import NamedTuple
 
 import numpy as np
 
 from ...config import TopicConfig
-from ...errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from ...errors import InvalidRecordError, RecordTooLargeError
 from ..producer_state import ProducerState
 from ..records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, BatchHeader, EncodeOptions, encode_parts,
                        now_ms, slice_parts)
 from .batches import Data, EncodedBatch, Headers, Timestamps, nbytes
+from ..txn_index import marker_record
 from .local_log import LocalLog
+from .txn import load_state, replay
 from .segments import S, SegmentLike
 
 __all__ = ["Appender", "Columns", "should_roll", "SEQ_MOD"]
@@ -105,16 +106,9 @@ class Appender:
         """The idempotent-producer table, loaded on first use: the snapshot, then the batch headers after it."""
         state = self._producers
         if state is None:
-            try:
-                snap = ProducerState.read_snapshot(self.directory)
-            except CorruptRecordError as exc:
-                log.warning("%s: ignoring the producer snapshot (%s); rebuilding from the log", self.directory, exc)
-                snap = None
-            end = local.segments[-1].next_offset
-            state, start = snap if snap is not None and snap[1] <= end else (ProducerState(), 0)
-            segs, bases = local.view
-            for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
-                state.rebuild(h for _, h in seg.batch_headers() if h.last_offset >= start)
+            state, start = load_state(self.directory, local.segments[-1].next_offset)
+            # The aborted-transaction index is made to match the log as the headers are replayed.
+            replay(state, local, start, repair=True)
             self._producers = state
         return state
 
@@ -132,7 +126,7 @@ class Appender:
 
     def encode_runs(self, first: int, bounds: list[tuple[int, int]], cols: Columns,
                     producer: tuple[int, int, int] | None = None,
-                    compression: str | None = None) -> list[EncodedBatch]:
+                    compression: str | None = None, transactional: bool = False) -> list[EncodedBatch]:
         """Encode records [start, stop) of each bound as one batch, the first at offset ``first``, halving
         any batch that comes out over max.message.bytes; a single record that does not fit raises
         RecordTooLargeError."""
@@ -158,7 +152,7 @@ class Appender:
                 timestamps=None if timestamps is None else timestamps[start:stop],
                 headers=None if headers is None else headers[start:stop],
                 options=EncodeOptions(base, now, codec, log_append, pid, epoch,
-                                      -1 if pid < 0 else (seq + start) % SEQ_MOD))
+                                      -1 if pid < 0 else (seq + start) % SEQ_MOD, False, transactional))
             if h.size > max_bytes:
                 if stop - start == 1:
                     raise RecordTooLargeError(
@@ -169,6 +163,16 @@ class Appender:
             out.append(EncodedBatch(parts, h))
             base = h.next_offset
         return out
+
+
+    def encode_marker(self, first: int, producer_id: int, epoch: int, commit: bool,
+                      coordinator_epoch: int) -> EncodedBatch:
+        """A transaction marker at offset ``first``: a control batch of one record, uncompressed, sequence -1
+        (Kafka's control batches)."""
+        key, value = marker_record(commit, coordinator_epoch)
+        parts, h = encode_parts(values=[value], keys=[key], options=EncodeOptions(
+            first, now_ms(), CODEC_NONE, self.config.log_append_time, producer_id, epoch, -1, True, True))
+        return EncodedBatch(parts, h)
 
 
 def batch_bounds(limit: int, n: int, vlens: np.ndarray, klens: np.ndarray | None,

@@ -24,7 +24,7 @@ import math
 import threading
 import time
 from contextlib import contextmanager
-from typing import Callable, Generic, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Generic, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
@@ -32,6 +32,7 @@ from ...errors import PylogError, StoreClosedError
 from ..fileio import Data, raise_fault
 from ..notify import Notifier
 from ..remote import RemoteLog
+from ..segment_read import ReadSlice
 from .. import swap
 from . import maintenance
 from .batches import Headers, Timestamps
@@ -68,6 +69,14 @@ class OwnerOps(NamedTuple):
     #: producer, compression, in turn, flush policy).
     append_columns: Callable[[np.ndarray, Data | None, np.ndarray | None, Data | None, np.ndarray | None,
                               Headers | None, tuple[int, int, int] | None, str | None, bool, bool], int]
+    #: A transaction marker: (producer id, epoch, commit, coordinator epoch) -> its offset.
+    append_marker: Callable[[int, int, bool, int], int]
+    #: A read filtered by isolation level: (offset, max records, max bytes, verify, level) -> (slices, next).
+    read_isolated: Callable[[int, int, int, bool, Any], tuple[list[ReadSlice], int]]
+    #: A read of every batch, control batches included: (offset, max records, max bytes, verify).
+    read_all: Callable[[int, int, int, bool], list[ReadSlice]]
+    #: The aborted transactions covering offsets in [start, end): {producer id: [(first, last offset)]}.
+    aborted: Callable[[int, int], dict[int, list[tuple[int, int]]]]
 
 
 class PartitionInternals(Generic[S]):
@@ -301,6 +310,35 @@ class PartitionInternals(Generic[S]):
         ask for it: the caller asks :meth:`flush_due` and flushes (through the group commit)."""
         return self._ops.append_columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers,
                                         producer, compression, in_turn, flush_policy)
+
+    def append_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int = 0) -> int:
+        """(the transaction coordinator, being built; tests) Append a commit or abort marker ending
+        ``producer_id``'s transaction in this partition; returns the marker's offset. Becomes the writer
+        like an append in turn. An abort is recorded in the aborted-transaction index first
+        (:mod:`pylog.storage.txn_index`).
+
+        :raises ProducerFencedError: ``epoch`` older than the producer's.
+        :raises TransactionCoordinatorFencedError: ``coordinator_epoch`` older than the last marker's.
+        """
+        return self._ops.append_marker(producer_id, epoch, commit, coordinator_epoch)
+
+    def read_isolated(self, offset: int, max_records: int, max_bytes: int,
+                      isolation_level: str) -> tuple[list[ReadSlice], int]:
+        """(the consumer) :meth:`Partition.read_slices` and where the next read starts when no slice is
+        returned: past control batches and aborted transactions that the read skipped (see
+        :func:`pylog.storage.log.txn.isolated_read`), so a reader never reads them again forever."""
+        return self._ops.read_isolated(offset, max_records, max_bytes, True, isolation_level)
+
+    def read_with_markers(self, offset: int, max_records: int, max_bytes: int) -> list[ReadSlice]:
+        """(``pylog serve``'s Fetch) :meth:`Partition.read_slices` with control batches too: Kafka clients
+        get transaction markers in fetched data (they move past them and use them to end transactions)."""
+        return self._ops.read_all(offset, max_records, max_bytes, True)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(``pylog serve``'s read_committed Fetch) ``(producer id, first offset)`` of each aborted transaction
+        with records in ``[start, end)``, first offsets ascending: what a Kafka client drops."""
+        return sorted(((pid, first) for pid, ranges in self._ops.aborted(start, end).items() for first, _ in ranges),
+                      key=lambda t: t[1])
 
     def sync_rolled(self) -> None:
         """fsync the segments rolls sealed that the background sync thread has not got to yet, and move

@@ -24,6 +24,7 @@ from ...config import TopicConfig, local_retention
 from ...errors import OffsetOutOfRangeError
 from ..fileio import fsync_dir
 from ..retention import RetentionResult, deletable_prefix
+from ..txn_index import remove_index
 from .. import swap
 from .durability import Durability
 from .local_log import LocalLog
@@ -100,6 +101,7 @@ def _delete_head(local: LocalLog[S], durability: Durability[S], count: int, resu
         result.deleted_segments.append(seg.base_offset)
         result.bytes_deleted += seg.size
         seg.unlink()  # not closed: readers holding a snapshot may be using it (invariant 6)
+        remove_index(local.directory, seg.base_offset)  # its aborted transactions went with it
     fsync_dir(local.directory)
     result.log_start_offset = local.log_start
     log.info("%s: deleted %d segment(s) below offset %d (%s)", local.name, count,

@@ -28,6 +28,7 @@ from ...errors import CorruptRecordError, LogFailedError
 from ..fileio import raise_fault
 from .append import SEQ_MOD, Appender, Columns, should_roll
 from .batches import EncodedBatch
+from ..txn_index import AbortedTxn, append_index, index_path, truncate_index
 from .durability import Durability
 from .local_log import LocalLog
 from .segments import S
@@ -42,7 +43,9 @@ class BatchWriter(Generic[S]):
     def __init__(self, topic: str, name: str, local: LocalLog[S], durability: Durability[S], appender: Appender,
                  waiters: Waiters, roll: Callable[[], S]) -> None:
         self.topic = topic  # for the metrics
-        self.name = name  # "topic-number", for messages
+        self.name = name  # "topic-number", for messages (and the metrics' row of this partition)
+        #: This partition's records and bytes appended in this process, for the metrics (pylog.metrics).
+        self.metrics_row: list[int] | None = None
         self._local = local
         self._durability = durability
         self._appender = appender
@@ -50,7 +53,7 @@ class BatchWriter(Generic[S]):
         self._roll = roll  # seals the active segment and starts a new one at its next offset; returns it
 
     def write(self, cols: Columns, bounds: list[tuple[int, int]], producer: tuple[int, int, int] | None,
-              compression: str | None, flush_policy: bool) -> int:
+              compression: str | None, flush_policy: bool, transactional: bool = False) -> int:
         """Append ``cols`` (cut at ``bounds``, checked by the caller) as batches; returns the first record's
         offset (that of the original call, for an idempotent producer's retry). ``flush_policy``: fsync
         here when ``flush.messages`` / ``flush.ms`` ask for it."""
@@ -58,7 +61,7 @@ class BatchWriter(Generic[S]):
         skip, earlier = 0, None
         if producer is not None:
             state = appender.producer_state(self._local)
-            skip, earlier = state.check(producer[0], producer[1], producer[2], cols.n)
+            skip, earlier = state.check(producer[0], producer[1], producer[2], cols.n, transactional)
             if skip == cols.n:
                 assert earlier is not None
                 return earlier  # a retry of a call that landed
@@ -71,7 +74,7 @@ class BatchWriter(Generic[S]):
         # Every batch is encoded and checked against max.message.bytes before any is written, so a call
         # that fails validation appends nothing. An I/O error part-way leaves the batches written before
         # it; for an idempotent producer they are recorded one by one, so its retry appends only the rest.
-        encoded = appender.encode_runs(first, bounds, cols, producer, compression)
+        encoded = appender.encode_runs(first, bounds, cols, producer, compression, transactional)
         written = 0
         try:
             for batch in encoded:
@@ -85,11 +88,43 @@ class BatchWriter(Generic[S]):
             if written:
                 self._after_append(written, flush=False)
             raise
+        if metrics.state.on:  # under the append lock: only this writer adds to its row (pylog.metrics)
+            metrics.count_append(self, written, encoded[0].header.size if len(encoded) == 1 else
+                                 sum(batch.header.size for batch in encoded))
         self._after_append(written, flush=flush_policy)
-        if metrics.state.on:  # once per call (pylog.metrics)
-            metrics.appended(self.topic, written, encoded[0].header.size if len(encoded) == 1 else
-                             sum(batch.header.size for batch in encoded))
         return first if earlier is None else earlier
+
+    def write_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int) -> int:
+        """Append a transaction marker for ``producer_id`` (ending its open transaction, if any); returns its
+        offset. An abort's aborted-transaction index entry is written first, in the segment that will hold
+        the marker, and taken back when the marker could not be written (:mod:`pylog.storage.txn_index`).
+
+        :raises ProducerFencedError, TransactionCoordinatorFencedError:
+        """
+        appender = self._appender
+        state = appender.producer_state(self._local)
+        state.check_marker(producer_id, epoch, coordinator_epoch)
+        seg = self._local.segments[-1]
+        batch = appender.encode_marker(seg.next_offset, producer_id, epoch, commit, coordinator_epoch)
+        h = batch.header
+        if seg.size and should_roll(appender.config, seg, h):
+            seg = self._roll()  # first: the index entry goes with the segment that holds the marker
+        ongoing = state.ongoing()
+        first = ongoing.pop(producer_id, -1)
+        path = None
+        if not commit and first >= 0:
+            path = index_path(self._local.directory, seg.base_offset)
+            append_index(path, AbortedTxn(producer_id, first, h.base_offset,
+                                          min(ongoing.values()) if ongoing else h.next_offset))
+        try:
+            self._write_batch(batch)
+        except BaseException:
+            if path is not None:
+                truncate_index(path, h.base_offset)
+            raise
+        state.end_txn(producer_id, epoch, coordinator_epoch, h.max_timestamp)
+        self._after_append(1)
+        return h.base_offset
 
     def _write_batch(self, batch: EncodedBatch) -> None:
         h = batch.header

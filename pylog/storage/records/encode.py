@@ -30,8 +30,8 @@ import numpy as np
 from ...accel import native
 from ...errors import InvalidRecordError
 from .format import (ATTR_CONTROL, ATTR_HEADERS, ATTR_KEYS, ATTR_LOG_APPEND_TIME, ATTR_OFFSET_DELTAS,
-                     ATTR_TIMESTAMPS, CODEC_LZ4, CODEC_MASK, CODEC_NONE, HEADER_SIZE, I32, I64, LENGTH_PREFIX,
-                     MAGIC, MAX_BATCH_SIZE, MAX_OFFSET, BatchHeader, length_stats, pack_header)
+                     ATTR_TIMESTAMPS, ATTR_TRANSACTIONAL, CODEC_LZ4, CODEC_MASK, CODEC_NONE, HEADER_SIZE, I32, I64,
+                     LENGTH_PREFIX, MAGIC, MAX_BATCH_SIZE, MAX_OFFSET, BatchHeader, length_stats, pack_header)
 from .record import now_ms
 
 __all__ = ["EncodeOptions", "encode_parts", "encode_batch", "encode_columns", "column_parts", "slice_parts",
@@ -67,6 +67,8 @@ class EncodeOptions(NamedTuple):
     base_sequence: int = -1
     #: A control batch (transaction markers).
     control: bool = False
+    #: A transactional batch (attribute bit 4): part of a producer's transaction (docs/FORMAT.md).
+    transactional: bool = False
 
 
 _DEFAULT_OPTIONS = EncodeOptions()
@@ -426,12 +428,14 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
         klens, kparts = column_parts(keys, n, "keys")
     if len(vparts) + len(kparts) <= 16:
         return None  # few parts: the pure path writes them uncopied
-    base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control = opts
+    (base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control,
+     transactional) = opts
     try:
         hblob = _headers_blob(headers, n)
     except InvalidRecordError:
         return None  # the pure path raises it, after any error it finds first
-    attrs = (codec & CODEC_MASK) | (ATTR_LOG_APPEND_TIME if log_append_time else 0) | (ATTR_CONTROL if control else 0)
+    attrs = (codec & CODEC_MASK) | (ATTR_LOG_APPEND_TIME if log_append_time else 0) | (ATTR_CONTROL if control else 0) \
+        | (ATTR_TRANSACTIONAL if transactional else 0)
     ts: Any = None if log_append_time else timestamps
     if isinstance(ts, np.ndarray):
         # An int64 column (a producer's drain stamps its records with one): the compiled encoder takes a
@@ -494,7 +498,8 @@ def encode_parts_pure(
     else:
         opts = options if options is not None else _DEFAULT_OPTIONS
     # One unpacking, not a property lookup per use: this runs for every batch.
-    base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control = opts
+    (base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control,
+     transactional) = opts
     vlens, vparts = _value_column(values, value_lengths, value_data)
     n = len(vlens)
     # The common cases (no keys, one timestamp, dense offsets) skip the column helpers' calls.
@@ -522,6 +527,8 @@ def encode_parts_pure(
         attrs |= ATTR_LOG_APPEND_TIME
     if control:
         attrs |= ATTR_CONTROL
+    if transactional:
+        attrs |= ATTR_TRANSACTIONAL
     if vmin < -1 or kmin < -1:
         raise InvalidRecordError("lengths must be >= -1")
     fixed = 4 * n * (1 + (kraw is not None) + (ts_deltas is not None) * 2 + (deltas is not None))
