@@ -567,7 +567,8 @@ class Partition:
 
     # ------------------------------------------------------------------ reading
 
-    def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
+    def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool,
+                committed: bool = False) -> list[ReadSlice]:
         if self._closed:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
         offset = _int_argument("offset", offset)
@@ -579,13 +580,13 @@ class Partition:
         local = self._local
         remote = self._internals.remote_reads
         if remote is not None and offset < local.log_start:  # tiered storage: shipped, gone locally
-            return remote.slices(offset, max_records, max_bytes)
+            return remote.slices(offset, max_records, max_bytes, committed)
         try:
             out = local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
                                         verify)
         except OffsetOutOfRangeError:
             if remote is not None and offset < local.log_start:  # retention raised the start meanwhile
-                return remote.slices(offset, max_records, max_bytes)
+                return remote.slices(offset, max_records, max_bytes, committed)
             raise
         except OSError as exc:
             check_descriptors(exc, f"reading {self.topic}-{self.number} at offset {offset}")
@@ -615,8 +616,8 @@ class Partition:
         committed = check_isolation(isolation_level)
         if committed:
             self._refresh()  # the LSO from the latest files: a marker past this handle's view ends a wait
-        return isolated_read(lambda pos: self._slices(pos, max_records, max_bytes, verify), self._local, self._txn,
-                             offset, committed)
+        return isolated_read(lambda pos: self._slices(pos, max_records, max_bytes, verify, committed), self._local,
+                             self._txn, offset, committed)
 
     @property
     def last_stable_offset(self) -> int:

@@ -426,3 +426,23 @@ def test_pylog_health_shows_what_the_upload_thread_shipped(tmp_path, remote_sett
         main(["health", str(tmp_path / "s")], out)
         assert f"remote storage of pid {os.getpid()}" in out.getvalue()
         assert f"{shipped} segment(s)" in out.getvalue() and "0 closed segment(s) waiting" in out.getvalue()
+
+
+def test_read_committed_below_the_local_start_refuses_transactional_batches_it_cannot_judge(tmp_path,
+                                                                                           remote_settings):
+    """Aborted-transaction indexes are not shipped yet: a read_committed read of shipped transactional
+    batches raises RemoteStorageError instead of returning records of an aborted transaction."""
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        part.append_values([b"a" * 300] * 3, producer=(7, 0, 0), transactional=True)
+        internals(part).append_marker(7, 0, commit=False)  # aborted
+        values = _fill(part)
+        store.upload_to_remote()
+        part.enforce_retention()
+        assert part.segments[0].base_offset > 0
+        with pytest.raises(pylog.errors.RemoteStorageError, match="read_committed"):
+            part.read(0, isolation_level="read_committed")
+        got = part.read(0, max_records=3)
+        assert [r.value for r in got] == [b"a" * 300] * 3  # read_uncommitted: the records as written
+        assert values[0] in [r.value for r in part.read(4, max_records=5)]
