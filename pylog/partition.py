@@ -40,30 +40,14 @@ Its invariants (the parts in :mod:`pylog.storage.log` cite these numbers):
 10. Damage in the middle of the active segment after a clean close is never cut silently
     (:mod:`~pylog.storage.log.loader`).
 
-This module is the partition's public API (only what docs/CLIENTS.md and GUARANTEES.md tell users about) and
-wires the parts, which live below it in :mod:`pylog.storage.log`, each owning one concern, generic in the
-segment type (they see a segment through :class:`~pylog.storage.log.segments.SegmentLike` and never import
-:mod:`pylog.segment`):
-
-- :mod:`~pylog.storage.log.writer_lock` (:class:`WriterLock`): the ``flock`` on ``.lock`` and turn-taking
-  (invariant 4);
-- :mod:`~pylog.storage.log.local_log` (:class:`LocalLog`): the segment list, the log start, readers' refresh and
-  reads (invariants 1, 2, 7);
-- :mod:`~pylog.storage.log.loader`: opening as the writer, recovery, interrupted swaps (invariants 3, 10);
-- :mod:`~pylog.storage.log.durability` (:class:`Durability`): checkpoint, recovery point, rolls and their
-  background fsync, flushes, the failed state (invariants 3, 5, 8);
-- :mod:`~pylog.storage.log.append` (:class:`Appender`): batch bounds, encoding, idempotent producers (invariants
-  1, 9); :mod:`~pylog.storage.log.write` (:class:`BatchWriter`): writing a call's batches, rolls, the failure a
-  write leaves, waking readers, the flush policy (invariants 1, 2, 8, 9);
-- :mod:`~pylog.storage.log.maintenance`: retention, delete-records, the view side of compaction swaps (invariants
-  5, 6);
-- :mod:`~pylog.storage.log.remote_reads` (:class:`RemoteReads`, tiered storage): reads below the local log
-  start served from the shipped segments, lock-free (invariants 1, 2, 7 across the boundary);
-- :mod:`~pylog.storage.log.waiting` (:class:`Waiters`): waking readers that wait for appends, here and in other
-  processes; :mod:`~pylog.storage.log.checks`: the full check;
-- :mod:`~pylog.storage.log.internals` (:class:`PartitionInternals`): the partition's internal API, what pylog's
-  own layers (producer, server, cleaner, store, consumer) need beyond the public one, reached through
-  :func:`internals` and not exported from :mod:`pylog` (invariants 4, 6).
+This module is the partition's public API (only what docs/CLIENTS.md and GUARANTEES.md tell users about) and wires
+the parts, which live below it in :mod:`pylog.storage.log`, each owning one concern, generic in the segment type
+(they see a segment through :class:`~pylog.storage.log.segments.SegmentLike` and never import :mod:`pylog.segment`):
+the writer lock and turns, the segment list and reads, loading and recovery, durability, batch bounds and encoding,
+writing a call's batches, transactions' state, maintenance, remote reads (tiered storage), waking readers, the full
+check, and the internal API
+(:class:`~pylog.storage.log.internals.PartitionInternals`, reached through :func:`internals`, not exported from
+:mod:`pylog`); :mod:`pylog.storage.log`'s docstring lists which module owns which and the invariants each keeps.
 
 Invariants kept here: the facade holds ONE append lock (an ``RLock``, private) that every part's
 writer-side state changes under, and a maintenance lock (private), always taken before it, never after.
@@ -85,9 +69,6 @@ lock:
   :meth:`PartitionInternals.release_handles`): the maintenance lock (not waited for by the latter), then the append
   lock; a turn of many appends by another layer holds it through :meth:`PartitionInternals.writer_turn`;
 - deleting a topic's files (the store): :meth:`PartitionInternals.held_for_discard`, then ``close(discard=True)``.
-- tiered storage's upload thread (:mod:`pylog.maintenance.remote_upload`) reads sealed segments through
-  descriptors of its own and takes no lock while shipping; it notes the remote end with
-  :meth:`PartitionInternals.note_remote` (the append lock), which local retention reads under it.
 
 Thread-safety: every public method may be called from any thread. Appends serialise on the append lock;
 reads take a snapshot of the segment list and sizes and run concurrently with appends and maintenance.
@@ -320,16 +301,7 @@ class Partition:
         :attr:`log_end_offset` does (see :meth:`LocalLog.refresh`): a start that the writer's retention
         or ``delete_records`` raised is seen by a reader that only asks for the start, not only by one that reads."""
         self._refresh()
-        return self._start(self._local.log_start)
-
-    def _start(self, local_start: int) -> int:
-        """The log start readers see: the remote log start below the local one with tiered storage
-        (Kafka's logStartOffset), else the local one."""
-        remote = self._internals.remote_reads
-        if remote is None:
-            return local_start
-        start = remote.log_start()
-        return local_start if start is None else min(start, local_start)
+        return self._internals.log_start_seen(self._local.log_start)
 
     @property
     def log_end_offset(self) -> int:
@@ -345,7 +317,7 @@ class Partition:
         if self._closed:
             return self._local.log_start, self._final_end
         self._refresh()
-        return self._start(self._local.log_start), self._local.end_offset
+        return self._internals.log_start_seen(self._local.log_start), self._local.end_offset
 
     def _refresh(self) -> None:
         if not self._writer.held:  # a reader looks at its files; the writer's view is exact
@@ -413,7 +385,8 @@ class Partition:
 
     def _append_lists(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                       timestamps: Timestamps | None, headers: Headers | None, producer: tuple[int, int, int] | None,
-                      compression: str | None, in_turn: bool, transactional: bool = False) -> int:
+                      compression: str | None, in_turn: bool, batch_size: int | None = None,
+                      transactional: bool = False) -> int:
         n = len(values)
         if n == 0:
             raise InvalidRecordError("nothing to append")
@@ -421,7 +394,8 @@ class Partition:
         klens, kparts = column_parts(keys, n, "keys")
         assert vlens is not None
         return self._append_columns(Columns(n, vlens, vparts, klens, kparts, timestamps, headers, False),
-                                    producer, compression, in_turn, transactional=transactional)
+                                    producer, compression, in_turn, batch_size=batch_size,
+                                    transactional=transactional)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
                        key_lengths: np.ndarray | None = None, key_data: Data | None = None,
@@ -464,13 +438,14 @@ class Partition:
                        [key_data] if key_data is not None else [], ts, headers, True)
 
     def _append_columns(self, cols: Columns, producer: tuple[int, int, int] | None, compression: str | None,
-                        in_turn: bool, flush_policy: bool = True, transactional: bool = False) -> int:
+                        in_turn: bool, flush_policy: bool = True, batch_size: int | None = None,
+                        transactional: bool = False) -> int:
         appender = self._appender
         if cols.headers is not None:
             # Checked once, up front (sizing the batches reads them): a bad shape is an InvalidRecordError.
             cols = Columns(*cols[:6], header_rows(cols.headers, cols.n), cols[7])  # _replace costs ~1 us more
         appender.check_keys(cols, self.topic)
-        bounds = appender.batch_bounds(cols)
+        bounds = appender.batch_bounds(cols, batch_size)
         if producer is not None and (producer[0] < 0 or not 0 <= producer[2] < SEQ_MOD):
             raise InvalidArgumentError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
         if transactional and producer is None:
@@ -482,7 +457,8 @@ class Partition:
                 self._writer.in_turns = in_turn
             elif not in_turn:
                 self._writer.in_turns = False  # a direct append: this handle keeps the lock (see hand_over)
-            return self._batch_writer.write(cols, bounds, producer, compression, flush_policy, transactional)
+            return self._batch_writer.write(cols, bounds, producer, compression, flush_policy, batch_size,
+                                            transactional)
 
     def _append_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int) -> int:
         self._touch()
@@ -558,9 +534,7 @@ class Partition:
             raise InvalidArgumentError(f"before_offset must be an int, got {type(before_offset).__name__}")
         if before_offset < 0:
             raise InvalidArgumentError(f"before_offset must be >= 0, got {before_offset}")
-        remote = self._internals.remote_reads
-        if remote is not None and before_offset <= self.log_end_offset:  # tiered: the bucket first, no lock held
-            remote.delete_records(before_offset)
+        self._internals.delete_remote_records(before_offset, self.log_end_offset)  # tiered: first, no lock held
         with self._maintenance_lock, self._append_lock:
             self._ensure_writer_locked()
             return maintenance.delete_records(self._local, self._durability, before_offset)
@@ -578,14 +552,11 @@ class Partition:
             return []
         self._touch()
         local = self._local
-        remote = self._internals.remote_reads
-        if remote is not None and offset < local.log_start:  # tiered storage: shipped, gone locally
-            return remote.slices(offset, max_records, max_bytes, committed)
         try:
             out = local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
                                         verify)
         except OffsetOutOfRangeError:
-            if remote is not None and offset < local.log_start:  # retention raised the start meanwhile
+            if (remote := self._internals.remote_reads) is not None and offset < local.log_start:  # tiered storage
                 return remote.slices(offset, max_records, max_bytes, committed)
             raise
         except OSError as exc:

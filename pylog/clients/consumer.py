@@ -43,6 +43,7 @@ from .groups import GroupMember, check_group_id
 from .offsets import CommittedOffsets, valid_position
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
+from .listener import ConsumerRebalanceListener
 from ..storage.records import BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count
 from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..partition import Partition, internals, watch_appends
@@ -74,23 +75,6 @@ _WAIT_STEP = 0.005
 #: Longest wait between two looks at the group's state while a member waits for data (seconds): bounds
 #: how long a rebalance waits for this member to let go of a partition.
 _GROUP_STEP = 0.05
-
-
-class ConsumerRebalanceListener:
-    """Callbacks around a group rebalance (kafka-python's ``ConsumerRebalanceListener``); subclass it, or
-    pass any object with these two methods to ``subscribe(listener=...)``.
-
-    As in kafka-python, ``on_partitions_revoked`` gets every partition of the previous assignment and
-    ``on_partitions_assigned`` every partition of the new one (partitions that stay with this member
-    appear in both, and keep their positions). Revoked partitions are still owned during the revoke
-    callback, so committing offsets there works.
-    """
-
-    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        """Called before the partitions of the previous assignment are given up."""
-
-    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        """Called once the new assignment is known (before its partitions are read)."""
 
 
 def _topic_partition(tp: Any) -> TopicPartition:

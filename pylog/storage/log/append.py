@@ -24,7 +24,7 @@ from ...config import TopicConfig
 from ...errors import InvalidRecordError, RecordTooLargeError
 from ..producer_state import ProducerState
 from ..records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, BatchHeader, EncodeOptions, encode_parts,
-                       now_ms, slice_parts)
+                       now_ms, part_cuts, slice_parts)
 from .batches import Data, EncodedBatch, Headers, Timestamps, nbytes
 from ..txn_index import marker_record
 from .local_log import LocalLog
@@ -95,10 +95,15 @@ class Appender:
             raise InvalidRecordError(f"compression {setting!r} is not supported (lz4 or none)")
         return CODEC_LZ4  # a topic set to one of Kafka's other codecs is stored with pylog's one codec
 
-    def batch_bounds(self, cols: Columns) -> list[tuple[int, int]]:
-        """Split records [0, n) into runs whose encoded size stays within max.message.bytes."""
-        return batch_bounds(self.config["max.message.bytes"] - HEADER_SIZE, cols.n, cols.vlens, cols.klens,
-                            cols.headers, cols.data_bytes())
+    def batch_bounds(self, cols: Columns, batch_size: int | None = None) -> list[tuple[int, int]]:
+        """Split records [0, n) into runs whose encoded size stays within max.message.bytes, and within
+        ``batch_size`` bytes (a producer's ``batch_size``, Kafka's ``batch.size``) when given: at least one
+        record per run, so a record larger than ``batch_size`` is a batch of its own. Sizes are counted
+        before compression, with the records' estimated overhead (never below what is written)."""
+        limit = self.config["max.message.bytes"]
+        if batch_size is not None and batch_size < limit:
+            limit = batch_size
+        return batch_bounds(limit - HEADER_SIZE, cols.n, cols.vlens, cols.klens, cols.headers, cols.data_bytes())
 
     # ------------------------------------------------------------------ idempotence
 
@@ -139,19 +144,32 @@ class Appender:
         out: list[EncodedBatch] = []
         todo = list(reversed(bounds))
         base = first
+        # Many batches (a producer's batch_size): where each record's data starts, found once, not per batch.
+        vcuts = kcuts = None
+        stamp = now
+        if len(bounds) > 1:
+            vcuts = part_cuts(vlens, contiguous)
+            kcuts = None if klens is None else part_cuts(klens, contiguous)
+            if isinstance(timestamps, np.ndarray) and timestamps.dtype == np.int64 and not log_append:
+                raw = timestamps.tobytes()
+                if raw[:8] * n == raw:
+                    # One stamp for all (a producer's drain): each batch is given it as its default
+                    # timestamp instead of a column to look at, which writes the same bytes.
+                    stamp = int(timestamps[0])
+                    timestamps = None
         while todo:
             start, stop = todo.pop()
             if start == 0 and stop == n:
                 vl, vp, kl, kp = vlens, vparts, klens, kparts
             else:
-                vl, vp = slice_parts(vlens, vparts, start, stop, contiguous)
-                kl, kp = (None, []) if klens is None else slice_parts(klens, kparts, start, stop, contiguous)
+                vl, vp = slice_parts(vlens, vparts, start, stop, contiguous, vcuts)
+                kl, kp = (None, []) if klens is None else slice_parts(klens, kparts, start, stop, contiguous, kcuts)
             # Options built positionally (EncodeOptions' field order): this runs for every batch written.
             parts, h = encode_parts(
                 value_lengths=vl, value_data=vp, key_lengths=kl, key_data=kp,
                 timestamps=None if timestamps is None else timestamps[start:stop],
                 headers=None if headers is None else headers[start:stop],
-                options=EncodeOptions(base, now, codec, log_append, pid, epoch,
+                options=EncodeOptions(base, stamp, codec, log_append, pid, epoch,
                                       -1 if pid < 0 else (seq + start) % SEQ_MOD, False, transactional))
             if h.size > max_bytes:
                 if stop - start == 1:
@@ -200,8 +218,11 @@ def batch_bounds(limit: int, n: int, vlens: np.ndarray, klens: np.ndarray | None
     bounds = []
     start = 0
     base = 0
+    # A run holds at most this many records (each is counted at least RECORD_OVERHEAD bytes): each search
+    # looks at that window of ``cum`` only, which stays in cache (a search over a whole drain's does not).
+    most = max(limit, 0) // RECORD_OVERHEAD + 1
     while start < n:
-        stop = int(np.searchsorted(cum, base + limit, side="right"))
+        stop = start + int(cum[start:start + most].searchsorted(base + limit, side="right"))
         stop = max(stop, start + 1)
         bounds.append((start, stop))
         base = int(cum[stop - 1])

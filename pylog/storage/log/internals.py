@@ -62,9 +62,10 @@ class OwnerOps(NamedTuple):
     abandon: Callable[[], None]
     #: The handle let go of its files: its next use counts against the descriptor budget afresh.
     forget_budget: Callable[[], None]
-    #: An append of value/key lists: (values, keys, timestamps, headers, producer, compression, in turn).
+    #: An append of value/key lists: (values, keys, timestamps, headers, producer, compression, in turn,
+    #: batch size or None).
     append_lists: Callable[[Sequence[bytes | None], Sequence[bytes | None] | None, Timestamps | None,
-                            Headers | None, tuple[int, int, int] | None, str | None, bool], int]
+                            Headers | None, tuple[int, int, int] | None, str | None, bool, int | None], int]
     #: An append of columns: (value lengths, value data, key lengths, key data, timestamps, headers,
     #: producer, compression, in turn, flush policy).
     append_columns: Callable[[np.ndarray, Data | None, np.ndarray | None, Data | None, np.ndarray | None,
@@ -294,10 +295,14 @@ class PartitionInternals(Generic[S]):
 
     def append_values_in_turn(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                               timestamps: Timestamps | None, headers: Headers | None,
-                              producer: tuple[int, int, int] | None, compression: str | None) -> int:
+                              producer: tuple[int, int, int] | None, compression: str | None,
+                              batch_size: int | None = None) -> int:
         """:meth:`Partition.append_values` for a writer taking turns (the producer): unlike a direct
-        append it leaves the lock free to be handed over (:meth:`hand_over`)."""
-        return self._ops.append_lists(values, keys, timestamps, headers, producer, compression, True)
+        append it leaves the lock free to be handed over (:meth:`hand_over`). ``batch_size`` (the producer's,
+        Kafka's ``batch.size``) cuts the records into batches of at most that many bytes, one record at
+        least each, all written by this one call (see :meth:`Appender.batch_bounds
+        <pylog.storage.log.append.Appender.batch_bounds>`); None: batches as large as ``max.message.bytes``."""
+        return self._ops.append_lists(values, keys, timestamps, headers, producer, compression, True, batch_size)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
                        key_lengths: np.ndarray | None = None, key_data: Data | None = None,
@@ -367,6 +372,19 @@ class PartitionInternals(Generic[S]):
         upload thread; an assignment, read by readers without a lock."""
         if self.remote_reads is None or self.remote_reads.remote is not remote:
             self.remote_reads = RemoteReads(remote)
+
+    def log_start_seen(self, local_start: int) -> int:
+        """The log start readers see: with tiered storage the remote one below ``local_start`` (Kafka's
+        logStartOffset), else ``local_start``. Lock-free."""
+        remote = self.remote_reads
+        return local_start if remote is None else remote.log_start_with(local_start)
+
+    def delete_remote_records(self, before_offset: int, end_offset: int) -> None:
+        """Tiered storage: before :meth:`Partition.delete_records` moves the local log start (with no lock
+        held), raise the remote one to ``before_offset`` when it is at most ``end_offset``; nothing without
+        a remote log attached. :raises RemoteStorageError:"""
+        if self.remote_reads is not None and before_offset <= end_offset:
+            self.remote_reads.delete_records(before_offset)
 
     def shippable_segments(self) -> list[tuple[int, int, int]]:
         """``(base offset, end offset, size)`` of the segments below :attr:`synced_through` (rolled, sealed

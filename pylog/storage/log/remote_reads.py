@@ -50,6 +50,11 @@ class RemoteReads:
             return None
         return m.log_start_offset if m.segments else None
 
+    def log_start_with(self, local_start: int) -> int:
+        """The log start readers see (Kafka's logStartOffset): the remote one when it is below ``local_start``."""
+        start = self.log_start()
+        return local_start if start is None else min(start, local_start)
+
     def delete_records(self, before_offset: int) -> None:
         """Raise the remote log start to ``before_offset`` (committed before the local log start moves, so
         records deleted are never served from the bucket again). :raises RemoteStorageError:"""

@@ -53,10 +53,12 @@ class BatchWriter(Generic[S]):
         self._roll = roll  # seals the active segment and starts a new one at its next offset; returns it
 
     def write(self, cols: Columns, bounds: list[tuple[int, int]], producer: tuple[int, int, int] | None,
-              compression: str | None, flush_policy: bool, transactional: bool = False) -> int:
+              compression: str | None, flush_policy: bool, batch_size: int | None = None,
+              transactional: bool = False) -> int:
         """Append ``cols`` (cut at ``bounds``, checked by the caller) as batches; returns the first record's
         offset (that of the original call, for an idempotent producer's retry). ``flush_policy``: fsync
-        here when ``flush.messages`` / ``flush.ms`` ask for it."""
+        here when ``flush.messages`` / ``flush.ms`` ask for it. ``batch_size``: what ``bounds`` were cut
+        at (:meth:`~.append.Appender.batch_bounds`), to cut a retry's rest alike."""
         appender = self._appender
         skip, earlier = 0, None
         if producer is not None:
@@ -69,7 +71,7 @@ class BatchWriter(Generic[S]):
                 # A retry of a call that failed part-way: its first batches landed; append the rest.
                 cols = cols.after(skip)
                 producer = (producer[0], producer[1], (producer[2] + skip) % SEQ_MOD)
-                bounds = appender.batch_bounds(cols)
+                bounds = appender.batch_bounds(cols, batch_size)
         first = self._local.segments[-1].next_offset
         # Every batch is encoded and checked against max.message.bytes before any is written, so a call
         # that fails validation appends nothing. An I/O error part-way leaves the batches written before
