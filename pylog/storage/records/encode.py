@@ -72,6 +72,11 @@ class EncodeOptions(NamedTuple):
 
 
 _DEFAULT_OPTIONS = EncodeOptions()
+#: Column buffers up to this many bytes in all go to the compiled encoder, which copies them into one buffer:
+#: a copy of this size costs a few microseconds, the pure path's fixed cost ~25 (a Kafka client's Produce per
+#: partition batch of a few dozen records, appended by ``pylog serve``, is this case). Larger ones are written
+#: uncopied by the pure path.
+NATIVE_COPY_BYTES = 64 * 1024
 
 
 # -------------------------------------------------------------------------------------------- columns
@@ -400,8 +405,9 @@ def encode_parts(
     (see it for the arguments), through the compiled encoder when it is live and the input is a common one.
 
     The compiled encoder copies the batch into one buffer, so it runs only where the pure path would join
-    the parts anyway (more than 16 of them: lists of items); a few large column buffers are written
-    uncopied by the pure path.
+    the parts anyway (more than 16 of them: lists of items) or where the copy is small (column buffers of
+    at most :data:`NATIVE_COPY_BYTES` in all); a few large column buffers are written uncopied by the pure
+    path.
     """
     if settings:
         opts = EncodeOptions(**settings) if options is None else options._replace(**settings)
@@ -443,8 +449,8 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
         kparts = key_data if isinstance(key_data, list) else [key_data if key_data is not None else b""]
     else:
         klens, kparts = column_parts(keys, n, "keys")
-    if len(vparts) + len(kparts) <= 16:
-        return None  # few parts: the pure path writes them uncopied
+    if len(vparts) + len(kparts) <= 16 and not _small(vparts, kparts):
+        return None  # a few large parts: the pure path writes them uncopied
     (base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control,
      transactional) = opts
     try:
@@ -479,6 +485,20 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
         raise InvalidRecordError(f"batch of {total} bytes exceeds the format's limit")
     hdr, header = pack_header((*fields[:1], total - LENGTH_PREFIX, *fields[2:4], attrs, *fields[5:]), body_parts)
     return [hdr, *body_parts], header
+
+
+def _small(vparts: list, kparts: list) -> bool:
+    """True when the column parts hold at most :data:`NATIVE_COPY_BYTES` in all (False for a part that is not
+    contiguous bytes: the pure path raises for it)."""
+    total = 0
+    try:
+        for part in vparts:
+            total += memoryview(part).nbytes
+        for part in kparts:
+            total += memoryview(part).nbytes
+    except (TypeError, BufferError):
+        return False
+    return total <= NATIVE_COPY_BYTES
 
 
 _new_header = tuple.__new__
