@@ -44,7 +44,8 @@ This module is the partition's public API (only what docs/CLIENTS.md and GUARANT
 the parts, which live below it in :mod:`pylog.storage.log`, each owning one concern, generic in the segment type
 (they see a segment through :class:`~pylog.storage.log.segments.SegmentLike` and never import :mod:`pylog.segment`):
 the writer lock and turns, the segment list and reads, loading and recovery, durability, batch bounds and encoding,
-writing a call's batches, transactions' state, maintenance, waking readers, the full check, and the internal API
+writing a call's batches, transactions' state, maintenance, remote reads (tiered storage), waking readers, the full
+check, and the internal API
 (:class:`~pylog.storage.log.internals.PartitionInternals`, reached through :func:`internals`, not exported from
 :mod:`pylog`); :mod:`pylog.storage.log`'s docstring lists which module owns which and the invariants each keeps.
 
@@ -84,7 +85,7 @@ import numpy as np
 
 from .config import TopicConfig
 from .errors import (InvalidArgumentError, InvalidRecordError, InvalidTxnStateError, LogFailedError,
-                       PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
+                     OffsetOutOfRangeError, PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
 from .storage.fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
 from .storage.handles import PER_PARTITION, SEGMENT_COST, HandleCache
 from .storage.notify import AppendWatch
@@ -300,7 +301,7 @@ class Partition:
         :attr:`log_end_offset` does (see :meth:`LocalLog.refresh`): a start that the writer's retention
         or ``delete_records`` raised is seen by a reader that only asks for the start, not only by one that reads."""
         self._refresh()
-        return self._local.log_start
+        return self._internals.log_start_seen(self._local.log_start)
 
     @property
     def log_end_offset(self) -> int:
@@ -316,7 +317,7 @@ class Partition:
         if self._closed:
             return self._local.log_start, self._final_end
         self._refresh()
-        return self._local.log_start, self._local.end_offset
+        return self._internals.log_start_seen(self._local.log_start), self._local.end_offset
 
     def _refresh(self) -> None:
         if not self._writer.held:  # a reader looks at its files; the writer's view is exact
@@ -533,13 +534,15 @@ class Partition:
             raise InvalidArgumentError(f"before_offset must be an int, got {type(before_offset).__name__}")
         if before_offset < 0:
             raise InvalidArgumentError(f"before_offset must be >= 0, got {before_offset}")
+        self._internals.delete_remote_records(before_offset, self.log_end_offset)  # tiered: first, no lock held
         with self._maintenance_lock, self._append_lock:
             self._ensure_writer_locked()
             return maintenance.delete_records(self._local, self._durability, before_offset)
 
     # ------------------------------------------------------------------ reading
 
-    def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
+    def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool,
+                committed: bool = False) -> list[ReadSlice]:
         if self._closed:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
         offset = _int_argument("offset", offset)
@@ -552,6 +555,10 @@ class Partition:
         try:
             out = local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
                                         verify)
+        except OffsetOutOfRangeError:
+            if (remote := self._internals.remote_reads) is not None and offset < local.log_start:  # tiered storage
+                return remote.slices(offset, max_records, max_bytes, committed)
+            raise
         except OSError as exc:
             check_descriptors(exc, f"reading {self.topic}-{self.number} at offset {offset}")
             raise
@@ -580,8 +587,8 @@ class Partition:
         committed = check_isolation(isolation_level)
         if committed:
             self._refresh()  # the LSO from the latest files: a marker past this handle's view ends a wait
-        return isolated_read(lambda pos: self._slices(pos, max_records, max_bytes, verify), self._local, self._txn,
-                             offset, committed)
+        return isolated_read(lambda pos: self._slices(pos, max_records, max_bytes, verify, committed), self._local,
+                             self._txn, offset, committed)
 
     @property
     def last_stable_offset(self) -> int:

@@ -12,7 +12,12 @@ Each module owns one concern and states the invariants it keeps (the numbers are
   :mod:`.write` (:class:`~.write.BatchWriter`): writing a call's batches, rolls, the failure a write leaves,
   waking readers, the flush policy (1, 2, 8, 9); :mod:`.batches`: the write path's types;
 - :mod:`.txn`: transactions' state (ongoing transactions, the last stable offset, the aborted-transaction index);
-- :mod:`.maintenance`: retention, delete-records, the view side of compaction swaps (5, 6);
+- :mod:`.maintenance`: retention, delete-records, the view side of compaction swaps (5, 6); with tiered storage,
+  local retention deletes only shipped segments;
+- :mod:`.remote_reads` (:class:`~.remote_reads.RemoteReads`): reads below the local log start served from the
+  shipped segments (tiered storage), lock-free (1, 2, 7 across the boundary). The upload thread
+  (:mod:`pylog.maintenance.remote_upload`) holds no lock while shipping and notes the remote end under the
+  append lock (:meth:`~.internals.PartitionInternals.note_remote`), which local retention reads under it;
 - :mod:`.waiting` (:class:`~.waiting.Waiters`): waking readers that wait for appends, here and in other processes;
   :mod:`.checks`: the full check;
 - :mod:`.segments`: how the parts see a segment (:class:`~.segments.SegmentLike`), generic in its type;

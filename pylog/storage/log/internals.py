@@ -31,12 +31,14 @@ import numpy as np
 from ...errors import PylogError, StoreClosedError
 from ..fileio import Data, raise_fault
 from ..notify import Notifier
+from ..remote import RemoteLog
 from ..segment_read import ReadSlice
 from .. import swap
 from . import maintenance
 from .batches import Headers, Timestamps
 from .durability import Durability
 from .local_log import LocalLog
+from .remote_reads import RemoteReads
 from .segments import S
 from .waiting import Waiters
 from .writer_lock import WriterLock
@@ -110,6 +112,9 @@ class PartitionInternals(Generic[S]):
         #: fsync, and the background cleaner maintains the partition whenever it can take the lock, not only
         #: while this handle writes.
         self.transient = False
+        #: Tiered storage: reads below the local log start fall through to this (None: they do not).
+        #: Set by the layer that opens the partition (:meth:`attach_remote`); read without a lock.
+        self.remote_reads: RemoteReads | None = None
 
     def segment_index_args(self) -> tuple[int, int]:
         """``(segment.index.bytes, index.interval.bytes)`` for new Segment objects of this
@@ -360,6 +365,52 @@ class PartitionInternals(Generic[S]):
         no roll waits for its background sync): what maintenance may treat as settled for good."""
         with self._append_lock:
             return self.durability.synced_through()
+
+    def attach_remote(self, remote: "RemoteLog") -> None:
+        """Serve reads below the local log start from ``remote`` (the store's RemoteLog of this partition,
+        for a topic with ``remote.storage.enable``). By the topic when it opens the partition and by the
+        upload thread; an assignment, read by readers without a lock."""
+        if self.remote_reads is None or self.remote_reads.remote is not remote:
+            self.remote_reads = RemoteReads(remote)
+
+    def log_start_seen(self, local_start: int) -> int:
+        """The log start readers see: with tiered storage the remote one below ``local_start`` (Kafka's
+        logStartOffset), else ``local_start``. Lock-free."""
+        remote = self.remote_reads
+        return local_start if remote is None else remote.log_start_with(local_start)
+
+    def delete_remote_records(self, before_offset: int, end_offset: int) -> None:
+        """Tiered storage: before :meth:`Partition.delete_records` moves the local log start (with no lock
+        held), raise the remote one to ``before_offset`` when it is at most ``end_offset``; nothing without
+        a remote log attached. :raises RemoteStorageError:"""
+        if self.remote_reads is not None and before_offset <= end_offset:
+            self.remote_reads.delete_records(before_offset)
+
+    def shippable_segments(self) -> list[tuple[int, int, int]]:
+        """``(base offset, end offset, size)`` of the segments below :attr:`synced_through` (rolled, sealed
+        and fsynced: never written again), oldest first, from a snapshot of the segment list: what the
+        tiered-storage upload thread may ship. Writer only (empty otherwise); takes the append lock only to
+        read :attr:`synced_through`, never while shipping."""
+        if not self._writer.held or self._ops.is_closed():
+            return []
+        through = self.synced_through
+        segs = self._local.segments
+        # A closed segment ends where the next begins (a sealed segment opened lazily has not read its
+        # last offset yet); offsets are dense here, since compacted topics are never shipped.
+        return [(s.base_offset, after.base_offset, s.size) for s, after in zip(segs[:-1], segs[1:], strict=True)
+                if after.base_offset <= through]
+
+    def note_remote(self, log_start: int, end: int) -> None:
+        """The upload thread committed the remote log up to ``end`` (its start ``log_start``): local
+        retention may now delete the local copies of segments ending at or below ``end``. Under the
+        append lock (an assignment readers may see at once)."""
+        with self._append_lock:
+            self._local.remote = (log_start, end)
+
+    @property
+    def remote(self) -> tuple[int, int] | None:
+        """``(start, end)`` of the remote log as last noted (:meth:`note_remote`), None before."""
+        return self._local.remote
 
     def flush(self) -> None:
         """:meth:`Partition.flush <pylog.partition.Partition.flush>` (the group commit's single-partition path)."""
