@@ -256,9 +256,11 @@ def figure_latency(root: str, n: int) -> dict[str, tuple[float, float]]:
                                                               statistics.median(lat[False]) / 1e6)}
 
 
-def figure_realistic(root: str, n: int, repeat: int, samples: int) -> dict[str, tuple[float, float]]:
+def figure_realistic(root: str, n: int, repeat: int, samples: int,
+                     batch_size: int | None = None) -> dict[str, tuple[float, float]]:
     """Issue 26's workload (see the module docstring): send, keyed send, read(), consumer iteration and a
-    random read, each against its baseline in this process."""
+    random read, each against its baseline in this process. ``batch_size``: the producers' (None: the
+    default, what users get)."""
     import pylog
     sys.path.insert(0, HERE)
     from bench_clients import send_floor
@@ -267,6 +269,9 @@ def figure_realistic(root: str, n: int, repeat: int, samples: int) -> dict[str, 
     values = [rnd.randbytes(VALUE) for _ in range(n)]
     keys = [struct.pack(">Q", i) for i in range(n)]
     out: dict[str, tuple[float, float]] = {}
+    settings: dict[str, Any] = {"acks": 1, "linger_ms": 5}  # docs/CLIENTS.md's settings
+    if batch_size is not None:
+        settings["batch_size"] = batch_size
     floor = send_floor(n, values[0]) / 1e6
     with pylog.open(os.path.join(root, "realistic"), log_cleaner_enable=False) as store:
         runs = iter(range(10_000))
@@ -274,7 +279,7 @@ def figure_realistic(root: str, n: int, repeat: int, samples: int) -> dict[str, 
         def send(keyed: bool) -> float:
             name = f"{'k' if keyed else 'u'}{next(runs)}"
             store.create_topic(name, partitions=4 if keyed else 1)
-            with store.producer(acks=1, linger_ms=5) as producer:  # docs/CLIENTS.md's settings
+            with store.producer(**settings) as producer:
                 send = producer.send
                 t = time.perf_counter()
                 if keyed:
@@ -289,9 +294,9 @@ def figure_realistic(root: str, n: int, repeat: int, samples: int) -> dict[str, 
 
         out["realistic: send() one at a time"] = (_best(repeat, lambda: send(False)) / 1e6, floor)
         out["realistic: send() with a key, 4 partitions"] = (_best(repeat, lambda: send(True)) / 1e6, floor)
-        # Random reads of a small partition written the same way (10^4 records: one or two ~1 MB batches).
+        # Random reads of a small partition written the same way (10^4 records).
         store.create_topic("small")
-        with store.producer(acks=1, linger_ms=5) as producer:
+        with store.producer(**settings) as producer:
             for v in values[:10_000]:
                 producer.send("small", v)
         small = store.topic("small").partition(0)
@@ -386,7 +391,7 @@ def _child(args: argparse.Namespace) -> int:
             res.update(figure_send(root, args.records))
             res.update(figure_latency(root, args.latency_records))
         if "realistic" in args.workloads:
-            res.update(figure_realistic(root, args.records, args.repeat, args.samples))
+            res.update(figure_realistic(root, args.records, args.repeat, args.samples, args.batch_size))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(res))
@@ -422,6 +427,8 @@ def main(argv: list[str] | None = None) -> int:
                     help="comma-separated: accelerated, pure (default: both, alternating)")
     ap.add_argument("--dir", help="where the children write (default: the system temporary directory)")
     ap.add_argument("--json", help="also write every round's figures as JSON to this file")
+    ap.add_argument("--batch-size", type=int, help="the realistic workload's producer batch_size (default: "
+                    "the producer's default)")
     ap.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = ap.parse_args(argv)
     if args.quick:
@@ -438,7 +445,8 @@ def main(argv: list[str] | None = None) -> int:
     passthrough = [f"--records={args.records}", f"--repeat={args.repeat}", f"--samples={args.samples}",
                    f"--big={args.big}", f"--latency-records={args.latency_records}",
                    f"--workloads={','.join(args.workloads)}"] + (
-                       [f"--dir={args.dir}"] if args.dir else [])
+                       [f"--dir={args.dir}"] if args.dir else []) + (
+                       [f"--batch-size={args.batch_size}"] if args.batch_size else [])
     for r in range(args.rounds):
         for path in paths:
             env = dict(os.environ)

@@ -18,6 +18,11 @@ and is stopped at the end. What is measured, each against a baseline doing the s
   ``max_bytes`` = 1 MiB steps (index fetch, ranged GETs, every batch's CRC), against reading the same byte
   ranges from the local segment files with the same CRC walk (``checked_prefix``). Ratio = remote / local.
 
+- **append with shipping on / off** (``--append-rounds``, default 3): the same ``--mb`` appended (1,000 x 1 KB
+  per call, then a flush) to a topic with ``remote.storage.enable`` in a store whose upload thread runs every
+  100 ms against the server, and to a topic without it in a store opened the same way; rounds interleaved,
+  medians compared. Ratio = on / off MB/s (the issue's goal: >= 0.95x).
+
 The moto server keeps objects in memory and answers from Python: absolute figures are a lower bound of
 what a real S3-compatible store gives; the ratios say what pylog's own work adds.
 """
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import os
 import socket
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -75,12 +81,28 @@ def _write(root: str, mb: int, segment_mb: int) -> str:
     return os.path.join(root, "t", "0")
 
 
+def _append_round(root: str, endpoint: str, bucket: str, mb: int, segment_mb: int, ship: bool) -> float:
+    """Seconds to append ``mb`` MB to a fresh topic (shipping on or off), the store's upload thread running."""
+    value = os.urandom(1000)
+    with pylog.open(root, log_cleaner_enable=False, remote_storage_location=f"s3://{bucket}/{uuid.uuid4().hex[:8]}",
+                    remote_storage_endpoint_url=endpoint, remote_log_manager_task_interval_ms=100) as store:
+        store.create_topic("t", 1, config={"segment.bytes": segment_mb << 20, "retention.ms": -1,
+                                           "remote.storage.enable": ship})
+        part = store.topic("t").partition(0)
+        t0 = time.perf_counter()
+        for _ in range(mb):
+            part.append_values([value] * 1000)
+        part.flush()
+        return time.perf_counter() - t0
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--mb", type=int, default=64, help="MB of records (1,000 x 1 KB per MB)")
     ap.add_argument("--segment-mb", type=int, default=4)
     ap.add_argument("--quick", action="store_true", help="16 MB in 2 MiB segments")
     ap.add_argument("--dir", default=None, help="where the store is written (a temporary directory in it)")
+    ap.add_argument("--append-rounds", type=int, default=3, help="rounds of appends with shipping on and off")
     args = ap.parse_args(argv)
     if args.quick:
         args.mb, args.segment_mb = 16, 2
@@ -134,6 +156,13 @@ def main(argv: list[str] | None = None) -> int:
                 end, _ = checked_prefix(data, 0, len(data), -1)
                 assert end == len(data)
             results["local read"] = time.perf_counter() - t0
+            appends: dict[bool, list[float]] = {True: [], False: []}
+            append_bucket = f"append-{uuid.uuid4().hex[:8]}"
+            client.create_bucket(Bucket=append_bucket)
+            for r in range(args.append_rounds):
+                for ship in (r % 2 == 0, r % 2 != 0):  # interleaved, the order alternating per round
+                    root = os.path.join(tmp, f"append-{r}-{ship}")
+                    appends[ship].append(_append_round(root, endpoint, append_bucket, args.mb, args.segment_mb, ship))
     finally:
         proc.kill()
         proc.wait(timeout=30)
@@ -143,6 +172,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"  {name:14s} {secs:7.3f} s  {mb / secs:8.1f} MB/s")
     print(f"  ship / plain upload MB/s:      {results['plain upload'] / results['ship']:.2f}x")
     print(f"  cold remote / local read MB/s: {results['local read'] / results['remote read']:.3f}x")
+    if args.append_rounds:
+        on, off = statistics.median(appends[True]), statistics.median(appends[False])
+        print(f"  append, shipping on  {on:7.3f} s  {args.mb / on:8.1f} MB/s (median of {args.append_rounds})")
+        print(f"  append, shipping off {off:7.3f} s  {args.mb / off:8.1f} MB/s")
+        print(f"  append on / off MB/s:          {off / on:.2f}x")
     return 0
 
 

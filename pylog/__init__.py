@@ -27,9 +27,10 @@ from .errors import (AuthenticationError, CorruptBatchError, IllegalSaslStateErr
 from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, CorruptRecordError, DiskFullError,
                      InvalidArgumentError, InvalidConfigError, StorePathError,
                      InvalidGroupError, InvalidRecordError, InvalidTopicError, LogFailedError, OffsetOutOfRangeError,
-                     OutOfOrderSequenceError, PartitionLockedError, ProducerFencedError, PylogError,
-                     ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StorageError,
-                     StoreClosedError, StorePermissionError, TooManyOpenFilesError, TopicExistsError, UnknownStoreError,
+                     InvalidTxnStateError, OutOfOrderSequenceError, PartitionLockedError, ProducerFencedError,
+                     PylogError, ReadOnlyStoreError, RebalanceInProgressError, RecordTooLargeError, StorageError,
+                     StoreClosedError, StorePermissionError, TooManyOpenFilesError, TopicExistsError,
+                     TransactionCoordinatorFencedError, UnknownStoreError,
                      UnknownTopicError)
 from .errors import RemoteConflictError, RemoteDataCorruptError, RemoteObjectMissingError, RemoteStorageError
 from .clients.groups import GroupDescription, MemberDescription, PartitionLag
@@ -49,6 +50,7 @@ __all__ = [
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "InvalidGroupError", "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError",
+    "InvalidTxnStateError", "TransactionCoordinatorFencedError",
     "OutOfOrderSequenceError", "StorageError", "DiskFullError", "ReadOnlyStoreError", "StorePermissionError",
     "UnknownStoreError", "InvalidArgumentError", "StorePathError", "ConsumerStoppedError", "TooManyOpenFilesError",
     "CorruptBatchError", "InvalidBatchError", "UnsupportedMagicError", "UnsupportedCompressionError",

@@ -20,7 +20,7 @@ from typing import Any, Iterator, Mapping
 from .errors import InvalidConfigError
 
 __all__ = ["Setting", "SETTINGS", "TopicConfig", "STORE_SETTINGS", "REMOTE_STORAGE_SETTINGS", "LONG_MAX",
-           "stored_config", "parse_value"]
+           "stored_config", "parse_value", "local_retention"]
 
 log = logging.getLogger("pylog.config")
 
@@ -88,6 +88,15 @@ SETTINGS: dict[str, Setting] = {s.name: s for s in [
        "has not written for this long (ms).", minimum=1),
     _s("message.timestamp.type", "str", "CreateTime", "CreateTime keeps the writer's timestamps; LogAppendTime stamps "
        "the append time.", choices=("CreateTime", "LogAppendTime")),
+    # Tiered storage (KIP-405): docs/ARCHITECTURE.md, "Tiered storage".
+    _s("remote.storage.enable", "bool", False, "Ship the topic's closed, fsynced segments to the store's "
+       "remote.storage.location; local copies then go by local.retention.*, the whole log by retention.*. Not "
+       "with cleanup.policy compact."),
+    _s("local.retention.ms", "int", -2, "With remote.storage.enable: delete local copies of shipped segments "
+       "whose newest record is older than this (ms); -2: retention.ms; -1: keep forever.", minimum=-2),
+    _s("local.retention.bytes", "int", -2, "With remote.storage.enable: delete local copies of the oldest "
+       "shipped segments while the local log is larger than this; -2: retention.bytes; -1: unlimited.",
+       minimum=-2),
 ]}
 
 #: Store-level settings that are not per topic.
@@ -133,6 +142,13 @@ REMOTE_STORAGE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
        "pieces of this many bytes (at least what a read asks for).", minimum=4096, maximum=1 << 30),
     _s("remote.storage.read.cache.bytes", "int", 64 << 20, "Memory for the pieces of shipped logs that remote "
        "reads fetched, least recently used dropped first; 0 keeps none.", minimum=0, maximum=LONG_MAX),
+    _s("remote.log.manager.task.interval.ms", "int", 30_000, "How often the upload thread looks for closed "
+       "segments to ship and applies remote retention (ms).", minimum=1, maximum=LONG_MAX),
+    _s("remote.log.manager.task.retry.backoff.ms", "int", 500, "First wait before a partition whose upload "
+       "failed is tried again (ms); doubled per failure up to remote.log.manager.task.retry.backoff.max.ms.",
+       minimum=1, maximum=LONG_MAX),
+    _s("remote.log.manager.task.retry.backoff.max.ms", "int", 30_000, "Longest wait between tries of a "
+       "partition whose uploads keep failing (ms).", minimum=1, maximum=LONG_MAX),
 ]}
 
 
@@ -252,6 +268,33 @@ def validate(overrides: Mapping[str, Any] | None, table: Mapping[str, Setting] =
     return out
 
 
+def _check_tiering(values: Mapping[str, Any]) -> None:
+    """Kafka's rules for KIP-405's settings: no remote storage for compacted topics (compaction rewrites
+    sealed segments; shipped ones are immutable, with dense offsets), and local retention within the total."""
+    if not values["remote.storage.enable"]:
+        return
+    if "compact" in values["cleanup.policy"]:
+        raise InvalidConfigError("remote.storage.enable: not allowed with cleanup.policy compact (shipped "
+                                 "segments are never rewritten)")
+    for kind in ("ms", "bytes"):
+        local, total = values[f"local.retention.{kind}"], values[f"retention.{kind}"]
+        if local == -2 or total == -1:
+            continue
+        if local == -1 or local > total:
+            raise InvalidConfigError(f"local.retention.{kind}: {local} keeps more local data than "
+                                     f"retention.{kind} ({total}) keeps the log")
+
+
+def local_retention(config: Mapping[str, Any]) -> tuple[int, int]:
+    """``(ms, bytes)`` that local copies are kept by: ``local.retention.*`` with remote storage on (-2 meaning
+    the ``retention.*`` value), else ``retention.*``."""
+    ms, nbytes = config["retention.ms"], config["retention.bytes"]
+    if not config["remote.storage.enable"]:
+        return ms, nbytes
+    lms, lbytes = config["local.retention.ms"], config["local.retention.bytes"]
+    return (ms if lms == -2 else lms), (nbytes if lbytes == -2 else lbytes)
+
+
 class TopicConfig(Mapping[str, Any]):
     """An immutable view of a topic's effective configuration: overrides over store defaults over Kafka's.
 
@@ -269,6 +312,7 @@ class TopicConfig(Mapping[str, Any]):
         values.update(self._overrides)
         if values["max.compaction.lag.ms"] < values["min.compaction.lag.ms"]:
             raise InvalidConfigError("max.compaction.lag.ms must be >= min.compaction.lag.ms")
+        _check_tiering(values)
         self._values = values
 
     def __getitem__(self, key: str) -> Any:
@@ -324,12 +368,13 @@ def split_store_options(options: Mapping[str, Any]) -> tuple[dict[str, Any], dic
         name = key.replace("_", ".")
         if name in SETTINGS:
             topic[name] = value
-        elif name in STORE_SETTINGS:
+        elif name in STORE_SETTINGS or name in REMOTE_STORAGE_SETTINGS:
             store[name] = value
         else:
             raise InvalidConfigError(f"unknown configuration {key!r}")
     TopicConfig(None, topic)  # validates each value and the cross-setting rules (compaction lags)
-    store_values = {k: s.default for k, s in STORE_SETTINGS.items()}
-    store_values.update(validate(store, STORE_SETTINGS))
+    table = {**STORE_SETTINGS, **REMOTE_STORAGE_SETTINGS}
+    store_values = {k: s.default for k, s in table.items()}
+    store_values.update(validate(store, table))
     return topic, store_values
 

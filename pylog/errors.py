@@ -39,6 +39,8 @@ __all__ = [
     "LogFailedError",
     "CleanerError",
     "ProducerFencedError",
+    "InvalidTxnStateError",
+    "TransactionCoordinatorFencedError",
     "OutOfOrderSequenceError",
     "CommitFailedError",
     "RebalanceInProgressError",
@@ -176,6 +178,15 @@ class CleanerError(PylogError):
 
 class ProducerFencedError(PylogError):
     """An idempotent producer wrote with an epoch older than its current one (a newer instance took over)."""
+
+
+class InvalidTxnStateError(PylogError):
+    """A producer's batch or marker does not fit the state of its transaction (Kafka's INVALID_TXN_STATE): a
+    non-transactional batch while its transaction is open, or a transactional one without a producer id."""
+
+
+class TransactionCoordinatorFencedError(PylogError):
+    """A transaction marker from a coordinator epoch older than one already written to the partition."""
 
 
 class OutOfOrderSequenceError(PylogError):

@@ -340,6 +340,9 @@ class _Index:
         if mm is None or not self.writable or n >= self.capacity:
             return
         a, b = self.A.itemsize, self.B.itemsize
+        if n and (_HEADER_SIZE + n * a) % mmap.PAGESIZE >= a and \
+                (_HEADER_SIZE + self.capacity * a + n * b) % mmap.PAGESIZE >= b:
+            return  # neither entry starts a page (the common case: this runs for every indexed batch)
         pages = [(col, off - off % mmap.PAGESIZE)
                  for col, off, size in ((0, _HEADER_SIZE + n * a, a), (1, _HEADER_SIZE + self.capacity * a + n * b, b))
                  if n == 0 or off % mmap.PAGESIZE < size]

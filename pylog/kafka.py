@@ -64,8 +64,7 @@ CONSUMER_IGNORED = _BROKER_ONLY | {
     "metric_group_prefix", "retry_backoff_ms",
 }
 #: Consumer settings accepted silently when they ask for what pylog always does, with the value that does.
-_CONSUMER_ALWAYS = {"check_crcs": True, "exclude_internal_topics": True,
-                    "isolation_level": ("read_uncommitted", "read_committed"), "allow_auto_create_topics": None}
+_CONSUMER_ALWAYS = {"check_crcs": True, "exclude_internal_topics": True, "allow_auto_create_topics": None}
 
 _warned: set[str] = set()
 _warned_lock = threading.Lock()

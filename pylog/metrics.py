@@ -163,6 +163,19 @@ METRICS: tuple[Metric, ...] = (
        "Partitions the cleaner gave up on after an error (cleaning failures)."),
     _m("pylog_cleaner_dirty_ratio", GAUGE, _TP, "store", "kafka.log:type=LogCleanerManager,name=max-dirty-percent",
        "Dirty ratio of a compacted partition at the cleaner's last look (0 to 1)."),
+    # --- tiered storage (remote.storage.enable): counted by the upload thread and remote reads, per topic
+    _m("pylog_remote_segments_shipped_total", COUNTER, "topic", "process",
+       "kafka.server:type=BrokerTopicMetrics,name=RemoteCopyRequestsPerSec",
+       "Segments the upload thread shipped to the remote log and committed."),
+    _m("pylog_remote_bytes_shipped_total", COUNTER, "topic", "process",
+       "kafka.server:type=BrokerTopicMetrics,name=RemoteCopyBytesPerSec",
+       "Bytes of segment logs the upload thread shipped (indexes not counted)."),
+    _m("pylog_remote_failures_total", COUNTER, "topic", "process",
+       "kafka.server:type=BrokerTopicMetrics,name=RemoteCopyErrorsPerSec",
+       "Partition upload passes that failed (each retried after a back-off)."),
+    _m("pylog_remote_reads_total", COUNTER, "topic", "process",
+       "kafka.server:type=BrokerTopicMetrics,name=RemoteFetchRequestsPerSec",
+       "Reads served from the remote log (offsets below the local log start)."),
     # --- producers (pylog's Producer / KafkaProducer) in this process, per client_id
     _m("pylog_producer_records_sent_total", COUNTER, "client_id", "producer",
        "kafka.producer:type=producer-metrics,name=record-send-total", "Records the producers appended."),
@@ -206,8 +219,8 @@ METRICS: tuple[Metric, ...] = (
 
 #: Metric by name.
 BY_NAME: dict[str, Metric] = {m.name: m for m in METRICS}
-# Names reserved for issues 27 (transactions) and 28 (tiered storage), so the scheme has room:
-# pylog_transactions_*_total, pylog_log_last_stable_offset; pylog_tier_*_bytes, pylog_tier_upload_*.
+# Names reserved for issue 27 (transactions), so the scheme has room:
+# pylog_transactions_*_total, pylog_log_last_stable_offset. Tiered storage (issue 28) counts pylog_remote_*.
 
 
 class _State:

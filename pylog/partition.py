@@ -40,28 +40,14 @@ Its invariants (the parts in :mod:`pylog.storage.log` cite these numbers):
 10. Damage in the middle of the active segment after a clean close is never cut silently
     (:mod:`~pylog.storage.log.loader`).
 
-This module is the partition's public API (only what docs/CLIENTS.md and GUARANTEES.md tell users about) and
-wires the parts, which live below it in :mod:`pylog.storage.log`, each owning one concern, generic in the
-segment type (they see a segment through :class:`~pylog.storage.log.segments.SegmentLike` and never import
-:mod:`pylog.segment`):
-
-- :mod:`~pylog.storage.log.writer_lock` (:class:`WriterLock`): the ``flock`` on ``.lock`` and turn-taking
-  (invariant 4);
-- :mod:`~pylog.storage.log.local_log` (:class:`LocalLog`): the segment list, the log start, readers' refresh and
-  reads (invariants 1, 2, 7);
-- :mod:`~pylog.storage.log.loader`: opening as the writer, recovery, interrupted swaps (invariants 3, 10);
-- :mod:`~pylog.storage.log.durability` (:class:`Durability`): checkpoint, recovery point, rolls and their
-  background fsync, flushes, the failed state (invariants 3, 5, 8);
-- :mod:`~pylog.storage.log.append` (:class:`Appender`): batch bounds, encoding, idempotent producers (invariants
-  1, 9); :mod:`~pylog.storage.log.write` (:class:`BatchWriter`): writing a call's batches, rolls, the failure a
-  write leaves, waking readers, the flush policy (invariants 1, 2, 8, 9);
-- :mod:`~pylog.storage.log.maintenance`: retention, delete-records, the view side of compaction swaps (invariants
-  5, 6);
-- :mod:`~pylog.storage.log.waiting` (:class:`Waiters`): waking readers that wait for appends, here and in other
-  processes; :mod:`~pylog.storage.log.checks`: the full check;
-- :mod:`~pylog.storage.log.internals` (:class:`PartitionInternals`): the partition's internal API, what pylog's
-  own layers (producer, server, cleaner, store, consumer) need beyond the public one, reached through
-  :func:`internals` and not exported from :mod:`pylog` (invariants 4, 6).
+This module is the partition's public API (only what docs/CLIENTS.md and GUARANTEES.md tell users about) and wires
+the parts, which live below it in :mod:`pylog.storage.log`, each owning one concern, generic in the segment type
+(they see a segment through :class:`~pylog.storage.log.segments.SegmentLike` and never import :mod:`pylog.segment`):
+the writer lock and turns, the segment list and reads, loading and recovery, durability, batch bounds and encoding,
+writing a call's batches, transactions' state, maintenance, remote reads (tiered storage), waking readers, the full
+check, and the internal API
+(:class:`~pylog.storage.log.internals.PartitionInternals`, reached through :func:`internals`, not exported from
+:mod:`pylog`); :mod:`pylog.storage.log`'s docstring lists which module owns which and the invariants each keeps.
 
 Invariants kept here: the facade holds ONE append lock (an ``RLock``, private) that every part's
 writer-side state changes under, and a maintenance lock (private), always taken before it, never after.
@@ -98,8 +84,8 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .config import TopicConfig
-from .errors import (InvalidArgumentError, InvalidRecordError, LogFailedError,
-                       PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
+from .errors import (InvalidArgumentError, InvalidRecordError, InvalidTxnStateError, LogFailedError,
+                     OffsetOutOfRangeError, PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
 from .storage.fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
 from .storage.handles import PER_PARTITION, SEGMENT_COST, HandleCache
 from .storage.notify import AppendWatch
@@ -110,6 +96,7 @@ from .storage.log import checks, loader, maintenance
 from .storage.log.append import SEQ_MOD, Appender, Columns
 from .storage.log.batches import Data, EncodedBatch, Headers, RecordHeaders, Timestamps
 from .storage.log.internals import OwnerOps, PartitionInternals
+from .storage.log.txn import IsolationLevel, TxnTracker, aborted_in, check_isolation, isolated_read
 from .storage.log.write import BatchWriter
 from .storage.log.durability import Durability
 from .storage.log.local_log import LocalLog
@@ -180,6 +167,7 @@ class Partition:
         # Recovery point, unsynced rolls, pending flushes and the failed state.
         self._durability = Durability(self._local, self._append_lock, self._writer, lambda: self._closed)
         self._appender = Appender(name, directory, config)
+        self._txn = TxnTracker(directory)  # the last stable offset, from the files (storage/log/txn.py)
         self._batch_writer = BatchWriter(topic, name, self._local, self._durability, self._appender, self._waiters,
                                          self._roll)
         #: What pylog's own layers use beyond the public API (see :func:`internals`).
@@ -188,7 +176,8 @@ class Partition:
             self._maintenance_lock,
             OwnerOps(lambda: self._closed, self._ensure_writer_locked, self.release_writer,
                      lambda: self.lock_timeout_ms, self._abandon, self._forget_budget, self._append_lists,
-                     self._append_column_args))
+                     self._append_column_args, self._append_marker, self._read_isolated,
+                     self._slices, lambda start, end: aborted_in(self._local, start, end, self._txn.sealed)))
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
         with descriptor_faults(f"opening {name}"):
             self._local.load_readonly()
@@ -312,7 +301,7 @@ class Partition:
         :attr:`log_end_offset` does (see :meth:`LocalLog.refresh`): a start that the writer's retention
         or ``delete_records`` raised is seen by a reader that only asks for the start, not only by one that reads."""
         self._refresh()
-        return self._local.log_start
+        return self._internals.log_start_seen(self._local.log_start)
 
     @property
     def log_end_offset(self) -> int:
@@ -328,7 +317,7 @@ class Partition:
         if self._closed:
             return self._local.log_start, self._final_end
         self._refresh()
-        return self._local.log_start, self._local.end_offset
+        return self._internals.log_start_seen(self._local.log_start), self._local.end_offset
 
     def _refresh(self) -> None:
         if not self._writer.held:  # a reader looks at its files; the writer's view is exact
@@ -374,7 +363,7 @@ class Partition:
     def append_values(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
                       timestamps: Timestamps | None = None, headers: Headers | None = None, *,
                       producer: tuple[int, int, int] | None = None,
-                      compression: str | None = None) -> int:
+                      compression: str | None = None, transactional: bool = False) -> int:
         """Fast path: append parallel lists of values (and keys, timestamps, headers); return the first offset.
 
         ``timestamps`` are milliseconds since the epoch, one per value: a sequence (a None item takes the
@@ -383,15 +372,21 @@ class Partition:
         producer's ``(producer id, epoch, first sequence number)``: a call that repeats a recent one (a
         retry) is not appended again, and the offset the first call got is returned (see
         :mod:`pylog.storage.producer_state`). ``compression`` ("lz4" or None) is the writer's choice, used when
-        the topic's ``compression.type`` is ``producer``.
+        the topic's ``compression.type`` is ``producer``. ``transactional``: the records belong to the
+        producer's open transaction (one is opened by the first such call), visible to ``read_committed``
+        readers once a commit marker ends it (docs/FORMAT.md, "Transactions"); needs ``producer``.
         :raises RecordTooLargeError: when one record alone exceeds ``max.message.bytes``.
         :raises ProducerFencedError, OutOfOrderSequenceError: for a producer batch out of turn.
+        :raises InvalidTxnStateError: a transactional call without ``producer``, or a non-transactional one
+            while the producer's transaction is open.
         """
-        return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=False)
+        return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=False,
+                                  transactional=transactional)
 
     def _append_lists(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                       timestamps: Timestamps | None, headers: Headers | None, producer: tuple[int, int, int] | None,
-                      compression: str | None, in_turn: bool) -> int:
+                      compression: str | None, in_turn: bool, batch_size: int | None = None,
+                      transactional: bool = False) -> int:
         n = len(values)
         if n == 0:
             raise InvalidRecordError("nothing to append")
@@ -399,21 +394,22 @@ class Partition:
         klens, kparts = column_parts(keys, n, "keys")
         assert vlens is not None
         return self._append_columns(Columns(n, vlens, vparts, klens, kparts, timestamps, headers, False),
-                                    producer, compression, in_turn)
+                                    producer, compression, in_turn, batch_size=batch_size,
+                                    transactional=transactional)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
                        key_lengths: np.ndarray | None = None, key_data: Data | None = None,
                        timestamps: np.ndarray | None = None, *, headers: Headers | None = None,
                        producer: tuple[int, int, int] | None = None,
-                       compression: str | None = None) -> int:
+                       compression: str | None = None, transactional: bool = False) -> int:
         """Columnar fast path: int32 lengths (-1 for null) plus the concatenated non-null bytes.
 
         From Arrow binary arrays: ``lengths = np.diff(offsets)`` with -1 where the validity bit is 0.
         ``headers`` (one sequence of ``(str, bytes | None)`` pairs per record), ``producer`` and
-        ``compression`` as for :meth:`append_values`.
+        ``compression`` and ``transactional`` as for :meth:`append_values`.
         """
         cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
-        return self._append_columns(cols, producer, compression, in_turn=False)
+        return self._append_columns(cols, producer, compression, in_turn=False, transactional=transactional)
 
     def _append_column_args(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
                             key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None,
@@ -442,15 +438,18 @@ class Partition:
                        [key_data] if key_data is not None else [], ts, headers, True)
 
     def _append_columns(self, cols: Columns, producer: tuple[int, int, int] | None, compression: str | None,
-                        in_turn: bool, flush_policy: bool = True) -> int:
+                        in_turn: bool, flush_policy: bool = True, batch_size: int | None = None,
+                        transactional: bool = False) -> int:
         appender = self._appender
         if cols.headers is not None:
             # Checked once, up front (sizing the batches reads them): a bad shape is an InvalidRecordError.
             cols = Columns(*cols[:6], header_rows(cols.headers, cols.n), cols[7])  # _replace costs ~1 us more
         appender.check_keys(cols, self.topic)
-        bounds = appender.batch_bounds(cols)
+        bounds = appender.batch_bounds(cols, batch_size)
         if producer is not None and (producer[0] < 0 or not 0 <= producer[2] < SEQ_MOD):
             raise InvalidArgumentError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
+        if transactional and producer is None:
+            raise InvalidTxnStateError("a transactional append needs producer=(id, epoch, sequence)")
         self._touch()
         with self._append_lock:
             if not self._writer.held:
@@ -458,7 +457,16 @@ class Partition:
                 self._writer.in_turns = in_turn
             elif not in_turn:
                 self._writer.in_turns = False  # a direct append: this handle keeps the lock (see hand_over)
-            return self._batch_writer.write(cols, bounds, producer, compression, flush_policy)
+            return self._batch_writer.write(cols, bounds, producer, compression, flush_policy, batch_size,
+                                            transactional)
+
+    def _append_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int) -> int:
+        self._touch()
+        with self._append_lock:
+            if not self._writer.held:
+                self._ensure_writer_locked()
+                self._writer.in_turns = True
+            return self._batch_writer.write_marker(producer_id, epoch, commit, coordinator_epoch)
 
     def _roll(self) -> Segment:
         return self._durability.roll(lambda: self._snapshot_producers(durable=False))
@@ -526,13 +534,15 @@ class Partition:
             raise InvalidArgumentError(f"before_offset must be an int, got {type(before_offset).__name__}")
         if before_offset < 0:
             raise InvalidArgumentError(f"before_offset must be >= 0, got {before_offset}")
+        self._internals.delete_remote_records(before_offset, self.log_end_offset)  # tiered: first, no lock held
         with self._maintenance_lock, self._append_lock:
             self._ensure_writer_locked()
             return maintenance.delete_records(self._local, self._durability, before_offset)
 
     # ------------------------------------------------------------------ reading
 
-    def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
+    def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool,
+                committed: bool = False) -> list[ReadSlice]:
         if self._closed:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
         offset = _int_argument("offset", offset)
@@ -545,6 +555,10 @@ class Partition:
         try:
             out = local.on_current_view(f"a read at offset {offset}", local.slices, offset, max_records, max_bytes,
                                         verify)
+        except OffsetOutOfRangeError:
+            if (remote := self._internals.remote_reads) is not None and offset < local.log_start:  # tiered storage
+                return remote.slices(offset, max_records, max_bytes, committed)
+            raise
         except OSError as exc:
             check_descriptors(exc, f"reading {self.topic}-{self.number} at offset {offset}")
             raise
@@ -568,30 +582,53 @@ class Partition:
         finally:
             self._maintenance_lock.release()
 
+    def _read_isolated(self, offset: int, max_records: int, max_bytes: int, verify: bool,
+                       isolation_level: IsolationLevel) -> tuple[list[ReadSlice], int]:
+        committed = check_isolation(isolation_level)
+        if committed:
+            self._refresh()  # the LSO from the latest files: a marker past this handle's view ends a wait
+        return isolated_read(lambda pos: self._slices(pos, max_records, max_bytes, verify, committed), self._local,
+                             self._txn, offset, committed)
+
+    @property
+    def last_stable_offset(self) -> int:
+        """Kafka's LSO: the first offset of the earliest open transaction, else :attr:`log_end_offset`;
+        ``read_committed`` reads stop there."""
+        if self._closed:
+            raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
+        self._refresh()
+        return self._local.on_current_view("the last stable offset", self._txn.last_stable_offset, self._local)
+
     def read_slices(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
-                    verify: bool = True) -> list[ReadSlice]:
+                    verify: bool = True, isolation_level: IsolationLevel = "read_uncommitted") -> list[ReadSlice]:
         """What :meth:`read` decodes: ``(BatchView, start, stop)`` slices of the batches holding records from
         ``offset`` on, at most ``max_records`` (and about ``max_bytes``), each batch checked as :meth:`read`
         checks it. For readers that build their own rows (the consumer); same errors as :meth:`read`."""
-        return self._slices(offset, max_records, max_bytes, verify)
+        return self._read_isolated(offset, max_records, max_bytes, verify, isolation_level)[0]
 
     def read(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
-             verify: bool = True) -> list[Record]:
+             verify: bool = True, isolation_level: IsolationLevel = "read_uncommitted") -> list[Record]:
         """Records with offsets >= ``offset``, at most ``max_records`` (and about ``max_bytes``).
 
+        ``isolation_level`` is Kafka's: ``read_uncommitted`` (default) returns every record but transaction
+        markers (control batches are never returned as records); ``read_committed`` returns records below
+        :attr:`last_stable_offset` only and none of an aborted transaction. A read that meets only records
+        it does not return goes on past them, up to the log end (or the LSO); so ``[]`` at an offset below
+        the log end means nothing readable lies between.
         Reading at :attr:`log_end_offset` returns ``[]``. With ``verify`` (default) every batch's CRC is checked.
         :raises OffsetOutOfRangeError: below :attr:`log_start_offset` or above :attr:`log_end_offset`.
         :raises CorruptRecordError: when the batch at ``offset`` does not check (names the file and position);
             a read that runs into a bad batch further on returns the records before it, and the next read,
             which starts at it, raises.
         """
-        return slices_records(self._slices(offset, max_records, max_bytes, verify), self.topic, self.number)
+        return slices_records(self._read_isolated(offset, max_records, max_bytes, verify, isolation_level)[0],
+                              self.topic, self.number)
 
     def read_columns(self, offset: int, max_records: int = 100_000, max_bytes: int = DEFAULT_MAX_BYTES,
-                     verify: bool = True) -> RecordColumns:
+                     verify: bool = True, isolation_level: IsolationLevel = "read_uncommitted") -> RecordColumns:
         """Like :meth:`read` but as :class:`~pylog.storage.records.RecordColumns` (numpy arrays + byte buffers)."""
-        return RecordColumns.concat_views(self._slices(offset, max_records, max_bytes, verify), self.topic,
-                                          self.number)
+        return RecordColumns.concat_views(
+            self._read_isolated(offset, max_records, max_bytes, verify, isolation_level)[0], self.topic, self.number)
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None if there is none."""

@@ -442,10 +442,11 @@ class Segment:
         else:
             self._idx.offsets, self._idx.times = self._build_indexes(self.size, verify=False)[:2]
 
-    def batch_headers(self, end: int | None = None, tolerate_tail: bool = False) -> Iterator[tuple[int, BatchHeader]]:
-        """``(position, header)`` of every batch up to ``end`` (for tools and checks)."""
+    def batch_headers(self, end: int | None = None, tolerate_tail: bool = False,
+                      start: int = 0) -> Iterator[tuple[int, BatchHeader]]:
+        """``(position, header)`` of every batch from byte ``start`` (a batch's position) up to ``end``."""
         end = self.size if end is None else end
-        for fpos, h, _, _ in self.scan(0, end, _MAX_CHUNK, tolerate_tail):
+        for fpos, h, _, _ in self.scan(start, end, _MAX_CHUNK, tolerate_tail):
             yield fpos, h
 
     # ------------------------------------------------------------------ state

@@ -58,6 +58,8 @@ from .maintenance.cleaner import Cleaner
 from .maintenance.cleaner_status import CleanerStatus
 from .maintenance.cleaner_registry import CleanerPublisher, PublishedCleaner, published_cleaners
 from .maintenance.compaction import CleanResult, clean_partition, cleanable_range
+from .maintenance.remote_upload import RemoteUploader, check_location
+from .storage.remote import RemoteLog
 from .partition import Partition, internals
 from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, TopicPartition
@@ -122,7 +124,11 @@ class Store:
             _remove_leftovers(self.path)
         self._publisher = self._new_publisher() if self._settings["log.cleaner.enable"] else None
         self._cleaner = Cleaner(self.path, self._open_partitions, self._settings, self._publisher)
+        # Tiered storage: idle without a remote.storage.location, no thread when read-only (remote reads only).
+        self._uploader = RemoteUploader(self.path, self._open_partitions, self._settings, self._cleaner.add_upload)
         self._cleaner.start()
+        if not self.read_only:
+            self._uploader.start()
 
     def _new_publisher(self) -> CleanerPublisher | None:
         try:
@@ -212,6 +218,7 @@ class Store:
         directory = self._topic_dir(name, internal_ok=_internal)
         check_partition_count(partitions)
         cfg = TopicConfig(config, self._defaults)
+        check_location(cfg, self._settings)
         with self._lock:
             if os.path.exists(os.path.join(directory, TOPIC_FILE)):
                 raise TopicExistsError(f"topic {name!r} already exists")
@@ -221,9 +228,20 @@ class Store:
                     os.makedirs(os.path.join(directory, str(i)), exist_ok=True)
                 write_topic_file(directory, name, partitions, cfg.overrides)
                 fsync_dir(self.path)
-            topic = Topic(name, directory, cfg, partitions, self._settings["lock.timeout.ms"], handles=self.handles)
+            topic = Topic(name, directory, cfg, partitions, self._settings["lock.timeout.ms"], handles=self.handles,
+                          remote=self._uploader.remote_logs)
             self._topics[name] = topic
             return topic
+
+    def upload_to_remote(self) -> None:
+        """One pass of tiered storage's upload thread now, in this thread; errors go to ``cleaner_status()``."""
+        self._check_writable("upload to remote storage")
+        self._uploader.run_pass()
+
+    def remote_log(self, topic: str, partition: int) -> RemoteLog:
+        """The :class:`~pylog.storage.remote.RemoteLog` of a partition in ``remote.storage.location``."""
+        self._check_open()
+        return self._uploader.remote_log(topic, partition)
 
     def topic(self, name: str) -> Topic:
         """The named topic. :raises UnknownTopicError:"""
@@ -242,7 +260,7 @@ class Store:
                 cfg = TopicConfig(stored_config(doc["config"], os.path.join(directory, TOPIC_FILE)),
                                   self._defaults)
                 t = Topic(name, directory, cfg, doc["partitions"], self._settings["lock.timeout.ms"],
-                          read_only=self.read_only, handles=self.handles)
+                          read_only=self.read_only, handles=self.handles, remote=self._uploader.remote_logs)
                 self._topics[name] = t
             return t
 
@@ -306,6 +324,7 @@ class Store:
                 new = TopicConfig({**kept, **changes}, self._defaults)
             else:
                 new = topic.config.with_overrides(changes)
+            check_location(new, self._settings)
             write_topic_file(topic.directory, name, topic.num_partitions, new.overrides)
             topic.config = new
             for p in opened_partitions(topic):
@@ -612,6 +631,7 @@ class Store:
             if self._closed:
                 return
             self._closed = True
+            self._uploader.stop()
             self._cleaner.stop()
             if self._publisher is not None:
                 self._publisher.close()

@@ -15,7 +15,7 @@ import json
 import logging
 import os
 import threading
-from typing import Any, Iterable, Mapping
+from typing import Any, Callable, Iterable, Mapping
 
 from .config import TopicConfig
 from .errors import (CorruptRecordError, InvalidArgumentError, InvalidConfigError, InvalidTopicError,
@@ -25,6 +25,7 @@ from .storage.filenames import OFFSETS_TOPIC, TOPIC_FILE, is_internal_topic
 from .storage.handles import HandleCache
 from .partition import Partition, internals
 from .storage.records import crc32c
+from .storage.remote import RemoteLog
 
 __all__ = ["Topic", "read_topic_file", "write_topic_file", "call_each", "check_partition_count", "MAX_PARTITIONS",
            "opened_partitions"]
@@ -121,7 +122,8 @@ class Topic:
     """A topic of a store. Obtain it with ``store.topic(name)``; thread-safe."""
 
     def __init__(self, name: str, directory: str, config: TopicConfig, num_partitions: int,
-                 lock_timeout_ms: int = 0, read_only: bool = False, handles: HandleCache | None = None) -> None:
+                 lock_timeout_ms: int = 0, read_only: bool = False, handles: HandleCache | None = None,
+                 remote: Callable[[str, int], RemoteLog] | None = None) -> None:
         self.name = name
         #: Of a store opened with ``read_only=True``: its partitions never write, it never grows.
         self.read_only = read_only
@@ -129,6 +131,8 @@ class Topic:
         self.config = config
         self._lock_timeout_ms = lock_timeout_ms
         self._handles = handles  # the store's descriptor budget, shared by its partitions
+        #: The store's remote log of a partition (tiered storage; None: the store has no remote location).
+        self._remote = remote
         self._lock = threading.Lock()
         self._partitions: list[Partition | None] = [None] * num_partitions
 
@@ -152,6 +156,8 @@ class Topic:
                                   self._lock_timeout_ms, read_only=self.read_only, handles=self._handles)
                     # Committed offsets are appended by every process of every group in turn.
                     internals(p).transient = self.name == OFFSETS_TOPIC
+                    if self._remote is not None and self.config["remote.storage.enable"]:
+                        internals(p).attach_remote(self._remote(self.name, number))
                     self._partitions[number] = p
         return p
 

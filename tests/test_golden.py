@@ -31,6 +31,7 @@ from pylog.clients.groups import _read_state
 from pylog.clients.offsets import decode_commit, offset_key
 from pylog.index import OffsetIndex, TimeIndex
 from pylog.storage.producer_state import ProducerEntry, ProducerState
+from pylog.storage.txn_index import append_index, marker_record, parse_marker, read_index, truncate_index
 from pylog.storage.remote.manifest import decode_manifest, encode_manifest
 from pylog.clients.consumer import ConsumerRecord
 from pylog.storage.records import (CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header,
@@ -124,7 +125,7 @@ BATCHES = sorted(MANIFEST["batches"])
 
 def test_the_batches_cover_every_header_feature():
     attrs = [MANIFEST["batches"][n]["header"]["attributes"] for n in BATCHES]
-    for bit in (CODEC_LZ4, 1 << 3, 1 << 5, 1 << 6, 1 << 7, 1 << 8, 1 << 9):
+    for bit in (CODEC_LZ4, 1 << 3, 1 << 4, 1 << 5, 1 << 6, 1 << 7, 1 << 8, 1 << 9):
         assert any(a & bit for a in attrs), bit
     assert any(not a & (1 << 6) for a in attrs)  # and a batch without a key column
     assert any(MANIFEST["batches"][n]["header"]["producer_id"] >= 0 for n in BATCHES)
@@ -156,6 +157,8 @@ def _encode_options(spec: dict) -> dict:
                     base_sequence=spec["producer"][2])
     if spec.get("control"):
         opts["control"] = True
+    if spec.get("transactional"):
+        opts["transactional"] = True
     if spec.get("offset_deltas"):
         opts["offset_deltas"] = np.array(spec["offset_deltas"], np.int32)
     return opts
@@ -327,6 +330,44 @@ def test_pylog_reads_and_writes_the_golden_producer_snapshot(tmp_path):
         mine.producers[pid] = ProducerEntry(epoch, [tuple(b) for b in batches], ts)
     mine.write_snapshot(str(tmp_path), want["offset"], durable=False)
     assert (tmp_path / "producer.snapshot").read_bytes() == _raw(want["file"])
+
+
+def test_pylog_reads_and_writes_the_golden_snapshot_with_an_open_transaction(tmp_path):
+    want = MANIFEST["files"]["txn.producer.snapshot"]
+    (tmp_path / "producer.snapshot").write_bytes(_raw(want["file"]))
+    state, offset = ProducerState.read_snapshot(str(tmp_path))
+    assert offset == want["offset"]
+    assert [[pid, e.epoch, e.last_timestamp, [list(b) for b in e.batches]]
+            + ([e.txn_first_offset, e.coordinator_epoch] if e.txn_first_offset >= 0 else [])
+            for pid, e in state.producers.items()] == want["producers"]
+    assert state.ongoing() == {12: 325} and state.last_stable_offset(want["offset"]) == 325
+    (tmp_path / "producer.snapshot").unlink()
+    state.write_snapshot(str(tmp_path), want["offset"], durable=False)
+    assert (tmp_path / "producer.snapshot").read_bytes() == _raw(want["file"])
+
+
+def test_pylog_reads_and_writes_the_golden_aborted_transaction_index(tmp_path):
+    want = MANIFEST["files"]["aborted.txnindex"]
+    entries = read_index(str(GOLDEN / want["file"]))
+    assert [e._asdict() for e in entries] == want["entries"]
+    path = str(tmp_path / "x.txnindex")
+    for e in entries:
+        append_index(path, e)
+    assert (tmp_path / "x.txnindex").read_bytes() == _raw(want["file"])
+    # A torn last entry ends the readable ones; a writer cuts it (and entries past the log end) away.
+    (tmp_path / "x.txnindex").write_bytes(_raw(want["file"])[:-5])
+    assert read_index(path) == entries[:1]
+    assert truncate_index(path, 311) == entries[:1]
+    assert (tmp_path / "x.txnindex").read_bytes() == _raw(want["file"])[:8 + 36]
+
+
+def test_the_golden_commit_marker_is_pylogs_marker_record():
+    want = MANIFEST["batches"]["commit_marker"]
+    view = BatchView.from_buffer(_raw(want["file"]))
+    assert view.header.is_control and view.header.is_transactional
+    rec = view.records()[0]
+    assert parse_marker(rec.key, rec.value) == (True, 5)
+    assert marker_record(True, 5) == (rec.key, rec.value)
 
 
 def test_pylog_reads_and_writes_the_golden_topic_file_and_store_marker(tmp_path):

@@ -84,6 +84,27 @@ def test_both_encoders_agree_on_columns_with_parts(batch):
         _outcome(encode_parts_pure, timestamps=timestamps, headers=headers, **kw)
 
 
+@settings(max_examples=200, deadline=None)
+@given(batches(), st.booleans(), st.booleans())
+def test_both_encoders_agree_on_one_buffer_columns(batch, as_view, large):
+    """``pylog serve``'s path: a Kafka batch's values and keys as one buffer each (small ones go to the
+    compiled encoder, those over NATIVE_COPY_BYTES to the pure path) and its timestamps as an int64 column."""
+    values, keys, timestamps, headers, opts = batch
+    if large:
+        values = [v if v is None else bytes(v) * (encode.NATIVE_COPY_BYTES // 8 + 1) for v in values]
+    vl = np.array([-1 if v is None else len(v) for v in values], np.int32)
+    vd = b"".join(v for v in values if v is not None)
+    kl = kd = None
+    if keys is not None:
+        kl = np.array([-1 if k is None else len(k) for k in keys], np.int32)
+        kd = b"".join(k for k in keys if k is not None)
+    ts = None if timestamps is None else np.array([t if t is not None else 0 for t in timestamps], np.int64)
+    wrap = memoryview if as_view else (lambda b: b)
+    kw = dict(value_lengths=vl, value_data=[wrap(vd)], key_lengths=kl,
+              key_data=[] if kd is None else [wrap(kd)], timestamps=ts, headers=headers, options=opts)
+    assert _outcome(encode_parts, **kw) == _outcome(encode_parts_pure, **kw)
+
+
 def test_the_compiled_encoder_takes_the_common_inputs():
     """Not a test that cannot fail: the C code must not decline the inputs it exists for."""
     values = [bytes([i % 256]) * 100 for i in range(1000)]

@@ -232,9 +232,9 @@ def test_a_retried_append_after_a_lost_acknowledgement_is_not_duplicated(store, 
     real = PartitionInternals.append_values_in_turn  # the producer's way into a partition
     calls = []
 
-    def flaky(self, values, keys, timestamps, headers, producer, compression):
+    def flaky(self, values, keys, timestamps, headers, producer, compression, batch_size=None):
         calls.append(producer)
-        first = real(self, values, keys, timestamps, headers, producer, compression)
+        first = real(self, values, keys, timestamps, headers, producer, compression, batch_size)
         if len(calls) == 1:
             raise OSError("simulated: the write landed but its completion was lost")
         return first

@@ -65,8 +65,8 @@ def setup(tmp_path, monkeypatch):
     duplicates: list[tuple[int, int]] = []
     original = producer_state.ProducerState.check
 
-    def check(self, producer_id, epoch, first_seq, count):
-        skip, first_offset = original(self, producer_id, epoch, first_seq, count)
+    def check(self, producer_id, epoch, first_seq, count, transactional=False):
+        skip, first_offset = original(self, producer_id, epoch, first_seq, count, transactional)
         if skip:
             duplicates.append((producer_id, first_seq))
         return skip, first_offset

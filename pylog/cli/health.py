@@ -155,6 +155,13 @@ def _check_cleaners(cleaners: list[PublishedCleaner], stale_ms: int, found: _Fin
                                   "is stuck, or the process is stopped")
         for key, text in sorted(st.uncleanable.items()):
             found.problems.append(f"cleaner of {who} gave up on {key}: {error_summary(text)}")
+        if st.remote_enabled:
+            lag = int(sum(st.remote_lag.values()))
+            print(f"remote storage of {who}: {st.remote_segments_shipped} segment(s), {st.remote_bytes_shipped} "
+                  f"bytes shipped; {lag} closed segment(s) waiting; {st.remote_failures} failed pass(es)", file=out)
+            if st.remote_last_error is not None and st.remote_failures:
+                found.warnings.append(f"remote storage of {who}: last upload error (retried with back-off): "
+                                      f"{error_summary(st.remote_last_error)}")
     table.print(out)
 
 

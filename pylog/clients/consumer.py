@@ -43,9 +43,10 @@ from .groups import GroupMember, check_group_id
 from .offsets import CommittedOffsets, valid_position
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
+from .listener import ConsumerRebalanceListener
 from ..storage.records import BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count
 from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
-from ..partition import Partition, watch_appends
+from ..partition import Partition, internals, watch_appends
 
 
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",
@@ -66,29 +67,14 @@ _DEFAULTS: dict[str, Any] = {
     "session_timeout_ms": 10_000,
     "heartbeat_interval_ms": 3_000,
     "partition_assignment_strategy": (RangePartitionAssignor, RoundRobinPartitionAssignor),
+    #: Kafka's: read_committed stops at each partition's last stable offset and skips aborted transactions.
+    "isolation_level": "read_uncommitted",
 }
 #: How long one wait on a partition lasts while several are watched (seconds).
 _WAIT_STEP = 0.005
 #: Longest wait between two looks at the group's state while a member waits for data (seconds): bounds
 #: how long a rebalance waits for this member to let go of a partition.
 _GROUP_STEP = 0.05
-
-
-class ConsumerRebalanceListener:
-    """Callbacks around a group rebalance (kafka-python's ``ConsumerRebalanceListener``); subclass it, or
-    pass any object with these two methods to ``subscribe(listener=...)``.
-
-    As in kafka-python, ``on_partitions_revoked`` gets every partition of the previous assignment and
-    ``on_partitions_assigned`` every partition of the new one (partitions that stay with this member
-    appear in both, and keep their positions). Revoked partitions are still owned during the revoke
-    callback, so committing offsets there works.
-    """
-
-    def on_partitions_revoked(self, revoked: set[TopicPartition]) -> None:
-        """Called before the partitions of the previous assignment are given up."""
-
-    def on_partitions_assigned(self, assigned: set[TopicPartition]) -> None:
-        """Called once the new assignment is known (before its partitions are read)."""
 
 
 def _topic_partition(tp: Any) -> TopicPartition:
@@ -154,8 +140,13 @@ class Consumer:
                 f"group {cfg['group_id']!r}: the store {store.path} was opened with read_only=True and cannot take "
                 "commits; pass enable_auto_commit=False and assign() partitions (they start from the group's "
                 "committed offsets), or leave out group_id")
+        if cfg["isolation_level"] not in ("read_uncommitted", "read_committed"):
+            raise InvalidConfigError(f"isolation_level must be read_uncommitted or read_committed, got "
+                                     f"{cfg['isolation_level']!r}")
         self.config = cfg
         self._store = store
+        #: Partitions whose last read stopped at their last stable offset (read_committed), data after it.
+        self._at_lso: set[TopicPartition] = set()
         self._reset = {"smallest": "earliest", "largest": "latest"}.get(cfg["auto_offset_reset"],
                                                                         cfg["auto_offset_reset"])
         self._kdes: Callable[[bytes], Any] | None = cfg["key_deserializer"]
@@ -443,13 +434,13 @@ class Consumer:
             if self._reset == "none":
                 raise NoOffsetForPartitionError(f"{tp.topic}-{tp.partition} has no position and "
                                                 "auto_offset_reset is 'none'")
-            return p.log_start_offset if self._reset == "earliest" else p.log_end_offset
+            return p.log_start_offset if self._reset == "earliest" else self._end(p)
         if pos is None:
             p = self._partition(tp)
             if self._reset == "none":
                 raise NoOffsetForPartitionError(f"{tp.topic}-{tp.partition} has no position and "
                                                 "auto_offset_reset is 'none'")
-            pos = p.log_start_offset if self._reset == "earliest" else p.log_end_offset
+            pos = p.log_start_offset if self._reset == "earliest" else self._end(p)
             self._positions[tp] = pos
         return pos
 
@@ -472,7 +463,7 @@ class Consumer:
 
     def seek_to_end(self, *partitions: TopicPartition) -> None:
         for tp in partitions or list(self._positions):
-            self.seek(tp, self._partition(tp).log_end_offset)
+            self.seek(tp, self._end(self._partition(tp)))
 
     def _check_assigned(self, tp: TopicPartition) -> None:
         self._rescan()
@@ -483,7 +474,12 @@ class Consumer:
         return {tp: self._partition(_topic_partition(tp)).log_start_offset for tp in partitions}
 
     def end_offsets(self, partitions: Iterable[TopicPartition]) -> dict[TopicPartition, int]:
-        return {tp: self._partition(_topic_partition(tp)).log_end_offset for tp in partitions}
+        """Each partition's end: its log end offset, or under read_committed its last stable offset (Kafka's)."""
+        return {tp: self._end(self._partition(_topic_partition(tp))) for tp in partitions}
+
+    def _end(self, p: Partition) -> int:
+        """Where "latest" is for this consumer's isolation level."""
+        return p.last_stable_offset if self.config["isolation_level"] == "read_committed" else p.log_end_offset
 
     def offsets_for_times(self, timestamps: dict[TopicPartition, int]
                           ) -> dict[TopicPartition, OffsetAndTimestamp | None]:
@@ -591,14 +587,22 @@ class Consumer:
     def _read(self, tp: TopicPartition, limit: int) -> list[_Slice]:
         p = self._partition(tp)
         pos = self._resolve(tp)
+        read = internals(p).read_isolated
+        level, max_bytes = self.config["isolation_level"], self.config["fetch_max_bytes"]
         try:
-            slices = p.read_slices(pos, max_records=limit, max_bytes=self.config["fetch_max_bytes"])
+            slices, nxt = read(pos, limit, max_bytes, level)
         except OffsetOutOfRangeError:
             if self._reset == "none":
                 raise
             # Retention or delete-records removed the position (or it lies past the end): reset it.
             self._positions[tp] = None
-            slices = p.read_slices(self._resolve(tp), max_records=limit, max_bytes=self.config["fetch_max_bytes"])
+            pos = self._resolve(tp)
+            slices, nxt = read(pos, limit, max_bytes, level)
+        self._at_lso.discard(tp)
+        if not slices and nxt > pos:
+            self._positions[tp] = nxt  # past transaction markers and aborted records: nothing to return
+        elif not slices and level == "read_committed" and nxt < p.log_end_offset:
+            self._at_lso.add(tp)
         if slices and self._quotas.active(self.config["client_id"], CONSUME):
             self._fetched_bytes += payload_bytes(slices)
         if slices and metrics.state.on:
@@ -616,6 +620,11 @@ class Consumer:
             return
         if not parts:
             time.sleep(min(remaining, 0.05))
+            return
+        if self._at_lso.issuperset(parts):
+            # Every partition waits for a transaction to end: its data is there already, so the wake-ups
+            # below would return at once; look again every few ms instead.
+            time.sleep(min(remaining, _WAIT_STEP))
             return
         if len(parts) > 1 and self._wait_many(parts, remaining):
             return

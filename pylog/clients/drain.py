@@ -3,10 +3,11 @@
 :class:`Drainer` is the part of a :class:`~pylog.clients.producer.Producer` that writes. Given an
 :class:`~pylog.clients.accumulator.Accumulation` swapped out of the producer, it places the records
 (explicit partition, else the partitioner), appends each partition's records as one idempotent call
-(``append_values_in_turn``), fsyncs with ``acks="all"`` through the process's group commit
-(:mod:`pylog.storage.group_commit`), records the bytes against the client's produce quota and waits out
-its delay, and hands each partition's writer lock over to whoever waits for it. The producer keeps the
-sending side (``send()``, the byte accounting, the sender thread, completion); it owns no partition.
+(``append_values_in_turn``, cut into batches of at most ``batch_size`` bytes), fsyncs with ``acks="all"``
+through the process's group commit (:mod:`pylog.storage.group_commit`), records the bytes against the
+client's produce quota and waits out its delay, and hands each partition's writer lock over to whoever waits
+for it. The producer keeps the sending side (``send()``, the byte accounting, the sender thread,
+completion); it owns no partition.
 
 Not exported: the producer makes one and calls it under its drain lock (every method here must be called
 under that lock, except the constructor), so a drainer's state needs no lock of its own.
@@ -73,6 +74,10 @@ class Drainer:
         self._partitioner = config["partitioner"]
         self._default_partitioner = DefaultPartitioner()
         self._compression = None if config["compression_type"] in (None, "none") else "lz4"
+        #: Kafka's batch.size: a partition's records of one drain are cut into batches of at most this many
+        #: bytes (one record at least), all appended by one call. Small batches keep a reader's look at one
+        #: record cheap: a reader that is not the writer checks the whole batch it reads from.
+        self._batch_size = int(config["batch_size"])
         self._idempotent = bool(config["enable_idempotence"])
         self._max_block_ms = config["max_block_ms"]
         self._retries = int(config["retries"])
@@ -258,7 +263,8 @@ class Drainer:
                     # Only the wait for this partition counts against max_block_ms, not letting go of others.
                     deadline += time.monotonic() - started
                     part.wait_to_write(max(0.0, deadline - time.monotonic()) * 1000, again)
-                return internals(part).append_values_in_turn(vals, keys, ts, hs, producer, self._compression)
+                return internals(part).append_values_in_turn(vals, keys, ts, hs, producer, self._compression,
+                                                             self._batch_size)
             except PartitionLockedError:
                 # Handed on between our turn and the append (another producer of this process): wait again.
                 if time.monotonic() >= deadline:

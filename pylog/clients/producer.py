@@ -88,7 +88,7 @@ _DEFAULTS: dict[str, Any] = {
     "value_serializer": None,
     "acks": 1,
     "compression_type": None,
-    "batch_size": 16384,
+    "batch_size": 65536,  # Kafka: 16384; see docs/CONFIGURATION.md for why pylog cuts larger batches
     "linger_ms": 0,
     "partitioner": None,
     "buffer_memory": 32 * 1024 * 1024,

@@ -32,6 +32,7 @@ from ..errors import CleanerError, CorruptRecordError, StoreClosedError
 from ..storage.retention import RetentionResult
 from .cleaner_registry import CleanerPublisher
 from .cleaner_status import CleanerStatus, error_summary
+from .remote_upload import UploadCounts
 from ..partition import Partition, internals
 
 
@@ -106,7 +107,7 @@ class Cleaner:
     def status(self) -> CleanerStatus:
         with self._lock:
             st = replace(self._status, uncleanable=dict(self._status.uncleanable),
-                         dirty_ratios=dict(self._status.dirty_ratios))
+                         dirty_ratios=dict(self._status.dirty_ratios), remote_lag=dict(self._status.remote_lag))
         t = self._thread
         st.alive = t is not None and t.is_alive() and st.alive
         return st
@@ -133,6 +134,21 @@ class Cleaner:
         with self._lock:
             self._status.segments_deleted += len(r.deleted_segments)
             self._status.bytes_deleted += r.bytes_deleted
+
+    def add_upload(self, key: str, counts: UploadCounts, error: str | None) -> None:
+        """One partition's upload pass (:mod:`pylog.maintenance.remote_upload`), from the upload thread."""
+        with self._lock:
+            st = self._status
+            st.remote_enabled = True
+            st.remote_segments_shipped += counts.segments
+            st.remote_bytes_shipped += counts.bytes
+            st.segments_deleted += counts.remote_segments_deleted
+            if error is not None:
+                st.remote_failures += 1
+                st.remote_last_error = f"upload of {key}: {error}"
+                st.remote_last_error_at = time.time()
+            if key != "store metadata":
+                st.remote_lag[key] = float(counts.waiting)
 
     def add_cleaning(self, r: CleanResult) -> None:
         with self._lock:

@@ -46,6 +46,17 @@ class CleanerStatus:
     bytes_deleted: int = 0
     #: "topic-partition" -> dirty ratio at the last look, for compacted partitions this store writes.
     dirty_ratios: dict[str, float] = field(default_factory=dict)
+    #: Tiered storage: the store was opened with ``remote.storage.location`` (an upload thread runs).
+    remote_enabled: bool = False
+    remote_segments_shipped: int = 0
+    remote_bytes_shipped: int = 0
+    #: Partition upload passes that failed (each retried after a back-off).
+    remote_failures: int = 0
+    remote_last_error: str | None = None
+    remote_last_error_at: float | None = None
+    #: "topic-partition" -> closed segments not shipped yet after its last pass (what a lost disk costs,
+    #: beside the active segment).
+    remote_lag: dict[str, float] = field(default_factory=dict)
 
     @property
     def healthy(self) -> bool:

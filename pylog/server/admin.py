@@ -28,7 +28,7 @@ import os
 import shutil
 from typing import Any
 
-from ..config import SETTINGS, STORE_SETTINGS, TopicConfig
+from ..config import REMOTE_STORAGE_SETTINGS, SETTINGS, STORE_SETTINGS, TopicConfig
 from ..errors import InvalidGroupError, PylogError, RebalanceInProgressError, TopicExistsError
 from ..structs import TopicPartition
 from ..store import check_group_id, is_internal_topic, topic_name_problem
@@ -249,7 +249,8 @@ class AdminHandlers:
         cfg = TopicConfig(None, given)
         items = [(BROKER_SYNONYMS[k], cfg[k], SOURCE_STATIC_BROKER if k in given else SOURCE_DEFAULT)
                  for k in SETTINGS if k in BROKER_SYNONYMS]
-        items += [(k, v, SOURCE_DEFAULT if v == STORE_SETTINGS[k].default else SOURCE_STATIC_BROKER)
+        table = {**STORE_SETTINGS, **REMOTE_STORAGE_SETTINGS}
+        items += [(k, v, SOURCE_DEFAULT if v == table[k].default else SOURCE_STATIC_BROKER)
                   for k, v in store.settings.items()]
         group = {"group.initial.rebalance.delay.ms": coordinator.initial_rebalance_delay_ms,
                  "group.min.session.timeout.ms": coordinator.min_session_timeout_ms,

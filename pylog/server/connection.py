@@ -79,6 +79,10 @@ _WRITE_CHUNK = 1 << 20
 _FRAME_OVERHEAD = 128
 #: The most frames cut out of the receive buffer in one turn of the event loop (~1 ms of work).
 _CUT_PER_TURN = 512
+#: The longest a connection handles its queued requests before it lets the other connections have a turn of the
+#: event loop (seconds): a yield per request cost a turn of the loop (an epoll call, the ready callbacks) per
+#: request, and librdkafka pipelines one small Produce per partition batch.
+_TURN_S = 0.0005
 #: Frames larger than this are decoded in the decoder thread, not on the event loop: one this size holds at most
 #: 12,288 structs (schema.struct_budget), ~30 ms of decoding.
 _DECODE_ON_LOOP_BYTES = 64 << 10
@@ -369,6 +373,7 @@ class Connection(asyncio.Protocol):
 
     async def _serve(self) -> None:
         loop = asyncio.get_running_loop()
+        turn_began = loop.time()
         try:
             while not self.closing:
                 await self._write_owed(block=len(self._owed) >= _MAX_DEFERRED)
@@ -379,6 +384,7 @@ class Connection(asyncio.Protocol):
                     else:
                         await self._wakeup
                     self._wakeup = None
+                    turn_began = loop.time()
                     continue
                 frame = self._frames.popleft()
                 self._queued -= len(frame) + _FRAME_OVERHEAD
@@ -401,10 +407,11 @@ class Connection(asyncio.Protocol):
                     self._answer_held = 0
                 if not await self._drained():  # a slow reader: answer nothing more until its buffer drains
                     break
-                if self._frames:
+                if self._frames and loop.time() - turn_began >= _TURN_S:
                     # Let the other connections have a turn: most handlers (ApiVersions, heartbeats) never wait,
                     # and 100,000 pipelined requests would otherwise be answered before anyone else's.
                     await asyncio.sleep(0)
+                    turn_began = loop.time()
             await self._write_owed(block=True, every=True)  # a clean close answers what was handled
         except asyncio.CancelledError:
             pass

@@ -30,6 +30,8 @@ _TABLE: tuple[tuple[type[BaseException], int], ...] = (
     (pe.RecordTooLargeError, E.MESSAGE_TOO_LARGE),
     (pe.OutOfOrderSequenceError, E.OUT_OF_ORDER_SEQUENCE_NUMBER),
     (pe.ProducerFencedError, E.INVALID_PRODUCER_EPOCH),
+    (pe.InvalidTxnStateError, E.INVALID_TXN_STATE),
+    (pe.TransactionCoordinatorFencedError, E.TRANSACTION_COORDINATOR_FENCED),
     (pe.PartitionLockedError, E.REQUEST_TIMED_OUT),
     (pe.StorePermissionError, E.TOPIC_AUTHORIZATION_FAILED),
     (pe.ReadOnlyStoreError, E.TOPIC_AUTHORIZATION_FAILED),

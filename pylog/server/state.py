@@ -12,7 +12,7 @@ Invariants:
 - Whatever may block (an append, an fsync, another process's writer lock, a directory listing) runs in one
   of the state's pools (:meth:`ServerState.run`, :meth:`ServerState.read`, :meth:`ServerState.decode`),
   never on the event loop.
-- ``acks=all`` fsyncs go through the process's group commit (:meth:`ServerState.durable`), shared with the
+- ``acks=all`` fsyncs go through the process's group commit (:meth:`ServerState.when_durable`), shared with the
   pylog producers of the same process.
 - :class:`ProducerOwners` remembers at most :data:`MAX_PRODUCER_OWNERS` producer ids.
 """
@@ -94,8 +94,9 @@ class ServerState:
         #: The fsyncs of acks=all: the process's group commit, shared with pylog's producers in this process.
         self.group_commit = store.group_commit
         self.group_commit.set_syncfs_partitions(config.group_commit_syncfs_partitions)
-        #: Completed group-commit answers not yet handed to the loop (see durable).
-        self._durable_done: list[tuple[asyncio.Future[list[BaseException | None]], list[BaseException | None]]] = []
+        #: Completed group-commit answers not yet handed to the loop (see when_durable).
+        self._durable_done: list[tuple[Callable[[list[BaseException | None]], None],
+                                       list[BaseException | None]]] = []
         self._durable_lock = threading.Lock()
         self._gc_start = self.group_commit.stats()
         self.acks_all_requests = 0  # produce requests with acks=all answered after their fsyncs
@@ -161,31 +162,35 @@ class ServerState:
         """``fn(*args)`` in the decoder thread (the decoding of a large request frame)."""
         return await asyncio.get_running_loop().run_in_executor(self.decoder, fn, *args)
 
-    async def durable(self, parts: list[Partition]) -> list[BaseException | None]:
-        """fsync ``parts`` (appended to already) through the group commit; per partition None or the error."""
+    def when_durable(self, parts: list[Partition], then: Callable[[list[BaseException | None]], None]) -> None:
+        """On the loop: fsync ``parts`` (appended to already) through the group commit, then call ``then`` on the
+        loop with per partition None or the error (not at all if the loop closes first). A callback, not a
+        future awaited by a task: librdkafka sends one small Produce per partition batch, and a task per request
+        was a large share of the loop's time per request."""
         loop = asyncio.get_running_loop()
-        fut: asyncio.Future[list[BaseException | None]] = loop.create_future()
 
         def done(results: list[BaseException | None]) -> None:
             # A store-wide round completes hundreds of requests at once: they reach the loop with one wake-up (one
             # self-pipe write), not one each.
             with self._durable_lock:
                 first = not self._durable_done
-                self._durable_done.append((fut, results))
+                self._durable_done.append((then, results))
             if first:
                 try:
                     loop.call_soon_threadsafe(self._resolve_durable)
                 except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
                     pass
         self.group_commit.submit([internals(p) for p in parts], done)
-        return await fut
 
     def _resolve_durable(self) -> None:
-        """On the loop: answer every :meth:`durable` whose fsyncs completed since the last call."""
+        """On the loop: call back every :meth:`when_durable` whose fsyncs completed since the last call."""
         with self._durable_lock:
             done, self._durable_done = self._durable_done, []
-        for fut, results in done:
-            _resolve(fut, results)
+        for then, results in done:
+            try:
+                then(results)
+            except Exception:  # noqa: BLE001 - one answer's bug must not lose the others
+                log.exception("pylog serve: handing an fsync's result over failed")
 
     def stats(self) -> dict[str, float]:
         """The group commit's figures since this server started: ``acks_all_requests`` answered after their
@@ -205,11 +210,6 @@ class ServerState:
         """``fn(*args)`` in the read thread pool: reads of segment files (a cold page faults on the disk) and
         of the store's directory, kept off the event loop and out of the appenders' way."""
         return await asyncio.get_running_loop().run_in_executor(self.readers, fn, *args)
-
-
-def _resolve(fut: "asyncio.Future[Any]", value: Any) -> None:
-    if not fut.done():  # cancelled when its connection was aborted
-        fut.set_result(value)
 
 
 _RESOURCE_TYPES = {TOPIC: ResourceType.TOPIC, CLUSTER: ResourceType.CLUSTER, GROUP: ResourceType.GROUP}

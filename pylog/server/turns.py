@@ -8,7 +8,9 @@ its ``max_block_ms``. So :class:`Turns` remembers the partitions the server appe
 :meth:`Turns.sweep` (every :data:`SWEEP_S` seconds, in the storage pool, while any is held) hands over those
 another writer waits for, and lets go of the lock of those idle for :data:`IDLE_RELEASE_S`, so that the set
 it looks at stays the partitions written lately (two system calls each per sweep; with thousands held the
-server sweeps less often, so that sweeping takes at most a fifth of one storage thread).
+server sweeps less often, so that sweeping takes at most a fifth of one storage thread). A sweep skips the
+partitions appended to within the last :data:`SWEEP_S`: their append looked for a waiting writer itself (see
+:meth:`Turns.note`), so a waiting writer is seen within two sweeps at the latest.
 
 Invariants:
 - A partition is handed over only between the server's appends (the sweep takes the partition's locks
@@ -53,7 +55,8 @@ class Turns:
         return len(self._held)
 
     def note(self, part: Partition) -> None:
-        """The server just appended to ``part`` (in turn)."""
+        """The server just appended to ``part`` (in turn) and then looked whether another writer waits for it
+        (:meth:`~pylog.partition.PartitionInternals.hand_over`): the sweep leaves it alone for :data:`SWEEP_S`."""
         with self._lock:
             self._held[part] = time.monotonic()
 
@@ -64,6 +67,11 @@ class Turns:
         with self._lock:
             held = list(self._held.items())
         for part, last in held:
+            if now - last < SWEEP_S:
+                # Appended to since the last sweep, and looked at by that append's own hand-over (the append
+                # notes the partition after it): looked at again by the next append or the next sweep. Under
+                # load, when most held partitions are appended to between sweeps, a sweep costs little.
+                continue
             try:
                 if part.is_writer:
                     if now - last >= IDLE_RELEASE_S:

@@ -101,6 +101,7 @@ def mp(obj: object) -> bytes:
 # Attribute bits (FORMAT.md, "Attributes").
 CODEC_LZ4 = 1
 LOG_APPEND_TIME = 1 << 3
+TRANSACTIONAL = 1 << 4
 CONTROL = 1 << 5
 HAS_KEYS = 1 << 6
 HAS_TIMESTAMPS = 1 << 7
@@ -113,7 +114,7 @@ assert HEADER.size == 64
 def batch(base_offset: int, values: list, keys: list | None = None, timestamps: list | None = None,
           headers: list | None = None, *, offset_deltas: list | None = None, lz4: bool = False,
           append_time: int | None = None, producer: tuple[int, int, int] = (-1, -1, -1),
-          control: bool = False) -> bytes:
+          control: bool = False, transactional: bool = False) -> bytes:
     """One record batch, laid out as FORMAT.md's header and body tables say, with the canonical choices
     of "Canonical encoding" (a column is present only when it carries information)."""
     n = len(values)
@@ -145,6 +146,8 @@ def batch(base_offset: int, values: list, keys: list | None = None, timestamps: 
         sections.append(mp([[[k, v] for k, v in row] for row in headers]))
     if control:
         attrs |= CONTROL
+    if transactional:
+        attrs |= TRANSACTIONAL
     body = b"".join(sections)
     stored = body
     if lz4:
@@ -233,6 +236,12 @@ STANDALONE = {
     "log_append_time": dict(base_offset=0, values=[b"one", b"two", b"three"], append_time=T0 + 1000),
     "control": dict(base_offset=50, values=[b"\x00\x00\x00\x01"], keys=[b"\x00\x00\x00\x00"], timestamps=[T0 + 60],
                     producer=(11, 3, -1), control=True),
+    # A transaction (FORMAT.md, "Transactions"): two records of producer 12 epoch 2, then its commit marker:
+    # key = version 0, type 1 (commit), value = version 0, coordinator epoch 5, both big-endian (Kafka's).
+    "transactional": dict(base_offset=300, values=[b"debit", b"credit"], keys=[b"acct-1", b"acct-2"],
+                          timestamps=[T0 + 80, T0 + 81], producer=(12, 2, 0), transactional=True),
+    "commit_marker": dict(base_offset=302, values=[struct.pack(">hi", 0, 5)], keys=[struct.pack(">hh", 0, 1)],
+                          timestamps=[T0 + 82], producer=(12, 2, -1), control=True, transactional=True),
     "offset_deltas": dict(base_offset=100, values=[b"kept-0", None, b"kept-5"], keys=[b"p", b"q", b"r"],
                           timestamps=[T0 + 70, T0 + 72, T0 + 75], offset_deltas=[0, 2, 5]),
     # More headers per record than the record count and than 16 (a fixarray's limit): pylog <= 0.1.0 wrote
@@ -355,7 +364,8 @@ def build() -> dict[str, bytes]:
     for name, spec in STANDALONE.items():
         raw = batch(spec["base_offset"], spec["values"], spec.get("keys"), spec.get("timestamps"), spec.get("headers"),
                     offset_deltas=spec.get("offset_deltas"), append_time=spec.get("append_time"),
-                    producer=spec.get("producer", (-1, -1, -1)), control=spec.get("control", False))
+                    producer=spec.get("producer", (-1, -1, -1)), control=spec.get("control", False),
+                    transactional=spec.get("transactional", False))
         files[f"batches/{name}.bin"] = raw
         n = len(spec["values"])
         deltas = spec.get("offset_deltas") or list(range(n))
@@ -397,6 +407,23 @@ def build() -> dict[str, bytes]:
         raw += struct.pack("<qI", new, len(old)) + struct.pack(f"<{len(old)}q", *old)
     files["files/cleaner.swap"] = checked(raw)
     manifest["files"]["cleaner.swap"] = {"file": "files/cleaner.swap", "groups": groups}
+
+    # The aborted-transaction index (PLTI): two aborted transactions, 36-byte entries each with its CRC.
+    aborted = [[12, 300, 310, 305], [13, 303, 320, 321]]
+    raw = struct.pack("<4sHH", b"PLTI", 1, 0)
+    for entry in aborted:
+        body = struct.pack("<qqqq", *entry)
+        raw += body + struct.pack("<I", crc32c(body))
+    files["files/aborted.txnindex"] = raw
+    manifest["files"]["aborted.txnindex"] = {
+        "file": "files/aborted.txnindex",
+        "entries": [dict(zip(("producer_id", "first_offset", "last_offset", "last_stable_offset"), e))
+                    for e in aborted]}
+    # A producer snapshot with an open transaction (6-item entry) next to a plain idempotent producer.
+    txn_snapshot = {"offset": 330, "producers": [[12, 2, T0 + 82, [[0, 1, 300, 301]], 325, 5],
+                                                 [9, 0, T0 + 30, [[0, 0, 7, 7]]]]}
+    files["files/txn.producer.snapshot"] = checked(struct.pack("<4sHH", b"PLPS", 1, 0) + mp(txn_snapshot))
+    manifest["files"]["txn.producer.snapshot"] = {"file": "files/txn.producer.snapshot", **txn_snapshot}
 
     files["files/producer.ids"] = checked(struct.pack("<q", 42))
     manifest["files"]["producer.ids"] = {"file": "files/producer.ids", "next_id": 42}

@@ -15,19 +15,20 @@ Nothing here writes a file except the producer snapshot.
 
 from __future__ import annotations
 
-import bisect
 import logging
 from typing import NamedTuple
 
 import numpy as np
 
 from ...config import TopicConfig
-from ...errors import CorruptRecordError, InvalidRecordError, RecordTooLargeError
+from ...errors import InvalidRecordError, RecordTooLargeError
 from ..producer_state import ProducerState
 from ..records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, BatchHeader, EncodeOptions, encode_parts,
-                       now_ms, slice_parts)
+                       now_ms, part_cuts, slice_parts)
 from .batches import Data, EncodedBatch, Headers, Timestamps, nbytes
+from ..txn_index import marker_record
 from .local_log import LocalLog
+from .txn import load_state, replay
 from .segments import S, SegmentLike
 
 __all__ = ["Appender", "Columns", "should_roll", "SEQ_MOD"]
@@ -94,10 +95,15 @@ class Appender:
             raise InvalidRecordError(f"compression {setting!r} is not supported (lz4 or none)")
         return CODEC_LZ4  # a topic set to one of Kafka's other codecs is stored with pylog's one codec
 
-    def batch_bounds(self, cols: Columns) -> list[tuple[int, int]]:
-        """Split records [0, n) into runs whose encoded size stays within max.message.bytes."""
-        return batch_bounds(self.config["max.message.bytes"] - HEADER_SIZE, cols.n, cols.vlens, cols.klens,
-                            cols.headers, cols.data_bytes())
+    def batch_bounds(self, cols: Columns, batch_size: int | None = None) -> list[tuple[int, int]]:
+        """Split records [0, n) into runs whose encoded size stays within max.message.bytes, and within
+        ``batch_size`` bytes (a producer's ``batch_size``, Kafka's ``batch.size``) when given: at least one
+        record per run, so a record larger than ``batch_size`` is a batch of its own. Sizes are counted
+        before compression, with the records' estimated overhead (never below what is written)."""
+        limit = self.config["max.message.bytes"]
+        if batch_size is not None and batch_size < limit:
+            limit = batch_size
+        return batch_bounds(limit - HEADER_SIZE, cols.n, cols.vlens, cols.klens, cols.headers, cols.data_bytes())
 
     # ------------------------------------------------------------------ idempotence
 
@@ -105,16 +111,9 @@ class Appender:
         """The idempotent-producer table, loaded on first use: the snapshot, then the batch headers after it."""
         state = self._producers
         if state is None:
-            try:
-                snap = ProducerState.read_snapshot(self.directory)
-            except CorruptRecordError as exc:
-                log.warning("%s: ignoring the producer snapshot (%s); rebuilding from the log", self.directory, exc)
-                snap = None
-            end = local.segments[-1].next_offset
-            state, start = snap if snap is not None and snap[1] <= end else (ProducerState(), 0)
-            segs, bases = local.view
-            for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
-                state.rebuild(h for _, h in seg.batch_headers() if h.last_offset >= start)
+            state, start = load_state(self.directory, local.segments[-1].next_offset)
+            # The aborted-transaction index is made to match the log as the headers are replayed.
+            replay(state, local, start, repair=True)
             self._producers = state
         return state
 
@@ -132,7 +131,7 @@ class Appender:
 
     def encode_runs(self, first: int, bounds: list[tuple[int, int]], cols: Columns,
                     producer: tuple[int, int, int] | None = None,
-                    compression: str | None = None) -> list[EncodedBatch]:
+                    compression: str | None = None, transactional: bool = False) -> list[EncodedBatch]:
         """Encode records [start, stop) of each bound as one batch, the first at offset ``first``, halving
         any batch that comes out over max.message.bytes; a single record that does not fit raises
         RecordTooLargeError."""
@@ -145,20 +144,33 @@ class Appender:
         out: list[EncodedBatch] = []
         todo = list(reversed(bounds))
         base = first
+        # Many batches (a producer's batch_size): where each record's data starts, found once, not per batch.
+        vcuts = kcuts = None
+        stamp = now
+        if len(bounds) > 1:
+            vcuts = part_cuts(vlens, contiguous)
+            kcuts = None if klens is None else part_cuts(klens, contiguous)
+            if isinstance(timestamps, np.ndarray) and timestamps.dtype == np.int64 and not log_append:
+                raw = timestamps.tobytes()
+                if raw[:8] * n == raw:
+                    # One stamp for all (a producer's drain): each batch is given it as its default
+                    # timestamp instead of a column to look at, which writes the same bytes.
+                    stamp = int(timestamps[0])
+                    timestamps = None
         while todo:
             start, stop = todo.pop()
             if start == 0 and stop == n:
                 vl, vp, kl, kp = vlens, vparts, klens, kparts
             else:
-                vl, vp = slice_parts(vlens, vparts, start, stop, contiguous)
-                kl, kp = (None, []) if klens is None else slice_parts(klens, kparts, start, stop, contiguous)
+                vl, vp = slice_parts(vlens, vparts, start, stop, contiguous, vcuts)
+                kl, kp = (None, []) if klens is None else slice_parts(klens, kparts, start, stop, contiguous, kcuts)
             # Options built positionally (EncodeOptions' field order): this runs for every batch written.
             parts, h = encode_parts(
                 value_lengths=vl, value_data=vp, key_lengths=kl, key_data=kp,
                 timestamps=None if timestamps is None else timestamps[start:stop],
                 headers=None if headers is None else headers[start:stop],
-                options=EncodeOptions(base, now, codec, log_append, pid, epoch,
-                                      -1 if pid < 0 else (seq + start) % SEQ_MOD))
+                options=EncodeOptions(base, stamp, codec, log_append, pid, epoch,
+                                      -1 if pid < 0 else (seq + start) % SEQ_MOD, False, transactional))
             if h.size > max_bytes:
                 if stop - start == 1:
                     raise RecordTooLargeError(
@@ -169,6 +181,16 @@ class Appender:
             out.append(EncodedBatch(parts, h))
             base = h.next_offset
         return out
+
+
+    def encode_marker(self, first: int, producer_id: int, epoch: int, commit: bool,
+                      coordinator_epoch: int) -> EncodedBatch:
+        """A transaction marker at offset ``first``: a control batch of one record, uncompressed, sequence -1
+        (Kafka's control batches)."""
+        key, value = marker_record(commit, coordinator_epoch)
+        parts, h = encode_parts(values=[value], keys=[key], options=EncodeOptions(
+            first, now_ms(), CODEC_NONE, self.config.log_append_time, producer_id, epoch, -1, True, True))
+        return EncodedBatch(parts, h)
 
 
 def batch_bounds(limit: int, n: int, vlens: np.ndarray, klens: np.ndarray | None,
@@ -196,8 +218,11 @@ def batch_bounds(limit: int, n: int, vlens: np.ndarray, klens: np.ndarray | None
     bounds = []
     start = 0
     base = 0
+    # A run holds at most this many records (each is counted at least RECORD_OVERHEAD bytes): each search
+    # looks at that window of ``cum`` only, which stays in cache (a search over a whole drain's does not).
+    most = max(limit, 0) // RECORD_OVERHEAD + 1
     while start < n:
-        stop = int(np.searchsorted(cum, base + limit, side="right"))
+        stop = start + int(cum[start:start + most].searchsorted(base + limit, side="right"))
         stop = max(stop, start + 1)
         bounds.append((start, stop))
         base = int(cum[stop - 1])

@@ -24,18 +24,21 @@ import math
 import threading
 import time
 from contextlib import contextmanager
-from typing import Callable, Generic, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Generic, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
 from ...errors import PylogError, StoreClosedError
 from ..fileio import Data, raise_fault
 from ..notify import Notifier
+from ..remote import RemoteLog
+from ..segment_read import ReadSlice
 from .. import swap
 from . import maintenance
 from .batches import Headers, Timestamps
 from .durability import Durability
 from .local_log import LocalLog
+from .remote_reads import RemoteReads
 from .segments import S
 from .waiting import Waiters
 from .writer_lock import WriterLock
@@ -59,13 +62,22 @@ class OwnerOps(NamedTuple):
     abandon: Callable[[], None]
     #: The handle let go of its files: its next use counts against the descriptor budget afresh.
     forget_budget: Callable[[], None]
-    #: An append of value/key lists: (values, keys, timestamps, headers, producer, compression, in turn).
+    #: An append of value/key lists: (values, keys, timestamps, headers, producer, compression, in turn,
+    #: batch size or None).
     append_lists: Callable[[Sequence[bytes | None], Sequence[bytes | None] | None, Timestamps | None,
-                            Headers | None, tuple[int, int, int] | None, str | None, bool], int]
+                            Headers | None, tuple[int, int, int] | None, str | None, bool, int | None], int]
     #: An append of columns: (value lengths, value data, key lengths, key data, timestamps, headers,
     #: producer, compression, in turn, flush policy).
     append_columns: Callable[[np.ndarray, Data | None, np.ndarray | None, Data | None, np.ndarray | None,
                               Headers | None, tuple[int, int, int] | None, str | None, bool, bool], int]
+    #: A transaction marker: (producer id, epoch, commit, coordinator epoch) -> its offset.
+    append_marker: Callable[[int, int, bool, int], int]
+    #: A read filtered by isolation level: (offset, max records, max bytes, verify, level) -> (slices, next).
+    read_isolated: Callable[[int, int, int, bool, Any], tuple[list[ReadSlice], int]]
+    #: A read of every batch, control batches included: (offset, max records, max bytes, verify).
+    read_all: Callable[[int, int, int, bool], list[ReadSlice]]
+    #: The aborted transactions covering offsets in [start, end): {producer id: [(first, last offset)]}.
+    aborted: Callable[[int, int], dict[int, list[tuple[int, int]]]]
 
 
 class PartitionInternals(Generic[S]):
@@ -100,6 +112,9 @@ class PartitionInternals(Generic[S]):
         #: fsync, and the background cleaner maintains the partition whenever it can take the lock, not only
         #: while this handle writes.
         self.transient = False
+        #: Tiered storage: reads below the local log start fall through to this (None: they do not).
+        #: Set by the layer that opens the partition (:meth:`attach_remote`); read without a lock.
+        self.remote_reads: RemoteReads | None = None
 
     def segment_index_args(self) -> tuple[int, int]:
         """``(segment.index.bytes, index.interval.bytes)`` for new Segment objects of this
@@ -280,10 +295,14 @@ class PartitionInternals(Generic[S]):
 
     def append_values_in_turn(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                               timestamps: Timestamps | None, headers: Headers | None,
-                              producer: tuple[int, int, int] | None, compression: str | None) -> int:
+                              producer: tuple[int, int, int] | None, compression: str | None,
+                              batch_size: int | None = None) -> int:
         """:meth:`Partition.append_values` for a writer taking turns (the producer): unlike a direct
-        append it leaves the lock free to be handed over (:meth:`hand_over`)."""
-        return self._ops.append_lists(values, keys, timestamps, headers, producer, compression, True)
+        append it leaves the lock free to be handed over (:meth:`hand_over`). ``batch_size`` (the producer's,
+        Kafka's ``batch.size``) cuts the records into batches of at most that many bytes, one record at
+        least each, all written by this one call (see :meth:`Appender.batch_bounds
+        <pylog.storage.log.append.Appender.batch_bounds>`); None: batches as large as ``max.message.bytes``."""
+        return self._ops.append_lists(values, keys, timestamps, headers, producer, compression, True, batch_size)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
                        key_lengths: np.ndarray | None = None, key_data: Data | None = None,
@@ -296,6 +315,35 @@ class PartitionInternals(Generic[S]):
         ask for it: the caller asks :meth:`flush_due` and flushes (through the group commit)."""
         return self._ops.append_columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers,
                                         producer, compression, in_turn, flush_policy)
+
+    def append_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int = 0) -> int:
+        """(the transaction coordinator, being built; tests) Append a commit or abort marker ending
+        ``producer_id``'s transaction in this partition; returns the marker's offset. Becomes the writer
+        like an append in turn. An abort is recorded in the aborted-transaction index first
+        (:mod:`pylog.storage.txn_index`).
+
+        :raises ProducerFencedError: ``epoch`` older than the producer's.
+        :raises TransactionCoordinatorFencedError: ``coordinator_epoch`` older than the last marker's.
+        """
+        return self._ops.append_marker(producer_id, epoch, commit, coordinator_epoch)
+
+    def read_isolated(self, offset: int, max_records: int, max_bytes: int,
+                      isolation_level: str) -> tuple[list[ReadSlice], int]:
+        """(the consumer) :meth:`Partition.read_slices` and where the next read starts when no slice is
+        returned: past control batches and aborted transactions that the read skipped (see
+        :func:`pylog.storage.log.txn.isolated_read`), so a reader never reads them again forever."""
+        return self._ops.read_isolated(offset, max_records, max_bytes, True, isolation_level)
+
+    def read_with_markers(self, offset: int, max_records: int, max_bytes: int) -> list[ReadSlice]:
+        """(``pylog serve``'s Fetch) :meth:`Partition.read_slices` with control batches too: Kafka clients
+        get transaction markers in fetched data (they move past them and use them to end transactions)."""
+        return self._ops.read_all(offset, max_records, max_bytes, True)
+
+    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+        """(``pylog serve``'s read_committed Fetch) ``(producer id, first offset)`` of each aborted transaction
+        with records in ``[start, end)``, first offsets ascending: what a Kafka client drops."""
+        return sorted(((pid, first) for pid, ranges in self._ops.aborted(start, end).items() for first, _ in ranges),
+                      key=lambda t: t[1])
 
     def sync_rolled(self) -> None:
         """fsync the segments rolls sealed that the background sync thread has not got to yet, and move
@@ -317,6 +365,52 @@ class PartitionInternals(Generic[S]):
         no roll waits for its background sync): what maintenance may treat as settled for good."""
         with self._append_lock:
             return self.durability.synced_through()
+
+    def attach_remote(self, remote: "RemoteLog") -> None:
+        """Serve reads below the local log start from ``remote`` (the store's RemoteLog of this partition,
+        for a topic with ``remote.storage.enable``). By the topic when it opens the partition and by the
+        upload thread; an assignment, read by readers without a lock."""
+        if self.remote_reads is None or self.remote_reads.remote is not remote:
+            self.remote_reads = RemoteReads(remote)
+
+    def log_start_seen(self, local_start: int) -> int:
+        """The log start readers see: with tiered storage the remote one below ``local_start`` (Kafka's
+        logStartOffset), else ``local_start``. Lock-free."""
+        remote = self.remote_reads
+        return local_start if remote is None else remote.log_start_with(local_start)
+
+    def delete_remote_records(self, before_offset: int, end_offset: int) -> None:
+        """Tiered storage: before :meth:`Partition.delete_records` moves the local log start (with no lock
+        held), raise the remote one to ``before_offset`` when it is at most ``end_offset``; nothing without
+        a remote log attached. :raises RemoteStorageError:"""
+        if self.remote_reads is not None and before_offset <= end_offset:
+            self.remote_reads.delete_records(before_offset)
+
+    def shippable_segments(self) -> list[tuple[int, int, int]]:
+        """``(base offset, end offset, size)`` of the segments below :attr:`synced_through` (rolled, sealed
+        and fsynced: never written again), oldest first, from a snapshot of the segment list: what the
+        tiered-storage upload thread may ship. Writer only (empty otherwise); takes the append lock only to
+        read :attr:`synced_through`, never while shipping."""
+        if not self._writer.held or self._ops.is_closed():
+            return []
+        through = self.synced_through
+        segs = self._local.segments
+        # A closed segment ends where the next begins (a sealed segment opened lazily has not read its
+        # last offset yet); offsets are dense here, since compacted topics are never shipped.
+        return [(s.base_offset, after.base_offset, s.size) for s, after in zip(segs[:-1], segs[1:], strict=True)
+                if after.base_offset <= through]
+
+    def note_remote(self, log_start: int, end: int) -> None:
+        """The upload thread committed the remote log up to ``end`` (its start ``log_start``): local
+        retention may now delete the local copies of segments ending at or below ``end``. Under the
+        append lock (an assignment readers may see at once)."""
+        with self._append_lock:
+            self._local.remote = (log_start, end)
+
+    @property
+    def remote(self) -> tuple[int, int] | None:
+        """``(start, end)`` of the remote log as last noted (:meth:`note_remote`), None before."""
+        return self._local.remote
 
     def flush(self) -> None:
         """:meth:`Partition.flush <pylog.partition.Partition.flush>` (the group commit's single-partition path)."""

@@ -70,6 +70,10 @@ class LocalLog(Generic[S]):
         self.log_start = 0
         #: See Checkpoint.swap_generation.
         self.swap_gen = 0
+        #: Tiered storage (remote.storage.enable): the remote log's (start, end) as the upload thread last
+        #: noted them (PartitionInternals.note_remote), None before it did. Local retention deletes only
+        #: segments that end at or below the end (shipped and committed).
+        self.remote: tuple[int, int] | None = None
         #: Base offsets of the sealed segments reads used, least recently first (a dict used as an ordered
         #: set; changed by reader threads without a lock: only single dict operations, atomic in CPython).
         self._read_sealed: dict[int, None] = {}

@@ -20,10 +20,11 @@ import logging
 import threading
 from typing import Callable, Sequence
 
-from ...config import TopicConfig
+from ...config import TopicConfig, local_retention
 from ...errors import OffsetOutOfRangeError
 from ..fileio import fsync_dir
 from ..retention import RetentionResult, deletable_prefix
+from ..txn_index import remove_index
 from .. import swap
 from .durability import Durability
 from .local_log import LocalLog
@@ -38,12 +39,25 @@ def enforce_retention(local: LocalLog[S], durability: Durability[S], config: Top
                       roll: Callable[[], object]) -> RetentionResult:
     """Delete the oldest segments that ``retention.ms`` / ``retention.bytes`` / the log start allow;
     ``roll`` rolls the active segment (when every segment goes). Topics whose ``cleanup.policy`` lacks
-    ``delete`` only lose segments below the log start offset."""
+    ``delete`` only lose segments below the log start offset.
+
+    With ``remote.storage.enable`` the rules run with ``local.retention.*`` and a segment goes by them only
+    once shipped: its end at or below the remote end the upload thread noted (``local.remote``); the
+    active segment is never shipped, so it never goes. Segments below the log start (delete_records) go
+    as without remote storage."""
     timed = "delete" in config["cleanup.policy"]
     segs = local.segments
-    count, reasons = deletable_prefix(segs, local.log_start, now,
-                                      config["retention.ms"] if timed else -1,
-                                      config["retention.bytes"] if timed else -1)
+    ms, nbytes = local_retention(config)
+    count, reasons = deletable_prefix(segs, local.log_start, now, ms if timed else -1, nbytes if timed else -1)
+    if config["remote.storage.enable"] and count:
+        shipped_end = local.remote[1] if local.remote is not None else -1
+        shipped = 0
+        while shipped < len(segs) - 1 and segs[shipped + 1].base_offset <= shipped_end:  # ends where the next begins
+            shipped += 1
+        below_start, _ = deletable_prefix(segs, local.log_start, now, -1, -1)
+        capped = max(min(count, shipped), below_start)
+        if capped < count:
+            count, reasons = capped, (reasons if capped else [])
     result = RetentionResult(local.topic, local.number, reasons=reasons, log_start_offset=local.log_start)
     if count == 0:
         return result
@@ -87,6 +101,7 @@ def _delete_head(local: LocalLog[S], durability: Durability[S], count: int, resu
         result.deleted_segments.append(seg.base_offset)
         result.bytes_deleted += seg.size
         seg.unlink()  # not closed: readers holding a snapshot may be using it (invariant 6)
+        remove_index(local.directory, seg.base_offset)  # its aborted transactions went with it
     fsync_dir(local.directory)
     result.log_start_offset = local.log_start
     log.info("%s: deleted %d segment(s) below offset %d (%s)", local.name, count,

@@ -28,6 +28,7 @@ from ...errors import CorruptRecordError, LogFailedError
 from ..fileio import raise_fault
 from .append import SEQ_MOD, Appender, Columns, should_roll
 from .batches import EncodedBatch
+from ..txn_index import AbortedTxn, append_index, index_path, truncate_index
 from .durability import Durability
 from .local_log import LocalLog
 from .segments import S
@@ -52,15 +53,17 @@ class BatchWriter(Generic[S]):
         self._roll = roll  # seals the active segment and starts a new one at its next offset; returns it
 
     def write(self, cols: Columns, bounds: list[tuple[int, int]], producer: tuple[int, int, int] | None,
-              compression: str | None, flush_policy: bool) -> int:
+              compression: str | None, flush_policy: bool, batch_size: int | None = None,
+              transactional: bool = False) -> int:
         """Append ``cols`` (cut at ``bounds``, checked by the caller) as batches; returns the first record's
         offset (that of the original call, for an idempotent producer's retry). ``flush_policy``: fsync
-        here when ``flush.messages`` / ``flush.ms`` ask for it."""
+        here when ``flush.messages`` / ``flush.ms`` ask for it. ``batch_size``: what ``bounds`` were cut
+        at (:meth:`~.append.Appender.batch_bounds`), to cut a retry's rest alike."""
         appender = self._appender
         skip, earlier = 0, None
         if producer is not None:
             state = appender.producer_state(self._local)
-            skip, earlier = state.check(producer[0], producer[1], producer[2], cols.n)
+            skip, earlier = state.check(producer[0], producer[1], producer[2], cols.n, transactional)
             if skip == cols.n:
                 assert earlier is not None
                 return earlier  # a retry of a call that landed
@@ -68,12 +71,12 @@ class BatchWriter(Generic[S]):
                 # A retry of a call that failed part-way: its first batches landed; append the rest.
                 cols = cols.after(skip)
                 producer = (producer[0], producer[1], (producer[2] + skip) % SEQ_MOD)
-                bounds = appender.batch_bounds(cols)
+                bounds = appender.batch_bounds(cols, batch_size)
         first = self._local.segments[-1].next_offset
         # Every batch is encoded and checked against max.message.bytes before any is written, so a call
         # that fails validation appends nothing. An I/O error part-way leaves the batches written before
         # it; for an idempotent producer they are recorded one by one, so its retry appends only the rest.
-        encoded = appender.encode_runs(first, bounds, cols, producer, compression)
+        encoded = appender.encode_runs(first, bounds, cols, producer, compression, transactional)
         written = 0
         try:
             for batch in encoded:
@@ -92,6 +95,38 @@ class BatchWriter(Generic[S]):
                                  sum(batch.header.size for batch in encoded))
         self._after_append(written, flush=flush_policy)
         return first if earlier is None else earlier
+
+    def write_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int) -> int:
+        """Append a transaction marker for ``producer_id`` (ending its open transaction, if any); returns its
+        offset. An abort's aborted-transaction index entry is written first, in the segment that will hold
+        the marker, and taken back when the marker could not be written (:mod:`pylog.storage.txn_index`).
+
+        :raises ProducerFencedError, TransactionCoordinatorFencedError:
+        """
+        appender = self._appender
+        state = appender.producer_state(self._local)
+        state.check_marker(producer_id, epoch, coordinator_epoch)
+        seg = self._local.segments[-1]
+        batch = appender.encode_marker(seg.next_offset, producer_id, epoch, commit, coordinator_epoch)
+        h = batch.header
+        if seg.size and should_roll(appender.config, seg, h):
+            seg = self._roll()  # first: the index entry goes with the segment that holds the marker
+        ongoing = state.ongoing()
+        first = ongoing.pop(producer_id, -1)
+        path = None
+        if not commit and first >= 0:
+            path = index_path(self._local.directory, seg.base_offset)
+            append_index(path, AbortedTxn(producer_id, first, h.base_offset,
+                                          min(ongoing.values()) if ongoing else h.next_offset))
+        try:
+            self._write_batch(batch)
+        except BaseException:
+            if path is not None:
+                truncate_index(path, h.base_offset)
+            raise
+        state.end_txn(producer_id, epoch, coordinator_epoch, h.max_timestamp)
+        self._after_append(1)
+        return h.base_offset
 
     def _write_batch(self, batch: EncodedBatch) -> None:
         h = batch.header

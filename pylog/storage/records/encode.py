@@ -30,12 +30,12 @@ import numpy as np
 from ...accel import native
 from ...errors import InvalidRecordError
 from .format import (ATTR_CONTROL, ATTR_HEADERS, ATTR_KEYS, ATTR_LOG_APPEND_TIME, ATTR_OFFSET_DELTAS,
-                     ATTR_TIMESTAMPS, CODEC_LZ4, CODEC_MASK, CODEC_NONE, HEADER_SIZE, I32, I64, LENGTH_PREFIX,
-                     MAGIC, MAX_BATCH_SIZE, MAX_OFFSET, BatchHeader, length_stats, pack_header)
+                     ATTR_TIMESTAMPS, ATTR_TRANSACTIONAL, CODEC_LZ4, CODEC_MASK, CODEC_NONE, HEADER_SIZE, I32, I64,
+                     LENGTH_PREFIX, MAGIC, MAX_BATCH_SIZE, MAX_OFFSET, BatchHeader, length_stats, pack_header)
 from .record import now_ms
 
 __all__ = ["EncodeOptions", "encode_parts", "encode_batch", "encode_columns", "column_parts", "slice_parts",
-           "encode_parts_pure", "column_parts_pure", "header_pairs", "header_rows", "HeaderRows",
+           "encode_parts_pure", "column_parts_pure", "part_cuts", "header_pairs", "header_rows", "HeaderRows",
            "NATIVE_ENCODE"]
 
 _LENGTH_STRUCTS: dict[int, struct.Struct] = {}  # "<{n}i" packers for length columns, by n
@@ -67,9 +67,16 @@ class EncodeOptions(NamedTuple):
     base_sequence: int = -1
     #: A control batch (transaction markers).
     control: bool = False
+    #: A transactional batch (attribute bit 4): part of a producer's transaction (docs/FORMAT.md).
+    transactional: bool = False
 
 
 _DEFAULT_OPTIONS = EncodeOptions()
+#: Column buffers up to this many bytes in all go to the compiled encoder, which copies them into one buffer:
+#: a copy of this size costs a few microseconds, the pure path's fixed cost ~25 (a Kafka client's Produce per
+#: partition batch of a few dozen records, appended by ``pylog serve``, is this case). Larger ones are written
+#: uncopied by the pure path.
+NATIVE_COPY_BYTES = 64 * 1024
 
 
 # -------------------------------------------------------------------------------------------- columns
@@ -201,9 +208,17 @@ def _headers_blob(headers: Sequence[Any] | None, n: int) -> bytes | None:
         raise InvalidRecordError(f"headers exceed the format's limit: {exc}") from None
 
 
-def slice_parts(lengths: np.ndarray, parts: list, start: int, stop: int, contiguous: bool) -> tuple[np.ndarray, list]:
-    """Lengths and data parts of records [start, stop) of a column whose null items have no part."""
+def slice_parts(lengths: np.ndarray, parts: list, start: int, stop: int, contiguous: bool,
+                cuts: np.ndarray | None = None) -> tuple[np.ndarray, list]:
+    """Lengths and data parts of records [start, stop) of a column whose null items have no part.
+    ``cuts``, from :func:`part_cuts` of the same column, makes it O(stop - start) (a call cut into many
+    batches slices each of them)."""
     lens = lengths[start:stop]
+    if cuts is not None:
+        lo, hi = int(cuts[start]), int(cuts[stop])
+        if contiguous:
+            return lens, [memoryview(parts[0])[lo:hi]] if parts else []
+        return lens, parts[lo:hi]
     if contiguous:
         clipped = np.maximum(lengths, 0)
         lo = int(clipped[:start].sum())
@@ -213,6 +228,15 @@ def slice_parts(lengths: np.ndarray, parts: list, start: int, stop: int, contigu
     lo = int(present[:start].sum())
     hi = lo + int(present[start:stop].sum())
     return lens, parts[lo:hi]
+
+
+def part_cuts(lengths: np.ndarray, contiguous: bool) -> np.ndarray:
+    """Where each record's data starts in a column's parts, and where the last ends (n + 1 items): the
+    byte position in the one buffer (``contiguous``), else the index of its part (nulls have none)."""
+    steps = np.maximum(lengths, 0).astype(np.int64) if contiguous else (lengths >= 0)
+    cuts = np.zeros(len(lengths) + 1, np.int64)
+    np.cumsum(steps, out=cuts[1:])
+    return cuts
 
 
 def _value_column(values: Sequence[bytes | None] | None, value_lengths: np.ndarray | None,
@@ -381,8 +405,9 @@ def encode_parts(
     (see it for the arguments), through the compiled encoder when it is live and the input is a common one.
 
     The compiled encoder copies the batch into one buffer, so it runs only where the pure path would join
-    the parts anyway (more than 16 of them: lists of items); a few large column buffers are written
-    uncopied by the pure path.
+    the parts anyway (more than 16 of them: lists of items) or where the copy is small (column buffers of
+    at most :data:`NATIVE_COPY_BYTES` in all); a few large column buffers are written uncopied by the pure
+    path.
     """
     if settings:
         opts = EncodeOptions(**settings) if options is None else options._replace(**settings)
@@ -424,14 +449,16 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
         kparts = key_data if isinstance(key_data, list) else [key_data if key_data is not None else b""]
     else:
         klens, kparts = column_parts(keys, n, "keys")
-    if len(vparts) + len(kparts) <= 16:
-        return None  # few parts: the pure path writes them uncopied
-    base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control = opts
+    if len(vparts) + len(kparts) <= 16 and not _small(vparts, kparts):
+        return None  # a few large parts: the pure path writes them uncopied
+    (base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control,
+     transactional) = opts
     try:
         hblob = _headers_blob(headers, n)
     except InvalidRecordError:
         return None  # the pure path raises it, after any error it finds first
-    attrs = (codec & CODEC_MASK) | (ATTR_LOG_APPEND_TIME if log_append_time else 0) | (ATTR_CONTROL if control else 0)
+    attrs = (codec & CODEC_MASK) | (ATTR_LOG_APPEND_TIME if log_append_time else 0) | (ATTR_CONTROL if control else 0) \
+        | (ATTR_TRANSACTIONAL if transactional else 0)
     ts: Any = None if log_append_time else timestamps
     if isinstance(ts, np.ndarray):
         # An int64 column (a producer's drain stamps its records with one): the compiled encoder takes a
@@ -458,6 +485,20 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
         raise InvalidRecordError(f"batch of {total} bytes exceeds the format's limit")
     hdr, header = pack_header((*fields[:1], total - LENGTH_PREFIX, *fields[2:4], attrs, *fields[5:]), body_parts)
     return [hdr, *body_parts], header
+
+
+def _small(vparts: list, kparts: list) -> bool:
+    """True when the column parts hold at most :data:`NATIVE_COPY_BYTES` in all (False for a part that is not
+    contiguous bytes: the pure path raises for it)."""
+    total = 0
+    try:
+        for part in vparts:
+            total += memoryview(part).nbytes
+        for part in kparts:
+            total += memoryview(part).nbytes
+    except (TypeError, BufferError):
+        return False
+    return total <= NATIVE_COPY_BYTES
 
 
 _new_header = tuple.__new__
@@ -494,7 +535,8 @@ def encode_parts_pure(
     else:
         opts = options if options is not None else _DEFAULT_OPTIONS
     # One unpacking, not a property lookup per use: this runs for every batch.
-    base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control = opts
+    (base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control,
+     transactional) = opts
     vlens, vparts = _value_column(values, value_lengths, value_data)
     n = len(vlens)
     # The common cases (no keys, one timestamp, dense offsets) skip the column helpers' calls.
@@ -522,6 +564,8 @@ def encode_parts_pure(
         attrs |= ATTR_LOG_APPEND_TIME
     if control:
         attrs |= ATTR_CONTROL
+    if transactional:
+        attrs |= ATTR_TRANSACTIONAL
     if vmin < -1 or kmin < -1:
         raise InvalidRecordError("lengths must be >= -1")
     fixed = 4 * n * (1 + (kraw is not None) + (ts_deltas is not None) * 2 + (deltas is not None))

@@ -144,6 +144,10 @@ class BatchHeader(NamedTuple):
         return bool(self.attributes & ATTR_CONTROL)
 
     @property
+    def is_transactional(self) -> bool:
+        return bool(self.attributes & ATTR_TRANSACTIONAL)
+
+    @property
     def has_keys(self) -> bool:
         return bool(self.attributes & ATTR_KEYS)
 

@@ -1,9 +1,10 @@
-"""Tiered storage (being built, issue 28): closed segments shipped to S3-compatible object storage, read back
+"""Tiered storage (issue 28): closed segments shipped to S3-compatible object storage, read back
 from it, deleted by remote retention, and a store restored from it.
 
 A helper package below the storage core: it works on a partition's files and the bucket, never on the
 core's objects, so the core (the partition's read path, the maintenance layer's upload pass) can call it
-without a cycle. docs/ARCHITECTURE.md ("Tiered storage") says how it hooks into the segment lifecycle.
+without a cycle. docs/ARCHITECTURE.md ("Tiered storage") says how it hooks into the segment lifecycle (the
+upload thread: :mod:`pylog.maintenance.remote_upload`).
 
 - :mod:`.objects`: ObjectStore, the S3 API through boto3 (conditional writes, ranged GETs), every failure
   a :class:`~pylog.errors.RemoteStorageError` subclass, bounded time and memory.

@@ -113,6 +113,14 @@ class Manifest:
         start = self.log_start_offset if self.segments else max(self.log_start_offset, seg.base_offset)
         return replace(self, log_start_offset=start, segments=self.segments + (seg,))
 
+    def trimmed(self, before: int) -> "Manifest":
+        """This manifest with its log start raised to ``before`` (Kafka's DeleteRecords), segments wholly below
+        it dropped; itself when ``before`` is at or below the log start."""
+        if before <= self.log_start_offset:
+            return self
+        kept = self.without_head(sum(1 for s in self.segments if s.end_offset <= before))
+        return replace(kept, log_start_offset=max(kept.log_start_offset, before))
+
     def without_head(self, count: int) -> "Manifest":
         """This manifest without its ``count`` oldest segments; the log start moves to the first kept offset."""
         if count <= 0:

@@ -1,0 +1,244 @@
+"""Tiered storage's upload thread (Kafka's RLM copier, KIP-405): ships closed segments and applies retention to
+the remote log, beside the cleaner thread of a store opened with ``remote.storage.location``.
+
+Each pass ships the store marker and the ``topic.json`` of the topics concerned (what ``pylog restore``
+needs beside the segments), then, for every partition this store writes whose topic has ``remote.storage.enable``:
+
+1. ask the core for the shippable segments (:meth:`PartitionInternals.shippable_segments`: below
+   ``synced_through``, i.e. rolled, sealed and fsynced), from a snapshot of the segment list;
+2. ship, oldest first, those not yet in the remote log with :meth:`RemoteLog.ship_segment` (objects first,
+   the manifest's conditional commit last) and after each commit tell the core the new remote end
+   (:meth:`PartitionInternals.note_remote`), which is what lets local retention delete the local copy;
+3. apply ``retention.ms`` / ``retention.bytes`` to the whole log with :meth:`RemoteLog.enforce_retention`
+   (the local bytes not shipped yet counted towards ``retention.bytes``).
+
+Invariants:
+- No partition lock is held during a request to the bucket: sealed segments of a delete-policy topic never
+  change (compacted topics may not enable remote storage), the upload reads them through descriptors of
+  its own, and local retention cannot delete a segment before its commit (:mod:`pylog.storage.log.maintenance`).
+  So a slow or failing bucket never blocks appends, reads, retention or compaction.
+- A crash anywhere leaves a state the next pass finishes: objects without a commit are found and reused
+  (:mod:`pylog.storage.remote.remote_log`); a commit not yet noted is read back from the manifest.
+- A failing partition is logged, counted (``remote_failures``, ``remote_last_error`` in the cleaner status)
+  and tried again after ``remote.log.manager.task.retry.backoff.ms``, doubled per failure up to
+  ``.max.ms``; the others go on. The thread never dies of a partition's error.
+- Like the cleaner, it works only on partitions this store writes (it never takes a writer lock).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+import traceback
+from dataclasses import dataclass
+from typing import Any, Callable, Iterator
+
+from .. import metrics
+from ..config import REMOTE_STORAGE_SETTINGS, TopicConfig
+from ..errors import InvalidConfigError, StoreClosedError
+from ..partition import Partition, internals
+from ..storage.records import now_ms
+from ..storage.remote import ChunkCache, ObjectStore, RemoteLog, RemoteStorageConfig, ship_store_metadata
+
+__all__ = ["RemoteUploader", "UploadCounts", "check_location"]
+
+log = logging.getLogger("pylog.remote")
+
+
+def check_location(config: TopicConfig, store_settings: dict[str, Any]) -> None:
+    """Refuse ``remote.storage.enable`` for a store opened without ``remote.storage.location`` (Kafka refuses
+    it on a broker with remote storage off). :raises InvalidConfigError:"""
+    if config["remote.storage.enable"] and not store_settings["remote.storage.location"]:
+        raise InvalidConfigError("remote.storage.enable: this store was opened without a remote.storage.location "
+                                 "(pylog.open(path, remote_storage_location='s3://bucket/prefix'))")
+
+
+@dataclass
+class UploadCounts:
+    """What one partition's pass did (added to the cleaner status by the caller's ``report``)."""
+
+    segments: int = 0
+    bytes: int = 0
+    #: Closed segments still waiting for upload after the pass (the lag).
+    waiting: int = 0
+    remote_segments_deleted: int = 0
+
+
+class RemoteUploader:
+    """The upload thread of the store at ``root``: every ``remote.log.manager.task.interval.ms`` a pass over
+    ``partitions()``.
+
+    :param report: called with each partition's :class:`UploadCounts` and (on failure) the error text.
+    :raises InvalidConfigError: for a bad ``remote.storage.*`` setting. :raises RemoteStorageError: when
+        boto3 is missing.
+    """
+
+    def __init__(self, root: str, partitions: Callable[[], Iterator[Partition]], settings: dict[str, Any],
+                 report: Callable[[str, UploadCounts, str | None], None]) -> None:
+        self._name = root
+        self._partitions = partitions
+        self._report = report
+        #: False without a ``remote.storage.location``: then it never starts a thread and ships nothing.
+        self.enabled = bool(settings["remote.storage.location"])
+        self.config: RemoteStorageConfig | None = None
+        self.objects: ObjectStore | None = None
+        if self.enabled:
+            self.config = RemoteStorageConfig.from_settings({k: settings[k] for k in REMOTE_STORAGE_SETTINGS})
+            self.objects = ObjectStore(self.config)
+            #: One cache of fetched pieces for every partition's remote reads.
+            self.chunks = ChunkCache(self.config.read_chunk_bytes, self.config.read_cache_bytes)
+        self.interval = settings["remote.log.manager.task.interval.ms"] / 1000
+        self._backoff_first = settings["remote.log.manager.task.retry.backoff.ms"] / 1000
+        self._backoff_max = settings["remote.log.manager.task.retry.backoff.max.ms"] / 1000
+        self._logs: dict[tuple[str, int], RemoteLog] = {}
+        self._logs_lock = threading.Lock()
+        #: "topic-partition" -> (monotonic time before which it is not tried again, current back-off).
+        self._retry: dict[str, tuple[float, float]] = {}
+        self._stop = threading.Event()
+        self._wake = threading.Event()
+        self._thread: threading.Thread | None = None
+        #: One pass at a time (the thread's, or one a caller runs: Store.upload_to_remote).
+        self._pass_lock = threading.Lock()
+
+    @property
+    def remote_logs(self) -> Callable[[str, int], RemoteLog] | None:
+        """:meth:`remote_log`, or None without a location (what a topic attaches to its partitions)."""
+        return self.remote_log if self.enabled else None
+
+    def remote_log(self, topic: str, partition: int) -> RemoteLog:
+        """The :class:`RemoteLog` of ``topic``/``partition`` (one per partition, shared with remote reads).
+        :raises InvalidConfigError: without a location."""
+        objects = self._objects_or_refuse()
+        with self._logs_lock:
+            rl = self._logs.get((topic, partition))
+            if rl is None:
+                rl = self._logs[(topic, partition)] = RemoteLog(objects, topic, partition, chunks=self.chunks)
+            return rl
+
+    def _objects_or_refuse(self) -> ObjectStore:
+        if self.objects is None:
+            raise InvalidConfigError(f"the store {self._name} was opened without a remote.storage.location")
+        return self.objects
+
+    # ------------------------------------------------------------------ lifecycle
+
+    def start(self) -> None:
+        if self.enabled and self._thread is None:
+            self._thread = threading.Thread(target=self._main, name=f"pylog-remote-upload {self._name}",
+                                            daemon=True)
+            self._thread.start()
+
+    def stop(self, timeout: float | None = 30.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        t = self._thread
+        if t is not None and t is not threading.current_thread():
+            t.join(timeout)
+
+    def wake(self) -> None:
+        """Start a pass now (tests, ``pylog`` commands that want shipping done soon)."""
+        self._wake.set()
+
+    @property
+    def alive(self) -> bool:
+        t = self._thread
+        return t is not None and t.is_alive()
+
+    def _main(self) -> None:
+        while not self._stop.is_set():
+            self._wake.clear()
+            try:
+                self.run_pass()
+            except BaseException as exc:  # noqa: BLE001 - never dies: the next pass tries again
+                log.error("pylog remote upload pass of %s failed", self._name, exc_info=exc)
+            self._wake.wait(self._next_wait())
+
+    def _next_wait(self) -> float:
+        now = time.monotonic()
+        due = [until - now for until, _ in self._retry.values()]
+        return max(0.0, min([self.interval, *due]))
+
+    # ------------------------------------------------------------------ passes
+
+    def run_pass(self) -> None:
+        """One pass over every partition this store writes with remote storage on (the thread's work;
+        callable directly: one pass runs at a time). :raises InvalidConfigError: without a location."""
+        objects = self._objects_or_refuse()
+        with self._pass_lock:
+            chosen = [p for p in self._partitions()
+                      if p.is_writer and p.config["remote.storage.enable"] and not internals(p).transient]
+            if not chosen:
+                return
+            try:
+                ship_store_metadata(objects, self._name, sorted({p.topic for p in chosen}))
+            except Exception as exc:  # noqa: BLE001 - retried next pass; segments still ship
+                log.warning("pylog remote upload: the store's metadata of %s was not shipped: %s", self._name, exc)
+                self._report("store metadata", UploadCounts(), "".join(traceback.format_exception(exc)))
+            self._pass(chosen)
+
+    def _pass(self, chosen: list[Partition]) -> None:
+        for p in chosen:
+            if self._stop.is_set():
+                return
+            key = f"{p.topic}-{p.number}"
+            retry = self._retry.get(key)
+            if retry is not None and time.monotonic() < retry[0]:
+                continue
+            try:
+                counts = self.upload_partition(p)
+            except StoreClosedError:
+                continue
+            except Exception as exc:  # noqa: BLE001 - a partition's failure is logged, counted, retried
+                wait = min(self._backoff_max, retry[1] * 2) if retry is not None else self._backoff_first
+                self._retry[key] = (time.monotonic() + wait, wait)
+                log.warning("pylog remote upload of %s failed (next try in %.1f s): %s", key, wait, exc)
+                self._count("pylog_remote_failures_total", p.topic, 1)
+                self._report(key, UploadCounts(waiting=_waiting(p)), "".join(traceback.format_exception(exc)))
+                continue
+            self._retry.pop(key, None)
+            self._report(key, counts, None)
+
+    def upload_partition(self, p: Partition) -> UploadCounts:
+        """Ship ``p``'s shippable segments not in its remote log yet, note each commit, then apply the whole
+        log's retention to the remote log. :raises RemoteStorageError, CorruptRecordError:"""
+        ii = internals(p)
+        rl = self.remote_log(p.topic, p.number)
+        ii.attach_remote(rl)  # reads below the local log start fall through (also when enabled after opening)
+        m = rl.manifest(refresh=True)
+        ii.note_remote(m.log_start_offset, m.end_offset)
+        counts = UploadCounts()
+        todo = [s for s in ii.shippable_segments() if s[1] > m.end_offset]
+        for i, (base, _end, _size) in enumerate(todo):
+            if self._stop.is_set():
+                counts.waiting = len(todo) - i
+                return counts
+            seg = rl.ship_segment(ii.local_log.directory, base)
+            if seg is None:
+                continue
+            m = rl.manifest()
+            ii.note_remote(m.log_start_offset, m.end_offset)
+            counts.segments += 1
+            counts.bytes += seg.size
+            self._count("pylog_remote_segments_shipped_total", p.topic, 1)
+            self._count("pylog_remote_bytes_shipped_total", p.topic, seg.size)
+        cfg = p.config
+        if cfg["retention.ms"] >= 0 or cfg["retention.bytes"] >= 0:
+            unshipped = sum(s.size for s in p.segments if s.base_offset >= m.end_offset)
+            r = rl.enforce_retention(now_ms(), cfg["retention.ms"], cfg["retention.bytes"], local_bytes=unshipped)
+            counts.remote_segments_deleted = len(r.deleted_segments)
+            m = rl.manifest()
+            ii.note_remote(m.log_start_offset, m.end_offset)
+        return counts
+
+    @staticmethod
+    def _count(name: str, topic: str, amount: float) -> None:
+        if metrics.state.on:
+            metrics.counter(name).inc((topic,), amount)
+
+
+def _waiting(p: Partition) -> int:
+    """Closed segments of ``p`` not in its remote log as last noted (all of them before any note)."""
+    ii = internals(p)
+    end = ii.remote[1] if ii.remote is not None else -1
+    return sum(1 for s in ii.shippable_segments() if s[1] > end)

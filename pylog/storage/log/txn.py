@@ -1,0 +1,201 @@
+"""A partition's transactions as readers and the writer see them: the last stable offset (LSO), the aborted
+transactions of a read's range, filtering a read by isolation level, and rebuilding the aborted-transaction
+index after a crash.
+
+Invariants:
+- Readers never see a control batch as records, at either isolation level (Kafka never hands control
+  records to applications); a read_committed read stops at the LSO and drops every transactional batch
+  whose producer's transaction was aborted (an entry of the aborted-transaction index covers it, see
+  :mod:`pylog.storage.txn_index`).
+- A read that only met batches it must drop says how far it got (``next offset``), so a consumer moves past
+  them instead of reading them again forever.
+- :class:`TxnTracker` works from the files alone (the producer snapshot, then the batch headers after it),
+  so a reader in another process than the writer computes the same LSO as the writer; it continues from the
+  last batch it replayed, so a read costs only the headers appended since the previous one.
+- The writer, when it loads its producer state (before its first producer append or marker), drops index
+  entries whose marker is not in the log and adds those of abort markers in the replayed range that the
+  index lacks (:func:`replay`).
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import threading
+from typing import Callable, Iterable, Literal
+
+from ...errors import CorruptRecordError, InvalidArgumentError
+from ..producer_state import ProducerState
+from ..segment_read import ReadSlice
+from ..records.format import ATTR_CONTROL, ATTR_TRANSACTIONAL
+from ..txn_index import AbortedTxn, append_index, index_path, parse_marker, read_index, truncate_index
+from .local_log import LocalLog
+from .segments import S
+
+__all__ = ["TxnTracker", "IsolationLevel", "ISOLATION_LEVELS", "check_isolation", "aborted_in", "filter_slices",
+           "replay", "load_state", "isolated_read"]
+
+log = logging.getLogger("pylog.partition")
+
+IsolationLevel = Literal["read_uncommitted", "read_committed"]
+#: Kafka's isolation levels, as kafka-python names them.
+ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
+
+
+def check_isolation(level: object) -> bool:
+    """True for read_committed. :raises InvalidArgumentError: for anything but Kafka's two levels."""
+    if level not in ISOLATION_LEVELS:
+        raise InvalidArgumentError(f"isolation_level must be one of {ISOLATION_LEVELS}, got {level!r}")
+    return level == "read_committed"
+
+
+def load_state(directory: str, end: int) -> tuple[ProducerState, int]:
+    """The producer snapshot and its offset, or an empty state from offset 0 when it is missing, damaged
+    or past ``end``."""
+    try:
+        snap = ProducerState.read_snapshot(directory)
+    except CorruptRecordError as exc:
+        log.warning("%s: ignoring the producer snapshot (%s); rebuilding from the log", directory, exc)
+        snap = None
+    return snap if snap is not None and snap[1] <= end else (ProducerState(), 0)
+
+
+def replay(state: ProducerState, local: LocalLog[S], start: int, repair: bool = False) -> None:
+    """Replay the batch headers from offset ``start`` to the log end into ``state``. With ``repair`` (the
+    writer loading its state) the aborted-transaction index is made to match the log: entries past the log
+    end dropped, the aborts of the replayed range that it lacks added."""
+    segs, bases = local.view
+    if repair and segs:
+        # Only the active segment's index can hold an entry whose marker is missing: a marker is in the
+        # segment its entry names, and every earlier segment ends below the log end.
+        truncate_index(index_path(local.directory, segs[-1].base_offset), segs[-1].next_offset)
+    for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
+        headers = (h for _, h in seg.batch_headers() if h.last_offset >= start)
+        if not repair:
+            state.rebuild(headers)
+            continue
+        path = index_path(local.directory, seg.base_offset)
+        known = {e.last_offset for e in read_index(path)}
+        for h in headers:
+            if h.is_control and h.producer_id >= 0 and h.base_offset not in known:
+                first = state.ongoing().get(h.producer_id, -1)
+                if first >= 0 and not _is_commit(local, h.base_offset):
+                    others = [f for p, f in state.ongoing().items() if p != h.producer_id]
+                    append_index(path, AbortedTxn(h.producer_id, first, h.base_offset,
+                                                  min(others) if others else h.next_offset))
+            state.rebuild([h])
+
+
+def _is_commit(local: LocalLog[S], offset: int) -> bool:
+    """Whether the marker at ``offset`` commits. A control record that is not a marker (a caller that set the
+    control bit itself) ends nothing that could be aborted: it is logged and taken as no abort."""
+    slices = local.slices(offset, 1, 1 << 16, True)
+    view, a, _ = slices[0]
+    rec = view.records(None, -1, a, a + 1)[0]
+    try:
+        return parse_marker(rec.key, rec.value)[0]
+    except CorruptRecordError as exc:
+        log.warning("%s: the control batch at offset %d is not a transaction marker (%s)", local.name, offset, exc)
+        return True
+
+
+class TxnTracker:
+    """The LSO of one partition from its files (see the module docstring); thread-safe."""
+
+    def __init__(self, directory: str) -> None:
+        self.directory = directory
+        self._lock = threading.Lock()
+        self._state: ProducerState | None = None
+        self._next = 0  # the offset after the last batch replayed
+        self._at: tuple[int, int] = (-1, 0)  # (segment base offset, file position) after that batch
+        #: The aborted-transaction index entries of sealed segments, by base offset (see :func:`aborted_in`).
+        self.sealed: dict[int, list[AbortedTxn]] = {}
+
+    def last_stable_offset(self, local: LocalLog[S]) -> int:
+        with self._lock:
+            segs, bases = local.view
+            end = segs[-1].next_offset if segs else local.log_start
+            state = self._state
+            if state is None or self._next > end:  # first use, or the log was cut back under us
+                state, self._next = load_state(self.directory, end)
+                self._state, self._at = state, (-1, 0)
+            if self._next < end:
+                for seg in segs[max(0, bisect.bisect_right(bases, self._next) - 1):]:
+                    pos = self._at[1] if self._at[0] == seg.base_offset else 0
+                    size = seg.size
+                    for _, h in seg.batch_headers(size, True, pos):
+                        if h.last_offset >= self._next:
+                            state.rebuild([h])
+                    self._at = (seg.base_offset, size)
+                self._next = end
+            return state.last_stable_offset(end)
+
+
+def aborted_in(local: LocalLog[S], start: int, end: int,
+               sealed: dict[int, list[AbortedTxn]] | None = None) -> dict[int, list[tuple[int, int]]]:
+    """``{producer id: [(first offset, last offset), ...]}`` of the aborted transactions that cover some
+    offset in ``[start, end)``, from the index files of the segments from ``start``'s on.
+
+    Like Kafka's ``collectAbortedTransactions``, the scan stops at the first entry whose last stable offset
+    is at or past ``end``: no transaction that began below ``end`` was open any more when it was written,
+    so no later abort can cover the range. ``sealed`` caches the entries of sealed segments' indexes (only
+    the active segment's index grows: an entry goes with the segment its marker is written to)."""
+    segs, bases = local.view
+    out: dict[int, list[tuple[int, int]]] = {}
+    for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
+        entries = None if sealed is None else sealed.get(seg.base_offset)
+        if entries is None:
+            entries = read_index(index_path(local.directory, seg.base_offset))
+            if sealed is not None and seg.immutable:
+                sealed[seg.base_offset] = entries
+        for e in entries:
+            if e.last_offset >= start and e.first_offset < end:
+                out.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
+            if e.last_stable_offset >= end:
+                return out
+    return out
+
+
+def _aborted(ranges: dict[int, list[tuple[int, int]]], producer_id: int, offset: int) -> bool:
+    return any(f <= offset <= last for f, last in ranges.get(producer_id, ()))
+
+
+def filter_slices(slices: Iterable[ReadSlice], committed: bool, lso: int,
+                  aborted: dict[int, list[tuple[int, int]]]) -> tuple[list[ReadSlice], int]:
+    """``(kept, next offset)``: the slices without control batches, and for a ``committed`` read, cut at
+    ``lso`` and without aborted transactions' batches; ``next offset`` is where a read goes on (after the
+    last slice looked at, or ``lso`` when the read reached it), -1 when no slice was looked at."""
+    kept: list[ReadSlice] = []
+    nxt = -1
+    for s in slices:
+        h = s[0].header
+        if committed and h.base_offset >= lso:  # no batch straddles the LSO: it is a batch's first offset
+            nxt = lso
+            break
+        nxt = h.next_offset
+        attrs = h.attributes
+        if not attrs & (ATTR_CONTROL | ATTR_TRANSACTIONAL):
+            kept.append(s)
+        elif not attrs & ATTR_CONTROL and not (committed and _aborted(aborted, h.producer_id, h.base_offset)):
+            kept.append(s)
+    return kept, nxt
+
+
+def isolated_read(read: Callable[[int], list[ReadSlice]], local: LocalLog[S], tracker: TxnTracker, offset: int,
+                  committed: bool) -> tuple[list[ReadSlice], int]:
+    """``(slices, next offset)`` of a read at ``offset`` filtered by isolation level (:func:`filter_slices`):
+    ``read(position)`` reads the raw slices; reads go on past what was all dropped until something is kept,
+    the log end or (``committed``) the LSO is reached. ``next offset`` is where the next read starts when
+    the caller has no record to go on from (``offset`` when the read found nothing)."""
+    lso = tracker.last_stable_offset(local) if committed else -1
+    pos = offset
+    while True:
+        slices = read(pos)  # first, at ``offset``: raises OffsetOutOfRangeError as a plain read does
+        if not slices or (committed and pos >= lso):
+            return [], pos
+        aborted = aborted_in(local, pos, lso, tracker.sealed) if committed and any(
+            s[0].header.attributes & ATTR_TRANSACTIONAL for s in slices) else {}
+        kept, nxt = filter_slices(slices, committed, lso, aborted)
+        if kept or nxt <= pos:
+            return kept, max(nxt, pos)
+        pos = nxt

@@ -1,0 +1,157 @@
+"""Transactions on disk: the commit/abort marker record and the per-segment aborted-transaction index.
+
+A transaction's batches carry attribute bit 4 (transactional) and their producer's id and epoch; it ends
+with a **marker**: a control batch (bits 4 and 5) from the same producer holding one record whose key says
+commit or abort and whose value carries the coordinator's epoch (Kafka's ``EndTransactionMarker``; the
+bytes are Kafka's, big-endian, so ``pylog serve`` hands them to Kafka clients unchanged: docs/FORMAT.md,
+"Transaction markers").
+
+Every abort is also an entry of the **aborted-transaction index** (``<base>.txnindex``, Kafka's
+``.txnindex``) of the segment the abort marker is written to: ``(producer id, first offset, last offset,
+last stable offset)``, where ``first offset`` is the transaction's first record and ``last offset`` the
+marker's. A ``read_committed`` reader drops a transactional batch of producer P at offset o when an entry
+of P has ``first <= o <= last``; the entries it needs are in the index files of the segments from the one
+its read starts in on (a marker never precedes its transaction's records).
+
+Invariants:
+- Entries of one file are in increasing ``last offset`` order (markers are appended in offset order).
+- The entry is written (and fsynced) *before* its marker batch, so a reader that sees the marker always
+  finds the entry; an entry whose marker never landed (a crash, a failed write) has ``last offset`` at or
+  past the log end and is dropped by the next writer (:func:`truncate_index`) before it appends.
+- Each entry has its own CRC-32C: a torn or damaged tail ends the readable entries (they are derived
+  data: the writer adds every abort it replays from the log after its producer snapshot again).
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from typing import NamedTuple
+
+from ..errors import CorruptRecordError
+from .records import crc32c
+
+__all__ = ["AbortedTxn", "TXN_INDEX_SUFFIX", "marker_record", "parse_marker", "read_index", "append_index",
+           "truncate_index", "index_path", "remove_index", "MARKER_ABORT", "MARKER_COMMIT"]
+
+TXN_INDEX_SUFFIX = ".txnindex"
+_MAGIC = b"PLTI"
+_VERSION = 1
+_HEAD = struct.Struct("<4sHH")
+_ENTRY = struct.Struct("<qqqq")
+_ENTRY_SIZE = _ENTRY.size + 4
+#: Marker record key: version (int16, 0) and type (int16): Kafka's ControlRecordType, big-endian.
+MARKER_ABORT = 0
+MARKER_COMMIT = 1
+_KEY = struct.Struct(">hh")
+#: Marker record value: version (int16, 0) and the coordinator epoch (int32), big-endian.
+_VALUE = struct.Struct(">hi")
+
+
+class AbortedTxn(NamedTuple):
+    producer_id: int
+    first_offset: int
+    last_offset: int
+    last_stable_offset: int
+
+
+def marker_record(commit: bool, coordinator_epoch: int) -> tuple[bytes, bytes]:
+    """The ``(key, value)`` of a commit or abort marker record."""
+    return _KEY.pack(0, MARKER_COMMIT if commit else MARKER_ABORT), _VALUE.pack(0, coordinator_epoch)
+
+
+def parse_marker(key: bytes | None, value: bytes | None) -> tuple[bool, int]:
+    """``(commit, coordinator epoch)`` of a marker record.
+
+    :raises CorruptRecordError: for any other key or value (readers never guess).
+    """
+    if key is None or value is None or len(key) != _KEY.size or len(value) < _VALUE.size:
+        raise CorruptRecordError("a control record that is not a transaction marker")
+    version, kind = _KEY.unpack(key)
+    vversion, epoch = _VALUE.unpack_from(value)
+    if version != 0 or vversion != 0 or kind not in (MARKER_ABORT, MARKER_COMMIT):
+        raise CorruptRecordError(f"unknown transaction marker version {version}/{vversion} or type {kind}")
+    return kind == MARKER_COMMIT, epoch
+
+
+def index_path(directory: str, base_offset: int) -> str:
+    return os.path.join(directory, f"{base_offset:020d}{TXN_INDEX_SUFFIX}")
+
+
+def remove_index(directory: str, base_offset: int) -> None:
+    """Remove the index of a segment retention deleted (when it has one)."""
+    try:
+        os.unlink(index_path(directory, base_offset))
+    except FileNotFoundError:
+        pass
+
+
+def read_index(path: str) -> list[AbortedTxn]:
+    """The checked entries of an index file ([] when there is none); a torn or damaged entry ends them.
+
+    :raises CorruptRecordError: when the file's header is not an index's.
+    """
+    try:
+        with open(path, "rb") as f:
+            raw = f.read(64 << 20)
+    except FileNotFoundError:
+        return []
+    if not raw:
+        return []
+    if len(raw) < _HEAD.size or _HEAD.unpack_from(raw)[:2] != (_MAGIC, _VERSION):
+        raise CorruptRecordError("not an aborted-transaction index (magic/version)", path, 0)
+    out = []
+    for pos in range(_HEAD.size, len(raw) - _ENTRY_SIZE + 1, _ENTRY_SIZE):
+        body = raw[pos:pos + _ENTRY.size]
+        if struct.unpack_from("<I", raw, pos + _ENTRY.size)[0] != crc32c(body):
+            break
+        out.append(AbortedTxn(*_ENTRY.unpack(body)))
+    return out
+
+
+def _entry(txn: AbortedTxn) -> bytes:
+    body = _ENTRY.pack(*txn)
+    return body + struct.pack("<I", crc32c(body))
+
+
+def append_index(path: str, txn: AbortedTxn) -> None:
+    """Append one entry (creating the file with its header) and fsync it."""
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        head = b""
+        if size < _HEAD.size:
+            head, size = _HEAD.pack(_MAGIC, _VERSION, 0), 0
+        else:
+            size = _HEAD.size + (size - _HEAD.size) // _ENTRY_SIZE * _ENTRY_SIZE  # past a torn tail
+        os.pwrite(fd, head + _entry(txn), size)
+        os.ftruncate(fd, size + len(head) + _ENTRY_SIZE)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def truncate_index(path: str, log_end: int) -> list[AbortedTxn]:
+    """Drop the entries whose marker is not in the log (``last offset >= log_end``) and any damaged tail;
+    returns the entries kept. A file with a bad header is rewritten empty (its entries are rebuilt by the
+    writer's replay)."""
+    try:
+        entries = read_index(path)
+    except CorruptRecordError:
+        entries = []
+    kept = [e for e in entries if e.last_offset < log_end]
+    try:
+        size = os.path.getsize(path)
+    except FileNotFoundError:
+        return kept
+    want = _HEAD.size + len(kept) * _ENTRY_SIZE
+    if size != want or len(kept) != len(entries):
+        raw = _HEAD.pack(_MAGIC, _VERSION, 0) + b"".join(map(_entry, kept))
+        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            os.pwrite(fd, raw, 0)
+            os.ftruncate(fd, len(raw))
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+    return kept

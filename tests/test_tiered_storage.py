@@ -1,0 +1,448 @@
+"""Tiered storage hooked into the store (issue 28): KIP-405's settings, the upload thread in the maintenance
+layer, and local retention that waits for shipping, against a real S3 API (moto's server on 127.0.0.1).
+
+Stores here are opened with a huge ``remote.log.manager.task.interval.ms`` and driven with
+``store.upload_to_remote()`` (one pass of the upload thread, in the test's thread), so each step is explicit.
+
+Run: ``python -m pytest tests/test_tiered_storage.py -q``
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+import pylog
+from pylog import metrics
+from pylog.errors import InvalidConfigError
+from pylog.partition import internals
+from pylog.storage.filenames import list_segment_bases
+from pylog.storage.records import BatchView
+from s3_server import FaultProxy
+
+CHILD = Path(__file__).parent / "tiered_upload_child.py"
+TOPIC = "events"
+#: Small segments: a few hundred appends make many of them. retention.ms -1: the records' timestamps do
+#: not matter unless a test sets it.
+TIERED = {"remote.storage.enable": True, "segment.bytes": 2048, "index.interval.bytes": 256, "retention.ms": -1}
+
+
+def _open(root: Path, remote_settings: dict, **kw) -> pylog.Store:
+    opts = {k.replace(".", "_"): v for k, v in remote_settings.items()}
+    opts.setdefault("remote_log_manager_task_interval_ms", 10 ** 9)
+    opts.setdefault("log_cleaner_enable", False)
+    opts.update(kw)
+    return pylog.open(str(root), **opts)
+
+
+def _fill(part, batches: int = 80) -> list[bytes]:
+    values = []
+    for i in range(batches):
+        batch = [f"r{i}-{j}".encode() * (1 + j) for j in range(5)]
+        part.append_values(batch)
+        values += batch
+    part.flush()  # rolled segments fsynced: below synced_through, so shippable
+    return values
+
+
+def _remote_values(rl, start: int, end: int) -> list[bytes]:
+    out, offset = [], start
+    while offset < end:
+        got = rl.read(offset, 1 << 20)
+        pos = 0
+        while pos < len(got.data):
+            view = BatchView.from_buffer(got.data, pos)
+            out += [r.value for r in view.records(TOPIC, 0) if r.offset >= offset]
+            pos += view.header.size
+        offset = got.next_offset
+    return out
+
+
+# ------------------------------------------------------------------------------------------ settings
+
+def test_kip405_settings_default_to_off_and_local_retention_to_the_total():
+    cfg = pylog.TopicConfig({"retention.ms": 5000})
+    assert cfg["remote.storage.enable"] is False
+    assert cfg["local.retention.ms"] == -2 and cfg["local.retention.bytes"] == -2
+    cfg = pylog.TopicConfig({"remote.storage.enable": "true", "local.retention.ms": "1000", "retention.ms": 5000})
+    assert cfg["remote.storage.enable"] is True and cfg["local.retention.ms"] == 1000
+
+
+@pytest.mark.parametrize("bad", [
+    {"remote.storage.enable": True, "cleanup.policy": "compact"},
+    {"remote.storage.enable": True, "cleanup.policy": "compact,delete"},
+    {"remote.storage.enable": True, "retention.ms": 1000, "local.retention.ms": 2000},
+    {"remote.storage.enable": True, "retention.ms": 1000, "local.retention.ms": -1},
+    {"remote.storage.enable": True, "retention.bytes": 100, "local.retention.bytes": 101},
+    {"local.retention.ms": -3},
+    {"remote.storage.enable": "maybe"},
+])
+def test_bad_tiered_storage_settings_are_refused(bad):
+    with pytest.raises(InvalidConfigError):
+        pylog.TopicConfig(bad)
+
+
+def test_remote_storage_needs_a_store_location(tmp_path):
+    with pylog.open(str(tmp_path / "s"), log_cleaner_enable=False) as store:
+        with pytest.raises(InvalidConfigError, match="remote.storage.location"):
+            store.create_topic(TOPIC, config={"remote.storage.enable": True})
+        store.create_topic(TOPIC)
+        with pytest.raises(InvalidConfigError, match="remote.storage.location"):
+            store.alter_topic_config(TOPIC, {"remote.storage.enable": True})
+        assert store.topic(TOPIC).config["remote.storage.enable"] is False
+    with pytest.raises(InvalidConfigError, match="s3://"):
+        pylog.open(str(tmp_path / "t"), remote_storage_location="ftp://bucket/x")
+
+
+# ------------------------------------------------------------------------------------------ shipping
+
+def test_upload_pass_ships_closed_fsynced_segments_of_enabled_topics_only(tmp_path, remote_settings):
+    was = metrics.enabled()
+    metrics.enable()
+    try:
+        with _open(tmp_path / "s", remote_settings) as store:
+            store.create_topic(TOPIC, config=TIERED)
+            store.create_topic("plain", config={"segment.bytes": 2048})
+            part = store.topic(TOPIC).partition(0)
+            values = _fill(part)
+            _fill(store.topic("plain").partition(0))
+            before = metrics.counter("pylog_remote_segments_shipped_total").values()
+            store.upload_to_remote()
+            bases = list_segment_bases(str(tmp_path / "s" / TOPIC / "0"))
+            rl = store.remote_log(TOPIC, 0)
+            m = rl.manifest(refresh=True)
+            assert [s.base_offset for s in m.segments] == bases[:-1]  # every closed segment, not the active
+            assert m.end_offset == part.segments[-1].base_offset
+            assert store.remote_log("plain", 0).manifest(refresh=True).segments == ()
+            assert _remote_values(rl, 0, m.end_offset) == values[:m.end_offset]
+            st = store.cleaner_status()
+            assert st.remote_enabled and st.remote_segments_shipped == len(m.segments)
+            assert st.remote_bytes_shipped == sum(s.log_size for s in m.segments)
+            assert st.remote_lag == {f"{TOPIC}-0": 0.0} and st.remote_failures == 0
+            after = dict(metrics.counter("pylog_remote_segments_shipped_total").values())
+            assert after[(TOPIC,)] - dict(before).get((TOPIC,), 0) == len(m.segments)
+            # A second pass ships nothing again; new closed segments ship on the next one.
+            store.upload_to_remote()
+            assert store.cleaner_status().remote_segments_shipped == len(m.segments)
+            values += _fill(part, 20)
+            store.upload_to_remote()
+            m2 = rl.manifest(refresh=True)
+            assert m2.segments[:len(m.segments)] == m.segments and m2.end_offset == part.segments[-1].base_offset
+    finally:
+        metrics.enable(was)
+
+
+def test_unsynced_rolled_segments_wait_for_their_fsync(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        part = store.topic(TOPIC).partition(0)
+        _fill(part)
+        through = internals(part).synced_through
+        shippable = internals(part).shippable_segments()
+        assert shippable and all(end <= through for _, end, _ in shippable)
+        assert all(base < part.segments[-1].base_offset for base, _, _ in shippable)
+
+
+def test_the_upload_thread_ships_by_itself(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings, remote_log_manager_task_interval_ms=50) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        part = store.topic(TOPIC).partition(0)
+        _fill(part)
+        rl = store.remote_log(TOPIC, 0)
+        # Bounded wait on the bucket's state (the thread's progress is the thing checked).
+        for _ in range(400):
+            if rl.manifest(refresh=True).end_offset == part.segments[-1].base_offset:
+                break
+            part.wait_for_data(part.log_end_offset, 0.05)
+        assert rl.manifest(refresh=True).end_offset == part.segments[-1].base_offset
+
+
+def test_a_failing_bucket_never_blocks_appends_and_is_retried(tmp_path, remote_settings, s3_endpoint):
+    with FaultProxy(s3_endpoint, faults=3, status=503, code="SlowDown") as proxy:
+        settings = {**remote_settings, "remote.storage.endpoint.url": proxy.url, "remote.storage.max.attempts": 1}
+        with _open(tmp_path / "s", settings, remote_log_manager_task_retry_backoff_ms=1,
+                   local_retention_bytes=0) as store:
+            store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+            part = store.topic(TOPIC).partition(0)
+            values = _fill(part)
+            store.upload_to_remote()  # the metadata and the partition fail (503s)
+            st = store.cleaner_status()
+            assert st.remote_failures >= 1 and "SlowDown" in (st.remote_last_error or "")
+            assert st.remote_lag[f"{TOPIC}-0"] > 0
+            # Nothing shipped: local retention (local.retention.bytes 0) deletes nothing.
+            assert part.enforce_retention().deleted_segments == []
+            assert part.read(0, 10 ** 6)[0].value == values[0]
+            values += _fill(part, 10)  # appends go on meanwhile
+            for _ in range(20):  # back-off of 1 ms, doubled: a few passes and the faults are used up
+                store.upload_to_remote()
+                if store.cleaner_status().remote_lag.get(f"{TOPIC}-0") == 0:
+                    break
+                part.wait_for_data(part.log_end_offset, 0.01)
+            assert store.cleaner_status().remote_lag[f"{TOPIC}-0"] == 0
+            assert store.remote_log(TOPIC, 0).manifest(refresh=True).end_offset == part.segments[-1].base_offset
+
+
+# ------------------------------------------------------------------------------------------ retention
+
+def test_local_retention_deletes_only_shipped_segments(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        values = _fill(part)
+        assert part.enforce_retention().deleted_segments == []  # nothing shipped yet
+        store.upload_to_remote()
+        m = store.remote_log(TOPIC, 0).manifest(refresh=True)
+        r = part.enforce_retention()
+        assert r.deleted_segments == [s.base_offset for s in m.segments]
+        assert [s.base_offset for s in part.segments] == [m.end_offset]  # the active segment only
+        assert _remote_values(store.remote_log(TOPIC, 0), 0, m.end_offset) == values[:m.end_offset]
+        # The next closed segments stay until shipped too.
+        _fill(part, 20)
+        assert part.enforce_retention().deleted_segments == []
+
+
+def test_local_retention_ms_keeps_recent_shipped_segments(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "retention.ms": 10 ** 12, "local.retention.ms": 60_000})
+        part = store.topic(TOPIC).partition(0)
+        _fill(part)
+        store.upload_to_remote()
+        assert part.enforce_retention().deleted_segments == []  # shipped, but young
+        now = max(s.max_timestamp for s in part.segments) + 120_000
+        assert part.enforce_retention(now=now).deleted_segments  # old enough: the shipped ones go
+        assert store.remote_log(TOPIC, 0).manifest().segments  # the whole log's retention keeps them remotely
+
+
+def test_retention_bytes_applies_to_the_whole_log_remote_included(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "retention.bytes": 6000, "local.retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        _fill(part, 200)
+        store.upload_to_remote()
+        m = store.remote_log(TOPIC, 0).manifest(refresh=True)
+        assert m.log_start_offset > 0 and m.segments
+        # Kafka's size rule: the oldest go while the log (the unshipped active segment counted) keeps at
+        # least retention.bytes without them.
+        total = m.size + part.segments[-1].size
+        assert total - m.segments[0].log_size < 6000 <= total
+        assert store.cleaner_status().segments_deleted > 0
+        assert m.end_offset == part.segments[-1].base_offset  # what was shipped last stays
+
+
+# ------------------------------------------------------------------------------------------ crashes
+
+def _child(root: Path, settings: dict, stop_at: str) -> subprocess.Popen:
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(Path(__file__).parent.parent), str(Path(__file__).parent)]))
+    return subprocess.Popen([sys.executable, str(CHILD), json.dumps(settings), str(root), TOPIC, stop_at],
+                            stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+
+
+@pytest.mark.parametrize("stop_at", ["put", "committed"])
+def test_an_upload_killed_before_or_after_its_commit_is_finished_and_nothing_is_lost(tmp_path, remote_settings,
+                                                                                      stop_at):
+    """SIGKILL in the two crash windows the design names: objects PUT but the manifest not committed ("put"),
+    and committed but the local copy not deleted yet ("committed"). The next store finishes the upload,
+    every offset stays readable (locally or remotely), and local retention then deletes the shipped copies."""
+    root = tmp_path / "s"
+    child = _child(root, remote_settings, stop_at)
+    try:
+        line = child.stdout.readline().split()
+        assert line and line[0] == stop_at, line
+        child.send_signal(signal.SIGKILL)
+        child.wait(60)
+    finally:
+        if child.poll() is None:
+            child.kill()
+            child.wait(60)
+    with _open(root, remote_settings) as store:
+        part = store.topic(TOPIC).partition(0)
+        end = part.log_end_offset
+        local = [r.value for r in part.read(0, 10 ** 6, max_bytes=1 << 30)]
+        assert len(local) == end
+        store.upload_to_remote()
+        assert store.remote_log(TOPIC, 0).manifest(refresh=True).end_offset < part.segments[-1].base_offset
+        assert part.try_become_writer()  # the upload thread works on partitions its store writes
+        store.upload_to_remote()
+        rl = store.remote_log(TOPIC, 0)
+        m = rl.manifest(refresh=True)
+        bases = [s.base_offset for s in m.segments]
+        assert bases == sorted(set(bases)) and m.log_start_offset == 0
+        assert m.end_offset == part.segments[-1].base_offset
+        part.enforce_retention()
+        assert part.segments[0].base_offset == m.end_offset
+        assert _remote_values(rl, 0, m.end_offset) == local[:m.end_offset]
+        assert [r.value for r in part.read(m.end_offset, 10 ** 6, max_bytes=1 << 30)] == local[m.end_offset:]
+
+
+
+# ------------------------------------------------------------------------------------------ reads
+
+def _shipped_and_trimmed(store: pylog.Store) -> tuple[object, list[bytes], int]:
+    store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+    part = store.topic(TOPIC).partition(0)
+    values = _fill(part)
+    store.upload_to_remote()
+    part.enforce_retention()
+    local_start = part.segments[0].base_offset
+    assert local_start > 0
+    return part, values, local_start
+
+
+def test_reads_below_the_local_log_start_fall_through_to_the_bucket(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        part, values, local_start = _shipped_and_trimmed(store)
+        assert part.log_start_offset == 0  # Kafka's logStartOffset: the remote start
+        assert part.offsets() == (0, len(values))
+        got, offset = [], 0
+        while offset < part.log_end_offset:  # small reads cross the boundary in both directions' sizes
+            batch = part.read(offset, max_records=7)
+            assert [r.offset for r in batch] == list(range(offset, offset + len(batch)))
+            got += batch
+            offset = batch[-1].offset + 1
+        assert [r.value for r in got] == values
+        cols = part.read_columns(3, max_records=10)
+        assert list(cols.offsets) == list(range(3, 13))
+        assert part.read_slices(local_start - 1, max_records=1)[0][0].header.base_offset < local_start
+
+
+def test_a_consumer_reads_from_the_remote_start_through_the_boundary(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        _, values, _ = _shipped_and_trimmed(store)
+        consumer = store.consumer(TOPIC, auto_offset_reset="earliest", max_poll_records=9)
+        try:
+            got = []
+            for _ in range(200):
+                for records in consumer.poll(timeout_ms=100).values():
+                    got += [r.value for r in records]
+                if len(got) >= len(values):
+                    break
+        finally:
+            consumer.close()
+        assert got == values
+
+
+def test_another_process_reads_shipped_segments_it_no_longer_has_locally(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        _, values, _ = _shipped_and_trimmed(store)
+        code = ("import json, sys, pylog\n"
+                "opts = {k.replace('.', '_'): v for k, v in json.loads(sys.argv[2]).items()}\n"
+                "with pylog.open(sys.argv[1], read_only=True, **opts) as s:\n"
+                "    p = s.topic('events').partition(0)\n"
+                "    out, o = [p.log_start_offset], 0\n"
+                "    while o < p.log_end_offset:\n"
+                "        rs = p.read(o, 100000, max_bytes=1 << 30)\n"
+                "        out += [r.value.decode() for r in rs]\n"
+                "        o = rs[-1].offset + 1\n"
+                "    print(json.dumps(out))\n")
+        env = dict(os.environ, PYTHONPATH=str(Path(__file__).parent.parent))
+        out = subprocess.run([sys.executable, "-c", code, str(tmp_path / "s"), json.dumps(remote_settings)],
+                             capture_output=True, text=True, env=env, timeout=120, check=True).stdout
+        doc = json.loads(out)
+        assert doc[0] == 0 and [v.encode() for v in doc[1:]] == values
+
+
+def test_a_topic_without_remote_storage_reads_as_before(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={"segment.bytes": 2048, "retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        _fill(part)
+        part.enforce_retention()
+        assert part.log_start_offset == part.segments[0].base_offset > 0
+        with pytest.raises(pylog.errors.OffsetOutOfRangeError):
+            part.read(0)
+
+
+def test_a_kafka_client_fetches_shipped_segments_through_pylog_serve(tmp_path, remote_settings):
+    """kafka-python from earliest through ``pylog serve``: ListOffsets gives the remote start, Fetch below the
+    local log start is served from the bucket, and every record comes back once, in order."""
+    kafka = pytest.importorskip("kafka")
+    with _open(tmp_path / "s", remote_settings) as store:
+        _, values, local_start = _shipped_and_trimmed(store)
+        with pylog.serve(store, port=0) as server:
+            consumer = kafka.KafkaConsumer(TOPIC, bootstrap_servers=server.bootstrap_servers,
+                                           auto_offset_reset="earliest", consumer_timeout_ms=10_000,
+                                           max_partition_fetch_bytes=4096)
+            got = []
+            try:
+                for rec in consumer:
+                    got.append((rec.offset, rec.value))
+                    if len(got) >= len(values):
+                        break
+            finally:
+                consumer.close()
+    assert local_start > 0
+    assert got == list(enumerate(values))
+
+
+def test_delete_records_raises_the_remote_log_start_first(tmp_path, remote_settings):
+    with _open(tmp_path / "s", remote_settings) as store:
+        part, values, local_start = _shipped_and_trimmed(store)
+        rl = store.remote_log(TOPIC, 0)
+        cut = rl.manifest().segments[1].base_offset + 3  # inside the second shipped segment
+        assert part.delete_records(cut) >= local_start
+        assert part.log_start_offset == cut and rl.manifest(refresh=True).log_start_offset == cut
+        with pytest.raises(pylog.errors.OffsetOutOfRangeError):
+            part.read(cut - 1)
+        assert [r.value for r in part.read(cut, max_records=5)] == values[cut:cut + 5]
+        # Past the remote end: everything remote is below the new start; shipping goes on from there.
+        end = part.log_end_offset
+        part.delete_records(end)
+        m = rl.manifest(refresh=True)
+        assert m.segments == () and m.log_start_offset == end and part.log_start_offset == end
+        more = _fill(part, 30)
+        store.upload_to_remote()
+        assert store.cleaner_status().remote_failures == 0
+        m = rl.manifest(refresh=True)
+        assert m.segments and m.segments[0].end_offset > end and m.log_start_offset == end
+        assert [r.value for r in part.read(end, max_records=len(more), max_bytes=1 << 30)][:5] == more[:5]
+
+
+def test_pylog_health_shows_what_the_upload_thread_shipped(tmp_path, remote_settings):
+    import io
+    import threading
+
+    from pylog.cli import main
+
+    with _open(tmp_path / "s", remote_settings, log_cleaner_enable=True) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        _fill(store.topic(TOPIC).partition(0))
+        store.upload_to_remote()
+        shipped = store.cleaner_status().remote_segments_shipped
+        assert shipped > 0
+        # The status file is rewritten at the cleaner's next heartbeat (at least every 5 s): bounded wait.
+        idle = threading.Event()
+        for _ in range(150):
+            st = [c.status for c in store.cleaners() if c.status is not None]
+            if st and st[0].remote_segments_shipped == shipped:
+                break
+            idle.wait(0.1)
+        out = io.StringIO()
+        main(["health", str(tmp_path / "s")], out)
+        assert f"remote storage of pid {os.getpid()}" in out.getvalue()
+        assert f"{shipped} segment(s)" in out.getvalue() and "0 closed segment(s) waiting" in out.getvalue()
+
+
+def test_read_committed_below_the_local_start_refuses_transactional_batches_it_cannot_judge(tmp_path,
+                                                                                           remote_settings):
+    """Aborted-transaction indexes are not shipped yet: a read_committed read of shipped transactional
+    batches raises RemoteStorageError instead of returning records of an aborted transaction."""
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        part.append_values([b"a" * 300] * 3, producer=(7, 0, 0), transactional=True)
+        internals(part).append_marker(7, 0, commit=False)  # aborted
+        values = _fill(part)
+        store.upload_to_remote()
+        part.enforce_retention()
+        assert part.segments[0].base_offset > 0
+        with pytest.raises(pylog.errors.RemoteStorageError, match="read_committed"):
+            part.read(0, isolation_level="read_committed")
+        got = part.read(0, max_records=3)
+        assert [r.value for r in got] == [b"a" * 300] * 3  # read_uncommitted: the records as written
+        assert values[0] in [r.value for r in part.read(4, max_records=5)]

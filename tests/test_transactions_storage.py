@@ -1,0 +1,482 @@
+"""Transactions in a partition's storage: transactional batches, commit/abort markers, the last stable offset,
+the aborted-transaction index (also rebuilt after a crash) and read_committed / read_uncommitted reads.
+
+Run: ``python -m pytest tests/test_transactions_storage.py -q``
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import random
+import signal
+import time
+
+import asyncio
+
+import msgpack
+import pytest
+
+import pylog
+from pylog.aio import AIOKafkaConsumer
+from pylog.errors import InvalidTxnStateError, ProducerFencedError, TransactionCoordinatorFencedError
+from pylog.kafka import KafkaConsumer
+from pylog.partition import internals
+from pylog.storage.producer_state import ProducerState
+from pylog.storage.records import EncodeOptions, encode_parts
+from pylog.storage.txn_index import index_path, parse_marker, read_index
+
+TOPIC = "t"
+
+
+def _store(path, **cfg):
+    return pylog.open(str(path), log_cleaner_enable=False, **cfg)
+
+
+def _part(store):
+    store.create_topic(TOPIC)
+    return store.topic(TOPIC).partition(0)
+
+
+def _open_transaction(store, value, epoch=0):
+    """A new partition holding one record of an open transaction: ``(partition, producer id)``."""
+    p = _part(store)
+    pid = store.new_producer_id()
+    p.append_values([value], producer=(pid, epoch, 0), transactional=True)
+    return p, pid
+
+
+def _plain_then_open(store):
+    """A new partition holding a plain record ``c`` at 0 then one of an open transaction at 1."""
+    p = _part(store)
+    p.append_values([b"c"])
+    pid = store.new_producer_id()
+    p.append_values([b"t"], producer=(pid, 0, 0), transactional=True)
+    return p, pid
+
+
+def _one_transaction(store, value, commit, coordinator_epoch=0):
+    """A partition holding one transaction of one record, ended by its marker: ``(partition, producer id)``."""
+    p, pid = _open_transaction(store, value)
+    internals(p).append_marker(pid, 0, commit=commit, coordinator_epoch=coordinator_epoch)
+    return p, pid
+
+
+def _values(p, level="read_uncommitted", start=0):
+    return [r.value for r in p.read(start, max_records=10 ** 6, isolation_level=level)]
+
+
+def test_committed_transaction_becomes_visible_to_read_committed_at_its_marker(tmp_path):
+    with _store(tmp_path) as store:
+        p = _part(store)
+        pid = store.new_producer_id()
+        p.append_values([b"plain"])
+        assert p.append_values([b"t1", b"t2"], producer=(pid, 0, 0), transactional=True) == 1
+        p.append_values([b"after"])
+        assert p.last_stable_offset == 1
+        assert _values(p, "read_committed") == [b"plain"]
+        assert _values(p) == [b"plain", b"t1", b"t2", b"after"]
+        marker = internals(p).append_marker(pid, 0, commit=True, coordinator_epoch=3)
+        assert marker == 4 and p.log_end_offset == 5
+        assert p.last_stable_offset == 5
+        assert _values(p, "read_committed") == [b"plain", b"t1", b"t2", b"after"]
+        assert _values(p) == [b"plain", b"t1", b"t2", b"after"]  # the marker is never a record
+        cols = p.read_columns(0, isolation_level="read_committed")
+        assert list(cols.offsets) == [0, 1, 2, 3]
+
+
+def test_aborted_transaction_is_never_returned_to_read_committed(tmp_path):
+    with _store(tmp_path) as store:
+        p = _part(store)
+        a, b = store.new_producer_id(), store.new_producer_id()
+        p.append_values([b"a1"], producer=(a, 0, 0), transactional=True)
+        p.append_values([b"b1"], producer=(b, 0, 0), transactional=True)
+        p.append_values([b"a2"], producer=(a, 0, 1), transactional=True)
+        internals(p).append_marker(a, 0, commit=False)
+        assert p.last_stable_offset == 1  # b's transaction is still open
+        assert _values(p, "read_committed") == []
+        internals(p).append_marker(b, 0, commit=True)
+        assert _values(p, "read_committed") == [b"b1"]
+        assert _values(p) == [b"a1", b"b1", b"a2"]  # read_uncommitted sees aborted records
+        [entry] = read_index(index_path(p.directory, 0))
+        assert (entry.producer_id, entry.first_offset, entry.last_offset, entry.last_stable_offset) == (a, 0, 3, 1)
+
+
+def test_read_committed_skips_only_aborted_batches_between_committed_ones(tmp_path):
+    with _store(tmp_path) as store:
+        p = _part(store)
+        pid = store.new_producer_id()
+        seq = 0
+        want = []
+        for i in range(6):
+            vals = [b"%d-%d" % (i, j) for j in range(3)]
+            p.append_values(vals, producer=(pid, 0, seq), transactional=True)
+            seq += 3
+            commit = i % 2 == 0
+            internals(p).append_marker(pid, 0, commit=commit)
+            if commit:
+                want += vals
+        assert _values(p, "read_committed") == want
+        # A read starting inside an aborted transaction, and a read of one record at a time.
+        assert _values(p, "read_committed", start=5) == want[3:]
+        got, pos = [], 0
+        while True:
+            slices, nxt = internals(p).read_isolated(pos, 1, 1 << 20, "read_committed")
+            if not slices:
+                if nxt == pos:
+                    break
+                pos = nxt
+                continue
+            recs = p.read(pos, max_records=1, isolation_level="read_committed")
+            got += [r.value for r in recs]
+            pos = recs[-1].offset + 1
+        assert got == want
+
+
+def test_a_read_at_a_marker_moves_past_it(tmp_path):
+    with _store(tmp_path) as store:
+        p, _ = _one_transaction(store, b"x", commit=True)
+        for level in ("read_uncommitted", "read_committed"):
+            assert p.read(1, isolation_level=level) == []
+            assert internals(p).read_isolated(1, 10, 1 << 20, level) == ([], 2)
+
+
+def test_non_transactional_batch_during_an_open_transaction_is_refused(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _open_transaction(store, b"t")
+        with pytest.raises(InvalidTxnStateError):
+            p.append_values([b"i"], producer=(pid, 0, 1))
+        with pytest.raises(InvalidTxnStateError):
+            p.append_values([b"x"], transactional=True)  # no producer
+        assert p.log_end_offset == 1
+
+
+def test_markers_are_fenced_by_producer_and_coordinator_epoch(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _open_transaction(store, b"t", epoch=1)
+        with pytest.raises(ProducerFencedError):
+            internals(p).append_marker(pid, 0, commit=True)
+        with pytest.raises(ProducerFencedError):
+            p.append_values([b"old"], producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 1, commit=False, coordinator_epoch=5)
+        with pytest.raises(TransactionCoordinatorFencedError):
+            internals(p).append_marker(pid, 1, commit=True, coordinator_epoch=4)
+        # A marker from a bumped epoch (a coordinator aborting for a new incarnation) fences the old one.
+        p.append_values([b"t2"], producer=(pid, 1, 1), transactional=True)
+        internals(p).append_marker(pid, 2, commit=False, coordinator_epoch=5)
+        with pytest.raises(ProducerFencedError):
+            p.append_values([b"late"], producer=(pid, 1, 2), transactional=True)
+        assert p.last_stable_offset == p.log_end_offset
+        assert _values(p, "read_committed") == []
+
+
+def test_marker_record_carries_type_and_coordinator_epoch(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _one_transaction(store, b"t", commit=False, coordinator_epoch=7)
+        view, a, _ = internals(p).local_log.slices(1, 1, 1 << 20, True)[0]
+        h = view.header
+        assert h.is_control and h.is_transactional and h.producer_id == pid and h.base_sequence == -1
+        rec = view.records(None, -1, a, a + 1)[0]
+        assert parse_marker(rec.key, rec.value) == (False, 7)
+
+
+def test_open_transaction_survives_a_clean_restart_in_the_snapshot(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _plain_then_open(store)
+    state, _ = ProducerState.read_snapshot(os.path.join(str(tmp_path), TOPIC, "0"))
+    assert state.ongoing() == {pid: 1}
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert p.last_stable_offset == 1
+        internals(p).append_marker(pid, 0, commit=False)
+        assert _values(p, "read_committed") == [b"c"]
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert _values(p, "read_committed") == [b"c"]
+        assert p.last_stable_offset == p.log_end_offset
+
+
+def test_snapshot_without_transactions_keeps_its_old_layout(tmp_path):
+    with _store(tmp_path) as store:
+        p = _part(store)
+        p.append_values([b"i"], producer=(store.new_producer_id(), 0, 0))
+    raw = open(os.path.join(str(tmp_path), TOPIC, "0", "producer.snapshot"), "rb").read()
+    doc = msgpack.unpackb(raw[8:-4])
+    assert all(len(entry) == 4 for entry in doc["producers"])
+
+
+def test_a_reader_in_another_handle_sees_the_writers_lso(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _plain_then_open(store)
+        with pylog.open(str(tmp_path), read_only=True) as reader:
+            r = reader.topic(TOPIC).partition(0)
+            assert r.last_stable_offset == 1
+            assert [x.value for x in r.read(0, isolation_level="read_committed")] == [b"c"]
+            internals(p).append_marker(pid, 0, commit=False)
+            p.append_values([b"d"])
+            assert r.last_stable_offset == 4
+            assert [x.value for x in r.read(0, isolation_level="read_committed")] == [b"c", b"d"]
+
+
+def test_index_rebuilt_when_damaged_or_missing_after_the_snapshot(tmp_path):
+    with _store(tmp_path) as store:
+        p, _ = _one_transaction(store, b"t", commit=False)
+        path = index_path(p.directory, 0)
+        want = read_index(path)
+        internals(p).abandon()  # a crash: no snapshot at close
+    os.remove(path)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        # Its first producer append loads the producer state and repairs the index on the way.
+        p.append_values([b"c"], producer=(store.new_producer_id(), 0, 0))
+        assert read_index(path) == want
+        assert _values(p, "read_committed") == [b"c"]
+
+
+def test_invalid_isolation_level_is_refused(tmp_path):
+    with _store(tmp_path) as store:
+        p = _part(store)
+        p.append_values([b"x"])
+        with pytest.raises(pylog.InvalidArgumentError):
+            p.read(0, isolation_level="committed")
+
+
+def _open_transaction_then_die(path, ready):
+    store = _store(path)
+    p = store.topic(TOPIC).partition(0)
+    p.append_values([b"t1"], producer=(7, 0, 0), transactional=True)
+    p.append_values([b"t2"], producer=(7, 0, 1), transactional=True)
+    ready.set()
+    signal.pause()
+
+
+def test_writer_killed_mid_transaction_leaves_it_open_then_abort_is_indexed(tmp_path):
+    with _store(tmp_path) as store:
+        p = _part(store)
+        p.append_values([b"before"])
+    ctx = multiprocessing.get_context("spawn")
+    ready = ctx.Event()
+    child = ctx.Process(target=_open_transaction_then_die, args=(str(tmp_path), ready))
+    child.start()
+    try:
+        assert ready.wait(120)
+    finally:
+        os.kill(child.pid, signal.SIGKILL)
+        child.join(30)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert p.log_end_offset == 3
+        assert p.last_stable_offset == 1  # the dead producer's transaction is still open
+        assert _values(p, "read_committed") == [b"before"]
+        internals(p).append_marker(7, 0, commit=False)
+        [entry] = read_index(index_path(p.directory, 0))
+        assert (entry.first_offset, entry.last_offset) == (1, 3)
+        p.append_values([b"after"])
+        assert _values(p, "read_committed") == [b"before", b"after"]
+        assert _values(p) == [b"before", b"t1", b"t2", b"after"]
+        assert p.check() == []
+
+
+def test_retention_deletes_a_segments_aborted_transaction_index_with_it(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _one_transaction(store, b"t", commit=False)
+        p.roll()
+        p.append_values([b"c"])
+        assert os.path.exists(index_path(p.directory, 0))
+        p.delete_records(2)
+        assert not os.path.exists(index_path(p.directory, 0))
+        assert _values(p, "read_committed", start=2) == [b"c"]
+        assert p.check() == []
+
+
+def _poll_all(consumer):
+    got = []
+    while True:
+        batch = consumer.poll(timeout_ms=50)
+        if not batch:
+            return got
+        got += [r.value for recs in batch.values() for r in recs]
+
+
+def test_read_committed_consumer_sees_committed_records_only_and_moves_past_markers(tmp_path):
+    with _store(tmp_path) as store:
+        p, a = _plain_then_open(store)  # "c" at 0, a's "t" at 1
+        internals(p).append_marker(a, 0, commit=True)
+        b = store.new_producer_id()
+        p.append_values([b"aborted"], producer=(b, 0, 0), transactional=True)
+        internals(p).append_marker(b, 0, commit=False)
+        tp = pylog.TopicPartition(TOPIC, 0)
+        committed = store.consumer(TOPIC, auto_offset_reset="earliest", isolation_level="read_committed")
+        uncommitted = store.consumer(TOPIC, auto_offset_reset="earliest")
+        assert _poll_all(committed) == [b"c", b"t"]
+        assert committed.position(tp) == p.log_end_offset == 5  # past the last marker, not stuck before it
+        assert _poll_all(uncommitted) == [b"c", b"t", b"aborted"]
+        # An open transaction holds read_committed back, and its end offset, until it commits.
+        p.append_values([b"open"], producer=(b, 0, 1), transactional=True)
+        p.append_values([b"later"])
+        assert committed.end_offsets([tp]) == {tp: 5} and uncommitted.end_offsets([tp]) == {tp: 7}
+        assert _poll_all(committed) == [] and committed.position(tp) == 5
+        internals(p).append_marker(b, 0, commit=True)
+        assert _poll_all(committed) == [b"open", b"later"]
+        with pytest.raises(pylog.InvalidConfigError):
+            store.consumer(TOPIC, isolation_level="committed")
+
+
+def test_kafka_python_consumer_through_pylog_serve_moves_past_a_marker_at_the_end(server, store):
+    # Fetch hands the markers to the client as Kafka does: kafka-python skips them and its position moves
+    # past a marker that ends the log (a fetch without it would leave the position, and the lag, before it).
+    kafka = pytest.importorskip("kafka")
+    p, pid = _plain_then_open(store)
+    internals(p).append_marker(pid, 0, commit=True)
+    tp = kafka.TopicPartition(TOPIC, 0)
+    consumer = kafka.KafkaConsumer(bootstrap_servers=server.bootstrap_servers, auto_offset_reset="earliest")
+    consumer.assign([tp])
+    got = []
+    try:
+        deadline = time.monotonic() + 20
+        while consumer.position(tp) < 3 and time.monotonic() < deadline:
+            got += [r.value for recs in consumer.poll(timeout_ms=100).values() for r in recs]
+        assert got == [b"c", b"t"] and consumer.position(tp) == 3
+    finally:
+        consumer.close()
+
+
+def test_a_transaction_spanning_segments_is_dropped_by_its_marker_in_a_later_segment(tmp_path):
+    with _store(tmp_path) as store:
+        p, pid = _open_transaction(store, b"t0")
+        p.roll()
+        p.append_values([b"t1"], producer=(pid, 0, 1), transactional=True)
+        p.roll()
+        p.append_values([b"plain"])
+        internals(p).append_marker(pid, 0, commit=False)
+        assert len(p.segments) == 3 and read_index(index_path(p.directory, 2))
+        for start in (0, 1, 2):  # twice: the second read takes the sealed segments' entries from the cache
+            assert _values(p, "read_committed", start=start) == [b"plain"]
+            assert _values(p, "read_committed", start=start) == [b"plain"]
+        assert _values(p) == [b"t0", b"t1", b"plain"]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_transactions_read_back_as_a_model_says_also_after_reopening(tmp_path, seed):
+    """Several producers interleave transactions (committed or aborted), plain appends and rolls; after each
+    step read_committed and read_uncommitted equal the model, also through a second handle and after the
+    store is reopened (cleanly or after an abandoned writer)."""
+    rng = random.Random(seed)
+    store = _store(tmp_path, segment_bytes=1 << 10)
+    p = _part(store)
+    pids = [store.new_producer_id() for _ in range(3)]
+    seqs = dict.fromkeys(pids, 0)
+    open_txn: dict[int, list[int]] = {}  # producer -> offsets of its open transaction's records
+    log: list[tuple[bytes, str]] = []  # every record with its fate: "plain", "open", "commit" or "abort"
+    try:
+        for step in range(60):
+            kind = rng.random()
+            pid = rng.choice(pids)
+            if kind < 0.45:
+                n = rng.randint(1, 4)
+                vals = [b"%d-%d" % (step, i) for i in range(n)]
+                first = p.append_values(vals, producer=(pid, 0, seqs[pid]), transactional=True)
+                seqs[pid] += n
+                open_txn.setdefault(pid, []).extend(range(first, first + n))
+                log += [(v, "open") for v in vals]
+            elif kind < 0.7 and pid in open_txn:
+                commit = rng.random() < 0.5
+                internals(p).append_marker(pid, 0, commit=commit)
+                for off in open_txn.pop(pid):
+                    log[off] = (log[off][0], "commit" if commit else "abort")
+                log.append((b"", "marker"))
+            elif kind < 0.85:
+                log.append((b"p%d" % step, "plain"))
+                p.append_values([log[-1][0]])
+            elif kind < 0.92:
+                p.roll()
+            else:
+                if rng.random() < 0.5:
+                    store.close()
+                else:
+                    internals(p).abandon()  # a writer that died: no snapshot at close
+                    store.close()
+                store = _store(tmp_path, segment_bytes=1 << 10)
+                p = store.topic(TOPIC).partition(0)
+            firsts = [offs[0] for offs in open_txn.values()]
+            lso = min(firsts) if firsts else len(log)
+            assert p.last_stable_offset == lso
+            assert _values(p, "read_committed") == [v for v, fate in log[:lso] if fate in ("plain", "commit")]
+            assert _values(p) == [v for v, fate in log if fate != "marker"]
+        assert len(p.segments) > 3  # rolls by hand and by segment.bytes: indexes in several segments
+        with pylog.open(str(tmp_path), read_only=True) as reader:
+            r = reader.topic(TOPIC).partition(0)
+            assert r.last_stable_offset == lso
+            assert _values(r, "read_committed") == _values(p, "read_committed")
+    finally:
+        store.close()
+
+
+def test_kafka_python_and_aiokafka_named_consumers_take_isolation_level(tmp_path):
+    with _store(tmp_path) as store:
+        _one_transaction(store, b"aborted", commit=False)
+        p = store.topic(TOPIC).partition(0)
+        p.append_values([b"plain"])
+        c = KafkaConsumer(TOPIC, bootstrap_servers=store, auto_offset_reset="earliest",
+                          isolation_level="read_committed", consumer_timeout_ms=200)
+        assert [r.value for r in c] == [b"plain"]
+        c.close()
+
+        async def consume(level):
+            async with AIOKafkaConsumer(TOPIC, bootstrap_servers=store, auto_offset_reset="earliest",
+                                        isolation_level=level) as ac:
+                got = await ac.getmany(timeout_ms=1000)
+                return [r.value for recs in got.values() for r in recs]
+
+        assert asyncio.run(consume("read_committed")) == [b"plain"]
+        assert asyncio.run(consume("read_uncommitted")) == [b"aborted", b"plain"]
+
+
+def _kafka_python_poll_until(consumer, tp, position, deadline_s=20):
+    got = []
+    deadline = time.monotonic() + deadline_s
+    while consumer.position(tp) < position and time.monotonic() < deadline:
+        got += [r.value for recs in consumer.poll(timeout_ms=100).values() for r in recs]
+    return got
+
+
+def test_kafka_python_read_committed_through_pylog_serve_drops_aborted_and_waits_for_open(server, store):
+    kafka = pytest.importorskip("kafka")
+    p, a = _plain_then_open(store)  # "c" at 0, a's "t" at 1
+    internals(p).append_marker(a, 0, commit=False)  # 2
+    b = store.new_producer_id()
+    p.append_values([b"b1"], producer=(b, 0, 0), transactional=True)  # 3
+    internals(p).append_marker(b, 0, commit=True)  # 4
+    p.append_values([b"open"], producer=(b, 0, 1), transactional=True)  # 5, open
+    p.append_values([b"later"])  # 6
+    tp = kafka.TopicPartition(TOPIC, 0)
+    consumers = {level: kafka.KafkaConsumer(bootstrap_servers=server.bootstrap_servers, auto_offset_reset="earliest",
+                                            isolation_level=level) for level in ("read_committed", "read_uncommitted")}
+    try:
+        for c in consumers.values():
+            c.assign([tp])
+        committed, uncommitted = consumers["read_committed"], consumers["read_uncommitted"]
+        assert _kafka_python_poll_until(uncommitted, tp, 7) == [b"c", b"t", b"b1", b"open", b"later"]
+        assert _kafka_python_poll_until(committed, tp, 5) == [b"c", b"b1"]
+        assert committed.poll(timeout_ms=300) == {} and committed.position(tp) == 5  # held at the LSO
+        assert committed.end_offsets([tp]) == {tp: 5} and uncommitted.end_offsets([tp]) == {tp: 7}  # ListOffsets
+        internals(p).append_marker(b, 0, commit=True)  # 7
+        assert _kafka_python_poll_until(committed, tp, 8) == [b"open", b"later"]
+    finally:
+        for c in consumers.values():
+            c.close()
+
+
+def test_a_foreign_control_batch_does_not_stop_the_writer_loading_its_producer_state(tmp_path):
+    # A control batch that is not a marker (pylog before transactions let a caller set the bit), from a
+    # producer whose transaction is open, found by the writer's replay with no index entry for it.
+    with _store(tmp_path) as store:
+        p, pid = _open_transaction(store, b"t")
+        parts, h = encode_parts(values=[b"\x00\x00\x00\x01"], keys=[b"\x00\x00\x00\x00"], options=EncodeOptions(
+            base_offset=1, producer_id=pid, producer_epoch=0, control=True, transactional=True))
+        internals(p).local_log.segments[-1].append(h, parts, h.max_timestamp)
+        internals(p).abandon()
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert p.append_values([b"i"], producer=(store.new_producer_id(), 0, 0)) == 2
+        assert _values(p, "read_committed") == [b"t", b"i"] and read_index(index_path(p.directory, 0)) == []
