@@ -563,18 +563,3 @@ def test_acks_all_future_succeeds_only_once_fsynced_though_another_producer_hand
     a.close()
 
 
-@pytest.mark.skipif(not pylog.ACCELERATED, reason="the compiled send path untracks its record tuples")
-def test_keyed_records_waiting_for_a_drain_are_not_tracked_by_the_collector(store):
-    """A keyed record waits for its drain as a tuple of bytes and None, which can hold no cycle: off the
-    cyclic collector's lists, so the collections that a million waiting records' allocations trigger do not
-    traverse them all (the compiled send() path; the pure one leaves them to the collector)."""
-    import gc
-    store.create_topic("gc", partitions=4)
-    marker = b"untracked-%d"
-    with store.producer(acks=1, linger_ms=60_000, batch_size=1 << 30) as producer:
-        futures = [producer.send("gc", marker % i, key=b"k%d" % i) for i in range(1000)]
-        waiting = [o for o in gc.get_objects()
-                   if type(o) is tuple and len(o) == 5 and isinstance(o[0], bytes) and o[0].startswith(b"untracked-")]
-        assert waiting == []
-        producer.flush()
-    assert sorted(f.get(timeout=10).offset for f in futures)[-1] >= 249
