@@ -283,6 +283,11 @@ class Histogram:
             row[i] += 1
             row[-1] += value
 
+    def counts(self) -> list[tuple[tuple[str, ...], float]]:
+        """A snapshot: (label values, observations) pairs."""
+        with self._lock:
+            return [(k, sum(v[:-1])) for k, v in self._series.items()]
+
     def values(self) -> list[tuple[tuple[str, ...], list[tuple[str, float]], float]]:
         """A snapshot: (label values, cumulative [(upper bound, count)] ending with "+Inf", sum) triples."""
         with self._lock:
@@ -387,6 +392,30 @@ class _TrafficColumn(Counter):
         return self._traffic.column(self._i)
 
 
+class _ObservationCount(Counter):
+    """A histogram's observations per label values, as a counter recorder to read: one observation per event
+    records both (``pylog_server_requests_total`` is the request latency histogram's count, so a request costs
+    one recording, not two)."""
+
+    def __init__(self, metric: Metric, observed: Histogram) -> None:
+        super().__init__(metric)
+        self._observed = observed
+
+    def inc(self, labels: tuple[str, ...], amount: float = 1.0) -> None:
+        raise TypeError(f"{self.metric.name} counts the observations of {self._observed.metric.name}")
+
+    def values(self) -> list[tuple[tuple[str, ...], float]]:
+        return self._observed.counts()
+
+
+def _counted_by(name: str, observed: str) -> None:
+    """Make counter ``name`` the observation count of histogram ``observed``."""
+    hist = histogram(observed)
+    with _recorders_lock:
+        _recorders[name] = _ObservationCount(BY_NAME[name], hist)
+
+
+_counted_by("pylog_server_requests_total", "pylog_server_request_duration_seconds")
 _in = _Traffic("pylog_topic_records_in_total", "pylog_topic_bytes_in_total")
 _out = _Traffic("pylog_topic_records_out_total", "pylog_topic_bytes_out_total")
 _fsyncs = histogram("pylog_log_flush_duration_seconds")

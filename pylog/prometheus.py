@@ -25,7 +25,10 @@ Invariants:
    so it never takes a place in the store's descriptor budget from a partition being written.
 3. A scrape's cost grows with the partitions (one look at each one's files, ~15-20 us) and the series
    (~3.5 us each to format, the library's); a store of 1,000 partitions is ~7,000 series and ~50 ms of CPU
-   (benchmarks/bench_metrics.py measures it).
+   formatted whole. The endpoints (:class:`MetricsEndpoint`) format through :class:`Exposition`, which
+   reuses the library's text of a family equal to the previous scrape's: the per-partition families of a
+   store whose partitions did not change cost a comparison, not a formatting (benchmarks/bench_metrics.py
+   measures it). Its text is always ``generate_latest``'s, byte for byte.
 4. Registering turns recording on (:func:`pylog.metrics.enable`); counters count from then on.
 """
 
@@ -34,6 +37,7 @@ from __future__ import annotations
 import gc
 import http.server
 import itertools
+import os
 import threading
 import time
 import weakref
@@ -63,7 +67,7 @@ except ImportError:  # the metrics extra is not installed
     AVAILABLE = False
 
 __all__ = ["AVAILABLE", "PylogCollector", "register", "registry", "start_http_server", "MetricsEndpoint",
-           "exposition", "store_health", "server_health", "require"]
+           "exposition", "Exposition", "store_health", "server_health", "require"]
 
 #: A /health answer: (healthy, text).
 Health = Callable[[], "tuple[bool, str]"]
@@ -91,6 +95,10 @@ class PylogCollector:
         self._views: dict[str, Store] = {}
         self._views_lock = threading.Lock()
         weakref.finalize(self, _close_all, self._views)
+        #: The per-partition label dicts of the previous scrape, reused by the next (see _Families.labels).
+        self._labels: dict[tuple[str, ...], dict[str, str]] = {}
+        #: What the previous scrape read of each partition read through the view, with its files' stamp.
+        self._looked: dict[tuple[str, str, int], _Looked] = {}
 
     def close(self) -> None:
         """Close the read-only handles the scrapes opened (the collector opens them again if scraped)."""
@@ -128,7 +136,7 @@ class PylogCollector:
 
     def _families(self) -> "_Families":
         began = time.perf_counter()
-        families = _Families()
+        families = _Families(self._labels)
         families.gauge("pylog_info", (__version__, "true" if ACCELERATED else "false"), 1)
         for rec in metrics.recorders():
             families.recorded(rec)
@@ -144,8 +152,9 @@ class PylogCollector:
         for server in servers:
             self._server_gauges(families, server, held if server.store is store else None)
         if store is not None and not store.closed:
-            _store_gauges(families, store, self._view(store), held)
+            self._looked = _store_gauges(families, store, self._view(store), held, self._looked)
             families.gauge("pylog_scrape_duration_seconds", (), time.perf_counter() - began)
+        self._labels = families.labels_made
         return families
 
     def _server_gauges(self, families: "_Families", server: Server, held: dict[str, tuple[int, int]] | None) -> None:
@@ -176,8 +185,22 @@ def _close_all(views: dict[str, Store]) -> None:
 class _Families:
     """The metric families of one scrape, by name (each made on first use, with its table entry's help)."""
 
-    def __init__(self) -> None:
+    def __init__(self, labels_before: dict[tuple[str, ...], dict[str, str]]) -> None:
         self._families: dict[str, Any] = {}
+        self._labels_before = labels_before
+        #: The label dicts this scrape used, by their values: the next scrape's labels_before.
+        self.labels_made: dict[tuple[str, ...], dict[str, str]] = {}
+
+    def labels(self, names: tuple[str, ...], values: tuple[str, ...]) -> dict[str, str]:
+        """The label dict of ``names`` = ``values``: the previous scrape's same dict when it had one. Thousands
+        of per-partition samples are made again every scrape; the same dict object saves making it, and makes
+        comparing a family with the previous scrape's (:class:`Exposition`) an identity check per label set.
+        Callers never change a label dict."""
+        made = self._labels_before.get(values)
+        if made is None:
+            made = dict(zip(names, values, strict=True))
+        self.labels_made[values] = made
+        return made
 
     def _family(self, name: str) -> Any:
         fam = self._families.get(name)
@@ -241,10 +264,39 @@ def _client(config: Any) -> str:
     return "" if client_id is None else str(client_id)
 
 
-def _store_gauges(families: _Families, store: Store, view: Store, held: dict[str, tuple[int, int]]) -> None:
+_TP, _GTP = ("topic", "partition"), ("group", "topic", "partition")
+
+
+#: (the partition's active segment file, the stamp of its files, (log start, log end, size, segments)).
+_Looked = tuple[str, tuple[int, ...], tuple[int, int, int, int]]
+#: Seconds a partition's files must have been left alone before their stamp is trusted (see _files_stamp).
+_SETTLED = 1.0
+
+
+def _files_stamp(directory: str, active: str) -> tuple[int, ...] | None:
+    """The identity of a partition's files whose change means its gauges may have changed: its directory's
+    (an entry made, removed or renamed: a roll, a checkpoint rewritten when segments are deleted or swapped or
+    the log start moves, a topic recreated) and its active segment's (appends). None when either changed
+    within :data:`_SETTLED` seconds: a file system keeps modification times to a clock tick, so a change made
+    later in the same tick would leave a stamp taken now unchanged (the "racy" case); only settled files are
+    trusted, and when either is gone (a roll and retention, a topic deleted: the caller looks again)."""
+    try:
+        d, a = os.stat(directory), os.stat(active)
+    except OSError:
+        return None
+    if time.time() - max(d.st_mtime, a.st_mtime) < _SETTLED:
+        return None
+    return d.st_ino, d.st_mtime_ns, a.st_ino, a.st_size, a.st_mtime_ns
+
+
+def _store_gauges(families: _Families, store: Store, view: Store, held: dict[str, tuple[int, int]],
+                  looked_before: dict[tuple[str, str, int], _Looked]) -> dict[tuple[str, str, int], _Looked]:
     """The store's gauges from its files: offsets, sizes and segments per partition, groups' progress and
     membership, the published cleaners. A partition this process writes is read through its writer handle
-    (exact, and no file to look at); the others through ``view`` (see PylogCollector._view)."""
+    (exact, and no file to look at); the others through ``view`` (see PylogCollector._view), but only when
+    their files' stamp (:func:`_files_stamp`: two ``stat`` calls) moved since ``looked_before``, the previous
+    scrape's looks: an idle partition's gauges are the previous scrape's. Returns this scrape's looks."""
+    looked: dict[tuple[str, str, int], _Looked] = {}
     offsets: dict[tuple[str, int], tuple[int, int]] = {}
     labels: list[dict[str, str]] = []
     starts, ends, sizes, counts = [], [], [], []
@@ -258,23 +310,43 @@ def _store_gauges(families: _Families, store: Store, view: Store, held: dict[str
         for number in range(topic.num_partitions):
             try:
                 p = written.get(number)
-                if p is None:
+                if p is not None:
+                    start, end = p.offsets()
+                    segments = p.segments
+                    size, count = sum(s.size for s in segments), len(segments)
+                else:
                     p = topic.partition(number)
-                start, end = p.offsets()
-                segments = p.segments
+                    key = (view.path, name, number)
+                    before = looked_before.get(key)
+                    stamp = None if before is None else _files_stamp(p.directory, before[0])
+                    if stamp is not None and before is not None and stamp == before[1]:
+                        start, end, size, count = before[2]
+                        looked[key] = before
+                    else:
+                        start, end = p.offsets()
+                        segments = p.segments
+                        size, count = sum(s.size for s in segments), len(segments)
+                        # The stamp taken after the look: a change made meanwhile is too recent for a stamp
+                        # (None: _SETTLED), so no stamp is ever older than the values kept with it.
+                        if segments:
+                            active = segments[-1].log_path
+                            stamp = _files_stamp(p.directory, active)
+                            if stamp is not None:
+                                looked[key] = (active, stamp, (start, end, size, count))
             except (PylogError, OSError):  # deleted or damaged meanwhile: the next scrape sees it again
                 continue
             offsets[(name, number)] = (start, end)
-            labels.append({"topic": name, "partition": str(number)})
+            labels.append(families.labels(_TP, (name, str(number))))
             starts.append(start)
             ends.append(end)
-            sizes.append(sum(s.size for s in segments))
-            counts.append(len(segments))
+            sizes.append(size)
+            counts.append(count)
     for metric, values in (("pylog_log_start_offset", starts), ("pylog_log_end_offset", ends),
                            ("pylog_log_size_bytes", sizes), ("pylog_log_segments", counts)):
         families.many(metric, labels, values)
     _group_gauges(families, view, offsets, held)
     _cleaner_gauges(families, view.cleaners())
+    return looked
 
 
 def _group_gauges(families: _Families, store: Store, offsets: dict[tuple[str, int], tuple[int, int]],
@@ -292,7 +364,7 @@ def _group_gauges(families: _Families, store: Store, offsets: dict[tuple[str, in
             bounds = offsets.get((tp.topic, tp.partition))
             if bounds is None or om.offset < 0:
                 continue
-            labels.append({"group": group, "topic": tp.topic, "partition": str(tp.partition)})
+            labels.append(families.labels(_GTP, (group, tp.topic, str(tp.partition))))
             committed_at.append(om.offset)
             lags.append(max(0, bounds[1] - om.offset))
             leads.append(om.offset - bounds[0])
@@ -359,9 +431,51 @@ def registry(store: Store | None = None, server: Server | None = None) -> Any:
 
 
 def exposition(reg: Any) -> bytes:
-    """``reg``'s metrics in Prometheus' text format."""
+    """``reg``'s metrics in Prometheus' text format (each call formats every family: see :class:`Exposition`
+    for an endpoint's repeated scrapes)."""
     require()
     return bytes(generate_latest(reg))
+
+
+class Exposition:
+    """``reg``'s metrics in Prometheus' text format, scrape after scrape: each family's text is the library's
+    (``generate_latest`` of that family alone; the text format is the families' texts one after the other), and
+    a family whose samples, type and help equal the previous scrape's reuses that scrape's text instead of
+    formatting its samples again. Formatting is most of a scrape's cost (~3.5 us a series), and a store's
+    per-partition families (thousands of series) mostly stay the same from one second to the next; a family
+    with one sample changed is formatted whole again, so the text is always exactly ``generate_latest(reg)``'s.
+    Scrapes run one at a time (a lock: concurrent scrapers would only do the same work twice)."""
+
+    def __init__(self, reg: Any) -> None:
+        require()
+        self._registry = reg
+        self._lock = threading.Lock()
+        self._previous: dict[str, tuple[_PromMetric, bytes]] = {}  # family name -> (family, its text)
+
+    def __call__(self) -> bytes:
+        with self._lock:
+            previous, texts, kept = self._previous, [], {}
+            for family in self._registry.collect():
+                old = previous.get(family.name)
+                if old is not None and old[0].type == family.type and old[0].samples == family.samples \
+                        and old[0].documentation == family.documentation:
+                    text = old[1]
+                else:
+                    text = generate_latest(_OneFamily(family))
+                kept[family.name] = (family, text)
+                texts.append(text)
+            self._previous = kept
+            return b"".join(texts)
+
+
+class _OneFamily:
+    """A collector of one family, for ``generate_latest``."""
+
+    def __init__(self, family: _PromMetric) -> None:
+        self._family = family
+
+    def collect(self) -> list[_PromMetric]:
+        return [self._family]
 
 
 class MetricsEndpoint:
@@ -370,7 +484,8 @@ class MetricsEndpoint:
 
     def __init__(self, reg: Any, host: str = "127.0.0.1", port: int = 0, health: Health | None = None) -> None:
         require()
-        handler = type("Handler", (_Handler,), {"registry": reg, "health": staticmethod(health or _always_ok)})
+        handler = type("Handler", (_Handler,), {"exposition": staticmethod(Exposition(reg)),
+                                                "health": staticmethod(health or _always_ok)})
         self._httpd = http.server.ThreadingHTTPServer((host, port), handler)
         self._httpd.daemon_threads = True
         address = self._httpd.server_address
@@ -430,14 +545,14 @@ def server_health(server: Server) -> Health:
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
-    registry: Any = None
+    exposition: Callable[[], bytes]  # set by MetricsEndpoint's subclass
     health: Health = staticmethod(_always_ok)
 
     def do_GET(self) -> None:  # noqa: N802 (http.server's name)
         path = self.path.split("?", 1)[0]
         if path == "/metrics":
             try:
-                body, status, ctype = generate_latest(self.registry), 200, CONTENT_TYPE_LATEST
+                body, status, ctype = self.exposition(), 200, CONTENT_TYPE_LATEST
             except Exception as exc:  # a failed collection is a 500 with its reason, not a dead endpoint
                 body, status, ctype = f"collection failed: {exc}\n".encode(), 500, "text/plain; charset=utf-8"
         elif path == "/health":

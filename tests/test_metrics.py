@@ -14,6 +14,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 import urllib.error
 import urllib.request
 
@@ -24,6 +25,8 @@ pytest.importorskip("prometheus_client", reason="the metrics extra (prometheus-c
 import pylog  # noqa: E402
 from pylog import metrics, prometheus  # noqa: E402
 from pylog.server.auth import Credentials  # noqa: E402
+from prometheus_client import CollectorRegistry  # noqa: E402
+from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 from kafka import KafkaAdminClient, KafkaConsumer, KafkaProducer  # noqa: E402
 from kafka.errors import KafkaError  # noqa: E402
@@ -284,6 +287,98 @@ def test_endpoint_serves_metrics_health_and_404(store):
         with pytest.raises(urllib.error.HTTPError) as missing:
             urllib.request.urlopen(base + "/other", timeout=30)
         assert missing.value.code == 404
+
+
+def _log_gauges(text: bytes) -> dict[tuple[str, str, str], float]:
+    """(metric, topic, partition) -> value of the per-partition log gauges in an exposition."""
+    return {(s.name, s.labels["topic"], s.labels["partition"]): s.value
+            for fam in text_string_to_metric_families(text.decode()) for s in fam.samples
+            if s.name.startswith("pylog_log_") and "topic" in s.labels}
+
+
+def _log_lines(text: bytes) -> list[bytes]:
+    """The lines of the per-partition log families, as formatted (the process's own counters, which other
+    tests' threads may move between two scrapes, left out)."""
+    return [line for line in text.splitlines()
+            if re.match(rb"(# (HELP|TYPE) )?pylog_log_(start_offset|end_offset|size_bytes|segments)\b", line)]
+
+
+def _settle(path) -> None:
+    """Date every file and directory under ``path`` a minute back, as if left alone since: scrapes then trust
+    their stamps and reuse what they read of idle partitions (pylog.prometheus._files_stamp)."""
+    when = os.stat(path).st_mtime - 60
+    for root, dirs, files in os.walk(path):
+        for name in dirs + files:
+            os.utime(os.path.join(root, name), (when, when))
+    os.utime(path, (when, when))
+
+
+@pytest.mark.parametrize("settled", [False, True], ids=["just-written", "settled"])
+@pytest.mark.parametrize("read_only", [False, True], ids=["writer", "read-only exporter"])
+def test_repeated_scrapes_show_appends_and_a_recreated_topic_never_stale(tmp_path, read_only, settled):
+    """An endpoint's scrapes reuse the text of families unchanged since the previous scrape (Exposition), and
+    what they read of partitions whose files did not change (settled files only): a partition appended between
+    two scrapes shows its new end offset and size on the second, a deleted topic vanishes, and one recreated
+    shows its new partitions, empty; every text is generate_latest's."""
+    def scrape() -> bytes:
+        if not settled:
+            return exposition()
+        _settle(tmp_path / "s")
+        text = exposition()  # looks again at the partitions whose stamp moved: all, dated back
+        assert _log_lines(exposition()) == _log_lines(text)
+        return text
+
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
+        store.create_topic("grows", partitions=3)
+        store.create_topic("recreated", partitions=3)
+        for p in store.topic("grows").partitions:
+            p.append_values([b"x"])
+        for p in store.topic("recreated").partitions:
+            p.append_values([b"x"] * 4)
+        scraped = pylog.open(tmp_path / "s", read_only=True) if read_only else store
+        reg = CollectorRegistry(auto_describe=False)
+        collector = prometheus.register(scraped, reg)
+        try:
+            exposition = prometheus.Exposition(reg)
+            first = _log_gauges(scrape())
+            assert first[("pylog_log_end_offset", "grows", "1")] == 1
+            assert first[("pylog_log_end_offset", "recreated", "2")] == 4
+            assert _log_gauges(scrape()) == first  # unchanged: the previous text, the same values
+
+            store.topic("grows").partition(1).append_values([b"v" * 100] * 7)
+            store.topic("grows").partition(1).flush()
+            text = scrape()
+            second = _log_gauges(text)
+            assert second[("pylog_log_end_offset", "grows", "1")] == 8
+            assert second[("pylog_log_size_bytes", "grows", "1")] > first[("pylog_log_size_bytes", "grows", "1")]
+            assert second[("pylog_log_end_offset", "grows", "0")] == 1
+            assert _log_lines(text) == _log_lines(prometheus.exposition(reg))
+
+            # Deleted and recreated between two scrapes: the new topic's partitions, empty. A read-only handle
+            # keeps the partition count of a topic it opened (Store.topic): recreated alike there.
+            # A reader's handle notices a swap under it within its stamp interval (pylog.storage.log's reader,
+            # 10 ms): scrapes a second apart see it at once; these, made at once, are made again until then.
+            store.delete_topic("recreated")
+            partitions = 3 if read_only else 1
+            store.create_topic("recreated", partitions=partitions)
+            fresh = {(m, "recreated", str(i)): 0 for i in range(partitions)
+                     for m in ("pylog_log_end_offset", "pylog_log_size_bytes")}
+            deadline = time.monotonic() + 10
+            while True:
+                text = scrape()
+                third = _log_gauges(text)
+                assert {k[2] for k in third if k[1] == "recreated"} == {str(i) for i in range(partitions)}
+                if {k: third[k] for k in fresh} == fresh or time.monotonic() > deadline:
+                    break
+            assert {k: third[k] for k in fresh} == fresh
+            assert _log_lines(text) == _log_lines(prometheus.exposition(reg))
+
+            store.delete_topic("recreated")
+            assert not any(topic == "recreated" for _, topic, _ in _log_gauges(scrape()))
+        finally:
+            collector.close()
+            if read_only:
+                scraped.close()
 
 
 def test_health_is_503_once_the_store_is_closed(tmp_path):

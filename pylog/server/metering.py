@@ -6,9 +6,10 @@ future of an answer that is completed later: a Produce waiting for its appends a
 handler calls :func:`fetched` once per answer. Nothing here runs unless recording is on
 (``metrics.state.on``, tested by the callers), and nothing here is per record.
 
-Invariants: an answer's error codes are counted once each, wherever they sit (the answer's own
-``error_code``, each topic's, partition's or item's); NONE is not counted. Latency is measured from the
-request taken off the connection's queue to its answer ready to encode.
+Invariants: one latency observation per request, which is also its count (``pylog_server_requests_total``
+reads the latency histogram's counts: :mod:`pylog.metrics`); an answer's error codes are counted once each,
+wherever they sit (the answer's own ``error_code``, each topic's, partition's or item's); NONE is not counted.
+Latency is measured from the request taken off the connection's queue to its answer ready to encode.
 """
 
 from __future__ import annotations
@@ -22,7 +23,6 @@ from .protocol.codes import ErrorCode
 
 __all__ = ["answered", "fetched", "connection_created", "authenticated", "authentication_failed"]
 
-_requests = metrics.counter("pylog_server_requests_total")
 _errors = metrics.counter("pylog_server_request_errors_total")
 _latency = metrics.histogram("pylog_server_request_duration_seconds")
 _throttle = metrics.counter("pylog_server_throttle_time_seconds_total")
@@ -54,8 +54,9 @@ def _result(fut: "asyncio.Future[dict]") -> dict | None:
 
 
 def _answered(api_key: int, began: float, answer: dict | None) -> None:
-    labels = _API_NAMES.get(api_key, (str(api_key),))
-    _requests.inc(labels)
+    # One recording per request: the latency observation is also the request's count
+    # (pylog_server_requests_total reads the histogram's counts), and no dict is made unless it has errors.
+    labels = _API_NAMES.get(api_key) or (str(api_key),)
     _latency.observe(labels, time.perf_counter() - began)
     if answer is None:
         return
@@ -63,25 +64,27 @@ def _answered(api_key: int, began: float, answer: dict | None) -> None:
     if throttle:
         _throttle.inc(labels, throttle / 1000.0)
         _throttled.inc(labels)
-    counts: dict[int, int] = {}
-    _error_codes(answer, counts, 0)
-    for code, n in counts.items():
-        _errors.inc((labels[0], _ERROR_NAMES.get(code, str(code))), n)
+    counts = _error_codes(answer, None, 0)
+    if counts:
+        for code, n in counts.items():
+            _errors.inc((labels[0], _ERROR_NAMES.get(code, str(code))), n)
 
 
-def _error_codes(body: dict, counts: dict[int, int], depth: int) -> None:
-    """Add the non-zero ``error_code`` of ``body`` and of the dicts in its lists (three levels: topics,
-    partitions, items) to ``counts``."""
+def _error_codes(body: dict, counts: dict[int, int] | None, depth: int) -> dict[int, int] | None:
+    """``counts`` (made when the first is found) with the non-zero ``error_code`` of ``body`` and of the dicts
+    in its lists (three levels: topics, partitions, items) added."""
     code = body.get("error_code")
     if code:
+        if counts is None:
+            counts = {}
         counts[code] = counts.get(code, 0) + 1
-    if depth >= 3:
-        return
-    for value in body.values():
-        if type(value) is list:
-            for entry in value:
-                if type(entry) is dict:
-                    _error_codes(entry, counts, depth + 1)
+    if depth < 3:
+        for value in body.values():
+            if type(value) is list:
+                for entry in value:
+                    if type(entry) is dict:
+                        counts = _error_codes(entry, counts, depth + 1)
+    return counts
 
 
 def fetched(responses: list[dict]) -> None:
