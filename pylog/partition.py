@@ -175,7 +175,7 @@ class Partition:
             name, self._local, self._durability, self._writer, self._waiters, self._append_lock,
             self._maintenance_lock,
             OwnerOps(lambda: self._closed, self._ensure_writer_locked, self.release_writer,
-                     lambda: self.lock_timeout_ms, self._abandon, self._forget_budget, self._append_lists,
+                     lambda: self.lock_timeout_ms, self._forget_budget, self._append_lists,
                      self._append_column_args, self._append_marker, self._read_isolated,
                      self._slices, lambda start, end: aborted_in(self._local, start, end, self._txn.sealed)))
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
@@ -190,9 +190,6 @@ class Partition:
     @config.setter
     def config(self, config: TopicConfig) -> None:
         self._config = self._local.config = self._appender.config = config
-
-    def _abandon(self) -> None:
-        self._closed = True
 
     def _forget_budget(self) -> None:
         self._touched = (-(1 << 62), 0)

@@ -17,6 +17,7 @@ import time
 from typing import Any, Callable
 
 import pylog
+from pylog.partition import internals
 from pylog.storage.records import HEADER_SIZE, BatchHeader, parse_header
 
 
@@ -55,6 +56,17 @@ def log_batches(log_path: str | os.PathLike[str]) -> list[tuple[int, BatchHeader
         out.append((pos, h))
         pos += h.size
     return out
+
+
+def abandon(p: pylog.Partition) -> None:
+    """Drop ``p`` as a crashed process would: nothing written at close (no clean checkpoint, no producer
+    snapshot) and the writer lock's descriptor closed without a word; the handle is unusable afterwards.
+    Reaches into the handle's private state, which only a test may do (the library has no such hook)."""
+    p._closed = True
+    writer = internals(p)._writer
+    fd, writer.fd = writer.fd, None
+    if fd is not None:
+        os.close(fd)
 
 
 def flip_byte(path: str | os.PathLike[str], at: int, mask: int) -> None:

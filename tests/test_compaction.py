@@ -17,6 +17,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 import pylog
+from storetools import abandon
 from pylog.errors import LogFailedError
 from pylog.storage import swap
 from pylog.storage.filenames import segment_path
@@ -336,7 +337,7 @@ def test_an_interrupted_swap_is_rolled_back_or_forward(tmp_path, monkeypatch, ph
     directory = p.directory
     # Simulate the crash: drop the store (no cleaner thread: log_cleaner_enable=False) without a clean close
     # of the partition.
-    internals(p).abandon()
+    abandon(p)
     del store
     with _store(tmp_path) as store2:
         p2 = store2.topic(TOPIC).partition(0)
@@ -378,7 +379,7 @@ def test_a_swap_failing_past_its_commit_point_fails_the_partition_until_reopened
     assert os.path.exists(os.path.join(p.directory, "cleaner.swap"))  # committed, not rolled forward
     with pytest.raises(LogFailedError, match="after its commit point"):
         p.append_values([b"z"], keys=[b"zz"])
-    internals(p).abandon()
+    abandon(p)
     del store  # a crash: no clean close (and no cleaner thread: log_cleaner_enable=False)
     with _store(tmp_path) as store2:
         p2 = store2.topic(TOPIC).partition(0)

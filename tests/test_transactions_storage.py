@@ -18,6 +18,7 @@ import msgpack
 import pytest
 
 import pylog
+from storetools import abandon
 from pylog.aio import AIOKafkaConsumer
 from pylog.errors import InvalidTxnStateError, ProducerFencedError, TransactionCoordinatorFencedError
 from pylog.kafka import KafkaConsumer
@@ -223,7 +224,7 @@ def test_index_rebuilt_when_damaged_or_missing_after_the_snapshot(tmp_path):
         p, _ = _one_transaction(store, b"t", commit=False)
         path = index_path(p.directory, 0)
         want = read_index(path)
-        internals(p).abandon()  # a crash: no snapshot at close
+        abandon(p)  # a crash: no snapshot at close
     os.remove(path)
     with _store(tmp_path) as store:
         p = store.topic(TOPIC).partition(0)
@@ -394,7 +395,7 @@ def test_random_transactions_read_back_as_a_model_says_also_after_reopening(tmp_
                 if rng.random() < 0.5:
                     store.close()
                 else:
-                    internals(p).abandon()  # a writer that died: no snapshot at close
+                    abandon(p)  # a writer that died: no snapshot at close
                     store.close()
                 store = _store(tmp_path, segment_bytes=1 << 10)
                 p = store.topic(TOPIC).partition(0)
@@ -475,7 +476,7 @@ def test_a_foreign_control_batch_does_not_stop_the_writer_loading_its_producer_s
         parts, h = encode_parts(values=[b"\x00\x00\x00\x01"], keys=[b"\x00\x00\x00\x00"], options=EncodeOptions(
             base_offset=1, producer_id=pid, producer_epoch=0, control=True, transactional=True))
         internals(p).local_log.segments[-1].append(h, parts, h.max_timestamp)
-        internals(p).abandon()
+        abandon(p)
     with _store(tmp_path) as store:
         p = store.topic(TOPIC).partition(0)
         assert p.append_values([b"i"], producer=(store.new_producer_id(), 0, 0)) == 2

@@ -50,7 +50,7 @@ log = logging.getLogger("pylog.partition")
 
 class OwnerOps(NamedTuple):
     """What the partition does itself for its internal API (its own methods, bound)."""
-    #: True once the handle is closed (or abandoned).
+    #: True once the handle is closed.
     is_closed: Callable[[], bool]
     #: Become the writer (lock, recover, open for append); a no-op for the writer. Under the append lock.
     become_writer: Callable[[], None]
@@ -58,8 +58,6 @@ class OwnerOps(NamedTuple):
     release_writer: Callable[[], None]
     #: The handle's ``lock.timeout.ms``.
     lock_timeout_ms: Callable[[], int]
-    #: Mark the handle closed without writing anything (a crashed process's handle).
-    abandon: Callable[[], None]
     #: The handle let go of its files: its next use counts against the descriptor budget afresh.
     forget_budget: Callable[[], None]
     #: An append of value/key lists: (values, keys, timestamps, headers, producer, compression, in turn,
@@ -141,12 +139,6 @@ class PartitionInternals(Generic[S]):
         """(the consumer, ``pylog serve``'s fetches) The partition's cross-process wake-up
         (:mod:`pylog.storage.notify`), which they watch across several partitions at once."""
         return self._waiters.notifier
-
-    def abandon(self) -> None:
-        """(tests) Drop this handle as a crashed process would, writing nothing and closing the writer
-        lock's descriptor; the handle is unusable afterwards."""
-        self._ops.abandon()
-        self._writer.drop_without_unlock()
 
     def release_handles(self) -> bool:
         """(the store's descriptor budget, :mod:`pylog.storage.handles`): let go of every file

@@ -104,12 +104,6 @@ class WriterLock:
         finally:
             os.close(fd)
 
-    def drop_without_unlock(self) -> None:
-        """Close the lock's descriptor without a word, as a crashed process would (test hook)."""
-        fd, self.fd = self.fd, None
-        if fd is not None:
-            os.close(fd)
-
     def ask_for_handover(self) -> int:
         """Hold a shared ``flock`` on ``.want`` (until the returned descriptor is closed): tells the writer,
         if it takes turns, that another handle waits for the partition."""
