@@ -1134,7 +1134,8 @@ def _rowiter_args(rng: random.Random, typed: list) -> tuple:
     vd: Any = None
     for _ in range(rng.choice((0, 0, 1, 2))):
         typed[0] = False
-        k = rng.randrange(len(parts))
+        # An earlier round may have made ``parts`` something that is not a sequence (m == 4): no index then.
+        k = rng.randrange(len(parts)) if isinstance(parts, (list, tuple)) and parts else 0
         body, header, a, b, hlist = parts[k] if isinstance(parts, list) and parts and isinstance(parts[k], tuple) \
             else (b"", None, 0, 0, None)
         m = rng.randrange(8)
