@@ -451,6 +451,11 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
         klens, kparts = column_parts(keys, n, "keys")
     if len(vparts) + len(kparts) <= 16 and not _small(vparts, kparts):
         return None  # a few large parts: the pure path writes them uncopied
+    if (value_lengths is not None or key_lengths is not None) and not _lengths_match(vlens, vparts, klens, kparts):
+        # Lengths given by the caller that the data does not hold: the compiled encoder sizes its output by
+        # the lengths, so a lying one (2**30 over a few bytes) would allocate that much before the check; the
+        # pure path checks the bytes first and raises.
+        return None
     (base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control,
      transactional) = opts
     try:
@@ -499,6 +504,23 @@ def _small(vparts: list, kparts: list) -> bool:
     except (TypeError, BufferError):
         return False
     return total <= NATIVE_COPY_BYTES
+
+
+def _lengths_match(vlens: Any, vparts: list, klens: Any, kparts: list) -> bool:
+    """True when the non-null lengths add up to exactly the bytes the column parts hold (False for anything
+    that is not int lengths and contiguous bytes: the pure path raises for it)."""
+    try:
+        claimed = 0
+        for lens in (vlens, klens):
+            if lens is not None:
+                arr = np.asarray(lens)
+                if arr.dtype.kind not in "iu":
+                    return False
+                claimed += int(arr[arr > 0].sum(dtype=np.int64))
+        held = sum(memoryview(part).nbytes for part in vparts) + sum(memoryview(part).nbytes for part in kparts)
+    except (TypeError, ValueError, BufferError):
+        return False
+    return claimed == held
 
 
 _new_header = tuple.__new__
