@@ -152,7 +152,7 @@ class Appender:
             kcuts = None if klens is None else part_cuts(klens, contiguous)
             if isinstance(timestamps, np.ndarray) and timestamps.dtype == np.int64 and not log_append:
                 raw = timestamps.tobytes()
-                if raw[:8] * n == raw:
+                if n and raw[:8] * n == raw:
                     # One stamp for all (a producer's drain): each batch is given it as its default
                     # timestamp instead of a column to look at, which writes the same bytes.
                     stamp = int(timestamps[0])

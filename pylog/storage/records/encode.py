@@ -451,11 +451,12 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
         klens, kparts = column_parts(keys, n, "keys")
     if len(vparts) + len(kparts) <= 16 and not _small(vparts, kparts):
         return None  # a few large parts: the pure path writes them uncopied
-    if (value_lengths is not None or key_lengths is not None) and not _lengths_match(vlens, vparts, klens, kparts):
-        # Lengths given by the caller that the data does not hold: the compiled encoder sizes its output by
-        # the lengths, so a lying one (2**30 over a few bytes) would allocate that much before the check; the
-        # pure path checks the bytes first and raises.
-        return None
+    if value_lengths is not None or key_lengths is not None:
+        # Lengths given by the caller: the compiled encoder sizes its output by them, so a lying one (2**30
+        # over a few bytes) would allocate that much before its own check.
+        # Refused or not, the pure path decides (it checks the bytes before joining anything).
+        if not _lengths_match(vlens, vparts, klens, kparts):
+            return None
     (base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control,
      transactional) = opts
     try:
@@ -472,7 +473,7 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
             return None  # the pure path raises
         ts = ts.astype(I64, copy=False)
         raw = ts.tobytes()
-        if raw[:8] * n == raw:
+        if n and raw[:8] * n == raw:
             ts, default_ts = None, int(ts[0])
         else:
             ts = ts.tolist()
@@ -506,20 +507,25 @@ def _small(vparts: list, kparts: list) -> bool:
     return total <= NATIVE_COPY_BYTES
 
 
-def _lengths_match(vlens: Any, vparts: list, klens: Any, kparts: list) -> bool:
-    """True when the non-null lengths add up to exactly the bytes the column parts hold (False for anything
-    that is not int lengths and contiguous bytes: the pure path raises for it)."""
+def _lengths_match(vlens: Any, vparts: list, klens: Any, kparts: list) -> bool | None:
+    """Whether the non-null lengths add up to exactly the bytes the column parts hold; None when they are not
+    one-dimensional int lengths and contiguous bytes-like parts (the pure path says what is wrong then)."""
     try:
         claimed = 0
         for lens in (vlens, klens):
             if lens is not None:
                 arr = np.asarray(lens)
-                if arr.dtype.kind not in "iu":
-                    return False
+                if arr.dtype.kind not in "iu" or arr.ndim != 1:
+                    return None
                 claimed += int(arr[arr > 0].sum(dtype=np.int64))
-        held = sum(memoryview(part).nbytes for part in vparts) + sum(memoryview(part).nbytes for part in kparts)
+        held = 0
+        for part in (*vparts, *kparts):
+            view = memoryview(part)
+            if not view.c_contiguous or view.itemsize != 1:
+                return None
+            held += view.nbytes
     except (TypeError, ValueError, BufferError):
-        return False
+        return None
     return claimed == held
 
 
