@@ -449,13 +449,15 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
         kparts = key_data if isinstance(key_data, list) else [key_data if key_data is not None else b""]
     else:
         klens, kparts = column_parts(keys, n, "keys")
-    if len(vparts) + len(kparts) <= 16 and not _small(vparts, kparts):
-        return None  # a few large parts: the pure path writes them uncopied
-    if value_lengths is not None or key_lengths is not None:
-        # Lengths given by the caller: the compiled encoder sizes its output by them, so a lying one (2**30
-        # over a few bytes) would allocate that much before its own check.
-        # Refused or not, the pure path decides (it checks the bytes before joining anything).
-        if not _lengths_match(vlens, vparts, klens, kparts):
+    if len(vparts) + len(kparts) <= 16:
+        if not _small(vparts, kparts):
+            return None  # a few large parts: the pure path writes them uncopied
+        if (value_lengths is not None or key_lengths is not None) and not _lengths_match(vlens, vparts, klens,
+                                                                                          kparts):
+            # Lengths given by the caller over a few small buffers (the route for small copies): the compiled
+            # encoder sizes its output by them, so a lying one (2**30 over a few bytes) would allocate that
+            # much before its own check; the pure path checks the bytes before joining anything. (Checked
+            # for a few parts only: many parts are a list of items whose lengths were taken from them.)
             return None
     (base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control,
      transactional) = opts
