@@ -12,8 +12,8 @@ DeleteTopics and DeleteRecords DELETE; CreatePartitions ALTER; DescribeConfigs D
 AlterConfigs / IncrementalAlterConfigs ALTER_CONFIGS on the topic (the cluster for broker configs);
 InitProducerId IDEMPOTENT_WRITE on the cluster or WRITE on some topic; DescribeLogDirs, DescribeAcls and
 ListPartitionReassignments DESCRIBE on the cluster; AlterReplicaLogDirs, ElectLeaders, CreateAcls and
-DeleteAcls ALTER on the cluster; DescribeClientQuotas DESCRIBE_CONFIGS and AlterClientQuotas ALTER_CONFIGS on the
-cluster.
+DeleteAcls ALTER on the cluster; DescribeProducers READ on each topic; DescribeClientQuotas DESCRIBE_CONFIGS and
+AlterClientQuotas ALTER_CONFIGS on the cluster.
 
 Invariants:
 - Every API the server serves has a rule here or is in :data:`UNCHECKED` (ApiVersions, the SASL exchange,
@@ -90,7 +90,8 @@ class Access:
             37: self._items("topics", "results", "name", TOPIC, ALTER),
             42: self._items("groups_names", "results", None, GROUP, DELETE), 43: self._whole_cluster(ALTER),
             44: self._configs("responses", ALTER_CONFIGS), 46: self._whole_cluster(DESCRIBE),
-            47: self._offset_delete, 48: self._whole_cluster(DESCRIBE_CONFIGS), 49: self._whole_cluster(ALTER_CONFIGS),
+            47: self._offset_delete, 61: self._items("topics", "topics", "name", TOPIC, READ),
+            48: self._whole_cluster(DESCRIBE_CONFIGS), 49: self._whole_cluster(ALTER_CONFIGS),
         }
 
     def wrap(self, handlers: dict[int, Handler]) -> dict[int, Handler]:

@@ -2,7 +2,8 @@
 
 :func:`install` fills :attr:`ServerState.handlers <pylog.server.state.ServerState.handlers>` once, before the
 first connection: the data APIs (:mod:`pylog.server.handlers`), the admin APIs (:mod:`pylog.server.admin`),
-the group APIs (the coordinator's methods), the quota APIs and, with the authorizer, the ACL APIs; then wraps
+the group APIs (the coordinator's methods), the transaction APIs and DescribeProducers
+(:mod:`pylog.server.transactions`), the quota APIs and, with the authorizer, the ACL APIs; then wraps
 them in the authorizer's checks (:mod:`pylog.server.access`) and the quotas' throttling
 (:mod:`pylog.server.quotas`).
 
@@ -26,6 +27,7 @@ from .coordinator import GroupCoordinator
 from .handlers import DataHandlers
 from .operations import GROUP
 from .state import Handler, ServerState
+from .transactions import TxnHandlers
 
 __all__ = ["install"]
 
@@ -44,7 +46,7 @@ def install(state: ServerState) -> None:
         0: data.produce, 1: data.fetch, 2: data.list_offsets, 3: data.metadata, 10: data.find_coordinator,
         18: data.api_versions, 19: admin.create_topics, 20: admin.delete_topics, 21: admin.delete_records,
         22: data.init_producer_id, 32: admin.describe_configs, 33: admin.alter_configs,
-        37: admin.create_partitions, **groups, **admin.handlers(),
+        37: admin.create_partitions, **groups, **admin.handlers(), **TxnHandlers(state, data).handlers(),
     }
     supported = protocol.supported_versions()
     handlers.update(state.quotas.handlers())

@@ -42,13 +42,14 @@ DeleteGroups (42)      0-2
 Admin and operations APIs beyond those: AlterReplicaLogDirs (34) 1-2, DescribeLogDirs (35) 1-4 (v5 adds
 cordoned dirs), ElectLeaders (43) 0-2, IncrementalAlterConfigs (44) 0-1, ListPartitionReassignments (46) 0,
 OffsetDelete (47) 0, DescribeClientQuotas (48) 0-1, AlterClientQuotas (49) 0-1, DescribeCluster (60) 0-1 (v2
-adds fenced brokers), DescribeTransactions (65) 0, ListTransactions (66) 0-1; DescribeAcls / CreateAcls /
-DeleteAcls (29-31) 1-3, served with the authorizer and otherwise refused with SECURITY_DISABLED
-(:data:`REFUSED_APIS`); and, advertised but always refused, Describe/AlterUserScramCredentials (50, 51) 0.
+adds fenced brokers), DescribeProducers (61) 0, DescribeTransactions (65) 0, ListTransactions (66) 0-1;
+DescribeAcls / CreateAcls / DeleteAcls (29-31) 1-3, served with the authorizer and otherwise refused with
+SECURITY_DISABLED (:data:`REFUSED_APIS`); and, advertised but always refused,
+Describe/AlterUserScramCredentials (50, 51) 0.
 
 OffsetForLeaderEpoch (23) 2-4 and the transaction APIs AddPartitionsToTxn (24) 0-3, AddOffsetsToTxn (25)
 0-3, EndTxn (26) 0-3, TxnOffsetCommit (28) 0-3 have schemas (so :func:`error_response` can answer them)
-and so do AlterPartitionReassignments (45) 0 and DescribeProducers (61) 0, but they are not advertised by
+and so does AlterPartitionReassignments (45) 0, but they are not advertised by
 default (:data:`UNSERVED_APIS`).
 """
 

@@ -114,7 +114,7 @@ assert set(APIS) == set(ApiKey)
 #: that sends anyway gets the response with UNSUPPORTED_VERSION in every error field.
 UNSERVED_APIS: frozenset[int] = frozenset({
     ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
-    ApiKey.TXN_OFFSET_COMMIT, ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_PRODUCERS,
+    ApiKey.TXN_OFFSET_COMMIT, ApiKey.ALTER_PARTITION_REASSIGNMENTS,
 })
 
 #: APIs advertised by ApiVersions but always answered with an error: Kafka's own answer of a broker without

@@ -40,6 +40,7 @@ from .durability import Durability
 from .local_log import LocalLog
 from .remote_reads import RemoteReads
 from .segments import S
+from .txn import ActiveProducer
 from .waiting import Waiters
 from .writer_lock import WriterLock
 
@@ -76,6 +77,8 @@ class OwnerOps(NamedTuple):
     read_all: Callable[[int, int, int, bool], list[ReadSlice]]
     #: The aborted transactions covering offsets in [start, end): {producer id: [(first, last offset)]}.
     aborted: Callable[[int, int], dict[int, list[tuple[int, int]]]]
+    #: The producers the partition's files know of (see :meth:`PartitionInternals.active_producers`).
+    producers: Callable[[], list[ActiveProducer]]
 
 
 class PartitionInternals(Generic[S]):
@@ -336,6 +339,12 @@ class PartitionInternals(Generic[S]):
         with records in ``[start, end)``, first offsets ascending: what a Kafka client drops."""
         return sorted(((pid, first) for pid, ranges in self._ops.aborted(start, end).items() for first, _ in ranges),
                       key=lambda t: t[1])
+
+    def active_producers(self) -> list[ActiveProducer]:
+        """(``pylog serve``'s DescribeProducers) The producers of this partition with their epoch, last sequence,
+        last timestamp, last marker's coordinator epoch and open transaction's first offset, by producer id: from
+        the files (the producer snapshot and the batch headers after it), so any handle sees the writer's."""
+        return self._ops.producers()
 
     def sync_rolled(self) -> None:
         """fsync the segments rolls sealed that the background sync thread has not got to yet, and move
