@@ -1,23 +1,22 @@
 """Which ACL each Kafka request needs, checked before its handler runs (``pylog serve --authorizer``), and the
 ACL APIs (CreateAcls, DescribeAcls, DeleteAcls) over :class:`~pylog.server.authorizer.Authorizer`.
 
-The rules are Kafka's (``KafkaApis`` / KIP-11): Produce WRITE on the topic; Fetch READ; ListOffsets and
-Metadata DESCRIBE (Metadata leaves out, when listing every topic, the topics the principal may not describe,
-and auto-creates a topic only with CREATE on the cluster or the topic); OffsetCommit READ on the group and each
-topic; OffsetFetch DESCRIBE on the group and each topic; FindCoordinator DESCRIBE on the group; JoinGroup,
-SyncGroup, Heartbeat and LeaveGroup READ on the group; DescribeGroups DESCRIBE on each group; ListGroups every
-group with DESCRIBE on the cluster, else those the principal may describe; DeleteGroups DELETE on each group;
-OffsetDelete DELETE on the group and READ on each topic; CreateTopics CREATE on the cluster or the topic;
-DeleteTopics and DeleteRecords DELETE; CreatePartitions ALTER; DescribeConfigs DESCRIBE_CONFIGS and
-AlterConfigs / IncrementalAlterConfigs ALTER_CONFIGS on the topic (the cluster for broker configs);
-InitProducerId without a transactional id IDEMPOTENT_WRITE on the cluster or WRITE on some topic;
-DescribeLogDirs, DescribeAcls and ListPartitionReassignments DESCRIBE on the cluster; FindCoordinator for a
-transactional id DESCRIBE on it; InitProducerId with a transactional id, EndTxn and a transactional Produce WRITE on the transactional id;
-AddPartitionsToTxn WRITE on the transactional id and on each topic (a refused topic's partitions
-TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED); AddOffsetsToTxn WRITE on the transactional id
-and READ on the group; TxnOffsetCommit those and READ on each topic; DescribeTransactions DESCRIBE on each
-transactional id (its topics listed only where the principal may describe them); ListTransactions the
-transactional ids the principal may describe; AlterReplicaLogDirs, ElectLeaders, CreateAcls and
+The rules are Kafka's (``KafkaApis`` / KIP-11): Produce WRITE on the topic; Fetch READ; ListOffsets and Metadata
+DESCRIBE (Metadata leaves out, when listing every topic, the topics the principal may not describe, and auto-creates a
+topic only with CREATE on the cluster or the topic); OffsetCommit READ on the group and each topic; OffsetFetch
+DESCRIBE on the group and each topic; FindCoordinator DESCRIBE on the group; JoinGroup, SyncGroup, Heartbeat and
+LeaveGroup READ on the group; DescribeGroups DESCRIBE on each group; ListGroups every group with DESCRIBE on the
+cluster, else those the principal may describe; DeleteGroups DELETE on each group; OffsetDelete DELETE on the group
+and READ on each topic; CreateTopics CREATE on the cluster or the topic; DeleteTopics and DeleteRecords DELETE;
+CreatePartitions ALTER; DescribeConfigs DESCRIBE_CONFIGS and AlterConfigs / IncrementalAlterConfigs ALTER_CONFIGS on
+the topic (the cluster for broker configs); InitProducerId without a transactional id IDEMPOTENT_WRITE on the cluster
+or WRITE on some topic; DescribeLogDirs, DescribeAcls and ListPartitionReassignments DESCRIBE on the cluster;
+FindCoordinator for a transactional id DESCRIBE on it; InitProducerId with a transactional id, EndTxn and a
+transactional Produce WRITE on the transactional id; AddPartitionsToTxn WRITE on the transactional id and on each
+topic (a refused topic's partitions TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED); AddOffsetsToTxn
+WRITE on the transactional id and READ on the group; TxnOffsetCommit those and READ on each topic;
+DescribeTransactions DESCRIBE on each transactional id (its topics listed only where the principal may describe them);
+ListTransactions the transactional ids the principal may describe; AlterReplicaLogDirs, ElectLeaders, CreateAcls and
 DeleteAcls ALTER on the cluster; DescribeProducers READ on each topic; DescribeClientQuotas DESCRIBE_CONFIGS and
 AlterClientQuotas ALTER_CONFIGS on the cluster.
 
