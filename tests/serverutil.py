@@ -56,8 +56,8 @@ def kafka_batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, bas
         _put_varint(body, len(rec))
         body += rec
     n = len(values)
-    tail = struct.pack(">hiqqqhii", 0x10 if transactional else 0, n - 1, 1_700_000_000_000, 1_700_000_000_000, producer_id, epoch,
-                       base_sequence, n) + body
+    tail = struct.pack(">hiqqqhii", 0x10 if transactional else 0, n - 1, 1_700_000_000_000, 1_700_000_000_000,
+                       producer_id, epoch, base_sequence, n) + body
     return struct.pack(">qiibI", 0, len(tail) + 9, 0, 2, crc32c.crc32c(tail)) + tail
 
 

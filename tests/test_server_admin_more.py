@@ -2,8 +2,8 @@
 own error codes, never a dropped connection"): IncrementalAlterConfigs, DescribeCluster, OffsetDelete and
 DescribeLogDirs through the real admin clients; the single-node answers (ElectLeaders, partition
 reassignments, transactions); the refused ACL and SCRAM-credential APIs; APIs not advertised, which clients
-report as unsupported by the broker themselves and which get UNSUPPORTED_VERSION when sent anyway; and
-transactional producers, which fail fast and leave the server healthy. Raw requests
+report as unsupported by the broker themselves and which get UNSUPPORTED_VERSION when sent anyway
+(transactional producers: tests/test_server_transactions.py). Raw requests
 (``pylog.server.protocol.encode_request`` over a socket) where no client has the call."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import asyncio
 import os
 import socket
 import struct
-import time
 
 import pytest
 
@@ -383,52 +382,6 @@ def test_unadvertised_apis_sent_anyway_get_unsupported_version(server, store, ap
         assert str(int(ErrorCode.UNSUPPORTED_VERSION)) in repr(resp)
         # the connection stays open: the next request on it is answered
         assert _call(server, 60, 0, {"include_cluster_authorized_operations": False}, sock=s)["controller_id"] == 0
-
-
-# --------------------------------------------------------------------------- transactional producers
-
-def test_transactional_kafka_python_producer_fails_fast(server, store):
-    store.create_topic("tx")
-    p = KafkaProducer(bootstrap_servers=server.bootstrap_servers, transactional_id="tx-1")
-    t0 = time.monotonic()
-    try:
-        with pytest.raises(KErr.TransactionalIdAuthorizationFailedError):
-            p.init_transactions()
-    finally:
-        p.close(timeout=5)
-    assert time.monotonic() - t0 < 10
-    _healthy(server, store)
-
-
-def test_transactional_confluent_producer_fails_fast(server, store):
-    store.create_topic("tx")
-    p = ck.Producer({"bootstrap.servers": server.bootstrap_servers, "transactional.id": "tx-2",
-                     "log_level": 0})
-    t0 = time.monotonic()
-    with pytest.raises(KafkaException) as e:
-        p.init_transactions(20)
-    err = e.value.args[0]
-    assert err.code() == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and err.fatal()
-    assert "Transactional Id authorization failed" in err.str()
-    assert time.monotonic() - t0 < 10
-    _healthy(server, store)
-
-
-def test_transactional_aiokafka_producer_fails_fast(server, store):
-    store.create_topic("tx")
-
-    async def run():
-        p = aiokafka.AIOKafkaProducer(bootstrap_servers=server.bootstrap_servers, transactional_id="tx-3")
-        try:
-            await asyncio.wait_for(p.start(), 10)
-        finally:
-            await p.stop()
-
-    t0 = time.monotonic()
-    with pytest.raises(aiokafka.errors.TransactionalIdAuthorizationFailed):
-        asyncio.run(run())
-    assert time.monotonic() - t0 < 10
-    _healthy(server, store)
 
 
 # --------------------------------------------------------------------------- broker configs

@@ -47,10 +47,14 @@ DescribeAcls / CreateAcls / DeleteAcls (29-31) 1-3, served with the authorizer a
 SECURITY_DISABLED (:data:`REFUSED_APIS`); and, advertised but always refused,
 Describe/AlterUserScramCredentials (50, 51) 0.
 
-OffsetForLeaderEpoch (23) 2-4 and the transaction APIs AddPartitionsToTxn (24) 0-3, AddOffsetsToTxn (25)
-0-3, EndTxn (26) 0-3, TxnOffsetCommit (28) 0-3 have schemas (so :func:`error_response` can answer them)
-and so does AlterPartitionReassignments (45) 0, but they are not advertised by
-default (:data:`UNSERVED_APIS`).
+The transaction APIs: InitProducerId (22) 0-4 with a transactional id, AddPartitionsToTxn (24) 0-3,
+AddOffsetsToTxn (25) 0-3, EndTxn (26) 0-3, TxnOffsetCommit (28) 0-3. The bounds: every client sends these
+versions (kafka-python 3 at most 3 for AddPartitionsToTxn, EndTxn and TxnOffsetCommit, aiokafka 0, librdkafka
+negotiates); AddPartitionsToTxn v4+ is KIP-890's broker-to-coordinator batch, which no client sends; EndTxn v5,
+InitProducerId v5+ and TxnOffsetCommit v5 are KIP-890 part 2 (an epoch bump per transaction), not implemented.
+
+OffsetForLeaderEpoch (23) 2-4 and AlterPartitionReassignments (45) 0 have schemas (so :func:`error_response` can
+answer them), but they are not advertised by default (:data:`UNSERVED_APIS`).
 """
 
 from pylog.errors import ProtocolError, UnknownApiKeyError, UnsupportedApiVersionError
