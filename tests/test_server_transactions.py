@@ -15,6 +15,7 @@ import pytest
 
 import pylog
 from pylog.partition import internals
+from pylog.store import transaction_coordinator
 from pylog.server.protocol import ErrorCode, encode_request, parse_response
 
 from serverutil import kafka_batch, wait_until
@@ -47,6 +48,11 @@ def _call(server, api_key: int, version: int, body: dict, sock: socket.socket) -
     corr, resp = parse_response(api_key, version, sock.recv(size, socket.MSG_WAITALL))
     assert corr == 41
     return resp
+
+
+def _offsets(store, group: str) -> dict[tuple[str, int], int]:
+    """The group's committed offsets as pylog's own consumers see them."""
+    return {(tp.topic, tp.partition): om.offset for tp, om in store.committed_offsets(group).items()}
 
 
 # --------------------------------------------------------------------------- readers of all three clients
@@ -204,7 +210,7 @@ def test_confluent_consume_transform_produce_commits_offsets_with_the_output(ser
     finally:
         c.close()
     # pylog's own view of the group's offsets agrees
-    assert store.committed_offsets("ctp") == {pylog.TopicPartition("in", 0): 5, pylog.TopicPartition("in", 1): 5}
+    assert _offsets(store, "ctp") == {("in", 0): 5, ("in", 1): 5}
     assert sorted(_kafka_python_values(server.bootstrap_servers, "out", 2, "read_committed", 10)) == sorted(
         b"x%d" % i for i in range(10))
 
@@ -292,7 +298,7 @@ def test_kafka_python_send_offsets_to_transaction(server, store):
         p.commit_transaction()
     finally:
         p.close(timeout=TIMEOUT)
-    assert store.committed_offsets("kgroup") == {pylog.TopicPartition("kin", 0): 5}
+    assert _offsets(store, "kgroup") == {("kin", 0): 5}
 
 
 # --------------------------------------------------------------------------- aiokafka
@@ -319,7 +325,7 @@ def test_aiokafka_transactional_producer_commits_and_aborts(server, store):
     asyncio.run(asyncio.wait_for(main(), TIMEOUT * 2))
     _check_isolation(server.bootstrap_servers, "ak", 2, {b"c%d" % i for i in range(6)} | {b"last"},
                      {b"a%d" % i for i in range(4)}, b"last")
-    assert store.committed_offsets("agroup") == {pylog.TopicPartition("ak", 0): 2}
+    assert _offsets(store, "agroup") == {("ak", 0): 2}
 
 
 # --------------------------------------------------------------------------- the server's checks and state
@@ -357,8 +363,7 @@ def test_describe_and_list_transactions_report_the_coordinators_state(server, st
     p.begin_transaction()
     p.produce("dt", value=b"x", partition=1)
     p.flush(TIMEOUT)
-    listed = wait_until(lambda: [t for t in kp_admin.list_transactions() if t.transactional_id == "dt-1"],
-                        what="the transaction listed")
+    listed = [t for t in kp_admin.list_transactions()[0] if t.transactional_id == "dt-1"]
     assert listed[0].state.value == "Ongoing"
     d = kp_admin.describe_transactions(["dt-1"])["dt-1"]
     assert d.state.value == "Ongoing" and d.transaction_timeout_ms > 0
@@ -371,17 +376,27 @@ def test_describe_and_list_transactions_report_the_coordinators_state(server, st
         kp_admin.describe_transactions(["nobody"])
 
 
-def test_a_dead_producers_transaction_is_aborted_after_its_timeout(server, store):
-    store.create_topic("dead")
-    p = _ck_producer(server, "dead-1", **{"transaction.timeout.ms": 2000})
-    p.begin_transaction()
-    p.produce("dead", value=b"lost", partition=0)
-    p.flush(TIMEOUT)
-    part = store.topic("dead").partition(0)
-    assert part.last_stable_offset == 0
-    del p  # the client goes away without ending its transaction
-    wait_until(lambda: part.last_stable_offset == part.log_end_offset, timeout=TIMEOUT, what="the timeout's abort")
-    assert part.read(0, isolation_level="read_committed") == []
+def test_a_dead_producers_transaction_is_aborted_after_its_timeout(tmp_path):
+    # A client that opens a transaction and goes away (its connection closed, no EndTxn): raw requests, so
+    # that no client library ends the transaction on its way out.
+    with pylog.open(tmp_path / "store", transaction_abort_timed_out_transaction_cleanup_interval_ms=100) as store, \
+            pylog.serve(store, port=0) as server:
+        store.create_topic("dead")
+        with socket.create_connection((server.host, server.port), timeout=10) as s:
+            init = _call(server, 22, 1, {"transactional_id": "dead-1", "transaction_timeout_ms": 1000}, s)
+            pid, epoch = init["producer_id"], init["producer_epoch"]
+            _call(server, 24, 1, {"v3_and_below_transactional_id": "dead-1", "v3_and_below_producer_id": pid,
+                                  "v3_and_below_producer_epoch": epoch,
+                                  "v3_and_below_topics": [{"name": "dead", "partitions": [0]}]}, s)
+            resp = _call(server, 0, 7, {"transactional_id": "dead-1", "acks": -1, "timeout_ms": 5000, "topic_data": [
+                {"name": "dead", "partition_data": [{"index": 0, "records": kafka_batch(
+                    [b"lost"], pid, epoch, 0, transactional=True)}]}]}, s)
+            assert resp["responses"][0]["partition_responses"][0]["error_code"] == 0
+        part = store.topic("dead").partition(0)
+        assert part.last_stable_offset == 0
+        wait_until(lambda: part.last_stable_offset == part.log_end_offset, timeout=TIMEOUT, what="the timeout's abort")
+        assert part.read(0, isolation_level="read_committed") == []
+        assert transaction_coordinator(store).describe("dead-1").producer_epoch == epoch + 1  # fenced
 
 
 def test_describe_producers_reports_idempotent_producers_of_clients_and_of_pylog(server, store, kp_admin):

@@ -113,7 +113,7 @@ class TxnHandlers:
                     "producer_id": -1, "producer_epoch": -1}
         self.s.producer_owners.issued(got.producer_id, conn.principal)
         return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": got.producer_id,
-                "producer_epoch": got.producer_epoch}
+                "producer_epoch": got.epoch}
 
     # ------------------------------------------------------------------ AddPartitionsToTxn, AddOffsetsToTxn
 
@@ -124,13 +124,14 @@ class TxnHandlers:
         topics = b["v3_and_below_topics"] or []
         asked = [(t["name"], p) for t in topics for p in t["partitions"] or []]
         missing = set(await self.s.read(self._missing, asked))
+        codes: dict[tuple[str, int], int]
         if missing:
             codes = {tp: E.UNKNOWN_TOPIC_OR_PARTITION if tp in missing else E.OPERATION_NOT_ATTEMPTED for tp in asked}
         else:
             code = await self._call(req, self._coordinator.add_partitions,
                                     b["v3_and_below_transactional_id"], b["v3_and_below_producer_id"],
                                     b["v3_and_below_producer_epoch"], [TopicPartition(t, p) for t, p in asked])
-            codes = dict.fromkeys(asked, code)
+            codes = {tp: code for tp in asked}
         return {"throttle_time_ms": 0, "results_by_topic_v3_and_below": [
             {"name": t["name"], "results_by_partition": [
                 {"partition_index": p, "partition_error_code": codes[(t["name"], p)]} for p in t["partitions"] or []]}
@@ -160,7 +161,7 @@ class TxnHandlers:
         topics = b["topics"] or []
         group_id, generation, member_id = b["group_id"], b.get("generation_id", -1), b.get("member_id") or ""
         instance_id = b.get("group_instance_id")
-        code = E.NONE
+        code: int = E.NONE
         if generation >= 0 or member_id or instance_id is not None:
             code = self.s.coordinator.check_commit(group_id, generation, member_id, instance_id)
         metadata_max = self.s.config.offset_metadata_max_bytes
