@@ -376,11 +376,13 @@ def test_describe_and_list_transactions_report_the_coordinators_state(server, st
         kp_admin.describe_transactions(["nobody"])
 
 
-def test_a_dead_producers_transaction_is_aborted_after_its_timeout(tmp_path):
+@pytest.mark.parametrize("cleaner", [True, False], ids=["store-sweeps", "server-sweeps"])
+def test_a_dead_producers_transaction_is_aborted_after_its_timeout(tmp_path, cleaner):
     # A client that opens a transaction and goes away (its connection closed, no EndTxn): raw requests, so
-    # that no client library ends the transaction on its way out.
-    with pylog.open(tmp_path / "store", transaction_abort_timed_out_transaction_cleanup_interval_ms=100) as store, \
-            pylog.serve(store, port=0) as server:
+    # that no client library ends the transaction on its way out. A store with its cleaner on sweeps the
+    # timeouts itself; with it off, the server does.
+    with pylog.open(tmp_path / "store", transaction_abort_timed_out_transaction_cleanup_interval_ms=100,
+                    log_cleaner_enable=cleaner) as store, pylog.serve(store, port=0) as server:
         store.create_topic("dead")
         with socket.create_connection((server.host, server.port), timeout=10) as s:
             init = _call(server, 22, 1, {"transactional_id": "dead-1", "transaction_timeout_ms": 1000}, s)

@@ -1,12 +1,12 @@
 """Kafka's transaction APIs in ``pylog serve``, and DescribeProducers.
 
-The server is the transaction coordinator of every transactional id (FindCoordinator answers this node) and
-runs the library's coordinator (:class:`pylog.clients.transactions.TransactionCoordinator`,
-``pylog.store.transaction_coordinator(store)``): InitProducerId with a transactional id, AddPartitionsToTxn, AddOffsetsToTxn,
-TxnOffsetCommit, EndTxn, DescribeTransactions and ListTransactions map one to one onto its calls, so Kafka
-clients, pylog's own transactional producers and the timeout sweep of any process share one state per id
-(``__transaction_state``, under the id's coordinator lock). The state is the store's, so it survives a
-restart of the server.
+The server is the transaction coordinator of every transactional id (FindCoordinator answers this node) and runs the
+library's coordinator (:class:`pylog.clients.transactions.TransactionCoordinator`,
+``pylog.store.transaction_coordinator(store)``): InitProducerId with a transactional id, AddPartitionsToTxn,
+AddOffsetsToTxn, TxnOffsetCommit, EndTxn, DescribeTransactions and ListTransactions map one to one onto its calls,
+so Kafka clients, pylog's own transactional producers and the timeout sweep of any process share one state per id
+(``__transaction_state``, under the id's coordinator lock). The state is the store's, so it survives a restart of
+the server.
 
 A transactional Produce is checked first (:func:`produce_check`, KIP-890's server-side defence): its
 transactional id's state must be Ongoing with the batch's producer id and epoch, and the partition added to

@@ -120,6 +120,16 @@ class ProducerState:
                                           f"{expected}")
         return 0, None
 
+    def next_sequence(self, producer_id: int, epoch: int) -> int:
+        """The first sequence :meth:`check` accepts next from ``producer_id`` with ``epoch`` (0 when it knows
+        no batch of that epoch). :raises ProducerFencedError: for an epoch older than the producer's."""
+        e = self.producers.get(producer_id)
+        if e is not None and epoch < e.epoch:
+            raise ProducerFencedError(f"producer {producer_id} epoch {epoch} is older than its current epoch {e.epoch}")
+        if e is None or epoch > e.epoch or not e.batches:
+            return 0
+        return (e.batches[-1][1] + 1) % _SEQ_MOD
+
     def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
                last_offset: int, timestamp: int, transactional: bool = False) -> None:
         """Record an appended (or, rebuilding, a found) batch."""

@@ -107,10 +107,10 @@ class ApiKey(enum.IntEnum):
 APIS: dict[int, Api] = {a.key: a for a in ALL_APIS}
 assert set(APIS) == set(ApiKey)
 
-#: APIs with schemas only so that a request can be answered with an error (partition reassignments) or that need a leader-epoch cache pylog does not keep: not
-#: advertised by :func:`supported_versions` unless asked. Kafka clients check ApiVersions before sending an
-#: admin request, so they report these as not supported by the broker themselves (the clearest message); one
-#: that sends anyway gets the response with UNSUPPORTED_VERSION in every error field.
+#: APIs with schemas only so that a request can be answered with an error (partition reassignments) or that need a
+#: leader-epoch cache pylog does not keep: not advertised by :func:`supported_versions` unless asked. Kafka clients
+#: check ApiVersions before sending an admin request, so they report these as not supported by the broker themselves
+#: (the clearest message); one that sends anyway gets the response with UNSUPPORTED_VERSION in every error field.
 UNSERVED_APIS: frozenset[int] = frozenset({ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.ALTER_PARTITION_REASSIGNMENTS})
 
 #: APIs advertised by ApiVersions but always answered with an error: Kafka's own answer of a broker without

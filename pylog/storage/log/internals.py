@@ -62,15 +62,17 @@ class OwnerOps(NamedTuple):
     #: The handle let go of its files: its next use counts against the descriptor budget afresh.
     forget_budget: Callable[[], None]
     #: An append of value/key lists: (values, keys, timestamps, headers, producer, compression, in turn,
-    #: batch size or None).
+    #: batch size or None, transactional).
     append_lists: Callable[[Sequence[bytes | None], Sequence[bytes | None] | None, Timestamps | None,
-                            Headers | None, tuple[int, int, int] | None, str | None, bool, int | None], int]
+                            Headers | None, tuple[int, int, int] | None, str | None, bool, int | None, bool], int]
     #: An append of columns: (value lengths, value data, key lengths, key data, timestamps, headers,
     #: producer, compression, in turn, flush policy, transactional).
     append_columns: Callable[[np.ndarray, Data | None, np.ndarray | None, Data | None, np.ndarray | None,
                               Headers | None, tuple[int, int, int] | None, str | None, bool, bool, bool], int]
     #: A transaction marker: (producer id, epoch, commit, coordinator epoch) -> its offset.
     append_marker: Callable[[int, int, bool, int], int]
+    #: The sequence a producer's next append must carry: (producer id, epoch) -> sequence. As the writer.
+    next_sequence: Callable[[int, int], int]
     #: A read filtered by isolation level: (offset, max records, max bytes, verify, level) -> (slices, next).
     read_isolated: Callable[[int, int, int, bool, Any], tuple[list[ReadSlice], int]]
     #: A read of every batch, control batches included: (offset, max records, max bytes, verify).
@@ -291,13 +293,15 @@ class PartitionInternals(Generic[S]):
     def append_values_in_turn(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                               timestamps: Timestamps | None, headers: Headers | None,
                               producer: tuple[int, int, int] | None, compression: str | None,
-                              batch_size: int | None = None) -> int:
+                              batch_size: int | None = None, transactional: bool = False) -> int:
         """:meth:`Partition.append_values` for a writer taking turns (the producer): unlike a direct
         append it leaves the lock free to be handed over (:meth:`hand_over`). ``batch_size`` (the producer's,
         Kafka's ``batch.size``) cuts the records into batches of at most that many bytes, one record at
         least each, all written by this one call (see :meth:`Appender.batch_bounds
-        <pylog.storage.log.append.Appender.batch_bounds>`); None: batches as large as ``max.message.bytes``."""
-        return self._ops.append_lists(values, keys, timestamps, headers, producer, compression, True, batch_size)
+        <pylog.storage.log.append.Appender.batch_bounds>`); None: batches as large as ``max.message.bytes``.
+        ``transactional`` as for :meth:`Partition.append_values`."""
+        return self._ops.append_lists(values, keys, timestamps, headers, producer, compression, True, batch_size,
+                                      transactional)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
                        key_lengths: np.ndarray | None = None, key_data: Data | None = None,
@@ -314,8 +318,8 @@ class PartitionInternals(Generic[S]):
                                         producer, compression, in_turn, flush_policy, transactional)
 
     def append_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int = 0) -> int:
-        """(the transaction coordinator, being built; tests) Append a commit or abort marker ending
-        ``producer_id``'s transaction in this partition; returns the marker's offset. Becomes the writer
+        """(the transaction coordinator, :mod:`pylog.clients.transactions`; tests) Append a commit or abort
+        marker ending ``producer_id``'s transaction in this partition; returns the marker's offset. Becomes the writer
         like an append in turn. An abort is recorded in the aborted-transaction index first
         (:mod:`pylog.storage.txn_index`).
 
@@ -323,6 +327,15 @@ class PartitionInternals(Generic[S]):
         :raises TransactionCoordinatorFencedError: ``coordinator_epoch`` older than the last marker's.
         """
         return self._ops.append_marker(producer_id, epoch, commit, coordinator_epoch)
+
+    def next_sequence(self, producer_id: int, epoch: int) -> int:
+        """(the transaction coordinator, writing a transaction's offsets to ``__consumer_offsets`` for a
+        producer that keeps no sequence of its own there) The sequence ``producer_id``'s next append with
+        ``epoch`` must carry: 0 for a producer the partition does not know or a new epoch. Call as the writer
+        (:meth:`Partition.wait_to_write`) and append before handing the lock over.
+
+        :raises ProducerFencedError: ``epoch`` older than the producer's."""
+        return self._ops.next_sequence(producer_id, epoch)
 
     def read_isolated(self, offset: int, max_records: int, max_bytes: int,
                       isolation_level: str) -> tuple[list[ReadSlice], int]:
