@@ -385,6 +385,30 @@ def test_transactional_produce_to_a_partition_not_added_is_refused(server, store
     assert store.topic("k890").partition(0).read(0, isolation_level="read_committed")[0].value == b"v"
 
 
+def test_offsets_in_an_open_transaction_are_unstable_for_read_committed_offset_fetches(server, store):
+    store.create_topic("uo")
+    store.commit_offsets("ug", {pylog.TopicPartition("uo", 0): pylog.OffsetAndMetadata(1, "")})
+    fetch = {"group_id": "ug", "topics": [{"name": "uo", "partition_indexes": [0]}]}
+
+    def fetched(s: socket.socket, stable: bool) -> tuple[int, int]:
+        p = _call(server, 9, 7, {**fetch, "require_stable": stable}, s)["topics"][0]["partitions"][0]
+        return p["error_code"], p["committed_offset"]
+    with socket.create_connection((server.host, server.port), timeout=10) as s:
+        init = _call(server, 22, 1, {"transactional_id": "uo-1", "transaction_timeout_ms": 60_000}, s)
+        ids = {"transactional_id": "uo-1", "producer_id": init["producer_id"], "producer_epoch": init["producer_epoch"]}
+        assert _call(server, 25, 1, {**ids, "group_id": "ug"}, s)["error_code"] == 0
+        out = _call(server, 28, 2, {**ids, "group_id": "ug", "topics": [{"name": "uo", "partitions": [
+            {"partition_index": 0, "committed_offset": 7, "committed_leader_epoch": -1, "committed_metadata": ""}]}]},
+            s)
+        assert out["topics"][0]["partitions"][0]["error_code"] == 0
+        # a read_committed consumer (require_stable) is told to ask again; others get the last committed offset
+        assert fetched(s, True) == (ErrorCode.UNSTABLE_OFFSET_COMMIT, -1)
+        assert fetched(s, False) == (0, 1)
+        assert _call(server, 26, 1, {**ids, "committed": True}, s)["error_code"] == 0
+        assert fetched(s, True) == (0, 7)
+    assert _offsets(store, "ug") == {("uo", 0): 7}
+
+
 def test_describe_and_list_transactions_report_the_coordinators_state(server, store, kp_admin):
     store.create_topic("dt", partitions=2)
     p = _ck_producer(server, "dt-1")
