@@ -355,7 +355,7 @@ class Store:
         :class:`~pylog.errors.UnknownTopicError` naming ``store.create_topic``."""
         self._check_writable("make a producer")
         view: StoreView = AutoCreatingStore(self) if allow_auto_create_topics else self
-        return Producer(view, quotas=self._quotas, **configs)
+        return Producer(view, quotas=self._quotas, transactions=self._transactions, **configs)
 
     def consumer(self, *topics: str, **configs: Any) -> Consumer:
         """A :class:`~pylog.clients.consumer.Consumer` on this store (kafka-python's ``KafkaConsumer`` options),

@@ -21,11 +21,8 @@ from pylog.structs import TopicPartition as TP
 
 
 @pytest.fixture
-def store(tmp_path):
-    s = pylog.open(tmp_path / "s", log_cleaner_enable=False)
-    s.create_topic("t", 3)
-    yield s
-    s.close()
+def store(txn_store):
+    return txn_store
 
 
 def _send(store, pid, epoch, partition, values, seq=0):

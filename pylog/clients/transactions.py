@@ -72,7 +72,7 @@ from typing import Iterable, Iterator, Mapping, NamedTuple
 
 from ..errors import (ConcurrentTransactionsError, InvalidArgumentError, InvalidProducerEpochError,
                       InvalidProducerIdMappingError, InvalidTopicError, InvalidTransactionTimeoutError,
-                      InvalidTxnStateError, ProducerFencedError, PylogError,
+                      InvalidTxnStateError, ProducerFencedError, PylogError, ReadOnlyStoreError,
                       TransactionalIdNotFoundError, UnknownTopicError)
 from ..partition import Partition, internals
 from ..storage import group_commit
@@ -382,7 +382,7 @@ class TransactionCoordinator:
         ``lock_wait_ms`` (at once without ``wait``)."""
         check_transactional_id(transactional_id)
         if self._store.read_only:
-            self._store.topic(TRANSACTION_STATE_TOPIC)  # raises as a read-only store does
+            raise ReadOnlyStoreError(f"{self._store.path} is open read-only: transactions cannot change")
         with write_faults(f"locking transactional id {transactional_id!r}", "nothing was changed"):
             os.makedirs(self._dir, exist_ok=True)
             fd = os.open(os.path.join(self._dir, _lock_name(transactional_id)), os.O_RDWR | os.O_CREAT, 0o644)
