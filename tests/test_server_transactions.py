@@ -14,6 +14,7 @@ import time
 import pytest
 
 import pylog
+from pylog.errors import ProducerFencedError
 from pylog.partition import internals
 from pylog.store import transaction_coordinator
 from pylog.server.protocol import ErrorCode, encode_request, parse_response
@@ -266,6 +267,41 @@ def test_confluent_producer_commits_after_the_server_was_killed_mid_transaction(
     finally:
         proc.terminate()
         proc.wait(TIMEOUT)
+
+
+def test_a_kafka_client_and_pylogs_own_producer_share_a_transactional_id(server, store):
+    # The server's coordinator is the library's: a confluent producer's InitProducerId fences pylog's own
+    # producer of the same transactional id and aborts the transaction it left open, and the reverse.
+    store.create_topic("mix")
+    own = store.producer(transactional_id="mix-1")
+    try:
+        own.init_transactions()
+        own.begin_transaction()
+        own.send("mix", b"own-zombie", partition=0)
+        own.flush()
+        p = _ck_producer(server, "mix-1")
+        with pytest.raises(ProducerFencedError):
+            own.commit_transaction()
+    finally:
+        own.close()
+    p.begin_transaction()
+    p.produce("mix", value=b"kafka", partition=0)
+    p.commit_transaction(TIMEOUT)
+    p.begin_transaction()
+    p.produce("mix", value=b"kafka-zombie", partition=0)
+    p.flush(TIMEOUT)
+    again = store.producer(transactional_id="mix-1")
+    try:
+        again.init_transactions()  # fences the confluent producer, aborting its open transaction
+        with pytest.raises(KafkaException) as e:
+            p.commit_transaction(TIMEOUT)
+        assert e.value.args[0].fatal()
+        again.begin_transaction()
+        again.send("mix", b"own", partition=0)
+        again.commit_transaction()
+    finally:
+        again.close()
+    assert _confluent_values(server.bootstrap_servers, "mix", 1, "read_committed", 2) == [b"kafka", b"own"]
 
 
 # --------------------------------------------------------------------------- kafka-python
