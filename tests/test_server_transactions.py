@@ -445,6 +445,28 @@ def test_offsets_in_an_open_transaction_are_unstable_for_read_committed_offset_f
     assert _offsets(store, "ug") == {("uo", 0): 7}
 
 
+def test_list_offsets_under_read_committed_stops_at_the_last_stable_offset(server, store):
+    store.create_topic("lo")
+    part = store.topic("lo").partition(0)
+    part.append_values([b"plain"], timestamps=[1_000])  # 0
+    pid = store.new_producer_id()
+    part.append_values([b"open"], timestamps=[2_000], producer=(pid, 0, 0), transactional=True)  # 1, left open
+
+    def lookup(s: socket.socket, level: int, ts: int) -> tuple[int, int]:
+        p = _call(server, 2, 7, {"replica_id": -1, "isolation_level": level, "topics": [
+            {"name": "lo", "partitions": [{"partition_index": 0, "current_leader_epoch": -1, "timestamp": ts}]}]},
+            s)["topics"][0]["partitions"][0]
+        assert p["error_code"] == 0
+        return p["offset"], p["timestamp"]
+    with socket.create_connection((server.host, server.port), timeout=10) as s:
+        assert lookup(s, 1, -1)[0] == 1 and lookup(s, 0, -1)[0] == 2  # latest: the LSO / the log end
+        assert lookup(s, 1, 1_500) == (-1, -1) and lookup(s, 0, 1_500) == (1, 2_000)  # by time: not past the LSO
+        assert lookup(s, 1, -3) == (-1, -1) and lookup(s, 0, -3) == (1, 2_000)  # max timestamp likewise
+        assert lookup(s, 1, 500) == (0, 1_000)
+        internals(part).append_marker(pid, 0, commit=True)
+        assert lookup(s, 1, 1_500) == (1, 2_000) and lookup(s, 1, -1)[0] == 3
+
+
 def test_describe_and_list_transactions_report_the_coordinators_state(server, store, kp_admin):
     store.create_topic("dt", partitions=2)
     p = _ck_producer(server, "dt-1")

@@ -514,6 +514,10 @@ class DataHandlers:
                 offset = -1 if at is None else at
                 if at is not None:
                     entry["timestamp"] = _timestamp_at(part, at)
+            if committed and ts not in (LATEST, EARLIEST) and offset >= 0 and offset >= part.last_stable_offset:
+                # Kafka's rule: under READ_COMMITTED a lookup by time never names an offset a read_committed
+                # consumer cannot read yet (at or past the LSO: a record of a transaction still open).
+                offset, entry["timestamp"] = -1, -1
             entry.update(error_code=E.NONE, offset=offset)
             if version == 0:
                 entry["old_style_offsets"] = [offset] if offset >= 0 else []
