@@ -24,7 +24,9 @@ ANSWER_TIMEOUT = 120
 
 
 def _serve(conn: Any, path: str, transactional_id: str, timeout_ms: int) -> None:
-    store = pylog.open(path, log_cleaner_enable=False)
+    # The cleaner enabled, as an application's store has it: its thread keeps the transaction state partitions
+    # between appends and hands them over to the other processes that wait for them.
+    store = pylog.open(path)
     producer = store.producer(transactional_id=transactional_id, transaction_timeout_ms=timeout_ms)
     while True:
         cmd = conn.recv()

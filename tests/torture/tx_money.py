@@ -62,8 +62,9 @@ SETTLE_S = 60.0
 
 
 def _mover(path: str, w: int, incarnation: int, seed: int, accounts: int, partitions: int, ready: Any) -> None:
-    """A producer process: transfers forever (until SIGKILLed)."""
-    store = pylog.open(path, log_cleaner_enable=False)
+    """A producer process: transfers forever (until SIGKILLed). Its store's cleaner thread is on, as in an
+    application: it keeps transaction state partitions between appends and hands them to other processes."""
+    store = pylog.open(path)
     producer = store.producer(transactional_id=f"mover-{w}")
     producer.init_transactions()
     group, tp = f"mover-{w}", TopicPartition(SEQ_TOPIC, w)
