@@ -422,14 +422,17 @@ class TimeoutSweeper:
         self._coordinator = coordinator
         self._log = state_log
         self._interval = interval_ms / 1000
-        self._stop = threading.Event()
+        self._stopped = False
+        self._wake = threading.Event()
+        state_log.on_hold = self._wake.set
         self._thread = threading.Thread(target=self._run, name="pylog-txn-timeouts", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopped = True
+        self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 
@@ -438,8 +441,11 @@ class TimeoutSweeper:
         while True:
             holding = self._log.holding()
             wait = HANDOVER_POLL if holding else max(0.0, next_sweep - time.monotonic())
-            if self._stop.wait(wait):
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stopped:
                 break
+            holding = self._log.holding()
             try:
                 if holding:
                     self._log.hand_over()

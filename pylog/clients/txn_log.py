@@ -24,6 +24,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from typing import Callable
 
 from ..errors import CorruptRecordError, PartitionLockedError
 from ..partition import Partition, internals
@@ -58,6 +59,8 @@ class TransactionLog:
         self.keep_turns = False
         #: State partitions held between appends: number -> (partition, time of its last append).
         self._held: dict[int, tuple[Partition, float]] = {}
+        #: Called when a partition starts being held (the sweeper thread wakes to hand it over in time).
+        self.on_hold: Callable[[], None] | None = None
 
     def exists(self) -> bool:
         """Whether the topic exists (looking states up never creates it)."""
@@ -96,8 +99,11 @@ class TransactionLog:
             finally:
                 if self.keep_turns:
                     with self._lock:
+                        new = p.number not in self._held
                         self._held[p.number] = (p, time.monotonic())
                     internals(p).pass_turn()  # at once to a handle that waits
+                    if new and self.on_hold is not None:
+                        self.on_hold()
                 else:
                     p.release_writer()
 
