@@ -142,6 +142,7 @@ class Store:
         if not self.read_only:
             self._uploader.start()
             if self._settings["log.cleaner.enable"]:
+                self._txn_log.keep_turns = True  # the sweeper thread hands the state partitions over
                 self._sweeper.start()
 
     def _new_publisher(self) -> CleanerPublisher | None:

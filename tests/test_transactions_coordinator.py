@@ -266,3 +266,16 @@ def test_state_records_decode_to_what_was_encoded_and_damage_is_corrupt_record()
     for bad_key in (None, b"\xc1", b"\x92\x01\xa0", b"\x92\x02\xa3app"):
         with pytest.raises(CorruptRecordError):
             decode_state(bad_key, value)
+
+
+def test_a_state_partition_kept_between_appends_is_handed_to_another_store_and_let_go_when_idle(tmp_path):
+    from storetools import wait_for
+    with pylog.open(tmp_path / "s") as first, pylog.open(tmp_path / "s") as second:  # cleaner threads on
+        c1, c2 = transaction_coordinator(first), transaction_coordinator(second)
+        pid, _ = c1.init_producer_id("app", 60_000)
+        held = first._txn_log.partition_for("app")
+        assert held.is_writer  # kept for the next transition
+        c2.lock_wait_ms = 20_000
+        assert c2.init_producer_id("app", 60_000) == (pid, 1)  # handed over by first's thread
+        assert not held.is_writer
+        assert wait_for(lambda: not second._txn_log.partition_for("app").is_writer, timeout=30)  # idle: let go

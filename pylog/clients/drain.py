@@ -17,7 +17,11 @@ Invariants:
   drain, drains one at a time (the producer's drain lock).
 - With idempotence, every append carries (producer id, epoch, the partition's next sequence); after an
   error that may have written part of a call the epoch moves on (a new producer id past int16), so no
-  sequence number is ever reused for other records (Kafka's KIP-360).
+  sequence number is ever reused for other records (Kafka's KIP-360). A transactional producer's id and
+  epoch are its coordinator's (:meth:`Drainer.set_producer`): after such an error its transaction is told
+  (``TxnHooks.failed``), whose abort takes the new epoch from the coordinator.
+- A transactional drain adds the partitions it writes to the transaction (``TxnHooks.add_partitions``)
+  before its first append, and appends transactional batches only.
 - A partition this drainer holds for a turn is never held while it waits for another partition or out a
   quota delay: it lets go of every other first (fsynced first with ``acks="all"``: a hand-over does not
   fsync). A partition whose retention or compaction pass is under way stays held until the pass ends,

@@ -221,7 +221,11 @@ class Producer:
     drains in place instead of blocking),
     ``max_request_size``, ``enable_idempotence`` (default True),
     ``retries`` / ``retry_backoff_ms`` (an append that failed with an OSError is retried with the same
-    sequence numbers). Broker options (``bootstrap_servers``, ...) raise :class:`InvalidConfigError`.
+    sequence numbers), ``transactional_id`` / ``transaction_timeout_ms`` (a transactional producer:
+    :meth:`init_transactions`, :meth:`begin_transaction`, :meth:`send_offsets_to_transaction`,
+    :meth:`commit_transaction`, :meth:`abort_transaction`; ``send()`` outside a transaction then raises
+    :class:`~pylog.errors.InvalidTxnStateError`). Broker options (``bootstrap_servers``, ...) raise
+    :class:`InvalidConfigError`.
     """
 
     #: The options and their defaults (kafka-python's attribute name).

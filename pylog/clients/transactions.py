@@ -82,6 +82,7 @@ from ..storage.filenames import COORDINATOR_EPOCH_FILE, TRANSACTION_STATE_TOPIC,
 from ..storage.records import now_ms
 from ..storage.txn_state import MAX_EPOCH, TransactionMetadata, TxnState
 from ..structs import OffsetAndMetadata, TopicPartition
+from .drain import HANDOVER_POLL
 from .offsets import CommittedOffsets
 from .storeview import StoreView
 from .txn_log import TransactionLog
@@ -413,29 +414,48 @@ class TransactionCoordinator:
 
 class TimeoutSweeper:
     """A daemon thread that runs :meth:`TransactionCoordinator.abort_timed_out` every ``interval_ms`` once
-    the store has a ``__transaction_state`` topic; :meth:`stop` ends it. Errors are logged, never raised."""
+    the store has a ``__transaction_state`` topic, and while ``state_log`` keeps state partitions between
+    appends hands them over every :data:`~pylog.clients.drain.HANDOVER_POLL` (10 ms) to a handle that waits
+    (:meth:`TransactionLog.hand_over`); :meth:`stop` ends it (letting them go). Errors are logged, never raised."""
 
     def __init__(self, coordinator: TransactionCoordinator, state_log: TransactionLog, interval_ms: int) -> None:
         self._coordinator = coordinator
         self._log = state_log
         self._interval = interval_ms / 1000
-        self._stop = threading.Event()
+        self._stopped = False
+        self._wake = threading.Event()
+        state_log.on_hold = self._wake.set
         self._thread = threading.Thread(target=self._run, name="pylog-txn-timeouts", daemon=True)
 
     def start(self) -> None:
         self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._stopped = True
+        self._wake.set()
         if self._thread.is_alive() and self._thread is not threading.current_thread():
             self._thread.join()
 
     def _run(self) -> None:
-        while not self._stop.wait(self._interval):
-            if not self._log.exists():
-                continue
+        next_sweep = time.monotonic() + self._interval
+        while True:
+            holding = self._log.holding()
+            wait = HANDOVER_POLL if holding else max(0.0, next_sweep - time.monotonic())
+            self._wake.wait(wait)
+            self._wake.clear()
+            if self._stopped:
+                break
+            holding = self._log.holding()
             try:
-                self._coordinator.abort_timed_out()
+                if holding:
+                    self._log.hand_over()
+                if time.monotonic() >= next_sweep:
+                    next_sweep = time.monotonic() + self._interval
+                    if self._log.exists():
+                        self._coordinator.abort_timed_out()
             except Exception:  # keep sweeping: a store closing under us, a full disk, a damaged partition
                 log.warning("transaction timeout sweep failed", exc_info=True)
-
+        try:
+            self._log.hand_over(let_go=True)
+        except Exception:
+            log.debug("letting go of the transaction state partitions failed", exc_info=True)

@@ -11,12 +11,20 @@ Invariants:
 - Lookups read only the records appended since the previous lookup of that partition (a table per partition).
 - A record of the topic that is not a well-formed state is skipped and logged, never taken as one.
 - Looking states up never creates the topic: only an append does.
+- With ``keep_turns`` (the store sets it when its :class:`~pylog.clients.transactions.TimeoutSweeper` thread
+  runs) a state partition stays this handle's between appends, as a producer's partitions do: handed over as
+  soon as another handle waits for it (:meth:`TransactionLog.hand_over`, every 10 ms) and let go after
+  :data:`IDLE_TURN_S` without an append. A state transition then costs its append (and fsync), not the
+  writer lock's acquisition and the checkpoint written at its release. Without it, each append takes the lock
+  and hands it back.
 """
 
 from __future__ import annotations
 
 import logging
 import threading
+import time
+from typing import Callable
 
 from ..errors import CorruptRecordError, PartitionLockedError
 from ..partition import Partition, internals
@@ -26,7 +34,10 @@ from ..storage.txn_state import TransactionMetadata, decode_state, state_key, st
 from ..topic import Topic
 from .storeview import CreateInternalTopic, StoreView, internal_topic
 
-__all__ = ["TransactionLog"]
+__all__ = ["TransactionLog", "IDLE_TURN_S"]
+
+#: How long a state partition kept between appends (``keep_turns``) stays held without one (seconds).
+IDLE_TURN_S = 1.0
 
 log = logging.getLogger("pylog.transactions")
 
@@ -44,6 +55,12 @@ class TransactionLog:
         #: state partition -> (next offset to read, {transactional id: latest state})
         self._tables: dict[int, tuple[int, dict[str, TransactionMetadata]]] = {}
         self._bad_records = 0
+        #: Keep state partitions between appends (see the module docstring); the store sets it.
+        self.keep_turns = False
+        #: State partitions held between appends: number -> (partition, time of its last append).
+        self._held: dict[int, tuple[Partition, float]] = {}
+        #: Called when a partition starts being held (the sweeper thread wakes to hand it over in time).
+        self.on_hold: Callable[[], None] | None = None
 
     def exists(self) -> bool:
         """Whether the topic exists (looking states up never creates it)."""
@@ -75,11 +92,38 @@ class TransactionLog:
                                            f"{meta.transactional_id!r}: {p.topic}-{p.number} stayed locked by "
                                            f"another writer for {timeout_ms} ms") from None
             try:
-                p.append_values([state_value(meta)], [state_key(meta.transactional_id)])
+                internals(p).append_values_in_turn([state_value(meta)], [state_key(meta.transactional_id)], None,
+                                                   None, None, None)
                 if durable:
                     p.flush()
             finally:
-                p.release_writer()
+                if self.keep_turns:
+                    with self._lock:
+                        new = p.number not in self._held
+                        self._held[p.number] = (p, time.monotonic())
+                    internals(p).pass_turn()  # at once to a handle that waits
+                    if new and self.on_hold is not None:
+                        self.on_hold()
+                else:
+                    p.release_writer()
+
+    def holding(self) -> bool:
+        """Whether state partitions are held between appends (:meth:`hand_over` is then due every 10 ms)."""
+        return bool(self._held)
+
+    def hand_over(self, let_go: bool = False) -> None:
+        """Hand the state partitions held between appends over to handles waiting for them; let go of those
+        idle for :data:`IDLE_TURN_S` (all of them with ``let_go``). Never blocks behind an append under way."""
+        now = time.monotonic()
+        with self._lock:
+            held = list(self._held.items())
+        for number, (p, used) in held:
+            idle = let_go or now - used > IDLE_TURN_S
+            internals(p).pass_turn(wanted_only=not idle, blocking=False)
+            if not p.is_writer:
+                with self._lock:
+                    if self._held.get(number, (None, 0.0))[1] == used:
+                        del self._held[number]
 
     def get(self, transactional_id: str) -> TransactionMetadata | None:
         """The latest state of ``transactional_id`` (including other processes' appends), None when it has none."""
