@@ -48,10 +48,11 @@ SECURITY_DISABLED (:data:`REFUSED_APIS`); and, advertised but always refused,
 Describe/AlterUserScramCredentials (50, 51) 0.
 
 The transaction APIs: InitProducerId (22) 0-4 with a transactional id, AddPartitionsToTxn (24) 0-3,
-AddOffsetsToTxn (25) 0-3, EndTxn (26) 0-3, TxnOffsetCommit (28) 0-3. The bounds: every client sends these
-versions (kafka-python 3 at most 3 for AddPartitionsToTxn, EndTxn and TxnOffsetCommit, aiokafka 0, librdkafka
-negotiates); AddPartitionsToTxn v4+ is KIP-890's broker-to-coordinator batch, which no client sends; EndTxn v5,
-InitProducerId v5+ and TxnOffsetCommit v5 are KIP-890 part 2 (an epoch bump per transaction), not implemented.
+AddOffsetsToTxn (25) 0-3, EndTxn (26) 0-3, TxnOffsetCommit (28) 0-3. What the clients send against these bounds
+(InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit): librdkafka 2.16 4, 0, 0, 1, 3;
+kafka-python 3.0 4, 3, 3, 3, 3; aiokafka 0.14 0 each. AddPartitionsToTxn v4+ is KIP-890's broker-to-coordinator
+batch, which no client sends; EndTxn v5, InitProducerId v5+ and TxnOffsetCommit v5 are KIP-890 part 2 (an epoch
+bump per transaction), not implemented.
 
 OffsetForLeaderEpoch (23) 2-4 and AlterPartitionReassignments (45) 0 have schemas (so :func:`error_response` can
 answer them), but they are not advertised by default (:data:`UNSERVED_APIS`).
