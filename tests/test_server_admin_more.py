@@ -93,6 +93,8 @@ def test_advertised_versions_of_the_new_apis():
     for k in (29, 30, 31, 34, 43, 46, 48, 49, 50, 51, 61, 65, 66):
         assert k in sv
     assert 45 not in sv  # answered only with UNSUPPORTED_VERSION: not advertised
+    for k in (ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT):
+        assert sv[k] == (0, 3)  # the transaction APIs (tests/test_server_transactions.py)
 
 
 # --------------------------------------------------------------------------- IncrementalAlterConfigs (44)
