@@ -421,6 +421,43 @@ def test_transactional_produce_to_a_partition_not_added_is_refused(server, store
     assert store.topic("k890").partition(0).read(0, isolation_level="read_committed")[0].value == b"v"
 
 
+def test_transaction_requests_get_kafkas_error_codes(server, store):
+    store.create_topic("ec")
+    with socket.create_connection((server.host, server.port), timeout=10) as s:
+        bad = _call(server, 22, 1, {"transactional_id": "ec-1", "transaction_timeout_ms": 0}, s)
+        assert bad["error_code"] == ErrorCode.INVALID_TRANSACTION_TIMEOUT
+        first = _call(server, 22, 1, {"transactional_id": "ec-1", "transaction_timeout_ms": 60_000}, s)
+        pid, epoch = first["producer_id"], first["producer_epoch"]
+        second = _call(server, 22, 4, {"transactional_id": "ec-1", "transaction_timeout_ms": 60_000,
+                                       "producer_id": -1, "producer_epoch": -1}, s)
+        assert (second["producer_id"], second["producer_epoch"]) == (pid, epoch + 1)
+
+        def add(version: int, ep: int, topics: list) -> dict:
+            out = _call(server, 24, version, {"v3_and_below_transactional_id": "ec-1", "v3_and_below_producer_id": pid,
+                                              "v3_and_below_producer_epoch": ep, "v3_and_below_topics": topics}, s)
+            return {(t["name"], p["partition_index"]): p["partition_error_code"]
+                    for t in out["results_by_topic_v3_and_below"] for p in t["results_by_partition"]}
+        # a missing topic or partition: nothing is added, the others are not attempted
+        assert add(3, epoch + 1, [{"name": "ec", "partitions": [0, 7]}, {"name": "nope", "partitions": [0]}]) == {
+            ("ec", 0): ErrorCode.OPERATION_NOT_ATTEMPTED, ("ec", 7): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION,
+            ("nope", 0): ErrorCode.UNKNOWN_TOPIC_OR_PARTITION}
+        # the fenced first incarnation: INVALID_PRODUCER_EPOCH before KIP-588's versions, PRODUCER_FENCED after
+        assert add(1, epoch, [{"name": "ec", "partitions": [0]}]) == {("ec", 0): ErrorCode.INVALID_PRODUCER_EPOCH}
+        assert add(3, epoch, [{"name": "ec", "partitions": [0]}]) == {("ec", 0): ErrorCode.PRODUCER_FENCED}
+        end = {"transactional_id": "ec-1", "producer_id": pid, "producer_epoch": epoch + 1, "committed": True}
+        assert _call(server, 26, 3, end, s)["error_code"] == ErrorCode.INVALID_TXN_STATE  # nothing open
+        assert _call(server, 26, 3, {**end, "producer_id": pid + 100}, s)["error_code"] == \
+            ErrorCode.INVALID_PRODUCER_ID_MAPPING
+        assert _call(server, 25, 3, {"transactional_id": "never", "producer_id": pid, "producer_epoch": 0,
+                                     "group_id": "g"}, s)["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+        out = _call(server, 28, 3, {"transactional_id": "ec-1", "group_id": "g", "producer_id": pid,
+                                    "producer_epoch": epoch + 1, "generation_id": 3, "member_id": "m",
+                                    "group_instance_id": None, "topics": [{"name": "ec", "partitions": [
+                                        {"partition_index": 0, "committed_offset": 1, "committed_leader_epoch": -1,
+                                         "committed_metadata": ""}]}]}, s)
+        assert out["topics"][0]["partitions"][0]["error_code"] == ErrorCode.ILLEGAL_GENERATION  # KIP-447's check
+
+
 def test_offsets_in_an_open_transaction_are_unstable_for_read_committed_offset_fetches(server, store):
     store.create_topic("uo")
     store.commit_offsets("ug", {pylog.TopicPartition("uo", 0): pylog.OffsetAndMetadata(1, "")})
