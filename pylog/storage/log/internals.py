@@ -31,6 +31,7 @@ import numpy as np
 from ...errors import PylogError, StoreClosedError
 from ..fileio import Data, raise_fault
 from ..notify import Notifier
+from ..producer_state import ProducerDescription, ProducerEntry
 from ..remote import RemoteLog
 from ..segment_read import ReadSlice
 from .. import swap
@@ -78,6 +79,8 @@ class OwnerOps(NamedTuple):
     read_all: Callable[[int, int, int, bool], list[ReadSlice]]
     #: The aborted transactions covering offsets in [start, end): {producer id: [(first, last offset)]}.
     aborted: Callable[[int, int], dict[int, list[tuple[int, int]]]]
+    #: The producer table as of the log end, from the files (a copy).
+    producers: Callable[[], dict[int, ProducerEntry]]
 
 
 class PartitionInternals(Generic[S]):
@@ -349,6 +352,19 @@ class PartitionInternals(Generic[S]):
         with records in ``[start, end)``, first offsets ascending: what a Kafka client drops."""
         return sorted(((pid, first) for pid, ranges in self._ops.aborted(start, end).items() for first, _ in ranges),
                       key=lambda t: t[1])
+
+    def describe_producers(self) -> list[ProducerDescription]:
+        """(``pylog serve``'s DescribeProducers, tools) The producers the partition remembers, as of its log
+        end, from its files (any handle, writer or not): id, epoch, last sequence and timestamp, the coordinator
+        epoch of its last marker as of the producer snapshot (markers after it are replayed from their headers,
+        which do not carry it: -1 when none is known), and the first offset of its open transaction (-1: none);
+        by producer id."""
+        out = []
+        for pid, e in sorted(self._ops.producers().items()):
+            last_seq = e.batches[-1][1] if e.batches else -1
+            out.append(ProducerDescription(pid, e.epoch, last_seq, e.last_timestamp, e.coordinator_epoch,
+                                           e.txn_first_offset))
+        return out
 
     def sync_rolled(self) -> None:
         """fsync the segments rolls sealed that the background sync thread has not got to yet, and move
