@@ -57,6 +57,11 @@ Invariants:
   and it is stored in the ``Prepare*`` record before any marker carries it.
 - Thread-safe: the coordinator lock is a ``flock`` of a file opened per call, which excludes threads of one
   process as it excludes processes.
+
+Known limit: an id whose epoch reached 32767 moves to a new producer id at its next init; the abort markers of
+that fence keep epoch 32767, so a zombie of the old incarnation that still appends to a partition it had
+added is refused by the coordinator's calls but not by that partition (Kafka has the same gap before
+KIP-890; ``pylog serve`` refuses such produces by KIP-890's check).
 """
 
 from __future__ import annotations
