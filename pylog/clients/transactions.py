@@ -61,7 +61,7 @@ Invariants:
 Known limit: an id whose epoch reached 32767 moves to a new producer id at its next init; the abort markers of
 that fence keep epoch 32767, so a zombie of the old incarnation that still appends to a partition it had
 added is refused by the coordinator's calls but not by that partition (Kafka has the same gap before
-KIP-890; ``pylog serve`` refuses such produces by KIP-890's check).
+KIP-890; pylog serve's KIP-890 check of a produce against the added partitions refuses it there).
 """
 
 from __future__ import annotations
