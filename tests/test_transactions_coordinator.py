@@ -11,7 +11,7 @@ import pytest
 
 import pylog
 from pylog.clients.transactions import TxnState
-from pylog.errors import (ConcurrentTransactionsError, CorruptRecordError, InvalidArgumentError,
+from pylog.errors import (ConcurrentTransactionsError, CorruptRecordError, InvalidArgumentError, InvalidGroupError,
                           InvalidProducerEpochError, InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
                           InvalidTxnStateError, ProducerFencedError, TransactionalIdNotFoundError, UnknownTopicError)
 from pylog.partition import internals
@@ -164,6 +164,9 @@ def test_bad_arguments_raise_before_anything_is_written(store):
         c.add_partitions("app", pid, epoch, [TP("nope", 0)])
     with pytest.raises(InvalidArgumentError):
         c.add_partitions("app", pid, epoch, [TP("t", 3)])
+    for bad in ("", None, b"g"):
+        with pytest.raises(InvalidGroupError):
+            c.add_offsets("app", pid, epoch, bad)
     assert c.describe("app").state == TxnState.EMPTY
 
 

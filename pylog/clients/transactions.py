@@ -83,7 +83,8 @@ from ..partition import Partition, internals
 from ..storage import group_commit
 from ..storage.counter import take_next
 from ..storage.fileio import try_flock, write_faults
-from ..storage.filenames import COORDINATOR_EPOCH_FILE, TRANSACTION_STATE_TOPIC, TRANSACTIONS_DIR, legal_name
+from ..storage.filenames import (COORDINATOR_EPOCH_FILE, TRANSACTION_STATE_TOPIC, TRANSACTIONS_DIR, check_group_id,
+                                legal_name)
 from ..storage.records import now_ms
 from ..storage.txn_state import MAX_EPOCH, TransactionMetadata, TxnState
 from ..structs import OffsetAndMetadata, TopicPartition
@@ -193,7 +194,8 @@ class TransactionCoordinator:
             self._open(meta, partitions=tps)
 
     def add_offsets(self, transactional_id: str, producer_id: int, producer_epoch: int, group_id: str) -> None:
-        """AddOffsetsToTxn (see the module docstring)."""
+        """AddOffsetsToTxn (see the module docstring). :raises InvalidGroupError: for a group id that is not one."""
+        check_group_id(group_id)
         with self._locked(transactional_id) as meta:
             meta = self._checked(meta, transactional_id, producer_id, producer_epoch)
             p = self._offsets.partition_for(group_id)
