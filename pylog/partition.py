@@ -96,7 +96,7 @@ from .storage.log import checks, loader, maintenance
 from .storage.log.append import SEQ_MOD, Appender, Columns
 from .storage.log.batches import Data, EncodedBatch, Headers, RecordHeaders, Timestamps
 from .storage.log.internals import OwnerOps, PartitionInternals
-from .storage.log.txn import ActiveProducer, IsolationLevel, TxnTracker, aborted_in, check_isolation, isolated_read
+from .storage.log.txn import IsolationLevel, TxnTracker, aborted_in, check_isolation, isolated_read
 from .storage.log.write import BatchWriter
 from .storage.log.durability import Durability
 from .storage.log.local_log import LocalLog
@@ -178,7 +178,7 @@ class Partition:
                      lambda: self.lock_timeout_ms, self._forget_budget, self._append_lists,
                      self._append_column_args, self._append_marker, self._next_sequence, self._read_isolated,
                      self._slices, lambda start, end: aborted_in(self._local, start, end, self._txn.sealed),
-                     self._active_producers))
+                     lambda: (self.last_stable_offset, self._txn.producers())[1]))
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
         with descriptor_faults(f"opening {name}"):
             self._local.load_readonly()
@@ -589,12 +589,6 @@ class Partition:
             self._refresh()  # the LSO from the latest files: a marker past this handle's view ends a wait
         return isolated_read(lambda pos: self._slices(pos, max_records, max_bytes, verify, committed), self._local,
                              self._txn, offset, committed)
-
-    def _active_producers(self) -> list[ActiveProducer]:
-        if self._closed:
-            raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
-        self._refresh()
-        return self._local.on_current_view("the producers", self._txn.active_producers, self._local)
 
     @property
     def last_stable_offset(self) -> int:

@@ -441,8 +441,7 @@ class Store:
         return self._offsets
 
     def list_transactions(self) -> list[TransactionMetadata]:
-        """The latest state of every transactional id of the store (Kafka's ListTransactions; ``pylog
-        transactions`` shows them): state, producer id and epoch, partitions, start and update times."""
+        """Every transactional id's latest state (Kafka's ListTransactions; ``pylog transactions``)."""
         self._check_open()
         return self._transactions.list_transactions()
 

@@ -11,7 +11,7 @@ import pytest
 
 import pylog
 from pylog.clients.transactions import TxnState
-from pylog.errors import (ConcurrentTransactionsError, CorruptRecordError, InvalidArgumentError,
+from pylog.errors import (ConcurrentTransactionsError, CorruptRecordError, InvalidArgumentError, InvalidGroupError,
                           InvalidProducerEpochError, InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
                           InvalidTxnStateError, ProducerFencedError, TransactionalIdNotFoundError, UnknownTopicError)
 from pylog.partition import internals
@@ -164,6 +164,9 @@ def test_bad_arguments_raise_before_anything_is_written(store):
         c.add_partitions("app", pid, epoch, [TP("nope", 0)])
     with pytest.raises(InvalidArgumentError):
         c.add_partitions("app", pid, epoch, [TP("t", 3)])
+    for bad in ("", None, b"g"):
+        with pytest.raises(InvalidGroupError):
+            c.add_offsets("app", pid, epoch, bad)
     assert c.describe("app").state == TxnState.EMPTY
 
 
@@ -279,3 +282,17 @@ def test_a_state_partition_kept_between_appends_is_handed_to_another_store_and_l
         assert c2.init_producer_id("app", 60_000) == (pid, 1)  # handed over by first's thread
         assert not held.is_writer
         assert wait_for(lambda: not second._txn_log.partition_for("app").is_writer, timeout=30)  # idle: let go
+
+
+def test_describe_producers_shows_the_open_transaction_from_any_handle(store, tmp_path):
+    c = transaction_coordinator(store)
+    pid, epoch = c.init_producer_id("app", 60_000)
+    c.add_partitions("app", pid, epoch, [TP("t", 1)])
+    _send(store, pid, epoch, 1, [b"a", b"b"])
+    with pylog.open(tmp_path / "s", read_only=True) as reader:  # not the writer: computed from the files
+        (desc,) = internals(reader.topic("t").partition(1)).describe_producers()
+        assert (desc.producer_id, desc.producer_epoch, desc.last_sequence, desc.current_txn_start_offset) == \
+            (pid, epoch, 1, 0)
+        c.end_txn("app", pid, epoch, True)
+        (desc,) = internals(reader.topic("t").partition(1)).describe_producers()
+        assert (desc.current_txn_start_offset, desc.last_sequence) == (-1, 1)

@@ -14,7 +14,7 @@ the transaction; otherwise the partition is refused (INVALID_TXN_STATE, as Kafka
 added; INVALID_PRODUCER_EPOCH or INVALID_PRODUCER_ID_MAPPING for another incarnation) and nothing is appended.
 
 DescribeProducers (61) answers from each partition's producer table as its files hold it (the producer
-snapshot and the batch headers after it: :meth:`pylog.partition.PartitionInternals.active_producers`), so it
+snapshot and the batch headers after it: :meth:`pylog.partition.PartitionInternals.describe_producers`), so it
 reports the producers of every writer, pylog's own producers of other processes included.
 
 Invariants:
@@ -256,7 +256,7 @@ class TxnHandlers:
         entry: dict[str, Any] = {"partition_index": index, "error_code": E.NONE, "error_message": None,
                                  "active_producers": []}
         try:
-            producers = internals(self.partition(topic, index)).active_producers()
+            producers = internals(self.partition(topic, index)).describe_producers()
         except PylogError as exc:
             entry.update(error_code=code_for(exc), error_message=str(exc))
             return entry

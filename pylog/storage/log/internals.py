@@ -31,6 +31,7 @@ import numpy as np
 from ...errors import PylogError, StoreClosedError
 from ..fileio import Data, raise_fault
 from ..notify import Notifier
+from ..producer_state import ProducerDescription, ProducerEntry
 from ..remote import RemoteLog
 from ..segment_read import ReadSlice
 from .. import swap
@@ -40,7 +41,6 @@ from .durability import Durability
 from .local_log import LocalLog
 from .remote_reads import RemoteReads
 from .segments import S
-from .txn import ActiveProducer
 from .waiting import Waiters
 from .writer_lock import WriterLock
 
@@ -79,8 +79,8 @@ class OwnerOps(NamedTuple):
     read_all: Callable[[int, int, int, bool], list[ReadSlice]]
     #: The aborted transactions covering offsets in [start, end): {producer id: [(first, last offset)]}.
     aborted: Callable[[int, int], dict[int, list[tuple[int, int]]]]
-    #: The producers the partition's files know of (see :meth:`PartitionInternals.active_producers`).
-    producers: Callable[[], list[ActiveProducer]]
+    #: The producer table as of the log end, from the files (a copy).
+    producers: Callable[[], dict[int, ProducerEntry]]
 
 
 class PartitionInternals(Generic[S]):
@@ -355,11 +355,18 @@ class PartitionInternals(Generic[S]):
         return sorted(((pid, first) for pid, ranges in self._ops.aborted(start, end).items() for first, _ in ranges),
                       key=lambda t: t[1])
 
-    def active_producers(self) -> list[ActiveProducer]:
-        """(``pylog serve``'s DescribeProducers) The producers of this partition with their epoch, last sequence,
-        last timestamp, last marker's coordinator epoch and open transaction's first offset, by producer id: from
-        the files (the producer snapshot and the batch headers after it), so any handle sees the writer's."""
-        return self._ops.producers()
+    def describe_producers(self) -> list[ProducerDescription]:
+        """(``pylog serve``'s DescribeProducers, tools) The producers the partition remembers, as of its log
+        end, from its files (any handle, writer or not): id, epoch, last sequence and timestamp, the coordinator
+        epoch of its last marker as of the producer snapshot (markers after it are replayed from their headers,
+        which do not carry it: -1 when none is known), and the first offset of its open transaction (-1: none);
+        by producer id."""
+        out = []
+        for pid, e in sorted(self._ops.producers().items()):
+            last_seq = e.batches[-1][1] if e.batches else -1
+            out.append(ProducerDescription(pid, e.epoch, last_seq, e.last_timestamp, e.coordinator_epoch,
+                                           e.txn_first_offset))
+        return out
 
     def sync_rolled(self) -> None:
         """fsync the segments rolls sealed that the background sync thread has not got to yet, and move

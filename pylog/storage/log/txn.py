@@ -22,38 +22,25 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
-from typing import Callable, Iterable, Literal, NamedTuple
+from dataclasses import replace
+from typing import Callable, Iterable, Literal
 
 from ...errors import CorruptRecordError, InvalidArgumentError
-from ..producer_state import ProducerState
+from ..producer_state import ProducerEntry, ProducerState
 from ..segment_read import ReadSlice
 from ..records.format import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from ..txn_index import AbortedTxn, append_index, index_path, parse_marker, read_index, truncate_index
 from .local_log import LocalLog
 from .segments import S
 
-__all__ = ["TxnTracker", "ActiveProducer", "IsolationLevel", "ISOLATION_LEVELS", "check_isolation", "aborted_in",
-           "filter_slices", "replay", "load_state", "isolated_read"]
+__all__ = ["TxnTracker", "IsolationLevel", "ISOLATION_LEVELS", "check_isolation", "aborted_in", "filter_slices",
+           "replay", "load_state", "isolated_read"]
 
 log = logging.getLogger("pylog.partition")
 
 IsolationLevel = Literal["read_uncommitted", "read_committed"]
 #: Kafka's isolation levels, as kafka-python names them.
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
-
-
-class ActiveProducer(NamedTuple):
-    """A producer of a partition as Kafka's DescribeProducers reports it."""
-    producer_id: int
-    producer_epoch: int
-    #: The sequence number of its last record, -1 when none is known.
-    last_sequence: int
-    #: The largest timestamp of its batches, -1 when none is known.
-    last_timestamp: int
-    #: The coordinator epoch of the last marker written for it, -1 when none.
-    coordinator_epoch: int
-    #: The first offset of its open transaction, -1 when none is open.
-    current_txn_start_offset: int
 
 
 def check_isolation(level: object) -> bool:
@@ -127,36 +114,29 @@ class TxnTracker:
 
     def last_stable_offset(self, local: LocalLog[S]) -> int:
         with self._lock:
-            state, end = self._caught_up(local)
+            segs, bases = local.view
+            end = segs[-1].next_offset if segs else local.log_start
+            state = self._state
+            if state is None or self._next > end:  # first use, or the log was cut back under us
+                state, self._next = load_state(self.directory, end)
+                self._state, self._at = state, (-1, 0)
+            if self._next < end:
+                for seg in segs[max(0, bisect.bisect_right(bases, self._next) - 1):]:
+                    pos = self._at[1] if self._at[0] == seg.base_offset else 0
+                    size = seg.size
+                    for _, h in seg.batch_headers(size, True, pos):
+                        if h.last_offset >= self._next:
+                            state.rebuild([h])
+                    self._at = (seg.base_offset, size)
+                self._next = end
             return state.last_stable_offset(end)
 
-    def active_producers(self, local: LocalLog[S]) -> list[ActiveProducer]:
-        """The producers the partition's files know of (Kafka's DescribeProducers), by producer id: what the
-        writer's table would hold, from the snapshot and the headers after it."""
+    def producers(self) -> dict[int, ProducerEntry]:
+        """A copy of the producer table as of the last :meth:`last_stable_offset` ({} before the first)."""
         with self._lock:
-            state, _ = self._caught_up(local)
-            return [ActiveProducer(pid, e.epoch, e.batches[-1][1] if e.batches else -1, e.last_timestamp,
-                                   e.coordinator_epoch, e.txn_first_offset)
-                    for pid, e in sorted(state.producers.items())]
-
-    def _caught_up(self, local: LocalLog[S]) -> tuple[ProducerState, int]:
-        """The producer state replayed to the log end, and that end. Under ``self._lock``."""
-        segs, bases = local.view
-        end = segs[-1].next_offset if segs else local.log_start
-        state = self._state
-        if state is None or self._next > end:  # first use, or the log was cut back under us
-            state, self._next = load_state(self.directory, end)
-            self._state, self._at = state, (-1, 0)
-        if self._next < end:
-            for seg in segs[max(0, bisect.bisect_right(bases, self._next) - 1):]:
-                pos = self._at[1] if self._at[0] == seg.base_offset else 0
-                size = seg.size
-                for _, h in seg.batch_headers(size, True, pos):
-                    if h.last_offset >= self._next:
-                        state.rebuild([h])
-                self._at = (seg.base_offset, size)
-            self._next = end
-        return state, end
+            if self._state is None:
+                return {}
+            return {pid: replace(e, batches=list(e.batches)) for pid, e in self._state.producers.items()}
 
 
 def aborted_in(local: LocalLog[S], start: int, end: int,
