@@ -27,7 +27,9 @@ Usage::
     python tests/torture/tx_money_server.py --full     # 200 kills; prints the counts
     python tests/torture/tx_money_server.py --full --seed 7 --kills 500
 
-``run(mode, workdir, seed, kills)`` returns the counts and raises AssertionError naming the violation.
+``run(mode, workdir, seed, kills)`` returns the counts and raises AssertionError naming the violation. With
+``TX_MONEY_DEBUG=1`` in the environment, each mover incarnation's librdkafka transaction log
+(``mover-<w>-<n>.log``) and the server's DEBUG log (``server.log``) are kept in the work directory.
 """
 
 from __future__ import annotations
