@@ -412,9 +412,9 @@ class Partition:
     def _append_column_args(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
                             key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None,
                             producer: tuple[int, int, int] | None, compression: str | None, in_turn: bool,
-                            flush_policy: bool) -> int:
+                            flush_policy: bool, transactional: bool) -> int:
         cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
-        return self._append_columns(cols, producer, compression, in_turn, flush_policy)
+        return self._append_columns(cols, producer, compression, in_turn, flush_policy, transactional=transactional)
 
     def _columns(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
                  key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None) -> Columns:
