@@ -29,12 +29,12 @@ import struct
 from typing import NamedTuple
 
 from ..errors import CorruptRecordError
+from .filenames import TXN_INDEX_SUFFIX
 from .records import crc32c
 
 __all__ = ["AbortedTxn", "TXN_INDEX_SUFFIX", "marker_record", "parse_marker", "read_index", "append_index",
-           "truncate_index", "index_path", "remove_index", "MARKER_ABORT", "MARKER_COMMIT"]
+           "truncate_index", "write_index", "index_path", "remove_index", "MARKER_ABORT", "MARKER_COMMIT"]
 
-TXN_INDEX_SUFFIX = ".txnindex"
 _MAGIC = b"PLTI"
 _VERSION = 1
 _HEAD = struct.Struct("<4sHH")
@@ -146,12 +146,19 @@ def truncate_index(path: str, log_end: int) -> list[AbortedTxn]:
         return kept
     want = _HEAD.size + len(kept) * _ENTRY_SIZE
     if size != want or len(kept) != len(entries):
-        raw = _HEAD.pack(_MAGIC, _VERSION, 0) + b"".join(map(_entry, kept))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            os.pwrite(fd, raw, 0)
-            os.ftruncate(fd, len(raw))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_index(path, kept)
     return kept
+
+
+def write_index(path: str, entries: list[AbortedTxn]) -> None:
+    """Write ``entries`` (in ``last offset`` order) as the whole file ``path``, header included, and fsync
+    it: rewriting an index in place (:func:`truncate_index`) or the index of a cleaned segment, which the
+    compaction swap renames in with its log."""
+    raw = _HEAD.pack(_MAGIC, _VERSION, 0) + b"".join(map(_entry, entries))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, raw, 0)
+        os.ftruncate(fd, len(raw))
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -128,7 +128,8 @@ class TxnTracker:
                             state.rebuild([h])
                     self._at = (seg.base_offset, size)
                 self._next = end
-            return state.last_stable_offset(end)
+            # Kafka clamps it to the log start: retention may delete an open transaction's first records.
+            return max(state.last_stable_offset(end), local.log_start)
 
 
 def aborted_in(local: LocalLog[S], start: int, end: int,
