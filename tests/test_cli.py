@@ -284,7 +284,7 @@ def test_dump_indexes_and_checks_them_against_the_log(tmp_path):
     assert "offset: 1 position: " in text and "offset: 4 position: " in text
     assert "timestamp: 1003 offset: 4" in text
     code, text = _run("dump", tmp_path / "t" / "0" / "partition.checkpoint")
-    assert code == ExitCode.PROBLEMS and "not a .log, .index or .timeindex file" in text
+    assert code == ExitCode.PROBLEMS and "not a .log, .index, .timeindex or .txnindex file" in text
     with pytest.raises(SystemExit):
         main(["dump"])
     assert main(["dump", str(tmp_path / "missing.log")]) == ExitCode.ERROR

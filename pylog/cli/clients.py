@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator, NamedTuple, TextIO
 
 from ..clients.consumer import ConsumerRecord
 from ..errors import BadInputLineError, PylogError
+from ..partition import ISOLATION_LEVELS
 from ..structs import TopicPartition
 from .base import CommandError, ExitCode, key_value, non_negative, open_store, positive, timestamp_ms
 from .output import bytes_from_json, json_bytes, text_of
@@ -73,8 +74,9 @@ def register(sub: Any) -> None:
                        description="Print TOPIC's records from the start (or --from latest, --offset, "
                                    "--timestamp), or as a member of a consumer group (--group: from the group's "
                                    "committed offsets, committing what it printed). Without --follow it stops "
-                                   "at the log end it found; with it, it waits for new records until Ctrl-C or "
-                                   "until the reader of its output goes away. The record count goes to stderr.")
+                                   "at the log end it found (read_committed: the last stable offset); with it, "
+                                   "it waits for new records until Ctrl-C or until the reader of its output goes "
+                                   "away. The record count goes to stderr.")
     c.add_argument("store")
     c.add_argument("topic")
     start = c.add_mutually_exclusive_group()
@@ -89,6 +91,9 @@ def register(sub: Any) -> None:
                    help="only this partition; repeatable (default: all)")
     c.add_argument("--group", help="consume as a member of this consumer group and commit what is printed")
     c.add_argument("--max-messages", type=positive, metavar="N", help="stop after N records")
+    c.add_argument("--isolation-level", choices=ISOLATION_LEVELS, default="read_uncommitted",
+                   help="Kafka's: read_uncommitted (default) prints aborted transactions' records too; "
+                        "read_committed stops at the last stable offset and skips them (neither prints markers)")
     c.add_argument("-f", "--follow", action="store_true", help="keep waiting for new records, like tail -f")
     c.add_argument("--format", choices=("text", "json"), default="text")
     for field in ("timestamp", "partition", "offset", "headers", "key"):
@@ -395,7 +400,7 @@ def _consume(args: argparse.Namespace, out: TextIO) -> ExitCode:
         numbers = args.partition if args.partition else range(topic.num_partitions)
         tps = [TopicPartition(args.topic, n) for n in dict.fromkeys(numbers)]
         consumer = store.consumer(group_id=args.group, client_id="pylog-consume", enable_auto_commit=False,
-                                  auto_offset_reset=args.start)
+                                  auto_offset_reset=args.start, isolation_level=args.isolation_level)
         run = _Run(args, consumer, out)
         ends: dict[TopicPartition, int] | None = None
         waited: list[float] = []
@@ -404,7 +409,7 @@ def _consume(args: argparse.Namespace, out: TextIO) -> ExitCode:
             if args.group is None:
                 consumer.assign(tps)  # raises for a partition the topic lacks
                 past = _start_positions(args, consumer, store, tps)
-                ends = {tp: store.topic(tp.topic).partition(tp.partition).log_end_offset for tp in tps}
+                ends = consumer.end_offsets(tps)  # the last stable offsets under read_committed
                 if past:
                     where = ", ".join(f"{tp.topic}-{tp.partition} (log end {ends[tp]})" for tp in past)
                     asked = f"offset {args.offset}" if args.offset is not None \

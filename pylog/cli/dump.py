@@ -8,7 +8,14 @@ batch); a header that does not check or a batch cut short ends the walk (nothing
 Every problem is listed at the end with the file and byte position, and the exit code is 1.
 
 An ``.index`` or ``.timeindex`` file is printed entry by entry; offset index entries are checked against
-the segment's ``.log`` beside it (each must point at the start of the batch with its offset).
+the segment's ``.log`` beside it (each must point at the start of the batch with its offset). A
+``.txnindex`` file (aborted transactions) is printed entry by entry, each entry's checksum checked.
+
+Transactions: a batch line says ``isTransactional``; a transaction marker's record line adds
+``endTxnMarker: COMMIT|ABORT coordinatorEpoch: N``. With ``--records --isolation-level read_committed``
+only the records a read_committed reader gets are printed (none of an aborted or still open transaction,
+none at or past the last stable offset, no marker): those are asked of the partition the segment is in
+(its store, opened read-only), so the file must be in its store's directory.
 
 On the active segment of a partition being written, the last batch may be in flight and show as torn.
 """
@@ -16,14 +23,19 @@ On the active segment of a partition being written, the last batch may be in fli
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-from typing import Any, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
-from ..errors import CorruptRecordError
-from ..storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
+from ..errors import CorruptRecordError, PylogError
+from ..storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, STORE_FILE, TIMEINDEX_SUFFIX, TXN_INDEX_SUFFIX
 from ..index import OffsetIndex, TimeIndex
+from ..partition import ISOLATION_LEVELS, Partition
 from ..storage.records import (CODEC_LZ4, HEADER_SIZE, BatchHeader, BatchView, batch_crc, check_header, parse_header)
-from .base import ExitCode
+from ..storage.records.format import ATTR_TRANSACTIONAL
+from ..storage.txn_index import TXN_INDEX_ENTRY_SIZE, TXN_INDEX_HEADER_SIZE, parse_marker, scan_index
+from ..store import Store
+from .base import CommandError, ExitCode
 from .output import text_of
 
 __all__ = ["register", "dump_log"]
@@ -35,9 +47,12 @@ def register(sub: Any) -> None:
     d = sub.add_parser("dump", help="print a segment's batches (or an index's entries), checking each",
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    d.add_argument("paths", nargs="+", metavar="PATH", help="a .log, .index or .timeindex file")
+    d.add_argument("paths", nargs="+", metavar="PATH", help="a .log, .index, .timeindex or .txnindex file")
     d.add_argument("--records", action="store_true", help="also print every record: offset, timestamp, key, "
                                                            "value, headers")
+    d.add_argument("--isolation-level", choices=ISOLATION_LEVELS, default="read_uncommitted",
+                   help="with --records, Kafka's: read_uncommitted (default) prints every record, markers "
+                        "too; read_committed only what a read_committed reader gets (asks the segment's store)")
     d.set_defaults(run=_dump)
 
 
@@ -48,11 +63,17 @@ def _dump(args: argparse.Namespace, out: TextIO) -> ExitCode:
             print(file=out)
         print(f"Dumping {path}", file=out)
         if path.endswith(LOG_SUFFIX):
-            problems += dump_log(path, out, args.records)
+            if args.records and args.isolation_level == "read_committed":
+                with _committed_filter(path) as shown:
+                    problems += dump_log(path, out, True, shown)
+            else:
+                problems += dump_log(path, out, args.records)
         elif path.endswith(INDEX_SUFFIX) or path.endswith(TIMEINDEX_SUFFIX):
             problems += _dump_index(path, out)
+        elif path.endswith(TXN_INDEX_SUFFIX):
+            problems += _dump_txn_index(path, out)
         else:
-            problems.append(f"{path}: not a .log, .index or .timeindex file")
+            problems.append(f"{path}: not a .log, .index, .timeindex or .txnindex file")
     if problems:
         print(f"{len(problems)} problem(s):", file=out)
         for p in problems:
@@ -71,23 +92,76 @@ def _batch_line(pos: int, h: BatchHeader, crc_ok: bool, error: str | None) -> st
             f"size: {h.size} {'LogAppendTime' if h.timestamp_type else 'CreateTime'}: {h.max_timestamp} "
             f"firstTimestamp: {h.first_timestamp} codec: {_CODECS.get(h.codec, h.codec)} bodySize: {h.body_size} "
             f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} baseSequence: {h.base_sequence} "
-            f"lastSequence: {last_seq} isControl: {str(h.is_control).lower()} crc: {h.crc} "
+            f"lastSequence: {last_seq} isTransactional: {str(bool(h.attributes & ATTR_TRANSACTIONAL)).lower()} "
+            f"isControl: {str(h.is_control).lower()} crc: {h.crc} "
             f"crcValid: {str(crc_ok).lower()} isValid: {str(crc_ok and error is None).lower()}"
             + (f" error: {error}" if error else ""))
 
 
-def _record_lines(view: BatchView) -> list[str]:
+def _record_lines(view: BatchView, shown: Callable[[int], bool] | None = None) -> list[str]:
     lines = []
     for r in view.records():
+        if shown is not None and not shown(r.offset):
+            continue
         headers = ",".join(f"{text_of(k.encode(), escape=True)}:{text_of(v, escape=True)}" for k, v in r.headers)
         lines.append(f"| offset: {r.offset} timestamp: {r.timestamp} keySize: {-1 if r.key is None else len(r.key)} "
                      f"valueSize: {-1 if r.value is None else len(r.value)} headers: [{headers}] "
-                     f"key: {text_of(r.key, escape=True)} value: {text_of(r.value, escape=True)}")
+                     f"key: {text_of(r.key, escape=True)} value: {text_of(r.value, escape=True)}"
+                     + (_marker_text(r.key, r.value) if view.header.is_control else ""))
     return lines
 
 
-def dump_log(path: str, out: TextIO, records: bool = False) -> list[str]:
-    """Print ``path``'s batches to ``out``; returns the problems found (``path @ byte N: what``)."""
+def _marker_text(key: bytes | None, value: bytes | None) -> str:
+    """Kafka's dump of a transaction marker record (or what the control record is instead)."""
+    try:
+        commit, epoch = parse_marker(key, value)
+    except CorruptRecordError:
+        return " endTxnMarker: none (a control record that is not a transaction marker)"
+    return f" endTxnMarker: {'COMMIT' if commit else 'ABORT'} coordinatorEpoch: {epoch}"
+
+
+@contextlib.contextmanager
+def _committed_filter(path: str) -> Iterator[Callable[[int], bool]]:
+    """Whether a read_committed reader gets the record at an offset, asked in increasing offset order, of the
+    partition holding segment ``path`` (``<store>/<topic>/<n>/<base>.log``, its store opened read-only).
+
+    :raises CommandError: when ``path`` is not in a store's partition directory.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    root, topic, number = os.path.dirname(os.path.dirname(directory)), os.path.basename(os.path.dirname(directory)), \
+        os.path.basename(directory)
+    if not number.isdigit() or not os.path.isfile(os.path.join(root, STORE_FILE)):
+        raise CommandError(f"{path}: --isolation-level read_committed asks the partition the segment is in, but "
+                           f"this file is not in a store's <store>/<topic>/<partition>/ directory")
+    try:
+        with Store(root, read_only=True) as store:
+            offsets = _committed_offsets(store.topic(topic).partition(int(number)))
+            nxt = [next(offsets, None)]
+
+            def shown(offset: int) -> bool:
+                while nxt[0] is not None and nxt[0] < offset:
+                    nxt[0] = next(offsets, None)
+                return nxt[0] == offset
+
+            yield shown
+    except PylogError as exc:
+        raise CommandError(f"{path}: cannot read its partition read_committed: {exc}") from exc
+
+
+def _committed_offsets(p: Partition, batch: int = 10_000) -> Iterator[int]:
+    """The offsets a read_committed reader of ``p`` gets, from its log start, in order."""
+    pos = p.log_start_offset
+    while True:
+        offsets = p.read_columns(pos, max_records=batch, isolation_level="read_committed").offsets
+        if not len(offsets):
+            return
+        yield from offsets.tolist()
+        pos = int(offsets[-1]) + 1
+
+
+def dump_log(path: str, out: TextIO, records: bool = False, shown: Callable[[int], bool] | None = None) -> list[str]:
+    """Print ``path``'s batches to ``out`` (with ``records``, the records too: those ``shown(offset)`` says, when
+    given); returns the problems found (``path @ byte N: what``)."""
     problems: list[str] = []
     name_base = _base_offset_of(path)
     batches = count = 0
@@ -131,7 +205,7 @@ def dump_log(path: str, out: TextIO, records: bool = False) -> list[str]:
             prev_last = h.last_offset
             if records and view is not None and crc_ok and error is None:
                 try:
-                    for line in _record_lines(view):
+                    for line in _record_lines(view, shown):
                         print(line, file=out)
                 except CorruptRecordError as exc:
                     problems.append(f"{path} @ byte {pos}: {exc.reason}")
@@ -139,6 +213,26 @@ def dump_log(path: str, out: TextIO, records: bool = False) -> list[str]:
             count += h.record_count
             pos += h.size
     print(f"{batches} batch(es), {count} record(s), {size} bytes", file=out)
+    return problems
+
+
+def _dump_txn_index(path: str, out: TextIO) -> list[str]:
+    """Print an aborted-transaction index entry by entry, with each entry's checksum checked."""
+    with open(path, "rb") as f:
+        raw = f.read(64 << 20)
+    try:
+        entries = scan_index(raw, path)
+    except CorruptRecordError as exc:
+        return [str(exc)]
+    print(f"AbortedTxnIndex: {len(entries)} entries", file=out)
+    for e, ok in entries:
+        print(f"producerId: {e.producer_id} firstOffset: {e.first_offset} lastOffset: {e.last_offset} "
+              f"lastStableOffset: {e.last_stable_offset} crcValid: {str(ok).lower()}", file=out)
+    problems = [f"{path}: the entry for the marker at offset {e.last_offset} fails its checksum (readers stop "
+                "before it)" for e, ok in entries if not ok]
+    whole = TXN_INDEX_HEADER_SIZE + len(entries) * TXN_INDEX_ENTRY_SIZE
+    if len(raw) > whole:
+        problems.append(f"{path} @ byte {whole}: torn entry ({len(raw) - whole} of {TXN_INDEX_ENTRY_SIZE} bytes)")
     return problems
 
 

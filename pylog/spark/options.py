@@ -39,6 +39,7 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..errors import DataLossError, InvalidOptionError  # defined here before pylog.errors: importable from here too
+from ..partition import ISOLATION_LEVELS
 from ..store import OFFSETS_TOPIC, is_store
 
 __all__ = [
@@ -59,7 +60,6 @@ DEFAULT_LOCK_TIMEOUT_MS = 60_000
 
 #: The Kafka consumer setting Spark's Kafka source takes as ``kafka.isolation.level``; reads use it.
 ISOLATION_LEVEL = "kafka.isolation.level"
-_ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
 
 # The option names each mode uses, canonical spelling. Spark hands options over with lower-cased names
@@ -402,7 +402,7 @@ def _isolation_level(options: Mapping[str, str]) -> str:
     if raw is None:
         return "read_uncommitted"
     level = str(raw).strip().lower()
-    if level not in _ISOLATION_LEVELS:
+    if level not in ISOLATION_LEVELS:
         raise InvalidOptionError(ISOLATION_LEVEL, f"expected read_uncommitted or read_committed, got {raw!r}")
     return level
 

@@ -31,13 +31,13 @@ import logging
 import math
 import os
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Literal, Sequence
+from typing import Any, Callable, Iterator, Sequence
 
 import numpy as np
 import pyarrow as pa
 
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
-from ..partition import Partition
+from ..partition import IsolationLevel, Partition
 from ..storage.records import RecordColumns
 from ..store import Store, is_store
 from ..store import open as open_pylog
@@ -312,7 +312,7 @@ def read_range(store: Store, r: OffsetRange, include_headers: bool, fail_on_data
         delete-records) before they were read, or the log ends before ``r.end`` (truncated or recreated).
     """
     p = store.topic(r.topic).partition(r.partition)
-    level: Literal["read_committed", "read_uncommitted"] = "read_committed" if committed else "read_uncommitted"
+    level: IsolationLevel = "read_committed" if committed else "read_uncommitted"
     pos = r.start
     while pos < r.end:
         try:

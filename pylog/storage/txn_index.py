@@ -33,13 +33,17 @@ from .filenames import TXN_INDEX_SUFFIX
 from .records import crc32c
 
 __all__ = ["AbortedTxn", "TXN_INDEX_SUFFIX", "marker_record", "parse_marker", "read_index", "append_index",
-           "truncate_index", "write_index", "index_path", "remove_index", "MARKER_ABORT", "MARKER_COMMIT"]
+           "truncate_index", "write_index", "scan_index", "TXN_INDEX_HEADER_SIZE", "TXN_INDEX_ENTRY_SIZE",
+           "index_path", "remove_index", "MARKER_ABORT", "MARKER_COMMIT"]
 
 _MAGIC = b"PLTI"
 _VERSION = 1
 _HEAD = struct.Struct("<4sHH")
 _ENTRY = struct.Struct("<qqqq")
 _ENTRY_SIZE = _ENTRY.size + 4
+#: Sizes of the file's header and of one entry (docs/FORMAT.md), for tools that show the bytes.
+TXN_INDEX_HEADER_SIZE = _HEAD.size
+TXN_INDEX_ENTRY_SIZE = _ENTRY_SIZE
 #: Marker record key: version (int16, 0) and type (int16): Kafka's ControlRecordType, big-endian.
 MARKER_ABORT = 0
 MARKER_COMMIT = 1
@@ -98,14 +102,27 @@ def read_index(path: str) -> list[AbortedTxn]:
         return []
     if not raw:
         return []
+    out = []
+    for entry, ok in scan_index(raw, path):
+        if not ok:
+            break
+        out.append(entry)
+    return out
+
+
+def scan_index(raw: bytes, path: str = "") -> list[tuple[AbortedTxn, bool]]:
+    """Every whole entry of an index file's bytes ``raw``, with whether its checksum checks (``pylog dump``
+    shows them all; readers stop at the first bad one). Bytes after the last whole entry are a torn tail.
+
+    :raises CorruptRecordError: when ``raw`` does not start with an index's header.
+    """
     if len(raw) < _HEAD.size or _HEAD.unpack_from(raw)[:2] != (_MAGIC, _VERSION):
         raise CorruptRecordError("not an aborted-transaction index (magic/version)", path, 0)
     out = []
     for pos in range(_HEAD.size, len(raw) - _ENTRY_SIZE + 1, _ENTRY_SIZE):
         body = raw[pos:pos + _ENTRY.size]
-        if struct.unpack_from("<I", raw, pos + _ENTRY.size)[0] != crc32c(body):
-            break
-        out.append(AbortedTxn(*_ENTRY.unpack(body)))
+        out.append((AbortedTxn(*_ENTRY.unpack(body)),
+                    struct.unpack_from("<I", raw, pos + _ENTRY.size)[0] == crc32c(body)))
     return out
 
 
