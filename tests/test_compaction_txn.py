@@ -217,6 +217,35 @@ def test_records_whose_keys_are_a_markers_bytes_survive_the_markers_and_an_abort
         assert _markers(p) == [3, 5]
 
 
+def test_an_index_contradicting_the_markers_stops_the_cleaning_before_anything_is_swapped(tmp_path):
+    """An abort whose index entry is lost would let its records pass for committed ones (and supersede the
+    committed record of their key): the abort marker gives it away and the cleaning stops, changing nothing;
+    an index that cannot be read stops it too."""
+    with _store(tmp_path) as store:
+        p = _partition(store)
+        pid = store.new_producer_id()
+        p.append_values([b"committed"], [b"k"])
+        p.append_values([b"aborted"], [b"k"], producer=(pid, 0, 0), transactional=True)
+        p.roll()
+        internals(p).append_marker(pid, 0, commit=False)
+        p.roll()
+        index = index_path(p.directory, p.segments[1].base_offset)
+        raw = open(index, "rb").read()
+        os.unlink(index)
+        with pytest.raises(pylog.errors.CorruptRecordError, match="abort marker of producer .* contradicts"):
+            clean_partition(p, BUFFER, force=True)
+        assert [r.value for r in p.read(0)] == [b"committed", b"aborted"]
+        with open(index, "wb") as f:
+            f.write(b"XXXX" + raw[4:])
+        with pytest.raises(pylog.errors.CorruptRecordError, match="not an aborted-transaction index"):
+            clean_partition(p, BUFFER, force=True)
+        with open(index, "wb") as f:
+            f.write(raw)
+        clean_partition(p, BUFFER, force=True)
+        assert [r.value for r in p.read(0)] == [b"committed"]
+        assert [r.value for r in p.read(0, isolation_level="read_committed")] == [b"committed"]
+
+
 def test_cleaning_stops_at_the_segment_of_the_last_stable_offset(tmp_path):
     """An open transaction's records, and everything after its first, stay as they are (they may still be
     aborted), however many segments follow."""

@@ -24,11 +24,12 @@ Invariants:
    Kafka clients accept: an entry without batches drops nothing).
 4. Decisions are made in offset order, one batch after the other, from the log start: the caller feeds
    every batch of the cleaned segments, dropped or kept, in order.
+5. An index that cannot be read, or that contradicts a marker (an abort marker after records taken for
+   committed, a commit marker inside an aborted range), stops the cleaning before anything is swapped
+   (``CorruptRecordError``; the cleaner reports the partition uncleanable).
 """
 
 from __future__ import annotations
-
-import logging
 
 import numpy as np
 
@@ -41,8 +42,6 @@ from .cleaner_checkpoint import CleanerCheckpoint
 
 __all__ = ["TxnCleaning", "aborted_entries"]
 
-log = logging.getLogger("pylog.compaction")
-
 
 def aborted_entries(partition: Partition, upper: int) -> list[AbortedTxn]:
     """The aborted transactions with a record below ``upper``, from the index of every segment, in marker
@@ -50,19 +49,20 @@ def aborted_entries(partition: Partition, upper: int) -> list[AbortedTxn]:
     offset is at or past ``upper`` (no later abort can cover an offset below it)."""
     out: list[AbortedTxn] = []
     for seg in partition.segments:
-        try:
-            entries = read_index(index_path(partition.directory, seg.base_offset))
-        except CorruptRecordError as exc:
-            # Only the writer repairs an index (it replays the log); the cleaner then keeps what it cannot
-            # judge: batches it takes for committed are the reader's view too.
-            log.warning("%s-%d: %s", partition.topic, partition.number, exc)
-            entries = []
+        # A damaged header raises: no cleaning with an index it cannot read (an aborted record taken for a
+        # committed one could supersede the committed record of its key).
+        entries = read_index(index_path(partition.directory, seg.base_offset))
         for e in entries:
             if e.first_offset < upper:
                 out.append(e)
             if e.last_stable_offset >= upper:
                 return out
     return out
+
+
+def _inconsistent(what: str, producer_id: int, offset: int) -> CorruptRecordError:
+    return CorruptRecordError(f"the {what} marker of producer {producer_id} at offset {offset} contradicts the "
+                              "aborted-transaction index; nothing is cleaned")
 
 
 class TxnCleaning:
@@ -125,9 +125,13 @@ class TxnCleaning:
             return True  # not a marker: kept, as Kafka keeps control records of unknown types
         offset = h.base_offset
         if commit:
+            if self.aborted(h.producer_id, offset) is not None:
+                raise _inconsistent("commit", h.producer_id, offset)  # an entry says this transaction aborted
             met = h.producer_id in self._open_commits
             self._open_commits.discard(h.producer_id)
         else:
+            if h.producer_id in self._open_commits:
+                raise _inconsistent("abort", h.producer_id, offset)  # its records were taken for committed ones
             met = (h.producer_id, offset) in self._met_aborts
             if met:
                 e = next(e for e in self._ranges[h.producer_id] if e.last_offset == offset)

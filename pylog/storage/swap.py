@@ -132,13 +132,12 @@ def remove_leftovers(directory: str, temporaries: bool = False) -> int:
     n = 0
     with os.scandir(directory) as it:
         names = [e.name for e in it]
-    logs = {name for name in names if name.endswith(LOG_SUFFIX)}
     for name in names:
         if name == SWAP_MANIFEST_FILE:
             continue  # a committed swap: rolled forward by finish_interrupted_swap, never deleted
         if CLEANED_SUFFIX in name or name.endswith(SWAP_SUFFIX) or SWAP_SUFFIX + "." in name \
                 or name.endswith(DELETED_SUFFIX) or (temporaries and name.endswith(TMP_SUFFIX)) \
-                or _replaced_txn_index(name, logs):
+                or _replaced_txn_index(directory, name):
             try:
                 os.unlink(os.path.join(directory, name))
                 n += 1
@@ -147,11 +146,14 @@ def remove_leftovers(directory: str, temporaries: bool = False) -> int:
     return n
 
 
-def _replaced_txn_index(name: str, logs: set[str]) -> bool:
+def _replaced_txn_index(directory: str, name: str) -> bool:
     """Whether ``name`` is the aborted-transaction index of a segment whose log is gone (a swap replaced it:
-    see :data:`_UNLINKED_SUFFIXES`; a segment's log is created before its index, so a live one has its log)."""
+    see :data:`_UNLINKED_SUFFIXES`). A segment's log is created before its index and goes only by maintenance
+    (which the caller excludes), so a live index's log exists when looked for now, even if the directory
+    listing, made while appends may roll, missed it."""
     stem = name[:-len(TXN_INDEX_SUFFIX)]
-    return name.endswith(TXN_INDEX_SUFFIX) and len(stem) == 20 and stem.isdigit() and stem + LOG_SUFFIX not in logs
+    return name.endswith(TXN_INDEX_SUFFIX) and len(stem) == 20 and stem.isdigit() \
+        and not os.path.exists(os.path.join(directory, stem + LOG_SUFFIX))
 
 
 def roll_forward(directory: str, groups: Swap) -> None:
