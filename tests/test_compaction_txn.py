@@ -13,6 +13,7 @@ import os
 import random
 import shutil
 import signal
+import threading
 
 import pytest
 
@@ -257,6 +258,7 @@ def test_cleaning_stops_at_the_segment_of_the_last_stable_offset(tmp_path):
         for i in range(20):
             p.append_values([b"new-%d" % i], [b"k"])
         p.roll()
+        internals(p).sync_rolled()  # as a cleaning does first (else a pending background fsync bounds it)
         rng = cleanable_range(p)
         lso_segment = max(s.base_offset for s in p.segments if s.base_offset <= first)
         assert rng.uncleanable == lso_segment < p.segments[-1].base_offset
@@ -446,3 +448,63 @@ def test_sigkill_at_file_operations_of_a_transactional_cleaning_recovers(tmp_pat
             assert not [n for n in os.listdir(q.directory) if ".cleaned" in n or n.endswith(".swap")]
         shutil.rmtree(work)
     assert True in outcomes and False in outcomes  # kills landed before and after the swap's commit point
+
+
+def test_readers_during_repeated_cleanings_never_see_an_aborted_record(tmp_path):
+    """Reader threads (one on the writer's handle, one on a read-only store's, as another process would
+    hold) read the whole log read_committed, again and again, while the writer appends transactions
+    (aborted ones' values start with "ABORT"), commits, aborts and cleans them over and over: no read ever
+    returns an aborted record or goes back in offsets."""
+
+    store = _store(tmp_path, segment_bytes=600)
+    reader_store = pylog.open(str(tmp_path), read_only=True)
+    stop = threading.Event()
+    problems: list[str] = []
+    reads = [0]
+    try:
+        p = _partition(store)
+        pid = store.new_producer_id()
+        r = reader_store.topic(TOPIC).partition(0)
+
+        def follow(q) -> None:
+            while not stop.is_set():
+                pos, last = 0, -1
+                try:
+                    while True:
+                        recs = q.read(pos, max_records=50, isolation_level="read_committed")
+                        if not recs:
+                            break
+                        for rec in recs:
+                            if rec.value.startswith(b"ABORT") or rec.offset <= last:
+                                problems.append(f"offset {rec.offset}: {rec.value!r} after {last}")
+                            last = rec.offset
+                        pos = recs[-1].offset + 1
+                except pylog.errors.OffsetOutOfRangeError:
+                    continue
+                reads[0] += 1
+
+        threads = [threading.Thread(target=follow, args=(q,)) for q in (p, r)]
+        for t in threads:
+            t.start()
+        rng = random.Random(3)
+        seq = 0
+        now = now_ms()
+        for step in range(25):
+            for _ in range(4):
+                commit = rng.random() < 0.5
+                vals = [(b"C-%d-%d" if commit else b"ABORT-%d-%d") % (step, i) for i in range(3)]
+                p.append_values(vals, [rng.choice(KEYS) for _ in vals], producer=(pid, 0, seq), transactional=True)
+                seq += len(vals)
+                p.append_values([b"plain-%d" % step], [rng.choice(KEYS)])
+                internals(p).append_marker(pid, 0, commit=commit)
+            p.roll()
+            clean_partition(p, BUFFER, now=now + step * 2 * DAY_MS, force=True)
+        stop.set()
+        for t in threads:
+            t.join(60)
+        assert not problems, problems[:5]
+        assert reads[0] > 2
+    finally:
+        stop.set()
+        reader_store.close()
+        store.close()
