@@ -23,7 +23,7 @@ from pylog.maintenance.cleaner_checkpoint import CleanerCheckpoint, read_cleaner
 from pylog.maintenance.compaction import clean_partition, cleanable_range
 from pylog.partition import internals
 from pylog.storage.producer_state import SNAPSHOT_FILE
-from pylog.storage.records import now_ms
+from pylog.storage.records import EncodeOptions, encode_parts, now_ms
 from pylog.storage.txn_index import index_path, read_index
 
 TOPIC = "t"
@@ -245,6 +245,29 @@ def test_an_index_contradicting_the_markers_stops_the_cleaning_before_anything_i
         clean_partition(p, BUFFER, force=True)
         assert [r.value for r in p.read(0)] == [b"committed"]
         assert [r.value for r in p.read(0, isolation_level="read_committed")] == [b"committed"]
+
+
+def test_a_control_batch_that_is_no_marker_ends_its_transaction_for_the_cleaner_too(tmp_path):
+    """A control batch that is not a transaction marker (pylog before transactions let a caller set the bit)
+    ends its producer's transaction as the producer state says: the cleaner keeps it, keeps what came
+    before it, and the producer's next, aborted transaction is no contradiction."""
+    with _store(tmp_path) as store:
+        p = _partition(store)
+        pid = store.new_producer_id()
+        p.append_values([b"t"], [b"k1"], producer=(pid, 0, 0), transactional=True)
+        parts, h = encode_parts(values=[b"not a marker"], keys=[b"\x00\x00\x00\x01"], options=EncodeOptions(
+            base_offset=1, producer_id=pid, producer_epoch=0, control=True, transactional=True))
+        internals(p).local_log.segments[-1].append(h, parts, h.max_timestamp)
+        abandon(p)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        p.append_values([b"aborted"], [b"k1"], producer=(pid, 0, 1), transactional=True)
+        internals(p).append_marker(pid, 0, commit=False)
+        p.roll()
+        res = clean_partition(p, BUFFER, force=True)
+        assert res.aborted_removed == 1
+        assert [r.value for r in p.read(0)] == [b"t"]
+        assert _markers(p) == [1, 3]
 
 
 def test_cleaning_stops_at_the_segment_of_the_last_stable_offset(tmp_path):

@@ -31,6 +31,8 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
+
 import numpy as np
 
 from ..errors import CorruptRecordError
@@ -70,9 +72,13 @@ class TxnCleaning:
 
     def __init__(self, entries: list[AbortedTxn], checkpoint: CleanerCheckpoint, now: int,
                  retention_ms: int) -> None:
+        # Per producer, its aborted transactions in offset order (a producer's transactions follow each other)
+        # and their first offsets, for a binary search; and each by its marker.
         self._ranges: dict[int, list[AbortedTxn]] = {}
-        for e in entries:
+        for e in sorted(entries, key=lambda e: e.first_offset):
             self._ranges.setdefault(e.producer_id, []).append(e)
+        self._firsts = {pid: [e.first_offset for e in es] for pid, es in self._ranges.items()}
+        self._by_marker = {(e.producer_id, e.last_offset): e for e in entries}
         self._checkpoint = checkpoint
         self._now = now
         self._retention_ms = retention_ms
@@ -86,10 +92,12 @@ class TxnCleaning:
 
     def aborted(self, producer_id: int, offset: int) -> AbortedTxn | None:
         """The aborted transaction of ``producer_id`` that the batch at ``offset`` belongs to, if any."""
-        for e in self._ranges.get(producer_id, ()):
-            if e.first_offset <= offset <= e.last_offset:
-                return e
-        return None
+        firsts = self._firsts.get(producer_id)
+        if not firsts:
+            return None
+        i = bisect.bisect_right(firsts, offset) - 1
+        e = self._ranges[producer_id][i] if i >= 0 else None
+        return e if e is not None and offset <= e.last_offset else None
 
     def unmapped(self, views: list[BatchView]) -> np.ndarray:
         """Per record of ``views``, whether its key stays out of the offset map (invariants 1 and 2)."""
@@ -122,7 +130,10 @@ class TxnCleaning:
             rec = view.records(None, -1, 0, 1)[0]
             commit, _ = parse_marker(rec.key, rec.value)
         except CorruptRecordError:
-            return True  # not a marker: kept, as Kafka keeps control records of unknown types
+            # Not a marker: kept, as Kafka keeps control records of unknown types; it still ends its producer's
+            # transaction (pylog.storage.producer_state), so what came before it was not aborted.
+            self._open_commits.discard(h.producer_id)
+            return True
         offset = h.base_offset
         if commit:
             if self.aborted(h.producer_id, offset) is not None:
@@ -134,8 +145,7 @@ class TxnCleaning:
                 raise _inconsistent("abort", h.producer_id, offset)  # its records were taken for committed ones
             met = (h.producer_id, offset) in self._met_aborts
             if met:
-                e = next(e for e in self._ranges[h.producer_id] if e.last_offset == offset)
-                self._index.append(e)
+                self._index.append(self._by_marker[(h.producer_id, offset)])
         if met:
             self._met(offset)
             return True
