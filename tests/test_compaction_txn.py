@@ -18,12 +18,12 @@ import threading
 import pytest
 
 import pylog
-from storetools import abandon
+from storetools import abandon, append_foreign_control
 from pylog.maintenance.cleaner_checkpoint import CleanerCheckpoint, read_cleaner_checkpoint, write_cleaner_checkpoint
 from pylog.maintenance.compaction import clean_partition, cleanable_range
 from pylog.partition import internals
 from pylog.storage.producer_state import SNAPSHOT_FILE
-from pylog.storage.records import EncodeOptions, encode_parts, now_ms
+from pylog.storage.records import now_ms
 from pylog.storage.txn_index import index_path, read_index
 
 TOPIC = "t"
@@ -255,9 +255,7 @@ def test_a_control_batch_that_is_no_marker_ends_its_transaction_for_the_cleaner_
         p = _partition(store)
         pid = store.new_producer_id()
         p.append_values([b"t"], [b"k1"], producer=(pid, 0, 0), transactional=True)
-        parts, h = encode_parts(values=[b"not a marker"], keys=[b"\x00\x00\x00\x01"], options=EncodeOptions(
-            base_offset=1, producer_id=pid, producer_epoch=0, control=True, transactional=True))
-        internals(p).local_log.segments[-1].append(h, parts, h.max_timestamp)
+        assert append_foreign_control(p, pid, b"not a marker") == 1
         abandon(p)
     with _store(tmp_path) as store:
         p = store.topic(TOPIC).partition(0)

@@ -19,13 +19,12 @@ import msgpack
 import pytest
 
 import pylog
-from storetools import abandon
+from storetools import abandon, append_foreign_control
 from pylog.aio import AIOKafkaConsumer
 from pylog.errors import InvalidTxnStateError, ProducerFencedError, TransactionCoordinatorFencedError
 from pylog.kafka import KafkaConsumer
 from pylog.partition import internals
 from pylog.storage.producer_state import ProducerState
-from pylog.storage.records import EncodeOptions, encode_parts
 from pylog.storage.txn_index import index_path, parse_marker, read_index
 
 TOPIC = "t"
@@ -474,9 +473,7 @@ def test_a_foreign_control_batch_does_not_stop_the_writer_loading_its_producer_s
     # producer whose transaction is open, found by the writer's replay with no index entry for it.
     with _store(tmp_path) as store:
         p, pid = _open_transaction(store, b"t")
-        parts, h = encode_parts(values=[b"\x00\x00\x00\x01"], keys=[b"\x00\x00\x00\x00"], options=EncodeOptions(
-            base_offset=1, producer_id=pid, producer_epoch=0, control=True, transactional=True))
-        internals(p).local_log.segments[-1].append(h, parts, h.max_timestamp)
+        append_foreign_control(p, pid)
         abandon(p)
     with _store(tmp_path) as store:
         p = store.topic(TOPIC).partition(0)
