@@ -72,6 +72,19 @@ def test_dump_shows_transactional_batches_and_markers_and_read_committed_records
     assert code == ExitCode.ERROR
 
 
+def test_compact_counts_the_aborted_transactions_records_it_removed(tmp_path):
+    with pylog.open(tmp_path, log_cleaner_enable=False) as store:
+        p = store.create_topic(TOPIC, config={"cleanup.policy": "compact"}).partition(0)
+        pid = store.new_producer_id()
+        p.append_values([b"x0", b"x1"], [b"k", b"l"], producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=False)
+        p.append_values([b"v"], [b"k"])
+        p.roll()  # the active segment is never cleaned
+    code, text = _run("compact", tmp_path, TOPIC)
+    assert code == ExitCode.OK
+    assert "removed 2 (0 tombstones, 2 of aborted transactions, 0 transaction markers)" in text
+
+
 def test_dump_prints_an_aborted_transaction_index_and_its_damage(tmp_path):
     _store(tmp_path)
     index = tmp_path / TOPIC / "0" / "00000000000000000000.txnindex"
