@@ -30,7 +30,6 @@ from typing import Any, Callable, Iterator, NamedTuple, TextIO
 
 from ..clients.consumer import ConsumerRecord
 from ..errors import BadInputLineError, PylogError
-from ..partition import ISOLATION_LEVELS
 from ..structs import TopicPartition
 from .base import CommandError, ExitCode, key_value, non_negative, open_store, positive, timestamp_ms
 from .output import bytes_from_json, json_bytes, text_of
@@ -74,9 +73,8 @@ def register(sub: Any) -> None:
                        description="Print TOPIC's records from the start (or --from latest, --offset, "
                                    "--timestamp), or as a member of a consumer group (--group: from the group's "
                                    "committed offsets, committing what it printed). Without --follow it stops "
-                                   "at the log end it found (read_committed: the last stable offset); with it, "
-                                   "it waits for new records until Ctrl-C or until the reader of its output goes "
-                                   "away. The record count goes to stderr.")
+                                   "at the log end it found; with it, it waits for new records until Ctrl-C or "
+                                   "until the reader of its output goes away. The record count goes to stderr.")
     c.add_argument("store")
     c.add_argument("topic")
     start = c.add_mutually_exclusive_group()
@@ -90,10 +88,10 @@ def register(sub: Any) -> None:
     c.add_argument("--partition", type=non_negative, action="append", metavar="N",
                    help="only this partition; repeatable (default: all)")
     c.add_argument("--group", help="consume as a member of this consumer group and commit what is printed")
+    c.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"), default="read_uncommitted",
+                   help="read_committed: only records of committed transactions, up to the last stable offset "
+                        "(default read_uncommitted: every record, as kafka-console-consumer)")
     c.add_argument("--max-messages", type=positive, metavar="N", help="stop after N records")
-    c.add_argument("--isolation-level", choices=ISOLATION_LEVELS, default="read_uncommitted",
-                   help="Kafka's: read_uncommitted (default) prints aborted transactions' records too; "
-                        "read_committed stops at the last stable offset and skips them (neither prints markers)")
     c.add_argument("-f", "--follow", action="store_true", help="keep waiting for new records, like tail -f")
     c.add_argument("--format", choices=("text", "json"), default="text")
     for field in ("timestamp", "partition", "offset", "headers", "key"):
@@ -390,6 +388,11 @@ def _stop_on_sigterm() -> Callable[[], None]:
     return restore
 
 
+def _end_of(p: Any, isolation_level: str) -> int:
+    """Where a consume without ``--follow`` stops in ``p``: the log end, or read_committed's last stable offset."""
+    return p.last_stable_offset if isolation_level == "read_committed" else p.log_end_offset
+
+
 def _consume(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.group is not None and (args.partition or args.offset is not None or args.timestamp is not None):
         raise CommandError("--group reads the partitions the group assigns, from its committed offsets: "
@@ -409,7 +412,8 @@ def _consume(args: argparse.Namespace, out: TextIO) -> ExitCode:
             if args.group is None:
                 consumer.assign(tps)  # raises for a partition the topic lacks
                 past = _start_positions(args, consumer, store, tps)
-                ends = consumer.end_offsets(tps)  # the last stable offsets under read_committed
+                ends = {tp: _end_of(store.topic(tp.topic).partition(tp.partition), args.isolation_level)
+                        for tp in tps}
                 if past:
                     where = ", ".join(f"{tp.topic}-{tp.partition} (log end {ends[tp]})" for tp in past)
                     asked = f"offset {args.offset}" if args.offset is not None \

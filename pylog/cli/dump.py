@@ -8,11 +8,13 @@ batch); a header that does not check or a batch cut short ends the walk (nothing
 Every problem is listed at the end with the file and byte position, and the exit code is 1.
 
 An ``.index`` or ``.timeindex`` file is printed entry by entry; offset index entries are checked against
-the segment's ``.log`` beside it (each must point at the start of the batch with its offset). A
-``.txnindex`` file (aborted transactions) is printed entry by entry, each entry's checksum checked.
+the segment's ``.log`` beside it (each must point at the start of the batch with its offset). A ``.txnindex``
+file (aborted transactions) is printed entry by entry, each entry's checksum checked (readers stop at the
+first damaged one).
 
-Transactions: a batch line says ``isTransactional``; a transaction marker's record line adds
-``endTxnMarker: COMMIT|ABORT coordinatorEpoch: N``. With ``--records --isolation-level read_committed``
+Transactions: a batch line says ``isTransactional``; with ``--records`` a transaction marker (control batch)
+prints as ``endTxnMarker: COMMIT`` or ``ABORT`` with its coordinator epoch, as kafka-dump-log does. A file
+shows every batch whatever its transaction's outcome; with ``--records --isolation-level read_committed``
 only the records a read_committed reader gets are printed (none of an aborted or still open transaction,
 none at or past the last stable offset, no marker): those are asked of the partition the segment is in
 (its store, opened read-only), so the file must be in its store's directory.
@@ -32,7 +34,6 @@ from ..storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, STORE_FILE, TIMEINDEX_
 from ..index import OffsetIndex, TimeIndex
 from ..partition import ISOLATION_LEVELS, Partition
 from ..storage.records import (CODEC_LZ4, HEADER_SIZE, BatchHeader, BatchView, batch_crc, check_header, parse_header)
-from ..storage.records.format import ATTR_TRANSACTIONAL
 from ..storage.txn_index import TXN_INDEX_ENTRY_SIZE, TXN_INDEX_HEADER_SIZE, parse_marker, scan_index
 from ..store import Store
 from .base import CommandError, ExitCode
@@ -92,7 +93,7 @@ def _batch_line(pos: int, h: BatchHeader, crc_ok: bool, error: str | None) -> st
             f"size: {h.size} {'LogAppendTime' if h.timestamp_type else 'CreateTime'}: {h.max_timestamp} "
             f"firstTimestamp: {h.first_timestamp} codec: {_CODECS.get(h.codec, h.codec)} bodySize: {h.body_size} "
             f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} baseSequence: {h.base_sequence} "
-            f"lastSequence: {last_seq} isTransactional: {str(bool(h.attributes & ATTR_TRANSACTIONAL)).lower()} "
+            f"lastSequence: {last_seq} isTransactional: {str(h.is_transactional).lower()} "
             f"isControl: {str(h.is_control).lower()} crc: {h.crc} "
             f"crcValid: {str(crc_ok).lower()} isValid: {str(crc_ok and error is None).lower()}"
             + (f" error: {error}" if error else ""))
@@ -100,24 +101,22 @@ def _batch_line(pos: int, h: BatchHeader, crc_ok: bool, error: str | None) -> st
 
 def _record_lines(view: BatchView, shown: Callable[[int], bool] | None = None) -> list[str]:
     lines = []
-    for r in view.records():
-        if shown is not None and not shown(r.offset):
-            continue
+    records = [r for r in view.records() if shown is None or shown(r.offset)]
+    if view.header.is_control:  # a transaction marker, decoded as kafka-dump-log does
+        for r in records:
+            try:
+                commit, epoch = parse_marker(r.key, r.value)
+                what = f"endTxnMarker: {'COMMIT' if commit else 'ABORT'} coordinatorEpoch: {epoch}"
+            except CorruptRecordError as exc:
+                what = f"control record that is no transaction marker ({exc})"
+            lines.append(f"| offset: {r.offset} {what}")
+        return lines
+    for r in records:
         headers = ",".join(f"{text_of(k.encode(), escape=True)}:{text_of(v, escape=True)}" for k, v in r.headers)
         lines.append(f"| offset: {r.offset} timestamp: {r.timestamp} keySize: {-1 if r.key is None else len(r.key)} "
                      f"valueSize: {-1 if r.value is None else len(r.value)} headers: [{headers}] "
-                     f"key: {text_of(r.key, escape=True)} value: {text_of(r.value, escape=True)}"
-                     + (_marker_text(r.key, r.value) if view.header.is_control else ""))
+                     f"key: {text_of(r.key, escape=True)} value: {text_of(r.value, escape=True)}")
     return lines
-
-
-def _marker_text(key: bytes | None, value: bytes | None) -> str:
-    """Kafka's dump of a transaction marker record (or what the control record is instead)."""
-    try:
-        commit, epoch = parse_marker(key, value)
-    except CorruptRecordError:
-        return " endTxnMarker: none (a control record that is not a transaction marker)"
-    return f" endTxnMarker: {'COMMIT' if commit else 'ABORT'} coordinatorEpoch: {epoch}"
 
 
 @contextlib.contextmanager
@@ -217,17 +216,18 @@ def dump_log(path: str, out: TextIO, records: bool = False, shown: Callable[[int
 
 
 def _dump_txn_index(path: str, out: TextIO) -> list[str]:
-    """Print an aborted-transaction index entry by entry, with each entry's checksum checked."""
+    """Print an aborted-transaction index entry by entry (kafka-dump-log's ``--transaction-index`` lines), with
+    each entry's checksum checked."""
     with open(path, "rb") as f:
         raw = f.read(64 << 20)
     try:
         entries = scan_index(raw, path)
     except CorruptRecordError as exc:
         return [str(exc)]
-    print(f"AbortedTxnIndex: {len(entries)} entries", file=out)
     for e, ok in entries:
-        print(f"producerId: {e.producer_id} firstOffset: {e.first_offset} lastOffset: {e.last_offset} "
+        print(f"version: 1 producerId: {e.producer_id} firstOffset: {e.first_offset} lastOffset: {e.last_offset} "
               f"lastStableOffset: {e.last_stable_offset} crcValid: {str(ok).lower()}", file=out)
+    print(f"{len(entries)} aborted transaction(s)", file=out)
     problems = [f"{path}: the entry for the marker at offset {e.last_offset} fails its checksum (readers stop "
                 "before it)" for e, ok in entries if not ok]
     whole = TXN_INDEX_HEADER_SIZE + len(entries) * TXN_INDEX_ENTRY_SIZE

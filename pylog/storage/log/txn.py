@@ -23,10 +23,11 @@ import bisect
 import logging
 import threading
 import weakref
+from dataclasses import replace
 from typing import Any, Callable, Iterable, Literal, MutableMapping
 
 from ...errors import CorruptRecordError, InvalidArgumentError
-from ..producer_state import ProducerState
+from ..producer_state import ProducerEntry, ProducerState
 from ..segment_read import ReadSlice
 from ..records.format import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from ..txn_index import AbortedTxn, append_index, index_path, parse_marker, read_index, truncate_index
@@ -133,6 +134,13 @@ class TxnTracker:
                 self._next = end
             # Kafka clamps it to the log start: retention may delete an open transaction's first records.
             return max(state.last_stable_offset(end), local.log_start)
+
+    def producers(self) -> dict[int, ProducerEntry]:
+        """A copy of the producer table as of the last :meth:`last_stable_offset` ({} before the first)."""
+        with self._lock:
+            if self._state is None:
+                return {}
+            return {pid: replace(e, batches=list(e.batches)) for pid, e in self._state.producers.items()}
 
 
 def aborted_in(local: LocalLog[S], start: int, end: int,
