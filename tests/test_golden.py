@@ -32,7 +32,7 @@ from pylog.clients.offsets import decode_commit, offset_key
 from pylog.index import OffsetIndex, TimeIndex
 from pylog.storage.producer_state import ProducerEntry, ProducerState
 from pylog.storage.txn_index import append_index, marker_record, parse_marker, read_index, truncate_index
-from pylog.storage.remote.manifest import decode_manifest, encode_manifest
+from pylog.storage.remote.manifest import TXNINDEX_UNKNOWN, decode_manifest, encode_manifest
 from pylog.clients.consumer import ConsumerRecord
 from pylog.storage.records import (CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header,
                                    stamp_base_offset, views)
@@ -519,7 +519,17 @@ def test_pylog_reads_and_writes_the_golden_remote_manifest():
                                                                    doc["log_start_offset"])
     assert [s.fields() for s in m.segments] == doc["segments"]
     assert encode_manifest(m) == raw
+    assert m.segments[1].txnindex_size == len(_raw("files/aborted.txnindex"))
     # The first entry describes the golden store's own segment and snapshot, as shipping it would.
     part = GOLDEN / "store" / STORE["topic"] / "0"
     log = (part / ("0" * 20 + ".log")).read_bytes()
     assert (m.segments[0].log_size, m.segments[0].end_offset) == (len(log), STORE["log_end_offset"])
+
+
+def test_pylog_reads_a_version_1_golden_remote_manifest_with_its_indexes_unknown():
+    want = MANIFEST["files"]["remote.manifest.v1"]
+    m = decode_manifest(_raw(want["file"]), "s3://golden/events/0/remote.manifest")
+    assert [s.fields()[:11] for s in m.segments] == want["document"]["segments"]
+    assert {(s.txnindex_size, s.txnindex_crc) for s in m.segments} == {(TXNINDEX_UNKNOWN, 0)}
+    again = decode_manifest(encode_manifest(m), "s3://golden/events/0/remote.manifest")  # rewritten as version 2
+    assert again == m and encode_manifest(m)[4] == 2

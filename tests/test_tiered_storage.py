@@ -428,21 +428,89 @@ def test_pylog_health_shows_what_the_upload_thread_shipped(tmp_path, remote_sett
         assert f"{shipped} segment(s)" in out.getvalue() and "0 closed segment(s) waiting" in out.getvalue()
 
 
-def test_read_committed_below_the_local_start_refuses_transactional_batches_it_cannot_judge(tmp_path,
+def _committed_values(part, start: int = 0) -> list[bytes]:
+    """Every record from ``start`` a read_committed reader gets, read as a consumer reads (going on past what
+    a read skipped)."""
+    out, offset = [], start
+    ii = internals(part)
+    while offset < part.log_end_offset:
+        slices, nxt = ii.read_isolated(offset, 50, 1 << 20, "read_committed")
+        for view, a, b in slices:
+            out += [r.value for r in view.records(TOPIC, 0, a, b)]
+        offset = slices[-1][0].header.next_offset if slices else nxt
+        if not slices and nxt <= offset and offset < part.last_stable_offset:
+            raise AssertionError(f"read_committed made no progress at {offset}")
+    return out
+
+
+def _transactions_then_fill(part) -> tuple[list[bytes], int]:
+    """An aborted transaction (producer 7), a committed one (producer 8) interleaved with it, then plain
+    records filling many segments; returns what read_committed must return and the abort marker's offset."""
+    part.append_values([b"aborted" * 40] * 3, producer=(7, 0, 0), transactional=True)
+    part.append_values([b"committed" * 30] * 2, producer=(8, 0, 0), transactional=True)
+    marker = internals(part).append_marker(7, 0, commit=False)
+    internals(part).append_marker(8, 0, commit=True)
+    values = _fill(part)
+    return [b"committed" * 30] * 2 + values, marker
+
+
+def test_read_committed_of_shipped_segments_drops_aborted_transactions_after_local_deletion(tmp_path,
                                                                                            remote_settings):
-    """Aborted-transaction indexes are not shipped yet: a read_committed read of shipped transactional
-    batches raises RemoteStorageError instead of returning records of an aborted transaction."""
+    """The aborted-transaction index ships with its segment: once the local copies are gone, read_committed
+    below the local log start still drops the aborted transaction's records (and never returns markers)."""
     with _open(tmp_path / "s", remote_settings) as store:
         store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
         part = store.topic(TOPIC).partition(0)
-        part.append_values([b"a" * 300] * 3, producer=(7, 0, 0), transactional=True)
-        internals(part).append_marker(7, 0, commit=False)  # aborted
-        values = _fill(part)
+        want, marker = _transactions_then_fill(part)
         store.upload_to_remote()
         part.enforce_retention()
-        assert part.segments[0].base_offset > 0
-        with pytest.raises(pylog.errors.RemoteStorageError, match="read_committed"):
-            part.read(0, isolation_level="read_committed")
-        got = part.read(0, max_records=3)
-        assert [r.value for r in got] == [b"a" * 300] * 3  # read_uncommitted: the records as written
-        assert values[0] in [r.value for r in part.read(4, max_records=5)]
+        assert part.segments[0].base_offset > marker  # the marker's segment and its index: only in the bucket
+        m = store.remote_log(TOPIC, 0).manifest()
+        assert [s.txnindex_size > 0 for s in m.segments].count(True) == 1
+        assert not list((tmp_path / "s" / TOPIC / "0").glob("*.txnindex"))
+        assert _committed_values(part) == want
+        uncommitted = [r.value for r in part.read(0, max_records=5)]
+        assert uncommitted == [b"aborted" * 40] * 3 + [b"committed" * 30] * 2  # read_uncommitted: as written
+        assert internals(part).aborted_transactions(0, 10) == [(7, 0)]  # what pylog serve's Fetch sends
+
+
+def test_a_restored_store_keeps_aborted_transactions_and_producer_state(tmp_path, remote_settings):
+    """Restore brings back every shipped aborted-transaction index and the producer snapshot kept at the last
+    shipped segment's roll: read_committed is right, and a producer whose batches were all deleted is still
+    known (a retried append is a duplicate, not written twice; a sequence gap is refused), as Kafka keeps a
+    producer snapshot per segment."""
+    from pylog.storage.remote import ObjectStore, restore_store
+
+    pdir = tmp_path / "s" / TOPIC / "0"
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        part = store.topic(TOPIC).partition(0)
+        first = part.append_values([b"idempotent"], producer=(5, 0, 0))
+        _fill(part, 25)
+        cut = part.segments[1].base_offset  # producer 5's only batch is below: deleted before the restore
+        txn_start = part.log_end_offset
+        _transactions_then_fill(part)
+    # Closed before shipping: producer.snapshot is now as of the log end, inside the active segment, so each
+    # shipped segment's snapshot can only be the copy kept at its roll.
+    assert list(pdir.glob("[0-9]*.snapshot"))
+    with _open(tmp_path / "s", remote_settings) as store:
+        part = store.topic(TOPIC).partition(0)
+        part.append_values([b"after reopening"])  # the writer again: the upload thread ships what a store writes
+        store.upload_to_remote()
+        part.delete_records(cut)
+        m = store.remote_log(TOPIC, 0).manifest(refresh=True)
+        assert m.log_start_offset == cut == m.segments[0].base_offset and m.segments[-1].snapshot_size > 0
+        ends = {int(p.name[:20]) for p in pdir.glob("[0-9]*.snapshot")}
+        assert all(e > m.end_offset for e in ends)  # the copies of shipped segments removed once shipped
+        want = _committed_values(part, cut)
+        assert b"aborted" * 40 not in want and want.count(b"committed" * 30) == 2
+    restore_store(ObjectStore.from_settings(remote_settings), str(tmp_path / "r"))
+    with pylog.open(str(tmp_path / "r"), log_cleaner_enable=False) as store:
+        part = store.topic(TOPIC).partition(0)
+        assert (part.log_start_offset, part.log_end_offset) == (cut, m.end_offset) and cut <= txn_start
+        got = _committed_values(part, cut)
+        assert got == want[:len(got)] and len(got) > len(want) // 2
+        assert part.append_values([b"idempotent"], producer=(5, 0, 0)) == first  # a duplicate: not written
+        assert part.log_end_offset == m.end_offset
+        with pytest.raises(pylog.errors.OutOfOrderSequenceError):
+            part.append_values([b"gap"], producer=(5, 0, 3))

@@ -8,7 +8,8 @@ needs beside the segments), then, for every partition this store writes whose to
    ``synced_through``, i.e. rolled, sealed and fsynced), from a snapshot of the segment list;
 2. ship, oldest first, those not yet in the remote log with :meth:`RemoteLog.ship_segment` (objects first,
    the manifest's conditional commit last) and after each commit tell the core the new remote end
-   (:meth:`PartitionInternals.note_remote`), which is what lets local retention delete the local copy;
+   (:meth:`PartitionInternals.note_remote`), which is what lets local retention delete the local copy, and
+   remove the producer snapshots kept at rolls (``<end>.snapshot``) of the segments now shipped;
 3. apply ``retention.ms`` / ``retention.bytes`` to the whole log with :meth:`RemoteLog.enforce_retention`
    (the local bytes not shipped yet counted towards ``retention.bytes``).
 
@@ -38,6 +39,7 @@ from .. import metrics
 from ..config import REMOTE_STORAGE_SETTINGS, TopicConfig
 from ..errors import InvalidConfigError, StoreClosedError
 from ..partition import Partition, internals
+from ..storage.filenames import remove_segment_snapshots
 from ..storage.records import now_ms
 from ..storage.remote import ChunkCache, ObjectStore, RemoteLog, RemoteStorageConfig, ship_store_metadata
 
@@ -218,6 +220,7 @@ class RemoteUploader:
                 continue
             m = rl.manifest()
             ii.note_remote(m.log_start_offset, m.end_offset)
+            remove_segment_snapshots(ii.local_log.directory, m.end_offset)  # the copies kept at rolls, shipped
             counts.segments += 1
             counts.bytes += seg.size
             self._count("pylog_remote_segments_shipped_total", p.topic, 1)

@@ -42,7 +42,8 @@ __all__ = [
     "segment_stem", "segment_path", "parse_base_offset", "list_segment_bases", "valid_topic_name",
     "legal_name", "topic_name_problem", "is_internal_topic", "deleting_name", "INTERNAL_NAMES",
     "legacy_topic_name", "is_deletion_leftover", "check_group_id",
-    "OFFSETS_TOPIC", "GROUPS_DIR", "NOTIFY_FILE", "CLEANERS_DIR",
+    "OFFSETS_TOPIC", "GROUPS_DIR", "NOTIFY_FILE", "CLEANERS_DIR", "SEGMENT_SNAPSHOT_SUFFIX", "list_segment_snapshots",
+    "remove_segment_snapshots",
 ]
 
 LOG_SUFFIX = ".log"
@@ -52,6 +53,9 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
 TMP_SUFFIX = ".tmp"
+#: ``<end offset>.snapshot``: the producer snapshot written when the segment ending there rolled, kept (for
+#: topics with tiered storage) until that segment is shipped with it (Kafka keeps one per segment alike).
+SEGMENT_SNAPSHOT_SUFFIX = ".snapshot"
 
 LOCK_FILE = ".lock"
 #: Writers waiting for a partition hold a shared flock on it: the holder hands over
@@ -120,6 +124,30 @@ def _is_segment_log(name: str) -> bool:
 def parse_base_offset(name: str) -> int | None:
     """Base offset of a ``.log`` file name, or None for any other name."""
     return int(name[:20]) if _is_segment_log(name) else None
+
+
+def list_segment_snapshots(directory: str) -> list[int]:
+    """Sorted end offsets of the ``<end offset>.snapshot`` files in ``directory``."""
+    n = len(SEGMENT_SNAPSHOT_SUFFIX)
+    ends = [int(name[:20]) for name in os.listdir(directory) if len(name) == 20 + n
+            and name.endswith(SEGMENT_SNAPSHOT_SUFFIX) and name.isascii() and name[:20].isdigit()]
+    ends.sort()
+    return ends
+
+
+def remove_segment_snapshots(directory: str, through: int) -> int:
+    """Remove the ``<end offset>.snapshot`` files with ``end offset <= through`` (their segments were shipped or
+    deleted); returns how many went."""
+    gone = 0
+    for end in list_segment_snapshots(directory):
+        if end > through:
+            break
+        try:
+            os.unlink(segment_path(directory, end, SEGMENT_SNAPSHOT_SUFFIX))
+            gone += 1
+        except FileNotFoundError:
+            pass
+    return gone
 
 
 def list_segment_bases(directory: str) -> list[int]:

@@ -32,7 +32,8 @@ from ..errors import CorruptRecordError
 from .records import crc32c
 
 __all__ = ["AbortedTxn", "TXN_INDEX_SUFFIX", "marker_record", "parse_marker", "read_index", "append_index",
-           "truncate_index", "index_path", "remove_index", "MARKER_ABORT", "MARKER_COMMIT"]
+           "truncate_index", "index_path", "remove_index", "decode_index", "MAX_INDEX_BYTES", "MARKER_ABORT",
+           "MARKER_COMMIT"]
 
 TXN_INDEX_SUFFIX = ".txnindex"
 _MAGIC = b"PLTI"
@@ -40,6 +41,8 @@ _VERSION = 1
 _HEAD = struct.Struct("<4sHH")
 _ENTRY = struct.Struct("<qqqq")
 _ENTRY_SIZE = _ENTRY.size + 4
+#: Readers cap an index file at this size (a million entries and more).
+MAX_INDEX_BYTES = 64 << 20
 #: Marker record key: version (int16, 0) and type (int16): Kafka's ControlRecordType, big-endian.
 MARKER_ABORT = 0
 MARKER_COMMIT = 1
@@ -93,7 +96,7 @@ def read_index(path: str) -> list[AbortedTxn]:
     """
     try:
         with open(path, "rb") as f:
-            raw = f.read(64 << 20)
+            raw = f.read(MAX_INDEX_BYTES)
     except FileNotFoundError:
         return []
     if not raw:
@@ -106,6 +109,30 @@ def read_index(path: str) -> list[AbortedTxn]:
         if struct.unpack_from("<I", raw, pos + _ENTRY.size)[0] != crc32c(body):
             break
         out.append(AbortedTxn(*_ENTRY.unpack(body)))
+    return out
+
+
+def decode_index(raw: bytes, where: str) -> list[AbortedTxn]:
+    """The entries of a whole index file's bytes, strictly (tiered storage ships and reads sealed ones): every
+    entry whole and checking, in ``last offset`` order; ``b""`` is an empty index.
+
+    :raises CorruptRecordError: on a bad header, a torn or damaged entry, or entries out of order.
+    """
+    if not raw:
+        return []
+    if len(raw) < _HEAD.size or _HEAD.unpack_from(raw)[:2] != (_MAGIC, _VERSION):
+        raise CorruptRecordError("not an aborted-transaction index (magic/version)", where, 0)
+    if (len(raw) - _HEAD.size) % _ENTRY_SIZE or len(raw) > MAX_INDEX_BYTES:
+        raise CorruptRecordError(f"aborted-transaction index of {len(raw)} bytes is not whole entries", where, 0)
+    out: list[AbortedTxn] = []
+    for pos in range(_HEAD.size, len(raw), _ENTRY_SIZE):
+        body = raw[pos:pos + _ENTRY.size]
+        txn = AbortedTxn(*_ENTRY.unpack(body))
+        if struct.unpack_from("<I", raw, pos + _ENTRY.size)[0] != crc32c(body):
+            raise CorruptRecordError("aborted-transaction index entry checksum mismatch", where, pos)
+        if out and txn.last_offset <= out[-1].last_offset or not txn.first_offset <= txn.last_offset:
+            raise CorruptRecordError("aborted-transaction index entries out of order", where, pos)
+        out.append(txn)
     return out
 
 

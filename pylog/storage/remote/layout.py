@@ -9,6 +9,7 @@ The bucket mirrors the store directory (docs/FORMAT.md, "Tiered storage objects"
     <prefix>/<topic>/<partition>/<base>-<crc>.index        its sealed offset index
     <prefix>/<topic>/<partition>/<base>-<crc>.timeindex    its sealed time index
     <prefix>/<topic>/<partition>/<base>-<crc>.snapshot     the producer snapshot as of its end (optional)
+    <prefix>/<topic>/<partition>/<base>-<crc>.txnindex     its aborted-transaction index (when it has entries)
 
 ``<base>`` is the segment's base offset, 20 digits, and ``<crc>`` the CRC-32C of its log file, 8 lower-case
 hex digits. The name is deterministic (a re-upload after a crash writes the same keys, so it is
@@ -32,7 +33,7 @@ STORE_MARKER = STORE_FILE
 TOPIC_FILE = _TOPIC_FILE
 MANIFEST = "remote.manifest"
 #: The files of one shipped segment, in upload order (the log first: the rest are worthless without it).
-SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".snapshot")
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".snapshot", ".txnindex")
 
 
 def topic_file(topic: str) -> str:

@@ -4,7 +4,8 @@ What each operation does to the bucket, in order (the manifest is the commit poi
 :mod:`pylog.storage.remote.manifest`):
 
 - **ship** a sealed segment (:meth:`RemoteLog.ship_segment`): check it locally (:mod:`.local_segment`: every
-  batch's CRC, sealed indexes), PUT its log, indexes and producer snapshot with ``If-None-Match: *`` under
+  batch's CRC, sealed indexes, the aborted-transaction index's entries), PUT its log, indexes (its
+  aborted-transaction index among them, when it has one) and producer snapshot with ``If-None-Match: *`` under
   content-derived names, then commit the manifest with ``If-Match``. A crash anywhere before the commit
   leaves objects no manifest names; the next ship of that segment finds them (412), checks they hold the
   same bytes (size and CRC in their metadata) and goes on: re-upload is idempotent. Two processes shipping
@@ -43,7 +44,7 @@ from ...errors import (InvalidArgumentError, RemoteConflictError, RemoteDataCorr
 from ..filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from ..retention import deletable_prefix
 from .chunks import ChunkCache
-from .download import SNAPSHOT_SUFFIX, restore_partition, segment_files
+from .download import SNAPSHOT_SUFFIX, TXN_INDEX_SUFFIX, restore_partition, segment_files
 from .layout import manifest_name, parse_segment_object, partition_prefix, segment_object
 from .local_segment import read_local_segment
 from .manifest import MAX_MANIFEST_BYTES, Manifest, RemoteSegment, decode_manifest, encode_manifest
@@ -180,6 +181,8 @@ class RemoteLog:
         self._put_object(TIMEINDEX_SUFFIX, seg, local.timeindex, seg.timeindex_size, seg.timeindex_crc)
         if local.snapshot is not None:
             self._put_object(SNAPSHOT_SUFFIX, seg, local.snapshot, seg.snapshot_size, seg.snapshot_crc)
+        if local.txnindex is not None:
+            self._put_object(TXN_INDEX_SUFFIX, seg, local.txnindex, seg.txnindex_size, seg.txnindex_crc)
         self.commit(lambda m: m.with_segment(seg))
         self._event(EVENT_COMMITTED, self._manifest_name)
         return seg
@@ -221,6 +224,21 @@ class RemoteLog:
             # Remote retention (maybe in another process) deleted what the cached manifest names: once more
             # with the committed manifest, which then says the offset is out of range (or where it is now).
             return self._reader.read(offset, max_bytes, self.manifest(refresh=True))
+
+    def aborted(self, start: int, end: int, refresh: bool = False) -> dict[int, list[tuple[int, int]]]:
+        """``{producer id: [(first offset, last offset), ...]}`` of the aborted transactions the shipped
+        aborted-transaction indexes record over ``[start, end)`` (see :meth:`RemoteReader.aborted
+        <pylog.storage.remote.reading.RemoteReader.aborted>`), by the manifest last loaded.
+
+        :raises RemoteStorageError: when a segment's index is unknown (shipped by a version-1 writer) or the
+            bucket fails. :raises RemoteDataCorruptError: when a shipped index does not check.
+        """
+        try:
+            return self._reader.aborted(start, end, self.manifest(refresh))
+        except RemoteObjectMissingError:
+            if refresh:
+                raise
+            return self._reader.aborted(start, end, self.manifest(refresh=True))  # as in :meth:`read`
 
     # ------------------------------------------------------------------------------------------ retention
 
