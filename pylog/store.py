@@ -125,7 +125,8 @@ class Store:
         self._publisher = self._new_publisher() if self._settings["log.cleaner.enable"] else None
         self._cleaner = Cleaner(self.path, self._open_partitions, self._settings, self._publisher)
         # Tiered storage: idle without a remote.storage.location, no thread when read-only (remote reads only).
-        self._uploader = RemoteUploader(self.path, self._open_partitions, self._settings, self._cleaner.add_upload)
+        self._uploader = RemoteUploader(self.path, self._open_partitions, self._settings, self._cleaner.add_upload,
+                                        lambda: {g: self.committed_offsets(g) for g in self.consumer_groups()})
         self._cleaner.start()
         if not self.read_only:
             self._uploader.start()

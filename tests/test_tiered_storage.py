@@ -514,3 +514,33 @@ def test_a_restored_store_keeps_aborted_transactions_and_producer_state(tmp_path
         assert part.log_end_offset == m.end_offset
         with pytest.raises(pylog.errors.OutOfOrderSequenceError):
             part.append_values([b"gap"], producer=(5, 0, 3))
+
+
+def test_group_offsets_are_shipped_and_restored_with_the_store(tmp_path, remote_settings):
+    """Committed offsets of the topics shipped go to the bucket (``group.offsets``, replaced when they change)
+    and ``pylog.restore`` commits them into the restored store; a topic not shipped keeps its commits home."""
+    from pylog.storage.remote import ObjectStore
+    from pylog.storage.remote.group_offsets import decode_group_offsets
+
+    tp, other = pylog.TopicPartition(TOPIC, 0), pylog.TopicPartition("local-only", 0)
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        store.create_topic("local-only")
+        _fill(store.topic(TOPIC).partition(0), 20)
+        store.commit_offsets("billing", {tp: pylog.OffsetAndMetadata(7, "first", 3), other: 1})
+        store.commit_offsets("audit", {tp: 2})
+        store.upload_to_remote()
+        store.commit_offsets("billing", {tp: pylog.OffsetAndMetadata(11, "again")})  # changed: shipped again
+        store.upload_to_remote()
+    objects = ObjectStore.from_settings(remote_settings)
+    raw, _ = objects.get("group.offsets")
+    shipped = decode_group_offsets(raw, "group.offsets")
+    assert shipped == {"billing": {tp: pylog.OffsetAndMetadata(11, "again", -1)},
+                       "audit": {tp: pylog.OffsetAndMetadata(2, "", -1)}}
+    opts = {k.replace(".", "_"): v for k, v in remote_settings.items() if k != "remote.storage.location"}
+    restored = pylog.restore(remote_settings["remote.storage.location"], str(tmp_path / "r"), **opts)
+    assert restored.group_offsets == shipped
+    with pylog.open(str(tmp_path / "r"), read_only=True) as store:
+        assert store.committed_offsets("billing") == {tp: pylog.OffsetAndMetadata(11, "again", -1)}
+        assert store.committed_offsets("audit") == {tp: pylog.OffsetAndMetadata(2, "", -1)}
+        assert "local-only" not in store.topics()

@@ -11,7 +11,8 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from ..storage.remote import ObjectStore, RemoteLog, restore_store
+from ..storage.remote import ObjectStore, RemoteLog
+from ..tiered import restore
 from .base import ExitCode, open_store
 from .maintenance import report_partition, verify
 
@@ -21,7 +22,8 @@ __all__ = ["register"]
 def register(sub: Any) -> None:
     r = sub.add_parser("restore", help="rebuild a store from the bucket it was shipped to (tiered storage)",
                        description="Download every shipped segment, index and producer snapshot, each checked "
-                                   "against its remote manifest (size, CRC-32C), plus the topics' files, into DIR "
+                                   "against its remote manifest (size, CRC-32C), plus the topics' files and the "
+                                   "groups' committed offsets, into DIR "
                                    "(missing or empty), then verify the restored store as `pylog verify` does. "
                                    "What was appended after the last shipped segment is not in the bucket. Exit 1 "
                                    "when the verification finds problems.")
@@ -53,10 +55,13 @@ def _objects(args: argparse.Namespace) -> ObjectStore:
 
 
 def _restore(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    restored = restore_store(_objects(args), args.directory)
+    restored = restore(args.location, args.directory, remote_storage_endpoint_url=args.endpoint_url,
+                       remote_storage_region=args.region, remote_storage_profile=args.profile)
     for topic, partitions in sorted(restored.partitions.items()):
         for number, (start, end) in sorted(partitions.items()):
             print(f"{topic}-{number}: restored offsets [{start}, {end})", file=out)
+    for group, offsets in sorted(restored.group_offsets.items()):
+        print(f"group {group}: {len(offsets)} committed offset(s) restored", file=out)
     with open_store(args.directory) as store:
         return ExitCode.OK if not verify(store, [], out) else ExitCode.PROBLEMS
 

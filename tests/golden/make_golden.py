@@ -504,6 +504,13 @@ def build() -> dict[str, bytes]:
     manifest["files"]["remote.manifest.v1"] = {"file": "files/remote.manifest.v1", "magic": "PLRM", "version": 1,
                                                "document": remote_v1}
 
+    # The groups' committed offsets in a bucket (tiered storage: `<prefix>/group.offsets`): sorted by group,
+    # topic, partition; a Kafka client's commit with its leader epoch, a pylog one (-1), a negative commit.
+    group_offsets = {"offsets": [["audit", TOPIC, 0, -1, "", -1], ["billing", TOPIC, 0, 42, "after batch 7", 5],
+                                 ["billing", TOPIC, 1, 9, "", -1]]}
+    files["files/group.offsets"] = checked(b"PLGO" + bytes([1]) + mp(group_offsets))
+    manifest["files"]["group.offsets"] = {"file": "files/group.offsets", "magic": "PLGO", "document": group_offsets}
+
     files["manifest.json"] = (json.dumps(manifest, indent=1) + "\n").encode()
     return files
 

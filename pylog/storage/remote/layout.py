@@ -3,6 +3,7 @@
 The bucket mirrors the store directory (docs/FORMAT.md, "Tiered storage objects")::
 
     <prefix>/pylog.store                                   the store marker, as on disk
+    <prefix>/group.offsets                                 the groups' committed offsets (PLGO)
     <prefix>/<topic>/topic.json                            the topic's file, as on disk
     <prefix>/<topic>/<partition>/remote.manifest           the partition's remote manifest (PLRM)
     <prefix>/<topic>/<partition>/<base>-<crc>.log          a shipped segment's log, byte for byte
@@ -26,12 +27,14 @@ from ..filenames import STORE_FILE
 from ..filenames import TOPIC_FILE as _TOPIC_FILE
 from ..filenames import segment_stem
 
-__all__ = ["STORE_MARKER", "TOPIC_FILE", "MANIFEST", "SEGMENT_SUFFIXES", "topic_file", "partition_prefix",
-           "manifest_name", "segment_object", "parse_segment_object"]
+__all__ = ["STORE_MARKER", "TOPIC_FILE", "MANIFEST", "GROUP_OFFSETS", "SEGMENT_SUFFIXES", "topic_file",
+           "partition_prefix", "manifest_name", "segment_object", "parse_segment_object"]
 
 STORE_MARKER = STORE_FILE
 TOPIC_FILE = _TOPIC_FILE
 MANIFEST = "remote.manifest"
+#: The groups' committed offsets: an object at the prefix, where topics are folders (so never taken for one).
+GROUP_OFFSETS = "group.offsets"
 #: The files of one shipped segment, in upload order (the log first: the rest are worthless without it).
 SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".snapshot", ".txnindex")
 
