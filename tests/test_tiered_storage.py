@@ -544,3 +544,46 @@ def test_group_offsets_are_shipped_and_restored_with_the_store(tmp_path, remote_
         assert store.committed_offsets("billing") == {tp: pylog.OffsetAndMetadata(11, "again", -1)}
         assert store.committed_offsets("audit") == {tp: pylog.OffsetAndMetadata(2, "", -1)}
         assert "local-only" not in store.topics()
+
+
+def test_a_store_attached_read_only_from_the_bucket_reads_every_shipped_record(tmp_path, remote_settings):
+    """``pylog.attach``: no local store at all (the shipping store's directory is gone); ``read``,
+    ``read_columns``, read_committed and a consumer get every shipped record, byte for byte, from the bucket."""
+    import shutil
+
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        want, _ = _transactions_then_fill(store.topic(TOPIC).partition(0))
+        store.upload_to_remote()
+        end = store.remote_log(TOPIC, 0).manifest().end_offset
+        everything = [r.value for r in store.topic(TOPIC).partition(0).read(0, 10 ** 6, max_bytes=1 << 30)]
+    shutil.rmtree(tmp_path / "s")
+    opts = {k.replace(".", "_"): v for k, v in remote_settings.items() if k != "remote.storage.location"}
+    with pylog.attach(remote_settings["remote.storage.location"], **opts) as store:
+        assert store.read_only and store.topics() == [TOPIC]
+        part = store.topic(TOPIC).partition(0)
+        assert part.offsets() == (0, end) and end > 100
+        got, offset = [], 0
+        while offset < end:
+            batch = part.read(offset, max_records=37)
+            got += batch
+            offset = batch[-1].offset + 1
+        assert [r.value for r in got] == everything[:len(got)] and len(got) == len(everything[:len(got)])
+        cols = part.read_columns(10, max_records=10)  # past the two markers at 5 and 6; up to a segment's end
+        assert 0 < len(cols.offsets) and list(cols.offsets) == list(range(10, 10 + len(cols.offsets)))
+        assert cols.values() == everything[8:8 + len(cols.offsets)]  # offsets 5 and 6 are markers
+        committed = _committed_values(part)
+        assert committed == want[:len(committed)] and len(committed) > len(want) // 2
+        consumer = store.consumer(TOPIC, auto_offset_reset="earliest", max_poll_records=50)
+        try:
+            polled: list[bytes] = []
+            for _ in range(100):
+                for records in consumer.poll(timeout_ms=100).values():
+                    polled += [r.value for r in records]
+                if len(polled) >= len(got):
+                    break
+        finally:
+            consumer.close()
+        assert polled == [r.value for r in got]
+        directory = store.path
+    assert not os.path.exists(directory)  # the attach's temporary directory went with the store

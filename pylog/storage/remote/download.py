@@ -26,7 +26,7 @@ from .layout import segment_object
 from .manifest import Manifest, RemoteSegment
 from .objects import ObjectStore
 
-__all__ = ["restore_partition", "segment_files", "SNAPSHOT_SUFFIX", "TXN_INDEX_SUFFIX"]
+__all__ = ["restore_partition", "stub_partition", "segment_files", "SNAPSHOT_SUFFIX", "TXN_INDEX_SUFFIX"]
 
 SNAPSHOT_SUFFIX = ".snapshot"
 
@@ -66,6 +66,21 @@ def restore_partition(objects: ObjectStore, topic: str, partition: int, m: Manif
     write_checkpoint(os.path.join(directory, CHECKPOINT_FILE),
                      Checkpoint(recovery_point=0, log_start_offset=m.log_start_offset, clean=False))
     fsync_dir(directory)
+
+
+def stub_partition(m: Manifest, directory: str) -> None:
+    """A partition in ``directory`` (absent or empty) holding none of ``m``'s records locally: an empty segment
+    at the remote log end and a clean checkpoint with the log start there, so that every offset of the remote
+    log lies below the local log start and reads fall through to the bucket (a read-only attach).
+
+    :raises StorePathError: when ``directory`` holds files.
+    """
+    os.makedirs(directory, exist_ok=True)
+    if os.listdir(directory):
+        raise StorePathError(f"a partition stub needs an empty directory, {directory} holds files")
+    open(segment_path(directory, m.end_offset, LOG_SUFFIX), "xb").close()
+    write_checkpoint(os.path.join(directory, CHECKPOINT_FILE),
+                     Checkpoint(recovery_point=m.end_offset, log_start_offset=m.end_offset, clean=True))
 
 
 def _download_checked(objects: ObjectStore, name: str, size: int, crc: int, target: str) -> None:

@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from ...errors import RemoteDataCorruptError, RemoteObjectMissingError, StorePathError
 from ..fileio import atomic_write, fsync_dir
 from ..filenames import STORE_FILE, TOPIC_FILE, valid_topic_name
+from .download import stub_partition
 from .group_offsets import MAX_GROUP_OFFSETS_BYTES, GroupOffsets, decode_group_offsets
 from .layout import GROUP_OFFSETS, STORE_MARKER, manifest_name, topic_file
 from .objects import ObjectStore
@@ -75,9 +76,14 @@ def _read_small(path: str) -> bytes:
         return f.read(_MAX_METADATA_BYTES + 1)
 
 
-def restore_store(objects: ObjectStore, directory: str) -> RestoredStore:
+def restore_store(objects: ObjectStore, directory: str, attach: bool = False) -> RestoredStore:
     """Rebuild the store shipped to ``objects`` in ``directory`` (absent or empty): the marker, every topic's
     ``topic.json`` and every partition (:meth:`RemoteLog.restore`).
+
+    With ``attach``, the partitions are not downloaded: each gets only an empty segment at its remote log end
+    and a clean checkpoint with its log start there (:func:`~.download.stub_partition`), so a read-only store
+    opened on ``directory`` with the location reads every shipped offset from the bucket (a read-only attach:
+    ``pylog.attach``), as of the manifests read now.
 
     :raises StorePathError: when ``directory`` holds files.
     :raises RemoteObjectMissingError: when the location holds no store marker.
@@ -98,6 +104,11 @@ def restore_store(objects: ObjectStore, directory: str) -> RestoredStore:
         result.partitions[topic] = {}
         for p in range(partitions):
             target = os.path.join(directory, topic, str(p))
+            if attach:
+                m = RemoteLog(objects, topic, p).manifest()
+                stub_partition(m, target)
+                result.partitions[topic][p] = (m.log_start_offset, m.end_offset)
+                continue
             if objects.head(manifest_name(topic, p)) is None:
                 os.makedirs(target)  # never shipped: restored empty
                 result.partitions[topic][p] = (0, 0)
