@@ -64,6 +64,21 @@ def _remote_values(rl, start: int, end: int) -> list[bytes]:
     return out
 
 
+def _consume(store: pylog.Store, count: int, **kw) -> list[bytes]:
+    """The values a consumer of TOPIC (no group, from the earliest offset) polls until it has ``count``."""
+    consumer = store.consumer(TOPIC, auto_offset_reset="earliest", **kw)
+    try:
+        got: list[bytes] = []
+        for _ in range(200):
+            for records in consumer.poll(timeout_ms=100).values():
+                got += [r.value for r in records]
+            if len(got) >= count:
+                break
+    finally:
+        consumer.close()
+    return got
+
+
 # ------------------------------------------------------------------------------------------ settings
 
 def test_kip405_settings_default_to_off_and_local_retention_to_the_total():
@@ -314,17 +329,7 @@ def test_reads_below_the_local_log_start_fall_through_to_the_bucket(tmp_path, re
 def test_a_consumer_reads_from_the_remote_start_through_the_boundary(tmp_path, remote_settings):
     with _open(tmp_path / "s", remote_settings) as store:
         _, values, _ = _shipped_and_trimmed(store)
-        consumer = store.consumer(TOPIC, auto_offset_reset="earliest", max_poll_records=9)
-        try:
-            got = []
-            for _ in range(200):
-                for records in consumer.poll(timeout_ms=100).values():
-                    got += [r.value for r in records]
-                if len(got) >= len(values):
-                    break
-        finally:
-            consumer.close()
-        assert got == values
+        assert _consume(store, len(values), max_poll_records=9) == values
 
 
 def test_another_process_reads_shipped_segments_it_no_longer_has_locally(tmp_path, remote_settings):
@@ -574,16 +579,6 @@ def test_a_store_attached_read_only_from_the_bucket_reads_every_shipped_record(t
         assert cols.values() == everything[8:8 + len(cols.offsets)]  # offsets 5 and 6 are markers
         committed = _committed_values(part)
         assert committed == want[:len(committed)] and len(committed) > len(want) // 2
-        consumer = store.consumer(TOPIC, auto_offset_reset="earliest", max_poll_records=50)
-        try:
-            polled: list[bytes] = []
-            for _ in range(100):
-                for records in consumer.poll(timeout_ms=100).values():
-                    polled += [r.value for r in records]
-                if len(polled) >= len(got):
-                    break
-        finally:
-            consumer.close()
-        assert polled == [r.value for r in got]
+        assert _consume(store, len(got), max_poll_records=50) == [r.value for r in got]
         directory = store.path
     assert not os.path.exists(directory)  # the attach's temporary directory went with the store
