@@ -582,3 +582,27 @@ def test_a_store_attached_read_only_from_the_bucket_reads_every_shipped_record(t
         assert _consume(store, len(got), max_poll_records=50) == [r.value for r in got]
         directory = store.path
     assert not os.path.exists(directory)  # the attach's temporary directory went with the store
+
+
+def test_spark_reads_a_shipped_topic_from_the_bucket_alone(tmp_path, remote_settings, spark):
+    """``spark.read.format("pylog").load("s3://bucket/prefix")``: no store directory anywhere (the shipping
+    store is gone); the driver plans from the shipped manifests, the executors read the segments by ranged
+    GETs, and the rows are every shipped record, in order (markers are no rows)."""
+    import shutil
+
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, partitions=2, config=TIERED)
+        want, _ = _transactions_then_fill(store.topic(TOPIC).partition(0))
+        _fill(store.topic(TOPIC).partition(1), 40)
+        store.upload_to_remote()
+        ends = [store.remote_log(TOPIC, p).manifest().end_offset for p in (0, 1)]
+        shipped = {p: [r.value for r in store.topic(TOPIC).partition(p).read(0, 10 ** 6, max_bytes=1 << 30)
+                       if r.offset < ends[p]] for p in (0, 1)}
+    shutil.rmtree(tmp_path / "s")
+    reader = (spark.read.format("pylog").option("subscribe", TOPIC)
+              .option("remote.storage.endpoint.url", remote_settings["remote.storage.endpoint.url"]))
+    rows = reader.option("minPartitions", 3).load(remote_settings["remote.storage.location"]) \
+        .select("partition", "offset", "value").orderBy("partition", "offset").collect()
+    for p in (0, 1):
+        got = [bytes(r.value) for r in rows if r.partition == p]
+        assert got == shipped[p] and [r.offset for r in rows if r.partition == p][-1] == ends[p] - 1

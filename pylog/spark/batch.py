@@ -30,9 +30,10 @@ class PylogInputPartition(InputPartition):
     """One Spark task's work: offsets ``[start, end)`` of one log partition, plus how to read them."""
 
     def __init__(self, path: str, rng: OffsetRange, include_headers: bool, fail_on_data_loss: bool,
-                 columns: Sequence[str] | None = None) -> None:
+                 columns: Sequence[str] | None = None, remote: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(rng)
         self.path = path
+        self.remote = remote  # how to reach the bucket of an s3:// path
         self.range = rng
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
@@ -51,7 +52,7 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
 
 
 def _read(partition: PylogInputPartition) -> Iterator[pa.RecordBatch]:
-    store = open_store(partition.path)
+    store = open_store(partition.path, partition.remote)
     try:
         yield from read_range(store, partition.range, partition.include_headers, partition.fail_on_data_loss,
                               columns=partition.columns)
@@ -68,14 +69,14 @@ class PylogBatchReader(DataSourceReader):
         self.pushed: RangeFilter | None = None
 
     def partitions(self) -> Sequence[InputPartition]:
-        store = open_store(self.opts.path)
+        store = open_store(self.opts.path, self.opts.remote)
         try:
             ranges = plan_ranges(store, self.opts, self.pushed)
         finally:
             store.close()
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
         return [PylogInputPartition(self.opts.path, r, self.opts.include_headers, self.opts.fail_on_data_loss,
-                                    self.columns) for r in ranges]
+                                    self.columns, self.opts.remote) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)
