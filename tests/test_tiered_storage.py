@@ -606,3 +606,61 @@ def test_spark_reads_a_shipped_topic_from_the_bucket_alone(tmp_path, remote_sett
     for p in (0, 1):
         got = [bytes(r.value) for r in rows if r.partition == p]
         assert got == shipped[p] and [r.offset for r in rows if r.partition == p][-1] == ends[p] - 1
+
+
+# ------------------------------------------------------------------------------------------ failures
+
+def test_a_manifest_naming_a_missing_object_fails_reads_clearly_and_pylog_verify_remote_reports_it(
+        tmp_path, remote_settings, s3_endpoint):
+    """An object the manifest names deleted behind pylog's back: a read below the local log start raises
+    RemoteObjectMissingError naming it (never garbage or a foreign exception), and ``pylog verify --remote``
+    reports it with exit 1 while the local check passes."""
+    import io
+
+    from pylog.cli import main
+    from pylog.storage.remote.layout import segment_object
+    from s3_server import raw_client
+
+    with _open(tmp_path / "s", remote_settings) as store:
+        part, values, local_start = _shipped_and_trimmed(store)
+        seg = store.remote_log(TOPIC, 0).manifest().segments[0]
+        bucket, prefix = remote_settings["remote.storage.location"][len("s3://"):].split("/", 1)
+        key = f"{prefix}/{segment_object(TOPIC, 0, seg.base_offset, seg.log_crc, '.log')}"
+        raw_client(s3_endpoint).delete_object(Bucket=bucket, Key=key)
+        with pytest.raises(pylog.RemoteObjectMissingError, match=key):
+            part.read(0)
+        assert [r.value for r in part.read(local_start, max_records=3)] == values[local_start:local_start + 3]
+    out = io.StringIO()
+    code = main(["verify", str(tmp_path / "s"), "--remote", remote_settings["remote.storage.location"],
+                 "--endpoint-url", s3_endpoint], out)
+    text = out.getvalue()
+    assert code == 1 and "verify: no problems" in text and f"{key}: missing" in text, text
+    assert "verify-remote: 1 problem(s)" in text
+
+
+def test_a_half_finished_multipart_upload_at_a_segment_key_changes_nothing(tmp_path, remote_settings, s3_endpoint):
+    """pylog ships each object in one PUT; a multipart upload someone left unfinished at a segment's key is no
+    object (S3 lists and serves none until it completes), so shipping, reads and checks go on unaffected."""
+    from pylog.storage.records import crc32c
+    from pylog.storage.remote import ObjectStore
+    from pylog.storage.remote.layout import segment_object
+    from s3_server import raw_client
+
+    client = raw_client(s3_endpoint)
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        values = _fill(part)
+        bucket, prefix = remote_settings["remote.storage.location"][len("s3://"):].split("/", 1)
+        log_file = tmp_path / "s" / TOPIC / "0" / ("0" * 20 + ".log")
+        key = f"{prefix}/{segment_object(TOPIC, 0, 0, crc32c(log_file.read_bytes()), '.log')}"  # the name it ships to
+        size = log_file.stat().st_size
+        upload = client.create_multipart_upload(Bucket=bucket, Key=key)
+        client.upload_part(Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * 1024)
+        store.upload_to_remote()
+        part.enforce_retention()
+        assert store.cleaner_status().remote_failures == 0 and part.segments[0].base_offset > 0
+        assert [r.value for r in part.read(0, 10 ** 6, max_bytes=1 << 30)][:20] == values[:20]
+        assert store.remote_log(TOPIC, 0).check(full=True) == []
+        info = ObjectStore.from_settings(remote_settings).head(key[len(prefix) + 1:])
+        assert info is not None and info.size == size  # the segment's own PUT, not the unfinished upload

@@ -1,5 +1,6 @@
-"""``pylog restore`` and ``pylog verify-remote``: a store rebuilt from the bucket it was shipped to, and a
-bucket checked against its remote manifests (tiered storage, being built: docs/ARCHITECTURE.md).
+"""``pylog restore`` and ``pylog verify-remote`` (also ``pylog verify --remote``): a store rebuilt from the
+bucket it was shipped to, and a bucket checked against its remote manifests (tiered storage:
+docs/ARCHITECTURE.md).
 
 Both take the location as ``s3://bucket/prefix``; the endpoint, region and profile come from the options or
 boto3's standard chain (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``~/.aws``), credentials from that chain only.
@@ -11,10 +12,10 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from ..storage.remote import ObjectStore, RemoteLog
 from ..tiered import restore
 from .base import ExitCode, open_store
-from .maintenance import report_partition, verify
+from .maintenance import verify
+from .remote_check import client_options, objects_of, verify_remote
 
 __all__ = ["register"]
 
@@ -29,7 +30,7 @@ def register(sub: Any) -> None:
                                    "when the verification finds problems.")
     r.add_argument("location", help="s3://bucket/prefix the store was shipped to")
     r.add_argument("directory", help="where to restore it (missing or empty)")
-    _client_options(r)
+    client_options(r)
     r.set_defaults(run=_restore)
     v = sub.add_parser("verify-remote", help="check a bucket's shipped segments against their manifests",
                        description="For every partition shipped under LOCATION (or only TOPICs), check that each "
@@ -38,20 +39,8 @@ def register(sub: Any) -> None:
     v.add_argument("location", help="s3://bucket/prefix")
     v.add_argument("topics", nargs="*", metavar="topic", help="only these topics (default: all)")
     v.add_argument("--full", action="store_true", help="download every object and check its CRC-32C")
-    _client_options(v)
+    client_options(v)
     v.set_defaults(run=_verify_remote)
-
-
-def _client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--endpoint-url", default="", help="the S3 API's URL (default: AWS_ENDPOINT_URL or AWS)")
-    parser.add_argument("--region", default="", help="the bucket's region (default: AWS_REGION or the profile's)")
-    parser.add_argument("--profile", default="", help="the AWS credentials profile")
-
-
-def _objects(args: argparse.Namespace) -> ObjectStore:
-    return ObjectStore.from_settings({"remote.storage.location": args.location,
-                                      "remote.storage.endpoint.url": args.endpoint_url,
-                                      "remote.storage.region": args.region, "remote.storage.profile": args.profile})
 
 
 def _restore(args: argparse.Namespace, out: TextIO) -> ExitCode:
@@ -67,15 +56,5 @@ def _restore(args: argparse.Namespace, out: TextIO) -> ExitCode:
 
 
 def _verify_remote(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    objects = _objects(args)
-    problems = 0
-    for topic in args.topics or sorted(objects.folders("")):
-        for partition in sorted(int(p) for p in objects.folders(topic + "/") if p.isdigit()):
-            remote = RemoteLog(objects, topic, partition)
-            found = remote.check(full=args.full)
-            m = remote.manifest()
-            problems += len(found)
-            report_partition(out, f"{topic}-{partition}", f"{len(m.segments)} shipped segments",
-                             m.log_start_offset, m.end_offset, found)
-    print("verify-remote: " + ("no problems" if not problems else f"{problems} problem(s)"), file=out)
+    problems = verify_remote(objects_of(args.location, args), args.topics, args.full, out)
     return ExitCode.OK if not problems else ExitCode.PROBLEMS
