@@ -97,6 +97,8 @@ class RemoteLog:
         self._manifest_name = manifest_name(topic, partition)
         self._lock = threading.Lock()
         self._cached: Manifest | None = None
+        #: The ETag of :attr:`_cached` when this object loaded or wrote it (None: unknown or never written).
+        self._cached_etag: str | None = None
 
     def __repr__(self) -> str:
         return f"RemoteLog({self.objects.url(partition_prefix(self.topic, self.partition))!r})"
@@ -112,13 +114,13 @@ class RemoteLog:
             raw, etag = self.objects.get(self._manifest_name, max_bytes=MAX_MANIFEST_BYTES)
         except RemoteObjectMissingError:
             m: Manifest = Manifest(self.topic, self.partition)
-            self._cached = m
+            self._cached, self._cached_etag = m, None
             return m, None
         m = decode_manifest(raw, self.objects.url(self._manifest_name))
         if (m.topic, m.partition) != (self.topic, self.partition):
             raise RemoteDataCorruptError(f"remote manifest of {m.topic}/{m.partition} found for "
                                          f"{self.topic}/{self.partition}", self.objects.url(self._manifest_name))
-        self._cached = m
+        self._cached, self._cached_etag = m, etag
         return m, etag
 
     def manifest(self, refresh: bool = False) -> Manifest:
@@ -128,22 +130,33 @@ class RemoteLog:
 
     def commit(self, change: Callable[[Manifest], Manifest]) -> Manifest:
         """Apply ``change`` (a pure function of the committed manifest; returning its argument means "nothing
-        to do") and write the result conditionally, re-reading and re-applying after a lost race.
+        to do") and write the result conditionally, re-reading and re-applying after a lost race. The first
+        attempt starts from the manifest this object last wrote or loaded, when it knows its ETag (the usual
+        case of one shipper: no read per commit); the conditional write refuses it if that is stale.
 
         :raises RemoteConflictError: when ``change`` refuses the committed state, or after
             :data:`COMMIT_ATTEMPTS` lost races.
         """
-        for _ in range(COMMIT_ATTEMPTS):
-            m, etag = self.load()
-            new = change(m)
+        m, etag = self._cached, self._cached_etag
+        for attempt in range(COMMIT_ATTEMPTS):
+            loaded = m is None or etag is None or attempt > 0
+            if loaded:
+                m, etag = self.load()
+            assert m is not None
+            try:
+                new = change(m)
+            except RemoteConflictError:
+                if loaded:
+                    raise
+                continue  # refused on a manifest that may be stale: decide again on the committed one
             if new is m:
-                return m
+                return m  # nothing to do (on a stale manifest too: a log only grows and its start only rises)
             new = replace(new, epoch=m.epoch + 1)
             try:
-                self.objects.put_replacing(self._manifest_name, encode_manifest(new), etag)
+                written = self.objects.put_replacing(self._manifest_name, encode_manifest(new), etag)
             except RemoteConflictError:
                 continue  # another process committed in between: decide again on its state
-            self._cached = new
+            self._cached, self._cached_etag = new, written
             return new
         raise RemoteConflictError(f"the manifest kept changing under {COMMIT_ATTEMPTS} attempts to commit",
                                   self.objects.url(self._manifest_name))
