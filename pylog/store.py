@@ -99,6 +99,9 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False, create: bool = True,
                  **options: Any) -> None:
+        if str(os.fspath(path)).lower().startswith(("s3://", "s3a://")):  # never a directory named "s3:"
+            raise StorePathError(f"{path}: a bucket is not a store directory; pylog.attach(location) reads what a "
+                                 "store shipped there, pylog.restore(location, directory) copies it")
         self.path = os.path.abspath(os.fspath(path))
         self._create = bool(create) and not read_only
         self._defaults, self._settings = split_store_options(options)

@@ -664,3 +664,13 @@ def test_a_half_finished_multipart_upload_at_a_segment_key_changes_nothing(tmp_p
         assert store.remote_log(TOPIC, 0).check(full=True) == []
         info = ObjectStore.from_settings(remote_settings).head(key[len(prefix) + 1:])
         assert info is not None and info.size == size  # the segment's own PUT, not the unfinished upload
+
+
+def test_opening_a_bucket_as_a_store_directory_is_refused_pointing_to_attach(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for location in ("s3://bucket/prefix", "S3A://bucket/prefix"):
+        with pytest.raises(pylog.StorePathError, match="pylog.attach"):
+            pylog.open(location)
+    assert not list(tmp_path.iterdir())  # no directory "s3:" made
+    with pytest.raises(pylog.errors.InvalidArgumentError, match="s3://bucket/prefix"):
+        pylog.attach(str(tmp_path))
