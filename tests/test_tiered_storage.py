@@ -674,3 +674,32 @@ def test_opening_a_bucket_as_a_store_directory_is_refused_pointing_to_attach(tmp
     assert not list(tmp_path.iterdir())  # no directory "s3:" made
     with pytest.raises(pylog.errors.InvalidArgumentError, match="s3://bucket/prefix"):
         pylog.attach(str(tmp_path))
+
+
+def test_a_kafka_client_reading_committed_drops_shipped_aborted_transactions_through_pylog_serve(tmp_path,
+                                                                                               remote_settings):
+    """kafka-python with isolation_level=read_committed through ``pylog serve``, every record below the local
+    log start: Fetch sends the shipped aborted-transaction index's entries, so the client drops the aborted
+    records and gets the committed ones, once, in order."""
+    kafka = pytest.importorskip("kafka")
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        want, marker = _transactions_then_fill(part)
+        store.upload_to_remote()
+        part.enforce_retention()
+        assert part.segments[0].base_offset > marker
+        expected = _committed_values(part)
+        with pylog.serve(store, port=0) as server:
+            consumer = kafka.KafkaConsumer(TOPIC, bootstrap_servers=server.bootstrap_servers,
+                                           auto_offset_reset="earliest", consumer_timeout_ms=10_000,
+                                           isolation_level="read_committed", max_partition_fetch_bytes=4096)
+            got = []
+            try:
+                for rec in consumer:
+                    got.append(rec.value)
+                    if len(got) >= len(expected):
+                        break
+            finally:
+                consumer.close()
+    assert expected[:2] == [b"committed" * 30] * 2 and got == expected
