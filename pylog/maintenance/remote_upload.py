@@ -86,6 +86,8 @@ class RemoteUploader:
         self._partitions = partitions
         self._report = report
         self._group_offsets = group_offsets
+        #: The group offsets object this uploader last shipped (or found shipped): not compared again while equal.
+        self._offsets_shipped: bytes | None = None
         #: False without a ``remote.storage.location``: then it never starts a thread and ships nothing.
         self.enabled = bool(settings["remote.storage.location"])
         self.config: RemoteStorageConfig | None = None
@@ -179,7 +181,9 @@ class RemoteUploader:
                 return
             topics = sorted({p.topic for p in chosen})
             try:
-                ship_store_metadata(objects, self._name, topics, self._shipped_offsets(set(topics)))
+                offsets = self._shipped_offsets(set(topics))
+                ship_store_metadata(objects, self._name, topics, None if offsets == self._offsets_shipped else offsets)
+                self._offsets_shipped = offsets
             except Exception as exc:  # noqa: BLE001 - retried next pass; segments still ship
                 log.warning("pylog remote upload: the store's metadata of %s was not shipped: %s", self._name, exc)
                 self._report("store metadata", UploadCounts(), "".join(traceback.format_exception(exc)))
