@@ -38,13 +38,16 @@ from .layout import segment_object
 from .manifest import TXNINDEX_UNKNOWN, Manifest, RemoteSegment
 from .objects import ObjectStore
 
-__all__ = ["RemoteReader", "RemoteBatches", "READ_CHUNK", "INDEX_CACHE_SIZE"]
+__all__ = ["RemoteReader", "RemoteBatches", "READ_CHUNK", "INDEX_CACHE_SIZE", "TXN_INDEX_CACHE_SIZE"]
 
 #: Bytes a read has in hand at least per fetch: index entries are index.interval.bytes apart (4 KiB by
 #: default), so one fetch usually covers the scan from the entry and the batches asked for.
 READ_CHUNK = 64 << 10
 #: Shipped offset indexes kept parsed per reader (each a few KiB to a few MiB).
 INDEX_CACHE_SIZE = 16
+#: Shipped aborted-transaction indexes kept parsed per reader (36 bytes an entry): a read_committed read
+#: collects the entries of every later segment that has one, until an entry ends the scan.
+TXN_INDEX_CACHE_SIZE = 1024
 
 
 @dataclass(frozen=True)
@@ -124,13 +127,14 @@ class RemoteReader:
         return out
 
     def _txn_index(self, seg: RemoteSegment) -> list[AbortedTxn]:
-        return self._cached(self._txn_indexes, seg, TXN_INDEX_SUFFIX, seg.txnindex_size, seg.txnindex_crc,
-                            decode_index)
+        return self._cached(self._txn_indexes, TXN_INDEX_CACHE_SIZE, seg, TXN_INDEX_SUFFIX, seg.txnindex_size,
+                            seg.txnindex_crc, decode_index)
 
-    def _cached(self, cache: "OrderedDict[tuple[int, int], Any]", seg: RemoteSegment, suffix: str, size: int,
-                crc: int, parse: Callable[[bytes, str], Any]) -> Any:
-        """A shipped index of ``seg``, from ``cache`` or fetched, checked against the manifest's size and CRC,
-        parsed with ``parse(raw, where)`` (whose CorruptRecordError becomes RemoteDataCorruptError) and kept."""
+    def _cached(self, cache: "OrderedDict[tuple[int, int], Any]", bound: int, seg: RemoteSegment, suffix: str,
+                size: int, crc: int, parse: Callable[[bytes, str], Any]) -> Any:
+        """A shipped index of ``seg``, from ``cache`` (at most ``bound`` kept) or fetched, checked against the
+        manifest's size and CRC, parsed with ``parse(raw, where)`` (whose CorruptRecordError becomes
+        RemoteDataCorruptError) and kept."""
         key = (seg.base_offset, seg.log_crc)
         with self._lock:
             found = cache.get(key)
@@ -151,7 +155,7 @@ class RemoteReader:
             raise RemoteDataCorruptError(exc.reason, where, exc.position) from None
         with self._lock:
             cache[key] = value
-            while len(cache) > INDEX_CACHE_SIZE:
+            while len(cache) > bound:
                 cache.popitem(last=False)
         return value
 
@@ -171,7 +175,7 @@ class RemoteReader:
         return h
 
     def _offset_index(self, seg: RemoteSegment) -> SealedIndex:
-        return self._cached(self._indexes, seg, INDEX_SUFFIX, seg.index_size, seg.index_crc,
+        return self._cached(self._indexes, INDEX_CACHE_SIZE, seg, INDEX_SUFFIX, seg.index_size, seg.index_crc,
                             lambda raw, where: check_sealed(raw, OFFSET_INDEX_MAGIC, seg.base_offset, where))
 
 
