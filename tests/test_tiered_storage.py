@@ -703,3 +703,24 @@ def test_a_kafka_client_reading_committed_drops_shipped_aborted_transactions_thr
             finally:
                 consumer.close()
     assert expected[:2] == [b"committed" * 30] * 2 and got == expected
+
+
+def test_a_damaged_shipped_aborted_transaction_index_fails_read_committed_and_never_lets_records_through(
+        tmp_path, remote_settings, s3_endpoint):
+    from pylog.storage.remote.layout import segment_object
+    from s3_server import raw_client
+
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        _transactions_then_fill(part)
+        store.upload_to_remote()
+        part.enforce_retention()
+        seg = next(s for s in store.remote_log(TOPIC, 0).manifest().segments if s.txnindex_size > 0)
+        bucket, prefix = remote_settings["remote.storage.location"][len("s3://"):].split("/", 1)
+        key = f"{prefix}/{segment_object(TOPIC, 0, seg.base_offset, seg.log_crc, '.txnindex')}"
+        raw = raw_client(s3_endpoint).get_object(Bucket=bucket, Key=key)["Body"].read()
+        raw_client(s3_endpoint).put_object(Bucket=bucket, Key=key, Body=raw[:-1] + bytes([raw[-1] ^ 1]))
+        with pytest.raises(pylog.RemoteDataCorruptError, match="txnindex"):
+            internals(part).read_isolated(0, 50, 1 << 20, "read_committed")
+        assert [r.value for r in part.read(0, max_records=3)] == [b"aborted" * 40] * 3  # read_uncommitted
