@@ -55,13 +55,13 @@ def ship_store_metadata(objects: ObjectStore, root: str, topics: list[str], grou
     :raises RemoteConflictError: when another process changed one of them meanwhile.
     """
     written = 0
-    files = [(STORE_MARKER, _read_small(os.path.join(root, STORE_FILE)))]
-    files += [(topic_file(t), _read_small(os.path.join(root, t, TOPIC_FILE))) for t in topics]
+    files = [(STORE_MARKER, _read_small(os.path.join(root, STORE_FILE)), _MAX_METADATA_BYTES)]
+    files += [(topic_file(t), _read_small(os.path.join(root, t, TOPIC_FILE)), _MAX_METADATA_BYTES) for t in topics]
     if group_offsets is not None:
-        files.append((GROUP_OFFSETS, group_offsets))
-    for name, local in files:
+        files.append((GROUP_OFFSETS, group_offsets, MAX_GROUP_OFFSETS_BYTES))
+    for name, local, bound in files:
         try:
-            remote, etag = objects.get(name, max_bytes=max(len(local), _MAX_METADATA_BYTES))
+            remote, etag = objects.get(name, max_bytes=bound)
         except RemoteObjectMissingError:
             remote, etag = None, None
         if remote == local:
