@@ -53,7 +53,7 @@ from .storage.group_commit import DEFAULT_SYNCFS_PARTITIONS, GroupCommit
 from .storage import group_commit
 from .storage.handles import HandleCache
 from .storage.filenames import (OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE, TRANSACTION_STATE_TOPIC,
-                                check_group_id,
+                                check_group_id, refuse_bucket_path,
                                 deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
                                 topic_name_problem)
 from .storage.records import crc32c
@@ -104,10 +104,7 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False, create: bool = True,
                  **options: Any) -> None:
-        if str(os.fspath(path)).lower().startswith(("s3://", "s3a://")):  # never a directory named "s3:"
-            raise StorePathError(f"{path}: a bucket is not a store directory; pylog.attach(location) reads what a "
-                                 "store shipped there, pylog.restore(location, directory) copies it")
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = os.path.abspath(refuse_bucket_path(os.fspath(path)))  # never a directory named "s3:"
         self._create = bool(create) and not read_only
         self._defaults, self._settings = split_store_options(options)
         #: Opened with ``read_only=True``: reads only; every writing call raises ReadOnlyStoreError.

@@ -31,7 +31,7 @@ import os
 import re
 from typing import Any
 
-from ..errors import InvalidGroupError
+from ..errors import InvalidGroupError, StorePathError
 
 __all__ = [
     "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "CLEANED_SUFFIX", "SWAP_SUFFIX", "DELETED_SUFFIX",
@@ -45,7 +45,7 @@ __all__ = [
     "legacy_topic_name", "is_deletion_leftover", "check_group_id",
     "OFFSETS_TOPIC", "GROUPS_DIR", "NOTIFY_FILE", "CLEANERS_DIR", "TRANSACTION_STATE_TOPIC", "TRANSACTIONS_DIR",
     "COORDINATOR_EPOCH_FILE", "TRANSIENT_TOPICS", "SEGMENT_SNAPSHOT_SUFFIX", "list_segment_snapshots",
-    "remove_segment_snapshots",
+    "remove_segment_snapshots", "refuse_bucket_path",
 ]
 
 LOG_SUFFIX = ".log"
@@ -134,6 +134,15 @@ def _is_segment_log(name: str) -> bool:
 def parse_base_offset(name: str) -> int | None:
     """Base offset of a ``.log`` file name, or None for any other name."""
     return int(name[:20]) if _is_segment_log(name) else None
+
+
+def refuse_bucket_path(path: str) -> str:
+    """``path``, unless it is a bucket's location (``s3://``, ``s3a://``), which is refused rather than made a
+    directory ``s3:``. :raises StorePathError:"""
+    if path.lower().startswith(("s3://", "s3a://")):
+        raise StorePathError(f"{path}: a bucket is not a store directory; pylog.attach(location) reads what a "
+                             "store shipped there, pylog.restore(location, directory) copies it")
+    return path
 
 
 def list_segment_snapshots(directory: str) -> list[int]:
