@@ -30,13 +30,14 @@ class PylogInputPartition(InputPartition):
     """One Spark task's work: offsets ``[start, end)`` of one log partition, plus how to read them."""
 
     def __init__(self, path: str, rng: OffsetRange, include_headers: bool, fail_on_data_loss: bool,
-                 columns: Sequence[str] | None = None) -> None:
+                 columns: Sequence[str] | None = None, isolation_level: str = "read_uncommitted") -> None:
         super().__init__(rng)
         self.path = path
         self.range = rng
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
         self.columns = tuple(columns) if columns is not None else None  # None: the whole Kafka schema
+        self.isolation_level = isolation_level
 
     def __repr__(self) -> str:
         r = self.range
@@ -54,7 +55,7 @@ def _read(partition: PylogInputPartition) -> Iterator[pa.RecordBatch]:
     store = open_store(partition.path)
     try:
         yield from read_range(store, partition.range, partition.include_headers, partition.fail_on_data_loss,
-                              columns=partition.columns)
+                              columns=partition.columns, isolation_level=partition.isolation_level)
     finally:
         store.close()
 
@@ -75,7 +76,7 @@ class PylogBatchReader(DataSourceReader):
             store.close()
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
         return [PylogInputPartition(self.opts.path, r, self.opts.include_headers, self.opts.fail_on_data_loss,
-                                    self.columns) for r in ranges]
+                                    self.columns, self.opts.isolation_level) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)

@@ -78,6 +78,9 @@ _TRIGGER = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 #: The Kafka source's options, which its sink ignores (and so does pylog's).
 _KAFKA_SOURCE = tuple(n for n in _BATCH_READ if n != "filterPushdown") + _TRIGGER + _KAFKA_CLIENT
 _KAFKA_PREFIX = "kafka."
+#: The one Kafka consumer setting pylog honours: ``read_committed`` reads stop at the last stable offset and skip
+#: aborted transactions, as Kafka's source does with this setting.
+_ISOLATION = "kafka.isolation.level"
 
 _IGNORED = {
     "batch reads": _KAFKA_CLIENT + _TRIGGER + ("topic",),
@@ -142,6 +145,7 @@ class ReadOptions:
     include_headers: bool = False
     filter_pushdown: bool = False
     max_offsets_per_trigger: int | None = None
+    isolation_level: str = "read_uncommitted"
 
 
 @dataclass(frozen=True)
@@ -172,6 +176,8 @@ def _normalise(options: Mapping[str, str], allowed: tuple[str, ...], mode: str) 
     for key, value in options.items():
         low = key.lower()
         name = _CANONICAL.get(low)
+        if low == _ISOLATION and mode != "writes":
+            continue  # parsed by parse_read_options
         if low.startswith(_KAFKA_PREFIX) or low in ignored_lower:
             ignored.append(name or key)
             continue
@@ -365,6 +371,12 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = F
     if strategy not in ("error", "latest"):
         raise InvalidOptionError("startingOffsetsByTimestampStrategy", f"expected error or latest, got {strategy!r}")
     lenient = streaming is None or streaming
+    isolation = "read_uncommitted"
+    for key, value in options.items():
+        if key.lower() == _ISOLATION and value is not None:
+            isolation = str(value).strip().lower()
+            if isolation not in ("read_uncommitted", "read_committed"):
+                raise InvalidOptionError(_ISOLATION, f"expected read_uncommitted or read_committed, got {value!r}")
     return ReadOptions(
         path=path,
         subscription=_subscription(opts),
@@ -377,6 +389,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = F
         include_headers=_bool(opts, "includeHeaders", False),
         filter_pushdown=_bool(opts, "filterPushdown", False),
         max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", 1),
+        isolation_level=isolation,
     )
 
 

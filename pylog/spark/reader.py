@@ -42,7 +42,7 @@ from .options import (DataLossError, InvalidOptionError, ReadOptions, Subscripti
 __all__ = [
     "OffsetRange", "ARROW_SCHEMA", "ARROW_SCHEMA_WITH_HEADERS", "HEADERS_TYPE", "open_store",
     "list_partitions", "plan_ranges", "split_ranges", "read_range", "columns_to_arrow", "binary_array",
-    "RangeFilter", "filter_from_pushed", "READ_RECORDS", "READ_BYTES", "COLUMNS", "arrow_schema",
+    "RangeFilter", "filter_from_pushed", "READ_RECORDS", "READ_BYTES", "COLUMNS", "arrow_schema", "visible_end",
 ]
 
 log = logging.getLogger("pylog.spark")
@@ -166,7 +166,7 @@ def plan_ranges(store: Store, opts: ReadOptions, pushed: RangeFilter | None = No
         if pushed is not None and not pushed.allows_partition(number):
             continue
         p = store.topic(topic).partition(number)
-        end_now = p.log_end_offset  # first: it refreshes a reader's view, which log_start_offset does not
+        end_now = visible_end(p, opts.isolation_level)  # first: it refreshes a reader's view (log_start does not)
         start_now = p.log_start_offset
         start = resolve_offset(opts.starting, topic, number, start_now, end_now, p.offset_for_timestamp,
                                strategy=opts.starting_by_timestamp_strategy)
@@ -194,6 +194,12 @@ def plan_ranges(store: Store, opts: ReadOptions, pushed: RangeFilter | None = No
         if start < end:
             ranges.append(OffsetRange(topic, number, start, end))
     return ranges
+
+
+def visible_end(p: Any, isolation_level: str) -> int:
+    """Where ``latest`` is for a reader of partition ``p``: the log end, or with ``read_committed`` the last stable
+    offset (Kafka's rule: such a reader never sees past the first open transaction)."""
+    return p.last_stable_offset if isolation_level == "read_committed" else p.log_end_offset
 
 
 def split_ranges(ranges: Sequence[OffsetRange], min_partitions: int | None,
@@ -290,9 +296,11 @@ def columns_to_arrow(cols: RecordColumns, topic: str, partition: int, include_he
 
 def read_range(store: Store, r: OffsetRange, include_headers: bool, fail_on_data_loss: bool,
                max_records: int = READ_RECORDS, max_bytes: int = READ_BYTES,
-               columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+               columns: Sequence[str] | None = None,
+               isolation_level: str = "read_uncommitted") -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records with offsets in ``[r.start, r.end)`` of one partition, in order
-    (only ``columns`` when given, see :func:`columns_to_arrow`).
+    (only ``columns`` when given, see :func:`columns_to_arrow`); with ``read_committed`` none of an aborted
+    transaction (the range ends at or below the last stable offset: :func:`visible_end`).
 
     :raises DataLossError: with ``fail_on_data_loss``, when offsets of the range were removed (retention,
         delete-records) before they were read, or the log ends before ``r.end`` (truncated or recreated).
@@ -301,7 +309,8 @@ def read_range(store: Store, r: OffsetRange, include_headers: bool, fail_on_data
     pos = r.start
     while pos < r.end:
         try:
-            cols = p.read_columns(pos, max_records=min(max_records, r.end - pos), max_bytes=max_bytes)
+            cols = p.read_columns(pos, max_records=min(max_records, r.end - pos), max_bytes=max_bytes,
+                                  isolation_level=isolation_level)  # type: ignore[arg-type]
         except OffsetOutOfRangeError as exc:
             start, end = exc.log_start_offset, exc.log_end_offset
             if start is not None and pos < start:
@@ -312,6 +321,8 @@ def read_range(store: Store, r: OffsetRange, include_headers: bool, fail_on_data
             raise
         if not len(cols):  # the log ends before the range does: it was truncated or recreated
             end = p.log_end_offset
+            if isolation_level == "read_committed" and end >= r.end:
+                return  # the rest of the range is aborted records and markers
             _data_loss(fail_on_data_loss, f"{r.topic}-{r.partition}: the log ends at {end}, before offset {r.end} "
                        "that the query planned to read up to", pos, p.log_start_offset, end)
             return

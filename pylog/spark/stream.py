@@ -28,7 +28,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from .options import DataLossError, ReadOptions, check_partitions_named, resolve_offset
-from .reader import OffsetRange, list_partitions, open_store, split_ranges
+from .reader import OffsetRange, list_partitions, open_store, split_ranges, visible_end
 from .batch import PylogInputPartition, read_partition
 
 __all__ = ["PylogStreamReader", "to_json", "from_json", "prorate"]
@@ -88,7 +88,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             out = {}
             for topic, number in list_partitions(store, self.opts.subscription):
                 p = store.topic(topic).partition(number)
-                end = p.log_end_offset
+                end = visible_end(p, self.opts.isolation_level)
                 out[(topic, number)] = (p.log_start_offset, end)
             return out
         finally:
@@ -102,7 +102,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             check_partitions_named(self.opts.starting, partitions)
             for topic, number in partitions:
                 p = store.topic(topic).partition(number)
-                end = p.log_end_offset
+                end = visible_end(p, self.opts.isolation_level)
                 start = p.log_start_offset
                 off = resolve_offset(self.opts.starting, topic, number, start, end, p.offset_for_timestamp,
                                      strategy=self.opts.starting_by_timestamp_strategy)
@@ -172,7 +172,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 ranges.append(OffsetRange(tp[0], tp[1], b, e))
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
         return [PylogInputPartition(self.opts.path, r, self.opts.include_headers, self.opts.fail_on_data_loss,
-                                    self.columns) for r in ranges]
+                                    self.columns, self.opts.isolation_level) for r in ranges]
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)

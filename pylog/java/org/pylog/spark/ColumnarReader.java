@@ -19,7 +19,8 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  *
  * <p>Invariants: rows come out in offset order, each once, only offsets inside the range; only the columns
  * of the read schema are decoded (none at all for {@code count(*)}: record counts come from batch headers
- * when a batch lies wholly inside the range); every batch's CRC is checked before any of its bytes is used.
+ * when a batch lies wholly inside the range); every batch's CRC is checked before any of its bytes is used;
+ * control batches (transaction markers) yield no row, as in the Python reader.
  */
 final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     static final int ROWS = 4096;
@@ -89,7 +90,9 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     }
 
     private boolean advance() throws IOException {
-        current = cursor.next();
+        do {
+            current = cursor.next(); // a control batch (a transaction's marker) holds no record for readers
+        } while (current != null && current.batch().isControl());
         body = null;
         row = 0;
         return current != null;

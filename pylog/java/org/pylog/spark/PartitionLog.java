@@ -100,16 +100,36 @@ public final class PartitionLog {
 
     /**
      * A cursor over the visible batches holding an offset in {@code [from, until)}, in order; each batch's CRC
-     * is checked before it is returned. Batches wholly below {@code from} are skipped by their headers alone.
+     * is checked before it is returned. Batches wholly below {@code from} are skipped by their headers alone
+     * (and, for a timestamp lookup, batches whose {@code max_timestamp} is below the one looked for).
      */
     public Cursor cursor(long from, long until) {
-        return new Cursor(from, until);
+        return new Cursor(from, until, Long.MIN_VALUE);
+    }
+
+    /**
+     * The first offset from the log start whose record timestamp is {@code >= timestamp}, or -1 if there is
+     * none (the Python reader's {@code offset_for_timestamp}). Batches whose {@code max_timestamp} is below it
+     * are passed by their headers alone; the batch that holds the answer is CRC-checked and decoded.
+     */
+    public long offsetForTimestamp(long timestamp) throws IOException {
+        Cursor c = new Cursor(logStartOffset, Long.MAX_VALUE, timestamp);
+        for (Located l = c.next(); l != null; l = c.next()) {
+            Batch b = l.batch();
+            Body body = new Body(b, b.body(l.file(), l.at(), null, l.where()), l.where());
+            for (int i = 0; i < body.n; i++) {
+                long off = body.offset(i);
+                if (off >= logStartOffset && body.timestamp(i) >= timestamp) return off;
+            }
+        }
+        return -1;
     }
 
     /** See {@link #cursor}. Not thread-safe; holds at most one segment's mapping at a time. */
     public final class Cursor {
         private final long from;
         private final long until;
+        private final long minTimestamp;
         private int segment;
         private ByteBuffer map;
         private Path file;
@@ -117,9 +137,10 @@ public final class PartitionLog {
         private boolean done;
         private long end;
 
-        Cursor(long from, long until) {
+        Cursor(long from, long until, long minTimestamp) {
             this.from = from;
             this.until = until;
+            this.minTimestamp = minTimestamp;
             int first = Arrays.binarySearch(bases, from);
             this.segment = (first >= 0 ? first : Math.max(0, -first - 2)) - 1;
             this.end = Math.max(from, logStartOffset);
@@ -156,7 +177,7 @@ public final class PartitionLog {
                     throw new FormatException(where + ": batch runs past the end of a sealed segment");
                 }
                 int here = at;
-                if (b.lastOffset() < from) {
+                if (b.lastOffset() < from || b.maxTimestamp < minTimestamp) {
                     end = Math.max(end, b.lastOffset() + 1);
                     at += (int) b.totalSize();
                     continue;

@@ -17,12 +17,12 @@ import java.util.regex.PatternSyntaxException;
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
-import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
  * A batch read's options, parsed and checked as pylog/spark/options.py does (the reference): the same names,
- * defaults and error messages, for the options this reader supports so far. An option it does not support
- * yet is refused by name, so that a query never silently reads something else than the Python reader would.
+ * defaults and error messages, for the options this reader supports so far. A read with any other option is
+ * not this reader's ({@link #handles}): {@link PylogTable} gives it to the Python source, so that a query never
+ * silently reads something else than the Python reader would.
  */
 final class ReadOptions implements Serializable {
     private static final long serialVersionUID = 1L;
@@ -31,23 +31,50 @@ final class ReadOptions implements Serializable {
     private static final ObjectMapper JSON = new ObjectMapper();
     private static final String[] SUBSCRIBE = {"subscribe", "subscribePattern", "assign"};
     private static final String[] SUPPORTED = {"path", "subscribe", "subscribePattern", "assign", "startingOffsets",
-        "endingOffsets", "minPartitions", "maxRecordsPerPartition", "includeHeaders", "failOnDataLoss"};
-    private static final String[] NOT_YET = {"startingTimestamp", "endingTimestamp", "startingOffsetsByTimestamp",
-        "endingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy", "filterPushdown"};
+        "endingOffsets", "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
+        "startingOffsetsByTimestampStrategy", "minPartitions", "maxRecordsPerPartition", "includeHeaders",
+        "failOnDataLoss", "filterPushdown"};
+    /** Options of Spark's Kafka source that a batch read ignores, as the Python source does (which logs them). */
+    private static final String[] IGNORED = {"kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
+        "fetchOffset.retryIntervalMs", "groupIdPrefix", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
+        "maxTriggerDelay", "topic"};
 
     final String path;
     final String subscribeKind;
     final List<String> topics = new ArrayList<>();
     final String pattern;
     final List<TopicPartition> assigned = new ArrayList<>();
-    final String startingKind;   // earliest | offsets
-    final Map<TopicPartition, Long> starting = new LinkedHashMap<>();
-    final String endingKind;     // latest | offsets
-    final Map<TopicPartition, Long> ending = new LinkedHashMap<>();
+    final Spec starting;
+    final Spec ending;
+    final String startingByTimestampStrategy;   // error | latest
     final Integer minPartitions;
     final Integer maxRecordsPerPartition;
     final boolean includeHeaders;
     final boolean failOnDataLoss;
+    final boolean filterPushdown;
+
+    /**
+     * Where reading starts or ends in each partition, as pylog/spark/options.py's OffsetSpec: {@code kind} is
+     * earliest, latest, offsets ({@code perPartition}: offset, -2 or -1), timestamp ({@code timestamp} for
+     * every partition) or timestamps ({@code perPartition}: a timestamp); {@code option} names its option.
+     */
+    static final class Spec implements Serializable {
+        private static final long serialVersionUID = 1L;
+        final String kind;
+        final String option;
+        final long timestamp;
+        final Map<TopicPartition, Long> perPartition = new LinkedHashMap<>();
+
+        Spec(String kind, String option, long timestamp) {
+            this.kind = kind;
+            this.option = option;
+            this.timestamp = timestamp;
+        }
+
+        boolean starting() {
+            return option.startsWith("starting");
+        }
+    }
 
     /** A topic's partition, as the per-partition JSON options name it. */
     record TopicPartition(String topic, int partition) implements Serializable, Comparable<TopicPartition> {
@@ -63,8 +90,14 @@ final class ReadOptions implements Serializable {
         }
     }
 
-    private ReadOptions(Map<String, String> o) {
+    /** {@code streaming}: false for a batch read, null when not known yet (schema inference: lenient). */
+    private ReadOptions(Map<String, String> o, Boolean streaming) {
         path = storePath(o.get("path"));
+        String strategy = o.getOrDefault("startingOffsetsByTimestampStrategy", "error").strip().toLowerCase(Locale.ROOT);
+        if (!strategy.equals("error") && !strategy.equals("latest")) {
+            throw bad("startingOffsetsByTimestampStrategy", "expected error or latest, got '" + strategy + "'");
+        }
+        startingByTimestampStrategy = strategy;
         List<String> given = new ArrayList<>();
         for (String s : SUBSCRIBE) {
             if (o.containsKey(s)) given.add(s);
@@ -107,55 +140,87 @@ final class ReadOptions implements Serializable {
             assigned.addAll(set);
         }
         pattern = pat;
-        String start = o.getOrDefault("startingOffsets", "earliest").strip();
-        if (start.equalsIgnoreCase("latest")) {
-            throw bad("startingOffsets", "'latest' is not allowed for batch queries (nothing would be read)");
-        }
-        if (start.equalsIgnoreCase("earliest")) {
-            startingKind = "earliest";
-        } else {
-            startingKind = "offsets";
-            perPartition(o, "startingOffsets", start, starting, new long[] {EARLIEST, LATEST});
-            if (starting.containsValue(LATEST)) {
-                throw bad("startingOffsets", "-1 (latest) is not allowed as a batch query's start");
-            }
-        }
-        String end = o.getOrDefault("endingOffsets", "latest").strip();
-        if (end.equalsIgnoreCase("earliest")) {
-            throw bad("endingOffsets", "'earliest' is not allowed as the end of a query");
-        }
-        if (end.equalsIgnoreCase("latest")) {
-            endingKind = "latest";
-        } else {
-            endingKind = "offsets";
-            perPartition(o, "endingOffsets", end, ending, new long[] {LATEST});
-        }
+        starting = offsetSpec(o, "starting", "earliest", !Boolean.FALSE.equals(streaming));
+        ending = offsetSpec(o, "ending", "latest", false);
         minPartitions = intOption(o, "minPartitions", 1);
         maxRecordsPerPartition = intOption(o, "maxRecordsPerPartition", 1);
         includeHeaders = boolOption(o, "includeHeaders", false);
         failOnDataLoss = boolOption(o, "failOnDataLoss", true);
+        filterPushdown = boolOption(o, "filterPushdown", false);
     }
 
-    static ReadOptions parse(CaseInsensitiveStringMap options) {
+    /** The starting or ending spec: {@code <side>Timestamp} beats {@code <side>OffsetsByTimestamp} beats
+     *  {@code <side>Offsets} (the Kafka source's precedence); {@code lenient}: a streaming start is allowed. */
+    private static Spec offsetSpec(Map<String, String> o, String side, String dflt, boolean lenient) {
+        String tsName = side + "Timestamp";
+        String byName = side + "OffsetsByTimestamp";
+        String offName = side + "Offsets";
+        if (o.containsKey(tsName)) {
+            return new Spec("timestamp", tsName, longOption(o, tsName, 0));
+        }
+        if (o.containsKey(byName)) {
+            Spec spec = new Spec("timestamps", byName, 0);
+            perPartition(o, byName, spec.perPartition, null);
+            return spec;
+        }
+        boolean starting = side.equals("starting");
+        String raw = o.getOrDefault(offName, dflt).strip();
+        String low = raw.toLowerCase(Locale.ROOT);
+        if (low.equals("earliest") || low.equals("latest")) {
+            if (!lenient && starting && low.equals("latest")) {
+                throw bad(offName, "'latest' is not allowed for batch queries (nothing would be read)");
+            }
+            if (!starting && low.equals("earliest")) {
+                throw bad(offName, "'earliest' is not allowed as the end of a query");
+            }
+            return new Spec(low, offName, 0);
+        }
+        if (!raw.startsWith("{")) {
+            throw bad(offName, "expected earliest, latest or per-partition JSON, got '" + raw + "'");
+        }
+        Spec spec = new Spec("offsets", offName, 0);
+        perPartition(o, offName, spec.perPartition, starting ? new long[] {EARLIEST, LATEST} : new long[] {LATEST});
+        if (!lenient && starting && spec.perPartition.containsValue(LATEST)) {
+            throw bad(offName, "-1 (latest) is not allowed as a batch query's start");
+        }
+        return spec;
+    }
+
+    /** True if every option of a read is one this reader supports (else the Python source reads it). */
+    static boolean handles(Map<String, String> options) {
+        for (Map.Entry<String, String> e : options.entrySet()) {
+            String low = e.getKey().toLowerCase(Locale.ROOT);
+            if (low.equals("kafka.isolation.level")) {
+                if (!"read_uncommitted".equalsIgnoreCase(String.valueOf(e.getValue()).strip())) return false;
+                continue;
+            }
+            if (low.startsWith("kafka.") || indexOf(IGNORED, low) >= 0) continue;
+            if (indexOf(SUPPORTED, low) < 0) return false;
+        }
+        return true;
+    }
+
+    private static int indexOf(String[] names, String low) {
+        for (int i = 0; i < names.length; i++) {
+            if (names[i].toLowerCase(Locale.ROOT).equals(low)) return i;
+        }
+        return -1;
+    }
+
+    /** Parses a read's options ({@code streaming}: false for a batch read, null when not known yet). */
+    static ReadOptions parse(Map<String, String> options, Boolean streaming) {
         Map<String, String> canon = new LinkedHashMap<>();
         for (Map.Entry<String, String> e : options.entrySet()) {
             String low = e.getKey().toLowerCase(Locale.ROOT);
-            String name = null;
-            for (String s : SUPPORTED) {
-                if (s.toLowerCase(Locale.ROOT).equals(low)) name = s;
-            }
-            for (String s : NOT_YET) {
-                if (s.toLowerCase(Locale.ROOT).equals(low)) {
-                    throw bad(s, "not supported by the JVM reader yet; read with the Python reader (format(\"pylog\"))");
-                }
-            }
+            if (low.startsWith("kafka.") || indexOf(IGNORED, low) >= 0) continue;
+            int i = indexOf(SUPPORTED, low);
+            String name = i >= 0 ? SUPPORTED[i] : null;
             if (name == null) {
-                if (low.startsWith("kafka.")) continue;
-                throw bad(e.getKey(), "unknown option for batch reads (known: " + String.join(", ", SUPPORTED) + ")");
+                throw bad(e.getKey(), "not handled by the JVM reader (known: " + String.join(", ", SUPPORTED) + ")");
             }
             if (e.getValue() != null) canon.put(name, e.getValue());
         }
-        return new ReadOptions(canon);
+        return new ReadOptions(canon, streaming);
     }
 
     static IllegalArgumentException bad(String option, String message) {
@@ -190,11 +255,9 @@ final class ReadOptions implements Serializable {
         return doc;
     }
 
-    private static void perPartition(Map<String, String> o, String name, String raw, Map<TopicPartition, Long> out,
+    /** {@code {"topic": {"0": n}}} into {@code out}; {@code markers} (-2, -1) allowed as listed, or none (null). */
+    private static void perPartition(Map<String, String> o, String name, Map<TopicPartition, Long> out,
                                      long[] markers) {
-        if (!raw.startsWith("{")) {
-            throw bad(name, "expected earliest, latest or per-partition JSON, got '" + raw + "'");
-        }
         JsonNode doc = jsonObject(o, name);
         for (Iterator<Map.Entry<String, JsonNode>> it = doc.fields(); it.hasNext(); ) {
             Map.Entry<String, JsonNode> e = it.next();
@@ -216,23 +279,34 @@ final class ReadOptions implements Serializable {
                 }
                 long value = v.asLong();
                 boolean marker = false;
-                for (long m : markers) marker |= m == value;
+                if (markers != null) {
+                    for (long m : markers) marker |= m == value;
+                }
                 if (value < 0 && !marker) {
-                    StringBuilder allowed = new StringBuilder(" (or ");
-                    for (int i = 0; i < markers.length; i++) allowed.append(i > 0 ? ", " : "").append(markers[i]);
-                    throw bad(name, topic + "-" + number + ": " + value + " is not a valid value; use >= 0" + allowed + ")");
+                    StringBuilder allowed = new StringBuilder();
+                    if (markers != null && markers.length > 0) {
+                        allowed.append(" (or ");
+                        for (int i = 0; i < markers.length; i++) allowed.append(i > 0 ? ", " : "").append(markers[i]);
+                        allowed.append(")");
+                    }
+                    throw bad(name, topic + "-" + number + ": " + value + " is not a valid value; use >= 0" + allowed);
                 }
                 out.put(new TopicPartition(topic, number), value);
             }
         }
     }
 
+    /** An integer option, or null when not given; values past int's range count as its largest (a count). */
     private static Integer intOption(Map<String, String> o, String name, int minimum) {
+        if (o.get(name) == null) return null;
+        return (int) Math.min(Integer.MAX_VALUE, longOption(o, name, minimum));
+    }
+
+    private static long longOption(Map<String, String> o, String name, long minimum) {
         String raw = o.get(name);
-        if (raw == null) return null;
-        int v;
+        long v;
         try {
-            v = Integer.parseInt(raw.strip());
+            v = Long.parseLong(raw.strip());
         } catch (NumberFormatException e) {
             throw bad(name, "expected an integer, got '" + raw + "'");
         }
