@@ -121,6 +121,14 @@ def _build_jvm_reader(scratch) -> str | None:
 
 
 @pytest.fixture(scope="session")
+def jvm_jar(spark) -> str | None:
+    """The JVM reader's jar the shared session loaded (None without a JDK, failing in CI as ``jvm_reader``)."""
+    if _JVM_JAR is None and os.environ.get("CI"):
+        pytest.fail(f"the JVM reader must be built in CI: {_JVM_PROBLEM}")
+    return _JVM_JAR
+
+
+@pytest.fixture(scope="session")
 def jvm_reader(spark) -> str:
     """The format name the JVM reader answers to in the shared session (``pylog``: its jar is loaded there, so
     ``format("pylog")`` runs it, and ``pylog-python`` the Python source); skipped without a JDK, except in CI."""

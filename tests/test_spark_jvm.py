@@ -180,11 +180,11 @@ def test_jvm_reader_timestamp_options_and_pushed_filters_read_what_the_python_re
 
 def test_one_name_reads_on_the_jvm_and_writes_through_the_python_writer_in_spark_default_mode(
         spark, jvm_reader, tmp_path):
-    from pylog.spark import reader
+    from pylog.spark import which_reader
     path = tmp_path / "store"
     with pylog.open(path) as store:
         store.create_topic("w", partitions=2)
-    assert reader(spark) == "jvm"
+    assert which_reader(spark) == "jvm"
     df = spark.range(100).selectExpr("cast(id as string) as key", "cast(id * 2 as string) as value")
     # Through the JVM's own DataFrameWriter (not PySpark's, whose wrapper turns the default mode into append):
     # Spark's default mode, ErrorIfExists, reaches the provider and appends, as Kafka's sink does.
@@ -228,21 +228,38 @@ def test_transactions_control_batches_are_skipped_and_read_committed_goes_to_the
             .load(str(path)).collect()
 
 
-def test_one_name_streams_through_the_python_source(spark, jvm_reader, tmp_path):
+def test_streams_on_the_jvm_read_the_micro_batches_the_python_source_reads_and_report_lag(spark, jvm_reader,
+                                                                                           tmp_path):
     path = tmp_path / "store"
     with pylog.open(path) as store:
         store.create_topic("s", partitions=2)
-        store.create_topic("out", partitions=1)
+        for fmt in ("pylog", "pylog-python"):
+            store.create_topic(f"out-{fmt}", partitions=1)
         for n in range(2):
-            store.topic("s").partition(n).append_values([b"%d" % i for i in range(30)])
-    query = (spark.readStream.format("pylog").option("subscribe", "s").option("startingOffsets", "earliest")
-             .option("maxOffsetsPerTrigger", 25).load(str(path)).select("value")
-             .writeStream.format("pylog").option("topic", "out").option("checkpointLocation", str(tmp_path / "cp"))
-             .trigger(availableNow=True).start(str(path)))
-    assert query.awaitTermination(300)
-    assert query.exception() is None
-    with pylog.open(path) as store:
-        assert store.topic("out").partition(0).log_end_offset == 60
+            store.topic("s").partition(n).append_values([b"%d-%d" % (n, i) for i in range(30 + 7 * n)])
+    progress = {}
+    for fmt in ("pylog", "pylog-python"):
+        query = (spark.readStream.format(fmt).option("subscribe", "s").option("startingOffsets", "earliest")
+                 .option("maxOffsetsPerTrigger", 25).load(str(path)).select("value")
+                 .writeStream.format("pylog").option("topic", f"out-{fmt}")
+                 .option("checkpointLocation", str(tmp_path / f"cp-{fmt}"))
+                 .trigger(availableNow=True).start(str(path)))
+        assert query.awaitTermination(300)
+        assert query.exception() is None
+        progress[fmt] = [p for p in query.recentProgress if p["numInputRows"]]
+        with pylog.open(path) as store:
+            got = sorted(r.value for r in store.topic(f"out-{fmt}").partition(0).read(0, max_records=1000))
+        assert got == sorted(b"%d-%d" % (n, i) for n in range(2) for i in range(30 + 7 * n))
+    assert [p["numInputRows"] for p in progress["pylog"]] == [p["numInputRows"] for p in progress["pylog-python"]] \
+        == [25, 25, 17]
+    assert [p["sources"][0]["endOffset"] for p in progress["pylog"]] == \
+        [p["sources"][0]["endOffset"] for p in progress["pylog-python"]]
+    # The first micro-batch ends at {0: 11, 1: 14} (25 offsets shared by backlog, 30 and 37), the logs at 30 and 37:
+    # the Kafka source's lag metrics, which only the JVM reader reports.
+    lag = progress["pylog"][0]["sources"][0]["metrics"]
+    assert (lag["minOffsetsBehindLatest"], lag["maxOffsetsBehindLatest"], lag["avgOffsetsBehindLatest"]) == \
+        ("19", "23", "21.0")
+    assert "maxOffsetsBehindLatest" not in progress["pylog-python"][0]["sources"][0].get("metrics", {})
 
 
 def test_spark_jar_command_prints_the_cached_jar_the_session_loaded(spark, jvm_reader, capsys):

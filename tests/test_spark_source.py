@@ -141,8 +141,8 @@ def test_filter_pushdown_is_opt_in_and_prunes(spark, store_path):
     plain = _load(spark, store_path, subscribe="events").where("partition = 1 and offset >= 90")
     assert _triples(plain) == _expected(store_path, "events", {1: (90, 100)})
     pushing = _load(spark, store_path, subscribe="events", filterPushdown="true")
-    from pylog.spark import reader
-    if _FORMAT == "pylog" and reader(spark) == "jvm":   # the JVM reader prunes whatever that setting says
+    from pylog.spark import which_reader
+    if _FORMAT == "pylog" and which_reader(spark) == "jvm":   # the JVM reader prunes whatever that setting says
         assert pushing.where("partition = 1").count() == 100
     else:
         with pytest.raises(Exception, match="spark.sql.python.filterPushdown.enabled"):

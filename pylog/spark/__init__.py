@@ -8,6 +8,10 @@
 Installing pylog installs the top-level module ``pyspark_pylog``; PySpark imports every ``pyspark_*``
 module it finds and registers its ``DefaultSource``, so ``format("pylog")`` needs no setup.
 :func:`register` does it by hand (for a PySpark that does not look, or an install it cannot see).
+:func:`session` also puts the JVM reader's jar (:mod:`pylog.jvm`, built on first use) on the classpath when
+a JDK is there: ``format("pylog")`` is then the JVM provider, which reads batches itself and hands the rest
+to this Python source, registered a second time as ``pylog-python`` (``pyspark_pylog_python``);
+:func:`which_reader` says which runs (docs/SPARK.md, "Which reader runs").
 
 Importing this package, in the driver, before the session starts, also (1) points Spark's Python workers
 at this interpreter when ``python3`` on ``PATH`` is another one and neither ``PYSPARK_PYTHON`` nor
@@ -43,8 +47,8 @@ workers.configure()
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["PylogDataSource", "register", "session", "reader", "kafka_schema", "InvalidOptionError", "DataLossError",
-           "NAME", "PYTHON_NAME"]
+__all__ = ["PylogDataSource", "register", "session", "which_reader", "kafka_schema", "InvalidOptionError",
+           "DataLossError", "NAME", "PYTHON_NAME"]
 
 log = logging.getLogger("pylog.spark")
 
@@ -62,7 +66,7 @@ def register(spark: "SparkSession") -> None:
     spark.dataSource.register(PylogPythonDataSource)
 
 
-def reader(spark: "SparkSession") -> str:
+def which_reader(spark: "SparkSession") -> str:
     """Which implementation reads ``format("pylog")`` in ``spark``: ``"jvm"`` when the JVM reader's jar is on
     the session's classpath, else ``"python"``. (The JVM reader hands the reads it does not handle to the
     Python source; ``df.explain()`` names the one a query runs: ``pylog (JVM reader)`` or a Python scan.)"""
@@ -111,7 +115,7 @@ def session(master: str = "local[*]", app_name: str = "pylog", conf: Mapping[str
     for key, value in settings.items():
         builder = builder.config(key, value)
     spark = builder.getOrCreate()
-    if jar is not None and reader(spark) != "jvm":
+    if jar is not None and which_reader(spark) != "jvm":
         log.warning("pylog: the running SparkSession was started without the JVM reader, so format('pylog') reads "
                     "with the Python source; start Spark with spark.jars=%s (pylog spark-jar prints it)", jar)
     return spark

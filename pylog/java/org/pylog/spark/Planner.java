@@ -45,6 +45,10 @@ final class Planner {
         return n.asInt();
     }
 
+    static PartitionLog open(ReadOptions o, ReadOptions.TopicPartition tp) throws IOException {
+        return PartitionLog.open(Paths.get(o.path).resolve(tp.topic()).resolve(Integer.toString(tp.partition())));
+    }
+
     static List<ReadOptions.TopicPartition> partitions(ReadOptions o) throws IOException {
         Path store = Paths.get(o.path);
         List<ReadOptions.TopicPartition> out = new ArrayList<>();
@@ -72,7 +76,7 @@ final class Planner {
     }
 
     /** Per-partition JSON must name exactly the partitions read (pylog/spark/options.py's check_partitions_named). */
-    private static void checkNamed(ReadOptions.Spec spec, List<ReadOptions.TopicPartition> read) {
+    static void checkNamed(ReadOptions.Spec spec, List<ReadOptions.TopicPartition> read) {
         if (!spec.kind.equals("offsets") && !spec.kind.equals("timestamps")) return;
         Set<ReadOptions.TopicPartition> r = new TreeSet<>(read);
         Set<ReadOptions.TopicPartition> n = new TreeSet<>(spec.perPartition.keySet());
@@ -149,7 +153,7 @@ final class Planner {
     }
 
     /** The offset {@code spec} names for {@code tp} (pylog/spark/options.py's resolve_offset). */
-    private static long resolve(ReadOptions.Spec spec, ReadOptions.TopicPartition tp, long start, long end,
+    static long resolve(ReadOptions.Spec spec, ReadOptions.TopicPartition tp, long start, long end,
                                 PartitionLog log, String strategy) throws IOException {
         boolean starting = spec.starting();
         switch (spec.kind) {

@@ -140,9 +140,15 @@ final class PylogTable implements SupportsRead, SupportsWrite {
             return this;
         }
 
+        /** Streams with options this reader handles run here (PylogStream); others are the Python source's. */
         @Override
         public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
-            return ((SupportsRead) python()).newScanBuilder(options).build().toMicroBatchStream(checkpointLocation);
+            if (!ReadOptions.handlesStream(options)) {
+                return ((SupportsRead) python()).newScanBuilder(options).build().toMicroBatchStream(checkpointLocation);
+            }
+            ReadOptions parsed = ReadOptions.parse(options, true);
+            Schemas.checkDeclared(schema, parsed.includeHeaders);
+            return new PylogStream(parsed, schema);
         }
 
         @Override

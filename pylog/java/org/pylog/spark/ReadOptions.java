@@ -33,10 +33,12 @@ final class ReadOptions implements Serializable {
     private static final String[] SUPPORTED = {"path", "subscribe", "subscribePattern", "assign", "startingOffsets",
         "endingOffsets", "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
         "startingOffsetsByTimestampStrategy", "minPartitions", "maxRecordsPerPartition", "includeHeaders",
-        "failOnDataLoss", "filterPushdown"};
+        "failOnDataLoss", "filterPushdown", "maxOffsetsPerTrigger"};
+    /** Options of batch reads only: a stream with one is the Python source's, which refuses it by name. */
+    static final String[] BATCH_ONLY = {"endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "filterPushdown"};
     /** Options of Spark's Kafka source that a batch read ignores, as the Python source does (which logs them). */
     private static final String[] IGNORED = {"kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
-        "fetchOffset.retryIntervalMs", "groupIdPrefix", "maxOffsetsPerTrigger", "minOffsetsPerTrigger",
+        "fetchOffset.retryIntervalMs", "groupIdPrefix", "minOffsetsPerTrigger",
         "maxTriggerDelay", "topic"};
 
     final String path;
@@ -52,6 +54,7 @@ final class ReadOptions implements Serializable {
     final boolean includeHeaders;
     final boolean failOnDataLoss;
     final boolean filterPushdown;
+    final Integer maxOffsetsPerTrigger;   // streaming reads only: ignored by batch reads, as in Kafka
 
     /**
      * Where reading starts or ends in each partition, as pylog/spark/options.py's OffsetSpec: {@code kind} is
@@ -140,13 +143,15 @@ final class ReadOptions implements Serializable {
             assigned.addAll(set);
         }
         pattern = pat;
-        starting = offsetSpec(o, "starting", "earliest", !Boolean.FALSE.equals(streaming));
+        starting = offsetSpec(o, "starting", Boolean.TRUE.equals(streaming) ? "latest" : "earliest",
+                !Boolean.FALSE.equals(streaming));
         ending = offsetSpec(o, "ending", "latest", false);
         minPartitions = intOption(o, "minPartitions", 1);
         maxRecordsPerPartition = intOption(o, "maxRecordsPerPartition", 1);
         includeHeaders = boolOption(o, "includeHeaders", false);
         failOnDataLoss = boolOption(o, "failOnDataLoss", true);
         filterPushdown = boolOption(o, "filterPushdown", false);
+        maxOffsetsPerTrigger = intOption(o, "maxOffsetsPerTrigger", 1);
     }
 
     /** The starting or ending spec: {@code <side>Timestamp} beats {@code <side>OffsetsByTimestamp} beats
@@ -184,6 +189,14 @@ final class ReadOptions implements Serializable {
             throw bad(offName, "-1 (latest) is not allowed as a batch query's start");
         }
         return spec;
+    }
+
+    /** True if a stream's options are all this reader's (see {@link #handles}) and none is a batch read's. */
+    static boolean handlesStream(Map<String, String> options) {
+        for (String key : options.keySet()) {
+            if (indexOf(BATCH_ONLY, key.toLowerCase(Locale.ROOT)) >= 0) return false;
+        }
+        return handles(options);
     }
 
     /** True if every option of a read is one this reader supports (else the Python source reads it). */
