@@ -266,6 +266,27 @@ def test_streams_on_the_jvm_read_the_micro_batches_the_python_source_reads_and_r
     assert "maxOffsetsBehindLatest" not in progress["pylog-python"][0]["sources"][0].get("metrics", {})
 
 
+def test_jvm_stream_holds_a_micro_batch_back_until_min_offsets_per_trigger_wait(spark, jvm_reader, tmp_path):
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("m", partitions=2)
+        store.topic("m").partition(0).append_values([b"a%d" % i for i in range(30)])
+    query = (spark.readStream.format("pylog").option("subscribe", "m").option("startingOffsets", "earliest")
+             .option("minOffsetsPerTrigger", 100).option("maxTriggerDelay", "1h").load(str(path)).select("value")
+             .writeStream.format("memory").queryName("min_offsets_per_trigger")
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="100 milliseconds").start())
+    try:
+        query.processAllAvailable()   # 30 offsets wait, fewer than 100, and the delay is an hour: no micro-batch
+        assert spark.sql("select * from min_offsets_per_trigger").count() == 0
+        with pylog.open(path) as store:
+            store.topic("m").partition(1).append_values([b"b%d" % i for i in range(80)])
+        query.processAllAvailable()
+        assert spark.sql("select * from min_offsets_per_trigger").count() == 110
+        assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [110]
+    finally:
+        query.stop()
+
+
 def test_spark_jar_command_prints_the_cached_jar_the_session_loaded(spark, jvm_reader, capsys):
     from pylog import jvm
     from pylog.cli import main

@@ -19,7 +19,9 @@ import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.read.streaming.Offset;
 import org.apache.spark.sql.connector.read.streaming.ReadLimit;
+import org.apache.spark.sql.connector.read.streaming.CompositeReadLimit;
 import org.apache.spark.sql.connector.read.streaming.ReadMaxRows;
+import org.apache.spark.sql.connector.read.streaming.ReadMinRows;
 import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.StructType;
@@ -50,6 +52,7 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
     private final StructType schema;
     private Map<TopicPartition, Long> target;   // availableNow: the ends to stop at
     private Map<TopicPartition, Long> latestSeen = new HashMap<>();
+    private long lastTriggerMs = -1;   // when the last micro-batch was let through (minOffsetsPerTrigger)
 
     PylogStream(ReadOptions options, StructType schema) {
         this.options = options;
@@ -147,10 +150,15 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
         return PylogOffset.parse(json);
     }
 
+    /** Kafka's: {@code maxOffsetsPerTrigger} as max rows, {@code minOffsetsPerTrigger} (with
+     *  {@code maxTriggerDelay}) as min rows, both as a composite limit. */
     @Override
     public ReadLimit getDefaultReadLimit() {
-        return options.maxOffsetsPerTrigger != null ? ReadLimit.maxRows(options.maxOffsetsPerTrigger)
-                : ReadLimit.allAvailable();
+        ReadLimit max = options.maxOffsetsPerTrigger != null ? ReadLimit.maxRows(options.maxOffsetsPerTrigger) : null;
+        ReadLimit min = options.minOffsetsPerTrigger != null
+                ? ReadLimit.minRows(options.minOffsetsPerTrigger, options.maxTriggerDelayMs) : null;
+        if (min != null && max != null) return ReadLimit.compositeLimit(new ReadLimit[] {min, max});
+        return min != null ? min : max != null ? max : ReadLimit.allAvailable();
     }
 
     @Override
@@ -197,7 +205,24 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
             end.put(tp, logEnd);
         }
         latestSeen = latest;
-        if (limit instanceof ReadMaxRows max) end = prorate(begin, end, max.maxRows());
+        ReadLimit[] limits = limit instanceof CompositeReadLimit c ? c.getReadLimits() : new ReadLimit[] {limit};
+        long now = System.currentTimeMillis();
+        if (lastTriggerMs < 0) lastTriggerMs = now;
+        for (ReadLimit l : limits) {
+            // Kafka's rule: hold the micro-batch back while fewer than minRows offsets wait and the last one
+            // ran less than maxTriggerDelay ago (availableNow reads what is there, as Kafka's does)
+            if (l instanceof ReadMinRows min && target == null) {
+                long waiting = 0;
+                for (Map.Entry<TopicPartition, Long> e : end.entrySet()) {
+                    waiting += Math.max(0, e.getValue() - begin.getOrDefault(e.getKey(), e.getValue()));
+                }
+                if (waiting < min.minRows() && now - lastTriggerMs < min.maxTriggerDelayMs()) return startOffset;
+            }
+        }
+        lastTriggerMs = now;
+        for (ReadLimit l : limits) {
+            if (l instanceof ReadMaxRows max) end = prorate(begin, end, max.maxRows());
+        }
         for (Map.Entry<TopicPartition, Long> e : start.entrySet()) end.putIfAbsent(e.getKey(), e.getValue());
         return new PylogOffset(end);
     }

@@ -33,13 +33,12 @@ final class ReadOptions implements Serializable {
     private static final String[] SUPPORTED = {"path", "subscribe", "subscribePattern", "assign", "startingOffsets",
         "endingOffsets", "startingTimestamp", "endingTimestamp", "startingOffsetsByTimestamp", "endingOffsetsByTimestamp",
         "startingOffsetsByTimestampStrategy", "minPartitions", "maxRecordsPerPartition", "includeHeaders",
-        "failOnDataLoss", "filterPushdown", "maxOffsetsPerTrigger"};
+        "failOnDataLoss", "filterPushdown", "maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay"};
     /** Options of batch reads only: a stream with one is the Python source's, which refuses it by name. */
     static final String[] BATCH_ONLY = {"endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "filterPushdown"};
     /** Options of Spark's Kafka source that a batch read ignores, as the Python source does (which logs them). */
     private static final String[] IGNORED = {"kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries",
-        "fetchOffset.retryIntervalMs", "groupIdPrefix", "minOffsetsPerTrigger",
-        "maxTriggerDelay", "topic"};
+        "fetchOffset.retryIntervalMs", "groupIdPrefix", "topic"};
 
     final String path;
     final String subscribeKind;
@@ -54,7 +53,11 @@ final class ReadOptions implements Serializable {
     final boolean includeHeaders;
     final boolean failOnDataLoss;
     final boolean filterPushdown;
-    final Integer maxOffsetsPerTrigger;   // streaming reads only: ignored by batch reads, as in Kafka
+    // Streaming reads only (ignored by batch reads, as in Kafka): at most / at least this many offsets per
+    // micro-batch, and how long a trigger may wait for the minimum (Kafka's default 15 minutes).
+    final Integer maxOffsetsPerTrigger;
+    final Integer minOffsetsPerTrigger;
+    final long maxTriggerDelayMs;
 
     /**
      * Where reading starts or ends in each partition, as pylog/spark/options.py's OffsetSpec: {@code kind} is
@@ -152,6 +155,16 @@ final class ReadOptions implements Serializable {
         failOnDataLoss = boolOption(o, "failOnDataLoss", true);
         filterPushdown = boolOption(o, "filterPushdown", false);
         maxOffsetsPerTrigger = intOption(o, "maxOffsetsPerTrigger", 1);
+        minOffsetsPerTrigger = intOption(o, "minOffsetsPerTrigger", 1);
+        String delay = o.getOrDefault("maxTriggerDelay", "15m").strip();
+        long ms;
+        try {
+            ms = org.apache.spark.network.util.JavaUtils.timeStringAsMs(delay);
+        } catch (RuntimeException e) {
+            throw bad("maxTriggerDelay", "expected a duration such as 15m or 30s, got '" + delay + "'");
+        }
+        if (ms < 0) throw bad("maxTriggerDelay", "must be >= 0, got '" + delay + "'");
+        maxTriggerDelayMs = ms;
     }
 
     /** The starting or ending spec: {@code <side>Timestamp} beats {@code <side>OffsetsByTimestamp} beats
