@@ -1136,8 +1136,9 @@ def _rowiter_args(rng: random.Random, typed: list) -> tuple:
         typed[0] = False
         # An earlier round may have made ``parts`` something that is not a sequence (m == 4): no index then.
         k = rng.randrange(len(parts)) if isinstance(parts, (list, tuple)) and parts else 0
+        # An earlier round may also have replaced this part by one of the wrong shape (m == 3).
         body, header, a, b, hlist = parts[k] if isinstance(parts, list) and parts and isinstance(parts[k], tuple) \
-            else (b"", None, 0, 0, None)
+            and len(parts[k]) == 5 else (b"", None, 0, 0, None)
         m = rng.randrange(8)
         if m == 0 and isinstance(header, tuple) and len(header) == 13:
             h = list(header)
@@ -1152,7 +1153,7 @@ def _rowiter_args(rng: random.Random, typed: list) -> tuple:
             parts[k] = rng.choice(((body, header, a, b), [body, header, a, b, hlist], None, "x",
                                    (body, header, "0", b, hlist), (body, header, a, b, rng.choice(([], "x", ())))))
         elif m == 4:
-            parts = rng.choice((None, 5, "parts", tuple(parts)))
+            parts = rng.choice((None, 5, "parts", tuple(parts) if isinstance(parts, (list, tuple)) else ()))
         elif m == 5:
             row_type = rng.choice((list, dict, ConsumerRecordLike, "tuple", None))
         elif m == 6:
