@@ -16,13 +16,15 @@ Nothing here writes a file except the producer snapshot.
 from __future__ import annotations
 
 import logging
+import os
 from typing import NamedTuple
 
 import numpy as np
 
 from ...config import TopicConfig
 from ...errors import InvalidRecordError, RecordTooLargeError
-from ..producer_state import ProducerState
+from ..filenames import SEGMENT_SNAPSHOT_SUFFIX, segment_path
+from ..producer_state import SNAPSHOT_FILE, ProducerState
 from ..records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, BatchHeader, EncodeOptions, encode_parts,
                        now_ms, part_cuts, slice_parts)
 from .batches import Data, EncodedBatch, Headers, Timestamps, nbytes
@@ -117,11 +119,16 @@ class Appender:
             self._producers = state
         return state
 
-    def snapshot_producers(self, end_offset: int, durable: bool = True) -> None:
-        """Write the producer table's snapshot (if loaded) as of ``end_offset``."""
+    def snapshot_producers(self, end_offset: int, durable: bool = True, rolled: bool = False) -> None:
+        """Write the producer table's snapshot (if loaded) as of ``end_offset``. At a roll (``rolled``) of a
+        topic with ``remote.storage.enable``, also keep it as ``<end_offset>.snapshot`` (a hard link: the
+        next snapshot replaces ``producer.snapshot`` by rename), which the rolled segment is shipped with
+        (docs/ARCHITECTURE.md, "Tiered storage", point 5); the upload thread removes it once shipped."""
         if self._producers is not None:
             self._producers.expire(now_ms(), self.config["producer.id.expiration.ms"])
             self._producers.write_snapshot(self.directory, end_offset, durable=durable)
+            if rolled and self.config["remote.storage.enable"]:
+                _keep_segment_snapshot(self.directory, end_offset)
 
     def forget_producers(self) -> None:
         """Another writer may append idempotent batches before this handle writes again: reload then."""
@@ -243,3 +250,17 @@ def should_roll(config: TopicConfig, seg: SegmentLike, h: BatchHeader) -> bool:
     if h.last_offset - seg.base_offset > _MAX_RELATIVE:
         return True
     return seg.index_full
+
+
+def _keep_segment_snapshot(directory: str, end_offset: int) -> None:
+    """Link the producer snapshot just written as ``<end_offset>.snapshot``; a failure only costs the shipped
+    segment its snapshot (a restore then rebuilds the state from batch headers), so it is logged, not raised."""
+    target = segment_path(directory, end_offset, SEGMENT_SNAPSHOT_SUFFIX)
+    try:
+        try:
+            os.unlink(target)  # one left by an earlier roll at this offset (a log cut back and rolled again)
+        except FileNotFoundError:
+            pass
+        os.link(os.path.join(directory, SNAPSHOT_FILE), target)
+    except OSError as exc:
+        log.warning("%s: the producer snapshot at %d is not kept for tiered storage: %s", directory, end_offset, exc)
