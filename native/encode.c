@@ -24,6 +24,7 @@
 #define MAGIC 1
 #define MAX_BATCH_SIZE 0x7fffffffLL
 #define CODEC_MASK 0x07
+#define ATTR_LOG_APPEND_TIME 0x08
 #define ATTR_KEYS 0x40
 #define ATTR_TIMESTAMPS 0x80
 #define ATTR_HEADERS 0x100
@@ -329,6 +330,21 @@ typedef struct {
     int keys, ts_column;
 } run_t;
 
+/* Whether parts (a list) holds one exact bytes/bytearray per non-null item of the n lengths, in order, each
+ * as long as its length says (the caller checked the count). */
+static int parts_match(const unsigned char *lens, Py_ssize_t n, PyObject *parts) {
+    PyObject **it = PySequence_Fast_ITEMS(parts);
+    Py_ssize_t k = 0;
+    for (Py_ssize_t i = 0; i < n; i++) {
+        int32_t len = ld_i32(lens + 4 * i);
+        if (len < 0) continue;
+        const char *data;
+        Py_ssize_t have;
+        if (!raw_bytes(it[k++], &data, &have) || have != len) return 0;
+    }
+    return 1;
+}
+
 /* Copy the data of the items of a length column's [start, stop) (one part per non-null item, from
  * parts[*next] on) to *pos: 0 on success, 1 when a part is not exact bytes/bytearray or not as long as its
  * length says, or the parts run out. */
@@ -359,7 +375,8 @@ static int copy_items(const unsigned char *lens, Py_ssize_t start, Py_ssize_t st
  * writes with one write), each as encode_columns would encode that run (the first at base_offset, each
  * next one at the offset after the previous; sequence numbers base_sequence + the run's start, modulo
  * 2**31, with producer_id >= 0, else -1). vparts/kparts hold one exact bytes/bytearray per non-null item,
- * each as long as its length says; timestamps: None (every record at default_ts) or an int64 column.
+ * each as long as its length says; timestamps: None (every record at default_ts) or an int64 column
+ * (ignored with LogAppendTime in attrs, as encode_parts ignores them).
  * No headers, no codec. None (the caller encodes batch by batch) for any other input, and for a batch
  * over max_bytes or the format's limit. */
 static PyObject *py_encode_batches(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
@@ -394,7 +411,7 @@ static PyObject *py_encode_batches(PyObject *self, PyObject *const *args, Py_ssi
         have_k = 1;
         if (nk != n) goto decline;
     }
-    if (ts_obj != Py_None) {
+    if (ts_obj != Py_None && !(attrs & ATTR_LOG_APPEND_TIME)) { /* LogAppendTime: every record at default_ts */
         if (int_column(ts_obj, &tview, &nt, 8, 'q', 'l')) goto decline;
         have_t = 1;
         if (nt != n) goto decline;
@@ -444,6 +461,9 @@ static PyObject *py_encode_batches(PyObject *self, PyObject *const *args, Py_ssi
         start = (Py_ssize_t)stop;
     }
     if (start != n || vitems != PyList_GET_SIZE(vparts) || kitems != PyList_GET_SIZE(kparts)) goto decline;
+    /* Every part as long as its length says, before the output is sized by the lengths (2**30 claimed over
+     * a few bytes must not allocate a GiB first). */
+    if (!parts_match(vl, n, vparts) || (have_k && !parts_match(kl, n, kparts))) goto decline;
 
     /* Second pass: the batches laid out, CRCs left for the third. */
     data = PyBytes_FromStringAndSize(NULL, (Py_ssize_t)total);
