@@ -1137,7 +1137,7 @@ def _rowiter_args(rng: random.Random, typed: list) -> tuple:
         typed[0] = False
         # An earlier round may have made ``parts`` something that is not a sequence (m == 4): no index then.
         k = rng.randrange(len(parts)) if isinstance(parts, (list, tuple)) and parts else 0
-        # ... nor a part that an earlier round made a tuple of another length (m == 3).
+        # An earlier round may also have replaced this part by one of the wrong shape (m == 3).
         body, header, a, b, hlist = parts[k] if isinstance(parts, list) and parts and isinstance(parts[k], tuple) \
             and len(parts[k]) == 5 else (b"", None, 0, 0, None)
         m = rng.randrange(8)

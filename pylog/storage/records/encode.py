@@ -465,6 +465,10 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
             return None
     (base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control,
      transactional) = opts
+    if not n or type(codec) is not int:
+        # No records, or a codec that is not an int: the pure path raises, after any error it finds first in
+        # the columns (the compiled route would fail on the codec before looking at them).
+        return None
     try:
         hblob = _headers_blob(headers, n)
     except InvalidRecordError:
