@@ -66,6 +66,12 @@ from .storage.segment_tail import TailRecord
 
 __all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
 
+#: Bytes per ``writev`` of :meth:`Segment.append_batches` (whole parts; a larger part is written alone). One
+#: ``writev`` of a producer drain's whole 11 MB cost 1.5-5x the system time of writes of 256 KB-2 MB each
+#: (which all measured alike; 100,000 records of 100 bytes, CPU per record, load 14-17: 32-196 ns of system
+#: time against 20-52), the copy into the page cache reading back what was encoded long before.
+WRITE_CHUNK = 1 << 20
+
 log = logging.getLogger("pylog.segment")
 
 
@@ -660,8 +666,8 @@ class Segment:
         return pos
 
     def append_batches(self, headers: Sequence[BatchHeader], parts: Sequence[Data]) -> None:
-        """Write consecutive encoded batches (``parts``: all their bytes, in order) at the end with one
-        ``writev``; index each as :meth:`append` would have, one after the other.
+        """Write consecutive encoded batches (``parts``: all their bytes, in order) at the end, a ``writev``
+        per :data:`WRITE_CHUNK` bytes; index each as :meth:`append` would have, one after the other.
 
         On a failed write the file is cut back to its previous size (none of them written) and the error
         re-raised. :raises CorruptRecordError: as :meth:`append`.
@@ -683,7 +689,7 @@ class Segment:
             oi.reserve_next(len(due))
             ti.reserve_next(len(due))
         try:
-            write_all(fd, parts)
+            write_all(fd, parts, WRITE_CHUNK)
         except BaseException:
             os.ftruncate(fd, pos)
             raise

@@ -187,9 +187,18 @@ def fsync_files(paths: tuple[str, ...]) -> bool:
     return True
 
 
-def write_all(fd: int, parts: Sequence[Data]) -> int:
+def write_all(fd: int, parts: Sequence[Data], chunk: int = 0) -> int:
     """``writev`` every byte of ``parts`` (retrying short writes; more parts than one ``writev`` takes are
-    written by several); returns the byte count."""
+    written by several); returns the byte count. ``chunk``: a ``writev`` per about that many bytes, of whole
+    parts (each ends with the part that reaches ``chunk``)."""
+    if chunk:
+        done = start = size = 0
+        for i, part in enumerate(parts):
+            size += nbytes(part)
+            if size >= chunk or i == len(parts) - 1:
+                done += write_all(fd, parts[start:i + 1])
+                start, size = i + 1, 0
+        return done
     if len(parts) > IOV_MAX:
         return sum(write_all(fd, parts[i:i + IOV_MAX]) for i in range(0, len(parts), IOV_MAX))
     total = sum(map(nbytes, parts))
