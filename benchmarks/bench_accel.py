@@ -59,6 +59,18 @@ def _records(n: int) -> tuple[list[bytes], list[bytes]]:
     return keys, values
 
 
+def send_all(producer: Any, topic: str, values: list[bytes], keys: list[bytes] | None) -> None:
+    """``send()`` every value one at a time (with its key when ``keys`` are given), then ``flush()``."""
+    send = producer.send
+    if keys is not None:
+        for i in range(len(values)):
+            send(topic, values[i], key=keys[i])
+    else:
+        for v in values:
+            send(topic, v)
+    producer.flush()
+
+
 def _best(repeat: int, fn: Callable[[], float]) -> float:
     return min(fn() for _ in range(repeat))
 
@@ -282,15 +294,8 @@ def figure_realistic(root: str, n: int, repeat: int, samples: int,
             name = f"{'k' if keyed else 'u'}{next(runs)}"
             store.create_topic(name, partitions=4 if keyed else 1)
             with store.producer(**settings) as producer:
-                send = producer.send
                 t = time.perf_counter()
-                if keyed:
-                    for i in range(n):
-                        send(name, values[i], key=keys[i])
-                else:
-                    for v in values:
-                        send(name, v)
-                producer.flush()
+                send_all(producer, name, values, keys if keyed else None)
                 rate = n / (time.perf_counter() - t)
             return rate
 

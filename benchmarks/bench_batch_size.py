@@ -32,6 +32,8 @@ import numpy as np
 import pylog
 from pylog.partition import internals
 
+from bench_accel import send_all  # the same send loop as the accelerator's realistic workload
+
 ONE_BATCH = 1 << 30
 
 
@@ -51,15 +53,8 @@ def run(sizes: list[int], n: int, root: str) -> dict[str, float]:
                 name = f"{'k' if keyed else 'u'}{bs}"
                 store.create_topic(name, partitions=4 if keyed else 1)
                 with store.producer(acks=1, linger_ms=5, batch_size=bs) as producer:
-                    send = producer.send
                     t = _cpu()
-                    if keyed:
-                        for i in range(n):
-                            send(name, values[i], key=keys[i])
-                    else:
-                        for v in values:
-                            send(name, v)
-                    producer.flush()
+                    send_all(producer, name, values, keys if keyed else None)
                     out[f"{'keyed send()' if keyed else 'send()'}, batch_size={bs}"] = (_cpu() - t) / n * 1e9
             store.create_topic(f"a{bs}")
             ip = internals(store.topic(f"a{bs}").partition(0))
