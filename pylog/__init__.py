@@ -32,6 +32,8 @@ from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, Corr
                      StoreClosedError, StorePermissionError, TooManyOpenFilesError, TopicExistsError,
                      TransactionCoordinatorFencedError, UnknownStoreError,
                      UnknownTopicError)
+from .errors import (ConcurrentTransactionsError, InvalidProducerEpochError, InvalidProducerIdMappingError,
+                     InvalidTransactionTimeoutError, TransactionalIdNotFoundError)
 from .errors import RemoteConflictError, RemoteDataCorruptError, RemoteObjectMissingError, RemoteStorageError
 from .clients.groups import GroupDescription, MemberDescription, PartitionLag
 from .store import Store, open
@@ -50,7 +52,9 @@ __all__ = [
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "InvalidGroupError", "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError",
-    "InvalidTxnStateError", "TransactionCoordinatorFencedError",
+    "InvalidTxnStateError", "TransactionCoordinatorFencedError", "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError", "ConcurrentTransactionsError", "InvalidTransactionTimeoutError",
+    "TransactionalIdNotFoundError",
     "OutOfOrderSequenceError", "StorageError", "DiskFullError", "ReadOnlyStoreError", "StorePermissionError",
     "UnknownStoreError", "InvalidArgumentError", "StorePathError", "ConsumerStoppedError", "TooManyOpenFilesError",
     "CorruptBatchError", "InvalidBatchError", "UnsupportedMagicError", "UnsupportedCompressionError",

@@ -37,9 +37,10 @@ from __future__ import annotations
 import asyncio
 import collections
 import concurrent.futures
+import contextlib
 import threading
 import time
-from typing import Any, Callable, Iterable
+from typing import Any, AsyncIterator, Callable, Iterable
 
 from .clients.consumer import ConsumerRecord, OffsetAndTimestamp
 from .clients.producer import FutureRecordMetadata
@@ -67,7 +68,13 @@ class AIOKafkaProducer:
     ``await producer.stop()``.
 
     Options: :class:`pylog.kafka.KafkaProducer`'s (kafka-python's names), plus aiokafka's
-    ``max_batch_size`` (``batch_size``)."""
+    ``max_batch_size`` (``batch_size``).
+
+    Transactions, as aiokafka has them: with ``transactional_id``, :meth:`start` initialises the
+    transactions (fencing an earlier producer with that id); ``async with producer.transaction():`` begins
+    one, commits it when the block ends and aborts it when the block raises; or ``begin_transaction()``
+    and the coroutines ``send_offsets_to_transaction(offsets, group_id)``, ``commit_transaction()``,
+    ``abort_transaction()``."""
 
     def __init__(self, **configs: Any) -> None:
         configs = _without_aio_only(configs)
@@ -84,8 +91,42 @@ class AIOKafkaProducer:
         return self._producer
 
     async def start(self) -> None:
-        """Bind the producer to the running event loop (aiokafka connects here; pylog has nothing to do)."""
+        """Bind the producer to the running event loop (aiokafka connects here), and with a
+        ``transactional_id`` initialise its transactions (aiokafka does too)."""
         self._loop = asyncio.get_running_loop()
+        if self._producer.config["transactional_id"] is not None:
+            await self._loop.run_in_executor(None, self._producer.init_transactions)
+
+    def begin_transaction(self) -> None:
+        """Open a transaction (see :meth:`pylog.clients.producer.Producer.begin_transaction`)."""
+        self._producer.begin_transaction()
+
+    async def commit_transaction(self) -> None:
+        """Flush and commit the open transaction (see :meth:`pylog.clients.producer.Producer.commit_transaction`)."""
+        await asyncio.get_running_loop().run_in_executor(None, self._producer.commit_transaction)
+
+    async def abort_transaction(self) -> None:
+        """Abort the open transaction (see :meth:`pylog.clients.producer.Producer.abort_transaction`)."""
+        await asyncio.get_running_loop().run_in_executor(None, self._producer.abort_transaction)
+
+    async def send_offsets_to_transaction(self, offsets: dict[TopicPartition, OffsetAndMetadata | int],
+                                          group_id: Any) -> None:
+        """Commit a group's offsets with the open transaction (aiokafka's name; ``group_id`` a str or the
+        consumer's group metadata)."""
+        await asyncio.get_running_loop().run_in_executor(
+            None, self._producer.send_offsets_to_transaction, offsets, group_id)
+
+    @contextlib.asynccontextmanager
+    async def transaction(self) -> AsyncIterator[None]:
+        """``async with producer.transaction():``: begin; commit at the end of the block, abort (and re-raise)
+        when it raises."""
+        self.begin_transaction()
+        try:
+            yield
+        except BaseException:
+            await self.abort_transaction()
+            raise
+        await self.commit_transaction()
 
     async def stop(self) -> None:
         """Flush every record sent, then close (and close the store if this producer opened it)."""

@@ -121,6 +121,14 @@ STORE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
        "the first consumer group creates it.", minimum=1, maximum=1000),
     _s("offsets.topic.segment.bytes", "int", 16 * 1024 * 1024, "segment.bytes of __consumer_offsets, used when "
        "the first consumer group creates it (small, so compaction keeps it short).", minimum=1024),
+    _s("transaction.state.log.num.partitions", "int", 8, "Partitions of the internal __transaction_state topic, "
+       "used when the first transactional producer creates it.", minimum=1, maximum=1000),
+    _s("transaction.state.log.segment.bytes", "int", 16 * 1024 * 1024, "segment.bytes of __transaction_state, used "
+       "when the first transactional producer creates it.", minimum=1024),
+    _s("transaction.max.timeout.ms", "int", 900_000, "Largest transaction_timeout_ms a transactional producer may "
+       "ask for (ms).", minimum=1, maximum=INT_MAX),
+    _s("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000, "How often a store open for "
+       "writing (with log.cleaner.enable) aborts transactions open longer than their timeout (ms).", minimum=1),
 ]}
 
 #: Settings of the object store behind tiered storage (pylog.storage.remote), per client: the bucket, how to

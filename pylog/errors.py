@@ -41,6 +41,11 @@ __all__ = [
     "ProducerFencedError",
     "InvalidTxnStateError",
     "TransactionCoordinatorFencedError",
+    "InvalidProducerEpochError",
+    "InvalidProducerIdMappingError",
+    "ConcurrentTransactionsError",
+    "InvalidTransactionTimeoutError",
+    "TransactionalIdNotFoundError",
     "OutOfOrderSequenceError",
     "CommitFailedError",
     "RebalanceInProgressError",
@@ -187,6 +192,32 @@ class InvalidTxnStateError(PylogError):
 
 class TransactionCoordinatorFencedError(PylogError):
     """A transaction marker from a coordinator epoch older than one already written to the partition."""
+
+
+class InvalidProducerEpochError(PylogError):
+    """A transactional call with an epoch newer than the coordinator's for its transactional id (Kafka's
+    INVALID_PRODUCER_EPOCH): not a fenced producer but one that does not match the coordinator's state."""
+
+
+class InvalidProducerIdMappingError(PylogError):
+    """A transactional call whose producer id is not the one its transactional id maps to (Kafka's
+    INVALID_PRODUCER_ID_MAPPING): the producer never called init_transactions, or the id was re-initialised
+    under a new producer id."""
+
+
+class ConcurrentTransactionsError(PylogError):
+    """The transactional id's coordinator lock stayed held by another process or thread for the whole wait
+    (Kafka's CONCURRENT_TRANSACTIONS, retriable): another call for that id is completing a transaction."""
+
+
+class InvalidTransactionTimeoutError(InvalidConfigError):
+    """``transaction_timeout_ms`` outside 1..``transaction.max.timeout.ms`` (Kafka's
+    INVALID_TRANSACTION_TIMEOUT)."""
+
+
+class TransactionalIdNotFoundError(PylogError):
+    """No transaction state for that transactional id (Kafka's TRANSACTIONAL_ID_NOT_FOUND): it never called
+    init_transactions in this store."""
 
 
 class OutOfOrderSequenceError(PylogError):

@@ -12,8 +12,7 @@ Invariants:
 - Every kafka-python constructor keyword is accepted. Those pylog implements keep kafka-python's meaning;
   broker-only ones (network, security, metrics reporting, timeouts of requests to a broker) are ignored,
   and each ignored name is logged once per process (``pylog.kafka`` logger, WARNING), so a loop making
-  clients does not repeat it. A name kafka-python does not have raises InvalidConfigError, as do
-  settings pylog cannot honour (a ``transactional_id``).
+  clients does not repeat it. A name kafka-python does not have raises InvalidConfigError.
 - These classes are the native :class:`~pylog.clients.producer.Producer` and
   :class:`~pylog.clients.consumer.Consumer` (subclasses): everything else behaves as documented there.
 """
@@ -30,7 +29,7 @@ from typing import Any, Iterable, Iterator
 from .clients.consumer import Consumer
 from .clients.producer import Producer
 from .errors import InvalidConfigError, UnknownStoreError
-from .store import AutoCreatingStore, Store, group_offsets, quota_manager
+from .store import AutoCreatingStore, Store, group_offsets, quota_manager, transaction_coordinator
 
 __all__ = ["KafkaProducer", "KafkaConsumer", "open_bootstrap", "split_kafka_configs", "PRODUCER_IGNORED",
            "CONSUMER_IGNORED"]
@@ -53,7 +52,7 @@ _BROKER_ONLY = frozenset({
     "ssl_ciphers", "ssl_context", "ssl_crlfile", "ssl_keyfile", "ssl_password",
 })
 #: kafka-python producer settings pylog ignores (with the warning): the broker's and the metadata refresh.
-PRODUCER_IGNORED = _BROKER_ONLY | {"metadata_max_age_ms", "transaction_timeout_ms"}
+PRODUCER_IGNORED = _BROKER_ONLY | {"metadata_max_age_ms"}
 #: kafka-python's default: how long its retries of a record may last in all (ms).
 _DELIVERY_TIMEOUT_MS = 120_000
 #: kafka-python consumer settings pylog ignores (with the warning): the broker's and the fetch tuning a
@@ -172,14 +171,11 @@ class KafkaProducer(Producer):
     ``delivery_timeout_ms`` at ``retry_backoff_ms`` each; the native producer takes an int.
 
     As in kafka-python, ``allow_auto_create_topics`` defaults to True: a send to a missing topic creates
-    it with the store's ``num.partitions``. ``transactional_id`` is refused (pylog has no transactions)."""
+    it with the store's ``num.partitions``. ``transactional_id`` and ``transaction_timeout_ms`` make it a
+    transactional producer (``init_transactions``, ``begin_transaction``, ``send_offsets_to_transaction``,
+    ``commit_transaction``, ``abort_transaction``: see :class:`~pylog.clients.producer.Producer`)."""
 
     def __init__(self, **configs: Any) -> None:
-        if configs.get("transactional_id") is not None:
-            raise InvalidConfigError("transactional_id: pylog has no transactions; leave it out (appends are "
-                                     "idempotent by default, and a consume -> produce loop is made exactly-once "
-                                     "by committing the consumer's offsets after the producer's flush())")
-        configs.pop("transactional_id", None)
         auto_create = bool(configs.pop("allow_auto_create_topics", True))
         if "partitioner" in configs:
             configs["partitioner"] = _partitioner(configs["partitioner"])
@@ -191,7 +187,7 @@ class KafkaProducer(Producer):
         with _closed_on_error(store, owned):
             native = split_kafka_configs("producer", configs, Producer.DEFAULT_CONFIG, PRODUCER_IGNORED)
             view = AutoCreatingStore(store) if auto_create else store
-            super().__init__(view, quotas=quota_manager(store), **native)
+            super().__init__(view, quotas=quota_manager(store), transactions=transaction_coordinator(store), **native)
         self._owned_store = store if owned else None
         #: The store this producer writes to.
         self.store = store

@@ -176,8 +176,9 @@ class Partition:
             self._maintenance_lock,
             OwnerOps(lambda: self._closed, self._ensure_writer_locked, self.release_writer,
                      lambda: self.lock_timeout_ms, self._forget_budget, self._append_lists,
-                     self._append_column_args, self._append_marker, self._read_isolated,
-                     self._slices, lambda start, end: aborted_in(self._local, start, end, self._txn.sealed)))
+                     self._append_column_args, self._append_marker, self._next_sequence, self._read_isolated,
+                     self._slices, lambda start, end: aborted_in(self._local, start, end, self._txn.sealed),
+                     lambda: (self.last_stable_offset, self._txn.producers())[1]))
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
         with descriptor_faults(f"opening {name}"):
             self._local.load_readonly()
@@ -411,9 +412,9 @@ class Partition:
     def _append_column_args(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
                             key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None,
                             producer: tuple[int, int, int] | None, compression: str | None, in_turn: bool,
-                            flush_policy: bool) -> int:
+                            flush_policy: bool, transactional: bool) -> int:
         cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
-        return self._append_columns(cols, producer, compression, in_turn, flush_policy)
+        return self._append_columns(cols, producer, compression, in_turn, flush_policy, transactional=transactional)
 
     def _columns(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
                  key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None) -> Columns:
@@ -464,6 +465,11 @@ class Partition:
                 self._ensure_writer_locked()
                 self._writer.in_turns = True
             return self._batch_writer.write_marker(producer_id, epoch, commit, coordinator_epoch)
+
+    def _next_sequence(self, producer_id: int, epoch: int) -> int:
+        with self._append_lock:
+            self._ensure_writer_locked()
+            return self._appender.producer_state(self._local).next_sequence(producer_id, epoch)
 
     def _roll(self) -> Segment:
         return self._durability.roll(lambda: self._snapshot_producers(durable=False))

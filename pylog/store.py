@@ -22,12 +22,10 @@ from __future__ import annotations
 
 import builtins
 import contextlib
-import fcntl
 import json
 import logging
 import os
 import shutil
-import struct
 import threading
 import uuid
 from typing import Any, Callable, Iterable, Iterator, Mapping, TypeVar
@@ -36,6 +34,9 @@ from .clients.consumer import Consumer
 from .clients.groups import GroupDescription, PartitionLag, describe_group, list_group_dirs, remove_group_dir
 from .clients.offsets import CommittedOffsets
 from .clients.producer import Producer
+from .clients.transactions import (ProducerIdAndEpoch, TimeoutSweeper, TransactionCoordinator, TransactionMetadata,
+                                   TxnState)
+from .clients.txn_log import TransactionLog
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
 from .clients.storeview import StoreView
 from .config import TopicConfig, split_store_options, stored_config
@@ -46,11 +47,13 @@ from .storage.acl_file import MAX_ACLS, AclEntry, read_acls, write_acls
 from .storage.acl_file import check_entry as check_acl_entry
 from .storage.group_state import SavedGroup, SavedMember, encode_groups, read_groups, write_groups
 from .storage.quota_file import QuotaChanges, read_quota_changes, write_quota_changes
-from .storage.fileio import atomic_write, checked, fsync_dir, unchecked, write_faults
+from .storage.fileio import atomic_write, fsync_dir, write_faults
+from .storage.counter import take_next
 from .storage.group_commit import DEFAULT_SYNCFS_PARTITIONS, GroupCommit
 from .storage import group_commit
 from .storage.handles import HandleCache
-from .storage.filenames import (OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE, check_group_id,
+from .storage.filenames import (OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE, TRANSACTION_STATE_TOPIC,
+                                check_group_id,
                                 deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
                                 topic_name_problem)
 from .storage.records import crc32c
@@ -70,7 +73,9 @@ from .topic import Topic, call_each, check_partition_count, opened_partitions, r
 #: rules of topics and groups, the types of the ACL and coordinator-group methods, the group commit's default
 #: (docs/ARCHITECTURE.md).
 __all__ = ["Store", "open", "is_store", "is_internal_topic", "topic_name_problem", "check_group_id", "OFFSETS_TOPIC",
-           "AclEntry", "MAX_ACLS", "check_acl_entry", "SavedGroup", "SavedMember", "DEFAULT_SYNCFS_PARTITIONS"]
+           "AclEntry", "MAX_ACLS", "check_acl_entry", "SavedGroup", "SavedMember", "DEFAULT_SYNCFS_PARTITIONS",
+           "transaction_coordinator", "TransactionCoordinator", "TransactionMetadata", "TxnState",
+           "ProducerIdAndEpoch", "TRANSACTION_STATE_TOPIC"]
 
 _FORMAT = "pylog-store"
 _VERSION = 1
@@ -107,7 +112,11 @@ class Store:
         self._lock = threading.RLock()
         self._topics: dict[str, Topic] = {}
         self._closed = False
-        self._offsets: CommittedOffsets | None = None
+        #: Committed offsets and the transaction coordinator (cheap to make: they touch no file until used).
+        self._offsets = CommittedOffsets(self, self._create_internal_topic)
+        self._txn_log = TransactionLog(self, self._create_internal_topic)
+        self._transactions = TransactionCoordinator(self, self._txn_log, self._offsets,
+                                                    lock_wait_ms=max(30_000, self._settings["lock.timeout.ms"]))
         #: One budget per client id and kind, shared by every producer and consumer of this store object.
         self._quotas = QuotaManager()
         #: The partitions holding files, within ``max.open.descriptors`` (see pylog.storage.handles).
@@ -127,8 +136,14 @@ class Store:
         # Tiered storage: idle without a remote.storage.location, no thread when read-only (remote reads only).
         self._uploader = RemoteUploader(self.path, self._open_partitions, self._settings, self._cleaner.add_upload)
         self._cleaner.start()
+        # Every process with the store open for writing aborts timed-out transactions (docs/ARCHITECTURE.md).
+        self._sweeper = TimeoutSweeper(self._transactions, self._txn_log,
+                                       self._settings["transaction.abort.timed.out.transaction.cleanup.interval.ms"])
         if not self.read_only:
             self._uploader.start()
+            if self._settings["log.cleaner.enable"]:
+                self._txn_log.keep_turns = True  # the sweeper thread hands the state partitions over
+                self._sweeper.start()
 
     def _new_publisher(self) -> CleanerPublisher | None:
         try:
@@ -341,7 +356,7 @@ class Store:
         :class:`~pylog.errors.UnknownTopicError` naming ``store.create_topic``."""
         self._check_writable("make a producer")
         view: StoreView = AutoCreatingStore(self) if allow_auto_create_topics else self
-        return Producer(view, quotas=self._quotas, **configs)
+        return Producer(view, quotas=self._quotas, transactions=self._transactions, **configs)
 
     def consumer(self, *topics: str, **configs: Any) -> Consumer:
         """A :class:`~pylog.clients.consumer.Consumer` on this store (kafka-python's ``KafkaConsumer`` options),
@@ -358,28 +373,7 @@ class Store:
         self._check_writable("allocate a producer id")
         path = os.path.join(self.path, PRODUCER_IDS_FILE)
         with write_faults("allocating a producer id", "none was allocated"):
-            return self._next_producer_id(path)
-
-    @staticmethod
-    def _next_producer_id(path: str) -> int:
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-            raw = os.pread(fd, 16, 0)
-            if not raw:
-                nxt = 0
-            else:
-                body = unchecked(raw, path, "producer id file")
-                if len(body) != 8:
-                    raise CorruptRecordError("producer id file is damaged", path, 0)
-                nxt = struct.unpack("<q", body)[0]
-                if not 0 <= nxt < (1 << 63) - 1:  # nxt + 1 must pack as an int64 below
-                    raise CorruptRecordError(f"producer id file holds {nxt}", path, 0)
-            os.pwrite(fd, checked(struct.pack("<q", nxt + 1)), 0)
-            os.fsync(fd)
-            return nxt
-        finally:
-            os.close(fd)  # releases the flock
+            return take_next(path, "producer id file")
 
     # ------------------------------------------------------------------ ACLs (pylog serve's authorizer)
 
@@ -444,10 +438,12 @@ class Store:
     def _group_offsets(self) -> CommittedOffsets:
         """This store's committed offsets (``__consumer_offsets``), made on first use; shared by its consumers."""
         self._check_open()
-        with self._lock:
-            if self._offsets is None:
-                self._offsets = CommittedOffsets(self, self._create_internal_topic)
-            return self._offsets
+        return self._offsets
+
+    def list_transactions(self) -> list[TransactionMetadata]:
+        """Every transactional id's latest state (Kafka's ListTransactions; ``pylog transactions``)."""
+        self._check_open()
+        return self._transactions.list_transactions()
 
     def _create_internal_topic(self, name: str, partitions: int, config: Mapping[str, Any]) -> Topic:
         return self.create_topic(name, partitions, config, _internal=True)
@@ -632,6 +628,7 @@ class Store:
                 return
             self._closed = True
             self._uploader.stop()
+            self._sweeper.stop()
             self._cleaner.stop()
             if self._publisher is not None:
                 self._publisher.close()
@@ -721,6 +718,14 @@ def group_offsets(store: Store) -> CommittedOffsets:
     Lower level than :meth:`Store.committed_offsets` and :meth:`Store.commit_offsets` (no ownership
     checks)."""
     return store._group_offsets()
+
+
+def transaction_coordinator(store: Store) -> TransactionCoordinator:
+    """Internal API (not :class:`Store`'s): ``store``'s transaction coordinator
+    (:class:`~pylog.clients.transactions.TransactionCoordinator`), for its transactional producers and
+    ``pylog serve``'s transaction requests. :raises StoreClosedError:"""
+    store._check_open()
+    return store._transactions
 
 
 def _no_topic_hint(path: str, name: str) -> str:

@@ -21,7 +21,7 @@ from .config import TopicConfig
 from .errors import (CorruptRecordError, InvalidArgumentError, InvalidConfigError, InvalidTopicError,
                       ReadOnlyStoreError, UnknownTopicError)
 from .storage.fileio import atomic_write, descriptor_faults, write_faults
-from .storage.filenames import OFFSETS_TOPIC, TOPIC_FILE, is_internal_topic
+from .storage.filenames import TOPIC_FILE, TRANSIENT_TOPICS, is_internal_topic
 from .storage.handles import HandleCache
 from .partition import Partition, internals
 from .storage.records import crc32c
@@ -155,7 +155,7 @@ class Topic:
                     p = Partition(self.name, number, os.path.join(self.directory, str(number)), self.config,
                                   self._lock_timeout_ms, read_only=self.read_only, handles=self._handles)
                     # Committed offsets are appended by every process of every group in turn.
-                    internals(p).transient = self.name == OFFSETS_TOPIC
+                    internals(p).transient = self.name in TRANSIENT_TOPICS
                     if self._remote is not None and self.config["remote.storage.enable"]:
                         internals(p).attach_remote(self._remote(self.name, number))
                     self._partitions[number] = p

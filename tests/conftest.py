@@ -173,6 +173,17 @@ def store(tmp_path):
 
 
 @pytest.fixture
+def txn_store(tmp_path):
+    """The transaction tests' store (tests/test_transactions_*.py): ``tmp_path / "s"`` without the background
+    thread (the tests run the timeout sweep themselves), with a topic ``t`` of 3 partitions."""
+    import pylog
+    s = pylog.open(tmp_path / "s", log_cleaner_enable=False)
+    s.create_topic("t", 3)
+    yield s
+    s.close()
+
+
+@pytest.fixture
 def server(store):
     """``pylog.serve`` on ``store`` (tests/test_server_*.py), on a free 127.0.0.1 port, with a short initial
     rebalance delay so that groups form quickly."""

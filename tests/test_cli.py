@@ -80,7 +80,7 @@ def test_topics_create_describe_delete(tmp_path, capsys):
         lines = text.splitlines()
         assert lines[0] == "topic users: 3 partition(s), cleanup.policy compact"
         row = next(line.split() for line in lines if line.startswith("1 "))
-        assert row[:5] == ["1", "0", "1", "1", row[4]] and row[5:] == ["pid", str(os.getpid())]
+        assert row[:6] == ["1", "0", "1", "1", "1", row[5]] and row[6:] == ["pid", str(os.getpid())]  # LSO = end
         assert next(line for line in lines if line.startswith("0 ")).split()[-1] == "-"
         assert next(line for line in lines if line.startswith("cleanup.policy")).split() == \
             ["cleanup.policy", "compact", "topic", "*"]
@@ -284,7 +284,7 @@ def test_dump_indexes_and_checks_them_against_the_log(tmp_path):
     assert "offset: 1 position: " in text and "offset: 4 position: " in text
     assert "timestamp: 1003 offset: 4" in text
     code, text = _run("dump", tmp_path / "t" / "0" / "partition.checkpoint")
-    assert code == ExitCode.PROBLEMS and "not a .log, .index or .timeindex file" in text
+    assert code == ExitCode.PROBLEMS and "not a .log, .index, .timeindex or .txnindex file" in text
     with pytest.raises(SystemExit):
         main(["dump"])
     assert main(["dump", str(tmp_path / "missing.log")]) == ExitCode.ERROR

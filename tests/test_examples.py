@@ -61,6 +61,7 @@ def test_delivery_semantics_example(tmp_path):
     assert re.search(r"1000 orders, \d+ invoices, [1-9]\d* lost, 0 billed twice", lines["at-most-once"])
     assert re.search(r"1000 orders, \d+ invoices, 0 lost, [1-9]\d* billed twice", lines["at-least-once"])
     assert "1000 orders, 1000 invoices, 0 lost, 0 billed twice" in lines["exactly-once"]
+    assert "1000 orders, 1000 invoices, 0 lost, 0 billed twice" in lines["transactions"]
 
 
 @pytest.mark.slow

@@ -32,6 +32,7 @@ from pylog.clients.offsets import decode_commit, offset_key
 from pylog.index import OffsetIndex, TimeIndex
 from pylog.storage.producer_state import ProducerEntry, ProducerState
 from pylog.storage.txn_index import append_index, marker_record, parse_marker, read_index, truncate_index
+from pylog.storage.txn_state import decode_state, state_key, state_value
 from pylog.storage.remote.manifest import decode_manifest, encode_manifest
 from pylog.clients.consumer import ConsumerRecord
 from pylog.storage.records import (CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header,
@@ -523,3 +524,16 @@ def test_pylog_reads_and_writes_the_golden_remote_manifest():
     part = GOLDEN / "store" / STORE["topic"] / "0"
     log = (part / ("0" * 20 + ".log")).read_bytes()
     assert (m.segments[0].log_size, m.segments[0].end_offset) == (len(log), STORE["log_end_offset"])
+
+
+def test_pylog_reads_and_writes_the_golden_transaction_state_record():
+    want = MANIFEST["files"]["txn.state"]
+    key, value = _raw(want["key_file"]), _raw(want["file"])
+    tid, meta = decode_state(key, value)
+    assert tid == want["transactional_id"]
+    assert (meta.producer_id, meta.producer_epoch, meta.timeout_ms, int(meta.state), meta.start_ms, meta.update_ms,
+            meta.coordinator_epoch) == (want["producer_id"], want["producer_epoch"], want["timeout_ms"],
+                                        want["state"], want["start_ms"], want["update_ms"], want["coordinator_epoch"])
+    assert sorted(meta.partitions) == [tuple(tp) for tp in want["partitions"]]
+    assert sorted(meta.groups) == want["groups"]
+    assert state_key(tid) == key and state_value(meta) == value

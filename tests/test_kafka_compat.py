@@ -200,8 +200,8 @@ def test_bootstrap_servers_errors_say_what_to_pass(tmp_path):
     pylog.open(str(tmp_path / "s")).close()
     with pytest.raises(pylog.InvalidConfigError, match="neither kafka-python's nor pylog's"):
         pylog.KafkaConsumer(bootstrap_servers=str(tmp_path / "s"), not_an_option=1)
-    with pytest.raises(pylog.InvalidConfigError, match="no transactions"):
-        pylog.KafkaProducer(bootstrap_servers=str(tmp_path / "s"), transactional_id="tx")
+    with pytest.raises(pylog.InvalidConfigError, match="acks='all'"):
+        pylog.KafkaProducer(bootstrap_servers=str(tmp_path / "s"), transactional_id="tx", acks=1)
     with pytest.raises(pylog.InvalidConfigError, match="check_crcs=True"):
         pylog.KafkaConsumer(bootstrap_servers=str(tmp_path / "s"), check_crcs=False)
 

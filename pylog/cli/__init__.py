@@ -6,6 +6,7 @@
     pylog dump PATH.log...                                 batch by batch, checking each (kafka-dump-log)
     pylog verify [STORE] [TOPIC...]                        full integrity check; exit 1 on any problem
     pylog groups [list|describe|reset-offsets|delete] STORE ...   consumer groups, lag, lead, owners
+    pylog transactions STORE                               transactional ids: state, producer, age, partitions
     pylog retention STORE [TOPIC] | compact STORE TOPIC | delete-records STORE TOPIC PARTITION OFFSET
     pylog restore s3://BUCKET/PREFIX DIR | verify-remote s3://BUCKET/PREFIX   tiered storage (being built)
     pylog health STORE                                     maintenance and lag checks; exit 1 when unhealthy
@@ -28,13 +29,13 @@ from typing import Sequence, TextIO
 from .. import __version__
 from ..accel import describe
 from ..errors import PylogError
-from . import bench, clients, dump, groups, health, maintenance, metrics, remote, serve, top, topics
+from . import bench, clients, dump, groups, health, maintenance, metrics, remote, serve, top, topics, transactions
 from .base import CommandError, ExitCode
 
 __all__ = ["main", "ExitCode", "build_parser"]
 
 #: The command modules, in the order ``pylog --help`` lists them.
-_COMMANDS = (topics, clients, dump, maintenance, remote, groups, health, top, bench, serve, metrics)
+_COMMANDS = (topics, clients, dump, maintenance, remote, groups, transactions, health, top, bench, serve, metrics)
 #: Commands with actions, and the action a first argument that is not one stands for (the older forms
 #: ``pylog topics STORE`` and ``pylog groups STORE [GROUP...]``).
 _DEFAULT_ACTIONS = {"topics": (topics.ACTIONS, "list"), "groups": (groups.ACTIONS, "describe")}
@@ -62,6 +63,7 @@ EXAMPLES = {
     "groups describe": "pylog groups describe ./data billing",
     "groups reset-offsets": "pylog groups reset-offsets ./data billing --to-earliest --topic orders --execute",
     "groups delete": "pylog groups delete ./data billing",
+    "transactions": "pylog transactions ./data --open",
     "health": "pylog health ./data",
     "bench": "pylog bench producer ./data --records 1000000",
     "bench producer": "pylog bench producer ./data --records 1000000 --acks all",

@@ -88,6 +88,9 @@ def register(sub: Any) -> None:
     c.add_argument("--partition", type=non_negative, action="append", metavar="N",
                    help="only this partition; repeatable (default: all)")
     c.add_argument("--group", help="consume as a member of this consumer group and commit what is printed")
+    c.add_argument("--isolation-level", choices=("read_uncommitted", "read_committed"), default="read_uncommitted",
+                   help="read_committed: only records of committed transactions, up to the last stable offset "
+                        "(default read_uncommitted: every record, as kafka-console-consumer)")
     c.add_argument("--max-messages", type=positive, metavar="N", help="stop after N records")
     c.add_argument("-f", "--follow", action="store_true", help="keep waiting for new records, like tail -f")
     c.add_argument("--format", choices=("text", "json"), default="text")
@@ -385,6 +388,11 @@ def _stop_on_sigterm() -> Callable[[], None]:
     return restore
 
 
+def _end_of(p: Any, isolation_level: str) -> int:
+    """Where a consume without ``--follow`` stops in ``p``: the log end, or read_committed's last stable offset."""
+    return p.last_stable_offset if isolation_level == "read_committed" else p.log_end_offset
+
+
 def _consume(args: argparse.Namespace, out: TextIO) -> ExitCode:
     if args.group is not None and (args.partition or args.offset is not None or args.timestamp is not None):
         raise CommandError("--group reads the partitions the group assigns, from its committed offsets: "
@@ -395,7 +403,7 @@ def _consume(args: argparse.Namespace, out: TextIO) -> ExitCode:
         numbers = args.partition if args.partition else range(topic.num_partitions)
         tps = [TopicPartition(args.topic, n) for n in dict.fromkeys(numbers)]
         consumer = store.consumer(group_id=args.group, client_id="pylog-consume", enable_auto_commit=False,
-                                  auto_offset_reset=args.start)
+                                  auto_offset_reset=args.start, isolation_level=args.isolation_level)
         run = _Run(args, consumer, out)
         ends: dict[TopicPartition, int] | None = None
         waited: list[float] = []
@@ -404,7 +412,8 @@ def _consume(args: argparse.Namespace, out: TextIO) -> ExitCode:
             if args.group is None:
                 consumer.assign(tps)  # raises for a partition the topic lacks
                 past = _start_positions(args, consumer, store, tps)
-                ends = {tp: store.topic(tp.topic).partition(tp.partition).log_end_offset for tp in tps}
+                ends = {tp: _end_of(store.topic(tp.topic).partition(tp.partition), args.isolation_level)
+                        for tp in tps}
                 if past:
                     where = ", ".join(f"{tp.topic}-{tp.partition} (log end {ends[tp]})" for tp in past)
                     asked = f"offset {args.offset}" if args.offset is not None \

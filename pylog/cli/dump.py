@@ -8,7 +8,10 @@ batch); a header that does not check or a batch cut short ends the walk (nothing
 Every problem is listed at the end with the file and byte position, and the exit code is 1.
 
 An ``.index`` or ``.timeindex`` file is printed entry by entry; offset index entries are checked against
-the segment's ``.log`` beside it (each must point at the start of the batch with its offset).
+the segment's ``.log`` beside it (each must point at the start of the batch with its offset). A ``.txnindex``
+file (aborted transactions) is printed entry by entry; a damaged entry ends the readable ones, as for readers.
+Transaction markers (control batches) print as ``endTxnMarker: COMMIT`` or ``ABORT`` with ``--records``; a
+file shows every batch whatever its transaction's outcome (``pylog consume --isolation-level`` filters).
 
 On the active segment of a partition being written, the last batch may be in flight and show as torn.
 """
@@ -22,6 +25,7 @@ from typing import Any, TextIO
 from ..errors import CorruptRecordError
 from ..storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
 from ..index import OffsetIndex, TimeIndex
+from ..storage.txn_index import TXN_INDEX_SUFFIX, parse_marker, read_index
 from ..storage.records import (CODEC_LZ4, HEADER_SIZE, BatchHeader, BatchView, batch_crc, check_header, parse_header)
 from .base import ExitCode
 from .output import text_of
@@ -35,7 +39,7 @@ def register(sub: Any) -> None:
     d = sub.add_parser("dump", help="print a segment's batches (or an index's entries), checking each",
                        description=__doc__.split("\n\n", 1)[1] if __doc__ else None,
                        formatter_class=argparse.RawDescriptionHelpFormatter)
-    d.add_argument("paths", nargs="+", metavar="PATH", help="a .log, .index or .timeindex file")
+    d.add_argument("paths", nargs="+", metavar="PATH", help="a .log, .index, .timeindex or .txnindex file")
     d.add_argument("--records", action="store_true", help="also print every record: offset, timestamp, key, "
                                                            "value, headers")
     d.set_defaults(run=_dump)
@@ -51,13 +55,28 @@ def _dump(args: argparse.Namespace, out: TextIO) -> ExitCode:
             problems += dump_log(path, out, args.records)
         elif path.endswith(INDEX_SUFFIX) or path.endswith(TIMEINDEX_SUFFIX):
             problems += _dump_index(path, out)
+        elif path.endswith(TXN_INDEX_SUFFIX):
+            problems += _dump_txn_index(path, out)
         else:
-            problems.append(f"{path}: not a .log, .index or .timeindex file")
+            problems.append(f"{path}: not a .log, .index, .timeindex or .txnindex file")
     if problems:
         print(f"{len(problems)} problem(s):", file=out)
         for p in problems:
             print(f"  {p}", file=out)
     return ExitCode.PROBLEMS if problems else ExitCode.OK
+
+
+def _dump_txn_index(path: str, out: TextIO) -> list[str]:
+    """An aborted-transaction index, entry by entry (kafka-dump-log's ``--transaction-index`` lines)."""
+    try:
+        entries = read_index(path)
+    except CorruptRecordError as exc:
+        return [f"{path}: {exc}"]
+    for e in entries:
+        print(f"version: 1 producerId: {e.producer_id} firstOffset: {e.first_offset} lastOffset: {e.last_offset} "
+              f"lastStableOffset: {e.last_stable_offset}", file=out)
+    print(f"{len(entries)} aborted transaction(s)", file=out)
+    return []
 
 
 def _base_offset_of(path: str) -> int | None:
@@ -71,13 +90,23 @@ def _batch_line(pos: int, h: BatchHeader, crc_ok: bool, error: str | None) -> st
             f"size: {h.size} {'LogAppendTime' if h.timestamp_type else 'CreateTime'}: {h.max_timestamp} "
             f"firstTimestamp: {h.first_timestamp} codec: {_CODECS.get(h.codec, h.codec)} bodySize: {h.body_size} "
             f"producerId: {h.producer_id} producerEpoch: {h.producer_epoch} baseSequence: {h.base_sequence} "
-            f"lastSequence: {last_seq} isControl: {str(h.is_control).lower()} crc: {h.crc} "
+            f"lastSequence: {last_seq} isTransactional: {str(h.is_transactional).lower()} "
+            f"isControl: {str(h.is_control).lower()} crc: {h.crc} "
             f"crcValid: {str(crc_ok).lower()} isValid: {str(crc_ok and error is None).lower()}"
             + (f" error: {error}" if error else ""))
 
 
 def _record_lines(view: BatchView) -> list[str]:
     lines = []
+    if view.header.is_control:  # a transaction marker, decoded as kafka-dump-log does
+        for r in view.records():
+            try:
+                commit, epoch = parse_marker(r.key, r.value)
+                what = f"endTxnMarker: {'COMMIT' if commit else 'ABORT'} coordinatorEpoch: {epoch}"
+            except CorruptRecordError as exc:
+                what = f"control record that is no transaction marker ({exc})"
+            lines.append(f"| offset: {r.offset} {what}")
+        return lines
     for r in view.records():
         headers = ",".join(f"{text_of(k.encode(), escape=True)}:{text_of(v, escape=True)}" for k, v in r.headers)
         lines.append(f"| offset: {r.offset} timestamp: {r.timestamp} keySize: {-1 if r.key is None else len(r.key)} "

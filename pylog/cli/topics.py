@@ -123,14 +123,15 @@ def describe_topic(store: Store, name: str, out: TextIO) -> None:
           file=out)
     parts = topic.partitions
     writers = partition_writers(p.directory for p in parts)
-    table = Table("PARTITION", "LOG-START", "LOG-END", "SEGMENTS", "BYTES", "WRITER")
+    table = Table("PARTITION", "LOG-START", "LOG-END", "LSO", "SEGMENTS", "BYTES", "WRITER")
     for p in parts:
         if writers is None:
             writer = "?"
         else:
             pid = writers.get(p.directory)
             writer = "-" if pid is None else f"pid {pid}"
-        table.add_row(p.number, p.log_start_offset, p.log_end_offset, len(p.segments), p.size_bytes(), writer)
+        table.add_row(p.number, p.log_start_offset, p.log_end_offset, p.last_stable_offset, len(p.segments),
+                      p.size_bytes(), writer)
     table.print(out)
     config = Table("CONFIG", "VALUE", "SOURCE")
     for key in SETTINGS:

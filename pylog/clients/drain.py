@@ -17,7 +17,11 @@ Invariants:
   drain, drains one at a time (the producer's drain lock).
 - With idempotence, every append carries (producer id, epoch, the partition's next sequence); after an
   error that may have written part of a call the epoch moves on (a new producer id past int16), so no
-  sequence number is ever reused for other records (Kafka's KIP-360).
+  sequence number is ever reused for other records (Kafka's KIP-360). A transactional producer's id and
+  epoch are its coordinator's (:meth:`Drainer.set_producer`): after such an error its transaction is told
+  (``TxnHooks.failed``), whose abort takes the new epoch from the coordinator.
+- A transactional drain adds the partitions it writes to the transaction (``TxnHooks.add_partitions``)
+  before its first append, and appends transactional batches only.
 - A partition this drainer holds for a turn is never held while it waits for another partition or out a
   quota delay: it lets go of every other first (fsynced first with ``acks="all"``: a hand-over does not
   fsync). A partition whose retention or compaction pass is under way stays held until the pass ends,
@@ -32,7 +36,7 @@ from __future__ import annotations
 import functools
 import logging
 import time
-from typing import Any, Callable
+from typing import Any, Callable, Iterable, Protocol
 
 import numpy as np
 
@@ -48,13 +52,26 @@ from .partitioner import DefaultPartitioner
 from .quotas import PRODUCE, QuotaManager
 from .storeview import StoreView
 
-__all__ = ["Drainer", "HANDOVER_POLL"]
+__all__ = ["Drainer", "HANDOVER_POLL", "TxnHooks"]
 
 log = logging.getLogger("pylog.producer")
 
 #: How often (seconds) an idle sender thread looks whether another process waits for a partition it holds,
 #: and how often a quota delay tries again to let go of a partition whose maintenance pass is under way.
 HANDOVER_POLL = 0.01
+
+
+class TxnHooks(Protocol):
+    """What a transactional producer's drains tell its transaction
+    (:class:`pylog.clients.txn_manager.TransactionManager`)."""
+
+    def add_partitions(self, topic: str, partitions: Iterable[int]) -> None:
+        """Before the drain's appends: the partitions it writes join the transaction (raises to fail it)."""
+        ...
+
+    def failed(self, exc: BaseException) -> None:
+        """A partition's transactional append failed with ``exc``."""
+        ...
 
 
 class Drainer:
@@ -82,7 +99,11 @@ class Drainer:
         self._max_block_ms = config["max_block_ms"]
         self._retries = int(config["retries"])
         self._retry_backoff = config["retry_backoff_ms"] / 1000
-        self.producer_id = store.new_producer_id() if self._idempotent else -1
+        #: A transactional producer's transaction (appends are transactional; the producer id and epoch are
+        #: the coordinator's, set by :meth:`set_producer`); None for others.
+        self.txn: TxnHooks | None = None
+        transactional = config.get("transactional_id") is not None
+        self.producer_id = store.new_producer_id() if self._idempotent and not transactional else -1
         self._epoch = 0
         self._sequences: dict[tuple[str, int], int] = {}
         #: Partitions appended to and not let go of for good: handed over when another handle waits.
@@ -106,6 +127,9 @@ class Drainer:
         touched: list[Partition] = []  # appended to by this drain, in order
         flushed: set[Partition] = set()  # of those, fsynced already (acks="all") before a handover
         groups, offsets = acc.groups()
+        txn = self.txn
+        if txn is not None:
+            txn.add_partitions(acc.topic, [number for number, _ in groups])  # raises: the whole drain fails
         for number, idx in groups:
             vals, keys, ts, hs = acc.columns_of(idx, column)
             producer = None
@@ -121,7 +145,9 @@ class Drainer:
                 # numbers must not be reused for other records: start a new epoch, whose sequences start
                 # again at 0 on every partition (Kafka's producer bumps its epoch likewise, KIP-360).
                 acc.partition_errors[number] = exc
-                if producer is not None and isinstance(exc, (OSError, LogFailedError)):
+                if txn is not None:
+                    txn.failed(exc)  # its abort takes a new epoch from the coordinator when need be
+                elif producer is not None and isinstance(exc, (OSError, LogFailedError)):
                     self._new_epoch()
                 continue
             if producer is not None:
@@ -233,6 +259,11 @@ class Drainer:
                     del kept[key]
         return again
 
+    def set_producer(self, producer_id: int, epoch: int) -> None:
+        """A transactional producer's id and epoch from its coordinator: sequences start again at 0."""
+        self.producer_id, self._epoch = producer_id, epoch
+        self._sequences.clear()
+
     def _new_epoch(self) -> None:
         """After a failure that may have written part of a call: never reuse its sequence numbers."""
         self._sequences.clear()
@@ -263,6 +294,9 @@ class Drainer:
                     # Only the wait for this partition counts against max_block_ms, not letting go of others.
                     deadline += time.monotonic() - started
                     part.wait_to_write(max(0.0, deadline - time.monotonic()) * 1000, again)
+                if self.txn is not None:
+                    return internals(part).append_values_in_turn(vals, keys, ts, hs, producer, self._compression,
+                                                                 self._batch_size, transactional=True)
                 return internals(part).append_values_in_turn(vals, keys, ts, hs, producer, self._compression,
                                                              self._batch_size)
             except PartitionLockedError:

@@ -13,6 +13,10 @@ Invariants:
 - A record of the topic is data from disk like any other: one that is not a well-formed commit (types
   checked exactly, offsets and partitions in range) is skipped and counted, never raised nor taken as one.
 - Looking offsets up never creates the topic: only a commit does.
+- A transaction's commits (:meth:`CommittedOffsets.commit` with ``producer``: transactional records of the
+  producer, docs/ARCHITECTURE.md "Transactions") count once the transaction's commit marker is in the
+  partition and never after an abort marker; until then they wait in a per-producer table, while other commits
+  count at once (as Kafka's group coordinator keeps pending transactional offsets apart).
 """
 
 from __future__ import annotations
@@ -20,18 +24,19 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping
+from typing import Any, Iterable, Mapping
 
 import msgpack
 
-from ..errors import PartitionLockedError, TopicExistsError, UnknownTopicError
+from ..errors import CorruptRecordError, PartitionLockedError
 from ..storage.fileio import in_range
 from ..storage.filenames import OFFSETS_TOPIC
 from ..partition import Partition, internals
-from ..storage.records import crc32c
+from ..storage.records import Record, crc32c
+from ..storage.txn_index import parse_marker
 from ..topic import Topic
 from ..structs import OffsetAndMetadata, TopicPartition
-from .storeview import StoreView
+from .storeview import CreateInternalTopic, StoreView, internal_topic
 
 __all__ = ["CommittedOffsets", "offset_key", "offset_value", "decode_commit", "valid_position"]
 
@@ -39,10 +44,6 @@ log = logging.getLogger("pylog.groups")  # logger names are what operators filte
 
 #: The first element of every commit's key and value (layouts in docs/FORMAT.md).
 _COMMIT_VERSION = 1
-#: segment.index.bytes of the offsets topic: its segments are small (offsets.topic.segment.bytes), and a
-#: commit re-opens the active segment's indexes as a writer, which costs in proportion to their size;
-#: index entries are dense (every 512 bytes) so that re-opening scans few batches past the last one.
-_OFFSETS_INDEX_BYTES = 64 * 1024
 _OFFSET_MAX = (1 << 63) - 1
 #: Kafka stores any int64 a client commits: kafkajs commits -1 and -2 (its "latest"/"earliest" markers) to reset a
 #: group and relies on reading them back. A negative commit is no position (see :func:`valid_position`).
@@ -102,33 +103,23 @@ class CommittedOffsets:
     since the previous one.
     """
 
-    def __init__(self, store: StoreView, create_internal_topic: Callable[[str, int, Mapping[str, Any]], Topic]) -> None:
+    def __init__(self, store: StoreView, create_internal_topic: CreateInternalTopic) -> None:
         """``create_internal_topic(name, partitions, config)``: the store's way of creating ``__consumer_offsets``
         (an internal topic, which its public ``create_topic`` refuses)."""
         self._store = store
         self._create_internal_topic = create_internal_topic
         self._lock = threading.Lock()
         self._topic: Topic | None = None
-        #: offsets partition -> [next offset to read, {(group, topic, partition): commit}]
-        self._tables: dict[int, tuple[int, dict[tuple[str, str, int], OffsetAndMetadata]]] = {}
+        #: offsets partition -> (next offset to read, {(group, topic, partition): commit},
+        #: {producer id: its open transaction's commits, None for a removal})
+        self._tables: dict[int, tuple[int, dict[tuple[str, str, int], OffsetAndMetadata],
+                                      dict[int, dict[tuple[str, str, int], OffsetAndMetadata | None]]]] = {}
         self._bad_records = 0
 
     def topic(self) -> "Topic":
         """The offsets topic, created (compacted, with the store's offsets settings) on first use."""
         if self._topic is None:
-            store = self._store
-            try:
-                t = store.topic(OFFSETS_TOPIC)
-            except UnknownTopicError:
-                settings = store.settings
-                try:
-                    t = self._create_internal_topic(
-                        OFFSETS_TOPIC, settings["offsets.topic.num.partitions"],
-                        {"cleanup.policy": "compact", "segment.bytes": settings["offsets.topic.segment.bytes"],
-                         "segment.index.bytes": _OFFSETS_INDEX_BYTES, "index.interval.bytes": 512})
-                except TopicExistsError:  # another process created it first
-                    t = store.topic(OFFSETS_TOPIC)
-            self._topic = t
+            self._topic = internal_topic(self._store, self._create_internal_topic, OFFSETS_TOPIC, "offsets.topic")
         return self._topic
 
     def partition_for(self, group_id: str) -> "Partition":
@@ -136,10 +127,16 @@ class CommittedOffsets:
         return t.partition(crc32c(group_id.encode("utf-8", "surrogatepass")) % t.num_partitions)
 
     def commit(self, group_id: str, offsets: Mapping[TopicPartition, OffsetAndMetadata], generation: int = -1,
-               member_id: str = "", timeout_ms: float = 30_000) -> None:
+               member_id: str = "", timeout_ms: float = 30_000, producer: tuple[int, int] | None = None) -> None:
         """Append ``offsets`` for ``group_id`` (one batch) and hand the partition's writer lock back.
 
+        ``producer`` (``(producer id, epoch)``, the transaction coordinator's TxnOffsetCommit): the offsets
+        belong to that producer's open transaction; lookups see them once its commit marker is written, never
+        after an abort. The caller holds the transactional id's coordinator lock, so nobody else appends for
+        that producer meanwhile (its sequence is the partition's next for it).
+
         :raises PartitionLockedError: when another writer held the partition for ``timeout_ms``.
+        :raises ProducerFencedError: a ``producer`` epoch older than one the partition saw.
         """
         if not offsets:
             return
@@ -153,7 +150,11 @@ class CommittedOffsets:
                 raise PartitionLockedError(f"could not commit for group {group_id!r}: {p.topic}-{p.number} "
                                            f"stayed locked by another writer for {timeout_ms} ms") from None
             try:
-                p.append_values(values, keys)
+                if producer is None:
+                    p.append_values(values, keys)
+                else:
+                    seq = internals(p).next_sequence(*producer)
+                    p.append_values(values, keys, producer=(*producer, seq), transactional=True)
             finally:
                 p.release_writer()
 
@@ -179,25 +180,57 @@ class CommittedOffsets:
     def _table(self, number: int) -> dict[tuple[str, str, int], OffsetAndMetadata]:
         p = self.topic().partition(number)
         with self._lock:
-            pos, table = self._tables.get(number, (0, {}))
+            pos, table, pending = self._tables.get(number, (0, {}, {}))
             pos = max(pos, p.log_start_offset)
             while pos < p.log_end_offset:
-                cols = p.read_columns(pos, max_records=65_536)
-                if not len(cols):
+                slices = internals(p).read_with_markers(pos, 65_536, 16 << 20)
+                if not slices:
                     break
-                for key, value in zip(cols.keys(), cols.values(), strict=True):
-                    got = decode_commit(key, value)
-                    if got is None:
-                        self._bad_records += 1
-                        if self._bad_records == 1:
-                            log.warning("%s: skipping records that are not offset commits", p.directory)
-                    elif got[1] is None:
-                        table.pop(got[0], None)
+                for view, a, b in slices:
+                    h = view.header
+                    recs = view.records(None, -1, a, b)
+                    if h.is_control:
+                        self._end_txn(p, table, pending.pop(h.producer_id, None), recs)
+                    elif h.is_transactional:
+                        self._fold(p, pending.setdefault(h.producer_id, {}), recs, pending=True)
                     else:
-                        table[got[0]] = got[1]
-                pos = int(cols.offsets[-1]) + 1
-            self._tables[number] = (pos, table)
+                        self._fold(p, table, recs)
+                    pos = h.next_offset if b >= h.record_count or not recs else recs[-1].offset + 1
+            self._tables[number] = (pos, table, pending)
             return table
+
+    def _fold(self, p: Partition, table: dict[tuple[str, str, int], Any], records: Iterable[Record],
+              pending: bool = False) -> None:
+        """Fold commits into ``table``: a tombstone removes its key, or in a transaction's ``pending`` table
+        is kept as None (a removal the commit marker applies)."""
+        for rec in records:
+            got = decode_commit(rec.key, rec.value)
+            if got is None:
+                self._bad_records += 1
+                if self._bad_records == 1:
+                    log.warning("%s: skipping records that are not offset commits", p.directory)
+            elif got[1] is None and not pending:
+                table.pop(got[0], None)
+            else:
+                table[got[0]] = got[1]
+
+    def _end_txn(self, p: Partition, table: dict[tuple[str, str, int], OffsetAndMetadata],
+                 pending: dict[tuple[str, str, int], OffsetAndMetadata | None] | None, records: list[Record]) -> None:
+        """A marker: a commit applies the producer's pending commits to ``table``, an abort drops them."""
+        if not pending:
+            return
+        try:
+            commit = parse_marker(records[0].key, records[0].value)[0] if records else False
+        except CorruptRecordError as exc:
+            log.warning("%s: a control batch that is no transaction marker (%s): its transaction's offsets "
+                        "are dropped", p.directory, exc)
+            commit = False
+        if commit:
+            for key, om in pending.items():
+                if om is None:
+                    table.pop(key, None)
+                else:
+                    table[key] = om
 
     def _exists(self) -> bool:
         """Whether the offsets topic exists: looking up offsets never creates it (only a commit does)."""
@@ -209,6 +242,18 @@ class CommittedOffsets:
             return {}
         table = self._table(self.partition_for(group_id).number)
         return {TopicPartition(t, p): om for (g, t, p), om in table.items() if g == group_id}
+
+    def pending(self, group_id: str) -> set[TopicPartition]:
+        """The partitions of ``group_id`` with offsets in a transaction not ended yet (no marker in the
+        partition): what a committed-offset lookup will change once the transaction commits (Kafka's
+        UNSTABLE_OFFSET_COMMIT for an OffsetFetch with ``require_stable``)."""
+        if not self._exists():
+            return set()
+        number = self.partition_for(group_id).number
+        self._table(number)
+        with self._lock:
+            waiting = self._tables[number][2]
+            return {TopicPartition(t, p) for offsets in waiting.values() for g, t, p in offsets if g == group_id}
 
     def committed(self, group_id: str, tp: TopicPartition) -> OffsetAndMetadata | None:
         if not self._exists():

@@ -67,7 +67,7 @@ from .. import metrics
 from ..accel import native as _native
 from ..errors import ProducerTimeoutError  # defined here before pylog.errors: still importable from here
 from ..errors import (InvalidArgumentError, InvalidConfigError, InvalidRecordError, InvalidTopicError,
-                      RecordTooLargeError, StoreClosedError)
+                      InvalidTxnStateError, RecordTooLargeError, StoreClosedError)
 from ..storage.filenames import is_internal_topic
 from ..storage.records import header_pairs
 from ..topic import Topic
@@ -75,7 +75,9 @@ from .accumulator import ITEM_LEN, RECORD_OVERHEAD, Accumulation
 from .drain import HANDOVER_POLL, Drainer
 from .quotas import QuotaManager
 from .storeview import StoreView
-from ..structs import RecordMetadata
+from .transactions import TransactionCoordinator, check_transactional_id
+from .txn_manager import TransactionManager
+from ..structs import OffsetAndMetadata, RecordMetadata, TopicPartition
 
 
 __all__ = ["Producer", "FutureRecordMetadata", "ProducerTimeoutError"]
@@ -97,6 +99,8 @@ _DEFAULTS: dict[str, Any] = {
     "enable_idempotence": True,
     "retries": 0,
     "retry_backoff_ms": 100,
+    "transactional_id": None,
+    "transaction_timeout_ms": 60_000,
 }
 #: kafka-python options that only make sense with a broker: refused with a clear message.
 _NETWORK_OPTIONS = {"bootstrap_servers", "security_protocol", "sasl_mechanism", "ssl_context", "api_version",
@@ -107,6 +111,24 @@ _BATCH_OVERHEAD = 64
 #: Longest value send()'s fast path takes (bytes); longer ones are checked one by one. It bounds how many
 #: fast records fit in what is left of buffer_memory, so it sets how often send() must look.
 _FAST_MAX = 16 * 1024
+
+
+def _check_transactional(cfg: dict[str, Any], given: Mapping[str, Any],
+                         transactions: TransactionCoordinator | None) -> None:
+    """The options of a producer with a ``transactional_id`` (Kafka's rules: idempotent, ``acks="all"``, which
+    is then the default). :raises InvalidConfigError:"""
+    check_transactional_id(cfg["transactional_id"])
+    if transactions is None:
+        raise InvalidConfigError("transactional_id: this producer was not made by a store (pylog.open(path)."
+                                 "producer(...) or pylog.KafkaProducer), which gives it its transaction coordinator")
+    if not cfg["enable_idempotence"]:
+        raise InvalidConfigError("transactional_id needs enable_idempotence=True (Kafka's rule)")
+    if "acks" in given and cfg["acks"] not in ("all", -1):
+        raise InvalidConfigError(f"transactional_id needs acks='all' (Kafka's rule), got acks={cfg['acks']!r}")
+    cfg["acks"] = "all"
+    timeout = cfg["transaction_timeout_ms"]
+    if type(timeout) is not int or timeout < 1:
+        raise InvalidConfigError(f"transaction_timeout_ms must be a positive int, got {timeout!r}")
 
 
 def _check_headers(headers: Any) -> tuple[tuple, int]:
@@ -199,13 +221,18 @@ class Producer:
     drains in place instead of blocking),
     ``max_request_size``, ``enable_idempotence`` (default True),
     ``retries`` / ``retry_backoff_ms`` (an append that failed with an OSError is retried with the same
-    sequence numbers). Broker options (``bootstrap_servers``, ...) raise :class:`InvalidConfigError`.
+    sequence numbers), ``transactional_id`` / ``transaction_timeout_ms`` (a transactional producer:
+    :meth:`init_transactions`, :meth:`begin_transaction`, :meth:`send_offsets_to_transaction`,
+    :meth:`commit_transaction`, :meth:`abort_transaction`; ``send()`` outside a transaction then raises
+    :class:`~pylog.errors.InvalidTxnStateError`). Broker options (``bootstrap_servers``, ...) raise
+    :class:`InvalidConfigError`.
     """
 
     #: The options and their defaults (kafka-python's attribute name).
     DEFAULT_CONFIG: Mapping[str, Any] = MappingProxyType(_DEFAULTS)
 
-    def __init__(self, store: StoreView, *, quotas: QuotaManager | None = None, **configs: Any) -> None:
+    def __init__(self, store: StoreView, *, quotas: QuotaManager | None = None,
+                 transactions: TransactionCoordinator | None = None, **configs: Any) -> None:
         if quotas is None:  # made by hand, not by Store.producer(): most likely Producer("path")
             made_from = f"{type(store).__name__} {store!r}"[:160]
             raise InvalidArgumentError(f"a Producer is made by its store, not from {made_from}: "
@@ -218,6 +245,8 @@ class Producer:
         if unknown:
             raise InvalidConfigError(f"unknown producer option(s) {sorted(unknown)}")
         cfg = dict(_DEFAULTS, **configs)
+        if cfg["transactional_id"] is not None:
+            _check_transactional(cfg, configs, transactions)
         if cfg["acks"] not in (0, 1, -1, "all", "1", "0"):
             raise InvalidConfigError(f"acks must be 0, 1 or 'all', got {cfg['acks']!r}")
         self._acks = {"all": -1, -1: -1, "1": 1, "0": 0}.get(cfg["acks"], cfg["acks"])
@@ -253,6 +282,19 @@ class Producer:
             # overrides send() keeps its own). An instance attribute, so no Python frame runs per record.
             self.__dict__["send"] = _native.Sender(types.MethodType(Producer.send, self), self._lock, self._accs,
                                                    self._settle, self._drain_all, Accumulation, FutureRecordMetadata)
+        #: The transaction of a producer with a ``transactional_id`` (None for others).
+        self._txn: TransactionManager | None = None
+        if cfg["transactional_id"] is not None:
+            assert transactions is not None
+            self._txn = self._drainer.txn = TransactionManager(
+                transactions, cfg["transactional_id"], cfg["transaction_timeout_ms"], self._drainer.set_producer)
+            queue = self.__dict__.get("send") or types.MethodType(Producer.send, self)
+            check = self._txn.check_send
+
+            def send_in_transaction(*args: Any, **kwargs: Any) -> FutureRecordMetadata:
+                check()
+                return queue(*args, **kwargs)
+            self.__dict__["send"] = send_in_transaction
         self._sender = threading.Thread(target=self._run_sender, name="pylog-producer-sender", daemon=True)
         self._sender.start()
         metrics.track("producer", self)  # buffer available, read when scraped
@@ -485,6 +527,68 @@ class Producer:
             left = None if deadline is None else max(0.0, deadline - time.monotonic())
             if not acc.wait(left):
                 raise ProducerTimeoutError(f"flush did not finish within {timeout} s")
+
+    # ------------------------------------------------------------------ transactions (kafka-python's names)
+
+    def init_transactions(self) -> None:
+        """Take this ``transactional_id``'s producer id and a new epoch from the store's transaction coordinator:
+        any earlier producer with the same id (in any process) is fenced, and the transaction it left open is
+        aborted (or one it was ending completed) before this returns.
+
+        :raises InvalidTxnStateError: without a ``transactional_id``, or inside a transaction.
+        :raises ConcurrentTransactionsError: when another process held the id's lock for the whole wait."""
+        self._transaction().init(self._under_drain_lock)
+
+    def begin_transaction(self) -> None:
+        """Open a transaction: every record sent until :meth:`commit_transaction` or :meth:`abort_transaction`
+        belongs to it (its first send to a partition adds the partition to it).
+
+        :raises InvalidTxnStateError: before :meth:`init_transactions` or while one is open.
+        :raises ProducerFencedError: after another producer with the same ``transactional_id`` took over."""
+        self._transaction().begin()
+
+    def send_offsets_to_transaction(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int],
+                                    consumer_group_id: Any) -> None:
+        """Commit a consumer group's ``offsets`` (``{TopicPartition: OffsetAndMetadata or offset}``, the next
+        offsets to consume) as part of the open transaction: they count for the group exactly when the
+        transaction commits. ``consumer_group_id``: the group id (kafka-python) or the consumer's group
+        metadata (an object with ``group_id``, as Kafka's ``ConsumerGroupMetadata``).
+
+        :raises InvalidTxnStateError: outside a transaction. :raises ProducerFencedError: when fenced."""
+        self._transaction().send_offsets(offsets, consumer_group_id)
+
+    def commit_transaction(self) -> None:
+        """Flush every record of the transaction, then commit it: its records (in every partition) and
+        offsets become visible to ``read_committed`` readers together.
+
+        :raises InvalidTxnStateError: outside a transaction, or when one of its appends failed (abort it).
+        :raises ProducerFencedError: when another producer took the ``transactional_id`` over, or the
+            transaction outlived ``transaction_timeout_ms`` and was aborted."""
+        txn = self._transaction()
+        self.flush()
+        txn.commit()
+
+    def abort_transaction(self) -> None:
+        """Flush what was sent, then abort the transaction: ``read_committed`` readers never see its records,
+        nor its groups its offsets.
+
+        :raises InvalidTxnStateError: outside a transaction. :raises ProducerFencedError: when fenced."""
+        txn = self._transaction()
+        try:
+            self.flush()
+        except Exception as exc:  # the transaction's records are being aborted: their failure is moot
+            txn.failed(exc)
+        txn.abort(self._under_drain_lock)
+
+    def _transaction(self) -> TransactionManager:
+        if self._txn is None:
+            raise InvalidTxnStateError("this producer has no transactional_id: make it with "
+                                       "transactional_id=... to use transactions")
+        return self._txn
+
+    def _under_drain_lock(self, fn: Callable[[], None]) -> None:
+        with self._drain_lock:
+            fn()
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, then stop the sender thread. Idempotent."""

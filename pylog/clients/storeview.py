@@ -11,11 +11,35 @@ Invariants: every member listed here is public API of :class:`pylog.store.Store`
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, Callable, Mapping, Protocol
 
+from ..errors import TopicExistsError, UnknownTopicError
 from ..topic import Topic
 
-__all__ = ["StoreView"]
+__all__ = ["StoreView", "internal_topic", "CreateInternalTopic"]
+
+#: The store's way of creating one of its internal topics (which its public ``create_topic`` refuses):
+#: ``(name, partitions, config) -> Topic``.
+CreateInternalTopic = Callable[[str, int, Mapping[str, Any]], Topic]
+#: segment.index.bytes of the internal compacted topics every process appends to in turn: their segments are
+#: small, and each append re-opens the active segment's indexes as a writer, which costs in proportion to
+#: their size; index entries are dense (every 512 bytes) so that re-opening scans few batches past the last.
+_INTERNAL_INDEX_BYTES = 64 * 1024
+
+
+def internal_topic(store: "StoreView", create: CreateInternalTopic, name: str, prefix: str) -> Topic:
+    """The internal compacted topic ``name``, created on first use with the store settings
+    ``<prefix>.num.partitions`` and ``<prefix>.segment.bytes`` (another process may create it first)."""
+    try:
+        return store.topic(name)
+    except UnknownTopicError:
+        settings = store.settings
+        try:
+            return create(name, settings[prefix + ".num.partitions"],
+                          {"cleanup.policy": "compact", "segment.bytes": settings[prefix + ".segment.bytes"],
+                           "segment.index.bytes": _INTERNAL_INDEX_BYTES, "index.interval.bytes": 512})
+        except TopicExistsError:  # another process created it first
+            return store.topic(name)
 
 
 class StoreView(Protocol):

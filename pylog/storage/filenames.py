@@ -8,7 +8,8 @@ in the root. Invariants:
 
 - Every entry pylog itself keeps in the store root is one of :data:`ROOT_FILES`, a temporary file of one
   of them (``<file>.<pid>-<thread>.tmp``, see :func:`pylog.storage.fileio.atomic_write`), a name starting with
-  :data:`INTERNAL_PREFIX` (``__consumer_offsets``, ``__consumer_groups``, ``__cleaners``, ``__acls``), or a name
+  :data:`INTERNAL_PREFIX` (``__consumer_offsets``, ``__consumer_groups``, ``__cleaners``, ``__acls``, ``__quotas``,
+  ``__transaction_state``, ``__transactions``), or a name
   starting with ``.`` (``.deleting-*``, a topic being deleted). A new root entry must fit one of these.
 - A user topic name is Kafka's (1..249 of ``[A-Za-z0-9._-]``, not ``.`` or ``..``) minus those four
   kinds, so it can never be taken for, or overwrite, any of pylog's entries, and never leaves the root.
@@ -42,7 +43,8 @@ __all__ = [
     "segment_stem", "segment_path", "parse_base_offset", "list_segment_bases", "valid_topic_name",
     "legal_name", "topic_name_problem", "is_internal_topic", "deleting_name", "INTERNAL_NAMES",
     "legacy_topic_name", "is_deletion_leftover", "check_group_id",
-    "OFFSETS_TOPIC", "GROUPS_DIR", "NOTIFY_FILE", "CLEANERS_DIR",
+    "OFFSETS_TOPIC", "GROUPS_DIR", "NOTIFY_FILE", "CLEANERS_DIR", "TRANSACTION_STATE_TOPIC", "TRANSACTIONS_DIR",
+    "COORDINATOR_EPOCH_FILE", "TRANSIENT_TOPICS",
 ]
 
 LOG_SUFFIX = ".log"
@@ -69,6 +71,13 @@ NOTIFY_FILE = "notify"
 #: The consumer groups' committed offsets (a compacted topic) and their membership directories.
 OFFSETS_TOPIC = "__consumer_offsets"
 GROUPS_DIR = "__consumer_groups"
+#: The transaction coordinator's state (a compacted topic, Kafka's name) and its lock directory: one lock file
+#: per transactional id and the coordinator epoch counter (pylog/clients/transactions.py).
+TRANSACTION_STATE_TOPIC = "__transaction_state"
+TRANSACTIONS_DIR = "__transactions"
+COORDINATOR_EPOCH_FILE = "coordinator.epoch"
+#: Internal topics every process appends to in turn (take the writer lock, append, hand it back).
+TRANSIENT_TOPICS = (OFFSETS_TOPIC, TRANSACTION_STATE_TOPIC)
 #: Each process's cleaner status and liveness lock (pylog/maintenance/cleaner_registry.py).
 CLEANERS_DIR = "__cleaners"
 #: The ACLs of ``pylog serve``'s authorizer (pylog/storage/acl_file.py): a file, reserved like the names above.
@@ -84,7 +93,8 @@ DELETING_PREFIX = ".deleting-"
 #: Prefix of the names pylog keeps for its own topics and directories; users cannot create topics named so.
 INTERNAL_PREFIX = "__"
 #: pylog's own entries with that prefix; no user (nor legacy) topic can be written, altered or deleted so.
-INTERNAL_NAMES = (OFFSETS_TOPIC, GROUPS_DIR, CLEANERS_DIR, ACLS_FILE, QUOTAS_FILE)
+INTERNAL_NAMES = (OFFSETS_TOPIC, GROUPS_DIR, CLEANERS_DIR, ACLS_FILE, QUOTAS_FILE, TRANSACTION_STATE_TOPIC,
+                  TRANSACTIONS_DIR)
 #: Longest file name (bytes) of Linux file systems (ext4, xfs, btrfs, tmpfs).
 NAME_MAX = 255
 #: Kafka's longest topic name.

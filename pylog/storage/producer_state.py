@@ -43,7 +43,7 @@ from __future__ import annotations
 import os
 import struct
 from dataclasses import dataclass, field
-from typing import Any, Iterable
+from typing import Any, Iterable, NamedTuple
 
 import msgpack
 
@@ -51,7 +51,7 @@ from ..errors import (CorruptRecordError, InvalidTxnStateError, OutOfOrderSequen
                       TransactionCoordinatorFencedError)
 from .fileio import read_checked, write_checked
 
-__all__ = ["ProducerState", "ProducerEntry", "BATCHES_KEPT", "SNAPSHOT_FILE", "DUPLICATE"]
+__all__ = ["ProducerState", "ProducerEntry", "ProducerDescription", "BATCHES_KEPT", "SNAPSHOT_FILE", "DUPLICATE"]
 
 #: Batches remembered per producer (Kafka's max.in.flight for idempotent producers).
 BATCHES_KEPT = 5
@@ -76,6 +76,16 @@ class ProducerEntry:
     txn_first_offset: int = -1
     #: Coordinator epoch of the last marker written for this producer, -1 when none.
     coordinator_epoch: int = -1
+
+
+class ProducerDescription(NamedTuple):
+    """One producer as a partition remembers it (Kafka's DescribeProducers fields)."""
+    producer_id: int
+    producer_epoch: int
+    last_sequence: int  # -1: no batch remembered (a producer known by its markers only)
+    last_timestamp: int
+    coordinator_epoch: int
+    current_txn_start_offset: int  # -1: no transaction open
 
 
 class ProducerState:
@@ -119,6 +129,16 @@ class ProducerState:
             raise OutOfOrderSequenceError(f"producer {producer_id} epoch {epoch}: sequence {first_seq}, expected "
                                           f"{expected}")
         return 0, None
+
+    def next_sequence(self, producer_id: int, epoch: int) -> int:
+        """The first sequence :meth:`check` accepts next from ``producer_id`` with ``epoch`` (0 when it knows
+        no batch of that epoch). :raises ProducerFencedError: for an epoch older than the producer's."""
+        e = self.producers.get(producer_id)
+        if e is not None and epoch < e.epoch:
+            raise ProducerFencedError(f"producer {producer_id} epoch {epoch} is older than its current epoch {e.epoch}")
+        if e is None or epoch > e.epoch or not e.batches:
+            return 0
+        return (e.batches[-1][1] + 1) % _SEQ_MOD
 
     def update(self, producer_id: int, epoch: int, first_seq: int, last_seq: int, first_offset: int,
                last_offset: int, timestamp: int, transactional: bool = False) -> None:

@@ -425,6 +425,17 @@ def build() -> dict[str, bytes]:
     files["files/txn.producer.snapshot"] = checked(struct.pack("<4sHH", b"PLPS", 1, 0) + mp(txn_snapshot))
     manifest["files"]["txn.producer.snapshot"] = {"file": "files/txn.producer.snapshot", **txn_snapshot}
 
+    # A transactional id's state record in __transaction_state: an Ongoing transaction over two partitions of
+    # the golden topic and one group's offsets partition.
+    txn_state = [12, 3, 60000, 1, [["__consumer_offsets", 5], [TOPIC, 0], [TOPIC, 1]], ["billing"], T0 + 100,
+                 T0 + 105, 4]
+    files["files/txn.state.key"] = mp([1, "payments-1"])
+    files["files/txn.state"] = checked(b"PLTX" + bytes([1]) + mp(txn_state))
+    manifest["files"]["txn.state"] = {
+        "file": "files/txn.state", "key_file": "files/txn.state.key", "transactional_id": "payments-1",
+        **dict(zip(("producer_id", "producer_epoch", "timeout_ms", "state", "partitions", "groups", "start_ms",
+                    "update_ms", "coordinator_epoch"), txn_state))}
+
     files["files/producer.ids"] = checked(struct.pack("<q", 42))
     manifest["files"]["producer.ids"] = {"file": "files/producer.ids", "next_id": 42}
 

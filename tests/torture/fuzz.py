@@ -8,7 +8,7 @@ infinite floats, huge ints, bools/strings where ints belong, nested maps and arr
 with NaN/Infinity, 10**40, wrong types. Each input is fed to the decoder the way the library reads it
 (through the public or module API: ``BatchView.from_buffer`` and every accessor, ``OffsetIndex.open``,
 ``read_checkpoint``, ``ProducerState.read_snapshot``, ``describe_group``, ``published_cleaners``, pylog serve's
-``group_state.read_groups``,
+``group_state.read_groups``, the transaction coordinator's ``txn_state.decode_state``,
 ``pylog.open`` + ``store.topic`` + reads, ...).
 
 Each input's outcome is one of:
@@ -86,7 +86,7 @@ FULL_COUNTS = {
     "batch": 420_000, "index": 90_000, "checkpoint": 40_000, "producer_snapshot": 90_000, "group_state": 80_000,
     "group_member": 30_000, "offset_commit": 90_000, "cleaner_status": 40_000, "cleaner_checkpoint": 30_000,
     "swap_manifest": 30_000, "topic_file": 30_000, "store_marker": 20_000, "producer_ids": 15_000,
-    "segment": 15_000, "coordinator_groups": 30_000,
+    "segment": 15_000, "coordinator_groups": 30_000, "txn_state": 30_000,
 }
 SHORT_DIVISOR = 250
 
@@ -693,6 +693,41 @@ class OffsetCommitDecoder(Decoder):
             {_offsets.TopicPartition(t, p): om for (g, t, p), om in table.items()}
 
 
+class TxnStateDecoder(Decoder):
+    """A record of __transaction_state (key, PLTX value), as TransactionLog folds it into its table."""
+
+    name = "txn_state"
+
+    def make_seeds(self) -> list[Any]:
+        from pylog.storage.txn_state import TransactionMetadata, TxnState, state_key, state_value
+        from pylog.structs import TopicPartition
+        metas = [TransactionMetadata("app", 0, 0, 60_000, TxnState.EMPTY),
+                 TransactionMetadata("payments-1", 12, 3, 900_000, TxnState.ONGOING,
+                                     frozenset([TopicPartition("t", 0), TopicPartition("__consumer_offsets", 5)]),
+                                     frozenset(["g"]), 1_700_000_000_000, 1_700_000_000_005, 4)]
+        return [(state_key(m.transactional_id), state_value(m)) for m in metas]
+
+    def make(self, rng: random.Random) -> Any:
+        key, value = rng.choice(self.seeds)
+        r = rng.random()
+        if r < 0.3:
+            key = pack(mutate_doc(rng, msgpack.unpackb(key, raw=False)))
+        elif r < 0.8:  # the document mutated and the CRC recomputed: the hostile content reaches the checks
+            doc = mutate_doc(rng, msgpack.unpackb(value[5:-4], raw=False))
+            value = fix_checked(value[:5] + pack(doc) + b"\0\0\0\0")
+        else:
+            key, value = mutate_bytes(rng, key), mutate_bytes(rng, value, [(4, 1)])
+        if rng.random() < 0.05:
+            value = None
+        return key, value
+
+    def feed(self, data: Any) -> None:
+        from pylog.storage.txn_state import decode_state
+        tid, meta = decode_state(*data)
+        if meta is not None:
+            sorted(meta.partitions), meta.state.kafka_name, meta.open
+
+
 class _StoreDecoder(Decoder):
     """Inputs read by opening a store directory (a fresh copy of a template made with pylog)."""
 
@@ -867,7 +902,7 @@ class SegmentDecoder(_StoreDecoder):
 DECODERS: dict[str, type[Decoder]] = {c.name: c for c in (
     BatchDecoder, IndexDecoder, CheckpointDecoder, ProducerSnapshotDecoder, GroupStateDecoder, GroupMemberDecoder,
     OffsetCommitDecoder, CleanerStatusDecoder, CleanerCheckpointDecoder, SwapManifestDecoder, TopicFileDecoder,
-    StoreMarkerDecoder, ProducerIdsDecoder, SegmentDecoder, CoordinatorGroupsDecoder)}
+    StoreMarkerDecoder, ProducerIdsDecoder, SegmentDecoder, CoordinatorGroupsDecoder, TxnStateDecoder)}
 assert set(DECODERS) == set(FULL_COUNTS)
 
 

@@ -1154,7 +1154,7 @@ def _rowiter_args(rng: random.Random, typed: list) -> tuple:
             parts[k] = rng.choice(((body, header, a, b), [body, header, a, b, hlist], None, "x",
                                    (body, header, "0", b, hlist), (body, header, a, b, rng.choice(([], "x", ())))))
         elif m == 4:
-            parts = rng.choice((None, 5, "parts", tuple(parts)))
+            parts = rng.choice((None, 5, "parts", tuple(parts) if isinstance(parts, (list, tuple)) else ()))
         elif m == 5:
             row_type = rng.choice((list, dict, ConsumerRecordLike, "tuple", None))
         elif m == 6:

@@ -31,6 +31,7 @@ import numpy as np
 from ...errors import PylogError, StoreClosedError
 from ..fileio import Data, raise_fault
 from ..notify import Notifier
+from ..producer_state import ProducerDescription, ProducerEntry
 from ..remote import RemoteLog
 from ..segment_read import ReadSlice
 from .. import swap
@@ -61,21 +62,25 @@ class OwnerOps(NamedTuple):
     #: The handle let go of its files: its next use counts against the descriptor budget afresh.
     forget_budget: Callable[[], None]
     #: An append of value/key lists: (values, keys, timestamps, headers, producer, compression, in turn,
-    #: batch size or None).
+    #: batch size or None, transactional).
     append_lists: Callable[[Sequence[bytes | None], Sequence[bytes | None] | None, Timestamps | None,
-                            Headers | None, tuple[int, int, int] | None, str | None, bool, int | None], int]
+                            Headers | None, tuple[int, int, int] | None, str | None, bool, int | None, bool], int]
     #: An append of columns: (value lengths, value data, key lengths, key data, timestamps, headers,
-    #: producer, compression, in turn, flush policy).
+    #: producer, compression, in turn, flush policy, transactional).
     append_columns: Callable[[np.ndarray, Data | None, np.ndarray | None, Data | None, np.ndarray | None,
-                              Headers | None, tuple[int, int, int] | None, str | None, bool, bool], int]
+                              Headers | None, tuple[int, int, int] | None, str | None, bool, bool, bool], int]
     #: A transaction marker: (producer id, epoch, commit, coordinator epoch) -> its offset.
     append_marker: Callable[[int, int, bool, int], int]
+    #: The sequence a producer's next append must carry: (producer id, epoch) -> sequence. As the writer.
+    next_sequence: Callable[[int, int], int]
     #: A read filtered by isolation level: (offset, max records, max bytes, verify, level) -> (slices, next).
     read_isolated: Callable[[int, int, int, bool, Any], tuple[list[ReadSlice], int]]
     #: A read of every batch, control batches included: (offset, max records, max bytes, verify).
     read_all: Callable[[int, int, int, bool], list[ReadSlice]]
     #: The aborted transactions covering offsets in [start, end): {producer id: [(first, last offset)]}.
     aborted: Callable[[int, int], dict[int, list[tuple[int, int]]]]
+    #: The producer table as of the log end, from the files (a copy).
+    producers: Callable[[], dict[int, ProducerEntry]]
 
 
 class PartitionInternals(Generic[S]):
@@ -288,29 +293,33 @@ class PartitionInternals(Generic[S]):
     def append_values_in_turn(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                               timestamps: Timestamps | None, headers: Headers | None,
                               producer: tuple[int, int, int] | None, compression: str | None,
-                              batch_size: int | None = None) -> int:
+                              batch_size: int | None = None, transactional: bool = False) -> int:
         """:meth:`Partition.append_values` for a writer taking turns (the producer): unlike a direct
         append it leaves the lock free to be handed over (:meth:`hand_over`). ``batch_size`` (the producer's,
         Kafka's ``batch.size``) cuts the records into batches of at most that many bytes, one record at
         least each, all written by this one call (see :meth:`Appender.batch_bounds
-        <pylog.storage.log.append.Appender.batch_bounds>`); None: batches as large as ``max.message.bytes``."""
-        return self._ops.append_lists(values, keys, timestamps, headers, producer, compression, True, batch_size)
+        <pylog.storage.log.append.Appender.batch_bounds>`); None: batches as large as ``max.message.bytes``.
+        ``transactional`` as for :meth:`Partition.append_values`."""
+        return self._ops.append_lists(values, keys, timestamps, headers, producer, compression, True, batch_size,
+                                      transactional)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
                        key_lengths: np.ndarray | None = None, key_data: Data | None = None,
                        timestamps: np.ndarray | None = None, *, headers: Headers | None = None,
                        producer: tuple[int, int, int] | None = None,
-                       compression: str | None = None, in_turn: bool = False, flush_policy: bool = True) -> int:
+                       compression: str | None = None, in_turn: bool = False, flush_policy: bool = True,
+                       transactional: bool = False) -> int:
         """(``pylog serve``'s Produce) :meth:`Partition.append_columns`, and: ``in_turn``, append as a writer
         taking turns (see :meth:`append_values_in_turn`), leaving the lock free to be handed over
         (:meth:`hand_over`); ``flush_policy=False``, do not fsync here when ``flush.messages`` / ``flush.ms``
-        ask for it: the caller asks :meth:`flush_due` and flushes (through the group commit)."""
+        ask for it: the caller asks :meth:`flush_due` and flushes (through the group commit);
+        ``transactional`` as for :meth:`Partition.append_values` (a Kafka client's transactional batch)."""
         return self._ops.append_columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers,
-                                        producer, compression, in_turn, flush_policy)
+                                        producer, compression, in_turn, flush_policy, transactional)
 
     def append_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int = 0) -> int:
-        """(the transaction coordinator, being built; tests) Append a commit or abort marker ending
-        ``producer_id``'s transaction in this partition; returns the marker's offset. Becomes the writer
+        """(the transaction coordinator, :mod:`pylog.clients.transactions`; tests) Append a commit or abort
+        marker ending ``producer_id``'s transaction in this partition; returns the marker's offset. Becomes the writer
         like an append in turn. An abort is recorded in the aborted-transaction index first
         (:mod:`pylog.storage.txn_index`).
 
@@ -318,6 +327,15 @@ class PartitionInternals(Generic[S]):
         :raises TransactionCoordinatorFencedError: ``coordinator_epoch`` older than the last marker's.
         """
         return self._ops.append_marker(producer_id, epoch, commit, coordinator_epoch)
+
+    def next_sequence(self, producer_id: int, epoch: int) -> int:
+        """(the transaction coordinator, writing a transaction's offsets to ``__consumer_offsets`` for a
+        producer that keeps no sequence of its own there) The sequence ``producer_id``'s next append with
+        ``epoch`` must carry: 0 for a producer the partition does not know or a new epoch. Call as the writer
+        (:meth:`Partition.wait_to_write`) and append before handing the lock over.
+
+        :raises ProducerFencedError: ``epoch`` older than the producer's."""
+        return self._ops.next_sequence(producer_id, epoch)
 
     def read_isolated(self, offset: int, max_records: int, max_bytes: int,
                       isolation_level: str) -> tuple[list[ReadSlice], int]:
@@ -336,6 +354,19 @@ class PartitionInternals(Generic[S]):
         with records in ``[start, end)``, first offsets ascending: what a Kafka client drops."""
         return sorted(((pid, first) for pid, ranges in self._ops.aborted(start, end).items() for first, _ in ranges),
                       key=lambda t: t[1])
+
+    def describe_producers(self) -> list[ProducerDescription]:
+        """(``pylog serve``'s DescribeProducers, tools) The producers the partition remembers, as of its log
+        end, from its files (any handle, writer or not): id, epoch, last sequence and timestamp, the coordinator
+        epoch of its last marker as of the producer snapshot (markers after it are replayed from their headers,
+        which do not carry it: -1 when none is known), and the first offset of its open transaction (-1: none);
+        by producer id."""
+        out = []
+        for pid, e in sorted(self._ops.producers().items()):
+            last_seq = e.batches[-1][1] if e.batches else -1
+            out.append(ProducerDescription(pid, e.epoch, last_seq, e.last_timestamp, e.coordinator_epoch,
+                                           e.txn_first_offset))
+        return out
 
     def sync_rolled(self) -> None:
         """fsync the segments rolls sealed that the background sync thread has not got to yet, and move

@@ -22,10 +22,11 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+from dataclasses import replace
 from typing import Callable, Iterable, Literal
 
 from ...errors import CorruptRecordError, InvalidArgumentError
-from ..producer_state import ProducerState
+from ..producer_state import ProducerEntry, ProducerState
 from ..segment_read import ReadSlice
 from ..records.format import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from ..txn_index import AbortedTxn, append_index, index_path, parse_marker, read_index, truncate_index
@@ -129,6 +130,13 @@ class TxnTracker:
                     self._at = (seg.base_offset, size)
                 self._next = end
             return state.last_stable_offset(end)
+
+    def producers(self) -> dict[int, ProducerEntry]:
+        """A copy of the producer table as of the last :meth:`last_stable_offset` ({} before the first)."""
+        with self._lock:
+            if self._state is None:
+                return {}
+            return {pid: replace(e, batches=list(e.batches)) for pid, e in self._state.producers.items()}
 
 
 def aborted_in(local: LocalLog[S], start: int, end: int,
