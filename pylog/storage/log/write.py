@@ -12,7 +12,9 @@ Invariants (numbered as in :mod:`pylog.partition`):
    store is reopened, instead of renumbering or losing offsets.
 9. Every batch of a call is encoded and checked before any is written, so a call that fails validation
    appends nothing; an idempotent producer's retry of a call that landed is not appended again, and the
-   batches of a call that failed part-way are recorded one by one, so its retry appends only the rest.
+   batches of a call that failed part-way are recorded as they land, so its retry appends only the rest. The
+   batches that go into one segment are written together (:meth:`~pylog.segment.Segment.append_batches`): a
+   failed write of them is cut back whole, so a call lands up to a segment boundary or not at all.
 
 :meth:`BatchWriter.write` runs under the partition's append lock, in the handle that holds the writer lock
 (the partition takes both before calling it).
@@ -74,8 +76,9 @@ class BatchWriter(Generic[S]):
                 bounds = appender.batch_bounds(cols, batch_size)
         first = self._local.segments[-1].next_offset
         # Every batch is encoded and checked against max.message.bytes before any is written, so a call
-        # that fails validation appends nothing. An I/O error part-way leaves the batches written before
-        # it; for an idempotent producer they are recorded one by one, so its retry appends only the rest.
+        # that fails validation appends nothing. An I/O error part-way (at a later segment: a segment's
+        # batches are written together, and cut back together) leaves the batches written before it; for an
+        # idempotent producer they are recorded as they land, so its retry appends only the rest.
         encoded = appender.encode_runs(first, bounds, cols, producer, compression, transactional)
         written = 0
         try:
