@@ -96,7 +96,8 @@ from .storage.log import checks, loader, maintenance
 from .storage.log.append import SEQ_MOD, Appender, Columns
 from .storage.log.batches import Data, EncodedBatch, Headers, RecordHeaders, Timestamps
 from .storage.log.internals import OwnerOps, PartitionInternals
-from .storage.log.txn import IsolationLevel, TxnTracker, aborted_in, check_isolation, isolated_read
+from .storage.log.txn import (ISOLATION_LEVELS, IsolationLevel, TxnTracker, aborted_in, check_isolation,
+                              isolated_read)
 from .storage.log.write import BatchWriter
 from .storage.log.durability import Durability
 from .storage.log.local_log import LocalLog
@@ -104,8 +105,8 @@ from .storage.log.waiting import Waiters
 from .storage.log.writer_lock import WriterLock
 
 __all__ = ["Partition", "DEFAULT_MAX_BYTES", "PartitionInternals", "internals", "watch_appends",
-           # the write path's types (pylog.storage.log.batches), for the layers above
-           "Data", "Headers", "RecordHeaders", "Timestamps", "EncodedBatch"]
+           # for the layers above: the write path's types (storage.log.batches), reads' isolation levels (.txn)
+           "Data", "Headers", "RecordHeaders", "Timestamps", "EncodedBatch", "ISOLATION_LEVELS", "IsolationLevel"]
 
 log = logging.getLogger("pylog.partition")
 
