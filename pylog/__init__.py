@@ -22,7 +22,8 @@ from .config import TopicConfig
 from .clients.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
 from .errors import (AuthenticationError, CorruptBatchError, IllegalSaslStateError, InvalidBatchError, ProtocolError,
-                     MetricsUnavailableError, SecurityConfigError, UnknownApiKeyError, UnsupportedApiVersionError,
+                     JvmReaderUnavailableError, MetricsUnavailableError, SecurityConfigError, UnknownApiKeyError,
+                     UnsupportedApiVersionError,
                      UnsupportedCompressionError, UnsupportedMagicError, UnsupportedSaslMechanismError)
 from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, CorruptRecordError, DiskFullError,
                      InvalidArgumentError, InvalidConfigError, StorePathError,
@@ -44,11 +45,12 @@ from .storage.records import Record, RecordColumns
 from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, RecordMetadata, TopicPartition
 from .topic import Topic
+from .tiered import attach, restore
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "open", "Store", "Topic", "Partition", "Record", "RecordColumns", "TopicConfig",
+    "open", "restore", "attach", "Store", "Topic", "Partition", "Record", "RecordColumns", "TopicConfig",
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "InvalidGroupError", "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError",
@@ -60,6 +62,7 @@ __all__ = [
     "CorruptBatchError", "InvalidBatchError", "UnsupportedMagicError", "UnsupportedCompressionError",
     "ProtocolError", "UnknownApiKeyError", "UnsupportedApiVersionError", "AuthenticationError",
     "UnsupportedSaslMechanismError", "IllegalSaslStateError", "SecurityConfigError", "MetricsUnavailableError",
+    "JvmReaderUnavailableError",
     "RemoteStorageError", "RemoteConflictError", "RemoteObjectMissingError", "RemoteDataCorruptError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",
