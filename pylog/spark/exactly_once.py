@@ -44,7 +44,6 @@ from pyspark import TaskContext
 
 from ..errors import CorruptRecordError, ProducerFencedError, PylogError, TransactionalIdNotFoundError
 from ..partition import Partition, internals
-from ..storage import group_commit
 from ..store import Store, TxnState, group_offsets, transaction_coordinator
 from ..structs import OffsetAndMetadata, TopicPartition
 
@@ -166,9 +165,8 @@ class TaskTransactions:
 
     def finish(self) -> TaskTransaction | None:
         """fsync what the task appended (before the driver may commit it); the transaction to commit."""
-        for exc in group_commit.sync([internals(p) for p in self.written]):
-            if exc is not None:
-                raise exc
+        for p in self.written:
+            p.flush()
         if self.producer is None:
             return None
         return TaskTransaction(self.task.transactional_id, *self.producer)
