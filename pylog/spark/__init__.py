@@ -32,6 +32,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Mapping
 
 from . import savemode, workers
+from .exactly_once import SinkTransactionLostError
 from .options import DataLossError, InvalidOptionError
 from .source import NAME, PylogDataSource, kafka_schema
 
@@ -41,7 +42,8 @@ workers.configure()
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["PylogDataSource", "register", "session", "kafka_schema", "InvalidOptionError", "DataLossError", "NAME"]
+__all__ = ["PylogDataSource", "register", "session", "kafka_schema", "InvalidOptionError", "DataLossError",
+           "SinkTransactionLostError", "NAME"]
 
 
 def register(spark: "SparkSession") -> None:

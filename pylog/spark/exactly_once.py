@@ -42,7 +42,8 @@ from typing import Iterable, Sequence
 
 from pyspark import TaskContext
 
-from ..errors import CorruptRecordError, ProducerFencedError, PylogError, TransactionalIdNotFoundError
+from ..errors import (CorruptRecordError, ProducerFencedError, SinkTransactionLostError,
+                      TransactionalIdNotFoundError)
 from ..partition import Partition, internals
 from ..store import Store, TxnState, group_offsets, transaction_coordinator
 from ..structs import OffsetAndMetadata, TopicPartition
@@ -59,11 +60,6 @@ _RECORD_VERSION = 1
 # Spark's local properties, set by its micro-batch engine on the driver's job and passed to every task.
 _BATCH_ID_PROPERTY = "streaming.sql.batchId"
 _QUERY_ID_PROPERTY = "sql.streaming.queryId"
-
-
-class SinkTransactionLostError(PylogError):
-    """A transaction of a decided micro-batch was aborted (its timeout passed before the driver could commit
-    it): that task's rows of the batch are lost. Raise ``transactionTimeoutMs`` above the longest restart."""
 
 
 @dataclass(frozen=True)
