@@ -5,6 +5,7 @@ tests/test_spark_exactly_once.py.)"""
 
 from __future__ import annotations
 
+import importlib.util
 import os
 import random
 import signal
@@ -140,3 +141,16 @@ def test_spark_application_sigkilled_mid_stream_restarts_exactly_once(spark, tmp
     assert Counter(_out(path)) == Counter(written)
     assert len(_out(path, "read_uncommitted")) >= len(written)
     assert _no_open_transactions(path)
+
+
+def test_sink_benchmark_quick_run(spark, tmp_path, capsys):
+    """benchmarks/bench_spark_sink.py --quick runs in the tests' session and prints both modes and the ratio."""
+    spec = importlib.util.spec_from_file_location(
+        "bench_spark_sink", os.path.join(os.path.dirname(os.path.dirname(CHILD)), "benchmarks", "bench_spark_sink.py"))
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--quick", "--dir", str(tmp_path)], spark=spark) == 0
+    out = capsys.readouterr().out
+    for figure in ("exactly-once  ", "at-least-once  ", "| ratio | exactly-once / at-least-once", "load average"):
+        assert figure in out
+    assert not list(tmp_path.iterdir())  # the run's directory is removed
