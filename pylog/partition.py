@@ -96,7 +96,8 @@ from .storage.log import checks, loader, maintenance
 from .storage.log.append import SEQ_MOD, Appender, Columns
 from .storage.log.batches import Data, EncodedBatch, Headers, RecordHeaders, Timestamps
 from .storage.log.internals import OwnerOps, PartitionInternals
-from .storage.log.txn import IsolationLevel, TxnTracker, aborted_in, check_isolation, isolated_read
+from .storage.log.txn import (ISOLATION_LEVELS, IsolationLevel, TxnTracker, aborted_in, check_isolation,
+                              isolated_read)
 from .storage.log.write import BatchWriter
 from .storage.log.durability import Durability
 from .storage.log.local_log import LocalLog
@@ -104,8 +105,8 @@ from .storage.log.waiting import Waiters
 from .storage.log.writer_lock import WriterLock
 
 __all__ = ["Partition", "DEFAULT_MAX_BYTES", "PartitionInternals", "internals", "watch_appends",
-           # the write path's types (pylog.storage.log.batches), for the layers above
-           "Data", "Headers", "RecordHeaders", "Timestamps", "EncodedBatch"]
+           # for the layers above: the write path's types (storage.log.batches), reads' isolation levels (.txn)
+           "Data", "Headers", "RecordHeaders", "Timestamps", "EncodedBatch", "ISOLATION_LEVELS", "IsolationLevel"]
 
 log = logging.getLogger("pylog.partition")
 
@@ -412,9 +413,9 @@ class Partition:
     def _append_column_args(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
                             key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None,
                             producer: tuple[int, int, int] | None, compression: str | None, in_turn: bool,
-                            flush_policy: bool) -> int:
+                            flush_policy: bool, transactional: bool) -> int:
         cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
-        return self._append_columns(cols, producer, compression, in_turn, flush_policy)
+        return self._append_columns(cols, producer, compression, in_turn, flush_policy, transactional=transactional)
 
     def _columns(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
                  key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None) -> Columns:

@@ -36,9 +36,11 @@ def start_cli_server(path: Any, *args: str, preexec_fn: Callable[[], None] | Non
     raise AssertionError("pylog serve did not start:\n" + "".join(lines))
 
 
-def kafka_batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, base_sequence: int = -1) -> bytes:
+def kafka_batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, base_sequence: int = -1,
+                transactional: bool = False) -> bytes:
     """An uncompressed Kafka v2 record batch of ``values`` (no keys, no headers), written without pylog's
-    encoder, CRC-32C computed: what a produce request's ``records`` holds."""
+    encoder, CRC-32C computed: what a produce request's ``records`` holds; ``transactional`` sets the
+    batch's transactional bit."""
     import crc32c
 
     from pylog.server.recordbatch import _put_varint
@@ -54,8 +56,8 @@ def kafka_batch(values: list[bytes], producer_id: int = -1, epoch: int = -1, bas
         _put_varint(body, len(rec))
         body += rec
     n = len(values)
-    tail = struct.pack(">hiqqqhii", 0, n - 1, 1_700_000_000_000, 1_700_000_000_000, producer_id, epoch,
-                       base_sequence, n) + body
+    tail = struct.pack(">hiqqqhii", 0x10 if transactional else 0, n - 1, 1_700_000_000_000, 1_700_000_000_000,
+                       producer_id, epoch, base_sequence, n) + body
     return struct.pack(">qiibI", 0, len(tail) + 9, 0, 2, crc32c.crc32c(tail)) + tail
 
 

@@ -18,7 +18,7 @@ from typing import Any, Callable
 
 import pylog
 from pylog.partition import internals
-from pylog.storage.records import HEADER_SIZE, BatchHeader, parse_header
+from pylog.storage.records import HEADER_SIZE, BatchHeader, EncodeOptions, encode_parts, parse_header
 
 
 def _copy_if_there(src: str, dst: str) -> None:
@@ -67,6 +67,17 @@ def abandon(p: pylog.Partition) -> None:
     fd, writer.fd = writer.fd, None
     if fd is not None:
         os.close(fd)
+
+
+def append_foreign_control(p: pylog.Partition, producer_id: int, value: bytes = b"\x00\x00\x00\x01") -> int:
+    """Append, straight into ``p``'s active segment (its writer must be this handle, which is then unusable:
+    :func:`abandon` it), a control batch of ``producer_id`` that is not a transaction marker, as pylog before
+    transactions let a caller write. Returns its offset."""
+    offset = p.log_end_offset
+    parts, h = encode_parts(values=[value], keys=[b"\x00\x00\x00\x00"], options=EncodeOptions(
+        base_offset=offset, producer_id=producer_id, producer_epoch=0, control=True, transactional=True))
+    internals(p).local_log.segments[-1].append(h, parts, h.max_timestamp)
+    return offset
 
 
 def flip_byte(path: str | os.PathLike[str], at: int, mask: int) -> None:

@@ -388,6 +388,16 @@ def test_pylog_reads_and_writes_the_golden_cleaner_checkpoint(tmp_path):
     assert checked(CleanerCheckpoint([tuple(h) for h in want["horizons"]]).encode()) == _raw(want["file"])
 
 
+def test_pylog_reads_and_writes_the_golden_cleaner_checkpoint_with_transaction_horizons(tmp_path):
+    want = MANIFEST["files"]["txn.cleaner.checkpoint"]
+    shutil.copy(GOLDEN / want["file"], tmp_path / "cleaner.checkpoint")
+    cp = read_cleaner_checkpoint(str(tmp_path))
+    assert [list(h) for h in cp.horizons] == want["horizons"]
+    assert [list(h) for h in cp.txn_horizons] == want["txn_horizons"]
+    assert checked(CleanerCheckpoint([tuple(h) for h in want["horizons"]],
+                                     [tuple(h) for h in want["txn_horizons"]]).encode()) == _raw(want["file"])
+
+
 def test_pylog_reads_and_writes_the_golden_swap_manifest(tmp_path):
     want = MANIFEST["files"]["cleaner.swap"]
     shutil.copy(GOLDEN / want["file"], tmp_path / "cleaner.swap")

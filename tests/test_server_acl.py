@@ -553,3 +553,51 @@ def test_group_listings_offsets_and_cluster_apis_follow_the_acls(secured):
     finally:
         admin.close()
         bob.close()
+
+
+TXN_ID = 5
+
+
+def test_transaction_apis_follow_the_transactional_id_topic_and_group_acls(secured):
+    server, st = secured
+    admin, bob, alice = Raw(server, "admin"), Raw(server, "bob"), Raw(server, "alice")
+    try:
+        refused = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
+        assert bob.call(10, 2, {"key": "bob-tx", "key_type": 1})["error_code"] == refused
+        init = {"transactional_id": "bob-tx", "transaction_timeout_ms": 60000}
+        assert bob.call(22, 1, init)["error_code"] == refused
+        grant(admin, acl(TXN_ID, "bob-", WRITE, pattern=PREFIXED), acl(TOPIC, "orders", WRITE))
+        assert bob.call(10, 2, {"key": "bob-tx", "key_type": 1})["error_code"] == 0  # WRITE implies DESCRIBE
+        got = bob.call(22, 1, init)
+        assert got["error_code"] == 0
+        pid, epoch = got["producer_id"], got["producer_epoch"]
+        ids = {"v3_and_below_transactional_id": "bob-tx", "v3_and_below_producer_id": pid,
+               "v3_and_below_producer_epoch": epoch}
+        out = bob.call(24, 1, {**ids, "v3_and_below_topics": [{"name": "orders", "partitions": [0]},
+                                                              {"name": "team-a.events", "partitions": [0]}]})
+        codes = {(t["name"], p["partition_index"]): p["partition_error_code"]
+                 for t in out["results_by_topic_v3_and_below"] for p in t["results_by_partition"]}
+        assert codes == {("orders", 0): E.OPERATION_NOT_ATTEMPTED, ("team-a.events", 0): E.TOPIC_AUTHORIZATION_FAILED}
+        out = bob.call(24, 1, {**ids, "v3_and_below_topics": [{"name": "orders", "partitions": [0]}]})
+        assert out["results_by_topic_v3_and_below"][0]["results_by_partition"][0]["partition_error_code"] == 0
+        offsets = {"transactional_id": "bob-tx", "producer_id": pid, "producer_epoch": epoch, "group_id": "g"}
+        assert bob.call(25, 1, offsets)["error_code"] == E.GROUP_AUTHORIZATION_FAILED
+        # a transactional produce of another principal to bob's transactional id is refused whole
+        grant(admin, acl(TOPIC, "orders", WRITE, principal="User:alice"))
+        out = alice.call(0, 7, {"transactional_id": "bob-tx", "acks": 1, "timeout_ms": 5000, "topic_data": [
+            {"name": "orders", "partition_data": [{"index": 0, "records": kafka_batch([b"x"], pid, epoch, 0,
+                                                                                      transactional=True)}]}]})
+        assert out["responses"][0]["partition_responses"][0]["error_code"] == refused
+        # listings: alice may describe no transactional id, admin every one
+        assert alice.call(66, 0, {"state_filters": [], "producer_id_filters": []})["transaction_states"] == []
+        listed = admin.call(66, 0, {"state_filters": [], "producer_id_filters": []})["transaction_states"]
+        assert [(t["transactional_id"], t["transaction_state"]) for t in listed] == [("bob-tx", "Ongoing")]
+        described = alice.call(65, 0, {"transactional_ids": ["bob-tx"]})["transaction_states"]
+        assert [d["error_code"] for d in described] == [refused]
+        assert bob.call(26, 1, {"transactional_id": "bob-tx", "producer_id": pid, "producer_epoch": epoch,
+                                "committed": False})["error_code"] == 0
+        assert alice.call(26, 1, {"transactional_id": "bob-tx", "producer_id": pid, "producer_epoch": epoch,
+                                  "committed": False})["error_code"] == refused
+    finally:
+        for c in (admin, bob, alice):
+            c.close()

@@ -2,8 +2,8 @@
 own error codes, never a dropped connection"): IncrementalAlterConfigs, DescribeCluster, OffsetDelete and
 DescribeLogDirs through the real admin clients; the single-node answers (ElectLeaders, partition
 reassignments, transactions); the refused ACL and SCRAM-credential APIs; APIs not advertised, which clients
-report as unsupported by the broker themselves and which get UNSUPPORTED_VERSION when sent anyway; and
-transactional producers, which fail fast and leave the server healthy. Raw requests
+report as unsupported by the broker themselves and which get UNSUPPORTED_VERSION when sent anyway
+(transactional producers: tests/test_server_transactions.py). Raw requests
 (``pylog.server.protocol.encode_request`` over a socket) where no client has the call."""
 
 from __future__ import annotations
@@ -12,7 +12,6 @@ import asyncio
 import os
 import socket
 import struct
-import time
 
 import pytest
 
@@ -91,10 +90,11 @@ def test_advertised_versions_of_the_new_apis():
     assert sv[ApiKey.DESCRIBE_CLUSTER] == (0, 1)
     assert sv[ApiKey.OFFSET_DELETE] == (0, 0)
     assert sv[ApiKey.DESCRIBE_LOG_DIRS] == (1, 4)
-    for k in (29, 30, 31, 34, 43, 46, 48, 49, 50, 51, 65, 66):
+    for k in (29, 30, 31, 34, 43, 46, 48, 49, 50, 51, 61, 65, 66):
         assert k in sv
-    for k in (45, 61):  # answered only with UNSUPPORTED_VERSION: not advertised
-        assert k not in sv
+    assert 45 not in sv  # answered only with UNSUPPORTED_VERSION: not advertised
+    for k in (ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN, ApiKey.TXN_OFFSET_COMMIT):
+        assert sv[k] == (0, 3)  # the transaction APIs (tests/test_server_transactions.py)
 
 
 # --------------------------------------------------------------------------- IncrementalAlterConfigs (44)
@@ -371,14 +371,11 @@ def test_unadvertised_apis_are_reported_by_the_client(server, store, kp_admin):
     store.create_topic("u")
     with pytest.raises(KErr.IncompatibleBrokerVersion, match="AlterPartitionReassignments"):
         kp_admin.alter_partition_reassignments({TopicPartition("u", 0): [0]})
-    with pytest.raises(KErr.IncompatibleBrokerVersion, match="DescribeProducers"):
-        kp_admin.describe_producers([TopicPartition("u", 0)])
 
 
 @pytest.mark.parametrize("api_key,version,body,array", [
     (45, 0, {"timeout_ms": 1, "topics": [{"name": "u", "partitions": [{"partition_index": 0, "replicas": [0]}]}]},
      "responses"),
-    (61, 0, {"topics": [{"name": "u", "partition_indexes": [0]}]}, "topics"),
 ])
 def test_unadvertised_apis_sent_anyway_get_unsupported_version(server, store, api_key, version, body, array):
     with socket.create_connection((server.host, server.port), timeout=10) as s:
@@ -387,52 +384,6 @@ def test_unadvertised_apis_sent_anyway_get_unsupported_version(server, store, ap
         assert str(int(ErrorCode.UNSUPPORTED_VERSION)) in repr(resp)
         # the connection stays open: the next request on it is answered
         assert _call(server, 60, 0, {"include_cluster_authorized_operations": False}, sock=s)["controller_id"] == 0
-
-
-# --------------------------------------------------------------------------- transactional producers
-
-def test_transactional_kafka_python_producer_fails_fast(server, store):
-    store.create_topic("tx")
-    p = KafkaProducer(bootstrap_servers=server.bootstrap_servers, transactional_id="tx-1")
-    t0 = time.monotonic()
-    try:
-        with pytest.raises(KErr.TransactionalIdAuthorizationFailedError):
-            p.init_transactions()
-    finally:
-        p.close(timeout=5)
-    assert time.monotonic() - t0 < 10
-    _healthy(server, store)
-
-
-def test_transactional_confluent_producer_fails_fast(server, store):
-    store.create_topic("tx")
-    p = ck.Producer({"bootstrap.servers": server.bootstrap_servers, "transactional.id": "tx-2",
-                     "log_level": 0})
-    t0 = time.monotonic()
-    with pytest.raises(KafkaException) as e:
-        p.init_transactions(20)
-    err = e.value.args[0]
-    assert err.code() == ErrorCode.TRANSACTIONAL_ID_AUTHORIZATION_FAILED and err.fatal()
-    assert "Transactional Id authorization failed" in err.str()
-    assert time.monotonic() - t0 < 10
-    _healthy(server, store)
-
-
-def test_transactional_aiokafka_producer_fails_fast(server, store):
-    store.create_topic("tx")
-
-    async def run():
-        p = aiokafka.AIOKafkaProducer(bootstrap_servers=server.bootstrap_servers, transactional_id="tx-3")
-        try:
-            await asyncio.wait_for(p.start(), 10)
-        finally:
-            await p.stop()
-
-    t0 = time.monotonic()
-    with pytest.raises(aiokafka.errors.TransactionalIdAuthorizationFailed):
-        asyncio.run(run())
-    assert time.monotonic() - t0 < 10
-    _healthy(server, store)
 
 
 # --------------------------------------------------------------------------- broker configs

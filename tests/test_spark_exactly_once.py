@@ -172,3 +172,18 @@ def test_decided_batch_whose_transaction_timed_out_is_reported_lost(path):
         assert len(pylog.store.transaction_coordinator(s).abort_timed_out()) == 2
         with pytest.raises(SinkTransactionLostError, match="rows of the batch are lost"):
             commit_batch(s, 0, QUERY, [])
+
+
+def test_delivery_guarantee_option_checked_and_exactly_once_refused_for_batch_writes(path):
+    from pyspark.sql.types import BinaryType, StructField, StructType
+
+    from pylog.spark.options import InvalidOptionError
+    from pylog.spark.writer import PylogWriter
+
+    with pytest.raises(InvalidOptionError, match="deliveryGuarantee.*exactly-once, at-least-once"):
+        parse_write_options({"path": str(path), "topic": "out", "deliveryGuarantee": "twice"})
+    opts = parse_write_options({"path": str(path), "topic": "out", "deliveryGuarantee": "Exactly-Once"})
+    schema = StructType([StructField("value", BinaryType())])
+    with pytest.raises(InvalidOptionError, match="applies to streaming writes"):
+        PylogWriter(opts, schema)
+    PylogWriter(parse_write_options({"path": str(path), "topic": "out", "deliveryGuarantee": "at-least-once"}), schema)

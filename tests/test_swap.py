@@ -108,8 +108,30 @@ def test_swap_roll_forward_is_idempotent_after_a_crash_part_way(tmp_path):
     roll_forward(str(tmp_path), swap)  # and the next open runs it again
     assert _bases(tmp_path) == [5]
     assert all(_content(tmp_path, 5, s) == b"new" for s in SEGMENT_SUFFIXES)
+    replaced_indexes = [os.path.basename(segment_path("", b, ".txnindex")) for b in (0, 10, 20)]
+    assert sorted(os.listdir(tmp_path)) == sorted([os.path.basename(segment_path("", 5, s))
+                                                   for s in SEGMENT_SUFFIXES] + replaced_indexes)
+    assert remove_leftovers(str(tmp_path)) == 3  # the next cleaning (or writer open) removes those
     assert sorted(os.listdir(tmp_path)) == sorted(os.path.basename(segment_path("", 5, s))
                                                   for s in SEGMENT_SUFFIXES)
+
+
+def test_swap_roll_forward_leaves_replaced_txn_indexes_for_readers_listing_the_old_segments(tmp_path):
+    """A reader that listed the segments before the swap reads an old segment's aborted transactions by name:
+    the replaced segments' indexes stay until the next cleaning (or writer open) removes them, and only
+    those: a live segment's index, and one whose segment still exists, are kept."""
+    for base in (0, 10, 20, 30):
+        _segment(tmp_path, base)
+    _segment(tmp_path, 0, ".swap", tag=b"new")
+    roll_forward(str(tmp_path), [(0, [0, 10, 20])])
+    assert _content(tmp_path, 0, ".txnindex") == b"new"
+    assert _content(tmp_path, 10, ".txnindex") == _content(tmp_path, 20, ".txnindex") == b"old"
+    assert _content(tmp_path, 10, ".log") is None
+    open(tmp_path / "0000000000000000003.txnindex", "wb").close()  # 19 digits: not a segment's, not ours
+    assert remove_leftovers(str(tmp_path)) == 2
+    assert _content(tmp_path, 10, ".txnindex") is None and _content(tmp_path, 20, ".txnindex") is None
+    assert _content(tmp_path, 0, ".txnindex") == b"new" and _content(tmp_path, 30, ".txnindex") == b"old"
+    assert os.path.exists(tmp_path / "0000000000000000003.txnindex")
 
 
 def test_swap_finish_rolls_a_committed_swap_forward_and_removes_the_manifest(tmp_path):
@@ -133,7 +155,7 @@ def test_swap_finish_without_a_manifest_rolls_back_uncommitted_output(tmp_path):
     finish_interrupted_swap(str(tmp_path))
     assert _bases(tmp_path) == [0, 10]
     assert all(_content(tmp_path, b, s) == b"old" for b in (0, 10) for s in SEGMENT_SUFFIXES)
-    assert len(os.listdir(tmp_path)) == 6
+    assert len(os.listdir(tmp_path)) == 2 * len(SEGMENT_SUFFIXES)
 
 
 def test_swap_remove_leftovers_keeps_the_manifest_and_temporaries_unless_asked(tmp_path):
@@ -150,6 +172,6 @@ def test_swap_remove_leftovers_keeps_the_manifest_and_temporaries_unless_asked(t
 def test_swap_remove_leftovers_counts_what_it_deleted(tmp_path):
     _segment(tmp_path, 0)
     _segment(tmp_path, 0, ".cleaned")
-    assert remove_leftovers(str(tmp_path)) == 3
+    assert remove_leftovers(str(tmp_path)) == len(SEGMENT_SUFFIXES)
     assert remove_leftovers(str(tmp_path)) == 0
     assert _bases(tmp_path) == [0]

@@ -10,6 +10,7 @@ import multiprocessing
 import os
 import random
 import signal
+import threading
 import time
 
 import asyncio
@@ -18,13 +19,12 @@ import msgpack
 import pytest
 
 import pylog
-from storetools import abandon
+from storetools import abandon, append_foreign_control
 from pylog.aio import AIOKafkaConsumer
 from pylog.errors import InvalidTxnStateError, ProducerFencedError, TransactionCoordinatorFencedError
 from pylog.kafka import KafkaConsumer
 from pylog.partition import internals
 from pylog.storage.producer_state import ProducerState
-from pylog.storage.records import EncodeOptions, encode_parts
 from pylog.storage.txn_index import index_path, parse_marker, read_index
 
 TOPIC = "t"
@@ -473,11 +473,45 @@ def test_a_foreign_control_batch_does_not_stop_the_writer_loading_its_producer_s
     # producer whose transaction is open, found by the writer's replay with no index entry for it.
     with _store(tmp_path) as store:
         p, pid = _open_transaction(store, b"t")
-        parts, h = encode_parts(values=[b"\x00\x00\x00\x01"], keys=[b"\x00\x00\x00\x00"], options=EncodeOptions(
-            base_offset=1, producer_id=pid, producer_epoch=0, control=True, transactional=True))
-        internals(p).local_log.segments[-1].append(h, parts, h.max_timestamp)
+        append_foreign_control(p, pid)
         abandon(p)
     with _store(tmp_path) as store:
         p = store.topic(TOPIC).partition(0)
         assert p.append_values([b"i"], producer=(store.new_producer_id(), 0, 0)) == 2
         assert _values(p, "read_committed") == [b"t", b"i"] and read_index(index_path(p.directory, 0)) == []
+
+
+def test_readers_racing_aborts_and_rolls_never_return_an_aborted_record(tmp_path):
+    """Reader threads read read_committed while the writer aborts transactions whose markers land just before
+    a roll seals their segment: a reader that read a segment's index before its last entry was written, and
+    saw the segment sealed only after, must not keep that index as final (it would return the aborted
+    records from then on). A race: without that rule it failed about one run in three."""
+
+    store = _store(tmp_path, segment_bytes=300)  # a roll every other abort or so
+    stop = threading.Event()
+    seen: list[tuple[int, bytes]] = []
+    try:
+        p = _part(store)
+        pid = store.new_producer_id()
+
+        def follow() -> None:
+            pos = 0
+            while not stop.is_set():
+                recs = p.read(pos, max_records=100, isolation_level="read_committed")
+                seen.extend((r.offset, r.value) for r in recs if r.value.startswith(b"ABORT"))
+                pos = recs[-1].offset + 1 if recs else pos
+
+        threads = [threading.Thread(target=follow) for _ in range(2)]
+        for t in threads:
+            t.start()
+        for i in range(300):
+            p.append_values([b"ABORT-%d" % i], producer=(pid, 0, i), transactional=True)
+            internals(p).append_marker(pid, 0, commit=False)
+            p.append_values([b"plain-%d" % i])
+        stop.set()
+        for t in threads:
+            t.join(60)
+        assert not seen, seen[:5]
+    finally:
+        stop.set()
+        store.close()

@@ -9,9 +9,15 @@ Every problem is listed at the end with the file and byte position, and the exit
 
 An ``.index`` or ``.timeindex`` file is printed entry by entry; offset index entries are checked against
 the segment's ``.log`` beside it (each must point at the start of the batch with its offset). A ``.txnindex``
-file (aborted transactions) is printed entry by entry; a damaged entry ends the readable ones, as for readers.
-Transaction markers (control batches) print as ``endTxnMarker: COMMIT`` or ``ABORT`` with ``--records``; a
-file shows every batch whatever its transaction's outcome (``pylog consume --isolation-level`` filters).
+file (aborted transactions) is printed entry by entry, each entry's checksum checked (readers stop at the
+first damaged one).
+
+Transactions: a batch line says ``isTransactional``; with ``--records`` a transaction marker (control batch)
+prints as ``endTxnMarker: COMMIT`` or ``ABORT`` with its coordinator epoch, as kafka-dump-log does. A file
+shows every batch whatever its transaction's outcome; with ``--records --isolation-level read_committed``
+only the records a read_committed reader gets are printed (none of an aborted or still open transaction,
+none at or past the last stable offset, no marker): those are asked of the partition the segment is in
+(its store, opened read-only), so the file must be in its store's directory.
 
 On the active segment of a partition being written, the last batch may be in flight and show as torn.
 """
@@ -19,15 +25,18 @@ On the active segment of a partition being written, the last batch may be in fli
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
-from typing import Any, TextIO
+from typing import Any, Callable, Iterator, TextIO
 
-from ..errors import CorruptRecordError
-from ..storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX
+from ..errors import CorruptRecordError, PylogError
+from ..storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, STORE_FILE, TIMEINDEX_SUFFIX, TXN_INDEX_SUFFIX
 from ..index import OffsetIndex, TimeIndex
-from ..storage.txn_index import TXN_INDEX_SUFFIX, parse_marker, read_index
+from ..partition import ISOLATION_LEVELS, Partition
 from ..storage.records import (CODEC_LZ4, HEADER_SIZE, BatchHeader, BatchView, batch_crc, check_header, parse_header)
-from .base import ExitCode
+from ..storage.txn_index import TXN_INDEX_ENTRY_SIZE, TXN_INDEX_HEADER_SIZE, parse_marker, scan_index
+from ..store import Store
+from .base import CommandError, ExitCode
 from .output import text_of
 
 __all__ = ["register", "dump_log"]
@@ -42,6 +51,9 @@ def register(sub: Any) -> None:
     d.add_argument("paths", nargs="+", metavar="PATH", help="a .log, .index, .timeindex or .txnindex file")
     d.add_argument("--records", action="store_true", help="also print every record: offset, timestamp, key, "
                                                            "value, headers")
+    d.add_argument("--isolation-level", choices=ISOLATION_LEVELS, default="read_uncommitted",
+                   help="with --records, Kafka's: read_uncommitted (default) prints every record, markers "
+                        "too; read_committed only what a read_committed reader gets (asks the segment's store)")
     d.set_defaults(run=_dump)
 
 
@@ -52,7 +64,11 @@ def _dump(args: argparse.Namespace, out: TextIO) -> ExitCode:
             print(file=out)
         print(f"Dumping {path}", file=out)
         if path.endswith(LOG_SUFFIX):
-            problems += dump_log(path, out, args.records)
+            if args.records and args.isolation_level == "read_committed":
+                with _committed_filter(path) as shown:
+                    problems += dump_log(path, out, True, shown)
+            else:
+                problems += dump_log(path, out, args.records)
         elif path.endswith(INDEX_SUFFIX) or path.endswith(TIMEINDEX_SUFFIX):
             problems += _dump_index(path, out)
         elif path.endswith(TXN_INDEX_SUFFIX):
@@ -64,19 +80,6 @@ def _dump(args: argparse.Namespace, out: TextIO) -> ExitCode:
         for p in problems:
             print(f"  {p}", file=out)
     return ExitCode.PROBLEMS if problems else ExitCode.OK
-
-
-def _dump_txn_index(path: str, out: TextIO) -> list[str]:
-    """An aborted-transaction index, entry by entry (kafka-dump-log's ``--transaction-index`` lines)."""
-    try:
-        entries = read_index(path)
-    except CorruptRecordError as exc:
-        return [f"{path}: {exc}"]
-    for e in entries:
-        print(f"version: 1 producerId: {e.producer_id} firstOffset: {e.first_offset} lastOffset: {e.last_offset} "
-              f"lastStableOffset: {e.last_stable_offset}", file=out)
-    print(f"{len(entries)} aborted transaction(s)", file=out)
-    return []
 
 
 def _base_offset_of(path: str) -> int | None:
@@ -96,10 +99,11 @@ def _batch_line(pos: int, h: BatchHeader, crc_ok: bool, error: str | None) -> st
             + (f" error: {error}" if error else ""))
 
 
-def _record_lines(view: BatchView) -> list[str]:
+def _record_lines(view: BatchView, shown: Callable[[int], bool] | None = None) -> list[str]:
     lines = []
+    records = [r for r in view.records() if shown is None or shown(r.offset)]
     if view.header.is_control:  # a transaction marker, decoded as kafka-dump-log does
-        for r in view.records():
+        for r in records:
             try:
                 commit, epoch = parse_marker(r.key, r.value)
                 what = f"endTxnMarker: {'COMMIT' if commit else 'ABORT'} coordinatorEpoch: {epoch}"
@@ -107,7 +111,7 @@ def _record_lines(view: BatchView) -> list[str]:
                 what = f"control record that is no transaction marker ({exc})"
             lines.append(f"| offset: {r.offset} {what}")
         return lines
-    for r in view.records():
+    for r in records:
         headers = ",".join(f"{text_of(k.encode(), escape=True)}:{text_of(v, escape=True)}" for k, v in r.headers)
         lines.append(f"| offset: {r.offset} timestamp: {r.timestamp} keySize: {-1 if r.key is None else len(r.key)} "
                      f"valueSize: {-1 if r.value is None else len(r.value)} headers: [{headers}] "
@@ -115,8 +119,48 @@ def _record_lines(view: BatchView) -> list[str]:
     return lines
 
 
-def dump_log(path: str, out: TextIO, records: bool = False) -> list[str]:
-    """Print ``path``'s batches to ``out``; returns the problems found (``path @ byte N: what``)."""
+@contextlib.contextmanager
+def _committed_filter(path: str) -> Iterator[Callable[[int], bool]]:
+    """Whether a read_committed reader gets the record at an offset, asked in increasing offset order, of the
+    partition holding segment ``path`` (``<store>/<topic>/<n>/<base>.log``, its store opened read-only).
+
+    :raises CommandError: when ``path`` is not in a store's partition directory.
+    """
+    directory = os.path.dirname(os.path.abspath(path))
+    root, topic, number = os.path.dirname(os.path.dirname(directory)), os.path.basename(os.path.dirname(directory)), \
+        os.path.basename(directory)
+    if not number.isdigit() or not os.path.isfile(os.path.join(root, STORE_FILE)):
+        raise CommandError(f"{path}: --isolation-level read_committed asks the partition the segment is in, but "
+                           f"this file is not in a store's <store>/<topic>/<partition>/ directory")
+    try:
+        with Store(root, read_only=True) as store:
+            offsets = _committed_offsets(store.topic(topic).partition(int(number)))
+            nxt = [next(offsets, None)]
+
+            def shown(offset: int) -> bool:
+                while nxt[0] is not None and nxt[0] < offset:
+                    nxt[0] = next(offsets, None)
+                return nxt[0] == offset
+
+            yield shown
+    except PylogError as exc:
+        raise CommandError(f"{path}: cannot read its partition read_committed: {exc}") from exc
+
+
+def _committed_offsets(p: Partition, batch: int = 10_000) -> Iterator[int]:
+    """The offsets a read_committed reader of ``p`` gets, from its log start, in order."""
+    pos = p.log_start_offset
+    while True:
+        offsets = p.read_columns(pos, max_records=batch, isolation_level="read_committed").offsets
+        if not len(offsets):
+            return
+        yield from offsets.tolist()
+        pos = int(offsets[-1]) + 1
+
+
+def dump_log(path: str, out: TextIO, records: bool = False, shown: Callable[[int], bool] | None = None) -> list[str]:
+    """Print ``path``'s batches to ``out`` (with ``records``, the records too: those ``shown(offset)`` says, when
+    given); returns the problems found (``path @ byte N: what``)."""
     problems: list[str] = []
     name_base = _base_offset_of(path)
     batches = count = 0
@@ -160,7 +204,7 @@ def dump_log(path: str, out: TextIO, records: bool = False) -> list[str]:
             prev_last = h.last_offset
             if records and view is not None and crc_ok and error is None:
                 try:
-                    for line in _record_lines(view):
+                    for line in _record_lines(view, shown):
                         print(line, file=out)
                 except CorruptRecordError as exc:
                     problems.append(f"{path} @ byte {pos}: {exc.reason}")
@@ -168,6 +212,27 @@ def dump_log(path: str, out: TextIO, records: bool = False) -> list[str]:
             count += h.record_count
             pos += h.size
     print(f"{batches} batch(es), {count} record(s), {size} bytes", file=out)
+    return problems
+
+
+def _dump_txn_index(path: str, out: TextIO) -> list[str]:
+    """Print an aborted-transaction index entry by entry (kafka-dump-log's ``--transaction-index`` lines), with
+    each entry's checksum checked."""
+    with open(path, "rb") as f:
+        raw = f.read(64 << 20)
+    try:
+        entries = scan_index(raw, path)
+    except CorruptRecordError as exc:
+        return [str(exc)]
+    for e, ok in entries:
+        print(f"version: 1 producerId: {e.producer_id} firstOffset: {e.first_offset} lastOffset: {e.last_offset} "
+              f"lastStableOffset: {e.last_stable_offset} crcValid: {str(ok).lower()}", file=out)
+    print(f"{len(entries)} aborted transaction(s)", file=out)
+    problems = [f"{path}: the entry for the marker at offset {e.last_offset} fails its checksum (readers stop "
+                "before it)" for e, ok in entries if not ok]
+    whole = TXN_INDEX_HEADER_SIZE + len(entries) * TXN_INDEX_ENTRY_SIZE
+    if len(raw) > whole:
+        problems.append(f"{path} @ byte {whole}: torn entry ({len(raw) - whole} of {TXN_INDEX_ENTRY_SIZE} bytes)")
     return problems
 
 

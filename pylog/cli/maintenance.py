@@ -128,9 +128,11 @@ def _compact(args: argparse.Namespace, out: TextIO) -> ExitCode:
             if r.skipped:
                 print(f"{r.topic}-{r.partition}: skipped: {r.skipped}", file=out)
             else:
+                txn = (f", {r.aborted_removed} of aborted transactions, {r.markers_removed} transaction markers"
+                       if r.aborted_removed or r.markers_removed else "")
                 print(f"{r.topic}-{r.partition}: read {r.records_read} records, kept {r.records_written}, removed "
-                      f"{r.records_removed} ({r.tombstones_removed} tombstones); segments {r.segments_before} -> "
-                      f"{r.segments_after}; {r.seconds:.2f} s", file=out)
+                      f"{r.records_removed} ({r.tombstones_removed} tombstones{txn}); segments {r.segments_before} "
+                      f"-> {r.segments_after}; {r.seconds:.2f} s", file=out)
     return ExitCode.OK if not locked else ExitCode.PROBLEMS
 
 

@@ -243,6 +243,18 @@ class CommittedOffsets:
         table = self._table(self.partition_for(group_id).number)
         return {TopicPartition(t, p): om for (g, t, p), om in table.items() if g == group_id}
 
+    def pending(self, group_id: str) -> set[TopicPartition]:
+        """The partitions of ``group_id`` with offsets in a transaction not ended yet (no marker in the
+        partition): what a committed-offset lookup will change once the transaction commits (Kafka's
+        UNSTABLE_OFFSET_COMMIT for an OffsetFetch with ``require_stable``)."""
+        if not self._exists():
+            return set()
+        number = self.partition_for(group_id).number
+        self._table(number)
+        with self._lock:
+            waiting = self._tables[number][2]
+            return {TopicPartition(t, p) for offsets in waiting.values() for g, t, p in offsets if g == group_id}
+
     def committed(self, group_id: str, tp: TopicPartition) -> OffsetAndMetadata | None:
         if not self._exists():
             return None

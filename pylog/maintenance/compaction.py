@@ -5,21 +5,25 @@ One cleaning of a partition (:func:`clean_partition`):
 1. **Range.** The *dirty* section starts at the cleaner checkpoint's first dirty offset and ends at the
    first *uncleanable* offset: the active segment's base (or the first rolled segment whose background
    fsync is still pending: nothing not yet durable is ever called clean), or earlier, the base of the
-   first segment with a record younger than ``min.compaction.lag.ms``. It is cleanable when dirty bytes /
+   first segment with a record younger than ``min.compaction.lag.ms``, or the base of the segment holding
+   the last stable offset (an open transaction is never cleaned). It is cleanable when dirty bytes /
    (clean + dirty bytes) > ``min.cleanable.dirty.ratio``, or when its oldest record is older than
    ``max.compaction.lag.ms`` (or on demand).
 2. **Map.** Keys of the dirty section are hashed to 128-bit digests (two independent 64-bit lanes of a
    multiply-xorshift mix, keyed by a random seed drawn per cleaning; keys over 64 bytes use keyed BLAKE2b)
    and kept in an :class:`OffsetMap` of digest -> latest offset whose size is bounded by
    ``log.cleaner.dedupe.buffer.size``. When the map is full the pass ends at a batch boundary and the
-   next pass goes on from there.
+   next pass goes on from there. Records of control batches and of aborted transactions are not mapped.
 3. **Rewrite.** Every segment from the log start up to the end of the mapped range (never the active one)
    is rewritten in groups whose total size fits ``segment.bytes``: a record is dropped when the map holds
    a later offset for its key, when it is a tombstone (null value) first reached by a cleaning more than
    ``delete.retention.ms`` ago, or when it has no key. Kept records keep their offsets, order,
    timestamps, headers and their batch's attributes and producer fields; a batch that loses nothing is
-   copied byte for byte.
-4. **Swap.** For each group: write ``<base>.log.cleaned`` (+ sealed indexes) and fsync its log; then
+   copied byte for byte. Transactions are decided whole, batch by batch in offset order, by
+   :mod:`.compaction_txn`: aborted transactions' batches go, markers stay until safe.
+4. **Swap.** For each group: write ``<base>.log.cleaned`` (+ sealed indexes) and fsync its log, and
+   ``<base>.txnindex.cleaned`` (fsynced; a group whose records and index entries would stay the same is
+   not rewritten); then
    hand every group of the pass to :meth:`PartitionInternals.swap_in <pylog.partition.PartitionInternals.swap_in>`
    (Kafka's ``replaceSegments``), which swaps them in with one commit under the partition's own locks
    and marks the partition failed if that breaks past the commit point. The numbered crash-safety
@@ -32,6 +36,8 @@ Invariants:
   strictly increasing subset of the originals; the active segment is never touched.
 - A tombstone survives at least ``delete.retention.ms`` after the first cleaning that reached it (the
   cleaner checkpoint records when each cleaned range was first reached).
+- Transactions: the invariants of :mod:`.compaction_txn` (nothing at or past the last stable offset's
+  segment is cleaned; aborted records go and never supersede; markers outlive their transactions' records).
 - The map never holds more than :func:`map_capacity` keys (about ``3/4 * buffer / 64``: a quarter of the
   buffer is the workspace of the chunk being hashed), so the cleaner's memory for keys, map and merge
   workspace included, stays within ``log.cleaner.dedupe.buffer.size``.
@@ -41,23 +47,27 @@ Invariants:
 
 from __future__ import annotations
 
+import bisect
 import hashlib
 import logging
 import os
 import struct
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
 from ..errors import CleanerStoppedError, CorruptRecordError, PylogError
-from ..storage.fileio import read_checked, write_checked
-from ..storage.filenames import CLEANED_SUFFIX, CLEANER_CHECKPOINT_FILE
+from ..storage.filenames import CLEANED_SUFFIX, TXN_INDEX_SUFFIX, segment_path
+from ..storage.records.format import ATTR_CONTROL, ATTR_TRANSACTIONAL
+from ..storage.txn_index import AbortedTxn, index_path, read_index, write_index
 from ..index import OffsetIndex
 from ..storage.records import BatchView, encode_parts, now_ms
 from ..segment import Segment
 from ..partition import Partition, internals
+from .cleaner_checkpoint import CleanerCheckpoint, read_cleaner_checkpoint, write_cleaner_checkpoint
+from .compaction_txn import TxnCleaning, aborted_entries
 
 
 __all__ = ["CleanResult", "CleanerCheckpoint", "OffsetMap", "key_digests", "map_capacity", "clean_partition",
@@ -85,8 +95,6 @@ def chunk_records(buffer_bytes: int) -> int:
     return int(min(CHUNK_RECORDS, max(16, buffer_bytes // 4 // _CHUNK_BYTES_PER_RECORD)))
 #: Keys up to this many bytes are hashed with numpy in bulk; longer ones one by one with BLAKE2b.
 _SHORT_KEY = 64
-#: Tombstone horizons kept in the cleaner checkpoint; older ones merge (keeping the later time).
-_MAX_HORIZONS = 64
 _U64 = np.uint64
 _M1 = _U64(0xFF51AFD7ED558CCD)
 _M2 = _U64(0xC4CEB9FE1A85EC53)
@@ -252,80 +260,6 @@ class OffsetMap:
         return self.hi.nbytes + self.lo.nbytes + self.off.nbytes
 
 
-# ---------------------------------------------------------------------------------------------- checkpoint
-
-_CP_HEAD = struct.Struct("<4sHHq")  # magic, version, horizon count, reserved
-_CP_MAGIC = b"PLCC"
-_CP_VERSION = 1
-
-
-@dataclass
-class CleanerCheckpoint:
-    """Per-partition cleaner state: for each cleaning, the end of the range it covered and when.
-
-    ``horizons`` is a list of ``(end_offset, time_ms)`` with increasing end offsets: offsets below
-    ``end_offset`` (and at or above the previous entry's) were first reached by a cleaning at ``time_ms``.
-    The first dirty offset is the last entry's end.
-    """
-
-    horizons: list[tuple[int, int]] = field(default_factory=list)
-
-    @property
-    def first_dirty(self) -> int:
-        return self.horizons[-1][0] if self.horizons else 0
-
-    def first_reached(self, offsets: np.ndarray, now: int) -> np.ndarray:
-        """When the cleaning that first reached each offset ran (``now`` for offsets not reached yet)."""
-        if not self.horizons:
-            return np.full(len(offsets), now, np.int64)
-        ends = np.array([e for e, _ in self.horizons], np.int64)
-        times = np.array([t for _, t in self.horizons] + [now], np.int64)
-        return times[np.searchsorted(ends, offsets, side="right")]
-
-    def reached(self, end: int, when: int, log_start: int) -> None:
-        """Record a cleaning at ``when`` that covered everything below ``end``."""
-        hz = [(e, t) for e, t in self.horizons if e > log_start]
-        if not hz or end > hz[-1][0]:
-            hz.append((end, when))
-        while len(hz) > _MAX_HORIZONS:
-            # Merge the two oldest ranges under the later time: tombstones there live longer, never shorter.
-            hz[0:2] = [(hz[1][0], hz[1][1])]
-        self.horizons = hz
-
-    def encode(self) -> bytes:
-        """The file's body (:func:`~pylog.storage.fileio.write_checked` adds the CRC)."""
-        return _CP_HEAD.pack(_CP_MAGIC, _CP_VERSION, len(self.horizons), 0) + b"".join(
-            struct.pack("<qq", e, t) for e, t in self.horizons)
-
-
-def read_cleaner_checkpoint(directory: str) -> CleanerCheckpoint:
-    """The partition's cleaner checkpoint; a missing or damaged one reads as empty (it only makes the
-    next cleaning start over and tombstones live longer, never lose data)."""
-    path = os.path.join(directory, CLEANER_CHECKPOINT_FILE)
-    try:
-        raw = read_checked(path, _CP_HEAD.size + 16 * _MAX_HORIZONS + 4 + 1, "cleaner checkpoint")
-        if raw is None:
-            return CleanerCheckpoint()
-        if len(raw) < _CP_HEAD.size:
-            raise ValueError("truncated")
-        magic, version, count, _ = _CP_HEAD.unpack_from(raw)
-        if magic != _CP_MAGIC or version != _CP_VERSION or count > _MAX_HORIZONS:
-            raise ValueError("bad magic/version/count")
-        if len(raw) != _CP_HEAD.size + 16 * count:
-            raise ValueError("bad length")
-        hz = [struct.unpack_from("<qq", raw, _CP_HEAD.size + 16 * i) for i in range(count)]
-        if any(hz[i][0] >= hz[i + 1][0] for i in range(len(hz) - 1)) or any(e < 0 for e, _ in hz):
-            raise ValueError("horizons out of order")
-    except (ValueError, struct.error, CorruptRecordError) as exc:
-        log.warning("%s: ignoring damaged cleaner checkpoint (%s); the next cleaning starts over", path, exc)
-        return CleanerCheckpoint()
-    return CleanerCheckpoint([(int(e), int(t)) for e, t in hz])
-
-
-def _write_cleaner_checkpoint(directory: str, cp: CleanerCheckpoint) -> None:
-    write_checked(os.path.join(directory, CLEANER_CHECKPOINT_FILE), cp.encode())
-
-
 # ---------------------------------------------------------------------------------------------- cleaning
 
 @dataclass
@@ -348,6 +282,9 @@ class CleanResult:
     records_removed: int = 0
     tombstones_removed: int = 0
     keyless_removed: int = 0
+    #: Records of aborted transactions removed, and transaction markers removed (docs/RETENTION.md).
+    aborted_removed: int = 0
+    markers_removed: int = 0
     segments_before: int = 0
     segments_after: int = 0
     map_keys: int = 0
@@ -389,6 +326,12 @@ def cleanable_range(partition: "Partition", now: int | None = None) -> Cleanable
     # Not past a rolled segment whose background fsync is pending (an append in another thread may have
     # rolled since clean_partition synced them): the cleaner checkpoint must not run ahead of durable data.
     uncleanable = min(active.base_offset, internals(partition).synced_through)
+    lso = partition.last_stable_offset
+    if lso < uncleanable:
+        # Kafka: never past the last stable offset (an open transaction's records may still be aborted), and
+        # only whole segments: not past the base of the segment holding it.
+        bases = [s.base_offset for s in segs]
+        uncleanable = bases[max(0, bisect.bisect_right(bases, lso) - 1)]
     lag = cfg["min.compaction.lag.ms"]
     if lag > 0:
         # Kafka: the first dirty segment holding a record younger than min.compaction.lag.ms, and all after.
@@ -492,7 +435,7 @@ def _filtered_batch(view: BatchView, keep: np.ndarray) -> tuple[list, Any]:
         headers=None if heads is None else [x for x, k in zip(heads, keep.tolist(), strict=True) if k],
         offset_deltas=offs - offs[0], base_offset=int(offs[0]), default_timestamp=h.max_timestamp,
         codec=h.codec, log_append_time=log_append, producer_id=h.producer_id, producer_epoch=h.producer_epoch,
-        base_sequence=h.base_sequence, control=h.is_control)
+        base_sequence=h.base_sequence, control=h.is_control, transactional=bool(h.attributes & ATTR_TRANSACTIONAL))
 
 
 def _groups(segs: list[Segment], bounds: list[int], segment_bytes: int, index_capacity: int) -> list[list[int]]:
@@ -575,13 +518,15 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     # --- map: digest -> latest offset over [first_dirty, uncleanable), as far as the map holds
     end = uncleanable
     full = False
+    drms = cfg["delete.retention.ms"]
+    txn = TxnCleaning(aborted_entries(partition, uncleanable), ccp, now, drms)
     dirty_segs = [s for i, s in enumerate(candidates) if segs[i + 1].base_offset > first_dirty]
     for block in _blocks(dirty_segs, first_dirty, uncleanable, chunk):
         if should_stop():
             raise CleanerStoppedError("store closing")
         cols = _Columns(block)
         hi, lo = cols.digests(seed)
-        m = (cols.offsets >= first_dirty) & (cols.offsets < uncleanable)
+        m = (cols.offsets >= first_dirty) & (cols.offsets < uncleanable) & ~txn.unmapped(cols.views)
         if omap.add(hi[m], lo[m], cols.offsets[m]):
             continue
         # The block does not fit: add its batches one at a time; the pass ends before the first that
@@ -602,12 +547,12 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
     result.map_bytes = max(result.map_bytes, omap.nbytes)
 
     # --- rewrite every segment from the log start through the one holding end - 1
+    reached_before = list(ccp.horizons)
     ccp.reached(end, now, partition.log_start_offset)
     to_clean = [s for s in candidates if s.base_offset < end]
     bounds = [segs[i + 1].base_offset for i in range(len(to_clean))]
     index_args = internals(partition).segment_index_args()
     capacity = OffsetIndex.capacity_for(index_args[0])
-    drms = cfg["delete.retention.ms"]
     # Every key of [first_dirty, end) is in the map, so a record there survives exactly when the map
     # holds its own offset: decided from sorted offsets, without hashing its key again.
     kept_offsets = np.sort(omap.off)
@@ -618,16 +563,24 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
                 raise CleanerStoppedError("store closing")
             old = [to_clean[i] for i in group]
             empty = _clean_group(partition, old, omap, kept_offsets, seed, first_dirty, end, chunk, ccp, now, drms,
-                                 index_args, result, should_stop)
+                                 index_args, result, should_stop, txn)
             if empty is not None:
                 done.append((old, empty))
     except BaseException:
         internals(partition).remove_swap_leftovers()
         raise
+    result.markers_removed += txn.markers_removed
+    result.aborted_removed += txn.aborted_removed
+    if txn.met is not None:
+        # Markers of the transactions met here stay delete.retention.ms from now: recorded before the swap
+        # removes their records (the range reached is recorded once it is clean, after the swap).
+        ccp.met_transactions(*txn.met, now, drms)
+        write_cleaner_checkpoint(directory, CleanerCheckpoint(reached_before, ccp.txn_horizons))
     if done:
         # the whole numbered protocol of pylog.storage.swap, under the partition's locks
         internals(partition).swap_in(done)
-    _write_cleaner_checkpoint(directory, ccp)
+    ccp.expire_transactions(now, drms)
+    write_cleaner_checkpoint(directory, ccp)
     result.cleaned_up_to = end
     return end
 
@@ -635,9 +588,10 @@ def _clean_pass(partition: "Partition", buffer_bytes: int, now: int, first_dirty
 def _clean_group(partition: "Partition", old: list[Segment], omap: OffsetMap, kept_offsets: np.ndarray,
                  seed: tuple[int, int], first_dirty: int, end: int, chunk: int, ccp: CleanerCheckpoint, now: int,
                  drms: int, index_args: tuple[int, int], result: CleanResult,
-                 should_stop: Callable[[], bool]) -> bool | None:
-    """Write the group's cleaned segment as ``.cleaned`` files (log fsynced). Returns None when nothing
-    would be removed (no output kept), else whether the output is empty (no file kept)."""
+                 should_stop: Callable[[], bool], txn: TxnCleaning) -> bool | None:
+    """Write the group's cleaned segment as ``.cleaned`` files (log and aborted-transaction index fsynced).
+    Returns None when nothing would be removed (no output kept), else whether the output is empty (no file
+    kept)."""
     directory = partition.directory
     out = Segment.create(directory, old[0].base_offset, *index_args, suffix=CLEANED_SUFFIX)
     removed = [0]
@@ -650,7 +604,8 @@ def _clean_group(partition: "Partition", old: list[Segment], omap: OffsetMap, ke
                     raise CleanerStoppedError("store closing")
                 n = h.record_count
                 base, last = h.base_offset, h.last_offset
-                if base >= first_dirty and last < end and not h.is_control:
+                # (transactional batches go through the block: their transaction's fate is decided in order)
+                if base >= first_dirty and last < end and not h.attributes & (ATTR_CONTROL | ATTR_TRANSACTIONAL):
                     lo = int(np.searchsorted(kept_offsets, base))
                     if lo == len(kept_offsets) or kept_offsets[lo] > last:
                         # No record of this batch is the latest of its key: dropped on its header alone
@@ -663,10 +618,11 @@ def _clean_group(partition: "Partition", old: list[Segment], omap: OffsetMap, ke
                 count += n
                 if count >= chunk:
                     _clean_block(block, out, omap, kept_offsets, seed, first_dirty, end, ccp, now, drms, result,
-                                 removed)
+                                 removed, txn)
                     block, count = [], 0
         if block:
-            _clean_block(block, out, omap, kept_offsets, seed, first_dirty, end, ccp, now, drms, result, removed)
+            _clean_block(block, out, omap, kept_offsets, seed, first_dirty, end, ccp, now, drms, result, removed,
+                         txn)
         out.flush()  # the log must be durable before the commit; indexes are derived data
         out.seal(durable=False)
     except BaseException:
@@ -674,17 +630,29 @@ def _clean_group(partition: "Partition", old: list[Segment], omap: OffsetMap, ke
         raise
     result.records_removed += removed[0]
     empty = out.size == 0
-    if removed[0] == 0 or empty:
+    entries = txn.take_index()
+    if empty or (removed[0] == 0 and entries == _index_entries(directory, old)):
         out.delete()  # nothing to gain (keep the old segments), or nothing to keep
         return None if removed[0] == 0 else True
     out.close()
+    # Always written, even without entries: the swap renames it over the old index at this base.
+    write_index(segment_path(directory, old[0].base_offset, TXN_INDEX_SUFFIX + CLEANED_SUFFIX), entries)
     return False
+
+
+def _index_entries(directory: str, segs: list[Segment]) -> list[AbortedTxn] | None:
+    """The aborted-transaction index entries of ``segs`` (None when one is unreadable: rewritten then)."""
+    try:
+        return [e for s in segs for e in read_index(index_path(directory, s.base_offset))]
+    except CorruptRecordError:
+        return None
 
 
 def _clean_block(block: list[_Batch], out: Segment, omap: OffsetMap, kept_offsets: np.ndarray,
                  seed: tuple[int, int], first_dirty: int, end: int, ccp: CleanerCheckpoint, now: int, drms: int,
-                 result: CleanResult, removed: list[int]) -> None:
-    """Decide record by record for a run of batches, and append what survives to ``out``."""
+                 result: CleanResult, removed: list[int], txn: TxnCleaning) -> None:
+    """Decide record by record for a run of batches (whole batches for transactions' fates and markers:
+    :mod:`.compaction_txn`), and append what survives to ``out``."""
     cols = _Columns(block)
     offs, klens, vlens = cols.offsets, cols.key_lengths, cols.value_lengths
     cleaned = offs < end
@@ -714,11 +682,15 @@ def _clean_block(block: list[_Batch], out: Segment, omap: OffsetMap, kept_offset
         pos += n
         result.records_read += n
         result.bytes_read += h.size
+        if h.is_control:
+            k[:] = txn.keep_control(view)
+        elif txn.drop_batch(h):
+            k[:] = False
         kept = int(k.sum())
         if kept == 0:
             removed[0] += n
             continue
-        if kept == n or h.is_control:
+        if kept == n:
             parts, hdr = [raw], h  # unchanged: copied byte for byte, CRC and all
         else:
             parts, hdr = _filtered_batch(view, k)

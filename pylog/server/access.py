@@ -1,24 +1,29 @@
 """Which ACL each Kafka request needs, checked before its handler runs (``pylog serve --authorizer``), and the
 ACL APIs (CreateAcls, DescribeAcls, DeleteAcls) over :class:`~pylog.server.authorizer.Authorizer`.
 
-The rules are Kafka's (``KafkaApis`` / KIP-11): Produce WRITE on the topic; Fetch READ; ListOffsets and
-Metadata DESCRIBE (Metadata leaves out, when listing every topic, the topics the principal may not describe,
-and auto-creates a topic only with CREATE on the cluster or the topic); OffsetCommit READ on the group and each
-topic; OffsetFetch DESCRIBE on the group and each topic; FindCoordinator DESCRIBE on the group; JoinGroup,
-SyncGroup, Heartbeat and LeaveGroup READ on the group; DescribeGroups DESCRIBE on each group; ListGroups every
-group with DESCRIBE on the cluster, else those the principal may describe; DeleteGroups DELETE on each group;
-OffsetDelete DELETE on the group and READ on each topic; CreateTopics CREATE on the cluster or the topic;
-DeleteTopics and DeleteRecords DELETE; CreatePartitions ALTER; DescribeConfigs DESCRIBE_CONFIGS and
-AlterConfigs / IncrementalAlterConfigs ALTER_CONFIGS on the topic (the cluster for broker configs);
-InitProducerId IDEMPOTENT_WRITE on the cluster or WRITE on some topic; DescribeLogDirs, DescribeAcls and
-ListPartitionReassignments DESCRIBE on the cluster; AlterReplicaLogDirs, ElectLeaders, CreateAcls and
-DeleteAcls ALTER on the cluster; DescribeClientQuotas DESCRIBE_CONFIGS and AlterClientQuotas ALTER_CONFIGS on the
-cluster.
+The rules are Kafka's (``KafkaApis`` / KIP-11): Produce WRITE on the topic; Fetch READ; ListOffsets and Metadata
+DESCRIBE (Metadata leaves out, when listing every topic, the topics the principal may not describe, and auto-creates a
+topic only with CREATE on the cluster or the topic); OffsetCommit READ on the group and each topic; OffsetFetch
+DESCRIBE on the group and each topic; FindCoordinator DESCRIBE on the group; JoinGroup, SyncGroup, Heartbeat and
+LeaveGroup READ on the group; DescribeGroups DESCRIBE on each group; ListGroups every group with DESCRIBE on the
+cluster, else those the principal may describe; DeleteGroups DELETE on each group; OffsetDelete DELETE on the group
+and READ on each topic; CreateTopics CREATE on the cluster or the topic; DeleteTopics and DeleteRecords DELETE;
+CreatePartitions ALTER; DescribeConfigs DESCRIBE_CONFIGS and AlterConfigs / IncrementalAlterConfigs ALTER_CONFIGS on
+the topic (the cluster for broker configs); InitProducerId without a transactional id IDEMPOTENT_WRITE on the cluster
+or WRITE on some topic; DescribeLogDirs, DescribeAcls and ListPartitionReassignments DESCRIBE on the cluster;
+FindCoordinator for a transactional id DESCRIBE on it; InitProducerId with a transactional id, EndTxn and a
+transactional Produce WRITE on the transactional id; AddPartitionsToTxn WRITE on the transactional id and on each
+topic (a refused topic's partitions TOPIC_AUTHORIZATION_FAILED, the others OPERATION_NOT_ATTEMPTED); AddOffsetsToTxn
+WRITE on the transactional id and READ on the group; TxnOffsetCommit those and READ on each topic;
+DescribeTransactions DESCRIBE on each transactional id (its topics listed only where the principal may describe them);
+ListTransactions the transactional ids the principal may describe; AlterReplicaLogDirs, ElectLeaders, CreateAcls and
+DeleteAcls ALTER on the cluster; DescribeProducers READ on each topic; DescribeClientQuotas DESCRIBE_CONFIGS and
+AlterClientQuotas ALTER_CONFIGS on the cluster.
 
 Invariants:
 - Every API the server serves has a rule here or is in :data:`UNCHECKED` (ApiVersions, the SASL exchange,
-  DescribeCluster as in Kafka, and the APIs pylog always answers without data: the transaction listings, the
-  refused SCRAM-credential APIs and KIP-848's ConsumerGroupHeartbeat); :meth:`Access.wrap` refuses a handler
+  DescribeCluster as in Kafka, and the APIs pylog always refuses: the SCRAM-credential APIs and KIP-848's
+  ConsumerGroupHeartbeat); :meth:`Access.wrap` refuses a handler
   table with an API in neither, so a new API cannot slip in unchecked.
 - A refused item (a topic, a group, a config resource) is answered with TOPIC_AUTHORIZATION_FAILED,
   GROUP_AUTHORIZATION_FAILED or CLUSTER_AUTHORIZATION_FAILED in its own entry, shaped by
@@ -53,16 +58,17 @@ Handler = Callable[[Any, Any], Awaitable[dict | None]]
 Rule = Callable[..., Awaitable[dict | None]]
 
 #: APIs answered without an ACL check (see the module docstring).
-UNCHECKED = frozenset((17, 18, 36, 50, 51, 60, 65, 66, 68))
+UNCHECKED = frozenset((17, 18, 36, 50, 51, 60, 68))
 
 TOPIC, GROUP, CLUSTER = ResourceType.TOPIC, ResourceType.GROUP, ResourceType.CLUSTER
+TXN_ID = ResourceType.TRANSACTIONAL_ID
 READ, WRITE, CREATE, DELETE = Operation.READ, Operation.WRITE, Operation.CREATE, Operation.DELETE
 ALTER, DESCRIBE, DESCRIBE_CONFIGS, ALTER_CONFIGS = (Operation.ALTER, Operation.DESCRIBE, Operation.DESCRIBE_CONFIGS,
                                                      Operation.ALTER_CONFIGS)
 #: DescribeConfigs / AlterConfigs resource types: topic, broker.
 _TOPIC_CONFIGS, _BROKER_CONFIGS = 2, 4
 _FAILED: dict[int, int] = {TOPIC: E.TOPIC_AUTHORIZATION_FAILED, GROUP: E.GROUP_AUTHORIZATION_FAILED,
-           CLUSTER: E.CLUSTER_AUTHORIZATION_FAILED}
+           CLUSTER: E.CLUSTER_AUTHORIZATION_FAILED, TXN_ID: E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED}
 
 
 def _with_body(req: Request, body: dict) -> Request:
@@ -90,7 +96,10 @@ class Access:
             37: self._items("topics", "results", "name", TOPIC, ALTER),
             42: self._items("groups_names", "results", None, GROUP, DELETE), 43: self._whole_cluster(ALTER),
             44: self._configs("responses", ALTER_CONFIGS), 46: self._whole_cluster(DESCRIBE),
-            47: self._offset_delete, 48: self._whole_cluster(DESCRIBE_CONFIGS), 49: self._whole_cluster(ALTER_CONFIGS),
+            47: self._offset_delete, 61: self._items("topics", "topics", "name", TOPIC, READ),
+            24: self._add_partitions_to_txn, 25: self._add_offsets_to_txn, 26: self._whole_txn_id(WRITE),
+            28: self._txn_offset_commit, 65: self._describe_transactions, 66: self._list_transactions,
+            48: self._whole_cluster(DESCRIBE_CONFIGS), 49: self._whole_cluster(ALTER_CONFIGS),
         }
 
     def wrap(self, handlers: dict[int, Handler]) -> dict[int, Handler]:
@@ -186,6 +195,9 @@ class Access:
 
     def _produce(self, req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
         authorize, user, host = self.authorizer.authorize_user, conn.principal, conn.client_host  # allowed(), inlined
+        txn_id = req.body.get("transactional_id")
+        if txn_id is not None and not self.allowed(conn, WRITE, TXN_ID, txn_id):
+            return self._produce_txn_refused(req, conn)
         for td in req.body.get("topic_data") or ():
             name = td.get("name")
             if isinstance(name, str) and not authorize(user, host, WRITE, TOPIC, name):
@@ -199,6 +211,14 @@ class Access:
             conn.abort()  # acks=0 has no answer to carry the error (see the module docstring)
             return None
         return resp
+
+    async def _produce_txn_refused(self, req: Request, conn: Any) -> dict | None:
+        """A transactional Produce whose transactional id the principal may not write: every partition refused."""
+        if req.body.get("acks") == 0:
+            conn.abort()
+            return None
+        return error_response(req, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                              _message(E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED))
 
     async def _metadata(self, req: Request, conn: Any, handler: Handler) -> dict | None:
         b = req.body
@@ -223,7 +243,11 @@ class Access:
         return await self._checked(req, conn, handler, "topics", "topics", code_of)
 
     async def _init_producer_id(self, req: Request, conn: Any, handler: Handler) -> dict | None:
-        if req.body.get("transactional_id") is None:
+        txn_id = req.body.get("transactional_id")
+        if txn_id is not None and not self.allowed(conn, WRITE, TXN_ID, txn_id):
+            return {"throttle_time_ms": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED, "producer_id": -1,
+                    "producer_epoch": -1}
+        if txn_id is None:
             principal, host = principal_of(conn.principal), conn.client_host
             a = self.authorizer
             if not (a.authorize(principal, host, Operation.IDEMPOTENT_WRITE, CLUSTER, CLUSTER_NAME)
@@ -266,9 +290,11 @@ class Access:
 
     async def _find_coordinator(self, req: Request, conn: Any, handler: Handler) -> dict | None:
         b = req.body
-        if b.get("key_type", 0) == 0 and not self.allowed(conn, DESCRIBE, GROUP, b.get("key")):
-            return {"throttle_time_ms": 0, "error_code": E.GROUP_AUTHORIZATION_FAILED,
-                    "error_message": _message(E.GROUP_AUTHORIZATION_FAILED), "node_id": -1, "host": "", "port": -1}
+        rtype = {0: GROUP, 1: TXN_ID}.get(b.get("key_type", 0))
+        if rtype is not None and not self.allowed(conn, DESCRIBE, rtype, b.get("key")):
+            code = _FAILED[rtype]
+            return {"throttle_time_ms": 0, "error_code": code, "error_message": _message(code), "node_id": -1,
+                    "host": "", "port": -1}
         return await handler(req, conn)
 
     async def _list_groups(self, req: Request, conn: Any, handler: Handler) -> dict | None:
@@ -279,6 +305,69 @@ class Access:
         return resp
 
 
+    # ------------------------------------------------------------------ transaction APIs
+
+    def _whole_txn_id(self, op: int) -> Rule:
+        def rule(req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
+            if not self.allowed(conn, op, TXN_ID, req.body.get("transactional_id")):
+                return _refused(req, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+            return handler(req, conn)
+        return rule
+
+    def _add_partitions_to_txn(self, req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
+        """Kafka's: WRITE on the transactional id, else every partition TRANSACTIONAL_ID_AUTHORIZATION_FAILED;
+        WRITE on each topic, else that topic's partitions TOPIC_AUTHORIZATION_FAILED and all the others
+        OPERATION_NOT_ATTEMPTED (nothing is added: a transaction gets all the partitions asked for or none)."""
+        b = req.body
+        if not self.allowed(conn, WRITE, TXN_ID, b.get("v3_and_below_transactional_id")):
+            return _refused(req, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        topics = b.get("v3_and_below_topics") or []
+        if all(self.allowed(conn, WRITE, TOPIC, t.get("name")) for t in topics):
+            return handler(req, conn)
+        resp = error_response(req, E.OPERATION_NOT_ATTEMPTED)
+        for t, r in zip(topics, resp["results_by_topic_v3_and_below"], strict=True):
+            if not self.allowed(conn, WRITE, TOPIC, t.get("name")):
+                for p in r["results_by_partition"]:
+                    p["partition_error_code"] = E.TOPIC_AUTHORIZATION_FAILED
+        return _answered(resp)
+
+    def _add_offsets_to_txn(self, req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
+        if not self.allowed(conn, WRITE, TXN_ID, req.body.get("transactional_id")):
+            return _refused(req, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not self.allowed(conn, READ, GROUP, req.body.get("group_id")):
+            return _refused(req, E.GROUP_AUTHORIZATION_FAILED)
+        return handler(req, conn)
+
+    def _txn_offset_commit(self, req: Request, conn: Any, handler: Handler) -> Awaitable[dict | None]:
+        if not self.allowed(conn, WRITE, TXN_ID, req.body.get("transactional_id")):
+            return _refused(req, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        if not self.allowed(conn, READ, GROUP, req.body.get("group_id")):
+            return _refused(req, E.GROUP_AUTHORIZATION_FAILED)
+        return self._checked(req, conn, handler, "topics", "topics",
+                             lambda t: self._topic_code(conn, READ, t.get("name")))
+
+    async def _describe_transactions(self, req: Request, conn: Any, handler: Handler) -> dict | None:
+        """DESCRIBE on each transactional id; each answer lists only the topics the principal may describe."""
+        resp = await self._checked(req, conn, handler, "transactional_ids", "transaction_states",
+                                   lambda t: E.NONE if self.allowed(conn, DESCRIBE, TXN_ID, t)
+                                   else E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+        for state in (resp or {}).get("transaction_states") or ():
+            state["topics"] = [t for t in state.get("topics") or [] if self.allowed(conn, DESCRIBE, TOPIC, t["topic"])]
+        return resp
+
+    async def _list_transactions(self, req: Request, conn: Any, handler: Handler) -> dict | None:
+        """The transactions whose id the principal may describe (Kafka's filter)."""
+        resp = await handler(req, conn)
+        if resp is not None:
+            resp["transaction_states"] = [t for t in resp.get("transaction_states") or []
+                                          if self.allowed(conn, DESCRIBE, TXN_ID, t["transactional_id"])]
+        return resp
+
+
+async def _answered(resp: dict) -> dict:
+    return resp
+
+
 async def _refused(req: Request, code: int) -> dict:
     """A request refused as a whole: its error response (as an awaitable, what a rule returns)."""
     return error_response(req, code, _message(code))
@@ -286,7 +375,8 @@ async def _refused(req: Request, code: int) -> dict:
 
 def _message(code: int) -> str:
     names: dict[int, str] = {E.TOPIC_AUTHORIZATION_FAILED: "topic", E.GROUP_AUTHORIZATION_FAILED: "group",
-                             E.CLUSTER_AUTHORIZATION_FAILED: "cluster"}
+                             E.CLUSTER_AUTHORIZATION_FAILED: "cluster",
+                             E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED: "transactional id"}
     what = names.get(code, "resource")
     return f"not authorized: no ACL allows this principal this operation on the {what}"
 

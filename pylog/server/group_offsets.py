@@ -23,6 +23,7 @@ from typing import Any, Callable
 
 from ..errors import (InvalidTopicError, PartitionLockedError, PylogError, RebalanceInProgressError,
                       RecordTooLargeError, UnknownTopicError)
+from ..store import group_offsets
 from ..structs import OffsetAndMetadata, TopicPartition
 from .group import (CLASSIC_GROUP_TYPE, CONSUMER_PROTOCOL_TYPE, DEAD, EMPTY, STABLE, consumer_assignment,
                     consumer_metadata, valid_group_id)
@@ -30,7 +31,7 @@ from .group_table import GroupTable
 from .protocol.codes import (  # Kafka's error codes
     UNKNOWN_SERVER_ERROR, NONE, UNKNOWN_TOPIC_OR_PARTITION, OFFSET_METADATA_TOO_LARGE, COORDINATOR_NOT_AVAILABLE,
     NOT_COORDINATOR, INVALID_GROUP_ID, UNKNOWN_MEMBER_ID, INVALID_COMMIT_OFFSET_SIZE, NON_EMPTY_GROUP,
-    GROUP_ID_NOT_FOUND,
+    GROUP_ID_NOT_FOUND, UNSTABLE_OFFSET_COMMIT,
 )
 
 __all__ = ["GroupOffsets"]
@@ -136,17 +137,22 @@ class GroupOffsets:
         if version >= 8:
             groups = []
             for req in request.get("groups") or ():
-                error, topics = await self._fetch_group(req.get("group_id"), req.get("topics"), version)
+                error, topics = await self._fetch_group(req.get("group_id"), req.get("topics"), version,
+                                                        bool(request.get("require_stable")))
                 groups.append({"group_id": req.get("group_id"), "topics": topics, "error_code": error})
             return {"throttle_time_ms": 0, "groups": groups}
-        error, topics = await self._fetch_group(request.get("group_id"), request.get("topics"), version)
+        error, topics = await self._fetch_group(request.get("group_id"), request.get("topics"), version,
+                                                bool(request.get("require_stable")))
         return {"throttle_time_ms": 0, "topics": topics, "error_code": error}
 
-    async def _fetch_group(self, group_id: Any, wanted: list[dict[str, Any]] | None,
-                           version: int) -> tuple[int, list[dict[str, Any]]]:
-        """(group error, topics); before v2 a group error is reported on each requested partition."""
+    async def _fetch_group(self, group_id: Any, wanted: list[dict[str, Any]] | None, version: int,
+                           require_stable: bool = False) -> tuple[int, list[dict[str, Any]]]:
+        """(group error, topics); before v2 a group error is reported on each requested partition. With
+        ``require_stable`` (v7+: a read_committed consumer), a partition whose offset waits in an open
+        transaction is answered UNSTABLE_OFFSET_COMMIT (retriable: the client asks again), as Kafka does."""
         error = NONE
         committed: dict[TopicPartition, OffsetAndMetadata] = {}
+        unstable: set[TopicPartition] = set()
         if self._table.closed:
             error = NOT_COORDINATOR
         elif not valid_group_id(group_id):
@@ -154,6 +160,8 @@ class GroupOffsets:
         else:
             try:
                 committed = await self._table.run(self._table.store.committed_offsets, group_id)
+                if require_stable:
+                    unstable = await self._table.run(group_offsets(self._table.store).pending, group_id)
             except (PylogError, OSError):
                 log.exception("group %r: could not read committed offsets", group_id)
                 error = COORDINATOR_NOT_AVAILABLE
@@ -170,11 +178,12 @@ class GroupOffsets:
             name = t.get("name")
             parts = []
             for p in t.get("partition_indexes") or ():
-                om = committed.get(TopicPartition(name, p))  # type: ignore[arg-type]
+                tp = TopicPartition(name, p)  # type: ignore[arg-type]
+                om = None if tp in unstable else committed.get(tp)
                 parts.append({"partition_index": p, "committed_offset": om.offset if om is not None else -1,
                               "committed_leader_epoch": om.leader_epoch if om is not None else -1,
                               "metadata": om.metadata if om is not None else "",
-                              "error_code": part_error})
+                              "error_code": UNSTABLE_OFFSET_COMMIT if tp in unstable else part_error})
             topics.append({"name": name, "partitions": parts})
         return NONE, topics
 

@@ -41,6 +41,7 @@ from .operations import CLUSTER, NOT_REQUESTED, TOPIC
 from .protocol import codes as E
 from .turns import TURN_WAIT_MS
 from .state import ServerState
+from .transactions import produce_check
 
 
 __all__ = ["DataHandlers"]
@@ -174,9 +175,6 @@ class DataHandlers:
         message = None
         if acks not in (0, 1, -1):
             code, message = E.INVALID_REQUIRED_ACKS, f"acks must be 0, 1 or -1 (all), got {acks}"
-        elif b.get("transactional_id") is not None:
-            code = E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED
-            message = "pylog serve does not support transactions (transactional_id must be null)"
         if code != E.NONE:
             results = [{"name": td["name"], "partition_responses": [
                 {"index": pd["index"], "error_code": code, "base_offset": -1, "log_append_time_ms": -1,
@@ -185,7 +183,7 @@ class DataHandlers:
         else:
             work = [(td["name"], pd["index"], pd["records"]) for td in topic_data for pd in td["partition_data"] or []]
             wait_ms = min(max(0, b.get("timeout_ms") or 0), TURN_WAIT_MS)
-            appended = self._appends_of(conn).add(work, acks, wait_ms, conn.principal)
+            appended = self._appends_of(conn).add(work, acks, wait_ms, conn.principal, b.get("transactional_id"))
             # The answer keeps names and counts only: not the records (memoryviews of the request's frame), so an
             # answer owed holds no request data once appended.
             answer = self._answer(appended, [(topic, index) for topic, index, _ in work],
@@ -273,7 +271,7 @@ class DataHandlers:
         if not answer.done():  # cancelled: its connection was aborted
             answer.set_result({"responses": results, "throttle_time_ms": 0})
 
-    def append_requests(self, requests: list[tuple[list[tuple[str, int, Any]], int, int, str | None]]
+    def append_requests(self, requests: list[tuple[list[tuple[str, int, Any]], int, int, str | None, str | None]]
                         ) -> list[list[Outcome]]:
         """In the storage pool: the appends of consecutive Produce requests of one connection, in order (see
         :class:`_AppendQueue`); per request, per partition its response entry, its new log end (None when
@@ -281,17 +279,19 @@ class DataHandlers:
         asks for it; None when nothing was appended): the fsyncs are left to the group commit, after the appends.
         Each request comes with its ``wait_ms``: how long to wait for a writer of another process to hand a
         partition over (see :mod:`pylog.server.turns`), and ``principal``: the connection's user, who must own
-        the batches' producer id (:class:`~pylog.server.state.ProducerOwners`)."""
-        return [[self._append_guarded(topic, index, records, acks, wait_ms, principal)
-                 for topic, index, records in work] for work, acks, wait_ms, principal in requests]
+        the batches' producer id (:class:`~pylog.server.state.ProducerOwners`), and its ``transactional_id``
+        (None: not a transactional producer), which a transactional batch's partition must have been added to
+        (:func:`pylog.server.transactions.produce_check`)."""
+        return [[self._append_guarded(topic, index, records, acks, wait_ms, principal, txn_id)
+                 for topic, index, records in work] for work, acks, wait_ms, principal, txn_id in requests]
 
     def _append_guarded(self, topic: str, index: int, records: Any, acks: int, wait_ms: int,
-                        principal: str | None) -> Outcome:
+                        principal: str | None, txn_id: str | None) -> Outcome:
         """:meth:`_append_one`, whose unexpected failure (out of descriptors, a bug) is that partition's error
         only: the other partitions and requests of the hop were appended, and answering them with an error would
         have their clients send the records again."""
         try:
-            return self._append_one(topic, index, records, acks, wait_ms, principal)
+            return self._append_one(topic, index, records, acks, wait_ms, principal, txn_id)
         except Exception as exc:  # noqa: BLE001 - this partition's answer says so
             storage = isinstance(exc, OSError) and exc.errno in DESCRIPTOR_ERRNOS
             if not storage:
@@ -300,7 +300,7 @@ class DataHandlers:
             return _failed(entry, E.KAFKA_STORAGE_ERROR if storage else E.UNKNOWN_SERVER_ERROR, str(exc)), None, None
 
     def _append_one(self, topic: str, index: int, records: Any, acks: int, wait_ms: int,
-                    principal: str | None) -> Outcome:
+                    principal: str | None, txn_id: str | None) -> Outcome:
         entry: dict[str, Any] = {"index": index, "base_offset": -1, "log_append_time_ms": -1, "log_start_offset": -1}
         if isinstance(topic, str) and is_internal_topic(topic):
             return _failed(entry, E.INVALID_TOPIC_EXCEPTION, f"{topic!r} is an internal topic of pylog: it cannot "
@@ -319,8 +319,11 @@ class DataHandlers:
                 if batch.is_control:
                     return _failed(entry, E.INVALID_RECORD, "clients may not produce control batches"), None, None
                 if batch.is_transactional:
-                    return _failed(entry, E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                                   "pylog serve does not support transactions"), None, None
+                    refused = (E.INVALID_TXN_STATE, "a transactional batch in a produce request without a "
+                               "transactional id") if txn_id is None else produce_check(
+                        self.s.store, txn_id, batch.producer_id, batch.producer_epoch, topic, index)
+                    if refused is not None:  # KIP-890: only to partitions added to the open transaction
+                        return _failed(entry, *refused), None, None
                 if part.config.compact and (errors := _keyless_records(batch)):
                     # Kafka's answer (KIP-467): the batch is refused and each record without a key named, so the
                     # client fails those records and may send the others again.
@@ -511,6 +514,10 @@ class DataHandlers:
                 offset = -1 if at is None else at
                 if at is not None:
                     entry["timestamp"] = _timestamp_at(part, at)
+            if committed and ts not in (LATEST, EARLIEST) and offset >= 0 and offset >= part.last_stable_offset:
+                # Kafka's rule: under READ_COMMITTED a lookup by time never names an offset a read_committed
+                # consumer cannot read yet (at or past the LSO: a record of a transaction still open).
+                offset, entry["timestamp"] = -1, -1
             entry.update(error_code=E.NONE, offset=offset)
             if version == 0:
                 entry["old_style_offsets"] = [offset] if offset >= 0 else []
@@ -530,9 +537,7 @@ class DataHandlers:
             if key_type not in (0, 1):
                 return {"key": key, "error_code": E.INVALID_REQUEST, "node_id": -1, "host": "", "port": -1,
                         "error_message": f"unknown coordinator key_type {key_type}"}
-            # key_type 1 (a transactional id) is answered with this node too, and the refusal comes with the
-            # InitProducerId that follows: kafkajs swallows every FindCoordinator error and reports "Failed to
-            # find group coordinator", while an InitProducerId error reaches its users as the error it is.
+            # key_type 1: this node is every transactional id's coordinator too (pylog.server.transactions).
             return {"key": key, "error_code": E.NONE, "node_id": 0, "host": host, "port": port, "error_message": None}
 
         if keys:  # v4+: a batch of keys
@@ -543,15 +548,7 @@ class DataHandlers:
         return out
 
     async def init_producer_id(self, req: Any, conn: Any) -> dict:
-        b = req.body
-        if b.get("transactional_id") is not None:
-            # InitProducerId has no error message: the reason goes to the server's log. Clients report the code
-            # as what it is (kafkajs: KafkaJSProtocolError TRANSACTIONAL_ID_AUTHORIZATION_FAILED; librdkafka: a
-            # fatal "Failed to acquire transactional PID ... Transactional Id authorization failed").
-            log.warning("pylog serve: transactional producer %r of client %r (%s) refused: pylog serve does not "
-                        "support transactions", b.get("transactional_id"), req.client_id, conn.client_host)
-            return {"throttle_time_ms": 0, "error_code": E.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
-                    "producer_id": -1, "producer_epoch": -1}
+        """InitProducerId without a transactional id (with one: :mod:`pylog.server.transactions`)."""
         # Without a transactional id Kafka always hands out a new id, whatever id and epoch the request names
         # (KIP-360's epoch bump is for transactional producers): echoing a claimed id would let a client take
         # an id the store has not issued yet and fence its future owner.
@@ -572,16 +569,16 @@ class _AppendQueue:
 
     def __init__(self, handlers: DataHandlers) -> None:
         self._handlers = handlers
-        self._queue: list[tuple[tuple[list[tuple[str, int, Any]], int, int, str | None],
+        self._queue: list[tuple[tuple[list[tuple[str, int, Any]], int, int, str | None, str | None],
                                 asyncio.Future[list[Outcome]]]] = []
         self._task: asyncio.Task[None] | None = None
 
-    def add(self, work: list[tuple[str, int, Any]], acks: int, wait_ms: int,
-            principal: str | None) -> "asyncio.Future[list[Outcome]]":
+    def add(self, work: list[tuple[str, int, Any]], acks: int, wait_ms: int, principal: str | None,
+            txn_id: str | None) -> "asyncio.Future[list[Outcome]]":
         """Queue a request's appends (see :meth:`DataHandlers.append_requests`); a future of their outcome."""
         loop = asyncio.get_running_loop()
         fut: asyncio.Future[list[Outcome]] = loop.create_future()
-        self._queue.append(((work, acks, wait_ms, principal), fut))
+        self._queue.append(((work, acks, wait_ms, principal, txn_id), fut))
         if self._task is None:
             self._task = loop.create_task(self._run())
         return fut

@@ -326,14 +326,15 @@ def decode_batches(data: Any, max_size: int) -> list[KafkaBatch]:
 
 def append_batch(partition: Partition, batch: KafkaBatch, *, in_turn: bool = True, flush_policy: bool = True) -> int:
     """Append ``batch``'s records to ``partition`` (a pylog ``Partition``) through ``append_columns``, as one
-    producer call (idempotent when the batch has a producer id: a retry is recognised); returns the offset of
+    producer call (idempotent when the batch has a producer id: a retry is recognised; transactional when the
+    batch is: it opens or continues its producer's transaction in the partition); returns the offset of
     the first record (that of the original call, for a retry). ``flush_policy`` as for ``append_columns``."""
     # With the topic's compression.type "producer", a batch the client compressed (any codec) is stored lz4
     # compressed, pylog's one codec, and an uncompressed one uncompressed; any other setting decides alone.
     return int(internals(partition).append_columns(
         batch.value_lengths, batch.value_data, batch.key_lengths, batch.key_data, batch.timestamps,
         headers=batch.headers, producer=batch.producer, compression="lz4" if batch.codec else None,
-        in_turn=in_turn, flush_policy=flush_policy))
+        in_turn=in_turn, flush_policy=flush_policy, transactional=batch.is_transactional))
 
 
 # ------------------------------------------------------------------------------------------- encoding

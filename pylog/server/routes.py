@@ -2,7 +2,8 @@
 
 :func:`install` fills :attr:`ServerState.handlers <pylog.server.state.ServerState.handlers>` once, before the
 first connection: the data APIs (:mod:`pylog.server.handlers`), the admin APIs (:mod:`pylog.server.admin`),
-the group APIs (the coordinator's methods), the quota APIs and, with the authorizer, the ACL APIs; then wraps
+the group APIs (the coordinator's methods), the transaction APIs and DescribeProducers
+(:mod:`pylog.server.transactions`), the quota APIs and, with the authorizer, the ACL APIs; then wraps
 them in the authorizer's checks (:mod:`pylog.server.access`) and the quotas' throttling
 (:mod:`pylog.server.quotas`).
 
@@ -26,6 +27,7 @@ from .coordinator import GroupCoordinator
 from .handlers import DataHandlers
 from .operations import GROUP
 from .state import Handler, ServerState
+from .transactions import TxnHandlers
 
 __all__ = ["install"]
 
@@ -38,13 +40,14 @@ _GROUP_APIS = ((8, "offset_commit"), (9, "offset_fetch"), (11, "join_group"), (1
 def install(state: ServerState) -> None:
     """Fill ``state.handlers``: every supported API's handler, wrapped by the authorizer and the quotas."""
     data, admin = DataHandlers(state), AdminHandlers(state)
+    txn = TxnHandlers(state, data.partition)
     groups = {k: _group_handler(state.coordinator, name) for k, name in _GROUP_APIS}
     groups[15] = _with_group_operations(state, groups[15])
     handlers: dict[int, Handler] = {
         0: data.produce, 1: data.fetch, 2: data.list_offsets, 3: data.metadata, 10: data.find_coordinator,
         18: data.api_versions, 19: admin.create_topics, 20: admin.delete_topics, 21: admin.delete_records,
-        22: data.init_producer_id, 32: admin.describe_configs, 33: admin.alter_configs,
-        37: admin.create_partitions, **groups, **admin.handlers(),
+        22: _init_producer_id(data, txn), 32: admin.describe_configs, 33: admin.alter_configs,
+        37: admin.create_partitions, **groups, **admin.handlers(), **txn.handlers(),
     }
     supported = protocol.supported_versions()
     handlers.update(state.quotas.handlers())
@@ -54,6 +57,16 @@ def install(state: ServerState) -> None:
         handlers = Access(state, state.authorizer).wrap(  # type: ignore[assignment]
             {k: h for k, h in handlers.items() if k in supported})  # type: ignore[misc]
     state.handlers = state.quotas.wrap({k: h for k, h in handlers.items() if k in supported})
+
+
+def _init_producer_id(data: DataHandlers, txn: TxnHandlers) -> Handler:
+    """InitProducerId: the transaction coordinator's with a transactional id, else a new idempotent producer id."""
+    async def handler(req: Any, conn: Any) -> dict:
+        if req.body.get("transactional_id") is not None:
+            return await txn.init_producer_id(req, conn)
+        return await data.init_producer_id(req, conn)
+    handler.__name__ = "init_producer_id"
+    return handler
 
 
 def _with_group_operations(state: ServerState, describe: Handler) -> Handler:

@@ -1,8 +1,9 @@
 """``pylog serve``: a Kafka broker over a pylog store, in one process, on one asyncio event loop.
 
 :class:`Server` owns the listening socket, the connections (:mod:`pylog.server.connection`), the storage
-thread pool that appends and fsyncs, the fetch waiters (:mod:`pylog.server.waiting`) and the group
-coordinator (:mod:`pylog.server.coordinator`). It runs either in the caller's thread (the CLI:
+thread pool that appends and fsyncs, the fetch waiters (:mod:`pylog.server.waiting`), the group
+coordinator (:mod:`pylog.server.coordinator`) and, for a store whose cleaner is off, the sweep of timed-out
+transactions (:mod:`pylog.server.transactions`). It runs either in the caller's thread (the CLI:
 :meth:`Server.serve_forever`, stopped by SIGTERM or SIGINT) or in a thread of its own (embedded:
 :func:`serve`, :meth:`Server.start`, a context manager).
 
@@ -35,8 +36,8 @@ import time
 from typing import Any, Callable
 
 from .. import metrics
-from ..errors import DESCRIPTOR_ERRNOS, InvalidArgumentError, RateLimitedLog
-from ..store import Store
+from ..errors import DESCRIPTOR_ERRNOS, InvalidArgumentError, PylogError, RateLimitedLog
+from ..store import Store, transaction_coordinator
 from ..store import open as open_store
 from . import routes
 from .auth import plain_exposed_addresses
@@ -265,7 +266,9 @@ class Server:
         try:
             reaper = loop.create_task(self._reap(state))
             sweeper = loop.create_task(self._sweep_turns(state))
+            timeouts = loop.create_task(self._abort_timed_out(state))
             await self._stop.wait()
+            timeouts.cancel()
             sweeper.cancel()
             reaper.cancel()
         finally:
@@ -314,6 +317,25 @@ class Server:
                 # Two system calls per partition held: with thousands held, sweeping takes milliseconds; it
                 # never takes more than a fifth of one storage thread.
                 pause = max(SWEEP_S, 4 * (loop.time() - began))
+
+    @staticmethod
+    async def _abort_timed_out(state: ServerState) -> None:
+        """Abort the transactions open past their timeout (a client that died mid-transaction), every
+        ``transaction.abort.timed.out.transaction.cleanup.interval.ms``, when the store does not already: a store
+        open for writing sweeps them in a thread of its own when its cleaner is enabled (``log.cleaner.enable``)."""
+        settings = state.store.settings
+        if state.store.read_only or settings["log.cleaner.enable"]:
+            return
+        coordinator = transaction_coordinator(state.store)
+        pause = settings["transaction.abort.timed.out.transaction.cleanup.interval.ms"] / 1000.0
+        while True:
+            await asyncio.sleep(pause)
+            try:
+                await state.run(coordinator.abort_timed_out)
+            except RuntimeError:  # the storage pool shut down: the server is stopping
+                return
+            except PylogError as exc:  # a lock or the disk: the next sweep tries again
+                log.warning("pylog serve: aborting timed-out transactions failed: %s", exc)
 
     def _on_signal(self) -> None:
         assert self._stop is not None and self._hurry is not None

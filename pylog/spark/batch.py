@@ -30,13 +30,21 @@ class PylogInputPartition(InputPartition):
     """One Spark task's work: offsets ``[start, end)`` of one log partition, plus how to read them."""
 
     def __init__(self, path: str, rng: OffsetRange, include_headers: bool, fail_on_data_loss: bool,
-                 columns: Sequence[str] | None = None) -> None:
+                 columns: Sequence[str] | None = None, committed: bool = False) -> None:
         super().__init__(rng)
         self.path = path
         self.range = rng
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
         self.columns = tuple(columns) if columns is not None else None  # None: the whole Kafka schema
+        self.committed = committed  # kafka.isolation.level=read_committed
+
+    @classmethod
+    def planned(cls, opts: ReadOptions, ranges: Sequence[OffsetRange],
+                columns: Sequence[str] | None) -> list["PylogInputPartition"]:
+        """One input partition per range of a query with options ``opts``."""
+        return [cls(opts.path, r, opts.include_headers, opts.fail_on_data_loss, columns, opts.committed)
+                for r in ranges]
 
     def __repr__(self) -> str:
         r = self.range
@@ -54,7 +62,7 @@ def _read(partition: PylogInputPartition) -> Iterator[pa.RecordBatch]:
     store = open_store(partition.path)
     try:
         yield from read_range(store, partition.range, partition.include_headers, partition.fail_on_data_loss,
-                              columns=partition.columns)
+                              columns=partition.columns, committed=partition.committed)
     finally:
         store.close()
 
@@ -74,8 +82,7 @@ class PylogBatchReader(DataSourceReader):
         finally:
             store.close()
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
-        return [PylogInputPartition(self.opts.path, r, self.opts.include_headers, self.opts.fail_on_data_loss,
-                                    self.columns) for r in ranges]
+        return PylogInputPartition.planned(self.opts, ranges, self.columns)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)

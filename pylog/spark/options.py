@@ -23,6 +23,9 @@ Invariants:
   record timestamp is >= it (the time index's answer), and an ending timestamp with no such record to
   the log end.
 - Resolving never reads records: it looks at log start/end offsets and the time index only.
+- ``kafka.isolation.level`` is the one ``kafka.*`` option a read uses (Spark's Kafka source hands it to its
+  consumer): ``read_uncommitted`` (the default, as for Spark's Kafka source and Kafka's consumer) or
+  ``read_committed``; anything else is an error. Writes ignore it, as every ``kafka.*`` option.
 """
 
 from __future__ import annotations
@@ -36,12 +39,13 @@ from dataclasses import dataclass, field
 from typing import Any, Mapping, Sequence
 
 from ..errors import DataLossError, InvalidOptionError  # defined here before pylog.errors: importable from here too
+from ..partition import ISOLATION_LEVELS
 from ..store import OFFSETS_TOPIC, is_store
 
 __all__ = [
     "InvalidOptionError", "DataLossError", "OffsetSpec", "Subscription", "ReadOptions", "WriteOptions",
     "parse_read_options", "parse_write_options", "resolve_offset", "store_path", "check_partitions_named",
-    "known_options",
+    "known_options", "ISOLATION_LEVEL",
     "EARLIEST", "LATEST", "EXACTLY_ONCE", "AT_LEAST_ONCE", "DELIVERY_GUARANTEES",
 ]
 
@@ -58,6 +62,9 @@ DELIVERY_GUARANTEES = (EXACTLY_ONCE, AT_LEAST_ONCE)
 
 #: Default wait for a partition's writer lock held by another task or application (ms).
 DEFAULT_LOCK_TIMEOUT_MS = 60_000
+
+#: The Kafka consumer setting Spark's Kafka source takes as ``kafka.isolation.level``; reads use it.
+ISOLATION_LEVEL = "kafka.isolation.level"
 
 
 # The option names each mode uses, canonical spelling. Spark hands options over with lower-cased names
@@ -148,6 +155,13 @@ class ReadOptions:
     include_headers: bool = False
     filter_pushdown: bool = False
     max_offsets_per_trigger: int | None = None
+    #: Kafka's isolation level (``kafka.isolation.level``): read_committed reads stop at the last stable offset
+    #: and skip aborted transactions' records; neither level returns transaction markers.
+    isolation_level: str = "read_uncommitted"
+
+    @property
+    def committed(self) -> bool:
+        return self.isolation_level == "read_committed"
 
 
 @dataclass(frozen=True)
@@ -371,7 +385,8 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = F
         mode, allowed = "streaming reads", tuple(n for n in _BATCH_READ if n not in _BATCH_ONLY) + _STREAM_ONLY
     else:
         mode, allowed = "batch reads", _BATCH_READ
-    opts = _normalise(options, allowed, mode)
+    isolation = _isolation_level(options)
+    opts = _normalise({k: v for k, v in options.items() if k.lower() != ISOLATION_LEVEL}, allowed, mode)
     path = store_path(opts)
     strategy = opts.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
@@ -389,7 +404,19 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = F
         include_headers=_bool(opts, "includeHeaders", False),
         filter_pushdown=_bool(opts, "filterPushdown", False),
         max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", 1),
+        isolation_level=isolation,
     )
+
+
+def _isolation_level(options: Mapping[str, str]) -> str:
+    """The read's ``kafka.isolation.level`` (any case of the name, as Spark lower-cases it), checked."""
+    raw = next((v for k, v in options.items() if k.lower() == ISOLATION_LEVEL and v is not None), None)
+    if raw is None:
+        return "read_uncommitted"
+    level = str(raw).strip().lower()
+    if level not in ISOLATION_LEVELS:
+        raise InvalidOptionError(ISOLATION_LEVEL, f"expected read_uncommitted or read_committed, got {raw!r}")
+    return level
 
 
 def parse_write_options(options: Mapping[str, str]) -> WriteOptions:

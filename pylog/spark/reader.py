@@ -18,6 +18,10 @@ Invariants:
   raise :class:`~pylog.spark.options.DataLossError` with ``failOnDataLoss=true``, and are skipped with a
   warning otherwise.
 - Planning reads no records: it looks at log start/end offsets and time indexes only.
+- Under ``kafka.isolation.level=read_committed`` a partition's end is its last stable offset
+  (:func:`stable_end`): a range never reaches into an open transaction, and its reads skip aborted
+  transactions' records. Neither level returns transaction markers; a range whose last offsets hold only
+  markers or aborted records ends where the readable records do, which is not data loss.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from ..errors import OffsetOutOfRangeError, UnknownTopicError
+from ..partition import IsolationLevel, Partition
 from ..storage.records import RecordColumns
 from ..store import Store, is_store
 from ..store import open as open_pylog
@@ -42,7 +47,7 @@ from .options import (DataLossError, InvalidOptionError, ReadOptions, Subscripti
 __all__ = [
     "OffsetRange", "ARROW_SCHEMA", "ARROW_SCHEMA_WITH_HEADERS", "HEADERS_TYPE", "open_store",
     "list_partitions", "plan_ranges", "split_ranges", "read_range", "columns_to_arrow", "binary_array",
-    "RangeFilter", "filter_from_pushed", "READ_RECORDS", "READ_BYTES", "COLUMNS", "arrow_schema",
+    "RangeFilter", "filter_from_pushed", "READ_RECORDS", "READ_BYTES", "COLUMNS", "arrow_schema", "stable_end",
 ]
 
 log = logging.getLogger("pylog.spark")
@@ -145,6 +150,12 @@ def list_partitions(store: Store, sub: Subscription) -> list[tuple[str, int]]:
     return out
 
 
+def stable_end(partition: Partition, committed: bool) -> int:
+    """Where a read of ``partition`` ends now: its last stable offset under read_committed (what Kafka's
+    ``endOffsets`` answers at that level), else its log end."""
+    return partition.last_stable_offset if committed else partition.log_end_offset
+
+
 def _data_loss(fail: bool, message: str, offset: int, log_start: int, log_end: int) -> None:
     if fail:
         raise DataLossError(message + " (set failOnDataLoss=false to skip what is gone)", offset, log_start, log_end)
@@ -166,14 +177,16 @@ def plan_ranges(store: Store, opts: ReadOptions, pushed: RangeFilter | None = No
         if pushed is not None and not pushed.allows_partition(number):
             continue
         p = store.topic(topic).partition(number)
-        end_now = p.log_end_offset  # first: it refreshes a reader's view, which log_start_offset does not
+        end_now = stable_end(p, opts.committed)  # first: it refreshes a reader's view, log_start_offset does not
         start_now = p.log_start_offset
         start = resolve_offset(opts.starting, topic, number, start_now, end_now, p.offset_for_timestamp,
                                strategy=opts.starting_by_timestamp_strategy)
         end = resolve_offset(opts.ending, topic, number, start_now, end_now, p.offset_for_timestamp)
         if end > end_now:
-            raise InvalidOptionError(opts.ending.option,
-                                     f"{topic}-{number}: end offset {end} is beyond the log end {end_now}")
+            what = ("the last stable offset (kafka.isolation.level=read_committed: an open transaction starts "
+                    "there)") if opts.committed else "the log end"
+            raise InvalidOptionError(opts.ending.option, f"{topic}-{number}: end offset {end} is beyond {what} "
+                                     f"{end_now}")
         if start > end_now:
             raise InvalidOptionError(opts.starting.option,
                                      f"{topic}-{number}: start offset {start} is beyond the log end {end_now}")
@@ -290,18 +303,21 @@ def columns_to_arrow(cols: RecordColumns, topic: str, partition: int, include_he
 
 def read_range(store: Store, r: OffsetRange, include_headers: bool, fail_on_data_loss: bool,
                max_records: int = READ_RECORDS, max_bytes: int = READ_BYTES,
-               columns: Sequence[str] | None = None) -> Iterator[pa.RecordBatch]:
+               columns: Sequence[str] | None = None, committed: bool = False) -> Iterator[pa.RecordBatch]:
     """Arrow batches of the records with offsets in ``[r.start, r.end)`` of one partition, in order
-    (only ``columns`` when given, see :func:`columns_to_arrow`).
+    (only ``columns`` when given, see :func:`columns_to_arrow`); with ``committed`` (read_committed) without
+    aborted transactions' records. Never a transaction marker.
 
     :raises DataLossError: with ``fail_on_data_loss``, when offsets of the range were removed (retention,
         delete-records) before they were read, or the log ends before ``r.end`` (truncated or recreated).
     """
     p = store.topic(r.topic).partition(r.partition)
+    level: IsolationLevel = "read_committed" if committed else "read_uncommitted"
     pos = r.start
     while pos < r.end:
         try:
-            cols = p.read_columns(pos, max_records=min(max_records, r.end - pos), max_bytes=max_bytes)
+            cols = p.read_columns(pos, max_records=min(max_records, r.end - pos), max_bytes=max_bytes,
+                                  isolation_level=level)
         except OffsetOutOfRangeError as exc:
             start, end = exc.log_start_offset, exc.log_end_offset
             if start is not None and pos < start:
@@ -310,8 +326,13 @@ def read_range(store: Store, r: OffsetRange, include_headers: bool, fail_on_data
                 pos = start
                 continue
             raise
-        if not len(cols):  # the log ends before the range does: it was truncated or recreated
+        if not len(cols):
             end = p.log_end_offset
+            if end >= r.end:
+                # A read goes on past what it does not return (markers, aborted records) up to the log end (the
+                # LSO, which a range planned read_committed never passes): nothing readable is left in the range.
+                return
+            # the log ends before the range does: it was truncated or recreated
             _data_loss(fail_on_data_loss, f"{r.topic}-{r.partition}: the log ends at {end}, before offset {r.end} "
                        "that the query planned to read up to", pos, p.log_start_offset, end)
             return

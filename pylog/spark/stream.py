@@ -16,6 +16,9 @@ Invariants:
   ``prepareForTriggerAvailableNow``; partitions created later wait for the next run.
 - Offsets below a partition's log start (removed by retention) or beyond its end (a truncated or
   recreated log) are data loss: an error with ``failOnDataLoss=true``, otherwise skipped with a warning.
+- Under ``kafka.isolation.level=read_committed`` a partition's latest offset is its last stable offset: a
+  micro-batch never reaches into an open transaction (it waits for the transaction's marker), never returns
+  an aborted record; offsets past the last stable offset but within the log are not data loss.
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from pyspark.sql.datasource import DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadAllAvailable, ReadLimit, ReadMaxRows, SupportsTriggerAvailableNow
 
 from .options import DataLossError, ReadOptions, check_partitions_named, resolve_offset
-from .reader import OffsetRange, list_partitions, open_store, split_ranges
+from .reader import OffsetRange, list_partitions, open_store, split_ranges, stable_end
 from .batch import PylogInputPartition, read_partition
 
 __all__ = ["PylogStreamReader", "to_json", "from_json", "prorate"]
@@ -81,15 +84,17 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         self.columns = columns  # a declared subset of the Kafka schema's columns, or None for all
         self._target: dict[TP, int] | None = None  # availableNow: the ends to stop at
 
-    def _snapshot(self) -> dict[TP, tuple[int, int]]:
-        """``(log start, log end)`` of every subscribed partition now."""
+    def _snapshot(self) -> dict[TP, tuple[int, int, int]]:
+        """``(log start, end to read to, log end)`` of every subscribed partition now; the end to read to is
+        the last stable offset under read_committed, else the log end."""
         store = open_store(self.opts.path)
         try:
             out = {}
             for topic, number in list_partitions(store, self.opts.subscription):
                 p = store.topic(topic).partition(number)
                 end = p.log_end_offset
-                out[(topic, number)] = (p.log_start_offset, end)
+                stable = stable_end(p, self.opts.committed)
+                out[(topic, number)] = (p.log_start_offset, stable, end)
             return out
         finally:
             store.close()
@@ -104,8 +109,8 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
                 p = store.topic(topic).partition(number)
                 end = p.log_end_offset
                 start = p.log_start_offset
-                off = resolve_offset(self.opts.starting, topic, number, start, end, p.offset_for_timestamp,
-                                     strategy=self.opts.starting_by_timestamp_strategy)
+                off = resolve_offset(self.opts.starting, topic, number, start, stable_end(p, self.opts.committed),
+                                     p.offset_for_timestamp, strategy=self.opts.starting_by_timestamp_strategy)
                 if off < start:
                     self._loss(f"{topic}-{number}: offsets [{off}, {start}) were removed before the query started "
                                f"(the log now starts at {start})", off, start, end)
@@ -123,28 +128,27 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         return ReadMaxRows(n) if n is not None else ReadAllAvailable()
 
     def prepareForTriggerAvailableNow(self) -> None:
-        self._target = {tp: end for tp, (_, end) in self._snapshot().items()}
+        self._target = {tp: stable for tp, (_, stable, _) in self._snapshot().items()}
 
     def reportLatestOffset(self) -> dict | None:
-        return to_json({tp: end for tp, (_, end) in self._snapshot().items()})
+        return to_json({tp: stable for tp, (_, stable, _) in self._snapshot().items()})
 
     def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
         begin = from_json(start)
         snap = self._snapshot()
         end: dict[TP, int] = {}
-        for tp, (log_start, log_end) in snap.items():
+        for tp, (log_start, stable, log_end) in snap.items():
             if self._target is not None:
                 if tp not in self._target:
                     continue  # appeared after the availableNow run started: next run
-                log_end = min(log_end, self._target[tp])
+                stable = min(stable, self._target[tp])
             b = begin.get(tp)
             if b is None:  # a new partition: from its earliest offset
                 begin[tp] = b = log_start
             elif log_end < b:
                 self._loss(f"{tp[0]}-{tp[1]}: the log ends at {log_end}, before offset {b} already read "
                            "(truncated or recreated)", b, log_start, log_end)
-                log_end = b  # never move backwards
-            end[tp] = log_end
+            end[tp] = max(stable, b)  # never backwards (read_committed: a start past the LSO waits there)
         if isinstance(limit, ReadMaxRows):
             end = prorate(begin, end, limit.max_rows)
         for tp, b in from_json(start).items():  # partitions gone from the store keep their position
@@ -158,7 +162,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
         snap = self._snapshot()
         ranges = []
         for tp, e in sorted(stop.items()):
-            log_start, log_end = snap.get(tp, (None, None))
+            log_start, _, log_end = snap.get(tp, (None, None, None))
             if log_start is None or log_end is None:
                 if e > begin.get(tp, e):
                     self._loss(f"{tp[0]}-{tp[1]}: the partition is gone", begin.get(tp, 0), 0, 0)
@@ -171,8 +175,7 @@ class PylogStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
             if b < e:
                 ranges.append(OffsetRange(tp[0], tp[1], b, e))
         ranges = split_ranges(ranges, self.opts.min_partitions, self.opts.max_records_per_partition)
-        return [PylogInputPartition(self.opts.path, r, self.opts.include_headers, self.opts.fail_on_data_loss,
-                                    self.columns) for r in ranges]
+        return PylogInputPartition.planned(self.opts, ranges, self.columns)
 
     def read(self, partition: InputPartition) -> Iterator[pa.RecordBatch]:
         return read_partition(partition)

@@ -34,7 +34,8 @@ from typing import Any
 from ..errors import InvalidGroupError
 
 __all__ = [
-    "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "CLEANED_SUFFIX", "SWAP_SUFFIX", "DELETED_SUFFIX",
+    "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "TXN_INDEX_SUFFIX", "CLEANED_SUFFIX", "SWAP_SUFFIX",
+    "DELETED_SUFFIX",
     "TMP_SUFFIX", "LOCK_FILE", "WANT_FILE", "CHECKPOINT_FILE", "CLEANER_CHECKPOINT_FILE", "SWAP_MANIFEST_FILE",
     "TOPIC_FILE",
     "STORE_FILE", "PRODUCER_IDS_FILE", "ACLS_FILE", "QUOTAS_FILE", "ROOT_FILES", "DELETING_PREFIX", "INTERNAL_PREFIX",
@@ -50,6 +51,8 @@ __all__ = [
 LOG_SUFFIX = ".log"
 INDEX_SUFFIX = ".index"
 TIMEINDEX_SUFFIX = ".timeindex"
+#: A segment's aborted-transaction index (pylog/storage/txn_index.py): only once an abort was written there.
+TXN_INDEX_SUFFIX = ".txnindex"
 CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"

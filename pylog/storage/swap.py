@@ -15,7 +15,9 @@ append lock) and runs, for every group of one cleaning pass at once:
    so a handle that sized a segment under the old generation re-checks it instead of reading a new file
    with old sizes.
 4. **Roll forward** (:func:`roll_forward`, under the append lock): rename each ``.swap`` over the live
-   name, then unlink the replaced segments; fsync the directory.
+   name, then unlink the replaced segments (all but their aborted-transaction indexes, which readers
+   holding the old segment list read by name: :func:`remove_leftovers` removes them at the next cleaning
+   or writer open); fsync the directory.
 5. **View** (under the append lock): replace the old segment objects by the new ones in the partition's
    segment list (old ones are unlinked, never closed: readers holding a snapshot go on or retry).
 6. **Done** (:func:`finish`): remove the manifest; fsync the directory.
@@ -44,7 +46,7 @@ import struct
 from ..errors import CorruptRecordError
 from .fileio import fsync_dir, read_checked, write_checked
 from .filenames import (CLEANED_SUFFIX, DELETED_SUFFIX, INDEX_SUFFIX, LOG_SUFFIX, SWAP_MANIFEST_FILE, SWAP_SUFFIX,
-                        TIMEINDEX_SUFFIX, TMP_SUFFIX, segment_path)
+                        TIMEINDEX_SUFFIX, TMP_SUFFIX, TXN_INDEX_SUFFIX, segment_path)
 
 __all__ = ["Swap", "SEGMENT_SUFFIXES", "commit", "finish", "write_manifest", "read_manifest", "remove_leftovers",
            "roll_forward", "finish_interrupted_swap"]
@@ -52,8 +54,15 @@ __all__ = ["Swap", "SEGMENT_SUFFIXES", "commit", "finish", "write_manifest", "re
 #: The cleaner's logger: what recovery reports is the cleaner's work being finished.
 log = logging.getLogger("pylog.compaction")
 
-#: The files of one segment, each swapped in as a unit.
-SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
+#: The files of one segment, each swapped in as a unit. A cleaned segment always has an aborted-transaction
+#: index (without entries when it holds no abort that needs one), so that rolling forward replaces the old
+#: one at its base whatever it held.
+SEGMENT_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX, TXN_INDEX_SUFFIX)
+#: What rolling forward unlinks of a replaced segment: not its aborted-transaction index, which readers
+#: find by name from a list of segments taken before the swap (one in another process may hold such a list
+#: long after): it stays until the next cleaning or writer open (:func:`remove_leftovers`), so such a
+#: reader still finds the aborted transactions of the old segments it reads.
+_UNLINKED_SUFFIXES = (LOG_SUFFIX, INDEX_SUFFIX, TIMEINDEX_SUFFIX)
 
 _MANIFEST = struct.Struct("<4sHHI")  # magic, version, reserved, group count
 _GROUP = struct.Struct("<qI")  # new base (-1: the group compacted to nothing), replaced segment count
@@ -116,7 +125,8 @@ def read_manifest(directory: str) -> Swap | None:
 
 
 def remove_leftovers(directory: str, temporaries: bool = False) -> int:
-    """Delete unfinished cleaner output (``.cleaned``, ``.swap``) and ``.deleted`` files; with
+    """Delete unfinished cleaner output (``.cleaned``, ``.swap``), ``.deleted`` files and the
+    aborted-transaction indexes of segments an earlier swap replaced (their ``.log`` is gone); with
     ``temporaries`` also the temporary files of atomic replacements a crash interrupted (only safe when
     nothing is being written: at the writer's open, under its lock)."""
     n = 0
@@ -126,13 +136,24 @@ def remove_leftovers(directory: str, temporaries: bool = False) -> int:
         if name == SWAP_MANIFEST_FILE:
             continue  # a committed swap: rolled forward by finish_interrupted_swap, never deleted
         if CLEANED_SUFFIX in name or name.endswith(SWAP_SUFFIX) or SWAP_SUFFIX + "." in name \
-                or name.endswith(DELETED_SUFFIX) or (temporaries and name.endswith(TMP_SUFFIX)):
+                or name.endswith(DELETED_SUFFIX) or (temporaries and name.endswith(TMP_SUFFIX)) \
+                or _replaced_txn_index(directory, name):
             try:
                 os.unlink(os.path.join(directory, name))
                 n += 1
             except FileNotFoundError:
                 pass
     return n
+
+
+def _replaced_txn_index(directory: str, name: str) -> bool:
+    """Whether ``name`` is the aborted-transaction index of a segment whose log is gone (a swap replaced it:
+    see :data:`_UNLINKED_SUFFIXES`). A segment's log is created before its index and goes only by maintenance
+    (which the caller excludes), so a live index's log exists when looked for now, even if the directory
+    listing, made while appends may roll, missed it."""
+    stem = name[:-len(TXN_INDEX_SUFFIX)]
+    return name.endswith(TXN_INDEX_SUFFIX) and len(stem) == 20 and stem.isdigit() \
+        and not os.path.exists(os.path.join(directory, stem + LOG_SUFFIX))
 
 
 def roll_forward(directory: str, groups: Swap) -> None:
@@ -150,7 +171,7 @@ def roll_forward(directory: str, groups: Swap) -> None:
         for base in old_bases:
             if base == new_base:
                 continue
-            for suffix in SEGMENT_SUFFIXES:
+            for suffix in _UNLINKED_SUFFIXES:
                 try:
                     os.unlink(segment_path(directory, base, suffix))
                 except FileNotFoundError:

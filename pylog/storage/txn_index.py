@@ -29,17 +29,21 @@ import struct
 from typing import NamedTuple
 
 from ..errors import CorruptRecordError
+from .filenames import TXN_INDEX_SUFFIX
 from .records import crc32c
 
 __all__ = ["AbortedTxn", "TXN_INDEX_SUFFIX", "marker_record", "parse_marker", "read_index", "append_index",
-           "truncate_index", "index_path", "remove_index", "MARKER_ABORT", "MARKER_COMMIT"]
+           "truncate_index", "write_index", "scan_index", "TXN_INDEX_HEADER_SIZE", "TXN_INDEX_ENTRY_SIZE",
+           "index_path", "remove_index", "MARKER_ABORT", "MARKER_COMMIT"]
 
-TXN_INDEX_SUFFIX = ".txnindex"
 _MAGIC = b"PLTI"
 _VERSION = 1
 _HEAD = struct.Struct("<4sHH")
 _ENTRY = struct.Struct("<qqqq")
 _ENTRY_SIZE = _ENTRY.size + 4
+#: Sizes of the file's header and of one entry (docs/FORMAT.md), for tools that show the bytes.
+TXN_INDEX_HEADER_SIZE = _HEAD.size
+TXN_INDEX_ENTRY_SIZE = _ENTRY_SIZE
 #: Marker record key: version (int16, 0) and type (int16): Kafka's ControlRecordType, big-endian.
 MARKER_ABORT = 0
 MARKER_COMMIT = 1
@@ -98,14 +102,27 @@ def read_index(path: str) -> list[AbortedTxn]:
         return []
     if not raw:
         return []
+    out = []
+    for entry, ok in scan_index(raw, path):
+        if not ok:
+            break
+        out.append(entry)
+    return out
+
+
+def scan_index(raw: bytes, path: str = "") -> list[tuple[AbortedTxn, bool]]:
+    """Every whole entry of an index file's bytes ``raw``, with whether its checksum checks (``pylog dump``
+    shows them all; readers stop at the first bad one). Bytes after the last whole entry are a torn tail.
+
+    :raises CorruptRecordError: when ``raw`` does not start with an index's header.
+    """
     if len(raw) < _HEAD.size or _HEAD.unpack_from(raw)[:2] != (_MAGIC, _VERSION):
         raise CorruptRecordError("not an aborted-transaction index (magic/version)", path, 0)
     out = []
     for pos in range(_HEAD.size, len(raw) - _ENTRY_SIZE + 1, _ENTRY_SIZE):
         body = raw[pos:pos + _ENTRY.size]
-        if struct.unpack_from("<I", raw, pos + _ENTRY.size)[0] != crc32c(body):
-            break
-        out.append(AbortedTxn(*_ENTRY.unpack(body)))
+        out.append((AbortedTxn(*_ENTRY.unpack(body)),
+                    struct.unpack_from("<I", raw, pos + _ENTRY.size)[0] == crc32c(body)))
     return out
 
 
@@ -146,12 +163,19 @@ def truncate_index(path: str, log_end: int) -> list[AbortedTxn]:
         return kept
     want = _HEAD.size + len(kept) * _ENTRY_SIZE
     if size != want or len(kept) != len(entries):
-        raw = _HEAD.pack(_MAGIC, _VERSION, 0) + b"".join(map(_entry, kept))
-        fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            os.pwrite(fd, raw, 0)
-            os.ftruncate(fd, len(raw))
-            os.fsync(fd)
-        finally:
-            os.close(fd)
+        write_index(path, kept)
     return kept
+
+
+def write_index(path: str, entries: list[AbortedTxn]) -> None:
+    """Write ``entries`` (in ``last offset`` order) as the whole file ``path``, header included, and fsync
+    it: rewriting an index in place (:func:`truncate_index`) or the index of a cleaned segment, which the
+    compaction swap renames in with its log."""
+    raw = _HEAD.pack(_MAGIC, _VERSION, 0) + b"".join(map(_entry, entries))
+    fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        os.pwrite(fd, raw, 0)
+        os.ftruncate(fd, len(raw))
+        os.fsync(fd)
+    finally:
+        os.close(fd)

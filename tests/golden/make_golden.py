@@ -400,6 +400,15 @@ def build() -> dict[str, bytes]:
     files["files/cleaner.checkpoint"] = checked(struct.pack("<4sHHq", b"PLCC", 1, len(horizons), 0) + b"".join(
         struct.pack("<qq", e, t) for e, t in horizons))
     manifest["files"]["cleaner.checkpoint"] = {"file": "files/cleaner.checkpoint", "horizons": horizons}
+    # Version 2: with the transaction horizons (first marker, last marker, time) after the horizons; their
+    # count in the header's last 8 bytes.
+    txn_horizons = [[12, 30, T0 + 60_000], [31, 31, T0 + 120_000]]
+    files["files/txn.cleaner.checkpoint"] = checked(
+        struct.pack("<4sHHq", b"PLCC", 2, len(horizons), len(txn_horizons))
+        + b"".join(struct.pack("<qq", e, t) for e, t in horizons)
+        + b"".join(struct.pack("<qqq", a, b, t) for a, b, t in txn_horizons))
+    manifest["files"]["txn.cleaner.checkpoint"] = {"file": "files/txn.cleaner.checkpoint", "horizons": horizons,
+                                                   "txn_horizons": txn_horizons}
 
     groups = [[0, [0, 12]], [20, [20]], [-1, [30, 35]]]
     raw = struct.pack("<4sHHI", b"PLCS", 1, 0, len(groups))

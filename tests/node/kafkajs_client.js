@@ -9,7 +9,7 @@
 //   node kafkajs_client.js BROKER delete-records TOPIC PARTITION OFFSET
 //   node kafkajs_client.js BROKER reset-offsets TOPIC GROUP earliest|latest
 //   node kafkajs_client.js BROKER fetch-offsets TOPIC GROUP
-//   node kafkajs_client.js BROKER transactional-producer TRANSACTIONAL_ID
+//   node kafkajs_client.js BROKER transactional-producer TRANSACTIONAL_ID TOPIC
 //        prints {"error": name, "message", "type"} for the error a transactional producer meets
 'use strict';
 
@@ -118,14 +118,18 @@ async function fetchOffsets(topic, groupId) {
   emit({ offsets: got });
 }
 
-async function transactionalProducer(transactionalId) {
+async function transactionalProducer(transactionalId, topic) {
+  // One transaction committed (values c0, c1), then one aborted (a0, a1): kafkajs' transaction API end to end.
   const producer = kafka.producer({ transactionalId, maxInFlightRequests: 1, idempotent: true,
     retry: { retries: 1, initialRetryTime: 100 } });
   try {
     await producer.connect();
-    const txn = await producer.transaction();
-    emit({ error: null, began: true });
-    await txn.abort();
+    for (const [outcome, prefix] of [['commit', 'c'], ['abort', 'a']]) {
+      const txn = await producer.transaction();
+      const sent = await txn.send({ topic, messages: [{ value: `${prefix}0` }, { value: `${prefix}1` }] });
+      await (outcome === 'commit' ? txn.commit() : txn.abort());
+      emit({ error: null, outcome, errorCodes: sent.map((r) => r.errorCode) });
+    }
   } catch (e) {
     emit({ error: e.name, message: e.message, type: e.type || null,
       cause: e.cause ? { name: e.cause.name, message: e.cause.message, type: e.cause.type || null } : null });

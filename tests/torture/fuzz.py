@@ -471,6 +471,7 @@ class CleanerCheckpointDecoder(_CheckedFileDecoder):
         for hz in ([], [(10, 1000)], [(10, 1000), (50, 2000), (1 << 40, 3000)]):
             cp = _compaction.CleanerCheckpoint(list(hz))
             out.append(checked(cp.encode()))
+        out.append(checked(_compaction.CleanerCheckpoint([(10, 1000)], [(3, 9, 1000), (12, 12, 2000)]).encode()))
         return out
 
     def feed(self, data: Any) -> None:

@@ -42,14 +42,20 @@ DeleteGroups (42)      0-2
 Admin and operations APIs beyond those: AlterReplicaLogDirs (34) 1-2, DescribeLogDirs (35) 1-4 (v5 adds
 cordoned dirs), ElectLeaders (43) 0-2, IncrementalAlterConfigs (44) 0-1, ListPartitionReassignments (46) 0,
 OffsetDelete (47) 0, DescribeClientQuotas (48) 0-1, AlterClientQuotas (49) 0-1, DescribeCluster (60) 0-1 (v2
-adds fenced brokers), DescribeTransactions (65) 0, ListTransactions (66) 0-1; DescribeAcls / CreateAcls /
-DeleteAcls (29-31) 1-3, served with the authorizer and otherwise refused with SECURITY_DISABLED
-(:data:`REFUSED_APIS`); and, advertised but always refused, Describe/AlterUserScramCredentials (50, 51) 0.
+adds fenced brokers), DescribeProducers (61) 0, DescribeTransactions (65) 0, ListTransactions (66) 0-1;
+DescribeAcls / CreateAcls / DeleteAcls (29-31) 1-3, served with the authorizer and otherwise refused with
+SECURITY_DISABLED (:data:`REFUSED_APIS`); and, advertised but always refused,
+Describe/AlterUserScramCredentials (50, 51) 0.
 
-OffsetForLeaderEpoch (23) 2-4 and the transaction APIs AddPartitionsToTxn (24) 0-3, AddOffsetsToTxn (25)
-0-3, EndTxn (26) 0-3, TxnOffsetCommit (28) 0-3 have schemas (so :func:`error_response` can answer them)
-and so do AlterPartitionReassignments (45) 0 and DescribeProducers (61) 0, but they are not advertised by
-default (:data:`UNSERVED_APIS`).
+The transaction APIs: InitProducerId (22) 0-4 with a transactional id, AddPartitionsToTxn (24) 0-3,
+AddOffsetsToTxn (25) 0-3, EndTxn (26) 0-3, TxnOffsetCommit (28) 0-3. What the clients send against these bounds
+(InitProducerId, AddPartitionsToTxn, AddOffsetsToTxn, EndTxn, TxnOffsetCommit): librdkafka 2.16 4, 0, 0, 1, 3;
+kafka-python 3.0 4, 3, 3, 3, 3; aiokafka 0.14 0 each. AddPartitionsToTxn v4+ is KIP-890's broker-to-coordinator
+batch, which no client sends; EndTxn v5, InitProducerId v5+ and TxnOffsetCommit v5 are KIP-890 part 2 (an epoch
+bump per transaction), not implemented.
+
+OffsetForLeaderEpoch (23) 2-4 and AlterPartitionReassignments (45) 0 have schemas (so :func:`error_response` can
+answer them), but they are not advertised by default (:data:`UNSERVED_APIS`).
 """
 
 from pylog.errors import ProtocolError, UnknownApiKeyError, UnsupportedApiVersionError

@@ -107,15 +107,11 @@ class ApiKey(enum.IntEnum):
 APIS: dict[int, Api] = {a.key: a for a in ALL_APIS}
 assert set(APIS) == set(ApiKey)
 
-#: APIs with schemas only so that a request can be answered with an error (transactions, partition
-#: reassignments, client quotas, producer states) or that need a leader-epoch cache pylog does not keep: not
-#: advertised by :func:`supported_versions` unless asked. Kafka clients check ApiVersions before sending an
-#: admin request, so they report these as not supported by the broker themselves (the clearest message); one
-#: that sends anyway gets the response with UNSUPPORTED_VERSION in every error field.
-UNSERVED_APIS: frozenset[int] = frozenset({
-    ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.ADD_PARTITIONS_TO_TXN, ApiKey.ADD_OFFSETS_TO_TXN, ApiKey.END_TXN,
-    ApiKey.TXN_OFFSET_COMMIT, ApiKey.ALTER_PARTITION_REASSIGNMENTS, ApiKey.DESCRIBE_PRODUCERS,
-})
+#: APIs with schemas only so that a request can be answered with an error (partition reassignments) or that need a
+#: leader-epoch cache pylog does not keep: not advertised by :func:`supported_versions` unless asked. Kafka clients
+#: check ApiVersions before sending an admin request, so they report these as not supported by the broker themselves
+#: (the clearest message); one that sends anyway gets the response with UNSUPPORTED_VERSION in every error field.
+UNSERVED_APIS: frozenset[int] = frozenset({ApiKey.OFFSET_FOR_LEADER_EPOCH, ApiKey.ALTER_PARTITION_REASSIGNMENTS})
 
 #: APIs advertised by ApiVersions but always answered with an error: Kafka's own answer of a broker without
 #: the feature (SECURITY_DISABLED from a broker without an authorizer for the ACL APIs; for the SCRAM

@@ -66,9 +66,9 @@ class OwnerOps(NamedTuple):
     append_lists: Callable[[Sequence[bytes | None], Sequence[bytes | None] | None, Timestamps | None,
                             Headers | None, tuple[int, int, int] | None, str | None, bool, int | None, bool], int]
     #: An append of columns: (value lengths, value data, key lengths, key data, timestamps, headers,
-    #: producer, compression, in turn, flush policy).
+    #: producer, compression, in turn, flush policy, transactional).
     append_columns: Callable[[np.ndarray, Data | None, np.ndarray | None, Data | None, np.ndarray | None,
-                              Headers | None, tuple[int, int, int] | None, str | None, bool, bool], int]
+                              Headers | None, tuple[int, int, int] | None, str | None, bool, bool, bool], int]
     #: A transaction marker: (producer id, epoch, commit, coordinator epoch) -> its offset.
     append_marker: Callable[[int, int, bool, int], int]
     #: The sequence a producer's next append must carry: (producer id, epoch) -> sequence. As the writer.
@@ -307,13 +307,15 @@ class PartitionInternals(Generic[S]):
                        key_lengths: np.ndarray | None = None, key_data: Data | None = None,
                        timestamps: np.ndarray | None = None, *, headers: Headers | None = None,
                        producer: tuple[int, int, int] | None = None,
-                       compression: str | None = None, in_turn: bool = False, flush_policy: bool = True) -> int:
+                       compression: str | None = None, in_turn: bool = False, flush_policy: bool = True,
+                       transactional: bool = False) -> int:
         """(``pylog serve``'s Produce) :meth:`Partition.append_columns`, and: ``in_turn``, append as a writer
         taking turns (see :meth:`append_values_in_turn`), leaving the lock free to be handed over
         (:meth:`hand_over`); ``flush_policy=False``, do not fsync here when ``flush.messages`` / ``flush.ms``
-        ask for it: the caller asks :meth:`flush_due` and flushes (through the group commit)."""
+        ask for it: the caller asks :meth:`flush_due` and flushes (through the group commit);
+        ``transactional`` as for :meth:`Partition.append_values` (a Kafka client's transactional batch)."""
         return self._ops.append_columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers,
-                                        producer, compression, in_turn, flush_policy)
+                                        producer, compression, in_turn, flush_policy, transactional)
 
     def append_marker(self, producer_id: int, epoch: int, commit: bool, coordinator_epoch: int = 0) -> int:
         """(the transaction coordinator, :mod:`pylog.clients.transactions`; tests) Append a commit or abort

@@ -22,8 +22,9 @@ from __future__ import annotations
 import bisect
 import logging
 import threading
+import weakref
 from dataclasses import replace
-from typing import Callable, Iterable, Literal
+from typing import Any, Callable, Iterable, Literal, MutableMapping
 
 from ...errors import CorruptRecordError, InvalidArgumentError
 from ..producer_state import ProducerEntry, ProducerState
@@ -33,12 +34,14 @@ from ..txn_index import AbortedTxn, append_index, index_path, parse_marker, read
 from .local_log import LocalLog
 from .segments import S
 
-__all__ = ["TxnTracker", "IsolationLevel", "ISOLATION_LEVELS", "check_isolation", "aborted_in", "filter_slices",
-           "replay", "load_state", "isolated_read"]
+__all__ = ["TxnTracker", "SealedEntries", "IsolationLevel", "ISOLATION_LEVELS", "check_isolation", "aborted_in",
+           "filter_slices", "replay", "load_state", "isolated_read"]
 
 log = logging.getLogger("pylog.partition")
 
 IsolationLevel = Literal["read_uncommitted", "read_committed"]
+#: Cached index entries of sealed segments, by segment object (weakly: they go with the segment).
+SealedEntries = MutableMapping[Any, list[AbortedTxn]]
 #: Kafka's isolation levels, as kafka-python names them.
 ISOLATION_LEVELS = ("read_uncommitted", "read_committed")
 
@@ -109,8 +112,8 @@ class TxnTracker:
         self._state: ProducerState | None = None
         self._next = 0  # the offset after the last batch replayed
         self._at: tuple[int, int] = (-1, 0)  # (segment base offset, file position) after that batch
-        #: The aborted-transaction index entries of sealed segments, by base offset (see :func:`aborted_in`).
-        self.sealed: dict[int, list[AbortedTxn]] = {}
+        #: The aborted-transaction index entries of sealed segments, by segment object (see :func:`aborted_in`).
+        self.sealed: SealedEntries = weakref.WeakKeyDictionary()
 
     def last_stable_offset(self, local: LocalLog[S]) -> int:
         with self._lock:
@@ -129,7 +132,8 @@ class TxnTracker:
                             state.rebuild([h])
                     self._at = (seg.base_offset, size)
                 self._next = end
-            return state.last_stable_offset(end)
+            # Kafka clamps it to the log start: retention may delete an open transaction's first records.
+            return max(state.last_stable_offset(end), local.log_start)
 
     def producers(self) -> dict[int, ProducerEntry]:
         """A copy of the producer table as of the last :meth:`last_stable_offset` ({} before the first)."""
@@ -140,22 +144,26 @@ class TxnTracker:
 
 
 def aborted_in(local: LocalLog[S], start: int, end: int,
-               sealed: dict[int, list[AbortedTxn]] | None = None) -> dict[int, list[tuple[int, int]]]:
+               sealed: SealedEntries | None = None) -> dict[int, list[tuple[int, int]]]:
     """``{producer id: [(first offset, last offset), ...]}`` of the aborted transactions that cover some
     offset in ``[start, end)``, from the index files of the segments from ``start``'s on.
 
     Like Kafka's ``collectAbortedTransactions``, the scan stops at the first entry whose last stable offset
     is at or past ``end``: no transaction that began below ``end`` was open any more when it was written,
     so no later abort can cover the range. ``sealed`` caches the entries of sealed segments' indexes (only
-    the active segment's index grows: an entry goes with the segment its marker is written to)."""
+    the active segment's index grows: an entry goes with the segment its marker is written to). It is keyed
+    by the segment object, not its base offset: a compaction swap puts a new segment (and index) at an old
+    base offset. A segment counts as sealed only if it was before its index was read: an entry appended
+    just before the roll that sealed it must not be cached as missing."""
     segs, bases = local.view
     out: dict[int, list[tuple[int, int]]] = {}
     for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
-        entries = None if sealed is None else sealed.get(seg.base_offset)
+        entries = None if sealed is None else sealed.get(seg)
         if entries is None:
+            immutable = seg.immutable
             entries = read_index(index_path(local.directory, seg.base_offset))
-            if sealed is not None and seg.immutable:
-                sealed[seg.base_offset] = entries
+            if sealed is not None and immutable:
+                sealed[seg] = entries
         for e in entries:
             if e.last_offset >= start and e.first_offset < end:
                 out.setdefault(e.producer_id, []).append((e.first_offset, e.last_offset))
