@@ -187,3 +187,16 @@ def test_delivery_guarantee_option_checked_and_exactly_once_refused_for_batch_wr
     with pytest.raises(InvalidOptionError, match="applies to streaming writes"):
         PylogWriter(opts, schema)
     PylogWriter(parse_write_options({"path": str(path), "topic": "out", "deliveryGuarantee": "at-least-once"}), schema)
+
+
+@pytest.mark.parametrize("metadata", ["", "[]", '{"v": 1, "txns": [["id", 1]]}', '{"v": 2, "txns": []}',
+                                      "[" * 100_000])
+def test_damaged_batch_record_is_a_corrupt_record_error(path, metadata):
+    from pylog.errors import CorruptRecordError
+    from pylog.spark.exactly_once import RECORD_KEY, group_id
+    from pylog.structs import OffsetAndMetadata
+
+    with pylog.open(path, log_cleaner_enable=False) as s:
+        s.commit_offsets(group_id(QUERY), {RECORD_KEY: OffsetAndMetadata(3, metadata)})
+    with pytest.raises(CorruptRecordError, match="batch record of Spark query .* is damaged"):
+        _task(path, 4, 0, 0, 10)

@@ -123,7 +123,7 @@ def read_batch_record(store: Store, query_id: str) -> BatchRecord | None:
                      and type(t[2]) is int)
         if len(txns) != len(doc["txns"]):
             raise ValueError("a transaction entry is not [id, producer id, epoch]")
-    except ValueError as exc:
+    except (ValueError, RecursionError) as exc:
         raise CorruptRecordError(f"the batch record of Spark query {query_id} (group {group_id(query_id)!r}) "
                                  f"is damaged: {exc}") from None
     return BatchRecord(om.offset, txns)
@@ -145,7 +145,8 @@ class TaskTransactions:
         """Before appending to ``partitions``: the transaction is open (init on first use) and has them."""
         tid = self.task.transactional_id
         if self.producer is None:
-            self.producer = tuple(self.coordinator.init_producer_id(tid, self.timeout_ms))  # type: ignore[assignment]
+            taken = self.coordinator.init_producer_id(tid, self.timeout_ms)
+            self.producer = (taken.producer_id, taken.epoch)
         new = [TopicPartition(t, n) for t, n in partitions if (t, n) not in self.added]
         if new:
             assert self.producer is not None
