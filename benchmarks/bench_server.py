@@ -39,6 +39,11 @@ the target) and the 1-minute load average at each round's start. Nothing asserts
 ``--acks-only --vs-fdatasync`` runs the acks=all figures twice per round, interleaved: as served by default, and
 with the group commit's store-wide ``syncfs`` off (``--group-commit-syncfs-partitions 0``; figures marked
 "[fdatasync each]"), the design before it.
+
+``--count-requests`` adds the records per Produce request of each acks=all / acks=1 figure (the server's
+``pylog_server_requests_total{api="Produce"}``, read from its ``--metrics-port`` endpoint before and after each
+timed run; metrics on cost the server ~1 us per request). librdkafka makes one request per partition and batch,
+and batches only while earlier requests wait to be sent, so this is the figure the server's back-pressure moves.
 """
 
 from __future__ import annotations
@@ -98,6 +103,15 @@ class ServerProcess:
                 with open(log_path) as f:
                     raise RuntimeError(f"pylog serve did not start:\n{f.read()}")
             time.sleep(0.02)
+
+    def produce_requests(self) -> float:
+        """Produce requests served so far (the server must run with ``--metrics-port``)."""
+        import urllib.request
+        with open(self.log.name) as f:
+            url = re.findall(r"metrics on (http://\S+)", f.read())[-1]  # the endpoint's /metrics address
+        text = urllib.request.urlopen(url, timeout=30).read().decode()
+        found = re.search(r'pylog_server_requests_total\{api="Produce"\} (\S+)', text)
+        return float(found.group(1)) if found else 0.0
 
     def status(self) -> dict[str, int]:
         """VmRSS, VmHWM, RssAnon, RssFile of the server, in KiB."""
@@ -442,7 +456,8 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int, server_args: l
     path = os.path.join(root, f"acks-{r}")
     _fill_partitions(path, {"p4": 4, "p4all": 4, "pmany": many, "pmany1": many, "lat": 1, "lat1": 1})
     log_path = os.path.join(root, f"acks-server-{r}.log")
-    server = ServerProcess(path, log_path, args=list(server_args))
+    count = getattr(args, "count_requests", False)
+    server = ServerProcess(path, log_path, args=list(server_args) + (["--metrics-port", "0"] if count else []))
     stop_s = 0.0
     try:
         # Latency first, on the fresh server: after the throughput runs it still writes back and syncs their data.
@@ -450,14 +465,19 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int, server_args: l
         lat1 = kafka_latency(server.bootstrap, "lat1", args.latency_records, acks=1)
         linger = {"linger.ms": 5}
         cpu: dict[str, float] = {}  # server CPU per record of each run (us): a figure a loaded machine moves less
+        per_request: dict[str, float] = {}  # records per Produce request (--count-requests)
 
         def timed(name: str, topic: str, partitions: int, **config: Any) -> float:
-            c0 = [0.0]
+            c0, r0 = [0.0], [0.0]
 
             def started() -> None:  # after the warm-up (a record to each partition: opening 500 takes a while)
                 c0[0] = server.cpu_seconds()
+                if count:
+                    r0[0] = server.produce_requests()
             rate = kafka_producer_rate(server.bootstrap, topic, n, partitions, started, **linger, **config) / 1e3
             cpu[name] = (server.cpu_seconds() - c0[0]) * 1e6 / n
+            if count:
+                per_request[name] = n / max(1.0, server.produce_requests() - r0[0])
             return rate
         one = timed("one", "p4", 4)
         all4 = timed("all4", "p4all", 4, acks="all")
@@ -477,6 +497,10 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int, server_args: l
     out[f"acks=1 producer, {many} partitions: the ceiling of the ratio above (k rec/s)"] = (onemany, all4)
     out["server CPU per record (us), acks=all, 4 partitions"] = (cpu["all4"], cpu["one"])
     out[f"server CPU per record (us), acks=all, {many} partitions"] = (cpu["allmany"], cpu["onemany"])
+    if per_request:
+        out["records per Produce request, acks=all, 4 partitions"] = (per_request["all4"], per_request["one"])
+        out[f"records per Produce request, acks=all, {many} partitions"] = (per_request["allmany"],
+                                                                           per_request["onemany"])
     out["end-to-end latency p50, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.5), pct(lat1, 0.5))
     out["end-to-end latency p99, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.99), pct(lat1, 0.99))
     out["partition fsyncs per acknowledged acks=all request"] = (fsyncs / max(1, requests), 0.0)
@@ -559,6 +583,8 @@ TARGETS: dict[str, tuple[str, Callable[[float, float], bool] | None, str]] = {
     "server CPU per record (us), acks=all, 4 partitions": ("report", None, "acks=1, 4 partitions"),
     "server CPU per record (us), acks=all, 500 partitions": ("report", None, "acks=1, 500 partitions"),
     "partition fsyncs per acknowledged acks=all request": ("report", None, ""),
+    "records per Produce request, acks=all, 4 partitions": ("report", None, "acks=1, 4 partitions"),
+    "records per Produce request, acks=all, 500 partitions": ("report", None, "acks=1, 500 partitions"),
     "server RSS, 100 idle connections (MiB)": ("bounded", None, "idle server, no connection"),
     "server RssAnon, 100 idle connections (MiB)": ("bounded", None, "idle server, no connection"),
     "server peak RssAnon, slow consumer of 20 x 50 MiB fetches (MiB)": ("bounded", None,
@@ -581,6 +607,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--acks-only", action="store_true", help="only the acks=all figures (issue 25)")
     ap.add_argument("--vs-fdatasync", action="store_true", help="also the acks=all figures with the group commit's "
                     "store-wide syncfs off (--group-commit-syncfs-partitions 0), interleaved round by round")
+    ap.add_argument("--count-requests", action="store_true", help="also the records per Produce request of the "
+                    "acks=all figures (the server runs with --metrics-port)")
     ap.add_argument("--dir", help="where to write (default: a temporary directory, removed afterwards)")
     ap.add_argument("--json", help="also write every round's figures as JSON to this file")
     ap.add_argument("--profile", metavar="DIR", help="run the server under cProfile; stats files go to DIR")

@@ -11,25 +11,24 @@ Workload (issue 5): ``--rows`` records with 100-byte values and 8-byte keys in a
 written straight through ``Partition.append_columns`` (100,000 per call). The same rows (all seven
 columns of the Kafka schema) are written once to Parquet by Spark, from the pylog source.
 
-Timed in one ``local[*]`` session (UI off), best of ``--reps`` runs each, rows/s:
+Timed in one ``local[*]`` session (UI off), rows/s:
 
-- read: ``spark.read.format("pylog")...selectExpr("sum(length(value))")``; the same over
-  ``spark.read.parquet`` (which reads only the ``value`` column: column pruning, which Python data sources
-  do not have); the same over ``pylog_tuples``, a minimal Python data source in this file that reads the
-  same store with ``Partition.read`` and yields one tuple per row (what a source without Arrow does); and
-  the same over ``pylog_ceiling``, a Python data source that yields one prebuilt Arrow batch of the same
-  schema again and again: the cost of Spark's Python data source path itself (the JVM turning the Arrow
-  stream into rows), which bounds any Python source with these eight columns.
-- column pruning (issue 17): ``count(*)``, ``sum(length(value))`` and ``sum(hash(...))`` of the seven
-  columns, each over the pylog source with its full schema, over the pylog source with a declared schema of
-  only the columns the query needs (``.schema("value binary")``: what a user does to prune, since Spark
-  prunes nothing for a Python source), and over Parquet.
+- issue 31 (the JVM reader, docs/SPARK.md "Which reader runs"): ``sum(length(value))``, ``sum(hash(...))`` of
+  the seven columns, ``count(*)``, ``offset >= X`` selecting 1% then ``sum(length(value))``, and a group-by on
+  ``key``; each over the JVM reader (``format("pylog")`` with its jar loaded), over the Python source
+  (``format("pylog-python")``, with ``filterPushdown`` for the filter when the session allows it) with its full
+  schema and with a declared schema of only the columns the query needs (column pruning for a Python source),
+  and over Parquet of the same rows; round-robin, a warm-up round then the median of ``--reps``. Targets
+  (issue 31, JVM / Parquet): >= 1.5x, 1.0x, 1.0x, 2x, 1.0x. The load average is printed at the end.
+- read (issue 5), best of ``--reps``: ``sum(length(value))`` over the Python source, Parquet, ``pylog_tuples``
+  (a minimal Python data source in this file that yields one tuple per row with ``Partition.read``) and
+  ``pylog_ceiling`` (a Python data source yielding one prebuilt Arrow batch again and again: the cost of
+  Spark's Python data source path itself, which bounds any Python source with these columns).
 - write: ``df.write.format("pylog").mode("append")`` of the rows' ``key`` and ``value`` into a fresh
-  4-partition topic, against ``df.write.parquet`` of the same two columns; ``df`` reads the Parquet
-  copy, in both.
+  4-partition topic (the Python writer, whichever reader runs), against ``df.write.parquet`` of the same two
+  columns; ``df`` reads the Parquet copy, in both.
 
-Targets (issue 5): pylog read >= 0.5x Parquet's rows/s and >= 5x the tuple reader's. Nothing asserts
-here except that every query counts every row.
+Nothing asserts here except that every query counts every row and gives every variant's answer.
 """
 
 from __future__ import annotations
@@ -38,6 +37,7 @@ import argparse
 import datetime as dt
 import os
 import shutil
+import statistics
 import sys
 import tempfile
 import time
@@ -189,7 +189,7 @@ def run(spark: Any, root: str, rows: int, reps: int) -> dict[str, float]:
 
     results: dict[str, float] = {}
     for name, df, r in [
-        ("pylog", pylog_df, reps),
+        ("python", spark.read.format("pylog-python").option("subscribe", "bench").load(store_path), reps),
         ("parquet", spark.read.parquet(parquet), reps),
         ("ceiling", spark.read.format("pylog_ceiling").option("rows", str(rows)).load(), reps),
         ("tuples", spark.read.format("pylog_tuples").load(store_path), 1),
@@ -200,7 +200,7 @@ def run(spark: Any, root: str, rows: int, reps: int) -> dict[str, float]:
         results[f"read_{name}"] = rows / secs
         print(f"read  {name:8s} {secs:7.2f} s  {rows / secs / 1e6:6.2f} M rows/s")
 
-    pruning(spark, store_path, parquet, rows, reps, results)
+    queries(spark, store_path, parquet, rows, reps, results)
 
     source = spark.read.parquet(parquet).select("key", "value")
     source.write.format("noop").mode("overwrite").save()  # warm-up: parquet read path and the sink's workers
@@ -219,12 +219,12 @@ def run(spark: Any, root: str, rows: int, reps: int) -> dict[str, float]:
     with pylog.open(store_path) as store:
         assert sum(store.topic("sink").end_offsets().values()) == rows * reps
 
-    rp, rq, rt, rc = (results["read_pylog"], results["read_parquet"], results["read_tuples"],
+    rp, rq, rt, rc = (results["read_python"], results["read_parquet"], results["read_tuples"],
                       results["read_ceiling"])
     print()
     print("| figure | pylog | baseline (same session) | ratio | target |")
     print("|---|---:|---|---:|---|")
-    print(f"| `spark.read.format(\"pylog\")`, sum(length(value)) | {rp / 1e6:.2f} M rows/s | "
+    print(f"| `spark.read.format(\"pylog-python\")`, sum(length(value)) | {rp / 1e6:.2f} M rows/s | "
           f"`spark.read.parquet`: {rq / 1e6:.2f} M/s | {rp / rq:.2f}x | >= 0.5x {'✔' if rp >= 0.5 * rq else '✘'} |")
     print(f"| same | {rp / 1e6:.2f} M rows/s | tuple-yielding reader: {rt / 1e6:.2f} M/s | {rp / rt:.1f}x | "
           f">= 5x {'✔' if rp >= 5 * rt else '✘'} |")
@@ -233,50 +233,68 @@ def run(spark: Any, root: str, rows: int, reps: int) -> dict[str, float]:
     wp, wq = results["write_pylog"], results["write_parquet"]
     print(f"| `df.write.format(\"pylog\")` (key, value) | {wp / 1e6:.2f} M rows/s | `df.write.parquet`: "
           f"{wq / 1e6:.2f} M/s | {wp / wq:.2f}x | report |")
-    print()
-    print("| query | pylog, full schema | pylog, declared schema | parquet | full / parquet | declared / parquet |")
-    print("|---|---:|---:|---:|---:|---:|")
-    for q, (_, declared, _) in PRUNING_QUERIES.items():
-        f, d, pq = (results[f"{q}_{k}"] for k in ("full", "declared", "parquet"))
-        print(f"| `{q}` (declared `{declared}`) | {f / 1e6:.2f} M rows/s | {d / 1e6:.2f} M/s | {pq / 1e6:.2f} M/s | "
-              f"{f / pq:.2f}x | {d / pq:.2f}x |")
+    print_queries(results)
+    print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return results
 
 
 SEVEN = "key binary, value binary, topic string, partition int, offset long, timestamp timestamp, timestampType int"
-#: Column pruning (issue 17): query -> (aggregate, the schema a user declares to prune, what the answer is).
-PRUNING_QUERIES = {
-    "count(*)": ("count(*) as n", "partition int", "rows"),
-    "sum(length(value))": ("sum(length(value)) as n", "value binary", "bytes"),
-    "7-column hash": ("sum(hash(key, value, topic, partition, offset, timestamp, timestampType)) as n", SEVEN, None),
+#: The issue-31 queries: name -> (a function of the DataFrame and the row count giving the query, the schema a
+#: user declares to prune the Python source, the issue's target ratio of the JVM reader to Parquet).
+QUERIES: dict[str, tuple[Callable[[Any, int], Any], str, float]] = {
+    "sum(length(value))": (lambda df, rows: df.selectExpr("sum(length(value)) as n"), "value binary", 1.5),
+    "7-column hash": (lambda df, rows: df.selectExpr(
+        "sum(hash(key, value, topic, partition, offset, timestamp, timestampType)) as n"), SEVEN, 1.0),
+    "count(*)": (lambda df, rows: df.selectExpr("count(*) as n"), "partition int", 1.0),
+    "offset > X (1%)": (lambda df, rows: df.where(f"offset >= {rows // PARTITIONS - rows // PARTITIONS // 100}")
+                        .selectExpr("sum(length(value)) as n"), "offset long, value binary", 2.0),
+    "group by key": (lambda df, rows: df.groupBy("key").count().selectExpr("sum(count) as n"), "key binary", 1.0),
 }
 
 
-def pruning(spark: Any, store_path: str, parquet: str, rows: int, reps: int, results: dict[str, float]) -> None:
-    """Each query of :data:`PRUNING_QUERIES` over the pylog source with its full schema, with the declared
-    (pruned) schema, and over Parquet, in this session, best of ``reps`` rounds after a warm-up round; rows/s
-    into ``results`` as ``{query}_{variant}``. For the 7-column hash the declared schema is the full one (all
-    columns are used): the two rows show what noise alone does."""
-    for q, (agg, declared, answer) in PRUNING_QUERIES.items():
-        expected = {"rows": rows, "bytes": rows * VALUE_BYTES, None: None}[answer]
-        variants = {
-            "full": spark.read.format("pylog").option("subscribe", "bench").load(store_path),
-            "declared": spark.read.format("pylog").schema(declared).option("subscribe", "bench").load(store_path),
-            "parquet": spark.read.parquet(parquet),
-        }
-        got, secs = set(), {v: float("inf") for v in variants}
+def queries(spark: Any, store_path: str, parquet: str, rows: int, reps: int, results: dict[str, float]) -> None:
+    """Each query of :data:`QUERIES` over the JVM reader (``format("pylog")`` when its jar is loaded), the
+    Python source with its full schema and with the declared (pruned) schema (``format("pylog-python")``), and
+    Parquet of the same rows; round-robin in this session, a warm-up round then the median of ``reps``; rows/s
+    into ``results`` as ``{query}_{variant}``. Every variant must give the same answer."""
+    from pylog.spark import which_reader
+
+    jvm = which_reader(spark) == "jvm"
+    pushdown = spark.conf.get("spark.sql.python.filterPushdown.enabled", "false") == "true"
+    for q, (query, declared, _) in QUERIES.items():
+        py = spark.read.format("pylog-python").option("subscribe", "bench")
+        if pushdown and q.startswith("offset"):
+            py = py.option("filterPushdown", "true")
+        variants = {"python": py.load(store_path), "declared": py.schema(declared).load(store_path),
+                    "parquet": spark.read.parquet(parquet)}
+        if jvm:
+            variants = {"jvm": spark.read.format("pylog").option("subscribe", "bench").load(store_path), **variants}
+        got, times = set(), {v: [] for v in variants}
         for rep in range(reps + 1):  # round-robin, so that no variant gains from running after another; rep 0 warms
             for variant, df in variants.items():
                 t0 = time.perf_counter()
-                n = df.selectExpr(agg).collect()[0].n
+                got.add(query(df, rows).collect()[0].n)
                 if rep:
-                    secs[variant] = min(secs[variant], time.perf_counter() - t0)
-                assert expected is None or n == expected, (q, variant, n, expected)
-                got.add(n)
-        for variant, t in secs.items():
-            results[f"{q}_{variant}"] = rows / t
-            print(f"{q:20s} {variant:8s} {t:7.2f} s  {rows / t / 1e6:6.2f} M rows/s")
+                    times[variant].append(time.perf_counter() - t0)
         assert len(got) == 1, (q, got)  # the same answer from every variant
+        for variant, ts in times.items():
+            results[f"{q}_{variant}"] = rows / statistics.median(ts)
+            print(f"{q:20s} {variant:8s} {statistics.median(ts):7.2f} s  {rows / statistics.median(ts) / 1e6:6.2f} "
+                  "M rows/s (median)")
+
+
+def print_queries(results: dict[str, float]) -> None:
+    print()
+    print("| query | JVM reader | Python source | Python, declared schema | Parquet | JVM / Parquet (target) | "
+          "Python / Parquet | declared / Parquet |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|")
+    for q, (_, declared, target) in QUERIES.items():
+        j = results.get(f"{q}_jvm")
+        py, d, pq = (results[f"{q}_{k}"] for k in ("python", "declared", "parquet"))
+        jv = f"{j / 1e6:.2f} M rows/s" if j else "(no jar)"
+        ratio = f"{j / pq:.2f}x (>= {target}x {'✔' if j >= target * pq else '✘'})" if j else "-"
+        print(f"| `{q}` | {jv} | {py / 1e6:.2f} M/s | {d / 1e6:.2f} M/s (`{declared}`) | {pq / 1e6:.2f} M/s | "
+              f"{ratio} | {py / pq:.2f}x | {d / pq:.2f}x |")
 
 
 def main(argv: list[str] | None = None, spark: Any = None) -> int:

@@ -22,7 +22,8 @@ from .config import TopicConfig
 from .clients.consumer import (Consumer, ConsumerRebalanceListener, ConsumerRecord, NoOffsetForPartitionError,
                        OffsetAndTimestamp)
 from .errors import (AuthenticationError, CorruptBatchError, IllegalSaslStateError, InvalidBatchError, ProtocolError,
-                     MetricsUnavailableError, SecurityConfigError, UnknownApiKeyError, UnsupportedApiVersionError,
+                     JvmReaderUnavailableError, MetricsUnavailableError, SecurityConfigError, UnknownApiKeyError,
+                     UnsupportedApiVersionError,
                      UnsupportedCompressionError, UnsupportedMagicError, UnsupportedSaslMechanismError)
 from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, CorruptRecordError, DiskFullError,
                      InvalidArgumentError, InvalidConfigError, StorePathError,
@@ -60,6 +61,7 @@ __all__ = [
     "CorruptBatchError", "InvalidBatchError", "UnsupportedMagicError", "UnsupportedCompressionError",
     "ProtocolError", "UnknownApiKeyError", "UnsupportedApiVersionError", "AuthenticationError",
     "UnsupportedSaslMechanismError", "IllegalSaslStateError", "SecurityConfigError", "MetricsUnavailableError",
+    "JvmReaderUnavailableError",
     "RemoteStorageError", "RemoteConflictError", "RemoteObjectMissingError", "RemoteDataCorruptError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",

@@ -75,6 +75,7 @@ __all__ = [
     "IllegalSaslStateError",
     "SecurityConfigError",
     "MetricsUnavailableError",
+    "JvmReaderUnavailableError",
     "RemoteStorageError",
     "RemoteConflictError",
     "RemoteObjectMissingError",
@@ -428,6 +429,11 @@ class SecurityConfigError(InvalidConfigError):
 class MetricsUnavailableError(PylogError, ImportError):
     """Metrics were asked for (``pylog serve --metrics-port``, ``pylog metrics``, :mod:`pylog.prometheus`) but
     the ``prometheus-client`` library is not installed: ``pip install pylog-embedded[metrics]``."""
+
+
+class JvmReaderUnavailableError(PylogError):
+    """Spark's JVM reader of the pylog format cannot be built here (:mod:`pylog.jvm`): no JDK (``javac``, ``jar``),
+    no pyspark, or a failed compile; the message says which. Spark then reads with the Python data source."""
 
 
 class RemoteStorageError(PylogError):

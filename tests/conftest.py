@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 
@@ -100,33 +99,44 @@ def pytest_unconfigure(config: pytest.Config) -> None:
     shutil.rmtree(_STATE_DIR, ignore_errors=True)
 
 
-_JVM_BUILD = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "jvm", "build.py")
 _JVM_JAR: str | None = None
 _JVM_PROBLEM = "not built"
 
 
 def _build_jvm_reader(scratch) -> str | None:
-    """Builds the JVM reader (jvm/build.py) into ``scratch`` for the shared session; None, with the reason kept
-    for :func:`jvm_reader`, when there is no JDK. A failing compile fails loudly."""
+    """Builds the JVM reader (pylog.jvm) into a cache under ``scratch`` for the shared session, as
+    ``pylog.spark.session()`` does into the user's cache; None, with the reason kept for :func:`jvm_reader`,
+    when there is no JDK. A failing compile fails loudly."""
     global _JVM_PROBLEM
-    out = os.path.join(str(scratch), "pylog-spark.jar")
-    done = subprocess.run([sys.executable, _JVM_BUILD, "--out", out], capture_output=True, text=True, timeout=600)
-    if done.returncode == 2:
-        _JVM_PROBLEM = done.stderr.strip()
+    from pylog import jvm
+    from pylog.errors import JvmReaderUnavailableError
+    os.environ["PYLOG_CACHE_DIR"] = str(scratch / "cache")
+    try:
+        return jvm.ensure_jar()
+    except JvmReaderUnavailableError as exc:
+        if "did not compile" in str(exc):
+            raise
+        _JVM_PROBLEM = str(exc)
         return None
-    if done.returncode != 0:
-        raise RuntimeError(f"jvm/build.py failed:\n{done.stdout}\n{done.stderr}")
-    return out
+
+
+@pytest.fixture(scope="session")
+def jvm_jar(spark) -> str | None:
+    """The JVM reader's jar the shared session loaded (None without a JDK, failing in CI as ``jvm_reader``)."""
+    if _JVM_JAR is None and os.environ.get("CI"):
+        pytest.fail(f"the JVM reader must be built in CI: {_JVM_PROBLEM}")
+    return _JVM_JAR
 
 
 @pytest.fixture(scope="session")
 def jvm_reader(spark) -> str:
-    """The JVM reader's format class, loaded in the shared session; skipped without a JDK, except in CI."""
+    """The format name the JVM reader answers to in the shared session (``pylog``: its jar is loaded there, so
+    ``format("pylog")`` runs it, and ``pylog-python`` the Python source); skipped without a JDK, except in CI."""
     if _JVM_JAR is None:
         if os.environ.get("CI"):
             pytest.fail(f"the JVM reader must be built in CI: {_JVM_PROBLEM}")
         pytest.skip(_JVM_PROBLEM)
-    return "org.pylog.spark.PylogProvider"
+    return "pylog"
 
 
 @pytest.fixture(scope="session")
@@ -134,7 +144,10 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     """One local SparkSession for every Spark test: ``local[2]``, UI off, 2 shuffle partitions, Python
     workers running this interpreter, Spark's scratch files under a pytest temporary directory.
 
-    The ``pylog`` format is not registered here: PySpark must discover it (``pyspark_pylog``).
+    The ``pylog`` format is not registered here: PySpark must discover it (``pyspark_pylog``). The JVM reader's
+    jar is on the classpath when a JDK is there (always in CI): ``format("pylog")`` is then the JVM provider,
+    which hands the Python source (``pylog-python``) writes, streams and the reads it does not handle, as in
+    ``pylog.spark.session()``; tests of the Python reader itself read ``format("pylog-python")``.
     Filter pushdown for Python sources is off, Spark's default; tests that need it turn it on. The JVM
     compiles with C1 only (``-XX:TieredStopAtLevel=1``): tests run many short queries, so a third less
     warm-up time matters more than peak speed.

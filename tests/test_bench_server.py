@@ -17,13 +17,14 @@ def test_server_benchmark_quick_run(tmp_path):
     pytest.importorskip("confluent_kafka")
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_server.py"), "--quick", "--records",
                           "5000", "--latency-records", "50", "--acks-records", "3000", "--memory-records", "20000", "--slow-seconds", "0.3",
-                          "--dir", str(tmp_path)], capture_output=True, text=True, check=True, timeout=300).stdout
+                          "--count-requests", "--dir", str(tmp_path)], capture_output=True, text=True, check=True, timeout=300).stdout
     for figure in ("the client's floor", "confluent-kafka producer -> pylog serve",
                    "confluent-kafka consumer <- pylog serve", "fetch.queue.backoff.ms=10",
                    "server CPU per 1M records produced", "end-to-end latency p50", "end-to-end latency p99",
                    "100 idle connections", "slow consumer", "VmHWM", "load average at round starts",
                    "acks=all producer, 4 partitions", "acks=all producer, 100 partitions",
-                   "fsyncs per acknowledged acks=all request", "server stop after writing"):
+                   "fsyncs per acknowledged acks=all request", "server stop after writing",
+                   "records per Produce request, acks=all, 100 partitions"):
         assert figure in out, figure
 
 

@@ -435,6 +435,35 @@ def test_group_commit_server_pipelined_requests_see_earlier_appends_and_are_answ
         assert (corr, body["topics"][0]["partitions"][0]["offset"]) == (4, 4)
 
 
+def test_a_pipelining_producer_is_pushed_back_while_its_acks_all_answers_wait(store, monkeypatch):
+    # 200 acks=all requests sent at once while the partition's fsync is held: the connection handles 32 (their
+    # answers owed), queues at most 32 more and stops reading, so the producer feels it and batches (librdkafka
+    # made requests of a few records each when the server read thousands ahead). Then all answered, in order.
+    store.create_topic("t")
+    with _warm_connection(store, monkeypatch) as (srv, s, gate):
+        gate.close()
+        requests = [encode_request(0, 7, corr, "group-commit", {
+            "transactional_id": None, "acks": -1, "timeout_ms": 5000,
+            "topic_data": [{"name": "t", "partition_data": [{"index": 0, "records": kafka_batch([b"r%d" % corr])}]}]})
+            for corr in range(2, 202)]
+        sender = threading.Thread(target=s.sendall, args=(b"".join(requests),))
+        sender.start()
+        part = store.topic("t").partition(0)
+        wait_until(lambda: part.log_end_offset == 1 + 32, timeout=WAIT, what="32 requests appended")
+        assert select.select([s], [], [], 0.5)[0] == [], "answered before the fsync"
+        assert part.log_end_offset == 1 + 32, "handled more requests than answers may be owed"
+        frame = max(len(r) for r in requests) - 4
+        # The pool holds the 32 handled (until answered) and the 32 queued, not the other 136.
+        assert srv.resources()["pool_bytes_used"] <= 65 * (frame + 128), "queued more than 32 requests"
+        gate.open.set()
+        for corr in range(2, 202):
+            got, body = _answer(s)
+            entry = body["responses"][0]["partition_responses"][0]
+            assert (got, entry["error_code"], entry["base_offset"]) == (corr, 0, corr - 1)
+        sender.join(WAIT)
+        assert [r.value for r in part.read(1, 200)] == [b"r%d" % corr for corr in range(2, 202)]
+
+
 def test_group_commit_server_flush_messages_fsyncs_before_an_acks_1_answer(store, monkeypatch):
     store.create_topic("t", config={"flush.messages": 1})
     with _warm_connection(store, monkeypatch, acks=1) as (srv, s, gate):

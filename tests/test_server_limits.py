@@ -409,3 +409,28 @@ def test_a_kafka_python_consumer_refused_by_max_groups_reports_it_instead_of_ret
                     consumer.poll(timeout_ms=10_000)
             finally:
                 consumer.close()
+
+
+def test_connections_get_the_configured_receive_buffer_and_large_produces_still_go_through(tmp_path):
+    # Kafka's socket.receive.buffer.bytes: set on the listening socket, so each accepted one has it (the kernel
+    # reports twice the value asked for); a 1 MiB acks=all batch from confluent-kafka arrives whole through it.
+    import shutil
+    import subprocess
+
+    confluent_kafka = pytest.importorskip("confluent_kafka")
+    with pytest.raises(pylog.errors.InvalidArgumentError):
+        pylog.serve(tmp_path / "bad", port=0, socket_receive_buffer_bytes=10)
+    with pylog.serve(tmp_path / "s", port=0, socket_receive_buffer_bytes=8192) as server:
+        server.store.create_topic("t")
+        producer = confluent_kafka.Producer({"bootstrap.servers": server.bootstrap_servers, "acks": "all",
+                                             "linger.ms": 20, "message.max.bytes": 4 << 20})
+        values = [bytes([i]) * 4000 for i in range(256)]  # ~1 MiB in one batch
+        for value in values:
+            producer.produce("t", value)
+        assert producer.flush(60) == 0
+        if shutil.which("ss"):
+            with _connect(server):
+                out = subprocess.run(["ss", "-tmn", f"sport = :{server.port}"], capture_output=True, text=True,
+                                     timeout=30).stdout
+            assert "rb16384" in out, out
+        assert [r.value for r in server.store.topic("t").partition(0).read(0, 300)] == values

@@ -18,7 +18,8 @@ def test_spark_benchmark_quick_run(spark, tmp_path, capsys):
     spec.loader.exec_module(bench)
     assert bench.main(["--quick", "--dir", str(tmp_path)], spark=spark) == 0
     out = capsys.readouterr().out
-    for figure in ("read  pylog", "read  parquet", "read  tuples", "write pylog", "write parquet", "| ratio |",
-                   "count(*)             declared", "7-column hash        parquet", "| declared / parquet |"):
+    for figure in ("read  python", "read  parquet", "read  tuples", "write pylog", "write parquet", "| ratio |",
+                   "count(*)             declared", "7-column hash        parquet", "group by key         jvm",
+                   "offset > X (1%)      python", "| declared / Parquet |", "load average"):
         assert figure in out
     assert not list(tmp_path.iterdir())  # the run's directory is removed

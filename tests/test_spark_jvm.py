@@ -1,4 +1,7 @@
-"""The JVM reader (jvm/) against the Python reader, the reference: the same rows, columns and errors.
+"""The JVM reader (pylog/java) against the Python reader, the reference: the same rows, columns and errors.
+
+In the shared session the jar is loaded, so ``format("pylog")`` (the ``jvm_reader`` fixture) is the JVM
+provider and ``format("pylog-python")`` the Python source.
 
 Each test writes a store through pylog's public API (plain, lz4, headers, null keys and values, compacted gaps,
 a torn tail, records removed from the head) and reads it with both readers in the shared session; every column
@@ -7,7 +10,11 @@ of every row must be equal. Option errors must carry the Python reader's message
 
 from __future__ import annotations
 
+import json
 import os
+import random
+import shutil
+from pathlib import Path
 
 import pytest
 
@@ -23,7 +30,7 @@ def _rows(df):
 def _both(spark, jvm_reader, path, **options):
     options = {k: str(v) for k, v in options.items()}
     jvm = spark.read.format(jvm_reader).options(**options).load(str(path))
-    py = spark.read.format("pylog").options(**options).load(str(path))
+    py = spark.read.format("pylog-python").options(**options).load(str(path))
     return jvm, py
 
 
@@ -112,6 +119,11 @@ def test_jvm_reader_offset_ranges_splits_and_pruned_columns(spark, jvm_reader, t
     {"subscribe": "r", "minPartitions": "0"},
     {"subscribe": "r", "includeHeaders": "maybe"},
     {"subscribe": "r", "startingOffsets": "{not json"},
+    {"subscribe": "r", "startingTimestamp": "-5"},
+    {"subscribe": "r", "startingTimestamp": "9999999999999"},
+    {"subscribe": "r", "endingOffsetsByTimestamp": '{"r":{"0":-3,"1":5}}'},
+    {"subscribe": "r", "startingOffsetsByTimestamp": '{"r":{"0":5}}'},
+    {"subscribe": "r", "startingOffsetsByTimestampStrategy": "sometimes"},
 ])
 def test_jvm_reader_refuses_bad_options_with_the_python_readers_message(spark, jvm_reader, tmp_path, options):
     path = tmp_path / "store"
@@ -119,7 +131,7 @@ def test_jvm_reader_refuses_bad_options_with_the_python_readers_message(spark, j
         store.create_topic("r", partitions=2)
         store.topic("r").partition(0).append_values([b"x"] * 10)
     messages = []
-    for fmt in (jvm_reader, "pylog"):
+    for fmt in (jvm_reader, "pylog-python"):
         with pytest.raises(Exception) as info:
             spark.read.format(fmt).options(**options).load(str(path)).collect()
         text = str(info.value)
@@ -130,3 +142,197 @@ def test_jvm_reader_refuses_bad_options_with_the_python_readers_message(spark, j
     if "not valid JSON" in py_message:   # the JSON parsers word their own part differently
         jvm_message, py_message = jvm_message.split("(")[0], py_message.split("(")[0]
     assert jvm_message == py_message
+
+
+def _plan(df) -> str:
+    return df._jdf.queryExecution().executedPlan().toString()
+
+
+def test_jvm_reader_timestamp_options_and_pushed_filters_read_what_the_python_reader_reads(spark, jvm_reader,
+                                                                                           tmp_path, request):
+    path = tmp_path / "store"
+    base = 1_700_000_000_000
+    with pylog.open(path) as store:
+        store.create_topic("t", partitions=3, config={"segment.bytes": 8 * 1024})
+        producer = store.producer()
+        for i in range(3000):   # timestamps grow with offsets, except a few late records
+            late = i % 97 == 0
+            producer.send("t", value=b"%d" % i, partition=i % 3, timestamp_ms=base + (i - 500 if late else i) * 10)
+        producer.flush()
+        producer.close()
+    cases = [
+        dict(subscribe="t", startingTimestamp=base + 10_000),
+        dict(subscribe="t", startingTimestamp=base + 10_000, endingTimestamp=base + 20_000),
+        dict(subscribe="t", startingOffsetsByTimestamp=f'{{"t":{{"0":{base + 5_000},"1":0,"2":{base}}}}}',
+             endingOffsetsByTimestamp=f'{{"t":{{"0":{base + 25_000},"1":{base + 29_000},"2":{base + 10 ** 9}}}}}'),
+        dict(subscribe="t", startingTimestamp=base + 10 ** 9, startingOffsetsByTimestampStrategy="latest"),
+    ]
+    for options in cases:
+        _same(spark, jvm_reader, path, **options)
+    ts = f"timestamp_millis({base + 15_000})"
+    spark.conf.set("spark.sql.python.filterPushdown.enabled", "true")
+    request.addfinalizer(lambda: spark.conf.unset("spark.sql.python.filterPushdown.enabled"))
+    for where in ("offset > 900", "partition = 1 and offset between 100 and 200", "partition in (0, 2)",
+                  f"timestamp >= {ts}", f"timestamp > {ts} and offset < 950", "offset in (5, 7, 999)"):
+        jvm, py = _both(spark, jvm_reader, path, subscribe="t", filterPushdown="true")
+        a, b = _rows(jvm.where(where)), _rows(py.where(where))
+        assert a == b and a, where
+        assert jvm.where(where).count() == len(a)
+    cut = spark.read.format(jvm_reader).option("subscribe", "t").load(str(path)).where("offset >= 990")
+    assert cut.rdd.getNumPartitions() >= 1 and cut.count() == 3 * 10
+
+
+def test_one_name_reads_on_the_jvm_and_writes_through_the_python_writer_in_spark_default_mode(
+        spark, jvm_reader, tmp_path):
+    from pylog.spark import which_reader
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("w", partitions=2)
+    assert which_reader(spark) == "jvm"
+    df = spark.range(100).selectExpr("cast(id as string) as key", "cast(id * 2 as string) as value")
+    # Through the JVM's own DataFrameWriter (not PySpark's, whose wrapper turns the default mode into append):
+    # Spark's default mode, ErrorIfExists, reaches the provider and appends, as Kafka's sink does.
+    df._jdf.write().format("pylog").option("topic", "w").save(str(path))
+    df.write.format("pylog").option("topic", "w").mode("append").save(str(path))
+    for mode in ("overwrite", "ignore"):
+        with pytest.raises(Exception, match="a pylog topic is append-only"):
+            df._jdf.write().format("pylog").option("topic", "w").mode(mode).save(str(path))
+    read = spark.read.format("pylog").option("subscribe", "w").load(str(path))
+    assert "JVM reader" in _plan(read)
+    assert read.count() == 200
+    assert sorted(r[0] for r in read.selectExpr("cast(value as string)").collect()) == \
+        sorted([str(i * 2) for i in range(100)] * 2)
+
+
+def test_transactions_control_batches_are_skipped_and_read_committed_goes_to_the_python_source(
+        spark, jvm_reader, tmp_path):
+    from pylog.partition import internals
+    path = tmp_path / "store"
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("t", partitions=1)
+        p = store.topic("t").partition(0)
+        p.append_values([b"plain-%d" % i for i in range(5)])
+        for n, commit in enumerate((True, False, True)):
+            pid = store.new_producer_id()
+            p.append_values([b"txn%d-%d" % (n, i) for i in range(4)], producer=(pid, 0, 0), transactional=True)
+            internals(p).append_marker(pid, 0, commit=commit)
+        p.append_values([b"plain-last"])
+        pid = store.new_producer_id()   # an open transaction at the end: read_committed stops before it
+        p.append_values([b"open"], producer=(pid, 0, 0), transactional=True)
+    rows = _same(spark, jvm_reader, path, subscribe="t")     # read_uncommitted: every record, no marker
+    assert len(rows) == 5 + 12 + 1 + 1
+    committed = spark.read.format("pylog").option("subscribe", "t").option("kafka.isolation.level", "read_committed")
+    committed = committed.load(str(path))
+    assert "JVM reader" not in _plan(committed)
+    values = sorted(bytes(r[0]) for r in committed.select("value").collect())
+    assert values == sorted([b"plain-%d" % i for i in range(5)] + [b"txn0-%d" % i for i in range(4)]
+                            + [b"txn2-%d" % i for i in range(4)] + [b"plain-last"])
+    with pytest.raises(Exception, match="option 'kafka.isolation.level': expected read_uncommitted or read_committed"):
+        spark.read.format("pylog").option("subscribe", "t").option("kafka.isolation.level", "serializable") \
+            .load(str(path)).collect()
+
+
+def test_streams_on_the_jvm_read_the_micro_batches_the_python_source_reads_and_report_lag(spark, jvm_reader,
+                                                                                           tmp_path):
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("s", partitions=2)
+        for fmt in ("pylog", "pylog-python"):
+            store.create_topic(f"out-{fmt}", partitions=1)
+        for n in range(2):
+            store.topic("s").partition(n).append_values([b"%d-%d" % (n, i) for i in range(30 + 7 * n)])
+    progress = {}
+    for fmt in ("pylog", "pylog-python"):
+        query = (spark.readStream.format(fmt).option("subscribe", "s").option("startingOffsets", "earliest")
+                 .option("maxOffsetsPerTrigger", 25).load(str(path)).select("value")
+                 .writeStream.format("pylog").option("topic", f"out-{fmt}")
+                 .option("checkpointLocation", str(tmp_path / f"cp-{fmt}"))
+                 .trigger(availableNow=True).start(str(path)))
+        assert query.awaitTermination(300)
+        assert query.exception() is None
+        progress[fmt] = [p for p in query.recentProgress if p["numInputRows"]]
+        with pylog.open(path) as store:
+            got = sorted(r.value for r in store.topic(f"out-{fmt}").partition(0).read(0, max_records=1000))
+        assert got == sorted(b"%d-%d" % (n, i) for n in range(2) for i in range(30 + 7 * n))
+    assert [p["numInputRows"] for p in progress["pylog"]] == [p["numInputRows"] for p in progress["pylog-python"]] \
+        == [25, 25, 17]
+    assert [p["sources"][0]["endOffset"] for p in progress["pylog"]] == \
+        [p["sources"][0]["endOffset"] for p in progress["pylog-python"]]
+    # The first micro-batch ends at {0: 11, 1: 14} (25 offsets shared by backlog, 30 and 37), the logs at 30 and 37:
+    # the Kafka source's lag metrics, which only the JVM reader reports.
+    lag = progress["pylog"][0]["sources"][0]["metrics"]
+    assert (lag["minOffsetsBehindLatest"], lag["maxOffsetsBehindLatest"], lag["avgOffsetsBehindLatest"]) == \
+        ("19", "23", "21.0")
+    assert "maxOffsetsBehindLatest" not in progress["pylog-python"][0]["sources"][0].get("metrics", {})
+
+
+def test_jvm_stream_holds_a_micro_batch_back_until_min_offsets_per_trigger_wait(spark, jvm_reader, tmp_path):
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("m", partitions=2)
+        store.topic("m").partition(0).append_values([b"a%d" % i for i in range(30)])
+    query = (spark.readStream.format("pylog").option("subscribe", "m").option("startingOffsets", "earliest")
+             .option("minOffsetsPerTrigger", 100).option("maxTriggerDelay", "1h").load(str(path)).select("value")
+             .writeStream.format("memory").queryName("min_offsets_per_trigger")
+             .option("checkpointLocation", str(tmp_path / "cp")).trigger(processingTime="100 milliseconds").start())
+    try:
+        query.processAllAvailable()   # 30 offsets wait, fewer than 100, and the delay is an hour: no micro-batch
+        assert spark.sql("select * from min_offsets_per_trigger").count() == 0
+        with pylog.open(path) as store:
+            store.topic("m").partition(1).append_values([b"b%d" % i for i in range(80)])
+        query.processAllAvailable()
+        assert spark.sql("select * from min_offsets_per_trigger").count() == 110
+        assert [p["numInputRows"] for p in query.recentProgress if p["numInputRows"]] == [110]
+    finally:
+        query.stop()
+
+
+def test_spark_jar_command_prints_the_cached_jar_the_session_loaded(spark, jvm_reader, capsys):
+    from pylog import jvm
+    from pylog.cli import main
+    assert main(["spark-jar"]) == 0
+    printed = capsys.readouterr().out.strip()
+    assert printed == jvm.jar_path()
+    assert printed in spark.conf.get("spark.jars")
+    assert f"Spark reader: JVM ({printed})" == jvm.describe()
+
+
+def test_both_readers_read_the_golden_store_as_its_manifest_says(spark, jvm_reader, tmp_path):
+    golden = Path(__file__).parent / "golden"
+    manifest = json.loads((golden / "manifest.json").read_text())["store"]
+    path = tmp_path / "store"
+    shutil.copytree(golden / manifest["path"], path)
+    rows = _same(spark, jvm_reader, path, subscribe=manifest["topic"], includeHeaders="true")
+    assert [(r[4], None if r[0] is None else bytes(r[0]).hex(), None if r[1] is None else bytes(r[1]).hex(),
+             [[h[0], None if h[1] is None else bytes(h[1]).hex()] for h in r[7] or []]) for r in rows] == \
+        [(m["offset"], m["key"], m["value"], m["headers"]) for m in manifest["records"]]
+
+
+def test_both_readers_read_a_random_store_identically(spark, jvm_reader, tmp_path, seed=31):
+    """Random batches (sizes, nulls, headers, timestamps; lz4 in one topic), a random head removed, compaction:
+    every column of every row of both readers, with and without a random offset window."""
+    rng = random.Random(seed)
+    path = tmp_path / "store"
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        for t in range(2):
+            store.create_topic(f"r{t}", partitions=rng.randint(1, 3),
+                               config={"segment.bytes": rng.choice([4096, 32 * 1024, 1 << 20]),
+                                       "compression.type": ["lz4", "none"][t],
+                                       "cleanup.policy": "compact" if t else "delete",
+                                       "min.cleanable.dirty.ratio": 0.01})
+            topic = store.topic(f"r{t}")
+            for n in range(topic.num_partitions):
+                p = topic.partition(n)
+                for _ in range(rng.randint(1, 40)):
+                    k = rng.randint(1, 60)
+                    p.append_values(
+                        [None if rng.random() < 0.1 else rng.randbytes(rng.randint(0, 300)) for _ in range(k)],
+                        keys=[None if t == 0 and rng.random() < 0.2 else b"k%d" % rng.randint(0, 20) for _ in range(k)],
+                        timestamps=[1_700_000_000_000 + rng.randint(0, 10 ** 6) for _ in range(k)],
+                        headers=[[("h%d" % j, None if rng.random() < 0.3 else rng.randbytes(rng.randint(0, 9)))
+                                  for j in range(rng.randint(0, 3))] for _ in range(k)])
+                if rng.random() < 0.5:
+                    store.delete_records(f"r{t}", n, rng.randint(0, p.log_end_offset))
+        store.compact("r1")
+    _same(spark, jvm_reader, path, subscribePattern="r.*", includeHeaders="true", failOnDataLoss="false")
+    _same(spark, jvm_reader, path, subscribe="r0", failOnDataLoss="false", maxRecordsPerPartition=rng.randint(1, 90))

@@ -14,6 +14,7 @@
     pylog serve STORE                                      Kafka's wire protocol (--metrics-port: Prometheus)
     pylog metrics STORE --port PORT                        Prometheus exporter of the store (/metrics, /health)
     pylog top STORE | --bootstrap HOST:PORT                live view: throughput, lag, latency, cleaners (q quits)
+    pylog spark-jar                                        Spark's JVM reader: the jar's path (built on first use)
 
 ``main(argv, out) -> int`` is the whole program (tested in-process): records, tables and reports go to
 ``out``; errors, counts and progress bars to stderr. Exit codes are :class:`ExitCode`. Each command lives
@@ -26,16 +27,18 @@ import argparse
 import sys
 from typing import Sequence, TextIO
 
-from .. import __version__
+from .. import __version__, jvm
 from ..accel import describe
 from ..errors import PylogError
-from . import bench, clients, dump, groups, health, maintenance, metrics, remote, serve, top, topics, transactions
+from . import (bench, clients, dump, groups, health, maintenance, metrics, remote, serve, spark, top, topics,
+               transactions)
 from .base import CommandError, ExitCode
 
 __all__ = ["main", "ExitCode", "build_parser"]
 
 #: The command modules, in the order ``pylog --help`` lists them.
-_COMMANDS = (topics, clients, dump, maintenance, remote, groups, transactions, health, top, bench, serve, metrics)
+_COMMANDS = (topics, clients, dump, maintenance, remote, groups, transactions, health, top, bench, serve, metrics,
+             spark)
 #: Commands with actions, and the action a first argument that is not one stands for (the older forms
 #: ``pylog topics STORE`` and ``pylog groups STORE [GROUP...]``).
 _DEFAULT_ACTIONS = {"topics": (topics.ACTIONS, "list"), "groups": (groups.ACTIONS, "describe")}
@@ -72,6 +75,7 @@ EXAMPLES = {
     "serve": "pylog serve ./data --port 9092",
     "metrics": "pylog metrics ./data --port 9308",
     "top": "pylog top ./data",
+    "spark-jar": "pylog spark-jar --out ./pylog-spark.jar",
 }
 
 
@@ -89,7 +93,7 @@ def _add_examples(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="pylog", description="Look inside a pylog store, move records in and "
                                                                "out, check and maintain it.")
-    parser.add_argument("--version", action="version", version=f"pylog {__version__}, {describe()}")
+    parser.add_argument("--version", action="version", version=f"pylog {__version__}, {describe()}; {jvm.describe()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _COMMANDS:
         module.register(sub)

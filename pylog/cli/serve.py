@@ -55,7 +55,10 @@ _LIMITS: list[tuple[str, Callable[[str], Any], str, str]] = [
     ("--auto-create-topics-per-request", positive, "N", "most topics one Metadata request may auto-create "
      "(default 100)"),
     ("--group-commit-syncfs-partitions", non_negative, "N", "acks=all: from this many partitions waiting for an "
-     "fsync on, make them durable with one syncfs of their file system (default 8; 0: fdatasync each)"),
+     "fsync on, make them durable with one syncfs of their file system (default 0: an fdatasync each; 8 suits a "
+     "store on a file system of its own)"),
+    ("--socket-receive-buffer-bytes", int, "N", "kernel receive buffer of each connection (Kafka's "
+     "socket.receive.buffer.bytes; default 102400, -1: the system's)"),
 ]
 
 

@@ -16,7 +16,8 @@ Invariants:
   answers hold at most the pool (plus one record per answer, which Kafka always sends, and at most one
   socket read per connection).
 - Reading also pauses while queued, unanswered frames exceed :data:`_MAX_QUEUED_BYTES` (or a 32nd of the pool,
-  so that a few clients pipelining requests whose answers they do not read cannot fill it), and answering pauses
+  so that a few clients pipelining requests whose answers they do not read cannot fill it) or number
+  :data:`_MAX_QUEUED_FRAMES` (the back-pressure that makes a pipelining producer batch), and answering pauses
   while the transport's write buffer is over its high-water mark (a slow consumer); a client that reads
   nothing for ``response_send_timeout_ms`` is closed (its answer dropped). A request not received whole
   within ``request_receive_timeout_ms`` of its first byte is closed by the server's reaper
@@ -69,6 +70,15 @@ _shortage = RateLimitedLog(log, 60.0)
 
 #: Received frames waiting for their turn, in bytes, above which the connection stops reading.
 _MAX_QUEUED_BYTES = 16 << 20
+#: Received frames waiting for their turn, in number, from which the connection stops reading. A producer
+#: batches only while it cannot send: librdkafka makes a Produce request per partition as soon as ``linger.ms``
+#: passes unless requests it made are still untransmitted (``queue.buffering.backpressure.threshold``), so a
+#: server reading every request at once (thousands of small ones fit in the bytes bound and the socket buffers)
+#: kept it sending requests of a few records each: with 500 partitions and acks=all, 4-20 records a request and
+#: 13-55 us of server CPU per record, against 60-110 records and 2.6-5.5 us with this bound and
+#: :data:`_MAX_DEFERRED` at 32 (benchmarks/bench_server.py; docs/PERFORMANCE.md). Kafka's broker reads one request
+#: per connection at a time.
+_MAX_QUEUED_FRAMES = 32
 #: The largest frame a connection that must authenticate may send before it has (Kafka's 512 KiB).
 _MAX_UNAUTHENTICATED_BYTES = 512 * 1024
 #: Responses larger than this go to the transport a chunk of this size at a time, each once the previous has
@@ -91,10 +101,12 @@ _ENCODE_ON_LOOP_ITEMS = 5_000
 #: An answer waits for at least this much room in the pool (or all it asked for, when it asked for less).
 _MIN_ANSWER_BYTES = 1 << 20
 #: Answers a connection may owe at once (requests handled whose answer waits for an fsync, or for an earlier
-#: answer that does): the next request waits beyond this. An answer owed holds no request data (a few hundred
-#: bytes); librdkafka pipelines one Produce per partition, so with hundreds of partitions a low bound made the
-#: connection wait for the oldest fsync while the others could have been under way.
-_MAX_DEFERRED = 1024
+#: answer that does): the next request waits beyond this (and, with :data:`_MAX_QUEUED_FRAMES` more queued,
+#: reading pauses). An answer owed holds no request data (a few hundred bytes). 32 lets 32 Produce requests
+#: share fsyncs (the group commit flushes their partitions in parallel) and still pushes back on the producer,
+#: so that it batches (see :data:`_MAX_QUEUED_FRAMES`); 1,024 let librdkafka's Produce requests shrink to a
+#: few records each at 500 partitions.
+_MAX_DEFERRED = 32
 PRODUCE, API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE = 0, 18, 17, 36
 _BEFORE_AUTH = frozenset((API_VERSIONS, SASL_HANDSHAKE, SASL_AUTHENTICATE))
 
@@ -180,7 +192,9 @@ class Connection(asyncio.Protocol):
         # Before authentication only small requests (SASL tokens, ApiVersions) are accepted, as in Kafka.
         limit = self.s.config.max_request_bytes if self.authenticated else _MAX_UNAUTHENTICATED_BYTES
         cut = 0
-        while n - pos >= 4 and self._queued <= self._queue_limit:  # beyond, frames stay bytes in the buffer
+        frames = self._frames
+        # Beyond the bounds, frames stay bytes in the buffer, and reading pauses.
+        while n - pos >= 4 and self._queued <= self._queue_limit and len(frames) < _MAX_QUEUED_FRAMES:
             if cut == _CUT_PER_TURN:  # the rest in a later turn of the loop: other connections go first
                 if not self._cut_later:
                     self._cut_later = True
@@ -226,7 +240,7 @@ class Connection(asyncio.Protocol):
             self._partial_since = asyncio.get_running_loop().time() if buf else None
         if self._frames:
             self._wake()
-        if self._queued > self._queue_limit:
+        if self._queued > self._queue_limit or len(frames) >= _MAX_QUEUED_FRAMES:
             self._pause("queue")
 
     def _cut_again(self) -> None:
@@ -388,7 +402,8 @@ class Connection(asyncio.Protocol):
                     continue
                 frame = self._frames.popleft()
                 self._queued -= len(frame) + _FRAME_OVERHEAD
-                if self._queued <= self._queue_limit // 2 and "queue" in self._pauses:
+                if ("queue" in self._pauses and self._queued <= self._queue_limit // 2
+                        and len(self._frames) <= _MAX_QUEUED_FRAMES // 2):
                     self._unpause("queue")
                     self._cut_frames()  # the frames left in the buffer when the queue was full
                 self._busy = True

@@ -243,6 +243,9 @@ class Server:
             if self._owns_store and self.store is not None:
                 self.store.close()
             return
+        if self.config.socket_receive_buffer_bytes != -1:
+            for ts in listener.sockets:  # accepted sockets inherit it (before their handshake: the window fits)
+                ts.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, self.config.socket_receive_buffer_bytes)
         sock = listener.sockets[0]
         self.host, self.port = sock.getsockname()[:2]
         state = ServerState(store, self.config, loop, self.advertised, authorizer)

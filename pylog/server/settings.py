@@ -133,6 +133,12 @@ class ServerConfig:
     #: makes them durable together with one ``syncfs`` of their file system (0: an fdatasync each). Process-wide:
     #: it is set on the group commit that pylog's producers of this process share.
     group_commit_syncfs_partitions: int = DEFAULT_SYNCFS_PARTITIONS
+    #: Kafka's ``socket.receive.buffer.bytes`` (same default): the kernel receive buffer of each connection's
+    #: socket (``SO_RCVBUF``, set on the listening socket, so accepted ones have it from their first byte); -1:
+    #: the operating system's, autotuned (up to ``net.ipv4.tcp_rmem``'s maximum, 32 MiB on some kernels). A
+    #: connection that stops reading (docs/SERVER.md, "Pipelining") pushes back on its producer once this and
+    #: the client's send buffer are full: an autotuned one holds thousands of small Produce requests.
+    socket_receive_buffer_bytes: int = 102_400
 
     def check(self) -> None:
         if not isinstance(self.port, int) or not 0 <= self.port <= 65535:
@@ -168,6 +174,10 @@ class ServerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise InvalidArgumentError(f"{name} must be >= 0, got {value!r}")
+        if type(self.socket_receive_buffer_bytes) is not int or not (
+                self.socket_receive_buffer_bytes == -1 or 1024 <= self.socket_receive_buffer_bytes <= 1 << 30):
+            raise InvalidArgumentError("socket_receive_buffer_bytes must be -1 (the system's) or in [1024, 2**30], "
+                                       f"got {self.socket_receive_buffer_bytes!r}")
         for name in ("connection_failed_authentication_delay_ms", "connection_failed_authentication_delay_max_ms"):
             value = getattr(self, name)
             if not isinstance(value, int) or not 0 <= value <= 300_000:

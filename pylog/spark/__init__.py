@@ -8,6 +8,10 @@
 Installing pylog installs the top-level module ``pyspark_pylog``; PySpark imports every ``pyspark_*``
 module it finds and registers its ``DefaultSource``, so ``format("pylog")`` needs no setup.
 :func:`register` does it by hand (for a PySpark that does not look, or an install it cannot see).
+:func:`session` also puts the JVM reader's jar (:mod:`pylog.jvm`, built on first use) on the classpath when
+a JDK is there: ``format("pylog")`` is then the JVM provider, which reads batches itself and hands the rest
+to this Python source, registered a second time as ``pylog-python`` (``pyspark_pylog_python``);
+:func:`which_reader` says which runs (docs/SPARK.md, "Which reader runs").
 
 Importing this package, in the driver, before the session starts, also (1) points Spark's Python workers
 at this interpreter when ``python3`` on ``PATH`` is another one and neither ``PYSPARK_PYTHON`` nor
@@ -31,10 +35,12 @@ import os
 import sys
 from typing import TYPE_CHECKING, Any, Mapping
 
+from .. import jvm
+from ..errors import JvmReaderUnavailableError
 from . import savemode, workers
 from .exactly_once import SinkTransactionLostError
 from .options import DataLossError, InvalidOptionError
-from .source import NAME, PylogDataSource, kafka_schema
+from .source import NAME, PYTHON_NAME, PylogDataSource, PylogPythonDataSource, kafka_schema
 
 savemode.install()
 workers.configure()
@@ -42,8 +48,10 @@ workers.configure()
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["PylogDataSource", "register", "session", "kafka_schema", "InvalidOptionError", "DataLossError",
-           "SinkTransactionLostError", "NAME"]
+__all__ = ["PylogDataSource", "register", "session", "which_reader", "kafka_schema", "InvalidOptionError",
+           "DataLossError", "SinkTransactionLostError", "NAME", "PYTHON_NAME"]
+
+log = logging.getLogger("pylog.spark")
 
 
 def register(spark: "SparkSession") -> None:
@@ -54,18 +62,37 @@ def register(spark: "SparkSession") -> None:
     """
     problem = workers.worker_problem()
     if problem:
-        logging.getLogger("pylog.spark").warning("pylog: %s", problem)
+        log.warning("pylog: %s", problem)
     spark.dataSource.register(PylogDataSource)
+    spark.dataSource.register(PylogPythonDataSource)
+
+
+def which_reader(spark: "SparkSession") -> str:
+    """Which implementation reads ``format("pylog")`` in ``spark``: ``"jvm"`` when the JVM reader's jar is on
+    the session's classpath, else ``"python"``. (The JVM reader hands the reads it does not handle to the
+    Python source; ``df.explain()`` names the one a query runs: ``pylog (JVM reader)`` or a Python scan.)"""
+    jvm_gateway = getattr(spark, "_jvm", None)
+    if jvm_gateway is None:  # Spark Connect: no gateway to ask; the server's classpath decides
+        return "unknown"
+    try:
+        loader = jvm_gateway.org.apache.spark.util.Utils.getContextOrSparkClassLoader()
+        jvm_gateway.java.lang.Class.forName(jvm.PROVIDER, False, loader)
+    except Exception:  # noqa: BLE001 - py4j raises its own error for a missing class
+        return "python"
+    return "jvm"
 
 
 def session(master: str = "local[*]", app_name: str = "pylog", conf: Mapping[str, Any] | None = None) -> "SparkSession":
     """A SparkSession suited to reading and writing a local store.
 
     UI off, 2 shuffle partitions per core (``spark.sql.shuffle.partitions``), Python filter pushdown
-    enabled (so ``filterPushdown=true`` works), and the workers running this interpreter
-    (``PYSPARK_PYTHON``, unless already set). ``conf`` adds or overrides settings:
+    enabled (so ``filterPushdown=true`` works), the workers running this interpreter (``PYSPARK_PYTHON``,
+    unless already set), and the JVM reader's jar in ``spark.jars`` (built on first use, :mod:`pylog.jvm`;
+    added to any jars ``conf`` names). Without a JDK to build it, a warning says so and ``format("pylog")``
+    is the Python source. ``conf`` adds or overrides settings:
     ``session(conf={"spark.sql.shuffle.partitions": 8})``. Returns the active session if there is one
-    (``getOrCreate``), with these settings applied where Spark allows it.
+    (``getOrCreate``), with these settings applied where Spark allows it (not ``spark.jars``: a warning says
+    when the running session lacks the JVM reader).
     """
     from pyspark.sql import SparkSession
 
@@ -78,7 +105,18 @@ def session(master: str = "local[*]", app_name: str = "pylog", conf: Mapping[str
         "spark.sql.python.filterPushdown.enabled": "true",
     }
     settings.update({k: str(v) for k, v in (conf or {}).items()})
+    try:
+        jar: str | None = jvm.ensure_jar()
+    except JvmReaderUnavailableError as exc:
+        jar = None
+        log.warning("pylog: %s", exc)
+    if jar is not None:
+        settings["spark.jars"] = ",".join(j for j in (settings.get("spark.jars", ""), jar) if j)
     builder = SparkSession.builder.master(master).appName(app_name)
     for key, value in settings.items():
         builder = builder.config(key, value)
-    return builder.getOrCreate()
+    spark = builder.getOrCreate()
+    if jar is not None and which_reader(spark) != "jvm":
+        log.warning("pylog: the running SparkSession was started without the JVM reader, so format('pylog') reads "
+                    "with the Python source; start Spark with spark.jars=%s (pylog spark-jar prints it)", jar)
+    return spark

@@ -33,9 +33,10 @@ _MODE = "_pylog_mode"
 def effective_mode(fmt: str | None, mode: str | None) -> str | None:
     """The mode to send for a write of format ``fmt`` given ``mode``: ``append`` in place of Spark's
     default for the pylog format, ``mode`` unchanged otherwise."""
-    from .source import NAME
+    from .source import NAME, PYTHON_NAME
 
-    if fmt is not None and fmt.strip().lower() == NAME and (mode is None or mode.lower() in APPENDING_MODES):
+    pylog_format = fmt is not None and fmt.strip().lower() in (NAME, PYTHON_NAME)
+    if pylog_format and (mode is None or mode.lower() in APPENDING_MODES):
         return "append"
     return mode
 

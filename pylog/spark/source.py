@@ -28,10 +28,13 @@ from .options import InvalidOptionError, ReadOptions, parse_read_options, parse_
 from .stream import PylogStreamReader
 from .writer import PylogStreamWriter, PylogWriter
 
-__all__ = ["PylogDataSource", "kafka_schema", "read_columns", "NAME"]
+__all__ = ["PylogDataSource", "PylogPythonDataSource", "kafka_schema", "read_columns", "NAME", "PYTHON_NAME"]
 
 #: The format name: ``spark.read.format("pylog")``.
 NAME = "pylog"
+#: The Python source's second name: the JVM reader, which owns ``pylog`` once its jar is loaded, hands it writes,
+#: streams and the reads it does not handle (docs/SPARK.md, "Which reader runs").
+PYTHON_NAME = "pylog-python"
 
 _HEADERS = ArrayType(StructType([StructField("key", StringType()), StructField("value", BinaryType())]))
 
@@ -102,3 +105,12 @@ class PylogDataSource(DataSource):
         if overwrite:
             raise InvalidOptionError("outputMode", "a pylog topic is append-only: use outputMode('append')")
         return PylogStreamWriter(parse_write_options(self.options), schema)
+
+
+class PylogPythonDataSource(PylogDataSource):
+    """The same source under :data:`PYTHON_NAME` (``pyspark_pylog_python`` registers it): always the Python
+    implementation, whether or not the JVM reader's jar is loaded."""
+
+    @classmethod
+    def name(cls) -> str:
+        return PYTHON_NAME

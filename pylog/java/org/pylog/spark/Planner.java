@@ -45,6 +45,10 @@ final class Planner {
         return n.asInt();
     }
 
+    static PartitionLog open(ReadOptions o, ReadOptions.TopicPartition tp) throws IOException {
+        return PartitionLog.open(Paths.get(o.path).resolve(tp.topic()).resolve(Integer.toString(tp.partition())));
+    }
+
     static List<ReadOptions.TopicPartition> partitions(ReadOptions o) throws IOException {
         Path store = Paths.get(o.path);
         List<ReadOptions.TopicPartition> out = new ArrayList<>();
@@ -71,11 +75,11 @@ final class Planner {
         return out;
     }
 
-    private static void checkNamed(String option, String kind, java.util.Map<ReadOptions.TopicPartition, Long> named,
-                                   List<ReadOptions.TopicPartition> read) {
-        if (!kind.equals("offsets")) return;
+    /** Per-partition JSON must name exactly the partitions read (pylog/spark/options.py's check_partitions_named). */
+    static void checkNamed(ReadOptions.Spec spec, List<ReadOptions.TopicPartition> read) {
+        if (!spec.kind.equals("offsets") && !spec.kind.equals("timestamps")) return;
         Set<ReadOptions.TopicPartition> r = new TreeSet<>(read);
-        Set<ReadOptions.TopicPartition> n = new TreeSet<>(named.keySet());
+        Set<ReadOptions.TopicPartition> n = new TreeSet<>(spec.perPartition.keySet());
         if (r.equals(n)) return;
         List<String> problems = new ArrayList<>();
         Set<ReadOptions.TopicPartition> missing = new TreeSet<>(r);
@@ -86,8 +90,9 @@ final class Planner {
         if (!extra.isEmpty()) {
             problems.add("not read by this query (no such partition, or not subscribed): " + join(extra));
         }
-        String markers = option.startsWith("starting") ? " (use -2 for earliest, -1 for latest)" : " (use -1 for latest)";
-        throw ReadOptions.bad(option, "must name every partition the query reads" + markers + ": "
+        String markers = !spec.kind.equals("offsets") ? ""
+                : spec.starting() ? " (use -2 for earliest, -1 for latest)" : " (use -1 for latest)";
+        throw ReadOptions.bad(spec.option, "must name every partition the query reads" + markers + ": "
                 + String.join("; ", problems));
     }
 
@@ -97,28 +102,31 @@ final class Planner {
         return String.join(", ", names);
     }
 
-    static List<PylogInputPartition> plan(ReadOptions o) {
+    /** The plan of a batch read: ranges resolved, cut by the pushed filters ({@code pushed}, or null), split. */
+    static List<PylogInputPartition> plan(ReadOptions o, RangeFilter pushed) {
         try {
             List<ReadOptions.TopicPartition> parts = partitions(o);
-            checkNamed("startingOffsets", o.startingKind, o.starting, parts);
-            checkNamed("endingOffsets", o.endingKind, o.ending, parts);
+            checkNamed(o.starting, parts);
+            checkNamed(o.ending, parts);
             Path store = Paths.get(o.path);
             List<PylogInputPartition> ranges = new ArrayList<>();
             for (ReadOptions.TopicPartition tp : parts) {
+                if (pushed != null && !pushed.allowsPartition(tp.partition())) continue;
                 PartitionLog log = PartitionLog.open(store.resolve(tp.topic()).resolve(Integer.toString(tp.partition())));
                 long endNow = log.logEndOffset();
                 long startNow = log.logStartOffset();
-                long start = resolve(o.startingKind, o.starting.getOrDefault(tp, ReadOptions.EARLIEST), startNow, endNow);
-                long end = resolve(o.endingKind, o.ending.getOrDefault(tp, ReadOptions.LATEST), startNow, endNow);
+                long start = resolve(o.starting, tp, startNow, endNow, log, o.startingByTimestampStrategy);
+                long end = resolve(o.ending, tp, startNow, endNow, log, "error");
                 if (end > endNow) {
-                    throw ReadOptions.bad("endingOffsets", tp + ": end offset " + end + " is beyond the log end " + endNow);
+                    throw ReadOptions.bad(o.ending.option, tp + ": end offset " + end + " is beyond the log end " + endNow);
                 }
                 if (start > endNow) {
-                    throw ReadOptions.bad("startingOffsets", tp + ": start offset " + start + " is beyond the log end " + endNow);
+                    throw ReadOptions.bad(o.starting.option, tp + ": start offset " + start + " is beyond the log end "
+                            + endNow);
                 }
                 if (start > end) {
-                    throw ReadOptions.bad("startingOffsets", tp + ": start offset " + start + " is after the end offset "
-                            + end + " (endingOffsets)");
+                    throw ReadOptions.bad(o.starting.option, tp + ": start offset " + start + " is after the end offset "
+                            + end + " (" + o.ending.option + ")");
                 }
                 if (start < startNow) {
                     String msg = tp + ": offsets [" + start + ", " + Math.min(end, startNow) + ") were removed (the log now "
@@ -128,6 +136,14 @@ final class Planner {
                     }
                     start = Math.min(startNow, end);
                 }
+                if (pushed != null) {
+                    start = Math.max(start, pushed.offsetMin);
+                    end = Math.min(end, pushed.offsetMax);
+                    if (pushed.timestampMinMs != null && start < end) {
+                        long found = log.offsetForTimestamp(pushed.timestampMinMs);
+                        start = Math.max(start, found < 0 ? end : found);
+                    }
+                }
                 if (start < end) ranges.add(new PylogInputPartition(o.path, tp.topic(), tp.partition(), start, end));
             }
             return split(ranges, o.minPartitions, o.maxRecordsPerPartition);
@@ -136,10 +152,37 @@ final class Planner {
         }
     }
 
-    private static long resolve(String kind, long value, long start, long end) {
-        if (kind.equals("earliest")) return start;
-        if (kind.equals("latest")) return end;
-        return value == ReadOptions.EARLIEST ? start : value == ReadOptions.LATEST ? end : value;
+    /** The offset {@code spec} names for {@code tp} (pylog/spark/options.py's resolve_offset). */
+    static long resolve(ReadOptions.Spec spec, ReadOptions.TopicPartition tp, long start, long end,
+                                PartitionLog log, String strategy) throws IOException {
+        boolean starting = spec.starting();
+        switch (spec.kind) {
+            case "earliest":
+                return start;
+            case "latest":
+                return end;
+            case "offsets": {
+                long v = spec.perPartition.getOrDefault(tp, starting ? ReadOptions.EARLIEST : ReadOptions.LATEST);
+                return v == ReadOptions.EARLIEST ? start : v == ReadOptions.LATEST ? end : v;
+            }
+            default:
+                break;
+        }
+        long ts;
+        if (spec.kind.equals("timestamp")) {
+            ts = spec.timestamp;
+        } else {
+            Long named = spec.perPartition.get(tp);
+            if (named == null) return starting ? start : end;
+            ts = named;
+        }
+        long found = log.offsetForTimestamp(ts);
+        if (found >= 0) return Math.max(found, start);
+        if (starting && strategy.equals("error")) {
+            throw ReadOptions.bad(spec.option, tp + " has no record with a timestamp >= " + ts
+                    + "; use startingOffsetsByTimestampStrategy=latest to start at the log end");
+        }
+        return end;
     }
 
     static List<PylogInputPartition> split(List<PylogInputPartition> ranges, Integer minPartitions, Integer maxRecords) {

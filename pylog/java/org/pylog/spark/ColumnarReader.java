@@ -19,28 +19,44 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  *
  * <p>Invariants: rows come out in offset order, each once, only offsets inside the range; only the columns
  * of the read schema are decoded (none at all for {@code count(*)}: record counts come from batch headers
- * when a batch lies wholly inside the range); every batch's CRC is checked before any of its bytes is used.
+ * when a batch lies wholly inside the range); every batch's CRC is checked before any of its bytes is used;
+ * control batches (transaction markers) yield no row, as in the Python reader.
  */
 final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     static final int ROWS = 4096;
 
+    // The read schema's columns as codes: a switch on them per cell, not on their names.
+    private static final int KEY = 0;
+    private static final int VALUE = 1;
+    private static final int TOPIC = 2;
+    private static final int PARTITION = 3;
+    private static final int OFFSET = 4;
+    private static final int TIMESTAMP = 5;
+    private static final int TIMESTAMP_TYPE = 6;
+    private static final int HEADERS = 7;
+    private static final String[] NAMES = {"key", "value", "topic", "partition", "offset", "timestamp", "timestampType",
+        "headers"};
+
     private final PylogInputPartition range;
     private final PartitionLog.Cursor cursor;
-    private final String[] columns;
+    private final int[] columns;
     private final WritableColumnVector[] vectors;
     private final ColumnarBatch out;
     private final byte[] topicBytes;
     private final byte[][] scratch = new byte[1][];
     private final boolean needsBody;
     private final boolean needsHeaders;
-    private byte[] copy = new byte[0];
+    private final boolean needsKeys;
+    private final boolean needsValues;
+    private byte[] keyCopy = new byte[0];
+    private byte[] valueCopy = new byte[0];
 
     private PartitionLog.Located current;
     private Body body;
-    private byte[] bodyArray;
-    private int bodyBase;
+    private byte[] keyArray;  // the key and value data of the current batch (the body itself when on the heap)
+    private byte[] valueArray;
     private int row;          // next record of the current batch
-    private long keyPos;      // absolute positions in bodyArray of the next key / value data
+    private long keyPos;      // positions in keyArray / valueArray of the next key / value data
     private long valuePos;
     private java.util.List<Object[]>[] headerRows;
 
@@ -53,16 +69,25 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             throw new java.io.UncheckedIOException(e);
         }
         StructField[] fields = schema.fields();
-        columns = new String[fields.length];
+        columns = new int[fields.length];
+        for (int i = 0; i < fields.length; i++) {
+            columns[i] = java.util.Arrays.asList(NAMES).indexOf(fields[i].name());
+            if (columns[i] < 0) throw new IllegalStateException("unknown column " + fields[i].name());
+        }
         boolean body = false;
         boolean headers = false;
-        for (int i = 0; i < fields.length; i++) {
-            columns[i] = fields[i].name();
-            body |= !columns[i].equals("topic") && !columns[i].equals("partition");
-            headers |= columns[i].equals("headers");
+        boolean keys = false;
+        boolean values = false;
+        for (int c : columns) {
+            body |= c != TOPIC && c != PARTITION;
+            headers |= c == HEADERS;
+            keys |= c == KEY;
+            values |= c == VALUE;
         }
         needsBody = body;
         needsHeaders = headers;
+        needsKeys = keys;
+        needsValues = values;
         vectors = OnHeapColumnVector.allocateColumns(ROWS, schema);
         out = new ColumnarBatch(vectors);
         topicBytes = range.topic.getBytes(StandardCharsets.UTF_8);
@@ -89,7 +114,9 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     }
 
     private boolean advance() throws IOException {
-        current = cursor.next();
+        do {
+            current = cursor.next(); // a control batch (a transaction's marker) holds no record for readers
+        } while (current != null && current.batch().isControl());
         body = null;
         row = 0;
         return current != null;
@@ -99,19 +126,33 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         Batch b = current.batch();
         ByteBuffer buf = b.body(current.file(), current.at(), scratch, current.where());
         body = new Body(b, buf, current.where());
+        int ks = body.keyDataStart();
+        int vs = body.valueDataStart();
         if (buf.hasArray()) {
-            bodyArray = buf.array();
-            bodyBase = buf.arrayOffset();
-        } else {
-            int size = buf.remaining();
-            if (copy.length < size) copy = new byte[Math.max(size, copy.length * 2)];
-            buf.duplicate().get(copy, 0, size);
-            bodyArray = copy;
-            bodyBase = -buf.position();
+            keyArray = valueArray = buf.array();
+            keyPos = buf.arrayOffset() + (long) ks;
+            valuePos = buf.arrayOffset() + (long) vs;
+        } else {   // a mapped file: copy only the sections the read schema needs
+            if (needsKeys) {
+                keyCopy = section(buf, ks, vs, keyCopy);
+                keyArray = keyCopy;
+            }
+            if (needsValues) {
+                valueCopy = section(buf, vs, body.valueDataEnd(), valueCopy);
+                valueArray = valueCopy;
+            }
+            keyPos = 0;
+            valuePos = 0;
         }
-        keyPos = body.keyDataStart() + (long) bodyBase;
-        valuePos = body.valueDataStart() + (long) bodyBase;
         headerRows = needsHeaders && body.headersAt >= 0 ? decodeHeaders() : null;
+    }
+
+    /** Bytes [from, to) of {@code buf} in {@code into} (grown when too small), from its index 0. */
+    private static byte[] section(ByteBuffer buf, int from, int to, byte[] into) {
+        int size = to - from;
+        byte[] out = into.length >= size ? into : new byte[Math.max(size, into.length * 2)];
+        buf.duplicate().position(from).get(out, 0, size);
+        return out;
     }
 
     @SuppressWarnings("unchecked")
@@ -142,7 +183,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         int take = Math.min(ROWS - n, b.recordCount - row);
         for (int c = 0; c < columns.length; c++) {
             WritableColumnVector v = vectors[c];
-            if (columns[c].equals("partition")) {
+            if (columns[c] == PARTITION) {
                 v.putInts(n, take, range.partition);
             } else {
                 for (int i = 0; i < take; i++) v.putByteArray(n + i, topicBytes);
@@ -156,8 +197,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         Batch b = current.batch();
         while (row < body.n && n < ROWS) {
             int i = row++;
-            int kl = body.keyLength(i);
-            int vl = body.valueLength(i);
+            int kl = needsKeys ? body.keyLength(i) : -1;
+            int vl = needsValues ? body.valueLength(i) : -1;
             long off = body.offset(i);
             long kp = keyPos;
             long vp = valuePos;
@@ -171,21 +212,20 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             for (int c = 0; c < columns.length; c++) {
                 WritableColumnVector v = vectors[c];
                 switch (columns[c]) {
-                    case "key" -> {
+                    case KEY -> {
                         if (kl < 0) v.putNull(n);
-                        else v.putByteArray(n, bodyArray, (int) kp, kl);
+                        else v.putByteArray(n, keyArray, (int) kp, kl);
                     }
-                    case "value" -> {
+                    case VALUE -> {
                         if (vl < 0) v.putNull(n);
-                        else v.putByteArray(n, bodyArray, (int) vp, vl);
+                        else v.putByteArray(n, valueArray, (int) vp, vl);
                     }
-                    case "topic" -> v.putByteArray(n, topicBytes);
-                    case "partition" -> v.putInt(n, range.partition);
-                    case "offset" -> v.putLong(n, off);
-                    case "timestamp" -> v.putLong(n, body.timestamp(i) * 1000L);
-                    case "timestampType" -> v.putInt(n, body.timestampType());
-                    case "headers" -> putHeaders(v, n, i);
-                    default -> throw new IllegalStateException("unknown column " + columns[c]);
+                    case TOPIC -> v.putByteArray(n, topicBytes);
+                    case PARTITION -> v.putInt(n, range.partition);
+                    case OFFSET -> v.putLong(n, off);
+                    case TIMESTAMP -> v.putLong(n, body.timestamp(i) * 1000L);
+                    case TIMESTAMP_TYPE -> v.putInt(n, body.timestampType());
+                    default -> putHeaders(v, n, i);
                 }
             }
             n++;

@@ -125,6 +125,11 @@ public final class Body {
         return base() + valueDataAt;
     }
 
+    /** Absolute position in {@link #buffer()} where value data ends (the headers section, or the body's end). */
+    public int valueDataEnd() {
+        return base() + (headersAt >= 0 ? headersAt : headersEnd);
+    }
+
     public ByteBuffer buffer() {
         return body;
     }

@@ -100,16 +100,38 @@ public final class PartitionLog {
 
     /**
      * A cursor over the visible batches holding an offset in {@code [from, until)}, in order; each batch's CRC
-     * is checked before it is returned. Batches wholly below {@code from} are skipped by their headers alone.
+     * is checked before it is returned. Batches wholly below {@code from} are skipped by their headers alone
+     * (and, for a timestamp lookup, batches whose {@code max_timestamp} is below the one looked for).
      */
     public Cursor cursor(long from, long until) {
-        return new Cursor(from, until);
+        return new Cursor(from, until, Long.MIN_VALUE);
+    }
+
+    /**
+     * The first offset from the log start whose record timestamp is {@code >= timestamp}, or -1 if there is
+     * none (the Python reader's {@code offset_for_timestamp}). Batches whose {@code max_timestamp} is below it
+     * are passed by their headers alone; the batch that holds the answer is CRC-checked and decoded.
+     */
+    public long offsetForTimestamp(long timestamp) throws IOException {
+        Cursor c = new Cursor(logStartOffset, Long.MAX_VALUE, timestamp);
+        for (Located l = c.next(); l != null; l = c.next()) {
+            Batch b = l.batch();
+            Body body = new Body(b, b.body(l.file(), l.at(), null, l.where()), l.where());
+            for (int i = 0; i < body.n; i++) {
+                long off = body.offset(i);
+                if (off >= logStartOffset && body.timestamp(i) >= timestamp) return off;
+            }
+        }
+        return -1;
     }
 
     /** See {@link #cursor}. Not thread-safe; holds at most one segment's mapping at a time. */
     public final class Cursor {
         private final long from;
         private final long until;
+        private final long minTimestamp;
+        /** Where in the first segment opened the walk starts (a batch's position), instead of byte 0. */
+        long startAt;
         private int segment;
         private ByteBuffer map;
         private Path file;
@@ -117,9 +139,10 @@ public final class PartitionLog {
         private boolean done;
         private long end;
 
-        Cursor(long from, long until) {
+        Cursor(long from, long until, long minTimestamp) {
             this.from = from;
             this.until = until;
+            this.minTimestamp = minTimestamp;
             int first = Arrays.binarySearch(bases, from);
             this.segment = (first >= 0 ? first : Math.max(0, -first - 2)) - 1;
             this.end = Math.max(from, logStartOffset);
@@ -156,7 +179,7 @@ public final class PartitionLog {
                     throw new FormatException(where + ": batch runs past the end of a sealed segment");
                 }
                 int here = at;
-                if (b.lastOffset() < from) {
+                if (b.lastOffset() < from || b.maxTimestamp < minTimestamp) {
                     end = Math.max(end, b.lastOffset() + 1);
                     at += (int) b.totalSize();
                     continue;
@@ -197,22 +220,77 @@ public final class PartitionLog {
                     continue; // retention removed it after the listing: the next segment goes on
                 }
                 map.order(ByteOrder.LITTLE_ENDIAN);
-                at = 0;
+                at = (int) Math.min(startAt, map.capacity());
+                startAt = 0;
                 return true;
             }
             return false;
         }
     }
 
-    /** The offset after the last visible batch (the log end offset a reader sees now). */
+    /**
+     * The offset after the last visible batch (the log end offset a reader sees now). The walk over the last
+     * segment starts at the batch its offset index names last (docs/FORMAT.md, "Indexes"), so only the batches
+     * after it are read and CRC-checked; an index that is missing, damaged or wrong (derived data) only costs
+     * the walk from the segment's start.
+     */
     public long logEndOffset() throws IOException {
         if (bases.length == 0) {
             return logStartOffset;
         }
-        Cursor c = cursor(bases[bases.length - 1], Long.MAX_VALUE);
+        long base = bases[bases.length - 1];
+        long[] entry = lastIndexEntry(base);
+        if (entry != null) {
+            try {
+                Cursor c = new Cursor(base + entry[0], Long.MAX_VALUE, Long.MIN_VALUE);
+                c.startAt = entry[1];
+                Located first = c.next();
+                if (first != null && first.batch().baseOffset == base + entry[0]) {
+                    while (c.next() != null) {
+                        // each batch's CRC is checked on the way: the end is where the last whole, checked batch ends
+                    }
+                    return Math.max(logStartOffset, c.end());
+                }
+            } catch (FormatException e) {
+                // the index is wrong about this segment: walk it from its start
+            }
+        }
+        Cursor c = cursor(base, Long.MAX_VALUE);
         while (c.next() != null) {
-            // each batch's CRC is checked on the way: the end is where the last whole, checked batch ends
+            // as above
         }
         return Math.max(logStartOffset, c.end());
+    }
+
+    /** {relative offset, position} of the last used entry of segment {@code base}'s offset index, or null. */
+    long[] lastIndexEntry(long base) throws IOException {
+        Path file = dir.resolve(String.format("%020d", base) + ".index");
+        ByteBuffer h;
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
+            long size = ch.size();
+            if (size < 64 + 8 || size > Integer.MAX_VALUE) return null;
+            h = ch.map(FileChannel.MapMode.READ_ONLY, 0, size).order(ByteOrder.LITTLE_ENDIAN);
+        } catch (NoSuchFileException e) {
+            return null;
+        }
+        CRC32C c = new CRC32C();
+        ByteBuffer head = h.duplicate();
+        head.limit(60).position(0);
+        c.update(head);
+        long capacity = h.getInt(16) & 0xFFFFFFFFL;
+        if (h.getInt(0) != 0x4F584C50 || h.getShort(4) != 1 || (int) c.getValue() != h.getInt(60)
+                || h.getLong(8) != base || capacity < 1 || 64 + 8 * capacity > h.capacity()) {
+            return null; // "PLXO", version 1, the header's CRC, this segment's base, entries inside the file
+        }
+        int b = 64 + 4 * (int) capacity;
+        int lo = 0;
+        int hi = (int) capacity; // used slots are a prefix: column B is non-zero exactly for them
+        while (lo < hi) {
+            int mid = (lo + hi) >>> 1;
+            if (h.getInt(b + 4 * mid) != 0) lo = mid + 1;
+            else hi = mid;
+        }
+        if (lo == 0) return null;
+        return new long[] {h.getInt(64 + 4 * (lo - 1)) & 0xFFFFFFFFL, h.getInt(b + 4 * (lo - 1)) & 0xFFFFFFFFL};
     }
 }

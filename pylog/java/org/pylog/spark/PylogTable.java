@@ -1,0 +1,165 @@
+package org.pylog.spark;
+
+import java.util.EnumSet;
+import java.util.List;
+import java.util.Map;
+import java.util.Set;
+
+import org.apache.spark.sql.connector.catalog.SupportsRead;
+import org.apache.spark.sql.connector.catalog.SupportsWrite;
+import org.apache.spark.sql.connector.catalog.Table;
+import org.apache.spark.sql.connector.catalog.TableCapability;
+import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.read.Batch;
+import org.apache.spark.sql.connector.read.InputPartition;
+import org.apache.spark.sql.connector.read.PartitionReaderFactory;
+import org.apache.spark.sql.connector.read.Scan;
+import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
+import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
+import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.sources.Filter;
+import org.apache.spark.sql.types.StructType;
+import org.apache.spark.sql.util.CaseInsensitiveStringMap;
+
+/**
+ * A store's subscribed partitions as a table. Batch reads with options this reader handles are planned and read
+ * here, with column pruning; streams and streaming writes, and batch reads with other options, are the Python
+ * source's ({@link PylogProvider}). The Python table is made only when one of those needs it, so a JVM batch
+ * read starts no Python worker.
+ *
+ * <p>Invariant: no batch write capability, so that Spark sends every batch save mode to
+ * {@link PylogProvider#createRelation} (Spark refuses the default mode for a V2 table that writes).
+ */
+final class PylogTable implements SupportsRead, SupportsWrite {
+    private final StructType schema;
+    private final Transform[] partitioning;
+    private final Map<String, String> properties;
+    private Table python;
+
+    PylogTable(StructType schema, Transform[] partitioning, Map<String, String> properties) {
+        this.schema = schema;
+        this.partitioning = partitioning;
+        this.properties = properties;
+    }
+
+    private synchronized Table python() {
+        if (python == null) python = PylogProvider.python().getTable(schema, partitioning, properties);
+        return python;
+    }
+
+    @Override
+    public String name() {
+        return "pylog:" + properties.getOrDefault("path", "");
+    }
+
+    @Override
+    public StructType schema() {
+        return schema;
+    }
+
+    @Override
+    public Set<TableCapability> capabilities() {
+        return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ, TableCapability.STREAMING_WRITE);
+    }
+
+    @Override
+    public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
+        if (!ReadOptions.handles(options)) {
+            return ((SupportsRead) python()).newScanBuilder(options);
+        }
+        return new Builder(options);
+    }
+
+    @Override
+    public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
+        return ((SupportsWrite) python()).newWriteBuilder(info);
+    }
+
+    private final class Builder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters {
+        private final CaseInsensitiveStringMap options;
+        private StructType required = schema;
+        private RangeFilter pushed;
+
+        Builder(CaseInsensitiveStringMap options) {
+            this.options = options;
+        }
+
+        @Override
+        public void pruneColumns(StructType requiredSchema) {
+            required = requiredSchema;
+        }
+
+        /** Filters on partition, offset and timestamp cut the planned ranges (always: the result is the same as
+         *  without, so {@code filterPushdown} need not be set; the Python source prunes only with it). */
+        @Override
+        public Filter[] pushFilters(Filter[] filters) {
+            pushed = RangeFilter.of(filters);
+            return pushed.remaining.toArray(new Filter[0]);
+        }
+
+        @Override
+        public Filter[] pushedFilters() {
+            return pushed == null ? new Filter[0] : pushed.applied.toArray(new Filter[0]);
+        }
+
+        @Override
+        public Scan build() {
+            return new PylogScan(required, options, pushed);
+        }
+    }
+
+    private final class PylogScan implements Scan, Batch {
+        private final StructType readSchema;
+        private final CaseInsensitiveStringMap options;
+        private final RangeFilter pushed;
+        private ReadOptions parsed;
+
+        PylogScan(StructType readSchema, CaseInsensitiveStringMap options, RangeFilter pushed) {
+            this.readSchema = readSchema;
+            this.options = options;
+            this.pushed = pushed;
+        }
+
+        @Override
+        public StructType readSchema() {
+            return readSchema;
+        }
+
+        @Override
+        public String description() {
+            return "pylog (JVM reader) " + properties.getOrDefault("path", "");
+        }
+
+        @Override
+        public Batch toBatch() {
+            parsed = ReadOptions.parse(options, false);
+            Schemas.checkDeclared(schema, parsed.includeHeaders);
+            return this;
+        }
+
+        /** Streams with options this reader handles run here (PylogStream); others are the Python source's. */
+        @Override
+        public MicroBatchStream toMicroBatchStream(String checkpointLocation) {
+            if (!ReadOptions.handlesStream(options)) {
+                return ((SupportsRead) python()).newScanBuilder(options).build().toMicroBatchStream(checkpointLocation);
+            }
+            ReadOptions parsed = ReadOptions.parse(options, true);
+            Schemas.checkDeclared(schema, parsed.includeHeaders);
+            return new PylogStream(parsed, schema);
+        }
+
+        @Override
+        public InputPartition[] planInputPartitions() {
+            List<PylogInputPartition> ranges = Planner.plan(parsed, pushed);
+            return ranges.toArray(new InputPartition[0]);
+        }
+
+        @Override
+        public PartitionReaderFactory createReaderFactory() {
+            return new PylogReaderFactory(readSchema);
+        }
+    }
+}
