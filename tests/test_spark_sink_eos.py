@@ -80,6 +80,9 @@ def test_restart_rerunning_committed_micro_batch_lands_each_record_once(spark, t
         assert [p.log_end_offset for p in store.topic("out").partitions] == ends  # and wrote nothing
     assert Counter(_out(path)) == Counter(_out(path, "read_uncommitted")) == Counter(written)
     assert _no_open_transactions(path)
+    committed = (spark.read.format("pylog").option("subscribe", "out").option("kafka.isolation.level", "read_committed")
+                 .load(path).select("value").collect())
+    assert Counter(bytes(r.value) for r in committed) == Counter(written)  # Spark's read_committed reader too
 
 
 def test_at_least_once_stream_appends_without_transactions(spark, tmp_path):
