@@ -77,8 +77,9 @@ class TransactionLog:
         t = self.topic()
         return t.partition(crc32c(transactional_id.encode("utf-8", "surrogatepass")) % t.num_partitions)
 
-    def append(self, meta: TransactionMetadata, durable: bool, timeout_ms: float) -> None:
-        """Append ``meta`` as its id's latest state; ``durable``: fsynced before returning (a commit point).
+    def append(self, meta: TransactionMetadata, durable: bool, timeout_ms: float, tombstone: bool = False) -> None:
+        """Append ``meta`` as its id's latest state; ``durable``: fsynced before returning (a commit point);
+        ``tombstone``: a tombstone of ``meta``'s id instead (the id expired: lookups no longer find it).
         Call under the id's coordinator lock.
 
         :raises PartitionLockedError: when another writer held the state partition for ``timeout_ms``.
@@ -92,7 +93,8 @@ class TransactionLog:
                                            f"{meta.transactional_id!r}: {p.topic}-{p.number} stayed locked by "
                                            f"another writer for {timeout_ms} ms") from None
             try:
-                internals(p).append_values_in_turn([state_value(meta)], [state_key(meta.transactional_id)], None,
+                internals(p).append_values_in_turn([None if tombstone else state_value(meta)],
+                                                   [state_key(meta.transactional_id)], None,
                                                    None, None, None)
                 if durable:
                     p.flush()

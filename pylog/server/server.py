@@ -227,8 +227,10 @@ class Server:
             if self.store is None:
                 path = self._store_arg
                 assert not isinstance(path, Store)
-                budget = self.config.max_open_descriptors
-                self.store = await loop.run_in_executor(None, lambda: open_store(path, max_open_descriptors=budget))
+                options: dict[str, Any] = {"max_open_descriptors": self.config.max_open_descriptors}
+                if self.config.transactional_id_expiration_ms is not None:
+                    options["transactional_id_expiration_ms"] = self.config.transactional_id_expiration_ms
+                self.store = await loop.run_in_executor(None, lambda: open_store(path, **options))
             store = self.store
             authorizer = None
             if self.config.authorizer:  # reads the store's ACLs: a damaged file stops the start here
@@ -334,7 +336,7 @@ class Server:
         while True:
             await asyncio.sleep(pause)
             try:
-                await state.run(coordinator.abort_timed_out)
+                await state.run(coordinator.sweep)
             except RuntimeError:  # the storage pool shut down: the server is stopping
                 return
             except PylogError as exc:  # a lock or the disk: the next sweep tries again
