@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import fcntl
 import os
+import threading
 from dataclasses import replace
 
 import pytest
@@ -144,6 +145,41 @@ def test_a_waiter_that_locks_a_file_its_expiry_unlinked_takes_the_new_file(store
     # reuse the freed inode's number): two lock attempts, and the path names a file again.
     assert len(waiter) == 2 and waiter[0] == old_inode and os.path.exists(path)
     assert pid != old_pid and epoch == 0
+
+
+def test_inits_racing_expiries_of_their_id_never_get_the_same_producer_id_and_epoch(store):
+    # Threads of one process exclude each other through flock as processes do (a descriptor each). Were a
+    # waiter to act on a lock file an expiry unlinked beside a newcomer on the next file, two inits would read
+    # the same state and hand out the same (producer id, epoch).
+    coordinators = [transaction_coordinator(store) for _ in range(3)]
+    sweeper = transaction_coordinator(store)
+    got: list[tuple[int, int]] = []
+    expired = []
+    errors = []
+    done = threading.Event()
+
+    def init(c):
+        try:
+            for _ in range(40):
+                got.append(tuple(c.init_producer_id("racy", 60_000)))
+        except Exception as exc:  # reported below: a thread's failure must fail the test
+            errors.append(exc)
+
+    def expire():
+        while not done.is_set():
+            expired.extend(sweeper.expire(now=now_ms() + TTL + 1))
+
+    threads = [threading.Thread(target=init, args=(c,)) for c in coordinators]
+    expirer = threading.Thread(target=expire)
+    for t in [*threads, expirer]:
+        t.start()
+    for t in threads:
+        t.join(120)
+    done.set()
+    expirer.join(120)
+    assert errors == [] and len(got) == 120
+    assert len(set(got)) == len(got), "two inits acted for the id at once"
+    assert expired, "no expiry raced the inits"
 
 
 def test_a_lock_file_left_without_a_state_is_removed_unless_held(store):
