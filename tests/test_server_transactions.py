@@ -450,7 +450,7 @@ def test_transaction_requests_get_kafkas_error_codes(server, store):
         assert _call(server, 26, 3, {**end, "producer_id": pid + 100}, s)["error_code"] == \
             ErrorCode.INVALID_PRODUCER_ID_MAPPING
         assert _call(server, 25, 3, {"transactional_id": "never", "producer_id": pid, "producer_epoch": 0,
-                                     "group_id": "g"}, s)["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+                                     "group_id": "g"}, s)["error_code"] == ErrorCode.INVALID_PRODUCER_ID_MAPPING
         out = _call(server, 28, 3, {"transactional_id": "ec-1", "group_id": "g", "producer_id": pid,
                                     "producer_epoch": epoch + 1, "generation_id": 3, "member_id": "m",
                                     "group_instance_id": None, "topics": [{"name": "ec", "partitions": [
@@ -583,6 +583,9 @@ def test_an_idle_transactional_id_expires_and_its_next_init_starts_afresh(tmp_pa
             assert not os.path.exists(os.path.join(store.path, "__transactions", "brief-1.lock"))
             desc = _call(server, 65, 0, {"transactional_ids": ["brief-1"]}, s)
             assert desc["transaction_states"][0]["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+            # The expired incarnation is answered as Kafka answers an id it has no state of.
+            end = {"transactional_id": "brief-1", "producer_id": old_pid, "producer_epoch": 0, "committed": True}
+            assert _call(server, 26, 3, end, s)["error_code"] == ErrorCode.INVALID_PRODUCER_ID_MAPPING
             again = _call(server, 22, 1, {"transactional_id": "brief-1", "transaction_timeout_ms": 1000}, s)
             assert again["error_code"] == 0 and again["producer_id"] != old_pid and again["producer_epoch"] == 0
 
