@@ -33,7 +33,7 @@ each named for the Kafka request it answers (``pylog serve`` maps them one to on
 ``describe(transactional_id)``, ``list_transactions(states=None, producer_ids=None)``
     DescribeTransactions, ListTransactions: :class:`~pylog.storage.txn_state.TransactionMetadata` of the latest
     state. :raises TransactionalIdNotFoundError: for an id without a state.
-``abort_timed_out()``
+``abort_timed_out(now=None)``
     The timeout sweep (``transaction.abort.timed.out.transaction.cleanup.interval.ms``, run by
     :class:`TimeoutSweeper` in every process with the store open for writing and its cleaner enabled): an
     Ongoing transaction older than its timeout is aborted with the epoch bumped (Kafka's PrepareEpochFence), so

@@ -325,7 +325,8 @@ class Server:
 
     @staticmethod
     async def _abort_timed_out(state: ServerState) -> None:
-        """Abort the transactions open past their timeout (a client that died mid-transaction), every
+        """Abort the transactions open past their timeout (a client that died mid-transaction) and forget the
+        transactional ids idle past ``transactional.id.expiration.ms``, every
         ``transaction.abort.timed.out.transaction.cleanup.interval.ms``, when the store does not already: a store
         open for writing sweeps them in a thread of its own when its cleaner is enabled (``log.cleaner.enable``)."""
         settings = state.store.settings
