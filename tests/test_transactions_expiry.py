@@ -14,7 +14,8 @@ import pytest
 import pylog
 import pylog.clients.transactions as transactions
 from pylog.clients.transactions import TxnState
-from pylog.errors import InvalidConfigError, InvalidProducerIdMappingError, TransactionalIdNotFoundError
+from pylog.errors import (InvalidConfigError, InvalidProducerIdMappingError, ProducerFencedError,
+                          TransactionalIdNotFoundError)
 from pylog.storage.records import now_ms
 from pylog.store import transaction_coordinator
 from pylog.structs import TopicPartition as TP
@@ -86,6 +87,26 @@ def test_an_expired_id_starts_afresh_and_its_old_incarnation_is_refused(store):
     c.add_partitions("app", pid, epoch, [TP("t", 1)])  # the fresh incarnation works as any new one
     c.end_txn("app", pid, epoch, True)
     assert c.describe("app").state == TxnState.COMPLETE_COMMIT
+
+
+def test_a_library_producer_whose_id_expired_gets_a_fatal_error_and_a_new_one_works(store):
+    with store.producer(transactional_id="app") as p:
+        p.init_transactions()
+        assert transaction_coordinator(store).expire(now=now_ms() + TTL + 1) == ["app"]
+        p.begin_transaction()
+        p.send("t", b"late", partition=0)
+        with pytest.raises(ProducerFencedError) as err:  # fatal, as after a fence: the id is no longer its
+            p.flush()
+            p.commit_transaction()
+        assert isinstance(err.value.__cause__, InvalidProducerIdMappingError)
+        with pytest.raises(ProducerFencedError):
+            p.begin_transaction()
+    with store.producer(transactional_id="app") as again:
+        again.init_transactions()
+        again.begin_transaction()
+        again.send("t", b"fresh", partition=0)
+        again.commit_transaction()
+    assert [r.value for r in store.topic("t").partition(0).read(0, isolation_level="read_committed")] == [b"fresh"]
 
 
 def test_an_open_or_half_ended_transaction_never_expires(store):

@@ -46,9 +46,10 @@ each named for the Kafka request it answers (``pylog serve`` maps them one to on
     id, epoch 0). An id whose transaction is open (Ongoing, Prepare*) never expires.
 
 Every call taking ``producer_id, producer_epoch`` checks them against the id's state first:
-:class:`InvalidProducerIdMappingError` for another producer id, :class:`ProducerFencedError` for an older
-epoch, :class:`InvalidProducerEpochError` for a newer one; :class:`TransactionalIdNotFoundError` for an id
-without a state. A lock held longer than the wait (``lock_wait_ms``) is :class:`ConcurrentTransactionsError`.
+:class:`InvalidProducerIdMappingError` for another producer id, or for an id without a state (never
+initialised, or expired: Kafka's answer), :class:`ProducerFencedError` for an older epoch,
+:class:`InvalidProducerEpochError` for a newer one. A lock held longer than the wait (``lock_wait_ms``) is
+:class:`ConcurrentTransactionsError`.
 Partitions that a state write or a marker could not get within the wait raise
 :class:`~pylog.errors.PartitionLockedError`; storage faults raise as everywhere (``StorageError``).
 
@@ -422,8 +423,11 @@ class TransactionCoordinator:
     def _checked(self, meta: TransactionMetadata | None, transactional_id: str, producer_id: int,
                  producer_epoch: int) -> TransactionMetadata:
         if meta is None:
-            raise TransactionalIdNotFoundError(f"transactional id {transactional_id!r} was never initialised "
-                                               "(init_transactions first)")
+            # Kafka's answer for an id without a state: the producer's incarnation is no longer (or never was)
+            # the id's, as after a fence by another producer id; fatal for the producer.
+            raise InvalidProducerIdMappingError(f"transactional id {transactional_id!r} has no state: never "
+                                                "initialised, or expired (transactional.id.expiration.ms); "
+                                                "init_transactions first")
         self._check_producer(meta, producer_id, producer_epoch)
         return meta
 

@@ -31,7 +31,7 @@ import logging
 import time
 from typing import Any, Callable
 
-from ..errors import InvalidTopicError, ProducerFencedError, PylogError, TransactionalIdNotFoundError, UnknownTopicError
+from ..errors import InvalidTopicError, ProducerFencedError, PylogError, UnknownTopicError
 from ..partition import Partition, internals
 from ..store import Store, TransactionCoordinator, TxnState, transaction_coordinator
 from ..structs import OffsetAndMetadata, TopicPartition
@@ -45,16 +45,11 @@ log = logging.getLogger("pylog.server")
 
 #: Kafka API key -> the first version that knows PRODUCER_FENCED (KIP-588); older ones get INVALID_PRODUCER_EPOCH.
 _FENCED_FROM = {22: 4, 24: 2, 25: 2, 26: 2, 28: 3}
-#: The requests Kafka's coordinator answers INVALID_PRODUCER_ID_MAPPING for an id it has no state of (never
-#: initialised, or expired: transactional.id.expiration.ms): AddPartitionsToTxn, AddOffsetsToTxn, EndTxn.
-_UNKNOWN_IS_MAPPING = {24, 25, 26}
 
 
 def _code(exc: PylogError, api_key: int, version: int) -> int:
     if isinstance(exc, ProducerFencedError):
         return E.PRODUCER_FENCED if version >= _FENCED_FROM.get(api_key, 1 << 15) else E.INVALID_PRODUCER_EPOCH
-    if isinstance(exc, TransactionalIdNotFoundError) and api_key in _UNKNOWN_IS_MAPPING:
-        return E.INVALID_PRODUCER_ID_MAPPING
     return code_for(exc)
 
 
