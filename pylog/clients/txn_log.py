@@ -7,7 +7,8 @@ Invariants:
 - A transactional id's states all go to one partition (CRC-32C of the id modulo
   ``transaction.state.log.num.partitions``), appended by whichever process acts for the id while it holds the
   id's coordinator lock (:mod:`pylog.clients.transactions`), so the latest record of a key is the id's state.
-- The topic is compacted: only the latest state of each id is kept for long.
+- The topic is compacted: only the latest state of each id is kept for long. An expired id's latest record is
+  a tombstone (null value): lookups then find no state, and compaction drops it after ``delete.retention.ms``.
 - Lookups read only the records appended since the previous lookup of that partition (a table per partition).
 - A record of the topic that is not a well-formed state is skipped and logged, never taken as one.
 - Looking states up never creates the topic: only an append does.
