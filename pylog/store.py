@@ -36,7 +36,7 @@ from .clients.offsets import CommittedOffsets
 from .clients.producer import Producer
 from .clients.transactions import (ProducerIdAndEpoch, TimeoutSweeper, TransactionCoordinator, TransactionMetadata,
                                    TxnState)
-from .clients.txn_log import TransactionLog
+from .clients.txn_log import STATE_FLUSH_KEYS, TransactionLog
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
 from .clients.storeview import StoreView
 from .config import TopicConfig, split_store_options, stored_config
@@ -329,10 +329,20 @@ class Store:
                            remove: Iterable[str] = ()) -> TopicConfig:
         """Merge ``changes`` into a topic's overrides, drop the overrides named in ``remove`` (the topic then
         inherits the store's default for them; a key in both is set), and persist them; returns the new
-        effective config. Nothing changes when the result is invalid (InvalidConfigError)."""
+        effective config. Nothing changes when the result is invalid (InvalidConfigError).
+
+        Of the internal topics only ``__transaction_state``'s ``flush.messages`` and ``flush.ms`` can be set (as
+        Kafka allows): either one replaces the transaction coordinator's fsync of each commit point and marker
+        by that flush policy, Kafka's behaviour (all-or-nothing then holds across a process crash, not a power
+        loss: docs/GUARANTEES.md). It takes effect in this store object at once, in other processes when they
+        open the store."""
         self._check_writable(f"alter the config of topic {name!r}")
-        self._check_not_internal(name, "altered")
         remove = frozenset(remove)
+        if name != TRANSACTION_STATE_TOPIC or not STATE_FLUSH_KEYS.issuperset(set(changes) | remove):
+            self._check_not_internal(name, "altered" + (" (only its flush.messages and flush.ms can be)"
+                                                        if name == TRANSACTION_STATE_TOPIC else ""))
+        else:
+            self._txn_log.topic()  # created on first use: it can be set before the first transaction
         with self._lock:
             topic = self.topic(name)
             if remove:
