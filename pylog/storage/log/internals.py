@@ -28,7 +28,7 @@ from typing import Any, Callable, Generic, Iterator, NamedTuple, Sequence
 
 import numpy as np
 
-from ...errors import PylogError, StoreClosedError
+from ...errors import OffsetOutOfRangeError, PylogError, StoreClosedError
 from ..fileio import Data, raise_fault
 from ..notify import Notifier
 from ..producer_state import ProducerDescription, ProducerEntry
@@ -352,12 +352,34 @@ class PartitionInternals(Generic[S]):
     def aborted(self, start: int, end: int) -> dict[int, list[tuple[int, int]]]:
         """``{producer id: [(first offset, last offset), ...]}`` of the aborted transactions covering offsets
         in ``[start, end)``: the local aborted-transaction indexes', and below the local log start (tiered
-        storage) the shipped ones' too. Lock-free. :raises RemoteStorageError: when those cannot be read."""
-        out = self._ops.aborted(start, end)
+        storage) the shipped ones' too. Lock-free but for a retry.
+
+        The caller read the records of ``[start, end)`` before asking, perhaps from segments that maintenance
+        deleted since, with their indexes: then the answer may lack their aborts. So when the range starts
+        below the log start (which the writer raises before it unlinks anything) and no shipped index covers
+        it, or a segment of the view is gone (a reader's view older than a deletion by another process), it
+        raises rather than answer: a read never takes an aborted record for a committed one.
+
+        :raises OffsetOutOfRangeError: when ``start`` is below the log start now (without tiered storage).
+        :raises RemoteStorageError: when the shipped indexes cannot be read."""
         remote = self.remote_reads
+        out = self._local.on_current_view("a read's aborted transactions", self._local_aborted, start, end,
+                                          remote is not None)
         if remote is not None and start < self._local.log_start:
             for pid, ranges in remote.aborted(start, end).items():
                 out.setdefault(pid, []).extend(r for r in ranges if r not in out[pid])
+        return out
+
+    def _local_aborted(self, start: int, end: int, tiered: bool) -> dict[int, list[tuple[int, int]]]:
+        """:meth:`aborted` from the local indexes, under :meth:`LocalLog.on_current_view` (a segment gone from a
+        reader's view raises FileNotFoundError: it retries on a new one). Checks the log start after reading
+        them: the writer raises it before it deletes a segment and its index."""
+        out = self._ops.aborted(start, end)
+        local = self._local
+        if start < local.log_start and not tiered:
+            end_offset = local.view[0][-1].next_offset if local.view[0] else local.log_start
+            raise OffsetOutOfRangeError(f"offset {start} of {self.name} was deleted under a read_committed read",
+                                        start, local.log_start, end_offset)
         return out
 
     def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:

@@ -1,0 +1,88 @@
+"""Retention and delete-records under read_committed reads: a segment deleted (with its aborted-transaction index)
+after a reader took its segment list or read its records never makes the reader take an aborted record for a
+committed one (pylog/storage/log/internals.py, PartitionInternals.aborted; docs/FORMAT.md, `.txnindex`).
+
+Deterministic: each test reads the records first (through the handle's real read path, which holds the
+segment's log open), then makes the writer delete the segment, then asks for the aborted transactions, the
+order a Fetch or a read_committed read goes in."""
+
+from __future__ import annotations
+
+import pytest
+
+import pylog
+from pylog.errors import OffsetOutOfRangeError
+from pylog.partition import internals
+from pylog.storage.txn_index import index_path, read_index
+
+TOPIC = "t"
+
+
+def _aborted_segment_then_plain(store):
+    """Segment 0: an aborted transaction's record (offset 0) and its marker (1); segment 2: plain ``c``."""
+    store.create_topic(TOPIC)
+    p = store.topic(TOPIC).partition(0)
+    pid = store.new_producer_id()
+    p.append_values([b"t"], producer=(pid, 0, 0), transactional=True)
+    internals(p).append_marker(pid, 0, commit=False)
+    p.roll()
+    p.append_values([b"c"])
+    assert read_index(index_path(p.directory, 0))
+    return p, pid
+
+
+def _delete_first_segment(p, how):
+    if how == "retention":
+        p.enforce_retention(now=1 << 62)  # every segment is past retention.ms: all go (after a roll)
+    else:
+        p.delete_records(2)
+    assert not read_index(index_path(p.directory, 0))  # the index went with its segment
+
+
+@pytest.mark.parametrize("how", ["retention", "delete_records"])
+def test_reader_with_stale_segment_list_never_gets_a_deleted_segments_aborts_as_none(tmp_path, how):
+    """A read-only handle (another process's view) reads the segment's records, the writer deletes it, then the
+    reader asks for the read's aborted transactions (a Fetch's order): it gets OffsetOutOfRangeError, never an
+    empty answer that would make the aborted record at 0 a committed one."""
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        p, pid = _aborted_segment_then_plain(store)
+        with pylog.open(str(tmp_path), read_only=True) as reader:
+            r = reader.topic(TOPIC).partition(0)
+            assert [s.base_offset for s in r.segments] == [0, 2]  # the reader's list, soon stale
+            slices = internals(r).read_with_markers(0, 500, 1 << 20)  # holds segment 0's log open
+            assert slices[0][0].header.base_offset == 0
+            _delete_first_segment(p, how)
+            with pytest.raises(OffsetOutOfRangeError):
+                internals(r).aborted_transactions(0, 2)
+            # A new read goes by the new view: the deleted offsets are out of range, the rest reads.
+            with pytest.raises(OffsetOutOfRangeError):
+                r.read(0, isolation_level="read_committed")
+            rest = [x.value for x in r.read(r.log_start_offset, isolation_level="read_committed")]
+            assert rest == ([] if how == "retention" else [b"c"])  # retention took segment 2 too
+
+
+@pytest.mark.parametrize("how", ["retention", "delete_records"])
+def test_writers_own_read_never_gets_a_deleted_segments_aborts_as_none(tmp_path, how):
+    """The same in the writer's process: a read took segment 0's records, maintenance deleted it (the writer's
+    view moved on at once), then the read asks for its aborted transactions."""
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        p, pid = _aborted_segment_then_plain(store)
+        assert internals(p).read_with_markers(0, 500, 1 << 20)
+        assert internals(p).aborted_transactions(0, 2) == [(pid, 0)]
+        _delete_first_segment(p, how)
+        with pytest.raises(OffsetOutOfRangeError):
+            internals(p).aborted_transactions(0, 2)
+
+
+@pytest.mark.parametrize("how", ["retention", "delete_records"])
+def test_read_committed_after_deletion_returns_no_aborted_record(tmp_path, how):
+    """Through the public read: a reader that listed the segments before the deletion reads read_committed from
+    offset 0 after it: out of range (or, had it not listed again, still without the aborted record)."""
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        p, pid = _aborted_segment_then_plain(store)
+        with pylog.open(str(tmp_path), read_only=True) as reader:
+            r = reader.topic(TOPIC).partition(0)
+            assert [x.value for x in r.read(0)] == [b"t", b"c"]  # segment 0's log open, list taken
+            _delete_first_segment(p, how)
+            with pytest.raises(OffsetOutOfRangeError):
+                r.read(0, isolation_level="read_committed")
