@@ -42,7 +42,7 @@ def _delete_first_segment(p, how):
 @pytest.mark.parametrize("how", ["retention", "delete_records"])
 def test_reader_with_stale_segment_list_never_gets_a_deleted_segments_aborts_as_none(tmp_path, how):
     """A read-only handle (another process's view) reads the segment's records, the writer deletes it, then the
-    reader asks for the read's aborted transactions (a Fetch's order): it gets OffsetOutOfRangeError, never an
+    reader asks for the read's aborted transactions (a Fetch's order): it is told to read again, never given an
     empty answer that would make the aborted record at 0 a committed one."""
     with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
         p, pid = _aborted_segment_then_plain(store)
@@ -52,7 +52,7 @@ def test_reader_with_stale_segment_list_never_gets_a_deleted_segments_aborts_as_
             slices = internals(r).read_with_markers(0, 500, 1 << 20)  # holds segment 0's log open
             assert slices[0][0].header.base_offset == 0
             _delete_first_segment(p, how)
-            with pytest.raises(OffsetOutOfRangeError):
+            with pytest.raises(FileNotFoundError):  # "read again on the current view", never "none"
                 internals(r).aborted_transactions(0, 2)
             # A new read goes by the new view: the deleted offsets are out of range, the rest reads.
             with pytest.raises(OffsetOutOfRangeError):
@@ -86,3 +86,26 @@ def test_read_committed_after_deletion_returns_no_aborted_record(tmp_path, how):
             _delete_first_segment(p, how)
             with pytest.raises(OffsetOutOfRangeError):
                 r.read(0, isolation_level="read_committed")
+
+
+@pytest.mark.parametrize("how", ["retention", "delete_records"])
+def test_fetch_whose_segment_is_deleted_between_its_read_and_its_aborts_reads_again(tmp_path, how):
+    """pylog serve's Fetch order (records, then their aborts) under the internal API's retry: the first attempt
+    read segment 0's records, then the writer deleted it; the second attempt, on the current view, finds the
+    offsets deleted. No attempt answers with the aborted record and no aborts."""
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        p, pid = _aborted_segment_then_plain(store)
+        with pylog.open(str(tmp_path), read_only=True) as reader:
+            r = reader.topic(TOPIC).partition(0)
+            attempts = []
+
+            def fetch():
+                slices = internals(r).read_with_markers(0, 500, 1 << 20)
+                if not attempts:
+                    _delete_first_segment(p, how)
+                attempts.append(len(slices))
+                return slices, internals(r).aborted_transactions(0, slices[-1][0].header.next_offset)
+
+            with pytest.raises(OffsetOutOfRangeError):
+                internals(r).on_current_view("a fetch", fetch)
+            assert attempts == [3]  # read once (records 0, 1 and 2), then out of range on the current view
