@@ -8,10 +8,13 @@ order a Fetch or a read_committed read goes in."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import pylog
 from pylog.errors import OffsetOutOfRangeError
+from pylog.maintenance.compaction import clean_partition
 from pylog.partition import internals
 from pylog.storage.txn_index import index_path, read_index
 
@@ -109,3 +112,40 @@ def test_fetch_whose_segment_is_deleted_between_its_read_and_its_aborts_reads_ag
             with pytest.raises(OffsetOutOfRangeError):
                 internals(r).on_current_view("a fetch", fetch)
             assert attempts == [3]  # read once (records 0, 1 and 2), then out of range on the current view
+
+
+def test_reader_holding_a_segment_a_compaction_swap_replaced_never_gets_its_aborts_as_none(tmp_path):
+    """The compaction swap leaves a replaced segment's index for readers holding the old list until the next
+    pass removes the leftovers: a reader that read the segment's records and looks its aborts up after that
+    reads again on the current view (where the cleaning removed the aborted record)."""
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        store.create_topic(TOPIC, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01})
+        p = store.topic(TOPIC).partition(0)
+        p.append_values([b"v0"], keys=[b"k1"])
+        p.roll()
+        pid = store.new_producer_id()
+        p.append_values([b"a"], keys=[b"k2"], producer=(pid, 0, 0), transactional=True)  # offset 1, aborted
+        internals(p).append_marker(pid, 0, commit=False)
+        p.roll()
+        p.append_values([b"v1"], keys=[b"k1"])
+        p.roll()
+        with pylog.open(str(tmp_path), read_only=True) as reader:
+            r = reader.topic(TOPIC).partition(0)
+            assert [s.base_offset for s in r.segments] == [0, 1, 3, 4]
+            attempts = []
+
+            def fetch():
+                slices = internals(r).read_with_markers(1, 500, 1 << 20)
+                if not attempts:  # the reader read segment 1; the writer cleans, then a next pass starts
+                    assert clean_partition(p, 1 << 20, force=True).aborted_removed == 1
+                    assert not os.path.exists(os.path.join(p.directory, "%020d.log" % 1))
+                    internals(p).remove_swap_leftovers()
+                    assert not os.path.exists(index_path(p.directory, 1))
+                attempts.append([(s[0].header.base_offset, s[0].header.producer_id) for s in slices])
+                end = slices[-1][0].header.next_offset
+                return slices, internals(r).aborted_transactions(1, end)
+
+            slices, aborts = internals(r).on_current_view("a fetch", fetch)
+            assert attempts[0][0] == (1, pid)  # the first attempt read the aborted batch ...
+            assert len(attempts) == 2 and all(b != 1 for b, _ in attempts[1])  # ... the second, cleaned, has none
+            assert [x.value for x in r.read(0, isolation_level="read_committed")] == [b"v1"]
