@@ -420,3 +420,39 @@ def test_jvm_reader_seeks_timestamps_through_the_time_index_as_the_python_reader
         assert _rows(jvm) == _rows(py) and jvm.count() > 0
     finally:
         writer.close()
+
+
+def test_streaming_aggregation_writes_to_a_topic_in_update_and_complete_modes_as_kafkas_sink(
+        spark, jvm_reader, tmp_path):
+    """A running count per key written to a topic, as with Spark's Kafka sink: update mode appends each
+    micro-batch's changed rows, complete mode the whole result every micro-batch (the Python writer through the
+    JVM provider; complete mode through the Python source alone too)."""
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("in", partitions=1)
+        store.topic("in").partition(0).append_values([b"%d" % i for i in range(30)],
+                                                      keys=[b"k%d" % (i % 3) for i in range(30)])
+
+    def run(fmt: str, mode: str, topic: str) -> None:
+        counts = (spark.readStream.format(jvm_reader).option("subscribe", "in").option("startingOffsets", "earliest")
+                  .load(str(path)).groupBy("key").count().selectExpr("key", "cast(count as string) as value"))
+        (counts.writeStream.format(fmt).option("topic", topic).option("autoCreateTopics", "true")
+         .option("checkpointLocation", str(tmp_path / f"cp-{fmt}-{mode}")).outputMode(mode)
+         .trigger(availableNow=True).start(str(path)).awaitTermination(120))
+
+    def written(topic: str) -> list[tuple[str, str]]:
+        with pylog.open(path, read_only=True) as store:
+            return [(r.key.decode(), r.value.decode()) for r in store.topic(topic).partition(0).read(0, 100)]
+
+    first = [("k0", "10"), ("k1", "10"), ("k2", "10")]
+    for mode in ("update", "complete"):
+        run(jvm_reader, mode, mode)
+        assert sorted(written(mode)) == first
+    run("pylog-python", "complete", "python-complete")
+    assert sorted(written("python-complete")) == first
+    with pylog.open(path) as store:
+        store.topic("in").partition(0).append_values([b"more"] * 10, keys=[b"k0"] * 10)
+    for mode in ("update", "complete"):
+        run(jvm_reader, mode, mode)
+    assert sorted(written("update")[3:]) == [("k0", "20")]
+    assert sorted(written("complete")[3:]) == [("k0", "20"), ("k1", "10"), ("k2", "10")]
