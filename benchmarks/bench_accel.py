@@ -6,6 +6,8 @@ Usage::
     python benchmarks/bench_accel.py --quick        # 200,000 records, 1 round: ~1 minute
     python benchmarks/bench_accel.py --big 10000000 # also random reads over 10^7 records (~1.2 GB written)
     python benchmarks/bench_accel.py --workloads realistic  # only the realistic workload (see below)
+    python benchmarks/bench_accel.py --workloads realistic --paths accelerated --big 100000000 --dir /tmp
+        # also the realistic workload's random read over 10^8 records (~12 GB written under --dir)
 
 Every figure is measured in a child process per path and round: one with the compiled extension (the
 default when it is built) and one with ``PYLOG_PURE_PYTHON=1``, alternating, so both paths see the same
@@ -55,6 +57,18 @@ def _records(n: int) -> tuple[list[bytes], list[bytes]]:
     keys = [rnd.randbytes(KEY) for _ in range(BATCH)]
     values = [rnd.randbytes(VALUE) for _ in range(BATCH)]
     return keys, values
+
+
+def send_all(producer: Any, topic: str, values: list[bytes], keys: list[bytes] | None) -> None:
+    """``send()`` every value one at a time (with its key when ``keys`` are given), then ``flush()``."""
+    send = producer.send
+    if keys is not None:
+        for i in range(len(values)):
+            send(topic, values[i], key=keys[i])
+    else:
+        for v in values:
+            send(topic, v)
+    producer.flush()
 
 
 def _best(repeat: int, fn: Callable[[], float]) -> float:
@@ -280,15 +294,8 @@ def figure_realistic(root: str, n: int, repeat: int, samples: int,
             name = f"{'k' if keyed else 'u'}{next(runs)}"
             store.create_topic(name, partitions=4 if keyed else 1)
             with store.producer(**settings) as producer:
-                send = producer.send
                 t = time.perf_counter()
-                if keyed:
-                    for i in range(n):
-                        send(name, values[i], key=keys[i])
-                else:
-                    for v in values:
-                        send(name, v)
-                producer.flush()
+                send_all(producer, name, values, keys if keyed else None)
                 rate = n / (time.perf_counter() - t)
             return rate
 
@@ -356,6 +363,36 @@ def figure_realistic(root: str, n: int, repeat: int, samples: int,
     return out
 
 
+def figure_realistic_big(root: str, n: int, samples: int,
+                         batch_size: int | None = None) -> dict[str, tuple[float, float]]:
+    """The realistic workload's random read over ``n`` records (``--big`` with the realistic workload): sent
+    one by one with the same producer settings (values cycled from 1,000,000 distinct ones: ``n`` distinct
+    values would not fit in memory at 10^8), so the partition holds the producer's batches (cut at
+    ``batch_size``) in segments of 1 GiB, all sealed but the last; against ``verify=False``. Reads by a handle
+    that is not the writer, as in :func:`figure_realistic`."""
+    import pylog
+    sys.path.insert(0, HERE)
+    from bench_storage import Bench
+    rnd = random.Random(26)
+    pool = [rnd.randbytes(VALUE) for _ in range(min(n, 1_000_000))]
+    settings: dict[str, Any] = {"acks": 1, "linger_ms": 5}
+    if batch_size is not None:
+        settings["batch_size"] = batch_size
+    with pylog.open(os.path.join(root, "realistic-big"), log_cleaner_enable=False) as store:
+        store.create_topic("big")
+        with store.producer(**settings) as producer:
+            send = producer.send
+            left = n
+            while left:
+                for v in pool[:left]:
+                    send("big", v)
+                left -= min(left, len(pool))
+        p = store.topic("big").partition(0)
+        assert p.log_end_offset == n
+        return {f"realistic: random read of one record, {n:.0e} records (us, median)": (
+            Bench.random_read_median(p, samples, True), Bench.random_read_median(p, samples, False))}
+
+
 # ---------------------------------------------------------------------------------------------- table
 
 #: figure -> (target on the accelerated figure, how to read the ratio, the baseline's name, higher is better)
@@ -392,6 +429,8 @@ def _child(args: argparse.Namespace) -> int:
             res.update(figure_latency(root, args.latency_records))
         if "realistic" in args.workloads:
             res.update(figure_realistic(root, args.records, args.repeat, args.samples, args.batch_size))
+            if args.big:
+                res.update(figure_realistic_big(root, args.big, args.samples, args.batch_size))
     finally:
         shutil.rmtree(root, ignore_errors=True)
     print(json.dumps(res))

@@ -7,12 +7,15 @@ Usage::
     python benchmarks/bench_server_txn.py --quick    # 50,000 records, 1 round
 
 Each round produces the records into a fresh one-partition topic with an idempotent producer
-(``enable.idempotence``, acks=all) and into another as transactions of 1,000 records (``transactional.id``,
-commit after each 1,000), then reads the transactional topic whole with a confluent consumer at each isolation level (after a warm-up
-read, in alternating order);
-then it times the commit of 200 one-record transactions to one partition (``commit_transaction`` returning:
-the producer's flush, EndTxn, the markers and their fsync). The table gives each figure per round and the
-ratios. The store is on the page cache's file system of the temporary directory; nothing asserts.
+(``enable.idempotence``, acks=all) and into another as transactions of 1,000 records (``transactional.id``, commit
+after each 1,000), then reads the transactional topic whole with a confluent consumer at each isolation level
+(after a warm-up read, in alternating order); then it times the commit of 200 one-record transactions to one
+partition (``commit_transaction`` returning: the producer's flush, EndTxn, the markers and their fsync). The table
+gives each figure per round and the ratios. ``kafka-flush/s`` is the transactional producer against a second server
+whose store has ``flush.messages`` set on ``__transaction_state`` (opt-in, Kafka's behaviour: the coordinator
+fsyncs neither its state nor its markers, all-or-nothing across a process crash only); its ratio is against the
+same round's idempotent producer. The store is on the page cache's file system of the temporary directory; nothing
+asserts.
 """
 
 from __future__ import annotations
@@ -42,7 +45,7 @@ def _produce(bootstrap: str, topic: str, n: int, transactional: bool) -> float:
     if transactional:
         p.init_transactions(30)
     began = time.perf_counter()
-    for i in range(0, n, TXN):
+    for _ in range(0, n, TXN):
         if transactional:
             p.begin_transaction()
         for _ in range(TXN):
@@ -87,22 +90,31 @@ def main() -> None:
     ap.add_argument("--quick", action="store_true")
     args = ap.parse_args()
     n, rounds = (50_000, 1) if args.quick else (200_000, 3)
-    with tempfile.TemporaryDirectory() as tmp, pylog.serve(os.path.join(tmp, "store"), port=0) as server:
-        b = server.bootstrap_servers
-        print(f"{n:,} records of {len(VALUE)} bytes, transactions of {TXN:,}; load {os.getloadavg()[0]:.2f}")
-        print("round  idempotent/s  transactional/s  ratio   uncommitted/s  committed/s  ratio")
-        for r in range(rounds):
-            idem = _produce(b, f"idem{r}", n, False)
-            txn = _produce(b, f"txn{r}", n, True)
-            _consume(b, f"txn{r}", "read_uncommitted", n)  # warm-up: the first read pays for the page cache
-            levels = ["read_uncommitted", "read_committed"][::1 if r % 2 == 0 else -1]
-            got = {level: _consume(b, f"txn{r}", level, n) for level in levels}
-            unc, com = got["read_uncommitted"], got["read_committed"]
-            print(f"{r:5d}  {idem:12,.0f}  {txn:15,.0f}  {txn / idem:5.2f}   {unc:13,.0f}  {com:11,.0f}  "
-                  f"{com / unc:5.2f}")
-        lat = sorted(_commit_latencies(b, "latency", 200))
-        print(f"one-record commit latency: p50 {statistics.median(lat):.1f} ms, "
-              f"p99 {lat[int(len(lat) * 0.99) - 1]:.1f} ms (200 commits)")
+    with tempfile.TemporaryDirectory() as tmp:
+        with pylog.open(os.path.join(tmp, "kafka-flush")) as store:
+            store.alter_topic_config("__transaction_state", {"flush.messages": 1 << 62})
+        with pylog.serve(os.path.join(tmp, "store"), port=0) as server, \
+                pylog.serve(os.path.join(tmp, "kafka-flush"), port=0) as kafka_flush:
+            _rounds(server.bootstrap_servers, kafka_flush.bootstrap_servers, n, rounds)
+
+
+def _rounds(b: str, kafka_flush: str, n: int, rounds: int) -> None:
+    print(f"{n:,} records of {len(VALUE)} bytes, transactions of {TXN:,}; load {os.getloadavg()[0]:.2f}")
+    print("round  idempotent/s  transactional/s  ratio   uncommitted/s  committed/s  ratio   kafka-flush/s  ratio")
+    for r in range(rounds):
+        idem = _produce(b, f"idem{r}", n, False)
+        txn = _produce(b, f"txn{r}", n, True)
+        txn_kafka = _produce(kafka_flush, f"txn{r}", n, True)
+        _consume(b, f"txn{r}", "read_uncommitted", n)  # warm-up: the first read pays for the page cache
+        levels = ["read_uncommitted", "read_committed"][::1 if r % 2 == 0 else -1]
+        got = {level: _consume(b, f"txn{r}", level, n) for level in levels}
+        unc, com = got["read_uncommitted"], got["read_committed"]
+        print(f"{r:5d}  {idem:12,.0f}  {txn:15,.0f}  {txn / idem:5.2f}   {unc:13,.0f}  {com:11,.0f}  "
+              f"{com / unc:5.2f}   {txn_kafka:13,.0f}  {txn_kafka / idem:5.2f}  load {os.getloadavg()[0]:.1f}",
+              flush=True)
+    lat = sorted(_commit_latencies(b, "latency", 200))
+    print(f"one-record commit latency: p50 {statistics.median(lat):.1f} ms, "
+          f"p99 {lat[int(len(lat) * 0.99) - 1]:.1f} ms (200 commits)")
 
 
 if __name__ == "__main__":

@@ -14,7 +14,10 @@ pause (``idem_send``) and flushing every 1,000 (``idem_flush``: the same durabil
 A commit fsyncs four times in order, each needed for all-or-nothing across a power loss: the transaction's
 ``Ongoing`` state before its first record may reach the disk, the records, ``PrepareCommit`` (the commit point),
 the markers (before ``CompleteCommit``). The commit latency is ``commit_transaction()`` of a transaction of one
-100-byte record (p50/p99 of 200 per round, 50 with ``--quick``).
+100-byte record (p50/p99 of 200 per round, 50 with ``--quick``). ``txn_kafka_flush`` is the transactional
+producer on a second store whose ``__transaction_state`` has ``flush.messages`` set (Kafka's behaviour, opt-in:
+the coordinator then fsyncs neither its state nor its markers; only the records' ``acks="all"`` fsync remains,
+so all-or-nothing holds across a process crash, not a power loss).
 
 The log read holds transactions of 1,000 records (``append_values(..., transactional=True)`` then a marker
 through the partition's internal API; every tenth transaction aborted), rolled before reading. The append
@@ -74,6 +77,7 @@ def _send_rate(store: pylog.Store, topic: str, n: int, values: list[bytes], mode
     """Records per second of a producer sending ``n`` records to ``topic``'s partition 0: ``txn`` in
     transactions of len(values) records, ``idem`` streaming (flushed at the end), ``idem_flush`` flushed after
     every len(values) records. All ``acks="all"``."""
+    mode = "txn" if mode == "txn_kafka_flush" else mode
     extra = {"transactional_id": f"bench-{topic}"} if mode == "txn" else {}
     with store.producer(acks="all", **extra) as producer:
         if mode == "txn":
@@ -113,7 +117,8 @@ def main(argv: list[str] | None = None) -> int:
     n, rounds = (200_000, 1) if args.quick else (1_000_000, 3)
     values = [os.urandom(100) for _ in range(TXN)]
     figures: dict[str, list[float]] = {k: [] for k in ("committed", "uncommitted", "txn_append", "idem_append",
-                                                        "txn_send", "idem_send", "idem_flush")}
+                                                        "txn_send", "idem_send", "idem_flush",
+                                                        "txn_kafka_flush")}
     latencies: list[list[float]] = []
     with tempfile.TemporaryDirectory() as tmp:
         with pylog.open(tmp, log_cleaner_enable=False) as store:
@@ -134,13 +139,16 @@ def main(argv: list[str] | None = None) -> int:
                     figures[f"{kind}_append"].append(_fill(store.topic(name).partition(0), store.new_producer_id(),
                                                            n, kind == "txn", values))
             print(f"round {r + 1} (reads, appends): load {os.getloadavg()[0]:.2f}", flush=True)
-        with pylog.open(os.path.join(tmp, "producers")) as store:  # the cleaner thread on, as in an application
+        with pylog.open(os.path.join(tmp, "producers")) as store, \
+                pylog.open(os.path.join(tmp, "kafka-flush")) as kafka_store:  # the cleaner thread on, as in an app
+            kafka_store.alter_topic_config("__transaction_state", {"flush.messages": 1 << 62})
             for r in range(rounds):
-                modes = ("txn", "idem", "idem_flush") if r % 2 == 0 else ("idem_flush", "idem", "txn")
-                for mode in modes:
+                modes = ("txn", "idem", "idem_flush", "txn_kafka_flush")
+                for mode in modes if r % 2 == 0 else modes[::-1]:
                     name = f"{mode}-{r}"
-                    store.create_topic(name)
-                    figures[_FIGURE_OF[mode]].append(_send_rate(store, name, n, values, mode))
+                    on = kafka_store if mode == "txn_kafka_flush" else store
+                    on.create_topic(name)
+                    figures[_FIGURE_OF.get(mode, mode)].append(_send_rate(on, name, n, values, mode))
                 store.create_topic(f"latency-{r}")
                 latencies.append(_commit_latencies(store, f"latency-{r}", 50 if args.quick else 200))
                 print(f"round {r + 1} (producers): load {os.getloadavg()[0]:.2f}", flush=True)
@@ -150,6 +158,10 @@ def main(argv: list[str] | None = None) -> int:
                                     ("transactional / idempotent appends", "txn_append", "idem_append", 0.5),
                                     ("transactional / idempotent producer", "txn_send", "idem_send", 0.5),
                                     ("transactional / idempotent producer flushing every 1,000", "txn_send",
+                                     "idem_flush", 0.5),
+                                    ("transactional, __transaction_state flush.messages set / idempotent producer",
+                                     "txn_kafka_flush", "idem_send", 0.5),
+                                    ("the same / idempotent producer flushing every 1,000", "txn_kafka_flush",
                                      "idem_flush", 0.5)):
         ratios = [x / y for x, y in zip(figures[num], figures[den], strict=True)]
         print(f"{label}: {min(ratios):.2f}-{max(ratios):.2f}x (target >= {target}x)")

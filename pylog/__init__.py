@@ -45,11 +45,12 @@ from .storage.records import Record, RecordColumns
 from .storage.retention import RetentionResult
 from .structs import OffsetAndMetadata, RecordMetadata, TopicPartition
 from .topic import Topic
+from .tiered import attach, restore
 
 __version__ = "0.1.0"
 
 __all__ = [
-    "open", "Store", "Topic", "Partition", "Record", "RecordColumns", "TopicConfig",
+    "open", "restore", "attach", "Store", "Topic", "Partition", "Record", "RecordColumns", "TopicConfig",
     "PylogError", "CorruptRecordError", "OffsetOutOfRangeError", "RecordTooLargeError", "TopicExistsError",
     "UnknownTopicError", "PartitionLockedError", "InvalidConfigError", "InvalidTopicError", "InvalidRecordError",
     "InvalidGroupError", "StoreClosedError", "LogFailedError", "CleanerError", "ProducerFencedError",

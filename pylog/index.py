@@ -322,8 +322,9 @@ class _Index:
         self._b[self.count] = b
         self.count += 1
 
-    def reserve_next(self) -> None:
-        """Give the file blocks for the next entry now when it is the first of its column or of a page.
+    def reserve_next(self, ahead: int = 1) -> None:
+        """Give the file blocks for the next entry now when it is the first of its column or of a page
+        (with ``ahead``, for the next ``ahead`` entries: those of a writer's several batches written at once).
 
         A live file is mostly a preallocated hole, and storing into a mapped page that has no blocks on a
         full file system kills the process with SIGBUS; ``posix_fallocate`` of that page raises OSError
@@ -340,12 +341,18 @@ class _Index:
         if mm is None or not self.writable or n >= self.capacity:
             return
         a, b = self.A.itemsize, self.B.itemsize
-        if n and (_HEADER_SIZE + n * a) % mmap.PAGESIZE >= a and \
-                (_HEADER_SIZE + self.capacity * a + n * b) % mmap.PAGESIZE >= b:
+        page = mmap.PAGESIZE
+        last = min(n + ahead, self.capacity) - 1
+        if last == n and n and (_HEADER_SIZE + n * a) % page >= a and \
+                (_HEADER_SIZE + self.capacity * a + n * b) % page >= b:
             return  # neither entry starts a page (the common case: this runs for every indexed batch)
-        pages = [(col, off - off % mmap.PAGESIZE)
-                 for col, off, size in ((0, _HEADER_SIZE + n * a, a), (1, _HEADER_SIZE + self.capacity * a + n * b, b))
-                 if n == 0 or off % mmap.PAGESIZE < size]
+        pages = []
+        for col, column_start, size in ((0, _HEADER_SIZE, a), (1, _HEADER_SIZE + self.capacity * a, b)):
+            lo, hi = column_start + n * size, column_start + last * size
+            # The page of entry n when that entry starts it (or starts the column), and every page an entry
+            # after it starts; pages before were reserved when their first entry was due.
+            first = lo - lo % page if n == 0 or lo % page < size else lo - lo % page + page
+            pages += [(col, start) for start in range(first, hi - hi % page + 1, page)]
         pages = [(col, start) for col, start in pages if self._reserved[col] != start]
         if not pages:
             return

@@ -473,10 +473,10 @@ class Partition:
             return self._appender.producer_state(self._local).next_sequence(producer_id, epoch)
 
     def _roll(self) -> Segment:
-        return self._durability.roll(lambda: self._snapshot_producers(durable=False))
+        return self._durability.roll(lambda: self._snapshot_producers(durable=False, rolled=True))
 
-    def _snapshot_producers(self, durable: bool = True) -> None:
-        self._appender.snapshot_producers(self._local.segments[-1].next_offset, durable=durable)
+    def _snapshot_producers(self, durable: bool = True, rolled: bool = False) -> None:
+        self._appender.snapshot_producers(self._local.segments[-1].next_offset, durable=durable, rolled=rolled)
 
     # ------------------------------------------------------------------ rolls and flushes
 
@@ -542,8 +542,7 @@ class Partition:
 
     # ------------------------------------------------------------------ reading
 
-    def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool,
-                committed: bool = False) -> list[ReadSlice]:
+    def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
         if self._closed:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
         offset = _int_argument("offset", offset)
@@ -558,7 +557,7 @@ class Partition:
                                         verify)
         except OffsetOutOfRangeError:
             if (remote := self._internals.remote_reads) is not None and offset < local.log_start:  # tiered storage
-                return remote.slices(offset, max_records, max_bytes, committed)
+                return remote.slices(offset, max_records, max_bytes)
             raise
         except OSError as exc:
             check_descriptors(exc, f"reading {self.topic}-{self.number} at offset {offset}")
@@ -588,8 +587,8 @@ class Partition:
         committed = check_isolation(isolation_level)
         if committed:
             self._refresh()  # the LSO from the latest files: a marker past this handle's view ends a wait
-        return isolated_read(lambda pos: self._slices(pos, max_records, max_bytes, verify, committed), self._local,
-                             self._txn, offset, committed)
+        return isolated_read(lambda pos: self._slices(pos, max_records, max_bytes, verify), self._local,
+                             self._txn, offset, committed, self._internals.aborted)
 
     @property
     def last_stable_offset(self) -> int:

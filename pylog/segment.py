@@ -66,6 +66,12 @@ from .storage.segment_tail import TailRecord
 
 __all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
 
+#: Bytes per ``writev`` of :meth:`Segment.append_batches` (whole parts; a larger part is written alone). One
+#: ``writev`` of a producer drain's whole 11 MB cost 1.5-5x the system time of writes of 256 KB-2 MB each
+#: (which all measured alike; 100,000 records of 100 bytes, CPU per record, load 14-17: 32-196 ns of system
+#: time against 20-52), the copy into the page cache reading back what was encoded long before.
+WRITE_CHUNK = 1 << 20
+
 log = logging.getLogger("pylog.segment")
 
 
@@ -567,6 +573,11 @@ class Segment:
         oi, ti = self.indexes()
         return oi.is_full or ti.is_full
 
+    def index_room(self) -> int:
+        """How many more entries both indexes take."""
+        oi, ti = self.indexes()
+        return min(oi.capacity - oi.count, ti.capacity - ti.count)
+
     # ------------------------------------------------------------------ writing (writer lock held)
 
     def open_for_append(self) -> None:
@@ -623,17 +634,7 @@ class Segment:
         :raises CorruptRecordError: when the file is not the size this writer left it (cut or written by
             another hand); nothing is written.
         """
-        fd = self._wfd
-        if fd is None:
-            raise ValueError("segment is not open for appending")
-        pos = self.size
-        actual = os.lseek(fd, 0, os.SEEK_END)  # the file's size: a fifth of an fstat's cost (no stat object)
-        if actual != pos:
-            # O_APPEND would write at the file's end, not at ``pos``: offsets and index entries would no
-            # longer match the bytes. Only another hand changes the file under its writer.
-            raise CorruptRecordError(f"the log file is {actual} bytes where its writer wrote {pos}: it was "
-                                     f"{'cut' if actual < pos else 'written'} under the writer (by another hand, "
-                                     f"or a file system fault)", self.log_path, min(actual, pos))
+        fd, pos = self._append_start()
         due = index_due(pos, self._bytes_since_index, self.index_interval_bytes)
         oi, ti = self._idx.offsets, self._idx.times
         if due:
@@ -663,6 +664,71 @@ class Segment:
         self.size = pos + header.size
         self.next_offset = header.next_offset
         return pos
+
+    def append_batches(self, headers: Sequence[BatchHeader], parts: Sequence[Data]) -> None:
+        """Write consecutive encoded batches (``parts``: all their bytes, in order) at the end, a ``writev``
+        per :data:`WRITE_CHUNK` bytes; index each as :meth:`append` would have, one after the other.
+
+        On a failed write the file is cut back to its previous size (none of them written) and the error
+        re-raised. :raises CorruptRecordError: as :meth:`append`.
+        """
+        fd, pos = self._append_start()
+        oi, ti = self._idx.offsets, self._idx.times
+        # The index entries due, found before writing (the rule of append, batch after batch): their pages
+        # get their blocks first, as append's do.
+        since, interval, at = self._bytes_since_index, self.index_interval_bytes, pos
+        due: list[int] = []  # positions of the batches that get entries
+        for h in headers:
+            if index_due(at, since, interval):
+                due.append(at)
+                since = 0
+            since += h.size
+            at += h.size
+        if due:
+            assert oi is not None and ti is not None
+            oi.reserve_next(len(due))
+            ti.reserve_next(len(due))
+        try:
+            write_all(fd, parts, WRITE_CHUNK)
+        except BaseException:
+            os.ftruncate(fd, pos)
+            raise
+        at, entries = pos, iter(due)
+        next_due = next(entries, -1)
+        max_ts, first_ts = self._max_timestamp, self._first_timestamp
+        for h in headers:
+            if at == next_due:
+                assert oi is not None and ti is not None
+                rel = h.base_offset - self.base_offset
+                oi.append(rel, at)
+                ti.append(max_ts, rel)
+                next_due = next(entries, -1)
+            if first_ts is None:
+                first_ts = h.max_timestamp
+            if h.max_timestamp > max_ts:
+                max_ts = h.max_timestamp
+            at += h.size
+        self._bytes_since_index = since
+        self._first_timestamp, self._max_timestamp = first_ts, max_ts
+        # Size before next offset: a reader that sees the new log end must also find its bytes visible.
+        self.size = at
+        self.next_offset = headers[-1].next_offset
+
+    def _append_start(self) -> tuple[int, int]:
+        """The descriptor to append through and the position the next batch goes to, once the file is
+        checked to be the size this writer left it."""
+        fd = self._wfd
+        if fd is None:
+            raise ValueError("segment is not open for appending")
+        pos = self.size
+        actual = os.lseek(fd, 0, os.SEEK_END)  # the file's size: a fifth of an fstat's cost (no stat object)
+        if actual != pos:
+            # O_APPEND would write at the file's end, not at ``pos``: offsets and index entries would no
+            # longer match the bytes. Only another hand changes the file under its writer.
+            raise CorruptRecordError(f"the log file is {actual} bytes where its writer wrote {pos}: it was "
+                                     f"{'cut' if actual < pos else 'written'} under the writer (by another hand, "
+                                     f"or a file system fault)", self.log_path, min(actual, pos))
+        return fd, pos
 
     def flush(self) -> None:
         """fsync the log (indexes are derived data and rebuilt after a crash)."""

@@ -36,7 +36,7 @@ from .clients.offsets import CommittedOffsets
 from .clients.producer import Producer
 from .clients.transactions import (ProducerIdAndEpoch, TimeoutSweeper, TransactionCoordinator, TransactionMetadata,
                                    TxnState)
-from .clients.txn_log import TransactionLog
+from .clients.txn_log import STATE_FLUSH_KEYS, TransactionLog
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
 from .clients.storeview import StoreView
 from .config import TopicConfig, split_store_options, stored_config
@@ -53,7 +53,7 @@ from .storage.group_commit import DEFAULT_SYNCFS_PARTITIONS, GroupCommit
 from .storage import group_commit
 from .storage.handles import HandleCache
 from .storage.filenames import (OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE, TRANSACTION_STATE_TOPIC,
-                                check_group_id,
+                                check_group_id, refuse_bucket_path,
                                 deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
                                 topic_name_problem)
 from .storage.records import crc32c
@@ -104,7 +104,7 @@ class Store:
 
     def __init__(self, path: str | os.PathLike[str], *, read_only: bool = False, create: bool = True,
                  **options: Any) -> None:
-        self.path = os.path.abspath(os.fspath(path))
+        self.path = os.path.abspath(refuse_bucket_path(os.fspath(path)))  # never a directory named "s3:"
         self._create = bool(create) and not read_only
         self._defaults, self._settings = split_store_options(options)
         #: Opened with ``read_only=True``: reads only; every writing call raises ReadOnlyStoreError.
@@ -134,7 +134,8 @@ class Store:
         self._publisher = self._new_publisher() if self._settings["log.cleaner.enable"] else None
         self._cleaner = Cleaner(self.path, self._open_partitions, self._settings, self._publisher)
         # Tiered storage: idle without a remote.storage.location, no thread when read-only (remote reads only).
-        self._uploader = RemoteUploader(self.path, self._open_partitions, self._settings, self._cleaner.add_upload)
+        self._uploader = RemoteUploader(self.path, self._open_partitions, self._settings, self._cleaner.add_upload,
+                                        lambda: {g: self.committed_offsets(g) for g in self.consumer_groups()})
         self._cleaner.start()
         # Every process with the store open for writing aborts timed-out transactions (docs/ARCHITECTURE.md).
         self._sweeper = TimeoutSweeper(self._transactions, self._txn_log,
@@ -328,10 +329,20 @@ class Store:
                            remove: Iterable[str] = ()) -> TopicConfig:
         """Merge ``changes`` into a topic's overrides, drop the overrides named in ``remove`` (the topic then
         inherits the store's default for them; a key in both is set), and persist them; returns the new
-        effective config. Nothing changes when the result is invalid (InvalidConfigError)."""
+        effective config. Nothing changes when the result is invalid (InvalidConfigError).
+
+        Of the internal topics only ``__transaction_state``'s ``flush.messages`` and ``flush.ms`` can be set (as
+        Kafka allows): either one replaces the transaction coordinator's fsync of each commit point and marker
+        by that flush policy, Kafka's behaviour (all-or-nothing then holds across a process crash, not a power
+        loss: docs/GUARANTEES.md). It takes effect in this store object at once, in other processes when they
+        open the store."""
         self._check_writable(f"alter the config of topic {name!r}")
-        self._check_not_internal(name, "altered")
         remove = frozenset(remove)
+        if name != TRANSACTION_STATE_TOPIC or not STATE_FLUSH_KEYS.issuperset(set(changes) | remove):
+            self._check_not_internal(name, "altered" + (" (only its flush.messages and flush.ms can be)"
+                                                        if name == TRANSACTION_STATE_TOPIC else ""))
+        else:
+            self._txn_log.topic()  # created on first use: it can be set before the first transaction
         with self._lock:
             topic = self.topic(name)
             if remove:

@@ -19,7 +19,7 @@ import tempfile
 import pytest
 from hypothesis import configuration, settings
 
-from s3_server import remote_settings, s3_endpoint  # noqa: F401 - fixtures of the tiered storage tests
+from s3_server import S3_TEST_ENV, remote_settings, s3_endpoint  # noqa: F401 - fixtures of the tiered storage tests
 
 settings.register_profile("pylog", database=None, deadline=None)
 settings.load_profile("pylog")
@@ -169,8 +169,20 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.local.dir", str(scratch / "local"))
                .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
-               .config("spark.driver.extraJavaOptions", f"-XX:TieredStopAtLevel=1 -Djava.io.tmpdir={scratch}")
-               .getOrCreate())
+               .config("spark.driver.extraJavaOptions", f"-XX:TieredStopAtLevel=1 -Djava.io.tmpdir={scratch}"))
+    # The JVM, and so the Python workers it starts, get the test bucket's fixed credentials in their
+    # environment (it may start before a test module's moto server sets them here, and Python data sources
+    # plan in workers that spark.executorEnv does not reach): Spark tests can read a bucket on 127.0.0.1.
+    saved = {name: os.environ.get(name) for name in S3_TEST_ENV}
+    os.environ.update(S3_TEST_ENV)
+    try:
+        session = session.getOrCreate()
+    finally:
+        for name, value in saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
     session.sparkContext.setLogLevel("ERROR")
     yield session
     session.stop()

@@ -15,7 +15,9 @@ from typing import Iterator
 
 import pytest
 
-_ENV = {"AWS_ACCESS_KEY_ID": "pylog-test", "AWS_SECRET_ACCESS_KEY": "pylog-test", "AWS_REGION": "us-east-1",
+#: The fixed test credentials (set in the environment while a module's server runs; the Spark session gives
+#: them to its Python workers).
+S3_TEST_ENV = _ENV = {"AWS_ACCESS_KEY_ID": "pylog-test", "AWS_SECRET_ACCESS_KEY": "pylog-test", "AWS_REGION": "us-east-1",
         "AWS_CONFIG_FILE": os.devnull, "AWS_SHARED_CREDENTIALS_FILE": os.devnull}
 
 

@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -387,24 +388,29 @@ def test_a_write_failure_part_way_reports_itself_and_wakes_waiters(tmp_path, mon
     flush's error (LogFailedError, the partition having failed) would replace the one that stopped the
     call, and the waiters of this handle would not be woken."""
     with pylog.open(tmp_path / "s", log_cleaner_enable=False) as store:
-        p = store.create_topic("t", 1, config={"flush.messages": 1, "max.message.bytes": 4096}).partition(0)
+        # Several batches of max.message.bytes, over segments of two or three of them (the batches of a call
+        # that go into one segment are written at once): the second write fails.
+        p = store.create_topic("t", 1, config={"flush.messages": 1, "max.message.bytes": 4096,
+                                               "segment.bytes": 8192}).partition(0)
         p.append_values([b"first"])
-        real = Segment.append
         calls = []
 
-        def fails_second(seg: Segment, header: object, parts: list, max_timestamp: int) -> int:
-            calls.append(1)
-            if len(calls) == 2:
-                internals(p).durability.failed = "simulated: the write could not be rolled back"
-                raise OSError(28, "No space left on device")
-            return real(seg, header, parts, max_timestamp)
+        def fails_second(real: Any) -> Any:
+            def write(seg: Segment, *args: Any) -> Any:
+                calls.append(1)
+                if len(calls) == 2:
+                    internals(p).durability.failed = "simulated: the write could not be rolled back"
+                    raise OSError(28, "No space left on device")
+                return real(seg, *args)
+            return write
 
-        monkeypatch.setattr(Segment, "append", fails_second)
+        monkeypatch.setattr(Segment, "append", fails_second(Segment.append))
+        monkeypatch.setattr(Segment, "append_batches", fails_second(Segment.append_batches))
         woken = []
         waiter = threading.Thread(target=lambda: woken.append(p.wait_for_data(p.log_end_offset, 60)))
         waiter.start()
         with pytest.raises(OSError) as info:
-            p.append_values([b"v" * 1000] * 10)  # several batches of max.message.bytes
+            p.append_values([b"v" * 1000] * 10)
         assert info.value.errno == 28
         waiter.join(30)
         assert woken == [True]

@@ -8,6 +8,8 @@ every peer that can run here is measured and reported, and that the report's fig
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import subprocess
 import sys
@@ -174,3 +176,17 @@ def test_unknown_peer_is_a_usage_error(tmp_path):
     with pytest.raises(SystemExit) as e:
         suite.main(["--quick", "--dir", str(tmp_path), "--peers", "pylog,kafka"])
     assert e.value.code == suite.ExitCode.USAGE
+
+
+def test_the_consume_cpu_script_reports_rate_and_cpu_per_record_for_each_peer(tmp_path):
+    """benchmarks/suite_consume_cpu.py: the suite's produce-then-consume rounds with the consumers' CPU time."""
+    env = dict(os.environ, PYTHONPATH=os.pathsep.join([str(ROOT), os.environ.get("PYTHONPATH", "")]))
+    proc = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "suite_consume_cpu.py"), "--records", "3000",
+                           "--rounds", "1", "--processes", "2", "--peers", "pylog,pylog-client",
+                           "--dir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 0, proc.stderr
+    summary = proc.stdout.split("medians over 1 rounds")[1]
+    for peer in ("pylog", "pylog-client"):
+        assert re.search(rf"^{peer} +[0-9.]+ M rec/s .* CPU +[0-9]+ ns/record", summary, re.M), summary
+    assert os.listdir(tmp_path) == []

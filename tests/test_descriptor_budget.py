@@ -309,3 +309,33 @@ def _probe(p) -> object:
         return internals(p).handover_wanted()
     except Exception as exc:  # a descriptor closed under the probe: EBADF
         return exc
+
+
+def test_random_reads_over_a_dozen_sealed_segments_open_each_one_once(tmp_path, monkeypatch):
+    """A handle keeps the files of the sealed segments its reads used (up to local_log.OPEN_SEALED): random
+    reads over 12 of them (10^8 records of 100 bytes in 1 GiB segments) do not reopen a segment's indexes."""
+    import random
+
+    from pylog.index import OffsetIndex
+    from pylog.storage.log import local_log
+    if local_log.OPEN_SEALED < 13:
+        pytest.skip(f"ulimit -n below 4,096: a handle keeps {local_log.OPEN_SEALED} sealed segments open")
+    opened: list[str] = []
+    real = OffsetIndex.open.__func__  # type: ignore[attr-defined]
+    monkeypatch.setattr(OffsetIndex, "open", classmethod(lambda cls, path, *a, **k: (opened.append(path),
+                                                                                     real(cls, path, *a, **k))[1]))
+    with pylog.open(str(tmp_path / "w"), log_cleaner_enable=False) as store:
+        p = store.create_topic("t", config={"segment.bytes": 4096}).partition(0)
+        for _ in range(13):
+            p.append_values([b"x" * 100] * 30)
+            p.roll()
+    with pylog.open(str(tmp_path / "w"), log_cleaner_enable=False) as store:
+        p = store.topic("t").partition(0)
+        sealed = len(p.segments) - 1
+        assert sealed >= 12
+        opened.clear()
+        rnd = random.Random(5)
+        for _ in range(2000):
+            offset = rnd.randrange(p.log_end_offset)
+            assert p.read(offset, max_records=1)[0].offset == offset
+    assert len(opened) == len(set(opened)) <= sealed + 1, sorted(opened)

@@ -267,6 +267,31 @@ def test_a_time_index_stalled_at_a_page_boundary_reserves_its_next_page_once_not
         assert len(calls) <= oi_pages + 2, (len(calls), appends)
 
 
+def test_a_call_of_many_batches_written_at_once_reserves_every_index_page_its_entries_start(tmp_path, monkeypatch):
+    """The batches of one append call that go into one segment are written with one writev, their index
+    entries after it: the pages those entries start (several, here) get their blocks before the write."""
+    from pylog.index import _HEADER_SIZE
+    page = os.sysconf("SC_PAGE_SIZE")
+    reserved: list[int] = []
+    real = os.posix_fallocate
+    monkeypatch.setattr(os, "posix_fallocate", lambda fd, off, n: (reserved.append(off), real(fd, off, n))[1])
+    with pylog.open(str(tmp_path), log_cleaner_enable=False) as store:
+        # One record per batch (max.message.bytes), an index entry per batch.
+        p = store.create_topic("t", config={"index.interval.bytes": 1, "max.message.bytes": 200}).partition(0)
+        p.append_values([b"x" * 100] * 3000, timestamps=list(range(1, 3001)))
+        seg = p.segments[-1]
+        assert seg.base_offset == 0 and p.log_end_offset == 3000
+        oi, ti = seg.indexes()
+        for index in (oi, ti):
+            assert index.count >= 2990
+            a, b = index.A.itemsize, index.B.itemsize
+            for column_start, width in ((_HEADER_SIZE, a), (_HEADER_SIZE + index.capacity * a, b)):
+                first, last = column_start, column_start + (index.count - 1) * width
+                pages = range(first - first % page, last - last % page + 1, page)
+                assert len(pages) > 1
+                assert set(pages) <= set(reserved), (index.path, sorted(set(pages) - set(reserved)))
+
+
 # ---------------------------------------------------------------------------------------------- read-only mounts
 
 def test_a_writer_on_a_read_only_file_system_gets_read_only_store_error(tmpfs):

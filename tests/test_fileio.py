@@ -147,6 +147,24 @@ def test_write_all_writes_every_part_when_writev_is_short(tmp_path, monkeypatch)
     assert open(tmp_path / "f", "rb").read() == b"hello world!"
 
 
+@pytest.mark.parametrize("chunk", [0, 1, 10, 100, 1 << 20])
+def test_write_all_writes_more_parts_than_one_writev_takes_and_in_chunks(tmp_path, monkeypatch, chunk):
+    from pylog.storage.fileio import IOV_MAX
+    real = os.writev
+    calls: list[int] = []
+    monkeypatch.setattr(os, "writev", lambda fd, parts: (calls.append(len(parts)), real(fd, parts))[1])
+    parts = [bytes([i % 256]) * (i % 7) for i in range(IOV_MAX * 2 + 5)]
+    fd = os.open(tmp_path / "f", os.O_WRONLY | os.O_CREAT)
+    try:
+        assert write_all(fd, parts, chunk) == sum(map(len, parts))
+    finally:
+        os.close(fd)
+    assert open(tmp_path / "f", "rb").read() == b"".join(parts)
+    assert max(calls) <= IOV_MAX
+    if chunk == 10:
+        assert len(calls) > len(parts) // 5  # a writev per 10 bytes or so (parts of 0-6 bytes)
+
+
 @given(st.binary(max_size=200))
 def test_checked_framing_round_trips_any_body(body):
     assert unchecked(checked(body), "p", "thing") == body

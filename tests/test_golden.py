@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import pylog
+from pylog.errors import RemoteDataCorruptError
 from pylog.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from pylog.maintenance.cleaner_status import CleanerStatus
 from pylog.maintenance.cleaner_registry import PublishedCleaner, _read_status
@@ -33,7 +34,8 @@ from pylog.index import OffsetIndex, TimeIndex
 from pylog.storage.producer_state import ProducerEntry, ProducerState
 from pylog.storage.txn_index import append_index, marker_record, parse_marker, read_index, truncate_index
 from pylog.storage.txn_state import decode_state, state_key, state_value
-from pylog.storage.remote.manifest import decode_manifest, encode_manifest
+from pylog.storage.remote.group_offsets import decode_group_offsets, encode_group_offsets
+from pylog.storage.remote.manifest import TXNINDEX_UNKNOWN, decode_manifest, encode_manifest
 from pylog.clients.consumer import ConsumerRecord
 from pylog.storage.records import (CODEC_LZ4, BatchView, RecordColumns, encode_batch, parse_header,
                                    stamp_base_offset, views)
@@ -530,10 +532,32 @@ def test_pylog_reads_and_writes_the_golden_remote_manifest():
                                                                    doc["log_start_offset"])
     assert [s.fields() for s in m.segments] == doc["segments"]
     assert encode_manifest(m) == raw
+    assert m.segments[1].txnindex_size == len(_raw("files/aborted.txnindex"))
     # The first entry describes the golden store's own segment and snapshot, as shipping it would.
     part = GOLDEN / "store" / STORE["topic"] / "0"
     log = (part / ("0" * 20 + ".log")).read_bytes()
     assert (m.segments[0].log_size, m.segments[0].end_offset) == (len(log), STORE["log_end_offset"])
+
+
+def test_pylog_reads_a_version_1_golden_remote_manifest_with_its_indexes_unknown():
+    want = MANIFEST["files"]["remote.manifest.v1"]
+    m = decode_manifest(_raw(want["file"]), "s3://golden/events/0/remote.manifest")
+    assert [s.fields()[:11] for s in m.segments] == want["document"]["segments"]
+    assert {(s.txnindex_size, s.txnindex_crc) for s in m.segments} == {(TXNINDEX_UNKNOWN, 0)}
+    again = decode_manifest(encode_manifest(m), "s3://golden/events/0/remote.manifest")  # rewritten as version 2
+    assert again == m and encode_manifest(m)[4] == 2
+
+
+def test_pylog_reads_and_writes_the_golden_group_offsets_object():
+    want = MANIFEST["files"]["group.offsets"]
+    raw = _raw(want["file"])
+    got = decode_group_offsets(raw, "s3://golden/group.offsets")
+    assert sorted([g, tp.topic, tp.partition, *om] for g, offsets in got.items() for tp, om in offsets.items()) \
+        == want["document"]["offsets"]
+    assert encode_group_offsets(got) == raw
+    for bad in (raw[:-1] + bytes([raw[-1] ^ 1]), raw[:10], b"PLGO\x02" + raw[5:]):
+        with pytest.raises(RemoteDataCorruptError):
+            decode_group_offsets(bad, "s3://golden/group.offsets")
 
 
 def test_pylog_reads_and_writes_the_golden_transaction_state_record():

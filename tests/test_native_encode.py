@@ -280,3 +280,60 @@ def test_malformed_headers_raise_invalid_record_error_on_both_paths(headers):
     for fn in (encode_parts_pure, encode_batch):
         with pytest.raises(InvalidRecordError):
             fn([b"v"], headers=headers)
+
+
+@st.composite
+def runs(draw):
+    """An append call's records cut into runs (a producer's drain cut at batch_size), as lists of items."""
+    values = draw(st.lists(st.one_of(st.none(), st.binary(max_size=60)), min_size=1, max_size=80))
+    n = len(values)
+    keys = draw(st.one_of(st.none(), st.lists(st.one_of(st.none(), st.binary(max_size=12)), min_size=n, max_size=n)))
+    cuts = sorted(draw(st.sets(st.integers(1, n - 1), max_size=8))) if n > 1 else []
+    stops = [*cuts, n]
+    ts = draw(st.one_of(st.none(), st.just(np.full(n, 1_700_000_000_000, np.int64)),
+                        st.lists(st.integers(I64_MIN, I64_MAX), min_size=n, max_size=n).map(
+                            lambda t: np.array(t, np.int64))))
+    opts = EncodeOptions(base_offset=draw(st.integers(0, 1 << 62)), default_timestamp=draw(st.integers(0, 1 << 45)),
+                         log_append_time=draw(st.booleans()), producer_id=draw(st.integers(-1, 1 << 62)),
+                         producer_epoch=draw(st.integers(-1, 32767)),
+                         base_sequence=draw(st.integers(0, (1 << 31) - 1)), transactional=draw(st.booleans()))
+    return values, keys, stops, ts, opts
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(runs())
+def test_an_append_calls_batches_encoded_at_once_are_those_encoded_one_by_one(case):
+    values, keys, stops, ts, opts = case
+    vlens, vparts = column_parts(values, len(values), "values")
+    klens, kparts = column_parts(keys, len(values), "keys")
+    packed = encode.encode_runs_packed(vlens, vparts, klens, kparts, ts, stops, opts, 1 << 30)
+    assert packed is not None
+    data, headers = packed
+    expect, want_headers, start, base = [], [], 0, opts.base_offset
+    for stop in stops:
+        seq = -1 if opts.producer_id < 0 else (opts.base_sequence + start) % (1 << 31)
+        parts, h = encode_parts_pure(values[start:stop], None if keys is None else keys[start:stop],
+                                     None if ts is None else ts[start:stop],
+                                     options=opts._replace(base_offset=base, base_sequence=seq))
+        expect.append(b"".join(parts))
+        want_headers.append(h)
+        start, base = stop, h.next_offset
+    assert bytes(data) == b"".join(expect)
+    assert headers == want_headers
+
+
+def test_batches_encoded_at_once_decline_what_they_do_not_take():
+    values = [b"a" * 10, None, b"b" * 20]
+    vlens, vparts = column_parts(values, 3, "values")
+    opts = EncodeOptions(default_timestamp=5)
+    ok = encode.encode_runs_packed(vlens, vparts, None, [], None, [1, 3], opts, 1 << 20)
+    assert ok is not None and len(ok[1]) == 2
+    for args in ((vlens, vparts, None, [], None, [1, 3], opts, 64 + 8 + 20 - 1),  # a batch over max_bytes
+                 (vlens, vparts, None, [], None, [1, 3], opts._replace(codec=CODEC_LZ4), 1 << 20),
+                 (vlens, vparts, None, [], [5, 5, 5], [1, 3], opts, 1 << 20),  # timestamps not an int64 array
+                 (vlens, vparts, None, [], None, [2, 1, 3], opts, 1 << 20),  # runs out of order
+                 (vlens, vparts, None, [], None, [1, 2], opts, 1 << 20),  # runs short of the records
+                 (vlens, vparts[:1], None, [], None, [1, 3], opts, 1 << 20),  # a part missing
+                 (vlens, [b"a" * 10, b"b" * 19], None, [], None, [1, 3], opts, 1 << 20),  # a part that lies
+                 (vlens, [b"a" * 10, "b" * 20], None, [], None, [1, 3], opts, 1 << 20)):  # not bytes
+        assert encode.encode_runs_packed(*args) is None

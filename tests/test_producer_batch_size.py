@@ -32,6 +32,7 @@ def _pure(mp: pytest.MonkeyPatch) -> None:
         mp.setattr(module, "_native", None)
     mp.setattr(encode, "_native_encode", None)
     mp.setattr(encode, "_native_lengths", None)
+    mp.setattr(encode, "_native_batches", None)
 
 
 def _path(mp: pytest.MonkeyPatch, path: str) -> None:

@@ -181,29 +181,34 @@ def test_producer_ids_are_unique_across_processes(tmp_path):
 
 
 def test_a_call_that_failed_part_way_is_completed_by_its_retry(tmp_path, monkeypatch):
-    """An I/O error after the first batches of a call were written: the retry appends only the rest."""
+    """An I/O error after the first batches of a call were written (a call's batches that go into one segment
+    are written at once, so the call spans rolls here): the retry appends only the rest."""
     from pylog.segment import Segment
 
-    with _store(tmp_path, max_message_bytes=1000) as store:
+    with _store(tmp_path, max_message_bytes=1000, segment_bytes=2000) as store:
         store.create_topic(TOPIC)
         p = store.topic(TOPIC).partition(0)
         pid = store.new_producer_id()
         values = [b"v%03d" % i + b"x" * 60 for i in range(60)]
-        real = Segment.append
+        real, real_many = Segment.append, Segment.append_batches
         writes = []
 
-        def failing(self, *args):
-            writes.append(1)
-            if len(writes) == 3:
-                raise OSError(28, "injected: no space left")
-            return real(self, *args)
+        def failing(real):
+            def write(self, *args):
+                writes.append(1)
+                if len(writes) == 2:
+                    raise OSError(28, "injected: no space left")
+                return real(self, *args)
+            return write
 
-        monkeypatch.setattr(Segment, "append", failing)
+        monkeypatch.setattr(Segment, "append", failing(real))
+        monkeypatch.setattr(Segment, "append_batches", failing(real_many))
         with pytest.raises(OSError):
             p.append_values(values, producer=(pid, 0, 0))
         landed = p.log_end_offset
         assert 0 < landed < 60
         monkeypatch.setattr(Segment, "append", real)
+        monkeypatch.setattr(Segment, "append_batches", real_many)
         assert p.append_values(values, producer=(pid, 0, 0)) == 0
         assert [v for _, v in _values(p)] == values
         assert p.append_values(values, producer=(pid, 0, 0)) == 0  # and again: a plain duplicate now

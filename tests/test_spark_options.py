@@ -175,7 +175,7 @@ def test_misspelled_option_is_an_error_suggesting_the_closest(store_path, given,
         parse_write_options({"path": store_path, "zzz": "1"})
 
 
-@pytest.mark.parametrize("url", ["s3a://bucket/store", "hdfs://namenode:8020/data/store", "gs://b/s", "abfss://c@a/s"])
+@pytest.mark.parametrize("url", ["hdfs://namenode:8020/data/store", "gs://b/s", "abfss://c@a/s"])
 def test_remote_paths_are_refused_naming_the_scheme(tmp_path, monkeypatch, url):
     monkeypatch.chdir(tmp_path)
     scheme = url.split(":")[0]
@@ -183,6 +183,26 @@ def test_remote_paths_are_refused_naming_the_scheme(tmp_path, monkeypatch, url):
         parse_read_options({"path": url, "subscribe": "t"})
     with pytest.raises(InvalidOptionError, match=rf"{scheme}:// paths are not supported"):
         parse_write_options({"path": url, "topic": "t"})
+    assert not list(tmp_path.iterdir())  # nothing created under the working directory
+
+
+def test_a_bucket_path_is_for_batch_reads_only_and_s3a_is_refused_saying_why(tmp_path, monkeypatch):
+    """``s3://bucket/prefix`` (a store's remote.storage.location) is a batch read of the bucket, with
+    ``remote.storage.*`` options; Hadoop's ``s3a://`` is refused with the reason, as are writes and streaming
+    reads of a bucket, and remote options on a directory path."""
+    monkeypatch.chdir(tmp_path)
+    opts = parse_read_options({"path": "s3://bucket/store", "subscribe": "t",
+                               "remote.storage.endpoint.url": "http://127.0.0.1:9", "remote.storage.region": "x"})
+    assert opts.path == "s3://bucket/store"
+    assert opts.remote == (("remote.storage.endpoint.url", "http://127.0.0.1:9"), ("remote.storage.region", "x"))
+    with pytest.raises(InvalidOptionError, match=r"s3a:// is Hadoop's S3 filesystem.*write s3://bucket/prefix"):
+        parse_read_options({"path": "s3a://bucket/store", "subscribe": "t"})
+    with pytest.raises(InvalidOptionError, match=r"batch reads only read a bucket"):
+        parse_write_options({"path": "s3://bucket/store", "topic": "t"})
+    with pytest.raises(InvalidOptionError, match=r"batch reads only read a bucket"):
+        parse_read_options({"path": "s3://bucket/store", "subscribe": "t"}, streaming=True)
+    with pytest.raises(InvalidOptionError, match=r"remote.storage.region.*applies to batch reads only"):
+        parse_write_options({"path": str(tmp_path), "topic": "t", "remote.storage.region": "x"})
     assert not list(tmp_path.iterdir())  # nothing created under the working directory
 
 

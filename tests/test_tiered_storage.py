@@ -64,6 +64,21 @@ def _remote_values(rl, start: int, end: int) -> list[bytes]:
     return out
 
 
+def _consume(store: pylog.Store, count: int, **kw) -> list[bytes]:
+    """The values a consumer of TOPIC (no group, from the earliest offset) polls until it has ``count``."""
+    consumer = store.consumer(TOPIC, auto_offset_reset="earliest", **kw)
+    try:
+        got: list[bytes] = []
+        for _ in range(200):
+            for records in consumer.poll(timeout_ms=100).values():
+                got += [r.value for r in records]
+            if len(got) >= count:
+                break
+    finally:
+        consumer.close()
+    return got
+
+
 # ------------------------------------------------------------------------------------------ settings
 
 def test_kip405_settings_default_to_off_and_local_retention_to_the_total():
@@ -314,17 +329,7 @@ def test_reads_below_the_local_log_start_fall_through_to_the_bucket(tmp_path, re
 def test_a_consumer_reads_from_the_remote_start_through_the_boundary(tmp_path, remote_settings):
     with _open(tmp_path / "s", remote_settings) as store:
         _, values, _ = _shipped_and_trimmed(store)
-        consumer = store.consumer(TOPIC, auto_offset_reset="earliest", max_poll_records=9)
-        try:
-            got = []
-            for _ in range(200):
-                for records in consumer.poll(timeout_ms=100).values():
-                    got += [r.value for r in records]
-                if len(got) >= len(values):
-                    break
-        finally:
-            consumer.close()
-        assert got == values
+        assert _consume(store, len(values), max_poll_records=9) == values
 
 
 def test_another_process_reads_shipped_segments_it_no_longer_has_locally(tmp_path, remote_settings):
@@ -428,21 +433,294 @@ def test_pylog_health_shows_what_the_upload_thread_shipped(tmp_path, remote_sett
         assert f"{shipped} segment(s)" in out.getvalue() and "0 closed segment(s) waiting" in out.getvalue()
 
 
-def test_read_committed_below_the_local_start_refuses_transactional_batches_it_cannot_judge(tmp_path,
+def _committed_values(part, start: int = 0) -> list[bytes]:
+    """Every record from ``start`` a read_committed reader gets, read as a consumer reads (going on past what
+    a read skipped)."""
+    out, offset = [], start
+    ii = internals(part)
+    while offset < part.log_end_offset:
+        slices, nxt = ii.read_isolated(offset, 50, 1 << 20, "read_committed")
+        for view, a, b in slices:
+            out += [r.value for r in view.records(TOPIC, 0, a, b)]
+        offset = slices[-1][0].header.next_offset if slices else nxt
+        if not slices and nxt <= offset and offset < part.last_stable_offset:
+            raise AssertionError(f"read_committed made no progress at {offset}")
+    return out
+
+
+def _transactions_then_fill(part) -> tuple[list[bytes], int]:
+    """An aborted transaction (producer 7), a committed one (producer 8) interleaved with it, then plain
+    records filling many segments; returns what read_committed must return and the abort marker's offset."""
+    part.append_values([b"aborted" * 40] * 3, producer=(7, 0, 0), transactional=True)
+    part.append_values([b"committed" * 30] * 2, producer=(8, 0, 0), transactional=True)
+    marker = internals(part).append_marker(7, 0, commit=False)
+    internals(part).append_marker(8, 0, commit=True)
+    values = _fill(part)
+    return [b"committed" * 30] * 2 + values, marker
+
+
+def test_read_committed_of_shipped_segments_drops_aborted_transactions_after_local_deletion(tmp_path,
                                                                                            remote_settings):
-    """Aborted-transaction indexes are not shipped yet: a read_committed read of shipped transactional
-    batches raises RemoteStorageError instead of returning records of an aborted transaction."""
+    """The aborted-transaction index ships with its segment: once the local copies are gone, read_committed
+    below the local log start still drops the aborted transaction's records (and never returns markers)."""
     with _open(tmp_path / "s", remote_settings) as store:
         store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
         part = store.topic(TOPIC).partition(0)
-        part.append_values([b"a" * 300] * 3, producer=(7, 0, 0), transactional=True)
-        internals(part).append_marker(7, 0, commit=False)  # aborted
-        values = _fill(part)
+        want, marker = _transactions_then_fill(part)
         store.upload_to_remote()
         part.enforce_retention()
-        assert part.segments[0].base_offset > 0
-        with pytest.raises(pylog.errors.RemoteStorageError, match="read_committed"):
-            part.read(0, isolation_level="read_committed")
-        got = part.read(0, max_records=3)
-        assert [r.value for r in got] == [b"a" * 300] * 3  # read_uncommitted: the records as written
-        assert values[0] in [r.value for r in part.read(4, max_records=5)]
+        assert part.segments[0].base_offset > marker  # the marker's segment and its index: only in the bucket
+        m = store.remote_log(TOPIC, 0).manifest()
+        assert [s.txnindex_size > 0 for s in m.segments].count(True) == 1
+        assert not list((tmp_path / "s" / TOPIC / "0").glob("*.txnindex"))
+        assert _committed_values(part) == want
+        uncommitted = [r.value for r in part.read(0, max_records=5)]
+        assert uncommitted == [b"aborted" * 40] * 3 + [b"committed" * 30] * 2  # read_uncommitted: as written
+        assert internals(part).aborted_transactions(0, 10) == [(7, 0)]  # what pylog serve's Fetch sends
+
+
+def test_a_restored_store_keeps_aborted_transactions_and_producer_state(tmp_path, remote_settings):
+    """Restore brings back every shipped aborted-transaction index and the producer snapshot kept at the last
+    shipped segment's roll: read_committed is right, and a producer whose batches were all deleted is still
+    known (a retried append is a duplicate, not written twice; a sequence gap is refused), as Kafka keeps a
+    producer snapshot per segment."""
+    from pylog.storage.remote import ObjectStore, restore_store
+
+    pdir = tmp_path / "s" / TOPIC / "0"
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        part = store.topic(TOPIC).partition(0)
+        first = part.append_values([b"idempotent"], producer=(5, 0, 0))
+        _fill(part, 25)
+        cut = part.segments[1].base_offset  # producer 5's only batch is below: deleted before the restore
+        txn_start = part.log_end_offset
+        _transactions_then_fill(part)
+    # Closed before shipping: producer.snapshot is now as of the log end, inside the active segment, so each
+    # shipped segment's snapshot can only be the copy kept at its roll.
+    assert list(pdir.glob("[0-9]*.snapshot"))
+    with _open(tmp_path / "s", remote_settings) as store:
+        part = store.topic(TOPIC).partition(0)
+        part.append_values([b"after reopening"])  # the writer again: the upload thread ships what a store writes
+        store.upload_to_remote()
+        part.delete_records(cut)
+        m = store.remote_log(TOPIC, 0).manifest(refresh=True)
+        assert m.log_start_offset == cut == m.segments[0].base_offset and m.segments[-1].snapshot_size > 0
+        ends = {int(p.name[:20]) for p in pdir.glob("[0-9]*.snapshot")}
+        assert all(e > m.end_offset for e in ends)  # the copies of shipped segments removed once shipped
+        want = _committed_values(part, cut)
+        assert b"aborted" * 40 not in want and want.count(b"committed" * 30) == 2
+    restore_store(ObjectStore.from_settings(remote_settings), str(tmp_path / "r"))
+    with pylog.open(str(tmp_path / "r"), log_cleaner_enable=False) as store:
+        part = store.topic(TOPIC).partition(0)
+        assert (part.log_start_offset, part.log_end_offset) == (cut, m.end_offset) and cut <= txn_start
+        got = _committed_values(part, cut)
+        assert got == want[:len(got)] and len(got) > len(want) // 2
+        assert part.append_values([b"idempotent"], producer=(5, 0, 0)) == first  # a duplicate: not written
+        assert part.log_end_offset == m.end_offset
+        with pytest.raises(pylog.errors.OutOfOrderSequenceError):
+            part.append_values([b"gap"], producer=(5, 0, 3))
+
+
+def test_group_offsets_are_shipped_and_restored_with_the_store(tmp_path, remote_settings):
+    """Committed offsets of the topics shipped go to the bucket (``group.offsets``, replaced when they change)
+    and ``pylog.restore`` commits them into the restored store; a topic not shipped keeps its commits home."""
+    from pylog.storage.remote import ObjectStore
+    from pylog.storage.remote.group_offsets import decode_group_offsets
+
+    tp, other = pylog.TopicPartition(TOPIC, 0), pylog.TopicPartition("local-only", 0)
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        store.create_topic("local-only")
+        _fill(store.topic(TOPIC).partition(0), 20)
+        store.commit_offsets("billing", {tp: pylog.OffsetAndMetadata(7, "first", 3), other: 1})
+        store.commit_offsets("audit", {tp: 2})
+        store.upload_to_remote()
+        store.commit_offsets("billing", {tp: pylog.OffsetAndMetadata(11, "again")})  # changed: shipped again
+        store.upload_to_remote()
+    objects = ObjectStore.from_settings(remote_settings)
+    raw, _ = objects.get("group.offsets")
+    shipped = decode_group_offsets(raw, "group.offsets")
+    assert shipped == {"billing": {tp: pylog.OffsetAndMetadata(11, "again", -1)},
+                       "audit": {tp: pylog.OffsetAndMetadata(2, "", -1)}}
+    opts = {k.replace(".", "_"): v for k, v in remote_settings.items() if k != "remote.storage.location"}
+    restored = pylog.restore(remote_settings["remote.storage.location"], str(tmp_path / "r"), **opts)
+    assert restored.group_offsets == shipped
+    with pylog.open(str(tmp_path / "r"), read_only=True) as store:
+        assert store.committed_offsets("billing") == {tp: pylog.OffsetAndMetadata(11, "again", -1)}
+        assert store.committed_offsets("audit") == {tp: pylog.OffsetAndMetadata(2, "", -1)}
+        assert "local-only" not in store.topics()
+
+
+def test_a_store_attached_read_only_from_the_bucket_reads_every_shipped_record(tmp_path, remote_settings):
+    """``pylog.attach``: no local store at all (the shipping store's directory is gone); ``read``,
+    ``read_columns``, read_committed and a consumer get every shipped record, byte for byte, from the bucket."""
+    import shutil
+
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        want, _ = _transactions_then_fill(store.topic(TOPIC).partition(0))
+        store.upload_to_remote()
+        end = store.remote_log(TOPIC, 0).manifest().end_offset
+        everything = [r.value for r in store.topic(TOPIC).partition(0).read(0, 10 ** 6, max_bytes=1 << 30)]
+    shutil.rmtree(tmp_path / "s")
+    opts = {k.replace(".", "_"): v for k, v in remote_settings.items() if k != "remote.storage.location"}
+    with pylog.attach(remote_settings["remote.storage.location"], **opts) as store:
+        assert store.read_only and store.topics() == [TOPIC]
+        part = store.topic(TOPIC).partition(0)
+        assert part.offsets() == (0, end) and end > 100
+        got, offset = [], 0
+        while offset < end:
+            batch = part.read(offset, max_records=37)
+            got += batch
+            offset = batch[-1].offset + 1
+        assert [r.value for r in got] == everything[:len(got)] and len(got) == len(everything[:len(got)])
+        cols = part.read_columns(10, max_records=10)  # past the two markers at 5 and 6; up to a segment's end
+        assert 0 < len(cols.offsets) and list(cols.offsets) == list(range(10, 10 + len(cols.offsets)))
+        assert cols.values() == everything[8:8 + len(cols.offsets)]  # offsets 5 and 6 are markers
+        committed = _committed_values(part)
+        assert committed == want[:len(committed)] and len(committed) > len(want) // 2
+        assert _consume(store, len(got), max_poll_records=50) == [r.value for r in got]
+        directory = store.path
+    assert not os.path.exists(directory)  # the attach's temporary directory went with the store
+
+
+def test_spark_reads_a_shipped_topic_from_the_bucket_alone(tmp_path, remote_settings, spark):
+    """``spark.read.format("pylog").load("s3://bucket/prefix")``: no store directory anywhere (the shipping
+    store is gone); the driver plans from the shipped manifests, the executors read the segments by ranged
+    GETs, and the rows are every shipped record, in order (markers are no rows)."""
+    import shutil
+
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, partitions=2, config=TIERED)
+        want, _ = _transactions_then_fill(store.topic(TOPIC).partition(0))
+        _fill(store.topic(TOPIC).partition(1), 40)
+        store.upload_to_remote()
+        ends = [store.remote_log(TOPIC, p).manifest().end_offset for p in (0, 1)]
+        shipped = {p: [r.value for r in store.topic(TOPIC).partition(p).read(0, 10 ** 6, max_bytes=1 << 30)
+                       if r.offset < ends[p]] for p in (0, 1)}
+    shutil.rmtree(tmp_path / "s")
+    reader = (spark.read.format("pylog").option("subscribe", TOPIC)
+              .option("remote.storage.endpoint.url", remote_settings["remote.storage.endpoint.url"]))
+    rows = reader.option("minPartitions", 3).load(remote_settings["remote.storage.location"]) \
+        .select("partition", "offset", "value").orderBy("partition", "offset").collect()
+    for p in (0, 1):
+        got = [bytes(r.value) for r in rows if r.partition == p]
+        assert got == shipped[p] and [r.offset for r in rows if r.partition == p][-1] == ends[p] - 1
+
+
+# ------------------------------------------------------------------------------------------ failures
+
+def test_a_manifest_naming_a_missing_object_fails_reads_clearly_and_pylog_verify_remote_reports_it(
+        tmp_path, remote_settings, s3_endpoint):
+    """An object the manifest names deleted behind pylog's back: a read below the local log start raises
+    RemoteObjectMissingError naming it (never garbage or a foreign exception), and ``pylog verify --remote``
+    reports it with exit 1 while the local check passes."""
+    import io
+
+    from pylog.cli import main
+    from pylog.storage.remote.layout import segment_object
+    from s3_server import raw_client
+
+    with _open(tmp_path / "s", remote_settings) as store:
+        part, values, local_start = _shipped_and_trimmed(store)
+        seg = store.remote_log(TOPIC, 0).manifest().segments[0]
+        bucket, prefix = remote_settings["remote.storage.location"][len("s3://"):].split("/", 1)
+        key = f"{prefix}/{segment_object(TOPIC, 0, seg.base_offset, seg.log_crc, '.log')}"
+        raw_client(s3_endpoint).delete_object(Bucket=bucket, Key=key)
+        with pytest.raises(pylog.RemoteObjectMissingError, match=key):
+            part.read(0)
+        assert [r.value for r in part.read(local_start, max_records=3)] == values[local_start:local_start + 3]
+    out = io.StringIO()
+    code = main(["verify", str(tmp_path / "s"), "--remote", remote_settings["remote.storage.location"],
+                 "--endpoint-url", s3_endpoint], out)
+    text = out.getvalue()
+    assert code == 1 and "verify: no problems" in text and f"{key}: missing" in text, text
+    assert "verify-remote: 1 problem(s)" in text
+
+
+def test_a_half_finished_multipart_upload_at_a_segment_key_changes_nothing(tmp_path, remote_settings, s3_endpoint):
+    """pylog ships each object in one PUT; a multipart upload someone left unfinished at a segment's key is no
+    object (S3 lists and serves none until it completes), so shipping, reads and checks go on unaffected."""
+    from pylog.storage.records import crc32c
+    from pylog.storage.remote import ObjectStore
+    from pylog.storage.remote.layout import segment_object
+    from s3_server import raw_client
+
+    client = raw_client(s3_endpoint)
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        values = _fill(part)
+        bucket, prefix = remote_settings["remote.storage.location"][len("s3://"):].split("/", 1)
+        log_file = tmp_path / "s" / TOPIC / "0" / ("0" * 20 + ".log")
+        key = f"{prefix}/{segment_object(TOPIC, 0, 0, crc32c(log_file.read_bytes()), '.log')}"  # the name it ships to
+        size = log_file.stat().st_size
+        upload = client.create_multipart_upload(Bucket=bucket, Key=key)
+        client.upload_part(Bucket=bucket, Key=key, UploadId=upload["UploadId"], PartNumber=1, Body=b"x" * 1024)
+        store.upload_to_remote()
+        part.enforce_retention()
+        assert store.cleaner_status().remote_failures == 0 and part.segments[0].base_offset > 0
+        assert [r.value for r in part.read(0, 10 ** 6, max_bytes=1 << 30)][:20] == values[:20]
+        assert store.remote_log(TOPIC, 0).check(full=True) == []
+        info = ObjectStore.from_settings(remote_settings).head(key[len(prefix) + 1:])
+        assert info is not None and info.size == size  # the segment's own PUT, not the unfinished upload
+
+
+def test_opening_a_bucket_as_a_store_directory_is_refused_pointing_to_attach(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for location in ("s3://bucket/prefix", "S3A://bucket/prefix"):
+        with pytest.raises(pylog.StorePathError, match="pylog.attach"):
+            pylog.open(location)
+    assert not list(tmp_path.iterdir())  # no directory "s3:" made
+    with pytest.raises(pylog.errors.InvalidArgumentError, match="s3://bucket/prefix"):
+        pylog.attach(str(tmp_path))
+
+
+def test_a_kafka_client_reading_committed_drops_shipped_aborted_transactions_through_pylog_serve(tmp_path,
+                                                                                               remote_settings):
+    """kafka-python with isolation_level=read_committed through ``pylog serve``, every record below the local
+    log start: Fetch sends the shipped aborted-transaction index's entries, so the client drops the aborted
+    records and gets the committed ones, once, in order."""
+    kafka = pytest.importorskip("kafka")
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        want, marker = _transactions_then_fill(part)
+        store.upload_to_remote()
+        part.enforce_retention()
+        assert part.segments[0].base_offset > marker
+        expected = _committed_values(part)
+        with pylog.serve(store, port=0) as server:
+            consumer = kafka.KafkaConsumer(TOPIC, bootstrap_servers=server.bootstrap_servers,
+                                           auto_offset_reset="earliest", consumer_timeout_ms=10_000,
+                                           isolation_level="read_committed", max_partition_fetch_bytes=4096)
+            got = []
+            try:
+                for rec in consumer:
+                    got.append(rec.value)
+                    if len(got) >= len(expected):
+                        break
+            finally:
+                consumer.close()
+    assert expected[:2] == [b"committed" * 30] * 2 and got == expected
+
+
+def test_a_damaged_shipped_aborted_transaction_index_fails_read_committed_and_never_lets_records_through(
+        tmp_path, remote_settings, s3_endpoint):
+    from pylog.storage.remote.layout import segment_object
+    from s3_server import raw_client
+
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        _transactions_then_fill(part)
+        store.upload_to_remote()
+        part.enforce_retention()
+        seg = next(s for s in store.remote_log(TOPIC, 0).manifest().segments if s.txnindex_size > 0)
+        bucket, prefix = remote_settings["remote.storage.location"][len("s3://"):].split("/", 1)
+        key = f"{prefix}/{segment_object(TOPIC, 0, seg.base_offset, seg.log_crc, '.txnindex')}"
+        raw = raw_client(s3_endpoint).get_object(Bucket=bucket, Key=key)["Body"].read()
+        raw_client(s3_endpoint).put_object(Bucket=bucket, Key=key, Body=raw[:-1] + bytes([raw[-1] ^ 1]))
+        with pytest.raises(pylog.RemoteDataCorruptError, match="txnindex"):
+            internals(part).read_isolated(0, 50, 1 << 20, "read_committed")
+        assert [r.value for r in part.read(0, max_records=3)] == [b"aborted" * 40] * 3  # read_uncommitted

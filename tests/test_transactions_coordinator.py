@@ -12,8 +12,9 @@ import pytest
 import pylog
 from pylog.clients.transactions import TxnState
 from pylog.errors import (ConcurrentTransactionsError, CorruptRecordError, InvalidArgumentError, InvalidGroupError,
-                          InvalidProducerEpochError, InvalidProducerIdMappingError, InvalidTransactionTimeoutError,
-                          InvalidTxnStateError, ProducerFencedError, TransactionalIdNotFoundError, UnknownTopicError)
+                          InvalidProducerEpochError, InvalidProducerIdMappingError, InvalidTopicError,
+                          InvalidTransactionTimeoutError, InvalidTxnStateError, ProducerFencedError,
+                          TransactionalIdNotFoundError, UnknownTopicError)
 from pylog.partition import internals
 from pylog.storage.txn_state import TransactionMetadata, decode_state, state_key, state_value
 from pylog.store import transaction_coordinator
@@ -296,3 +297,48 @@ def test_describe_producers_shows_the_open_transaction_from_any_handle(store, tm
         c.end_txn("app", pid, epoch, True)
         (desc,) = internals(reader.topic("t").partition(1)).describe_producers()
         assert (desc.current_txn_start_offset, desc.last_sequence) == (-1, 1)
+
+
+def _unflushed(store, topic):
+    return sum(internals(p).durability.unflushed for p in store.topic(topic).partitions)
+
+
+def _commit_one(store, tid, partition):
+    c = transaction_coordinator(store)
+    pid, epoch = c.init_producer_id(tid, 60_000)
+    c.add_partitions(tid, pid, epoch, [TP("t", partition)])
+    _send(store, pid, epoch, partition, [b"v"])
+    c.end_txn(tid, pid, epoch, True)
+
+
+def test_commit_points_and_markers_are_fsynced_unless_transaction_state_has_a_flush_policy(store, tmp_path):
+    _commit_one(store, "app", 0)
+    assert _unflushed(store, "__transaction_state") == 1  # Ongoing, PrepareCommit fsynced; Complete not
+    assert _unflushed(store, "t") == 0  # the records and the marker: the markers' fsync covers them
+    cfg = store.alter_topic_config("__transaction_state", {"flush.messages": 1_000_000})
+    assert cfg["flush.messages"] == 1_000_000
+    _commit_one(store, "app", 1)
+    assert _unflushed(store, "__transaction_state") >= 4  # Empty, Ongoing, PrepareCommit, CompleteCommit
+    assert internals(store.topic("t").partition(1)).durability.unflushed == 2  # the record and its marker
+    assert _committed_values(store, 1) == [b"v"]
+    store.close()
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False) as again:  # the policy is the topic's, kept
+        _commit_one(again, "app", 2)
+        assert internals(again.topic("t").partition(2)).durability.unflushed == 2
+        again.alter_topic_config("__transaction_state", {}, remove=["flush.messages"])
+        _commit_one(again, "app", 0)
+        assert internals(again.topic("t").partition(0)).durability.unflushed == 0
+
+
+def test_of_the_internal_topics_only_transaction_state_flush_settings_can_be_altered(tmp_path):
+    with pylog.open(tmp_path / "s", log_cleaner_enable=False) as s:
+        assert "__transaction_state" not in s  # set before the first transaction: the topic is created
+        s.alter_topic_config("__transaction_state", {"flush.ms": 1000})
+        assert s.topic("__transaction_state").config.overrides["flush.ms"] == 1000
+        with pytest.raises(InvalidTopicError, match="only its flush.messages and flush.ms"):
+            s.alter_topic_config("__transaction_state", {"flush.ms": 5, "cleanup.policy": "delete"})
+        with pytest.raises(InvalidTopicError, match="only its flush.messages and flush.ms"):
+            s.alter_topic_config("__transaction_state", {}, remove=["cleanup.policy"])
+        assert s.topic("__transaction_state").config.overrides["flush.ms"] == 1000
+        with pytest.raises(InvalidTopicError, match="internal topic"):
+            s.alter_topic_config("__consumer_offsets", {"flush.ms": 5})

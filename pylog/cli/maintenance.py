@@ -1,4 +1,5 @@
-"""``pylog verify``, ``pylog retention``, ``pylog compact`` and ``pylog delete-records``.
+"""``pylog verify`` (with ``--remote``, the bucket the store ships to as well), ``pylog retention``, ``pylog
+compact`` and ``pylog delete-records``.
 
 Verification opens partitions as a reader (no lock, nothing written), so it is safe on a live store.
 Maintenance commands become the partitions' writer for the moment they run: a partition another process
@@ -13,9 +14,10 @@ from typing import Any, Sequence, TextIO
 from ..errors import PartitionLockedError, PylogError
 from ..store import Store
 from .base import ExitCode, non_negative, open_store, partition_writers
-from .output import Progress
+from .output import Progress, report_partition
+from .remote_check import client_options, objects_of, verify_remote
 
-__all__ = ["register", "verify", "report_partition"]
+__all__ = ["register", "verify"]
 
 
 def register(sub: Any) -> None:
@@ -25,6 +27,11 @@ def register(sub: Any) -> None:
                                    "byte position; exit 1 on any problem. A progress bar shows on a terminal.")
     v.add_argument("store", nargs="?", default=".", help="the store (default: the current directory)")
     v.add_argument("topics", nargs="*", metavar="topic", help="only these topics (default: all)")
+    v.add_argument("--remote", metavar="LOCATION", default="",
+                   help="also check the bucket the store ships to (s3://bucket/prefix, its remote.storage.location) "
+                        "against its remote manifests, as `pylog verify-remote` does")
+    v.add_argument("--full", action="store_true", help="with --remote: download every object and check its CRC-32C")
+    client_options(v)
     v.set_defaults(run=_verify)
     r = sub.add_parser("retention", help="enforce retention now")
     r.add_argument("store")
@@ -53,15 +60,6 @@ def register(sub: Any) -> None:
     rp.add_argument("topic")
     rp.add_argument("partition", type=non_negative)
     rp.set_defaults(run=_repair)
-
-
-def report_partition(out: TextIO, name: str, what: str, start: int, end: int, found: Sequence[str]) -> None:
-    """One partition's line of a check (``name: what, offsets [start, end): ok`` or its problem count), then
-    each problem indented."""
-    status = "ok" if not found else f"{len(found)} problem(s)"
-    print(f"{name}: {what}, offsets [{start}, {end}): {status}", file=out)
-    for line in found:
-        print(f"  {line}", file=out)
 
 
 def verify(store: Store, topic_names: Sequence[str], out: TextIO) -> int:
@@ -93,7 +91,10 @@ def verify(store: Store, topic_names: Sequence[str], out: TextIO) -> int:
 
 def _verify(args: argparse.Namespace, out: TextIO) -> ExitCode:
     with open_store(args.store) as store:
-        return ExitCode.OK if not verify(store, args.topics, out) else ExitCode.PROBLEMS
+        problems = verify(store, args.topics, out)
+    if args.remote:
+        problems += verify_remote(objects_of(args.remote, args), args.topics, args.full, out)
+    return ExitCode.OK if not problems else ExitCode.PROBLEMS
 
 
 def _retention(args: argparse.Namespace, out: TextIO) -> ExitCode:

@@ -13,10 +13,10 @@ import base64
 import datetime as _dt
 import sys
 import time
-from typing import Any, TextIO
+from typing import Any, Sequence, TextIO
 
 __all__ = ["Table", "Progress", "PROGRESS_DELAY", "rich_console", "text_of", "json_bytes", "bytes_from_json",
-           "format_ms", "format_bytes"]
+           "format_ms", "format_bytes", "report_partition"]
 
 #: Work shorter than this shows no progress bar (seconds).
 PROGRESS_DELAY = 1.0
@@ -208,3 +208,12 @@ def format_bytes(n: int) -> str:
             return f"{n} B" if unit == "B" else f"{size:.1f} {unit}"
         size /= 1024
     raise AssertionError("unreachable")
+
+
+def report_partition(out: TextIO, name: str, what: str, start: int, end: int, found: Sequence[str]) -> None:
+    """One partition's line of a check (``name: what, offsets [start, end): ok`` or its problem count), then
+    each problem indented."""
+    status = "ok" if not found else f"{len(found)} problem(s)"
+    print(f"{name}: {what}, offsets [{start}, {end}): {status}", file=out)
+    for line in found:
+        print(f"  {line}", file=out)

@@ -1,5 +1,6 @@
-"""``pylog restore`` and ``pylog verify-remote``: a store rebuilt from the bucket it was shipped to, and a
-bucket checked against its remote manifests (tiered storage, being built: docs/ARCHITECTURE.md).
+"""``pylog restore`` and ``pylog verify-remote`` (also ``pylog verify --remote``): a store rebuilt from the
+bucket it was shipped to, and a bucket checked against its remote manifests (tiered storage:
+docs/ARCHITECTURE.md).
 
 Both take the location as ``s3://bucket/prefix``; the endpoint, region and profile come from the options or
 boto3's standard chain (``AWS_ENDPOINT_URL``, ``AWS_REGION``, ``~/.aws``), credentials from that chain only.
@@ -11,9 +12,10 @@ from __future__ import annotations
 import argparse
 from typing import Any, TextIO
 
-from ..storage.remote import ObjectStore, RemoteLog, restore_store
+from ..tiered import restore
 from .base import ExitCode, open_store
-from .maintenance import report_partition, verify
+from .maintenance import verify
+from .remote_check import client_options, objects_of, verify_remote
 
 __all__ = ["register"]
 
@@ -21,13 +23,14 @@ __all__ = ["register"]
 def register(sub: Any) -> None:
     r = sub.add_parser("restore", help="rebuild a store from the bucket it was shipped to (tiered storage)",
                        description="Download every shipped segment, index and producer snapshot, each checked "
-                                   "against its remote manifest (size, CRC-32C), plus the topics' files, into DIR "
+                                   "against its remote manifest (size, CRC-32C), plus the topics' files and the "
+                                   "groups' committed offsets, into DIR "
                                    "(missing or empty), then verify the restored store as `pylog verify` does. "
                                    "What was appended after the last shipped segment is not in the bucket. Exit 1 "
                                    "when the verification finds problems.")
     r.add_argument("location", help="s3://bucket/prefix the store was shipped to")
     r.add_argument("directory", help="where to restore it (missing or empty)")
-    _client_options(r)
+    client_options(r)
     r.set_defaults(run=_restore)
     v = sub.add_parser("verify-remote", help="check a bucket's shipped segments against their manifests",
                        description="For every partition shipped under LOCATION (or only TOPICs), check that each "
@@ -36,41 +39,22 @@ def register(sub: Any) -> None:
     v.add_argument("location", help="s3://bucket/prefix")
     v.add_argument("topics", nargs="*", metavar="topic", help="only these topics (default: all)")
     v.add_argument("--full", action="store_true", help="download every object and check its CRC-32C")
-    _client_options(v)
+    client_options(v)
     v.set_defaults(run=_verify_remote)
 
 
-def _client_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--endpoint-url", default="", help="the S3 API's URL (default: AWS_ENDPOINT_URL or AWS)")
-    parser.add_argument("--region", default="", help="the bucket's region (default: AWS_REGION or the profile's)")
-    parser.add_argument("--profile", default="", help="the AWS credentials profile")
-
-
-def _objects(args: argparse.Namespace) -> ObjectStore:
-    return ObjectStore.from_settings({"remote.storage.location": args.location,
-                                      "remote.storage.endpoint.url": args.endpoint_url,
-                                      "remote.storage.region": args.region, "remote.storage.profile": args.profile})
-
-
 def _restore(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    restored = restore_store(_objects(args), args.directory)
+    restored = restore(args.location, args.directory, remote_storage_endpoint_url=args.endpoint_url,
+                       remote_storage_region=args.region, remote_storage_profile=args.profile)
     for topic, partitions in sorted(restored.partitions.items()):
         for number, (start, end) in sorted(partitions.items()):
             print(f"{topic}-{number}: restored offsets [{start}, {end})", file=out)
+    for group, offsets in sorted(restored.group_offsets.items()):
+        print(f"group {group}: {len(offsets)} committed offset(s) restored", file=out)
     with open_store(args.directory) as store:
         return ExitCode.OK if not verify(store, [], out) else ExitCode.PROBLEMS
 
 
 def _verify_remote(args: argparse.Namespace, out: TextIO) -> ExitCode:
-    objects = _objects(args)
-    problems = 0
-    for topic in args.topics or sorted(objects.folders("")):
-        for partition in sorted(int(p) for p in objects.folders(topic + "/") if p.isdigit()):
-            remote = RemoteLog(objects, topic, partition)
-            found = remote.check(full=args.full)
-            m = remote.manifest()
-            problems += len(found)
-            report_partition(out, f"{topic}-{partition}", f"{len(m.segments)} shipped segments",
-                             m.log_start_offset, m.end_offset, found)
-    print("verify-remote: " + ("no problems" if not problems else f"{problems} problem(s)"), file=out)
+    problems = verify_remote(objects_of(args.location, args), args.topics, args.full, out)
     return ExitCode.OK if not problems else ExitCode.PROBLEMS

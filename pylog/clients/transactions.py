@@ -300,7 +300,8 @@ class TransactionCoordinator:
 
     def _write_markers(self, meta: TransactionMetadata, commit: bool) -> None:
         """A marker into each of ``meta``'s partitions (a deleted topic has nothing to end), then one fsync
-        of them all; partitions taken for the markers are handed back."""
+        of them all (none when ``__transaction_state`` has a flush policy of its own: :class:`TransactionLog`);
+        partitions taken for the markers are handed back."""
         taken: list[Partition] = []
         marked: list[Partition] = []
         try:
@@ -316,9 +317,10 @@ class TransactionCoordinator:
                         taken.append(p)
                     internals(p).append_marker(meta.producer_id, meta.producer_epoch, commit, meta.coordinator_epoch)
                 marked.append(p)
-            for exc in group_commit.sync([internals(p) for p in marked]):
-                if exc is not None:
-                    raise exc
+            if self._log.fsyncs_commit_points():  # else __transaction_state's flush policy: Kafka's, no fsync
+                for exc in group_commit.sync([internals(p) for p in marked]):
+                    if exc is not None:
+                        raise exc
         finally:
             for p in taken:
                 internals(p).pass_turn(wanted_only=False)

@@ -17,6 +17,11 @@ Invariants:
   :data:`IDLE_TURN_S` without an append. A state transition then costs its append (and fsync), not the
   writer lock's acquisition and the checkpoint written at its release. Without it, each append takes the lock
   and hands it back.
+- Commit points are fsynced (:meth:`TransactionLog.fsyncs_commit_points`) unless the topic has its own
+  ``flush.messages`` or ``flush.ms`` (Kafka's topic configs, which Kafka lets an operator set on
+  ``__transaction_state``): then the state records follow that flush policy as any append does, and the
+  coordinator does not fsync its markers either (Kafka's behaviour: all-or-nothing survives a process crash,
+  not a power loss). pylog's default, with neither set, is the fsync of every commit point.
 """
 
 from __future__ import annotations
@@ -34,10 +39,13 @@ from ..storage.txn_state import TransactionMetadata, decode_state, state_key, st
 from ..topic import Topic
 from .storeview import CreateInternalTopic, StoreView, internal_topic
 
-__all__ = ["TransactionLog", "IDLE_TURN_S"]
+__all__ = ["TransactionLog", "IDLE_TURN_S", "STATE_FLUSH_KEYS"]
 
 #: How long a state partition kept between appends (``keep_turns``) stays held without one (seconds).
 IDLE_TURN_S = 1.0
+#: The topic configs of ``__transaction_state`` an operator may set (``Store.alter_topic_config``): either one
+#: replaces the coordinator's fsync of each commit point by that flush policy (see the module docstring).
+STATE_FLUSH_KEYS = frozenset(("flush.messages", "flush.ms"))
 
 log = logging.getLogger("pylog.transactions")
 
@@ -73,13 +81,19 @@ class TransactionLog:
                                          "transaction.state.log")
         return self._topic
 
+    def fsyncs_commit_points(self) -> bool:
+        """Whether the coordinator fsyncs its commit points and markers: unless the topic has its own
+        ``flush.messages`` or ``flush.ms`` (see the module docstring)."""
+        return STATE_FLUSH_KEYS.isdisjoint(self.topic().config.overrides)
+
     def partition_for(self, transactional_id: str) -> Partition:
         t = self.topic()
         return t.partition(crc32c(transactional_id.encode("utf-8", "surrogatepass")) % t.num_partitions)
 
     def append(self, meta: TransactionMetadata, durable: bool, timeout_ms: float) -> None:
-        """Append ``meta`` as its id's latest state; ``durable``: fsynced before returning (a commit point).
-        Call under the id's coordinator lock.
+        """Append ``meta`` as its id's latest state; ``durable``: fsynced before returning (a commit point),
+        unless the topic's own flush policy replaces that (:meth:`fsyncs_commit_points`). Call under the id's
+        coordinator lock.
 
         :raises PartitionLockedError: when another writer held the state partition for ``timeout_ms``.
         """
@@ -94,7 +108,7 @@ class TransactionLog:
             try:
                 internals(p).append_values_in_turn([state_value(meta)], [state_key(meta.transactional_id)], None,
                                                    None, None, None)
-                if durable:
+                if durable and self.fsyncs_commit_points():
                     p.flush()
             finally:
                 if self.keep_turns:

@@ -1,14 +1,16 @@
 """Tiered storage's upload thread (Kafka's RLM copier, KIP-405): ships closed segments and applies retention to
 the remote log, beside the cleaner thread of a store opened with ``remote.storage.location``.
 
-Each pass ships the store marker and the ``topic.json`` of the topics concerned (what ``pylog restore``
-needs beside the segments), then, for every partition this store writes whose topic has ``remote.storage.enable``:
+Each pass ships the store marker, the ``topic.json`` of the topics concerned and the groups' committed
+offsets for them (``group.offsets``: what ``pylog restore`` needs beside the segments), then, for every
+partition this store writes whose topic has ``remote.storage.enable``:
 
 1. ask the core for the shippable segments (:meth:`PartitionInternals.shippable_segments`: below
    ``synced_through``, i.e. rolled, sealed and fsynced), from a snapshot of the segment list;
 2. ship, oldest first, those not yet in the remote log with :meth:`RemoteLog.ship_segment` (objects first,
    the manifest's conditional commit last) and after each commit tell the core the new remote end
-   (:meth:`PartitionInternals.note_remote`), which is what lets local retention delete the local copy;
+   (:meth:`PartitionInternals.note_remote`), which is what lets local retention delete the local copy, and
+   remove the producer snapshots kept at rolls (``<end>.snapshot``) of the segments now shipped;
 3. apply ``retention.ms`` / ``retention.bytes`` to the whole log with :meth:`RemoteLog.enforce_retention`
    (the local bytes not shipped yet counted towards ``retention.bytes``).
 
@@ -38,8 +40,10 @@ from .. import metrics
 from ..config import REMOTE_STORAGE_SETTINGS, TopicConfig
 from ..errors import InvalidConfigError, StoreClosedError
 from ..partition import Partition, internals
+from ..storage.filenames import remove_segment_snapshots
 from ..storage.records import now_ms
 from ..storage.remote import ChunkCache, ObjectStore, RemoteLog, RemoteStorageConfig, ship_store_metadata
+from ..storage.remote.group_offsets import GroupOffsets, encode_group_offsets
 
 __all__ = ["RemoteUploader", "UploadCounts", "check_location"]
 
@@ -70,15 +74,20 @@ class RemoteUploader:
     ``partitions()``.
 
     :param report: called with each partition's :class:`UploadCounts` and (on failure) the error text.
+    :param group_offsets: the store's committed offsets, every group's (shipped for the topics shipped).
     :raises InvalidConfigError: for a bad ``remote.storage.*`` setting. :raises RemoteStorageError: when
         boto3 is missing.
     """
 
     def __init__(self, root: str, partitions: Callable[[], Iterator[Partition]], settings: dict[str, Any],
-                 report: Callable[[str, UploadCounts, str | None], None]) -> None:
+                 report: Callable[[str, UploadCounts, str | None], None],
+                 group_offsets: Callable[[], GroupOffsets] | None = None) -> None:
         self._name = root
         self._partitions = partitions
         self._report = report
+        self._group_offsets = group_offsets
+        #: The group offsets object this uploader last shipped (or found shipped): not compared again while equal.
+        self._offsets_shipped: bytes | None = None
         #: False without a ``remote.storage.location``: then it never starts a thread and ships nothing.
         self.enabled = bool(settings["remote.storage.location"])
         self.config: RemoteStorageConfig | None = None
@@ -170,12 +179,23 @@ class RemoteUploader:
                       if p.is_writer and p.config["remote.storage.enable"] and not internals(p).transient]
             if not chosen:
                 return
+            topics = sorted({p.topic for p in chosen})
             try:
-                ship_store_metadata(objects, self._name, sorted({p.topic for p in chosen}))
+                offsets = self._shipped_offsets(set(topics))
+                ship_store_metadata(objects, self._name, topics, None if offsets == self._offsets_shipped else offsets)
+                self._offsets_shipped = offsets
             except Exception as exc:  # noqa: BLE001 - retried next pass; segments still ship
                 log.warning("pylog remote upload: the store's metadata of %s was not shipped: %s", self._name, exc)
                 self._report("store metadata", UploadCounts(), "".join(traceback.format_exception(exc)))
             self._pass(chosen)
+
+    def _shipped_offsets(self, topics: set[str]) -> bytes | None:
+        """The group offsets object for ``topics``' partitions (None without a source of offsets)."""
+        if self._group_offsets is None:
+            return None
+        offsets = {g: kept for g, commits in self._group_offsets().items()
+                   if (kept := {tp: om for tp, om in commits.items() if tp.topic in topics})}
+        return encode_group_offsets(offsets)
 
     def _pass(self, chosen: list[Partition]) -> None:
         for p in chosen:
@@ -218,6 +238,7 @@ class RemoteUploader:
                 continue
             m = rl.manifest()
             ii.note_remote(m.log_start_offset, m.end_offset)
+            remove_segment_snapshots(ii.local_log.directory, m.end_offset)  # the copies kept at rolls, shipped
             counts.segments += 1
             counts.bytes += seg.size
             self._count("pylog_remote_segments_shipped_total", p.topic, 1)

@@ -30,9 +30,11 @@ class PylogInputPartition(InputPartition):
     """One Spark task's work: offsets ``[start, end)`` of one log partition, plus how to read them."""
 
     def __init__(self, path: str, rng: OffsetRange, include_headers: bool, fail_on_data_loss: bool,
-                 columns: Sequence[str] | None = None, committed: bool = False) -> None:
+                 columns: Sequence[str] | None = None, committed: bool = False,
+                 remote: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(rng)
         self.path = path
+        self.remote = remote  # how to reach the bucket of an s3:// path
         self.range = rng
         self.include_headers = include_headers
         self.fail_on_data_loss = fail_on_data_loss
@@ -43,7 +45,7 @@ class PylogInputPartition(InputPartition):
     def planned(cls, opts: ReadOptions, ranges: Sequence[OffsetRange],
                 columns: Sequence[str] | None) -> list["PylogInputPartition"]:
         """One input partition per range of a query with options ``opts``."""
-        return [cls(opts.path, r, opts.include_headers, opts.fail_on_data_loss, columns, opts.committed)
+        return [cls(opts.path, r, opts.include_headers, opts.fail_on_data_loss, columns, opts.committed, opts.remote)
                 for r in ranges]
 
     def __repr__(self) -> str:
@@ -59,7 +61,7 @@ def read_partition(partition: InputPartition) -> Iterator[pa.RecordBatch]:
 
 
 def _read(partition: PylogInputPartition) -> Iterator[pa.RecordBatch]:
-    store = open_store(partition.path)
+    store = open_store(partition.path, partition.remote)
     try:
         yield from read_range(store, partition.range, partition.include_headers, partition.fail_on_data_loss,
                               columns=partition.columns, committed=partition.committed)
@@ -76,7 +78,7 @@ class PylogBatchReader(DataSourceReader):
         self.pushed: RangeFilter | None = None
 
     def partitions(self) -> Sequence[InputPartition]:
-        store = open_store(self.opts.path)
+        store = open_store(self.opts.path, self.opts.remote)
         try:
             ranges = plan_ranges(store, self.opts, self.pushed)
         finally:

@@ -16,8 +16,9 @@ Invariants:
   where they do not apply stay errors.
 - Per-partition JSON must name exactly the partitions a query reads (:func:`check_partitions_named`), as
   the Kafka source requires.
-- A path with a URL scheme other than ``file:`` is refused, naming the scheme: a store is a directory on a
-  local or shared filesystem.
+- A path with a URL scheme other than ``file:`` and (batch reads) ``s3:`` is refused, naming the scheme: a
+  store is a directory on a local or shared filesystem, or a location in a bucket that a store shipped its
+  segments to (tiered storage, read through ``pylog.attach``; ``remote.storage.*`` options say how to reach it).
 - Offsets follow the Kafka source's conventions: in per-partition JSON ``-2`` means earliest and ``-1``
   latest; timestamps are milliseconds since the epoch; a timestamp resolves to the first offset whose
   record timestamp is >= it (the time index's answer), and an ending timestamp with no such record to
@@ -65,13 +66,17 @@ ISOLATION_LEVEL = "kafka.isolation.level"
 # The option names each mode uses, canonical spelling. Spark hands options over with lower-cased names
 # (its CaseInsensitiveDict), so names are matched lower-cased and errors show the canonical spelling.
 _SUBSCRIBE = ("subscribe", "subscribePattern", "assign")
+#: Reaching a bucket (an ``s3://`` path: docs/SPARK.md), named as ``pylog.open``'s settings.
+_REMOTE = ("remote.storage.endpoint.url", "remote.storage.region", "remote.storage.profile",
+           "remote.storage.request.timeout.ms", "remote.storage.max.attempts", "remote.storage.read.chunk.bytes",
+           "remote.storage.read.cache.bytes")
 _BATCH_READ = _SUBSCRIBE + (
     "path", "startingOffsets", "endingOffsets", "startingTimestamp", "endingTimestamp",
     "startingOffsetsByTimestamp", "endingOffsetsByTimestamp", "startingOffsetsByTimestampStrategy",
     "minPartitions", "maxRecordsPerPartition", "failOnDataLoss", "includeHeaders", "filterPushdown",
-)
+) + _REMOTE
 _STREAM_ONLY = ("maxOffsetsPerTrigger",)
-_BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "filterPushdown")
+_BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "filterPushdown") + _REMOTE
 _WRITE = ("path", "topic", "lockTimeoutMs", "checkpointLocation", "autoCreateTopics", "numPartitions")
 
 # Options of Spark's Kafka source and sink that pylog accepts and ignores, so that a Kafka job's option map
@@ -83,7 +88,7 @@ _KAFKA_CLIENT = ("kafkaConsumer.pollTimeoutMs", "fetchOffset.numRetries", "fetch
 #: Trigger pacing: the Kafka source ignores all three in batch queries (with a warning), as pylog does.
 _TRIGGER = ("maxOffsetsPerTrigger", "minOffsetsPerTrigger", "maxTriggerDelay")
 #: The Kafka source's options, which its sink ignores (and so does pylog's).
-_KAFKA_SOURCE = tuple(n for n in _BATCH_READ if n != "filterPushdown") + _TRIGGER + _KAFKA_CLIENT
+_KAFKA_SOURCE = tuple(n for n in _BATCH_READ if n != "filterPushdown" and n not in _REMOTE) + _TRIGGER + _KAFKA_CLIENT
 _KAFKA_PREFIX = "kafka."
 
 _IGNORED = {
@@ -149,6 +154,8 @@ class ReadOptions:
     include_headers: bool = False
     filter_pushdown: bool = False
     max_offsets_per_trigger: int | None = None
+    #: ``remote.storage.*`` settings for an ``s3://`` path, as ``(name, value)`` pairs (empty for a directory).
+    remote: tuple[tuple[str, str], ...] = ()
     #: Kafka's isolation level (``kafka.isolation.level``): read_committed reads stop at the last stable offset
     #: and skip aborted transactions' records; neither level returns transaction markers.
     isolation_level: str = "read_uncommitted"
@@ -226,16 +233,27 @@ def _warn_ignored(names: tuple[str, ...], mode: str) -> None:
                 "table in docs/SPARK.md)", "s" if len(names) > 1 else "", ", ".join(names), mode)
 
 
-def store_path(options: Mapping[str, str]) -> str:
-    """The store directory from the ``path`` option (``load(path)`` / ``save(path)``), absolute.
+def store_path(options: Mapping[str, str], remote_ok: bool = False) -> str:
+    """The store directory from the ``path`` option (``load(path)`` / ``save(path)``), absolute; with
+    ``remote_ok`` (batch reads) also a location ``s3://bucket/prefix``, returned as given.
 
-    :raises InvalidOptionError: when no path is given, it is a remote URL (``s3a://``, ``hdfs://``...) or it
-        is not a pylog store (a read or write never creates a store).
+    :raises InvalidOptionError: when no path is given, it is a remote URL (``s3a://``, ``hdfs://``...; an
+        ``s3://`` one without ``remote_ok``) or it is not a pylog store (a read or write never creates a store).
     """
     raw = options.get("path")
     if not raw:
         raise InvalidOptionError("path", "give the store directory: .load(path) / .save(path)")
     url = _URL.match(raw)
+    scheme = url.group(1).lower() if url else ""
+    if scheme == "s3" and remote_ok:
+        return raw
+    if scheme in ("s3", "s3a", "s3n"):
+        raise InvalidOptionError("path", f"{raw!r}: " + (
+            "batch reads only read a bucket (pylog.attach); writes and streaming reads need the store directory"
+            if scheme == "s3" else
+            f"{scheme}:// is Hadoop's S3 filesystem, whose fs.s3a.* settings pylog does not use (it reads the "
+            "bucket itself, with boto3): write s3://bucket/prefix, the store's remote.storage.location, and give "
+            "remote.storage.endpoint.url / region / profile as options or AWS_* in the executors' environment"))
     if url and url.group(1).lower() != "file":
         raise InvalidOptionError("path", f"{raw!r}: a pylog store must be on a local or shared (mounted) "
                                  f"filesystem; {url.group(1)}:// paths are not supported. Give the directory "
@@ -375,7 +393,10 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = F
         mode, allowed = "batch reads", _BATCH_READ
     isolation = _isolation_level(options)
     opts = _normalise({k: v for k, v in options.items() if k.lower() != ISOLATION_LEVEL}, allowed, mode)
-    path = store_path(opts)
+    path = store_path(opts, remote_ok=not streaming)
+    remote = tuple((n, opts[n]) for n in _REMOTE if n in opts)
+    if remote and not path.lower().startswith("s3://"):
+        raise InvalidOptionError(remote[0][0], "applies to a path s3://bucket/prefix only (a read of the bucket)")
     strategy = opts.get("startingOffsetsByTimestampStrategy", "error").strip().lower()
     if strategy not in ("error", "latest"):
         raise InvalidOptionError("startingOffsetsByTimestampStrategy", f"expected error or latest, got {strategy!r}")
@@ -392,6 +413,7 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = F
         include_headers=_bool(opts, "includeHeaders", False),
         filter_pushdown=_bool(opts, "filterPushdown", False),
         max_offsets_per_trigger=_int(opts, "maxOffsetsPerTrigger", 1),
+        remote=remote,
         isolation_level=isolation,
     )
 

@@ -41,6 +41,7 @@ from ..partition import IsolationLevel, Partition
 from ..storage.records import RecordColumns
 from ..store import Store, is_store
 from ..store import open as open_pylog
+from ..tiered import attach, is_remote_location
 from .options import (DataLossError, InvalidOptionError, ReadOptions, Subscription, check_partitions_named,
                       resolve_offset)
 
@@ -108,14 +109,18 @@ class RangeFilter:
 # --------------------------------------------------------------------------------------------- the store
 
 
-def open_store(path: str) -> Store:
-    """Open the store at ``path`` for reading or appending from a Spark task: no background cleaner.
+def open_store(path: str, remote: Sequence[tuple[str, str]] = ()) -> Store:
+    """Open the store at ``path`` for reading or appending from a Spark task: no background cleaner. A path
+    ``s3://bucket/prefix`` is attached read-only from the bucket (``pylog.attach``), reached with the
+    ``remote.storage.*`` settings ``remote``.
 
     The path was checked on the driver; it is checked again here because an executor on another machine
     may not see it (a store is one filesystem).
 
     :raises UnknownTopicError: when ``path`` holds no store on this machine.
     """
+    if is_remote_location(path):
+        return attach(path, **{name.replace(".", "_"): value for name, value in remote})
     if not is_store(path):
         raise UnknownTopicError(f"no pylog store at {path} on host {os.uname().nodename} "
                                 "(executors must see the store's path: local disk or a shared filesystem)")

@@ -50,6 +50,8 @@ def nbytes(part: Data) -> int:
     return len(part) if isinstance(part, (bytes, bytearray)) else part.nbytes
 
 
+#: The most buffers one ``writev`` takes (Linux: 1024; POSIX guarantees at least 16).
+IOV_MAX: int = os.sysconf("SC_IOV_MAX") if "SC_IOV_MAX" in os.sysconf_names else 16
 _READ_ONLY_HINT = "to read the store open it with pylog.open(path, read_only=True); to write, "
 _WRITE_ACCESS_HINT = "give this user write access to the store directory and everything in it"
 #: errno -> (error class, what happened, what to do before trying again).
@@ -185,8 +187,20 @@ def fsync_files(paths: tuple[str, ...]) -> bool:
     return True
 
 
-def write_all(fd: int, parts: Sequence[Data]) -> int:
-    """``writev`` every byte of ``parts`` (retrying short writes); returns the byte count."""
+def write_all(fd: int, parts: Sequence[Data], chunk: int = 0) -> int:
+    """``writev`` every byte of ``parts`` (retrying short writes; more parts than one ``writev`` takes are
+    written by several); returns the byte count. ``chunk``: a ``writev`` per about that many bytes, of whole
+    parts (each ends with the part that reaches ``chunk``)."""
+    if chunk:
+        done = start = size = 0
+        for i, part in enumerate(parts):
+            size += nbytes(part)
+            if size >= chunk or i == len(parts) - 1:
+                done += write_all(fd, parts[start:i + 1])
+                start, size = i + 1, 0
+        return done
+    if len(parts) > IOV_MAX:
+        return sum(write_all(fd, parts[i:i + IOV_MAX]) for i in range(0, len(parts), IOV_MAX))
     total = sum(map(nbytes, parts))
     # numpy arrays are buffers, but numpy's stubs say so only from Python 3.12 on (__buffer__).
     buffers = cast("Sequence[bytes]", parts)

@@ -31,7 +31,7 @@ import os
 import re
 from typing import Any
 
-from ..errors import InvalidGroupError
+from ..errors import InvalidGroupError, StorePathError
 
 __all__ = [
     "LOG_SUFFIX", "INDEX_SUFFIX", "TIMEINDEX_SUFFIX", "TXN_INDEX_SUFFIX", "CLEANED_SUFFIX", "SWAP_SUFFIX",
@@ -45,7 +45,8 @@ __all__ = [
     "legal_name", "topic_name_problem", "is_internal_topic", "deleting_name", "INTERNAL_NAMES",
     "legacy_topic_name", "is_deletion_leftover", "check_group_id",
     "OFFSETS_TOPIC", "GROUPS_DIR", "NOTIFY_FILE", "CLEANERS_DIR", "TRANSACTION_STATE_TOPIC", "TRANSACTIONS_DIR",
-    "COORDINATOR_EPOCH_FILE", "TRANSIENT_TOPICS",
+    "COORDINATOR_EPOCH_FILE", "TRANSIENT_TOPICS", "SEGMENT_SNAPSHOT_SUFFIX", "list_segment_snapshots",
+    "remove_segment_snapshots", "refuse_bucket_path",
 ]
 
 LOG_SUFFIX = ".log"
@@ -57,6 +58,9 @@ CLEANED_SUFFIX = ".cleaned"
 SWAP_SUFFIX = ".swap"
 DELETED_SUFFIX = ".deleted"
 TMP_SUFFIX = ".tmp"
+#: ``<end offset>.snapshot``: the producer snapshot written when the segment ending there rolled, kept (for
+#: topics with tiered storage) until that segment is shipped with it (Kafka keeps one per segment alike).
+SEGMENT_SNAPSHOT_SUFFIX = ".snapshot"
 
 LOCK_FILE = ".lock"
 #: Writers waiting for a partition hold a shared flock on it: the holder hands over
@@ -133,6 +137,39 @@ def _is_segment_log(name: str) -> bool:
 def parse_base_offset(name: str) -> int | None:
     """Base offset of a ``.log`` file name, or None for any other name."""
     return int(name[:20]) if _is_segment_log(name) else None
+
+
+def refuse_bucket_path(path: str) -> str:
+    """``path``, unless it is a bucket's location (``s3://``, ``s3a://``), which is refused rather than made a
+    directory ``s3:``. :raises StorePathError:"""
+    if path.lower().startswith(("s3://", "s3a://")):
+        raise StorePathError(f"{path}: a bucket is not a store directory; pylog.attach(location) reads what a "
+                             "store shipped there, pylog.restore(location, directory) copies it")
+    return path
+
+
+def list_segment_snapshots(directory: str) -> list[int]:
+    """Sorted end offsets of the ``<end offset>.snapshot`` files in ``directory``."""
+    n = len(SEGMENT_SNAPSHOT_SUFFIX)
+    ends = [int(name[:20]) for name in os.listdir(directory) if len(name) == 20 + n
+            and name.endswith(SEGMENT_SNAPSHOT_SUFFIX) and name.isascii() and name[:20].isdigit()]
+    ends.sort()
+    return ends
+
+
+def remove_segment_snapshots(directory: str, through: int) -> int:
+    """Remove the ``<end offset>.snapshot`` files with ``end offset <= through`` (their segments were shipped or
+    deleted); returns how many went."""
+    gone = 0
+    for end in list_segment_snapshots(directory):
+        if end > through:
+            break
+        try:
+            os.unlink(segment_path(directory, end, SEGMENT_SNAPSHOT_SUFFIX))
+            gone += 1
+        except FileNotFoundError:
+            pass
+    return gone
 
 
 def list_segment_bases(directory: str) -> list[int]:

@@ -237,12 +237,13 @@ class ProducerState:
         write_checked(os.path.join(directory, SNAPSHOT_FILE), raw, durable=durable)
 
     @classmethod
-    def read_snapshot(cls, directory: str) -> tuple["ProducerState", int] | None:
-        """``(state, offset)`` from the snapshot, or None when there is none.
+    def read_snapshot(cls, directory: str, name: str = SNAPSHOT_FILE) -> tuple["ProducerState", int] | None:
+        """``(state, offset)`` from the snapshot (the file ``name``, another one than ``producer.snapshot`` for
+        tiered storage's per-segment copies), or None when there is none.
 
         :raises CorruptRecordError: when it is damaged (the caller rebuilds from further back).
         """
-        path = os.path.join(directory, SNAPSHOT_FILE)
+        path = os.path.join(directory, name)
         raw = read_checked(path, 64 << 20, "producer snapshot")
         if raw is None:
             return None

@@ -34,7 +34,7 @@ from .records import crc32c
 
 __all__ = ["AbortedTxn", "TXN_INDEX_SUFFIX", "marker_record", "parse_marker", "read_index", "append_index",
            "truncate_index", "write_index", "scan_index", "TXN_INDEX_HEADER_SIZE", "TXN_INDEX_ENTRY_SIZE",
-           "index_path", "remove_index", "MARKER_ABORT", "MARKER_COMMIT"]
+           "index_path", "remove_index", "decode_index", "MAX_INDEX_BYTES", "MARKER_ABORT", "MARKER_COMMIT"]
 
 _MAGIC = b"PLTI"
 _VERSION = 1
@@ -44,6 +44,8 @@ _ENTRY_SIZE = _ENTRY.size + 4
 #: Sizes of the file's header and of one entry (docs/FORMAT.md), for tools that show the bytes.
 TXN_INDEX_HEADER_SIZE = _HEAD.size
 TXN_INDEX_ENTRY_SIZE = _ENTRY_SIZE
+#: Readers cap an index file at this size (a million entries and more).
+MAX_INDEX_BYTES = 64 << 20
 #: Marker record key: version (int16, 0) and type (int16): Kafka's ControlRecordType, big-endian.
 MARKER_ABORT = 0
 MARKER_COMMIT = 1
@@ -97,7 +99,7 @@ def read_index(path: str) -> list[AbortedTxn]:
     """
     try:
         with open(path, "rb") as f:
-            raw = f.read(64 << 20)
+            raw = f.read(MAX_INDEX_BYTES)
     except FileNotFoundError:
         return []
     if not raw:
@@ -123,6 +125,28 @@ def scan_index(raw: bytes, path: str = "") -> list[tuple[AbortedTxn, bool]]:
         body = raw[pos:pos + _ENTRY.size]
         out.append((AbortedTxn(*_ENTRY.unpack(body)),
                     struct.unpack_from("<I", raw, pos + _ENTRY.size)[0] == crc32c(body)))
+    return out
+
+
+def decode_index(raw: bytes, where: str) -> list[AbortedTxn]:
+    """The entries of a whole index file's bytes, strictly (tiered storage ships and reads sealed ones): every
+    entry whole and checking, in ``last offset`` order; ``b""`` is an empty index.
+
+    :raises CorruptRecordError: on a bad header, a torn or damaged entry, or entries out of order.
+    """
+    if not raw:
+        return []
+    entries = scan_index(raw, where)  # checks the header
+    if (len(raw) - _HEAD.size) % _ENTRY_SIZE or len(raw) > MAX_INDEX_BYTES:
+        raise CorruptRecordError(f"aborted-transaction index of {len(raw)} bytes is not whole entries", where, 0)
+    out: list[AbortedTxn] = []
+    for i, (txn, ok) in enumerate(entries):
+        pos = _HEAD.size + i * _ENTRY_SIZE
+        if not ok:
+            raise CorruptRecordError("aborted-transaction index entry checksum mismatch", where, pos)
+        if out and txn.last_offset <= out[-1].last_offset or not txn.first_offset <= txn.last_offset:
+            raise CorruptRecordError("aborted-transaction index entries out of order", where, pos)
+        out.append(txn)
     return out
 
 

@@ -502,17 +502,34 @@ def build() -> dict[str, bytes]:
     files["files/quotas"] = checked(b"PLQU" + bytes([1]) + mp(quotas))
     manifest["files"]["quotas"] = {"file": "files/quotas", "magic": "PLQU", "document": quotas}
 
-    # The remote manifest (tiered storage: `<prefix>/<topic>/<p>/remote.manifest` in a bucket): the golden
-    # store's segment shipped with its producer snapshot (as of its end), then one more segment without one;
-    # three commits so far (epoch 3), log start 0.
+    # The remote manifest (tiered storage: `<prefix>/<topic>/<p>/remote.manifest` in a bucket), version 2: the
+    # golden store's segment shipped with its producer snapshot (as of its end) and no aborted-transaction
+    # index, then one more segment without a snapshot but with the golden aborted-transaction index; three
+    # commits so far (epoch 3), log start 0.
     seg0 = [0, end, max_ts, len(log), crc32c(log)]
     for name in (stem + ".index", stem + ".timeindex", "producer.snapshot"):
         raw = files[part + name]
         seg0 += [len(raw), crc32c(raw)]
     seg1 = [end, end + 2, max_ts + 5, 200, 0xDEADBEEF, 64 + 8, 0x01020304, 64 + 12, 0x0A0B0C0D, -1, 0]
-    remote = {"topic": TOPIC, "partition": 0, "epoch": 3, "log_start_offset": 0, "segments": [seg0, seg1]}
-    files["files/remote.manifest"] = checked(b"PLRM" + bytes([1]) + mp(remote))
-    manifest["files"]["remote.manifest"] = {"file": "files/remote.manifest", "magic": "PLRM", "document": remote}
+    txnindex = files["files/aborted.txnindex"]
+    remote = {"topic": TOPIC, "partition": 0, "epoch": 3, "log_start_offset": 0,
+              "segments": [seg0 + [-1, 0], seg1 + [len(txnindex), crc32c(txnindex)]]}
+    files["files/remote.manifest"] = checked(b"PLRM" + bytes([2]) + mp(remote))
+    manifest["files"]["remote.manifest"] = {"file": "files/remote.manifest", "magic": "PLRM", "version": 2,
+                                            "document": remote}
+    # Version 1, as written before aborted-transaction indexes were shipped (entries of eleven numbers): still
+    # read, each segment's index unknown.
+    remote_v1 = {"topic": TOPIC, "partition": 0, "epoch": 3, "log_start_offset": 0, "segments": [seg0, seg1]}
+    files["files/remote.manifest.v1"] = checked(b"PLRM" + bytes([1]) + mp(remote_v1))
+    manifest["files"]["remote.manifest.v1"] = {"file": "files/remote.manifest.v1", "magic": "PLRM", "version": 1,
+                                               "document": remote_v1}
+
+    # The groups' committed offsets in a bucket (tiered storage: `<prefix>/group.offsets`): sorted by group,
+    # topic, partition; a Kafka client's commit with its leader epoch, a pylog one (-1), a negative commit.
+    group_offsets = {"offsets": [["audit", TOPIC, 0, -1, "", -1], ["billing", TOPIC, 0, 42, "after batch 7", 5],
+                                 ["billing", TOPIC, 1, 9, "", -1]]}
+    files["files/group.offsets"] = checked(b"PLGO" + bytes([1]) + mp(group_offsets))
+    manifest["files"]["group.offsets"] = {"file": "files/group.offsets", "magic": "PLGO", "document": group_offsets}
 
     files["manifest.json"] = (json.dumps(manifest, indent=1) + "\n").encode()
     return files

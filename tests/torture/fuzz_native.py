@@ -35,7 +35,8 @@ What it does:
      functions this script knows (:data:`NATIVE_ARGS`); any other is listed as skipped, with a note.
      ``kafka_parse_records`` and ``kafka_encode_slice`` on arguments of their documented types must give
      what the pure-Python reference (``recordbatch.parse_records_pure`` / ``encode_slice_pure``) gives, the
-     same PylogError class and message included;
+     same PylogError class and message included; ``encode_batches`` (a call's batches at once), when it
+     accepts, what ``encode_parts_pure`` makes of each run;
    - ``kafka``: Kafka v2 batches pylog's own encoder built (``recordbatch.encode_slices``, no compression),
      mutated in their records (bit flips, varint boundaries, hostile and over-long varints, record counts,
      truncation, chunks, splices, timestamps at the int64 limits) with length and CRC mostly recomputed,
@@ -1190,9 +1191,85 @@ def _rowiter_reference(args: tuple, got: Any) -> None:
         raise AssertionError(f"consumer_row_iter rows {got!r:.300} differ from decode_rows' {expect!r:.300}")
 
 
+def _ebatches_args(rng: random.Random, typed: list) -> tuple:
+    """encode_batches(vlens, vparts, klens, kparts, timestamps, stops, base_offset, default_ts, attrs, producer_id,
+    producer_epoch, base_sequence, max_bytes): an append call's records cut into runs, as a producer's drain
+    gives them, or with lies: lengths past their parts (2**30 over a few bytes), parts of other types or
+    counts, runs out of order or past the records, fields out of range, columns of other dtypes."""
+    n = rng.choice((1, 2, 3, 7, 40))
+    values = [None if rng.random() < 0.1 else rng.randbytes(rng.choice((0, 1, 5, 100))) for _ in range(n)]
+    keys = None if rng.random() < 0.4 else [None if rng.random() < 0.3 else rng.randbytes(rng.choice((0, 8)))
+                                            for _ in range(n)]
+    vlens: Any = np.array([-1 if v is None else len(v) for v in values], np.int32)
+    vparts: Any = [v for v in values if v is not None]
+    klens: Any = None if keys is None else np.array([-1 if k is None else len(k) for k in keys], np.int32)
+    kparts: Any = [] if keys is None else [k for k in keys if k is not None]
+    stops: Any = sorted(rng.sample(range(1, n), rng.randrange(min(n - 1, 5) + 1))) + [n] if n > 1 else [n]
+    ts: Any = rng.choice((None, np.full(n, 1_700_000_000_000, np.int64),
+                          np.array([rng.randrange(-(1 << 63), 1 << 63) for _ in range(n)], np.int64)))
+    fields: list[Any] = [rng.choice((0, rng.randrange(1 << 62))), rng.randrange(1 << 45), rng.choice((0, 0x08, 0x10)),
+                         rng.choice((-1, rng.randrange(1 << 62))), rng.choice((-1, 0, 32767)),
+                         rng.choice((0, rng.randrange(1 << 31))), rng.choice((1 << 20, 200, 64))]
+    for _ in range(rng.choice((0, 0, 1, 2))):
+        m = rng.randrange(9)
+        if m == 0 and isinstance(vlens, np.ndarray) and len(vlens):
+            vlens = vlens.copy()
+            vlens[rng.randrange(len(vlens))] = rng.choice((-2, 1 << 30, 0x7FFFFFFF, 7))
+        elif m == 1 and isinstance(vparts, list):
+            vparts = list(vparts) + [rng.choice((b"x", "x", None, 5, bytearray(b"yy")))]
+        elif m == 2 and isinstance(vparts, list) and vparts:
+            vparts = list(vparts)
+            vparts[rng.randrange(len(vparts))] = rng.choice((b"", "text", memoryview(b"abc"), None, bytearray(3)))
+        elif m == 3:
+            stops = rng.choice(([0, n], [n, n], [n + 1], [], [-1, n], ["1", n], [n, 1], (n,), None))
+        elif m == 4 and isinstance(vlens, np.ndarray):
+            vlens = rng.choice((vlens.astype(np.int64), vlens.tolist(), b"\x01\x00\x00", vlens[::2], None))
+        elif m == 5:
+            ts = rng.choice((np.zeros(n + 1, np.int64), np.zeros(n, np.int32), [0] * n, "ts"))
+        elif m == 6:
+            fields[rng.randrange(len(fields))] = rng.choice((-(1 << 63), 1 << 63, 1 << 40, -5, 0x3FF, 7, "x", None))
+        elif m == 7 and isinstance(klens, np.ndarray):
+            klens = klens[: max(0, n - 1)]
+        elif m == 8:
+            kparts = rng.choice((None, (b"a",), [b"a" * 9]))
+    return (vlens, vparts, klens, kparts, ts, stops, *fields)
+
+
+def _ebatches_reference(args: tuple, got: Any) -> None:
+    """An accepted call's batches must be what the pure encoder makes of each run."""
+    if got is None:
+        return
+    vlens, vparts, klens, kparts, ts, stops, base, default_ts, attrs, pid, epoch, seq, _max_bytes = args
+    values = _items(vlens, vparts)
+    keys = None if klens is None else _items(klens, kparts)
+    expect, heads, start = b"", [], 0
+    for stop in stops:
+        try:
+            parts, h = records.encode.encode_parts_pure(
+                values[start:stop], None if keys is None else keys[start:stop],
+                None if ts is None else ts[start:stop], base_offset=base, default_timestamp=default_ts,
+                log_append_time=bool(attrs & 0x08), transactional=bool(attrs & 0x10), producer_id=pid,
+                producer_epoch=epoch, base_sequence=-1 if pid < 0 else (seq + start) % (1 << 31))
+        except PylogError as exc:
+            raise AssertionError(f"encode_batches{args!r:.300} accepted records [{start}, {stop}), which the pure "
+                                 f"encoder refuses: {exc!r}") from None
+        expect += b"".join(parts)
+        heads.append(tuple(h))
+        start, base = stop, h.next_offset
+    data, fields = got
+    if data != expect or [tuple(f) for f in fields] != heads:
+        raise AssertionError(f"encode_batches{args!r:.300} differs from the pure encoder's batches")
+
+
+def _items(lens: Any, parts: list) -> list:
+    it = iter(parts)
+    return [None if n < 0 else next(it) for n in lens.tolist()]
+
+
 NATIVE_ARGS: dict[str, tuple[Callable[[random.Random, list], tuple], Callable[[tuple, Any], None] | None]] = {
     "consumer_row_iter": (_rowiter_args, _rowiter_reference),
     "crc32c": (_crc_args, _crc_reference),
+    "encode_batches": (_ebatches_args, _ebatches_reference),
     "kafka_parse_records": (_kparse_args, _kparse_reference),
     "kafka_encode_slice": (_kencode_args, _kencode_reference),
 }

@@ -24,6 +24,7 @@ Usage::
     python tests/torture/tx_money.py --full    # >= 200 kills, 4 producers; prints the counts
     python tests/torture/tx_money.py --short   # CI: about 10 kills, under a minute
     python tests/torture/tx_money.py --full --seed 7 --kills 500
+    python tests/torture/tx_money.py --full --state-flush-messages 1000000   # the coordinator without fsyncs
 
 ``run(mode, workdir, seed, kills)`` returns the counts and raises AssertionError naming the violation.
 """
@@ -166,18 +167,22 @@ def _aborted(workdir: str, producers: int) -> set[str]:
     return out
 
 
-def run(mode: str, workdir: str, seed: int | None = None, kills: int | None = None) -> Counter:
+def run(mode: str, workdir: str, seed: int | None = None, kills: int | None = None,
+        state_flush_messages: int | None = None) -> Counter:
     cfg = dict(MODES[mode])
     if kills is not None:
         cfg["kills"] = kills
     seed = random.randrange(1 << 30) if seed is None else seed
     rng = random.Random(seed)
-    print(f"tx_money {mode}: seed {seed}, {cfg}", flush=True)
+    flush = f", __transaction_state flush.messages={state_flush_messages}" if state_flush_messages else ""
+    print(f"tx_money {mode}: seed {seed}, {cfg}{flush}", flush=True)
     path = os.path.join(workdir, "store")
     accounts, partitions, producers = cfg["accounts"], cfg["partitions"], cfg["producers"]
     with pylog.open(path, log_cleaner_enable=False) as store:
         store.create_topic(TOPIC, partitions)
         store.create_topic(SEQ_TOPIC, producers)
+        if state_flush_messages is not None:  # Kafka's behaviour: the coordinator leaves its fsyncs to the policy
+            store.alter_topic_config("__transaction_state", {"flush.messages": state_flush_messages})
         with store.producer(transactional_id="deposit") as bank:
             bank.init_transactions()
             bank.begin_transaction()
@@ -250,11 +255,14 @@ def main() -> None:
     mode.add_argument("--short", action="store_const", const="short", dest="mode")
     ap.add_argument("--seed", type=int)
     ap.add_argument("--kills", type=int)
+    ap.add_argument("--state-flush-messages", type=int, metavar="N",
+                    help="set flush.messages=N on __transaction_state (the coordinator does not fsync: SIGKILLs "
+                         "must still leave every transaction all-or-nothing)")
     args = ap.parse_args()
     workdir = tempfile.mkdtemp(prefix="tx_money-")
     try:
         started = time.monotonic()
-        counts = run(args.mode, workdir, args.seed, args.kills)
+        counts = run(args.mode, workdir, args.seed, args.kills, args.state_flush_messages)
         print(f"tx_money {args.mode}: OK in {time.monotonic() - started:.0f} s: {dict(counts)}")
     finally:
         shutil.rmtree(workdir, ignore_errors=True)

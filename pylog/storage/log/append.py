@@ -16,14 +16,17 @@ Nothing here writes a file except the producer snapshot.
 from __future__ import annotations
 
 import logging
-from typing import NamedTuple
+import os
+from typing import NamedTuple, Sequence
 
 import numpy as np
 
 from ...config import TopicConfig
 from ...errors import InvalidRecordError, RecordTooLargeError
-from ..producer_state import ProducerState
+from ..filenames import SEGMENT_SNAPSHOT_SUFFIX, segment_path
+from ..producer_state import SNAPSHOT_FILE, ProducerState
 from ..records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, BatchHeader, EncodeOptions, encode_parts,
+                       encode_runs_packed,
                        now_ms, part_cuts, slice_parts)
 from .batches import Data, EncodedBatch, Headers, Timestamps, nbytes
 from ..txn_index import marker_record
@@ -31,7 +34,7 @@ from .local_log import LocalLog
 from .txn import load_state, replay
 from .segments import S, SegmentLike
 
-__all__ = ["Appender", "Columns", "should_roll", "SEQ_MOD"]
+__all__ = ["Appender", "Columns", "should_roll", "batches_fitting", "SEQ_MOD"]
 
 log = logging.getLogger("pylog.partition")
 
@@ -117,11 +120,16 @@ class Appender:
             self._producers = state
         return state
 
-    def snapshot_producers(self, end_offset: int, durable: bool = True) -> None:
-        """Write the producer table's snapshot (if loaded) as of ``end_offset``."""
+    def snapshot_producers(self, end_offset: int, durable: bool = True, rolled: bool = False) -> None:
+        """Write the producer table's snapshot (if loaded) as of ``end_offset``. At a roll (``rolled``) of a
+        topic with ``remote.storage.enable``, also keep it as ``<end_offset>.snapshot`` (a hard link: the
+        next snapshot replaces ``producer.snapshot`` by rename), which the rolled segment is shipped with
+        (docs/ARCHITECTURE.md, "Tiered storage", point 5); the upload thread removes it once shipped."""
         if self._producers is not None:
             self._producers.expire(now_ms(), self.config["producer.id.expiration.ms"])
             self._producers.write_snapshot(self.directory, end_offset, durable=durable)
+            if rolled and self.config["remote.storage.enable"]:
+                _keep_segment_snapshot(self.directory, end_offset)
 
     def forget_producers(self) -> None:
         """Another writer may append idempotent batches before this handle writes again: reload then."""
@@ -157,6 +165,21 @@ class Appender:
                     # timestamp instead of a column to look at, which writes the same bytes.
                     stamp = int(timestamps[0])
                     timestamps = None
+        if len(bounds) > 1 and headers is None and not contiguous and codec == CODEC_NONE and (
+                timestamps is None or isinstance(timestamps, np.ndarray)):
+            # A producer's drain cut at batch_size: every batch in one compiled pass, into one buffer that
+            # the writer writes with one writev (:meth:`BatchWriter.write`); declined inputs go on below.
+            packed = encode_runs_packed(vlens, vparts, klens, kparts, timestamps, [stop for _, stop in bounds],
+                                        EncodeOptions(first, stamp, codec, log_append, pid, epoch, seq, False,
+                                                      transactional), max_bytes)
+            if packed is not None:
+                data, heads = packed
+                pos = 0
+                for h in heads:
+                    end = pos + h.size
+                    out.append(EncodedBatch([data[pos:end]], h))
+                    pos = end
+                return out
         while todo:
             start, stop = todo.pop()
             if start == 0 and stop == n:
@@ -235,11 +258,52 @@ def should_roll(config: TopicConfig, seg: SegmentLike, h: BatchHeader) -> bool:
     if seg.size + h.size > config["segment.bytes"]:
         return True
     first = seg.first_timestamp
-    # A compacted topic also rolls by max.compaction.lag.ms: the cleaner never touches the active
-    # segment, so a record could otherwise wait longer than promised (Kafka does the same).
-    limit = min(config["segment.ms"], config["max.compaction.lag.ms"]) if config.compact else config["segment.ms"]
-    if first is not None and h.max_timestamp - first > limit:
+    if first is not None and h.max_timestamp - first > _roll_age(config):
         return True
     if h.last_offset - seg.base_offset > _MAX_RELATIVE:
         return True
     return seg.index_full
+
+
+def _keep_segment_snapshot(directory: str, end_offset: int) -> None:
+    """Link the producer snapshot just written as ``<end_offset>.snapshot``; a failure only costs the shipped
+    segment its snapshot (a restore then rebuilds the state from batch headers), so it is logged, not raised."""
+    target = segment_path(directory, end_offset, SEGMENT_SNAPSHOT_SUFFIX)
+    try:
+        try:
+            os.unlink(target)  # one left by an earlier roll at this offset (a log cut back and rolled again)
+        except FileNotFoundError:
+            pass
+        os.link(os.path.join(directory, SNAPSHOT_FILE), target)
+    except OSError as exc:
+        log.warning("%s: the producer snapshot at %d is not kept for tiered storage: %s", directory, end_offset, exc)
+
+
+def _roll_age(config: TopicConfig) -> int:
+    # A compacted topic also rolls by max.compaction.lag.ms: the cleaner never touches the active
+    # segment, so a record could otherwise wait longer than promised (Kafka does the same).
+    return min(config["segment.ms"], config["max.compaction.lag.ms"]) if config.compact else config["segment.ms"]
+
+
+def batches_fitting(config: TopicConfig, seg: SegmentLike, headers: Sequence[BatchHeader]) -> int:
+    """How many of ``headers`` from the first go into ``seg`` one after the other without a roll, the first
+    being known to (it is written whatever :func:`should_roll` says when ``seg`` is empty): what
+    :func:`should_roll` would say before each, judged once for the run (its conditions only grow along it).
+    An index with fewer free entries than there are batches stops the run at one batch: the caller then
+    writes batch by batch, asking :func:`should_roll` each time."""
+    if len(headers) < 2 or seg.index_room() < len(headers):
+        return 1
+    limit = config["segment.bytes"] - seg.size
+    age = _roll_age(config)
+    first = seg.first_timestamp
+    if first is None:
+        first = headers[0].max_timestamp
+    last_relative = seg.base_offset + _MAX_RELATIVE
+    used = headers[0].size
+    count = 1
+    for h in headers[1:]:
+        used += h.size
+        if used > limit or h.max_timestamp - first > age or h.last_offset > last_relative:
+            break
+        count += 1
+    return count

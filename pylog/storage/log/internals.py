@@ -349,10 +349,21 @@ class PartitionInternals(Generic[S]):
         get transaction markers in fetched data (they move past them and use them to end transactions)."""
         return self._ops.read_all(offset, max_records, max_bytes, True)
 
+    def aborted(self, start: int, end: int) -> dict[int, list[tuple[int, int]]]:
+        """``{producer id: [(first offset, last offset), ...]}`` of the aborted transactions covering offsets
+        in ``[start, end)``: the local aborted-transaction indexes', and below the local log start (tiered
+        storage) the shipped ones' too. Lock-free. :raises RemoteStorageError: when those cannot be read."""
+        out = self._ops.aborted(start, end)
+        remote = self.remote_reads
+        if remote is not None and start < self._local.log_start:
+            for pid, ranges in remote.aborted(start, end).items():
+                out.setdefault(pid, []).extend(r for r in ranges if r not in out[pid])
+        return out
+
     def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
         """(``pylog serve``'s read_committed Fetch) ``(producer id, first offset)`` of each aborted transaction
         with records in ``[start, end)``, first offsets ascending: what a Kafka client drops."""
-        return sorted(((pid, first) for pid, ranges in self._ops.aborted(start, end).items() for first, _ in ranges),
+        return sorted(((pid, first) for pid, ranges in self.aborted(start, end).items() for first, _ in ranges),
                       key=lambda t: t[1])
 
     def describe_producers(self) -> list[ProducerDescription]:

@@ -23,6 +23,7 @@ from typing import Callable, Sequence
 from ...config import TopicConfig, local_retention
 from ...errors import OffsetOutOfRangeError
 from ..fileio import fsync_dir
+from ..filenames import remove_segment_snapshots
 from ..retention import RetentionResult, deletable_prefix
 from ..txn_index import remove_index
 from .. import swap
@@ -102,6 +103,7 @@ def _delete_head(local: LocalLog[S], durability: Durability[S], count: int, resu
         result.bytes_deleted += seg.size
         seg.unlink()  # not closed: readers holding a snapshot may be using it (invariant 6)
         remove_index(local.directory, seg.base_offset)  # its aborted transactions went with it
+    remove_segment_snapshots(local.directory, local.log_start)  # producer snapshots kept for shipping them
     fsync_dir(local.directory)
     result.log_start_offset = local.log_start
     log.info("%s: deleted %d segment(s) below offset %d (%s)", local.name, count,

@@ -24,7 +24,6 @@ import numpy as np
 from ... import metrics
 from ...errors import RemoteStorageError
 from ..records import BatchView
-from ..records.format import ATTR_TRANSACTIONAL
 from ..remote import RemoteLog
 from ..segment_read import ReadSlice
 
@@ -60,13 +59,19 @@ class RemoteReads:
         records deleted are never served from the bucket again). :raises RemoteStorageError:"""
         self.remote.commit(lambda m: m.trimmed(before_offset))
 
-    def slices(self, offset: int, max_records: int, max_bytes: int, committed: bool = False) -> list[ReadSlice]:
+    def aborted(self, start: int, end: int) -> dict[int, list[tuple[int, int]]]:
+        """The aborted transactions covering ``[start, end)`` by the shipped aborted-transaction indexes
+        (:meth:`RemoteLog.aborted`): with the local indexes', what a ``read_committed`` read below the local
+        log start drops. :raises RemoteStorageError:"""
+        return self.remote.aborted(start, end)
+
+    def slices(self, offset: int, max_records: int, max_bytes: int) -> list[ReadSlice]:
         """Slices of the records from ``offset`` on, at most ``max_records`` (and about ``max_bytes``, at least
-        the batch holding ``offset``), from the shipped segment holding it.
+        the batch holding ``offset``), from the shipped segment holding it; control batches and transactional
+        ones included, as a local read returns them (the isolation level's filter comes after, with
+        :meth:`aborted`).
 
         :raises OffsetOutOfRangeError: when no shipped segment holds ``offset``.
-        :raises RemoteStorageError: for a ``committed`` (read_committed) read that meets a transactional batch:
-            aborted-transaction indexes are not shipped yet, so which records were aborted is not known here.
         :raises RemoteStorageError, RemoteDataCorruptError: when the bucket fails or its bytes do not check.
         """
         got = self.remote.read(offset, max_bytes)
@@ -77,11 +82,6 @@ class RemoteReads:
             view = BatchView.from_buffer(data, pos, verify_crc=False)  # RemoteLog.read checked every batch
             h = view.header
             pos += h.size
-            if committed and h.attributes & ATTR_TRANSACTIONAL:
-                raise RemoteStorageError(f"read_committed below the local log start of {self.remote.topic}/"
-                                         f"{self.remote.partition} met a transactional batch at {h.base_offset}: "
-                                         "aborted-transaction indexes are not shipped yet; read it with "
-                                         "read_uncommitted")
             if h.base_offset + h.last_offset_delta < offset:
                 continue
             a = 0

@@ -198,18 +198,22 @@ def filter_slices(slices: Iterable[ReadSlice], committed: bool, lso: int,
 
 
 def isolated_read(read: Callable[[int], list[ReadSlice]], local: LocalLog[S], tracker: TxnTracker, offset: int,
-                  committed: bool) -> tuple[list[ReadSlice], int]:
+                  committed: bool, aborted_of: Callable[[int, int], dict[int, list[tuple[int, int]]]] | None = None,
+                  ) -> tuple[list[ReadSlice], int]:
     """``(slices, next offset)`` of a read at ``offset`` filtered by isolation level (:func:`filter_slices`):
     ``read(position)`` reads the raw slices; reads go on past what was all dropped until something is kept,
     the log end or (``committed``) the LSO is reached. ``next offset`` is where the next read starts when
-    the caller has no record to go on from (``offset`` when the read found nothing)."""
+    the caller has no record to go on from (``offset`` when the read found nothing). ``aborted_of(start,
+    end)`` gives the aborted transactions of a range (default :func:`aborted_in` over ``local``; tiered
+    storage adds the shipped indexes')."""
     lso = tracker.last_stable_offset(local) if committed else -1
     pos = offset
     while True:
         slices = read(pos)  # first, at ``offset``: raises OffsetOutOfRangeError as a plain read does
         if not slices or (committed and pos >= lso):
             return [], pos
-        aborted = aborted_in(local, pos, lso, tracker.sealed) if committed and any(
+        aborted_range = aborted_of or (lambda start, end: aborted_in(local, start, end, tracker.sealed))
+        aborted = aborted_range(pos, lso) if committed and any(
             s[0].header.attributes & ATTR_TRANSACTIONAL for s in slices) else {}
         kept, nxt = filter_slices(slices, committed, lso, aborted)
         if kept or nxt <= pos:

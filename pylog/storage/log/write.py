@@ -12,7 +12,9 @@ Invariants (numbered as in :mod:`pylog.partition`):
    store is reopened, instead of renumbering or losing offsets.
 9. Every batch of a call is encoded and checked before any is written, so a call that fails validation
    appends nothing; an idempotent producer's retry of a call that landed is not appended again, and the
-   batches of a call that failed part-way are recorded one by one, so its retry appends only the rest.
+   batches of a call that failed part-way are recorded as they land, so its retry appends only the rest. The
+   batches that go into one segment are written together (:meth:`~pylog.segment.Segment.append_batches`): a
+   failed write of them is cut back whole, so a call lands up to a segment boundary or not at all.
 
 :meth:`BatchWriter.write` runs under the partition's append lock, in the handle that holds the writer lock
 (the partition takes both before calling it).
@@ -26,7 +28,7 @@ from typing import Callable, Generic
 from ... import metrics
 from ...errors import CorruptRecordError, LogFailedError
 from ..fileio import raise_fault
-from .append import SEQ_MOD, Appender, Columns, should_roll
+from .append import SEQ_MOD, Appender, Columns, batches_fitting, should_roll
 from .batches import EncodedBatch
 from ..txn_index import AbortedTxn, append_index, index_path, truncate_index
 from .durability import Durability
@@ -74,16 +76,22 @@ class BatchWriter(Generic[S]):
                 bounds = appender.batch_bounds(cols, batch_size)
         first = self._local.segments[-1].next_offset
         # Every batch is encoded and checked against max.message.bytes before any is written, so a call
-        # that fails validation appends nothing. An I/O error part-way leaves the batches written before
-        # it; for an idempotent producer they are recorded one by one, so its retry appends only the rest.
+        # that fails validation appends nothing. An I/O error part-way (at a later segment: a segment's
+        # batches are written together, and cut back together) leaves the batches written before it; for an
+        # idempotent producer they are recorded as they land, so its retry appends only the rest.
         encoded = appender.encode_runs(first, bounds, cols, producer, compression, transactional)
         written = 0
         try:
-            for batch in encoded:
-                self._write_batch(batch)
-                written += batch.header.record_count
+            done = 0
+            while done < len(encoded):
+                # As many batches as go into the active segment with one writev (one batch when a roll
+                # comes between).
+                wrote = self._write_batches(encoded[done:] if done else encoded)
+                for batch in encoded[done:done + wrote]:
+                    written += batch.header.record_count
                 if producer is not None:
-                    state.rebuild([batch.header])
+                    state.rebuild([batch.header for batch in encoded[done:done + wrote]])
+                done += wrote
         except BaseException:
             # Batches that landed before the error still count and wake readers; no flush now, whose own
             # error would replace the one that stopped the call.
@@ -119,7 +127,7 @@ class BatchWriter(Generic[S]):
             append_index(path, AbortedTxn(producer_id, first, h.base_offset,
                                           min(ongoing.values()) if ongoing else h.next_offset))
         try:
-            self._write_batch(batch)
+            self._write_batches([batch])
         except BaseException:
             if path is not None:
                 truncate_index(path, h.base_offset)
@@ -128,15 +136,24 @@ class BatchWriter(Generic[S]):
         self._after_append(1)
         return h.base_offset
 
-    def _write_batch(self, batch: EncodedBatch) -> None:
-        h = batch.header
+    def _write_batches(self, batches: list[EncodedBatch]) -> int:
+        """Write the first of ``batches`` (after a roll when it does not go into the active segment) and the
+        ones after it that go into the same segment (:func:`~.append.batches_fitting`), with one ``writev``;
+        returns how many were written. None of them is written when it raises."""
+        h = batches[0].header
         dur = self._durability
         dur.check_not_failed()
         seg = self._local.segments[-1]
-        if seg.size and should_roll(self._appender.config, seg, h):
+        config = self._appender.config
+        if seg.size and should_roll(config, seg, h):
             seg = self._roll()  # starts at seg.next_offset, the base offset already in the header
+        count = batches_fitting(config, seg, [batch.header for batch in batches])
         try:
-            seg.append(h, batch.parts, h.max_timestamp)
+            if count == 1:
+                seg.append(h, batches[0].parts, h.max_timestamp)
+            else:
+                seg.append_batches([batch.header for batch in batches[:count]],
+                                   [part for batch in batches[:count] for part in batch.parts])
         except CorruptRecordError as exc:
             # The file changed under this writer: appending on would renumber or lose offsets.
             dur.failed = f"its active log file was changed under the writer: {exc}"
@@ -152,6 +169,7 @@ class BatchWriter(Generic[S]):
             raise_fault(exc, f"appending to {self.name}",
                         f"nothing from offset {h.base_offset} on was appended (earlier batches of the same call "
                         f"were); {state}", then)
+        return count
 
     def _after_append(self, n: int, flush: bool = True) -> None:
         # Readers in other processes: the batches are visible from here on (they read up to the file size),

@@ -15,8 +15,8 @@ about files, offsets assignment or topics.
 
 from __future__ import annotations
 
-from .encode import (EncodeOptions, column_parts, encode_batch, encode_columns, encode_parts, header_pairs, header_rows,
-                     part_cuts, slice_parts)
+from .encode import (EncodeOptions, column_parts, encode_batch, encode_columns, encode_parts, encode_runs_packed,
+                     header_pairs, header_rows, part_cuts, slice_parts)
 from .format import (CODEC_LZ4, CODEC_NONE, CREATE_TIME, CRC_START, HEADER, HEADER_SIZE, LENGTH_PREFIX,
                      LOG_APPEND_TIME, MAGIC, MAX_BATCH_SIZE, MAX_OFFSET, RECORD_OVERHEAD, BatchHeader, batch_crc,
                      check_header, crc32c, parse_header, stamp_base_offset)
@@ -27,7 +27,8 @@ from .views import consumer_row_iter, consumer_rows, payload_bytes, slices_count
 
 __all__ = [
     "Record", "RecordColumns", "BatchHeader", "BatchView", "EncodeOptions",
-    "encode_batch", "encode_columns", "encode_parts", "check_header", "parse_header", "stamp_base_offset", "batch_crc",
+    "encode_batch", "encode_columns", "encode_parts", "encode_runs_packed", "check_header", "parse_header",
+    "stamp_base_offset", "batch_crc",
     "checked_prefix", "column_parts", "part_cuts", "slice_parts", "header_pairs", "header_rows",
     "crc32c", "now_ms", "gc_paused",
     "HEADER", "HEADER_SIZE", "LENGTH_PREFIX", "CRC_START", "MAGIC", "CODEC_NONE", "CODEC_LZ4",

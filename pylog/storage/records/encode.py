@@ -16,6 +16,9 @@ Invariants:
   ``native.column_lengths`` / ``native.encode_columns``, which lay out the batch in one output buffer with
   its CRC. They decline (return None) any input they do not handle exactly as the code here does, and this
   code then runs: the bytes written and the errors raised are the same on both paths.
+- :func:`encode_runs_packed` (compiled only) encodes an append call's many batches (a producer's drain cut at
+  ``batch_size``) in one call, into one buffer, each batch byte for byte what :func:`encode_parts` gives for
+  its records; it declines (None) whatever it does not handle, and the caller encodes batch by batch.
 """
 
 from __future__ import annotations
@@ -36,12 +39,13 @@ from .record import now_ms
 
 __all__ = ["EncodeOptions", "encode_parts", "encode_batch", "encode_columns", "column_parts", "slice_parts",
            "encode_parts_pure", "column_parts_pure", "part_cuts", "header_pairs", "header_rows", "HeaderRows",
-           "NATIVE_ENCODE"]
+           "NATIVE_ENCODE", "encode_runs_packed"]
 
 _LENGTH_STRUCTS: dict[int, struct.Struct] = {}  # "<{n}i" packers for length columns, by n
 # The compiled functions, or None in pure Python (or with a build older than them).
 _native_lengths = getattr(native, "column_lengths", None)
 _native_encode = getattr(native, "encode_columns", None)
+_native_batches = getattr(native, "encode_batches", None)
 #: Whether :func:`encode_parts` and :func:`column_parts` have their compiled path.
 NATIVE_ENCODE: bool = _native_encode is not None and _native_lengths is not None
 
@@ -497,6 +501,35 @@ def _encode_native(values: Sequence[bytes | None] | None, keys: Sequence[bytes |
         raise InvalidRecordError(f"batch of {total} bytes exceeds the format's limit")
     hdr, header = pack_header((*fields[:1], total - LENGTH_PREFIX, *fields[2:4], attrs, *fields[5:]), body_parts)
     return [hdr, *body_parts], header
+
+
+def encode_runs_packed(vlens: np.ndarray, vparts: list, klens: np.ndarray | None, kparts: list,
+                       timestamps: np.ndarray | None, stops: list[int], options: EncodeOptions,
+                       max_bytes: int) -> tuple[memoryview, list[BatchHeader]] | None:
+    """Records [0, stops[0]), [stops[0], stops[1]) ... as consecutive uncompressed batches in one buffer (each
+    at the offset after the one before, from ``options.base_offset``; sequence numbers from
+    ``options.base_sequence`` on, as :func:`encode_parts` of each run with ``base_sequence + start`` gives),
+    and their headers; None when the compiled encoder is not live or declines the input: ``vparts``/``kparts``
+    not one bytes/bytearray per non-null item, ``timestamps`` not None or an int64 array, a batch over
+    ``max_bytes``, a codec, headers (not taken), a control batch (not taken either). Then the caller encodes
+    batch by batch, which gives the same bytes or raises."""
+    if _native_batches is None:
+        return None
+    (base_offset, default_ts, codec, log_append_time, producer_id, producer_epoch, base_sequence, control,
+     transactional) = options
+    if codec != CODEC_NONE or control or default_ts is None:
+        return None
+    if log_append_time:
+        timestamps = None
+    elif timestamps is not None and (not isinstance(timestamps, np.ndarray) or timestamps.dtype != I64):
+        return None
+    attrs = (ATTR_LOG_APPEND_TIME if log_append_time else 0) | (ATTR_TRANSACTIONAL if transactional else 0)
+    got = _native_batches(vlens, vparts, klens, kparts, timestamps, stops, base_offset, default_ts, attrs,
+                          producer_id, producer_epoch, base_sequence, max_bytes)
+    if got is None:
+        return None
+    data, fields = got
+    return memoryview(data), [_new_header(BatchHeader, f) for f in fields]
 
 
 def _small(vparts: list, kparts: list) -> bool:

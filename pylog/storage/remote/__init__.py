@@ -14,7 +14,9 @@ upload thread: :mod:`pylog.maintenance.remote_upload`).
   retention, check, restore; its parts :mod:`.local_segment` (a closed segment read and checked for
   shipping), :mod:`.reading` (remote reads) and :mod:`.download` (a partition restored).
 - :mod:`.chunks`: ChunkCache, the bounded cache of fetched pieces of shipped logs that remote reads use.
-- :mod:`.restore`: the store marker and topic files, and a whole store restored from a location.
+- :mod:`.group_offsets`: the groups' committed offsets as one object (PLGO).
+- :mod:`.restore`: the store marker, topic files and group offsets, and a whole store restored from a
+  location (or stubbed for a read-only attach: :func:`pylog.attach`).
 """
 
 from .chunks import ChunkCache

@@ -7,7 +7,9 @@ Invariants:
   unchecked file ever carries a segment's name.
 - The checkpoint is written last and dirty (recovery point 0, the remote log start), so the first writer
   re-validates every batch and rebuilds any index that fails its check (docs/GUARANTEES.md).
-- Only the last segment's producer snapshot is restored: it is as of the restored log's end.
+- Only the latest shipped producer snapshot is restored (as ``producer.snapshot``): the last segment's, as
+  of the restored log's end, when it has one (the writer replays the batch headers after it).
+  Every shipped aborted-transaction index is restored beside its segment (``<base>.txnindex``).
 """
 
 from __future__ import annotations
@@ -19,11 +21,12 @@ from ..checkpoint import Checkpoint, write_checkpoint
 from ..fileio import fsync_dir
 from ..filenames import CHECKPOINT_FILE, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from ..producer_state import SNAPSHOT_FILE
+from ..txn_index import TXN_INDEX_SUFFIX
 from .layout import segment_object
 from .manifest import Manifest, RemoteSegment
 from .objects import ObjectStore
 
-__all__ = ["restore_partition", "segment_files", "SNAPSHOT_SUFFIX"]
+__all__ = ["restore_partition", "stub_partition", "segment_files", "SNAPSHOT_SUFFIX", "TXN_INDEX_SUFFIX"]
 
 SNAPSHOT_SUFFIX = ".snapshot"
 
@@ -34,6 +37,8 @@ def segment_files(seg: RemoteSegment) -> list[tuple[str, int, int]]:
              (TIMEINDEX_SUFFIX, seg.timeindex_size, seg.timeindex_crc)]
     if seg.snapshot_size >= 0:
         files.append((SNAPSHOT_SUFFIX, seg.snapshot_size, seg.snapshot_crc))
+    if seg.txnindex_size >= 0:
+        files.append((TXN_INDEX_SUFFIX, seg.txnindex_size, seg.txnindex_crc))
     return files
 
 
@@ -47,9 +52,10 @@ def restore_partition(objects: ObjectStore, topic: str, partition: int, m: Manif
     os.makedirs(directory, exist_ok=True)
     if os.listdir(directory):
         raise StorePathError(f"restore needs an empty directory, {directory} holds files")
+    with_snapshot = [s for s in m.segments if s.snapshot_size >= 0]
     for seg in m.segments:
         for suffix, size, crc in segment_files(seg):
-            if suffix == SNAPSHOT_SUFFIX and seg is not m.segments[-1]:
+            if suffix == SNAPSHOT_SUFFIX and seg is not with_snapshot[-1]:
                 continue
             target = (os.path.join(directory, SNAPSHOT_FILE) if suffix == SNAPSHOT_SUFFIX
                       else segment_path(directory, seg.base_offset, suffix))
@@ -60,6 +66,21 @@ def restore_partition(objects: ObjectStore, topic: str, partition: int, m: Manif
     write_checkpoint(os.path.join(directory, CHECKPOINT_FILE),
                      Checkpoint(recovery_point=0, log_start_offset=m.log_start_offset, clean=False))
     fsync_dir(directory)
+
+
+def stub_partition(m: Manifest, directory: str) -> None:
+    """A partition in ``directory`` (absent or empty) holding none of ``m``'s records locally: an empty segment
+    at the remote log end and a clean checkpoint with the log start there, so that every offset of the remote
+    log lies below the local log start and reads fall through to the bucket (a read-only attach).
+
+    :raises StorePathError: when ``directory`` holds files.
+    """
+    os.makedirs(directory, exist_ok=True)
+    if os.listdir(directory):
+        raise StorePathError(f"a partition stub needs an empty directory, {directory} holds files")
+    open(segment_path(directory, m.end_offset, LOG_SUFFIX), "xb").close()
+    write_checkpoint(os.path.join(directory, CHECKPOINT_FILE),
+                     Checkpoint(recovery_point=m.end_offset, log_start_offset=m.end_offset, clean=True))
 
 
 def _download_checked(objects: ObjectStore, name: str, size: int, crc: int, target: str) -> None:

@@ -3,12 +3,14 @@
 The bucket mirrors the store directory (docs/FORMAT.md, "Tiered storage objects")::
 
     <prefix>/pylog.store                                   the store marker, as on disk
+    <prefix>/group.offsets                                 the groups' committed offsets (PLGO)
     <prefix>/<topic>/topic.json                            the topic's file, as on disk
     <prefix>/<topic>/<partition>/remote.manifest           the partition's remote manifest (PLRM)
     <prefix>/<topic>/<partition>/<base>-<crc>.log          a shipped segment's log, byte for byte
     <prefix>/<topic>/<partition>/<base>-<crc>.index        its sealed offset index
     <prefix>/<topic>/<partition>/<base>-<crc>.timeindex    its sealed time index
     <prefix>/<topic>/<partition>/<base>-<crc>.snapshot     the producer snapshot as of its end (optional)
+    <prefix>/<topic>/<partition>/<base>-<crc>.txnindex     its aborted-transaction index (when it has entries)
 
 ``<base>`` is the segment's base offset, 20 digits, and ``<crc>`` the CRC-32C of its log file, 8 lower-case
 hex digits. The name is deterministic (a re-upload after a crash writes the same keys, so it is
@@ -25,14 +27,16 @@ from ..filenames import STORE_FILE
 from ..filenames import TOPIC_FILE as _TOPIC_FILE
 from ..filenames import segment_stem
 
-__all__ = ["STORE_MARKER", "TOPIC_FILE", "MANIFEST", "SEGMENT_SUFFIXES", "topic_file", "partition_prefix",
-           "manifest_name", "segment_object", "parse_segment_object"]
+__all__ = ["STORE_MARKER", "TOPIC_FILE", "MANIFEST", "GROUP_OFFSETS", "SEGMENT_SUFFIXES", "topic_file",
+           "partition_prefix", "manifest_name", "segment_object", "parse_segment_object"]
 
 STORE_MARKER = STORE_FILE
 TOPIC_FILE = _TOPIC_FILE
 MANIFEST = "remote.manifest"
+#: The groups' committed offsets: an object at the prefix, where topics are folders (so never taken for one).
+GROUP_OFFSETS = "group.offsets"
 #: The files of one shipped segment, in upload order (the log first: the rest are worthless without it).
-SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".snapshot")
+SEGMENT_SUFFIXES = (".log", ".index", ".timeindex", ".snapshot", ".txnindex")
 
 
 def topic_file(topic: str) -> str:

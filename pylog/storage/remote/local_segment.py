@@ -7,8 +7,12 @@ Invariants:
   damage is never shipped.
 - The log is read through the open file the caller passes, which the caller then uploads: the bytes
   checked and checksummed are the bytes shipped, even if the segment's name is replaced or unlinked meanwhile.
-- The producer snapshot is included only when it is as of the segment's end offset (the one written when
-  the segment rolled, not replaced since); a later one describes offsets a restore up to here would not hold.
+- The producer snapshot is included only when it is as of the segment's end offset: the copy kept at its
+  roll (``<end>.snapshot``, for topics with tiered storage), else ``producer.snapshot`` when it has not been
+  replaced since; a later one describes offsets a restore up to here would not hold.
+- The aborted-transaction index (``<base>.txnindex``) is included when it holds entries, each checking and
+  naming an abort marker inside the segment (``base <= last offset < end``); a torn or damaged one raises
+  :class:`~pylog.errors.CorruptRecordError` (a reader of the shipped copy would return aborted records).
 - Reads nothing larger than a sealed index can be (or a snapshot, 64 MiB: its readers' cap) into memory
   besides mapping the log.
 """
@@ -21,8 +25,10 @@ from dataclasses import dataclass
 from typing import BinaryIO
 
 from ...errors import CorruptRecordError, InvalidArgumentError
-from ..filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, list_segment_bases, segment_path
+from ..filenames import (INDEX_SUFFIX, LOG_SUFFIX, SEGMENT_SNAPSHOT_SUFFIX, TIMEINDEX_SUFFIX, list_segment_bases,
+                         segment_path)
 from ..producer_state import SNAPSHOT_FILE, ProducerState
+from ..txn_index import MAX_INDEX_BYTES, decode_index, index_path
 from ..records.format import HEADER_SIZE, check_header, crc32c, parse_header
 from ..records.views import checked_prefix
 from .index_file import MAX_SEALED_INDEX_BYTES, OFFSET_INDEX_MAGIC, TIME_INDEX_MAGIC, check_sealed
@@ -42,6 +48,7 @@ class LocalSegment:
     index: bytes
     timeindex: bytes
     snapshot: bytes | None
+    txnindex: bytes | None
 
 
 def read_local_segment(directory: str, base_offset: int, log: BinaryIO) -> LocalSegment | None:
@@ -77,21 +84,48 @@ def read_local_segment(directory: str, base_offset: int, log: BinaryIO) -> Local
                                      "damaged segments are not shipped", log_path, end_pos)
         log_crc = crc32c(mm)
     snapshot = _snapshot_at(directory, last + 1)
+    txnindex = _txnindex(directory, base_offset, last + 1)
     entry = RemoteSegment(base_offset, last + 1, times.max_timestamp, size, log_crc, len(index), crc32c(index),
                           len(timeindex), crc32c(timeindex),
                           len(snapshot) if snapshot is not None else -1,
-                          crc32c(snapshot) if snapshot is not None else 0)
-    return LocalSegment(entry, index, timeindex, snapshot)
+                          crc32c(snapshot) if snapshot is not None else 0,
+                          len(txnindex) if txnindex is not None else -1,
+                          crc32c(txnindex) if txnindex is not None else 0)
+    return LocalSegment(entry, index, timeindex, snapshot, txnindex)
 
 
 def _snapshot_at(directory: str, end_offset: int) -> bytes | None:
-    """The producer snapshot's bytes when it is as of ``end_offset``, else None."""
-    found = ProducerState.read_snapshot(directory)
-    if found is None or found[1] != end_offset:
+    """The bytes of the producer snapshot as of ``end_offset`` (the copy kept at the roll, else the current
+    one when it still is as of there), or None."""
+    kept = os.path.basename(segment_path(directory, end_offset, SEGMENT_SNAPSHOT_SUFFIX))
+    for name in (kept, SNAPSHOT_FILE):
+        try:
+            found = ProducerState.read_snapshot(directory, name)
+        except CorruptRecordError:
+            continue  # damaged (a power cut before it was fsynced): the other one, or none
+        if found is None or found[1] != end_offset:
+            continue
+        snapshot = _read_small(os.path.join(directory, name), _MAX_SNAPSHOT_BYTES)
+        again = ProducerState.read_snapshot(directory, name)  # replaced between the two reads: not this one
+        if again is not None and again[1] == end_offset:
+            return snapshot
+    return None
+
+
+def _txnindex(directory: str, base_offset: int, end_offset: int) -> bytes | None:
+    """The bytes of the segment's aborted-transaction index when it has entries, checked; else None.
+    :raises CorruptRecordError:"""
+    path = index_path(directory, base_offset)
+    try:
+        raw = _read_small(path, MAX_INDEX_BYTES)
+    except FileNotFoundError:
         return None
-    snapshot = _read_small(os.path.join(directory, SNAPSHOT_FILE), _MAX_SNAPSHOT_BYTES)
-    again = ProducerState.read_snapshot(directory)  # replaced between the two reads: ship none
-    return snapshot if again is not None and again[1] == end_offset else None
+    entries = decode_index(raw, path)
+    for e in entries:
+        if not base_offset <= e.last_offset < end_offset:
+            raise CorruptRecordError(f"aborted-transaction index entry names a marker at {e.last_offset}, outside "
+                                     f"the segment [{base_offset}, {end_offset}); not shipped", path, 0)
+    return raw if entries else None
 
 
 def _read_small(path: str, limit: int) -> bytes:

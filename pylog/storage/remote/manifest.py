@@ -1,10 +1,14 @@
 """The remote manifest of one partition: which shipped segments make up its remote log (``remote.manifest``).
 
-Byte layout (docs/FORMAT.md, "Remote manifest"): ``PLRM``, version byte 1, a msgpack map, CRC-32C::
+Byte layout (docs/FORMAT.md, "Remote manifest"): ``PLRM``, version byte 2, a msgpack map, CRC-32C::
 
     {"topic": str, "partition": int, "epoch": int, "log_start_offset": int,
      "segments": [[base_offset, end_offset, max_timestamp, log_size, log_crc,
-                   index_size, index_crc, timeindex_size, timeindex_crc, snapshot_size, snapshot_crc], ...]}
+                   index_size, index_crc, timeindex_size, timeindex_crc, snapshot_size, snapshot_crc,
+                   txnindex_size, txnindex_crc], ...]}
+
+Version 1 (written before aborted-transaction indexes were shipped) has entries of the first eleven numbers;
+it is still read, its segments' ``txnindex_size`` being :data:`TXNINDEX_UNKNOWN`.
 
 Invariants (checked by :func:`decode_manifest` and kept by every method that makes a new manifest):
 - Segments are in offset order and contiguous: each starts where the one before ends
@@ -15,6 +19,9 @@ Invariants (checked by :func:`decode_manifest` and kept by every method that mak
 - ``epoch`` counts commits: each conditional write of the manifest carries the one before plus one, so a
   reader can tell two versions apart without comparing segment lists.
 - ``snapshot_size`` is -1 when no producer snapshot was shipped with the segment (``snapshot_crc`` 0).
+- ``txnindex_size`` is -1 when the segment has no aborted-transaction index (it holds no abort marker;
+  ``txnindex_crc`` 0), :data:`TXNINDEX_UNKNOWN` (-2) when it was shipped by a version-1 writer, which did not
+  ship indexes: then which of its transactional batches were aborted is not known remotely.
 - The manifest is the commit point of tiered storage: an object it does not name is not part of the remote
   log (an upload interrupted before its commit, or a deletion interrupted after it), whatever the bucket holds.
 """
@@ -29,10 +36,15 @@ from ...errors import CorruptRecordError, RemoteConflictError, RemoteDataCorrupt
 from ..fileio import checked, decode_doc, encode_doc, unchecked
 from ..records.format import MAX_OFFSET
 
-__all__ = ["RemoteSegment", "Manifest", "encode_manifest", "decode_manifest", "MANIFEST_MAGIC", "MAX_MANIFEST_BYTES"]
+__all__ = ["RemoteSegment", "Manifest", "encode_manifest", "decode_manifest", "MANIFEST_MAGIC", "MAX_MANIFEST_BYTES",
+           "TXNINDEX_UNKNOWN"]
 
 MANIFEST_MAGIC = b"PLRM"
-_VERSION = 1
+_VERSION = 2
+#: Entry length by format version (version 1 lacks the aborted-transaction index's two numbers).
+_ENTRY_LENGTH = {1: 11, 2: 13}
+#: ``txnindex_size`` of a segment a version-1 writer shipped: its aborted-transaction index is not known.
+TXNINDEX_UNKNOWN = -2
 #: A manifest larger than this is refused as damage: ~100 bytes per segment, so a million segments.
 MAX_MANIFEST_BYTES = 128 << 20
 _U32 = (1 << 32) - 1
@@ -54,6 +66,8 @@ class RemoteSegment:
     timeindex_crc: int
     snapshot_size: int = -1
     snapshot_crc: int = 0
+    txnindex_size: int = -1
+    txnindex_crc: int = 0
 
     @property
     def size(self) -> int:
@@ -63,7 +77,7 @@ class RemoteSegment:
     def fields(self) -> list[int]:
         return [self.base_offset, self.end_offset, self.max_timestamp, self.log_size, self.log_crc,
                 self.index_size, self.index_crc, self.timeindex_size, self.timeindex_crc, self.snapshot_size,
-                self.snapshot_crc]
+                self.snapshot_crc, self.txnindex_size, self.txnindex_crc]
 
 
 @dataclass(frozen=True)
@@ -145,16 +159,17 @@ def decode_manifest(raw: bytes, where: str) -> Manifest:
     try:
         if len(raw) > MAX_MANIFEST_BYTES:
             raise CorruptRecordError(f"remote manifest of {len(raw)} bytes is over {MAX_MANIFEST_BYTES}", where, 0)
-        doc = decode_doc(MANIFEST_MAGIC, _VERSION, unchecked(raw, where, "remote manifest"), where,
-                         "remote manifest")
-        return _checked_manifest(doc, where)
+        body = unchecked(raw, where, "remote manifest")
+        version = body[4] if len(body) > 4 and body[4] in _ENTRY_LENGTH else _VERSION
+        doc = decode_doc(MANIFEST_MAGIC, version, body, where, "remote manifest")
+        return _checked_manifest(doc, where, _ENTRY_LENGTH[version])
     except RemoteDataCorruptError:
         raise
     except CorruptRecordError as exc:
         raise RemoteDataCorruptError(exc.reason, where, exc.position) from None
 
 
-def _checked_manifest(doc: Any, where: str) -> Manifest:
+def _checked_manifest(doc: Any, where: str, entry_length: int) -> Manifest:
     def bad(what: str) -> RemoteDataCorruptError:
         return RemoteDataCorruptError(f"remote manifest: {what}", where, None)
 
@@ -166,7 +181,7 @@ def _checked_manifest(doc: Any, where: str) -> Manifest:
         raise bad("bad topic, partition or epoch")
     if not _int_in(start, 0, MAX_OFFSET) or not isinstance(rows, list):
         raise bad("bad log start offset or segment list")
-    segments = tuple(_checked_segment(row, bad) for row in rows)
+    segments = tuple(_checked_segment(row, bad, entry_length) for row in rows)
     for before, after in zip(segments, segments[1:], strict=False):
         if after.base_offset != before.end_offset:
             raise bad(f"segment at {after.base_offset} does not follow the one ending at {before.end_offset}")
@@ -175,14 +190,18 @@ def _checked_manifest(doc: Any, where: str) -> Manifest:
     return Manifest(topic, partition, epoch, start, segments)
 
 
-def _checked_segment(row: Any, bad: Any) -> RemoteSegment:
-    if not isinstance(row, list) or len(row) != 11:
-        raise bad("a segment entry is not 11 numbers")
-    base, end, max_ts, log_size, log_crc, ix_size, ix_crc, tix_size, tix_crc, snap_size, snap_crc = row
+def _checked_segment(row: Any, bad: Any, length: int) -> RemoteSegment:
+    if not isinstance(row, list) or len(row) != length:
+        raise bad(f"a segment entry is not {length} numbers")
+    if length == 11:  # version 1: no aborted-transaction index was shipped
+        row = [*row, TXNINDEX_UNKNOWN, 0]
+    base, end, max_ts, log_size, log_crc, ix_size, ix_crc, tix_size, tix_crc, snap_size, snap_crc, txn_size, \
+        txn_crc = row
     sizes_ok = all(_int_in(v, 1, MAX_OFFSET) for v in (log_size, ix_size, tix_size))
-    crcs_ok = all(_int_in(v, 0, _U32) for v in (log_crc, ix_crc, tix_crc, snap_crc))
+    crcs_ok = all(_int_in(v, 0, _U32) for v in (log_crc, ix_crc, tix_crc, snap_crc, txn_crc))
     if not (_int_in(base, 0, MAX_OFFSET) and _int_in(end, base + 1, MAX_OFFSET)
-            and _int_in(max_ts, _I64_MIN, MAX_OFFSET) and sizes_ok and crcs_ok and _int_in(snap_size, -1, MAX_OFFSET)):
+            and _int_in(max_ts, _I64_MIN, MAX_OFFSET) and sizes_ok and crcs_ok and _int_in(snap_size, -1, MAX_OFFSET)
+            and _int_in(txn_size, TXNINDEX_UNKNOWN, MAX_OFFSET) and txn_size != 0):
         raise bad(f"segment entry {row!r:.200} out of range")
     return RemoteSegment(*row)
 

@@ -4,7 +4,8 @@ What each operation does to the bucket, in order (the manifest is the commit poi
 :mod:`pylog.storage.remote.manifest`):
 
 - **ship** a sealed segment (:meth:`RemoteLog.ship_segment`): check it locally (:mod:`.local_segment`: every
-  batch's CRC, sealed indexes), PUT its log, indexes and producer snapshot with ``If-None-Match: *`` under
+  batch's CRC, sealed indexes, the aborted-transaction index's entries), PUT its log, indexes (its
+  aborted-transaction index among them, when it has one) and producer snapshot with ``If-None-Match: *`` under
   content-derived names, then commit the manifest with ``If-Match``. A crash anywhere before the commit
   leaves objects no manifest names; the next ship of that segment finds them (412), checks they hold the
   same bytes (size and CRC in their metadata) and goes on: re-upload is idempotent. Two processes shipping
@@ -43,7 +44,7 @@ from ...errors import (InvalidArgumentError, RemoteConflictError, RemoteDataCorr
 from ..filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from ..retention import deletable_prefix
 from .chunks import ChunkCache
-from .download import SNAPSHOT_SUFFIX, restore_partition, segment_files
+from .download import SNAPSHOT_SUFFIX, TXN_INDEX_SUFFIX, restore_partition, segment_files
 from .layout import manifest_name, parse_segment_object, partition_prefix, segment_object
 from .local_segment import read_local_segment
 from .manifest import MAX_MANIFEST_BYTES, Manifest, RemoteSegment, decode_manifest, encode_manifest
@@ -96,6 +97,8 @@ class RemoteLog:
         self._manifest_name = manifest_name(topic, partition)
         self._lock = threading.Lock()
         self._cached: Manifest | None = None
+        #: The ETag of :attr:`_cached` when this object loaded or wrote it (None: unknown or never written).
+        self._cached_etag: str | None = None
 
     def __repr__(self) -> str:
         return f"RemoteLog({self.objects.url(partition_prefix(self.topic, self.partition))!r})"
@@ -111,13 +114,13 @@ class RemoteLog:
             raw, etag = self.objects.get(self._manifest_name, max_bytes=MAX_MANIFEST_BYTES)
         except RemoteObjectMissingError:
             m: Manifest = Manifest(self.topic, self.partition)
-            self._cached = m
+            self._cached, self._cached_etag = m, None
             return m, None
         m = decode_manifest(raw, self.objects.url(self._manifest_name))
         if (m.topic, m.partition) != (self.topic, self.partition):
             raise RemoteDataCorruptError(f"remote manifest of {m.topic}/{m.partition} found for "
                                          f"{self.topic}/{self.partition}", self.objects.url(self._manifest_name))
-        self._cached = m
+        self._cached, self._cached_etag = m, etag
         return m, etag
 
     def manifest(self, refresh: bool = False) -> Manifest:
@@ -127,22 +130,33 @@ class RemoteLog:
 
     def commit(self, change: Callable[[Manifest], Manifest]) -> Manifest:
         """Apply ``change`` (a pure function of the committed manifest; returning its argument means "nothing
-        to do") and write the result conditionally, re-reading and re-applying after a lost race.
+        to do") and write the result conditionally, re-reading and re-applying after a lost race. The first
+        attempt starts from the manifest this object last wrote or loaded, when it knows its ETag (the usual
+        case of one shipper: no read per commit); the conditional write refuses it if that is stale.
 
         :raises RemoteConflictError: when ``change`` refuses the committed state, or after
             :data:`COMMIT_ATTEMPTS` lost races.
         """
-        for _ in range(COMMIT_ATTEMPTS):
-            m, etag = self.load()
-            new = change(m)
+        m, etag = self._cached, self._cached_etag
+        for attempt in range(COMMIT_ATTEMPTS):
+            loaded = m is None or etag is None or attempt > 0
+            if loaded:
+                m, etag = self.load()
+            assert m is not None
+            try:
+                new = change(m)
+            except RemoteConflictError:
+                if loaded:
+                    raise
+                continue  # refused on a manifest that may be stale: decide again on the committed one
             if new is m:
-                return m
+                return m  # nothing to do (on a stale manifest too: a log only grows and its start only rises)
             new = replace(new, epoch=m.epoch + 1)
             try:
-                self.objects.put_replacing(self._manifest_name, encode_manifest(new), etag)
+                written = self.objects.put_replacing(self._manifest_name, encode_manifest(new), etag)
             except RemoteConflictError:
                 continue  # another process committed in between: decide again on its state
-            self._cached = new
+            self._cached, self._cached_etag = new, written
             return new
         raise RemoteConflictError(f"the manifest kept changing under {COMMIT_ATTEMPTS} attempts to commit",
                                   self.objects.url(self._manifest_name))
@@ -180,6 +194,8 @@ class RemoteLog:
         self._put_object(TIMEINDEX_SUFFIX, seg, local.timeindex, seg.timeindex_size, seg.timeindex_crc)
         if local.snapshot is not None:
             self._put_object(SNAPSHOT_SUFFIX, seg, local.snapshot, seg.snapshot_size, seg.snapshot_crc)
+        if local.txnindex is not None:
+            self._put_object(TXN_INDEX_SUFFIX, seg, local.txnindex, seg.txnindex_size, seg.txnindex_crc)
         self.commit(lambda m: m.with_segment(seg))
         self._event(EVENT_COMMITTED, self._manifest_name)
         return seg
@@ -221,6 +237,21 @@ class RemoteLog:
             # Remote retention (maybe in another process) deleted what the cached manifest names: once more
             # with the committed manifest, which then says the offset is out of range (or where it is now).
             return self._reader.read(offset, max_bytes, self.manifest(refresh=True))
+
+    def aborted(self, start: int, end: int, refresh: bool = False) -> dict[int, list[tuple[int, int]]]:
+        """``{producer id: [(first offset, last offset), ...]}`` of the aborted transactions the shipped
+        aborted-transaction indexes record over ``[start, end)`` (see :meth:`RemoteReader.aborted
+        <pylog.storage.remote.reading.RemoteReader.aborted>`), by the manifest last loaded.
+
+        :raises RemoteStorageError: when a segment's index is unknown (shipped by a version-1 writer) or the
+            bucket fails. :raises RemoteDataCorruptError: when a shipped index does not check.
+        """
+        try:
+            return self._reader.aborted(start, end, self.manifest(refresh))
+        except RemoteObjectMissingError:
+            if refresh:
+                raise
+            return self._reader.aborted(start, end, self.manifest(refresh=True))  # as in :meth:`read`
 
     # ------------------------------------------------------------------------------------------ retention
 

@@ -212,10 +212,14 @@ final class ReadOptions implements Serializable {
         return handles(options);
     }
 
-    /** True if every option of a read is one this reader supports (else the Python source reads it). */
+    /** True if every option of a read is one this reader supports (else the Python source reads it). A path
+     *  s3://bucket/prefix (a bucket a store ships to: tiered storage) is the Python source's too. */
     static boolean handles(Map<String, String> options) {
         for (Map.Entry<String, String> e : options.entrySet()) {
             String low = e.getKey().toLowerCase(Locale.ROOT);
+            if (low.equals("path") && String.valueOf(e.getValue()).toLowerCase(Locale.ROOT).startsWith("s3://")) {
+                return false;
+            }
             if (low.equals("kafka.isolation.level")) {
                 if (!"read_uncommitted".equalsIgnoreCase(String.valueOf(e.getValue()).strip())) return false;
                 continue;

@@ -1,0 +1,97 @@
+"""A store from the bucket it was shipped to (tiered storage, issue 28): rebuilt on disk (:func:`restore`, what
+``pylog restore`` runs, exported as ``pylog.restore``), or attached read-only with no local store at all
+(:func:`attach`, ``pylog.attach``; what the Spark source opens for an ``s3://`` path).
+
+Invariants:
+- Writes only into an absent or empty directory (:func:`pylog.storage.remote.restore_store`: every file
+  checked against its manifest before it is renamed into place, the store marker last).
+- The groups' committed offsets shipped beside the segments (``group.offsets``) are committed into the
+  restored store's ``__consumer_offsets`` once it is a store; a restore interrupted before that leaves a
+  store without them: restore again into a new directory.
+- An attached store holds no record locally: a private temporary directory with the store marker, the
+  topics' files and one empty segment per partition at its remote log end (below which every read falls
+  through to the bucket); it is removed when the store closes. It sees what was shipped when it was
+  opened (the manifests then); attach again to see later uploads.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from typing import Any
+
+from .errors import InvalidArgumentError
+from .storage.remote import ObjectStore, RestoredStore, restore_store
+from .store import Store
+
+__all__ = ["restore", "attach", "AttachedStore", "REMOTE_SCHEME", "is_remote_location"]
+
+#: The scheme of a location in a bucket: boto3's and the AWS CLI's ``s3://bucket/prefix``, the form
+#: ``remote.storage.location`` takes (docs/SPARK.md says why not Hadoop's ``s3a://``).
+REMOTE_SCHEME = "s3://"
+
+
+def is_remote_location(path: str) -> bool:
+    """Whether ``path`` names a location in a bucket (``s3://...``) rather than a directory."""
+    return path[:len(REMOTE_SCHEME)].lower() == REMOTE_SCHEME
+
+
+def restore(location: str, directory: str, **options: Any) -> RestoredStore:
+    """Rebuild the store shipped to ``location`` (``s3://bucket/prefix``) in ``directory`` (absent or empty):
+    topics and their configurations, every shipped segment with its indexes, aborted-transaction indexes and
+    the latest producer snapshot, and the groups' committed offsets. What was appended after the last shipped
+    segment is not in the bucket and not restored (docs/GUARANTEES.md, the recovery point objective).
+
+    :param options: the ``remote.storage.*`` settings other than the location, as :func:`pylog.open` takes
+        them (``remote_storage_endpoint_url=...``, ``remote_storage_region=...``).
+    :raises StorePathError: when ``directory`` holds files.
+    :raises RemoteObjectMissingError: when nothing was shipped to ``location``.
+    :raises RemoteDataCorruptError: when a shipped file does not check. :raises RemoteStorageError:
+    """
+    restored = restore_store(_objects(location, options), directory)
+    if restored.group_offsets:
+        with Store(directory, log_cleaner_enable=False) as store:
+            for group, offsets in sorted(restored.group_offsets.items()):
+                store.commit_offsets(group, offsets)
+    return restored
+
+
+class AttachedStore(Store):
+    """A read-only :class:`~pylog.store.Store` over a location in a bucket (see :func:`attach`); closing it
+    removes its temporary directory."""
+
+    def close(self) -> None:
+        try:
+            super().close()
+        finally:
+            shutil.rmtree(self.path, ignore_errors=True)
+
+
+def attach(location: str, **options: Any) -> AttachedStore:
+    """Open the store shipped to ``location`` (``s3://bucket/prefix``) read-only, with no local store:
+    ``read``, ``read_columns``, consumers (without a group: nothing can be committed) and the Spark source
+    read every shipped offset from the bucket, CRC-checked, through the read cache. It sees what was shipped
+    when it was opened.
+
+    :param options: ``remote.storage.*`` settings other than the location, and store settings, as
+        :func:`pylog.open` takes them (``remote_storage_endpoint_url=...``).
+    :raises RemoteObjectMissingError: when nothing was shipped to ``location``.
+    :raises RemoteStorageError: when the bucket cannot be read.
+    """
+    if not is_remote_location(location):
+        raise InvalidArgumentError(f"attach takes a location s3://bucket/prefix, got {location!r:.200}")
+    directory = tempfile.mkdtemp(prefix="pylog-attach-")
+    try:
+        restore_store(_objects(location, options), directory, attach=True)
+        return AttachedStore(directory, read_only=True, remote_storage_location=location,
+                             **{"log_cleaner_enable": False, **options})
+    except BaseException:
+        shutil.rmtree(directory, ignore_errors=True)
+        raise
+
+
+def _objects(location: str, options: dict[str, Any]) -> ObjectStore:
+    """The bucket of ``location`` with the ``remote.storage.*`` settings among ``options`` (pylog.open's names)."""
+    settings = {name: v for k, v in options.items() if (name := k.replace("_", ".")).startswith("remote.storage.")}
+    settings["remote.storage.location"] = location
+    return ObjectStore.from_settings(settings)
