@@ -129,6 +129,9 @@ STORE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
        "ask for (ms).", minimum=1, maximum=INT_MAX),
     _s("transaction.abort.timed.out.transaction.cleanup.interval.ms", "int", 10_000, "How often a store open for "
        "writing (with log.cleaner.enable) aborts transactions open longer than their timeout (ms).", minimum=1),
+    _s("transactional.id.expiration.ms", "int", 604_800_000, "Forget a transactional id (its state and coordinator "
+       "lock file) whose last transaction ended this long ago (ms), at the timeout sweep; its next "
+       "init_transactions starts afresh.", minimum=1, maximum=INT_MAX),
 ]}
 
 #: Settings of the object store behind tiered storage (pylog.storage.remote), per client: the bucket, how to

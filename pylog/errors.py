@@ -62,6 +62,7 @@ __all__ = [
     "NoOffsetForPartitionError",
     "InvalidOptionError",
     "DataLossError",
+    "SinkTransactionLostError",
     "ProtocolError",
     "UnknownApiKeyError",
     "UnsupportedApiVersionError",
@@ -329,6 +330,13 @@ class DataLossError(OffsetOutOfRangeError):
 
     Raised when ``failOnDataLoss`` is true (the default); with ``failOnDataLoss=false`` the range is
     skipped with a warning instead. Exported from :mod:`pylog.spark`.
+    """
+
+
+class SinkTransactionLostError(PylogError):
+    """A transaction of a micro-batch the exactly-once Spark sink had decided was aborted before the driver
+    could commit it (its ``transactionTimeoutMs`` passed while the query was down): that task's rows of the
+    batch are lost. Restart queries within the timeout, or raise it. Exported from :mod:`pylog.spark`.
     """
 
 

@@ -453,7 +453,8 @@ _INTERNAL_EXCEPTIONS = {
     "pylog.storage.segment_file.SegmentReplacedError", # a FileNotFoundError: the partition's readers retry on it
 }
 #: Public errors exported from the ``pylog.spark`` subpackage rather than from ``pylog``.
-_SPARK_EXCEPTIONS = {"pylog.errors.InvalidOptionError", "pylog.errors.DataLossError"}
+_SPARK_EXCEPTIONS = {"pylog.errors.InvalidOptionError", "pylog.errors.DataLossError",
+                     "pylog.errors.SinkTransactionLostError"}
 #: Public errors still defined outside pylog/errors.py: none.
 _PUBLIC_OUTSIDE_ERRORS_PY: set[str] = set()
 

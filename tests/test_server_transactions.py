@@ -7,6 +7,7 @@ of a produce to a partition not added to the transaction)."""
 from __future__ import annotations
 
 import asyncio
+import os
 import socket
 import struct
 import time
@@ -449,7 +450,7 @@ def test_transaction_requests_get_kafkas_error_codes(server, store):
         assert _call(server, 26, 3, {**end, "producer_id": pid + 100}, s)["error_code"] == \
             ErrorCode.INVALID_PRODUCER_ID_MAPPING
         assert _call(server, 25, 3, {"transactional_id": "never", "producer_id": pid, "producer_epoch": 0,
-                                     "group_id": "g"}, s)["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+                                     "group_id": "g"}, s)["error_code"] == ErrorCode.INVALID_PRODUCER_ID_MAPPING
         out = _call(server, 28, 3, {"transactional_id": "ec-1", "group_id": "g", "producer_id": pid,
                                     "producer_epoch": epoch + 1, "generation_id": 3, "member_id": "m",
                                     "group_instance_id": None, "topics": [{"name": "ec", "partitions": [
@@ -565,3 +566,32 @@ def test_describe_producers_reports_idempotent_producers_of_clients_and_of_pylog
     assert p0[0].current_transaction_start_offset == -1 and p0[0].last_timestamp > 0
     p1 = found[TopicPartition("dp", 1)].active_producers
     assert [(x.producer_id, x.last_sequence) for x in p1] == [(pid, 1)]
+
+
+@pytest.mark.parametrize("cleaner", [True, False], ids=["store-sweeps", "server-sweeps"])
+def test_an_idle_transactional_id_expires_and_its_next_init_starts_afresh(tmp_path, cleaner):
+    # transactional.id.expiration.ms: a client that initialised an id and went away leaves no state behind
+    # once the setting has passed; whichever sweeps (the store's thread, or the server's task), the id's next
+    # InitProducerId gets a new producer id at epoch 0 and DescribeTransactions no longer finds it meanwhile.
+    with pylog.open(tmp_path / "store", transaction_abort_timed_out_transaction_cleanup_interval_ms=100,
+                    transactional_id_expiration_ms=1, log_cleaner_enable=cleaner) as store, \
+            pylog.serve(store, port=0) as server:
+        with socket.create_connection((server.host, server.port), timeout=10) as s:
+            init = _call(server, 22, 1, {"transactional_id": "brief-1", "transaction_timeout_ms": 1000}, s)
+            old_pid = init["producer_id"]
+            wait_until(lambda: not store.list_transactions(), timeout=TIMEOUT, what="the id's expiry")
+            assert not os.path.exists(os.path.join(store.path, "__transactions", "brief-1.lock"))
+            desc = _call(server, 65, 0, {"transactional_ids": ["brief-1"]}, s)
+            assert desc["transaction_states"][0]["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
+            # The expired incarnation is answered as Kafka answers an id it has no state of.
+            end = {"transactional_id": "brief-1", "producer_id": old_pid, "producer_epoch": 0, "committed": True}
+            assert _call(server, 26, 3, end, s)["error_code"] == ErrorCode.INVALID_PRODUCER_ID_MAPPING
+            again = _call(server, 22, 1, {"transactional_id": "brief-1", "transaction_timeout_ms": 1000}, s)
+            assert again["error_code"] == 0 and again["producer_id"] != old_pid and again["producer_epoch"] == 0
+
+
+def test_serve_sets_the_stores_transactional_id_expiration_when_it_opens_the_store(tmp_path):
+    with pylog.serve(tmp_path / "store", port=0, transactional_id_expiration_ms=5000) as server:
+        assert server.store.settings["transactional.id.expiration.ms"] == 5000
+    with pytest.raises(pylog.InvalidArgumentError):
+        pylog.serve(tmp_path / "store", port=0, transactional_id_expiration_ms=0)

@@ -121,7 +121,7 @@ def test_producer_id_and_epoch_mismatches_raise_kafkas_errors(store):
         c.add_partitions("app", pid + 100, epoch, [TP("t", 0)])
     with pytest.raises(InvalidProducerEpochError):
         c.add_partitions("app", pid, epoch + 1, [TP("t", 0)])
-    with pytest.raises(TransactionalIdNotFoundError):
+    with pytest.raises(InvalidProducerIdMappingError, match="no state"):  # Kafka's answer for an unknown id
         c.add_partitions("never", pid, epoch, [TP("t", 0)])
     with pytest.raises(TransactionalIdNotFoundError):
         c.describe("never")

@@ -86,6 +86,9 @@ def register(sub: Any) -> None:
                    help="close a connection idle this long (Kafka's connections.max.idle.ms; default 600000, 0: never)")
     s.add_argument("--max-open-descriptors", type=non_negative, default=0, metavar="N",
                    help="file descriptors the store's partitions may hold (default 0: half of `ulimit -n`)")
+    s.add_argument("--transactional-id-expiration-ms", type=positive, metavar="MS",
+                   help="forget a transactional id whose last transaction ended this long ago (Kafka's "
+                        "transactional.id.expiration.ms; default: the store's, 604800000, 7 days)")
     s.add_argument("--connection-failed-authentication-delay-ms", type=non_negative, default=100, metavar="MS",
                    help="answer a failed SASL login after this delay, doubled per further failure from the address "
                         "(Kafka's connection.failed.authentication.delay.ms; default 100)")
@@ -136,6 +139,8 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
         "connection_failed_authentication_delay_max_ms": args.connection_failed_authentication_delay_max_ms,
     }
     options["max_open_descriptors"] = args.max_open_descriptors
+    if args.transactional_id_expiration_ms is not None:
+        options["transactional_id_expiration_ms"] = args.transactional_id_expiration_ms
     for flag, *_ in _LIMITS:  # given ones only: the defaults are ServerConfig's
         name = flag[2:].replace("-", "_")
         if getattr(args, name) is not None:

@@ -33,16 +33,23 @@ each named for the Kafka request it answers (``pylog serve`` maps them one to on
 ``describe(transactional_id)``, ``list_transactions(states=None, producer_ids=None)``
     DescribeTransactions, ListTransactions: :class:`~pylog.storage.txn_state.TransactionMetadata` of the latest
     state. :raises TransactionalIdNotFoundError: for an id without a state.
-``abort_timed_out()``
+``abort_timed_out(now=None)``
     The timeout sweep (``transaction.abort.timed.out.transaction.cleanup.interval.ms``, run by
     :class:`TimeoutSweeper` in every process with the store open for writing and its cleaner enabled): an
     Ongoing transaction older than its timeout is aborted with the epoch bumped (Kafka's PrepareEpochFence), so
     its producer is fenced; a ``Prepare*`` state whose lock is free (its writer died) is completed.
+``expire(now=None)``
+    The expiry, run by the same sweep (:meth:`TransactionCoordinator.sweep`): an id in Empty, CompleteCommit,
+    CompleteAbort or Dead whose last transition is older than ``transactional.id.expiration.ms`` (7 days) is
+    forgotten, as Kafka does: a tombstone of its state (fsynced; compaction drops both after
+    ``delete.retention.ms``) and its lock file removed. Its next InitProducerId starts afresh (a new producer
+    id, epoch 0). An id whose transaction is open (Ongoing, Prepare*) never expires.
 
 Every call taking ``producer_id, producer_epoch`` checks them against the id's state first:
-:class:`InvalidProducerIdMappingError` for another producer id, :class:`ProducerFencedError` for an older
-epoch, :class:`InvalidProducerEpochError` for a newer one; :class:`TransactionalIdNotFoundError` for an id
-without a state. A lock held longer than the wait (``lock_wait_ms``) is :class:`ConcurrentTransactionsError`.
+:class:`InvalidProducerIdMappingError` for another producer id, or for an id without a state (never
+initialised, or expired: Kafka's answer), :class:`ProducerFencedError` for an older epoch,
+:class:`InvalidProducerEpochError` for a newer one. A lock held longer than the wait (``lock_wait_ms``) is
+:class:`ConcurrentTransactionsError`.
 Partitions that a state write or a marker could not get within the wait raise
 :class:`~pylog.errors.PartitionLockedError`; storage faults raise as everywhere (``StorageError``).
 
@@ -57,6 +64,11 @@ Invariants:
   and it is stored in the ``Prepare*`` record before any marker carries it.
 - Thread-safe: the coordinator lock is a ``flock`` of a file opened per call, which excludes threads of one
   process as it excludes processes.
+- A lock file is unlinked only by a holder of its ``flock``, as the last step before letting go (after the
+  id's tombstone is durable); whoever takes a ``flock`` then checks that its descriptor is still the file the
+  path names (an unlinked one is let go and the path opened again), so two holders never lock two files of
+  one id. A process that dies between the tombstone and the unlink leaves a lock file without a state: the
+  sweep unlinks such files the same way (under their ``flock``, after reading the states again).
 
 Known limit: an id whose epoch reached 32767 moves to a new producer id at its next init; the abort markers of
 that fence keep epoch 32767, so a zombie of the old incarnation that still appends to a partition it had
@@ -102,6 +114,8 @@ _INT32_MAX = (1 << 31) - 1
 #: The states a new transaction may start from.
 _IDLE = (TxnState.EMPTY, TxnState.COMPLETE_COMMIT, TxnState.COMPLETE_ABORT)
 _PREPARED = {TxnState.PREPARE_COMMIT: True, TxnState.PREPARE_ABORT: False}
+#: The states an id may expire in (``transactional.id.expiration.ms``): no transaction open or being ended.
+_EXPIRABLE = frozenset(_IDLE) | {TxnState.DEAD}
 
 
 class ProducerIdAndEpoch(NamedTuple):
@@ -242,11 +256,16 @@ class TransactionCoordinator:
         return [m for m in self._log.all() if (want_states is None or m.state in want_states)
                 and (want_pids is None or m.producer_id in want_pids)]
 
-    def abort_timed_out(self) -> list[str]:
+    def sweep(self, now: int | None = None) -> None:
+        """What the sweep runs: :meth:`abort_timed_out`, then :meth:`expire` (``now`` in ms: for tests)."""
+        self.abort_timed_out(now)
+        self.expire(now)
+
+    def abort_timed_out(self, now: int | None = None) -> list[str]:
         """The timeout sweep (see the module docstring); returns the ids whose transaction it aborted or
         completed. An id whose lock another holds is left alone (its holder is alive)."""
         done = []
-        now = now_ms()
+        now = now_ms() if now is None else now
         for meta in self._log.all():
             due = meta.state in _PREPARED or (meta.state == TxnState.ONGOING
                                               and now - meta.start_ms > meta.timeout_ms)
@@ -254,7 +273,50 @@ class TransactionCoordinator:
                 done.append(meta.transactional_id)
         return done
 
+    def expire(self, now: int | None = None) -> list[str]:
+        """Forget the idle ids last changed more than ``transactional.id.expiration.ms`` before ``now`` (see the
+        module docstring), and remove lock files left without a state; returns the ids forgotten. An id whose
+        lock another holds is left for the next sweep."""
+        now = now_ms() if now is None else now
+        ttl = self._store.settings["transactional.id.expiration.ms"]
+        metas = self._log.all()
+        done = [m.transactional_id for m in metas
+                if _expired(m, now, ttl) and self._expire_one(m.transactional_id, now, ttl)]
+        if os.path.isdir(self._dir):
+            live = {_lock_name(m.transactional_id) for m in metas}
+            with os.scandir(self._dir) as entries:
+                strays = [e.name for e in entries if e.name.endswith(".lock") and e.name not in live]
+            for name in strays:
+                self._remove_stray(name)
+        return done
+
     # ------------------------------------------------------------------ steps
+
+    def _expire_one(self, transactional_id: str, now: int, ttl: int) -> bool:
+        try:
+            with self._lock_file(os.path.join(self._dir, _lock_name(transactional_id)), transactional_id,
+                                 False) as path:
+                meta = self._log.get(transactional_id)  # again: it may have changed since the sweep read it
+                if meta is None or not _expired(meta, now, ttl):
+                    return False
+                log.info("transactional id %r (producer %d epoch %d) expired: idle for %d ms, past "
+                         "transactional.id.expiration.ms %d", transactional_id, meta.producer_id,
+                         meta.producer_epoch, now - meta.update_ms, ttl)
+                self._log.append(meta, True, self.lock_wait_ms, tombstone=True)
+                _unlink(path)  # last, under the flock (see the module docstring)
+                return True
+        except ConcurrentTransactionsError:
+            return False
+
+    def _remove_stray(self, name: str) -> None:
+        """Unlink the lock file ``name`` when no id has a state for it (its expiry died before the unlink)."""
+        try:
+            with self._lock_file(os.path.join(self._dir, name), name, False) as path:
+                if name not in {_lock_name(m.transactional_id) for m in self._log.all()}:
+                    _unlink(path)
+        except ConcurrentTransactionsError:
+            pass  # in use: its holder writes a state
+
 
     def _sweep_one(self, transactional_id: str, now: int) -> bool:
         try:
@@ -363,8 +425,11 @@ class TransactionCoordinator:
     def _checked(self, meta: TransactionMetadata | None, transactional_id: str, producer_id: int,
                  producer_epoch: int) -> TransactionMetadata:
         if meta is None:
-            raise TransactionalIdNotFoundError(f"transactional id {transactional_id!r} was never initialised "
-                                               "(init_transactions first)")
+            # Kafka's answer for an id without a state: the producer's incarnation is no longer (or never was)
+            # the id's, as after a fence by another producer id; fatal for the producer.
+            raise InvalidProducerIdMappingError(f"transactional id {transactional_id!r} has no state: never "
+                                                "initialised, or expired (transactional.id.expiration.ms); "
+                                                "init_transactions first")
         self._check_producer(meta, producer_id, producer_epoch)
         return meta
 
@@ -395,9 +460,7 @@ class TransactionCoordinator:
             raise ReadOnlyStoreError(f"{self._store.path} is open read-only: transactions cannot change")
         with write_faults(f"locking transactional id {transactional_id!r}", "nothing was changed"):
             os.makedirs(self._dir, exist_ok=True)
-            fd = os.open(os.path.join(self._dir, _lock_name(transactional_id)), os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            self._lock_fd(fd, transactional_id, wait)
+        with self._lock_file(os.path.join(self._dir, _lock_name(transactional_id)), transactional_id, wait):
             meta = self._log.get(transactional_id)
             if meta is not None and meta.state in _PREPARED:
                 log.warning("transactional id %r: completing the %s its previous coordinator left half-done",
@@ -407,8 +470,22 @@ class TransactionCoordinator:
                     raise ConcurrentTransactionsError(f"transactional id {transactional_id!r}: its "
                                                       f"{meta.state.kafka_name} could not be completed yet")
             yield meta
-        finally:
-            os.close(fd)  # releases the flock
+
+    @contextmanager
+    def _lock_file(self, path: str, transactional_id: str, wait: bool) -> Iterator[str]:
+        """Hold the ``flock`` of the lock file ``path`` (created if missing), yielding ``path``. A file unlinked
+        by its expiry while this waited for it is let go and the path opened again (see the module docstring).
+        :raises ConcurrentTransactionsError: as :meth:`_locked`."""
+        while True:
+            with write_faults(f"locking transactional id {transactional_id!r}", "nothing was changed"):
+                fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o644)
+            try:
+                self._lock_fd(fd, transactional_id, wait)
+                if _names(fd, path):
+                    yield path
+                    return
+            finally:
+                os.close(fd)  # releases the flock
 
     def _lock_fd(self, fd: int, transactional_id: str, wait: bool) -> None:
         deadline = time.monotonic() + self.lock_wait_ms / 1000
@@ -421,8 +498,29 @@ class TransactionCoordinator:
             pause = min(pause * 2, 0.02)
 
 
+def _expired(meta: TransactionMetadata, now: int, ttl: int) -> bool:
+    return meta.state in _EXPIRABLE and now - meta.update_ms > ttl
+
+
+def _names(fd: int, path: str) -> bool:
+    """Whether ``path`` still names the file open as ``fd`` (not unlinked, nor replaced by a new one)."""
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        return False
+    own = os.fstat(fd)
+    return (own.st_dev, own.st_ino) == (st.st_dev, st.st_ino)
+
+
+def _unlink(path: str) -> None:
+    try:
+        os.unlink(path)
+    except OSError as exc:  # a file left behind costs a directory entry, not correctness: the next sweep retries
+        log.warning("could not remove the transaction lock file %s: %s", path, exc)
+
+
 class TimeoutSweeper:
-    """A daemon thread that runs :meth:`TransactionCoordinator.abort_timed_out` every ``interval_ms`` once
+    """A daemon thread that runs :meth:`TransactionCoordinator.sweep` every ``interval_ms`` once
     the store has a ``__transaction_state`` topic, and while ``state_log`` keeps state partitions between
     appends hands them over every :data:`~pylog.clients.drain.HANDOVER_POLL` (10 ms) to a handle that waits
     (:meth:`TransactionLog.hand_over`); :meth:`stop` ends it (letting them go). Errors are logged, never raised."""
@@ -461,7 +559,7 @@ class TimeoutSweeper:
                 if time.monotonic() >= next_sweep:
                     next_sweep = time.monotonic() + self._interval
                     if self._log.exists():
-                        self._coordinator.abort_timed_out()
+                        self._coordinator.sweep()
             except Exception:  # keep sweeping: a store closing under us, a full disk, a damaged partition
                 log.warning("transaction timeout sweep failed", exc_info=True)
         try:

@@ -7,7 +7,8 @@ Invariants:
 - A transactional id's states all go to one partition (CRC-32C of the id modulo
   ``transaction.state.log.num.partitions``), appended by whichever process acts for the id while it holds the
   id's coordinator lock (:mod:`pylog.clients.transactions`), so the latest record of a key is the id's state.
-- The topic is compacted: only the latest state of each id is kept for long.
+- The topic is compacted: only the latest state of each id is kept for long. An expired id's latest record is
+  a tombstone (null value): lookups then find no state, and compaction drops it after ``delete.retention.ms``.
 - Lookups read only the records appended since the previous lookup of that partition (a table per partition).
 - A record of the topic that is not a well-formed state is skipped and logged, never taken as one.
 - Looking states up never creates the topic: only an append does.
@@ -90,9 +91,10 @@ class TransactionLog:
         t = self.topic()
         return t.partition(crc32c(transactional_id.encode("utf-8", "surrogatepass")) % t.num_partitions)
 
-    def append(self, meta: TransactionMetadata, durable: bool, timeout_ms: float) -> None:
+    def append(self, meta: TransactionMetadata, durable: bool, timeout_ms: float, tombstone: bool = False) -> None:
         """Append ``meta`` as its id's latest state; ``durable``: fsynced before returning (a commit point),
-        unless the topic's own flush policy replaces that (:meth:`fsyncs_commit_points`). Call under the id's
+        unless the topic's own flush policy replaces that (:meth:`fsyncs_commit_points`); ``tombstone``: a
+        tombstone of ``meta``'s id instead (the id expired: lookups no longer find it). Call under the id's
         coordinator lock.
 
         :raises PartitionLockedError: when another writer held the state partition for ``timeout_ms``.
@@ -106,7 +108,8 @@ class TransactionLog:
                                            f"{meta.transactional_id!r}: {p.topic}-{p.number} stayed locked by "
                                            f"another writer for {timeout_ms} ms") from None
             try:
-                internals(p).append_values_in_turn([state_value(meta)], [state_key(meta.transactional_id)], None,
+                internals(p).append_values_in_turn([None if tombstone else state_value(meta)],
+                                                   [state_key(meta.transactional_id)], None,
                                                    None, None, None)
                 if durable and self.fsyncs_commit_points():
                     p.flush()

@@ -227,8 +227,10 @@ class Server:
             if self.store is None:
                 path = self._store_arg
                 assert not isinstance(path, Store)
-                budget = self.config.max_open_descriptors
-                self.store = await loop.run_in_executor(None, lambda: open_store(path, max_open_descriptors=budget))
+                options: dict[str, Any] = {"max_open_descriptors": self.config.max_open_descriptors}
+                if self.config.transactional_id_expiration_ms is not None:
+                    options["transactional_id_expiration_ms"] = self.config.transactional_id_expiration_ms
+                self.store = await loop.run_in_executor(None, lambda: open_store(path, **options))
             store = self.store
             authorizer = None
             if self.config.authorizer:  # reads the store's ACLs: a damaged file stops the start here
@@ -323,7 +325,8 @@ class Server:
 
     @staticmethod
     async def _abort_timed_out(state: ServerState) -> None:
-        """Abort the transactions open past their timeout (a client that died mid-transaction), every
+        """Abort the transactions open past their timeout (a client that died mid-transaction) and forget the
+        transactional ids idle past ``transactional.id.expiration.ms``, every
         ``transaction.abort.timed.out.transaction.cleanup.interval.ms``, when the store does not already: a store
         open for writing sweeps them in a thread of its own when its cleaner is enabled (``log.cleaner.enable``)."""
         settings = state.store.settings
@@ -334,7 +337,7 @@ class Server:
         while True:
             await asyncio.sleep(pause)
             try:
-                await state.run(coordinator.abort_timed_out)
+                await state.run(coordinator.sweep)
             except RuntimeError:  # the storage pool shut down: the server is stopping
                 return
             except PylogError as exc:  # a lock or the disk: the next sweep tries again

@@ -129,6 +129,10 @@ class ServerConfig:
     shutdown_timeout_s: float = 10.0
     #: The store's ``max.open.descriptors`` when the server opens it (given a path); 0: half of RLIMIT_NOFILE.
     max_open_descriptors: int = 0
+    #: The store's ``transactional.id.expiration.ms`` when the server opens it (given a path): a transactional
+    #: id whose last transaction ended this long ago is forgotten (its state and lock file); None: the store's
+    #: default, 7 days (Kafka's).
+    transactional_id_expiration_ms: int | None = None
     #: From how many partitions waiting for an fsync (acks=all, flush.messages) on the process's group commit
     #: makes them durable together with one ``syncfs`` of their file system (0: an fdatasync each). Process-wide:
     #: it is set on the group commit that pylog's producers of this process share.
@@ -174,6 +178,11 @@ class ServerConfig:
             value = getattr(self, name)
             if not isinstance(value, int) or value < 0:
                 raise InvalidArgumentError(f"{name} must be >= 0, got {value!r}")
+        if self.transactional_id_expiration_ms is not None and (
+                type(self.transactional_id_expiration_ms) is not int
+                or not 1 <= self.transactional_id_expiration_ms <= (1 << 31) - 1):
+            raise InvalidArgumentError("transactional_id_expiration_ms must be an int in [1, 2**31-1], got "
+                                       f"{self.transactional_id_expiration_ms!r}")
         if type(self.socket_receive_buffer_bytes) is not int or not (
                 self.socket_receive_buffer_bytes == -1 or 1024 <= self.socket_receive_buffer_bytes <= 1 << 30):
             raise InvalidArgumentError("socket_receive_buffer_bytes must be -1 (the system's) or in [1024, 2**30], "

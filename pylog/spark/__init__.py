@@ -38,6 +38,7 @@ from typing import TYPE_CHECKING, Any, Mapping
 from .. import jvm
 from ..errors import JvmReaderUnavailableError
 from . import savemode, workers
+from .exactly_once import SinkTransactionLostError
 from .options import DataLossError, InvalidOptionError
 from .source import NAME, PYTHON_NAME, PylogDataSource, PylogPythonDataSource, kafka_schema
 
@@ -48,7 +49,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["PylogDataSource", "register", "session", "which_reader", "kafka_schema", "InvalidOptionError",
-           "DataLossError", "NAME", "PYTHON_NAME"]
+           "DataLossError", "SinkTransactionLostError", "NAME", "PYTHON_NAME"]
 
 log = logging.getLogger("pylog.spark")
 

@@ -47,7 +47,7 @@ __all__ = [
     "InvalidOptionError", "DataLossError", "OffsetSpec", "Subscription", "ReadOptions", "WriteOptions",
     "parse_read_options", "parse_write_options", "resolve_offset", "store_path", "check_partitions_named",
     "known_options", "ISOLATION_LEVEL",
-    "EARLIEST", "LATEST",
+    "EARLIEST", "LATEST", "EXACTLY_ONCE", "AT_LEAST_ONCE", "DELIVERY_GUARANTEES",
 ]
 
 log = logging.getLogger("pylog.spark")
@@ -55,6 +55,11 @@ log = logging.getLogger("pylog.spark")
 #: Per-partition JSON offsets: the Kafka source's markers for "the log start" and "the log end".
 EARLIEST = -2
 LATEST = -1
+
+#: The sink's ``deliveryGuarantee`` values (Flink's Kafka sink has the same option and names).
+EXACTLY_ONCE = "exactly-once"
+AT_LEAST_ONCE = "at-least-once"
+DELIVERY_GUARANTEES = (EXACTLY_ONCE, AT_LEAST_ONCE)
 
 #: Default wait for a partition's writer lock held by another task or application (ms).
 DEFAULT_LOCK_TIMEOUT_MS = 60_000
@@ -77,7 +82,8 @@ _BATCH_READ = _SUBSCRIBE + (
 ) + _REMOTE
 _STREAM_ONLY = ("maxOffsetsPerTrigger",)
 _BATCH_ONLY = ("endingOffsets", "endingTimestamp", "endingOffsetsByTimestamp", "filterPushdown") + _REMOTE
-_WRITE = ("path", "topic", "lockTimeoutMs", "checkpointLocation", "autoCreateTopics", "numPartitions")
+_WRITE = ("path", "topic", "lockTimeoutMs", "checkpointLocation", "autoCreateTopics", "numPartitions",
+          "deliveryGuarantee", "transactionTimeoutMs")
 
 # Options of Spark's Kafka source and sink that pylog accepts and ignores, so that a Kafka job's option map
 # works unchanged (the Kafka source ignores options it does not use, too). Any ``kafka.*`` option (the Kafka
@@ -177,6 +183,12 @@ class WriteOptions:
     lock_timeout_ms: int = DEFAULT_LOCK_TIMEOUT_MS
     auto_create_topics: bool = False
     num_partitions: int = 1
+    #: ``deliveryGuarantee``: ``exactly-once`` or ``at-least-once``; None (not given): exactly-once for streams,
+    #: at-least-once for batch writes (docs/SPARK.md, "Exactly-once streaming writes").
+    delivery_guarantee: str | None = None
+    #: ``transactionTimeoutMs``: the exactly-once sink's transaction timeout; None: the store's
+    #: ``transaction.max.timeout.ms``.
+    transaction_timeout_ms: int | None = None
 
 
 # ------------------------------------------------------------------------------------------------ parsing
@@ -444,9 +456,16 @@ def parse_write_options(options: Mapping[str, str]) -> WriteOptions:
     if partitions is not None and not create:
         raise InvalidOptionError("numPartitions", "only applies with autoCreateTopics=true (topics are not "
                                  "created otherwise)")
+    guarantee = opts.get("deliveryGuarantee")
+    if guarantee is not None:
+        guarantee = guarantee.strip().lower()
+        if guarantee not in DELIVERY_GUARANTEES:
+            raise InvalidOptionError("deliveryGuarantee", f"expected one of {', '.join(DELIVERY_GUARANTEES)}, "
+                                     f"got {opts['deliveryGuarantee']!r}")
     return WriteOptions(path=store_path(opts), topic=topic.strip() if topic else None,
                         lock_timeout_ms=DEFAULT_LOCK_TIMEOUT_MS if timeout is None else timeout,
-                        auto_create_topics=create, num_partitions=1 if partitions is None else partitions)
+                        auto_create_topics=create, num_partitions=1 if partitions is None else partitions,
+                        delivery_guarantee=guarantee, transaction_timeout_ms=_int(opts, "transactionTimeoutMs", 1))
 
 
 # --------------------------------------------------------------------------------------------- resolving

@@ -21,8 +21,12 @@ Invariants:
   concurrent tasks and a concurrent application writer take turns and never interleave inside a batch.
 - Keys and values go to :meth:`pylog.Partition.append_columns` as the Arrow buffers themselves (lengths
   from the offsets with numpy); only rows with headers go through per-record Python objects.
-- Delivery is at-least-once, like the Kafka sink: a failed and retried task appends its rows again, and
-  an aborted job leaves what its tasks appended.
+- Batch writes, and streams with ``deliveryGuarantee=at-least-once``, are at-least-once like the Kafka sink:
+  a failed and retried task appends its rows again, and an aborted job leaves what its tasks appended.
+- Streaming writes are exactly-once by default (:mod:`pylog.spark.exactly_once`): a task appends its rows
+  as one transaction, with the partition's next sequence for its producer taken in the same writer-lock turn
+  as the append, each partition added to the transaction before its first append; the driver's ``commit``
+  decides the micro-batch and commits them all, its ``abort`` aborts them.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from __future__ import annotations
 import logging
 import random
 from dataclasses import dataclass, field
-from typing import Iterator, List, Optional
+from typing import Any, Iterator, List, Optional
 
 import numpy as np
 import pyarrow as pa
@@ -45,7 +49,9 @@ from ..partition import Partition, internals
 from ..storage.records import now_ms
 from ..store import Store, is_internal_topic
 from ..store import open as open_pylog
-from .options import InvalidOptionError, WriteOptions
+from .exactly_once import (TaskIdentity, TaskTransaction, TaskTransactions, abort_batch, commit_batch,
+                           read_batch_record, task_identity)
+from .options import AT_LEAST_ONCE, EXACTLY_ONCE, InvalidOptionError, WriteOptions
 from .reader import open_store
 
 __all__ = ["PylogWriter", "PylogStreamWriter", "PylogCommitMessage", "write_batches", "check_write_schema",
@@ -62,9 +68,14 @@ _BYTES_TYPES = (BinaryType, StringType)
 
 @dataclass
 class PylogCommitMessage(WriterCommitMessage):
-    """What one task appended: ``{(topic, partition): [rows, first offset, last append's first offset]}``."""
+    """What one task appended: ``{(topic, partition): [rows, first offset, last append's first offset]}``;
+    for an exactly-once stream also the query id, the task's open transaction (None when it appended
+    nothing), and ``skipped`` when the micro-batch was already decided (a re-run: nothing written)."""
 
     appended: dict = field(default_factory=dict)
+    query_id: str | None = None
+    txn: TaskTransaction | None = None
+    skipped: bool = False
 
     @property
     def rows(self) -> int:
@@ -217,9 +228,10 @@ def prepare_topics(opts: WriteOptions) -> None:
 class _TaskWriter:
     """One task's appends: placement, per-partition buffers and lock turns (see the module docstring)."""
 
-    def __init__(self, store: Store, opts: WriteOptions) -> None:
+    def __init__(self, store: Store, opts: WriteOptions, txn: TaskTransactions | None = None) -> None:
         self.store = store
         self.opts = opts
+        self.txn = txn
         self.buffers: dict[tuple[str, int], list[pa.RecordBatch]] = {}
         self.sizes: dict[tuple[str, int], int] = {}
         self.total = 0
@@ -301,6 +313,8 @@ class _TaskWriter:
             self.flush_all()
 
     def flush_all(self) -> None:
+        if self.txn is not None:
+            self.txn.add(self.buffers)  # one coordinator call for all the partitions the task still holds
         for tp in list(self.buffers):
             self.flush(tp)
 
@@ -310,6 +324,8 @@ class _TaskWriter:
         self.total -= self.sizes.pop(tp, 0)
         if not batches:
             return
+        if self.txn is not None:
+            self.txn.add([tp])
         p = self.store.topic(tp[0]).partition(tp[1])
         # Appends from Spark tasks take the lock for one turn, as consumer-group commits do: the checkpoint
         # written on taking it need not be fsynced (a power cut means the next writer recovers from an older
@@ -333,6 +349,8 @@ class _TaskWriter:
         key = batch.column("key") if "key" in names else None
         ts = _timestamps_ms(batch.column("timestamp")) if "timestamp" in names else None
         headers = None
+        producer = None if self.txn is None else self.txn.producer_args(p)
+        txn = producer is not None
         if "headers" in names:
             hcol = batch.column("headers")
             if hcol.null_count < len(hcol):
@@ -340,22 +358,37 @@ class _TaskWriter:
         if headers is not None:
             values = value.cast(pa.binary()).to_pylist()
             keys = key.cast(pa.binary()).to_pylist() if key is not None else None
-            return p.append_values(values, keys=keys, timestamps=ts, headers=headers)
+            return p.append_values(values, keys=keys, timestamps=ts, headers=headers, producer=producer,
+                                   transactional=txn)
         vlens, vdata = _bytes_column(value)
         klens, kdata = _bytes_column(key) if key is not None and key.null_count < len(key) else (None, None)
-        return p.append_columns(vlens, vdata, klens, kdata, ts)
+        return p.append_columns(vlens, vdata, klens, kdata, ts, producer=producer, transactional=txn)
 
 
-def write_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
-    """Append Arrow batches with the Kafka sink's columns to the store (one Spark task's work)."""
+def write_batches(opts: WriteOptions, batches: Iterator[pa.RecordBatch],
+                  task: TaskIdentity | None = None) -> PylogCommitMessage:
+    """Append Arrow batches with the Kafka sink's columns to the store (one Spark task's work); with
+    ``task``, as that micro-batch task's transaction (:mod:`pylog.spark.exactly_once`), or nothing when the
+    batch was already decided."""
     open_store(opts.path).close()  # checks the path is a store here, without creating one
     store = open_pylog(opts.path, log_cleaner_enable=False, lock_timeout_ms=opts.lock_timeout_ms)
     try:
-        w = _TaskWriter(store, opts)
+        txn = None
+        if task is not None:
+            record = read_batch_record(store, task.query_id)
+            if record is not None and record.batch_id >= task.batch_id:
+                log.info("pylog: micro-batch %d of query %s was decided before: task %d writes nothing",
+                         task.batch_id, task.query_id, task.partition)
+                return PylogCommitMessage(query_id=task.query_id, skipped=True)
+            txn = TaskTransactions(store, task, opts.transaction_timeout_ms)
+        w = _TaskWriter(store, opts, txn)
         for batch in batches:
             w.add(batch)
         w.flush_all()
-        return PylogCommitMessage({tp: tuple(v) for tp, v in w.appended.items()})
+        appended = {tp: tuple(v) for tp, v in w.appended.items()}
+        if txn is None:
+            return PylogCommitMessage(appended)
+        return PylogCommitMessage(appended, task.query_id if task else None, txn.finish())
     finally:
         store.close()
 
@@ -381,6 +414,12 @@ class _TaskAppends:
 class PylogWriter(_TaskAppends, DataSourceArrowWriter):
     """Batch writer: each task appends its rows (see the module docstring); the job commits nothing more."""
 
+    def __init__(self, opts: WriteOptions, schema: StructType) -> None:
+        if opts.delivery_guarantee == EXACTLY_ONCE:
+            raise InvalidOptionError("deliveryGuarantee", "exactly-once applies to streaming writes "
+                                     "(writeStream); a batch write is at-least-once")
+        super().__init__(opts, schema)
+
     def commit(self, messages: List[Optional[WriterCommitMessage]]) -> None:
         rows, _ = _summarise(messages)
         log.info("pylog: appended %d rows to %s", rows, self.opts.path)
@@ -392,13 +431,45 @@ class PylogWriter(_TaskAppends, DataSourceArrowWriter):
 
 
 class PylogStreamWriter(_TaskAppends, DataSourceStreamArrowWriter):
-    """Streaming writer (``writeStream.format("pylog")``): each micro-batch's tasks append as in batch."""
+    """Streaming writer (``writeStream.format("pylog")``): exactly-once by default, each task's rows one
+    transaction that the driver's ``commit`` commits (:mod:`pylog.spark.exactly_once`); with
+    ``deliveryGuarantee=at-least-once`` the tasks append as in batch."""
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.opts.delivery_guarantee != AT_LEAST_ONCE
+
+    def write(self, iterator: Iterator[pa.RecordBatch]) -> PylogCommitMessage:
+        if not self.exactly_once:
+            return write_batches(self.opts, iterator)
+        task = task_identity()
+        if task is None:
+            raise InvalidOptionError("deliveryGuarantee", "exactly-once needs the micro-batch and query ids "
+                                     "Spark's micro-batch engine gives its tasks, and this task has none; write "
+                                     "with deliveryGuarantee=at-least-once")
+        return write_batches(self.opts, iterator, task)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         rows, _ = _summarise(messages)
-        log.info("pylog: micro-batch %d appended %d rows to %s", batchId, rows, self.opts.path)
+        done = self._transactions(messages, batchId, commit_batch)
+        log.info("pylog: micro-batch %d appended %d rows to %s%s", batchId, rows, self.opts.path,
+                 f" ({done})" if done else "")
 
     def abort(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
         rows, failed = _summarise(messages)
-        log.warning("pylog: micro-batch %d aborted (%d tasks failed); %d rows appended stay in the log",
-                    batchId, failed, rows)
+        self._transactions(messages, batchId, abort_batch)
+        log.warning("pylog: micro-batch %d aborted (%d tasks failed); %d rows appended %s", batchId, failed,
+                    rows, "in transactions, aborted" if self.exactly_once else "stay in the log")
+
+    def _transactions(self, messages: List[Optional[WriterCommitMessage]], batch_id: int, end: Any) -> Any:
+        """``end(store, batch_id, query_id, transactions)`` for an exactly-once batch whose tasks said which
+        query they belong to (a batch without tasks has nothing to end)."""
+        ours = [m for m in messages if isinstance(m, PylogCommitMessage) and m.query_id is not None]
+        if not self.exactly_once or not ours:
+            return None
+        txns = [m.txn for m in ours if m.txn is not None]
+        store = open_pylog(self.opts.path, log_cleaner_enable=False, lock_timeout_ms=self.opts.lock_timeout_ms)
+        try:
+            return end(store, batch_id, ours[0].query_id, txns)
+        finally:
+            store.close()
