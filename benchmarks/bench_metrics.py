@@ -19,6 +19,11 @@ other jobs the wall figures of one round vary several times over; the CPU figure
 - ``server produce`` / ``server fetch``: a ``python -m pylog serve`` child process per round, with
   ``--metrics-port`` (on: recording, and scraped once a second over HTTP from here) or without (off);
   confluent-kafka's producer (acks=1) sends N 100-byte values, then its consumer reads them back: records/s.
+- ``fetch assigned``: the Fetch path's recording alone: confluent-kafka's consumer assigned to one partition
+  (no group join) reads N stored records (1,000 distinct 100-byte values) through a fresh server per round,
+  with ``--metrics-port`` (never scraped) or without. A scrape (~1-2 ms of the server's CPU) and a group join
+  are fixed costs per round that grow with its wall time on a loaded machine, so ``server fetch``'s CPU ratio
+  falls a few % there with no recording cost in it.
 - ``scrape``: ``python -m pylog metrics STORE`` (the exporter) on a store of 1,000 partitions (10 topics of 100,
   each with a few records, and a group committed on every partition), scraped over HTTP once a second for
   ``--scrape-seconds``: the exporter's CPU time (utime + stime from /proc) over the wall time, in % of one
@@ -236,6 +241,41 @@ def server_rates(root: str, n: int, on: bool, interval: float = 1.0) -> tuple[tu
         shutil.rmtree(path, ignore_errors=True)
 
 
+def assigned_fetch_rate(path: str, root: str, n: int, on: bool) -> tuple[float, float]:
+    """(records/s, records per server CPU second) of confluent-kafka's consumer assigned to partition 0 of the
+    stored topic ``t`` (``n`` records) of ``path`` from offset 0, through a fresh pylog serve with recording on
+    (``--metrics-port``, never scraped) or off: the Fetch path's recording alone, with no group join and no
+    scrape in the server's CPU (both are fixed costs that grow with a round's wall time on a loaded machine)."""
+    from confluent_kafka import Consumer, TopicPartition
+
+    server = ServerProcess(path, os.path.join(root, "serve-assigned.log"),
+                           args=["--metrics-port", "0"] if on else [])
+    try:
+        c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "unused", "enable.auto.commit": False})
+        c.assign([TopicPartition("t", 0, 0)])
+        got, t0, c0 = 0, time.perf_counter(), server.cpu_seconds()
+        deadline = time.monotonic() + 300
+        while got < n and time.monotonic() < deadline:
+            got += sum(1 for m in c.consume(num_messages=10000, timeout=1.0) if m.error() is None)
+        rates = got / (time.perf_counter() - t0), got / max(1e-9, server.cpu_seconds() - c0)
+        c.close()
+        return rates
+    finally:
+        server.stop()
+
+
+def stored_topic(root: str, n: int) -> str:
+    """A store whose topic ``t`` (one partition) holds ``n`` records of 1,000 distinct 100-byte values."""
+    path = tempfile.mkdtemp(dir=root)
+    values = [os.urandom(len(VALUE)) for _ in range(1000)]
+    with pylog.open(path) as store:
+        store.create_topic("t", 1)
+        with store.producer(linger_ms=5) as producer:
+            for i in range(n):
+                producer.send("t", values[i % 1000])
+    return path
+
+
 # ------------------------------------------------------------------------------------------ scraping
 
 def scrape_cost(root: str, topics: int, partitions: int, seconds: float) -> tuple[float, float, float, int]:
@@ -368,6 +408,9 @@ def main(argv: list[str] | None = None) -> int:
                                                                     args.server_scrape_interval))
             report("server produce", [(off[0], on[0]) for off, on in both])
             report("server fetch", [(off[1], on[1]) for off, on in both])
+            stored = stored_topic(root, args.server_records)
+            report("fetch assigned", interleaved(args.rounds, lambda on: assigned_fetch_rate(stored, root,
+                                                                                             args.server_records, on)))
         if args.server_only:
             return 0
         cpu, per_scrape, wall, series = scrape_cost(root, 10, 100, args.scrape_seconds)

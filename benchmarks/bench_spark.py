@@ -6,6 +6,7 @@ Usage::
                                                          # --dir); a few minutes on 2 cores
     python benchmarks/bench_spark.py --quick             # 40,000 rows, same code paths (the test suite)
     python benchmarks/bench_spark.py --dir /work/bench --rows 10000000 --reps 3
+    python benchmarks/bench_spark.py --dir /work/bench --rows 4000000 --streams-only   # the stream figures only
 
 Workload (issue 5): ``--rows`` records with 100-byte values and 8-byte keys in a topic of 4 partitions,
 written straight through ``Partition.append_columns`` (100,000 per call). The same rows (all seven
@@ -20,6 +21,11 @@ Timed in one ``local[*]`` session (UI off), rows/s:
   schema and with a declared schema of only the columns the query needs (column pruning for a Python source),
   and over Parquet of the same rows; round-robin, a warm-up round then the median of ``--reps``. Targets
   (issue 31, JVM / Parquet): >= 1.5x, 1.0x, 1.0x, 2x, 1.0x. The load average is printed at the end.
+- stream (issue 31): a ``readStream`` with ``trigger(availableNow=True)`` of all seven columns into Spark's
+  ``noop`` sink, each run with a fresh checkpoint, from the start of the query to its end: over the JVM reader,
+  the Python source, and Spark's Parquet file stream (``readStream.parquet``) of the same rows; round-robin,
+  a warm-up round then the median of ``--reps``. Target (JVM / Parquet stream): >= 1.5x. Each run must report
+  every row in its progress (``numInputRows``).
 - read (issue 5), best of ``--reps``: ``sum(length(value))`` over the Python source, Parquet, ``pylog_tuples``
   (a minimal Python data source in this file that yields one tuple per row with ``Partition.read``) and
   ``pylog_ceiling`` (a Python data source yielding one prebuilt Arrow batch again and again: the cost of
@@ -172,7 +178,7 @@ def best(reps: int, fn: Callable[[], Any]) -> tuple[float, Any]:
     return min(times), out
 
 
-def run(spark: Any, root: str, rows: int, reps: int) -> dict[str, float]:
+def run(spark: Any, root: str, rows: int, reps: int, streams_only: bool = False) -> dict[str, float]:
     store_path = os.path.join(root, "store")
     parquet = os.path.join(root, "parquet")
     t0 = time.perf_counter()
@@ -183,11 +189,16 @@ def run(spark: Any, root: str, rows: int, reps: int) -> dict[str, float]:
     pylog_df = spark.read.format("pylog").option("subscribe", "bench").load(store_path)
     pylog_df.write.mode("overwrite").parquet(parquet)
     total_bytes = rows * VALUE_BYTES
+    results: dict[str, float] = {}
+    if streams_only:
+        streams(spark, root, store_path, parquet, rows, reps, results)
+        print_streams(results)
+        print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        return results
 
     def sum_len(df: Any) -> Callable[[], int]:
         return lambda: df.selectExpr("sum(length(value)) as n").collect()[0].n
 
-    results: dict[str, float] = {}
     for name, df, r in [
         ("python", spark.read.format("pylog-python").option("subscribe", "bench").load(store_path), reps),
         ("parquet", spark.read.parquet(parquet), reps),
@@ -201,6 +212,7 @@ def run(spark: Any, root: str, rows: int, reps: int) -> dict[str, float]:
         print(f"read  {name:8s} {secs:7.2f} s  {rows / secs / 1e6:6.2f} M rows/s")
 
     queries(spark, store_path, parquet, rows, reps, results)
+    streams(spark, root, store_path, parquet, rows, reps, results)
 
     source = spark.read.parquet(parquet).select("key", "value")
     source.write.format("noop").mode("overwrite").save()  # warm-up: parquet read path and the sink's workers
@@ -234,6 +246,7 @@ def run(spark: Any, root: str, rows: int, reps: int) -> dict[str, float]:
     print(f"| `df.write.format(\"pylog\")` (key, value) | {wp / 1e6:.2f} M rows/s | `df.write.parquet`: "
           f"{wq / 1e6:.2f} M/s | {wp / wq:.2f}x | report |")
     print_queries(results)
+    print_streams(results)
     print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     return results
 
@@ -283,6 +296,50 @@ def queries(spark: Any, store_path: str, parquet: str, rows: int, reps: int, res
                   "M rows/s (median)")
 
 
+def streams(spark: Any, root: str, store_path: str, parquet: str, rows: int, reps: int,
+            results: dict[str, float]) -> None:
+    """An availableNow ``readStream`` of every row into the ``noop`` sink, over the JVM reader (when its jar is
+    loaded), the Python source and Spark's Parquet file stream; round-robin, a warm-up round then the median of
+    ``reps``; rows/s into ``results`` as ``stream_{variant}``. Every run must read every row."""
+    from pylog.spark import which_reader
+
+    variants = {"python": lambda: spark.readStream.format("pylog-python").option("subscribe", "bench")
+                .option("startingOffsets", "earliest").load(store_path),
+                "parquet": lambda: spark.readStream.schema(spark.read.parquet(parquet).schema).parquet(parquet)}
+    if which_reader(spark) == "jvm":
+        variants = {"jvm": lambda: spark.readStream.format("pylog").option("subscribe", "bench")
+                    .option("startingOffsets", "earliest").load(store_path), **variants}
+    times: dict[str, list[float]] = {v: [] for v in variants}
+    run_no = 0
+    for rep in range(reps + 1):  # round-robin; rep 0 warms
+        for variant, make in variants.items():
+            run_no += 1
+            t0 = time.perf_counter()
+            query = (make().writeStream.format("noop").trigger(availableNow=True)
+                     .option("checkpointLocation", os.path.join(root, f"stream-checkpoint-{run_no}")).start())
+            query.awaitTermination()
+            secs = time.perf_counter() - t0
+            read = sum(p["numInputRows"] for p in query.recentProgress)
+            assert read == rows, (variant, read, rows)  # every row, in this run
+            if rep:
+                times[variant].append(secs)
+    for variant, ts in times.items():
+        results[f"stream_{variant}"] = rows / statistics.median(ts)
+        print(f"stream availableNow {variant:8s} {statistics.median(ts):7.2f} s  "
+              f"{rows / statistics.median(ts) / 1e6:6.2f} M rows/s (median)")
+
+
+def print_streams(results: dict[str, float]) -> None:
+    j, py, pq = results.get("stream_jvm"), results["stream_python"], results["stream_parquet"]
+    print()
+    print("| `readStream` availableNow, 7 columns to `noop` | rows/s | / Parquet file stream (target) |")
+    print("|---|---:|---:|")
+    if j:
+        print(f"| JVM reader | {j / 1e6:.2f} M/s | {j / pq:.2f}x (>= 1.5x {'✔' if j >= 1.5 * pq else '✘'}) |")
+    print(f"| Python source | {py / 1e6:.2f} M/s | {py / pq:.2f}x |")
+    print(f"| Parquet file stream | {pq / 1e6:.2f} M/s | 1.00x |")
+
+
 def print_queries(results: dict[str, float]) -> None:
     print()
     print("| query | JVM reader | Python source | Python, declared schema | Parquet | JVM / Parquet (target) | "
@@ -305,6 +362,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
     ap.add_argument("--rows", type=int, default=10_000_000)
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--master", default="local[*]")
+    ap.add_argument("--streams-only", action="store_true", help="only the availableNow readStream figures")
     args = ap.parse_args(argv)
     rows, reps = (40_000, 1) if args.quick else (args.rows, args.reps)
     root = tempfile.mkdtemp(prefix="pylog-bench-spark-", dir=args.dir)
@@ -318,7 +376,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
             spark.sparkContext.setLogLevel("ERROR")
         print(f"pylog Spark benchmark: {rows:,} rows, {VALUE_BYTES}-byte values, {PARTITIONS} partitions, "
               f"master {spark.sparkContext.master}, Python {sys.version.split()[0]}")
-        run(spark, root, rows, reps)
+        run(spark, root, rows, reps, args.streams_only)
     finally:
         if own and spark is not None:
             spark.stop()

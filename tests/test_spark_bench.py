@@ -20,6 +20,7 @@ def test_spark_benchmark_quick_run(spark, tmp_path, capsys):
     out = capsys.readouterr().out
     for figure in ("read  python", "read  parquet", "read  tuples", "write pylog", "write parquet", "| ratio |",
                    "count(*)             declared", "7-column hash        parquet", "group by key         jvm",
-                   "offset > X (1%)      python", "| declared / Parquet |", "load average"):
+                   "offset > X (1%)      python", "| declared / Parquet |", "stream availableNow jvm",
+                   "stream availableNow parquet", "| Parquet file stream |", "load average"):
         assert figure in out
     assert not list(tmp_path.iterdir())  # the run's directory is removed

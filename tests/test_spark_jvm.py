@@ -336,3 +336,123 @@ def test_both_readers_read_a_random_store_identically(spark, jvm_reader, tmp_pat
         store.compact("r1")
     _same(spark, jvm_reader, path, subscribePattern="r.*", includeHeaders="true", failOnDataLoss="false")
     _same(spark, jvm_reader, path, subscribe="r0", failOnDataLoss="false", maxRecordsPerPartition=rng.randint(1, 90))
+
+
+def _planned(spark, fmt, path, **options):
+    """The RDD of a read whose offset ranges are planned now and read when an action runs on it."""
+    df = spark.read.format(fmt).options(**{k: str(v) for k, v in options.items()}).load(str(path))
+    return df._jdf.queryExecution().executedPlan().execute()
+
+
+def _loss_message(text: str, topic: str) -> str:
+    lines = [line for line in text.splitlines() if f"{topic}-0: " in line]
+    assert lines, text
+    return lines[0][lines[0].index(f"{topic}-0: "):].strip()
+
+
+def test_jvm_reader_fails_on_data_loss_while_reading_as_the_python_reader_does(spark, jvm_reader, tmp_path):
+    """Records removed (delete-records, retention) or a log cut short between planning and reading: with
+    failOnDataLoss both readers fail with the same message, without it both skip what is gone."""
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("t", partitions=1)
+        store.create_topic("cut", partitions=1)
+        p = store.topic("t").partition(0)
+        p.append_values([b"x%d" % i for i in range(60)])
+        p.append_values([b"y%d" % i for i in range(40)])
+        p.roll()
+        p.append_values([b"z%d" % i for i in range(10)])
+        q = store.topic("cut").partition(0)
+        q.append_values([b"a%d" % i for i in range(50)])
+        q.append_values([b"b%d" % i for i in range(50)])
+    fmts = (jvm_reader, "pylog-python")
+    plans = {(fmt, fail, topic): _planned(spark, fmt, path, subscribe=topic, failOnDataLoss=fail)
+             for fmt in fmts for fail in ("true", "false") for topic in ("t", "cut")}
+    with pylog.open(path) as store:
+        store.delete_records("t", 0, 70)    # the log start moves inside the first segment
+    log = path / "cut" / "0" / "00000000000000000000.log"
+    with open(log, "r+b") as f:             # the second batch gone: a log truncated after planning
+        f.truncate(log.stat().st_size // 2)
+    for topic, expected in (("t", "t-0: offsets [0, 70) were removed before they were read (the log now starts at "
+                                  "70) (set failOnDataLoss=false to skip what is gone)"),
+                            ("cut", "cut-0: the log ends at 50, before offset 100 that the query planned to read up "
+                                    "to (set failOnDataLoss=false to skip what is gone)")):
+        for fmt in fmts:
+            with pytest.raises(Exception) as info:
+                plans[fmt, "true", topic].count()
+            assert _loss_message(str(info.value), topic) == expected, fmt
+        assert plans[jvm_reader, "false", topic].count() == plans["pylog-python", "false", topic].count() == \
+            (40 if topic == "t" else 50)
+
+
+def test_jvm_reader_seeks_timestamps_through_the_time_index_as_the_python_reader_does(spark, jvm_reader, tmp_path):
+    """Timestamp options and a pushed timestamp filter over sealed segments, a live (unsealed) active segment,
+    a missing time index and a damaged batch before the indexes' first entries: both readers seek through the
+    time and offset indexes (the damaged batch is never read), walk headers where an index ends or is missing,
+    and start at the same offsets."""
+    path = tmp_path / "store"
+    base = 1_700_000_000_000
+    rng = random.Random(13)
+    writer = pylog.open(path)     # left open: the active segments' indexes stay live while Spark reads
+    try:
+        writer.create_topic("ts", partitions=3, config={"segment.bytes": 8 * 1024, "index.interval.bytes": 256})
+        for n in range(3):
+            p = writer.topic("ts").partition(n)
+            for b in range(150):  # batches of 5; timestamps rise with offsets, with a few late records
+                offs = range(b * 5, b * 5 + 5)
+                p.append_values([b"v%d" % o for o in offs],
+                                timestamps=[base + o * 10 - (3000 if rng.random() < 0.05 else 0) for o in offs])
+        first = "00000000000000000000"
+        os.remove(path / "ts" / "1" / f"{first}.timeindex")
+        with open(path / "ts" / "2" / f"{first}.log", "r+b") as f:   # the first batch's length: garbage
+            f.seek(8)
+            f.write(b"\x7f\xff\xff\x7f")
+        assert len(list((path / "ts" / "0").glob("*.log"))) >= 3
+        for lo in (base + 400, base + 2_350, base + 4_500):
+            starts = {n: lo + n * 1_111 for n in range(3)}
+            _same(spark, jvm_reader, path, subscribe="ts",
+                  startingOffsetsByTimestamp=json.dumps({"ts": {str(n): t for n, t in starts.items()}}),
+                  endingOffsetsByTimestamp=json.dumps({"ts": {str(n): t + 700 for n, t in starts.items()}}))
+        _same(spark, jvm_reader, path, subscribe="ts", startingTimestamp=base + 7_000)
+        where = f"timestamp >= timestamp_millis({base + 3_333})"  # pushed down on the JVM: a time index seek
+        jvm, py = _both(spark, jvm_reader, path, assign='{"ts":[0,1]}')
+        jvm, py = jvm.where(where), py.where(where)
+        assert _rows(jvm) == _rows(py) and jvm.count() > 0
+    finally:
+        writer.close()
+
+
+def test_streaming_aggregation_writes_to_a_topic_in_update_and_complete_modes_as_kafkas_sink(
+        spark, jvm_reader, tmp_path):
+    """A running count per key written to a topic, as with Spark's Kafka sink: update mode appends each
+    micro-batch's changed rows, complete mode the whole result every micro-batch (the Python writer through the
+    JVM provider; complete mode through the Python source alone too)."""
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("in", partitions=1)
+        store.topic("in").partition(0).append_values([b"%d" % i for i in range(30)],
+                                                      keys=[b"k%d" % (i % 3) for i in range(30)])
+
+    def run(fmt: str, mode: str, topic: str) -> None:
+        counts = (spark.readStream.format(jvm_reader).option("subscribe", "in").option("startingOffsets", "earliest")
+                  .load(str(path)).groupBy("key").count().selectExpr("key", "cast(count as string) as value"))
+        (counts.writeStream.format(fmt).option("topic", topic).option("autoCreateTopics", "true")
+         .option("checkpointLocation", str(tmp_path / f"cp-{fmt}-{mode}")).outputMode(mode)
+         .trigger(availableNow=True).start(str(path)).awaitTermination(120))
+
+    def written(topic: str) -> list[tuple[str, str]]:
+        with pylog.open(path, read_only=True) as store:
+            return [(r.key.decode(), r.value.decode()) for r in store.topic(topic).partition(0).read(0, 100)]
+
+    first = [("k0", "10"), ("k1", "10"), ("k2", "10")]
+    for mode in ("update", "complete"):
+        run(jvm_reader, mode, mode)
+        assert sorted(written(mode)) == first
+    run("pylog-python", "complete", "python-complete")
+    assert sorted(written("python-complete")) == first
+    with pylog.open(path) as store:
+        store.topic("in").partition(0).append_values([b"more"] * 10, keys=[b"k0"] * 10)
+    for mode in ("update", "complete"):
+        run(jvm_reader, mode, mode)
+    assert sorted(written("update")[3:]) == [("k0", "20")]
+    assert sorted(written("complete")[3:]) == [("k0", "20"), ("k1", "10"), ("k2", "10")]

@@ -142,16 +142,18 @@ class TaskTransactions:
         self.written: list[Partition] = []
 
     def add(self, partitions: Iterable[tuple[str, int]]) -> None:
-        """Before appending to ``partitions``: the transaction is open (init on first use) and has them."""
+        """Before appending to ``partitions``: the transaction is open (init on first use) and has them. No
+        partition, no transaction: a task without rows (an empty shuffle partition of an aggregation) opens
+        none, so the driver has none to commit (an id initialised with nothing added has none open)."""
         tid = self.task.transactional_id
+        new = [TopicPartition(t, n) for t, n in partitions if (t, n) not in self.added]
+        if not new:
+            return
         if self.producer is None:
             taken = self.coordinator.init_producer_id(tid, self.timeout_ms)
             self.producer = (taken.producer_id, taken.epoch)
-        new = [TopicPartition(t, n) for t, n in partitions if (t, n) not in self.added]
-        if new:
-            assert self.producer is not None
-            self.coordinator.add_partitions(tid, *self.producer, new)
-            self.added.update((tp.topic, tp.partition) for tp in new)
+        self.coordinator.add_partitions(tid, *self.producer, new)
+        self.added.update((tp.topic, tp.partition) for tp in new)
 
     def producer_args(self, p: Partition) -> tuple[int, int, int]:
         """``producer=`` of the next append to ``p`` (call as its writer: the sequence is the partition's next)."""

@@ -102,8 +102,8 @@ class PylogDataSource(DataSource):
         return PylogWriter(parse_write_options(self.options), schema)
 
     def streamWriter(self, schema: StructType, overwrite: bool) -> Any:
-        if overwrite:
-            raise InvalidOptionError("outputMode", "a pylog topic is append-only: use outputMode('append')")
+        # ``overwrite``: outputMode("complete"). A topic is append-only: as Spark's Kafka sink does, each
+        # micro-batch appends the whole result table.
         return PylogStreamWriter(parse_write_options(self.options), schema)
 
 

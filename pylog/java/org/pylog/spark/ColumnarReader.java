@@ -3,6 +3,7 @@ package org.pylog.spark;
 import java.io.IOException;
 import java.nio.ByteBuffer;
 import java.nio.charset.StandardCharsets;
+import java.nio.file.Path;
 import java.nio.file.Paths;
 
 import org.apache.spark.sql.connector.read.PartitionReader;
@@ -21,9 +22,17 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * of the read schema are decoded (none at all for {@code count(*)}: record counts come from batch headers
  * when a batch lies wholly inside the range); every batch's CRC is checked before any of its bytes is used;
  * control batches (transaction markers) yield no row, as in the Python reader.
+ *
+ * <p>Data loss while reading, as in the Python reader's {@code read_range}: offsets of the range that retention
+ * or delete-records removed after planning (the partition's log start is looked at when the read starts, at
+ * each segment it enters and every {@link #CHECK_RECORDS} records, as often as the Python reader asks for the
+ * log start), and a log that ends before the range does (truncated or recreated), fail the task with the
+ * Python reader's message under {@code failOnDataLoss=true}; otherwise they are skipped with a warning.
  */
 final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     static final int ROWS = 4096;
+    /** Records read between two looks at the log start within a segment (the Python reader's READ_RECORDS). */
+    static final int CHECK_RECORDS = 100_000;
 
     // The read schema's columns as codes: a switch on them per cell, not on their names.
     private static final int KEY = 0;
@@ -38,7 +47,12 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         "headers"};
 
     private final PylogInputPartition range;
+    private final Path dir;
     private final PartitionLog.Cursor cursor;
+    private long from;        // range.from, raised past offsets found removed (failOnDataLoss=false)
+    private long pos;         // the next offset not read yet
+    private ByteBuffer segment; // the mapping of the segment the last batch came from
+    private long sinceCheck;  // records passed since the last look at the log start
     private final int[] columns;
     private final WritableColumnVector[] vectors;
     private final ColumnarBatch out;
@@ -62,9 +76,11 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
 
     ColumnarReader(PylogInputPartition range, StructType schema) {
         this.range = range;
+        this.dir = Paths.get(range.store, range.topic, Integer.toString(range.partition));
+        this.from = this.pos = range.from;
         try {
-            this.cursor = PartitionLog.open(Paths.get(range.store, range.topic, Integer.toString(range.partition)))
-                    .cursor(range.from, range.until);
+            checkLogStart();
+            this.cursor = PartitionLog.open(dir).cursor(from, range.until);
         } catch (IOException e) {
             throw new java.io.UncheckedIOException(e);
         }
@@ -114,12 +130,46 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     }
 
     private boolean advance() throws IOException {
-        do {
-            current = cursor.next(); // a control batch (a transaction's marker) holds no record for readers
-        } while (current != null && current.batch().isControl());
         body = null;
         row = 0;
-        return current != null;
+        while (true) {
+            current = pos < range.until ? cursor.next() : null;
+            if (current == null) {
+                checkLogEnd();
+                return false;
+            }
+            Batch b = current.batch();
+            if (current.file() != segment || sinceCheck >= CHECK_RECORDS) {
+                segment = current.file();
+                sinceCheck = 0;
+                checkLogStart();
+            }
+            sinceCheck += b.recordCount;
+            // a control batch (a transaction's marker) holds no record for readers
+            if (!b.isControl() && b.lastOffset() >= from) return true;
+        }
+    }
+
+    /** Offsets from {@link #pos} below the log start now were removed after planning: data loss. */
+    private void checkLogStart() throws IOException {
+        long start = PartitionLog.open(dir).logStartOffset();
+        if (pos < start) {
+            DataLoss.report(range.failOnDataLoss, range.topic + "-" + range.partition + ": offsets [" + pos + ", "
+                    + Math.min(start, range.until) + ") were removed before they were read (the log now starts at "
+                    + start + ")");
+            from = pos = Math.max(pos, start);
+        }
+    }
+
+    /** The read ended before the range's end: if the log ends there too, it was truncated or recreated. */
+    private void checkLogEnd() throws IOException {
+        if (pos >= range.until || cursor.end() >= range.until) return; // passed batches reach the end (gaps, markers)
+        long end = PartitionLog.open(dir).logEndOffset();
+        if (end < range.until) {
+            DataLoss.report(range.failOnDataLoss, range.topic + "-" + range.partition + ": the log ends at " + end
+                    + ", before offset " + range.until + " that the query planned to read up to");
+        }
+        pos = range.until;
     }
 
     private void openBody() throws IOException {
@@ -174,7 +224,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
      *  when the batch lies wholly inside the range. */
     private int countOnly(int n) throws IOException {
         Batch b = current.batch();
-        boolean inside = b.baseOffset >= range.from && b.lastOffset() < range.until
+        boolean inside = b.baseOffset >= from && b.lastOffset() < range.until
                 && (b.attributes & Batch.HAS_OFFSET_DELTAS) == 0;
         if (!inside) {
             if (body == null) openBody();
@@ -190,6 +240,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             }
         }
         row += take;
+        if (row >= b.recordCount) pos = b.lastOffset() + 1;
         return n + take;
     }
 
@@ -204,11 +255,12 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             long vp = valuePos;
             if (kl > 0) keyPos += kl;
             if (vl > 0) valuePos += vl;
-            if (off < range.from) continue;
+            if (off < from) continue;
             if (off >= range.until) {
                 row = body.n;
                 break;
             }
+            pos = off + 1;
             for (int c = 0; c < columns.length; c++) {
                 WritableColumnVector v = vectors[c];
                 switch (columns[c]) {

@@ -100,29 +100,79 @@ public final class PartitionLog {
 
     /**
      * A cursor over the visible batches holding an offset in {@code [from, until)}, in order; each batch's CRC
-     * is checked before it is returned. Batches wholly below {@code from} are skipped by their headers alone
-     * (and, for a timestamp lookup, batches whose {@code max_timestamp} is below the one looked for).
+     * is checked before it is returned. The walk starts at the batch the offset index of {@code from}'s segment
+     * names last at or before it (see {@link #seekPosition}); batches from there wholly below {@code from} are
+     * skipped by their headers alone (and, for a timestamp lookup, batches whose {@code max_timestamp} is below
+     * the one looked for).
      */
-    public Cursor cursor(long from, long until) {
-        return new Cursor(from, until, Long.MIN_VALUE);
+    public Cursor cursor(long from, long until) throws IOException {
+        Cursor c = new Cursor(from, until, Long.MIN_VALUE);
+        int s = segmentOf(from);
+        if (s >= 0 && from > bases[s]) {
+            c.startAt = seekPosition(bases[s], from - bases[s], s + 1 < bases.length ? bases[s + 1] : Long.MAX_VALUE);
+        }
+        return c;
+    }
+
+    /** The index in {@link #bases} of the segment holding {@code offset} (the first one below it: -1 if none). */
+    private int segmentOf(long offset) {
+        int i = Arrays.binarySearch(bases, offset);
+        return i >= 0 ? i : -i - 2;
     }
 
     /**
      * The first offset from the log start whose record timestamp is {@code >= timestamp}, or -1 if there is
-     * none (the Python reader's {@code offset_for_timestamp}). Batches whose {@code max_timestamp} is below it
-     * are passed by their headers alone; the batch that holds the answer is CRC-checked and decoded.
+     * none (the Python reader's {@code offset_for_timestamp}, segment by segment as it goes). A segment whose
+     * sealed time index says its largest timestamp is below it is passed without reading its log. In the
+     * others the time index (docs/FORMAT.md, "Indexes") names the last batch after which every record before
+     * is older (its greatest entry below {@code timestamp}), the offset index that batch's position, and the
+     * walk starts there: batches whose {@code max_timestamp} is below it are passed by their headers alone
+     * (those past the index's last entry too), and the batch that holds the answer is CRC-checked and decoded.
+     * A missing or damaged index, or one whose position does not hold the batch it names, only costs the
+     * walk from the segment's start.
      */
     public long offsetForTimestamp(long timestamp) throws IOException {
-        Cursor c = new Cursor(logStartOffset, Long.MAX_VALUE, timestamp);
-        for (Located l = c.next(); l != null; l = c.next()) {
-            Batch b = l.batch();
-            Body body = new Body(b, b.body(l.file(), l.at(), null, l.where()), l.where());
-            for (int i = 0; i < body.n; i++) {
-                long off = body.offset(i);
-                if (off >= logStartOffset && body.timestamp(i) >= timestamp) return off;
+        for (int s = 0; s < bases.length; s++) {
+            long base = bases[s];
+            long next = s + 1 < bases.length ? bases[s + 1] : Long.MAX_VALUE;
+            if (next <= logStartOffset) continue;
+            SegmentIndex ti = SegmentIndex.open(indexFile(base, ".timeindex"), SegmentIndex.TIMES, base);
+            if (ti != null && ti.maxTimestamp >= 0 && ti.maxTimestamp < timestamp) continue;
+            long from = Math.max(logStartOffset, base);
+            Cursor c = new Cursor(from, next, timestamp);
+            int entry = ti == null ? 0 : ti.below(timestamp);
+            if (entry > 0) c.startAt = seekPosition(base, ti.b(entry - 1), next);
+            for (Located l = c.next(); l != null; l = c.next()) {
+                Batch b = l.batch();
+                Body body = new Body(b, b.body(l.file(), l.at(), null, l.where()), l.where());
+                for (int i = 0; i < body.n; i++) {
+                    long off = body.offset(i);
+                    if (off >= logStartOffset && body.timestamp(i) >= timestamp) return off;
+                }
             }
         }
         return -1;
+    }
+
+    /**
+     * The position in segment {@code base} of the batch at relative offset {@code rel} or of the last one the
+     * offset index names before it; 0 (the segment's start) when the index has no such entry or the batch at
+     * that position is not the one the index names (a checked read of it).
+     */
+    private long seekPosition(long base, long rel, long next) throws IOException {
+        SegmentIndex oi = SegmentIndex.open(indexFile(base, ".index"), SegmentIndex.OFFSETS, base);
+        int entry = oi == null ? 0 : oi.below(rel + 1);
+        if (entry == 0) return 0;
+        long at = oi.b(entry - 1);
+        try {
+            Cursor c = new Cursor(base + oi.a(entry - 1), next, Long.MIN_VALUE);
+            c.startAt = at;
+            Located first = c.next();
+            if (first != null && first.at() == at && first.batch().baseOffset == base + oi.a(entry - 1)) return at;
+        } catch (FormatException e) {
+            // the index is wrong about this segment: walk it from its start
+        }
+        return 0;
     }
 
     /** See {@link #cursor}. Not thread-safe; holds at most one segment's mapping at a time. */
@@ -143,8 +193,7 @@ public final class PartitionLog {
             this.from = from;
             this.until = until;
             this.minTimestamp = minTimestamp;
-            int first = Arrays.binarySearch(bases, from);
-            this.segment = (first >= 0 ? first : Math.max(0, -first - 2)) - 1;
+            this.segment = Math.max(0, segmentOf(from)) - 1;
             this.end = Math.max(from, logStartOffset);
         }
 
@@ -264,33 +313,12 @@ public final class PartitionLog {
 
     /** {relative offset, position} of the last used entry of segment {@code base}'s offset index, or null. */
     long[] lastIndexEntry(long base) throws IOException {
-        Path file = dir.resolve(String.format("%020d", base) + ".index");
-        ByteBuffer h;
-        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
-            long size = ch.size();
-            if (size < 64 + 8 || size > Integer.MAX_VALUE) return null;
-            h = ch.map(FileChannel.MapMode.READ_ONLY, 0, size).order(ByteOrder.LITTLE_ENDIAN);
-        } catch (NoSuchFileException e) {
-            return null;
-        }
-        CRC32C c = new CRC32C();
-        ByteBuffer head = h.duplicate();
-        head.limit(60).position(0);
-        c.update(head);
-        long capacity = h.getInt(16) & 0xFFFFFFFFL;
-        if (h.getInt(0) != 0x4F584C50 || h.getShort(4) != 1 || (int) c.getValue() != h.getInt(60)
-                || h.getLong(8) != base || capacity < 1 || 64 + 8 * capacity > h.capacity()) {
-            return null; // "PLXO", version 1, the header's CRC, this segment's base, entries inside the file
-        }
-        int b = 64 + 4 * (int) capacity;
-        int lo = 0;
-        int hi = (int) capacity; // used slots are a prefix: column B is non-zero exactly for them
-        while (lo < hi) {
-            int mid = (lo + hi) >>> 1;
-            if (h.getInt(b + 4 * mid) != 0) lo = mid + 1;
-            else hi = mid;
-        }
-        if (lo == 0) return null;
-        return new long[] {h.getInt(64 + 4 * (lo - 1)) & 0xFFFFFFFFL, h.getInt(b + 4 * (lo - 1)) & 0xFFFFFFFFL};
+        SegmentIndex oi = SegmentIndex.open(indexFile(base, ".index"), SegmentIndex.OFFSETS, base);
+        if (oi == null || oi.count == 0) return null;
+        return new long[] {oi.a(oi.count - 1), oi.b(oi.count - 1)};
+    }
+
+    private Path indexFile(long base, String suffix) {
+        return dir.resolve(String.format("%020d", base) + suffix);
     }
 }

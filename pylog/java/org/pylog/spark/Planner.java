@@ -131,9 +131,7 @@ final class Planner {
                 if (start < startNow) {
                     String msg = tp + ": offsets [" + start + ", " + Math.min(end, startNow) + ") were removed (the log now "
                             + "starts at " + startNow + ")";
-                    if (o.failOnDataLoss) {
-                        throw new IllegalStateException(msg + " (set failOnDataLoss=false to skip what is gone)");
-                    }
+                    DataLoss.report(o.failOnDataLoss, msg);
                     start = Math.min(startNow, end);
                 }
                 if (pushed != null) {
@@ -144,7 +142,8 @@ final class Planner {
                         start = Math.max(start, found < 0 ? end : found);
                     }
                 }
-                if (start < end) ranges.add(new PylogInputPartition(o.path, tp.topic(), tp.partition(), start, end));
+                if (start < end) ranges.add(new PylogInputPartition(o.path, tp.topic(), tp.partition(), start, end,
+                        o.failOnDataLoss));
             }
             return split(ranges, o.minPartitions, o.maxRecordsPerPartition);
         } catch (IOException e) {
@@ -201,7 +200,7 @@ final class Planner {
             for (long i = 1; i <= parts; i++) {
                 long b = r.from + ((java.math.BigInteger.valueOf(size).multiply(java.math.BigInteger.valueOf(i)))
                         .divide(java.math.BigInteger.valueOf(parts)).longValue());
-                if (b > prev) out.add(new PylogInputPartition(r.store, r.topic, r.partition, prev, b));
+                if (b > prev) out.add(new PylogInputPartition(r.store, r.topic, r.partition, prev, b, r.failOnDataLoss));
                 prev = b;
             }
         }

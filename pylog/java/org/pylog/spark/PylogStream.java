@@ -25,8 +25,6 @@ import org.apache.spark.sql.connector.read.streaming.ReadMinRows;
 import org.apache.spark.sql.connector.read.streaming.ReportsSourceMetrics;
 import org.apache.spark.sql.connector.read.streaming.SupportsTriggerAvailableNow;
 import org.apache.spark.sql.types.StructType;
-import org.slf4j.Logger;
-import org.slf4j.LoggerFactory;
 
 import org.pylog.spark.ReadOptions.TopicPartition;
 
@@ -46,7 +44,6 @@ import org.pylog.spark.ReadOptions.TopicPartition;
  */
 final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics {
     private static final ObjectMapper JSON = new ObjectMapper();
-    private static final Logger LOG = LoggerFactory.getLogger(PylogStream.class);
 
     private final ReadOptions options;
     private final StructType schema;
@@ -112,10 +109,7 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
     }
 
     private void loss(String message) {
-        if (options.failOnDataLoss) {
-            throw new IllegalStateException(message + " (set failOnDataLoss=false to skip what is gone)");
-        }
-        LOG.warn("pylog: {}; skipping it (failOnDataLoss=false)", message);
+        DataLoss.report(options.failOnDataLoss, message);
     }
 
     @Override
@@ -286,7 +280,8 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
                         + "now starts at " + se[0] + ")");
                 b = Math.min(se[0], end);
             }
-            if (b < end) ranges.add(new PylogInputPartition(options.path, tp.topic(), tp.partition(), b, end));
+            if (b < end) ranges.add(new PylogInputPartition(options.path, tp.topic(), tp.partition(), b, end,
+                    options.failOnDataLoss));
         }
         return Planner.split(ranges, options.minPartitions, options.maxRecordsPerPartition).toArray(new InputPartition[0]);
     }

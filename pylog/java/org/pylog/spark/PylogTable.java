@@ -19,7 +19,10 @@ import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
+import org.apache.spark.sql.connector.write.SupportsTruncate;
+import org.apache.spark.sql.connector.write.Write;
 import org.apache.spark.sql.connector.write.WriteBuilder;
+import org.apache.spark.sql.internal.connector.SupportsStreamingUpdateAsAppend;
 import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
@@ -27,8 +30,8 @@ import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 /**
  * A store's subscribed partitions as a table. Batch reads with options this reader handles are planned and read
  * here, with column pruning; streams and streaming writes, and batch reads with other options, are the Python
- * source's ({@link PylogProvider}). The Python table is made only when one of those needs it, so a JVM batch
- * read starts no Python worker.
+ * source's ({@link PylogProvider}); streaming writes take every output mode Spark's Kafka sink takes. The Python
+ * table is made only when one of those needs it, so a JVM batch read starts no Python worker.
  *
  * <p>Invariant: no batch write capability, so that Spark sends every batch save mode to
  * {@link PylogProvider#createRelation} (Spark refuses the default mode for a V2 table that writes).
@@ -73,9 +76,35 @@ final class PylogTable implements SupportsRead, SupportsWrite {
         return new Builder(options);
     }
 
+    /** Streaming writes are the Python writer's, in every output mode Spark's Kafka sink accepts. */
     @Override
     public WriteBuilder newWriteBuilder(LogicalWriteInfo info) {
-        return ((SupportsWrite) python()).newWriteBuilder(info);
+        return new KafkaSinkModes(((SupportsWrite) python()).newWriteBuilder(info));
+    }
+
+    /**
+     * The output modes of Spark's Kafka sink on the Python writer: {@code update} (each micro-batch's changed
+     * rows) and {@code complete} (the whole result table, every micro-batch) append their rows to the topic, as
+     * the Kafka sink does, which also declares truncation it does not do. The Python write builder alone has
+     * no update mode ({@code SupportsStreamingUpdateAsAppend} is Spark's internal trait, which a Python data
+     * source cannot declare).
+     */
+    private static final class KafkaSinkModes implements SupportsTruncate, SupportsStreamingUpdateAsAppend {
+        private final WriteBuilder python;
+
+        KafkaSinkModes(WriteBuilder python) {
+            this.python = python;
+        }
+
+        @Override
+        public WriteBuilder truncate() {
+            return this; // a topic is append-only: complete mode appends the result table, as Kafka's sink does
+        }
+
+        @Override
+        public Write build() {
+            return python.build();
+        }
     }
 
     private final class Builder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters {
