@@ -158,6 +158,11 @@ METRICS: tuple[Metric, ...] = (
        "Bytes the cleaner read to compact, since its store opened."),
     _m("pylog_cleaner_deleted_bytes_total", COUNTER, "pid", "store", "",
        "Bytes of segments retention deleted, since its store opened."),
+    _m("pylog_cleaner_aborted_records_removed_total", COUNTER, "pid", "store", "",
+       "Records of aborted transactions compaction removed, since its store opened."),
+    _m("pylog_cleaner_markers_removed_total", COUNTER, "pid", "store", "",
+       "Transaction markers compaction removed (delete.retention.ms after their transaction's last record "
+       "went), since its store opened."),
     _m("pylog_cleaner_uncleanable_partitions", GAUGE, "pid", "store",
        "kafka.log:type=LogCleanerManager,name=uncleanable-partitions-count",
        "Partitions the cleaner gave up on after an error (cleaning failures)."),

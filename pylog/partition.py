@@ -587,8 +587,10 @@ class Partition:
         committed = check_isolation(isolation_level)
         if committed:
             self._refresh()  # the LSO from the latest files: a marker past this handle's view ends a wait
-        return isolated_read(lambda pos: self._slices(pos, max_records, max_bytes, verify), self._local,
-                             self._txn, offset, committed, self._internals.aborted)
+        # Again from the start on the current view when a segment went under it (PartitionInternals.aborted).
+        return self._local.on_current_view(
+            f"a read at offset {offset}", isolated_read, lambda pos: self._slices(pos, max_records, max_bytes, verify),
+            self._local, self._txn, offset, committed, self._internals.aborted)
 
     @property
     def last_stable_offset(self) -> int:

@@ -398,6 +398,8 @@ def _cleaner_gauges(families: _Families, cleaners: list[PublishedCleaner]) -> No
         families.counter("pylog_cleaner_runs_total", pid, status.runs)
         families.counter("pylog_cleaner_cleaned_bytes_total", pid, status.bytes_read)
         families.counter("pylog_cleaner_deleted_bytes_total", pid, status.bytes_deleted)
+        families.counter("pylog_cleaner_aborted_records_removed_total", pid, status.aborted_removed)
+        families.counter("pylog_cleaner_markers_removed_total", pid, status.markers_removed)
         families.gauge("pylog_cleaner_uncleanable_partitions", pid, len(status.uncleanable))
         for tp, ratio in status.dirty_ratios.items():
             seen = c.heartbeat or 0.0

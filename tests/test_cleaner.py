@@ -5,13 +5,17 @@ Run: ``python -m pytest tests/test_cleaner.py -q``
 
 from __future__ import annotations
 
+import io
 import logging
+import os
 import threading
 import time
 
 import pytest
 
 import pylog
+from pylog import prometheus
+from pylog.cli import main
 from pylog.partition import internals
 from pylog.maintenance.cleaner import Cleaner
 
@@ -128,3 +132,31 @@ def test_close_stops_the_thread(tmp_path):
     assert not thread.is_alive()
     with pytest.raises(pylog.StoreClosedError):
         store.check_health()
+
+
+def test_cleaner_counts_aborted_records_it_removes_in_its_status_health_and_metrics(tmp_path):
+    with pylog.open(str(tmp_path), log_cleaner_backoff_ms=20) as store:
+        store.create_topic(TOPIC, config={"cleanup.policy": "compact", "min.cleanable.dirty.ratio": 0.01})
+        p = store.topic(TOPIC).partition(0)
+        pid = store.new_producer_id()
+        p.append_values([b"a1", b"a2", b"a3"], keys=[b"k1", b"k2", b"k3"], producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=False)
+        p.append_values([b"v"], keys=[b"k1"])
+        p.roll()
+        assert _wait(lambda: store.cleaner_status().aborted_removed >= 3)
+        st = store.cleaner_status()
+        assert st.aborted_removed == 3 and st.markers_removed == 0  # the marker stays delete.retention.ms
+        assert [r.value for r in p.read(0)] == [b"v"]
+        # Other processes see it in the published status: `pylog health` and the metrics.
+        me = os.getpid()
+        assert _wait(lambda: any(c.pid == me and c.status is not None and c.status.aborted_removed == 3
+                                 for c in store.cleaners()))
+        out = io.StringIO()
+        main(["health", str(tmp_path)], out)
+        assert f"{st.records_removed} record(s) (0 tombstones, 3 of aborted transactions, 0 transaction markers)" \
+            in out.getvalue()
+        if prometheus.AVAILABLE:  # the metrics extra
+            from prometheus_client import generate_latest
+            text = generate_latest(prometheus.registry(store)).decode()
+            assert f'pylog_cleaner_aborted_records_removed_total{{pid="{me}"}} 3.0' in text
+            assert f'pylog_cleaner_markers_removed_total{{pid="{me}"}} 0.0' in text

@@ -155,6 +155,10 @@ def _check_cleaners(cleaners: list[PublishedCleaner], stale_ms: int, found: _Fin
                                   "is stuck, or the process is stopped")
         for key, text in sorted(st.uncleanable.items()):
             found.problems.append(f"cleaner of {who} gave up on {key}: {error_summary(text)}")
+        if st.cleanings:
+            print(f"compaction of {who}: {st.cleanings} cleaning(s) removed {st.records_removed} record(s) "
+                  f"({st.tombstones_removed} tombstones, {st.aborted_removed} of aborted transactions, "
+                  f"{st.markers_removed} transaction markers)", file=out)
         if st.remote_enabled:
             lag = int(sum(st.remote_lag.values()))
             print(f"remote storage of {who}: {st.remote_segments_shipped} segment(s), {st.remote_bytes_shipped} "

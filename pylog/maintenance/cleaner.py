@@ -163,6 +163,8 @@ class Cleaner:
             st.records_written += r.records_written
             st.records_removed += r.records_removed
             st.tombstones_removed += r.tombstones_removed
+            st.aborted_removed += r.aborted_removed
+            st.markers_removed += r.markers_removed
 
     # ------------------------------------------------------------------ the thread
 

@@ -41,6 +41,9 @@ class CleanerStatus:
     records_written: int = 0
     records_removed: int = 0
     tombstones_removed: int = 0
+    #: Records of aborted transactions and transaction markers that compaction removed (docs/RETENTION.md).
+    aborted_removed: int = 0
+    markers_removed: int = 0
     cleanings: int = 0
     segments_deleted: int = 0
     bytes_deleted: int = 0

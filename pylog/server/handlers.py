@@ -460,14 +460,19 @@ class DataHandlers:
                 entry["last_stable_offset"] = lso
                 if offset >= lso:
                     return entry, 0, part, end  # a transaction holds the rest back: its marker ends the wait
-            # Markers included: a Kafka client moves past them itself (docs/FORMAT.md, "Transactions").
-            slices = _within(internals(part).read_with_markers(offset, _MAX_FETCH_RECORDS, max(1, limit)), limit,
-                             at_least_one)
-            if committed:
-                slices = [s for s in slices if s[0].header.base_offset < lso]  # no batch straddles the LSO
-                stop = slices[-1][0].header.next_offset if slices else offset
-                entry["aborted_transactions"] = [{"producer_id": pid, "first_offset": first} for pid, first in
-                                                 internals(part).aborted_transactions(offset, stop)]
+            def read() -> list:
+                # Markers included: a Kafka client moves past them itself (docs/FORMAT.md, "Transactions").
+                got = _within(internals(part).read_with_markers(offset, _MAX_FETCH_RECORDS, max(1, limit)), limit,
+                              at_least_one)
+                if committed:
+                    got = [s for s in got if s[0].header.base_offset < lso]  # no batch straddles the LSO
+                    stop = got[-1][0].header.next_offset if got else offset
+                    entry["aborted_transactions"] = [{"producer_id": pid, "first_offset": first} for pid, first in
+                                                     internals(part).aborted_transactions(offset, stop)]
+                return got
+
+            # Read again when a segment of the records read went before their aborts were looked up.
+            slices = internals(part).on_current_view(f"a Fetch at offset {offset}", read)
             if not slices:
                 return entry, 0, None, None
             # One part per slice, not joined: the response's encoder writes the parts as they are (a join would

@@ -24,11 +24,11 @@ import math
 import threading
 import time
 from contextlib import contextmanager
-from typing import Any, Callable, Generic, Iterator, NamedTuple, Sequence
+from typing import Any, Callable, Generic, Iterator, NamedTuple, Sequence, TypeVar
 
 import numpy as np
 
-from ...errors import PylogError, StoreClosedError
+from ...errors import OffsetOutOfRangeError, PylogError, StoreClosedError
 from ..fileio import Data, raise_fault
 from ..notify import Notifier
 from ..producer_state import ProducerDescription, ProducerEntry
@@ -45,6 +45,8 @@ from .waiting import Waiters
 from .writer_lock import WriterLock
 
 __all__ = ["PartitionInternals", "OwnerOps"]
+
+_T = TypeVar("_T")
 
 log = logging.getLogger("pylog.partition")
 
@@ -352,13 +354,35 @@ class PartitionInternals(Generic[S]):
     def aborted(self, start: int, end: int) -> dict[int, list[tuple[int, int]]]:
         """``{producer id: [(first offset, last offset), ...]}`` of the aborted transactions covering offsets
         in ``[start, end)``: the local aborted-transaction indexes', and below the local log start (tiered
-        storage) the shipped ones' too. Lock-free. :raises RemoteStorageError: when those cannot be read."""
-        out = self._ops.aborted(start, end)
+        storage) the shipped ones' too. Lock-free but for a retry.
+
+        The caller read the records of ``[start, end)`` before asking, perhaps from segments that maintenance
+        deleted or replaced since, with their indexes: then the answer may lack their aborts. So it raises
+        rather than answer, and the caller reads again on the current view (:meth:`on_current_view`): a read
+        never takes an aborted record for a committed one.
+
+        :raises OffsetOutOfRangeError: when ``start`` is below the log start now (the writer raises it before it
+            unlinks anything) and no shipped index covers it (tiered storage).
+        :raises FileNotFoundError: when a segment of the view is gone (a reader's view older than a deletion or
+            a swap by the writer in another process): read again on the current view.
+        :raises RemoteStorageError: when the shipped indexes cannot be read."""
         remote = self.remote_reads
+        out = self._ops.aborted(start, end)
+        if start < self._local.log_start and remote is None:
+            local = self._local
+            end_offset = local.view[0][-1].next_offset if local.view[0] else local.log_start
+            raise OffsetOutOfRangeError(f"offset {start} of {self.name} was deleted under a read_committed read",
+                                        start, local.log_start, end_offset)
         if remote is not None and start < self._local.log_start:
             for pid, ranges in remote.aborted(start, end).items():
                 out.setdefault(pid, []).extend(r for r in ranges if r not in out[pid])
         return out
+
+    def on_current_view(self, what: str, read: Callable[[], _T]) -> _T:
+        """(``pylog serve``'s read_committed Fetch) Run ``read`` (records, then their :meth:`aborted`
+        transactions); when it raises FileNotFoundError (a segment deleted or replaced under it), take the
+        current segment view and run it again (:meth:`LocalLog.on_current_view`)."""
+        return self._local.on_current_view(what, read)
 
     def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
         """(``pylog serve``'s read_committed Fetch) ``(producer id, first offset)`` of each aborted transaction

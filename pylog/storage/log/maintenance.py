@@ -11,7 +11,9 @@ Invariants (numbered as in :mod:`pylog.partition`):
    facade took the maintenance lock. It never closes a segment another thread may be reading: removed
    segments are unlinked and released when the last snapshot holding them goes; a reader whose segment
    vanished or was replaced under it takes a new snapshot and retries, so it sees the records or
-   ``OffsetOutOfRangeError``.
+   ``OffsetOutOfRangeError``. The log start moves before, and a segment's log goes before its
+   aborted-transaction index, so a read that looks up the aborts of records it took from a deleted segment
+   finds out (:meth:`PartitionInternals.aborted <pylog.storage.log.internals.PartitionInternals.aborted>`).
 """
 
 from __future__ import annotations
@@ -102,7 +104,9 @@ def _delete_head(local: LocalLog[S], durability: Durability[S], count: int, resu
         result.deleted_segments.append(seg.base_offset)
         result.bytes_deleted += seg.size
         seg.unlink()  # not closed: readers holding a snapshot may be using it (invariant 6)
-        remove_index(local.directory, seg.base_offset)  # its aborted transactions went with it
+        # Its aborted transactions go with it, after its log: a reader that finds neither knows the segment
+        # was deleted under it and looks again (txn.aborted_in), never reads its records as having none.
+        remove_index(local.directory, seg.base_offset)
     remove_segment_snapshots(local.directory, local.log_start)  # producer snapshots kept for shipping them
     fsync_dir(local.directory)
     result.log_start_offset = local.log_start

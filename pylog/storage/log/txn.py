@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import bisect
 import logging
+import os
 import threading
 import weakref
 from dataclasses import replace
@@ -28,6 +29,7 @@ from typing import Any, Callable, Iterable, Literal, MutableMapping
 
 from ...errors import CorruptRecordError, InvalidArgumentError
 from ..producer_state import ProducerEntry, ProducerState
+from ..segment_file import SegmentReplacedError
 from ..segment_read import ReadSlice
 from ..records.format import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from ..txn_index import AbortedTxn, append_index, index_path, parse_marker, read_index, truncate_index
@@ -154,7 +156,12 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
     the active segment's index grows: an entry goes with the segment its marker is written to). It is keyed
     by the segment object, not its base offset: a compaction swap puts a new segment (and index) at an old
     base offset. A segment counts as sealed only if it was before its index was read: an entry appended
-    just before the roll that sealed it must not be cached as missing."""
+    just before the roll that sealed it must not be cached as missing.
+
+    :raises FileNotFoundError: (:class:`SegmentReplacedError`) when a segment of the view has no index left and
+        its log is gone: maintenance deleted it after the view was taken, so its aborted transactions may be
+        gone too; the caller takes a new view (see :meth:`PartitionInternals.aborted
+        <pylog.storage.log.internals.PartitionInternals.aborted>`)."""
     segs, bases = local.view
     out: dict[int, list[tuple[int, int]]] = {}
     for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
@@ -162,6 +169,13 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
         if entries is None:
             immutable = seg.immutable
             entries = read_index(index_path(local.directory, seg.base_offset))
+            if not entries and not os.path.exists(seg.log_path):
+                # Deleted (retention, delete-records) or replaced (a swap's leftovers removed) after this view
+                # was taken: its index may have gone with it, and a read of its records without their aborts
+                # would hand out aborted records. The log goes first, so a log still there means the index
+                # was read before any deletion.
+                raise SegmentReplacedError(f"segment {seg.base_offset} of {local.name} was deleted under a "
+                                           "read_committed read")
             if sealed is not None and immutable:
                 sealed[seg] = entries
         for e in entries:
