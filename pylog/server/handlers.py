@@ -461,6 +461,7 @@ class DataHandlers:
                 if offset >= lso:
                     return entry, 0, part, end  # a transaction holds the rest back: its marker ends the wait
             def read() -> list:
+                before = internals(part).view()
                 # Markers included: a Kafka client moves past them itself (docs/FORMAT.md, "Transactions").
                 got = _within(internals(part).read_with_markers(offset, _MAX_FETCH_RECORDS, max(1, limit)), limit,
                               at_least_one)
@@ -468,7 +469,8 @@ class DataHandlers:
                     got = [s for s in got if s[0].header.base_offset < lso]  # no batch straddles the LSO
                     stop = got[-1][0].header.next_offset if got else offset
                     entry["aborted_transactions"] = [{"producer_id": pid, "first_offset": first} for pid, first in
-                                                     internals(part).aborted_transactions(offset, stop)]
+                                                     internals(part).aborted_transactions(offset, stop,
+                                                                                                  before)]
                 return got
 
             # Read again when a segment of the records read went before their aborts were looked up.

@@ -40,6 +40,7 @@ from .batches import Headers, Timestamps
 from .durability import Durability
 from .local_log import LocalLog
 from .remote_reads import RemoteReads
+from .txn import View, check_unreplaced
 from .segments import S
 from .waiting import Waiters
 from .writer_lock import WriterLock
@@ -384,11 +385,20 @@ class PartitionInternals(Generic[S]):
         current segment view and run it again (:meth:`LocalLog.on_current_view`)."""
         return self._local.on_current_view(what, read)
 
-    def aborted_transactions(self, start: int, end: int) -> list[tuple[int, int]]:
+    def view(self) -> View:
+        """The partition's segment view now: give it to :meth:`aborted_transactions` as ``before`` a read."""
+        return self._local.view
+
+    def aborted_transactions(self, start: int, end: int, before: View | None = None) -> list[tuple[int, int]]:
         """(``pylog serve``'s read_committed Fetch) ``(producer id, first offset)`` of each aborted transaction
-        with records in ``[start, end)``, first offsets ascending: what a Kafka client drops."""
-        return sorted(((pid, first) for pid, ranges in self.aborted(start, end).items() for first, _ in ranges),
-                      key=lambda t: t[1])
+        with records in ``[start, end)``, first offsets ascending: what a Kafka client drops. With ``before``
+        (:meth:`view` taken before the records were read), raises FileNotFoundError when a segment the read
+        went through was replaced since (:func:`~pylog.storage.log.txn.check_unreplaced`): read again."""
+        out = sorted(((pid, first) for pid, ranges in self.aborted(start, end).items() for first, _ in ranges),
+                     key=lambda t: t[1])
+        if before is not None:
+            check_unreplaced(self._local, before, start, end)
+        return out
 
     def describe_producers(self) -> list[ProducerDescription]:
         """(``pylog serve``'s DescribeProducers, tools) The producers the partition remembers, as of its log

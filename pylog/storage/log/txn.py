@@ -7,6 +7,14 @@ Invariants:
   records to applications); a read_committed read stops at the LSO and drops every transactional batch
   whose producer's transaction was aborted (an entry of the aborted-transaction index covers it, see
   :mod:`pylog.storage.txn_index`).
+- The aborted transactions a read_committed read applies are never newer than the segment files it read:
+  index files are read by name, and a compaction swap replaces them (a later cleaning drops the entries of
+  aborted batches it removed; retention deletes them), so after the lookup a read checks that every segment
+  it went through is still the file its name holds (:func:`check_unreplaced`), and otherwise raises
+  :class:`~pylog.storage.segment_file.SegmentReplacedError` to be run again on the current view. A swap
+  renames a segment's log before its indexes, and a cleaned segment holds no aborted batch: a log still in
+  place after the index read means that index was the log's own or an older one, which has every entry a
+  newer one has for the same batches.
 - A read that only met batches it must drop says how far it got (``next offset``), so a consumer moves past
   them instead of reading them again forever.
 - :class:`TxnTracker` works from the files alone (the producer snapshot, then the batch headers after it),
@@ -37,7 +45,7 @@ from .local_log import LocalLog
 from .segments import S
 
 __all__ = ["TxnTracker", "SealedEntries", "IsolationLevel", "ISOLATION_LEVELS", "check_isolation", "aborted_in",
-           "filter_slices", "replay", "load_state", "isolated_read"]
+           "filter_slices", "replay", "load_state", "isolated_read", "check_unreplaced", "View"]
 
 log = logging.getLogger("pylog.partition")
 
@@ -177,6 +185,8 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
                 raise SegmentReplacedError(f"segment {seg.base_offset} of {local.name} was deleted under a "
                                            "read_committed read")
             if sealed is not None and immutable:
+                if seg.inode is not None and not seg.same_file():
+                    raise SegmentReplacedError(seg.log_path)  # the index read may be a newer file's: not cached
                 sealed[seg] = entries
         for e in entries:
             if e.last_offset >= start and e.first_offset < end:
@@ -184,6 +194,22 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
             if e.last_stable_offset >= end:
                 return out
     return out
+
+
+View = tuple[list[Any], list[int]]
+
+
+def check_unreplaced(local: LocalLog[S], before: View, start: int, end: int) -> None:
+    """Raise :class:`SegmentReplacedError` when a segment holding offsets of ``[start, end)`` that was read
+    (opened), in the view ``before`` a read or in the current one, is no longer the file its name holds: the
+    aborted transactions looked up by name since may have lost entries of aborted batches that the replaced
+    file, which the read went through, still holds (see the module's invariants). Run it after the lookup."""
+    for segs, bases in (before, local.view):
+        for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
+            if seg.base_offset >= end:
+                break
+            if seg.inode is not None and not seg.same_file():
+                raise SegmentReplacedError(seg.log_path)
 
 
 def _aborted(ranges: dict[int, list[tuple[int, int]]], producer_id: int, offset: int) -> bool:
@@ -223,12 +249,15 @@ def isolated_read(read: Callable[[int], list[ReadSlice]], local: LocalLog[S], tr
     lso = tracker.last_stable_offset(local) if committed else -1
     pos = offset
     while True:
+        before = local.view
         slices = read(pos)  # first, at ``offset``: raises OffsetOutOfRangeError as a plain read does
         if not slices or (committed and pos >= lso):
             return [], pos
         aborted_range = aborted_of or (lambda start, end: aborted_in(local, start, end, tracker.sealed))
-        aborted = aborted_range(pos, lso) if committed and any(
-            s[0].header.attributes & ATTR_TRANSACTIONAL for s in slices) else {}
+        aborted: dict[int, list[tuple[int, int]]] = {}
+        if committed and any(s[0].header.attributes & ATTR_TRANSACTIONAL for s in slices):
+            aborted = aborted_range(pos, lso)
+            check_unreplaced(local, before, pos, slices[-1][0].header.next_offset)
         kept, nxt = filter_slices(slices, committed, lso, aborted)
         if kept or nxt <= pos:
             return kept, max(nxt, pos)
