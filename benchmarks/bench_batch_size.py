@@ -32,7 +32,10 @@ import numpy as np
 import pylog
 from pylog.partition import internals
 
-from bench_accel import send_all  # the same send loop as the accelerator's realistic workload
+# benchmarks/ is not a package: on sys.path when run as a script, unless Python runs with a safe path (-P,
+# PYTHONSAFEPATH, as the test suite's children do).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from bench_accel import send_all  # noqa: E402  (the same send loop as the accelerator's realistic workload)
 
 ONE_BATCH = 1 << 30
 

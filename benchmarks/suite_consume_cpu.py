@@ -24,8 +24,11 @@ import statistics
 import sys
 import tempfile
 
-import suite_peers
-import suite_workloads as W
+# benchmarks/ is not a package: on sys.path when run as a script, unless Python runs with a safe path (-P,
+# PYTHONSAFEPATH, as the test suite's children do).
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import suite_peers  # noqa: E402
+import suite_workloads as W  # noqa: E402
 
 
 def consume_round(peer: suite_peers.Peer, processes: int, records: int) -> tuple[float, float]:

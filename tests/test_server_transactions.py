@@ -579,8 +579,10 @@ def test_an_idle_transactional_id_expires_and_its_next_init_starts_afresh(tmp_pa
         with socket.create_connection((server.host, server.port), timeout=10) as s:
             init = _call(server, 22, 1, {"transactional_id": "brief-1", "transaction_timeout_ms": 1000}, s)
             old_pid = init["producer_id"]
-            wait_until(lambda: not store.list_transactions(), timeout=TIMEOUT, what="the id's expiry")
-            assert not os.path.exists(os.path.join(store.path, "__transactions", "brief-1.lock"))
+            # The lock file goes last, after the tombstone that ends the listing: wait for both.
+            lock_file = os.path.join(store.path, "__transactions", "brief-1.lock")
+            wait_until(lambda: not store.list_transactions() and not os.path.exists(lock_file), timeout=TIMEOUT,
+                       what="the id's expiry")
             desc = _call(server, 65, 0, {"transactional_ids": ["brief-1"]}, s)
             assert desc["transaction_states"][0]["error_code"] == ErrorCode.TRANSACTIONAL_ID_NOT_FOUND
             # The expired incarnation is answered as Kafka answers an id it has no state of.

@@ -263,7 +263,8 @@ def store_path(options: Mapping[str, str], remote_ok: bool = False) -> str:
         raise InvalidOptionError("path", f"{raw!r}: " + (
             "batch reads only read a bucket (pylog.attach); writes and streaming reads need the store directory"
             if scheme == "s3" else
-            f"{scheme}:// is Hadoop's S3 filesystem, whose fs.s3a.* settings pylog does not use (it reads the "
+            f"{scheme}:// paths are not supported: {scheme}:// is Hadoop's S3 filesystem, whose fs.s3a.* settings "
+            "pylog does not use (it reads the "
             "bucket itself, with boto3): write s3://bucket/prefix, the store's remote.storage.location, and give "
             "remote.storage.endpoint.url / region / profile as options or AWS_* in the executors' environment"))
     if url and url.group(1).lower() != "file":
