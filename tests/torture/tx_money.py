@@ -156,6 +156,20 @@ class Ledger:
                 f"mover {w}: committed sequence numbers have a gap: {sorted(set(range(1, max(seqs) + 1)) - set(seqs))}"
 
 
+
+def final_check(path: str, workdir: str, producers: int, accounts: int, ledger: "Ledger", counts: dict) -> None:
+    """After the last kills: end what they left open (each mover's id initialised once more), check the ledger
+    a last time and add the run's totals to ``counts``."""
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        for w in range(producers):
+            with store.producer(transactional_id=f"mover-{w}") as closing:
+                closing.init_transactions()
+    ledger.settle()
+    ledger.check(accounts, _aborted(workdir, producers))
+    counts["committed"] = len(ledger.txns) - 1
+    counts["aborted"] = len(_aborted(workdir, producers))
+    counts["records"] = sum(ledger.records.values())
+
 def _aborted(workdir: str, producers: int) -> set[str]:
     out: set[str] = set()
     for w in range(producers):
@@ -230,15 +244,7 @@ def run(mode: str, workdir: str, seed: int | None = None, kills: int | None = No
                       flush=True)
         for w in range(producers):
             kill(w)
-        with pylog.open(path, log_cleaner_enable=False) as store:  # end what the last kills left open
-            for w in range(producers):
-                with store.producer(transactional_id=f"mover-{w}") as closing:
-                    closing.init_transactions()
-        ledger.settle()
-        ledger.check(accounts, _aborted(workdir, producers))
-        counts["committed"] = len(ledger.txns) - 1
-        counts["aborted"] = len(_aborted(workdir, producers))
-        counts["records"] = sum(ledger.records.values())
+        final_check(path, workdir, producers, accounts, ledger, counts)
     finally:
         for proc in movers:
             if proc is not None and proc.is_alive():

@@ -56,7 +56,7 @@ sys.path.insert(0, HERE)
 sys.path.insert(0, os.path.dirname(os.path.dirname(HERE)))  # the repository, when run as a script
 
 import pylog  # noqa: E402
-from tx_money import INITIAL, SEQ_TOPIC, SETTLE_S, TOPIC, Ledger, _aborted  # noqa: E402
+from tx_money import INITIAL, SEQ_TOPIC, SETTLE_S, TOPIC, Ledger, _aborted, final_check  # noqa: E402
 
 MODES = {
     # accounts, partitions, producers, kills, max delay before a kill (s), share of the kills that hit the server
@@ -277,15 +277,7 @@ def run(mode: str, workdir: str, seed: int | None = None, kills: int | None = No
             if movers[w].is_alive():
                 kill(w)
         server.kill()
-        with pylog.open(path, log_cleaner_enable=False) as store:  # end what the last kills left open
-            for w in range(producers):
-                with store.producer(transactional_id=f"mover-{w}") as closing:
-                    closing.init_transactions()
-        ledger.settle()
-        ledger.check(accounts, _aborted(workdir, producers))
-        counts["committed"] = len(ledger.txns) - 1
-        counts["aborted"] = len(_aborted(workdir, producers))
-        counts["records"] = sum(ledger.records.values())
+        final_check(path, workdir, producers, accounts, ledger, counts)
     finally:
         for proc in movers:
             if proc is not None and proc.is_alive():
