@@ -459,17 +459,24 @@ def _transactions_then_fill(part) -> tuple[list[bytes], int]:
     return [b"committed" * 30] * 2 + values, marker
 
 
+def _shipped_transactions(store):
+    """A tiered topic's partition whose transactions (:func:`_transactions_then_fill`) were shipped and deleted
+    locally, the abort marker's segment and index with them; (partition, the records read_committed returns)."""
+    store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+    part = store.topic(TOPIC).partition(0)
+    want, marker = _transactions_then_fill(part)
+    store.upload_to_remote()
+    part.enforce_retention()
+    assert part.segments[0].base_offset > marker  # the marker's segment and its index: only in the bucket
+    return part, want
+
+
 def test_read_committed_of_shipped_segments_drops_aborted_transactions_after_local_deletion(tmp_path,
                                                                                            remote_settings):
     """The aborted-transaction index ships with its segment: once the local copies are gone, read_committed
     below the local log start still drops the aborted transaction's records (and never returns markers)."""
     with _open(tmp_path / "s", remote_settings) as store:
-        store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
-        part = store.topic(TOPIC).partition(0)
-        want, marker = _transactions_then_fill(part)
-        store.upload_to_remote()
-        part.enforce_retention()
-        assert part.segments[0].base_offset > marker  # the marker's segment and its index: only in the bucket
+        part, want = _shipped_transactions(store)
         m = store.remote_log(TOPIC, 0).manifest()
         assert [s.txnindex_size > 0 for s in m.segments].count(True) == 1
         assert not list((tmp_path / "s" / TOPIC / "0").glob("*.txnindex"))
@@ -683,12 +690,7 @@ def test_a_kafka_client_reading_committed_drops_shipped_aborted_transactions_thr
     records and gets the committed ones, once, in order."""
     kafka = pytest.importorskip("kafka")
     with _open(tmp_path / "s", remote_settings) as store:
-        store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
-        part = store.topic(TOPIC).partition(0)
-        want, marker = _transactions_then_fill(part)
-        store.upload_to_remote()
-        part.enforce_retention()
-        assert part.segments[0].base_offset > marker
+        part, want = _shipped_transactions(store)
         expected = _committed_values(part)
         with pylog.serve(store, port=0) as server:
             consumer = kafka.KafkaConsumer(TOPIC, bootstrap_servers=server.bootstrap_servers,
