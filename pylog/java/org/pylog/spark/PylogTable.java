@@ -17,6 +17,7 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.streaming.ContinuousStream;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.SupportsTruncate;
@@ -65,7 +66,8 @@ final class PylogTable implements SupportsRead, SupportsWrite {
 
     @Override
     public Set<TableCapability> capabilities() {
-        return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ, TableCapability.STREAMING_WRITE);
+        return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ, TableCapability.CONTINUOUS_READ,
+                TableCapability.STREAMING_WRITE);
     }
 
     @Override
@@ -178,6 +180,20 @@ final class PylogTable implements SupportsRead, SupportsWrite {
             ReadOptions parsed = ReadOptions.parse(options, true);
             Schemas.checkDeclared(schema, parsed.includeHeaders);
             return new PylogStream(parsed, schema);
+        }
+
+        /** {@code trigger(continuous=...)}: streams with options this reader handles ({@link PylogContinuous}).
+         *  Others (at {@code read_committed}, for one) would be the Python source's, which cannot run one. */
+        @Override
+        public ContinuousStream toContinuousStream(String checkpointLocation) {
+            String other = ReadOptions.notHandled(options, true);
+            if (other != null) {
+                throw ReadOptions.bad(other, "not supported with the continuous trigger: the JVM reader does not handle "
+                        + "it yet and the Python source cannot run continuous queries (use a micro-batch trigger)");
+            }
+            ReadOptions parsed = ReadOptions.parse(options, true);
+            Schemas.checkDeclared(schema, parsed.includeHeaders);
+            return new PylogContinuous(parsed, readSchema);
         }
 
         @Override
