@@ -105,7 +105,7 @@ final class PylogTable implements SupportsRead, SupportsWrite {
 
         @Override
         public Write build() {
-            return python.build();
+            return new PythonSink(python.build());
         }
     }
 

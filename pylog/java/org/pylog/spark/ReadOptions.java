@@ -258,7 +258,7 @@ final class ReadOptions implements Serializable {
     }
 
     static IllegalArgumentException bad(String option, String message) {
-        return new IllegalArgumentException("option '" + option + "': " + message);
+        return new IllegalArgumentException(Errors.lead("InvalidOptionError", "option '" + option + "': " + message));
     }
 
     private static String storePath(String raw) {
