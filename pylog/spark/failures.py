@@ -59,7 +59,7 @@ def _rebuild(cls: type[errors.PylogError], message: str) -> errors.PylogError:
     option = _OPTION.match(message)
     try:
         error = cls(option.group(1), option.group(2)) if issubclass(cls, errors.InvalidOptionError) and option \
-            else cls(message)  # type: ignore[call-arg]
+            else cls(message)
         if str(error) == message:
             return error
     except TypeError:
