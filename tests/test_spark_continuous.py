@@ -128,3 +128,34 @@ def test_continuous_trigger_is_refused_where_it_cannot_run(spark, jvm_reader, tm
     with pylog.open(path) as store:
         assert store.topic("out").partition(0).log_end_offset == 0
     assert not any((tmp_path / "ck-sink" / "commits").glob("[0-9]*"))
+
+
+def test_continuous_query_starts_where_starting_offsets_say_and_fails_on_data_loss(spark, jvm_reader, tmp_path):
+    """``startingOffsets`` per partition as in micro-batches; offsets already removed when the query starts
+    fail it with the micro-batch stream's DataLossError under ``failOnDataLoss`` (the default)."""
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("in", partitions=2)
+    _produce(path, "in", 0, 20)               # 10 records in each partition
+    with pylog.open(path) as store:
+        store.delete_records("in", 1, 4)
+
+    def start(name, **options):
+        return (spark.readStream.format(jvm_reader).option("subscribe", "in").options(**options).load(str(path))
+                .writeStream.format("memory").queryName(name).option("checkpointLocation", str(tmp_path / name))
+                .trigger(continuous="1 second").start())
+
+    query = start("continuous_from", startingOffsets='{"in": {"0": 7, "1": -2}}')
+    try:
+        rows = _wait_for_rows(spark, "continuous_from", lambda rows: len(rows) >= 9, query)
+    finally:
+        _stop(query)
+    assert [(r[3], r[4]) for r in rows] == [(0, 7), (0, 8), (0, 9)] + [(1, o) for o in range(4, 10)]
+
+    query = start("continuous_lost", startingOffsets='{"in": {"0": 0, "1": 2}}')
+    try:
+        with pytest.raises(Exception, match=r"pylog\.errors\.DataLossError: in-1: offsets \[2, 4\) were removed "
+                                            r"before the query started \(the log now starts at 4\)"):
+            query.awaitTermination(WAIT_S)
+    finally:
+        _stop(query)
