@@ -159,3 +159,27 @@ def test_continuous_query_starts_where_starting_offsets_say_and_fails_on_data_lo
             query.awaitTermination(WAIT_S)
     finally:
         _stop(query)
+
+
+def test_continuous_query_reads_a_partition_added_while_it_runs(spark, jvm_reader, tmp_path):
+    """A partition added to a subscribed topic makes Spark re-plan the tasks (needsReconfiguration); the new
+    one is read from its log start, the others continue where their last epoch ended (Spark replays from the
+    last committed epoch across the re-plan, at-least-once: rows are compared as a set)."""
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("grow", partitions=1)
+        store.topic("grow").partition(0).append_values([b"a%d" % i for i in range(5)])
+    query = (spark.readStream.format(jvm_reader).option("subscribe", "grow").option("startingOffsets", "earliest")
+             .load(str(path)).writeStream.format("memory").queryName("continuous_grow")
+             .option("checkpointLocation", str(tmp_path / "checkpoint")).trigger(continuous="1 second").start())
+    try:
+        _wait_for_rows(spark, "continuous_grow", lambda rows: len(rows) >= 5, query)
+        with pylog.open(path) as store:
+            store.topic("grow").add_partitions(2)
+            store.topic("grow").partition(1).append_values([b"b%d" % i for i in range(3)])
+            store.topic("grow").partition(0).append_values([b"a5"])
+        rows = _wait_for_rows(spark, "continuous_grow", lambda rows: len({(r[3], r[4]) for r in rows}) >= 9, query)
+    finally:
+        _stop(query)
+    assert {(r[3], r[4], bytes(r[1])) for r in rows} == \
+        {(0, i, b"a%d" % i) for i in range(6)} | {(1, i, b"b%d" % i) for i in range(3)}
