@@ -95,7 +95,7 @@ def test_continuous_query_reads_records_appended_while_it_runs_row_for_row(spark
 def test_continuous_trigger_is_refused_where_it_cannot_run(spark, jvm_reader, tmp_path):
     """The Python source has no continuous mode (Spark refuses it by name), nor has the JVM reader at
     read_committed (the Python source's), and pylog's writer (Python) fails the query at its first row instead of
-    letting Spark drop the rows."""
+    letting Spark drop the rows (or, as ``pylog-python``, refuses every epoch's commit)."""
     path = tmp_path / "store"
     with pylog.open(path) as store:
         store.create_topic("in", partitions=2)
@@ -125,9 +125,22 @@ def test_continuous_trigger_is_refused_where_it_cannot_run(spark, jvm_reader, tm
             query.awaitTermination(WAIT_S)
     finally:
         _stop(query)
+    # the Python writer alone (no JVM sink around it) gets no rows and refuses each epoch's commit: Spark keeps
+    # the query running, but records no epoch as done
+    query = (stream(jvm_reader).selectExpr("value").writeStream.format("pylog-python").option("topic", "out")
+             .option("checkpointLocation", str(tmp_path / "ck-python")).trigger(continuous="1 second")
+             .start(str(path)))
+    try:
+        deadline = time.monotonic() + WAIT_S
+        while len(list((tmp_path / "ck-python" / "offsets").glob("[0-9]*"))) < 3:   # epochs that ended
+            assert time.monotonic() < deadline and query.isActive, query.exception()
+            query.awaitTermination(0.5)
+    finally:
+        _stop(query)
     with pylog.open(path) as store:
         assert store.topic("out").partition(0).log_end_offset == 0
-    assert not any((tmp_path / "ck-sink" / "commits").glob("[0-9]*"))
+    for checkpoint in ("ck-sink", "ck-python"):
+        assert not any((tmp_path / checkpoint / "commits").glob("[0-9]*"))
 
 
 def test_continuous_query_starts_where_starting_offsets_say_and_fails_on_data_loss(spark, jvm_reader, tmp_path):
