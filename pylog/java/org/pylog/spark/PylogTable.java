@@ -29,10 +29,11 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * A store's subscribed partitions as a table. Batch reads with options this reader handles are planned and read
- * here, with column pruning; streams and streaming writes, and batch reads with other options, are the Python
- * source's ({@link PylogProvider}); streaming writes take every output mode Spark's Kafka sink takes. The Python
- * table is made only when one of those needs it, so a JVM batch read starts no Python worker.
+ * A store's subscribed partitions as a table. Reads and streams (micro-batch and continuous) with options this
+ * reader handles are planned and read here, batch reads with column pruning; reads with other options, and
+ * streaming writes, are the Python source's ({@link PylogProvider}); streaming writes take every output mode
+ * Spark's Kafka sink takes, and refuse the continuous trigger ({@link PythonSink}). The Python table is made only
+ * when one of those needs it, so a JVM read starts no Python worker.
  *
  * <p>Invariant: no batch write capability, so that Spark sends every batch save mode to
  * {@link PylogProvider#createRelation} (Spark refuses the default mode for a V2 table that writes).
@@ -182,8 +183,9 @@ final class PylogTable implements SupportsRead, SupportsWrite {
             return new PylogStream(parsed, schema);
         }
 
-        /** {@code trigger(continuous=...)}: streams with options this reader handles ({@link PylogContinuous}).
-         *  Others (at {@code read_committed}, for one) would be the Python source's, which cannot run one. */
+        /** {@code trigger(continuous=...)} ({@link PylogContinuous}). A batch-only option is refused here by name;
+         *  streams with an option this reader does not handle ({@code read_committed}, for one) never get here:
+         *  {@link #newScanBuilder} gives them to the Python source, whose scan Spark refuses to run continuously. */
         @Override
         public ContinuousStream toContinuousStream(String checkpointLocation) {
             String other = ReadOptions.notHandled(options, true);
