@@ -174,6 +174,7 @@ def test_continuous_query_starts_where_starting_offsets_say_and_fails_on_data_lo
         _stop(query)
 
 
+@pytest.mark.slow
 def test_continuous_query_reads_a_partition_added_while_it_runs(spark, jvm_reader, tmp_path):
     """A partition added to a subscribed topic makes Spark re-plan the tasks (needsReconfiguration); the new
     one is read from its log start, the others continue where their last epoch ended (Spark replays from the

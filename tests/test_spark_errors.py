@@ -50,13 +50,13 @@ def store_path(tmp_path):
 
 
 def _caught(action, expected_class, expected_message: str):
-    """Runs ``action`` twice: bare, returning what Spark raised, and under ``raise_pylog_errors``, which must
-    raise the pylog error itself (its class, its message, Spark's exception as its cause)."""
+    """What Spark raised for ``action``; ``raise_pylog_errors`` must turn it into the pylog error itself (its
+    class, its message, Spark's exception as its cause)."""
     with pytest.raises(Exception) as bare:
         action()
     with pytest.raises(expected_class) as info:
         with raise_pylog_errors():
-            action()
+            raise bare.value
     assert type(info.value) is expected_class
     assert str(info.value) == expected_message
     assert info.value.__cause__ is not None and pylog_error(info.value.__cause__) is not None
