@@ -75,6 +75,28 @@ with these changes, 1.059x [1.067x] for the previous code minutes later); use 4 
 these changes, ``--server-only --rounds 5``, records per CPU-s on / off: 4 M records, produce 1.035x [1.035x],
 fetch 0.961x [0.961x] (rounds 0.90-1.02), load 4-8; 6 M records, produce 1.028x [1.029x], fetch 0.989x
 [0.984x] (rounds 0.95-1.00), load 7.
+
+What ``server fetch``'s CPU ratio of 0.94-0.98 (rounds 0.82-1.04; ``fetch assigned`` ~1.00) was, bisected in
+the fourth session of 2026-11-27 with the server's CPU per thread (``/proc/PID/task/*/schedstat``) and its
+garbage collections (``gc.callbacks``, through a ``sitecustomize``) over alternating pairs of 2 M records,
+scraped every second, load average 10-15:
+
+1. A full collection of the cyclic GC, 15-26 ms of the event loop's CPU here: it walked the ~45,000 objects
+   imported at start-up. One fell at the start of the fetch phase of the metrics-on server in 5 rounds of 6
+   (and in its produce phase in the sixth), in no metrics-off round: by then the off server had made 8
+   second-generation collections and the on server 9 (its endpoint's set-up), and the tenth is a full one.
+   Where it falls depends on what the process allocated since it started, not on records: 3-5% of a 2 M fetch
+   phase's CPU (~0.5 s), 1.5-2.5% of a 4 M one. ``pylog serve`` now freezes its start-up objects
+   (``gc.freeze``): a full collection walks ~2,000 objects, and none fell in a fetch phase in 5 more pairs.
+2. The scrapes: ~1 ms of the server's CPU each (0.6 ms on a quieter machine), 10-22 per fetch phase (one a
+   second of its wall time): 12 ms a phase on average, 2.4% of a 2 M phase's CPU. The ``CPU-bound`` figure
+   gives them their share of each second instead.
+3. The first scrape opens the server's read-only view of its store; with ``--server-scrape-interval 15`` it
+   fell in a fetch phase. The scraper's first scrape is now before the timing.
+4. What is left is the recording, and it is within the noise: the event loop thread's CPU from the first
+   record fetched to the last (exact), on / off, medians 0.996 (10 pairs) and 0.993 (5 pairs), rounds
+   0.89-1.16; a request's hook costs 1.0 us of CPU (a 4 M fetch phase has ~460 Fetch requests: 0.5 ms of its
+   ~1 s); no metrics frame in py-spy's profiles.
 """
 
 from __future__ import annotations
