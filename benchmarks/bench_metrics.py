@@ -96,7 +96,7 @@ scraped every second, load average 10-15:
 4. What is left is the recording, and it is within the noise: the event loop thread's CPU from the first
    record fetched to the last (exact), on / off, medians 0.996 (10 pairs) and 0.993 (5 pairs), rounds
    0.89-1.16; a request's hook costs 1.0 us of CPU (a 4 M fetch phase has ~460 Fetch requests: 0.5 ms of its
-   ~1 s); no metrics frame in py-spy's profiles.
+   ~1 s); an earlier py-spy profile of a pair showed no metrics frame.
 """
 
 from __future__ import annotations
