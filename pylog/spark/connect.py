@@ -1,0 +1,109 @@
+"""Spark Connect sessions: what :mod:`pylog.spark`'s helpers do when the session is a Connect client.
+
+A Spark Connect client (``SparkSession.builder.remote("sc://host:port")``) has no JVM and no SparkContext: the
+Connect server plans and runs every query, so the server's classpath decides whether ``format("pylog")`` is
+the JVM reader, and the server's Python workers run the Python source (writes, streams through the JVM
+provider's hand-over to ``pylog-python``). This module asks the server what it has and, when it lacks the JVM
+reader, adds the reader's jar to the client's own server-side session as an artifact (``addArtifacts``: Spark
+loads a session's jars in that session's class loader, where the data source lookup finds the provider).
+
+Invariants:
+- Nothing here imports PySpark's Connect client: a session is recognised by the class of the client's module
+  when that is loaded already (it is, once a Connect session exists). Importing the client without its
+  dependencies (grpc, ...) from ``python -c`` exits the process: PySpark takes that for a doctest run.
+- :func:`has_jvm_reader` runs one SQL expression on the server (``reflect`` of Spark's own
+  ``Utils.classIsLoadable`` in the session's class loader), no job and no file access; a server that refuses
+  it answers None (not known), never a guess.
+- :func:`add_jvm_reader` adds the jar only to a session whose server runs the pyspark version the jar was
+  compiled against (the jar's name carries it: :mod:`pylog.jvm`), and says why when it does not.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import importlib.util
+import sys
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from pyspark.sql import SparkSession
+
+__all__ = ["is_connect", "has_jvm_reader", "add_jvm_reader", "require_client", "remote_settings",
+           "LOCAL_SERVER_SETTINGS"]
+
+#: The JVM reader's provider class (pylog.jvm.PROVIDER), asked of the server's class loader.
+_PROBE = "SELECT reflect('org.apache.spark.util.Utils', 'classIsLoadable', '{cls}') AS loadable"
+#: A local Connect server started by ``builder.remote("local[...]")`` listens on every interface unless told
+#: otherwise; pylog's helper keeps it on the loopback interface (the client connects to localhost anyway).
+LOCAL_SERVER_SETTINGS = {"spark.connect.grpc.binding.address": "127.0.0.1"}
+#: The modules PySpark's Connect client needs (``pip install "pyspark[connect]"``; pylog's ``spark`` extra).
+_CLIENT_MODULES = ("grpc", "grpc_status", "google.rpc", "zstandard", "pandas", "pyarrow")
+
+
+def is_connect(spark: "SparkSession") -> bool:
+    """Whether ``spark`` is a Spark Connect client session (no JVM in this process)."""
+    client = sys.modules.get("pyspark.sql.connect.session")
+    return client is not None and isinstance(spark, client.SparkSession)
+
+
+def require_client() -> None:
+    """Checks that PySpark's Connect client can be imported (before anything imports it).
+
+    :raises ImportError: naming its missing dependencies and the install that brings them.
+    """
+    missing = []
+    for name in _CLIENT_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:  # a parent package (google) is missing
+            found = False
+        if not found:
+            missing.append(name)
+    if missing:
+        raise ImportError(f"a Spark Connect session needs PySpark's Connect client, which lacks {', '.join(missing)}: "
+                          "pip install 'pyspark[connect]' (pylog-embedded[spark] includes it)")
+
+
+def has_jvm_reader(spark: "SparkSession", provider: str) -> bool | None:
+    """Whether the Connect server can load ``provider`` (the JVM reader) in ``spark``'s session: from its
+    classpath (``--jars``, ``spark.jars``) or a jar the session added. None when the server refused to say
+    (``reflect`` disabled, an error)."""
+    try:
+        rows = spark.sql(_PROBE.format(cls=provider)).collect()
+    except Exception:  # noqa: BLE001 - the client raises grpc's and PySpark's errors alike
+        return None
+    return rows[0][0] == "true" if rows else None
+
+
+def add_jvm_reader(spark: "SparkSession", jar: str, provider: str) -> str | None:
+    """Add the JVM reader's ``jar`` to ``spark``'s server-side session when the server lacks it; returns None
+    when the session has the reader afterwards, else why not (for a warning).
+
+    The jar is compiled against this client's pyspark; a server of another version is left alone.
+    """
+    if has_jvm_reader(spark, provider):
+        return None
+    server, client = spark.version, _pyspark_version()
+    if server != client:
+        return (f"the Spark Connect server runs Spark {server} and the JVM reader's jar here is built for pyspark "
+                f"{client}; start the server with the jar `pylog spark-jar` prints on its own machine")
+    spark.addArtifacts(jar)
+    if not has_jvm_reader(spark, provider):
+        return f"the Spark Connect server did not load the JVM reader's jar {jar} added to the session"
+    return None
+
+
+def _pyspark_version() -> str:
+    try:
+        return importlib.metadata.version("pyspark")
+    except importlib.metadata.PackageNotFoundError:
+        return "unknown"
+
+
+def remote_settings(settings: dict[str, Any], remote: str) -> dict[str, Any]:
+    """``settings`` for a Connect session at ``remote``: a local server (``local[...]``) starts in this process
+    with them (the jar in ``spark.jars``, bound to 127.0.0.1 unless given); a remote one takes only runtime SQL
+    settings (PySpark drops the others silently), so ``spark.jars`` is left out (the jar goes as an artifact)."""
+    if remote.startswith("local"):
+        return {**LOCAL_SERVER_SETTINGS, **settings}
+    return {k: v for k, v in settings.items() if k != "spark.jars"}
