@@ -44,15 +44,16 @@ def _spark_home() -> str:
     return os.path.dirname(os.path.abspath(pyspark.__file__))
 
 
-def _start_server(scratch, jar: str) -> tuple[subprocess.Popen, int, str]:
-    """Starts a Connect server with the JVM reader's jar; returns it, its port and its log's path."""
+def _start_server(scratch, jar: str | None) -> tuple[subprocess.Popen, int, str]:
+    """Starts a Connect server, with the JVM reader's ``jar`` on its classpath if given; returns it, its port and
+    its log's path."""
     log_path = str(scratch / "connect-server.log")
     home = _spark_home()
     env = dict(os.environ, SPARK_HOME=home, SPARK_LOCAL_IP="127.0.0.1", PYSPARK_PYTHON=sys.executable,
                PYSPARK_DRIVER_PYTHON=sys.executable)
     env.pop("SPARK_REMOTE", None)
     cmd = ["timeout", "--kill-after=30", str(LIFETIME_S), os.path.join(home, "bin", "spark-submit"),
-           "--class", SERVER_CLASS, "--master", "local[2]", "--jars", jar,
+           "--class", SERVER_CLASS, "--master", "local[2]", *(["--jars", jar] if jar else []),
            "--conf", "spark.connect.grpc.binding.address=127.0.0.1",
            "--conf", "spark.connect.grpc.binding.port=0",  # a free port, read from the log
            "--conf", "spark.ui.enabled=false",
@@ -90,6 +91,14 @@ def _stop_server(proc: subprocess.Popen) -> None:
 def connect_url(jvm_reader, jvm_jar, tmp_path_factory):
     """``sc://127.0.0.1:<port>`` of a Spark Connect server with the JVM reader's jar on its classpath."""
     proc, port, _ = _start_server(tmp_path_factory.mktemp("connect-server"), jvm_jar)
+    yield f"sc://127.0.0.1:{port}"
+    _stop_server(proc)
+
+
+@pytest.fixture(scope="module")
+def bare_url(jvm_reader, tmp_path_factory):
+    """``sc://127.0.0.1:<port>`` of a Spark Connect server started without the JVM reader's jar."""
+    proc, port, _ = _start_server(tmp_path_factory.mktemp("bare-connect-server"), None)
     yield f"sc://127.0.0.1:{port}"
     _stop_server(proc)
 
@@ -200,17 +209,26 @@ CLIENT = r'''
 import json, sys
 url, path, mode = sys.argv[1], sys.argv[2], sys.argv[3]
 report = {}
-if mode == "plain":                      # a plain Connect client: pylog.spark is never imported here
+if mode in ("plain", "register"):        # a plain Connect client: pylog.spark is not imported before it
     from pyspark.sql import SparkSession
     spark = SparkSession.builder.remote(url).getOrCreate()
-else:                                    # pylog's helper
+    if mode == "register":
+        import pylog.spark
+        pylog.spark.register(spark)
+        report["reader"] = pylog.spark.which_reader(spark)
+else:                                    # pylog's helper, on a server or a local one started here
     import pylog.spark
-    spark = pylog.spark.session(remote=url, conf={"spark.sql.shuffle.partitions": 3})
+    spark = pylog.spark.session(remote=url, conf={"spark.sql.shuffle.partitions": 3, "spark.local.dir": sys.argv[4]})
     report["reader"] = pylog.spark.which_reader(spark)
     report["shuffle"] = spark.conf.get("spark.sql.shuffle.partitions")
 from pyspark.sql import functions as F
 df = spark.range(50).select(F.col("id").cast("string").alias("key"), (F.col("id") * 2).cast("string").alias("value"))
-df.write.format("pylog").option("topic", "w").save(path)      # Spark's default save mode: ErrorIfExists
+try:
+    df.write.format("pylog").option("topic", "w").save(path)      # Spark's default save mode: ErrorIfExists
+    report["save"] = "appended"
+except Exception as exc:
+    report["save"] = str(exc).splitlines()[0]
+    df.write.format("pylog").option("topic", "w").mode("append").save(path)
 try:
     df.write.format("pylog").option("topic", "w").mode("overwrite").save(path)
     report["overwrite"] = "accepted"
@@ -225,33 +243,61 @@ print(json.dumps(report))
 '''
 
 
-def _client(connect_url, path, mode):
-    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
-    proc = subprocess.run([sys.executable, "-c", CLIENT, connect_url, path, mode], capture_output=True, text=True,
-                          env=env, timeout=600)
-    assert proc.returncode == 0, "\n".join(line for line in proc.stderr.splitlines() if "\tat " not in line)[-6000:]
-    return json.loads(proc.stdout.strip().splitlines()[-1])
-
-
-def _topic_w(path):
+def _client(url, tmp_path, mode):
+    """Runs :data:`CLIENT` against ``url`` on a new store with topic ``w``; returns its report."""
+    path = str(tmp_path / "store")
     with pylog.open(path) as store:
         store.create_topic("w", partitions=2)
+    env = {k: v for k, v in os.environ.items() if k not in ("SPARK_REMOTE", "SPARK_CONNECT_MODE_ENABLED")}
+    env.update(PYSPARK_PYTHON=sys.executable, PYSPARK_DRIVER_PYTHON=sys.executable, SPARK_LOCAL_IP="127.0.0.1")
+    proc = subprocess.run([sys.executable, "-c", CLIENT, url, path, mode, str(tmp_path / "local")],
+                          capture_output=True, text=True, env=env, cwd=str(tmp_path), timeout=600)
+    assert proc.returncode == 0, "\n".join(line for line in proc.stderr.splitlines() if "\tat " not in line)[-6000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert report["connect"].startswith("pyspark.sql.connect")
+    return report
+
+
+EXPECTED = sorted(str(i * 2) for i in range(50))
 
 
 def test_plain_connect_client_writes_in_spark_default_save_mode_without_pylog_in_the_client(connect_url, tmp_path):
-    path = str(tmp_path / "store")
-    _topic_w(path)
-    report = _client(connect_url, path, "plain")
-    assert report["connect"].startswith("pyspark.sql.connect") and report["pylog.spark"] is False
-    assert report["rows"] == sorted(str(i * 2) for i in range(50))  # appended once, overwrite refused
+    report = _client(connect_url, tmp_path, "plain")
+    assert report["pylog.spark"] is False  # no wrapped DataFrameWriter: the server's JVM provider appends
+    assert report["save"] == "appended"
+    assert report["rows"] == EXPECTED  # appended once, overwrite refused
     assert "a pylog topic is append-only" in report["overwrite"]
 
 
 def test_pylog_session_helper_makes_a_connect_session(connect_url, tmp_path):
-    path = str(tmp_path / "store")
-    _topic_w(path)
-    report = _client(connect_url, path, "helper")
-    assert report["connect"].startswith("pyspark.sql.connect")
+    report = _client(connect_url, tmp_path, "helper")
     assert report["reader"] == "jvm" and report["shuffle"] == "3"
-    assert report["rows"] == sorted(str(i * 2) for i in range(50))
+    assert report["save"] == "appended" and report["rows"] == EXPECTED
     assert "a pylog topic is append-only" in report["overwrite"]
+
+
+def test_pylog_session_helper_adds_the_jvm_reader_to_a_session_on_a_server_without_it(bare_url, tmp_path):
+    report = _client(bare_url, tmp_path, "helper")
+    assert report["reader"] == "jvm"  # the jar went to the server as the session's artifact
+    assert report["save"] == "appended" and report["rows"] == EXPECTED
+    assert "a pylog topic is append-only" in report["overwrite"]
+
+
+def test_plain_connect_client_on_a_server_without_the_jar_gets_the_python_source(bare_url, tmp_path):
+    # What docs/SPARK.md says does not work there: Spark refuses its default save mode for a Python data source.
+    report = _client(bare_url, tmp_path, "plain")
+    assert "UNSUPPORTED_DATA_SOURCE_SAVE_MODE" in report["save"]
+    assert report["rows"] == EXPECTED  # mode("append") writes; the Python source reads
+
+
+def test_pylog_session_helper_starts_a_local_connect_server_with_the_jvm_reader(jvm_reader, tmp_path):
+    report = _client("local[1]", tmp_path, "helper")
+    assert report["reader"] == "jvm" and report["shuffle"] == "3"
+    assert report["save"] == "appended" and report["rows"] == EXPECTED
+
+
+def test_register_makes_the_default_save_mode_append_on_a_connect_server_without_the_jar(bare_url, tmp_path):
+    report = _client(bare_url, tmp_path, "register")
+    assert report["reader"] == "python"
+    assert report["save"] == "appended"  # pylog's wrapper of the Connect client's writer sent it as append
+    assert report["rows"] == EXPECTED

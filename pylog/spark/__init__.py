@@ -136,15 +136,12 @@ def session(master: str = "local[*]", app_name: str = "pylog", conf: Mapping[str
     if jar is not None:
         settings["spark.jars"] = ",".join(j for j in (settings.get("spark.jars", ""), jar) if j)
     if remote is not None:
-        connect.require_client()
-        builder = SparkSession.builder.remote(remote)
-        settings = connect.remote_settings(settings, remote)
+        spark = connect.remote_session(remote, app_name, settings, conf or {})
     else:
-        builder = SparkSession.builder.master(master)
-    builder = builder.appName(app_name)
-    for key, value in settings.items():
-        builder = builder.config(key, value)
-    spark = builder.getOrCreate()
+        builder = SparkSession.builder.master(master).appName(app_name)
+        for key, value in settings.items():
+            builder = builder.config(key, value)
+        spark = builder.getOrCreate()
     if connect.is_connect(spark):
         savemode.install()  # the Connect client's writer is loaded now
         problem = connect.add_jvm_reader(spark, jar, jvm.PROVIDER) if jar is not None else None

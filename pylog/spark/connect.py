@@ -23,12 +23,13 @@ from __future__ import annotations
 import importlib.metadata
 import importlib.util
 import sys
-from typing import TYPE_CHECKING, Any
+import warnings
+from typing import TYPE_CHECKING, Iterable, Mapping
 
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
-__all__ = ["is_connect", "has_jvm_reader", "add_jvm_reader", "require_client", "remote_settings",
+__all__ = ["is_connect", "has_jvm_reader", "add_jvm_reader", "require_client", "remote_session",
            "LOCAL_SERVER_SETTINGS"]
 
 #: The JVM reader's provider class (pylog.jvm.PROVIDER), asked of the server's class loader.
@@ -100,10 +101,31 @@ def _pyspark_version() -> str:
         return "unknown"
 
 
-def remote_settings(settings: dict[str, Any], remote: str) -> dict[str, Any]:
-    """``settings`` for a Connect session at ``remote``: a local server (``local[...]``) starts in this process
-    with them (the jar in ``spark.jars``, bound to 127.0.0.1 unless given); a remote one takes only runtime SQL
-    settings (PySpark drops the others silently), so ``spark.jars`` is left out (the jar goes as an artifact)."""
-    if remote.startswith("local"):
-        return {**LOCAL_SERVER_SETTINGS, **settings}
-    return {k: v for k, v in settings.items() if k != "spark.jars"}
+def remote_session(remote: str, app_name: str, settings: Mapping[str, str], given: Iterable[str]) -> "SparkSession":
+    """A Connect session at ``remote`` (``pylog.spark.session(remote=...)``) with ``settings``, of which the
+    keys ``given`` are the user's.
+
+    A local server (``local[...]``) starts in this process with every setting (the jar in ``spark.jars``),
+    bound to 127.0.0.1 unless ``settings`` say otherwise; PySpark then tries to set the same settings on the
+    session and warns about each static one, which the server already has: those warnings are dropped. A
+    remote server takes runtime SQL settings only: pylog's defaults that are not (the UI, ``spark.jars``: the
+    jar goes as an artifact) are left out, the user's are passed on (PySpark warns about a static one).
+
+    :raises ImportError: the Connect client's dependencies are missing.
+    """
+    require_client()
+    from pyspark.sql import SparkSession
+
+    local = remote.startswith("local")
+    if local:
+        wanted = {**LOCAL_SERVER_SETTINGS, **settings}
+    else:
+        user = set(given)
+        wanted = {k: v for k, v in settings.items() if k in user or k.startswith("spark.sql.")}
+    builder = SparkSession.builder.remote(remote).appName(app_name)
+    for key, value in wanted.items():
+        builder = builder.config(key, value)
+    with warnings.catch_warnings():
+        if local:
+            warnings.filterwarnings("ignore", message="Failed to set spark[.]", category=UserWarning)
+        return builder.getOrCreate()
