@@ -301,3 +301,16 @@ def test_register_makes_the_default_save_mode_append_on_a_connect_server_without
     assert report["reader"] == "python"
     assert report["save"] == "appended"  # pylog's wrapper of the Connect client's writer sent it as append
     assert report["rows"] == EXPECTED
+
+
+def test_session_with_remote_names_the_missing_connect_client_dependencies(monkeypatch):
+    import importlib.util
+
+    import pylog.spark
+    from pylog.errors import PylogError, SparkConnectUnavailableError
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "grpc_status" else real(name, *a))
+    with pytest.raises(SparkConnectUnavailableError, match=r"lacks grpc_status: pip install 'pyspark\[connect\]'") as e:
+        pylog.spark.session(remote="sc://127.0.0.1:1")
+    assert isinstance(e.value, PylogError) and isinstance(e.value, ImportError)

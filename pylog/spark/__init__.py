@@ -11,7 +11,9 @@ module it finds and registers its ``DefaultSource``, so ``format("pylog")`` need
 :func:`session` also puts the JVM reader's jar (:mod:`pylog.jvm`, built on first use) on the classpath when
 a JDK is there: ``format("pylog")`` is then the JVM provider, which reads batches itself and hands the rest
 to this Python source, registered a second time as ``pylog-python`` (``pyspark_pylog_python``);
-:func:`which_reader` says which runs (docs/SPARK.md, "Which reader runs").
+:func:`which_reader` says which runs (docs/SPARK.md, "Which reader runs"). A Spark Connect session
+(``session(remote=...)``, or any ``builder.remote``) runs on a server whose classpath and Python decide:
+:mod:`pylog.spark.connect` (docs/SPARK.md, "Spark Connect").
 
 Importing this package, in the driver, before the session starts, also (1) points Spark's Python workers
 at this interpreter when ``python3`` on ``PATH`` is another one and neither ``PYSPARK_PYTHON`` nor
@@ -37,7 +39,7 @@ import sys
 from typing import TYPE_CHECKING, Any, Mapping
 
 from .. import jvm
-from ..errors import JvmReaderUnavailableError
+from ..errors import JvmReaderUnavailableError, SparkConnectUnavailableError
 from . import connect, savemode, workers
 from .exactly_once import SinkTransactionLostError
 from .options import DataLossError, InvalidOptionError
@@ -50,7 +52,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["PylogDataSource", "register", "session", "which_reader", "kafka_schema", "InvalidOptionError",
-           "DataLossError", "SinkTransactionLostError", "NAME", "PYTHON_NAME"]
+           "DataLossError", "SinkTransactionLostError", "SparkConnectUnavailableError", "NAME", "PYTHON_NAME"]
 
 log = logging.getLogger("pylog.spark")
 
@@ -115,10 +117,13 @@ def session(master: str = "local[*]", app_name: str = "pylog", conf: Mapping[str
     artifact, else a warning says how to start the server with it. ``"local[N]"`` starts PySpark's local
     Connect server in this process, with the jar in ``spark.jars``, listening on 127.0.0.1 only.
 
-    :raises ImportError: ``remote`` given and the Connect client's dependencies missing (it names them).
+    :raises SparkConnectUnavailableError: ``remote`` given and the Connect client's dependencies missing (it names
+        them); checked before anything else.
     """
     from pyspark.sql import SparkSession
 
+    if remote is not None:
+        connect.require_client()
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     settings = {

@@ -26,6 +26,8 @@ import sys
 import warnings
 from typing import TYPE_CHECKING, Iterable, Mapping
 
+from ..errors import SparkConnectUnavailableError
+
 if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
@@ -50,7 +52,7 @@ def is_connect(spark: "SparkSession") -> bool:
 def require_client() -> None:
     """Checks that PySpark's Connect client can be imported (before anything imports it).
 
-    :raises ImportError: naming its missing dependencies and the install that brings them.
+    :raises SparkConnectUnavailableError: naming its missing dependencies and the install that brings them.
     """
     missing = []
     for name in _CLIENT_MODULES:
@@ -61,8 +63,9 @@ def require_client() -> None:
         if not found:
             missing.append(name)
     if missing:
-        raise ImportError(f"a Spark Connect session needs PySpark's Connect client, which lacks {', '.join(missing)}: "
-                          "pip install 'pyspark[connect]' (pylog-embedded[spark] includes it)")
+        raise SparkConnectUnavailableError(f"a Spark Connect session needs PySpark's Connect client, which lacks "
+                                           f"{', '.join(missing)}: pip install 'pyspark[connect]' "
+                                           "(pylog-embedded[spark] includes it)")
 
 
 def has_jvm_reader(spark: "SparkSession", provider: str) -> bool | None:
@@ -111,7 +114,7 @@ def remote_session(remote: str, app_name: str, settings: Mapping[str, str], give
     remote server takes runtime SQL settings only: pylog's defaults that are not (the UI, ``spark.jars``: the
     jar goes as an artifact) are left out, the user's are passed on (PySpark warns about a static one).
 
-    :raises ImportError: the Connect client's dependencies are missing.
+    :raises SparkConnectUnavailableError: the Connect client's dependencies are missing.
     """
     require_client()
     from pyspark.sql import SparkSession
