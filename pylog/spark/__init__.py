@@ -81,7 +81,7 @@ def which_reader(spark: "SparkSession") -> str:
     the session's classpath, else ``"python"``. (The JVM reader hands the reads it does not handle to the
     Python source; ``df.explain()`` names the one a query runs: ``pylog (JVM reader)`` or a Python scan.)
 
-    A Spark Connect session asks its server (one SQL expression, no job: :mod:`pylog.spark.connect`), whose
+    A Spark Connect session asks its server (one SQL expression on one row: :mod:`pylog.spark.connect`), whose
     classpath, or the jars the session added, decide; ``"unknown"`` when the server refuses to say.
     """
     if connect.is_connect(spark):

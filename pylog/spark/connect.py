@@ -8,12 +8,13 @@ reader, adds the reader's jar to the client's own server-side session as an arti
 loads a session's jars in that session's class loader, where the data source lookup finds the provider).
 
 Invariants:
-- Nothing here imports PySpark's Connect client: a session is recognised by the class of the client's module
-  when that is loaded already (it is, once a Connect session exists). Importing the client without its
-  dependencies (grpc, ...) from ``python -c`` exits the process: PySpark takes that for a doctest run.
-- :func:`has_jvm_reader` runs one SQL expression on the server (``reflect`` of Spark's own
-  ``Utils.classIsLoadable`` in the session's class loader), no job and no file access; a server that refuses
-  it answers None (not known), never a guess.
+- Nothing here imports PySpark's Connect client but :func:`remote_session`, after :func:`require_client`
+  found its dependencies: a session is recognised by the class of the client's module when that is loaded
+  already (it is, once a Connect session exists). Importing the client without its dependencies (grpc, ...)
+  from ``python -c`` exits the process: PySpark takes that for a doctest run.
+- :func:`has_jvm_reader` runs one SQL expression on one row on the server (``reflect`` of Spark's own
+  ``Utils.classIsLoadable`` in the session's class loader), reading no file; a server that refuses it answers
+  None (not known), never a guess.
 - :func:`add_jvm_reader` adds the jar only to a session whose server runs the pyspark version the jar was
   compiled against (the jar's name carries it: :mod:`pylog.jvm`), and says why when it does not.
 """
@@ -34,7 +35,7 @@ if TYPE_CHECKING:
 __all__ = ["is_connect", "has_jvm_reader", "add_jvm_reader", "require_client", "remote_session",
            "LOCAL_SERVER_SETTINGS"]
 
-#: The JVM reader's provider class (pylog.jvm.PROVIDER), asked of the server's class loader.
+#: Whether the server's session can load a class (the JVM reader's provider, pylog.jvm.PROVIDER): 'true'/'false'.
 _PROBE = "SELECT reflect('org.apache.spark.util.Utils', 'classIsLoadable', '{cls}') AS loadable"
 #: A local Connect server started by ``builder.remote("local[...]")`` listens on every interface unless told
 #: otherwise; pylog's helper keeps it on the loopback interface (the client connects to localhost anyway).
