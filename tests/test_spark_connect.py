@@ -213,6 +213,11 @@ if mode in ("plain", "register"):        # a plain Connect client: pylog.spark i
     from pyspark.sql import SparkSession
     spark = SparkSession.builder.remote(url).getOrCreate()
     if mode == "register":
+        try:                             # Spark's default save mode, before pylog.spark is imported
+            spark.range(1).selectExpr("'x' AS value").write.format("pylog").option("topic", "w").save(path)
+            report["save_before"] = "appended"
+        except Exception as exc:
+            report["save_before"] = str(exc).splitlines()[0]
         import pylog.spark
         pylog.spark.register(spark)
         report["reader"] = pylog.spark.which_reader(spark)
@@ -283,24 +288,19 @@ def test_pylog_session_helper_adds_the_jvm_reader_to_a_session_on_a_server_witho
     assert "a pylog topic is append-only" in report["overwrite"]
 
 
-def test_plain_connect_client_on_a_server_without_the_jar_gets_the_python_source(bare_url, tmp_path):
+def test_register_makes_the_default_save_mode_append_on_a_connect_server_without_the_jar(bare_url, tmp_path):
+    report = _client(bare_url, tmp_path, "register")
     # What docs/SPARK.md says does not work there: Spark refuses its default save mode for a Python data source.
-    report = _client(bare_url, tmp_path, "plain")
-    assert "UNSUPPORTED_DATA_SOURCE_SAVE_MODE" in report["save"]
-    assert report["rows"] == EXPECTED  # mode("append") writes; the Python source reads
+    assert "UNSUPPORTED_DATA_SOURCE_SAVE_MODE" in report["save_before"]
+    assert report["reader"] == "python"
+    assert report["save"] == "appended"  # pylog's wrapper of the Connect client's writer sent it as append
+    assert report["rows"] == EXPECTED  # the refused write wrote nothing
 
 
 def test_pylog_session_helper_starts_a_local_connect_server_with_the_jvm_reader(jvm_reader, tmp_path):
     report = _client("local[1]", tmp_path, "helper")
     assert report["reader"] == "jvm" and report["shuffle"] == "3"
     assert report["save"] == "appended" and report["rows"] == EXPECTED
-
-
-def test_register_makes_the_default_save_mode_append_on_a_connect_server_without_the_jar(bare_url, tmp_path):
-    report = _client(bare_url, tmp_path, "register")
-    assert report["reader"] == "python"
-    assert report["save"] == "appended"  # pylog's wrapper of the Connect client's writer sent it as append
-    assert report["rows"] == EXPECTED
 
 
 def test_session_with_remote_names_the_missing_connect_client_dependencies(monkeypatch):
