@@ -314,3 +314,15 @@ def test_session_with_remote_names_the_missing_connect_client_dependencies(monke
     with pytest.raises(SparkConnectUnavailableError, match=r"lacks grpc_status: pip install 'pyspark\[connect\]'") as e:
         pylog.spark.session(remote="sc://127.0.0.1:1")
     assert isinstance(e.value, PylogError) and isinstance(e.value, ImportError)
+
+
+def test_pylog_errors_come_out_of_connect_exceptions(connect, tmp_path):
+    from pylog.errors import InvalidOptionError, UnknownTopicError
+    from pylog.spark import raise_pylog_errors
+
+    path = _store(tmp_path / "store", records=10)
+    read = connect.read.format("pylog").option("subscribe", "events")
+    with pytest.raises(InvalidOptionError, match="startingoffset"), raise_pylog_errors():  # the JVM reader's
+        read.option("startingOffset", "earliest").load(path).count()
+    with pytest.raises(UnknownTopicError), raise_pylog_errors():  # the Python writer's, on the server
+        connect.range(1).selectExpr("'x' AS value").write.format("pylog").option("topic", "nope").save(path)
