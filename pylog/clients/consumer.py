@@ -75,6 +75,12 @@ _WAIT_STEP = 0.005
 #: Longest wait between two looks at the group's state while a member waits for data (seconds): bounds
 #: how long a rebalance waits for this member to let go of a partition.
 _GROUP_STEP = 0.05
+#: Iteration reads ahead in chunks of ``max_poll_records`` records, grown (up to ``_CHUNK_GROWTH`` times that)
+#: while the caller takes records fast enough that one chunk lasts about ``_CHUNK_SECONDS``: the group's
+#: state is looked at between chunks (a rebalance waits for this member at most one chunk's time, as with
+#: ``max_poll_records``), and a fast reader pays the per-poll costs once per thousands of records.
+_CHUNK_GROWTH = 16
+_CHUNK_SECONDS = 0.01
 
 
 def _topic_partition(tp: Any) -> TopicPartition:
@@ -647,7 +653,8 @@ class Consumer:
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records as they come, waiting for them; ends after ``consumer_timeout_ms`` without any.
 
-        Hands out each poll's records through a C-level chain of iterators, no Python step per record:
+        Hands out each poll's records through a C-level chain of iterators, no Python step per record (the
+        polls read ``max_poll_records`` at a time, more while records are taken fast: see ``_CHUNK_SECONDS``):
         compiled, iterators building each row when it is taken (:func:`~pylog.storage.records.consumer_row_iter`:
         the row before is freed, its memory still in cache), else the poll's lists. Positions move as records
         are handed out (any call that reads a position brings it up to date first); a seek, pause, poll,
@@ -658,15 +665,18 @@ class Consumer:
 
     def _chunks(self) -> Iterator[Iterator[ConsumerRecord]]:
         timeout = self.config["consumer_timeout_ms"]
+        base = limit = self.config["max_poll_records"]
         while True:
             deadline = None if timeout == float("inf") else time.monotonic() + timeout / 1000
             while True:
                 step = 1000.0 if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
-                batch = self._poll(step, None, False, self._fetch_iters)
+                batch = self._poll(step, limit, False, self._fetch_iters)
                 if batch:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     return
+            began = time.perf_counter()
+            taken = sum(len(recs) if isinstance(recs, list) else recs.__length_hint__() for recs in batch.values())
             starts = {tp: self._positions.get(tp) for tp in batch}
             for tp, recs in batch.items():
                 self._settle()
@@ -679,6 +689,10 @@ class Consumer:
                 self._cur = (tp, None if lazy else recs, it)
                 yield it
             self._settle()
+            # The next chunk: as many records as this caller took in about _CHUNK_SECONDS (see there).
+            elapsed = time.perf_counter() - began
+            fit = int(taken * _CHUNK_SECONDS / elapsed) if elapsed > 0 else base * _CHUNK_GROWTH
+            limit = min(max(fit, base), base * _CHUNK_GROWTH)
 
     def _settle(self, cut: bool = False) -> None:
         """Bring the position of the partition being iterated up to date; with ``cut``, end its iterator."""
