@@ -167,3 +167,22 @@ def test_aiokafka_transaction_context_commits_and_aborts(store):
     assert _visible(store) == [b"committed"]
     assert _visible(store, "read_uncommitted") == [b"aborted", b"committed"]
     assert store.committed_offsets("g")[TP("in", 1)].offset == 5
+
+
+def test_send_offsets_takes_kafka_pythons_offset_and_metadata_and_refuses_garbage(store):
+    """Code ported from kafka-python passes ``kafka.structs`` tuples: their offsets commit with the transaction
+    (they were written as a record no lookup could read, the offsets silently lost); a value that is no offset
+    is refused before anything is written, and the transaction can still commit."""
+    kafka_structs = pytest.importorskip("kafka.structs")
+    with store.producer(transactional_id="ported") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"v")
+        p.send_offsets_to_transaction({kafka_structs.TopicPartition("in", 0): kafka_structs.OffsetAndMetadata(7, "m", -1)},
+                                      "g")
+        for bad in ({"in": 1}, {TP("in", 0): -5}, {TP("in", 0): OffsetAndMetadata("7", "")},
+                    {TP("in", -1): 3}, {TP("in", 0): OffsetAndMetadata(3, 5)}, [(TP("in", 0), 3)]):
+            with pytest.raises(pylog.errors.InvalidArgumentError):
+                p.send_offsets_to_transaction(bad, "g")
+        p.commit_transaction()
+    assert store.committed_offsets("g") == {TP("in", 0): OffsetAndMetadata(7, "m")}

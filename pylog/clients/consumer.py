@@ -40,7 +40,7 @@ from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigErro
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
 from .groups import GroupMember, check_group_id
-from .offsets import CommittedOffsets, valid_position
+from .offsets import CommittedOffsets, offsets_to_commit, valid_position
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from .listener import ConsumerRebalanceListener
@@ -368,15 +368,7 @@ class Consumer:
             self._settle()
             offsets = {tp: OffsetAndMetadata(pos, "") for tp, pos in self._positions.items()
                        if pos is not None and tp not in self._pending}
-        norm: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, om in offsets.items():
-            tp = _topic_partition(tp)
-            om = om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om, "")
-            if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
-                raise InvalidArgumentError(f"offset to commit must be a non-negative int, got {om.offset!r}")
-            if not isinstance(om.metadata, str):
-                raise InvalidArgumentError(f"commit metadata must be a str, got {type(om.metadata).__name__}")
-            norm[tp] = om
+        norm = offsets_to_commit(offsets)
         member = self._member
         if member is not None:
             lost = sorted(tp for tp in norm if not member.owns(tp))
