@@ -363,6 +363,22 @@ def test_a_topic_without_remote_storage_reads_as_before(tmp_path, remote_setting
             part.read(0)
 
 
+def _kafka_python_reads(kafka, bootstrap: str, count: int) -> list[tuple[int, bytes]]:
+    """(offset, value) of the first ``count`` records a kafka-python consumer of TOPIC reads from earliest, in
+    small fetches (so they cross the local/remote boundary)."""
+    consumer = kafka.KafkaConsumer(TOPIC, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                   consumer_timeout_ms=10_000, max_partition_fetch_bytes=4096)
+    got = []
+    try:
+        for rec in consumer:
+            got.append((rec.offset, rec.value))
+            if len(got) >= count:
+                break
+    finally:
+        consumer.close()
+    return got
+
+
 def test_a_kafka_client_fetches_shipped_segments_through_pylog_serve(tmp_path, remote_settings):
     """kafka-python from earliest through ``pylog serve``: ListOffsets gives the remote start, Fetch below the
     local log start is served from the bucket, and every record comes back once, in order."""
@@ -370,17 +386,27 @@ def test_a_kafka_client_fetches_shipped_segments_through_pylog_serve(tmp_path, r
     with _open(tmp_path / "s", remote_settings) as store:
         _, values, local_start = _shipped_and_trimmed(store)
         with pylog.serve(store, port=0) as server:
-            consumer = kafka.KafkaConsumer(TOPIC, bootstrap_servers=server.bootstrap_servers,
-                                           auto_offset_reset="earliest", consumer_timeout_ms=10_000,
-                                           max_partition_fetch_bytes=4096)
-            got = []
-            try:
-                for rec in consumer:
-                    got.append((rec.offset, rec.value))
-                    if len(got) >= len(values):
-                        break
-            finally:
-                consumer.close()
+            got = _kafka_python_reads(kafka, server.bootstrap_servers, len(values))
+    assert local_start > 0
+    assert got == list(enumerate(values))
+
+
+def test_pylog_serve_command_serves_shipped_segments_with_remote_storage_location(tmp_path, remote_settings):
+    """`pylog serve STORE --remote-storage-location ...` (the command, not the API): a Kafka client reading from
+    earliest gets the offsets only the bucket holds. Without the flag the command could not open a store with
+    its location at all, so Kafka clients saw only the local log."""
+    kafka = pytest.importorskip("kafka")
+    from serverutil import start_cli_server
+    with _open(tmp_path / "s", remote_settings) as store:
+        _, values, local_start = _shipped_and_trimmed(store)
+    proc, bootstrap, lines = start_cli_server(
+        tmp_path / "s", "--remote-storage-location", str(remote_settings["remote.storage.location"]),
+        "--remote-storage-endpoint-url", str(remote_settings["remote.storage.endpoint.url"]))
+    try:
+        got = _kafka_python_reads(kafka, bootstrap, len(values))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, "".join(lines)
     assert local_start > 0
     assert got == list(enumerate(values))
 
