@@ -205,6 +205,25 @@ def test_a_failing_bucket_never_blocks_appends_and_is_retried(tmp_path, remote_s
 
 # ------------------------------------------------------------------------------------------ retention
 
+def test_closed_segments_of_a_partition_whose_producer_closed_are_shipped(tmp_path, remote_settings):
+    """A producer hands the writer lock back when it closes; the upload pass still ships the segments it
+    closed (it took nothing but the partitions this store was writing at the time, so they waited for the next
+    append, forever if none came), and reads of them from the bucket return what was produced."""
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        values = [b"v%d-" % i * 20 for i in range(300)]
+        with store.producer(batch_size=512) as producer:
+            for v in values:
+                producer.send(TOPIC, v, partition=0)
+        part = store.topic(TOPIC).partition(0)
+        assert not part.is_writer and len(part.segments) > 3
+        store.upload_to_remote()
+        shipped_end = store.remote_log(TOPIC, 0).manifest(refresh=True).end_offset
+        assert shipped_end == part.segments[-1].base_offset
+        assert not part.is_writer  # the lock was given back after the listing
+        assert _remote_values(store.remote_log(TOPIC, 0), 0, shipped_end) == values[:shipped_end]
+
+
 def test_local_retention_deletes_only_shipped_segments(tmp_path, remote_settings):
     with _open(tmp_path / "s", remote_settings) as store:
         store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
@@ -280,15 +299,14 @@ def test_an_upload_killed_before_or_after_its_commit_is_finished_and_nothing_is_
         end = part.log_end_offset
         local = [r.value for r in part.read(0, 10 ** 6, max_bytes=1 << 30)]
         assert len(local) == end
-        store.upload_to_remote()
-        assert store.remote_log(TOPIC, 0).manifest(refresh=True).end_offset < part.segments[-1].base_offset
-        assert part.try_become_writer()  # the upload thread works on partitions its store writes
-        store.upload_to_remote()
+        store.upload_to_remote()  # nobody writes the partition since the kill: the pass takes its free lock
+        assert not part.is_writer
         rl = store.remote_log(TOPIC, 0)
         m = rl.manifest(refresh=True)
         bases = [s.base_offset for s in m.segments]
         assert bases == sorted(set(bases)) and m.log_start_offset == 0
         assert m.end_offset == part.segments[-1].base_offset
+        assert part.try_become_writer()  # local retention is the writer's
         part.enforce_retention()
         assert part.segments[0].base_offset == m.end_offset
         assert _remote_values(rl, 0, m.end_offset) == local[:m.end_offset]
