@@ -16,11 +16,16 @@ Invariants:
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
 from typing import Any
 
 from .errors import InvalidArgumentError
+from .partition import internals
+from .storage.counter import advance_to
+from .storage.fileio import write_faults
+from .storage.filenames import PRODUCER_IDS_FILE
 from .storage.remote import ObjectStore, RestoredStore, restore_store
 from .store import Store
 
@@ -49,10 +54,16 @@ def restore(location: str, directory: str, **options: Any) -> RestoredStore:
     :raises RemoteDataCorruptError: when a shipped file does not check. :raises RemoteStorageError:
     """
     restored = restore_store(_objects(location, options), directory)
-    if restored.group_offsets:
-        with Store(directory, log_cleaner_enable=False) as store:
-            for group, offsets in sorted(restored.group_offsets.items()):
-                store.commit_offsets(group, offsets)
+    with Store(directory, log_cleaner_enable=False) as store:
+        # The producer id counter is not shipped: start it past every id the restored partitions remember, or
+        # the next producer gets one of theirs, and its batches are taken for duplicates (dropped) or refused.
+        known = [d.producer_id for t in store.topics() for p in store.topic(t).partitions
+                 for d in internals(p).describe_producers()]
+        if known:
+            with write_faults("restoring the producer id counter", "the store's producers may reuse ids"):
+                advance_to(os.path.join(directory, PRODUCER_IDS_FILE), "producer id file", max(known) + 1)
+        for group, offsets in sorted(restored.group_offsets.items()):
+            store.commit_offsets(group, offsets)
     return restored
 
 

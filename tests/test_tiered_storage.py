@@ -530,6 +530,37 @@ def test_read_committed_of_shipped_segments_drops_aborted_transactions_after_loc
         assert internals(part).aborted_transactions(0, 10) == [(7, 0)]  # what pylog serve's Fetch sends
 
 
+def test_a_new_producer_of_a_restored_store_gets_a_producer_id_of_its_own(tmp_path, remote_settings):
+    """The producer id counter is not in the bucket: a restore started it at 0 again, so the first new
+    producer got the id of a producer the restored partitions remember, and its first batch (sequence 0) was
+    acknowledged as a duplicate of that producer's first batch, at its offset, and never written."""
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        with store.producer() as producer:
+            for i in range(120):
+                producer.send(TOPIC, b"old-%d" % i, partition=0)
+                if i % 10 == 9:
+                    producer.flush()
+        part = store.topic(TOPIC).partition(0)
+        part.append_values([b"tail"])  # closes nothing: the shipped end is the active segment's base
+        store.upload_to_remote()
+        shipped_end = store.remote_log(TOPIC, 0).manifest(refresh=True).end_offset
+    assert shipped_end > 0
+    pylog.restore(str(remote_settings["remote.storage.location"]), str(tmp_path / "r"),
+                  remote_storage_endpoint_url=remote_settings["remote.storage.endpoint.url"])
+    with pylog.open(str(tmp_path / "r"), log_cleaner_enable=False) as restored:
+        with restored.producer() as producer:
+            assert producer.send(TOPIC, b"new", partition=0).get(10).offset == shipped_end
+        for tid in ("a", "b"):  # transactional producers too: a fresh id each, no clash with the restored ones
+            with restored.producer(transactional_id=tid) as producer:
+                producer.init_transactions()
+                producer.begin_transaction()
+                producer.send(TOPIC, tid.encode(), partition=0)
+                producer.commit_transaction()
+        part = restored.topic(TOPIC).partition(0)
+        assert [r.value for r in part.read(shipped_end, isolation_level="read_committed")] == [b"new", b"a", b"b"]
+
+
 def test_a_restored_store_keeps_aborted_transactions_and_producer_state(tmp_path, remote_settings):
     """Restore brings back every shipped aborted-transaction index and the producer snapshot kept at the last
     shipped segment's roll: read_committed is right, and a producer whose batches were all deleted is still
