@@ -561,6 +561,37 @@ def test_a_new_producer_of_a_restored_store_gets_a_producer_id_of_its_own(tmp_pa
         assert [r.value for r in part.read(shipped_end, isolation_level="read_committed")] == [b"new", b"a", b"b"]
 
 
+def test_a_transaction_open_at_the_last_shipped_segment_is_aborted_by_the_restore(tmp_path, remote_settings):
+    """The coordinator's state is not shipped: a transaction still open in the restored partitions was ended
+    by nothing, and held the last stable offset (every read_committed reader) at its first record for good,
+    past any timeout. The restore aborts it; the records after it are read_committed-visible."""
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        part = store.topic(TOPIC).partition(0)
+        part.append_values([b"before-%d" % i * 10 for i in range(30)])
+        producer = store.producer(transactional_id="left-open")
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(20):
+            producer.send(TOPIC, b"open-%d" % i * 10, partition=0)
+            producer.flush()
+        after = [b"after-%d" % i * 10 for i in range(40)]
+        for v in after:
+            part.append_values([v])
+        store.upload_to_remote()
+        shipped_end = store.remote_log(TOPIC, 0).manifest(refresh=True).end_offset
+        assert part.last_stable_offset == 30 < shipped_end
+        producer.close()  # never ended: the coordinator still has it open
+    pylog.restore(str(remote_settings["remote.storage.location"]), str(tmp_path / "r"),
+                  remote_storage_endpoint_url=remote_settings["remote.storage.endpoint.url"])
+    with pylog.open(str(tmp_path / "r"), log_cleaner_enable=False) as restored:
+        part = restored.topic(TOPIC).partition(0)
+        assert part.last_stable_offset == part.log_end_offset == shipped_end + 1  # the abort marker
+        got = [r.value for r in part.read(0, 10 ** 6, max_bytes=1 << 30, isolation_level="read_committed")]
+        shipped_after = [v for v in after if v in {r.value for r in part.read(0, 10 ** 6, max_bytes=1 << 30)}]
+        assert got == [b"before-%d" % i * 10 for i in range(30)] + shipped_after and shipped_after
+
+
 def test_a_restored_store_keeps_aborted_transactions_and_producer_state(tmp_path, remote_settings):
     """Restore brings back every shipped aborted-transaction index and the producer snapshot kept at the last
     shipped segment's roll: read_committed is right, and a producer whose batches were all deleted is still
