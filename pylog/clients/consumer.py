@@ -45,7 +45,7 @@ from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from .listener import ConsumerRebalanceListener
 from ..storage.records import BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count
-from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from ..structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..partition import Partition, internals, watch_appends
 
 
@@ -382,6 +382,15 @@ class Consumer:
                              member.member_id if member else "", timeout_ms=self.config["session_timeout_ms"])
         for tp, om in norm.items():
             self._committed_pos[tp] = om.offset
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group membership now (kafka-python's and Kafka's ``group_metadata()``): its group id
+        (None without one), generation and member id (-1 and ``""`` while it is not a member), for
+        ``producer.send_offsets_to_transaction(offsets, consumer.group_metadata())``."""
+        member = self._member
+        if member is None:
+            return ConsumerGroupMetadata(self._group_id)
+        return ConsumerGroupMetadata(self._group_id, member.generation, member.member_id)
 
     def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
                      callback: Callable[[Any, Any], None] | None = None) -> None:
