@@ -40,12 +40,12 @@ from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigErro
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
 from .groups import GroupMember, check_group_id
-from .offsets import CommittedOffsets, valid_position
+from .offsets import CommittedOffsets, offsets_to_commit, valid_position
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from .listener import ConsumerRebalanceListener
 from ..storage.records import BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count
-from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from ..structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..partition import Partition, internals, watch_appends
 
 
@@ -374,15 +374,7 @@ class Consumer:
             self._settle()
             offsets = {tp: OffsetAndMetadata(pos, "") for tp, pos in self._positions.items()
                        if pos is not None and tp not in self._pending}
-        norm: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, om in offsets.items():
-            tp = _topic_partition(tp)
-            om = om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om, "")
-            if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
-                raise InvalidArgumentError(f"offset to commit must be a non-negative int, got {om.offset!r}")
-            if not isinstance(om.metadata, str):
-                raise InvalidArgumentError(f"commit metadata must be a str, got {type(om.metadata).__name__}")
-            norm[tp] = om
+        norm = offsets_to_commit(offsets)
         member = self._member
         if member is not None:
             lost = sorted(tp for tp in norm if not member.owns(tp))
@@ -396,6 +388,15 @@ class Consumer:
                              member.member_id if member else "", timeout_ms=self.config["session_timeout_ms"])
         for tp, om in norm.items():
             self._committed_pos[tp] = om.offset
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group membership now (kafka-python's and Kafka's ``group_metadata()``): its group id
+        (None without one), generation and member id (-1 and ``""`` while it is not a member), for
+        ``producer.send_offsets_to_transaction(offsets, consumer.group_metadata())``."""
+        member = self._member
+        if member is None:
+            return ConsumerGroupMetadata(self._group_id)
+        return ConsumerGroupMetadata(self._group_id, member.generation, member.member_id)
 
     def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
                      callback: Callable[[Any, Any], None] | None = None) -> None:
