@@ -486,6 +486,32 @@ def test_read_committed_of_shipped_segments_drops_aborted_transactions_after_loc
         assert internals(part).aborted_transactions(0, 10) == [(7, 0)]  # what pylog serve's Fetch sends
 
 
+def test_a_tiered_topic_opened_without_a_location_keeps_only_the_newest_snapshot_copy(tmp_path, remote_settings):
+    """Without a remote location nothing ships, so nothing would remove the producer snapshots kept at rolls
+    for shipping: only the newest is kept (the last closed segment's). Opened with the location again, the
+    upload thread ships every closed segment, the last one with that snapshot, and the copy goes."""
+    root = tmp_path / "s"
+    pdir = root / TOPIC / "0"
+    with _open(root, remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+    with pylog.open(str(root), log_cleaner_enable=False) as store:
+        part = store.topic(TOPIC).partition(0)
+        for seq in range(60):
+            part.append_values([b"x" * 100] * 5, producer=(5, 0, seq * 5))
+            kept = sorted(int(p.name[:20]) for p in pdir.glob("[0-9]*.snapshot"))
+            assert kept == ([part.segments[-1].base_offset] if len(part.segments) > 1 else [])
+        assert len(part.segments) > 10
+        last_closed_end = part.segments[-1].base_offset
+    with _open(root, remote_settings) as store:
+        part = store.topic(TOPIC).partition(0)
+        part.append_values([b"the writer again"], producer=(5, 0, 300))
+        store.upload_to_remote()
+        m = store.remote_log(TOPIC, 0).manifest()
+        assert m.end_offset == last_closed_end
+        assert m.segments[-1].snapshot_size > 0 and all(s.snapshot_size == -1 for s in m.segments[:-1])
+        assert not list(pdir.glob("[0-9]*.snapshot"))
+
+
 def test_a_restored_store_keeps_aborted_transactions_and_producer_state(tmp_path, remote_settings):
     """Restore brings back every shipped aborted-transaction index and the producer snapshot kept at the last
     shipped segment's roll: read_committed is right, and a producer whose batches were all deleted is still
