@@ -617,6 +617,38 @@ def test_a_store_attached_read_only_from_the_bucket_reads_every_shipped_record(t
     assert not os.path.exists(directory)  # the attach's temporary directory went with the store
 
 
+def test_an_attached_stores_stub_segments_have_valid_indexes_and_log_no_warning(tmp_path, remote_settings, caplog):
+    """``pylog.attach`` stubs each partition with an empty segment at the remote end: its indexes are there,
+    sealed and empty (the core's index reader opens them as they are), so reading the attached store logs no
+    "rebuilding indexes ... index file missing" warning."""
+    import logging
+
+    from pylog.index import OffsetIndex, TimeIndex
+    from pylog.storage.remote.index_file import check_sealed
+
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        values = _fill(store.topic(TOPIC).partition(0), 40)
+        store.upload_to_remote()
+        end = store.remote_log(TOPIC, 0).manifest().end_offset
+    opts = {k.replace(".", "_"): v for k, v in remote_settings.items() if k != "remote.storage.location"}
+    caplog.set_level(logging.WARNING, logger="pylog")
+    with pylog.attach(remote_settings["remote.storage.location"], **opts) as store:
+        pdir = Path(store.path) / TOPIC / "0"
+        for kind, suffix in ((OffsetIndex, ".index"), (TimeIndex, ".timeindex")):
+            idx = kind.open(str(pdir / f"{end:020d}{suffix}"), end)
+            assert idx.sealed and idx.count == 0
+            idx.close()
+            check_sealed((pdir / f"{end:020d}{suffix}").read_bytes(), kind.MAGIC, end, suffix)
+        part = store.topic(TOPIC).partition(0)
+        assert part.offsets() == (0, end)
+        got: list[bytes] = []
+        while len(got) < end:  # a remote read ends at its segment's end
+            got += [r.value for r in part.read(len(got), max_records=10 ** 6, max_bytes=1 << 30)]
+        assert got == values[:end] and part.read(end) == []
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("pylog")] == []
+
+
 def test_spark_reads_a_shipped_topic_from_the_bucket_alone(tmp_path, remote_settings, spark):
     """``spark.read.format("pylog").load("s3://bucket/prefix")``: no store directory anywhere (the shipping
     store is gone); the driver plans from the shipped manifests, the executors read the segments by ranged
