@@ -1088,25 +1088,36 @@ def run(mode: str, workdir: str, seed: int | None = None, only: tuple[str, ...] 
     return counts
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def mode_parser(doc: str, full_help: str, short_help: str) -> argparse.ArgumentParser:
+    """A torture script's command line: ``--full`` or ``--short``, ``--seed``, ``--workdir``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--full", action="store_true", help="release mode: >= 1,000 kills")
-    g.add_argument("--short", action="store_true", help="CI mode: a few dozen kills")
+    g.add_argument("--full", action="store_true", help=full_help)
+    g.add_argument("--short", action="store_true", help=short_help)
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--only", nargs="*", default=(), help="scenarios to run (default: all)")
     ap.add_argument("--workdir", default=None, help="default: a temporary directory, removed afterwards")
+    return ap
+
+
+def in_workdir(workdir: str | None, prefix: str, body: Callable[[str], dict]) -> dict:
+    """``body(directory)`` in ``workdir``, or in a new temporary directory removed afterwards."""
+    import tempfile
+    directory = workdir or tempfile.mkdtemp(prefix=prefix)
+    try:
+        return body(directory)
+    finally:
+        if workdir is None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = mode_parser(__doc__, "release mode: >= 1,000 kills", "CI mode: a few dozen kills")
+    ap.add_argument("--only", nargs="*", default=(), help="scenarios to run (default: all)")
     args = ap.parse_args(argv)
     # Recoveries log a warning each (a swap finished, a torn tail cut): expected here by the hundred.
     logging.getLogger("pylog").setLevel(logging.ERROR)
-    import tempfile
-    workdir = args.workdir or tempfile.mkdtemp(prefix="pylog-torture-")
-    try:
-        counts = run("full" if args.full else "short", workdir, args.seed, tuple(args.only),
-                     log=lambda s: print(s, flush=True))
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+    counts = in_workdir(args.workdir, "pylog-torture-", lambda workdir: run(
+        "full" if args.full else "short", workdir, args.seed, tuple(args.only), log=lambda s: print(s, flush=True)))
     print("kills that landed inside each path:")
     for p in PATHS:
         print(f"  {p:14s} {counts['inside'][p]}")
