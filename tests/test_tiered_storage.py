@@ -649,6 +649,37 @@ def test_an_attached_stores_stub_segments_have_valid_indexes_and_log_no_warning(
     assert [r.getMessage() for r in caplog.records if r.name.startswith("pylog")] == []
 
 
+def test_an_attached_store_starts_assigned_group_consumers_at_the_shipped_offsets_and_refuses_commits(
+        tmp_path, remote_settings):
+    """An attached store has the groups' committed offsets as shipped (``group.offsets``): a consumer with the
+    group that calls ``assign()`` starts there (not at ``auto_offset_reset``); joining the group, committing and
+    ``commit_offsets`` raise ReadOnlyStoreError naming the attach, not the private directory."""
+    from pylog.structs import TopicPartition
+
+    tp = TopicPartition(TOPIC, 0)
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        values = _fill(store.topic(TOPIC).partition(0), 40)
+        store.commit_offsets("readers", {tp: 42})
+        store.upload_to_remote()
+    location = remote_settings["remote.storage.location"]
+    opts = {k.replace(".", "_"): v for k, v in remote_settings.items() if k != "remote.storage.location"}
+    with pylog.attach(location, **opts) as store:
+        assert store.committed_offsets("readers")[tp].offset == 42
+        consumer = store.consumer(group_id="readers", enable_auto_commit=False, auto_offset_reset="earliest")
+        consumer.assign([tp])
+        got = [r for records in consumer.poll(timeout_ms=5000).values() for r in records]
+        assert got and got[0].offset == 42 and got[0].value == values[42]
+        with pytest.raises(pylog.ReadOnlyStoreError, match=f"attached from {location}"):
+            consumer.commit()
+        consumer.close()
+        with pytest.raises(pylog.ReadOnlyStoreError, match=f"attached from {location}"):
+            store.consumer(TOPIC, group_id="readers", enable_auto_commit=False)
+        with pytest.raises(pylog.ReadOnlyStoreError, match="pylog.restore"):
+            store.commit_offsets("readers", {tp: 1})
+        assert store.committed_offsets("readers")[tp].offset == 42
+
+
 def test_spark_reads_a_shipped_topic_from_the_bucket_alone(tmp_path, remote_settings, spark):
     """``spark.read.format("pylog").load("s3://bucket/prefix")``: no store directory anywhere (the shipping
     store is gone); the driver plans from the shipped manifests, the executors read the segments by ranged
@@ -671,6 +702,18 @@ def test_spark_reads_a_shipped_topic_from_the_bucket_alone(tmp_path, remote_sett
     for p in (0, 1):
         got = [bytes(r.value) for r in rows if r.partition == p]
         assert got == shipped[p] and [r.offset for r in rows if r.partition == p][-1] == ends[p] - 1
+    # A stream of the bucket is refused, saying why: an attached store sees what was shipped when it was
+    # opened, so a stream would never see a new record (docs/SPARK.md, "Reading a bucket").
+    stream = (spark.readStream.format("pylog").option("subscribe", TOPIC)
+              .option("remote.storage.endpoint.url", remote_settings["remote.storage.endpoint.url"]))
+    with pytest.raises(Exception, match="batch reads only read a bucket") as refused:
+        query = stream.load(remote_settings["remote.storage.location"]).writeStream.format("memory") \
+            .queryName("bucket_stream").start()
+        try:
+            query.processAllAvailable()  # the refusal may come when the stream plans its first micro-batch
+        finally:
+            query.stop()
+    assert "path" in str(refused.value)
 
 
 # ------------------------------------------------------------------------------------------ failures
