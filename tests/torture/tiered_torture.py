@@ -41,8 +41,9 @@ Half the kills are made by the child itself at the k-th operation inside a chose
 operation, or entering or leaving a nested path): before it, after it, or (requests) during it (a timer
 fires while the request is on the wire). The other half by the parent after a random delay.
 
-After every kill the parent checks (half the time after a writer recovered the store, whose upload thread
-then runs a pass; otherwise the next child recovers it):
+After every kill the parent checks (half the time after a writer recovered the store and ran a whole upload
+pass, after which every closed segment must be shipped and, after local retention, no local copy of a
+shipped segment left: a kill's leftovers never wedge shipping; otherwise the next child recovers it):
 
 * each partition's remote manifest decodes (magic, version, CRC, invariants);
 * ``pylog verify STORE --remote LOCATION`` finds no problem (orphans left by kills are not problems);
@@ -81,6 +82,7 @@ import pylog  # noqa: E402
 import pylog.maintenance.remote_upload as remote_upload  # noqa: E402
 import pylog.storage.log.maintenance as log_maintenance  # noqa: E402
 from pylog.cli import main as pylog_cli  # noqa: E402
+from pylog.partition import internals  # noqa: E402
 from pylog.storage.remote import ObjectStore, RemoteLog  # noqa: E402
 from pylog.storage.remote.layout import GROUP_OFFSETS, parse_segment_object, partition_prefix  # noqa: E402
 from pylog.structs import OffsetAndMetadata, TopicPartition  # noqa: E402
@@ -321,12 +323,15 @@ class Torture:
     def verify(self, recover: bool, restore: bool) -> dict[str, int]:
         rep = read_report(self.report, {"flushed": {t: 0 for t in TOPICS}, "commits": [], "committed": 0})
         opts = remote_options(self.location, self.endpoint)
-        if recover:  # a writer recovers every partition; its upload thread runs one pass at once
+        if recover:  # a writer recovers every partition, then finishes what the kill left
             with pylog.open(self.root, log_cleaner_enable=False, **opts) as store:
-                for t in TOPICS:
-                    p = store.topic(t).partition(0)
-                    assert p.try_become_writer(), f"{t}: could not become the writer"
-                    assert p.check() == [], f"{t}: check() after recovery: {p.check()}"
+                parts = [store.topic(t).partition(0) for t in TOPICS]
+                for p in parts:
+                    assert p.try_become_writer(), f"{p.topic}: could not become the writer"
+                    assert p.check() == [], f"{p.topic}: check() after recovery: {p.check()}"
+                store.upload_to_remote()  # a whole pass (after the one its upload thread may be running)
+                for p in parts:
+                    self._check_caught_up(store, p)
         manifests = {t: RemoteLog(self.objects, t, 0).load()[0] for t in TOPICS}  # raises on a damaged one
         out = io.StringIO()
         code = pylog_cli(["verify", self.root, "--remote", self.location, "--endpoint-url", self.endpoint], out)
@@ -348,6 +353,22 @@ class Torture:
         if restore:
             self._check_restore(manifests, rep)
         return checked
+
+    def _check_caught_up(self, store: pylog.Store, p: pylog.Partition) -> None:
+        """After a whole upload pass, whatever a kill left: every closed, fsynced segment is shipped (no
+        leftover object or half-done commit wedges shipping), and local retention then deletes every local
+        copy of a shipped segment (``local.retention.bytes`` 0)."""
+        m = store.remote_log(p.topic, 0).manifest(refresh=True)
+        synced = internals(p).synced_through
+        closed_ends = [s.base_offset for s in p.segments[1:] if s.base_offset <= synced]
+        if closed_ends:
+            assert m.end_offset >= closed_ends[-1], \
+                f"{p.topic}: after a pass the remote log ends at {m.end_offset}, closed segments at {closed_ends[-1]}"
+        p.enforce_retention()
+        if m.segments:
+            first = p.segments[0].base_offset
+            assert first == m.end_offset or len(p.segments) == 1 and first <= m.end_offset, \
+                f"{p.topic}: local log starts at {first} after retention, the remote log ends at {m.end_offset}"
 
     def acked(self) -> int:
         """The records the children reported flushed (the last report's flushed ends)."""
