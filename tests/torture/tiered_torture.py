@@ -75,7 +75,7 @@ import time
 from typing import Any, Callable
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(HERE))  # tests/: storetools, s3_server
+sys.path.insert(0, os.path.dirname(HERE))  # tests/: s3_server
 sys.path.insert(0, HERE)  # torture's child machinery and record contents
 
 import pylog  # noqa: E402
