@@ -17,9 +17,10 @@ goes as soon as its segment is shipped):
   the objects; a kill between leaves orphans below the log start).
 
 In a loop it appends records whose content is a pure function of their offset (tests/torture/torture.py
-``content``), flushes (then reports the flushed end), enforces retention (local deletion of shipped
-segments), and commits a consumer group's offset (which the upload thread ships as ``group.offsets``),
-reporting each value before and after the commit.
+``content``), half of them as an idempotent producer (so producer snapshots are kept and shipped), flushes
+(then reports the flushed end), enforces retention (local deletion of shipped segments), and commits a
+consumer group's offset (which the upload thread ships as ``group.offsets``), reporting each value before and
+after the commit.
 
 Paths (where a kill lands; counted by the child's wrappers, only in the child, in memory shared with the
 parent, as tests/torture/torture.py does):
@@ -238,13 +239,21 @@ def child(root: str, report: str, seed: int, say: Callable[[bytes], None], locat
     for p in parts.values():
         assert p.try_become_writer()
     ends = {t: p.log_end_offset for t, p in parts.items()}
+    # Half the appends are an idempotent producer's (a new one per child): the partitions then keep producer
+    # snapshots, which segments are shipped and restored with.
+    pid, sequences = rng.randrange(1, 1 << 40), {t: 0 for t in TOPICS}
     say(b"R")
     said = False
     while True:
         for t, p in parts.items():
             if t == "keep" and rng.random() < 0.7:
                 continue
-            ends[t] = append_expected(p, ends[t], rng.randint(1, 10))
+            n = rng.randint(1, 10)
+            if rng.random() < 0.5:
+                ends[t] = append_expected(p, ends[t], n, producer=(pid, 0, sequences[t]))
+                sequences[t] += n
+            else:
+                ends[t] = append_expected(p, ends[t], n)
         roll = rng.random()
         if roll < 0.35:
             for t, p in parts.items():
@@ -288,6 +297,8 @@ class Torture:
         self.torture_paths = multiprocessing.RawArray("i", 16)
         #: What the last check found: orphan objects, restores checked (0 or 1), of them with a group offset.
         self.orphans_seen_now = self.restored_now = self.group_offsets_restored_now = 0
+        #: Shipped segments with a producer snapshot, at the last check.
+        self.snapshots_now = 0
         self.restores = 0
         with pylog.open(self.root, log_cleaner_enable=False, **remote_options(self.location, self.endpoint)) as s:
             for t in TOPICS:
@@ -337,6 +348,7 @@ class Torture:
         code = pylog_cli(["verify", self.root, "--remote", self.location, "--endpoint-url", self.endpoint], out)
         assert code == 0, f"pylog verify --remote: exit {code}\n{out.getvalue()[-3000:]}"
         self.orphans_seen_now = self._orphans(manifests)
+        self.snapshots_now = sum(s.snapshot_size >= 0 for m in manifests.values() for s in m.segments)
         self.restored_now = self.group_offsets_restored_now = 0
         checked = {}
         with pylog.open(self.root, read_only=True, **opts) as store:
@@ -422,7 +434,8 @@ def run(mode: str, workdir: str, seed: int | None = None, kills: int | None = No
     """Run the torture in ``mode`` ("full" or "short") under ``workdir``, against a moto server of its own.
     Returns counts: ``kills``, ``inside`` (kills that landed inside each path), ``self_kills``,
     ``parent_kills``, ``acked`` (flushed records at the end), ``checks_with_orphans`` (kills after which the bucket held
-    segment objects no manifest named), ``orphans_max``, ``restores``, ``rounds``, ``seconds``,
+    segment objects no manifest named), ``orphans_max``, ``snapshots_max`` (shipped segments with a producer
+    snapshot, at most, at a check), ``restores``, ``rounds``, ``seconds``,
     ``seed``. Raises AssertionError naming the seed, the kill and where it landed on any violation."""
     if mode not in MODES:
         raise ValueError(f"mode must be 'full' or 'short', got {mode!r}")
@@ -433,6 +446,7 @@ def run(mode: str, workdir: str, seed: int | None = None, kills: int | None = No
     counts: dict[str, Any] = {"kills": 0, "inside": {p: 0 for p in PATHS}, "outside": 0, "self_kills": 0,
                               "parent_kills": 0, "hooks_unfired": 0, "acked": 0, "lost": 0, "garbage": 0,
                               "verify_seconds": 0.0, "rounds": 0, "checks_with_orphans": 0, "orphans_max": 0,
+                              "snapshots_max": 0,
                               "restores": 0,
                               "group_offsets_restored": 0, "seed": seed}
     t0 = time.monotonic()
@@ -482,6 +496,7 @@ def run(mode: str, workdir: str, seed: int | None = None, kills: int | None = No
                     f"records checked: {checked})")
             counts["checks_with_orphans"] += tt.orphans_seen_now > 0
             counts["orphans_max"] = max(counts["orphans_max"], tt.orphans_seen_now)
+            counts["snapshots_max"] = max(counts["snapshots_max"], tt.snapshots_now)
             counts["restores"] += tt.restored_now
             counts["group_offsets_restored"] += tt.group_offsets_restored_now
         counts["acked"] = acked + (tt.acked() if tt is not None else 0)
@@ -505,7 +520,8 @@ def main(argv: list[str] | None = None) -> int:
           f"self-kills inside a path, {counts['parent_kills']} by the parent, {counts['hooks_unfired']} of them when "
           f"a hook's path did not come round), {counts['restores']} restores checked "
           f"({counts['group_offsets_restored']} with the group's offset), orphan objects after "
-          f"{counts['checks_with_orphans']} kills (at most {counts['orphans_max']}), {counts['acked']} acknowledged "
+          f"{counts['checks_with_orphans']} kills (at most {counts['orphans_max']}), up to {counts['snapshots_max']} "
+          f"shipped segments with a producer snapshot, {counts['acked']} acknowledged "
           f"records, lost {counts['lost']}, garbage {counts['garbage']}, in {counts['seconds']}s, seed "
           f"{counts['seed']}: every check passed")
     return 0

@@ -149,10 +149,12 @@ def content(n: int, stream: int = 0, tomb: bool = False) -> tuple[bytes, bytes |
     return key, b"%d.%d:" % (stream, n) + d[5:5 + d[6] % 12] * (1 + d[7] % 4)
 
 
-def append_expected(p: pylog.Partition, first: int, n: int, tomb: bool = False) -> int:
-    """Append stream 0's records [first, first + n); returns the offset after them."""
+def append_expected(p: pylog.Partition, first: int, n: int, tomb: bool = False,
+                    producer: tuple[int, int, int] | None = None) -> int:
+    """Append stream 0's records [first, first + n) (as idempotent producer ``(id, epoch, first sequence)``
+    when given); returns the offset after them."""
     recs = [content(o, 0, tomb) for o in range(first, first + n)]
-    got = p.append_values([v for _, v in recs], keys=[k for k, _ in recs])
+    got = p.append_values([v for _, v in recs], keys=[k for k, _ in recs], producer=producer)
     assert got == first, f"append at {first} landed at {got}"
     return first + n
 
