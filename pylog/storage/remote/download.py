@@ -72,8 +72,8 @@ def restore_partition(objects: ObjectStore, topic: str, partition: int, m: Manif
 def stub_partition(m: Manifest, directory: str) -> None:
     """A partition in ``directory`` (absent or empty) holding none of ``m``'s records locally: an empty segment
     at the remote log end (with empty sealed indexes, so readers find them as for any segment) and a clean
-    checkpoint with the log start there, so that every offset of the remote
-    log lies below the local log start and reads fall through to the bucket (a read-only attach).
+    checkpoint with the log start there, so that every offset of the remote log lies below the local log start
+    and reads fall through to the bucket (a read-only attach).
 
     :raises StorePathError: when ``directory`` holds files.
     """
