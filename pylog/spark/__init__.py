@@ -25,7 +25,8 @@ Modules: :mod:`~pylog.spark.options` (parsing), :mod:`~pylog.spark.reader` (plan
 :mod:`~pylog.spark.source` (the DataSource: schema, reader and writer factories), :mod:`~pylog.spark.batch`
 (batch reader, input partitions), :mod:`~pylog.spark.stream` (streaming reader), :mod:`~pylog.spark.writer`
 (Arrow writers), :mod:`~pylog.spark.savemode` (default save mode), :mod:`~pylog.spark.workers` (the
-workers' interpreter). ``source`` imports the others; none of them imports it.
+workers' interpreter), :mod:`~pylog.spark.failures` (pylog's errors out of Spark's exceptions). ``source``
+imports the others; none of them imports it.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .. import jvm
 from ..errors import JvmReaderUnavailableError
 from . import savemode, workers
 from .exactly_once import SinkTransactionLostError
+from .failures import pylog_error, raise_pylog_errors
 from .options import DataLossError, InvalidOptionError
 from .source import NAME, PYTHON_NAME, PylogDataSource, PylogPythonDataSource, kafka_schema
 
@@ -49,7 +51,7 @@ if TYPE_CHECKING:
     from pyspark.sql import SparkSession
 
 __all__ = ["PylogDataSource", "register", "session", "which_reader", "kafka_schema", "InvalidOptionError",
-           "DataLossError", "SinkTransactionLostError", "NAME", "PYTHON_NAME"]
+           "DataLossError", "SinkTransactionLostError", "NAME", "PYTHON_NAME", "pylog_error", "raise_pylog_errors"]
 
 log = logging.getLogger("pylog.spark")
 
@@ -86,7 +88,8 @@ def session(master: str = "local[*]", app_name: str = "pylog", conf: Mapping[str
     """A SparkSession suited to reading and writing a local store.
 
     UI off, 2 shuffle partitions per core (``spark.sql.shuffle.partitions``), Python filter pushdown
-    enabled (so ``filterPushdown=true`` works), the workers running this interpreter (``PYSPARK_PYTHON``,
+    enabled (so ``filterPushdown=true`` works), Python tracebacks hidden from Spark's error messages (so that
+    pylog's errors lead them: :mod:`pylog.spark.failures`), the workers running this interpreter (``PYSPARK_PYTHON``,
     unless already set), and the JVM reader's jar in ``spark.jars`` (built on first use, :mod:`pylog.jvm`;
     added to any jars ``conf`` names). Without a JDK to build it, a warning says so and ``format("pylog")``
     is the Python source. ``conf`` adds or overrides settings:
@@ -103,6 +106,9 @@ def session(master: str = "local[*]", app_name: str = "pylog", conf: Mapping[str
         "spark.ui.showConsoleProgress": "false",
         "spark.sql.shuffle.partitions": str(2 * (os.cpu_count() or 1)),
         "spark.sql.python.filterPushdown.enabled": "true",
+        # pylog's errors then read "[PYTHON_DATA_SOURCE_ERROR] ...: pylog.errors.UnknownTopicError: ..." instead of
+        # ending a Python traceback (docs/SPARK.md, "Errors"); it hides every Python UDF's traceback too
+        "spark.sql.execution.pyspark.udf.hideTraceback.enabled": "true",
     }
     settings.update({k: str(v) for k, v in (conf or {}).items()})
     try:

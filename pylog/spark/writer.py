@@ -44,7 +44,8 @@ from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, Str
                                TimestampType)
 
 from ..clients.partitioner import partitions_for_keys
-from ..errors import InvalidRecordError, InvalidTopicError, PartitionLockedError, TopicExistsError, UnknownTopicError
+from ..errors import (InvalidConfigError, InvalidRecordError, InvalidTopicError, PartitionLockedError, TopicExistsError,
+                      UnknownTopicError)
 from ..partition import Partition, internals
 from ..storage.records import now_ms
 from ..store import Store, is_internal_topic
@@ -450,7 +451,15 @@ class PylogStreamWriter(_TaskAppends, DataSourceStreamArrowWriter):
         return write_batches(self.opts, iterator, task)
 
     def commit(self, messages: List[Optional[WriterCommitMessage]], batchId: int) -> None:
-        rows, _ = _summarise(messages)
+        rows, missing = _summarise(messages)
+        if missing:
+            # Spark commits a micro-batch only when every task returned its message; a commit with tasks that
+            # returned none is of a continuous query, whose engine hands rows one by one to a writer method
+            # Python data sources do not have, and drops them (Spark 4.x): refuse rather than lose them
+            raise InvalidConfigError(
+                "writeStream.format('pylog') cannot run with trigger(continuous=...): Spark's continuous engine "
+                "does not hand Python data source writers their rows (epoch %d: %d of %d tasks wrote nothing); "
+                "use a processing-time or availableNow trigger" % (batchId, missing, len(messages)))
         done = self._transactions(messages, batchId, commit_batch)
         log.info("pylog: micro-batch %d appended %d rows to %s%s", batchId, rows, self.opts.path,
                  f" ({done})" if done else "")

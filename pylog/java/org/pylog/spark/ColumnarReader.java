@@ -56,6 +56,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     private final int[] columns;
     private final WritableColumnVector[] vectors;
     private final ColumnarBatch out;
+    /** The offset of each row of {@link #out} (the continuous reader's progress, row by row). */
+    private final long[] rowOffsets = new long[ROWS];
     private final byte[] topicBytes;
     private final byte[][] scratch = new byte[1][];
     private final boolean needsBody;
@@ -231,6 +233,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             return fill(n);
         }
         int take = Math.min(ROWS - n, b.recordCount - row);
+        for (int i = 0; i < take; i++) rowOffsets[n + i] = b.baseOffset + row + i; // no deltas: offsets are dense
         for (int c = 0; c < columns.length; c++) {
             WritableColumnVector v = vectors[c];
             if (columns[c] == PARTITION) {
@@ -261,6 +264,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                 break;
             }
             pos = off + 1;
+            rowOffsets[n] = off;
             for (int c = 0; c < columns.length; c++) {
                 WritableColumnVector v = vectors[c];
                 switch (columns[c]) {
@@ -312,6 +316,11 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     @Override
     public ColumnarBatch get() {
         return out;
+    }
+
+    /** The offset of row {@code i} of the batch {@link #get} returned last. */
+    long offsetOf(int i) {
+        return rowOffsets[i];
     }
 
     @Override

@@ -17,7 +17,8 @@ final class DataLoss {
     /** @throws IllegalStateException with {@code fail} (the Kafka source's exception for data loss) */
     static void report(boolean fail, String message) {
         if (fail) {
-            throw new IllegalStateException(message + " (set failOnDataLoss=false to skip what is gone)");
+            throw new IllegalStateException(Errors.lead("DataLossError", message
+                    + " (set failOnDataLoss=false to skip what is gone)"));
         }
         LOG.warn("pylog: {}; skipping it (failOnDataLoss=false)", message);
     }

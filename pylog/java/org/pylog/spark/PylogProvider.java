@@ -28,7 +28,8 @@ import scala.jdk.javaapi.CollectionConverters;
  * <ul>
  * <li>batch reads whose options this reader handles ({@link ReadOptions#handles}) run here; any other batch
  * read (an option not ported yet) runs the Python source with the same options;</li>
- * <li>micro-batch streams and streaming writes go to the Python source's table ({@link PylogTable});</li>
+ * <li>streams (micro-batch, continuous) whose options this reader handles run here too; streaming writes go to
+ * the Python source's writer ({@link PylogTable});</li>
  * <li>batch writes come here as a V1 {@link CreatableRelationProvider} (the table declares no batch write, so
  * Spark falls back to it for every save mode): {@code append} and Spark's default {@code errorifexists}
  * append through the Python writer, as Kafka's sink does; {@code overwrite} and {@code ignore} fail.</li>

@@ -114,6 +114,12 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
 
     @Override
     public Offset initialOffset() {
+        return startingOffsets(options);
+    }
+
+    /** Where a new query starts ({@code startingOffsets} and the timestamp options, resolved now): offsets
+     *  already removed or past the log end are data loss. The continuous stream starts there too. */
+    static PylogOffset startingOffsets(ReadOptions options) {
         try {
             List<TopicPartition> parts = Planner.partitions(options);
             Planner.checkNamed(options.starting, parts);
@@ -124,11 +130,12 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
                 long start = log.logStartOffset();
                 long off = Planner.resolve(options.starting, tp, start, end, log, options.startingByTimestampStrategy);
                 if (off < start) {
-                    loss(tp + ": offsets [" + off + ", " + start + ") were removed before the query started (the log "
-                            + "now starts at " + start + ")");
+                    DataLoss.report(options.failOnDataLoss, tp + ": offsets [" + off + ", " + start
+                            + ") were removed before the query started (the log now starts at " + start + ")");
                     off = start;
                 } else if (off > end) {
-                    loss(tp + ": starting offset " + off + " is beyond the log end " + end);
+                    DataLoss.report(options.failOnDataLoss, tp + ": starting offset " + off + " is beyond the log end "
+                            + end);
                     off = end;
                 }
                 offsets.put(tp, off);

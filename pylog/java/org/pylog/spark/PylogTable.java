@@ -17,6 +17,7 @@ import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
+import org.apache.spark.sql.connector.read.streaming.ContinuousStream;
 import org.apache.spark.sql.connector.read.streaming.MicroBatchStream;
 import org.apache.spark.sql.connector.write.LogicalWriteInfo;
 import org.apache.spark.sql.connector.write.SupportsTruncate;
@@ -28,10 +29,11 @@ import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.util.CaseInsensitiveStringMap;
 
 /**
- * A store's subscribed partitions as a table. Batch reads with options this reader handles are planned and read
- * here, with column pruning; streams and streaming writes, and batch reads with other options, are the Python
- * source's ({@link PylogProvider}); streaming writes take every output mode Spark's Kafka sink takes. The Python
- * table is made only when one of those needs it, so a JVM batch read starts no Python worker.
+ * A store's subscribed partitions as a table. Reads and streams (micro-batch and continuous) with options this
+ * reader handles are planned and read here, batch reads with column pruning; reads with other options, and
+ * streaming writes, are the Python source's ({@link PylogProvider}); streaming writes take every output mode
+ * Spark's Kafka sink takes, and refuse the continuous trigger ({@link PythonSink}). The Python table is made only
+ * when one of those needs it, so a JVM read starts no Python worker.
  *
  * <p>Invariant: no batch write capability, so that Spark sends every batch save mode to
  * {@link PylogProvider#createRelation} (Spark refuses the default mode for a V2 table that writes).
@@ -65,7 +67,8 @@ final class PylogTable implements SupportsRead, SupportsWrite {
 
     @Override
     public Set<TableCapability> capabilities() {
-        return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ, TableCapability.STREAMING_WRITE);
+        return EnumSet.of(TableCapability.BATCH_READ, TableCapability.MICRO_BATCH_READ, TableCapability.CONTINUOUS_READ,
+                TableCapability.STREAMING_WRITE);
     }
 
     @Override
@@ -103,7 +106,7 @@ final class PylogTable implements SupportsRead, SupportsWrite {
 
         @Override
         public Write build() {
-            return python.build();
+            return new PythonSink(python.build());
         }
     }
 
@@ -178,6 +181,21 @@ final class PylogTable implements SupportsRead, SupportsWrite {
             ReadOptions parsed = ReadOptions.parse(options, true);
             Schemas.checkDeclared(schema, parsed.includeHeaders);
             return new PylogStream(parsed, schema);
+        }
+
+        /** {@code trigger(continuous=...)} ({@link PylogContinuous}). A batch-only option is refused here by name;
+         *  streams with an option this reader does not handle ({@code read_committed}, for one) never get here:
+         *  {@link #newScanBuilder} gives them to the Python source, whose scan Spark refuses to run continuously. */
+        @Override
+        public ContinuousStream toContinuousStream(String checkpointLocation) {
+            String other = ReadOptions.notHandled(options, true);
+            if (other != null) {
+                throw ReadOptions.bad(other, "not supported with the continuous trigger: the JVM reader does not handle "
+                        + "it yet and the Python source cannot run continuous queries (use a micro-batch trigger)");
+            }
+            ReadOptions parsed = ReadOptions.parse(options, true);
+            Schemas.checkDeclared(schema, parsed.includeHeaders);
+            return new PylogContinuous(parsed, readSchema);
         }
 
         @Override

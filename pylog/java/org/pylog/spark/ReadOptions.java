@@ -206,28 +206,32 @@ final class ReadOptions implements Serializable {
 
     /** True if a stream's options are all this reader's (see {@link #handles}) and none is a batch read's. */
     static boolean handlesStream(Map<String, String> options) {
-        for (String key : options.keySet()) {
-            if (indexOf(BATCH_ONLY, key.toLowerCase(Locale.ROOT)) >= 0) return false;
-        }
-        return handles(options);
+        return notHandled(options, true) == null;
     }
 
     /** True if every option of a read is one this reader supports (else the Python source reads it). A path
      *  s3://bucket/prefix (a bucket a store ships to: tiered storage) is the Python source's too. */
     static boolean handles(Map<String, String> options) {
+        return notHandled(options, false) == null;
+    }
+
+    /** The first option (as given) that makes a read, or a stream with {@code stream}, not this reader's; null
+     *  if there is none (see {@link #handles}, {@link #handlesStream}). */
+    static String notHandled(Map<String, String> options, boolean stream) {
         for (Map.Entry<String, String> e : options.entrySet()) {
             String low = e.getKey().toLowerCase(Locale.ROOT);
+            if (stream && indexOf(BATCH_ONLY, low) >= 0) return e.getKey();
             if (low.equals("path") && String.valueOf(e.getValue()).toLowerCase(Locale.ROOT).startsWith("s3://")) {
-                return false;
+                return e.getKey();
             }
             if (low.equals("kafka.isolation.level")) {
-                if (!"read_uncommitted".equalsIgnoreCase(String.valueOf(e.getValue()).strip())) return false;
+                if (!"read_uncommitted".equalsIgnoreCase(String.valueOf(e.getValue()).strip())) return e.getKey();
                 continue;
             }
             if (low.startsWith("kafka.") || indexOf(IGNORED, low) >= 0) continue;
-            if (indexOf(SUPPORTED, low) < 0) return false;
+            if (indexOf(SUPPORTED, low) < 0) return e.getKey();
         }
-        return true;
+        return null;
     }
 
     private static int indexOf(String[] names, String low) {
@@ -254,7 +258,7 @@ final class ReadOptions implements Serializable {
     }
 
     static IllegalArgumentException bad(String option, String message) {
-        return new IllegalArgumentException("option '" + option + "': " + message);
+        return new IllegalArgumentException(Errors.lead("InvalidOptionError", "option '" + option + "': " + message));
     }
 
     private static String storePath(String raw) {
