@@ -230,6 +230,9 @@ class Server:
                 options: dict[str, Any] = {"max_open_descriptors": self.config.max_open_descriptors}
                 if self.config.transactional_id_expiration_ms is not None:
                     options["transactional_id_expiration_ms"] = self.config.transactional_id_expiration_ms
+                for name in ("remote_storage_location", "remote_storage_endpoint_url"):
+                    if getattr(self.config, name) is not None:
+                        options[name] = getattr(self.config, name)
                 self.store = await loop.run_in_executor(None, lambda: open_store(path, **options))
             store = self.store
             authorizer = None
