@@ -97,6 +97,19 @@ scraped every second, load average 10-15:
    record fetched to the last (exact), on / off, medians 0.996 (10 pairs) and 0.993 (5 pairs), rounds
    0.89-1.16; a request's hook costs 1.0 us of CPU (a 4 M fetch phase has ~460 Fetch requests: 0.5 ms of its
    ~1 s); an earlier py-spy profile of a pair showed no metrics frame.
+
+With these changes, ``--server-only --rounds 15 --server-records 4000000`` at nice 19, two runs (on / off, of
+the medians [median of the rounds' ratios]; the first at a load average of 14-19, ``main`` merged in while it
+ran; the second at 14-13.5, 3.3 for its ``fetch assigned``):
+
+- server produce, rec/CPU-s (all): 0.915x [0.913x], 0.985x [1.007x]; CPU-bound: 0.921x [0.924x], 0.994x [1.027x]
+- server fetch, rec/CPU-s (all): 0.943x [0.939x], 1.000x [1.000x]; CPU-bound: 0.967x [0.952x], 1.016x [1.025x]
+- fetch assigned, rec/CPU-s: 0.970x [0.970x], 0.957x [0.967x]; CPU-bound: 0.968x [0.970x], 0.963x [0.967x]
+
+The rounds' ratios ranged 0.62-1.76 (fetch, second run): at these loads a 15-round median moves by +-4%
+between runs of the same code (produce: 0.915x and 0.985x here, 1.065x in the previous session's run).
+``fetch assigned`` (no scrape, no group) stayed at 0.96-0.97x in both (1.000x in the previous session's run):
+not explained; the recording a 4 M fetch phase makes (~460 requests at ~1 us, a look per batch) is ~1 ms.
 """
 
 from __future__ import annotations

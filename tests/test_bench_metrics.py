@@ -47,8 +47,9 @@ def test_metrics_benchmark_server_figures_small_run(tmp_path):
     pytest.importorskip("confluent_kafka")
     pytest.importorskip("prometheus_client")
     out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_metrics.py"), "--rounds", "1",
-                          "--server-only", "--server-records", "20000"], capture_output=True, text=True, check=True,
-                         timeout=600).stdout
+                          "--server-only", "--server-records", "20000"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = out.stdout
     for figure in ("server produce  CPU-bound", "server fetch    CPU-bound", "server fetch    rec/CPU-s",
                    "fetch assigned  CPU-bound", "hook request"):
         assert figure in out, figure
