@@ -40,7 +40,8 @@ the target) and the 1-minute load average at each round's start. Nothing asserts
 with the group commit's store-wide ``syncfs`` off (``--group-commit-syncfs-partitions 0``; figures marked
 "[fdatasync each]"), the design before it.
 
-``--count-requests`` adds the records per Produce request of each acks=all / acks=1 figure (the server's
+``--count-requests`` adds the records per Produce request of each acks=all / acks=1 figure, and the server's CPU
+per Produce request at the many partitions (the server's
 ``pylog_server_requests_total{api="Produce"}``, read from its ``--metrics-port`` endpoint before and after each
 timed run; metrics on cost the server ~1 us per request). librdkafka makes one request per partition and batch,
 and batches only while earlier requests wait to be sent, so this is the figure the server's back-pressure moves.
@@ -501,6 +502,10 @@ def acks_all_figures(root: str, args: argparse.Namespace, r: int, server_args: l
         out["records per Produce request, acks=all, 4 partitions"] = (per_request["all4"], per_request["one"])
         out[f"records per Produce request, acks=all, {many} partitions"] = (per_request["allmany"],
                                                                            per_request["onemany"])
+        # What a request costs the server, whatever its size: the figure the per-request work moves (the records
+        # per request move with the back-pressure, and the CPU per record with them).
+        out[f"server CPU per Produce request (us), acks=all, {many} partitions"] = (
+            cpu["allmany"] * per_request["allmany"], cpu["onemany"] * per_request["onemany"])
     out["end-to-end latency p50, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.5), pct(lat1, 0.5))
     out["end-to-end latency p99, 1,000 rec/s, acks=all (ms)"] = (pct(lat, 0.99), pct(lat1, 0.99))
     out["partition fsyncs per acknowledged acks=all request"] = (fsyncs / max(1, requests), 0.0)

@@ -89,7 +89,14 @@ static inline uint32_t shift_crc(uint32_t zeros[4][256], uint32_t crc) {
     return zeros[0][crc & 0xff] ^ zeros[1][(crc >> 8) & 0xff] ^ zeros[2][(crc >> 16) & 0xff] ^ zeros[3][crc >> 24];
 }
 
-/* Three streams over the three adjacent `block`-byte blocks at *pp, while 3 blocks remain, combined into c0. */
+/* How far ahead of each stream the loop below asks for the next cache line. A batch read for the first
+ * time (a random read over a long log) comes from memory, not cache: without the hint the three streams
+ * wait on their lines (a 64 KiB checksum of memory-resident data took ~5.5 us of CPU here against 2.2 us
+ * in cache), with it ~4.1 us; 1.5-3 KiB measured alike. The hint never faults (past the buffer too). */
+#define PREFETCH_AHEAD 2048
+
+/* Three streams over the three adjacent `block`-byte blocks at *pp, while 3 blocks remain, combined into c0.
+ * `block` is a multiple of 64: each turn of the outer loop takes one cache line of each stream. */
 __attribute__((target("sse4.2"))) static inline uint64_t crc_3way(uint64_t c0, const unsigned char **pp, size_t *plen,
                                                                   size_t block, uint32_t zeros[4][256]) {
     const unsigned char *p = *pp;
@@ -97,14 +104,19 @@ __attribute__((target("sse4.2"))) static inline uint64_t crc_3way(uint64_t c0, c
         uint64_t c1 = 0, c2 = 0;
         const unsigned char *end = p + block;
         do {
-            uint64_t a, b, d;
-            memcpy(&a, p, 8);
-            memcpy(&b, p + block, 8);
-            memcpy(&d, p + 2 * block, 8);
-            c0 = __builtin_ia32_crc32di(c0, a);
-            c1 = __builtin_ia32_crc32di(c1, b);
-            c2 = __builtin_ia32_crc32di(c2, d);
-            p += 8;
+            __builtin_prefetch(p + PREFETCH_AHEAD);
+            __builtin_prefetch(p + block + PREFETCH_AHEAD);
+            __builtin_prefetch(p + 2 * block + PREFETCH_AHEAD);
+            for (int k = 0; k < 8; k++) {
+                uint64_t a, b, d;
+                memcpy(&a, p, 8);
+                memcpy(&b, p + block, 8);
+                memcpy(&d, p + 2 * block, 8);
+                c0 = __builtin_ia32_crc32di(c0, a);
+                c1 = __builtin_ia32_crc32di(c1, b);
+                c2 = __builtin_ia32_crc32di(c2, d);
+                p += 8;
+            }
         } while (p < end);
         c0 = shift_crc(zeros, (uint32_t)c0) ^ (uint32_t)c1;
         c0 = shift_crc(zeros, (uint32_t)c0) ^ (uint32_t)c2;

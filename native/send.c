@@ -244,8 +244,9 @@ PyMethodDef pylog_send_methods[] = {
  * It does what the Python method's fast path does, step for step: for a bytes value without headers or
  * timestamp, a key that is None or bytes and a partition that is None or an int, it takes the producer's
  * lock, looks the topic's Accumulation up, checks the value (and key) against its limit (and the partition
- * against its count), appends the value (or the (value, key, partition, None, None) tuple, counting it in
- * `slow`, `extra` and `adjust`) and makes the FutureRecordMetadata; it calls the producer's _settle when the
+ * against its count), appends the value (with a key and no partition: the value, and the key at the same
+ * index of `rkeys`, counted in `adjust`; with a partition: the (value, key, partition, None, None) tuple,
+ * counted in `slow`, `extra` and `adjust`) and makes the FutureRecordMetadata; it calls the producer's _settle when the
  * record's index reaches check_at and its _drain_all when _settle says the buffer is full. Every other call
  * (other types, keywords it does not know, a topic not seen yet, a record over the limit) goes, before
  * anything is changed, to the Python method itself, which gives the same results and errors.
@@ -256,9 +257,9 @@ PyMethodDef pylog_send_methods[] = {
  * fast path runs (allocation may collect garbage in both). */
 #include <structmember.h>
 
-enum { A_RECORDS, A_LIMIT, A_KLIMIT, A_NPARTS, A_CHECK_AT, A_SLOW, A_EXTRA, A_ADJUST, A_COUNT };
-static const char *const acc_fields[A_COUNT] = {"records", "limit", "klimit", "nparts", "check_at", "slow",
-                                                "extra", "adjust"};
+enum { A_RECORDS, A_RKEYS, A_LIMIT, A_KLIMIT, A_NPARTS, A_CHECK_AT, A_SLOW, A_EXTRA, A_ADJUST, A_COUNT };
+static const char *const acc_fields[A_COUNT] = {"records", "rkeys", "limit", "klimit", "nparts", "check_at",
+                                                "slow", "extra", "adjust"};
 
 typedef struct {
     PyObject_HEAD
@@ -343,6 +344,7 @@ static PyObject *sender_call(PyObject *self, PyObject *const *args, size_t nargs
     if (key != Py_None && !PyBytes_CheckExact(key)) return sender_fallback(s, args, nargsf, kwnames);
     if (partition != Py_None && !PyLong_CheckExact(partition)) return sender_fallback(s, args, nargsf, kwnames);
     int plain = key == Py_None && partition == Py_None;
+    int keyed = key != Py_None && partition == Py_None; /* the value in records, the key in rkeys */
 
     PyObject *r = PyObject_CallNoArgs(s->acquire);
     if (r == NULL) return NULL;
@@ -359,6 +361,8 @@ static PyObject *sender_call(PyObject *self, PyObject *const *args, size_t nargs
     if (Py_TYPE(acc) != (PyTypeObject *)s->acc_type) goto decline;
     PyObject *recs = SLOT(acc, s->acc_off[A_RECORDS]);
     if (recs == NULL || !PyList_CheckExact(recs)) goto decline;
+    PyObject *rkeys = SLOT(acc, s->acc_off[A_RKEYS]);
+    if (keyed && (rkeys == NULL || !PyList_CheckExact(rkeys))) goto decline;
     int ok = 1;
     Py_ssize_t limit = int_slot(acc, s->acc_off[plain || key == Py_None ? A_LIMIT : A_KLIMIT], &ok);
     check_at = int_slot(acc, s->acc_off[A_CHECK_AT], &ok);
@@ -377,7 +381,7 @@ static PyObject *sender_call(PyObject *self, PyObject *const *args, size_t nargs
         if (!ok || overflow || p < 0 || p >= nparts) goto decline;
     }
     /* Allocate first: nothing is changed yet if that fails. */
-    if (plain) {
+    if (plain || keyed) {
         rec = Py_NewRef(value);
     } else {
         rec = PyTuple_Pack(5, value, key, partition, Py_None, Py_None);
@@ -395,9 +399,29 @@ static PyObject *sender_call(PyObject *self, PyObject *const *args, size_t nargs
     if (index == NULL) goto error;
     SLOT(fut, s->fut_i_off) = index;
     SLOT(fut, s->fut_acc_off) = Py_NewRef(acc);
-    if (PyList_Append(recs, rec) < 0) goto error;
-    take = 1;
-    if (!plain) {
+    if (keyed) {
+        /* rkeys[i] is this record's key: pad it with None for the records before that had none. The key
+         * goes in first and comes out again if the value cannot: never a key beside the wrong record. */
+        rkeys = SLOT(acc, s->acc_off[A_RKEYS]);
+        if (rkeys == NULL || !PyList_CheckExact(rkeys)) goto decline;
+        while (PyList_GET_SIZE(rkeys) < i)
+            if (PyList_Append(rkeys, Py_None) < 0) goto error;
+        if (PyList_GET_SIZE(rkeys) != i) goto decline; /* longer than records: not this code's layout */
+        if (PyList_Append(rkeys, key) < 0) goto error;
+        if (PyList_Append(recs, rec) < 0) {
+            PyObject *et, *ev, *tb;
+            PyErr_Fetch(&et, &ev, &tb);
+            if (PyList_SetSlice(rkeys, i, i + 1, NULL) < 0) PyErr_Clear();
+            PyErr_Restore(et, ev, tb);
+            goto error;
+        }
+        take = 1;
+        if (set_int_slot(acc, s->acc_off[A_ADJUST], adjust + PyBytes_GET_SIZE(key)) < 0) goto error;
+    } else {
+        if (PyList_Append(recs, rec) < 0) goto error;
+        take = 1;
+    }
+    if (!plain && !keyed) {
         if (set_int_slot(acc, s->acc_off[A_SLOW], slow + 1) < 0) goto error;
         if (partition != Py_None) {
             PyObject *old = SLOT(acc, s->acc_off[A_EXTRA]);

@@ -23,7 +23,7 @@ from .clients.consumer import (Consumer, ConsumerRebalanceListener, ConsumerReco
                        OffsetAndTimestamp)
 from .errors import (AuthenticationError, CorruptBatchError, IllegalSaslStateError, InvalidBatchError, ProtocolError,
                      JvmReaderUnavailableError, MetricsUnavailableError, SecurityConfigError, UnknownApiKeyError,
-                     UnsupportedApiVersionError,
+                     SparkConnectUnavailableError, UnsupportedApiVersionError,
                      UnsupportedCompressionError, UnsupportedMagicError, UnsupportedSaslMechanismError)
 from .errors import (CleanerError, CommitFailedError, ConsumerStoppedError, CorruptRecordError, DiskFullError,
                      InvalidArgumentError, InvalidConfigError, StorePathError,
@@ -62,7 +62,7 @@ __all__ = [
     "CorruptBatchError", "InvalidBatchError", "UnsupportedMagicError", "UnsupportedCompressionError",
     "ProtocolError", "UnknownApiKeyError", "UnsupportedApiVersionError", "AuthenticationError",
     "UnsupportedSaslMechanismError", "IllegalSaslStateError", "SecurityConfigError", "MetricsUnavailableError",
-    "JvmReaderUnavailableError",
+    "JvmReaderUnavailableError", "SparkConnectUnavailableError",
     "RemoteStorageError", "RemoteConflictError", "RemoteObjectMissingError", "RemoteDataCorruptError",
     "CleanerStatus", "PublishedCleaner", "CleanResult", "RetentionResult",
     "Producer", "FutureRecordMetadata", "ProducerTimeoutError", "TopicPartition", "OffsetAndMetadata",

@@ -76,6 +76,7 @@ __all__ = [
     "SecurityConfigError",
     "MetricsUnavailableError",
     "JvmReaderUnavailableError",
+    "SparkConnectUnavailableError",
     "RemoteStorageError",
     "RemoteConflictError",
     "RemoteObjectMissingError",
@@ -434,6 +435,12 @@ class MetricsUnavailableError(PylogError, ImportError):
 class JvmReaderUnavailableError(PylogError):
     """Spark's JVM reader of the pylog format cannot be built here (:mod:`pylog.jvm`): no JDK (``javac``, ``jar``),
     no pyspark, or a failed compile; the message says which. Spark then reads with the Python data source."""
+
+
+class SparkConnectUnavailableError(PylogError, ImportError):
+    """A Spark Connect session was asked for (``pylog.spark.session(remote=...)``) but PySpark's Connect client
+    lacks its dependencies (grpcio, grpcio-status, googleapis-common-protos, zstandard, ...); the message names
+    them: ``pip install "pyspark[connect]"`` (``pylog-embedded[spark]`` includes it)."""
 
 
 class RemoteStorageError(PylogError):

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple
 
-__all__ = ["TopicPartition", "OffsetAndMetadata", "RecordMetadata", "ConsumerRecord", "OffsetAndTimestamp"]
+__all__ = ["TopicPartition", "OffsetAndMetadata", "RecordMetadata", "ConsumerRecord", "OffsetAndTimestamp",
+           "ConsumerGroupMetadata"]
 
 
 class TopicPartition(NamedTuple):
@@ -68,3 +69,13 @@ class OffsetAndTimestamp(NamedTuple):
 
     offset: int
     timestamp: int
+
+
+class ConsumerGroupMetadata(NamedTuple):
+    """A consumer's group membership as of a moment: what ``consumer.group_metadata()`` returns, to pass to
+    ``producer.send_offsets_to_transaction`` (Kafka's and kafka-python's ``ConsumerGroupMetadata``)."""
+
+    group_id: str | None
+    generation_id: int = -1
+    member_id: str = ""
+    group_instance_id: str | None = None

@@ -16,15 +16,24 @@ Invariants:
 
 from __future__ import annotations
 
+import logging
+import os
 import shutil
 import tempfile
 from typing import Any
 
 from .errors import InvalidArgumentError
+from .partition import Partition, internals
+from .storage.counter import advance_to
+from .storage.fileio import write_faults
+from .storage.filenames import PRODUCER_IDS_FILE
+from .storage.producer_state import ProducerDescription
 from .storage.remote import ObjectStore, RestoredStore, restore_store
 from .store import Store
 
 __all__ = ["restore", "attach", "AttachedStore", "REMOTE_SCHEME", "is_remote_location"]
+
+log = logging.getLogger("pylog.remote")
 
 #: The scheme of a location in a bucket: boto3's and the AWS CLI's ``s3://bucket/prefix``, the form
 #: ``remote.storage.location`` takes (docs/SPARK.md says why not Hadoop's ``s3a://``).
@@ -49,11 +58,33 @@ def restore(location: str, directory: str, **options: Any) -> RestoredStore:
     :raises RemoteDataCorruptError: when a shipped file does not check. :raises RemoteStorageError:
     """
     restored = restore_store(_objects(location, options), directory)
-    if restored.group_offsets:
-        with Store(directory, log_cleaner_enable=False) as store:
-            for group, offsets in sorted(restored.group_offsets.items()):
-                store.commit_offsets(group, offsets)
+    with Store(directory, log_cleaner_enable=False) as store:
+        # The producer id counter is not shipped: start it past every id the restored partitions remember, or
+        # the next producer gets one of theirs, and its batches are taken for duplicates (dropped) or refused.
+        producers = [(p, d) for t in store.topics() for p in store.topic(t).partitions
+                     for d in internals(p).describe_producers()]
+        if producers:
+            with write_faults("restoring the producer id counter", "the store's producers may reuse ids"):
+                advance_to(os.path.join(directory, PRODUCER_IDS_FILE), "producer id file",
+                           max(d.producer_id for _, d in producers) + 1)
+        _abort_open_transactions(producers)
+        for group, offsets in sorted(restored.group_offsets.items()):
+            store.commit_offsets(group, offsets)
     return restored
+
+
+def _abort_open_transactions(producers: list[tuple[Partition, ProducerDescription]]) -> None:
+    """Abort the transactions open in the restored partitions. Their coordinator state (``__transaction_state``)
+    is not shipped, so nothing would ever end them: each would hold its partition's last stable offset, and
+    every read_committed reader, there for good. Whatever ended them in the lost store came after the last
+    shipped segment, past the recovery point: aborted, as a coordinator aborts a transaction it has no trace of."""
+    for p, d in producers:
+        if d.current_txn_start_offset < 0:
+            continue
+        log.warning("restore: aborting the transaction of producer %d left open at offset %d of %s-%d (its "
+                    "coordinator state is not shipped)", d.producer_id, d.current_txn_start_offset, p.topic, p.number)
+        internals(p).append_marker(d.producer_id, d.producer_epoch, False, max(d.coordinator_epoch, 0))
+        p.flush()
 
 
 class AttachedStore(Store):

@@ -21,6 +21,11 @@ from hypothesis import configuration, settings
 
 from s3_server import S3_TEST_ENV, remote_settings, s3_endpoint  # noqa: F401 - fixtures of the tiered storage tests
 
+# Spark's driver, its block manager and every JVM or Python worker that Spark starts (local-cluster executors
+# too: they inherit this environment) bind to loopback, not to the host's address: no network beyond
+# 127.0.0.1 at test time.
+os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")
+
 settings.register_profile("pylog", database=None, deadline=None)
 settings.load_profile("pylog")
 
@@ -165,6 +170,8 @@ def spark(tmp_path_factory: pytest.TempPathFactory):
     session = (SparkSession.builder.master("local[2]").appName("pylog-tests")
                .config("spark.jars", ",".join(jars))
                .config("spark.ui.enabled", "false")
+               .config("spark.driver.bindAddress", "127.0.0.1")
+               .config("spark.driver.host", "127.0.0.1")
                .config("spark.ui.showConsoleProgress", "false")
                .config("spark.sql.shuffle.partitions", "2")
                .config("spark.local.dir", str(scratch / "local"))

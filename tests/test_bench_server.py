@@ -24,7 +24,8 @@ def test_server_benchmark_quick_run(tmp_path):
                    "100 idle connections", "slow consumer", "VmHWM", "load average at round starts",
                    "acks=all producer, 4 partitions", "acks=all producer, 100 partitions",
                    "fsyncs per acknowledged acks=all request", "server stop after writing",
-                   "records per Produce request, acks=all, 100 partitions"):
+                   "records per Produce request, acks=all, 100 partitions",
+                   "server CPU per Produce request (us), acks=all, 100 partitions"):
         assert figure in out, figure
 
 

@@ -9,11 +9,12 @@ import json
 import multiprocessing
 import os
 import threading
+import time
 
 import pytest
 
 import pylog
-from pylog import TopicPartition
+from pylog import TopicPartition, metrics, prometheus
 from pylog.store import quota_manager
 
 from storetools import blocked_in, wait_for
@@ -207,6 +208,44 @@ def test_leaving_an_iteration_early_loses_nothing(store):
     assert c.position(TopicPartition("t", 0)) == 8
     rest = [r.offset for recs in c.poll(max_records=100).values() for r in recs]
     assert rest == list(range(8, 50))
+
+
+def _reads_while_iterating(store, client_id, pause_every=0):
+    """Records taken by iterating topic "t" to its end, and how many reads of the store it took (the
+    consumer's fetch-duration histogram counts one per read that returned records: public metrics)."""
+    was = metrics.enabled()
+    reg = prometheus.registry(store)  # turns recording on
+    try:
+        c = store.consumer("t", client_id=client_id, auto_offset_reset="earliest", consumer_timeout_ms=200,
+                           enable_auto_commit=False)
+        taken = []
+        for rec in c:
+            taken.append(rec.offset)
+            if pause_every and len(taken) % pause_every == 0:
+                time.sleep(0.02)
+        reads = reg.get_sample_value("pylog_consumer_fetch_duration_seconds_count", {"client_id": client_id})
+        c.close()
+    finally:
+        metrics.enable(was)
+    return taken, reads
+
+
+def test_a_fast_iteration_reads_more_than_max_poll_records_at_a_time(store):
+    # Records taken quickly are read ahead in larger chunks (fewer per-poll costs): 40,000 records at the
+    # default max_poll_records (500) take 80 reads one poll's worth at a time; taken at >= ~60 k/s, far fewer.
+    _fill(store, "t", n=40_000)
+    taken, reads = _reads_while_iterating(store, "fast-iterator")
+    assert taken == list(range(40_000))
+    assert reads < 60
+
+
+def test_a_slow_iteration_reads_max_poll_records_at_a_time(store):
+    # A caller that takes records slowly gets max_poll_records per read, as before: the group's state is
+    # looked at between reads at least that often (a rebalance waits at most one chunk's time).
+    _fill(store, "t", n=1_500)
+    taken, reads = _reads_while_iterating(store, "slow-iterator", pause_every=25)
+    assert taken == list(range(1_500))
+    assert reads >= 3
 
 
 def test_seek_pause_and_rescans_during_iteration(store):

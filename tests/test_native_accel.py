@@ -5,6 +5,7 @@ tests/test_native_*.py next to this one."""
 from __future__ import annotations
 
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -16,6 +17,7 @@ from hypothesis import strategies as st
 
 import pylog
 from pylog import accel
+from pylog.storage.records import format as record_format
 
 needs_native = pytest.mark.skipif(accel.native is None, reason=f"compiled extension not live: {accel.REASON}")
 
@@ -72,6 +74,47 @@ def test_native_crc32c_over_the_three_stream_block_sizes():
         for skew in (0, 1, 3):
             piece = data[skew:skew + size]
             assert accel.native.crc32c(piece) == crc32c.crc32c(piece), (size, skew)
+
+
+def _crc32c_bitwise(data: bytes, value: int = 0) -> int:
+    # The definition, a bit at a time (reflected polynomial 0x82F63B78): a reference independent of both C
+    # implementations.
+    crc = value ^ 0xFFFFFFFF
+    for byte in data:
+        crc ^= byte
+        for _ in range(8):
+            crc = (crc >> 1) ^ (0x82F63B78 & -(crc & 1))
+    return crc ^ 0xFFFFFFFF
+
+
+@needs_native
+def test_native_crc32c_at_random_lengths_and_alignments_equals_the_reference():
+    # Lengths up to 200 KiB (several 3 x 8192 rounds, the prefetching loop's reach past the end of the buffer)
+    # from every alignment within a cache line, continuing from a random value half the time.
+    rng = random.Random(26)
+    data = rng.randbytes(200 * 1024 + 64)
+    for _ in range(400):
+        skew = rng.randrange(64)
+        size = rng.choice((rng.randrange(1024), rng.randrange(24 * 1024, 80 * 1024), rng.randrange(200 * 1024)))
+        start = rng.choice((0, rng.randrange(1 << 32)))
+        piece = memoryview(data)[skew:skew + size]
+        assert accel.native.crc32c(piece, start) == crc32c.crc32c(piece, start), (skew, size, start)
+
+
+@needs_native
+def test_native_crc32c_and_the_package_agree_with_the_bitwise_definition():
+    rng = random.Random(7)
+    for size in (0, 1, 2, 7, 8, 9, 63, 64, 65, 255, 256, 257, 1000):
+        data = rng.randbytes(size)
+        start = rng.randrange(1 << 32)
+        expect = _crc32c_bitwise(data, start)
+        assert accel.native.crc32c(data, start) == crc32c.crc32c(data, start) == expect, size
+    assert _crc32c_bitwise(b"123456789") == 0xE3069283  # the CRC-32C check value
+
+
+def test_the_record_layer_checksums_with_the_live_path():
+    expect = crc32c.crc32c if accel.native is None else accel.native.crc32c
+    assert record_format.CRC32C is expect
 
 
 @needs_native

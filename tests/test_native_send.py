@@ -10,6 +10,7 @@ The pure reference runs in the same process: the modules' ``_native`` set to Non
 
 from __future__ import annotations
 
+import contextlib
 import random
 import types
 
@@ -158,6 +159,20 @@ def _run(store, records, pure):
                       for m, r in zip(metas, [r for r, o in zip(records, outcomes) if o == "sent"])]
 
 
+@contextlib.contextmanager
+def _on_path(path, partitions, pure):
+    """A store at ``path`` with topic "t", its producers on the compiled path or (``pure``) the reference."""
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("t", partitions=partitions)
+        with pytest.MonkeyPatch.context() as mp:
+            # The same sticky partitions for key-less records on both runs.
+            mp.setattr(partitioner, "random", types.SimpleNamespace(Random=lambda: random.Random(0)))
+            if pure:
+                mp.setattr(accumulator, "_native", None)
+                mp.setattr(partitioner, "_native", None)
+            yield store
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.lists(record_st, max_size=60))
 def test_send_gives_the_same_records_futures_and_errors_on_both_paths(tmp_path_factory, records):
@@ -165,15 +180,8 @@ def test_send_gives_the_same_records_futures_and_errors_on_both_paths(tmp_path_f
     results = []
     logs = []
     for pure in (False, True):
-        with pylog.open(root / ("pure" if pure else "c"), log_cleaner_enable=False) as store:
-            store.create_topic("t", partitions=4)
-            with pytest.MonkeyPatch.context() as mp:
-                # The same sticky partitions for key-less records on both runs.
-                mp.setattr(partitioner, "random", types.SimpleNamespace(Random=lambda: random.Random(0)))
-                if pure:
-                    mp.setattr(accumulator, "_native", None)
-                    mp.setattr(partitioner, "_native", None)
-                results.append(_run(store, records, pure))
+        with _on_path(root / ("pure" if pure else "c"), 4, pure) as store:
+            results.append(_run(store, records, pure))
             t = store.topic("t")
             logs.append([[(r.offset, r.key, r.value, r.headers) for r in t.partition(i).read(0, 10_000)]
                          for i in range(4)])
@@ -219,11 +227,37 @@ def test_a_subclass_that_overrides_send_keeps_it(tmp_path):
     assert calls == [("t", b"v")]
 
 
+def test_keyed_values_sent_beside_plain_and_tuple_records_keep_their_keys_on_both_paths(tmp_path):
+    # A key alone goes beside its value (Accumulation.rkeys), a partition or headers make a tuple, a bare value
+    # neither: one accumulation of all three, rkeys ending before records, drained once, on both paths.
+    # (The topic's first record goes through the checks, which make the accumulation: a plain one here.)
+    sends = [dict(value=b"p0"), dict(value=b"k1", key=b"a"), dict(value=b"p2"), dict(value=b"k3", key=b"b"),
+             dict(value=b"t4", key=b"c", partition=1), dict(value=b"h5", headers=[("h", b"v")]),
+             dict(value=b"k6", key=b""), dict(value=b"p7"), dict(value=b"p8")]
+    logs = []
+    for pure in (False, True):
+        with _on_path(tmp_path / ("pure" if pure else "c"), 2, pure) as store:
+            with store.producer(acks=1, linger_ms=60_000) as producer:
+                send = (lambda **kw: Producer.send(producer, "t", **kw)) if pure else \
+                    (lambda **kw: producer.send("t", **kw))
+                futures = [send(**kw) for kw in sends]
+                producer.flush()
+                sizes = [f.get(5).serialized_key_size for f in futures]
+            assert sizes == [-1, 1, -1, 1, 1, -1, 0, -1, -1]
+            t = store.topic("t")
+            got = {r.value: r.key for i in range(2) for r in t.partition(i).read(0, 100)}
+            assert got == {kw["value"]: kw.get("key") for kw in sends}
+            logs.append([[(r.offset, r.key, r.value, r.headers) for r in t.partition(i).read(0, 100)]
+                         for i in range(2)])
+    assert logs[0] == logs[1]
+
+
 @needs_native
 def test_keyed_records_waiting_for_a_drain_are_not_tracked_by_the_collector(tmp_path):
-    """A keyed record waits for its drain as a tuple of bytes and None, which can hold no cycle: off the
-    cyclic collector's lists, so the collections that a million waiting records' allocations trigger do not
-    traverse them all (the compiled send() path; the pure one leaves them to the collector)."""
+    """A keyed record waits for its drain as its value and its key, beside each other in the accumulation's
+    two lists, no tuple: nothing the cyclic collector traverses, so the collections that a million waiting
+    records' allocations would trigger do not traverse them all. (A record with a partition waits as a tuple
+    of bytes, None and an int, untracked by the compiled send() path.)"""
     import gc
     with pylog.open(tmp_path / "store") as store:
         store.create_topic("gc", partitions=4)

@@ -205,6 +205,25 @@ def test_a_failing_bucket_never_blocks_appends_and_is_retried(tmp_path, remote_s
 
 # ------------------------------------------------------------------------------------------ retention
 
+def test_closed_segments_of_a_partition_whose_producer_closed_are_shipped(tmp_path, remote_settings):
+    """A producer hands the writer lock back when it closes; the upload pass still ships the segments it
+    closed (it took nothing but the partitions this store was writing at the time, so they waited for the next
+    append, forever if none came), and reads of them from the bucket return what was produced."""
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        values = [b"v%d-" % i * 20 for i in range(300)]
+        with store.producer(batch_size=512) as producer:
+            for v in values:
+                producer.send(TOPIC, v, partition=0)
+        part = store.topic(TOPIC).partition(0)
+        assert not part.is_writer and len(part.segments) > 3
+        store.upload_to_remote()
+        shipped_end = store.remote_log(TOPIC, 0).manifest(refresh=True).end_offset
+        assert shipped_end == part.segments[-1].base_offset
+        assert not part.is_writer  # the lock was given back after the listing
+        assert _remote_values(store.remote_log(TOPIC, 0), 0, shipped_end) == values[:shipped_end]
+
+
 def test_local_retention_deletes_only_shipped_segments(tmp_path, remote_settings):
     with _open(tmp_path / "s", remote_settings) as store:
         store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
@@ -280,15 +299,14 @@ def test_an_upload_killed_before_or_after_its_commit_is_finished_and_nothing_is_
         end = part.log_end_offset
         local = [r.value for r in part.read(0, 10 ** 6, max_bytes=1 << 30)]
         assert len(local) == end
-        store.upload_to_remote()
-        assert store.remote_log(TOPIC, 0).manifest(refresh=True).end_offset < part.segments[-1].base_offset
-        assert part.try_become_writer()  # the upload thread works on partitions its store writes
-        store.upload_to_remote()
+        store.upload_to_remote()  # nobody writes the partition since the kill: the pass takes its free lock
+        assert not part.is_writer
         rl = store.remote_log(TOPIC, 0)
         m = rl.manifest(refresh=True)
         bases = [s.base_offset for s in m.segments]
         assert bases == sorted(set(bases)) and m.log_start_offset == 0
         assert m.end_offset == part.segments[-1].base_offset
+        assert part.try_become_writer()  # local retention is the writer's
         part.enforce_retention()
         assert part.segments[0].base_offset == m.end_offset
         assert _remote_values(rl, 0, m.end_offset) == local[:m.end_offset]
@@ -363,6 +381,22 @@ def test_a_topic_without_remote_storage_reads_as_before(tmp_path, remote_setting
             part.read(0)
 
 
+def _kafka_python_reads(kafka, bootstrap: str, count: int) -> list[tuple[int, bytes]]:
+    """(offset, value) of the first ``count`` records a kafka-python consumer of TOPIC reads from earliest, in
+    small fetches (so they cross the local/remote boundary)."""
+    consumer = kafka.KafkaConsumer(TOPIC, bootstrap_servers=bootstrap, auto_offset_reset="earliest",
+                                   consumer_timeout_ms=10_000, max_partition_fetch_bytes=4096)
+    got = []
+    try:
+        for rec in consumer:
+            got.append((rec.offset, rec.value))
+            if len(got) >= count:
+                break
+    finally:
+        consumer.close()
+    return got
+
+
 def test_a_kafka_client_fetches_shipped_segments_through_pylog_serve(tmp_path, remote_settings):
     """kafka-python from earliest through ``pylog serve``: ListOffsets gives the remote start, Fetch below the
     local log start is served from the bucket, and every record comes back once, in order."""
@@ -370,17 +404,27 @@ def test_a_kafka_client_fetches_shipped_segments_through_pylog_serve(tmp_path, r
     with _open(tmp_path / "s", remote_settings) as store:
         _, values, local_start = _shipped_and_trimmed(store)
         with pylog.serve(store, port=0) as server:
-            consumer = kafka.KafkaConsumer(TOPIC, bootstrap_servers=server.bootstrap_servers,
-                                           auto_offset_reset="earliest", consumer_timeout_ms=10_000,
-                                           max_partition_fetch_bytes=4096)
-            got = []
-            try:
-                for rec in consumer:
-                    got.append((rec.offset, rec.value))
-                    if len(got) >= len(values):
-                        break
-            finally:
-                consumer.close()
+            got = _kafka_python_reads(kafka, server.bootstrap_servers, len(values))
+    assert local_start > 0
+    assert got == list(enumerate(values))
+
+
+def test_pylog_serve_command_serves_shipped_segments_with_remote_storage_location(tmp_path, remote_settings):
+    """`pylog serve STORE --remote-storage-location ...` (the command, not the API): a Kafka client reading from
+    earliest gets the offsets only the bucket holds. Without the flag the command could not open a store with
+    its location at all, so Kafka clients saw only the local log."""
+    kafka = pytest.importorskip("kafka")
+    from serverutil import start_cli_server
+    with _open(tmp_path / "s", remote_settings) as store:
+        _, values, local_start = _shipped_and_trimmed(store)
+    proc, bootstrap, lines = start_cli_server(
+        tmp_path / "s", "--remote-storage-location", str(remote_settings["remote.storage.location"]),
+        "--remote-storage-endpoint-url", str(remote_settings["remote.storage.endpoint.url"]))
+    try:
+        got = _kafka_python_reads(kafka, bootstrap, len(values))
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(60) == 0, "".join(lines)
     assert local_start > 0
     assert got == list(enumerate(values))
 
@@ -484,6 +528,68 @@ def test_read_committed_of_shipped_segments_drops_aborted_transactions_after_loc
         uncommitted = [r.value for r in part.read(0, max_records=5)]
         assert uncommitted == [b"aborted" * 40] * 3 + [b"committed" * 30] * 2  # read_uncommitted: as written
         assert internals(part).aborted_transactions(0, 10) == [(7, 0)]  # what pylog serve's Fetch sends
+
+
+def test_a_new_producer_of_a_restored_store_gets_a_producer_id_of_its_own(tmp_path, remote_settings):
+    """The producer id counter is not in the bucket: a restore started it at 0 again, so the first new
+    producer got the id of a producer the restored partitions remember, and its first batch (sequence 0) was
+    acknowledged as a duplicate of that producer's first batch, at its offset, and never written."""
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        with store.producer() as producer:
+            for i in range(120):
+                producer.send(TOPIC, b"old-%d" % i, partition=0)
+                if i % 10 == 9:
+                    producer.flush()
+        part = store.topic(TOPIC).partition(0)
+        part.append_values([b"tail"])  # closes nothing: the shipped end is the active segment's base
+        store.upload_to_remote()
+        shipped_end = store.remote_log(TOPIC, 0).manifest(refresh=True).end_offset
+    assert shipped_end > 0
+    pylog.restore(str(remote_settings["remote.storage.location"]), str(tmp_path / "r"),
+                  remote_storage_endpoint_url=remote_settings["remote.storage.endpoint.url"])
+    with pylog.open(str(tmp_path / "r"), log_cleaner_enable=False) as restored:
+        with restored.producer() as producer:
+            assert producer.send(TOPIC, b"new", partition=0).get(10).offset == shipped_end
+        for tid in ("a", "b"):  # transactional producers too: a fresh id each, no clash with the restored ones
+            with restored.producer(transactional_id=tid) as producer:
+                producer.init_transactions()
+                producer.begin_transaction()
+                producer.send(TOPIC, tid.encode(), partition=0)
+                producer.commit_transaction()
+        part = restored.topic(TOPIC).partition(0)
+        assert [r.value for r in part.read(shipped_end, isolation_level="read_committed")] == [b"new", b"a", b"b"]
+
+
+def test_a_transaction_open_at_the_last_shipped_segment_is_aborted_by_the_restore(tmp_path, remote_settings):
+    """The coordinator's state is not shipped: a transaction still open in the restored partitions was ended
+    by nothing, and held the last stable offset (every read_committed reader) at its first record for good,
+    past any timeout. The restore aborts it; the records after it are read_committed-visible."""
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        part = store.topic(TOPIC).partition(0)
+        part.append_values([b"before-%d" % i * 10 for i in range(30)])
+        producer = store.producer(transactional_id="left-open")
+        producer.init_transactions()
+        producer.begin_transaction()
+        for i in range(20):
+            producer.send(TOPIC, b"open-%d" % i * 10, partition=0)
+            producer.flush()
+        after = [b"after-%d" % i * 10 for i in range(40)]
+        for v in after:
+            part.append_values([v])
+        store.upload_to_remote()
+        shipped_end = store.remote_log(TOPIC, 0).manifest(refresh=True).end_offset
+        assert part.last_stable_offset == 30 < shipped_end
+        producer.close()  # never ended: the coordinator still has it open
+    pylog.restore(str(remote_settings["remote.storage.location"]), str(tmp_path / "r"),
+                  remote_storage_endpoint_url=remote_settings["remote.storage.endpoint.url"])
+    with pylog.open(str(tmp_path / "r"), log_cleaner_enable=False) as restored:
+        part = restored.topic(TOPIC).partition(0)
+        assert part.last_stable_offset == part.log_end_offset == shipped_end + 1  # the abort marker
+        got = [r.value for r in part.read(0, 10 ** 6, max_bytes=1 << 30, isolation_level="read_committed")]
+        shipped_after = [v for v in after if v in {r.value for r in part.read(0, 10 ** 6, max_bytes=1 << 30)}]
+        assert got == [b"before-%d" % i * 10 for i in range(30)] + shipped_after and shipped_after
 
 
 def test_a_restored_store_keeps_aborted_transactions_and_producer_state(tmp_path, remote_settings):

@@ -167,3 +167,51 @@ def test_aiokafka_transaction_context_commits_and_aborts(store):
     assert _visible(store) == [b"committed"]
     assert _visible(store, "read_uncommitted") == [b"aborted", b"committed"]
     assert store.committed_offsets("g")[TP("in", 1)].offset == 5
+
+
+def test_send_offsets_takes_kafka_pythons_offset_and_metadata_and_refuses_garbage(store):
+    """Code ported from kafka-python passes ``kafka.structs`` tuples: their offsets commit with the transaction
+    (they were written as a record no lookup could read, the offsets silently lost); a value that is no offset
+    is refused before anything is written, and the transaction can still commit."""
+    kafka_structs = pytest.importorskip("kafka.structs")
+    with store.producer(transactional_id="ported") as p:
+        p.init_transactions()
+        p.begin_transaction()
+        p.send("t", b"v")
+        p.send_offsets_to_transaction({kafka_structs.TopicPartition("in", 0): kafka_structs.OffsetAndMetadata(7, "m", -1)},
+                                      "g")
+        for bad in ({"in": 1}, {TP("in", 0): -5}, {TP("in", 0): OffsetAndMetadata("7", "")},
+                    {TP("in", -1): 3}, {TP("in", 0): OffsetAndMetadata(3, 5)}, [(TP("in", 0), 3)]):
+            with pytest.raises(pylog.errors.InvalidArgumentError):
+                p.send_offsets_to_transaction(bad, "g")
+        p.commit_transaction()
+    assert store.committed_offsets("g") == {TP("in", 0): OffsetAndMetadata(7, "m")}
+
+
+def test_consume_transform_produce_with_the_consumers_group_metadata_as_kafka_python_writes_it(store):
+    """kafka-python's loop passes ``consumer.group_metadata()`` (KIP-447) to send_offsets_to_transaction; pylog's
+    consumer had no such method (AttributeError). Its generation and member id are the group member's."""
+    with store.producer() as p:
+        for i in range(6):
+            p.send("t", b"in-%d" % i, partition=0)
+    consumer = store.consumer("t", group_id="ctp", enable_auto_commit=False, auto_offset_reset="earliest",
+                              isolation_level="read_committed")
+    with store.consumer("t") as lone:
+        assert lone.group_metadata() == (None, -1, "", None)  # no group: no membership
+    with consumer, store.producer(transactional_id="ctp-app") as p:
+        p.init_transactions()
+        records = []
+        for _ in range(50):
+            records += [r for recs in consumer.poll(timeout_ms=100).values() for r in recs]
+            if len(records) >= 6:
+                break
+        meta = consumer.group_metadata()
+        assert meta.group_id == "ctp" and meta.generation_id >= 0 and meta.member_id
+        p.begin_transaction()
+        for r in records:
+            p.send("t", r.value.upper(), partition=1)
+        p.send_offsets_to_transaction({TP("t", 0): OffsetAndMetadata(records[-1].offset + 1, "")}, meta)
+        p.commit_transaction()
+    assert store.committed_offsets("ctp")[TP("t", 0)].offset == 6
+    assert [r.value for r in store.topic("t").partition(1).read(0, isolation_level="read_committed")] == \
+        [b"IN-%d" % i for i in range(6)]

@@ -89,6 +89,11 @@ def register(sub: Any) -> None:
     s.add_argument("--transactional-id-expiration-ms", type=positive, metavar="MS",
                    help="forget a transactional id whose last transaction ended this long ago (Kafka's "
                         "transactional.id.expiration.ms; default: the store's, 604800000, 7 days)")
+    s.add_argument("--remote-storage-location", metavar="s3://BUCKET/PREFIX",
+                   help="tiered storage: ship the topics with remote.storage.enable there and serve their shipped "
+                        "offsets from it (the store's remote.storage.location; credentials, region: boto3's chain)")
+    s.add_argument("--remote-storage-endpoint-url", metavar="URL",
+                   help="the S3 API to use (remote.storage.endpoint.url; default: AWS_ENDPOINT_URL, else AWS's)")
     s.add_argument("--connection-failed-authentication-delay-ms", type=non_negative, default=100, metavar="MS",
                    help="answer a failed SASL login after this delay, doubled per further failure from the address "
                         "(Kafka's connection.failed.authentication.delay.ms; default 100)")
@@ -141,6 +146,9 @@ def _serve(args: argparse.Namespace, out: TextIO) -> ExitCode:
     options["max_open_descriptors"] = args.max_open_descriptors
     if args.transactional_id_expiration_ms is not None:
         options["transactional_id_expiration_ms"] = args.transactional_id_expiration_ms
+    for name in ("remote_storage_location", "remote_storage_endpoint_url"):
+        if getattr(args, name) is not None:
+            options[name] = getattr(args, name)
     for flag, *_ in _LIMITS:  # given ones only: the defaults are ServerConfig's
         name = flag[2:].replace("-", "_")
         if getattr(args, name) is not None:

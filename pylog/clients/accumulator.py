@@ -44,8 +44,13 @@ class Accumulation:
 
     ``records`` holds, in send order, the value itself (a ``bytes``) for a record with nothing else — no
     key, headers, explicit partition or timestamp — and a ``(value, key, partition, timestamp_ms,
-    headers)`` tuple for any other (``slow`` counts those). :meth:`columns` turns them into columns at
-    drain time; the key, partition, timestamp and header columns stay ``None`` when no record has one.
+    headers)`` tuple for any other (``slow`` counts those), except a bytes value with a bytes key and nothing
+    else on send()'s fast path: its value goes in ``records`` and its key at the same index of ``rkeys``
+    (``rkeys[i]`` is record ``i``'s key, None for the records that have none there; it may be shorter than
+    ``records``: the records past its end have none there). A keyed record is so no tuple, no object the
+    garbage collector counts and frees later (a keyed send's CPU per record: see docs/PERFORMANCE.md).
+    :meth:`columns` turns them into columns at drain time; the key, partition, timestamp and header columns
+    stay ``None`` when no record has one.
 
     Byte accounting: a record's size is its value, key and headers plus 16. :meth:`size` sums
     ``len(item) + 16`` over the records appended since it last looked (``counted`` of them are summed in
@@ -55,14 +60,15 @@ class Accumulation:
     (which stamps ``first_at``).
     """
 
-    __slots__ = ("topic", "records", "slow", "extra", "nparts", "counted", "summed", "adjust", "check_at", "bound",
-                 "limit", "klimit", "max_bytes", "first_at", "due", "acks0",
+    __slots__ = ("topic", "records", "rkeys", "slow", "extra", "nparts", "counted", "summed", "adjust", "check_at",
+                 "bound", "limit", "klimit", "max_bytes", "first_at", "due", "acks0",
                  "values", "keys", "partitions", "timestamps", "headers",
                  "done", "error", "partition_errors", "offsets", "placed", "stamps", "callbacks", "_event")
 
     def __init__(self, topic: str, limit: int, klimit: int, max_bytes: int, acks0: bool) -> None:
         self.topic = topic
         self.records: list[Any] = []
+        self.rkeys: list[bytes | None] = []
         self.slow = 0
         self.extra = False  # a record has a partition, timestamp or headers: all five columns are needed
         self.counted = 0
@@ -112,10 +118,15 @@ class Accumulation:
     def columns(self) -> None:
         """Turn the sent records into columns (at drain time, outside the producer's lock)."""
         recs = self.records
+        n = len(recs)
+        rkeys = self.rkeys
+        if rkeys and len(rkeys) < n:
+            rkeys.extend([None] * (n - len(rkeys)))
         if not self.slow:
             self.values = recs  # every record is a bare value: the list is the value column
+            if rkeys and not all_none(rkeys):
+                self.keys = rkeys  # and the keys sent beside them the key column
             return
-        n = len(recs)
         if not self.extra:  # values and keys only
             if _native is not None:
                 self.values, keys = _native.unzip2(recs)
@@ -124,12 +135,12 @@ class Accumulation:
                                                     for r in recs]
                 self.values = list(map(COLUMNS[0], rows))
                 keys = list(map(COLUMNS[1], rows))
-            self.keys = keys if not all_none(keys) else None
+            self.keys = _with_rkeys(keys, rkeys)
             return
         rows = recs if self.slow == n else [r if type(r) is tuple else (r, None, None, None, None) for r in recs]
         values, keys, partitions, timestamps, headers = (list(map(get, rows)) for get in COLUMNS)
         self.values = values
-        self.keys = keys if not all_none(keys) else None
+        self.keys = _with_rkeys(keys, rkeys)
         self.partitions = partitions if not all_none(partitions) else None
         self.timestamps = timestamps if not all_none(timestamps) else None
         self.headers = headers if not all_none(headers) else None
@@ -293,6 +304,15 @@ class Accumulation:
             data = b"".join(parts)
         placed[todo] = default.partition_batch(lengths, data, all_parts, topic=self.topic)
         return placed, sorted(set(placed[todo[lengths < 0]].tolist()))
+
+
+def _with_rkeys(keys: list, rkeys: list) -> list | None:
+    """The key column of records some of which are tuples (their keys in ``keys``) and some bare values sent
+    with a key (in ``rkeys``, as long as ``keys`` or empty); None when no record has a key."""
+    for i, k in enumerate(rkeys):
+        if k is not None:
+            keys[i] = k
+    return keys if not all_none(keys) else None
 
 
 def all_none(items: list) -> bool:

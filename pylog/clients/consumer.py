@@ -40,12 +40,12 @@ from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigErro
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
 from .groups import GroupMember, check_group_id
-from .offsets import CommittedOffsets, valid_position
+from .offsets import CommittedOffsets, offsets_to_commit, valid_position
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
 from .listener import ConsumerRebalanceListener
 from ..storage.records import BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count
-from ..structs import ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
+from ..structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
 from ..partition import Partition, internals, watch_appends
 
 
@@ -75,6 +75,12 @@ _WAIT_STEP = 0.005
 #: Longest wait between two looks at the group's state while a member waits for data (seconds): bounds
 #: how long a rebalance waits for this member to let go of a partition.
 _GROUP_STEP = 0.05
+#: Iteration reads ahead in chunks of ``max_poll_records`` records, grown (up to ``_CHUNK_GROWTH`` times that)
+#: while the caller takes records fast enough that one chunk lasts about ``_CHUNK_SECONDS``: the group's
+#: state is looked at between chunks (a rebalance waits for this member at most one chunk's time, as with
+#: ``max_poll_records``), and a fast reader pays the per-poll costs once per thousands of records.
+_CHUNK_GROWTH = 16
+_CHUNK_SECONDS = 0.01
 
 
 def _topic_partition(tp: Any) -> TopicPartition:
@@ -368,15 +374,7 @@ class Consumer:
             self._settle()
             offsets = {tp: OffsetAndMetadata(pos, "") for tp, pos in self._positions.items()
                        if pos is not None and tp not in self._pending}
-        norm: dict[TopicPartition, OffsetAndMetadata] = {}
-        for tp, om in offsets.items():
-            tp = _topic_partition(tp)
-            om = om if isinstance(om, OffsetAndMetadata) else OffsetAndMetadata(om, "")
-            if not isinstance(om.offset, int) or isinstance(om.offset, bool) or om.offset < 0:
-                raise InvalidArgumentError(f"offset to commit must be a non-negative int, got {om.offset!r}")
-            if not isinstance(om.metadata, str):
-                raise InvalidArgumentError(f"commit metadata must be a str, got {type(om.metadata).__name__}")
-            norm[tp] = om
+        norm = offsets_to_commit(offsets)
         member = self._member
         if member is not None:
             lost = sorted(tp for tp in norm if not member.owns(tp))
@@ -390,6 +388,15 @@ class Consumer:
                              member.member_id if member else "", timeout_ms=self.config["session_timeout_ms"])
         for tp, om in norm.items():
             self._committed_pos[tp] = om.offset
+
+    def group_metadata(self) -> ConsumerGroupMetadata:
+        """This consumer's group membership now (kafka-python's and Kafka's ``group_metadata()``): its group id
+        (None without one), generation and member id (-1 and ``""`` while it is not a member), for
+        ``producer.send_offsets_to_transaction(offsets, consumer.group_metadata())``."""
+        member = self._member
+        if member is None:
+            return ConsumerGroupMetadata(self._group_id)
+        return ConsumerGroupMetadata(self._group_id, member.generation, member.member_id)
 
     def commit_async(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int] | None = None,
                      callback: Callable[[Any, Any], None] | None = None) -> None:
@@ -647,7 +654,8 @@ class Consumer:
     def __iter__(self) -> Iterator[ConsumerRecord]:
         """Records as they come, waiting for them; ends after ``consumer_timeout_ms`` without any.
 
-        Hands out each poll's records through a C-level chain of iterators, no Python step per record:
+        Hands out each poll's records through a C-level chain of iterators, no Python step per record (the
+        polls read ``max_poll_records`` at a time, more while records are taken fast: see ``_CHUNK_SECONDS``):
         compiled, iterators building each row when it is taken (:func:`~pylog.storage.records.consumer_row_iter`:
         the row before is freed, its memory still in cache), else the poll's lists. Positions move as records
         are handed out (any call that reads a position brings it up to date first); a seek, pause, poll,
@@ -658,15 +666,18 @@ class Consumer:
 
     def _chunks(self) -> Iterator[Iterator[ConsumerRecord]]:
         timeout = self.config["consumer_timeout_ms"]
+        base = limit = self.config["max_poll_records"]
         while True:
             deadline = None if timeout == float("inf") else time.monotonic() + timeout / 1000
             while True:
                 step = 1000.0 if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
-                batch = self._poll(step, None, False, self._fetch_iters)
+                batch = self._poll(step, limit, False, self._fetch_iters)
                 if batch:
                     break
                 if deadline is not None and time.monotonic() >= deadline:
                     return
+            began = time.perf_counter()
+            taken = sum(len(recs) if isinstance(recs, list) else recs.__length_hint__() for recs in batch.values())
             starts = {tp: self._positions.get(tp) for tp in batch}
             for tp, recs in batch.items():
                 self._settle()
@@ -679,6 +690,10 @@ class Consumer:
                 self._cur = (tp, None if lazy else recs, it)
                 yield it
             self._settle()
+            # The next chunk: as many records as this caller took in about _CHUNK_SECONDS (see there).
+            elapsed = time.perf_counter() - began
+            fit = int(taken * _CHUNK_SECONDS / elapsed) if elapsed > 0 else base * _CHUNK_GROWTH
+            limit = min(max(fit, base), base * _CHUNK_GROWTH)
 
     def _settle(self, cut: bool = False) -> None:
         """Bring the position of the partition being iterated up to date; with ``cut``, end its iterator."""

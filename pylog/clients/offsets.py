@@ -22,13 +22,14 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import operator
 import threading
 import time
 from typing import Any, Iterable, Mapping
 
 import msgpack
 
-from ..errors import CorruptRecordError, PartitionLockedError
+from ..errors import CorruptRecordError, InvalidArgumentError, PartitionLockedError
 from ..storage.fileio import in_range
 from ..storage.filenames import OFFSETS_TOPIC
 from ..partition import Partition, internals
@@ -38,7 +39,7 @@ from ..topic import Topic
 from ..structs import OffsetAndMetadata, TopicPartition
 from .storeview import CreateInternalTopic, StoreView, internal_topic
 
-__all__ = ["CommittedOffsets", "offset_key", "offset_value", "decode_commit", "valid_position"]
+__all__ = ["CommittedOffsets", "offset_key", "offset_value", "decode_commit", "valid_position", "offsets_to_commit"]
 
 log = logging.getLogger("pylog.groups")  # logger names are what operators filter on: unchanged by the split
 
@@ -86,6 +87,45 @@ def decode_commit(key: bytes | None,
         return (k[1], k[2], k[3]), OffsetAndMetadata(v[1], v[2], epoch)
     except (ValueError, TypeError, OverflowError, RecursionError, msgpack.UnpackException):
         return None
+
+
+def offsets_to_commit(offsets: Mapping[Any, Any]) -> dict[TopicPartition, OffsetAndMetadata]:
+    """What an application asks to commit (``consumer.commit(offsets)``, ``send_offsets_to_transaction``) as
+    checked commits: keys are ``(topic, partition)`` pairs, values an offset or an ``OffsetAndMetadata``, pylog's
+    or any object with its fields (kafka-python's ``kafka.structs.OffsetAndMetadata``, ported code passes it).
+
+    :raises InvalidArgumentError: for anything else, a negative offset or metadata that is not a str (never
+        a commit of garbage)."""
+    if not isinstance(offsets, Mapping):
+        raise InvalidArgumentError(f"offsets to commit must be a mapping {{TopicPartition: OffsetAndMetadata}}, "
+                                   f"got {type(offsets).__name__}")
+    out: dict[TopicPartition, OffsetAndMetadata] = {}
+    for tp, om in offsets.items():
+        partition = _int_of(tp[1]) if isinstance(tp, (tuple, list)) and len(tp) == 2 else None
+        if not (isinstance(tp[0], str) and partition is not None and 0 <= partition <= _PARTITION_MAX):
+            raise InvalidArgumentError(f"expected a TopicPartition(topic, partition), got {tp!r}"[:200]
+                                       + ": pass e.g. {pylog.TopicPartition('orders', 0): OffsetAndMetadata(5, '')}")
+        if not isinstance(om, OffsetAndMetadata) and hasattr(om, "offset"):  # another library's OffsetAndMetadata
+            epoch = getattr(om, "leader_epoch", -1)
+            om = OffsetAndMetadata(om.offset, getattr(om, "metadata", ""), -1 if epoch is None else epoch)
+        elif not isinstance(om, OffsetAndMetadata):
+            om = OffsetAndMetadata(om, "")
+        offset = _int_of(om.offset)
+        if offset is None or not 0 <= offset <= _OFFSET_MAX:
+            raise InvalidArgumentError(f"offset to commit must be a non-negative int, got {om.offset!r}"[:200])
+        if not isinstance(om.metadata, str):
+            raise InvalidArgumentError(f"commit metadata must be a str, got {type(om.metadata).__name__}")
+        if type(om.leader_epoch) is not int or not -1 <= om.leader_epoch <= _EPOCH_MAX:
+            raise InvalidArgumentError(f"leader_epoch must be an int in -1..{_EPOCH_MAX}, got {om.leader_epoch!r}")
+        out[TopicPartition(tp[0], partition)] = om._replace(offset=offset)
+    return out
+
+
+def _int_of(value: Any) -> int | None:
+    """``value`` as a plain int when it is an integer (numpy's too), not a bool; else None."""
+    if isinstance(value, bool) or not hasattr(value, "__index__"):
+        return None
+    return operator.index(value)
 
 
 def valid_position(om: OffsetAndMetadata | None) -> OffsetAndMetadata | None:

@@ -360,11 +360,20 @@ class Producer:
                         f = FutureRecordMetadata()
                         f._acc = acc
                         f._i = i = len(recs)
-                        recs.append((value, key, partition, None, None))
-                        acc.slow += 1
-                        if partition is not None:
+                        if partition is None:
+                            # A key alone: the value in records and the key at the same index of rkeys (no
+                            # tuple per record: see Accumulation.rkeys).
+                            rkeys = acc.rkeys
+                            if len(rkeys) < i:
+                                rkeys.extend([None] * (i - len(rkeys)))
+                            rkeys.append(key)
+                            recs.append(value)
+                            acc.adjust += size - len(value)
+                        else:
+                            recs.append((value, key, partition, None, None))
+                            acc.slow += 1
                             acc.extra = True
-                        acc.adjust += size - ITEM_LEN
+                            acc.adjust += size - ITEM_LEN
                         if i < acc.check_at or not self._settle():
                             return f
                     else:

@@ -34,6 +34,7 @@ from typing import Any, Callable, Iterable, Mapping
 from ..errors import (InvalidProducerIdMappingError, InvalidTxnStateError, ProducerFencedError, PylogError,
                       TransactionCoordinatorFencedError)
 from ..structs import OffsetAndMetadata, TopicPartition
+from .offsets import offsets_to_commit
 from .transactions import TransactionCoordinator, check_transactional_id
 
 __all__ = ["TransactionManager", "ClientTxnState", "group_id_of"]
@@ -152,13 +153,14 @@ class TransactionManager:
     def send_offsets(self, offsets: Mapping[TopicPartition, OffsetAndMetadata | int], group: Any) -> None:
         """``send_offsets_to_transaction``: add the group, then append its offsets to the transaction."""
         group_id = group_id_of(group)
+        checked = offsets_to_commit(offsets)
         self.check_send()
         c, tid = self._coordinator, self.transactional_id
         try:
             if group_id not in self._groups:
                 c.add_offsets(tid, self.producer_id, self.epoch, group_id)
                 self._groups.add(group_id)
-            c.txn_offset_commit(tid, self.producer_id, self.epoch, group_id, offsets,
+            c.txn_offset_commit(tid, self.producer_id, self.epoch, group_id, checked,
                                 member_id=str(getattr(group, "member_id", "") or ""),
                                 generation=int(getattr(group, "generation_id", -1)))
         except PylogError as exc:

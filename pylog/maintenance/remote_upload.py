@@ -3,7 +3,7 @@ the remote log, beside the cleaner thread of a store opened with ``remote.storag
 
 Each pass ships the store marker, the ``topic.json`` of the topics concerned and the groups' committed
 offsets for them (``group.offsets``: what ``pylog restore`` needs beside the segments), then, for every
-partition this store writes whose topic has ``remote.storage.enable``:
+partition of a topic with ``remote.storage.enable`` that this store writes or nobody writes (see below):
 
 1. ask the core for the shippable segments (:meth:`PartitionInternals.shippable_segments`: below
    ``synced_through``, i.e. rolled, sealed and fsynced), from a snapshot of the segment list;
@@ -24,7 +24,10 @@ Invariants:
 - A failing partition is logged, counted (``remote_failures``, ``remote_last_error`` in the cleaner status)
   and tried again after ``remote.log.manager.task.retry.backoff.ms``, doubled per failure up to
   ``.max.ms``; the others go on. The thread never dies of a partition's error.
-- Like the cleaner, it works only on partitions this store writes (it never takes a writer lock).
+- It ships the partitions this store writes and those nobody writes at the time of the pass (a writer lock
+  that is free is taken only to list the sealed segments, and released before any request to the bucket):
+  a partition whose writer went idle or closed still has its closed segments shipped. Partitions another
+  handle writes are left to that handle's upload thread. Local copies are deleted by the writer's retention.
 """
 
 from __future__ import annotations
@@ -171,12 +174,12 @@ class RemoteUploader:
     # ------------------------------------------------------------------ passes
 
     def run_pass(self) -> None:
-        """One pass over every partition this store writes with remote storage on (the thread's work;
-        callable directly: one pass runs at a time). :raises InvalidConfigError: without a location."""
+        """One pass over every partition with remote storage on that this store writes or nobody writes (the
+        thread's work; callable directly: one pass runs at a time). :raises InvalidConfigError: without a location."""
         objects = self._objects_or_refuse()
         with self._pass_lock:
             chosen = [p for p in self._partitions()
-                      if p.is_writer and p.config["remote.storage.enable"] and not internals(p).transient]
+                      if p.config["remote.storage.enable"] and not internals(p).transient]
             if not chosen:
                 return
             topics = sorted({p.topic for p in chosen})
@@ -225,10 +228,15 @@ class RemoteUploader:
         ii = internals(p)
         rl = self.remote_log(p.topic, p.number)
         ii.attach_remote(rl)  # reads below the local log start fall through (also when enabled after opening)
+        counts = UploadCounts()
+        if not p.is_writer and not _maybe_unshipped(p):
+            return counts
         m = rl.manifest(refresh=True)
         ii.note_remote(m.log_start_offset, m.end_offset)
-        counts = UploadCounts()
-        todo = [s for s in ii.shippable_segments() if s[1] > m.end_offset]
+        shippable = _shippable_segments(p)
+        if shippable is None:  # another handle writes it: its store's upload thread ships it
+            return counts
+        todo = [s for s in shippable if s[1] > m.end_offset]
         for i, (base, _end, _size) in enumerate(todo):
             if self._stop.is_set():
                 counts.waiting = len(todo) - i
@@ -256,6 +264,31 @@ class RemoteUploader:
     def _count(name: str, topic: str, amount: float) -> None:
         if metrics.state.on:
             metrics.counter(name).inc((topic,), amount)
+
+
+def _maybe_unshipped(p: Partition) -> bool:
+    """Whether a partition this handle does not write may hold closed segments past its remote end as last
+    noted (from this handle's view of its segments): only then is its writer lock worth a turn."""
+    remote = internals(p).remote
+    segs = p.segments
+    return len(segs) > 1 and (remote is None or segs[-1].base_offset > remote[1])
+
+
+def _shippable_segments(p: Partition) -> list[tuple[int, int, int]] | None:
+    """:meth:`PartitionInternals.shippable_segments` of ``p``, None when another handle writes it. A partition
+    nobody writes (its producers closed, handed over and went idle) would otherwise keep its last closed
+    segments unshipped until the next append: its free writer lock is taken for the moment of the listing
+    (which needs the writer's knowledge of what is fsynced: a release fsyncs the rolled segments) and given
+    back at once, before any request to the bucket."""
+    if p.is_writer:
+        return internals(p).shippable_segments()
+    with internals(p).writer_turn():
+        if not p.try_become_writer():
+            return None
+        try:
+            return internals(p).shippable_segments()
+        finally:
+            p.release_writer()
 
 
 def _waiting(p: Partition) -> int:

@@ -133,6 +133,11 @@ class ServerConfig:
     #: id whose last transaction ended this long ago is forgotten (its state and lock file); None: the store's
     #: default, 7 days (Kafka's).
     transactional_id_expiration_ms: int | None = None
+    #: The store's ``remote.storage.location`` and ``remote.storage.endpoint.url`` (tiered storage) when the
+    #: server opens it from a path: its upload thread ships the topics with ``remote.storage.enable`` there, and
+    #: Fetch below the local log start reads from the bucket. None: the store's (no tiered storage).
+    remote_storage_location: str | None = None
+    remote_storage_endpoint_url: str | None = None
     #: From how many partitions waiting for an fsync (acks=all, flush.messages) on the process's group commit
     #: makes them durable together with one ``syncfs`` of their file system (0: an fdatasync each). Process-wide:
     #: it is set on the group commit that pylog's producers of this process share.
@@ -183,6 +188,9 @@ class ServerConfig:
                 or not 1 <= self.transactional_id_expiration_ms <= (1 << 31) - 1):
             raise InvalidArgumentError("transactional_id_expiration_ms must be an int in [1, 2**31-1], got "
                                        f"{self.transactional_id_expiration_ms!r}")
+        for name in ("remote_storage_location", "remote_storage_endpoint_url"):
+            if getattr(self, name) is not None and not isinstance(getattr(self, name), str):
+                raise InvalidArgumentError(f"{name} must be a str, got {getattr(self, name)!r:.200}")
         if type(self.socket_receive_buffer_bytes) is not int or not (
                 self.socket_receive_buffer_bytes == -1 or 1024 <= self.socket_receive_buffer_bytes <= 1 << 30):
             raise InvalidArgumentError("socket_receive_buffer_bytes must be -1 (the system's) or in [1024, 2**30], "

@@ -5,6 +5,9 @@ which the JVM refuses for every Python data source before any pylog code runs. K
 (and ``error``/``errorifexists`` given explicitly) and appends. :func:`install` wraps PySpark's
 ``DataFrameWriter`` (classic, and Spark Connect's when its client is loaded) so that a write whose format is
 ``pylog`` and whose mode is unset, ``error``, ``errorifexists`` or ``default`` is sent as ``append``.
+With the JVM reader's jar loaded (classic or on a Spark Connect server) the JVM provider appends in Spark's
+default mode itself and the wrapper changes nothing that matters; it is what makes the default mode work
+for the Python source alone.
 
 Invariants:
 - Only writes whose format is ``pylog`` change; every other write goes through PySpark untouched.
@@ -12,7 +15,8 @@ Invariants:
   pylog's message: a topic is append-only).
 - Installing is idempotent and needs no SparkSession; it must run in the driver's Python process before
   ``save()`` (importing :mod:`pylog.spark` does it; PySpark's discovery of ``pyspark_pylog`` happens in a
-  worker process and cannot).
+  worker process and cannot). Spark Connect's writer is wrapped only once its client is loaded, which
+  :func:`pylog.spark.register` and :func:`pylog.spark.session` do for a Connect session (they install again).
 """
 
 from __future__ import annotations

@@ -974,10 +974,14 @@ def _kafka_batch_sig(kb: Any) -> str:
 #: Argument generators for the functions of pylog._native this script knows: name -> (rng, typed) -> args,
 #: and the reference check of a result (None: any result is fine). A function not listed is skipped with a note.
 def _crc_args(rng: random.Random, typed: list) -> tuple:
-    data: Any = rng.randbytes(rng.choice((0, 1, 3, 7, 8, 15, 16, 63, 64, 100, 1000, 5000)))
+    # Long ones too: the three-stream loops (3 x 256 and 3 x 8192 bytes) and their prefetches past the end.
+    data: Any = rng.randbytes(rng.choice((0, 1, 3, 7, 8, 15, 16, 63, 64, 100, 1000, 5000, 24576 + rng.randrange(64),
+                                          rng.randrange(65536, 70000))))
     r = rng.random()
     if r < 0.1:
         data = memoryview(data)[rng.randrange(len(data) + 1):]
+    elif r < 0.13:
+        data = memoryview(data)[rng.randrange(64):]  # every alignment within a cache line
     elif r < 0.15:
         data = bytearray(data)
     elif r < 0.2:

@@ -43,6 +43,9 @@ _MAX_RELATIVE = 0xFFFFFFFF
 _COMPRESSED = ("lz4", "gzip", "snappy", "zstd")
 #: Producer sequence numbers wrap here.
 SEQ_MOD = 1 << 31
+#: A drain's batches go through the one-pass packed encoder only when they hold at least this many records
+#: on average (see :meth:`Appender.encode_runs`).
+PACKED_RECORDS_PER_BATCH = 4
 
 
 class Columns(NamedTuple):
@@ -165,10 +168,12 @@ class Appender:
                     # timestamp instead of a column to look at, which writes the same bytes.
                     stamp = int(timestamps[0])
                     timestamps = None
-        if len(bounds) > 1 and headers is None and not contiguous and codec == CODEC_NONE and (
-                timestamps is None or isinstance(timestamps, np.ndarray)):
+        if len(bounds) > 1 and n >= PACKED_RECORDS_PER_BATCH * len(bounds) and headers is None and (
+                not contiguous and codec == CODEC_NONE and (timestamps is None or isinstance(timestamps, np.ndarray))):
             # A producer's drain cut at batch_size: every batch in one compiled pass, into one buffer that
             # the writer writes with one writev (:meth:`BatchWriter.write`); declined inputs go on below.
+            # Not for batches of a record or two (records near or over batch_size): copying their values
+            # into a fresh buffer costs more than the batch-by-batch path, which writes them where they are.
             packed = encode_runs_packed(vlens, vparts, klens, kparts, timestamps, [stop for _, stop in bounds],
                                         EncodeOptions(first, stamp, codec, log_append, pid, epoch, seq, False,
                                                       transactional), max_bytes)

@@ -35,11 +35,12 @@ Invariants:
 from __future__ import annotations
 
 import struct
-from typing import Any, NamedTuple
+from typing import Any, Callable, NamedTuple
 
 import crc32c as _crc32c
 import numpy as np
 
+from ...accel import native as _native
 from ...errors import CorruptRecordError, InvalidRecordError
 
 __all__ = [
@@ -47,7 +48,7 @@ __all__ = [
     "CODEC_NONE", "CODEC_LZ4", "CODEC_MASK", "ATTR_LOG_APPEND_TIME", "ATTR_TRANSACTIONAL", "ATTR_CONTROL",
     "ATTR_KEYS", "ATTR_TIMESTAMPS", "ATTR_HEADERS", "ATTR_OFFSET_DELTAS", "KNOWN_ATTRS", "CREATE_TIME",
     "LOG_APPEND_TIME", "LZ4_MAX_RATIO", "I32", "I64", "NULL_LENGTH", "RECORD_OVERHEAD", "WALK",
-    "BatchHeader", "crc32c", "parse_header", "check_header", "batch_crc", "stamp_base_offset", "pack_header",
+    "BatchHeader", "CRC32C", "crc32c", "parse_header", "check_header", "batch_crc", "stamp_base_offset", "pack_header",
     "length_stats",
 ]
 
@@ -93,9 +94,16 @@ NULL_LENGTH = (-1).to_bytes(4, "little", signed=True)
 RECORD_OVERHEAD = 16
 
 
+#: ``CRC32C(data, value=0)``, the CRC-32C function of the live path (:mod:`pylog.accel`): the compiled
+#: accelerator's, which fetches memory ahead of its three streams (a batch read for the first time is in memory,
+#: not cache: ~25% less CPU for 64 KiB), or the ``crc32c`` package's, the pure-Python path's reference. Both
+#: use the SSE4.2 instruction where the CPU has it and give the same results (tests/test_native_accel.py).
+CRC32C: Callable[..., int] = _crc32c.crc32c if _native is None else _native.crc32c
+
+
 def crc32c(data: Any, value: int = 0) -> int:
     """CRC-32C (Castagnoli) of ``data`` continuing from ``value``; hardware-accelerated where available."""
-    return _crc32c.crc32c(data, value)
+    return CRC32C(data, value)
 
 
 # ---------------------------------------------------------------------------------------------- header
@@ -203,7 +211,7 @@ def check_header(h: BatchHeader, path: str | None = None, position: int | None =
 def batch_crc(batch: Any) -> int:
     """The CRC a whole encoded batch should carry: bytes [0, 8) (base offset) then [17, end)."""
     mv = memoryview(batch)
-    return _crc32c.crc32c(mv[CRC_START:], _crc32c.crc32c(mv[:8]))
+    return CRC32C(mv[CRC_START:], CRC32C(mv[:8]))
 
 
 #: base_offset, batch_length, magic, crc, last_offset_delta (attributes skipped): what checked_prefix reads.
@@ -231,9 +239,9 @@ def pack_header(fields: tuple, body_parts: list) -> tuple[bytes, BatchHeader]:
     except struct.error as exc:
         raise InvalidRecordError(f"a batch header field is out of range (base offset, timestamps, producer id, "
                                  f"epoch or sequence): {exc}") from None
-    crc = _crc32c.crc32c(memoryview(hdr)[CRC_START:], _crc32c.crc32c(memoryview(hdr)[:8]))
+    crc = CRC32C(memoryview(hdr)[CRC_START:], CRC32C(memoryview(hdr)[:8]))
     for part in body_parts:
-        crc = _crc32c.crc32c(part, crc)
+        crc = CRC32C(part, crc)
     struct.pack_into("<I", hdr, CRC_POS, crc)
     return bytes(hdr), _new_header(BatchHeader, (*fields[:3], crc, *fields[4:]))
 

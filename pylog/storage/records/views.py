@@ -19,7 +19,6 @@ import itertools
 import struct
 from typing import Any, Callable, Iterable
 
-import crc32c as _crc32c
 import lz4.block as _lz4
 import msgpack
 import numpy as np
@@ -28,7 +27,7 @@ from ...accel import native as _native
 from ...errors import CorruptRecordError
 from .format import (ATTR_HEADERS, ATTR_KEYS, ATTR_LOG_APPEND_TIME, ATTR_OFFSET_DELTAS, ATTR_TIMESTAMPS, CODEC_LZ4,
                      CODEC_MASK, CRC_START, HEADER_SIZE, I32, I64, LENGTH_PREFIX, MAGIC, NULL_LENGTH, WALK,
-                     BatchHeader, check_header, length_stats, parse_header)
+                     CRC32C, BatchHeader, check_header, length_stats, parse_header)
 from .record import EMPTY_HEADERS, Record, gc_paused
 
 __all__ = ["BatchView", "RecordColumns", "checked_prefix", "Layout", "batch_layout_pure", "batch_layout_native",
@@ -50,7 +49,7 @@ def checked_prefix(buf: Any, pos: int, end: int, prev_offset: int) -> tuple[int,
     :func:`check_header` and :meth:`BatchView.from_buffer` say what is wrong with the batch it stops at.
     """
     mv = memoryview(buf)
-    unpack, crc = WALK.unpack_from, _crc32c.crc32c
+    unpack, crc = WALK.unpack_from, CRC32C
     while pos + HEADER_SIZE <= end:
         base, length, magic, stored, last_delta = unpack(buf, pos)
         size = length + LENGTH_PREFIX
@@ -257,7 +256,7 @@ class BatchView:
         mv = memoryview(buf)[pos:pos + total]
         if len(mv) != total:
             raise CorruptRecordError(f"batch of {total} bytes truncated to {len(mv)}", path, where)
-        if verify_crc and _crc32c.crc32c(mv[CRC_START:], _crc32c.crc32c(mv[:8])) != h[3]:
+        if verify_crc and CRC32C(mv[CRC_START:], CRC32C(mv[:8])) != h[3]:
             raise CorruptRecordError("batch checksum mismatch", path, where)
         stored = mv[HEADER_SIZE:]
         if h[4] & CODEC_MASK == CODEC_LZ4:
