@@ -476,7 +476,10 @@ class Partition:
         return self._durability.roll(lambda: self._snapshot_producers(durable=False, rolled=True))
 
     def _snapshot_producers(self, durable: bool = True, rolled: bool = False) -> None:
-        self._appender.snapshot_producers(self._local.segments[-1].next_offset, durable=durable, rolled=rolled)
+        # Shipping: the store has a remote location (its remote log is attached), whose upload thread removes
+        # the copies kept at rolls once their segments are shipped.
+        self._appender.snapshot_producers(self._local.segments[-1].next_offset, durable=durable, rolled=rolled,
+                                          shipping=self._internals.remote_reads is not None)
 
     # ------------------------------------------------------------------ rolls and flushes
 

@@ -191,8 +191,18 @@ class Store:
         """Refuse a writing call at once, before it touches anything, on a read-only handle."""
         self._check_open()
         if self.read_only:
-            raise ReadOnlyStoreError(f"cannot {doing}: the store {self.path} was opened with read_only=True, which "
-                                     "never writes; open it without read_only (on writable storage) to do that")
+            raise ReadOnlyStoreError(f"cannot {doing}: {self.read_only_reason}, which never writes; "
+                                     f"{self.read_only_remedy}")
+
+    @property
+    def read_only_reason(self) -> str:
+        """What makes this store read-only, for messages ("the store DIR was opened with read_only=True")."""
+        return f"the store {self.path} was opened with read_only=True"
+
+    @property
+    def read_only_remedy(self) -> str:
+        """What to do instead of a write this store refuses, for messages."""
+        return "open it without read_only (on writable storage) to do that"
 
     @property
     def closed(self) -> bool:
@@ -759,6 +769,10 @@ class AutoCreatingStore:
     @property
     def settings(self) -> dict[str, Any]:
         return self._store.settings
+
+    @property
+    def read_only_reason(self) -> str:
+        return self._store.read_only_reason
 
     @property
     def closed(self) -> bool:

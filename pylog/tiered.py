@@ -9,8 +9,9 @@ Invariants:
   restored store's ``__consumer_offsets`` once it is a store; a restore interrupted before that leaves a
   store without them: restore again into a new directory.
 - An attached store holds no record locally: a private temporary directory with the store marker, the
-  topics' files and one empty segment per partition at its remote log end (below which every read falls
-  through to the bucket); it is removed when the store closes. It sees what was shipped when it was
+  topics' files, one empty segment per partition at its remote log end (below which every read falls
+  through to the bucket) and the groups' shipped committed offsets, committed there before it is opened
+  read-only; it is removed when the store closes. It sees what was shipped when it was
   opened (the manifests then); attach again to see later uploads.
 """
 
@@ -68,9 +69,14 @@ def restore(location: str, directory: str, **options: Any) -> RestoredStore:
                 advance_to(os.path.join(directory, PRODUCER_IDS_FILE), "producer id file",
                            max(d.producer_id for _, d in producers) + 1)
         _abort_open_transactions(producers)
-        for group, offsets in sorted(restored.group_offsets.items()):
-            store.commit_offsets(group, offsets)
+        _commit_group_offsets(store, restored)
     return restored
+
+
+def _commit_group_offsets(store: Store, restored: RestoredStore) -> None:
+    """Commit the groups' shipped offsets into the store just restored (or stubbed for an attach)."""
+    for group, offsets in sorted(restored.group_offsets.items()):
+        store.commit_offsets(group, offsets)
 
 
 def _abort_open_transactions(producers: list[tuple[Partition, ProducerDescription]]) -> None:
@@ -91,6 +97,14 @@ class AttachedStore(Store):
     """A read-only :class:`~pylog.store.Store` over a location in a bucket (see :func:`attach`); closing it
     removes its temporary directory."""
 
+    @property
+    def read_only_reason(self) -> str:
+        return f"the store attached from {self.settings['remote.storage.location']} (pylog.attach) is read-only"
+
+    @property
+    def read_only_remedy(self) -> str:
+        return "pylog.restore(location, directory) copies it into a store that can"
+
     def close(self) -> None:
         try:
             super().close()
@@ -100,9 +114,11 @@ class AttachedStore(Store):
 
 def attach(location: str, **options: Any) -> AttachedStore:
     """Open the store shipped to ``location`` (``s3://bucket/prefix``) read-only, with no local store:
-    ``read``, ``read_columns``, consumers (without a group: nothing can be committed) and the Spark source
-    read every shipped offset from the bucket, CRC-checked, through the read cache. It sees what was shipped
-    when it was opened.
+    ``read``, ``read_columns``, consumers and the Spark source read every shipped offset from the bucket,
+    CRC-checked, through the read cache. It sees what was shipped when it was opened, the groups' committed
+    offsets included (``committed_offsets``; a consumer with a ``group_id`` and ``enable_auto_commit=False``
+    that calls ``assign()`` starts at them). Nothing can be written: joining a group, committing,
+    producing raise :class:`~pylog.errors.ReadOnlyStoreError` naming the attach.
 
     :param options: ``remote.storage.*`` settings other than the location, and store settings, as
         :func:`pylog.open` takes them (``remote_storage_endpoint_url=...``).
@@ -113,7 +129,10 @@ def attach(location: str, **options: Any) -> AttachedStore:
         raise InvalidArgumentError(f"attach takes a location s3://bucket/prefix, got {location!r:.200}")
     directory = tempfile.mkdtemp(prefix="pylog-attach-")
     try:
-        restore_store(_objects(location, options), directory, attach=True)
+        restored = restore_store(_objects(location, options), directory, attach=True)
+        if restored.group_offsets:
+            with Store(directory, log_cleaner_enable=False) as store:
+                _commit_group_offsets(store, restored)
         return AttachedStore(directory, read_only=True, remote_storage_location=location,
                              **{"log_cleaner_enable": False, **options})
     except BaseException:

@@ -147,3 +147,63 @@ class FaultProxy:
         self._server.shutdown()
         self._server.server_close()
         self._thread.join(timeout=10)
+
+
+#: The program of :class:`MotoProcess`: a moto S3 server on 127.0.0.1 that prints its port, then lives until
+#: its stdin closes (its parent ended, however it ended) or its lifetime is up, whichever comes first.
+_SERVER_PROGRAM = """
+import os, sys, threading
+from moto.server import ThreadedMotoServer
+lifetime = float(sys.argv[1])
+server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+server.start()
+print("%s:%d" % server.get_host_and_port(), flush=True)
+threading.Timer(lifetime, lambda: os._exit(0)).start()
+sys.stdin.read()
+os._exit(0)
+"""
+
+
+class MotoProcess:
+    """A moto S3 server in a process of its own, for scripts that fork (tests/torture/tiered_torture.py: a
+    server's threads in the forking process would be copied into every child mid-request). It binds to
+    127.0.0.1 and ends when this object closes, when the process that started it ends (its stdin closes),
+    or after ``lifetime`` seconds. The fixed test credentials (:data:`S3_TEST_ENV`) are put in ``os.environ``
+    so the clients of this process and of its children reach it. Use as a context manager."""
+
+    def __init__(self, lifetime: float) -> None:
+        import subprocess  # noqa: PLC0415 - test helper, kept beside its one use
+        import sys  # noqa: PLC0415
+
+        os.environ.update(_ENV)
+        self._proc = subprocess.Popen([sys.executable, "-c", _SERVER_PROGRAM, str(lifetime)],
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
+                                      text=True)  # its stderr: a log line per request
+        assert self._proc.stdout is not None
+        line = self._proc.stdout.readline().strip()
+        if not line:
+            self._proc.wait(10)
+            raise RuntimeError(f"the moto server did not start (exit code {self._proc.returncode})")
+        self.endpoint = f"http://{line}"
+
+    def bucket(self) -> str:
+        """A new, empty bucket's name."""
+        name = f"pylog-{uuid.uuid4().hex[:16]}"
+        raw_client(self.endpoint).create_bucket(Bucket=name)
+        return name
+
+    def close(self) -> None:
+        if self._proc.poll() is None:
+            assert self._proc.stdin is not None
+            self._proc.stdin.close()
+            try:
+                self._proc.wait(10)
+            except Exception:  # noqa: BLE001 - it did not end by itself: end it
+                self._proc.kill()
+                self._proc.wait(10)
+
+    def __enter__(self) -> "MotoProcess":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

@@ -206,6 +206,17 @@ def test_a_bucket_path_is_for_batch_reads_only_and_s3a_is_refused_saying_why(tmp
     assert not list(tmp_path.iterdir())  # nothing created under the working directory
 
 
+def test_a_stream_of_a_bucket_is_refused_for_its_path_not_for_the_bucket_options_with_it(store_path):
+    """``readStream...load("s3://...")`` with the bucket's options (as the batch read of it takes) is refused
+    for the path, saying streams need the store directory; those options on a stream of a directory are
+    refused as applying to a bucket path only."""
+    with pytest.raises(InvalidOptionError, match=r"'path'.*batch reads only read a bucket.*streaming reads need"):
+        parse_read_options({"path": "s3://bucket/store", "subscribe": "t",
+                            "remote.storage.endpoint.url": "http://127.0.0.1:9"}, streaming=True)
+    with pytest.raises(InvalidOptionError, match=r"remote.storage.region.*applies to a path s3://"):
+        parse_read_options({"path": store_path, "subscribe": "t", "remote.storage.region": "x"}, streaming=True)
+
+
 # ----------------------------------------------------------------------------------------------- planning
 
 

@@ -530,6 +530,32 @@ def test_read_committed_of_shipped_segments_drops_aborted_transactions_after_loc
         assert internals(part).aborted_transactions(0, 10) == [(7, 0)]  # what pylog serve's Fetch sends
 
 
+def test_a_tiered_topic_opened_without_a_location_keeps_only_the_newest_snapshot_copy(tmp_path, remote_settings):
+    """Without a remote location nothing ships, so nothing would remove the producer snapshots kept at rolls
+    for shipping: only the newest is kept (the last closed segment's). Opened with the location again, the
+    upload thread ships every closed segment, the last one with that snapshot, and the copy goes."""
+    root = tmp_path / "s"
+    pdir = root / TOPIC / "0"
+    with _open(root, remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+    with pylog.open(str(root), log_cleaner_enable=False) as store:
+        part = store.topic(TOPIC).partition(0)
+        for seq in range(60):
+            part.append_values([b"x" * 100] * 5, producer=(5, 0, seq * 5))
+            kept = sorted(int(p.name[:20]) for p in pdir.glob("[0-9]*.snapshot"))
+            assert kept == ([part.segments[-1].base_offset] if len(part.segments) > 1 else [])
+        assert len(part.segments) > 10
+        last_closed_end = part.segments[-1].base_offset
+    with _open(root, remote_settings) as store:
+        part = store.topic(TOPIC).partition(0)
+        part.append_values([b"the writer again"], producer=(5, 0, 300))
+        store.upload_to_remote()
+        m = store.remote_log(TOPIC, 0).manifest()
+        assert m.end_offset == last_closed_end
+        assert m.segments[-1].snapshot_size > 0 and all(s.snapshot_size == -1 for s in m.segments[:-1])
+        assert not list(pdir.glob("[0-9]*.snapshot"))
+
+
 def test_a_new_producer_of_a_restored_store_gets_a_producer_id_of_its_own(tmp_path, remote_settings):
     """The producer id counter is not in the bucket: a restore started it at 0 again, so the first new
     producer got the id of a producer the restored partitions remember, and its first batch (sequence 0) was
@@ -697,6 +723,69 @@ def test_a_store_attached_read_only_from_the_bucket_reads_every_shipped_record(t
     assert not os.path.exists(directory)  # the attach's temporary directory went with the store
 
 
+def test_an_attached_stores_stub_segments_have_valid_indexes_and_log_no_warning(tmp_path, remote_settings, caplog):
+    """``pylog.attach`` stubs each partition with an empty segment at the remote end: its indexes are there,
+    sealed and empty (the core's index reader opens them as they are), so reading the attached store logs no
+    "rebuilding indexes ... index file missing" warning."""
+    import logging
+
+    from pylog.index import OffsetIndex, TimeIndex
+    from pylog.storage.remote.index_file import check_sealed
+
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        values = _fill(store.topic(TOPIC).partition(0), 40)
+        store.upload_to_remote()
+        end = store.remote_log(TOPIC, 0).manifest().end_offset
+    opts = {k.replace(".", "_"): v for k, v in remote_settings.items() if k != "remote.storage.location"}
+    caplog.set_level(logging.WARNING, logger="pylog")
+    with pylog.attach(remote_settings["remote.storage.location"], **opts) as store:
+        pdir = Path(store.path) / TOPIC / "0"
+        for kind, suffix in ((OffsetIndex, ".index"), (TimeIndex, ".timeindex")):
+            idx = kind.open(str(pdir / f"{end:020d}{suffix}"), end)
+            assert idx.sealed and idx.count == 0
+            idx.close()
+            check_sealed((pdir / f"{end:020d}{suffix}").read_bytes(), kind.MAGIC, end, suffix)
+        part = store.topic(TOPIC).partition(0)
+        assert part.offsets() == (0, end)
+        got: list[bytes] = []
+        while len(got) < end:  # a remote read ends at its segment's end
+            got += [r.value for r in part.read(len(got), max_records=10 ** 6, max_bytes=1 << 30)]
+        assert got == values[:end] and part.read(end) == []
+    assert [r.getMessage() for r in caplog.records if r.name.startswith("pylog")] == []
+
+
+def test_an_attached_store_starts_assigned_group_consumers_at_the_shipped_offsets_and_refuses_commits(
+        tmp_path, remote_settings):
+    """An attached store has the groups' committed offsets as shipped (``group.offsets``): a consumer with the
+    group that calls ``assign()`` starts there (not at ``auto_offset_reset``); joining the group, committing and
+    ``commit_offsets`` raise ReadOnlyStoreError naming the attach, not the private directory."""
+    from pylog.structs import TopicPartition
+
+    tp = TopicPartition(TOPIC, 0)
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        values = _fill(store.topic(TOPIC).partition(0), 40)
+        store.commit_offsets("readers", {tp: 42})
+        store.upload_to_remote()
+    location = remote_settings["remote.storage.location"]
+    opts = {k.replace(".", "_"): v for k, v in remote_settings.items() if k != "remote.storage.location"}
+    with pylog.attach(location, **opts) as store:
+        assert store.committed_offsets("readers")[tp].offset == 42
+        consumer = store.consumer(group_id="readers", enable_auto_commit=False, auto_offset_reset="earliest")
+        consumer.assign([tp])
+        got = [r for records in consumer.poll(timeout_ms=5000).values() for r in records]
+        assert got and got[0].offset == 42 and got[0].value == values[42]
+        with pytest.raises(pylog.ReadOnlyStoreError, match=f"attached from {location}"):
+            consumer.commit()
+        consumer.close()
+        with pytest.raises(pylog.ReadOnlyStoreError, match=f"attached from {location}"):
+            store.consumer(TOPIC, group_id="readers", enable_auto_commit=False)
+        with pytest.raises(pylog.ReadOnlyStoreError, match="pylog.restore"):
+            store.commit_offsets("readers", {tp: 1})
+        assert store.committed_offsets("readers")[tp].offset == 42
+
+
 def test_spark_reads_a_shipped_topic_from_the_bucket_alone(tmp_path, remote_settings, spark):
     """``spark.read.format("pylog").load("s3://bucket/prefix")``: no store directory anywhere (the shipping
     store is gone); the driver plans from the shipped manifests, the executors read the segments by ranged
@@ -719,6 +808,18 @@ def test_spark_reads_a_shipped_topic_from_the_bucket_alone(tmp_path, remote_sett
     for p in (0, 1):
         got = [bytes(r.value) for r in rows if r.partition == p]
         assert got == shipped[p] and [r.offset for r in rows if r.partition == p][-1] == ends[p] - 1
+    # A stream of the bucket is refused, saying why: an attached store sees what was shipped when it was
+    # opened, so a stream would never see a new record (docs/SPARK.md, "Reading a bucket").
+    stream = (spark.readStream.format("pylog").option("subscribe", TOPIC)
+              .option("remote.storage.endpoint.url", remote_settings["remote.storage.endpoint.url"]))
+    with pytest.raises(Exception, match="batch reads only read a bucket") as refused:
+        query = stream.load(remote_settings["remote.storage.location"]).writeStream.format("memory") \
+            .queryName("bucket_stream").start()
+        try:
+            query.processAllAvailable()  # the refusal may come when the stream plans its first micro-batch
+        finally:
+            query.stop()
+    assert "path" in str(refused.value)
 
 
 # ------------------------------------------------------------------------------------------ failures

@@ -143,8 +143,8 @@ class Consumer:
                                      f"{cfg['auto_offset_reset']!r}")
         if cfg["group_id"] is not None and store.read_only and cfg["enable_auto_commit"]:
             raise ReadOnlyStoreError(
-                f"group {cfg['group_id']!r}: the store {store.path} was opened with read_only=True and cannot take "
-                "commits; pass enable_auto_commit=False and assign() partitions (they start from the group's "
+                f"group {cfg['group_id']!r}: {store.read_only_reason} and cannot take commits; pass "
+                "enable_auto_commit=False and assign() partitions (they start from the group's "
                 "committed offsets), or leave out group_id")
         if cfg["isolation_level"] not in ("read_uncommitted", "read_committed"):
             raise InvalidConfigError(f"isolation_level must be read_uncommitted or read_committed, got "
@@ -209,8 +209,8 @@ class Consumer:
         if self._group_id is not None and self._member is None:
             if self._store.read_only:
                 raise ReadOnlyStoreError(
-                    f"group {self._group_id!r}: joining a group writes to the store, and {self._store.path} was "
-                    "opened with read_only=True; assign() partitions instead (they start from the group's "
+                    f"group {self._group_id!r}: joining a group writes to the store, and "
+                    f"{self._store.read_only_reason}; assign() partitions instead (they start from the group's "
                     "committed offsets), or subscribe without a group_id")
             cfg = self.config
             self._member = GroupMember(self._store, self._group_id, cfg["client_id"] or "pylog", self._strategies,
@@ -368,8 +368,7 @@ class Consumer:
         if self._group_id is None or self._offsets is None:
             raise InvalidConfigError("commit() needs a consumer with a group_id")
         if self._store.read_only:
-            raise ReadOnlyStoreError(f"group {self._group_id!r}: cannot commit, the store {self._store.path} was "
-                                     "opened with read_only=True")
+            raise ReadOnlyStoreError(f"group {self._group_id!r}: cannot commit, {self._store.read_only_reason}")
         if offsets is None:
             self._settle()
             offsets = {tp: OffsetAndMetadata(pos, "") for tp, pos in self._positions.items()

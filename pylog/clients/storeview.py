@@ -51,6 +51,11 @@ class StoreView(Protocol):
     read_only: bool
 
     @property
+    def read_only_reason(self) -> str:
+        """What makes the store read-only, for messages ("the store DIR was opened with read_only=True")."""
+        ...
+
+    @property
     def settings(self) -> dict[str, Any]:
         """Store-level settings (e.g. ``offsets.topic.num.partitions``)."""
         ...

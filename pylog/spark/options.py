@@ -401,7 +401,10 @@ def parse_read_options(options: Mapping[str, str], *, streaming: bool | None = F
     if streaming is None:
         mode, allowed = "reads", _BATCH_READ + _STREAM_ONLY
     elif streaming:
-        mode, allowed = "streaming reads", tuple(n for n in _BATCH_READ if n not in _BATCH_ONLY) + _STREAM_ONLY
+        # The bucket's options pass here so that a stream of a bucket is refused for what it is (below, by
+        # store_path) rather than for the options that come with it; on a directory they are refused after.
+        mode, allowed = "streaming reads", tuple(n for n in _BATCH_READ if n not in _BATCH_ONLY) + _STREAM_ONLY \
+            + _REMOTE
     else:
         mode, allowed = "batch reads", _BATCH_READ
     isolation = _isolation_level(options)

@@ -149,10 +149,12 @@ def content(n: int, stream: int = 0, tomb: bool = False) -> tuple[bytes, bytes |
     return key, b"%d.%d:" % (stream, n) + d[5:5 + d[6] % 12] * (1 + d[7] % 4)
 
 
-def append_expected(p: pylog.Partition, first: int, n: int, tomb: bool = False) -> int:
-    """Append stream 0's records [first, first + n); returns the offset after them."""
+def append_expected(p: pylog.Partition, first: int, n: int, tomb: bool = False,
+                    producer: tuple[int, int, int] | None = None) -> int:
+    """Append stream 0's records [first, first + n) (as idempotent producer ``(id, epoch, first sequence)``
+    when given); returns the offset after them."""
     recs = [content(o, 0, tomb) for o in range(first, first + n)]
-    got = p.append_values([v for _, v in recs], keys=[k for k, _ in recs])
+    got = p.append_values([v for _, v in recs], keys=[k for k, _ in recs], producer=producer)
     assert got == first, f"append at {first} landed at {got}"
     return first + n
 
@@ -1088,25 +1090,36 @@ def run(mode: str, workdir: str, seed: int | None = None, only: tuple[str, ...] 
     return counts
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def mode_parser(doc: str, full_help: str, short_help: str) -> argparse.ArgumentParser:
+    """A torture script's command line: ``--full`` or ``--short``, ``--seed``, ``--workdir``."""
+    ap = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     g = ap.add_mutually_exclusive_group(required=True)
-    g.add_argument("--full", action="store_true", help="release mode: >= 1,000 kills")
-    g.add_argument("--short", action="store_true", help="CI mode: a few dozen kills")
+    g.add_argument("--full", action="store_true", help=full_help)
+    g.add_argument("--short", action="store_true", help=short_help)
     ap.add_argument("--seed", type=int, default=None)
-    ap.add_argument("--only", nargs="*", default=(), help="scenarios to run (default: all)")
     ap.add_argument("--workdir", default=None, help="default: a temporary directory, removed afterwards")
+    return ap
+
+
+def in_workdir(workdir: str | None, prefix: str, body: Callable[[str], dict]) -> dict:
+    """``body(directory)`` in ``workdir``, or in a new temporary directory removed afterwards."""
+    import tempfile
+    directory = workdir or tempfile.mkdtemp(prefix=prefix)
+    try:
+        return body(directory)
+    finally:
+        if workdir is None:
+            shutil.rmtree(directory, ignore_errors=True)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = mode_parser(__doc__, "release mode: >= 1,000 kills", "CI mode: a few dozen kills")
+    ap.add_argument("--only", nargs="*", default=(), help="scenarios to run (default: all)")
     args = ap.parse_args(argv)
     # Recoveries log a warning each (a swap finished, a torn tail cut): expected here by the hundred.
     logging.getLogger("pylog").setLevel(logging.ERROR)
-    import tempfile
-    workdir = args.workdir or tempfile.mkdtemp(prefix="pylog-torture-")
-    try:
-        counts = run("full" if args.full else "short", workdir, args.seed, tuple(args.only),
-                     log=lambda s: print(s, flush=True))
-    finally:
-        if args.workdir is None:
-            shutil.rmtree(workdir, ignore_errors=True)
+    counts = in_workdir(args.workdir, "pylog-torture-", lambda workdir: run(
+        "full" if args.full else "short", workdir, args.seed, tuple(args.only), log=lambda s: print(s, flush=True)))
     print("kills that landed inside each path:")
     for p in PATHS:
         print(f"  {p:14s} {counts['inside'][p]}")

@@ -23,7 +23,7 @@ import numpy as np
 
 from ...config import TopicConfig
 from ...errors import InvalidRecordError, RecordTooLargeError
-from ..filenames import SEGMENT_SNAPSHOT_SUFFIX, segment_path
+from ..filenames import SEGMENT_SNAPSHOT_SUFFIX, remove_segment_snapshots, segment_path
 from ..producer_state import SNAPSHOT_FILE, ProducerState
 from ..records import (CODEC_LZ4, CODEC_NONE, HEADER_SIZE, RECORD_OVERHEAD, BatchHeader, EncodeOptions, encode_parts,
                        encode_runs_packed,
@@ -123,16 +123,22 @@ class Appender:
             self._producers = state
         return state
 
-    def snapshot_producers(self, end_offset: int, durable: bool = True, rolled: bool = False) -> None:
+    def snapshot_producers(self, end_offset: int, durable: bool = True, rolled: bool = False,
+                           shipping: bool = True) -> None:
         """Write the producer table's snapshot (if loaded) as of ``end_offset``. At a roll (``rolled``) of a
         topic with ``remote.storage.enable``, also keep it as ``<end_offset>.snapshot`` (a hard link: the
         next snapshot replaces ``producer.snapshot`` by rename), which the rolled segment is shipped with
-        (docs/ARCHITECTURE.md, "Tiered storage", point 5); the upload thread removes it once shipped."""
+        (docs/ARCHITECTURE.md, "Tiered storage", point 5); the upload thread removes it once shipped.
+        Without ``shipping`` (the store has no remote location: nothing ships, so nothing removes them) only
+        the newest is kept: the one an upload thread catching up later ships with the last closed segment,
+        which is the producer state a restore takes (the segments before it ship without one)."""
         if self._producers is not None:
             self._producers.expire(now_ms(), self.config["producer.id.expiration.ms"])
             self._producers.write_snapshot(self.directory, end_offset, durable=durable)
             if rolled and self.config["remote.storage.enable"]:
                 _keep_segment_snapshot(self.directory, end_offset)
+                if not shipping:
+                    remove_segment_snapshots(self.directory, end_offset - 1)
 
     def forget_producers(self) -> None:
         """Another writer may append idempotent batches before this handle writes again: reload then."""

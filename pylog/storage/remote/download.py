@@ -22,6 +22,7 @@ from ..fileio import fsync_dir
 from ..filenames import CHECKPOINT_FILE, INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from ..producer_state import SNAPSHOT_FILE
 from ..txn_index import TXN_INDEX_SUFFIX
+from .index_file import OFFSET_INDEX_MAGIC, TIME_INDEX_MAGIC, empty_sealed_index
 from .layout import segment_object
 from .manifest import Manifest, RemoteSegment
 from .objects import ObjectStore
@@ -70,14 +71,18 @@ def restore_partition(objects: ObjectStore, topic: str, partition: int, m: Manif
 
 def stub_partition(m: Manifest, directory: str) -> None:
     """A partition in ``directory`` (absent or empty) holding none of ``m``'s records locally: an empty segment
-    at the remote log end and a clean checkpoint with the log start there, so that every offset of the remote
-    log lies below the local log start and reads fall through to the bucket (a read-only attach).
+    at the remote log end (with empty sealed indexes, so readers find them as for any segment) and a clean
+    checkpoint with the log start there, so that every offset of the remote log lies below the local log start
+    and reads fall through to the bucket (a read-only attach).
 
     :raises StorePathError: when ``directory`` holds files.
     """
     os.makedirs(directory, exist_ok=True)
     if os.listdir(directory):
         raise StorePathError(f"a partition stub needs an empty directory, {directory} holds files")
+    for suffix, magic in ((INDEX_SUFFIX, OFFSET_INDEX_MAGIC), (TIMEINDEX_SUFFIX, TIME_INDEX_MAGIC)):
+        with open(segment_path(directory, m.end_offset, suffix), "xb") as f:  # indexes first, as at a roll
+            f.write(empty_sealed_index(magic, m.end_offset))
     open(segment_path(directory, m.end_offset, LOG_SUFFIX), "xb").close()
     write_checkpoint(os.path.join(directory, CHECKPOINT_FILE),
                      Checkpoint(recovery_point=m.end_offset, log_start_offset=m.end_offset, clean=True))

@@ -1,4 +1,5 @@
-"""Sealed index files as bytes: the check before shipping one, and offset lookups in a downloaded one.
+"""Sealed index files as bytes: the check before shipping one, offset lookups in a downloaded one, and the
+empty pair of a read-only attach's stub segment.
 
 The storage core's index classes work on mmapped files they own and may still grow; tiered storage handles
 *sealed* index files only, as bytes read once (before upload) or fetched from the bucket (for remote reads),
@@ -18,6 +19,7 @@ so it reads the layout of docs/FORMAT.md ("Indexes") directly:
 
 Invariants: :func:`check_sealed` accepts only a whole sealed file whose two checksums hold, whose base
 offset is the segment's and whose size is exactly its header's; every lookup runs on such bytes.
+:func:`empty_sealed_index` makes bytes :func:`check_sealed` accepts (and the core's index reader opens).
 """
 
 from __future__ import annotations
@@ -30,7 +32,8 @@ import numpy as np
 from ...errors import CorruptRecordError
 from ..records.format import crc32c
 
-__all__ = ["SealedIndex", "check_sealed", "OFFSET_INDEX_MAGIC", "TIME_INDEX_MAGIC", "MAX_SEALED_INDEX_BYTES"]
+__all__ = ["SealedIndex", "check_sealed", "empty_sealed_index", "OFFSET_INDEX_MAGIC", "TIME_INDEX_MAGIC",
+           "MAX_SEALED_INDEX_BYTES"]
 
 OFFSET_INDEX_MAGIC = b"PLXO"
 TIME_INDEX_MAGIC = b"PLXT"
@@ -87,3 +90,13 @@ def check_sealed(raw: bytes, magic: bytes, base_offset: int, where: str) -> Seal
     if count and bool(np.any(np.diff(a) <= 0)):
         raise CorruptRecordError("index entries are not strictly increasing", where, _HEADER.size)
     return SealedIndex(magic, base, a, b, max_ts)
+
+
+def empty_sealed_index(magic: bytes, base_offset: int) -> bytes:
+    """A sealed index file of kind ``magic`` with no entries, for an empty segment at ``base_offset``: one
+    zeroed slot (a sealed file's capacity is ``max(count, 1)``), no max timestamp (-1), as the core seals the
+    indexes of a segment that holds nothing."""
+    empty_crc = crc32c(b"", crc32c(b""))  # of the used entries: column A then column B, none of either
+    header = bytearray(_HEADER.pack(magic, 1, _SEALED, base_offset, 1, 0, empty_crc, -1, 0))
+    struct.pack_into("<I", header, 60, crc32c(bytes(header[:60])))
+    return bytes(header) + bytes(_COLUMN_A[magic].itemsize + _COLUMN_B.itemsize)
