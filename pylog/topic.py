@@ -96,21 +96,26 @@ def call_each(items: Iterable[Any], what: str, *args: Any, threads: int = 1) -> 
     closed, and from letting their writer locks go. The first error (in the items' order) is raised at the
     end; the others are logged."""
     items = list(items)
-    errors: list[BaseException | None]
+    futures: list[concurrent.futures.Future[Any]] = []
     if threads > 1 and len(items) > 1:
         with concurrent.futures.ThreadPoolExecutor(min(threads, len(items)),
                                                    thread_name_prefix=f"pylog-{what}") as pool:
-            futures = [pool.submit(getattr(item, what), *args) for item in items]
-        errors = [f.exception() for f in futures]
-    else:
-        errors = []
-        for item in items:
-            try:
-                getattr(item, what)(*args)
-            except Exception as exc:  # noqa: BLE001 - do the rest, then report
-                errors.append(exc)
-            else:
-                errors.append(None)
+            for item in items:
+                try:
+                    futures.append(pool.submit(getattr(item, what), *args))
+                except RuntimeError:
+                    # The interpreter is exiting: concurrent.futures takes no new work once its exit hook
+                    # ran, and a finalizer may close a store after that (a metrics collector's view). The
+                    # rest is done in this thread.
+                    break
+    errors: list[BaseException | None] = [f.exception() for f in futures]
+    for item in items[len(futures):]:
+        try:
+            getattr(item, what)(*args)
+        except Exception as exc:  # noqa: BLE001 - do the rest, then report
+            errors.append(exc)
+        else:
+            errors.append(None)
     failed = [(item, error) for item, error in zip(items, errors, strict=True) if error is not None]
     for item, error in failed[1:]:
         log.error("%s of %r failed too: %s", what, item, error)

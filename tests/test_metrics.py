@@ -424,3 +424,30 @@ def test_the_exporter_refuses_a_directory_that_is_not_a_store(tmp_path, capsys):
     assert main(["metrics", str(tmp_path), "--port", "0"]) == 3
     assert main(["metrics", str(tmp_path / "missing"), "--port", "0"]) == 3
     assert "pylog:" in capsys.readouterr().err
+
+
+_EXIT_WITH_A_SCRAPED_STORE = """
+import sys
+import pylog, pylog.prometheus
+from prometheus_client import CollectorRegistry, generate_latest
+store = pylog.open(sys.argv[1])
+for name in ("a", "b", "c"):  # more than one topic: the view's close closes its topics with a thread pool
+    store.create_topic(name)
+    store.topic(name).partition(0).append_values([b"x"])
+registry = CollectorRegistry()
+collector = pylog.prometheus.register(store, registry)
+assert b'pylog_log_end_offset{partition="0",topic="c"} 1.0' in generate_latest(registry)
+store.close()
+print("done")
+"""
+
+
+def test_a_process_that_scraped_a_store_exits_without_a_traceback(tmp_path):
+    # The collector's read-only view of the store is closed by a finalizer at interpreter exit, after
+    # concurrent.futures stopped taking work: closing its topics in a thread pool then raised RuntimeError
+    # ("cannot schedule new futures after interpreter shutdown"), printed at every `pylog serve
+    # --metrics-port` stop and by every application that registered a store.
+    run = subprocess.run([sys.executable, "-c", _EXIT_WITH_A_SCRAPED_STORE, str(tmp_path / "s")],
+                         capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0 and run.stdout == "done\n", run.stderr
+    assert "Traceback" not in run.stderr, run.stderr
