@@ -276,6 +276,26 @@ class Bench:
             assert recs[0].offset == o
         return statistics.median(lat) * 1e6
 
+    @staticmethod
+    def random_read_medians(p: Any, samples: int) -> tuple[float, float]:
+        """Median latency (µs) of one-record reads at random offsets, checked (``verify=True``) and not, the
+        two kinds interleaved over distinct offsets: both see the same page cache and the same machine (run
+        one after the other over the same offsets, the second would find the pages the first brought in)."""
+        os.sync()
+        end = p.log_end_offset
+        rnd = random.Random(3)
+        offsets = [rnd.randrange(end) for _ in range(2 * samples)]
+        for o in offsets[:200]:
+            p.read(o, max_records=1, verify=True)
+        lat: tuple[list[float], list[float]] = ([], [])
+        for i, o in enumerate(offsets):
+            verify = i % 2 == 0
+            t = time.perf_counter()
+            recs = p.read(o, max_records=1, verify=verify)
+            lat[0 if verify else 1].append(time.perf_counter() - t)
+            assert recs[0].offset == o
+        return statistics.median(lat[0]) * 1e6, statistics.median(lat[1]) * 1e6
+
     def stored(self, empty_rate: float, empty_plain: float) -> None:
         args = self.args
         store, small = self.fresh("small")

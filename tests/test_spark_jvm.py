@@ -456,3 +456,41 @@ def test_streaming_aggregation_writes_to_a_topic_in_update_and_complete_modes_as
         run(jvm_reader, mode, mode)
     assert sorted(written("update")[3:]) == [("k0", "20")]
     assert sorted(written("complete")[3:]) == [("k0", "20"), ("k1", "10"), ("k2", "10")]
+
+
+def test_count_is_answered_from_batch_headers_with_filters_gaps_and_transactions_as_the_python_reader_counts(
+        spark, jvm_reader, tmp_path):
+    from pylog.partition import internals
+    path = tmp_path / "store"
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("c", partitions=2, config={"cleanup.policy": "compact", "segment.bytes": 4096,
+                                                      "min.cleanable.dirty.ratio": 0.01})
+        for n in range(2):
+            p = store.topic("c").partition(n)
+            for _ in range(12):
+                p.append_values([b"v%d" % i for i in range(40)], keys=[b"k%d" % (i % 9) for i in range(40)])
+            for k, commit in enumerate((True, False, True)):   # control batches and aborted records
+                pid = store.new_producer_id()
+                p.append_values([b"t%d-%d" % (k, i) for i in range(5)], keys=[b"t%d" % i for i in range(5)],
+                                producer=(pid, 0, 0), transactional=True)
+                internals(p).append_marker(pid, 0, commit=commit)
+            p.append_values([b"last"], keys=[b"last"])
+        store.compact("c")
+    ts = "timestamp_millis(0)"
+    for where in (None, "offset >= 100", "partition = 1 and offset < 300", "offset in (1, 2, 470)",
+                  f"timestamp >= {ts}"):
+        jvm, py = _both(spark, jvm_reader, path, subscribe="c")
+        if where:
+            jvm, py = jvm.where(where), py.where(where)
+        expected = len(py.select("offset").collect())
+        counted = jvm.selectExpr("count(*) as a", "count(1) as b", "sum(1) as c", "sum(3) as d")
+        pushed = "count(*) from batch headers" in _plan(counted)
+        assert pushed == (where is None or "timestamp" not in where and " in " not in where), where
+        assert tuple(counted.collect()[0]) == (expected, expected, expected or None,
+                                               3 * expected if expected else None), where
+        assert jvm.count() == py.count() == expected, where
+    nothing = spark.read.format(jvm_reader).option("subscribe", "c").load(str(path)).where("offset >= 100000")
+    assert tuple(nothing.selectExpr("count(*)", "sum(1)").collect()[0]) == (0, None)
+    committed = {"subscribe": "c", "kafka.isolation.level": "read_committed"}
+    jvm, py = _both(spark, jvm_reader, path, **committed)   # read_committed: the Python source reads both
+    assert jvm.count() == py.count() == len(py.select("value").collect())

@@ -10,11 +10,13 @@ import org.apache.spark.sql.connector.catalog.SupportsWrite;
 import org.apache.spark.sql.connector.catalog.Table;
 import org.apache.spark.sql.connector.catalog.TableCapability;
 import org.apache.spark.sql.connector.expressions.Transform;
+import org.apache.spark.sql.connector.expressions.aggregate.Aggregation;
 import org.apache.spark.sql.connector.read.Batch;
 import org.apache.spark.sql.connector.read.InputPartition;
 import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.connector.read.Scan;
 import org.apache.spark.sql.connector.read.ScanBuilder;
+import org.apache.spark.sql.connector.read.SupportsPushDownAggregates;
 import org.apache.spark.sql.connector.read.SupportsPushDownFilters;
 import org.apache.spark.sql.connector.read.SupportsPushDownRequiredColumns;
 import org.apache.spark.sql.connector.read.streaming.ContinuousStream;
@@ -110,10 +112,12 @@ final class PylogTable implements SupportsRead, SupportsWrite {
         }
     }
 
-    private final class Builder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters {
+    private final class Builder implements ScanBuilder, SupportsPushDownRequiredColumns, SupportsPushDownFilters,
+            SupportsPushDownAggregates {
         private final CaseInsensitiveStringMap options;
         private StructType required = schema;
         private RangeFilter pushed;
+        private Aggregation count;
 
         Builder(CaseInsensitiveStringMap options) {
             this.options = options;
@@ -137,8 +141,27 @@ final class PylogTable implements SupportsRead, SupportsWrite {
             return pushed == null ? new Filter[0] : pushed.applied.toArray(new Filter[0]);
         }
 
+        /** {@code COUNT(*)} with no grouping is answered by the scan ({@link CountScan}); Spark offers it only
+         *  when every filter was applied exactly by the ranges ({@link #pushFilters}). */
+        @Override
+        public boolean supportCompletePushDown(Aggregation aggregation) {
+            return CountScan.answers(aggregation);
+        }
+
+        @Override
+        public boolean pushAggregation(Aggregation aggregation) {
+            if (!CountScan.answers(aggregation)) return false;
+            count = aggregation;
+            return true;
+        }
+
         @Override
         public Scan build() {
+            if (count != null) {
+                ReadOptions parsed = ReadOptions.parse(options, false);
+                Schemas.checkDeclared(schema, parsed.includeHeaders);
+                return new CountScan(count, parsed, pushed);
+            }
             return new PylogScan(required, options, pushed);
         }
     }

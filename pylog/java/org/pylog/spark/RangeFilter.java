@@ -12,6 +12,7 @@ import org.apache.spark.sql.sources.Filter;
 import org.apache.spark.sql.sources.GreaterThan;
 import org.apache.spark.sql.sources.GreaterThanOrEqual;
 import org.apache.spark.sql.sources.In;
+import org.apache.spark.sql.sources.IsNotNull;
 import org.apache.spark.sql.sources.LessThan;
 import org.apache.spark.sql.sources.LessThanOrEqual;
 
@@ -22,7 +23,8 @@ import org.apache.spark.sql.sources.LessThanOrEqual;
  *
  * <p>Invariant: a filter is reported as applied ({@link #remaining} leaves it out) only when the planned
  * ranges hold exactly the rows it keeps: integer comparisons and {@code IN} on {@code partition}, integer
- * comparisons on {@code offset}. {@code IN} on offsets and timestamp lower bounds only narrow the ranges and
+ * comparisons on {@code offset}, {@code IS NOT NULL} on a column that is never null (so that Spark, seeing
+ * every filter applied, offers aggregates to {@link CountScan}). {@code IN} on offsets and timestamp lower bounds only narrow the ranges and
  * stay with Spark; upper bounds on timestamps are not used (CreateTime need not grow with offsets).
  */
 final class RangeFilter {
@@ -32,6 +34,8 @@ final class RangeFilter {
     long offsetMin = 0;
     long offsetMax = Long.MAX_VALUE;
     Long timestampMinMs;
+    /** The columns every row has a value in (only key, value and headers can be null). */
+    private static final Set<String> NEVER_NULL = Set.of("topic", "partition", "offset", "timestamp", "timestampType");
     final List<Filter> remaining = new ArrayList<>();
     final List<Filter> applied = new ArrayList<>();
 
@@ -75,6 +79,9 @@ final class RangeFilter {
             value = e.value();
         } else if (f instanceof In in) {
             return foldIn(in);
+        } else if (f instanceof IsNotNull nn && NEVER_NULL.contains(nn.attribute())) {
+            applied.add(f); // Spark adds these beside comparisons; such a column has a value in every row
+            return true;
         } else {
             return false;
         }
