@@ -8,9 +8,12 @@ Usage::
 
 Figures (each round measures off, then on, then the next round on, then off: interleaved, so a load change
 hits both; ratio = on / off, target >= 0.97: the ratio of the medians over rounds, and the median of the rounds'
-ratios). Each figure is given twice: records per second of wall time, and records per second of CPU time of the
-process doing the work (this one, or the server's, from /proc, scrapes included). On a machine shared with
-other jobs the wall figures of one round vary several times over; the CPU figures say what the metrics cost):
+ratios). Each figure is given as records per second of wall time, and records per second of CPU time of the
+process doing the work (this one, or the server's, from /proc, scrapes included); the server's figures also
+as a CPU-bound server would do them (``CPU-bound``, see below: the target's figure for them). On a machine
+shared with other jobs the wall figures of one round vary several times over; the CPU figures say what the
+metrics cost. Every scraper scrapes once before the timing (a long-running process was scraped long before:
+the first scrape's one-time costs, such as the server's read-only view of its store, are no cost per record):
 
 - ``append``: ``Partition.append_values`` of 100 records of 100 bytes per call, in this process; on = recording
   enabled (``pylog.metrics.enable``), with a registry scraped once a second by a thread.
@@ -18,18 +21,25 @@ other jobs the wall figures of one round vary several times over; the CPU figure
   as above.
 - ``server produce`` / ``server fetch``: a ``python -m pylog serve`` child process per round, with
   ``--metrics-port`` (on: recording, and scraped once a second over HTTP from here) or without (off);
-  confluent-kafka's producer (acks=1) sends N 100-byte values, then its consumer reads them back: records/s.
+  confluent-kafka's producer (acks=1) sends N 100-byte values, then its consumer (group ``bench``) reads them
+  back: records/s. ``CPU-bound``: the server's threads (event loop, pools) live as long as it does, and the
+  only ones that end are the metrics endpoint's, one per scrape (it collects and formats the scrape), so the
+  CPU of the threads alive at the end (``/proc/PID/task/*/schedstat``, exact) is what the records and their
+  recording cost, and the process's total minus it (``/proc/PID/stat``) is what the scrapes cost. A scrape
+  costs ~1 ms of CPU whatever the traffic, and a round has one a second of its wall time: on a machine shared
+  with other jobs the server is on the CPU a tenth of a round, so its CPU per record charges the scrapes ten
+  times the share they take of a server that has records to serve all the time. A CPU-bound server gives the
+  scrapes their CPU per second of wall time (``share``) of each second and the rest to records: records per
+  CPU second = records / (live threads' CPU) * (1 - share). (``ServerPhase``.)
 - ``fetch assigned``: the Fetch path's recording alone: confluent-kafka's consumer assigned to one partition
   (no group join) reads N stored records (1,000 distinct 100-byte values) through a fresh server per round,
-  with ``--metrics-port`` (never scraped) or without. A scrape (~1-2 ms of the server's CPU) and a group join
-  are fixed costs per round that grow with its wall time on a loaded machine, so ``server fetch``'s CPU ratio
-  falls a few % there with no recording cost in it.
+  with ``--metrics-port`` (never scraped) or without.
 - ``scrape``: ``python -m pylog metrics STORE`` (the exporter) on a store of 1,000 partitions (10 topics of 100,
   each with a few records, and a group committed on every partition), scraped over HTTP once a second for
   ``--scrape-seconds``: the exporter's CPU time (utime + stime from /proc) over the wall time, in % of one
   core (target < 5%), and one scrape's wall time.
 
-Also printed first: the hooks alone, microseconds per call with recording off and on (an append's count, a
+Also printed first: the hooks alone, microseconds of CPU per call with recording off and on (an append's count, a
 request's, a poll's), against which an append of 100 records (~20 us here) or a request can be weighed. The
 1-minute load average is printed with each figure. Nothing asserts.
 
@@ -65,6 +75,41 @@ with these changes, 1.059x [1.067x] for the previous code minutes later); use 4 
 these changes, ``--server-only --rounds 5``, records per CPU-s on / off: 4 M records, produce 1.035x [1.035x],
 fetch 0.961x [0.961x] (rounds 0.90-1.02), load 4-8; 6 M records, produce 1.028x [1.029x], fetch 0.989x
 [0.984x] (rounds 0.95-1.00), load 7.
+
+What ``server fetch``'s CPU ratio of 0.94-0.98 (rounds 0.82-1.04; ``fetch assigned`` ~1.00) was, bisected in
+the fourth session of 2026-11-27 with the server's CPU per thread (``/proc/PID/task/*/schedstat``) and its
+garbage collections (``gc.callbacks``, through a ``sitecustomize``) over alternating pairs of 2 M records,
+scraped every second, load average 10-15:
+
+1. A full collection of the cyclic GC, 15-26 ms of the event loop's CPU here: it walked the ~45,000 objects
+   imported at start-up. One fell at the start of the fetch phase of the metrics-on server in 5 rounds of 6
+   (and in its produce phase in the sixth), in no metrics-off round: by then the off server had made 8
+   second-generation collections and the on server 9 (its endpoint's set-up), and the tenth is a full one.
+   Where it falls depends on what the process allocated since it started, not on records: 3-5% of a 2 M fetch
+   phase's CPU (~0.5 s), 1.5-2.5% of a 4 M one. ``pylog serve`` now freezes its start-up objects
+   (``gc.freeze``): a full collection walks ~2,000 objects, and none fell in a fetch phase in 5 more pairs.
+2. The scrapes: ~1 ms of the server's CPU each (0.6 ms on a quieter machine), 10-22 per fetch phase (one a
+   second of its wall time): 12 ms a phase on average, 2.4% of a 2 M phase's CPU. The ``CPU-bound`` figure
+   gives them their share of each second instead.
+3. The first scrape opens the server's read-only view of its store; with ``--server-scrape-interval 15`` it
+   fell in a fetch phase. The scraper's first scrape is now before the timing.
+4. What is left is the recording, and it is within the noise: the event loop thread's CPU from the first
+   record fetched to the last (exact), on / off, medians 0.996 (10 pairs) and 0.993 (5 pairs), rounds
+   0.89-1.16; a request's hook costs 1.0 us of CPU (a 4 M fetch phase has ~460 Fetch requests: 0.5 ms of its
+   ~1 s); an earlier py-spy profile of a pair showed no metrics frame.
+
+With these changes, ``--server-only --rounds 15 --server-records 4000000`` at nice 19, two runs (on / off, of
+the medians [median of the rounds' ratios]; the first at a load average of 14-19, ``main`` merged in while it
+ran; the second at 14-13.5, 3.3 for its ``fetch assigned``):
+
+- server produce, rec/CPU-s (all): 0.915x [0.913x], 0.985x [1.007x]; CPU-bound: 0.921x [0.924x], 0.994x [1.027x]
+- server fetch, rec/CPU-s (all): 0.943x [0.939x], 1.000x [1.000x]; CPU-bound: 0.967x [0.952x], 1.016x [1.025x]
+- fetch assigned, rec/CPU-s: 0.970x [0.970x], 0.957x [0.967x]; CPU-bound: 0.968x [0.970x], 0.963x [0.967x]
+
+The rounds' ratios ranged 0.62-1.76 (fetch, second run): at these loads a 15-round median moves by +-4%
+between runs of the same code (produce: 0.915x and 0.985x here, 1.065x in the previous session's run).
+``fetch assigned`` (no scrape, no group) stayed at 0.96-0.97x in both (1.000x in the previous session's run):
+not explained; the recording a 4 M fetch phase makes (~460 requests at ~1 us, a look per batch) is ~1 ms.
 """
 
 from __future__ import annotations
@@ -102,25 +147,31 @@ def _env() -> dict[str, str]:
 
 
 class Scraper:
-    """GET ``url`` every ``interval`` seconds (default once a second) from a daemon thread until :meth:`stop` (a
-    Prometheus server's load)."""
+    """GET ``url`` once now, in the caller's thread, then every ``interval`` seconds (default once a second) from
+    a daemon thread until :meth:`stop` (a Prometheus server's load). The first scrape is before the figures'
+    timing, as a long-running process was scraped long before: its one-time costs (a server's read-only view
+    of its store opened, the families' first texts) are no cost per record."""
 
     def __init__(self, url: str | Callable[[], bytes], interval: float = 1.0) -> None:
         self._url = url
         self._interval = interval
         self._stop = threading.Event()
         self.scrapes = 0
+        self._scrape()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
 
+    def _scrape(self) -> None:
+        if callable(self._url):
+            self._url()
+        else:
+            with urllib.request.urlopen(self._url, timeout=10) as r:
+                r.read()
+        self.scrapes += 1
+
     def _run(self) -> None:
         while not self._stop.wait(self._interval):
-            if callable(self._url):
-                self._url()
-            else:
-                with urllib.request.urlopen(self._url, timeout=10) as r:
-                    r.read()
-            self.scrapes += 1
+            self._scrape()
 
     def stop(self) -> None:
         self._stop.set()
@@ -195,9 +246,59 @@ class Exporter(ServerProcess):
             time.sleep(0.02)
 
 
-def server_rates(root: str, n: int, on: bool, interval: float = 1.0) -> tuple[tuple[float, float], tuple[float, float]]:
-    """((produce records/s, per server CPU second), (fetch records/s, per server CPU second)) of confluent-kafka
-    against a fresh pylog serve, scraped every ``interval`` seconds when ``on``."""
+def _threads_cpu(pid: int) -> tuple[dict[str, float], dict[str, float]]:
+    """CPU seconds of each live thread of process ``pid``: (exact, from ``/proc/PID/task/TID/schedstat``; in the
+    10 ms ticks of ``/proc/PID/task/TID/stat``, as the process's own total counts)."""
+    exact, ticks = {}, {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                exact[tid] = int(f.read().split()[0]) / 1e9
+            with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+            ticks[tid] = (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except OSError:  # the thread ended meanwhile
+            continue
+    return exact, ticks
+
+
+class ServerPhase:
+    """The server's CPU over a timed phase, for three figures of ``n`` records (:meth:`rates`): records per second
+    of wall time; per CPU second of the server, all of it (``/proc/PID/stat``: every thread, those that ended
+    included); and per CPU second as a CPU-bound server would do them.
+
+    The third: the server's threads are its event loop and its pools, which live as long as it does; the only
+    threads that end are the metrics endpoint's, one per scrape (``http.server.ThreadingHTTPServer``), which
+    collect and format that scrape. So the CPU of the threads alive at the end (exact, from ``schedstat``) is what
+    the records cost with their recording, scrapes left out, and the CPU of the threads that ended (the process's
+    total minus the live threads', both in ticks) is the scrapes'. A scrape costs the same CPU however busy the
+    server is (~1 ms here), and its count grows with the phase's wall time, not with its records: on a machine
+    shared with other jobs the server here is on the CPU a tenth of the time, so the second figure charges the
+    scrapes ten times the share of the server's capacity they take from a server with records to serve all the
+    time. A CPU-bound server gives them their CPU per second of wall time (``share``) of each second and the rest
+    to records: records per CPU second = n / (live threads' CPU) * (1 - share)."""
+
+    def __init__(self, server: ServerProcess) -> None:
+        self._server = server
+        self._exact, self._ticks = _threads_cpu(server.pid)
+        self._t0, self._c0 = time.perf_counter(), server.cpu_seconds()
+
+    def rates(self, n: int) -> tuple[float, float, float]:
+        """The three figures of ``n`` records in the phase so far; also sets ``wall``, ``cpu`` (all the server's),
+        ``live`` and ``ended`` (the CPU of the threads alive now, and of those that ended), in seconds."""
+        self.cpu = self._server.cpu_seconds() - self._c0
+        exact, ticks = _threads_cpu(self._server.pid)
+        self.wall = wall = time.perf_counter() - self._t0
+        self.live = sum(v - self._exact.get(tid, 0.0) for tid, v in exact.items())
+        self.ended = max(0.0, self.cpu - sum(v - self._ticks.get(tid, 0.0) for tid, v in ticks.items()))
+        return (n / wall, n / max(1e-9, self.cpu),
+                n / max(1e-9, self.live) * (1.0 - min(1.0, self.ended / wall)))
+
+
+def server_rates(root: str, n: int, on: bool,
+                 interval: float = 1.0) -> tuple[tuple[float, float, float], tuple[float, float, float]]:
+    """(produce, fetch) figures of confluent-kafka against a fresh pylog serve, scraped every ``interval`` seconds
+    when ``on``: each (records/s, per server CPU second, per CPU second of a CPU-bound server: ServerPhase)."""
     from confluent_kafka import Consumer, Producer
 
     path = tempfile.mkdtemp(dir=root)
@@ -212,7 +313,7 @@ def server_rates(root: str, n: int, on: bool, interval: float = 1.0) -> tuple[tu
         p = Producer({"bootstrap.servers": bootstrap, "acks": 1, "linger.ms": 5})
         p.produce("t", VALUE)  # creates the topic (auto-creation), outside the timing
         p.flush(30)
-        t0, c0 = time.perf_counter(), server.cpu_seconds()
+        phase = ServerPhase(server)
         for _ in range(n):
             while True:
                 try:
@@ -221,17 +322,17 @@ def server_rates(root: str, n: int, on: bool, interval: float = 1.0) -> tuple[tu
                 except BufferError:
                     p.poll(0.01)
         p.flush(120)
-        produce = n / (time.perf_counter() - t0), n / max(1e-9, server.cpu_seconds() - c0)
+        produce = phase.rates(n)
         del p  # librdkafka's connection closed now, not when the server stops under it
         c = Consumer({"bootstrap.servers": bootstrap, "group.id": "bench", "auto.offset.reset": "earliest",
                       "enable.auto.commit": False, "fetch.queue.backoff.ms": 10})
         c.subscribe(["t"])
-        got, t0, c0 = 0, time.perf_counter(), server.cpu_seconds()
+        got, phase = 0, ServerPhase(server)
         deadline = time.monotonic() + 300
         while got < n + 1 and time.monotonic() < deadline:
             msgs = c.consume(num_messages=10000, timeout=1.0)
             got += sum(1 for m in msgs if m.error() is None)
-        fetch = got / (time.perf_counter() - t0), got / max(1e-9, server.cpu_seconds() - c0)
+        fetch = phase.rates(got)
         c.close()
         return produce, fetch
     finally:
@@ -241,11 +342,11 @@ def server_rates(root: str, n: int, on: bool, interval: float = 1.0) -> tuple[tu
         shutil.rmtree(path, ignore_errors=True)
 
 
-def assigned_fetch_rate(path: str, root: str, n: int, on: bool) -> tuple[float, float]:
-    """(records/s, records per server CPU second) of confluent-kafka's consumer assigned to partition 0 of the
-    stored topic ``t`` (``n`` records) of ``path`` from offset 0, through a fresh pylog serve with recording on
-    (``--metrics-port``, never scraped) or off: the Fetch path's recording alone, with no group join and no
-    scrape in the server's CPU (both are fixed costs that grow with a round's wall time on a loaded machine)."""
+def assigned_fetch_rate(path: str, root: str, n: int, on: bool) -> tuple[float, float, float]:
+    """(records/s, records per server CPU second, as CPU-bound: ServerPhase) of confluent-kafka's consumer
+    assigned to partition 0 of the stored topic ``t`` (``n`` records) of ``path`` from offset 0, through a fresh
+    pylog serve with recording on (``--metrics-port``, never scraped) or off: the Fetch path's recording alone,
+    with no group join and no scrape in the server's CPU."""
     from confluent_kafka import Consumer, TopicPartition
 
     server = ServerProcess(path, os.path.join(root, "serve-assigned.log"),
@@ -253,11 +354,11 @@ def assigned_fetch_rate(path: str, root: str, n: int, on: bool) -> tuple[float, 
     try:
         c = Consumer({"bootstrap.servers": server.bootstrap, "group.id": "unused", "enable.auto.commit": False})
         c.assign([TopicPartition("t", 0, 0)])
-        got, t0, c0 = 0, time.perf_counter(), server.cpu_seconds()
+        got, phase = 0, ServerPhase(server)
         deadline = time.monotonic() + 300
         while got < n and time.monotonic() < deadline:
             got += sum(1 for m in c.consume(num_messages=10000, timeout=1.0) if m.error() is None)
-        rates = got / (time.perf_counter() - t0), got / max(1e-9, server.cpu_seconds() - c0)
+        rates = phase.rates(got)
         c.close()
         return rates
     finally:
@@ -312,7 +413,7 @@ def scrape_cost(root: str, topics: int, partitions: int, seconds: float) -> tupl
 # ------------------------------------------------------------------------------------------ the hooks alone
 
 def hook_costs(n: int = 200_000) -> dict[str, tuple[float, float]]:
-    """Microseconds per call, (off, on), of what the hot paths call: an append's count, a Produce request's
+    """Microseconds of CPU per call, (off, on), of what the hot paths call: an append's count, a Produce request's
     (its answer of one partition walked for errors, latency observed), a consumer read's."""
     from pylog.clients import client_metrics
     from pylog.server import metering
@@ -341,10 +442,10 @@ def hook_costs(n: int = 200_000) -> dict[str, tuple[float, float]]:
         got = []
         for on in (False, True):
             metrics.enable(on)
-            t0 = time.perf_counter()
+            t0 = time.thread_time()  # CPU time: on a loaded machine the wall time of a loop is mostly others'
             for _ in range(n):
                 fn()
-            got.append((time.perf_counter() - t0) / n * 1e6)
+            got.append((time.thread_time() - t0) / n * 1e6)
         out[name] = (got[0], got[1])
     metrics.enable(False)
     return out
@@ -362,9 +463,15 @@ def interleaved(rounds: int, measure: Callable[[bool], Any]) -> list[tuple]:
     return out
 
 
-def report(name: str, pairs: list[tuple[tuple[float, float], tuple[float, float]]]) -> None:
-    """One line per measure (wall: records/s; CPU: records per CPU second), each (off, on) pair a round."""
-    for i, unit in enumerate(("records/s", "rec/CPU-s")):
+#: The measures of a figure, in the order of its tuples: records/s of wall time, records per CPU second (of this
+#: process, or all of the server's), and for the server, records per CPU second as a CPU-bound server would do
+#: them (ServerPhase).
+UNITS = ("records/s", "rec/CPU-s", "CPU-bound")
+
+
+def report(name: str, pairs: list[tuple[tuple[float, ...], tuple[float, ...]]]) -> None:
+    """One line per measure (:data:`UNITS`), each (off, on) pair a round."""
+    for i, unit in enumerate(UNITS[:len(pairs[0][0])]):
         off = statistics.median(p[0][i] for p in pairs)
         on = statistics.median(p[1][i] for p in pairs)
         ratios = sorted(p[1][i] / p[0][i] for p in pairs)
@@ -400,9 +507,8 @@ def main(argv: list[str] | None = None) -> int:
             report("append", interleaved(args.rounds, lambda on: append_rate(root, args.append_calls, on)))
             report("send", interleaved(args.rounds, lambda on: send_rate(root, args.send_records, on)))
         if not args.skip_server and not args.scrape_only:
-            # A scrape costs the server ~1-2 ms of CPU (more on a loaded machine) whatever the traffic, and a round's
-            # scrapes grow with its wall time: on a loaded machine, scraping once a second makes a fetch round's
-            # CPU a few % dearer with no recording cost in it; --server-scrape-interval 15 measures recording.
+            # A scrape costs the server ~1 ms of CPU whatever the traffic, and a round's scrapes grow with its wall
+            # time: the CPU-bound figure gives them their share of each second (ServerPhase).
             print(f"server scraped every {args.server_scrape_interval:g} s when on", flush=True)
             both = interleaved(args.rounds, lambda on: server_rates(root, args.server_records, on,
                                                                     args.server_scrape_interval))
