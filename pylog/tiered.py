@@ -84,12 +84,15 @@ def _abort_open_transactions(producers: list[tuple[Partition, ProducerDescriptio
     is not shipped, so nothing would ever end them: each would hold its partition's last stable offset, and
     every read_committed reader, there for good. Whatever ended them in the lost store came after the last
     shipped segment, past the recovery point: aborted, as a coordinator aborts a transaction it has no trace of."""
+    marked: dict[int, Partition] = {}
     for p, d in producers:
         if d.current_txn_start_offset < 0:
             continue
         log.warning("restore: aborting the transaction of producer %d left open at offset %d of %s-%d (its "
                     "coordinator state is not shipped)", d.producer_id, d.current_txn_start_offset, p.topic, p.number)
         internals(p).append_marker(d.producer_id, d.producer_epoch, False, max(d.coordinator_epoch, 0))
+        marked[id(p)] = p
+    for p in marked.values():  # one flush per partition, after all of its markers
         p.flush()
 
 
