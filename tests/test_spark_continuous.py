@@ -55,6 +55,15 @@ def _stop(query) -> None:
     assert time.monotonic() - started < WAIT_S
 
 
+def _fails_with(query, pattern: str) -> None:
+    """``query`` ends with an error matching ``pattern`` within WAIT_S, then stops in bounded time."""
+    try:
+        with pytest.raises(Exception, match=pattern):
+            query.awaitTermination(WAIT_S)
+    finally:
+        _stop(query)
+
+
 def _offsets_of_last_commit(checkpoint: Path) -> dict:
     """The source offsets of the last epoch the checkpoint's commit log holds (Spark's offset log layout: a
     version line, the metadata line, then one line per source)."""
@@ -119,12 +128,8 @@ def test_continuous_trigger_is_refused_where_it_cannot_run(spark, jvm_reader, tm
 
     query = (stream(jvm_reader).selectExpr("value").writeStream.format("pylog").option("topic", "out")
              .option("checkpointLocation", str(tmp_path / "ck-sink")).trigger(continuous="1 second").start(str(path)))
-    try:
-        with pytest.raises(Exception, match=r"pylog\.errors\.InvalidConfigError: writeStream\.format\('pylog'\) "
-                                            r"cannot run with trigger\(continuous=\.\.\.\)"):
-            query.awaitTermination(WAIT_S)
-    finally:
-        _stop(query)
+    _fails_with(query, r"pylog\.errors\.InvalidConfigError: writeStream\.format\('pylog'\) "
+                       r"cannot run with trigger\(continuous=\.\.\.\)")
     # the Python writer alone (no JVM sink around it) gets no rows and refuses each epoch's commit: Spark keeps
     # the query running, but records no epoch as done
     query = (stream(jvm_reader).selectExpr("value").writeStream.format("pylog-python").option("topic", "out")
@@ -166,12 +171,8 @@ def test_continuous_query_starts_where_starting_offsets_say_and_fails_on_data_lo
     assert [(r[3], r[4]) for r in rows] == [(0, 7), (0, 8), (0, 9)] + [(1, o) for o in range(4, 10)]
 
     query = start("continuous_lost", startingOffsets='{"in": {"0": 0, "1": 2}}')
-    try:
-        with pytest.raises(Exception, match=r"pylog\.errors\.DataLossError: in-1: offsets \[2, 4\) were removed "
-                                            r"before the query started \(the log now starts at 4\)"):
-            query.awaitTermination(WAIT_S)
-    finally:
-        _stop(query)
+    _fails_with(query, r"pylog\.errors\.DataLossError: in-1: offsets \[2, 4\) were removed "
+                       r"before the query started \(the log now starts at 4\)")
 
 
 @pytest.mark.slow
