@@ -259,28 +259,12 @@ class Bench:
     # -------------------------------------------------------------- random reads and stored data
 
     @staticmethod
-    def random_read_median(p: Any, samples: int, verify: bool = True) -> float:
-        # Read latency, not read latency under a writeback storm: the gigabytes just appended (and the
-        # plain baseline files) are written back first, as best_of does before each timed write.
-        os.sync()
-        end = p.log_end_offset
-        rnd = random.Random(3)
-        offsets = [rnd.randrange(end) for _ in range(samples)]
-        for o in offsets[:200]:
-            p.read(o, max_records=1, verify=verify)
-        lat = []
-        for o in offsets:
-            t = time.perf_counter()
-            recs = p.read(o, max_records=1, verify=verify)
-            lat.append(time.perf_counter() - t)
-            assert recs[0].offset == o
-        return statistics.median(lat) * 1e6
-
-    @staticmethod
     def random_read_medians(p: Any, samples: int) -> tuple[float, float]:
         """Median latency (µs) of one-record reads at random offsets, checked (``verify=True``) and not, the
         two kinds interleaved over distinct offsets: both see the same page cache and the same machine (run
         one after the other over the same offsets, the second would find the pages the first brought in)."""
+        # Read latency, not read latency under a writeback storm: the gigabytes just appended (and the plain
+        # baseline files) are written back first, as best_of does before each timed write.
         os.sync()
         end = p.log_end_offset
         rnd = random.Random(3)
@@ -301,8 +285,7 @@ class Bench:
         store, small = self.fresh("small")
         for _ in range(10):
             small.append_values(self.values, keys=self.keys)
-        small_us = self.random_read_median(small, args.samples)
-        small_nv = self.random_read_median(small, args.samples, verify=False)
+        small_us, small_nv = self.random_read_medians(small, args.samples)
         store.close()
 
         target_bytes = int(args.stored_gb * (1 << 30))
@@ -348,8 +331,7 @@ class Bench:
         normalised = (full_rate / full_plain) / (empty_rate / empty_plain)
         row("  same, each relative to plain f.write then", normalised, "x", "within 20% of empty",
             "(pylog/plain) full vs empty", normalised, normalised >= 0.8)
-        big_us = self.random_read_median(big, args.samples)
-        big_nv = self.random_read_median(big, args.samples, verify=False)
+        big_us, big_nv = self.random_read_medians(big, args.samples)
         row("random read, 10^4 records (median)", small_us, "us", "<= 20 us", "", None, small_us <= 20)
         row(f"random read, {n_big:.1e} records (median)", big_us, "us", "<= 20 us, <= 1.5x",
             "vs 10^4 records", big_us / small_us, big_us <= 20 and big_us / small_us <= 1.5)
