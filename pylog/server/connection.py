@@ -495,10 +495,7 @@ class Connection(asyncio.Protocol):
                         answer = self._failed(req, exc)
                 owed.popleft()
                 block = every
-                # Encoded on the loop unless it names many items (e.g. Metadata of every topic: ~170 ms for
-                # 100,000 partitions), which the decoder thread encodes.
-                parts = protocol.encode_response_parts(req, answer) if _items(answer) <= _ENCODE_ON_LOOP_ITEMS \
-                    else None
+                parts = _encoded_on_loop(req, answer)
                 if parts is not None and sum(map(len, parts)) <= _WRITE_CHUNK:
                     ready += parts
                     continue
@@ -514,10 +511,9 @@ class Connection(asyncio.Protocol):
 
     async def _send_answer(self, req: Any, answer: dict) -> None:
         """Write one answer now (after the answers owed before it)."""
-        if _items(answer) > _ENCODE_ON_LOOP_ITEMS:
+        parts = _encoded_on_loop(req, answer)
+        if parts is None:
             parts = await self.s.decode(protocol.encode_response_parts, req, answer)
-        else:
-            parts = protocol.encode_response_parts(req, answer)
         await self._write_parts(parts)
 
     async def _write_parts(self, parts: list) -> None:
@@ -685,6 +681,14 @@ class Connection(asyncio.Protocol):
 def _set_done(fut: "asyncio.Future[None]") -> None:
     if not fut.done():
         fut.set_result(None)
+
+
+def _encoded_on_loop(req: Any, answer: dict) -> list | None:
+    """``answer``'s encoded parts, encoded here on the event loop; None when it names many items (e.g. Metadata
+    of every topic: ~170 ms for 100,000 partitions), which the decoder thread encodes instead."""
+    if _items(answer) > _ENCODE_ON_LOOP_ITEMS:
+        return None
+    return protocol.encode_response_parts(req, answer)
 
 
 def _items(body: dict) -> int:
