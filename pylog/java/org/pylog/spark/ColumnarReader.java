@@ -81,8 +81,9 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         this.dir = Paths.get(range.store, range.topic, Integer.toString(range.partition));
         this.from = this.pos = range.from;
         try {
-            checkLogStart();
-            this.cursor = PartitionLog.open(dir).cursor(from, range.until);
+            PartitionLog log = PartitionLog.open(dir);
+            checkLogStart(log.logStartOffset());
+            this.cursor = log.cursor(from, range.until);
         } catch (IOException e) {
             throw new java.io.UncheckedIOException(e);
         }
@@ -142,9 +143,10 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             }
             Batch b = current.batch();
             if (current.file() != segment || sinceCheck >= CHECK_RECORDS) {
+                // the first segment entered is the one the constructor looked at the log start for, just now
+                if (segment != null) checkLogStart(PartitionLog.open(dir).logStartOffset());
                 segment = current.file();
                 sinceCheck = 0;
-                checkLogStart();
             }
             sinceCheck += b.recordCount;
             // a control batch (a transaction's marker) holds no record for readers
@@ -152,9 +154,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    /** Offsets from {@link #pos} below the log start now were removed after planning: data loss. */
-    private void checkLogStart() throws IOException {
-        long start = PartitionLog.open(dir).logStartOffset();
+    /** Offsets from {@link #pos} below the log start now ({@code start}) were removed after planning: data loss. */
+    private void checkLogStart(long start) {
         if (pos < start) {
             DataLoss.report(range.failOnDataLoss, range.topic + "-" + range.partition + ": offsets [" + pos + ", "
                     + Math.min(start, range.until) + ") were removed before they were read (the log now starts at "
