@@ -494,3 +494,21 @@ def test_count_is_answered_from_batch_headers_with_filters_gaps_and_transactions
     committed = {"subscribe": "c", "kafka.isolation.level": "read_committed"}
     jvm, py = _both(spark, jvm_reader, path, **committed)   # read_committed: the Python source reads both
     assert jvm.count() == py.count() == len(py.select("value").collect())
+
+
+def test_offset_filters_at_the_largest_long_read_what_the_python_reader_reads(spark, jvm_reader, tmp_path):
+    # The JVM reader turned `offset <= 9223372036854775807` into an exclusive bound of max + 1, which wrapped to
+    # the smallest long: the scan read nothing where the Python reader read every row.
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("t", partitions=2)
+        for n in range(2):
+            store.topic("t").partition(n).append_values([b"%d" % i for i in range(20)])
+    biggest = 2 ** 63 - 1
+    for where, expected in ((f"offset <= {biggest}", 40), (f"offset < {biggest}", 40), (f"offset = {biggest}", 0),
+                            (f"offset >= {biggest}", 0), (f"offset in ({biggest}, 3)", 2),
+                            (f"partition = 1 and offset <= {biggest}", 20)):
+        jvm, py = _both(spark, jvm_reader, path, subscribe="t")
+        a, b = _rows(jvm.where(where)), _rows(py.where(where))
+        assert len(a) == expected and a == b, where
+        assert jvm.where(where).count() == expected, where
