@@ -17,9 +17,9 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator, Sequence
 
-from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
 from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
@@ -122,13 +122,22 @@ class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
     def __init__(self, error: PylogError) -> None:
         self.error = error
 
-    def _refuse(self, *args: Any) -> Any:
+    def initialOffset(self) -> dict:
         raise self.error
 
-    initialOffset = latestOffset = partitions = read = commit = reportLatestOffset = _refuse
-    prepareForTriggerAvailableNow = _refuse
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        raise self.error
 
     def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        raise self.error
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
         raise self.error
 
     def stop(self) -> None:
