@@ -512,3 +512,18 @@ def test_offset_filters_at_the_largest_long_read_what_the_python_reader_reads(sp
         a, b = _rows(jvm.where(where)), _rows(py.where(where))
         assert len(a) == expected and a == b, where
         assert jvm.where(where).count() == expected, where
+
+
+def test_subscribe_pattern_with_python_named_groups_reads_the_topics_the_python_reader_reads(spark, jvm_reader,
+                                                                                             tmp_path):
+    # subscribePattern is a Python regular expression (re.fullmatch); the JVM reader compiled it as a Java one
+    # and refused Python's named groups ("Unknown inline modifier").
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        for topic in ("t1", "t22", "x1", "a.b", "ab"):
+            store.create_topic(topic, partitions=1)
+            store.topic(topic).partition(0).append_values([topic.encode()])
+    for pattern, topics in (("(?P<p>t)1", ["t1"]), ("(?P<p>[tx])(?P=p)?\\d+", ["t1", "t22", "x1"]),
+                            ("[(?P<]a.b", []), ("a\\.b", ["a.b"]), ("t\\d+|a.", ["ab", "t1", "t22"])):
+        read = _same(spark, jvm_reader, path, subscribePattern=pattern)
+        assert sorted(r[2] for r in read) == topics, pattern
