@@ -8,7 +8,7 @@
     pylog groups [list|describe|reset-offsets|delete] STORE ...   consumer groups, lag, lead, owners
     pylog transactions STORE                               transactional ids: state, producer, age, partitions
     pylog retention STORE [TOPIC] | compact STORE TOPIC | delete-records STORE TOPIC PARTITION OFFSET
-    pylog restore s3://BUCKET/PREFIX DIR | verify-remote s3://BUCKET/PREFIX   tiered storage (being built)
+    pylog restore s3://BUCKET/PREFIX DIR | verify-remote s3://BUCKET/PREFIX   tiered storage: a store from its bucket
     pylog health STORE                                     maintenance and lag checks; exit 1 when unhealthy
     pylog bench producer|consumer|latency STORE            Kafka's perf tests: records/s, MB/s, percentiles
     pylog serve STORE                                      Kafka's wire protocol (--metrics-port: Prometheus)
