@@ -91,8 +91,10 @@ def _add_examples(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Raw: argparse would wrap the --version line at the terminal's width, splitting "Spark reader: JVM (<jar>)"
     parser = argparse.ArgumentParser(prog="pylog", description="Look inside a pylog store, move records in and "
-                                                               "out, check and maintain it.")
+                                                               "out, check and maintain it.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"pylog {__version__}, {describe()}; {jvm.describe()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _COMMANDS:
