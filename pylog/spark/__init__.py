@@ -142,9 +142,10 @@ def session(master: str = "local[*]", app_name: str = "pylog", conf: Mapping[str
         HIDE_TRACEBACK: "true",
     }
     settings.update({k: str(v) for k, v in (conf or {}).items()})
-    if remote is None and settings[HIDE_TRACEBACK].lower() == "true":
+    if (remote is None or remote.startswith("local")) and settings[HIDE_TRACEBACK].lower() == "true":
         # The Python workers that plan a Python source's streams read only this variable, not the setting, so
-        # the JVM must start with it for their errors to lead too (docs/SPARK.md, "Errors")
+        # the JVM (this process's, a local Connect server's too) must start with it for their errors to lead too
+        # (docs/SPARK.md, "Errors")
         os.environ.setdefault("SPARK_HIDE_TRACEBACK", "1")
     try:
         jar: str | None = jvm.ensure_jar()
