@@ -90,12 +90,18 @@ def test_jvm_reader_stops_at_a_torn_tail_as_the_python_reader_does(spark, jvm_re
     assert [r[4] for r in rows] == list(range(100))
 
 
-def test_jvm_reader_offset_ranges_splits_and_pruned_columns(spark, jvm_reader, tmp_path):
+def _counting_store(tmp_path, topic: str, count: int):
+    """A store with ``topic`` of 2 partitions, each holding the values b"0" .. b"<count - 1>"; its path."""
     path = tmp_path / "store"
     with pylog.open(path) as store:
-        store.create_topic("r", partitions=2)
+        store.create_topic(topic, partitions=2)
         for n in range(2):
-            store.topic("r").partition(n).append_values([b"%d" % i for i in range(1000)])
+            store.topic(topic).partition(n).append_values([b"%d" % i for i in range(count)])
+    return path
+
+
+def test_jvm_reader_offset_ranges_splits_and_pruned_columns(spark, jvm_reader, tmp_path):
+    path = _counting_store(tmp_path, "r", 1000)
     opts = dict(subscribe="r", startingOffsets='{"r":{"0":10,"1":-2}}', endingOffsets='{"r":{"0":500,"1":-1}}',
                 maxRecordsPerPartition=77)
     rows = _same(spark, jvm_reader, path, **opts)
@@ -499,11 +505,7 @@ def test_count_is_answered_from_batch_headers_with_filters_gaps_and_transactions
 def test_offset_filters_at_the_largest_long_read_what_the_python_reader_reads(spark, jvm_reader, tmp_path):
     # The JVM reader turned `offset <= 9223372036854775807` into an exclusive bound of max + 1, which wrapped to
     # the smallest long: the scan read nothing where the Python reader read every row.
-    path = tmp_path / "store"
-    with pylog.open(path) as store:
-        store.create_topic("t", partitions=2)
-        for n in range(2):
-            store.topic("t").partition(n).append_values([b"%d" % i for i in range(20)])
+    path = _counting_store(tmp_path, "t", 20)
     biggest = 2 ** 63 - 1
     for where, expected in ((f"offset <= {biggest}", 40), (f"offset < {biggest}", 40), (f"offset = {biggest}", 0),
                             (f"offset >= {biggest}", 0), (f"offset in ({biggest}, 3)", 2),
