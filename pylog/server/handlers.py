@@ -34,7 +34,6 @@ from .. import metrics
 from ..errors import DESCRIPTOR_ERRNOS, OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
 from ..store import is_internal_topic, topic_name_problem
 from ..partition import Partition, internals
-from ..storage.records.format import HEADER_SIZE as BATCH_HEADER_SIZE
 from . import metering, recordbatch
 from .errormap import code_for
 from .authorizer import CLUSTER_NAME
@@ -654,7 +653,7 @@ def _within(slices: list, limit: int, at_least_one: bool) -> list:
     total = 0
     for view, a, b in slices:
         h = view.header
-        per = (BATCH_HEADER_SIZE + h.body_size) / max(1, h.record_count)
+        per = recordbatch.decompressed_size(view) / max(1, h.record_count)
         size = _KAFKA_BATCH_OVERHEAD + per * (b - a)
         if total + size > limit:
             fit = int((limit - total - _KAFKA_BATCH_OVERHEAD) // per) if per > 0 else 0
