@@ -129,8 +129,9 @@ class GroupCommit:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._idle_cond = threading.Condition(self._lock)  # wait_idle waits on it (same lock): no worker woken for it
-        if hasattr(self, "_bell"):  # after a fork: the parent's workers and their bell are not here
-            self._bell.close()
+        old: _Bell | None = getattr(self, "_bell", None)
+        if old is not None:  # after a fork: the parent's workers and their bell are not here
+            old.close()
         self._bell = _Bell()  # idle workers wait on it for work
         self._rung = 0  # wake-ups rung and not yet taken by a worker (at most the idle workers)
         self._pending: dict[int, _Pending] = {}  # by id() of the partition
