@@ -225,7 +225,7 @@ class DataHandlers:
         is answered with its error). The loop is not woken between the appends and the fsyncs: that hop was a
         large share of a small request's cost and latency."""
         try:
-            outcomes = self.append_requests([p.request for p in batch])
+            outcomes = self.append_requests([p.take_request() for p in batch])
         except Exception as error:  # noqa: BLE001 - a bug, or out of descriptors: each partition says so
             storage = isinstance(error, OSError) and error.errno in DESCRIPTOR_ERRNOS
             if not storage:
@@ -269,7 +269,7 @@ class DataHandlers:
         requests: their answers."""
         failed = {id(part): exc for part, exc in zip(parts, errors, strict=True) if exc is not None}
         for p, results, syncs in durable:
-            if p.request[1] == -1:
+            if p.acks == -1:
                 self.s.acks_all_requests += 1
             for entry, part in syncs:
                 exc = failed.get(id(part)) if failed else None
@@ -587,16 +587,24 @@ _DRAIN_TURN_S = 0.005
 class _Produce:
     """One Produce request queued for its appends: what :meth:`DataHandlers.append_requests` takes, the (topic,
     partition) of each of its partitions and the partition counts of its topics (to build the answer), and the
-    future of its answer (resolved on the loop)."""
+    future of its answer (resolved on the loop). The request (its records: memoryviews of the frame) is let go
+    of once taken for the appends, so a request whose answer waits for its fsync holds no request data."""
 
-    __slots__ = ("request", "keys", "topics", "answer")
+    __slots__ = ("request", "acks", "keys", "topics", "answer")
 
     def __init__(self, request: tuple[list[tuple[str, int, Any]], int, int, str | None, str | None],
                  keys: list[tuple[str, int]], topics: list[tuple[str, int]], answer: "asyncio.Future[dict]") -> None:
-        self.request = request
+        self.request: tuple[list[tuple[str, int, Any]], int, int, str | None, str | None] | None = request
+        self.acks = request[1]
         self.keys = keys
         self.topics = topics
         self.answer = answer
+
+    def take_request(self) -> tuple[list[tuple[str, int, Any]], int, int, str | None, str | None]:
+        """The request, for its appends (once)."""
+        request, self.request = self.request, None
+        assert request is not None, "a Produce request taken for its appends twice"
+        return request
 
 
 class _AppendQueue:
