@@ -185,7 +185,30 @@ def test_jvm_reader_timestamp_options_and_pushed_filters_read_what_the_python_re
         assert a == b and a, where
         assert jvm.where(where).count() == len(a)
     cut = spark.read.format(jvm_reader).option("subscribe", "t").load(str(path)).where("offset >= 990")
-    assert cut.rdd.getNumPartitions() >= 1 and cut.count() == 3 * 10
+    assert cut.rdd.getNumPartitions() == 1 and cut.count() == 3 * 10   # three small ranges, one task
+
+
+def test_jvm_reader_packs_the_small_ranges_a_filter_leaves_into_one_task(spark, jvm_reader, tmp_path):
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("small", partitions=3)
+        store.create_topic("big", partitions=2)
+        for n in range(3):
+            store.topic("small").partition(n).append_values([b"%d-%d" % (n, i) for i in range(1000)])
+        for n in range(2):   # 9 MB per partition: two ranges of it exceed one packed task's 16 MiB
+            store.topic("big").partition(n).append_values([bytes([n]) * 10_000] * 900)
+    small = spark.read.format(jvm_reader).option("subscribe", "small").load(str(path))
+    assert small.rdd.getNumPartitions() == 3   # unfiltered: one task per partition, as Kafka's source plans
+    for where in ("offset >= 990", "offset >= 400 and offset < 420", "partition in (0, 2) and offset < 3"):
+        jvm, py = _both(spark, jvm_reader, path, subscribe="small")
+        assert jvm.where(where).rdd.getNumPartitions() == 1, where
+        assert _rows(jvm.where(where)) == _rows(py.where(where)) != [], where
+    for options, tasks in (({"maxRecordsPerPartition": "5"}, 6), ({"minPartitions": "6"}, 6)):
+        df = spark.read.format(jvm_reader).option("subscribe", "small").options(**options).load(str(path))
+        assert df.where("offset >= 990").rdd.getNumPartitions() == tasks, options   # asked-for splits stay
+    big = spark.read.format(jvm_reader).option("subscribe", "big").load(str(path)).where("offset >= 10")
+    assert big.rdd.getNumPartitions() == 2
+    assert big.selectExpr("count(*)", "sum(length(value))").collect()[0] == (2 * 890, 2 * 890 * 10_000)
 
 
 def test_one_name_reads_on_the_jvm_and_writes_through_the_python_writer_in_spark_default_mode(

@@ -39,6 +39,12 @@ final class RangeFilter {
     final List<Filter> remaining = new ArrayList<>();
     final List<Filter> applied = new ArrayList<>();
 
+    /** True when these filters bound offsets (or timestamps from below), so that the planned ranges may be
+     *  small parts of the partitions ({@link Planner#pack}). */
+    boolean cutsOffsets() {
+        return offsetMin > 0 || offsetMax < Long.MAX_VALUE || timestampMinMs != null;
+    }
+
     boolean allowsPartition(int n) {
         return partitionMin <= n && n < partitionMax && (partitions == null || partitions.contains(n));
     }
