@@ -7,12 +7,10 @@ import java.nio.file.Path;
 import java.nio.file.Paths;
 
 import org.apache.spark.sql.connector.read.PartitionReader;
-import org.apache.spark.sql.execution.vectorized.ConstantColumnVector;
 import org.apache.spark.sql.execution.vectorized.OnHeapColumnVector;
 import org.apache.spark.sql.execution.vectorized.WritableColumnVector;
 import org.apache.spark.sql.types.StructField;
 import org.apache.spark.sql.types.StructType;
-import org.apache.spark.unsafe.types.UTF8String;
 import org.apache.spark.sql.vectorized.ColumnVector;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
@@ -25,9 +23,7 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * when a batch lies wholly inside the range); every batch's CRC is checked before any of its bytes is used;
  * control batches (transaction markers) yield no row, as in the Python reader; with {@code committed}
  * (read_committed) neither do transactional batches of aborted transactions, whose index entries are looked up
- * before any segment file of the range is opened ({@link Transactions}). {@code topic} and
- * {@code partition}, the same in every row of a task, are constant vectors (nothing written or copied per
- * row, as Spark's file sources give their partition columns).
+ * before any segment file of the range is opened ({@link Transactions}).
  *
  * <p>Data loss while reading, as in the Python reader's {@code read_range}: offsets of the range that retention
  * or delete-records removed after planning (the partition's log start is looked at when the read starts, at
@@ -62,12 +58,11 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     private ByteBuffer segment; // the mapping of the segment the last batch came from
     private long sinceCheck;  // records passed since the last look at the log start
     private final int[] columns;
-    /** The vector of each read column: null for {@code topic} and {@code partition} (constant vectors in
-     *  {@link #out}), written by {@link #fill} for the others. */
     private final WritableColumnVector[] vectors;
     private final ColumnarBatch out;
     /** The offset of each row of {@link #out} (the continuous reader's progress, row by row). */
     private final long[] rowOffsets = new long[ROWS];
+    private final byte[] topicBytes;
     private final byte[][] scratch = new byte[1][];
     private final boolean needsBody;
     private final boolean needsHeaders;
@@ -117,27 +112,14 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         needsHeaders = headers;
         needsKeys = keys;
         needsValues = values;
-        byte[] topicBytes = range.topic.getBytes(StandardCharsets.UTF_8);
-        vectors = new WritableColumnVector[fields.length];
-        ColumnVector[] all = new ColumnVector[fields.length];
-        for (int i = 0; i < fields.length; i++) {
-            if (columns[i] == TOPIC || columns[i] == PARTITION) {
-                ConstantColumnVector constant = new ConstantColumnVector(ROWS, fields[i].dataType());
-                if (columns[i] == TOPIC) constant.setUtf8String(UTF8String.fromBytes(topicBytes));
-                else constant.setInt(range.partition);
-                all[i] = constant;
-            } else {
-                all[i] = vectors[i] = new OnHeapColumnVector(ROWS, fields[i].dataType());
-            }
-        }
-        out = new ColumnarBatch(all);
+        vectors = OnHeapColumnVector.allocateColumns(ROWS, schema);
+        out = new ColumnarBatch(vectors);
+        topicBytes = range.topic.getBytes(StandardCharsets.UTF_8);
     }
 
     @Override
     public boolean next() throws IOException {
-        for (WritableColumnVector v : vectors) {
-            if (v != null) v.reset();
-        }
+        for (WritableColumnVector v : vectors) v.reset();
         int n = 0;
         while (n < ROWS) {
             if (current == null && !advance()) {
@@ -262,7 +244,15 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         }
         int take = Math.min(ROWS - n, b.recordCount - row);
         for (int i = 0; i < take; i++) rowOffsets[n + i] = b.baseOffset + row + i; // no deltas: offsets are dense
-        row += take;   // topic and partition are constant vectors: nothing to write
+        for (int c = 0; c < columns.length; c++) {
+            WritableColumnVector v = vectors[c];
+            if (columns[c] == PARTITION) {
+                v.putInts(n, take, range.partition);
+            } else {
+                for (int i = 0; i < take; i++) v.putByteArray(n + i, topicBytes);
+            }
+        }
+        row += take;
         if (row >= b.recordCount) pos = b.lastOffset() + 1;
         return n + take;
     }
@@ -296,9 +286,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                         if (vl < 0) v.putNull(n);
                         else v.putByteArray(n, valueArray, (int) vp, vl);
                     }
-                    case TOPIC, PARTITION -> {
-                        // constant vectors
-                    }
+                    case TOPIC -> v.putByteArray(n, topicBytes);
+                    case PARTITION -> v.putInt(n, range.partition);
                     case OFFSET -> v.putLong(n, off);
                     case TIMESTAMP -> v.putLong(n, body.timestamp(i) * 1000L);
                     case TIMESTAMP_TYPE -> v.putInt(n, body.timestampType());
