@@ -62,6 +62,12 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     private final ColumnarBatch out;
     /** The offset of each row of {@link #out} (the continuous reader's progress, row by row). */
     private final long[] rowOffsets = new long[ROWS];
+    // The records that {@link #fill} outputs: their index in the batch, and where their key and value are.
+    private final int[] records = new int[ROWS];
+    private final int[] keyAt = new int[ROWS];
+    private final int[] keyLen = new int[ROWS];
+    private final int[] valueAt = new int[ROWS];
+    private final int[] valueLen = new int[ROWS];
     private final byte[] topicBytes;
     private final byte[][] scratch = new byte[1][];
     private final boolean needsBody;
@@ -257,15 +263,21 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         return n + take;
     }
 
+    /**
+     * Rows from the current batch's next records into the vectors from row {@code n}: first the records to
+     * output are chosen (inside the range), then each column is written for all of them at once. Keys and
+     * values of consecutive records are consecutive in the batch body, so each column's bytes are appended to
+     * its vector in one copy and the rows point into them; the topic's bytes are appended once and shared.
+     */
     private int fill(int n) {
-        Batch b = current.batch();
-        while (row < body.n && n < ROWS) {
+        int count = 0;
+        while (row < body.n && n + count < ROWS) {
             int i = row++;
             int kl = needsKeys ? body.keyLength(i) : -1;
             int vl = needsValues ? body.valueLength(i) : -1;
             long off = body.offset(i);
-            long kp = keyPos;
-            long vp = valuePos;
+            int kp = (int) keyPos;
+            int vp = (int) valuePos;
             if (kl > 0) keyPos += kl;
             if (vl > 0) valuePos += vl;
             if (off < from) continue;
@@ -274,29 +286,50 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                 break;
             }
             pos = off + 1;
-            rowOffsets[n] = off;
-            for (int c = 0; c < columns.length; c++) {
-                WritableColumnVector v = vectors[c];
-                switch (columns[c]) {
-                    case KEY -> {
-                        if (kl < 0) v.putNull(n);
-                        else v.putByteArray(n, keyArray, (int) kp, kl);
-                    }
-                    case VALUE -> {
-                        if (vl < 0) v.putNull(n);
-                        else v.putByteArray(n, valueArray, (int) vp, vl);
-                    }
-                    case TOPIC -> v.putByteArray(n, topicBytes);
-                    case PARTITION -> v.putInt(n, range.partition);
-                    case OFFSET -> v.putLong(n, off);
-                    case TIMESTAMP -> v.putLong(n, body.timestamp(i) * 1000L);
-                    case TIMESTAMP_TYPE -> v.putInt(n, body.timestampType());
-                    default -> putHeaders(v, n, i);
+            rowOffsets[n + count] = off;
+            records[count] = i;
+            keyAt[count] = kp;
+            keyLen[count] = kl;
+            valueAt[count] = vp;
+            valueLen[count] = vl;
+            count++;
+        }
+        if (count == 0) return n;
+        for (int c = 0; c < columns.length; c++) {
+            WritableColumnVector v = vectors[c];
+            switch (columns[c]) {
+                case KEY -> putSlices(v, n, count, keyArray, keyAt, keyLen);
+                case VALUE -> putSlices(v, n, count, valueArray, valueAt, valueLen);
+                case TOPIC -> {
+                    int at = v.arrayData().appendBytes(topicBytes.length, topicBytes, 0);
+                    for (int m = 0; m < count; m++) v.putArray(n + m, at, topicBytes.length);
+                }
+                case PARTITION -> v.putInts(n, count, range.partition);
+                case OFFSET -> {
+                    for (int m = 0; m < count; m++) v.putLong(n + m, rowOffsets[n + m]);
+                }
+                case TIMESTAMP -> {
+                    for (int m = 0; m < count; m++) v.putLong(n + m, body.timestamp(records[m]) * 1000L);
+                }
+                case TIMESTAMP_TYPE -> v.putInts(n, count, body.timestampType());
+                default -> {
+                    for (int m = 0; m < count; m++) putHeaders(v, n + m, records[m]);
                 }
             }
-            n++;
         }
-        return n;
+        return n + count;
+    }
+
+    /** Rows {@code n..n+count} of a binary column: the bytes of {@code data} from the first slice's start to
+     *  the last one's end appended in one copy, each row pointing at its slice (null where the length is -1). */
+    private static void putSlices(WritableColumnVector v, int n, int count, byte[] data, int[] at, int[] len) {
+        int first = at[0];
+        int last = at[count - 1] + Math.max(0, len[count - 1]);
+        int base = v.arrayData().appendBytes(last - first, data, first) - first;
+        for (int m = 0; m < count; m++) {
+            if (len[m] < 0) v.putNull(n + m);
+            else v.putArray(n + m, base + at[m], len[m]);
+        }
     }
 
     private void putHeaders(WritableColumnVector v, int n, int record) {
