@@ -359,6 +359,39 @@ def test_read_committed_streams_on_the_jvm_read_what_the_python_source_reads(spa
                                     + [b"p1-last"])
 
 
+def test_read_committed_micro_batch_ending_inside_an_aborted_transaction_whose_marker_is_segments_later(
+        spark, jvm_reader, tmp_path):
+    """Micro-batches of 4 offsets cut an aborted transaction of 30 one-record batches over several 1 KiB
+    segments: each micro-batch's range ends segments before the abort marker (and its index entry), and
+    still none of its records is read, on either reader."""
+    from pylog.partition import internals
+    path = tmp_path / "store"
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("cut", partitions=1, config={"segment.bytes": 1024})
+        p = store.topic("cut").partition(0)
+        pid = store.new_producer_id()
+        p.append_values([b"before-%d" % i for i in range(3)])
+        for seq in range(30):
+            p.append_values([b"abort-%d" % seq], producer=(pid, 0, seq), transactional=True)
+        internals(p).append_marker(pid, 0, commit=False)
+        p.append_values([b"after-%d" % i for i in range(3)])
+    assert len([f for f in os.listdir(path / "cut" / "0") if f.endswith(".log")]) >= 3
+    got = {}
+    for fmt in (jvm_reader, "pylog-python"):
+        rows = []
+        query = (spark.readStream.format(fmt).option("subscribe", "cut").option("startingOffsets", "earliest")
+                 .option("kafka.isolation.level", "read_committed").option("maxOffsetsPerTrigger", 4)
+                 .load(str(path)).writeStream
+                 .foreachBatch(lambda df, _, rows=rows: rows.extend(tuple(r) for r in df.collect()))
+                 .option("checkpointLocation", str(tmp_path / f"cp-{fmt}")).trigger(availableNow=True).start())
+        assert query.awaitTermination(300)
+        assert query.exception() is None
+        got[fmt] = sorted(rows, key=lambda r: r[4])
+    assert got[jvm_reader] == got["pylog-python"]
+    assert [bytes(r[1]) for r in got[jvm_reader]] == [b"before-%d" % i for i in range(3)] + \
+        [b"after-%d" % i for i in range(3)]
+
+
 def test_spark_jar_command_prints_the_cached_jar_the_session_loaded(spark, jvm_reader, capsys):
     from pylog import jvm
     from pylog.cli import main

@@ -188,7 +188,9 @@ final class Transactions {
         Map<Long, List<long[]>> out = new LinkedHashMap<>();
         long[] bases = log.segmentBases();
         int i = Arrays.binarySearch(bases, start);
-        for (int s = Math.max(0, i >= 0 ? i : -i - 2); s < bases.length && bases[s] < end; s++) {
+        // Not bounded by the segments below end: a micro-batch's end may cut an aborted transaction whose abort
+        // marker (and so its entry) is in a later segment; the LSO rule below ends the scan.
+        for (int s = Math.max(0, i >= 0 ? i : -i - 2); s < bases.length; s++) {
             Path file = log.dir().resolve(String.format("%020d", bases[s]) + INDEX_SUFFIX);
             byte[] raw;
             try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
