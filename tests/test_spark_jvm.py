@@ -90,12 +90,18 @@ def test_jvm_reader_stops_at_a_torn_tail_as_the_python_reader_does(spark, jvm_re
     assert [r[4] for r in rows] == list(range(100))
 
 
-def test_jvm_reader_offset_ranges_splits_and_pruned_columns(spark, jvm_reader, tmp_path):
+def _counting_store(tmp_path, topic: str, count: int):
+    """A store with ``topic`` of 2 partitions, each holding the values b"0" .. b"<count - 1>"; its path."""
     path = tmp_path / "store"
     with pylog.open(path) as store:
-        store.create_topic("r", partitions=2)
+        store.create_topic(topic, partitions=2)
         for n in range(2):
-            store.topic("r").partition(n).append_values([b"%d" % i for i in range(1000)])
+            store.topic(topic).partition(n).append_values([b"%d" % i for i in range(count)])
+    return path
+
+
+def test_jvm_reader_offset_ranges_splits_and_pruned_columns(spark, jvm_reader, tmp_path):
+    path = _counting_store(tmp_path, "r", 1000)
     opts = dict(subscribe="r", startingOffsets='{"r":{"0":10,"1":-2}}', endingOffsets='{"r":{"0":500,"1":-1}}',
                 maxRecordsPerPartition=77)
     rows = _same(spark, jvm_reader, path, **opts)
@@ -599,3 +605,32 @@ def test_count_is_answered_from_batch_headers_with_filters_gaps_and_transactions
     committed = {"subscribe": "c", "kafka.isolation.level": "read_committed"}
     jvm, py = _both(spark, jvm_reader, path, **committed)   # read_committed: the Python source reads both
     assert jvm.count() == py.count() == len(py.select("value").collect())
+
+
+def test_offset_filters_at_the_largest_long_read_what_the_python_reader_reads(spark, jvm_reader, tmp_path):
+    # The JVM reader turned `offset <= 9223372036854775807` into an exclusive bound of max + 1, which wrapped to
+    # the smallest long: the scan read nothing where the Python reader read every row.
+    path = _counting_store(tmp_path, "t", 20)
+    biggest = 2 ** 63 - 1
+    for where, expected in ((f"offset <= {biggest}", 40), (f"offset < {biggest}", 40), (f"offset = {biggest}", 0),
+                            (f"offset >= {biggest}", 0), (f"offset in ({biggest}, 3)", 2),
+                            (f"partition = 1 and offset <= {biggest}", 20)):
+        jvm, py = _both(spark, jvm_reader, path, subscribe="t")
+        a, b = _rows(jvm.where(where)), _rows(py.where(where))
+        assert len(a) == expected and a == b, where
+        assert jvm.where(where).count() == expected, where
+
+
+def test_subscribe_pattern_with_python_named_groups_reads_the_topics_the_python_reader_reads(spark, jvm_reader,
+                                                                                             tmp_path):
+    # subscribePattern is a Python regular expression (re.fullmatch); the JVM reader compiled it as a Java one
+    # and refused Python's named groups ("Unknown inline modifier").
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        for topic in ("t1", "t22", "x1", "a.b", "ab"):
+            store.create_topic(topic, partitions=1)
+            store.topic(topic).partition(0).append_values([topic.encode()])
+    for pattern, topics in (("(?P<p>t)1", ["t1"]), ("(?P<p>[tx])(?P=p)?\\d+", ["t1", "t22", "x1"]),
+                            ("[(?P<]a.b", []), ("a\\.b", ["a.b"]), ("t\\d+|a.", ["ab", "t1", "t22"])):
+        read = _same(spark, jvm_reader, path, subscribePattern=pattern)
+        assert sorted(r[2] for r in read) == topics, pattern
