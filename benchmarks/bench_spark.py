@@ -25,9 +25,13 @@ Timed in one ``local[*]`` session (UI off), rows/s:
   (issue 31, JVM / Parquet): >= 1.5x, 1.0x, 1.0x, 2x, 1.0x. The load average is printed at the end.
 - stream (issue 31): a ``readStream`` with ``trigger(availableNow=True)`` of all seven columns into Spark's
   ``noop`` sink, each run with a fresh checkpoint, from the start of the query to its end: over the JVM reader,
-  the Python source, and Spark's Parquet file stream (``readStream.parquet``) of the same rows; round-robin,
-  a warm-up round then the median of ``--reps``. Target (JVM / Parquet stream): >= 1.5x. Each run must report
-  every row in its progress (``numInputRows``).
+  the Python source, and Spark's Parquet file stream (``readStream.parquet``) of the same rows (4 files, one
+  per partition); a warm-up round then the median of ``--reps``, each run after a full GC of the driver, the
+  JVM and Parquet runs of a round back to back in alternating order, the Python source's after them. Target
+  (JVM / Parquet stream): >= 1.5x, printed as the ratio of the medians, the median of the rounds' ratios and
+  the ratio of the driver JVM's CPU time (steadier on a shared machine). Each run must report every row in
+  its progress (``numInputRows``); both streams must read them in as many micro-batches (one each: neither
+  has a read limit); the tasks per micro-batch and Spark's per-trigger durations are printed.
 - read (issue 5), best of ``--reps``: ``sum(length(value))`` over the Python source, Parquet, ``pylog_tuples``
   (a minimal Python data source in this file that yields one tuple per row with ``Partition.read``) and
   ``pylog_ceiling`` (a Python data source yielding one prebuilt Arrow batch again and again: the cost of
@@ -312,34 +316,109 @@ def queries(spark: Any, store_path: str, parquet: str, rows: int, reps: int, res
 def streams(spark: Any, root: str, store_path: str, parquet: str, rows: int, reps: int,
             results: dict[str, float]) -> None:
     """An availableNow ``readStream`` of every row into the ``noop`` sink, over the JVM reader (when its jar is
-    loaded), the Python source and Spark's Parquet file stream; round-robin, a warm-up round then the median of
-    ``reps``; rows/s into ``results`` as ``stream_{variant}``. Every run must read every row."""
+    loaded), the Python source and Spark's Parquet file stream; a warm-up round then ``reps`` rounds; rows/s
+    into ``results`` as ``stream_{variant}`` (median), and ``stream_ratio`` (the median of each round's JVM /
+    Parquet ratio). Every run must read every row.
+
+    Fairness and stability: each run starts after a full GC of the driver JVM (so no run pays for the
+    garbage of the one before); the JVM and Parquet runs of a round run back to back, in alternating order
+    (the load of a shared machine drifts; a pair sees the same), and the Python source's run, whose Python
+    workers load the cores, comes after both. Both streams must read the rows in the same number of
+    micro-batches (availableNow without a read limit: one each); the micro-batches, their tasks and the
+    medians of Spark's per-trigger durations (``durationMs``: the start, ``latestOffset``, planning, the read
+    and sink in ``addBatch``, the offset and commit log writes) are printed: where each stream's time goes."""
     from pylog.spark import which_reader
 
-    variants = {"python": lambda: spark.readStream.format("pylog-python").option("subscribe", "bench")
-                .option("startingOffsets", "earliest").load(store_path),
-                "parquet": lambda: spark.readStream.schema(spark.read.parquet(parquet).schema).parquet(parquet)}
+    variants = {"parquet": lambda: spark.readStream.schema(spark.read.parquet(parquet).schema).parquet(parquet),
+                "python": lambda: spark.readStream.format("pylog-python").option("subscribe", "bench")
+                .option("startingOffsets", "earliest").load(store_path)}
     if which_reader(spark) == "jvm":
         variants = {"jvm": lambda: spark.readStream.format("pylog").option("subscribe", "bench")
                     .option("startingOffsets", "earliest").load(store_path), **variants}
     times: dict[str, list[float]] = {v: [] for v in variants}
+    cpu: dict[str, list[float]] = {v: [] for v in variants}
+    shape: dict[str, set[tuple[int, ...]]] = {v: set() for v in variants}
+    phases: dict[str, dict[str, list[float]]] = {v: {} for v in variants}
+    ratios: list[float] = []
     run_no = 0
-    for rep in range(reps + 1):  # round-robin; rep 0 warms
-        for variant, make in variants.items():
+    for rep in range(reps + 1):  # rep 0 warms
+        order = list(variants)
+        if rep % 2 and "jvm" in order:
+            order[0], order[1] = order[1], order[0]   # parquet first in odd rounds
+        this: dict[str, float] = {}
+        for variant in order:
             run_no += 1
-            t0 = time.perf_counter()
-            query = (make().writeStream.format("noop").trigger(availableNow=True)
-                     .option("checkpointLocation", os.path.join(root, f"stream-checkpoint-{run_no}")).start())
-            query.awaitTermination()
-            secs = time.perf_counter() - t0
-            read = sum(p["numInputRows"] for p in query.recentProgress)
-            assert read == rows, (variant, read, rows)  # every row, in this run
+            secs, cpu_secs, tasks, durations = _stream_run(spark, variants[variant](),
+                                                 os.path.join(root, f"stream-checkpoint-{run_no}"), rows, variant)
             if rep:
+                this[variant] = secs
                 times[variant].append(secs)
+                cpu[variant].append(cpu_secs)
+                shape[variant].add(tuple(tasks))
+                for k, v in durations.items():
+                    phases[variant].setdefault(k, []).append(v)
+        if rep and "jvm" in this:
+            ratios.append(this["parquet"] / this["jvm"])
+    if "jvm" in shape:
+        assert {len(s) for s in shape["jvm"]} == {len(s) for s in shape["parquet"]}, shape  # same micro-batches
     for variant, ts in times.items():
         results[f"stream_{variant}"] = rows / statistics.median(ts)
+        phase = ", ".join(f"{k} {statistics.median(v):.0f}" for k, v in phases[variant].items())
         print(f"stream availableNow {variant:8s} {statistics.median(ts):7.2f} s  "
-              f"{rows / statistics.median(ts) / 1e6:6.2f} M rows/s (median)")
+              f"{rows / statistics.median(ts) / 1e6:6.2f} M rows/s (median of {', '.join(f'{t:.2f}' for t in ts)}); "
+              f"micro-batches (tasks each) {sorted(shape[variant])}; median ms: {phase}; driver JVM CPU "
+              f"{statistics.median(cpu[variant]):.2f} s (median)")
+    if ratios:
+        results["stream_ratio"] = statistics.median(ratios)
+        print(f"stream availableNow JVM / Parquet per round: {', '.join(f'{r:.2f}x' for r in ratios)}")
+        results["stream_cpu_ratio"] = statistics.median(cpu["parquet"]) / statistics.median(cpu["jvm"])
+        print(f"stream availableNow JVM / Parquet in the driver JVM's CPU time (all of a local session's reading; "
+              f"steadier than wall time on a shared machine): {results['stream_cpu_ratio']:.2f}x")
+
+
+def _stream_run(spark: Any, df: Any, checkpoint: str, rows: int,
+                variant: str) -> tuple[float, float, list[int], dict]:
+    """One availableNow run of ``df`` into ``noop`` after a full GC of the driver: (seconds from ``start()``
+    to its end, the driver JVM's CPU seconds meanwhile (0 without a local JVM), the tasks of each micro-batch
+    that read rows, the sum over triggers of each ``durationMs`` phase plus ``start``, the time ``start()``
+    took)."""
+    jvm = getattr(spark, "_jvm", None)
+    if jvm is not None:
+        jvm.System.gc()
+    cpu0 = _jvm_cpu(spark)
+    t0 = time.perf_counter()
+    query = df.writeStream.format("noop").trigger(availableNow=True).option("checkpointLocation", checkpoint).start()
+    started = time.perf_counter() - t0
+    query.awaitTermination()
+    secs = time.perf_counter() - t0
+    cpu_secs = _jvm_cpu(spark) - cpu0
+    progress = query.recentProgress
+    read = sum(p["numInputRows"] for p in progress)
+    assert read == rows, (variant, read, rows)  # every row, in this run
+    durations: dict[str, float] = {"start": started * 1000}
+    for p in progress:
+        for k, v in p["durationMs"].items():
+            if k != "triggerExecution":
+                durations[k] = durations.get(k, 0) + v
+    tracker = spark.sparkContext.statusTracker()
+    tasks = []
+    for job in sorted(tracker.getJobIdsForGroup(str(query.runId))):
+        info = tracker.getJobInfo(job)
+        stages = [tracker.getStageInfo(s) for s in info.stageIds] if info else []
+        tasks.append(sum(s.numTasks for s in stages if s is not None))
+    return secs, cpu_secs, [t for t in tasks if t], durations
+
+
+def _jvm_cpu(spark: Any) -> float:
+    """CPU seconds (user + system) the session's JVM process used so far; 0 when it is not a local process."""
+    jvm = getattr(spark, "_jvm", None)
+    try:
+        pid = jvm.ProcessHandle.current().pid() if jvm is not None else None
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, AttributeError, ValueError):
+        return 0.0
 
 
 def print_streams(results: dict[str, float]) -> None:
@@ -348,7 +427,9 @@ def print_streams(results: dict[str, float]) -> None:
     print("| `readStream` availableNow, 7 columns to `noop` | rows/s | / Parquet file stream (target) |")
     print("|---|---:|---:|")
     if j:
-        print(f"| JVM reader | {j / 1e6:.2f} M/s | {j / pq:.2f}x (>= 1.5x {'✔' if j >= 1.5 * pq else '✘'}) |")
+        r = results["stream_ratio"]
+        print(f"| JVM reader | {j / 1e6:.2f} M/s | {j / pq:.2f}x of the medians, {r:.2f}x median of the rounds' "
+              f"ratios (>= 1.5x {'✔' if min(r, j / pq) >= 1.5 else '✘'}) |")
     print(f"| Python source | {py / 1e6:.2f} M/s | {py / pq:.2f}x |")
     print(f"| Parquet file stream | {pq / 1e6:.2f} M/s | 1.00x |")
 
@@ -388,8 +469,10 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
         if own:
             from pylog.spark import session
 
-            spark = session(args.master, "pylog-bench", conf={"spark.local.dir": root,
-                                                              "spark.driver.memory": "4g"})
+            os.environ.setdefault("SPARK_LOCAL_IP", "127.0.0.1")  # no network beyond the loopback
+            spark = session(args.master, "pylog-bench", conf={"spark.local.dir": root, "spark.driver.memory": "4g",
+                                                              "spark.driver.bindAddress": "127.0.0.1",
+                                                              "spark.driver.host": "127.0.0.1"})
             spark.sparkContext.setLogLevel("ERROR")
         print(f"pylog Spark benchmark: {rows:,} rows, {VALUE_BYTES}-byte values, {PARTITIONS} partitions, "
               f"master {spark.sparkContext.master}, Python {sys.version.split()[0]}")

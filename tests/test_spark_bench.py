@@ -24,3 +24,15 @@ def test_spark_benchmark_quick_run(spark, tmp_path, capsys):
                    "stream availableNow parquet", "| Parquet file stream |", "load average"):
         assert figure in out
     assert not list(tmp_path.iterdir())  # the run's directory is removed
+
+
+def test_jvm_reader_cpu_benchmark_quick_run(jvm_jar, tmp_path, capsys):
+    if jvm_jar is None:
+        pytest.skip("no JDK: the JVM reader is not built")
+    spec = importlib.util.spec_from_file_location("bench_jvm_reader", ROOT / "benchmarks" / "bench_jvm_reader.py")
+    bench = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    assert bench.main(["--rows", "40000", "--rounds", "2", "--dir", str(tmp_path)]) == 0
+    out = capsys.readouterr().out
+    assert "columns all" in out and "columns value" in out and "ns of CPU per row" in out
+    assert not list(tmp_path.iterdir())  # the run's directory is removed

@@ -316,6 +316,111 @@ def test_jvm_stream_holds_a_micro_batch_back_until_min_offsets_per_trigger_wait(
         query.stop()
 
 
+def _committed_store(path) -> dict[str, int]:
+    """A topic ``rc`` of 2 partitions in segments of 2 KiB: plain records, transactions of two producers
+    interleaved (one committed, one aborted, each over several batches and segments), and at the end of
+    partition 0 a transaction left open with plain records after it. Returns the producer ids by role."""
+    from pylog.partition import internals
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("rc", partitions=2, config={"segment.bytes": 2048})
+        ids = {role: store.new_producer_id() for role in ("commit0", "abort0", "open0", "abort1", "commit1")}
+        for n, (commit, abort) in enumerate((("commit0", "abort0"), ("commit1", "abort1"))):
+            p = store.topic("rc").partition(n)
+            p.append_values([b"p%d-plain-%d" % (n, i) for i in range(9)])
+            for seq in range(0, 12, 3):
+                for role in (commit, abort):
+                    p.append_values([b"p%d-%s-%d" % (n, role.encode(), seq + i) for i in range(3)],
+                                    producer=(ids[role], 0, seq), transactional=True)
+                p.append_values([b"p%d-between-%d" % (n, seq)])
+            internals(p).append_marker(ids[commit], 0, commit=True)
+            internals(p).append_marker(ids[abort], 0, commit=False)
+            p.append_values([b"p%d-after-%d" % (n, i) for i in range(5)])
+        p0 = store.topic("rc").partition(0)
+        p0.append_values([b"p0-open-%d" % i for i in range(4)], producer=(ids["open0"], 0, 0), transactional=True)
+        p0.append_values([b"p0-tail-%d" % i for i in range(6)])
+    return ids
+
+
+def test_read_committed_streams_on_the_jvm_read_what_the_python_source_reads(spark, jvm_reader, tmp_path):
+    """Two availableNow runs over one checkpoint per reader at read_committed, 7 offsets per micro-batch: the
+    first stops at partition 0's open transaction, the second (after it committed, another transaction was
+    aborted and partition 1's producer snapshot was damaged) reads on. Every column of every row, the
+    micro-batches and their end offsets are the Python source's; only the JVM stream reports lag metrics."""
+    from pylog.partition import internals
+    path = tmp_path / "store"
+    ids = _committed_store(path)
+
+    def run(fmt, round_no):
+        got = []
+        query = (spark.readStream.format(fmt).option("subscribe", "rc").option("startingOffsets", "earliest")
+                 .option("kafka.isolation.level", "read_committed").option("maxOffsetsPerTrigger", 7)
+                 .load(str(path)).writeStream.foreachBatch(lambda df, _: got.extend(tuple(r) for r in df.collect()))
+                 .option("checkpointLocation", str(tmp_path / f"cp-{fmt}")).trigger(availableNow=True).start())
+        assert query.awaitTermination(300)
+        assert query.exception() is None
+        progress = [p for p in query.recentProgress if p["numInputRows"]]
+        return sorted(got, key=lambda r: (r[2], r[3], r[4])), progress
+
+    def both(round_no):
+        (jvm, jvm_progress), (py, py_progress) = (run(fmt, round_no) for fmt in (jvm_reader, "pylog-python"))
+        assert jvm == py
+        assert [p["numInputRows"] for p in jvm_progress] == [p["numInputRows"] for p in py_progress]
+        assert [p["sources"][0]["endOffset"] for p in jvm_progress] == \
+            [p["sources"][0]["endOffset"] for p in py_progress]
+        assert "maxOffsetsBehindLatest" in jvm_progress[0]["sources"][0]["metrics"]   # the JVM stream ran
+        return [bytes(r[1]) for r in jvm]
+
+    first = both(1)
+    assert not [v for v in first if b"abort" in v or b"open" in v or b"tail" in v]
+    assert len(first) == 2 * (9 + 12 + 4 + 5)
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        p0, p1 = store.topic("rc").partition(0), store.topic("rc").partition(1)
+        internals(p0).append_marker(ids["open0"], 0, commit=True)
+        p1.append_values([b"p1-late-abort"], producer=(ids["abort1"], 0, 12), transactional=True)
+        internals(p1).append_marker(ids["abort1"], 0, commit=False)
+        p1.append_values([b"p1-last"])
+    snapshot = path / "rc" / "1" / "producer.snapshot"
+    raw = bytearray(snapshot.read_bytes())
+    raw[10] ^= 0xFF
+    snapshot.write_bytes(bytes(raw))
+    second = both(2)
+    assert sorted(second) == sorted([b"p0-open-%d" % i for i in range(4)] + [b"p0-tail-%d" % i for i in range(6)]
+                                    + [b"p1-last"])
+
+
+def test_read_committed_micro_batch_ending_inside_an_aborted_transaction_whose_marker_is_segments_later(
+        spark, jvm_reader, tmp_path):
+    """Micro-batches of 4 offsets cut an aborted transaction of 30 one-record batches over several 1 KiB
+    segments: each micro-batch's range ends segments before the abort marker (and its index entry), and
+    still none of its records is read, on either reader."""
+    from pylog.partition import internals
+    path = tmp_path / "store"
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("cut", partitions=1, config={"segment.bytes": 1024})
+        p = store.topic("cut").partition(0)
+        pid = store.new_producer_id()
+        p.append_values([b"before-%d" % i for i in range(3)])
+        for seq in range(30):
+            p.append_values([b"abort-%d" % seq], producer=(pid, 0, seq), transactional=True)
+        internals(p).append_marker(pid, 0, commit=False)
+        p.append_values([b"after-%d" % i for i in range(3)])
+    assert len([f for f in os.listdir(path / "cut" / "0") if f.endswith(".log")]) >= 3
+    got = {}
+    for fmt in (jvm_reader, "pylog-python"):
+        rows = []
+        query = (spark.readStream.format(fmt).option("subscribe", "cut").option("startingOffsets", "earliest")
+                 .option("kafka.isolation.level", "read_committed").option("maxOffsetsPerTrigger", 4)
+                 .load(str(path)).writeStream
+                 .foreachBatch(lambda df, _, rows=rows: rows.extend(tuple(r) for r in df.collect()))
+                 .option("checkpointLocation", str(tmp_path / f"cp-{fmt}")).trigger(availableNow=True).start())
+        assert query.awaitTermination(300)
+        assert query.exception() is None
+        got[fmt] = sorted(rows, key=lambda r: r[4])
+    assert got[jvm_reader] == got["pylog-python"]
+    assert [bytes(r[1]) for r in got[jvm_reader]] == [b"before-%d" % i for i in range(3)] + \
+        [b"after-%d" % i for i in range(3)]
+
+
 def test_spark_jar_command_prints_the_cached_jar_the_session_loaded(spark, jvm_reader, capsys):
     from pylog import jvm
     from pylog.cli import main

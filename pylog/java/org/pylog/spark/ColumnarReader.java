@@ -21,7 +21,9 @@ import org.apache.spark.sql.vectorized.ColumnarBatch;
  * <p>Invariants: rows come out in offset order, each once, only offsets inside the range; only the columns
  * of the read schema are decoded (none at all for {@code count(*)}: record counts come from batch headers
  * when a batch lies wholly inside the range); every batch's CRC is checked before any of its bytes is used;
- * control batches (transaction markers) yield no row, as in the Python reader.
+ * control batches (transaction markers) yield no row, as in the Python reader; with {@code committed}
+ * (read_committed) neither do transactional batches of aborted transactions, whose index entries are looked up
+ * before any segment file of the range is opened ({@link Transactions}).
  *
  * <p>Data loss while reading, as in the Python reader's {@code read_range}: offsets of the range that retention
  * or delete-records removed after planning (the partition's log start is looked at when the read starts, at
@@ -49,6 +51,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     private final PylogInputPartition range;
     private final Path dir;
     private final PartitionLog.Cursor cursor;
+    /** read_committed: the aborted transactions covering the range (null for read_uncommitted). */
+    private final java.util.Map<Long, java.util.List<long[]>> aborted;
     private long from;        // range.from, raised past offsets found removed (failOnDataLoss=false)
     private long pos;         // the next offset not read yet
     private ByteBuffer segment; // the mapping of the segment the last batch came from
@@ -58,8 +62,12 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     private final ColumnarBatch out;
     /** The offset of each row of {@link #out} (the continuous reader's progress, row by row). */
     private final long[] rowOffsets = new long[ROWS];
-    /** The key (or value) lengths of the rows {@link #fill} puts, one column at a time. */
-    private final int[] lengths = new int[ROWS];
+    // The records that {@link #fill} outputs: their index in the batch, and where their key and value are.
+    private final int[] records = new int[ROWS];
+    private final int[] keyAt = new int[ROWS];
+    private final int[] keyLen = new int[ROWS];
+    private final int[] valueAt = new int[ROWS];
+    private final int[] valueLen = new int[ROWS];
     private final byte[] topicBytes;
     private final byte[][] scratch = new byte[1][];
     private final boolean needsBody;
@@ -85,6 +93,7 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         try {
             PartitionLog log = PartitionLog.open(dir);
             checkLogStart(log.logStartOffset());
+            this.aborted = range.committed ? Transactions.abortedIn(log, from, range.until) : null;
             this.cursor = log.cursor(from, range.until);
         } catch (IOException e) {
             throw new java.io.UncheckedIOException(e);
@@ -151,7 +160,11 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
                 sinceCheck = 0;
             }
             sinceCheck += b.recordCount;
-            // a control batch (a transaction's marker) holds no record for readers
+            // a control batch (a transaction's marker) holds no record for readers, nor, read_committed, a batch
+            // of an aborted transaction
+            if (aborted != null && b.isTransactional() && Transactions.aborted(aborted, b.producerId, b.baseOffset)) {
+                continue;
+            }
             if (!b.isControl() && b.lastOffset() >= from) return true;
         }
     }
@@ -250,72 +263,73 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         return n + take;
     }
 
-    /** Rows of the current batch into the vectors from index {@code n}, column by column: those from {@link #from}
-     *  on and below the range's end (offsets increase along a batch, so they are one run of its rows), at most as
-     *  many as the columnar batch has room for. */
+    /**
+     * Rows from the current batch's next records into the vectors from row {@code n}: first the records to
+     * output are chosen (inside the range), then each column is written for all of them at once. Keys and
+     * values of consecutive records are consecutive in the batch body, so each column's bytes are appended to
+     * its vector in one copy and the rows point into them; the topic's bytes are appended once and shared.
+     */
     private int fill(int n) {
-        int first = row;
-        while (first < body.n && body.offset(first) < from) { // before the range: only their data is passed
-            if (needsKeys) keyPos += Math.max(0, body.keyLength(first));
-            if (needsValues) valuePos += Math.max(0, body.valueLength(first));
-            first++;
+        int count = 0;
+        while (row < body.n && n + count < ROWS) {
+            int i = row++;
+            int kl = needsKeys ? body.keyLength(i) : -1;
+            int vl = needsValues ? body.valueLength(i) : -1;
+            long off = body.offset(i);
+            int kp = (int) keyPos;
+            int vp = (int) valuePos;
+            if (kl > 0) keyPos += kl;
+            if (vl > 0) valuePos += vl;
+            if (off < from) continue;
+            if (off >= range.until) {
+                row = body.n;
+                break;
+            }
+            pos = off + 1;
+            rowOffsets[n + count] = off;
+            records[count] = i;
+            keyAt[count] = kp;
+            keyLen[count] = kl;
+            valueAt[count] = vp;
+            valueLen[count] = vl;
+            count++;
         }
-        int last = first;
-        int limit = Math.min(body.n, first + ROWS - n);
-        while (last < limit && body.offset(last) < range.until) last++;
-        int count = last - first;
-        for (int k = 0; k < count; k++) rowOffsets[n + k] = body.offset(first + k);
+        if (count == 0) return n;
         for (int c = 0; c < columns.length; c++) {
             WritableColumnVector v = vectors[c];
             switch (columns[c]) {
-                case KEY -> keyPos = putBinary(v, n, first, count, true, keyArray, keyPos);
-                case VALUE -> valuePos = putBinary(v, n, first, count, false, valueArray, valuePos);
+                case KEY -> putSlices(v, n, count, keyArray, keyAt, keyLen);
+                case VALUE -> putSlices(v, n, count, valueArray, valueAt, valueLen);
                 case TOPIC -> {
-                    for (int k = 0; k < count; k++) v.putByteArray(n + k, topicBytes);
+                    int at = v.arrayData().appendBytes(topicBytes.length, topicBytes, 0);
+                    for (int m = 0; m < count; m++) v.putArray(n + m, at, topicBytes.length);
                 }
                 case PARTITION -> v.putInts(n, count, range.partition);
                 case OFFSET -> {
-                    for (int k = 0; k < count; k++) v.putLong(n + k, rowOffsets[n + k]);
+                    for (int m = 0; m < count; m++) v.putLong(n + m, rowOffsets[n + m]);
                 }
                 case TIMESTAMP -> {
-                    for (int k = 0; k < count; k++) v.putLong(n + k, body.timestamp(first + k) * 1000L);
+                    for (int m = 0; m < count; m++) v.putLong(n + m, body.timestamp(records[m]) * 1000L);
                 }
                 case TIMESTAMP_TYPE -> v.putInts(n, count, body.timestampType());
                 default -> {
-                    for (int k = 0; k < count; k++) putHeaders(v, n + k, first + k);
+                    for (int m = 0; m < count; m++) putHeaders(v, n + m, records[m]);
                 }
             }
         }
-        if (count > 0) pos = rowOffsets[n + count - 1] + 1;
-        row = last < body.n && body.offset(last) >= range.until ? body.n : last; // past the range's end: done
         return n + count;
     }
 
-    /**
-     * Rows {@code [first, first + count)} of the key column (or the value column) into {@code v} from index
-     * {@code n}: their bytes, back to back from {@code at} in {@code data}, appended to the vector in one copy,
-     * each row pointing at its own (what {@code putByteArray} does row by row). Returns where the next row's
-     * bytes start in {@code data}.
-     */
-    private long putBinary(WritableColumnVector v, int n, int first, int count, boolean keys, byte[] data, long at) {
-        int total = 0;
-        for (int k = 0; k < count; k++) {
-            int len = keys ? body.keyLength(first + k) : body.valueLength(first + k);
-            lengths[k] = len;
-            if (len > 0) total += len;
+    /** Rows {@code n..n+count} of a binary column: the bytes of {@code data} from the first slice's start to
+     *  the last one's end appended in one copy, each row pointing at its slice (null where the length is -1). */
+    private static void putSlices(WritableColumnVector v, int n, int count, byte[] data, int[] at, int[] len) {
+        int first = at[0];
+        int last = at[count - 1] + Math.max(0, len[count - 1]);
+        int base = v.arrayData().appendBytes(last - first, data, first) - first;
+        for (int m = 0; m < count; m++) {
+            if (len[m] < 0) v.putNull(n + m);
+            else v.putArray(n + m, base + at[m], len[m]);
         }
-        int base = v.arrayData().appendBytes(total, data, (int) at);
-        int rel = 0;
-        for (int k = 0; k < count; k++) {
-            int len = lengths[k];
-            if (len < 0) {
-                v.putNull(n + k);
-            } else {
-                v.putArray(n + k, base + rel, len);
-                rel += len;
-            }
-        }
-        return at + total;
     }
 
     private void putHeaders(WritableColumnVector v, int n, int record) {

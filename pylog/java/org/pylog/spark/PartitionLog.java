@@ -82,6 +82,11 @@ public final class PartitionLog {
         return h.getLong(16);
     }
 
+    /** The partition's directory. */
+    Path dir() {
+        return dir;
+    }
+
     public long logStartOffset() {
         return logStartOffset;
     }

@@ -259,7 +259,8 @@ final class Planner {
             for (long i = 1; i <= parts; i++) {
                 long b = r.from + ((java.math.BigInteger.valueOf(size).multiply(java.math.BigInteger.valueOf(i)))
                         .divide(java.math.BigInteger.valueOf(parts)).longValue());
-                if (b > prev) out.add(new PylogInputPartition(r.store, r.topic, r.partition, prev, b, r.failOnDataLoss));
+                if (b > prev) out.add(new PylogInputPartition(r.store, r.topic, r.partition, prev, b, r.failOnDataLoss,
+                        r.committed));
                 prev = b;
             }
         }

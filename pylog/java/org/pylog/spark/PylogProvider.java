@@ -53,7 +53,7 @@ public final class PylogProvider implements TableProvider, DataSourceRegister, C
 
     @Override
     public StructType inferSchema(CaseInsensitiveStringMap options) {
-        if (ReadOptions.handles(options)) {
+        if (ReadOptions.handles(options) || ReadOptions.handlesStream(options)) {  // no Python worker for these
             return Schemas.kafka(ReadOptions.parse(options, null).includeHeaders);
         }
         return python().inferSchema(options);

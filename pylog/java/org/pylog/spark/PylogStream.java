@@ -40,7 +40,10 @@ import org.pylog.spark.ReadOptions.TopicPartition;
  * seen by {@link #prepareForTriggerAvailableNow}; offsets removed under the query are data loss (an error with
  * {@code failOnDataLoss=true}, else skipped with a warning). Beyond the Python source: query progress carries
  * the Kafka source's {@code minOffsetsBehindLatest}, {@code maxOffsetsBehindLatest} and
- * {@code avgOffsetsBehindLatest} ({@link #metrics}).
+ * {@code avgOffsetsBehindLatest} ({@link #metrics}). Under {@code kafka.isolation.level=read_committed} the end
+ * a partition is read to is its last stable offset (a start past it waits there, it is no data loss), and
+ * the tasks skip aborted transactions' records ({@link Transactions}; the driver keeps one LSO tracker per
+ * partition, so a trigger replays only the batch headers appended since the last).
  */
 final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow, ReportsSourceMetrics {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -50,10 +53,18 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
     private Map<TopicPartition, Long> target;   // availableNow: the ends to stop at
     private Map<TopicPartition, Long> latestSeen = new HashMap<>();
     private long lastTriggerMs = -1;   // when the last micro-batch was let through (minOffsetsPerTrigger)
+    private final Map<TopicPartition, Transactions.Tracker> trackers = new HashMap<>();   // read_committed
 
     PylogStream(ReadOptions options, StructType schema) {
         this.options = options;
         this.schema = schema;
+    }
+
+    /** The stream of a scan's options (checked as a stream's) and table schema. */
+    static PylogStream of(Map<String, String> options, StructType schema) {
+        ReadOptions parsed = ReadOptions.parse(options, true);
+        Schemas.checkDeclared(schema, parsed.includeHeaders);
+        return new PylogStream(parsed, schema);
     }
 
     /** An offset: the Kafka source's JSON, partitions sorted. */
@@ -93,14 +104,17 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
         }
     }
 
-    /** {@code {log start, visible end}} of every subscribed partition now. */
+    /** {@code {log start, end to read to, visible end}} of every subscribed partition now; the end to read to
+     *  is the last stable offset under read_committed, else the visible end. */
     private Map<TopicPartition, long[]> snapshot() {
         try {
             Map<TopicPartition, long[]> out = new TreeMap<>();
             for (TopicPartition tp : Planner.partitions(options)) {
                 PartitionLog log = Planner.open(options, tp);
                 long end = log.logEndOffset();
-                out.put(tp, new long[] {log.logStartOffset(), end});
+                long stable = options.committed
+                        ? trackers.computeIfAbsent(tp, k -> new Transactions.Tracker()).lastStableOffset(log, end) : end;
+                out.put(tp, new long[] {log.logStartOffset(), stable, end});
             }
             return out;
         } catch (IOException e) {
@@ -128,7 +142,8 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
                 PartitionLog log = Planner.open(options, tp);
                 long end = log.logEndOffset();
                 long start = log.logStartOffset();
-                long off = Planner.resolve(options.starting, tp, start, end, log, options.startingByTimestampStrategy);
+                long stable = options.committed ? new Transactions.Tracker().lastStableOffset(log, end) : end;
+                long off = Planner.resolve(options.starting, tp, start, stable, log, options.startingByTimestampStrategy);
                 if (off < start) {
                     DataLoss.report(options.failOnDataLoss, tp + ": offsets [" + off + ", " + start
                             + ") were removed before the query started (the log now starts at " + start + ")");
@@ -165,7 +180,7 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
     @Override
     public void prepareForTriggerAvailableNow() {
         target = new HashMap<>();
-        snapshot().forEach((tp, se) -> target.put(tp, se[1]));
+        snapshot().forEach((tp, se) -> target.put(tp, se[1]));   // the LSO under read_committed
     }
 
     @Override
@@ -189,11 +204,12 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
         for (Map.Entry<TopicPartition, long[]> e : snapshot().entrySet()) {
             TopicPartition tp = e.getKey();
             long logStart = e.getValue()[0];
-            long logEnd = e.getValue()[1];
-            latest.put(tp, logEnd);
+            long stable = e.getValue()[1];
+            long logEnd = e.getValue()[2];
+            latest.put(tp, stable);
             if (target != null) {
                 if (!target.containsKey(tp)) continue; // appeared after the availableNow run started: next run
-                logEnd = Math.min(logEnd, target.get(tp));
+                stable = Math.min(stable, target.get(tp));
             }
             Long b = begin.get(tp);
             if (b == null) {   // a new partition: from its earliest offset
@@ -201,9 +217,8 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
                 begin.put(tp, b);
             } else if (logEnd < b) {
                 loss(tp + ": the log ends at " + logEnd + ", before offset " + b + " already read (truncated or recreated)");
-                logEnd = b;    // never move backwards
             }
-            end.put(tp, logEnd);
+            end.put(tp, Math.max(stable, b));   // never backwards (read_committed: a start past the LSO waits there)
         }
         latestSeen = latest;
         ReadLimit[] limits = limit instanceof CompositeReadLimit c ? c.getReadLimits() : new ReadLimit[] {limit};
@@ -288,7 +303,7 @@ final class PylogStream implements MicroBatchStream, SupportsTriggerAvailableNow
                 b = Math.min(se[0], end);
             }
             if (b < end) ranges.add(new PylogInputPartition(options.path, tp.topic(), tp.partition(), b, end,
-                    options.failOnDataLoss));
+                    options.failOnDataLoss, options.committed));
         }
         return Planner.split(ranges, options.minPartitions, options.maxRecordsPerPartition).toArray(new InputPartition[0]);
     }

@@ -76,7 +76,8 @@ final class PylogTable implements SupportsRead, SupportsWrite {
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
         if (!ReadOptions.handles(options)) {
-            return ((SupportsRead) python()).newScanBuilder(options);
+            ScanBuilder py = ((SupportsRead) python()).newScanBuilder(options);
+            return ReadOptions.handlesStream(options) ? new CommittedScan(py, options, schema) : py;
         }
         return new Builder(options);
     }
@@ -201,14 +202,13 @@ final class PylogTable implements SupportsRead, SupportsWrite {
             if (!ReadOptions.handlesStream(options)) {
                 return ((SupportsRead) python()).newScanBuilder(options).build().toMicroBatchStream(checkpointLocation);
             }
-            ReadOptions parsed = ReadOptions.parse(options, true);
-            Schemas.checkDeclared(schema, parsed.includeHeaders);
-            return new PylogStream(parsed, schema);
+            return PylogStream.of(options, schema);
         }
 
         /** {@code trigger(continuous=...)} ({@link PylogContinuous}). A batch-only option is refused here by name;
-         *  streams with an option this reader does not handle ({@code read_committed}, for one) never get here:
-         *  {@link #newScanBuilder} gives them to the Python source, whose scan Spark refuses to run continuously. */
+         *  streams with an option this reader does not handle, or at {@code read_committed}, never get here:
+         *  {@link #newScanBuilder} gives them to the Python source ({@link CommittedScan}), whose scan Spark
+         *  refuses to run continuously. */
         @Override
         public ContinuousStream toContinuousStream(String checkpointLocation) {
             String other = ReadOptions.notHandled(options, true);

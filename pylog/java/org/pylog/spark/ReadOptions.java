@@ -58,6 +58,9 @@ final class ReadOptions implements Serializable {
     final Integer maxOffsetsPerTrigger;
     final Integer minOffsetsPerTrigger;
     final long maxTriggerDelayMs;
+    /** {@code kafka.isolation.level=read_committed}: micro-batch streams only (batch and continuous reads at that
+     *  level are the Python source's, {@link #notHandled}); ends are last stable offsets, aborted records skipped. */
+    boolean committed;
 
     /**
      * Where reading starts or ends in each partition, as pylog/spark/options.py's OffsetSpec: {@code kind} is
@@ -204,9 +207,10 @@ final class ReadOptions implements Serializable {
         return spec;
     }
 
-    /** True if a stream's options are all this reader's (see {@link #handles}) and none is a batch read's. */
+    /** True if a micro-batch stream's options are all this reader's (see {@link #handles}) and none is a batch
+     *  read's; {@code kafka.isolation.level=read_committed} is (the other reads leave it to the Python source). */
     static boolean handlesStream(Map<String, String> options) {
-        return notHandled(options, true) == null;
+        return notHandled(options, true, true) == null;
     }
 
     /** True if every option of a read is one this reader supports (else the Python source reads it). A path
@@ -218,6 +222,10 @@ final class ReadOptions implements Serializable {
     /** The first option (as given) that makes a read, or a stream with {@code stream}, not this reader's; null
      *  if there is none (see {@link #handles}, {@link #handlesStream}). */
     static String notHandled(Map<String, String> options, boolean stream) {
+        return notHandled(options, stream, false);
+    }
+
+    private static String notHandled(Map<String, String> options, boolean stream, boolean committedOk) {
         for (Map.Entry<String, String> e : options.entrySet()) {
             String low = e.getKey().toLowerCase(Locale.ROOT);
             if (stream && indexOf(BATCH_ONLY, low) >= 0) return e.getKey();
@@ -225,7 +233,10 @@ final class ReadOptions implements Serializable {
                 return e.getKey();
             }
             if (low.equals("kafka.isolation.level")) {
-                if (!"read_uncommitted".equalsIgnoreCase(String.valueOf(e.getValue()).strip())) return e.getKey();
+                String level = String.valueOf(e.getValue()).strip();
+                if (!"read_uncommitted".equalsIgnoreCase(level) && !(committedOk && "read_committed".equalsIgnoreCase(level))) {
+                    return e.getKey();
+                }
                 continue;
             }
             if (low.startsWith("kafka.") || indexOf(IGNORED, low) >= 0) continue;
@@ -254,7 +265,13 @@ final class ReadOptions implements Serializable {
             }
             if (e.getValue() != null) canon.put(name, e.getValue());
         }
-        return new ReadOptions(canon, streaming);
+        ReadOptions parsed = new ReadOptions(canon, streaming);
+        for (Map.Entry<String, String> e : options.entrySet()) {
+            if (e.getKey().equalsIgnoreCase("kafka.isolation.level") && e.getValue() != null) {
+                parsed.committed = "read_committed".equalsIgnoreCase(e.getValue().strip());
+            }
+        }
+        return parsed;
     }
 
     static IllegalArgumentException bad(String option, String message) {
