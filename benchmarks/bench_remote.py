@@ -61,6 +61,7 @@ import uuid
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."))
 
 import boto3  # noqa: E402
+import botocore.config  # noqa: E402
 
 import pylog  # noqa: E402
 from pylog.storage.filenames import list_segment_bases  # noqa: E402
@@ -117,32 +118,92 @@ def _write(root: str, mb: int, segment_mb: int) -> str:
     return os.path.join(root, "t", "0")
 
 
-def _append_round(root: str, endpoint: str, bucket: str, mb: int, segment_mb: int, record_bytes: int,
-                  ship: bool) -> tuple[float, float, float, float, float]:
-    """Seconds to append ``mb`` MB to a fresh topic (shipping on or off), the store's upload thread running:
-    wall-clock, CPU of the appending thread (what the appends themselves cost), and its time queued for a
-    core (the rest of the wall-clock is off-CPU: waits for the GIL that the upload thread holds, and I/O);
-    then the upload thread's CPU seconds over the same time and the MB of log it had shipped by its end
-    (the proof that shipping ran while the appends did)."""
-    value = os.urandom(record_bytes)
-    calls = max(1, mb * 1_000_000 // (record_bytes * 1000))
-    with pylog.open(root, log_cleaner_enable=False, remote_storage_location=f"s3://{bucket}/{uuid.uuid4().hex[:8]}",
-                    remote_storage_endpoint_url=endpoint, remote_log_manager_task_interval_ms=100) as store:
-        store.create_topic("t", 1, config={"segment.bytes": segment_mb << 20, "retention.ms": -1,
+def _empty(client, bucket: str, prefix: str) -> None:
+    """Delete every object under ``prefix`` (the server keeps objects in memory: rounds would add up)."""
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket, Prefix=prefix):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents") or []]
+        if keys:
+            client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+
+
+def _append_round(root: str, endpoint: str, client, bucket: str, args: argparse.Namespace,
+                  ship: bool) -> dict[str, float]:
+    """Append ``args.append_mb`` MB to a fresh topic (shipping on or off) with the store's upload thread running,
+    then (shipping on) wait until every segment closed by then is committed to the remote log.
+
+    Returned (seconds, MB): ``wall``, ``cpu`` of the appending thread (what the appends themselves cost),
+    ``queued`` (its time waiting for a core; the rest of the wall-clock is off-CPU: GIL waits, I/O),
+    ``upload_cpu`` (CPU of the process's other threads over the window: the upload passes), ``closed`` (MB of
+    segments closed by the window's end), ``shipped`` (MB committed by then), ``catch_up`` (seconds after
+    the window until the rest was committed) and ``catch_up_cpu`` (the other threads' CPU over that)."""
+    value = os.urandom(args.record_bytes)
+    calls = max(1, args.append_mb * 1_000_000 // (args.record_bytes * 1000))
+    prefix = uuid.uuid4().hex[:8]
+    out: dict[str, float] = {}
+    with pylog.open(root, log_cleaner_enable=False, remote_storage_location=f"s3://{bucket}/{prefix}",
+                    remote_storage_endpoint_url=endpoint, remote_log_manager_task_interval_ms=100,
+                    remote_log_manager_copier_priority=args.copier_priority,
+                    remote_storage_payload_signing_enabled=args.payload_signing) as store:
+        store.create_topic("t", 1, config={"segment.bytes": args.append_segment_mb << 20, "retention.ms": -1,
                                            "remote.storage.enable": ship})
         part = store.topic("t").partition(0)
         values = [value] * 1000
-        uploader = next(t.native_id for t in threading.enumerate() if t.name.startswith("pylog-remote-upload"))
         _, q0 = _thread_sched()
-        u0, _ = _thread_sched(uploader)
-        t0, c0 = time.perf_counter(), time.thread_time()
+        t0, c0, p0 = time.perf_counter(), time.thread_time(), time.process_time()
         for _ in range(calls):
             part.append_values(values)
         part.flush()
-        wall, cpu = time.perf_counter() - t0, time.thread_time() - c0
-        upload_cpu = _thread_sched(uploader)[0] - u0
-        shipped = store.remote_log("t", 0).manifest(refresh=True).size / 1e6 if ship else 0.0
-        return wall, cpu, _thread_sched()[1] - q0, upload_cpu, shipped
+        out["wall"], out["cpu"] = time.perf_counter() - t0, time.thread_time() - c0
+        out["upload_cpu"] = time.process_time() - p0 - out["cpu"]
+        out["queued"] = _thread_sched()[1] - q0
+        segments = part.segments
+        out["closed"] = sum(seg.size for seg in segments[:-1]) / 1e6
+        remote = store.remote_log("t", 0)
+        out["shipped"] = remote.manifest(refresh=True).size / 1e6 if ship else 0.0
+        out["catch_up"] = out["catch_up_cpu"] = 0.0
+        if ship:
+            t1, p1, c1 = time.perf_counter(), time.process_time(), time.thread_time()
+            while remote.manifest(refresh=True).end_offset < segments[-1].base_offset:
+                if time.perf_counter() - t1 > 600:
+                    raise SystemExit("shipping did not catch up within 600 s of the round's end")
+                time.sleep(0.05)
+            # the other threads' CPU: this thread's polling (a manifest GET every 50 ms) is not the upload's
+            out["catch_up"] = time.perf_counter() - t1
+            out["catch_up_cpu"] = time.process_time() - p1 - (time.thread_time() - c1)
+    _empty(client, bucket, prefix)
+    return out
+
+
+def _spread(values: list[float]) -> str:
+    return f"median {statistics.median(values):.2f}, range {min(values):.2f}-{max(values):.2f}"
+
+
+def _print_appends(args: argparse.Namespace, appends: dict[bool, list[dict[str, float]]]) -> None:
+    on, off = appends[True], appends[False]
+    mbs = {s: [args.append_mb / r["wall"] for r in appends[s]] for s in (True, False)}
+    print(f"  append: {args.append_mb} MB of {args.record_bytes}-byte records, 1,000 per call, "
+          f"{args.append_segment_mb} MiB segments, {len(on)} rounds each way, interleaved; upload passes at "
+          f"{args.copier_priority} priority, payload signing {'on' if args.payload_signing else 'off'}")
+    for s, name in ((True, "on "), (False, "off")):
+        med = {k: statistics.median(r[k] for r in appends[s]) for k in ("cpu", "queued")}
+        busy = statistics.median(r["wall"] - r["queued"] - r["cpu"] for r in appends[s])
+        print(f"  append, shipping {name} MB/s {_spread(mbs[s])}; appending thread (medians): CPU {med['cpu']:.3f} s, "
+              f"queued for a core {med['queued']:.3f} s, off-CPU {busy:.3f} s")
+    closed, shipped = sum(r["closed"] for r in on), sum(r["shipped"] for r in on)
+    upload_cpu = sum(r["upload_cpu"] + r["catch_up_cpu"] for r in on)
+    per_round = ", ".join(f"{r['shipped']:.0f}/{r['closed']:.0f}" for r in on)
+    print(f"  shipping on: {shipped:.0f} of {closed:.0f} MB closed were committed during the rounds "
+          f"({per_round} MB), the rest after them in "
+          f"{_spread([r['catch_up'] for r in on])} s; upload threads' CPU "
+          f"{upload_cpu * 1000 / max(closed, 1e-9):.2f} ms per MB shipped "
+          f"(during the rounds {_spread([r['upload_cpu'] for r in on])} s)")
+    ratios = [f["wall"] / o["wall"] for o, f in zip(on, off, strict=True)]
+    print(f"  append on / off MB/s: {statistics.median(mbs[True]) / statistics.median(mbs[False]):.2f}x "
+          f"(medians; per round pair {', '.join(f'{r:.2f}' for r in ratios)})")
+    cpu = {s: statistics.median(r["cpu"] for r in appends[s]) for s in (True, False)}
+    busy_s = {s: statistics.median(r["wall"] - r["queued"] for r in appends[s]) for s in (True, False)}
+    print(f"  appending thread CPU off / on: {cpu[False] / cpu[True]:.2f}x; CPU + off-CPU (not queued) off / on: "
+          f"{busy_s[False] / busy_s[True]:.2f}x")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,6 +216,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--append-mb", type=int, default=256, help="MB appended per round")
     ap.add_argument("--append-segment-mb", type=int, default=64, help="segment.bytes (MiB) of the append rounds")
     ap.add_argument("--record-bytes", type=int, default=100, help="value size of the appended records")
+    ap.add_argument("--copier-priority", choices=("idle", "normal"), default="idle",
+                    help="remote.log.manager.copier.priority of the append rounds' stores")
+    ap.add_argument("--payload-signing", action="store_true",
+                    help="remote.storage.payload.signing.enabled (SHA-256 of every body over http)")
     args = ap.parse_args(argv)
     if args.quick:
         args.mb, args.segment_mb, args.append_mb, args.append_segment_mb, args.append_rounds = 16, 2, 16, 2, 1
@@ -167,14 +232,17 @@ def main(argv: list[str] | None = None) -> int:
             part = _write(os.path.join(tmp, "store"), args.mb, args.segment_mb)
             bases = list_segment_bases(part)[:-1]
             log_bytes = sum(os.path.getsize(os.path.join(part, f"{b:020d}.log")) for b in bases)
-            client = boto3.client("s3", endpoint_url=endpoint)
+            # Made as ObjectStore makes its own: payload signing as the ObjectStores below have it
+            client = boto3.client("s3", endpoint_url=endpoint, config=botocore.config.Config(
+                s3={"payload_signing_enabled": args.payload_signing}))
             results = {}
             # plain upload baseline, then ship, each into its own bucket
             plain_bucket, ship_bucket = f"plain-{uuid.uuid4().hex[:8]}", f"ship-{uuid.uuid4().hex[:8]}"
             client.create_bucket(Bucket=plain_bucket)
             client.create_bucket(Bucket=ship_bucket)
             objects = ObjectStore.from_settings({"remote.storage.location": f"s3://{ship_bucket}/store",
-                                                 "remote.storage.endpoint.url": endpoint})
+                                                 "remote.storage.endpoint.url": endpoint,
+                                                 "remote.storage.payload.signing.enabled": args.payload_signing})
             client.put_object(Bucket=plain_bucket, Key="warm-up", Body=b"x")  # connections and credentials
             objects.put_new("warm-up", b"x", 1)  # resolved before timing, for both clients
             t0 = time.perf_counter()
@@ -208,14 +276,14 @@ def main(argv: list[str] | None = None) -> int:
                 end, _ = checked_prefix(data, 0, len(data), -1)
                 assert end == len(data)
             results["local read"] = time.perf_counter() - t0
-            appends: dict[bool, list[tuple[float, float, float, float, float]]] = {True: [], False: []}
+            load_before = os.getloadavg()[0]
+            appends: dict[bool, list[dict[str, float]]] = {True: [], False: []}
             append_bucket = f"append-{uuid.uuid4().hex[:8]}"
             client.create_bucket(Bucket=append_bucket)
             for r in range(args.append_rounds):
                 for ship in (r % 2 == 0, r % 2 != 0):  # interleaved, the order alternating per round
                     root = os.path.join(tmp, f"append-{r}-{ship}")
-                    appends[ship].append(_append_round(root, endpoint, append_bucket, args.append_mb,
-                                                       args.append_segment_mb, args.record_bytes, ship))
+                    appends[ship].append(_append_round(root, endpoint, client, append_bucket, args, ship))
     finally:
         proc.kill()
         proc.wait(timeout=30)
@@ -226,20 +294,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"  ship / plain upload MB/s:      {results['plain upload'] / results['ship']:.2f}x")
     print(f"  cold remote / local read MB/s: {results['local read'] / results['remote read']:.3f}x")
     if args.append_rounds:
-        med = {s: [statistics.median(r[i] for r in appends[s]) for i in range(3)] for s in (True, False)}
-        busy = {s: statistics.median(r[0] - r[2] for r in appends[s]) for s in (True, False)}
-        print(f"  append: {args.append_mb} MB of {args.record_bytes}-byte records, 1,000 per call, "
-              f"{args.append_segment_mb} MiB segments; medians of {len(appends[True])} rounds")
-        for s, name in ((True, "on "), (False, "off")):
-            wall, cpu, queued = med[s]
-            print(f"  append, shipping {name} {wall:7.3f} s  {args.append_mb / wall:8.1f} MB/s; appending thread: "
-                  f"CPU {cpu:.3f} s, queued for a core {queued:.3f} s, off-CPU {busy[s] - cpu:.3f} s")
-        print(f"  while shipping: upload thread's CPU {statistics.median(r[3] for r in appends[True]):.3f} s, "
-              f"{statistics.median(r[4] for r in appends[True]):.1f} MB committed by the round's end (medians)")
-        print(f"  append on / off MB/s:          {med[False][0] / med[True][0]:.2f}x (per round pair: "
-              f"{', '.join(f'{f[0] / o[0]:.2f}' for o, f in zip(appends[True], appends[False], strict=True))})")
-        print(f"  appending thread CPU off / on: {med[False][1] / med[True][1]:.2f}x; CPU + off-CPU (not queued) "
-              f"off / on: {busy[False] / busy[True]:.2f}x")
+        print(f"  load average at the append rounds' start {load_before:.2f}, end {os.getloadavg()[0]:.2f}")
+        _print_appends(args, appends)
     return 0
 
 

@@ -24,6 +24,14 @@ Invariants:
 - A failing partition is logged, counted (``remote_failures``, ``remote_last_error`` in the cleaner status)
   and tried again after ``remote.log.manager.task.retry.backoff.ms``, doubled per failure up to
   ``.max.ms``; the others go on. The thread never dies of a partition's error.
+- Shipping is background work: while the closed segments waiting for upload (bytes of log, all partitions)
+  are at most ``remote.log.manager.copier.max.lag.bytes``, a pass runs in a short-lived thread of its own
+  that first lowers its CPU priority (``remote.log.manager.copier.priority``: ``idle`` is Linux's
+  SCHED_IDLE, so it gets a core only when this process's other threads leave one), and that ends the pass
+  early once the lag goes over the bound. Above the bound, passes run on the upload thread itself at the
+  process's priority. A thread cannot raise its own priority back without privileges, hence a thread per
+  pass rather than one thread switching. So the lag under sustained CPU load is about the bound plus the
+  active segments; beyond that only a bucket slower than the appends lets it grow (docs/GUARANTEES.md).
 - It ships the partitions this store writes and those nobody writes at the time of the pass (a writer lock
   that is free is taken only to list the sealed segments, and released before any request to the bucket):
   a partition whose writer went idle or closed still has its closed segments shipped. Partitions another
@@ -33,6 +41,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import traceback
@@ -48,7 +57,7 @@ from ..storage.records import now_ms
 from ..storage.remote import ChunkCache, ObjectStore, RemoteLog, RemoteStorageConfig, ship_store_metadata
 from ..storage.remote.group_offsets import GroupOffsets, encode_group_offsets
 
-__all__ = ["RemoteUploader", "UploadCounts", "check_location"]
+__all__ = ["RemoteUploader", "UploadCounts", "check_location", "lower_thread_priority"]
 
 log = logging.getLogger("pylog.remote")
 
@@ -101,6 +110,10 @@ class RemoteUploader:
             #: One cache of fetched pieces for every partition's remote reads.
             self.chunks = ChunkCache(self.config.read_chunk_bytes, self.config.read_cache_bytes)
         self.interval = settings["remote.log.manager.task.interval.ms"] / 1000
+        self._idle = settings["remote.log.manager.copier.priority"] == "idle"
+        self._max_lag = settings["remote.log.manager.copier.max.lag.bytes"]
+        #: The thread running the current lowered-priority pass (None when none): only it yields to the lag.
+        self._background: threading.Thread | None = None
         self._backoff_first = settings["remote.log.manager.task.retry.backoff.ms"] / 1000
         self._backoff_max = settings["remote.log.manager.task.retry.backoff.max.ms"] / 1000
         self._logs: dict[tuple[str, int], RemoteLog] = {}
@@ -160,11 +173,53 @@ class RemoteUploader:
     def _main(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            try:
-                self.run_pass()
-            except BaseException as exc:  # noqa: BLE001 - never dies: the next pass tries again
-                log.error("pylog remote upload pass of %s failed", self._name, exc_info=exc)
+            if self._in_background():
+                t = threading.Thread(target=self._background_pass, name=f"pylog-remote-upload-idle {self._name}",
+                                     daemon=True)
+                self._background = t
+                t.start()
+                t.join()
+                self._background = None
+            else:
+                self._logged_pass()
             self._wake.wait(self._next_wait())
+
+    def _in_background(self) -> bool:
+        """Whether the next pass runs at the lowered priority (the setting asks for it and the lag is within
+        its bound)."""
+        if not self._idle:
+            return False
+        try:
+            return self.lag_bytes() <= self._max_lag
+        except Exception as exc:  # noqa: BLE001 - a closing store: the pass at normal priority finds out
+            log.debug("pylog remote upload: lag of %s unknown: %s", self._name, exc)
+            return False
+
+    def _logged_pass(self) -> None:
+        try:
+            self.run_pass()
+        except BaseException as exc:  # noqa: BLE001 - never dies: the next pass tries again
+            log.error("pylog remote upload pass of %s failed", self._name, exc_info=exc)
+
+    def _background_pass(self) -> None:
+        """One pass at the lowered priority (a thread cannot raise it back: this thread ends with the pass)."""
+        lower_thread_priority()
+        self._logged_pass()
+
+    def lag_bytes(self) -> int:
+        """Bytes of closed segments not in the remote log as last noted, over the partitions with remote
+        storage (every closed segment of a partition not noted yet)."""
+        return sum(_unshipped_bytes(p) for p in self._partitions() if p.config["remote.storage.enable"])
+
+    def _yields(self) -> bool:
+        """Whether the running pass should end now: the store stops, or a lowered-priority pass sees the lag over
+        its bound (the upload thread then runs the next pass at once, at normal priority)."""
+        if self._stop.is_set():
+            return True
+        if threading.current_thread() is self._background and self.lag_bytes() > self._max_lag:
+            self._wake.set()
+            return True
+        return False
 
     def _next_wait(self) -> float:
         now = time.monotonic()
@@ -202,7 +257,7 @@ class RemoteUploader:
 
     def _pass(self, chosen: list[Partition]) -> None:
         for p in chosen:
-            if self._stop.is_set():
+            if self._yields():
                 return
             key = f"{p.topic}-{p.number}"
             retry = self._retry.get(key)
@@ -238,7 +293,7 @@ class RemoteUploader:
             return counts
         todo = [s for s in shippable if s[1] > m.end_offset]
         for i, (base, _end, _size) in enumerate(todo):
-            if self._stop.is_set():
+            if self._yields():
                 counts.waiting = len(todo) - i
                 return counts
             seg = rl.ship_segment(ii.local_log.directory, base)
@@ -264,6 +319,24 @@ class RemoteUploader:
     def _count(name: str, topic: str, amount: float) -> None:
         if metrics.state.on:
             metrics.counter(name).inc((topic,), amount)
+
+
+def lower_thread_priority() -> bool:
+    """Put the calling thread under SCHED_IDLE (Linux: the lowest CPU priority there is, below nice 19, which
+    is what a process already niced to 19 would otherwise keep). Returns False where that is not available
+    (other systems): the pass then runs at the process's priority."""
+    try:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+def _unshipped_bytes(p: Partition) -> int:
+    """Bytes of ``p``'s closed segments at or past its remote end as last noted (all of them before any note)."""
+    remote = internals(p).remote
+    end = remote[1] if remote is not None else -1
+    return sum(s.size for s in p.segments[:-1] if s.base_offset >= end)
 
 
 def _maybe_unshipped(p: Partition) -> bool:
