@@ -168,6 +168,10 @@ REMOTE_STORAGE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
        "log, over the store's partitions with remote storage) up to which passes run at "
        "remote.log.manager.copier.priority; above it at normal priority, so a busy machine delays shipping by "
        "at most about this much (plus the active segments).", minimum=0, maximum=LONG_MAX),
+    _s("remote.log.manager.copier.max.delay.ms", "int", 30_000, "While the store's shipping partitions keep "
+       "growing, lowered-priority passes wait for a pause in the appends, but closed segments wait at most this "
+       "long (ms) for one; 0 ships at once. Does not apply above remote.log.manager.copier.max.lag.bytes or "
+       "with remote.log.manager.copier.priority normal.", minimum=0, maximum=LONG_MAX),
     _s("remote.log.manager.task.retry.backoff.ms", "int", 500, "First wait before a partition whose upload "
        "failed is tried again (ms); doubled per failure up to remote.log.manager.task.retry.backoff.max.ms.",
        minimum=1, maximum=LONG_MAX),

@@ -32,6 +32,11 @@ Invariants:
   process's priority. A thread cannot raise its own priority back without privileges, hence a thread per
   pass rather than one thread switching. So the lag under sustained CPU load is about the bound plus the
   active segments; beyond that only a bucket slower than the appends lets it grow (docs/GUARANTEES.md).
+- And it paces itself: a lowered pass waits (is deferred, or ends after its current segment) while the
+  shipping partitions' logs keep growing (looked at every 0.1 s), for at most
+  ``remote.log.manager.copier.max.delay.ms`` since segments started waiting; then it ships at the lowered
+  priority whatever the appends do. So under a continuous append load a closed segment waits at most that
+  delay plus its upload (and, whatever the load, the lag over the bound ships at normal priority).
 - It ships the partitions this store writes and those nobody writes at the time of the pass (a writer lock
   that is free is taken only to list the sealed segments, and released before any request to the bucket):
   a partition whose writer went idle or closed still has its closed segments shipped. Partitions another
@@ -112,8 +117,13 @@ class RemoteUploader:
         self.interval = settings["remote.log.manager.task.interval.ms"] / 1000
         self._idle = settings["remote.log.manager.copier.priority"] == "idle"
         self._max_lag = settings["remote.log.manager.copier.max.lag.bytes"]
+        self._max_delay = settings["remote.log.manager.copier.max.delay.ms"] / 1000
         #: The thread running the current lowered-priority pass (None when none): only it yields to the lag.
         self._background: threading.Thread | None = None
+        #: Since when (monotonic) closed segments have been waiting with no pass shipping them all (None: none wait).
+        self._waiting_since: float | None = None
+        #: The sum of the shipping partitions' log end offsets at the last look (appends hot when it moved).
+        self._last_ends = -1
         self._backoff_first = settings["remote.log.manager.task.retry.backoff.ms"] / 1000
         self._backoff_max = settings["remote.log.manager.task.retry.backoff.max.ms"] / 1000
         self._logs: dict[tuple[str, int], RemoteLog] = {}
@@ -173,7 +183,11 @@ class RemoteUploader:
     def _main(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            if self._in_background():
+            mode = self._next_mode()
+            if mode == "defer":
+                self._wake.wait(min(self._next_wait(), _APPENDS_LOOK))
+                continue
+            if mode == "background":
                 t = threading.Thread(target=self._background_pass, name=f"pylog-remote-upload-idle {self._name}",
                                      daemon=True)
                 self._background = t
@@ -184,16 +198,36 @@ class RemoteUploader:
                 self._logged_pass()
             self._wake.wait(self._next_wait())
 
-    def _in_background(self) -> bool:
-        """Whether the next pass runs at the lowered priority (the setting asks for it and the lag is within
-        its bound)."""
+    def _next_mode(self) -> str:
+        """How the next pass runs: ``"normal"`` (on this thread, the process's priority: the setting says so,
+        or the lag is over its bound), ``"background"`` (a thread of its own at the lowered priority) or
+        ``"defer"`` (not yet: appends are under way, and the closed segments waiting have waited less than
+        ``remote.log.manager.copier.max.delay.ms``; looked at again in :data:`_APPENDS_LOOK` seconds)."""
         if not self._idle:
-            return False
+            return "normal"
         try:
-            return self.lag_bytes() <= self._max_lag
+            lag = self.lag_bytes()
+            if lag > self._max_lag:
+                return "normal"
+            return "defer" if self._deferring(lag) else "background"
         except Exception as exc:  # noqa: BLE001 - a closing store: the pass at normal priority finds out
             log.debug("pylog remote upload: lag of %s unknown: %s", self._name, exc)
+            return "normal"
+
+    def _deferring(self, lag: int) -> bool:
+        """Whether a lowered-priority pass waits: segments wait (``lag``), the shipping partitions' logs grew
+        since the last look (appends are hot), and the oldest wait is under ``max.delay.ms``. Pacing, not
+        only priority: on a machine with no idle core a lowered thread (and the bucket's work, when it runs
+        here) still takes some of the appenders' cores, so shipping waits for a pause, within the bounds."""
+        now = time.monotonic()
+        if lag == 0:
+            self._waiting_since = None
             return False
+        if self._waiting_since is None:
+            self._waiting_since = now
+        ends = sum(p.log_end_offset for p in self._partitions() if p.config["remote.storage.enable"])
+        grew, self._last_ends = ends != self._last_ends, ends
+        return grew and now - self._waiting_since < self._max_delay
 
     def _logged_pass(self) -> None:
         try:
@@ -216,10 +250,13 @@ class RemoteUploader:
         its bound (the upload thread then runs the next pass at once, at normal priority)."""
         if self._stop.is_set():
             return True
-        if threading.current_thread() is self._background and self.lag_bytes() > self._max_lag:
-            self._wake.set()
+        if threading.current_thread() is not self._background:
+            return False
+        lag = self.lag_bytes()
+        if lag > self._max_lag:
+            self._wake.set()  # the next pass at once, at normal priority
             return True
-        return False
+        return self._deferring(lag)
 
     def _next_wait(self) -> float:
         now = time.monotonic()
@@ -319,6 +356,10 @@ class RemoteUploader:
     def _count(name: str, topic: str, amount: float) -> None:
         if metrics.state.on:
             metrics.counter(name).inc((topic,), amount)
+
+
+#: Seconds between looks at the appends while a pass is deferred.
+_APPENDS_LOOK = 0.1
 
 
 def lower_thread_priority() -> bool:
