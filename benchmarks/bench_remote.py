@@ -231,7 +231,7 @@ def _print_appends(args: argparse.Namespace, appends: dict[bool, list[dict[str, 
           "round with shipping off)")
     ratios = [f["wall"] / o["wall"] for o, f in zip(on, off, strict=True)]
     print(f"  append on / off MB/s: {statistics.median(mbs[True]) / statistics.median(mbs[False]):.2f}x "
-          f"(medians; per round pair {', '.join(f'{r:.2f}' for r in ratios)})")
+          f"(medians; per round pair {', '.join(f'{r:.2f}' for r in ratios)}: {_spread(ratios)})")
     through = [f["wall"] / (o["wall"] + o["catch_up"]) for o, f in zip(on, off, strict=True)]
     print(f"  append until shipped (shipping on: the round plus its catch-up) / append (off): "
           f"{_spread(through)}x per round pair")
