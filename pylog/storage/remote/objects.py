@@ -26,6 +26,9 @@ Invariants:
   what is there: see :mod:`pylog.storage.remote.remote_log`).
 - Memory is bounded: :meth:`get` refuses ranges over ``max_bytes`` and reads at most the length asked;
   :meth:`download` streams in 1 MiB pieces.
+- A body is read once to send it: the client does not hash it (``UNSIGNED-PAYLOAD`` unless
+  ``remote.storage.payload.signing.enabled``) nor recompute the CRC-32C the caller passes, which goes in
+  ``x-amz-checksum-crc32c`` for the server to check.
 
 Why boto3: it is the reference S3 client (AWS maintains it), it has ranged GETs, ``IfNoneMatch`` /
 ``IfMatch`` on PutObject (botocore 1.35.59+), the standard credential and endpoint chain (AWS_ENDPOINT_URL,
