@@ -17,6 +17,8 @@ Invariants:
 
 from __future__ import annotations
 
+import atexit
+import functools
 import logging
 import os
 import shutil
@@ -98,7 +100,14 @@ def _abort_open_transactions(producers: list[tuple[Partition, ProducerDescriptio
 
 class AttachedStore(Store):
     """A read-only :class:`~pylog.store.Store` over a location in a bucket (see :func:`attach`); closing it
-    removes its temporary directory."""
+    removes its temporary directory, and so does the interpreter's exit if it was never closed."""
+
+    def __init__(self, path: str, **options: Any) -> None:
+        super().__init__(path, **options)
+        # At exit rather than when collected: a partition or consumer kept after the store was dropped still
+        # reads from the directory.
+        self._remove_at_exit = functools.partial(shutil.rmtree, self.path, True)
+        atexit.register(self._remove_at_exit)
 
     @property
     def read_only_reason(self) -> str:
@@ -112,6 +121,7 @@ class AttachedStore(Store):
         try:
             super().close()
         finally:
+            atexit.unregister(self._remove_at_exit)
             shutil.rmtree(self.path, ignore_errors=True)
 
 

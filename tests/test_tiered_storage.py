@@ -793,6 +793,32 @@ def test_a_store_attached_read_only_from_the_bucket_reads_every_shipped_record(t
     assert not os.path.exists(directory)  # the attach's temporary directory went with the store
 
 
+def test_an_attached_store_never_closed_removes_its_directory_at_exit(tmp_path, remote_settings):
+    """A process that attaches and exits without closing the store leaves no temporary directory behind,
+    while a partition kept after the store itself was dropped still reads."""
+    import subprocess
+    import sys
+
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        values = _fill(store.topic(TOPIC).partition(0), 40)
+        store.upload_to_remote()
+    opts = {k.replace(".", "_"): v for k, v in remote_settings.items() if k != "remote.storage.location"}
+    script = (
+        "import sys, pylog\n"
+        f"part = pylog.attach({remote_settings['remote.storage.location']!r}, **{opts!r})"
+        f".topic({TOPIC!r}).partition(0)\n"
+        "import gc; gc.collect()\n"
+        "print(part.directory, flush=True)\n"
+        "print(len(part.read(0, max_records=10 ** 6, max_bytes=1 << 30)), flush=True)\n")
+    env = {**os.environ, "TMPDIR": str(tmp_path)}
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, env=env)
+    assert out.returncode == 0, out.stderr
+    path, count = out.stdout.split()
+    assert path.startswith(str(tmp_path)) and 0 < int(count) <= len(values)
+    assert not os.path.exists(path) and [p.name for p in tmp_path.iterdir() if p.name.startswith("pylog-attach")] == []
+
+
 def test_an_attached_stores_stub_segments_have_valid_indexes_and_log_no_warning(tmp_path, remote_settings, caplog):
     """``pylog.attach`` stubs each partition with an empty segment at the remote end: its indexes are there,
     sealed and empty (the core's index reader opens them as they are), so reading the attached store logs no

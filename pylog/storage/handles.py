@@ -28,6 +28,7 @@ Thread-safety: every method may be called from any thread.
 from __future__ import annotations
 
 import collections
+import itertools
 import logging
 import resource
 import threading
@@ -138,7 +139,9 @@ class HandleCache:
         """The least recently used partitions counted for at least ``excess`` descriptors, never ``spare`` nor
         the most recent :data:`_MIN_PARTITIONS`."""
         out: list[Releasable] = []
-        candidates = list(self._lru.items())[:-_MIN_PARTITIONS]
+        # Lazily, in LRU order: copying the whole list on every touch past the budget made a store that
+        # cycles through thousands of partitions quadratic; the victims are found among the first few.
+        candidates = itertools.islice(self._lru.items(), max(0, len(self._lru) - _MIN_PARTITIONS))
         for p, weight in candidates:
             if excess <= 0:
                 break
