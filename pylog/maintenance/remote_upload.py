@@ -33,8 +33,8 @@ Invariants:
   pass rather than one thread switching. So the lag under sustained CPU load is about the bound plus the
   active segments; beyond that only a bucket slower than the appends lets it grow (docs/GUARANTEES.md).
 - And it paces itself: a lowered pass waits (is deferred, or ends after its current segment) while the
-  shipping partitions' logs keep growing (looked at every 0.1 s), for at most
-  ``remote.log.manager.copier.max.delay.ms`` since segments started waiting; then it ships at the lowered
+  shipping partitions' logs keep growing (looked at every 0.5 s: each look takes the GIL from the appenders),
+  for at most ``remote.log.manager.copier.max.delay.ms`` since segments started waiting; then it ships at the lowered
   priority whatever the appends do. So under a continuous append load a closed segment waits at most that
   delay plus its upload (and, whatever the load, the lag over the bound ships at normal priority).
 - It ships the partitions this store writes and those nobody writes at the time of the pass (a writer lock
@@ -359,7 +359,7 @@ class RemoteUploader:
 
 
 #: Seconds between looks at the appends while a pass is deferred.
-_APPENDS_LOOK = 0.1
+_APPENDS_LOOK = 0.5
 
 
 def lower_thread_priority() -> bool:
