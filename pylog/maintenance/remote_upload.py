@@ -34,9 +34,10 @@ Invariants:
   active segments; beyond that only a bucket slower than the appends lets it grow (docs/GUARANTEES.md).
 - And it paces itself: a lowered pass waits (is deferred, or ends after its current segment) while the
   shipping partitions' logs keep growing (looked at every 0.5 s: each look takes the GIL from the appenders),
-  for at most ``remote.log.manager.copier.max.delay.ms`` since segments started waiting; then it ships at the lowered
-  priority whatever the appends do. So under a continuous append load a closed segment waits at most that
-  delay plus its upload (and, whatever the load, the lag over the bound ships at normal priority).
+  for at most ``remote.log.manager.copier.max.delay.ms`` since the first deferral after the last whole pass;
+  then a whole pass runs at the lowered priority whatever the appends do. So under a continuous append load
+  a closed segment waits at most about the interval, that delay and the uploads before its own (and,
+  whatever the load, a lag over the bound ships at normal priority).
 - It ships the partitions this store writes and those nobody writes at the time of the pass (a writer lock
   that is free is taken only to list the sealed segments, and released before any request to the bucket):
   a partition whose writer went idle or closed still has its closed segments shipped. Partitions another
@@ -120,8 +121,10 @@ class RemoteUploader:
         self._max_delay = settings["remote.log.manager.copier.max.delay.ms"] / 1000
         #: The thread running the current lowered-priority pass (None when none): only it yields to the lag.
         self._background: threading.Thread | None = None
-        #: Since when (monotonic) closed segments have been waiting with no pass shipping them all (None: none wait).
-        self._waiting_since: float | None = None
+        #: Since when (monotonic) passes have been deferred with no whole pass since (None: not deferred).
+        self._deferred_since: float | None = None
+        #: Whether the last lowered pass ended early (:meth:`_yields`), so its deferral goes on counting.
+        self._cut_short = False
         #: The sum of the shipping partitions' log end offsets at the last look (appends hot when it moved).
         self._last_ends = -1
         self._backoff_first = settings["remote.log.manager.task.retry.backoff.ms"] / 1000
@@ -187,6 +190,7 @@ class RemoteUploader:
             if mode == "defer":
                 self._wake.wait(min(self._next_wait(), _APPENDS_LOOK))
                 continue
+            self._cut_short = False
             if mode == "background":
                 t = threading.Thread(target=self._background_pass, name=f"pylog-remote-upload-idle {self._name}",
                                      daemon=True)
@@ -196,38 +200,40 @@ class RemoteUploader:
                 self._background = None
             else:
                 self._logged_pass()
+            if not self._cut_short:
+                self._deferred_since = None  # a whole pass ran: the next deferral starts its own count
             self._wake.wait(self._next_wait())
 
     def _next_mode(self) -> str:
         """How the next pass runs: ``"normal"`` (on this thread, the process's priority: the setting says so,
         or the lag is over its bound), ``"background"`` (a thread of its own at the lowered priority) or
-        ``"defer"`` (not yet: appends are under way, and the closed segments waiting have waited less than
+        ``"defer"`` (not yet: appends are under way, and the pass has waited less than
         ``remote.log.manager.copier.max.delay.ms``; looked at again in :data:`_APPENDS_LOOK` seconds)."""
         if not self._idle:
             return "normal"
         try:
-            lag = self.lag_bytes()
-            if lag > self._max_lag:
+            if self.lag_bytes() > self._max_lag:
                 return "normal"
-            return "defer" if self._deferring(lag) else "background"
+            return "defer" if self._deferring() else "background"
         except Exception as exc:  # noqa: BLE001 - a closing store: the pass at normal priority finds out
             log.debug("pylog remote upload: lag of %s unknown: %s", self._name, exc)
             return "normal"
 
-    def _deferring(self, lag: int) -> bool:
-        """Whether a lowered-priority pass waits: segments wait (``lag``), the shipping partitions' logs grew
-        since the last look (appends are hot), and the oldest wait is under ``max.delay.ms``. Pacing, not
-        only priority: on a machine with no idle core a lowered thread (and the bucket's work, when it runs
-        here) still takes some of the appenders' cores, so shipping waits for a pause, within the bounds."""
-        now = time.monotonic()
-        if lag == 0:
-            self._waiting_since = None
-            return False
-        if self._waiting_since is None:
-            self._waiting_since = now
+    def _deferring(self) -> bool:
+        """Whether a lowered-priority pass waits: the shipping partitions' logs grew since the last look
+        (appends are hot) and the pass has been waiting (since the first deferral after the last whole pass)
+        less than ``max.delay.ms``. Pacing, not only priority: on a machine with no idle core a lowered
+        thread (and the bucket's work, when it runs here) still takes some of the appenders' cores, and a
+        lowered thread holding the GIL while it waits for a core holds up the appenders too; so shipping (and
+        the rest of a pass: remote retention, the store's metadata) waits for a pause, within the bounds."""
         ends = sum(p.log_end_offset for p in self._partitions() if p.config["remote.storage.enable"])
         grew, self._last_ends = ends != self._last_ends, ends
-        return grew and now - self._waiting_since < self._max_delay
+        if not grew:
+            return False
+        now = time.monotonic()
+        if self._deferred_since is None:
+            self._deferred_since = now
+        return now - self._deferred_since < self._max_delay
 
     def _logged_pass(self) -> None:
         try:
@@ -252,11 +258,12 @@ class RemoteUploader:
             return True
         if threading.current_thread() is not self._background:
             return False
-        lag = self.lag_bytes()
-        if lag > self._max_lag:
+        if self.lag_bytes() > self._max_lag:
             self._wake.set()  # the next pass at once, at normal priority
+            self._cut_short = True
             return True
-        return self._deferring(lag)
+        self._cut_short = self._deferring()
+        return self._cut_short
 
     def _next_wait(self) -> float:
         now = time.monotonic()
