@@ -7,6 +7,7 @@ Usage::
     python benchmarks/bench_spark.py --quick             # 40,000 rows, same code paths (the test suite)
     python benchmarks/bench_spark.py --dir /work/bench --rows 10000000 --reps 3
     python benchmarks/bench_spark.py --dir /work/bench --rows 4000000 --streams-only   # the stream figures only
+    python benchmarks/bench_spark.py --dir /work/bench --rows 4000000 --only "group by key"   # one issue-31 query
 
 Workload (issue 5): ``--rows`` records with 100-byte values and 8-byte keys in a topic of 4 partitions,
 written straight through ``Partition.append_columns`` (100,000 per call). The same rows (all seven
@@ -179,7 +180,8 @@ def best(reps: int, fn: Callable[[], Any]) -> tuple[float, Any]:
     return min(times), out
 
 
-def run(spark: Any, root: str, rows: int, reps: int, streams_only: bool = False) -> dict[str, float]:
+def run(spark: Any, root: str, rows: int, reps: int, streams_only: bool = False,
+        only: list[str] | None = None) -> dict[str, float]:
     store_path = os.path.join(root, "store")
     parquet = os.path.join(root, "parquet")
     t0 = time.perf_counter()
@@ -191,6 +193,11 @@ def run(spark: Any, root: str, rows: int, reps: int, streams_only: bool = False)
     pylog_df.write.mode("overwrite").parquet(parquet)
     total_bytes = rows * VALUE_BYTES
     results: dict[str, float] = {}
+    if only:
+        queries(spark, store_path, parquet, rows, reps, results, only)
+        print_queries(results, only)
+        print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        return results
     if streams_only:
         streams(spark, root, store_path, parquet, rows, reps, results)
         print_streams(results)
@@ -268,7 +275,8 @@ QUERIES: dict[str, tuple[Callable[[Any, int], Any], str, float]] = {
 }
 
 
-def queries(spark: Any, store_path: str, parquet: str, rows: int, reps: int, results: dict[str, float]) -> None:
+def queries(spark: Any, store_path: str, parquet: str, rows: int, reps: int, results: dict[str, float],
+            only: list[str] | None = None) -> None:
     """Each query of :data:`QUERIES` over the JVM reader (``format("pylog")`` when its jar is loaded), the
     Python source with its full schema and with the declared (pruned) schema (``format("pylog-python")``), and
     Parquet of the same rows; round-robin in this session, a warm-up round then the median of ``reps``; rows/s
@@ -278,6 +286,8 @@ def queries(spark: Any, store_path: str, parquet: str, rows: int, reps: int, res
     jvm = which_reader(spark) == "jvm"
     pushdown = spark.conf.get("spark.sql.python.filterPushdown.enabled", "false") == "true"
     for q, (query, declared, _) in QUERIES.items():
+        if only and q not in only:
+            continue
         py = spark.read.format("pylog-python").option("subscribe", "bench")
         if pushdown and q.startswith("offset"):
             py = py.option("filterPushdown", "true")
@@ -343,12 +353,14 @@ def print_streams(results: dict[str, float]) -> None:
     print(f"| Parquet file stream | {pq / 1e6:.2f} M/s | 1.00x |")
 
 
-def print_queries(results: dict[str, float]) -> None:
+def print_queries(results: dict[str, float], only: list[str] | None = None) -> None:
     print()
     print("| query | JVM reader | Python source | Python, declared schema | Parquet | JVM / Parquet (target) | "
           "Python / Parquet | declared / Parquet |")
     print("|---|---:|---:|---:|---:|---:|---:|---:|")
     for q, (_, declared, target) in QUERIES.items():
+        if only and q not in only:
+            continue
         j = results.get(f"{q}_jvm")
         py, d, pq = (results[f"{q}_{k}"] for k in ("python", "declared", "parquet"))
         jv = f"{j / 1e6:.2f} M rows/s" if j else "(no jar)"
@@ -366,6 +378,8 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
     ap.add_argument("--reps", type=int, default=3)
     ap.add_argument("--master", default="local[*]")
     ap.add_argument("--streams-only", action="store_true", help="only the availableNow readStream figures")
+    ap.add_argument("--only", action="append", choices=list(QUERIES), metavar="QUERY",
+                    help="only this issue-31 query (repeatable; one of: " + ", ".join(QUERIES).replace("%", "%%") + ")")
     args = ap.parse_args(argv)
     rows, reps = (40_000, 1) if args.quick else (args.rows, args.reps)
     root = tempfile.mkdtemp(prefix="pylog-bench-spark-", dir=args.dir)
@@ -379,7 +393,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
             spark.sparkContext.setLogLevel("ERROR")
         print(f"pylog Spark benchmark: {rows:,} rows, {VALUE_BYTES}-byte values, {PARTITIONS} partitions, "
               f"master {spark.sparkContext.master}, Python {sys.version.split()[0]}")
-        run(spark, root, rows, reps, args.streams_only)
+        run(spark, root, rows, reps, args.streams_only, args.only)
     finally:
         if own and spark is not None:
             spark.stop()

@@ -613,7 +613,8 @@ class Partition:
 
     def read(self, offset: int, max_records: int = 500, max_bytes: int = DEFAULT_MAX_BYTES,
              verify: bool = True, isolation_level: IsolationLevel = "read_uncommitted") -> list[Record]:
-        """Records with offsets >= ``offset``, at most ``max_records`` (and about ``max_bytes``).
+        """Records with offsets >= ``offset``, at most ``max_records`` (and about ``max_bytes``, counted as the
+        batches are decompressed: a read holds about that much in memory whatever the compression ratio).
 
         ``isolation_level`` is Kafka's: ``read_uncommitted`` (default) returns every record but transaction
         markers (control batches are never returned as records); ``read_committed`` returns records below

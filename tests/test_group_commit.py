@@ -652,3 +652,80 @@ def test_group_commit_records_acked_through_store_wide_rounds_survive_a_killed_s
                 stored[(number, r.offset)] = r.value
     missing = [(p, o, v) for p, o, v in acked if stored.get((p, o)) != v]
     assert not missing, f"{len(missing)} of {len(acked)} acknowledged records are not in the store: {missing[:5]}"
+
+
+def test_group_commit_without_eventfd_wakes_its_workers_with_a_semaphore(store, monkeypatch):
+    # Where os.eventfd is missing (not Linux), idle workers wait on a threading.Semaphore: six partitions flushed
+    # by four workers, each once, and two at once at least (the barrier holds each fsync until a second arrives).
+    monkeypatch.delattr(os, "eventfd")
+    store.create_topic("t", partitions=6)
+    parts = [store.topic("t").partition(i) for i in range(6)]
+    for p in parts:
+        p.append_values([b"x"])
+    gate = FsyncGate(monkeypatch, _log_dir(store, "t", 0)[:-len("0/")])
+    gate.barrier = threading.Barrier(2)
+    gc = GroupCommit(threads=4)
+    assert gc.sync(_flushing(parts), timeout=WAIT) == [None] * 6
+    assert gate.calls == 6 and gate.most_inside >= 2
+    assert gc.stats()["flushes"] == 6
+
+
+def test_group_commit_in_a_forked_child_flushes_with_workers_of_its_own(store):
+    # The process-wide instance's workers wait on an eventfd: after a fork the child makes a bell and workers
+    # of its own (the parent's threads are not in the child), and its flushes complete.
+    from pylog.storage import group_commit
+    store.create_topic("t", partitions=2)
+    parts = [store.topic("t").partition(i) for i in range(2)]
+    for p in parts:
+        p.append_values([b"before the fork"])
+    assert group_commit.sync(_flushing(parts), timeout=WAIT) == [None, None]  # the parent's workers started
+    pid = os.fork()
+    if pid == 0:  # the child: exit status 0 only if its own flushes complete
+        code = 1
+        try:
+            code = 0 if group_commit.sync(_flushing(parts), timeout=WAIT) == [None, None] else 2
+        finally:
+            os._exit(code)
+    deadline = time.monotonic() + 2 * WAIT
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, 9)
+            os.waitpid(pid, 0)
+            pytest.fail("the forked child's group commit never completed")
+        time.sleep(0.01)
+    assert os.waitstatus_to_exitcode(status) == 0
+
+
+def test_group_commit_server_wakes_a_waiting_fetch_before_the_acks_all_fsync(store, monkeypatch):
+    # The storage thread that appended hands the news to the fetches waiting for the partition at once, not after
+    # the fsync: a consumer's long poll returns the record while the producer's acks=all answer still waits. The
+    # fetch waiters' watcher thread (which also sees this process's appends, polling) is kept from starting, so
+    # only the storage thread's hand-over can wake the fetch.
+    from pylog.server.waiting import FetchWaiters
+    monkeypatch.setattr(FetchWaiters, "_ensure_thread", lambda self: None)
+    store.create_topic("t")
+    with _warm_connection(store, monkeypatch) as (srv, s, gate):
+        body = {"replica_id": -1, "max_wait_ms": int(3 * WAIT * 1000), "min_bytes": 1, "max_bytes": 1 << 20,
+                "isolation_level": 0, "session_id": 0, "session_epoch": -1, "forgotten_topics_data": [], "rack_id": "",
+                "topics": [{"topic": "t", "partitions": [
+                    {"partition": 0, "current_leader_epoch": -1, "fetch_offset": 1, "last_fetched_epoch": -1,
+                     "log_start_offset": -1, "partition_max_bytes": 1 << 20}]}]}
+        with socket.create_connection((srv.host, srv.port), timeout=WAIT) as consumer:
+            consumer.sendall(encode_request(1, 11, 9, "waiting-fetch", body))
+            assert select.select([consumer], [], [], 0.3)[0] == [], "the fetch did not wait for a record"
+            gate.close()
+            _produce(s, 2, "t", [b"seen before durable"])
+            assert gate.entered.wait(WAIT), "acks=all made no fsync of the partition"
+            ready = select.select([consumer], [], [], WAIT)[0]
+            assert ready == [consumer], "the waiting fetch was not woken by the append"
+            frame = recv_frame(consumer)
+            assert frame is not None
+            records = parse_response(1, 11, frame)[1]["responses"][0]["partitions"][0]["records"]
+            assert b"seen before durable" in (b"".join(records) if isinstance(records, list) else bytes(records))
+            assert select.select([s], [], [], 0.2)[0] == [], "acks=all was answered before its fsync returned"
+        gate.open.set()
+        corr, answer = _answer(s)
+        assert (corr, answer["responses"][0]["partition_responses"][0]["error_code"]) == (2, 0)

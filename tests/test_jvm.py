@@ -39,3 +39,14 @@ def test_without_a_jdk_the_jar_is_not_built_and_the_python_reader_is_named(tmp_p
     assert jvm.describe().startswith("Spark reader: Python (no JDK")
     err = io.StringIO()
     assert main(["spark-jar"], out=err) == 3
+
+
+def test_version_line_names_the_jar_unwrapped_on_a_narrow_terminal(tmp_path, monkeypatch, capsys):
+    # argparse wrapped the --version text at the terminal's width: "Spark reader: JVM" and "(<jar>)" ended on
+    # two lines, so `pylog --version | grep "Spark reader: JVM ("` found nothing.
+    monkeypatch.setenv("PYLOG_CACHE_DIR", str(tmp_path / "a-long-cache-directory-name" / "pylog"))
+    monkeypatch.setenv("COLUMNS", "40")
+    with pytest.raises(SystemExit):
+        main(["--version"])
+    printed = capsys.readouterr().out
+    assert printed.count("\n") == 1 and printed.rstrip("\n").endswith(jvm.describe()), printed

@@ -286,6 +286,28 @@ def test_log_append_time_topic(store):
     assert p.offset_for_timestamp(3) == 0
 
 
+@pytest.mark.parametrize("fresh_handle", [False, True])
+def test_read_max_bytes_bounds_the_decompressed_size_of_lz4_batches(tmp_path, fresh_handle):
+    """``max_bytes`` counts batches as decompressed: 400 batches of 64 KiB that lz4 stores in about 300 bytes
+    each came back whole from a 1 MiB read (25 MiB decompressed; ``pylog serve`` decompressed 2 GB for one
+    52 MB Fetch of such records). ``fresh_handle``: read from the file rather than the writer's recent
+    batches (segment_tail)."""
+    value = b"z" * 65536
+    with _open(tmp_path / "s") as store:
+        p = store.create_topic("t", config={"compression.type": "lz4"}).partition(0)
+        for _ in range(400):
+            p.append_values([value])
+        assert p.size_bytes() < 400 * 1024  # stored compressed
+        reader = pylog.open(tmp_path / "s", read_only=True) if fresh_handle else store
+        try:
+            got = reader.topic("t").partition(0).read(0, max_records=10_000, max_bytes=1 << 20)
+        finally:
+            if fresh_handle:
+                reader.close()
+        assert 0 < sum(len(r.value) for r in got) <= (1 << 20) + len(value)
+        assert [r.offset for r in got] == list(range(len(got)))
+
+
 def test_lz4_topic_round_trip(tmp_path):
     values = [(b"compressible-%d " % (i % 7)) * 20 for i in range(500)]
     keys = [b"k%d" % (i % 13) for i in range(500)]

@@ -416,6 +416,31 @@ def test_describe_broker_configs_lists_the_store_defaults_under_kafkas_names(tmp
             kp.close()
 
 
+def test_describe_broker_configs_reports_the_servers_own_settings(tmp_path):
+    """The broker's configs are what the running server uses: ``pylog serve --num-partitions 3`` gives
+    auto-created topics 3 partitions, and DescribeConfigs said num.partitions 1 (the store's default,
+    DEFAULT_CONFIG). The server's settings that Kafka has (auto.create.topics.enable,
+    socket.request.max.bytes, group.max.size ...) are listed too, STATIC_BROKER_CONFIG when given."""
+    from kafka.admin import ConfigResource as KConfigResource, ConfigResourceType
+    with pylog.open(tmp_path / "s") as store, pylog.serve(store, port=0, num_partitions=3, auto_create_topics=False,
+                                                           max_request_bytes=1 << 20, group_max_size=7) as server:
+        kp = KafkaAdminClient(bootstrap_servers=server.bootstrap_servers, request_timeout_ms=10_000)
+        try:
+            every = kp.describe_configs([KConfigResource(ConfigResourceType.BROKER, "0")],
+                                        config_filter="all")["broker"]["0"]
+        finally:
+            kp.close()
+        got = {k: (every[k]["value"], every[k]["config_source"]) for k in
+               ("num.partitions", "auto.create.topics.enable", "socket.request.max.bytes", "group.max.size",
+                "max.connections")}
+        assert got == {"num.partitions": ("3", "STATIC_BROKER_CONFIG"),
+                       "auto.create.topics.enable": ("false", "STATIC_BROKER_CONFIG"),
+                       "socket.request.max.bytes": (str(1 << 20), "STATIC_BROKER_CONFIG"),
+                       "group.max.size": ("7", "STATIC_BROKER_CONFIG"),
+                       "max.connections": ("1000", "DEFAULT_CONFIG")}
+        assert all(e["read_only"] for e in every.values())
+
+
 def test_altering_broker_configs_is_refused_per_config_as_kafka_refuses_static_ones(server, store, ck_admin):
     """Broker configs are fixed when the store is opened: AlterConfigs and IncrementalAlterConfigs answer
     INVALID_REQUEST naming each config ("Cannot update these configs dynamically", Kafka's words), and an

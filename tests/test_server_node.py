@@ -78,6 +78,24 @@ def test_kafkajs_reset_offsets_takes_effect(store, server):
         assert c.committed(TopicPartition("t", 0)) is None
 
 
+def test_kafkajs_sets_a_groups_offsets_from_a_timestamp_lookup_and_resets_them_to_latest(store, server):
+    """kafkajs' admin.fetchTopicOffsetsByTimestamp (ListOffsets by time) then admin.setOffsets: the group's
+    next consumer starts at the first record of the second produce; resetOffsets to latest commits -1, which
+    is read back (kafkajs then starts a consumer without fromBeginning at the log end)."""
+    kafkajs(server, "produce", "t", "6")
+    kafkajs(server, "produce", "t", "3")  # another process: its records are stamped later than the first six
+    at = store.topic("t").partition(0).read(6, max_records=1)[0].timestamp
+    (offsets,) = [x["offsets"] for x in kafkajs(server, "offsets-by-timestamp", "t", str(at)) if "offsets" in x]
+    assert offsets == [{"partition": 0, "offset": "6"}]
+    kafkajs(server, "set-offsets", "t", "g", "0:6")
+    assert store.committed_offsets("g")[TopicPartition("t", 0)].offset == 6
+    assert _records(kafkajs(server, "consume", "t", "g", "3", "--from-beginning")) == [(0, 6, "v0"), (0, 7, "v1"),
+                                                                                       (0, 8, "v2")]
+    kafkajs(server, "reset-offsets", "t", "g", "latest")
+    (fetched,) = [x["offsets"] for x in kafkajs(server, "fetch-offsets", "t", "g") if "offsets" in x]
+    assert fetched == [{"topic": "t", "partitions": [{"partition": 0, "offset": "-1", "metadata": None}]}]
+
+
 def test_kafkajs_transactional_producer_commits_and_aborts(store, server):
     """kafkajs' transaction API against pylog serve (it used to be refused with
     TRANSACTIONAL_ID_AUTHORIZATION_FAILED): a committed transaction's records are read by a read_committed

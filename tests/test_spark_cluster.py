@@ -47,6 +47,12 @@ def jvm_pid():
 
 
 pid = udf(jvm_pid, "long")
+# getOrCreate returns before local-cluster's executors have registered with the driver; Spark offers no
+# handshake for that from Python, so the count is polled, bounded, before it is reported.
+import time
+deadline = time.monotonic() + 240
+while spark.sparkContext._jsc.sc().getExecutorIds().size() < 2 and time.monotonic() < deadline:
+    time.sleep(0.1)
 report = {"driver_jvm": spark.sparkContext._jvm.java.lang.ProcessHandle.current().pid(),
           "executors": spark.sparkContext._jsc.sc().getExecutorIds().size()}
 for fmt in ("pylog", "pylog-python"):

@@ -9,6 +9,8 @@ of Spark's message carries ``pylog.errors.<Class>: <message>``, not the last lin
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import pylog
@@ -118,3 +120,51 @@ def test_pylog_error_leaves_other_exceptions_alone():
     with pytest.raises(ValueError):
         with raise_pylog_errors():
             raise ValueError("not pylog's")
+
+
+def test_stream_refused_for_a_batch_only_option_fails_at_its_first_call_with_the_pylog_error(store_path):
+    # Raised by streamReader() itself, PySpark's streaming planner lost the error: its `finally: reader.stop()`
+    # met an unbound `reader` and reported an UnboundLocalError instead.
+    from pylog.spark import PylogDataSource, kafka_schema
+    source = PylogDataSource({"path": str(store_path), "subscribe": "t", "endingOffsets": "latest"})
+    reader = source.streamReader(kafka_schema())
+    message = "option 'endingOffsets': applies to batch reads only, not to streaming reads"
+    for call in (reader.initialOffset, reader.getDefaultReadLimit, reader.prepareForTriggerAvailableNow):
+        with pytest.raises(InvalidOptionError) as info:
+            call()
+        assert str(info.value) == message
+    reader.stop()
+
+
+_STREAM_ERROR_CHILD = """
+import os, sys
+from pylog.spark import session
+spark = session(master="local[1]", conf={"spark.driver.bindAddress": "127.0.0.1", "spark.driver.host": "127.0.0.1",
+                                         "spark.local.dir": sys.argv[2]})
+for fmt in ("pylog", "pylog-python"):
+    for trigger in ({"availableNow": True}, {"processingTime": "1 second"}):
+        query = (spark.readStream.format(fmt).option("subscribe", "t").option("endingOffsets", "latest")
+                 .load(sys.argv[1]).writeStream.format("noop").trigger(**trigger).start())
+        try:
+            query.awaitTermination(300)
+            print("NO ERROR", flush=True)
+        except Exception as exc:
+            print(str(exc).strip().splitlines()[0], flush=True)
+spark.stop()
+"""
+
+
+@pytest.mark.slow  # a Spark driver of its own: what session() sets must be there when the JVM starts
+def test_a_refused_stream_option_leads_the_streaming_query_error_in_a_session_from_pylog(spark, store_path, tmp_path):
+    import subprocess
+    import sys
+    env = {k: v for k, v in os.environ.items() if k != "SPARK_HIDE_TRACEBACK"}
+    env["SPARK_LOCAL_IP"] = "127.0.0.1"
+    out = subprocess.run([sys.executable, "-c", _STREAM_ERROR_CHILD, str(store_path), str(tmp_path / "local")],
+                         env=env, capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    lines = [line for line in out.stdout.splitlines() if line.strip()]
+    assert out.returncode == 0 and len(lines) == 4, out.stdout + out.stderr[-3000:]
+    expected = ("pylog.errors.InvalidOptionError: option 'endingOffsets': applies to batch reads only, "
+                "not to streaming reads")
+    for line in lines:
+        assert line.startswith("[STREAM_FAILED]") and expected in line, line

@@ -90,12 +90,18 @@ def test_jvm_reader_stops_at_a_torn_tail_as_the_python_reader_does(spark, jvm_re
     assert [r[4] for r in rows] == list(range(100))
 
 
-def test_jvm_reader_offset_ranges_splits_and_pruned_columns(spark, jvm_reader, tmp_path):
+def _counting_store(tmp_path, topic: str, count: int):
+    """A store with ``topic`` of 2 partitions, each holding the values b"0" .. b"<count - 1>"; its path."""
     path = tmp_path / "store"
     with pylog.open(path) as store:
-        store.create_topic("r", partitions=2)
+        store.create_topic(topic, partitions=2)
         for n in range(2):
-            store.topic("r").partition(n).append_values([b"%d" % i for i in range(1000)])
+            store.topic(topic).partition(n).append_values([b"%d" % i for i in range(count)])
+    return path
+
+
+def test_jvm_reader_offset_ranges_splits_and_pruned_columns(spark, jvm_reader, tmp_path):
+    path = _counting_store(tmp_path, "r", 1000)
     opts = dict(subscribe="r", startingOffsets='{"r":{"0":10,"1":-2}}', endingOffsets='{"r":{"0":500,"1":-1}}',
                 maxRecordsPerPartition=77)
     rows = _same(spark, jvm_reader, path, **opts)
@@ -179,7 +185,30 @@ def test_jvm_reader_timestamp_options_and_pushed_filters_read_what_the_python_re
         assert a == b and a, where
         assert jvm.where(where).count() == len(a)
     cut = spark.read.format(jvm_reader).option("subscribe", "t").load(str(path)).where("offset >= 990")
-    assert cut.rdd.getNumPartitions() >= 1 and cut.count() == 3 * 10
+    assert cut.rdd.getNumPartitions() == 1 and cut.count() == 3 * 10   # three small ranges, one task
+
+
+def test_jvm_reader_packs_the_small_ranges_a_filter_leaves_into_one_task(spark, jvm_reader, tmp_path):
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("small", partitions=3)
+        store.create_topic("big", partitions=2)
+        for n in range(3):
+            store.topic("small").partition(n).append_values([b"%d-%d" % (n, i) for i in range(1000)])
+        for n in range(2):   # 9 MB per partition: two ranges of it exceed one packed task's 16 MiB
+            store.topic("big").partition(n).append_values([bytes([n]) * 10_000] * 900)
+    small = spark.read.format(jvm_reader).option("subscribe", "small").load(str(path))
+    assert small.rdd.getNumPartitions() == 3   # unfiltered: one task per partition, as Kafka's source plans
+    for where in ("offset >= 990", "offset >= 400 and offset < 420", "partition in (0, 2) and offset < 3"):
+        jvm, py = _both(spark, jvm_reader, path, subscribe="small")
+        assert jvm.where(where).rdd.getNumPartitions() == 1, where
+        assert _rows(jvm.where(where)) == _rows(py.where(where)) != [], where
+    for options, tasks in (({"maxRecordsPerPartition": "5"}, 6), ({"minPartitions": "6"}, 6)):
+        df = spark.read.format(jvm_reader).option("subscribe", "small").options(**options).load(str(path))
+        assert df.where("offset >= 990").rdd.getNumPartitions() == tasks, options   # asked-for splits stay
+    big = spark.read.format(jvm_reader).option("subscribe", "big").load(str(path)).where("offset >= 10")
+    assert big.rdd.getNumPartitions() == 2
+    assert big.selectExpr("count(*)", "sum(length(value))").collect()[0] == (2 * 890, 2 * 890 * 10_000)
 
 
 def test_one_name_reads_on_the_jvm_and_writes_through_the_python_writer_in_spark_default_mode(
@@ -494,3 +523,32 @@ def test_count_is_answered_from_batch_headers_with_filters_gaps_and_transactions
     committed = {"subscribe": "c", "kafka.isolation.level": "read_committed"}
     jvm, py = _both(spark, jvm_reader, path, **committed)   # read_committed: the Python source reads both
     assert jvm.count() == py.count() == len(py.select("value").collect())
+
+
+def test_offset_filters_at_the_largest_long_read_what_the_python_reader_reads(spark, jvm_reader, tmp_path):
+    # The JVM reader turned `offset <= 9223372036854775807` into an exclusive bound of max + 1, which wrapped to
+    # the smallest long: the scan read nothing where the Python reader read every row.
+    path = _counting_store(tmp_path, "t", 20)
+    biggest = 2 ** 63 - 1
+    for where, expected in ((f"offset <= {biggest}", 40), (f"offset < {biggest}", 40), (f"offset = {biggest}", 0),
+                            (f"offset >= {biggest}", 0), (f"offset in ({biggest}, 3)", 2),
+                            (f"partition = 1 and offset <= {biggest}", 20)):
+        jvm, py = _both(spark, jvm_reader, path, subscribe="t")
+        a, b = _rows(jvm.where(where)), _rows(py.where(where))
+        assert len(a) == expected and a == b, where
+        assert jvm.where(where).count() == expected, where
+
+
+def test_subscribe_pattern_with_python_named_groups_reads_the_topics_the_python_reader_reads(spark, jvm_reader,
+                                                                                             tmp_path):
+    # subscribePattern is a Python regular expression (re.fullmatch); the JVM reader compiled it as a Java one
+    # and refused Python's named groups ("Unknown inline modifier").
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        for topic in ("t1", "t22", "x1", "a.b", "ab"):
+            store.create_topic(topic, partitions=1)
+            store.topic(topic).partition(0).append_values([topic.encode()])
+    for pattern, topics in (("(?P<p>t)1", ["t1"]), ("(?P<p>[tx])(?P=p)?\\d+", ["t1", "t22", "x1"]),
+                            ("[(?P<]a.b", []), ("a\\.b", ["a.b"]), ("t\\d+|a.", ["ab", "t1", "t22"])):
+        read = _same(spark, jvm_reader, path, subscribePattern=pattern)
+        assert sorted(r[2] for r in read) == topics, pattern

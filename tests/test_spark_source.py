@@ -153,7 +153,8 @@ def test_filter_pushdown_is_opt_in_and_prunes(spark, store_path):
         assert df.rdd.getNumPartitions() == 1
         assert _triples(df) == _expected(store_path, "events", {1: (90, 100)})
         df = pushing.where("partition in (0, 2) and offset < 3")
-        assert df.rdd.getNumPartitions() == 2
+        jvm = _FORMAT == "pylog" and which_reader(spark) == "jvm"
+        assert df.rdd.getNumPartitions() == (1 if jvm else 2)   # the JVM reader packs small filtered ranges
         assert _triples(df) == _expected(store_path, "events", {0: (0, 3), 2: (0, 3)})
         # timestamp lower bounds start each range at the time index's answer; Spark still applies them
         df = pushing.where(f"timestamp >= timestamp_millis({T0 + 1450})")

@@ -547,6 +547,38 @@ def test_pylog_health_shows_what_the_upload_thread_shipped(tmp_path, remote_sett
         assert f"{shipped} segment(s)" in out.getvalue() and "0 closed segment(s) waiting" in out.getvalue()
 
 
+
+def test_pylog_health_does_not_call_shipped_records_below_a_groups_offset_deleted(tmp_path, remote_settings):
+    # Opened without the bucket, `pylog health` compared a group's offset with the local log start and reported
+    # the shipped segments' records as "deleted before the group read them" (exit 1).
+    import io
+
+    from pylog.cli import main
+
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "local.retention.bytes": 0})
+        store.create_topic("plain", config={"segment.bytes": 1024})
+        part = store.topic(TOPIC).partition(0)
+        _fill(part)
+        store.upload_to_remote()
+        part.enforce_retention()
+        local_start = part.segments[0].base_offset
+        assert local_start > 10 and part.log_start_offset == 0   # the remote log start, with the bucket
+        store.commit_offsets("g", {(TOPIC, 0): 10})
+    out = io.StringIO()
+    assert main(["health", str(tmp_path / "s")], out) == 0, out.getvalue()
+    assert (f"warning: group g: {TOPIC}-0 committed offset 10 is below the local log start {local_start}; {TOPIC} "
+            "ships to remote storage") in out.getvalue()
+    with pylog.open(tmp_path / "s") as store:   # a topic that does not ship: records below are gone
+        plain = store.topic("plain").partition(0)
+        _fill(plain, 20)
+        store.delete_records("plain", 0, 15)
+        store.commit_offsets("g", {("plain", 0): 5})
+    out = io.StringIO()
+    assert main(["health", str(tmp_path / "s")], out) == 1
+    assert "problem: group g: plain-0 committed offset 5 is below the log start 15" in out.getvalue()
+
+
 def _committed_values(part, start: int = 0) -> list[bytes]:
     """Every record from ``start`` a read_committed reader gets, read as a consumer reads (going on past what
     a read skipped)."""

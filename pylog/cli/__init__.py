@@ -8,7 +8,7 @@
     pylog groups [list|describe|reset-offsets|delete] STORE ...   consumer groups, lag, lead, owners
     pylog transactions STORE                               transactional ids: state, producer, age, partitions
     pylog retention STORE [TOPIC] | compact STORE TOPIC | delete-records STORE TOPIC PARTITION OFFSET
-    pylog restore s3://BUCKET/PREFIX DIR | verify-remote s3://BUCKET/PREFIX   tiered storage (being built)
+    pylog restore s3://BUCKET/PREFIX DIR | verify-remote s3://BUCKET/PREFIX   tiered storage: a store from its bucket
     pylog health STORE                                     maintenance and lag checks; exit 1 when unhealthy
     pylog bench producer|consumer|latency STORE            Kafka's perf tests: records/s, MB/s, percentiles
     pylog serve STORE                                      Kafka's wire protocol (--metrics-port: Prometheus)
@@ -91,8 +91,10 @@ def _add_examples(parser: argparse.ArgumentParser, words: tuple[str, ...] = ()) 
 
 
 def build_parser() -> argparse.ArgumentParser:
+    # Raw: argparse would wrap the --version line at the terminal's width, splitting "Spark reader: JVM (<jar>)"
     parser = argparse.ArgumentParser(prog="pylog", description="Look inside a pylog store, move records in and "
-                                                               "out, check and maintain it.")
+                                                               "out, check and maintain it.",
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--version", action="version", version=f"pylog {__version__}, {describe()}; {jvm.describe()}")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
     for module in _COMMANDS:

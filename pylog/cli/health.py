@@ -20,7 +20,8 @@ in that process). Each such thread also publishes its status under ``<store>/__c
   cleaner checkpoint). Unhealthy when records are older than ``max.compaction.lag.ms`` + grace yet
   uncompacted in a written partition, or the dirty ratio exceeds ``--max-dirty-ratio``.
 - **consumer groups**: total lag per group (unhealthy above ``--max-lag``) and lead; a negative lead
-  means retention deleted records the group had not consumed yet. Unhealthy.
+  means retention deleted records the group had not consumed yet. Unhealthy; only a warning for a topic with
+  ``remote.storage.enable``, whose records below the local log start may be in the bucket (not read here).
 
 Exit 0 when healthy, 1 when unhealthy; warnings alone do not fail.
 """
@@ -201,7 +202,13 @@ def _health(args: argparse.Namespace, out: TextIO) -> ExitCode:
                 if args.max_lag is not None and total > args.max_lag:
                     found.problems.append(f"group {group}: total lag {total} > --max-lag {args.max_lag}")
                 for tp, v in sorted(lags.items()):
-                    if v.lead < 0:
+                    if v.lead < 0 and tp.topic in store and store.topic(tp.topic).config["remote.storage.enable"]:
+                        # opened without the bucket, the log start is the local one (docs/OPERATIONS.md)
+                        found.warnings.append(f"group {group}: {tp.topic}-{tp.partition} committed offset "
+                                              f"{v.committed} is below the local log start {v.log_start_offset}; "
+                                              f"{tp.topic} ships to remote storage (remote.storage.enable), where "
+                                              f"those {-v.lead} record(s) may be: not checked here")
+                    elif v.lead < 0:
                         found.problems.append(f"group {group}: {tp.topic}-{tp.partition} committed offset "
                                               f"{v.committed} is below the log start {v.log_start_offset}: "
                                               f"{-v.lead} record(s) were deleted before the group read them")

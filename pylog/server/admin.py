@@ -62,6 +62,16 @@ BROKER_SYNONYMS = {
     "flush.ms": "log.flush.interval.ms", "producer.id.expiration.ms": "producer.id.expiration.ms",
     "message.timestamp.type": "log.message.timestamp.type",
 }
+#: Kafka's broker config for each setting of ``pylog serve`` (:class:`~pylog.server.settings.ServerConfig`
+#: attribute) that Kafka has: DescribeConfigs for the broker reports what the running server uses.
+SERVER_SETTINGS = {
+    "auto.create.topics.enable": "auto_create_topics", "socket.request.max.bytes": "max_request_bytes",
+    "connections.max.idle.ms": "connections_max_idle_ms", "queued.max.request.bytes": "queued_max_request_bytes",
+    "max.connections": "max_connections", "max.connections.per.ip": "max_connections_per_ip",
+    "group.max.size": "group_max_size", "socket.receive.buffer.bytes": "socket_receive_buffer_bytes",
+    "connection.failed.authentication.delay.ms": "connection_failed_authentication_delay_ms",
+    "allow.everyone.if.no.acl.found": "allow_everyone_if_no_acl_found",
+}
 DESCRIBE_USER_SCRAM_CREDENTIALS = 50
 #: Topic configs Kafka 3.x accepts and ignores (``message.format.version`` has no effect since 3.0's
 #: inter-broker protocol): accepted and dropped here too, so that clients setting them work (librdkafka 0092).
@@ -243,15 +253,22 @@ class AdminHandlers:
 
     def _broker_configs(self) -> list[tuple[str, Any, int]]:
         """(Kafka's name, value, source) of every broker config: the store's topic defaults under their
-        broker synonyms, the store's settings, the group coordinator's settings, broker.id."""
-        store, coordinator = self.s.store, self.s.coordinator
+        broker synonyms, the store's settings (``num.partitions`` as the server uses it: its own setting when
+        given), the server's settings Kafka has, the group coordinator's settings, broker.id."""
+        store, coordinator, config = self.s.store, self.s.coordinator, self.s.config
         given = store.defaults
         cfg = TopicConfig(None, given)
         items = [(BROKER_SYNONYMS[k], cfg[k], SOURCE_STATIC_BROKER if k in given else SOURCE_DEFAULT)
                  for k in SETTINGS if k in BROKER_SYNONYMS]
         table = {**STORE_SETTINGS, **REMOTE_STORAGE_SETTINGS}
         items += [(k, v, SOURCE_DEFAULT if v == table[k].default else SOURCE_STATIC_BROKER)
-                  for k, v in store.settings.items()]
+                  for k, v in store.settings.items() if k != "num.partitions"]
+        partitions = self.s.default_partitions()
+        items.append(("num.partitions", partitions, SOURCE_DEFAULT if partitions == table["num.partitions"].default
+                      else SOURCE_STATIC_BROKER))
+        defaults = type(config)()
+        items += [(k, getattr(config, a), SOURCE_DEFAULT if getattr(config, a) == getattr(defaults, a)
+                   else SOURCE_STATIC_BROKER) for k, a in SERVER_SETTINGS.items()]
         group = {"group.initial.rebalance.delay.ms": coordinator.initial_rebalance_delay_ms,
                  "group.min.session.timeout.ms": coordinator.min_session_timeout_ms,
                  "group.max.session.timeout.ms": coordinator.max_session_timeout_ms,

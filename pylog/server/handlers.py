@@ -28,6 +28,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+import time
 from typing import Any
 
 from .. import metrics
@@ -183,11 +185,13 @@ class DataHandlers:
         else:
             work = [(td["name"], pd["index"], pd["records"]) for td in topic_data for pd in td["partition_data"] or []]
             wait_ms = min(max(0, b.get("timeout_ms") or 0), TURN_WAIT_MS)
-            appended = self._appends_of(conn).add(work, acks, wait_ms, conn.principal, b.get("transactional_id"))
             # The answer keeps names and counts only: not the records (memoryviews of the request's frame), so an
             # answer owed holds no request data once appended.
-            answer = self._answer(appended, [(topic, index) for topic, index, _ in work],
-                                  [(td["name"], len(td["partition_data"] or [])) for td in topic_data], acks)
+            answer: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
+            self._appends_of(conn).add(_Produce((work, acks, wait_ms, conn.principal, b.get("transactional_id")),
+                                                [(topic, index) for topic, index, _ in work],
+                                                [(td["name"], len(td["partition_data"] or [])) for td in topic_data],
+                                                answer))
             del work
             if acks != 0:
                 # Answered once appended (and, for acks=all, fsynced); the connection handles its next requests
@@ -211,65 +215,71 @@ class DataHandlers:
         assert isinstance(queue, _AppendQueue)
         return queue
 
-    def _answer(self, appended: "asyncio.Future[list[Outcome]]", keys: list[tuple[str, int]],
-                topics: list[tuple[str, int]], acks: int) -> "asyncio.Future[dict]":
-        """A future of a Produce's answer: resolved once its appends are done and, for acks=all (or where the
-        topic's ``flush.messages`` / ``flush.ms`` asked for an fsync), once the group commit has fsynced the
-        partitions appended to (see :mod:`pylog.storage.group_commit`); a partition whose fsync failed is
-        answered with its error instead. Callbacks on the loop, not a task: a task per request cost a third of
-        the loop's time per request under librdkafka's one-partition Produce requests."""
-        answer: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
-        appended.add_done_callback(lambda done: self._appended(answer, done, keys, topics, acks))
-        return answer
-
-    def _appended(self, answer: "asyncio.Future[dict]", appended: "asyncio.Future[list[Outcome]]",
-                  keys: list[tuple[str, int]], topics: list[tuple[str, int]], acks: int) -> None:
-        """On the loop, once a Produce's appends are done: its answer, or its fsyncs asked for."""
-        if answer.done():  # cancelled: its connection was aborted
-            return
+    def append_queued(self, batch: list["_Produce"]) -> None:
+        """In the storage pool: the appends of consecutive Produce requests of one connection (see
+        :class:`_AppendQueue`), then, from this thread, what follows them: the fetches waiting for those
+        partitions woken (on the loop), each answer handed to the loop, and the fsyncs the answers wait for
+        (acks=all, or where the topic's ``flush.messages`` / ``flush.ms`` asked for one) given to the group commit
+        at once, one submission for the whole batch (see :mod:`pylog.storage.group_commit`); those answers are
+        handed to the loop once it has fsynced every partition the batch asked for (a partition whose fsync failed
+        is answered with its error). The loop is not woken between the appends and the fsyncs: that hop was a
+        large share of a small request's cost and latency."""
         try:
-            try:
-                outcome = appended.result()
-            except Exception as error:  # the storage pool's hop failed (out of descriptors, a bug): each partition
-                storage = isinstance(error, OSError) and error.errno in DESCRIPTOR_ERRNOS
-                if not storage:
-                    log.error("pylog serve: appending a produce request failed", exc_info=error)
-                code = E.KAFKA_STORAGE_ERROR if storage else E.UNKNOWN_SERVER_ERROR
-                outcome = [(_failed({"index": index, "base_offset": -1, "log_append_time_ms": -1,
-                                     "log_start_offset": -1}, code, str(error)), None, None) for _, index in keys]
-            waiters = self.s.waiters
-            for (topic, index), (_, end, _) in zip(keys, outcome, strict=True):
-                if end is not None:
-                    waiters.appended(topic, index, end)
+            outcomes = self.append_requests([p.take_request() for p in batch])
+        except Exception as error:  # noqa: BLE001 - a bug, or out of descriptors: each partition says so
+            storage = isinstance(error, OSError) and error.errno in DESCRIPTOR_ERRNOS
+            if not storage:
+                log.error("pylog serve: appending a produce request failed", exc_info=error)
+            code = E.KAFKA_STORAGE_ERROR if storage else E.UNKNOWN_SERVER_ERROR
+            outcomes = [[(_failed({"index": index, "base_offset": -1, "log_append_time_ms": -1,
+                                   "log_start_offset": -1}, code, str(error)), None, None) for _, index in p.keys]
+                        for p in batch]
+        waiters, post = self.s.waiters, self.s.post
+        woken = [(topic, index, end) for p, outcome in zip(batch, outcomes, strict=True)
+                 for (topic, index), (_, end, _) in zip(p.keys, outcome, strict=True)
+                 if end is not None and waiters.waiting_on(topic, index)]
+        if woken:
+            post(self._woken, woken)
+        durable: list[tuple[_Produce, list[dict], list[tuple[dict, Partition]]]] = []
+        to_sync: dict[int, Partition] = {}  # by id(): two requests of the batch to one partition share its fsync
+        for p, outcome in zip(batch, outcomes, strict=True):
             it = iter(outcome)
             results = [{"name": name, "partition_responses": [next(it)[0] for _ in range(count)]}
-                       for name, count in topics]
-            to_sync = [(entry, part) for entry, _, part in outcome if part is not None]
-            if not to_sync:
-                answer.set_result({"responses": results, "throttle_time_ms": 0})
-                return
-            self.s.when_durable([part for _, part in to_sync],
-                                lambda errors: self._fsynced(answer, results, to_sync, errors, acks))
-        except BaseException as exc:  # a bug: the connection answers UNKNOWN_SERVER_ERROR
-            if not answer.done():
-                answer.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
-            if not isinstance(exc, Exception):
-                raise
-
-    def _fsynced(self, answer: "asyncio.Future[dict]", results: list[dict], to_sync: list[tuple[dict, Partition]],
-                 errors: list[BaseException | None], acks: int) -> None:
-        """On the loop, once the group commit has fsynced (or failed to) the partitions of a Produce."""
-        if acks == -1:
-            self.s.acks_all_requests += 1
-        for (entry, part), exc in zip(to_sync, errors, strict=True):
-            if exc is None:
+                       for name, count in p.topics]
+            syncs = [(entry, part) for entry, _, part in outcome if part is not None]
+            if not syncs:
+                post(_answered, p.answer, results)
                 continue
-            if not isinstance(exc, PylogError):
-                log.error("pylog serve: fsync of %s-%d failed", part.topic, part.number, exc_info=exc)
-            entry.update(error_code=code_for(exc) if isinstance(exc, PylogError) else E.UNKNOWN_SERVER_ERROR,
-                         error_message=str(exc), base_offset=-1, log_append_time_ms=-1)
-        if not answer.done():  # cancelled: its connection was aborted
-            answer.set_result({"responses": results, "throttle_time_ms": 0})
+            durable.append((p, results, syncs))
+            for _, part in syncs:
+                to_sync[id(part)] = part
+        if durable:
+            parts = list(to_sync.values())
+            self.s.when_durable(parts, lambda errors: self._fsynced(durable, parts, errors))
+
+    def _woken(self, woken: list[tuple[str, int, int]]) -> None:
+        """On the loop: the fetches waiting for partitions a storage thread just appended to."""
+        appended = self.s.waiters.appended
+        for topic, index, end in woken:
+            appended(topic, index, end)
+
+    def _fsynced(self, durable: list[tuple["_Produce", list[dict], list[tuple[dict, Partition]]]],
+                 parts: list[Partition], errors: list[BaseException | None]) -> None:
+        """On the loop, once the group commit has fsynced (or failed to) the partitions of a batch of Produce
+        requests: their answers."""
+        failed = {id(part): exc for part, exc in zip(parts, errors, strict=True) if exc is not None}
+        for p, results, syncs in durable:
+            if p.acks == -1:
+                self.s.acks_all_requests += 1
+            for entry, part in syncs:
+                exc = failed.get(id(part)) if failed else None
+                if exc is None:
+                    continue
+                if not isinstance(exc, PylogError):
+                    log.error("pylog serve: fsync of %s-%d failed", part.topic, part.number, exc_info=exc)
+                entry.update(error_code=code_for(exc) if isinstance(exc, PylogError) else E.UNKNOWN_SERVER_ERROR,
+                             error_message=str(exc), base_offset=-1, log_append_time_ms=-1)
+            _answered(p.answer, results)
 
     def append_requests(self, requests: list[tuple[list[tuple[str, int, Any]], int, int, str | None, str | None]]
                         ) -> list[list[Outcome]]:
@@ -567,54 +577,128 @@ class DataHandlers:
         return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
 
 
+#: How long one drain of a connection's Produce appends goes on in its storage thread while more keep arriving
+#: (seconds), before it goes to the back of the storage pool's queue: handing each group to the pool anew woke
+#: another thread for it (the submit's wake-up under the GIL was ~5% of the server's Python time at 500
+#: partitions), and other connections' work must still get its turn.
+_DRAIN_TURN_S = 0.005
+
+
+class _Produce:
+    """One Produce request queued for its appends: what :meth:`DataHandlers.append_requests` takes, the (topic,
+    partition) of each of its partitions and the partition counts of its topics (to build the answer), and the
+    future of its answer (resolved on the loop). The request (its records: memoryviews of the frame) is let go
+    of once taken for the appends, so a request whose answer waits for its fsync holds no request data."""
+
+    __slots__ = ("request", "acks", "keys", "topics", "answer")
+
+    def __init__(self, request: tuple[list[tuple[str, int, Any]], int, int, str | None, str | None],
+                 keys: list[tuple[str, int]], topics: list[tuple[str, int]], answer: "asyncio.Future[dict]") -> None:
+        self.request: tuple[list[tuple[str, int, Any]], int, int, str | None, str | None] | None = request
+        self.acks = request[1]
+        self.keys = keys
+        self.topics = topics
+        self.answer = answer
+
+    def take_request(self) -> tuple[list[tuple[str, int, Any]], int, int, str | None, str | None]:
+        """The request, for its appends (once)."""
+        request, self.request = self.request, None
+        assert request is not None, "a Produce request taken for its appends twice"
+        return request
+
+
 class _AppendQueue:
-    """One connection's Produce appends, in request order, sent to the storage pool a group at a time: those
-    that arrive while a group is being appended go together in the next hop (librdkafka sends one request per
+    """One connection's Produce appends, in request order, made in the storage pool a group at a time: those
+    that arrive while a group is being appended go together in the next one (librdkafka sends one request per
     partition and batch, pipelined: hundreds of small requests a second per connection, which one hop each
-    made wait for the pool one after another). The connection's other requests wait until the appends queued
-    before them are done (:meth:`drained`), so they see those appends as they would one at a time."""
+    made wait for the pool one after another). One drain at a time per connection (the order of its appends);
+    a drain that finds more queued after its group hands itself back to the pool (behind other connections'
+    work) rather than return to the loop, and hands each answer to the loop itself
+    (:meth:`DataHandlers.append_queued`): a request costs the loop no wake-up between its appends and its
+    fsyncs. The connection's other requests wait until the appends queued before them are done
+    (:meth:`drained`), so they see those appends as they would one at a time."""
 
     def __init__(self, handlers: DataHandlers) -> None:
         self._handlers = handlers
-        self._queue: list[tuple[tuple[list[tuple[str, int, Any]], int, int, str | None, str | None],
-                                asyncio.Future[list[Outcome]]]] = []
-        self._task: asyncio.Task[None] | None = None
+        self._lock = threading.Lock()  # between the loop (add, drained) and the draining storage thread
+        self._queue: list[_Produce | asyncio.Future[None]] = []  # requests, and drained()'s markers, in order
+        self._running = False  # a drain is queued in the pool or under way
 
-    def add(self, work: list[tuple[str, int, Any]], acks: int, wait_ms: int, principal: str | None,
-            txn_id: str | None) -> "asyncio.Future[list[Outcome]]":
-        """Queue a request's appends (see :meth:`DataHandlers.append_requests`); a future of their outcome."""
-        loop = asyncio.get_running_loop()
-        fut: asyncio.Future[list[Outcome]] = loop.create_future()
-        self._queue.append(((work, acks, wait_ms, principal, txn_id), fut))
-        if self._task is None:
-            self._task = loop.create_task(self._run())
-        return fut
+    def add(self, produce: _Produce) -> None:
+        """On the loop: queue a request's appends; its answer future is resolved once done."""
+        with self._lock:
+            self._queue.append(produce)
+            if self._running:
+                return
+            self._running = True
+        try:
+            self._handlers.s.executor.submit(self._drain)
+        except RuntimeError as exc:  # the pool was shut down: a stop under way, nothing is appended any more
+            with self._lock:
+                queued, self._queue, self._running = self._queue, [], False
+            for item in queued:
+                future = item.answer if isinstance(item, _Produce) else item
+                if not future.done():
+                    future.set_exception(exc)
 
     async def drained(self) -> None:
         """Return once every append queued so far is done."""
-        task = self._task
-        if task is not None:
-            await asyncio.wait((task,))
+        with self._lock:
+            if not self._running:
+                return
+            marker: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+            self._queue.append(marker)
+        await marker
 
-    async def _run(self) -> None:
-        try:
-            while self._queue:
+    def _drain(self) -> None:
+        """In the storage pool: append what is queued, in order (see the class docstring); what keeps arriving
+        for up to :data:`_DRAIN_TURN_S`, then what is queued after that from the pool's queue again."""
+        began = time.monotonic()
+        while True:
+            with self._lock:
                 group, self._queue = self._queue, []
-                try:
-                    outcomes = await self._handlers.s.run(self._handlers.append_requests,
-                                                          [request for request, _ in group])
-                except BaseException as exc:  # a bug: each request is answered UNKNOWN_SERVER_ERROR
-                    for _, fut in group:
-                        if not fut.done():
-                            fut.set_exception(exc if isinstance(exc, Exception) else RuntimeError(str(exc)))
-                    if not isinstance(exc, Exception):
-                        raise
-                    continue
-                for (_, fut), outcome in zip(group, outcomes, strict=True):
-                    if not fut.done():
-                        fut.set_result(outcome)
-        finally:
-            self._task = None
+            batch = [item for item in group if isinstance(item, _Produce)]
+            try:
+                if batch:
+                    self._handlers.append_queued(batch)
+            except BaseException as exc:  # a bug: each request of the group is answered UNKNOWN_SERVER_ERROR
+                log.error("pylog serve: a group of produce requests failed", exc_info=exc)
+                error = exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+                for p in batch:
+                    self._handlers.s.post(_resolve, p.answer, error)
+                if not isinstance(exc, Exception):
+                    raise
+            finally:
+                for item in group:
+                    if not isinstance(item, _Produce):
+                        self._handlers.s.post(_resolve, item)
+            with self._lock:
+                if not self._queue:
+                    self._running = False
+                    return
+            if time.monotonic() - began < _DRAIN_TURN_S:
+                continue  # no hand-over to another pool thread (a wake-up) for what came meanwhile
+            try:
+                self._handlers.s.executor.submit(self._drain)  # the others' work first, then the rest
+                return
+            except RuntimeError:  # the pool is shutting down: the rest here
+                continue
+
+
+def _answered(answer: "asyncio.Future[dict]", results: list[dict]) -> None:
+    """On the loop: a Produce's answer, unless its future was cancelled (its connection was aborted)."""
+    if not answer.done():
+        answer.set_result({"responses": results, "throttle_time_ms": 0})
+
+
+def _resolve(future: "asyncio.Future[Any]", error: BaseException | None = None) -> None:
+    """On the loop: end ``future`` (with ``error``, if any) unless it was cancelled."""
+    if future.done():
+        return
+    if error is None:
+        future.set_result(None)
+    else:
+        future.set_exception(error)
 
 
 def _flush_due(part: Partition) -> bool:
@@ -646,12 +730,14 @@ def _within(slices: list, limit: int, at_least_one: bool) -> list:
     (its default ``max.partition.fetch.bytes`` of 1 MiB answered with 2 MB: 0.39 M rec/s against 1.36 M/s when
     cut).
     A slice's size is estimated from its pylog batch (the Kafka encoding of a record is within a few bytes of
-    pylog's), plus a batch header."""
+    pylog's), plus a batch header. The estimate is of the batch decompressed: answers are uncompressed Kafka
+    batches, and estimating an lz4-stored batch by its stored size gave librdkafka twice its ``fetch.max.bytes``
+    for records that compress to half."""
     out: list = []
     total = 0
     for view, a, b in slices:
         h = view.header
-        per = h.size / max(1, h.record_count)
+        per = recordbatch.decompressed_size(view) / max(1, h.record_count)
         size = _KAFKA_BATCH_OVERHEAD + per * (b - a)
         if total + size > limit:
             fit = int((limit - total - _KAFKA_BATCH_OVERHEAD) // per) if per > 0 else 0

@@ -94,10 +94,10 @@ class ServerState:
         #: The fsyncs of acks=all: the process's group commit, shared with pylog's producers in this process.
         self.group_commit = store.group_commit
         self.group_commit.set_syncfs_partitions(config.group_commit_syncfs_partitions)
-        #: Completed group-commit answers not yet handed to the loop (see when_durable).
-        self._durable_done: list[tuple[Callable[[list[BaseException | None]], None],
-                                       list[BaseException | None]]] = []
-        self._durable_lock = threading.Lock()
+        self.loop = loop
+        #: Calls other threads handed to the loop (:meth:`post`) that it has not made yet.
+        self._posted: list[tuple[Callable[..., None], tuple]] = []
+        self._posted_lock = threading.Lock()
         self._gc_start = self.group_commit.stats()
         self.acks_all_requests = 0  # produce requests with acks=all answered after their fsyncs
         #: The partitions the server holds for its appends, handed over when idle (pylog.server.turns).
@@ -162,35 +162,35 @@ class ServerState:
         """``fn(*args)`` in the decoder thread (the decoding of a large request frame)."""
         return await asyncio.get_running_loop().run_in_executor(self.decoder, fn, *args)
 
-    def when_durable(self, parts: list[Partition], then: Callable[[list[BaseException | None]], None]) -> None:
-        """On the loop: fsync ``parts`` (appended to already) through the group commit, then call ``then`` on the
-        loop with per partition None or the error (not at all if the loop closes first). A callback, not a
-        future awaited by a task: librdkafka sends one small Produce per partition batch, and a task per request
-        was a large share of the loop's time per request."""
-        loop = asyncio.get_running_loop()
-
-        def done(results: list[BaseException | None]) -> None:
-            # A store-wide round completes hundreds of requests at once: they reach the loop with one wake-up (one
-            # self-pipe write), not one each.
-            with self._durable_lock:
-                first = not self._durable_done
-                self._durable_done.append((then, results))
-            if first:
-                try:
-                    loop.call_soon_threadsafe(self._resolve_durable)
-                except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
-                    pass
-        self.group_commit.submit([internals(p) for p in parts], done)
-
-    def _resolve_durable(self) -> None:
-        """On the loop: call back every :meth:`when_durable` whose fsyncs completed since the last call."""
-        with self._durable_lock:
-            done, self._durable_done = self._durable_done, []
-        for then, results in done:
+    def post(self, fn: Callable[..., None], *args: Any) -> None:
+        """From any thread: call ``fn(*args)`` on the loop (dropped if the loop closes first). Calls posted
+        while the loop has not yet made the earlier ones reach it with one wake-up (one self-pipe write), not one
+        each: a store-wide round or a storage thread's pipelined appends complete many requests at once."""
+        with self._posted_lock:
+            first = not self._posted
+            self._posted.append((fn, args))
+        if first:
             try:
-                then(results)
+                self.loop.call_soon_threadsafe(self._run_posted)
+            except RuntimeError:  # the loop closed meanwhile (a hurried stop): nobody waits for the answer
+                pass
+
+    def _run_posted(self) -> None:
+        """On the loop: make every call :meth:`post` handed over since the last time."""
+        with self._posted_lock:
+            posted, self._posted = self._posted, []
+        for fn, args in posted:
+            try:
+                fn(*args)
             except Exception:  # noqa: BLE001 - one answer's bug must not lose the others
-                log.exception("pylog serve: handing an fsync's result over failed")
+                log.exception("pylog serve: a call handed to the event loop failed")
+
+    def when_durable(self, parts: list[Partition], then: Callable[[list[BaseException | None]], None]) -> None:
+        """From any thread: fsync ``parts`` (appended to already) through the group commit, then call ``then``
+        on the loop with per partition None or the error (not at all if the loop closes first). A callback, not
+        a future awaited by a task: librdkafka sends one small Produce per partition batch, and a task per
+        request was a large share of the loop's time per request."""
+        self.group_commit.submit([internals(p) for p in parts], functools.partial(self.post, then))
 
     def stats(self) -> dict[str, float]:
         """The group commit's figures since this server started: ``acks_all_requests`` answered after their

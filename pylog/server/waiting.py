@@ -3,8 +3,9 @@
 A Fetch with nothing to return (or less than its ``min_bytes``) waits up to its ``max_wait_ms``. Three kinds
 of append can end the wait, and each reaches the waiter its own way:
 
-- the server's own appends (Kafka producers): :meth:`FetchWaiters.appended` is called on the event loop
-  right after them, and resolves the waiters at once (no thread hop: this is the end-to-end latency path);
+- the server's own appends (Kafka producers): the storage thread that made them asks
+  :meth:`FetchWaiters.waiting_on` and, where a fetch waits, hands :meth:`FetchWaiters.appended` to the event loop
+  at once (one hop, before any fsync: this is the end-to-end latency path), which resolves the waiters;
 - appends by other processes (pylog producers, the CLI, Spark writers): one watcher thread sleeps in the
   partitions' wake-ups (:func:`pylog.partition.watch_appends`, one ``futex_waitv`` over all waited partitions)
   and hands the news to the loop with ``call_soon_threadsafe``;
@@ -85,6 +86,13 @@ class FetchWaiters:
                 return False
         finally:
             self._forget(waiter)
+
+    def waiting_on(self, topic: str, partition: int) -> bool:
+        """From any thread (the storage pool, right after an append): whether a fetch waits for ``topic``-
+        ``partition``, so that the append is worth a call of :meth:`appended` on the loop. A fetch registering
+        after this answered False is not lost: it registers, then reads the log end, which the append has
+        advanced already (invariant 2)."""
+        return (topic, partition) in self._by_key  # one dict lookup: atomic under the GIL
 
     def appended(self, topic: str, partition: int, log_end: int) -> None:
         """On the loop, after this server appended to ``topic``-``partition`` up to ``log_end``."""

@@ -58,6 +58,8 @@ __all__ = ["PylogDataSource", "register", "session", "which_reader", "kafka_sche
            "pylog_error", "raise_pylog_errors"]
 
 log = logging.getLogger("pylog.spark")
+#: Spark's setting that drops Python tracebacks from its error messages (session() sets it).
+HIDE_TRACEBACK = "spark.sql.execution.pyspark.udf.hideTraceback.enabled"
 
 
 def register(spark: "SparkSession") -> None:
@@ -137,9 +139,14 @@ def session(master: str = "local[*]", app_name: str = "pylog", conf: Mapping[str
         "spark.sql.python.filterPushdown.enabled": "true",
         # pylog's errors then read "[PYTHON_DATA_SOURCE_ERROR] ...: pylog.errors.UnknownTopicError: ..." instead of
         # ending a Python traceback (docs/SPARK.md, "Errors"); it hides every Python UDF's traceback too
-        "spark.sql.execution.pyspark.udf.hideTraceback.enabled": "true",
+        HIDE_TRACEBACK: "true",
     }
     settings.update({k: str(v) for k, v in (conf or {}).items()})
+    if (remote is None or remote.startswith("local")) and settings[HIDE_TRACEBACK].lower() == "true":
+        # The Python workers that plan a Python source's streams read only this variable, not the setting, so
+        # the JVM (this process's, a local Connect server's too) must start with it for their errors to lead too
+        # (docs/SPARK.md, "Errors")
+        os.environ.setdefault("SPARK_HIDE_TRACEBACK", "1")
     try:
         jar: str | None = jvm.ensure_jar()
     except JvmReaderUnavailableError as exc:

@@ -17,13 +17,15 @@ Invariants:
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Iterator, Sequence
 
-from pyspark.sql.datasource import DataSource, DataSourceReader
+from pyspark.sql.datasource import DataSource, DataSourceReader, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming.datasource import ReadLimit, SupportsTriggerAvailableNow
 from pyspark.sql.types import (ArrayType, BinaryType, IntegerType, LongType, StringType, StructField, StructType,
                                TimestampType)
 
 from .batch import PylogBatchReader, PylogFilteringBatchReader
+from ..errors import PylogError
 from .options import InvalidOptionError, ReadOptions, parse_read_options, parse_write_options
 from .stream import PylogStreamReader
 from .writer import PylogStreamWriter, PylogWriter
@@ -93,8 +95,14 @@ class PylogDataSource(DataSource):
         return PylogFilteringBatchReader(opts, columns) if opts.filter_pushdown else PylogBatchReader(opts, columns)
 
     def streamReader(self, schema: StructType) -> Any:
-        opts = parse_read_options(self.options, streaming=True)
-        return PylogStreamReader(opts, read_columns(schema, opts))
+        try:
+            opts = parse_read_options(self.options, streaming=True)
+            return PylogStreamReader(opts, read_columns(schema, opts))
+        except PylogError as exc:
+            # Raised here, PySpark's streaming planner (4.x) loses it: its ``finally: reader.stop()`` meets an
+            # unbound ``reader`` and reports that UnboundLocalError, pylog's error only in the chained traceback
+            # (or not at all with tracebacks hidden). Raised from the reader's first call, it is the error.
+            return RefusedStreamReader(exc)
 
     def writer(self, schema: StructType, overwrite: bool) -> Any:
         if overwrite:
@@ -105,6 +113,35 @@ class PylogDataSource(DataSource):
         # ``overwrite``: outputMode("complete"). A topic is append-only: as Spark's Kafka sink does, each
         # micro-batch appends the whole result table.
         return PylogStreamWriter(parse_write_options(self.options), schema)
+
+
+class RefusedStreamReader(DataSourceStreamReader, SupportsTriggerAvailableNow):
+    """A stream whose options were refused: every call raises that error (see ``streamReader``); stopping it
+    does nothing."""
+
+    def __init__(self, error: PylogError) -> None:
+        self.error = error
+
+    def initialOffset(self) -> dict:
+        raise self.error
+
+    def latestOffset(self, start: dict, limit: ReadLimit) -> dict:
+        raise self.error
+
+    def getDefaultReadLimit(self) -> ReadLimit:
+        raise self.error
+
+    def prepareForTriggerAvailableNow(self) -> None:
+        raise self.error
+
+    def partitions(self, start: dict, end: dict) -> Sequence[InputPartition]:
+        raise self.error
+
+    def read(self, partition: InputPartition) -> Iterator[Any]:
+        raise self.error
+
+    def stop(self) -> None:
+        pass
 
 
 class PylogPythonDataSource(PylogDataSource):

@@ -240,14 +240,16 @@ def read_from(lb: LogBytes, pos: int, expect: int, offset: int, max_records: int
     the read; a batch checked whole is added to it while it holds fewer than ``memo_room``. ``hint`` sizes
     the first read. ``cont`` (a reader's view of the active segment): where the batch the read ends in is
     kept for the read that continues it (:class:`Continuation`). Returns ``(slices, bytes, size of the last
-    batch looked at)`` (the caller's next hint); None when another batch is at ``pos`` (its checksum holds:
+    batch looked at)`` (the caller's next hint; bytes as decompressed: ``max_bytes`` bounds what a read
+    decompresses); None when another batch is at ``pos`` (its checksum holds:
     the index is wrong).
 
     :raises CorruptRecordError: when a batch in the range does not check.
     """
     out: list[ReadSlice] = []
     got = 0
-    nbytes = 0
+    nbytes = 0  # decompressed: max_bytes bounds what a read decompresses, whatever the compression ratio
+    stored = 0  # in the file: sizes the next read of it
     hints = [hint]
     path = lb.path
     size = HEADER_SIZE
@@ -287,13 +289,14 @@ def read_from(lb: LogBytes, pos: int, expect: int, offset: int, max_records: int
         b = min(count, a + (max_records - got))
         out.append((view, a, b))
         got += b - a
-        nbytes += size
+        nbytes += HEADER_SIZE + h[12]  # body_size: the same as the stored size for an uncompressed batch
+        stored += size
         if got >= max_records or nbytes >= max_bytes:
             if cont is not None and memo is None and verify:
                 cont.keep(fpos, view, buf, p, size, b)
             break
         # Size the next read for what is still wanted, judging by the bytes per record so far.
-        hints[0] = int(min(max_bytes - nbytes, nbytes / got * (max_records - got) * 1.05 + HEADER_SIZE))
+        hints[0] = int(min(max_bytes - nbytes, stored / got * (max_records - got) * 1.05 + HEADER_SIZE))
     return out, nbytes, size
 
 

@@ -9,6 +9,9 @@
 //   node kafkajs_client.js BROKER delete-records TOPIC PARTITION OFFSET
 //   node kafkajs_client.js BROKER reset-offsets TOPIC GROUP earliest|latest
 //   node kafkajs_client.js BROKER fetch-offsets TOPIC GROUP
+//   node kafkajs_client.js BROKER set-offsets TOPIC GROUP PARTITION:OFFSET[,PARTITION:OFFSET...]
+//   node kafkajs_client.js BROKER offsets-by-timestamp TOPIC TIMESTAMP_MS
+//        prints {"offsets": [{"partition", "offset"}]} (kafkajs' admin.fetchTopicOffsetsByTimestamp)
 //   node kafkajs_client.js BROKER transactional-producer TRANSACTIONAL_ID TOPIC
 //        prints {"error": name, "message", "type"} for the error a transactional producer meets
 'use strict';
@@ -118,6 +121,20 @@ async function fetchOffsets(topic, groupId) {
   emit({ offsets: got });
 }
 
+async function setOffsets(topic, groupId, spec) {
+  const partitions = spec.split(',').map((x) => {
+    const [partition, offset] = x.split(':');
+    return { partition: Number(partition), offset };
+  });
+  await withAdmin((admin) => admin.setOffsets({ groupId, topic, partitions }));
+  emit({ set: partitions });
+}
+
+async function offsetsByTimestamp(topic, timestamp) {
+  const got = await withAdmin((admin) => admin.fetchTopicOffsetsByTimestamp(topic, Number(timestamp)));
+  emit({ offsets: got });
+}
+
 async function transactionalProducer(transactionalId, topic) {
   // One transaction committed (values c0, c1), then one aborted (a0, a1): kafkajs' transaction API end to end.
   const producer = kafka.producer({ transactionalId, maxInFlightRequests: 1, idempotent: true,
@@ -144,6 +161,8 @@ const actions = {
   'delete-records': deleteRecords,
   'reset-offsets': resetOffsets,
   'fetch-offsets': fetchOffsets,
+  'set-offsets': setOffsets,
+  'offsets-by-timestamp': offsetsByTimestamp,
   'transactional-producer': transactionalProducer,
 };
 

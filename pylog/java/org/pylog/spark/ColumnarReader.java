@@ -58,6 +58,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
     private final ColumnarBatch out;
     /** The offset of each row of {@link #out} (the continuous reader's progress, row by row). */
     private final long[] rowOffsets = new long[ROWS];
+    /** The key (or value) lengths of the rows {@link #fill} puts, one column at a time. */
+    private final int[] lengths = new int[ROWS];
     private final byte[] topicBytes;
     private final byte[][] scratch = new byte[1][];
     private final boolean needsBody;
@@ -81,8 +83,9 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         this.dir = Paths.get(range.store, range.topic, Integer.toString(range.partition));
         this.from = this.pos = range.from;
         try {
-            checkLogStart();
-            this.cursor = PartitionLog.open(dir).cursor(from, range.until);
+            PartitionLog log = PartitionLog.open(dir);
+            checkLogStart(log.logStartOffset());
+            this.cursor = log.cursor(from, range.until);
         } catch (IOException e) {
             throw new java.io.UncheckedIOException(e);
         }
@@ -142,9 +145,10 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
             }
             Batch b = current.batch();
             if (current.file() != segment || sinceCheck >= CHECK_RECORDS) {
+                // the first segment entered is the one the constructor looked at the log start for, just now
+                if (segment != null) checkLogStart(PartitionLog.open(dir).logStartOffset());
                 segment = current.file();
                 sinceCheck = 0;
-                checkLogStart();
             }
             sinceCheck += b.recordCount;
             // a control batch (a transaction's marker) holds no record for readers
@@ -152,9 +156,8 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         }
     }
 
-    /** Offsets from {@link #pos} below the log start now were removed after planning: data loss. */
-    private void checkLogStart() throws IOException {
-        long start = PartitionLog.open(dir).logStartOffset();
+    /** Offsets from {@link #pos} below the log start now ({@code start}) were removed after planning: data loss. */
+    private void checkLogStart(long start) {
         if (pos < start) {
             DataLoss.report(range.failOnDataLoss, range.topic + "-" + range.partition + ": offsets [" + pos + ", "
                     + Math.min(start, range.until) + ") were removed before they were read (the log now starts at "
@@ -247,46 +250,72 @@ final class ColumnarReader implements PartitionReader<ColumnarBatch> {
         return n + take;
     }
 
+    /** Rows of the current batch into the vectors from index {@code n}, column by column: those from {@link #from}
+     *  on and below the range's end (offsets increase along a batch, so they are one run of its rows), at most as
+     *  many as the columnar batch has room for. */
     private int fill(int n) {
-        Batch b = current.batch();
-        while (row < body.n && n < ROWS) {
-            int i = row++;
-            int kl = needsKeys ? body.keyLength(i) : -1;
-            int vl = needsValues ? body.valueLength(i) : -1;
-            long off = body.offset(i);
-            long kp = keyPos;
-            long vp = valuePos;
-            if (kl > 0) keyPos += kl;
-            if (vl > 0) valuePos += vl;
-            if (off < from) continue;
-            if (off >= range.until) {
-                row = body.n;
-                break;
-            }
-            pos = off + 1;
-            rowOffsets[n] = off;
-            for (int c = 0; c < columns.length; c++) {
-                WritableColumnVector v = vectors[c];
-                switch (columns[c]) {
-                    case KEY -> {
-                        if (kl < 0) v.putNull(n);
-                        else v.putByteArray(n, keyArray, (int) kp, kl);
-                    }
-                    case VALUE -> {
-                        if (vl < 0) v.putNull(n);
-                        else v.putByteArray(n, valueArray, (int) vp, vl);
-                    }
-                    case TOPIC -> v.putByteArray(n, topicBytes);
-                    case PARTITION -> v.putInt(n, range.partition);
-                    case OFFSET -> v.putLong(n, off);
-                    case TIMESTAMP -> v.putLong(n, body.timestamp(i) * 1000L);
-                    case TIMESTAMP_TYPE -> v.putInt(n, body.timestampType());
-                    default -> putHeaders(v, n, i);
+        int first = row;
+        while (first < body.n && body.offset(first) < from) { // before the range: only their data is passed
+            if (needsKeys) keyPos += Math.max(0, body.keyLength(first));
+            if (needsValues) valuePos += Math.max(0, body.valueLength(first));
+            first++;
+        }
+        int last = first;
+        int limit = Math.min(body.n, first + ROWS - n);
+        while (last < limit && body.offset(last) < range.until) last++;
+        int count = last - first;
+        for (int k = 0; k < count; k++) rowOffsets[n + k] = body.offset(first + k);
+        for (int c = 0; c < columns.length; c++) {
+            WritableColumnVector v = vectors[c];
+            switch (columns[c]) {
+                case KEY -> keyPos = putBinary(v, n, first, count, true, keyArray, keyPos);
+                case VALUE -> valuePos = putBinary(v, n, first, count, false, valueArray, valuePos);
+                case TOPIC -> {
+                    for (int k = 0; k < count; k++) v.putByteArray(n + k, topicBytes);
+                }
+                case PARTITION -> v.putInts(n, count, range.partition);
+                case OFFSET -> {
+                    for (int k = 0; k < count; k++) v.putLong(n + k, rowOffsets[n + k]);
+                }
+                case TIMESTAMP -> {
+                    for (int k = 0; k < count; k++) v.putLong(n + k, body.timestamp(first + k) * 1000L);
+                }
+                case TIMESTAMP_TYPE -> v.putInts(n, count, body.timestampType());
+                default -> {
+                    for (int k = 0; k < count; k++) putHeaders(v, n + k, first + k);
                 }
             }
-            n++;
         }
-        return n;
+        if (count > 0) pos = rowOffsets[n + count - 1] + 1;
+        row = last < body.n && body.offset(last) >= range.until ? body.n : last; // past the range's end: done
+        return n + count;
+    }
+
+    /**
+     * Rows {@code [first, first + count)} of the key column (or the value column) into {@code v} from index
+     * {@code n}: their bytes, back to back from {@code at} in {@code data}, appended to the vector in one copy,
+     * each row pointing at its own (what {@code putByteArray} does row by row). Returns where the next row's
+     * bytes start in {@code data}.
+     */
+    private long putBinary(WritableColumnVector v, int n, int first, int count, boolean keys, byte[] data, long at) {
+        int total = 0;
+        for (int k = 0; k < count; k++) {
+            int len = keys ? body.keyLength(first + k) : body.valueLength(first + k);
+            lengths[k] = len;
+            if (len > 0) total += len;
+        }
+        int base = v.arrayData().appendBytes(total, data, (int) at);
+        int rel = 0;
+        for (int k = 0; k < count; k++) {
+            int len = lengths[k];
+            if (len < 0) {
+                v.putNull(n + k);
+            } else {
+                v.putArray(n + k, base + rel, len);
+                rel += len;
+            }
+        }
+        return at + total;
     }
 
     private void putHeaders(WritableColumnVector v, int n, int record) {

@@ -91,7 +91,7 @@ final class CountScan implements Scan, Batch {
     @Override
     public InputPartition[] planInputPartitions() {
         List<PylogInputPartition> ranges = Planner.plan(options, pushed);
-        return new InputPartition[] {new Ranges(ranges.toArray(new PylogInputPartition[0]))};
+        return new InputPartition[] {new RangeGroup(ranges.toArray(new PylogInputPartition[0]))};
     }
 
     @Override
@@ -99,14 +99,10 @@ final class CountScan implements Scan, Batch {
         return new Factory(sums);
     }
 
-    /** Every range of the plan, counted by one task (the answer is one row). */
-    record Ranges(PylogInputPartition[] ranges) implements InputPartition {
-    }
-
     private record Factory(Long[] sums) implements PartitionReaderFactory {
         @Override
         public PartitionReader<InternalRow> createReader(InputPartition partition) {
-            return new Counter(((Ranges) partition).ranges(), sums);
+            return new Counter(((RangeGroup) partition).ranges(), sums);
         }
     }
 

@@ -90,6 +90,19 @@ public final class PartitionLog {
         return bases.clone();
     }
 
+    /** The bytes of the segment files now (a segment removed since {@link #open} counts nothing). */
+    public long segmentBytes() throws IOException {
+        long total = 0;
+        for (long base : bases) {
+            try {
+                total += Files.size(segmentFile(base));
+            } catch (NoSuchFileException e) {
+                // retention removed it after the listing
+            }
+        }
+        return total;
+    }
+
     Path segmentFile(long base) {
         return dir.resolve(String.format("%020d", base) + LOG_SUFFIX);
     }
@@ -157,7 +170,8 @@ public final class PartitionLog {
     /**
      * The position in segment {@code base} of the batch at relative offset {@code rel} or of the last one the
      * offset index names before it; 0 (the segment's start) when the index has no such entry or the batch at
-     * that position is not the one the index names (a checked read of it).
+     * that position is not the one the index names (its header read and checked; its CRC is the walk's, which
+     * checks every batch it returns, so the batch is not read twice).
      */
     private long seekPosition(long base, long rel, long next) throws IOException {
         SegmentIndex oi = SegmentIndex.open(indexFile(base, ".index"), SegmentIndex.OFFSETS, base);
@@ -167,6 +181,7 @@ public final class PartitionLog {
         try {
             Cursor c = new Cursor(base + oi.a(entry - 1), next, Long.MIN_VALUE);
             c.startAt = at;
+            c.headersOnly = true; // the walk that starts here checks the CRC of every batch it returns
             Located first = c.next();
             if (first != null && first.at() == at && first.batch().baseOffset == base + oi.a(entry - 1)) return at;
         } catch (FormatException e) {
@@ -182,6 +197,9 @@ public final class PartitionLog {
         private final long minTimestamp;
         /** Where in the first segment opened the walk starts (a batch's position), instead of byte 0. */
         long startAt;
+        /** Batches are returned with their headers checked but not their CRC: only to locate a batch, never to
+         *  read one ({@link #seekPosition}). */
+        boolean headersOnly;
         private int segment;
         private ByteBuffer map;
         private Path file;
@@ -238,7 +256,7 @@ public final class PartitionLog {
                     return null;
                 }
                 try {
-                    b.checkCrc(map, here, where);
+                    if (!headersOnly) b.checkCrc(map, here, where);
                 } catch (FormatException e) {
                     if (last && here + b.totalSize() == size) {
                         done = true; // the writer's batch still being written

@@ -11,12 +11,15 @@ import java.util.List;
 import java.util.Set;
 import java.util.TreeSet;
 
+import org.apache.spark.sql.connector.read.InputPartition;
+
 import com.fasterxml.jackson.databind.JsonNode;
 import com.fasterxml.jackson.databind.ObjectMapper;
 
 /**
  * A batch query's plan: the offset range of every partition it reads, resolved as pylog/spark/reader.py's
- * {@code plan_ranges} does, then split as its {@code split_ranges} does (the Kafka source's rule).
+ * {@code plan_ranges} does, then split as its {@code split_ranges} does (the Kafka source's rule); the small
+ * ranges a filter leaves are packed into fewer tasks ({@link #pack}).
  */
 final class Planner {
     private static final ObjectMapper JSON = new ObjectMapper();
@@ -182,6 +185,62 @@ final class Planner {
                     + "; use startingOffsetsByTimestampStrategy=latest to start at the log end");
         }
         return end;
+    }
+
+    /** Bounds of a task of packed ranges ({@link #pack}): records, and bytes as the segments' sizes suggest. */
+    static final long PACK_RECORDS = 131_072;
+    static final long PACK_BYTES = 16L << 20;
+
+    /**
+     * The ranges of a read whose pushed filters cut the partitions' offsets ({@link RangeFilter#cutsOffsets}), as
+     * tasks: ranges of at most {@link #PACK_RECORDS} records and {@link #PACK_BYTES} bytes (estimated from the
+     * partition's segment sizes) are packed, in plan order, into {@link RangeGroup}s within those bounds; larger
+     * ranges stay a task each. Spark's fixed cost per task (scheduling, deserialising, opening the partition)
+     * is several times what reading such a range costs (measured: 10,000 records of 100 bytes read in ~1 ms),
+     * so a filter that keeps 1% of four partitions runs as one task, not four. The Kafka source's one task per
+     * partition applies to unfiltered reads (it pushes no filter); {@code minPartitions} and
+     * {@code maxRecordsPerPartition} are never packed (the caller does not pack when either is set).
+     */
+    static List<InputPartition> pack(List<PylogInputPartition> ranges) {
+        List<InputPartition> out = new ArrayList<>();
+        List<PylogInputPartition> group = new ArrayList<>();
+        long records = 0;
+        long bytes = 0;
+        for (PylogInputPartition r : ranges) {
+            long b = estimatedBytes(r);
+            if (r.size() > PACK_RECORDS || b > PACK_BYTES) {
+                out.add(r);
+                continue;
+            }
+            if (records + r.size() > PACK_RECORDS || bytes + b > PACK_BYTES) {
+                flush(group, out);
+                records = 0;
+                bytes = 0;
+            }
+            group.add(r);
+            records += r.size();
+            bytes += b;
+        }
+        flush(group, out);
+        return out;
+    }
+
+    private static void flush(List<PylogInputPartition> group, List<InputPartition> out) {
+        if (group.size() == 1) out.add(group.get(0));
+        else if (group.size() > 1) out.add(new RangeGroup(group.toArray(new PylogInputPartition[0])));
+        group.clear();
+    }
+
+    /** {@code r}'s bytes at the partition's mean record size: its segments' bytes over the offsets from its log
+     *  start to {@code r}'s end (an overestimate where records follow the range: less packing, never more). */
+    private static long estimatedBytes(PylogInputPartition r) {
+        try {
+            PartitionLog log = PartitionLog.open(Paths.get(r.store, r.topic, Integer.toString(r.partition)));
+            double perRecord = (double) log.segmentBytes() / Math.max(1, r.until - log.logStartOffset());
+            return (long) Math.ceil(perRecord * r.size());
+        } catch (IOException e) {
+            throw new UncheckedIOException(e);
+        }
     }
 
     static List<PylogInputPartition> split(List<PylogInputPartition> ranges, Integer minPartitions, Integer maxRecords) {

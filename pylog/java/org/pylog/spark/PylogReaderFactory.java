@@ -7,7 +7,8 @@ import org.apache.spark.sql.connector.read.PartitionReaderFactory;
 import org.apache.spark.sql.types.StructType;
 import org.apache.spark.sql.vectorized.ColumnarBatch;
 
-/** Makes each task's reader: columnar always (Spark turns batches into rows where a plan needs rows). */
+/** Makes each task's reader: columnar always (Spark turns batches into rows where a plan needs rows); a task of
+ *  several small ranges ({@link RangeGroup}) reads them one after the other. */
 final class PylogReaderFactory implements PartitionReaderFactory {
     private static final long serialVersionUID = 1L;
     private final StructType schema;
@@ -28,6 +29,7 @@ final class PylogReaderFactory implements PartitionReaderFactory {
 
     @Override
     public PartitionReader<ColumnarBatch> createColumnarReader(InputPartition partition) {
+        if (partition instanceof RangeGroup g) return new PackedReader(g.ranges(), schema);
         return new ColumnarReader((PylogInputPartition) partition, schema);
     }
 }

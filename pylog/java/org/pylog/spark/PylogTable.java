@@ -224,6 +224,10 @@ final class PylogTable implements SupportsRead, SupportsWrite {
         @Override
         public InputPartition[] planInputPartitions() {
             List<PylogInputPartition> ranges = Planner.plan(parsed, pushed);
+            if (pushed != null && pushed.cutsOffsets() && parsed.minPartitions == null
+                    && parsed.maxRecordsPerPartition == null) {
+                return Planner.pack(ranges).toArray(new InputPartition[0]);
+            }
             return ranges.toArray(new InputPartition[0]);
         }
 

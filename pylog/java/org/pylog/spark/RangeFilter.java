@@ -39,6 +39,12 @@ final class RangeFilter {
     final List<Filter> remaining = new ArrayList<>();
     final List<Filter> applied = new ArrayList<>();
 
+    /** True when these filters bound offsets (or timestamps from below), so that the planned ranges may be
+     *  small parts of the partitions ({@link Planner#pack}). */
+    boolean cutsOffsets() {
+        return offsetMin > 0 || offsetMax < Long.MAX_VALUE || timestampMinMs != null;
+    }
+
     boolean allowsPartition(int n) {
         return partitionMin <= n && n < partitionMax && (partitions == null || partitions.contains(n));
     }
@@ -98,19 +104,25 @@ final class RangeFilter {
         long hi = Long.MAX_VALUE;
         if (f instanceof EqualTo) {
             lo = v;
-            hi = v + 1;
+            hi = after(v);
         } else if (f instanceof GreaterThan) {
-            lo = v + 1;
+            lo = after(v);
         } else if (f instanceof GreaterThanOrEqual) {
             lo = v;
         } else if (f instanceof LessThan) {
             hi = v;
         } else {
-            hi = v + 1;
+            hi = after(v);
         }
         bound(column, lo, hi);
         applied.add(f);
         return true;
+    }
+
+    /** {@code v + 1}, but Long.MAX_VALUE for Long.MAX_VALUE: an exclusive bound past every offset rather than a
+     *  wrapped one ({@code offset <= 9223372036854775807} read nothing, {@code offset > 9223372036854775807} all). */
+    private static long after(long v) {
+        return v == Long.MAX_VALUE ? v : v + 1;
     }
 
     private void bound(String column, long lo, long hi) {
@@ -138,7 +150,7 @@ final class RangeFilter {
             max = Math.max(max, v);
             if (v >= Integer.MIN_VALUE && v <= Integer.MAX_VALUE) set.add(v.intValue());
         }
-        bound(column, min, max + 1);
+        bound(column, min, after(max));
         if (!column.equals("partition")) return false; // offsets IN (...): only bounded here, not exact
         if (partitions == null) {
             partitions = set;

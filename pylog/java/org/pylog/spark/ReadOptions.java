@@ -121,12 +121,12 @@ final class ReadOptions implements Serializable {
             }
             if (topics.isEmpty()) throw bad("subscribe", "no topic given");
         } else if (subscribeKind.equals("subscribePattern")) {
+            pat = javaPattern(raw);
             try {
-                Pattern.compile(raw);
+                Pattern.compile(pat);
             } catch (PatternSyntaxException e) {
                 throw bad("subscribePattern", "not a valid regular expression (" + e.getDescription() + "): '" + raw + "'");
             }
-            pat = raw;
         } else {
             TreeSet<TopicPartition> set = new TreeSet<>();
             JsonNode doc = jsonObject(o, "assign");
@@ -354,6 +354,41 @@ final class ReadOptions implements Serializable {
         String low = raw.strip().toLowerCase(Locale.ROOT);
         if (low.equals("true") || low.equals("false")) return low.equals("true");
         throw bad(name, "expected true or false, got '" + raw + "'");
+    }
+
+    /**
+     * A {@code subscribePattern}, a Python regular expression (the Python source's {@code re.fullmatch}), in
+     * java.util.regex's spelling: Python's named groups {@code (?P<n>...)} and {@code (?P=n)} become {@code (?<n>...)}
+     * and {@code \k<n>} (outside character classes and escapes). The dialects agree on the rest of what topic
+     * names need; constructs only one has (Java's {@code \Q...\E}, {@code \p{...}}) differ (docs/SPARK.md).
+     */
+    static String javaPattern(String python) {
+        StringBuilder out = new StringBuilder(python.length());
+        boolean inClass = false;
+        for (int i = 0; i < python.length(); i++) {
+            char c = python.charAt(i);
+            if (c == '\\' && i + 1 < python.length()) {
+                out.append(c).append(python.charAt(++i));
+            } else if (inClass) {
+                inClass = c != ']';
+                out.append(c);
+            } else if (c == '[') {
+                inClass = true;
+                out.append(c);
+                if (python.startsWith("^", i + 1)) out.append(python.charAt(++i));
+                if (python.startsWith("]", i + 1)) out.append(python.charAt(++i)); // a leading ] is literal
+            } else if (python.startsWith("(?P<", i)) {
+                out.append("(?<");
+                i += 3;
+            } else if (python.startsWith("(?P=", i) && python.indexOf(')', i) > 0) {
+                int end = python.indexOf(')', i);
+                out.append("\\k<").append(python, i + 4, end).append('>');
+                i = end;
+            } else {
+                out.append(c);
+            }
+        }
+        return out.toString();
     }
 
     /** True if {@code topic} belongs to the subscription (a pattern never matches pylog's internal topics). */
