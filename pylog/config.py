@@ -149,12 +149,29 @@ REMOTE_STORAGE_SETTINGS: dict[str, Setting] = {s.name: s for s in [
     _s("remote.storage.max.attempts", "int", 4, "Attempts per request (the first included) for throttling, 5xx "
        "answers, timeouts and dropped connections, with the S3 client's jittered exponential back-off.",
        minimum=1, maximum=20),
+    _s("remote.storage.payload.signing.enabled", "bool", False, "Sign each upload's body with SHA-256 "
+       "(botocore's payload_signing_enabled) on http endpoints too. Off: a PUT sends UNSIGNED-PAYLOAD with the "
+       "CRC-32C pylog computed while checking the segment (x-amz-checksum-crc32c), as botocore does over https; "
+       "S3, MinIO and Ceph refuse a body that does not match it. On costs ~0.5 ms of CPU per MB shipped; for an "
+       "http endpoint whose server ignores checksums (moto does) it is what refuses a body damaged on the way."),
     _s("remote.storage.read.chunk.bytes", "int", 1 << 20, "Remote reads fetch and cache shipped logs in aligned "
        "pieces of this many bytes (at least what a read asks for).", minimum=4096, maximum=1 << 30),
     _s("remote.storage.read.cache.bytes", "int", 64 << 20, "Memory for the pieces of shipped logs that remote "
        "reads fetched, least recently used dropped first; 0 keeps none.", minimum=0, maximum=LONG_MAX),
     _s("remote.log.manager.task.interval.ms", "int", 30_000, "How often the upload thread looks for closed "
        "segments to ship and applies remote retention (ms).", minimum=1, maximum=LONG_MAX),
+    _s("remote.log.manager.copier.priority", "str", "idle", "CPU priority of the upload passes while the "
+       "lag is at most remote.log.manager.copier.max.lag.bytes: idle (Linux SCHED_IDLE for the pass's thread: a "
+       "core only when the store's other work leaves one, so shipping yields to appends and reads) or normal "
+       "(the process's own priority). Above the lag, passes run at normal priority.", choices=("idle", "normal")),
+    _s("remote.log.manager.copier.max.lag.bytes", "int", 1 << 30, "Closed segments waiting for upload (bytes of "
+       "log, over the store's partitions with remote storage) up to which passes run at "
+       "remote.log.manager.copier.priority; above it at normal priority, so a busy machine delays shipping by "
+       "at most about this much (plus the active segments).", minimum=0, maximum=LONG_MAX),
+    _s("remote.log.manager.copier.max.delay.ms", "int", 30_000, "While the store's shipping partitions keep "
+       "growing, lowered-priority passes wait for a pause in the appends, but closed segments wait at most this "
+       "long (ms) for one; 0 ships at once. Does not apply above remote.log.manager.copier.max.lag.bytes or "
+       "with remote.log.manager.copier.priority normal.", minimum=0, maximum=LONG_MAX),
     _s("remote.log.manager.task.retry.backoff.ms", "int", 500, "First wait before a partition whose upload "
        "failed is tried again (ms); doubled per failure up to remote.log.manager.task.retry.backoff.max.ms.",
        minimum=1, maximum=LONG_MAX),

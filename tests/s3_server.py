@@ -63,7 +63,7 @@ class FaultProxy:
     successful PUTs are forwarded (they take effect) but answered with ``status``, as if the answer was lost
     on the way (a retry's answer, a 412, passes). With ``pass_first``, that many requests are forwarded
     before the faults begin.
-    Counts the requests it sees.
+    Counts the requests it sees, and keeps each one's method, path and headers (``seen``).
 
     Use as a context manager; it stops (and its thread ends) on exit.
     """
@@ -78,6 +78,7 @@ class FaultProxy:
         target = urlsplit(endpoint)
         proxy = self
         self.faults, self.requests, self.lose_puts, self.pass_first = faults, 0, lose_puts, pass_first
+        self.seen: list[tuple[str, str, dict[str, str]]] = []
         self._lock = threading.Lock()
 
         class Handler(BaseHTTPRequestHandler):
@@ -90,6 +91,7 @@ class FaultProxy:
                 body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
                 with proxy._lock:
                     proxy.requests += 1
+                    proxy.seen.append((self.command, self.path, {k.lower(): v for k, v in self.headers.items()}))
                     fail = proxy.faults > 0 and proxy.requests > proxy.pass_first
                     proxy.faults -= fail
                 if fail:

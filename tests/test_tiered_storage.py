@@ -9,11 +9,15 @@ Run: ``python -m pytest tests/test_tiered_storage.py -q``
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import json
 import os
 import signal
 import subprocess
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -22,7 +26,7 @@ import pylog
 from pylog import metrics
 from pylog.errors import InvalidConfigError
 from pylog.partition import internals
-from pylog.storage.filenames import list_segment_bases
+from pylog.storage.filenames import LOG_SUFFIX, list_segment_bases, segment_path
 from pylog.storage.records import BatchView
 from s3_server import FaultProxy
 
@@ -201,6 +205,72 @@ def test_a_failing_bucket_never_blocks_appends_and_is_retried(tmp_path, remote_s
                 part.wait_for_data(part.log_end_offset, 0.01)
             assert store.cleaner_status().remote_lag[f"{TOPIC}-0"] == 0
             assert store.remote_log(TOPIC, 0).manifest(refresh=True).end_offset == part.segments[-1].base_offset
+
+
+@pytest.mark.parametrize("signing", [False, True], ids=["unsigned", "signed"])
+def test_segment_uploads_carry_the_manifests_crc32c_and_sign_the_body_only_when_asked(tmp_path, remote_settings,
+                                                                                     s3_endpoint, signing):
+    """Off (the default), botocore sends UNSIGNED-PAYLOAD instead of hashing the body: the CRC-32C pylog
+    computed, the one the manifest records, goes in x-amz-checksum-crc32c for the server to check."""
+    with FaultProxy(s3_endpoint, faults=0) as proxy:
+        settings = {**remote_settings, "remote.storage.endpoint.url": proxy.url,
+                    "remote.storage.payload.signing.enabled": signing}
+        with _open(tmp_path / "s", settings) as store:
+            store.create_topic(TOPIC, config=TIERED)
+            part = store.topic(TOPIC).partition(0)
+            _fill(part)
+            store.upload_to_remote()
+            seg = store.remote_log(TOPIC, 0).manifest(refresh=True).segments[0]
+            with open(segment_path(internals(part).local_log.directory, seg.base_offset, LOG_SUFFIX), "rb") as f:
+                body = f.read()
+    name = f"/{seg.base_offset:020d}-{seg.log_crc:08x}.log"
+    [headers] = [h for method, path, h in proxy.seen if method == "PUT" and path.split("?")[0].endswith(name)]
+    assert base64.b64decode(headers["x-amz-checksum-crc32c"]) == seg.log_crc.to_bytes(4, "big")
+    assert headers["x-amz-content-sha256"] == (hashlib.sha256(body).hexdigest() if signing else "UNSIGNED-PAYLOAD")
+
+
+@pytest.mark.skipif(not hasattr(os, "SCHED_IDLE"), reason="SCHED_IDLE is Linux's")
+@pytest.mark.parametrize("lag_bound, policy", [(1 << 30, "idle"), (0, "normal")])
+def test_upload_passes_run_at_idle_priority_within_the_lag_bound_and_at_normal_priority_over_it(
+        tmp_path, remote_settings, lag_bound, policy):
+    seen: list[tuple[str, int]] = []
+    with _open(tmp_path / "s", remote_settings, remote_log_manager_task_interval_ms=20,
+               remote_log_manager_copier_max_lag_bytes=lag_bound) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        part = store.topic(TOPIC).partition(0)
+        rl = store.remote_log(TOPIC, 0)
+        rl.on_event = lambda event, name: seen.append((threading.current_thread().name,
+                                                       os.sched_getscheduler(threading.get_native_id())))
+        _fill(part)
+        for _ in range(1200):  # bounded wait on the bucket's state (the thread's progress is the thing checked)
+            if rl.manifest(refresh=True).end_offset == part.segments[-1].base_offset:
+                break
+            part.wait_for_data(part.log_end_offset, 0.05)
+        assert rl.manifest(refresh=True).end_offset == part.segments[-1].base_offset
+    assert seen
+    if policy == "idle":
+        assert all(name.startswith("pylog-remote-upload-idle ") and p == os.SCHED_IDLE for name, p in seen)
+    else:
+        assert all(name.startswith("pylog-remote-upload ") and p != os.SCHED_IDLE for name, p in seen)
+
+
+@pytest.mark.parametrize("bound", ["max.delay.ms", "max.lag.bytes"])
+def test_appends_that_never_pause_delay_shipping_only_within_its_bounds(tmp_path, remote_settings, bound):
+    """Lowered passes wait for a pause in the appends; with none, closed segments still ship once they have
+    waited remote.log.manager.copier.max.delay.ms, or once more than .max.lag.bytes of them wait."""
+    kw = ({"remote_log_manager_copier_max_delay_ms": 200} if bound == "max.delay.ms" else
+          {"remote_log_manager_copier_max_delay_ms": 10 ** 9, "remote_log_manager_copier_max_lag_bytes": 4096})
+    with _open(tmp_path / "s", remote_settings, remote_log_manager_task_interval_ms=20, **kw) as store:
+        store.create_topic(TOPIC, config=TIERED)
+        part = store.topic(TOPIC).partition(0)
+        rl = store.remote_log(TOPIC, 0)
+        deadline = time.monotonic() + 120
+        while rl.manifest(refresh=True).end_offset == 0:
+            assert time.monotonic() < deadline, "nothing shipped while the appends went on"
+            for _ in range(5):
+                part.append_values([b"v" * 100] * 5)
+            part.flush()  # rolled segments fsynced: shippable
+        assert len(part.segments) > 1
 
 
 # ------------------------------------------------------------------------------------------ retention

@@ -24,6 +24,20 @@ Invariants:
 - A failing partition is logged, counted (``remote_failures``, ``remote_last_error`` in the cleaner status)
   and tried again after ``remote.log.manager.task.retry.backoff.ms``, doubled per failure up to
   ``.max.ms``; the others go on. The thread never dies of a partition's error.
+- Shipping is background work: while the closed segments waiting for upload (bytes of log, all partitions)
+  are at most ``remote.log.manager.copier.max.lag.bytes``, a pass runs in a short-lived thread of its own
+  that first lowers its CPU priority (``remote.log.manager.copier.priority``: ``idle`` is Linux's
+  SCHED_IDLE, so it gets a core only when this process's other threads leave one), and that ends the pass
+  early once the lag goes over the bound. Above the bound, passes run on the upload thread itself at the
+  process's priority. A thread cannot raise its own priority back without privileges, hence a thread per
+  pass rather than one thread switching. So the lag under sustained CPU load is about the bound plus the
+  active segments; beyond that only a bucket slower than the appends lets it grow (docs/GUARANTEES.md).
+- And it paces itself: a lowered pass waits (is deferred, or ends after its current segment) while the
+  shipping partitions' logs keep growing (looked at every 0.5 s: each look takes the GIL from the appenders),
+  for at most ``remote.log.manager.copier.max.delay.ms`` since the first deferral after the last whole pass;
+  then a whole pass runs at the lowered priority whatever the appends do. So under a continuous append load
+  a closed segment waits at most about the interval, that delay and the uploads before its own (and,
+  whatever the load, a lag over the bound ships at normal priority).
 - It ships the partitions this store writes and those nobody writes at the time of the pass (a writer lock
   that is free is taken only to list the sealed segments, and released before any request to the bucket):
   a partition whose writer went idle or closed still has its closed segments shipped. Partitions another
@@ -33,6 +47,7 @@ Invariants:
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 import traceback
@@ -48,7 +63,7 @@ from ..storage.records import now_ms
 from ..storage.remote import ChunkCache, ObjectStore, RemoteLog, RemoteStorageConfig, ship_store_metadata
 from ..storage.remote.group_offsets import GroupOffsets, encode_group_offsets
 
-__all__ = ["RemoteUploader", "UploadCounts", "check_location"]
+__all__ = ["RemoteUploader", "UploadCounts", "check_location", "lower_thread_priority"]
 
 log = logging.getLogger("pylog.remote")
 
@@ -101,6 +116,17 @@ class RemoteUploader:
             #: One cache of fetched pieces for every partition's remote reads.
             self.chunks = ChunkCache(self.config.read_chunk_bytes, self.config.read_cache_bytes)
         self.interval = settings["remote.log.manager.task.interval.ms"] / 1000
+        self._idle = settings["remote.log.manager.copier.priority"] == "idle"
+        self._max_lag = settings["remote.log.manager.copier.max.lag.bytes"]
+        self._max_delay = settings["remote.log.manager.copier.max.delay.ms"] / 1000
+        #: The thread running the current lowered-priority pass (None when none): only it yields to the lag.
+        self._background: threading.Thread | None = None
+        #: Since when (monotonic) passes have been deferred with no whole pass since (None: not deferred).
+        self._deferred_since: float | None = None
+        #: Whether the last lowered pass ended early (:meth:`_yields`), so its deferral goes on counting.
+        self._cut_short = False
+        #: The sum of the shipping partitions' log end offsets at the last look (appends hot when it moved).
+        self._last_ends = -1
         self._backoff_first = settings["remote.log.manager.task.retry.backoff.ms"] / 1000
         self._backoff_max = settings["remote.log.manager.task.retry.backoff.max.ms"] / 1000
         self._logs: dict[tuple[str, int], RemoteLog] = {}
@@ -160,11 +186,84 @@ class RemoteUploader:
     def _main(self) -> None:
         while not self._stop.is_set():
             self._wake.clear()
-            try:
-                self.run_pass()
-            except BaseException as exc:  # noqa: BLE001 - never dies: the next pass tries again
-                log.error("pylog remote upload pass of %s failed", self._name, exc_info=exc)
+            mode = self._next_mode()
+            if mode == "defer":
+                self._wake.wait(min(self._next_wait(), _APPENDS_LOOK))
+                continue
+            self._cut_short = False
+            if mode == "background":
+                t = threading.Thread(target=self._background_pass, name=f"pylog-remote-upload-idle {self._name}",
+                                     daemon=True)
+                self._background = t
+                t.start()
+                t.join()
+                self._background = None
+            else:
+                self._logged_pass()
+            if not self._cut_short:
+                self._deferred_since = None  # a whole pass ran: the next deferral starts its own count
             self._wake.wait(self._next_wait())
+
+    def _next_mode(self) -> str:
+        """How the next pass runs: ``"normal"`` (on this thread, the process's priority: the setting says so,
+        or the lag is over its bound), ``"background"`` (a thread of its own at the lowered priority) or
+        ``"defer"`` (not yet: appends are under way, and the pass has waited less than
+        ``remote.log.manager.copier.max.delay.ms``; looked at again in :data:`_APPENDS_LOOK` seconds)."""
+        if not self._idle:
+            return "normal"
+        try:
+            if self.lag_bytes() > self._max_lag:
+                return "normal"
+            return "defer" if self._deferring() else "background"
+        except Exception as exc:  # noqa: BLE001 - a closing store: the pass at normal priority finds out
+            log.debug("pylog remote upload: lag of %s unknown: %s", self._name, exc)
+            return "normal"
+
+    def _deferring(self) -> bool:
+        """Whether a lowered-priority pass waits: the shipping partitions' logs grew since the last look
+        (appends are hot) and the pass has been waiting (since the first deferral after the last whole pass)
+        less than ``max.delay.ms``. Pacing, not only priority: on a machine with no idle core a lowered
+        thread (and the bucket's work, when it runs here) still takes some of the appenders' cores, and a
+        lowered thread holding the GIL while it waits for a core holds up the appenders too; so shipping (and
+        the rest of a pass: remote retention, the store's metadata) waits for a pause, within the bounds."""
+        ends = sum(p.log_end_offset for p in self._partitions() if p.config["remote.storage.enable"])
+        grew, self._last_ends = ends != self._last_ends, ends
+        if not grew:
+            return False
+        now = time.monotonic()
+        if self._deferred_since is None:
+            self._deferred_since = now
+        return now - self._deferred_since < self._max_delay
+
+    def _logged_pass(self) -> None:
+        try:
+            self.run_pass()
+        except BaseException as exc:  # noqa: BLE001 - never dies: the next pass tries again
+            log.error("pylog remote upload pass of %s failed", self._name, exc_info=exc)
+
+    def _background_pass(self) -> None:
+        """One pass at the lowered priority (a thread cannot raise it back: this thread ends with the pass)."""
+        lower_thread_priority()
+        self._logged_pass()
+
+    def lag_bytes(self) -> int:
+        """Bytes of closed segments not in the remote log as last noted, over the partitions with remote
+        storage (every closed segment of a partition not noted yet)."""
+        return sum(_unshipped_bytes(p) for p in self._partitions() if p.config["remote.storage.enable"])
+
+    def _yields(self) -> bool:
+        """Whether the running pass should end now: the store stops, or a lowered-priority pass sees the lag over
+        its bound (the upload thread then runs the next pass at once, at normal priority)."""
+        if self._stop.is_set():
+            return True
+        if threading.current_thread() is not self._background:
+            return False
+        if self.lag_bytes() > self._max_lag:
+            self._wake.set()  # the next pass at once, at normal priority
+            self._cut_short = True
+            return True
+        self._cut_short = self._deferring()
+        return self._cut_short
 
     def _next_wait(self) -> float:
         now = time.monotonic()
@@ -202,7 +301,7 @@ class RemoteUploader:
 
     def _pass(self, chosen: list[Partition]) -> None:
         for p in chosen:
-            if self._stop.is_set():
+            if self._yields():
                 return
             key = f"{p.topic}-{p.number}"
             retry = self._retry.get(key)
@@ -238,7 +337,7 @@ class RemoteUploader:
             return counts
         todo = [s for s in shippable if s[1] > m.end_offset]
         for i, (base, _end, _size) in enumerate(todo):
-            if self._stop.is_set():
+            if self._yields():
                 counts.waiting = len(todo) - i
                 return counts
             seg = rl.ship_segment(ii.local_log.directory, base)
@@ -264,6 +363,28 @@ class RemoteUploader:
     def _count(name: str, topic: str, amount: float) -> None:
         if metrics.state.on:
             metrics.counter(name).inc((topic,), amount)
+
+
+#: Seconds between looks at the appends while a pass is deferred.
+_APPENDS_LOOK = 0.5
+
+
+def lower_thread_priority() -> bool:
+    """Put the calling thread under SCHED_IDLE (Linux: the lowest CPU priority there is, below nice 19, which
+    is what a process already niced to 19 would otherwise keep). Returns False where that is not available
+    (other systems): the pass then runs at the process's priority."""
+    try:
+        os.sched_setscheduler(threading.get_native_id(), os.SCHED_IDLE, os.sched_param(0))
+    except (AttributeError, OSError):
+        return False
+    return True
+
+
+def _unshipped_bytes(p: Partition) -> int:
+    """Bytes of ``p``'s closed segments at or past its remote end as last noted (all of them before any note)."""
+    remote = internals(p).remote
+    end = remote[1] if remote is not None else -1
+    return sum(s.size for s in p.segments[:-1] if s.base_offset >= end)
 
 
 def _maybe_unshipped(p: Partition) -> bool:

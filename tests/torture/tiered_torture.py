@@ -231,8 +231,13 @@ def probe_call(self: Any, probe: _Probe, real: Callable, *args: Any, **kwargs: A
 def child(root: str, report: str, seed: int, say: Callable[[bytes], None], location: str, endpoint: str) -> None:
     rng = random.Random(seed)
     rep = read_report(report, {"flushed": {t: 0 for t in TOPICS}, "commits": [], "committed": 0})
+    # Both ways a pass runs (a SCHED_IDLE thread of its own, or the upload thread at normal priority over the
+    # lag bound) and short waits for a pause in the appends (which never pause here: the default 30 s would
+    # leave the upload paths unvisited for most of a child's life).
     store = pylog.open(root, log_cleaner_enable=False,
                        remote_log_manager_task_interval_ms=rng.choice((5, 20, 60)),
+                       remote_log_manager_copier_max_delay_ms=rng.choice((0, 20, 200)),
+                       remote_log_manager_copier_max_lag_bytes=rng.choice((0, 1 << 30)),
                        remote_log_manager_task_retry_backoff_ms=20,
                        remote_log_manager_task_retry_backoff_max_ms=200, **remote_options(location, endpoint))
     parts = {t: store.topic(t).partition(0) for t in TOPICS}

@@ -26,6 +26,9 @@ Invariants:
   what is there: see :mod:`pylog.storage.remote.remote_log`).
 - Memory is bounded: :meth:`get` refuses ranges over ``max_bytes`` and reads at most the length asked;
   :meth:`download` streams in 1 MiB pieces.
+- A body is read once to send it: the client does not hash it (``UNSIGNED-PAYLOAD`` unless
+  ``remote.storage.payload.signing.enabled``) nor recompute the CRC-32C the caller passes, which goes in
+  ``x-amz-checksum-crc32c`` for the server to check.
 
 Why boto3: it is the reference S3 client (AWS maintains it), it has ranged GETs, ``IfNoneMatch`` /
 ``IfMatch`` on PutObject (botocore 1.35.59+), the standard credential and endpoint chain (AWS_ENDPOINT_URL,
@@ -87,6 +90,7 @@ class RemoteStorageConfig:
     max_attempts: int
     read_chunk_bytes: int
     read_cache_bytes: int
+    payload_signing: bool
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> "RemoteStorageConfig":
@@ -97,7 +101,7 @@ class RemoteStorageConfig:
         return cls(bucket, prefix, values["remote.storage.endpoint.url"], values["remote.storage.region"],
                    values["remote.storage.profile"], values["remote.storage.request.timeout.ms"],
                    values["remote.storage.max.attempts"], values["remote.storage.read.chunk.bytes"],
-                   values["remote.storage.read.cache.bytes"])
+                   values["remote.storage.read.cache.bytes"], values["remote.storage.payload.signing.enabled"])
 
     @property
     def location(self) -> str:
@@ -145,8 +149,12 @@ class ObjectStore:
         self.config = config
         self.bucket = config.bucket
         timeout = config.request_timeout_ms / 1000
+        # payload_signing_enabled=False: botocore then sends UNSIGNED-PAYLOAD instead of hashing every body with
+        # SHA-256 (which it does on plain http unless told; over https it already does not). The body's
+        # integrity rests on the CRC-32C header _put sends, which the server checks (docs/CONFIGURATION.md).
         client_config = bconfig.Config(connect_timeout=timeout, read_timeout=timeout,
-                                       retries={"total_max_attempts": config.max_attempts, "mode": "standard"})
+                                       retries={"total_max_attempts": config.max_attempts, "mode": "standard"},
+                                       s3={"payload_signing_enabled": config.payload_signing})
         try:
             session = boto3.session.Session(profile_name=config.profile or None, region_name=config.region or None)
             self._client = session.client("s3", endpoint_url=config.endpoint_url or None, config=client_config)
