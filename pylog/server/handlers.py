@@ -737,7 +737,7 @@ def _within(slices: list, limit: int, at_least_one: bool) -> list:
     total = 0
     for view, a, b in slices:
         h = view.header
-        per = recordbatch.decompressed_size(view) / max(1, h.record_count)
+        per = h.decompressed_size / max(1, h.record_count)
         size = _KAFKA_BATCH_OVERHEAD + per * (b - a)
         if total + size > limit:
             fit = int((limit - total - _KAFKA_BATCH_OVERHEAD) // per) if per > 0 else 0

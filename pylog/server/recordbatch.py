@@ -48,13 +48,12 @@ from ..partition import Partition, RecordHeaders, internals
 from ..errors import (CorruptBatchError, InvalidBatchError, RecordTooLargeError,
                       UnsupportedCompressionError, UnsupportedMagicError)
 from ..storage.records.format import ATTR_CONTROL, ATTR_LOG_APPEND_TIME, ATTR_TRANSACTIONAL
-from ..storage.records.format import HEADER_SIZE as PYLOG_HEADER_SIZE
 from ..storage.records.format import ATTR_LOG_APPEND_TIME as ATTR_TIMESTAMP_TYPE  # Kafka's name for the bit
 from ..storage.records.views import BatchView, records_pure
 from . import compression
 from .errormap import code_for
 
-__all__ = ["KafkaBatch", "decode_batches", "append_batch", "encode_slices", "encode_slice", "decompressed_size",
+__all__ = ["KafkaBatch", "decode_batches", "append_batch", "encode_slices", "encode_slice",
            "encode_slice_pure", "encode_slice_native", "parse_records_pure", "parse_records_native",
            "kafka_error_code", "HEADER", "HEADER_SIZE", "MAGIC", "MIN_RECORD_SIZE"]
 
@@ -419,12 +418,6 @@ def encode_slice_native(view: BatchView, start: int, stop: int, leader_epoch: in
 
 
 encode_slice = encode_slice_pure if _native is None else encode_slice_native
-
-
-def decompressed_size(view: BatchView) -> int:
-    """A pylog batch's size as decompressed, header included (its stored size when uncompressed): what its
-    records take in an uncompressed Kafka batch, within a few bytes per record."""
-    return PYLOG_HEADER_SIZE + view.header.body_size
 
 
 def encode_slices(slices: Sequence[tuple[BatchView, int, int]], leader_epoch: int = 0) -> bytes:

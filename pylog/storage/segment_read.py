@@ -289,7 +289,7 @@ def read_from(lb: LogBytes, pos: int, expect: int, offset: int, max_records: int
         b = min(count, a + (max_records - got))
         out.append((view, a, b))
         got += b - a
-        nbytes += HEADER_SIZE + h[12]  # body_size: the same as the stored size for an uncompressed batch
+        nbytes += h.decompressed_size
         stored += size
         if got >= max_records or nbytes >= max_bytes:
             if cont is not None and memo is None and verify:

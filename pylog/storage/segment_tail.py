@@ -27,7 +27,7 @@ import bisect
 import numpy as np
 
 from ..errors import CorruptRecordError
-from .records import HEADER_SIZE, BatchView
+from .records import BatchView
 from .segment_read import MAX_CHUNK, LogBytes, ReadSlice, scan
 
 __all__ = ["TailRecord", "TAIL_KEEP", "RECENT_BYTES"]
@@ -129,7 +129,7 @@ class TailRecord:
             b = min(count, a + (max_records - got))
             out.append((view, a, b))
             got += b - a
-            nbytes += HEADER_SIZE + h[12]  # decompressed, as read_from counts
+            nbytes += h.decompressed_size  # as read_from counts
             if got >= max_records or nbytes >= max_bytes:
                 return out, nbytes, got, -1
         if i >= n or poss[i] >= end:

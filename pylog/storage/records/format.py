@@ -132,6 +132,12 @@ class BatchHeader(NamedTuple):
         return self.batch_length + LENGTH_PREFIX
 
     @property
+    def decompressed_size(self) -> int:
+        """The batch's size with its body decompressed, header included (:attr:`size` when uncompressed): what
+        byte limits on reads count, whatever the compression ratio."""
+        return HEADER_SIZE + self.body_size
+
+    @property
     def last_offset(self) -> int:
         return self.base_offset + self.last_offset_delta
 
