@@ -53,6 +53,7 @@ from typing import Iterator, Sequence
 
 
 from .errors import CorruptRecordError
+from .storage import prealloc
 from .storage.fileio import Data, fsync_files, truncate_durably, write_all
 from .storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, SegmentIndexes, TimeIndex
@@ -106,6 +107,9 @@ class Segment:
         self._first_timestamp: int | None = None  # max timestamp of the first batch (for segment.ms)
         self._bytes_since_index = 0
         self._wfd: int | None = None
+        #: Where the blocks this writer reserved ahead of its appends end (:mod:`pylog.storage.prealloc`); None
+        #: until the log is fsynced while active (only then does a reservation save anything).
+        self._reserved: int | None = None
         #: Batch starts of the open file whose checksum a read checked (see :meth:`verified`).
         self._verified: set[int] = set()
         #: A reader's batch of the active segment its last read ended in (dropped with the memo).
@@ -594,6 +598,7 @@ class Segment:
             log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
             self._write_rebuilt_indexes(self.size)
         self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        self._reserved = None
 
     def _write_rebuilt_indexes(self, end: int, verify: bool = False) -> Rebuilt:
         self._idx.close()
@@ -625,6 +630,7 @@ class Segment:
         self._first_timestamp = state.first_ts
         self._loaded = True
         self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        self._reserved = None
         return dropped
 
     def append(self, header: BatchHeader, parts: Sequence[Data], max_timestamp: int) -> int:
@@ -644,10 +650,12 @@ class Segment:
             # guarantee on copy-on-write file systems, btrfs or ZFS, where rewriting a block allocates).
             oi.reserve_next()
             ti.reserve_next()
+        if self._reserved is not None:
+            self._reserved = prealloc.reserve_ahead(fd, self._reserved, pos, header.size)
         try:
             write_all(fd, parts)
         except BaseException:
-            os.ftruncate(fd, pos)
+            self._cut_back(fd, pos)
             raise
         if due:
             assert oi is not None and ti is not None
@@ -688,10 +696,12 @@ class Segment:
             assert oi is not None and ti is not None
             oi.reserve_next(len(due))
             ti.reserve_next(len(due))
+        if self._reserved is not None:
+            self._reserved = prealloc.reserve_ahead(fd, self._reserved, pos, at - pos)
         try:
             write_all(fd, parts, WRITE_CHUNK)
         except BaseException:
-            os.ftruncate(fd, pos)
+            self._cut_back(fd, pos)
             raise
         at, entries = pos, iter(due)
         next_due = next(entries, -1)
@@ -714,6 +724,12 @@ class Segment:
         self.size = at
         self.next_offset = headers[-1].next_offset
 
+    def _cut_back(self, fd: int, pos: int) -> None:
+        """After a failed write: the file back to ``pos`` (the truncation frees the blocks reserved past it)."""
+        os.ftruncate(fd, pos)
+        if self._reserved is not None:
+            self._reserved = min(self._reserved, pos)
+
     def _append_start(self) -> tuple[int, int]:
         """The descriptor to append through and the position the next batch goes to, once the file is
         checked to be the size this writer left it."""
@@ -734,17 +750,26 @@ class Segment:
         """fsync the log (indexes are derived data and rebuilt after a crash)."""
         if self._wfd is not None:
             os.fdatasync(self._wfd)
+            if self._reserved is None:
+                self._reserved = 0  # made durable while active: its appends reserve blocks ahead from now on
 
     def sync_descriptor(self) -> int | None:
         """A new descriptor of the log being appended to (None when it is not), for an fdatasync run without
         the partition's lock; the caller closes it. It stays valid whatever happens to the segment meanwhile
         (a roll, a close, retention unlinking the file)."""
-        return os.dup(self._wfd) if self._wfd is not None else None
+        if self._wfd is None:
+            return None
+        if self._reserved is None:
+            self._reserved = 0  # as in flush()
+        return os.dup(self._wfd)
 
     def seal(self, durable: bool = True) -> None:
         """Finish the segment: fsync the log, write trimmed checksummed indexes, close for writing."""
         if self._wfd is None:
             return
+        if self._reserved is not None:  # before the fsync: sealed, the segment holds no more
+            prealloc.give_back(self._wfd, self._reserved, self.size)
+            self._reserved = None
         if durable:
             os.fdatasync(self._wfd)
         os.close(self._wfd)
