@@ -8,6 +8,7 @@ Usage::
     python benchmarks/bench_spark.py --dir /work/bench --rows 10000000 --reps 3
     python benchmarks/bench_spark.py --dir /work/bench --rows 4000000 --streams-only   # the stream figures only
     python benchmarks/bench_spark.py --dir /work/bench --rows 4000000 --only "group by key"   # one issue-31 query
+    python benchmarks/bench_spark.py --dir /work/bench --steady 5 --only "offset > X (1%)"  # steady state
 
 Workload (issue 5): ``--rows`` records with 100-byte values and 8-byte keys in a topic of 4 partitions,
 written straight through ``Partition.append_columns`` (100,000 per call). The same rows (all seven
@@ -185,7 +186,7 @@ def best(reps: int, fn: Callable[[], Any]) -> tuple[float, Any]:
 
 
 def run(spark: Any, root: str, rows: int, reps: int, streams_only: bool = False,
-        only: list[str] | None = None) -> dict[str, float]:
+        only: list[str] | None = None, steady_seconds: float = 0.0) -> dict[str, float]:
     store_path = os.path.join(root, "store")
     parquet = os.path.join(root, "parquet")
     t0 = time.perf_counter()
@@ -197,6 +198,10 @@ def run(spark: Any, root: str, rows: int, reps: int, streams_only: bool = False,
     pylog_df.write.mode("overwrite").parquet(parquet)
     total_bytes = rows * VALUE_BYTES
     results: dict[str, float] = {}
+    if steady_seconds:
+        steady(spark, store_path, parquet, rows, steady_seconds, only)
+        print(f"load average (1, 5, 15 min) at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+        return results
     if only:
         queries(spark, store_path, parquet, rows, reps, results, only)
         print_queries(results, only)
@@ -311,6 +316,44 @@ def queries(spark: Any, store_path: str, parquet: str, rows: int, reps: int, res
             results[f"{q}_{variant}"] = rows / statistics.median(ts)
             print(f"{q:20s} {variant:8s} {statistics.median(ts):7.2f} s  {rows / statistics.median(ts) / 1e6:6.2f} "
                   "M rows/s (median)")
+
+
+def steady(spark: Any, store_path: str, parquet: str, rows: int, seconds: float,
+           only: list[str] | None = None) -> None:
+    """The issue-31 queries in the steady state of a long-running session: each query over the JVM reader and
+    Parquet, run back to back for ``seconds`` per window, the two readers' windows alternating, three rounds
+    after a first (warming) round; prints the milliseconds per query of each window and the ratio of each
+    round. What :func:`queries` times (a warm-up round, then ``--reps`` runs round-robin) is a session still
+    compiling its code (Spark's planning and both readers' paths run partly interpreted by the JVM); here
+    every path has been compiled, so what is left is each query's own cost: for a selective filter that is
+    Spark's fixed cost per query (planning, two jobs, closure cleaning), the same for both readers."""
+    from pylog.spark import which_reader
+
+    if which_reader(spark) != "jvm":
+        print("steady state: the JVM reader's jar is not loaded; nothing to compare")
+        return
+    print(f"steady state: {seconds:g} s windows of back-to-back runs, JVM reader and Parquet alternating")
+    for q, (query, _, target) in QUERIES.items():
+        if only and q not in only:
+            continue
+        dfs = {"jvm": query(spark.read.format("pylog").option("subscribe", "bench").load(store_path), rows),
+               "parquet": query(spark.read.parquet(parquet), rows)}
+        ratios = []
+        for rnd in range(4):  # round 0 warms
+            ms = {}
+            for variant, df in dfs.items():
+                t0 = time.perf_counter()
+                n = 0
+                while time.perf_counter() - t0 < seconds or n == 0:
+                    df.collect()
+                    n += 1
+                ms[variant] = (time.perf_counter() - t0) * 1000 / n
+            if rnd:
+                ratios.append(ms["parquet"] / ms["jvm"])
+            print(f"{q:20s} round {rnd}{' (warm-up)' if not rnd else ''}: JVM {ms['jvm']:.1f} ms, "
+                  f"Parquet {ms['parquet']:.1f} ms per query: {ms['parquet'] / ms['jvm']:.2f}x")
+        print(f"{q:20s} steady state JVM / Parquet: median {statistics.median(ratios):.2f}x "
+              f"({min(ratios):.2f}-{max(ratios):.2f}x; the timed figure's target {target}x)")
 
 
 def streams(spark: Any, root: str, store_path: str, parquet: str, rows: int, reps: int,
@@ -461,6 +504,9 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
     ap.add_argument("--streams-only", action="store_true", help="only the availableNow readStream figures")
     ap.add_argument("--only", action="append", choices=list(QUERIES), metavar="QUERY",
                     help="only this issue-31 query (repeatable; one of: " + ", ".join(QUERIES).replace("%", "%%") + ")")
+    ap.add_argument("--steady", type=float, default=0.0, metavar="SECONDS",
+                    help="instead of the timed figures: the issue-31 queries (or --only ones) in a session's steady "
+                         "state, JVM reader against Parquet in alternating windows of SECONDS of back-to-back runs")
     args = ap.parse_args(argv)
     rows, reps = (40_000, 1) if args.quick else (args.rows, args.reps)
     root = tempfile.mkdtemp(prefix="pylog-bench-spark-", dir=args.dir)
@@ -476,7 +522,7 @@ def main(argv: list[str] | None = None, spark: Any = None) -> int:
             spark.sparkContext.setLogLevel("ERROR")
         print(f"pylog Spark benchmark: {rows:,} rows, {VALUE_BYTES}-byte values, {PARTITIONS} partitions, "
               f"master {spark.sparkContext.master}, Python {sys.version.split()[0]}")
-        run(spark, root, rows, reps, args.streams_only, args.only)
+        run(spark, root, rows, reps, args.streams_only, args.only, args.steady)
     finally:
         if own and spark is not None:
             spark.stop()

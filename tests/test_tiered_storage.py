@@ -414,6 +414,27 @@ def test_reads_below_the_local_log_start_fall_through_to_the_bucket(tmp_path, re
         assert part.read_slices(local_start - 1, max_records=1)[0][0].header.base_offset < local_start
 
 
+def test_a_read_of_shipped_lz4_batches_bounds_their_decompressed_size(tmp_path, remote_settings):
+    """``max_bytes`` counts shipped batches decompressed, as local reads do: 64 KiB values that lz4 stores in
+    about 300 bytes each, 200 of them to a shipped segment, came back ~13 MiB decompressed from a 1 MiB read
+    when the remote read counted stored bytes."""
+    value = b"z" * 65536
+    with _open(tmp_path / "s", remote_settings) as store:
+        store.create_topic(TOPIC, config={**TIERED, "compression.type": "lz4", "segment.bytes": 65536,
+                                          "local.retention.bytes": 0})
+        part = store.topic(TOPIC).partition(0)
+        for _ in range(600):
+            part.append_values([value])
+        part.flush()
+        store.upload_to_remote()
+        part.enforce_retention()
+        assert part.segments[0].base_offset > 100  # the first segment is read from the bucket alone
+        got = part.read(0, max_records=10_000, max_bytes=1 << 20)
+        assert 0 < sum(len(r.value) for r in got) <= (1 << 20) + len(value)
+        assert [r.offset for r in got] == list(range(len(got)))
+        assert part.read(0, max_records=10_000, max_bytes=1)[0].value == value  # the first batch, whatever the limit
+
+
 def test_a_consumer_reads_from_the_remote_start_through_the_boundary(tmp_path, remote_settings):
     with _open(tmp_path / "s", remote_settings) as store:
         _, values, _ = _shipped_and_trimmed(store)

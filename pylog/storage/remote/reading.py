@@ -11,8 +11,10 @@ Invariants:
 - Every batch returned was checked on this read (length, magic, CRC-32C, offset order); a bad one raises
   :class:`~pylog.errors.RemoteDataCorruptError`, never comes back as data.
 - A read returns at least the whole batch holding the offset, then whole batches up to ``max_bytes``
-  (Kafka's fetch rule), and fetches at most that batch or ``max_bytes`` (capped at the largest batch) plus
-  :data:`READ_CHUNK` beyond the index entry's position.
+  (Kafka's fetch rule), counted decompressed as local reads count them (a compressed batch weighs what its
+  reader will hold, so a read of compressible data cannot decompress to many times ``max_bytes``), and
+  fetches at most that batch or ``max_bytes`` (capped at the largest batch) plus :data:`READ_CHUNK` beyond
+  the index entry's position.
 - The aborted transactions of a range are collected as a local read collects them (Kafka's
   ``collectAbortedTransactions``): from the segment holding the range's start on, stopping at the first entry
   whose last stable offset is at or past the range's end; a segment whose index is not known (shipped by a
@@ -92,10 +94,12 @@ class RemoteReader:
                 break
             pos += h.size
         start, end = pos, pos + h.size  # the first batch, whole, whatever max_bytes says
+        counted = h.decompressed_size  # max_bytes counts batches decompressed, as local reads do
         while end < seg.log_size and end + HEADER_SIZE <= window.end:
             h = self._header(window, end)
-            if end + h.size - start > max_bytes or end + h.size > window.end:
+            if counted + h.decompressed_size > max_bytes or end + h.size > window.end:
                 break
+            counted += h.decompressed_size
             end += h.size
         data = window.bytes(start, end)
         checked_end, last = checked_prefix(data, 0, len(data), -1)
