@@ -233,7 +233,7 @@ def test_one_name_reads_on_the_jvm_and_writes_through_the_python_writer_in_spark
         sorted([str(i * 2) for i in range(100)] * 2)
 
 
-def test_transactions_control_batches_are_skipped_and_read_committed_goes_to_the_python_source(
+def test_transactions_control_batches_are_skipped_and_read_committed_reads_what_the_python_source_reads(
         spark, jvm_reader, tmp_path):
     from pylog.partition import internals
     path = tmp_path / "store"
@@ -250,12 +250,22 @@ def test_transactions_control_batches_are_skipped_and_read_committed_goes_to_the
         p.append_values([b"open"], producer=(pid, 0, 0), transactional=True)
     rows = _same(spark, jvm_reader, path, subscribe="t")     # read_uncommitted: every record, no marker
     assert len(rows) == 5 + 12 + 1 + 1
-    committed = spark.read.format("pylog").option("subscribe", "t").option("kafka.isolation.level", "read_committed")
+    committed = spark.read.format(jvm_reader).option("subscribe", "t").option("kafka.isolation.level", "read_committed")
     committed = committed.load(str(path))
-    assert "JVM reader" not in _plan(committed)
+    assert "JVM reader" in _plan(committed)
     values = sorted(bytes(r[0]) for r in committed.select("value").collect())
     assert values == sorted([b"plain-%d" % i for i in range(5)] + [b"txn0-%d" % i for i in range(4)]
                             + [b"txn2-%d" % i for i in range(4)] + [b"plain-last"])
+    rows = _same(spark, jvm_reader, path, subscribe="t", **{"kafka.isolation.level": "read_committed"})
+    assert sorted(bytes(r[1]) for r in rows) == values       # every column as the Python source reads it
+    counted = committed.selectExpr("count(*) as n")
+    assert "count(*) from batch headers" in _plan(counted) and counted.collect()[0].n == len(values)
+    # the open transaction starts at offset 21 (5 + 3 x (4 + a marker) + 1): the last stable offset, which a batch
+    # read's end may not pass
+    ending = {"subscribe": "t", "kafka.isolation.level": "read_committed", "endingOffsets": '{"t": {"0": 22}}'}
+    for fmt in (jvm_reader, "pylog-python"):
+        with pytest.raises(Exception, match="end offset 22 is beyond the last stable offset .*read_committed.* 21"):
+            spark.read.format(fmt).options(**ending).load(str(path)).collect()
     with pytest.raises(Exception, match="option 'kafka.isolation.level': expected read_uncommitted or read_committed"):
         spark.read.format("pylog").option("subscribe", "t").option("kafka.isolation.level", "serializable") \
             .load(str(path)).collect()
@@ -443,10 +453,24 @@ def test_both_readers_read_the_golden_store_as_its_manifest_says(spark, jvm_read
 
 
 def test_both_readers_read_a_random_store_identically(spark, jvm_reader, tmp_path, seed=31):
-    """Random batches (sizes, nulls, headers, timestamps; lz4 in one topic), a random head removed, compaction:
-    every column of every row of both readers, with and without a random offset window."""
+    """Random batches (sizes, nulls, headers, timestamps; lz4 in one topic), transactions committed, aborted and
+    left open, a random head removed, compaction: every column of every row of both readers, with and without a
+    random offset window, at both isolation levels."""
+    from pylog.partition import internals
     rng = random.Random(seed)
     path = tmp_path / "store"
+
+    ends: list[bool] = []
+
+    def transaction(p, commit):
+        ends.append(bool(commit))
+        pid = store.new_producer_id()
+        m = rng.randint(1, 9)
+        p.append_values([rng.randbytes(rng.randint(0, 50)) for _ in range(m)],
+                        keys=[b"t%d" % rng.randint(0, 20) for _ in range(m)], producer=(pid, 0, 0), transactional=True)
+        if commit is not None:
+            internals(p).append_marker(pid, 0, commit=commit)
+
     with pylog.open(path, log_cleaner_enable=False) as store:
         for t in range(2):
             store.create_topic(f"r{t}", partitions=rng.randint(1, 3),
@@ -465,11 +489,18 @@ def test_both_readers_read_a_random_store_identically(spark, jvm_reader, tmp_pat
                         timestamps=[1_700_000_000_000 + rng.randint(0, 10 ** 6) for _ in range(k)],
                         headers=[[("h%d" % j, None if rng.random() < 0.3 else rng.randbytes(rng.randint(0, 9)))
                                   for j in range(rng.randint(0, 3))] for _ in range(k)])
+                    if rng.random() < 0.5:  # a transaction, committed and aborted in turn
+                        transaction(p, len(ends) % 2 == 0)
+                if rng.random() < 0.3:
+                    transaction(p, None)  # left open: the last stable offset stops before it
                 if rng.random() < 0.5:
                     store.delete_records(f"r{t}", n, rng.randint(0, p.log_end_offset))
         store.compact("r1")
     _same(spark, jvm_reader, path, subscribePattern="r.*", includeHeaders="true", failOnDataLoss="false")
     _same(spark, jvm_reader, path, subscribe="r0", failOnDataLoss="false", maxRecordsPerPartition=rng.randint(1, 90))
+    committed = {"kafka.isolation.level": "read_committed", "failOnDataLoss": "false"}
+    _same(spark, jvm_reader, path, subscribePattern="r.*", includeHeaders="true", **committed)
+    _same(spark, jvm_reader, path, subscribe="r1", minPartitions=rng.randint(2, 9), **committed)
 
 
 def _planned(spark, fmt, path, **options):
@@ -626,7 +657,7 @@ def test_count_is_answered_from_batch_headers_with_filters_gaps_and_transactions
     nothing = spark.read.format(jvm_reader).option("subscribe", "c").load(str(path)).where("offset >= 100000")
     assert tuple(nothing.selectExpr("count(*)", "sum(1)").collect()[0]) == (0, None)
     committed = {"subscribe": "c", "kafka.isolation.level": "read_committed"}
-    jvm, py = _both(spark, jvm_reader, path, **committed)   # read_committed: the Python source reads both
+    jvm, py = _both(spark, jvm_reader, path, **committed)   # read_committed of a compacted topic, both readers
     assert jvm.count() == py.count() == len(py.select("value").collect())
 
 

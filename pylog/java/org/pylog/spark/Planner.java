@@ -105,7 +105,9 @@ final class Planner {
         return String.join(", ", names);
     }
 
-    /** The plan of a batch read: ranges resolved, cut by the pushed filters ({@code pushed}, or null), split. */
+    /** The plan of a batch read: ranges resolved (ending at last stable offsets under read_committed, whose
+     *  ranges then skip aborted transactions' records as they are read), cut by the pushed filters
+     *  ({@code pushed}, or null), split. */
     static List<PylogInputPartition> plan(ReadOptions o, RangeFilter pushed) {
         try {
             List<ReadOptions.TopicPartition> parts = partitions(o);
@@ -116,12 +118,17 @@ final class Planner {
             for (ReadOptions.TopicPartition tp : parts) {
                 if (pushed != null && !pushed.allowsPartition(tp.partition())) continue;
                 PartitionLog log = PartitionLog.open(store.resolve(tp.topic()).resolve(Integer.toString(tp.partition())));
-                long endNow = log.logEndOffset();
+                // read_committed: a read ends at the last stable offset (an open transaction starts there), as the
+                // Kafka source's ending offsets do under that isolation level
+                long endNow = o.committed ? new Transactions.Tracker().lastStableOffset(log, log.logEndOffset())
+                        : log.logEndOffset();
                 long startNow = log.logStartOffset();
                 long start = resolve(o.starting, tp, startNow, endNow, log, o.startingByTimestampStrategy);
                 long end = resolve(o.ending, tp, startNow, endNow, log, "error");
                 if (end > endNow) {
-                    throw ReadOptions.bad(o.ending.option, tp + ": end offset " + end + " is beyond the log end " + endNow);
+                    String what = o.committed ? "the last stable offset (kafka.isolation.level=read_committed: an open "
+                            + "transaction starts there)" : "the log end";
+                    throw ReadOptions.bad(o.ending.option, tp + ": end offset " + end + " is beyond " + what + " " + endNow);
                 }
                 if (start > endNow) {
                     throw ReadOptions.bad(o.starting.option, tp + ": start offset " + start + " is beyond the log end "
@@ -146,7 +153,7 @@ final class Planner {
                     }
                 }
                 if (start < end) ranges.add(new PylogInputPartition(o.path, tp.topic(), tp.partition(), start, end,
-                        o.failOnDataLoss));
+                        o.failOnDataLoss, o.committed));
             }
             return split(ranges, o.minPartitions, o.maxRecordsPerPartition);
         } catch (IOException e) {

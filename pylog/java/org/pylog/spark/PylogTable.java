@@ -75,10 +75,7 @@ final class PylogTable implements SupportsRead, SupportsWrite {
 
     @Override
     public ScanBuilder newScanBuilder(CaseInsensitiveStringMap options) {
-        if (!ReadOptions.handles(options)) {
-            ScanBuilder py = ((SupportsRead) python()).newScanBuilder(options);
-            return ReadOptions.handlesStream(options) ? new CommittedScan(py, options, schema) : py;
-        }
+        if (!ReadOptions.handles(options)) return ((SupportsRead) python()).newScanBuilder(options);
         return new Builder(options);
     }
 
@@ -205,10 +202,10 @@ final class PylogTable implements SupportsRead, SupportsWrite {
             return PylogStream.of(options, schema);
         }
 
-        /** {@code trigger(continuous=...)} ({@link PylogContinuous}). A batch-only option is refused here by name;
-         *  streams with an option this reader does not handle, or at {@code read_committed}, never get here:
-         *  {@link #newScanBuilder} gives them to the Python source ({@link CommittedScan}), whose scan Spark
-         *  refuses to run continuously. */
+        /** {@code trigger(continuous=...)} ({@link PylogContinuous}). A batch-only option and
+         *  {@code kafka.isolation.level=read_committed} are refused here by name; streams with an option this
+         *  reader does not handle never get here: {@link #newScanBuilder} gives them to the Python source, whose
+         *  scan Spark refuses to run continuously. */
         @Override
         public ContinuousStream toContinuousStream(String checkpointLocation) {
             String other = ReadOptions.notHandled(options, true);

@@ -58,8 +58,8 @@ final class ReadOptions implements Serializable {
     final Integer maxOffsetsPerTrigger;
     final Integer minOffsetsPerTrigger;
     final long maxTriggerDelayMs;
-    /** {@code kafka.isolation.level=read_committed}: micro-batch streams only (batch and continuous reads at that
-     *  level are the Python source's, {@link #notHandled}); ends are last stable offsets, aborted records skipped. */
+    /** {@code kafka.isolation.level=read_committed}: batch reads and micro-batch streams (continuous ones at that
+     *  level are refused, {@link #notHandled}); ends are last stable offsets, aborted records skipped. */
     boolean committed;
 
     /**
@@ -208,19 +208,21 @@ final class ReadOptions implements Serializable {
     }
 
     /** True if a micro-batch stream's options are all this reader's (see {@link #handles}) and none is a batch
-     *  read's; {@code kafka.isolation.level=read_committed} is (the other reads leave it to the Python source). */
+     *  read's. */
     static boolean handlesStream(Map<String, String> options) {
         return notHandled(options, true, true) == null;
     }
 
-    /** True if every option of a read is one this reader supports (else the Python source reads it). A path
-     *  s3://bucket/prefix (a bucket a store ships to: tiered storage) is the Python source's too. */
+    /** True if every option of a read is one this reader supports (else the Python source reads it), either
+     *  isolation level included. A path s3://bucket/prefix (a bucket a store ships to: tiered storage) is the
+     *  Python source's. */
     static boolean handles(Map<String, String> options) {
-        return notHandled(options, false) == null;
+        return notHandled(options, false, true) == null;
     }
 
-    /** The first option (as given) that makes a read, or a stream with {@code stream}, not this reader's; null
-     *  if there is none (see {@link #handles}, {@link #handlesStream}). */
+    /** The first option (as given) that makes a read, or a continuous stream with {@code stream}, not this
+     *  reader's ({@code kafka.isolation.level=read_committed} is not a continuous stream's); null if there is
+     *  none (see {@link #handles}, {@link #handlesStream}). */
     static String notHandled(Map<String, String> options, boolean stream) {
         return notHandled(options, stream, false);
     }
