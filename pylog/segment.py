@@ -39,7 +39,8 @@ Split by concern into helpers below this module that never call back into it (ea
 as arguments): :mod:`~pylog.storage.segment_file` (the file pinned, its descriptor and mapping),
 :mod:`~pylog.storage.segment_read` (scans, reads by offset and timestamp), :mod:`~pylog.storage.segment_tail`
 (a reader's record of its end), :mod:`~pylog.storage.segment_check` (checks, damage, the entries of index
-rebuilds); above them, :class:`~pylog.index.SegmentIndexes` holds its two index files and mappings through
+rebuilds), :mod:`~pylog.storage.segment_append` (the writer's appends: the size check, the writes, the index
+entries due); above them, :class:`~pylog.index.SegmentIndexes` holds its two index files and mappings through
 their life. This class holds the state, decides what to read and what the indexes hold, and updates its
 state from what the helpers return.
 """
@@ -53,24 +54,19 @@ from typing import Iterator, Sequence
 
 
 from .errors import CorruptRecordError
-from .storage.fileio import Data, fsync_files, truncate_durably, write_all
+from .storage.fileio import Data, fsync_files, truncate_durably
 from .storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, SegmentIndexes, TimeIndex
 from .storage.records import HEADER_SIZE, BatchHeader, check_header, parse_header
 from .storage import segment_check, segment_read
-from .storage.segment_check import Rebuilt, index_due
+from .storage.segment_append import End, append_position, write_batch, write_batches
+from .storage.segment_check import Rebuilt
 from .storage.segment_file import LogFile, SegmentReplacedError
 from .storage.segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, Continuation, LogBytes, ReadSlice
 from .storage.segment_tail import TailRecord
 
 
 __all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
-
-#: Bytes per ``writev`` of :meth:`Segment.append_batches` (whole parts; a larger part is written alone). One
-#: ``writev`` of a producer drain's whole 11 MB cost 1.5-5x the system time of writes of 256 KB-2 MB each
-#: (which all measured alike; 100,000 records of 100 bytes, CPU per record, load 14-17: 32-196 ns of system
-#: time against 20-52), the copy into the page cache reading back what was encoded long before.
-WRITE_CHUNK = 1 << 20
 
 log = logging.getLogger("pylog.segment")
 
@@ -628,107 +624,40 @@ class Segment:
         return dropped
 
     def append(self, header: BatchHeader, parts: Sequence[Data], max_timestamp: int) -> int:
-        """Write one encoded batch at the end; index it; return its position.
+        """Write one encoded batch at the end; index it; return its position (see
+        :func:`~pylog.storage.segment_append.write_batch`).
 
         On a failed write the file is cut back to its previous size and the error re-raised.
         :raises CorruptRecordError: when the file is not the size this writer left it (cut or written by
             another hand); nothing is written.
         """
-        fd, pos = self._append_start()
-        due = index_due(pos, self._bytes_since_index, self.index_interval_bytes)
-        oi, ti = self._idx.offsets, self._idx.times
-        if due:
-            assert oi is not None and ti is not None
-            # Before the log: on a full disk this fails with ENOSPC and nothing is written, where a store
-            # into an index page without blocks would raise SIGBUS (see _Index.reserve_next; not a
-            # guarantee on copy-on-write file systems, btrfs or ZFS, where rewriting a block allocates).
-            oi.reserve_next()
-            ti.reserve_next()
-        try:
-            write_all(fd, parts)
-        except BaseException:
-            os.ftruncate(fd, pos)
-            raise
-        if due:
-            assert oi is not None and ti is not None
-            rel = header.base_offset - self.base_offset
-            oi.append(rel, pos)
-            ti.append(self._max_timestamp, rel)
-            self._bytes_since_index = 0
-        self._bytes_since_index += header.size
-        if self._first_timestamp is None:
-            self._first_timestamp = max_timestamp
-        if max_timestamp > self._max_timestamp:
-            self._max_timestamp = max_timestamp
-        # Size before next offset: a reader that sees the new log end must also find its bytes visible.
-        self.size = pos + header.size
-        self.next_offset = header.next_offset
+        fd, pos = append_position(self._wfd, self.size, self.log_path)
+        self._appended(write_batch(fd, header, parts, max_timestamp, self._end(), self._idx.offsets,
+                                   self._idx.times, self.base_offset, self.index_interval_bytes), header)
         return pos
 
     def append_batches(self, headers: Sequence[BatchHeader], parts: Sequence[Data]) -> None:
         """Write consecutive encoded batches (``parts``: all their bytes, in order) at the end, a ``writev``
-        per :data:`WRITE_CHUNK` bytes; index each as :meth:`append` would have, one after the other.
+        per :data:`~pylog.storage.segment_append.WRITE_CHUNK` bytes; index each as :meth:`append` would have,
+        one after the other (see :func:`~pylog.storage.segment_append.write_batches`).
 
         On a failed write the file is cut back to its previous size (none of them written) and the error
         re-raised. :raises CorruptRecordError: as :meth:`append`.
         """
-        fd, pos = self._append_start()
-        oi, ti = self._idx.offsets, self._idx.times
-        # The index entries due, found before writing (the rule of append, batch after batch): their pages
-        # get their blocks first, as append's do.
-        since, interval, at = self._bytes_since_index, self.index_interval_bytes, pos
-        due: list[int] = []  # positions of the batches that get entries
-        for h in headers:
-            if index_due(at, since, interval):
-                due.append(at)
-                since = 0
-            since += h.size
-            at += h.size
-        if due:
-            assert oi is not None and ti is not None
-            oi.reserve_next(len(due))
-            ti.reserve_next(len(due))
-        try:
-            write_all(fd, parts, WRITE_CHUNK)
-        except BaseException:
-            os.ftruncate(fd, pos)
-            raise
-        at, entries = pos, iter(due)
-        next_due = next(entries, -1)
-        max_ts, first_ts = self._max_timestamp, self._first_timestamp
-        for h in headers:
-            if at == next_due:
-                assert oi is not None and ti is not None
-                rel = h.base_offset - self.base_offset
-                oi.append(rel, at)
-                ti.append(max_ts, rel)
-                next_due = next(entries, -1)
-            if first_ts is None:
-                first_ts = h.max_timestamp
-            if h.max_timestamp > max_ts:
-                max_ts = h.max_timestamp
-            at += h.size
-        self._bytes_since_index = since
-        self._first_timestamp, self._max_timestamp = first_ts, max_ts
-        # Size before next offset: a reader that sees the new log end must also find its bytes visible.
-        self.size = at
-        self.next_offset = headers[-1].next_offset
+        fd, _ = append_position(self._wfd, self.size, self.log_path)
+        self._appended(write_batches(fd, headers, parts, self._end(), self._idx.offsets, self._idx.times,
+                                     self.base_offset, self.index_interval_bytes), headers[-1])
 
-    def _append_start(self) -> tuple[int, int]:
-        """The descriptor to append through and the position the next batch goes to, once the file is
-        checked to be the size this writer left it."""
-        fd = self._wfd
-        if fd is None:
-            raise ValueError("segment is not open for appending")
-        pos = self.size
-        actual = os.lseek(fd, 0, os.SEEK_END)  # the file's size: a fifth of an fstat's cost (no stat object)
-        if actual != pos:
-            # O_APPEND would write at the file's end, not at ``pos``: offsets and index entries would no
-            # longer match the bytes. Only another hand changes the file under its writer.
-            raise CorruptRecordError(f"the log file is {actual} bytes where its writer wrote {pos}: it was "
-                                     f"{'cut' if actual < pos else 'written'} under the writer (by another hand, "
-                                     f"or a file system fault)", self.log_path, min(actual, pos))
-        return fd, pos
+    def _end(self) -> End:
+        return End(self.size, self._bytes_since_index, self._max_timestamp, self._first_timestamp)
+
+    def _appended(self, end: End, last: BatchHeader) -> None:
+        """Take in the state after an append whose last batch is ``last``."""
+        self._bytes_since_index = end.since
+        self._first_timestamp, self._max_timestamp = end.first_ts, end.max_ts
+        # Size before next offset: a reader that sees the new log end must also find its bytes visible.
+        self.size = end.size
+        self.next_offset = last.next_offset
 
     def flush(self) -> None:
         """fsync the log (indexes are derived data and rebuilt after a crash)."""
