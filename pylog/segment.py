@@ -39,7 +39,8 @@ Split by concern into helpers below this module that never call back into it (ea
 as arguments): :mod:`~pylog.storage.segment_file` (the file pinned, its descriptor and mapping),
 :mod:`~pylog.storage.segment_read` (scans, reads by offset and timestamp), :mod:`~pylog.storage.segment_tail`
 (a reader's record of its end), :mod:`~pylog.storage.segment_check` (checks, damage, the entries of index
-rebuilds); above them, :class:`~pylog.index.SegmentIndexes` holds its two index files and mappings through
+rebuilds), :mod:`~pylog.storage.segment_append` (the writer's appends: the size check, the writes, the index
+entries due); above them, :class:`~pylog.index.SegmentIndexes` holds its two index files and mappings through
 their life. This class holds the state, decides what to read and what the indexes hold, and updates its
 state from what the helpers return.
 """
@@ -54,24 +55,19 @@ from typing import Iterator, Sequence
 
 from .errors import CorruptRecordError
 from .storage import prealloc
-from .storage.fileio import Data, fsync_files, truncate_durably, write_all
+from .storage.fileio import Data, fsync_files, truncate_durably
 from .storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, SegmentIndexes, TimeIndex
 from .storage.records import HEADER_SIZE, BatchHeader, check_header, parse_header
 from .storage import segment_check, segment_read
-from .storage.segment_check import Rebuilt, index_due
+from .storage.segment_append import End, append_position, write_batch, write_batches
+from .storage.segment_check import Rebuilt
 from .storage.segment_file import LogFile, SegmentReplacedError
 from .storage.segment_read import MAX_CHUNK as _MAX_CHUNK, MIN_CHUNK as _MIN_CHUNK, Continuation, LogBytes, ReadSlice
 from .storage.segment_tail import TailRecord
 
 
 __all__ = ["Segment", "ReadSlice", "SegmentReplacedError"]
-
-#: Bytes per ``writev`` of :meth:`Segment.append_batches` (whole parts; a larger part is written alone). One
-#: ``writev`` of a producer drain's whole 11 MB cost 1.5-5x the system time of writes of 256 KB-2 MB each
-#: (which all measured alike; 100,000 records of 100 bytes, CPU per record, load 14-17: 32-196 ns of system
-#: time against 20-52), the copy into the page cache reading back what was encoded long before.
-WRITE_CHUNK = 1 << 20
 
 log = logging.getLogger("pylog.segment")
 
@@ -107,9 +103,8 @@ class Segment:
         self._first_timestamp: int | None = None  # max timestamp of the first batch (for segment.ms)
         self._bytes_since_index = 0
         self._wfd: int | None = None
-        #: Where the blocks this writer reserved ahead of its appends end (:mod:`pylog.storage.prealloc`); None
-        #: until the log is fsynced while active (only then does a reservation save anything).
-        self._reserved: int | None = None
+        #: Disk blocks reserved ahead of this writer's appends once the log is fsynced while active.
+        self._reservation = prealloc.Reservation()
         #: Batch starts of the open file whose checksum a read checked (see :meth:`verified`).
         self._verified: set[int] = set()
         #: A reader's batch of the active segment its last read ended in (dropped with the memo).
@@ -598,7 +593,7 @@ class Segment:
             log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
             self._write_rebuilt_indexes(self.size)
         self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
-        self._reserved = None
+        self._reservation.off()
 
     def _write_rebuilt_indexes(self, end: int, verify: bool = False) -> Rebuilt:
         self._idx.close()
@@ -630,128 +625,52 @@ class Segment:
         self._first_timestamp = state.first_ts
         self._loaded = True
         self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
-        self._reserved = None
+        self._reservation.off()
         return dropped
 
     def append(self, header: BatchHeader, parts: Sequence[Data], max_timestamp: int) -> int:
-        """Write one encoded batch at the end; index it; return its position.
+        """Write one encoded batch at the end; index it; return its position (see
+        :func:`~pylog.storage.segment_append.write_batch`).
 
         On a failed write the file is cut back to its previous size and the error re-raised.
         :raises CorruptRecordError: when the file is not the size this writer left it (cut or written by
             another hand); nothing is written.
         """
-        fd, pos = self._append_start()
-        due = index_due(pos, self._bytes_since_index, self.index_interval_bytes)
-        oi, ti = self._idx.offsets, self._idx.times
-        if due:
-            assert oi is not None and ti is not None
-            # Before the log: on a full disk this fails with ENOSPC and nothing is written, where a store
-            # into an index page without blocks would raise SIGBUS (see _Index.reserve_next; not a
-            # guarantee on copy-on-write file systems, btrfs or ZFS, where rewriting a block allocates).
-            oi.reserve_next()
-            ti.reserve_next()
-        if self._reserved is not None:
-            self._reserved = prealloc.reserve_ahead(fd, self._reserved, pos, header.size)
-        try:
-            write_all(fd, parts)
-        except BaseException:
-            self._cut_back(fd, pos)
-            raise
-        if due:
-            assert oi is not None and ti is not None
-            rel = header.base_offset - self.base_offset
-            oi.append(rel, pos)
-            ti.append(self._max_timestamp, rel)
-            self._bytes_since_index = 0
-        self._bytes_since_index += header.size
-        if self._first_timestamp is None:
-            self._first_timestamp = max_timestamp
-        if max_timestamp > self._max_timestamp:
-            self._max_timestamp = max_timestamp
-        # Size before next offset: a reader that sees the new log end must also find its bytes visible.
-        self.size = pos + header.size
-        self.next_offset = header.next_offset
+        fd, pos = append_position(self._wfd, self.size, self.log_path)
+        self._reservation.before_write(fd, pos, header.size)
+        self._appended(write_batch(fd, header, parts, max_timestamp, self._end(), self._idx.offsets,
+                                   self._idx.times, self.base_offset, self.index_interval_bytes), header)
         return pos
 
     def append_batches(self, headers: Sequence[BatchHeader], parts: Sequence[Data]) -> None:
         """Write consecutive encoded batches (``parts``: all their bytes, in order) at the end, a ``writev``
-        per :data:`WRITE_CHUNK` bytes; index each as :meth:`append` would have, one after the other.
+        per :data:`~pylog.storage.segment_append.WRITE_CHUNK` bytes; index each as :meth:`append` would have,
+        one after the other (see :func:`~pylog.storage.segment_append.write_batches`).
 
         On a failed write the file is cut back to its previous size (none of them written) and the error
         re-raised. :raises CorruptRecordError: as :meth:`append`.
         """
-        fd, pos = self._append_start()
-        oi, ti = self._idx.offsets, self._idx.times
-        # The index entries due, found before writing (the rule of append, batch after batch): their pages
-        # get their blocks first, as append's do.
-        since, interval, at = self._bytes_since_index, self.index_interval_bytes, pos
-        due: list[int] = []  # positions of the batches that get entries
-        for h in headers:
-            if index_due(at, since, interval):
-                due.append(at)
-                since = 0
-            since += h.size
-            at += h.size
-        if due:
-            assert oi is not None and ti is not None
-            oi.reserve_next(len(due))
-            ti.reserve_next(len(due))
-        if self._reserved is not None:
-            self._reserved = prealloc.reserve_ahead(fd, self._reserved, pos, at - pos)
-        try:
-            write_all(fd, parts, WRITE_CHUNK)
-        except BaseException:
-            self._cut_back(fd, pos)
-            raise
-        at, entries = pos, iter(due)
-        next_due = next(entries, -1)
-        max_ts, first_ts = self._max_timestamp, self._first_timestamp
-        for h in headers:
-            if at == next_due:
-                assert oi is not None and ti is not None
-                rel = h.base_offset - self.base_offset
-                oi.append(rel, at)
-                ti.append(max_ts, rel)
-                next_due = next(entries, -1)
-            if first_ts is None:
-                first_ts = h.max_timestamp
-            if h.max_timestamp > max_ts:
-                max_ts = h.max_timestamp
-            at += h.size
-        self._bytes_since_index = since
-        self._first_timestamp, self._max_timestamp = first_ts, max_ts
+        fd, pos = append_position(self._wfd, self.size, self.log_path)
+        self._reservation.before_write(fd, pos, sum(h.size for h in headers))
+        self._appended(write_batches(fd, headers, parts, self._end(), self._idx.offsets, self._idx.times,
+                                     self.base_offset, self.index_interval_bytes), headers[-1])
+
+    def _end(self) -> End:
+        return End(self.size, self._bytes_since_index, self._max_timestamp, self._first_timestamp)
+
+    def _appended(self, end: End, last: BatchHeader) -> None:
+        """Take in the state after an append whose last batch is ``last``."""
+        self._bytes_since_index = end.since
+        self._first_timestamp, self._max_timestamp = end.first_ts, end.max_ts
         # Size before next offset: a reader that sees the new log end must also find its bytes visible.
-        self.size = at
-        self.next_offset = headers[-1].next_offset
-
-    def _cut_back(self, fd: int, pos: int) -> None:
-        """After a failed write: the file back to ``pos`` (the truncation frees the blocks reserved past it)."""
-        os.ftruncate(fd, pos)
-        if self._reserved is not None:
-            self._reserved = min(self._reserved, pos)
-
-    def _append_start(self) -> tuple[int, int]:
-        """The descriptor to append through and the position the next batch goes to, once the file is
-        checked to be the size this writer left it."""
-        fd = self._wfd
-        if fd is None:
-            raise ValueError("segment is not open for appending")
-        pos = self.size
-        actual = os.lseek(fd, 0, os.SEEK_END)  # the file's size: a fifth of an fstat's cost (no stat object)
-        if actual != pos:
-            # O_APPEND would write at the file's end, not at ``pos``: offsets and index entries would no
-            # longer match the bytes. Only another hand changes the file under its writer.
-            raise CorruptRecordError(f"the log file is {actual} bytes where its writer wrote {pos}: it was "
-                                     f"{'cut' if actual < pos else 'written'} under the writer (by another hand, "
-                                     f"or a file system fault)", self.log_path, min(actual, pos))
-        return fd, pos
+        self.size = end.size
+        self.next_offset = last.next_offset
 
     def flush(self) -> None:
         """fsync the log (indexes are derived data and rebuilt after a crash)."""
         if self._wfd is not None:
             os.fdatasync(self._wfd)
-            if self._reserved is None:
-                self._reserved = 0  # made durable while active: its appends reserve blocks ahead from now on
+            self._reservation.arm()  # made durable while active: its appends reserve blocks ahead from now on
 
     def sync_descriptor(self) -> int | None:
         """A new descriptor of the log being appended to (None when it is not), for an fdatasync run without
@@ -759,17 +678,14 @@ class Segment:
         (a roll, a close, retention unlinking the file)."""
         if self._wfd is None:
             return None
-        if self._reserved is None:
-            self._reserved = 0  # as in flush()
+        self._reservation.arm()  # as in flush()
         return os.dup(self._wfd)
 
     def seal(self, durable: bool = True) -> None:
         """Finish the segment: fsync the log, write trimmed checksummed indexes, close for writing."""
         if self._wfd is None:
             return
-        if self._reserved is not None:  # before the fsync: sealed, the segment holds no more
-            prealloc.give_back(self._wfd, self._reserved, self.size)
-            self._reserved = None
+        self._reservation.give_back(self._wfd, self.size)  # before the fsync: sealed, it holds no more
         if durable:
             os.fdatasync(self._wfd)
         os.close(self._wfd)

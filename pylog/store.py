@@ -16,13 +16,15 @@ Invariants:
 - The store's partitions hold at most about ``max.open.descriptors`` file descriptors
   (:mod:`pylog.storage.handles`): those used least recently let go of their files, a writer handing its
   lock over as between producers' turns, and open them again on their next use.
+
+The directory's rules (the store's path, its marker, which names are topics, the leftovers of deletions) are
+:mod:`pylog.storage.store_dir`'s; the store as an auto-creating producer sees it is
+:class:`~pylog.clients.storeview.AutoCreatingStore` (re-exported here, where :mod:`pylog.kafka` takes it).
 """
 
 from __future__ import annotations
 
-import builtins
 import contextlib
-import json
 import logging
 import os
 import shutil
@@ -38,25 +40,25 @@ from .clients.transactions import (ProducerIdAndEpoch, TimeoutSweeper, Transacti
                                    TxnState)
 from .clients.txn_log import STATE_FLUSH_KEYS, TransactionLog
 from .clients.quotas import CONSUME, PRODUCE, QuotaManager
-from .clients.storeview import StoreView
+from .clients.storeview import AutoCreatingStore, StoreView
 from .config import TopicConfig, split_store_options, stored_config
-from .errors import (CorruptRecordError, InvalidTopicError, PartitionLockedError,
-                     ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, StorePathError, TopicExistsError,
-                     UnknownStoreError, UnknownTopicError)
+from .errors import (CorruptRecordError, PartitionLockedError,
+                     ReadOnlyStoreError, RebalanceInProgressError, StoreClosedError, TopicExistsError,
+                     UnknownTopicError)
 from .storage.acl_file import MAX_ACLS, AclEntry, read_acls, write_acls
 from .storage.acl_file import check_entry as check_acl_entry
 from .storage.group_state import SavedGroup, SavedMember, encode_groups, read_groups, write_groups
 from .storage.quota_file import QuotaChanges, read_quota_changes, write_quota_changes
-from .storage.fileio import atomic_write, fsync_dir, write_faults
+from .storage.fileio import fsync_dir, write_faults
 from .storage.counter import take_next
 from .storage.group_commit import DEFAULT_SYNCFS_PARTITIONS, GroupCommit
 from .storage import group_commit
 from .storage.handles import HandleCache
-from .storage.filenames import (OFFSETS_TOPIC, PRODUCER_IDS_FILE, STORE_FILE, TOPIC_FILE, TRANSACTION_STATE_TOPIC,
-                                check_group_id, refuse_bucket_path,
-                                deleting_name, is_deletion_leftover, is_internal_topic, legacy_topic_name,
+from .storage.filenames import (OFFSETS_TOPIC, PRODUCER_IDS_FILE, TOPIC_FILE, TRANSACTION_STATE_TOPIC,
+                                check_group_id, deleting_name, is_internal_topic, refuse_bucket_path,
                                 topic_name_problem)
-from .storage.records import crc32c
+from .storage.store_dir import (check_marker, check_not_internal, check_store_path, holds_topic, is_store,
+                                no_topic_hint, remove_leftovers, topic_dir, topic_names)
 from .maintenance.cleaner import Cleaner
 from .maintenance.cleaner_status import CleanerStatus
 from .maintenance.cleaner_registry import CleanerPublisher, PublishedCleaner, published_cleaners
@@ -77,25 +79,10 @@ __all__ = ["Store", "open", "is_store", "is_internal_topic", "topic_name_problem
            "transaction_coordinator", "TransactionCoordinator", "TransactionMetadata", "TxnState",
            "ProducerIdAndEpoch", "TRANSACTION_STATE_TOPIC"]
 
-_FORMAT = "pylog-store"
-_VERSION = 1
 _T = TypeVar("_T")
 log = logging.getLogger("pylog.store")
 
 
-
-def _check_store_path(path: str) -> None:
-    """A store's path must be a directory or not exist yet, under directories. :raises StorePathError:"""
-    probe = path
-    while probe and not os.path.exists(probe):
-        parent = os.path.dirname(probe)
-        if parent == probe:
-            return
-        probe = parent
-    if probe and not os.path.isdir(probe):
-        where = "" if probe == path else f" ({probe} is a file)"
-        raise StorePathError(f"{path} is not a pylog store: it is not a directory{where}, and a store is one: pass "
-                             "the store's directory, or a path that does not exist yet to create one")
 
 class Store:
     """A directory of topics. Use as a context manager, or call :meth:`close`. Thread-safe.
@@ -123,14 +110,14 @@ class Store:
         self.handles = HandleCache(self._settings["max.open.descriptors"])
         if self.read_only:
             self._settings["log.cleaner.enable"] = False  # no thread, no status files
-            self._check_marker()
+            check_marker(self.path, self.read_only, self._create)
         else:
-            _check_store_path(self.path)
+            check_store_path(self.path)
             with write_faults(f"opening the store {self.path}", "it was not opened (nor created, if it was new)"):
                 if self._create:
                     os.makedirs(self.path, exist_ok=True)
-                self._check_marker()
-            _remove_leftovers(self.path)
+                check_marker(self.path, self.read_only, self._create)
+            remove_leftovers(self.path)
         self._publisher = self._new_publisher() if self._settings["log.cleaner.enable"] else None
         self._cleaner = Cleaner(self.path, self._open_partitions, self._settings, self._publisher)
         # Tiered storage: idle without a remote.storage.location, no thread when read-only (remote reads only).
@@ -158,30 +145,6 @@ class Store:
         """The partitions opened through this store so far (a snapshot; for the background thread)."""
         for t in list(self._topics.values()):
             yield from opened_partitions(t)
-
-    def _check_marker(self) -> None:
-        marker = os.path.join(self.path, STORE_FILE)
-        body = {"format": _FORMAT, "version": _VERSION}
-        try:
-            with builtins.open(marker, "rb") as f:
-                doc = json.loads(f.read(4096))
-        except (FileNotFoundError, NotADirectoryError):
-            if self.read_only:
-                raise UnknownStoreError(f"no pylog store at {self.path} (no {STORE_FILE}); a read-only open "
-                                        "creates nothing: check the path") from None
-            if not self._create:
-                raise UnknownStoreError(f"no pylog store at {self.path} (no {STORE_FILE}), and create=False: "
-                                        "check the path, or open it with pylog.open(path) to create one") from None
-            doc = dict(body, crc32c=crc32c(json.dumps(body, sort_keys=True).encode()))
-            atomic_write(marker, (json.dumps(doc, sort_keys=True) + "\n").encode())
-            return
-        except (ValueError, RecursionError):
-            raise CorruptRecordError("store marker is not JSON", marker) from None
-        if (not isinstance(doc, dict) or doc.get("format") != _FORMAT
-                or doc.get("crc32c") != crc32c(json.dumps({k: doc.get(k) for k in body}, sort_keys=True).encode())):
-            raise CorruptRecordError("not a pylog store marker (format or checksum)", marker)
-        if doc.get("version") != _VERSION:
-            raise CorruptRecordError(f"store format version {doc.get('version')} is not supported", marker)
 
     def _check_open(self) -> None:
         if self._closed:
@@ -219,29 +182,12 @@ class Store:
         """Store-level settings (``lock.timeout.ms``, ``log.retention.check.interval.ms``)."""
         return dict(self._settings)
 
-    def _topic_dir(self, name: str, internal_ok: bool = True) -> str:
-        problem = topic_name_problem(name, internal_ok)
-        if problem is not None and not (internal_ok and self._is_legacy(name)):
-            raise InvalidTopicError(problem)
-        return os.path.join(self.path, name)
-
-    def _is_legacy(self, name: object) -> bool:
-        """An existing topic whose name an earlier version allowed and the current rule refuses."""
-        return isinstance(name, str) and legacy_topic_name(name) \
-            and os.path.isfile(os.path.join(self.path, name, TOPIC_FILE))
-
-    @staticmethod
-    def _check_not_internal(name: str, what: str) -> None:
-        if is_internal_topic(name):
-            hint = "; delete a group's offsets with delete_consumer_group" if name == OFFSETS_TOPIC else ""
-            raise InvalidTopicError(f"{name!r} is an internal topic of pylog: it cannot be {what}{hint}")
-
     def create_topic(self, name: str, partitions: int = 1, config: Mapping[str, Any] | None = None,
                      *, _internal: bool = False) -> Topic:
         """Create a topic. :raises TopicExistsError, InvalidTopicError, InvalidConfigError:
         :raises ReadOnlyStoreError, DiskFullError: when the store cannot be written (no topic was created)."""
         self._check_writable(f"create topic {name!r}")
-        directory = self._topic_dir(name, internal_ok=_internal)
+        directory = topic_dir(self.path, name, internal_ok=_internal)
         check_partition_count(partitions)
         cfg = TopicConfig(config, self._defaults)
         check_location(cfg, self._settings)
@@ -275,14 +221,14 @@ class Store:
         t = self._topics.get(name)
         if t is not None:
             return t
-        directory = self._topic_dir(name)
+        directory = topic_dir(self.path, name)
         with self._lock:
             t = self._topics.get(name)
             if t is None:
                 try:
                     doc = read_topic_file(directory)
                 except UnknownTopicError:
-                    raise UnknownTopicError(_no_topic_hint(self.path, name)) from None
+                    raise UnknownTopicError(no_topic_hint(self.path, name)) from None
                 cfg = TopicConfig(stored_config(doc["config"], os.path.join(directory, TOPIC_FILE)),
                                   self._defaults)
                 t = Topic(name, directory, cfg, doc["partitions"], self._settings["lock.timeout.ms"],
@@ -293,27 +239,17 @@ class Store:
     def topics(self) -> list[str]:
         """Names of the topics in the store (including those created by other processes), sorted."""
         self._check_open()
-        names = []
-        with os.scandir(self.path) as it:
-            for entry in it:
-                if entry.is_dir() and (topic_name_problem(entry.name, internal_ok=True) is None
-                                       or legacy_topic_name(entry.name)) \
-                        and os.path.exists(os.path.join(entry.path, TOPIC_FILE)):
-                    names.append(entry.name)
-        return sorted(names)
+        return topic_names(self.path)
 
     def __contains__(self, name: object) -> bool:
-        if not isinstance(name, str):  # no topic is named by anything but a str
-            return False
-        return (topic_name_problem(name, internal_ok=True) is None or legacy_topic_name(name)) and \
-            os.path.exists(os.path.join(self.path, name, TOPIC_FILE))
+        return holds_topic(self.path, name)
 
     def delete_topic(self, name: str) -> None:
         """Delete a topic and all its data. Takes every partition's writer lock first, so a topic another
         process is writing to is refused with :class:`~pylog.errors.PartitionLockedError`. The lock only:
         a partition is not recovered or checked first, so a damaged one is deleted too."""
         self._check_writable(f"delete topic {name!r}")
-        self._check_not_internal(name, "deleted")
+        check_not_internal(name, "deleted")
         with self._lock:
             topic = self.topic(name)
             locked_here = []
@@ -349,7 +285,7 @@ class Store:
         self._check_writable(f"alter the config of topic {name!r}")
         remove = frozenset(remove)
         if name != TRANSACTION_STATE_TOPIC or not STATE_FLUSH_KEYS.issuperset(set(changes) | remove):
-            self._check_not_internal(name, "altered" + (" (only its flush.messages and flush.ms can be)"
+            check_not_internal(name, "altered" + (" (only its flush.messages and flush.ms can be)"
                                                         if name == TRANSACTION_STATE_TOPIC else ""))
         else:
             self._txn_log.topic()  # created on first use: it can be set before the first transaction
@@ -584,7 +520,7 @@ class Store:
         :raises OffsetOutOfRangeError: past the log end offset. :raises PartitionLockedError:
         :raises InvalidTopicError: for an internal topic."""
         self._check_writable(f"delete records of {topic!r}")
-        self._check_not_internal(topic, "trimmed with delete_records")
+        check_not_internal(topic, "trimmed with delete_records")
         p = self.topic(topic).partition(partition)
         return _maintain(p, p.delete_records, before_offset)
 
@@ -749,56 +685,6 @@ def transaction_coordinator(store: Store) -> TransactionCoordinator:
     return store._transactions
 
 
-def _no_topic_hint(path: str, name: str) -> str:
-    """What a user reads when a topic is missing: how to create it, in code and on the command line."""
-    return (f"no topic {name!r} in the store {path}: create it first with store.create_topic({name!r}, "
-            f"partitions=1) or `pylog topics create {path} {name} --partitions 1`, or make the producer with "
-            "allow_auto_create_topics=True")
-
-
-class AutoCreatingStore:
-    """``store`` as a producer made with ``allow_auto_create_topics`` sees it (a
-    :class:`~pylog.clients.storeview.StoreView`): looking up a missing topic creates it with the store's
-    ``num.partitions``. Two producers racing to create one topic both end up with the same topic."""
-
-    def __init__(self, store: Store) -> None:
-        self._store = store
-        self.path = store.path
-        self.read_only = store.read_only
-
-    @property
-    def settings(self) -> dict[str, Any]:
-        return self._store.settings
-
-    @property
-    def read_only_reason(self) -> str:
-        return self._store.read_only_reason
-
-    @property
-    def closed(self) -> bool:
-        return self._store.closed
-
-    def __contains__(self, name: object) -> bool:
-        return name in self._store
-
-    def topic(self, name: str) -> Topic:
-        try:
-            return self._store.topic(name)
-        except UnknownTopicError:
-            try:
-                topic = self._store.create_topic(name, self._store.settings["num.partitions"])
-            except TopicExistsError:  # another producer (or process) created it meanwhile
-                return self._store.topic(name)
-            log.info("created topic %r with %d partition(s) (allow_auto_create_topics)", name, topic.num_partitions)
-            return topic
-
-    def topics(self) -> list[str]:
-        return self._store.topics()
-
-    def new_producer_id(self) -> int:
-        return self._store.new_producer_id()
-
-
 def _maintain(p: Partition, work: Callable[..., _T], *args: Any, **kwargs: Any) -> _T:
     """Run maintenance that makes this handle ``p``'s writer; a partition written in turn by many handles
     (:attr:`PartitionInternals.transient`) is handed back afterwards."""
@@ -809,17 +695,3 @@ def _maintain(p: Partition, work: Callable[..., _T], *args: Any, **kwargs: Any) 
             return work(*args, **kwargs)
         finally:
             p.release_writer()
-
-
-def _remove_leftovers(path: str) -> None:
-    """Finish deletions a crash interrupted: only names exactly as :func:`deleting_name` makes them (a
-    legacy topic may be named ``.deleting-orders``)."""
-    with os.scandir(path) as it:
-        for entry in it:
-            if is_deletion_leftover(entry.name) and entry.is_dir():
-                shutil.rmtree(entry.path, ignore_errors=True)
-
-
-def is_store(path: str | os.PathLike[str]) -> bool:
-    """Whether ``path`` holds a pylog store visible from here (its marker file), without opening it."""
-    return os.path.isfile(os.path.join(path, STORE_FILE))

@@ -19,7 +19,7 @@ import pylog
 from pylog import config
 from pylog.clients.assignors import assignor_named
 from pylog.cli import with_default_action, build_parser
-from pylog.clients.consumer import _DEFAULTS as CONSUMER_DEFAULTS
+from pylog.clients.consumer_config import DEFAULTS as CONSUMER_DEFAULTS
 from pylog.clients.producer import _DEFAULTS as PRODUCER_DEFAULTS
 
 ROOT = Path(__file__).resolve().parent.parent

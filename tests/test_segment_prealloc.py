@@ -107,7 +107,7 @@ def test_segment_write_failing_after_a_reservation_leaves_the_file_as_it_was(tmp
     seg.flush()
     _append(seg)
     size = seg.size
-    import pylog.segment as segment_module
+    import pylog.storage.segment_append as segment_module
 
     def failing(fd, parts, *args):
         os.write(fd, b"torn")  # part of the batch reached the file

@@ -271,6 +271,34 @@ def test_transactions_control_batches_are_skipped_and_read_committed_reads_what_
             .load(str(path)).collect()
 
 
+def test_a_damaged_aborted_transaction_index_fails_both_readers_at_read_committed(spark, jvm_reader, tmp_path):
+    """A flipped byte in an index entry made both readers skip the entries from it on and return aborted
+    records as committed; a torn last entry (no marker after it: a crash before its fsync) reads on."""
+    from pylog.partition import internals
+    path = tmp_path / "store"
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("t", partitions=1)
+        p = store.topic("t").partition(0)
+        for n in range(3):
+            pid = store.new_producer_id()
+            p.append_values([b"x%d" % n] * 3, producer=(pid, 0, 0), transactional=True)
+            internals(p).append_marker(pid, 0, commit=False)
+        p.append_values([b"y"])
+        index = p.directory + "/00000000000000000000.txnindex"
+    good = open(index, "rb").read()
+    committed = {"subscribe": "t", "kafka.isolation.level": "read_committed"}
+    for damage in (8 + 20, len(good) - 3):   # the first entry; the last one, which its marker follows
+        raw = bytearray(good)
+        raw[damage] ^= 0xFF
+        open(index, "wb").write(raw)
+        for fmt in (jvm_reader, "pylog-python"):
+            with pytest.raises(Exception, match="CorruptRecordError.*aborted-transaction index entry checksum"):
+                spark.read.format(fmt).options(**committed).load(str(path)).collect()
+    open(index, "wb").write(good + bytes(36))   # a torn 4th entry whose marker never landed
+    rows = _same(spark, jvm_reader, path, **committed)
+    assert [bytes(r[1]) for r in rows] == [b"y"]
+
+
 def test_streams_on_the_jvm_read_the_micro_batches_the_python_source_reads_and_report_lag(spark, jvm_reader,
                                                                                            tmp_path):
     path = tmp_path / "store"

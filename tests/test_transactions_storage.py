@@ -21,7 +21,7 @@ import pytest
 import pylog
 from storetools import abandon, append_foreign_control
 from pylog.aio import AIOKafkaConsumer
-from pylog.errors import InvalidTxnStateError, ProducerFencedError, TransactionCoordinatorFencedError
+from pylog.errors import CorruptRecordError, InvalidTxnStateError, ProducerFencedError, TransactionCoordinatorFencedError
 from pylog.kafka import KafkaConsumer
 from pylog.partition import internals
 from pylog.storage.producer_state import ProducerState
@@ -232,6 +232,59 @@ def test_index_rebuilt_when_damaged_or_missing_after_the_snapshot(tmp_path):
         p.append_values([b"c"], producer=(store.new_producer_id(), 0, 0))
         assert read_index(path) == want
         assert _values(p, "read_committed") == [b"c"]
+
+
+def _three_aborts(tmp_path):
+    """A store whose partition holds three aborted transactions of 3 records then ``y``; its index's path."""
+    with _store(tmp_path) as store:
+        p = _part(store)
+        for n in range(3):
+            pid = store.new_producer_id()
+            p.append_values([b"x%d" % n] * 3, producer=(pid, 0, 0), transactional=True)
+            internals(p).append_marker(pid, 0, commit=False)
+        p.append_values([b"y"])
+        assert _values(p, "read_committed") == [b"y"]
+        return index_path(p.directory, 0)
+
+
+@pytest.mark.parametrize("read_only", [True, False])
+@pytest.mark.parametrize("entry", [0, 2])
+def test_a_damaged_aborted_transaction_index_entry_fails_read_committed_reads(tmp_path, entry, read_only):
+    """A flipped byte in an entry of the index made every reader skip it and the entries after it, so the
+    aborted transactions' records came back to read_committed readers as committed ones. The first entry
+    (whole entries after it) and the last one (a marker after it: it was whole once) are damage."""
+    path = _three_aborts(tmp_path)
+    raw = bytearray(open(path, "rb").read())
+    raw[8 + 36 * entry + 20] ^= 0xFF
+    open(path, "wb").write(raw)
+    with pylog.open(str(tmp_path), read_only=read_only, log_cleaner_enable=False) as store:
+        p = store.topic(TOPIC).partition(0)
+        with pytest.raises(CorruptRecordError, match="aborted-transaction index entry checksum mismatch"):
+            _values(p, "read_committed")
+        assert len(_values(p)) == 10  # read_uncommitted needs no index
+        assert any("aborted-transaction index entry checksum mismatch" in x for x in p.check())  # pylog verify
+        if not read_only:  # the writer neither drops the entries it cannot rebuild nor goes on without them
+            with pytest.raises(CorruptRecordError, match="checksum mismatch"):
+                p.append_values([b"z"], producer=(store.new_producer_id(), 0, 0))
+    assert open(path, "rb").read() == bytes(raw)
+
+
+def test_a_torn_last_index_entry_without_its_marker_is_dropped(tmp_path):
+    """A crash after an entry's write but before its fsync can leave a whole-sized entry whose CRC fails and
+    no marker: readers read on without it, and the writer drops it before it appends again."""
+    path = _three_aborts(tmp_path)
+    good = open(path, "rb").read()
+    torn = good + bytes(range(36))  # a 4th entry that never checked; its marker never landed
+    open(path, "wb").write(torn)
+    with pylog.open(str(tmp_path), read_only=True) as store:
+        assert _values(store.topic(TOPIC).partition(0), "read_committed") == [b"y"]
+        assert store.topic(TOPIC).partition(0).check() == []
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert _values(p, "read_committed") == [b"y"]
+        p.append_values([b"z"], producer=(store.new_producer_id(), 0, 0))
+        assert open(path, "rb").read() == good
+        assert _values(p, "read_committed") == [b"y", b"z"]
 
 
 def test_invalid_isolation_level_is_refused(tmp_path):

@@ -20,6 +20,10 @@ Invariants:
   before partitions are revoked in a rebalance, and on ``close()``. A member that dies leaves exactly the
   records its polls returned since its last completed commit uncommitted: those, and only those, are
   delivered again to the partitions' next owners.
+
+The options' defaults and checks are :mod:`pylog.clients.consumer_config`'s; iterating (``for record in
+consumer``) hands out records through :class:`~pylog.clients.iteration.RecordChain`, which moves the
+positions past exactly the records taken.
 """
 
 from __future__ import annotations
@@ -29,20 +33,21 @@ import re
 import time
 from types import MappingProxyType
 
-from typing import Any, Callable, Iterable, Iterator, Mapping, Pattern, Protocol, cast
+from typing import Any, Callable, Iterable, Iterator, Mapping, Pattern
 
 from .. import metrics
 from . import client_metrics
-from .assignors import RangePartitionAssignor, RoundRobinPartitionAssignor, assignor_named
+from .consumer_config import DEFAULTS, consumer_config
 from ..errors import NoOffsetForPartitionError  # defined here before pylog.errors: still importable from here
 from ..errors import (CommitFailedError, InvalidArgumentError, InvalidConfigError, OffsetOutOfRangeError, PylogError,
                      ReadOnlyStoreError,
                      StoreClosedError, UnknownTopicError)
 from ..storage.filenames import OFFSETS_TOPIC, is_internal_topic
-from .groups import GroupMember, check_group_id
+from .groups import GroupMember
 from .offsets import CommittedOffsets, offsets_to_commit, valid_position
 from .quotas import CONSUME, QuotaManager
 from .storeview import StoreView
+from .iteration import RecordChain
 from .listener import ConsumerRebalanceListener
 from ..storage.records import BatchView, consumer_row_iter, consumer_rows, payload_bytes, slices_count
 from ..structs import ConsumerGroupMetadata, ConsumerRecord, OffsetAndMetadata, OffsetAndTimestamp, TopicPartition
@@ -52,37 +57,11 @@ from ..partition import Partition, internals, watch_appends
 __all__ = ["Consumer", "ConsumerRecord", "ConsumerRebalanceListener", "OffsetAndTimestamp",
            "NoOffsetForPartitionError"]
 
-_DEFAULTS: dict[str, Any] = {
-    "group_id": None,
-    "client_id": None,
-    "key_deserializer": None,
-    "value_deserializer": None,
-    "auto_offset_reset": "latest",
-    "enable_auto_commit": True,
-    "auto_commit_interval_ms": 5000,
-    "max_poll_records": 500,
-    "fetch_max_bytes": 52_428_800,
-    "consumer_timeout_ms": float("inf"),
-    "metadata_max_age_ms": 300_000,
-    "session_timeout_ms": 10_000,
-    "heartbeat_interval_ms": 3_000,
-    "partition_assignment_strategy": (RangePartitionAssignor, RoundRobinPartitionAssignor),
-    #: Kafka's: read_committed stops at each partition's last stable offset and skips aborted transactions.
-    "isolation_level": "read_uncommitted",
-}
 #: How long one wait on a partition lasts while several are watched (seconds).
 _WAIT_STEP = 0.005
 #: Longest wait between two looks at the group's state while a member waits for data (seconds): bounds
 #: how long a rebalance waits for this member to let go of a partition.
 _GROUP_STEP = 0.05
-#: Iteration reads ahead in chunks of ``max_poll_records`` records, grown (up to ``_CHUNK_GROWTH`` times that)
-#: while the caller takes records fast enough that one chunk lasts about ``_CHUNK_SECONDS``: the group's
-#: state is looked at between chunks (a rebalance waits for this member at most one chunk's time, as with
-#: ``max_poll_records``), and a fast reader pays the per-poll costs once per thousands of records.
-_CHUNK_GROWTH = 16
-_CHUNK_SECONDS = 0.01
-
-
 def _topic_partition(tp: Any) -> TopicPartition:
     """``tp`` as a TopicPartition (any ``(topic, partition)`` pair is one). :raises InvalidArgumentError:"""
     if isinstance(tp, TopicPartition):
@@ -96,22 +75,12 @@ def _topic_partition(tp: Any) -> TopicPartition:
 _Slice = tuple[BatchView, int, int]  #: (batch, first record, stop): what a partition's read_slices lists
 
 
-class _ListIterator(Protocol):
-    """What ``iter()`` of a list is (``list_iterator``, which typing does not name): an iterator that says
-    how many items it has left and can be moved to any index (:meth:`Consumer._settle` uses both)."""
-
-    def __next__(self) -> ConsumerRecord: ...
-    def __iter__(self) -> Iterator[ConsumerRecord]: ...
-    def __length_hint__(self) -> int: ...
-    def __setstate__(self, index: int) -> None: ...
-
-
 class Consumer:
     """Reads records from a store's partitions; kafka-python's ``KafkaConsumer`` API. Not thread-safe
     (like kafka-python's): use one consumer per thread."""
 
     #: The options and their defaults (kafka-python's attribute name).
-    DEFAULT_CONFIG: Mapping[str, Any] = MappingProxyType(_DEFAULTS)
+    DEFAULT_CONFIG: Mapping[str, Any] = MappingProxyType(DEFAULTS)
 
     def __init__(self, store: StoreView, *topics: str, quotas: QuotaManager | None = None,
                  offsets: CommittedOffsets | None = None, **configs: Any) -> None:
@@ -119,36 +88,7 @@ class Consumer:
             made_from = f"{type(store).__name__} {store!r}"[:160]
             raise InvalidArgumentError(f"a Consumer is made by its store, not from {made_from}: "
                                        "use pylog.open(path).consumer(*topics, ...)")
-        unknown = set(configs) - set(_DEFAULTS)
-        if unknown:
-            raise InvalidConfigError(f"unknown consumer option(s) {sorted(unknown)} (pylog.KafkaConsumer takes "
-                                     "kafka-python's broker options too, and ignores them)")
-        cfg = dict(_DEFAULTS, **configs)
-        strategies = cfg["partition_assignment_strategy"]
-        try:
-            strategies = [assignor_named(a) for a in ([strategies] if isinstance(strategies, str) else strategies)]
-        except (TypeError, ValueError) as exc:
-            raise InvalidConfigError(f"partition_assignment_strategy: {exc}") from None
-        if not strategies:
-            raise InvalidConfigError("partition_assignment_strategy needs at least one strategy")
-        for name in ("session_timeout_ms", "heartbeat_interval_ms", "auto_commit_interval_ms"):
-            if not isinstance(cfg[name], (int, float)) or isinstance(cfg[name], bool) or cfg[name] <= 0:
-                raise InvalidConfigError(f"{name} must be a positive number, got {cfg[name]!r}")
-        if cfg["heartbeat_interval_ms"] >= cfg["session_timeout_ms"]:
-            raise InvalidConfigError("heartbeat_interval_ms must be lower than session_timeout_ms")
-        if cfg["group_id"] is not None:
-            check_group_id(cfg["group_id"])  # InvalidGroupError (an InvalidConfigError too)
-        if cfg["auto_offset_reset"] not in ("earliest", "latest", "none", "smallest", "largest"):
-            raise InvalidConfigError(f"auto_offset_reset must be earliest, latest or none, got "
-                                     f"{cfg['auto_offset_reset']!r}")
-        if cfg["group_id"] is not None and store.read_only and cfg["enable_auto_commit"]:
-            raise ReadOnlyStoreError(
-                f"group {cfg['group_id']!r}: {store.read_only_reason} and cannot take commits; pass "
-                "enable_auto_commit=False and assign() partitions (they start from the group's "
-                "committed offsets), or leave out group_id")
-        if cfg["isolation_level"] not in ("read_uncommitted", "read_committed"):
-            raise InvalidConfigError(f"isolation_level must be read_uncommitted or read_committed, got "
-                                     f"{cfg['isolation_level']!r}")
+        cfg, strategies = consumer_config(configs, store.read_only, store.read_only_reason)
         self.config = cfg
         self._store = store
         #: Partitions whose last read stopped at their last stable offset (read_committed), data after it.
@@ -165,10 +105,9 @@ class Consumer:
         self._last_scan = 0.0
         self._next_rr = 0
         self._gen: Iterator[ConsumerRecord] | None = None  # what next() draws from
-        #: The poll chunk an iterator is handing out: (partition, records, their list iterator), or
-        #: (partition, None, the iterator building them as taken). Its partition's position is brought up to
-        #: date lazily (see _settle).
-        self._cur: tuple[TopicPartition, list[ConsumerRecord] | None, Any] | None = None
+        #: The poll chunk an iterator is handing out; its partition's position is brought up to date lazily
+        #: (see _settle).
+        self._chain = RecordChain()
         self._closed = False
         self._group_id: str | None = cfg["group_id"]
         self._offsets = offsets if self._group_id is not None else None
@@ -654,66 +593,23 @@ class Consumer:
         """Records as they come, waiting for them; ends after ``consumer_timeout_ms`` without any.
 
         Hands out each poll's records through a C-level chain of iterators, no Python step per record (the
-        polls read ``max_poll_records`` at a time, more while records are taken fast: see ``_CHUNK_SECONDS``):
+        polls read ``max_poll_records`` at a time, more while records are taken fast: see
+        :data:`~pylog.clients.iteration.CHUNK_SECONDS`):
         compiled, iterators building each row when it is taken (:func:`~pylog.storage.records.consumer_row_iter`:
         the row before is freed, its memory still in cache), else the poll's lists. Positions move as records
         are handed out (any call that reads a position brings it up to date first); a seek, pause, poll,
         reassignment or close cuts the current iterator short, so nothing is lost or repeated.
         """
         self._settle(cut=True)
-        return itertools.chain.from_iterable(self._chunks())
-
-    def _chunks(self) -> Iterator[Iterator[ConsumerRecord]]:
-        timeout = self.config["consumer_timeout_ms"]
-        base = limit = self.config["max_poll_records"]
-        while True:
-            deadline = None if timeout == float("inf") else time.monotonic() + timeout / 1000
-            while True:
-                step = 1000.0 if deadline is None else max(0.0, (deadline - time.monotonic()) * 1000)
-                batch = self._poll(step, limit, False, self._fetch_iters)
-                if batch:
-                    break
-                if deadline is not None and time.monotonic() >= deadline:
-                    return
-            began = time.perf_counter()
-            taken = sum(len(recs) if isinstance(recs, list) else recs.__length_hint__() for recs in batch.values())
-            starts = {tp: self._positions.get(tp) for tp in batch}
-            for tp, recs in batch.items():
-                self._settle()
-                lazy = not isinstance(recs, list)  # rows built as taken: the iterator knows its next_offset
-                if self._positions.get(tp, -1) != starts[tp] or tp in self._paused or tp in self._pending:
-                    if lazy:
-                        recs.close()
-                    continue  # sought, paused or unassigned since the poll: drop these
-                it = recs if lazy else cast(_ListIterator, iter(recs))  # a list_iterator: see _ListIterator
-                self._cur = (tp, None if lazy else recs, it)
-                yield it
-            self._settle()
-            # The next chunk: as many records as this caller took in about _CHUNK_SECONDS (see there).
-            elapsed = time.perf_counter() - began
-            fit = int(taken * _CHUNK_SECONDS / elapsed) if elapsed > 0 else base * _CHUNK_GROWTH
-            limit = min(max(fit, base), base * _CHUNK_GROWTH)
+        cfg = self.config
+        return itertools.chain.from_iterable(self._chain.chunks(
+            lambda step, limit: self._poll(step, limit, False, self._fetch_iters), lambda: self._positions,
+            lambda tp: tp not in self._paused and tp not in self._pending, cfg["consumer_timeout_ms"],
+            cfg["max_poll_records"]))
 
     def _settle(self, cut: bool = False) -> None:
         """Bring the position of the partition being iterated up to date; with ``cut``, end its iterator."""
-        cur = self._cur
-        if cur is None:
-            return
-        tp, recs, it = cur
-        if recs is None:  # rows built as taken (consumer_row_iter)
-            nxt = it.next_offset
-            if nxt >= 0 and tp in self._positions:
-                self._positions[tp] = nxt
-            if cut or not it.__length_hint__():
-                it.close()  # ends it: the chain moves on to the next poll's iterators
-                self._cur = None
-            return
-        taken = len(recs) - it.__length_hint__()
-        if taken and tp in self._positions:
-            self._positions[tp] = recs[taken - 1].offset + 1
-        if cut or taken == len(recs):
-            it.__setstate__(len(recs))  # exhausts it: the chain moves on to the next poll's lists
-            self._cur = None
+        self._chain.settle(self._positions, cut)
 
     def __next__(self) -> ConsumerRecord:
         """The next record, waiting for one; ``StopIteration`` after ``consumer_timeout_ms`` without any."""

@@ -6,17 +6,25 @@ committed offsets, a way to create the internal offsets topic). A client never i
 it types its store as this protocol, which names the store's public members the clients call, so the
 import graph stays layered (``lint-imports``) and a client cannot reach into the store's internals.
 
-Invariants: every member listed here is public API of :class:`pylog.store.Store`, documented there.
+:class:`AutoCreatingStore` is the store as a producer made with ``allow_auto_create_topics`` sees it.
+
+Invariants: every member listed here is public API of :class:`pylog.store.Store`, documented there; an
+:class:`AutoCreatingStore` passes every call to its store, and only a lookup of a missing topic differs (it
+creates the topic).
 """
 
 from __future__ import annotations
 
+import logging
 from typing import Any, Callable, Mapping, Protocol
 
 from ..errors import TopicExistsError, UnknownTopicError
 from ..topic import Topic
 
-__all__ = ["StoreView", "internal_topic", "CreateInternalTopic"]
+__all__ = ["StoreView", "CreatingStore", "AutoCreatingStore", "internal_topic", "CreateInternalTopic"]
+
+#: The store's logger: a topic created on a lookup is the store's doing.
+log = logging.getLogger("pylog.store")
 
 #: The store's way of creating one of its internal topics (which its public ``create_topic`` refuses):
 #: ``(name, partitions, config) -> Topic``.
@@ -80,3 +88,54 @@ class StoreView(Protocol):
     def new_producer_id(self) -> int:
         """A producer id no other producer of this store has had, in any process."""
         ...
+
+
+class CreatingStore(StoreView, Protocol):
+    """A store that also creates topics (:class:`pylog.store.Store`), for :class:`AutoCreatingStore`."""
+
+    def create_topic(self, name: str, partitions: int = 1) -> Topic:
+        """Create a topic. :raises TopicExistsError:"""
+        ...
+
+
+class AutoCreatingStore:
+    """``store`` as a producer made with ``allow_auto_create_topics`` sees it (a :class:`StoreView`):
+    looking up a missing topic creates it with the store's ``num.partitions``. Two producers racing to
+    create one topic both end up with the same topic."""
+
+    def __init__(self, store: CreatingStore) -> None:
+        self._store = store
+        self.path = store.path
+        self.read_only = store.read_only
+
+    @property
+    def settings(self) -> dict[str, Any]:
+        return self._store.settings
+
+    @property
+    def read_only_reason(self) -> str:
+        return self._store.read_only_reason
+
+    @property
+    def closed(self) -> bool:
+        return self._store.closed
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._store
+
+    def topic(self, name: str) -> Topic:
+        try:
+            return self._store.topic(name)
+        except UnknownTopicError:
+            try:
+                topic = self._store.create_topic(name, self._store.settings["num.partitions"])
+            except TopicExistsError:  # another producer (or process) created it meanwhile
+                return self._store.topic(name)
+            log.info("created topic %r with %d partition(s) (allow_auto_create_topics)", name, topic.num_partitions)
+            return topic
+
+    def topics(self) -> list[str]:
+        return self._store.topics()
+
+    def new_producer_id(self) -> int:
+        return self._store.new_producer_id()

@@ -50,10 +50,11 @@ def aborted_entries(partition: Partition, upper: int) -> list[AbortedTxn]:
     order. Stops, like Kafka's ``collectAbortedTransactions``, after the first entry whose last stable
     offset is at or past ``upper`` (no later abort can cover an offset below it)."""
     out: list[AbortedTxn] = []
-    for seg in partition.segments:
-        # A damaged header raises: no cleaning with an index it cannot read (an aborted record taken for a
-        # committed one could supersede the committed record of its key).
-        entries = read_index(index_path(partition.directory, seg.base_offset))
+    segs = partition.segments
+    for seg in segs:
+        # A damaged header or entry raises: no cleaning with an index it cannot read (an aborted record taken
+        # for a committed one could supersede the committed record of its key).
+        entries = read_index(index_path(partition.directory, seg.base_offset), active=seg is segs[-1])
         for e in entries:
             if e.first_offset < upper:
                 out.append(e)

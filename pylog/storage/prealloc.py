@@ -35,7 +35,7 @@ import os
 import sys
 from typing import Any
 
-__all__ = ["AVAILABLE", "AHEAD_MAX", "AHEAD_MIN", "NEVER", "reserve_ahead", "give_back"]
+__all__ = ["AVAILABLE", "AHEAD_MAX", "AHEAD_MIN", "NEVER", "Reservation", "reserve_ahead", "give_back"]
 
 #: ``fallocate(2)``'s flag: allocate without changing the file's size.
 _FALLOC_FL_KEEP_SIZE = 1
@@ -95,3 +95,36 @@ def give_back(fd: int, reserved: int, size: int) -> None:
             os.ftruncate(fd, size)
         except OSError:
             pass
+
+
+class Reservation:
+    """An active segment's blocks reserved ahead of its writer: off until the segment is made durable while
+    active (:meth:`arm`), then :func:`reserve_ahead` before each write, :func:`give_back` at the seal. Held by
+    the segment and used under its writer's lock only. A write that fails cuts the file back, freeing what was
+    reserved past it: the end kept here is then ahead of the blocks, which costs the next appends up to it
+    their reservation only (invariant 3)."""
+
+    __slots__ = ("end",)
+
+    def __init__(self) -> None:
+        #: Where the reservation ends; None while off.
+        self.end: int | None = None
+
+    def arm(self) -> None:
+        """The segment was fsynced while active: reserve from its next append on."""
+        if self.end is None:
+            self.end = 0
+
+    def off(self) -> None:
+        """A new write descriptor (a writer opening the segment again): off until fsynced again."""
+        self.end = None
+
+    def before_write(self, fd: int, pos: int, size: int) -> None:
+        if self.end is not None:
+            self.end = reserve_ahead(fd, self.end, pos, size)
+
+    def give_back(self, fd: int, size: int) -> None:
+        """The segment is sealed at ``size``: free what is reserved past it, and stop."""
+        if self.end is not None:
+            give_back(fd, self.end, size)
+            self.end = None

@@ -18,8 +18,14 @@ Invariants:
 - The entry is written (and fsynced) *before* its marker batch, so a reader that sees the marker always
   finds the entry; an entry whose marker never landed (a crash, a failed write) has ``last offset`` at or
   past the log end and is dropped by the next writer (:func:`truncate_index`) before it appends.
-- Each entry has its own CRC-32C: a torn or damaged tail ends the readable entries (they are derived
-  data: the writer adds every abort it replays from the log after its producer snapshot again).
+- Each entry has its own CRC-32C. Bytes after the last whole entry are a torn tail (a write cut by a crash)
+  and end the readable entries; so does a last whole entry that fails its checksum in the index of the
+  partition's active segment (a write torn by a crash before its fsync: its marker was never written, as the
+  entry is fsynced first; the writer drops it before it appends again). Any other entry that fails its
+  checksum is damage and raises :class:`~pylog.errors.CorruptRecordError` (:func:`read_index`): skipping it
+  would hand an aborted transaction's records to read_committed readers as committed ones. The readers that
+  tolerate a damaged last entry check that no marker follows it in the log (a marker there means the entry
+  was whole once: damage).
 """
 
 from __future__ import annotations
@@ -32,7 +38,8 @@ from ..errors import CorruptRecordError
 from .filenames import TXN_INDEX_SUFFIX
 from .records import crc32c
 
-__all__ = ["AbortedTxn", "TXN_INDEX_SUFFIX", "marker_record", "parse_marker", "read_index", "append_index",
+__all__ = ["AbortedTxn", "TXN_INDEX_SUFFIX", "marker_record", "parse_marker", "read_index", "read_index_tail",
+           "append_index",
            "truncate_index", "write_index", "scan_index", "TXN_INDEX_HEADER_SIZE", "TXN_INDEX_ENTRY_SIZE",
            "index_path", "remove_index", "decode_index", "MAX_INDEX_BYTES", "MARKER_ABORT", "MARKER_COMMIT"]
 
@@ -92,24 +99,38 @@ def remove_index(directory: str, base_offset: int) -> None:
         pass
 
 
-def read_index(path: str) -> list[AbortedTxn]:
-    """The checked entries of an index file ([] when there is none); a torn or damaged entry ends them.
+def read_index(path: str, active: bool = False) -> list[AbortedTxn]:
+    """The checked entries of an index file ([] when there is none), up to a torn tail; with ``active`` (the
+    index of the partition's active segment) a last whole entry that fails its checksum ends them too (see
+    the module's invariants; :func:`read_index_tail` says whether one did).
 
-    :raises CorruptRecordError: when the file's header is not an index's.
+    :raises CorruptRecordError: when the file's header is not an index's, or an entry that may not be torn
+        fails its checksum.
     """
+    return read_index_tail(path, active)[0]
+
+
+def read_index_tail(path: str, active: bool = False) -> tuple[list[AbortedTxn], bool]:
+    """:func:`read_index`, and whether a damaged last entry was dropped (only with ``active``): the caller
+    then checks that no marker follows the entries kept (a marker there makes the dropped entry damage)."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_INDEX_BYTES)
     except FileNotFoundError:
-        return []
+        return [], False
     if not raw:
-        return []
-    out = []
-    for entry, ok in scan_index(raw, path):
+        return [], False
+    out: list[AbortedTxn] = []
+    entries = scan_index(raw, path)
+    for i, (entry, ok) in enumerate(entries):
         if not ok:
-            break
+            if active and i == len(entries) - 1:
+                return out, True
+            raise CorruptRecordError("aborted-transaction index entry checksum mismatch: the aborted transactions "
+                                     "it holds cannot be told from committed ones", path,
+                                     _HEAD.size + i * _ENTRY_SIZE)
         out.append(entry)
-    return out
+    return out, False
 
 
 def scan_index(raw: bytes, path: str = "") -> list[tuple[AbortedTxn, bool]]:
@@ -173,12 +194,19 @@ def append_index(path: str, txn: AbortedTxn) -> None:
 
 
 def truncate_index(path: str, log_end: int) -> list[AbortedTxn]:
-    """Drop the entries whose marker is not in the log (``last offset >= log_end``) and any damaged tail;
-    returns the entries kept. A file with a bad header is rewritten empty (its entries are rebuilt by the
-    writer's replay)."""
+    """Drop the entries of the active segment's index ``path`` whose marker is not in the log (``last offset
+    >= log_end``) and a torn tail (a damaged last entry included); returns the entries kept. A file with a
+    bad header is rewritten empty (its entries are rebuilt by the writer's replay).
+
+    :raises CorruptRecordError: when an entry before the last fails its checksum: damage, not a torn write,
+        and the aborts it holds may be older than the replay reaches, so nothing is rewritten.
+    """
     try:
-        entries = read_index(path)
+        entries = read_index(path, active=True)
     except CorruptRecordError:
+        with open(path, "rb") as f:
+            if f.read(_HEAD.size)[:6] == _HEAD.pack(_MAGIC, _VERSION, 0)[:6]:
+                raise  # the header checks: an entry before the last is damaged
         entries = []
     kept = [e for e in entries if e.last_offset < log_end]
     try:

@@ -1,5 +1,5 @@
-"""The partition's full consistency check (``Partition.check``, ``pylog verify``): every segment and index, the
-order of the segments, and logs cut below what was written into them.
+"""The partition's full consistency check (``Partition.check``, ``pylog verify``): every segment and index (the
+aborted-transaction indexes too), the order of the segments, and logs cut below what was written into them.
 
 Invariants: nothing here writes or changes the view; a check reads every batch up to the end of every file
 (a reader's check of the active segment too, past what reads count as visible), and reports problems as
@@ -13,8 +13,10 @@ from typing import Callable, Sequence
 
 from ...errors import CorruptRecordError
 from ..checkpoint import read_checkpoint
+from ..txn_index import index_path
 from .local_log import LocalLog
 from .segments import S, SegmentLike
+from .txn import active_entries
 
 __all__ = ["check_view"]
 
@@ -33,6 +35,10 @@ def check_view(local: LocalLog[S], is_writer: Callable[[], bool], log_end: Calla
             problems.extend(seg.check(seg.file_size(), partial_tail_ok=writer_active is not False))
         else:
             problems.extend(seg.check())
+        try:  # the aborted-transaction index: damage there turns aborted records into committed ones
+            active_entries(seg, index_path(local.directory, seg.base_offset), seg is segs[-1])
+        except CorruptRecordError as exc:
+            problems.append(str(exc))
         if prev_next is not None and seg.base_offset < prev_next:
             problems.append(f"{seg.log_path}: base offset {seg.base_offset} below previous end {prev_next}")
         if seg.size:

@@ -40,11 +40,12 @@ from ..producer_state import ProducerEntry, ProducerState
 from ..segment_file import SegmentReplacedError
 from ..segment_read import ReadSlice
 from ..records.format import ATTR_CONTROL, ATTR_TRANSACTIONAL
-from ..txn_index import AbortedTxn, append_index, index_path, parse_marker, read_index, truncate_index
+from ..txn_index import AbortedTxn, append_index, index_path, parse_marker, read_index, read_index_tail, truncate_index
 from .local_log import LocalLog
 from .segments import S
 
 __all__ = ["TxnTracker", "SealedEntries", "IsolationLevel", "ISOLATION_LEVELS", "check_isolation", "aborted_in",
+           "active_entries",
            "filter_slices", "replay", "load_state", "isolated_read", "check_unreplaced", "View"]
 
 log = logging.getLogger("pylog.partition")
@@ -81,8 +82,12 @@ def replay(state: ProducerState, local: LocalLog[S], start: int, repair: bool = 
     segs, bases = local.view
     if repair and segs:
         # Only the active segment's index can hold an entry whose marker is missing: a marker is in the
-        # segment its entry names, and every earlier segment ends below the log end.
-        truncate_index(index_path(local.directory, segs[-1].base_offset), segs[-1].next_offset)
+        # segment its entry names, and every earlier segment ends below the log end. A damaged entry that was
+        # not a torn write raises first (active_entries): dropping it would lose an abort the replay may not
+        # reach (it starts at the producer snapshot).
+        path = index_path(local.directory, segs[-1].base_offset)
+        active_entries(segs[-1], path, True)
+        truncate_index(path, segs[-1].next_offset)
     for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
         headers = (h for _, h in seg.batch_headers() if h.last_offset >= start)
         if not repair:
@@ -176,7 +181,7 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
         entries = None if sealed is None else sealed.get(seg)
         if entries is None:
             immutable = seg.immutable
-            entries = read_index(index_path(local.directory, seg.base_offset))
+            entries = active_entries(seg, index_path(local.directory, seg.base_offset), seg is segs[-1])
             if not entries and not os.path.exists(seg.log_path):
                 # Deleted (retention, delete-records) or replaced (a swap's leftovers removed) after this view
                 # was taken: its index may have gone with it, and a read of its records without their aborts
@@ -194,6 +199,24 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
             if e.last_stable_offset >= end:
                 return out
     return out
+
+
+def active_entries(seg: Any, path: str, active: bool) -> list[AbortedTxn]:
+    """The entries of segment ``seg``'s index ``path`` for a reader (:func:`~pylog.storage.txn_index.read_index`;
+    ``active``: ``seg`` is the partition's active segment, whose damaged last entry may be a torn write).
+    A dropped last entry was torn only if no marker follows the entries kept: a marker is appended after its
+    entry's fsync, and a writer drops a torn entry before it appends another marker.
+
+    :raises CorruptRecordError: for a damaged entry, or a dropped last one that a marker in ``seg`` follows.
+    """
+    entries, dropped = read_index_tail(path, active)
+    if dropped:
+        after = entries[-1].last_offset if entries else -1
+        if any(h.is_control and h.base_offset > after for _, h in seg.batch_headers(tolerate_tail=True)):
+            raise CorruptRecordError("aborted-transaction index entry checksum mismatch, and a transaction marker "
+                                     f"follows the entries that check (after offset {after}): the aborted "
+                                     "transactions it holds cannot be told from committed ones", path)
+    return entries
 
 
 View = tuple[list[Any], list[int]]

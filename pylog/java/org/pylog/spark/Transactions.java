@@ -182,7 +182,8 @@ final class Transactions {
      * {@code {producer id: [{first offset, last offset}, ...]}} of the aborted transactions covering some offset
      * of {@code [start, end)}, from the {@code .txnindex} files of the segments from {@code start}'s on.
      *
-     * @throws FormatException an index whose header is not one (the Python reader's CorruptRecordError)
+     * @throws FormatException an index whose header is not one, or a damaged entry that is not a torn write
+     *         (the Python reader's CorruptRecordError)
      */
     static Map<Long, List<long[]>> abortedIn(PartitionLog log, long start, long end) throws IOException {
         Map<Long, List<long[]>> out = new LinkedHashMap<>();
@@ -208,19 +209,62 @@ final class Transactions {
                     || h.getShort(4) != 1) {
                 throw new FormatException(file + ": not an aborted-transaction index (magic/version)");
             }
+            long after = -1;   // the last offset of the last entry that checks
             for (int at = INDEX_HEADER; at + INDEX_ENTRY <= raw.length; at += INDEX_ENTRY) {
                 CRC32C crc = new CRC32C();
                 crc.update(raw, at, 32);
-                if ((int) crc.getValue() != h.getInt(at + 32)) break;   // a torn or damaged entry ends them
+                if ((int) crc.getValue() != h.getInt(at + 32)) {
+                    // Torn only as the active segment's last entry with no marker after the entries that check
+                    // (pylog/storage/txn_index.py's invariants); anything else is damage, which skipping would
+                    // turn into aborted records read as committed ones.
+                    boolean last = s == bases.length - 1 && at + 2 * INDEX_ENTRY > raw.length;
+                    if (!last) {
+                        throw new FormatException(file + " @ byte " + at + ": aborted-transaction index entry checksum "
+                                + "mismatch: the aborted transactions it holds cannot be told from committed ones");
+                    }
+                    if (markerAfter(log.segmentFile(bases[s]), after)) {
+                        throw new FormatException(file + ": aborted-transaction index entry checksum mismatch, and a "
+                                + "transaction marker follows the entries that check (after offset " + after + "): the "
+                                + "aborted transactions it holds cannot be told from committed ones");
+                    }
+                    break;
+                }
                 long pid = h.getLong(at);
                 long first = h.getLong(at + 8);
                 long last = h.getLong(at + 16);
                 long lso = h.getLong(at + 24);
+                after = last;
                 if (last >= start && first < end) out.computeIfAbsent(pid, k -> new ArrayList<>()).add(new long[] {first, last});
                 if (lso >= end) return out;
             }
         }
         return out;
+    }
+
+    /** Whether segment file {@code file} holds a control batch (a transaction marker) above offset {@code after}
+     *  (its complete batches: a batch still being written is not a marker yet). */
+    private static boolean markerAfter(Path file, long after) throws IOException {
+        ByteBuffer map;
+        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
+            long size = ch.size();
+            if (size == 0) return false;
+            map = ch.map(FileChannel.MapMode.READ_ONLY, 0, size).order(ByteOrder.LITTLE_ENDIAN);
+        } catch (NoSuchFileException e) {
+            return false;
+        }
+        long pos = 0;
+        while (pos + Batch.HEADER_SIZE <= map.capacity()) {
+            Batch b;
+            try {
+                b = Batch.readHeader(map, (int) pos, map.capacity() - pos, file + " at byte " + pos);
+            } catch (FormatException e) {
+                break;   // a torn tail (a crash's leftovers, which the writer cuts away): no batch past it
+            }
+            if (b == null) break;
+            if (b.isControl() && b.baseOffset > after) return true;
+            pos += b.totalSize();
+        }
+        return false;
     }
 
     /** Whether a transactional batch of {@code producerId} at {@code offset} belongs to an aborted transaction. */
