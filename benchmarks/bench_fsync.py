@@ -18,6 +18,11 @@ them durable in one of three ways, interleaved round by round so that a loaded m
   it reports that file's own writeback error, as fdatasync would, without a journal commit or a cache flush
   (what pylog's group commit does, :mod:`pylog.storage.group_commit`).
 
+``--prealloc`` compares instead ``seq`` and ``pool`` on files whose blocks are reserved ahead of the appends
+(``seq+reserved``, ``pool+reserved``: :func:`pylog.storage.prealloc.reserve_ahead` before each append, as an active
+segment that is fsynced while active does) with the same on files that are not, each method on files of its own;
+it adds the voluntary context switches per fdatasync (each a wait, mostly for the disk).
+
 Reported per method and N: the median wall time per round (ms) and the median CPU time of this process per round
 (user + system, ms; the kernel work of fdatasync is system time of the calling thread), with ``uptime``'s load
 averages. The first round of each method is dropped (it opens and extends the files). Nothing asserts.
@@ -30,11 +35,15 @@ import concurrent.futures
 import ctypes
 import ctypes.util
 import os
+import resource
 import shutil
 import statistics
 import sys
 import tempfile
 import time
+
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from pylog.storage import prealloc  # noqa: E402 - the reservation pylog.segment makes
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
 
@@ -51,26 +60,29 @@ def check_written(fd: int) -> None:
         raise OSError(err, os.strerror(err))
 
 
-def write_all(fds: list[int], chunk: bytes) -> None:
+def write_all(fds: list[int], chunk: bytes, reserved: dict[int, int] | None = None) -> None:
     for fd in fds:
+        if reserved is not None:  # as pylog.segment does before an append (pylog.storage.prealloc)
+            reserved[fd] = prealloc.reserve_ahead(fd, reserved.get(fd, 0), os.lseek(fd, 0, os.SEEK_END), len(chunk))
         os.write(fd, chunk)
 
 
 def one_round(method: str, fds: list[int], chunk: bytes, pool: concurrent.futures.ThreadPoolExecutor,
-              dir_fd: int) -> tuple[float, float]:
-    write_all(fds, chunk)
-    c0, t0 = time.process_time(), time.perf_counter()
-    if method == "seq":
+              dir_fd: int, reserved: dict[int, int] | None = None) -> tuple[float, float, float]:
+    write_all(fds, chunk, reserved if method.endswith("+reserved") else None)
+    c0, t0, w0 = time.process_time(), time.perf_counter(), resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw
+    if method.startswith("seq"):
         for fd in fds:
             os.fdatasync(fd)
-    elif method == "pool":
+    elif method.startswith("pool"):
         list(pool.map(os.fdatasync, fds))
     else:
         syncfs(dir_fd)
         if method == "syncfs+check":
             for fd in fds:
                 check_written(fd)
-    return (time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3
+    waits = (resource.getrusage(resource.RUSAGE_SELF).ru_nvcsw - w0) / len(fds)
+    return (time.perf_counter() - t0) * 1e3, (time.process_time() - c0) * 1e3, waits
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -80,33 +92,40 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--threads", type=int, default=16)
     ap.add_argument("--bytes", type=int, default=2048, help="appended to each file per round")
     ap.add_argument("--dir", help="where the files go (default: a temporary directory)")
+    ap.add_argument("--prealloc", action="store_true", help="fdatasync with and without blocks reserved ahead")
     args = ap.parse_args(argv)
     root = tempfile.mkdtemp(prefix="pylog-bench-fsync-", dir=args.dir)
     chunk = b"x" * args.bytes
-    methods = ("seq", "pool", "syncfs", "syncfs+check")
+    methods = ("seq", "seq+reserved", "pool", "pool+reserved") if args.prealloc else \
+        ("seq", "pool", "syncfs", "syncfs+check")
     print(f"kernel {os.uname().release}; {args.bytes} B appended per file per round; {args.rounds} rounds; "
           f"pool of {args.threads} threads; load {os.getloadavg()}")
-    print(f"{'files':>6} {'method':>13} {'wall ms':>9} {'cpu ms':>8} {'wall/file us':>13}")
+    print(f"{'files':>6} {'method':>13} {'wall ms':>9} {'cpu ms':>8} {'wall/file us':>13} {'waits/file':>10}")
     pool = concurrent.futures.ThreadPoolExecutor(args.threads)
     dir_fd = os.open(root, os.O_RDONLY)
     try:
         for n in args.files:
-            fds = [os.open(os.path.join(root, f"{n}-{i}.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
-                   for i in range(n)]
+            # With --prealloc each method has files of its own (a file with blocks reserved stays so).
+            sets = {m: [os.open(os.path.join(root, f"{n}-{m if args.prealloc else ''}-{i}.log"),
+                                os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644) for i in range(n)]
+                    for m in (methods if args.prealloc else methods[:1])}
+            reserved: dict[int, int] = {}
             try:
-                times: dict[str, list[tuple[float, float]]] = {m: [] for m in methods}
+                times: dict[str, list[tuple[float, float, float]]] = {m: [] for m in methods}
                 for r in range(args.rounds + 1):
                     for m in methods:
-                        res = one_round(m, fds, chunk, pool, dir_fd)
+                        res = one_round(m, sets.get(m) or sets[methods[0]], chunk, pool, dir_fd, reserved)
                         if r:
                             times[m].append(res)
                 for m in methods:
                     wall = statistics.median(t[0] for t in times[m])
                     cpu = statistics.median(t[1] for t in times[m])
-                    print(f"{n:>6} {m:>13} {wall:>9.2f} {cpu:>8.2f} {wall * 1e3 / n:>13.1f}", flush=True)
+                    waits = statistics.median(t[2] for t in times[m])
+                    print(f"{n:>6} {m:>13} {wall:>9.2f} {cpu:>8.2f} {wall * 1e3 / n:>13.1f} {waits:>10.2f}", flush=True)
             finally:
-                for fd in fds:
-                    os.close(fd)
+                for fds in sets.values():
+                    for fd in fds:
+                        os.close(fd)
     finally:
         os.close(dir_fd)
         pool.shutdown()

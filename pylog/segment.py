@@ -54,6 +54,7 @@ from typing import Iterator, Sequence
 
 
 from .errors import CorruptRecordError
+from .storage import prealloc
 from .storage.fileio import Data, fsync_files, truncate_durably
 from .storage.filenames import INDEX_SUFFIX, LOG_SUFFIX, TIMEINDEX_SUFFIX, segment_path
 from .index import IndexError_, OffsetIndex, SegmentIndexes, TimeIndex
@@ -102,6 +103,8 @@ class Segment:
         self._first_timestamp: int | None = None  # max timestamp of the first batch (for segment.ms)
         self._bytes_since_index = 0
         self._wfd: int | None = None
+        #: Disk blocks reserved ahead of this writer's appends once the log is fsynced while active.
+        self._reservation = prealloc.Reservation()
         #: Batch starts of the open file whose checksum a read checked (see :meth:`verified`).
         self._verified: set[int] = set()
         #: A reader's batch of the active segment its last read ended in (dropped with the memo).
@@ -590,6 +593,7 @@ class Segment:
             log.warning("rebuilding indexes of %s: %s", self.log_path, exc)
             self._write_rebuilt_indexes(self.size)
         self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        self._reservation.off()
 
     def _write_rebuilt_indexes(self, end: int, verify: bool = False) -> Rebuilt:
         self._idx.close()
@@ -621,6 +625,7 @@ class Segment:
         self._first_timestamp = state.first_ts
         self._loaded = True
         self._wfd = os.open(self.log_path, os.O_WRONLY | os.O_APPEND)
+        self._reservation.off()
         return dropped
 
     def append(self, header: BatchHeader, parts: Sequence[Data], max_timestamp: int) -> int:
@@ -632,6 +637,7 @@ class Segment:
             another hand); nothing is written.
         """
         fd, pos = append_position(self._wfd, self.size, self.log_path)
+        self._reservation.before_write(fd, pos, header.size)
         self._appended(write_batch(fd, header, parts, max_timestamp, self._end(), self._idx.offsets,
                                    self._idx.times, self.base_offset, self.index_interval_bytes), header)
         return pos
@@ -644,7 +650,8 @@ class Segment:
         On a failed write the file is cut back to its previous size (none of them written) and the error
         re-raised. :raises CorruptRecordError: as :meth:`append`.
         """
-        fd, _ = append_position(self._wfd, self.size, self.log_path)
+        fd, pos = append_position(self._wfd, self.size, self.log_path)
+        self._reservation.before_write(fd, pos, sum(h.size for h in headers))
         self._appended(write_batches(fd, headers, parts, self._end(), self._idx.offsets, self._idx.times,
                                      self.base_offset, self.index_interval_bytes), headers[-1])
 
@@ -663,17 +670,22 @@ class Segment:
         """fsync the log (indexes are derived data and rebuilt after a crash)."""
         if self._wfd is not None:
             os.fdatasync(self._wfd)
+            self._reservation.arm()  # made durable while active: its appends reserve blocks ahead from now on
 
     def sync_descriptor(self) -> int | None:
         """A new descriptor of the log being appended to (None when it is not), for an fdatasync run without
         the partition's lock; the caller closes it. It stays valid whatever happens to the segment meanwhile
         (a roll, a close, retention unlinking the file)."""
-        return os.dup(self._wfd) if self._wfd is not None else None
+        if self._wfd is None:
+            return None
+        self._reservation.arm()  # as in flush()
+        return os.dup(self._wfd)
 
     def seal(self, durable: bool = True) -> None:
         """Finish the segment: fsync the log, write trimmed checksummed indexes, close for writing."""
         if self._wfd is None:
             return
+        self._reservation.give_back(self._wfd, self.size)  # before the fsync: sealed, it holds no more
         if durable:
             os.fdatasync(self._wfd)
         os.close(self._wfd)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -37,3 +38,22 @@ def test_server_acl_benchmark_quick_run(tmp_path):
     for figure in ("confluent-kafka produce rec/s", "confluent-kafka fetch rec/s", "server CPU s per 1M produced",
                    "server CPU s per 1M fetched", "load average at round starts"):
         assert figure in out, figure
+
+
+def test_server_threads_benchmark_prints_each_thread_kind(tmp_path):
+    pytest.importorskip("confluent_kafka")
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_server_threads.py"), "--records", "20000",
+                          "--partitions", "4", "--acks", "all", "--dir", str(tmp_path)], capture_output=True,
+                         text=True, check=True, timeout=300).stdout
+    assert "P=4 acks=all:" in out and "records per Produce request" in out and "client CPU" in out, out
+    assert "us/request; switches/request voluntary" in out, out
+    if shutil.which("py-spy"):  # thread names come from py-spy: the loop and the group commit's workers (the fsyncs)
+        assert "MainThread" in out and "pylog-group-commit" in out, out
+
+
+def test_fsync_benchmark_compares_reserved_blocks(tmp_path):
+    out = subprocess.run([sys.executable, str(ROOT / "benchmarks" / "bench_fsync.py"), "--prealloc", "--files", "4",
+                          "--rounds", "2", "--bytes", "4096", "--dir", str(tmp_path)], capture_output=True, text=True,
+                         check=True, timeout=300).stdout
+    for method in ("seq+reserved", "pool+reserved", "waits/file"):
+        assert method in out, method
