@@ -299,6 +299,25 @@ def test_a_damaged_aborted_transaction_index_fails_both_readers_at_read_committe
     assert [bytes(r[1]) for r in rows] == [b"y"]
 
 
+def test_a_torn_last_index_entry_after_a_commit_marker_reads_on_in_both_readers(spark, jvm_reader, tmp_path):
+    """A commit marker after the index's entries (commits have no entry) made both readers take a torn last
+    entry (an abort's, written before its marker landed) for damage and refuse read_committed reads."""
+    from pylog.partition import internals
+    path = tmp_path / "store"
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("t", partitions=1)
+        p = store.topic("t").partition(0)
+        for commit in (False, True):
+            pid = store.new_producer_id()
+            p.append_values([b"c" if commit else b"x"] * 3, producer=(pid, 0, 0), transactional=True)
+            internals(p).append_marker(pid, 0, commit=commit)
+        index = p.directory + "/00000000000000000000.txnindex"
+    with open(index, "ab") as f:
+        f.write(bytes(range(36)))
+    rows = _same(spark, jvm_reader, path, subscribe="t", **{"kafka.isolation.level": "read_committed"})
+    assert [bytes(r[1]) for r in rows] == [b"c"] * 3
+
+
 def test_streams_on_the_jvm_read_the_micro_batches_the_python_source_reads_and_report_lag(spark, jvm_reader,
                                                                                            tmp_path):
     path = tmp_path / "store"

@@ -287,6 +287,28 @@ def test_a_torn_last_index_entry_without_its_marker_is_dropped(tmp_path):
         assert _values(p, "read_committed") == [b"y", b"z"]
 
 
+def test_a_torn_last_index_entry_after_a_commit_marker_is_still_a_torn_write(tmp_path):
+    """A commit marker after the entries that check (commits have no entry) made a torn last entry count as
+    damage: read_committed reads and the writer's open refused the store. Only an abort marker there means
+    the entry was whole once."""
+    path = _three_aborts(tmp_path)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        pid = store.new_producer_id()
+        p.append_values([b"c"] * 2, producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=True)
+    good = open(path, "rb").read()
+    open(path, "wb").write(good + bytes(range(36)))  # a later abort's entry torn before its marker landed
+    with pylog.open(str(tmp_path), read_only=True) as store:
+        assert _values(store.topic(TOPIC).partition(0), "read_committed") == [b"y", b"c", b"c"]
+        assert store.topic(TOPIC).partition(0).check() == []
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert _values(p, "read_committed") == [b"y", b"c", b"c"]
+        p.append_values([b"z"], producer=(store.new_producer_id(), 0, 0))
+        assert open(path, "rb").read() == good
+
+
 def test_invalid_isolation_level_is_refused(tmp_path):
     with _store(tmp_path) as store:
         p = _part(store)

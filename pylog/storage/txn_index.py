@@ -24,8 +24,8 @@ Invariants:
   entry is fsynced first; the writer drops it before it appends again). Any other entry that fails its
   checksum is damage and raises :class:`~pylog.errors.CorruptRecordError` (:func:`read_index`): skipping it
   would hand an aborted transaction's records to read_committed readers as committed ones. The readers that
-  tolerate a damaged last entry check that no marker follows it in the log (a marker there means the entry
-  was whole once: damage).
+  tolerate a damaged last entry check that no abort marker follows it in the log (one there means the entry
+  was whole once: damage; a commit marker has no entry and says nothing).
 """
 
 from __future__ import annotations
