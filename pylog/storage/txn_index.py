@@ -135,7 +135,8 @@ def read_index_tail(path: str, active: bool = False) -> tuple[list[AbortedTxn], 
 
 def scan_index(raw: bytes, path: str = "") -> list[tuple[AbortedTxn, bool]]:
     """Every whole entry of an index file's bytes ``raw``, with whether its checksum checks (``pylog dump``
-    shows them all; readers stop at the first bad one). Bytes after the last whole entry are a torn tail.
+    shows them all; :func:`read_index` raises on a bad one that is not a torn write). Bytes after the last
+    whole entry are a torn tail.
 
     :raises CorruptRecordError: when ``raw`` does not start with an index's header.
     """
