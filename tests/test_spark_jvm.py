@@ -263,9 +263,13 @@ def test_transactions_control_batches_are_skipped_and_read_committed_reads_what_
     # the open transaction starts at offset 21 (5 + 3 x (4 + a marker) + 1): the last stable offset, which a batch
     # read's end may not pass
     ending = {"subscribe": "t", "kafka.isolation.level": "read_committed", "endingOffsets": '{"t": {"0": 22}}'}
+    # a start there: both said "beyond the log end 21", naming the last stable offset the log end (it is 22)
+    starting = {"subscribe": "t", "kafka.isolation.level": "read_committed", "startingOffsets": '{"t": {"0": 22}}'}
     for fmt in (jvm_reader, "pylog-python"):
         with pytest.raises(Exception, match="end offset 22 is beyond the last stable offset .*read_committed.* 21"):
             spark.read.format(fmt).options(**ending).load(str(path)).collect()
+        with pytest.raises(Exception, match="start offset 22 is beyond the last stable offset .*read_committed.* 21"):
+            spark.read.format(fmt).options(**starting).load(str(path)).collect()
     with pytest.raises(Exception, match="option 'kafka.isolation.level': expected read_uncommitted or read_committed"):
         spark.read.format("pylog").option("subscribe", "t").option("kafka.isolation.level", "serializable") \
             .load(str(path)).collect()
