@@ -309,6 +309,23 @@ def test_a_torn_last_index_entry_after_a_commit_marker_is_still_a_torn_write(tmp
         assert open(path, "rb").read() == good
 
 
+def test_a_damaged_index_header_fails_read_committed_reads_and_the_writers_producer_appends(tmp_path):
+    """docs/FORMAT.md said the writer reads an index with a bad header as an empty one (its aborts lost when
+    they are older than the producer snapshot); it raises as readers do, and leaves the file as it is."""
+    path = _three_aborts(tmp_path)
+    raw = bytearray(open(path, "rb").read())
+    raw[0] ^= 0xFF
+    open(path, "wb").write(raw)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        with pytest.raises(CorruptRecordError, match="not an aborted-transaction index"):
+            _values(p, "read_committed")
+        with pytest.raises(CorruptRecordError, match="not an aborted-transaction index"):
+            p.append_values([b"z"], producer=(store.new_producer_id(), 0, 0))
+        assert any("not an aborted-transaction index" in x for x in p.check())
+    assert open(path, "rb").read() == bytes(raw)
+
+
 def test_invalid_isolation_level_is_refused(tmp_path):
     with _store(tmp_path) as store:
         p = _part(store)

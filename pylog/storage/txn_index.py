@@ -197,7 +197,9 @@ def append_index(path: str, txn: AbortedTxn) -> None:
 def truncate_index(path: str, log_end: int) -> list[AbortedTxn]:
     """Drop the entries of the active segment's index ``path`` whose marker is not in the log (``last offset
     >= log_end``) and a torn tail (a damaged last entry included); returns the entries kept. A file with a
-    bad header is rewritten empty (its entries are rebuilt by the writer's replay).
+    bad header is rewritten empty; the writer's replay never gets here with one (it checks the index first,
+    :func:`~pylog.storage.log.txn.active_entries`, and raises: its entries may be older than the replay
+    reaches).
 
     :raises CorruptRecordError: when an entry before the last fails its checksum: damage, not a torn write,
         and the aborts it holds may be older than the replay reaches, so nothing is rewritten.
