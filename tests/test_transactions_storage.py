@@ -326,6 +326,22 @@ def test_a_damaged_index_header_fails_read_committed_reads_and_the_writers_produ
     assert open(path, "rb").read() == bytes(raw)
 
 
+def test_a_torn_last_index_entry_is_dropped_when_a_writer_of_plain_records_rolls_its_segment(tmp_path):
+    """A writer that never loaded its producer state (plain appends only) sealed a crash's torn index entry
+    into a rolled segment, where it is damage: every read_committed read failed from then on."""
+    path = _three_aborts(tmp_path)
+    good = open(path, "rb").read()
+    open(path, "wb").write(good + bytes(range(36)))  # a 4th entry torn by a crash; its marker never landed
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        p.append_values([b"plain"])
+        p.roll()
+        p.append_values([b"next"])
+        assert _values(p, "read_committed") == [b"y", b"plain", b"next"]
+        assert p.check() == []
+    assert open(path, "rb").read() == good
+
+
 def test_invalid_isolation_level_is_refused(tmp_path):
     with _store(tmp_path) as store:
         p = _part(store)

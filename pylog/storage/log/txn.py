@@ -45,7 +45,7 @@ from .local_log import LocalLog
 from .segments import S
 
 __all__ = ["TxnTracker", "SealedEntries", "IsolationLevel", "ISOLATION_LEVELS", "check_isolation", "aborted_in",
-           "active_entries",
+           "active_entries", "repair_before_roll",
            "filter_slices", "replay", "load_state", "isolated_read", "check_unreplaced", "View"]
 
 log = logging.getLogger("pylog.partition")
@@ -226,6 +226,24 @@ def active_entries(seg: Any, path: str, active: bool) -> list[AbortedTxn]:
                                      f"follows the entries that check (after offset {after}): the aborted "
                                      "transactions it holds cannot be told from committed ones", path)
     return entries
+
+
+def repair_before_roll(local: LocalLog[S]) -> None:
+    """Before the writer seals its active segment (a roll): drop its index's torn tail (a damaged last entry
+    with no abort marker after it included) and any entry whose marker is not in the log, as the writer's
+    load does (:func:`replay`). A writer that never loaded its producer state (plain appends only) rolled a
+    crash's torn write into a sealed index, where it is damage and failed every read_committed read. Damage
+    is left as it is, for readers and ``pylog verify`` to report (raising here would stop plain appends)."""
+    segs = local.segments
+    if not segs:
+        return
+    seg = segs[-1]
+    path = index_path(local.directory, seg.base_offset)
+    try:
+        active_entries(seg, path, True)
+    except CorruptRecordError:
+        return
+    truncate_index(path, seg.next_offset)
 
 
 View = tuple[list[Any], list[int]]
