@@ -218,17 +218,24 @@ def test_records_whose_keys_are_a_markers_bytes_survive_the_markers_and_an_abort
         assert _markers(p) == [3, 5]
 
 
+def _committed_then_aborted_over_a_roll(store):
+    """The partition of a new compacted topic holding ``committed`` then an aborted ``aborted`` of the same key,
+    whose abort marker is in the next segment (the active one)."""
+    p = _partition(store)
+    pid = store.new_producer_id()
+    p.append_values([b"committed"], [b"k"])
+    p.append_values([b"aborted"], [b"k"], producer=(pid, 0, 0), transactional=True)
+    p.roll()
+    internals(p).append_marker(pid, 0, commit=False)
+    return p
+
+
 def test_an_index_contradicting_the_markers_stops_the_cleaning_before_anything_is_swapped(tmp_path):
     """An abort whose index entry is lost would let its records pass for committed ones (and supersede the
     committed record of their key): the abort marker gives it away and the cleaning stops, changing nothing;
     an index that cannot be read stops it too."""
     with _store(tmp_path) as store:
-        p = _partition(store)
-        pid = store.new_producer_id()
-        p.append_values([b"committed"], [b"k"])
-        p.append_values([b"aborted"], [b"k"], producer=(pid, 0, 0), transactional=True)
-        p.roll()
-        internals(p).append_marker(pid, 0, commit=False)
+        p = _committed_then_aborted_over_a_roll(store)
         p.roll()
         index = index_path(p.directory, p.segments[1].base_offset)
         raw = open(index, "rb").read()
@@ -245,6 +252,23 @@ def test_an_index_contradicting_the_markers_stops_the_cleaning_before_anything_i
         clean_partition(p, BUFFER, force=True)
         assert [r.value for r in p.read(0)] == [b"committed"]
         assert [r.value for r in p.read(0, isolation_level="read_committed")] == [b"committed"]
+
+
+def test_a_damaged_last_entry_of_the_active_index_that_its_abort_marker_follows_stops_the_cleaning(tmp_path):
+    """The cleaner took a damaged last entry of the active segment's index for a torn write even with its abort
+    marker after it, so the aborted record (in a cleaned segment) passed for a committed one and superseded the
+    committed record of its key; readers refuse that index, and the cleaner now does too."""
+    with _store(tmp_path) as store:
+        p = _committed_then_aborted_over_a_roll(store)   # the abort's entry: the active segment's index's last
+        p.append_values([b"later"], [b"other"])
+        index = index_path(p.directory, p.segments[-1].base_offset)
+        raw = bytearray(open(index, "rb").read())
+        raw[8 + 20] ^= 0xFF
+        with open(index, "wb") as f:
+            f.write(raw)
+        with pytest.raises(pylog.errors.CorruptRecordError, match="abort marker follows"):
+            clean_partition(p, BUFFER, force=True)
+        assert [r.value for r in p.read(0)] == [b"committed", b"aborted", b"later"]
 
 
 def test_a_control_batch_that_is_no_marker_ends_its_transaction_for_the_cleaner_too(tmp_path):

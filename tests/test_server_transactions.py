@@ -597,3 +597,40 @@ def test_serve_sets_the_stores_transactional_id_expiration_when_it_opens_the_sto
         assert server.store.settings["transactional.id.expiration.ms"] == 5000
     with pytest.raises(pylog.InvalidArgumentError):
         pylog.serve(tmp_path / "store", port=0, transactional_id_expiration_ms=0)
+
+
+def test_a_damaged_aborted_transaction_index_gives_read_committed_clients_corrupt_message_and_the_log_its_file(
+        server, store, caplog):
+    """A Fetch at READ_COMMITTED over a damaged .txnindex entry: librdkafka sees CORRUPT_MESSAGE (never the
+    aborted records), the server logged the damage at debug only (the operator had no file to look at) and
+    now warns once naming it, and serves on (read_uncommitted reads every record)."""
+    import logging
+    p = store.create_topic("dmg", partitions=1).partition(0)
+    for n in range(2):
+        pid = store.new_producer_id()
+        p.append_values([b"aborted%d" % n] * 2, producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=False)
+    p.append_values([b"plain"])
+    index = os.path.join(p.directory, "00000000000000000000.txnindex")
+    with open(index, "r+b") as f:
+        f.seek(8 + 20)
+        f.write(b"\xff")
+    caplog.set_level(logging.WARNING, logger="pylog.server")
+    c = Consumer({"bootstrap.servers": server.bootstrap_servers, "group.id": "dmg", "auto.offset.reset": "earliest",
+                  "isolation.level": "read_committed", "enable.auto.commit": False})
+    try:
+        c.assign([ck.TopicPartition("dmg", 0, 0)])
+        errors, values = [], []
+        deadline = time.monotonic() + 60
+        while len(errors) < 3 and time.monotonic() < deadline:
+            m = c.poll(0.5)
+            if m is not None and m.error():
+                errors.append(m.error().code())
+            elif m is not None:
+                values.append(m.value())
+    finally:
+        c.close()
+    assert values == [] and errors[:3] == [ck.KafkaError.INVALID_MSG] * 3
+    warned = [r.getMessage() for r in caplog.records if "txnindex" in r.getMessage()]
+    assert len(warned) == 1 and "aborted-transaction index entry checksum mismatch" in warned[0], warned
+    assert len(_confluent_values(server.bootstrap_servers, "dmg", 1, "read_uncommitted", 5)) == 5

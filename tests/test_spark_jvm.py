@@ -263,9 +263,13 @@ def test_transactions_control_batches_are_skipped_and_read_committed_reads_what_
     # the open transaction starts at offset 21 (5 + 3 x (4 + a marker) + 1): the last stable offset, which a batch
     # read's end may not pass
     ending = {"subscribe": "t", "kafka.isolation.level": "read_committed", "endingOffsets": '{"t": {"0": 22}}'}
+    # a start there: both said "beyond the log end 21", naming the last stable offset the log end (it is 22)
+    starting = {"subscribe": "t", "kafka.isolation.level": "read_committed", "startingOffsets": '{"t": {"0": 22}}'}
     for fmt in (jvm_reader, "pylog-python"):
         with pytest.raises(Exception, match="end offset 22 is beyond the last stable offset .*read_committed.* 21"):
             spark.read.format(fmt).options(**ending).load(str(path)).collect()
+        with pytest.raises(Exception, match="start offset 22 is beyond the last stable offset .*read_committed.* 21"):
+            spark.read.format(fmt).options(**starting).load(str(path)).collect()
     with pytest.raises(Exception, match="option 'kafka.isolation.level': expected read_uncommitted or read_committed"):
         spark.read.format("pylog").option("subscribe", "t").option("kafka.isolation.level", "serializable") \
             .load(str(path)).collect()
@@ -297,6 +301,25 @@ def test_a_damaged_aborted_transaction_index_fails_both_readers_at_read_committe
     open(index, "wb").write(good + bytes(36))   # a torn 4th entry whose marker never landed
     rows = _same(spark, jvm_reader, path, **committed)
     assert [bytes(r[1]) for r in rows] == [b"y"]
+
+
+def test_a_torn_last_index_entry_after_a_commit_marker_reads_on_in_both_readers(spark, jvm_reader, tmp_path):
+    """A commit marker after the index's entries (commits have no entry) made both readers take a torn last
+    entry (an abort's, written before its marker landed) for damage and refuse read_committed reads."""
+    from pylog.partition import internals
+    path = tmp_path / "store"
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("t", partitions=1)
+        p = store.topic("t").partition(0)
+        for commit in (False, True):
+            pid = store.new_producer_id()
+            p.append_values([b"c" if commit else b"x"] * 3, producer=(pid, 0, 0), transactional=True)
+            internals(p).append_marker(pid, 0, commit=commit)
+        index = p.directory + "/00000000000000000000.txnindex"
+    with open(index, "ab") as f:
+        f.write(bytes(range(36)))
+    rows = _same(spark, jvm_reader, path, subscribe="t", **{"kafka.isolation.level": "read_committed"})
+    assert [bytes(r[1]) for r in rows] == [b"c"] * 3
 
 
 def test_streams_on_the_jvm_read_the_micro_batches_the_python_source_reads_and_report_lag(spark, jvm_reader,

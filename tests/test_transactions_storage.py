@@ -287,6 +287,61 @@ def test_a_torn_last_index_entry_without_its_marker_is_dropped(tmp_path):
         assert _values(p, "read_committed") == [b"y", b"z"]
 
 
+def test_a_torn_last_index_entry_after_a_commit_marker_is_still_a_torn_write(tmp_path):
+    """A commit marker after the entries that check (commits have no entry) made a torn last entry count as
+    damage: read_committed reads and the writer's open refused the store. Only an abort marker there means
+    the entry was whole once."""
+    path = _three_aborts(tmp_path)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        pid = store.new_producer_id()
+        p.append_values([b"c"] * 2, producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=True)
+    good = open(path, "rb").read()
+    open(path, "wb").write(good + bytes(range(36)))  # a later abort's entry torn before its marker landed
+    with pylog.open(str(tmp_path), read_only=True) as store:
+        assert _values(store.topic(TOPIC).partition(0), "read_committed") == [b"y", b"c", b"c"]
+        assert store.topic(TOPIC).partition(0).check() == []
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        assert _values(p, "read_committed") == [b"y", b"c", b"c"]
+        p.append_values([b"z"], producer=(store.new_producer_id(), 0, 0))
+        assert open(path, "rb").read() == good
+
+
+def test_a_damaged_index_header_fails_read_committed_reads_and_the_writers_producer_appends(tmp_path):
+    """docs/FORMAT.md said the writer reads an index with a bad header as an empty one (its aborts lost when
+    they are older than the producer snapshot); it raises as readers do, and leaves the file as it is."""
+    path = _three_aborts(tmp_path)
+    raw = bytearray(open(path, "rb").read())
+    raw[0] ^= 0xFF
+    open(path, "wb").write(raw)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        with pytest.raises(CorruptRecordError, match="not an aborted-transaction index"):
+            _values(p, "read_committed")
+        with pytest.raises(CorruptRecordError, match="not an aborted-transaction index"):
+            p.append_values([b"z"], producer=(store.new_producer_id(), 0, 0))
+        assert any("not an aborted-transaction index" in x for x in p.check())
+    assert open(path, "rb").read() == bytes(raw)
+
+
+def test_a_torn_last_index_entry_is_dropped_when_a_writer_of_plain_records_rolls_its_segment(tmp_path):
+    """A writer that never loaded its producer state (plain appends only) sealed a crash's torn index entry
+    into a rolled segment, where it is damage: every read_committed read failed from then on."""
+    path = _three_aborts(tmp_path)
+    good = open(path, "rb").read()
+    open(path, "wb").write(good + bytes(range(36)))  # a 4th entry torn by a crash; its marker never landed
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        p.append_values([b"plain"])
+        p.roll()
+        p.append_values([b"next"])
+        assert _values(p, "read_committed") == [b"y", b"plain", b"next"]
+        assert p.check() == []
+    assert open(path, "rb").read() == good
+
+
 def test_invalid_isolation_level_is_refused(tmp_path):
     with _store(tmp_path) as store:
         p = _part(store)

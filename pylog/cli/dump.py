@@ -9,8 +9,8 @@ Every problem is listed at the end with the file and byte position, and the exit
 
 An ``.index`` or ``.timeindex`` file is printed entry by entry; offset index entries are checked against
 the segment's ``.log`` beside it (each must point at the start of the batch with its offset). A ``.txnindex``
-file (aborted transactions) is printed entry by entry, each entry's checksum checked (readers stop at the
-first damaged one).
+file (aborted transactions) is printed entry by entry, each entry's checksum checked (a damaged one makes
+read_committed reads raise, unless it is a torn write: docs/FORMAT.md "Aborted-transaction index").
 
 Transactions: a batch line says ``isTransactional``; with ``--records`` a transaction marker (control batch)
 prints as ``endTxnMarker: COMMIT`` or ``ABORT`` with its coordinator epoch, as kafka-dump-log does. A file
@@ -228,8 +228,11 @@ def _dump_txn_index(path: str, out: TextIO) -> list[str]:
         print(f"version: 1 producerId: {e.producer_id} firstOffset: {e.first_offset} lastOffset: {e.last_offset} "
               f"lastStableOffset: {e.last_stable_offset} crcValid: {str(ok).lower()}", file=out)
     print(f"{len(entries)} aborted transaction(s)", file=out)
-    problems = [f"{path}: the entry for the marker at offset {e.last_offset} fails its checksum (readers stop "
-                "before it)" for e, ok in entries if not ok]
+    # A damaged entry's fields are not to be trusted: it is named by its position. Readers raise on it unless it
+    # is a torn write (the active segment's last entry with no abort marker after it), which the writer drops.
+    problems = [f"{path} @ byte {TXN_INDEX_HEADER_SIZE + i * TXN_INDEX_ENTRY_SIZE}: entry {i} fails its checksum "
+                "(read_committed reads raise CorruptRecordError, unless it is a torn write: the active segment's "
+                "last entry with no abort marker after it)" for i, (_, ok) in enumerate(entries) if not ok]
     whole = TXN_INDEX_HEADER_SIZE + len(entries) * TXN_INDEX_ENTRY_SIZE
     if len(raw) > whole:
         problems.append(f"{path} @ byte {whole}: torn entry ({len(raw) - whole} of {TXN_INDEX_ENTRY_SIZE} bytes)")

@@ -33,7 +33,8 @@ import time
 from typing import Any
 
 from .. import metrics
-from ..errors import DESCRIPTOR_ERRNOS, OffsetOutOfRangeError, PylogError, TopicExistsError, UnknownTopicError
+from ..errors import (CorruptRecordError, DESCRIPTOR_ERRNOS, OffsetOutOfRangeError, PylogError, TopicExistsError,
+                      UnknownTopicError)
 from ..store import is_internal_topic, topic_name_problem
 from ..partition import Partition, internals
 from . import metering, recordbatch
@@ -67,6 +68,8 @@ class DataHandlers:
 
     def __init__(self, state: ServerState) -> None:
         self.s = state
+        #: The damage last logged per partition (see _read_one): a client retrying its Fetch logs it once.
+        self._damage_logged: dict[tuple[str, int], str] = {}
 
     # ------------------------------------------------------------------ helpers
 
@@ -498,6 +501,11 @@ class DataHandlers:
             entry["error_code"] = E.OFFSET_OUT_OF_RANGE
         except PylogError as exc:
             entry["error_code"] = code_for(exc)
+            if isinstance(exc, CorruptRecordError) and self._damage_logged.get((topic, index)) != str(exc):
+                # Damage in the store: the client sees only CORRUPT_MESSAGE, the operator learns the file here.
+                self._damage_logged[(topic, index)] = str(exc)
+                log.warning("pylog serve: fetch from %s-%s: %s (pylog verify STORE lists the damage)", topic,
+                            index, exc)
             log.debug("pylog serve: fetch from %s-%s: %s", topic, index, exc)
         return entry, 0, None, None
 

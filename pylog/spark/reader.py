@@ -187,14 +187,14 @@ def plan_ranges(store: Store, opts: ReadOptions, pushed: RangeFilter | None = No
         start = resolve_offset(opts.starting, topic, number, start_now, end_now, p.offset_for_timestamp,
                                strategy=opts.starting_by_timestamp_strategy)
         end = resolve_offset(opts.ending, topic, number, start_now, end_now, p.offset_for_timestamp)
+        what = ("the last stable offset (kafka.isolation.level=read_committed: an open transaction starts "
+                "there)") if opts.committed else "the log end"
         if end > end_now:
-            what = ("the last stable offset (kafka.isolation.level=read_committed: an open transaction starts "
-                    "there)") if opts.committed else "the log end"
             raise InvalidOptionError(opts.ending.option, f"{topic}-{number}: end offset {end} is beyond {what} "
                                      f"{end_now}")
         if start > end_now:
             raise InvalidOptionError(opts.starting.option,
-                                     f"{topic}-{number}: start offset {start} is beyond the log end {end_now}")
+                                     f"{topic}-{number}: start offset {start} is beyond {what} {end_now}")
         if start > end:
             raise InvalidOptionError(opts.starting.option,
                                      f"{topic}-{number}: start offset {start} is after the end offset {end} "

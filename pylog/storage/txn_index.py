@@ -24,8 +24,8 @@ Invariants:
   entry is fsynced first; the writer drops it before it appends again). Any other entry that fails its
   checksum is damage and raises :class:`~pylog.errors.CorruptRecordError` (:func:`read_index`): skipping it
   would hand an aborted transaction's records to read_committed readers as committed ones. The readers that
-  tolerate a damaged last entry check that no marker follows it in the log (a marker there means the entry
-  was whole once: damage).
+  tolerate a damaged last entry check that no abort marker follows it in the log (one there means the entry
+  was whole once: damage; a commit marker has no entry and says nothing).
 """
 
 from __future__ import annotations
@@ -135,7 +135,8 @@ def read_index_tail(path: str, active: bool = False) -> tuple[list[AbortedTxn], 
 
 def scan_index(raw: bytes, path: str = "") -> list[tuple[AbortedTxn, bool]]:
     """Every whole entry of an index file's bytes ``raw``, with whether its checksum checks (``pylog dump``
-    shows them all; readers stop at the first bad one). Bytes after the last whole entry are a torn tail.
+    shows them all; :func:`read_index` raises on a bad one that is not a torn write). Bytes after the last
+    whole entry are a torn tail.
 
     :raises CorruptRecordError: when ``raw`` does not start with an index's header.
     """
@@ -196,7 +197,9 @@ def append_index(path: str, txn: AbortedTxn) -> None:
 def truncate_index(path: str, log_end: int) -> list[AbortedTxn]:
     """Drop the entries of the active segment's index ``path`` whose marker is not in the log (``last offset
     >= log_end``) and a torn tail (a damaged last entry included); returns the entries kept. A file with a
-    bad header is rewritten empty (its entries are rebuilt by the writer's replay).
+    bad header is rewritten empty; the writer's replay never gets here with one (it checks the index first,
+    :func:`~pylog.storage.log.txn.active_entries`, and raises: its entries may be older than the replay
+    reaches).
 
     :raises CorruptRecordError: when an entry before the last fails its checksum: damage, not a torn write,
         and the aborts it holds may be older than the replay reaches, so nothing is rewritten.

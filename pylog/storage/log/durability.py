@@ -37,6 +37,7 @@ from ..fileio import DESCRIPTOR_ERRNOS, fault, raise_fault, fsync_dir
 from ..handles import RateLimitedLog
 from .. import syncer
 from .local_log import LocalLog
+from .txn import repair_before_roll
 from .segments import S
 from .writer_lock import WriterLock
 
@@ -99,10 +100,12 @@ class Durability(Generic[S]):
     def roll(self, snapshot_producers: Callable[[], None]) -> S:
         """Seal the active segment (trimmed indexes) and start a new one at the next offset. The sealed
         segment is fsynced in the background (see :meth:`sync_rolled_job`): the recovery point stays
-        before it until then. ``snapshot_producers`` writes the idempotence snapshot (not fsynced)."""
+        before it until then. ``snapshot_producers`` writes the idempotence snapshot (not fsynced). A torn
+        write at the end of its aborted-transaction index is dropped first (:func:`.txn.repair_before_roll`)."""
         local = self.local
         old = local.segments[-1]
         try:
+            repair_before_roll(local)
             old.seal(durable=False)
             new = local.create_segment(old.next_offset)
             new.generation = local.generation()  # moved on by a compaction swap (maintenance.swap_in)

@@ -45,7 +45,7 @@ from .local_log import LocalLog
 from .segments import S
 
 __all__ = ["TxnTracker", "SealedEntries", "IsolationLevel", "ISOLATION_LEVELS", "check_isolation", "aborted_in",
-           "active_entries",
+           "active_entries", "repair_before_roll",
            "filter_slices", "replay", "load_state", "isolated_read", "check_unreplaced", "View"]
 
 log = logging.getLogger("pylog.partition")
@@ -108,13 +108,17 @@ def replay(state: ProducerState, local: LocalLog[S], start: int, repair: bool = 
 def _is_commit(local: LocalLog[S], offset: int) -> bool:
     """Whether the marker at ``offset`` commits. A control record that is not a marker (a caller that set the
     control bit itself) ends nothing that could be aborted: it is logged and taken as no abort."""
-    slices = local.slices(offset, 1, 1 << 16, True)
+    return _commits(local.slices(offset, 1, 1 << 16, True), local.name, offset)
+
+
+def _commits(slices: list[ReadSlice], name: str, offset: int) -> bool:
+    """:func:`_is_commit` of the control batch at ``offset``, the first of ``slices``."""
     view, a, _ = slices[0]
     rec = view.records(None, -1, a, a + 1)[0]
     try:
         return parse_marker(rec.key, rec.value)[0]
     except CorruptRecordError as exc:
-        log.warning("%s: the control batch at offset %d is not a transaction marker (%s)", local.name, offset, exc)
+        log.warning("%s: the control batch at offset %d is not a transaction marker (%s)", name, offset, exc)
         return True
 
 
@@ -204,19 +208,42 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
 def active_entries(seg: Any, path: str, active: bool) -> list[AbortedTxn]:
     """The entries of segment ``seg``'s index ``path`` for a reader (:func:`~pylog.storage.txn_index.read_index`;
     ``active``: ``seg`` is the partition's active segment, whose damaged last entry may be a torn write).
-    A dropped last entry was torn only if no marker follows the entries kept: a marker is appended after its
-    entry's fsync, and a writer drops a torn entry before it appends another marker.
+    A dropped last entry was torn only if no abort marker follows the entries kept: an abort marker is
+    appended after its entry's fsync, and a writer drops a torn entry before it appends another marker. A
+    commit marker there says nothing (commits have no entry): the torn entry may be a later abort's.
 
-    :raises CorruptRecordError: for a damaged entry, or a dropped last one that a marker in ``seg`` follows.
+    :raises CorruptRecordError: for a damaged entry, or a dropped last one that an abort marker in ``seg``
+        follows.
     """
     entries, dropped = read_index_tail(path, active)
     if dropped:
         after = entries[-1].last_offset if entries else -1
-        if any(h.is_control and h.base_offset > after for _, h in seg.batch_headers(tolerate_tail=True)):
-            raise CorruptRecordError("aborted-transaction index entry checksum mismatch, and a transaction marker "
+        end = seg.file_size()
+        if any(h.is_control and h.base_offset > after
+               and not _commits(seg.read(h.base_offset, 1, 1 << 16, end)[0], path, h.base_offset)
+               for _, h in seg.batch_headers(tolerate_tail=True)):
+            raise CorruptRecordError("aborted-transaction index entry checksum mismatch, and an abort marker "
                                      f"follows the entries that check (after offset {after}): the aborted "
                                      "transactions it holds cannot be told from committed ones", path)
     return entries
+
+
+def repair_before_roll(local: LocalLog[S]) -> None:
+    """Before the writer seals its active segment (a roll): drop its index's torn tail (a damaged last entry
+    with no abort marker after it included) and any entry whose marker is not in the log, as the writer's
+    load does (:func:`replay`). A writer that never loaded its producer state (plain appends only) rolled a
+    crash's torn write into a sealed index, where it is damage and failed every read_committed read. Damage
+    is left as it is, for readers and ``pylog verify`` to report (raising here would stop plain appends)."""
+    segs = local.segments
+    if not segs:
+        return
+    seg = segs[-1]
+    path = index_path(local.directory, seg.base_offset)
+    try:
+        active_entries(seg, path, True)
+    except CorruptRecordError:
+        return
+    truncate_index(path, seg.next_offset)
 
 
 View = tuple[list[Any], list[int]]

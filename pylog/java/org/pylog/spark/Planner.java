@@ -125,13 +125,13 @@ final class Planner {
                 long startNow = log.logStartOffset();
                 long start = resolve(o.starting, tp, startNow, endNow, log, o.startingByTimestampStrategy);
                 long end = resolve(o.ending, tp, startNow, endNow, log, "error");
+                String what = o.committed ? "the last stable offset (kafka.isolation.level=read_committed: an open "
+                        + "transaction starts there)" : "the log end";
                 if (end > endNow) {
-                    String what = o.committed ? "the last stable offset (kafka.isolation.level=read_committed: an open "
-                            + "transaction starts there)" : "the log end";
                     throw ReadOptions.bad(o.ending.option, tp + ": end offset " + end + " is beyond " + what + " " + endNow);
                 }
                 if (start > endNow) {
-                    throw ReadOptions.bad(o.starting.option, tp + ": start offset " + start + " is beyond the log end "
+                    throw ReadOptions.bad(o.starting.option, tp + ": start offset " + start + " is beyond " + what + " "
                             + endNow);
                 }
                 if (start > end) {

@@ -241,8 +241,9 @@ final class Transactions {
         return out;
     }
 
-    /** Whether segment file {@code file} holds a control batch (a transaction marker) above offset {@code after}
-     *  (its complete batches: a batch still being written is not a marker yet). */
+    /** Whether segment file {@code file} holds an abort marker above offset {@code after} (its complete
+     *  batches: a batch still being written is not a marker yet). A commit marker there says nothing: commits
+     *  have no index entry, so the torn entry may be a later abort's (txn.py's {@code active_entries}). */
     private static boolean markerAfter(Path file, long after) throws IOException {
         ByteBuffer map;
         try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
@@ -261,10 +262,20 @@ final class Transactions {
                 break;   // a torn tail (a crash's leftovers, which the writer cuts away): no batch past it
             }
             if (b == null) break;
-            if (b.isControl() && b.baseOffset > after) return true;
+            if (b.isControl() && b.baseOffset > after && isAbort(map, (int) pos, b, file + " at byte " + pos)) return true;
             pos += b.totalSize();
         }
         return false;
+    }
+
+    /** Whether control batch {@code b} at {@code at} of {@code map} is an abort marker (key: version 0, type 0,
+     *  big-endian shorts); a control record that is not a marker aborts nothing (the Python writer's rule). */
+    private static boolean isAbort(ByteBuffer map, int at, Batch b, String where) throws FormatException {
+        Body body = new Body(b, b.body(map, at, null, where), where);
+        if (body.keyLength(0) != 4) return false;
+        ByteBuffer key = body.buffer().duplicate().order(ByteOrder.BIG_ENDIAN);
+        int k = body.keyDataStart();
+        return key.getShort(k) == 0 && key.getShort(k + 2) == 0;
     }
 
     /** Whether a transactional batch of {@code producerId} at {@code offset} belongs to an aborted transaction. */
