@@ -712,6 +712,28 @@ def test_count_is_answered_from_batch_headers_with_filters_gaps_and_transactions
     assert jvm.count() == py.count() == len(py.select("value").collect())
 
 
+def test_count_star_checks_every_partitions_batches_on_its_threads_and_fails_on_damage(spark, jvm_reader, tmp_path):
+    """``count(*)`` from batch headers counts the ranges on several threads of its one task; each batch's CRC is
+    still checked, and a damaged batch in one partition fails the count with the scan's error."""
+    path = tmp_path / "store"
+    with pylog.open(path) as store:
+        store.create_topic("t", partitions=4)
+        for n in range(4):
+            for _ in range(5):
+                store.topic("t").partition(n).append_values([b"v%d" % i for i in range(50)])
+    df = spark.read.format(jvm_reader).option("subscribe", "t").load(str(path))
+    counted = df.selectExpr("count(*) as n")
+    assert "count(*) from batch headers" in _plan(counted) and counted.collect()[0].n == 4 * 5 * 50
+    log = path / "t" / "2" / "00000000000000000000.log"
+    raw = bytearray(log.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF   # inside a batch of partition 2
+    log.write_bytes(raw)
+    with pytest.raises(Exception, match="CorruptRecordError.*t/2/"):
+        df.selectExpr("count(*) as n").collect()
+    with pytest.raises(Exception, match="CorruptRecordError.*t/2/"):
+        df.select("value").collect()
+
+
 def test_offset_filters_at_the_largest_long_read_what_the_python_reader_reads(spark, jvm_reader, tmp_path):
     # The JVM reader turned `offset <= 9223372036854775807` into an exclusive bound of max + 1, which wrapped to
     # the smallest long: the scan read nothing where the Python reader read every row.

@@ -23,7 +23,8 @@ import org.apache.spark.sql.types.StructType;
  * {@code count(*)} (also {@code count(<literal>)}, and {@code sum(<integer literal>)}, which Spark's optimizer
  * makes of {@code groupBy(c).count().agg(sum("count"))}: the row count times the literal, null over no row)
  * answered by the scan (Spark's aggregate pushdown, complete: no aggregate runs after it):
- * one task walks every planned range with a {@link ColumnarReader} of no column, so records are counted from
+ * one task walks every planned range with a {@link ColumnarReader} of no column (the ranges on as many threads
+ * as the machine has cores, up to one each: every batch's CRC is checked), so records are counted from
  * batch headers where a batch lies wholly inside a range (decoded only where it straddles a range's end or has
  * offset gaps: a compacted topic), control batches count nothing, and data loss is reported as in any read.
  *
@@ -126,14 +127,25 @@ final class CountScan implements Scan, Batch {
         public InternalRow get() {
             done = true;
             long total = 0;
-            for (PylogInputPartition r : ranges) {
-                ColumnarReader reader = new ColumnarReader(r, NO_COLUMNS);
+            int threads = Math.min(ranges.length, Runtime.getRuntime().availableProcessors());
+            if (threads <= 1) {
+                for (PylogInputPartition r : ranges) total += count(r);
+            } else {
+                // The count's one task checks every batch's CRC (the log's every byte); the ranges' checks are
+                // independent, so they run on the machine's cores instead of one, as a scan's tasks would
+                // (the count stays one task: no exchange, no second job, which is what answering it here buys).
+                java.util.concurrent.ExecutorService pool = java.util.concurrent.Executors.newFixedThreadPool(threads,
+                        r -> {
+                            Thread t = new Thread(r, "pylog-count");
+                            t.setDaemon(true);
+                            return t;
+                        });
                 try {
-                    while (reader.next()) total += reader.get().numRows();
-                } catch (IOException e) {
-                    throw new java.io.UncheckedIOException(e);
+                    List<java.util.concurrent.Future<Long>> parts = new java.util.ArrayList<>();
+                    for (PylogInputPartition r : ranges) parts.add(pool.submit(() -> count(r)));
+                    for (java.util.concurrent.Future<Long> f : parts) total += await(f);
                 } finally {
-                    reader.close();
+                    pool.shutdownNow();
                 }
             }
             Object[] values = new Object[sums.length];
@@ -142,6 +154,35 @@ final class CountScan implements Scan, Batch {
                 values[i] = sums[i] == null ? (Object) total : total == 0 ? null : (Object) Math.multiplyExact(total, sums[i]);
             }
             return new GenericInternalRow(values);
+        }
+
+        /** The records of range {@code r} a read returns (data loss and damage raise as in a read). */
+        private static long count(PylogInputPartition r) {
+            long n = 0;
+            ColumnarReader reader = new ColumnarReader(r, NO_COLUMNS);
+            try {
+                while (reader.next()) n += reader.get().numRows();
+            } catch (IOException e) {
+                throw new java.io.UncheckedIOException(e);
+            } finally {
+                reader.close();
+            }
+            return n;
+        }
+
+        /** {@code f}'s count; its failure rethrown as the range's read raised it (the same messages). */
+        private static long await(java.util.concurrent.Future<Long> f) {
+            try {
+                return f.get();
+            } catch (InterruptedException e) {
+                Thread.currentThread().interrupt();
+                throw new IllegalStateException("pylog: count(*) interrupted", e);
+            } catch (java.util.concurrent.ExecutionException e) {
+                Throwable cause = e.getCause();
+                if (cause instanceof RuntimeException re) throw re;
+                if (cause instanceof Error err) throw err;
+                throw new IllegalStateException(cause);
+            }
         }
 
         @Override
