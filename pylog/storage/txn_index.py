@@ -39,9 +39,9 @@ from .filenames import TXN_INDEX_SUFFIX
 from .records import crc32c
 
 __all__ = ["AbortedTxn", "TXN_INDEX_SUFFIX", "marker_record", "parse_marker", "read_index", "read_index_tail",
-           "append_index",
-           "truncate_index", "write_index", "scan_index", "TXN_INDEX_HEADER_SIZE", "TXN_INDEX_ENTRY_SIZE",
-           "index_path", "remove_index", "decode_index", "MAX_INDEX_BYTES", "MARKER_ABORT", "MARKER_COMMIT"]
+           "append_index", "truncate_index", "write_index", "scan_index", "TXN_INDEX_HEADER_SIZE",
+           "TXN_INDEX_ENTRY_SIZE", "index_path", "remove_index", "decode_index", "MAX_INDEX_BYTES", "MARKER_ABORT",
+           "MARKER_COMMIT"]
 
 _MAGIC = b"PLTI"
 _VERSION = 1
@@ -133,6 +133,11 @@ def read_index_tail(path: str, active: bool = False) -> tuple[list[AbortedTxn], 
     return out, False
 
 
+def _has_header(raw: bytes) -> bool:
+    """``raw`` starts with an index file's header (magic and version)."""
+    return len(raw) >= _HEAD.size and _HEAD.unpack_from(raw)[:2] == (_MAGIC, _VERSION)
+
+
 def scan_index(raw: bytes, path: str = "") -> list[tuple[AbortedTxn, bool]]:
     """Every whole entry of an index file's bytes ``raw``, with whether its checksum checks (``pylog dump``
     shows them all; :func:`read_index` raises on a bad one that is not a torn write). Bytes after the last
@@ -140,7 +145,7 @@ def scan_index(raw: bytes, path: str = "") -> list[tuple[AbortedTxn, bool]]:
 
     :raises CorruptRecordError: when ``raw`` does not start with an index's header.
     """
-    if len(raw) < _HEAD.size or _HEAD.unpack_from(raw)[:2] != (_MAGIC, _VERSION):
+    if not _has_header(raw):
         raise CorruptRecordError("not an aborted-transaction index (magic/version)", path, 0)
     out = []
     for pos in range(_HEAD.size, len(raw) - _ENTRY_SIZE + 1, _ENTRY_SIZE):
@@ -208,7 +213,7 @@ def truncate_index(path: str, log_end: int) -> list[AbortedTxn]:
         entries = read_index(path, active=True)
     except CorruptRecordError:
         with open(path, "rb") as f:
-            if f.read(_HEAD.size)[:6] == _HEAD.pack(_MAGIC, _VERSION, 0)[:6]:
+            if _has_header(f.read(_HEAD.size)):
                 raise  # the header checks: an entry before the last is damaged
         entries = []
     kept = [e for e in entries if e.last_offset < log_end]

@@ -222,7 +222,7 @@ final class Transactions {
                         throw new FormatException(file + " @ byte " + at + ": aborted-transaction index entry checksum "
                                 + "mismatch: the aborted transactions it holds cannot be told from committed ones");
                     }
-                    if (markerAfter(log.segmentFile(bases[s]), after)) {
+                    if (abortAfter(log, Math.max(after + 1, bases[s]))) {
                         throw new FormatException(file + ": aborted-transaction index entry checksum mismatch, and a "
                                 + "transaction marker follows the entries that check (after offset " + after + "): the "
                                 + "aborted transactions it holds cannot be told from committed ones");
@@ -241,29 +241,18 @@ final class Transactions {
         return out;
     }
 
-    /** Whether segment file {@code file} holds an abort marker above offset {@code after} (its complete
-     *  batches: a batch still being written is not a marker yet). A commit marker there says nothing: commits
-     *  have no index entry, so the torn entry may be a later abort's (txn.py's {@code active_entries}). */
-    private static boolean markerAfter(Path file, long after) throws IOException {
-        ByteBuffer map;
-        try (FileChannel ch = FileChannel.open(file, StandardOpenOption.READ)) {
-            long size = ch.size();
-            if (size == 0) return false;
-            map = ch.map(FileChannel.MapMode.READ_ONLY, 0, size).order(ByteOrder.LITTLE_ENDIAN);
-        } catch (NoSuchFileException e) {
-            return false;
-        }
-        long pos = 0;
-        while (pos + Batch.HEADER_SIZE <= map.capacity()) {
-            Batch b;
-            try {
-                b = Batch.readHeader(map, (int) pos, map.capacity() - pos, file + " at byte " + pos);
-            } catch (FormatException e) {
-                break;   // a torn tail (a crash's leftovers, which the writer cuts away): no batch past it
+    /** Whether the log holds an abort marker at or after offset {@code from} (its visible batches, through the
+     *  partition's cursor: a batch still being written is not a marker yet, and the walk stops at a torn tail).
+     *  A commit marker there says nothing: commits have no index entry, so the torn entry may be a later
+     *  abort's (txn.py's {@code active_entries}). */
+    private static boolean abortAfter(PartitionLog log, long from) throws IOException {
+        PartitionLog.Cursor cursor = log.cursor(from, Long.MAX_VALUE);
+        try {
+            for (PartitionLog.Located l = cursor.next(); l != null; l = cursor.next()) {
+                if (l.batch().isControl() && isAbort(l.file(), l.at(), l.batch(), l.where())) return true;
             }
-            if (b == null) break;
-            if (b.isControl() && b.baseOffset > after && isAbort(map, (int) pos, b, file + " at byte " + pos)) return true;
-            pos += b.totalSize();
+        } catch (FormatException e) {
+            // a torn tail (a crash's leftovers, which the writer cuts away): no batch past it
         }
         return false;
     }
