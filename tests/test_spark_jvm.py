@@ -275,21 +275,27 @@ def test_transactions_control_batches_are_skipped_and_read_committed_reads_what_
             .load(str(path)).collect()
 
 
-def test_a_damaged_aborted_transaction_index_fails_both_readers_at_read_committed(spark, jvm_reader, tmp_path):
-    """A flipped byte in an index entry made both readers skip the entries from it on and return aborted
-    records as committed; a torn last entry (no marker after it: a crash before its fsync) reads on."""
+def _aborts_then_y(tmp_path, count):
+    """A store whose topic t's partition 0 holds ``count`` aborted transactions of 3 records each, then a plain
+    ``y``: ``(store path, its .txnindex's path, the index's bytes)``."""
     from pylog.partition import internals
     path = tmp_path / "store"
     with pylog.open(path, log_cleaner_enable=False) as store:
         store.create_topic("t", partitions=1)
         p = store.topic("t").partition(0)
-        for n in range(3):
+        for n in range(count):
             pid = store.new_producer_id()
             p.append_values([b"x%d" % n] * 3, producer=(pid, 0, 0), transactional=True)
             internals(p).append_marker(pid, 0, commit=False)
         p.append_values([b"y"])
         index = p.directory + "/00000000000000000000.txnindex"
-    good = open(index, "rb").read()
+    return path, index, open(index, "rb").read()
+
+
+def test_a_damaged_aborted_transaction_index_fails_both_readers_at_read_committed(spark, jvm_reader, tmp_path):
+    """A flipped byte in an index entry made both readers skip the entries from it on and return aborted
+    records as committed; a torn last entry (no marker after it: a crash before its fsync) reads on."""
+    path, index, good = _aborts_then_y(tmp_path, 3)
     committed = {"subscribe": "t", "kafka.isolation.level": "read_committed"}
     for damage in (8 + 20, len(good) - 3):   # the first entry; the last one, which its marker follows
         raw = bytearray(good)
@@ -320,6 +326,39 @@ def test_a_torn_last_index_entry_after_a_commit_marker_reads_on_in_both_readers(
         f.write(bytes(range(36)))
     rows = _same(spark, jvm_reader, path, subscribe="t", **{"kafka.isolation.level": "read_committed"})
     assert [bytes(r[1]) for r in rows] == [b"c"] * 3
+
+
+def test_an_index_cut_inside_its_last_entry_fails_both_readers_at_read_committed(spark, jvm_reader, tmp_path):
+    """Bytes after an index's last whole entry ended its entries in both readers, even with the cut entry's
+    abort marker in the log (active segment) or in a sealed index: the aborted records were read as
+    committed. A cut entry of the active index with no abort marker after it (a crash) still reads on."""
+    from pylog.partition import internals
+    path, index, good = _aborts_then_y(tmp_path, 2)
+    committed = {"subscribe": "t", "kafka.isolation.level": "read_committed"}
+    for roll in (False, True):
+        if roll:
+            with pylog.open(path, log_cleaner_enable=False) as store:
+                p = store.topic("t").partition(0)
+                p.roll()
+                p.append_values([b"z"])
+        open(index, "wb").write(good[:-10])
+        for fmt in (jvm_reader, "pylog-python"):
+            with pytest.raises(Exception, match="CorruptRecordError.*aborted-transaction index.*torn entry"):
+                spark.read.format(fmt).options(**committed).load(str(path)).collect()
+        open(index, "wb").write(good)
+    assert [bytes(r[1]) for r in _same(spark, jvm_reader, path, **committed)] == [b"y", b"z"]
+    # The active segment's index cut inside a third entry that no abort marker follows: a torn write.
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        p = store.topic("t").partition(0)
+        index = p.directory + "/%020d.txnindex" % p.segments[-1].base_offset
+        pid = store.new_producer_id()
+        p.append_values([b"x2"], producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=False)
+        cut = open(index, "rb").read()
+        p.append_values([b"w"])
+    open(index, "wb").write(cut + cut[-36:-10])
+    rows = _same(spark, jvm_reader, path, **committed)
+    assert [bytes(r[1]) for r in rows] == [b"y", b"z", b"w"]
 
 
 def test_streams_on_the_jvm_read_the_micro_batches_the_python_source_reads_and_report_lag(spark, jvm_reader,

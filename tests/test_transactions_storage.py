@@ -342,6 +342,46 @@ def test_a_torn_last_index_entry_is_dropped_when_a_writer_of_plain_records_rolls
     assert open(path, "rb").read() == good
 
 
+@pytest.mark.parametrize("sealed", [False, True])
+@pytest.mark.parametrize("left", [1, 20, 35])
+def test_an_index_cut_inside_its_last_entry_whose_abort_marker_is_in_the_log_fails_read_committed_reads(
+        tmp_path, sealed, left):
+    """Bytes after the last whole entry ended the entries silently, even with the cut entry's abort marker in
+    the log (it was whole once: the entry is fsynced before the marker) or in a sealed index (a roll drops a
+    torn tail first): the aborted transaction's records came back to read_committed readers as committed
+    ones, the cleaner would have dropped its entry, and `pylog verify` said nothing."""
+    path = _three_aborts(tmp_path)
+    if sealed:
+        with _store(tmp_path) as store:
+            store.topic(TOPIC).partition(0).roll()
+    good = open(path, "rb").read()
+    open(path, "wb").write(good[:len(good) - 36 + left])
+    for read_only in (True, False):
+        with pylog.open(str(tmp_path), read_only=read_only, log_cleaner_enable=False) as store:
+            p = store.topic(TOPIC).partition(0)
+            with pytest.raises(CorruptRecordError, match="torn entry"):
+                _values(p, "read_committed")
+            assert any("torn entry" in x for x in p.check())  # pylog verify
+            assert len(_values(p)) == 10
+    assert open(path, "rb").read() == good[:len(good) - 36 + left]
+
+
+def test_an_index_cut_inside_an_entry_never_followed_by_its_marker_is_a_torn_write(tmp_path):
+    """A crash inside an entry's write (before its fsync and so before its marker) leaves part of it: readers
+    read on without it, and the writer's roll drops it before it seals the index."""
+    path = _three_aborts(tmp_path)
+    good = open(path, "rb").read()
+    open(path, "wb").write(good + good[-36:-16])  # 20 bytes of a 4th entry
+    with pylog.open(str(tmp_path), read_only=True) as store:
+        assert _values(store.topic(TOPIC).partition(0), "read_committed") == [b"y"]
+        assert store.topic(TOPIC).partition(0).check() == []
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        p.roll()
+        assert _values(p, "read_committed") == [b"y"]
+    assert open(path, "rb").read() == good
+
+
 def test_invalid_isolation_level_is_refused(tmp_path):
     with _store(tmp_path) as store:
         p = _part(store)

@@ -207,8 +207,8 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
 
 def active_entries(seg: Any, path: str, active: bool) -> list[AbortedTxn]:
     """The entries of segment ``seg``'s index ``path`` for a reader (:func:`~pylog.storage.txn_index.read_index`;
-    ``active``: ``seg`` is the partition's active segment, whose damaged last entry may be a torn write).
-    A dropped last entry was torn only if no abort marker follows the entries kept: an abort marker is
+    ``active``: ``seg`` is the partition's active segment, whose torn tail or damaged last entry may be a
+    torn write). A dropped last entry was torn only if no abort marker follows the entries kept: an abort marker is
     appended after its entry's fsync, and a writer drops a torn entry before it appends another marker. A
     commit marker there says nothing (commits have no entry): the torn entry may be a later abort's.
 
@@ -216,15 +216,15 @@ def active_entries(seg: Any, path: str, active: bool) -> list[AbortedTxn]:
         follows.
     """
     entries, dropped = read_index_tail(path, active)
-    if dropped:
+    if dropped is not None:
         after = entries[-1].last_offset if entries else -1
         end = seg.file_size()
         if any(h.is_control and h.base_offset > after
                and not _commits(seg.read(h.base_offset, 1, 1 << 16, end)[0], path, h.base_offset)
                for _, h in seg.batch_headers(tolerate_tail=True)):
-            raise CorruptRecordError("aborted-transaction index entry checksum mismatch, and an abort marker "
-                                     f"follows the entries that check (after offset {after}): the aborted "
-                                     "transactions it holds cannot be told from committed ones", path)
+            raise CorruptRecordError(f"aborted-transaction index {dropped}, and an abort marker follows the "
+                                     f"entries that check (after offset {after}): the aborted transactions it "
+                                     "holds cannot be told from committed ones", path)
     return entries
 
 

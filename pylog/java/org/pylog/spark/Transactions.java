@@ -210,23 +210,26 @@ final class Transactions {
                 throw new FormatException(file + ": not an aborted-transaction index (magic/version)");
             }
             long after = -1;   // the last offset of the last entry that checks
-            for (int at = INDEX_HEADER; at + INDEX_ENTRY <= raw.length; at += INDEX_ENTRY) {
+            boolean active = s == bases.length - 1;
+            int whole = INDEX_HEADER + (raw.length - INDEX_HEADER) / INDEX_ENTRY * INDEX_ENTRY;
+            // Torn only as the active segment's torn tail, or else its last whole entry failing its checksum,
+            // with no abort marker after the entries that check (pylog/storage/txn_index.py's invariants);
+            // anything else is damage, which skipping would turn into aborted records read as committed ones.
+            String dropped = whole < raw.length
+                    ? "ends in a torn entry (" + (raw.length - whole) + " of " + INDEX_ENTRY + " bytes)" : null;
+            if (dropped != null && !active) {
+                throw new FormatException(file + " @ byte " + whole + ": aborted-transaction index " + dropped
+                        + ": the aborted transactions it held cannot be told from committed ones");
+            }
+            for (int at = INDEX_HEADER; at < whole; at += INDEX_ENTRY) {
                 CRC32C crc = new CRC32C();
                 crc.update(raw, at, 32);
                 if ((int) crc.getValue() != h.getInt(at + 32)) {
-                    // Torn only as the active segment's last entry with no marker after the entries that check
-                    // (pylog/storage/txn_index.py's invariants); anything else is damage, which skipping would
-                    // turn into aborted records read as committed ones.
-                    boolean last = s == bases.length - 1 && at + 2 * INDEX_ENTRY > raw.length;
-                    if (!last) {
+                    if (!active || dropped != null || at + INDEX_ENTRY != whole) {
                         throw new FormatException(file + " @ byte " + at + ": aborted-transaction index entry checksum "
                                 + "mismatch: the aborted transactions it holds cannot be told from committed ones");
                     }
-                    if (abortAfter(log, Math.max(after + 1, bases[s]))) {
-                        throw new FormatException(file + ": aborted-transaction index entry checksum mismatch, and a "
-                                + "transaction marker follows the entries that check (after offset " + after + "): the "
-                                + "aborted transactions it holds cannot be told from committed ones");
-                    }
+                    dropped = "entry checksum mismatch";
                     break;
                 }
                 long pid = h.getLong(at);
@@ -236,6 +239,11 @@ final class Transactions {
                 after = last;
                 if (last >= start && first < end) out.computeIfAbsent(pid, k -> new ArrayList<>()).add(new long[] {first, last});
                 if (lso >= end) return out;
+            }
+            if (dropped != null && abortAfter(log, Math.max(after + 1, bases[s]))) {
+                throw new FormatException(file + ": aborted-transaction index " + dropped + ", and an abort marker "
+                        + "follows the entries that check (after offset " + after + "): the aborted transactions it "
+                        + "holds cannot be told from committed ones");
             }
         }
         return out;
