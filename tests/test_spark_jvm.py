@@ -361,6 +361,26 @@ def test_an_index_cut_inside_its_last_entry_fails_both_readers_at_read_committed
     assert [bytes(r[1]) for r in rows] == [b"y", b"z", b"w"]
 
 
+def test_an_active_index_with_a_torn_first_write_reads_on_unless_an_abort_marker_follows_in_both_readers(
+        spark, jvm_reader, tmp_path):
+    """The index file is created by its first entry's write: a crash before its fsync may leave it empty or
+    zero-filled, with no marker after it (a torn write: both readers read on; a zeroed header failed every
+    read_committed read). Emptied while abort markers follow, both readers read the aborted records."""
+    path, index, _ = _aborts_then_y(tmp_path, 2)
+    committed = {"kafka.isolation.level": "read_committed"}
+    open(index, "wb").write(b"")
+    for fmt in (jvm_reader, "pylog-python"):
+        with pytest.raises(Exception, match="CorruptRecordError.*aborted-transaction index has a torn first write"):
+            spark.read.format(fmt).options(subscribe="t", **committed).load(str(path)).collect()
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("u", partitions=1)
+        p = store.topic("u").partition(0)
+        p.append_values([b"plain"])
+        open(p.directory + "/00000000000000000000.txnindex", "wb").write(bytes(44))
+    rows = _same(spark, jvm_reader, path, subscribe="u", **committed)
+    assert [bytes(r[1]) for r in rows] == [b"plain"]
+
+
 def test_streams_on_the_jvm_read_the_micro_batches_the_python_source_reads_and_report_lag(spark, jvm_reader,
                                                                                            tmp_path):
     path = tmp_path / "store"

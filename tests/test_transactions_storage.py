@@ -247,6 +247,14 @@ def _three_aborts(tmp_path):
         return index_path(p.directory, 0)
 
 
+def _reader_reads_on(tmp_path, want):
+    """A reader of the store in another handle (read-only) reads ``want`` at read_committed and `pylog verify`
+    finds nothing wrong."""
+    with pylog.open(str(tmp_path), read_only=True) as store:
+        assert _values(store.topic(TOPIC).partition(0), "read_committed") == want
+        assert store.topic(TOPIC).partition(0).check() == []
+
+
 @pytest.mark.parametrize("read_only", [True, False])
 @pytest.mark.parametrize("entry", [0, 2])
 def test_a_damaged_aborted_transaction_index_entry_fails_read_committed_reads(tmp_path, entry, read_only):
@@ -372,14 +380,48 @@ def test_an_index_cut_inside_an_entry_never_followed_by_its_marker_is_a_torn_wri
     path = _three_aborts(tmp_path)
     good = open(path, "rb").read()
     open(path, "wb").write(good + good[-36:-16])  # 20 bytes of a 4th entry
-    with pylog.open(str(tmp_path), read_only=True) as store:
-        assert _values(store.topic(TOPIC).partition(0), "read_committed") == [b"y"]
-        assert store.topic(TOPIC).partition(0).check() == []
+    _reader_reads_on(tmp_path, [b"y"])
     with _store(tmp_path) as store:
         p = store.topic(TOPIC).partition(0)
         p.roll()
         assert _values(p, "read_committed") == [b"y"]
     assert open(path, "rb").read() == good
+
+
+@pytest.mark.parametrize("torn", [b"", b"PL", bytes(44)], ids=["empty", "cut-header", "zeroed"])
+def test_an_active_index_whose_first_write_was_torn_reads_on_and_its_writer_appends(tmp_path, torn):
+    """The index file is created by its first entry's write (header and entry at once): a crash before its
+    fsync may leave it empty, cut inside the header or zero-filled, and that abort's marker never landed. A
+    cut or zeroed header made every read_committed read and the writer's producer appends raise for good."""
+    with _store(tmp_path) as store:
+        p = _part(store)
+        pid = store.new_producer_id()
+        p.append_values([b"c"], producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=True)
+        path = index_path(p.directory, 0)
+    open(path, "wb").write(torn)
+    _reader_reads_on(tmp_path, [b"c"])
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        pid = store.new_producer_id()
+        p.append_values([b"x"], producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=False)
+        assert _values(p, "read_committed") == [b"c"]
+        assert read_index(path) == [(pid, 2, 3, 4)]
+
+
+@pytest.mark.parametrize("torn", [b"", b"PL", bytes(44)], ids=["empty", "cut-header", "zeroed"])
+def test_an_active_index_cut_to_a_torn_first_write_after_its_abort_marker_fails_read_committed_reads(tmp_path,
+                                                                                                    torn):
+    """An empty index (or one cut inside its header) of the active segment read as no aborted transaction at
+    all, though abort markers in the segment say entries were written and fsynced before them."""
+    path = _three_aborts(tmp_path)
+    open(path, "wb").write(torn)
+    with pylog.open(str(tmp_path), read_only=True, log_cleaner_enable=False) as store:
+        p = store.topic(TOPIC).partition(0)
+        with pytest.raises(CorruptRecordError, match="torn first write"):
+            _values(p, "read_committed")
+        assert any("torn first write" in x for x in p.check())
 
 
 def test_invalid_isolation_level_is_refused(tmp_path):

@@ -19,7 +19,8 @@ Invariants:
   finds the entry; an entry whose marker never landed (a crash, a failed write) has ``last offset`` at or
   past the log end and is dropped by the next writer (:func:`truncate_index`) before it appends.
 - Each entry has its own CRC-32C. In the index of the partition's active segment, bytes after the last whole
-  entry (a torn tail), or else a last whole entry that fails its checksum, are a write torn by a crash
+  entry (a torn tail), or else a last whole entry that fails its checksum, or a file of at most a header and
+  an entry without its header (the first write, which creates it, torn), are a write torn by a crash
   before its fsync (its marker was never written, as the entry is fsynced first; the writer drops it before
   it appends again or rolls) and end the readable entries. Any other entry that fails its checksum, and a
   torn tail in a sealed segment's index, is damage and raises :class:`~pylog.errors.CorruptRecordError`
@@ -119,6 +120,10 @@ def read_index_tail(path: str, active: bool = False) -> tuple[list[AbortedTxn], 
             raw = f.read(MAX_INDEX_BYTES)
     except FileNotFoundError:
         return [], None
+    if active and len(raw) <= _HEAD.size + _ENTRY_SIZE and not _has_header(raw):
+        # The file is created with its header and first entry in one write: a crash before its fsync can
+        # leave it empty or cut short anywhere, a torn write as any other (its marker was never written).
+        return [], f"has a torn first write ({len(raw)} bytes, no header)"
     if not raw:
         return [], None
     out: list[AbortedTxn] = []

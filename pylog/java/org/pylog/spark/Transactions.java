@@ -203,14 +203,25 @@ final class Transactions {
             } catch (NoSuchFileException e) {
                 continue;   // no abort in this segment (or it is gone with its log: see the class comment)
             }
-            if (raw.length == 0) continue;
+            boolean active = s == bases.length - 1;
             ByteBuffer h = ByteBuffer.wrap(raw).order(ByteOrder.LITTLE_ENDIAN);
             if (raw.length < INDEX_HEADER || raw[0] != 'P' || raw[1] != 'L' || raw[2] != 'T' || raw[3] != 'I'
                     || h.getShort(4) != 1) {
+                if (active && raw.length <= INDEX_HEADER + INDEX_ENTRY) {
+                    // Its first write (header and entry, which create it) torn by a crash: a torn write unless
+                    // an abort marker follows (txn_index.py's invariants).
+                    if (abortAfter(log, bases[s])) {
+                        throw new FormatException(file + ": aborted-transaction index has a torn first write ("
+                                + raw.length + " bytes, no header), and an abort marker follows the entries that "
+                                + "check (after offset -1): the aborted transactions it holds cannot be told from "
+                                + "committed ones");
+                    }
+                    continue;
+                }
+                if (raw.length == 0) continue;
                 throw new FormatException(file + ": not an aborted-transaction index (magic/version)");
             }
             long after = -1;   // the last offset of the last entry that checks
-            boolean active = s == bases.length - 1;
             int whole = INDEX_HEADER + (raw.length - INDEX_HEADER) / INDEX_ENTRY * INDEX_ENTRY;
             // Torn only as the active segment's torn tail, or else its last whole entry failing its checksum,
             // with no abort marker after the entries that check (pylog/storage/txn_index.py's invariants);
