@@ -381,6 +381,33 @@ def test_an_active_index_with_a_torn_first_write_reads_on_unless_an_abort_marker
     assert [bytes(r[1]) for r in rows] == [b"plain"]
 
 
+def test_a_torn_last_index_entry_after_an_abort_without_records_here_reads_on_in_both_readers(spark, jvm_reader,
+                                                                                             tmp_path):
+    """An abort marker of a transaction with no record in the partition has no index entry (a coordinator marks
+    every partition added to the transaction): both readers took a crash-torn entry after one for damage and
+    refused read_committed reads. An abort that had records here still makes the torn entry damage."""
+    from pylog.partition import internals
+    path, index, good = _aborts_then_y(tmp_path, 2)
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        p = store.topic("t").partition(0)
+        internals(p).append_marker(store.new_producer_id(), 0, commit=False)
+        p.append_values([b"after"])
+    open(index, "ab").write(bytes(range(36)))
+    committed = {"subscribe": "t", "kafka.isolation.level": "read_committed"}
+    assert [bytes(r[1]) for r in _same(spark, jvm_reader, path, **committed)] == [b"y", b"after"]
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        p = store.topic("t").partition(0)
+        pid = store.new_producer_id()
+        p.append_values([b"x9"], producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=False)
+    raw = bytearray(open(index, "rb").read())
+    raw[-3] ^= 0xFF   # that abort's entry, whole once (its marker follows)
+    open(index, "wb").write(raw)
+    for fmt in (jvm_reader, "pylog-python"):
+        with pytest.raises(Exception, match="CorruptRecordError.*abort marker follows"):
+            spark.read.format(fmt).options(**committed).load(str(path)).collect()
+
+
 def test_streams_on_the_jvm_read_the_micro_batches_the_python_source_reads_and_report_lag(spark, jvm_reader,
                                                                                            tmp_path):
     path = tmp_path / "store"

@@ -424,6 +424,44 @@ def test_an_active_index_cut_to_a_torn_first_write_after_its_abort_marker_fails_
         assert any("torn first write" in x for x in p.check())
 
 
+@pytest.mark.parametrize("closed", [False, True], ids=["crashed", "closed-then-crashed"])
+def test_a_torn_last_index_entry_after_an_abort_of_a_transaction_without_records_here_is_a_torn_write(tmp_path,
+                                                                                                      closed):
+    """A coordinator writes an abort marker into every partition added to the transaction, records or not
+    (librdkafka adds a partition when a message is queued for it; aborting purges the queue), and such a
+    marker has no index entry. A crash-torn entry after one counted as damage: read_committed reads and the
+    writer's producer appends failed for good, and the roll sealed the torn write in. With the producer
+    snapshot written after that marker (a clean close, then a crash), the check replays from the log start."""
+    path = _three_aborts(tmp_path)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        internals(p).append_marker(store.new_producer_id(), 0, commit=False)  # no record of it here: no entry
+        p.append_values([b"after"])
+        if not closed:
+            abandon(p)  # a crash: no producer snapshot at close
+    good = open(path, "rb").read()
+    open(path, "wb").write(good + bytes(range(36)))  # the next abort's entry, torn before its marker landed
+    _reader_reads_on(tmp_path, [b"y", b"after"])
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        p.append_values([b"z"], producer=(store.new_producer_id(), 0, 0))
+        assert open(path, "rb").read() == good
+        assert _values(p, "read_committed") == [b"y", b"after", b"z"]
+
+
+def test_a_damaged_last_index_entry_is_damage_when_its_abort_marker_precedes_the_producer_snapshot(tmp_path):
+    """The marker check replays the producer state from the snapshot; a snapshot written after the damaged
+    entry's marker (a clean close) cannot tell that marker had an entry, so the replay starts at the log start
+    instead of reading the aborted records as committed ones."""
+    path = _three_aborts(tmp_path)  # closed cleanly: the snapshot is past every marker
+    raw = bytearray(open(path, "rb").read())
+    raw[-3] ^= 0xFF
+    open(path, "wb").write(raw)
+    with pylog.open(str(tmp_path), read_only=True) as store:
+        with pytest.raises(CorruptRecordError, match="abort marker follows"):
+            _values(store.topic(TOPIC).partition(0), "read_committed")
+
+
 def test_invalid_isolation_level_is_refused(tmp_path):
     with _store(tmp_path) as store:
         p = _part(store)

@@ -25,8 +25,9 @@ Invariants:
   it appends again or rolls) and end the readable entries. Any other entry that fails its checksum, and a
   torn tail in a sealed segment's index, is damage and raises :class:`~pylog.errors.CorruptRecordError`
   (:func:`read_index`): skipping it would hand an aborted transaction's records to read_committed readers
-  as committed ones. The readers that tolerate a torn last entry check that no abort marker follows it in
-  the log (one there means the entry was whole once: damage; a commit marker has no entry and says nothing).
+  as committed ones. The readers that tolerate a torn last entry check that no abort marker with an entry
+  follows it in the log (one there means the entry was whole once: damage; a commit marker, or an abort of a
+  transaction with no record in the partition, has no entry and says nothing).
 """
 
 from __future__ import annotations

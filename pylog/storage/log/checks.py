@@ -13,7 +13,6 @@ from typing import Callable, Sequence
 
 from ...errors import CorruptRecordError
 from ..checkpoint import read_checkpoint
-from ..txn_index import index_path
 from .local_log import LocalLog
 from .segments import S, SegmentLike
 from .txn import active_entries
@@ -36,7 +35,7 @@ def check_view(local: LocalLog[S], is_writer: Callable[[], bool], log_end: Calla
         else:
             problems.extend(seg.check())
         try:  # the aborted-transaction index: damage there turns aborted records into committed ones
-            active_entries(seg, index_path(local.directory, seg.base_offset), seg is segs[-1])
+            active_entries(segs, seg, local.directory)
         except CorruptRecordError as exc:
             problems.append(str(exc))
         if prev_next is not None and seg.base_offset < prev_next:

@@ -102,22 +102,26 @@ final class Transactions {
             next = end;
         }
 
-        /** ProducerState.rebuild of one batch header, for the transaction fields only. */
         private void apply(Batch b) {
-            if (b.producerId < 0) return;
-            long[] p = producers.get(b.producerId);
-            if (p == null) {
-                p = new long[] {b.producerEpoch, -1};
-                producers.put(b.producerId, p);
-            } else if (b.producerEpoch < p[0]) {
-                return;   // a fenced producer's batch: it was refused when written
-            }
-            p[0] = b.producerEpoch;   // a new epoch keeps the transaction its predecessor left open
-            if (b.isControl()) {
-                p[1] = -1;
-            } else if (b.isTransactional() && p[1] < 0) {
-                p[1] = b.baseOffset;
-            }
+            Transactions.apply(producers, b);
+        }
+    }
+
+    /** ProducerState.rebuild of one batch header into {@code producers}, for the transaction fields only. */
+    static void apply(Map<Long, long[]> producers, Batch b) {
+        if (b.producerId < 0) return;
+        long[] p = producers.get(b.producerId);
+        if (p == null) {
+            p = new long[] {b.producerEpoch, -1};
+            producers.put(b.producerId, p);
+        } else if (b.producerEpoch < p[0]) {
+            return;   // a fenced producer's batch: it was refused when written
+        }
+        p[0] = b.producerEpoch;   // a new epoch keeps the transaction its predecessor left open
+        if (b.isControl()) {
+            p[1] = -1;
+        } else if (b.isTransactional() && p[1] < 0) {
+            p[1] = b.baseOffset;
         }
     }
 
@@ -210,7 +214,7 @@ final class Transactions {
                 if (active && raw.length <= INDEX_HEADER + INDEX_ENTRY) {
                     // Its first write (header and entry, which create it) torn by a crash: a torn write unless
                     // an abort marker follows (txn_index.py's invariants).
-                    if (abortAfter(log, bases[s])) {
+                    if (entryAbortAfter(log, -1)) {
                         throw new FormatException(file + ": aborted-transaction index has a torn first write ("
                                 + raw.length + " bytes, no header), and an abort marker follows the entries that "
                                 + "check (after offset -1): the aborted transactions it holds cannot be told from "
@@ -251,7 +255,7 @@ final class Transactions {
                 if (last >= start && first < end) out.computeIfAbsent(pid, k -> new ArrayList<>()).add(new long[] {first, last});
                 if (lso >= end) return out;
             }
-            if (dropped != null && abortAfter(log, Math.max(after + 1, bases[s]))) {
+            if (dropped != null && entryAbortAfter(log, after)) {
                 throw new FormatException(file + ": aborted-transaction index " + dropped + ", and an abort marker "
                         + "follows the entries that check (after offset " + after + "): the aborted transactions it "
                         + "holds cannot be told from committed ones");
@@ -260,15 +264,35 @@ final class Transactions {
         return out;
     }
 
-    /** Whether the log holds an abort marker at or after offset {@code from} (its visible batches, through the
-     *  partition's cursor: a batch still being written is not a marker yet, and the walk stops at a torn tail).
-     *  A commit marker there says nothing: commits have no index entry, so the torn entry may be a later
-     *  abort's (txn.py's {@code active_entries}). */
-    private static boolean abortAfter(PartitionLog log, long from) throws IOException {
-        PartitionLog.Cursor cursor = log.cursor(from, Long.MAX_VALUE);
+    /** Whether the active segment holds, past offset {@code after}, an abort marker that ends a transaction with
+     *  records in the partition: one the writer wrote an index entry for (txn.py's {@code _entry_abort_after}). A
+     *  commit marker says nothing (commits have no entry), nor does an abort of a transaction with no record in the
+     *  partition (a coordinator writes markers into every partition added to a transaction): the torn entry may be
+     *  a later abort's. Replays the visible batches (through the partition's cursor: a batch still being written
+     *  is not a marker yet, and the walk stops at a torn tail) into the producer state from the producer snapshot,
+     *  or from the log's start when the snapshot is past {@code after}. Only for a dropped last entry (rare: the
+     *  writer drops it when it loads its producer state or rolls). */
+    private static boolean entryAbortAfter(PartitionLog log, long after) throws IOException {
+        long[] bases = log.segmentBases();
+        long active = bases[bases.length - 1];
+        Map<Long, long[]> producers = new HashMap<>();
+        long start = readSnapshot(log.dir(), log.logEndOffset(), producers);
+        if (start > after + 1) {
+            producers.clear();   // the snapshot cannot tell the markers before it
+            start = 0;
+        }
+        PartitionLog.Cursor cursor = log.cursor(start, Long.MAX_VALUE);
         try {
             for (PartitionLog.Located l = cursor.next(); l != null; l = cursor.next()) {
-                if (l.batch().isControl() && isAbort(l.file(), l.at(), l.batch(), l.where())) return true;
+                Batch b = l.batch();
+                if (b.isControl() && b.baseOffset >= active && b.baseOffset > after && b.producerId >= 0) {
+                    long[] p = producers.get(b.producerId);
+                    if (p != null && p[1] >= 0 && b.producerEpoch >= p[0]
+                            && isAbort(l.file(), l.at(), b, l.where())) {
+                        return true;
+                    }
+                }
+                apply(producers, b);
             }
         } catch (FormatException e) {
             // a torn tail (a crash's leftovers, which the writer cuts away): no batch past it
