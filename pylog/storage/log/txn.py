@@ -231,23 +231,27 @@ def _entry_abort_after(segs: list[Any], directory: str, after: int, path: str) -
     """Whether the active segment (``segs[-1]``) holds, past offset ``after``, an abort marker that ends a
     transaction with records in the partition: one the writer wrote an index entry for (write_marker's rule,
     and :func:`replay`'s). Replays the batch headers into the producer state from the producer snapshot, or
-    from the first segment when the snapshot is past ``after`` (it cannot tell the markers before it). Only
-    for a dropped last entry, which is rare: the writer drops it when it loads its producer state or rolls."""
+    from the first segment when the snapshot is past ``after`` (it cannot tell the markers before it), and
+    only when an abort marker follows at all. Only for a dropped last entry, which is rare: the writer drops it
+    when it loads its producer state or rolls."""
     active = segs[-1]
+    end = active.file_size()  # not the view's size: a marker appended since counts too
+    aborts = {h.base_offset for _, h in active.batch_headers(end, True)
+              if h.is_control and h.base_offset > after and h.producer_id >= 0
+              and not _commits(active.read(h.base_offset, 1, 1 << 16, end)[0], path, h.base_offset)}
+    if not aborts:  # the usual torn write: no abort marker at all after it, nothing to replay
+        return False
     state, start = load_state(directory, active.next_offset)
     if start > after + 1:
         state, start = ProducerState(), 0
     bases = [s.base_offset for s in segs]
     for s in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
-        # The active segment up to its file's size, not the view's: a marker appended since counts too.
-        for _, h in s.batch_headers(s.file_size() if s is active else s.size, True):
+        for _, h in s.batch_headers(end if s is active else s.size, True):
             if h.last_offset < start:
                 continue
-            if h.is_control and s is active and h.base_offset > after and h.producer_id >= 0:
+            if h.base_offset in aborts and s is active:
                 entry = state.producers.get(h.producer_id)
-                if (entry is not None and entry.txn_first_offset >= 0 and h.producer_epoch >= entry.epoch
-                        and not _commits(active.read(h.base_offset, 1, 1 << 16, active.file_size())[0], path,
-                                         h.base_offset)):
+                if entry is not None and entry.txn_first_offset >= 0 and h.producer_epoch >= entry.epoch:
                     return True
             state.rebuild([h])
     return False

@@ -275,6 +275,7 @@ final class Transactions {
     private static boolean entryAbortAfter(PartitionLog log, long after) throws IOException {
         long[] bases = log.segmentBases();
         long active = bases[bases.length - 1];
+        if (!abortAfter(log, Math.max(after + 1, active))) return false;   // the usual torn write: nothing to replay
         Map<Long, long[]> producers = new HashMap<>();
         long start = readSnapshot(log.dir(), log.logEndOffset(), producers);
         if (start > after + 1) {
@@ -293,6 +294,20 @@ final class Transactions {
                     }
                 }
                 apply(producers, b);
+            }
+        } catch (FormatException e) {
+            // a torn tail (a crash's leftovers, which the writer cuts away): no batch past it
+        }
+        return false;
+    }
+
+    /** Whether the log holds an abort marker at or after offset {@code from} (its visible batches, through the
+     *  partition's cursor; the walk stops at a torn tail). */
+    private static boolean abortAfter(PartitionLog log, long from) throws IOException {
+        PartitionLog.Cursor cursor = log.cursor(from, Long.MAX_VALUE);
+        try {
+            for (PartitionLog.Located l = cursor.next(); l != null; l = cursor.next()) {
+                if (l.batch().isControl() && isAbort(l.file(), l.at(), l.batch(), l.where())) return true;
             }
         } catch (FormatException e) {
             // a torn tail (a crash's leftovers, which the writer cuts away): no batch past it
