@@ -462,6 +462,23 @@ def test_a_damaged_last_index_entry_is_damage_when_its_abort_marker_precedes_the
             _values(store.topic(TOPIC).partition(0), "read_committed")
 
 
+def test_verify_reports_an_index_cut_on_an_entry_boundary_after_its_abort_marker(tmp_path):
+    """An index cut between two entries reads as one without the later entry (nothing in the file tells), and
+    read_committed reads return that aborted transaction's records: `pylog verify` said nothing. It replays the
+    producer state and names each abort marker of a transaction with records here that has no entry; an abort
+    of a transaction with no record here (no entry by design) is not reported."""
+    path = _three_aborts(tmp_path)
+    with _store(tmp_path) as store:
+        internals(store.topic(TOPIC).partition(0)).append_marker(store.new_producer_id(), 0, commit=False)
+    _reader_reads_on(tmp_path, [b"y"])
+    whole = open(path, "rb").read()
+    open(path, "wb").write(whole[:8 + 2 * 36])
+    with pylog.open(str(tmp_path), read_only=True) as store:
+        p = store.topic(TOPIC).partition(0)
+        problems = p.check()
+        assert len(problems) == 1 and "no entry for the abort marker" in problems[0] and "offset 11" in problems[0]
+
+
 def test_invalid_isolation_level_is_refused(tmp_path):
     with _store(tmp_path) as store:
         p = _part(store)

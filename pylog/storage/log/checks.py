@@ -15,7 +15,7 @@ from ...errors import CorruptRecordError
 from ..checkpoint import read_checkpoint
 from .local_log import LocalLog
 from .segments import S, SegmentLike
-from .txn import active_entries
+from .txn import active_entries, missing_entries
 
 __all__ = ["check_view"]
 
@@ -42,6 +42,7 @@ def check_view(local: LocalLog[S], is_writer: Callable[[], bool], log_end: Calla
             problems.append(f"{seg.log_path}: base offset {seg.base_offset} below previous end {prev_next}")
         if seg.size:
             prev_next = seg.next_offset
+    problems.extend(missing_entries(segs, local.directory))
     segs = local.segments
     if segs and segs[-1].base_offset > log_end():
         problems.append("active segment starts after the log end offset")

@@ -45,7 +45,7 @@ from .local_log import LocalLog
 from .segments import S
 
 __all__ = ["TxnTracker", "SealedEntries", "IsolationLevel", "ISOLATION_LEVELS", "check_isolation", "aborted_in",
-           "active_entries", "repair_before_roll",
+           "active_entries", "missing_entries", "repair_before_roll",
            "filter_slices", "replay", "load_state", "isolated_read", "check_unreplaced", "View"]
 
 log = logging.getLogger("pylog.partition")
@@ -272,6 +272,33 @@ def repair_before_roll(local: LocalLog[S]) -> None:
     except CorruptRecordError:
         return
     truncate_index(index_path(local.directory, seg.base_offset), seg.next_offset)
+
+
+def missing_entries(segs: list[Any], directory: str) -> list[str]:
+    """For ``pylog verify``: the abort markers of ``segs`` (the partition's segments in ``directory``) that end a
+    transaction with records in the partition, each of which the writer gave an index entry before writing
+    it, whose segment's index has no entry for them (an index file cut on an entry's boundary, emptied or
+    deleted): read_committed reads return those transactions' records. The producer state is replayed from
+    the first segment (a transaction whose records retention or compaction removed counts as one without
+    records: never reported). An index that does not read is left to :func:`active_entries`."""
+    state = ProducerState()
+    problems: list[str] = []
+    for seg in segs:
+        path = index_path(directory, seg.base_offset)
+        try:
+            known: set[int] | None = {e.last_offset for e in read_index(path, seg is segs[-1])}
+        except CorruptRecordError:
+            known = None
+        for _, h in seg.batch_headers(seg.size, True):
+            if h.is_control and h.producer_id >= 0 and known is not None and h.base_offset not in known:
+                entry = state.producers.get(h.producer_id)
+                if (entry is not None and entry.txn_first_offset >= 0 and h.producer_epoch >= entry.epoch
+                        and not _commits(seg.read(h.base_offset, 1, 1 << 16)[0], path, h.base_offset)):
+                    problems.append(f"{path}: no entry for the abort marker of producer {h.producer_id} at "
+                                    f"offset {h.base_offset} (its transaction has records from offset "
+                                    f"{entry.txn_first_offset}): read_committed reads return them as committed")
+            state.rebuild([h])
+    return problems
 
 
 View = tuple[list[Any], list[int]]
