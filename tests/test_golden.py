@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import pylog
-from pylog.errors import RemoteDataCorruptError
+from pylog.errors import CorruptRecordError, RemoteDataCorruptError
 from pylog.storage.checkpoint import Checkpoint, read_checkpoint, write_checkpoint
 from pylog.maintenance.cleaner_status import CleanerStatus
 from pylog.maintenance.cleaner_registry import PublishedCleaner, _read_status
@@ -357,9 +357,12 @@ def test_pylog_reads_and_writes_the_golden_aborted_transaction_index(tmp_path):
     for e in entries:
         append_index(path, e)
     assert (tmp_path / "x.txnindex").read_bytes() == _raw(want["file"])
-    # A torn last entry ends the readable ones; a writer cuts it (and entries past the log end) away.
+    # A torn last entry ends the readable ones of the active segment's index (a sealed one has whole entries
+    # only: there it is damage); a writer cuts it (and entries past the log end) away.
     (tmp_path / "x.txnindex").write_bytes(_raw(want["file"])[:-5])
-    assert read_index(path) == entries[:1]
+    assert read_index(path, active=True) == entries[:1]
+    with pytest.raises(CorruptRecordError, match="torn entry"):
+        read_index(path)
     assert truncate_index(path, 311) == entries[:1]
     assert (tmp_path / "x.txnindex").read_bytes() == _raw(want["file"])[:8 + 36]
 

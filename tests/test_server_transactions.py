@@ -599,11 +599,14 @@ def test_serve_sets_the_stores_transactional_id_expiration_when_it_opens_the_sto
         pylog.serve(tmp_path / "store", port=0, transactional_id_expiration_ms=0)
 
 
+@pytest.mark.parametrize("damage, message", [("flipped", "aborted-transaction index entry checksum mismatch"),
+                                             ("cut", "aborted-transaction index ends in a torn entry")])
 def test_a_damaged_aborted_transaction_index_gives_read_committed_clients_corrupt_message_and_the_log_its_file(
-        server, store, caplog):
+        server, store, caplog, damage, message):
     """A Fetch at READ_COMMITTED over a damaged .txnindex entry: librdkafka sees CORRUPT_MESSAGE (never the
     aborted records), the server logged the damage at debug only (the operator had no file to look at) and
-    now warns once naming it, and serves on (read_uncommitted reads every record)."""
+    now warns once naming it, and serves on (read_uncommitted reads every record). An index cut inside its
+    last entry, whose abort marker is in the log, handed the client that transaction's records instead."""
     import logging
     p = store.create_topic("dmg", partitions=1).partition(0)
     for n in range(2):
@@ -613,8 +616,11 @@ def test_a_damaged_aborted_transaction_index_gives_read_committed_clients_corrup
     p.append_values([b"plain"])
     index = os.path.join(p.directory, "00000000000000000000.txnindex")
     with open(index, "r+b") as f:
-        f.seek(8 + 20)
-        f.write(b"\xff")
+        if damage == "cut":
+            f.truncate(8 + 36 + 30)
+        else:
+            f.seek(8 + 20)
+            f.write(b"\xff")
     caplog.set_level(logging.WARNING, logger="pylog.server")
     c = Consumer({"bootstrap.servers": server.bootstrap_servers, "group.id": "dmg", "auto.offset.reset": "earliest",
                   "isolation.level": "read_committed", "enable.auto.commit": False})
@@ -632,5 +638,5 @@ def test_a_damaged_aborted_transaction_index_gives_read_committed_clients_corrup
         c.close()
     assert values == [] and errors[:3] == [ck.KafkaError.INVALID_MSG] * 3
     warned = [r.getMessage() for r in caplog.records if "txnindex" in r.getMessage()]
-    assert len(warned) == 1 and "aborted-transaction index entry checksum mismatch" in warned[0], warned
+    assert len(warned) == 1 and message in warned[0], warned
     assert len(_confluent_values(server.bootstrap_servers, "dmg", 1, "read_uncommitted", 5)) == 5

@@ -275,21 +275,27 @@ def test_transactions_control_batches_are_skipped_and_read_committed_reads_what_
             .load(str(path)).collect()
 
 
-def test_a_damaged_aborted_transaction_index_fails_both_readers_at_read_committed(spark, jvm_reader, tmp_path):
-    """A flipped byte in an index entry made both readers skip the entries from it on and return aborted
-    records as committed; a torn last entry (no marker after it: a crash before its fsync) reads on."""
+def _aborts_then_y(tmp_path, count):
+    """A store whose topic t's partition 0 holds ``count`` aborted transactions of 3 records each, then a plain
+    ``y``: ``(store path, its .txnindex's path, the index's bytes)``."""
     from pylog.partition import internals
     path = tmp_path / "store"
     with pylog.open(path, log_cleaner_enable=False) as store:
         store.create_topic("t", partitions=1)
         p = store.topic("t").partition(0)
-        for n in range(3):
+        for n in range(count):
             pid = store.new_producer_id()
             p.append_values([b"x%d" % n] * 3, producer=(pid, 0, 0), transactional=True)
             internals(p).append_marker(pid, 0, commit=False)
         p.append_values([b"y"])
         index = p.directory + "/00000000000000000000.txnindex"
-    good = open(index, "rb").read()
+    return path, index, open(index, "rb").read()
+
+
+def test_a_damaged_aborted_transaction_index_fails_both_readers_at_read_committed(spark, jvm_reader, tmp_path):
+    """A flipped byte in an index entry made both readers skip the entries from it on and return aborted
+    records as committed; a torn last entry (no marker after it: a crash before its fsync) reads on."""
+    path, index, good = _aborts_then_y(tmp_path, 3)
     committed = {"subscribe": "t", "kafka.isolation.level": "read_committed"}
     for damage in (8 + 20, len(good) - 3):   # the first entry; the last one, which its marker follows
         raw = bytearray(good)
@@ -320,6 +326,86 @@ def test_a_torn_last_index_entry_after_a_commit_marker_reads_on_in_both_readers(
         f.write(bytes(range(36)))
     rows = _same(spark, jvm_reader, path, subscribe="t", **{"kafka.isolation.level": "read_committed"})
     assert [bytes(r[1]) for r in rows] == [b"c"] * 3
+
+
+def test_an_index_cut_inside_its_last_entry_fails_both_readers_at_read_committed(spark, jvm_reader, tmp_path):
+    """Bytes after an index's last whole entry ended its entries in both readers, even with the cut entry's
+    abort marker in the log (active segment) or in a sealed index: the aborted records were read as
+    committed. A cut entry of the active index with no abort marker after it (a crash) still reads on."""
+    from pylog.partition import internals
+    path, index, good = _aborts_then_y(tmp_path, 2)
+    committed = {"subscribe": "t", "kafka.isolation.level": "read_committed"}
+    for roll in (False, True):
+        if roll:
+            with pylog.open(path, log_cleaner_enable=False) as store:
+                p = store.topic("t").partition(0)
+                p.roll()
+                p.append_values([b"z"])
+        open(index, "wb").write(good[:-10])
+        for fmt in (jvm_reader, "pylog-python"):
+            with pytest.raises(Exception, match="CorruptRecordError.*aborted-transaction index.*torn entry"):
+                spark.read.format(fmt).options(**committed).load(str(path)).collect()
+        open(index, "wb").write(good)
+    assert [bytes(r[1]) for r in _same(spark, jvm_reader, path, **committed)] == [b"y", b"z"]
+    # The active segment's index cut inside a third entry that no abort marker follows: a torn write.
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        p = store.topic("t").partition(0)
+        index = p.directory + "/%020d.txnindex" % p.segments[-1].base_offset
+        pid = store.new_producer_id()
+        p.append_values([b"x2"], producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=False)
+        cut = open(index, "rb").read()
+        p.append_values([b"w"])
+    open(index, "wb").write(cut + cut[-36:-10])
+    rows = _same(spark, jvm_reader, path, **committed)
+    assert [bytes(r[1]) for r in rows] == [b"y", b"z", b"w"]
+
+
+def test_an_active_index_with_a_torn_first_write_reads_on_unless_an_abort_marker_follows_in_both_readers(
+        spark, jvm_reader, tmp_path):
+    """The index file is created by its first entry's write: a crash before its fsync may leave it empty or
+    zero-filled, with no marker after it (a torn write: both readers read on; a zeroed header failed every
+    read_committed read). Emptied while abort markers follow, both readers read the aborted records."""
+    path, index, _ = _aborts_then_y(tmp_path, 2)
+    committed = {"kafka.isolation.level": "read_committed"}
+    open(index, "wb").write(b"")
+    for fmt in (jvm_reader, "pylog-python"):
+        with pytest.raises(Exception, match="CorruptRecordError.*aborted-transaction index has a torn first write"):
+            spark.read.format(fmt).options(subscribe="t", **committed).load(str(path)).collect()
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        store.create_topic("u", partitions=1)
+        p = store.topic("u").partition(0)
+        p.append_values([b"plain"])
+        open(p.directory + "/00000000000000000000.txnindex", "wb").write(bytes(44))
+    rows = _same(spark, jvm_reader, path, subscribe="u", **committed)
+    assert [bytes(r[1]) for r in rows] == [b"plain"]
+
+
+def test_a_torn_last_index_entry_after_an_abort_without_records_here_reads_on_in_both_readers(spark, jvm_reader,
+                                                                                             tmp_path):
+    """An abort marker of a transaction with no record in the partition has no index entry (a coordinator marks
+    every partition added to the transaction): both readers took a crash-torn entry after one for damage and
+    refused read_committed reads. An abort that had records here still makes the torn entry damage."""
+    from pylog.partition import internals
+    path, index, good = _aborts_then_y(tmp_path, 2)
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        p = store.topic("t").partition(0)
+        internals(p).append_marker(store.new_producer_id(), 0, commit=False)
+        p.append_values([b"after"])
+    open(index, "ab").write(bytes(range(36)))
+    committed = {"subscribe": "t", "kafka.isolation.level": "read_committed"}
+    assert [bytes(r[1]) for r in _same(spark, jvm_reader, path, **committed)] == [b"y", b"after"]
+    with pylog.open(path, log_cleaner_enable=False) as store:
+        p = store.topic("t").partition(0)
+        pid = store.new_producer_id()
+        p.append_values([b"x9"], producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=False)
+    raw = bytearray(open(index, "rb").read())
+    raw[-3] ^= 0xFF   # that abort's entry, whole once (its marker follows)
+    open(index, "wb").write(raw)
+    for fmt in (jvm_reader, "pylog-python"):
+        with pytest.raises(Exception, match="CorruptRecordError.*abort marker follows"):
+            spark.read.format(fmt).options(**committed).load(str(path)).collect()
 
 
 def test_streams_on_the_jvm_read_the_micro_batches_the_python_source_reads_and_report_lag(spark, jvm_reader,

@@ -247,6 +247,14 @@ def _three_aborts(tmp_path):
         return index_path(p.directory, 0)
 
 
+def _reader_reads_on(tmp_path, want):
+    """A reader of the store in another handle (read-only) reads ``want`` at read_committed and `pylog verify`
+    finds nothing wrong."""
+    with pylog.open(str(tmp_path), read_only=True) as store:
+        assert _values(store.topic(TOPIC).partition(0), "read_committed") == want
+        assert store.topic(TOPIC).partition(0).check() == []
+
+
 @pytest.mark.parametrize("read_only", [True, False])
 @pytest.mark.parametrize("entry", [0, 2])
 def test_a_damaged_aborted_transaction_index_entry_fails_read_committed_reads(tmp_path, entry, read_only):
@@ -340,6 +348,135 @@ def test_a_torn_last_index_entry_is_dropped_when_a_writer_of_plain_records_rolls
         assert _values(p, "read_committed") == [b"y", b"plain", b"next"]
         assert p.check() == []
     assert open(path, "rb").read() == good
+
+
+@pytest.mark.parametrize("sealed", [False, True])
+@pytest.mark.parametrize("left", [1, 20, 35])
+def test_an_index_cut_inside_its_last_entry_whose_abort_marker_is_in_the_log_fails_read_committed_reads(
+        tmp_path, sealed, left):
+    """Bytes after the last whole entry ended the entries silently, even with the cut entry's abort marker in
+    the log (it was whole once: the entry is fsynced before the marker) or in a sealed index (a roll drops a
+    torn tail first): the aborted transaction's records came back to read_committed readers as committed
+    ones, the cleaner would have dropped its entry, and `pylog verify` said nothing."""
+    path = _three_aborts(tmp_path)
+    if sealed:
+        with _store(tmp_path) as store:
+            store.topic(TOPIC).partition(0).roll()
+    good = open(path, "rb").read()
+    open(path, "wb").write(good[:len(good) - 36 + left])
+    for read_only in (True, False):
+        with pylog.open(str(tmp_path), read_only=read_only, log_cleaner_enable=False) as store:
+            p = store.topic(TOPIC).partition(0)
+            with pytest.raises(CorruptRecordError, match="torn entry"):
+                _values(p, "read_committed")
+            assert any("torn entry" in x for x in p.check())  # pylog verify
+            assert len(_values(p)) == 10
+    assert open(path, "rb").read() == good[:len(good) - 36 + left]
+
+
+def test_an_index_cut_inside_an_entry_never_followed_by_its_marker_is_a_torn_write(tmp_path):
+    """A crash inside an entry's write (before its fsync and so before its marker) leaves part of it: readers
+    read on without it, and the writer's roll drops it before it seals the index."""
+    path = _three_aborts(tmp_path)
+    good = open(path, "rb").read()
+    open(path, "wb").write(good + good[-36:-16])  # 20 bytes of a 4th entry
+    _reader_reads_on(tmp_path, [b"y"])
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        p.roll()
+        assert _values(p, "read_committed") == [b"y"]
+    assert open(path, "rb").read() == good
+
+
+@pytest.mark.parametrize("torn", [b"", b"PL", bytes(44)], ids=["empty", "cut-header", "zeroed"])
+def test_an_active_index_whose_first_write_was_torn_reads_on_and_its_writer_appends(tmp_path, torn):
+    """The index file is created by its first entry's write (header and entry at once): a crash before its
+    fsync may leave it empty, cut inside the header or zero-filled, and that abort's marker never landed. A
+    cut or zeroed header made every read_committed read and the writer's producer appends raise for good."""
+    with _store(tmp_path) as store:
+        p = _part(store)
+        pid = store.new_producer_id()
+        p.append_values([b"c"], producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=True)
+        path = index_path(p.directory, 0)
+    open(path, "wb").write(torn)
+    _reader_reads_on(tmp_path, [b"c"])
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        pid = store.new_producer_id()
+        p.append_values([b"x"], producer=(pid, 0, 0), transactional=True)
+        internals(p).append_marker(pid, 0, commit=False)
+        assert _values(p, "read_committed") == [b"c"]
+        assert read_index(path) == [(pid, 2, 3, 4)]
+
+
+@pytest.mark.parametrize("torn", [b"", b"PL", bytes(44)], ids=["empty", "cut-header", "zeroed"])
+def test_an_active_index_cut_to_a_torn_first_write_after_its_abort_marker_fails_read_committed_reads(tmp_path,
+                                                                                                    torn):
+    """An empty index (or one cut inside its header) of the active segment read as no aborted transaction at
+    all, though abort markers in the segment say entries were written and fsynced before them."""
+    path = _three_aborts(tmp_path)
+    open(path, "wb").write(torn)
+    with pylog.open(str(tmp_path), read_only=True, log_cleaner_enable=False) as store:
+        p = store.topic(TOPIC).partition(0)
+        with pytest.raises(CorruptRecordError, match="torn first write"):
+            _values(p, "read_committed")
+        assert any("torn first write" in x for x in p.check())
+
+
+@pytest.mark.parametrize("closed", [False, True], ids=["crashed", "closed-then-crashed"])
+def test_a_torn_last_index_entry_after_an_abort_of_a_transaction_without_records_here_is_a_torn_write(tmp_path,
+                                                                                                      closed):
+    """A coordinator writes an abort marker into every partition added to the transaction, records or not
+    (librdkafka adds a partition when a message is queued for it; aborting purges the queue), and such a
+    marker has no index entry. A crash-torn entry after one counted as damage: read_committed reads and the
+    writer's producer appends failed for good, and the roll sealed the torn write in. With the producer
+    snapshot written after that marker (a clean close, then a crash), the check replays from the log start."""
+    path = _three_aborts(tmp_path)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        internals(p).append_marker(store.new_producer_id(), 0, commit=False)  # no record of it here: no entry
+        p.append_values([b"after"])
+        if not closed:
+            abandon(p)  # a crash: no producer snapshot at close
+    good = open(path, "rb").read()
+    open(path, "wb").write(good + bytes(range(36)))  # the next abort's entry, torn before its marker landed
+    _reader_reads_on(tmp_path, [b"y", b"after"])
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        p.append_values([b"z"], producer=(store.new_producer_id(), 0, 0))
+        assert open(path, "rb").read() == good
+        assert _values(p, "read_committed") == [b"y", b"after", b"z"]
+
+
+def test_a_damaged_last_index_entry_is_damage_when_its_abort_marker_precedes_the_producer_snapshot(tmp_path):
+    """The marker check replays the producer state from the snapshot; a snapshot written after the damaged
+    entry's marker (a clean close) cannot tell that marker had an entry, so the replay starts at the log start
+    instead of reading the aborted records as committed ones."""
+    path = _three_aborts(tmp_path)  # closed cleanly: the snapshot is past every marker
+    raw = bytearray(open(path, "rb").read())
+    raw[-3] ^= 0xFF
+    open(path, "wb").write(raw)
+    with pylog.open(str(tmp_path), read_only=True) as store:
+        with pytest.raises(CorruptRecordError, match="abort marker follows"):
+            _values(store.topic(TOPIC).partition(0), "read_committed")
+
+
+def test_verify_reports_an_index_cut_on_an_entry_boundary_after_its_abort_marker(tmp_path):
+    """An index cut between two entries reads as one without the later entry (nothing in the file tells), and
+    read_committed reads return that aborted transaction's records: `pylog verify` said nothing. It replays the
+    producer state and names each abort marker of a transaction with records here that has no entry; an abort
+    of a transaction with no record here (no entry by design) is not reported."""
+    path = _three_aborts(tmp_path)
+    with _store(tmp_path) as store:
+        internals(store.topic(TOPIC).partition(0)).append_marker(store.new_producer_id(), 0, commit=False)
+    _reader_reads_on(tmp_path, [b"y"])
+    whole = open(path, "rb").read()
+    open(path, "wb").write(whole[:8 + 2 * 36])
+    with pylog.open(str(tmp_path), read_only=True) as store:
+        p = store.topic(TOPIC).partition(0)
+        problems = p.check()
+        assert len(problems) == 1 and "no entry for the abort marker" in problems[0] and "offset 11" in problems[0]
 
 
 def test_invalid_isolation_level_is_refused(tmp_path):

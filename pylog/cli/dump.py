@@ -235,7 +235,9 @@ def _dump_txn_index(path: str, out: TextIO) -> list[str]:
                 "last entry with no abort marker after it)" for i, (_, ok) in enumerate(entries) if not ok]
     whole = TXN_INDEX_HEADER_SIZE + len(entries) * TXN_INDEX_ENTRY_SIZE
     if len(raw) > whole:
-        problems.append(f"{path} @ byte {whole}: torn entry ({len(raw) - whole} of {TXN_INDEX_ENTRY_SIZE} bytes)")
+        problems.append(f"{path} @ byte {whole}: torn entry ({len(raw) - whole} of {TXN_INDEX_ENTRY_SIZE} bytes; "
+                        "read_committed reads raise CorruptRecordError, unless it is a torn write: the active "
+                        "segment's, with no abort marker after the entries that check)")
     return problems
 
 

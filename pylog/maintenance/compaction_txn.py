@@ -40,7 +40,7 @@ from ..partition import Partition
 from ..storage.records import BatchHeader, BatchView
 from ..storage.records.format import ATTR_CONTROL, ATTR_TRANSACTIONAL
 from ..storage.log.txn import active_entries
-from ..storage.txn_index import AbortedTxn, index_path, parse_marker
+from ..storage.txn_index import AbortedTxn, parse_marker
 from .cleaner_checkpoint import CleanerCheckpoint
 
 __all__ = ["TxnCleaning", "aborted_entries"]
@@ -55,9 +55,9 @@ def aborted_entries(partition: Partition, upper: int) -> list[AbortedTxn]:
     for seg in segs:
         # A damaged header or entry raises: no cleaning with an index it cannot read (an aborted record taken
         # for a committed one could supersede the committed record of its key); a damaged last entry of the
-        # active segment's index is a torn write only when no abort marker follows (active_entries), as for
-        # every reader.
-        entries = active_entries(seg, index_path(partition.directory, seg.base_offset), seg is segs[-1])
+        # active segment's index is a torn write only when no abort marker with an entry follows
+        # (active_entries), as for every reader.
+        entries = active_entries(segs, seg, partition.directory)
         for e in entries:
             if e.first_offset < upper:
                 out.append(e)

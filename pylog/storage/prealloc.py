@@ -20,7 +20,8 @@ Invariants:
    or :data:`AHEAD_MIN`, are reserved past what is written (:func:`reserve_ahead`). A sealed
    segment gives its reserved blocks back (:func:`give_back`: a truncation to its own size); so does
    recovery's truncation. A crash or a writer that stops without sealing leaves at most that much reserved
-   in an active segment, which its next writer appends into.
+   in an active segment, which its next writer appends into and gives back when it seals the segment, whether
+   or not it reserves itself (:meth:`Reservation.off`: a segment opened again may hold a predecessor's).
 3. A best effort, never an error: where the call is missing or refused (not Linux, a file system without it,
    a full disk) nothing is reserved, and the append itself reports what it must (a full disk:
    :class:`~pylog.errors.DiskFullError` from the write, as before).
@@ -104,11 +105,14 @@ class Reservation:
     reserved past it: the end kept here is then ahead of the blocks, which costs the next appends up to it
     their reservation only (invariant 3)."""
 
-    __slots__ = ("end",)
+    __slots__ = ("end", "inherited")
 
     def __init__(self) -> None:
         #: Where the reservation ends; None while off.
         self.end: int | None = None
+        #: The writer opened an existing segment (after a crash, or handed over): blocks its previous writer
+        #: reserved may lie past the end, unknown to this object, and the seal gives them back too.
+        self.inherited = False
 
     def arm(self) -> None:
         """The segment was fsynced while active: reserve from its next append on."""
@@ -116,15 +120,21 @@ class Reservation:
             self.end = 0
 
     def off(self) -> None:
-        """A new write descriptor (a writer opening the segment again): off until fsynced again."""
+        """A new write descriptor (a writer opening the segment again): off until fsynced again, and what a
+        previous writer reserved is given back at the seal (invariant 2)."""
         self.end = None
+        self.inherited = True
 
     def before_write(self, fd: int, pos: int, size: int) -> None:
         if self.end is not None:
             self.end = reserve_ahead(fd, self.end, pos, size)
 
     def give_back(self, fd: int, size: int) -> None:
-        """The segment is sealed at ``size``: free what is reserved past it, and stop."""
-        if self.end is not None:
-            give_back(fd, self.end, size)
-            self.end = None
+        """The segment is sealed at ``size``: free what is reserved past it, and stop. A segment opened again
+        may hold a previous writer's reservation whatever this one did: its seal always cuts (one call)."""
+        end = self.end
+        if self.inherited and end != NEVER:
+            end = NEVER - 1  # past any size: give_back cuts
+        if end is not None:
+            give_back(fd, end, size)
+        self.end, self.inherited = None, False

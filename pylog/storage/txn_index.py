@@ -18,14 +18,16 @@ Invariants:
 - The entry is written (and fsynced) *before* its marker batch, so a reader that sees the marker always
   finds the entry; an entry whose marker never landed (a crash, a failed write) has ``last offset`` at or
   past the log end and is dropped by the next writer (:func:`truncate_index`) before it appends.
-- Each entry has its own CRC-32C. Bytes after the last whole entry are a torn tail (a write cut by a crash)
-  and end the readable entries; so does a last whole entry that fails its checksum in the index of the
-  partition's active segment (a write torn by a crash before its fsync: its marker was never written, as the
-  entry is fsynced first; the writer drops it before it appends again). Any other entry that fails its
-  checksum is damage and raises :class:`~pylog.errors.CorruptRecordError` (:func:`read_index`): skipping it
-  would hand an aborted transaction's records to read_committed readers as committed ones. The readers that
-  tolerate a damaged last entry check that no abort marker follows it in the log (one there means the entry
-  was whole once: damage; a commit marker has no entry and says nothing).
+- Each entry has its own CRC-32C. In the index of the partition's active segment, bytes after the last whole
+  entry (a torn tail), or else a last whole entry that fails its checksum, or a file of at most a header and
+  an entry without its header (the first write, which creates it, torn), are a write torn by a crash
+  before its fsync (its marker was never written, as the entry is fsynced first; the writer drops it before
+  it appends again or rolls) and end the readable entries. Any other entry that fails its checksum, and a
+  torn tail in a sealed segment's index, is damage and raises :class:`~pylog.errors.CorruptRecordError`
+  (:func:`read_index`): skipping it would hand an aborted transaction's records to read_committed readers
+  as committed ones. The readers that tolerate a torn last entry check that no abort marker with an entry
+  follows it in the log (one there means the entry was whole once: damage; a commit marker, or an abort of a
+  transaction with no record in the partition, has no entry and says nothing).
 """
 
 from __future__ import annotations
@@ -100,37 +102,51 @@ def remove_index(directory: str, base_offset: int) -> None:
 
 
 def read_index(path: str, active: bool = False) -> list[AbortedTxn]:
-    """The checked entries of an index file ([] when there is none), up to a torn tail; with ``active`` (the
-    index of the partition's active segment) a last whole entry that fails its checksum ends them too (see
-    the module's invariants; :func:`read_index_tail` says whether one did).
+    """The checked entries of an index file ([] when there is none); with ``active`` (the index of the
+    partition's active segment) a torn tail or a last whole entry that fails its checksum ends them (see the
+    module's invariants; :func:`read_index_tail` says whether one did).
 
     :raises CorruptRecordError: when the file's header is not an index's, or an entry that may not be torn
-        fails its checksum.
+        fails its checksum or is cut short.
     """
     return read_index_tail(path, active)[0]
 
 
-def read_index_tail(path: str, active: bool = False) -> tuple[list[AbortedTxn], bool]:
-    """:func:`read_index`, and whether a damaged last entry was dropped (only with ``active``): the caller
-    then checks that no marker follows the entries kept (a marker there makes the dropped entry damage)."""
+def read_index_tail(path: str, active: bool = False) -> tuple[list[AbortedTxn], str | None]:
+    """:func:`read_index`, and what was dropped from the end, if anything (only with ``active``: a torn tail,
+    or a damaged last entry with no bytes after it): the caller then checks that no abort marker follows the
+    entries kept (a marker there makes what was dropped damage)."""
     try:
         with open(path, "rb") as f:
             raw = f.read(MAX_INDEX_BYTES)
     except FileNotFoundError:
-        return [], False
+        return [], None
+    if active and len(raw) <= _HEAD.size + _ENTRY_SIZE and not _has_header(raw):
+        # The file is created with its header and first entry in one write: a crash before its fsync can
+        # leave it empty or cut short anywhere, a torn write as any other (its marker was never written).
+        return [], f"has a torn first write ({len(raw)} bytes, no header)"
     if not raw:
-        return [], False
+        return [], None
     out: list[AbortedTxn] = []
     entries = scan_index(raw, path)
+    whole = _HEAD.size + len(entries) * _ENTRY_SIZE
     for i, (entry, ok) in enumerate(entries):
         if not ok:
-            if active and i == len(entries) - 1:
-                return out, True
+            if active and whole == len(raw) and i == len(entries) - 1:
+                return out, "entry checksum mismatch"
             raise CorruptRecordError("aborted-transaction index entry checksum mismatch: the aborted transactions "
                                      "it holds cannot be told from committed ones", path,
                                      _HEAD.size + i * _ENTRY_SIZE)
         out.append(entry)
-    return out, False
+    if whole < len(raw):
+        # A sealed index has whole entries only (a roll drops a torn tail first): these bytes were an entry,
+        # whose abort marker may be in the log, and reading on without it would hand its records out.
+        torn = f"ends in a torn entry ({len(raw) - whole} of {_ENTRY_SIZE} bytes)"
+        if active:
+            return out, torn
+        raise CorruptRecordError(f"aborted-transaction index {torn}: the aborted transactions it held cannot be "
+                                 "told from committed ones", path, whole)
+    return out, None
 
 
 def _has_header(raw: bytes) -> bool:

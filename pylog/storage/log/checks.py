@@ -13,10 +13,9 @@ from typing import Callable, Sequence
 
 from ...errors import CorruptRecordError
 from ..checkpoint import read_checkpoint
-from ..txn_index import index_path
 from .local_log import LocalLog
 from .segments import S, SegmentLike
-from .txn import active_entries
+from .txn import active_entries, missing_entries
 
 __all__ = ["check_view"]
 
@@ -36,13 +35,14 @@ def check_view(local: LocalLog[S], is_writer: Callable[[], bool], log_end: Calla
         else:
             problems.extend(seg.check())
         try:  # the aborted-transaction index: damage there turns aborted records into committed ones
-            active_entries(seg, index_path(local.directory, seg.base_offset), seg is segs[-1])
+            active_entries(segs, seg, local.directory)
         except CorruptRecordError as exc:
             problems.append(str(exc))
         if prev_next is not None and seg.base_offset < prev_next:
             problems.append(f"{seg.log_path}: base offset {seg.base_offset} below previous end {prev_next}")
         if seg.size:
             prev_next = seg.next_offset
+    problems.extend(missing_entries(segs, local.directory))
     segs = local.segments
     if segs and segs[-1].base_offset > log_end():
         problems.append("active segment starts after the log end offset")

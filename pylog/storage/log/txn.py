@@ -45,7 +45,7 @@ from .local_log import LocalLog
 from .segments import S
 
 __all__ = ["TxnTracker", "SealedEntries", "IsolationLevel", "ISOLATION_LEVELS", "check_isolation", "aborted_in",
-           "active_entries", "repair_before_roll",
+           "active_entries", "missing_entries", "repair_before_roll",
            "filter_slices", "replay", "load_state", "isolated_read", "check_unreplaced", "View"]
 
 log = logging.getLogger("pylog.partition")
@@ -85,9 +85,8 @@ def replay(state: ProducerState, local: LocalLog[S], start: int, repair: bool = 
         # segment its entry names, and every earlier segment ends below the log end. A damaged entry that was
         # not a torn write raises first (active_entries): dropping it would lose an abort the replay may not
         # reach (it starts at the producer snapshot).
-        path = index_path(local.directory, segs[-1].base_offset)
-        active_entries(segs[-1], path, True)
-        truncate_index(path, segs[-1].next_offset)
+        active_entries(segs, segs[-1], local.directory)
+        truncate_index(index_path(local.directory, segs[-1].base_offset), segs[-1].next_offset)
     for seg in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
         headers = (h for _, h in seg.batch_headers() if h.last_offset >= start)
         if not repair:
@@ -185,7 +184,7 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
         entries = None if sealed is None else sealed.get(seg)
         if entries is None:
             immutable = seg.immutable
-            entries = active_entries(seg, index_path(local.directory, seg.base_offset), seg is segs[-1])
+            entries = active_entries(segs, seg, local.directory)
             if not entries and not os.path.exists(seg.log_path):
                 # Deleted (retention, delete-records) or replaced (a swap's leftovers removed) after this view
                 # was taken: its index may have gone with it, and a read of its records without their aborts
@@ -205,27 +204,57 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
     return out
 
 
-def active_entries(seg: Any, path: str, active: bool) -> list[AbortedTxn]:
-    """The entries of segment ``seg``'s index ``path`` for a reader (:func:`~pylog.storage.txn_index.read_index`;
-    ``active``: ``seg`` is the partition's active segment, whose damaged last entry may be a torn write).
-    A dropped last entry was torn only if no abort marker follows the entries kept: an abort marker is
-    appended after its entry's fsync, and a writer drops a torn entry before it appends another marker. A
-    commit marker there says nothing (commits have no entry): the torn entry may be a later abort's.
+def active_entries(segs: list[Any], seg: Any, directory: str) -> list[AbortedTxn]:
+    """The entries of segment ``seg``'s index for a reader (:func:`~pylog.storage.txn_index.read_index`); ``seg``
+    is one of ``segs``, the partition's segments in ``directory``, and when it is the last (the active segment)
+    its torn tail or damaged last entry may be a torn write. A dropped last entry was torn only if no abort
+    marker that has an entry follows the entries kept: an abort marker is appended after its entry's fsync,
+    and a writer drops a torn entry before it appends another marker. A commit marker there says nothing
+    (commits have no entry), nor does an abort of a transaction with no record in the partition (nor has it:
+    a coordinator writes markers into every partition added to a transaction, records or not), so the torn
+    entry may be a later abort's (:func:`_entry_abort_after`).
 
-    :raises CorruptRecordError: for a damaged entry, or a dropped last one that an abort marker in ``seg``
-        follows.
+    :raises CorruptRecordError: for a damaged entry, or a dropped last one that such an abort marker follows.
     """
-    entries, dropped = read_index_tail(path, active)
-    if dropped:
+    path = index_path(directory, seg.base_offset)
+    entries, dropped = read_index_tail(path, seg is segs[-1])
+    if dropped is not None:
         after = entries[-1].last_offset if entries else -1
-        end = seg.file_size()
-        if any(h.is_control and h.base_offset > after
-               and not _commits(seg.read(h.base_offset, 1, 1 << 16, end)[0], path, h.base_offset)
-               for _, h in seg.batch_headers(tolerate_tail=True)):
-            raise CorruptRecordError("aborted-transaction index entry checksum mismatch, and an abort marker "
-                                     f"follows the entries that check (after offset {after}): the aborted "
-                                     "transactions it holds cannot be told from committed ones", path)
+        if _entry_abort_after(segs, directory, after, path):
+            raise CorruptRecordError(f"aborted-transaction index {dropped}, and an abort marker follows the "
+                                     f"entries that check (after offset {after}): the aborted transactions it "
+                                     "holds cannot be told from committed ones", path)
     return entries
+
+
+def _entry_abort_after(segs: list[Any], directory: str, after: int, path: str) -> bool:
+    """Whether the active segment (``segs[-1]``) holds, past offset ``after``, an abort marker that ends a
+    transaction with records in the partition: one the writer wrote an index entry for (write_marker's rule,
+    and :func:`replay`'s). Replays the batch headers into the producer state from the producer snapshot, or
+    from the first segment when the snapshot is past ``after`` (it cannot tell the markers before it), and
+    only when an abort marker follows at all. Only for a dropped last entry, which is rare: the writer drops it
+    when it loads its producer state or rolls."""
+    active = segs[-1]
+    end = active.file_size()  # not the view's size: a marker appended since counts too
+    aborts = {h.base_offset for _, h in active.batch_headers(end, True)
+              if h.is_control and h.base_offset > after and h.producer_id >= 0
+              and not _commits(active.read(h.base_offset, 1, 1 << 16, end)[0], path, h.base_offset)}
+    if not aborts:  # the usual torn write: no abort marker at all after it, nothing to replay
+        return False
+    state, start = load_state(directory, active.next_offset)
+    if start > after + 1:
+        state, start = ProducerState(), 0
+    bases = [s.base_offset for s in segs]
+    for s in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
+        for _, h in s.batch_headers(end if s is active else s.size, True):
+            if h.last_offset < start:
+                continue
+            if h.base_offset in aborts and s is active:
+                entry = state.producers.get(h.producer_id)
+                if entry is not None and entry.txn_first_offset >= 0 and h.producer_epoch >= entry.epoch:
+                    return True
+            state.rebuild([h])
+    return False
 
 
 def repair_before_roll(local: LocalLog[S]) -> None:
@@ -238,12 +267,38 @@ def repair_before_roll(local: LocalLog[S]) -> None:
     if not segs:
         return
     seg = segs[-1]
-    path = index_path(local.directory, seg.base_offset)
     try:
-        active_entries(seg, path, True)
+        active_entries(segs, seg, local.directory)
     except CorruptRecordError:
         return
-    truncate_index(path, seg.next_offset)
+    truncate_index(index_path(local.directory, seg.base_offset), seg.next_offset)
+
+
+def missing_entries(segs: list[Any], directory: str) -> list[str]:
+    """For ``pylog verify``: the abort markers of ``segs`` (the partition's segments in ``directory``) that end a
+    transaction with records in the partition, each of which the writer gave an index entry before writing
+    it, whose segment's index has no entry for them (an index file cut on an entry's boundary, emptied or
+    deleted): read_committed reads return those transactions' records. The producer state is replayed from
+    the first segment (a transaction whose records retention or compaction removed counts as one without
+    records: never reported). An index that does not read is left to :func:`active_entries`."""
+    state = ProducerState()
+    problems: list[str] = []
+    for seg in segs:
+        path = index_path(directory, seg.base_offset)
+        try:
+            known: set[int] | None = {e.last_offset for e in read_index(path, seg is segs[-1])}
+        except CorruptRecordError:
+            known = None
+        for _, h in seg.batch_headers(seg.size, True):
+            if h.is_control and h.producer_id >= 0 and known is not None and h.base_offset not in known:
+                entry = state.producers.get(h.producer_id)
+                if (entry is not None and entry.txn_first_offset >= 0 and h.producer_epoch >= entry.epoch
+                        and not _commits(seg.read(h.base_offset, 1, 1 << 16)[0], path, h.base_offset)):
+                    problems.append(f"{path}: no entry for the abort marker of producer {h.producer_id} at "
+                                    f"offset {h.base_offset} (its transaction has records from offset "
+                                    f"{entry.txn_first_offset}): read_committed reads return them as committed")
+            state.rebuild([h])
+    return problems
 
 
 View = tuple[list[Any], list[int]]

@@ -102,22 +102,26 @@ final class Transactions {
             next = end;
         }
 
-        /** ProducerState.rebuild of one batch header, for the transaction fields only. */
         private void apply(Batch b) {
-            if (b.producerId < 0) return;
-            long[] p = producers.get(b.producerId);
-            if (p == null) {
-                p = new long[] {b.producerEpoch, -1};
-                producers.put(b.producerId, p);
-            } else if (b.producerEpoch < p[0]) {
-                return;   // a fenced producer's batch: it was refused when written
-            }
-            p[0] = b.producerEpoch;   // a new epoch keeps the transaction its predecessor left open
-            if (b.isControl()) {
-                p[1] = -1;
-            } else if (b.isTransactional() && p[1] < 0) {
-                p[1] = b.baseOffset;
-            }
+            Transactions.apply(producers, b);
+        }
+    }
+
+    /** ProducerState.rebuild of one batch header into {@code producers}, for the transaction fields only. */
+    static void apply(Map<Long, long[]> producers, Batch b) {
+        if (b.producerId < 0) return;
+        long[] p = producers.get(b.producerId);
+        if (p == null) {
+            p = new long[] {b.producerEpoch, -1};
+            producers.put(b.producerId, p);
+        } else if (b.producerEpoch < p[0]) {
+            return;   // a fenced producer's batch: it was refused when written
+        }
+        p[0] = b.producerEpoch;   // a new epoch keeps the transaction its predecessor left open
+        if (b.isControl()) {
+            p[1] = -1;
+        } else if (b.isTransactional() && p[1] < 0) {
+            p[1] = b.baseOffset;
         }
     }
 
@@ -203,30 +207,44 @@ final class Transactions {
             } catch (NoSuchFileException e) {
                 continue;   // no abort in this segment (or it is gone with its log: see the class comment)
             }
-            if (raw.length == 0) continue;
+            boolean active = s == bases.length - 1;
             ByteBuffer h = ByteBuffer.wrap(raw).order(ByteOrder.LITTLE_ENDIAN);
             if (raw.length < INDEX_HEADER || raw[0] != 'P' || raw[1] != 'L' || raw[2] != 'T' || raw[3] != 'I'
                     || h.getShort(4) != 1) {
+                if (active && raw.length <= INDEX_HEADER + INDEX_ENTRY) {
+                    // Its first write (header and entry, which create it) torn by a crash: a torn write unless
+                    // an abort marker follows (txn_index.py's invariants).
+                    if (entryAbortAfter(log, -1)) {
+                        throw new FormatException(file + ": aborted-transaction index has a torn first write ("
+                                + raw.length + " bytes, no header), and an abort marker follows the entries that "
+                                + "check (after offset -1): the aborted transactions it holds cannot be told from "
+                                + "committed ones");
+                    }
+                    continue;
+                }
+                if (raw.length == 0) continue;
                 throw new FormatException(file + ": not an aborted-transaction index (magic/version)");
             }
             long after = -1;   // the last offset of the last entry that checks
-            for (int at = INDEX_HEADER; at + INDEX_ENTRY <= raw.length; at += INDEX_ENTRY) {
+            int whole = INDEX_HEADER + (raw.length - INDEX_HEADER) / INDEX_ENTRY * INDEX_ENTRY;
+            // Torn only as the active segment's torn tail, or else its last whole entry failing its checksum,
+            // with no abort marker after the entries that check (pylog/storage/txn_index.py's invariants);
+            // anything else is damage, which skipping would turn into aborted records read as committed ones.
+            String dropped = whole < raw.length
+                    ? "ends in a torn entry (" + (raw.length - whole) + " of " + INDEX_ENTRY + " bytes)" : null;
+            if (dropped != null && !active) {
+                throw new FormatException(file + " @ byte " + whole + ": aborted-transaction index " + dropped
+                        + ": the aborted transactions it held cannot be told from committed ones");
+            }
+            for (int at = INDEX_HEADER; at < whole; at += INDEX_ENTRY) {
                 CRC32C crc = new CRC32C();
                 crc.update(raw, at, 32);
                 if ((int) crc.getValue() != h.getInt(at + 32)) {
-                    // Torn only as the active segment's last entry with no marker after the entries that check
-                    // (pylog/storage/txn_index.py's invariants); anything else is damage, which skipping would
-                    // turn into aborted records read as committed ones.
-                    boolean last = s == bases.length - 1 && at + 2 * INDEX_ENTRY > raw.length;
-                    if (!last) {
+                    if (!active || dropped != null || at + INDEX_ENTRY != whole) {
                         throw new FormatException(file + " @ byte " + at + ": aborted-transaction index entry checksum "
                                 + "mismatch: the aborted transactions it holds cannot be told from committed ones");
                     }
-                    if (abortAfter(log, Math.max(after + 1, bases[s]))) {
-                        throw new FormatException(file + ": aborted-transaction index entry checksum mismatch, and a "
-                                + "transaction marker follows the entries that check (after offset " + after + "): the "
-                                + "aborted transactions it holds cannot be told from committed ones");
-                    }
+                    dropped = "entry checksum mismatch";
                     break;
                 }
                 long pid = h.getLong(at);
@@ -237,14 +255,54 @@ final class Transactions {
                 if (last >= start && first < end) out.computeIfAbsent(pid, k -> new ArrayList<>()).add(new long[] {first, last});
                 if (lso >= end) return out;
             }
+            if (dropped != null && entryAbortAfter(log, after)) {
+                throw new FormatException(file + ": aborted-transaction index " + dropped + ", and an abort marker "
+                        + "follows the entries that check (after offset " + after + "): the aborted transactions it "
+                        + "holds cannot be told from committed ones");
+            }
         }
         return out;
     }
 
+    /** Whether the active segment holds, past offset {@code after}, an abort marker that ends a transaction with
+     *  records in the partition: one the writer wrote an index entry for (txn.py's {@code _entry_abort_after}). A
+     *  commit marker says nothing (commits have no entry), nor does an abort of a transaction with no record in the
+     *  partition (a coordinator writes markers into every partition added to a transaction): the torn entry may be
+     *  a later abort's. Replays the visible batches (through the partition's cursor: a batch still being written
+     *  is not a marker yet, and the walk stops at a torn tail) into the producer state from the producer snapshot,
+     *  or from the log's start when the snapshot is past {@code after}. Only for a dropped last entry (rare: the
+     *  writer drops it when it loads its producer state or rolls). */
+    private static boolean entryAbortAfter(PartitionLog log, long after) throws IOException {
+        long[] bases = log.segmentBases();
+        long active = bases[bases.length - 1];
+        if (!abortAfter(log, Math.max(after + 1, active))) return false;   // the usual torn write: nothing to replay
+        Map<Long, long[]> producers = new HashMap<>();
+        long start = readSnapshot(log.dir(), log.logEndOffset(), producers);
+        if (start > after + 1) {
+            producers.clear();   // the snapshot cannot tell the markers before it
+            start = 0;
+        }
+        PartitionLog.Cursor cursor = log.cursor(start, Long.MAX_VALUE);
+        try {
+            for (PartitionLog.Located l = cursor.next(); l != null; l = cursor.next()) {
+                Batch b = l.batch();
+                if (b.isControl() && b.baseOffset >= active && b.baseOffset > after && b.producerId >= 0) {
+                    long[] p = producers.get(b.producerId);
+                    if (p != null && p[1] >= 0 && b.producerEpoch >= p[0]
+                            && isAbort(l.file(), l.at(), b, l.where())) {
+                        return true;
+                    }
+                }
+                apply(producers, b);
+            }
+        } catch (FormatException e) {
+            // a torn tail (a crash's leftovers, which the writer cuts away): no batch past it
+        }
+        return false;
+    }
+
     /** Whether the log holds an abort marker at or after offset {@code from} (its visible batches, through the
-     *  partition's cursor: a batch still being written is not a marker yet, and the walk stops at a torn tail).
-     *  A commit marker there says nothing: commits have no index entry, so the torn entry may be a later
-     *  abort's (txn.py's {@code active_entries}). */
+     *  partition's cursor; the walk stops at a torn tail). */
     private static boolean abortAfter(PartitionLog log, long from) throws IOException {
         PartitionLog.Cursor cursor = log.cursor(from, Long.MAX_VALUE);
         try {
