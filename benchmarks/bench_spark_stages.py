@@ -71,6 +71,8 @@ def main(argv: list[str] | None = None) -> int:
         "spark.eventLog.compress": "false", "spark.eventLog.rolling.enabled": "false",
         **dict(c.split("=", 1) for c in args.conf)})
     spark.sparkContext.setLogLevel("ERROR")
+    if spark.sparkContext.getConf().get("spark.eventLog.dir", "") != "file://" + events:
+        raise SystemExit("bench_spark_stages.py needs a Spark session of its own (its event log): run it as a script")
     try:
         if not os.path.exists(os.path.join(parquet, "_SUCCESS")):
             bench_spark.make_store(store, args.rows)
