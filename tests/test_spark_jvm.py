@@ -847,3 +847,26 @@ def test_subscribe_pattern_with_python_named_groups_reads_the_topics_the_python_
                             ("[(?P<]a.b", []), ("a\\.b", ["a.b"]), ("t\\d+|a.", ["ab", "t1", "t22"])):
         read = _same(spark, jvm_reader, path, subscribePattern=pattern)
         assert sorted(r[2] for r in read) == topics, pattern
+
+
+def test_a_query_reads_the_ranges_its_plan_was_made_with_when_records_follow(spark, jvm_reader, tmp_path):
+    # Spark asks a scan for its input partitions twice per query with an exchange (the physical plan, then
+    # adaptive execution's query stage): the JVM reader plans once, so records appended in between are not read
+    # by that query (the plan shown is the one run); a new query reads them.
+    path = _counting_store(tmp_path, "snap", 10)
+    df = spark.read.format(jvm_reader).option("subscribe", "snap").load(str(path))
+    queries = {"grouped": lambda d: d.groupBy("partition").agg({"value": "count"}).orderBy("partition"),
+               "count": lambda d: d.selectExpr("count(*)"),
+               "filtered": lambda d: d.where("offset >= 5").groupBy("partition").count().orderBy("partition")}
+    planned = {name: q(df) for name, q in queries.items()}
+    for q in planned.values():
+        q._jdf.queryExecution().executedPlan()   # planned now
+    with pylog.open(path) as store:
+        for n in range(2):
+            store.topic("snap").partition(n).append_values([b"late"] * 3)
+    assert [tuple(r) for r in planned["grouped"].collect()] == [(0, 10), (1, 10)]
+    assert planned["count"].collect()[0][0] == 20
+    assert [tuple(r) for r in planned["filtered"].collect()] == [(0, 5), (1, 5)]
+    assert [tuple(r) for r in queries["grouped"](df).collect()] == [(0, 13), (1, 13)]
+    assert queries["count"](df).collect()[0][0] == 26
+    assert [tuple(r) for r in queries["filtered"](df).collect()] == [(0, 8), (1, 8)]

@@ -37,6 +37,8 @@ final class CountScan implements Scan, Batch {
     private final RangeFilter pushed;
     /** Per aggregate: null for a count, else the literal a sum adds per row. */
     private final Long[] sums;
+    /** The input partition of the first {@link #planInputPartitions} call. */
+    private InputPartition[] planned;
 
     /** {@code aggregation} is one this scan answers: no grouping, only counts and sums of integer literals. */
     static boolean answers(Aggregation aggregation) {
@@ -91,8 +93,11 @@ final class CountScan implements Scan, Batch {
 
     @Override
     public InputPartition[] planInputPartitions() {
-        List<PylogInputPartition> ranges = Planner.plan(options, pushed);
-        return new InputPartition[] {new RangeGroup(ranges.toArray(new PylogInputPartition[0]))};
+        if (planned == null) {   // Spark asks twice per query (PylogTable's scan says why): planned once
+            List<PylogInputPartition> ranges = Planner.plan(options, pushed);
+            planned = new InputPartition[] {new RangeGroup(ranges.toArray(new PylogInputPartition[0]))};
+        }
+        return planned.clone();
     }
 
     @Override

@@ -169,6 +169,13 @@ final class PylogTable implements SupportsRead, SupportsWrite {
         private final CaseInsensitiveStringMap options;
         private final RangeFilter pushed;
         private ReadOptions parsed;
+        /**
+         * The input partitions of the first {@link #planInputPartitions} call. Spark asks a scan twice per query
+         * (its physical plan, then adaptive execution's query stage, a copy of the scan node: measured on Spark
+         * 4.3, 1-3 ms of the 1% filter's ~70 ms each time); this object belongs to one query's plan, so both
+         * ask for the same snapshot, planned once (as Spark's file scans keep their partitions).
+         */
+        private InputPartition[] planned;
 
         PylogScan(StructType readSchema, CaseInsensitiveStringMap options, RangeFilter pushed) {
             this.readSchema = readSchema;
@@ -218,14 +225,19 @@ final class PylogTable implements SupportsRead, SupportsWrite {
             return new PylogContinuous(parsed, readSchema);
         }
 
+        /** The ranges, planned on the first call and the same on every later one ({@link #planned}). */
         @Override
         public InputPartition[] planInputPartitions() {
-            List<PylogInputPartition> ranges = Planner.plan(parsed, pushed);
-            if (pushed != null && pushed.cutsOffsets() && parsed.minPartitions == null
-                    && parsed.maxRecordsPerPartition == null) {
-                return Planner.pack(ranges).toArray(new InputPartition[0]);
+            if (planned == null) {
+                List<PylogInputPartition> ranges = Planner.plan(parsed, pushed);
+                if (pushed != null && pushed.cutsOffsets() && parsed.minPartitions == null
+                        && parsed.maxRecordsPerPartition == null) {
+                    planned = Planner.pack(ranges).toArray(new InputPartition[0]);
+                } else {
+                    planned = ranges.toArray(new InputPartition[0]);
+                }
             }
-            return ranges.toArray(new InputPartition[0]);
+            return planned.clone();
         }
 
         @Override
