@@ -43,9 +43,9 @@ Its invariants (the parts in :mod:`pylog.storage.log` cite these numbers):
 This module is the partition's public API (only what docs/CLIENTS.md and GUARANTEES.md tell users about) and wires
 the parts, which live below it in :mod:`pylog.storage.log`, each owning one concern, generic in the segment type
 (they see a segment through :class:`~pylog.storage.log.segments.SegmentLike` and never import :mod:`pylog.segment`):
-the writer lock and turns, the segment list and reads, loading and recovery, durability, batch bounds and encoding,
-writing a call's batches, transactions' state, maintenance, remote reads (tiered storage), waking readers, the full
-check, and the internal API
+the writer lock and turns, the segment list and reads, loading and recovery, durability, checking the public API's
+arguments, batch bounds and encoding, writing a call's batches, transactions' state, maintenance, remote reads (tiered
+storage), waking readers, the full check, and the internal API
 (:class:`~pylog.storage.log.internals.PartitionInternals`, reached through :func:`internals`, not exported from
 :mod:`pylog`); :mod:`pylog.storage.log`'s docstring lists which module owns which and the invariants each keeps.
 
@@ -84,16 +84,18 @@ from typing import Any, Callable, Iterable, Sequence
 import numpy as np
 
 from .config import TopicConfig
-from .errors import (InvalidArgumentError, InvalidRecordError, InvalidTxnStateError, LogFailedError,
-                     OffsetOutOfRangeError, PartitionLockedError, ReadOnlyStoreError, StoreClosedError)
+from .errors import (LogFailedError, OffsetOutOfRangeError, PartitionLockedError, ReadOnlyStoreError,
+                     StoreClosedError)
 from .storage.fileio import check_descriptors, descriptor_faults, raise_fault, raise_if_gone
 from .storage.handles import PER_PARTITION, SEGMENT_COST, HandleCache
 from .storage.notify import AppendWatch
-from .storage.records import Record, RecordColumns, column_parts, header_rows, now_ms, slices_records
+from .storage.records import Record, RecordColumns, now_ms, slices_records
 from .storage.retention import RetentionResult
 from .segment import ReadSlice, Segment
 from .storage.log import checks, loader, maintenance
-from .storage.log.append import SEQ_MOD, Appender, Columns
+from .storage.log.append import Appender, Columns
+from .storage.log.arguments import (array_columns, check_producer, int_argument, list_columns, offset_argument,
+                                    record_lists, with_header_rows)
 from .storage.log.batches import Data, EncodedBatch, Headers, RecordHeaders, Timestamps
 from .storage.log.internals import OwnerOps, PartitionInternals
 from .storage.log.txn import (ISOLATION_LEVELS, IsolationLevel, TxnTracker, aborted_in, check_isolation,
@@ -112,19 +114,6 @@ log = logging.getLogger("pylog.partition")
 
 #: Default byte limit of one read (Kafka's fetch.max.bytes); a read returns at least one batch regardless.
 DEFAULT_MAX_BYTES = 50 * 1024 * 1024
-
-
-def _int_argument(name: str, value: Any) -> int:
-    """``value`` as an int when it is an integer (a Python or numpy int, not a bool).
-
-    :raises InvalidArgumentError: for anything else (None, a float such as 1.5, a str such as "1"), which
-        would otherwise be compared, rounded or converted somewhere below.
-    """
-    if type(value) is int:
-        return value
-    if isinstance(value, (int, np.integer)) and not isinstance(value, (bool, np.bool_)):
-        return int(value)
-    raise InvalidArgumentError(f"{name} must be an int, got {type(value).__name__} {value!r:.40}")
 
 
 class Partition:
@@ -349,16 +338,8 @@ class Partition:
         Timestamps left as None get the append time.
         :raises RecordTooLargeError, InvalidRecordError, PartitionLockedError:
         """
-        recs = list(records)
-        if not recs:
-            raise InvalidRecordError("nothing to append")
-        for r in recs:
-            if not isinstance(r, Record):
-                raise InvalidRecordError(f"append takes pylog.Record objects, got {type(r).__name__}")
-        _, ts, keys, values, headers = list(zip(*recs, strict=True))[:5]
-        timestamps = None if all(t is None for t in ts) else list(ts)
-        return self.append_values(list(values), keys=list(keys), timestamps=timestamps,
-                                  headers=headers if any(headers) else None)
+        values, keys, timestamps, headers = record_lists(records)
+        return self.append_values(values, keys=keys, timestamps=timestamps, headers=headers)
 
     def append_values(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None = None,
                       timestamps: Timestamps | None = None, headers: Headers | None = None, *,
@@ -380,21 +361,15 @@ class Partition:
         :raises InvalidTxnStateError: a transactional call without ``producer``, or a non-transactional one
             while the producer's transaction is open.
         """
-        return self._append_lists(values, keys, timestamps, headers, producer, compression, in_turn=False,
-                                  transactional=transactional)
+        return self._append_columns(list_columns(values, keys, timestamps, headers), producer, compression,
+                                    in_turn=False, transactional=transactional)
 
     def _append_lists(self, values: Sequence[bytes | None], keys: Sequence[bytes | None] | None,
                       timestamps: Timestamps | None, headers: Headers | None, producer: tuple[int, int, int] | None,
                       compression: str | None, in_turn: bool, batch_size: int | None = None,
                       transactional: bool = False) -> int:
-        n = len(values)
-        if n == 0:
-            raise InvalidRecordError("nothing to append")
-        vlens, vparts = column_parts(values, n, "values")
-        klens, kparts = column_parts(keys, n, "keys")
-        assert vlens is not None
-        return self._append_columns(Columns(n, vlens, vparts, klens, kparts, timestamps, headers, False),
-                                    producer, compression, in_turn, batch_size=batch_size,
+        return self._append_columns(list_columns(values, keys, timestamps, headers), producer, compression,
+                                    in_turn, batch_size=batch_size,
                                     transactional=transactional)
 
     def append_columns(self, value_lengths: np.ndarray, value_data: Data | None,
@@ -408,48 +383,26 @@ class Partition:
         ``headers`` (one sequence of ``(str, bytes | None)`` pairs per record), ``producer`` and
         ``compression`` and ``transactional`` as for :meth:`append_values`.
         """
-        cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
+        cols = array_columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
         return self._append_columns(cols, producer, compression, in_turn=False, transactional=transactional)
 
     def _append_column_args(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
                             key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None,
                             producer: tuple[int, int, int] | None, compression: str | None, in_turn: bool,
                             flush_policy: bool, transactional: bool) -> int:
-        cols = self._columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
+        cols = array_columns(value_lengths, value_data, key_lengths, key_data, timestamps, headers)
         return self._append_columns(cols, producer, compression, in_turn, flush_policy, transactional=transactional)
-
-    def _columns(self, value_lengths: np.ndarray, value_data: Data | None, key_lengths: np.ndarray | None,
-                 key_data: Data | None, timestamps: np.ndarray | None, headers: Headers | None) -> Columns:
-        """:meth:`append_columns`' arguments checked, as the appender's columns."""
-        vlens = np.ascontiguousarray(value_lengths, dtype=np.int32)
-        n = len(vlens)
-        if n == 0:
-            raise InvalidRecordError("nothing to append")
-        klens = None if key_lengths is None else np.ascontiguousarray(key_lengths, dtype=np.int32)
-        if klens is not None and len(klens) != n:
-            raise InvalidRecordError(f"{len(klens)} key lengths for {n} values")
-        ts = None
-        if timestamps is not None:
-            ts = np.asarray(timestamps)
-            if ts.dtype.kind != "i" or ts.ndim != 1:  # a cast would truncate floats and parse strings
-                raise InvalidRecordError(f"timestamps must be an array of int64 milliseconds, got {ts.dtype}")
-            ts = np.ascontiguousarray(ts, dtype=np.int64)
-        return Columns(n, vlens, [value_data] if value_data is not None else [], klens,
-                       [key_data] if key_data is not None else [], ts, headers, True)
 
     def _append_columns(self, cols: Columns, producer: tuple[int, int, int] | None, compression: str | None,
                         in_turn: bool, flush_policy: bool = True, batch_size: int | None = None,
                         transactional: bool = False) -> int:
         appender = self._appender
         if cols.headers is not None:
-            # Checked once, up front (sizing the batches reads them): a bad shape is an InvalidRecordError.
-            cols = Columns(*cols[:6], header_rows(cols.headers, cols.n), cols[7])  # _replace costs ~1 us more
+            cols = with_header_rows(cols)  # checked once, up front (sizing the batches reads them)
         appender.check_keys(cols, self.topic)
         bounds = appender.batch_bounds(cols, batch_size)
-        if producer is not None and (producer[0] < 0 or not 0 <= producer[2] < SEQ_MOD):
-            raise InvalidArgumentError(f"producer must be (id >= 0, epoch, 0 <= sequence < 2**31), got {producer!r}")
-        if transactional and producer is None:
-            raise InvalidTxnStateError("a transactional append needs producer=(id, epoch, sequence)")
+        if producer is not None or transactional:
+            check_producer(producer, transactional)
         self._touch()
         with self._append_lock:
             if not self._writer.held:
@@ -535,10 +488,7 @@ class Partition:
         wholly below it are deleted. An offset at or below the current log start changes nothing.
         :raises OffsetOutOfRangeError: when ``before_offset`` is past the log end offset.
         """
-        if not isinstance(before_offset, int) or isinstance(before_offset, bool):
-            raise InvalidArgumentError(f"before_offset must be an int, got {type(before_offset).__name__}")
-        if before_offset < 0:
-            raise InvalidArgumentError(f"before_offset must be >= 0, got {before_offset}")
+        before_offset = offset_argument("before_offset", before_offset)
         self._internals.delete_remote_records(before_offset, self.log_end_offset)  # tiered: first, no lock held
         with self._maintenance_lock, self._append_lock:
             self._ensure_writer_locked()
@@ -549,9 +499,9 @@ class Partition:
     def _slices(self, offset: int, max_records: int, max_bytes: int, verify: bool) -> list[ReadSlice]:
         if self._closed:
             raise StoreClosedError(f"partition {self.topic}-{self.number} is closed")
-        offset = _int_argument("offset", offset)
-        max_records = _int_argument("max_records", max_records)
-        max_bytes = _int_argument("max_bytes", max_bytes)
+        offset = int_argument("offset", offset)
+        max_records = int_argument("max_records", max_records)
+        max_bytes = int_argument("max_bytes", max_bytes)
         if max_records <= 0:
             return []
         self._touch()
@@ -639,7 +589,7 @@ class Partition:
 
     def offset_for_timestamp(self, timestamp: int) -> int | None:
         """The first offset whose record timestamp is >= ``timestamp``, or None if there is none."""
-        timestamp = _int_argument("timestamp", timestamp)
+        timestamp = int_argument("timestamp", timestamp)
         self._touch()
         with descriptor_faults(f"looking up a timestamp in {self.topic}-{self.number}"):
             return self._local.on_current_view("a time lookup", self._local.offset_for_timestamp, timestamp)

@@ -134,7 +134,7 @@ class Connection(asyncio.Protocol):
         self._writable: asyncio.Future[None] | None = None
         self._task: asyncio.Task[None] | None = None
         self._busy = False  # a request is being answered
-        #: The Produce appends queued for the storage pool (the data handlers' queue, made on first use); any
+        #: The Produce appends queued for the storage pool (the data handlers' AppendQueue, made on first use); any
         #: other request waits until it has drained (see the module docstring).
         self.appends: Any = None
         #: Answers owed, in request order: (request, answer or a future of it) (see the module docstring).

@@ -28,8 +28,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import threading
-import time
 from typing import Any
 
 from .. import metrics
@@ -45,6 +43,7 @@ from .protocol import codes as E
 from .turns import TURN_WAIT_MS
 from .state import ServerState
 from .transactions import produce_check
+from .produce_queue import AppendQueue, Produce, answered
 
 
 __all__ = ["DataHandlers"]
@@ -191,7 +190,7 @@ class DataHandlers:
             # The answer keeps names and counts only: not the records (memoryviews of the request's frame), so an
             # answer owed holds no request data once appended.
             answer: asyncio.Future[dict] = asyncio.get_running_loop().create_future()
-            self._appends_of(conn).add(_Produce((work, acks, wait_ms, conn.principal, b.get("transactional_id")),
+            self._appends_of(conn).add(Produce((work, acks, wait_ms, conn.principal, b.get("transactional_id")),
                                                 [(topic, index) for topic, index, _ in work],
                                                 [(td["name"], len(td["partition_data"] or [])) for td in topic_data],
                                                 answer))
@@ -211,21 +210,21 @@ class DataHandlers:
             return None
         return {"responses": results, "throttle_time_ms": 0}
 
-    def _appends_of(self, conn: Any) -> "_AppendQueue":
+    def _appends_of(self, conn: Any) -> AppendQueue:
         queue = conn.appends
         if queue is None:
-            queue = conn.appends = _AppendQueue(self)
-        assert isinstance(queue, _AppendQueue)
+            queue = conn.appends = AppendQueue(self.append_queued, self.s)
+        assert isinstance(queue, AppendQueue)
         return queue
 
-    def append_queued(self, batch: list["_Produce"]) -> None:
+    def append_queued(self, batch: list[Produce]) -> None:
         """In the storage pool: the appends of consecutive Produce requests of one connection (see
-        :class:`_AppendQueue`), then, from this thread, what follows them: the fetches waiting for those
-        partitions woken (on the loop), each answer handed to the loop, and the fsyncs the answers wait for
-        (acks=all, or where the topic's ``flush.messages`` / ``flush.ms`` asked for one) given to the group commit
-        at once, one submission for the whole batch (see :mod:`pylog.storage.group_commit`); those answers are
-        handed to the loop once it has fsynced every partition the batch asked for (a partition whose fsync failed
-        is answered with its error). The loop is not woken between the appends and the fsyncs: that hop was a
+        :class:`~pylog.server.produce_queue.AppendQueue`), then, from this thread, what follows them: the fetches
+        waiting for those partitions woken (on the loop), each answer handed to the loop, and the fsyncs the answers
+        wait for (acks=all, or where the topic's ``flush.messages`` / ``flush.ms`` asked for one) given to the group
+        commit at once, one submission for the whole batch (see :mod:`pylog.storage.group_commit`); those answers
+        are handed to the loop once it has fsynced every partition the batch asked for (a partition whose fsync
+        failed is answered with its error). The loop is not woken between the appends and the fsyncs: that hop was a
         large share of a small request's cost and latency."""
         try:
             outcomes = self.append_requests([p.take_request() for p in batch])
@@ -243,7 +242,7 @@ class DataHandlers:
                  if end is not None and waiters.waiting_on(topic, index)]
         if woken:
             post(self._woken, woken)
-        durable: list[tuple[_Produce, list[dict], list[tuple[dict, Partition]]]] = []
+        durable: list[tuple[Produce, list[dict], list[tuple[dict, Partition]]]] = []
         to_sync: dict[int, Partition] = {}  # by id(): two requests of the batch to one partition share its fsync
         for p, outcome in zip(batch, outcomes, strict=True):
             it = iter(outcome)
@@ -251,7 +250,7 @@ class DataHandlers:
                        for name, count in p.topics]
             syncs = [(entry, part) for entry, _, part in outcome if part is not None]
             if not syncs:
-                post(_answered, p.answer, results)
+                post(answered, p.answer, results)
                 continue
             durable.append((p, results, syncs))
             for _, part in syncs:
@@ -266,7 +265,7 @@ class DataHandlers:
         for topic, index, end in woken:
             appended(topic, index, end)
 
-    def _fsynced(self, durable: list[tuple["_Produce", list[dict], list[tuple[dict, Partition]]]],
+    def _fsynced(self, durable: list[tuple[Produce, list[dict], list[tuple[dict, Partition]]]],
                  parts: list[Partition], errors: list[BaseException | None]) -> None:
         """On the loop, once the group commit has fsynced (or failed to) the partitions of a batch of Produce
         requests: their answers."""
@@ -282,17 +281,17 @@ class DataHandlers:
                     log.error("pylog serve: fsync of %s-%d failed", part.topic, part.number, exc_info=exc)
                 entry.update(error_code=code_for(exc) if isinstance(exc, PylogError) else E.UNKNOWN_SERVER_ERROR,
                              error_message=str(exc), base_offset=-1, log_append_time_ms=-1)
-            _answered(p.answer, results)
+            answered(p.answer, results)
 
     def append_requests(self, requests: list[tuple[list[tuple[str, int, Any]], int, int, str | None, str | None]]
                         ) -> list[list[Outcome]]:
         """In the storage pool: the appends of consecutive Produce requests of one connection, in order (see
-        :class:`_AppendQueue`); per request, per partition its response entry, its new log end (None when
-        nothing was appended) and the partition to fsync before the answer (acks=all, or the topic's flush policy
-        asks for it; None when nothing was appended): the fsyncs are left to the group commit, after the appends.
-        Each request comes with its ``wait_ms``: how long to wait for a writer of another process to hand a
-        partition over (see :mod:`pylog.server.turns`), and ``principal``: the connection's user, who must own
-        the batches' producer id (:class:`~pylog.server.state.ProducerOwners`), and its ``transactional_id``
+        :class:`~pylog.server.produce_queue.AppendQueue`); per request, per partition its response entry, its new
+        log end (None when nothing was appended) and the partition to fsync before the answer (acks=all, or the
+        topic's flush policy asks for it; None when nothing was appended): the fsyncs are left to the group commit,
+        after the appends. Each request comes with its ``wait_ms``: how long to wait for a writer of another process
+        to hand a partition over (see :mod:`pylog.server.turns`), and ``principal``: the connection's user, who must
+        own the batches' producer id (:class:`~pylog.server.state.ProducerOwners`), and its ``transactional_id``
         (None: not a transactional producer), which a transactional batch's partition must have been added to
         (:func:`pylog.server.transactions.produce_check`)."""
         return [[self._append_guarded(topic, index, records, acks, wait_ms, principal, txn_id)
@@ -583,130 +582,6 @@ class DataHandlers:
             return {"throttle_time_ms": 0, "error_code": code_for(exc), "producer_id": -1, "producer_epoch": -1}
         self.s.producer_owners.issued(pid, conn.principal)
         return {"throttle_time_ms": 0, "error_code": E.NONE, "producer_id": pid, "producer_epoch": 0}
-
-
-#: How long one drain of a connection's Produce appends goes on in its storage thread while more keep arriving
-#: (seconds), before it goes to the back of the storage pool's queue: handing each group to the pool anew woke
-#: another thread for it (the submit's wake-up under the GIL was ~5% of the server's Python time at 500
-#: partitions), and other connections' work must still get its turn.
-_DRAIN_TURN_S = 0.005
-
-
-class _Produce:
-    """One Produce request queued for its appends: what :meth:`DataHandlers.append_requests` takes, the (topic,
-    partition) of each of its partitions and the partition counts of its topics (to build the answer), and the
-    future of its answer (resolved on the loop). The request (its records: memoryviews of the frame) is let go
-    of once taken for the appends, so a request whose answer waits for its fsync holds no request data."""
-
-    __slots__ = ("request", "acks", "keys", "topics", "answer")
-
-    def __init__(self, request: tuple[list[tuple[str, int, Any]], int, int, str | None, str | None],
-                 keys: list[tuple[str, int]], topics: list[tuple[str, int]], answer: "asyncio.Future[dict]") -> None:
-        self.request: tuple[list[tuple[str, int, Any]], int, int, str | None, str | None] | None = request
-        self.acks = request[1]
-        self.keys = keys
-        self.topics = topics
-        self.answer = answer
-
-    def take_request(self) -> tuple[list[tuple[str, int, Any]], int, int, str | None, str | None]:
-        """The request, for its appends (once)."""
-        request, self.request = self.request, None
-        assert request is not None, "a Produce request taken for its appends twice"
-        return request
-
-
-class _AppendQueue:
-    """One connection's Produce appends, in request order, made in the storage pool a group at a time: those
-    that arrive while a group is being appended go together in the next one (librdkafka sends one request per
-    partition and batch, pipelined: hundreds of small requests a second per connection, which one hop each
-    made wait for the pool one after another). One drain at a time per connection (the order of its appends);
-    a drain that finds more queued after its group hands itself back to the pool (behind other connections'
-    work) rather than return to the loop, and hands each answer to the loop itself
-    (:meth:`DataHandlers.append_queued`): a request costs the loop no wake-up between its appends and its
-    fsyncs. The connection's other requests wait until the appends queued before them are done
-    (:meth:`drained`), so they see those appends as they would one at a time."""
-
-    def __init__(self, handlers: DataHandlers) -> None:
-        self._handlers = handlers
-        self._lock = threading.Lock()  # between the loop (add, drained) and the draining storage thread
-        self._queue: list[_Produce | asyncio.Future[None]] = []  # requests, and drained()'s markers, in order
-        self._running = False  # a drain is queued in the pool or under way
-
-    def add(self, produce: _Produce) -> None:
-        """On the loop: queue a request's appends; its answer future is resolved once done."""
-        with self._lock:
-            self._queue.append(produce)
-            if self._running:
-                return
-            self._running = True
-        try:
-            self._handlers.s.executor.submit(self._drain)
-        except RuntimeError as exc:  # the pool was shut down: a stop under way, nothing is appended any more
-            with self._lock:
-                queued, self._queue, self._running = self._queue, [], False
-            for item in queued:
-                future = item.answer if isinstance(item, _Produce) else item
-                if not future.done():
-                    future.set_exception(exc)
-
-    async def drained(self) -> None:
-        """Return once every append queued so far is done."""
-        with self._lock:
-            if not self._running:
-                return
-            marker: asyncio.Future[None] = asyncio.get_running_loop().create_future()
-            self._queue.append(marker)
-        await marker
-
-    def _drain(self) -> None:
-        """In the storage pool: append what is queued, in order (see the class docstring); what keeps arriving
-        for up to :data:`_DRAIN_TURN_S`, then what is queued after that from the pool's queue again."""
-        began = time.monotonic()
-        while True:
-            with self._lock:
-                group, self._queue = self._queue, []
-            batch = [item for item in group if isinstance(item, _Produce)]
-            try:
-                if batch:
-                    self._handlers.append_queued(batch)
-            except BaseException as exc:  # a bug: each request of the group is answered UNKNOWN_SERVER_ERROR
-                log.error("pylog serve: a group of produce requests failed", exc_info=exc)
-                error = exc if isinstance(exc, Exception) else RuntimeError(str(exc))
-                for p in batch:
-                    self._handlers.s.post(_resolve, p.answer, error)
-                if not isinstance(exc, Exception):
-                    raise
-            finally:
-                for item in group:
-                    if not isinstance(item, _Produce):
-                        self._handlers.s.post(_resolve, item)
-            with self._lock:
-                if not self._queue:
-                    self._running = False
-                    return
-            if time.monotonic() - began < _DRAIN_TURN_S:
-                continue  # no hand-over to another pool thread (a wake-up) for what came meanwhile
-            try:
-                self._handlers.s.executor.submit(self._drain)  # the others' work first, then the rest
-                return
-            except RuntimeError:  # the pool is shutting down: the rest here
-                continue
-
-
-def _answered(answer: "asyncio.Future[dict]", results: list[dict]) -> None:
-    """On the loop: a Produce's answer, unless its future was cancelled (its connection was aborted)."""
-    if not answer.done():
-        answer.set_result({"responses": results, "throttle_time_ms": 0})
-
-
-def _resolve(future: "asyncio.Future[Any]", error: BaseException | None = None) -> None:
-    """On the loop: end ``future`` (with ``error``, if any) unless it was cancelled."""
-    if future.done():
-        return
-    if error is None:
-        future.set_result(None)
-    else:
-        future.set_exception(error)
 
 
 def _flush_due(part: Partition) -> bool:

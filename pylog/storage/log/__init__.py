@@ -11,6 +11,8 @@ Each module owns one concern and states the invariants it keeps (the numbers are
 - :mod:`.append` (:class:`~.append.Appender`): batch bounds, encoding, idempotent producers (1, 9);
   :mod:`.write` (:class:`~.write.BatchWriter`): writing a call's batches, rolls, the failure a write leaves,
   waking readers, the flush policy (1, 2, 8, 9); :mod:`.batches`: the write path's types;
+- :mod:`.arguments`: the public API's arguments checked (a :class:`~pylog.errors.PylogError` before any lock
+  is taken or byte written) and an append call's records shaped into the appender's columns (9);
 - :mod:`.txn`: transactions' state (ongoing transactions, the last stable offset, the aborted-transaction index);
 - :mod:`.maintenance`: retention, delete-records, the view side of compaction swaps (5, 6); with tiered storage,
   local retention deletes only shipped segments;
