@@ -167,7 +167,8 @@ class Partition:
             OwnerOps(lambda: self._closed, self._ensure_writer_locked, self.release_writer,
                      lambda: self.lock_timeout_ms, self._forget_budget, self._append_lists,
                      self._append_column_args, self._append_marker, self._next_sequence, self._read_isolated,
-                     self._slices, lambda start, end: aborted_in(self._local, start, end, self._txn.sealed),
+                     self._slices,
+                     lambda start, end: aborted_in(self._local, start, end, self._txn.sealed, self._txn.torn),
                      lambda: (self.last_stable_offset, self._txn.producers())[1]))
         self._touch()  # last: the budget may ask this handle to let go of its files from now on
         with descriptor_faults(f"opening {name}"):

@@ -24,6 +24,7 @@ from pylog.aio import AIOKafkaConsumer
 from pylog.errors import CorruptRecordError, InvalidTxnStateError, ProducerFencedError, TransactionCoordinatorFencedError
 from pylog.kafka import KafkaConsumer
 from pylog.partition import internals
+from pylog.storage.log import txn
 from pylog.storage.producer_state import ProducerState
 from pylog.storage.txn_index import index_path, parse_marker, read_index
 
@@ -447,6 +448,37 @@ def test_a_torn_last_index_entry_after_an_abort_of_a_transaction_without_records
         p.append_values([b"z"], producer=(store.new_producer_id(), 0, 0))
         assert open(path, "rb").read() == good
         assert _values(p, "read_committed") == [b"y", b"after", b"z"]
+
+
+def test_reads_after_a_torn_index_entry_and_an_abort_without_records_replay_the_producer_state_once(
+        tmp_path, monkeypatch):
+    """After a crash tore the active index's last entry, with an abort of a transaction without records here
+    after the entries that check, every read_committed read replayed the producer state from the log start (the
+    snapshot of a clean close is past the entries) until the writer dropped the torn tail: a read of a big
+    partition cost a scan of all its batch headers. The partition keeps the check and goes on from it; plain
+    records appended since (a writer of plain records keeps the torn tail) are looked at, not the whole log."""
+    path = _three_aborts(tmp_path)
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        internals(p).append_marker(store.new_producer_id(), 0, commit=False)  # no record of it here: no entry
+    open(path, "ab").write(bytes(range(20)))  # the next abort's entry, torn before its marker landed
+    replays = []
+    real = txn.load_state
+    monkeypatch.setattr(txn, "load_state", lambda *a: replays.append(a) or real(*a))
+    with pylog.open(str(tmp_path), read_only=True) as store:
+        r = store.topic(TOPIC).partition(0)
+        assert _values(r, "read_committed") == [b"y"]
+        first = len(replays)
+        for _ in range(5):
+            assert _values(r, "read_committed") == [b"y"]
+        assert len(replays) == first
+    with _store(tmp_path) as store:
+        p = store.topic(TOPIC).partition(0)
+        p.append_values([b"z"])  # plain records: the writer keeps the torn tail
+        assert open(path, "rb").read().endswith(bytes(range(20)))
+        for _ in range(3):
+            assert _values(p, "read_committed") == [b"y", b"z"]
+        assert p.check() == []
 
 
 def test_a_damaged_last_index_entry_is_damage_when_its_abort_marker_precedes_the_producer_snapshot(tmp_path):

@@ -20,6 +20,8 @@ Invariants:
 - :class:`TxnTracker` works from the files alone (the producer snapshot, then the batch headers after it),
   so a reader in another process than the writer computes the same LSO as the writer; it continues from the
   last batch it replayed, so a read costs only the headers appended since the previous one.
+- The check of the active index's torn tail (:func:`active_entries`) replays the producer state at most once
+  per torn tail and partition handle (:class:`TornTailMemo`): later reads go on from the batch it stopped at.
 - The writer, when it loads its producer state (before its first producer append or marker), drops index
   entries whose marker is not in the log and adds those of abort markers in the replayed range that the
   index lacks (:func:`replay`).
@@ -45,7 +47,7 @@ from .local_log import LocalLog
 from .segments import S
 
 __all__ = ["TxnTracker", "SealedEntries", "IsolationLevel", "ISOLATION_LEVELS", "check_isolation", "aborted_in",
-           "active_entries", "missing_entries", "repair_before_roll",
+           "TornTailMemo", "active_entries", "missing_entries", "repair_before_roll",
            "filter_slices", "replay", "load_state", "isolated_read", "check_unreplaced", "View"]
 
 log = logging.getLogger("pylog.partition")
@@ -132,6 +134,8 @@ class TxnTracker:
         self._at: tuple[int, int] = (-1, 0)  # (segment base offset, file position) after that batch
         #: The aborted-transaction index entries of sealed segments, by segment object (see :func:`aborted_in`).
         self.sealed: SealedEntries = weakref.WeakKeyDictionary()
+        #: The check of the active index's torn tail, if it has one (see :func:`aborted_in`).
+        self.torn = TornTailMemo()
 
     def last_stable_offset(self, local: LocalLog[S]) -> int:
         with self._lock:
@@ -162,7 +166,8 @@ class TxnTracker:
 
 
 def aborted_in(local: LocalLog[S], start: int, end: int,
-               sealed: SealedEntries | None = None) -> dict[int, list[tuple[int, int]]]:
+               sealed: SealedEntries | None = None, torn: TornTailMemo | None = None,
+               ) -> dict[int, list[tuple[int, int]]]:
     """``{producer id: [(first offset, last offset), ...]}`` of the aborted transactions that cover some
     offset in ``[start, end)``, from the index files of the segments from ``start``'s on.
 
@@ -172,7 +177,8 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
     the active segment's index grows: an entry goes with the segment its marker is written to). It is keyed
     by the segment object, not its base offset: a compaction swap puts a new segment (and index) at an old
     base offset. A segment counts as sealed only if it was before its index was read: an entry appended
-    just before the roll that sealed it must not be cached as missing.
+    just before the roll that sealed it must not be cached as missing. ``torn`` keeps the check of the active
+    index's torn tail from one read to the next (:class:`TornTailMemo`).
 
     :raises FileNotFoundError: (:class:`SegmentReplacedError`) when a segment of the view has no index left and
         its log is gone: maintenance deleted it after the view was taken, so its aborted transactions may be
@@ -184,7 +190,7 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
         entries = None if sealed is None else sealed.get(seg)
         if entries is None:
             immutable = seg.immutable
-            entries = active_entries(segs, seg, local.directory)
+            entries = active_entries(segs, seg, local.directory, torn)
             if not entries and not os.path.exists(seg.log_path):
                 # Deleted (retention, delete-records) or replaced (a swap's leftovers removed) after this view
                 # was taken: its index may have gone with it, and a read of its records without their aborts
@@ -204,7 +210,8 @@ def aborted_in(local: LocalLog[S], start: int, end: int,
     return out
 
 
-def active_entries(segs: list[Any], seg: Any, directory: str) -> list[AbortedTxn]:
+def active_entries(segs: list[Any], seg: Any, directory: str, memo: TornTailMemo | None = None,
+                   ) -> list[AbortedTxn]:
     """The entries of segment ``seg``'s index for a reader (:func:`~pylog.storage.txn_index.read_index`); ``seg``
     is one of ``segs``, the partition's segments in ``directory``, and when it is the last (the active segment)
     its torn tail or damaged last entry may be a torn write. A dropped last entry was torn only if no abort
@@ -212,7 +219,7 @@ def active_entries(segs: list[Any], seg: Any, directory: str) -> list[AbortedTxn
     and a writer drops a torn entry before it appends another marker. A commit marker there says nothing
     (commits have no entry), nor does an abort of a transaction with no record in the partition (nor has it:
     a coordinator writes markers into every partition added to a transaction, records or not), so the torn
-    entry may be a later abort's (:func:`_entry_abort_after`).
+    entry may be a later abort's (:func:`_entry_abort_after`, which ``memo`` keeps from one call to the next).
 
     :raises CorruptRecordError: for a damaged entry, or a dropped last one that such an abort marker follows.
     """
@@ -220,41 +227,78 @@ def active_entries(segs: list[Any], seg: Any, directory: str) -> list[AbortedTxn
     entries, dropped = read_index_tail(path, seg is segs[-1])
     if dropped is not None:
         after = entries[-1].last_offset if entries else -1
-        if _entry_abort_after(segs, directory, after, path):
+        if _entry_abort_after(segs, directory, after, path, memo):
             raise CorruptRecordError(f"aborted-transaction index {dropped}, and an abort marker follows the "
                                      f"entries that check (after offset {after}): the aborted transactions it "
                                      "holds cannot be told from committed ones", path)
     return entries
 
 
-def _entry_abort_after(segs: list[Any], directory: str, after: int, path: str) -> bool:
+class TornTailMemo:
+    """What :func:`_entry_abort_after` found for the active segment's torn index tail, kept by the partition's
+    :class:`TxnTracker` so that the read_committed reads after a crash (until the writer drops the torn tail)
+    do not each scan the active segment and replay the producer state from the snapshot or the log start: one
+    slot (the active segment, weakly; the entries' last offset ``after``; the file position scanned to; the
+    producer state there, None while no abort marker followed, which needs none; whether an abort marker with
+    an entry was found). Later calls go on from that position. Thread-safe (readers share it)."""
+
+    def __init__(self) -> None:
+        self.lock = threading.Lock()
+        self.slot: tuple[weakref.ref[Any], int, int, ProducerState | None, bool] | None = None
+
+
+def _entry_abort_after(segs: list[Any], directory: str, after: int, path: str,
+                       memo: TornTailMemo | None = None) -> bool:
     """Whether the active segment (``segs[-1]``) holds, past offset ``after``, an abort marker that ends a
     transaction with records in the partition: one the writer wrote an index entry for (write_marker's rule,
     and :func:`replay`'s). Replays the batch headers into the producer state from the producer snapshot, or
     from the first segment when the snapshot is past ``after`` (it cannot tell the markers before it), and
     only when an abort marker follows at all. Only for a dropped last entry, which is rare: the writer drops it
-    when it loads its producer state or rolls."""
+    when it loads its producer state or rolls. With ``memo`` (a partition's readers) a later call for the same
+    segment and entries goes on from where the previous one stopped."""
+    if memo is None:
+        return _abort_after_from(segs, directory, after, path, 0, None)[2]
+    with memo.lock:
+        slot, active = memo.slot, segs[-1]
+        pos, state, found = 0, None, False
+        if slot is not None and slot[1] == after and slot[2] <= active.file_size() and slot[0]() is active:
+            pos, state, found = slot[2:]  # the same torn tail: go on from there (a cut-back log starts over)
+        if not found:
+            pos, state, found = _abort_after_from(segs, directory, after, path, pos, state)
+        memo.slot = (weakref.ref(active), after, pos, state, found)
+        return found
+
+
+def _abort_after_from(segs: list[Any], directory: str, after: int, path: str, pos: int,
+                      state: ProducerState | None) -> tuple[int, ProducerState | None, bool]:
+    """:func:`_entry_abort_after` from file position ``pos`` of the active segment, with ``state`` the producer
+    state there (None: not replayed yet, then from the snapshot or the log start when an abort marker follows);
+    returns the position of the end of the last batch looked at, the state there and the verdict."""
     active = segs[-1]
     end = active.file_size()  # not the view's size: a marker appended since counts too
-    aborts = {h.base_offset for _, h in active.batch_headers(end, True)
+    headers = [(p, h) for p, h in active.batch_headers(end, True, pos)]
+    stop = headers[-1][0] + headers[-1][1].size if headers else pos
+    aborts = {h.base_offset for _, h in headers
               if h.is_control and h.base_offset > after and h.producer_id >= 0
               and not _commits(active.read(h.base_offset, 1, 1 << 16, end)[0], path, h.base_offset)}
-    if not aborts:  # the usual torn write: no abort marker at all after it, nothing to replay
-        return False
-    state, start = load_state(directory, active.next_offset)
-    if start > after + 1:
-        state, start = ProducerState(), 0
-    bases = [s.base_offset for s in segs]
-    for s in segs[max(0, bisect.bisect_right(bases, start) - 1):]:
-        for _, h in s.batch_headers(end if s is active else s.size, True):
-            if h.last_offset < start:
-                continue
-            if h.base_offset in aborts and s is active:
-                entry = state.producers.get(h.producer_id)
-                if entry is not None and entry.txn_first_offset >= 0 and h.producer_epoch >= entry.epoch:
-                    return True
-            state.rebuild([h])
-    return False
+    if state is None:
+        if not aborts:  # the usual torn write: no abort marker at all after it, nothing to replay
+            return stop, None, False
+        state, start = load_state(directory, active.next_offset)
+        if start > after + 1:
+            state, start = ProducerState(), 0
+        bases = [s.base_offset for s in segs]
+        for s in segs[max(0, bisect.bisect_right(bases, start) - 1):-1]:
+            state.rebuild(h for _, h in s.batch_headers(s.size, True) if h.last_offset >= start)
+        headers = [(p, h) for p, h in active.batch_headers(end, True) if h.last_offset >= start]
+        stop = headers[-1][0] + headers[-1][1].size if headers else 0
+    for _, h in headers:
+        if h.base_offset in aborts:
+            entry = state.producers.get(h.producer_id)
+            if entry is not None and entry.txn_first_offset >= 0 and h.producer_epoch >= entry.epoch:
+                return stop, state, True
+        state.rebuild([h])
+    return stop, state, False
 
 
 def repair_before_roll(local: LocalLog[S]) -> None:
@@ -358,7 +402,7 @@ def isolated_read(read: Callable[[int], list[ReadSlice]], local: LocalLog[S], tr
         slices = read(pos)  # first, at ``offset``: raises OffsetOutOfRangeError as a plain read does
         if not slices or (committed and pos >= lso):
             return [], pos
-        aborted_range = aborted_of or (lambda start, end: aborted_in(local, start, end, tracker.sealed))
+        aborted_range = aborted_of or (lambda start, end: aborted_in(local, start, end, tracker.sealed, tracker.torn))
         aborted: dict[int, list[tuple[int, int]]] = {}
         if committed and any(s[0].header.attributes & ATTR_TRANSACTIONAL for s in slices):
             aborted = aborted_range(pos, lso)
