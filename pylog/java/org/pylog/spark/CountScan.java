@@ -92,7 +92,7 @@ final class CountScan implements Scan, Batch {
     }
 
     @Override
-    public InputPartition[] planInputPartitions() {
+    public synchronized InputPartition[] planInputPartitions() {
         if (planned == null) {   // Spark asks twice per query (PylogTable's scan says why): planned once
             List<PylogInputPartition> ranges = Planner.plan(options, pushed);
             planned = new InputPartition[] {new RangeGroup(ranges.toArray(new PylogInputPartition[0]))};

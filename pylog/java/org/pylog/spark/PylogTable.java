@@ -173,7 +173,8 @@ final class PylogTable implements SupportsRead, SupportsWrite {
          * The input partitions of the first {@link #planInputPartitions} call. Spark asks a scan twice per query
          * (its physical plan, then adaptive execution's query stage, a copy of the scan node: measured on Spark
          * 4.3, 1-3 ms of the 1% filter's ~70 ms each time); this object belongs to one query's plan, so both
-         * ask for the same snapshot, planned once (as Spark's file scans keep their partitions).
+         * ask for the same snapshot, planned once (as Spark's file scans keep their partitions). Guarded by the
+         * scan's lock: adaptive execution may ask from another driver thread than the first call's.
          */
         private InputPartition[] planned;
 
@@ -227,7 +228,7 @@ final class PylogTable implements SupportsRead, SupportsWrite {
 
         /** The ranges, planned on the first call and the same on every later one ({@link #planned}). */
         @Override
-        public InputPartition[] planInputPartitions() {
+        public synchronized InputPartition[] planInputPartitions() {
             if (planned == null) {
                 List<PylogInputPartition> ranges = Planner.plan(parsed, pushed);
                 if (pushed != null && pushed.cutsOffsets() && parsed.minPartitions == null
