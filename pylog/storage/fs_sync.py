@@ -26,9 +26,11 @@ Invariants:
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import os
 import sys
+from typing import Any
+
+from . import libc
 
 __all__ = ["AVAILABLE", "syncfs", "check_written", "kernel_reports_syncfs_errors"]
 
@@ -45,20 +47,19 @@ def kernel_reports_syncfs_errors(release: str) -> bool:
     return (major, minor) >= (5, 8)
 
 
-def _libc() -> "ctypes.CDLL | None":
+def _functions() -> tuple[Any, Any]:
+    """``syncfs`` and ``sync_file_range``, or (None, None) unless both are here and the kernel is 5.8+."""
     if not sys.platform.startswith("linux") or not kernel_reports_syncfs_errors(os.uname().release):
-        return None
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True)
-        libc.syncfs.argtypes = [ctypes.c_int]
-        libc.sync_file_range.argtypes = [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint]
-    except (OSError, AttributeError):
-        return None
-    return libc
+        return None, None
+    syncfs = libc.function("syncfs", [ctypes.c_int])
+    sync_file_range = libc.function("sync_file_range", [ctypes.c_int, ctypes.c_int64, ctypes.c_int64, ctypes.c_uint])
+    if syncfs is None or sync_file_range is None:
+        return None, None
+    return syncfs, sync_file_range
 
 
-_LIBC = _libc()
-AVAILABLE = _LIBC is not None
+_SYNCFS, _SYNC_FILE_RANGE = _functions()
+AVAILABLE = _SYNCFS is not None
 
 
 def _raise_errno() -> None:
@@ -69,13 +70,13 @@ def _raise_errno() -> None:
 def syncfs(fd: int) -> None:
     """Make every page of the file system of ``fd`` dirtied before this call durable (invariant 1); the GIL is
     released meanwhile. :raises OSError: when that failed or a writeback error was recorded (EIO mostly)."""
-    assert _LIBC is not None, "syncfs is not available here (fs_sync.AVAILABLE)"
-    if _LIBC.syncfs(fd) != 0:
+    assert _SYNCFS is not None, "syncfs is not available here (fs_sync.AVAILABLE)"
+    if _SYNCFS(fd) != 0:
         _raise_errno()
 
 
 def check_written(fd: int) -> None:
     """Report a writeback error of the file of ``fd`` (invariant 2). :raises OSError: EIO, ENOSPC..."""
-    assert _LIBC is not None, "sync_file_range is not available here (fs_sync.AVAILABLE)"
-    if _LIBC.sync_file_range(fd, 0, 0, _SYNC_FILE_RANGE_WAIT_AFTER) != 0:
+    assert _SYNC_FILE_RANGE is not None, "sync_file_range is not available here (fs_sync.AVAILABLE)"
+    if _SYNC_FILE_RANGE(fd, 0, 0, _SYNC_FILE_RANGE_WAIT_AFTER) != 0:
         _raise_errno()

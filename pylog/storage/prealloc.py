@@ -30,11 +30,10 @@ Invariants:
 from __future__ import annotations
 
 import ctypes
-import ctypes.util
 import errno
 import os
-import sys
-from typing import Any
+
+from . import libc
 
 __all__ = ["AVAILABLE", "AHEAD_MAX", "AHEAD_MIN", "NEVER", "Reservation", "reserve_ahead", "give_back"]
 
@@ -51,19 +50,7 @@ AHEAD_MIN = 64 << 10
 NEVER = 1 << 62
 
 
-def _fallocate() -> Any:
-    if not sys.platform.startswith("linux"):
-        return None
-    try:
-        fn = ctypes.CDLL(ctypes.util.find_library("c") or None, use_errno=True).fallocate
-    except (OSError, AttributeError):
-        return None
-    fn.argtypes = [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64]
-    fn.restype = ctypes.c_int
-    return fn
-
-
-_FALLOCATE = _fallocate()
+_FALLOCATE = libc.function("fallocate", [ctypes.c_int, ctypes.c_int, ctypes.c_int64, ctypes.c_int64])
 _TRY_AGAIN = frozenset((errno.ENOSPC, errno.EDQUOT, errno.EIO, errno.EINTR))
 #: True where blocks can be reserved without changing a file's size (Linux with a C library that has it).
 AVAILABLE = _FALLOCATE is not None

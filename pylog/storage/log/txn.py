@@ -293,12 +293,20 @@ def _abort_after_from(segs: list[Any], directory: str, after: int, path: str, po
         headers = [(p, h) for p, h in active.batch_headers(end, True) if h.last_offset >= start]
         stop = headers[-1][0] + headers[-1][1].size if headers else 0
     for _, h in headers:
-        if h.base_offset in aborts:
-            entry = state.producers.get(h.producer_id)
-            if entry is not None and entry.txn_first_offset >= 0 and h.producer_epoch >= entry.epoch:
-                return stop, state, True
+        if h.base_offset in aborts and _open_transaction(state, h) >= 0:
+            return stop, state, True
         state.rebuild([h])
     return stop, state, False
+
+
+def _open_transaction(state: ProducerState, marker: Any) -> int:
+    """The first offset of the transaction that control batch ``marker`` ends for its producer in ``state`` (the
+    state before it), or -1 when it ends none with records here (no open transaction, or a fenced epoch's
+    marker): only then did the writer give an abort an index entry (write_marker's rule)."""
+    entry = state.producers.get(marker.producer_id)
+    if entry is None or marker.producer_epoch < entry.epoch:
+        return -1
+    return entry.txn_first_offset
 
 
 def repair_before_roll(local: LocalLog[S]) -> None:
@@ -335,12 +343,11 @@ def missing_entries(segs: list[Any], directory: str) -> list[str]:
             known = None
         for _, h in seg.batch_headers(seg.size, True):
             if h.is_control and h.producer_id >= 0 and known is not None and h.base_offset not in known:
-                entry = state.producers.get(h.producer_id)
-                if (entry is not None and entry.txn_first_offset >= 0 and h.producer_epoch >= entry.epoch
-                        and not _commits(seg.read(h.base_offset, 1, 1 << 16)[0], path, h.base_offset)):
+                first = _open_transaction(state, h)
+                if first >= 0 and not _commits(seg.read(h.base_offset, 1, 1 << 16)[0], path, h.base_offset):
                     problems.append(f"{path}: no entry for the abort marker of producer {h.producer_id} at "
                                     f"offset {h.base_offset} (its transaction has records from offset "
-                                    f"{entry.txn_first_offset}): read_committed reads return them as committed")
+                                    f"{first}): read_committed reads return them as committed")
             state.rebuild([h])
     return problems
 
